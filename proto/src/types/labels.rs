@@ -1,0 +1,124 @@
+//! Node and task labels: small validated `key=value` maps.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use super::TypeError;
+
+/// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
+/// 256 printable ASCII bytes without `,` or `=`.
+#[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Labels(BTreeMap<String, String>);
+
+impl Labels {
+    /// No labels.
+    pub fn new() -> Labels {
+        Labels::default()
+    }
+
+    /// Adds or replaces one label after validating it.
+    pub fn insert(&mut self, key: &str, value: &str) -> Result<(), TypeError> {
+        check_key(key)?;
+        check_value(value)?;
+        self.0.insert(key.to_string(), value.to_string());
+        Ok(())
+    }
+
+    /// The value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(String::as_str)
+    }
+
+    /// `(key, value)` pairs in key order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> + '_ {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+
+    /// Number of labels.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+fn check_key(key: &str) -> Result<(), TypeError> {
+    let bad = |why| TypeError::InvalidLabel { text: key.to_string(), why };
+    if key.is_empty() || key.len() > 63 {
+        return Err(bad("a label key is 1 to 63 bytes"));
+    }
+    if !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/')) {
+        return Err(bad("a label key uses letters, digits, '-', '_', '.' and '/'"));
+    }
+    Ok(())
+}
+
+fn check_value(value: &str) -> Result<(), TypeError> {
+    let bad = |why| TypeError::InvalidLabel { text: value.to_string(), why };
+    if value.len() > 256 {
+        return Err(bad("a label value is at most 256 bytes"));
+    }
+    if !value.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b'=') {
+        return Err(bad("a label value is printable ASCII without spaces, ',' or '='"));
+    }
+    Ok(())
+}
+
+impl FromStr for Labels {
+    type Err = TypeError;
+
+    /// Parses `k=v,k2=v2`.
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let mut labels = Labels::new();
+        if s.trim().is_empty() {
+            return Ok(labels);
+        }
+        for item in s.split(',') {
+            let (k, v) = item.split_once('=').ok_or_else(|| TypeError::InvalidLabel {
+                text: item.to_string(),
+                why: "expected KEY=VALUE",
+            })?;
+            labels.insert(k.trim(), v.trim())?;
+        }
+        Ok(labels)
+    }
+}
+
+impl fmt::Display for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (k, v)) in self.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{k}={v}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Labels {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{{{self}}}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_and_validate() {
+        let l: Labels = "zone=a, gpu.model=H100".parse().unwrap();
+        assert_eq!(l.get("zone"), Some("a"));
+        assert_eq!(l.to_string(), "gpu.model=H100,zone=a");
+        assert!("zone".parse::<Labels>().is_err());
+        assert!("k=a b".parse::<Labels>().is_err());
+        assert!(Labels::new().insert("", "x").is_err());
+    }
+}
