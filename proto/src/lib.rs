@@ -13,6 +13,7 @@
 pub mod types;
 
 pub use types::{
-    Amount, Capacity, Labels, Namespace, NodeId, NodeSpec, ResourceKind, ResourceName, ResourceSet,
-    TaskId, TypeError,
+    Amount, Capacity, CapacityOp, Delta, Labels, Namespace, NodeId, NodeSpec, ResourceKind,
+    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
+    TaskStatus, TypeError,
 };

@@ -1,0 +1,159 @@
+//! What a task is: its kind, its requirements, its hooks and its life cycle.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId};
+
+/// Everything the head needs to run a task. Built with the client's builders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// A human-readable name (not unique), at most 256 bytes.
+    pub name: String,
+    /// What runs.
+    pub kind: TaskKind,
+    /// What the task holds while it runs.
+    pub resources: ResourceSet,
+    /// Free-form labels shown by `tasks` and `status`.
+    pub labels: Labels,
+    /// How many more times to run it after a failure or a lost node.
+    pub max_retries: u32,
+    /// Running-time limit; the worker stops the task when it passes.
+    pub timeout: Option<Duration>,
+    /// How long the task may stay pending before it is failed with `pending deadline passed`.
+    pub pending_deadline: Option<Duration>,
+    /// Resource changes applied when the task starts (task signalling, P2).
+    pub on_start: Vec<ResourceUpdate>,
+    /// Resource changes applied when the task succeeds (task signalling, P2).
+    pub on_success: Vec<ResourceUpdate>,
+}
+
+/// The three kinds of task (DESIGN §4).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum TaskKind {
+    /// A child process.
+    Command {
+        /// Program and arguments; `argv[0]` is looked up on `PATH`.
+        argv: Vec<String>,
+        /// Extra environment variables.
+        env: Vec<(String, String)>,
+        /// Working directory; the worker's own if absent.
+        cwd: Option<String>,
+    },
+    /// A handler registered by name in a worker built with the worker library.
+    Function {
+        /// The registered name.
+        name: String,
+        /// Argument bytes (bincode for Rust types).
+        args: Vec<u8>,
+    },
+    /// No process: holds its resources and, while it lives, the resources it creates on its
+    /// node (the thesis' resource-locking primitive, P4).
+    Ghost {
+        /// Resources created on the ghost's node when it starts and removed when it ends.
+        creates: Vec<(ResourceName, Capacity)>,
+        /// End by itself after this long; `None` lives until cancelled or released.
+        ttl: Option<Duration>,
+    },
+}
+
+/// One change to one resource: the body of `set_resource`, and of task hooks.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResourceUpdate {
+    /// The resource.
+    pub name: ResourceName,
+    /// What to do to it.
+    pub op: CapacityOp,
+    /// Where. `Local` in a hook means the task's own node.
+    pub target: NodeSpec,
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TaskState {
+    /// Waiting for a node with its resources.
+    Pending,
+    /// Dispatched to a node.
+    Running,
+    /// Finished successfully.
+    Succeeded,
+    /// Finished unsuccessfully, and out of retries.
+    Failed,
+    /// Cancelled by a user, or its pending deadline passed.
+    Cancelled,
+}
+
+impl TaskState {
+    /// Whether the task will never change state again.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled)
+    }
+
+    /// The lower-case name used by the CLI (`pending`, `running`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskState::Pending => "pending",
+            TaskState::Running => "running",
+            TaskState::Succeeded => "succeeded",
+            TaskState::Failed => "failed",
+            TaskState::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::str::FromStr for TaskState {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "pending" => TaskState::Pending,
+            "running" => TaskState::Running,
+            "succeeded" => TaskState::Succeeded,
+            "failed" => TaskState::Failed,
+            "cancelled" | "canceled" => TaskState::Cancelled,
+            other => {
+                return Err(format!(
+                    "unknown task state {other:?}: expected pending, running, succeeded, \
+                     failed or cancelled"
+                ));
+            }
+        })
+    }
+}
+
+impl std::fmt::Display for TaskState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A task's outcome once it has one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskResult {
+    /// A command task exited; 0 is success.
+    Exited {
+        /// Process exit code, or `128 + signal` if it was killed by a signal.
+        code: i32,
+    },
+    /// A function task returned these bytes.
+    Returned(Vec<u8>),
+    /// A ghost task ended (released, TTL, or cancelled).
+    Released,
+}
+
+/// Where a task is and why, as the API reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskStatus {
+    /// The task.
+    pub id: TaskId,
+    /// Its state.
+    pub state: TaskState,
+    /// The node it runs or ran on (its latest attempt).
+    pub node: Option<NodeId>,
+    /// Which attempt this is, from 1.
+    pub attempt: u32,
+    /// Why it is pending (infeasible now), or why it failed or was cancelled.
+    pub reason: Option<String>,
+    /// Its result once it finished.
+    pub result: Option<TaskResult>,
+}
