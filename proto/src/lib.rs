@@ -3,17 +3,29 @@
 //! # Layout
 //!
 //! - [`types`]: resource names, fixed-point amounts and capacities, resource sets, node and task
-//!   ids, node specifications, and the compact `cpu=2,gpu=0.5` text syntax. Pure data with
-//!   validation: no async, no network, usable from the scheduler core.
+//!   ids, node specifications, and the compact `cpu=2,gpu=0.5` text syntax; tasks and their
+//!   life cycle; what the API reports (cluster, node and task status, pending reasons); and the
+//!   requests and replies of both services as domain values. Pure data with validation: no
+//!   async, no network, usable from the scheduler core.
+//! - [`wire`]: the protobuf messages and the tonic clients and servers generated from
+//!   `proto/escher.proto` (package `escher.v1`): the `Cluster` service that applications call,
+//!   and the `WorkerLink` service that workers call. Only the gRPC edge touches these.
+//! - [`convert`]: `From<domain> for wire` and `TryFrom<wire> for domain` for every message, the
+//!   latter validating every field and failing with a [`ConvertError`] that names the field
+//!   path (and becomes a `tonic::Status::invalid_argument`).
 //!
 //! Everything a user can get wrong is rejected by a constructor with a [`types::TypeError`]
 //! that says what was wrong.
 #![warn(missing_docs)]
 
+pub mod convert;
 pub mod types;
+pub mod wire;
 
+pub use convert::ConvertError;
 pub use types::{
-    Amount, Capacity, CapacityOp, Delta, Labels, Namespace, NodeId, NodeSpec, ResourceKind,
-    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskKind, TaskResult, TaskSpec, TaskState,
-    TaskStatus, TypeError,
+    Amount, Capacity, CapacityOp, ClusterStatus, Delta, Labels, LogStream, Namespace, NodeId,
+    NodeSpec, NodeStatus, PendingReason, ResourceKind, ResourceName, ResourceSet, ResourceStatus,
+    ResourceUpdate, TaskId, TaskInfo, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    TaskSummary, TypeError,
 };

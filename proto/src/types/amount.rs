@@ -74,7 +74,9 @@ impl Amount {
         // Both are at most MAX, and 2 * MAX fits in a u64, so the addition itself cannot wrap.
         let sum = Amount(self.0 + other.0);
         if sum > Amount::MAX {
-            return Err(TypeError::Arithmetic("sum exceeds the maximum of 10^14 units"));
+            return Err(TypeError::Arithmetic(
+                "sum exceeds the maximum of 10^14 units",
+            ));
         }
         Ok(sum)
     }
@@ -116,7 +118,10 @@ impl FromStr for Amount {
 
     /// Parses `2`, `0.5`, `.5`, `0.0001`, `1_000`. No sign, exponent, NaN or infinity.
     fn from_str(text: &str) -> Result<Self, Self::Err> {
-        let bad = |why| TypeError::InvalidAmount { text: text.to_string(), why };
+        let bad = |why| TypeError::InvalidAmount {
+            text: text.to_string(),
+            why,
+        };
         let s = text.trim();
         if s.is_empty() {
             return Err(bad("empty; write a number such as 2 or 0.5"));
@@ -151,7 +156,9 @@ impl FromStr for Amount {
         let whole: u64 = if int_digits.is_empty() {
             0
         } else {
-            int_digits.parse().map_err(|_| bad("not a decimal number"))?
+            int_digits
+                .parse()
+                .map_err(|_| bad("not a decimal number"))?
         };
         let mut frac: u64 = 0;
         for (i, b) in frac_trimmed.bytes().enumerate() {
@@ -320,10 +327,19 @@ mod tests {
         let c = Capacity::Finite(a("2"));
         assert!(c.admits(a("1"), a("1")));
         assert!(!c.admits(a("1.5"), a("1")));
-        assert!(!c.admits(a("3"), Amount::EPSILON), "shortfall admits nothing");
+        assert!(
+            !c.admits(a("3"), Amount::EPSILON),
+            "shortfall admits nothing"
+        );
         assert!(Capacity::Unbounded.admits(Amount::MAX, Amount::MAX));
-        assert_eq!("unbounded".parse::<Capacity>().unwrap(), Capacity::Unbounded);
-        assert_eq!("0.5".parse::<Capacity>().unwrap(), Capacity::Finite(a("0.5")));
+        assert_eq!(
+            "unbounded".parse::<Capacity>().unwrap(),
+            Capacity::Unbounded
+        );
+        assert_eq!(
+            "0.5".parse::<Capacity>().unwrap(),
+            Capacity::Finite(a("0.5"))
+        );
         assert!("-2".parse::<Capacity>().is_err());
     }
 

@@ -79,7 +79,11 @@ impl FromStr for Delta {
         let t = s.trim();
         match t.strip_prefix('-') {
             Some(rest) => rest.parse().map(Delta::decrease),
-            None => t.strip_prefix('+').unwrap_or(t).parse().map(Delta::increase),
+            None => t
+                .strip_prefix('+')
+                .unwrap_or(t)
+                .parse()
+                .map(Delta::increase),
         }
     }
 }
@@ -119,10 +123,17 @@ mod tests {
         let down: Delta = "-0.5".parse().unwrap();
         assert_eq!(up.to_string(), "+2");
         assert_eq!(down.to_string(), "-0.5");
-        assert_eq!("3".parse::<Delta>().unwrap(), Delta::increase(Amount::units(3).unwrap()));
+        assert_eq!(
+            "3".parse::<Delta>().unwrap(),
+            Delta::increase(Amount::units(3).unwrap())
+        );
         let one = Amount::ONE;
         assert_eq!(up.apply_to(one).unwrap(), Amount::units(3).unwrap());
-        assert!(Delta::decrease(Amount::units(2).unwrap()).apply_to(one).is_err());
+        assert!(
+            Delta::decrease(Amount::units(2).unwrap())
+                .apply_to(one)
+                .is_err()
+        );
         assert!(Delta::increase(Amount::MAX).apply_to(one).is_err());
         assert!(Delta::try_from(i64::MIN).is_err());
         assert!("-x".parse::<Delta>().is_err());

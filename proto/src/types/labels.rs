@@ -49,23 +49,39 @@ impl Labels {
 }
 
 fn check_key(key: &str) -> Result<(), TypeError> {
-    let bad = |why| TypeError::InvalidLabel { text: key.to_string(), why };
+    let bad = |why| TypeError::InvalidLabel {
+        text: key.to_string(),
+        why,
+    };
     if key.is_empty() || key.len() > 63 {
         return Err(bad("a label key is 1 to 63 bytes"));
     }
-    if !key.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/')) {
-        return Err(bad("a label key uses letters, digits, '-', '_', '.' and '/'"));
+    if !key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'/'))
+    {
+        return Err(bad(
+            "a label key uses letters, digits, '-', '_', '.' and '/'",
+        ));
     }
     Ok(())
 }
 
 fn check_value(value: &str) -> Result<(), TypeError> {
-    let bad = |why| TypeError::InvalidLabel { text: value.to_string(), why };
+    let bad = |why| TypeError::InvalidLabel {
+        text: value.to_string(),
+        why,
+    };
     if value.len() > 256 {
         return Err(bad("a label value is at most 256 bytes"));
     }
-    if !value.bytes().all(|b| b.is_ascii_graphic() && b != b',' && b != b'=') {
-        return Err(bad("a label value is printable ASCII without spaces, ',' or '='"));
+    if !value
+        .bytes()
+        .all(|b| b.is_ascii_graphic() && b != b',' && b != b'=')
+    {
+        return Err(bad(
+            "a label value is printable ASCII without spaces, ',' or '='",
+        ));
     }
     Ok(())
 }
@@ -80,10 +96,12 @@ impl FromStr for Labels {
             return Ok(labels);
         }
         for item in s.split(',') {
-            let (k, v) = item.split_once('=').ok_or_else(|| TypeError::InvalidLabel {
-                text: item.to_string(),
-                why: "expected KEY=VALUE",
-            })?;
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| TypeError::InvalidLabel {
+                    text: item.to_string(),
+                    why: "expected KEY=VALUE",
+                })?;
             labels.insert(k.trim(), v.trim())?;
         }
         Ok(labels)

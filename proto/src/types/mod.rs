@@ -2,23 +2,43 @@
 //!
 //! These types are the contract between applications, the head and the workers. Each one
 //! validates on construction, so a value of the type is always well-formed.
+//!
+//! Besides the resource and task vocabulary, `status` holds what the API reports (cluster and
+//! task status), `api` the requests and replies of the `Cluster` service, and `link` the
+//! messages between the head and its workers; [`crate::convert`] maps each to and from its
+//! wire message.
 
 mod amount;
+mod api;
 mod delta;
 mod error;
 mod ids;
 mod labels;
+mod link;
 mod name;
 mod node_spec;
 mod resource_set;
+mod status;
 mod task;
 
 pub use amount::{Amount, Capacity};
+pub use api::{
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, SetResourceOutcome,
+    SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply,
+    WaitRequest,
+};
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
 pub use ids::{NodeId, TaskId};
 pub use labels::Labels;
+pub use link::{
+    Assignment, HeadMessage, Metric, RegisterReply, RegisterRequest, RunningTask, TaskFinished,
+    WorkerMessage,
+};
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use resource_set::ResourceSet;
+pub use status::{
+    ClusterStatus, LogStream, NodeStatus, PendingReason, ResourceStatus, TaskInfo, TaskSummary,
+};
 pub use task::{ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus};

@@ -50,7 +50,10 @@ pub struct Namespace(Arc<str>);
 const SEGMENT_MAX: usize = 63;
 
 fn check_segment(whole: &str, seg: &str) -> Result<(), TypeError> {
-    let bad = |why| TypeError::InvalidName { name: shorten(whole), why };
+    let bad = |why| TypeError::InvalidName {
+        name: shorten(whole),
+        why,
+    };
     let Some(first) = seg.bytes().next() else {
         return Err(bad("empty name segment"));
     };
@@ -60,8 +63,13 @@ fn check_segment(whole: &str, seg: &str) -> Result<(), TypeError> {
     if !first.is_ascii_alphanumeric() {
         return Err(bad("must start with a letter or digit"));
     }
-    if !seg.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')) {
-        return Err(bad("only letters, digits, '-', '_' and '.' are allowed (plus one '/')"));
+    if !seg
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        return Err(bad(
+            "only letters, digits, '-', '_' and '.' are allowed (plus one '/')",
+        ));
     }
     Ok(())
 }
@@ -131,7 +139,11 @@ impl ResourceName {
 
     /// Physical (worker-reported) or application (ephemeral).
     pub fn kind(&self) -> ResourceKind {
-        if is_physical(&self.0) { ResourceKind::Physical } else { ResourceKind::Application }
+        if is_physical(&self.0) {
+            ResourceKind::Physical
+        } else {
+            ResourceKind::Application
+        }
     }
 
     /// Whether only workers may report this resource.
@@ -265,7 +277,15 @@ mod tests {
 
     #[test]
     fn valid_names() {
-        for name in ["cpu", "my-res", "data_42", "team.a/queue-1", "A1", "gpu.0", "mig.1g.10gb"] {
+        for name in [
+            "cpu",
+            "my-res",
+            "data_42",
+            "team.a/queue-1",
+            "A1",
+            "gpu.0",
+            "mig.1g.10gb",
+        ] {
             let n = ResourceName::new(name).unwrap();
             assert_eq!(n.as_str(), name);
         }
@@ -288,9 +308,19 @@ mod tests {
             assert!(err.contains(why), "{name:?}: {err}");
         }
         let long = "a".repeat(129);
-        assert!(ResourceName::new(&long).unwrap_err().to_string().contains("128"));
+        assert!(
+            ResourceName::new(&long)
+                .unwrap_err()
+                .to_string()
+                .contains("128")
+        );
         let seg = "a".repeat(64);
-        assert!(ResourceName::new(&seg).unwrap_err().to_string().contains("63"));
+        assert!(
+            ResourceName::new(&seg)
+                .unwrap_err()
+                .to_string()
+                .contains("63")
+        );
     }
 
     #[test]
@@ -299,7 +329,10 @@ mod tests {
             assert!(ResourceName::new(name).unwrap().is_physical(), "{name}");
         }
         for name in ["cpus", "gpux", "mig", "team/gpu-pool", "my-res"] {
-            assert_eq!(ResourceName::new(name).unwrap().kind(), ResourceKind::Application);
+            assert_eq!(
+                ResourceName::new(name).unwrap().kind(),
+                ResourceKind::Application
+            );
         }
     }
 
@@ -314,7 +347,11 @@ mod tests {
         assert_eq!(qa.as_str(), "app-a/queue");
         assert_eq!(qa.namespace(), Some("app-a"));
         assert_eq!(qa.local_part(), "queue");
-        assert_eq!(qa.in_namespace(&b), qa, "qualified names are not re-qualified");
+        assert_eq!(
+            qa.in_namespace(&b),
+            qa,
+            "qualified names are not re-qualified"
+        );
         assert_eq!(ResourceName::cpu().in_namespace(&a), ResourceName::cpu());
         assert!(Namespace::new("a/b").is_err());
     }

@@ -45,7 +45,11 @@ impl ResourceSet {
 
     /// Sets `name` to `amount` (removing it if `amount` is zero); returns the previous amount.
     pub fn insert(&mut self, name: ResourceName, amount: Amount) -> Option<Amount> {
-        if amount.is_zero() { self.0.remove(&name) } else { self.0.insert(name, amount) }
+        if amount.is_zero() {
+            self.0.remove(&name)
+        } else {
+            self.0.insert(name, amount)
+        }
     }
 
     /// The amount of `name`, zero if absent.
@@ -160,7 +164,10 @@ mod tests {
         assert_eq!(set.get("gpu").raw(), 5_000);
         assert_eq!(set.to_string(), "cpu=2,gpu=0.5,my-res=1");
         assert!("".parse::<ResourceSet>().unwrap().is_empty());
-        assert!("x=0".parse::<ResourceSet>().unwrap().is_empty(), "zero means nothing");
+        assert!(
+            "x=0".parse::<ResourceSet>().unwrap().is_empty(),
+            "zero means nothing"
+        );
     }
 
     #[test]
@@ -189,10 +196,12 @@ mod tests {
         let mut a: ResourceSet = "cpu=1,x=2".parse().unwrap();
         a.merge(&"x=1,y=0.5".parse().unwrap()).unwrap();
         assert_eq!(a.to_string(), "cpu=1,x=3,y=0.5");
-        assert!(ResourceSet::from_pairs([
-            (ResourceName::cpu(), Amount::ONE),
-            (ResourceName::cpu(), Amount::ONE)
-        ])
-        .is_err());
+        assert!(
+            ResourceSet::from_pairs([
+                (ResourceName::cpu(), Amount::ONE),
+                (ResourceName::cpu(), Amount::ONE)
+            ])
+            .is_err()
+        );
     }
 }

@@ -87,7 +87,10 @@ pub enum TaskState {
 impl TaskState {
     /// Whether the task will never change state again.
     pub fn is_terminal(self) -> bool {
-        matches!(self, TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled)
+        matches!(
+            self,
+            TaskState::Succeeded | TaskState::Failed | TaskState::Cancelled
+        )
     }
 
     /// The lower-case name used by the CLI (`pending`, `running`, ...).

@@ -1,0 +1,540 @@
+//! [`Scheduler`]: the state of the core and how each event changes it.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use escher_proto::types::{
+    Amount, Capacity, CapacityOp, Delta, Labels, NodeId, NodeSpec, ResourceName, ResourceSet,
+    TaskId,
+};
+use rustc_hash::FxHashMap;
+
+use super::error::CoreError;
+use super::event::{Decision, Event, Millis};
+use super::interner::{Interner, ResourceId};
+use super::node::{Node, Slot};
+use super::shape::{Req, ShapeId, Shapes};
+
+/// Where a task the core knows is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Place {
+    /// Queued in a shape under this submission sequence number.
+    Pending { shape: ShapeId, seq: u64 },
+    /// Holding its requirements on a node.
+    Running { node: NodeId },
+}
+
+/// A task the core knows: pending or running. Finished tasks are forgotten.
+#[derive(Debug, Clone)]
+pub(crate) struct Task {
+    pub(crate) req: Req,
+    pub(crate) place: Place,
+    pub(crate) deadline: Option<Millis>,
+}
+
+/// The scheduler core. See the [module documentation](super) for what it promises.
+#[derive(Debug, Default)]
+pub struct Scheduler {
+    pub(crate) names: Interner,
+    /// Live nodes.
+    pub(crate) nodes: BTreeMap<NodeId, Node>,
+    /// For each resource, the live nodes that have a slot for it.
+    pub(crate) holders: FxHashMap<ResourceId, BTreeSet<NodeId>>,
+    /// For each resource used as a round-robin key, the node last chosen.
+    pub(crate) cursors: FxHashMap<Option<ResourceId>, NodeId>,
+    pub(crate) tasks: FxHashMap<TaskId, Task>,
+    pub(crate) shapes: Shapes,
+    pub(crate) deadlines: BTreeSet<(Millis, TaskId)>,
+    pub(crate) next_seq: u64,
+}
+
+/// One resource on one node, as [`Scheduler::node`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResourceView {
+    /// The resource.
+    pub name: ResourceName,
+    /// Its capacity (a finite zero while a deleted resource is still held).
+    pub total: Capacity,
+    /// How much running tasks hold.
+    pub used: Amount,
+}
+
+/// A live node as [`Scheduler::node`] reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeView {
+    /// The node.
+    pub id: NodeId,
+    /// Its labels.
+    pub labels: Labels,
+    /// Its resources, by name.
+    pub resources: Vec<ResourceView>,
+    /// Tasks running there.
+    pub running: Vec<TaskId>,
+}
+
+impl Scheduler {
+    /// An empty cluster.
+    pub fn new() -> Scheduler {
+        Scheduler::default()
+    }
+
+    /// Applies one event at time `now`, appending what it decided to `out`.
+    ///
+    /// An event that makes no sense (an unknown node, a duplicate task, a capacity that would go
+    /// negative, ...) returns an error and changes nothing. For `ResourceChanged` the returned
+    /// list holds the nodes that changed; for every other event it is empty.
+    pub fn handle(
+        &mut self,
+        event: Event,
+        now: Millis,
+        out: &mut Vec<Decision>,
+    ) -> Result<Vec<NodeId>, CoreError> {
+        let mut changed = Vec::new();
+        match event {
+            Event::NodeAdded {
+                node,
+                resources,
+                labels,
+            } => {
+                self.add_node(node, resources, labels)?;
+            }
+            Event::NodeRemoved { node } => self.remove_node(node, out)?,
+            Event::ResourceChanged { target, name, op } => {
+                changed = self.change_resource(&target, &name, op)?;
+            }
+            Event::TaskSubmitted {
+                task,
+                resources,
+                deadline,
+            } => {
+                self.submit(task, &resources, deadline, out)?;
+            }
+            Event::TaskFinished { task } => self.finish(task)?,
+            Event::TaskCancelled { task } => self.cancel(task)?,
+            Event::Tick => {}
+        }
+        self.expire(now, out);
+        self.round(out);
+        Ok(changed)
+    }
+
+    /// The nodes `NodeSpec::Match` selects right now: live nodes whose available resources
+    /// contain `resources`, in ascending id order, at most `num_nodes` of them.
+    pub fn resolve_match(
+        &self,
+        resources: &ResourceSet,
+        num_nodes: Option<u32>,
+    ) -> Result<Vec<NodeId>, CoreError> {
+        if num_nodes == Some(0) {
+            return Err(CoreError::ZeroNumNodes);
+        }
+        let limit = num_nodes.map_or(usize::MAX, |n| n as usize);
+        let Some(req) = self.lookup_req(resources) else {
+            return Ok(Vec::new()); // asks for a resource no node has ever had
+        };
+        let mut found = Vec::new();
+        for node in self.candidates(&req) {
+            if found.len() == limit {
+                break;
+            }
+            if self.nodes.get(&node).is_some_and(|n| n.fits(&req)) {
+                found.push(node);
+            }
+        }
+        found.sort_unstable();
+        Ok(found)
+    }
+
+    /// A live node's labels, resources and running tasks.
+    pub fn node(&self, id: NodeId) -> Option<NodeView> {
+        let node = self.nodes.get(&id)?;
+        let mut resources: Vec<ResourceView> = node
+            .slots
+            .iter()
+            .map(|(r, s)| ResourceView {
+                name: self.names.name(*r).clone(),
+                total: s.total,
+                used: s.used,
+            })
+            .collect();
+        resources.sort_by(|a, b| a.name.cmp(&b.name));
+        Some(NodeView {
+            id,
+            labels: node.labels.clone(),
+            resources,
+            running: node.running.iter().copied().collect(),
+        })
+    }
+
+    /// Live node ids in ascending order.
+    pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.nodes.keys().copied()
+    }
+
+    /// The node a running task holds its resources on.
+    pub fn running_on(&self, task: TaskId) -> Option<NodeId> {
+        match self.tasks.get(&task)?.place {
+            super::core::Place::Running { node } => Some(node),
+            Place::Pending { .. } => None,
+        }
+    }
+
+    /// Whether the core knows `task` as pending.
+    pub fn is_pending(&self, task: TaskId) -> bool {
+        matches!(
+            self.tasks.get(&task),
+            Some(Task {
+                place: Place::Pending { .. },
+                ..
+            })
+        )
+    }
+
+    /// The reason a pending task is infeasible, if it is.
+    pub fn infeasible_reason(&self, task: TaskId) -> Option<&super::InfeasibleReason> {
+        let Place::Pending { shape, .. } = self.tasks.get(&task)?.place else {
+            return None;
+        };
+        self.shapes.shapes.get(&shape)?.infeasible.as_deref()
+    }
+
+    /// Number of pending tasks.
+    pub fn pending_count(&self) -> usize {
+        self.shapes.shapes.values().map(|s| s.live).sum()
+    }
+
+    /// Number of running tasks.
+    pub fn running_count(&self) -> usize {
+        self.tasks.len() - self.pending_count()
+    }
+
+    /// The earliest pending deadline, so a runtime knows when to send a [`Event::Tick`].
+    pub fn next_deadline(&self) -> Option<Millis> {
+        self.deadlines.first().map(|(t, _)| *t)
+    }
+
+    // ---- events ----------------------------------------------------------------------------
+
+    fn add_node(
+        &mut self,
+        id: NodeId,
+        resources: Vec<(ResourceName, Capacity)>,
+        labels: Labels,
+    ) -> Result<(), CoreError> {
+        if self.nodes.contains_key(&id) {
+            return Err(CoreError::DuplicateNode(id));
+        }
+        let mut node = Node {
+            labels,
+            ..Node::default()
+        };
+        for (name, total) in resources {
+            if total.is_zero() {
+                continue;
+            }
+            let r = self.names.intern(&name);
+            node.slots.insert(
+                r,
+                Slot {
+                    total,
+                    used: Amount::ZERO,
+                },
+            );
+        }
+        for r in node.slots.keys() {
+            self.holders.entry(*r).or_default().insert(id);
+            self.shapes.wake_at(*r, id);
+        }
+        self.shapes.wake_empty_at(id);
+        self.nodes.insert(id, node);
+        Ok(())
+    }
+
+    fn remove_node(&mut self, id: NodeId, out: &mut Vec<Decision>) -> Result<(), CoreError> {
+        let node = self.nodes.remove(&id).ok_or(CoreError::UnknownNode(id))?;
+        for task in &node.running {
+            self.tasks.remove(task);
+            out.push(Decision::Lost {
+                task: *task,
+                node: id,
+            });
+        }
+        for r in node.slots.keys() {
+            if let Some(set) = self.holders.get_mut(r) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.holders.remove(r);
+                    self.cursors.remove(&Some(*r));
+                }
+            }
+            self.shapes.recheck(*r);
+        }
+        Ok(())
+    }
+
+    /// Resolves the target, checks the change on every node, then applies it everywhere.
+    fn change_resource(
+        &mut self,
+        target: &NodeSpec,
+        name: &ResourceName,
+        op: CapacityOp,
+    ) -> Result<Vec<NodeId>, CoreError> {
+        let nodes = match target {
+            NodeSpec::Local => return Err(CoreError::UnresolvedLocal),
+            NodeSpec::Node(id) if self.nodes.contains_key(id) => vec![*id],
+            NodeSpec::Node(id) => return Err(CoreError::UnknownNode(*id)),
+            NodeSpec::Match {
+                resources,
+                num_nodes,
+            } => self.resolve_match(resources, *num_nodes)?,
+        };
+        let r = self.names.get(name.as_str());
+        let mut plan = Vec::with_capacity(nodes.len());
+        for id in &nodes {
+            let current = r.and_then(|r| self.nodes[id].slots.get(&r)).copied();
+            plan.push((*id, new_total(*id, name, current.map(|s| s.total), op)?));
+        }
+        let r = self.names.intern(name);
+        for (id, total) in plan {
+            self.set_total(id, r, total);
+        }
+        Ok(nodes)
+    }
+
+    /// Sets the capacity of `r` on `id` to `total` (a finite zero deletes it once unused) and
+    /// wakes or rechecks the shapes that request it.
+    fn set_total(&mut self, id: NodeId, r: ResourceId, total: Capacity) {
+        let Some(node) = self.nodes.get_mut(&id) else {
+            return;
+        };
+        let before = node.slots.get(&r).map(|s| s.total);
+        let slot = node.slots.entry(r).or_insert(Slot {
+            total,
+            used: Amount::ZERO,
+        });
+        slot.total = total;
+        if slot.is_dead() {
+            node.slots.remove(&r);
+            if let Some(set) = self.holders.get_mut(&r) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.holders.remove(&r);
+                    self.cursors.remove(&Some(r));
+                }
+            }
+        } else {
+            self.holders.entry(r).or_default().insert(id);
+        }
+        let grew = match (before, total) {
+            (None, _) => !total.is_zero(),
+            (Some(Capacity::Unbounded), _) => false,
+            (Some(Capacity::Finite(_)), Capacity::Unbounded) => true,
+            (Some(Capacity::Finite(a)), Capacity::Finite(b)) => b > a,
+        };
+        let shrank = before.is_some() && before != Some(total) && !grew;
+        if grew {
+            self.shapes.wake_at(r, id);
+        }
+        if shrank {
+            self.shapes.recheck(r);
+        }
+    }
+
+    fn submit(
+        &mut self,
+        task: TaskId,
+        resources: &ResourceSet,
+        deadline: Option<Millis>,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), CoreError> {
+        if self.tasks.contains_key(&task) {
+            return Err(CoreError::DuplicateTask(task));
+        }
+        let mut req: Vec<(ResourceId, Amount)> = resources
+            .iter()
+            .map(|(n, a)| (self.names.intern(n), a))
+            .collect();
+        req.sort_unstable_by_key(|(r, _)| *r);
+        let req: Req = req.into();
+        let (shape_id, _) = self.shapes.get_or_create(&req);
+        let shape = self
+            .shapes
+            .shapes
+            .get_mut(&shape_id)
+            .expect("shape was just looked up");
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        shape.queue.push_back((task, seq));
+        shape.live += 1;
+        if let Some(reason) = &shape.infeasible {
+            out.push(Decision::Infeasible {
+                task,
+                reason: reason.clone(),
+            });
+        }
+        let req = shape.req.clone();
+        self.tasks.insert(
+            task,
+            Task {
+                req,
+                place: Place::Pending {
+                    shape: shape_id,
+                    seq,
+                },
+                deadline,
+            },
+        );
+        if let Some(at) = deadline {
+            self.deadlines.insert((at, task));
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, id: TaskId) -> Result<(), CoreError> {
+        match self.tasks.get(&id) {
+            None => Err(CoreError::UnknownTask(id)),
+            Some(Task {
+                place: Place::Pending { .. },
+                ..
+            }) => Err(CoreError::NotRunning(id)),
+            Some(Task {
+                place: Place::Running { .. },
+                ..
+            }) => {
+                self.release(id);
+                Ok(())
+            }
+        }
+    }
+
+    fn cancel(&mut self, id: TaskId) -> Result<(), CoreError> {
+        match self.tasks.get(&id).map(|t| t.place) {
+            None => Err(CoreError::UnknownTask(id)),
+            Some(Place::Running { .. }) => {
+                self.release(id);
+                Ok(())
+            }
+            Some(Place::Pending { shape, .. }) => {
+                self.forget_pending(id, shape);
+                Ok(())
+            }
+        }
+    }
+
+    /// Forgets a pending task; its queue entry goes stale and is skipped later.
+    pub(crate) fn forget_pending(&mut self, id: TaskId, shape: ShapeId) {
+        if let Some(task) = self.tasks.remove(&id)
+            && let Some(at) = task.deadline
+        {
+            self.deadlines.remove(&(at, id));
+        }
+        if let Some(s) = self.shapes.shapes.get_mut(&shape) {
+            s.live -= 1;
+            if s.live == 0 {
+                self.shapes.remove(shape);
+            }
+        }
+    }
+
+    /// Releases a running task's allocation and wakes the shapes waiting for what it held.
+    fn release(&mut self, id: TaskId) {
+        let Some(task) = self.tasks.remove(&id) else {
+            return;
+        };
+        let Place::Running { node: node_id } = task.place else {
+            return;
+        };
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            return;
+        };
+        node.running.remove(&id);
+        for (r, amount) in task.req.iter() {
+            if let Some(slot) = node.slots.get_mut(r) {
+                slot.used = slot.used.saturating_sub(*amount);
+                if slot.is_dead() {
+                    node.slots.remove(r);
+                    if let Some(set) = self.holders.get_mut(r) {
+                        set.remove(&node_id);
+                        if set.is_empty() {
+                            self.holders.remove(r);
+                            self.cursors.remove(&Some(*r));
+                        }
+                    }
+                    continue;
+                }
+            }
+            self.shapes.wake_at(*r, node_id);
+        }
+    }
+
+    /// Gives up on pending tasks whose deadline is at or before `now`.
+    fn expire(&mut self, now: Millis, out: &mut Vec<Decision>) {
+        while let Some(&(at, id)) = self.deadlines.first() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(Task {
+                place: Place::Pending { shape, .. },
+                ..
+            }) = self.tasks.get(&id)
+            {
+                let shape = *shape;
+                self.forget_pending(id, shape);
+                out.push(Decision::DeadlinePassed { task: id });
+            }
+        }
+    }
+
+    /// `resources` as a requirement vector of known ids, or `None` if a name was never seen.
+    pub(crate) fn lookup_req(&self, resources: &ResourceSet) -> Option<Req> {
+        let mut req = Vec::with_capacity(resources.len());
+        for (name, amount) in resources.iter() {
+            req.push((self.names.get(name.as_str())?, amount));
+        }
+        req.sort_unstable_by_key(|(r, _)| *r);
+        Some(req.into())
+    }
+}
+
+/// The capacity `op` leaves when applied to `current` (absent: `None`).
+fn new_total(
+    node: NodeId,
+    name: &ResourceName,
+    current: Option<Capacity>,
+    op: CapacityOp,
+) -> Result<Capacity, CoreError> {
+    let current_or_zero = current.unwrap_or(Capacity::Finite(Amount::ZERO));
+    match op {
+        CapacityOp::Set(c) => Ok(c),
+        CapacityOp::Delete => Ok(Capacity::Finite(Amount::ZERO)),
+        CapacityOp::Adjust(delta) => match current_or_zero {
+            Capacity::Unbounded => Ok(Capacity::Unbounded),
+            Capacity::Finite(total) => adjust(node, name, total, delta).map(Capacity::Finite),
+        },
+    }
+}
+
+fn adjust(
+    node: NodeId,
+    name: &ResourceName,
+    total: Amount,
+    delta: Delta,
+) -> Result<Amount, CoreError> {
+    delta.apply_to(total).map_err(|_| {
+        if delta.is_negative() {
+            CoreError::NegativeCapacity {
+                node,
+                resource: name.clone(),
+                capacity: Capacity::Finite(total),
+                delta,
+            }
+        } else {
+            CoreError::CapacityOverflow {
+                node,
+                resource: name.clone(),
+                delta,
+                max: Amount::MAX,
+            }
+        }
+    })
+}

@@ -1,0 +1,57 @@
+//! The scheduler core: a pure state machine that matches tasks to nodes.
+//!
+//! It does no I/O, takes no locks, reads no clock and spawns nothing. Callers feed it
+//! [`Event`]s with the current time and it pushes [`Decision`]s into a buffer they drain:
+//!
+//! ```text
+//!            events (with `now`)                       decisions
+//!   NodeAdded / NodeRemoved        ──┐           ┌──▶ Dispatch { task, node, allocation }
+//!   ResourceChanged (set/adjust/del) ├─▶ handle ─┼──▶ Infeasible { task, reason }
+//!   TaskSubmitted / Finished /       │  (one     ├──▶ Feasible { task }
+//!     Cancelled                      │  round)   ├──▶ DeadlinePassed { task }
+//!   Tick                           ──┘           └──▶ Lost { task, node }
+//! ```
+//!
+//! # How it stays cheap
+//!
+//! - Resource names are interned to integer ids. Each node keeps its resources in a hash map,
+//!   and an index maps every resource to the set of nodes that hold it.
+//! - Pending tasks are grouped into **shapes**: tasks with identical requirement vectors share
+//!   one FIFO queue. An index maps every resource to the shapes that request it.
+//! - An event **wakes** only the shapes that request a changed resource, and only at the node
+//!   where it changed. A round then examines the woken shapes, oldest waiting task first.
+//!   Nothing else is looked at, so the cost of a decision does not grow with the number of
+//!   unrelated resources, shapes or nodes.
+//!
+//! # Guarantees
+//!
+//! - **Safety**: a task is dispatched only to a node whose available amount of every resource it
+//!   requests covers the request. Capacities may be lowered below what running tasks hold; then
+//!   nothing new is admitted until use falls below the new capacity.
+//! - **Liveness**: after every event, no pending task fits any live node. Shapes never block one
+//!   another; within a shape tasks are dispatched in submission order.
+//! - **Reported infeasibility**: a pending task that no live node could hold even when idle is
+//!   reported with a reason (which resource, how much, which nodes came closest), and reported
+//!   feasible again when a change makes it so.
+//! - **Determinism**: the same events in the same order give the same decisions.
+//!
+//! # Node choice
+//!
+//! A task goes to the first node that fits in **round-robin order over the nodes that hold its
+//! scarcest requested resource** (the one held by the fewest live nodes; ties go to the lower
+//! resource id), starting after the node last chosen for that resource. Identical tasks
+//! therefore spread across nodes. A task that requests nothing round-robins over all live
+//! nodes. When resources are released on a node, the tasks waiting for them go to that node.
+
+mod core;
+mod error;
+mod event;
+mod interner;
+mod node;
+mod placement;
+mod sanity;
+mod shape;
+
+pub use self::core::{NodeView, ResourceView, Scheduler};
+pub use error::CoreError;
+pub use event::{Decision, Event, InfeasibleReason, Millis};

@@ -1,0 +1,59 @@
+//! One live node as the core sees it: capacities, use, and the tasks running there.
+
+use std::collections::BTreeSet;
+
+use escher_proto::types::{Amount, Capacity, Labels, TaskId};
+use rustc_hash::FxHashMap;
+
+use super::interner::ResourceId;
+
+/// Capacity and use of one resource on one node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Slot {
+    pub(crate) total: Capacity,
+    pub(crate) used: Amount,
+}
+
+impl Slot {
+    /// Whether `amount` more can be admitted.
+    pub(crate) fn admits(&self, amount: Amount) -> bool {
+        self.total.admits(self.used, amount)
+    }
+
+    /// A slot with no capacity and no holders is gone.
+    pub(crate) fn is_dead(&self) -> bool {
+        self.total.is_zero() && self.used.is_zero()
+    }
+}
+
+/// A live node.
+#[derive(Debug, Default)]
+pub(crate) struct Node {
+    pub(crate) labels: Labels,
+    pub(crate) slots: FxHashMap<ResourceId, Slot>,
+    /// Tasks running here, ordered so that losing the node reports them deterministically.
+    pub(crate) running: BTreeSet<TaskId>,
+}
+
+impl Node {
+    /// Whether a task requesting `req` can be admitted here now.
+    pub(crate) fn fits(&self, req: &[(ResourceId, Amount)]) -> bool {
+        req.iter()
+            .all(|(r, a)| self.slots.get(r).is_some_and(|s| s.admits(*a)))
+    }
+
+    /// Whether a task requesting `req` could ever be admitted here (if the node were idle).
+    pub(crate) fn could_hold(&self, req: &[(ResourceId, Amount)]) -> bool {
+        self.missing(req).next().is_none()
+    }
+
+    /// The requirements this node could never meet, even idle.
+    pub(crate) fn missing<'a>(
+        &'a self,
+        req: &'a [(ResourceId, Amount)],
+    ) -> impl Iterator<Item = (ResourceId, Amount)> + 'a {
+        req.iter()
+            .filter(|(r, a)| !self.slots.get(r).is_some_and(|s| s.total.could_hold(*a)))
+            .copied()
+    }
+}

@@ -1,0 +1,318 @@
+//! A scheduling round: woken shapes look for nodes, dispatch, and learn whether they are
+//! feasible at all.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+use std::sync::Arc;
+
+use escher_proto::types::{Amount, Capacity, NodeId, ResourceSet, TaskId};
+
+use super::core::{Place, Scheduler};
+use super::event::{Decision, InfeasibleReason};
+use super::interner::ResourceId;
+use super::shape::{Req, ShapeId, Wake};
+
+impl Scheduler {
+    /// Examines every woken shape, oldest waiting task first, until none is woken.
+    pub(crate) fn round(&mut self, out: &mut Vec<Decision>) {
+        if self.shapes.woken.is_empty() {
+            return;
+        }
+        let mut order: Vec<(TaskId, ShapeId)> = std::mem::take(&mut self.shapes.woken)
+            .into_iter()
+            .filter_map(|id| self.head(id).map(|task| (task, id)))
+            .collect();
+        order.sort_unstable();
+        for (_, id) in order {
+            self.examine(id, out);
+        }
+    }
+
+    /// Settles one woken shape: reports it feasible again if a change made it so, dispatches
+    /// what fits where it was woken, and reports it infeasible if no live node could hold it.
+    fn examine(&mut self, id: ShapeId, out: &mut Vec<Decision>) {
+        let Some(shape) = self.shapes.shapes.get_mut(&id) else {
+            return;
+        };
+        let wake = std::mem::take(&mut shape.wake);
+        let recheck = std::mem::take(&mut shape.recheck);
+        let req = shape.req.clone();
+        if shape.infeasible.is_some() {
+            // Only a node that changed in its favour can make it feasible.
+            let now_feasible = match &wake {
+                Wake::None => false,
+                Wake::Nodes(nodes) => nodes
+                    .iter()
+                    .any(|n| self.nodes.get(n).is_some_and(|n| n.could_hold(&req))),
+                Wake::All => self.could_run_somewhere(&req),
+            };
+            if !now_feasible {
+                return;
+            }
+            self.shapes
+                .shapes
+                .get_mut(&id)
+                .expect("shape is live")
+                .infeasible = None;
+            for task in self.pending_in(id) {
+                out.push(Decision::Feasible { task });
+            }
+        }
+        let dispatched = match &wake {
+            Wake::None => 0,
+            Wake::All => self.dispatch_round_robin(id, &req, out),
+            Wake::Nodes(nodes) => self.dispatch_on(id, &req, nodes, out),
+        };
+        if self.shapes.shapes.get(&id).is_none_or(|s| s.live == 0) {
+            self.shapes.remove(id);
+            return;
+        }
+        // Still waiting. Only a full look can say that no node could ever hold it.
+        let must_look = recheck || wake == Wake::All;
+        if dispatched > 0 || req.is_empty() || !must_look || self.could_run_somewhere(&req) {
+            return;
+        }
+        let reason = Arc::new(self.explain(&req));
+        self.shapes
+            .shapes
+            .get_mut(&id)
+            .expect("shape is live")
+            .infeasible = Some(reason.clone());
+        for task in self.pending_in(id) {
+            out.push(Decision::Infeasible {
+                task,
+                reason: reason.clone(),
+            });
+        }
+    }
+
+    /// Whether some live node could hold `req` if it were idle.
+    fn could_run_somewhere(&self, req: &Req) -> bool {
+        self.candidates(req).any(|n| self.nodes[&n].could_hold(req))
+    }
+
+    /// Round-robin over the holders of the scarcest resource, starting after the node last
+    /// chosen for it, until the queue is empty or a whole cycle of nodes has no room.
+    fn dispatch_round_robin(&mut self, id: ShapeId, req: &Req, out: &mut Vec<Decision>) -> usize {
+        let key = self.scarcest(req);
+        let cycle = self.key_len(key);
+        let mut cursor = self.cursors.get(&key).copied();
+        let (mut dispatched, mut misses) = (0, 0);
+        // Nothing frees up during the loop, so a full cycle of misses means nothing fits.
+        while misses < cycle {
+            let Some(task) = self.head(id) else { break };
+            let Some(node) = self.next_after(key, cursor) else {
+                break;
+            };
+            cursor = Some(node);
+            if self.nodes[&node].fits(req) {
+                self.dispatch(task, id, node, req, out);
+                self.cursors.insert(key, node);
+                dispatched += 1;
+                misses = 0;
+            } else {
+                misses += 1;
+            }
+        }
+        dispatched
+    }
+
+    /// Dispatches as many tasks as fit on each of `nodes`, in node order.
+    fn dispatch_on(
+        &mut self,
+        id: ShapeId,
+        req: &Req,
+        nodes: &BTreeSet<NodeId>,
+        out: &mut Vec<Decision>,
+    ) -> usize {
+        let mut dispatched = 0;
+        for node in nodes {
+            loop {
+                let Some(task) = self.head(id) else {
+                    return dispatched;
+                };
+                if !self.nodes.get(node).is_some_and(|n| n.fits(req)) {
+                    break;
+                }
+                self.dispatch(task, id, *node, req, out);
+                dispatched += 1;
+            }
+        }
+        dispatched
+    }
+
+    fn dispatch(
+        &mut self,
+        task: TaskId,
+        shape: ShapeId,
+        node_id: NodeId,
+        req: &Req,
+        out: &mut Vec<Decision>,
+    ) {
+        let node = self
+            .nodes
+            .get_mut(&node_id)
+            .expect("dispatch to a live node");
+        debug_assert!(node.fits(req), "safety: dispatch only where it fits");
+        let mut allocation = ResourceSet::new();
+        for (r, amount) in req.iter() {
+            let slot = node.slots.get_mut(r).expect("fits implies the slot exists");
+            slot.used = slot.used.checked_add(*amount).unwrap_or(Amount::MAX);
+            allocation.insert(self.names.name(*r).clone(), *amount);
+        }
+        node.running.insert(task);
+        let entry = self.tasks.get_mut(&task).expect("head task is known");
+        entry.place = Place::Running { node: node_id };
+        if let Some(at) = entry.deadline {
+            self.deadlines.remove(&(at, task));
+        }
+        let s = self
+            .shapes
+            .shapes
+            .get_mut(&shape)
+            .expect("dispatching shape is live");
+        s.queue.pop_front();
+        s.live -= 1;
+        out.push(Decision::Dispatch {
+            task,
+            node: node_id,
+            allocation,
+        });
+    }
+
+    /// The oldest live task of a shape, dropping stale entries on the way.
+    pub(crate) fn head(&mut self, id: ShapeId) -> Option<TaskId> {
+        let shape = self.shapes.shapes.get_mut(&id)?;
+        while let Some(&(task, seq)) = shape.queue.front() {
+            match self.tasks.get(&task) {
+                Some(t) if t.place == (Place::Pending { shape: id, seq }) => return Some(task),
+                _ => {
+                    shape.queue.pop_front();
+                }
+            }
+        }
+        None
+    }
+
+    /// The live tasks of a shape in queue order.
+    fn pending_in(&self, id: ShapeId) -> Vec<TaskId> {
+        let Some(shape) = self.shapes.shapes.get(&id) else {
+            return Vec::new();
+        };
+        shape
+            .queue
+            .iter()
+            .filter(|(task, seq)| {
+                self.tasks.get(task).is_some_and(|t| {
+                    t.place
+                        == Place::Pending {
+                            shape: id,
+                            seq: *seq,
+                        }
+                })
+            })
+            .map(|(task, _)| *task)
+            .collect()
+    }
+
+    /// The round-robin key of a requirement: its scarcest resource, or `None` for "all nodes".
+    fn scarcest(&self, req: &Req) -> Option<ResourceId> {
+        req.iter()
+            .map(|(r, _)| (self.holders.get(r).map_or(0, BTreeSet::len), *r))
+            .min()
+            .map(|(_, r)| r)
+    }
+
+    /// How many nodes the round-robin key ranges over.
+    fn key_len(&self, key: Option<ResourceId>) -> usize {
+        match key {
+            None => self.nodes.len(),
+            Some(r) => self.holders.get(&r).map_or(0, BTreeSet::len),
+        }
+    }
+
+    /// The next node after `after` in the key's cyclic order (the first node if `None`).
+    fn next_after(&self, key: Option<ResourceId>, after: Option<NodeId>) -> Option<NodeId> {
+        let lower = after.map_or(Bound::Unbounded, Bound::Excluded);
+        match key {
+            None => {
+                let mut next = self.nodes.range((lower, Bound::Unbounded)).map(|(n, _)| *n);
+                next.next().or_else(|| self.nodes.keys().next().copied())
+            }
+            Some(r) => {
+                let nodes = self.holders.get(&r)?;
+                nodes
+                    .range((lower, Bound::Unbounded))
+                    .next()
+                    .or_else(|| nodes.first())
+                    .copied()
+            }
+        }
+    }
+
+    /// The only nodes that could ever hold `req`: the holders of its scarcest resource.
+    pub(crate) fn candidates(&self, req: &Req) -> Box<dyn Iterator<Item = NodeId> + '_> {
+        match self.scarcest(req) {
+            None => Box::new(self.nodes.keys().copied()),
+            Some(r) => match self.holders.get(&r) {
+                Some(nodes) => Box::new(nodes.iter().copied()),
+                None => Box::new(std::iter::empty()),
+            },
+        }
+    }
+
+    /// Why no live node could ever hold `req`.
+    fn explain(&self, req: &Req) -> InfeasibleReason {
+        let reason = |r: ResourceId, requested: Amount, best_total, closest| InfeasibleReason {
+            resource: self.names.name(r).clone(),
+            requested,
+            best_total,
+            closest,
+        };
+        // A resource no node has, or more of one than any node has in total.
+        for (r, amount) in req.iter() {
+            let best = self.best_total(*r);
+            if !best.is_some_and(|b| b.could_hold(*amount)) {
+                let closest = self.closest(req, 3);
+                return reason(*r, *amount, best, closest);
+            }
+        }
+        // Every resource exists in sufficient size somewhere, but never all on one node.
+        let closest = self.closest(req, 3);
+        let (r, amount) = closest
+            .first()
+            .and_then(|n| self.nodes[n].missing(req).next())
+            .unwrap_or(req[0]);
+        reason(r, amount, self.best_total(r), closest)
+    }
+
+    fn best_total(&self, r: ResourceId) -> Option<Capacity> {
+        self.holders
+            .get(&r)?
+            .iter()
+            .filter_map(|n| self.nodes[n].slots.get(&r))
+            .map(|s| s.total)
+            .max_by(|a, b| match (a, b) {
+                (Capacity::Unbounded, Capacity::Unbounded) => std::cmp::Ordering::Equal,
+                (Capacity::Unbounded, _) => std::cmp::Ordering::Greater,
+                (_, Capacity::Unbounded) => std::cmp::Ordering::Less,
+                (Capacity::Finite(x), Capacity::Finite(y)) => x.cmp(y),
+            })
+    }
+
+    /// Up to `k` nodes holding some requested resource, fewest unmet requirements first.
+    fn closest(&self, req: &Req, k: usize) -> Vec<NodeId> {
+        let mut seen = BTreeSet::new();
+        for (r, _) in req.iter() {
+            if let Some(nodes) = self.holders.get(r) {
+                seen.extend(nodes.iter().copied());
+            }
+        }
+        let mut ranked: Vec<(usize, NodeId)> = seen
+            .into_iter()
+            .map(|n| (self.nodes[&n].missing(req).count(), n))
+            .collect();
+        ranked.sort_unstable();
+        ranked.into_iter().take(k).map(|(_, n)| n).collect()
+    }
+}

@@ -1,0 +1,175 @@
+//! The core's invariants, checked from scratch. Tests call [`Scheduler::sanity_check`] after
+//! every step.
+
+use std::collections::BTreeMap;
+
+use escher_proto::types::Amount;
+
+use super::core::{Place, Scheduler};
+use super::interner::ResourceId;
+use super::shape::Wake;
+
+impl Scheduler {
+    /// Checks every invariant and describes the first one broken.
+    ///
+    /// - every slot's `used` is the sum of what the tasks running on that node hold;
+    /// - (safety itself is asserted where it can be broken: at each dispatch, the node has room
+    ///   for the whole allocation; a slot may hold more than its capacity only because the
+    ///   capacity was lowered after its holders were admitted);
+    /// - the resource-to-nodes index matches the nodes' slots exactly, and no dead slot remains;
+    /// - every running task is on a live node that lists it, and every pending task sits in its
+    ///   shape's queue; the shape counts and the resource-to-shapes index are exact;
+    /// - deadlines belong to pending tasks;
+    /// - **liveness**: no pending task fits any live node (the queue heads are checked; within a
+    ///   shape all tasks are alike) and no shape is left woken.
+    pub fn sanity_check(&self) -> Result<(), String> {
+        // Allocations per node and resource, recomputed from the running tasks.
+        let mut held: BTreeMap<(u64, u32), Amount> = BTreeMap::new();
+        for (id, task) in &self.tasks {
+            match task.place {
+                Place::Running { node } => {
+                    let n = self
+                        .nodes
+                        .get(&node)
+                        .ok_or(format!("task {id} runs on dead node {node}"))?;
+                    if !n.running.contains(id) {
+                        return Err(format!("node {node} does not list its task {id}"));
+                    }
+                    for (r, a) in task.req.iter() {
+                        let e = held.entry((node.0, r.0)).or_default();
+                        *e = e.checked_add(*a).map_err(|e| e.to_string())?;
+                    }
+                }
+                Place::Pending { shape, seq } => {
+                    let s = self
+                        .shapes
+                        .shapes
+                        .get(&shape)
+                        .ok_or(format!("task {id} in dead shape"))?;
+                    if !s.queue.contains(&(*id, seq)) {
+                        return Err(format!("pending task {id} is not queued in its shape"));
+                    }
+                    if s.req != task.req {
+                        return Err(format!("task {id} and its shape disagree on requirements"));
+                    }
+                }
+            }
+        }
+        for (node_id, node) in &self.nodes {
+            for task in &node.running {
+                if self.tasks.get(task).map(|t| t.place) != Some(Place::Running { node: *node_id })
+                {
+                    return Err(format!(
+                        "node {node_id} lists task {task} that does not run there"
+                    ));
+                }
+            }
+            for (r, slot) in &node.slots {
+                let name = self.names.name(*r);
+                let expect = held.remove(&(node_id.0, r.0)).unwrap_or_default();
+                if slot.used != expect {
+                    return Err(format!(
+                        "node {node_id} {name}: used {} but running tasks hold {expect}",
+                        slot.used
+                    ));
+                }
+                if slot.is_dead() {
+                    return Err(format!("node {node_id} keeps dead slot {name}"));
+                }
+                if !self.holders.get(r).is_some_and(|h| h.contains(node_id)) {
+                    return Err(format!("index misses {name} on node {node_id}"));
+                }
+            }
+        }
+        if let Some(((node, r), _)) = held.into_iter().next() {
+            let name = self.names.name(ResourceId(r));
+            return Err(format!(
+                "tasks hold {name} on node {node}, which has no such slot"
+            ));
+        }
+        for (r, nodes) in &self.holders {
+            for n in nodes {
+                if !self
+                    .nodes
+                    .get(n)
+                    .is_some_and(|node| node.slots.contains_key(r))
+                {
+                    return Err(format!("index lists node {n} for a resource it lacks"));
+                }
+            }
+        }
+        for (at, id) in &self.deadlines {
+            match self.tasks.get(id) {
+                Some(t) if matches!(t.place, Place::Pending { .. }) && t.deadline == Some(*at) => {}
+                _ => {
+                    return Err(format!(
+                        "deadline {at} of task {id} is not a pending task's"
+                    ));
+                }
+            }
+        }
+        self.check_shapes()
+    }
+
+    fn check_shapes(&self) -> Result<(), String> {
+        if !self.shapes.woken.is_empty() {
+            return Err("shapes left woken after a round".into());
+        }
+        for (id, shape) in &self.shapes.shapes {
+            if shape.wake != Wake::None || shape.recheck {
+                return Err(format!("shape {id:?} keeps a wake-up after a round"));
+            }
+            let live = shape
+                .queue
+                .iter()
+                .filter(|(t, seq)| {
+                    self.tasks.get(t).is_some_and(|t| {
+                        t.place
+                            == Place::Pending {
+                                shape: *id,
+                                seq: *seq,
+                            }
+                    })
+                })
+                .count();
+            if live != shape.live || live == 0 {
+                return Err(format!(
+                    "shape {id:?} counts {} live tasks, has {live}",
+                    shape.live
+                ));
+            }
+            if self.shapes.by_req.get(&shape.req) != Some(id) {
+                return Err(format!("shape {id:?} is not indexed by its requirements"));
+            }
+            for (r, _) in shape.req.iter() {
+                if !self
+                    .shapes
+                    .by_resource
+                    .get(r)
+                    .is_some_and(|s| s.contains(id))
+                {
+                    return Err(format!("shape {id:?} is missing from the resource index"));
+                }
+            }
+            if let Some(node) = self.nodes.iter().find(|(_, n)| n.fits(&shape.req)) {
+                return Err(format!(
+                    "liveness: shape {id:?} {:?} waits although node {} has room",
+                    shape.req, node.0
+                ));
+            }
+            let feasible = self.nodes.values().any(|n| n.could_hold(&shape.req));
+            if !shape.req.is_empty() && feasible == shape.infeasible.is_some() {
+                return Err(format!(
+                    "shape {id:?} is marked {} but is {}",
+                    if shape.infeasible.is_some() {
+                        "infeasible"
+                    } else {
+                        "feasible"
+                    },
+                    if feasible { "feasible" } else { "infeasible" }
+                ));
+            }
+        }
+        Ok(())
+    }
+}

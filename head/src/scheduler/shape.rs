@@ -1,0 +1,161 @@
+//! Shapes: pending tasks grouped by identical requirements, each group a FIFO queue.
+
+use std::collections::{BTreeSet, VecDeque};
+use std::sync::Arc;
+
+use escher_proto::types::{Amount, NodeId, TaskId};
+use rustc_hash::FxHashMap;
+
+use super::event::InfeasibleReason;
+use super::interner::ResourceId;
+
+/// A requirement vector, sorted by resource id, zero amounts removed. Shared by a shape and its
+/// tasks, so running tasks keep it after their shape is gone.
+pub(crate) type Req = Arc<[(ResourceId, Amount)]>;
+
+/// A shape's id; ids only grow, so they also order shapes by creation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub(crate) struct ShapeId(pub(crate) u64);
+
+/// Where a woken shape should look for room in the next round.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// Not woken.
+    #[default]
+    None,
+    /// Only these nodes changed in its favour.
+    Nodes(BTreeSet<NodeId>),
+    /// Look everywhere (a new shape).
+    All,
+}
+
+impl Wake {
+    pub(crate) fn add_node(&mut self, node: NodeId) {
+        match self {
+            Wake::None => *self = Wake::Nodes(BTreeSet::from([node])),
+            Wake::Nodes(nodes) => {
+                nodes.insert(node);
+            }
+            Wake::All => {}
+        }
+    }
+}
+
+/// One queue of pending tasks with identical requirements.
+#[derive(Debug)]
+pub(crate) struct Shape {
+    pub(crate) req: Req,
+    /// Queue entries are `(task, submission sequence)`; an entry whose task is no longer pending
+    /// under that sequence number is stale and skipped.
+    pub(crate) queue: VecDeque<(TaskId, u64)>,
+    /// Number of live (non-stale) entries.
+    pub(crate) live: usize,
+    /// Set while no live node could hold this shape.
+    pub(crate) infeasible: Option<Arc<InfeasibleReason>>,
+    /// Where to look in the next round.
+    pub(crate) wake: Wake,
+    /// A capacity fell or a node left: check in the next round whether it is still feasible.
+    pub(crate) recheck: bool,
+}
+
+/// All shapes with pending tasks, and the index from resource to the shapes that request it.
+#[derive(Debug, Default)]
+pub(crate) struct Shapes {
+    pub(crate) by_req: FxHashMap<Req, ShapeId>,
+    pub(crate) shapes: FxHashMap<ShapeId, Shape>,
+    /// For each resource, the shapes that request it. The empty shape is in none of these.
+    pub(crate) by_resource: FxHashMap<ResourceId, BTreeSet<ShapeId>>,
+    /// The shape that requests nothing, if it has pending tasks.
+    pub(crate) empty: Option<ShapeId>,
+    /// Shapes to examine in the next round.
+    pub(crate) woken: BTreeSet<ShapeId>,
+    next_id: u64,
+}
+
+impl Shapes {
+    /// The shape for `req`, created (and woken everywhere) if new. Returns whether it is new.
+    pub(crate) fn get_or_create(&mut self, req: &Req) -> (ShapeId, bool) {
+        if let Some(id) = self.by_req.get(req) {
+            return (*id, false);
+        }
+        let id = ShapeId(self.next_id);
+        self.next_id += 1;
+        self.by_req.insert(req.clone(), id);
+        self.shapes.insert(
+            id,
+            Shape {
+                req: req.clone(),
+                queue: VecDeque::new(),
+                live: 0,
+                infeasible: None,
+                wake: Wake::All,
+                recheck: false,
+            },
+        );
+        if req.is_empty() {
+            self.empty = Some(id);
+        }
+        for (r, _) in req.iter() {
+            self.by_resource.entry(*r).or_default().insert(id);
+        }
+        self.woken.insert(id);
+        (id, true)
+    }
+
+    /// Forgets a shape with no live tasks.
+    pub(crate) fn remove(&mut self, id: ShapeId) {
+        let Some(shape) = self.shapes.remove(&id) else {
+            return;
+        };
+        debug_assert_eq!(shape.live, 0);
+        self.by_req.remove(&shape.req);
+        if self.empty == Some(id) {
+            self.empty = None;
+        }
+        for (r, _) in shape.req.iter() {
+            if let Some(set) = self.by_resource.get_mut(r) {
+                set.remove(&id);
+                if set.is_empty() {
+                    self.by_resource.remove(r);
+                }
+            }
+        }
+        self.woken.remove(&id);
+    }
+
+    /// Wakes every shape requesting `r`, to look at `node`.
+    pub(crate) fn wake_at(&mut self, r: ResourceId, node: NodeId) {
+        if let Some(ids) = self.by_resource.get(&r) {
+            for id in ids {
+                if let Some(shape) = self.shapes.get_mut(id) {
+                    shape.wake.add_node(node);
+                    self.woken.insert(*id);
+                }
+            }
+        }
+    }
+
+    /// Wakes the shape that requests nothing, to look at `node`.
+    pub(crate) fn wake_empty_at(&mut self, node: NodeId) {
+        if let Some(id) = self.empty
+            && let Some(shape) = self.shapes.get_mut(&id)
+        {
+            shape.wake.add_node(node);
+            self.woken.insert(id);
+        }
+    }
+
+    /// Asks every feasible shape requesting `r` to check that it still is.
+    pub(crate) fn recheck(&mut self, r: ResourceId) {
+        if let Some(ids) = self.by_resource.get(&r) {
+            for id in ids {
+                if let Some(shape) = self.shapes.get_mut(id)
+                    && shape.infeasible.is_none()
+                {
+                    shape.recheck = true;
+                    self.woken.insert(*id);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,18 @@
+//! Generates the gRPC code for `proto/escher.proto` with the vendored `protoc`, so that building
+//! escher needs no system protobuf compiler.
+//!
+//! The vendored binary is handed to prost through `Config::protoc_executable`, which does what
+//! setting `PROTOC` would, without `std::env::set_var` (unsafe in edition 2024).
+
+use std::error::Error;
+
+fn main() -> Result<(), Box<dyn Error>> {
+    let proto = "proto/escher.proto";
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    // Maps (labels) decode into BTreeMaps, so iteration order is deterministic.
+    config.btree_map(["."]);
+    tonic_prost_build::configure().compile_with_config(config, &[proto], &["proto"])?;
+    println!("cargo:rerun-if-changed={proto}");
+    Ok(())
+}

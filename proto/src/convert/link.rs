@@ -1,0 +1,484 @@
+//! Conversions of the `WorkerLink` messages: registration, and the two directions of a
+//! worker's stream.
+
+use super::status::{log_stream, log_stream_to_wire};
+use super::{
+    At, ConvertError, MAX_ADDRESS_BYTES, MAX_METRICS, MAX_NAME_BYTES, Problem, check_len,
+    check_name, convert_list, convert_required, duration_to_ms, ms_to_duration, non_empty,
+    required,
+};
+use crate::types::{
+    Assignment, HeadMessage, Labels, LogChunk, Metric, NodeId, RegisterReply, RegisterRequest,
+    ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult, WorkerMessage,
+};
+use crate::wire;
+use crate::wire::{head_message, task_finished, worker_message};
+
+/// What an empty error text becomes when sent, so that it still reads as a failure.
+const UNKNOWN_ERROR: &str = "unknown error";
+
+impl From<RegisterRequest> for wire::RegisterRequest {
+    fn from(r: RegisterRequest) -> Self {
+        wire::RegisterRequest {
+            name: r.name,
+            address: r.address,
+            resources: r.resources.into(),
+            labels: r.labels.into(),
+            previous_node_id: r.previous_node_id.map(|n| n.0),
+            running: r
+                .running
+                .into_iter()
+                .map(|t| wire::RunningTask {
+                    task_id: t.task_id.0,
+                    attempt: t.attempt,
+                })
+                .collect(),
+        }
+    }
+}
+
+impl TryFrom<wire::RegisterRequest> for RegisterRequest {
+    type Error = ConvertError;
+    fn try_from(w: wire::RegisterRequest) -> Result<Self, ConvertError> {
+        check_name("name", &w.name, MAX_NAME_BYTES)?;
+        check_len("address", &w.address, MAX_ADDRESS_BYTES)?;
+        Ok(RegisterRequest {
+            name: w.name,
+            address: w.address,
+            resources: ResourceSet::try_from(w.resources).at("resources")?,
+            labels: Labels::try_from(w.labels).at("labels")?,
+            previous_node_id: w.previous_node_id.map(NodeId),
+            running: w
+                .running
+                .into_iter()
+                .map(|t| RunningTask {
+                    task_id: TaskId(t.task_id),
+                    attempt: t.attempt,
+                })
+                .collect(),
+        })
+    }
+}
+
+impl From<RegisterReply> for wire::RegisterReply {
+    fn from(r: RegisterReply) -> Self {
+        wire::RegisterReply {
+            node_id: r.node_id.0,
+            heartbeat_interval_ms: duration_to_ms(r.heartbeat_interval),
+        }
+    }
+}
+
+impl TryFrom<wire::RegisterReply> for RegisterReply {
+    type Error = ConvertError;
+    fn try_from(w: wire::RegisterReply) -> Result<Self, ConvertError> {
+        if w.heartbeat_interval_ms == 0 {
+            let why = Problem::Rule("must be at least 1 ms");
+            return Err(ConvertError::new("heartbeat_interval_ms", why));
+        }
+        Ok(RegisterReply {
+            node_id: NodeId(w.node_id),
+            heartbeat_interval: ms_to_duration(w.heartbeat_interval_ms),
+        })
+    }
+}
+
+fn metric(w: wire::Metric) -> Result<Metric, ConvertError> {
+    check_name("name", &w.name, MAX_NAME_BYTES)?;
+    if !w.value.is_finite() {
+        return Err(ConvertError::new(
+            "value",
+            Problem::Rule("must be a finite number"),
+        ));
+    }
+    Ok(Metric {
+        name: w.name,
+        value: w.value,
+    })
+}
+
+impl From<WorkerMessage> for wire::WorkerMessage {
+    fn from(m: WorkerMessage) -> Self {
+        use worker_message::Body;
+        let body = match m {
+            WorkerMessage::Hello { node_id } => Body::Hello(wire::Hello { node_id: node_id.0 }),
+            WorkerMessage::Heartbeat { metrics } => Body::Heartbeat(wire::Heartbeat {
+                metrics: metrics
+                    .into_iter()
+                    .map(|m| wire::Metric {
+                        name: m.name,
+                        value: m.value,
+                    })
+                    .collect(),
+            }),
+            WorkerMessage::TaskStarted { task_id, attempt } => {
+                Body::TaskStarted(wire::TaskStarted {
+                    task_id: task_id.0,
+                    attempt,
+                })
+            }
+            WorkerMessage::TaskFinished(f) => Body::TaskFinished(f.into()),
+            WorkerMessage::Logs { request_id, result } => Body::LogChunk(match result {
+                Ok(c) => wire::LogChunk {
+                    request_id,
+                    data: c.data,
+                    next_offset: c.next_offset,
+                    eof: c.eof,
+                    error: String::new(),
+                },
+                Err(e) => wire::LogChunk {
+                    request_id,
+                    error: non_empty(e).unwrap_or_else(|| UNKNOWN_ERROR.to_string()),
+                    ..Default::default()
+                },
+            }),
+        };
+        wire::WorkerMessage { body: Some(body) }
+    }
+}
+
+impl TryFrom<wire::WorkerMessage> for WorkerMessage {
+    type Error = ConvertError;
+    fn try_from(w: wire::WorkerMessage) -> Result<Self, ConvertError> {
+        use worker_message::Body;
+        Ok(match required(w.body, "body")? {
+            Body::Hello(h) => WorkerMessage::Hello {
+                node_id: NodeId(h.node_id),
+            },
+            Body::Heartbeat(h) => WorkerMessage::Heartbeat {
+                metrics: convert_list(h.metrics, "metrics", MAX_METRICS, metric).at("heartbeat")?,
+            },
+            Body::TaskStarted(s) => WorkerMessage::TaskStarted {
+                task_id: TaskId(s.task_id),
+                attempt: s.attempt,
+            },
+            Body::TaskFinished(f) => {
+                WorkerMessage::TaskFinished(TaskFinished::try_from(f).at("task_finished")?)
+            }
+            Body::LogChunk(c) => WorkerMessage::Logs {
+                request_id: c.request_id,
+                result: match non_empty(c.error) {
+                    Some(e) => Err(e),
+                    None => Ok(LogChunk {
+                        data: c.data,
+                        next_offset: c.next_offset,
+                        eof: c.eof,
+                    }),
+                },
+            },
+        })
+    }
+}
+
+impl From<TaskFinished> for wire::TaskFinished {
+    fn from(f: TaskFinished) -> Self {
+        use task_finished::Outcome;
+        let outcome = match f.outcome {
+            Ok(TaskResult::Exited { code }) => Outcome::ExitCode(code),
+            Ok(TaskResult::Returned(bytes)) => Outcome::Returned(bytes),
+            Ok(TaskResult::Released) => Outcome::Released(wire::Released {}),
+            Err(e) => Outcome::Error(e),
+        };
+        wire::TaskFinished {
+            task_id: f.task_id.0,
+            attempt: f.attempt,
+            outcome: Some(outcome),
+            timed_out: f.timed_out,
+        }
+    }
+}
+
+impl TryFrom<wire::TaskFinished> for TaskFinished {
+    type Error = ConvertError;
+    fn try_from(w: wire::TaskFinished) -> Result<Self, ConvertError> {
+        use task_finished::Outcome;
+        let outcome = match required(w.outcome, "outcome")? {
+            Outcome::ExitCode(code) => Ok(TaskResult::Exited { code }),
+            Outcome::Returned(bytes) => Ok(TaskResult::Returned(bytes)),
+            Outcome::Released(wire::Released {}) => Ok(TaskResult::Released),
+            Outcome::Error(e) => Err(e),
+        };
+        Ok(TaskFinished {
+            task_id: TaskId(w.task_id),
+            attempt: w.attempt,
+            outcome,
+            timed_out: w.timed_out,
+        })
+    }
+}
+
+impl From<HeadMessage> for wire::HeadMessage {
+    fn from(m: HeadMessage) -> Self {
+        use head_message::Body;
+        let body = match m {
+            HeadMessage::Assign(a) => Body::Assign(wire::Assign {
+                task_id: a.task_id.0,
+                attempt: a.attempt,
+                spec: Some(a.spec.into()),
+                allocation: a.allocation.into(),
+            }),
+            HeadMessage::CancelTask {
+                task_id,
+                attempt,
+                reason,
+            } => Body::CancelTask(wire::CancelTask {
+                task_id: task_id.0,
+                attempt,
+                reason,
+            }),
+            HeadMessage::FetchLogs {
+                request_id,
+                task_id,
+                stream,
+                offset,
+                max_bytes,
+            } => Body::FetchLogs(wire::FetchLogs {
+                request_id,
+                task_id: task_id.0,
+                stream: log_stream_to_wire(stream),
+                offset,
+                max_bytes,
+            }),
+            HeadMessage::Shutdown { reason } => Body::Shutdown(wire::Shutdown { reason }),
+        };
+        wire::HeadMessage { body: Some(body) }
+    }
+}
+
+impl TryFrom<wire::HeadMessage> for HeadMessage {
+    type Error = ConvertError;
+    fn try_from(w: wire::HeadMessage) -> Result<Self, ConvertError> {
+        use head_message::Body;
+        Ok(match required(w.body, "body")? {
+            Body::Assign(a) => HeadMessage::Assign(assignment(a).at("assign")?),
+            Body::CancelTask(c) => HeadMessage::CancelTask {
+                task_id: TaskId(c.task_id),
+                attempt: c.attempt,
+                reason: c.reason,
+            },
+            Body::FetchLogs(f) => HeadMessage::FetchLogs {
+                request_id: f.request_id,
+                task_id: TaskId(f.task_id),
+                stream: log_stream(f.stream, "fetch_logs.stream")?,
+                offset: f.offset,
+                max_bytes: f.max_bytes,
+            },
+            Body::Shutdown(s) => HeadMessage::Shutdown { reason: s.reason },
+        })
+    }
+}
+
+fn assignment(a: wire::Assign) -> Result<Assignment, ConvertError> {
+    Ok(Assignment {
+        task_id: TaskId(a.task_id),
+        attempt: a.attempt,
+        spec: convert_required(a.spec, "spec")?,
+        allocation: ResourceSet::try_from(a.allocation).at("allocation")?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::convert::testutil::{round_trip, sample_specs, set};
+    use crate::types::LogStream;
+
+    #[test]
+    fn registration_round_trips_and_validates() {
+        let req = RegisterRequest {
+            name: "gpu-box-1".into(),
+            address: "10.0.0.9:7601".into(),
+            resources: set("cpu=64,memory=262144,mig.1g.10gb=7"),
+            labels: "zone=a".parse().unwrap(),
+            previous_node_id: Some(NodeId(3)),
+            running: vec![RunningTask {
+                task_id: TaskId(10),
+                attempt: 2,
+            }],
+        };
+        let w = round_trip::<_, wire::RegisterRequest>(req);
+        let e = RegisterRequest::try_from(wire::RegisterRequest {
+            name: String::new(),
+            ..w.clone()
+        });
+        assert_eq!(e.unwrap_err().to_string(), "name: must not be empty");
+        let mut bad = w;
+        bad.resources[0].amount = u64::MAX;
+        assert_eq!(
+            RegisterRequest::try_from(bad).unwrap_err().path(),
+            r#"resources["cpu"]"#
+        );
+        let reply = RegisterReply {
+            node_id: NodeId(3),
+            heartbeat_interval: Duration::from_secs(1),
+        };
+        round_trip::<_, wire::RegisterReply>(reply);
+        let zero = wire::RegisterReply {
+            node_id: 1,
+            heartbeat_interval_ms: 0,
+        };
+        assert_eq!(
+            RegisterReply::try_from(zero).unwrap_err().path(),
+            "heartbeat_interval_ms"
+        );
+    }
+
+    #[test]
+    fn every_worker_message_round_trips() {
+        let finished = |outcome| {
+            WorkerMessage::TaskFinished(TaskFinished {
+                task_id: TaskId(1),
+                attempt: 1,
+                outcome,
+                timed_out: false,
+            })
+        };
+        let messages = vec![
+            WorkerMessage::Hello { node_id: NodeId(7) },
+            WorkerMessage::Heartbeat { metrics: vec![] },
+            WorkerMessage::Heartbeat {
+                metrics: vec![Metric {
+                    name: "load".into(),
+                    value: 0.25,
+                }],
+            },
+            WorkerMessage::TaskStarted {
+                task_id: TaskId(1),
+                attempt: 3,
+            },
+            finished(Ok(TaskResult::Exited { code: -1 })),
+            finished(Ok(TaskResult::Returned(vec![1, 2, 3]))),
+            finished(Ok(TaskResult::Released)),
+            finished(Err("no such function \"f\"".into())),
+            WorkerMessage::TaskFinished(TaskFinished {
+                task_id: TaskId(2),
+                attempt: 1,
+                outcome: Ok(TaskResult::Exited { code: 137 }),
+                timed_out: true,
+            }),
+            WorkerMessage::Logs {
+                request_id: 5,
+                result: Ok(LogChunk {
+                    data: b"out".to_vec(),
+                    next_offset: 3,
+                    eof: false,
+                }),
+            },
+            WorkerMessage::Logs {
+                request_id: 6,
+                result: Err("no such task".into()),
+            },
+        ];
+        for m in messages {
+            round_trip::<_, wire::WorkerMessage>(m);
+        }
+        // An empty error text still arrives as an error.
+        let m = WorkerMessage::Logs {
+            request_id: 1,
+            result: Err(String::new()),
+        };
+        let back = WorkerMessage::try_from(wire::WorkerMessage::from(m)).unwrap();
+        assert!(matches!(back, WorkerMessage::Logs { result: Err(e), .. } if e == UNKNOWN_ERROR));
+    }
+
+    #[test]
+    fn worker_message_errors() {
+        let e = WorkerMessage::try_from(wire::WorkerMessage { body: None }).unwrap_err();
+        assert_eq!(e.to_string(), "missing field body");
+        let f = wire::TaskFinished {
+            task_id: 1,
+            attempt: 1,
+            outcome: None,
+            timed_out: false,
+        };
+        let w = wire::WorkerMessage {
+            body: Some(worker_message::Body::TaskFinished(f)),
+        };
+        let e = WorkerMessage::try_from(w).unwrap_err();
+        assert_eq!(e.to_string(), "missing field task_finished.outcome");
+        let metrics = vec![
+            wire::Metric {
+                name: "x".into(),
+                value: 1.0,
+            },
+            wire::Metric {
+                name: "load".into(),
+                value: f64::NAN,
+            },
+        ];
+        let w = wire::WorkerMessage {
+            body: Some(worker_message::Body::Heartbeat(wire::Heartbeat { metrics })),
+        };
+        assert_eq!(
+            WorkerMessage::try_from(w).unwrap_err().path(),
+            "heartbeat.metrics[1].value"
+        );
+    }
+
+    #[test]
+    fn every_head_message_round_trips() {
+        let mut messages: Vec<HeadMessage> = sample_specs()
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                HeadMessage::Assign(Assignment {
+                    task_id: TaskId(i as u64),
+                    attempt: 1,
+                    allocation: spec.resources.clone(),
+                    spec,
+                })
+            })
+            .collect();
+        messages.extend([
+            HeadMessage::CancelTask {
+                task_id: TaskId(1),
+                attempt: 2,
+                reason: "user".into(),
+            },
+            HeadMessage::FetchLogs {
+                request_id: 9,
+                task_id: TaskId(1),
+                stream: LogStream::Stdout,
+                offset: 0,
+                max_bytes: 65536,
+            },
+            HeadMessage::Shutdown {
+                reason: "head stopping".into(),
+            },
+        ]);
+        for m in messages {
+            round_trip::<_, wire::HeadMessage>(m);
+        }
+    }
+
+    #[test]
+    fn head_message_errors() {
+        let e = HeadMessage::try_from(wire::HeadMessage { body: None }).unwrap_err();
+        assert_eq!(e.to_string(), "missing field body");
+        let assign = |spec| wire::HeadMessage {
+            body: Some(head_message::Body::Assign(wire::Assign {
+                task_id: 1,
+                attempt: 1,
+                spec,
+                allocation: vec![],
+            })),
+        };
+        let e = HeadMessage::try_from(assign(None)).unwrap_err();
+        assert_eq!(e.to_string(), "missing field assign.spec");
+        let e = HeadMessage::try_from(assign(Some(wire::TaskSpec::default()))).unwrap_err();
+        assert_eq!(e.to_string(), "missing field assign.spec.kind");
+        let fetch = wire::FetchLogs {
+            stream: 7,
+            ..Default::default()
+        };
+        let w = wire::HeadMessage {
+            body: Some(head_message::Body::FetchLogs(fetch)),
+        };
+        assert_eq!(
+            HeadMessage::try_from(w).unwrap_err().path(),
+            "fetch_logs.stream"
+        );
+    }
+}

@@ -1,0 +1,351 @@
+//! Conversions between the generated wire messages ([`crate::wire`]) and the domain types
+//! ([`crate::types`]), the gRPC edge of every escher service.
+//!
+//! - `From<domain> for wire` never fails: a domain value is well-formed by construction.
+//! - `TryFrom<wire> for domain` checks every field through the domain constructors
+//!   ([`ResourceName::new`](crate::ResourceName::new), [`Amount::from_raw`](crate::Amount::from_raw),
+//!   [`Labels::insert`](crate::Labels::insert), ...) and the limits below, and fails with a
+//!   [`ConvertError`] that names the field path, e.g.
+//!   `tasks[3].resources["b@d"]: invalid resource name "b@d": ...` or
+//!   `missing field tasks[0].kind`. An unset `oneof` or an `UNSPECIFIED` enum value is an error,
+//!   never a default.
+//!
+//! Resource sets travel as `repeated ResourceAmount` (`Vec<wire::ResourceAmount>`) and labels as
+//! a `map<string, string>` (`BTreeMap<String, String>`), so those two conversions are between
+//! the domain type and the collection. Amounts travel as their raw `u64` (1/10,000 units),
+//! durations as whole milliseconds (rounded up).
+//!
+//! # Layout
+//!
+//! - `resources`: capacities, resource sets, labels, capacity operations, node specs, updates;
+//! - `task`: task specs and kinds, states, results, statuses;
+//! - `status`: cluster, node and resource status, pending reasons, task info and summaries;
+//! - `cluster`: the requests and replies of the `Cluster` service;
+//! - `link`: the messages of the `WorkerLink` service.
+
+use std::fmt;
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::types::TypeError;
+
+mod cluster;
+mod link;
+mod resources;
+mod status;
+mod task;
+
+#[cfg(test)]
+mod testutil;
+
+/// The longest task name, in bytes.
+pub const MAX_TASK_NAME_BYTES: usize = 256;
+/// The most argv entries of a command task.
+pub const MAX_ARGV: usize = 4096;
+/// The most environment variables of a command task.
+pub const MAX_ENV: usize = 4096;
+/// The longest function name (and worker name), in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// The most entries of one resource set (requirements, ghost creations, allocations).
+pub const MAX_RESOURCES: usize = 4096;
+/// The most labels on one task or node.
+pub const MAX_LABELS: usize = 256;
+/// The most resource updates in one task hook (`on_start`, `on_success`).
+pub const MAX_HOOK_UPDATES: usize = 4096;
+/// The longest worker address, in bytes.
+pub const MAX_ADDRESS_BYTES: usize = 1024;
+/// The most metrics in one heartbeat.
+pub const MAX_METRICS: usize = 1024;
+
+/// A wire message could not become a domain value: which field, and what was wrong with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{}", Rendered { path: &self.path, problem: &self.problem })]
+pub struct ConvertError {
+    path: String,
+    problem: Problem,
+}
+
+/// What was wrong with a field of a wire message.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Problem {
+    /// A required message or `oneof` was not set.
+    #[error("missing field")]
+    Missing,
+    /// A value broke the rules of a domain type (a name, an amount, a label ...).
+    #[error(transparent)]
+    Invalid(#[from] TypeError),
+    /// An enum field held a value that is unknown or `UNSPECIFIED`.
+    #[error("unknown value {value}; expected one of {expected}")]
+    UnknownEnum {
+        /// The number received.
+        value: i32,
+        /// The names of the valid values.
+        expected: &'static str,
+    },
+    /// A text or list that must not be empty was.
+    #[error("must not be empty")]
+    Empty,
+    /// A text was longer than its limit.
+    #[error("{len} bytes is longer than the limit of {max}")]
+    TooLong {
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A list had more entries than its limit.
+    #[error("{len} entries is more than the limit of {max}")]
+    TooMany {
+        /// Its number of entries.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A text contained a NUL byte, which a process argument or environment cannot hold.
+    #[error("contains a NUL byte")]
+    Nul,
+    /// A value broke a rule of the message; the text says which.
+    #[error("{0}")]
+    Rule(&'static str),
+}
+
+struct Rendered<'a> {
+    path: &'a str,
+    problem: &'a Problem,
+}
+
+impl fmt::Display for Rendered<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.problem, self.path.is_empty()) {
+            (Problem::Missing, true) => f.write_str("missing field"),
+            (Problem::Missing, false) => write!(f, "missing field {}", self.path),
+            (problem, true) => write!(f, "{problem}"),
+            (problem, false) => write!(f, "{}: {problem}", self.path),
+        }
+    }
+}
+
+impl ConvertError {
+    /// An error about the field at `path` (empty for the message itself).
+    pub fn new(path: impl Into<String>, problem: Problem) -> ConvertError {
+        ConvertError {
+            path: path.into(),
+            problem,
+        }
+    }
+
+    /// A required field or `oneof` at `path` was not set.
+    pub fn missing(path: impl Into<String>) -> ConvertError {
+        ConvertError::new(path, Problem::Missing)
+    }
+
+    /// The path of the offending field, e.g. `tasks[3].resources["b@d"]`.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// What was wrong with it.
+    pub fn problem(&self) -> &Problem {
+        &self.problem
+    }
+
+    /// The same error seen from the enclosing message, whose field `segment` holds this one.
+    /// `segment` is a field name (`spec`), an indexed one (`tasks[3]`) or a key (`["b@d"]`).
+    pub fn within(mut self, segment: &str) -> ConvertError {
+        self.path = if self.path.is_empty() {
+            segment.to_string()
+        } else if self.path.starts_with('[') {
+            format!("{segment}{}", self.path)
+        } else {
+            format!("{segment}.{}", self.path)
+        };
+        self
+    }
+}
+
+impl From<TypeError> for ConvertError {
+    /// A domain error about the current message as a whole (the caller adds the path).
+    fn from(e: TypeError) -> ConvertError {
+        ConvertError::new("", Problem::Invalid(e))
+    }
+}
+
+impl From<ConvertError> for tonic::Status {
+    fn from(e: ConvertError) -> tonic::Status {
+        tonic::Status::invalid_argument(e.to_string())
+    }
+}
+
+/// Puts a field name in front of the path of a failed conversion.
+pub(crate) trait At<T> {
+    /// Maps the error to one at `segment` (relative to the enclosing message).
+    fn at(self, segment: &str) -> Result<T, ConvertError>;
+}
+
+impl<T> At<T> for Result<T, ConvertError> {
+    fn at(self, segment: &str) -> Result<T, ConvertError> {
+        self.map_err(|e| e.within(segment))
+    }
+}
+
+impl<T> At<T> for Result<T, TypeError> {
+    fn at(self, segment: &str) -> Result<T, ConvertError> {
+        self.map_err(|e| ConvertError::new(segment, Problem::Invalid(e)))
+    }
+}
+
+/// The value of a required field, or a `missing field` error.
+pub(crate) fn required<T>(value: Option<T>, field: &str) -> Result<T, ConvertError> {
+    value.ok_or_else(|| ConvertError::missing(field))
+}
+
+/// Converts a required message field.
+pub(crate) fn convert_required<W, D>(value: Option<W>, field: &str) -> Result<D, ConvertError>
+where
+    D: TryFrom<W, Error = ConvertError>,
+{
+    D::try_from(required(value, field)?).at(field)
+}
+
+/// Converts an optional message field.
+pub(crate) fn convert_optional<W, D>(
+    value: Option<W>,
+    field: &str,
+) -> Result<Option<D>, ConvertError>
+where
+    D: TryFrom<W, Error = ConvertError>,
+{
+    value.map(|w| D::try_from(w).at(field)).transpose()
+}
+
+/// Fails if a list has more than `max` entries.
+pub(crate) fn check_count(field: &str, len: usize, max: usize) -> Result<(), ConvertError> {
+    if len > max {
+        return Err(ConvertError::new(field, Problem::TooMany { len, max }));
+    }
+    Ok(())
+}
+
+/// Converts every entry of a repeated field of at most `max` entries, naming a bad one by index.
+pub(crate) fn convert_list<W, D>(
+    items: Vec<W>,
+    field: &str,
+    max: usize,
+    mut convert: impl FnMut(W) -> Result<D, ConvertError>,
+) -> Result<Vec<D>, ConvertError> {
+    check_count(field, items.len(), max)?;
+    items
+        .into_iter()
+        .enumerate()
+        .map(|(i, w)| convert(w).map_err(|e| e.within(&format!("{field}[{i}]"))))
+        .collect()
+}
+
+/// Fails if `text` is longer than `max` bytes.
+pub(crate) fn check_len(field: &str, text: &str, max: usize) -> Result<(), ConvertError> {
+    if text.len() > max {
+        return Err(ConvertError::new(
+            field,
+            Problem::TooLong {
+                len: text.len(),
+                max,
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Fails if `text` is empty or longer than `max` bytes.
+pub(crate) fn check_name(field: &str, text: &str, max: usize) -> Result<(), ConvertError> {
+    if text.is_empty() {
+        return Err(ConvertError::new(field, Problem::Empty));
+    }
+    check_len(field, text, max)
+}
+
+/// Fails if `text` holds a NUL byte.
+pub(crate) fn check_no_nul(field: &str, text: &str) -> Result<(), ConvertError> {
+    if text.contains('\0') {
+        return Err(ConvertError::new(field, Problem::Nul));
+    }
+    Ok(())
+}
+
+/// The path segment for a map key or a named entry: `["name"]`, shortened if very long.
+pub(crate) fn key_segment(key: &str) -> String {
+    const MAX: usize = 64;
+    if key.len() <= MAX {
+        return format!("[{key:?}]");
+    }
+    let mut end = MAX;
+    while !key.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("[{:?}...]", &key[..end])
+}
+
+/// A duration in whole milliseconds, rounded up so that a non-zero duration stays non-zero.
+pub(crate) fn duration_to_ms(d: Duration) -> u64 {
+    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+/// A duration from milliseconds.
+pub(crate) fn ms_to_duration(ms: u64) -> Duration {
+    Duration::from_millis(ms)
+}
+
+/// Treats an empty string as absent.
+pub(crate) fn non_empty(text: String) -> Option<String> {
+    if text.is_empty() { None } else { Some(text) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_compose_like_rust_expressions() {
+        let e = ConvertError::new("", Problem::Empty)
+            .within("argv")
+            .within("command")
+            .within("tasks[3]");
+        assert_eq!(e.path(), "tasks[3].command.argv");
+        assert_eq!(e.to_string(), "tasks[3].command.argv: must not be empty");
+        let e = ConvertError::missing("kind").within("spec");
+        assert_eq!(e.to_string(), "missing field spec.kind");
+        let e = ConvertError::new(key_segment("b@d"), Problem::Rule("bad")).within("resources");
+        assert_eq!(e.path(), r#"resources["b@d"]"#);
+        assert_eq!(ConvertError::missing("").to_string(), "missing field");
+        assert_eq!(
+            ConvertError::new("", Problem::Nul).to_string(),
+            "contains a NUL byte"
+        );
+    }
+
+    #[test]
+    fn long_keys_are_shortened() {
+        let long = "é".repeat(100);
+        let seg = key_segment(&long);
+        assert!(seg.len() < 80, "{seg}");
+        assert!(seg.ends_with("...]"));
+    }
+
+    #[test]
+    fn durations_round_up_to_whole_milliseconds() {
+        assert_eq!(duration_to_ms(Duration::from_millis(1500)), 1500);
+        assert_eq!(duration_to_ms(Duration::from_micros(1)), 1);
+        assert_eq!(duration_to_ms(Duration::from_micros(2001)), 3);
+        assert_eq!(duration_to_ms(Duration::ZERO), 0);
+        assert_eq!(duration_to_ms(Duration::MAX), u64::MAX);
+        assert_eq!(ms_to_duration(250), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn errors_become_invalid_argument() {
+        let status = tonic::Status::from(ConvertError::missing("spec"));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(status.message(), "missing field spec");
+    }
+}

@@ -1,0 +1,133 @@
+//! The requests and replies of the `Cluster` service, as domain values.
+//!
+//! Each mirrors one message of `escher.proto`; [`crate::convert`] turns the wire messages into
+//! these after validating every field, so a head handler receives only well-formed requests.
+//! Replies that are already domain types elsewhere ([`super::TaskInfo`],
+//! [`super::ClusterStatus`]) are not repeated here.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{LogStream, TaskSummary};
+use super::{Namespace, NodeId, ResourceUpdate, TaskId, TaskSpec, TaskState, TaskStatus};
+
+/// `Submit`: a batch of tasks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SubmitRequest {
+    /// The tasks, in order.
+    pub tasks: Vec<TaskSpec>,
+    /// The namespace that qualifies unqualified application resource names.
+    pub namespace: Option<Namespace>,
+}
+
+/// The ids of submitted tasks, in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitReply {
+    /// One id per submitted task.
+    pub task_ids: Vec<TaskId>,
+}
+
+/// `Wait`: Ray's `wait` (and `get`, a wait on one id).
+///
+/// Conversion from the wire guarantees ids are distinct and `1 <= num_returns <= task_ids.len()`
+/// (or both are zero).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitRequest {
+    /// The tasks to wait for.
+    pub task_ids: Vec<TaskId>,
+    /// Return once this many have finished.
+    pub num_returns: u32,
+    /// Return after this long even if fewer have finished; `None` waits without limit.
+    pub timeout: Option<Duration>,
+}
+
+/// The result of a wait.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WaitReply {
+    /// The finished tasks, with their results.
+    pub ready: Vec<TaskStatus>,
+    /// The ids that had not finished, in request order.
+    pub not_ready: Vec<TaskId>,
+}
+
+/// `Cancel`: tasks to cancel.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelRequest {
+    /// The tasks.
+    pub task_ids: Vec<TaskId>,
+}
+
+/// What cancelling did: each task's status afterwards, in request order.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CancelReply {
+    /// The statuses.
+    pub tasks: Vec<TaskStatus>,
+}
+
+/// `ListTasks`: a page of tasks in ascending id order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListTasksRequest {
+    /// Only tasks in this state; `None` for all.
+    pub state: Option<TaskState>,
+    /// At most this many; 0 for the server's default page size.
+    pub limit: u32,
+    /// Only tasks with ids greater than this; `None` to start from the first task.
+    pub after: Option<TaskId>,
+}
+
+/// A page of tasks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListTasksReply {
+    /// The tasks, in ascending id order.
+    pub tasks: Vec<TaskSummary>,
+}
+
+/// `SetResources`: a batch of `set_resource` calls (DESIGN §3).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetResourcesRequest {
+    /// The changes, applied in order.
+    pub updates: Vec<ResourceUpdate>,
+    /// The namespace that qualifies unqualified application names.
+    pub namespace: Option<Namespace>,
+    /// The running task that makes the call; `NodeSpec::Local` resolves to its node.
+    pub caller_task: Option<TaskId>,
+}
+
+/// What one resource update changed.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetResourceOutcome {
+    /// The nodes it changed, in ascending id order.
+    pub nodes: Vec<NodeId>,
+}
+
+/// What a batch of resource updates changed: one outcome per update, in request order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SetResourcesReply {
+    /// The outcomes.
+    pub outcomes: Vec<SetResourceOutcome>,
+}
+
+/// `TaskLogs`: read a piece of a command task's output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskLogsRequest {
+    /// The task.
+    pub task_id: TaskId,
+    /// Which stream.
+    pub stream: LogStream,
+    /// The byte offset to read from.
+    pub offset: u64,
+    /// At most this many bytes; 0 for the server's default.
+    pub max_bytes: u32,
+}
+
+/// A piece of a task's output (the `TaskLogs` reply, and a worker's answer to `FetchLogs`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LogChunk {
+    /// The bytes read.
+    pub data: Vec<u8>,
+    /// The offset to ask for next.
+    pub next_offset: u64,
+    /// Whether the stream is complete and everything has been read.
+    pub eof: bool,
+}

@@ -1,0 +1,568 @@
+//! [`run_command`]: runs one attempt of a command task as a child process, to its end.
+//!
+//! The child gets its own process group, `/dev/null` as stdin, and its stdout and stderr
+//! redirected straight into the attempt's log files (see [`log_path`](super::log_path)): files,
+//! not pipes, so a chatty child never blocks on a reader and its output survives the worker. It
+//! inherits the worker's environment, then the spec's `env`, then the worker's `extra_env`, the
+//! last winning, so that a spec cannot override what the worker sets (`ESCHER_TASK_ID`,
+//! `CUDA_VISIBLE_DEVICES`, ...).
+//!
+//! ```text
+//!   spawn ──► running ──exit──────────────────────────────► Exited(status)
+//!                │
+//!                ├─timeout──┐
+//!                └─cancel───┴► SIGTERM group ─exit within grace─► TimedOut / Cancelled(status)
+//!                                    └─grace passes─► SIGKILL group ─► TimedOut / Cancelled(status)
+//! ```
+//!
+//! Whichever way the main process ends, what it left running in its group is then SIGKILLed,
+//! and dropping the future before the end SIGKILLs the whole group (see `group.rs`).
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+use tokio_util::sync::CancellationToken;
+
+use super::error::ExecError;
+use super::group::ProcessGroup;
+use super::logs::{Stream, log_path};
+use super::outcome::{CommandOutcome, ProcessExit};
+
+/// How long a command gets between SIGTERM and SIGKILL, unless told otherwise.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// What to run: the command part of a task spec.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CommandSpec {
+    /// Program and arguments; `argv[0]` is looked up on `PATH` (the child's, if `env` sets one).
+    pub argv: Vec<String>,
+    /// Environment variables added to the worker's own.
+    pub env: Vec<(String, String)>,
+    /// Working directory; the worker's own if `None`.
+    pub cwd: Option<PathBuf>,
+}
+
+impl CommandSpec {
+    /// A spec that runs `argv` with no extra environment in the worker's directory.
+    pub fn new<I, S>(argv: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        CommandSpec {
+            argv: argv.into_iter().map(Into::into).collect(),
+            env: Vec::new(),
+            cwd: None,
+        }
+    }
+
+    /// Adds an environment variable.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the working directory.
+    pub fn cwd(mut self, cwd: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(cwd.into());
+        self
+    }
+}
+
+/// How the worker launches commands: where logs go, what it adds, how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchOptions {
+    /// Directory for the log files; created if missing.
+    pub log_dir: PathBuf,
+    /// Environment variables set by the worker; they override the spec's.
+    pub extra_env: Vec<(String, String)>,
+    /// How long the command may run before it is stopped; `None` for no limit.
+    pub timeout: Option<Duration>,
+    /// Time between SIGTERM and SIGKILL when stopping the command.
+    pub grace: Duration,
+}
+
+impl LaunchOptions {
+    /// Options that log into `log_dir`, add nothing, set no timeout and give [`DEFAULT_GRACE`].
+    pub fn new(log_dir: impl Into<PathBuf>) -> Self {
+        LaunchOptions {
+            log_dir: log_dir.into(),
+            extra_env: Vec::new(),
+            timeout: None,
+            grace: DEFAULT_GRACE,
+        }
+    }
+
+    /// Adds an environment variable that overrides the spec's.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.extra_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Sets the timeout.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Sets the grace period between SIGTERM and SIGKILL.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+}
+
+/// Runs attempt `attempt` of command task `task_id` to its end.
+///
+/// Returns when the command's main process has ended: by itself ([`CommandOutcome::Exited`]),
+/// or stopped by the executor after `opts.timeout` ([`CommandOutcome::TimedOut`]) or after
+/// `cancel` fired ([`CommandOutcome::Cancelled`]). A command that fails is an outcome, not an
+/// error; errors are for a command that could not be started or watched (see [`ExecError`]).
+#[tracing::instrument(skip_all, fields(task_id = task_id, attempt = attempt))]
+pub async fn run_command(
+    task_id: u64,
+    attempt: u32,
+    spec: &CommandSpec,
+    opts: &LaunchOptions,
+    cancel: CancellationToken,
+) -> Result<CommandOutcome, ExecError> {
+    let (program, args) = spec.argv.split_first().ok_or(ExecError::EmptyArgv)?;
+    if let Some(cwd) = &spec.cwd {
+        check_cwd(cwd).await?;
+    }
+    let (stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
+
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(opts.extra_env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    let mut child = command.spawn().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let mut group = ProcessGroup::new(task_id, child.id());
+    tracing::debug!(pid = child.id(), %program, "command started");
+
+    let deadline = async {
+        match opts.timeout {
+            Some(timeout) => tokio::time::sleep(timeout).await,
+            None => std::future::pending().await,
+        }
+    };
+    // An exit that is already there wins over a cancellation or timeout that is too.
+    let stop_as: fn(ProcessExit) -> CommandOutcome = tokio::select! {
+        biased;
+        status = child.wait() => {
+            let exit = reaped(status, task_id, &mut group)?;
+            tracing::debug!(%exit, "command exited");
+            return Ok(CommandOutcome::Exited(exit));
+        }
+        () = cancel.cancelled() => CommandOutcome::Cancelled,
+        () = deadline => CommandOutcome::TimedOut,
+    };
+    let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
+    tracing::debug!(%outcome, "command stopped");
+    Ok(outcome)
+}
+
+/// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first.
+async fn stop(
+    child: &mut Child,
+    group: &mut ProcessGroup,
+    task_id: u64,
+    grace: Duration,
+) -> Result<ProcessExit, ExecError> {
+    group.signal(Signal::SIGTERM)?;
+    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
+        return reaped(status, task_id, group);
+    }
+    tracing::debug!(?grace, "command outlived its grace period; killing it");
+    group.signal(Signal::SIGKILL)?;
+    reaped(child.wait().await, task_id, group)
+}
+
+/// Turns the result of waiting for the main process into its exit, sweeping the group.
+fn reaped(
+    status: io::Result<std::process::ExitStatus>,
+    task_id: u64,
+    group: &mut ProcessGroup,
+) -> Result<ProcessExit, ExecError> {
+    let status = status.map_err(|source| ExecError::Wait { task_id, source })?;
+    group.sweep();
+    Ok(ProcessExit::from(status))
+}
+
+/// Fails with [`ExecError::Cwd`] unless `cwd` is an existing directory, so that the error names
+/// the directory rather than blaming the program.
+async fn check_cwd(cwd: &Path) -> Result<(), ExecError> {
+    let cwd_err = |source| ExecError::Cwd {
+        path: cwd.to_path_buf(),
+        source,
+    };
+    let meta = tokio::fs::metadata(cwd).await.map_err(cwd_err)?;
+    if !meta.is_dir() {
+        return Err(cwd_err(io::Error::new(
+            io::ErrorKind::NotADirectory,
+            "not a directory",
+        )));
+    }
+    Ok(())
+}
+
+/// Creates the log directory and the attempt's two log files (truncating old ones).
+async fn open_logs(
+    log_dir: &Path,
+    task_id: u64,
+    attempt: u32,
+) -> Result<(std::fs::File, std::fs::File), ExecError> {
+    tokio::fs::create_dir_all(log_dir)
+        .await
+        .map_err(|source| ExecError::LogDir {
+            path: log_dir.to_path_buf(),
+            source,
+        })?;
+    let create = |stream| async move {
+        let path = log_path(log_dir, task_id, attempt, stream);
+        match tokio::fs::File::create(&path).await {
+            Ok(file) => Ok(file.into_std().await),
+            Err(source) => Err(ExecError::LogFile { path, source }),
+        }
+    };
+    Ok((create(Stream::Stdout).await?, create(Stream::Stderr).await?))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::exec::logs::read_log;
+
+    /// No test waits longer than this for anything.
+    const BOUND: Duration = Duration::from_secs(20);
+
+    fn sh(script: &str) -> CommandSpec {
+        CommandSpec::new(["sh", "-c", script])
+    }
+
+    async fn run(spec: &CommandSpec, opts: &LaunchOptions) -> Result<CommandOutcome, ExecError> {
+        run_cancellable(spec, opts, CancellationToken::new()).await
+    }
+
+    async fn run_cancellable(
+        spec: &CommandSpec,
+        opts: &LaunchOptions,
+        cancel: CancellationToken,
+    ) -> Result<CommandOutcome, ExecError> {
+        tokio::time::timeout(BOUND, run_command(1, 0, spec, opts, cancel))
+            .await
+            .expect("run_command did not end in time")
+    }
+
+    /// Task 1 attempt 0's whole log for `stream`, read in small chunks.
+    async fn log(opts: &LaunchOptions, stream: Stream) -> String {
+        let mut data = Vec::new();
+        let mut offset = 0;
+        loop {
+            let chunk = read_log(&opts.log_dir, 1, 0, stream, offset, 3)
+                .await
+                .unwrap();
+            assert_eq!(chunk.next_offset, offset + chunk.data.len() as u64);
+            data.extend_from_slice(&chunk.data);
+            offset = chunk.next_offset;
+            if chunk.eof {
+                return String::from_utf8(data).unwrap();
+            }
+        }
+    }
+
+    /// Waits until task 1's stdout has a first full line, and returns it.
+    async fn first_line(opts: &LaunchOptions) -> String {
+        let poll = async {
+            loop {
+                let path = log_path(&opts.log_dir, 1, 0, Stream::Stdout);
+                if let Ok(text) = tokio::fs::read_to_string(path).await {
+                    if let Some((line, _)) = text.split_once('\n') {
+                        return line.to_owned();
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        };
+        tokio::time::timeout(BOUND, poll).await.expect("no output")
+    }
+
+    /// Whether process `pid` has ended (gone, or a zombie nobody reaped yet), waiting a little.
+    async fn ended(pid: &str) -> bool {
+        let stat = format!("/proc/{pid}/stat");
+        for _ in 0..500 {
+            match std::fs::read_to_string(&stat) {
+                Err(_) => return true,
+                Ok(s) => {
+                    let state = s
+                        .rsplit_once(") ")
+                        .and_then(|(_, rest)| rest.chars().next());
+                    if matches!(state, Some('Z' | 'X')) {
+                        return true;
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        false
+    }
+
+    fn opts() -> (tempfile::TempDir, LaunchOptions) {
+        let dir = tempfile::tempdir().unwrap();
+        let opts = LaunchOptions::new(dir.path().join("logs")).grace(Duration::from_secs(5));
+        (dir, opts)
+    }
+
+    #[tokio::test]
+    async fn reports_exit_codes() {
+        let (_dir, opts) = opts();
+        let ok = run(&sh("exit 0"), &opts).await.unwrap();
+        assert_eq!(ok, CommandOutcome::Exited(ProcessExit::exited(0)));
+        assert!(ok.success());
+        let failed = run(&sh("exit 3"), &opts).await.unwrap();
+        assert_eq!(failed, CommandOutcome::Exited(ProcessExit::exited(3)));
+        assert!(!failed.success());
+        let killed = run(&sh("kill -KILL $$"), &opts).await.unwrap();
+        assert_eq!(killed, CommandOutcome::Exited(ProcessExit::killed_by(9)));
+        assert_eq!(killed.exit().code, 137);
+    }
+
+    #[tokio::test]
+    async fn output_goes_to_the_attempt_log_files() {
+        let (_dir, opts) = opts();
+        let spec = sh("echo to-out; echo to-err >&2; printf 0123456789");
+        let outcome = run(&spec, &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        assert_eq!(log(&opts, Stream::Stdout).await, "to-out\n0123456789");
+        assert_eq!(log(&opts, Stream::Stderr).await, "to-err\n");
+        let tail = read_log(&opts.log_dir, 1, 0, Stream::Stdout, 9, 4)
+            .await
+            .unwrap();
+        assert_eq!(
+            (tail.data.as_slice(), tail.next_offset, tail.eof),
+            (&b"2345"[..], 13, false)
+        );
+        assert!(log_path(&opts.log_dir, 1, 0, Stream::Stderr).ends_with("1-0.err"));
+    }
+
+    #[tokio::test]
+    async fn honours_env_and_cwd() {
+        let (dir, opts) = opts();
+        let opts = opts.env("ESCHER_TASK_ID", "1").env("FROM_WORKER", "w");
+        let spec =
+            sh(r#"printf '%s %s %s\n' "$FROM_SPEC" "$FROM_WORKER" "$ESCHER_TASK_ID"; pwd -P"#)
+                .env("FROM_SPEC", "s")
+                .env("ESCHER_TASK_ID", "spoofed")
+                .cwd(dir.path());
+        let outcome = run(&spec, &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        let cwd = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            log(&opts, Stream::Stdout).await,
+            format!("s w 1\n{}\n", cwd.display())
+        );
+    }
+
+    #[tokio::test]
+    async fn timeout_terminates_the_command() {
+        let (_dir, opts) = opts();
+        let opts = opts.timeout(Duration::from_millis(200));
+        let start = Instant::now();
+        let outcome = run(&CommandSpec::new(["sleep", "30"]), &opts)
+            .await
+            .unwrap();
+        assert_eq!(
+            outcome,
+            CommandOutcome::TimedOut(ProcessExit::killed_by(15))
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_command_that_ignores_sigterm_is_killed_after_the_grace() {
+        let (_dir, opts) = opts();
+        let grace = Duration::from_millis(300);
+        let opts = opts.grace(grace);
+        let spec = sh(r#"trap "" TERM; echo ready; sleep 30"#);
+        let cancel = CancellationToken::new();
+        let running = run_cancellable(&spec, &opts, cancel.clone());
+        let stopping = async {
+            assert_eq!(first_line(&opts).await, "ready");
+            cancel.cancel();
+            Instant::now()
+        };
+        let (outcome, cancelled_at) = tokio::join!(running, stopping);
+        assert_eq!(
+            outcome.unwrap(),
+            CommandOutcome::Cancelled(ProcessExit::killed_by(9))
+        );
+        let took = cancelled_at.elapsed();
+        assert!(took >= grace && took < Duration::from_secs(10), "{took:?}");
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_the_command() {
+        let (_dir, opts) = opts();
+        let cancel = CancellationToken::new();
+        let canceller = {
+            let cancel = cancel.clone();
+            async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                cancel.cancel();
+            }
+        };
+        let sleep = CommandSpec::new(["sleep", "30"]);
+        let start = Instant::now();
+        let (outcome, ()) = tokio::join!(run_cancellable(&sleep, &opts, cancel), canceller);
+        assert_eq!(
+            outcome.unwrap(),
+            CommandOutcome::Cancelled(ProcessExit::killed_by(15))
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+
+        let cancelled = CancellationToken::new();
+        cancelled.cancel();
+        let outcome = run_cancellable(&sleep, &opts, cancelled).await.unwrap();
+        assert!(matches!(outcome, CommandOutcome::Cancelled(_)), "{outcome}");
+    }
+
+    #[tokio::test]
+    async fn stopping_reaches_the_whole_process_group() {
+        let (_dir, opts) = opts();
+        let cancel = CancellationToken::new();
+        let spec = sh("sleep 30 & echo $!; wait");
+        let running = run_cancellable(&spec, &opts, cancel.clone());
+        let stopping = async {
+            let grandchild = first_line(&opts).await;
+            cancel.cancel();
+            grandchild
+        };
+        let (outcome, grandchild) = tokio::join!(running, stopping);
+        assert!(matches!(outcome.unwrap(), CommandOutcome::Cancelled(_)));
+        assert!(
+            ended(&grandchild).await,
+            "grandchild {grandchild} still runs"
+        );
+    }
+
+    #[tokio::test]
+    async fn processes_left_behind_are_killed() {
+        let (_dir, opts) = opts();
+        let outcome = run(&sh("sleep 30 & echo $!"), &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        let leftover = first_line(&opts).await;
+        assert!(ended(&leftover).await, "leftover {leftover} still runs");
+    }
+
+    #[tokio::test]
+    async fn dropping_the_future_kills_the_process_group() {
+        let (_dir, opts) = opts();
+        let spec = sh("sleep 30 & echo $!; wait");
+        let task = {
+            let opts = opts.clone();
+            tokio::spawn(
+                async move { run_command(1, 0, &spec, &opts, CancellationToken::new()).await },
+            )
+        };
+        let grandchild = first_line(&opts).await;
+        task.abort();
+        assert!(task.await.unwrap_err().is_cancelled());
+        assert!(
+            ended(&grandchild).await,
+            "grandchild {grandchild} still runs"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_missing_program_is_a_spawn_error_naming_it() {
+        let (_dir, opts) = opts();
+        let err = run(&CommandSpec::new(["escher-no-such-program", "x"]), &opts)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ExecError::Spawn { program, source }
+                if program == "escher-no-such-program" && source.kind() == io::ErrorKind::NotFound),
+            "{err:?}"
+        );
+        assert!(err.is_task_fault());
+        let message = err.to_string();
+        assert!(message.contains("`escher-no-such-program`"), "{message}");
+        assert!(message.contains("No such file or directory"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn a_non_executable_program_is_a_spawn_error() {
+        let (dir, opts) = opts();
+        let script = dir.path().join("not-executable.sh");
+        std::fs::write(&script, "#!/bin/sh\n").unwrap();
+        let program = script.to_str().unwrap().to_owned();
+        let err = run(&CommandSpec::new([program.clone()]), &opts)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ExecError::Spawn { program: p, source }
+                if *p == program && source.kind() == io::ErrorKind::PermissionDenied),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn bad_specs_and_log_dirs_are_errors() {
+        let (dir, opts) = opts();
+        let empty = run(&CommandSpec::default(), &opts).await.unwrap_err();
+        assert!(matches!(empty, ExecError::EmptyArgv), "{empty:?}");
+
+        let missing = dir.path().join("missing");
+        let err = run(&sh("true").cwd(&missing), &opts).await.unwrap_err();
+        assert!(
+            matches!(&err, ExecError::Cwd { path, .. } if *path == missing),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(missing.to_str().unwrap()), "{err}");
+
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, "").unwrap();
+        let err = run(&sh("true").cwd(&file), &opts).await.unwrap_err();
+        assert!(matches!(err, ExecError::Cwd { .. }), "{err:?}");
+
+        let under_file = file.join("logs");
+        let err = run(&sh("true"), &LaunchOptions::new(&under_file))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&err, ExecError::LogDir { path, .. } if *path == under_file),
+            "{err:?}"
+        );
+        assert!(!err.is_task_fault());
+        assert!(
+            err.to_string().contains(under_file.to_str().unwrap()),
+            "{err}"
+        );
+    }
+}

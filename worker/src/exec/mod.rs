@@ -1,0 +1,21 @@
+//! The command-task executor: runs a command task's attempt as a child process and serves its
+//! logs. It does no networking; the worker runtime calls it and reports what it returns.
+//!
+//! - [`run_command`] runs one attempt to its end, in its own process group, with its output in
+//!   log files, stopping it on timeout or cancellation (`command.rs`).
+//! - [`read_log`] and [`latest_attempt`] read those logs back in bounded chunks (`logs.rs`).
+//! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended (`outcome.rs`).
+//! - [`ExecError`] is what can go wrong (`error.rs`).
+//!
+//! Unix only: it relies on process groups and signals.
+
+mod command;
+mod error;
+mod group;
+mod logs;
+mod outcome;
+
+pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, run_command};
+pub use error::ExecError;
+pub use logs::{LogChunk, MAX_LOG_CHUNK, Stream, latest_attempt, log_path, read_log};
+pub use outcome::{CommandOutcome, ProcessExit};
