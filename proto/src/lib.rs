@@ -7,6 +7,7 @@
 //!   life cycle; what the API reports (cluster, node and task status, pending reasons); and the
 //!   requests and replies of both services as domain values. Pure data with validation: no
 //!   async, no network, usable from the scheduler core.
+//! - [`codec`]: the encoding of function-task arguments and results (bincode over serde).
 //! - [`wire`]: the protobuf messages and the tonic clients and servers generated from
 //!   `proto/escher.proto` (package `escher.v1`): the `Cluster` service that applications call,
 //!   and the `WorkerLink` service that workers call. Only the gRPC edge touches these.
@@ -18,6 +19,7 @@
 //! that says what was wrong.
 #![warn(missing_docs)]
 
+pub mod codec;
 pub mod convert;
 pub mod types;
 pub mod wire;
