@@ -63,14 +63,12 @@ pub enum Event {
 /// What the core decided, in the order it decided it.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Decision {
-    /// Run `task` on `node`, holding `allocation` until it finishes.
+    /// Run `task` on `node`. It holds exactly its requirements there until it finishes.
     Dispatch {
         /// The task.
         task: TaskId,
         /// Where.
         node: NodeId,
-        /// What it holds there (its requirements).
-        allocation: ResourceSet,
     },
     /// No live node could run `task` even if idle; it stays pending.
     Infeasible {

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!            events (with `now`)                       decisions
-//!   NodeAdded / NodeRemoved        ──┐           ┌──▶ Dispatch { task, node, allocation }
+//!   NodeAdded / NodeRemoved        ──┐           ┌──▶ Dispatch { task, node }
 //!   ResourceChanged (set/adjust/del) ├─▶ handle ─┼──▶ Infeasible { task, reason }
 //!   TaskSubmitted / Finished /       │  (one     ├──▶ Feasible { task }
 //!     Cancelled                      │  round)   ├──▶ DeadlinePassed { task }

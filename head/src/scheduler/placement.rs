@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use escher_proto::types::{Amount, Capacity, NodeId, ResourceSet, TaskId};
+use escher_proto::types::{Amount, Capacity, NodeId, TaskId};
 
 use super::core::{Place, Scheduler};
 use super::event::{Decision, InfeasibleReason};
@@ -154,11 +154,9 @@ impl Scheduler {
             .get_mut(&node_id)
             .expect("dispatch to a live node");
         debug_assert!(node.fits(req), "safety: dispatch only where it fits");
-        let mut allocation = ResourceSet::new();
         for (r, amount) in req.iter() {
             let slot = node.slots.get_mut(r).expect("fits implies the slot exists");
             slot.used = slot.used.checked_add(*amount).unwrap_or(Amount::MAX);
-            allocation.insert(self.names.name(*r).clone(), *amount);
         }
         node.running.insert(task);
         let entry = self.tasks.get_mut(&task).expect("head task is known");
@@ -176,7 +174,6 @@ impl Scheduler {
         out.push(Decision::Dispatch {
             task,
             node: node_id,
-            allocation,
         });
     }
 

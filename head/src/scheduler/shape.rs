@@ -64,7 +64,8 @@ pub(crate) struct Shapes {
     pub(crate) by_req: FxHashMap<Req, ShapeId>,
     pub(crate) shapes: FxHashMap<ShapeId, Shape>,
     /// For each resource, the shapes that request it. The empty shape is in none of these.
-    pub(crate) by_resource: FxHashMap<ResourceId, BTreeSet<ShapeId>>,
+    /// Lists are small and unordered (wake-ups are sets); an emptied list keeps its allocation.
+    pub(crate) by_resource: FxHashMap<ResourceId, Vec<ShapeId>>,
     /// The shape that requests nothing, if it has pending tasks.
     pub(crate) empty: Option<ShapeId>,
     /// Shapes to examine in the next round.
@@ -96,7 +97,7 @@ impl Shapes {
             self.empty = Some(id);
         }
         for (r, _) in req.iter() {
-            self.by_resource.entry(*r).or_default().insert(id);
+            self.by_resource.entry(*r).or_default().push(id);
         }
         self.woken.insert(id);
         (id, true)
@@ -113,11 +114,10 @@ impl Shapes {
             self.empty = None;
         }
         for (r, _) in shape.req.iter() {
-            if let Some(set) = self.by_resource.get_mut(r) {
-                set.remove(&id);
-                if set.is_empty() {
-                    self.by_resource.remove(r);
-                }
+            if let Some(list) = self.by_resource.get_mut(r)
+                && let Some(at) = list.iter().position(|s| *s == id)
+            {
+                list.swap_remove(at);
             }
         }
         self.woken.remove(&id);
