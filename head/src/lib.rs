@@ -3,6 +3,14 @@
 //! # Layout
 //!
 //! - [`scheduler`]: the pure scheduler core, events in and decisions out, with no I/O.
+//! - [`state`]: the head's durable state (nodes, resources, tasks, results) and the single
+//!   deterministic `apply(command)` that changes it: the seam raft replication uses.
+//! - [`runtime`]: the owner task, the `Cluster` and `WorkerLink` gRPC services, heartbeats,
+//!   waiters, and [`run`], the entry point the `escher-head` binary and `LocalCluster` call.
 #![warn(missing_docs)]
 
+pub mod runtime;
 pub mod scheduler;
+pub mod state;
+
+pub use runtime::{HeadConfig, HeadError, run};

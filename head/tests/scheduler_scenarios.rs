@@ -93,7 +93,7 @@ fn infeasible_tasks_are_reported_with_a_reason_and_run_when_it_is_fixed() {
     );
     let reason = env.core.infeasible_reason(TaskId(2)).unwrap();
     assert_eq!(reason.resource.as_str(), "cpu");
-    assert_eq!(reason.closest, vec![NodeId(1), NodeId(2)]);
+    assert_eq!(reason.closest_nodes, vec![NodeId(1), NodeId(2)]);
     // The same shape again: reported at once.
     assert!(env.submit(4, "cpu=16")[0].starts_with("infeasible 4"));
     // Fix each cause.

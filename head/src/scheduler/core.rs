@@ -165,6 +165,17 @@ impl Scheduler {
         })
     }
 
+    /// The capacity of `name` on a live node, if the node has it.
+    pub fn capacity(&self, node: NodeId, name: &str) -> Option<Capacity> {
+        let r = self.names.get(name)?;
+        self.nodes.get(&node)?.slots.get(&r).map(|s| s.total)
+    }
+
+    /// Whether `node` is live.
+    pub fn has_node(&self, node: NodeId) -> bool {
+        self.nodes.contains_key(&node)
+    }
+
     /// Live node ids in ascending order.
     pub fn node_ids(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.nodes.keys().copied()
@@ -497,7 +508,7 @@ impl Scheduler {
 }
 
 /// The capacity `op` leaves when applied to `current` (absent: `None`).
-fn new_total(
+pub(crate) fn new_total(
     node: NodeId,
     name: &ResourceName,
     current: Option<Capacity>,

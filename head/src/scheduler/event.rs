@@ -1,10 +1,10 @@
 //! What goes into the scheduler core and what comes out.
 
-use std::fmt;
 use std::sync::Arc;
 
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
+    Amount, Capacity, CapacityOp, Labels, NodeId, NodeSpec, PendingReason, ResourceName,
+    ResourceSet, TaskId,
 };
 
 /// Milliseconds on whatever clock the caller uses; the core only compares them.
@@ -96,41 +96,29 @@ pub enum Decision {
     },
 }
 
-/// Why a pending task cannot run anywhere.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InfeasibleReason {
-    /// The resource that stands in the way.
-    pub resource: ResourceName,
-    /// How much of it the task requests.
-    pub requested: Amount,
-    /// The largest capacity of it on any live node (`None`: no live node has it).
-    pub best_total: Option<Capacity>,
-    /// The live nodes that came closest (fewest requirements they could never meet), best first.
-    pub closest: Vec<NodeId>,
-}
+/// Why a pending task cannot run anywhere: the API's pending reason, produced by the core.
+pub type InfeasibleReason = PendingReason;
 
-impl fmt::Display for InfeasibleReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let (name, requested) = (&self.resource, self.requested);
-        match self.best_total {
-            None => write!(
-                f,
-                "resource {name} (requested {requested}) exists on no live node"
-            )?,
-            Some(best) if !best.could_hold(requested) => write!(
-                f,
-                "requests {requested} {name}, but no live node has more than {best} in total"
-            )?,
-            Some(_) => write!(
-                f,
-                "no live node has all requested resources together; {name} ({requested}) is \
-                 missing on the closest nodes"
-            )?,
-        }
-        if !self.closest.is_empty() {
-            let ids: Vec<String> = self.closest.iter().map(ToString::to_string).collect();
-            write!(f, " (closest nodes: {})", ids.join(", "))?;
-        }
-        Ok(())
+/// Writes the human-readable message of a pending reason from its fields.
+pub(crate) fn describe(
+    resource: &ResourceName,
+    requested: Amount,
+    best_total: Option<Capacity>,
+    closest: &[NodeId],
+) -> String {
+    let mut text = match best_total {
+        None => format!("resource {resource} (requested {requested}) exists on no live node"),
+        Some(best) if !best.could_hold(requested) => format!(
+            "requests {requested} {resource}, but no live node has more than {best} in total"
+        ),
+        Some(_) => format!(
+            "no live node has all requested resources together; {resource} ({requested}) is \
+             missing on the closest nodes"
+        ),
+    };
+    if !closest.is_empty() {
+        let ids: Vec<String> = closest.iter().map(ToString::to_string).collect();
+        text.push_str(&format!(" (closest nodes: {})", ids.join(", ")));
     }
+    text
 }

@@ -52,6 +52,7 @@ mod placement;
 mod sanity;
 mod shape;
 
+pub(crate) use self::core::new_total;
 pub use self::core::{NodeView, ResourceView, Scheduler};
 pub use error::CoreError;
 pub use event::{Decision, Event, InfeasibleReason, Millis};

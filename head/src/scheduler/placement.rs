@@ -8,7 +8,7 @@ use std::sync::Arc;
 use escher_proto::types::{Amount, Capacity, NodeId, TaskId};
 
 use super::core::{Place, Scheduler};
-use super::event::{Decision, InfeasibleReason};
+use super::event::{Decision, InfeasibleReason, describe};
 use super::interner::ResourceId;
 use super::shape::{Req, ShapeId, Wake};
 
@@ -260,11 +260,16 @@ impl Scheduler {
 
     /// Why no live node could ever hold `req`.
     fn explain(&self, req: &Req) -> InfeasibleReason {
-        let reason = |r: ResourceId, requested: Amount, best_total, closest| InfeasibleReason {
-            resource: self.names.name(r).clone(),
-            requested,
-            best_total,
-            closest,
+        let reason = |r: ResourceId, requested: Amount, best_total, closest_nodes: Vec<NodeId>| {
+            let resource = self.names.name(r).clone();
+            let message = describe(&resource, requested, best_total, &closest_nodes);
+            InfeasibleReason {
+                resource,
+                requested,
+                best_total,
+                closest_nodes,
+                message,
+            }
         };
         // A resource no node has, or more of one than any node has in total.
         for (r, amount) in req.iter() {

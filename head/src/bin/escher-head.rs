@@ -1,0 +1,84 @@
+//! `escher-head`: runs the head of an escher cluster.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use escher_head::HeadConfig;
+use escher_head::state::StateConfig;
+
+/// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
+/// clients and workers connect to.
+#[derive(Debug, Parser)]
+#[command(name = "escher-head", version)]
+struct HeadArgs {
+    /// Address to listen on for clients and workers.
+    #[arg(long, env = "ESCHER_HEAD_LISTEN", default_value = "127.0.0.1:7600")]
+    listen: SocketAddr,
+    /// How often workers send heartbeats, in milliseconds.
+    #[arg(long, env = "ESCHER_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
+    heartbeat_interval_ms: u64,
+    /// A worker silent this long (milliseconds) is declared lost and its tasks are retried.
+    #[arg(long, env = "ESCHER_HEARTBEAT_TIMEOUT_MS", default_value_t = 10_000)]
+    heartbeat_timeout_ms: u64,
+    /// The largest function result the head stores, in bytes.
+    #[arg(long, env = "ESCHER_MAX_RESULT_BYTES", default_value_t = StateConfig::default().max_result_bytes)]
+    max_result_bytes: usize,
+    /// The largest request or reply the head accepts or sends, in bytes.
+    #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
+    max_message_bytes: usize,
+}
+
+impl TryFrom<HeadArgs> for HeadConfig {
+    type Error = escher_head::runtime::ConfigError;
+
+    fn try_from(args: HeadArgs) -> Result<Self, Self::Error> {
+        let config = HeadConfig {
+            heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
+            heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
+            max_message_bytes: args.max_message_bytes,
+            state: StateConfig {
+                max_result_bytes: args.max_result_bytes,
+            },
+            ..HeadConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let args = HeadArgs::parse();
+    let listen = args.listen;
+    let config = HeadConfig::try_from(args)?;
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    escher_head::run(listener, config, shutdown_signal()).await?;
+    Ok(())
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(err) => {
+            tracing::warn!(%err, "cannot watch SIGTERM; only Ctrl-C stops the head");
+            let _ = ctrl_c.await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown requested");
+}

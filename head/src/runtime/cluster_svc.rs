@@ -1,0 +1,187 @@
+//! The `Cluster` gRPC service: unpack, convert, delegate to the owner, map errors.
+
+use std::time::Duration;
+
+use escher_proto::types::{
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, SetResourceOutcome,
+    SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId, TaskLogsRequest,
+    WaitRequest,
+};
+use escher_proto::wire::{self, cluster_server::Cluster};
+use tonic::{Request, Response, Status};
+
+use super::handle::{OwnerHandle, unknown_task};
+use super::owner::Msg;
+use super::waiters::snapshot;
+use crate::state::{Command, Reply};
+
+/// The longest a single `Wait` call blocks; clients wanting longer call again.
+const MAX_WAIT: Duration = Duration::from_secs(300);
+/// The most tasks one `ListTasks` call returns.
+const MAX_LIST: u32 = 10_000;
+
+/// Serves applications, the CLI, ESLs and running tasks.
+#[derive(Debug, Clone)]
+pub(crate) struct ClusterService {
+    pub(crate) owner: OwnerHandle,
+    pub(crate) log_fetch_timeout: Duration,
+}
+
+fn unexpected(reply: Reply) -> Status {
+    Status::internal(format!(
+        "unexpected reply from the state machine: {reply:?}"
+    ))
+}
+
+#[tonic::async_trait]
+impl Cluster for ClusterService {
+    #[tracing::instrument(skip_all, fields(tasks))]
+    async fn submit(
+        &self,
+        request: Request<wire::SubmitRequest>,
+    ) -> Result<Response<wire::SubmitReply>, Status> {
+        let SubmitRequest { tasks, namespace } = request.into_inner().try_into()?;
+        tracing::Span::current().record("tasks", tasks.len());
+        match self
+            .owner
+            .apply(Command::Submit { tasks, namespace })
+            .await?
+        {
+            Reply::Submitted(task_ids) => Ok(Response::new(SubmitReply { task_ids }.into())),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn wait(
+        &self,
+        request: Request<wire::WaitRequest>,
+    ) -> Result<Response<wire::WaitReply>, Status> {
+        let WaitRequest {
+            task_ids,
+            num_returns,
+            timeout,
+        } = request.into_inner().try_into()?;
+        let limit = timeout.unwrap_or(MAX_WAIT).min(MAX_WAIT);
+        let num_returns = num_returns as usize;
+        let ids = task_ids.clone();
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.owner
+            .tell(Msg::Wait {
+                ids,
+                num_returns,
+                reply,
+            })
+            .await?;
+        let answer = match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(answer)) => answer.map_err(super::handle::to_status)?,
+            Ok(Err(_)) => return Err(Status::unavailable("the head is shutting down")),
+            // Timed out: answer with what is ready now.
+            Err(_) => {
+                self.owner
+                    .read(move |s| snapshot(s, &task_ids, num_returns))
+                    .await?
+            }
+        };
+        Ok(Response::new(answer.into()))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<wire::CancelRequest>,
+    ) -> Result<Response<wire::CancelReply>, Status> {
+        let CancelRequest { task_ids } = request.into_inner().into();
+        match self
+            .owner
+            .apply(Command::Cancel { tasks: task_ids })
+            .await?
+        {
+            Reply::Cancelled(tasks) => Ok(Response::new(CancelReply { tasks }.into())),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn describe_task(
+        &self,
+        request: Request<wire::DescribeTaskRequest>,
+    ) -> Result<Response<wire::TaskInfo>, Status> {
+        let id: TaskId = request.into_inner().into();
+        let info = self.owner.read(move |s| s.task_info(id)).await?;
+        Ok(Response::new(info.ok_or_else(|| unknown_task(id))?.into()))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<wire::ListTasksRequest>,
+    ) -> Result<Response<wire::ListTasksReply>, Status> {
+        let ListTasksRequest {
+            state,
+            limit,
+            after,
+        } = request.into_inner().try_into()?;
+        let limit = if limit == 0 {
+            1_000
+        } else {
+            limit.min(MAX_LIST)
+        } as usize;
+        let tasks = self
+            .owner
+            .read(move |s| s.list_tasks(state, limit, after))
+            .await?;
+        Ok(Response::new(ListTasksReply { tasks }.into()))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn set_resources(
+        &self,
+        request: Request<wire::SetResourcesRequest>,
+    ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let SetResourcesRequest {
+            updates,
+            namespace,
+            caller_task,
+        } = request.into_inner().try_into()?;
+        let command = Command::SetResources {
+            updates,
+            namespace,
+            caller_task,
+        };
+        match self.owner.apply(command).await? {
+            Reply::ResourcesSet(changed) => {
+                let outcomes = changed
+                    .into_iter()
+                    .map(|nodes| SetResourceOutcome { nodes })
+                    .collect();
+                Ok(Response::new(SetResourcesReply { outcomes }.into()))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<wire::ClusterStatusRequest>,
+    ) -> Result<Response<wire::ClusterStatusReply>, Status> {
+        let status = self.owner.read(|s| s.cluster_status()).await?;
+        Ok(Response::new(status.into()))
+    }
+
+    async fn task_logs(
+        &self,
+        request: Request<wire::TaskLogsRequest>,
+    ) -> Result<Response<wire::TaskLogsReply>, Status> {
+        let request: TaskLogsRequest = request.into_inner().try_into()?;
+        let task = request.task_id;
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.owner.tell(Msg::Logs { request, reply }).await?;
+        match tokio::time::timeout(self.log_fetch_timeout, rx).await {
+            Ok(Ok(Ok(chunk))) => Ok(Response::new(chunk.into())),
+            Ok(Ok(Err(why))) if why.starts_with("unknown task") => Err(Status::not_found(why)),
+            Ok(Ok(Err(why))) => Err(Status::failed_precondition(why)),
+            Ok(Err(_)) => Err(Status::unavailable("the head is shutting down")),
+            Err(_) => Err(Status::deadline_exceeded(format!(
+                "the worker holding task {task}'s logs did not answer within {:?}",
+                self.log_fetch_timeout
+            ))),
+        }
+    }
+}

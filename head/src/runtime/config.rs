@@ -1,0 +1,98 @@
+//! How a head runs: timeouts, limits. Defaults are defined here, once.
+
+use std::time::Duration;
+
+use thiserror::Error;
+
+use crate::state::StateConfig;
+
+/// The head's runtime settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadConfig {
+    /// How often workers send heartbeats.
+    pub heartbeat_interval: Duration,
+    /// A worker silent for this long is declared lost; its tasks are retried elsewhere.
+    pub heartbeat_timeout: Duration,
+    /// How often the head checks heartbeats and pending deadlines.
+    pub tick_interval: Duration,
+    /// The largest gRPC message the head accepts or sends.
+    pub max_message_bytes: usize,
+    /// How long a log request waits for the worker that holds the log.
+    pub log_fetch_timeout: Duration,
+    /// Settings of the replicated state.
+    pub state: StateConfig,
+}
+
+impl Default for HeadConfig {
+    fn default() -> Self {
+        HeadConfig {
+            heartbeat_interval: Duration::from_millis(1_000),
+            heartbeat_timeout: Duration::from_millis(10_000),
+            tick_interval: Duration::from_millis(100),
+            max_message_bytes: 64 * 1024 * 1024,
+            log_fetch_timeout: Duration::from_secs(10),
+            state: StateConfig::default(),
+        }
+    }
+}
+
+/// A setting that makes no sense.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ConfigError {
+    /// The heartbeat timeout must leave room for a few heartbeats.
+    #[error(
+        "heartbeat timeout ({timeout:?}) must be at least twice the heartbeat interval \
+         ({interval:?})"
+    )]
+    HeartbeatTimeout {
+        /// The timeout.
+        timeout: Duration,
+        /// The interval.
+        interval: Duration,
+    },
+    /// A duration or size is zero.
+    #[error("{0} must be greater than zero")]
+    Zero(&'static str),
+    /// Results cannot be larger than the messages that carry them.
+    #[error(
+        "max result size ({result} bytes) must be smaller than the max message size \
+         ({message} bytes)"
+    )]
+    ResultTooLarge {
+        /// The result limit.
+        result: usize,
+        /// The message limit.
+        message: usize,
+    },
+}
+
+impl HeadConfig {
+    /// Checks that the settings make sense together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        for (value, name) in [
+            (self.heartbeat_interval, "heartbeat interval"),
+            (self.tick_interval, "tick interval"),
+            (self.log_fetch_timeout, "log fetch timeout"),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::Zero(name));
+            }
+        }
+        if self.max_message_bytes == 0 {
+            return Err(ConfigError::Zero("max message size"));
+        }
+        if self.heartbeat_timeout < self.heartbeat_interval * 2 {
+            return Err(ConfigError::HeartbeatTimeout {
+                timeout: self.heartbeat_timeout,
+                interval: self.heartbeat_interval,
+            });
+        }
+        if self.state.max_result_bytes >= self.max_message_bytes {
+            return Err(ConfigError::ResultTooLarge {
+                result: self.state.max_result_bytes,
+                message: self.max_message_bytes,
+            });
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! The `WorkerLink` gRPC service: registration, and one long-lived stream per worker.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use escher_proto::types::{RegisterRequest, WorkerMessage};
+use escher_proto::wire::{self, worker_link_server::WorkerLink};
+use tokio_stream::{Stream, StreamExt, wrappers::UnboundedReceiverStream};
+use tokio_util::task::TaskTracker;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::handle::OwnerHandle;
+use super::owner::Msg;
+
+/// How long a new stream may take to say which node it belongs to.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Serves workers.
+#[derive(Debug, Clone)]
+pub(crate) struct LinkService {
+    pub(crate) owner: OwnerHandle,
+    pub(crate) tracker: TaskTracker,
+}
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+type HeadStream = Pin<Box<dyn Stream<Item = Result<wire::HeadMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl WorkerLink for LinkService {
+    async fn register(
+        &self,
+        request: Request<wire::RegisterRequest>,
+    ) -> Result<Response<wire::RegisterReply>, Status> {
+        let request: RegisterRequest = request.into_inner().try_into()?;
+        let reply = self
+            .owner
+            .ask(|reply| Msg::Register { request, reply })
+            .await?;
+        Ok(Response::new(reply.into()))
+    }
+
+    type AttachStream = HeadStream;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<wire::WorkerMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
+            .await
+            .map_err(|_| Status::deadline_exceeded("no Hello within 10 s of opening the stream"))??
+            .ok_or_else(|| Status::invalid_argument("the stream closed before its Hello"))?;
+        let node = match WorkerMessage::try_from(first)? {
+            WorkerMessage::Hello { node_id } => node_id,
+            other => {
+                return Err(Status::invalid_argument(format!(
+                    "the first message on a worker stream must be Hello, not {other:?}"
+                )));
+            }
+        };
+        let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.owner
+            .ask(|reply| Msg::Attach {
+                node,
+                conn,
+                tx,
+                reply,
+            })
+            .await?
+            .map_err(Status::failed_precondition)?;
+        let owner = self.owner.clone();
+        self.tracker.spawn(async move {
+            loop {
+                match inbound.message().await {
+                    Ok(Some(msg)) => match WorkerMessage::try_from(msg) {
+                        Ok(msg) => {
+                            if owner.tell(Msg::Worker { node, msg }).await.is_err() {
+                                break;
+                            }
+                        }
+                        Err(err) => {
+                            tracing::warn!(%node, %err, "ignoring a malformed worker message")
+                        }
+                    },
+                    Ok(None) => break,
+                    Err(status) => {
+                        tracing::debug!(%node, %status, "worker stream ended with an error");
+                        break;
+                    }
+                }
+            }
+            let _ = owner.tell(Msg::Detach { node, conn }).await;
+        });
+        let outbound = UnboundedReceiverStream::new(rx).map(|m| Ok(wire::HeadMessage::from(m)));
+        Ok(Response::new(Box::pin(outbound)))
+    }
+}

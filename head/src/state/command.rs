@@ -1,0 +1,118 @@
+//! The commands that change the head's state, and the effects applying them asks for.
+
+use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::types::{
+    Labels, Namespace, NodeId, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::Millis;
+
+/// A command with the time the leader accepted it; replicas apply the same `now`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Entry {
+    /// Milliseconds since the Unix epoch when the leader accepted the command.
+    pub now: Millis,
+    /// What to do.
+    pub command: Command,
+}
+
+/// Every way the head's state can change.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// A worker joins. With `previous` still live, it keeps that id (a reconnect).
+    RegisterNode {
+        /// Its name.
+        name: String,
+        /// Its address, for people.
+        address: String,
+        /// Its physical and static resources.
+        resources: ResourceSet,
+        /// Its labels.
+        labels: Labels,
+        /// The id it had before, if it is reconnecting.
+        previous: Option<NodeId>,
+    },
+    /// A worker left or stopped sending heartbeats.
+    RemoveNode {
+        /// The node.
+        node: NodeId,
+        /// Why, for the tasks that were running there.
+        reason: String,
+    },
+    /// Tasks to run.
+    Submit {
+        /// Their specs, as the client sent them.
+        tasks: Vec<TaskSpec>,
+        /// The application's namespace for unqualified resource names.
+        namespace: Option<Namespace>,
+    },
+    /// `set_resource` calls, applied all or none.
+    SetResources {
+        /// The changes, in order.
+        updates: Vec<ResourceUpdate>,
+        /// The application's namespace.
+        namespace: Option<Namespace>,
+        /// The running task that called, which gives `Local` its node.
+        caller_task: Option<TaskId>,
+    },
+    /// A worker started a task.
+    TaskStarted {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// A worker finished a task.
+    TaskFinished(TaskFinished),
+    /// Withdraw tasks.
+    Cancel {
+        /// The tasks.
+        tasks: Vec<TaskId>,
+    },
+    /// Time passed (expires pending deadlines).
+    Tick,
+}
+
+/// What applying a command returns to its caller.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Reply {
+    /// The node id of a registered worker.
+    Registered(NodeId),
+    /// The ids of submitted tasks, in order.
+    Submitted(Vec<TaskId>),
+    /// For each update, the nodes it changed.
+    ResourcesSet(Vec<Vec<NodeId>>),
+    /// The tasks' statuses after a cancel.
+    Cancelled(Vec<TaskStatus>),
+    /// Nothing to report.
+    Done,
+}
+
+/// Work for the runtime that applying a command asked for. Only the leader performs them.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Send this assignment to the node's worker.
+    Assign {
+        /// The node.
+        node: NodeId,
+        /// What to run.
+        assignment: Box<Assignment>,
+    },
+    /// Tell the node's worker to stop a task.
+    Cancel {
+        /// The node.
+        node: NodeId,
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+        /// Why.
+        reason: String,
+    },
+    /// A task reached a terminal state: wake whoever waits for it.
+    Terminal {
+        /// The task.
+        task: TaskId,
+    },
+}

@@ -1,0 +1,28 @@
+//! The head's replicated state: nodes, the resource table, tasks and results.
+//!
+//! Everything here changes only through [`ClusterState::apply`], which takes a serializable
+//! [`Entry`] (a [`Command`] stamped with the time it was accepted) and is deterministic: the
+//! same entries in the same order give the same state, replies and [`Effect`]s on every replica.
+//! That is the seam where raft replicates the head (DESIGN §7). Soft state (which worker
+//! connection is open, when each last sent a heartbeat, who waits for which task) lives in the
+//! runtime, not here.
+//!
+//! ```text
+//!   runtime ──Entry{now, Command}──▶ apply ──▶ Reply (to the caller)
+//!                                      │
+//!                                      ├──▶ scheduler core (events in, decisions out)
+//!                                      └──▶ Effects: Assign / Cancel to workers, Terminal
+//! ```
+
+mod apply;
+mod command;
+mod error;
+mod queries;
+mod record;
+mod resources;
+mod tasks;
+
+pub use apply::{ClusterState, StateConfig};
+pub use command::{Command, Effect, Entry, Reply};
+pub use error::ApplyError;
+pub use record::{NodeRecord, TaskRecord};

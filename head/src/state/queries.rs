@@ -1,0 +1,126 @@
+//! Read-only views of the state, as the API reports them.
+
+use escher_proto::types::{
+    ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo, TaskState, TaskStatus,
+    TaskSummary,
+};
+
+use super::apply::ClusterState;
+use super::record::TaskRecord;
+
+impl ClusterState {
+    /// A task's status.
+    pub fn status(&self, id: TaskId) -> Option<TaskStatus> {
+        self.tasks.get(&id).map(|r| r.status(id))
+    }
+
+    /// A task's record.
+    pub fn task(&self, id: TaskId) -> Option<&TaskRecord> {
+        self.tasks.get(&id)
+    }
+
+    /// Everything about one task.
+    pub fn task_info(&self, id: TaskId) -> Option<TaskInfo> {
+        let rec = self.tasks.get(&id)?;
+        Some(TaskInfo {
+            spec: rec.spec.clone(),
+            status: rec.status(id),
+            pending_reason: rec.pending_reason.clone(),
+            submitted_at_ms: rec.submitted_at,
+            started_at_ms: rec.started_at,
+            finished_at_ms: rec.finished_at,
+        })
+    }
+
+    /// Tasks in id order after `after`, optionally in one state, at most `limit`.
+    pub fn list_tasks(
+        &self,
+        state: Option<TaskState>,
+        limit: usize,
+        after: Option<TaskId>,
+    ) -> Vec<TaskSummary> {
+        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
+        self.tasks
+            .range((start, std::ops::Bound::Unbounded))
+            .filter(|(_, r)| state.is_none_or(|s| r.state == s))
+            .take(limit)
+            .map(|(id, r)| {
+                let status = r.status(*id);
+                TaskSummary {
+                    id: *id,
+                    name: r.spec.name.clone(),
+                    state: r.state,
+                    node: r.node,
+                    attempt: r.attempt,
+                    reason: status.reason,
+                    resources: r.spec.resources.clone(),
+                }
+            })
+            .collect()
+    }
+
+    /// Every node the head has seen, live ones with their resources (a lost node's resources
+    /// are gone), and the number of pending and running tasks.
+    pub fn cluster_status(&self) -> ClusterStatus {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|(id, rec)| {
+                let resources = self
+                    .core
+                    .node(*id)
+                    .map(|view| {
+                        view.resources
+                            .into_iter()
+                            .map(|r| ResourceStatus {
+                                name: r.name,
+                                total: r.total,
+                                used: r.used,
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                NodeStatus {
+                    id: *id,
+                    name: rec.name.clone(),
+                    address: rec.address.clone(),
+                    alive: rec.alive,
+                    labels: rec.labels.clone(),
+                    resources,
+                }
+            })
+            .collect();
+        ClusterStatus {
+            nodes,
+            pending_tasks: self.core.pending_count() as u64,
+            running_tasks: self.core.running_count() as u64,
+        }
+    }
+
+    /// Whether a node is live.
+    pub fn node_alive(&self, id: NodeId) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.alive)
+    }
+
+    /// Live node ids.
+    pub fn live_nodes(&self) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.alive)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Tasks the head believes run on `node`, with their attempts.
+    pub fn running_on(&self, node: NodeId) -> Vec<(TaskId, u32)> {
+        self.core
+            .node(node)
+            .map(|v| {
+                v.running
+                    .iter()
+                    .map(|t| (*t, self.tasks.get(t).map_or(0, |r| r.attempt)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}

@@ -1,0 +1,86 @@
+//! What the head remembers about each node and each task.
+
+use escher_proto::types::{
+    Labels, NodeId, PendingReason, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState, TaskStatus,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::Millis;
+
+/// A node the head has seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeRecord {
+    /// The worker's name.
+    pub name: String,
+    /// The worker's address.
+    pub address: String,
+    /// Its labels.
+    pub labels: Labels,
+    /// The resources it registered with.
+    pub resources: ResourceSet,
+    /// Whether it is live.
+    pub alive: bool,
+    /// Why it is no longer live.
+    pub gone_because: Option<String>,
+}
+
+/// A task the head has accepted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Its spec, resource names qualified with its namespace.
+    pub spec: TaskSpec,
+    /// Where it is in its life.
+    pub state: TaskState,
+    /// The node of its latest attempt.
+    pub node: Option<NodeId>,
+    /// Attempts dispatched so far.
+    pub attempt: u32,
+    /// Why it is pending, failed or cancelled.
+    pub reason: Option<String>,
+    /// Why no node can run it now, while that is so.
+    pub pending_reason: Option<PendingReason>,
+    /// Its result once it has one.
+    pub result: Option<TaskResult>,
+    /// When it was accepted.
+    pub submitted_at: Millis,
+    /// When its latest attempt started.
+    pub started_at: Option<Millis>,
+    /// When it reached a terminal state.
+    pub finished_at: Option<Millis>,
+    /// A cancel was requested while it ran; it ends Cancelled when the worker confirms.
+    pub cancel_requested: bool,
+}
+
+impl TaskRecord {
+    pub(crate) fn new(spec: TaskSpec, now: Millis) -> TaskRecord {
+        TaskRecord {
+            spec,
+            state: TaskState::Pending,
+            node: None,
+            attempt: 0,
+            reason: None,
+            pending_reason: None,
+            result: None,
+            submitted_at: now,
+            started_at: None,
+            finished_at: None,
+            cancel_requested: false,
+        }
+    }
+
+    /// The status the API reports.
+    pub fn status(&self, id: TaskId) -> TaskStatus {
+        let reason = match (&self.pending_reason, self.state) {
+            (Some(p), TaskState::Pending) => Some(format!("infeasible: {p}")),
+            _ => self.reason.clone(),
+        };
+        TaskStatus {
+            id,
+            state: self.state,
+            node: self.node,
+            attempt: self.attempt,
+            reason,
+            result: self.result.clone(),
+        }
+    }
+}

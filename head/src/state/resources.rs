@@ -1,0 +1,191 @@
+//! `set_resource` at the head: namespaces, `Local`, all-or-none batches, hooks and ghosts.
+
+use std::collections::BTreeMap;
+
+use escher_proto::types::{
+    Capacity, CapacityOp, Delta, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId,
+    TaskKind, TaskState,
+};
+
+use super::apply::ClusterState;
+use super::error::ApplyError;
+use crate::scheduler::{Event, Millis, new_total};
+
+/// One planned change: set `name` on `node` to `total`.
+type Plan = Vec<(NodeId, ResourceName, Capacity)>;
+
+impl ClusterState {
+    /// The name as the application in `ns` means it.
+    pub(crate) fn qualify(
+        &self,
+        name: &ResourceName,
+        ns: Option<&Namespace>,
+    ) -> Result<ResourceName, ApplyError> {
+        let Some(ns) = ns else {
+            return Ok(name.clone());
+        };
+        let qualified = name.in_namespace(ns);
+        if qualified == *name && !name.is_physical() && name.namespace().is_none() {
+            return Err(ApplyError::NameTooLong {
+                name: name.clone(),
+                namespace: ns.to_string(),
+                max: ResourceName::MAX_LEN,
+            });
+        }
+        Ok(qualified)
+    }
+
+    /// Qualifies names, refuses physical ones, and turns `Local` into the caller's node.
+    pub(crate) fn resolve_updates(
+        &self,
+        updates: Vec<ResourceUpdate>,
+        ns: Option<&Namespace>,
+        caller: Option<TaskId>,
+    ) -> Result<Vec<ResourceUpdate>, ApplyError> {
+        updates
+            .into_iter()
+            .map(|mut u| {
+                u.name = self.qualify(&u.name, ns)?;
+                if u.name.is_physical() {
+                    return Err(ApplyError::Physical(u.name));
+                }
+                if u.target == NodeSpec::Local {
+                    u.target = NodeSpec::Node(self.caller_node(caller)?);
+                }
+                Ok(u)
+            })
+            .collect()
+    }
+
+    fn caller_node(&self, caller: Option<TaskId>) -> Result<NodeId, ApplyError> {
+        let task = caller.ok_or(ApplyError::LocalOutsideTask)?;
+        let rec = self.tasks.get(&task).ok_or(ApplyError::UnknownTask(task))?;
+        match (rec.state, rec.node) {
+            (TaskState::Running, Some(node)) => Ok(node),
+            (state, _) => Err(ApplyError::CallerNotRunning { task, state }),
+        }
+    }
+
+    /// Applies resolved updates all or none. Every change is planned against the current
+    /// capacities (and the batch's own earlier changes) first; only then is anything applied,
+    /// each as an absolute capacity at this single serialization point.
+    pub(crate) fn set_resources(
+        &mut self,
+        updates: &[ResourceUpdate],
+        now: Millis,
+    ) -> Result<Vec<Vec<NodeId>>, ApplyError> {
+        let (plan, changed) = self.plan(updates)?;
+        for (node, name, total) in plan {
+            let event = Event::ResourceChanged {
+                target: NodeSpec::Node(node),
+                name,
+                op: CapacityOp::Set(total),
+            };
+            self.core_event(event, now);
+        }
+        Ok(changed)
+    }
+
+    fn plan(&self, updates: &[ResourceUpdate]) -> Result<(Plan, Vec<Vec<NodeId>>), ApplyError> {
+        let mut totals: BTreeMap<(NodeId, ResourceName), Capacity> = BTreeMap::new();
+        let mut order = Vec::new();
+        let mut changed = Vec::with_capacity(updates.len());
+        for u in updates {
+            let nodes = match &u.target {
+                NodeSpec::Local => return Err(ApplyError::LocalOutsideTask),
+                NodeSpec::Node(id) if self.core.has_node(*id) => vec![*id],
+                NodeSpec::Node(id) => return Err(ApplyError::UnknownNode(*id)),
+                NodeSpec::Match {
+                    resources,
+                    num_nodes,
+                } => self.core.resolve_match(resources, *num_nodes)?,
+            };
+            for node in &nodes {
+                let key = (*node, u.name.clone());
+                let current = match totals.get(&key) {
+                    Some(c) => Some(*c),
+                    None => self.core.capacity(*node, u.name.as_str()),
+                };
+                let total = new_total(*node, &u.name, current, u.op)?;
+                if totals.insert(key.clone(), total).is_none() {
+                    order.push(key);
+                }
+            }
+            changed.push(nodes);
+        }
+        let plan = order
+            .into_iter()
+            .map(|key| {
+                let total = totals[&key];
+                (key.0, key.1, total)
+            })
+            .collect();
+        Ok((plan, changed))
+    }
+
+    /// Runs a task's hook updates, with `Local` meaning `node`. A hook that cannot apply (its
+    /// node is gone, a capacity would go negative) is skipped and logged: hooks are signals,
+    /// and a failed signal must not undo the task.
+    pub(crate) fn run_hooks(
+        &mut self,
+        task: TaskId,
+        node: NodeId,
+        hooks: &[ResourceUpdate],
+        now: Millis,
+    ) {
+        if hooks.is_empty() {
+            return;
+        }
+        let resolved: Vec<ResourceUpdate> = hooks
+            .iter()
+            .map(|h| {
+                let mut h = h.clone();
+                if h.target == NodeSpec::Local {
+                    h.target = NodeSpec::Node(node);
+                }
+                h
+            })
+            .collect();
+        if let Err(err) = self.set_resources(&resolved, now) {
+            tracing::warn!(%task, %err, "a task hook could not be applied");
+        }
+    }
+
+    /// Creates (`start`) or removes a ghost task's declared resources on its node.
+    pub(crate) fn ghost_resources(&mut self, task: TaskId, node: NodeId, start: bool, now: Millis) {
+        let Some(TaskKind::Ghost { creates, .. }) = self.tasks.get(&task).map(|r| &r.spec.kind)
+        else {
+            return;
+        };
+        if !self.core.has_node(node) {
+            return;
+        }
+        let updates: Vec<ResourceUpdate> = creates
+            .iter()
+            .map(|(name, cap)| {
+                let op = match (cap, start) {
+                    (Capacity::Finite(a), true) => CapacityOp::Adjust(Delta::increase(*a)),
+                    (Capacity::Finite(a), false) => CapacityOp::Adjust(Delta::decrease(*a)),
+                    (Capacity::Unbounded, true) => CapacityOp::Set(Capacity::Unbounded),
+                    (Capacity::Unbounded, false) => CapacityOp::Delete,
+                };
+                ResourceUpdate {
+                    name: name.clone(),
+                    op,
+                    target: NodeSpec::Node(node),
+                }
+            })
+            .collect();
+        for update in updates {
+            // One at a time: if another party already removed one, the others still go.
+            let single = std::slice::from_ref(&update);
+            if self.set_resources(single, now).is_err() && !start {
+                let delete = ResourceUpdate {
+                    op: CapacityOp::Delete,
+                    ..update
+                };
+                let _ = self.set_resources(std::slice::from_ref(&delete), now);
+            }
+        }
+    }
+}

@@ -1,0 +1,266 @@
+//! The task life cycle: accepted, dispatched, started, finished, retried, cancelled.
+
+use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::types::{
+    Namespace, NodeId, NodeSpec, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+};
+
+use super::apply::ClusterState;
+use super::command::Effect;
+use super::error::ApplyError;
+use super::record::TaskRecord;
+use crate::scheduler::{Event, Millis};
+
+impl ClusterState {
+    /// Accepts a batch of tasks, all or none.
+    pub(crate) fn submit(
+        &mut self,
+        specs: Vec<TaskSpec>,
+        namespace: Option<&Namespace>,
+        now: Millis,
+    ) -> Result<Vec<TaskId>, ApplyError> {
+        let mut accepted = Vec::with_capacity(specs.len());
+        for (index, spec) in specs.into_iter().enumerate() {
+            accepted.push(self.qualify_spec(spec, namespace, index)?);
+        }
+        let mut ids = Vec::with_capacity(accepted.len());
+        for spec in accepted {
+            let id = TaskId(self.next_task);
+            self.next_task += 1;
+            let resources = spec.resources.clone();
+            let deadline = spec.pending_deadline.map(|d| now.saturating_add(millis(d)));
+            self.tasks.insert(id, TaskRecord::new(spec, now));
+            self.core_event(
+                Event::TaskSubmitted {
+                    task: id,
+                    resources,
+                    deadline,
+                },
+                now,
+            );
+            ids.push(id);
+        }
+        Ok(ids)
+    }
+
+    /// The core placed a task: record it, create what it declares, and send it to the worker.
+    pub(crate) fn dispatched(&mut self, id: TaskId, node: NodeId, now: Millis) {
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        rec.state = TaskState::Running;
+        rec.node = Some(node);
+        rec.attempt += 1;
+        rec.started_at = Some(now);
+        rec.pending_reason = None;
+        let assignment = Assignment {
+            task_id: id,
+            attempt: rec.attempt,
+            spec: rec.spec.clone(),
+            allocation: rec.spec.resources.clone(),
+        };
+        let hooks = rec.spec.on_start.clone();
+        self.ghost_resources(id, node, true, now);
+        self.run_hooks(id, node, &hooks, now);
+        self.effects.push(Effect::Assign {
+            node,
+            assignment: Box::new(assignment),
+        });
+    }
+
+    pub(crate) fn started(&mut self, id: TaskId, attempt: u32, now: Millis) {
+        if let Some(rec) = self.tasks.get_mut(&id)
+            && rec.state == TaskState::Running
+            && rec.attempt == attempt
+        {
+            rec.started_at = Some(now);
+        }
+    }
+
+    /// A worker reported the end of an attempt. Reports for other attempts are stale and
+    /// ignored (the task was retried or cancelled meanwhile).
+    pub(crate) fn finished(&mut self, report: TaskFinished, now: Millis) {
+        let id = report.task_id;
+        let Some(rec) = self.tasks.get(&id) else {
+            return;
+        };
+        if rec.state != TaskState::Running || rec.attempt != report.attempt {
+            return;
+        }
+        let node = rec.node.unwrap_or(NodeId(0));
+        let cancel_requested = rec.cancel_requested;
+        let timeout = rec.spec.timeout;
+        self.core_event(Event::TaskFinished { task: id }, now);
+        self.ghost_resources(id, node, false, now);
+        if cancel_requested {
+            let result = report.outcome.ok();
+            let why = Some("cancelled by request".to_string());
+            self.terminate(id, TaskState::Cancelled, why, result, now);
+            return;
+        }
+        let failure = match report.outcome {
+            Ok(TaskResult::Returned(bytes)) if bytes.len() > self.config.max_result_bytes => {
+                let why = format!(
+                    "result of {} bytes exceeds the head's limit of {} bytes (--max-result-bytes)",
+                    bytes.len(),
+                    self.config.max_result_bytes
+                );
+                // Running it again would give the same result: no retry.
+                self.terminate(id, TaskState::Failed, Some(why), None, now);
+                return;
+            }
+            Ok(TaskResult::Exited { code }) if code != 0 => match (report.timed_out, timeout) {
+                (true, Some(t)) => format!("timed out after {t:?} (exit code {code})"),
+                (true, None) => format!("timed out (exit code {code})"),
+                (false, _) => format!("exited with code {code}"),
+            },
+            Ok(result) => {
+                let hooks = self
+                    .tasks
+                    .get(&id)
+                    .map(|r| r.spec.on_success.clone())
+                    .unwrap_or_default();
+                self.run_hooks(id, node, &hooks, now);
+                self.terminate(id, TaskState::Succeeded, None, Some(result), now);
+                return;
+            }
+            Err(why) if report.timed_out => format!("timed out: {why}"),
+            Err(why) => why,
+        };
+        self.failed_attempt(id, failure, now);
+    }
+
+    /// An attempt failed: run it again while retries remain, else fail the task.
+    pub(crate) fn failed_attempt(&mut self, id: TaskId, why: String, now: Millis) {
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        if rec.cancel_requested {
+            let why = Some(format!("cancelled by request ({why})"));
+            self.terminate(id, TaskState::Cancelled, why, None, now);
+            return;
+        }
+        if rec.attempt > rec.spec.max_retries {
+            self.terminate(id, TaskState::Failed, Some(why), None, now);
+            return;
+        }
+        rec.state = TaskState::Pending;
+        rec.reason = Some(format!("attempt {} failed ({why}); retrying", rec.attempt));
+        let resources = rec.spec.resources.clone();
+        let deadline = rec
+            .spec
+            .pending_deadline
+            .map(|d| now.saturating_add(millis(d)));
+        self.core_event(
+            Event::TaskSubmitted {
+                task: id,
+                resources,
+                deadline,
+            },
+            now,
+        );
+    }
+
+    /// Moves a task to a terminal state and tells the runtime.
+    pub(crate) fn terminate(
+        &mut self,
+        id: TaskId,
+        state: TaskState,
+        reason: Option<String>,
+        result: Option<TaskResult>,
+        now: Millis,
+    ) {
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        rec.state = state;
+        rec.reason = reason;
+        rec.result = result;
+        rec.pending_reason = None;
+        rec.finished_at = Some(now);
+        self.effects.push(Effect::Terminal { task: id });
+    }
+
+    /// Cancels tasks, all known or none. Pending tasks end at once; running ones when their
+    /// worker confirms the process is gone.
+    pub(crate) fn cancel(
+        &mut self,
+        ids: &[TaskId],
+        now: Millis,
+    ) -> Result<Vec<TaskStatus>, ApplyError> {
+        let mut seen = std::collections::BTreeSet::new();
+        for id in ids {
+            if !self.tasks.contains_key(id) {
+                return Err(ApplyError::UnknownTask(*id));
+            }
+            if !seen.insert(*id) {
+                return Err(ApplyError::DuplicateTask(*id));
+            }
+        }
+        for id in ids {
+            let rec = &self.tasks[id];
+            match rec.state {
+                TaskState::Pending => {
+                    self.core_event(Event::TaskCancelled { task: *id }, now);
+                    let why = Some("cancelled by request while pending".to_string());
+                    self.terminate(*id, TaskState::Cancelled, why, None, now);
+                }
+                TaskState::Running if !rec.cancel_requested => {
+                    let (node, attempt) = (rec.node.unwrap_or(NodeId(0)), rec.attempt);
+                    let rec = self.tasks.get_mut(id).expect("checked above");
+                    rec.cancel_requested = true;
+                    let reason = "cancelled by request".to_string();
+                    self.effects.push(Effect::Cancel {
+                        node,
+                        task: *id,
+                        attempt,
+                        reason,
+                    });
+                }
+                _ => {}
+            }
+        }
+        Ok(ids.iter().map(|id| self.tasks[id].status(*id)).collect())
+    }
+
+    /// Qualifies a spec's names with the namespace and checks what applications may not do.
+    fn qualify_spec(
+        &self,
+        mut spec: TaskSpec,
+        ns: Option<&Namespace>,
+        index: usize,
+    ) -> Result<TaskSpec, ApplyError> {
+        let invalid = |why: String| ApplyError::InvalidTask { index, why };
+        let mut resources = escher_proto::types::ResourceSet::new();
+        for (name, amount) in spec.resources.iter() {
+            resources.insert(self.qualify(name, ns)?, amount);
+        }
+        spec.resources = resources;
+        for hook in spec.on_start.iter_mut().chain(spec.on_success.iter_mut()) {
+            hook.name = self.qualify(&hook.name, ns)?;
+            if hook.name.is_physical() {
+                return Err(ApplyError::Physical(hook.name.clone()));
+            }
+            if let NodeSpec::Match {
+                num_nodes: Some(0), ..
+            } = hook.target
+            {
+                return Err(invalid("a hook's num_nodes must be at least 1".into()));
+            }
+        }
+        if let TaskKind::Ghost { creates, .. } = &mut spec.kind {
+            for (name, _) in creates.iter_mut() {
+                *name = self.qualify(name, ns)?;
+                if name.is_physical() {
+                    return Err(ApplyError::Physical(name.clone()));
+                }
+            }
+        }
+        Ok(spec)
+    }
+}
+
+/// Whole milliseconds in a duration, saturating.
+pub(crate) fn millis(d: std::time::Duration) -> Millis {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,1432 @@
+//! Scenario tests of the head's state machine: [`ClusterState::apply`] driven with entries, with
+//! exact assertions on replies, effects and task statuses, plus a property test over random
+//! command sequences. Every step runs the invariant checks of `state_support`.
+
+mod state_support;
+
+use std::time::Duration;
+
+use escher_head::scheduler::CoreError;
+use escher_head::state::{ApplyError, ClusterState, Command, Effect, Entry, Reply, StateConfig};
+use escher_proto::types::{
+    Amount, Capacity, CapacityOp, Delta, Labels, NodeId, NodeSpec, ResourceUpdate, TaskFinished,
+    TaskId, TaskResult, TaskState,
+};
+use proptest::prelude::*;
+use state_support::{
+    T0, TestState, adjust, check_invariants, matching, name, on, render, report, res, set, task,
+};
+
+fn ok(code: i32) -> Result<TaskResult, String> {
+    Ok(TaskResult::Exited { code })
+}
+
+// ---- 1. the happy path -------------------------------------------------------------------
+
+#[test]
+fn a_command_task_is_assigned_started_and_succeeds() {
+    let mut t = TestState::new();
+    let node = t.node("w1", "cpu=4,memory=1024");
+    assert_eq!(node, NodeId(1));
+    t.advance(5);
+    let (id, out) = t.submit_in(None, vec![task("cpu=1").name("hello").build()]);
+    let id = id[0];
+    assert_eq!(out.reply, Reply::Submitted(vec![TaskId(1)]));
+    let [
+        Effect::Assign {
+            node: to,
+            assignment,
+        },
+    ] = out.effects.as_slice()
+    else {
+        panic!("expected one assignment, got {:?}", out.effects);
+    };
+    assert_eq!(*to, node);
+    assert_eq!(assignment.task_id, id);
+    assert_eq!(assignment.attempt, 1);
+    assert_eq!(assignment.allocation, res("cpu=1"));
+    assert_eq!(assignment.spec, task("cpu=1").name("hello").build());
+    assert_eq!(t.task_state(id), TaskState::Running);
+    assert_eq!(t.slot(node, "cpu"), Some(("4".into(), "1".into())));
+    assert_eq!(t.state.running_on(node), [(id, 1)]);
+
+    t.advance(10);
+    assert_eq!(
+        t.apply(Command::TaskStarted {
+            task: id,
+            attempt: 1
+        })
+        .fx(),
+        Vec::<String>::new()
+    );
+    assert_eq!(t.state.task_info(id).unwrap().started_at_ms, Some(T0 + 15));
+
+    t.advance(100);
+    assert_eq!(t.exit(id, 0), ["terminal 1"]);
+    let status = t.status(id);
+    assert_eq!(status.state, TaskState::Succeeded);
+    assert_eq!(status.node, Some(node));
+    assert_eq!(status.attempt, 1);
+    assert_eq!(status.reason, None);
+    assert_eq!(status.result, Some(TaskResult::Exited { code: 0 }));
+    let info = t.state.task_info(id).unwrap();
+    assert_eq!(info.submitted_at_ms, T0 + 5);
+    assert_eq!(info.started_at_ms, Some(T0 + 15));
+    assert_eq!(info.finished_at_ms, Some(T0 + 115));
+    assert_eq!(t.slot(node, "cpu"), Some(("4".into(), "0".into())));
+    assert!(t.state.running_on(node).is_empty());
+    let cluster = t.cluster();
+    assert_eq!((cluster.pending_tasks, cluster.running_tasks), (0, 0));
+}
+
+// ---- 2. failures and retries -------------------------------------------------------------
+
+#[test]
+fn a_failed_attempt_is_retried_while_retries_remain_then_fails() {
+    let mut t = TestState::new();
+    let node = t.node("w1", "cpu=1");
+    let (a, fx) = t.submit(task("cpu=1").retries(1));
+    assert_eq!(fx, ["assign 1->1 #1"]);
+    // B waits for the cpu, ahead of A's retry in the queue.
+    let (b, fx) = t.submit(task("cpu=1"));
+    assert!(fx.is_empty());
+
+    assert_eq!(
+        t.exit(a, 3),
+        ["assign 2->1 #1"],
+        "B gets the cpu, A waits to retry"
+    );
+    let status = t.status(a);
+    assert_eq!(status.state, TaskState::Pending);
+    assert_eq!(status.attempt, 1);
+    let reason = status.reason.unwrap();
+    assert!(
+        reason.contains("retrying") && reason.contains("exited with code 3"),
+        "{reason}"
+    );
+
+    assert_eq!(t.exit(b, 0), ["terminal 2", "assign 1->1 #2"]);
+    assert_eq!(t.task_state(a), TaskState::Running);
+    assert_eq!(t.status(a).attempt, 2);
+
+    assert_eq!(t.exit(a, 7), ["terminal 1"]);
+    let status = t.status(a);
+    assert_eq!(status.state, TaskState::Failed);
+    assert_eq!(status.attempt, 2);
+    assert_eq!(status.reason.as_deref(), Some("exited with code 7"));
+    assert_eq!(status.result, None);
+    assert_eq!(t.slot(node, "cpu"), Some(("1".into(), "0".into())));
+}
+
+#[test]
+fn a_timed_out_attempt_says_so() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let (a, _) = t.submit(task("cpu=1").timeout(Duration::from_secs(2)));
+    let fx = t.finish(TaskFinished {
+        timed_out: true,
+        ..report(a, 1, ok(137))
+    });
+    assert_eq!(fx, ["terminal 1"]);
+    assert_eq!(t.task_state(a), TaskState::Failed);
+    let reason = t.reason(a);
+    assert!(
+        reason.contains("timed out") && reason.contains("2s"),
+        "{reason}"
+    );
+
+    // A function that errs after its timeout: the error is kept.
+    let (b, _) = t.submit(task("cpu=1").function("slow"));
+    let fx = t.finish(TaskFinished {
+        timed_out: true,
+        ..report(b, 1, Err("killed".into()))
+    });
+    assert_eq!(fx, ["terminal 2"]);
+    assert_eq!(t.reason(b), "timed out: killed");
+
+    // A spawn error is reported as is.
+    let (c, _) = t.submit(task("cpu=1"));
+    t.finish(report(c, 1, Err("no such program: nope".into())));
+    assert_eq!(t.reason(c), "no such program: nope");
+}
+
+// ---- 3. lost nodes -----------------------------------------------------------------------
+
+#[test]
+fn a_lost_nodes_tasks_are_retried_elsewhere_or_failed_and_its_resources_vanish() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    let (a, fx) = t.submit(task("cpu=1").retries(1));
+    assert_eq!(fx, ["assign 1->1 #1"]);
+
+    // A goes back to pending and runs again on the node that is left.
+    assert_eq!(t.remove_node(n1), ["assign 1->2 #2"]);
+    assert_eq!(t.status(a).node, Some(n2));
+    assert!(t.reason(a).contains("node 1 lost"), "{}", t.reason(a));
+    let cluster = t.cluster();
+    let lost = cluster.node(n1).unwrap();
+    assert!(!lost.alive);
+    assert!(lost.resources.is_empty());
+    assert_eq!(cluster.nodes.len(), 2);
+    assert!(!t.state.node_alive(n1));
+    assert_eq!(t.state.live_nodes(), [n2]);
+
+    // B, without retries, on a node with an ephemeral resource.
+    let n3 = t.node("w3", "cpu=1");
+    t.set_resources(None, vec![set("data-7", "unbounded", on(n3))])
+        .unwrap();
+    let (b, fx) = t.submit(task("cpu=1"));
+    assert_eq!(fx, ["assign 2->3 #1"]);
+    let (c, fx) = t.submit(task("data-7=1"));
+    assert_eq!(fx, ["assign 3->3 #1"]);
+    assert_eq!(t.slot(n3, "data-7"), Some(("unbounded".into(), "1".into())));
+
+    let fx = t.remove_node(n3);
+    assert_eq!(fx, ["terminal 2", "terminal 3"]);
+    assert_eq!(t.task_state(b), TaskState::Failed);
+    assert_eq!(t.reason(b), "node 3 lost");
+    assert_eq!(t.task_state(c), TaskState::Failed);
+    let cluster = t.cluster();
+    assert!(!cluster.node(n3).unwrap().alive);
+    assert!(cluster.node(n3).unwrap().resources.is_empty());
+    assert!(cluster.nodes.iter().all(|n| n.resource("data-7").is_none()));
+
+    // The ephemeral resource is gone: nothing matches it, a task needing it is infeasible,
+    // and the lost node cannot be targeted.
+    let out = t
+        .set_resources(None, vec![set("m", "1", matching("data-7=1", None))])
+        .unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![]]));
+    let (d, fx) = t.submit(task("data-7=1"));
+    assert!(fx.is_empty());
+    assert!(
+        t.reason(d).starts_with("infeasible: resource data-7"),
+        "{}",
+        t.reason(d)
+    );
+    let err = t
+        .set_resources(None, vec![set("x", "1", on(n3))])
+        .unwrap_err();
+    assert_eq!(err, ApplyError::UnknownNode(n3));
+    // Removing it again changes nothing; an unknown node is refused.
+    assert!(t.remove_node(n3).is_empty());
+    let err = t.try_apply(Command::RemoveNode {
+        node: NodeId(99),
+        reason: "x".into(),
+    });
+    assert_eq!(err.unwrap_err(), ApplyError::UnknownNode(NodeId(99)));
+}
+
+// ---- 4. stale reports --------------------------------------------------------------------
+
+#[test]
+fn reports_about_an_old_attempt_are_ignored() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    let (a, _) = t.submit(task("cpu=1").retries(2));
+    assert_eq!(t.remove_node(n1), ["assign 1->2 #2"]);
+
+    let before = format!("{:?}", t.state);
+    for command in [
+        Command::TaskFinished(report(a, 1, ok(0))),
+        Command::TaskFinished(report(a, 1, ok(1))),
+        Command::TaskFinished(report(a, 3, ok(0))),
+        Command::TaskStarted {
+            task: a,
+            attempt: 1,
+        },
+        Command::TaskFinished(report(TaskId(42), 1, ok(0))),
+        Command::TaskStarted {
+            task: TaskId(42),
+            attempt: 1,
+        },
+    ] {
+        let out = t.apply(command);
+        assert_eq!(out.reply, Reply::Done);
+        assert!(out.effects.is_empty());
+    }
+    assert_eq!(
+        before,
+        format!("{:?}", t.state),
+        "stale reports changed the state"
+    );
+    assert_eq!(t.task_state(a), TaskState::Running);
+
+    // The current attempt's report counts; a late duplicate of it does not.
+    assert_eq!(t.finish(report(a, 2, ok(0))), ["terminal 1"]);
+    assert!(t.finish(report(a, 2, ok(1))).is_empty());
+    assert_eq!(t.task_state(a), TaskState::Succeeded);
+    assert_eq!(t.slot(n2, "cpu"), Some(("1".into(), "0".into())));
+}
+
+// ---- 5. set_resource ---------------------------------------------------------------------
+
+#[test]
+fn physical_resources_cannot_be_set_by_applications() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "cpu=4,mig.1g.5gb=2");
+    for physical in ["cpu", "mig.1g.5gb", "memory", "gpu"] {
+        let err = t
+            .set_resources(None, vec![set(physical, "8", on(n))])
+            .unwrap_err();
+        assert_eq!(err, ApplyError::Physical(name(physical)));
+        assert!(err.to_string().contains("physical"), "{err}");
+        // Also inside a namespace, and in the middle of a batch.
+        let batch = vec![set("mine", "1", on(n)), set(physical, "8", on(n))];
+        let err = t.set_resources(Some("app"), batch).unwrap_err();
+        assert_eq!(err, ApplyError::Physical(name(physical)));
+    }
+    assert_eq!(t.slot(n, "cpu"), Some(("4".into(), "0".into())));
+    assert_eq!(t.slot(n, "mig.1g.5gb"), Some(("2".into(), "0".into())));
+    assert_eq!(t.slot(n, "mine"), None);
+    assert_eq!(t.slot(n, "app/mine"), None);
+
+    // Hooks and ghosts cannot touch them either.
+    for spec in [
+        task("").on_success(set("cpu", "1", NodeSpec::Local)),
+        task("").on_start(adjust("gpu", "+1", NodeSpec::Local)),
+        task("").ghost("mig.1g.5gb=1"),
+    ] {
+        let err = t.try_apply(Command::Submit {
+            tasks: vec![spec.build()],
+            namespace: None,
+        });
+        assert!(matches!(err, Err(ApplyError::Physical(_))), "{err:?}");
+    }
+}
+
+#[test]
+fn local_means_the_calling_tasks_node() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1,gpu=1");
+    let local = |caller: Option<TaskId>| Command::SetResources {
+        updates: vec![set("here", "1", NodeSpec::Local)],
+        namespace: None,
+        caller_task: caller,
+    };
+    assert_eq!(
+        t.try_apply(local(None)).unwrap_err(),
+        ApplyError::LocalOutsideTask
+    );
+    assert_eq!(
+        t.try_apply(local(Some(TaskId(9)))).unwrap_err(),
+        ApplyError::UnknownTask(TaskId(9))
+    );
+
+    let (running, fx) = t.submit(task("gpu=1"));
+    assert_eq!(fx, ["assign 1->2 #1"]);
+    let (pending, fx) = t.submit(task("gpu=1"));
+    assert!(fx.is_empty());
+    assert_eq!(
+        t.try_apply(local(Some(pending))).unwrap_err(),
+        ApplyError::CallerNotRunning {
+            task: pending,
+            state: TaskState::Pending
+        }
+    );
+
+    let out = t.apply(local(Some(running)));
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n2]]));
+    assert!(out.effects.is_empty());
+    assert_eq!(t.slot(n2, "here"), Some(("1".into(), "0".into())));
+    assert_eq!(t.slot(n1, "here"), None);
+
+    // Once it finished, it has no node any more.
+    t.exit(running, 0);
+    assert_eq!(
+        t.try_apply(local(Some(running))).unwrap_err(),
+        ApplyError::CallerNotRunning {
+            task: running,
+            state: TaskState::Succeeded
+        }
+    );
+    assert_eq!(t.task_state(pending), TaskState::Running);
+}
+
+#[test]
+fn unknown_nodes_are_not_found() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let err = t
+        .set_resources(None, vec![set("x", "1", on(NodeId(7)))])
+        .unwrap_err();
+    assert_eq!(err, ApplyError::UnknownNode(NodeId(7)));
+    assert!(err.is_not_found());
+    assert_eq!(err.to_string(), "unknown node 7");
+}
+
+#[test]
+fn a_batch_applies_all_or_nothing() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "cpu=1");
+    t.set_resources(None, vec![set("tokens", "2", on(n))])
+        .unwrap();
+    let batch = vec![adjust("x", "+1", on(n)), adjust("tokens", "-3", on(n))];
+    let err = t.set_resources(None, batch).unwrap_err();
+    assert!(
+        matches!(&err, ApplyError::Core(CoreError::NegativeCapacity { node, .. }) if *node == n),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("negative"), "{err}");
+    assert_eq!(
+        t.slot(n, "x"),
+        None,
+        "the first update did not happen either"
+    );
+    assert_eq!(t.slot(n, "tokens"), Some(("2".into(), "0".into())));
+
+    // Later updates of a batch see the earlier ones.
+    let batch = vec![adjust("tokens", "-1", on(n)), adjust("tokens", "-1", on(n))];
+    let out = t.set_resources(None, batch).unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n], vec![n]]));
+    assert_eq!(t.slot(n, "tokens"), None, "reaching zero deletes");
+    let batch = vec![set("y", "1", on(n)), adjust("y", "-2", on(n))];
+    assert!(t.set_resources(None, batch).is_err());
+    assert_eq!(t.slot(n, "y"), None);
+    // A Match with num_nodes of zero is refused.
+    let err = t
+        .set_resources(None, vec![set("z", "1", matching("", Some(0)))])
+        .unwrap_err();
+    assert_eq!(err, ApplyError::Core(CoreError::ZeroNumNodes));
+}
+
+#[test]
+fn adjustments_compose() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "cpu=1");
+    for _ in 0..8 {
+        let out = t
+            .set_resources(None, vec![adjust("tokens", "+1", on(n))])
+            .unwrap();
+        assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n]]));
+    }
+    assert_eq!(t.slot(n, "tokens"), Some(("8".into(), "0".into())));
+    t.set_resources(None, vec![adjust("tokens", "-0.5", on(n))])
+        .unwrap();
+    assert_eq!(t.slot(n, "tokens"), Some(("7.5".into(), "0".into())));
+    // Deltas leave an unbounded capacity alone; capacity 0 deletes.
+    t.set_resources(
+        None,
+        vec![set("inf", "unbounded", on(n)), adjust("inf", "-3", on(n))],
+    )
+    .unwrap();
+    assert_eq!(t.slot(n, "inf"), Some(("unbounded".into(), "0".into())));
+    t.set_resources(None, vec![set("inf", "0", on(n))]).unwrap();
+    assert_eq!(t.slot(n, "inf"), None);
+    let delete = ResourceUpdate {
+        name: name("tokens"),
+        op: CapacityOp::Delete,
+        target: on(n),
+    };
+    t.set_resources(None, vec![delete]).unwrap();
+    assert_eq!(t.slot(n, "tokens"), None);
+}
+
+#[test]
+fn match_with_num_nodes_picks_the_lowest_ids_with_the_resources_available() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    let n3 = t.node("w3", "cpu=1");
+    let n4 = t.node("w4", "cpu=1");
+    let n5 = t.node("w5", "cpu=1");
+    for n in [n2, n3, n4, n5] {
+        t.set_resources(None, vec![set("slot", "1", on(n))])
+            .unwrap();
+    }
+    // Occupy the slot on node 2 (the scarcest-resource round robin starts at the first holder).
+    let (_, fx) = t.submit(task("slot=1"));
+    assert_eq!(fx, ["assign 1->2 #1"]);
+    let out = t
+        .set_resources(None, vec![set("picked", "1", matching("slot=1", Some(2)))])
+        .unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n3, n4]]));
+    for (n, has) in [
+        (n1, false),
+        (n2, false),
+        (n3, true),
+        (n4, true),
+        (n5, false),
+    ] {
+        assert_eq!(t.slot(n, "picked").is_some(), has, "node {n}");
+    }
+    // Without a limit: every node with it available; an empty match: every live node.
+    let out = t
+        .set_resources(None, vec![set("all", "1", matching("slot=1", None))])
+        .unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n3, n4, n5]]));
+    let out = t
+        .set_resources(None, vec![set("every", "1", matching("", Some(4)))])
+        .unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n1, n2, n3, n4]]));
+}
+
+// ---- 6. namespaces -----------------------------------------------------------------------
+
+#[test]
+fn namespaces_keep_applications_apart() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    let (ids, out) = t.submit_in(Some("a"), vec![task("x=1").build()]);
+    let a = ids[0];
+    assert!(out.effects.is_empty());
+    let reason = t.reason(a);
+    assert!(reason.starts_with("infeasible"), "{reason}");
+    assert!(reason.contains("a/x"), "{reason}");
+    assert_eq!(t.state.task(a).unwrap().spec.resources, res("a/x=1"));
+    let pending = t.state.task_info(a).unwrap().pending_reason.unwrap();
+    assert_eq!(pending.resource, name("a/x"));
+
+    // Another application's x is not a's x.
+    let out = t
+        .set_resources(Some("b"), vec![set("x", "1", on(n1))])
+        .unwrap();
+    assert!(out.effects.is_empty());
+    assert_eq!(t.slot(n1, "b/x"), Some(("1".into(), "0".into())));
+    assert_eq!(t.task_state(a), TaskState::Pending);
+    // Nor is the unqualified x.
+    t.set_resources(None, vec![set("x", "1", on(n1))]).unwrap();
+    assert_eq!(t.task_state(a), TaskState::Pending);
+
+    let out = t
+        .set_resources(Some("a"), vec![set("x", "1", on(n2))])
+        .unwrap();
+    assert_eq!(out.fx(), ["assign 1->2 #1"]);
+    assert_eq!(t.task_state(a), TaskState::Running);
+    assert_eq!(t.status(a).reason, None);
+    assert_eq!(t.state.task_info(a).unwrap().pending_reason, None);
+
+    // Qualified names reach across: b waits for a's x, and a task of b's releases it.
+    let (ids, _) = t.submit_in(Some("b"), vec![task("a/x=1").build()]);
+    assert_eq!(t.task_state(ids[0]), TaskState::Pending);
+    let out = t
+        .set_resources(Some("b"), vec![adjust("a/x", "+1", on(n2))])
+        .unwrap();
+    assert_eq!(out.fx(), ["assign 2->2 #1"]);
+    // Physical names are the same in every namespace.
+    let (ids, out) = t.submit_in(Some("b"), vec![task("cpu=1").build()]);
+    assert_eq!(out.fx(), ["assign 3->1 #1"]);
+    assert_eq!(t.state.task(ids[0]).unwrap().spec.resources, res("cpu=1"));
+}
+
+#[test]
+fn match_resources_are_qualified_with_the_namespace() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    t.set_resources(Some("a"), vec![set("gpu-pool", "1", on(n2))])
+        .unwrap();
+    t.set_resources(None, vec![set("gpu-pool", "1", on(n1))])
+        .unwrap();
+    // In namespace a, `gpu-pool` means a/gpu-pool: node 2, not node 1.
+    let out = t
+        .set_resources(
+            Some("a"),
+            vec![set("tag", "1", matching("gpu-pool=1,cpu=1", None))],
+        )
+        .unwrap();
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![n2]]));
+    assert_eq!(t.slot(n2, "a/tag"), Some(("1".into(), "0".into())));
+    // The same for a hook of a task submitted in namespace a.
+    let spec = task("cpu=1").on_success(set("done", "1", matching("gpu-pool=1", None)));
+    let (ids, out) = t.submit_in(Some("a"), vec![spec.build()]);
+    assert_eq!(out.fx(), ["assign 1->1 #1"]);
+    t.exit(ids[0], 0);
+    assert_eq!(t.slot(n2, "a/done"), Some(("1".into(), "0".into())));
+    assert_eq!(t.slot(n1, "a/done"), None);
+}
+
+// ---- 7. ghost tasks ----------------------------------------------------------------------
+
+#[test]
+fn a_ghost_creates_a_bundle_for_as_long_as_it_lives() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=4");
+    let n2 = t.node("w2", "cpu=8");
+    // Fill node 1's cpu so the ghost lands on node 2.
+    t.submit(task("cpu=4"));
+    let (ghost, fx) = t.submit(task("cpu=4").ghost("bundle=4"));
+    assert_eq!(fx, ["assign 2->2 #1"]);
+    assert_eq!(t.slot(n2, "bundle"), Some(("4".into(), "0".into())));
+    assert_eq!(t.slot(n1, "bundle"), None);
+
+    let mut members = Vec::new();
+    for i in 0..5 {
+        let (id, fx) = t.submit(task("bundle=1"));
+        if i < 4 {
+            assert_eq!(fx, [format!("assign {id}->2 #1")]);
+        } else {
+            assert!(fx.is_empty(), "the bundle is full");
+        }
+        members.push(id);
+    }
+    assert_eq!(t.slot(n2, "bundle"), Some(("4".into(), "4".into())));
+
+    // The ghost is released: its bundle goes, the holders keep what they hold.
+    assert_eq!(
+        t.finish_current(ghost, Ok(TaskResult::Released)),
+        ["terminal 2"]
+    );
+    assert_eq!(t.task_state(ghost), TaskState::Succeeded);
+    assert_eq!(t.status(ghost).result, Some(TaskResult::Released));
+    assert_eq!(t.slot(n2, "bundle"), Some(("0".into(), "4".into())));
+    assert_eq!(t.slot(n2, "cpu"), Some(("8".into(), "0".into())));
+    let last = members[4];
+    assert!(
+        t.reason(last).starts_with("infeasible"),
+        "{}",
+        t.reason(last)
+    );
+    for (i, m) in members[..4].iter().enumerate() {
+        t.exit(*m, 0);
+        let left = if i < 3 {
+            Some(("0".into(), (3 - i).to_string()))
+        } else {
+            None
+        };
+        assert_eq!(t.slot(n2, "bundle"), left);
+    }
+    assert_eq!(t.task_state(last), TaskState::Pending);
+}
+
+#[test]
+fn nothing_is_admitted_to_a_ghosts_bundle_once_the_ghost_ended() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "cpu=5");
+    let (ghost, fx) = t.submit(task("cpu=4").ghost("bundle=4"));
+    assert_eq!(fx, ["assign 1->1 #1"]);
+    // Waits for cpu, not for the bundle.
+    let (late, fx) = t.submit(task("bundle=1,cpu=2"));
+    assert!(fx.is_empty());
+    // The ghost's end releases cpu and removes the bundle in one step: the waiting task must
+    // not be admitted to a bundle that no longer exists.
+    assert_eq!(
+        t.finish_current(ghost, Ok(TaskResult::Released)),
+        ["terminal 1"]
+    );
+    assert_eq!(t.task_state(late), TaskState::Pending);
+    assert!(
+        t.reason(late).starts_with("infeasible"),
+        "{}",
+        t.reason(late)
+    );
+    assert_eq!(t.slot(n, "bundle"), None);
+}
+
+#[test]
+fn a_lost_or_failed_ghost_takes_its_bundle_with_it_and_unbounded_ghosts_work() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let (ghost, fx) = t.submit(task("cpu=1").ghost_unbounded("near-data"));
+    assert_eq!(fx, ["assign 1->1 #1"]);
+    assert_eq!(
+        t.slot(n1, "near-data"),
+        Some(("unbounded".into(), "0".into()))
+    );
+    let (user, fx) = t.submit(task("near-data=3"));
+    assert_eq!(fx, ["assign 2->1 #1"]);
+    // The ghost fails: its resource is deleted, the user keeps its share.
+    assert_eq!(
+        t.finish_current(ghost, Err("worker said no".into())),
+        ["terminal 1"]
+    );
+    assert_eq!(t.task_state(ghost), TaskState::Failed);
+    assert_eq!(t.slot(n1, "near-data"), Some(("0".into(), "3".into())));
+    t.exit(user, 0);
+    assert_eq!(t.slot(n1, "near-data"), None);
+
+    // A ghost retried after its node was lost recreates its bundle on the new node.
+    let (ghost, fx) = t.submit(task("cpu=1").ghost("bundle=2").retries(1));
+    assert_eq!(fx, ["assign 3->1 #1"]);
+    let n2 = t.node("w2", "cpu=1");
+    assert_eq!(t.remove_node(n1), ["assign 3->2 #2"]);
+    assert_eq!(t.slot(n2, "bundle"), Some(("2".into(), "0".into())));
+    assert_eq!(
+        t.finish_current(ghost, Ok(TaskResult::Released)),
+        ["terminal 3"]
+    );
+    assert_eq!(t.slot(n2, "bundle"), None);
+}
+
+// ---- 8. hooks ----------------------------------------------------------------------------
+
+#[test]
+fn on_success_hooks_signal_waiting_tasks() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    t.submit(task("cpu=1")); // node 1
+    let (a, fx) = t.submit(task("cpu=1").on_success(set("done-a", "1", NodeSpec::Local)));
+    assert_eq!(fx, ["assign 2->2 #1"]);
+    let (b, fx) = t.submit(task("done-a=1"));
+    assert!(fx.is_empty());
+    assert_eq!(t.task_state(b), TaskState::Pending);
+    assert!(
+        t.reason(b).starts_with("infeasible: resource done-a"),
+        "{}",
+        t.reason(b)
+    );
+
+    assert_eq!(t.exit(a, 0), ["terminal 2", "assign 3->2 #1"]);
+    assert_eq!(t.status(b).node, Some(n2));
+    assert_eq!(t.status(b).reason, None);
+    assert_eq!(t.slot(n2, "done-a"), Some(("1".into(), "1".into())));
+}
+
+#[test]
+fn on_start_hooks_apply_at_dispatch() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let (waiter, fx) = t.submit(task("started-c=1"));
+    assert!(fx.is_empty());
+    let (c, fx) = t.submit(task("cpu=1").on_start(adjust("started-c", "+1", NodeSpec::Local)));
+    assert_eq!(fx, ["assign 2->1 #1", "assign 1->1 #1"]);
+    assert_eq!(t.task_state(c), TaskState::Running);
+    assert_eq!(t.task_state(waiter), TaskState::Running);
+    assert_eq!(t.slot(n1, "started-c"), Some(("1".into(), "1".into())));
+    // A hook that cannot apply is skipped; the task still runs.
+    t.exit(c, 0);
+    let spec = task("").on_start(adjust("never", "-1", NodeSpec::Local));
+    let (d, fx) = t.submit(spec);
+    assert_eq!(fx, ["assign 3->1 #1"]);
+    assert_eq!(t.task_state(d), TaskState::Running);
+    assert_eq!(t.slot(n1, "never"), None);
+}
+
+#[test]
+fn a_failed_or_cancelled_task_does_not_run_its_on_success_hooks() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=2");
+    let (e, _) = t.submit(task("cpu=1").on_success(set("done-e", "1", NodeSpec::Local)));
+    let (f, _) = t.submit(task("cpu=1").on_success(set("done-f", "1", NodeSpec::Local)));
+    assert_eq!(t.exit(e, 1), ["terminal 1"]);
+    assert_eq!(t.task_state(e), TaskState::Failed);
+    t.cancel(&[f]).unwrap();
+    assert_eq!(t.exit(f, 0), ["terminal 2"]);
+    assert_eq!(t.task_state(f), TaskState::Cancelled);
+    assert_eq!(t.slot(n1, "done-e"), None);
+    assert_eq!(t.slot(n1, "done-f"), None);
+}
+
+// ---- 9. cancel ---------------------------------------------------------------------------
+
+#[test]
+fn cancel_ends_pending_tasks_at_once_and_running_ones_when_the_worker_confirms() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "cpu=1");
+    let (running, _) = t.submit(task("cpu=1"));
+    let (pending, _) = t.submit(task("cpu=1"));
+    let (other, _) = t.submit(task("cpu=1"));
+
+    let out = t.cancel(&[pending]).unwrap();
+    assert_eq!(out.fx(), ["terminal 2"]);
+    let Reply::Cancelled(statuses) = out.reply else {
+        panic!("{:?}", out.reply)
+    };
+    assert_eq!(statuses.len(), 1);
+    assert_eq!(statuses[0].state, TaskState::Cancelled);
+    assert_eq!(
+        statuses[0].reason.as_deref(),
+        Some("cancelled by request while pending")
+    );
+    assert_eq!(t.state.task_info(pending).unwrap().finished_at_ms, Some(T0));
+
+    let out = t.cancel(&[running]).unwrap();
+    assert_eq!(
+        out.effects,
+        [Effect::Cancel {
+            node: n,
+            task: running,
+            attempt: 1,
+            reason: "cancelled by request".to_string()
+        }]
+    );
+    assert_eq!(t.task_state(running), TaskState::Running);
+    // Asking again sends nothing more.
+    assert!(t.cancel(&[running]).unwrap().effects.is_empty());
+
+    assert_eq!(t.exit(running, 143), ["terminal 1", "assign 3->1 #1"]);
+    let status = t.status(running);
+    assert_eq!(status.state, TaskState::Cancelled);
+    assert_eq!(status.reason.as_deref(), Some("cancelled by request"));
+    assert_eq!(status.result, Some(TaskResult::Exited { code: 143 }));
+
+    // Unknown or duplicate ids refuse the whole call.
+    let err = t.cancel(&[other, TaskId(99)]).unwrap_err();
+    assert_eq!(err, ApplyError::UnknownTask(TaskId(99)));
+    assert!(err.is_not_found());
+    let err = t.cancel(&[other, other]).unwrap_err();
+    assert_eq!(err, ApplyError::DuplicateTask(other));
+    assert_eq!(t.task_state(other), TaskState::Running);
+
+    // Cancelling a finished task changes nothing and reports its status.
+    let out = t.cancel(&[pending, running]).unwrap();
+    assert!(out.effects.is_empty());
+    let Reply::Cancelled(statuses) = out.reply else {
+        panic!()
+    };
+    assert_eq!(
+        statuses.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [pending, running]
+    );
+}
+
+#[test]
+fn a_cancelled_task_is_not_retried_when_its_attempt_fails_or_its_node_is_lost() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=2");
+    t.node("w2", "cpu=2");
+    let (a, _) = t.submit(task("cpu=2").retries(3));
+    let (b, _) = t.submit(task("cpu=2").retries(3));
+    assert_eq!(t.status(a).node, Some(n1));
+    t.cancel(&[a, b]).unwrap();
+    assert_eq!(t.remove_node(n1), ["terminal 1"]);
+    assert_eq!(t.task_state(a), TaskState::Cancelled);
+    assert!(t.reason(a).contains("node 1 lost"), "{}", t.reason(a));
+    assert_eq!(t.exit(b, 1), ["terminal 2"]);
+    assert_eq!(t.task_state(b), TaskState::Cancelled);
+}
+
+// ---- 10. result size ---------------------------------------------------------------------
+
+#[test]
+fn a_result_over_the_limit_fails_the_task_without_retry() {
+    let mut t = TestState::with_config(StateConfig {
+        max_result_bytes: 8,
+    });
+    t.node("w1", "cpu=1");
+    let (big, _) = t.submit(task("cpu=1").function("f").retries(3));
+    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9])));
+    assert_eq!(fx, ["terminal 1"]);
+    let status = t.status(big);
+    assert_eq!(status.state, TaskState::Failed);
+    assert_eq!(status.attempt, 1);
+    assert_eq!(status.result, None);
+    let reason = status.reason.unwrap();
+    assert!(
+        reason.contains("9 bytes") && reason.contains("limit of 8 bytes"),
+        "{reason}"
+    );
+
+    let (fits, _) = t.submit(task("cpu=1").function("f"));
+    assert_eq!(
+        t.finish_current(fits, Ok(TaskResult::Returned(vec![7; 8]))),
+        ["terminal 2"]
+    );
+    assert_eq!(t.status(fits).state, TaskState::Succeeded);
+    assert_eq!(
+        t.status(fits).result,
+        Some(TaskResult::Returned(vec![7; 8]))
+    );
+}
+
+// ---- 11. pending deadlines ---------------------------------------------------------------
+
+#[test]
+fn a_task_pending_past_its_deadline_is_cancelled() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let (a, fx) = t.submit(task("cpu=2").pending_deadline(Duration::from_secs(1)));
+    assert!(fx.is_empty());
+    assert_eq!(t.state.core().next_deadline(), Some(T0 + 1000));
+    assert!(t.tick_at(T0 + 999).is_empty());
+    assert_eq!(t.task_state(a), TaskState::Pending);
+    assert_eq!(t.tick_at(T0 + 1000), ["terminal 1"]);
+    let status = t.status(a);
+    assert_eq!(status.state, TaskState::Cancelled);
+    assert!(
+        status.reason.as_deref().unwrap().contains("deadline"),
+        "{status:?}"
+    );
+    assert_eq!(
+        t.state.task_info(a).unwrap().finished_at_ms,
+        Some(T0 + 1000)
+    );
+    assert_eq!(t.state.core().next_deadline(), None);
+    assert!(t.tick_at(T0 + 5000).is_empty());
+
+    // A task that gets a node in time is not affected.
+    let (b, fx) = t.submit(task("cpu=1").pending_deadline(Duration::from_millis(10)));
+    assert_eq!(fx, ["assign 2->1 #1"]);
+    assert!(t.tick_at(T0 + 6000).is_empty());
+    assert_eq!(t.task_state(b), TaskState::Running);
+}
+
+// ---- 12. determinism and serializability ------------------------------------------------
+
+/// A small deterministic generator, so the list of entries is fixed.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+/// ~50 entries touching every command, some of them refused or stale.
+fn fixed_entries() -> Vec<Entry> {
+    let mut rng = Lcg(7);
+    let mut now = T0;
+    let mut entries = Vec::new();
+    let mut push = |command: Command, now: u64| entries.push(Entry { now, command });
+    for i in 0..3 {
+        let resources = res(&format!("cpu={},memory=1024", i + 1));
+        let command = Command::RegisterNode {
+            name: format!("w{i}"),
+            address: format!("10.0.0.{i}:7601"),
+            resources,
+            labels: format!("rack=r{i}").parse().unwrap(),
+            previous: None,
+        };
+        push(command, now);
+    }
+    for _ in 0..47 {
+        now += rng.next(400);
+        let task_id = TaskId(1 + rng.next(12));
+        let node = NodeId(1 + rng.next(4));
+        let command = match rng.next(10) {
+            0..=2 => {
+                let spec = match rng.next(4) {
+                    0 => task("cpu=1").retries(1),
+                    1 => task("cpu=1,q=1").pending_deadline(Duration::from_millis(500)),
+                    2 => task("cpu=2").ghost("bundle=2"),
+                    _ => task("bundle=1").on_success(adjust("done", "+1", NodeSpec::Local)),
+                };
+                let namespace = (rng.next(3) == 0).then(|| "app".parse().unwrap());
+                Command::Submit {
+                    tasks: vec![spec.build()],
+                    namespace,
+                }
+            }
+            3 | 4 => {
+                let outcome = match rng.next(4) {
+                    0 => ok(0),
+                    1 => ok(1),
+                    2 => Ok(TaskResult::Released),
+                    _ => Err("boom".to_string()),
+                };
+                let attempt = 1 + rng.next(2) as u32;
+                Command::TaskFinished(TaskFinished {
+                    task_id,
+                    attempt,
+                    outcome,
+                    timed_out: rng.next(5) == 0,
+                })
+            }
+            5 => Command::TaskStarted {
+                task: task_id,
+                attempt: 1,
+            },
+            6 => {
+                let update = match rng.next(3) {
+                    0 => set("q", "1", on(node)),
+                    1 => adjust("q", "-1", on(node)),
+                    _ => set("lane", "2", matching("cpu=1", Some(2))),
+                };
+                Command::SetResources {
+                    updates: vec![update],
+                    namespace: None,
+                    caller_task: None,
+                }
+            }
+            7 => Command::Cancel {
+                tasks: vec![task_id],
+            },
+            8 => match rng.next(3) {
+                0 => Command::RemoveNode {
+                    node,
+                    reason: "heartbeat timeout".into(),
+                },
+                _ => Command::RegisterNode {
+                    name: "late".into(),
+                    address: "10.0.0.9:7601".into(),
+                    resources: res("cpu=2"),
+                    labels: Labels::new(),
+                    previous: Some(node),
+                },
+            },
+            _ => Command::Tick,
+        };
+        push(command, now);
+    }
+    entries
+}
+
+type Step = (Result<Reply, ApplyError>, Vec<Effect>);
+
+fn run(entries: &[Entry]) -> (Vec<Step>, ClusterState) {
+    let mut state = ClusterState::new(StateConfig::default());
+    let steps = entries
+        .iter()
+        .map(|e| {
+            let reply = state.apply(e.clone());
+            check_invariants(&state);
+            (reply, state.take_effects())
+        })
+        .collect();
+    (steps, state)
+}
+
+#[test]
+fn the_same_entries_give_the_same_replies_effects_and_state() {
+    let entries = fixed_entries();
+    assert_eq!(entries.len(), 50);
+    let (a, state_a) = run(&entries);
+    let (b, state_b) = run(&entries);
+    assert_eq!(a, b);
+    assert_eq!(state_a.cluster_status(), state_b.cluster_status());
+    assert_eq!(
+        state_a.list_tasks(None, 1000, None),
+        state_b.list_tasks(None, 1000, None)
+    );
+    // The sequence is not trivial: it dispatched, finished and refused things.
+    let effects: Vec<String> = a.iter().flat_map(|(_, fx)| render(fx)).collect();
+    assert!(
+        effects.iter().any(|e| e.starts_with("assign")),
+        "{effects:?}"
+    );
+    assert!(
+        effects.iter().any(|e| e.starts_with("terminal")),
+        "{effects:?}"
+    );
+    assert!(a.iter().any(|(r, _)| r.is_err()));
+    assert!(state_a.list_tasks(None, 1000, None).len() >= 5);
+
+    // A replica that receives every entry through the wire format ends up the same.
+    let config = bincode::config::standard();
+    let decoded: Vec<Entry> = entries
+        .iter()
+        .map(|e| {
+            let bytes = bincode::serde::encode_to_vec(e, config).unwrap();
+            let (back, read): (Entry, usize) =
+                bincode::serde::decode_from_slice(&bytes, config).unwrap();
+            assert_eq!(read, bytes.len());
+            assert_eq!(&back, e, "entry changed in a bincode round trip");
+            back
+        })
+        .collect();
+    let (c, state_c) = run(&decoded);
+    assert_eq!(a, c);
+    assert_eq!(format!("{state_a:?}"), format!("{state_c:?}"));
+}
+
+#[test]
+fn every_kind_of_entry_survives_bincode() {
+    let spec = task("cpu=0.5,app/x=1")
+        .retries(2)
+        .timeout(Duration::from_millis(1500))
+        .pending_deadline(Duration::from_secs(3))
+        .on_start(set("s", "unbounded", NodeSpec::Local))
+        .on_success(adjust("done", "-0.25", matching("gpu=1", Some(3))))
+        .build();
+    let mut ghost = task("").ghost("bundle=4").build();
+    if let escher_proto::types::TaskKind::Ghost { ttl, creates } = &mut ghost.kind {
+        *ttl = Some(Duration::from_secs(60));
+        creates.push((name("inf"), Capacity::Unbounded));
+    }
+    let commands = vec![
+        Command::RegisterNode {
+            name: "w".into(),
+            address: "[::1]:7601".into(),
+            resources: res("cpu=16,mig.1g.10gb=2"),
+            labels: "zone=a,gpu=h100".parse().unwrap(),
+            previous: Some(NodeId(u64::MAX)),
+        },
+        Command::RemoveNode {
+            node: NodeId(3),
+            reason: "gone".into(),
+        },
+        Command::Submit {
+            tasks: vec![spec, ghost, task("").function("f").build()],
+            namespace: Some("app".parse().unwrap()),
+        },
+        Command::SetResources {
+            updates: vec![
+                ResourceUpdate {
+                    name: name("x"),
+                    op: CapacityOp::Delete,
+                    target: on(NodeId(1)),
+                },
+                ResourceUpdate {
+                    name: name("y"),
+                    op: CapacityOp::Adjust(Delta::decrease(Amount::MAX)),
+                    target: NodeSpec::Local,
+                },
+            ],
+            namespace: None,
+            caller_task: Some(TaskId(5)),
+        },
+        Command::TaskStarted {
+            task: TaskId(1),
+            attempt: 2,
+        },
+        Command::TaskFinished(TaskFinished {
+            task_id: TaskId(1),
+            attempt: 1,
+            outcome: Ok(TaskResult::Returned(vec![0, 255, 7])),
+            timed_out: false,
+        }),
+        Command::TaskFinished(TaskFinished {
+            timed_out: true,
+            ..report(TaskId(2), 3, Err("e".into()))
+        }),
+        Command::Cancel {
+            tasks: vec![TaskId(1), TaskId(2)],
+        },
+        Command::Tick,
+    ];
+    let config = bincode::config::standard();
+    for (i, command) in commands.into_iter().enumerate() {
+        let entry = Entry {
+            now: T0 + i as u64,
+            command,
+        };
+        let bytes = bincode::serde::encode_to_vec(&entry, config).unwrap();
+        let (back, _): (Entry, usize) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
+        assert_eq!(back, entry);
+    }
+}
+
+// ---- 13. reconnects ----------------------------------------------------------------------
+
+#[test]
+fn a_reconnecting_worker_keeps_its_id_and_tasks_while_live() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=2");
+    let (a, _) = t.submit(task("cpu=1"));
+    let (id, fx) = t.register("w1-again", "cpu=2", Some(n1));
+    assert_eq!(id, n1);
+    assert!(fx.is_empty());
+    assert_eq!(t.task_state(a), TaskState::Running);
+    assert_eq!(t.state.running_on(n1), [(a, 1)]);
+    let cluster = t.cluster();
+    assert_eq!(cluster.nodes.len(), 1);
+    assert_eq!(cluster.nodes[0].name, "w1-again");
+    assert_eq!(cluster.nodes[0].address, "w1-again.example:7601");
+    assert_eq!(t.slot(n1, "cpu"), Some(("2".into(), "1".into())));
+
+    // After it was declared lost, it comes back as a new node.
+    assert_eq!(t.remove_node(n1), ["terminal 1"]);
+    let (id, _) = t.register("w1", "cpu=2", Some(n1));
+    assert_eq!(id, NodeId(2));
+    let cluster = t.cluster();
+    assert!(!cluster.node(n1).unwrap().alive);
+    assert!(cluster.node(id).unwrap().alive);
+    // An id the head never gave out also gets a new id.
+    let (id, _) = t.register("w9", "cpu=1", Some(NodeId(77)));
+    assert_eq!(id, NodeId(3));
+}
+
+// ---- property test -----------------------------------------------------------------------
+
+/// One step, resolved against the current state by the harness.
+#[derive(Debug, Clone)]
+enum Op {
+    AddNode {
+        cpu: u8,
+        with_q: bool,
+    },
+    Reconnect {
+        pick: u8,
+    },
+    RemoveNode {
+        pick: u8,
+    },
+    Submit {
+        kind: u8,
+        cpu: u8,
+        q: u8,
+        retries: u8,
+        deadline: Option<u16>,
+        ns: bool,
+    },
+    Finish {
+        pick: u8,
+        outcome: u8,
+        stale: bool,
+    },
+    Started {
+        pick: u8,
+    },
+    Cancel {
+        pick: u8,
+        also_unknown: bool,
+    },
+    Set {
+        pick: u8,
+        res: u8,
+        cap: u8,
+    },
+    Adjust {
+        pick: u8,
+        res: u8,
+        delta: i8,
+    },
+    SetLocal {
+        pick: u8,
+        delta: i8,
+    },
+    SetMatch {
+        res: u8,
+        num: Option<u8>,
+    },
+    Tick {
+        advance: u16,
+    },
+}
+
+const APP_NAMES: [&str; 3] = ["q", "bundle", "done"];
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        2 => (1..5u8, any::<bool>()).prop_map(|(cpu, with_q)| Op::AddNode { cpu, with_q }),
+        1 => any::<u8>().prop_map(|pick| Op::Reconnect { pick }),
+        1 => any::<u8>().prop_map(|pick| Op::RemoveNode { pick }),
+        5 => (0..6u8, 0..3u8, 0..3u8, 0..3u8, proptest::option::of(0..2000u16), any::<bool>())
+            .prop_map(|(kind, cpu, q, retries, deadline, ns)| Op::Submit {
+                kind, cpu, q, retries, deadline, ns
+            }),
+        5 => (any::<u8>(), 0..7u8, any::<bool>())
+            .prop_map(|(pick, outcome, stale)| Op::Finish { pick, outcome, stale }),
+        1 => any::<u8>().prop_map(|pick| Op::Started { pick }),
+        1 => (any::<u8>(), any::<bool>())
+            .prop_map(|(pick, also_unknown)| Op::Cancel { pick, also_unknown }),
+        2 => (any::<u8>(), 0..3u8, 0..4u8).prop_map(|(pick, res, cap)| Op::Set { pick, res, cap }),
+        2 => (any::<u8>(), 0..3u8, -3..4i8)
+            .prop_map(|(pick, res, delta)| Op::Adjust { pick, res, delta }),
+        1 => (any::<u8>(), -2..3i8).prop_map(|(pick, delta)| Op::SetLocal { pick, delta }),
+        1 => (0..3u8, proptest::option::of(0..3u8)).prop_map(|(res, num)| Op::SetMatch { res, num }),
+        2 => (0..3000u16).prop_map(|advance| Op::Tick { advance }),
+    ]
+}
+
+fn pick<T: Copy>(items: &[T], i: u8) -> Option<T> {
+    (!items.is_empty()).then(|| items[i as usize % items.len()])
+}
+
+fn delta(d: i8) -> Delta {
+    let a = Amount::units(u64::from(d.unsigned_abs())).unwrap();
+    if d < 0 {
+        Delta::decrease(a)
+    } else {
+        Delta::increase(a)
+    }
+}
+
+/// Turns an op into a command against the current state; `None` when it does not apply.
+fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
+    let live = t.state.live_nodes();
+    let all_nodes: Vec<NodeId> = t.cluster().nodes.iter().map(|n| n.id).collect();
+    let running: Vec<TaskId> = (1..=known)
+        .map(TaskId)
+        .filter(|id| {
+            t.state
+                .task(*id)
+                .is_some_and(|r| r.state == TaskState::Running)
+        })
+        .collect();
+    let ids: Vec<TaskId> = (1..=known).map(TaskId).collect();
+    Some(match *op {
+        Op::AddNode { cpu, with_q } => {
+            let text = if with_q {
+                format!("cpu={cpu},q=1")
+            } else {
+                format!("cpu={cpu}")
+            };
+            Command::RegisterNode {
+                name: "w".into(),
+                address: "a".into(),
+                resources: res(&text),
+                labels: Labels::new(),
+                previous: None,
+            }
+        }
+        Op::Reconnect { pick: p } => Command::RegisterNode {
+            name: "w".into(),
+            address: "b".into(),
+            resources: res("cpu=2"),
+            labels: Labels::new(),
+            previous: Some(pick(&all_nodes, p)?),
+        },
+        Op::RemoveNode { pick: p } => Command::RemoveNode {
+            node: pick(&all_nodes, p)?,
+            reason: "lost".into(),
+        },
+        Op::Submit {
+            kind,
+            cpu,
+            q,
+            retries,
+            deadline,
+            ns,
+        } => {
+            let mut resources = format!("cpu={cpu}");
+            if q > 0 {
+                resources.push_str(&format!(",q={q}"));
+            }
+            let mut spec = match kind {
+                0 => task(&resources).ghost("bundle=2"),
+                1 => task("bundle=1"),
+                2 => task(&resources).on_success(adjust("done", "+1", NodeSpec::Local)),
+                3 => task("done=1").on_start(adjust("done", "-1", NodeSpec::Local)),
+                4 => task(&resources).function("f"),
+                _ => task(&resources),
+            };
+            spec = spec.retries(u32::from(retries));
+            if let Some(ms) = deadline {
+                spec = spec.pending_deadline(Duration::from_millis(u64::from(ms)));
+            }
+            let namespace = ns.then(|| "app".parse().unwrap());
+            Command::Submit {
+                tasks: vec![spec.build()],
+                namespace,
+            }
+        }
+        Op::Finish {
+            pick: p,
+            outcome,
+            stale,
+        } => {
+            let task_id = pick(&running, p)?;
+            let rec = t.state.task(task_id)?;
+            let attempt = if stale {
+                rec.attempt.saturating_sub(1)
+            } else {
+                rec.attempt
+            };
+            let (outcome, timed_out) = match outcome {
+                0 => (ok(0), false),
+                1 => (ok(2), false),
+                2 => (ok(137), true),
+                3 => (Ok(TaskResult::Released), false),
+                4 => (Ok(TaskResult::Returned(vec![0; 40])), false),
+                5 => (Ok(TaskResult::Returned(vec![1])), false),
+                _ => (Err("failed".into()), false),
+            };
+            Command::TaskFinished(TaskFinished {
+                task_id,
+                attempt,
+                outcome,
+                timed_out,
+            })
+        }
+        Op::Started { pick: p } => {
+            let task = pick(&ids, p)?;
+            Command::TaskStarted {
+                task,
+                attempt: t.state.task(task)?.attempt,
+            }
+        }
+        Op::Cancel {
+            pick: p,
+            also_unknown,
+        } => {
+            let mut tasks = vec![pick(&ids, p)?];
+            if also_unknown {
+                tasks.push(TaskId(known + 1));
+            }
+            Command::Cancel { tasks }
+        }
+        Op::Set {
+            pick: p,
+            res: r,
+            cap: c,
+        } => Command::SetResources {
+            updates: vec![set(
+                APP_NAMES[r as usize],
+                &c.to_string(),
+                on(pick(&all_nodes, p)?),
+            )],
+            namespace: None,
+            caller_task: None,
+        },
+        Op::Adjust {
+            pick: p,
+            res: r,
+            delta: d,
+        } => Command::SetResources {
+            updates: vec![ResourceUpdate {
+                name: name(APP_NAMES[r as usize]),
+                op: CapacityOp::Adjust(delta(d)),
+                target: on(pick(&live, p).unwrap_or(NodeId(99))),
+            }],
+            namespace: None,
+            caller_task: None,
+        },
+        Op::SetLocal { pick: p, delta: d } => Command::SetResources {
+            updates: vec![ResourceUpdate {
+                name: name("done"),
+                op: CapacityOp::Adjust(delta(d)),
+                target: NodeSpec::Local,
+            }],
+            namespace: None,
+            caller_task: pick(&ids, p),
+        },
+        Op::SetMatch { res: r, num } => Command::SetResources {
+            updates: vec![set(
+                APP_NAMES[r as usize],
+                "1",
+                matching("cpu=1", num.map(u32::from)),
+            )],
+            namespace: None,
+            caller_task: None,
+        },
+        Op::Tick { .. } => Command::Tick,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+    #[test]
+    fn random_command_sequences_keep_state_and_core_consistent(
+        ops in proptest::collection::vec(op(), 1..80)
+    ) {
+        let mut t = TestState::with_config(StateConfig { max_result_bytes: 32 });
+        let mut known = 0u64;
+        for op in &ops {
+            if let Op::Tick { advance } = op {
+                t.advance(u64::from(*advance));
+            } else {
+                t.advance(1);
+            }
+            let Some(command) = command_for(&t, op, known) else { continue };
+            // `try_apply` checks the invariants and that a refusal changed nothing.
+            let before: Vec<_> = (1..=known).map(|i| t.status(TaskId(i))).collect();
+            let Ok(out) = t.try_apply(command) else { continue };
+            if let Reply::Submitted(ids) = &out.reply {
+                known += ids.len() as u64;
+            }
+            for effect in &out.effects {
+                match effect {
+                    Effect::Assign { node, assignment } => {
+                        let rec = t.state.task(assignment.task_id).unwrap();
+                        prop_assert!(t.state.node_alive(*node));
+                        prop_assert_eq!(assignment.allocation.clone(), rec.spec.resources.clone());
+                        prop_assert!(assignment.attempt <= rec.attempt);
+                    }
+                    Effect::Cancel { task, .. } => {
+                        prop_assert_eq!(t.task_state(*task), TaskState::Running);
+                    }
+                    Effect::Terminal { task } => {
+                        prop_assert!(t.task_state(*task).is_terminal());
+                    }
+                }
+            }
+            // Terminal states are final.
+            for (i, old) in before.iter().enumerate() {
+                if old.state.is_terminal() {
+                    prop_assert_eq!(old, &t.status(TaskId(i as u64 + 1)));
+                }
+            }
+        }
+    }
+}
