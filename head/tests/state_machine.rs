@@ -824,6 +824,30 @@ fn a_result_over_the_limit_fails_the_task_without_retry() {
     );
 }
 
+#[test]
+fn a_cancelled_tasks_result_is_kept_only_within_the_limit() {
+    let mut t = TestState::with_config(StateConfig {
+        max_result_bytes: 8,
+    });
+    t.node("w1", "cpu=2");
+    let (big, _) = t.submit(task("cpu=1").function("f"));
+    let (small, _) = t.submit(task("cpu=1").function("f"));
+    t.cancel(&[big, small]).unwrap();
+    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9])));
+    assert_eq!(fx, ["terminal 1"]);
+    assert_eq!(t.task_state(big), TaskState::Cancelled);
+    assert_eq!(
+        t.status(big).result,
+        None,
+        "the limit holds for cancelled tasks too"
+    );
+    t.finish_current(small, Ok(TaskResult::Returned(vec![1; 8])));
+    assert_eq!(
+        t.status(small).result,
+        Some(TaskResult::Returned(vec![1; 8]))
+    );
+}
+
 // ---- 11. pending deadlines ---------------------------------------------------------------
 
 #[test]

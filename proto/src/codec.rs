@@ -24,14 +24,19 @@ pub enum CodecError {
 
 /// Encodes a value as function-task bytes.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>, CodecError> {
-    Ok(bincode::serde::encode_to_vec(value, bincode::config::standard())?)
+    Ok(bincode::serde::encode_to_vec(
+        value,
+        bincode::config::standard(),
+    )?)
 }
 
 /// Decodes function-task bytes, rejecting trailing garbage.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
     let (value, read) = bincode::serde::decode_from_slice(bytes, bincode::config::standard())?;
     if read != bytes.len() {
-        return Err(CodecError::Trailing { extra: bytes.len() - read });
+        return Err(CodecError::Trailing {
+            extra: bytes.len() - read,
+        });
     }
     Ok(value)
 }
@@ -48,6 +53,9 @@ mod tests {
         assert!(decode::<u64>(&[]).is_err());
         let mut long = encode(&1u8).unwrap();
         long.push(0);
-        assert!(matches!(decode::<u8>(&long), Err(CodecError::Trailing { extra: 1 })));
+        assert!(matches!(
+            decode::<u8>(&long),
+            Err(CodecError::Trailing { extra: 1 })
+        ));
     }
 }

@@ -45,16 +45,6 @@ pub enum ApplyError {
     /// The scheduler core refused a resource change (e.g. a capacity would go negative).
     #[error(transparent)]
     Core(#[from] CoreError),
-    /// A name is too long once qualified with the namespace.
-    #[error("resource {name} is longer than {max} bytes once qualified with namespace {namespace}")]
-    NameTooLong {
-        /// The unqualified name.
-        name: ResourceName,
-        /// The namespace.
-        namespace: String,
-        /// The limit.
-        max: usize,
-    },
     /// A task id was listed twice in one call.
     #[error("task {0} is listed twice")]
     DuplicateTask(TaskId),

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    Capacity, CapacityOp, Delta, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId,
-    TaskKind, TaskState,
+    Capacity, CapacityOp, Delta, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet,
+    ResourceUpdate, TaskId, TaskKind, TaskState,
 };
 
 use super::apply::ClusterState;
@@ -21,18 +21,32 @@ impl ClusterState {
         name: &ResourceName,
         ns: Option<&Namespace>,
     ) -> Result<ResourceName, ApplyError> {
-        let Some(ns) = ns else {
-            return Ok(name.clone());
-        };
-        let qualified = name.in_namespace(ns);
-        if qualified == *name && !name.is_physical() && name.namespace().is_none() {
-            return Err(ApplyError::NameTooLong {
-                name: name.clone(),
-                namespace: ns.to_string(),
-                max: ResourceName::MAX_LEN,
-            });
+        Ok(ns.map_or_else(|| name.clone(), |ns| name.in_namespace(ns)))
+    }
+
+    /// The target as the application in `ns` means it: the resource names a `Match` selects by
+    /// are qualified like every other name.
+    pub(crate) fn qualify_target(
+        &self,
+        target: NodeSpec,
+        ns: Option<&Namespace>,
+    ) -> Result<NodeSpec, ApplyError> {
+        match target {
+            NodeSpec::Match {
+                resources,
+                num_nodes,
+            } if ns.is_some() => {
+                let mut qualified = ResourceSet::new();
+                for (name, amount) in resources.iter() {
+                    qualified.insert(self.qualify(name, ns)?, amount);
+                }
+                Ok(NodeSpec::Match {
+                    resources: qualified,
+                    num_nodes,
+                })
+            }
+            other => Ok(other),
         }
-        Ok(qualified)
     }
 
     /// Qualifies names, refuses physical ones, and turns `Local` into the caller's node.
@@ -46,6 +60,7 @@ impl ClusterState {
             .into_iter()
             .map(|mut u| {
                 u.name = self.qualify(&u.name, ns)?;
+                u.target = self.qualify_target(u.target, ns)?;
                 if u.name.is_physical() {
                     return Err(ApplyError::Physical(u.name));
                 }

@@ -90,10 +90,17 @@ impl ClusterState {
         let node = rec.node.unwrap_or(NodeId(0));
         let cancel_requested = rec.cancel_requested;
         let timeout = rec.spec.timeout;
-        self.core_event(Event::TaskFinished { task: id }, now);
+        // A ghost's resources go before its allocation is released: otherwise the round that
+        // the release starts could admit a waiting task to the bundle of a ghost that ended.
         self.ghost_resources(id, node, false, now);
+        self.core_event(Event::TaskFinished { task: id }, now);
         if cancel_requested {
-            let result = report.outcome.ok();
+            // Kept if it fits: the limit bounds what the replicated state stores either way.
+            let limit = self.config.max_result_bytes;
+            let result = report
+                .outcome
+                .ok()
+                .filter(|r| !matches!(r, TaskResult::Returned(bytes) if bytes.len() > limit));
             let why = Some("cancelled by request".to_string());
             self.terminate(id, TaskState::Cancelled, why, result, now);
             return;
@@ -238,6 +245,7 @@ impl ClusterState {
         spec.resources = resources;
         for hook in spec.on_start.iter_mut().chain(spec.on_success.iter_mut()) {
             hook.name = self.qualify(&hook.name, ns)?;
+            hook.target = self.qualify_target(hook.target.clone(), ns)?;
             if hook.name.is_physical() {
                 return Err(ApplyError::Physical(hook.name.clone()));
             }

@@ -422,6 +422,11 @@ pub fn check_invariants(state: &ClusterState) {
                     core.is_pending(task),
                     "task {task} is pending but the core lost it"
                 );
+                assert_eq!(
+                    rec.pending_reason.as_ref(),
+                    core.infeasible_reason(task),
+                    "task {task}: the state's pending reason is not the core's"
+                );
                 assert!(rec.finished_at.is_none());
             }
             _ => {

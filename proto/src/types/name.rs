@@ -162,18 +162,13 @@ impl ResourceName {
     }
 
     /// This name as seen by an application in `ns`: physical and already qualified names are
-    /// unchanged, and an unqualified application name becomes `ns/name`.
+    /// unchanged, and an unqualified application name becomes `ns/name`. Always valid: both
+    /// parts are segments of at most 63 bytes, so the result is at most 127.
     pub fn in_namespace(&self, ns: &Namespace) -> ResourceName {
         if self.is_physical() || self.namespace().is_some() {
             return self.clone();
         }
-        let qualified = format!("{}/{}", ns.0, self.0);
-        if qualified.len() > Self::MAX_LEN {
-            // Both parts are valid; only the length can fail. Keep the unqualified name rather
-            // than produce an invalid one: callers validate length with `new` when it matters.
-            return self.clone();
-        }
-        ResourceName(Arc::from(qualified))
+        ResourceName(Arc::from(format!("{}/{}", ns.0, self.0)))
     }
 }
 
