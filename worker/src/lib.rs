@@ -1,8 +1,62 @@
 //! escher-worker: the node agent.
 //!
-//! It registers its node's resources with the head (CPUs, memory, NVIDIA GPUs and MIG slices,
-//! custom static resources), keeps one stream to the head for assignments and status, and runs
-//! command, function and ghost tasks. The runtime lands with the runtime issue.
+//! A worker registers its node's resources with the head (CPUs, memory, custom static
+//! resources; NVIDIA GPUs and MIG slices later), holds one stream to the head for assignments
+//! and status, and runs command, function and ghost tasks. It is both a library, for Rust
+//! programs that register their own functions (and for an in-process `LocalCluster`), and the
+//! `escher-worker` binary.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), escher_worker::WorkerError> {
+//! let worker = escher_worker::Worker::builder()
+//!     .head("http://127.0.0.1:7600")
+//!     .typed_function("square", |_ctx, x: u64| async move { Ok::<_, String>(x * x) })
+//!     .build()?;
+//! let mut handle = worker.handle();
+//! tokio::spawn(async move { println!("node {:?}", handle.registered().await) });
+//! worker.run(async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`Worker`] (`worker.rs`), built by [`WorkerBuilder`] (`builder.rs`) from a
+//!   [`WorkerConfig`] (`config.rs`); [`WorkerHandle`] (`handle.rs`) watches its node id.
+//! - `runtime.rs`: the event loop that owns the link to the head and the running tasks:
+//!   assignments, cancellations, log requests, heartbeats, re-registration, drain.
+//! - `link.rs`: one attempt to register and attach; `backoff.rs`: the delays between attempts;
+//!   `head_conn.rs`: the one channel to the head that everything shares.
+//! - `runner.rs`: runs one assignment (command, function or ghost) to a `TaskFinished`.
+//! - `functions.rs`: the registry of named function handlers; [`TaskContext`] (`context.rs`)
+//!   is what a handler gets.
+//! - [`discovery`]: the physical resources of this machine.
+//! - [`exec`]: the command executor (processes, signals, log files).
+//! - [`WorkerError`] (`error.rs`).
+//! - `bin/escher-worker.rs`: the binary.
 #![warn(missing_docs)]
 
+mod backoff;
+mod builder;
+mod config;
+mod context;
+pub mod discovery;
+mod error;
 pub mod exec;
+mod functions;
+mod handle;
+mod head_conn;
+mod link;
+mod runner;
+mod runtime;
+mod worker;
+
+pub use builder::WorkerBuilder;
+pub use config::{
+    DEFAULT_DRAIN, DEFAULT_HEAD, DEFAULT_RECONNECT_INITIAL, DEFAULT_RECONNECT_MAX, WorkerConfig,
+};
+pub use context::TaskContext;
+pub use error::WorkerError;
+pub use functions::{BoxFuture, FunctionResult};
+pub use handle::WorkerHandle;
+pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
+pub use worker::Worker;

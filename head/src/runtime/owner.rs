@@ -189,6 +189,13 @@ impl Owner {
                 if self.links.get(&node).is_some_and(|l| l.conn == conn) {
                     self.links.remove(&node);
                     tracing::info!(%node, "worker detached");
+                    if self.state.node_draining(node) {
+                        // A drained worker said goodbye: no need to wait for its heartbeats.
+                        let reason = "worker shut down".to_string();
+                        let _ = self.apply(Command::RemoveNode { node, reason });
+                        self.outbox.remove(&node);
+                        self.last_seen.remove(&node);
+                    }
                 }
             }
             Msg::Worker { node, msg } => self.on_worker_message(node, msg),
@@ -310,7 +317,16 @@ impl Owner {
         }
         self.last_seen.insert(node, Instant::now());
         match msg {
-            WorkerMessage::Hello { .. } | WorkerMessage::Heartbeat { .. } => {}
+            WorkerMessage::Hello { .. } => {}
+            WorkerMessage::Heartbeat { metrics } => {
+                let draining = metrics
+                    .iter()
+                    .any(|m| m.name == "draining" && m.value > 0.0);
+                if draining && !self.state.node_draining(node) {
+                    tracing::info!(%node, "worker is draining; admitting nothing new there");
+                    let _ = self.apply(Command::DrainNode { node });
+                }
+            }
             WorkerMessage::TaskStarted { task_id, attempt } => {
                 let _ = self.apply(Command::TaskStarted {
                     task: task_id,

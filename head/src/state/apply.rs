@@ -70,6 +70,10 @@ impl ClusterState {
                 self.remove_node(node, reason, now)?;
                 Reply::Done
             }
+            Command::DrainNode { node } => {
+                self.drain_node(node, now)?;
+                Reply::Done
+            }
             Command::Submit { tasks, namespace } => {
                 Reply::Submitted(self.submit(tasks, namespace.as_ref(), now)?)
             }
@@ -152,6 +156,7 @@ impl ClusterState {
                 labels,
                 resources,
                 alive: true,
+                draining: false,
                 gone_because: None,
             },
         );
@@ -166,6 +171,27 @@ impl ClusterState {
         record.alive = false;
         record.gone_because = Some(reason);
         self.core_event(Event::NodeRemoved { node: id }, now);
+        Ok(())
+    }
+
+    /// Sets every capacity of a draining node to zero. Running tasks keep what they hold (a
+    /// capacity below use admits nothing new), so the node empties as they finish.
+    fn drain_node(&mut self, id: NodeId, now: Millis) -> Result<(), ApplyError> {
+        let record = self.nodes.get_mut(&id).ok_or(ApplyError::UnknownNode(id))?;
+        if !record.alive || record.draining {
+            return Ok(());
+        }
+        record.draining = true;
+        let names: Vec<_> = self
+            .core
+            .node(id)
+            .map(|view| view.resources.into_iter().map(|r| r.name).collect())
+            .unwrap_or_default();
+        for name in names {
+            let op = escher_proto::types::CapacityOp::Delete;
+            let target = escher_proto::types::NodeSpec::Node(id);
+            self.core_event(Event::ResourceChanged { target, name, op }, now);
+        }
         Ok(())
     }
 

@@ -40,6 +40,11 @@ pub enum Command {
         /// Why, for the tasks that were running there.
         reason: String,
     },
+    /// A worker is shutting down: admit nothing new there; running tasks finish.
+    DrainNode {
+        /// The node.
+        node: NodeId,
+    },
     /// Tasks to run.
     Submit {
         /// Their specs, as the client sent them.

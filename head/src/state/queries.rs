@@ -102,6 +102,11 @@ impl ClusterState {
         self.nodes.get(&id).is_some_and(|n| n.alive)
     }
 
+    /// Whether a node is live and draining.
+    pub fn node_draining(&self, id: NodeId) -> bool {
+        self.nodes.get(&id).is_some_and(|n| n.alive && n.draining)
+    }
+
     /// Live node ids.
     pub fn live_nodes(&self) -> Vec<NodeId> {
         self.nodes

@@ -20,6 +20,8 @@ pub struct NodeRecord {
     pub resources: ResourceSet,
     /// Whether it is live.
     pub alive: bool,
+    /// Whether it is draining: live, but admitting nothing new.
+    pub draining: bool,
     /// Why it is no longer live.
     pub gone_because: Option<String>,
 }

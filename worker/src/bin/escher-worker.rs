@@ -1,0 +1,199 @@
+//! `escher-worker`: runs a node agent that registers this machine with an escher head and runs
+//! the tasks it assigns (DESIGN §9).
+//!
+//! Thin by design: parse flags into [`WorkerArgs`], turn them into a validated
+//! [`WorkerConfig`], install tracing (`RUST_LOG`), and run the library's [`Worker`] until
+//! Ctrl-C or SIGTERM, which drain it gracefully.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Parser;
+use escher_proto::{Labels, ResourceSet};
+use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig};
+
+/// Run an escher worker: register this machine's resources with the head and run its tasks.
+#[derive(Debug, Parser)]
+#[command(name = "escher-worker", version)]
+struct WorkerArgs {
+    /// The head's URL.
+    #[arg(long, env = "ESCHER_HEAD", default_value = DEFAULT_HEAD, value_name = "URL")]
+    head: String,
+
+    /// The worker's name [default: HOSTNAME-PID].
+    #[arg(long, value_name = "NAME")]
+    name: Option<String>,
+
+    /// Static resources, e.g. `ssd=1,license.x=4`; `cpu=` or `memory=` replace the detected
+    /// amounts.
+    #[arg(long, value_name = "K=V,...", value_parser = parse_resources)]
+    resources: Option<ResourceSet>,
+
+    /// Node labels, e.g. `zone=a,rack=12`.
+    #[arg(long, value_name = "K=V,...", value_parser = parse_labels)]
+    labels: Option<Labels>,
+
+    /// The number of CPUs to report [default: detected].
+    #[arg(long, value_name = "N")]
+    cpus: Option<u64>,
+
+    /// The MiB of memory to report [default: detected MemTotal].
+    #[arg(long, value_name = "MIB")]
+    memory: Option<u64>,
+
+    /// Where task logs go [default: a temporary directory, removed on exit].
+    #[arg(long, value_name = "DIR")]
+    log_dir: Option<PathBuf>,
+
+    /// Seconds a stopped command gets between SIGTERM and SIGKILL.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    grace: f64,
+
+    /// Seconds running tasks may go on after Ctrl-C or SIGTERM before they are cancelled.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    drain: f64,
+
+    /// A simulated GPU with a MIG layout (repeatable; not supported yet).
+    #[arg(long = "sim-gpu", value_name = "SPEC")]
+    sim_gpu: Vec<String>,
+}
+
+fn parse_resources(s: &str) -> Result<ResourceSet, String> {
+    s.parse()
+        .map_err(|e: escher_proto::TypeError| e.to_string())
+}
+
+fn parse_labels(s: &str) -> Result<Labels, String> {
+    s.parse()
+        .map_err(|e: escher_proto::TypeError| e.to_string())
+}
+
+/// Seconds from a flag as a duration: finite, not negative, at most a day.
+fn seconds(flag: &str, secs: f64) -> anyhow::Result<Duration> {
+    if !(0.0..=86_400.0).contains(&secs) {
+        anyhow::bail!("--{flag} {secs}: give a number of seconds from 0 to 86400");
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+impl TryFrom<WorkerArgs> for WorkerConfig {
+    type Error = anyhow::Error;
+
+    fn try_from(args: WorkerArgs) -> anyhow::Result<WorkerConfig> {
+        let config = WorkerConfig {
+            head: args.head,
+            name: args.name,
+            resources: args.resources.unwrap_or_default(),
+            cpus: args.cpus,
+            memory_mib: args.memory,
+            labels: args.labels.unwrap_or_default(),
+            log_dir: args.log_dir,
+            grace: seconds("grace", args.grace)?,
+            drain: seconds("drain", args.drain)?,
+            sim_gpus: args.sim_gpu,
+            ..WorkerConfig::default()
+        };
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// Completes on Ctrl-C or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = WorkerArgs::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let config = WorkerConfig::try_from(args)?;
+    let worker = WorkerBuilder::from_config(config)
+        .build()
+        .context("cannot start the worker")?;
+    worker.run(shutdown_signal()).await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<WorkerConfig, String> {
+        let args = WorkerArgs::try_parse_from(
+            std::iter::once("escher-worker").chain(args.iter().copied()),
+        )
+        .map_err(|e| e.to_string())?;
+        WorkerConfig::try_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn flags_become_a_config() {
+        let c = parse(&[
+            "--head",
+            "http://10.0.0.1:7600",
+            "--name",
+            "w1",
+            "--resources",
+            "ssd=1,cpu=2",
+            "--labels",
+            "zone=a",
+            "--memory",
+            "1024",
+            "--grace",
+            "0.5",
+            "--drain",
+            "0",
+        ])
+        .unwrap();
+        assert_eq!(c.head, "http://10.0.0.1:7600");
+        assert_eq!(c.name.as_deref(), Some("w1"));
+        assert_eq!(c.resources.to_string(), "cpu=2,ssd=1");
+        assert_eq!(c.labels.get("zone"), Some("a"));
+        assert_eq!(c.memory_mib, Some(1024));
+        assert_eq!(c.grace, Duration::from_millis(500));
+        assert_eq!(c.drain, Duration::ZERO);
+    }
+
+    #[test]
+    fn bad_flags_say_what_is_wrong() {
+        assert!(
+            parse(&["--resources", "cpu=-1"])
+                .unwrap_err()
+                .contains("negative")
+        );
+        assert!(parse(&["--grace=-1"]).unwrap_err().contains("--grace"));
+        assert!(parse(&["--head", "nope"]).unwrap_err().contains("head"));
+        let gpu = parse(&["--sim-gpu", "a100-40gb:1g.5gb*7"]).unwrap_err();
+        assert!(
+            gpu.contains("simulated GPUs are not supported yet"),
+            "{gpu}"
+        );
+    }
+}

@@ -1,0 +1,257 @@
+//! [`WorkerBuilder`]: configures a [`Worker`] and registers its functions.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), escher_worker::WorkerError> {
+//! use escher_worker::Worker;
+//!
+//! let worker = Worker::builder()
+//!     .head("http://127.0.0.1:7600")
+//!     .resources("ssd=1".parse().expect("valid"))
+//!     .typed_function("add", |_ctx, (a, b): (u64, u64)| async move { Ok::<_, String>(a + b) })
+//!     .build()?;
+//! worker.run(async { let _ = tokio::signal::ctrl_c().await; }).await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use escher_proto::{Labels, ResourceSet};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::watch;
+
+use crate::config::WorkerConfig;
+use crate::context::TaskContext;
+use crate::discovery::{self, hostname};
+use crate::error::WorkerError;
+use crate::functions::{self, FunctionRegistry, FunctionResult};
+use crate::worker::{LogDir, Worker};
+
+/// Counts the workers named by default in this process, so that each gets its own name.
+static DEFAULT_NAMES: AtomicU32 = AtomicU32::new(0);
+
+/// Builds a [`Worker`]; start with [`Worker::builder`].
+#[derive(Debug, Default)]
+pub struct WorkerBuilder {
+    config: WorkerConfig,
+    functions: FunctionRegistry,
+    /// The first error met while registering functions, reported by `build`.
+    error: Option<WorkerError>,
+}
+
+impl WorkerBuilder {
+    /// A builder with every setting at its default.
+    pub fn new() -> WorkerBuilder {
+        WorkerBuilder::default()
+    }
+
+    /// A builder that starts from `config`.
+    pub fn from_config(config: WorkerConfig) -> WorkerBuilder {
+        WorkerBuilder {
+            config,
+            ..WorkerBuilder::default()
+        }
+    }
+
+    /// The head's URL (default `http://127.0.0.1:7600`).
+    pub fn head(mut self, url: impl Into<String>) -> Self {
+        self.config.head = url.into();
+        self
+    }
+
+    /// The worker's name (default `{hostname}-{pid}`).
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.config.name = Some(name.into());
+        self
+    }
+
+    /// Static resources added to the discovered ones; `cpu` or `memory` here replaces the
+    /// discovered amount.
+    pub fn resources(mut self, resources: ResourceSet) -> Self {
+        self.config.resources = resources;
+        self
+    }
+
+    /// The number of CPUs to report instead of the discovered number.
+    pub fn cpus(mut self, cpus: u64) -> Self {
+        self.config.cpus = Some(cpus);
+        self
+    }
+
+    /// The MiB of memory to report instead of the discovered amount.
+    pub fn memory_mib(mut self, mib: u64) -> Self {
+        self.config.memory_mib = Some(mib);
+        self
+    }
+
+    /// The node's labels.
+    pub fn labels(mut self, labels: Labels) -> Self {
+        self.config.labels = labels;
+        self
+    }
+
+    /// Where command logs go (default: a temporary directory removed with the worker).
+    pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.log_dir = Some(dir.into());
+        self
+    }
+
+    /// Time a stopped command gets between SIGTERM and SIGKILL (default 5 s).
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.config.grace = grace;
+        self
+    }
+
+    /// How long running tasks may go on after shutdown is asked for (default 10 s).
+    pub fn drain(mut self, drain: Duration) -> Self {
+        self.config.drain = drain;
+        self
+    }
+
+    /// The back-off between attempts to reach the head: from `initial`, doubling to `max`
+    /// (default 50 ms to 2 s).
+    pub fn reconnect_backoff(mut self, initial: Duration, max: Duration) -> Self {
+        self.config.reconnect_initial = initial;
+        self.config.reconnect_max = max;
+        self
+    }
+
+    /// Registers `handler` for function tasks named `name`: it gets the task's context and
+    /// argument bytes, and returns result bytes or an error message.
+    pub fn function<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(TaskContext, Vec<u8>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = FunctionResult> + Send + 'static,
+    {
+        self.register(name.into(), functions::raw(handler));
+        self
+    }
+
+    /// Registers a typed handler for function tasks named `name`: its argument is decoded from,
+    /// and its result encoded to, bytes with [`escher_proto::codec`].
+    pub fn typed_function<A, R, F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        A: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        F: Fn(TaskContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, String>> + Send + 'static,
+    {
+        let name = name.into();
+        let handler = functions::typed(&name, handler);
+        self.register(name, handler);
+        self
+    }
+
+    fn register(&mut self, name: String, handler: functions::Handler) {
+        if let Err(e) = self.functions.insert(name, handler) {
+            self.error.get_or_insert(e);
+        }
+    }
+
+    /// Validates the configuration, discovers the node's resources and prepares the log
+    /// directory. Nothing touches the network until [`Worker::run`].
+    pub fn build(self) -> Result<Worker, WorkerError> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        let config = self.config;
+        config.validate()?;
+        let discovered = discovery::discover();
+        let resources = config.resolve_resources(&discovered);
+        let labels = config.resolve_labels(&discovered);
+        let host = hostname();
+        let name = config.name.clone().unwrap_or_else(|| default_name(&host));
+        let log_dir = match &config.log_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| WorkerError::LogDir {
+                    path: dir.clone(),
+                    source,
+                })?;
+                LogDir::Given(dir.clone())
+            }
+            None => {
+                let dir = tempfile::Builder::new()
+                    .prefix("escher-worker-")
+                    .tempdir()
+                    .map_err(|source| WorkerError::LogDir {
+                        path: std::env::temp_dir(),
+                        source,
+                    })?;
+                LogDir::Temporary(dir)
+            }
+        };
+        let (node_tx, _) = watch::channel(None);
+        Ok(Worker {
+            name: Arc::from(name.as_str()),
+            address: host,
+            resources,
+            labels,
+            log_dir,
+            head: config.head,
+            grace: config.grace,
+            drain: config.drain,
+            reconnect: (config.reconnect_initial, config.reconnect_max),
+            functions: self.functions,
+            node_tx,
+        })
+    }
+}
+
+/// `{hostname}-{pid}`, with `-{n}` from the second default-named worker of the process on.
+fn default_name(host: &str) -> String {
+    let pid = std::process::id();
+    match DEFAULT_NAMES.fetch_add(1, Ordering::Relaxed) {
+        0 => format!("{host}-{pid}"),
+        n => format!("{host}-{pid}-{}", n + 1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_reports_bad_settings_and_duplicate_functions() {
+        let dup = Worker::builder()
+            .function("f", |_, a| async move { Ok(a) })
+            .function("f", |_, a| async move { Ok(a) })
+            .build();
+        assert!(matches!(dup, Err(WorkerError::DuplicateFunction(n)) if n == "f"));
+        let bad = Worker::builder().head("localhost:7600").build();
+        assert!(matches!(
+            bad,
+            Err(WorkerError::InvalidConfig { field: "head", .. })
+        ));
+    }
+
+    #[test]
+    fn build_merges_resources_and_names_workers() {
+        let dir = tempfile::tempdir().unwrap();
+        let worker = Worker::builder()
+            .resources("ssd=2,cpu=3".parse().unwrap())
+            .memory_mib(512)
+            .labels("zone=a".parse().unwrap())
+            .log_dir(dir.path().join("logs"))
+            .build()
+            .unwrap();
+        assert_eq!(worker.resources().get("cpu").to_string(), "3");
+        assert_eq!(worker.resources().get("memory").to_string(), "512");
+        assert_eq!(worker.resources().get("ssd").to_string(), "2");
+        assert_eq!(worker.labels().get("zone"), Some("a"));
+        assert!(worker.log_dir().is_dir());
+        let a = Worker::builder().build().unwrap();
+        let b = Worker::builder().build().unwrap();
+        assert_ne!(a.name(), b.name());
+        assert!(a.log_dir().is_dir());
+        let temp = a.log_dir().to_path_buf();
+        drop(a);
+        assert!(
+            !temp.exists(),
+            "a default log directory goes with its worker"
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! [`WorkerConfig`]: everything a worker is configured with, with its defaults defined once.
+//!
+//! The binary turns its flags into a `WorkerConfig` (STYLE §17); the library builder
+//! ([`WorkerBuilder`](crate::WorkerBuilder)) edits one. [`WorkerConfig::validate`] checks it as
+//! a whole, with errors that name the setting as its command-line flag does.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use escher_proto::convert::MAX_NAME_BYTES;
+use escher_proto::{Amount, Labels, ResourceName, ResourceSet};
+use tonic::transport::Uri;
+
+use crate::discovery::Discovered;
+use crate::error::WorkerError;
+use crate::exec::DEFAULT_GRACE;
+
+/// Where the head is unless told otherwise (DESIGN §9).
+pub const DEFAULT_HEAD: &str = "http://127.0.0.1:7600";
+/// How long running tasks may go on finishing after shutdown is asked for, unless told otherwise.
+pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);
+/// The first delay before trying to reach the head again.
+pub const DEFAULT_RECONNECT_INITIAL: Duration = Duration::from_millis(50);
+/// The longest delay between attempts to reach the head.
+pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(2);
+
+/// A worker's configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerConfig {
+    /// The head's URL, such as `http://10.0.0.1:7600`.
+    pub head: String,
+    /// The worker's name; `None` for `{hostname}-{pid}` (with a counter for the second and
+    /// later workers of one process).
+    pub name: Option<String>,
+    /// Static resources added to the discovered ones; a physical name here (`cpu`, `memory`)
+    /// replaces the discovered amount.
+    pub resources: ResourceSet,
+    /// The number of CPUs to report instead of the discovered number.
+    pub cpus: Option<u64>,
+    /// The MiB of memory to report instead of the discovered amount.
+    pub memory_mib: Option<u64>,
+    /// Labels added to (and overriding) the discovered ones.
+    pub labels: Labels,
+    /// Where command logs go; `None` for a fresh temporary directory, removed when the worker
+    /// is dropped.
+    pub log_dir: Option<PathBuf>,
+    /// Time a stopped command gets between SIGTERM and SIGKILL.
+    pub grace: Duration,
+    /// How long, after shutdown is asked for, running tasks may go on to finish before they are
+    /// cancelled.
+    pub drain: Duration,
+    /// Simulated GPU specifications (`--sim-gpu`); not supported yet.
+    pub sim_gpus: Vec<String>,
+    /// The first delay before trying to reach the head again.
+    pub reconnect_initial: Duration,
+    /// The longest delay between attempts to reach the head.
+    pub reconnect_max: Duration,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig {
+            head: DEFAULT_HEAD.to_string(),
+            name: None,
+            resources: ResourceSet::new(),
+            cpus: None,
+            memory_mib: None,
+            labels: Labels::new(),
+            log_dir: None,
+            grace: DEFAULT_GRACE,
+            drain: DEFAULT_DRAIN,
+            sim_gpus: Vec::new(),
+            reconnect_initial: DEFAULT_RECONNECT_INITIAL,
+            reconnect_max: DEFAULT_RECONNECT_MAX,
+        }
+    }
+}
+
+impl WorkerConfig {
+    /// Checks every setting; the error names the first bad one and says what would be valid.
+    pub fn validate(&self) -> Result<(), WorkerError> {
+        check_head(&self.head)?;
+        if let Some(name) = &self.name {
+            check_name(name)?;
+        }
+        for (field, value) in [("cpus", self.cpus), ("memory", self.memory_mib)] {
+            if let Some(v) = value {
+                Amount::units(v).map_err(|e| WorkerError::config(field, e.to_string()))?;
+            }
+        }
+        if !self.sim_gpus.is_empty() {
+            return Err(WorkerError::config(
+                "sim-gpu",
+                "simulated GPUs are not supported yet; remove --sim-gpu",
+            ));
+        }
+        if self.reconnect_initial.is_zero() || self.reconnect_initial > self.reconnect_max {
+            return Err(WorkerError::config(
+                "reconnect",
+                format!(
+                    "the first reconnect delay ({:?}) must be positive and at most the longest \
+                     ({:?})",
+                    self.reconnect_initial, self.reconnect_max
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The resources to register: `discovered`, then the static resources, then the `cpus` and
+    /// `memory_mib` overrides, each later one replacing the amount of a name it repeats.
+    pub fn resolve_resources(&self, discovered: &Discovered) -> ResourceSet {
+        let mut set = discovered.resources.clone();
+        for (name, amount) in self.resources.iter() {
+            set.insert(name.clone(), amount);
+        }
+        let overrides = [
+            (ResourceName::cpu(), self.cpus),
+            (ResourceName::memory(), self.memory_mib),
+        ];
+        for (name, value) in overrides {
+            if let Some(amount) = value.and_then(|v| Amount::units(v).ok()) {
+                set.insert(name, amount);
+            }
+        }
+        set
+    }
+
+    /// The labels to register: `discovered`, then the configured ones.
+    pub fn resolve_labels(&self, discovered: &Discovered) -> Labels {
+        let mut labels = discovered.labels.clone();
+        for (k, v) in self.labels.iter() {
+            // Both sides are valid labels already.
+            let _ = labels.insert(k, v);
+        }
+        labels
+    }
+}
+
+fn check_head(head: &str) -> Result<(), WorkerError> {
+    let bad = |why: String| WorkerError::config("head", why);
+    let uri: Uri = head.parse().map_err(|e| {
+        bad(format!(
+            "{head:?} is not a URL ({e}); write one such as http://10.0.0.1:7600"
+        ))
+    })?;
+    match uri.scheme_str() {
+        Some("http" | "https") => {}
+        _ => {
+            return Err(bad(format!(
+                "{head:?} needs an http:// or https:// scheme, e.g. http://10.0.0.1:7600"
+            )));
+        }
+    }
+    if uri.authority().is_none() {
+        return Err(bad(format!(
+            "{head:?} has no host, e.g. http://10.0.0.1:7600"
+        )));
+    }
+    Ok(())
+}
+
+fn check_name(name: &str) -> Result<(), WorkerError> {
+    if name.is_empty() || name.len() > MAX_NAME_BYTES {
+        return Err(WorkerError::config(
+            "name",
+            format!("a worker name is 1 to {MAX_NAME_BYTES} bytes"),
+        ));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(WorkerError::config(
+            "name",
+            "a worker name cannot contain control characters",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(config: WorkerConfig) -> String {
+        config.validate().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn default_is_valid() {
+        WorkerConfig::default().validate().unwrap();
+    }
+
+    #[test]
+    fn bad_settings_are_named() {
+        let head = |h: &str| WorkerConfig {
+            head: h.into(),
+            ..Default::default()
+        };
+        assert!(err(head("10.0.0.1:7600")).contains("head"));
+        assert!(err(head("ftp://x:1")).contains("http://"));
+        assert!(err(head("not a url")).contains("not a URL"));
+        let named = WorkerConfig {
+            name: Some(String::new()),
+            ..Default::default()
+        };
+        assert!(err(named).contains("name"));
+        let gpus = WorkerConfig {
+            sim_gpus: vec!["a100-40gb".into()],
+            ..Default::default()
+        };
+        assert!(err(gpus).contains("simulated GPUs are not supported yet"));
+        let cpus = WorkerConfig {
+            cpus: Some(u64::MAX),
+            ..Default::default()
+        };
+        assert!(err(cpus).contains("cpus"));
+    }
+
+    #[test]
+    fn overrides_replace_discovered_amounts() {
+        let discovered = Discovered {
+            resources: "cpu=8,memory=1024".parse().unwrap(),
+            labels: "gpu.model=none".parse().unwrap(),
+        };
+        let config = WorkerConfig {
+            resources: "memory=512,ssd=2".parse().unwrap(),
+            cpus: Some(2),
+            labels: "zone=a".parse().unwrap(),
+            ..Default::default()
+        };
+        assert_eq!(
+            config.resolve_resources(&discovered).to_string(),
+            "cpu=2,memory=512,ssd=2"
+        );
+        assert_eq!(
+            config.resolve_labels(&discovered).to_string(),
+            "gpu.model=none,zone=a"
+        );
+    }
+}

@@ -1,0 +1,151 @@
+//! [`TaskContext`]: what a running function task knows about itself, and its way back to the
+//! cluster (DESIGN §4: "a running task has a context").
+//!
+//! Through it a handler changes ephemeral resources on its own node (`NodeSpec::Local`, which
+//! the head resolves through `caller_task`), or on any node, and reaches the rest of the
+//! `Cluster` API with a raw client. Every context of a worker shares the worker's one
+//! connection to the head.
+
+use std::fmt;
+use std::sync::Arc;
+
+use escher_proto::types::{SetResourceOutcome, SetResourcesReply, SetResourcesRequest};
+use escher_proto::wire;
+use escher_proto::wire::cluster_client::ClusterClient;
+use escher_proto::{CapacityOp, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId};
+use tonic::transport::Channel;
+
+use crate::error::WorkerError;
+use crate::head_conn::HeadConn;
+
+/// The context of one attempt of a function task.
+#[derive(Clone)]
+pub struct TaskContext {
+    node_id: NodeId,
+    task_id: TaskId,
+    attempt: u32,
+    namespace: Option<Namespace>,
+    worker_name: Arc<str>,
+    head: HeadConn,
+}
+
+impl fmt::Debug for TaskContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TaskContext")
+            .field("node_id", &self.node_id)
+            .field("task_id", &self.task_id)
+            .field("attempt", &self.attempt)
+            .field("namespace", &self.namespace)
+            .field("worker", &self.worker_name)
+            .field("head", &self.head.url())
+            .finish()
+    }
+}
+
+impl TaskContext {
+    pub(crate) fn new(
+        node_id: NodeId,
+        task_id: TaskId,
+        attempt: u32,
+        namespace: Option<Namespace>,
+        worker_name: Arc<str>,
+        head: HeadConn,
+    ) -> TaskContext {
+        TaskContext {
+            node_id,
+            task_id,
+            attempt,
+            namespace,
+            worker_name,
+            head,
+        }
+    }
+
+    /// The node this task runs on.
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    /// This task.
+    pub fn task_id(&self) -> TaskId {
+        self.task_id
+    }
+
+    /// Which attempt of the task this is, from 1.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The application namespace of the task (its `escher.namespace` label), which qualifies
+    /// the unqualified resource names it sets.
+    pub fn namespace(&self) -> Option<&Namespace> {
+        self.namespace.as_ref()
+    }
+
+    /// The name of the worker running the task.
+    pub fn worker_name(&self) -> &str {
+        &self.worker_name
+    }
+
+    /// The head's URL.
+    pub fn head_url(&self) -> &str {
+        self.head.url()
+    }
+
+    /// A raw client of the head's `Cluster` service, on the worker's shared connection.
+    pub fn cluster_client(&self) -> ClusterClient<Channel> {
+        self.head.cluster_client()
+    }
+
+    /// Creates, resizes or deletes resource `name` on this task's own node.
+    pub async fn set_resource(
+        &self,
+        name: ResourceName,
+        op: CapacityOp,
+    ) -> Result<SetResourceOutcome, WorkerError> {
+        let update = ResourceUpdate {
+            name,
+            op,
+            target: NodeSpec::Local,
+        };
+        let reply = self.set_resources(vec![update]).await?;
+        reply
+            .outcomes
+            .into_iter()
+            .next()
+            .ok_or_else(|| WorkerError::BadReply {
+                call: "set_resources",
+                why: "no outcome for the one update".into(),
+            })
+    }
+
+    /// Applies a batch of resource changes in order; `NodeSpec::Local` targets mean this
+    /// task's node.
+    pub async fn set_resources(
+        &self,
+        updates: Vec<ResourceUpdate>,
+    ) -> Result<SetResourcesReply, WorkerError> {
+        let count = updates.len();
+        let request = SetResourcesRequest {
+            updates,
+            namespace: self.namespace.clone(),
+            caller_task: Some(self.task_id),
+        };
+        let reply = self
+            .cluster_client()
+            .set_resources(wire::SetResourcesRequest::from(request))
+            .await
+            .map_err(|status| WorkerError::Rpc {
+                call: "set_resources",
+                status,
+            })?;
+        let reply = SetResourcesReply::from(reply.into_inner());
+        if reply.outcomes.len() != count {
+            return Err(WorkerError::BadReply {
+                call: "set_resources",
+                why: format!("{} outcomes for {count} updates", reply.outcomes.len()),
+            });
+        }
+        Ok(reply)
+    }
+}

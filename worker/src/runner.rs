@@ -1,0 +1,198 @@
+//! Running one assignment to its end: a command, a function or a ghost, each turned into the
+//! [`TaskFinished`] report the head expects.
+//!
+//! | kind     | runs as                                   | ends with                          |
+//! |----------|-------------------------------------------|------------------------------------|
+//! | command  | a child process ([`run_command`])         | `Exited { code }`, or `Err(spawn)` |
+//! | function | its handler, in its own tokio task        | `Returned(bytes)`, or `Err(why)`   |
+//! | ghost    | nothing: a timer and a cancellation token | `Released`                         |
+//!
+//! Every kind honours the task's `timeout` (`timed_out: true`) and the cancellation token (the
+//! head's `CancelTask`, or the worker shutting down). A handler runs in a task of its own so
+//! that a panic is caught as a `JoinError` and reported as the task's error, and so that
+//! cancelling it is dropping it. A ghost costs one small tokio task: no process, no thread.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::{Namespace, NodeId, TaskKind, TaskResult};
+use tokio_util::sync::CancellationToken;
+
+use crate::context::TaskContext;
+use crate::exec::{CommandOutcome, CommandSpec, LaunchOptions, run_command};
+use crate::functions::FunctionRegistry;
+use crate::head_conn::HeadConn;
+
+/// The task label that names the application namespace of a task.
+pub const NAMESPACE_LABEL: &str = "escher.namespace";
+
+/// The largest function result the worker reports: it travels in one message to the head,
+/// whose gRPC server accepts 4 MiB by default; the rest of the message needs a little room.
+pub const MAX_RESULT_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+
+/// What every runner of one worker shares.
+#[derive(Debug)]
+pub(crate) struct RunEnv {
+    /// Where command logs go.
+    pub(crate) log_dir: PathBuf,
+    /// SIGTERM-to-SIGKILL time for commands.
+    pub(crate) grace: Duration,
+    /// The head, for task contexts and `ESCHER_HEAD`.
+    pub(crate) head: HeadConn,
+    /// The registered functions.
+    pub(crate) functions: FunctionRegistry,
+    /// The worker's name, for messages.
+    pub(crate) worker_name: Arc<str>,
+}
+
+/// Runs `assignment` on node `node_id` until it ends, is cancelled or times out.
+#[tracing::instrument(skip_all, fields(task_id = %a.task_id, attempt = a.attempt))]
+pub(crate) async fn run_task(
+    env: Arc<RunEnv>,
+    node_id: NodeId,
+    a: Assignment,
+    cancel: CancellationToken,
+) -> TaskFinished {
+    let timeout = a.spec.timeout;
+    let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
+    let (outcome, timed_out) = match a.spec.kind {
+        TaskKind::Command {
+            argv,
+            env: vars,
+            cwd,
+        } => {
+            let spec = CommandSpec {
+                argv,
+                env: vars,
+                cwd: cwd.map(PathBuf::from),
+            };
+            let mut opts = LaunchOptions::new(&env.log_dir)
+                .grace(env.grace)
+                .env("ESCHER_HEAD", env.head.url())
+                .env("ESCHER_NODE_ID", node_id.to_string())
+                .env("ESCHER_TASK_ID", a.task_id.to_string())
+                .env("ESCHER_ATTEMPT", a.attempt.to_string());
+            if let Some(ns) = &namespace {
+                opts = opts.env("ESCHER_NAMESPACE", ns);
+            }
+            opts.timeout = timeout;
+            command(a.task_id.0, a.attempt, &spec, &opts, cancel).await
+        }
+        TaskKind::Function { name, args } => {
+            let ctx = TaskContext::new(
+                node_id,
+                a.task_id,
+                a.attempt,
+                namespace.and_then(|ns| Namespace::new(&ns).ok()),
+                Arc::clone(&env.worker_name),
+                env.head.clone(),
+            );
+            function(&env, &name, ctx, args, timeout, cancel).await
+        }
+        TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
+    };
+    TaskFinished {
+        task_id: a.task_id,
+        attempt: a.attempt,
+        outcome,
+        timed_out,
+    }
+}
+
+type Outcome = (Result<TaskResult, String>, bool);
+
+async fn command(
+    task_id: u64,
+    attempt: u32,
+    spec: &CommandSpec,
+    opts: &LaunchOptions,
+    cancel: CancellationToken,
+) -> Outcome {
+    match run_command(task_id, attempt, spec, opts, cancel).await {
+        Ok(outcome) => {
+            let code = outcome.exit().code;
+            let timed_out = matches!(outcome, CommandOutcome::TimedOut(_));
+            (Ok(TaskResult::Exited { code }), timed_out)
+        }
+        Err(e) => (Err(e.to_string()), false),
+    }
+}
+
+async fn function(
+    env: &RunEnv,
+    name: &str,
+    ctx: TaskContext,
+    args: Vec<u8>,
+    timeout: Option<Duration>,
+    cancel: CancellationToken,
+) -> Outcome {
+    let Some(handler) = env.functions.get(name).cloned() else {
+        return (Err(env.functions.unknown(name, &env.worker_name)), false);
+    };
+    // Calling the handler inside the spawned task catches a panic in its synchronous part too.
+    let mut handle = tokio::spawn(async move { handler(ctx, args).await });
+    let stopped = tokio::select! {
+        biased;
+        joined = &mut handle => {
+            return match joined {
+                Ok(Ok(bytes)) if bytes.len() > MAX_RESULT_BYTES => (
+                    Err(format!(
+                        "function {name:?} returned {} bytes, more than the {MAX_RESULT_BYTES} \
+                         bytes a result may have; return a reference to the data instead",
+                        bytes.len()
+                    )),
+                    false,
+                ),
+                Ok(result) => (result.map(TaskResult::Returned), false),
+                Err(e) if e.is_panic() => {
+                    let why = panic_message(e.into_panic());
+                    (Err(format!("function {name:?} panicked: {why}")), false)
+                }
+                Err(e) => (Err(format!("function {name:?} did not finish: {e}")), false),
+            };
+        }
+        () = cancel.cancelled() => (format!("function {name:?} was cancelled"), false),
+        () = sleep_or_forever(timeout) => (
+            format!("function {name:?} timed out after {:?}", timeout.unwrap_or_default()),
+            true,
+        ),
+    };
+    handle.abort();
+    // Wait until the handler's future is dropped, so that nothing of it outlives the report.
+    let _ = handle.await;
+    (Err(stopped.0), stopped.1)
+}
+
+async fn ghost(
+    ttl: Option<Duration>,
+    timeout: Option<Duration>,
+    cancel: CancellationToken,
+) -> Outcome {
+    let timed_out = tokio::select! {
+        biased;
+        () = cancel.cancelled() => false,
+        () = sleep_or_forever(ttl) => false,
+        () = sleep_or_forever(timeout) => true,
+    };
+    (Ok(TaskResult::Released), timed_out)
+}
+
+async fn sleep_or_forever(limit: Option<Duration>) {
+    match limit {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The text of a panic's payload, when it has one.
+fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}

@@ -1,0 +1,504 @@
+//! The worker's event loop: one task that owns the link to the head and the table of running
+//! tasks, so that nothing else needs a lock (STYLE §7).
+//!
+//! ```text
+//!                  ┌────────── Register + Attach (link.rs), with back-off ◄──────────┐
+//!                  ▼                                                                 │
+//!  head ──Assign/CancelTask/FetchLogs/Shutdown──► Runtime ──spawn──► runners (runner.rs)
+//!   ▲                                              │  ▲                    │
+//!   └──Hello/Heartbeat/TaskStarted/TaskFinished/Logs┘  └──Finished event───┘
+//!                                      stream broke ───────────────────────────────────┘
+//! ```
+//!
+//! Rules the head relies on:
+//! - `TaskStarted` is sent when an assignment is accepted, `TaskFinished` when its runner ends,
+//!   whether it ended by itself, timed out or was cancelled.
+//! - When the stream breaks, running tasks go on; finished reports are buffered and the worker
+//!   registers again with `previous_node_id` and its `running` list. Given the same node id it
+//!   sends the buffered reports after `Hello`; given another, it cancels every task it still
+//!   runs and drops their reports (the head has already retried or failed them). A report that
+//!   was in flight when the stream broke can be lost; the task is then missing from `running`.
+//! - On shutdown (the caller's shutdown future, or the head's `Shutdown`) the worker stops
+//!   taking assignments (each one that still arrives is answered at once with a `TaskFinished`
+//!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
+//!   for the drain period, cancels the rest, reports them, and only then closes its stream.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use escher_proto::types::{
+    Assignment, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
+    WorkerMessage,
+};
+use escher_proto::wire::head_message::Body;
+use escher_proto::{Labels, LogStream, NodeId, ResourceSet, TaskId, wire};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Sleep;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::backoff::Backoff;
+use crate::error::WorkerError;
+use crate::exec::{self, Stream};
+use crate::functions::BoxFuture;
+use crate::link::{ConnectError, Link, connect};
+use crate::runner::{RunEnv, run_task};
+
+/// Log bytes sent for a `FetchLogs` that asks for 0.
+const DEFAULT_LOG_FETCH: u32 = 64 * 1024;
+/// The most log bytes sent in one answer, well under gRPC's default 4 MiB message limit.
+const MAX_LOG_FETCH: u32 = 1024 * 1024;
+/// How long to wait for the head to end its half of the stream after the worker ended its own.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What a worker says about itself when it registers; fixed for its life.
+#[derive(Debug, Clone)]
+pub(crate) struct Identity {
+    pub(crate) name: String,
+    pub(crate) address: String,
+    pub(crate) resources: ResourceSet,
+    pub(crate) labels: Labels,
+}
+
+/// A task being run.
+#[derive(Debug)]
+struct Running {
+    /// Tells this runner's report apart from a late report of an earlier runner of the same
+    /// (task, attempt).
+    seq: u64,
+    cancel: CancellationToken,
+}
+
+/// A runner ended.
+#[derive(Debug)]
+struct Finished {
+    seq: u64,
+    report: TaskFinished,
+}
+
+/// The event loop's state.
+pub(crate) struct Runtime {
+    env: Arc<RunEnv>,
+    identity: Identity,
+    drain: Duration,
+    node_tx: watch::Sender<Option<NodeId>>,
+    tracker: TaskTracker,
+    finished_tx: mpsc::UnboundedSender<Finished>,
+    finished_rx: mpsc::UnboundedReceiver<Finished>,
+    tasks: BTreeMap<(TaskId, u32), Running>,
+    next_seq: u64,
+    /// The node id of the latest registration, kept while disconnected.
+    node_id: Option<NodeId>,
+    link: Option<Link>,
+    connecting: Option<BoxFuture<Result<Link, ConnectError>>>,
+    failures: u32,
+    backoff: Backoff,
+    /// Reports of tasks that finished while no stream was attached.
+    unsent: Vec<TaskFinished>,
+    stopping: bool,
+    drain_timer: Option<Pin<Box<Sleep>>>,
+    cancelled_all: bool,
+    fatal: Option<WorkerError>,
+}
+
+impl Runtime {
+    pub(crate) fn new(
+        env: Arc<RunEnv>,
+        identity: Identity,
+        drain: Duration,
+        backoff: Backoff,
+        node_tx: watch::Sender<Option<NodeId>>,
+    ) -> Runtime {
+        let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        Runtime {
+            env,
+            identity,
+            drain,
+            node_tx,
+            tracker: TaskTracker::new(),
+            finished_tx,
+            finished_rx,
+            tasks: BTreeMap::new(),
+            next_seq: 0,
+            node_id: None,
+            link: None,
+            connecting: None,
+            failures: 0,
+            backoff,
+            unsent: Vec::new(),
+            stopping: false,
+            drain_timer: None,
+            cancelled_all: false,
+            fatal: None,
+        }
+    }
+
+    /// Runs until `shutdown` completes or the head says `Shutdown`, then drains and returns.
+    pub(crate) async fn run(
+        mut self,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), WorkerError> {
+        tokio::pin!(shutdown);
+        self.reconnect(Duration::ZERO);
+        while !(self.stopping && self.tasks.is_empty()) {
+            tokio::select! {
+                biased;
+                () = &mut shutdown, if !self.stopping => {
+                    tracing::info!("shutting down");
+                    self.begin_stop();
+                }
+                () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
+                Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
+                event = next_link_event(&mut self.link) => match event {
+                    LinkEvent::Message(msg) => {
+                        self.backoff.reset();
+                        self.on_head_message(msg);
+                    }
+                    LinkEvent::Heartbeat => {
+                        self.backoff.reset();
+                        self.heartbeat();
+                    }
+                    LinkEvent::Ended => self.lost_link("the head ended the stream".into()),
+                    LinkEvent::Failed(status) => self.lost_link(status.to_string()),
+                },
+                result = until(&mut self.connecting) => {
+                    self.connecting = None;
+                    match result {
+                        Ok(link) => self.attached(link),
+                        Err(e) => self.connect_failed(e),
+                    }
+                }
+            }
+        }
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.close_link().await;
+        match self.fatal {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts an attempt to register and attach after `delay`, unless stopping.
+    fn reconnect(&mut self, delay: Duration) {
+        if self.stopping {
+            return;
+        }
+        let request = RegisterRequest {
+            name: self.identity.name.clone(),
+            address: self.identity.address.clone(),
+            resources: self.identity.resources.clone(),
+            labels: self.identity.labels.clone(),
+            previous_node_id: self.node_id,
+            running: self
+                .tasks
+                .keys()
+                .map(|&(task_id, attempt)| RunningTask { task_id, attempt })
+                .collect(),
+        };
+        tracing::debug!(?delay, previous = ?self.node_id, running = request.running.len(), "registering");
+        self.connecting = Some(Box::pin(connect(self.env.head.clone(), request, delay)));
+    }
+
+    fn connect_failed(&mut self, error: ConnectError) {
+        match error {
+            ConnectError::Retry(why) => {
+                self.failures += 1;
+                if self.failures == 1 || self.failures % 30 == 0 {
+                    tracing::warn!(head = self.env.head.url(), attempts = self.failures, %why, "cannot reach the head; retrying");
+                } else {
+                    tracing::debug!(attempts = self.failures, %why, "cannot reach the head");
+                }
+                let delay = self.backoff.next_delay();
+                self.reconnect(delay);
+            }
+            ConnectError::Fatal(status) => {
+                tracing::error!(%status, "the head refused this worker");
+                self.fatal = Some(WorkerError::Rejected {
+                    head: self.env.head.url().to_string(),
+                    status,
+                });
+                self.begin_stop();
+                self.cancel_all();
+            }
+        }
+    }
+
+    fn attached(&mut self, link: Link) {
+        let node_id = link.node_id;
+        if let Some(previous) = self.node_id.filter(|&p| p != node_id) {
+            // The head no longer knows the old node: it has retried or failed its tasks.
+            tracing::warn!(%previous, %node_id, running = self.tasks.len(), "registered as a new node; cancelling the old node's tasks");
+            for running in std::mem::take(&mut self.tasks).into_values() {
+                running.cancel.cancel();
+            }
+            self.unsent.clear();
+        }
+        tracing::info!(%node_id, head = self.env.head.url(), "attached to the head");
+        self.node_id = Some(node_id);
+        self.node_tx.send_replace(Some(node_id));
+        self.link = Some(link);
+        // The back-off restarts once the stream has carried something (see `run`), so that a
+        // head that accepts and at once drops the stream is not hammered.
+        self.failures = 0;
+        for report in std::mem::take(&mut self.unsent) {
+            self.send(WorkerMessage::TaskFinished(report));
+        }
+    }
+
+    fn lost_link(&mut self, why: String) {
+        tracing::warn!(%why, running = self.tasks.len(), "lost the stream to the head");
+        self.link = None;
+        let delay = self.backoff.next_delay();
+        self.reconnect(delay);
+    }
+
+    /// Sends `msg` if attached. A task report that cannot be sent is kept for the next stream.
+    fn send(&mut self, msg: WorkerMessage) {
+        let unsent = match &self.link {
+            Some(link) => match link.send(msg) {
+                Ok(()) => return,
+                Err(unsent) => {
+                    tracing::warn!("the stream to the head is gone");
+                    self.link = None;
+                    let delay = self.backoff.next_delay();
+                    self.reconnect(delay);
+                    unsent
+                }
+            },
+            None => Some(msg),
+        };
+        if let Some(WorkerMessage::TaskFinished(report)) = unsent {
+            self.unsent.push(report);
+        }
+    }
+
+    fn heartbeat(&mut self) {
+        let metric = |name: &str, value: f64| Metric {
+            name: name.to_string(),
+            value,
+        };
+        let metrics = vec![
+            metric("running_tasks", self.tasks.len() as f64),
+            metric("draining", if self.stopping { 1.0 } else { 0.0 }),
+        ];
+        if self.link.is_some() {
+            self.send(WorkerMessage::Heartbeat { metrics });
+        }
+    }
+
+    fn on_head_message(&mut self, msg: wire::HeadMessage) {
+        let assign_ids = match &msg.body {
+            Some(Body::Assign(a)) => Some((TaskId(a.task_id), a.attempt)),
+            _ => None,
+        };
+        match HeadMessage::try_from(msg) {
+            Ok(HeadMessage::Assign(a)) => self.assign(a),
+            Ok(HeadMessage::CancelTask {
+                task_id,
+                attempt,
+                reason,
+            }) => match self.tasks.get(&(task_id, attempt)) {
+                Some(running) => {
+                    tracing::debug!(%task_id, attempt, %reason, "cancelling");
+                    running.cancel.cancel();
+                }
+                None => tracing::debug!(%task_id, attempt, "cancel for a task not running here"),
+            },
+            Ok(HeadMessage::FetchLogs {
+                request_id,
+                task_id,
+                stream,
+                offset,
+                max_bytes,
+            }) => self.fetch_logs(request_id, task_id, stream, offset, max_bytes),
+            Ok(HeadMessage::Shutdown { reason }) => {
+                tracing::info!(%reason, "the head asked this worker to shut down");
+                self.begin_stop();
+            }
+            Err(e) => match assign_ids {
+                Some((task_id, attempt)) => {
+                    tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");
+                    self.send(WorkerMessage::TaskFinished(TaskFinished {
+                        task_id,
+                        attempt,
+                        outcome: Err(format!("invalid assignment: {e}")),
+                        timed_out: false,
+                    }));
+                }
+                None => tracing::warn!(error = %e, "ignoring an invalid message from the head"),
+            },
+        }
+    }
+
+    fn assign(&mut self, a: Assignment) {
+        let key = (a.task_id, a.attempt);
+        let Some(node_id) = self.node_id else {
+            return;
+        };
+        if self.stopping {
+            self.send(WorkerMessage::TaskFinished(TaskFinished {
+                task_id: a.task_id,
+                attempt: a.attempt,
+                outcome: Err(format!(
+                    "worker {} is shutting down; the task was not started",
+                    self.identity.name
+                )),
+                timed_out: false,
+            }));
+            return;
+        }
+        if self.tasks.contains_key(&key) {
+            tracing::warn!(task_id = %a.task_id, attempt = a.attempt, "ignoring a second assignment of a running task");
+            return;
+        }
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let cancel = CancellationToken::new();
+        self.tasks.insert(
+            key,
+            Running {
+                seq,
+                cancel: cancel.clone(),
+            },
+        );
+        self.send(WorkerMessage::TaskStarted {
+            task_id: a.task_id,
+            attempt: a.attempt,
+        });
+        let env = Arc::clone(&self.env);
+        let done = self.finished_tx.clone();
+        self.tracker.spawn(async move {
+            let report = run_task(env, node_id, a, cancel).await;
+            // The receiver lives as long as the runtime, which waits for every runner.
+            let _ = done.send(Finished { seq, report });
+        });
+    }
+
+    fn on_finished(&mut self, Finished { seq, report }: Finished) {
+        let key = (report.task_id, report.attempt);
+        if self.tasks.get(&key).is_none_or(|r| r.seq != seq) {
+            // A task of a node the head has forgotten: not reported.
+            return;
+        }
+        self.tasks.remove(&key);
+        tracing::debug!(task_id = %report.task_id, attempt = report.attempt, outcome = ?report.outcome, timed_out = report.timed_out, "task finished");
+        self.send(WorkerMessage::TaskFinished(report));
+    }
+
+    fn fetch_logs(
+        &mut self,
+        request_id: u64,
+        task_id: TaskId,
+        stream: LogStream,
+        offset: u64,
+        max_bytes: u32,
+    ) {
+        let Some(tx) = self.link.as_ref().map(|l| l.tx.clone()) else {
+            return;
+        };
+        let log_dir = self.env.log_dir.clone();
+        let stream = match stream {
+            LogStream::Stdout => Stream::Stdout,
+            LogStream::Stderr => Stream::Stderr,
+        };
+        let max_bytes = match max_bytes {
+            0 => DEFAULT_LOG_FETCH,
+            n => n.min(MAX_LOG_FETCH),
+        };
+        self.tracker.spawn(async move {
+            let read = async {
+                let attempt = exec::latest_attempt(&log_dir, task_id.0).await?;
+                exec::read_log(&log_dir, task_id.0, attempt, stream, offset, max_bytes).await
+            };
+            let result = read
+                .await
+                .map(|c| LogChunk {
+                    data: c.data,
+                    next_offset: c.next_offset,
+                    eof: c.eof,
+                })
+                .map_err(|e| e.to_string());
+            // A stream that broke meanwhile took the request with it.
+            let _ = tx.send(WorkerMessage::Logs { request_id, result }.into());
+        });
+    }
+
+    fn begin_stop(&mut self) {
+        if self.stopping {
+            return;
+        }
+        self.stopping = true;
+        self.connecting = None;
+        self.drain_timer = Some(Box::pin(tokio::time::sleep(self.drain)));
+        self.heartbeat();
+    }
+
+    fn cancel_all(&mut self) {
+        self.cancelled_all = true;
+        if !self.tasks.is_empty() {
+            tracing::info!(
+                running = self.tasks.len(),
+                "cancelling the tasks still running"
+            );
+        }
+        for running in self.tasks.values() {
+            running.cancel.cancel();
+        }
+    }
+
+    /// Ends the worker's half of the stream, then waits a little for the head to end its half,
+    /// so that what was queued is delivered rather than reset.
+    async fn close_link(&mut self) {
+        let Some(Link {
+            tx, mut inbound, ..
+        }) = self.link.take()
+        else {
+            return;
+        };
+        drop(tx);
+        let deadline = tokio::time::Instant::now() + CLOSE_TIMEOUT;
+        while let Ok(Ok(Some(_))) = tokio::time::timeout_at(deadline, inbound.message()).await {}
+    }
+}
+
+/// Awaits the future in `slot`, or forever if there is none.
+async fn until<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
+    match slot {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What happened on the attached stream. Lives only between the `select!` and its handler, so
+/// its size does not matter and boxing the message would cost an allocation per message.
+#[allow(clippy::large_enum_variant)]
+enum LinkEvent {
+    /// The head sent a message.
+    Message(wire::HeadMessage),
+    /// It is time for a heartbeat.
+    Heartbeat,
+    /// The head ended the stream.
+    Ended,
+    /// The stream failed.
+    Failed(tonic::Status),
+}
+
+/// The next thing that happens on the stream, or nothing ever if not attached.
+async fn next_link_event(link: &mut Option<Link>) -> LinkEvent {
+    let Some(link) = link else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        biased;
+        msg = link.inbound.message() => match msg {
+            Ok(Some(msg)) => LinkEvent::Message(msg),
+            Ok(None) => LinkEvent::Ended,
+            Err(status) => LinkEvent::Failed(status),
+        },
+        _ = link.heartbeat.tick() => LinkEvent::Heartbeat,
+    }
+}

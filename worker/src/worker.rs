@@ -1,0 +1,139 @@
+//! [`Worker`]: a configured node agent, ready to [`run`](Worker::run).
+//!
+//! `run` connects to the head, registers, attaches and serves assignments until its shutdown
+//! future completes or the head sends `Shutdown`; then it drains (see `runtime.rs`) and
+//! returns. A head that is down is waited for, not an error: `run` keeps trying to reach it
+//! with back-off. It fails only when the head refuses the worker outright.
+
+use std::fmt;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use escher_proto::{Labels, NodeId, ResourceSet};
+use tokio::sync::watch;
+
+use crate::backoff::{Backoff, time_seed};
+use crate::builder::WorkerBuilder;
+use crate::error::WorkerError;
+use crate::functions::FunctionRegistry;
+use crate::handle::WorkerHandle;
+use crate::head_conn::HeadConn;
+use crate::runner::RunEnv;
+use crate::runtime::{Identity, Runtime};
+
+/// Where command logs go: a directory given by the configuration, or a temporary one that is
+/// removed with the worker.
+#[derive(Debug)]
+pub(crate) enum LogDir {
+    /// Kept after the worker ends.
+    Given(PathBuf),
+    /// Removed when the worker is dropped.
+    Temporary(tempfile::TempDir),
+}
+
+impl LogDir {
+    fn path(&self) -> &Path {
+        match self {
+            LogDir::Given(p) => p,
+            LogDir::Temporary(t) => t.path(),
+        }
+    }
+}
+
+/// A node agent: registers this machine's resources with the head and runs the tasks the head
+/// assigns to it.
+pub struct Worker {
+    pub(crate) name: Arc<str>,
+    pub(crate) address: String,
+    pub(crate) resources: ResourceSet,
+    pub(crate) labels: Labels,
+    pub(crate) log_dir: LogDir,
+    pub(crate) head: String,
+    pub(crate) grace: Duration,
+    pub(crate) drain: Duration,
+    pub(crate) reconnect: (Duration, Duration),
+    pub(crate) functions: FunctionRegistry,
+    pub(crate) node_tx: watch::Sender<Option<NodeId>>,
+}
+
+impl fmt::Debug for Worker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Worker")
+            .field("name", &self.name)
+            .field("head", &self.head)
+            .field("resources", &self.resources)
+            .field("labels", &self.labels)
+            .field("log_dir", &self.log_dir.path())
+            .field("functions", &self.functions)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// A builder with every setting at its default.
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder::new()
+    }
+
+    /// The worker's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The head's URL.
+    pub fn head_url(&self) -> &str {
+        &self.head
+    }
+
+    /// The resources it registers: discovered, then overridden by the configuration.
+    pub fn resources(&self) -> &ResourceSet {
+        &self.resources
+    }
+
+    /// The labels it registers.
+    pub fn labels(&self) -> &Labels {
+        &self.labels
+    }
+
+    /// Where command logs go.
+    pub fn log_dir(&self) -> &Path {
+        self.log_dir.path()
+    }
+
+    /// A handle that follows the worker's registration (its node id).
+    pub fn handle(&self) -> WorkerHandle {
+        WorkerHandle {
+            node_id: self.node_tx.subscribe(),
+        }
+    }
+
+    /// Runs the worker until `shutdown` completes or the head sends `Shutdown`, then drains
+    /// running tasks and returns. Fails only if the head refuses this worker for good.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WorkerError> {
+        let head = HeadConn::new(&self.head)?;
+        let env = Arc::new(RunEnv {
+            log_dir: self.log_dir.path().to_path_buf(),
+            grace: self.grace,
+            head,
+            functions: self.functions,
+            worker_name: Arc::clone(&self.name),
+        });
+        let identity = Identity {
+            name: self.name.to_string(),
+            address: self.address,
+            resources: self.resources,
+            labels: self.labels,
+        };
+        let (initial, max) = self.reconnect;
+        let backoff = Backoff::new(initial, max, time_seed());
+        tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, log_dir = %env.log_dir.display(), "worker starting");
+        let result = Runtime::new(env, identity, self.drain, backoff, self.node_tx)
+            .run(shutdown)
+            .await;
+        // The temporary log directory, if any, goes only now that every task has ended.
+        drop(self.log_dir);
+        result
+    }
+}

@@ -1,0 +1,294 @@
+//! The link between a worker and a fake head: registration, heartbeats, re-registration after
+//! the stream breaks (same node id, new node id, head unavailable for a while), refusal, and
+//! shutdown (the caller's, and the head's).
+
+mod support;
+
+use std::time::Duration;
+
+use escher_proto::types::{Assignment, HeadMessage, RunningTask, WorkerMessage};
+use escher_proto::{NodeId, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec};
+use escher_worker::WorkerError;
+use support::{FakeHead, RunningWorker, attached, bounded, sh, spec, worker};
+use tokio::net::TcpListener;
+
+const HEARTBEAT: Duration = Duration::from_millis(100);
+
+fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
+    HeadMessage::Assign(Assignment {
+        task_id: TaskId(task),
+        attempt: 1,
+        spec,
+        allocation: ResourceSet::new(),
+    })
+}
+
+fn ghost(ttl: Option<Duration>) -> TaskSpec {
+    spec(TaskKind::Ghost {
+        creates: vec![],
+        ttl,
+    })
+}
+
+fn running(tasks: &[u64]) -> Vec<RunningTask> {
+    tasks
+        .iter()
+        .map(|&t| RunningTask {
+            task_id: TaskId(t),
+            attempt: 1,
+        })
+        .collect()
+}
+
+async fn expect_started(head: &mut FakeHead, task: u64) {
+    match head.report().await {
+        WorkerMessage::TaskStarted { task_id, .. } => assert_eq!(task_id, TaskId(task)),
+        other => panic!("expected TaskStarted for {task}, got {other:?}"),
+    }
+}
+
+async fn expect_finished(head: &mut FakeHead, task: u64) -> Result<TaskResult, String> {
+    match head.report().await {
+        WorkerMessage::TaskFinished(f) => {
+            assert_eq!(f.task_id, TaskId(task), "{f:?}");
+            f.outcome
+        }
+        other => panic!("expected TaskFinished for {task}, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn registers_resources_and_labels_then_says_hello() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let builder = worker(&head)
+        .resources("custom=3,memory=2048".parse().unwrap())
+        .labels("zone=a".parse().unwrap());
+    let w = RunningWorker::start(builder);
+    let mut handle = w.handle.clone();
+    let (reg, node) = attached(&mut head).await;
+    assert_eq!(reg.name, "test-worker");
+    assert!(!reg.address.is_empty());
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert_eq!(reg.resources.get("cpu").to_string(), cpus.to_string());
+    assert_eq!(reg.resources.get("memory").to_string(), "2048");
+    assert_eq!(reg.resources.get("custom").to_string(), "3");
+    assert_eq!(reg.labels.get("zone"), Some("a"));
+    assert_eq!(reg.previous_node_id, None);
+    assert!(reg.running.is_empty());
+    assert_eq!(bounded("registered", handle.registered()).await, Some(node));
+    assert_eq!(w.handle.node_id(), Some(node));
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn sends_heartbeats_at_the_interval_the_head_asked_for() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    for _ in 0..3 {
+        match head.message().await {
+            (1, WorkerMessage::Heartbeat { metrics }) => {
+                let running = metrics.iter().find(|m| m.name == "running_tasks");
+                assert_eq!(running.map(|m| m.value), Some(0.0));
+            }
+            other => panic!("expected a heartbeat, got {other:?}"),
+        }
+    }
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn re_registers_with_its_node_id_and_running_tasks_after_the_stream_breaks() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    let (_, node) = attached(&mut head).await;
+    head.send(assign(1, ghost(None)));
+    expect_started(&mut head, 1).await;
+
+    head.drop_stream();
+    let (reg, again) = attached(&mut head).await;
+    assert_eq!(reg.previous_node_id, Some(node));
+    assert_eq!(reg.running, running(&[1]));
+    assert_eq!(again, node);
+
+    // Same node id: the task goes on and is reported on the new stream.
+    head.send(HeadMessage::CancelTask {
+        task_id: TaskId(1),
+        attempt: 1,
+        reason: "test".into(),
+    });
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn reports_what_finished_while_the_head_was_away() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    let (_, node) = attached(&mut head).await;
+    head.send(assign(1, ghost(Some(Duration::from_millis(300)))));
+    expect_started(&mut head, 1).await;
+
+    head.unavailable(true);
+    head.drop_stream();
+    // The ghost ends while the head refuses registrations.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    head.unavailable(false);
+    let (reg, again) = attached(&mut head).await;
+    assert_eq!((reg.previous_node_id, again), (Some(node), node));
+    assert!(reg.running.is_empty(), "{:?}", reg.running);
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_new_node_id_cancels_the_old_tasks_without_reporting_them() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    head.keep_ids(false);
+    let w = RunningWorker::start(worker(&head));
+    let (_, node) = attached(&mut head).await;
+    head.send(assign(5, sh("echo $$; exec sleep 30")));
+    expect_started(&mut head, 5).await;
+    let pid = bounded("the command's pid", async {
+        loop {
+            let out = std::fs::read_to_string(w.log_dir.join("5-1.out")).unwrap_or_default();
+            if let Some(line) = out.lines().next() {
+                return line.trim().to_string();
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    head.drop_stream();
+    let (reg, new_node) = attached(&mut head).await;
+    assert_eq!(reg.previous_node_id, Some(node));
+    assert_eq!(reg.running, running(&[5]));
+    assert_ne!(new_node, node);
+    assert_eq!(head.quiet_for(Duration::from_millis(700)).await, None);
+    assert_eq!(w.handle.node_id(), Some(new_node));
+    bounded("the old command to be killed", async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+
+    // The old task is forgotten: the next registration does not list it.
+    head.drop_stream();
+    let (reg, _) = attached(&mut head).await;
+    assert_eq!(reg.previous_node_id, Some(new_node));
+    assert!(reg.running.is_empty(), "{:?}", reg.running);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn waits_for_a_head_that_is_not_up_yet() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    drop(listener);
+    let url = format!("http://{addr}");
+    let w = RunningWorker::start(
+        escher_worker::Worker::builder()
+            .head(url)
+            .name("early")
+            .drain(Duration::ZERO)
+            .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(100)),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(w.handle.node_id(), None);
+    let listener = TcpListener::bind(addr).await.unwrap();
+    let mut head = FakeHead::serve(listener, HEARTBEAT);
+    let (reg, node) = attached(&mut head).await;
+    assert_eq!(reg.name, "early");
+    assert_eq!(node, NodeId(1));
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_refused_worker_stops_with_an_error() {
+    let head = FakeHead::start(HEARTBEAT).await;
+    head.reject();
+    let w = RunningWorker::start(worker(&head));
+    let err = w.join().await.unwrap_err();
+    assert!(matches!(err, WorkerError::Rejected { .. }), "{err}");
+    assert!(err.to_string().contains("refuses workers"), "{err}");
+}
+
+#[tokio::test]
+async fn shutdown_cancels_and_reports_running_tasks_then_closes_the_stream() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send(assign(1, ghost(None)));
+    head.send(assign(2, sh("exec sleep 30")));
+    expect_started(&mut head, 1).await;
+    expect_started(&mut head, 2).await;
+    w.stop().await.unwrap();
+    let mut outcomes = Vec::new();
+    while let Some(msg) = head.quiet_for(Duration::from_millis(500)).await {
+        if let WorkerMessage::TaskFinished(f) = msg {
+            outcomes.push((f.task_id, f.outcome));
+        }
+    }
+    outcomes.sort_by_key(|(t, _)| *t);
+    assert_eq!(
+        outcomes,
+        vec![
+            (TaskId(1), Ok(TaskResult::Released)),
+            (TaskId(2), Ok(TaskResult::Exited { code: 143 })),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn draining_lets_tasks_finish_and_refuses_new_ones() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head).drain(Duration::from_secs(5)));
+    attached(&mut head).await;
+    head.send(assign(1, ghost(Some(Duration::from_millis(400)))));
+    expect_started(&mut head, 1).await;
+    let stopped = tokio::spawn(w.stop());
+    // The worker says it is draining.
+    bounded("a draining heartbeat", async {
+        loop {
+            if let (_, WorkerMessage::Heartbeat { metrics }) = head.message().await {
+                if metrics
+                    .iter()
+                    .any(|m| m.name == "draining" && m.value == 1.0)
+                {
+                    return;
+                }
+            }
+        }
+    })
+    .await;
+    head.send(assign(2, ghost(None)));
+    let refused = expect_finished(&mut head, 2).await.unwrap_err();
+    assert!(refused.contains("shutting down"), "{refused}");
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    bounded("the worker to stop", stopped)
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+#[tokio::test]
+async fn the_head_can_tell_a_worker_to_stop() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send(HeadMessage::Shutdown {
+        reason: "test".into(),
+    });
+    w.join().await.unwrap();
+}

@@ -1,0 +1,426 @@
+//! Test support: a FAKE head and helpers to run a real worker against it on loopback.
+//!
+//! [`FakeHead`] serves the `WorkerLink` service (and the `SetResources` call of `Cluster`) on
+//! `127.0.0.1:0`. It records every registration and every message a worker sends, lets the
+//! test push `HeadMessage`s down the current stream, drop that stream, refuse registrations,
+//! and choose whether a re-registering worker keeps its node id. It implements no scheduling:
+//! the test plays the head's part.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use escher_proto::types::{
+    HeadMessage, RegisterRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
+    WorkerMessage,
+};
+use escher_proto::wire::cluster_server::{Cluster, ClusterServer};
+use escher_proto::wire::worker_link_server::{WorkerLink, WorkerLinkServer};
+use escher_proto::{Labels, NodeId, ResourceSet, TaskKind, TaskSpec, wire};
+use escher_worker::{Worker, WorkerBuilder, WorkerError, WorkerHandle};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::{TcpListenerStream, UnboundedReceiverStream};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status, Streaming};
+
+/// No test waits longer than this for anything.
+pub const BOUND: Duration = Duration::from_secs(15);
+
+/// Awaits `f`, failing the test if it takes longer than [`BOUND`].
+pub async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(BOUND, f).await {
+        Ok(v) => v,
+        Err(_) => panic!("timed out waiting for {what}"),
+    }
+}
+
+/// What the fake head does, shared by its services and the test.
+#[derive(Debug)]
+struct State {
+    heartbeat_ms: u64,
+    next_node_id: u64,
+    /// Whether a worker that names a previous node id gets it back.
+    keep_ids: bool,
+    /// Answer `Register` with UNAVAILABLE (a head that is restarting).
+    unavailable: bool,
+    /// Answer `Register` with INVALID_ARGUMENT (a head that refuses the worker).
+    reject: bool,
+    /// Numbers the attached streams, from 1.
+    streams: u64,
+    /// The current stream's sending half.
+    to_worker: Option<mpsc::UnboundedSender<Result<wire::HeadMessage, Status>>>,
+}
+
+#[derive(Clone)]
+struct Services {
+    state: Arc<Mutex<State>>,
+    registrations: mpsc::UnboundedSender<RegisterRequest>,
+    messages: mpsc::UnboundedSender<(u64, WorkerMessage)>,
+    set_resources: mpsc::UnboundedSender<SetResourcesRequest>,
+}
+
+/// A fake head; see the module documentation.
+pub struct FakeHead {
+    addr: SocketAddr,
+    state: Arc<Mutex<State>>,
+    registrations: mpsc::UnboundedReceiver<RegisterRequest>,
+    messages: mpsc::UnboundedReceiver<(u64, WorkerMessage)>,
+    set_resources: mpsc::UnboundedReceiver<SetResourcesRequest>,
+    server: JoinHandle<()>,
+}
+
+impl Drop for FakeHead {
+    fn drop(&mut self) {
+        self.server.abort();
+    }
+}
+
+impl FakeHead {
+    /// A fake head on a fresh loopback port, asking for heartbeats every `heartbeat`.
+    pub async fn start(heartbeat: Duration) -> FakeHead {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        FakeHead::serve(listener, heartbeat)
+    }
+
+    /// A fake head on `listener`.
+    pub fn serve(listener: TcpListener, heartbeat: Duration) -> FakeHead {
+        let addr = listener.local_addr().expect("local addr");
+        let state = Arc::new(Mutex::new(State {
+            heartbeat_ms: heartbeat.as_millis() as u64,
+            next_node_id: 1,
+            keep_ids: true,
+            unavailable: false,
+            reject: false,
+            streams: 0,
+            to_worker: None,
+        }));
+        let (reg_tx, registrations) = mpsc::unbounded_channel();
+        let (msg_tx, messages) = mpsc::unbounded_channel();
+        let (set_tx, set_resources) = mpsc::unbounded_channel();
+        let services = Services {
+            state: Arc::clone(&state),
+            registrations: reg_tx,
+            messages: msg_tx,
+            set_resources: set_tx,
+        };
+        let server = tokio::spawn(async move {
+            let result = tonic::transport::Server::builder()
+                .add_service(WorkerLinkServer::new(services.clone()))
+                .add_service(ClusterServer::new(services))
+                .serve_with_incoming(TcpListenerStream::new(listener))
+                .await;
+            if let Err(e) = result {
+                eprintln!("fake head stopped: {e}");
+            }
+        });
+        FakeHead {
+            addr,
+            state,
+            registrations,
+            messages,
+            set_resources,
+            server,
+        }
+    }
+
+    /// The URL a worker should use.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("fake head state")
+    }
+
+    /// Whether a re-registering worker keeps its node id (the default) or gets a new one.
+    pub fn keep_ids(&self, keep: bool) {
+        self.state().keep_ids = keep;
+    }
+
+    /// Makes `Register` answer UNAVAILABLE (`true`) or work again (`false`).
+    pub fn unavailable(&self, unavailable: bool) {
+        self.state().unavailable = unavailable;
+    }
+
+    /// Makes `Register` answer INVALID_ARGUMENT.
+    pub fn reject(&self) {
+        self.state().reject = true;
+    }
+
+    /// Ends the current stream from the head's side, as a head that lost the worker would.
+    pub fn drop_stream(&self) {
+        self.state().to_worker = None;
+    }
+
+    /// Sends `msg` on the current stream.
+    pub fn send(&self, msg: HeadMessage) {
+        let state = self.state();
+        let tx = state.to_worker.as_ref().expect("no stream attached");
+        tx.send(Ok(msg.into())).expect("stream gone");
+    }
+
+    /// Sends a raw wire message on the current stream (to send what a domain value cannot hold).
+    pub fn send_wire(&self, msg: wire::HeadMessage) {
+        let state = self.state();
+        let tx = state.to_worker.as_ref().expect("no stream attached");
+        tx.send(Ok(msg)).expect("stream gone");
+    }
+
+    /// The next registration.
+    pub async fn registration(&mut self) -> RegisterRequest {
+        bounded("a registration", self.registrations.recv())
+            .await
+            .expect("fake head gone")
+    }
+
+    /// The next message from a worker, with the number of the stream it came on.
+    pub async fn message(&mut self) -> (u64, WorkerMessage) {
+        bounded("a worker message", self.messages.recv())
+            .await
+            .expect("fake head gone")
+    }
+
+    /// The next message that is not a heartbeat.
+    pub async fn report(&mut self) -> WorkerMessage {
+        loop {
+            match self.message().await {
+                (_, WorkerMessage::Heartbeat { .. }) => continue,
+                (_, msg) => return msg,
+            }
+        }
+    }
+
+    /// Whether a non-heartbeat message arrives within `within`.
+    pub async fn quiet_for(&mut self, within: Duration) -> Option<WorkerMessage> {
+        let wait = async {
+            loop {
+                match self.messages.recv().await {
+                    Some((_, WorkerMessage::Heartbeat { .. })) => continue,
+                    other => return other.map(|(_, m)| m),
+                }
+            }
+        };
+        tokio::time::timeout(within, wait).await.ok().flatten()
+    }
+
+    /// The next `SetResources` call.
+    pub async fn set_resources_call(&mut self) -> SetResourcesRequest {
+        bounded("a set_resources call", self.set_resources.recv())
+            .await
+            .expect("fake head gone")
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerLink for Services {
+    async fn register(
+        &self,
+        request: Request<wire::RegisterRequest>,
+    ) -> Result<Response<wire::RegisterReply>, Status> {
+        let req = RegisterRequest::try_from(request.into_inner())?;
+        let reply = {
+            let mut state = self.state.lock().expect("state");
+            if state.reject {
+                return Err(Status::invalid_argument("this fake head refuses workers"));
+            }
+            if state.unavailable {
+                return Err(Status::unavailable("this fake head is restarting"));
+            }
+            let node_id = match req.previous_node_id {
+                Some(id) if state.keep_ids => id.0,
+                _ => {
+                    state.next_node_id += 1;
+                    state.next_node_id - 1
+                }
+            };
+            wire::RegisterReply {
+                node_id,
+                heartbeat_interval_ms: state.heartbeat_ms,
+            }
+        };
+        let _ = self.registrations.send(req);
+        Ok(Response::new(reply))
+    }
+
+    type AttachStream = UnboundedReceiverStream<Result<wire::HeadMessage, Status>>;
+
+    async fn attach(
+        &self,
+        request: Request<Streaming<wire::WorkerMessage>>,
+    ) -> Result<Response<Self::AttachStream>, Status> {
+        let mut inbound = request.into_inner();
+        let (tx, rx) = mpsc::unbounded_channel();
+        let stream = {
+            let mut state = self.state.lock().expect("state");
+            state.streams += 1;
+            state.to_worker = Some(tx);
+            state.streams
+        };
+        let messages = self.messages.clone();
+        let state = Arc::clone(&self.state);
+        tokio::spawn(async move {
+            while let Ok(Some(msg)) = inbound.message().await {
+                match WorkerMessage::try_from(msg) {
+                    Ok(msg) => {
+                        let _ = messages.send((stream, msg));
+                    }
+                    Err(e) => eprintln!("fake head: invalid worker message: {e}"),
+                }
+            }
+            // The worker ended its half: end ours too, as a real head does.
+            let mut state = state.lock().expect("state");
+            if state.streams == stream {
+                state.to_worker = None;
+            }
+        });
+        Ok(Response::new(UnboundedReceiverStream::new(rx)))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for Services {
+    async fn submit(
+        &self,
+        _: Request<wire::SubmitRequest>,
+    ) -> Result<Response<wire::SubmitReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn wait(
+        &self,
+        _: Request<wire::WaitRequest>,
+    ) -> Result<Response<wire::WaitReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn cancel(
+        &self,
+        _: Request<wire::CancelRequest>,
+    ) -> Result<Response<wire::CancelReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn describe_task(
+        &self,
+        _: Request<wire::DescribeTaskRequest>,
+    ) -> Result<Response<wire::TaskInfo>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn list_tasks(
+        &self,
+        _: Request<wire::ListTasksRequest>,
+    ) -> Result<Response<wire::ListTasksReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn set_resources(
+        &self,
+        request: Request<wire::SetResourcesRequest>,
+    ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let req = SetResourcesRequest::try_from(request.into_inner())?;
+        let reply = SetResourcesReply {
+            outcomes: req
+                .updates
+                .iter()
+                .map(|_| SetResourceOutcome {
+                    nodes: vec![NodeId(1)],
+                })
+                .collect(),
+        };
+        let _ = self.set_resources.send(req);
+        Ok(Response::new(reply.into()))
+    }
+    async fn cluster_status(
+        &self,
+        _: Request<wire::ClusterStatusRequest>,
+    ) -> Result<Response<wire::ClusterStatusReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn task_logs(
+        &self,
+        _: Request<wire::TaskLogsRequest>,
+    ) -> Result<Response<wire::TaskLogsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+}
+
+/// A worker running in the background until [`RunningWorker::stop`].
+pub struct RunningWorker {
+    pub handle: WorkerHandle,
+    pub log_dir: std::path::PathBuf,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), WorkerError>>,
+}
+
+impl RunningWorker {
+    /// Builds and starts `builder`'s worker.
+    pub fn start(builder: WorkerBuilder) -> RunningWorker {
+        let worker: Worker = builder.build().expect("worker builds");
+        let handle = worker.handle();
+        let log_dir = worker.log_dir().to_path_buf();
+        let stop = CancellationToken::new();
+        let task = tokio::spawn(worker.run(stop.clone().cancelled_owned()));
+        RunningWorker {
+            handle,
+            log_dir,
+            stop,
+            task,
+        }
+    }
+
+    /// Asks the worker to shut down and waits for `run` to return.
+    pub async fn stop(self) -> Result<(), WorkerError> {
+        self.stop.cancel();
+        self.join().await
+    }
+
+    /// Waits for `run` to return by itself.
+    pub async fn join(self) -> Result<(), WorkerError> {
+        bounded("the worker to stop", self.task)
+            .await
+            .expect("worker task panicked")
+    }
+}
+
+/// A worker builder aimed at `head` with short timings for tests.
+pub fn worker(head: &FakeHead) -> WorkerBuilder {
+    Worker::builder()
+        .head(head.url())
+        .name("test-worker")
+        .grace(Duration::from_millis(500))
+        .drain(Duration::ZERO)
+        .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(200))
+}
+
+/// A task spec of `kind` with nothing else set.
+pub fn spec(kind: TaskKind) -> TaskSpec {
+    TaskSpec {
+        name: "test".into(),
+        kind,
+        resources: ResourceSet::new(),
+        labels: Labels::new(),
+        max_retries: 0,
+        timeout: None,
+        pending_deadline: None,
+        on_start: Vec::new(),
+        on_success: Vec::new(),
+    }
+}
+
+/// A command task running `sh -c script`.
+pub fn sh(script: &str) -> TaskSpec {
+    spec(TaskKind::Command {
+        argv: vec!["sh".into(), "-c".into(), script.into()],
+        env: Vec::new(),
+        cwd: None,
+    })
+}
+
+/// Waits for the worker's registration and its `Hello`, and returns the node id. Heartbeats
+/// still queued from an earlier stream are skipped; anything else before `Hello` fails.
+pub async fn attached(head: &mut FakeHead) -> (RegisterRequest, NodeId) {
+    let reg = head.registration().await;
+    match head.report().await {
+        WorkerMessage::Hello { node_id } => (reg, node_id),
+        other => panic!("expected Hello first, got {other:?}"),
+    }
+}

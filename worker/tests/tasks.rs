@@ -1,0 +1,400 @@
+//! Running tasks against a fake head: commands (exit codes, logs, environment, cancel,
+//! timeout, spawn failure), functions (results, panics, unknown names, bad arguments, the task
+//! context) and ghosts (TTL, cancel, many at once).
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use escher_proto::codec;
+use escher_proto::types::{Assignment, HeadMessage, LogChunk, TaskFinished, WorkerMessage};
+use escher_proto::{
+    Amount, Capacity, CapacityOp, LogStream, NodeId, NodeSpec, ResourceSet, TaskId, TaskKind,
+    TaskResult, TaskSpec, wire,
+};
+use support::{FakeHead, RunningWorker, attached, sh, spec, worker};
+
+const HEARTBEAT: Duration = Duration::from_millis(200);
+
+fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
+    HeadMessage::Assign(Assignment {
+        task_id: TaskId(task),
+        attempt: 1,
+        spec,
+        allocation: ResourceSet::new(),
+    })
+}
+
+fn cancel(task: u64) -> HeadMessage {
+    HeadMessage::CancelTask {
+        task_id: TaskId(task),
+        attempt: 1,
+        reason: "test".into(),
+    }
+}
+
+fn function(name: &str, args: Vec<u8>) -> TaskSpec {
+    spec(TaskKind::Function {
+        name: name.into(),
+        args,
+    })
+}
+
+fn ghost(ttl: Option<Duration>) -> TaskSpec {
+    spec(TaskKind::Ghost {
+        creates: vec![],
+        ttl,
+    })
+}
+
+/// Expects `TaskStarted` for `task`.
+async fn started(head: &mut FakeHead, task: u64) {
+    match head.report().await {
+        WorkerMessage::TaskStarted { task_id, attempt } => {
+            assert_eq!((task_id, attempt), (TaskId(task), 1));
+        }
+        other => panic!("expected TaskStarted for task {task}, got {other:?}"),
+    }
+}
+
+/// Expects `TaskFinished` for `task` and returns it.
+async fn finished(head: &mut FakeHead, task: u64) -> TaskFinished {
+    match head.report().await {
+        WorkerMessage::TaskFinished(f) => {
+            assert_eq!((f.task_id, f.attempt), (TaskId(task), 1), "{f:?}");
+            f
+        }
+        other => panic!("expected TaskFinished for task {task}, got {other:?}"),
+    }
+}
+
+/// Assigns `spec` as `task` and returns its report, checking that it started first.
+async fn run(head: &mut FakeHead, task: u64, spec: TaskSpec) -> TaskFinished {
+    head.send(assign(task, spec));
+    started(head, task).await;
+    finished(head, task).await
+}
+
+/// Fetches a log chunk through the stream.
+async fn fetch(
+    head: &mut FakeHead,
+    request_id: u64,
+    task: u64,
+    stream: LogStream,
+) -> Result<LogChunk, String> {
+    head.send(HeadMessage::FetchLogs {
+        request_id,
+        task_id: TaskId(task),
+        stream,
+        offset: 0,
+        max_bytes: 0,
+    });
+    match head.report().await {
+        WorkerMessage::Logs {
+            request_id: id,
+            result,
+        } => {
+            assert_eq!(id, request_id);
+            result
+        }
+        other => panic!("expected Logs, got {other:?}"),
+    }
+}
+
+fn typed_worker(head: &FakeHead) -> escher_worker::WorkerBuilder {
+    worker(head)
+        .typed_function("add", |_ctx, (a, b): (u64, u64)| async move {
+            Ok::<_, String>(a + b)
+        })
+        .function("echo", |_ctx, args| async move { Ok(args) })
+        .function("boom", |_ctx, _args| async move {
+            if true {
+                panic!("kaboom");
+            }
+            Ok(Vec::new())
+        })
+        .function(
+            "fails",
+            |_ctx, _args| async move { Err("nope".to_string()) },
+        )
+        .function("big", |_ctx, _args| async move {
+            Ok(vec![0; escher_worker::MAX_RESULT_BYTES + 1])
+        })
+}
+
+#[tokio::test]
+async fn command_reports_its_exit_code_environment_and_logs() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    let (_, node) = attached(&mut head).await;
+
+    let mut task = sh(
+        r#"echo "$ESCHER_TASK_ID $ESCHER_ATTEMPT $ESCHER_NODE_ID $ESCHER_NAMESPACE $ESCHER_HEAD"; echo oops >&2; exit 3"#,
+    );
+    task.labels = "escher.namespace=app1".parse().unwrap();
+    let done = run(&mut head, 7, task).await;
+    assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 3 }));
+    assert!(!done.timed_out);
+
+    let out = fetch(&mut head, 1, 7, LogStream::Stdout).await.unwrap();
+    let expected = format!("7 1 {} app1 {}\n", node.0, head.url());
+    assert_eq!(String::from_utf8_lossy(&out.data), expected);
+    assert!(out.eof);
+    assert_eq!(out.next_offset, expected.len() as u64);
+    let err = fetch(&mut head, 2, 7, LogStream::Stderr).await.unwrap();
+    assert_eq!(err.data, b"oops\n");
+    let missing = fetch(&mut head, 3, 99, LogStream::Stdout)
+        .await
+        .unwrap_err();
+    assert!(missing.contains("no log for task 99"), "{missing}");
+
+    let ok = run(&mut head, 8, sh("true")).await;
+    assert_eq!(ok.outcome, Ok(TaskResult::Exited { code: 0 }));
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_stops_a_long_command_promptly() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send(assign(1, sh("exec sleep 30")));
+    started(&mut head, 1).await;
+    let t = Instant::now();
+    head.send(cancel(1));
+    let done = finished(&mut head, 1).await;
+    assert!(
+        t.elapsed() < Duration::from_secs(5),
+        "took {:?}",
+        t.elapsed()
+    );
+    // SIGTERM: 128 + 15.
+    assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 143 }));
+    assert!(!done.timed_out);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn timeout_stops_a_command_and_says_so() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    let mut task = sh("exec sleep 30");
+    task.timeout = Some(Duration::from_millis(200));
+    let done = run(&mut head, 1, task).await;
+    assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 143 }));
+    assert!(done.timed_out);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_command_that_cannot_start_is_an_error() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    let task = spec(TaskKind::Command {
+        argv: vec!["/nonexistent/escher-test-program".into()],
+        env: vec![],
+        cwd: None,
+    });
+    let done = run(&mut head, 1, task).await;
+    let err = done.outcome.unwrap_err();
+    assert!(err.contains("cannot start program"), "{err}");
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn functions_return_bytes_or_errors() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(typed_worker(&head));
+    attached(&mut head).await;
+
+    let done = run(
+        &mut head,
+        1,
+        function("add", codec::encode(&(2u64, 3u64)).unwrap()),
+    )
+    .await;
+    let bytes = match done.outcome {
+        Ok(TaskResult::Returned(bytes)) => bytes,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(codec::decode::<u64>(&bytes).unwrap(), 5);
+
+    let done = run(&mut head, 2, function("echo", b"hi".to_vec())).await;
+    assert_eq!(done.outcome, Ok(TaskResult::Returned(b"hi".to_vec())));
+
+    let done = run(&mut head, 3, function("fails", vec![])).await;
+    assert_eq!(done.outcome, Err("nope".to_string()));
+
+    let done = run(&mut head, 4, function("add", b"\xff".to_vec())).await;
+    let err = done.outcome.unwrap_err();
+    assert!(err.contains("cannot decode"), "{err}");
+
+    let done = run(&mut head, 5, function("big", vec![])).await;
+    let err = done.outcome.unwrap_err();
+    assert!(err.contains("more than"), "{err}");
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_panicking_function_fails_and_the_worker_goes_on() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(typed_worker(&head));
+    attached(&mut head).await;
+    let done = run(&mut head, 1, function("boom", vec![])).await;
+    let err = done.outcome.unwrap_err();
+    assert!(err.contains("\"boom\" panicked: kaboom"), "{err}");
+    let done = run(&mut head, 2, function("echo", b"still here".to_vec())).await;
+    assert_eq!(
+        done.outcome,
+        Ok(TaskResult::Returned(b"still here".to_vec()))
+    );
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_unknown_function_names_the_registered_ones() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(typed_worker(&head));
+    attached(&mut head).await;
+    let done = run(&mut head, 1, function("nope", vec![])).await;
+    assert_eq!(
+        done.outcome.unwrap_err(),
+        r#"no function named "nope" is registered on worker test-worker; registered: add, big, boom, echo, fails"#
+    );
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn cancel_and_timeout_stop_a_function() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let builder = worker(&head).function("hang", |_ctx, _args| async move {
+        std::future::pending::<()>().await;
+        Ok(Vec::new())
+    });
+    let w = RunningWorker::start(builder);
+    attached(&mut head).await;
+    head.send(assign(1, function("hang", vec![])));
+    started(&mut head, 1).await;
+    head.send(cancel(1));
+    let done = finished(&mut head, 1).await;
+    assert!(done.outcome.unwrap_err().contains("cancelled"));
+
+    let mut task = function("hang", vec![]);
+    task.timeout = Some(Duration::from_millis(100));
+    let done = run(&mut head, 2, task).await;
+    assert!(done.timed_out);
+    assert!(done.outcome.unwrap_err().contains("timed out"));
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_function_sets_resources_on_its_own_node() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let builder = worker(&head).function("claim", |ctx, _args| async move {
+        let name = "slot".try_into().map_err(|e| format!("{e}"))?;
+        let op = CapacityOp::Set(Capacity::Finite(
+            Amount::units(2).map_err(|e| e.to_string())?,
+        ));
+        let outcome = ctx
+            .set_resource(name, op)
+            .await
+            .map_err(|e| e.to_string())?;
+        let text = format!("{} {} {:?}", ctx.task_id(), ctx.node_id(), outcome.nodes);
+        Ok(text.into_bytes())
+    });
+    let w = RunningWorker::start(builder);
+    let (_, node) = attached(&mut head).await;
+    let mut task = function("claim", vec![]);
+    task.labels = "escher.namespace=app1".parse().unwrap();
+    head.send(assign(5, task));
+    started(&mut head, 5).await;
+    let call = head.set_resources_call().await;
+    assert_eq!(call.caller_task, Some(TaskId(5)));
+    assert_eq!(call.namespace.as_ref().map(|n| n.as_str()), Some("app1"));
+    assert_eq!(call.updates.len(), 1);
+    assert_eq!(call.updates[0].name.as_str(), "slot");
+    assert_eq!(call.updates[0].target, NodeSpec::Local);
+    let done = finished(&mut head, 5).await;
+    let expected = format!("5 {} {:?}", node.0, vec![NodeId(1)]);
+    assert_eq!(
+        done.outcome,
+        Ok(TaskResult::Returned(expected.into_bytes()))
+    );
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn ghosts_end_after_their_ttl_or_when_cancelled() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+
+    let t = Instant::now();
+    let done = run(&mut head, 1, ghost(Some(Duration::from_millis(200)))).await;
+    assert!(
+        t.elapsed() >= Duration::from_millis(200),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(done.outcome, Ok(TaskResult::Released));
+
+    head.send(assign(2, ghost(None)));
+    started(&mut head, 2).await;
+    assert_eq!(head.quiet_for(Duration::from_millis(300)).await, None);
+    head.send(cancel(2));
+    let done = finished(&mut head, 2).await;
+    assert_eq!(done.outcome, Ok(TaskResult::Released));
+    assert!(!done.timed_out);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn thousands_of_ghosts_are_cheap() {
+    const N: u64 = 2000;
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    for task in 0..N {
+        head.send(assign(task, ghost(Some(Duration::from_millis(100)))));
+    }
+    let (mut started, mut released) = (0, 0);
+    while released < N {
+        match head.report().await {
+            WorkerMessage::TaskStarted { .. } => started += 1,
+            WorkerMessage::TaskFinished(f) => {
+                assert_eq!(f.outcome, Ok(TaskResult::Released));
+                released += 1;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(started, N);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_invalid_assignment_is_reported_as_failed() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send_wire(wire::HeadMessage {
+        body: Some(wire::head_message::Body::Assign(wire::Assign {
+            task_id: 9,
+            attempt: 1,
+            spec: None,
+            allocation: vec![],
+        })),
+    });
+    let done = finished(&mut head, 9).await;
+    assert_eq!(
+        done.outcome,
+        Err("invalid assignment: missing field assign.spec".to_string())
+    );
+    // Messages it cannot read at all are ignored; the worker goes on.
+    head.send_wire(wire::HeadMessage { body: None });
+    let ok = run(&mut head, 10, sh("true")).await;
+    assert_eq!(ok.outcome, Ok(TaskResult::Exited { code: 0 }));
+    w.stop().await.unwrap();
+}
