@@ -1,5 +1,72 @@
-//! escher-client: the application's way into a cluster.
+//! escher-client: the application's way into an escher cluster.
 //!
-//! It will hold the async client, its blocking wrapper, the task-spec builders and the `escher`
-//! command-line tool.
+//! ```no_run
+//! use escher_client::{Client, ResourceUpdateExt, Task};
+//! use escher_proto::{NodeSpec, ResourceUpdate};
+//!
+//! # async fn demo() -> Result<(), escher_client::ClientError> {
+//! let client = Client::from_env().await?; // ESCHER_HEAD, else http://127.0.0.1:7600
+//!
+//! // A command task that, when it succeeds, creates `done-t1` on its node...
+//! let t1 = client
+//!     .submit(
+//!         Task::command(["./prepare.sh"])
+//!             .resources_str("cpu=1")
+//!             .on_success(ResourceUpdate::set("done-t1", 1, NodeSpec::Local)?),
+//!     )
+//!     .await?;
+//! // ...and a function task that can only start where `done-t1` exists.
+//! let t2 = client
+//!     .submit_typed::<u64>(Task::function_typed("count", &"data.csv").resource("done-t1", 1))
+//!     .await?;
+//! let rows = t2.get(&client, None).await?;
+//! # let _ = (t1, rows);
+//! # Ok(()) }
+//! ```
+//!
+//! # Layout
+//!
+//! - [`Client`] (`client.rs`): the async connection and its configuration (head URL,
+//!   namespace, calling task); its task methods are in `tasks.rs` (submit, get, wait, cancel,
+//!   describe, list, logs) and its resource methods in `resources.rs` (`set_resource`,
+//!   `adjust_resource`, `delete_resource`, the batch `set_resources`, `cluster_status`).
+//! - [`BlockingClient`] (`blocking.rs`): the same methods for code without a runtime.
+//! - [`Task`] (`builder.rs`): the builder of task specs, reporting misuse at `build`.
+//! - [`TaskRef`] and [`TypedTaskRef`] (`task_ref.rs`): handles to submitted tasks.
+//! - [`ResourceUpdateExt`] (`update.rs`): `ResourceUpdate::set / adjust / delete`.
+//! - [`LogReader`] (`logs.rs`): reads and follows a task's output.
+//! - [`ClientError`] (`error.rs`): every failure, retryable ones apart.
+//! - `args.rs`: the conversions that let calls take `"cpu"`, `2`, `"0.5"` or `"unbounded"`.
+//! - [`cli`] (feature `cli`, on by default): the `escher` command-line tool, whose binary
+//!   (`src/bin/escher.rs`) only calls [`cli::main`].
+//!
+//! Domain types (`TaskSpec`, `NodeSpec`, `ClusterStatus`, ...) come from [`escher_proto`] and
+//! are used here as they are.
 #![warn(missing_docs)]
+
+mod args;
+mod blocking;
+mod builder;
+mod client;
+mod error;
+mod logs;
+mod resources;
+mod task_ref;
+mod tasks;
+mod update;
+
+#[cfg(feature = "cli")]
+pub mod cli;
+
+pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
+pub use blocking::BlockingClient;
+pub use builder::{IntoTaskSpec, Task};
+pub use client::{
+    Client, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID, MAX_MESSAGE_BYTES,
+    caller_task_from_env,
+};
+pub use error::ClientError;
+pub use logs::LogReader;
+pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
+pub use tasks::failure_reason;
+pub use update::ResourceUpdateExt;

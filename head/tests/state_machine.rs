@@ -114,7 +114,11 @@ fn a_failed_attempt_is_retried_while_retries_remain_then_fails() {
     assert_eq!(status.state, TaskState::Failed);
     assert_eq!(status.attempt, 2);
     assert_eq!(status.reason.as_deref(), Some("exited with code 7"));
-    assert_eq!(status.result, None);
+    assert_eq!(
+        status.result,
+        Some(TaskResult::Exited { code: 7 }),
+        "the exit code is kept"
+    );
     assert_eq!(t.slot(node, "cpu"), Some(("1".into(), "0".into())));
 }
 

@@ -244,7 +244,7 @@ impl ClusterState {
             }
             Decision::Lost { task, node } => {
                 let why = format!("node {node} lost");
-                self.failed_attempt(task, why, now);
+                self.failed_attempt(task, why, None, now);
             }
         }
     }

@@ -116,11 +116,14 @@ impl ClusterState {
                 self.terminate(id, TaskState::Failed, Some(why), None, now);
                 return;
             }
-            Ok(TaskResult::Exited { code }) if code != 0 => match (report.timed_out, timeout) {
-                (true, Some(t)) => format!("timed out after {t:?} (exit code {code})"),
-                (true, None) => format!("timed out (exit code {code})"),
-                (false, _) => format!("exited with code {code}"),
-            },
+            Ok(TaskResult::Exited { code }) if code != 0 => {
+                let why = match (report.timed_out, timeout) {
+                    (true, Some(t)) => format!("timed out after {t:?} (exit code {code})"),
+                    (true, None) => format!("timed out (exit code {code})"),
+                    (false, _) => format!("exited with code {code}"),
+                };
+                (why, Some(TaskResult::Exited { code }))
+            }
             Ok(result) => {
                 let hooks = self
                     .tasks
@@ -131,14 +134,21 @@ impl ClusterState {
                 self.terminate(id, TaskState::Succeeded, None, Some(result), now);
                 return;
             }
-            Err(why) if report.timed_out => format!("timed out: {why}"),
-            Err(why) => why,
+            Err(why) if report.timed_out => (format!("timed out: {why}"), None),
+            Err(why) => (why, None),
         };
-        self.failed_attempt(id, failure, now);
+        self.failed_attempt(id, failure.0, failure.1, now);
     }
 
-    /// An attempt failed: run it again while retries remain, else fail the task.
-    pub(crate) fn failed_attempt(&mut self, id: TaskId, why: String, now: Millis) {
+    /// An attempt failed: run it again while retries remain, else fail the task, keeping the
+    /// last attempt's result (a command's exit code) when it had one.
+    pub(crate) fn failed_attempt(
+        &mut self,
+        id: TaskId,
+        why: String,
+        result: Option<TaskResult>,
+        now: Millis,
+    ) {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
@@ -148,7 +158,7 @@ impl ClusterState {
             return;
         }
         if rec.attempt > rec.spec.max_retries {
-            self.terminate(id, TaskState::Failed, Some(why), None, now);
+            self.terminate(id, TaskState::Failed, Some(why), result, now);
             return;
         }
         rec.state = TaskState::Pending;

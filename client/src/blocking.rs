@@ -1,0 +1,256 @@
+//! [`BlockingClient`]: the same API for programs without an async runtime.
+//!
+//! It owns a small tokio runtime (one worker thread, which also keeps the HTTP/2 connection
+//! alive between calls) and runs each [`Client`] method to completion on it, as mini-redis'
+//! blocking client does. Clones share the runtime and the connection, so a `BlockingClient`
+//! can be handed to several threads.
+//!
+//! Do not create or use one inside an async context: blocking a runtime thread on another
+//! runtime panics. Async code should use [`Client`] directly.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use escher_proto::types::SetResourceOutcome;
+use escher_proto::{
+    ClusterStatus, LogStream, Namespace, NodeId, NodeSpec, ResourceUpdate, TaskId, TaskInfo,
+    TaskResult, TaskState, TaskStatus, TaskSummary,
+};
+use serde::de::DeserializeOwned;
+use tokio::runtime::Runtime;
+
+use crate::args::{IntoCapacity, IntoDelta, IntoResourceName};
+use crate::builder::IntoTaskSpec;
+use crate::{Client, ClientError, TaskRef};
+
+/// A blocking connection to an escher head: every [`Client`] method, run to completion.
+#[derive(Debug, Clone)]
+pub struct BlockingClient {
+    inner: Client,
+    rt: Arc<Runtime>,
+}
+
+fn runtime() -> Result<Arc<Runtime>, ClientError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .thread_name("escher-client")
+        .enable_all()
+        .build()
+        .map(Arc::new)
+        .map_err(|e| ClientError::Usage(format!("cannot start the client's runtime: {e}")))
+}
+
+impl BlockingClient {
+    /// Connects to the head at `url`; see [`Client::connect`].
+    pub fn connect(url: impl AsRef<str>) -> Result<BlockingClient, ClientError> {
+        let rt = runtime()?;
+        let inner = rt.block_on(Client::connect(url))?;
+        Ok(BlockingClient { inner, rt })
+    }
+
+    /// Connects to the head named by the environment; see [`Client::from_env`].
+    pub fn from_env() -> Result<BlockingClient, ClientError> {
+        let rt = runtime()?;
+        let inner = rt.block_on(Client::from_env())?;
+        Ok(BlockingClient { inner, rt })
+    }
+
+    /// A client that connects on its first call; see [`Client::connect_lazy`].
+    pub fn connect_lazy(url: impl AsRef<str>) -> Result<BlockingClient, ClientError> {
+        let rt = runtime()?;
+        let inner = {
+            let _guard = rt.enter();
+            Client::connect_lazy(url)?
+        };
+        Ok(BlockingClient { inner, rt })
+    }
+
+    /// The same connection in namespace `ns`; see [`Client::with_namespace`].
+    pub fn with_namespace(self, ns: Namespace) -> BlockingClient {
+        self.map(|c| c.with_namespace(ns))
+    }
+
+    /// The same connection speaking for task `id`; see [`Client::with_caller_task`].
+    pub fn with_caller_task(self, id: TaskId) -> BlockingClient {
+        self.map(|c| c.with_caller_task(id))
+    }
+
+    /// The same connection speaking for no task; see [`Client::without_caller_task`].
+    pub fn without_caller_task(self) -> BlockingClient {
+        self.map(Client::without_caller_task)
+    }
+
+    fn map(self, f: impl FnOnce(Client) -> Client) -> BlockingClient {
+        BlockingClient {
+            inner: f(self.inner),
+            rt: self.rt,
+        }
+    }
+
+    /// The async client underneath.
+    pub fn client(&self) -> &Client {
+        &self.inner
+    }
+
+    fn run<T>(&self, fut: impl Future<Output = T>) -> T {
+        self.rt.block_on(fut)
+    }
+
+    /// See [`Client::submit`].
+    pub fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
+        self.run(self.inner.submit(task))
+    }
+
+    /// See [`Client::submit_batch`].
+    pub fn submit_batch<I>(&self, tasks: I) -> Result<Vec<TaskRef>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: IntoTaskSpec,
+    {
+        self.run(self.inner.submit_batch(tasks))
+    }
+
+    /// See [`Client::get`].
+    pub fn get(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<TaskStatus, ClientError> {
+        self.run(self.inner.get(task, timeout))
+    }
+
+    /// See [`Client::get_result`].
+    pub fn get_result(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<TaskResult, ClientError> {
+        self.run(self.inner.get_result(task, timeout))
+    }
+
+    /// See [`Client::get_bytes`].
+    pub fn get_bytes(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.run(self.inner.get_bytes(task, timeout))
+    }
+
+    /// See [`Client::get_typed`].
+    pub fn get_typed<R: DeserializeOwned>(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<R, ClientError> {
+        self.run(self.inner.get_typed(task, timeout))
+    }
+
+    /// See [`Client::wait`].
+    pub fn wait<I>(
+        &self,
+        tasks: I,
+        num_returns: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(Vec<TaskStatus>, Vec<TaskId>), ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        self.run(self.inner.wait(tasks, num_returns, timeout))
+    }
+
+    /// See [`Client::cancel`].
+    pub fn cancel<I>(&self, tasks: I) -> Result<Vec<TaskStatus>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        self.run(self.inner.cancel(tasks))
+    }
+
+    /// See [`Client::task_info`].
+    pub fn task_info(&self, task: impl Into<TaskId>) -> Result<TaskInfo, ClientError> {
+        self.run(self.inner.task_info(task))
+    }
+
+    /// See [`Client::list_tasks`].
+    pub fn list_tasks(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+    ) -> Result<Vec<TaskSummary>, ClientError> {
+        self.run(self.inner.list_tasks(state, limit))
+    }
+
+    /// See [`Client::logs`].
+    pub fn logs(&self, task: impl Into<TaskId>, stream: LogStream) -> Result<Vec<u8>, ClientError> {
+        self.run(self.inner.logs(task, stream))
+    }
+
+    /// See [`Client::set_resource`].
+    pub fn set_resource(
+        &self,
+        name: impl IntoResourceName,
+        capacity: impl IntoCapacity,
+        target: NodeSpec,
+    ) -> Result<Vec<NodeId>, ClientError> {
+        self.run(self.inner.set_resource(name, capacity, target))
+    }
+
+    /// See [`Client::adjust_resource`].
+    pub fn adjust_resource(
+        &self,
+        name: impl IntoResourceName,
+        delta: impl IntoDelta,
+        target: NodeSpec,
+    ) -> Result<Vec<NodeId>, ClientError> {
+        self.run(self.inner.adjust_resource(name, delta, target))
+    }
+
+    /// See [`Client::delete_resource`].
+    pub fn delete_resource(
+        &self,
+        name: impl IntoResourceName,
+        target: NodeSpec,
+    ) -> Result<Vec<NodeId>, ClientError> {
+        self.run(self.inner.delete_resource(name, target))
+    }
+
+    /// See [`Client::set_resources`].
+    pub fn set_resources(
+        &self,
+        updates: Vec<ResourceUpdate>,
+    ) -> Result<Vec<SetResourceOutcome>, ClientError> {
+        self.run(self.inner.set_resources(updates))
+    }
+
+    /// See [`Client::cluster_status`].
+    pub fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
+        self.run(self.inner.cluster_status())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocking_calls_run_on_the_owned_runtime() {
+        let client = BlockingClient::connect_lazy("127.0.0.1:1")
+            .unwrap()
+            .without_caller_task();
+        let err = client.set_resource("q", 1, NodeSpec::Local).unwrap_err();
+        assert!(err.to_string().contains("ESCHER_TASK_ID"), "{err}");
+        let err = BlockingClient::connect("http://127.0.0.1:1").unwrap_err();
+        assert!(matches!(err, ClientError::Connect { .. }), "{err:?}");
+        assert!(
+            client
+                .wait(Vec::<TaskId>::new(), 0, None)
+                .unwrap()
+                .0
+                .is_empty()
+        );
+    }
+}

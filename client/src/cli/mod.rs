@@ -1,0 +1,121 @@
+//! The `escher` command-line tool: submit and watch tasks, and set ephemeral resources, from a
+//! shell or from inside a command task.
+//!
+//! ```text
+//! escher [--head URL] [--namespace NS] [--json] <command>
+//!   status                          nodes, resources (total / used / available), pending tasks
+//!   submit [options] -- CMD ARGS... submit a command task (--count N copies, --wait)
+//!   get ID [--timeout SECS]         wait for a task; show its outcome and result
+//!   wait ID... [--num N] [--timeout SECS]
+//!   cancel ID...
+//!   logs ID [--stderr] [--follow]   a command task's output, raw
+//!   tasks [--state S] [--limit N]
+//!   info ID                         everything about one task
+//!   resource set NAME CAPACITY  (--local | --node ID | --match RESOURCES [--num-nodes N])
+//!   resource adjust NAME DELTA  (same targets)
+//!   resource delete NAME        (same targets)
+//! ```
+//!
+//! The head is found from `--head`, else `ESCHER_HEAD`, else `http://127.0.0.1:7600`. Tables
+//! are for people; `--json` prints the domain types for scripts. The exit status is 0 only on
+//! success; errors are printed as `error: <message>` with their causes.
+//!
+//! # Layout
+//!
+//! - `args`: the [`Cli`] struct, the [`Command`] tree, resource targets, value parsers;
+//! - `status`, `submit`, `wait` (get / wait / cancel and the progress bar), `inspect`
+//!   (tasks / info / logs), `resource`: one module per group of commands, each with its
+//!   option structs, its `run`, and a pure `render_*` function that tests check;
+//! - `render`: tables and shared formatting; `ctx`: the options and output every command
+//!   gets.
+//!
+//! The struct that clap fills is not the runtime configuration: [`run_with`] turns the global
+//! options into a small context that connects a [`crate::Client`] on demand and writes to the
+//! output it is given ([`run`]: stdout), so tests can read exactly what a command printed.
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+
+mod args;
+mod ctx;
+mod inspect;
+mod render;
+mod resource;
+mod status;
+mod submit;
+mod wait;
+
+pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
+pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
+pub use resource::{ResourceCommand, render_nodes_changed};
+pub use status::{StatusArgs, StatusJson, render_status};
+pub use submit::SubmitArgs;
+pub use wait::{CancelArgs, GetArgs, WaitArgs, render_get};
+
+use ctx::Ctx;
+
+/// The `escher` binary: parses the command line, runs the command, prints any error as
+/// `error: <message>: <cause>...` on stderr, and returns the exit status.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_tracing();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs one parsed command line, writing results to stdout; the exit status on success, or
+/// the error to print.
+pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    run_with(cli, &mut std::io::stdout()).await
+}
+
+/// Runs one parsed command line, writing results (tables, JSON, log bytes) to `out`.
+/// Progress bars and warnings still go to stderr.
+pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<ExitCode> {
+    let mut ctx = Ctx {
+        namespace: cli.namespace(),
+        head: cli.head,
+        json: cli.json,
+        out,
+    };
+    let ctx = &mut ctx;
+    match cli.command {
+        Command::Status(a) => a.run(ctx).await,
+        Command::Submit(a) => a.run(ctx).await,
+        Command::Get(a) => a.run(ctx).await,
+        Command::Wait(a) => a.run(ctx).await,
+        Command::Cancel(a) => a.run(ctx).await,
+        Command::Logs(a) => a.run(ctx).await,
+        Command::Tasks(a) => a.run(ctx).await,
+        Command::Info(a) => a.run(ctx).await,
+        Command::Resource(a) => a.run(ctx).await,
+    }
+}
+
+/// Logs to stderr, filtered by `ESCHER_LOG` (default `warn`).
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("ESCHER_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    // A second subscriber (in tests) is not an error worth reporting.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

@@ -1,0 +1,256 @@
+//! How the CLI shows things: plain tables for people, JSON for scripts, and the small
+//! formatting helpers (results, times, resource updates) the commands share.
+//!
+//! Tables use comfy-table with no borders (columns separated by spaces, like `kubectl`), so
+//! that they read well and still `grep`/`awk` cleanly. Every `render_*` function returns a
+//! `String`, so tests check exactly what a person would see.
+
+use std::time::Duration;
+
+use comfy_table::{Table, presets};
+use escher_proto::{
+    CapacityOp, NodeId, NodeSpec, ResourceUpdate, TaskId, TaskResult, TaskState, TaskStatus,
+};
+
+/// A borderless table with this header.
+pub(crate) fn table(header: &[&str]) -> Table {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING);
+    t.set_header(header.to_vec());
+    t
+}
+
+/// A two-column `key  value` table, for describing one thing.
+pub(crate) fn key_values(rows: &[(&str, String)]) -> String {
+    let mut t = Table::new();
+    t.load_preset(presets::NOTHING);
+    for (key, value) in rows {
+        t.add_row(vec![format!("{key}:"), value.clone()]);
+    }
+    lines(&t)
+}
+
+/// A table's text, each line with trailing spaces removed, ending with a newline.
+pub(crate) fn lines(t: &Table) -> String {
+    let mut out = String::new();
+    for line in t.lines() {
+        out.push_str(line.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// A node id, or `-` when there is none.
+pub(crate) fn node(id: Option<NodeId>) -> String {
+    id.map_or_else(|| "-".to_string(), |n| n.to_string())
+}
+
+/// What a task ended with, in words.
+pub(crate) fn result(result: Option<&TaskResult>) -> String {
+    match result {
+        None => "-".to_string(),
+        Some(TaskResult::Exited { code }) => format!("exit code {code}"),
+        Some(TaskResult::Returned(bytes)) => format!("returned {}", hex_preview(bytes)),
+        Some(TaskResult::Released) => "released".to_string(),
+    }
+}
+
+/// `N bytes` and the first bytes in hex (`12 bytes: 0a0b0c...`).
+pub(crate) fn hex_preview(bytes: &[u8]) -> String {
+    const SHOWN: usize = 32;
+    if bytes.is_empty() {
+        return "0 bytes".to_string();
+    }
+    let hex: String = bytes
+        .iter()
+        .take(SHOWN)
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let more = if bytes.len() > SHOWN { "..." } else { "" };
+    let unit = if bytes.len() == 1 { "byte" } else { "bytes" };
+    format!("{} {unit}: {hex}{more}", bytes.len())
+}
+
+/// One line per task: id, state, node, result, reason.
+pub(crate) fn statuses(list: &[TaskStatus]) -> String {
+    let mut t = table(&["ID", "STATE", "NODE", "ATTEMPT", "RESULT", "REASON"]);
+    for s in list {
+        t.add_row(vec![
+            s.id.to_string(),
+            s.state.to_string(),
+            node(s.node),
+            s.attempt.to_string(),
+            result(s.result.as_ref()),
+            s.reason.clone().unwrap_or_default(),
+        ]);
+    }
+    lines(&t)
+}
+
+/// The exit status for tasks that were waited for: success only if every one succeeded. A
+/// single failed command task passes on its own exit code (1 to 255).
+pub(crate) fn exit_status(list: &[TaskStatus]) -> std::process::ExitCode {
+    let failed: Vec<&TaskStatus> = list
+        .iter()
+        .filter(|s| s.state != TaskState::Succeeded)
+        .collect();
+    match failed.as_slice() {
+        [] => std::process::ExitCode::SUCCESS,
+        [one] if list.len() == 1 => match one.result {
+            Some(TaskResult::Exited { code }) if (1..=255).contains(&code) => {
+                std::process::ExitCode::from(code as u8)
+            }
+            _ => std::process::ExitCode::FAILURE,
+        },
+        _ => std::process::ExitCode::FAILURE,
+    }
+}
+
+/// Ids separated by spaces.
+pub(crate) fn ids(list: &[TaskId]) -> String {
+    let text: Vec<String> = list.iter().map(ToString::to_string).collect();
+    text.join(" ")
+}
+
+/// A duration as people write it (`30s`, `1.5s`, `250ms`), or `-`.
+pub(crate) fn duration(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".to_string(), |d| format!("{d:?}"))
+}
+
+/// A time in milliseconds since the Unix epoch as UTC ISO 8601, `2025-01-02T03:04:05.678Z`.
+pub(crate) fn time(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (y, m, d) = civil_from_days(days as i64);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        ms % 1000
+    )
+}
+
+/// An optional time, or `-`.
+pub(crate) fn maybe_time(ms: Option<u64>) -> String {
+    ms.map_or_else(|| "-".to_string(), time)
+}
+
+/// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (y, m, d)
+}
+
+/// A resource change in words: `set done-t1=1 on the task's node`.
+pub(crate) fn update(u: &ResourceUpdate) -> String {
+    let what = match u.op {
+        CapacityOp::Set(capacity) => format!("set {}={capacity}", u.name),
+        CapacityOp::Adjust(delta) => format!("adjust {} by {delta}", u.name),
+        CapacityOp::Delete => format!("delete {}", u.name),
+    };
+    format!("{what} on {}", target(&u.target))
+}
+
+/// Where a resource change applies, in words.
+pub(crate) fn target(spec: &NodeSpec) -> String {
+    match spec {
+        NodeSpec::Local => "the task's node".to_string(),
+        NodeSpec::Node(id) => format!("node {id}"),
+        NodeSpec::Match {
+            resources,
+            num_nodes,
+        } => {
+            let which = if resources.is_empty() {
+                "every live node".to_string()
+            } else {
+                format!("nodes with {resources} available")
+            };
+            match num_nodes {
+                Some(n) => format!("{which} (at most {n})"),
+                None => which,
+            }
+        }
+    }
+}
+
+/// Quotes an argument for display when a shell would need it.
+pub(crate) fn shell_word(arg: &str) -> String {
+    let plain = !arg.is_empty()
+        && arg
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+    if plain {
+        arg.to_string()
+    } else {
+        format!("'{}'", arg.replace('\'', r"'\''"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_are_utc_iso8601() {
+        assert_eq!(time(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(time(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(time(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(maybe_time(None), "-");
+    }
+
+    #[test]
+    fn results_and_words() {
+        assert_eq!(result(Some(&TaskResult::Exited { code: 3 })), "exit code 3");
+        assert_eq!(
+            result(Some(&TaskResult::Returned(vec![0x0a, 0xff]))),
+            "returned 2 bytes: 0aff"
+        );
+        assert!(hex_preview(&[0; 40]).ends_with("..."));
+        assert_eq!(hex_preview(&[]), "0 bytes");
+        assert_eq!(shell_word("a b"), "'a b'");
+        assert_eq!(shell_word("--x=1"), "--x=1");
+        let u = ResourceUpdate {
+            name: "done-t1".parse().unwrap(),
+            op: CapacityOp::Set("1".parse().unwrap()),
+            target: NodeSpec::Local,
+        };
+        assert_eq!(update(&u), "set done-t1=1 on the task's node");
+        let m = NodeSpec::Match {
+            resources: "cpu=1".parse().unwrap(),
+            num_nodes: Some(2),
+        };
+        assert_eq!(target(&m), "nodes with cpu=1 available (at most 2)");
+    }
+
+    #[test]
+    fn exit_status_follows_the_tasks() {
+        let s = |state, code| TaskStatus {
+            id: TaskId(1),
+            state,
+            node: None,
+            attempt: 1,
+            reason: None,
+            result: Some(TaskResult::Exited { code }),
+        };
+        use std::process::ExitCode;
+        assert_eq!(
+            exit_status(&[s(TaskState::Succeeded, 0)]),
+            ExitCode::SUCCESS
+        );
+        assert_eq!(exit_status(&[s(TaskState::Failed, 3)]), ExitCode::from(3));
+        assert_eq!(exit_status(&[s(TaskState::Failed, 300)]), ExitCode::FAILURE);
+        assert_eq!(
+            exit_status(&[s(TaskState::Succeeded, 0), s(TaskState::Failed, 3)]),
+            ExitCode::FAILURE
+        );
+    }
+}

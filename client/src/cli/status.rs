@@ -1,0 +1,304 @@
+//! `escher status`: the nodes, every resource on each (total, used, available), and the
+//! pending tasks with the reason each cannot be placed.
+//!
+//! A resource whose use exceeds its total (its capacity shrank below what running tasks hold,
+//! DESIGN §3) is marked in the `NOTE` column with how far over it is; unbounded capacities
+//! show `unbounded`. Pending tasks come from one `ListTasks` call (state pending), whose
+//! summaries already carry the head's reason.
+
+use std::process::ExitCode;
+
+use clap::Args;
+use escher_proto::{ClusterStatus, TaskState, TaskSummary};
+use serde::Serialize;
+
+use super::ctx::Ctx;
+use super::render::{lines, table};
+
+/// Options of `escher status`.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// List at most N pending tasks (0: none)
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    pub pending: usize,
+}
+
+/// What `escher status --json` prints.
+#[derive(Debug, Serialize)]
+pub struct StatusJson<'a> {
+    /// The cluster status as the head reports it.
+    pub cluster: &'a ClusterStatus,
+    /// The first pending tasks, with their reasons.
+    pub pending: &'a [TaskSummary],
+}
+
+impl StatusArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let cluster = client.cluster_status().await?;
+        let pending = if self.pending == 0 || cluster.pending_tasks == 0 {
+            Vec::new()
+        } else {
+            client
+                .list_tasks(Some(TaskState::Pending), Some(self.pending))
+                .await?
+        };
+        if ctx.json {
+            ctx.emit_json(&StatusJson {
+                cluster: &cluster,
+                pending: &pending,
+            })?;
+        } else {
+            ctx.emit(&render_status(&cluster, &pending))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The text of `escher status`.
+pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String {
+    let alive = cluster.nodes.iter().filter(|n| n.alive).count();
+    let mut out = format!(
+        "{} nodes ({alive} alive), {} running, {} pending\n",
+        cluster.nodes.len(),
+        cluster.running_tasks,
+        cluster.pending_tasks
+    );
+    if cluster.nodes.is_empty() {
+        out.push_str("\nno nodes have registered yet\n");
+    } else {
+        out.push('\n');
+        out.push_str(&render_nodes(cluster));
+        out.push('\n');
+        out.push_str(&render_resources(cluster));
+    }
+    out.push('\n');
+    out.push_str(&render_pending(pending, cluster.pending_tasks));
+    out
+}
+
+fn render_nodes(cluster: &ClusterStatus) -> String {
+    let mut t = table(&["NODE", "NAME", "ADDRESS", "ALIVE", "LABELS"]);
+    for n in &cluster.nodes {
+        t.add_row(vec![
+            n.id.to_string(),
+            n.name.clone(),
+            n.address.clone(),
+            if n.alive { "yes" } else { "no" }.to_string(),
+            n.labels.to_string(),
+        ]);
+    }
+    lines(&t)
+}
+
+fn render_resources(cluster: &ClusterStatus) -> String {
+    let mut t = table(&["NODE", "RESOURCE", "TOTAL", "USED", "AVAILABLE", "NOTE"]);
+    let mut short = false;
+    for n in &cluster.nodes {
+        for r in &n.resources {
+            let shortfall = r.shortfall();
+            let note = if !shortfall.is_zero() {
+                short = true;
+                format!("SHORTFALL: {shortfall} over total")
+            } else if !n.alive {
+                "node down".to_string()
+            } else {
+                String::new()
+            };
+            let available = r
+                .available()
+                .map_or_else(|| "unbounded".to_string(), |a| a.to_string());
+            let used = if shortfall.is_zero() {
+                r.used.to_string()
+            } else {
+                format!("{} (!)", r.used)
+            };
+            t.add_row(vec![
+                n.id.to_string(),
+                r.name.to_string(),
+                r.total.to_string(),
+                used,
+                available,
+                note,
+            ]);
+        }
+    }
+    if t.row_count() == 0 {
+        return "no resources\n".to_string();
+    }
+    let mut out = lines(&t);
+    if short {
+        out.push_str(
+            "(!) used exceeds total: the capacity shrank below what running tasks hold; \
+             nothing new is admitted until use falls under it\n",
+        );
+    }
+    out
+}
+
+fn render_pending(pending: &[TaskSummary], total: u64) -> String {
+    if pending.is_empty() {
+        return if total == 0 {
+            "no pending tasks\n".to_string()
+        } else {
+            format!("{total} pending tasks (not listed)\n")
+        };
+    }
+    let mut t = table(&["PENDING", "NAME", "RESOURCES", "REASON"]);
+    for task in pending {
+        t.add_row(vec![
+            task.id.to_string(),
+            task.name.clone(),
+            task.resources.to_string(),
+            task.reason
+                .clone()
+                .unwrap_or_else(|| "waiting for resources to free up".to_string()),
+        ]);
+    }
+    let mut out = lines(&t);
+    let shown = pending.len() as u64;
+    if total > shown {
+        out.push_str(&format!(
+            "... and {} more (escher tasks --state pending)\n",
+            total - shown
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::{Labels, NodeId, NodeStatus, ResourceStatus, TaskId};
+
+    use super::*;
+
+    fn res(name: &str, total: &str, used: &str) -> ResourceStatus {
+        ResourceStatus {
+            name: name.parse().unwrap(),
+            total: total.parse().unwrap(),
+            used: used.parse().unwrap(),
+        }
+    }
+
+    fn cluster() -> ClusterStatus {
+        ClusterStatus {
+            nodes: vec![
+                NodeStatus {
+                    id: NodeId(1),
+                    name: "w1".into(),
+                    address: "10.0.0.1:7601".into(),
+                    alive: true,
+                    labels: "zone=a".parse().unwrap(),
+                    resources: vec![
+                        res("cpu", "4", "1.5"),
+                        res("app/loc", "unbounded", "7"),
+                        res("app/x", "1", "3"),
+                    ],
+                },
+                NodeStatus {
+                    id: NodeId(2),
+                    name: "w2".into(),
+                    address: "10.0.0.2:7601".into(),
+                    alive: false,
+                    labels: Labels::new(),
+                    resources: vec![res("cpu", "2", "0")],
+                },
+            ],
+            pending_tasks: 3,
+            running_tasks: 1,
+        }
+    }
+
+    fn pending() -> Vec<TaskSummary> {
+        vec![TaskSummary {
+            id: TaskId(7),
+            name: "train".into(),
+            state: TaskState::Pending,
+            node: None,
+            attempt: 0,
+            reason: Some("no live node has 8 gpu (the most is 4)".into()),
+            resources: "gpu=8".parse().unwrap(),
+        }]
+    }
+
+    /// The line whose first words are `first`.
+    fn row<'a>(text: &'a str, first: &str) -> &'a str {
+        let want: Vec<&str> = first.split_whitespace().collect();
+        text.lines()
+            .find(|l| {
+                l.split_whitespace()
+                    .take(want.len())
+                    .eq(want.iter().copied())
+            })
+            .unwrap_or_else(|| panic!("no line starting {first:?} in\n{text}"))
+    }
+
+    #[test]
+    fn table_shows_totals_shortfalls_and_reasons() {
+        let text = render_status(&cluster(), &pending());
+        assert!(
+            text.starts_with("2 nodes (1 alive), 1 running, 3 pending\n"),
+            "{text}"
+        );
+        let node1 = row(&text, "1 w1");
+        assert!(
+            node1.contains("10.0.0.1:7601") && node1.contains("yes"),
+            "{node1}"
+        );
+        assert!(node1.contains("zone=a"), "{node1}");
+        assert!(row(&text, "2 w2").contains("no"));
+
+        let cpu = row(&text, "1 cpu");
+        let cols: Vec<&str> = cpu.split_whitespace().collect();
+        assert_eq!(cols, ["1", "cpu", "4", "1.5", "2.5"], "{cpu}");
+        let loc = row(&text, "1 app/loc");
+        let cols: Vec<&str> = loc.split_whitespace().collect();
+        assert_eq!(
+            cols,
+            ["1", "app/loc", "unbounded", "7", "unbounded"],
+            "{loc}"
+        );
+        let x = row(&text, "1 app/x");
+        assert!(
+            x.contains("3 (!)") && x.contains("SHORTFALL: 2 over total"),
+            "{x}"
+        );
+        assert!(row(&text, "2 cpu").contains("node down"));
+        assert!(text.contains("(!) used exceeds total"), "{text}");
+
+        let p = row(&text, "7");
+        assert!(p.contains("train") && p.contains("gpu=8"), "{p}");
+        assert!(p.contains("no live node has 8 gpu"), "{p}");
+        assert!(text.contains("... and 2 more"), "{text}");
+    }
+
+    #[test]
+    fn quiet_cluster() {
+        let text = render_status(&ClusterStatus::default(), &[]);
+        assert!(text.contains("no nodes have registered yet"), "{text}");
+        assert!(text.contains("no pending tasks"), "{text}");
+        assert!(!text.contains("(!)"));
+    }
+
+    #[test]
+    fn json_is_the_domain_types() {
+        let c = cluster();
+        let p = pending();
+        let value = serde_json::to_value(StatusJson {
+            cluster: &c,
+            pending: &p,
+        })
+        .unwrap();
+        assert_eq!(value["cluster"]["nodes"][0]["name"], "w1");
+        assert_eq!(
+            value["cluster"]["nodes"][0]["resources"][1]["total"],
+            "Unbounded"
+        );
+        assert_eq!(
+            value["cluster"]["nodes"][0]["resources"][0]["total"]["Finite"], 40_000,
+            "amounts are raw 1/10,000 units"
+        );
+        assert_eq!(value["pending"][0]["id"], 7);
+        assert_eq!(value["cluster"]["pending_tasks"], 3);
+    }
+}

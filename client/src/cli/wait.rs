@@ -1,0 +1,218 @@
+//! `escher get`, `escher wait` and `escher cancel`, and the progress bar for long waits.
+//!
+//! `get` waits for one task and shows its outcome (exit code, returned bytes as length and
+//! hex, or a released ghost); it exits 0 only if the task succeeded (a failed command task
+//! passes on its exit code). `wait` is Ray's `wait`: it returns once `--num` tasks are done
+//! and exits non-zero if the timeout passed first. With several tasks and a terminal, both
+//! `wait` and `submit --wait` show an indicatif progress bar, polling the head in short
+//! `Wait` calls so the bar moves as tasks finish.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args;
+use escher_proto::{TaskId, TaskStatus};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use tokio::time::Instant;
+
+use super::args::parse_duration;
+use super::ctx::Ctx;
+use super::render::{exit_status, ids, key_values, node, result, statuses};
+use crate::{Client, ClientError};
+
+/// How long each `Wait` call lasts while a progress bar is shown.
+const PROGRESS_POLL: Duration = Duration::from_millis(500);
+
+/// Options of `escher get`.
+#[derive(Debug, Clone, Args)]
+pub struct GetArgs {
+    /// The task
+    #[arg(value_name = "ID")]
+    pub id: TaskId,
+
+    /// Give up after this long (seconds, or 500ms / 5m); default: wait until it finishes
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Options of `escher wait`.
+#[derive(Debug, Clone, Args)]
+pub struct WaitArgs {
+    /// The tasks
+    #[arg(value_name = "ID", required = true, num_args = 1..)]
+    pub ids: Vec<TaskId>,
+
+    /// Return once N of them have finished (default: all)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub num: Option<u32>,
+
+    /// Give up after this long (seconds, or 500ms / 5m); default: no limit
+    #[arg(long, value_name = "SECS", value_parser = parse_duration)]
+    pub timeout: Option<Duration>,
+}
+
+/// Options of `escher cancel`.
+#[derive(Debug, Clone, Args)]
+pub struct CancelArgs {
+    /// The tasks
+    #[arg(value_name = "ID", required = true, num_args = 1..)]
+    pub ids: Vec<TaskId>,
+}
+
+/// What `escher wait --json` prints.
+#[derive(Debug, Serialize)]
+struct WaitJson {
+    ready: Vec<TaskStatus>,
+    not_ready: Vec<TaskId>,
+}
+
+impl GetArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let status = client.get(self.id, self.timeout).await?;
+        if ctx.json {
+            ctx.emit_json(&status)?;
+        } else {
+            ctx.emit(&render_get(&status))?;
+        }
+        Ok(exit_status(std::slice::from_ref(&status)))
+    }
+}
+
+/// The text of `escher get`.
+pub fn render_get(s: &TaskStatus) -> String {
+    let mut rows = vec![
+        ("task", s.id.to_string()),
+        ("state", s.state.to_string()),
+        ("node", node(s.node)),
+        ("attempt", s.attempt.to_string()),
+        ("result", result(s.result.as_ref())),
+    ];
+    if let Some(reason) = &s.reason {
+        rows.push(("reason", reason.clone()));
+    }
+    key_values(&rows)
+}
+
+impl WaitArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let num = self.num.map_or(self.ids.len(), |n| n as usize);
+        if num > self.ids.len() {
+            anyhow::bail!(
+                "--num {num} is more than the {} tasks given",
+                self.ids.len()
+            );
+        }
+        let client = ctx.client().await?;
+        let (ready, not_ready) =
+            wait_with_progress(&client, &self.ids, num, self.timeout, !ctx.json).await?;
+        let got = ready.len();
+        if ctx.json {
+            ctx.emit_json(&WaitJson { ready, not_ready })?;
+        } else {
+            let mut text = statuses(&ready);
+            if !not_ready.is_empty() {
+                text.push_str(&format!("not ready: {}\n", ids(&not_ready)));
+            }
+            ctx.emit(&text)?;
+        }
+        if got < num {
+            eprintln!("error: only {got} of the {num} tasks waited for finished in time");
+            return Ok(ExitCode::FAILURE);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl CancelArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let after = client.cancel(self.ids).await?;
+        if ctx.json {
+            ctx.emit_json(&after)?;
+        } else {
+            ctx.emit(&statuses(&after))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// Waits like [`Client::wait`]; with `show` set, several tasks and a terminal on stderr,
+/// draws a progress bar that moves as tasks finish.
+pub(crate) async fn wait_with_progress(
+    client: &Client,
+    ids: &[TaskId],
+    num: usize,
+    timeout: Option<Duration>,
+    show: bool,
+) -> Result<(Vec<TaskStatus>, Vec<TaskId>), ClientError> {
+    if !show || ids.len() < 2 || !std::io::stderr().is_terminal() {
+        return client.wait(ids.iter().copied(), num, timeout).await;
+    }
+    let bar = ProgressBar::new(num as u64);
+    let style = ProgressStyle::with_template("{spinner} [{bar:40}] {pos}/{len} done ({elapsed})")
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let deadline = timeout.map(|t| Instant::now() + t);
+    let mut ready: Vec<TaskStatus> = Vec::new();
+    let mut remaining = ids.to_vec();
+    let outcome = loop {
+        let need = num.saturating_sub(ready.len());
+        let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+        if need == 0 || left == Some(Duration::ZERO) {
+            break Ok(());
+        }
+        let slice = left.map_or(PROGRESS_POLL, |l| l.min(PROGRESS_POLL));
+        match client
+            .wait(remaining.iter().copied(), need, Some(slice))
+            .await
+        {
+            Ok((done, rest)) => {
+                bar.inc(done.len() as u64);
+                ready.extend(done);
+                remaining = rest;
+            }
+            Err(e) => break Err(e),
+        }
+    };
+    bar.finish_and_clear();
+    outcome.map(|()| (ready, remaining))
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::{NodeId, TaskResult, TaskState};
+
+    use super::*;
+
+    #[test]
+    fn get_shows_outcome_and_result() {
+        let s = TaskStatus {
+            id: TaskId(7),
+            state: TaskState::Succeeded,
+            node: Some(NodeId(2)),
+            attempt: 1,
+            reason: None,
+            result: Some(TaskResult::Returned(vec![1, 2, 3])),
+        };
+        let text = render_get(&s);
+        assert!(text.contains("succeeded"), "{text}");
+        assert!(text.contains("returned 3 bytes: 010203"), "{text}");
+        assert!(!text.contains("reason"), "{text}");
+        let failed = TaskStatus {
+            state: TaskState::Failed,
+            reason: Some("exit code 1".into()),
+            result: Some(TaskResult::Exited { code: 1 }),
+            ..s
+        };
+        let text = render_get(&failed);
+        assert!(
+            text.contains("exit code 1") && text.contains("reason:"),
+            "{text}"
+        );
+    }
+}

@@ -1,0 +1,239 @@
+//! [`ClientError`]: everything that can go wrong between an application and the head.
+//!
+//! The variants separate three sources: the client refused to send something (a malformed
+//! name, a misused builder, `NodeSpec::Local` outside a task), the head answered with an error
+//! status (its message kept verbatim, because the head says what was wrong), and the task
+//! itself failed or did not finish in time. [`ClientError::is_retryable`] says which ones can
+//! succeed if simply tried again.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use escher_proto::codec::CodecError;
+use escher_proto::{ConvertError, TaskId, TaskState, TypeError};
+use thiserror::Error;
+use tonic::Code;
+
+/// The hint shown whenever the head cannot be reached.
+pub(crate) const CONNECT_HINT: &str = "is escher-head running? set --head or ESCHER_HEAD";
+
+/// An error from the escher client.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// The head could not be reached when connecting.
+    #[error("cannot connect to the escher head at {url}: {cause} ({CONNECT_HINT})")]
+    Connect {
+        /// The head URL that was tried.
+        url: String,
+        /// The cause, with its whole chain (`transport error: tcp connect error: ...`).
+        cause: String,
+    },
+    /// The connection to the head was lost or refused during a call.
+    #[error("the escher head at {url} is unavailable: {message} ({CONNECT_HINT})")]
+    Unavailable {
+        /// The head URL.
+        url: String,
+        /// What the transport said.
+        message: String,
+    },
+    /// The head rejected the request as malformed or not allowed; its message verbatim.
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// The head does not know the task (or node) named in the request; its message verbatim.
+    #[error("{0}")]
+    NotFound(String),
+    /// A name, amount or other value given to the client was malformed (nothing was sent).
+    #[error(transparent)]
+    Invalid(#[from] TypeError),
+    /// The API was used in a way that cannot work (nothing was sent): the text says how to fix
+    /// it.
+    #[error("{0}")]
+    Usage(String),
+    /// A task did not finish within the time the caller allowed. It may still finish later.
+    #[error("task {id} did not finish within {after:?}")]
+    Timeout {
+        /// The task waited for.
+        id: TaskId,
+        /// How long the caller waited.
+        after: Duration,
+    },
+    /// A task ended without succeeding (failed or cancelled), so it has no result.
+    #[error("task {id} {state}: {reason}")]
+    TaskFailed {
+        /// The task.
+        id: TaskId,
+        /// How it ended: `failed` or `cancelled`.
+        state: TaskState,
+        /// Why, as the head reported it.
+        reason: String,
+    },
+    /// A task succeeded but its result is not of the kind asked for (for example a typed value
+    /// was asked of a command task, which only has an exit code).
+    #[error("task {id} ended with {found}, not a function's return value")]
+    WrongResultKind {
+        /// The task.
+        id: TaskId,
+        /// What it ended with (`exit code 0`, `a released ghost`).
+        found: String,
+    },
+    /// A function task's result (or arguments) could not be decoded (or encoded).
+    #[error("cannot decode the result of task {id}: {source}")]
+    Decode {
+        /// The task whose result was read.
+        id: TaskId,
+        /// What went wrong.
+        #[source]
+        source: CodecError,
+    },
+    /// The head sent a reply the client cannot read (a version mismatch or a head bug).
+    #[error("the head sent a malformed reply: {0}")]
+    Protocol(#[from] ConvertError),
+    /// Any other error status from the head.
+    #[error("the head answered {code:?}: {message}", code = .0.code(), message = .0.message())]
+    Rpc(tonic::Status),
+}
+
+impl ClientError {
+    /// Whether the same call may succeed if tried again unchanged: the head was unreachable or
+    /// overloaded, or a task had not finished yet. Every other error is fatal for that call.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            ClientError::Connect { .. }
+            | ClientError::Unavailable { .. }
+            | ClientError::Timeout { .. } => true,
+            ClientError::Rpc(status) => matches!(
+                status.code(),
+                Code::Unavailable
+                    | Code::ResourceExhausted
+                    | Code::Aborted
+                    | Code::DeadlineExceeded
+            ),
+            ClientError::InvalidArgument(_)
+            | ClientError::NotFound(_)
+            | ClientError::Invalid(_)
+            | ClientError::Usage(_)
+            | ClientError::TaskFailed { .. }
+            | ClientError::WrongResultKind { .. }
+            | ClientError::Decode { .. }
+            | ClientError::Protocol(_) => false,
+        }
+    }
+
+    /// Maps an error status from the head at `url` to a client error.
+    pub(crate) fn from_status(status: tonic::Status, url: &str) -> ClientError {
+        match status.code() {
+            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+                ClientError::InvalidArgument(status.message().to_string())
+            }
+            Code::NotFound => ClientError::NotFound(status.message().to_string()),
+            Code::Unavailable => ClientError::Unavailable {
+                url: url.to_string(),
+                message: chain(&status),
+            },
+            _ => ClientError::Rpc(status),
+        }
+    }
+
+    /// A connection failure to `url`, keeping the whole cause chain in the message.
+    pub(crate) fn connect(url: &str, error: &(dyn StdError + 'static)) -> ClientError {
+        ClientError::Connect {
+            url: url.to_string(),
+            cause: chain(error),
+        }
+    }
+}
+
+/// An error and its sources, joined with `: `, skipping a source whose text the previous one
+/// already ends with.
+fn chain(error: &(dyn StdError + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !more.is_empty() && !text.ends_with(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const URL: &str = "http://127.0.0.1:7600";
+
+    #[test]
+    fn head_statuses_map_to_typed_errors() {
+        let msg = r#"tasks[0].resources["b@d"]: invalid resource name"#;
+        let e = ClientError::from_status(tonic::Status::invalid_argument(msg), URL);
+        assert!(matches!(&e, ClientError::InvalidArgument(m) if m == msg));
+        assert_eq!(e.to_string(), msg, "the head's message is kept verbatim");
+        assert!(!e.is_retryable());
+
+        let e = ClientError::from_status(tonic::Status::failed_precondition("no"), URL);
+        assert!(matches!(e, ClientError::InvalidArgument(_)));
+
+        let e = ClientError::from_status(tonic::Status::not_found("task 9 is unknown"), URL);
+        assert!(matches!(&e, ClientError::NotFound(m) if m == "task 9 is unknown"));
+        assert!(!e.is_retryable());
+
+        let e = ClientError::from_status(tonic::Status::unavailable("connection reset"), URL);
+        assert!(matches!(e, ClientError::Unavailable { .. }));
+        assert!(e.is_retryable());
+        let text = e.to_string();
+        assert!(text.contains(URL) && text.contains("ESCHER_HEAD"), "{text}");
+
+        let e = ClientError::from_status(tonic::Status::internal("boom"), URL);
+        assert!(matches!(&e, ClientError::Rpc(s) if s.code() == Code::Internal));
+        assert!(!e.is_retryable());
+        assert!(e.to_string().contains("boom"), "{e}");
+
+        for code in [
+            Code::ResourceExhausted,
+            Code::Aborted,
+            Code::DeadlineExceeded,
+        ] {
+            let e = ClientError::from_status(tonic::Status::new(code, "later"), URL);
+            assert!(e.is_retryable(), "{code:?}");
+        }
+    }
+
+    #[test]
+    fn task_outcomes_read_well() {
+        let e = ClientError::TaskFailed {
+            id: TaskId(4),
+            state: TaskState::Failed,
+            reason: "exit code 2".into(),
+        };
+        assert_eq!(e.to_string(), "task 4 failed: exit code 2");
+        assert!(!e.is_retryable());
+        let e = ClientError::Timeout {
+            id: TaskId(4),
+            after: Duration::from_secs(2),
+        };
+        assert_eq!(e.to_string(), "task 4 did not finish within 2s");
+        assert!(e.is_retryable());
+    }
+
+    #[derive(Debug, Error)]
+    #[error("outer")]
+    struct Outer(#[source] Inner);
+    #[derive(Debug, Error)]
+    #[error("connection refused")]
+    struct Inner;
+
+    #[test]
+    fn connect_errors_keep_the_cause_chain_and_the_hint() {
+        let e = ClientError::connect(URL, &Outer(Inner));
+        assert_eq!(
+            e.to_string(),
+            "cannot connect to the escher head at http://127.0.0.1:7600: outer: connection \
+             refused (is escher-head running? set --head or ESCHER_HEAD)"
+        );
+        assert!(e.is_retryable());
+    }
+}

@@ -1,0 +1,411 @@
+//! The task methods of [`Client`]: submit, get, wait, cancel, describe, list, logs.
+//!
+//! `get` and `wait` follow Ray: `get` blocks until one task is finished and returns its
+//! status (or its decoded result with `get_result` / `get_typed`); `wait` returns once
+//! `num_returns` of several tasks are finished, or the timeout passes, with the finished
+//! ones and the ids of the rest. The head's `Wait` call long-polls; the client splits long
+//! waits into calls of at most [`Client::with_wait_slice`] (30 s) so that no single call
+//! hangs forever, and a wait without a timeout simply asks again.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use escher_proto::convert::Problem;
+use escher_proto::types::{
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, SubmitReply, SubmitRequest,
+    WaitReply, WaitRequest,
+};
+use escher_proto::{
+    ConvertError, LogStream, TaskId, TaskInfo, TaskResult, TaskState, TaskStatus, TaskSummary,
+    codec, wire,
+};
+use serde::de::DeserializeOwned;
+use tokio::time::Instant;
+
+use crate::builder::IntoTaskSpec;
+use crate::{Client, ClientError, LogReader, TaskRef, TypedTaskRef};
+
+/// How many tasks `list_tasks` asks for per page.
+const LIST_PAGE: usize = 1000;
+
+impl Client {
+    /// Submits one task (a [`crate::Task`] builder or a finished spec) and returns its handle.
+    pub async fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
+        let mut refs = self.submit_batch([task]).await?;
+        refs.pop()
+            .ok_or_else(|| ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty)))
+    }
+
+    /// Submits a function task whose handler returns an `R`; the handle's `get` decodes it.
+    pub async fn submit_typed<R: DeserializeOwned>(
+        &self,
+        task: impl IntoTaskSpec,
+    ) -> Result<TypedTaskRef<R>, ClientError> {
+        Ok(self.submit(task).await?.typed())
+    }
+
+    /// Submits tasks in one call; returns their handles in the same order. Every builder is
+    /// built first, so a mistake in any of them submits none.
+    pub async fn submit_batch<I>(&self, tasks: I) -> Result<Vec<TaskRef>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: IntoTaskSpec,
+    {
+        let specs = tasks
+            .into_iter()
+            .map(IntoTaskSpec::into_task_spec)
+            .collect::<Result<Vec<_>, _>>()?;
+        if specs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let refs: Vec<TaskRef> = specs.iter().map(|s| TaskRef::new(TaskId(0), s)).collect();
+        let request = SubmitRequest {
+            tasks: specs,
+            namespace: self.namespace().cloned(),
+        };
+        let reply = self
+            .rpc()
+            .submit(wire::SubmitRequest::from(request))
+            .await
+            .map_err(|s| self.error(s))?;
+        let reply = SubmitReply::from(reply.into_inner());
+        if reply.task_ids.len() != refs.len() {
+            let why = Problem::Rule("does not hold one id per submitted task");
+            return Err(ConvertError::new("task_ids", why).into());
+        }
+        Ok(refs
+            .into_iter()
+            .zip(reply.task_ids)
+            .map(|(r, id)| r.with_id(id))
+            .collect())
+    }
+
+    /// Waits until the task is finished (at most `timeout`; `None` waits without limit) and
+    /// returns its final status, whatever the outcome. Fails with [`ClientError::Timeout`] if
+    /// it is still pending or running when the timeout passes.
+    pub async fn get(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<TaskStatus, ClientError> {
+        let id = task.into();
+        let (mut ready, _) = self.wait([id], 1, timeout).await?;
+        ready.pop().ok_or(ClientError::Timeout {
+            id,
+            after: timeout.unwrap_or_default(),
+        })
+    }
+
+    /// Waits for the task like [`Client::get`] and returns its result if it succeeded, or
+    /// [`ClientError::TaskFailed`] if it failed or was cancelled.
+    pub async fn get_result(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<TaskResult, ClientError> {
+        succeeded(self.get(task, timeout).await?)
+    }
+
+    /// Waits for a function task like [`Client::get`] and returns the bytes it returned.
+    pub async fn get_bytes(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<Vec<u8>, ClientError> {
+        let id = task.into();
+        returned_bytes(id, self.get_result(id, timeout).await?)
+    }
+
+    /// Waits for a function task like [`Client::get`] and decodes what it returned (bincode,
+    /// [`escher_proto::codec`]) as an `R`.
+    pub async fn get_typed<R: DeserializeOwned>(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<R, ClientError> {
+        let id = task.into();
+        let bytes = self.get_bytes(id, timeout).await?;
+        codec::decode(&bytes).map_err(|source| ClientError::Decode { id, source })
+    }
+
+    /// Ray's `wait`: returns once `num_returns` of `tasks` are finished, or when `timeout`
+    /// passes (`None`: no limit), with the finished tasks' statuses (`ready`) and the ids of
+    /// the others (`not_ready`, in the order given).
+    ///
+    /// `num_returns` must be between 1 and the number of tasks, and no task may be listed
+    /// twice; an empty list returns at once.
+    pub async fn wait<I>(
+        &self,
+        tasks: I,
+        num_returns: usize,
+        timeout: Option<Duration>,
+    ) -> Result<(Vec<TaskStatus>, Vec<TaskId>), ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        let ids: Vec<TaskId> = tasks.into_iter().map(Into::into).collect();
+        let num = check_wait(&ids, num_returns)?;
+        if ids.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let deadline = timeout.map(|t| Instant::now() + t);
+        loop {
+            let slice = match deadline {
+                None => self.wait_slice(),
+                Some(d) => d
+                    .saturating_duration_since(Instant::now())
+                    .min(self.wait_slice()),
+            };
+            let reply = self.wait_once(&ids, num, slice).await?;
+            let expired = deadline.is_some_and(|d| Instant::now() >= d);
+            if reply.ready.len() >= num_returns || expired {
+                return Ok((reply.ready, reply.not_ready));
+            }
+        }
+    }
+
+    async fn wait_once(
+        &self,
+        ids: &[TaskId],
+        num_returns: u32,
+        slice: Duration,
+    ) -> Result<WaitReply, ClientError> {
+        let request = WaitRequest {
+            task_ids: ids.to_vec(),
+            num_returns,
+            timeout: Some(slice),
+        };
+        let reply = self
+            .rpc()
+            .wait(wire::WaitRequest::from(request))
+            .await
+            .map_err(|s| self.error(s))?;
+        Ok(WaitReply::try_from(reply.into_inner())?)
+    }
+
+    /// Cancels tasks; returns each one's status afterwards, in the order given. A pending task
+    /// is cancelled at once, a running one is stopped, a finished one is left as it is.
+    pub async fn cancel<I>(&self, tasks: I) -> Result<Vec<TaskStatus>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        let request = CancelRequest {
+            task_ids: tasks.into_iter().map(Into::into).collect(),
+        };
+        if request.task_ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let reply = self
+            .rpc()
+            .cancel(wire::CancelRequest::from(request))
+            .await
+            .map_err(|s| self.error(s))?;
+        Ok(CancelReply::try_from(reply.into_inner())?.tasks)
+    }
+
+    /// Everything the head knows about one task: its spec, status, pending reason and times.
+    pub async fn task_info(&self, task: impl Into<TaskId>) -> Result<TaskInfo, ClientError> {
+        let reply = self
+            .rpc()
+            .describe_task(wire::DescribeTaskRequest::from(task.into()))
+            .await
+            .map_err(|s| self.error(s))?;
+        Ok(TaskInfo::try_from(reply.into_inner())?)
+    }
+
+    /// Tasks in ascending id order, only those in `state` if given, at most `limit` of them
+    /// (`None`: all), fetched a page at a time.
+    pub async fn list_tasks(
+        &self,
+        state: Option<TaskState>,
+        limit: Option<usize>,
+    ) -> Result<Vec<TaskSummary>, ClientError> {
+        let mut tasks: Vec<TaskSummary> = Vec::new();
+        let mut after = None;
+        loop {
+            let want = limit.map_or(LIST_PAGE, |l| l.saturating_sub(tasks.len()).min(LIST_PAGE));
+            if want == 0 {
+                break;
+            }
+            let page = self.list_tasks_page(state, want as u32, after).await?;
+            let Some(last) = page.last().map(|t| t.id) else {
+                break;
+            };
+            if after.is_some_and(|a| last <= a) {
+                break; // the head did not move forward; stop rather than loop
+            }
+            tasks.extend(page);
+            after = Some(last);
+        }
+        if let Some(limit) = limit {
+            tasks.truncate(limit);
+        }
+        Ok(tasks)
+    }
+
+    /// One page of tasks: ids greater than `after`, at most `limit` (0: the head's default).
+    pub async fn list_tasks_page(
+        &self,
+        state: Option<TaskState>,
+        limit: u32,
+        after: Option<TaskId>,
+    ) -> Result<Vec<TaskSummary>, ClientError> {
+        let request = ListTasksRequest {
+            state,
+            limit,
+            after,
+        };
+        let reply = self
+            .rpc()
+            .list_tasks(wire::ListTasksRequest::from(request))
+            .await
+            .map_err(|s| self.error(s))?;
+        Ok(ListTasksReply::try_from(reply.into_inner())?.tasks)
+    }
+
+    /// Everything a command task has written to `stream` so far (all of it, once the task has
+    /// finished).
+    pub async fn logs(
+        &self,
+        task: impl Into<TaskId>,
+        stream: LogStream,
+    ) -> Result<Vec<u8>, ClientError> {
+        self.log_reader(task, stream).read_available().await
+    }
+
+    /// A reader that fetches a command task's output piece by piece, and can follow it while
+    /// the task runs.
+    pub fn log_reader(&self, task: impl Into<TaskId>, stream: LogStream) -> LogReader {
+        LogReader::new(self.clone(), task.into(), stream)
+    }
+}
+
+/// Checks the arguments of `wait`; returns `num_returns` as sent on the wire.
+fn check_wait(ids: &[TaskId], num_returns: usize) -> Result<u32, ClientError> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    if let Some(twice) = ids.iter().find(|id| !seen.insert(**id)) {
+        return Err(ClientError::Usage(format!(
+            "task {twice} is listed twice in one wait"
+        )));
+    }
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    if num_returns == 0 || num_returns > ids.len() {
+        return Err(ClientError::Usage(format!(
+            "num_returns must be between 1 and the number of tasks ({}), not {num_returns}",
+            ids.len()
+        )));
+    }
+    u32::try_from(num_returns)
+        .map_err(|_| ClientError::Usage(format!("cannot wait for {num_returns} tasks at once")))
+}
+
+/// The result of a finished task, or why it has none.
+pub(crate) fn succeeded(status: TaskStatus) -> Result<TaskResult, ClientError> {
+    match status.state {
+        TaskState::Succeeded => status
+            .result
+            .ok_or_else(|| ConvertError::missing("result").into()),
+        state @ (TaskState::Failed | TaskState::Cancelled) => Err(ClientError::TaskFailed {
+            id: status.id,
+            state,
+            reason: failure_reason(&status),
+        }),
+        TaskState::Pending | TaskState::Running => {
+            let why = Problem::Rule("a waited-for task is reported as not finished");
+            Err(ConvertError::new("state", why).into())
+        }
+    }
+}
+
+/// Why a task failed, in words: the head's reason, else what its result says.
+pub fn failure_reason(status: &TaskStatus) -> String {
+    if let Some(reason) = &status.reason {
+        return reason.clone();
+    }
+    match &status.result {
+        Some(TaskResult::Exited { code }) => format!("exit code {code}"),
+        Some(TaskResult::Returned(_)) => "the function returned, yet was marked failed".into(),
+        Some(TaskResult::Released) => "the ghost was released".into(),
+        None => "no reason given".into(),
+    }
+}
+
+/// The bytes a function task returned, or what it ended with instead.
+fn returned_bytes(id: TaskId, result: TaskResult) -> Result<Vec<u8>, ClientError> {
+    match result {
+        TaskResult::Returned(bytes) => Ok(bytes),
+        TaskResult::Exited { code } => Err(ClientError::WrongResultKind {
+            id,
+            found: format!("exit code {code}"),
+        }),
+        TaskResult::Released => Err(ClientError::WrongResultKind {
+            id,
+            found: "a released ghost".into(),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(state: TaskState, result: Option<TaskResult>, reason: Option<&str>) -> TaskStatus {
+        TaskStatus {
+            id: TaskId(3),
+            state,
+            node: None,
+            attempt: 1,
+            reason: reason.map(str::to_string),
+            result,
+        }
+    }
+
+    #[test]
+    fn wait_arguments_are_checked_before_sending() {
+        assert_eq!(check_wait(&[], 0).unwrap(), 0);
+        assert_eq!(check_wait(&[TaskId(1), TaskId(2)], 2).unwrap(), 2);
+        let err = check_wait(&[TaskId(1), TaskId(1)], 1).unwrap_err();
+        assert!(err.to_string().contains("listed twice"), "{err}");
+        let err = check_wait(&[TaskId(1)], 2).unwrap_err();
+        assert!(err.to_string().contains("between 1 and"), "{err}");
+        assert!(check_wait(&[TaskId(1)], 0).is_err());
+    }
+
+    #[test]
+    fn outcomes_become_results_or_typed_errors() {
+        let ok = status(
+            TaskState::Succeeded,
+            Some(TaskResult::Returned(vec![1])),
+            None,
+        );
+        assert_eq!(succeeded(ok).unwrap(), TaskResult::Returned(vec![1]));
+
+        let failed = status(
+            TaskState::Failed,
+            Some(TaskResult::Exited { code: 2 }),
+            None,
+        );
+        match succeeded(failed) {
+            Err(ClientError::TaskFailed { id, state, reason }) => {
+                assert_eq!((id, state), (TaskId(3), TaskState::Failed));
+                assert_eq!(reason, "exit code 2");
+            }
+            other => panic!("{other:?}"),
+        }
+        let cancelled = status(TaskState::Cancelled, None, Some("pending deadline passed"));
+        let err = succeeded(cancelled).unwrap_err();
+        assert_eq!(err.to_string(), "task 3 cancelled: pending deadline passed");
+
+        let err = returned_bytes(TaskId(3), TaskResult::Exited { code: 0 }).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "task 3 ended with exit code 0, not a function's return value"
+        );
+        assert!(succeeded(status(TaskState::Succeeded, None, None)).is_err());
+        assert!(succeeded(status(TaskState::Running, None, None)).is_err());
+    }
+}

@@ -1,0 +1,662 @@
+//! The client against a fake head: a small in-memory implementation of the `Cluster`
+//! service, bound on `127.0.0.1:0`, that answers the way the real head is specified to
+//! (long-polling `Wait`, paged `ListTasks`, chunked `TaskLogs`, `invalid_argument` and
+//! `not_found` with messages). It checks the client's side of the protocol: conversions,
+//! paging and polling loops, error mapping, namespaces and caller tasks, the blocking wrapper
+//! and the CLI's `run`. End-to-end tests with the real head live in the workspace `tests/`.
+//!
+//! The fake runs tasks instantly by their program or function name: `false` fails with exit
+//! code 1, `sleep` runs until cancelled, any other command succeeds with exit code 0; the
+//! function `double` returns twice its `u32` argument.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Parser;
+use escher_client::cli::Cli;
+use escher_client::{BlockingClient, Client, ClientError, ResourceUpdateExt, Task};
+use escher_proto::types::SetResourcesRequest;
+use escher_proto::wire::cluster_server::{Cluster, ClusterServer};
+use escher_proto::{
+    ClusterStatus, Labels, LogStream, Namespace, NodeId, NodeSpec, NodeStatus, ResourceStatus,
+    ResourceUpdate, TaskId, TaskInfo, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    TaskSummary, codec, wire,
+};
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+/// The most tasks one `ListTasks` page holds, small so that paging is exercised.
+const PAGE: usize = 2;
+/// The most bytes one `TaskLogs` reply holds.
+const LOG_CHUNK: usize = 3;
+const OUTPUT: &[u8] = b"hello from the fake head\n";
+
+#[derive(Default)]
+struct State {
+    tasks: BTreeMap<u64, (TaskSpec, TaskStatus)>,
+    wait_calls: usize,
+    set_requests: Vec<SetResourcesRequest>,
+    submit_namespaces: Vec<Option<Namespace>>,
+}
+
+#[derive(Clone, Default)]
+struct FakeHead {
+    state: Arc<Mutex<State>>,
+    changed: Arc<Notify>,
+}
+
+impl FakeHead {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap()
+    }
+
+    /// How a task ends under the fake's rules, or `None` if it keeps running.
+    fn outcome(id: u64, spec: &TaskSpec) -> TaskStatus {
+        let (state, result) = match &spec.kind {
+            TaskKind::Command { argv, .. } if argv[0] == "sleep" => (TaskState::Running, None),
+            TaskKind::Command { argv, .. } if argv[0] == "false" => {
+                (TaskState::Failed, Some(TaskResult::Exited { code: 1 }))
+            }
+            TaskKind::Command { .. } => {
+                (TaskState::Succeeded, Some(TaskResult::Exited { code: 0 }))
+            }
+            TaskKind::Function { args, .. } => {
+                let n: u32 = codec::decode(args).unwrap();
+                let bytes = codec::encode(&(n * 2)).unwrap();
+                (TaskState::Succeeded, Some(TaskResult::Returned(bytes)))
+            }
+            TaskKind::Ghost { .. } => (TaskState::Running, None),
+        };
+        TaskStatus {
+            id: TaskId(id),
+            state,
+            node: Some(NodeId(1)),
+            attempt: 1,
+            reason: None,
+            result,
+        }
+    }
+
+    fn status(&self, id: u64) -> Result<TaskStatus, Status> {
+        self.state()
+            .tasks
+            .get(&id)
+            .map(|(_, s)| s.clone())
+            .ok_or_else(|| Status::not_found(format!("task {id} is unknown")))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for FakeHead {
+    async fn submit(
+        &self,
+        request: Request<wire::SubmitRequest>,
+    ) -> Result<Response<wire::SubmitReply>, Status> {
+        let req = escher_proto::types::SubmitRequest::try_from(request.into_inner())?;
+        if let Some(i) = req.tasks.iter().position(|t| t.name == "rejected") {
+            return Err(Status::invalid_argument(format!(
+                "tasks[{i}].name: the fake head rejects this name"
+            )));
+        }
+        let mut st = self.state();
+        st.submit_namespaces.push(req.namespace);
+        let mut ids = Vec::new();
+        for spec in req.tasks {
+            let id = st.tasks.len() as u64 + 1;
+            let status = FakeHead::outcome(id, &spec);
+            st.tasks.insert(id, (spec, status));
+            ids.push(id);
+        }
+        self.changed.notify_waiters();
+        Ok(Response::new(wire::SubmitReply { task_ids: ids }))
+    }
+
+    async fn wait(
+        &self,
+        request: Request<wire::WaitRequest>,
+    ) -> Result<Response<wire::WaitReply>, Status> {
+        let req = escher_proto::types::WaitRequest::try_from(request.into_inner())?;
+        self.state().wait_calls += 1;
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let changed = self.changed.notified();
+            let mut ready = Vec::new();
+            let mut not_ready = Vec::new();
+            for id in &req.task_ids {
+                let status = self.status(id.0)?;
+                if status.state.is_terminal() {
+                    ready.push(wire::TaskStatus::from(status));
+                } else {
+                    not_ready.push(id.0);
+                }
+            }
+            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            if ready.len() >= req.num_returns as usize || expired {
+                return Ok(Response::new(wire::WaitReply { ready, not_ready }));
+            }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(d) => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<wire::CancelRequest>,
+    ) -> Result<Response<wire::CancelReply>, Status> {
+        let mut out = Vec::new();
+        {
+            let mut st = self.state();
+            for id in request.into_inner().task_ids {
+                let Some((_, status)) = st.tasks.get_mut(&id) else {
+                    return Err(Status::not_found(format!("task {id} is unknown")));
+                };
+                if !status.state.is_terminal() {
+                    status.state = TaskState::Cancelled;
+                    status.reason = Some("cancelled by a user".into());
+                }
+                out.push(wire::TaskStatus::from(status.clone()));
+            }
+        }
+        self.changed.notify_waiters();
+        Ok(Response::new(wire::CancelReply { tasks: out }))
+    }
+
+    async fn describe_task(
+        &self,
+        request: Request<wire::DescribeTaskRequest>,
+    ) -> Result<Response<wire::TaskInfo>, Status> {
+        let id = request.into_inner().task_id;
+        let st = self.state();
+        let (spec, status) = st
+            .tasks
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| Status::not_found(format!("task {id} is unknown")))?;
+        let info = TaskInfo {
+            spec,
+            status,
+            pending_reason: None,
+            submitted_at_ms: 1_700_000_000_000,
+            started_at_ms: Some(1_700_000_000_100),
+            finished_at_ms: None,
+        };
+        Ok(Response::new(info.into()))
+    }
+
+    async fn list_tasks(
+        &self,
+        request: Request<wire::ListTasksRequest>,
+    ) -> Result<Response<wire::ListTasksReply>, Status> {
+        let req = escher_proto::types::ListTasksRequest::try_from(request.into_inner())?;
+        let limit = if req.limit == 0 {
+            PAGE
+        } else {
+            (req.limit as usize).min(PAGE)
+        };
+        let after = req.after.map_or(0, |t| t.0);
+        let st = self.state();
+        let tasks = st
+            .tasks
+            .range(after + 1..)
+            .filter(|(_, (_, s))| req.state.is_none_or(|want| s.state == want))
+            .take(limit)
+            .map(|(id, (spec, s))| {
+                wire::TaskSummary::from(TaskSummary {
+                    id: TaskId(*id),
+                    name: spec.name.clone(),
+                    state: s.state,
+                    node: s.node,
+                    attempt: s.attempt,
+                    reason: s.reason.clone(),
+                    resources: spec.resources.clone(),
+                })
+            })
+            .collect();
+        Ok(Response::new(wire::ListTasksReply { tasks }))
+    }
+
+    async fn set_resources(
+        &self,
+        request: Request<wire::SetResourcesRequest>,
+    ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let req = SetResourcesRequest::try_from(request.into_inner())?;
+        let outcomes = req
+            .updates
+            .iter()
+            .map(|_| wire::SetResourceOutcome { nodes: vec![1, 2] })
+            .collect();
+        self.state().set_requests.push(req);
+        Ok(Response::new(wire::SetResourcesReply { outcomes }))
+    }
+
+    async fn cluster_status(
+        &self,
+        _request: Request<wire::ClusterStatusRequest>,
+    ) -> Result<Response<wire::ClusterStatusReply>, Status> {
+        let status = ClusterStatus {
+            nodes: vec![NodeStatus {
+                id: NodeId(1),
+                name: "fake".into(),
+                address: "127.0.0.1:0".into(),
+                alive: true,
+                labels: Labels::new(),
+                resources: vec![ResourceStatus {
+                    name: "cpu".parse().unwrap(),
+                    total: "4".parse().unwrap(),
+                    used: "5".parse().unwrap(),
+                }],
+            }],
+            pending_tasks: 0,
+            running_tasks: 1,
+        };
+        Ok(Response::new(status.into()))
+    }
+
+    async fn task_logs(
+        &self,
+        request: Request<wire::TaskLogsRequest>,
+    ) -> Result<Response<wire::TaskLogsReply>, Status> {
+        let req = escher_proto::types::TaskLogsRequest::try_from(request.into_inner())?;
+        self.status(req.task_id.0)?;
+        let text: &[u8] = match req.stream {
+            LogStream::Stdout => OUTPUT,
+            LogStream::Stderr => b"",
+        };
+        let start = (req.offset as usize).min(text.len());
+        let end = (start + LOG_CHUNK).min(text.len());
+        Ok(Response::new(wire::TaskLogsReply {
+            data: text[start..end].to_vec(),
+            next_offset: end as u64,
+            eof: end == text.len(),
+        }))
+    }
+}
+
+/// Starts the fake head on `127.0.0.1:0`; returns it and its URL.
+async fn start() -> (FakeHead, String) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let head = FakeHead::default();
+    let service = ClusterServer::new(head.clone());
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (head, url)
+}
+
+async fn client(url: &str) -> Client {
+    Client::connect(url).await.unwrap().without_caller_task()
+}
+
+#[tokio::test]
+async fn submit_get_and_typed_results() {
+    let (head, url) = start().await;
+    let client = client(&url)
+        .await
+        .with_namespace(Namespace::new("app").unwrap());
+
+    let ok = client.submit(Task::command(["echo", "hi"])).await.unwrap();
+    assert_eq!((ok.id(), ok.name()), (TaskId(1), "echo"));
+    let status = client.get(&ok, None).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded);
+    assert_eq!(
+        client.get_result(&ok, None).await.unwrap(),
+        TaskResult::Exited { code: 0 }
+    );
+
+    let doubled = client
+        .submit_typed::<u32>(Task::function_typed("double", &21u32))
+        .await
+        .unwrap();
+    assert_eq!(doubled.get(&client, None).await.unwrap(), 42);
+    assert_eq!(
+        client.get_typed::<u32>(doubled.id(), None).await.unwrap(),
+        42
+    );
+    let err = client
+        .get_typed::<String>(doubled.id(), None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Decode { .. }), "{err:?}");
+    let err = client.get_typed::<u32>(&ok, None).await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::WrongResultKind { .. }),
+        "{err:?}"
+    );
+
+    let failed = client.submit(Task::command(["false"])).await.unwrap();
+    match client.get_result(&failed, None).await {
+        Err(ClientError::TaskFailed { id, state, reason }) => {
+            assert_eq!((id, state), (failed.id(), TaskState::Failed));
+            assert_eq!(reason, "exit code 1");
+        }
+        other => panic!("{other:?}"),
+    }
+    let ns = head.state().submit_namespaces.clone();
+    assert!(
+        ns.iter()
+            .all(|n| n.as_ref().map(Namespace::as_str) == Some("app"))
+    );
+}
+
+#[tokio::test]
+async fn long_waits_are_split_and_time_out() {
+    let (head, url) = start().await;
+    let client = client(&url)
+        .await
+        .with_wait_slice(Duration::from_millis(40));
+    let sleeper = client
+        .submit(Task::command(["sleep", "100"]))
+        .await
+        .unwrap();
+    let done = client.submit(Task::command(["true"])).await.unwrap();
+
+    let err = client
+        .get(&sleeper, Some(Duration::from_millis(200)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { id, .. } if id == sleeper.id()),
+        "{err}"
+    );
+    assert!(err.is_retryable());
+    assert!(
+        head.state().wait_calls >= 3,
+        "a 200 ms wait in 40 ms slices"
+    );
+
+    let (ready, not_ready) = client
+        .wait([&sleeper, &done], 1, Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].id, done.id());
+    assert_eq!(not_ready, [sleeper.id()]);
+
+    // A wait without a timeout keeps asking until the task ends.
+    let waiter = {
+        let client = client.clone();
+        let id = sleeper.id();
+        tokio::spawn(async move { client.get(id, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let after = client.cancel([sleeper.id()]).await.unwrap();
+    assert_eq!(after[0].state, TaskState::Cancelled);
+    let status = waiter.await.unwrap().unwrap();
+    assert_eq!(status.state, TaskState::Cancelled);
+    let err = client.get_result(&sleeper, None).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("task {} cancelled: cancelled by a user", sleeper.id())
+    );
+
+    let err = client
+        .wait([done.id(), done.id()], 1, None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Usage(_)), "{err}");
+}
+
+#[tokio::test]
+async fn listing_describing_and_logs() {
+    let (_head, url) = start().await;
+    let client = client(&url).await;
+    let refs = client
+        .submit_batch((0..5).map(|i| Task::command(["echo"]).name(format!("t{i}"))))
+        .await
+        .unwrap();
+    assert_eq!(refs.len(), 5);
+    client.submit(Task::command(["sleep"])).await.unwrap();
+
+    let all = client.list_tasks(None, None).await.unwrap();
+    assert_eq!(all.len(), 6, "pages of {PAGE} are followed to the end");
+    assert_eq!(all[4].name, "t4");
+    assert_eq!(client.list_tasks(None, Some(3)).await.unwrap().len(), 3);
+    let running = client
+        .list_tasks(Some(TaskState::Running), None)
+        .await
+        .unwrap();
+    assert_eq!(running.len(), 1);
+    assert_eq!(running[0].id, TaskId(6));
+
+    let info = client.task_info(refs[2].id()).await.unwrap();
+    assert_eq!(info.spec.name, "t2");
+    assert_eq!(info.started_at_ms, Some(1_700_000_000_100));
+
+    let out = client.logs(refs[0].id(), LogStream::Stdout).await.unwrap();
+    assert_eq!(out, OUTPUT, "chunks of {LOG_CHUNK} bytes are joined");
+    assert!(
+        client
+            .logs(&refs[0], LogStream::Stderr)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn head_errors_are_typed_and_verbatim() {
+    let (_head, url) = start().await;
+    let client = client(&url).await;
+    let err = client
+        .submit_batch([
+            Task::command(["true"]),
+            Task::command(["true"]).name("rejected"),
+        ])
+        .await
+        .unwrap_err();
+    match &err {
+        ClientError::InvalidArgument(m) => {
+            assert_eq!(m, "tasks[1].name: the fake head rejects this name");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(!err.is_retryable());
+    let err = client.task_info(TaskId(99)).await.unwrap_err();
+    assert!(
+        matches!(&err, ClientError::NotFound(m) if m == "task 99 is unknown"),
+        "{err:?}"
+    );
+    let err = client.get(TaskId(99), None).await.unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+    // A builder mistake is caught before anything is sent.
+    let err = client
+        .submit(Task::command(["true"]).ttl(Duration::from_secs(1)))
+        .await;
+    assert!(matches!(err, Err(ClientError::Usage(_))), "{err:?}");
+}
+
+#[tokio::test]
+async fn resources_carry_namespace_and_caller() {
+    let (head, url) = start().await;
+    let client = client(&url)
+        .await
+        .with_namespace(Namespace::new("app").unwrap());
+    let nodes = client
+        .set_resource("queue", 4, NodeSpec::Node(NodeId(1)))
+        .await
+        .unwrap();
+    assert_eq!(nodes, [NodeId(1), NodeId(2)]);
+    let err = client
+        .delete_resource("queue", NodeSpec::Local)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("ESCHER_TASK_ID is not set"),
+        "{err}"
+    );
+
+    let in_task = client.clone().with_caller_task(TaskId(7));
+    in_task
+        .adjust_resource("queue", -1, NodeSpec::Local)
+        .await
+        .unwrap();
+    let outcomes = in_task
+        .set_resources(vec![
+            ResourceUpdate::set("a", "unbounded", NodeSpec::Local).unwrap(),
+            ResourceUpdate::delete("b", NodeSpec::Node(NodeId(2))).unwrap(),
+        ])
+        .await
+        .unwrap();
+    assert_eq!(outcomes.len(), 2);
+
+    let requests = head.state().set_requests.clone();
+    assert_eq!(requests.len(), 3, "the refused Local update was never sent");
+    assert_eq!(requests[0].caller_task, None);
+    assert_eq!(requests[1].caller_task, Some(TaskId(7)));
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.namespace.as_ref().map(Namespace::as_str) == Some("app"))
+    );
+
+    let status = client.cluster_status().await.unwrap();
+    let cpu = status.nodes[0].resource("cpu").unwrap();
+    assert_eq!(cpu.shortfall().to_string(), "1");
+}
+
+/// Runs `escher --head URL ARGS...`; returns the exit status and what it printed.
+async fn cli(url: &str, args: &[&str]) -> anyhow::Result<(ExitCode, String)> {
+    let argv = ["escher", "--head", url]
+        .into_iter()
+        .chain(args.iter().copied());
+    let mut out = Vec::new();
+    let code = escher_client::cli::run_with(Cli::try_parse_from(argv)?, &mut out).await?;
+    Ok((code, String::from_utf8(out)?))
+}
+
+#[tokio::test]
+async fn the_cli_runs_against_a_head() {
+    let (head, url) = start().await;
+    let run = |args: &'static [&'static str]| {
+        let url = url.clone();
+        async move { cli(&url, args).await.unwrap() }
+    };
+
+    let (code, out) = run(&["status"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.starts_with("1 nodes (1 alive), 1 running, 0 pending"),
+        "{out}"
+    );
+    assert!(out.contains("SHORTFALL: 1 over total"), "{out}");
+    let (_, out) = run(&["--json", "status"]).await;
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["cluster"]["nodes"][0]["name"], "fake");
+
+    let (code, out) = run(&["submit", "--count", "3", "--wait", "--", "echo", "hi"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.starts_with("1\n2\n3\n"), "{out}");
+    assert_eq!(out.matches("succeeded").count(), 3, "{out}");
+    let (code, out) = run(&["--json", "submit", "--wait", "false"]).await;
+    assert_eq!(
+        code,
+        ExitCode::from(1),
+        "a failed command passes on its exit code"
+    );
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["task_ids"], serde_json::json!([4]));
+    assert_eq!(v["statuses"][0]["state"], "Failed");
+
+    let (code, out) = run(&["get", "1"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("exit code 0"), "{out}");
+    assert_eq!(run(&["get", "4"]).await.0, ExitCode::from(1));
+    let (_, out) = run(&["tasks", "--state", "failed"]).await;
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (_, out) = run(&["info", "2"]).await;
+    assert!(
+        out.contains("echo hi") && out.contains("2023-11-14T22:13:20.000Z"),
+        "{out}"
+    );
+    let (_, out) = run(&["logs", "1"]).await;
+    assert_eq!(out.as_bytes(), OUTPUT);
+    let (_, out) = run(&["logs", "1", "--follow"]).await;
+    assert_eq!(out.as_bytes(), OUTPUT);
+
+    let (code, out) = run(&["wait", "1", "2", "--num", "1"]).await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("succeeded"), "{out}");
+    let (_, out) = run(&["submit", "sleep"]).await;
+    assert_eq!(out, "5\n");
+    let (code, out) = run(&["wait", "1", "5", "--timeout", "100ms"]).await;
+    assert_eq!(
+        code,
+        ExitCode::FAILURE,
+        "the sleeper did not finish in time"
+    );
+    assert!(out.contains("not ready: 5"), "{out}");
+    let (_, out) = run(&["cancel", "5"]).await;
+    assert!(out.contains("cancelled"), "{out}");
+
+    let (code, out) = run(&[
+        "resource",
+        "set",
+        "q",
+        "2",
+        "--match",
+        "cpu=1",
+        "--num-nodes",
+        "1",
+    ])
+    .await;
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert_eq!(out, "changed nodes 1, 2\n");
+    let (_, out) = run(&["--json", "resource", "delete", "q", "--node", "1"]).await;
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&out).unwrap(),
+        serde_json::json!({"nodes": [1, 2]})
+    );
+    assert_eq!(head.state().set_requests.len(), 2);
+
+    let err = cli(&url, &["get", "77"]).await.unwrap_err();
+    assert_eq!(format!("{err:#}"), "task 77 is unknown");
+}
+
+#[tokio::test]
+async fn the_cli_explains_an_absent_head() {
+    let argv = ["escher", "--head", "http://127.0.0.1:1", "status"];
+    let err = escher_client::cli::run(Cli::try_parse_from(argv).unwrap())
+        .await
+        .unwrap_err();
+    let text = format!("{err:#}");
+    assert!(
+        text.contains("cannot connect to the escher head at http://127.0.0.1:1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("is escher-head running? set --head or ESCHER_HEAD"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_blocking_client_works_from_plain_threads() {
+    let server = tokio::runtime::Runtime::new().unwrap();
+    let (_head, url) = server.block_on(start());
+    let client = BlockingClient::connect(&url).unwrap().without_caller_task();
+    let t = client
+        .submit(Task::function_typed("double", &5u32))
+        .unwrap();
+    let worker = {
+        let client = client.clone();
+        let id = t.id();
+        std::thread::spawn(move || client.get_typed::<u32>(id, None))
+    };
+    assert_eq!(worker.join().unwrap().unwrap(), 10);
+    assert_eq!(client.list_tasks(None, None).unwrap().len(), 1);
+    assert_eq!(client.cluster_status().unwrap().nodes.len(), 1);
+}
