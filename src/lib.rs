@@ -1,12 +1,39 @@
 //! escher: a distributed task framework whose every scheduling policy is expressed with
 //! ephemeral resources.
 //!
-//! This facade re-exports what an application needs. It will grow the client API, the
-//! scheduling libraries and `LocalCluster` (a head and workers in one process).
+//! This facade is what an application depends on. It re-exports the client API, the
+//! scheduling libraries, the worker library (to build workers with your own functions), and
+//! [`LocalCluster`], a head and workers in one process.
+//!
+//! ```no_run
+//! use escher::{LocalCluster, Task};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let cluster = LocalCluster::start().await?;
+//! let client = cluster.client().await?;
+//! let task = client.submit(Task::command(["echo", "hello"]).resources_str("cpu=1")).await?;
+//! let status = client.get(&task, None).await?;
+//! println!("{status:?}");
+//! cluster.shutdown().await;
+//! # Ok(()) }
+//! ```
 //!
 //! # Layout
 //!
-//! - [`types`]: resource names, amounts, capacities, resource sets, node specs.
+//! - [`LocalCluster`]: an embedded cluster on loopback ports, for tours, tests and laptops.
+//! - [`client`]: [`Client`], [`BlockingClient`], the [`Task`] builder and the errors.
+//! - [`esl`]: scheduling libraries built on the client API.
+//! - [`worker`]: build a worker with your own function handlers.
+//! - [`types`]: resource names, amounts, capacities, resource sets, node specs, task types.
 #![warn(missing_docs)]
 
+mod local_cluster;
+
+pub use escher_client as client;
+pub use escher_client::{BlockingClient, Client, ClientError, Task, TaskRef};
+pub use escher_esl as esl;
+pub use escher_proto::codec;
 pub use escher_proto::types;
+pub use escher_worker as worker;
+pub use escher_worker::{Functions, TaskContext};
+pub use local_cluster::{LocalCluster, LocalClusterBuilder, LocalClusterError};

@@ -146,6 +146,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// Registers every handler of `functions` (a set shared by several workers).
+    pub fn functions(mut self, functions: &functions::Functions) -> Self {
+        for (name, handler) in functions.entries() {
+            self.register(name, handler);
+        }
+        self
+    }
+
     fn register(&mut self, name: String, handler: functions::Handler) {
         if let Err(e) = self.functions.insert(name, handler) {
             self.error.get_or_insert(e);

@@ -148,3 +148,59 @@ mod tests {
         );
     }
 }
+
+/// A set of named handlers to give to several workers (every worker of a `LocalCluster`,
+/// say). Cheap to clone: handlers are shared.
+#[derive(Clone, Default)]
+pub struct Functions {
+    handlers: Vec<(String, Handler)>,
+}
+
+impl fmt::Debug for Functions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set()
+            .entries(self.handlers.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl Functions {
+    /// No functions.
+    pub fn new() -> Functions {
+        Functions::default()
+    }
+
+    /// Adds a raw handler (see [`WorkerBuilder::function`](crate::WorkerBuilder::function)).
+    pub fn function<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(TaskContext, Vec<u8>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = FunctionResult> + Send + 'static,
+    {
+        self.handlers.push((name.into(), raw(handler)));
+        self
+    }
+
+    /// Adds a typed handler (see
+    /// [`WorkerBuilder::typed_function`](crate::WorkerBuilder::typed_function)).
+    pub fn typed_function<A, R, F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        A: DeserializeOwned + Send + 'static,
+        R: Serialize + Send + 'static,
+        F: Fn(TaskContext, A) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<R, String>> + Send + 'static,
+    {
+        let name = name.into();
+        let handler = typed(&name, handler);
+        self.handlers.push((name, handler));
+        self
+    }
+
+    /// The registered names, in the order they were added.
+    pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
+        self.handlers.iter().map(|(n, _)| n.as_str())
+    }
+
+    pub(crate) fn entries(&self) -> impl Iterator<Item = (String, Handler)> + '_ {
+        self.handlers.iter().map(|(n, h)| (n.clone(), h.clone()))
+    }
+}

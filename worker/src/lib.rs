@@ -56,7 +56,7 @@ pub use config::{
 };
 pub use context::TaskContext;
 pub use error::WorkerError;
-pub use functions::{BoxFuture, FunctionResult};
+pub use functions::{BoxFuture, FunctionResult, Functions};
 pub use handle::WorkerHandle;
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;

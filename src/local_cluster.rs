@@ -1,0 +1,278 @@
+//! [`LocalCluster`]: a head and workers in one process, on loopback ports, with no
+//! configuration. The README's first command runs on it, and so do the end-to-end tests.
+//!
+//! Everything is real: the head serves gRPC on `127.0.0.1:<free port>`, and each worker
+//! registers and streams to it over that socket exactly as a worker on another machine would.
+
+use std::time::Duration;
+
+use escher_client::{BlockingClient, Client, ClientError};
+use escher_head::{HeadConfig, HeadError};
+use escher_proto::types::{NodeId, ResourceSet};
+use escher_worker::{Functions, Worker, WorkerError};
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// Why a local cluster could not start.
+#[derive(Debug, Error)]
+pub enum LocalClusterError {
+    /// No loopback port could be bound.
+    #[error("cannot bind a loopback port for the head: {0}")]
+    Bind(#[from] std::io::Error),
+    /// The head's configuration is invalid.
+    #[error(transparent)]
+    Head(#[from] HeadError),
+    /// A worker could not be built.
+    #[error("cannot build worker {index}: {source}")]
+    Worker {
+        /// Which worker.
+        index: usize,
+        /// Why.
+        source: WorkerError,
+    },
+    /// A worker stopped before it registered.
+    #[error("worker {0} stopped before registering with the head")]
+    WorkerStopped(usize),
+    /// The client could not connect.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// Starting took too long.
+    #[error("the local cluster did not come up within {0:?}")]
+    Timeout(Duration),
+}
+
+/// Settings for a [`LocalCluster`]. Defaults: two workers with 4 CPUs and 4 GiB each.
+#[derive(Debug, Clone)]
+pub struct LocalClusterBuilder {
+    workers: Vec<ResourceSet>,
+    functions: Functions,
+    head: HeadConfig,
+    grace: Duration,
+}
+
+impl Default for LocalClusterBuilder {
+    fn default() -> Self {
+        LocalClusterBuilder {
+            workers: vec![default_resources(); 2],
+            functions: Functions::new(),
+            head: HeadConfig::default(),
+            grace: Duration::from_secs(2),
+        }
+    }
+}
+
+fn default_resources() -> ResourceSet {
+    "cpu=4,memory=4096".parse().unwrap_or_default()
+}
+
+impl LocalClusterBuilder {
+    /// `n` workers with the default resources (replacing any configured so far).
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = vec![default_resources(); n];
+        self
+    }
+
+    /// Adds one worker with these resources (`cpu` and `memory` replace the defaults; other
+    /// names are custom static resources).
+    pub fn worker(mut self, resources: ResourceSet) -> Self {
+        let mut all = default_resources();
+        for (name, amount) in resources.iter() {
+            all.insert(name.clone(), amount);
+        }
+        self.workers.push(all);
+        self
+    }
+
+    /// Removes every worker configured so far (then add them with [`worker`](Self::worker)).
+    pub fn no_workers(mut self) -> Self {
+        self.workers.clear();
+        self
+    }
+
+    /// The function handlers every worker registers.
+    pub fn functions(mut self, functions: Functions) -> Self {
+        self.functions = functions;
+        self
+    }
+
+    /// The head's settings (e.g. a short heartbeat timeout in tests).
+    pub fn head_config(mut self, config: HeadConfig) -> Self {
+        self.head = config;
+        self
+    }
+
+    /// How long a cancelled command task gets between SIGTERM and SIGKILL.
+    pub fn grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Starts the head and the workers and waits until every worker has registered.
+    pub async fn start(self) -> Result<LocalCluster, LocalClusterError> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let head_url = format!("http://{}", listener.local_addr()?);
+        let head_stop = CancellationToken::new();
+        let stop = head_stop.clone();
+        self.head.validate().map_err(HeadError::from)?;
+        let head = tokio::spawn(escher_head::run(listener, self.head.clone(), async move {
+            stop.cancelled().await
+        }));
+        let mut cluster = LocalCluster {
+            head_url: head_url.clone(),
+            head_stop,
+            head: Some(head),
+            workers: Vec::new(),
+            functions: self.functions.clone(),
+            grace: self.grace,
+        };
+        for resources in self.workers {
+            cluster.add_worker(resources).await?;
+        }
+        Ok(cluster)
+    }
+}
+
+/// A running worker of a [`LocalCluster`].
+#[derive(Debug)]
+struct LocalWorker {
+    node: NodeId,
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<(), WorkerError>>>,
+}
+
+/// A head and workers in this process. Dropping it stops them; [`shutdown`](Self::shutdown)
+/// stops them and waits.
+#[derive(Debug)]
+pub struct LocalCluster {
+    head_url: String,
+    head_stop: CancellationToken,
+    head: Option<JoinHandle<Result<(), HeadError>>>,
+    workers: Vec<LocalWorker>,
+    functions: Functions,
+    grace: Duration,
+}
+
+/// How long a worker may take to register.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl LocalCluster {
+    /// Settings, starting from the defaults.
+    pub fn builder() -> LocalClusterBuilder {
+        LocalClusterBuilder::default()
+    }
+
+    /// A default cluster: two workers with 4 CPUs and 4 GiB each.
+    pub async fn start() -> Result<LocalCluster, LocalClusterError> {
+        LocalCluster::builder().start().await
+    }
+
+    /// The head's URL (`http://127.0.0.1:PORT`).
+    pub fn head_url(&self) -> &str {
+        &self.head_url
+    }
+
+    /// The node ids of the workers started so far, in start order.
+    pub fn nodes(&self) -> Vec<NodeId> {
+        self.workers.iter().map(|w| w.node).collect()
+    }
+
+    /// A connected async client.
+    pub async fn client(&self) -> Result<Client, ClientError> {
+        Client::connect(&self.head_url).await
+    }
+
+    /// A connected blocking client (call it outside the async runtime).
+    pub fn blocking_client(&self) -> Result<BlockingClient, ClientError> {
+        BlockingClient::connect(&self.head_url)
+    }
+
+    /// Starts one more worker with these resources and waits until it has registered.
+    pub async fn add_worker(
+        &mut self,
+        resources: ResourceSet,
+    ) -> Result<NodeId, LocalClusterError> {
+        let index = self.workers.len();
+        let worker = Worker::builder()
+            .head(self.head_url.clone())
+            .name(format!("local-{index}"))
+            .resources(resources)
+            .grace(self.grace)
+            .drain(Duration::from_millis(200))
+            .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
+            .functions(&self.functions)
+            .build()
+            .map_err(|source| LocalClusterError::Worker { index, source })?;
+        let mut handle = worker.handle();
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let task =
+            tokio::spawn(async move { worker.run(async move { token.cancelled().await }).await });
+        let node = tokio::time::timeout(REGISTER_TIMEOUT, handle.registered())
+            .await
+            .map_err(|_| LocalClusterError::Timeout(REGISTER_TIMEOUT))?
+            .ok_or(LocalClusterError::WorkerStopped(index))?;
+        self.workers.push(LocalWorker {
+            node,
+            stop,
+            task: Some(task),
+        });
+        Ok(node)
+    }
+
+    /// Stops one worker gracefully (it drains, then leaves the cluster).
+    pub async fn stop_worker(&mut self, node: NodeId) {
+        if let Some(w) = self.workers.iter_mut().find(|w| w.node == node) {
+            w.stop.cancel();
+            if let Some(task) = w.task.take() {
+                let _ = task.await;
+            }
+        }
+    }
+
+    /// Kills one worker abruptly, as if its machine died: its tasks stop being reported and its
+    /// heartbeats stop; the head notices after its heartbeat timeout.
+    pub fn kill_worker(&mut self, node: NodeId) {
+        if let Some(w) = self.workers.iter_mut().find(|w| w.node == node)
+            && let Some(task) = w.task.take()
+        {
+            task.abort();
+        }
+    }
+
+    /// Stops the workers, then the head, and waits for all of them.
+    pub async fn shutdown(mut self) {
+        for w in &self.workers {
+            w.stop.cancel();
+        }
+        for w in &mut self.workers {
+            if let Some(task) = w.task.take() {
+                let _ = task.await;
+            }
+        }
+        self.head_stop.cancel();
+        if let Some(head) = self.head.take() {
+            match head.await {
+                Ok(Err(err)) => tracing::warn!(%err, "head stopped with an error"),
+                Err(err) => tracing::warn!(%err, "head task failed"),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            w.stop.cancel();
+            if let Some(task) = w.task.take() {
+                task.abort();
+            }
+        }
+        self.head_stop.cancel();
+        if let Some(head) = self.head.take() {
+            head.abort();
+        }
+    }
+}
