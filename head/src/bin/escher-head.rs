@@ -16,6 +16,10 @@ struct HeadArgs {
     /// Address to listen on for clients and workers.
     #[arg(long, env = "ESCHER_HEAD_LISTEN", default_value = "127.0.0.1:7600")]
     listen: SocketAddr,
+    /// Once listening, write the head's URL (`http://HOST:PORT`) to this file; with
+    /// `--listen 127.0.0.1:0` this is how scripts and tests learn the port that was chosen.
+    #[arg(long, env = "ESCHER_HEAD_ADDRESS_FILE")]
+    address_file: Option<std::path::PathBuf>,
     /// How often workers send heartbeats, in milliseconds.
     #[arg(long, env = "ESCHER_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
     heartbeat_interval_ms: u64,
@@ -57,10 +61,18 @@ async fn main() -> anyhow::Result<()> {
         .init();
     let args = HeadArgs::parse();
     let listen = args.listen;
+    let address_file = args.address_file.clone();
     let config = HeadConfig::try_from(args)?;
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    if let Some(path) = address_file {
+        let url = format!("http://{}", listener.local_addr()?);
+        // Write then rename, so a reader never sees a half-written file.
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, &url).with_context(|| format!("cannot write {}", tmp.display()))?;
+        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
+    }
     escher_head::run(listener, config, shutdown_signal()).await?;
     Ok(())
 }

@@ -23,9 +23,9 @@ use std::time::Duration;
 use escher_proto::wire::{cluster_server::ClusterServer, worker_link_server::WorkerLinkServer};
 use thiserror::Error;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::transport::server::TcpIncoming;
 
 pub use config::{ConfigError, HeadConfig};
 
@@ -74,12 +74,13 @@ pub async fn run(
         tracing::info!(%addr, "escher head listening");
     }
     let stop = token.clone();
+    // Accepted connections need TCP_NODELAY, or small replies wait ~40 ms for delayed ACKs.
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     let server = tonic::transport::Server::builder()
-        .tcp_nodelay(true)
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(cluster)
         .add_service(link)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async move {
+        .serve_with_incoming_shutdown(incoming, async move {
             shutdown.await;
             stop.cancel();
         });
