@@ -77,6 +77,9 @@ pub(crate) async fn run_task(
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
             }
+            if let Some(path) = path_with_escher_cli(&spec.env) {
+                opts = opts.env("PATH", path);
+            }
             opts.timeout = timeout;
             command(a.task_id.0, a.attempt, &spec, &opts, cancel).await
         }
@@ -195,4 +198,23 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
     } else {
         "a panic without a message".to_string()
     }
+}
+
+/// The `PATH` a command task gets when an `escher` CLI sits next to this worker's executable
+/// (an installed cluster): that directory first, so `escher resource set .. --local` works in
+/// any task. `None` (keep the inherited `PATH`) when there is no such CLI.
+fn path_with_escher_cli(task_env: &[(String, String)]) -> Option<String> {
+    let exe = std::env::current_exe().ok()?;
+    let dir = exe.parent()?;
+    if !dir.join("escher").is_file() {
+        return None;
+    }
+    let base = task_env
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone())
+        .or_else(|| std::env::var("PATH").ok())
+        .unwrap_or_default();
+    Some(format!("{}:{base}", dir.display()))
 }

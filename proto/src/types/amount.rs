@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer, de};
 
 use super::TypeError;
 
@@ -22,8 +22,10 @@ pub const SCALE: u64 = 10_000;
 const MAX_UNITS: u64 = 100_000_000_000_000;
 
 /// A non-negative fixed-point quantity of a resource, with 0.0001 precision.
-#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(try_from = "u64", into = "u64")]
+///
+/// Serialized as its raw `u64` in binary formats (bincode) and as a decimal string (`"0.5"`)
+/// in human-readable ones (JSON), so scripts read the same text the CLI prints.
+#[derive(Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct Amount(u64);
 
 impl Amount {
@@ -191,7 +193,10 @@ impl fmt::Debug for Amount {
 }
 
 /// How much of a resource a node has: a finite amount, or unbounded.
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+///
+/// Serialized as an enum in binary formats and as text (`"4"`, `"unbounded"`) in
+/// human-readable ones.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Capacity {
     /// At most this much can be allocated at once.
     Finite(Amount),
@@ -224,6 +229,60 @@ impl Capacity {
             Capacity::Unbounded => None,
             Capacity::Finite(total) => Some(total.saturating_sub(used)),
         }
+    }
+}
+
+impl Serialize for Amount {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            serializer.collect_str(self)
+        } else {
+            serializer.serialize_u64(self.0)
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Amount {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            text.parse().map_err(de::Error::custom)
+        } else {
+            Amount::from_raw(u64::deserialize(deserializer)?).map_err(de::Error::custom)
+        }
+    }
+}
+
+/// The binary form of [`Capacity`].
+#[derive(Serialize, Deserialize)]
+enum CapacityRepr {
+    Finite(Amount),
+    Unbounded,
+}
+
+impl Serialize for Capacity {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        if serializer.is_human_readable() {
+            return serializer.collect_str(self);
+        }
+        match *self {
+            Capacity::Finite(a) => CapacityRepr::Finite(a),
+            Capacity::Unbounded => CapacityRepr::Unbounded,
+        }
+        .serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Capacity {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        if deserializer.is_human_readable() {
+            let text = String::deserialize(deserializer)?;
+            return text.parse().map_err(de::Error::custom);
+        }
+        Ok(match CapacityRepr::deserialize(deserializer)? {
+            CapacityRepr::Finite(a) => Capacity::Finite(a),
+            CapacityRepr::Unbounded => Capacity::Unbounded,
+        })
     }
 }
 
@@ -341,6 +400,20 @@ mod tests {
             Capacity::Finite(a("0.5"))
         );
         assert!("-2".parse::<Capacity>().is_err());
+    }
+
+    #[test]
+    fn json_uses_the_text_the_cli_prints() {
+        let json =
+            serde_json::to_string(&(a("2.5"), Capacity::Unbounded, Capacity::Finite(a("4"))))
+                .unwrap();
+        assert_eq!(json, r#"["2.5","unbounded","4"]"#);
+        let back: (Amount, Capacity, Capacity) = serde_json::from_str(&json).unwrap();
+        assert_eq!(
+            back,
+            (a("2.5"), Capacity::Unbounded, Capacity::Finite(a("4")))
+        );
+        assert!(serde_json::from_str::<Amount>(r#""-1""#).is_err());
     }
 
     #[test]
