@@ -37,3 +37,8 @@ pub use escher_proto::types;
 pub use escher_worker as worker;
 pub use escher_worker::{Functions, TaskContext};
 pub use local_cluster::{LocalCluster, LocalClusterBuilder, LocalClusterError};
+
+/// The README's Rust example, compiled as a doctest so the README cannot drift from the API.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
