@@ -1,0 +1,161 @@
+//! The seam between scheduling libraries and a cluster: the ephemeral-resource API
+//! (`set_resource`, `get_cluster_status`), plus submitting, cancelling and watching tasks.
+//!
+//! ESLs are generic over [`ClusterApi`], implemented by the real [`escher_client::Client`] and by
+//! [`InMemoryCluster`](crate::InMemoryCluster) for unit tests. Nothing else of the cluster is
+//! reachable from a policy: that is the thesis' claim, that every policy fits through this
+//! narrow API.
+
+use std::future::Future;
+use std::time::Duration;
+
+use escher_client::{Client, ClientError};
+use escher_proto::types::{
+    Capacity, CapacityOp, ClusterStatus, Delta, NodeId, NodeSpec, ResourceName, ResourceUpdate,
+    TaskId, TaskSpec, TaskStatus,
+};
+
+use crate::EslError;
+
+/// What an ESL may ask of a cluster.
+pub trait ClusterApi: Clone + Send + Sync + 'static {
+    /// Applies resource changes, all or none; for each, the nodes it changed.
+    fn set_resources(
+        &self,
+        updates: Vec<ResourceUpdate>,
+    ) -> impl Future<Output = Result<Vec<Vec<NodeId>>, EslError>> + Send;
+
+    /// Every node with its resources' totals and use.
+    fn cluster_status(&self) -> impl Future<Output = Result<ClusterStatus, EslError>> + Send;
+
+    /// Submits tasks; their ids in order.
+    fn submit(
+        &self,
+        tasks: Vec<TaskSpec>,
+    ) -> impl Future<Output = Result<Vec<TaskId>, EslError>> + Send;
+
+    /// Cancels tasks; their statuses afterwards.
+    fn cancel(
+        &self,
+        tasks: Vec<TaskId>,
+    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+
+    /// A task's status now.
+    fn status(&self, task: TaskId) -> impl Future<Output = Result<TaskStatus, EslError>> + Send;
+
+    /// Waits until `num` of `tasks` are terminal, or `timeout`; the statuses of all of them.
+    fn wait(
+        &self,
+        tasks: Vec<TaskId>,
+        num: usize,
+        timeout: Duration,
+    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+
+    /// Sets one resource.
+    fn set_resource(
+        &self,
+        name: ResourceName,
+        capacity: Capacity,
+        target: NodeSpec,
+    ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
+        let update = ResourceUpdate {
+            name,
+            op: CapacityOp::Set(capacity),
+            target,
+        };
+        async move {
+            Ok(self
+                .set_resources(vec![update])
+                .await?
+                .pop()
+                .unwrap_or_default())
+        }
+    }
+
+    /// Changes one resource by a delta.
+    fn adjust_resource(
+        &self,
+        name: ResourceName,
+        delta: Delta,
+        target: NodeSpec,
+    ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
+        let update = ResourceUpdate {
+            name,
+            op: CapacityOp::Adjust(delta),
+            target,
+        };
+        async move {
+            Ok(self
+                .set_resources(vec![update])
+                .await?
+                .pop()
+                .unwrap_or_default())
+        }
+    }
+
+    /// Deletes one resource.
+    fn delete_resource(
+        &self,
+        name: ResourceName,
+        target: NodeSpec,
+    ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
+        let update = ResourceUpdate {
+            name,
+            op: CapacityOp::Delete,
+            target,
+        };
+        async move {
+            Ok(self
+                .set_resources(vec![update])
+                .await?
+                .pop()
+                .unwrap_or_default())
+        }
+    }
+}
+
+impl ClusterApi for Client {
+    async fn set_resources(
+        &self,
+        updates: Vec<ResourceUpdate>,
+    ) -> Result<Vec<Vec<NodeId>>, EslError> {
+        let outcomes = Client::set_resources(self, updates).await?;
+        Ok(outcomes.into_iter().map(|o| o.nodes).collect())
+    }
+
+    async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
+        Ok(Client::cluster_status(self).await?)
+    }
+
+    async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+        let refs = self.submit_batch(tasks).await?;
+        Ok(refs.iter().map(|r| r.id()).collect())
+    }
+
+    async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
+        Ok(Client::cancel(self, tasks).await?)
+    }
+
+    async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
+        Ok(self.task_info(task).await?.status)
+    }
+
+    async fn wait(
+        &self,
+        tasks: Vec<TaskId>,
+        num: usize,
+        timeout: Duration,
+    ) -> Result<Vec<TaskStatus>, EslError> {
+        let num = num.min(tasks.len());
+        let (mut ready, not_ready) =
+            match Client::wait(self, tasks.clone(), num, Some(timeout)).await {
+                Ok(answer) => answer,
+                Err(ClientError::Timeout { .. }) => (Vec::new(), tasks.clone()),
+                Err(e) => return Err(e.into()),
+            };
+        for id in not_ready {
+            ready.push(self.task_info(id).await?.status);
+        }
+        Ok(ready)
+    }
+}

@@ -1,0 +1,343 @@
+//! [`InMemoryCluster`]: a fake cluster for unit tests of policies. It is named a fake because it
+//! has no network, no processes and no clock of its own, but it is not a mock: every call goes
+//! through the head's real state machine (`escher_head::state::ClusterState`), so resources,
+//! admission, namespaces-free naming, hooks, ghosts and infeasibility behave exactly as on a
+//! real head. Only the workers are simulated: a dispatched task starts at once and then either
+//! finishes at once ([`Mode::Instant`]) or waits until the test finishes it ([`Mode::Manual`]).
+//! Ghost tasks run until cancelled in both modes.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use escher_head::state::{ClusterState, Command, Effect, Entry, Reply, StateConfig};
+use escher_proto::types::{
+    ClusterStatus, Labels, NodeId, ResourceSet, ResourceUpdate, TaskFinished, TaskId, TaskKind,
+    TaskResult, TaskSpec, TaskStatus,
+};
+use tokio::sync::Notify;
+
+use crate::{ClusterApi, EslError};
+
+/// How simulated workers run the tasks they are given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Non-ghost tasks succeed as soon as they are dispatched.
+    Instant,
+    /// Tasks run until the test calls [`InMemoryCluster::finish`] (or cancels them).
+    Manual,
+}
+
+#[derive(Debug)]
+struct Inner {
+    state: ClusterState,
+    now: u64,
+    mode: Mode,
+    /// Running tasks: node and attempt.
+    running: BTreeMap<TaskId, (NodeId, u32)>,
+    /// Every dispatch in order: (task, node).
+    history: Vec<(TaskId, NodeId)>,
+}
+
+/// An in-memory cluster behind the [`ClusterApi`] seam. Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct InMemoryCluster {
+    inner: Arc<Mutex<Inner>>,
+    changed: Arc<Notify>,
+}
+
+impl InMemoryCluster {
+    /// An empty cluster whose simulated workers run tasks in `mode`.
+    pub fn new(mode: Mode) -> InMemoryCluster {
+        InMemoryCluster {
+            inner: Arc::new(Mutex::new(Inner {
+                state: ClusterState::new(StateConfig::default()),
+                now: 0,
+                mode,
+                running: BTreeMap::new(),
+                history: Vec::new(),
+            })),
+            changed: Arc::new(Notify::new()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock can only come from a failing test; keep going.
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds a node with these resources (`"cpu=4,gpu=1"`); returns its id.
+    pub fn add_node(&self, resources: &str) -> NodeId {
+        let resources: ResourceSet = resources.parse().unwrap_or_default();
+        let command = Command::RegisterNode {
+            name: "sim".into(),
+            address: "in-memory".into(),
+            resources,
+            labels: Labels::new(),
+            previous: None,
+        };
+        match self.apply(command) {
+            Ok(Reply::Registered(id)) => id,
+            other => unreachable!("registration cannot fail: {other:?}"),
+        }
+    }
+
+    /// Removes a node, as if its worker died.
+    pub fn remove_node(&self, node: NodeId) {
+        let _ = self.apply(Command::RemoveNode {
+            node,
+            reason: "removed by the test".into(),
+        });
+    }
+
+    /// Finishes a running task, successfully or not.
+    pub fn finish(&self, task: TaskId, success: bool) {
+        let attempt = self.lock().running.get(&task).map(|(_, a)| *a);
+        if let Some(attempt) = attempt {
+            let outcome = if success {
+                Ok(TaskResult::Returned(Vec::new()))
+            } else {
+                Err("failed by the test".into())
+            };
+            let report = TaskFinished {
+                task_id: task,
+                attempt,
+                outcome,
+                timed_out: false,
+            };
+            let _ = self.apply(Command::TaskFinished(report));
+        }
+    }
+
+    /// Tasks running now, with their nodes.
+    pub fn running(&self) -> Vec<(TaskId, NodeId)> {
+        self.lock()
+            .running
+            .iter()
+            .map(|(t, (n, _))| (*t, *n))
+            .collect()
+    }
+
+    /// Every dispatch so far, in order: which task went to which node.
+    pub fn dispatches(&self) -> Vec<(TaskId, NodeId)> {
+        self.lock().history.clone()
+    }
+
+    /// The node a task ran (or runs) on.
+    pub fn node_of(&self, task: TaskId) -> Option<NodeId> {
+        self.lock().state.status(task).and_then(|s| s.node)
+    }
+
+    /// Advances the simulated clock (expires pending deadlines).
+    pub fn advance(&self, by: Duration) {
+        self.lock().now += by.as_millis() as u64;
+        let _ = self.apply(Command::Tick);
+    }
+
+    /// Applies a command and plays the simulated workers until nothing more happens.
+    fn apply(&self, command: Command) -> Result<Reply, EslError> {
+        let mut inner = self.lock();
+        let now = inner.now;
+        let reply = inner
+            .state
+            .apply(Entry { now, command })
+            .map_err(|e| EslError::Refused(e.to_string()))?;
+        let mut effects = inner.state.take_effects();
+        while !effects.is_empty() {
+            for effect in effects {
+                inner.play(effect);
+            }
+            effects = inner.state.take_effects();
+        }
+        drop(inner);
+        self.changed.notify_waiters();
+        Ok(reply)
+    }
+}
+
+impl Inner {
+    /// What a worker would do with an effect.
+    fn play(&mut self, effect: Effect) {
+        let now = self.now;
+        match effect {
+            Effect::Assign { node, assignment } => {
+                let (task, attempt) = (assignment.task_id, assignment.attempt);
+                self.running.insert(task, (node, attempt));
+                self.history.push((task, node));
+                let _ = self.state.apply(Entry {
+                    now,
+                    command: Command::TaskStarted { task, attempt },
+                });
+                let ghost = matches!(assignment.spec.kind, TaskKind::Ghost { .. });
+                if self.mode == Mode::Instant && !ghost {
+                    let outcome = Ok(TaskResult::Returned(Vec::new()));
+                    self.report(task, attempt, outcome);
+                }
+            }
+            Effect::Cancel { task, attempt, .. } => {
+                self.report(task, attempt, Ok(TaskResult::Released))
+            }
+            Effect::Terminal { task } => {
+                self.running.remove(&task);
+            }
+        }
+    }
+
+    fn report(&mut self, task: TaskId, attempt: u32, outcome: Result<TaskResult, String>) {
+        self.running.remove(&task);
+        let report = TaskFinished {
+            task_id: task,
+            attempt,
+            outcome,
+            timed_out: false,
+        };
+        let _ = self.state.apply(Entry {
+            now: self.now,
+            command: Command::TaskFinished(report),
+        });
+    }
+}
+
+impl ClusterApi for InMemoryCluster {
+    async fn set_resources(
+        &self,
+        updates: Vec<ResourceUpdate>,
+    ) -> Result<Vec<Vec<NodeId>>, EslError> {
+        let command = Command::SetResources {
+            updates,
+            namespace: None,
+            caller_task: None,
+        };
+        match self.apply(command)? {
+            Reply::ResourcesSet(nodes) => Ok(nodes),
+            other => Err(EslError::Refused(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
+        Ok(self.lock().state.cluster_status())
+    }
+
+    async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+        match self.apply(Command::Submit {
+            tasks,
+            namespace: None,
+        })? {
+            Reply::Submitted(ids) => Ok(ids),
+            other => Err(EslError::Refused(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
+        self.apply(Command::Cancel {
+            tasks: tasks.clone(),
+        })?;
+        let inner = self.lock();
+        Ok(tasks
+            .iter()
+            .filter_map(|t| inner.state.status(*t))
+            .collect())
+    }
+
+    async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
+        self.lock()
+            .state
+            .status(task)
+            .ok_or_else(|| EslError::Refused(format!("unknown task {task}")))
+    }
+
+    async fn wait(
+        &self,
+        tasks: Vec<TaskId>,
+        num: usize,
+        timeout: Duration,
+    ) -> Result<Vec<TaskStatus>, EslError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let notified = self.changed.notified();
+            let statuses: Vec<TaskStatus> = {
+                let inner = self.lock();
+                let mut all = Vec::with_capacity(tasks.len());
+                for t in &tasks {
+                    all.push(
+                        inner
+                            .state
+                            .status(*t)
+                            .ok_or_else(|| EslError::Refused(format!("unknown task {t}")))?,
+                    );
+                }
+                all
+            };
+            let done = statuses.iter().filter(|s| s.state.is_terminal()).count();
+            if done >= num.min(tasks.len()) {
+                return Ok(statuses);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Ok(statuses);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::types::{Capacity, NodeSpec, ResourceName, TaskState};
+
+    use super::*;
+
+    fn task(resources: &str) -> TaskSpec {
+        escher_client::Task::function("f", Vec::new())
+            .resources_str(resources)
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn tasks_run_through_the_real_state_machine() {
+        let cluster = InMemoryCluster::new(Mode::Manual);
+        let a = cluster.add_node("cpu=1");
+        let b = cluster.add_node("cpu=1");
+        let ids = cluster
+            .submit(vec![task("cpu=1"), task("cpu=1"), task("cpu=1,x=1")])
+            .await
+            .unwrap();
+        assert_eq!(cluster.running().len(), 2);
+        let status = cluster.status(ids[2]).await.unwrap();
+        assert_eq!(status.state, TaskState::Pending);
+        assert!(
+            status.reason.unwrap().contains("x"),
+            "infeasible with a reason"
+        );
+        cluster
+            .set_resource(
+                ResourceName::new("x").unwrap(),
+                Capacity::Unbounded,
+                NodeSpec::Node(b),
+            )
+            .await
+            .unwrap();
+        cluster.finish(ids[1], true);
+        assert_eq!(
+            cluster.node_of(ids[2]),
+            Some(b),
+            "follows the resource once cpu frees up"
+        );
+        let all = cluster
+            .wait(ids.clone(), 1, Duration::from_millis(10))
+            .await
+            .unwrap();
+        assert_eq!(all[1].state, TaskState::Succeeded);
+        assert_eq!(cluster.node_of(ids[0]), Some(a));
+    }
+
+    #[tokio::test]
+    async fn instant_mode_finishes_tasks_and_wait_returns() {
+        let cluster = InMemoryCluster::new(Mode::Instant);
+        cluster.add_node("cpu=2");
+        let ids = cluster.submit(vec![task("cpu=1"); 5]).await.unwrap();
+        let all = cluster.wait(ids, 5, Duration::from_secs(1)).await.unwrap();
+        assert!(all.iter().all(|s| s.state == TaskState::Succeeded));
+    }
+}
