@@ -46,6 +46,11 @@ enum Step {
         want: Vec<(u8, u8)>,
         num: Option<u8>,
     },
+    Gang {
+        bundles: Vec<Vec<(u8, u8)>>,
+        strategy: u8,
+        deadline: Option<u8>,
+    },
     Submit {
         req: Vec<(u8, u8)>,
         deadline: Option<u8>,
@@ -90,6 +95,8 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(res, cap, want, num)| Step::SetMatch { res, cap, want, num }),
         6 => (pairs(5), prop::option::weighted(0.2, 0u8..50))
             .prop_map(|(req, deadline)| Step::Submit { req, deadline }),
+        2 => (prop::collection::vec(pairs(5), 1..4), 0u8..4, prop::option::weighted(0.2, 0u8..50))
+            .prop_map(|(bundles, strategy, deadline)| Step::Gang { bundles, strategy, deadline }),
         4 => any::<u8>().prop_map(|pick| Step::Finish { pick }),
         1 => any::<u8>().prop_map(|pick| Step::Cancel { pick }),
         1 => (0u8..30).prop_map(|advance| Step::Tick { advance }),
@@ -103,6 +110,8 @@ fn run(steps: &[Step]) -> Result<Vec<Decision>, TestCaseError> {
     let mut next_task = 0u64;
     let mut pending = BTreeSet::new();
     let mut running: BTreeMap<TaskId, NodeId> = BTreeMap::new();
+    // Pending gang members by gang (first member's id).
+    let mut gangs: BTreeMap<TaskId, BTreeSet<TaskId>> = BTreeMap::new();
     let mut all = Vec::new();
     for step in steps {
         let pick = |set: Vec<TaskId>, p: u8| (!set.is_empty()).then(|| set[p as usize % set.len()]);
@@ -156,6 +165,26 @@ fn run(steps: &[Step]) -> Result<Vec<Decision>, TestCaseError> {
                     deadline: deadline.map(|d| now + u64::from(d)),
                 }
             }
+            Step::Gang {
+                bundles,
+                strategy,
+                deadline,
+            } => {
+                let strategy =
+                    ["pack", "spread", "strict-pack", "strict-spread"][strategy as usize % 4];
+                let tasks = bundles
+                    .iter()
+                    .map(|b| {
+                        next_task += 1;
+                        (TaskId(next_task), set_of(b))
+                    })
+                    .collect();
+                Event::GangSubmitted {
+                    tasks,
+                    strategy: strategy.parse().unwrap(),
+                    deadline: deadline.map(|d| now + u64::from(d)),
+                }
+            }
             Step::Finish { pick: p } => match pick(running.keys().copied().collect(), p) {
                 Some(task) => Event::TaskFinished { task },
                 None => Event::TaskFinished {
@@ -190,16 +219,50 @@ fn run(steps: &[Step]) -> Result<Vec<Decision>, TestCaseError> {
                 Event::TaskSubmitted { task, .. } => {
                     pending.insert(task);
                 }
+                Event::GangSubmitted { ref tasks, .. } => {
+                    let members: BTreeSet<TaskId> = tasks.iter().map(|(t, _)| *t).collect();
+                    pending.extend(members.iter().copied());
+                    gangs.insert(tasks[0].0, members);
+                }
                 Event::TaskFinished { task } => {
                     running.remove(&task);
                 }
                 Event::TaskCancelled { task } => {
                     pending.remove(&task);
                     running.remove(&task);
+                    for members in gangs.values_mut() {
+                        members.remove(&task);
+                    }
                 }
                 _ => {}
             },
         }
+        // Atomicity: a gang member is dispatched only together with all its pending members.
+        let dispatched: BTreeSet<TaskId> = out
+            .iter()
+            .filter_map(|d| match d {
+                Decision::Dispatch { task, .. } => Some(*task),
+                _ => None,
+            })
+            .collect();
+        for (gang, members) in &gangs {
+            let moved = members.iter().filter(|m| dispatched.contains(m)).count();
+            prop_assert!(
+                moved == 0 || moved == members.len(),
+                "gang {:?}: {} of {} members dispatched",
+                gang,
+                moved,
+                members.len()
+            );
+        }
+        for d in &out {
+            if let Decision::Dispatch { task, .. } | Decision::DeadlinePassed { task } = d {
+                for members in gangs.values_mut() {
+                    members.remove(task);
+                }
+            }
+        }
+        gangs.retain(|_, m| !m.is_empty());
         for d in &out {
             match d {
                 Decision::Dispatch { task, node, .. } => {

@@ -19,6 +19,8 @@ use super::shape::{Req, ShapeId, Shapes};
 pub(crate) enum Place {
     /// Queued in a shape under this submission sequence number.
     Pending { shape: ShapeId, seq: u64 },
+    /// Waiting with the other members of a gang.
+    Gang { gang: super::gang::GangId },
     /// Holding its requirements on a node.
     Running { node: NodeId },
 }
@@ -43,6 +45,7 @@ pub struct Scheduler {
     pub(crate) cursors: FxHashMap<Option<ResourceId>, NodeId>,
     pub(crate) tasks: FxHashMap<TaskId, Task>,
     pub(crate) shapes: Shapes,
+    pub(crate) gangs: super::gang::Gangs,
     pub(crate) deadlines: BTreeSet<(Millis, TaskId)>,
     pub(crate) next_seq: u64,
 }
@@ -107,6 +110,13 @@ impl Scheduler {
                 deadline,
             } => {
                 self.submit(task, &resources, deadline, out)?;
+            }
+            Event::GangSubmitted {
+                tasks,
+                strategy,
+                deadline,
+            } => {
+                self.submit_gang(tasks, strategy, deadline)?;
             }
             Event::TaskFinished { task } => self.finish(task)?,
             Event::TaskCancelled { task } => self.cancel(task)?,
@@ -184,20 +194,16 @@ impl Scheduler {
     /// The node a running task holds its resources on.
     pub fn running_on(&self, task: TaskId) -> Option<NodeId> {
         match self.tasks.get(&task)?.place {
-            super::core::Place::Running { node } => Some(node),
-            Place::Pending { .. } => None,
+            Place::Running { node } => Some(node),
+            Place::Pending { .. } | Place::Gang { .. } => None,
         }
     }
 
     /// Whether the core knows `task` as pending.
     pub fn is_pending(&self, task: TaskId) -> bool {
-        matches!(
-            self.tasks.get(&task),
-            Some(Task {
-                place: Place::Pending { .. },
-                ..
-            })
-        )
+        self.tasks
+            .get(&task)
+            .is_some_and(|t| !matches!(t.place, Place::Running { .. }))
     }
 
     /// The reason a pending task is infeasible, if it is.
@@ -210,7 +216,8 @@ impl Scheduler {
 
     /// Number of pending tasks.
     pub fn pending_count(&self) -> usize {
-        self.shapes.shapes.values().map(|s| s.live).sum()
+        let in_gangs: usize = self.gangs.gangs.values().map(|g| g.members.len()).sum();
+        self.shapes.shapes.values().map(|s| s.live).sum::<usize>() + in_gangs
     }
 
     /// Number of running tasks.
@@ -254,8 +261,10 @@ impl Scheduler {
         for r in node.slots.keys() {
             self.holders.entry(*r).or_default().insert(id);
             self.shapes.wake_at(*r, id);
+            self.gangs.wake(*r);
         }
         self.shapes.wake_empty_at(id);
+        self.gangs.wake_empty();
         self.nodes.insert(id, node);
         Ok(())
     }
@@ -278,6 +287,7 @@ impl Scheduler {
                 }
             }
             self.shapes.recheck(*r);
+            self.gangs.recheck(*r);
         }
         Ok(())
     }
@@ -344,9 +354,11 @@ impl Scheduler {
         let shrank = before.is_some() && before != Some(total) && !grew;
         if grew {
             self.shapes.wake_at(r, id);
+            self.gangs.wake(r);
         }
         if shrank {
             self.shapes.recheck(r);
+            self.gangs.recheck(r);
         }
     }
 
@@ -404,7 +416,7 @@ impl Scheduler {
         match self.tasks.get(&id) {
             None => Err(CoreError::UnknownTask(id)),
             Some(Task {
-                place: Place::Pending { .. },
+                place: Place::Pending { .. } | Place::Gang { .. },
                 ..
             }) => Err(CoreError::NotRunning(id)),
             Some(Task {
@@ -428,6 +440,68 @@ impl Scheduler {
                 self.forget_pending(id, shape);
                 Ok(())
             }
+            Some(Place::Gang { gang }) => {
+                self.leave_gang(id, gang);
+                Ok(())
+            }
+        }
+    }
+
+    /// Accepts the members of a gang, all or none.
+    fn submit_gang(
+        &mut self,
+        tasks: Vec<(TaskId, ResourceSet)>,
+        strategy: escher_proto::types::GangStrategy,
+        deadline: Option<Millis>,
+    ) -> Result<(), CoreError> {
+        let Some(first) = tasks.first().map(|(t, _)| *t) else {
+            return Err(CoreError::EmptyGang);
+        };
+        let mut seen = BTreeSet::new();
+        for (task, _) in &tasks {
+            if self.tasks.contains_key(task) || !seen.insert(*task) {
+                return Err(CoreError::DuplicateTask(*task));
+            }
+        }
+        let members: Vec<TaskId> = tasks.iter().map(|(t, _)| *t).collect();
+        for (task, resources) in tasks {
+            let mut req: Vec<(ResourceId, Amount)> = resources
+                .iter()
+                .map(|(n, a)| (self.names.intern(n), a))
+                .collect();
+            req.sort_unstable_by_key(|(r, _)| *r);
+            let place = Place::Gang { gang: first };
+            self.tasks.insert(
+                task,
+                Task {
+                    req: req.into(),
+                    place,
+                    deadline,
+                },
+            );
+            if let Some(at) = deadline {
+                self.deadlines.insert((at, task));
+            }
+        }
+        self.add_gang(first, members, strategy);
+        Ok(())
+    }
+
+    /// Removes one pending member from its gang (cancelled); the rest wait on.
+    fn leave_gang(&mut self, id: TaskId, gang: super::gang::GangId) {
+        let Some(g) = self.gangs.gangs.get(&gang) else {
+            return;
+        };
+        let (members, strategy) = (g.members.clone(), g.strategy);
+        self.remove_gang(gang);
+        if let Some(task) = self.tasks.remove(&id)
+            && let Some(at) = task.deadline
+        {
+            self.deadlines.remove(&(at, id));
+        }
+        let rest: Vec<TaskId> = members.into_iter().filter(|m| *m != id).collect();
+        if !rest.is_empty() {
+            self.add_gang(gang, rest, strategy);
         }
     }
 
@@ -474,6 +548,7 @@ impl Scheduler {
                 }
             }
             self.shapes.wake_at(*r, node_id);
+            self.gangs.wake(*r);
         }
     }
 
@@ -484,14 +559,30 @@ impl Scheduler {
                 break;
             }
             self.deadlines.pop_first();
-            if let Some(Task {
-                place: Place::Pending { shape, .. },
-                ..
-            }) = self.tasks.get(&id)
-            {
-                let shape = *shape;
-                self.forget_pending(id, shape);
-                out.push(Decision::DeadlinePassed { task: id });
+            match self.tasks.get(&id).map(|t| t.place) {
+                Some(Place::Pending { shape, .. }) => {
+                    self.forget_pending(id, shape);
+                    out.push(Decision::DeadlinePassed { task: id });
+                }
+                Some(Place::Gang { gang }) => {
+                    // The whole gang gives up together.
+                    let members = self
+                        .gangs
+                        .gangs
+                        .get(&gang)
+                        .map(|g| g.members.clone())
+                        .unwrap_or_default();
+                    self.remove_gang(gang);
+                    for m in members {
+                        if let Some(t) = self.tasks.remove(&m)
+                            && let Some(at) = t.deadline
+                        {
+                            self.deadlines.remove(&(at, m));
+                        }
+                        out.push(Decision::DeadlinePassed { task: m });
+                    }
+                }
+                _ => {}
             }
         }
     }

@@ -18,6 +18,9 @@ pub enum CoreError {
     /// A task with this id is already pending or running.
     #[error("task {0} is already pending or running")]
     DuplicateTask(TaskId),
+    /// A gang with no members.
+    #[error("a gang needs at least one bundle")]
+    EmptyGang,
     /// `TaskFinished` for a task that is still pending.
     #[error("task {0} is pending, not running; cancel it instead")]
     NotRunning(TaskId),

@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, Labels, NodeId, NodeSpec, PendingReason, ResourceName,
-    ResourceSet, TaskId,
+    Amount, Capacity, CapacityOp, GangStrategy, Labels, NodeId, NodeSpec, PendingReason,
+    ResourceName, ResourceSet, TaskId,
 };
 
 /// Milliseconds on whatever clock the caller uses; the core only compares them.
@@ -44,6 +44,15 @@ pub enum Event {
         /// What it needs while it runs.
         resources: ResourceSet,
         /// If still pending at this time, give up on it.
+        deadline: Option<Millis>,
+    },
+    /// Tasks (one per bundle) to dispatch all together or not at all. Each must be new.
+    GangSubmitted {
+        /// The members and what each needs, in bundle order.
+        tasks: Vec<(TaskId, ResourceSet)>,
+        /// How the bundles may be spread over nodes.
+        strategy: GangStrategy,
+        /// If still pending at this time, give up on all of them.
         deadline: Option<Millis>,
     },
     /// A running task ended; what it held is released.

@@ -46,6 +46,7 @@
 mod core;
 mod error;
 mod event;
+mod gang;
 mod interner;
 mod node;
 mod placement;

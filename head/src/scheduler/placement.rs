@@ -15,9 +15,15 @@ use super::shape::{Req, ShapeId, Wake};
 impl Scheduler {
     /// Examines every woken shape, oldest waiting task first, until none is woken.
     pub(crate) fn round(&mut self, out: &mut Vec<Decision>) {
-        if self.shapes.woken.is_empty() {
-            return;
+        if !self.shapes.woken.is_empty() {
+            self.shape_round(out);
         }
+        if !self.gangs.gangs.is_empty() {
+            self.gang_round(out);
+        }
+    }
+
+    fn shape_round(&mut self, out: &mut Vec<Decision>) {
         let mut order: Vec<(TaskId, ShapeId)> = std::mem::take(&mut self.shapes.woken)
             .into_iter()
             .filter_map(|id| self.head(id).map(|task| (task, id)))
@@ -47,6 +53,11 @@ impl Scheduler {
                 Wake::All => self.could_run_somewhere(&req),
             };
             if !now_feasible {
+                // Still infeasible, but a change to what it requests can change why (a node
+                // now has some of a resource that no node had): keep the reason current.
+                if wake != Wake::None {
+                    self.refresh_reason(id, &req, out);
+                }
                 return;
             }
             self.shapes
@@ -78,6 +89,25 @@ impl Scheduler {
             .get_mut(&id)
             .expect("shape is live")
             .infeasible = Some(reason.clone());
+        for task in self.pending_in(id) {
+            out.push(Decision::Infeasible {
+                task,
+                reason: reason.clone(),
+            });
+        }
+    }
+
+    /// Reports an infeasible shape's tasks infeasible again if the reason changed.
+    fn refresh_reason(&mut self, id: ShapeId, req: &Req, out: &mut Vec<Decision>) {
+        let reason = self.explain(req);
+        let Some(shape) = self.shapes.shapes.get_mut(&id) else {
+            return;
+        };
+        if shape.infeasible.as_deref() == Some(&reason) {
+            return;
+        }
+        let reason = Arc::new(reason);
+        shape.infeasible = Some(reason.clone());
         for task in self.pending_in(id) {
             out.push(Decision::Infeasible {
                 task,
@@ -259,7 +289,7 @@ impl Scheduler {
     }
 
     /// Why no live node could ever hold `req`.
-    fn explain(&self, req: &Req) -> InfeasibleReason {
+    pub(crate) fn explain(&self, req: &Req) -> InfeasibleReason {
         let reason = |r: ResourceId, requested: Amount, best_total, closest_nodes: Vec<NodeId>| {
             let resource = self.names.name(r).clone();
             let message = describe(&resource, requested, best_total, &closest_nodes);

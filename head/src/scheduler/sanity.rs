@@ -53,6 +53,38 @@ impl Scheduler {
                         return Err(format!("task {id} and its shape disagree on requirements"));
                     }
                 }
+                Place::Gang { gang } => {
+                    let g = self
+                        .gangs
+                        .gangs
+                        .get(&gang)
+                        .ok_or(format!("task {id} in dead gang"))?;
+                    if !g.members.contains(id) {
+                        return Err(format!("task {id} is not a member of its gang"));
+                    }
+                    for (r, _) in task.req.iter() {
+                        if !self
+                            .gangs
+                            .by_resource
+                            .get(r)
+                            .is_some_and(|s| s.contains(&gang))
+                        {
+                            return Err(format!("gang {gang} is missing from the resource index"));
+                        }
+                    }
+                }
+            }
+        }
+        for (gang_id, gang) in &self.gangs.gangs {
+            if gang.woken || gang.recheck {
+                return Err(format!("gang {gang_id} keeps a wake-up after a round"));
+            }
+            for m in &gang.members {
+                if self.tasks.get(m).map(|t| t.place) != Some(Place::Gang { gang: *gang_id }) {
+                    return Err(format!(
+                        "gang {gang_id} lists {m}, which is not pending in it"
+                    ));
+                }
             }
         }
         for (node_id, node) in &self.nodes {
@@ -100,7 +132,8 @@ impl Scheduler {
         }
         for (at, id) in &self.deadlines {
             match self.tasks.get(id) {
-                Some(t) if matches!(t.place, Place::Pending { .. }) && t.deadline == Some(*at) => {}
+                Some(t) if !matches!(t.place, Place::Running { .. }) && t.deadline == Some(*at) => {
+                }
                 _ => {
                     return Err(format!(
                         "deadline {at} of task {id} is not a pending task's"

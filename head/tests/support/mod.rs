@@ -122,6 +122,20 @@ impl TestEnv {
         })
     }
 
+    /// Submits a gang: members `first..`, one per requirement string.
+    pub fn gang(&mut self, first: u64, bundles: &[&str], strategy: &str) -> Vec<String> {
+        let tasks = bundles
+            .iter()
+            .enumerate()
+            .map(|(i, b)| (TaskId(first + i as u64), b.parse().unwrap()))
+            .collect();
+        self.ok(Event::GangSubmitted {
+            tasks,
+            strategy: strategy.parse().unwrap(),
+            deadline: None,
+        })
+    }
+
     pub fn finish(&mut self, task: u64) -> Vec<String> {
         self.ok(Event::TaskFinished { task: TaskId(task) })
     }

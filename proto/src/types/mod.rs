@@ -12,6 +12,7 @@ mod amount;
 mod api;
 mod delta;
 mod error;
+mod gang;
 mod ids;
 mod labels;
 mod link;
@@ -29,8 +30,9 @@ pub use api::{
 };
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
+pub use gang::GangStrategy;
 pub use ids::{NodeId, TaskId};
-pub use labels::Labels;
+pub use labels::{Labels, NAMESPACE_LABEL};
 pub use link::{
     Assignment, HeadMessage, Metric, RegisterReply, RegisterRequest, RunningTask, TaskFinished,
     WorkerMessage,

@@ -1,0 +1,309 @@
+//! Gangs: reservations of several bundles that are dispatched all together or not at all
+//! (escher's head-native gang scheduling, design (c) of the thesis' Fig. 4.8).
+//!
+//! A gang is a list of member tasks, one per bundle, and a [`GangStrategy`]. Its members are
+//! not queued in shapes: in each round, after the shapes, every woken gang is placed against a
+//! scratch copy of availability. Only a complete placement is committed (one `Dispatch` per
+//! member, in member order); otherwise nothing is taken and the gang waits until a resource it
+//! requests grows somewhere. Placement is greedy first fit, per strategy:
+//!
+//! - `Pack`: nodes the gang already uses first, then other candidates in id order;
+//! - `Spread`: candidates the gang does not use yet first, then the least-used of its nodes;
+//! - `StrictPack`: the first node that holds the sum of all bundles;
+//! - `StrictSpread`: every bundle on a distinct node.
+//!
+//! Greedy placement can miss a packing that exists; such a gang waits, and is reported
+//! infeasible only when some bundle (or, for `StrictPack`, the sum) fits no live node at all.
+//! Gangs are examined after ordinary tasks, so a stream of small tasks can delay a large gang;
+//! callers that need a guarantee drain competing work with queue resources (P3).
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use escher_proto::types::{Amount, GangStrategy, NodeId, TaskId};
+use rustc_hash::FxHashMap;
+
+use super::core::{Place, Scheduler};
+use super::event::{Decision, InfeasibleReason};
+use super::interner::ResourceId;
+use super::shape::Req;
+
+/// A gang's id: its first member's task id.
+pub(crate) type GangId = TaskId;
+
+/// A pending gang.
+#[derive(Debug)]
+pub(crate) struct Gang {
+    /// Members in bundle order.
+    pub(crate) members: Vec<TaskId>,
+    pub(crate) strategy: GangStrategy,
+    pub(crate) infeasible: Option<Arc<InfeasibleReason>>,
+    /// A requested resource grew somewhere: try to place it in the next round.
+    pub(crate) woken: bool,
+    /// A capacity fell or a node left: check that it is still feasible.
+    pub(crate) recheck: bool,
+}
+
+/// All pending gangs, and the index from resource to the gangs that request it.
+#[derive(Debug, Default)]
+pub(crate) struct Gangs {
+    pub(crate) gangs: std::collections::BTreeMap<GangId, Gang>,
+    pub(crate) by_resource: FxHashMap<ResourceId, BTreeSet<GangId>>,
+    /// Gangs whose members request nothing at all: woken by any new node.
+    pub(crate) empty: BTreeSet<GangId>,
+}
+
+impl Gangs {
+    pub(crate) fn wake(&mut self, r: ResourceId) {
+        if let Some(ids) = self.by_resource.get(&r) {
+            for id in ids {
+                if let Some(g) = self.gangs.get_mut(id) {
+                    g.woken = true;
+                }
+            }
+        }
+    }
+
+    pub(crate) fn wake_empty(&mut self) {
+        for id in &self.empty {
+            if let Some(g) = self.gangs.get_mut(id) {
+                g.woken = true;
+            }
+        }
+    }
+
+    pub(crate) fn recheck(&mut self, r: ResourceId) {
+        if let Some(ids) = self.by_resource.get(&r) {
+            for id in ids {
+                if let Some(g) = self.gangs.get_mut(id) {
+                    g.recheck = true;
+                }
+            }
+        }
+    }
+}
+
+impl Scheduler {
+    /// Registers a gang whose members are already known as pending tasks.
+    pub(crate) fn add_gang(&mut self, id: GangId, members: Vec<TaskId>, strategy: GangStrategy) {
+        let mut resources = BTreeSet::new();
+        for m in &members {
+            if let Some(t) = self.tasks.get(m) {
+                resources.extend(t.req.iter().map(|(r, _)| *r));
+            }
+        }
+        if resources.is_empty() {
+            self.gangs.empty.insert(id);
+        }
+        for r in resources {
+            self.gangs.by_resource.entry(r).or_default().insert(id);
+        }
+        let gang = Gang {
+            members,
+            strategy,
+            infeasible: None,
+            woken: true,
+            recheck: true,
+        };
+        self.gangs.gangs.insert(id, gang);
+    }
+
+    /// Forgets a gang (placed, expired, or emptied by cancellation).
+    pub(crate) fn remove_gang(&mut self, id: GangId) {
+        let Some(gang) = self.gangs.gangs.remove(&id) else {
+            return;
+        };
+        self.gangs.empty.remove(&id);
+        for m in &gang.members {
+            if let Some(t) = self.tasks.get(m) {
+                for (r, _) in t.req.iter() {
+                    if let Some(set) = self.gangs.by_resource.get_mut(r) {
+                        set.remove(&id);
+                        if set.is_empty() {
+                            self.gangs.by_resource.remove(r);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Places every woken gang that fits now, in gang order, and settles feasibility.
+    pub(crate) fn gang_round(&mut self, out: &mut Vec<Decision>) {
+        let woken: Vec<GangId> = self
+            .gangs
+            .gangs
+            .iter()
+            .filter(|(_, g)| g.woken || g.recheck)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in woken {
+            let Some(gang) = self.gangs.gangs.get_mut(&id) else {
+                continue;
+            };
+            let woken = std::mem::take(&mut gang.woken);
+            gang.recheck = false;
+            let reqs: Vec<(TaskId, Req)> = gang
+                .members
+                .iter()
+                .filter_map(|m| self.tasks.get(m).map(|t| (*m, t.req.clone())))
+                .collect();
+            let strategy = gang.strategy;
+            let was_infeasible = gang.infeasible.is_some();
+            if woken && let Some(nodes) = self.place_gang(&reqs, strategy) {
+                if was_infeasible {
+                    for (task, _) in &reqs {
+                        out.push(Decision::Feasible { task: *task });
+                    }
+                }
+                self.remove_gang(id);
+                for ((task, req), node) in reqs.iter().zip(nodes) {
+                    self.commit(*task, node, req, out);
+                }
+                continue;
+            }
+            let reason = self.gang_infeasibility(&reqs, strategy);
+            let gang = self
+                .gangs
+                .gangs
+                .get_mut(&id)
+                .expect("gang is still pending");
+            match (was_infeasible, reason) {
+                (false, Some(reason)) => {
+                    let reason = Arc::new(reason);
+                    gang.infeasible = Some(reason.clone());
+                    for (task, _) in &reqs {
+                        out.push(Decision::Infeasible {
+                            task: *task,
+                            reason: reason.clone(),
+                        });
+                    }
+                }
+                (true, None) => {
+                    gang.infeasible = None;
+                    for (task, _) in &reqs {
+                        out.push(Decision::Feasible { task: *task });
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// A complete placement of the bundles against current availability, or `None`.
+    fn place_gang(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
+        let mut taken: FxHashMap<(NodeId, ResourceId), Amount> = FxHashMap::default();
+        let mut used: Vec<NodeId> = Vec::new();
+        let mut count: FxHashMap<NodeId, usize> = FxHashMap::default();
+        let fits = |node: NodeId, req: &Req, taken: &FxHashMap<(NodeId, ResourceId), Amount>| {
+            let Some(n) = self.nodes.get(&node) else {
+                return false;
+            };
+            req.iter().all(|(r, a)| {
+                n.slots.get(r).is_some_and(|s| {
+                    let extra = taken.get(&(node, *r)).copied().unwrap_or_default();
+                    s.total
+                        .admits(s.used.checked_add(extra).unwrap_or(Amount::MAX), *a)
+                })
+            })
+        };
+        if strategy == GangStrategy::StrictPack {
+            let mut sum: FxHashMap<ResourceId, Amount> = FxHashMap::default();
+            for (_, req) in reqs {
+                for (r, a) in req.iter() {
+                    let e = sum.entry(*r).or_default();
+                    *e = e.checked_add(*a).ok()?;
+                }
+            }
+            let mut total: Vec<(ResourceId, Amount)> = sum.into_iter().collect();
+            total.sort_unstable();
+            let total: Req = total.into();
+            let node = self.candidates(&total).find(|n| fits(*n, &total, &taken))?;
+            return Some(vec![node; reqs.len()]);
+        }
+        let mut placement = Vec::with_capacity(reqs.len());
+        for (_, req) in reqs {
+            let fresh = || self.candidates(req).filter(|n| !count.contains_key(n));
+            let node = match strategy {
+                GangStrategy::Pack => used
+                    .iter()
+                    .copied()
+                    .find(|n| fits(*n, req, &taken))
+                    .or_else(|| fresh().find(|n| fits(*n, req, &taken))),
+                GangStrategy::Spread => fresh().find(|n| fits(*n, req, &taken)).or_else(|| {
+                    let mut by_load = used.clone();
+                    by_load.sort_by_key(|n| (count[n], *n));
+                    by_load.into_iter().find(|n| fits(*n, req, &taken))
+                }),
+                GangStrategy::StrictSpread => fresh().find(|n| fits(*n, req, &taken)),
+                GangStrategy::StrictPack => unreachable!("handled above"),
+            }?;
+            for (r, a) in req.iter() {
+                let e = taken.entry((node, *r)).or_default();
+                *e = e.checked_add(*a).unwrap_or(Amount::MAX);
+            }
+            if !count.contains_key(&node) {
+                used.push(node);
+            }
+            *count.entry(node).or_default() += 1;
+            placement.push(node);
+        }
+        Some(placement)
+    }
+
+    /// Why no live node set could ever hold the gang, if that is so.
+    fn gang_infeasibility(
+        &self,
+        reqs: &[(TaskId, Req)],
+        strategy: GangStrategy,
+    ) -> Option<InfeasibleReason> {
+        for (_, req) in reqs {
+            if !req.is_empty() && !self.candidates(req).any(|n| self.nodes[&n].could_hold(req)) {
+                return Some(self.explain(req));
+            }
+        }
+        if strategy == GangStrategy::StrictPack {
+            let mut sum: FxHashMap<ResourceId, Amount> = FxHashMap::default();
+            for (_, req) in reqs {
+                for (r, a) in req.iter() {
+                    let e = sum.entry(*r).or_default();
+                    *e = e.checked_add(*a).unwrap_or(Amount::MAX);
+                }
+            }
+            let mut total: Vec<(ResourceId, Amount)> = sum.into_iter().collect();
+            total.sort_unstable();
+            let total: Req = total.into();
+            if !total.is_empty()
+                && !self
+                    .candidates(&total)
+                    .any(|n| self.nodes[&n].could_hold(&total))
+            {
+                return Some(self.explain(&total));
+            }
+        }
+        None
+    }
+
+    /// Dispatches one task to a node without a shape (gang members).
+    fn commit(&mut self, task: TaskId, node_id: NodeId, req: &Req, out: &mut Vec<Decision>) {
+        let Some(node) = self.nodes.get_mut(&node_id) else {
+            return;
+        };
+        for (r, amount) in req.iter() {
+            if let Some(slot) = node.slots.get_mut(r) {
+                slot.used = slot.used.checked_add(*amount).unwrap_or(Amount::MAX);
+            }
+        }
+        node.running.insert(task);
+        if let Some(entry) = self.tasks.get_mut(&task) {
+            entry.place = Place::Running { node: node_id };
+            if let Some(at) = entry.deadline {
+                self.deadlines.remove(&(at, task));
+            }
+        }
+        out.push(Decision::Dispatch {
+            task,
+            node: node_id,
+        });
+    }
+}

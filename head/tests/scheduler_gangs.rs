@@ -1,0 +1,158 @@
+//! Scenario tests of gangs in the scheduler core: all-or-nothing placement per strategy.
+
+mod support;
+
+use escher_head::scheduler::Event;
+use escher_proto::types::{NodeId, TaskId};
+use support::{TestEnv, dispatches};
+
+fn cluster(nodes: u64, resources: &str) -> TestEnv {
+    let mut env = TestEnv::new();
+    for n in 1..=nodes {
+        env.node(n, resources);
+    }
+    env
+}
+
+#[test]
+fn a_gang_that_fits_is_dispatched_whole_and_packs() {
+    let mut env = cluster(3, "cpu=4");
+    let d = env.gang(1, &["cpu=2", "cpu=2", "cpu=2"], "pack");
+    assert_eq!(d, dispatches(&[(1, 1), (2, 1), (3, 2)]));
+}
+
+#[test]
+fn spread_and_strict_spread_use_distinct_nodes() {
+    let mut env = cluster(3, "cpu=4");
+    assert_eq!(
+        env.gang(1, &["cpu=1", "cpu=1", "cpu=1"], "spread"),
+        dispatches(&[(1, 1), (2, 2), (3, 3)])
+    );
+    // Spread shares nodes when it must; strict spread waits instead.
+    assert_eq!(
+        env.gang(4, &["cpu=1", "cpu=1", "cpu=1", "cpu=1"], "spread"),
+        dispatches(&[(4, 1), (5, 2), (6, 3), (7, 1)])
+    );
+    assert!(
+        env.gang(8, &["cpu=1"; 4], "strict-spread").is_empty(),
+        "only 3 nodes"
+    );
+    assert!(env.core.is_pending(TaskId(8)));
+}
+
+#[test]
+fn strict_pack_needs_one_node_for_the_sum() {
+    let mut env = cluster(2, "cpu=4");
+    assert!(env.gang(1, &["cpu=3", "cpu=3"], "strict-pack")[0].starts_with("infeasible 1"));
+    assert_eq!(
+        env.gang(3, &["cpu=2", "cpu=2"], "strict-pack"),
+        dispatches(&[(3, 1), (4, 1)])
+    );
+}
+
+#[test]
+fn nothing_is_taken_until_every_bundle_fits() {
+    let mut env = cluster(2, "cpu=2");
+    env.submit(100, "cpu=2"); // fills node 1
+    assert!(
+        env.gang(1, &["cpu=2", "cpu=2"], "spread").is_empty(),
+        "only one node has room"
+    );
+    assert_eq!(
+        env.slot(2, "cpu"),
+        Some(("2".into(), "0".into())),
+        "no partial reservation"
+    );
+    // An ordinary task may still use the free node meanwhile (no head-of-line blocking).
+    assert_eq!(env.submit(101, "cpu=1"), dispatches(&[(101, 2)]));
+    env.finish(101);
+    assert_eq!(
+        env.finish(100),
+        dispatches(&[(1, 1), (2, 2)]),
+        "both at once when room appears"
+    );
+}
+
+#[test]
+fn competing_gangs_never_hold_partial_reservations() {
+    // Two gangs of 2 x cpu=2 on two nodes of cpu=2: exactly one runs, the other waits whole.
+    let mut env = cluster(2, "cpu=2");
+    let a = env.gang(1, &["cpu=2", "cpu=2"], "spread");
+    let b = env.gang(3, &["cpu=2", "cpu=2"], "spread");
+    assert_eq!(a, dispatches(&[(1, 1), (2, 2)]));
+    assert!(b.is_empty());
+    env.finish(1);
+    assert!(
+        env.core.is_pending(TaskId(3)),
+        "one free node is not enough for gang 3"
+    );
+    assert_eq!(env.finish(2), dispatches(&[(3, 1), (4, 2)]));
+}
+
+#[test]
+fn gang_members_can_be_cancelled_and_deadlines_expire_the_whole_gang() {
+    let mut env = cluster(1, "cpu=1");
+    env.submit(100, "cpu=1");
+    env.gang(1, &["cpu=1", "cpu=1"], "pack");
+    env.cancel(2);
+    assert_eq!(
+        env.finish(100),
+        dispatches(&[(1, 1)]),
+        "the remaining member still runs"
+    );
+    let tasks = vec![
+        (TaskId(10), "cpu=1".parse().unwrap()),
+        (TaskId(11), "cpu=1".parse().unwrap()),
+    ];
+    env.apply(Event::GangSubmitted {
+        tasks,
+        strategy: Default::default(),
+        deadline: Some(50),
+    })
+    .unwrap();
+    assert_eq!(env.tick(50), ["deadline 10", "deadline 11"]);
+}
+
+#[test]
+fn gang_refusals_change_nothing() {
+    let mut env = cluster(1, "cpu=1");
+    env.submit(1, "cpu=1");
+    let dup = vec![(TaskId(1), "cpu=1".parse().unwrap())];
+    assert!(
+        env.apply(Event::GangSubmitted {
+            tasks: dup,
+            strategy: Default::default(),
+            deadline: None
+        })
+        .is_err()
+    );
+    let twice = vec![
+        (TaskId(5), "cpu=1".parse().unwrap()),
+        (TaskId(5), "cpu=1".parse().unwrap()),
+    ];
+    assert!(
+        env.apply(Event::GangSubmitted {
+            tasks: twice,
+            strategy: Default::default(),
+            deadline: None
+        })
+        .is_err()
+    );
+    assert!(
+        env.apply(Event::GangSubmitted {
+            tasks: vec![],
+            strategy: Default::default(),
+            deadline: None
+        })
+        .is_err()
+    );
+    assert_eq!(env.core.running_on(TaskId(1)), Some(NodeId(1)));
+}
+
+#[test]
+fn a_lost_node_makes_a_waiting_gang_infeasible_and_a_new_one_feasible() {
+    let mut env = cluster(1, "gpu=1");
+    env.node(2, "gpu=1");
+    assert!(env.gang(1, &["gpu=2"], "pack")[0].starts_with("infeasible 1"));
+    assert_eq!(env.node(3, "gpu=2"), ["feasible 1", "dispatch 1->3"]);
+}
