@@ -85,6 +85,23 @@ impl ClusterState {
                 let updates = self.resolve_updates(updates, namespace.as_ref(), caller_task)?;
                 Reply::ResourcesSet(self.set_resources(&updates, now)?)
             }
+            Command::Reserve {
+                name,
+                bundles,
+                strategy,
+                timeout,
+                namespace,
+            } => {
+                let tasks =
+                    self.reserve(name, bundles, strategy, timeout, namespace.as_ref(), now)?;
+                self.settle(now);
+                let placed = tasks.iter().all(|t| {
+                    self.tasks
+                        .get(t)
+                        .is_some_and(|r| r.state == escher_proto::types::TaskState::Running)
+                });
+                Reply::Reserved { tasks, placed }
+            }
             Command::TaskStarted { task, attempt } => {
                 self.started(task, attempt, now);
                 Reply::Done
@@ -135,6 +152,13 @@ impl ClusterState {
             record.address = address;
             record.name = name;
             return id;
+        }
+        // Not a reconnect. A worker that claims an id this state does not know as live (its
+        // node was declared lost, or it comes from an earlier head that kept no state) must
+        // not be given that id back: it would take the new node for its old one and go on
+        // running the old node's tasks, whose ids a restarted head hands out again.
+        if previous == Some(NodeId(self.next_node)) {
+            self.next_node += 1;
         }
         let id = NodeId(self.next_node);
         self.next_node += 1;

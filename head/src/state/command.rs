@@ -2,7 +2,8 @@
 
 use escher_proto::types::{Assignment, TaskFinished};
 use escher_proto::types::{
-    Labels, Namespace, NodeId, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
+    GangStrategy, Labels, Namespace, NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId,
+    TaskSpec, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,8 @@ pub struct Entry {
 /// Every way the head's state can change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// A worker joins. With `previous` still live, it keeps that id (a reconnect).
+    /// A worker joins. With `previous` still live, it keeps that id (a reconnect); otherwise
+    /// it gets a new id, never `previous` itself.
     RegisterNode {
         /// Its name.
         name: String,
@@ -30,7 +32,7 @@ pub enum Command {
         resources: ResourceSet,
         /// Its labels.
         labels: Labels,
-        /// The id it had before, if it is reconnecting.
+        /// The id it had before, if it is reconnecting (as the worker says: live or not).
         previous: Option<NodeId>,
     },
     /// A worker left or stopped sending heartbeats.
@@ -61,6 +63,20 @@ pub enum Command {
         /// The running task that called, which gives `Local` its node.
         caller_task: Option<TaskId>,
     },
+    /// An all-or-nothing reservation of bundles (head-native gang scheduling). Each bundle is
+    /// held by a native ghost: no worker runs anything, the head creates the gang's resources.
+    Reserve {
+        /// The reservation's name; its resources are `NAME.RES` and `NAME-I.RES`.
+        name: ResourceName,
+        /// What each bundle holds.
+        bundles: Vec<ResourceSet>,
+        /// How bundles may share nodes.
+        strategy: GangStrategy,
+        /// Give up if not placed within this long.
+        timeout: Option<std::time::Duration>,
+        /// The application's namespace.
+        namespace: Option<Namespace>,
+    },
     /// A worker started a task.
     TaskStarted {
         /// The task.
@@ -86,6 +102,13 @@ pub enum Reply {
     Registered(NodeId),
     /// The ids of submitted tasks, in order.
     Submitted(Vec<TaskId>),
+    /// A reservation's bundle holders, in bundle order, and whether it is placed already.
+    Reserved {
+        /// One native ghost per bundle.
+        tasks: Vec<TaskId>,
+        /// Whether every bundle was placed by this very command.
+        placed: bool,
+    },
     /// For each update, the nodes it changed.
     ResourcesSet(Vec<Vec<NodeId>>),
     /// The tasks' statuses after a cancel.

@@ -51,6 +51,8 @@ pub struct TaskRecord {
     pub finished_at: Option<Millis>,
     /// A cancel was requested while it ran; it ends Cancelled when the worker confirms.
     pub cancel_requested: bool,
+    /// A reservation's bundle holder: the head holds it, no worker runs it.
+    pub native: bool,
 }
 
 impl TaskRecord {
@@ -67,6 +69,7 @@ impl TaskRecord {
             started_at: None,
             finished_at: None,
             cancel_requested: false,
+            native: false,
         }
     }
 

@@ -1,8 +1,9 @@
 //! The task life cycle: accepted, dispatched, started, finished, retried, cancelled.
 
-use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::types::{Assignment, NAMESPACE_LABEL, TaskFinished};
 use escher_proto::types::{
-    Namespace, NodeId, NodeSpec, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
+    TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 use super::apply::ClusterState;
@@ -60,12 +61,82 @@ impl ClusterState {
             allocation: rec.spec.resources.clone(),
         };
         let hooks = rec.spec.on_start.clone();
+        let native = rec.native;
         self.ghost_resources(id, node, true, now);
         self.run_hooks(id, node, &hooks, now);
-        self.effects.push(Effect::Assign {
-            node,
-            assignment: Box::new(assignment),
-        });
+        if !native {
+            let assignment = Box::new(assignment);
+            self.effects.push(Effect::Assign { node, assignment });
+        }
+    }
+
+    /// Accepts a reservation: one native ghost per bundle, submitted as a gang.
+    pub(crate) fn reserve(
+        &mut self,
+        name: ResourceName,
+        bundles: Vec<ResourceSet>,
+        strategy: GangStrategy,
+        timeout: Option<std::time::Duration>,
+        ns: Option<&Namespace>,
+        now: Millis,
+    ) -> Result<Vec<TaskId>, ApplyError> {
+        let name = self.qualify(&name, ns)?;
+        if name.is_physical() {
+            return Err(ApplyError::Physical(name));
+        }
+        if bundles.is_empty() {
+            let why = "a reservation needs at least one bundle".to_string();
+            return Err(ApplyError::InvalidTask { index: 0, why });
+        }
+        let mut specs = Vec::with_capacity(bundles.len());
+        for (index, bundle) in bundles.into_iter().enumerate() {
+            let mut resources = ResourceSet::new();
+            for (r, a) in bundle.iter() {
+                resources.insert(self.qualify(r, ns)?, a);
+            }
+            let mut creates = Vec::new();
+            for (r, a) in resources.iter() {
+                let local = r.local_part();
+                for prefix in [name.to_string(), format!("{name}-{index}")] {
+                    let created = ResourceName::new(&format!("{prefix}.{local}")).map_err(|e| {
+                        let why = format!("reservation resource name: {e}");
+                        ApplyError::InvalidTask { index, why }
+                    })?;
+                    creates.push((created, Capacity::Finite(a)));
+                }
+            }
+            specs.push(TaskSpec {
+                name: format!("{name} bundle {index}"),
+                kind: TaskKind::Ghost { creates, ttl: None },
+                resources,
+                labels: Default::default(),
+                max_retries: u32::MAX,
+                timeout: None,
+                pending_deadline: timeout,
+                on_start: Vec::new(),
+                on_success: Vec::new(),
+            });
+        }
+        let deadline = timeout.map(|d| now.saturating_add(millis(d)));
+        let mut members = Vec::with_capacity(specs.len());
+        for spec in specs {
+            let id = TaskId(self.next_task);
+            self.next_task += 1;
+            members.push((id, spec.resources.clone()));
+            let mut rec = TaskRecord::new(spec, now);
+            rec.native = true;
+            self.tasks.insert(id, rec);
+        }
+        let ids = members.iter().map(|(t, _)| *t).collect();
+        self.core_event(
+            Event::GangSubmitted {
+                tasks: members,
+                strategy,
+                deadline,
+            },
+            now,
+        );
+        Ok(ids)
     }
 
     pub(crate) fn started(&mut self, id: TaskId, attempt: u32, now: Millis) {
@@ -222,6 +293,20 @@ impl ClusterState {
                     let why = Some("cancelled by request while pending".to_string());
                     self.terminate(*id, TaskState::Cancelled, why, None, now);
                 }
+                TaskState::Running if rec.native => {
+                    // No worker holds it: release it now.
+                    let node = rec.node.unwrap_or(NodeId(0));
+                    self.core_event(Event::TaskFinished { task: *id }, now);
+                    self.ghost_resources(*id, node, false, now);
+                    let why = Some("reservation released".to_string());
+                    self.terminate(
+                        *id,
+                        TaskState::Cancelled,
+                        why,
+                        Some(TaskResult::Released),
+                        now,
+                    );
+                }
                 TaskState::Running if !rec.cancel_requested => {
                     let (node, attempt) = (rec.node.unwrap_or(NodeId(0)), rec.attempt);
                     let rec = self.tasks.get_mut(id).expect("checked above");
@@ -248,6 +333,20 @@ impl ClusterState {
         index: usize,
     ) -> Result<TaskSpec, ApplyError> {
         let invalid = |why: String| ApplyError::InvalidTask { index, why };
+        if let Some(ns) = ns {
+            // Tells the worker which namespace the task's own resource calls are made in.
+            let max = escher_proto::convert::MAX_LABELS;
+            if spec.labels.get(NAMESPACE_LABEL).is_none() && spec.labels.len() >= max {
+                let why = format!(
+                    "a task in a namespace has at most {} labels of its own",
+                    max - 1
+                );
+                return Err(invalid(why));
+            }
+            spec.labels
+                .insert(NAMESPACE_LABEL, ns.as_str())
+                .map_err(|e| invalid(e.to_string()))?;
+        }
         let mut resources = escher_proto::types::ResourceSet::new();
         for (name, amount) in spec.resources.iter() {
             resources.insert(self.qualify(name, ns)?, amount);
