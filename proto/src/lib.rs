@@ -14,6 +14,9 @@
 //! - [`convert`]: `From<domain> for wire` and `TryFrom<wire> for domain` for every message, the
 //!   latter validating every field and failing with a [`ConvertError`] that names the field
 //!   path (and becomes a `tonic::Status::invalid_argument`).
+//! - [`mig`]: a pure model of NVIDIA MIG: profile tables (A100-40GB/80GB, H100-80GB, H200),
+//!   legal layouts of instances, MIGM's reachability-guided placement, maximal layouts, and
+//!   MIGRator's reconfiguration latency.
 //!
 //! Everything a user can get wrong is rejected by a constructor with a [`types::TypeError`]
 //! that says what was wrong.
@@ -21,6 +24,7 @@
 
 pub mod codec;
 pub mod convert;
+pub mod mig;
 pub mod types;
 pub mod wire;
 
