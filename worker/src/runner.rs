@@ -25,8 +25,8 @@ use crate::exec::{CommandOutcome, CommandSpec, LaunchOptions, run_command};
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
 
-/// The task label that names the application namespace of a task.
-pub const NAMESPACE_LABEL: &str = "escher.namespace";
+/// The task label that names the application namespace of a task (set by the head).
+pub use escher_proto::types::NAMESPACE_LABEL;
 
 /// The largest function result the worker reports: it travels in one message to the head,
 /// whose gRPC server accepts 4 MiB by default; the rest of the message needs a little room.

@@ -8,6 +8,12 @@ use serde::{Deserialize, Serialize};
 
 use super::TypeError;
 
+/// The task label that names a task's application namespace. The head sets it on every task
+/// submitted in a namespace, so that the task's own resource calls (a function's
+/// `TaskContext`, the `escher` CLI in a command task through `ESCHER_NAMESPACE`) qualify names
+/// the way the head qualified the task's requests.
+pub const NAMESPACE_LABEL: &str = "escher.namespace";
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
