@@ -1153,6 +1153,21 @@ fn a_reconnecting_worker_keeps_its_id_and_tasks_while_live() {
     assert_eq!(id, NodeId(3));
 }
 
+#[test]
+fn a_worker_never_gets_back_an_id_it_claims_from_an_earlier_head() {
+    // A restarted head (no state yet) would hand out node 1 first. A worker that was node 1
+    // under the old head must not get it: it would keep running the old head's tasks as if
+    // the new head had given them, and the new head reuses their task ids.
+    let mut t = TestState::new();
+    let (id, _) = t.register("w1", "cpu=2", Some(NodeId(1)));
+    assert_eq!(id, NodeId(2));
+    // An id it did not claim is given out as usual.
+    let (id, _) = t.register("w2", "cpu=2", Some(NodeId(1)));
+    assert_eq!(id, NodeId(3));
+    let (id, _) = t.register("w3", "cpu=2", None);
+    assert_eq!(id, NodeId(4));
+}
+
 // ---- property test -----------------------------------------------------------------------
 
 /// One step, resolved against the current state by the harness.

@@ -254,9 +254,9 @@ impl Owner {
     }
 
     fn register(&mut self, request: RegisterRequest) -> RegisterReply {
-        let previous = request
-            .previous_node_id
-            .filter(|p| self.state.node_alive(*p));
+        // Passed on even when not live: the state then gives the worker another id, which
+        // tells it that its old node and tasks are gone.
+        let previous = request.previous_node_id;
         let command = Command::RegisterNode {
             name: request.name,
             address: request.address,
@@ -272,11 +272,12 @@ impl Owner {
                 NodeId(0)
             }
         };
-        if previous == Some(node_id) {
+        let reconnect = previous == Some(node_id);
+        if reconnect {
             self.reconcile(node_id, &request.running);
         }
         self.last_seen.insert(node_id, Instant::now());
-        tracing::info!(node = %node_id, reconnect = previous.is_some(), "worker registered");
+        tracing::info!(node = %node_id, reconnect, ?previous, "worker registered");
         RegisterReply {
             node_id,
             heartbeat_interval: self.config.heartbeat_interval,
