@@ -12,17 +12,17 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use escher_proto::types::SetResourceOutcome;
+use escher_proto::types::{GangStrategy, SetResourceOutcome};
 use escher_proto::{
-    ClusterStatus, LogStream, Namespace, NodeId, NodeSpec, ResourceUpdate, TaskId, TaskInfo,
-    TaskResult, TaskState, TaskStatus, TaskSummary,
+    ClusterStatus, LogStream, Namespace, NodeId, NodeSpec, ResourceSet, ResourceUpdate, TaskId,
+    TaskInfo, TaskResult, TaskState, TaskStatus, TaskSummary,
 };
 use serde::de::DeserializeOwned;
 use tokio::runtime::Runtime;
 
 use crate::args::{IntoCapacity, IntoDelta, IntoResourceName};
 use crate::builder::IntoTaskSpec;
-use crate::{Client, ClientError, TaskRef};
+use crate::{Client, ClientError, Reservation, TaskRef};
 
 /// A blocking connection to an escher head: every [`Client`] method, run to completion.
 #[derive(Debug, Clone)]
@@ -229,6 +229,34 @@ impl BlockingClient {
     /// See [`Client::cluster_status`].
     pub fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         self.run(self.inner.cluster_status())
+    }
+
+    /// See [`Client::reserve`].
+    pub fn reserve(
+        &self,
+        name: impl IntoResourceName,
+        bundles: Vec<ResourceSet>,
+        strategy: GangStrategy,
+        timeout: Option<Duration>,
+    ) -> Result<Reservation, ClientError> {
+        self.run(self.inner.reserve(name, bundles, strategy, timeout))
+    }
+
+    /// See [`Reservation::ready`].
+    pub fn reservation_ready(
+        &self,
+        reservation: &Reservation,
+        timeout: Option<Duration>,
+    ) -> Result<(), ClientError> {
+        self.run(reservation.ready(&self.inner, timeout))
+    }
+
+    /// See [`Reservation::release`].
+    pub fn release_reservation(
+        &self,
+        reservation: &Reservation,
+    ) -> Result<Vec<TaskStatus>, ClientError> {
+        self.run(reservation.release(&self.inner))
     }
 }
 

@@ -206,6 +206,24 @@ impl Client {
         self.wait_slice
     }
 
+    /// Refuses a request larger than [`MAX_MESSAGE_BYTES`] before it is sent: tonic would fail
+    /// it while streaming the body, and the caller would see only an HTTP/2 reset.
+    pub(crate) fn check_size(
+        &self,
+        call: &'static str,
+        request: &impl prost::Message,
+    ) -> Result<(), ClientError> {
+        let size = request.encoded_len();
+        if size > MAX_MESSAGE_BYTES {
+            return Err(ClientError::MessageTooLarge {
+                call,
+                size,
+                limit: MAX_MESSAGE_BYTES,
+            });
+        }
+        Ok(())
+    }
+
     /// Maps an error status from the head.
     pub(crate) fn error(&self, status: tonic::Status) -> ClientError {
         ClientError::from_status(status, &self.url)

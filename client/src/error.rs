@@ -50,11 +50,41 @@ pub enum ClientError {
     /// it.
     #[error("{0}")]
     Usage(String),
+    /// A request is larger than a message to the head may be (nothing was sent).
+    #[error(
+        "the {call} request is {size} bytes, more than the {limit} bytes a message to the head \
+         may carry; pass large data by reference (a path or URL) instead of in function \
+         arguments, or split the batch"
+    )]
+    MessageTooLarge {
+        /// Which call (`submit`, `set_resources`).
+        call: &'static str,
+        /// The encoded size of the request.
+        size: usize,
+        /// The largest message the client sends.
+        limit: usize,
+    },
     /// A task did not finish within the time the caller allowed. It may still finish later.
     #[error("task {id} did not finish within {after:?}")]
     Timeout {
         /// The task waited for.
         id: TaskId,
+        /// How long the caller waited.
+        after: Duration,
+    },
+    /// A reservation was not placed within the time the caller allowed. The head may still
+    /// place it later (unless it was reserved with a timeout of its own).
+    #[error(
+        "reservation {name} was not placed within {after:?}: {pending} of its {bundles} bundles \
+         are still pending; wait longer, free resources, or release it (escher cancel)"
+    )]
+    ReservationTimeout {
+        /// The reservation's name.
+        name: String,
+        /// How many bundles were still waiting.
+        pending: usize,
+        /// How many bundles it has.
+        bundles: usize,
         /// How long the caller waited.
         after: Duration,
     },
@@ -101,7 +131,8 @@ impl ClientError {
         match self {
             ClientError::Connect { .. }
             | ClientError::Unavailable { .. }
-            | ClientError::Timeout { .. } => true,
+            | ClientError::Timeout { .. }
+            | ClientError::ReservationTimeout { .. } => true,
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
@@ -113,6 +144,7 @@ impl ClientError {
             | ClientError::NotFound(_)
             | ClientError::Invalid(_)
             | ClientError::Usage(_)
+            | ClientError::MessageTooLarge { .. }
             | ClientError::TaskFailed { .. }
             | ClientError::WrongResultKind { .. }
             | ClientError::Decode { .. }
@@ -217,6 +249,22 @@ mod tests {
         };
         assert_eq!(e.to_string(), "task 4 did not finish within 2s");
         assert!(e.is_retryable());
+    }
+
+    #[test]
+    fn oversized_requests_say_what_to_do() {
+        let e = ClientError::MessageTooLarge {
+            call: "submit",
+            size: 80,
+            limit: 64,
+        };
+        assert_eq!(
+            e.to_string(),
+            "the submit request is 80 bytes, more than the 64 bytes a message to the head may \
+             carry; pass large data by reference (a path or URL) instead of in function \
+             arguments, or split the batch"
+        );
+        assert!(!e.is_retryable());
     }
 
     #[derive(Debug, Error)]

@@ -30,6 +30,9 @@
 //!   namespace, calling task); its task methods are in `tasks.rs` (submit, get, wait, cancel,
 //!   describe, list, logs) and its resource methods in `resources.rs` (`set_resource`,
 //!   `adjust_resource`, `delete_resource`, the batch `set_resources`, `cluster_status`).
+//! - [`Reservation`] (`reservation.rs`): `Client::reserve`, head-native all-or-nothing
+//!   reservations of resource bundles (gang scheduling), and the handle to wait for and
+//!   release one.
 //! - [`BlockingClient`] (`blocking.rs`): the same methods for code without a runtime.
 //! - [`Task`] (`builder.rs`): the builder of task specs, reporting misuse at `build`.
 //! - [`TaskRef`] and [`TypedTaskRef`] (`task_ref.rs`): handles to submitted tasks.
@@ -50,6 +53,7 @@ mod builder;
 mod client;
 mod error;
 mod logs;
+mod reservation;
 mod resources;
 mod task_ref;
 mod tasks;
@@ -67,6 +71,7 @@ pub use client::{
 };
 pub use error::ClientError;
 pub use logs::LogReader;
+pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 pub use tasks::failure_reason;
 pub use update::ResourceUpdateExt;

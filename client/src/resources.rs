@@ -83,9 +83,11 @@ impl Client {
             namespace: self.namespace().cloned(),
             caller_task,
         };
+        let request = wire::SetResourcesRequest::from(request);
+        self.check_size("set_resources", &request)?;
         let reply = self
             .rpc()
-            .set_resources(wire::SetResourcesRequest::from(request))
+            .set_resources(request)
             .await
             .map_err(|s| self.error(s))?;
         let reply = SetResourcesReply::from(reply.into_inner());

@@ -63,9 +63,11 @@ impl Client {
             tasks: specs,
             namespace: self.namespace().cloned(),
         };
+        let request = wire::SubmitRequest::from(request);
+        self.check_size("submit", &request)?;
         let reply = self
             .rpc()
-            .submit(wire::SubmitRequest::from(request))
+            .submit(request)
             .await
             .map_err(|s| self.error(s))?;
         let reply = SubmitReply::from(reply.into_inner());

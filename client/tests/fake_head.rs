@@ -281,6 +281,41 @@ impl Cluster for FakeHead {
             eof: end == text.len(),
         }))
     }
+    /// Holds each bundle with a running ghost at once (the fake has room for anything).
+    async fn reserve(
+        &self,
+        request: Request<wire::ReserveRequest>,
+    ) -> Result<Response<wire::ReserveReply>, Status> {
+        let req = escher_proto::types::ReserveRequest::try_from(request.into_inner())?;
+        let mut st = self.state();
+        st.submit_namespaces.push(req.namespace);
+        let mut ids = Vec::new();
+        for (i, bundle) in req.bundles.into_iter().enumerate() {
+            let id = st.tasks.len() as u64 + 1;
+            let spec = TaskSpec {
+                name: format!("{} bundle {i}", req.name),
+                kind: TaskKind::Ghost {
+                    creates: Vec::new(),
+                    ttl: None,
+                },
+                resources: bundle,
+                labels: Labels::new(),
+                max_retries: 0,
+                timeout: None,
+                pending_deadline: req.timeout,
+                on_start: Vec::new(),
+                on_success: Vec::new(),
+            };
+            let status = FakeHead::outcome(id, &spec);
+            st.tasks.insert(id, (spec, status));
+            ids.push(id);
+        }
+        self.changed.notify_waiters();
+        Ok(Response::new(wire::ReserveReply {
+            task_ids: ids,
+            placed: true,
+        }))
+    }
 }
 
 /// Starts the fake head on `127.0.0.1:0`; returns it and its URL.
@@ -659,4 +694,85 @@ fn the_blocking_client_works_from_plain_threads() {
     assert_eq!(worker.join().unwrap().unwrap(), 10);
     assert_eq!(client.list_tasks(None, None).unwrap().len(), 1);
     assert_eq!(client.cluster_status().unwrap().nodes.len(), 1);
+}
+
+#[tokio::test]
+async fn reservations_are_sent_waited_for_and_released() {
+    let (head, url) = start().await;
+    let client = client(&url)
+        .await
+        .with_namespace(Namespace::new("app").unwrap());
+    let bundles = vec!["cpu=2".parse().unwrap(), "cpu=1".parse().unwrap()];
+    let gang = client
+        .reserve(
+            "train",
+            bundles,
+            escher_proto::types::GangStrategy::StrictSpread,
+            Some(Duration::from_secs(3)),
+        )
+        .await
+        .unwrap();
+    assert_eq!(gang.tasks(), [TaskId(1), TaskId(2)]);
+    assert!(gang.placed());
+    assert_eq!(
+        head.state().submit_namespaces,
+        [Some(Namespace::new("app").unwrap())]
+    );
+    {
+        let st = head.state();
+        let (spec, _) = &st.tasks[&2];
+        assert_eq!(spec.resources.to_string(), "cpu=1");
+        assert_eq!(spec.pending_deadline, Some(Duration::from_secs(3)));
+    }
+    gang.ready(&client, Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    let after = gang.release(&client).await.unwrap();
+    assert!(after.iter().all(|s| s.state == TaskState::Cancelled));
+    // A released reservation is never ready again: the error says which holder ended.
+    let err = gang.ready(&client, None).await.unwrap_err();
+    assert!(
+        matches!(err, ClientError::TaskFailed { id: TaskId(1), .. }),
+        "{err:?}"
+    );
+
+    let (code, out) = cli(
+        &url,
+        &["reserve", "g", "-b", "cpu=1", "-b", "cpu=1", "--wait"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("placed:") && out.contains("yes"), "{out}");
+    assert!(out.contains("g.cpu g-0.cpu g-1.cpu"), "{out}");
+    assert!(out.contains("escher cancel 3 4"), "{out}");
+    let (_, out) = cli(&url, &["--json", "reserve", "h", "-b", "x=1"])
+        .await
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["task_ids"], serde_json::json!([5]));
+    assert_eq!(v["resources"], serde_json::json!(["h.x", "h-0.x"]));
+    let err = cli(&url, &["reserve", "g", "-b", "cpu=1", "--strategy", "pack"])
+        .await
+        .map(|_| ())
+        .err();
+    assert!(err.is_none(), "{err:?}");
+}
+
+#[test]
+fn the_blocking_client_reserves() {
+    let server = tokio::runtime::Runtime::new().unwrap();
+    let (_head, url) = server.block_on(start());
+    let client = BlockingClient::connect(&url).unwrap();
+    let gang = client
+        .reserve(
+            "g",
+            vec!["cpu=1".parse().unwrap()],
+            escher_proto::types::GangStrategy::Pack,
+            None,
+        )
+        .unwrap();
+    client.reservation_ready(&gang, None).unwrap();
+    let after = client.release_reservation(&gang).unwrap();
+    assert_eq!(after[0].state, TaskState::Cancelled);
 }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use escher_client::{Client, ClientError};
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterStatus, Delta, NodeId, NodeSpec, ResourceName, ResourceUpdate,
-    TaskId, TaskSpec, TaskStatus,
+    Capacity, CapacityOp, ClusterStatus, Delta, GangStrategy, NodeId, NodeSpec, ReserveReply,
+    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
 };
 
 use crate::EslError;
@@ -50,6 +50,19 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         num: usize,
         timeout: Duration,
     ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+
+    /// Reserves `bundles` all or nothing under `name` (head-native gang scheduling): one
+    /// holder task per bundle, and whether all were placed at once. While bundle `i` is held
+    /// the head creates `name.RES` and `name-i.RES` on its node for each resource `RES` of the
+    /// bundle; cancelling the holders releases it. With a `timeout` the head cancels the
+    /// holders if they are not all placed in time.
+    fn reserve(
+        &self,
+        name: ResourceName,
+        bundles: Vec<ResourceSet>,
+        strategy: GangStrategy,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<ReserveReply, EslError>> + Send;
 
     /// Sets one resource.
     fn set_resource(
@@ -125,6 +138,20 @@ impl ClusterApi for Client {
 
     async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
         Ok(Client::cluster_status(self).await?)
+    }
+
+    async fn reserve(
+        &self,
+        name: ResourceName,
+        bundles: Vec<ResourceSet>,
+        strategy: GangStrategy,
+        timeout: Option<Duration>,
+    ) -> Result<ReserveReply, EslError> {
+        let r = Client::reserve(self, name, bundles, strategy, timeout).await?;
+        Ok(ReserveReply {
+            task_ids: r.tasks().to_vec(),
+            placed: r.placed(),
+        })
     }
 
     async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {

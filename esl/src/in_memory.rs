@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use escher_head::state::{ClusterState, Command, Effect, Entry, Reply, StateConfig};
 use escher_proto::types::{
-    ClusterStatus, Labels, NodeId, ResourceSet, ResourceUpdate, TaskFinished, TaskId, TaskKind,
-    TaskResult, TaskSpec, TaskStatus,
+    ClusterStatus, GangStrategy, Labels, NodeId, ReserveReply, ResourceName, ResourceSet,
+    ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
 };
 use tokio::sync::Notify;
 
@@ -218,6 +218,29 @@ impl ClusterApi for InMemoryCluster {
 
     async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
         Ok(self.lock().state.cluster_status())
+    }
+
+    async fn reserve(
+        &self,
+        name: ResourceName,
+        bundles: Vec<ResourceSet>,
+        strategy: GangStrategy,
+        timeout: Option<Duration>,
+    ) -> Result<ReserveReply, EslError> {
+        let command = Command::Reserve {
+            name,
+            bundles,
+            strategy,
+            timeout,
+            namespace: None,
+        };
+        match self.apply(command)? {
+            Reply::Reserved { tasks, placed } => Ok(ReserveReply {
+                task_ids: tasks,
+                placed,
+            }),
+            other => Err(EslError::Refused(format!("unexpected reply {other:?}"))),
+        }
     }
 
     async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {

@@ -10,17 +10,85 @@
 //! - [`api`]: the [`ClusterApi`] seam, implemented for the real client;
 //! - [`InMemoryCluster`] (feature `in-memory`, on by default): the seam over the head's real
 //!   state machine with simulated workers, for unit tests of policies;
-//! - [`spec`]: [`ResourceSpec`], what a policy hands the application.
+//! - [`spec`]: [`ResourceSpec`], what a policy hands the application;
+//! - [`Policy`]: the one small trait every policy implements (a task's key in, its spec out),
+//!   and [`Domain`], the nodes a per-node policy resource lives on.
+//!
+//! Policies, one module each (thesis §4.4; each module's doc gives the construction, what it
+//! needs from the cluster, and its limits):
+//!
+//! - [`locality`] (P1): [`Affinity`] (co-location with a group's first task) and
+//!   [`DataLocality`] (tasks run where their data is);
+//! - [`anti_affinity`]: [`AntiAffinity`], the ghost construction of Table 4.2 with the barrier
+//!   that makes it correct;
+//! - [`load_balance`]: [`LoadBalance`] (static per-node slots) and [`LeastLoaded`] (dynamic,
+//!   least-utilised node);
+//! - [`signal`] (P2): [`Dag`], [`Barrier`], [`Semaphore`] (and mutexes) from single-shot
+//!   [`Signal`]s;
+//! - [`queue`] (P3): [`Queue`] (release, batch, drain), [`FairQueues`] (weighted fair
+//!   queueing), [`PriorityQueues`] (strict priority);
+//! - [`locking`] (P4): [`Lock`], a bundle reserved by a ghost task;
+//! - [`bin_packing`]: [`BinPacking`], best fit decreasing with targeted placement;
+//! - [`gang`]: gang scheduling in the thesis' three designs behind [`GangScheduler`]:
+//!   [`GhostGangs`] (AppSpace: ghosts, timeouts, back-off), [`GangCoordinator`] (LibSpace: a
+//!   serializing service), [`NativeGangs`] (FrameSpace: the head's atomic reservations);
+//! - [`soft`]: soft constraints, an ordered list of preferred requirements ([`SoftConstraints`]);
+//! - [`objective`]: the α/β `obj` construction that approximates an objective function with
+//!   soft constraints ([`Objective`]).
+//! - [`fair_share`]: [`Hfs`], hierarchical max-min fair sharing over node domains
+//!   (`create_user(id, weight)`, idle shares lent and reclaimed, child instances over the nodes
+//!   their parent grants), driven by a [`Periodic`] rebalancer or by the application.
+//! - [`migration`]: [`Migrator`], the EscherTune pattern: a job's co-location resource moves
+//!   to a node that now has room, and its tasks are relaunched with unchanged requests;
+//! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,
+//!   relaxation in a stated order) and [`validate`](compose::validate), which rejects before
+//!   launch a spec no live node can ever satisfy, naming the resource;
+//! - [`resilience`]: [`Journal`], a [`ClusterApi`] decorator that journals the resources
+//!   created through it, replays a lost node's on another eligible node, and restores them
+//!   when the node returns.
 #![warn(missing_docs)]
 
+pub mod anti_affinity;
 pub mod api;
+pub mod bin_packing;
+pub mod compose;
 mod error;
+pub mod fair_share;
+pub mod gang;
 #[cfg(feature = "in-memory")]
 mod in_memory;
+pub mod load_balance;
+pub mod locality;
+pub mod locking;
+pub mod migration;
+pub mod objective;
+mod periodic;
+mod policy;
+pub mod queue;
+pub mod resilience;
+pub mod signal;
+pub mod soft;
 pub mod spec;
+mod target;
 
+pub use anti_affinity::AntiAffinity;
 pub use api::ClusterApi;
+pub use bin_packing::BinPacking;
+pub use compose::{Composition, Unsatisfiable};
 pub use error::EslError;
+pub use fair_share::{Hfs, User};
+pub use gang::{Gang, GangCoordinator, GangRequest, GangScheduler, GhostGangs, NativeGangs};
 #[cfg(feature = "in-memory")]
 pub use in_memory::{InMemoryCluster, Mode};
+pub use load_balance::{LeastLoaded, LoadBalance};
+pub use locality::{Affinity, DataLocality};
+pub use locking::Lock;
+pub use migration::Migrator;
+pub use objective::{NodeShape, Objective};
+pub use periodic::Periodic;
+pub use policy::{Domain, Policy};
+pub use queue::{FairQueues, PriorityQueues, Queue};
+pub use resilience::Journal;
+pub use signal::{Barrier, Dag, Semaphore, Signal};
+pub use soft::SoftConstraints;
 pub use spec::ResourceSpec;

@@ -28,9 +28,11 @@ use crate::head_conn::HeadConn;
 /// The task label that names the application namespace of a task (set by the head).
 pub use escher_proto::types::NAMESPACE_LABEL;
 
-/// The largest function result the worker reports: it travels in one message to the head,
-/// whose gRPC server accepts 4 MiB by default; the rest of the message needs a little room.
-pub const MAX_RESULT_BYTES: usize = 4 * 1024 * 1024 - 64 * 1024;
+/// The largest function result the worker sends: it travels in one message to the head, whose
+/// default message limit is 64 MiB (`--max-message-bytes`); the rest of the message needs a
+/// little room. The head applies its own, smaller result limit (`--max-result-bytes`, 16 MiB
+/// by default) and fails the task with a message naming it.
+pub const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024 - 64 * 1024;
 
 /// What every runner of one worker shares.
 #[derive(Debug)]

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
+use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
 use super::status::StatusArgs;
 use super::submit::SubmitArgs;
@@ -63,6 +64,8 @@ pub enum Command {
     /// Create, resize or delete ephemeral resources on nodes
     #[command(subcommand)]
     Resource(ResourceCommand),
+    /// Reserve bundles of resources all or nothing (gang scheduling); release with `cancel`
+    Reserve(ReserveArgs),
 }
 
 impl Cli {

@@ -8,6 +8,8 @@
 //!   get ID [--timeout SECS]         wait for a task; show its outcome and result
 //!   wait ID... [--num N] [--timeout SECS]
 //!   cancel ID...
+//!   reserve NAME --bundle RESOURCES... [--strategy S] [--timeout SECS] [--wait]
+//!                                   reserve bundles all or nothing; release: cancel ID...
 //!   logs ID [--stderr] [--follow]   a command task's output, raw
 //!   tasks [--state S] [--limit N]
 //!   info ID                         everything about one task
@@ -24,8 +26,8 @@
 //!
 //! - `args`: the [`Cli`] struct, the [`Command`] tree, resource targets, value parsers;
 //! - `status`, `submit`, `wait` (get / wait / cancel and the progress bar), `inspect`
-//!   (tasks / info / logs), `resource`: one module per group of commands, each with its
-//!   option structs, its `run`, and a pure `render_*` function that tests check;
+//!   (tasks / info / logs), `resource`, `reserve`: one module per group of commands, each
+//!   with its option structs, its `run`, and a pure `render_*` function that tests check;
 //! - `render`: tables and shared formatting; `ctx`: the options and output every command
 //!   gets.
 //!
@@ -42,6 +44,7 @@ mod args;
 mod ctx;
 mod inspect;
 mod render;
+mod reserve;
 mod resource;
 mod status;
 mod submit;
@@ -49,6 +52,7 @@ mod wait;
 
 pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
+pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
 pub use status::{StatusArgs, StatusJson, render_status};
 pub use submit::SubmitArgs;
@@ -106,6 +110,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Tasks(a) => a.run(ctx).await,
         Command::Info(a) => a.run(ctx).await,
         Command::Resource(a) => a.run(ctx).await,
+        Command::Reserve(a) => a.run(ctx).await,
     }
 }
 

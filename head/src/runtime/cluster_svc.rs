@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use escher_proto::types::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, SetResourceOutcome,
-    SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId, TaskLogsRequest,
-    WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, ReserveReply, ReserveRequest,
+    SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId,
+    TaskLogsRequest, WaitRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
@@ -153,6 +153,38 @@ impl Cluster for ClusterService {
                     .collect();
                 Ok(Response::new(SetResourcesReply { outcomes }.into()))
             }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    #[tracing::instrument(skip_all, fields(bundles))]
+    async fn reserve(
+        &self,
+        request: Request<wire::ReserveRequest>,
+    ) -> Result<Response<wire::ReserveReply>, Status> {
+        let ReserveRequest {
+            name,
+            bundles,
+            strategy,
+            timeout,
+            namespace,
+        } = request.into_inner().try_into()?;
+        tracing::Span::current().record("bundles", bundles.len());
+        let command = Command::Reserve {
+            name,
+            bundles,
+            strategy,
+            timeout,
+            namespace,
+        };
+        match self.owner.apply(command).await? {
+            Reply::Reserved { tasks, placed } => Ok(Response::new(
+                ReserveReply {
+                    task_ids: tasks,
+                    placed,
+                }
+                .into(),
+            )),
             other => Err(unexpected(other)),
         }
     }

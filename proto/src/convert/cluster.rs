@@ -17,14 +17,14 @@ use crate::types::{
 use crate::wire;
 
 /// Reads a namespace field, where empty means none.
-fn namespace(text: String) -> Result<Option<Namespace>, ConvertError> {
+pub(super) fn namespace(text: String) -> Result<Option<Namespace>, ConvertError> {
     if text.is_empty() {
         return Ok(None);
     }
     Namespace::new(&text).map(Some).at("namespace")
 }
 
-fn namespace_to_wire(ns: Option<Namespace>) -> String {
+pub(super) fn namespace_to_wire(ns: Option<Namespace>) -> String {
     ns.map(String::from).unwrap_or_default()
 }
 

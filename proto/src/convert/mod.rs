@@ -21,6 +21,7 @@
 //! - `task`: task specs and kinds, states, results, statuses;
 //! - `status`: cluster, node and resource status, pending reasons, task info and summaries;
 //! - `cluster`: the requests and replies of the `Cluster` service;
+//! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
 //! - `link`: the messages of the `WorkerLink` service.
 
 use std::fmt;
@@ -32,6 +33,7 @@ use crate::types::TypeError;
 
 mod cluster;
 mod link;
+mod reserve;
 mod resources;
 mod status;
 mod task;
@@ -57,6 +59,8 @@ pub const MAX_HOOK_UPDATES: usize = 4096;
 pub const MAX_ADDRESS_BYTES: usize = 1024;
 /// The most metrics in one heartbeat.
 pub const MAX_METRICS: usize = 1024;
+/// The most bundles in one reservation.
+pub const MAX_BUNDLES: usize = 4096;
 
 /// A wire message could not become a domain value: which field, and what was wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]

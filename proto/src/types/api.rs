@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{LogStream, TaskSummary};
+use super::{GangStrategy, LogStream, ResourceName, ResourceSet, TaskSummary};
 use super::{Namespace, NodeId, ResourceUpdate, TaskId, TaskSpec, TaskState, TaskStatus};
 
 /// `Submit`: a batch of tasks.
@@ -130,4 +130,30 @@ pub struct LogChunk {
     pub next_offset: u64,
     /// Whether the stream is complete and everything has been read.
     pub eof: bool,
+}
+
+/// `Reserve`: bundles of resources placed all or nothing (head-native gang scheduling).
+///
+/// Conversion from the wire guarantees at least one bundle and no empty bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveRequest {
+    /// The reservation's name; its resources are `NAME.RES` and `NAME-I.RES`.
+    pub name: ResourceName,
+    /// What each bundle holds, in order.
+    pub bundles: Vec<ResourceSet>,
+    /// How bundles may share nodes.
+    pub strategy: GangStrategy,
+    /// Give up if not placed within this long; `None` waits.
+    pub timeout: Option<Duration>,
+    /// The namespace that qualifies unqualified names.
+    pub namespace: Option<Namespace>,
+}
+
+/// The holders of a reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReserveReply {
+    /// One holder task per bundle, in bundle order.
+    pub task_ids: Vec<TaskId>,
+    /// Whether every bundle was placed when the head answered.
+    pub placed: bool,
 }

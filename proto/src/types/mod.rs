@@ -24,9 +24,9 @@ mod task;
 
 pub use amount::{Amount, Capacity};
 pub use api::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, SetResourceOutcome,
-    SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply,
-    WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, ReserveReply,
+    ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
+    SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
 };
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;

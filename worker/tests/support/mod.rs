@@ -341,6 +341,12 @@ impl Cluster for Services {
     ) -> Result<Response<wire::TaskLogsReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn reserve(
+        &self,
+        _: Request<wire::ReserveRequest>,
+    ) -> Result<Response<wire::ReserveReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
 }
 
 /// A worker running in the background until [`RunningWorker::stop`].

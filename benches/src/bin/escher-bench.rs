@@ -1,0 +1,20 @@
+//! `escher-bench`: runs the benchmark harness (see the crate docs) and prints the Markdown
+//! table. Exits non-zero when a workload failed.
+
+use clap::Parser;
+use escher_bench::{Options, markdown, run};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let options = Options::parse();
+    let summary = run(&options).await?;
+    println!("{}", markdown(&summary));
+    eprintln!(
+        "escher-bench: results in {} (summary.json, results.md, one JSON per workload, PNGs)",
+        options.out.display()
+    );
+    if !summary.failures.is_empty() {
+        anyhow::bail!("failed workloads: {}", summary.failures.join("; "));
+    }
+    Ok(())
+}

@@ -1,0 +1,214 @@
+//! `escher-head` as a separate process (W8): found or built, started on a free loopback port
+//! (`--listen 127.0.0.1:0 --address-file`), and read from `/proc/PID/status` (resident memory)
+//! and `/proc/PID/stat` (CPU time). Killed when dropped.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+/// How long the head may take to write its address file.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A running `escher-head` process.
+#[derive(Debug)]
+pub struct HeadProcess {
+    child: Child,
+    pid: u32,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl HeadProcess {
+    /// Starts `bin` on a free loopback port with these extra flags, and waits until it listens.
+    pub async fn start(bin: &Path, extra: &[&str]) -> anyhow::Result<HeadProcess> {
+        let dir = tempfile::tempdir()?;
+        let address_file = dir.path().join("head.url");
+        let log = std::fs::File::create(dir.path().join("head.log"))?;
+        let mut child = Command::new(bin)
+            .args(["--listen", "127.0.0.1:0", "--address-file"])
+            .arg(&address_file)
+            .args(extra)
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        let pid = child.id().context("the head exited at once")?;
+        let start = Instant::now();
+        let url = loop {
+            if let Ok(url) = std::fs::read_to_string(&address_file) {
+                break url.trim().to_string();
+            }
+            if let Some(status) = child.try_wait()? {
+                let log = std::fs::read_to_string(dir.path().join("head.log")).unwrap_or_default();
+                bail!("escher-head exited with {status} before listening: {log}");
+            }
+            if start.elapsed() > START_TIMEOUT {
+                bail!("escher-head did not listen within {START_TIMEOUT:?}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        Ok(HeadProcess {
+            child,
+            pid,
+            url,
+            _dir: dir,
+        })
+    }
+
+    /// The head's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    /// The process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// Resident memory now (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        status_field(self.pid, "VmRSS")
+    }
+
+    /// The peak resident memory so far (`VmHWM`), in KiB.
+    pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        status_field(self.pid, "VmHWM")
+    }
+
+    /// CPU time used so far (user + system), in seconds.
+    pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("malformed /proc/PID/stat")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+        let ticks: u64 = fields
+            .get(11..13)
+            .context("short /proc/PID/stat")?
+            .iter()
+            .map(|f| f.parse::<u64>().unwrap_or(0))
+            .sum();
+        Ok(ticks as f64 / clock_ticks_per_second())
+    }
+
+    /// Stops the head (SIGKILL) and waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// `_SC_CLK_TCK`: 100 on every Linux this runs on (the kernel's USER_HZ).
+fn clock_ticks_per_second() -> f64 {
+    100.0
+}
+
+/// A `kB` field of `/proc/PID/status`.
+fn status_field(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .with_context(|| format!("cannot read /proc/{pid}/status"))?;
+    parse_status_kib(&status, field).with_context(|| format!("no {field} in /proc/{pid}/status"))
+}
+
+fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Finds the `escher-head` binary: `explicit` (`--head-bin` or `ESCHER_HEAD_BIN`), else next to
+/// this executable (or one folder up, for test executables in `deps/`), else builds it with
+/// cargo in this executable's profile and looks again.
+pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
+    if let Some(path) = explicit {
+        if path.is_file() {
+            return Ok(path.to_path_buf());
+        }
+        bail!("no escher-head binary at {}", path.display());
+    }
+    let exe = std::env::current_exe()?;
+    let candidates = |exe: &Path| -> Vec<PathBuf> {
+        exe.ancestors()
+            .skip(1)
+            .take(2)
+            .map(|dir| dir.join("escher-head"))
+            .collect()
+    };
+    if let Some(found) = candidates(&exe).into_iter().find(|p| p.is_file()) {
+        return Ok(found);
+    }
+    // target/<profile>/escher-bench or target/<profile>/deps/smoke-HASH
+    let profile_dir = exe
+        .ancestors()
+        .skip(1)
+        .find(|d| d.file_name().is_some_and(|n| n != "deps"))
+        .context("cannot tell the build profile of this executable")?;
+    let profile = profile_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("debug")
+        .to_string();
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = std::process::Command::new(cargo);
+    cmd.args([
+        "build",
+        "--quiet",
+        "-p",
+        "escher-head",
+        "--bin",
+        "escher-head",
+    ]);
+    match profile.as_str() {
+        "debug" => {}
+        "release" => {
+            cmd.arg("--release");
+        }
+        other => {
+            cmd.args(["--profile", other]);
+        }
+    }
+    if let Some(target_dir) = profile_dir.parent() {
+        cmd.arg("--target-dir").arg(target_dir);
+    }
+    cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
+    eprintln!("escher-bench: building escher-head ({profile}) for W8 ...");
+    let status = cmd
+        .status()
+        .context("cannot run cargo to build escher-head")?;
+    if !status.success() {
+        bail!("building escher-head failed ({status})");
+    }
+    candidates(&exe)
+        .into_iter()
+        .find(|p| p.is_file())
+        .context("escher-head was built but not found next to escher-bench")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_status_fields() {
+        let status = "Name:\tescher-head\nVmHWM:\t  12345 kB\nVmRSS:\t   2048 kB\n";
+        assert_eq!(parse_status_kib(status, "VmRSS"), Some(2048));
+        assert_eq!(parse_status_kib(status, "VmHWM"), Some(12345));
+        assert_eq!(parse_status_kib(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn reads_this_process() {
+        let me = std::process::id();
+        assert!(status_field(me, "VmRSS").unwrap() > 0);
+    }
+}

@@ -1,0 +1,323 @@
+//! escher-bench: the benchmark harness. It reproduces the ESCHER thesis' microbenchmarks on
+//! escher and runs Ray and HyperQueue side by side in the same invocation.
+//!
+//! ```text
+//! cargo run --release -p escher-bench -- [all|w1|..|w8|cmd]... [--size tiny|small|full]
+//!                                        [--peers] [--out bench-results/]
+//! ```
+//!
+//! Every workload prints its table rows, writes `<out>/<id>.json`, and contributes plots;
+//! the run ends with the whole table, the DESIGN §8 targets (met, missed or not measured),
+//! `<out>/summary.json` and `<out>/results.md`. Every workload is bounded in time and stops by
+//! itself. Performance is measured here, never asserted by tests.
+//!
+//! # Layout
+//!
+//! - [`workloads`]: W1–W8 of issue 6 and the command-task workload HyperQueue is compared on,
+//!   one module each; [`cluster`] is the embedded escher cluster they share.
+//! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8);
+//!   [`head_process`]: `escher-head` as a separate process, and its memory.
+//! - [`peers`]: the Python virtual environment and the Ray and HyperQueue drivers
+//!   (`benches/peers/*.py`).
+//! - [`report`]: figures, tables and JSON; [`targets`]: DESIGN §8 checked; [`plot`]: PNGs.
+//! - [`size`]: what `tiny`, `small` and `full` mean for each workload; [`stats`]: percentiles.
+#![warn(missing_docs)]
+
+pub mod cluster;
+pub mod head_process;
+pub mod peers;
+pub mod plot;
+pub mod report;
+pub mod sim;
+pub mod size;
+pub mod stats;
+pub mod targets;
+pub mod workloads;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::report::{TargetCheck, WorkloadReport};
+use crate::size::{Params, Size};
+use crate::workloads::{Ctx, Workload};
+
+/// The longest one workload may take before the harness gives up on it.
+const WORKLOAD_LIMIT: Duration = Duration::from_secs(1_800);
+
+/// What to run.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "escher-bench",
+    version,
+    about = "escher's benchmark harness: the thesis' microbenchmarks, with Ray and HyperQueue side by side"
+)]
+pub struct Options {
+    /// Workloads to run: `all` (the default), or any of w1..w8 and cmd.
+    #[arg(value_name = "WORKLOAD")]
+    pub workloads: Vec<Selection>,
+    /// How big: tiny (seconds, for CI), small, or full (the issue's sizes).
+    #[arg(long, value_enum, default_value = "full")]
+    pub size: Size,
+    /// Also run the peers (Ray, HyperQueue) in a virtualenv the harness creates.
+    #[arg(long)]
+    pub peers: bool,
+    /// Where JSON, plots and logs go.
+    #[arg(long, default_value = "bench-results")]
+    pub out: PathBuf,
+    /// The `escher-head` binary W8 runs (default: next to this one, built if missing).
+    #[arg(long, env = "ESCHER_HEAD_BIN")]
+    pub head_bin: Option<PathBuf>,
+}
+
+/// A workload on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Selection {
+    /// Every workload.
+    All,
+    /// W1.
+    W1,
+    /// W2.
+    W2,
+    /// W3.
+    W3,
+    /// W4.
+    W4,
+    /// W5.
+    W5,
+    /// W6.
+    W6,
+    /// W7.
+    W7,
+    /// W8.
+    W8,
+    /// Command tasks (the HyperQueue comparison).
+    Cmd,
+}
+
+impl Options {
+    /// The workloads selected, in run order.
+    pub fn selected(&self) -> Vec<Workload> {
+        if self.workloads.is_empty() || self.workloads.contains(&Selection::All) {
+            return Workload::ALL.to_vec();
+        }
+        let mut v: Vec<Workload> = self
+            .workloads
+            .iter()
+            .filter_map(|s| match s {
+                Selection::All => None,
+                Selection::W1 => Some(Workload::W1),
+                Selection::W2 => Some(Workload::W2),
+                Selection::W3 => Some(Workload::W3),
+                Selection::W4 => Some(Workload::W4),
+                Selection::W5 => Some(Workload::W5),
+                Selection::W6 => Some(Workload::W6),
+                Selection::W7 => Some(Workload::W7),
+                Selection::W8 => Some(Workload::W8),
+                Selection::Cmd => Some(Workload::Cmd),
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+}
+
+/// The machine a run came from.
+#[derive(Debug, Clone, Serialize)]
+pub struct Machine {
+    /// Logical CPUs.
+    pub cpus: usize,
+    /// The CPU model.
+    pub cpu_model: String,
+    /// Total memory, GiB.
+    pub memory_gib: f64,
+    /// The kernel release.
+    pub kernel: String,
+    /// Seconds since the Unix epoch when the run started.
+    pub started_unix_s: u64,
+}
+
+impl Machine {
+    fn read() -> Machine {
+        let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+        let cpu_model = cpuinfo
+            .lines()
+            .find_map(|l| l.strip_prefix("model name")?.split_once(':').map(|x| x.1))
+            .unwrap_or("unknown")
+            .trim()
+            .to_string();
+        let meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+        let kib: f64 = meminfo
+            .lines()
+            .find_map(|l| l.strip_prefix("MemTotal:"))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0);
+        Machine {
+            cpus: std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu_model,
+            memory_gib: kib / (1024.0 * 1024.0),
+            kernel: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .unwrap_or_default()
+                .trim()
+                .to_string(),
+            started_unix_s: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+        }
+    }
+}
+
+/// What a whole run produced.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunSummary {
+    /// The command line.
+    pub command: String,
+    /// The size.
+    pub size: Size,
+    /// The machine.
+    pub machine: Machine,
+    /// Every workload's report (failed ones carry the error in their notes).
+    pub workloads: Vec<WorkloadReport>,
+    /// Workloads that failed, with why.
+    pub failures: Vec<String>,
+    /// The peers' outcomes.
+    pub peers: Vec<serde_json::Value>,
+    /// DESIGN §8.
+    pub targets: Vec<TargetCheck>,
+    /// PNGs written.
+    pub plots: Vec<PathBuf>,
+    /// Plots that could not be drawn, and why.
+    pub plot_problems: Vec<String>,
+    /// Seconds the run took.
+    pub elapsed_s: f64,
+}
+
+/// Runs the selected workloads (and peers), writes every output, and returns the summary.
+pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&options.out)
+        .with_context(|| format!("cannot create {}", options.out.display()))?;
+    let selected = options.selected();
+    let params = Params::at(options.size);
+    let ctx = Ctx {
+        size: options.size,
+        params: params.clone(),
+        out: options.out.clone(),
+        head_bin: options.head_bin.clone(),
+    };
+    let machine = Machine::read();
+    let mut reports = Vec::new();
+    let mut failures = Vec::new();
+    for workload in &selected {
+        eprintln!(
+            "escher-bench: {} ({}) ...",
+            workload.id(),
+            options.size.as_str()
+        );
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(WORKLOAD_LIMIT, workload.run(&ctx)).await;
+        let mut report = match outcome {
+            Ok(Ok(report)) => report,
+            Ok(Err(e)) => failed(*workload, options.size, format!("{e:#}")),
+            Err(_) => failed(
+                *workload,
+                options.size,
+                format!("did not finish within {WORKLOAD_LIMIT:?}"),
+            ),
+        };
+        report.elapsed_s = start.elapsed().as_secs_f64();
+        if let Some(error) = report.notes.iter().find(|n| n.starts_with("FAILED")) {
+            failures.push(format!("{}: {error}", workload.id()));
+        }
+        eprint!("{}", report::figures_table(std::slice::from_ref(&report)));
+        reports.push(report);
+    }
+
+    let mut peer_values = Vec::new();
+    if options.peers {
+        let outcomes = peers::run(&selected, &params, &options.out).await;
+        peers::apply(&mut reports, &outcomes);
+        workloads::w7_gang::add_peer(&mut reports, &outcomes);
+        for o in &outcomes {
+            let value = match &o.result {
+                Ok(r) => json!({"peer": o.peer, "values": r.values, "info": r.info, "log": o.log}),
+                Err(e) => {
+                    eprintln!("escher-bench: peer {} did not run: {e}", o.peer);
+                    json!({"peer": o.peer, "error": e, "log": o.log})
+                }
+            };
+            peer_values.push(value);
+        }
+    }
+    let targets = targets::evaluate(&reports);
+    for r in &reports {
+        r.write_json(&options.out)?;
+    }
+    let (plots, plot_problems) = plot::draw_all(&reports, &options.out);
+    let summary = RunSummary {
+        command: std::env::args().collect::<Vec<_>>().join(" "),
+        size: options.size,
+        machine,
+        workloads: reports,
+        failures,
+        peers: peer_values,
+        targets,
+        plots,
+        plot_problems,
+        elapsed_s: started.elapsed().as_secs_f64(),
+    };
+    std::fs::write(
+        options.out.join("summary.json"),
+        serde_json::to_string_pretty(&summary)?,
+    )?;
+    std::fs::write(options.out.join("results.md"), markdown(&summary))?;
+    Ok(summary)
+}
+
+fn failed(workload: Workload, size: Size, error: String) -> WorkloadReport {
+    let mut r = WorkloadReport::new(workload.id(), "failed", size.as_str());
+    r.notes.push(format!("FAILED: {error}"));
+    r
+}
+
+/// The run as Markdown: the figures, the targets, the notes.
+pub fn markdown(summary: &RunSummary) -> String {
+    let m = &summary.machine;
+    let mut s = format!(
+        "# escher-bench results ({} size)\n\nMachine: {} CPUs ({}), {:.0} GiB, Linux {}. Run took {:.0} s.\n\n",
+        summary.size.as_str(),
+        m.cpus,
+        m.cpu_model,
+        m.memory_gib,
+        m.kernel,
+        summary.elapsed_s
+    );
+    s.push_str("## Figures\n\nRatios are escher/peer, measured in the same run.\n\n");
+    s.push_str(&report::figures_table(&summary.workloads));
+    s.push_str("\n## DESIGN §8 targets\n\n");
+    s.push_str(&report::targets_table(&summary.targets));
+    let notes: Vec<String> = summary
+        .workloads
+        .iter()
+        .flat_map(|r| {
+            r.notes
+                .iter()
+                .map(move |n| format!("- {}: {n}", r.id.to_uppercase()))
+        })
+        .chain(summary.peers.iter().filter_map(|p| {
+            p.get("error")
+                .map(|e| format!("- peer {}: did not run: {}", p["peer"], e))
+        }))
+        .chain(summary.plot_problems.iter().map(|p| format!("- plot: {p}")))
+        .collect();
+    if !notes.is_empty() {
+        s.push_str("\n## Notes\n\n");
+        s.push_str(&notes.join("\n"));
+        s.push('\n');
+    }
+    s
+}

@@ -1,0 +1,224 @@
+//! The targets of DESIGN §8, checked against the figures of one run. A target whose figures
+//! were not measured in the run (a workload not selected, peers not run) is reported as such.
+
+use crate::report::{Figure, TargetCheck, WorkloadReport, num, ratio};
+use crate::workloads::w4_er_create::THESIS_AMORTISED_MS;
+
+/// Checks every target against `reports`.
+pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
+    let figs: Vec<&Figure> = reports.iter().flat_map(|r| r.figures.iter()).collect();
+    let find = |id: &str| figs.iter().copied().find(|f| f.id == id);
+    let last = |prefix: &str| {
+        figs.iter()
+            .copied()
+            .filter(|f| f.id.starts_with(prefix))
+            .max_by_key(|f| f.id.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()))
+    };
+    vec![
+        throughput(last("w1.per_task."), last("w1.batched.")),
+        round_trip(find("w2.p50")),
+        er_creation(last("w4.pipelined."), last("w4.sequential.")),
+        makespan_flat(&figs),
+        requested(find("w6.p50.1"), find("w6.p50.100")),
+        gang(find("w7.native.pg_rate")),
+        scale(find("w8.memory_per_task"), find("w8.core_per_decision")),
+    ]
+}
+
+fn unmeasured(target: &str, why: &str) -> TargetCheck {
+    TargetCheck {
+        target: target.to_string(),
+        measured: why.to_string(),
+        met: None,
+    }
+}
+
+fn throughput(per_task: Option<&Figure>, batched: Option<&Figure>) -> TargetCheck {
+    let target = "W1 no-op task throughput from one client ≥ 50× Ray's";
+    let (Some(p), Some(b)) = (per_task, batched) else {
+        return unmeasured(target, "W1 not run");
+    };
+    let (Some(pp), Some(bp)) = (&p.peer, &b.peer) else {
+        return unmeasured(target, "Ray not run (use --peers)");
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "one Submit per task: {} vs Ray {} tasks/s = {}; batches of 1,000: {} = {}",
+            num(p.escher),
+            num(pp.value),
+            ratio(pp.ratio),
+            num(b.escher),
+            ratio(bp.ratio)
+        ),
+        met: Some(pp.ratio >= 50.0 && bp.ratio >= 50.0),
+    }
+}
+
+fn round_trip(p50: Option<&Figure>) -> TargetCheck {
+    let target = "W2 submit-to-result round trip ≤ 1/20 of Ray's";
+    let Some(f) = p50 else {
+        return unmeasured(target, "W2 not run");
+    };
+    let Some(peer) = &f.peer else {
+        return unmeasured(target, "Ray not run (use --peers)");
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "p50 {} ms vs Ray {} ms = {} (1/{:.1})",
+            num(f.escher),
+            num(peer.value),
+            ratio(peer.ratio),
+            1.0 / peer.ratio
+        ),
+        met: Some(peer.ratio <= 0.05),
+    }
+}
+
+fn er_creation(pipelined: Option<&Figure>, sequential: Option<&Figure>) -> TargetCheck {
+    let target =
+        "W4 new resource usable by a task ≥ 10× cheaper than the thesis' 0.72 ms per resource";
+    let Some(p) = pipelined else {
+        return unmeasured(target, "W4 not run");
+    };
+    let seq = sequential
+        .map(|s| format!("; one request at a time {} ms (thesis 1 ms)", num(s.escher)))
+        .unwrap_or_default();
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "{} ms amortised per resource = {:.1}× cheaper{seq}",
+            num(p.escher),
+            THESIS_AMORTISED_MS / p.escher
+        ),
+        met: Some(p.escher * 10.0 <= THESIS_AMORTISED_MS),
+    }
+}
+
+fn makespan_flat(figs: &[&Figure]) -> TargetCheck {
+    let target = "W5 makespan flat (±10%) from 0 to 10^5 unrelated resources";
+    let spans: Vec<&Figure> = figs
+        .iter()
+        .copied()
+        .filter(|f| f.id.starts_with("w5.makespan."))
+        .collect();
+    let Some(base) = spans.first() else {
+        return unmeasured(target, "W5 not run");
+    };
+    let worst = spans
+        .iter()
+        .map(|f| f.escher / base.escher - 1.0)
+        .fold(0.0_f64, |a, d| if d.abs() > a.abs() { d } else { a });
+    let list = spans
+        .iter()
+        .map(|f| format!("{} s", num(f.escher)))
+        .collect::<Vec<_>>()
+        .join(" / ");
+    TargetCheck {
+        target: target.into(),
+        measured: format!("{list}; largest deviation {:+.1}%", worst * 100.0),
+        met: Some(worst.abs() <= 0.10),
+    }
+}
+
+fn requested(one: Option<&Figure>, hundred: Option<&Figure>) -> TargetCheck {
+    let target = "W6 a task requesting 100 resources costs ≤ 1.5× one requesting 1";
+    let (Some(a), Some(b)) = (one, hundred) else {
+        return unmeasured(target, "W6 not run");
+    };
+    let r = b.escher / a.escher;
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "p50 {} ms → {} ms = {} (thesis 1.1 → 1.2 ms)",
+            num(a.escher),
+            num(b.escher),
+            ratio(r)
+        ),
+        met: Some(r <= 1.5),
+    }
+}
+
+fn gang(native: Option<&Figure>) -> TargetCheck {
+    let target = "W7 native gang reservation ≥ 20× Ray's placement-group create/remove rate";
+    let Some(f) = native else {
+        return unmeasured(target, "no native gang design was measured (see W7 notes)");
+    };
+    let Some(peer) = &f.peer else {
+        return unmeasured(target, "Ray not run (use --peers)");
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "{} vs Ray {} create+ready+remove/s = {}",
+            num(f.escher),
+            num(peer.value),
+            ratio(peer.ratio)
+        ),
+        met: Some(peer.ratio >= 20.0),
+    }
+}
+
+fn scale(memory: Option<&Figure>, core: Option<&Figure>) -> TargetCheck {
+    let target = "W8 1,000 nodes and 1,000,000 queued tasks in one head, memory per task reported";
+    let Some(m) = memory else {
+        return unmeasured(target, "W8 not run");
+    };
+    let core = core
+        .map(|c| format!("; core {} µs per decision", num(c.escher)))
+        .unwrap_or_default();
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "{}: {} bytes per queued task{core}",
+            m.metric,
+            num(m.escher)
+        ),
+        met: Some(true),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::report::PeerFigure;
+
+    fn with_peer(mut f: Figure, value: f64) -> Figure {
+        f.peer = Some(PeerFigure {
+            peer: "ray".into(),
+            value,
+            ratio: f.escher / value,
+        });
+        f
+    }
+
+    #[test]
+    fn targets_follow_the_figures() {
+        let mut r = WorkloadReport::new("w", "t", "tiny");
+        r.figures
+            .push(with_peer(Figure::new("w2.p50", "p50", "ms", 0.04), 1.0));
+        r.figures.push(Figure::new("w5.makespan.0", "m", "s", 1.0));
+        r.figures
+            .push(Figure::new("w5.makespan.1000", "m", "s", 1.2));
+        r.figures.push(Figure::new("w6.p50.1", "l", "ms", 1.0));
+        r.figures.push(Figure::new("w6.p50.100", "l", "ms", 1.4));
+        r.figures
+            .push(Figure::new("w4.pipelined.10", "c", "ms", 0.5));
+        r.figures
+            .push(Figure::new("w4.pipelined.100", "c", "ms", 0.05));
+        let t = evaluate(&[r]);
+        assert_eq!(t[0].met, None, "W1 not run");
+        assert_eq!(t[1].met, Some(true), "{:?}", t[1]);
+        assert_eq!(
+            t[2].met,
+            Some(true),
+            "the largest count decides: {:?}",
+            t[2]
+        );
+        assert_eq!(t[3].met, Some(false), "+20% is not flat: {:?}", t[3]);
+        assert_eq!(t[4].met, Some(true), "{:?}", t[4]);
+        assert_eq!(t[5].met, None);
+        assert_eq!(t[6].met, None);
+    }
+}

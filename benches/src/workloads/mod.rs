@@ -1,0 +1,109 @@
+//! The workloads W1–W8 of issue 6, and the command-task workload that HyperQueue is compared
+//! on. Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
+//! own cluster.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::size::{Params, Size};
+
+pub mod cmd_tasks;
+pub mod w1_throughput;
+pub mod w2_latency;
+pub mod w3_clients;
+pub mod w4_er_create;
+pub mod w5_makespan;
+pub mod w6_requested;
+pub mod w7_gang;
+pub mod w8_scale;
+
+/// What every workload gets.
+#[derive(Debug, Clone)]
+pub struct Ctx {
+    /// The size of the run.
+    pub size: Size,
+    /// The parameters at that size.
+    pub params: Params,
+    /// Where results go.
+    pub out: PathBuf,
+    /// The `escher-head` binary W8 runs as a separate process, if given.
+    pub head_bin: Option<PathBuf>,
+}
+
+impl Ctx {
+    /// The time limit of one wait in a workload.
+    pub fn limit(&self, full: Duration) -> Duration {
+        full
+    }
+}
+
+/// A workload the harness can run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum Workload {
+    /// Throughput from one client.
+    W1,
+    /// Submit-then-get latency.
+    W2,
+    /// Concurrent clients.
+    W3,
+    /// Ephemeral-resource creation.
+    W4,
+    /// Makespan against resources present.
+    W5,
+    /// Latency against resources requested.
+    W6,
+    /// Gang scheduling designs.
+    W7,
+    /// 1,000 nodes and 1,000,000 queued tasks.
+    W8,
+    /// Command tasks (`true`), the workload HyperQueue is compared on.
+    Cmd,
+}
+
+impl Workload {
+    /// Every workload, in run order.
+    pub const ALL: [Workload; 9] = [
+        Workload::W1,
+        Workload::W2,
+        Workload::W3,
+        Workload::W4,
+        Workload::W5,
+        Workload::W6,
+        Workload::W7,
+        Workload::W8,
+        Workload::Cmd,
+    ];
+
+    /// `w1` ... `w8`, `cmd`.
+    pub fn id(self) -> &'static str {
+        match self {
+            Workload::W1 => "w1",
+            Workload::W2 => "w2",
+            Workload::W3 => "w3",
+            Workload::W4 => "w4",
+            Workload::W5 => "w5",
+            Workload::W6 => "w6",
+            Workload::W7 => "w7",
+            Workload::W8 => "w8",
+            Workload::Cmd => "cmd",
+        }
+    }
+
+    /// Runs the workload.
+    pub async fn run(self, ctx: &Ctx) -> anyhow::Result<crate::report::WorkloadReport> {
+        match self {
+            Workload::W1 => w1_throughput::run(ctx).await,
+            Workload::W2 => w2_latency::run(ctx).await,
+            Workload::W3 => w3_clients::run(ctx).await,
+            Workload::W4 => w4_er_create::run(ctx).await,
+            Workload::W5 => w5_makespan::run(ctx).await,
+            Workload::W6 => w6_requested::run(ctx).await,
+            Workload::W7 => w7_gang::run(ctx).await,
+            Workload::W8 => w8_scale::run(ctx).await,
+            Workload::Cmd => cmd_tasks::run(ctx).await,
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! W2 latency: sequential submit-then-get round trips of a no-op function task; p50 and p99.
+//!
+//! Same cluster as W1 (two workers, 4 CPUs each; the task holds one CPU). Each round trip is
+//! one `Submit` call and one `Wait` call, the second returning when the task has run on a
+//! worker and its result is back at the head: Ray's `ray.get(f.remote())`.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::Ctx;
+use crate::cluster::{self, noop};
+use crate::report::{Figure, WorkloadReport};
+use crate::stats::Summary;
+
+/// Round trips run first and not counted.
+const WARMUP: usize = 50;
+
+/// Runs W2.
+pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
+    let n = ctx.params.w2_round_trips;
+    let mut report = WorkloadReport::new(
+        "w2",
+        "latency: sequential submit-then-get round trips",
+        ctx.size.as_str(),
+    );
+    report.setup = json!({
+        "nodes": "2 in-process workers, cpu=4 each",
+        "task": "function task `noop`, cpu=1",
+        "round_trips": n,
+        "warmup": WARMUP,
+    });
+    let cluster = cluster::start(2, "cpu=4").await?;
+    let client = cluster.client().await?;
+    let limit = Duration::from_secs(30);
+    for _ in 0..WARMUP {
+        cluster::round_trip(&client, noop(), limit).await?;
+    }
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        samples.push(cluster::round_trip(&client, noop(), limit).await?);
+    }
+    let s = Summary::of_ms(&samples);
+    report.figures.push(
+        Figure::new("w2.p50", "submit-then-get round trip, p50", "ms", s.p50).vs("ray", "w2.p50"),
+    );
+    report.figures.push(
+        Figure::new("w2.p99", "submit-then-get round trip, p99", "ms", s.p99).vs("ray", "w2.p99"),
+    );
+    report.detail = json!({ "round_trip_ms": s });
+    drop(client);
+    cluster.shutdown().await;
+    Ok(report)
+}

@@ -1,0 +1,552 @@
+//! End-to-end tests of failures and recoveries, with real `escher-head` and `escher-worker`
+//! processes on loopback (see `procs/mod.rs`): a worker killed with SIGKILL, a worker
+//! restarted under the same name, a head restarted on the same address, a worker stopped
+//! gracefully with SIGTERM; and 10,000 tasks through an in-process cluster, each finishing
+//! exactly once.
+//!
+//! Command tasks here record every attempt that reached a process: they append
+//! `NODE ATTEMPT` to a file named after their task id in the cluster's temporary directory
+//! (a [`RunLog`]), so that the tests can tell "ran twice" from "reported twice". Tasks that
+//! must still be running when something is killed sleep on their first attempt only; the
+//! tests wait for their line before killing, and never on how fast anything is.
+//!
+//! Every wait is bounded ([`WAIT`]); the processes are few (one head, at most two workers)
+//! because the machine may be small and running other tests.
+
+mod procs;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use escher::types::{NodeId, NodeSpec, TaskId, TaskResult, TaskState, TaskStatus};
+use escher::{Client, Functions, LocalCluster, Task, TaskRef};
+use procs::{ProcessCluster, WAIT, eventually};
+
+/// The files in which command tasks record their attempts.
+#[derive(Debug, Clone)]
+struct RunLog {
+    dir: PathBuf,
+}
+
+impl RunLog {
+    /// A run log in `base` (a cluster's directory); `name` keeps two logs of one test apart.
+    fn new(base: &Path, name: &str) -> RunLog {
+        let dir = base.join(name);
+        std::fs::create_dir_all(&dir).expect("the run log directory");
+        RunLog { dir }
+    }
+
+    /// A command task (1 CPU) that records its attempt and its process id, then, if
+    /// `sleep_first` and this is its first attempt, sleeps far longer than any test runs.
+    fn task(&self, sleep_first: bool) -> Task {
+        let mut script = String::from(
+            r#"echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"; echo $$ > "$RUNS/$ESCHER_TASK_ID.pid""#,
+        );
+        if sleep_first {
+            script.push_str(r#"; if [ "$ESCHER_ATTEMPT" = 1 ]; then exec sleep 600; fi"#);
+        }
+        Task::command(["sh", "-c", &script])
+            .env("RUNS", self.dir.display().to_string())
+            .resources_str("cpu=1")
+    }
+
+    /// A command task (1 CPU) that records its attempt, then sleeps `secs` seconds.
+    fn sleeping_task(&self, secs: u32) -> Task {
+        let script = format!(
+            r#"echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"; sleep {secs}"#
+        );
+        Task::command(["sh", "-c", &script])
+            .env("RUNS", self.dir.display().to_string())
+            .resources_str("cpu=1")
+    }
+
+    /// The attempts of `task` that reached a process: (node, attempt), in order.
+    fn runs(&self, task: TaskId) -> Vec<(NodeId, u32)> {
+        let text = std::fs::read_to_string(self.dir.join(task.0.to_string())).unwrap_or_default();
+        text.lines()
+            .map(|line| {
+                let (node, attempt) = line
+                    .split_once(' ')
+                    .unwrap_or_else(|| panic!("a malformed run line {line:?}"));
+                (
+                    NodeId(node.parse().expect("a node id")),
+                    attempt.parse().expect("an attempt"),
+                )
+            })
+            .collect()
+    }
+
+    /// The process id the latest attempt of `task` recorded.
+    fn pid(&self, task: TaskId) -> Option<i32> {
+        std::fs::read_to_string(self.dir.join(format!("{}.pid", task.0)))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// Waits until `task` has recorded `n` attempts.
+    async fn wait_runs(&self, task: TaskId, n: usize) {
+        let what = format!("task {task} to record {n} run(s)");
+        eventually(&what, WAIT, || {
+            let done = self.runs(task).len() >= n;
+            async move { done.then_some(()) }
+        })
+        .await;
+    }
+}
+
+/// Whether process `pid` is still alive and one of this test's (its environment names the
+/// run log directory), so that a reused pid is never mistaken for it.
+fn task_process_alive(pid: i32, runs: &RunLog) -> bool {
+    let needle = format!("RUNS={}", runs.dir.display());
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .map(|env| env.split(|b| *b == 0).any(|v| v == needle.as_bytes()))
+        .unwrap_or(false)
+}
+
+/// Waits for every task and returns their final statuses by id.
+async fn wait_all(client: &Client, tasks: &[TaskRef]) -> BTreeMap<TaskId, TaskStatus> {
+    let ids: Vec<TaskId> = tasks.iter().map(TaskRef::id).collect();
+    let (ready, not_ready) = client
+        .wait(ids.iter().copied(), ids.len(), Some(WAIT))
+        .await
+        .expect("wait");
+    assert!(
+        not_ready.is_empty(),
+        "tasks not finished after {WAIT:?}: {not_ready:?}"
+    );
+    let statuses: BTreeMap<TaskId, TaskStatus> = ready.into_iter().map(|s| (s.id, s)).collect();
+    assert_eq!(statuses.len(), ids.len(), "wait returned each task once");
+    statuses
+}
+
+/// Asserts that a status is a success of attempt `attempt` on `node`, with exit code 0.
+fn assert_succeeded(status: &TaskStatus, node: NodeId, attempt: u32) {
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.node, Some(node), "{status:?}");
+    assert_eq!(status.attempt, attempt, "{status:?}");
+    assert_eq!(
+        status.result,
+        Some(TaskResult::Exited { code: 0 }),
+        "{status:?}"
+    );
+}
+
+/// SIGKILL of a worker process: the head declares its node lost within a few heartbeat
+/// timeouts, drops its resources (ephemeral ones included), runs its tasks again elsewhere
+/// while they have retries left, and fails the rest with a reason that says the node was lost.
+#[tokio::test]
+async fn a_killed_worker_is_declared_lost_and_its_tasks_are_retried_elsewhere() {
+    // The victim starts alone, so every task lands on it; the survivor joins before the kill.
+    let mut cluster = ProcessCluster::builder()
+        .resources("cpu=4,memory=512")
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let victim = cluster.node("w1");
+    let runs = RunLog::new(cluster.dir(), "runs");
+
+    client
+        .set_resource("e2e-marker", 3, NodeSpec::Node(victim))
+        .await
+        .expect("set_resource on the victim");
+    let status = client.cluster_status().await.unwrap();
+    let marker = status.node(victim).unwrap().resource("e2e-marker");
+    assert!(marker.is_some(), "{status:#?}");
+
+    let retried = client
+        .submit_batch((0..2).map(|_| runs.task(true).max_retries(1)))
+        .await
+        .unwrap();
+    let doomed = client
+        .submit_batch((0..2).map(|_| runs.task(true).max_retries(0)))
+        .await
+        .unwrap();
+    for task in retried.iter().chain(&doomed) {
+        runs.wait_runs(task.id(), 1).await;
+    }
+    let survivor = cluster.start_worker("w2", "cpu=2,memory=512").await;
+
+    cluster.kill_worker("w1");
+    let lost = cluster
+        .wait_status("the killed worker's node to be declared lost", |s| {
+            s.node(victim).filter(|n| !n.alive).cloned()
+        })
+        .await;
+    assert!(
+        lost.resources.is_empty(),
+        "a lost node keeps no resources: {lost:#?}"
+    );
+    let status = client.cluster_status().await.unwrap();
+    assert!(
+        status
+            .nodes
+            .iter()
+            .all(|n| n.resource("e2e-marker").is_none()),
+        "the ephemeral resource of the lost node is gone: {status:#?}"
+    );
+    assert!(status.node(survivor).is_some_and(|n| n.alive));
+
+    let all: Vec<TaskRef> = retried.iter().chain(&doomed).cloned().collect();
+    let statuses = wait_all(&client, &all).await;
+    for task in &retried {
+        let s = &statuses[&task.id()];
+        assert_succeeded(s, survivor, 2);
+        assert_eq!(runs.runs(task.id()), vec![(victim, 1), (survivor, 2)]);
+    }
+    for task in &doomed {
+        let s = &statuses[&task.id()];
+        assert_eq!(s.state, TaskState::Failed, "{s:?}");
+        assert_eq!((s.node, s.attempt), (Some(victim), 1), "{s:?}");
+        let reason = s.reason.as_deref().unwrap_or_default();
+        assert!(reason.contains("lost"), "reason {reason:?} in {s:?}");
+        assert_eq!(runs.runs(task.id()), vec![(victim, 1)]);
+    }
+
+    // Nothing is left allocated on the survivor, and nothing is pending or running.
+    cluster
+        .wait_status("the survivor to be idle", |s| {
+            let n = s.node(survivor)?;
+            let idle = n.resources.iter().all(|r| r.used.is_zero());
+            (idle && s.pending_tasks == 0 && s.running_tasks == 0).then_some(())
+        })
+        .await;
+}
+
+/// A lost worker neither loses work nor runs it twice: tasks that had succeeded on it stay
+/// succeeded (attempt 1, run once), the tasks it was running run again exactly once, and tasks
+/// submitted around the kill all finish; every attempt that reached a process is accounted for.
+#[tokio::test]
+async fn a_lost_worker_loses_nothing_and_reruns_nothing_that_succeeded() {
+    let mut cluster = ProcessCluster::builder()
+        .resources("cpu=4,memory=512")
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let victim = cluster.node("w1");
+    let runs = RunLog::new(cluster.dir(), "runs");
+
+    // Done before the kill, all on the victim.
+    let early = client
+        .submit_batch((0..20).map(|_| runs.task(false).max_retries(1)))
+        .await
+        .unwrap();
+    for (id, s) in wait_all(&client, &early).await {
+        assert_succeeded(&s, victim, 1);
+        assert_eq!(runs.runs(id), vec![(victim, 1)]);
+    }
+    // Running on the victim when it dies.
+    let running = client
+        .submit_batch((0..3).map(|_| runs.task(true).max_retries(1)))
+        .await
+        .unwrap();
+    for task in &running {
+        runs.wait_runs(task.id(), 1).await;
+    }
+    let survivor = cluster.start_worker("w2", "cpu=2,memory=512").await;
+    cluster.kill_worker("w1");
+    // Submitted while the head may still believe the victim alive: some may be sent to it.
+    let around = client
+        .submit_batch((0..10).map(|_| runs.task(false).max_retries(2)))
+        .await
+        .unwrap();
+    cluster
+        .wait_status("the killed worker's node to be declared lost", |s| {
+            s.node(victim).filter(|n| !n.alive).map(|_| ())
+        })
+        .await;
+    let after = client
+        .submit_batch((0..10).map(|_| runs.task(false)))
+        .await
+        .unwrap();
+
+    let all: Vec<TaskRef> = [&early, &running, &around, &after]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
+    let statuses = wait_all(&client, &all).await;
+    assert!(
+        statuses.values().all(|s| s.state == TaskState::Succeeded),
+        "every task succeeded: {statuses:#?}"
+    );
+    for task in &early {
+        assert_succeeded(&statuses[&task.id()], victim, 1);
+        assert_eq!(
+            runs.runs(task.id()),
+            vec![(victim, 1)],
+            "run once, never again"
+        );
+    }
+    for task in &running {
+        assert_succeeded(&statuses[&task.id()], survivor, 2);
+        assert_eq!(runs.runs(task.id()), vec![(victim, 1), (survivor, 2)]);
+    }
+    for task in around.iter().chain(&after) {
+        let s = &statuses[&task.id()];
+        let seen = runs.runs(task.id());
+        // An attempt sent to the dead victim never reached a process; the last one did, once.
+        assert_eq!(seen.last(), Some(&(s.node.unwrap(), s.attempt)), "{s:?}");
+        let attempts: BTreeSet<u32> = seen.iter().map(|(_, a)| *a).collect();
+        assert_eq!(attempts.len(), seen.len(), "an attempt ran twice: {seen:?}");
+        assert!(seen.iter().all(|(n, _)| *n == survivor), "{seen:?}");
+        assert_eq!(
+            seen.len(),
+            1,
+            "only the survivor's attempt reached a process"
+        );
+    }
+    for task in &after {
+        assert_succeeded(&statuses[&task.id()], survivor, 1);
+    }
+
+    // The head's own accounting agrees: every task once, all succeeded.
+    let listed = client.list_tasks(None, None).await.unwrap();
+    let ids: Vec<TaskId> = listed.iter().map(|t| t.id).collect();
+    let expected: Vec<TaskId> = statuses.keys().copied().collect();
+    assert_eq!(ids, expected);
+    assert!(listed.iter().all(|t| t.state == TaskState::Succeeded));
+}
+
+/// A worker process killed and started again under the same name registers as a new node
+/// (the old one is declared lost) and runs new tasks.
+#[tokio::test]
+async fn a_restarted_worker_registers_as_a_new_node_and_runs_tasks() {
+    let mut cluster = ProcessCluster::builder().workers(2).start().await;
+    let client = cluster.client().await;
+    let old = cluster.node("w1");
+    let runs = RunLog::new(cluster.dir(), "runs");
+
+    cluster.kill_worker("w1");
+    let new = cluster.start_worker("w1", "cpu=2,memory=512").await;
+    assert_ne!(new, old, "a restarted worker is a new node");
+    cluster
+        .wait_status("the old node to be declared lost", |s| {
+            s.node(old).filter(|n| !n.alive).map(|_| ())
+        })
+        .await;
+    let status = client.cluster_status().await.unwrap();
+    let live: BTreeSet<(&str, NodeId)> = status
+        .nodes
+        .iter()
+        .filter(|n| n.alive)
+        .map(|n| (n.name.as_str(), n.id))
+        .collect();
+    let expected = BTreeSet::from([("w1", new), ("w2", cluster.node("w2"))]);
+    assert_eq!(live, expected, "{status:#?}");
+
+    // Tasks that only the new node can run.
+    client
+        .set_resource("on-new-w1", 4, NodeSpec::Node(new))
+        .await
+        .unwrap();
+    let pinned = client
+        .submit_batch((0..4).map(|_| runs.task(false).resource("on-new-w1", 1)))
+        .await
+        .unwrap();
+    for (id, s) in wait_all(&client, &pinned).await {
+        assert_succeeded(&s, new, 1);
+        assert_eq!(runs.runs(id), vec![(new, 1)]);
+    }
+    // And tasks anywhere: never on the old node.
+    let anywhere = client
+        .submit_batch((0..6).map(|_| runs.task(false)))
+        .await
+        .unwrap();
+    for (id, s) in wait_all(&client, &anywhere).await {
+        assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+        assert_ne!(s.node, Some(old), "{s:?}");
+        assert_eq!(runs.runs(id).len(), 1);
+    }
+}
+
+/// A head killed and started again on the same address (it keeps no state yet): the worker
+/// registers with the new head as a new node, stops what the old head had given it (the new
+/// head knows nothing of it, and reuses its task ids), and runs the new head's tasks.
+#[tokio::test]
+async fn a_worker_survives_a_head_restart_and_runs_the_new_heads_tasks() {
+    let mut cluster = ProcessCluster::builder().start().await;
+    let client = cluster.client().await;
+    let before = RunLog::new(cluster.dir(), "before");
+
+    let old_task = client.submit(before.task(true)).await.unwrap();
+    before.wait_runs(old_task.id(), 1).await;
+    let old_pid = before
+        .pid(old_task.id())
+        .expect("the task recorded its pid");
+    assert!(task_process_alive(old_pid, &before));
+
+    cluster.kill_head();
+    cluster.restart_head().await;
+    let node = cluster.wait_registered("w1", &BTreeSet::new()).await;
+    let client_after = cluster.client().await;
+    drop(client);
+
+    // The old head's task is not running invisibly on the new head's node.
+    let what = format!("the old head's task (pid {old_pid}) to be stopped");
+    eventually(&what, WAIT, || {
+        let alive = task_process_alive(old_pid, &before);
+        async move { (!alive).then_some(()) }
+    })
+    .await;
+
+    // The new head numbers tasks from 1 again: they must run, each once, and succeed.
+    let after = RunLog::new(cluster.dir(), "after");
+    let tasks = client_after
+        .submit_batch((0..3).map(|_| after.task(false)))
+        .await
+        .unwrap();
+    for (id, s) in wait_all(&client_after, &tasks).await {
+        assert_succeeded(&s, node, 1);
+        assert_eq!(after.runs(id), vec![(node, 1)]);
+    }
+    let status = client_after.cluster_status().await.unwrap();
+    let live: Vec<&str> = status
+        .nodes
+        .iter()
+        .filter(|n| n.alive)
+        .map(|n| n.name.as_str())
+        .collect();
+    assert_eq!(live, vec!["w1"], "{status:#?}");
+}
+
+/// SIGTERM to a worker process: the task it runs completes and is reported succeeded, nothing
+/// new is sent to it while it drains, and its node leaves the cluster as soon as it is done,
+/// long before the heartbeat timeout (set far beyond the test's waits).
+#[tokio::test]
+async fn a_terminated_worker_drains_and_leaves_without_the_heartbeat_timeout() {
+    let mut cluster = ProcessCluster::builder()
+        .workers(2)
+        .heartbeat_timeout_ms(600_000)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let (leaving, staying) = (cluster.node("w1"), cluster.node("w2"));
+    let runs = RunLog::new(cluster.dir(), "runs");
+
+    client
+        .set_resource("on-w1", 1, NodeSpec::Node(leaving))
+        .await
+        .unwrap();
+    let draining_task = client
+        .submit(runs.sleeping_task(2).resource("on-w1", 1))
+        .await
+        .unwrap();
+    runs.wait_runs(draining_task.id(), 1).await;
+
+    cluster.terminate_worker("w1");
+    // Draining: the head zeroes the node's capacities, so what no task holds disappears.
+    cluster
+        .wait_status("the head to see w1 draining", |s| {
+            let n = s.node(leaving)?;
+            (!n.alive || n.resource("memory").is_none()).then_some(())
+        })
+        .await;
+    // Sent anywhere, with no retries: one sent to the draining worker would fail.
+    let later = client
+        .submit_batch((0..4).map(|_| runs.task(false)))
+        .await
+        .unwrap();
+    for (id, s) in wait_all(&client, &later).await {
+        assert_succeeded(&s, staying, 1);
+        assert_eq!(runs.runs(id), vec![(staying, 1)]);
+    }
+
+    let s = client.get(&draining_task, Some(WAIT)).await.unwrap();
+    assert_succeeded(&s, leaving, 1);
+    assert_eq!(runs.runs(draining_task.id()), vec![(leaving, 1)]);
+
+    let gone = cluster
+        .wait_status("the drained node to leave the cluster", |s| {
+            s.node(leaving).filter(|n| !n.alive).cloned()
+        })
+        .await;
+    assert!(gone.resources.is_empty(), "{gone:#?}");
+    let exit = cluster.wait_worker_exit("w1").await;
+    assert!(
+        exit.success(),
+        "the worker exits cleanly after draining: {exit}"
+    );
+    let status = client.cluster_status().await.unwrap();
+    assert!(status.node(staying).is_some_and(|n| n.alive), "{status:#?}");
+}
+
+/// 10,000 no-op function tasks through an in-process cluster, submitted in batches: every one
+/// runs once, succeeds on its first attempt, and is reported once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_tasks_each_run_and_finish_exactly_once() {
+    const TASKS: usize = 10_000;
+    const BATCH: usize = 500;
+    let executions: Arc<Mutex<BTreeMap<(TaskId, u32), u32>>> = Arc::default();
+    let seen = Arc::clone(&executions);
+    let functions = Functions::new().function("noop", move |ctx, _args| {
+        *seen
+            .lock()
+            .unwrap()
+            .entry((ctx.task_id(), ctx.attempt()))
+            .or_default() += 1;
+        async move { Ok(Vec::new()) }
+    });
+    let cluster = LocalCluster::builder()
+        .workers(2)
+        .functions(functions)
+        .start()
+        .await
+        .expect("a local cluster");
+    let client = cluster.client().await.unwrap();
+
+    let run = async {
+        let mut refs = Vec::with_capacity(TASKS);
+        for _ in 0..TASKS / BATCH {
+            let batch =
+                (0..BATCH).map(|_| Task::function("noop", Vec::new()).resources_str("cpu=0.001"));
+            refs.extend(client.submit_batch(batch).await.unwrap());
+        }
+        let (ready, not_ready) = client
+            .wait(refs.iter().map(TaskRef::id), TASKS, None)
+            .await
+            .unwrap();
+        (refs, ready, not_ready)
+    };
+    let (refs, ready, not_ready) = tokio::time::timeout(Duration::from_secs(180), run)
+        .await
+        .expect("10,000 no-op tasks finish within 3 minutes");
+    assert!(not_ready.is_empty(), "{} not finished", not_ready.len());
+
+    let submitted: BTreeSet<TaskId> = refs.iter().map(TaskRef::id).collect();
+    assert_eq!(
+        submitted.len(),
+        TASKS,
+        "every submitted task has its own id"
+    );
+    let finished: BTreeSet<TaskId> = ready.iter().map(|s| s.id).collect();
+    assert_eq!(ready.len(), TASKS);
+    assert_eq!(finished, submitted, "wait returns each task once");
+    for s in &ready {
+        assert_eq!(s.state, TaskState::Succeeded, "{s:?}");
+        assert_eq!(s.attempt, 1, "{s:?}");
+    }
+
+    let listed = client
+        .list_tasks(Some(TaskState::Succeeded), None)
+        .await
+        .unwrap();
+    assert_eq!(listed.len(), TASKS);
+    let listed: BTreeSet<TaskId> = listed.iter().map(|t| t.id).collect();
+    assert_eq!(listed, submitted, "list_tasks names each task once");
+
+    let executions = executions.lock().unwrap().clone();
+    assert_eq!(executions.len(), TASKS, "every task ran");
+    assert!(
+        executions
+            .iter()
+            .all(|((id, attempt), n)| *n == 1 && *attempt == 1 && submitted.contains(id)),
+        "each task ran exactly once, as its first attempt"
+    );
+    let status = client.cluster_status().await.unwrap();
+    assert_eq!((status.pending_tasks, status.running_tasks), (0, 0));
+    cluster.shutdown().await;
+}

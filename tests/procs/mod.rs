@@ -1,0 +1,531 @@
+//! [`ProcessCluster`]: a real `escher-head` process and real `escher-worker` processes on
+//! loopback, for end-to-end tests that kill, stop and restart them.
+//!
+//! The binaries are the ones cargo built next to the test executable (`target/<profile>/`);
+//! `cargo test --workspace` builds them, `cargo test --test NAME` alone does not, and then the
+//! tests fail with a message saying so rather than skip.
+//!
+//! Everything a cluster starts lives in one temporary directory: the head's address file, each
+//! process's stdout and stderr, each worker's task logs, and whatever the tests' tasks write.
+//! Every process the cluster starts, and every process those start (command tasks inherit
+//! their worker's environment), carries a marker in its environment, so dropping the cluster
+//! kills them all: the head and the workers with kill + wait, and the task processes that a
+//! SIGKILLed worker left behind by their marker. When a test panics, the processes' output is
+//! printed to help whoever reads the failure.
+
+#![allow(dead_code)] // each test file uses a different part of the support
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::Duration;
+
+use escher::Client;
+use escher::types::{ClusterStatus, NodeId};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// How long any one wait in these tests may take before the test fails. Generous: the
+/// machine may be small and busy with other tests.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// How often a condition is checked again.
+const POLL: Duration = Duration::from_millis(50);
+
+/// The environment variable that marks every process of one cluster.
+const MARKER_VAR: &str = "ESCHER_E2E_CLUSTER";
+
+/// Polls `probe` until it gives `Some`, at most `limit`; panics naming `what` if it never does.
+pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let wait = async {
+        loop {
+            if let Some(value) = probe().await {
+                return value;
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    };
+    match tokio::time::timeout(limit, wait).await {
+        Ok(value) => value,
+        Err(_) => panic!("timed out after {limit:?} waiting for {what}"),
+    }
+}
+
+/// Where cargo put the workspace's binaries: the directory above the test executable's
+/// `deps/`.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the test executable is in a directory");
+    let dir = if deps.file_name().is_some_and(|n| n == "deps") {
+        deps.parent().expect("deps/ has a parent")
+    } else {
+        deps
+    };
+    dir.to_path_buf()
+}
+
+/// The path of binary `name`, or a panic that says how to build it.
+fn binary(name: &str) -> PathBuf {
+    let path = bin_dir().join(name);
+    assert!(
+        path.is_file(),
+        "{} does not exist: these end-to-end tests run the real binaries; build them with \
+         `cargo build --workspace --bins`, or run `cargo test --workspace`, which builds them",
+        path.display()
+    );
+    path
+}
+
+/// One child process and where its output goes.
+#[derive(Debug)]
+struct Proc {
+    label: String,
+    child: Child,
+    stdout: PathBuf,
+    stderr: PathBuf,
+}
+
+impl Proc {
+    fn pid(&self) -> Pid {
+        Pid::from_raw(i32::try_from(self.child.id()).expect("a pid fits in i32"))
+    }
+
+    /// SIGKILLs the process and reaps it. A process that already ended is only reaped.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A worker process of the cluster.
+#[derive(Debug)]
+struct WorkerProc {
+    name: String,
+    node: NodeId,
+    proc: Proc,
+}
+
+/// How to start a [`ProcessCluster`].
+#[derive(Debug, Clone)]
+pub struct ProcessClusterBuilder {
+    workers: usize,
+    resources: String,
+    heartbeat_interval_ms: u64,
+    heartbeat_timeout_ms: u64,
+}
+
+impl ProcessClusterBuilder {
+    /// `n` workers named `w1` .. `wN`, started with the cluster.
+    pub fn workers(mut self, n: usize) -> Self {
+        self.workers = n;
+        self
+    }
+
+    /// The `--resources` of the workers started with the cluster.
+    pub fn resources(mut self, resources: &str) -> Self {
+        self.resources = resources.to_string();
+        self
+    }
+
+    /// The head's heartbeat timeout (600 ms unless told otherwise).
+    pub fn heartbeat_timeout_ms(mut self, ms: u64) -> Self {
+        self.heartbeat_timeout_ms = ms;
+        self
+    }
+
+    /// Starts the head, then the workers, and waits until every worker is a live node.
+    pub async fn start(self) -> ProcessCluster {
+        let dir = tempfile::Builder::new()
+            .prefix("escher-e2e-")
+            .tempdir()
+            .expect("a temporary directory");
+        let marker = format!("{}:{}", std::process::id(), dir.path().display());
+        let mut cluster = ProcessCluster {
+            head_bin: binary("escher-head"),
+            worker_bin: binary("escher-worker"),
+            dir,
+            marker,
+            settings: self.clone(),
+            head: None,
+            head_url: String::new(),
+            workers: Vec::new(),
+            spawned: 0,
+        };
+        cluster.start_head(None).await;
+        for i in 1..=self.workers {
+            cluster
+                .start_worker(&format!("w{i}"), &self.resources)
+                .await;
+        }
+        cluster
+    }
+}
+
+/// A head process and worker processes on loopback, all stopped when dropped.
+#[derive(Debug)]
+pub struct ProcessCluster {
+    head_bin: PathBuf,
+    worker_bin: PathBuf,
+    dir: tempfile::TempDir,
+    marker: String,
+    settings: ProcessClusterBuilder,
+    head: Option<Proc>,
+    head_url: String,
+    workers: Vec<WorkerProc>,
+    /// Processes started so far, to give each its own output files.
+    spawned: u32,
+}
+
+impl ProcessCluster {
+    /// Settings: one worker with `cpu=2,memory=512`, heartbeats every 100 ms, a node lost after
+    /// 600 ms of silence.
+    pub fn builder() -> ProcessClusterBuilder {
+        ProcessClusterBuilder {
+            workers: 1,
+            resources: "cpu=2,memory=512".to_string(),
+            heartbeat_interval_ms: 100,
+            heartbeat_timeout_ms: 600,
+        }
+    }
+
+    /// The cluster's temporary directory, which tasks may write to.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The head's URL.
+    pub fn head_url(&self) -> &str {
+        &self.head_url
+    }
+
+    /// A new client of the head.
+    pub async fn client(&self) -> Client {
+        Client::connect(&self.head_url)
+            .await
+            .unwrap_or_else(|e| panic!("cannot connect to the head at {}: {e}", self.head_url))
+    }
+
+    /// The node id of the running worker process named `name`.
+    pub fn node(&self, name: &str) -> NodeId {
+        self.worker(name).node
+    }
+
+    fn worker(&self, name: &str) -> &WorkerProc {
+        self.workers
+            .iter()
+            .find(|w| w.name == name)
+            .unwrap_or_else(|| panic!("no worker process named {name}"))
+    }
+
+    fn worker_mut(&mut self, name: &str) -> &mut WorkerProc {
+        self.workers
+            .iter_mut()
+            .find(|w| w.name == name)
+            .unwrap_or_else(|| panic!("no worker process named {name}"))
+    }
+
+    /// Spawns one of the binaries with its output in files, marked as this cluster's.
+    fn spawn(&mut self, label: &str, bin: &Path, args: &[String]) -> Proc {
+        self.spawned += 1;
+        let stdout = self.dir().join(format!("{label}.{}.stdout", self.spawned));
+        let stderr = self.dir().join(format!("{label}.{}.stderr", self.spawned));
+        let file = |p: &Path| std::fs::File::create(p).expect("an output file");
+        let mut command = Command::new(bin);
+        command
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(file(&stdout))
+            .stderr(file(&stderr))
+            .env(MARKER_VAR, &self.marker)
+            .env("RUST_LOG", "info,escher_head=debug,escher_worker=debug")
+            .env("NO_COLOR", "1");
+        for var in [
+            "ESCHER_HEAD",
+            "ESCHER_TASK_ID",
+            "ESCHER_NAMESPACE",
+            "ESCHER_HEAD_LISTEN",
+            "ESCHER_HEAD_ADDRESS_FILE",
+            "ESCHER_HEARTBEAT_INTERVAL_MS",
+            "ESCHER_HEARTBEAT_TIMEOUT_MS",
+        ] {
+            command.env_remove(var);
+        }
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start {}: {e}", bin.display()));
+        Proc {
+            label: label.to_string(),
+            child,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Starts a head listening on `listen` (a free port if `None`) and waits until it has
+    /// written its address file. A head restarted on a port the kernel is still releasing is
+    /// started again, a bounded number of times.
+    async fn start_head(&mut self, listen: Option<&str>) {
+        let address_file = self.dir().join("head.url");
+        for _ in 0..50 {
+            let _ = std::fs::remove_file(&address_file);
+            let args = vec![
+                "--listen".to_string(),
+                listen.unwrap_or("127.0.0.1:0").to_string(),
+                "--address-file".to_string(),
+                address_file.display().to_string(),
+                "--heartbeat-interval-ms".to_string(),
+                self.settings.heartbeat_interval_ms.to_string(),
+                "--heartbeat-timeout-ms".to_string(),
+                self.settings.heartbeat_timeout_ms.to_string(),
+            ];
+            let head_bin = self.head_bin.clone();
+            self.head = Some(self.spawn("head", &head_bin, &args));
+            let file = address_file.clone();
+            let head = self.head.as_mut().expect("just started");
+            let started = eventually("the head to write its address file", WAIT, || {
+                let url = std::fs::read_to_string(&file).ok();
+                let exited = head.child.try_wait().ok().flatten();
+                async move {
+                    match (url, exited) {
+                        (Some(url), _) if !url.is_empty() => Some(Ok(url)),
+                        (_, Some(status)) => Some(Err(status)),
+                        _ => None,
+                    }
+                }
+            })
+            .await;
+            match started {
+                Ok(url) => {
+                    self.head_url = url.trim().to_string();
+                    return;
+                }
+                Err(status) if listen.is_some() => {
+                    eprintln!("the head exited with {status} at start; trying again");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(status) => panic!("the head exited with {status} before listening"),
+            }
+        }
+        panic!("the head could not be restarted on {listen:?}");
+    }
+
+    /// Starts a worker process named `name` with `--resources resources` and waits until it is
+    /// a live node the head did not know before; returns that node's id.
+    pub async fn start_worker(&mut self, name: &str, resources: &str) -> NodeId {
+        let known: BTreeSet<NodeId> = self.status().await.nodes.iter().map(|n| n.id).collect();
+        let log_dir = self.dir().join(format!("{name}.tasks"));
+        let args = vec![
+            "--head".to_string(),
+            self.head_url.clone(),
+            "--name".to_string(),
+            name.to_string(),
+            "--resources".to_string(),
+            resources.to_string(),
+            "--log-dir".to_string(),
+            log_dir.display().to_string(),
+            "--grace".to_string(),
+            "1".to_string(),
+        ];
+        let worker_bin = self.worker_bin.clone();
+        let proc = self.spawn(name, &worker_bin, &args);
+        // Recorded before the wait, so a failed wait still kills it and shows its output.
+        self.workers.push(WorkerProc {
+            name: name.to_string(),
+            node: NodeId(0),
+            proc,
+        });
+        let node = self.wait_registered(name, &known).await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    /// Waits until a live node named `name` whose id is not in `known` appears, and records it
+    /// as the node of the worker process of that name.
+    pub async fn wait_registered(&mut self, name: &str, known: &BTreeSet<NodeId>) -> NodeId {
+        let what = format!("worker {name} to register with the head");
+        let node = self
+            .wait_status(&what, |s| {
+                s.nodes
+                    .iter()
+                    .find(|n| n.alive && n.name == name && !known.contains(&n.id))
+                    .map(|n| n.id)
+            })
+            .await;
+        if let Some(w) = self.workers.iter_mut().rev().find(|w| w.name == name) {
+            w.node = node;
+        }
+        node
+    }
+
+    /// The head's view of the cluster now.
+    pub async fn status(&self) -> ClusterStatus {
+        let client = self.client().await;
+        client
+            .cluster_status()
+            .await
+            .unwrap_or_else(|e| panic!("cluster_status failed: {e}"))
+    }
+
+    /// Polls the cluster status until `probe` gives `Some`, at most [`WAIT`].
+    pub async fn wait_status<T>(
+        &self,
+        what: &str,
+        mut probe: impl FnMut(&ClusterStatus) -> Option<T>,
+    ) -> T {
+        let client = self.client().await;
+        let mut last = None;
+        let wait = async {
+            loop {
+                // A head that is restarting answers with errors for a moment; keep asking.
+                if let Ok(status) = client.cluster_status().await {
+                    if let Some(value) = probe(&status) {
+                        return value;
+                    }
+                    last = Some(status);
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        };
+        match tokio::time::timeout(WAIT, wait).await {
+            Ok(value) => value,
+            Err(_) => panic!("timed out after {WAIT:?} waiting for {what}; last status: {last:#?}"),
+        }
+    }
+
+    /// SIGKILLs the worker process named `name`, as if its machine died, and reaps it.
+    pub fn kill_worker(&mut self, name: &str) {
+        self.worker_mut(name).proc.kill();
+        self.workers.retain(|w| w.name != name);
+    }
+
+    /// Sends SIGTERM to the worker process named `name`: it drains and exits by itself.
+    pub fn terminate_worker(&mut self, name: &str) {
+        let pid = self.worker(name).proc.pid();
+        kill(pid, Signal::SIGTERM).expect("SIGTERM to a worker");
+    }
+
+    /// Waits until the worker process named `name` has exited by itself; returns its status.
+    pub async fn wait_worker_exit(&mut self, name: &str) -> ExitStatus {
+        let what = format!("worker process {name} to exit");
+        let worker = self.worker_mut(name);
+        let status = eventually(&what, WAIT, || {
+            let exited = worker.proc.child.try_wait().expect("try_wait on a worker");
+            async move { exited }
+        })
+        .await;
+        self.workers.retain(|w| w.name != name);
+        status
+    }
+
+    /// SIGKILLs the head process and reaps it.
+    pub fn kill_head(&mut self) {
+        if let Some(mut head) = self.head.take() {
+            head.kill();
+        }
+    }
+
+    /// Starts a new head on the address the previous one listened on (the workers know no
+    /// other), after [`kill_head`](Self::kill_head).
+    pub async fn restart_head(&mut self) {
+        assert!(self.head.is_none(), "kill the head before restarting it");
+        let listen = self
+            .head_url
+            .strip_prefix("http://")
+            .expect("the head URL starts with http://")
+            .to_string();
+        self.start_head(Some(&listen)).await;
+    }
+
+    /// Kills every process of this cluster still running: the head and the workers, then any
+    /// task process that a killed worker left behind.
+    fn kill_all(&mut self) {
+        for w in &mut self.workers {
+            w.proc.kill();
+        }
+        if let Some(head) = &mut self.head {
+            head.kill();
+        }
+        kill_marked(&self.marker);
+    }
+
+    /// The output of every process started so far, for a failure message.
+    fn outputs(&self) -> String {
+        let mut text = String::new();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir())
+            .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default();
+        files.retain(|p| {
+            p.extension()
+                .is_some_and(|e| e == "stdout" || e == "stderr")
+        });
+        files.sort();
+        for path in files {
+            let body = std::fs::read_to_string(&path).unwrap_or_default();
+            if body.is_empty() {
+                continue;
+            }
+            let tail: String = {
+                let skip = body.len().saturating_sub(16 * 1024);
+                let start = (skip..body.len())
+                    .find(|i| body.is_char_boundary(*i))
+                    .unwrap_or(body.len());
+                body[start..].to_string()
+            };
+            let _ = writeln!(text, "===== {} =====\n{tail}", path.display());
+        }
+        text
+    }
+}
+
+impl Drop for ProcessCluster {
+    fn drop(&mut self) {
+        self.kill_all();
+        if std::thread::panicking() {
+            eprintln!(
+                "the test failed; the cluster's processes wrote:\n{}",
+                self.outputs()
+            );
+            let labels: Vec<&str> = self.workers.iter().map(|w| w.proc.label.as_str()).collect();
+            eprintln!("workers still recorded: {labels:?}");
+        }
+    }
+}
+
+/// SIGKILLs every process whose environment carries this cluster's marker (task processes
+/// whose worker was killed and that no one else will stop).
+fn kill_marked(marker: &str) {
+    let needle = format!("{MARKER_VAR}={marker}");
+    let me = std::process::id();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        if pid as u32 == me {
+            continue;
+        }
+        // Other users' processes are unreadable and skipped.
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        if environ
+            .split(|b| *b == 0)
+            .any(|var| var == needle.as_bytes())
+        {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
