@@ -139,6 +139,15 @@ impl Task {
         self
     }
 
+    /// Adds `set` to what the task requires: amounts of a resource it already requires add up
+    /// (the AND of two requirement sets, as scheduling libraries compose them).
+    pub fn add_resources(mut self, set: &ResourceSet) -> Task {
+        match self.resources.merge(set) {
+            Ok(()) => self,
+            Err(e) => self.problem(format!("resources: {e}")),
+        }
+    }
+
     /// Requires resources written as `cpu=1,x=2`; a malformed list is reported by
     /// [`Task::build`] with the column of the bad item.
     pub fn resources_str(self, text: &str) -> Task {

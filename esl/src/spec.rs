@@ -51,11 +51,9 @@ impl ResourceSpec {
         Ok(self)
     }
 
-    /// Adds this spec to a task being built.
+    /// Adds this spec to a task being built (requirements add up with what it already asks).
     pub fn apply(&self, mut task: Task) -> Task {
-        for (name, amount) in self.resources.iter() {
-            task = task.resource(name.clone(), amount);
-        }
+        task = task.add_resources(&self.resources);
         for update in &self.on_start {
             task = task.on_start(update.clone());
         }
@@ -71,5 +69,26 @@ impl ResourceSpec {
         spec.on_start.extend(self.on_start.iter().cloned());
         spec.on_success.extend(self.on_success.iter().cloned());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn apply_adds_to_what_the_task_already_requires() {
+        let spec = ResourceSpec::new()
+            .require(ResourceName::new("x").unwrap(), Amount::ONE)
+            .unwrap();
+        let task = Task::function("f", Vec::new()).resources_str("cpu=1,x=2");
+        let built = spec.apply(task).build().unwrap();
+        assert_eq!(built.resources.to_string(), "cpu=1,x=3");
+        let mut direct = Task::function("f", Vec::new())
+            .resources_str("x=2")
+            .build()
+            .unwrap();
+        spec.apply_to(&mut direct).unwrap();
+        assert_eq!(direct.resources.to_string(), "x=3");
     }
 }
