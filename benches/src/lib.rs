@@ -212,6 +212,7 @@ pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
     let machine = Machine::read();
     let mut reports = Vec::new();
     let mut failures = Vec::new();
+    let mut peer_values = Vec::new();
     for workload in &selected {
         eprintln!(
             "escher-bench: {} ({}) ...",
@@ -233,25 +234,25 @@ pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
         if let Some(error) = report.notes.iter().find(|n| n.starts_with("FAILED")) {
             failures.push(format!("{}: {error}", workload.id()));
         }
+        if options.peers {
+            // The peer right after the workload, so that both see the same machine load.
+            let outcomes = peers::run(&[*workload], &params, &options.out).await;
+            let mut one = [report];
+            peers::apply(&mut one, &outcomes);
+            workloads::w7_gang::add_peer(&mut one, &outcomes);
+            [report] = one;
+            for o in &outcomes {
+                peer_values.push(match &o.result {
+                    Ok(r) => json!({"peer": o.peer, "workload": workload.id(), "values": r.values, "info": r.info, "log": o.log}),
+                    Err(e) => {
+                        eprintln!("escher-bench: peer {} did not run: {e}", o.peer);
+                        json!({"peer": o.peer, "workload": workload.id(), "error": e, "log": o.log})
+                    }
+                });
+            }
+        }
         eprint!("{}", report::figures_table(std::slice::from_ref(&report)));
         reports.push(report);
-    }
-
-    let mut peer_values = Vec::new();
-    if options.peers {
-        let outcomes = peers::run(&selected, &params, &options.out).await;
-        peers::apply(&mut reports, &outcomes);
-        workloads::w7_gang::add_peer(&mut reports, &outcomes);
-        for o in &outcomes {
-            let value = match &o.result {
-                Ok(r) => json!({"peer": o.peer, "values": r.values, "info": r.info, "log": o.log}),
-                Err(e) => {
-                    eprintln!("escher-bench: peer {} did not run: {e}", o.peer);
-                    json!({"peer": o.peer, "error": e, "log": o.log})
-                }
-            };
-            peer_values.push(value);
-        }
     }
     let targets = targets::evaluate(&reports);
     for r in &reports {

@@ -194,10 +194,11 @@ impl Reservation {
                     TaskState::Running => {}
                     TaskState::Pending => still.push(id),
                     state => {
+                        let why = failure_reason(&status);
                         return Err(ClientError::TaskFailed {
                             id,
                             state,
-                            reason: failure_reason(&status),
+                            reason: format!("holder of reservation {}: {why}", self.name),
                         });
                     }
                 }

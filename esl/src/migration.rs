@@ -402,11 +402,14 @@ mod tests {
     use crate::policy::testing::task;
     use crate::{InMemoryCluster, Mode};
 
+    /// A task id and its spec's bytes as submitted.
+    type Submitted = (TaskId, Vec<u8>);
+
     /// The in-memory cluster, recording every spec submitted through it (as bytes).
     #[derive(Debug, Clone)]
     struct Recording {
         inner: InMemoryCluster,
-        submitted: Arc<Mutex<Vec<(TaskId, Vec<u8>)>>>,
+        submitted: Arc<Mutex<Vec<Submitted>>>,
     }
 
     impl ClusterApi for Recording {

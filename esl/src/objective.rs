@@ -1,8 +1,9 @@
 //! Objective functions through soft constraints: the α/β `obj` construction of thesis
 //! §4.4.2 (escher.md A.8), balancing CPU and memory utilisation.
 //!
-//! **Goal.** Maximise `min_n (α·M_n + β·C_n)`'s complement, i.e. place each task where the
-//! weighted utilisation `α·M_n + β·C_n` (memory and CPU utilisation in `[0, 1]`) is lowest.
+//! **Goal.** Balance the weighted utilisation `γ_n = α·M_n + β·C_n` of the nodes (memory and
+//! CPU utilisation in `[0, 1]`; the thesis phrases it as an extremum of `γ_n` over nodes): place
+//! each task on the node where `γ_n` is lowest.
 //!
 //! **Construction (thesis).** Every node gets `obj` with capacity `α + β` (one
 //! `set_resource(.., Match)` on all nodes). A task with memory `m` and CPU `n`, normalised to
@@ -19,8 +20,9 @@
 //! when `obj` runs short of the hard resources (γ rounds up here, and nodes may differ from
 //! the reference shape). So [`Objective::place`] reads the headroom that `obj` keeps, picks
 //! the eligible node with the most `obj` available (ties: the lower id) and puts
-//! `{obj: γ, obj-node-<id>: 1}` (a targeted-placement marker, unbounded) in front of the
-//! thesis' list, submitted with [`Method::FitsNowFirst`]. At decision time the task lands on
+//! `{obj: γ, obj-node-<id>: 1}` (a targeted-placement marker, unbounded, created on first use
+//! and left for later tasks) in front of the thesis' list, submitted with
+//! [`Method::FitsNowFirst`]. At decision time the task lands on
 //! the least-utilised node exactly, within the thesis' factor of 2 a fortiori; if that node
 //! fills first, the thesis' list takes over.
 //!

@@ -40,8 +40,15 @@ pub struct PeerOutcome {
 }
 
 /// Runs the peers the selected workloads compare with. Never fails: a peer that cannot run
-/// is reported with the reason.
+/// is reported with the reason. The harness calls it right after each escher workload, with
+/// that one workload, so that escher and its peer are measured minutes apart at most on a
+/// machine whose load drifts.
 pub async fn run(selected: &[Workload], params: &Params, out: &Path) -> Vec<PeerOutcome> {
+    let tag = selected
+        .iter()
+        .map(|w| w.id())
+        .collect::<Vec<_>>()
+        .join("-");
     let ray_args = ray_args(selected, params);
     let hq = selected.contains(&Workload::Cmd);
     if ray_args.is_empty() && !hq {
@@ -54,7 +61,7 @@ pub async fn run(selected: &[Workload], params: &Params, out: &Path) -> Vec<Peer
     };
     let mut outcomes = Vec::new();
     if !ray_args.is_empty() {
-        let log = out.join("peer-ray.log");
+        let log = out.join(format!("peer-ray-{tag}.log"));
         let result = driver(
             &python,
             "ray_driver.py",
@@ -71,7 +78,7 @@ pub async fn run(selected: &[Workload], params: &Params, out: &Path) -> Vec<Peer
         });
     }
     if hq {
-        let log = out.join("peer-hyperqueue.log");
+        let log = out.join(format!("peer-hyperqueue-{tag}.log"));
         let args = vec![
             "--tasks".to_string(),
             params.cmd_tasks.to_string(),
@@ -102,14 +109,14 @@ fn failed_all(ray_args: &[String], hq: bool, out: &Path, why: String) -> Vec<Pee
         v.push(PeerOutcome {
             peer: "ray".into(),
             result: Err(why.clone()),
-            log: out.join("peer-ray.log"),
+            log: out.to_path_buf(),
         });
     }
     if hq {
         v.push(PeerOutcome {
             peer: "hyperqueue".into(),
             result: Err(why),
-            log: out.join("peer-hyperqueue.log"),
+            log: out.to_path_buf(),
         });
     }
     v

@@ -26,7 +26,7 @@ use escher::esl::gang::{
     CoordinatorConfig, GangCoordinator, GangRequest, GangScheduler, GhostConfig, GhostGangs,
     NativeGangs,
 };
-use escher::types::ResourceSet;
+use escher::types::{GangStrategy, ResourceSet};
 use serde_json::json;
 use tokio::sync::Barrier;
 use tokio::task::JoinSet;
@@ -101,9 +101,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             "coordinator" => {
                 let service =
                     GangCoordinator::spawn(cluster.client().await?, CoordinatorConfig::default());
+                let service = Arc::new(service);
                 clients
                     .iter()
-                    .map(|_| Design::Coordinator(service.clone()))
+                    .map(|_| Design::Coordinator(Arc::clone(&service)))
                     .collect()
             }
             _ => clients
@@ -182,22 +183,39 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         ));
     }
 
-    // Ray's placement-group microbenchmark, on the native design.
-    let native = NativeGangs::new(clients[0].clone(), None);
+    // Ray's placement-group microbenchmark on the head-native reservations: through the
+    // client API (`Client::reserve`, `Reservation::release`), as Ray's runs through its own,
+    // and through the ESL's FrameSpace design (which also waits for the holders to end).
     let one: Vec<ResourceSet> = vec!["custom=0.001".parse()?];
-    pg_rounds(&native, &one, 100.min(p.w7_pg_rate)).await?;
+    let warm = 100.min(p.w7_pg_rate);
+    pg_rounds_client(&clients[0], &one, "w", warm).await?;
+    let start = Instant::now();
+    pg_rounds_client(&clients[0], &one, "m", p.w7_pg_rate).await?;
+    let pg_rate = p.w7_pg_rate as f64 / start.elapsed().as_secs_f64();
+    let native = NativeGangs::new(clients[0].clone(), None);
+    pg_rounds(&native, &one, warm).await?;
     let start = Instant::now();
     pg_rounds(&native, &one, p.w7_pg_rate).await?;
-    let pg_rate = p.w7_pg_rate as f64 / start.elapsed().as_secs_f64();
+    let esl_pg_rate = p.w7_pg_rate as f64 / start.elapsed().as_secs_f64();
     report.figures.push(
         Figure::new(
             "w7.native.pg_rate",
-            "FrameSpace: one-bundle reservations created, awaited, released (100 at a time)",
+            "head-native reservations of one bundle created, ready, released (100 at a time)",
             "gangs/s",
             pg_rate,
         )
         .vs("ray", "pg.rate"),
     );
+    report.figures.push(
+        Figure::new(
+            "w7.native_esl.pg_rate",
+            "the same through the FrameSpace ESL (release waits for the holders' end)",
+            "gangs/s",
+            esl_pg_rate,
+        )
+        .vs("ray", "pg.rate"),
+    );
+    detail.insert("esl_pg_rate".into(), json!(esl_pg_rate));
     detail.insert("pg_rate".into(), json!(pg_rate));
     report.detail = serde_json::Value::Object(detail);
     report.plots.push(Plot {
@@ -219,7 +237,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 #[derive(Clone)]
 enum Design {
     Ghosts(Arc<GhostGangs<Client>>),
-    Coordinator(GangCoordinator<Client>),
+    Coordinator(Arc<GangCoordinator<Client>>),
     Native(Arc<NativeGangs<Client>>),
 }
 
@@ -285,6 +303,36 @@ async fn measure(
         latencies,
         wall: start.elapsed(),
     })
+}
+
+/// `n` one-bundle reservations with the client API, in rounds of 100: reserve all of a round
+/// (waiting for any not placed at once), then release all.
+async fn pg_rounds_client(
+    client: &Client,
+    bundles: &[ResourceSet],
+    tag: &str,
+    n: usize,
+) -> anyhow::Result<()> {
+    let mut done = 0;
+    while done < n {
+        let k = 100.min(n - done);
+        let mut held = Vec::with_capacity(k);
+        for i in 0..k {
+            let name = format!("w7-pgc-{tag}-{}", done + i);
+            let r = client
+                .reserve(name.as_str(), bundles.to_vec(), GangStrategy::Pack, None)
+                .await?;
+            if !r.placed() {
+                r.ready(client, Some(Duration::from_secs(30))).await?;
+            }
+            held.push(r);
+        }
+        for r in held {
+            r.release(client).await?;
+        }
+        done += k;
+    }
+    Ok(())
 }
 
 /// `n` one-bundle reservations in rounds of 100: acquire all of a round, then release all.

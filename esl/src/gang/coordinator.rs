@@ -74,7 +74,8 @@ pub struct GangCoordinator<C> {
 }
 
 impl<C: ClusterApi> GangCoordinator<C> {
-    /// Starts the service on the current tokio runtime.
+    /// Starts the service on the current tokio runtime (call it inside one); it runs until
+    /// the last handle is dropped.
     pub fn spawn(cluster: C, config: CoordinatorConfig) -> GangCoordinator<C> {
         let (jobs, queue) = mpsc::channel(config.queue.max(1));
         tokio::spawn(serve(cluster.clone(), config, queue));

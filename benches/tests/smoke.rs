@@ -1,0 +1,87 @@
+//! Keeps the harness from rotting: runs every workload at `--size tiny` without peers through
+//! the real binary, and checks that each one wrote well-formed JSON with figures. Nothing here
+//! asserts a timing: performance is measured by the full run, never by tests.
+
+use std::path::Path;
+use std::process::Command;
+
+use serde_json::Value;
+
+const WORKLOADS: [&str; 9] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "cmd"];
+
+fn read_json(path: &Path) -> Value {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
+}
+
+#[test]
+fn every_workload_runs_at_tiny_size_and_writes_json() {
+    let out = tempfile::tempdir().unwrap();
+    let output = Command::new(env!("CARGO_BIN_EXE_escher-bench"))
+        .args(["all", "--size", "tiny", "--out"])
+        .arg(out.path())
+        .output()
+        .expect("run escher-bench");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "escher-bench failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+    assert!(
+        stdout.contains("| workload | metric |"),
+        "no table:\n{stdout}"
+    );
+    assert!(stdout.contains("DESIGN §8 target"), "no targets:\n{stdout}");
+
+    for id in WORKLOADS {
+        let report = read_json(&out.path().join(format!("{id}.json")));
+        assert_eq!(report["id"], id);
+        assert_eq!(report["size"], "tiny");
+        let figures = report["figures"].as_array().expect("figures is a list");
+        assert!(!figures.is_empty(), "{id} reported no figure: {report:#}");
+        for f in figures {
+            assert!(f["id"].as_str().is_some_and(|s| s.starts_with(id)), "{f}");
+            assert!(f["unit"].is_string(), "{f}");
+            let value = f["escher"].as_f64().expect("a number");
+            assert!(value.is_finite() && value >= 0.0, "{id}: {f}");
+        }
+        assert!(report["notes"].is_array());
+        assert!(report["elapsed_s"].as_f64().is_some());
+    }
+
+    let summary = read_json(&out.path().join("summary.json"));
+    assert_eq!(summary["size"], "tiny");
+    assert_eq!(summary["failures"].as_array().map(Vec::len), Some(0));
+    assert_eq!(
+        summary["workloads"].as_array().map(Vec::len),
+        Some(WORKLOADS.len())
+    );
+    let targets = summary["targets"].as_array().expect("targets");
+    assert_eq!(targets.len(), 7);
+    for t in targets {
+        assert!(t["target"].is_string() && t["measured"].is_string(), "{t}");
+    }
+    assert!(out.path().join("results.md").is_file());
+    // Plots need a TrueType font; where there is one, each plot is a PNG.
+    for plot in summary["plots"].as_array().expect("plots") {
+        let path = Path::new(plot.as_str().expect("a path"));
+        let bytes = std::fs::read(path).expect("plot file");
+        assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
+    }
+}
+
+#[test]
+fn help_lists_the_options() {
+    let output = Command::new(env!("CARGO_BIN_EXE_escher-bench"))
+        .arg("--help")
+        .output()
+        .expect("run escher-bench --help");
+    assert!(output.status.success());
+    let help = String::from_utf8_lossy(&output.stdout);
+    for flag in ["--size", "--peers", "--out", "--head-bin"] {
+        assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
+    }
+}
