@@ -147,7 +147,7 @@ async fn main() -> AnyResult<()> {
     let mut ok2 = false;
     if let Some(m) = moved {
         println!(
-            "   moved from {:?} to {} after {:.1} s",
+            "   moved from {:?} to {:?} after {:.1} s",
             m.from,
             m.to,
             t.elapsed().as_secs_f64()

@@ -203,12 +203,19 @@ fn distributions_chart(
     if categories.is_empty() {
         return Err(anyhow!("no categories"));
     }
+    // Latencies span orders of magnitude across designs and peers: a logarithmic axis.
     let ymax = categories
         .iter()
         .map(|(_, s)| s.max)
         .fold(0.0_f64, f64::max)
-        .max(1e-6)
-        * 1.15;
+        .max(1e-3)
+        * 3.0;
+    let ymin = categories
+        .iter()
+        .map(|(_, s)| s.min)
+        .fold(f64::INFINITY, f64::min)
+        .max(1e-3)
+        / 2.0;
     let n = categories.len();
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE).context("fill")?;
@@ -217,7 +224,7 @@ fn distributions_chart(
         .margin(20)
         .x_label_area_size(55)
         .y_label_area_size(80)
-        .build_cartesian_2d(-0.5..(n as f64 - 0.5), 0.0..ymax)
+        .build_cartesian_2d(-0.5..(n as f64 - 0.5), (ymin..ymax).log_scale())
         .context("axes")?;
     let names: Vec<String> = categories.iter().map(|(c, _)| c.clone()).collect();
     chart
@@ -277,7 +284,7 @@ fn distributions_chart(
         chart
             .draw_series(std::iter::once(Text::new(
                 label,
-                (x - 0.45, s.max + ymax * 0.03),
+                (x - 0.45, s.max * 1.6),
                 style(14),
             )))
             .context("label")?;

@@ -116,7 +116,7 @@ impl Params {
             w7_pg_rate: s.pick(20, 100, 1_000),
             w8_nodes: s.pick(10, 100, 1_000),
             w8_tasks: s.pick(2_000, 100_000, 1_000_000),
-            cmd_tasks: s.pick(20, 200, 1_000),
+            cmd_tasks: s.pick(20, 500, 2_000),
         }
     }
 }

@@ -36,6 +36,7 @@ use std::collections::BTreeSet;
 use escher_proto::types::{Amount, ClusterStatus, NodeId, NodeStatus, ResourceName};
 use thiserror::Error;
 
+use crate::policy::Policy;
 use crate::{EslError, ResourceSpec};
 
 /// The conventional part names, relaxed in this order by default.
@@ -255,6 +256,15 @@ impl Composition {
     }
 }
 
+impl Policy for Composition {
+    type Key = ();
+
+    /// The AND of every part (relax first with [`Composition::relax`] if it may conflict).
+    async fn spec_for(&mut self, _key: &()) -> Result<ResourceSpec, EslError> {
+        self.spec()
+    }
+}
+
 /// [`Composition::relax`] over named parts, with the default relax order.
 pub fn relax(
     specs: &[(&str, ResourceSpec)],
@@ -457,6 +467,8 @@ mod tests {
             "{err}"
         );
         assert_eq!(strict.preferences().unwrap().len(), 2);
+        let mut policy = strict.clone();
+        assert_eq!(policy.spec_for(&()).await.unwrap(), strict.spec().unwrap());
     }
 
     #[tokio::test]

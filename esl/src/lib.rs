@@ -37,7 +37,7 @@
 //!   soft constraints ([`Objective`]).
 //! - [`fair_share`]: [`Hfs`], hierarchical max-min fair sharing over node domains
 //!   (`create_user(id, weight)`, idle shares lent and reclaimed, child instances over the nodes
-//!   their parent grants), driven by a [`Periodic`] rebalancer or by the application.
+//!   their parent grants), driven by a [`Periodic`] rebalancer or by the application;
 //! - [`migration`]: [`Migrator`], the EscherTune pattern: a job's co-location resource moves
 //!   to a node that now has room, and its tasks are relaunched with unchanged requests;
 //! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,

@@ -11,8 +11,11 @@
 //! from the request until every bundle is held. Reported per design: p50, p95 and max latency,
 //! gangs per second over all clients (acquire and release), and the design's lines of code
 //! (non-blank, non-comment lines of its module, tests excluded). Then the placement-group
-//! microbenchmark that Ray publishes, on the native design: one-bundle reservations created,
-//! awaited and released, 100 at a time; the Ray peer runs the same with placement groups.
+//! microbenchmark that Ray publishes (`ray microbenchmark`'s placement_group_create/removal),
+//! on the head-native reservations: one-bundle reservations created, ready and released, 100
+//! at a time, through the client API (`Client::reserve`, `Reservation::release`) and through
+//! the FrameSpace ESL; the Ray peer runs the same with placement groups. With `--peers` Ray
+//! also runs the gang loop itself: placement groups of 8 one-slot bundles from 4 threads.
 //!
 //! The gangs are small next to the cluster (4 gangs of 8 CPUs on 256 CPUs), as the issue
 //! sets it: the designs are compared on their overhead, not on deadlock under contention.

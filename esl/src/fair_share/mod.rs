@@ -10,7 +10,7 @@
 //!
 //! **Construction.** As the thesis: "the ESL executes a `set_resource` call to create a unique
 //! resource (e.g., `res_user1`) with infinite capacity for the user on each allocated node.
-//! When a user submits a task, they must request a capacity of 1 [of] their unique resource
+//! When a user submits a task, they must request a capacity of 1 \[of\] their unique resource
 //! ... the ESL dynamically resizes user allocations by adding and removing their ephemeral
 //! resources. Hierarchies ... by launching multiple instances of the ESL and restricting their
 //! operating domain to the nodes granted by the parent ESL." Here the resource is

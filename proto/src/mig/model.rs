@@ -9,11 +9,14 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
 use super::{MigError, Profile, tables};
 
-/// A MIG-capable GPU model with a known profile table.
+/// A MIG-capable GPU model with a known profile table. Serialized as its name (`a100-40gb`).
 #[allow(non_camel_case_types)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
 pub enum GpuModel {
     /// NVIDIA A100 with 40 GB (SXM4 or PCIe): the GPU of both MIG papers.
     A100_40GB,
@@ -141,6 +144,19 @@ impl GpuModel {
 impl fmt::Display for GpuModel {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
+    }
+}
+
+impl From<GpuModel> for String {
+    fn from(m: GpuModel) -> String {
+        m.name().to_string()
+    }
+}
+
+impl TryFrom<String> for GpuModel {
+    type Error = MigError;
+    fn try_from(s: String) -> Result<GpuModel, MigError> {
+        s.parse()
     }
 }
 

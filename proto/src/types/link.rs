@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{Labels, LogChunk, LogStream, NodeId, ResourceSet, TaskId, TaskResult, TaskSpec};
+use super::{
+    DeviceHold, GpuInfo, Labels, LogChunk, LogStream, MigDone, NodeId, ResourceSet, TaskId,
+    TaskResult, TaskSpec,
+};
 
 /// A task a worker is running (reported on registration, to rebuild a restarted head's soft
 /// state).
@@ -96,6 +99,22 @@ pub enum WorkerMessage {
         /// The bytes read, or why they could not be.
         result: Result<LogChunk, String>,
     },
+    /// The devices (GPUs, MIG slices) a task was given; sent just before its `TaskStarted`.
+    TaskDevices {
+        /// The task.
+        task_id: TaskId,
+        /// The attempt from the assignment.
+        attempt: u32,
+        /// The devices, with how much of each.
+        devices: Vec<DeviceHold>,
+    },
+    /// The node's GPUs as they are now: after `Hello` and after every MIG reconfiguration.
+    GpusChanged {
+        /// Every GPU of the node, by index.
+        gpus: Vec<GpuInfo>,
+        /// The reconfiguration this report ends, if any.
+        done: Option<MigDone>,
+    },
 }
 
 /// The head tells a worker to run a task.
@@ -146,5 +165,13 @@ pub enum HeadMessage {
     Shutdown {
         /// Why.
         reason: String,
+    },
+    /// Change the MIG layout of one GPU (once the slices it destroys are free); answered with
+    /// [`WorkerMessage::GpusChanged`] carrying `done`.
+    ReconfigureMig {
+        /// The GPU index.
+        gpu: u32,
+        /// The layout, explicit form (`2g.10gb@0,3g.20gb@4`).
+        layout: String,
     },
 }

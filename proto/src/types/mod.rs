@@ -4,8 +4,9 @@
 //! validates on construction, so a value of the type is always well-formed.
 //!
 //! Besides the resource and task vocabulary, `status` holds what the API reports (cluster and
-//! task status), `api` the requests and replies of the `Cluster` service, and `link` the
-//! messages between the head and its workers; [`crate::convert`] maps each to and from its
+//! task status), `api` the requests and replies of the `Cluster` service, `link` the
+//! messages between the head and its workers, `gpu` the GPUs and MIG slices workers report
+//! (and the resource names they become), and `gpu_status` what the GPU calls report; [`crate::convert`] maps each to and from its
 //! wire message.
 
 mod amount;
@@ -13,6 +14,8 @@ mod api;
 mod delta;
 mod error;
 mod gang;
+mod gpu;
+mod gpu_status;
 mod ids;
 mod labels;
 mod link;
@@ -31,6 +34,13 @@ pub use api::{
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
 pub use gang::GangStrategy;
+pub use gpu::{
+    DeviceHold, GpuInfo, MAX_DEVICE_SEGMENT, MigDevice, device_segment, gpu_identity, gpu_labels,
+    gpu_resources, is_gpu_resource, mig_class, mig_identity,
+};
+pub use gpu_status::{
+    ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MigDone, MigPlan, MigProgress, NodeGpus,
+};
 pub use ids::{NodeId, TaskId};
 pub use labels::{Labels, NAMESPACE_LABEL};
 pub use link::{
