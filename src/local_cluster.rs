@@ -3,13 +3,20 @@
 //!
 //! Everything is real: the head serves gRPC on `127.0.0.1:<free port>`, and each worker
 //! registers and streams to it over that socket exactly as a worker on another machine would.
+//!
+//! GPUs: workers do not look for the machine's real GPUs by default (every worker of the
+//! process would report the same ones); give a worker simulated GPUs with
+//! [`LocalClusterBuilder::worker_with_gpus`], or ask for real discovery with
+//! [`LocalClusterBuilder::discover_gpus`] (with one worker). Simulated MIG reconfigurations
+//! take MIGRator's time scaled by [`LocalClusterBuilder::sim_mig_latency_scale`] (default
+//! 0.01: tens of milliseconds).
 
 use std::time::Duration;
 
 use escher_client::{BlockingClient, Client, ClientError};
 use escher_head::{HeadConfig, HeadError};
 use escher_proto::types::{NodeId, ResourceSet};
-use escher_worker::{Functions, Worker, WorkerError};
+use escher_worker::{Functions, Worker, WorkerError, scaled_latency};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -43,22 +50,50 @@ pub enum LocalClusterError {
     Timeout(Duration),
 }
 
+/// One worker to start: its resources and simulated GPUs.
+#[derive(Debug, Clone)]
+struct WorkerSpec {
+    resources: ResourceSet,
+    sim_gpus: Vec<String>,
+}
+
+impl WorkerSpec {
+    fn plain(resources: ResourceSet) -> WorkerSpec {
+        WorkerSpec {
+            resources,
+            sim_gpus: Vec::new(),
+        }
+    }
+}
+
+/// How workers of a local cluster treat GPUs.
+#[derive(Debug, Clone, Copy)]
+struct GpuSettings {
+    discover: bool,
+    latency_scale: f64,
+}
+
 /// Settings for a [`LocalCluster`]. Defaults: two workers with 4 CPUs and 4 GiB each.
 #[derive(Debug, Clone)]
 pub struct LocalClusterBuilder {
-    workers: Vec<ResourceSet>,
+    workers: Vec<WorkerSpec>,
     functions: Functions,
     head: HeadConfig,
     grace: Duration,
+    gpus: GpuSettings,
 }
 
 impl Default for LocalClusterBuilder {
     fn default() -> Self {
         LocalClusterBuilder {
-            workers: vec![default_resources(); 2],
+            workers: vec![WorkerSpec::plain(default_resources()); 2],
             functions: Functions::new(),
             head: HeadConfig::default(),
             grace: Duration::from_secs(2),
+            gpus: GpuSettings {
+                discover: false,
+                latency_scale: 0.01,
+            },
         }
     }
 }
@@ -67,21 +102,56 @@ fn default_resources() -> ResourceSet {
     "cpu=4,memory=4096".parse().unwrap_or_default()
 }
 
+/// The default resources, with `resources` added or replacing them.
+fn with_defaults(resources: ResourceSet) -> ResourceSet {
+    let mut all = default_resources();
+    for (name, amount) in resources.iter() {
+        all.insert(name.clone(), amount);
+    }
+    all
+}
+
 impl LocalClusterBuilder {
     /// `n` workers with the default resources (replacing any configured so far).
     pub fn workers(mut self, n: usize) -> Self {
-        self.workers = vec![default_resources(); n];
+        self.workers = vec![WorkerSpec::plain(default_resources()); n];
         self
     }
 
     /// Adds one worker with these resources (`cpu` and `memory` replace the defaults; other
     /// names are custom static resources).
     pub fn worker(mut self, resources: ResourceSet) -> Self {
-        let mut all = default_resources();
-        for (name, amount) in resources.iter() {
-            all.insert(name.clone(), amount);
-        }
-        self.workers.push(all);
+        self.workers
+            .push(WorkerSpec::plain(with_defaults(resources)));
+        self
+    }
+
+    /// Adds one worker with these resources and simulated GPUs, one per spec (`h100-80gb`,
+    /// `a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb`; see
+    /// [`SimGpuSpec`](escher_worker::SimGpuSpec)). An illegal spec makes `start` fail.
+    pub fn worker_with_gpus<I, S>(mut self, resources: ResourceSet, gpus: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.workers.push(WorkerSpec {
+            resources: with_defaults(resources),
+            sim_gpus: gpus.into_iter().map(Into::into).collect(),
+        });
+        self
+    }
+
+    /// Whether workers look for this machine's real GPUs through NVML (default no: every
+    /// worker of the process would report the same GPUs). Without a driver they find none.
+    pub fn discover_gpus(mut self, discover: bool) -> Self {
+        self.gpus.discover = discover;
+        self
+    }
+
+    /// How long simulated MIG reconfigurations take, as a multiple of MIGRator's figures
+    /// (6 s to replace one slice); default 0.01, 0 for instant.
+    pub fn sim_mig_latency_scale(mut self, scale: f64) -> Self {
+        self.gpus.latency_scale = scale;
         self
     }
 
@@ -126,9 +196,10 @@ impl LocalClusterBuilder {
             workers: Vec::new(),
             functions: self.functions.clone(),
             grace: self.grace,
+            gpus: self.gpus,
         };
-        for resources in self.workers {
-            cluster.add_worker(resources).await?;
+        for spec in self.workers {
+            cluster.start_worker(spec).await?;
         }
         Ok(cluster)
     }
@@ -152,6 +223,7 @@ pub struct LocalCluster {
     workers: Vec<LocalWorker>,
     functions: Functions,
     grace: Duration,
+    gpus: GpuSettings,
 }
 
 /// How long a worker may take to register.
@@ -193,15 +265,44 @@ impl LocalCluster {
         &mut self,
         resources: ResourceSet,
     ) -> Result<NodeId, LocalClusterError> {
+        self.start_worker(WorkerSpec::plain(resources)).await
+    }
+
+    /// Starts one more worker with these resources and simulated GPUs (see
+    /// [`LocalClusterBuilder::worker_with_gpus`]) and waits until it has registered.
+    pub async fn add_worker_with_gpus<I, S>(
+        &mut self,
+        resources: ResourceSet,
+        gpus: I,
+    ) -> Result<NodeId, LocalClusterError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let sim_gpus = gpus.into_iter().map(Into::into).collect();
+        self.start_worker(WorkerSpec {
+            resources,
+            sim_gpus,
+        })
+        .await
+    }
+
+    async fn start_worker(&mut self, spec: WorkerSpec) -> Result<NodeId, LocalClusterError> {
         let index = self.workers.len();
-        let worker = Worker::builder()
+        let mut builder = Worker::builder()
             .head(self.head_url.clone())
             .name(format!("local-{index}"))
-            .resources(resources)
+            .resources(spec.resources)
             .grace(self.grace)
             .drain(Duration::from_millis(200))
             .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
-            .functions(&self.functions)
+            .discover_gpus(self.gpus.discover)
+            .sim_mig_latency(scaled_latency(self.gpus.latency_scale))
+            .functions(&self.functions);
+        for gpu in spec.sim_gpus {
+            builder = builder.sim_gpu(gpu);
+        }
+        let worker = builder
             .build()
             .map_err(|source| LocalClusterError::Worker { index, source })?;
         let mut handle = worker.handle();

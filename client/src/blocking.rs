@@ -231,6 +231,32 @@ impl BlockingClient {
         self.run(self.inner.cluster_status())
     }
 
+    /// See [`Client::gpus`].
+    pub fn gpus(&self) -> Result<Vec<escher_proto::types::NodeGpus>, ClientError> {
+        self.run(self.inner.gpus())
+    }
+
+    /// See [`Client::apply_mig_layout`].
+    pub fn apply_mig_layout(
+        &self,
+        node: escher_proto::NodeId,
+        gpu: u32,
+        layout: impl Into<String>,
+        drain: bool,
+    ) -> Result<escher_proto::types::MigPlan, ClientError> {
+        self.run(self.inner.apply_mig_layout(node, gpu, layout, drain))
+    }
+
+    /// See [`Client::wait_mig_layout`].
+    pub fn wait_mig_layout(
+        &self,
+        node: escher_proto::NodeId,
+        gpu: u32,
+        timeout: Option<std::time::Duration>,
+    ) -> Result<escher_proto::types::GpuStatus, ClientError> {
+        self.run(self.inner.wait_mig_layout(node, gpu, timeout))
+    }
+
     /// See [`Client::reserve`].
     pub fn reserve(
         &self,

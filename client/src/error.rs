@@ -88,6 +88,32 @@ pub enum ClientError {
         /// How long the caller waited.
         after: Duration,
     },
+    /// A MIG reconfiguration was still under way when the time the caller allowed ran out. It
+    /// goes on; `escher gpus` shows it.
+    #[error(
+        "GPU {gpu} of node {node} is still being reconfigured to {target} after {after:?} (it \
+         waits for its busy slices to drain, then takes seconds per slice)"
+    )]
+    MigTimeout {
+        /// The node.
+        node: escher_proto::NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The layout being applied.
+        target: String,
+        /// How long the caller waited.
+        after: Duration,
+    },
+    /// A MIG reconfiguration failed on the worker; its reason verbatim.
+    #[error("the MIG reconfiguration of GPU {gpu} on node {node} failed: {reason}")]
+    MigFailed {
+        /// The node.
+        node: escher_proto::NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// Why, as the worker said.
+        reason: String,
+    },
     /// A task ended without succeeding (failed or cancelled), so it has no result.
     #[error("task {id} {state}: {reason}")]
     TaskFailed {
@@ -132,7 +158,8 @@ impl ClientError {
             ClientError::Connect { .. }
             | ClientError::Unavailable { .. }
             | ClientError::Timeout { .. }
-            | ClientError::ReservationTimeout { .. } => true,
+            | ClientError::ReservationTimeout { .. }
+            | ClientError::MigTimeout { .. } => true,
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
@@ -148,6 +175,7 @@ impl ClientError {
             | ClientError::TaskFailed { .. }
             | ClientError::WrongResultKind { .. }
             | ClientError::Decode { .. }
+            | ClientError::MigFailed { .. }
             | ClientError::Protocol(_) => false,
         }
     }

@@ -30,6 +30,8 @@
 //!   namespace, calling task); its task methods are in `tasks.rs` (submit, get, wait, cancel,
 //!   describe, list, logs) and its resource methods in `resources.rs` (`set_resource`,
 //!   `adjust_resource`, `delete_resource`, the batch `set_resources`, `cluster_status`).
+//! - GPUs (`gpus.rs`): `Client::gpus` (each node's GPUs, MIG slices and who holds each
+//!   device), `Client::apply_mig_layout` and `Client::wait_mig_layout`.
 //! - [`Reservation`] (`reservation.rs`): `Client::reserve`, head-native all-or-nothing
 //!   reservations of resource bundles (gang scheduling), and the handle to wait for and
 //!   release one.
@@ -52,6 +54,7 @@ mod blocking;
 mod builder;
 mod client;
 mod error;
+mod gpus;
 mod logs;
 mod reservation;
 mod resources;

@@ -41,6 +41,9 @@ struct State {
     wait_calls: usize,
     set_requests: Vec<SetResourcesRequest>,
     submit_namespaces: Vec<Option<Namespace>>,
+    /// The one GPU's layout, and the layout being applied (done on the next `Gpus` call).
+    mig_layout: String,
+    mig_target: Option<String>,
 }
 
 #[derive(Clone, Default)]
@@ -261,6 +264,103 @@ impl Cluster for FakeHead {
             running_tasks: 1,
         };
         Ok(Response::new(status.into()))
+    }
+
+    /// One node with one simulated A100 in MIG mode; a layout being applied shows as
+    /// reconfiguring once, then as done.
+    async fn gpus(
+        &self,
+        _request: Request<wire::GpusRequest>,
+    ) -> Result<Response<wire::GpusReply>, Status> {
+        use escher_proto::mig::{GpuModel, Layout};
+        use escher_proto::types::{
+            GpuInfo, GpuStatus, GpusReply, MigDevice, MigProgress, NodeGpus,
+        };
+        let mut st = self.state();
+        if st.mig_layout.is_empty() {
+            st.mig_layout = "7g.40gb@0".into();
+        }
+        let reconfiguring = st.mig_target.take().map(|target| {
+            st.mig_layout = target.clone();
+            MigProgress {
+                target,
+                retiring: vec![],
+                waiting_for: vec![],
+                since_ms: 0,
+            }
+        });
+        let layout = Layout::parse(GpuModel::A100_40GB, &st.mig_layout).unwrap();
+        let slices = layout
+            .placements()
+            .iter()
+            .map(|p| MigDevice {
+                profile: p.profile.name.into(),
+                start: p.start,
+                size: p.profile.memory_slices,
+                memory_mib: 4864,
+                uuid: format!("MIG-{}", p.start),
+            })
+            .collect();
+        let gpu = GpuStatus {
+            info: GpuInfo {
+                index: 0,
+                uuid: "GPU-fake".into(),
+                product: "NVIDIA A100-SXM4-40GB".into(),
+                model: Some(GpuModel::A100_40GB),
+                memory_mib: 40960,
+                mig_enabled: true,
+                simulated: true,
+                slices,
+            },
+            holders: vec![],
+            reconfiguring,
+            last_error: None,
+        };
+        let reply = GpusReply {
+            nodes: vec![NodeGpus {
+                node: NodeId(1),
+                name: "fake".into(),
+                alive: true,
+                gpus: vec![gpu],
+            }],
+        };
+        Ok(Response::new(reply.into()))
+    }
+
+    /// Refuses a layout containing `busy` as the real head refuses a busy GPU; accepts any
+    /// other legal A100 layout for GPU 0 of node 1.
+    async fn apply_mig_layout(
+        &self,
+        request: Request<wire::ApplyMigLayoutRequest>,
+    ) -> Result<Response<wire::MigPlan>, Status> {
+        use escher_proto::mig::{GpuModel, Layout};
+        let req = escher_proto::types::ApplyMigLayoutRequest::try_from(request.into_inner())?;
+        if req.node != NodeId(1) || req.gpu != 0 {
+            return Err(Status::not_found(format!(
+                "node {} has no GPU {}",
+                req.node, req.gpu
+            )));
+        }
+        if req.layout.contains("busy") {
+            return Err(Status::failed_precondition(
+                "GPU 0 of node 1 cannot be reconfigured now: slice 7g.40gb@0 may be in use",
+            ));
+        }
+        let to = Layout::parse(GpuModel::A100_40GB, &req.layout)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let mut st = self.state();
+        st.mig_target = Some(to.to_string());
+        let plan = escher_proto::types::MigPlan {
+            node: req.node,
+            gpu: req.gpu,
+            from: "7g.40gb@0".into(),
+            to: to.to_string(),
+            destroy: vec!["7g.40gb@0".into()],
+            create: to.placements().iter().map(|p| p.to_string()).collect(),
+            waiting_for: vec![],
+            estimated: Duration::from_secs(12),
+        };
+        Ok(Response::new(plan.into()))
     }
 
     async fn task_logs(
@@ -775,4 +875,69 @@ fn the_blocking_client_reserves() {
     client.reservation_ready(&gang, None).unwrap();
     let after = client.release_reservation(&gang).unwrap();
     assert_eq!(after[0].state, TaskState::Cancelled);
+}
+
+#[tokio::test]
+async fn gpus_and_mig_layouts_through_the_cli() {
+    let (_head, url) = start().await;
+    let (code, out) = cli(&url, &["gpus"]).await.unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.starts_with("node 1 (fake)\n"), "{out}");
+    assert!(
+        out.contains("a100-40gb (simulated)") && out.contains("7g.40gb"),
+        "{out}"
+    );
+    let (code, out) = cli(
+        &url,
+        &[
+            "mig",
+            "apply",
+            "1",
+            "0",
+            "4g.20gb,3g.20gb",
+            "--wait",
+            "--timeout",
+            "5",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("create:     4g.20gb@0 3g.20gb@4"), "{out}");
+    assert!(
+        out.contains("done: GPU 0 is now 4g.20gb@0,3g.20gb@4"),
+        "{out}"
+    );
+    let err = cli(&url, &["mig", "apply", "1", "0", "busy"])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot be reconfigured now"),
+        "{err}"
+    );
+    let err = cli(&url, &["mig", "apply", "1", "0", "2g.20gb"])
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("no MIG profile \"2g.20gb\""),
+        "{err}"
+    );
+    let err = cli(&url, &["mig", "apply", "2", "0", "7g.40gb"])
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        err.downcast_ref::<ClientError>(),
+        Some(ClientError::NotFound(_))
+    ));
+    let (_, out) = cli(&url, &["--json", "gpus"]).await.unwrap();
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json[0]["gpus"][0]["info"]["uuid"], "GPU-fake");
+    // The blocking client sees the same.
+    let url2 = url.clone();
+    let nodes = tokio::task::spawn_blocking(move || {
+        BlockingClient::connect(&url2).unwrap().gpus().unwrap()
+    })
+    .await
+    .unwrap();
+    assert_eq!(nodes[0].gpus[0].info.slices.len(), 2);
 }

@@ -182,6 +182,8 @@ impl Inner {
             Effect::Terminal { task } => {
                 self.running.remove(&task);
             }
+            // No GPUs in memory: nothing to reconfigure.
+            Effect::ReconfigureMig { .. } => {}
         }
     }
 

@@ -1462,6 +1462,9 @@ proptest! {
                     Effect::Terminal { task } => {
                         prop_assert!(t.task_state(*task).is_terminal());
                     }
+                    Effect::ReconfigureMig { node, .. } => {
+                        prop_assert!(t.state.node_alive(*node));
+                    }
                 }
             }
             // Terminal states are final.

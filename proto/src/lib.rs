@@ -5,8 +5,10 @@
 //! - [`types`]: resource names, fixed-point amounts and capacities, resource sets, node and task
 //!   ids, node specifications, and the compact `cpu=2,gpu=0.5` text syntax; tasks and their
 //!   life cycle; what the API reports (cluster, node and task status, pending reasons); and the
-//!   requests and replies of both services as domain values. Pure data with validation: no
-//!   async, no network, usable from the scheduler core.
+//!   requests and replies of both services as domain values; GPUs and MIG slices as workers
+//!   report them, and the resource names and labels they become (`gpu`, `gpu.<uuid>`,
+//!   `mig.<profile>`, `mig.<uuid>`). Pure data with validation: no async, no network, usable
+//!   from the scheduler core.
 //! - [`codec`]: the encoding of function-task arguments and results (bincode over serde).
 //! - [`wire`]: the protobuf messages and the tonic clients and servers generated from
 //!   `proto/escher.proto` (package `escher.v1`): the `Cluster` service that applications call,

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+use escher_proto::mig::LatencyModel;
 use escher_proto::{Labels, ResourceSet};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -100,6 +101,28 @@ impl WorkerBuilder {
         self
     }
 
+    /// Adds a simulated GPU (repeatable), such as `h100-80gb` (a whole GPU) or
+    /// `a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb` (MIG mode with those slices); see
+    /// [`SimGpuSpec`](crate::SimGpuSpec). An illegal one makes `build` fail with the reason.
+    pub fn sim_gpu(mut self, spec: impl Into<String>) -> Self {
+        self.config.sim_gpus.push(spec.into());
+        self
+    }
+
+    /// Whether to look for real NVIDIA GPUs through NVML (default yes). Workers sharing one
+    /// machine (a [`LocalCluster`](https://docs.rs/escher)) should not all report its GPUs.
+    pub fn discover_gpus(mut self, discover: bool) -> Self {
+        self.config.discover_gpus = discover;
+        self
+    }
+
+    /// How long simulated MIG reconfigurations take (default: MIGRator's figures, 6 s per
+    /// replaced slice; [`scaled_latency`](crate::scaled_latency) scales them).
+    pub fn sim_mig_latency(mut self, latency: LatencyModel) -> Self {
+        self.config.sim_mig_latency = latency;
+        self
+    }
+
     /// Time a stopped command gets between SIGTERM and SIGKILL (default 5 s).
     pub fn grace(mut self, grace: Duration) -> Self {
         self.config.grace = grace;
@@ -168,11 +191,12 @@ impl WorkerBuilder {
         }
         let config = self.config;
         config.validate()?;
-        let discovered = discovery::discover();
-        let resources = config.resolve_resources(&discovered);
-        let labels = config.resolve_labels(&discovered);
         let host = hostname();
         let name = config.name.clone().unwrap_or_else(|| default_name(&host));
+        let sims = config.sim_gpu_specs()?;
+        let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
+        let resources = config.resolve_resources(&discovered);
+        let labels = config.resolve_labels(&discovered);
         let log_dir = match &config.log_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|source| WorkerError::LogDir {
@@ -205,6 +229,8 @@ impl WorkerBuilder {
             reconnect: (config.reconnect_initial, config.reconnect_max),
             functions: self.functions,
             node_tx,
+            gpus: discovered.gpus,
+            sim_mig_latency: config.sim_mig_latency,
         })
     }
 }

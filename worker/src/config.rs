@@ -8,12 +8,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use escher_proto::convert::MAX_NAME_BYTES;
+use escher_proto::mig::LatencyModel;
+use escher_proto::types::is_gpu_resource;
 use escher_proto::{Amount, Labels, ResourceName, ResourceSet};
 use tonic::transport::Uri;
 
 use crate::discovery::Discovered;
 use crate::error::WorkerError;
 use crate::exec::DEFAULT_GRACE;
+use crate::gpu::SimGpuSpec;
 
 /// Where the head is unless told otherwise (DESIGN §9).
 pub const DEFAULT_HEAD: &str = "http://127.0.0.1:7600";
@@ -49,8 +52,14 @@ pub struct WorkerConfig {
     /// How long, after shutdown is asked for, running tasks may go on to finish before they are
     /// cancelled.
     pub drain: Duration,
-    /// Simulated GPU specifications (`--sim-gpu`); not supported yet.
+    /// Simulated GPU specifications (`--sim-gpu`), such as `h100-80gb` or
+    /// `a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb`; see [`SimGpuSpec`].
     pub sim_gpus: Vec<String>,
+    /// Whether to look for real NVIDIA GPUs through NVML (`--no-nvml` turns it off).
+    pub discover_gpus: bool,
+    /// How long a simulated MIG reconfiguration takes (`--sim-mig-latency-scale` scales the
+    /// default, MIGRator's figures).
+    pub sim_mig_latency: LatencyModel,
     /// The first delay before trying to reach the head again.
     pub reconnect_initial: Duration,
     /// The longest delay between attempts to reach the head.
@@ -70,6 +79,8 @@ impl Default for WorkerConfig {
             grace: DEFAULT_GRACE,
             drain: DEFAULT_DRAIN,
             sim_gpus: Vec::new(),
+            discover_gpus: true,
+            sim_mig_latency: LatencyModel::default(),
             reconnect_initial: DEFAULT_RECONNECT_INITIAL,
             reconnect_max: DEFAULT_RECONNECT_MAX,
         }
@@ -88,10 +99,18 @@ impl WorkerConfig {
                 Amount::units(v).map_err(|e| WorkerError::config(field, e.to_string()))?;
             }
         }
-        if !self.sim_gpus.is_empty() {
+        self.sim_gpu_specs()?;
+        if let Some((name, _)) = self
+            .resources
+            .iter()
+            .find(|(n, _)| is_gpu_resource(n.as_str()))
+        {
             return Err(WorkerError::config(
-                "sim-gpu",
-                "simulated GPUs are not supported yet; remove --sim-gpu",
+                "resources",
+                format!(
+                    "{name} is a GPU resource, which the worker reports from the GPUs it finds; \
+                     use --sim-gpu for GPUs this machine does not have"
+                ),
             ));
         }
         if self.reconnect_initial.is_zero() || self.reconnect_initial > self.reconnect_max {
@@ -105,6 +124,19 @@ impl WorkerConfig {
             ));
         }
         Ok(())
+    }
+
+    /// The `--sim-gpu` specifications, parsed; the error names the first illegal one and says
+    /// why (an unknown model, or the MIG model's reason the layout is not legal).
+    pub fn sim_gpu_specs(&self) -> Result<Vec<SimGpuSpec>, WorkerError> {
+        self.sim_gpus
+            .iter()
+            .map(|s| {
+                s.parse().map_err(|e: crate::gpu::SimGpuError| {
+                    WorkerError::config("sim-gpu", e.to_string())
+                })
+            })
+            .collect()
     }
 
     /// The resources to register: `discovered`, then the static resources, then the `cpus` and
@@ -204,10 +236,24 @@ mod tests {
         };
         assert!(err(named).contains("name"));
         let gpus = WorkerConfig {
-            sim_gpus: vec!["a100-40gb".into()],
+            sim_gpus: vec!["a100-40gb:mig=3g.20gb,3g.20gb,1g.5gb".into()],
             ..Default::default()
         };
-        assert!(err(gpus).contains("simulated GPUs are not supported yet"));
+        assert_eq!(
+            err(gpus),
+            "invalid worker configuration: sim-gpu: \"a100-40gb:mig=3g.20gb,3g.20gb,1g.5gb\": \
+             layout entry 3 (\"1g.5gb\"): 1g.5gb needs 1 memory slice(s) but only 0 of 8 are free"
+        );
+        let fake = WorkerConfig {
+            resources: "gpu=2".parse().unwrap(),
+            ..Default::default()
+        };
+        assert!(err(fake).contains("--sim-gpu"));
+        let fine = WorkerConfig {
+            sim_gpus: vec!["h100-80gb".into(), "a100-40gb:mig=1g.5gb".into()],
+            ..Default::default()
+        };
+        assert_eq!(fine.sim_gpu_specs().unwrap().len(), 2);
         let cpus = WorkerConfig {
             cpus: Some(u64::MAX),
             ..Default::default()
@@ -220,6 +266,7 @@ mod tests {
         let discovered = Discovered {
             resources: "cpu=8,memory=1024".parse().unwrap(),
             labels: "gpu.model=none".parse().unwrap(),
+            gpus: Vec::new(),
         };
         let config = WorkerConfig {
             resources: "memory=512,ssd=2".parse().unwrap(),

@@ -27,6 +27,7 @@ pub struct TaskContext {
     namespace: Option<Namespace>,
     worker_name: Arc<str>,
     head: HeadConn,
+    devices: Arc<[String]>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -38,6 +39,7 @@ impl fmt::Debug for TaskContext {
             .field("namespace", &self.namespace)
             .field("worker", &self.worker_name)
             .field("head", &self.head.url())
+            .field("devices", &self.devices)
             .finish()
     }
 }
@@ -50,6 +52,7 @@ impl TaskContext {
         namespace: Option<Namespace>,
         worker_name: Arc<str>,
         head: HeadConn,
+        devices: Vec<String>,
     ) -> TaskContext {
         TaskContext {
             node_id,
@@ -58,6 +61,7 @@ impl TaskContext {
             namespace,
             worker_name,
             head,
+            devices: devices.into(),
         }
     }
 
@@ -85,6 +89,15 @@ impl TaskContext {
     /// The name of the worker running the task.
     pub fn worker_name(&self) -> &str {
         &self.worker_name
+    }
+
+    /// The UUIDs of the GPU devices (whole GPUs `GPU-...`, MIG slices `MIG-...`) this task was
+    /// given for the GPU resources it holds, in GPU order: what a command task gets as
+    /// `CUDA_VISIBLE_DEVICES`. Empty when it holds none. An in-process function shares the
+    /// worker's process, so this is advice to pass on (to a CUDA library or a child process),
+    /// not an isolation.
+    pub fn visible_devices(&self) -> &[String] {
+        &self.devices
     }
 
     /// The head's URL.

@@ -5,28 +5,42 @@
 //!   which honours affinity masks and cgroup quotas);
 //! - `memory`: `MemTotal` from `/proc/meminfo`, in whole MiB; absent where that file is not
 //!   readable (not Linux, a restricted sandbox);
-//! - GPUs and MIG slices: not yet. [`discover`] is the seam where NVML discovery will add
-//!   `gpu`, `gpu.*` and `mig.*` resources and model labels, without the rest of the worker
-//!   changing.
+//! - GPUs and MIG slices ([`discover_with`]): real ones through NVML (no NVIDIA driver: one
+//!   log line and none), then simulated ones (`--sim-gpu`); they add the `gpu`, `gpu.*` and
+//!   `mig.*` resources and the `gpu.*` labels of the naming scheme in
+//!   [`escher_proto::types`] (`gpu.rs`), and [`Discovered::gpus`] lists them.
 //!
 //! [`hostname`] names the machine (the default worker name and the registered address).
 //!
 //! Configuration (`--cpus`, `--memory`, `--resources`) overrides what is discovered; that
 //! merge happens in the builder, not here.
 
+use std::collections::BTreeSet;
+
+use escher_proto::types::{GpuInfo, gpu_labels, gpu_resources};
 use escher_proto::{Amount, Labels, ResourceName, ResourceSet};
+
+use crate::gpu::{self, GpuSources, SimGpuSpec};
 
 /// What [`discover`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Discovered {
-    /// Physical resources: `cpu`, `memory` (MiB), later GPUs.
+    /// Physical resources: `cpu`, `memory` (MiB), and the GPU resources.
     pub resources: ResourceSet,
-    /// Labels describing the hardware (none yet; GPU models later).
+    /// Labels describing the hardware (`gpu.model`, `gpu.count`, ...).
     pub labels: Labels,
+    /// The GPUs, real then simulated, by index.
+    pub gpus: Vec<GpuInfo>,
 }
 
-/// Discovers this machine's physical resources.
+/// Discovers this machine's CPUs, memory and real GPUs.
 pub fn discover() -> Discovered {
+    discover_with(true, &[], &hostname())
+}
+
+/// Discovers this machine's CPUs and memory, its real GPUs if `nvml` is set, and adds the
+/// simulated GPUs of `simulated` after them, their UUIDs derived from `worker` (its name).
+pub fn discover_with(nvml: bool, simulated: &[SimGpuSpec], worker: &str) -> Discovered {
     let mut found = Discovered::default();
     if let Some(cpus) = cpu_count() {
         found.resources.insert(ResourceName::cpu(), cpus);
@@ -34,7 +48,15 @@ pub fn discover() -> Discovered {
     if let Some(mib) = memory_mib() {
         found.resources.insert(ResourceName::memory(), mib);
     }
-    // GPUs (NVML, MIG slices) and simulated GPUs are added here by a later change.
+    found.gpus = gpu::discover(GpuSources {
+        nvml,
+        simulated,
+        worker,
+    });
+    for (name, amount) in gpu_resources(&found.gpus, &BTreeSet::new()).iter() {
+        found.resources.insert(name.clone(), amount);
+    }
+    found.labels = gpu_labels(&found.gpus);
     found
 }
 
@@ -94,5 +116,38 @@ mod tests {
         if std::path::Path::new("/proc/meminfo").exists() {
             assert!(!found.resources.get("memory").is_zero());
         }
+        // Without an NVIDIA driver (CI), no GPU and no GPU label; with one, real GPUs only.
+        assert!(found.gpus.iter().all(|g| !g.simulated));
+        if found.gpus.is_empty() {
+            assert!(found.resources.get("gpu").is_zero());
+            assert!(found.labels.is_empty());
+        }
+    }
+
+    #[test]
+    fn simulated_gpus_add_resources_and_labels() {
+        let specs: Vec<SimGpuSpec> = ["a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb", "h100-80gb"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        let found = discover_with(false, &specs, "box");
+        assert_eq!(found.gpus.len(), 2);
+        assert_eq!(found.gpus[1].index, 1);
+        let r = &found.resources;
+        assert_eq!(r.get("gpu").to_string(), "1");
+        assert_eq!(r.get("mig.1g.5gb").to_string(), "2");
+        assert_eq!(r.get("mig.3g.20gb").to_string(), "1");
+        let gpu_id = escher_proto::types::gpu_identity(&found.gpus[1].uuid).unwrap();
+        assert_eq!(r.get(gpu_id.as_str()), Amount::ONE);
+        for s in &found.gpus[0].slices {
+            assert_eq!(r.get(s.identity().unwrap().as_str()), Amount::ONE);
+        }
+        assert_eq!(
+            found.labels.to_string(),
+            "gpu.count=2,gpu.mig=1,gpu.model=mixed,gpu.simulated=true"
+        );
+        // The same worker gets the same UUIDs every time.
+        assert_eq!(discover_with(false, &specs, "box").gpus, found.gpus);
+        assert_ne!(discover_with(false, &specs, "other").gpus, found.gpus);
     }
 }

@@ -1,8 +1,9 @@
 //! escher-worker: the node agent.
 //!
 //! A worker registers its node's resources with the head (CPUs, memory, custom static
-//! resources; NVIDIA GPUs and MIG slices later), holds one stream to the head for assignments
-//! and status, and runs command, function and ghost tasks. It is both a library, for Rust
+//! resources, NVIDIA GPUs and MIG slices, real or simulated), holds one stream to the head for
+//! assignments and status, gives each task the GPU devices it holds, changes MIG layouts when
+//! the head asks, and runs command, function and ghost tasks. It is both a library, for Rust
 //! programs that register their own functions (and for an in-process `LocalCluster`), and the
 //! `escher-worker` binary.
 //!
@@ -23,13 +24,16 @@
 //! - [`Worker`] (`worker.rs`), built by [`WorkerBuilder`] (`builder.rs`) from a
 //!   [`WorkerConfig`] (`config.rs`); [`WorkerHandle`] (`handle.rs`) watches its node id.
 //! - `runtime.rs`: the event loop that owns the link to the head and the running tasks:
-//!   assignments, cancellations, log requests, heartbeats, re-registration, drain.
+//!   assignments, cancellations, log requests, heartbeats, re-registration, drain; its GPU
+//!   side (device grants, waiting tasks, MIG reconfigurations) in `runtime/gpus.rs`.
 //! - `link.rs`: one attempt to register and attach; `backoff.rs`: the delays between attempts;
 //!   `head_conn.rs`: the one channel to the head that everything shares.
 //! - `runner.rs`: runs one assignment (command, function or ghost) to a `TaskFinished`.
 //! - `functions.rs`: the registry of named function handlers; [`TaskContext`] (`context.rs`)
 //!   is what a handler gets.
 //! - [`discovery`]: the physical resources of this machine.
+//! - `gpu/`: GPUs: NVML and simulated discovery ([`SimGpuSpec`]), the device allocator, MIG
+//!   reconfiguration jobs.
 //! - [`exec`]: the command executor (processes, signals, log files).
 //! - [`WorkerError`] (`error.rs`).
 //! - `bin/escher-worker.rs`: the binary.
@@ -43,6 +47,7 @@ pub mod discovery;
 mod error;
 pub mod exec;
 mod functions;
+mod gpu;
 mod handle;
 mod head_conn;
 mod link;
@@ -57,6 +62,7 @@ pub use config::{
 pub use context::TaskContext;
 pub use error::WorkerError;
 pub use functions::{BoxFuture, FunctionResult, Functions};
+pub use gpu::{SimGpuError, SimGpuSpec, scaled_latency};
 pub use handle::WorkerHandle;
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;

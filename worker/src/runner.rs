@@ -49,13 +49,17 @@ pub(crate) struct RunEnv {
     pub(crate) worker_name: Arc<str>,
 }
 
-/// Runs `assignment` on node `node_id` until it ends, is cancelled or times out.
+/// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
+/// the UUIDs of the GPU devices it was given, `None` on a node without GPUs: a command gets
+/// them as `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` (on a GPU node a task given
+/// none sees none: an empty list, and `none`), a function through its context.
 #[tracing::instrument(skip_all, fields(task_id = %a.task_id, attempt = a.attempt))]
 pub(crate) async fn run_task(
     env: Arc<RunEnv>,
     node_id: NodeId,
     a: Assignment,
     cancel: CancellationToken,
+    devices: Option<Vec<String>>,
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
@@ -82,6 +86,17 @@ pub(crate) async fn run_task(
             if let Some(path) = path_with_escher_cli(&spec.env) {
                 opts = opts.env("PATH", path);
             }
+            if let Some(devices) = &devices {
+                let list = devices.join(",");
+                let nvidia = if list.is_empty() {
+                    "none".to_string()
+                } else {
+                    list.clone()
+                };
+                opts = opts
+                    .env("CUDA_VISIBLE_DEVICES", list)
+                    .env("NVIDIA_VISIBLE_DEVICES", nvidia);
+            }
             opts.timeout = timeout;
             command(a.task_id.0, a.attempt, &spec, &opts, cancel).await
         }
@@ -93,6 +108,7 @@ pub(crate) async fn run_task(
                 namespace.and_then(|ns| Namespace::new(&ns).ok()),
                 Arc::clone(&env.worker_name),
                 env.head.clone(),
+                devices.unwrap_or_default(),
             );
             function(&env, &name, ctx, args, timeout, cancel).await
         }

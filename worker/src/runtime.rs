@@ -18,6 +18,14 @@
 //!   sends the buffered reports after `Hello`; given another, it cancels every task it still
 //!   runs and drops their reports (the head has already retried or failed them). A report that
 //!   was in flight when the stream broke can be lost; the task is then missing from `running`.
+//! - A task that holds GPU resources is given devices first (`gpu/`): `TaskDevices` then
+//!   `TaskStarted`. If no device has room yet (fractions spread over GPUs, a pinned device
+//!   taken), the task waits here, unstarted, until a release makes room; if it can never fit
+//!   here, it ends at once with the reason.
+//! - `ReconfigureMig`: the slices the new layout destroys take no new task; once their holders
+//!   are gone the reconfiguration runs off the loop, and its end is reported with
+//!   `GpusChanged { done }` (kept for the next stream if none is attached). Every registration
+//!   carries the GPUs as they are (less slices being rebuilt).
 //! - On shutdown (the caller's shutdown future, or the head's `Shutdown`) the worker stops
 //!   taking assignments (each one that still arrives is answered at once with a `TaskFinished`
 //!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
@@ -30,12 +38,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use escher_proto::types::{
-    Assignment, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
+    Assignment, GpuInfo, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
     WorkerMessage,
 };
 use escher_proto::wire::head_message::Body;
 use escher_proto::{Labels, LogStream, NodeId, ResourceSet, TaskId, wire};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -44,8 +52,11 @@ use crate::backoff::Backoff;
 use crate::error::WorkerError;
 use crate::exec::{self, Stream};
 use crate::functions::BoxFuture;
+use crate::gpu::{BindError, Gpus};
 use crate::link::{ConnectError, Link, connect};
 use crate::runner::{RunEnv, run_task};
+
+mod gpus;
 
 /// Log bytes sent for a `FetchLogs` that asks for 0.
 const DEFAULT_LOG_FETCH: u32 = 64 * 1024;
@@ -79,6 +90,25 @@ struct Finished {
     report: TaskFinished,
 }
 
+/// What a runner is told about its devices: the `CUDA_VISIBLE_DEVICES` list (`None` on a node
+/// without GPUs), or why it cannot run.
+type DeviceGrant = Result<Option<Vec<String>>, String>;
+
+/// A task waiting for GPU devices to free up.
+#[derive(Debug)]
+struct Waiting {
+    seq: u64,
+    key: (TaskId, u32),
+    allocation: ResourceSet,
+    grant: oneshot::Sender<DeviceGrant>,
+}
+
+/// When a runner gets its devices.
+enum Grant {
+    Now(Option<Vec<String>>),
+    Later(oneshot::Receiver<DeviceGrant>),
+}
+
 /// The event loop's state.
 pub(crate) struct Runtime {
     env: Arc<RunEnv>,
@@ -96,8 +126,15 @@ pub(crate) struct Runtime {
     connecting: Option<BoxFuture<Result<Link, ConnectError>>>,
     failures: u32,
     backoff: Backoff,
-    /// Reports of tasks that finished while no stream was attached.
-    unsent: Vec<TaskFinished>,
+    /// Reports (task ends, reconfiguration ends) made while no stream was attached.
+    unsent: Vec<WorkerMessage>,
+    /// The node's GPUs and who holds which device.
+    gpus: Gpus,
+    /// Tasks waiting for devices, in arrival order.
+    waiting: Vec<Waiting>,
+    /// Ends of MIG reconfiguration jobs.
+    mig_tx: mpsc::UnboundedSender<(GpuInfo, Option<String>)>,
+    mig_rx: mpsc::UnboundedReceiver<(GpuInfo, Option<String>)>,
     stopping: bool,
     drain_timer: Option<Pin<Box<Sleep>>>,
     cancelled_all: bool,
@@ -111,8 +148,10 @@ impl Runtime {
         drain: Duration,
         backoff: Backoff,
         node_tx: watch::Sender<Option<NodeId>>,
+        gpus: Gpus,
     ) -> Runtime {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let (mig_tx, mig_rx) = mpsc::unbounded_channel();
         Runtime {
             env,
             identity,
@@ -129,6 +168,10 @@ impl Runtime {
             failures: 0,
             backoff,
             unsent: Vec::new(),
+            gpus,
+            waiting: Vec::new(),
+            mig_tx,
+            mig_rx,
             stopping: false,
             drain_timer: None,
             cancelled_all: false,
@@ -152,6 +195,7 @@ impl Runtime {
                 }
                 () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
+                Some((info, error)) = self.mig_rx.recv() => self.on_reconfigured(info, error),
                 event = next_link_event(&mut self.link) => match event {
                     LinkEvent::Message(msg) => {
                         self.backoff.reset();
@@ -198,6 +242,7 @@ impl Runtime {
                 .keys()
                 .map(|&(task_id, attempt)| RunningTask { task_id, attempt })
                 .collect(),
+            gpus: self.gpus.registration_inventory(),
         };
         tracing::debug!(?delay, previous = ?self.node_id, running = request.running.len(), "registering");
         self.connecting = Some(Box::pin(connect(self.env.head.clone(), request, delay)));
@@ -244,8 +289,8 @@ impl Runtime {
         // The back-off restarts once the stream has carried something (see `run`), so that a
         // head that accepts and at once drops the stream is not hammered.
         self.failures = 0;
-        for report in std::mem::take(&mut self.unsent) {
-            self.send(WorkerMessage::TaskFinished(report));
+        for msg in std::mem::take(&mut self.unsent) {
+            self.send(msg);
         }
     }
 
@@ -271,8 +316,10 @@ impl Runtime {
             },
             None => Some(msg),
         };
-        if let Some(WorkerMessage::TaskFinished(report)) = unsent {
-            self.unsent.push(report);
+        match unsent {
+            Some(msg @ WorkerMessage::TaskFinished(_))
+            | Some(msg @ WorkerMessage::GpusChanged { done: Some(_), .. }) => self.unsent.push(msg),
+            _ => {}
         }
     }
 
@@ -281,10 +328,11 @@ impl Runtime {
             name: name.to_string(),
             value,
         };
-        let metrics = vec![
+        let mut metrics = vec![
             metric("running_tasks", self.tasks.len() as f64),
             metric("draining", if self.stopping { 1.0 } else { 0.0 }),
         ];
+        metrics.extend(self.gpus.metrics());
         if self.link.is_some() {
             self.send(WorkerMessage::Heartbeat { metrics });
         }
@@ -319,6 +367,7 @@ impl Runtime {
                 tracing::info!(%reason, "the head asked this worker to shut down");
                 self.begin_stop();
             }
+            Ok(HeadMessage::ReconfigureMig { gpu, layout }) => self.reconfigure(gpu, &layout),
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");
@@ -357,6 +406,33 @@ impl Runtime {
         }
         let seq = self.next_seq;
         self.next_seq += 1;
+        let grant = match self.gpus.bind(seq, &a.allocation) {
+            Ok(holds) => Grant::Now(self.started(key, &holds)),
+            Err(BindError::Never(why)) => {
+                tracing::warn!(task_id = %a.task_id, attempt = a.attempt, %why, "the task's GPU devices cannot be given here");
+                self.send(WorkerMessage::TaskFinished(TaskFinished {
+                    task_id: a.task_id,
+                    attempt: a.attempt,
+                    outcome: Err(format!(
+                        "worker {} cannot give this task its GPU devices: {why}",
+                        self.identity.name
+                    )),
+                    timed_out: false,
+                }));
+                return;
+            }
+            Err(BindError::Wait(why)) => {
+                tracing::info!(task_id = %a.task_id, attempt = a.attempt, %why, "waiting for GPU devices");
+                let (tx, rx) = oneshot::channel();
+                self.waiting.push(Waiting {
+                    seq,
+                    key,
+                    allocation: a.allocation.clone(),
+                    grant: tx,
+                });
+                Grant::Later(rx)
+            }
+        };
         let cancel = CancellationToken::new();
         self.tasks.insert(
             key,
@@ -365,20 +441,43 @@ impl Runtime {
                 cancel: cancel.clone(),
             },
         );
-        self.send(WorkerMessage::TaskStarted {
-            task_id: a.task_id,
-            attempt: a.attempt,
-        });
         let env = Arc::clone(&self.env);
         let done = self.finished_tx.clone();
         self.tracker.spawn(async move {
-            let report = run_task(env, node_id, a, cancel).await;
+            let devices = match grant {
+                Grant::Now(devices) => Ok(devices),
+                Grant::Later(rx) => tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => Err("cancelled while waiting for a GPU device".to_string()),
+                    granted = rx => granted.unwrap_or_else(|_| Err("the worker stopped while the task waited for a GPU device".to_string())),
+                },
+            };
+            let report = match devices {
+                Ok(devices) => run_task(env, node_id, a, cancel, devices).await,
+                Err(why) => TaskFinished {
+                    task_id: a.task_id,
+                    attempt: a.attempt,
+                    outcome: Err(why),
+                    timed_out: false,
+                },
+            };
             // The receiver lives as long as the runtime, which waits for every runner.
             let _ = done.send(Finished { seq, report });
         });
     }
 
     fn on_finished(&mut self, Finished { seq, report }: Finished) {
+        self.report_finished(seq, report);
+        // Whatever the report's fate, the runner is gone: so are its devices, and what waited
+        // for them may go on (after the head has heard of the end).
+        self.waiting.retain(|w| w.seq != seq);
+        if self.gpus.release(seq) {
+            self.retry_waiting();
+            self.start_reconfigurations();
+        }
+    }
+
+    fn report_finished(&mut self, seq: u64, report: TaskFinished) {
         let key = (report.task_id, report.attempt);
         if self.tasks.get(&key).is_none_or(|r| r.seq != seq) {
             // A task of a node the head has forgotten: not reported.

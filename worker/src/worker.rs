@@ -11,6 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use escher_proto::mig::LatencyModel;
+use escher_proto::types::GpuInfo;
 use escher_proto::{Labels, NodeId, ResourceSet};
 use tokio::sync::watch;
 
@@ -18,6 +20,7 @@ use crate::backoff::{Backoff, time_seed};
 use crate::builder::WorkerBuilder;
 use crate::error::WorkerError;
 use crate::functions::FunctionRegistry;
+use crate::gpu::Gpus;
 use crate::handle::WorkerHandle;
 use crate::head_conn::HeadConn;
 use crate::runner::RunEnv;
@@ -56,6 +59,8 @@ pub struct Worker {
     pub(crate) reconnect: (Duration, Duration),
     pub(crate) functions: FunctionRegistry,
     pub(crate) node_tx: watch::Sender<Option<NodeId>>,
+    pub(crate) gpus: Vec<GpuInfo>,
+    pub(crate) sim_mig_latency: LatencyModel,
 }
 
 impl fmt::Debug for Worker {
@@ -65,6 +70,7 @@ impl fmt::Debug for Worker {
             .field("head", &self.head)
             .field("resources", &self.resources)
             .field("labels", &self.labels)
+            .field("gpus", &self.gpus.len())
             .field("log_dir", &self.log_dir.path())
             .field("functions", &self.functions)
             .finish_non_exhaustive()
@@ -95,6 +101,11 @@ impl Worker {
     /// The labels it registers.
     pub fn labels(&self) -> &Labels {
         &self.labels
+    }
+
+    /// The GPUs it found (real, then simulated), as it reports them to the head.
+    pub fn gpus(&self) -> &[GpuInfo] {
+        &self.gpus
     }
 
     /// Where command logs go.
@@ -128,8 +139,9 @@ impl Worker {
         };
         let (initial, max) = self.reconnect;
         let backoff = Backoff::new(initial, max, time_seed());
-        tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, log_dir = %env.log_dir.display(), "worker starting");
-        let result = Runtime::new(env, identity, self.drain, backoff, self.node_tx)
+        tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, gpus = self.gpus.len(), log_dir = %env.log_dir.display(), "worker starting");
+        let gpus = Gpus::new(&self.name, self.gpus, self.sim_mig_latency);
+        let result = Runtime::new(env, identity, self.drain, backoff, self.node_tx, gpus)
             .run(shutdown)
             .await;
         // The temporary log directory, if any, goes only now that every task has ended.

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
+use super::gpus::{GpusArgs, MigCommand};
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
@@ -66,6 +67,11 @@ pub enum Command {
     Resource(ResourceCommand),
     /// Reserve bundles of resources all or nothing (gang scheduling); release with `cancel`
     Reserve(ReserveArgs),
+    /// Show every node's GPUs and MIG slices, and which task holds each device
+    Gpus(GpusArgs),
+    /// Change MIG layouts
+    #[command(subcommand)]
+    Mig(MigCommand),
 }
 
 impl Cli {

@@ -10,6 +10,9 @@
 //!   cancel ID...
 //!   reserve NAME --bundle RESOURCES... [--strategy S] [--timeout SECS] [--wait]
 //!                                   reserve bundles all or nothing; release: cancel ID...
+//!   gpus                            every node's GPUs, MIG slices, and which task holds each
+//!   mig apply NODE GPU LAYOUT [--drain] [--wait [--timeout SECS]]
+//!                                   change one GPU's MIG layout
 //!   logs ID [--stderr] [--follow]   a command task's output, raw
 //!   tasks [--state S] [--limit N]
 //!   info ID                         everything about one task
@@ -26,7 +29,8 @@
 //!
 //! - `args`: the [`Cli`] struct, the [`Command`] tree, resource targets, value parsers;
 //! - `status`, `submit`, `wait` (get / wait / cancel and the progress bar), `inspect`
-//!   (tasks / info / logs), `resource`, `reserve`: one module per group of commands, each
+//!   (tasks / info / logs), `resource`, `reserve`, `gpus` (gpus / mig apply): one module per
+//!   group of commands, each
 //!   with its option structs, its `run`, and a pure `render_*` function that tests check;
 //! - `render`: tables and shared formatting; `ctx`: the options and output every command
 //!   gets.
@@ -42,6 +46,7 @@ use clap::Parser;
 
 mod args;
 mod ctx;
+mod gpus;
 mod inspect;
 mod render;
 mod reserve;
@@ -51,6 +56,7 @@ mod submit;
 mod wait;
 
 pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
+pub use gpus::{GpusArgs, MigApplyArgs, MigCommand, render_gpus, render_plan};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
 pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
@@ -111,6 +117,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Info(a) => a.run(ctx).await,
         Command::Resource(a) => a.run(ctx).await,
         Command::Reserve(a) => a.run(ctx).await,
+        Command::Gpus(a) => a.run(ctx).await,
+        Command::Mig(a) => a.run(ctx).await,
     }
 }
 

@@ -3,9 +3,9 @@
 use std::time::Duration;
 
 use escher_proto::types::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, ReserveReply, ReserveRequest,
-    SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId,
-    TaskLogsRequest, WaitRequest,
+    ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksReply, ListTasksRequest,
+    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
+    SubmitReply, SubmitRequest, TaskId, TaskLogsRequest, WaitRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
@@ -185,6 +185,39 @@ impl Cluster for ClusterService {
                 }
                 .into(),
             )),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn gpus(
+        &self,
+        _request: Request<wire::GpusRequest>,
+    ) -> Result<Response<wire::GpusReply>, Status> {
+        let reply = self.owner.read(|s| s.gpu_status()).await?;
+        Ok(Response::new(reply.into()))
+    }
+
+    #[tracing::instrument(skip_all, fields(node, gpu))]
+    async fn apply_mig_layout(
+        &self,
+        request: Request<wire::ApplyMigLayoutRequest>,
+    ) -> Result<Response<wire::MigPlan>, Status> {
+        let ApplyMigLayoutRequest {
+            node,
+            gpu,
+            layout,
+            drain,
+        } = request.into_inner().try_into()?;
+        tracing::Span::current().record("node", node.0);
+        tracing::Span::current().record("gpu", gpu);
+        let command = Command::ApplyMigLayout {
+            node,
+            gpu,
+            layout,
+            drain,
+        };
+        match self.owner.apply(command).await? {
+            Reply::MigPlan(plan) => Ok(Response::new(plan.into())),
             other => Err(unexpected(other)),
         }
     }

@@ -64,7 +64,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
     let message = err.to_string();
     match err {
         e if e.is_not_found() => Status::not_found(message),
-        ApplyError::CallerNotRunning { .. } => Status::failed_precondition(message),
+        e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),
     }
 }

@@ -234,6 +234,10 @@ impl Owner {
                     );
                 }
                 Effect::Terminal { task } => self.waiters.on_terminal(&self.state, task),
+                Effect::ReconfigureMig { node, gpu, layout } => {
+                    tracing::info!(%node, gpu, %layout, "asking the worker to reconfigure MIG");
+                    self.send(node, HeadMessage::ReconfigureMig { gpu, layout });
+                }
             }
         }
     }
@@ -257,6 +261,7 @@ impl Owner {
         // Passed on even when not live: the state then gives the worker another id, which
         // tells it that its old node and tasks are gone.
         let previous = request.previous_node_id;
+        let gpus = request.gpus;
         let command = Command::RegisterNode {
             name: request.name,
             address: request.address,
@@ -275,6 +280,18 @@ impl Owner {
         let reconnect = previous == Some(node_id);
         if reconnect {
             self.reconcile(node_id, &request.running);
+        }
+        if !gpus.is_empty() || reconnect {
+            // In the same turn as the registration, so that no client sees the node without
+            // its GPUs; on a reconnect the GPUs may have changed while it was away.
+            let command = Command::GpusChanged {
+                node: node_id,
+                gpus,
+                done: None,
+            };
+            if let Err(err) = self.apply(command) {
+                tracing::warn!(node = %node_id, %err, "could not record the worker's GPUs");
+            }
         }
         self.last_seen.insert(node_id, Instant::now());
         tracing::info!(node = %node_id, reconnect, ?previous, "worker registered");
@@ -340,6 +357,30 @@ impl Owner {
             WorkerMessage::Logs { request_id, result } => {
                 if let Some(reply) = self.logs.remove(&request_id) {
                     let _ = reply.send(result);
+                }
+            }
+            WorkerMessage::TaskDevices {
+                task_id,
+                attempt,
+                devices,
+            } => {
+                let _ = self.apply(Command::TaskDevices {
+                    task: task_id,
+                    attempt,
+                    devices,
+                });
+            }
+            WorkerMessage::GpusChanged { gpus, done } => {
+                if let Some(done) = &done {
+                    match &done.error {
+                        None => tracing::info!(%node, gpu = done.gpu, "MIG reconfiguration done"),
+                        Some(why) => {
+                            tracing::warn!(%node, gpu = done.gpu, %why, "MIG reconfiguration failed")
+                        }
+                    }
+                }
+                if let Err(err) = self.apply(Command::GpusChanged { node, gpus, done }) {
+                    tracing::warn!(%node, %err, "could not record the worker's GPUs");
                 }
             }
         }

@@ -115,6 +115,24 @@ impl ClusterState {
                 self.core_event(Event::Tick, now);
                 Reply::Done
             }
+            Command::TaskDevices {
+                task,
+                attempt,
+                devices,
+            } => {
+                self.task_devices(task, attempt, devices);
+                Reply::Done
+            }
+            Command::GpusChanged { node, gpus, done } => {
+                self.gpus_changed(node, gpus, done, now)?;
+                Reply::Done
+            }
+            Command::ApplyMigLayout {
+                node,
+                gpu,
+                layout,
+                drain,
+            } => Reply::MigPlan(self.apply_mig_layout(node, gpu, &layout, drain, now)?),
         };
         self.settle(now);
         Ok(reply)
@@ -182,6 +200,9 @@ impl ClusterState {
                 alive: true,
                 draining: false,
                 gone_because: None,
+                gpus: Vec::new(),
+                mig: BTreeMap::new(),
+                mig_errors: BTreeMap::new(),
             },
         );
         id

@@ -2,8 +2,8 @@
 
 use escher_proto::types::{Assignment, TaskFinished};
 use escher_proto::types::{
-    GangStrategy, Labels, Namespace, NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId,
-    TaskSpec, TaskStatus,
+    DeviceHold, GangStrategy, GpuInfo, Labels, MigDone, MigPlan, Namespace, NodeId, ResourceName,
+    ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -93,6 +93,35 @@ pub enum Command {
     },
     /// Time passed (expires pending deadlines).
     Tick,
+    /// A worker gave a task's attempt these devices (GPUs, MIG slices).
+    TaskDevices {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+        /// The devices, with how much of each.
+        devices: Vec<DeviceHold>,
+    },
+    /// A worker reports its GPUs as they are now (after attaching, after a reconfiguration).
+    GpusChanged {
+        /// The node.
+        node: NodeId,
+        /// Every GPU of the node.
+        gpus: Vec<GpuInfo>,
+        /// The reconfiguration this report ends, if any.
+        done: Option<MigDone>,
+    },
+    /// Change the MIG layout of one GPU of a node.
+    ApplyMigLayout {
+        /// The node.
+        node: NodeId,
+        /// The GPU's index.
+        gpu: u32,
+        /// The layout text, read for the GPU's model.
+        layout: String,
+        /// Wait for busy slices to drain instead of refusing.
+        drain: bool,
+    },
 }
 
 /// What applying a command returns to its caller.
@@ -113,6 +142,8 @@ pub enum Reply {
     ResourcesSet(Vec<Vec<NodeId>>),
     /// The tasks' statuses after a cancel.
     Cancelled(Vec<TaskStatus>),
+    /// What a MIG layout change does (it goes on in the background).
+    MigPlan(MigPlan),
     /// Nothing to report.
     Done,
 }
@@ -142,5 +173,14 @@ pub enum Effect {
     Terminal {
         /// The task.
         task: TaskId,
+    },
+    /// Tell the node's worker to change a GPU's MIG layout.
+    ReconfigureMig {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The layout, explicit form.
+        layout: String,
     },
 }

@@ -1,5 +1,6 @@
 //! Why the head refused a command. A refused command changes nothing.
 
+use escher_proto::mig::{GpuModel, MigError};
 use escher_proto::types::{NodeId, ResourceName, TaskId, TaskState};
 use thiserror::Error;
 
@@ -48,6 +49,79 @@ pub enum ApplyError {
     /// A task id was listed twice in one call.
     #[error("task {0} is listed twice")]
     DuplicateTask(TaskId),
+    /// A GPU operation named a node that cannot take it now.
+    #[error(
+        "node {node} is {state}; a MIG layout can only change on a live node that is not draining"
+    )]
+    NodeUnavailable {
+        /// The node.
+        node: NodeId,
+        /// `not live` or `draining`.
+        state: &'static str,
+    },
+    /// The node has no GPU with this index.
+    #[error("node {node} has no GPU {gpu}; its GPU indices are: {have} (see `escher gpus`)")]
+    NoSuchGpu {
+        /// The node.
+        node: NodeId,
+        /// The index asked for.
+        gpu: u32,
+        /// The indices it has.
+        have: String,
+    },
+    /// The GPU cannot be partitioned by escher.
+    #[error("GPU {gpu} of node {node} ({product}) {why}")]
+    NotPartitionable {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// Its product name.
+        product: String,
+        /// Why not.
+        why: &'static str,
+    },
+    /// The layout is not legal for the GPU's model.
+    #[error("invalid MIG layout {layout:?} for GPU {gpu} of node {node} ({model}): {reason}")]
+    InvalidLayout {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The GPU's model.
+        model: GpuModel,
+        /// The text given.
+        layout: String,
+        /// What the MIG model found wrong.
+        reason: MigError,
+    },
+    /// A slice the change destroys may be in use.
+    #[error(
+        "GPU {gpu} of node {node} cannot be reconfigured now: {busy}; wait for those tasks, or \
+         ask to drain (--drain) so that nothing new is placed on those slices and the change \
+         happens once they are free"
+    )]
+    MigBusy {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// Which slices, held by which tasks.
+        busy: String,
+    },
+    /// A reconfiguration of the GPU is under way.
+    #[error(
+        "GPU {gpu} of node {node} is already being reconfigured to {target:?}; wait until \
+         `escher gpus` shows it done"
+    )]
+    MigInProgress {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The layout being applied.
+        target: String,
+    },
 }
 
 impl ApplyError {
@@ -55,10 +129,22 @@ impl ApplyError {
     pub fn is_not_found(&self) -> bool {
         matches!(
             self,
-            ApplyError::UnknownNode(_) | ApplyError::UnknownTask(_)
+            ApplyError::UnknownNode(_) | ApplyError::UnknownTask(_) | ApplyError::NoSuchGpu { .. }
         ) || matches!(
             self,
             ApplyError::Core(CoreError::UnknownNode(_) | CoreError::UnknownTask(_))
+        )
+    }
+
+    /// Whether the command was valid but the cluster is not in a state to take it now (gRPC
+    /// `FAILED_PRECONDITION`): a busy GPU, a reconfiguration under way, a node going away.
+    pub fn is_precondition(&self) -> bool {
+        matches!(
+            self,
+            ApplyError::CallerNotRunning { .. }
+                | ApplyError::MigBusy { .. }
+                | ApplyError::MigInProgress { .. }
+                | ApplyError::NodeUnavailable { .. }
         )
     }
 }

@@ -11,12 +11,17 @@
 //!   runtime ──Entry{now, Command}──▶ apply ──▶ Reply (to the caller)
 //!                                      │
 //!                                      ├──▶ scheduler core (events in, decisions out)
-//!                                      └──▶ Effects: Assign / Cancel to workers, Terminal
+//!                                      └──▶ Effects: Assign / Cancel / ReconfigureMig to
+//!                                           workers, Terminal
 //! ```
+//!
+//! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
+//! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
 mod apply;
 mod command;
 mod error;
+mod gpus;
 mod queries;
 mod record;
 mod resources;
@@ -25,4 +30,5 @@ mod tasks;
 pub use apply::{ClusterState, StateConfig};
 pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
+pub use gpus::PendingMig;
 pub use record::{NodeRecord, TaskRecord};

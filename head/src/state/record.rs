@@ -1,10 +1,14 @@
 //! What the head remembers about each node and each task.
 
+use std::collections::BTreeMap;
+
 use escher_proto::types::{
-    Labels, NodeId, PendingReason, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState, TaskStatus,
+    DeviceHold, GpuInfo, Labels, NodeId, PendingReason, ResourceSet, TaskId, TaskResult, TaskSpec,
+    TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
+use super::gpus::PendingMig;
 use crate::scheduler::Millis;
 
 /// A node the head has seen.
@@ -24,6 +28,12 @@ pub struct NodeRecord {
     pub draining: bool,
     /// Why it is no longer live.
     pub gone_because: Option<String>,
+    /// Its GPUs, as its worker reported them last (`GpusChanged`).
+    pub gpus: Vec<GpuInfo>,
+    /// MIG reconfigurations under way, by GPU index.
+    pub mig: BTreeMap<u32, PendingMig>,
+    /// Why the last reconfiguration of a GPU failed, by GPU index.
+    pub mig_errors: BTreeMap<u32, String>,
 }
 
 /// A task the head has accepted.
@@ -53,6 +63,9 @@ pub struct TaskRecord {
     pub cancel_requested: bool,
     /// A reservation's bundle holder: the head holds it, no worker runs it.
     pub native: bool,
+    /// The devices (GPUs, MIG slices) its running attempt was given, once its worker said;
+    /// `None` before that (and for tasks that hold none).
+    pub devices: Option<Vec<DeviceHold>>,
 }
 
 impl TaskRecord {
@@ -70,6 +83,7 @@ impl TaskRecord {
             finished_at: None,
             cancel_requested: false,
             native: false,
+            devices: None,
         }
     }
 

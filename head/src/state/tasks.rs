@@ -54,6 +54,7 @@ impl ClusterState {
         rec.attempt += 1;
         rec.started_at = Some(now);
         rec.pending_reason = None;
+        rec.devices = None;
         let assignment = Assignment {
             task_id: id,
             attempt: rec.attempt,

@@ -198,6 +198,7 @@ pub fn render(effects: &[Effect]) -> Vec<String> {
                 ..
             } => format!("cancel {task}@{node} #{attempt}"),
             Effect::Terminal { task } => format!("terminal {task}"),
+            Effect::ReconfigureMig { node, gpu, layout } => format!("mig {node}/{gpu} {layout}"),
         })
         .collect()
 }

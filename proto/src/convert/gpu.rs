@@ -122,7 +122,10 @@ impl TryFrom<wire::GpuInfo> for GpuInfo {
 }
 
 /// A list of GPUs, each converted, at most [`MAX_GPUS`].
-pub(crate) fn gpu_list(items: Vec<wire::GpuInfo>, field: &str) -> Result<Vec<GpuInfo>, ConvertError> {
+pub(crate) fn gpu_list(
+    items: Vec<wire::GpuInfo>,
+    field: &str,
+) -> Result<Vec<GpuInfo>, ConvertError> {
     convert_list(items, field, MAX_GPUS, GpuInfo::try_from)
 }
 

@@ -1,6 +1,7 @@
 //! Conversions of the `WorkerLink` messages: registration, and the two directions of a
 //! worker's stream.
 
+use super::gpu::{gpu_list, hold_list};
 use super::status::{log_stream, log_stream_to_wire};
 use super::{
     At, ConvertError, MAX_ADDRESS_BYTES, MAX_METRICS, MAX_NAME_BYTES, Problem, check_len,
@@ -8,8 +9,8 @@ use super::{
     required,
 };
 use crate::types::{
-    Assignment, HeadMessage, Labels, LogChunk, Metric, NodeId, RegisterReply, RegisterRequest,
-    ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult, WorkerMessage,
+    Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, RegisterReply,
+    RegisterRequest, ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult, WorkerMessage,
 };
 use crate::wire;
 use crate::wire::{head_message, task_finished, worker_message};
@@ -33,6 +34,7 @@ impl From<RegisterRequest> for wire::RegisterRequest {
                     attempt: t.attempt,
                 })
                 .collect(),
+            gpus: r.gpus.into_iter().map(Into::into).collect(),
         }
     }
 }
@@ -56,6 +58,7 @@ impl TryFrom<wire::RegisterRequest> for RegisterRequest {
                     attempt: t.attempt,
                 })
                 .collect(),
+            gpus: gpu_list(w.gpus, "gpus")?,
         })
     }
 }
@@ -132,6 +135,25 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                     ..Default::default()
                 },
             }),
+            WorkerMessage::TaskDevices {
+                task_id,
+                attempt,
+                devices,
+            } => Body::TaskDevices(wire::TaskDevices {
+                task_id: task_id.0,
+                attempt,
+                devices: devices.into_iter().map(Into::into).collect(),
+            }),
+            WorkerMessage::GpusChanged { gpus, done } => Body::GpusChanged(wire::GpusChanged {
+                gpus: gpus.into_iter().map(Into::into).collect(),
+                done: done.map(|d| wire::MigDone {
+                    gpu: d.gpu,
+                    // An empty reason still reads as a failure.
+                    error: d
+                        .error
+                        .map(|e| non_empty(e).unwrap_or_else(|| UNKNOWN_ERROR.into())),
+                }),
+            }),
         };
         wire::WorkerMessage { body: Some(body) }
     }
@@ -165,6 +187,18 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                         eof: c.eof,
                     }),
                 },
+            },
+            Body::TaskDevices(d) => WorkerMessage::TaskDevices {
+                task_id: TaskId(d.task_id),
+                attempt: d.attempt,
+                devices: hold_list(d.devices, "devices").at("task_devices")?,
+            },
+            Body::GpusChanged(g) => WorkerMessage::GpusChanged {
+                gpus: gpu_list(g.gpus, "gpus").at("gpus_changed")?,
+                done: g.done.map(|d| MigDone {
+                    gpu: d.gpu,
+                    error: d.error,
+                }),
             },
         })
     }
@@ -240,6 +274,9 @@ impl From<HeadMessage> for wire::HeadMessage {
                 max_bytes,
             }),
             HeadMessage::Shutdown { reason } => Body::Shutdown(wire::Shutdown { reason }),
+            HeadMessage::ReconfigureMig { gpu, layout } => {
+                Body::ReconfigureMig(wire::ReconfigureMig { gpu, layout })
+            }
         };
         wire::HeadMessage { body: Some(body) }
     }
@@ -264,6 +301,13 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                 max_bytes: f.max_bytes,
             },
             Body::Shutdown(s) => HeadMessage::Shutdown { reason: s.reason },
+            Body::ReconfigureMig(r) => {
+                check_len("reconfigure_mig.layout", &r.layout, super::MAX_LAYOUT_BYTES)?;
+                HeadMessage::ReconfigureMig {
+                    gpu: r.gpu,
+                    layout: r.layout,
+                }
+            }
         })
     }
 }
@@ -296,6 +340,16 @@ mod tests {
             running: vec![RunningTask {
                 task_id: TaskId(10),
                 attempt: 2,
+            }],
+            gpus: vec![crate::types::GpuInfo {
+                index: 0,
+                uuid: "GPU-1".into(),
+                product: "NVIDIA H100 80GB HBM3".into(),
+                model: None,
+                memory_mib: 81559,
+                mig_enabled: false,
+                simulated: false,
+                slices: vec![],
             }],
         };
         let w = round_trip::<_, wire::RegisterRequest>(req);
@@ -369,6 +423,25 @@ mod tests {
             WorkerMessage::Logs {
                 request_id: 6,
                 result: Err("no such task".into()),
+            },
+            WorkerMessage::TaskDevices {
+                task_id: TaskId(4),
+                attempt: 1,
+                devices: vec![crate::types::DeviceHold {
+                    uuid: "MIG-41d0c7e2".into(),
+                    amount: crate::Amount::ONE,
+                }],
+            },
+            WorkerMessage::GpusChanged {
+                gpus: vec![],
+                done: None,
+            },
+            WorkerMessage::GpusChanged {
+                gpus: vec![],
+                done: Some(MigDone {
+                    gpu: 2,
+                    error: Some("in use".into()),
+                }),
             },
         ];
         for m in messages {
@@ -446,6 +519,10 @@ mod tests {
             },
             HeadMessage::Shutdown {
                 reason: "head stopping".into(),
+            },
+            HeadMessage::ReconfigureMig {
+                gpu: 0,
+                layout: "4g.20gb@0,3g.20gb@4".into(),
             },
         ]);
         for m in messages {

@@ -22,6 +22,7 @@
 //! - `status`: cluster, node and resource status, pending reasons, task info and summaries;
 //! - `cluster`: the requests and replies of the `Cluster` service;
 //! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
+//! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
 //! - `link`: the messages of the `WorkerLink` service.
 
 use std::fmt;
@@ -32,6 +33,7 @@ use thiserror::Error;
 use crate::types::TypeError;
 
 mod cluster;
+mod gpu;
 mod link;
 mod reserve;
 mod resources;
@@ -40,6 +42,8 @@ mod task;
 
 #[cfg(test)]
 mod testutil;
+
+pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 
 /// The longest task name, in bytes.
 pub const MAX_TASK_NAME_BYTES: usize = 256;

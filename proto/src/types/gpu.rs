@@ -98,7 +98,10 @@ pub fn device_segment(uuid: &str) -> Option<String> {
             }
         })
         .collect();
-    let starts_well = seg.chars().next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let starts_well = seg
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_alphanumeric());
     (starts_well && seg.len() <= MAX_DEVICE_SEGMENT).then_some(seg)
 }
 
@@ -165,10 +168,20 @@ impl GpuInfo {
                     .trim()
                     .to_ascii_lowercase()
                     .chars()
-                    .map(|c| if c.is_ascii_graphic() && !matches!(c, ',' | '=') { c } else { '-' })
+                    .map(|c| {
+                        if c.is_ascii_graphic() && !matches!(c, ',' | '=') {
+                            c
+                        } else {
+                            '-'
+                        }
+                    })
                     .take(64)
                     .collect();
-                if name.is_empty() { "unknown".into() } else { name }
+                if name.is_empty() {
+                    "unknown".into()
+                } else {
+                    name
+                }
             }
         }
     }

@@ -37,6 +37,8 @@ pub struct RegisterRequest {
     pub previous_node_id: Option<NodeId>,
     /// The tasks it is running now.
     pub running: Vec<RunningTask>,
+    /// Its GPUs, by index (their resources are among `resources`).
+    pub gpus: Vec<GpuInfo>,
 }
 
 /// The head accepts a worker.

@@ -39,7 +39,8 @@ pub use gpu::{
     gpu_resources, is_gpu_resource, mig_class, mig_identity,
 };
 pub use gpu_status::{
-    ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MigDone, MigPlan, MigProgress, NodeGpus,
+    ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MigDone, MigPlan, MigProgress,
+    NodeGpus,
 };
 pub use ids::{NodeId, TaskId};
 pub use labels::{Labels, NAMESPACE_LABEL};

@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use escher_proto::{Labels, ResourceSet};
-use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig};
+use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig, scaled_latency};
 
 /// Run an escher worker: register this machine's resources with the head and run its tasks.
 #[derive(Debug, Parser)]
@@ -54,9 +54,21 @@ struct WorkerArgs {
     #[arg(long, value_name = "SECS", default_value_t = 10.0)]
     drain: f64,
 
-    /// A simulated GPU with a MIG layout (repeatable; not supported yet).
+    /// A simulated GPU (repeatable): `h100-80gb` is a whole GPU, and
+    /// `a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb` one in MIG mode with those slices. Models:
+    /// a100-40gb, a100-80gb, h100-80gb, h200-141gb. An illegal layout is refused with the
+    /// reason.
     #[arg(long = "sim-gpu", value_name = "SPEC")]
     sim_gpu: Vec<String>,
+
+    /// Multiplies the time simulated MIG reconfigurations take (MIGRator's figures: 0.5 s per
+    /// slice destroyed, 5.5 s per slice created); 0 makes them instant.
+    #[arg(long, value_name = "FACTOR", default_value_t = 1.0)]
+    sim_mig_latency_scale: f64,
+
+    /// Do not look for real NVIDIA GPUs (NVML): report simulated ones only.
+    #[arg(long)]
+    no_nvml: bool,
 }
 
 fn parse_resources(s: &str) -> Result<ResourceSet, String> {
@@ -92,6 +104,16 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             grace: seconds("grace", args.grace)?,
             drain: seconds("drain", args.drain)?,
             sim_gpus: args.sim_gpu,
+            discover_gpus: !args.no_nvml,
+            sim_mig_latency: {
+                if !(0.0..=1000.0).contains(&args.sim_mig_latency_scale) {
+                    anyhow::bail!(
+                        "--sim-mig-latency-scale {}: give a factor from 0 to 1000",
+                        args.sim_mig_latency_scale
+                    );
+                }
+                scaled_latency(args.sim_mig_latency_scale)
+            },
             ..WorkerConfig::default()
         };
         config.validate()?;
@@ -192,8 +214,34 @@ mod tests {
         assert!(parse(&["--head", "nope"]).unwrap_err().contains("head"));
         let gpu = parse(&["--sim-gpu", "a100-40gb:1g.5gb*7"]).unwrap_err();
         assert!(
-            gpu.contains("simulated GPUs are not supported yet"),
+            gpu.contains("sim-gpu") && gpu.contains(":mig=LAYOUT"),
             "{gpu}"
         );
+        let layout = parse(&["--sim-gpu", "a100-40gb:mig=4g.20gb,4g.20gb"]).unwrap_err();
+        assert!(layout.contains("at most 1 instance(s)"), "{layout}");
+        let scale = parse(&["--sim-mig-latency-scale=-1"]).unwrap_err();
+        assert!(scale.contains("--sim-mig-latency-scale"), "{scale}");
+    }
+
+    #[test]
+    fn simulated_gpus_are_accepted() {
+        let c = parse(&[
+            "--sim-gpu",
+            "a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb",
+            "--sim-gpu",
+            "h100-80gb",
+            "--no-nvml",
+            "--sim-mig-latency-scale",
+            "0.5",
+        ])
+        .unwrap();
+        assert_eq!(c.sim_gpus.len(), 2);
+        assert!(!c.discover_gpus);
+        assert_eq!(c.sim_mig_latency.destroy, Duration::from_millis(250));
+        let built = WorkerBuilder::from_config(c).name("w").build().unwrap();
+        assert_eq!(built.gpus().len(), 2);
+        assert_eq!(built.resources().get("mig.1g.5gb").to_string(), "2");
+        assert_eq!(built.resources().get("gpu").to_string(), "1");
+        assert_eq!(built.labels().get("gpu.simulated"), Some("true"));
     }
 }

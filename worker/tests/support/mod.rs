@@ -335,6 +335,18 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn gpus(
+        &self,
+        _: Request<wire::GpusRequest>,
+    ) -> Result<Response<wire::GpusReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn apply_mig_layout(
+        &self,
+        _: Request<wire::ApplyMigLayoutRequest>,
+    ) -> Result<Response<wire::MigPlan>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn task_logs(
         &self,
         _: Request<wire::TaskLogsRequest>,

@@ -1,0 +1,404 @@
+//! `escher gpus` (every node's GPUs, MIG slices and which task holds each device) and
+//! `escher mig apply NODE GPU LAYOUT` (change one GPU's MIG layout).
+//!
+//! `mig apply` prints the plan (what is destroyed and created, the tasks it waits for, the
+//! estimated time on hardware) and returns; with `--wait` it returns once the worker has done
+//! the change, printing the GPU afterwards, and exits non-zero if the change failed or
+//! `--timeout` passed first.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use escher_proto::types::{GpuInfo, GpuStatus, MigPlan, NodeGpus};
+use escher_proto::{Amount, NodeId};
+
+use super::args::parse_duration;
+use super::ctx::Ctx;
+use super::render::{ids, key_values, lines, table};
+
+/// Options of `escher gpus`.
+#[derive(Debug, Clone, Args)]
+pub struct GpusArgs {}
+
+impl GpusArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let nodes = ctx.client().await?.gpus().await?;
+        if ctx.json {
+            ctx.emit_json(&nodes)?;
+        } else {
+            ctx.emit(&render_gpus(&nodes))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The `escher mig` commands.
+#[derive(Debug, Subcommand)]
+pub enum MigCommand {
+    /// Change the MIG layout of one GPU of one node, e.g. `escher mig apply 1 0
+    /// 3g.20gb,2g.10gb,1g.5gb,1g.5gb`
+    Apply(MigApplyArgs),
+}
+
+/// Options of `escher mig apply`.
+#[derive(Debug, Clone, Args)]
+pub struct MigApplyArgs {
+    /// The node id (see `escher gpus`)
+    #[arg(value_name = "NODE")]
+    pub node: NodeId,
+
+    /// The GPU's index on the node
+    #[arg(value_name = "GPU")]
+    pub gpu: u32,
+
+    /// The layout: profiles, comma-separated, each optionally at a start memory slice
+    /// (`3g.20gb,2g.10gb,1g.5gb@6`); the GPU's model decides which are legal
+    #[arg(value_name = "LAYOUT")]
+    pub layout: String,
+
+    /// If a slice the change destroys is in use, admit nothing new to it and change the
+    /// layout once it is free (instead of refusing)
+    #[arg(long)]
+    pub drain: bool,
+
+    /// Return once the change is done (or failed)
+    #[arg(long)]
+    pub wait: bool,
+
+    /// With --wait: give up waiting after this long (seconds, or 500ms / 5m)
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
+}
+
+impl MigCommand {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        match self {
+            MigCommand::Apply(a) => a.run(ctx).await,
+        }
+    }
+}
+
+impl MigApplyArgs {
+    async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let plan = client
+            .apply_mig_layout(self.node, self.gpu, self.layout.clone(), self.drain)
+            .await?;
+        let after = if self.wait && !plan.is_unchanged() {
+            Some(
+                client
+                    .wait_mig_layout(self.node, self.gpu, self.timeout)
+                    .await?,
+            )
+        } else {
+            None
+        };
+        if ctx.json {
+            ctx.emit_json(&serde_json::json!({ "plan": plan, "after": after }))?;
+        } else {
+            let mut text = render_plan(&plan);
+            if let Some(gpu) = &after {
+                text.push_str(&format!(
+                    "done: GPU {} is now {}\n",
+                    gpu.info.index,
+                    layout_of(&gpu.info)
+                ));
+            }
+            ctx.emit(&text)?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The text of `escher mig apply`.
+pub fn render_plan(plan: &MigPlan) -> String {
+    if plan.is_unchanged() {
+        return format!(
+            "GPU {} of node {} already has layout {}; nothing to do\n",
+            plan.gpu, plan.node, plan.to
+        );
+    }
+    let list = |v: &[String]| {
+        if v.is_empty() {
+            "-".to_string()
+        } else {
+            v.join(" ")
+        }
+    };
+    let waiting = if plan.waiting_for.is_empty() {
+        "nothing".to_string()
+    } else {
+        format!("tasks {} to finish (draining)", ids(&plan.waiting_for))
+    };
+    key_values(&[
+        ("gpu", format!("{} of node {}", plan.gpu, plan.node)),
+        ("from", plan.from.clone()),
+        ("to", plan.to.clone()),
+        ("destroy", list(&plan.destroy)),
+        ("create", list(&plan.create)),
+        ("waits for", waiting),
+        (
+            "estimated",
+            format!("{:.1} s on hardware", plan.estimated.as_secs_f64()),
+        ),
+    ])
+}
+
+/// The explicit layout of a GPU's slices, or what it is when it has none.
+fn layout_of(gpu: &GpuInfo) -> String {
+    if !gpu.mig_enabled {
+        return "a whole GPU (not in MIG mode)".to_string();
+    }
+    if gpu.slices.is_empty() {
+        return "in MIG mode with no slices".to_string();
+    }
+    let entries: Vec<String> = gpu.slices.iter().map(|s| s.placement_text()).collect();
+    entries.join(",")
+}
+
+/// The text of `escher gpus`: per node, one line per device (a whole GPU, or each MIG slice),
+/// with its holders, then any reconfiguration in progress or failed.
+pub fn render_gpus(nodes: &[NodeGpus]) -> String {
+    if nodes.is_empty() {
+        return "no node reports GPUs\n".to_string();
+    }
+    let mut out = String::new();
+    for (i, node) in nodes.iter().enumerate() {
+        if i > 0 {
+            out.push('\n');
+        }
+        let alive = if node.alive { "" } else { ", down" };
+        out.push_str(&format!("node {} ({}{alive})\n", node.node, node.name));
+        let mut t = table(&[
+            "GPU", "MODEL", "MIG", "DEVICE", "PROFILE", "SLICES", "MEMORY", "HELD BY",
+        ]);
+        let mut notes = Vec::new();
+        for gpu in &node.gpus {
+            add_gpu_rows(&mut t, gpu);
+            if let Some(p) = &gpu.reconfiguring {
+                let waiting = if p.waiting_for.is_empty() {
+                    "in progress".to_string()
+                } else {
+                    format!("waiting for tasks {}", ids(&p.waiting_for))
+                };
+                notes.push(format!(
+                    "  GPU {}: reconfiguring to {} ({waiting})",
+                    gpu.info.index, p.target
+                ));
+            }
+            if let Some(e) = &gpu.last_error {
+                notes.push(format!(
+                    "  GPU {}: last reconfiguration failed: {e}",
+                    gpu.info.index
+                ));
+            }
+        }
+        out.push_str(&lines(&t));
+        for note in notes {
+            out.push_str(&note);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn add_gpu_rows(t: &mut comfy_table::Table, gpu: &GpuStatus) {
+    let info = &gpu.info;
+    let model = if info.simulated {
+        format!("{} (simulated)", info.model_label())
+    } else {
+        info.model_label()
+    };
+    let held = |uuid: &str| {
+        let holders: Vec<String> = gpu
+            .holders
+            .iter()
+            .filter(|h| h.uuid == uuid)
+            .map(|h| {
+                if h.amount == Amount::ONE {
+                    format!("task {}", h.task)
+                } else {
+                    format!("task {} ({})", h.task, h.amount)
+                }
+            })
+            .collect();
+        if holders.is_empty() {
+            "-".to_string()
+        } else {
+            holders.join(", ")
+        }
+    };
+    if !info.mig_enabled {
+        t.add_row(vec![
+            info.index.to_string(),
+            model,
+            "no".into(),
+            info.uuid.clone(),
+            "-".into(),
+            "-".into(),
+            format!("{} MiB", info.memory_mib),
+            held(&info.uuid),
+        ]);
+        return;
+    }
+    if info.slices.is_empty() {
+        t.add_row(vec![
+            info.index.to_string(),
+            model,
+            "yes".into(),
+            format!("{} (no slices)", info.uuid),
+            "-".into(),
+            "-".into(),
+            format!("{} MiB", info.memory_mib),
+            "-".into(),
+        ]);
+        return;
+    }
+    let retiring = |uuid: &str| {
+        gpu.reconfiguring
+            .as_ref()
+            .is_some_and(|p| p.retiring.iter().any(|r| r == uuid))
+    };
+    let mut slices: Vec<_> = info.slices.iter().collect();
+    slices.sort_by_key(|s| s.start);
+    for (i, s) in slices.into_iter().enumerate() {
+        let first = i == 0;
+        let profile = if retiring(&s.uuid) {
+            format!("{} (retiring)", s.profile)
+        } else {
+            s.profile.clone()
+        };
+        t.add_row(vec![
+            if first {
+                info.index.to_string()
+            } else {
+                String::new()
+            },
+            if first { model.clone() } else { String::new() },
+            if first { "yes".into() } else { String::new() },
+            s.uuid.clone(),
+            profile,
+            format!("{}-{}", s.start, (s.start + s.size).saturating_sub(1)),
+            format!("{} MiB", s.memory_mib),
+            held(&s.uuid),
+        ]);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::TaskId;
+    use escher_proto::mig::GpuModel;
+    use escher_proto::types::{DeviceHolder, MigDevice, MigProgress};
+
+    use super::*;
+
+    fn node() -> NodeGpus {
+        let a100 = GpuInfo {
+            index: 0,
+            uuid: "GPU-a".into(),
+            product: "NVIDIA A100-SXM4-40GB".into(),
+            model: Some(GpuModel::A100_40GB),
+            memory_mib: 40960,
+            mig_enabled: true,
+            simulated: true,
+            slices: vec![
+                MigDevice {
+                    profile: "3g.20gb".into(),
+                    start: 4,
+                    size: 4,
+                    memory_mib: 19968,
+                    uuid: "MIG-d".into(),
+                },
+                MigDevice {
+                    profile: "1g.5gb".into(),
+                    start: 0,
+                    size: 1,
+                    memory_mib: 4864,
+                    uuid: "MIG-a".into(),
+                },
+            ],
+        };
+        let h100 = GpuInfo {
+            index: 1,
+            uuid: "GPU-h".into(),
+            product: "NVIDIA H100 80GB HBM3".into(),
+            model: Some(GpuModel::H100_80GB),
+            memory_mib: 81920,
+            mig_enabled: false,
+            simulated: false,
+            slices: vec![],
+        };
+        let holder = |uuid: &str, task, amount: &str| DeviceHolder {
+            uuid: uuid.into(),
+            task: TaskId(task),
+            amount: amount.parse().unwrap(),
+        };
+        NodeGpus {
+            node: NodeId(1),
+            name: "box".into(),
+            alive: true,
+            gpus: vec![
+                GpuStatus {
+                    info: a100,
+                    holders: vec![holder("MIG-a", 7, "1")],
+                    reconfiguring: Some(MigProgress {
+                        target: "1g.5gb@0,1g.5gb@1".into(),
+                        retiring: vec!["MIG-d".into()],
+                        waiting_for: vec![],
+                        since_ms: 0,
+                    }),
+                    last_error: None,
+                },
+                GpuStatus {
+                    info: h100,
+                    holders: vec![holder("GPU-h", 8, "0.5"), holder("GPU-h", 9, "0.5")],
+                    reconfiguring: None,
+                    last_error: Some("in use".into()),
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn gpus_table() {
+        let text = render_gpus(&[node()]);
+        let expected = "\
+node 1 (box)
+ GPU  MODEL                  MIG  DEVICE  PROFILE             SLICES  MEMORY     HELD BY
+ 0    a100-40gb (simulated)  yes  MIG-a   1g.5gb              0-0     4864 MiB   task 7
+                                  MIG-d   3g.20gb (retiring)  4-7     19968 MiB  -
+ 1    h100-80gb              no   GPU-h   -                   -       81920 MiB  task 8 (0.5), task 9 (0.5)
+  GPU 0: reconfiguring to 1g.5gb@0,1g.5gb@1 (in progress)
+  GPU 1: last reconfiguration failed: in use
+";
+        assert_eq!(text, expected, "\n{text}");
+        assert_eq!(render_gpus(&[]), "no node reports GPUs\n");
+    }
+
+    #[test]
+    fn plan_text() {
+        let plan = MigPlan {
+            node: NodeId(1),
+            gpu: 0,
+            from: "7g.40gb@0".into(),
+            to: "4g.20gb@0,3g.20gb@4".into(),
+            destroy: vec!["7g.40gb@0".into()],
+            create: vec!["4g.20gb@0".into(), "3g.20gb@4".into()],
+            waiting_for: vec![TaskId(3)],
+            estimated: Duration::from_millis(11_500),
+        };
+        let text = render_plan(&plan);
+        assert!(text.contains("destroy:    7g.40gb@0"), "{text}");
+        assert!(text.contains("create:     4g.20gb@0 3g.20gb@4"), "{text}");
+        assert!(text.contains("tasks 3 to finish (draining)"), "{text}");
+        assert!(text.contains("11.5 s on hardware"), "{text}");
+        let same = MigPlan {
+            destroy: vec![],
+            create: vec![],
+            ..plan
+        };
+        assert!(render_plan(&same).contains("nothing to do"));
+    }
+}

@@ -1,0 +1,380 @@
+//! GPUs at the head: each node's GPU inventory, which devices each task was given, and MIG
+//! reconfiguration as a deterministic state change.
+//!
+//! The resource table's GPU part (`gpu`, `gpu.*`, `mig.*`; see
+//! [`escher_proto::types::gpu_resources`]) is always recomputed from the node's recorded GPUs
+//! minus the slices being rebuilt, and written as absolute capacities ([`sync`]), so a report
+//! that arrives twice or late cannot skew it.
+//!
+//! ```text
+//!  ApplyMigLayout ─ validate (model, layout, busy slices) ─▶ retire slices: their resources go
+//!        │                                                   (held ones stay until released)
+//!        └─▶ Effect::ReconfigureMig ─▶ worker waits for the slices to empty, rebuilds them
+//!                                          │
+//!  GpusChanged{done} ◀─────────────────────┘  record the new slices, add their resources
+//! ```
+//!
+//! [`sync`]: ClusterState::sync_gpu_resources
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use escher_proto::mig::{LatencyModel, Layout, diff};
+use escher_proto::types::{
+    Capacity, CapacityOp, DeviceHold, DeviceHolder, GpuInfo, GpuStatus, GpusReply, MigDevice,
+    MigDone, MigPlan, MigProgress, NodeGpus, NodeId, NodeSpec, ResourceName, TaskId, TaskState,
+    gpu_resources, is_gpu_resource,
+};
+use serde::{Deserialize, Serialize};
+
+use super::apply::ClusterState;
+use super::error::ApplyError;
+use crate::scheduler::{Event, Millis};
+
+/// A MIG reconfiguration the head has started and its worker has not reported done.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PendingMig {
+    /// The layout being applied, explicit form.
+    pub target: String,
+    /// UUIDs of the slices being destroyed: their resources are gone from the table.
+    pub retiring: BTreeSet<String>,
+    /// When it was asked for.
+    pub since: Millis,
+}
+
+impl ClusterState {
+    /// A worker says which devices a task's attempt was given.
+    pub(crate) fn task_devices(&mut self, task: TaskId, attempt: u32, devices: Vec<DeviceHold>) {
+        if let Some(rec) = self.tasks.get_mut(&task)
+            && rec.state == TaskState::Running
+            && rec.attempt == attempt
+        {
+            rec.devices = Some(devices);
+        }
+    }
+
+    /// A worker reports its GPUs as they are now, possibly ending a reconfiguration.
+    pub(crate) fn gpus_changed(
+        &mut self,
+        node: NodeId,
+        gpus: Vec<GpuInfo>,
+        done: Option<MigDone>,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
+        let rec = self
+            .nodes
+            .get_mut(&node)
+            .ok_or(ApplyError::UnknownNode(node))?;
+        if !rec.alive || (rec.gpus.is_empty() && gpus.is_empty() && done.is_none()) {
+            // A node that never had GPUs keeps its resources as registered.
+            return Ok(());
+        }
+        if let Some(done) = done {
+            rec.mig.remove(&done.gpu);
+            match done.error {
+                Some(why) => rec.mig_errors.insert(done.gpu, why),
+                None => rec.mig_errors.remove(&done.gpu),
+            };
+        }
+        rec.gpus = gpus;
+        self.sync_gpu_resources(node, now);
+        Ok(())
+    }
+
+    /// Starts changing the MIG layout of GPU `gpu` of `node` to `layout`.
+    ///
+    /// Refused (nothing changes) when the node is not live or draining, has no such GPU, the
+    /// GPU is not a MIG GPU in MIG mode, a reconfiguration of it is under way, the layout is
+    /// not legal for its model, or, without `drain`, a slice it destroys may be in use. Else
+    /// the destroyed slices' resources leave the table at once (tasks holding them keep them
+    /// until they end; nothing new is admitted), and the worker is told to reconfigure.
+    pub(crate) fn apply_mig_layout(
+        &mut self,
+        node: NodeId,
+        gpu: u32,
+        layout: &str,
+        drain: bool,
+        now: Millis,
+    ) -> Result<MigPlan, ApplyError> {
+        let rec = self.nodes.get(&node).ok_or(ApplyError::UnknownNode(node))?;
+        let state = match (rec.alive, rec.draining) {
+            (false, _) => Some("not live"),
+            (true, true) => Some("draining"),
+            (true, false) => None,
+        };
+        if let Some(state) = state {
+            return Err(ApplyError::NodeUnavailable { node, state });
+        }
+        let info = rec.gpus.iter().find(|g| g.index == gpu).ok_or_else(|| {
+            let have: Vec<String> = rec.gpus.iter().map(|g| g.index.to_string()).collect();
+            ApplyError::NoSuchGpu {
+                node,
+                gpu,
+                have: if have.is_empty() {
+                    "none".into()
+                } else {
+                    have.join(", ")
+                },
+            }
+        })?;
+        let not_partitionable = |why: &'static str| ApplyError::NotPartitionable {
+            node,
+            gpu,
+            product: info.product.clone(),
+            why,
+        };
+        let model = info
+            .model
+            .ok_or_else(|| not_partitionable("has no MIG profile table in escher"))?;
+        if !info.mig_enabled {
+            return Err(not_partitionable(
+                "is not in MIG mode; enable it on the machine (nvidia-smi -i INDEX -mig 1, as \
+                 root, on an idle GPU) and restart the worker",
+            ));
+        }
+        if let Some(pending) = rec.mig.get(&gpu) {
+            return Err(ApplyError::MigInProgress {
+                node,
+                gpu,
+                target: pending.target.clone(),
+            });
+        }
+        let target = Layout::parse(model, layout).map_err(|reason| ApplyError::InvalidLayout {
+            node,
+            gpu,
+            model,
+            layout: layout.to_string(),
+            reason,
+        })?;
+        let current = match info.layout() {
+            Some(Ok(current)) => current,
+            Some(Err(reason)) => {
+                return Err(ApplyError::InvalidLayout {
+                    node,
+                    gpu,
+                    model,
+                    layout: "(the GPU's reported slices)".into(),
+                    reason,
+                });
+            }
+            None => Layout::new(model),
+        };
+        let (removed, added) = diff(&current, &target);
+        let retiring: Vec<MigDevice> = info
+            .slices
+            .iter()
+            .filter(|s| {
+                removed
+                    .iter()
+                    .any(|p| p.start == s.start && p.profile.name.eq_ignore_ascii_case(&s.profile))
+            })
+            .cloned()
+            .collect();
+        let busy = self.busy_slices(node, &retiring);
+        let waiting_for: Vec<TaskId> = busy
+            .values()
+            .flatten()
+            .copied()
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        if !busy.is_empty() && !drain {
+            let detail = busy
+                .iter()
+                .map(|(slice, tasks)| {
+                    let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
+                    format!(
+                        "slice {slice} may be in use by task(s) {}",
+                        tasks.join(", ")
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(ApplyError::MigBusy {
+                node,
+                gpu,
+                busy: detail,
+            });
+        }
+        let text = |v: &[escher_proto::mig::Placement]| -> Vec<String> {
+            v.iter().map(|p| p.to_string()).collect()
+        };
+        let plan = MigPlan {
+            node,
+            gpu,
+            from: current.to_string(),
+            to: target.to_string(),
+            destroy: text(&removed),
+            create: text(&added),
+            waiting_for,
+            estimated: LatencyModel::default().reconfiguration_time(&current, &target),
+        };
+        if plan.is_unchanged() {
+            return Ok(plan);
+        }
+        let rec = self.nodes.get_mut(&node).expect("checked above");
+        rec.mig.insert(
+            gpu,
+            PendingMig {
+                target: plan.to.clone(),
+                retiring: retiring.into_iter().map(|s| s.uuid).collect(),
+                since: now,
+            },
+        );
+        rec.mig_errors.remove(&gpu);
+        self.sync_gpu_resources(node, now);
+        self.effects.push(super::command::Effect::ReconfigureMig {
+            node,
+            gpu,
+            layout: plan.to.clone(),
+        });
+        Ok(plan)
+    }
+
+    /// For each slice of `slices` that may be in use on `node`, the running tasks that may hold
+    /// it: those that reported holding it, and those that have not reported their devices yet
+    /// but request its class (`mig.<profile>`) or its identity.
+    fn busy_slices(&self, node: NodeId, slices: &[MigDevice]) -> BTreeMap<String, Vec<TaskId>> {
+        let mut busy: BTreeMap<String, Vec<TaskId>> = BTreeMap::new();
+        let running = self.core.node(node).map(|v| v.running).unwrap_or_default();
+        for task in running {
+            let Some(rec) = self.tasks.get(&task) else {
+                continue;
+            };
+            for slice in slices {
+                let holds = match &rec.devices {
+                    Some(devices) => devices.iter().any(|d| d.uuid == slice.uuid),
+                    None => [slice.class(), slice.identity()]
+                        .into_iter()
+                        .flatten()
+                        .any(|name| !rec.spec.resources.get(name.as_str()).is_zero()),
+                };
+                if holds {
+                    let key = format!("{} ({})", slice.placement_text(), slice.uuid);
+                    busy.entry(key).or_default().push(task);
+                }
+            }
+        }
+        busy
+    }
+
+    /// Makes the node's GPU resources match its recorded GPUs, leaving out the slices being
+    /// rebuilt. A draining or lost node is left alone (its resources are gone already).
+    pub(crate) fn sync_gpu_resources(&mut self, node: NodeId, now: Millis) {
+        let Some(rec) = self.nodes.get(&node).filter(|r| r.alive && !r.draining) else {
+            return;
+        };
+        let excluded: BTreeSet<String> = rec
+            .mig
+            .values()
+            .flat_map(|p| p.retiring.iter().cloned())
+            .collect();
+        let desired = gpu_resources(&rec.gpus, &excluded);
+        let current: BTreeMap<ResourceName, Capacity> = self
+            .core
+            .node(node)
+            .map(|v| {
+                v.resources
+                    .into_iter()
+                    .filter(|r| is_gpu_resource(r.name.as_str()))
+                    .map(|r| (r.name, r.total))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let names: BTreeSet<ResourceName> = current
+            .keys()
+            .cloned()
+            .chain(desired.iter().map(|(n, _)| n.clone()))
+            .collect();
+        for name in names {
+            let want = desired.get(name.as_str());
+            let have = current.get(&name).copied();
+            let op = match have {
+                Some(Capacity::Finite(a)) if a == want => continue,
+                None if want.is_zero() => continue,
+                Some(Capacity::Finite(a)) if a.is_zero() && want.is_zero() => continue,
+                _ if want.is_zero() => CapacityOp::Delete,
+                _ => CapacityOp::Set(Capacity::Finite(want)),
+            };
+            let target = NodeSpec::Node(node);
+            self.core_event(Event::ResourceChanged { target, name, op }, now);
+        }
+    }
+
+    /// Every node with GPUs, with who holds each device and what is being reconfigured.
+    pub fn gpu_status(&self) -> GpusReply {
+        let nodes = self
+            .nodes
+            .iter()
+            .filter(|(_, rec)| !rec.gpus.is_empty())
+            .map(|(id, rec)| {
+                let holders = self.device_holders(*id);
+                let gpus = rec
+                    .gpus
+                    .iter()
+                    .map(|info| {
+                        let devices: BTreeSet<&str> = std::iter::once(info.uuid.as_str())
+                            .chain(info.slices.iter().map(|s| s.uuid.as_str()))
+                            .collect();
+                        let reconfiguring = rec.mig.get(&info.index).map(|p| {
+                            let retiring: Vec<MigDevice> = info
+                                .slices
+                                .iter()
+                                .filter(|s| p.retiring.contains(&s.uuid))
+                                .cloned()
+                                .collect();
+                            let waiting: BTreeSet<TaskId> = self
+                                .busy_slices(*id, &retiring)
+                                .into_values()
+                                .flatten()
+                                .collect();
+                            MigProgress {
+                                target: p.target.clone(),
+                                retiring: p.retiring.iter().cloned().collect(),
+                                waiting_for: waiting.into_iter().collect(),
+                                since_ms: p.since,
+                            }
+                        });
+                        GpuStatus {
+                            info: info.clone(),
+                            holders: holders
+                                .iter()
+                                .filter(|h| devices.contains(h.uuid.as_str()))
+                                .cloned()
+                                .collect(),
+                            reconfiguring,
+                            last_error: rec.mig_errors.get(&info.index).cloned(),
+                        }
+                    })
+                    .collect();
+                NodeGpus {
+                    node: *id,
+                    name: rec.name.clone(),
+                    alive: rec.alive,
+                    gpus,
+                }
+            })
+            .collect();
+        GpusReply { nodes }
+    }
+
+    /// The devices running tasks on `node` reported holding, by device then task.
+    fn device_holders(&self, node: NodeId) -> Vec<DeviceHolder> {
+        let mut holders: Vec<DeviceHolder> = self
+            .core
+            .node(node)
+            .map(|v| v.running)
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|t| Some((t, self.tasks.get(&t)?.devices.as_ref()?)))
+            .flat_map(|(task, devices)| {
+                devices.iter().map(move |d| DeviceHolder {
+                    uuid: d.uuid.clone(),
+                    task,
+                    amount: d.amount,
+                })
+            })
+            .collect();
+        holders.sort_by(|a, b| (&a.uuid, a.task).cmp(&(&b.uuid, b.task)));
+        holders
+    }
+}

@@ -1,0 +1,343 @@
+//! GPUs on a worker: discovery (NVML, or simulated with `--sim-gpu`), the devices each task is
+//! given, and MIG reconfiguration.
+//!
+//! How GPUs become resources and labels (`gpu`, `gpu.<uuid>`, `mig.<profile>`, `mig.<uuid>`;
+//! `gpu.model`, `gpu.count`, `gpu.mig`, `gpu.simulated`) is shared with the head and
+//! documented in [`escher_proto::types`] (`gpu.rs`). Here:
+//!
+//! - `nvml.rs`: real GPUs through `nvml-wrapper` (no driver: one log line, no GPUs);
+//! - `sim.rs`: [`SimGpuSpec`], simulated GPUs with stable fake UUIDs;
+//! - `allocator.rs`: the device allocator (fractions pack onto one device; never beyond
+//!   capacity; a task that fits nowhere yet waits);
+//! - this file: [`Gpus`], what the worker's event loop owns: the inventory, the allocator, the
+//!   reconfigurations asked for, and the jobs that carry them out.
+//!
+//! A task gets `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` set to the UUIDs of exactly
+//! the devices it was given, in (GPU index, start) order; on a node with GPUs a task given none
+//! gets `CUDA_VISIBLE_DEVICES=` (empty) and `NVIDIA_VISIBLE_DEVICES=none`. CUDA uses one MIG
+//! device per process: a task holding several MIG slices sees them all listed, and CUDA opens
+//! the first. Function tasks read the same list from
+//! [`TaskContext::visible_devices`](crate::TaskContext::visible_devices).
+//!
+//! A reconfiguration ([`Gpus::request`]) marks the slices it destroys as retiring (nothing new
+//! is bound to them), waits until their holders are gone, then runs as a [`Job`]: simulated,
+//! it sleeps for the [`LatencyModel`]'s time (scaled in tests); real, it makes the NVML calls
+//! of `nvml.rs` on a blocking thread. Its end ([`Gpus::finish`]) replaces the GPU's devices.
+
+mod allocator;
+mod nvml;
+mod sim;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use escher_proto::ResourceSet;
+use escher_proto::mig::{LatencyModel, Layout, diff};
+use escher_proto::types::{DeviceHold, GpuInfo, Metric, MigDone, gpu_resources};
+
+pub(crate) use allocator::{BindError, DeviceAllocator, Holder};
+pub use sim::{SimGpuError, SimGpuSpec};
+
+/// Where GPUs come from when a worker starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GpuSources<'a> {
+    /// Ask NVML for real GPUs.
+    pub(crate) nvml: bool,
+    /// Simulated GPUs, numbered after the real ones.
+    pub(crate) simulated: &'a [SimGpuSpec],
+    /// The worker's name, which simulated UUIDs derive from.
+    pub(crate) worker: &'a str,
+}
+
+/// Finds the GPUs: real ones by NVML index, then the simulated ones after them.
+pub(crate) fn discover(sources: GpuSources<'_>) -> Vec<GpuInfo> {
+    let mut gpus = if sources.nvml {
+        nvml::nvml().map(nvml::discover).unwrap_or_default()
+    } else {
+        Vec::new()
+    };
+    let first = gpus.iter().map(|g| g.index + 1).max().unwrap_or(0);
+    for (i, spec) in sources.simulated.iter().enumerate() {
+        let index = first + i as u32;
+        gpus.push(sim::gpu_info(sources.worker, index, spec));
+    }
+    gpus
+}
+
+/// A reconfiguration asked for and not finished.
+#[derive(Debug, Clone)]
+struct Pending {
+    from: Layout,
+    to: Layout,
+    retiring: BTreeSet<String>,
+    started: bool,
+}
+
+/// The worker's GPUs. See the module documentation.
+#[derive(Debug)]
+pub(crate) struct Gpus {
+    worker: String,
+    gpus: Vec<GpuInfo>,
+    alloc: DeviceAllocator,
+    pending: BTreeMap<u32, Pending>,
+    sim_latency: LatencyModel,
+}
+
+impl Gpus {
+    /// The GPUs of worker `worker`; simulated reconfigurations take `sim_latency`.
+    pub(crate) fn new(worker: &str, gpus: Vec<GpuInfo>, sim_latency: LatencyModel) -> Gpus {
+        Gpus {
+            worker: worker.to_string(),
+            alloc: DeviceAllocator::new(&gpus),
+            gpus,
+            pending: BTreeMap::new(),
+            sim_latency,
+        }
+    }
+
+    /// Whether the node has no GPU at all.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.gpus.is_empty()
+    }
+
+    /// The GPUs as they are now.
+    pub(crate) fn inventory(&self) -> &[GpuInfo] {
+        &self.gpus
+    }
+
+    /// The GPUs to register with: as they are, less the slices being rebuilt (a head that
+    /// restarted meanwhile must not offer them).
+    pub(crate) fn registration_inventory(&self) -> Vec<GpuInfo> {
+        let retiring: BTreeSet<&String> = self
+            .pending
+            .values()
+            .flat_map(|p| p.retiring.iter())
+            .collect();
+        self.gpus
+            .iter()
+            .map(|g| GpuInfo {
+                slices: g
+                    .slices
+                    .iter()
+                    .filter(|s| !retiring.contains(&s.uuid))
+                    .cloned()
+                    .collect(),
+                ..g.clone()
+            })
+            .collect()
+    }
+
+    /// The GPU resources to register now: those of every device but the retiring ones.
+    pub(crate) fn resources(&self) -> ResourceSet {
+        let retiring: BTreeSet<String> = self
+            .pending
+            .values()
+            .flat_map(|p| p.retiring.iter().cloned())
+            .collect();
+        gpu_resources(&self.gpus, &retiring)
+    }
+
+    /// Binds devices for the GPU resources of `allocation`; nothing on a node without GPUs.
+    pub(crate) fn bind(
+        &mut self,
+        holder: Holder,
+        allocation: &ResourceSet,
+    ) -> Result<Vec<DeviceHold>, BindError> {
+        if self.alloc.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.alloc.bind(holder, allocation)
+    }
+
+    /// Releases what `holder` holds; `true` if it held something.
+    pub(crate) fn release(&mut self, holder: Holder) -> bool {
+        self.alloc.release(holder)
+    }
+
+    /// The environment a task given `holds` sees: `None` on a node without GPUs (leave the
+    /// environment alone), else the UUIDs of its devices, in order.
+    pub(crate) fn visible(&self, holds: &[DeviceHold]) -> Option<Vec<String>> {
+        (!self.is_empty()).then(|| holds.iter().map(|h| h.uuid.clone()).collect())
+    }
+
+    /// Asks for GPU `gpu` to take `layout` (explicit form, from the head): marks the slices it
+    /// destroys as retiring. The reconfiguration starts with [`Gpus::take_ready`].
+    pub(crate) fn request(&mut self, gpu: u32, layout: &str) -> Result<(), String> {
+        if self.pending.contains_key(&gpu) {
+            return Err(format!("GPU {gpu} is already being reconfigured"));
+        }
+        let info = self
+            .gpus
+            .iter()
+            .find(|g| g.index == gpu)
+            .ok_or_else(|| format!("this worker has no GPU {gpu}"))?;
+        let model = info
+            .model
+            .filter(|_| info.mig_enabled)
+            .ok_or_else(|| format!("GPU {gpu} ({}) is not a MIG GPU in MIG mode", info.product))?;
+        let to = Layout::parse(model, layout).map_err(|e| e.to_string())?;
+        let from = match info.layout() {
+            Some(Ok(from)) => from,
+            Some(Err(e)) => return Err(format!("the GPU's slices are not a legal layout: {e}")),
+            None => Layout::new(model),
+        };
+        let (removed, _) = diff(&from, &to);
+        let retiring: BTreeSet<String> = info
+            .slices
+            .iter()
+            .filter(|s| {
+                removed
+                    .iter()
+                    .any(|p| p.start == s.start && p.profile.name == s.profile)
+            })
+            .map(|s| s.uuid.clone())
+            .collect();
+        self.alloc.set_retiring(&retiring, true);
+        let pending = Pending {
+            from,
+            to,
+            retiring,
+            started: false,
+        };
+        self.pending.insert(gpu, pending);
+        Ok(())
+    }
+
+    /// The reconfigurations whose retiring slices are all free now, marked started.
+    pub(crate) fn take_ready(&mut self) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for (gpu, p) in &mut self.pending {
+            if p.started || !self.alloc.all_free(&p.retiring) {
+                continue;
+            }
+            p.started = true;
+            let Some(info) = self.gpus.iter().find(|g| g.index == *gpu) else {
+                continue;
+            };
+            jobs.push(Job {
+                worker: self.worker.clone(),
+                info: info.clone(),
+                from: p.from.clone(),
+                to: p.to.clone(),
+                sim_latency: self.sim_latency,
+            });
+        }
+        jobs
+    }
+
+    /// A job ended: GPU `info.index` is now `info` (the new layout, or what is left after a
+    /// failure). Replaces its devices and returns what to tell the head.
+    pub(crate) fn finish(&mut self, info: GpuInfo, error: Option<String>) -> MigDone {
+        let gpu = info.index;
+        if let Some(p) = self.pending.remove(&gpu) {
+            self.alloc.set_retiring(&p.retiring, false);
+        }
+        self.alloc.replace_gpu(gpu, &info);
+        match self.gpus.iter_mut().find(|g| g.index == gpu) {
+            Some(slot) => *slot = info,
+            None => self.gpus.push(info),
+        }
+        MigDone { gpu, error }
+    }
+
+    /// Live figures for heartbeats: NVML's for real GPUs; for simulated ones, the share of the
+    /// GPU's compute and memory that tasks hold.
+    pub(crate) fn metrics(&self) -> Vec<Metric> {
+        let mut out = Vec::new();
+        if self.gpus.iter().any(|g| !g.simulated)
+            && let Ok(nvml) = nvml::nvml()
+        {
+            out.extend(nvml::metrics(nvml, &self.gpus));
+        }
+        for gpu in self.gpus.iter().filter(|g| g.simulated) {
+            let (mut busy, mut memory) = (0.0, 0.0);
+            if gpu.mig_enabled {
+                for s in &gpu.slices {
+                    let used = self.alloc.used(&s.uuid).as_f64();
+                    let gpcs = gpu
+                        .model
+                        .and_then(|m| m.profile(&s.profile))
+                        .map_or(0.0, |p| f64::from(p.compute));
+                    busy += used * gpcs / 7.0;
+                    memory += used * s.memory_mib as f64;
+                }
+            } else {
+                let used = self.alloc.used(&gpu.uuid).as_f64();
+                busy = used;
+                memory = used * gpu.memory_mib as f64;
+            }
+            out.push(nvml::metric(
+                gpu.index,
+                "utilization",
+                (busy * 100.0).round(),
+            ));
+            out.push(nvml::metric(gpu.index, "memory_used_mib", memory.round()));
+        }
+        out
+    }
+}
+
+/// One reconfiguration to carry out, off the event loop.
+#[derive(Debug)]
+pub(crate) struct Job {
+    worker: String,
+    info: GpuInfo,
+    from: Layout,
+    to: Layout,
+    sim_latency: LatencyModel,
+}
+
+impl Job {
+    /// Carries the job out: the GPU afterwards, and why it failed if it did.
+    pub(crate) async fn run(self) -> (GpuInfo, Option<String>) {
+        let index = self.info.index;
+        if self.info.simulated {
+            let time = self.sim_latency.reconfiguration_time(&self.from, &self.to);
+            tracing::info!(gpu = index, from = %self.from, to = %self.to, ?time, "simulated MIG reconfiguration");
+            tokio::time::sleep(time).await;
+            return (sim::with_layout(&self.worker, &self.info, &self.to), None);
+        }
+        tracing::info!(gpu = index, from = %self.from, to = %self.to, "MIG reconfiguration through NVML");
+        let old = self.info.clone();
+        let done = tokio::task::spawn_blocking(move || {
+            let nvml = nvml::nvml().map_err(str::to_string)?;
+            let result = nvml::reconfigure(nvml, index, &self.from, &self.to);
+            // Whatever happened, report the GPU as NVML sees it now.
+            let after = nvml::read_gpu(nvml, index);
+            Ok::<_, String>((result, after))
+        })
+        .await;
+        match done {
+            Ok(Ok((result, Ok(after)))) => (after, result.err()),
+            Ok(Ok((result, Err(read)))) => {
+                let why = match result {
+                    Ok(()) => format!("reconfigured, but the GPU cannot be read back: {read}"),
+                    Err(e) => format!("{e}; and the GPU cannot be read back: {read}"),
+                };
+                (old, Some(why))
+            }
+            Ok(Err(why)) => (old, Some(why)),
+            Err(e) => (old, Some(format!("the reconfiguration thread failed: {e}"))),
+        }
+    }
+}
+
+/// The default latency model (MIGRator's 6 s per replaced instance) with every phase multiplied
+/// by `scale`, from 0 (instant, for tests) to 1000; anything else counts as 1.
+pub fn scaled_latency(scale: f64) -> LatencyModel {
+    let m = LatencyModel::default();
+    let scale = if (0.0..=1000.0).contains(&scale) {
+        scale
+    } else {
+        1.0
+    };
+    let f = |d: Duration| d.mul_f64(scale);
+    LatencyModel {
+        destroy: f(m.destroy),
+        create: f(m.create),
+        initialize: f(m.initialize),
+    }
+}
+
+#[cfg(test)]
+mod tests;
