@@ -136,6 +136,7 @@ struct SimNode {
 impl SimNode {
     async fn run(mut self, mut client: WorkerLinkClient<Channel>) -> anyhow::Result<()> {
         let request = RegisterRequest {
+            gpus: Vec::new(),
             name: self.name.clone(),
             address: "simulated".into(),
             resources: self.resources.clone(),
@@ -202,6 +203,8 @@ impl SimNode {
                             }));
                         }
                         HeadMessage::FetchLogs { .. } => {}
+                        // Simulated nodes report no GPUs.
+                        HeadMessage::ReconfigureMig { .. } => {}
                     }
                 }
                 _ = heartbeat.tick() => {
