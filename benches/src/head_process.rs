@@ -83,7 +83,20 @@ impl HeadProcess {
 
     /// CPU time used so far (user + system), in seconds.
     pub fn cpu_seconds(&self) -> anyhow::Result<f64> {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))?;
+        cpu_seconds(self.pid)
+    }
+
+    /// Stops the head (SIGKILL) and waits for it.
+    pub async fn stop(mut self) {
+        let _ = self.child.kill().await;
+    }
+}
+
+/// CPU time process `pid` used so far (user + system, all threads), in seconds, at the
+/// kernel's 10 ms resolution.
+pub fn cpu_seconds(pid: u32) -> anyhow::Result<f64> {
+    {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
         // Fields after the command name, which is in parentheses and may hold spaces.
         let rest = stat
             .rsplit_once(')')
@@ -98,11 +111,6 @@ impl HeadProcess {
             .map(|f| f.parse::<u64>().unwrap_or(0))
             .sum();
         Ok(ticks as f64 / clock_ticks_per_second())
-    }
-
-    /// Stops the head (SIGKILL) and waits for it.
-    pub async fn stop(mut self) {
-        let _ = self.child.kill().await;
     }
 }
 
@@ -126,9 +134,10 @@ fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
         .and_then(|v| v.parse().ok())
 }
 
-/// Finds the `escher-head` binary: `explicit` (`--head-bin` or `ESCHER_HEAD_BIN`), else next to
-/// this executable (or one folder up, for test executables in `deps/`), else builds it with
-/// cargo in this executable's profile and looks again.
+/// Finds the `escher-head` binary: `explicit` (`--head-bin` or `ESCHER_HEAD_BIN`) as given;
+/// otherwise the one next to this executable (or one folder up, for test executables in
+/// `deps/`), first (re)built with cargo in this executable's profile when cargo started this
+/// process (`cargo run`, `cargo test`), so that W8 never measures a stale head.
 pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(path) = explicit {
         if path.is_file() {
@@ -144,9 +153,23 @@ pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
             .map(|dir| dir.join("escher-head"))
             .collect()
     };
-    if let Some(found) = candidates(&exe).into_iter().find(|p| p.is_file()) {
-        return Ok(found);
+    let found = candidates(&exe).into_iter().find(|p| p.is_file());
+    let under_cargo = std::env::var_os("CARGO").is_some();
+    if let Some(found) = &found
+        && !under_cargo
+    {
+        return Ok(found.clone());
     }
+    build_head(&exe)?;
+    candidates(&exe)
+        .into_iter()
+        .find(|p| p.is_file())
+        .context("escher-head was built but not found next to escher-bench")
+}
+
+/// `cargo build -p escher-head --bin escher-head` in the profile and target folder of `exe`
+/// (a no-op when it is up to date).
+fn build_head(exe: &Path) -> anyhow::Result<()> {
     // target/<profile>/escher-bench or target/<profile>/deps/smoke-HASH
     let profile_dir = exe
         .ancestors()
@@ -181,17 +204,14 @@ pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         cmd.arg("--target-dir").arg(target_dir);
     }
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
-    eprintln!("escher-bench: building escher-head ({profile}) for W8 ...");
+    eprintln!("escher-bench: cargo build -p escher-head ({profile}) for W8 ...");
     let status = cmd
         .status()
         .context("cannot run cargo to build escher-head")?;
     if !status.success() {
         bail!("building escher-head failed ({status})");
     }
-    candidates(&exe)
-        .into_iter()
-        .find(|p| p.is_file())
-        .context("escher-head was built but not found next to escher-bench")
+    Ok(())
 }
 
 #[cfg(test)]

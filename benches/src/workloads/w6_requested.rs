@@ -2,13 +2,20 @@
 //! ephemeral resources (each on every node, so that a task requesting 100 of them fits a
 //! node), and tasks requesting 1, 10, 50 and 100 of them. The latency is the sequential
 //! submit-then-get round trip of a no-op task, as W2 measures it; the thesis: 1.1 → 1.2 ms for
-//! 1 vs 100 requested.
+//! 1 vs 100 requested. The same setup is also fed to the pure scheduler core in this
+//! process (no gRPC, no worker), to show what the scheduling decision itself costs.
 
 use std::time::Duration;
 
+use std::time::Instant;
+
 use escher::Task;
-use escher::types::{NodeSpec, ResourceSet, ResourceUpdate};
+use escher::types::{
+    Amount, Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet,
+    ResourceUpdate, TaskId,
+};
 use escher_client::ResourceUpdateExt;
+use escher_head::scheduler::{Event, Scheduler};
 use serde_json::json;
 
 use super::Ctx;
@@ -74,7 +81,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         points.push((k as f64, s.p50));
         let mut fig = Figure::new(
             format!("w6.p50.{k}"),
-            format!("task requesting {k} ephemeral resources: round trip p50"),
+            format!(
+                "task requesting {k} ephemeral resource{}: round trip p50",
+                if k == 1 { "" } else { "s" }
+            ),
             "ms",
             s.p50,
         );
@@ -82,7 +92,14 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             fig = fig.thesis(ms);
         }
         report.figures.push(fig);
-        detail.push(json!({"requested": k, "round_trip_ms": s}));
+        let core_us = core_cycle_us(nodes, p.w6_resources, k, p.w6_tasks * 20)?;
+        report.figures.push(Figure::new(
+            format!("w6.core.{k}"),
+            format!("  scheduler core alone: submit, dispatch, finish of a task requesting {k}"),
+            "µs",
+            core_us,
+        ));
+        detail.push(json!({"requested": k, "round_trip_ms": s, "core_cycle_us": core_us}));
     }
     report.detail = json!(detail);
     report.plots.push(Plot {
@@ -110,4 +127,60 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     drop(client);
     cluster.shutdown().await;
     Ok(report)
+}
+
+/// The mean time of one submit-dispatch-finish cycle of a task requesting `k` of `resources`
+/// ephemeral resources (each on every one of `nodes` nodes), in the pure scheduler core.
+fn core_cycle_us(nodes: usize, resources: usize, k: usize, cycles: usize) -> anyhow::Result<f64> {
+    let mut core = Scheduler::new();
+    let mut out = Vec::new();
+    for n in 0..nodes {
+        let cpu = vec![(ResourceName::cpu(), Capacity::Finite(Amount::units(4)?))];
+        let node = NodeId(n as u64 + 1);
+        core.handle(
+            Event::NodeAdded {
+                node,
+                resources: cpu,
+                labels: Labels::new(),
+            },
+            0,
+            &mut out,
+        )?;
+    }
+    for i in 0..resources {
+        let name = ResourceName::new(&format!("w6-er-{i}"))?;
+        for n in 0..nodes {
+            let op = CapacityOp::Set(Capacity::Finite(Amount::units(CAPACITY)?));
+            core.handle(
+                Event::ResourceChanged {
+                    target: NodeSpec::Node(NodeId(n as u64 + 1)),
+                    name: name.clone(),
+                    op,
+                },
+                0,
+                &mut out,
+            )?;
+        }
+    }
+    let mut req: ResourceSet = "cpu=1".parse()?;
+    for i in 0..k {
+        req.insert(ResourceName::new(&format!("w6-er-{i}"))?, Amount::ONE);
+    }
+    out.clear();
+    let start = Instant::now();
+    for t in 0..cycles {
+        let task = TaskId(t as u64 + 1);
+        core.handle(
+            Event::TaskSubmitted {
+                task,
+                resources: req.clone(),
+                deadline: None,
+            },
+            0,
+            &mut out,
+        )?;
+        core.handle(Event::TaskFinished { task }, 0, &mut out)?;
+        out.clear();
+    }
+    Ok(start.elapsed().as_secs_f64() * 1e6 / cycles.max(1) as f64)
 }
