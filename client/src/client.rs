@@ -13,14 +13,16 @@
 //! constructor reads `ESCHER_TASK_ID`, which workers set for the command tasks they run, so
 //! that a program started as a task can call `set_resource(.., NodeSpec::Local)`.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{Namespace, TaskId};
+use tokio::sync::mpsc;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::ClientError;
+use crate::coalesce;
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
@@ -51,6 +53,8 @@ pub struct Client {
     namespace: Option<Namespace>,
     caller: Caller,
     wait_slice: Duration,
+    /// The background sender that coalesces concurrent `submit` calls (started lazily).
+    coalescer: Arc<OnceLock<mpsc::UnboundedSender<coalesce::Pending>>>,
 }
 
 /// Which running task (if any) this client speaks for.
@@ -142,6 +146,7 @@ impl Client {
             namespace: None,
             caller: Caller::from_env(),
             wait_slice: DEFAULT_WAIT_SLICE,
+            coalescer: Arc::default(),
         }
     }
 
@@ -149,20 +154,33 @@ impl Client {
     /// qualifies unqualified application resource names as `ns/name`.
     pub fn with_namespace(mut self, ns: Namespace) -> Client {
         self.namespace = Some(ns);
+        self.detached()
+    }
+
+    /// The same client with a coalescer of its own (submits of different namespaces or callers
+    /// must not travel together).
+    pub(crate) fn detached(mut self) -> Client {
+        self.coalescer = Arc::default();
         self
+    }
+
+    /// The sender that coalesces this client's `submit` calls, started on first use.
+    pub(crate) fn coalescer(&self) -> &mpsc::UnboundedSender<coalesce::Pending> {
+        self.coalescer
+            .get_or_init(|| coalesce::start(self.clone().detached()))
     }
 
     /// The same connection, speaking for running task `id`, so that `NodeSpec::Local` means
     /// that task's node. (Inside a command task this is read from `ESCHER_TASK_ID`.)
     pub fn with_caller_task(mut self, id: TaskId) -> Client {
         self.caller = Caller::Task(id);
-        self
+        self.detached()
     }
 
     /// The same connection, speaking for no task (`NodeSpec::Local` is then refused).
     pub fn without_caller_task(mut self) -> Client {
         self.caller = Caller::Unset;
-        self
+        self.detached()
     }
 
     /// The same connection, with each `Wait` call to the head blocking at most `slice`

@@ -53,6 +53,7 @@ mod args;
 mod blocking;
 mod builder;
 mod client;
+mod coalesce;
 mod error;
 mod gpus;
 mod logs;

@@ -30,10 +30,28 @@ const LIST_PAGE: usize = 1000;
 
 impl Client {
     /// Submits one task (a [`crate::Task`] builder or a finished spec) and returns its handle.
+    ///
+    /// Concurrent `submit` calls on one client are coalesced into batched `Submit` calls (see
+    /// the `coalesce` module), so submitting from many futures at once costs about as much as
+    /// [`submit_batch`](Self::submit_batch); each call still succeeds or fails on its own.
     pub async fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
-        let mut refs = self.submit_batch([task]).await?;
-        refs.pop()
-            .ok_or_else(|| ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty)))
+        let spec = task.into_task_spec()?;
+        let handle = TaskRef::new(TaskId(0), &spec);
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let pending = crate::coalesce::Pending { spec, reply };
+        let id = match self.coalescer().send(pending) {
+            Ok(()) => answer.await.map_err(|_| {
+                ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty))
+            })??,
+            // The background sender is gone (its runtime stopped): send directly.
+            Err(tokio::sync::mpsc::error::SendError(pending)) => {
+                let mut refs = self.submit_batch([pending.spec]).await?;
+                refs.pop().map(|r| r.id()).ok_or_else(|| {
+                    ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty))
+                })?
+            }
+        };
+        Ok(handle.with_id(id))
     }
 
     /// Submits a function task whose handler returns an `R`; the handle's `get` decodes it.

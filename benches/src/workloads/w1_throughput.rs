@@ -69,7 +69,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             Figure::new(
                 format!("w1.per_task.{n}"),
                 format!(
-                    "{} no-op tasks, async, one client, one Submit per task",
+                    "{} no-op tasks, async, one client, one submit() call per task (coalesced by the client)",
                     thousands(n)
                 ),
                 "tasks/s",
@@ -94,7 +94,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
                     points: batched,
                 },
                 Line {
-                    name: "escher, one Submit per task".into(),
+                    name: "escher, one submit() per task".into(),
                     points: per_task,
                 },
             ],

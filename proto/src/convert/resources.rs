@@ -1,7 +1,7 @@
 //! Conversions of the resource vocabulary: capacities, resource sets, labels, capacity
 //! operations, node specs and resource updates.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use super::{
     At, ConvertError, MAX_LABELS, MAX_RESOURCES, Problem, check_count, convert_required,
@@ -57,16 +57,22 @@ impl TryFrom<Vec<wire::ResourceAmount>> for ResourceSet {
     /// Validates every name and amount; a name may appear once. Errors are at `["name"]`.
     fn try_from(items: Vec<wire::ResourceAmount>) -> Result<Self, ConvertError> {
         check_count("", items.len(), MAX_RESOURCES)?;
-        let mut seen = BTreeSet::new();
         let mut set = ResourceSet::new();
+        // Zero amounts are not stored in the set, so their names are remembered apart (rare).
+        let mut zeros: Vec<ResourceName> = Vec::new();
         for wire::ResourceAmount { name, amount } in items {
-            let key = key_segment(&name);
-            let name = ResourceName::new(&name).at(&key)?;
-            let amount = Amount::from_raw(amount).at(&key)?;
-            if !seen.insert(name.clone()) {
-                return Err(TypeError::Duplicate(name.to_string())).at(&key);
+            // The error path is built only on error: this runs for every requested resource.
+            let bad = |e: TypeError| ConvertError::new(&key_segment(&name), Problem::Invalid(e));
+            let parsed = ResourceName::new(&name).map_err(bad)?;
+            let amount = Amount::from_raw(amount).map_err(bad)?;
+            if set.contains(parsed.as_str()) || zeros.contains(&parsed) {
+                return Err(bad(TypeError::Duplicate(name.clone())));
             }
-            set.insert(name, amount);
+            if amount.is_zero() {
+                zeros.push(parsed);
+            } else {
+                set.insert(parsed, amount);
+            }
         }
         Ok(set)
     }
@@ -190,6 +196,21 @@ impl TryFrom<wire::ResourceUpdate> for ResourceUpdate {
 mod tests {
     use super::*;
     use crate::convert::testutil::{amount, name, round_trip, set};
+
+    #[test]
+    fn a_name_listed_twice_is_refused_even_with_a_zero_amount() {
+        let item = |name: &str, amount| wire::ResourceAmount {
+            name: name.into(),
+            amount,
+        };
+        for items in [
+            vec![item("x", 0), item("x", 10_000)],
+            vec![item("x", 10_000), item("x", 0)],
+        ] {
+            let err = ResourceSet::try_from(items).unwrap_err().to_string();
+            assert!(err.contains("twice"), "{err}");
+        }
+    }
 
     #[test]
     fn capacities_round_trip() {

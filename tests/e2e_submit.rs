@@ -1,0 +1,106 @@
+//! Concurrent `submit` calls on one client are coalesced into batched `Submit` calls; each
+//! call still succeeds or fails on its own.
+
+mod common;
+
+use std::collections::BTreeSet;
+
+use common::{start, within};
+use escher::Task;
+use escher::types::{Capacity, CapacityOp, NodeSpec, ResourceName, ResourceUpdate, TaskState};
+
+#[tokio::test]
+async fn concurrent_submits_each_get_their_own_answer() {
+    let (cluster, client) = start(2).await;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..300u64 {
+        let c = client.clone();
+        set.spawn(async move {
+            let task = Task::function("noop", Vec::new()).resources_str("cpu=0.01");
+            // One task asks the head to set a physical resource when it succeeds: refused.
+            let task = if i == 150 {
+                task.on_success(ResourceUpdate {
+                    name: ResourceName::cpu(),
+                    op: CapacityOp::Set(Capacity::Unbounded),
+                    target: NodeSpec::Local,
+                })
+            } else {
+                task
+            };
+            (i, c.submit(task).await)
+        });
+    }
+    let mut ids = BTreeSet::new();
+    let mut refused = Vec::new();
+    while let Some(joined) = within("submits", set.join_next()).await {
+        match joined.expect("submit task panicked") {
+            (_, Ok(r)) => assert!(ids.insert(r.id()), "ids are unique"),
+            (i, Err(e)) => refused.push((i, e.to_string())),
+        }
+    }
+    assert_eq!(refused.len(), 1, "only the bad task fails: {refused:?}");
+    assert_eq!(refused[0].0, 150);
+    assert!(refused[0].1.contains("physical"), "{}", refused[0].1);
+    assert_eq!(ids.len(), 299);
+    let (ready, not_ready) = within(
+        "all finish",
+        client.wait(ids.iter().copied(), ids.len(), None),
+    )
+    .await
+    .unwrap();
+    assert!(not_ready.is_empty());
+    assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
+    cluster.shutdown().await;
+}
+
+#[tokio::test]
+async fn namespaced_clients_do_not_share_a_batch() {
+    let (cluster, client) = start(1).await;
+    let a = client.clone().with_namespace("app-a".parse().unwrap());
+    let b = client.clone().with_namespace("app-b".parse().unwrap());
+    let node = cluster.nodes()[0];
+    a.set_resource("slot", 100, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let (a, b) = (a.clone(), b.clone());
+        set.spawn(async move {
+            let c = if i % 2 == 0 { a } else { b };
+            let r = c
+                .submit(Task::function("noop", Vec::new()).resources_str("slot=1"))
+                .await
+                .unwrap();
+            (i % 2 == 0, r.id())
+        });
+    }
+    let mut by_ns = (Vec::new(), Vec::new());
+    while let Some(joined) = within("submits", set.join_next()).await {
+        let (in_a, id) = joined.unwrap();
+        if in_a {
+            by_ns.0.push(id)
+        } else {
+            by_ns.1.push(id)
+        }
+    }
+    let (ready, _) = within(
+        "app-a's tasks",
+        a.wait(by_ns.0.clone(), by_ns.0.len(), None),
+    )
+    .await
+    .unwrap();
+    assert!(
+        ready.iter().all(|s| s.state == TaskState::Succeeded),
+        "app-a/slot exists"
+    );
+    for id in &by_ns.1 {
+        let info = b.task_info(*id).await.unwrap();
+        assert_eq!(
+            info.status.state,
+            TaskState::Pending,
+            "app-b/slot does not exist"
+        );
+        assert!(info.spec.resources.contains("app-b/slot"));
+    }
+    cluster.shutdown().await;
+}
