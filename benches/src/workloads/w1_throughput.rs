@@ -3,8 +3,9 @@
 //! Two ways of submitting, both without waiting for results until everything is in:
 //! - **batched**: `submit_batch` of 1,000 tasks per call (what an application that has many
 //!   tasks at hand does);
-//! - **per task**: one `Submit` call per task, 256 calls in flight on the one connection (the
-//!   shape of Ray's `f.remote()` loop).
+//! - **per task**: one `submit()` call per task, 256 calls in flight on the one client (the
+//!   shape of Ray's `f.remote()` loop); the client coalesces calls in flight into batched
+//!   `Submit` RPCs.
 //!
 //! The cluster mirrors the Ray peer's `ray.init(num_cpus=8)`: two workers with 4 CPUs each, and
 //! each task holds one CPU (Ray's default), so at most 8 run at once.

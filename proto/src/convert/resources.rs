@@ -62,7 +62,7 @@ impl TryFrom<Vec<wire::ResourceAmount>> for ResourceSet {
         let mut zeros: Vec<ResourceName> = Vec::new();
         for wire::ResourceAmount { name, amount } in items {
             // The error path is built only on error: this runs for every requested resource.
-            let bad = |e: TypeError| ConvertError::new(&key_segment(&name), Problem::Invalid(e));
+            let bad = |e: TypeError| ConvertError::new(key_segment(&name), Problem::Invalid(e));
             let parsed = ResourceName::new(&name).map_err(bad)?;
             let amount = Amount::from_raw(amount).map_err(bad)?;
             if set.contains(parsed.as_str()) || zeros.contains(&parsed) {
