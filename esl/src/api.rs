@@ -64,18 +64,11 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<ReserveReply, EslError>> + Send;
 
-    /// Sets one resource.
-    fn set_resource(
+    /// Applies one resource change; the nodes it changed.
+    fn update(
         &self,
-        name: ResourceName,
-        capacity: Capacity,
-        target: NodeSpec,
+        update: ResourceUpdate,
     ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
-        let update = ResourceUpdate {
-            name,
-            op: CapacityOp::Set(capacity),
-            target,
-        };
         async move {
             Ok(self
                 .set_resources(vec![update])
@@ -83,6 +76,20 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
                 .pop()
                 .unwrap_or_default())
         }
+    }
+
+    /// Sets one resource.
+    fn set_resource(
+        &self,
+        name: ResourceName,
+        capacity: Capacity,
+        target: NodeSpec,
+    ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
+        self.update(ResourceUpdate {
+            name,
+            op: CapacityOp::Set(capacity),
+            target,
+        })
     }
 
     /// Changes one resource by a delta.
@@ -92,18 +99,11 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         delta: Delta,
         target: NodeSpec,
     ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
-        let update = ResourceUpdate {
+        self.update(ResourceUpdate {
             name,
             op: CapacityOp::Adjust(delta),
             target,
-        };
-        async move {
-            Ok(self
-                .set_resources(vec![update])
-                .await?
-                .pop()
-                .unwrap_or_default())
-        }
+        })
     }
 
     /// Deletes one resource.
@@ -112,18 +112,11 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         name: ResourceName,
         target: NodeSpec,
     ) -> impl Future<Output = Result<Vec<NodeId>, EslError>> + Send {
-        let update = ResourceUpdate {
+        self.update(ResourceUpdate {
             name,
             op: CapacityOp::Delete,
             target,
-        };
-        async move {
-            Ok(self
-                .set_resources(vec![update])
-                .await?
-                .pop()
-                .unwrap_or_default())
-        }
+        })
     }
 }
 

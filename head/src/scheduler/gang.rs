@@ -208,16 +208,7 @@ impl Scheduler {
             })
         };
         if strategy == GangStrategy::StrictPack {
-            let mut sum: FxHashMap<ResourceId, Amount> = FxHashMap::default();
-            for (_, req) in reqs {
-                for (r, a) in req.iter() {
-                    let e = sum.entry(*r).or_default();
-                    *e = e.checked_add(*a).ok()?;
-                }
-            }
-            let mut total: Vec<(ResourceId, Amount)> = sum.into_iter().collect();
-            total.sort_unstable();
-            let total: Req = total.into();
+            let total = sum_of(reqs);
             let node = self.candidates(&total).find(|n| fits(*n, &total, &taken))?;
             return Some(vec![node; reqs.len()]);
         }
@@ -263,16 +254,7 @@ impl Scheduler {
             }
         }
         if strategy == GangStrategy::StrictPack {
-            let mut sum: FxHashMap<ResourceId, Amount> = FxHashMap::default();
-            for (_, req) in reqs {
-                for (r, a) in req.iter() {
-                    let e = sum.entry(*r).or_default();
-                    *e = e.checked_add(*a).unwrap_or(Amount::MAX);
-                }
-            }
-            let mut total: Vec<(ResourceId, Amount)> = sum.into_iter().collect();
-            total.sort_unstable();
-            let total: Req = total.into();
+            let total = sum_of(reqs);
             if !total.is_empty()
                 && !self
                     .candidates(&total)
@@ -306,4 +288,18 @@ impl Scheduler {
             node: node_id,
         });
     }
+}
+
+/// The sum of every bundle's requirements (what a strict-pack gang needs on one node).
+fn sum_of(reqs: &[(TaskId, Req)]) -> Req {
+    let mut sum: FxHashMap<ResourceId, Amount> = FxHashMap::default();
+    for (_, req) in reqs {
+        for (r, a) in req.iter() {
+            let e = sum.entry(*r).or_default();
+            *e = e.checked_add(*a).unwrap_or(Amount::MAX);
+        }
+    }
+    let mut total: Vec<(ResourceId, Amount)> = sum.into_iter().collect();
+    total.sort_unstable();
+    total.into()
 }
