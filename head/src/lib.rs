@@ -9,6 +9,7 @@
 //!   waiters, and [`run`], the entry point the `escher-head` binary and `LocalCluster` call.
 #![warn(missing_docs)]
 
+pub mod replication;
 pub mod runtime;
 pub mod scheduler;
 pub mod state;

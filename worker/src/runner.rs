@@ -47,6 +47,8 @@ pub(crate) struct RunEnv {
     pub(crate) functions: FunctionRegistry,
     /// The worker's name, for messages.
     pub(crate) worker_name: Arc<str>,
+    /// The idempotency keys of the writes task contexts make.
+    pub(crate) keys: escher_proto::types::KeyIssuer,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -76,7 +78,7 @@ pub(crate) async fn run_task(
             };
             let mut opts = LaunchOptions::new(&env.log_dir)
                 .grace(env.grace)
-                .env("ESCHER_HEAD", env.head.url())
+                .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
                 .env("ESCHER_ATTEMPT", a.attempt.to_string());
@@ -108,6 +110,7 @@ pub(crate) async fn run_task(
                 namespace.and_then(|ns| Namespace::new(&ns).ok()),
                 Arc::clone(&env.worker_name),
                 env.head.clone(),
+                env.keys.clone(),
                 devices.unwrap_or_default(),
             );
             function(&env, &name, ctx, args, timeout, cancel).await

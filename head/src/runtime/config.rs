@@ -1,9 +1,11 @@
-//! How a head runs: timeouts, limits. Defaults are defined here, once.
+//! How a head runs: timeouts, limits, its place in a replicated group. Defaults are defined
+//! here, once.
 
 use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::replication::{ReplicaConfig, ReplicaConfigError};
 use crate::state::StateConfig;
 
 /// The head's runtime settings.
@@ -21,6 +23,9 @@ pub struct HeadConfig {
     pub log_fetch_timeout: Duration,
     /// Settings of the replicated state.
     pub state: StateConfig,
+    /// Which replica of which raft group this head is (a group of one by default). An empty
+    /// `address` is filled in with the address the head listens on.
+    pub replica: ReplicaConfig,
 }
 
 impl Default for HeadConfig {
@@ -32,6 +37,7 @@ impl Default for HeadConfig {
             max_message_bytes: 64 * 1024 * 1024,
             log_fetch_timeout: Duration::from_secs(10),
             state: StateConfig::default(),
+            replica: ReplicaConfig::single(""),
         }
     }
 }
@@ -53,6 +59,9 @@ pub enum ConfigError {
     /// A duration or size is zero.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    /// The replica settings are inconsistent.
+    #[error(transparent)]
+    Replica(#[from] ReplicaConfigError),
     /// Results cannot be larger than the messages that carry them.
     #[error(
         "max result size ({result} bytes) must be smaller than the max message size \
@@ -87,6 +96,7 @@ impl HeadConfig {
                 interval: self.heartbeat_interval,
             });
         }
+        self.replica.validate()?;
         if self.state.max_result_bytes >= self.max_message_bytes {
             return Err(ConfigError::ResultTooLarge {
                 result: self.state.max_result_bytes,

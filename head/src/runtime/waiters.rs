@@ -1,10 +1,12 @@
-//! Clients waiting for tasks to finish (`wait`, `get`): soft state of the runtime.
+//! Clients waiting for tasks to finish (`wait`, `get`): soft state of the leader. A replica
+//! that stops leading answers every wait with "not leader"; the client asks the new leader.
 
 use escher_proto::types::{TaskId, WaitReply};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
+use tonic::Status;
 
-use crate::state::{ApplyError, ClusterState};
+use crate::state::ClusterState;
 
 /// One `wait` call in progress.
 #[derive(Debug)]
@@ -13,7 +15,7 @@ struct Waiting {
     num_returns: usize,
     /// Terminal tasks still needed before it is answered.
     remaining: usize,
-    reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
+    reply: oneshot::Sender<Result<WaitReply, Status>>,
 }
 
 /// Every `wait` call in progress, indexed by the tasks it waits for.
@@ -32,7 +34,7 @@ impl Waiters {
         state: &ClusterState,
         ids: Vec<TaskId>,
         num_returns: usize,
-        reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
+        reply: oneshot::Sender<Result<WaitReply, Status>>,
     ) {
         let done = ids.iter().filter(|id| is_terminal(state, **id)).count();
         if done >= num_returns {
@@ -74,6 +76,14 @@ impl Waiters {
                     .reply
                     .send(Ok(snapshot(state, &wait.ids, wait.num_returns)));
             }
+        }
+    }
+
+    /// Answers every wait with `status` (this replica stopped leading).
+    pub(crate) fn fail_all(&mut self, status: impl Fn() -> Status) {
+        self.by_task.clear();
+        for (_, wait) in std::mem::take(&mut self.waits) {
+            let _ = wait.reply.send(Err(status()));
         }
     }
 

@@ -1,17 +1,19 @@
 //! Resource names interned to dense integer ids, so the core compares and hashes integers.
 
+use serde::{Deserialize, Serialize};
 use escher_proto::types::ResourceName;
 use rustc_hash::FxHashMap;
 
 /// A resource name's id inside one [`Scheduler`](super::Scheduler).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub(crate) struct ResourceId(pub(crate) u32);
 
 /// Two-way map between names and ids. Ids are handed out in first-seen order, so the same
 /// events give the same ids. Names are never forgotten: the table grows with the number of
 /// distinct names ever used, a few dozen bytes each.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Interner {
+    #[serde(serialize_with = "super::sorted::sorted")]
     ids: FxHashMap<ResourceName, ResourceId>,
     names: Vec<ResourceName>,
 }

@@ -22,13 +22,17 @@ mod apply;
 mod command;
 mod error;
 mod gpus;
+mod nodes;
 mod queries;
 mod record;
 mod resources;
+mod sessions;
 mod tasks;
 
 pub use apply::{ClusterState, StateConfig};
 pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
 pub use gpus::PendingMig;
+pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{NodeRecord, TaskRecord};
+pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};

@@ -23,7 +23,8 @@
 //! - `cluster`: the requests and replies of the `Cluster` service;
 //! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
-//! - `link`: the messages of the `WorkerLink` service.
+//! - `link`: the messages of the `WorkerLink` service;
+//! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status).
 
 use std::fmt;
 use std::time::Duration;
@@ -34,6 +35,7 @@ use crate::types::TypeError;
 
 mod cluster;
 mod gpu;
+mod heads;
 mod link;
 mod reserve;
 mod resources;
@@ -44,6 +46,7 @@ mod task;
 mod testutil;
 
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
+pub use heads::is_host_port;
 
 /// The longest task name, in bytes.
 pub const MAX_TASK_NAME_BYTES: usize = 256;
