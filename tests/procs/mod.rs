@@ -6,7 +6,9 @@
 //! tests fail with a message saying so rather than skip.
 //!
 //! Everything a cluster starts lives in one temporary directory: the head's address file, each
-//! process's stdout and stderr, each worker's task logs, and whatever the tests' tasks write.
+//! process's stdout and stderr, each worker's task logs and state directory (its node
+//! identity: a worker started again under the same name keeps its node id), `ESCHER_HOME`,
+//! and whatever the tests' tasks write.
 //! Every process the cluster starts, and every process those start (command tasks inherit
 //! their worker's environment), carries a marker in its environment, so dropping the cluster
 //! kills them all: the head and the workers with kill + wait, and the task processes that a
@@ -211,6 +213,17 @@ impl ProcessCluster {
             .unwrap_or_else(|e| panic!("cannot connect to the head at {}: {e}", self.head_url))
     }
 
+    /// The state directory of the worker named `name` (its node id and secret).
+    pub fn state_dir(&self, name: &str) -> PathBuf {
+        self.dir().join(format!("{name}.state"))
+    }
+
+    /// Forgets the identity of the worker named `name` (not running): started again, it
+    /// joins as a new node.
+    pub fn forget_worker(&self, name: &str) {
+        let _ = std::fs::remove_dir_all(self.state_dir(name));
+    }
+
     /// The node id of the running worker process named `name`.
     pub fn node(&self, name: &str) -> NodeId {
         self.worker(name).node
@@ -243,6 +256,7 @@ impl ProcessCluster {
             .stdout(file(&stdout))
             .stderr(file(&stderr))
             .env(MARKER_VAR, &self.marker)
+            .env("ESCHER_HOME", self.dir().join("escher-home"))
             .env("RUST_LOG", "info,escher_head=debug,escher_worker=debug")
             .env("NO_COLOR", "1");
         for var in [
@@ -253,6 +267,11 @@ impl ProcessCluster {
             "ESCHER_HEAD_ADDRESS_FILE",
             "ESCHER_HEARTBEAT_INTERVAL_MS",
             "ESCHER_HEARTBEAT_TIMEOUT_MS",
+            "ESCHER_WORKER_STATE_DIR",
+            "ESCHER_HEAD_ID",
+            "ESCHER_HEAD_PEERS",
+            "ESCHER_HEAD_GROUP",
+            "ESCHER_RAFT_TICK_MS",
         ] {
             command.env_remove(var);
         }
@@ -319,8 +338,43 @@ impl ProcessCluster {
     /// a live node the head did not know before; returns that node's id.
     pub async fn start_worker(&mut self, name: &str, resources: &str) -> NodeId {
         let known: BTreeSet<NodeId> = self.status().await.nodes.iter().map(|n| n.id).collect();
+        self.spawn_worker(name, resources);
+        let node = self.wait_registered(name, &known).await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    /// Starts a worker process named `name` that has been a node before (its state directory
+    /// is kept) and waits until it has attached to the head again; returns its node id.
+    pub async fn start_worker_known(&mut self, name: &str, resources: &str) -> NodeId {
+        self.spawn_worker(name, resources);
+        let stdout = self.workers.last().expect("just spawned").proc.stdout.clone();
+        let what = format!("worker {name} to attach to the head again");
+        eventually(&what, WAIT, || {
+            let text = std::fs::read_to_string(&stdout).unwrap_or_default();
+            async move { text.contains("attached to the head").then_some(()) }
+        })
+        .await;
+        let node = self
+            .wait_status(&what, |s| {
+                s.nodes
+                    .iter()
+                    .find(|n| n.alive && n.name == name)
+                    .map(|n| n.id)
+            })
+            .await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    fn spawn_worker(&mut self, name: &str, resources: &str) {
         let log_dir = self.dir().join(format!("{name}.tasks"));
+        let state_dir = self.state_dir(name);
         let args = vec![
+            "--state-dir".to_string(),
+            state_dir.display().to_string(),
             "--head".to_string(),
             self.head_url.clone(),
             "--name".to_string(),
@@ -340,10 +394,6 @@ impl ProcessCluster {
             node: NodeId(0),
             proc,
         });
-        let node = self.wait_registered(name, &known).await;
-        let index = self.workers.len() - 1;
-        self.workers[index].node = node;
-        node
     }
 
     /// Waits until a live node named `name` whose id is not in `known` appears, and records it

@@ -366,6 +366,8 @@ impl Runtime {
         self.unacked.clear();
         self.registering.clear();
         self.unsent.clear();
+        // Task ids and attempts are the old cluster's: the new one numbers its own.
+        self.recent = Recent::default();
     }
 
     fn attached(&mut self, link: Link) {
