@@ -18,15 +18,17 @@ use std::fmt;
 use std::fs::File;
 use std::mem;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 
 use nix::fcntl::Flock;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use raft::{GetEntriesContext, RaftState, Storage};
 
-use super::log_core::LogCore;
 use super::files::{remove_stale, sync_dir};
 use super::format::{self, SnapshotRecord};
+use super::log_core::LogCore;
 use super::recover::{self, SegmentMeta};
 use super::segment::{self, ActiveSegment};
 use super::{LogError, LogIdentity, LogStore, snapshot_file};
@@ -176,11 +178,17 @@ impl DiskLog {
     }
 
     fn read(&self) -> RwLockReadGuard<'_, LogCore> {
-        self.inner.core.read().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .core
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, LogCore> {
-        self.inner.core.write().unwrap_or_else(PoisonError::into_inner)
+        self.inner
+            .core
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn check_failed(&self) -> Result<(), LogError> {
@@ -214,7 +222,10 @@ impl DiskLog {
         }
         format::push_sync(&mut batch.buf)?;
         files.active.write(&batch.buf).map_err(|e| self.fail(e))?;
-        let active = files.segments.last_mut().expect("the active segment is listed");
+        let active = files
+            .segments
+            .last_mut()
+            .expect("the active segment is listed");
         active.max_index = active.max_index.max(batch.max_index);
         files.hard_state = batch.hard_state;
         files.conf_state = batch.conf_state;
@@ -223,8 +234,8 @@ impl DiskLog {
         if files.active.len() >= self.inner.options.segment_bytes {
             let seq = files.active.seq() + 1;
             let checkpoint = format::checkpoint(&files.hard_state, &files.conf_state)?;
-            files.active =
-                ActiveSegment::create(&self.inner.dir, seq, &checkpoint).map_err(|e| self.fail(e))?;
+            files.active = ActiveSegment::create(&self.inner.dir, seq, &checkpoint)
+                .map_err(|e| self.fail(e))?;
             files.segments.push(SegmentMeta { seq, max_index: 0 });
         }
         Ok(())

@@ -195,7 +195,9 @@ fn io_hint(e: &std::io::Error) -> &'static str {
             "; let the user running escher-head read and write it, or choose another --data-dir"
         }
         ErrorKind::StorageFull => "; free some space on that file system",
-        ErrorKind::ReadOnlyFilesystem => "; the file system is read-only: choose another --data-dir",
+        ErrorKind::ReadOnlyFilesystem => {
+            "; the file system is read-only: choose another --data-dir"
+        }
         ErrorKind::NotADirectory => "; a part of the path is a file, not a directory",
         _ => "",
     }
@@ -203,7 +205,10 @@ fn io_hint(e: &std::io::Error) -> &'static str {
 
 impl LogError {
     /// Wraps an I/O error with what was being done to which path.
-    pub(crate) fn io(action: &'static str, path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> Self {
+    pub(crate) fn io(
+        action: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Self {
         let path = path.into();
         move |source| LogError::Io {
             action,

@@ -36,6 +36,8 @@ pub(super) fn remove_stale(path: &Path) {
     match fs::remove_file(path) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(path = %path.display(), error = %e, "cannot remove an old raft log file"),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot remove an old raft log file")
+        }
     }
 }

@@ -35,7 +35,10 @@ impl LogIdentity {
         let why = if self.group.is_empty() {
             "the group name is empty".to_string()
         } else if self.group.len() > 256 {
-            format!("the group name is {} bytes long; at most 256 are allowed", self.group.len())
+            format!(
+                "the group name is {} bytes long; at most 256 are allowed",
+                self.group.len()
+            )
         } else if self.group.chars().any(char::is_control) || self.group.trim() != self.group {
             format!(
                 "the group name {:?} has control characters or surrounding spaces",
@@ -110,9 +113,21 @@ fn parse(path: &Path, text: &str) -> Result<LogIdentity, LogError> {
         };
         let value = value.trim();
         match key.trim() {
-            "format" => format = Some(value.parse::<u32>().map_err(|_| corrupt(format!("format {value:?} is not a number")))?),
+            "format" => {
+                format = Some(
+                    value
+                        .parse::<u32>()
+                        .map_err(|_| corrupt(format!("format {value:?} is not a number")))?,
+                )
+            }
             "group" => group = Some(value.to_string()),
-            "replica" => replica = Some(value.parse::<u64>().map_err(|_| corrupt(format!("replica {value:?} is not a number")))?),
+            "replica" => {
+                replica = Some(
+                    value
+                        .parse::<u64>()
+                        .map_err(|_| corrupt(format!("replica {value:?} is not a number")))?,
+                )
+            }
             other => return Err(corrupt(format!("unknown key {other:?}"))),
         }
     }

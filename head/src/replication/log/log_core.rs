@@ -32,7 +32,11 @@ pub(super) struct LogCore {
 
 impl LogCore {
     /// A log that starts from `snapshot` (empty: from nothing) with these states.
-    pub(super) fn from_parts(snapshot: Snapshot, hard_state: HardState, conf_state: ConfState) -> Self {
+    pub(super) fn from_parts(
+        snapshot: Snapshot,
+        hard_state: HardState,
+        conf_state: ConfState,
+    ) -> Self {
         LogCore {
             hard_state,
             conf_state,
@@ -71,7 +75,12 @@ impl LogCore {
     }
 
     /// Entries `[low, high)`, cut to `max_size` bytes as raft-rs does (never fewer than one).
-    pub(super) fn entries(&self, low: u64, high: u64, max_size: Option<u64>) -> raft::Result<Vec<Entry>> {
+    pub(super) fn entries(
+        &self,
+        low: u64,
+        high: u64,
+        max_size: Option<u64>,
+    ) -> raft::Result<Vec<Entry>> {
         if low < self.first_index() {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
@@ -104,7 +113,9 @@ impl LogCore {
     pub(super) fn snapshot(&self, request_index: u64) -> raft::Result<Snapshot> {
         let index = self.snapshot_index();
         if index == 0 || index < request_index {
-            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
+            return Err(raft::Error::Store(
+                StorageError::SnapshotTemporarilyUnavailable,
+            ));
         }
         Ok(self.snapshot.clone())
     }
@@ -169,7 +180,11 @@ impl LogCore {
     fn truncate_from(&mut self, index: u64) {
         let keep = (index.max(self.first_index()) - self.first_index()) as usize;
         if keep < self.entries.len() {
-            let dropped: u64 = self.entries.range(keep..).map(|e| u64::from(e.compute_size())).sum();
+            let dropped: u64 = self
+                .entries
+                .range(keep..)
+                .map(|e| u64::from(e.compute_size()))
+                .sum();
             self.entry_bytes -= dropped;
             self.entries.truncate(keep);
         }
@@ -239,7 +254,11 @@ impl LogCore {
     /// Stores a snapshot made by `compaction` and drops the entries it covers.
     pub(super) fn compact(&mut self, snap: Snapshot) {
         let drop = (snap.get_metadata().index - self.snapshot_index()) as usize;
-        let dropped: u64 = self.entries.drain(..drop).map(|e| u64::from(e.compute_size())).sum();
+        let dropped: u64 = self
+            .entries
+            .drain(..drop)
+            .map(|e| u64::from(e.compute_size()))
+            .sum();
         self.entry_bytes -= dropped;
         self.snapshot = snap;
     }

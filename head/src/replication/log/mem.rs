@@ -25,11 +25,15 @@ impl MemLog {
     fn read(&self) -> RwLockReadGuard<'_, LogCore> {
         // A panic while holding the lock cannot leave `LogCore` half-changed: every write checks
         // first and then changes plain fields, so a poisoned lock is still consistent.
-        self.core.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.core
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, LogCore> {
-        self.core.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.core
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 

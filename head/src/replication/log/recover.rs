@@ -19,10 +19,10 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use super::LogError;
-use super::log_core::LogCore;
 use super::files::{TMP_SUFFIX, remove_stale, sync_dir};
 use super::format::{self, RecordKind};
 use super::identity::{self, LogIdentity};
+use super::log_core::LogCore;
 use super::segment::{self, ActiveSegment};
 use super::snapshot_file;
 
@@ -52,7 +52,11 @@ pub(super) struct Recovered {
 pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, LogError> {
     let lock = prepare_dir(dir)?;
     let listing = list(dir)?;
-    identity::ensure(dir, identity, listing.segments.is_empty() && listing.snapshots.is_empty())?;
+    identity::ensure(
+        dir,
+        identity,
+        listing.segments.is_empty() && listing.snapshots.is_empty(),
+    )?;
 
     let (mut core, first_segment, snapshot_index) = match listing.snapshots.last() {
         Some(&index) => {
@@ -74,15 +78,13 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
             seqs.push(seq);
         }
     }
-    let mut expected = first_segment;
-    for &seq in &seqs {
+    for (expected, &seq) in (first_segment..).zip(&seqs) {
         if seq != expected {
             return Err(LogError::Inconsistent {
                 dir: dir.to_path_buf(),
                 detail: format!("segment {} is missing", segment::file_name(expected)),
             });
         }
-        expected += 1;
     }
 
     let mut segments = Vec::with_capacity(seqs.len());
@@ -98,9 +100,17 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
                 max_index = max_index.max(ents.last().map_or(0, |e| e.index));
                 core.replay_append(ents)
             }
-            RecordKind::HardState => Ok(core.set_hard_state(format::decode_hard_state(payload)?)),
-            RecordKind::ConfState => Ok(core.set_conf_state(format::decode_conf_state(payload)?)),
-            RecordKind::Snapshot | RecordKind::Sync => Err(format!("a {kind:?} record inside a segment")),
+            RecordKind::HardState => {
+                core.set_hard_state(format::decode_hard_state(payload)?);
+                Ok(())
+            }
+            RecordKind::ConfState => {
+                core.set_conf_state(format::decode_conf_state(payload)?);
+                Ok(())
+            }
+            RecordKind::Snapshot | RecordKind::Sync => {
+                Err(format!("a {kind:?} record inside a segment"))
+            }
         })?;
         if let Some(why) = scanned.torn_why {
             tracing::warn!(
@@ -162,7 +172,11 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
 fn prepare_dir(dir: &Path) -> Result<Flock<File>, LogError> {
     match fs::metadata(dir) {
         Ok(meta) if meta.is_dir() => {}
-        Ok(_) => return Err(LogError::NotADirectory { path: dir.to_path_buf() }),
+        Ok(_) => {
+            return Err(LogError::NotADirectory {
+                path: dir.to_path_buf(),
+            });
+        }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             fs::create_dir_all(dir).map_err(LogError::io("create directory", dir))?;
             if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
@@ -179,7 +193,9 @@ fn prepare_dir(dir: &Path) -> Result<Flock<File>, LogError> {
         .open(&path)
         .map_err(LogError::io("open", &path))?;
     Flock::lock(file, FlockArg::LockExclusiveNonblock).map_err(|(_, errno)| match errno {
-        Errno::EWOULDBLOCK => LogError::Locked { dir: dir.to_path_buf() },
+        Errno::EWOULDBLOCK => LogError::Locked {
+            dir: dir.to_path_buf(),
+        },
         other => LogError::io("lock", &path)(other.into()),
     })
 }

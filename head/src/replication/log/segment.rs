@@ -15,8 +15,7 @@ use std::path::{Path, PathBuf};
 use super::LogError;
 use super::files::sync_dir;
 use super::format::{
-    self, BadHeader, BadRecord, FileKind, HEADER_LEN, RecordKind, next_intact_record,
-    read_record,
+    self, BadHeader, BadRecord, FileKind, HEADER_LEN, RecordKind, next_intact_record, read_record,
 };
 
 /// The file name of segment `seq`.
@@ -68,7 +67,10 @@ pub(super) fn scan(
             });
         }
         Err(BadHeader::WrongMagic) => {
-            return Err(corrupt(0, "the file is not an escher raft log segment".into()));
+            return Err(corrupt(
+                0,
+                "the file is not an escher raft log segment".into(),
+            ));
         }
         Err(BadHeader::Damaged) => {
             return match later_write_completed(bytes, 0) {
@@ -176,7 +178,8 @@ impl ActiveSegment {
             .map_err(LogError::io("open", &path))?;
         let len = file.metadata().map_err(LogError::io("stat", &path))?.len();
         if len > valid_len {
-            file.set_len(valid_len).map_err(LogError::io("truncate", &path))?;
+            file.set_len(valid_len)
+                .map_err(LogError::io("truncate", &path))?;
             file.sync_all().map_err(LogError::io("fsync", &path))?;
         }
         Ok(ActiveSegment {

@@ -31,7 +31,11 @@ pub(super) fn parse_name(name: &str) -> Option<u64> {
 pub(super) fn write(dir: &Path, record: &SnapshotRecord) -> Result<(), LogError> {
     let mut bytes = format::header(FileKind::Snapshot).to_vec();
     format::push_snapshot(&mut bytes, record)?;
-    write_atomically(dir, &file_name(record.snapshot.get_metadata().index), &bytes)
+    write_atomically(
+        dir,
+        &file_name(record.snapshot.get_metadata().index),
+        &bytes,
+    )
 }
 
 /// Reads and verifies the snapshot file at `path`.
@@ -52,20 +56,29 @@ pub(super) fn read(path: &Path) -> Result<SnapshotRecord, LogError> {
             });
         }
         Err(BadHeader::WrongMagic) => {
-            return Err(corrupt(0, "the file is not an escher raft log snapshot".into()));
+            return Err(corrupt(
+                0,
+                "the file is not an escher raft log snapshot".into(),
+            ));
         }
         Err(BadHeader::Damaged) => return Err(corrupt(0, "a damaged snapshot header".into())),
     }
     let record = match format::read_record(&bytes, HEADER_LEN) {
         Ok(Some(record)) if record.kind == RecordKind::Snapshot => record,
         Ok(Some(record)) => {
-            return Err(corrupt(HEADER_LEN, format!("a {:?} record where a snapshot belongs", record.kind)));
+            return Err(corrupt(
+                HEADER_LEN,
+                format!("a {:?} record where a snapshot belongs", record.kind),
+            ));
         }
         Ok(None) => return Err(corrupt(HEADER_LEN, "no snapshot record".into())),
         Err(bad) => return Err(corrupt(HEADER_LEN, bad.describe())),
     };
     if record.end != bytes.len() {
-        return Err(corrupt(record.end, "unexpected bytes after the snapshot record".into()));
+        return Err(corrupt(
+            record.end,
+            "unexpected bytes after the snapshot record".into(),
+        ));
     }
     format::decode_snapshot(record.payload).map_err(|detail| corrupt(HEADER_LEN, detail))
 }

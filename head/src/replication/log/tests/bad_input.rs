@@ -26,7 +26,10 @@ fn a_directory_of_another_group_is_refused() {
     let err = open(dir.path(), "green", 1).unwrap_err();
     assert!(matches!(err, LogError::WrongGroup { .. }), "{err:?}");
     let msg = err.to_string();
-    assert!(msg.contains("\"blue\"") && msg.contains("\"green\"") && msg.contains("--data-dir"), "{msg}");
+    assert!(
+        msg.contains("\"blue\"") && msg.contains("\"green\"") && msg.contains("--data-dir"),
+        "{msg}"
+    );
 }
 
 #[test]
@@ -34,7 +37,17 @@ fn a_directory_of_another_replica_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     drop(open(dir.path(), "blue", 2).unwrap());
     let err = open(dir.path(), "blue", 3).unwrap_err();
-    assert!(matches!(err, LogError::WrongReplica { found: 2, expected: 3, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            LogError::WrongReplica {
+                found: 2,
+                expected: 3,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("--id 2"), "{err}");
     // The right identity still opens it.
     open(dir.path(), "blue", 2).unwrap();
@@ -48,7 +61,11 @@ fn a_path_that_is_a_file_is_refused() {
     let err = open(&file, "blue", 1).unwrap_err();
     assert!(matches!(err, LogError::NotADirectory { .. }), "{err:?}");
     assert!(err.to_string().contains("not a directory"), "{err}");
-    assert_eq!(fs::read(&file).unwrap(), b"not a log", "the file is left alone");
+    assert_eq!(
+        fs::read(&file).unwrap(),
+        b"not a log",
+        "the file is left alone"
+    );
 
     // Below a file: the OS error, the path, and a hint.
     let err = open(&file.join("log"), "blue", 1).unwrap_err();
@@ -63,7 +80,10 @@ fn an_unreadable_identity_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
     fs::create_dir(dir.path().join("IDENTITY")).unwrap();
     let err = open(dir.path(), "blue", 1).unwrap_err();
-    assert!(matches!(err, LogError::Io { action: "read", .. }), "{err:?}");
+    assert!(
+        matches!(err, LogError::Io { action: "read", .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("IDENTITY"), "{err}");
 }
 
@@ -74,7 +94,10 @@ fn a_directory_open_elsewhere_is_refused_until_it_is_closed() {
     let second = first.clone();
     drop(first);
     let err = open(dir.path(), "blue", 1).unwrap_err();
-    assert!(matches!(err, LogError::Locked { .. }), "a clone keeps it open: {err:?}");
+    assert!(
+        matches!(err, LogError::Locked { .. }),
+        "a clone keeps it open: {err:?}"
+    );
     assert!(err.to_string().contains("another process"), "{err}");
     drop(second);
     open(dir.path(), "blue", 1).unwrap();
@@ -88,7 +111,17 @@ fn a_format_version_we_do_not_know_is_refused() {
     let text = fs::read_to_string(&id).unwrap();
     fs::write(&id, text.replace("format = 1", "format = 7")).unwrap();
     let err = open(dir.path(), "blue", 1).unwrap_err();
-    assert!(matches!(err, LogError::UnsupportedFormat { found: 7, supported: 1, .. }), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            LogError::UnsupportedFormat {
+                found: 7,
+                supported: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     fs::write(&id, text).unwrap();
 
     // A segment header from a future format, with a valid checksum.
@@ -101,7 +134,10 @@ fn a_format_version_we_do_not_know_is_refused() {
     bytes[..16].copy_from_slice(&header);
     fs::write(&seg, bytes).unwrap();
     let err = open(dir.path(), "blue", 1).unwrap_err();
-    assert!(matches!(err, LogError::UnsupportedFormat { found: 2, .. }), "{err:?}");
+    assert!(
+        matches!(err, LogError::UnsupportedFormat { found: 2, .. }),
+        "{err:?}"
+    );
     assert!(err.to_string().contains("escher-head release"), "{err}");
 }
 
@@ -110,9 +146,15 @@ fn an_identity_that_cannot_be_recorded_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     for (group, replica) in [("", 1), ("two\nlines", 1), (" padded", 1), ("blue", 0)] {
         let err = open(dir.path(), group, replica).unwrap_err();
-        assert!(matches!(err, LogError::InvalidIdentity { .. }), "{group:?}/{replica}: {err:?}");
+        assert!(
+            matches!(err, LogError::InvalidIdentity { .. }),
+            "{group:?}/{replica}: {err:?}"
+        );
     }
-    assert!(!dir.path().join("IDENTITY").exists(), "nothing was recorded");
+    assert!(
+        !dir.path().join("IDENTITY").exists(),
+        "nothing was recorded"
+    );
 }
 
 #[test]
@@ -128,7 +170,11 @@ fn log_files_without_an_identity_or_with_a_missing_segment_are_inconsistent() {
     fs::remove_file(dir.path().join(segment::file_name(2))).unwrap();
     let err = DiskLog::open(dir.path(), &identity()).unwrap_err();
     assert!(matches!(err, LogError::Inconsistent { .. }), "{err:?}");
-    assert!(err.to_string().contains("00000000000000000002.log is missing"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("00000000000000000002.log is missing"),
+        "{err}"
+    );
 
     fs::remove_file(dir.path().join("IDENTITY")).unwrap();
     let err = DiskLog::open(dir.path(), &identity()).unwrap_err();
@@ -152,10 +198,28 @@ fn a_refused_write_changes_nothing_on_disk() {
 #[test]
 fn errors_map_to_the_storage_errors_raft_understands() {
     use raft::StorageError;
-    let compacted = LogError::Compacted { index: 1, first_index: 2 };
-    assert_eq!(raft::Error::from(compacted), raft::Error::Store(StorageError::Compacted));
-    let unavailable = LogError::Unavailable { index: 9, last_index: 2 };
-    assert_eq!(raft::Error::from(unavailable), raft::Error::Store(StorageError::Unavailable));
-    let gap = raft::Error::from(LogError::Gap { index: 9, last_index: 2 });
-    assert!(matches!(gap, raft::Error::Store(StorageError::Other(_))), "{gap:?}");
+    let compacted = LogError::Compacted {
+        index: 1,
+        first_index: 2,
+    };
+    assert_eq!(
+        raft::Error::from(compacted),
+        raft::Error::Store(StorageError::Compacted)
+    );
+    let unavailable = LogError::Unavailable {
+        index: 9,
+        last_index: 2,
+    };
+    assert_eq!(
+        raft::Error::from(unavailable),
+        raft::Error::Store(StorageError::Unavailable)
+    );
+    let gap = raft::Error::from(LogError::Gap {
+        index: 9,
+        last_index: 2,
+    });
+    assert!(
+        matches!(gap, raft::Error::Store(StorageError::Other(_))),
+        "{gap:?}"
+    );
 }

@@ -43,7 +43,10 @@ struct Report {
 
 impl Report {
     fn parse(line: &str) -> Option<Report> {
-        let mut words = line.strip_prefix("SYNCED ")?.split(' ').map(str::parse::<u64>);
+        let mut words = line
+            .strip_prefix("SYNCED ")?
+            .split(' ')
+            .map(str::parse::<u64>);
         let mut next = || words.next()?.ok();
         Some(Report {
             first: next()?,
@@ -67,7 +70,9 @@ fn a_killed_writer_loses_no_synced_entry() {
     let mut rng = fastrand::Rng::with_seed(seed);
     let dir = tempfile::tempdir().unwrap();
     let test_name = concat!(module_path!(), "::a_killed_writer_loses_no_synced_entry");
-    let test_name = test_name.split_once("::").map_or(test_name, |(_, rest)| rest);
+    let test_name = test_name
+        .split_once("::")
+        .map_or(test_name, |(_, rest)| rest);
 
     // What the log must hold: index -> term of everything reported synced.
     let mut expected: BTreeMap<u64, u64> = BTreeMap::new();
@@ -85,8 +90,10 @@ fn a_killed_writer_loses_no_synced_entry() {
         let kill_after = rng.usize(1..60);
         let mut seen = 0;
         let mut killed = false;
-        while let Some(line) = lines.next() {
-            let Some(report) = Report::parse(&line.unwrap()) else { continue };
+        for line in lines.by_ref() {
+            let Some(report) = Report::parse(&line.unwrap()) else {
+                continue;
+            };
             record(&mut expected, &mut commit, report);
             seen += 1;
             if seen == kill_after && !killed {
@@ -97,7 +104,10 @@ fn a_killed_writer_loses_no_synced_entry() {
         }
         // Reports printed before the kill and still in the pipe were read above.
         let status = child.wait().unwrap();
-        assert!(killed, "round {round}: the writer exited by itself ({status}) after {seen} writes");
+        assert!(
+            killed,
+            "round {round}: the writer exited by itself ({status}) after {seen} writes"
+        );
 
         let before = newest_segment_len(dir.path());
         let log = open_small(dir.path(), SEGMENT_BYTES);
@@ -136,15 +146,25 @@ fn record(expected: &mut BTreeMap<u64, u64>, commit: &mut u64, r: Report) {
 fn verify(log: &DiskLog, expected: &BTreeMap<u64, u64>, commit: u64, round: usize) {
     let first = log.first_index().unwrap();
     let last = log.last_index().unwrap();
-    let ents = log.entries(first, last + 1, None, GetEntriesContext::empty(false)).unwrap();
+    let ents = log
+        .entries(first, last + 1, None, GetEntriesContext::empty(false))
+        .unwrap();
     for e in &ents {
-        assert_eq!(&e.data[..], payload(e.index, e.term), "round {round}: entry {} damaged", e.index);
+        assert_eq!(
+            &e.data[..],
+            payload(e.index, e.term),
+            "round {round}: entry {} damaged",
+            e.index
+        );
     }
     let differs = expected
         .range(first - 1..)
         .find(|&(&index, &term)| log.term(index) != Ok(term));
     if let Some((&index, &term)) = differs {
-        assert!(index > commit, "round {round}: committed entry {index} lost or changed");
+        assert!(
+            index > commit,
+            "round {round}: committed entry {index} lost or changed"
+        );
         let found = log.term(index);
         assert!(
             found.as_ref().is_ok_and(|&t| t > term),
@@ -152,13 +172,23 @@ fn verify(log: &DiskLog, expected: &BTreeMap<u64, u64>, commit: u64, round: usiz
         );
     }
     let hs = log.initial_state().unwrap().hard_state;
-    assert!(hs.commit >= commit, "round {round}: commit {} < reported {commit}", hs.commit);
-    assert!(hs.commit <= last, "round {round}: commit {} past the end {last}", hs.commit);
+    assert!(
+        hs.commit >= commit,
+        "round {round}: commit {} < reported {commit}",
+        hs.commit
+    );
+    assert!(
+        hs.commit <= last,
+        "round {round}: commit {} past the end {last}",
+        hs.commit
+    );
 }
 
 fn contents(log: &DiskLog) -> BTreeMap<u64, u64> {
     let (first, last) = (log.first_index().unwrap(), log.last_index().unwrap());
-    (first - 1..=last).filter_map(|i| Some((i, log.term(i).ok()?))).collect()
+    (first - 1..=last)
+        .filter_map(|i| Some((i, log.term(i).ok()?)))
+        .collect()
 }
 
 /// The writer: appends batches, sets the hard state, syncs, reports; forever.
@@ -167,17 +197,25 @@ fn write_until_killed(dir: &Path) -> ! {
     let mut rng = fastrand::Rng::new();
     let mut out = std::io::stdout().lock();
     let mut hs = log.initial_state().unwrap().hard_state;
-    let mut term = hs.term.max(log.term(log.last_index().unwrap()).unwrap()).max(1);
+    let mut term = hs
+        .term
+        .max(log.term(log.last_index().unwrap()).unwrap())
+        .max(1);
     for n in 0u64.. {
         let last = log.last_index().unwrap();
         let mut first = last + 1;
         if n % 13 == 7 {
             // A new leader overwrites the uncommitted tail.
-            first = last.saturating_sub(3).max(hs.commit + 1).max(log.first_index().unwrap());
+            first = last
+                .saturating_sub(3)
+                .max(hs.commit + 1)
+                .max(log.first_index().unwrap());
             term += 1;
         }
         let count = rng.u64(1..=40);
-        let ents: Vec<_> = (first..first + count).map(|i| entry_with_data(i, term)).collect();
+        let ents: Vec<_> = (first..first + count)
+            .map(|i| entry_with_data(i, term))
+            .collect();
         log.append(&ents).unwrap();
         // Entries first, then the hard state that commits them, as raft-rs's ready loop does.
         // The commit index trails the end by a few entries, so there is a tail to overwrite.
@@ -189,11 +227,18 @@ fn write_until_killed(dir: &Path) -> ! {
         };
         log.set_hard_state(hs.clone()).unwrap();
         log.sync().unwrap();
-        writeln!(out, "SYNCED {first} {} {term} {}", first + count - 1, hs.commit).unwrap();
+        writeln!(
+            out,
+            "SYNCED {first} {} {term} {}",
+            first + count - 1,
+            hs.commit
+        )
+        .unwrap();
         out.flush().unwrap();
         if n % 29 == 28 {
             let at = hs.commit.saturating_sub(rng.u64(0..50));
-            log.compact(at, conf(&[1]), format!("state at {at}").into_bytes()).unwrap();
+            log.compact(at, conf(&[1]), format!("state at {at}").into_bytes())
+                .unwrap();
         }
     }
     unreachable!("the writer runs until it is killed")

@@ -48,7 +48,12 @@ fn flip(path: &Path, offset: usize) {
 }
 
 fn cut(path: &Path, len: u64) {
-    OpenOptions::new().write(true).open(path).unwrap().set_len(len).unwrap();
+    OpenOptions::new()
+        .write(true)
+        .open(path)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
 }
 
 fn last_index(dir: &Path) -> u64 {
@@ -57,7 +62,11 @@ fn last_index(dir: &Path) -> u64 {
 
 fn corrupt_at(dir: &Path) -> (PathBuf, u64, String) {
     match super::super::DiskLog::open(dir, &super::identity()) {
-        Err(LogError::Corrupt { path, offset, detail }) => (path, offset, detail),
+        Err(LogError::Corrupt {
+            path,
+            offset,
+            detail,
+        }) => (path, offset, detail),
         other => panic!("expected Corrupt, got {other:?}"),
     }
 }
@@ -73,14 +82,20 @@ fn a_file_cut_mid_record_loses_only_that_write_and_it_is_never_replayed() {
 
     let log = open_small(dir.path(), ONE_SEGMENT);
     assert_eq!(log.last_index(), Ok(9));
-    assert_eq!(fs::metadata(&path).unwrap().len(), last_write, "the torn write is cut off");
+    assert_eq!(
+        fs::metadata(&path).unwrap().len(),
+        last_write,
+        "the torn write is cut off"
+    );
 
     // A different entry 10 takes its place, and survives another reopen.
     log.append(&[entry_with_data(10, 2)]).unwrap();
     log.sync().unwrap();
     drop(log);
     let log = open_small(dir.path(), ONE_SEGMENT);
-    let ents = log.entries(9, 11, None, GetEntriesContext::empty(false)).unwrap();
+    let ents = log
+        .entries(9, 11, None, GetEntriesContext::empty(false))
+        .unwrap();
     assert_eq!(ents, vec![entry_with_data(9, 1), entry_with_data(10, 2)]);
 }
 
@@ -167,7 +182,8 @@ fn a_damaged_snapshot_file_is_corrupt() {
     let dir = tempfile::tempdir().unwrap();
     ten_writes(dir.path(), ONE_SEGMENT);
     let log = open_small(dir.path(), ONE_SEGMENT);
-    log.compact(5, conf(&[1]), b"state machine".to_vec()).unwrap();
+    log.compact(5, conf(&[1]), b"state machine".to_vec())
+        .unwrap();
     drop(log);
     let path = dir.path().join(snapshot_file::file_name(5));
     let len = fs::metadata(&path).unwrap().len() as usize;

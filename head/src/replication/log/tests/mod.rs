@@ -3,10 +3,12 @@
 //! - `storage`: raft-rs's own `MemStorage` tests, run against both stores;
 //! - `model`: random operation sequences (with reopens) keep `DiskLog` equal to `MemLog`;
 //! - `damage`: torn and corrupt bytes written on purpose, and what open makes of them;
+//! - `concurrent`: readers on other threads while one thread writes;
 //! - `bad_input`: directories that are not this log's, and refusals that change nothing;
 //! - `crash`: a writer process SIGKILLed mid-write, and every entry it reported synced intact.
 
 mod bad_input;
+mod concurrent;
 mod crash;
 mod damage;
 mod model;
@@ -21,10 +23,11 @@ use super::{DiskLog, DiskLogOptions, LogIdentity};
 
 /// An entry with no data.
 fn entry(index: u64, term: u64) -> Entry {
-    let mut e = Entry::default();
-    e.index = index;
-    e.term = term;
-    e
+    Entry {
+        index,
+        term,
+        ..Entry::default()
+    }
 }
 
 /// An entry whose data is derived from its index and term, so a reader can verify it.
@@ -43,9 +46,10 @@ fn payload(index: u64, term: u64) -> Vec<u8> {
 }
 
 fn conf(voters: &[u64]) -> ConfState {
-    let mut cs = ConfState::default();
-    cs.voters = voters.to_vec();
-    cs
+    ConfState {
+        voters: voters.to_vec(),
+        ..ConfState::default()
+    }
 }
 
 fn snapshot(index: u64, term: u64, voters: &[u64]) -> Snapshot {

@@ -19,15 +19,27 @@ use super::{conf, entry_with_data, open_small, snapshot};
 enum Op {
     /// Append `count` entries starting `back` entries before the end (truncating), in a new
     /// term when `back > 0`.
-    Append { back: u64, count: u64 },
+    Append {
+        back: u64,
+        count: u64,
+    },
     /// Commit up to `back` entries before the end, voting for `vote`.
-    HardState { back: u64, vote: u64 },
-    ConfState { voters: Vec<u64> },
+    HardState {
+        back: u64,
+        vote: u64,
+    },
+    ConfState {
+        voters: Vec<u64>,
+    },
     Sync,
     /// Compact at `back` entries before the commit index.
-    Compact { back: u64 },
+    Compact {
+        back: u64,
+    },
     /// Install a snapshot `ahead` entries past the end.
-    ApplySnapshot { ahead: u64 },
+    ApplySnapshot {
+        ahead: u64,
+    },
     /// Drop the `DiskLog` (without a sync) and open it again.
     Reopen,
 }
@@ -62,25 +74,37 @@ fn resolve(op: &Op, log: &MemLog) -> Option<Write> {
     let term = log.term(last).unwrap().max(hs.term).max(1);
     match *op {
         Op::Append { back, count } => {
-            let start = (last + 1).saturating_sub(back).max(first).max(hs.commit + 1);
+            let start = (last + 1)
+                .saturating_sub(back)
+                .max(first)
+                .max(hs.commit + 1);
             let term = if start <= last { term + 1 } else { term };
-            Some(Write::Append((start..start + count).map(|i| entry_with_data(i, term)).collect()))
+            Some(Write::Append(
+                (start..start + count)
+                    .map(|i| entry_with_data(i, term))
+                    .collect(),
+            ))
         }
-        Op::HardState { back, vote } => Some(Write::HardState({
-            let mut new = HardState::default();
-            new.term = term;
-            new.vote = vote;
-            new.commit = last.saturating_sub(back).max(hs.commit);
-            new
+        Op::HardState { back, vote } => Some(Write::HardState(HardState {
+            term,
+            vote,
+            commit: last.saturating_sub(back).max(hs.commit),
+            ..HardState::default()
         })),
         Op::ConfState { ref voters } => Some(Write::ConfState(conf(voters))),
         Op::Compact { back } => {
             let at = hs.commit.saturating_sub(back);
-            Some(Write::Compact(at, conf(&[1, 2]), format!("state at {at}").into_bytes()))
+            Some(Write::Compact(
+                at,
+                conf(&[1, 2]),
+                format!("state at {at}").into_bytes(),
+            ))
         }
         Op::ApplySnapshot { ahead } => {
             let mut snap = snapshot(last + ahead, term + 1, &[1, 2, 3]);
-            snap.data = format!("leader state at {}", last + ahead).into_bytes().into();
+            snap.data = format!("leader state at {}", last + ahead)
+                .into_bytes()
+                .into();
             Some(Write::ApplySnapshot(snap))
         }
         Op::Sync | Op::Reopen => None,
@@ -101,8 +125,16 @@ fn apply(log: &impl LogStore, write: &Write) {
 /// Asserts that every read of `disk` answers as `model` does.
 fn assert_same(disk: &DiskLog, model: &MemLog, step: usize) {
     let (first, last) = (model.first_index().unwrap(), model.last_index().unwrap());
-    assert_eq!(disk.first_index().unwrap(), first, "first index after step {step}");
-    assert_eq!(disk.last_index().unwrap(), last, "last index after step {step}");
+    assert_eq!(
+        disk.first_index().unwrap(),
+        first,
+        "first index after step {step}"
+    );
+    assert_eq!(
+        disk.last_index().unwrap(),
+        last,
+        "last index after step {step}"
+    );
     let ctx = || GetEntriesContext::empty(false);
     assert_eq!(
         disk.entries(first, last + 1, None, ctx()),
@@ -112,11 +144,22 @@ fn assert_same(disk: &DiskLog, model: &MemLog, step: usize) {
     for i in first - 1..=last {
         assert_eq!(disk.term(i), model.term(i), "term {i} after step {step}");
     }
-    let (d, m) = (disk.initial_state().unwrap(), model.initial_state().unwrap());
+    let (d, m) = (
+        disk.initial_state().unwrap(),
+        model.initial_state().unwrap(),
+    );
     assert_eq!(d.hard_state, m.hard_state, "hard state after step {step}");
     assert_eq!(d.conf_state, m.conf_state, "conf state after step {step}");
-    assert_eq!(disk.snapshot(0, 0), model.snapshot(0, 0), "snapshot after step {step}");
-    assert_eq!(disk.bytes_since_snapshot(), model.bytes_since_snapshot(), "bytes after step {step}");
+    assert_eq!(
+        disk.snapshot(0, 0),
+        model.snapshot(0, 0),
+        "snapshot after step {step}"
+    );
+    assert_eq!(
+        disk.bytes_since_snapshot(),
+        model.bytes_since_snapshot(),
+        "bytes after step {step}"
+    );
 }
 
 proptest! {
