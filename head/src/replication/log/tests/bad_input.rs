@@ -223,3 +223,30 @@ fn errors_map_to_the_storage_errors_raft_understands() {
         "{gap:?}"
     );
 }
+
+#[test]
+fn after_a_failed_write_the_log_takes_no_more_writes() {
+    // The directory vanishes under an open log: the next segment cannot be created.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("log");
+    let log = open_small(&path, 64);
+    log.append(&[entry(1, 1)]).unwrap();
+    fs::remove_dir_all(&path).unwrap();
+    let err = log.sync().unwrap_err();
+    assert!(
+        matches!(
+            err,
+            LogError::Io {
+                action: "create",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = log.append(&[entry(2, 1)]).unwrap_err();
+    assert!(matches!(err, LogError::Failed { .. }), "{err:?}");
+    assert!(err.to_string().contains("restart the head"), "{err}");
+    assert!(matches!(log.sync(), Err(LogError::Failed { .. })));
+    // Reads still answer from memory.
+    assert_eq!(log.last_index(), Ok(1));
+}
