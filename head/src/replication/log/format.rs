@@ -15,6 +15,8 @@
 //! | 4 snapshot | `[first segment: u64][len: u32][HardState][len: u32][ConfState][Snapshot]` |
 //! | 5 sync | empty: ends each write that `sync` makes durable |
 
+use std::path::Path;
+
 use protobuf::Message;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
@@ -43,6 +45,13 @@ impl FileKind {
             FileKind::Snapshot => b"ESCHSNAP",
         }
     }
+
+    fn name(self) -> &'static str {
+        match self {
+            FileKind::Segment => "segment",
+            FileKind::Snapshot => "snapshot",
+        }
+    }
 }
 
 /// The header a new file of `kind` starts with.
@@ -55,33 +64,32 @@ pub(super) fn header(kind: FileKind) -> [u8; HEADER_LEN] {
     h
 }
 
-/// What is wrong with a file's header.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum BadHeader {
-    /// Shorter than a header, or its checksum fails: torn or damaged.
-    Damaged,
-    /// Intact, but another kind of file.
-    WrongMagic,
-    /// Intact, but a format version this build does not read.
-    Version(u32),
-}
-
-/// Checks the header at the start of `bytes`.
-pub(super) fn check_header(kind: FileKind, bytes: &[u8]) -> Result<(), BadHeader> {
+/// Checks the header at the start of `bytes`, the contents of the file at `path`: `Ok(true)`
+/// when intact, `Ok(false)` when too short or its checksum fails (torn or damaged: the caller
+/// knows which), and an error when it is intact but of another kind of file or another format.
+pub(super) fn check_header(kind: FileKind, path: &Path, bytes: &[u8]) -> Result<bool, LogError> {
     let Some(h) = bytes.get(..HEADER_LEN) else {
-        return Err(BadHeader::Damaged);
+        return Ok(false);
     };
     if crc32c::crc32c(&h[..12]).to_le_bytes() != h[12..] {
-        return Err(BadHeader::Damaged);
+        return Ok(false);
     }
     if &h[..8] != kind.magic() {
-        return Err(BadHeader::WrongMagic);
+        return Err(LogError::Corrupt {
+            path: path.to_path_buf(),
+            offset: 0,
+            detail: format!("the file is not an escher raft log {}", kind.name()),
+        });
     }
     let version = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
     if version != FORMAT_VERSION {
-        return Err(BadHeader::Version(version));
+        return Err(LogError::UnsupportedFormat {
+            path: path.to_path_buf(),
+            found: version,
+            supported: FORMAT_VERSION,
+        });
     }
-    Ok(())
+    Ok(true)
 }
 
 /// What a record holds.

@@ -263,3 +263,47 @@ impl LogCore {
         self.snapshot = snap;
     }
 }
+
+/// Implements [`raft::Storage`] for a store whose `read()` returns a guard of its `LogCore`:
+/// both stores answer every read from memory, the same way.
+macro_rules! storage_from_core {
+    ($store:ty) => {
+        impl raft::Storage for $store {
+            fn initial_state(&self) -> raft::Result<raft::RaftState> {
+                Ok(self.read().raft_state())
+            }
+
+            fn entries(
+                &self,
+                low: u64,
+                high: u64,
+                max_size: impl Into<Option<u64>>,
+                _context: raft::GetEntriesContext,
+            ) -> raft::Result<Vec<raft::eraftpb::Entry>> {
+                self.read().entries(low, high, max_size.into())
+            }
+
+            fn term(&self, idx: u64) -> raft::Result<u64> {
+                self.read().term(idx)
+            }
+
+            fn first_index(&self) -> raft::Result<u64> {
+                Ok(self.read().first_index())
+            }
+
+            fn last_index(&self) -> raft::Result<u64> {
+                Ok(self.read().last_index())
+            }
+
+            fn snapshot(
+                &self,
+                request_index: u64,
+                _to: u64,
+            ) -> raft::Result<raft::eraftpb::Snapshot> {
+                self.read().snapshot(request_index)
+            }
+        }
+    };
+}
+
+pub(super) use storage_from_core;

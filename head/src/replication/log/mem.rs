@@ -5,7 +5,6 @@ use std::fmt;
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
-use raft::{GetEntriesContext, RaftState, Storage};
 
 use super::log_core::LogCore;
 use super::{LogError, LogStore};
@@ -48,37 +47,7 @@ impl fmt::Debug for MemLog {
     }
 }
 
-impl Storage for MemLog {
-    fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(self.read().raft_state())
-    }
-
-    fn entries(
-        &self,
-        low: u64,
-        high: u64,
-        max_size: impl Into<Option<u64>>,
-        _context: GetEntriesContext,
-    ) -> raft::Result<Vec<Entry>> {
-        self.read().entries(low, high, max_size.into())
-    }
-
-    fn term(&self, idx: u64) -> raft::Result<u64> {
-        self.read().term(idx)
-    }
-
-    fn first_index(&self) -> raft::Result<u64> {
-        Ok(self.read().first_index())
-    }
-
-    fn last_index(&self) -> raft::Result<u64> {
-        Ok(self.read().last_index())
-    }
-
-    fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
-        self.read().snapshot(request_index)
-    }
-}
+super::log_core::storage_from_core!(MemLog);
 
 impl LogStore for MemLog {
     fn append(&self, entries: &[Entry]) -> Result<(), LogError> {

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use super::LogError;
 use super::files::sync_dir;
 use super::format::{
-    self, BadHeader, BadRecord, FileKind, HEADER_LEN, RecordKind, next_intact_record, read_record,
+    self, BadRecord, FileKind, HEADER_LEN, RecordKind, next_intact_record, read_record,
 };
 
 /// The file name of segment `seq`.
@@ -57,31 +57,15 @@ pub(super) fn scan(
         offset: offset as u64,
         detail,
     };
-    match format::check_header(FileKind::Segment, bytes) {
-        Ok(()) => {}
-        Err(BadHeader::Version(found)) => {
-            return Err(LogError::UnsupportedFormat {
-                path: path.to_path_buf(),
-                found,
-                supported: format::FORMAT_VERSION,
-            });
-        }
-        Err(BadHeader::WrongMagic) => {
-            return Err(corrupt(
-                0,
-                "the file is not an escher raft log segment".into(),
-            ));
-        }
-        Err(BadHeader::Damaged) => {
-            return match later_write_completed(bytes, 0) {
-                None if newest => Ok(Scanned {
-                    valid_len: 0,
-                    torn: bytes.len() as u64,
-                    torn_why: Some(BadRecord::Incomplete),
-                }),
-                proof => Err(corrupt(0, with_proof("a damaged segment header", proof))),
-            };
-        }
+    if !format::check_header(FileKind::Segment, path, bytes)? {
+        return match later_write_completed(bytes, 0) {
+            None if newest => Ok(Scanned {
+                valid_len: 0,
+                torn: bytes.len() as u64,
+                torn_why: Some(BadRecord::Incomplete),
+            }),
+            proof => Err(corrupt(0, with_proof("a damaged segment header", proof))),
+        };
     }
     let mut at = HEADER_LEN;
     loop {

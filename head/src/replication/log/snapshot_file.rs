@@ -8,7 +8,7 @@ use std::path::Path;
 
 use super::LogError;
 use super::files::write_atomically;
-use super::format::{self, BadHeader, FileKind, HEADER_LEN, RecordKind, SnapshotRecord};
+use super::format::{self, FileKind, HEADER_LEN, RecordKind, SnapshotRecord};
 
 const PREFIX: &str = "snapshot-";
 const SUFFIX: &str = ".snap";
@@ -46,22 +46,8 @@ pub(super) fn read(path: &Path) -> Result<SnapshotRecord, LogError> {
         offset: offset as u64,
         detail,
     };
-    match format::check_header(FileKind::Snapshot, &bytes) {
-        Ok(()) => {}
-        Err(BadHeader::Version(found)) => {
-            return Err(LogError::UnsupportedFormat {
-                path: path.to_path_buf(),
-                found,
-                supported: format::FORMAT_VERSION,
-            });
-        }
-        Err(BadHeader::WrongMagic) => {
-            return Err(corrupt(
-                0,
-                "the file is not an escher raft log snapshot".into(),
-            ));
-        }
-        Err(BadHeader::Damaged) => return Err(corrupt(0, "a damaged snapshot header".into())),
+    if !format::check_header(FileKind::Snapshot, path, &bytes)? {
+        return Err(corrupt(0, "a damaged snapshot header".into()));
     }
     let record = match format::read_record(&bytes, HEADER_LEN) {
         Ok(Some(record)) if record.kind == RecordKind::Snapshot => record,
