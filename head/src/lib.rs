@@ -5,6 +5,8 @@
 //! - [`scheduler`]: the pure scheduler core, events in and decisions out, with no I/O.
 //! - [`state`]: the head's durable state (nodes, resources, tasks, results) and the single
 //!   deterministic `apply(command)` that changes it: the seam raft replication uses.
+//! - [`replication`]: raft around the state machine; [`replication::log`] is its durable log
+//!   (`--data-dir`) and its in-memory one.
 //! - [`runtime`]: the owner task, the `Cluster` and `WorkerLink` gRPC services, heartbeats,
 //!   waiters, and [`run`], the entry point the `escher-head` binary and `LocalCluster` call.
 #![warn(missing_docs)]

@@ -39,6 +39,11 @@ struct HeadArgs {
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
+    /// Keep the head's state (its raft log and snapshots) in this directory, so that it
+    /// survives a restart [default: in memory only]. Created if missing; a directory of
+    /// another group or replica is refused.
+    #[arg(long, env = "ESCHER_HEAD_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
     /// This head's replica id in its group (with --peers, or --join).
     #[arg(long, env = "ESCHER_HEAD_ID", default_value_t = 1, value_name = "N")]
     id: u64,
@@ -110,6 +115,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
                 max_result_bytes: args.max_result_bytes,
             },
             replica,
+            data_dir: args.data_dir,
             ..HeadConfig::default()
         };
         config.validate()?;

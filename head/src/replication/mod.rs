@@ -8,8 +8,8 @@
 //! # One path for every deployment
 //!
 //! A head is always one replica of a raft group. Without `--peers` it is a group of one,
-//! which elects itself at once; without `--data-dir` its log lives in memory ([`MemLog`]) and
-//! it says so at start. `LocalCluster`, the tests and the quickstart go through exactly the
+//! which elects itself at once; with `--data-dir` its log is a [`DiskLog`], without it the
+//! log lives in memory ([`MemLog`]) and the head says so at start. `LocalCluster`, the tests and the quickstart go through exactly the
 //! code a three-replica durable group runs.
 //!
 //! # The ready loop ([`Replica::cycle`])
@@ -76,15 +76,15 @@
 //! - `service.rs`: the `Raft` gRPC service (inbound messages, a replica's status);
 //! - `codec.rs`: entries and snapshots as bytes;
 //! - `log_bridge.rs`: raft-rs's `slog` records into `tracing`;
-//! - `standin.rs`: the log-store contract and an in-memory log, standing in until the durable
-//!   store (branch `raftlog`) is merged.
+//! - [`log`]: the raft log itself: the [`LogStore`] contract, [`MemLog`] (no `--data-dir`) and
+//!   [`DiskLog`] (a directory of checksummed segments and snapshot files).
 
 mod codec;
 mod config;
+pub mod log;
 mod log_bridge;
 mod replica;
 mod service;
-mod standin;
 mod transport;
 
 pub use codec::CodecError;
@@ -95,5 +95,5 @@ pub use config::{
 pub(crate) use replica::{NotAccepted, Output, Replica};
 pub use replica::{Persistence, ReplicationError};
 pub(crate) use service::{Inbound, RaftService};
-pub use standin::{LogError, LogStore, MemLog};
+pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, MemLog};
 pub(crate) use transport::{MAX_RAFT_MESSAGE, Transport, TransportEvent};

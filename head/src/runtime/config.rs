@@ -1,6 +1,7 @@
 //! How a head runs: timeouts, limits, its place in a replicated group. Defaults are defined
 //! here, once.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -26,6 +27,8 @@ pub struct HeadConfig {
     /// Which replica of which raft group this head is (a group of one by default). An empty
     /// `address` is filled in with the address the head listens on.
     pub replica: ReplicaConfig,
+    /// Where the raft log lives (`--data-dir`); `None` keeps it in memory.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for HeadConfig {
@@ -38,6 +41,7 @@ impl Default for HeadConfig {
             log_fetch_timeout: Duration::from_secs(10),
             state: StateConfig::default(),
             replica: ReplicaConfig::single(""),
+            data_dir: None,
         }
     }
 }

@@ -46,7 +46,8 @@ use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
 use crate::replication::{
-    MAX_RAFT_MESSAGE, MemLog, Persistence, RaftService, Replica, ReplicationError, Transport,
+    DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, Persistence, RaftService, Replica,
+    ReplicationError, Transport,
 };
 pub use config::{ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
@@ -63,6 +64,14 @@ pub enum HeadError {
     /// The replica could not start or failed.
     #[error("the head's replica failed: {0}")]
     Replication(#[from] ReplicationError),
+    /// The raft log in the data directory cannot be used.
+    #[error("cannot use the head's data directory {dir}: {source}")]
+    DataDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why (the log store's message says what to do).
+        source: LogError,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -71,8 +80,9 @@ pub enum HeadError {
 /// How long in-flight calls get to finish after shutdown before connections are dropped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// Serves a head on `listener` until `shutdown` completes. The head keeps its log in memory:
-/// what it knows is lost when it stops, unless other replicas of its group keep it.
+/// Serves a head on `listener` until `shutdown` completes. With `config.data_dir` the raft log
+/// lives there (created, or recovered and verified); without, in memory: what the head knows
+/// is lost when it stops, unless other replicas of its group keep it.
 pub async fn run(
     listener: TcpListener,
     config: HeadConfig,
@@ -84,14 +94,34 @@ pub async fn run(
         config.replica.address = addr.to_string();
     }
     config.validate()?;
-    tracing::warn!(
-        replica = config.replica.id,
-        group = %config.replica.group,
-        "this head keeps its state in memory only: tasks, results and resources are lost when \
-         it stops (unless other replicas of its group keep them); give it --data-dir to keep \
-         them on disk"
-    );
-    serve(listener, config, MemLog::new(), Persistence::Inline, true, shutdown).await
+    let Some(dir) = config.data_dir.clone() else {
+        tracing::warn!(
+            replica = config.replica.id,
+            group = %config.replica.group,
+            "this head keeps its state in memory only: tasks, results and resources are lost \
+             when it stops (unless other replicas of its group keep them); give it --data-dir \
+             to keep them on disk"
+        );
+        return serve(listener, config, MemLog::new(), Persistence::Inline, true, shutdown).await;
+    };
+    let identity = LogIdentity {
+        group: config.replica.group.clone(),
+        replica: config.replica.id,
+    };
+    let opened = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || DiskLog::open(&dir, &identity)).await
+    };
+    let store = match opened {
+        Ok(Ok(store)) => store,
+        Ok(Err(source)) => return Err(HeadError::DataDir { dir, source }),
+        Err(join) => {
+            let why = ReplicationError::Interrupted(join.to_string());
+            return Err(HeadError::Replication(why));
+        }
+    };
+    tracing::info!(dir = %dir.display(), replica = config.replica.id, group = %config.replica.group, "the head keeps its raft log on disk");
+    serve(listener, config, store, Persistence::Blocking, false, shutdown).await
 }
 
 /// Serves a head over `store` on `listener` until `shutdown` completes.
