@@ -297,8 +297,13 @@ impl Client {
                     continue;
                 }
                 Answer::Leader(_) | Answer::NoLeader if !expired => {}
+                // A replica down, or a connection cut mid-call (tonic reports some of those as
+                // UNKNOWN): another replica may lead. Writes carry their key, so a retry of
+                // one that was applied gets its recorded reply.
                 Answer::Other
-                    if !expired && status.code() == tonic::Code::Unavailable && self.heads.len() > 1 => {}
+                    if !expired
+                        && matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                        && self.heads.len() > 1 => {}
                 _ => {
                     if expired && matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader) {
                         return Err(ClientError::Unavailable {
