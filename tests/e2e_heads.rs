@@ -89,3 +89,89 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
     assert!(!stopped.reachable, "{heads:#?}");
     cluster.shutdown().await;
 }
+
+/// A replica of `group` started empty with `join`, on `listener`; returns its stop token.
+fn joining_head(
+    listener: tokio::net::TcpListener,
+    id: u64,
+    group: &str,
+) -> (tokio_util::sync::CancellationToken, String) {
+    let address = listener.local_addr().unwrap().to_string();
+    let mut config = escher_head::HeadConfig::default();
+    config.replica.id = id;
+    config.replica.group = group.to_string();
+    config.replica.join = true;
+    let stop = tokio_util::sync::CancellationToken::new();
+    let token = stop.clone();
+    tokio::spawn(escher_head::run(listener, config, async move {
+        token.cancelled().await
+    }));
+    (stop, address)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over() {
+    common::init_tracing();
+    // A lone head that snapshots after every few entries, so a new replica needs a snapshot.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let first = listener.local_addr().unwrap().to_string();
+    let mut config = escher_head::HeadConfig::default();
+    config.replica.snapshot_bytes = 1;
+    let stop_first = tokio_util::sync::CancellationToken::new();
+    let token = stop_first.clone();
+    tokio::spawn(escher_head::run(listener, config, async move {
+        token.cancelled().await
+    }));
+    let client = within("connecting", Client::connect(format!("http://{first}")))
+        .await
+        .unwrap();
+    let group = client.heads().await.unwrap().group;
+    let before = client
+        .submit_batch((0..5).map(|_| Task::command(["true"])))
+        .await
+        .unwrap();
+    client
+        .set_resource("kept", 7, NodeSpec::Match {
+            resources: Default::default(),
+            num_nodes: None,
+        })
+        .await
+        .unwrap();
+
+    let (stop_2, second) = joining_head(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), 2, &group);
+    let (stop_3, third) = joining_head(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), 3, &group);
+    let heads = client.add_head(2, second.clone()).await.unwrap();
+    assert_eq!(heads.replicas.len(), 2, "{heads:#?}");
+    client.add_head(3, third.clone()).await.unwrap();
+    let err = client.add_head(3, third.clone()).await.unwrap_err();
+    assert!(err.to_string().contains("already a member"), "{err}");
+    eventually("the new replicas to catch up", || {
+        let client = client.clone();
+        async move {
+            let heads = client.heads().await.ok()?;
+            let applied: std::collections::BTreeSet<u64> =
+                heads.replicas.iter().map(|r| r.applied_index).collect();
+            let all = heads.replicas.len() == 3 && heads.replicas.iter().all(|r| r.reachable);
+            (all && applied.len() == 1).then_some(())
+        }
+    })
+    .await;
+
+    // The first replica goes; the two that joined elect a leader and hold everything.
+    stop_first.cancel();
+    let urls = format!("http://{first},http://{second},http://{third}");
+    let client = Client::connect(&urls).await.unwrap();
+    let listed = within("listing after the failover", client.list_tasks(None, None))
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = listed.iter().map(|t| t.id).collect();
+    let expected: Vec<TaskId> = before.iter().map(|t| t.id()).collect();
+    assert_eq!(ids, expected);
+    let after = client.submit(Task::command(["true"])).await.unwrap();
+    assert_eq!(after.id(), TaskId(6), "ids continue on the new leader");
+    let heads = client.heads().await.unwrap();
+    let leader = heads.leader().expect("a leader");
+    assert_ne!(leader.address, first, "{heads:#?}");
+    stop_2.cancel();
+    stop_3.cancel();
+}
