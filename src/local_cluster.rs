@@ -89,6 +89,7 @@ struct GpuSettings {
 #[derive(Debug, Clone)]
 pub struct LocalClusterBuilder {
     heads: usize,
+    data_dir: Option<std::path::PathBuf>,
     workers: Vec<WorkerSpec>,
     functions: Functions,
     head: HeadConfig,
@@ -100,6 +101,7 @@ impl Default for LocalClusterBuilder {
     fn default() -> Self {
         LocalClusterBuilder {
             heads: 1,
+            data_dir: None,
             workers: vec![WorkerSpec::plain(default_resources()); 2],
             functions: Functions::new(),
             head: HeadConfig::default(),
@@ -131,6 +133,13 @@ impl LocalClusterBuilder {
     /// replica's URL and follow whichever leads.
     pub fn heads(mut self, n: usize) -> Self {
         self.heads = n;
+        self
+    }
+
+    /// Keeps every head replica's raft log on disk under `dir` (`dir/head-1`, `dir/head-2`,
+    /// ...), as `escher-head --data-dir` does, instead of in memory.
+    pub fn data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
         self
     }
 
@@ -228,6 +237,9 @@ impl LocalClusterBuilder {
                 config.replica = ReplicaConfig::member(i as u64 + 1, peers.clone(), None)
                     .map_err(|e| HeadError::from(escher_head::runtime::ConfigError::from(e)))?;
                 config.replica.tick = tick;
+            }
+            if let Some(dir) = &self.data_dir {
+                config.data_dir = Some(dir.join(format!("head-{}", i + 1)));
             }
             config.validate().map_err(HeadError::from)?;
             let stop = CancellationToken::new();

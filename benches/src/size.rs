@@ -81,6 +81,10 @@ pub struct Params {
     pub w8_tasks: usize,
     /// HyperQueue comparison: command tasks (`true`).
     pub cmd_tasks: usize,
+    /// W9: no-op tasks per configuration (in-memory, durable, three replicas).
+    pub w9_tasks: usize,
+    /// W10: leader kills.
+    pub w10_kills: usize,
 }
 
 impl Params {
@@ -117,6 +121,8 @@ impl Params {
             w8_nodes: s.pick(10, 100, 1_000),
             w8_tasks: s.pick(2_000, 100_000, 1_000_000),
             cmd_tasks: s.pick(20, 500, 2_000),
+            w9_tasks: s.pick(500, 5_000, 20_000),
+            w10_kills: s.pick(2, 5, 10),
         }
     }
 }

@@ -7,7 +7,9 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 9] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "cmd"];
+const WORKLOADS: [&str; 11] = [
+    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "cmd",
+];
 
 fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)
@@ -60,7 +62,7 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         Some(WORKLOADS.len())
     );
     let targets = summary["targets"].as_array().expect("targets");
-    assert_eq!(targets.len(), 7);
+    assert_eq!(targets.len(), 9);
     for t in targets {
         assert!(t["target"].is_string() && t["measured"].is_string(), "{t}");
     }

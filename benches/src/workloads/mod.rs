@@ -18,6 +18,8 @@ pub mod w5_makespan;
 pub mod w6_requested;
 pub mod w7_gang;
 pub mod w8_scale;
+pub mod w9_replicated;
+pub mod w10_failover;
 
 /// What every workload gets.
 #[derive(Debug, Clone)]
@@ -59,13 +61,17 @@ pub enum Workload {
     W7,
     /// 1,000 nodes and 1,000,000 queued tasks.
     W8,
+    /// Throughput with a durable head and with three replicas.
+    W9,
+    /// Leader failover time.
+    W10,
     /// Command tasks (`true`), the workload HyperQueue is compared on.
     Cmd,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 11] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -74,6 +80,8 @@ impl Workload {
         Workload::W6,
         Workload::W7,
         Workload::W8,
+        Workload::W9,
+        Workload::W10,
         Workload::Cmd,
     ];
 
@@ -88,6 +96,8 @@ impl Workload {
             Workload::W6 => "w6",
             Workload::W7 => "w7",
             Workload::W8 => "w8",
+            Workload::W9 => "w9",
+            Workload::W10 => "w10",
             Workload::Cmd => "cmd",
         }
     }
@@ -103,6 +113,8 @@ impl Workload {
             Workload::W6 => w6_requested::run(ctx).await,
             Workload::W7 => w7_gang::run(ctx).await,
             Workload::W8 => w8_scale::run(ctx).await,
+            Workload::W9 => w9_replicated::run(ctx).await,
+            Workload::W10 => w10_failover::run(ctx).await,
             Workload::Cmd => cmd_tasks::run(ctx).await,
         }
     }

@@ -667,6 +667,7 @@ impl<S: LogStore> Owner<S> {
 
     fn on_tick(&mut self) {
         if self.leading {
+            self.workers.adopt(self.replica.state());
             let timeout = self.config.heartbeat_timeout;
             for node in self.workers.silent(self.replica.state(), timeout) {
                 tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");

@@ -129,9 +129,15 @@ impl Workers {
     /// it.
     pub(crate) fn lead(&mut self, state: &ClusterState) {
         self.drop_all();
+        self.adopt(state);
+    }
+
+    /// Starts the heartbeat clock of every live node that has none: a leader that has just
+    /// replayed its log (a restart) learns of nodes its snapshot did not hold.
+    pub(crate) fn adopt(&mut self, state: &ClusterState) {
         let now = Instant::now();
         for node in state.live_nodes() {
-            self.last_seen.insert(node, now);
+            self.last_seen.entry(node).or_insert(now);
         }
     }
 
