@@ -348,7 +348,10 @@ async fn a_restarted_worker_keeps_its_node_and_one_with_a_fresh_state_dir_is_a_n
     cluster.kill_worker("w1");
     cluster.forget_worker("w1");
     let new = cluster.start_worker("w1", "cpu=2,memory=512").await;
-    assert_ne!(new, old, "a worker with a fresh state directory is a new node");
+    assert_ne!(
+        new, old,
+        "a worker with a fresh state directory is a new node"
+    );
     cluster
         .wait_status("the old node to be declared lost", |s| {
             s.node(old).filter(|n| !n.alive).map(|_| ())

@@ -17,9 +17,12 @@ async fn leader(cluster: &escher::LocalCluster) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
-    let mut cluster = within("starting three heads", cluster().heads(3).workers(2).start())
-        .await
-        .expect("the cluster starts");
+    let mut cluster = within(
+        "starting three heads",
+        cluster().heads(3).workers(2).start(),
+    )
+    .await
+    .expect("the cluster starts");
     let client = within("connecting", Client::connect(cluster.head_url()))
         .await
         .unwrap();
@@ -28,7 +31,10 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
 
     let heads = client.heads().await.unwrap();
     assert_eq!(heads.replicas.len(), 3, "{heads:#?}");
-    assert!(heads.replicas.iter().all(|r| r.reachable && r.in_memory), "{heads:#?}");
+    assert!(
+        heads.replicas.iter().all(|r| r.reachable && r.in_memory),
+        "{heads:#?}"
+    );
     let leaders = heads
         .replicas
         .iter()
@@ -60,7 +66,10 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
     // The same client follows the new leader; everything acknowledged is there.
     let status = finished(&client, &done).await;
     assert_eq!(status.state, TaskState::Succeeded);
-    assert_eq!(status.result, Some(TaskResult::Returned(escher::codec::encode(&()).unwrap())));
+    assert_eq!(
+        status.result,
+        Some(TaskResult::Returned(escher::codec::encode(&()).unwrap()))
+    );
     let lane = common::resource(&common::status(&client).await, nodes[0], "lane")
         .expect("the resource survived the failover");
     assert_eq!(lane.total.to_string(), "3");
@@ -68,7 +77,10 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
         .await
         .unwrap();
     assert_eq!(long.state, TaskState::Succeeded, "{long:?}");
-    assert_eq!(long.attempt, 1, "it kept running through the failover: {long:?}");
+    assert_eq!(
+        long.attempt, 1,
+        "it kept running through the failover: {long:?}"
+    );
     // New writes get new ids, and the workers kept their nodes.
     let after = client
         .submit(Task::function_typed("noop", &()))
@@ -131,15 +143,27 @@ async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over
         .await
         .unwrap();
     client
-        .set_resource("kept", 7, NodeSpec::Match {
-            resources: Default::default(),
-            num_nodes: None,
-        })
+        .set_resource(
+            "kept",
+            7,
+            NodeSpec::Match {
+                resources: Default::default(),
+                num_nodes: None,
+            },
+        )
         .await
         .unwrap();
 
-    let (stop_2, second) = joining_head(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), 2, &group);
-    let (stop_3, third) = joining_head(tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(), 3, &group);
+    let (stop_2, second) = joining_head(
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        2,
+        &group,
+    );
+    let (stop_3, third) = joining_head(
+        tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        3,
+        &group,
+    );
     let heads = client.add_head(2, second.clone()).await.unwrap();
     assert_eq!(heads.replicas.len(), 2, "{heads:#?}");
     client.add_head(3, third.clone()).await.unwrap();

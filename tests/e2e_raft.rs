@@ -112,7 +112,9 @@ async fn counter(client: &Client, node: NodeId) -> u64 {
     status
         .node(node)
         .and_then(|n| n.resource(COUNTER))
-        .map_or(0, |r| r.total.to_string().parse::<f64>().unwrap_or(0.0) as u64)
+        .map_or(0, |r| {
+            r.total.to_string().parse::<f64>().unwrap_or(0.0) as u64
+        })
 }
 
 /// Waits until every task is terminal; returns the statuses.
@@ -139,11 +141,20 @@ fn ran_once_each(file: &Path, statuses: &BTreeMap<TaskId, TaskState>) {
     for (id, state) in statuses {
         assert_eq!(*state, TaskState::Succeeded, "task {id}");
         let lines = seen.get(&id.0).cloned().unwrap_or_default();
-        assert_eq!(lines.len(), 1, "task {id} ran {} times: {lines:?}", lines.len());
+        assert_eq!(
+            lines.len(),
+            1,
+            "task {id} ran {} times: {lines:?}",
+            lines.len()
+        );
     }
     for (t, lines) in &seen {
         let attempts: BTreeSet<u32> = lines.iter().map(|(a, _)| *a).collect();
-        assert_eq!(attempts.len(), lines.len(), "task {t} ran an attempt twice: {lines:?}");
+        assert_eq!(
+            attempts.len(),
+            lines.len(),
+            "task {t} ran an attempt twice: {lines:?}"
+        );
     }
 }
 
@@ -211,8 +222,16 @@ async fn a_durable_head_killed_at_random_points_keeps_everything_acknowledged() 
     let next = client.submit(logged_task(&file)).await.unwrap();
     assert!(all_tasks.iter().all(|t| *t < next.id()), "ids continue");
     let status = client.cluster_status().await.unwrap();
-    let live: Vec<NodeId> = status.nodes.iter().filter(|n| n.alive).map(|n| n.id).collect();
-    assert_eq!(live, nodes, "the same three nodes, no new ones: {status:#?}");
+    let live: Vec<NodeId> = status
+        .nodes
+        .iter()
+        .filter(|n| n.alive)
+        .map(|n| n.id)
+        .collect();
+    assert_eq!(
+        live, nodes,
+        "the same three nodes, no new ones: {status:#?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -293,7 +312,10 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
         .await
         .unwrap();
     for _ in 0..5 {
-        client.adjust_resource(COUNTER, 1, NodeSpec::Node(node)).await.unwrap();
+        client
+            .adjust_resource(COUNTER, 1, NodeSpec::Node(node))
+            .await
+            .unwrap();
         acked += 1;
     }
 
@@ -306,7 +328,10 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
     let refused = minority
         .adjust_resource(COUNTER, 1, NodeSpec::Node(node))
         .await;
-    assert!(refused.is_err(), "the isolated leader acknowledged a write: {refused:?}");
+    assert!(
+        refused.is_err(),
+        "the isolated leader acknowledged a write: {refused:?}"
+    );
     // The majority elects a leader and takes writes.
     let others: Vec<String> = (0..3)
         .filter(|i| *i != old)
@@ -337,7 +362,14 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
         }
     })
     .await;
-    assert_eq!(converged.replicas.iter().filter(|r| r.leader.is_some()).count(), 3);
+    assert_eq!(
+        converged
+            .replicas
+            .iter()
+            .filter(|r| r.leader.is_some())
+            .count(),
+        3
+    );
     let total = counter(&majority, node).await - 1;
     assert!(
         (acked..=acked + 1).contains(&total),
@@ -353,7 +385,11 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
     }
     cluster.wait_leader().await;
     let client = cluster.client().await;
-    assert_eq!(counter(&client, node).await - 1, total, "the restart lost nothing");
+    assert_eq!(
+        counter(&client, node).await - 1,
+        total,
+        "the restart lost nothing"
+    );
     let task = client.submit(Task::command(["true"])).await.unwrap();
     let status = client.get(&task, Some(WAIT)).await.unwrap();
     assert_eq!(status.state, TaskState::Succeeded);
@@ -372,16 +408,27 @@ async fn a_write_whose_reply_is_dropped_is_applied_exactly_once() {
     // The client reaches every replica through a proxy of the test's; the leader's first.
     let mut proxies = Vec::new();
     for i in std::iter::once(leader).chain((0..3).filter(|i| *i != leader)) {
-        let target = cluster.head_url_of(i).trim_start_matches("http://").parse().unwrap();
+        let target = cluster
+            .head_url_of(i)
+            .trim_start_matches("http://")
+            .parse()
+            .unwrap();
         proxies.push(Proxy::start(target).await);
     }
-    let urls: Vec<String> = proxies.iter().map(|p| format!("http://{}", p.addr())).collect();
+    let urls: Vec<String> = proxies
+        .iter()
+        .map(|p| format!("http://{}", p.addr()))
+        .collect();
     // A fresh client whose calls go through the leader's proxy (first in its list); after the
     // dropped reply it retries elsewhere, is sent to the leader, and gets the recorded reply.
     let fresh = || async {
         let client = Client::connect(urls.join(",")).await.unwrap();
         client.cluster_status().await.unwrap();
-        assert_eq!(client.leader_url(), urls[0], "the leader answered through its proxy");
+        assert_eq!(
+            client.leader_url(),
+            urls[0],
+            "the leader answered through its proxy"
+        );
         client
     };
     let client = fresh().await;
@@ -393,9 +440,17 @@ async fn a_write_whose_reply_is_dropped_is_applied_exactly_once() {
     let client = fresh().await;
     proxies[0].drop_next_reply();
     let task = client.submit(Task::command(["true"])).await.unwrap();
-    assert_eq!(proxies[0].dropped_replies(), 1, "the submit's reply was dropped");
+    assert_eq!(
+        proxies[0].dropped_replies(),
+        1,
+        "the submit's reply was dropped"
+    );
     let listed = client.list_tasks(None, None).await.unwrap();
-    assert_eq!(listed.iter().map(|t| t.id).collect::<Vec<_>>(), [task.id()], "one task");
+    assert_eq!(
+        listed.iter().map(|t| t.id).collect::<Vec<_>>(),
+        [task.id()],
+        "one task"
+    );
 
     let client = fresh().await;
     proxies[0].drop_next_reply();
@@ -403,7 +458,11 @@ async fn a_write_whose_reply_is_dropped_is_applied_exactly_once() {
         .adjust_resource(COUNTER, 1, NodeSpec::Node(node))
         .await
         .unwrap();
-    assert_eq!(proxies[0].dropped_replies(), 2, "the +1's reply was dropped");
+    assert_eq!(
+        proxies[0].dropped_replies(),
+        2,
+        "the +1's reply was dropped"
+    );
     assert_eq!(counter(&client, node).await, 2, "one +1, applied once");
 }
 
@@ -437,7 +496,10 @@ async fn a_head_stopped_gracefully_leaves_its_workers_running_their_tasks() {
     .await;
     let exit = cluster.terminate_head_at(0).await;
     assert!(exit.success(), "the head exits cleanly on SIGTERM: {exit}");
-    assert!(cluster.worker_running("w1"), "the worker keeps running without its head");
+    assert!(
+        cluster.worker_running("w1"),
+        "the worker keeps running without its head"
+    );
     cluster.restart_head().await;
     let client = cluster.client().await;
     let status = client.get(&task, Some(WAIT)).await.unwrap();
@@ -447,6 +509,9 @@ async fn a_head_stopped_gracefully_leaves_its_workers_running_their_tasks() {
     // Not draining either: it takes new work.
     let next = client.submit(logged_task(&file)).await.unwrap();
     let status = client.get(&next, Some(WAIT)).await.unwrap();
-    assert_eq!((status.state, status.node), (TaskState::Succeeded, Some(node)));
+    assert_eq!(
+        (status.state, status.node),
+        (TaskState::Succeeded, Some(node))
+    );
     assert!(cluster.worker_running("w1"));
 }

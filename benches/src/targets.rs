@@ -27,7 +27,10 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
         ),
         gang(find("w7.native.pg_rate")),
         scale(find("w8.memory_per_task"), find("w8.core_per_decision")),
-        replicated(find("w9.replicas3.batched_ratio"), find("w9.replicas3.per_task_ratio")),
+        replicated(
+            find("w9.replicas3.batched_ratio"),
+            find("w9.replicas3.per_task_ratio"),
+        ),
         failover(find("w10.p50"), find("w10.max")),
     ]
 }

@@ -259,9 +259,10 @@ impl Client {
     pub(crate) fn read<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if self.stale_reads {
-            request
-                .metadata_mut()
-                .insert(READ_METADATA, tonic::metadata::MetadataValue::from_static("stale"));
+            request.metadata_mut().insert(
+                READ_METADATA,
+                tonic::metadata::MetadataValue::from_static("stale"),
+            );
         }
         request
     }
@@ -302,7 +303,10 @@ impl Client {
                 // one that was applied gets its recorded reply.
                 Answer::Other
                     if !expired
-                        && matches!(status.code(), tonic::Code::Unavailable | tonic::Code::Unknown)
+                        && matches!(
+                            status.code(),
+                            tonic::Code::Unavailable | tonic::Code::Unknown
+                        )
                         && self.heads.len() > 1 => {}
                 _ => {
                     if expired && matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader) {
@@ -347,7 +351,6 @@ impl Client {
         }
         Ok(())
     }
-
 }
 
 /// The task id in `ESCHER_TASK_ID`, or the error a `NodeSpec::Local` update would get: lets

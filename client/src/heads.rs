@@ -171,7 +171,11 @@ impl Heads {
 
     /// Every known URL, in order.
     pub(crate) fn urls(&self) -> Vec<String> {
-        self.lock().replicas.iter().map(|(u, _)| u.to_string()).collect()
+        self.lock()
+            .replicas
+            .iter()
+            .map(|(u, _)| u.to_string())
+            .collect()
     }
 
     /// How many replicas are known.
@@ -188,7 +192,9 @@ impl Heads {
             return;
         }
         if let Ok(endpoint) = endpoint(&url) {
-            known.replicas.push((Arc::from(url.as_str()), endpoint.connect_lazy()));
+            known
+                .replicas
+                .push((Arc::from(url.as_str()), endpoint.connect_lazy()));
             known.current = known.replicas.len() - 1;
         }
     }

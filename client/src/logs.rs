@@ -56,10 +56,7 @@ impl LogReader {
         let request = wire::TaskLogsRequest::from(request);
         let reply = self
             .client
-            .call(|mut rpc| {
-                let request = request.clone();
-                async move { rpc.task_logs(request).await }
-            })
+            .call(|mut rpc| async move { rpc.task_logs(request).await })
             .await?;
         let chunk = LogChunk::from(reply);
         // Never move backwards, whatever the head says.

@@ -239,7 +239,7 @@ impl Client {
         let request = wire::DescribeTaskRequest::from(task.into());
         let reply = self
             .call(|mut rpc| {
-                let request = self.read(request.clone());
+                let request = self.read(request);
                 async move { rpc.describe_task(request).await }
             })
             .await?;
@@ -291,7 +291,7 @@ impl Client {
         let request = wire::ListTasksRequest::from(request);
         let reply = self
             .call(|mut rpc| {
-                let request = self.read(request.clone());
+                let request = self.read(request);
                 async move { rpc.list_tasks(request).await }
             })
             .await?;

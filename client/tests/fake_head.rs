@@ -534,7 +534,10 @@ async fn a_follower_sends_the_client_to_the_leader() {
     let client = client(&follower).await;
     let task = client.submit(Task::command(["true"])).await.unwrap();
     assert_eq!(client.leader_url(), leader);
-    let status = client.get(&task, Some(Duration::from_secs(5))).await.unwrap();
+    let status = client
+        .get(&task, Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
     assert_eq!(status.state, TaskState::Succeeded);
     let key = head.state().submit_keys[0].expect("a write carries its key");
     assert_eq!((key.seq, key.first_incomplete), (1, 1));
@@ -552,7 +555,10 @@ async fn a_replica_with_no_leader_is_retried_until_the_failover_timeout() {
     assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(matches!(err, ClientError::Unavailable { .. }), "{err:?}");
     let text = err.to_string();
-    assert!(text.contains("no head replica answered as the leader"), "{text}");
+    assert!(
+        text.contains("no head replica answered as the leader"),
+        "{text}"
+    );
     assert!(err.is_retryable());
 }
 
@@ -841,7 +847,9 @@ async fn heads_are_shown_and_changed() {
         out.contains("head group fake-group: 1 replica(s), replica 1 leads"),
         "{out}"
     );
-    let (_, out) = cli(&url, &["heads", "add", "3=127.0.0.1:7603"]).await.unwrap();
+    let (_, out) = cli(&url, &["heads", "add", "3=127.0.0.1:7603"])
+        .await
+        .unwrap();
     assert!(out.contains("3 replica(s)"), "{out}");
     let (_, out) = cli(&url, &["status"]).await.unwrap();
     assert!(out.contains("head group fake-group"), "{out}");

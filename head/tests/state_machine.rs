@@ -11,13 +11,14 @@ use escher_head::state::{
     ApplyError, ClusterState, Command, Effect, Entry, Reply, Returning, StateConfig,
 };
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, Delta, NodeId, NodeSpec, RequestKey, ResourceUpdate,
-    RunningTask, TaskFinished, TaskId, TaskResult, TaskState,
+    Amount, Capacity, CapacityOp, Delta, NodeId, NodeSpec, RequestKey, ResourceUpdate, RunningTask,
+    TaskFinished, TaskId, TaskResult, TaskState,
 };
 use proptest::prelude::*;
 use state_support::ops::{Op, command_for, op};
 use state_support::{
-    CLUSTER, T0, TestState, adjust, joining, secret, check_invariants, matching, name, on, render, report, res, set, task,
+    CLUSTER, T0, TestState, adjust, check_invariants, joining, matching, name, on, render, report,
+    res, secret, set, task,
 };
 
 fn ok(code: i32) -> Result<TaskResult, String> {
@@ -1193,7 +1194,13 @@ fn an_assignment_the_worker_never_got_is_sent_again_with_the_same_attempt() {
     assert_eq!(fx, ["rejoined 1", "assign 4->1 #1"]);
     // The same report again (an acknowledgement lost) changes nothing.
     let (_, fx) = t
-        .rejoin(n1, "w1", 1, &[(a, 1), (TaskId(4), 1)], vec![report(c, 1, ok(0))])
+        .rejoin(
+            n1,
+            "w1",
+            1,
+            &[(a, 1), (TaskId(4), 1)],
+            vec![report(c, 1, ok(0))],
+        )
         .unwrap();
     assert_eq!(fx, ["rejoined 1"]);
 }
@@ -1238,7 +1245,10 @@ fn a_wrong_secret_an_unknown_node_or_another_cluster_is_refused() {
     let err = t.rejoin(n1, "w2", 1, &[], Vec::new()).unwrap_err();
     assert_eq!(err, ApplyError::WrongSecret(n1));
     let text = err.to_string();
-    assert!(text.contains("node 1") && text.contains("state directory"), "{text}");
+    assert!(
+        text.contains("node 1") && text.contains("state directory"),
+        "{text}"
+    );
     let err = t.rejoin(NodeId(9), "w1", 1, &[], Vec::new()).unwrap_err();
     assert_eq!(err, ApplyError::UnknownNode(NodeId(9)));
     let other = Command::RejoinNode {

@@ -337,7 +337,12 @@ impl ProcessCluster {
             ]);
             if self.settings.durable {
                 args.push("--data-dir".into());
-                args.push(self.dir().join(format!("head-{id}.data")).display().to_string());
+                args.push(
+                    self.dir()
+                        .join(format!("head-{id}.data"))
+                        .display()
+                        .to_string(),
+                );
             }
             self.heads.push(HeadProc {
                 id,
@@ -560,7 +565,13 @@ impl ProcessCluster {
     /// is kept) and waits until it has attached to the head again; returns its node id.
     pub async fn start_worker_known(&mut self, name: &str, resources: &str) -> NodeId {
         self.spawn_worker(name, resources);
-        let stdout = self.workers.last().expect("just spawned").proc.stdout.clone();
+        let stdout = self
+            .workers
+            .last()
+            .expect("just spawned")
+            .proc
+            .stdout
+            .clone();
         let what = format!("worker {name} to attach to the head again");
         eventually(&what, WAIT, || {
             let text = std::fs::read_to_string(&stdout).unwrap_or_default();

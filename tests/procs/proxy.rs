@@ -39,7 +39,9 @@ impl Drop for Proxy {
 impl Proxy {
     /// A proxy on a fresh loopback port forwarding to `target`.
     pub async fn start(target: SocketAddr) -> Proxy {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind a proxy port");
+        let listener = TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a proxy port");
         let addr = listener.local_addr().expect("the proxy's address");
         let control = Arc::new(Control::default());
         let accepting = Arc::clone(&control);
@@ -86,7 +88,12 @@ impl Proxy {
     }
 }
 
-async fn relay(client: TcpStream, target: SocketAddr, cut: CancellationToken, control: Arc<Control>) {
+async fn relay(
+    client: TcpStream,
+    target: SocketAddr,
+    cut: CancellationToken,
+    control: Arc<Control>,
+) {
     let Ok(server) = TcpStream::connect(target).await else {
         return;
     };

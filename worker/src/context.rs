@@ -17,8 +17,6 @@ use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{CapacityOp, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId};
 use tonic::transport::Channel;
 
-use escher_proto::types::KeyIssuer;
-
 use crate::error::WorkerError;
 use crate::head_conn::{HeadConn, leader_hint};
 
@@ -34,7 +32,6 @@ pub struct TaskContext {
     namespace: Option<Namespace>,
     worker_name: Arc<str>,
     head: HeadConn,
-    keys: KeyIssuer,
     devices: Arc<[String]>,
 }
 
@@ -60,7 +57,6 @@ impl TaskContext {
         namespace: Option<Namespace>,
         worker_name: Arc<str>,
         head: HeadConn,
-        keys: KeyIssuer,
         devices: Vec<String>,
     ) -> TaskContext {
         TaskContext {
@@ -70,7 +66,6 @@ impl TaskContext {
             namespace,
             worker_name,
             head,
-            keys,
             devices: devices.into(),
         }
     }
@@ -154,7 +149,7 @@ impl TaskContext {
             namespace: self.namespace.clone(),
             caller_task: Some(self.task_id),
         };
-        let ticket = self.keys.issue();
+        let ticket = self.head.ticket();
         let mut request = wire::SetResourcesRequest::from(request);
         request.key = Some(ticket.key().into());
         let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;

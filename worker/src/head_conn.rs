@@ -48,11 +48,16 @@ pub(crate) struct HeadConn {
     /// The list as configured (`URL[,URL...]`), passed on to command tasks.
     list: Arc<str>,
     heads: Arc<Mutex<Heads>>,
+    /// The idempotency keys of the writes made through this connection (task contexts'
+    /// resource changes).
+    keys: escher_proto::types::KeyIssuer,
 }
 
 impl fmt::Debug for HeadConn {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("HeadConn").field("heads", &self.list).finish()
+        f.debug_struct("HeadConn")
+            .field("heads", &self.list)
+            .finish()
     }
 }
 
@@ -88,11 +93,17 @@ impl HeadConn {
                 replicas,
                 current: 0,
             })),
+            keys: escher_proto::types::KeyIssuer::new(rand::random()),
         })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Heads> {
         self.heads.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The key of a new write.
+    pub(crate) fn ticket(&self) -> escher_proto::types::Ticket {
+        self.keys.issue()
     }
 
     /// The URL of the replica believed to lead.

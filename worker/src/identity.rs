@@ -13,8 +13,10 @@ use std::fs::File;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use escher_proto::types::NodeIdentity;
 use escher_proto::NodeId;
+use escher_proto::types::NodeIdentity;
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -42,9 +44,7 @@ pub enum StateDirError {
     )]
     InUse(PathBuf),
     /// The identity file is damaged.
-    #[error(
-        "{path} is not a worker identity ({why}); remove it to join the cluster as a new node"
-    )]
+    #[error("{path} is not a worker identity ({why}); remove it to join the cluster as a new node")]
     Corrupt {
         /// The file.
         path: PathBuf,
@@ -71,7 +71,7 @@ pub(crate) enum IdentityStore {
         dir: PathBuf,
         identity: Option<NodeIdentity>,
         /// Held for the worker's life: the lock goes with it.
-        _lock: File,
+        _lock: Flock<File>,
     },
 }
 
@@ -87,19 +87,19 @@ impl IdentityStore {
     pub(crate) fn open(dir: &Path) -> Result<IdentityStore, StateDirError> {
         std::fs::create_dir_all(dir).map_err(io(dir))?;
         let lock_path = dir.join(LOCK_FILE);
-        let lock = File::options()
+        let file = File::options()
             .create(true)
             .truncate(false)
             .write(true)
             .open(&lock_path)
             .map_err(io(&lock_path))?;
-        match lock.try_lock() {
-            Ok(()) => {}
-            Err(std::fs::TryLockError::WouldBlock) => {
+        let lock = match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((_, Errno::EWOULDBLOCK)) => {
                 return Err(StateDirError::InUse(dir.to_path_buf()));
             }
-            Err(std::fs::TryLockError::Error(e)) => return Err(io(&lock_path)(e)),
-        }
+            Err((_, errno)) => return Err(io(&lock_path)(errno.into())),
+        };
         let path = dir.join(IDENTITY_FILE);
         let identity = match std::fs::read(&path) {
             Ok(bytes) => Some(parse(&path, &bytes)?),
@@ -238,6 +238,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join(IDENTITY_FILE), b"{not json").unwrap();
         let err = IdentityStore::open(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("remove it to join the cluster as a new node"), "{err}");
+        assert!(
+            err.contains("remove it to join the cluster as a new node"),
+            "{err}"
+        );
     }
 }

@@ -47,8 +47,6 @@ pub(crate) struct RunEnv {
     pub(crate) functions: FunctionRegistry,
     /// The worker's name, for messages.
     pub(crate) worker_name: Arc<str>,
-    /// The idempotency keys of the writes task contexts make.
-    pub(crate) keys: escher_proto::types::KeyIssuer,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -110,7 +108,6 @@ pub(crate) async fn run_task(
                 namespace.and_then(|ns| Namespace::new(&ns).ok()),
                 Arc::clone(&env.worker_name),
                 env.head.clone(),
-                env.keys.clone(),
                 devices.unwrap_or_default(),
             );
             function(&env, &name, ctx, args, timeout, cancel).await

@@ -133,7 +133,6 @@ impl Worker {
             head,
             functions: self.functions,
             worker_name: Arc::clone(&self.name),
-            keys: escher_proto::types::KeyIssuer::new(rand::random()),
         });
         let identity = Identity {
             name: self.name.to_string(),

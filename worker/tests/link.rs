@@ -109,7 +109,10 @@ async fn re_registers_with_its_node_id_and_running_tasks_after_the_stream_breaks
     head.drop_stream();
     let (reg, again) = attached(&mut head).await;
     let identity = reg.identity.clone().expect("it presents its identity");
-    assert_eq!((identity.node_id, identity.secret.as_str()), (node, "secret-1"));
+    assert_eq!(
+        (identity.node_id, identity.secret.as_str()),
+        (node, "secret-1")
+    );
     assert_eq!(reg.running, running(&[1]));
     assert_eq!(again, node);
 
@@ -133,17 +136,27 @@ async fn keeps_each_report_until_the_head_acknowledges_it() {
     attached(&mut head).await;
     head.send(assign(1, ghost(Some(Duration::from_millis(50)))));
     expect_started(&mut head, 1).await;
-    assert_eq!(expect_finished(&mut head, 1).await, Ok(TaskResult::Released));
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
     head.send(assign(2, ghost(Some(Duration::from_millis(50)))));
     expect_started(&mut head, 2).await;
-    assert_eq!(expect_finished(&mut head, 2).await, Ok(TaskResult::Released));
+    assert_eq!(
+        expect_finished(&mut head, 2).await,
+        Ok(TaskResult::Released)
+    );
     // The head commits task 2's report only; the stream breaks before task 1's is.
     head.send(HeadMessage::ReportsAcked(running(&[2])));
     tokio::time::sleep(Duration::from_millis(100)).await;
     head.drop_stream();
     let (reg, _) = attached(&mut head).await;
     let reported: Vec<TaskId> = reg.finished.iter().map(|f| f.task_id).collect();
-    assert_eq!(reported, [TaskId(1)], "only the unacknowledged report comes again");
+    assert_eq!(
+        reported,
+        [TaskId(1)],
+        "only the unacknowledged report comes again"
+    );
     // The registration acknowledged it: the next one carries none.
     head.drop_stream();
     let (reg, _) = attached(&mut head).await;

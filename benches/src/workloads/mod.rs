@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
+pub mod w10_failover;
 pub mod w1_throughput;
 pub mod w2_latency;
 pub mod w3_clients;
@@ -19,7 +20,6 @@ pub mod w6_requested;
 pub mod w7_gang;
 pub mod w8_scale;
 pub mod w9_replicated;
-pub mod w10_failover;
 
 /// What every workload gets.
 #[derive(Debug, Clone)]

@@ -62,7 +62,10 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             "--group".into(),
             "w10".into(),
             "--data-dir".into(),
-            dir.path().join(format!("head-{}", i + 1)).display().to_string(),
+            dir.path()
+                .join(format!("head-{}", i + 1))
+                .display()
+                .to_string(),
         ]
     };
     let mut heads: Vec<Option<HeadProcess>> = Vec::new();
@@ -132,7 +135,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 }
 
 /// Starts replica at `address`; a port the kernel is still releasing is tried again.
-async fn start(bin: &std::path::Path, address: &str, args: &[String]) -> anyhow::Result<HeadProcess> {
+async fn start(
+    bin: &std::path::Path,
+    address: &str,
+    args: &[String],
+) -> anyhow::Result<HeadProcess> {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let mut last = None;
     for _ in 0..50 {

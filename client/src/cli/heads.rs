@@ -88,7 +88,14 @@ pub fn render_heads(heads: &HeadsReply) -> String {
         ),
     };
     let mut t = table(&[
-        "ID", "ADDRESS", "ROLE", "TERM", "COMMIT", "APPLIED", "REACHABLE", "NOTE",
+        "ID",
+        "ADDRESS",
+        "ROLE",
+        "TERM",
+        "COMMIT",
+        "APPLIED",
+        "REACHABLE",
+        "NOTE",
     ]);
     for r in &heads.replicas {
         let note = match (&r.error, r.in_memory) {
@@ -96,11 +103,18 @@ pub fn render_heads(heads: &HeadsReply) -> String {
             (None, true) => "log in memory only".to_string(),
             (None, false) => String::new(),
         };
-        let known = |n: u64| if r.reachable { n.to_string() } else { "-".into() };
+        let known = |n: u64| {
+            if r.reachable {
+                n.to_string()
+            } else {
+                "-".into()
+            }
+        };
         t.add_row(vec![
             r.id.to_string(),
             r.address.clone(),
-            r.role.map_or_else(|| "-".to_string(), |role| role.to_string()),
+            r.role
+                .map_or_else(|| "-".to_string(), |role| role.to_string()),
             known(r.term),
             known(r.commit_index),
             known(r.applied_index),
@@ -141,10 +155,19 @@ mod tests {
             ],
         };
         let text = render_heads(&heads);
-        assert!(text.starts_with("head group g: 3 replica(s), replica 1 leads"), "{text}");
-        assert!(text.contains("leader") && text.contains("follower"), "{text}");
+        assert!(
+            text.starts_with("head group g: 3 replica(s), replica 1 leads"),
+            "{text}"
+        );
+        assert!(
+            text.contains("leader") && text.contains("follower"),
+            "{text}"
+        );
         assert!(text.contains("connection refused"), "{text}");
-        assert_eq!(parse_replica("4=10.0.0.4:7600").unwrap(), (4, "10.0.0.4:7600".into()));
+        assert_eq!(
+            parse_replica("4=10.0.0.4:7600").unwrap(),
+            (4, "10.0.0.4:7600".into())
+        );
         assert!(parse_replica("0=h:1").is_err());
         assert!(parse_replica("4=http://h:1").is_err());
     }

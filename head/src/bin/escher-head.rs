@@ -63,7 +63,12 @@ struct HeadArgs {
     join: bool,
     /// Milliseconds between raft ticks. A follower stands for election after 10 to 20 ticks
     /// without hearing from a leader; the leader sends a heartbeat every 2.
-    #[arg(long, env = "ESCHER_RAFT_TICK_MS", default_value_t = 50, value_name = "MS")]
+    #[arg(
+        long,
+        env = "ESCHER_RAFT_TICK_MS",
+        default_value_t = 50,
+        value_name = "MS"
+    )]
     raft_tick_ms: u64,
     /// Bytes of log written since the last snapshot that trigger a new snapshot (and a
     /// compaction of the log).
@@ -171,8 +176,9 @@ mod tests {
     use super::*;
 
     fn config(args: &[&str]) -> Result<HeadConfig, String> {
-        let args = HeadArgs::try_parse_from(std::iter::once("escher-head").chain(args.iter().copied()))
-            .map_err(|e| e.to_string())?;
+        let args =
+            HeadArgs::try_parse_from(std::iter::once("escher-head").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
         HeadConfig::try_from(args).map_err(|e| e.to_string())
     }
 
@@ -205,7 +211,10 @@ mod tests {
     #[test]
     fn bad_replica_flags_say_what_is_wrong() {
         let err = config(&["--id", "4", "--peers", "1=h:1,2=h:2"]).unwrap_err();
-        assert!(err.contains("does not include this replica's own --id 4"), "{err}");
+        assert!(
+            err.contains("does not include this replica's own --id 4"),
+            "{err}"
+        );
         let err = config(&["--peers", "1=h:1,1=h:2"]).unwrap_err();
         assert!(err.contains("listed twice"), "{err}");
         let err = config(&["--peers", "one=h:1"]).unwrap_err();

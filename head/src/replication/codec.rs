@@ -87,10 +87,12 @@ pub(crate) fn decode_image(
     bytes: &[u8],
     config_: StateConfig,
 ) -> Result<(ClusterState, BTreeMap<u64, String>), CodecError> {
-    let (image, _): (Image, usize) = bincode::serde::decode_from_slice(bytes, config())
-        .map_err(|source| CodecError::Decode {
-            what: "a snapshot",
-            source,
+    let (image, _): (Image, usize) =
+        bincode::serde::decode_from_slice(bytes, config()).map_err(|source| {
+            CodecError::Decode {
+                what: "a snapshot",
+                source,
+            }
         })?;
     Ok((image.state.restore(config_), image.members))
 }

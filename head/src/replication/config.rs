@@ -72,7 +72,11 @@ impl ReplicaConfig {
             .cloned()
             .ok_or_else(|| ReplicaConfigError::NotAPeer {
                 id,
-                peers: peers.keys().map(u64::to_string).collect::<Vec<_>>().join(", "),
+                peers: peers
+                    .keys()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", "),
             })?;
         let group = group.unwrap_or_else(|| derived_group(&peers));
         let config = ReplicaConfig {
@@ -138,7 +142,9 @@ impl ReplicaConfig {
                 });
             }
         }
-        if self.group.is_empty() || self.group.len() > 256 || self.group.contains(char::is_whitespace)
+        if self.group.is_empty()
+            || self.group.len() > 256
+            || self.group.contains(char::is_whitespace)
         {
             return Err(ReplicaConfigError::BadGroup(self.group.clone()));
         }
@@ -233,7 +239,11 @@ mod tests {
 
     #[test]
     fn a_member_must_be_among_its_peers() {
-        let p = peers(&[(1, "127.0.0.1:7600"), (2, "127.0.0.1:7601"), (3, "127.0.0.1:7602")]);
+        let p = peers(&[
+            (1, "127.0.0.1:7600"),
+            (2, "127.0.0.1:7601"),
+            (3, "127.0.0.1:7602"),
+        ]);
         let c = ReplicaConfig::member(2, p.clone(), None).unwrap();
         assert_eq!(c.address, "127.0.0.1:7601");
         assert_eq!(c.initial_voters(), vec![1, 2, 3]);
@@ -244,13 +254,18 @@ mod tests {
             "every replica derives the same group id"
         );
         let err = ReplicaConfig::member(4, p, None).unwrap_err().to_string();
-        assert!(err.contains("own --id 4") && err.contains("1, 2, 3"), "{err}");
+        assert!(
+            err.contains("own --id 4") && err.contains("1, 2, 3"),
+            "{err}"
+        );
     }
 
     #[test]
     fn bad_peer_lists_say_what_is_wrong() {
         let shared = peers(&[(1, "h:1"), (2, "h:1")]);
-        let err = ReplicaConfig::member(1, shared, None).unwrap_err().to_string();
+        let err = ReplicaConfig::member(1, shared, None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("both replica 1 and replica 2"), "{err}");
         let bad = peers(&[(1, "http://h:1")]);
         assert!(matches!(

@@ -92,8 +92,8 @@ pub use config::{
     DEFAULT_ELECTION_TICKS, DEFAULT_HEARTBEAT_TICKS, DEFAULT_SNAPSHOT_BYTES, DEFAULT_TICK,
     ReplicaConfig, ReplicaConfigError, SINGLE_GROUP, derived_group,
 };
+pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, MemLog};
 pub(crate) use replica::{NotAccepted, Output, Replica};
 pub use replica::{Persistence, ReplicationError};
 pub(crate) use service::{Inbound, RaftService};
-pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, MemLog};
 pub(crate) use transport::{MAX_RAFT_MESSAGE, Transport, TransportEvent};

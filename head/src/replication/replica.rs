@@ -10,12 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{HeadChange, HeadReplica, ReplicaRole, RequestKey};
+use protobuf::Message as _;
 use raft::eraftpb::{
     ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry as RaftEntry, EntryType,
     HardState, Message, Snapshot,
 };
 use raft::{RawNode, SnapshotStatus, StateRole};
-use protobuf::Message as _;
 use thiserror::Error;
 
 use super::codec::{self, CodecError};
@@ -357,7 +357,10 @@ impl<S: LogStore> Replica<S> {
     }
 
     /// Proposes a membership change.
-    pub(crate) fn propose_change(&mut self, change: &HeadChange) -> Result<(u64, u64), NotAccepted> {
+    pub(crate) fn propose_change(
+        &mut self,
+        change: &HeadChange,
+    ) -> Result<(u64, u64), NotAccepted> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
@@ -385,8 +388,10 @@ impl<S: LogStore> Replica<S> {
                 (*id, ConfChangeType::RemoveNode, Vec::new())
             }
         };
-        let mut single = ConfChangeSingle::default();
-        single.node_id = id;
+        let mut single = ConfChangeSingle {
+            node_id: id,
+            ..Default::default()
+        };
         single.set_change_type(kind);
         let mut cc = ConfChangeV2::default();
         cc.set_changes(vec![single].into());
@@ -560,7 +565,9 @@ impl<S: LogStore> Replica<S> {
         for e in entries {
             let (index, term) = (e.index, e.term);
             match e.get_entry_type() {
-                EntryType::EntryNormal if e.data.is_empty() => out.push(Output::Empty { index, term }),
+                EntryType::EntryNormal if e.data.is_empty() => {
+                    out.push(Output::Empty { index, term })
+                }
                 EntryType::EntryNormal => {
                     let entry = codec::decode_entry(&e.data)?;
                     self.clock = self.clock.max(entry.now);
@@ -595,13 +602,19 @@ impl<S: LogStore> Replica<S> {
                 .iter()
                 .map(|c| (c.node_id, c.get_change_type()))
                 .collect();
-            let cs = self.node.apply_conf_change(&cc).map_err(|err| err.to_string())?;
+            let cs = self
+                .node
+                .apply_conf_change(&cc)
+                .map_err(|err| err.to_string())?;
             (cs, changes)
         } else {
             let cc = raft::eraftpb::ConfChange::parse_from_bytes(&e.data)
                 .map_err(|err| err.to_string())?;
             let changes = vec![(cc.node_id, cc.get_change_type())];
-            let cs = self.node.apply_conf_change(&cc).map_err(|err| err.to_string())?;
+            let cs = self
+                .node
+                .apply_conf_change(&cc)
+                .map_err(|err| err.to_string())?;
             (cs, changes)
         };
         if let Err(err) = self.store.set_conf_state(cs) {
@@ -681,9 +694,11 @@ fn bootstrap(
     meta.set_conf_state(conf.clone());
     snap.data = data.into();
     store.apply_snapshot(snap)?;
-    let mut hs = HardState::default();
-    hs.term = 1;
-    hs.commit = 1;
+    let hs = HardState {
+        term: 1,
+        commit: 1,
+        ..Default::default()
+    };
     store.set_hard_state(hs)?;
     store.set_conf_state(conf)?;
     store.sync()?;

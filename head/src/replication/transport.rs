@@ -178,7 +178,6 @@ impl Transport {
             }
         }
     }
-
 }
 
 impl Drop for Transport {

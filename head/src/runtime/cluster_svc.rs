@@ -306,8 +306,7 @@ impl Cluster for ClusterService {
 impl ClusterService {
     /// This replica's view of the group, with every other member asked for its own status.
     async fn heads_reply(&self) -> Result<HeadsReply, Status> {
-        let HeadsView { group, me, members } =
-            self.owner.ask(|reply| Msg::Heads { reply }).await?;
+        let HeadsView { group, me, members } = self.owner.ask(|reply| Msg::Heads { reply }).await?;
         let mut asks = tokio::task::JoinSet::new();
         for (id, address) in members.iter().filter(|(id, _)| **id != me.id) {
             asks.spawn(peer_status(*id, address.clone(), group.clone()));
@@ -356,4 +355,3 @@ async fn peer_status(id: u64, address: String, group: String) -> HeadReplica {
         Err(_) => unreachable(address, format!("no answer within {PEER_STATUS_TIMEOUT:?}")),
     }
 }
-

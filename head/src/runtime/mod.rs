@@ -102,7 +102,15 @@ pub async fn run(
              when it stops (unless other replicas of its group keep them); give it --data-dir \
              to keep them on disk"
         );
-        return serve(listener, config, MemLog::new(), Persistence::Inline, true, shutdown).await;
+        return serve(
+            listener,
+            config,
+            MemLog::new(),
+            Persistence::Inline,
+            true,
+            shutdown,
+        )
+        .await;
     };
     let identity = LogIdentity {
         group: config.replica.group.clone(),
@@ -121,7 +129,15 @@ pub async fn run(
         }
     };
     tracing::info!(dir = %dir.display(), replica = config.replica.id, group = %config.replica.group, "the head keeps its raft log on disk");
-    serve(listener, config, store, Persistence::Blocking, false, shutdown).await
+    serve(
+        listener,
+        config,
+        store,
+        Persistence::Blocking,
+        false,
+        shutdown,
+    )
+    .await
 }
 
 /// Serves a head over `store` on `listener` until `shutdown` completes.
@@ -162,7 +178,8 @@ async fn serve<S: crate::replication::LogStore>(
         raft,
         transport,
     };
-    let owner_task = tracker.spawn(owner::Owner::new(replica, config.clone()).run(inboxes, token.clone()));
+    let owner_task =
+        tracker.spawn(owner::Owner::new(replica, config.clone()).run(inboxes, token.clone()));
 
     let max = config.max_message_bytes;
     let cluster = ClusterServer::new(cluster_svc::ClusterService {

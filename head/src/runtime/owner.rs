@@ -29,9 +29,7 @@ use crate::replication::{
     Inbound, LogStore, NotAccepted, Output, Replica, ReplicationError, TransportEvent,
 };
 use crate::scheduler::Millis;
-use crate::state::{
-    ApplyError, Command, Effect, Joining, Reply, Returning, SecretHash,
-};
+use crate::state::{ApplyError, Command, Effect, Joining, Reply, Returning, SecretHash};
 use escher_proto::types::{ReplicaRole, RequestKey};
 
 /// The most messages of one channel taken in one turn, so that the others are not starved.
@@ -349,7 +347,9 @@ impl<S: LogStore> Owner<S> {
                     Some(Pending::Change(reply)) => {
                         let _ = reply.send(result.map_err(Status::failed_precondition));
                     }
-                    Some(other) => other.fail(Status::internal("a proposal met a membership change")),
+                    Some(other) => {
+                        other.fail(Status::internal("a proposal met a membership change"))
+                    }
                     None => {}
                 }
             }
@@ -381,7 +381,8 @@ impl<S: LogStore> Owner<S> {
                 }
             }
             Output::Restored => {
-                self.proposals.fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+                self.proposals
+                    .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
             }
         }
     }
@@ -430,7 +431,8 @@ impl<S: LogStore> Owner<S> {
         for effect in effects {
             match effect {
                 Effect::Assign { node, assignment } => {
-                    self.workers.send(state, node, HeadMessage::Assign(*assignment));
+                    self.workers
+                        .send(state, node, HeadMessage::Assign(*assignment));
                 }
                 Effect::Cancel {
                     node,
@@ -713,4 +715,3 @@ fn unknown_node(node: NodeId) -> Status {
          so by itself)"
     ))
 }
-

@@ -68,14 +68,21 @@ impl Proposals {
     pub(crate) fn insert(&mut self, index: u64, term: u64, pending: Pending) {
         if let Some((_, old)) = self.waiting.insert(index, (term, pending)) {
             // Only a new term can reuse an index, and that failed the old proposal already.
-            old.fail(Status::aborted("the proposal's log position was taken over"));
+            old.fail(Status::aborted(
+                "the proposal's log position was taken over",
+            ));
         }
     }
 
     /// The proposal settled by the entry applied at (index, term), if one waits there and it
     /// is this entry; a proposal overwritten by another leader's entry is failed with
     /// `overwritten`.
-    pub(crate) fn take(&mut self, index: u64, term: u64, overwritten: impl FnOnce() -> Status) -> Option<Pending> {
+    pub(crate) fn take(
+        &mut self,
+        index: u64,
+        term: u64,
+        overwritten: impl FnOnce() -> Status,
+    ) -> Option<Pending> {
         let (t, pending) = self.waiting.remove(&index)?;
         if t == term {
             return Some(pending);

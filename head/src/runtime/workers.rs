@@ -94,7 +94,8 @@ impl Workers {
     /// ones its registration re-derives from the state.
     pub(crate) fn forget_task_messages(&mut self, node: NodeId) {
         if let Some(queued) = self.outbox.get_mut(&node) {
-            queued.retain(|m| !matches!(m, HeadMessage::Assign(_) | HeadMessage::CancelTask { .. }));
+            queued
+                .retain(|m| !matches!(m, HeadMessage::Assign(_) | HeadMessage::CancelTask { .. }));
         }
     }
 

@@ -1,8 +1,8 @@
 //! Resource names interned to dense integer ids, so the core compares and hashes integers.
 
-use serde::{Deserialize, Serialize};
 use escher_proto::types::ResourceName;
 use rustc_hash::FxHashMap;
+use serde::{Deserialize, Serialize};
 
 /// A resource name's id inside one [`Scheduler`](super::Scheduler).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]

@@ -174,15 +174,13 @@ impl ApplyError {
     /// Whether the command was valid but the cluster is not in a state to take it now (gRPC
     /// `FAILED_PRECONDITION`): a busy GPU, a reconfiguration under way, a node going away.
     pub fn is_precondition(&self) -> bool {
-        matches!(
-            self,
-            ApplyError::ReplyForgotten { .. }
-        ) || matches!(
-            self,
-            ApplyError::CallerNotRunning { .. }
-                | ApplyError::MigBusy { .. }
-                | ApplyError::MigInProgress { .. }
-                | ApplyError::NodeUnavailable { .. }
-        )
+        matches!(self, ApplyError::ReplyForgotten { .. })
+            || matches!(
+                self,
+                ApplyError::CallerNotRunning { .. }
+                    | ApplyError::MigBusy { .. }
+                    | ApplyError::MigInProgress { .. }
+                    | ApplyError::NodeUnavailable { .. }
+            )
     }
 }

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    Assignment, Capacity, GpuInfo, Labels, NodeId, ResourceSet, RunningTask, TaskFinished,
-    TaskId, TaskState,
+    Assignment, Capacity, GpuInfo, Labels, NodeId, ResourceSet, RunningTask, TaskFinished, TaskId,
+    TaskState,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -133,8 +133,11 @@ impl ClusterState {
             // What the state runs there before the reports: only these may need sending again
             // (what the reports free is dispatched, and sent, as usual).
             let placed = self.running_on(node);
-            let mut reported: BTreeSet<(TaskId, u32)> =
-                back.running.iter().map(|r| (r.task_id, r.attempt)).collect();
+            let mut reported: BTreeSet<(TaskId, u32)> = back
+                .running
+                .iter()
+                .map(|r| (r.task_id, r.attempt))
+                .collect();
             for report in back.finished {
                 reported.insert((report.task_id, report.attempt));
                 self.finished(report, now);

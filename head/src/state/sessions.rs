@@ -155,7 +155,10 @@ mod tests {
         }
         s.record(&key(7, 4, 3), submitted(4), 100);
         let err = s.seen(&key(7, 2, 3)).unwrap_err();
-        assert!(matches!(err, ApplyError::ReplyForgotten { client: 7, seq: 2 }));
+        assert!(matches!(
+            err,
+            ApplyError::ReplyForgotten { client: 7, seq: 2 }
+        ));
         assert_eq!(s.seen(&key(7, 3, 3)).unwrap(), Seen::Replied(submitted(3)));
     }
 
@@ -171,6 +174,9 @@ mod tests {
         }
         assert_eq!(s.seen(&key(3, 1, 1)).unwrap(), Seen::New, "the oldest went");
         let last = MAX_REPLIES_PER_CLIENT as u64 + 10;
-        assert_eq!(s.seen(&key(3, last, 1)).unwrap(), Seen::Replied(submitted(last)));
+        assert_eq!(
+            s.seen(&key(3, last, 1)).unwrap(),
+            Seen::Replied(submitted(last))
+        );
     }
 }

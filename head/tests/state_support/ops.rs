@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use escher_head::state::{Command, Returning};
 use escher_proto::types::{
-    Amount, CapacityOp, Delta, NodeId, NodeSpec, ResourceUpdate, TaskFinished, TaskId,
-    TaskResult, TaskState,
+    Amount, CapacityOp, Delta, NodeId, NodeSpec, ResourceUpdate, TaskFinished, TaskId, TaskResult,
+    TaskState,
 };
 use proptest::prelude::*;
 
@@ -276,4 +276,3 @@ pub fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
         Op::Tick { .. } => Command::Tick,
     })
 }
-

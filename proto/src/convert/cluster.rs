@@ -11,8 +11,8 @@ use super::task::{task_state, task_state_to_wire};
 use super::{At, ConvertError, Problem, convert_list, duration_to_ms, ms_to_duration};
 use crate::types::{
     CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, Namespace, NodeId,
-    RequestKey, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId,
-    TaskLogsRequest, WaitReply, WaitRequest,
+    RequestKey, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
+    SubmitRequest, TaskId, TaskLogsRequest, WaitReply, WaitRequest,
 };
 use crate::wire;
 

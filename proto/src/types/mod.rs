@@ -30,8 +30,8 @@ mod task;
 pub use amount::{Amount, Capacity};
 pub use api::{
     CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, RequestKey,
-    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
-    SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
+    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
+    SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
 };
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
