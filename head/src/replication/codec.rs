@@ -1,6 +1,6 @@
-//! How replicated things are encoded: log entries ([`Entry`], bincode), snapshots (the whole
-//! [`ClusterState`] and the group's addresses, bincode), and the address a membership change
-//! carries (UTF-8, in the conf-change entry's context).
+//! How replicated things are encoded: log entries (a batch of [`Entry`]s per raft entry,
+//! bincode), snapshots (the whole [`ClusterState`] and the group's addresses, bincode), and the
+//! address a membership change carries (UTF-8, in the conf-change entry's context).
 //!
 //! bincode's standard configuration (variable-length integers, little endian) is used for both;
 //! it is fixed here, once, so that every replica and every restart reads what was written.
@@ -37,18 +37,18 @@ fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
-/// Encodes a log entry.
-pub(crate) fn encode_entry(entry: &Entry) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_to_vec(entry, config()).map_err(|source| CodecError::Encode {
+/// Encodes the entries of one raft log entry.
+pub(crate) fn encode_batch(entries: &[Entry]) -> Result<Vec<u8>, CodecError> {
+    bincode::serde::encode_to_vec(entries, config()).map_err(|source| CodecError::Encode {
         what: "a log entry",
         source,
     })
 }
 
-/// Decodes a log entry.
-pub(crate) fn decode_entry(bytes: &[u8]) -> Result<Entry, CodecError> {
+/// Decodes the entries of one raft log entry.
+pub(crate) fn decode_batch(bytes: &[u8]) -> Result<Vec<Entry>, CodecError> {
     bincode::serde::decode_from_slice(bytes, config())
-        .map(|(entry, _)| entry)
+        .map(|(entries, _)| entries)
         .map_err(|source| CodecError::Decode {
             what: "a log entry",
             source,
@@ -104,9 +104,9 @@ mod tests {
 
     #[test]
     fn entries_and_images_round_trip() {
-        let entry = Entry::new(42, Command::Tick);
-        assert_eq!(decode_entry(&encode_entry(&entry).unwrap()).unwrap(), entry);
-        assert!(decode_entry(&[0xff, 0xff, 0xff]).is_err());
+        let batch = vec![Entry::new(42, Command::Tick), Entry::new(42, Command::Tick)];
+        assert_eq!(decode_batch(&encode_batch(&batch).unwrap()).unwrap(), batch);
+        assert!(decode_batch(&[0xff, 0xff, 0xff]).is_err());
         let state = ClusterState::new(StateConfig::default());
         let members = BTreeMap::from([(1, "127.0.0.1:7600".to_string())]);
         let bytes = encode_image(&state, &members).unwrap();

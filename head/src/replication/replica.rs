@@ -55,16 +55,15 @@ pub enum NotAccepted {
 /// What a cycle produced, in order, for the runtime.
 #[derive(Debug)]
 pub(crate) enum Output {
-    /// An entry was applied; only the leader acts on the effects.
+    /// A raft entry was applied: each of its commands in order, with what applying it
+    /// returned and the effects it asked for (only the leader acts on them).
     Applied {
         /// Its log index.
         index: u64,
         /// Its term.
         term: u64,
-        /// What applying it returned.
-        result: Result<Reply, ApplyError>,
-        /// What it asked the runtime to do.
-        effects: Vec<Effect>,
+        /// One result per command, in proposal order.
+        results: Vec<Applied>,
     },
     /// A membership change was applied (or refused by raft).
     ConfChanged {
@@ -97,6 +96,15 @@ pub(crate) enum Output {
     },
     /// A leader's snapshot replaced the whole state.
     Restored,
+}
+
+/// One command of an applied raft entry.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    /// What applying it returned.
+    pub(crate) result: Result<Reply, ApplyError>,
+    /// What it asked the runtime to do.
+    pub(crate) effects: Vec<Effect>,
 }
 
 /// How a cycle's writes reach the log.
@@ -175,6 +183,9 @@ pub(crate) struct Replica<S: LogStore> {
     leader: u64,
     /// The latest `now` stamped on an entry: entries never go back in time.
     clock: Millis,
+    /// The commands of this replica's own proposals, by (index, term), so that the leader
+    /// applies them without decoding what it encoded (followers decode).
+    proposed: std::collections::VecDeque<(u64, u64, Vec<Entry>)>,
 }
 
 impl<S: LogStore> std::fmt::Debug for Replica<S> {
@@ -251,6 +262,7 @@ impl<S: LogStore> Replica<S> {
             role: StateRole::Follower,
             leader: 0,
             clock: 0,
+            proposed: std::collections::VecDeque::new(),
             config,
         };
         if replica.members.is_empty() {
@@ -325,24 +337,27 @@ impl<S: LogStore> Replica<S> {
         }
     }
 
-    /// Stamps `command` with `now` (never earlier than an entry before it) and proposes it.
-    /// Returns the (index, term) it will be applied at, unless another leader overwrites it.
+    /// Stamps `commands` with `now` (never earlier than an entry before them) and proposes
+    /// them as one raft entry, applied in order. Returns the (index, term) they will be applied
+    /// at, unless another leader overwrites it.
     pub(crate) fn propose(
         &mut self,
-        command: Command,
-        key: Option<RequestKey>,
+        commands: Vec<(Command, Option<RequestKey>)>,
         now: Millis,
     ) -> Result<(u64, u64), NotAccepted> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
         self.clock = self.clock.max(now);
-        let entry = Entry {
-            now: self.clock,
-            command,
-            key,
-        };
-        let data = match codec::encode_entry(&entry) {
+        let entries: Vec<Entry> = commands
+            .into_iter()
+            .map(|(command, key)| Entry {
+                now: self.clock,
+                command,
+                key,
+            })
+            .collect();
+        let data = match codec::encode_batch(&entries) {
             Ok(data) => data,
             Err(err) => {
                 // Every command is encodable; refuse rather than panic if one is not.
@@ -353,7 +368,27 @@ impl<S: LogStore> Replica<S> {
         self.node
             .propose(Vec::new(), data)
             .map_err(|_| self.not_leader())?;
-        Ok((self.node.raft.raft_log.last_index(), self.node.raft.term))
+        let (index, term) = (self.node.raft.raft_log.last_index(), self.node.raft.term);
+        self.proposed.push_back((index, term, entries));
+        Ok((index, term))
+    }
+
+    /// The commands of the raft entry at (index, term): this replica's own proposal if it
+    /// made it, else decoded.
+    fn commands(&mut self, index: u64, term: u64, data: &[u8]) -> Result<Vec<Entry>, CodecError> {
+        while self.proposed.front().is_some_and(|(i, _, _)| *i < index) {
+            self.proposed.pop_front();
+        }
+        if let Some((i, t, _)) = self.proposed.front()
+            && *i == index
+        {
+            let own = *t == term;
+            let (_, _, entries) = self.proposed.pop_front().expect("just seen");
+            if own {
+                return Ok(entries);
+            }
+        }
+        codec::decode_batch(data)
     }
 
     /// Proposes a membership change.
@@ -569,15 +604,18 @@ impl<S: LogStore> Replica<S> {
                     out.push(Output::Empty { index, term })
                 }
                 EntryType::EntryNormal => {
-                    let entry = codec::decode_entry(&e.data)?;
-                    self.clock = self.clock.max(entry.now);
-                    let result = self.state.apply(entry);
-                    let effects = self.state.take_effects();
+                    let entries = self.commands(index, term, &e.data)?;
+                    let mut results = Vec::with_capacity(entries.len());
+                    for entry in entries {
+                        self.clock = self.clock.max(entry.now);
+                        let result = self.state.apply(entry);
+                        let effects = self.state.take_effects();
+                        results.push(Applied { result, effects });
+                    }
                     out.push(Output::Applied {
                         index,
                         term,
-                        result,
-                        effects,
+                        results,
                     });
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {

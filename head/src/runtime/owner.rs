@@ -21,12 +21,12 @@ use tonic::Status;
 
 use super::config::HeadConfig;
 use super::handle::{Query, not_accepted, to_status};
-use super::proposals::{Pending, Proposals};
+use super::proposals::{Batch, Pending, Proposals};
 use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
 use super::workers::Workers;
 use crate::replication::{
-    Inbound, LogStore, NotAccepted, Output, Replica, ReplicationError, TransportEvent,
+    Applied, Inbound, LogStore, NotAccepted, Output, Replica, ReplicationError, TransportEvent,
 };
 use crate::scheduler::Millis;
 use crate::state::{ApplyError, Command, Effect, Joining, Reply, Returning, SecretHash};
@@ -127,6 +127,8 @@ pub(crate) struct Inboxes {
 pub(crate) struct Owner<S: LogStore> {
     replica: Replica<S>,
     config: HeadConfig,
+    /// The commands of this turn, proposed together before the cycle.
+    batch: Batch,
     proposals: Proposals,
     workers: Workers,
     waiters: Waiters,
@@ -142,6 +144,7 @@ impl<S: LogStore> Owner<S> {
         Owner {
             replica,
             config,
+            batch: Batch::default(),
             proposals: Proposals::default(),
             workers: Workers::default(),
             waiters: Waiters::default(),
@@ -178,6 +181,7 @@ impl<S: LogStore> Owner<S> {
                 _ = tick.tick() => self.on_tick(),
             }
             self.drain(&mut inboxes);
+            self.flush();
             if let Some(token) = self.reads.batch() {
                 self.replica.read_index(token);
             }
@@ -218,7 +222,6 @@ impl<S: LogStore> Owner<S> {
         for output in out {
             self.on_output(output);
         }
-        self.workers.flush_acks();
         Ok(())
     }
 
@@ -239,11 +242,31 @@ impl<S: LogStore> Owner<S> {
         not_accepted(self.replica.not_leader())
     }
 
-    /// Proposes `command`; `pending` is settled when its entry is applied.
+    /// Adds `command` to this turn's batch; `pending` is settled when its entry is applied.
     fn propose(&mut self, command: Command, key: Option<RequestKey>, pending: Pending) {
-        match self.replica.propose(command, key, now_ms()) {
+        if !self.leading {
+            pending.fail(self.not_leader());
+            return;
+        }
+        if self.batch.push(command, key, pending) {
+            self.flush();
+        }
+    }
+
+    /// Proposes this turn's batch as one raft entry.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let Batch { commands, pending } = self.batch.take();
+        match self.replica.propose(commands, now_ms()) {
             Ok((index, term)) => self.proposals.insert(index, term, pending),
-            Err(why) => pending.fail(not_accepted(why)),
+            Err(why) => {
+                let status = not_accepted(why);
+                for p in pending {
+                    p.fail(status.clone());
+                }
+            }
         }
     }
 
@@ -307,12 +330,19 @@ impl<S: LogStore> Owner<S> {
                     members: self.replica.members().clone(),
                 });
             }
-            Msg::ChangeHeads { change, reply } => match self.replica.propose_change(&change) {
-                Ok((index, term)) => self.proposals.insert(index, term, Pending::Change(reply)),
-                Err(why) => {
-                    let _ = reply.send(Err(not_accepted(why)));
+            Msg::ChangeHeads { change, reply } => {
+                // What came before it in this turn goes first.
+                self.flush();
+                match self.replica.propose_change(&change) {
+                    Ok((index, term)) => {
+                        self.proposals
+                            .insert(index, term, vec![Pending::Change(reply)]);
+                    }
+                    Err(why) => {
+                        let _ = reply.send(Err(not_accepted(why)));
+                    }
                 }
-            },
+            }
         }
     }
 
@@ -321,18 +351,24 @@ impl<S: LogStore> Owner<S> {
             Output::Applied {
                 index,
                 term,
-                result,
-                effects,
+                results,
             } => {
-                if self.leading {
-                    self.perform(effects);
-                }
                 let overwritten = || not_accepted(NotAccepted::NotLeader(None));
-                match self.proposals.take(index, term, overwritten) {
-                    Some(pending) => self.settle(pending, result),
-                    None => {
-                        if let Err(err) = result {
-                            tracing::debug!(index, %err, "an entry was refused");
+                let mut pending = self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                    .into_iter();
+                for Applied { result, effects } in results {
+                    if self.leading {
+                        self.perform(effects);
+                    }
+                    match pending.next() {
+                        Some(p) => self.settle(p, result),
+                        None => {
+                            if let Err(err) = result {
+                                tracing::debug!(index, %err, "a command was refused");
+                            }
                         }
                     }
                 }
@@ -343,20 +379,27 @@ impl<S: LogStore> Owner<S> {
                 result,
             } => {
                 let overwritten = || not_accepted(NotAccepted::NotLeader(None));
-                match self.proposals.take(index, term, overwritten) {
-                    Some(Pending::Change(reply)) => {
-                        let _ = reply.send(result.map_err(Status::failed_precondition));
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    match p {
+                        Pending::Change(reply) => {
+                            let _ = reply.send(result.clone().map_err(Status::failed_precondition));
+                        }
+                        other => other.fail(Status::internal("a proposal met a membership change")),
                     }
-                    Some(other) => {
-                        other.fail(Status::internal("a proposal met a membership change"))
-                    }
-                    None => {}
                 }
             }
             Output::Empty { index, term } => {
                 let overwritten = || not_accepted(NotAccepted::NotLeader(None));
-                if let Some(pending) = self.proposals.take(index, term, overwritten) {
-                    pending.fail(Status::aborted(
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    p.fail(Status::aborted(
                         "raft dropped the change: another membership change is still in \
                          progress; try again once it is done (escher heads)",
                     ));
@@ -484,6 +527,9 @@ impl<S: LogStore> Owner<S> {
 
     /// Answers everything that only a leader could answer, and drops every worker stream.
     fn stop_leading(&mut self, status: impl Fn() -> Status) {
+        for p in self.batch.take().pending {
+            p.fail(status());
+        }
         self.proposals.fail_all(&status);
         self.reads.fail_all(&status);
         let _ = self.replica.drop_reads();
@@ -669,6 +715,7 @@ impl<S: LogStore> Owner<S> {
 
     fn on_tick(&mut self) {
         if self.leading {
+            self.workers.flush_acks();
             self.workers.adopt(self.replica.state());
             let timeout = self.config.heartbeat_timeout;
             for node in self.workers.silent(self.replica.state(), timeout) {

@@ -5,8 +5,10 @@
 //! # The worker-report protocol (head side)
 //!
 //! A worker keeps every `TaskFinished` it sends until the head acknowledges it. The head
-//! proposes each report as a `TaskFinished` command and, once that entry is applied, sends
-//! `ReportsAcked` on the worker's stream (batched per cycle). A worker that re-registers (a
+//! proposes each report as a `TaskFinished` command and, once that entry is applied, counts it
+//! as committed; `ReportsAcked` goes out on the worker's stream with the head's next tick
+//! (every 100 ms), or at once when [`ACK_BATCH`] reports of a node wait: one small message per
+//! tick instead of one per task, and the worker's memory of reports stays bounded. A worker that re-registers (a
 //! broken stream, a new leader) lists its unacknowledged reports and what it still runs; the
 //! registration's `RejoinNode` command applies the reports and reconciles the rest
 //! (`state/nodes.rs`): an assignment the worker never received is sent again with the same
@@ -26,6 +28,9 @@ use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
 use crate::state::ClusterState;
+
+/// Committed reports of one node that are acknowledged at once rather than with the tick.
+pub(crate) const ACK_BATCH: usize = 1024;
 
 #[derive(Debug)]
 struct Link {
@@ -151,12 +156,20 @@ impl Workers {
         self.acks.clear();
     }
 
-    /// A report of `node` was committed: acknowledge it with this cycle's batch.
+    /// A report of `node` was committed: acknowledge it with the next tick (or now, when
+    /// [`ACK_BATCH`] of the node's reports wait).
     pub(crate) fn ack(&mut self, node: NodeId, report: RunningTask) {
-        self.acks.entry(node).or_default().push(report);
+        let waiting = self.acks.entry(node).or_default();
+        waiting.push(report);
+        if waiting.len() >= ACK_BATCH {
+            let reports = std::mem::take(waiting);
+            if let Some(link) = self.links.get(&node) {
+                let _ = link.tx.send(HeadMessage::ReportsAcked(reports));
+            }
+        }
     }
 
-    /// Sends this cycle's acknowledgements. A worker not attached gets none: it re-sends the
+    /// Sends the acknowledgements that wait. A worker not attached gets none: it re-sends the
     /// reports when it registers again, and the registration acknowledges them.
     pub(crate) fn flush_acks(&mut self) {
         for (node, reports) in self.acks.drain() {
