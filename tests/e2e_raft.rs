@@ -515,3 +515,110 @@ async fn a_head_stopped_gracefully_leaves_its_workers_running_their_tasks() {
     );
     assert!(cluster.worker_running("w1"));
 }
+
+/// Runs `escher-head` with `args` until it exits by itself (bounded); returns its status and
+/// what it printed.
+fn head_refuses(args: &[&str]) -> (std::process::ExitStatus, String) {
+    let bin = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .unwrap()
+        .join("escher-head");
+    let mut child = std::process::Command::new(bin)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("escher-head starts");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > WAIT {
+            let _ = child.kill();
+            panic!("escher-head {args:?} did not refuse to start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (status, text)
+}
+
+#[test]
+fn a_replica_with_inconsistent_settings_refuses_to_start_and_says_why() {
+    let (status, text) = head_refuses(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--id",
+        "4",
+        "--peers",
+        "1=127.0.0.1:7701,2=127.0.0.1:7702,3=127.0.0.1:7703",
+    ]);
+    assert!(!status.success());
+    assert!(text.contains("does not include this replica's own --id 4"), "{text}");
+
+    // A data directory created by another group, or for another replica, is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("head");
+    let data = data.to_str().unwrap();
+    let mut first = std::process::Command::new(
+        std::env::current_exe()
+            .unwrap()
+            .parent()
+            .and_then(|deps| deps.parent())
+            .unwrap()
+            .join("escher-head"),
+    )
+    .args([
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--group",
+        "one",
+        "--address-file",
+    ])
+    .arg(dir.path().join("url"))
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null())
+    .spawn()
+    .unwrap();
+    let url = dir.path().join("url");
+    let started = Instant::now();
+    while !url.exists() {
+        assert!(started.elapsed() < WAIT, "the first head did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = first.kill();
+    let _ = first.wait();
+    let (status, text) = head_refuses(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--group",
+        "two",
+    ]);
+    assert!(!status.success());
+    assert!(text.contains(data) && text.contains("one"), "{text}");
+    let (status, text) = head_refuses(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--data-dir",
+        data,
+        "--group",
+        "one",
+        "--id",
+        "2",
+    ]);
+    assert!(!status.success());
+    assert!(text.contains("replica"), "{text}");
+}
