@@ -1,0 +1,31 @@
+//! GPU multi-tenancy policies on MIG slices and fractional GPUs, from the seed papers
+//! (issue 13): MIGM's right-sizing schedulers, MIGRator's per-window integer program, Ekya's
+//! thief scheduler, and the baselines they are compared with.
+//!
+//! Every policy is pure logic behind one small trait, [`GpuPolicy`] (an [`Event`] and the
+//! [`GpuView`] in, [`Command`]s out), written against the [`GpuSeam`]: the GPU's geometry
+//! and legal layout (the MIG model of `escher_proto::mig`), creating and destroying one
+//! instance, launching, stopping, binding and draining tasks, and per-iteration telemetry.
+//! [`SimGpu`] is the in-memory implementation of that seam (a fake, named as such) on which
+//! the policies are tested, and [`run`] drives a policy on it in simulated time.
+//!
+//! # Layout
+//!
+//! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
+//! - `policy.rs`: [`GpuPolicy`] and [`run`];
+//! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
+//! - [`migm`]: [`Migm`] (schemes A and B, OOM restart, early restart from the memory
+//!   predictor) and its partition manager;
+//! - [`baselines`]: [`Sequential`], MIGM's one-job-at-a-time full GPU.
+
+pub mod baselines;
+pub mod migm;
+mod policy;
+mod seam;
+pub mod sim;
+
+pub use baselines::Sequential;
+pub use migm::{Migm, MigmJob, Scheme};
+pub use policy::{GpuPolicy, RunReport, run};
+pub use seam::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
+pub use sim::{InferenceModel, JobModel, MemoryModel, PowerModel, SimGpu, SpeedModel, TaskModel};
