@@ -16,16 +16,20 @@
 //! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
 //! - [`migm`]: [`Migm`] (schemes A and B, OOM restart, early restart from the memory
 //!   predictor) and its partition manager;
+//! - [`migrator`]: [`Migrator`] (the per-window integer program, the timed plan with
+//!   pre-initialization, and its executor with drain-before-destroy and pinned retraining);
 //! - [`baselines`]: [`Sequential`], MIGM's one-job-at-a-time full GPU.
 
 pub mod baselines;
 pub mod migm;
+pub mod migrator;
 mod policy;
 mod seam;
 pub mod sim;
 
 pub use baselines::Sequential;
 pub use migm::{Migm, MigmJob, Scheme};
-pub use policy::{GpuPolicy, RunReport, run};
+pub use migrator::{Migrator, TenantTasks};
+pub use policy::{GpuPolicy, RunReport, run, run_with};
 pub use seam::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
 pub use sim::{InferenceModel, JobModel, MemoryModel, PowerModel, SimGpu, SpeedModel, TaskModel};

@@ -34,6 +34,16 @@ pub struct RunReport {
 /// (milliseconds): each tick the GPU advances, its events go to the policy (then one
 /// [`Event::Tick`]), and the policy's commands are carried out at once, in order.
 pub fn run(policy: &mut dyn GpuPolicy, gpu: &mut SimGpu, until: u64) -> RunReport {
+    run_with(policy, gpu, until, |_| {})
+}
+
+/// [`run`], calling `each_tick` with the GPU before every tick (to feed arrivals).
+pub fn run_with(
+    policy: &mut dyn GpuPolicy,
+    gpu: &mut SimGpu,
+    until: u64,
+    mut each_tick: impl FnMut(&mut SimGpu),
+) -> RunReport {
     let mut report = RunReport::default();
     let mut out = Vec::new();
     loop {
@@ -57,6 +67,7 @@ pub fn run(policy: &mut dyn GpuPolicy, gpu: &mut SimGpu, until: u64) -> RunRepor
         if now >= until {
             return report;
         }
+        each_tick(gpu);
         gpu.advance();
     }
 }

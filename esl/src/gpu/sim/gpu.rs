@@ -9,8 +9,9 @@
 //! tick. Batch tasks report one telemetry sample per iteration (`iteration`,
 //! `mem_requested_gb`) and fail with [`Event::OutOfMemory`] at the first iteration whose memory
 //! exceeds their instance's. Inference tasks serve the requests [`SimGpu::arrive`] gives them
-//! on their bound replicas, first come first served; a draining replica finishes its queue and
-//! no request is ever dropped (a replica is destroyed only when idle).
+//! on their bound replicas, first come first served; a request still waiting when its SLO has
+//! passed is shed (counted in [`TaskStats::expired`]); a draining replica finishes its queue,
+//! and a replica is destroyed only when idle, so no request is lost to a reconfiguration.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -57,6 +58,8 @@ pub struct TaskStats {
     pub served: f64,
     /// Requests served within the SLO (inference).
     pub on_time: f64,
+    /// Requests shed because they waited past the SLO (inference).
+    pub expired: f64,
 }
 
 #[derive(Debug, Clone)]
@@ -169,6 +172,32 @@ impl SimGpu {
                 .unwrap_or(()),
             None => t.backlog.push_back((self.now, count)),
         }
+    }
+
+    /// Binds an idle instance to inference task `task` with its model already loaded (a
+    /// replica that was serving before the simulation starts).
+    pub fn bind_loaded(&mut self, task: TaskId, on: Placement) -> Result<(), SeamError> {
+        self.execute(Command::Bind { task, on })?;
+        if let Some(i) = self.instances.get_mut(&on.start) {
+            i.serving_from = self.now;
+        }
+        Ok(())
+    }
+
+    /// Requests of inference task `task` waiting (in its backlog or in a replica's queue).
+    pub fn queued(&self, task: TaskId) -> f64 {
+        let backlog: f64 = self
+            .tasks
+            .get(&task)
+            .map(|t| t.backlog.iter().map(|q| q.1).sum())
+            .unwrap_or(0.0);
+        let queues: f64 = self
+            .instances
+            .values()
+            .filter(|i| matches!(i.state, InstanceState::Busy(t) | InstanceState::Draining(t) if t == task))
+            .map(|i| i.queue.iter().map(|q| q.1).sum::<f64>())
+            .sum();
+        backlog + queues
     }
 
     /// The time, ms.
@@ -290,6 +319,15 @@ impl SimGpu {
             };
             if inst.state == InstanceState::Busy(task) {
                 inst.queue.extend(t.backlog.drain(..));
+            }
+            // Requests that can no longer meet the SLO are shed, as a serving system with
+            // deadlines does, so a burst does not make every later request late.
+            while let Some(front) = inst.queue.front() {
+                if now.saturating_sub(front.0) <= m.slo_ms {
+                    break;
+                }
+                t.stats.expired += front.1;
+                inst.queue.pop_front();
             }
             if now < inst.serving_from {
                 continue;
