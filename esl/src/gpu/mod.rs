@@ -18,16 +18,23 @@
 //!   predictor) and its partition manager;
 //! - [`migrator`]: [`Migrator`] (the per-window integer program, the timed plan with
 //!   pre-initialization, and its executor with drain-before-destroy and pinned retraining);
-//! - [`baselines`]: [`Sequential`], MIGM's one-job-at-a-time full GPU.
+//! - [`ekya`]: Ekya's thief scheduler on fractional shares ([`thief`]) and on MIG slices
+//!   ([`thief_on_mig`]);
+//! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
+//!   by compute intensity), [`astraea`] (dynamic SM shares without MIG);
+//! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan.
 
 pub mod baselines;
+pub mod ekya;
 pub mod migm;
 pub mod migrator;
 mod policy;
 mod seam;
+pub mod shares;
 pub mod sim;
 
-pub use baselines::Sequential;
+pub use baselines::{Sequential, astraea, paris};
+pub use ekya::{thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};
 pub use policy::{GpuPolicy, RunReport, run, run_with};
