@@ -154,6 +154,8 @@ pub fn paris(problem: &Problem) -> Schedule {
 /// not otherwise valued; every step, the rest goes to the inference tasks in proportion to
 /// their demand then (arrivals over capability), at least 5% each; a finished retraining's
 /// share returns to inference.
+// Steps index both the forecasts and each tenant's row of the plan.
+#[allow(clippy::needless_range_loop)]
 pub fn astraea(problem: &Problem) -> SharePlan {
     let n = problem.tenants.len();
     let steps = problem.steps();

@@ -135,6 +135,8 @@ fn apply(
 /// Ekya's allocation rounded to MIG slices: each share becomes whole GPCs (retraining to
 /// one instance of at most 4), shrinking the largest inference while no layout realizes the
 /// sizes; the retraining keeps its rounded size and start.
+// Steps index both the forecasts and each tenant's row of the plan.
+#[allow(clippy::needless_range_loop)]
 pub fn thief_on_mig(problem: &Problem, delta: f64) -> Schedule {
     let shares = thief(problem, delta);
     let n = problem.tenants.len();

@@ -234,8 +234,8 @@ fn build(
                         let y = vars.add(variable().binary());
                         one += y;
                         starts[m].push((y, t, k, d));
-                        for s in t..t + d {
-                            ret_size[m][s][usize::from(k)] += y;
+                        for per_size in &mut ret_size[m][t..t + d] {
+                            per_size[usize::from(k)] += y;
                         }
                         for c in completion[m].iter_mut().skip(t + d) {
                             *c += y;
@@ -294,8 +294,8 @@ fn build(
             for (k, v) in &x[m][s] {
                 used += f64::from(*k) * *v;
             }
-            for k in 1..=4usize {
-                used += (k as f64) * ret_size[m][s][k].clone();
+            for (k, e) in ret_size[m][s].iter().enumerate().skip(1) {
+                used += (k as f64) * e.clone();
             }
         }
         constraints.push(constraint!(used <= f64::from(gpcs)));
@@ -311,8 +311,8 @@ fn build(
                 let r = usize::from(cut[n + m]);
                 if r == 0 {
                     let mut none = Expression::from(1.0);
-                    for k in 1..=4 {
-                        none -= ret_size[m][s][k].clone();
+                    for e in ret_size[m][s].iter().skip(1) {
+                        none -= e.clone();
                     }
                     all += none;
                 } else {
