@@ -381,6 +381,8 @@ mod tests {
             attempt: 1,
             reason: reason.map(str::to_string),
             result,
+            evicted: false,
+            finished_at_ms: None,
         }
     }
 

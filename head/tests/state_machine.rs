@@ -801,6 +801,7 @@ fn a_cancelled_task_is_not_retried_when_its_attempt_fails_or_its_node_is_lost() 
 fn a_result_over_the_limit_fails_the_task_without_retry() {
     let mut t = TestState::with_config(StateConfig {
         max_result_bytes: 8,
+        ..StateConfig::default()
     });
     t.node("w1", "cpu=1");
     let (big, _) = t.submit(task("cpu=1").function("f").retries(3));
@@ -832,6 +833,7 @@ fn a_result_over_the_limit_fails_the_task_without_retry() {
 fn a_cancelled_tasks_result_is_kept_only_within_the_limit() {
     let mut t = TestState::with_config(StateConfig {
         max_result_bytes: 8,
+        ..StateConfig::default()
     });
     t.node("w1", "cpu=2");
     let (big, _) = t.submit(task("cpu=1").function("f"));
@@ -1433,7 +1435,10 @@ proptest! {
     fn random_command_sequences_keep_state_and_core_consistent(
         ops in proptest::collection::vec(op(), 1..80)
     ) {
-        let mut t = TestState::with_config(StateConfig { max_result_bytes: 32 });
+        let mut t = TestState::with_config(StateConfig {
+            max_result_bytes: 32,
+            ..StateConfig::default()
+        });
         let mut known = 0u64;
         for op in &ops {
             if let Op::Tick { advance } = op {

@@ -240,6 +240,8 @@ mod tests {
             attempt: 1,
             reason: None,
             result: Some(TaskResult::Exited { code }),
+            evicted: false,
+            finished_at_ms: None,
         };
         use std::process::ExitCode;
         assert_eq!(

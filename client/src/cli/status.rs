@@ -194,6 +194,8 @@ mod tests {
                         res("app/loc", "unbounded", "7"),
                         res("app/x", "1", "3"),
                     ],
+                    left_at_ms: None,
+                    left_because: None,
                 },
                 NodeStatus {
                     id: NodeId(2),
@@ -202,6 +204,8 @@ mod tests {
                     alive: false,
                     labels: Labels::new(),
                     resources: vec![res("cpu", "2", "0")],
+                    left_at_ms: Some(1_700_000_000_000),
+                    left_because: Some("no heartbeat for 10s".into()),
                 },
             ],
             pending_tasks: 3,

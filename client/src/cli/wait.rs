@@ -198,6 +198,8 @@ mod tests {
             attempt: 1,
             reason: None,
             result: Some(TaskResult::Returned(vec![1, 2, 3])),
+            evicted: false,
+            finished_at_ms: Some(1_700_000_000_000),
         };
         let text = render_get(&s);
         assert!(text.contains("succeeded"), "{text}");

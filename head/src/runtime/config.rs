@@ -81,6 +81,17 @@ impl HeadConfig {
         if self.max_message_bytes == 0 {
             return Err(ConfigError::Zero("max message size"));
         }
+        let retention = &self.state.retention;
+        if retention.finished == 0 {
+            return Err(ConfigError::Zero(
+                "the number of finished tasks kept (--retain-finished)",
+            ));
+        }
+        if retention.finished_for.is_zero() {
+            return Err(ConfigError::Zero(
+                "how long finished tasks are kept (--retain-for)",
+            ));
+        }
         if self.heartbeat_timeout < self.heartbeat_interval * 2 {
             return Err(ConfigError::HeartbeatTimeout {
                 timeout: self.heartbeat_timeout,

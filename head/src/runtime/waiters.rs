@@ -1,6 +1,12 @@
 //! Clients waiting for tasks to finish (`wait`, `get`): soft state of the runtime.
+//!
+//! A wait keeps its own copy of the status of each task it waits for as that task finishes
+//! (or at once, for one already finished). Retention may evict a finished task's record at any
+//! later entry; the copy makes the answer independent of that, without the replicated state
+//! having to know who waits, which only this replica does. A task evicted before the wait
+//! began answers from its tombstone: ready, in its final state, marked `evicted`.
 
-use escher_proto::types::{TaskId, WaitReply};
+use escher_proto::types::{TaskId, TaskStatus, WaitReply};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
@@ -11,8 +17,8 @@ use crate::state::{ApplyError, ClusterState};
 struct Waiting {
     ids: Vec<TaskId>,
     num_returns: usize,
-    /// Terminal tasks still needed before it is answered.
-    remaining: usize,
+    /// The statuses of the tasks that finished so far, taken when they did.
+    finished: FxHashMap<TaskId, TaskStatus>,
     reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
 }
 
@@ -25,8 +31,8 @@ pub(crate) struct Waiters {
 }
 
 impl Waiters {
-    /// Registers a wait, answering at once if enough tasks are already terminal. The ids must
-    /// be known tasks (the caller checks).
+    /// Registers a wait, answering at once if enough tasks are already terminal. The state
+    /// must know every id (a record or a tombstone; the caller checks).
     pub(crate) fn add(
         &mut self,
         state: &ClusterState,
@@ -34,45 +40,45 @@ impl Waiters {
         num_returns: usize,
         reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
     ) {
-        let done = ids.iter().filter(|id| is_terminal(state, **id)).count();
-        if done >= num_returns {
-            let _ = reply.send(Ok(snapshot(state, &ids, num_returns)));
+        let finished = finished_now(state, &ids);
+        if finished.len() >= num_returns {
+            let _ = reply.send(Ok(answer(&ids, num_returns, &finished)));
             return;
         }
         let key = self.next;
         self.next += 1;
         for id in &ids {
-            if !is_terminal(state, *id) {
+            if !finished.contains_key(id) {
                 self.by_task.entry(*id).or_default().push(key);
             }
         }
-        let remaining = num_returns - done;
-        self.waits.insert(
-            key,
-            Waiting {
-                ids,
-                num_returns,
-                remaining,
-                reply,
-            },
-        );
+        let wait = Waiting {
+            ids,
+            num_returns,
+            finished,
+            reply,
+        };
+        self.waits.insert(key, wait);
     }
 
-    /// A task became terminal: answer the waits it completes.
+    /// A task became terminal: note its status in the waits for it, and answer those it
+    /// completes.
     pub(crate) fn on_terminal(&mut self, state: &ClusterState, task: TaskId) {
         let Some(keys) = self.by_task.remove(&task) else {
+            return;
+        };
+        let Some(status) = state.status(task) else {
             return;
         };
         for key in keys {
             let Some(wait) = self.waits.get_mut(&key) else {
                 continue;
             };
-            wait.remaining -= 1;
-            if wait.remaining == 0 {
+            wait.finished.insert(task, status.clone());
+            if wait.finished.len() >= wait.num_returns {
                 let wait = self.waits.remove(&key).expect("present above");
-                let _ = wait
-                    .reply
-                    .send(Ok(snapshot(state, &wait.ids, wait.num_returns)));
+                let reply = answer(&wait.ids, wait.num_returns, &wait.finished);
+                let _ = wait.reply.send(Ok(reply));
             }
         }
     }
@@ -93,22 +99,34 @@ impl Waiters {
     }
 }
 
-fn is_terminal(state: &ClusterState, id: TaskId) -> bool {
-    state.task(id).is_some_and(|r| r.state.is_terminal())
-}
-
-/// Ray's `wait` answer: up to `num_returns` terminal tasks in the order asked, the rest not
+/// Ray's `wait` answer: up to `num_returns` finished tasks in the order asked, the rest not
 /// ready.
-pub(crate) fn snapshot(state: &ClusterState, ids: &[TaskId], num_returns: usize) -> WaitReply {
+fn answer(
+    ids: &[TaskId],
+    num_returns: usize,
+    finished: &FxHashMap<TaskId, TaskStatus>,
+) -> WaitReply {
     let mut ready = Vec::new();
     let mut not_ready = Vec::new();
     for id in ids {
-        match state.status(*id) {
-            Some(status) if status.state.is_terminal() && ready.len() < num_returns => {
-                ready.push(status);
-            }
+        match finished.get(id) {
+            Some(status) if ready.len() < num_returns => ready.push(status.clone()),
             _ => not_ready.push(*id),
         }
     }
     WaitReply { ready, not_ready }
+}
+
+/// The `wait` answer as the state stands now (a wait that timed out): finished tasks from
+/// their records or tombstones.
+pub(crate) fn snapshot(state: &ClusterState, ids: &[TaskId], num_returns: usize) -> WaitReply {
+    answer(ids, num_returns, &finished_now(state, ids))
+}
+
+/// The statuses of those of `ids` that have finished, from their records or tombstones.
+fn finished_now(state: &ClusterState, ids: &[TaskId]) -> FxHashMap<TaskId, TaskStatus> {
+    ids.iter()
+        .filter(|id| state.is_finished(**id))
+        .filter_map(|id| Some((*id, state.status(*id)?)))
+        .collect()
 }

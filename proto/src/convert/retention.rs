@@ -65,7 +65,11 @@ impl Evicted {
         if status.code() != tonic::Code::NotFound {
             return None;
         }
-        let bytes = status.metadata().get_bin(EVICTED_METADATA)?.to_bytes().ok()?;
+        let bytes = status
+            .metadata()
+            .get_bin(EVICTED_METADATA)?
+            .to_bytes()
+            .ok()?;
         let message = wire::Evicted::decode(bytes.as_ref()).ok()?;
         Evicted::try_from(message).ok()
     }

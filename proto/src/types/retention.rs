@@ -77,9 +77,7 @@ mod tests {
         };
         let text = e.to_string();
         assert!(
-            text.starts_with(
-                "task 5 was evicted by retention (succeeded at 2026-11-23T10:00:00Z)"
-            ),
+            text.starts_with("task 5 was evicted by retention (succeeded at 2026-11-23T10:00:00Z)"),
             "{text}"
         );
         assert!(text.contains("--retain-finished"), "{text}");
