@@ -404,9 +404,14 @@ pub fn check_invariants(state: &ClusterState) {
     for id in 1..state.next_task_id().0 {
         let task = TaskId(id);
         let Some(rec) = state.task(task) else {
-            let evicted = state.evicted(task).expect("an id without a record was evicted");
+            let evicted = state
+                .evicted(task)
+                .expect("an id without a record was evicted");
             if let Some(tombstone) = evicted.tombstone {
-                assert!(tombstone.state.is_terminal(), "task {task} evicted unfinished");
+                assert!(
+                    tombstone.state.is_terminal(),
+                    "task {task} evicted unfinished"
+                );
                 let status = state.status(task).unwrap();
                 assert!(status.evicted && status.state == tombstone.state);
             }

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::{TaskId, TaskState};
+use super::{TaskId, TaskState, TaskStatus};
 
 /// The little the head keeps of a finished task after retention dropped its record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,20 +46,46 @@ impl fmt::Display for Evicted {
     }
 }
 
+impl TaskStatus {
+    /// The eviction this status stands for, if it comes from a tombstone (`evicted` set).
+    pub fn eviction(&self) -> Option<Evicted> {
+        if !self.evicted {
+            return None;
+        }
+        let tombstone = self.finished_at_ms.map(|finished_at_ms| Tombstone {
+            state: self.state,
+            finished_at_ms,
+        });
+        Some(Evicted {
+            id: self.id,
+            tombstone,
+        })
+    }
+}
+
 /// A time in milliseconds since the Unix epoch as RFC 3339 UTC to the second,
-/// `2026-11-23T10:00:00Z`.
+/// `2026-11-23T10:00:00Z` (beyond the year 9999, as the raw number).
 pub fn utc_seconds(ms: u64) -> String {
-    humantime::format_rfc3339_seconds(at(ms)).to_string()
+    match at(ms) {
+        Some(t) => humantime::format_rfc3339_seconds(t).to_string(),
+        None => format!("{ms} ms after the Unix epoch"),
+    }
 }
 
 /// A time in milliseconds since the Unix epoch as RFC 3339 UTC to the millisecond,
-/// `2026-11-23T10:00:00.123Z`.
+/// `2026-11-23T10:00:00.123Z` (beyond the year 9999, as the raw number).
 pub fn utc_millis(ms: u64) -> String {
-    humantime::format_rfc3339_millis(at(ms)).to_string()
+    match at(ms) {
+        Some(t) => humantime::format_rfc3339_millis(t).to_string(),
+        None => format!("{ms} ms after the Unix epoch"),
+    }
 }
 
-fn at(ms: u64) -> SystemTime {
-    UNIX_EPOCH + Duration::from_millis(ms)
+/// The first millisecond RFC 3339 cannot write (the year 10000).
+const YEAR_10000_MS: u64 = 253_402_300_800_000;
+
+fn at(ms: u64) -> Option<SystemTime> {
+    (ms < YEAR_10000_MS).then(|| UNIX_EPOCH + Duration::from_millis(ms))
 }
 
 #[cfg(test)]
@@ -96,5 +122,10 @@ mod tests {
     fn times_are_utc() {
         assert_eq!(utc_seconds(0), "1970-01-01T00:00:00Z");
         assert_eq!(utc_millis(1_795_428_000_123), "2026-11-23T10:00:00.123Z");
+        assert_eq!(utc_millis(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(
+            utc_seconds(u64::MAX),
+            format!("{} ms after the Unix epoch", u64::MAX)
+        );
     }
 }
