@@ -148,9 +148,15 @@ fn cancel_and_local_calls_about_evicted_tasks() {
         }
         other => panic!("{other:?}"),
     }
-    assert!(out.effects.is_empty(), "cancelling finished tasks does nothing");
+    assert!(
+        out.effects.is_empty(),
+        "cancelling finished tasks does nothing"
+    );
     let err = t.cancel(&[ids[2], ids[0]]).unwrap_err();
-    assert!(matches!(err, ApplyError::Evicted(e) if e.id == ids[0]), "{err}");
+    assert!(
+        matches!(err, ApplyError::Evicted(e) if e.id == ids[0]),
+        "{err}"
+    );
     let err = t
         .try_apply(Command::SetResources {
             updates: vec![set("x", "1", NodeSpec::Local)],
@@ -231,7 +237,10 @@ fn dead_nodes_shrink_to_a_tombstone_after_the_grace_period() {
     let status = t.cluster();
     let dead = status.node(nodes[0]).unwrap();
     assert!(!dead.alive && dead.left_at_ms == Some(left));
-    assert_eq!(dead.address, "w0.example:7601", "whole record within the grace");
+    assert_eq!(
+        dead.address, "w0.example:7601",
+        "whole record within the grace"
+    );
     assert_eq!(t.state.next_timer(), Some(left + 5_000));
 
     t.tick_at(left + 5_000);
@@ -243,7 +252,13 @@ fn dead_nodes_shrink_to_a_tombstone_after_the_grace_period() {
     );
     assert_eq!(tomb.left_because.as_deref(), Some("heartbeat timeout"));
     assert!(tomb.address.is_empty() && tomb.resources.is_empty());
-    assert!(t.state.gpu_status().nodes.iter().all(|n| n.node != nodes[0]));
+    assert!(
+        t.state
+            .gpu_status()
+            .nodes
+            .iter()
+            .all(|n| n.node != nodes[0])
+    );
 
     // Two node tombstones are kept (the highest ids); the nodes stay in id order.
     for &n in &nodes[1..] {

@@ -130,3 +130,142 @@ fn finished_now(state: &ClusterState, ids: &[TaskId]) -> FxHashMap<TaskId, TaskS
         .filter_map(|id| Some((*id, state.status(*id)?)))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use escher_proto::types::{
+        Labels, ResourceSet, TaskFinished, TaskKind, TaskResult, TaskSpec, TaskState,
+    };
+
+    use super::*;
+    use crate::state::{Command, Effect, Entry, RetentionPolicy, StateConfig};
+
+    /// A state that keeps one finished task, and the waiters the runtime would drive.
+    struct Env {
+        state: ClusterState,
+        waiters: Waiters,
+        now: u64,
+    }
+
+    impl Env {
+        fn new() -> Env {
+            let config = StateConfig {
+                retention: RetentionPolicy {
+                    finished: 1,
+                    tombstones: 10,
+                    ..RetentionPolicy::default()
+                },
+                ..StateConfig::default()
+            };
+            let mut env = Env {
+                state: ClusterState::new(config),
+                waiters: Waiters::default(),
+                now: 1_700_000_000_000,
+            };
+            env.apply(Command::RegisterNode {
+                name: "w".into(),
+                address: "w:1".into(),
+                resources: "cpu=8".parse().unwrap(),
+                labels: Labels::new(),
+                previous: None,
+            });
+            env
+        }
+
+        /// Applies a command and performs its `Terminal` effects as the owner does.
+        fn apply(&mut self, command: Command) {
+            self.now += 1;
+            let entry = Entry {
+                now: self.now,
+                command,
+            };
+            self.state.apply(entry).unwrap();
+            for effect in self.state.take_effects() {
+                if let Effect::Terminal { task } = effect {
+                    self.waiters.on_terminal(&self.state, task);
+                }
+            }
+        }
+
+        fn run(&mut self) -> TaskId {
+            let spec = TaskSpec {
+                name: "f".into(),
+                kind: TaskKind::Function {
+                    name: "f".into(),
+                    args: Vec::new(),
+                },
+                resources: ResourceSet::new(),
+                labels: Labels::new(),
+                max_retries: 0,
+                timeout: Some(Duration::from_secs(1)),
+                pending_deadline: None,
+                on_start: Vec::new(),
+                on_success: Vec::new(),
+            };
+            let tasks = vec![spec];
+            self.apply(Command::Submit {
+                tasks,
+                namespace: None,
+            });
+            TaskId(self.state.next_task_id().0 - 1)
+        }
+
+        fn finish(&mut self, task: TaskId, bytes: Vec<u8>) {
+            self.apply(Command::TaskFinished(TaskFinished {
+                task_id: task,
+                attempt: 1,
+                outcome: Ok(TaskResult::Returned(bytes)),
+                timed_out: false,
+            }));
+        }
+    }
+
+    #[test]
+    fn a_wait_answers_with_what_it_saw_although_retention_evicted_it_since() {
+        let mut env = Env::new();
+        let quick = env.run();
+        let slow = env.run();
+        let (reply, mut rx) = oneshot::channel();
+        env.waiters.add(&env.state, vec![quick, slow], 2, reply);
+        env.finish(quick, vec![1]);
+        // Many tasks finish meanwhile: `quick` loses its record.
+        for _ in 0..3 {
+            let t = env.run();
+            env.finish(t, vec![]);
+        }
+        assert!(env.state.task(quick).is_none(), "quick was evicted");
+        assert!(rx.try_recv().is_err(), "still waiting for slow");
+        env.finish(slow, vec![2]);
+        let answer = rx.try_recv().unwrap().unwrap();
+        let results: Vec<_> = answer.ready.iter().map(|s| s.result.clone()).collect();
+        assert_eq!(
+            results,
+            [
+                Some(TaskResult::Returned(vec![1])),
+                Some(TaskResult::Returned(vec![2]))
+            ]
+        );
+        assert!(answer.ready.iter().all(|s| !s.evicted));
+    }
+
+    #[test]
+    fn a_task_evicted_before_the_wait_is_ready_from_its_tombstone() {
+        let mut env = Env::new();
+        let old = env.run();
+        env.finish(old, vec![1]);
+        for _ in 0..2 {
+            let t = env.run();
+            env.finish(t, vec![]);
+        }
+        let (reply, mut rx) = oneshot::channel();
+        env.waiters.add(&env.state, vec![old], 1, reply);
+        let answer = rx.try_recv().unwrap().unwrap();
+        assert_eq!(answer.ready.len(), 1);
+        let status = &answer.ready[0];
+        assert!(status.evicted && status.result.is_none());
+        assert_eq!(status.state, TaskState::Succeeded);
+        assert_eq!(snapshot(&env.state, &[old], 1), answer);
+    }
+}
