@@ -185,13 +185,17 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     let window = 4 * batch;
     let every = ctx.params.retention_every;
     let keep_all = Stream::start(ctx.head_bin.as_deref(), &KEEP_ALL).await?;
+    let start = Instant::now();
     let all = push(&keep_all, total, batch, window, every).await;
+    let all_wall = start.elapsed();
     keep_all.stop().await?;
     let all = all?;
 
     let retain = RETAIN.to_string();
     let kept = Stream::start(ctx.head_bin.as_deref(), &["--retain-finished", &retain]).await?;
+    let start = Instant::now();
     let flat = push(&kept, total, batch, window, every).await;
+    let flat_wall = start.elapsed();
     kept.stop().await?;
     let flat = flat?;
 
@@ -222,6 +226,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         format!("head RSS after {t} tasks with --retain-finished {RETAIN}"),
         "MiB",
         flat_end.1 as f64 / 1024.0,
+    ));
+    report.figures.push(Figure::new(
+        "retention.rate_keep_all",
+        format!("stream rate keeping every task ({t} tasks, RSS readings included)"),
+        "tasks/s",
+        total as f64 / all_wall.as_secs_f64(),
+    ));
+    report.figures.push(Figure::new(
+        "retention.rate_retained",
+        format!("stream rate with --retain-finished {RETAIN} (same run)"),
+        "tasks/s",
+        total as f64 / flat_wall.as_secs_f64(),
     ));
     let mib = |s: &[Sample]| -> Vec<(f64, f64)> {
         s.iter()

@@ -6,6 +6,10 @@
 //! and exits non-zero if the timeout passed first. With several tasks and a terminal, both
 //! `wait` and `submit --wait` show an indicatif progress bar, polling the head in short
 //! `Wait` calls so the bar moves as tasks finish.
+//!
+//! A task the head's retention has evicted: `get` fails with `task N was evicted by retention
+//! (succeeded at ...)`; `wait` and `cancel` list it in its final state, with `evicted by
+//! retention (finished ...)` as its reason.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;

@@ -107,3 +107,35 @@ impl HeadConfig {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::RetentionPolicy;
+
+    #[test]
+    fn retention_must_keep_something() {
+        let mut config = HeadConfig::default();
+        config.validate().unwrap();
+        config.state.retention = RetentionPolicy {
+            finished: 0,
+            ..RetentionPolicy::default()
+        };
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the number of finished tasks kept (--retain-finished) must be greater than zero"
+        );
+        config.state.retention = RetentionPolicy {
+            finished_for: Duration::ZERO,
+            ..RetentionPolicy::default()
+        };
+        assert!(config.validate().unwrap_err().to_string().contains("--retain-for"));
+        config.state.retention = RetentionPolicy {
+            tombstones: 0,
+            dead_nodes_for: Duration::ZERO,
+            ..RetentionPolicy::unbounded()
+        };
+        config.validate().unwrap();
+    }
+}
