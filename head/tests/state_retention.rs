@@ -313,7 +313,6 @@ fn churn() -> Vec<Entry> {
         };
         push(command, now);
     }
-    let mut next = 1u64;
     for round in 0..200u64 {
         now += 37;
         let spec = match round % 4 {
@@ -329,8 +328,8 @@ fn churn() -> Vec<Entry> {
             },
             now,
         );
-        let id = TaskId(next);
-        next += 1;
+        // One task per round, so the round's task has id round + 1.
+        let id = TaskId(round + 1);
         let command = match round % 5 {
             0 => Command::Cancel { tasks: vec![id] },
             1 => Command::TaskFinished(state_support::report(id, 1, ok(1))),

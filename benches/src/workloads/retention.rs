@@ -28,6 +28,7 @@ use crate::cluster::NOOP;
 use crate::head_process::{HeadProcess, find_head_bin};
 use crate::report::{Figure, Line, Plot, PlotData, WorkloadReport};
 use crate::sim::SimCluster;
+use crate::workloads::w8_scale::settle;
 
 /// Simulated nodes; they take any number of tasks at once (the tasks request nothing).
 const NODES: usize = 4;
@@ -105,7 +106,7 @@ pub async fn push(
         stream.client.submit_batch(tasks).await?;
         submitted += n;
         if submitted == next_sample {
-            settle(&stream.client).await?;
+            settle(&stream.client, 0, 0).await?;
             samples.push((submitted as u64, stream.head.rss_kib()?));
             next_sample = (next_sample + every).min(total);
             continue;
@@ -120,25 +121,6 @@ pub async fn push(
         }
     }
     Ok(samples)
-}
-
-/// Waits until the head has no pending or running task.
-async fn settle(client: &Client) -> anyhow::Result<()> {
-    let start = Instant::now();
-    loop {
-        let s = client.cluster_status().await?;
-        if s.pending_tasks == 0 && s.running_tasks == 0 {
-            return Ok(());
-        }
-        if start.elapsed() > BATCH_LIMIT {
-            bail!(
-                "a batch did not finish within {BATCH_LIMIT:?} ({} pending, {} running)",
-                s.pending_tasks,
-                s.running_tasks
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// The least-squares slope of `samples` (KiB per task) in bytes per task.

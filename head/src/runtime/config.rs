@@ -130,7 +130,13 @@ mod tests {
             finished_for: Duration::ZERO,
             ..RetentionPolicy::default()
         };
-        assert!(config.validate().unwrap_err().to_string().contains("--retain-for"));
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--retain-for")
+        );
         config.state.retention = RetentionPolicy {
             tombstones: 0,
             dead_nodes_for: Duration::ZERO,
