@@ -7,7 +7,18 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 9] = ["w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "cmd"];
+const WORKLOADS: [&str; 10] = [
+    "w1",
+    "w2",
+    "w3",
+    "w4",
+    "w5",
+    "w6",
+    "w7",
+    "w8",
+    "cmd",
+    "retention",
+];
 
 fn read_json(path: &Path) -> Value {
     let text = std::fs::read_to_string(path)

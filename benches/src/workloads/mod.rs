@@ -1,5 +1,5 @@
-//! The workloads W1–W8 of issue 6, and the command-task workload that HyperQueue is compared
-//! on. Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
+//! The workloads W1–W8 of issue 6, the command-task workload that HyperQueue is compared
+//! on, and the head's memory under retention (issue 9). Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
 //! own cluster.
 
 use std::path::PathBuf;
@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
+pub mod retention;
 pub mod w1_throughput;
 pub mod w2_latency;
 pub mod w3_clients;
@@ -61,11 +62,13 @@ pub enum Workload {
     W8,
     /// Command tasks (`true`), the workload HyperQueue is compared on.
     Cmd,
+    /// Head memory under a stream of short tasks, with and without retention.
+    Retention,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 9] = [
+    pub const ALL: [Workload; 10] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -75,6 +78,7 @@ impl Workload {
         Workload::W7,
         Workload::W8,
         Workload::Cmd,
+        Workload::Retention,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -89,6 +93,7 @@ impl Workload {
             Workload::W7 => "w7",
             Workload::W8 => "w8",
             Workload::Cmd => "cmd",
+            Workload::Retention => "retention",
         }
     }
 
@@ -104,6 +109,7 @@ impl Workload {
             Workload::W7 => w7_gang::run(ctx).await,
             Workload::W8 => w8_scale::run(ctx).await,
             Workload::Cmd => cmd_tasks::run(ctx).await,
+            Workload::Retention => retention::run(ctx).await,
         }
     }
 }

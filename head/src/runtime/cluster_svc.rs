@@ -10,7 +10,7 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
 
-use super::handle::{OwnerHandle, unknown_task};
+use super::handle::{OwnerHandle, to_status};
 use super::owner::Msg;
 use super::waiters::snapshot;
 use crate::state::{Command, Reply};
@@ -73,7 +73,7 @@ impl Cluster for ClusterService {
             })
             .await?;
         let answer = match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(answer)) => answer.map_err(super::handle::to_status)?,
+            Ok(Ok(answer)) => answer.map_err(to_status)?,
             Ok(Err(_)) => return Err(Status::unavailable("the head is shutting down")),
             // Timed out: answer with what is ready now.
             Err(_) => {
@@ -105,8 +105,11 @@ impl Cluster for ClusterService {
         request: Request<wire::DescribeTaskRequest>,
     ) -> Result<Response<wire::TaskInfo>, Status> {
         let id: TaskId = request.into_inner().into();
-        let info = self.owner.read(move |s| s.task_info(id)).await?;
-        Ok(Response::new(info.ok_or_else(|| unknown_task(id))?.into()))
+        let info = self
+            .owner
+            .read(move |s| s.task_info(id).ok_or_else(|| s.missing_task(id)))
+            .await?;
+        Ok(Response::new(info.map_err(to_status)?.into()))
     }
 
     async fn list_tasks(
@@ -240,7 +243,11 @@ impl Cluster for ClusterService {
         self.owner.tell(Msg::Logs { request, reply }).await?;
         match tokio::time::timeout(self.log_fetch_timeout, rx).await {
             Ok(Ok(Ok(chunk))) => Ok(Response::new(chunk.into())),
-            Ok(Ok(Err(why))) if why.starts_with("unknown task") => Err(Status::not_found(why)),
+            Ok(Ok(Err(why))) if why.starts_with("unknown task") => {
+                // No record: retention may have evicted it, which says more than "unknown".
+                let missing = self.owner.read(move |s| s.missing_task(task)).await?;
+                Err(to_status(missing))
+            }
             Ok(Ok(Err(why))) => Err(Status::failed_precondition(why)),
             Ok(Err(_)) => Err(Status::unavailable("the head is shutting down")),
             Err(_) => Err(Status::deadline_exceeded(format!(

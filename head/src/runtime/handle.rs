@@ -1,7 +1,6 @@
 //! [`OwnerHandle`]: how gRPC handlers talk to the owner task, and how its errors become
 //! gRPC statuses.
 
-use escher_proto::types::TaskId;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 
@@ -63,13 +62,9 @@ impl OwnerHandle {
 pub(crate) fn to_status(err: ApplyError) -> Status {
     let message = err.to_string();
     match err {
+        ApplyError::Evicted(evicted) => evicted.into_status(),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),
     }
-}
-
-/// The status for a task id nobody knows.
-pub(crate) fn unknown_task(id: TaskId) -> Status {
-    Status::not_found(format!("unknown task {id}"))
 }

@@ -155,8 +155,8 @@ impl Owner {
                 num_returns,
                 reply,
             } => {
-                if let Some(id) = ids.iter().find(|id| self.state.task(**id).is_none()) {
-                    let _ = reply.send(Err(ApplyError::UnknownTask(*id)));
+                if let Some(err) = ids.iter().find_map(|id| self.state.check_known(*id).err()) {
+                    let _ = reply.send(Err(err));
                     return;
                 }
                 self.waiters.add(&self.state, ids, num_returns, reply);
@@ -439,12 +439,8 @@ impl Owner {
             self.outbox.remove(&node);
             self.last_seen.remove(&node);
         }
-        if self
-            .state
-            .core()
-            .next_deadline()
-            .is_some_and(|d| d <= now_ms())
-        {
+        // Pending deadlines, and finished tasks and dead nodes at the end of their retention.
+        if self.state.next_timer().is_some_and(|d| d <= now_ms()) {
             let _ = self.apply(Command::Tick);
         }
         if self.last_prune.elapsed() > std::time::Duration::from_secs(1) {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::command::{Command, Effect, Entry, Reply};
 use super::error::ApplyError;
 use super::record::{NodeRecord, TaskRecord};
+use super::retention::{Retention, RetentionPolicy};
 use crate::scheduler::{Decision, Event, Millis, Scheduler};
 
 /// Settings that change what `apply` decides, so every replica must share them.
@@ -15,12 +16,15 @@ use crate::scheduler::{Decision, Event, Millis, Scheduler};
 pub struct StateConfig {
     /// The largest function result the head stores; larger results fail the task.
     pub max_result_bytes: usize,
+    /// How long finished tasks and dead nodes are kept.
+    pub retention: RetentionPolicy,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
             max_result_bytes: 16 * 1024 * 1024,
+            retention: RetentionPolicy::default(),
         }
     }
 }
@@ -34,6 +38,8 @@ pub struct ClusterState {
     pub(crate) tasks: BTreeMap<TaskId, TaskRecord>,
     pub(crate) next_node: u64,
     pub(crate) next_task: u64,
+    /// What retention keeps of finished tasks and dead nodes, and in which order it evicts.
+    pub(crate) retention: Retention,
     /// Effects produced by `apply`, drained by the runtime.
     pub(crate) effects: Vec<Effect>,
     /// Scratch buffer for the core's decisions.
@@ -50,14 +56,19 @@ impl ClusterState {
             tasks: BTreeMap::new(),
             next_node: 1,
             next_task: 1,
+            retention: Retention::default(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
     }
 
     /// Applies one entry. On error nothing changed and no effect was produced.
+    ///
+    /// After an accepted entry, retention evicts what its policy no longer keeps (tasks that
+    /// finished in earlier entries, dead nodes past their grace period); see `retention.rs`.
     pub fn apply(&mut self, entry: Entry) -> Result<Reply, ApplyError> {
         let now = entry.now;
+        let settled = self.retention.finished_len();
         let reply = match entry.command {
             Command::RegisterNode {
                 name,
@@ -135,6 +146,7 @@ impl ClusterState {
             } => Reply::MigPlan(self.apply_mig_layout(node, gpu, &layout, drain, now)?),
         };
         self.settle(now);
+        self.retain(settled, now);
         Ok(reply)
     }
 
@@ -200,6 +212,7 @@ impl ClusterState {
                 alive: true,
                 draining: false,
                 gone_because: None,
+                left_at: None,
                 gpus: Vec::new(),
                 mig: BTreeMap::new(),
                 mig_errors: BTreeMap::new(),
@@ -215,6 +228,8 @@ impl ClusterState {
         }
         record.alive = false;
         record.gone_because = Some(reason);
+        record.left_at = Some(now);
+        self.retention.node_left(id);
         self.core_event(Event::NodeRemoved { node: id }, now);
         Ok(())
     }

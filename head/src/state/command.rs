@@ -169,7 +169,8 @@ pub enum Effect {
         /// Why.
         reason: String,
     },
-    /// A task reached a terminal state: wake whoever waits for it.
+    /// A task reached a terminal state: wake whoever waits for it. Retention keeps its record
+    /// at least until the next entry is applied, so the runtime still finds it here.
     Terminal {
         /// The task.
         task: TaskId,

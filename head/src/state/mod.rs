@@ -15,6 +15,10 @@
 //!                                           workers, Terminal
 //! ```
 //!
+//! Retention (`retention.rs`): finished tasks are kept by a policy and then reduced to
+//! tombstones, dead nodes are reclaimed after a grace period, so memory stays flat under an
+//! endless stream of tasks.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -25,6 +29,7 @@ mod gpus;
 mod queries;
 mod record;
 mod resources;
+mod retention;
 mod tasks;
 
 pub use apply::{ClusterState, StateConfig};
@@ -32,3 +37,4 @@ pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
 pub use gpus::PendingMig;
 pub use record::{NodeRecord, TaskRecord};
+pub use retention::{NodeTombstone, RetentionPolicy};

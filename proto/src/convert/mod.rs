@@ -23,6 +23,7 @@
 //! - `cluster`: the requests and replies of the `Cluster` service;
 //! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
+//! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
 //! - `link`: the messages of the `WorkerLink` service.
 
 use std::fmt;
@@ -37,6 +38,7 @@ mod gpu;
 mod link;
 mod reserve;
 mod resources;
+mod retention;
 mod status;
 mod task;
 
@@ -44,6 +46,7 @@ mod task;
 mod testutil;
 
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
+pub use retention::EVICTED_METADATA;
 
 /// The longest task name, in bytes.
 pub const MAX_TASK_NAME_BYTES: usize = 256;

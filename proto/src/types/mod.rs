@@ -22,6 +22,7 @@ mod link;
 mod name;
 mod node_spec;
 mod resource_set;
+mod retention;
 mod status;
 mod task;
 
@@ -51,6 +52,7 @@ pub use link::{
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use resource_set::ResourceSet;
+pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
     ClusterStatus, LogStream, NodeStatus, PendingReason, ResourceStatus, TaskInfo, TaskSummary,
 };
