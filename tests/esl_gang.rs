@@ -282,6 +282,10 @@ async fn framespace_reservations_are_atomic_and_all_gangs_complete() {
     let err = within("ready", r.ready(&client, None)).await.unwrap_err();
     assert!(err.to_string().contains("cancelled"), "{err}");
     client.cancel([other]).await.unwrap();
+    // A running ghost ends when its worker confirms; only then is its cpu free.
+    within("the blocker ends", client.get(other, None))
+        .await
+        .unwrap();
     assert_clean(&client).await;
 
     // Placed whole, with the head's resources on every bundle's node while held.

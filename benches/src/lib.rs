@@ -2,7 +2,7 @@
 //! escher and runs Ray and HyperQueue side by side in the same invocation.
 //!
 //! ```text
-//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd]... [--size tiny|small|full]
+//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention]... [--size tiny|small|full]
 //!                                        [--peers] [--out bench-results/]
 //! ```
 //!
@@ -13,9 +13,9 @@
 //!
 //! # Layout
 //!
-//! - [`workloads`]: W1–W8 of issue 6 and the command-task workload HyperQueue is compared on,
-//!   one module each; [`cluster`] is the embedded escher cluster they share.
-//! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8);
+//! - [`workloads`]: W1–W8 of issue 6, the command-task workload HyperQueue is compared on,
+//!   and head memory under retention (issue 9), one module each; [`cluster`] is the embedded escher cluster they share.
+//! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8, retention);
 //!   [`head_process`]: `escher-head` as a separate process, and its memory.
 //! - [`peers`]: the Python virtual environment and the Ray and HyperQueue drivers
 //!   (`benches/peers/*.py`).
@@ -56,7 +56,7 @@ const WORKLOAD_LIMIT: Duration = Duration::from_secs(1_800);
     about = "escher's benchmark harness: the thesis' microbenchmarks, with Ray and HyperQueue side by side"
 )]
 pub struct Options {
-    /// Workloads to run: `all` (the default), or any of w1..w10 and cmd.
+    /// Workloads to run: `all` (the default), or any of w1..w10, cmd and retention.
     #[arg(value_name = "WORKLOAD")]
     pub workloads: Vec<Selection>,
     /// How big: tiny (seconds, for CI), small, or full (the issue's sizes).
@@ -100,6 +100,8 @@ pub enum Selection {
     W10,
     /// Command tasks (the HyperQueue comparison).
     Cmd,
+    /// Head memory under a stream of short tasks, with and without retention.
+    Retention,
 }
 
 impl Options {
@@ -124,6 +126,7 @@ impl Options {
                 Selection::W9 => Some(Workload::W9),
                 Selection::W10 => Some(Workload::W10),
                 Selection::Cmd => Some(Workload::Cmd),
+                Selection::Retention => Some(Workload::Retention),
             })
             .collect();
         v.sort();

@@ -3,13 +3,15 @@
 //! The variants separate three sources: the client refused to send something (a malformed
 //! name, a misused builder, `NodeSpec::Local` outside a task), the head answered with an error
 //! status (its message kept verbatim, because the head says what was wrong), and the task
-//! itself failed or did not finish in time. [`ClientError::is_retryable`] says which ones can
+//! itself failed, did not finish in time, or finished so long ago that the head's retention
+//! dropped its record ([`ClientError::Evicted`], never "unknown task"). [`ClientError::is_retryable`] says which ones can
 //! succeed if simply tried again.
 
 use std::error::Error as StdError;
 use std::time::Duration;
 
 use escher_proto::codec::CodecError;
+use escher_proto::types::Evicted;
 use escher_proto::{ConvertError, TaskId, TaskState, TypeError};
 use thiserror::Error;
 use tonic::Code;
@@ -43,6 +45,10 @@ pub enum ClientError {
     /// The head does not know the task (or node) named in the request; its message verbatim.
     #[error("{0}")]
     NotFound(String),
+    /// The task finished and the head's retention has since dropped its record (its result,
+    /// reason and logs): the tombstone says how and when it ended, while the head keeps it.
+    #[error(transparent)]
+    Evicted(Evicted),
     /// A name, amount or other value given to the client was malformed (nothing was sent).
     #[error(transparent)]
     Invalid(#[from] TypeError),
@@ -169,6 +175,7 @@ impl ClientError {
             ),
             ClientError::InvalidArgument(_)
             | ClientError::NotFound(_)
+            | ClientError::Evicted(_)
             | ClientError::Invalid(_)
             | ClientError::Usage(_)
             | ClientError::MessageTooLarge { .. }
@@ -223,6 +230,9 @@ impl ClientError {
 
     /// Maps an error status from the head at `url` to a client error.
     pub(crate) fn from_status(status: tonic::Status, url: &str) -> ClientError {
+        if let Some(evicted) = Evicted::from_status(&status) {
+            return ClientError::Evicted(evicted);
+        }
         match status.code() {
             Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
                 ClientError::InvalidArgument(status.message().to_string())
@@ -280,6 +290,24 @@ mod tests {
 
         let e = ClientError::from_status(tonic::Status::not_found("task 9 is unknown"), URL);
         assert!(matches!(&e, ClientError::NotFound(m) if m == "task 9 is unknown"));
+        assert!(!e.is_retryable());
+
+        let evicted = Evicted {
+            id: TaskId(9),
+            tombstone: Some(escher_proto::types::Tombstone {
+                state: TaskState::Succeeded,
+                finished_at_ms: 1_795_428_000_000,
+            }),
+        };
+        let e = ClientError::from_status(evicted.into_status(), URL);
+        assert!(
+            matches!(e, ClientError::Evicted(got) if got == evicted),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string().contains("evicted by retention (succeeded at"),
+            "{e}"
+        );
         assert!(!e.is_retryable());
 
         let e = ClientError::from_status(tonic::Status::unavailable("connection reset"), URL);

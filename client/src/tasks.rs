@@ -105,7 +105,9 @@ impl Client {
 
     /// Waits until the task is finished (at most `timeout`; `None` waits without limit) and
     /// returns its final status, whatever the outcome. Fails with [`ClientError::Timeout`] if
-    /// it is still pending or running when the timeout passes.
+    /// it is still pending or running when the timeout passes, and with
+    /// [`ClientError::Evicted`] if it finished so long ago that the head's retention dropped
+    /// its record.
     pub async fn get(
         &self,
         task: impl Into<TaskId>,
@@ -113,10 +115,14 @@ impl Client {
     ) -> Result<TaskStatus, ClientError> {
         let id = task.into();
         let (mut ready, _) = self.wait([id], 1, timeout).await?;
-        ready.pop().ok_or(ClientError::Timeout {
+        let status = ready.pop().ok_or(ClientError::Timeout {
             id,
             after: timeout.unwrap_or_default(),
-        })
+        })?;
+        match status.eviction() {
+            Some(evicted) => Err(ClientError::Evicted(evicted)),
+            None => Ok(status),
+        }
     }
 
     /// Waits for the task like [`Client::get`] and returns its result if it succeeded, or
@@ -153,7 +159,9 @@ impl Client {
 
     /// Ray's `wait`: returns once `num_returns` of `tasks` are finished, or when `timeout`
     /// passes (`None`: no limit), with the finished tasks' statuses (`ready`) and the ids of
-    /// the others (`not_ready`, in the order given).
+    /// the others (`not_ready`, in the order given). A task the head's retention evicted counts
+    /// as ready in its final state, with `evicted` set and no result; one whose tombstone is
+    /// gone too fails the call with [`ClientError::Evicted`].
     ///
     /// `num_returns` must be between 1 and the number of tasks, and no task may be listed
     /// twice; an empty list returns at once.
@@ -394,6 +402,8 @@ mod tests {
             attempt: 1,
             reason: reason.map(str::to_string),
             result,
+            evicted: false,
+            finished_at_ms: None,
         }
     }
 

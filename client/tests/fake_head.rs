@@ -92,6 +92,8 @@ impl FakeHead {
             attempt: 1,
             reason: None,
             result,
+            evicted: false,
+            finished_at_ms: None,
         }
     }
 
@@ -286,6 +288,8 @@ impl Cluster for FakeHead {
                     total: "4".parse().unwrap(),
                     used: "5".parse().unwrap(),
                 }],
+                left_at_ms: None,
+                left_because: None,
             }],
             pending_tasks: 0,
             running_tasks: 1,

@@ -43,6 +43,9 @@
 //! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,
 //!   relaxation in a stated order) and [`validate`](compose::validate), which rejects before
 //!   launch a spec no live node can ever satisfy, naming the resource;
+//! - [`gpu`]: GPU multi-tenancy on MIG slices and fractional GPUs (issue 13): MIGM, MIGRator,
+//!   Ekya's thief scheduler and their baselines, as pure policies behind [`gpu::GpuPolicy`],
+//!   tested on an in-memory simulated GPU;
 //! - [`resilience`]: [`Journal`], a [`ClusterApi`] decorator that journals the resources
 //!   created through it, replays a lost node's on another eligible node, and restores them
 //!   when the node returns.
@@ -55,6 +58,7 @@ pub mod compose;
 mod error;
 pub mod fair_share;
 pub mod gang;
+pub mod gpu;
 #[cfg(feature = "in-memory")]
 mod in_memory;
 pub mod load_balance;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use escher_head::scheduler::CoreError;
 use escher_head::state::{
-    ApplyError, ClusterState, Command, Effect, Entry, Reply, Returning, StateConfig,
+    ApplyError, ClusterState, Command, Effect, Entry, Reply, RetentionPolicy, Returning,
+    StateConfig,
 };
 use escher_proto::types::{
     Amount, Capacity, CapacityOp, Delta, NodeId, NodeSpec, RequestKey, ResourceUpdate, RunningTask,
@@ -805,6 +806,7 @@ fn a_cancelled_task_is_not_retried_when_its_attempt_fails_or_its_node_is_lost() 
 fn a_result_over_the_limit_fails_the_task_without_retry() {
     let mut t = TestState::with_config(StateConfig {
         max_result_bytes: 8,
+        ..StateConfig::default()
     });
     t.node("w1", "cpu=1");
     let (big, _) = t.submit(task("cpu=1").function("f").retries(3));
@@ -836,6 +838,7 @@ fn a_result_over_the_limit_fails_the_task_without_retry() {
 fn a_cancelled_tasks_result_is_kept_only_within_the_limit() {
     let mut t = TestState::with_config(StateConfig {
         max_result_bytes: 8,
+        ..StateConfig::default()
     });
     t.node("w1", "cpu=2");
     let (big, _) = t.submit(task("cpu=1").function("f"));
@@ -1316,7 +1319,17 @@ proptest! {
     fn random_command_sequences_keep_state_and_core_consistent(
         ops in proptest::collection::vec(op(), 1..80)
     ) {
-        let mut t = TestState::with_config(StateConfig { max_result_bytes: 32 });
+        // A small retention, so that evictions and node reclamation happen along the way.
+        let mut t = TestState::with_config(StateConfig {
+            max_result_bytes: 32,
+            retention: RetentionPolicy {
+                finished: 4,
+                finished_for: Duration::from_millis(300),
+                tombstones: 3,
+                dead_nodes_for: Duration::from_millis(200),
+                node_tombstones: 2,
+            },
+        });
         let mut known = 0u64;
         for op in &ops {
             if let Op::Tick { advance } = op {
@@ -1326,7 +1339,7 @@ proptest! {
             }
             let Some(command) = command_for(&t, op, known) else { continue };
             // `try_apply` checks the invariants and that a refusal changed nothing.
-            let before: Vec<_> = (1..=known).map(|i| t.status(TaskId(i))).collect();
+            let before: Vec<_> = (1..=known).map(|i| t.state.status(TaskId(i))).collect();
             let Ok(out) = t.try_apply(command) else { continue };
             if let Reply::Submitted(ids) = &out.reply {
                 known += ids.len() as u64;
@@ -1350,10 +1363,21 @@ proptest! {
                     }
                 }
             }
-            // Terminal states are final.
+            // Terminal states are final; retention may only shrink them to a tombstone and
+            // then forget that, never forget a task that is still going.
             for (i, old) in before.iter().enumerate() {
-                if old.state.is_terminal() {
-                    prop_assert_eq!(old, &t.status(TaskId(i as u64 + 1)));
+                let id = TaskId(i as u64 + 1);
+                let now = t.state.status(id);
+                match (old, &now) {
+                    (Some(old), Some(now)) if old.state.is_terminal() => {
+                        prop_assert_eq!(old.state, now.state);
+                        prop_assert!(now.evicted || old == now);
+                    }
+                    (Some(old), None) => {
+                        prop_assert!(old.state.is_terminal());
+                        prop_assert!(t.state.evicted(id).is_some());
+                    }
+                    _ => {}
                 }
             }
         }

@@ -4,7 +4,9 @@
 
 mod state_support;
 
-use escher_head::state::{ClusterState, Entry, Reply, StateConfig};
+use std::time::Duration;
+
+use escher_head::state::{ClusterState, Entry, Reply, RetentionPolicy, StateConfig};
 use proptest::prelude::*;
 use state_support::ops::{Op, command_for, op};
 use state_support::{TestState, check_invariants};
@@ -27,7 +29,16 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..80),
         cut in any::<proptest::sample::Index>(),
     ) {
-        let config = StateConfig { max_result_bytes: 32 };
+        // A small retention, so that evictions, tombstones and reclaimed nodes and names are
+        // part of what a snapshot must carry exactly.
+        let retention = RetentionPolicy {
+            finished: 3,
+            finished_for: Duration::from_millis(200),
+            tombstones: 4,
+            dead_nodes_for: Duration::from_millis(100),
+            node_tombstones: 2,
+        };
+        let config = StateConfig { max_result_bytes: 32, retention };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());
         let mut b: Option<ClusterState> = None;

@@ -1,5 +1,5 @@
-//! The workloads W1–W8 of issue 6, and the command-task workload that HyperQueue is compared
-//! on. Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
+//! The workloads W1–W8 of issue 6, the command-task workload that HyperQueue is compared
+//! on, and the head's memory under retention (issue 9). Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
 //! own cluster.
 
 use std::path::PathBuf;
@@ -11,6 +11,7 @@ use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
 pub mod w10_failover;
+pub mod retention;
 pub mod w1_throughput;
 pub mod w2_latency;
 pub mod w3_clients;
@@ -67,11 +68,13 @@ pub enum Workload {
     W10,
     /// Command tasks (`true`), the workload HyperQueue is compared on.
     Cmd,
+    /// Head memory under a stream of short tasks, with and without retention.
+    Retention,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 11] = [
+    pub const ALL: [Workload; 12] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -83,6 +86,7 @@ impl Workload {
         Workload::W9,
         Workload::W10,
         Workload::Cmd,
+        Workload::Retention,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -99,6 +103,7 @@ impl Workload {
             Workload::W9 => "w9",
             Workload::W10 => "w10",
             Workload::Cmd => "cmd",
+            Workload::Retention => "retention",
         }
     }
 
@@ -116,6 +121,7 @@ impl Workload {
             Workload::W9 => w9_replicated::run(ctx).await,
             Workload::W10 => w10_failover::run(ctx).await,
             Workload::Cmd => cmd_tasks::run(ctx).await,
+            Workload::Retention => retention::run(ctx).await,
         }
     }
 }

@@ -197,7 +197,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 }
 
 /// Waits until the head reports `pending` pending and `running` running tasks.
-async fn settle(client: &Client, pending: u64, running: u64) -> anyhow::Result<()> {
+pub(crate) async fn settle(client: &Client, pending: u64, running: u64) -> anyhow::Result<()> {
     let start = Instant::now();
     loop {
         let s = client.cluster_status().await?;

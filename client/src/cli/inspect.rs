@@ -264,6 +264,8 @@ mod tests {
                 attempt: 0,
                 reason: None,
                 result: None,
+                evicted: false,
+                finished_at_ms: None,
             },
             pending_reason: Some(PendingReason {
                 resource: ResourceName::gpu(),

@@ -8,6 +8,7 @@
 use std::time::Duration;
 
 use comfy_table::{Table, presets};
+use escher_proto::types::utc_seconds;
 use escher_proto::{
     CapacityOp, NodeId, NodeSpec, ResourceUpdate, TaskId, TaskResult, TaskState, TaskStatus,
 };
@@ -71,17 +72,25 @@ pub(crate) fn hex_preview(bytes: &[u8]) -> String {
     format!("{} {unit}: {hex}{more}", bytes.len())
 }
 
-/// One line per task: id, state, node, result, reason.
+/// One line per task: id, state, node, result, reason. A task from its tombstone says that
+/// retention evicted it, and when it finished.
 pub(crate) fn statuses(list: &[TaskStatus]) -> String {
     let mut t = table(&["ID", "STATE", "NODE", "ATTEMPT", "RESULT", "REASON"]);
     for s in list {
+        let (attempt, reason) = match s.finished_at_ms.filter(|_| s.evicted) {
+            Some(at) => (
+                "-".to_string(),
+                format!("evicted by retention (finished {})", utc_seconds(at)),
+            ),
+            None => (s.attempt.to_string(), s.reason.clone().unwrap_or_default()),
+        };
         t.add_row(vec![
             s.id.to_string(),
             s.state.to_string(),
             node(s.node),
-            s.attempt.to_string(),
+            attempt,
             result(s.result.as_ref()),
-            s.reason.clone().unwrap_or_default(),
+            reason,
         ]);
     }
     lines(&t)
@@ -119,35 +128,12 @@ pub(crate) fn duration(d: Option<Duration>) -> String {
 
 /// A time in milliseconds since the Unix epoch as UTC ISO 8601, `2025-01-02T03:04:05.678Z`.
 pub(crate) fn time(ms: u64) -> String {
-    let secs = ms / 1000;
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (y, m, d) = civil_from_days(days as i64);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        ms % 1000
-    )
+    escher_proto::types::utc_millis(ms)
 }
 
 /// An optional time, or `-`.
 pub(crate) fn maybe_time(ms: Option<u64>) -> String {
     ms.map_or_else(|| "-".to_string(), time)
-}
-
-/// Year, month, day of a count of days since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 /// A resource change in words: `set done-t1=1 on the task's node`.
@@ -232,6 +218,39 @@ mod tests {
     }
 
     #[test]
+    fn an_evicted_task_says_so_and_when_it_finished() {
+        let s = TaskStatus {
+            id: TaskId(5),
+            state: TaskState::Succeeded,
+            node: None,
+            attempt: 0,
+            reason: None,
+            result: None,
+            evicted: true,
+            finished_at_ms: Some(1_795_428_000_000),
+        };
+        let text = statuses(std::slice::from_ref(&s));
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "5",
+                "succeeded",
+                "-",
+                "-",
+                "-",
+                "evicted",
+                "by",
+                "retention",
+                "(finished",
+                "2026-11-23T10:00:00Z)"
+            ],
+            "{text}"
+        );
+        assert_eq!(exit_status(&[s]), std::process::ExitCode::SUCCESS);
+    }
+
+    #[test]
     fn exit_status_follows_the_tasks() {
         let s = |state, code| TaskStatus {
             id: TaskId(1),
@@ -240,6 +259,8 @@ mod tests {
             attempt: 1,
             reason: None,
             result: Some(TaskResult::Exited { code }),
+            evicted: false,
+            finished_at_ms: None,
         };
         use std::process::ExitCode;
         assert_eq!(

@@ -9,8 +9,8 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::HeadsReply;
-use escher_proto::{ClusterStatus, TaskState, TaskSummary};
+use escher_proto::types::{HeadsReply, utc_seconds};
+use escher_proto::{ClusterStatus, NodeStatus, TaskState, TaskSummary};
 use serde::Serialize;
 
 use super::ctx::Ctx;
@@ -95,11 +95,26 @@ fn render_nodes(cluster: &ClusterStatus) -> String {
             n.id.to_string(),
             n.name.clone(),
             n.address.clone(),
-            if n.alive { "yes" } else { "no" }.to_string(),
+            alive(n),
             n.labels.to_string(),
         ]);
     }
     lines(&t)
+}
+
+/// `yes`, or when and why the node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
+fn alive(n: &NodeStatus) -> String {
+    if n.alive {
+        return "yes".to_string();
+    }
+    let mut text = "no".to_string();
+    if let Some(at) = n.left_at_ms {
+        text.push_str(&format!(": left {}", utc_seconds(at)));
+    }
+    if let Some(why) = &n.left_because {
+        text.push_str(&format!(" ({why})"));
+    }
+    text
 }
 
 fn render_resources(cluster: &ClusterStatus) -> String {
@@ -205,6 +220,8 @@ mod tests {
                         res("app/loc", "unbounded", "7"),
                         res("app/x", "1", "3"),
                     ],
+                    left_at_ms: None,
+                    left_because: None,
                 },
                 NodeStatus {
                     id: NodeId(2),
@@ -213,6 +230,8 @@ mod tests {
                     alive: false,
                     labels: Labels::new(),
                     resources: vec![res("cpu", "2", "0")],
+                    left_at_ms: Some(1_700_000_000_000),
+                    left_because: Some("no heartbeat for 10s".into()),
                 },
             ],
             pending_tasks: 3,
@@ -257,7 +276,11 @@ mod tests {
             "{node1}"
         );
         assert!(node1.contains("zone=a"), "{node1}");
-        assert!(row(&text, "2 w2").contains("no"));
+        let node2 = row(&text, "2 w2");
+        assert!(
+            node2.contains("no: left 2023-11-14T22:13:20Z (no heartbeat for 10s)"),
+            "{node2}"
+        );
 
         let cpu = row(&text, "1 cpu");
         let cols: Vec<&str> = cpu.split_whitespace().collect();

@@ -6,6 +6,10 @@
 //! and exits non-zero if the timeout passed first. With several tasks and a terminal, both
 //! `wait` and `submit --wait` show an indicatif progress bar, polling the head in short
 //! `Wait` calls so the bar moves as tasks finish.
+//!
+//! A task the head's retention has evicted: `get` fails with `task N was evicted by retention
+//! (succeeded at ...)`; `wait` and `cancel` list it in its final state, with `evicted by
+//! retention (finished ...)` as its reason.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -198,6 +202,8 @@ mod tests {
             attempt: 1,
             reason: None,
             result: Some(TaskResult::Returned(vec![1, 2, 3])),
+            evicted: false,
+            finished_at_ms: Some(1_700_000_000_000),
         };
         let text = render_get(&s);
         assert!(text.contains("succeeded"), "{text}");

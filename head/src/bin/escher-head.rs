@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use escher_head::HeadConfig;
 use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GROUP};
-use escher_head::state::StateConfig;
+use escher_head::state::{RetentionPolicy, StateConfig};
 
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
 /// clients and workers connect to.
@@ -74,6 +74,24 @@ struct HeadArgs {
     /// compaction of the log).
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_BYTES, value_name = "BYTES")]
     snapshot_log_bytes: u64,
+    /// Keep the whole record (status, result, reason, times) of at most this many finished
+    /// tasks, the most recently finished. An older one shrinks to a tombstone, and `escher get`
+    /// on it says "evicted by retention (succeeded at ...)".
+    #[arg(long, env = "ESCHER_RETAIN_FINISHED", value_name = "COUNT", default_value_t = RetentionPolicy::default().finished)]
+    retain_finished: usize,
+    /// Keep a finished task's whole record at most this long after it finished (`90s`, `30m`,
+    /// `24h`, `7days`); whichever of this and --retain-finished is reached first evicts.
+    #[arg(long, env = "ESCHER_RETAIN_FOR", value_name = "DURATION", default_value_t = RetentionPolicy::default().finished_for.into())]
+    retain_for: humantime::Duration,
+    /// Keep the tombstones (final state and finish time) of this many evicted tasks, the
+    /// highest ids; older ids answer "evicted by retention (its record is no longer kept)".
+    /// Default: ten times --retain-finished.
+    #[arg(long, env = "ESCHER_RETAIN_TOMBSTONES", value_name = "COUNT")]
+    retain_tombstones: Option<usize>,
+    /// Keep a dead node's whole record this long after it left; then only its name, and when
+    /// and why it left, are kept (for the 1,000 most recent such nodes).
+    #[arg(long, env = "ESCHER_RETAIN_DEAD_NODES_FOR", value_name = "DURATION", default_value_t = RetentionPolicy::default().dead_nodes_for.into())]
+    retain_dead_nodes_for: humantime::Duration,
 }
 
 /// `1=HOST:PORT,2=HOST:PORT`: every entry an id and an address.
@@ -118,6 +136,15 @@ impl TryFrom<HeadArgs> for HeadConfig {
             max_message_bytes: args.max_message_bytes,
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
+                retention: RetentionPolicy {
+                    finished: args.retain_finished,
+                    finished_for: args.retain_for.into(),
+                    tombstones: args
+                        .retain_tombstones
+                        .unwrap_or_else(|| RetentionPolicy::tombstones_for(args.retain_finished)),
+                    dead_nodes_for: args.retain_dead_nodes_for.into(),
+                    ..RetentionPolicy::default()
+                },
             },
             replica,
             data_dir: args.data_dir,

@@ -9,7 +9,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use escher_proto::types::{HeadChange, HeadReplica, ReplicaRole, RequestKey};
+use escher_proto::types::{HeadChange, HeadReplica, ReplicaRole, RequestKey, TaskStatus};
 use protobuf::Message as _;
 use raft::eraftpb::{
     ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry as RaftEntry, EntryType,
@@ -105,6 +105,10 @@ pub(crate) struct Applied {
     pub(crate) result: Result<Reply, ApplyError>,
     /// What it asked the runtime to do.
     pub(crate) effects: Vec<Effect>,
+    /// On the leader, the status of each task it made terminal, taken right after applying
+    /// it: retention may evict that record by a later command of the same cycle, and waiters
+    /// must still answer with the whole status.
+    pub(crate) finished: Vec<TaskStatus>,
 }
 
 /// How a cycle's writes reach the log.
@@ -605,12 +609,22 @@ impl<S: LogStore> Replica<S> {
                 }
                 EntryType::EntryNormal => {
                     let entries = self.commands(index, term, &e.data)?;
+                    let leading = self.is_leader();
                     let mut results = Vec::with_capacity(entries.len());
                     for entry in entries {
                         self.clock = self.clock.max(entry.now);
                         let result = self.state.apply(entry);
                         let effects = self.state.take_effects();
-                        results.push(Applied { result, effects });
+                        let finished = if leading {
+                            finished_statuses(&self.state, &effects)
+                        } else {
+                            Vec::new()
+                        };
+                        results.push(Applied {
+                            result,
+                            effects,
+                            finished,
+                        });
                     }
                     out.push(Output::Applied {
                         index,
@@ -756,4 +770,15 @@ fn role(state: StateRole) -> ReplicaRole {
         StateRole::Candidate => ReplicaRole::Candidate,
         StateRole::PreCandidate => ReplicaRole::PreCandidate,
     }
+}
+
+/// The status of each task that `effects` report terminal, as `state` has it now.
+fn finished_statuses(state: &ClusterState, effects: &[Effect]) -> Vec<TaskStatus> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Terminal { task } => state.status(*task),
+            _ => None,
+        })
+        .collect()
 }

@@ -18,7 +18,7 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
 
-use super::handle::{OwnerHandle, unknown_task, wants_stale};
+use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
 use crate::state::{Command, Reply};
@@ -127,8 +127,13 @@ impl Cluster for ClusterService {
     ) -> Result<Response<wire::TaskInfo>, Status> {
         let stale = wants_stale(&request);
         let id: TaskId = request.into_inner().into();
-        let info = self.owner.read(stale, move |s| s.task_info(id)).await?;
-        Ok(Response::new(info.ok_or_else(|| unknown_task(id))?.into()))
+        let info = self
+            .owner
+            .read(stale, move |s| {
+                s.task_info(id).ok_or_else(|| s.missing_task(id))
+            })
+            .await?;
+        Ok(Response::new(info.map_err(to_status)?.into()))
     }
 
     async fn list_tasks(
@@ -271,7 +276,11 @@ impl Cluster for ClusterService {
         self.owner.tell(Msg::Logs { request, reply }).await?;
         match tokio::time::timeout(self.log_fetch_timeout, rx).await {
             Ok(Ok(Ok(chunk))) => Ok(Response::new(chunk.into())),
-            Ok(Ok(Err(why))) if why.starts_with("unknown task") => Err(Status::not_found(why)),
+            Ok(Ok(Err(why))) if why.starts_with("unknown task") => {
+                // No record: retention may have evicted it, which says more than "unknown".
+                let missing = self.owner.read(true, move |s| s.missing_task(task)).await?;
+                Err(to_status(missing))
+            }
             Ok(Ok(Err(why))) => Err(Status::failed_precondition(why)),
             Ok(Err(_)) => Err(Status::unavailable("the head is shutting down")),
             Err(_) => Err(Status::deadline_exceeded(format!(

@@ -94,6 +94,17 @@ impl HeadConfig {
         if self.max_message_bytes == 0 {
             return Err(ConfigError::Zero("max message size"));
         }
+        let retention = &self.state.retention;
+        if retention.finished == 0 {
+            return Err(ConfigError::Zero(
+                "the number of finished tasks kept (--retain-finished)",
+            ));
+        }
+        if retention.finished_for.is_zero() {
+            return Err(ConfigError::Zero(
+                "how long finished tasks are kept (--retain-for)",
+            ));
+        }
         if self.heartbeat_timeout < self.heartbeat_interval * 2 {
             return Err(ConfigError::HeartbeatTimeout {
                 timeout: self.heartbeat_timeout,
@@ -108,5 +119,43 @@ impl HeadConfig {
             });
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::RetentionPolicy;
+
+    #[test]
+    fn retention_must_keep_something() {
+        let mut config = HeadConfig::default();
+        config.validate().unwrap();
+        config.state.retention = RetentionPolicy {
+            finished: 0,
+            ..RetentionPolicy::default()
+        };
+        let err = config.validate().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the number of finished tasks kept (--retain-finished) must be greater than zero"
+        );
+        config.state.retention = RetentionPolicy {
+            finished_for: Duration::ZERO,
+            ..RetentionPolicy::default()
+        };
+        assert!(
+            config
+                .validate()
+                .unwrap_err()
+                .to_string()
+                .contains("--retain-for")
+        );
+        config.state.retention = RetentionPolicy {
+            tombstones: 0,
+            dead_nodes_for: Duration::ZERO,
+            ..RetentionPolicy::unbounded()
+        };
+        config.validate().unwrap();
     }
 }

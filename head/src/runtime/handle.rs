@@ -1,7 +1,7 @@
 //! [`OwnerHandle`]: how gRPC handlers talk to the owner task, and how its answers become
 //! gRPC statuses (the "not leader" status included).
 
-use escher_proto::types::{RequestKey, TaskId};
+use escher_proto::types::RequestKey;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tonic::metadata::MetadataValue;
@@ -87,6 +87,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
     let message = err.to_string();
     match err {
         ApplyError::WrongSecret(_) => Status::permission_denied(message),
+        ApplyError::Evicted(evicted) => evicted.into_status(),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),
@@ -126,9 +127,4 @@ pub(crate) fn wants_stale<T>(request: &tonic::Request<T>) -> bool {
         .metadata()
         .get(READ_METADATA)
         .is_some_and(|v| v.as_bytes() == STALE.as_bytes())
-}
-
-/// The status for a task id nobody knows.
-pub(crate) fn unknown_task(id: TaskId) -> Status {
-    Status::not_found(format!("unknown task {id}"))
 }

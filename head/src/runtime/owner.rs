@@ -359,9 +359,17 @@ impl<S: LogStore> Owner<S> {
                     .take(index, term, overwritten)
                     .unwrap_or_default()
                     .into_iter();
-                for Applied { result, effects } in results {
+                for Applied {
+                    result,
+                    effects,
+                    finished,
+                } in results
+                {
                     if self.leading {
                         self.perform(effects);
+                        for status in finished {
+                            self.waiters.on_terminal(status);
+                        }
                     }
                     match pending.next() {
                         Some(p) => self.settle(p, result),
@@ -415,8 +423,8 @@ impl<S: LogStore> Owner<S> {
                     }) = job.run(self.replica.state())
                     {
                         let state = self.replica.state();
-                        if let Some(id) = ids.iter().find(|id| state.task(**id).is_none()) {
-                            let _ = reply.send(Err(to_status(ApplyError::UnknownTask(*id))));
+                        if let Some(err) = ids.iter().find_map(|id| state.check_known(*id).err()) {
+                            let _ = reply.send(Err(to_status(err)));
                             continue;
                         }
                         self.waiters.add(state, ids, num_returns, reply);
@@ -490,7 +498,8 @@ impl<S: LogStore> Owner<S> {
                     };
                     self.workers.send(state, node, msg);
                 }
-                Effect::Terminal { task } => self.waiters.on_terminal(state, task),
+                // Waiters learn from `Applied::finished`, taken when the command applied.
+                Effect::Terminal { .. } => {}
                 Effect::ReconfigureMig { node, gpu, layout } => {
                     tracing::info!(%node, gpu, %layout, "asking the worker to reconfigure MIG");
                     self.workers
@@ -723,13 +732,9 @@ impl<S: LogStore> Owner<S> {
                 let reason = format!("no heartbeat for {timeout:?}");
                 self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
             }
-            let due = self
-                .replica
-                .state()
-                .core()
-                .next_deadline()
-                .is_some_and(|d| d <= now_ms());
-            if due {
+            // Pending deadlines, and finished tasks and dead nodes at the end of their
+            // retention.
+            if self.replica.state().next_timer().is_some_and(|d| d <= now_ms()) {
                 self.propose(Command::Tick, None, Pending::Quiet);
             }
         }

@@ -128,6 +128,7 @@ impl Scheduler {
         }
         self.expire(now, out);
         self.round(out);
+        self.reclaim_names();
         Ok(changed)
     }
 
@@ -254,13 +255,13 @@ impl Scheduler {
                 continue;
             }
             let r = self.names.intern(&name);
-            node.slots.insert(
-                r,
-                Slot {
-                    total,
-                    used: Amount::ZERO,
-                },
-            );
+            let slot = Slot {
+                total,
+                used: Amount::ZERO,
+            };
+            if node.slots.insert(r, slot).is_none() {
+                self.names.hold(r);
+            }
         }
         for r in node.slots.keys() {
             self.holders.entry(*r).or_default().insert(id);
@@ -276,13 +277,14 @@ impl Scheduler {
     fn remove_node(&mut self, id: NodeId, out: &mut Vec<Decision>) -> Result<(), CoreError> {
         let node = self.nodes.remove(&id).ok_or(CoreError::UnknownNode(id))?;
         for task in &node.running {
-            self.tasks.remove(task);
+            self.forget_task(*task);
             out.push(Decision::Lost {
                 task: *task,
                 node: id,
             });
         }
         for r in node.slots.keys() {
+            self.names.release(*r);
             if let Some(set) = self.holders.get_mut(r) {
                 set.remove(&id);
                 if set.is_empty() {
@@ -332,6 +334,9 @@ impl Scheduler {
             return;
         };
         let before = node.slots.get(&r).map(|s| s.total);
+        if before.is_none() {
+            self.names.hold(r);
+        }
         let slot = node.slots.entry(r).or_insert(Slot {
             total,
             used: Amount::ZERO,
@@ -339,6 +344,7 @@ impl Scheduler {
         slot.total = total;
         if slot.is_dead() {
             node.slots.remove(&r);
+            self.names.release(r);
             if let Some(set) = self.holders.get_mut(&r) {
                 set.remove(&id);
                 if set.is_empty() {
@@ -381,6 +387,9 @@ impl Scheduler {
             .map(|(n, a)| (self.names.intern(n), a))
             .collect();
         req.sort_unstable_by_key(|(r, _)| *r);
+        for (r, _) in &req {
+            self.names.hold(*r);
+        }
         let req: Req = req.into();
         let (shape_id, _) = self.shapes.get_or_create(&req);
         let shape = self
@@ -474,6 +483,9 @@ impl Scheduler {
                 .map(|(n, a)| (self.names.intern(n), a))
                 .collect();
             req.sort_unstable_by_key(|(r, _)| *r);
+            for (r, _) in &req {
+                self.names.hold(*r);
+            }
             let place = Place::Gang { gang: first };
             self.tasks.insert(
                 task,
@@ -498,7 +510,7 @@ impl Scheduler {
         };
         let (members, strategy) = (g.members.clone(), g.strategy);
         self.remove_gang(gang);
-        if let Some(task) = self.tasks.remove(&id)
+        if let Some(task) = self.forget_task(id)
             && let Some(at) = task.deadline
         {
             self.deadlines.remove(&(at, id));
@@ -511,7 +523,7 @@ impl Scheduler {
 
     /// Forgets a pending task; its queue entry goes stale and is skipped later.
     pub(crate) fn forget_pending(&mut self, id: TaskId, shape: ShapeId) {
-        if let Some(task) = self.tasks.remove(&id)
+        if let Some(task) = self.forget_task(id)
             && let Some(at) = task.deadline
         {
             self.deadlines.remove(&(at, id));
@@ -526,7 +538,7 @@ impl Scheduler {
 
     /// Releases a running task's allocation and wakes the shapes waiting for what it held.
     fn release(&mut self, id: TaskId) {
-        let Some(task) = self.tasks.remove(&id) else {
+        let Some(task) = self.forget_task(id) else {
             return;
         };
         let Place::Running { node: node_id } = task.place else {
@@ -541,6 +553,7 @@ impl Scheduler {
                 slot.used = slot.used.saturating_sub(*amount);
                 if slot.is_dead() {
                     node.slots.remove(r);
+                    self.names.release(*r);
                     if let Some(set) = self.holders.get_mut(r) {
                         set.remove(&node_id);
                         if set.is_empty() {
@@ -578,7 +591,7 @@ impl Scheduler {
                         .unwrap_or_default();
                     self.remove_gang(gang);
                     for m in members {
-                        if let Some(t) = self.tasks.remove(&m)
+                        if let Some(t) = self.forget_task(m)
                             && let Some(at) = t.deadline
                         {
                             self.deadlines.remove(&(at, m));
@@ -589,6 +602,33 @@ impl Scheduler {
                 _ => {}
             }
         }
+    }
+
+    /// Forgets a task the core knows, releasing the names it requests. Every task leaves the
+    /// core through here.
+    fn forget_task(&mut self, id: TaskId) -> Option<Task> {
+        let task = self.tasks.remove(&id)?;
+        for (r, _) in task.req.iter() {
+            self.names.release(*r);
+        }
+        Some(task)
+    }
+
+    /// Frees the names nothing refers to any more (see the interner), and drops them from
+    /// every index. Only names whose count fell to zero in this event are looked at.
+    fn reclaim_names(&mut self) {
+        for r in self.names.sweep() {
+            self.holders.remove(&r);
+            self.cursors.remove(&Some(r));
+            self.shapes.by_resource.remove(&r);
+            self.gangs.by_resource.remove(&r);
+        }
+    }
+
+    /// How many resource names the core keeps (every one held by a node or requested by a
+    /// pending or running task).
+    pub fn name_count(&self) -> usize {
+        self.names.len()
     }
 
     /// `resources` as a requirement vector of known ids, or `None` if a name was never seen.

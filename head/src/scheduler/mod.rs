@@ -14,8 +14,10 @@
 //!
 //! # How it stays cheap
 //!
-//! - Resource names are interned to integer ids. Each node keeps its resources in a hash map,
-//!   and an index maps every resource to the set of nodes that hold it.
+//! - Resource names are interned to integer ids, reference-counted and freed (their ids
+//!   reused) once no node holds them and no pending or running task requests them, so the
+//!   table follows the names in use, not every name ever seen. Each node keeps its resources
+//!   in a hash map, and an index maps every resource to the set of nodes that hold it.
 //! - Pending tasks are grouped into **shapes**: tasks with identical requirement vectors share
 //!   one FIFO queue. An index maps every resource to the shapes that request it.
 //! - An event **wakes** only the shapes that request a changed resource, and only at the node

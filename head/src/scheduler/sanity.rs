@@ -20,6 +20,9 @@ impl Scheduler {
     /// - every running task is on a live node that lists it, and every pending task sits in its
     ///   shape's queue; the shape counts and the resource-to-shapes index are exact;
     /// - deadlines belong to pending tasks;
+    /// - every interned name is referenced, and its count is exactly the number of node slots
+    ///   and known tasks that refer to it; every index names only live ids (so a freed id,
+    ///   which may be handed out again, can never be mistaken for the name it had);
     /// - **liveness**: no pending task fits any live node (the queue heads are checked; within a
     ///   shape all tasks are alike) and no shape is left woken.
     pub fn sanity_check(&self) -> Result<(), String> {
@@ -141,7 +144,45 @@ impl Scheduler {
                 }
             }
         }
+        self.check_names()?;
         self.check_shapes()
+    }
+
+    /// Recounts every reference to every resource id from scratch and compares.
+    fn check_names(&self) -> Result<(), String> {
+        self.names.check()?;
+        let mut refs: BTreeMap<u32, u32> = BTreeMap::new();
+        let slots = self.nodes.values().flat_map(|n| n.slots.keys());
+        let requested = self
+            .tasks
+            .values()
+            .flat_map(|t| t.req.iter().map(|(r, _)| r));
+        for r in slots.chain(requested) {
+            *refs.entry(r.0).or_default() += 1;
+        }
+        for (id, name, count) in self.names.iter() {
+            let counted = refs.remove(&id.0).unwrap_or(0);
+            if counted != count {
+                return Err(format!(
+                    "name {name} counts {count} references but {counted} slots and tasks hold it"
+                ));
+            }
+        }
+        if let Some((id, _)) = refs.into_iter().next() {
+            return Err(format!("resource id {id} is in use but not live"));
+        }
+        let indexed = self
+            .holders
+            .keys()
+            .chain(self.shapes.by_resource.keys())
+            .chain(self.gangs.by_resource.keys())
+            .chain(self.cursors.keys().flatten());
+        for r in indexed {
+            if !self.names.is_live(*r) {
+                return Err(format!("an index keeps freed resource id {}", r.0));
+            }
+        }
+        Ok(())
     }
 
     fn check_shapes(&self) -> Result<(), String> {

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use super::command::{Command, Effect, Entry, Reply};
 use super::error::ApplyError;
 use super::record::{NodeRecord, TaskRecord};
+use super::retention::{Retention, RetentionPolicy};
 use super::sessions::{Seen, Sessions};
 use crate::scheduler::{Decision, Event, Millis, Scheduler};
 
@@ -16,12 +17,15 @@ use crate::scheduler::{Decision, Event, Millis, Scheduler};
 pub struct StateConfig {
     /// The largest function result the head stores; larger results fail the task.
     pub max_result_bytes: usize,
+    /// How long finished tasks and dead nodes are kept.
+    pub retention: RetentionPolicy,
 }
 
 impl Default for StateConfig {
     fn default() -> Self {
         StateConfig {
             max_result_bytes: 16 * 1024 * 1024,
+            retention: RetentionPolicy::default(),
         }
     }
 }
@@ -45,6 +49,8 @@ pub struct ClusterState {
     pub(crate) cluster_id: Option<String>,
     /// Recent replies by client, for idempotent retries.
     pub(crate) sessions: Sessions,
+    /// What retention keeps of finished tasks and dead nodes, and in which order it evicts.
+    pub(crate) retention: Retention,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -65,6 +71,7 @@ impl ClusterState {
             next_task: 1,
             cluster_id: None,
             sessions: Sessions::default(),
+            retention: Retention::default(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
@@ -92,7 +99,10 @@ impl ClusterState {
         Ok(reply)
     }
 
+    /// After an accepted command, retention evicts what its policy no longer keeps (tasks that
+    /// finished in earlier entries, dead nodes past their grace period); see `retention.rs`.
     fn apply_command(&mut self, command: Command, now: Millis) -> Result<Reply, ApplyError> {
+        let settled = self.retention.finished_len();
         let reply = match command {
             Command::RegisterNode { worker, secret } => {
                 Reply::Registered(self.register(worker, secret, now))
@@ -173,6 +183,7 @@ impl ClusterState {
             } => Reply::MigPlan(self.apply_mig_layout(node, gpu, &layout, drain, now)?),
         };
         self.settle(now);
+        self.retain(settled, now);
         Ok(reply)
     }
 

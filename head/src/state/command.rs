@@ -198,7 +198,9 @@ pub enum Effect {
         /// The node.
         node: NodeId,
     },
-    /// A task reached a terminal state: wake whoever waits for it.
+    /// A task reached a terminal state: wake whoever waits for it. Retention keeps its record
+    /// at least until the next entry is applied; a cycle may apply several, so the replication
+    /// layer takes the task's status right after the command that finished it.
     Terminal {
         /// The task.
         task: TaskId,

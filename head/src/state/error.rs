@@ -1,7 +1,7 @@
 //! Why the head refused a command. A refused command changes nothing.
 
 use escher_proto::mig::{GpuModel, MigError};
-use escher_proto::types::{NodeId, ResourceName, TaskId, TaskState};
+use escher_proto::types::{Evicted, NodeId, ResourceName, TaskId, TaskState};
 use thiserror::Error;
 
 use crate::scheduler::CoreError;
@@ -21,6 +21,9 @@ pub enum ApplyError {
     /// No task has this id.
     #[error("unknown task {0}")]
     UnknownTask(TaskId),
+    /// The task finished long enough ago that retention dropped its record.
+    #[error(transparent)]
+    Evicted(Evicted),
     /// `Local` was used outside a running task.
     #[error(
         "NodeSpec::Local is only valid inside a running task; from outside the cluster name a \
@@ -165,6 +168,7 @@ impl ApplyError {
                 | ApplyError::UnknownTask(_)
                 | ApplyError::NoSuchGpu { .. }
                 | ApplyError::OtherCluster { .. }
+                | ApplyError::Evicted(_)
         ) || matches!(
             self,
             ApplyError::Core(CoreError::UnknownNode(_) | CoreError::UnknownTask(_))

@@ -15,6 +15,10 @@
 //!                                           workers, Terminal
 //! ```
 //!
+//! Retention (`retention.rs`): finished tasks are kept by a policy and then reduced to
+//! tombstones, dead nodes are reclaimed after a grace period, so memory stays flat under an
+//! endless stream of tasks.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -26,6 +30,7 @@ mod nodes;
 mod queries;
 mod record;
 mod resources;
+mod retention;
 mod sessions;
 mod tasks;
 
@@ -35,4 +40,5 @@ pub use error::ApplyError;
 pub use gpus::PendingMig;
 pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{NodeRecord, TaskRecord};
+pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};

@@ -95,6 +95,7 @@ impl ClusterState {
                 alive: false,
                 draining: false,
                 gone_because: None,
+                left_at: None,
                 gpus: Vec::new(),
                 mig: BTreeMap::new(),
                 mig_errors: BTreeMap::new(),
@@ -193,6 +194,7 @@ impl ClusterState {
         record.alive = true;
         record.draining = false;
         record.gone_because = None;
+        record.left_at = None;
         record.gpus = Vec::new();
         record.mig.clear();
         record.mig_errors.clear();
@@ -279,6 +281,8 @@ impl ClusterState {
         }
         record.alive = false;
         record.gone_because = Some(reason);
+        record.left_at = Some(now);
+        self.retention.node_left(id);
         self.core_event(Event::NodeRemoved { node: id }, now);
         Ok(())
     }

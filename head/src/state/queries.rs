@@ -1,17 +1,31 @@
 //! Read-only views of the state, as the API reports them.
 
 use escher_proto::types::{
-    ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo, TaskState, TaskStatus,
-    TaskSummary,
+    ClusterStatus, Labels, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo, TaskState,
+    TaskStatus, TaskSummary,
 };
 
 use super::apply::ClusterState;
 use super::record::TaskRecord;
 
 impl ClusterState {
-    /// A task's status.
+    /// A task's status: from its record, or from its tombstone once retention evicted it
+    /// (then `evicted` is set and only the final state and finish time are known).
     pub fn status(&self, id: TaskId) -> Option<TaskStatus> {
-        self.tasks.get(&id).map(|r| r.status(id))
+        if let Some(record) = self.tasks.get(&id) {
+            return Some(record.status(id));
+        }
+        let tombstone = self.retention.tombstone(id)?;
+        Some(TaskStatus {
+            id,
+            state: tombstone.state,
+            node: None,
+            attempt: 0,
+            reason: None,
+            result: None,
+            evicted: true,
+            finished_at_ms: Some(tombstone.finished_at_ms),
+        })
     }
 
     /// A task's record.
@@ -19,7 +33,8 @@ impl ClusterState {
         self.tasks.get(&id)
     }
 
-    /// Everything about one task.
+    /// Everything about one task, while retention keeps its record ([`Self::missing_task`]
+    /// says why there is none).
     pub fn task_info(&self, id: TaskId) -> Option<TaskInfo> {
         let rec = self.tasks.get(&id)?;
         Some(TaskInfo {
@@ -32,7 +47,8 @@ impl ClusterState {
         })
     }
 
-    /// Tasks in id order after `after`, optionally in one state, at most `limit`.
+    /// Tasks in id order after `after`, optionally in one state, at most `limit`. Only tasks
+    /// whose record retention keeps are listed.
     pub fn list_tasks(
         &self,
         state: Option<TaskState>,
@@ -59,10 +75,12 @@ impl ClusterState {
             .collect()
     }
 
-    /// Every node the head has seen, live ones with their resources (a lost node's resources
-    /// are gone), and the number of pending and running tasks.
+    /// Every node the head has seen and still remembers (retention shrinks long-dead nodes to
+    /// their name and when and why they left, and forgets the oldest of those), live ones with
+    /// their resources (a lost node's resources are gone), and the number of pending and
+    /// running tasks.
     pub fn cluster_status(&self) -> ClusterStatus {
-        let nodes = self
+        let mut nodes: Vec<NodeStatus> = self
             .nodes
             .iter()
             .map(|(id, rec)| {
@@ -87,9 +105,24 @@ impl ClusterState {
                     alive: rec.alive,
                     labels: rec.labels.clone(),
                     resources,
+                    left_at_ms: rec.left_at,
+                    left_because: rec.gone_because.clone(),
                 }
             })
             .collect();
+        if !self.retention.departed().is_empty() {
+            nodes.extend(self.retention.departed().iter().map(|(id, t)| NodeStatus {
+                id: *id,
+                name: t.name.clone(),
+                address: String::new(),
+                alive: false,
+                labels: Labels::new(),
+                resources: Vec::new(),
+                left_at_ms: Some(t.left_at),
+                left_because: t.because.clone(),
+            }));
+            nodes.sort_by_key(|n| n.id);
+        }
         ClusterStatus {
             nodes,
             pending_tasks: self.core.pending_count() as u64,

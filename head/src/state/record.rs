@@ -29,6 +29,8 @@ pub struct NodeRecord {
     pub draining: bool,
     /// Why it is no longer live.
     pub gone_because: Option<String>,
+    /// When it stopped being live.
+    pub left_at: Option<Millis>,
     /// Its GPUs, as its worker reported them last (`GpusChanged`).
     pub gpus: Vec<GpuInfo>,
     /// MIG reconfigurations under way, by GPU index.
@@ -105,6 +107,8 @@ impl TaskRecord {
             attempt: self.attempt,
             reason,
             result: self.result.clone(),
+            evicted: false,
+            finished_at_ms: self.finished_at,
         }
     }
 }

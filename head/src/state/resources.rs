@@ -74,7 +74,10 @@ impl ClusterState {
 
     fn caller_node(&self, caller: Option<TaskId>) -> Result<NodeId, ApplyError> {
         let task = caller.ok_or(ApplyError::LocalOutsideTask)?;
-        let rec = self.tasks.get(&task).ok_or(ApplyError::UnknownTask(task))?;
+        let rec = self
+            .tasks
+            .get(&task)
+            .ok_or_else(|| self.missing_task(task))?;
         match (rec.state, rec.node) {
             (TaskState::Running, Some(node)) => Ok(node),
             (state, _) => Err(ApplyError::CallerNotRunning { task, state }),

@@ -262,6 +262,9 @@ impl ClusterState {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
+        if !rec.state.is_terminal() {
+            self.retention.task_finished(id);
+        }
         rec.state = state;
         rec.reason = reason;
         rec.result = result;
@@ -279,15 +282,16 @@ impl ClusterState {
     ) -> Result<Vec<TaskStatus>, ApplyError> {
         let mut seen = std::collections::BTreeSet::new();
         for id in ids {
-            if !self.tasks.contains_key(id) {
-                return Err(ApplyError::UnknownTask(*id));
-            }
+            // An evicted task with a tombstone is finished: cancelling it changes nothing.
+            self.check_known(*id)?;
             if !seen.insert(*id) {
                 return Err(ApplyError::DuplicateTask(*id));
             }
         }
         for id in ids {
-            let rec = &self.tasks[id];
+            let Some(rec) = self.tasks.get(id) else {
+                continue;
+            };
             match rec.state {
                 TaskState::Pending => {
                     self.core_event(Event::TaskCancelled { task: *id }, now);
@@ -323,7 +327,10 @@ impl ClusterState {
                 _ => {}
             }
         }
-        Ok(ids.iter().map(|id| self.tasks[id].status(*id)).collect())
+        Ok(ids
+            .iter()
+            .map(|id| self.status(*id).expect("checked above"))
+            .collect())
     }
 
     /// Qualifies a spec's names with the namespace and checks what applications may not do.

@@ -451,10 +451,26 @@ pub fn check_invariants(state: &ClusterState) {
     core.sanity_check().unwrap();
     let mut running = 0;
     let mut pending = 0;
-    // Task ids are handed out from 1 without gaps.
-    let mut id = 1;
-    while let Some(rec) = state.task(TaskId(id)) {
+    // Task ids are handed out from 1 without gaps; each one has its record, or retention
+    // evicted it when it had finished (then the core has forgotten it too).
+    for id in 1..state.next_task_id().0 {
         let task = TaskId(id);
+        let Some(rec) = state.task(task) else {
+            let evicted = state
+                .evicted(task)
+                .expect("an id without a record was evicted");
+            if let Some(tombstone) = evicted.tombstone {
+                assert!(
+                    tombstone.state.is_terminal(),
+                    "task {task} evicted unfinished"
+                );
+                let status = state.status(task).unwrap();
+                assert!(status.evicted && status.state == tombstone.state);
+            }
+            assert!(core.running_on(task).is_none() && !core.is_pending(task));
+            assert!(state.is_finished(task) == evicted.tombstone.is_some());
+            continue;
+        };
         match rec.state {
             TaskState::Running => {
                 running += 1;
@@ -495,8 +511,9 @@ pub fn check_invariants(state: &ClusterState) {
                 assert!(rec.pending_reason.is_none());
             }
         }
-        id += 1;
     }
+    assert!(state.task(state.next_task_id()).is_none());
+    assert!(state.evicted(state.next_task_id()).is_none());
     assert_eq!(
         core.running_count(),
         running,

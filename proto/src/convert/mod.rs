@@ -23,6 +23,7 @@
 //! - `cluster`: the requests and replies of the `Cluster` service;
 //! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
+//! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
 //! - `link`: the messages of the `WorkerLink` service;
 //! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status).
 
@@ -39,6 +40,7 @@ mod heads;
 mod link;
 mod reserve;
 mod resources;
+mod retention;
 mod status;
 mod task;
 
@@ -46,6 +48,7 @@ mod task;
 mod testutil;
 
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
+pub use retention::EVICTED_METADATA;
 pub use heads::is_host_port;
 
 /// The longest task name, in bytes.

@@ -42,6 +42,8 @@ impl From<NodeStatus> for wire::NodeStatus {
             alive: n.alive,
             labels: n.labels.into(),
             resources: n.resources.into_iter().map(Into::into).collect(),
+            left_at_ms: n.left_at_ms,
+            left_because: n.left_because,
         }
     }
 }
@@ -56,6 +58,8 @@ impl TryFrom<wire::NodeStatus> for NodeStatus {
             alive: w.alive,
             labels: Labels::try_from(w.labels).at("labels")?,
             resources: convert_list(w.resources, "resources", usize::MAX, TryFrom::try_from)?,
+            left_at_ms: w.left_at_ms,
+            left_because: w.left_because,
         })
     }
 }
@@ -214,6 +218,8 @@ mod tests {
                 r("app/slot", "1", "2"),
                 r("loc", "inf", "1"),
             ],
+            left_at_ms: None,
+            left_because: None,
         }
     }
 
@@ -224,6 +230,8 @@ mod tests {
                 sample_node(),
                 NodeStatus {
                     alive: false,
+                    left_at_ms: Some(1_700_000_000_000),
+                    left_because: Some("no heartbeat for 10s".into()),
                     ..sample_node()
                 },
             ],

@@ -223,6 +223,8 @@ impl From<TaskStatus> for wire::TaskStatus {
             attempt: s.attempt,
             reason: s.reason,
             result: s.result.map(Into::into),
+            evicted: s.evicted,
+            finished_at_ms: s.finished_at_ms,
         }
     }
 }
@@ -237,6 +239,8 @@ impl TryFrom<wire::TaskStatus> for TaskStatus {
             attempt: w.attempt,
             reason: w.reason,
             result: convert_optional(w.result, "result")?,
+            evicted: w.evicted,
+            finished_at_ms: w.finished_at_ms,
         })
     }
 }

@@ -133,7 +133,9 @@ pub(crate) fn sample_statuses() -> Vec<TaskStatus> {
         node: node.map(NodeId),
         attempt: 1,
         reason: reason.map(str::to_owned),
+        finished_at_ms: state.is_terminal().then_some(1_700_000_000_000 + id),
         result,
+        evicted: false,
     };
     vec![
         s(1, TaskState::Pending, None, Some("needs gpu=2"), None),
@@ -173,6 +175,14 @@ pub(crate) fn sample_statuses() -> Vec<TaskStatus> {
             Some("pending deadline passed"),
             None,
         ),
+        TaskStatus {
+            node: None,
+            attempt: 0,
+            reason: None,
+            result: None,
+            evicted: true,
+            ..s(8, TaskState::Failed, None, None, None)
+        },
     ]
 }
 

@@ -24,6 +24,7 @@ mod link;
 mod name;
 mod node_spec;
 mod resource_set;
+mod retention;
 mod status;
 mod task;
 
@@ -55,6 +56,7 @@ pub use link::{
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use resource_set::ResourceSet;
+pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
     ClusterStatus, LogStream, NodeStatus, PendingReason, ResourceStatus, TaskInfo, TaskSummary,
 };

@@ -47,6 +47,10 @@ pub struct NodeStatus {
     pub labels: Labels,
     /// Its resources, in name order.
     pub resources: Vec<ResourceStatus>,
+    /// When it left, in milliseconds since the Unix epoch, if it is no longer live.
+    pub left_at_ms: Option<u64>,
+    /// Why it left, if it is no longer live.
+    pub left_because: Option<String>,
 }
 
 impl NodeStatus {
@@ -214,6 +218,8 @@ mod tests {
             alive: true,
             labels: Labels::new(),
             resources: vec![res("cpu", "4", "0")],
+            left_at_ms: None,
+            left_because: None,
         };
         assert!(node.resource("cpu").is_some());
         assert!(node.resource("gpu").is_none());

@@ -159,4 +159,9 @@ pub struct TaskStatus {
     pub reason: Option<String>,
     /// Its result once it finished.
     pub result: Option<TaskResult>,
+    /// Retention dropped its record and this status comes from its tombstone: `state` is its
+    /// final state; node, attempt, reason and result are no longer known (DESIGN §7).
+    pub evicted: bool,
+    /// When it reached its final state, in milliseconds since the Unix epoch, once it has.
+    pub finished_at_ms: Option<u64>,
 }

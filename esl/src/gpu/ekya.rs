@@ -1,0 +1,234 @@
+//! Ekya's thief scheduler (thesis chapter 2, §2.4.2; escher.md B.2), on fractional GPU shares
+//! (MPS-style, the `gpu` fraction resource) and rounded to MIG slices. It is both a policy of
+//! its own and one of MIGRator's baselines.
+//!
+//! **Algorithm 1, rebuilt from the text.** Start from a fair allocation (every inference and
+//! retraining job an equal share, in quanta of `delta`); each job in turn is the *thief* and
+//! steals one quantum from each other job; a theft is kept only if the window's average
+//! accuracy improves (here: the goodput of [`evaluate_shares`], which is served requests times
+//! accuracy); repeat until a whole round of thieves improves nothing. Ekya reallocates at the
+//! window start and **whenever a retraining job completes**, never during a retraining: a
+//! running retraining keeps its share, and a finished one's share goes back to the pool.
+//! A retraining that cannot finish in the window does not count (its share is wasted, so the
+//! thieves take it). Inference keeps at least one quantum. The micro-profiler's estimates are
+//! the [`Problem`]'s (forecasts, capability, retraining time, accuracies).
+
+use super::migrator::problem::{Problem, Retraining, Schedule};
+use super::migrator::realize::realizable;
+use super::shares::{SharePlan, evaluate_shares, retrain_steps_at};
+
+/// Ekya's allocation for a window: the thief scheduler at the window start and at each
+/// retraining completion, in quanta of `delta` (a fraction of the GPU, 0.1 in the thesis).
+pub fn thief(problem: &Problem, delta: f64) -> SharePlan {
+    let n = problem.tenants.len();
+    let steps = problem.steps();
+    let quanta = (1.0 / delta).round() as i64;
+    let mut plan = SharePlan {
+        inference: vec![vec![0.0; steps]; n],
+        retraining: vec![None; n],
+    };
+    // Jobs 0..n are inference, n..2n retraining.
+    let mut from = 0;
+    let mut running: Vec<Option<(usize, i64, usize)>> = vec![None; n]; // (start, quanta, end)
+    let mut done = vec![false; n];
+    loop {
+        let pinned: i64 = running.iter().flatten().map(|r| r.1).sum();
+        let free_jobs: Vec<usize> = (0..2 * n)
+            .filter(|&j| j < n || (!done[j - n] && running[j - n].is_none()))
+            .collect();
+        let pool = quanta - pinned;
+        let mut alloc = vec![0i64; 2 * n];
+        for (i, &j) in free_jobs.iter().enumerate() {
+            alloc[j] = pool / free_jobs.len() as i64
+                + i64::from((i as i64) < pool % free_jobs.len() as i64);
+        }
+        let score = |alloc: &[i64]| -> f64 {
+            let mut p = plan.clone();
+            apply(problem, &mut p, alloc, &running, from, quanta);
+            evaluate_shares(problem, &p).goodput
+        };
+        let mut best = score(&alloc);
+        loop {
+            let mut improved = false;
+            for &thief in &free_jobs {
+                for &victim in &free_jobs {
+                    let floor = if victim < n { 1 } else { 0 };
+                    if victim == thief || alloc[victim] <= floor {
+                        continue;
+                    }
+                    let mut temp = alloc.clone();
+                    temp[victim] -= 1;
+                    temp[thief] += 1;
+                    let s = score(&temp);
+                    if s > best + 1e-9 {
+                        best = s;
+                        alloc = temp;
+                        improved = true;
+                    }
+                }
+            }
+            if !improved {
+                break;
+            }
+        }
+        apply(problem, &mut plan, &alloc, &running, from, quanta);
+        // Retrainings launched now.
+        for m in 0..n {
+            if running[m].is_none() && !done[m] && alloc[n + m] > 0 {
+                let share = alloc[n + m] as f64 / quanta as f64;
+                match retrain_steps_at(problem, m, share) {
+                    Some(d) if from + d <= steps => {
+                        running[m] = Some((from, alloc[n + m], from + d))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // Next decision point: the first completion.
+        let Some((m, end)) = running
+            .iter()
+            .enumerate()
+            .filter_map(|(m, r)| r.map(|r| (m, r.2)))
+            .min_by_key(|r| r.1)
+        else {
+            break;
+        };
+        if end >= steps {
+            break;
+        }
+        let (start, q, _) = running[m].take().expect("found above");
+        plan.retraining[m] = Some((start, q as f64 / quanta as f64));
+        done[m] = true;
+        from = end;
+    }
+    for (m, r) in running.iter().enumerate() {
+        if let Some((start, q, _)) = r {
+            plan.retraining[m] = Some((*start, *q as f64 / quanta as f64));
+        }
+    }
+    plan
+}
+
+/// Writes `alloc` into `plan` from step `from` on: inference shares, and the retraining
+/// shares of jobs starting now (finishing in the window) or already running.
+fn apply(
+    problem: &Problem,
+    plan: &mut SharePlan,
+    alloc: &[i64],
+    running: &[Option<(usize, i64, usize)>],
+    from: usize,
+    quanta: i64,
+) {
+    let n = problem.tenants.len();
+    for m in 0..n {
+        for s in from..problem.steps() {
+            plan.inference[m][s] = alloc[m] as f64 / quanta as f64;
+        }
+        plan.retraining[m] = match running[m] {
+            Some((start, q, _)) => Some((start, q as f64 / quanta as f64)),
+            None if alloc[n + m] > 0 => Some((from, alloc[n + m] as f64 / quanta as f64)),
+            None => plan.retraining[m],
+        };
+    }
+}
+
+/// Ekya's allocation rounded to MIG slices: each share becomes whole GPCs (retraining to
+/// one instance of at most 4), shrinking the largest inference while no layout realizes the
+/// sizes; the retraining keeps its rounded size and start.
+// Steps index both the forecasts and each tenant's row of the plan.
+#[allow(clippy::needless_range_loop)]
+pub fn thief_on_mig(problem: &Problem, delta: f64) -> Schedule {
+    let shares = thief(problem, delta);
+    let n = problem.tenants.len();
+    let steps = problem.steps();
+    let mut retraining = Vec::with_capacity(n);
+    for m in 0..n {
+        let (start, share) = shares.retraining[m].unwrap_or((0, 1.0 / 7.0));
+        let mut gpcs = ((share * 7.0).round() as u8).clamp(1, 4);
+        while problem
+            .retrain_steps(m, gpcs)
+            .is_none_or(|d| start + d > steps)
+            && gpcs < 4
+        {
+            gpcs += 1;
+        }
+        let d = problem.retrain_steps(m, gpcs).unwrap_or(steps);
+        let start = start.min(steps.saturating_sub(d));
+        retraining.push(Retraining {
+            start,
+            gpcs,
+            steps: d,
+        });
+    }
+    let mut inference = vec![vec![0u8; steps]; n];
+    for s in 0..steps {
+        let ret: Vec<u8> = retraining
+            .iter()
+            .map(|r| if r.runs_at(s) { r.gpcs } else { 0 })
+            .collect();
+        let mut k: Vec<u8> = (0..n)
+            .map(|m| {
+                ((shares.inference[m][s] * 7.0).round() as u8)
+                    .max(problem.tenants[m].min_gpcs.max(1))
+            })
+            .collect();
+        let mins: Vec<u8> = problem.tenants.iter().map(|t| t.min_gpcs).collect();
+        while !(k.iter().sum::<u8>() + ret.iter().sum::<u8>() <= 7
+            && realizable(problem.model, &k, &ret, &mins))
+        {
+            let (i, _) = k
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, v)| **v)
+                .expect("tenants");
+            if k[i] <= mins[i].max(1) {
+                break;
+            }
+            k[i] -= 1;
+        }
+        for m in 0..n {
+            inference[m][s] = k[m];
+        }
+    }
+    Schedule {
+        inference,
+        retraining,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::migrator::workload::two_tenants;
+    use super::*;
+
+    #[test]
+    fn thieves_improve_on_the_fair_split_and_respect_the_gpu() {
+        let p = two_tenants(1, 200, 1.0);
+        let plan = thief(&p, 0.1);
+        let fair = SharePlan {
+            inference: vec![vec![0.25; 200]; 2],
+            retraining: vec![Some((0, 0.25)), Some((0, 0.25))],
+        };
+        let (ours, theirs) = (evaluate_shares(&p, &plan), evaluate_shares(&p, &fair));
+        assert!(ours.goodput > theirs.goodput, "{ours:?} vs fair {theirs:?}");
+        for s in 0..200 {
+            let ret: f64 = (0..2)
+                .filter_map(|m| {
+                    let (start, f) = plan.retraining[m]?;
+                    let d = retrain_steps_at(&p, m, f)?;
+                    (s >= start && s < start + d).then_some(f)
+                })
+                .sum();
+            let total: f64 = plan.inference.iter().map(|v| v[s]).sum::<f64>() + ret;
+            assert!(total <= 1.0 + 1e-9, "step {s}: {total}");
+            assert!(plan.inference.iter().all(|v| v[s] >= 0.1 - 1e-9));
+        }
+    }
+
+    #[test]
+    fn on_mig_the_sizes_are_realizable() {
+        let p = two_tenants(2, 200, 1.0);
+        let s = thief_on_mig(&p, 0.1);
+        p.check(&s).unwrap();
+    }
+}

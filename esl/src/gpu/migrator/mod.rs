@@ -1,0 +1,185 @@
+//! MIGRator (P0, seed `000_4c1b5083ae2c95f7.txt`): dynamic MIG reconfiguration for
+//! continual-learning tenants that each run an inference task all the time and a retraining
+//! task once per 200 s window.
+//!
+//! At the start of each window, [`Migrator::plan_window`] solves an integer program over the
+//! window ([`ilp`]: an allocation of GPCs to every inference and retraining task for every
+//! step, maximizing goodput, with retraining never interrupted, every inference at its minimum
+//! and a penalty for each reconfiguration), turns it into a timed plan of legal layouts with
+//! pre-initialization ([`plan`]), and then executes it: at every event, it reconciles the GPU
+//! towards the current step's layout and holders. Its rules:
+//!
+//! - **drain before destroy**: an instance serving inference that the step no longer wants
+//!   is drained (no new requests; it finishes those it holds) and destroyed only once idle, so
+//!   no request is lost;
+//! - **pinned retraining**: a retraining instance is launched once and never destroyed while
+//!   its task runs (the plan keeps its placement; the executor destroys only idle instances);
+//! - **create when free**: an instance is created as soon as nothing overlaps it, and bound
+//!   (replica warmed) or launched (retraining) as soon as it is ready.
+//!
+//! Inputs ([`problem`]): per tenant, the minimum inference size, the capability per GPC count,
+//! the per-second arrival forecast, the retraining time per instance size, the accuracies
+//! before and after retraining and the reconfiguration overhead. The forecasts, capabilities
+//! and accuracies are the application's (P0 uses an Informer forecaster and a short
+//! pre-training run); [`workload`] builds documented two-tenant examples.
+
+pub mod ilp;
+pub mod plan;
+pub mod problem;
+pub mod realize;
+pub mod workload;
+
+use escher_proto::mig::{Layout, Placement};
+use escher_proto::types::TaskId;
+
+use self::ilp::{PlanError, Solved, solve};
+use self::plan::{Plan, build_plan};
+use self::problem::Problem;
+use super::{Command, Event, GpuPolicy, GpuView, InstanceState};
+
+/// The tasks of one tenant on the GPU.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TenantTasks {
+    /// Its inference task (replicas are bound to it).
+    pub inference: TaskId,
+    /// This window's retraining task.
+    pub retraining: TaskId,
+}
+
+/// MIGRator executing one window's plan on one GPU (see the module doc).
+#[derive(Debug, Clone)]
+pub struct Migrator {
+    solved: Solved,
+    plan: Plan,
+    tasks: Vec<TenantTasks>,
+    start_ms: u64,
+    end_ms: u64,
+    launched: Vec<bool>,
+    finished: Vec<bool>,
+}
+
+impl Migrator {
+    /// Plans the window of `problem` starting at `now` (ms) from the GPU's current `layout`,
+    /// with pre-initialization on or off.
+    pub fn plan_window(
+        problem: &Problem,
+        tasks: Vec<TenantTasks>,
+        layout: &Layout,
+        now: u64,
+        preinitialize: bool,
+    ) -> Result<Migrator, PlanError> {
+        let solved = solve(problem)?;
+        // Creating an instance and loading a model: about 5.5 s (LatencyModel's defaults).
+        let lead = if preinitialize {
+            (5.5 / problem.step_s).ceil() as usize + 1
+        } else {
+            0
+        };
+        let plan = build_plan(problem, &solved.schedule, layout, lead)?;
+        let n = tasks.len();
+        Ok(Migrator {
+            solved,
+            plan,
+            tasks,
+            start_ms: now,
+            end_ms: now + u64::from(problem.window_s) * 1000,
+            launched: vec![false; n],
+            finished: vec![false; n],
+        })
+    }
+
+    /// The integer program's answer and how long it took.
+    pub fn solved(&self) -> &Solved {
+        &self.solved
+    }
+
+    /// The timed plan.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    /// The tenant whose inference task is `task`.
+    fn tenant_of_inference(&self, task: TaskId) -> Option<usize> {
+        self.tasks.iter().position(|t| t.inference == task)
+    }
+
+    /// Moves the GPU one move closer to the current step: drain, destroy, create, bind,
+    /// launch (see the module doc).
+    fn reconcile(&mut self, gpu: &GpuView, now: u64, out: &mut Vec<Command>) {
+        let step = self.plan.step_at(now.saturating_sub(self.start_ms)).clone();
+        let target = &step.assignment;
+        let wanted_for = |p: &Placement| -> Option<usize> {
+            target
+                .inference_of(p)
+                .or_else(|| step.warming.iter().find(|w| w.0 == *p).and_then(|w| w.1))
+        };
+        let mut layout = gpu.layout.clone();
+        for inst in &gpu.instances {
+            let p = inst.placement;
+            let keep = target.layout.contains(&p);
+            match inst.state {
+                InstanceState::Idle if !keep => {
+                    out.push(Command::Destroy(p));
+                    layout.remove(p.start);
+                }
+                InstanceState::Busy(task) => {
+                    if let Some(m) = self.tenant_of_inference(task)
+                        && (!keep || wanted_for(&p) != Some(m))
+                    {
+                        out.push(Command::Drain { task, on: p });
+                    }
+                }
+                _ => {}
+            }
+        }
+        for p in target.layout.placements() {
+            if !layout.contains(p) && layout.insert(*p).is_ok() {
+                out.push(Command::Create(*p));
+            }
+        }
+        for inst in &gpu.instances {
+            if inst.state != InstanceState::Idle || !target.layout.contains(&inst.placement) {
+                continue;
+            }
+            let p = inst.placement;
+            if let Some(m) = target.retraining_of(&p) {
+                if !self.launched[m] {
+                    self.launched[m] = true;
+                    out.push(Command::Launch {
+                        task: self.tasks[m].retraining,
+                        on: p,
+                    });
+                }
+            } else if let Some(m) = wanted_for(&p) {
+                out.push(Command::Bind {
+                    task: self.tasks[m].inference,
+                    on: p,
+                });
+            }
+        }
+    }
+}
+
+impl GpuPolicy for Migrator {
+    fn name(&self) -> String {
+        "MIGRator".into()
+    }
+
+    fn on_event(&mut self, event: &Event, gpu: &GpuView, now: u64, out: &mut Vec<Command>) {
+        if let Event::Finished(task) = event
+            && let Some(m) = self.tasks.iter().position(|t| t.retraining == *task)
+        {
+            self.finished[m] = true;
+        }
+        if now < self.end_ms {
+            self.reconcile(gpu, now, out);
+        }
+    }
+
+    fn is_done(&self) -> bool {
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,258 @@
+//! MIGRator: the integer program against brute force, its constraints, and the executed plan.
+
+use super::ilp::{solve, solve_monolithic};
+use super::problem::{Problem, Retraining};
+use super::realize::realizable;
+use super::workload::two_tenants;
+
+/// The best objective over every schedule, exhaustively: every pair of retraining choices,
+/// and for each an exact dynamic program over the steps whose state is both tenants' sizes
+/// (the objective couples only consecutive steps of one tenant).
+fn brute_force(p: &Problem) -> f64 {
+    let steps = p.steps();
+    let n = p.tenants.len();
+    let mut options: Vec<Vec<Retraining>> = vec![Vec::new(); n];
+    for (m, opts) in options.iter_mut().enumerate() {
+        for k in 1..=4u8 {
+            if let Some(d) = p.retrain_steps(m, k) {
+                for start in 0..steps {
+                    if start + d <= steps {
+                        opts.push(Retraining {
+                            start,
+                            gpcs: k,
+                            steps: d,
+                        });
+                    }
+                }
+            }
+        }
+    }
+    let mut best = f64::MIN;
+    let mut cache = std::collections::BTreeMap::new();
+    for r0 in &options[0] {
+        for r1 in &options[1] {
+            let retraining = [*r0, *r1];
+            // value[(a, b)] = best objective of steps 0..s ending with sizes (a, b).
+            let mut value: Vec<((u8, u8), f64)> = vec![((p.initial[0], p.initial[1]), 0.0)];
+            for s in 0..steps {
+                let ret: Vec<u8> = retraining
+                    .iter()
+                    .map(|r| if r.runs_at(s) { r.gpcs } else { 0 })
+                    .collect();
+                let mut next: Vec<((u8, u8), f64)> = Vec::new();
+                for a in 1..=7u8 {
+                    for b in 1..=7u8 {
+                        let fits = a + b + ret.iter().sum::<u8>() <= 7
+                            && *cache
+                                .entry((a, b, ret.clone()))
+                                .or_insert_with(|| realizable(p.model, &[a, b], &ret, &[1, 1]));
+                        if !fits {
+                            continue;
+                        }
+                        let gain = |m: usize, k: u8, prev: u8| {
+                            let t = &p.tenants[m];
+                            let served = p.arrivals(m, s).min(p.capacity(m, k));
+                            let acc = if retraining[m].done_by(s) {
+                                t.acc_post
+                            } else {
+                                t.acc_pre
+                            };
+                            let penalty = if k != prev {
+                                t.psi_s / p.step_s * t.acc_pre * served
+                            } else {
+                                0.0
+                            };
+                            served * acc - penalty
+                        };
+                        let v = value
+                            .iter()
+                            .map(|((pa, pb), v)| v + gain(0, a, *pa) + gain(1, b, *pb))
+                            .fold(f64::MIN, f64::max);
+                        next.push(((a, b), v));
+                    }
+                }
+                value = next;
+            }
+            best = value.iter().map(|(_, v)| *v).fold(best, f64::max);
+        }
+    }
+    best
+}
+
+/// A 4-second window at 1-second steps, with retraining short enough to fit.
+fn tiny(seed: u64) -> Problem {
+    let mut p = two_tenants(seed, 4, 1.0);
+    for (i, t) in p.tenants.iter_mut().enumerate() {
+        t.retrain_s = std::array::from_fn(|k| {
+            if k == 0 {
+                f64::INFINITY
+            } else {
+                (3.0 + i as f64) / k as f64
+            }
+        });
+        t.psi_s = 0.5 + seed as f64 * 0.3;
+        for f in &mut t.forecast {
+            *f *= 0.5 + 0.1 * seed as f64;
+        }
+    }
+    p
+}
+
+#[test]
+fn the_program_is_optimal_on_tiny_windows() {
+    for seed in 0..3 {
+        let p = tiny(seed);
+        let solved = solve_monolithic(&p).unwrap();
+        let exact = brute_force(&p);
+        assert!(
+            (solved.objective - exact).abs() <= 1e-6 * exact.abs().max(1.0),
+            "seed {seed}: program {} vs brute force {exact}",
+            solved.objective
+        );
+    }
+}
+
+#[test]
+fn a_full_window_meets_every_constraint() {
+    for step in [1.0, 10.0] {
+        let p = two_tenants(1, 200, step);
+        let solved = solve(&p).unwrap();
+        let s = &solved.schedule;
+        p.check(s).unwrap();
+        for step_i in 0..p.steps() {
+            let inf: Vec<u8> = s.inference.iter().map(|v| v[step_i]).collect();
+            let ret: Vec<u8> = s
+                .retraining
+                .iter()
+                .map(|r| if r.runs_at(step_i) { r.gpcs } else { 0 })
+                .collect();
+            assert!(
+                realizable(p.model, &inf, &ret, &[1, 1]),
+                "step {step_i}: {inf:?} {ret:?}"
+            );
+        }
+        // Retraining runs once per tenant, within the window, on one fixed size.
+        for r in &s.retraining {
+            assert!(r.start + r.steps <= p.steps() && (1..=4).contains(&r.gpcs));
+        }
+        // It beats leaving the initial split alone with the fastest retraining that fits.
+        assert!(solved.objective > 0.0);
+    }
+}
+
+/// Runs one window of `two_tenants` under MIGRator on the simulated GPU, arrivals from the
+/// forecast each tick, then `drain_s` more seconds without arrivals.
+fn execute(
+    preinitialize: bool,
+    drain_s: u64,
+) -> (crate::gpu::SimGpu, super::Migrator, crate::gpu::RunReport) {
+    use crate::gpu::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
+    use escher_proto::mig::Layout;
+    use escher_proto::types::TaskId;
+
+    let p = two_tenants(1, 200, 1.0);
+    let tasks: Vec<super::TenantTasks> = (0..2)
+        .map(|m| super::TenantTasks {
+            inference: TaskId(10 + m),
+            retraining: TaskId(20 + m),
+        })
+        .collect();
+    let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4").unwrap();
+    let mut gpu = SimGpu::new(start.clone(), 100);
+    let mut migrator =
+        super::Migrator::plan_window(&p, tasks.clone(), &start, 0, preinitialize).unwrap();
+    for (m, t) in tasks.iter().enumerate() {
+        let per_gpc_rps = p.tenants[m].capability[1];
+        gpu.add_task(
+            t.inference,
+            TaskModel::Inference(InferenceModel {
+                per_gpc_rps,
+                slo_ms: 1000,
+            }),
+        );
+        // The retraining runs as long as the planner expects on its instance.
+        let r = migrator.solved().schedule.retraining[m];
+        let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
+        gpu.add_task(
+            t.retraining,
+            TaskModel::Batch(JobModel::fixed(work, 7, 2.0)),
+        );
+    }
+    // The replicas of the initial layout serve from the start.
+    for (m, s) in [(0, 0u8), (1, 4u8)] {
+        let on = *start.at(s).unwrap();
+        gpu.bind_loaded(tasks[m].inference, on).unwrap();
+    }
+    let forecast: Vec<Vec<f64>> = p.tenants.iter().map(|t| t.forecast.clone()).collect();
+    let tick_s = gpu.tick_ms() as f64 / 1000.0;
+    let report = run_with(&mut migrator, &mut gpu, (200 + drain_s) * 1000, |gpu| {
+        let sec = (gpu.now() / 1000) as usize;
+        if sec < 200 {
+            for (m, t) in tasks.iter().enumerate() {
+                gpu.arrive(t.inference, forecast[m][sec] * tick_s);
+            }
+        }
+    });
+    (gpu, migrator, report)
+}
+
+#[test]
+fn the_executed_plan_drains_before_destroying_and_never_moves_retraining() {
+    let (gpu, migrator, report) = execute(true, 60);
+    assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
+    // Every layout the GPU went through was legal.
+    for (at, l) in gpu.history() {
+        l.validate().unwrap_or_else(|e| panic!("{at} ms: {e}"));
+    }
+    // The GPU was reconfigured during the window, and no request was lost: every request
+    // that arrived was served, shed past its SLO, or is still queued; most were on time.
+    assert!(gpu.history().len() > 3);
+    for m in 0..2u64 {
+        let task = escher_proto::types::TaskId(10 + m);
+        let s = gpu.stats(task).unwrap();
+        assert!(s.arrived > 1000.0);
+        let queued = gpu.queued(task);
+        let accounted = s.served + s.expired + queued;
+        assert!(
+            (accounted - s.arrived).abs() < 1e-6,
+            "tenant {m}: {s:?}, {queued} queued"
+        );
+        // The execution delivers what the plan counted on, less reconfiguration downtime.
+        let p = two_tenants(1, 200, 1.0);
+        let sched = &migrator.solved().schedule;
+        let planned: f64 = (0..p.steps())
+            .map(|i| {
+                p.arrivals(m as usize, i)
+                    .min(p.capacity(m as usize, sched.inference[m as usize][i]))
+            })
+            .sum();
+        assert!(
+            s.on_time > 0.8 * planned,
+            "tenant {m}: {s:?}, planned {planned}"
+        );
+    }
+    // Each retraining ran once, to the end, on an instance that stayed in every layout from
+    // its launch to its end.
+    for m in 0..2usize {
+        let task = escher_proto::types::TaskId(20 + m as u64);
+        let st = gpu.stats(task).unwrap();
+        assert_eq!(st.attempts, 1);
+        let end = st.finished_at.expect("retraining finished");
+        let r = migrator.solved().schedule.retraining[m];
+        let pin = migrator.plan().steps[r.start].assignment.retraining[m].unwrap();
+        let mut from_launch = false;
+        for (at, l) in gpu.history() {
+            if *at >= end {
+                break;
+            }
+            if l.contains(&pin) {
+                from_launch = true;
+            } else {
+                assert!(
+                    !from_launch,
+                    "the retraining instance {pin} left the layout at {at} ms"
+                );
+            }
+        }
+    }
+}

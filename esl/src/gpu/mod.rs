@@ -1,0 +1,42 @@
+//! GPU multi-tenancy policies on MIG slices and fractional GPUs, from the seed papers
+//! (issue 13): MIGM's right-sizing schedulers, MIGRator's per-window integer program, Ekya's
+//! thief scheduler, and the baselines they are compared with.
+//!
+//! Every policy is pure logic behind one small trait, [`GpuPolicy`] (an [`Event`] and the
+//! [`GpuView`] in, [`Command`]s out), written against the [`GpuSeam`]: the GPU's geometry
+//! and legal layout (the MIG model of `escher_proto::mig`), creating and destroying one
+//! instance, launching, stopping, binding and draining tasks, and per-iteration telemetry.
+//! [`SimGpu`] is the in-memory implementation of that seam (a fake, named as such) on which
+//! the policies are tested, and [`run`] drives a policy on it in simulated time.
+//!
+//! # Layout
+//!
+//! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
+//! - `policy.rs`: [`GpuPolicy`] and [`run`];
+//! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
+//! - [`migm`]: [`Migm`] (schemes A and B, OOM restart, early restart from the memory
+//!   predictor) and its partition manager;
+//! - [`migrator`]: [`Migrator`] (the per-window integer program, the timed plan with
+//!   pre-initialization, and its executor with drain-before-destroy and pinned retraining);
+//! - [`ekya`]: Ekya's thief scheduler on fractional shares ([`thief`]) and on MIG slices
+//!   ([`thief_on_mig`]);
+//! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
+//!   by compute intensity), [`astraea`] (dynamic SM shares without MIG);
+//! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan.
+
+pub mod baselines;
+pub mod ekya;
+pub mod migm;
+pub mod migrator;
+mod policy;
+mod seam;
+pub mod shares;
+pub mod sim;
+
+pub use baselines::{Sequential, astraea, paris};
+pub use ekya::{thief, thief_on_mig};
+pub use migm::{Migm, MigmJob, Scheme};
+pub use migrator::{Migrator, TenantTasks};
+pub use policy::{GpuPolicy, RunReport, run, run_with};
+pub use seam::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
+pub use sim::{InferenceModel, JobModel, MemoryModel, PowerModel, SimGpu, SpeedModel, TaskModel};
