@@ -124,7 +124,8 @@ fn joining_head(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over() {
     common::init_tracing();
-    // A lone head that snapshots after every few entries, so a new replica needs a snapshot.
+    // A lone head that snapshots as soon as its log outgrows its state, so a new replica
+    // needs a snapshot (and adding one takes a snapshot that includes it).
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let first = listener.local_addr().unwrap().to_string();
     let mut config = escher_head::HeadConfig::default();

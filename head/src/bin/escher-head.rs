@@ -71,7 +71,8 @@ struct HeadArgs {
     )]
     raft_tick_ms: u64,
     /// Bytes of log written since the last snapshot that trigger a new snapshot (and a
-    /// compaction of the log).
+    /// compaction of the log), when the last snapshot was smaller than that; otherwise the
+    /// log may grow to the size of the last snapshot first.
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_BYTES, value_name = "BYTES")]
     snapshot_log_bytes: u64,
     /// Keep the whole record (status, result, reason, times) of at most this many finished

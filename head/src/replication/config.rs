@@ -13,8 +13,9 @@ pub const DEFAULT_TICK: Duration = Duration::from_millis(50);
 pub const DEFAULT_ELECTION_TICKS: usize = 10;
 /// Ticks between a leader's heartbeats.
 pub const DEFAULT_HEARTBEAT_TICKS: usize = 2;
-/// Log bytes since the last snapshot that trigger a new one (and compaction).
-pub const DEFAULT_SNAPSHOT_BYTES: u64 = 64 * 1024 * 1024;
+/// Log bytes since the last snapshot that trigger a new one (and compaction), unless the last
+/// snapshot was larger: then its size (see [`ReplicaConfig::snapshot_bytes`]).
+pub const DEFAULT_SNAPSHOT_BYTES: u64 = 4 * 1024 * 1024;
 /// The group id of a head that is a group of one and was given no `--group`.
 pub const SINGLE_GROUP: &str = "escher";
 
@@ -40,7 +41,10 @@ pub struct ReplicaConfig {
     pub election_ticks: usize,
     /// Heartbeat interval, in ticks.
     pub heartbeat_ticks: usize,
-    /// Log bytes since the last snapshot that trigger a new one.
+    /// Log bytes since the last snapshot that trigger a new one, at least: a snapshot is taken
+    /// once the log since the last one is both this large and larger than that snapshot. So
+    /// the log (kept in memory, and on disk with `--data-dir`) stays within about the size of
+    /// the state, and snapshotting costs at most about as much as writing the log did.
     pub snapshot_bytes: u64,
 }
 

@@ -58,7 +58,11 @@
 //! `escher heads add` commits a raft membership change, the leader finds it has nothing and
 //! sends a snapshot (raft's own mechanism), so it always catches up from one. Snapshots hold
 //! the whole `ClusterState` (bincode) and the addresses; one is taken, and the log compacted,
-//! whenever [`DEFAULT_SNAPSHOT_BYTES`] of log have been written since the last.
+//! once the log written since the last is larger than both that snapshot and
+//! `--snapshot-log-bytes` ([`DEFAULT_SNAPSHOT_BYTES`], 4 MiB): the log stays within about the
+//! size of the state (memory matters: the in-memory log holds every entry it keeps), and
+//! snapshotting costs at most about what writing the log did. (64 MiB, the first threshold,
+//! let an in-memory head grow by 64 MiB of applied entries: the retention test caught it.)
 //!
 //! # Transport and its parser
 //!

@@ -181,6 +181,15 @@ pub(crate) struct Replica<S: LogStore> {
     durable_commit: u64,
     /// The index of the latest local snapshot.
     snapshot_index: u64,
+    /// The size of the latest snapshot's image, in bytes (0 until this replica takes or
+    /// installs one).
+    snapshot_len: u64,
+    /// A membership change was applied since the last snapshot: take one as soon as it may be.
+    /// A leader sends a replica it must catch up the latest stored snapshot, and a replica
+    /// refuses one whose voters do not include it; so a replica just added needs a snapshot
+    /// taken after its addition (with the first threshold of 64 MiB, adding a replica to a
+    /// group that had not compacted since looped on "not in the ConfState").
+    membership_changed: bool,
     /// Read tokens waiting for their index to be applied: `(index, token)`.
     reads: BTreeSet<(u64, u64)>,
     role: StateRole,
@@ -221,8 +230,10 @@ impl<S: LogStore> Replica<S> {
             bootstrap(&config, &store, &state_config)?;
         }
         let snapshot_index = store.first_index()?.saturating_sub(1);
+        let mut snapshot_len = 0;
         let (state, members) = if snapshot_index > 0 {
             let snap = store.snapshot(snapshot_index, config.id)?;
+            snapshot_len = snap.data.len() as u64;
             codec::decode_image(&snap.data, state_config.clone())?
         } else {
             (ClusterState::new(state_config.clone()), BTreeMap::new())
@@ -262,6 +273,8 @@ impl<S: LogStore> Replica<S> {
             in_memory,
             durable_commit,
             snapshot_index,
+            snapshot_len,
+            membership_changed: false,
             reads: BTreeSet::new(),
             role: StateRole::Follower,
             leader: 0,
@@ -585,6 +598,7 @@ impl<S: LogStore> Replica<S> {
             self.members = members;
         }
         self.snapshot_index = snap.get_metadata().index;
+        self.snapshot_len = snap.data.len() as u64;
         self.durable_commit = self.durable_commit.max(self.snapshot_index);
         self.refresh_peers();
         tracing::info!(
@@ -634,6 +648,7 @@ impl<S: LogStore> Replica<S> {
                 }
                 EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
                     let result = self.apply_conf_change(&e);
+                    self.membership_changed |= result.is_ok();
                     out.push(Output::ConfChanged {
                         index,
                         term,
@@ -698,7 +713,8 @@ impl<S: LogStore> Replica<S> {
     /// Snapshots the state and compacts the log once enough has been written since the last
     /// snapshot, never above the durable commit index.
     async fn maybe_compact(&mut self) -> Result<(), ReplicationError> {
-        if self.store.bytes_since_snapshot() < self.config.snapshot_bytes {
+        let threshold = self.config.snapshot_bytes.max(self.snapshot_len);
+        if !self.membership_changed && self.store.bytes_since_snapshot() < threshold {
             return Ok(());
         }
         let applied = self.node.raft.raft_log.applied;
@@ -715,6 +731,8 @@ impl<S: LogStore> Replica<S> {
         };
         self.write(writes).await?;
         self.snapshot_index = applied;
+        self.snapshot_len = bytes as u64;
+        self.membership_changed = false;
         tracing::info!(index = applied, bytes, took = ?started.elapsed(), "snapshot taken; log compacted");
         Ok(())
     }
