@@ -563,7 +563,10 @@ fn a_replica_with_inconsistent_settings_refuses_to_start_and_says_why() {
         "1=127.0.0.1:7701,2=127.0.0.1:7702,3=127.0.0.1:7703",
     ]);
     assert!(!status.success());
-    assert!(text.contains("does not include this replica's own --id 4"), "{text}");
+    assert!(
+        text.contains("does not include this replica's own --id 4"),
+        "{text}"
+    );
 
     // A data directory created by another group, or for another replica, is refused.
     let dir = tempfile::tempdir().unwrap();

@@ -8,7 +8,18 @@ use std::process::Command;
 use serde_json::Value;
 
 const WORKLOADS: [&str; 12] = [
-    "w1", "w2", "w3", "w4", "w5", "w6", "w7", "w8", "w9", "w10", "cmd", "retention",
+    "w1",
+    "w2",
+    "w3",
+    "w4",
+    "w5",
+    "w6",
+    "w7",
+    "w8",
+    "w9",
+    "w10",
+    "cmd",
+    "retention",
 ];
 
 fn read_json(path: &Path) -> Value {

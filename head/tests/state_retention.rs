@@ -12,9 +12,7 @@ use escher_head::state::{
 use escher_proto::types::{
     Evicted, GangStrategy, NodeSpec, TaskId, TaskResult, TaskState, Tombstone,
 };
-use state_support::{
-    T0, TestState, check_invariants, name, register_command, res, set, task,
-};
+use state_support::{T0, TestState, check_invariants, name, register_command, res, set, task};
 
 /// A state that keeps `finished` finished tasks (for `for_ms`), `tombstones` tombstones, and
 /// dead nodes for `nodes_ms`.

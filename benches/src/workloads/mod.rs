@@ -10,8 +10,8 @@ use serde::Serialize;
 use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
-pub mod w10_failover;
 pub mod retention;
+pub mod w10_failover;
 pub mod w1_throughput;
 pub mod w2_latency;
 pub mod w3_clients;

@@ -734,7 +734,12 @@ impl<S: LogStore> Owner<S> {
             }
             // Pending deadlines, and finished tasks and dead nodes at the end of their
             // retention.
-            if self.replica.state().next_timer().is_some_and(|d| d <= now_ms()) {
+            if self
+                .replica
+                .state()
+                .next_timer()
+                .is_some_and(|d| d <= now_ms())
+            {
                 self.propose(Command::Tick, None, Pending::Quiet);
             }
         }

@@ -28,7 +28,12 @@ pub(crate) struct Batch {
 
 impl Batch {
     /// Adds a command; whether the batch is full.
-    pub(crate) fn push(&mut self, command: Command, key: Option<RequestKey>, pending: Pending) -> bool {
+    pub(crate) fn push(
+        &mut self,
+        command: Command,
+        key: Option<RequestKey>,
+        pending: Pending,
+    ) -> bool {
         self.commands.push((command, key));
         self.pending.push(pending);
         self.commands.len() >= MAX_BATCH
@@ -100,7 +105,9 @@ impl Proposals {
         if let Some((_, old)) = self.waiting.insert(index, (term, pending)) {
             // Only a new term can reuse an index, and that failed the old proposal already.
             for p in old {
-                p.fail(Status::aborted("the proposal's log position was taken over"));
+                p.fail(Status::aborted(
+                    "the proposal's log position was taken over",
+                ));
             }
         }
     }

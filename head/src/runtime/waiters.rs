@@ -148,9 +148,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::state::{
-        Command, Effect, Entry, Joining, RetentionPolicy, SecretHash, StateConfig,
-    };
+    use crate::state::{Command, Effect, Entry, Joining, RetentionPolicy, SecretHash, StateConfig};
 
     /// A state that keeps one finished task, and the waiters the runtime would drive.
     struct Env {

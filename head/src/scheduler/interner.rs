@@ -221,7 +221,11 @@ mod tests {
         assert!(names.sweep().is_empty(), "c is still held once");
         names.release(c);
         names.release(a);
-        assert_eq!(names.sweep(), [a, c], "in id order, not the order of release");
+        assert_eq!(
+            names.sweep(),
+            [a, c],
+            "in id order, not the order of release"
+        );
         assert_eq!(names.len(), 0);
         names.check().unwrap();
         // Freed last (the highest id of its sweep), reused first.

@@ -48,8 +48,8 @@ mod task;
 mod testutil;
 
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
-pub use retention::EVICTED_METADATA;
 pub use heads::is_host_port;
+pub use retention::EVICTED_METADATA;
 
 /// The longest task name, in bytes.
 pub const MAX_TASK_NAME_BYTES: usize = 256;
