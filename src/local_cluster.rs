@@ -4,6 +4,12 @@
 //! Everything is real: the head serves gRPC on `127.0.0.1:<free port>`, and each worker
 //! registers and streams to it over that socket exactly as a worker on another machine would.
 //!
+//! Replicated heads: [`LocalClusterBuilder::heads`] runs a raft group of several head
+//! replicas in the process (each on its own loopback port, with its log in memory); clients
+//! and workers get every replica's URL and follow the leader. [`LocalCluster::leader`] says
+//! which replica leads and [`LocalCluster::stop_head`] stops one, so an application can watch
+//! a failover. The quickstart keeps one head. Workers keep their node identity in memory.
+//!
 //! GPUs: workers do not look for the machine's real GPUs by default (every worker of the
 //! process would report the same ones); give a worker simulated GPUs with
 //! [`LocalClusterBuilder::worker_with_gpus`], or ask for real discovery with
@@ -13,7 +19,10 @@
 
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
 use escher_client::{BlockingClient, Client, ClientError};
+use escher_head::replication::ReplicaConfig;
 use escher_head::{HeadConfig, HeadError};
 use escher_proto::types::{NodeId, ResourceSet};
 use escher_worker::{Functions, Worker, WorkerError, scaled_latency};
@@ -42,6 +51,9 @@ pub enum LocalClusterError {
     /// A worker stopped before it registered.
     #[error("worker {0} stopped before registering with the head")]
     WorkerStopped(usize),
+    /// A head group needs at least one replica.
+    #[error("a local cluster needs at least one head replica (heads(0) was asked for)")]
+    NoHeads,
     /// The client could not connect.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -76,6 +88,8 @@ struct GpuSettings {
 /// Settings for a [`LocalCluster`]. Defaults: two workers with 4 CPUs and 4 GiB each.
 #[derive(Debug, Clone)]
 pub struct LocalClusterBuilder {
+    heads: usize,
+    data_dir: Option<std::path::PathBuf>,
     workers: Vec<WorkerSpec>,
     functions: Functions,
     head: HeadConfig,
@@ -86,6 +100,8 @@ pub struct LocalClusterBuilder {
 impl Default for LocalClusterBuilder {
     fn default() -> Self {
         LocalClusterBuilder {
+            heads: 1,
+            data_dir: None,
             workers: vec![WorkerSpec::plain(default_resources()); 2],
             functions: Functions::new(),
             head: HeadConfig::default(),
@@ -112,6 +128,21 @@ fn with_defaults(resources: ResourceSet) -> ResourceSet {
 }
 
 impl LocalClusterBuilder {
+    /// Runs the head as a raft group of `n` replicas in this process (default 1), each on its
+    /// own loopback port with its log in memory. Clients and workers are given every
+    /// replica's URL and follow whichever leads.
+    pub fn heads(mut self, n: usize) -> Self {
+        self.heads = n;
+        self
+    }
+
+    /// Keeps every head replica's raft log on disk under `dir` (`dir/head-1`, `dir/head-2`,
+    /// ...), as `escher-head --data-dir` does, instead of in memory.
+    pub fn data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self
+    }
+
     /// `n` workers with the default resources (replacing any configured so far).
     pub fn workers(mut self, n: usize) -> Self {
         self.workers = vec![WorkerSpec::plain(default_resources()); n];
@@ -179,20 +210,57 @@ impl LocalClusterBuilder {
         self
     }
 
-    /// Starts the head and the workers and waits until every worker has registered.
+    /// Starts the head (or its replicas) and the workers and waits until every worker has
+    /// registered.
     pub async fn start(self) -> Result<LocalCluster, LocalClusterError> {
-        let listener = TcpListener::bind("127.0.0.1:0").await?;
-        let head_url = format!("http://{}", listener.local_addr()?);
-        let head_stop = CancellationToken::new();
-        let stop = head_stop.clone();
-        self.head.validate().map_err(HeadError::from)?;
-        let head = tokio::spawn(escher_head::run(listener, self.head.clone(), async move {
-            stop.cancelled().await
-        }));
+        if self.heads == 0 {
+            return Err(LocalClusterError::NoHeads);
+        }
+        let mut listeners = Vec::with_capacity(self.heads);
+        for _ in 0..self.heads {
+            listeners.push(TcpListener::bind("127.0.0.1:0").await?);
+        }
+        let addresses: Vec<String> = listeners
+            .iter()
+            .map(|l| l.local_addr().map(|a| a.to_string()))
+            .collect::<Result<_, _>>()?;
+        let peers: BTreeMap<u64, String> = addresses
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, a.clone()))
+            .collect();
+        let mut heads = Vec::with_capacity(self.heads);
+        for (i, listener) in listeners.into_iter().enumerate() {
+            let mut config = self.head.clone();
+            if self.heads > 1 {
+                let tick = config.replica.tick;
+                config.replica = ReplicaConfig::member(i as u64 + 1, peers.clone(), None)
+                    .map_err(|e| HeadError::from(escher_head::runtime::ConfigError::from(e)))?;
+                config.replica.tick = tick;
+            }
+            if let Some(dir) = &self.data_dir {
+                config.data_dir = Some(dir.join(format!("head-{}", i + 1)));
+            }
+            config.validate().map_err(HeadError::from)?;
+            let stop = CancellationToken::new();
+            let token = stop.clone();
+            let task = tokio::spawn(escher_head::run(listener, config, async move {
+                token.cancelled().await
+            }));
+            heads.push(LocalHead {
+                url: format!("http://{}", addresses[i]),
+                stop,
+                task: Some(task),
+            });
+        }
+        let head_url = heads
+            .iter()
+            .map(|h| h.url.clone())
+            .collect::<Vec<_>>()
+            .join(",");
         let mut cluster = LocalCluster {
-            head_url: head_url.clone(),
-            head_stop,
-            head: Some(head),
+            head_url,
+            heads,
             workers: Vec::new(),
             functions: self.functions.clone(),
             grace: self.grace,
@@ -203,6 +271,14 @@ impl LocalClusterBuilder {
         }
         Ok(cluster)
     }
+}
+
+/// A running head replica of a [`LocalCluster`].
+#[derive(Debug)]
+struct LocalHead {
+    url: String,
+    stop: CancellationToken,
+    task: Option<JoinHandle<Result<(), HeadError>>>,
 }
 
 /// A running worker of a [`LocalCluster`].
@@ -217,9 +293,9 @@ struct LocalWorker {
 /// stops them and waits.
 #[derive(Debug)]
 pub struct LocalCluster {
+    /// Every replica's URL, comma-separated.
     head_url: String,
-    head_stop: CancellationToken,
-    head: Option<JoinHandle<Result<(), HeadError>>>,
+    heads: Vec<LocalHead>,
     workers: Vec<LocalWorker>,
     functions: Functions,
     grace: Duration,
@@ -240,9 +316,39 @@ impl LocalCluster {
         LocalCluster::builder().start().await
     }
 
-    /// The head's URL (`http://127.0.0.1:PORT`).
+    /// The head's URL (`http://127.0.0.1:PORT`); with several replicas, every replica's URL,
+    /// comma-separated (what `Client::connect` and `ESCHER_HEAD` take).
     pub fn head_url(&self) -> &str {
         &self.head_url
+    }
+
+    /// The URL of each head replica, in replica order (replica `i + 1` at index `i`).
+    pub fn head_urls(&self) -> Vec<String> {
+        self.heads.iter().map(|h| h.url.clone()).collect()
+    }
+
+    /// The index (in [`head_urls`](Self::head_urls)) of the replica that leads now, by its
+    /// own account, if one does and is running.
+    pub async fn leader(&self) -> Option<usize> {
+        let client = self.client().await.ok()?;
+        let heads = client.heads().await.ok()?;
+        let leader = heads.leader()?;
+        let url = leader.url();
+        self.heads
+            .iter()
+            .position(|h| h.url == url && h.task.is_some())
+    }
+
+    /// Stops head replica `index` (its in-memory log goes with it). With a majority of the
+    /// replicas still running, the others elect a leader (if it led) and go on; clients and
+    /// workers follow.
+    pub async fn stop_head(&mut self, index: usize) {
+        if let Some(h) = self.heads.get_mut(index) {
+            h.stop.cancel();
+            if let Some(task) = h.task.take() {
+                let _ = task.await;
+            }
+        }
     }
 
     /// The node ids of the workers started so far, in start order.
@@ -342,7 +448,7 @@ impl LocalCluster {
         }
     }
 
-    /// Stops the workers, then the head, and waits for all of them.
+    /// Stops the workers, then the head replicas, and waits for all of them.
     pub async fn shutdown(mut self) {
         for w in &self.workers {
             w.stop.cancel();
@@ -352,12 +458,16 @@ impl LocalCluster {
                 let _ = task.await;
             }
         }
-        self.head_stop.cancel();
-        if let Some(head) = self.head.take() {
-            match head.await {
-                Ok(Err(err)) => tracing::warn!(%err, "head stopped with an error"),
-                Err(err) => tracing::warn!(%err, "head task failed"),
-                Ok(Ok(())) => {}
+        for h in &self.heads {
+            h.stop.cancel();
+        }
+        for h in &mut self.heads {
+            if let Some(task) = h.task.take() {
+                match task.await {
+                    Ok(Err(err)) => tracing::warn!(%err, "head stopped with an error"),
+                    Err(err) => tracing::warn!(%err, "head task failed"),
+                    Ok(Ok(())) => {}
+                }
             }
         }
     }
@@ -371,9 +481,11 @@ impl Drop for LocalCluster {
                 task.abort();
             }
         }
-        self.head_stop.cancel();
-        if let Some(head) = self.head.take() {
-            head.abort();
+        for h in &mut self.heads {
+            h.stop.cancel();
+            if let Some(task) = h.task.take() {
+                task.abort();
+            }
         }
     }
 }

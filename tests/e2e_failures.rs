@@ -1,8 +1,8 @@
 //! End-to-end tests of failures and recoveries, with real `escher-head` and `escher-worker`
 //! processes on loopback (see `procs/mod.rs`): a worker killed with SIGKILL, a worker
-//! restarted under the same name, a head restarted on the same address, a worker stopped
-//! gracefully with SIGTERM; and 10,000 tasks through an in-process cluster, each finishing
-//! exactly once.
+//! restarted with its state directory (same node) or without (a new node), an in-memory head
+//! restarted on the same address, a worker stopped gracefully with SIGTERM; and 10,000 tasks
+//! through an in-process cluster, each finishing exactly once.
 //!
 //! Command tasks here record every attempt that reached a process: they append
 //! `NODE ATTEMPT` to a file named after their task id in the cluster's temporary directory
@@ -311,18 +311,47 @@ async fn a_lost_worker_loses_nothing_and_reruns_nothing_that_succeeded() {
     assert!(listed.iter().all(|t| t.state == TaskState::Succeeded));
 }
 
-/// A worker process killed and started again under the same name registers as a new node
-/// (the old one is declared lost) and runs new tasks.
+/// A worker process killed and started again with the same state directory keeps its node id:
+/// the head sees a new boot, counts the attempt it was running as lost (retried under
+/// `max_retries`), and the node runs tasks again. Started with a fresh state directory instead,
+/// a worker joins as a new node and the old one is declared lost.
 #[tokio::test]
-async fn a_restarted_worker_registers_as_a_new_node_and_runs_tasks() {
+async fn a_restarted_worker_keeps_its_node_and_one_with_a_fresh_state_dir_is_a_new_node() {
     let mut cluster = ProcessCluster::builder().workers(2).start().await;
     let client = cluster.client().await;
     let old = cluster.node("w1");
     let runs = RunLog::new(cluster.dir(), "runs");
+    client
+        .set_resource("on-w1", 1, NodeSpec::Node(old))
+        .await
+        .unwrap();
+    let interrupted = client
+        .submit(runs.task(true).resource("on-w1", 1).max_retries(1))
+        .await
+        .unwrap();
+    runs.wait_runs(interrupted.id(), 1).await;
 
     cluster.kill_worker("w1");
+    let again = cluster.start_worker_known("w1", "cpu=2,memory=512").await;
+    assert_eq!(again, old, "a restarted worker keeps its node id");
+    // The attempt it ran was lost with the process, and runs again (the ephemeral resource
+    // went with the node's restart, so the retry waits for it to be set again).
+    client
+        .set_resource("on-w1", 1, NodeSpec::Node(old))
+        .await
+        .unwrap();
+    let s = client.get(&interrupted, Some(WAIT)).await.unwrap();
+    assert_succeeded(&s, old, 2);
+    assert_eq!(runs.runs(interrupted.id()), vec![(old, 1), (old, 2)]);
+
+    // A fresh state directory: a new node; the old one is declared lost.
+    cluster.kill_worker("w1");
+    cluster.forget_worker("w1");
     let new = cluster.start_worker("w1", "cpu=2,memory=512").await;
-    assert_ne!(new, old, "a restarted worker is a new node");
+    assert_ne!(
+        new, old,
+        "a worker with a fresh state directory is a new node"
+    );
     cluster
         .wait_status("the old node to be declared lost", |s| {
             s.node(old).filter(|n| !n.alive).map(|_| ())
@@ -337,21 +366,6 @@ async fn a_restarted_worker_registers_as_a_new_node_and_runs_tasks() {
         .collect();
     let expected = BTreeSet::from([("w1", new), ("w2", cluster.node("w2"))]);
     assert_eq!(live, expected, "{status:#?}");
-
-    // Tasks that only the new node can run.
-    client
-        .set_resource("on-new-w1", 4, NodeSpec::Node(new))
-        .await
-        .unwrap();
-    let pinned = client
-        .submit_batch((0..4).map(|_| runs.task(false).resource("on-new-w1", 1)))
-        .await
-        .unwrap();
-    for (id, s) in wait_all(&client, &pinned).await {
-        assert_succeeded(&s, new, 1);
-        assert_eq!(runs.runs(id), vec![(new, 1)]);
-    }
-    // And tasks anywhere: never on the old node.
     let anywhere = client
         .submit_batch((0..6).map(|_| runs.task(false)))
         .await
@@ -363,9 +377,10 @@ async fn a_restarted_worker_registers_as_a_new_node_and_runs_tasks() {
     }
 }
 
-/// A head killed and started again on the same address (it keeps no state yet): the worker
-/// registers with the new head as a new node, stops what the old head had given it (the new
-/// head knows nothing of it, and reuses its task ids), and runs the new head's tasks.
+/// An in-memory head killed and started again on the same address (it kept no state): the
+/// worker's identity belongs to the cluster that is gone, so it registers with the new head as
+/// a new node, stops what the old head had given it (the new head knows nothing of it, and
+/// reuses its task ids), and runs the new head's tasks.
 #[tokio::test]
 async fn a_worker_survives_a_head_restart_and_runs_the_new_heads_tasks() {
     let mut cluster = ProcessCluster::builder().start().await;

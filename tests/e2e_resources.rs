@@ -650,6 +650,7 @@ async fn bad_names_and_physical_resources_are_refused() {
         rpc.submit(wire::SubmitRequest {
             tasks: vec![spec],
             namespace: String::new(),
+            key: None,
         })
         .await,
     );
@@ -864,6 +865,7 @@ async fn oversized_messages_are_refused_and_the_cluster_keeps_working() {
             rpc.submit(wire::SubmitRequest {
                 tasks: vec![spec],
                 namespace: String::new(),
+                key: None,
             }),
         )
         .await,
@@ -933,6 +935,7 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
         }],
         namespace: String::new(),
         caller_task: caller,
+        key: None,
     };
     let (c, m) = code!(rpc.set_resources(local(None)).await);
     assert_eq!(c, "InvalidArgument", "{m}");
@@ -967,6 +970,7 @@ async fn malformed_wire_messages_are_refused() {
     let submit = |spec: wire::TaskSpec| wire::SubmitRequest {
         tasks: vec![spec],
         namespace: String::new(),
+        key: None,
     };
     let node_target = || {
         Some(wire::NodeSpec {

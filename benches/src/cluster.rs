@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use escher::types::{ResourceSet, TaskId};
-use escher::{Client, Functions, LocalCluster, Task};
+use escher::{Client, Functions, LocalCluster, LocalClusterBuilder, Task};
 
 /// The no-op function every worker registers.
 pub const NOOP: &str = "noop";
@@ -30,6 +30,14 @@ pub fn noop() -> Task {
 
 /// Starts a cluster of `nodes` in-process workers, each with `resources` (e.g. `cpu=4`).
 pub async fn start(nodes: usize, resources: &str) -> anyhow::Result<LocalCluster> {
+    builder(nodes, resources)?
+        .start()
+        .await
+        .context("cannot start the local cluster")
+}
+
+/// The builder of [`start`]'s cluster, for workloads that change the head (W9).
+pub fn builder(nodes: usize, resources: &str) -> anyhow::Result<LocalClusterBuilder> {
     let set: ResourceSet = resources
         .parse()
         .with_context(|| format!("bad resources {resources:?}"))?;
@@ -37,10 +45,7 @@ pub async fn start(nodes: usize, resources: &str) -> anyhow::Result<LocalCluster
     for _ in 0..nodes {
         builder = builder.worker(set.clone());
     }
-    builder
-        .start()
-        .await
-        .context("cannot start the local cluster")
+    Ok(builder)
 }
 
 /// Submits `tasks` in calls of [`SUBMIT_BATCH`]; returns their ids.

@@ -24,11 +24,16 @@ pub struct HeadProcess {
 impl HeadProcess {
     /// Starts `bin` on a free loopback port with these extra flags, and waits until it listens.
     pub async fn start(bin: &Path, extra: &[&str]) -> anyhow::Result<HeadProcess> {
+        HeadProcess::start_at(bin, "127.0.0.1:0", extra).await
+    }
+
+    /// Starts `bin` listening on `listen` with these extra flags, and waits until it listens.
+    pub async fn start_at(bin: &Path, listen: &str, extra: &[&str]) -> anyhow::Result<HeadProcess> {
         let dir = tempfile::tempdir()?;
         let address_file = dir.path().join("head.url");
         let log = std::fs::File::create(dir.path().join("head.log"))?;
         let mut child = Command::new(bin)
-            .args(["--listen", "127.0.0.1:0", "--address-file"])
+            .args(["--listen", listen, "--address-file"])
             .arg(&address_file)
             .args(extra)
             .env("RUST_LOG", "warn")

@@ -2,7 +2,7 @@
 //! escher and runs Ray and HyperQueue side by side in the same invocation.
 //!
 //! ```text
-//! cargo run --release -p escher-bench -- [all|w1|..|w8|cmd|retention]... [--size tiny|small|full]
+//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention]... [--size tiny|small|full]
 //!                                        [--peers] [--out bench-results/]
 //! ```
 //!
@@ -56,7 +56,7 @@ const WORKLOAD_LIMIT: Duration = Duration::from_secs(1_800);
     about = "escher's benchmark harness: the thesis' microbenchmarks, with Ray and HyperQueue side by side"
 )]
 pub struct Options {
-    /// Workloads to run: `all` (the default), or any of w1..w8, cmd and retention.
+    /// Workloads to run: `all` (the default), or any of w1..w10, cmd and retention.
     #[arg(value_name = "WORKLOAD")]
     pub workloads: Vec<Selection>,
     /// How big: tiny (seconds, for CI), small, or full (the issue's sizes).
@@ -94,6 +94,10 @@ pub enum Selection {
     W7,
     /// W8.
     W8,
+    /// W9.
+    W9,
+    /// W10.
+    W10,
     /// Command tasks (the HyperQueue comparison).
     Cmd,
     /// Head memory under a stream of short tasks, with and without retention.
@@ -119,6 +123,8 @@ impl Options {
                 Selection::W6 => Some(Workload::W6),
                 Selection::W7 => Some(Workload::W7),
                 Selection::W8 => Some(Workload::W8),
+                Selection::W9 => Some(Workload::W9),
+                Selection::W10 => Some(Workload::W10),
                 Selection::Cmd => Some(Workload::Cmd),
                 Selection::Retention => Some(Workload::Retention),
             })

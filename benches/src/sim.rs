@@ -141,8 +141,10 @@ impl SimNode {
             address: "simulated".into(),
             resources: self.resources.clone(),
             labels: Labels::new(),
-            previous_node_id: None,
             running: Vec::new(),
+            finished: Vec::new(),
+            identity: None,
+            boot_id: 1,
         };
         let reply = client
             .register(wire::RegisterRequest::from(request))
@@ -153,6 +155,7 @@ impl SimNode {
         let send = |msg: WorkerMessage| tx.send(msg.into()).is_ok();
         send(WorkerMessage::Hello {
             node_id: reply.node_id,
+            secret: reply.secret.clone().unwrap_or_default(),
         });
         let mut inbound = client
             .attach(UnboundedReceiverStream::new(rx))
@@ -202,7 +205,8 @@ impl SimNode {
                                 timed_out: false,
                             }));
                         }
-                        HeadMessage::FetchLogs { .. } => {}
+                        // Simulated nodes keep no reports to acknowledge.
+                        HeadMessage::FetchLogs { .. } | HeadMessage::ReportsAcked(_) => {}
                         // Simulated nodes report no GPUs.
                         HeadMessage::ReconfigureMig { .. } => {}
                     }

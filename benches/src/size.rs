@@ -81,6 +81,10 @@ pub struct Params {
     pub w8_tasks: usize,
     /// HyperQueue comparison: command tasks (`true`).
     pub cmd_tasks: usize,
+    /// W9: no-op tasks per configuration (in-memory, durable, three replicas).
+    pub w9_tasks: usize,
+    /// W10: leader kills.
+    pub w10_kills: usize,
     /// Retention: short tasks pushed through the head, in each of its two runs.
     pub retention_tasks: usize,
     /// Retention: tasks per `Submit` call (at most four batches unfinished at a time).
@@ -123,6 +127,8 @@ impl Params {
             w8_nodes: s.pick(10, 100, 1_000),
             w8_tasks: s.pick(2_000, 100_000, 1_000_000),
             cmd_tasks: s.pick(20, 500, 2_000),
+            w9_tasks: s.pick(500, 5_000, 20_000),
+            w10_kills: s.pick(2, 5, 10),
             retention_tasks: s.pick(4_000, 30_000, 300_000),
             retention_batch: s.pick(500, 1_000, 1_000),
             retention_every: s.pick(1_000, 5_000, 10_000),

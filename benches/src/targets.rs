@@ -27,7 +27,40 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
         ),
         gang(find("w7.native.pg_rate")),
         scale(find("w8.memory_per_task"), find("w8.core_per_decision")),
+        replicated(
+            find("w9.replicas3.batched_ratio"),
+            find("w9.replicas3.per_task_ratio"),
+        ),
+        failover(find("w10.p50"), find("w10.max")),
     ]
+}
+
+fn replicated(batched: Option<&Figure>, per_task: Option<&Figure>) -> TargetCheck {
+    let target = "W9 task throughput with 3 replicas ≥ 50% of the in-memory head";
+    let (Some(b), Some(p)) = (batched, per_task) else {
+        return unmeasured(target, "W9 not run");
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "batches of 1,000: {:.0}% of in-memory; one submit() per task: {:.0}%",
+            b.escher * 100.0,
+            p.escher * 100.0
+        ),
+        met: Some(b.escher >= 0.5 && p.escher >= 0.5),
+    }
+}
+
+fn failover(p50: Option<&Figure>, max: Option<&Figure>) -> TargetCheck {
+    let target = "W10 leader failover to the first acknowledged submit ≤ 2 s";
+    let (Some(p50), Some(max)) = (p50, max) else {
+        return unmeasured(target, "W10 not run");
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!("p50 {} ms, max {} ms", num(p50.escher), num(max.escher)),
+        met: Some(max.escher <= 2_000.0),
+    }
 }
 
 fn unmeasured(target: &str, why: &str) -> TargetCheck {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 10] = [
+const WORKLOADS: [&str; 12] = [
     "w1",
     "w2",
     "w3",
@@ -16,6 +16,8 @@ const WORKLOADS: [&str; 10] = [
     "w6",
     "w7",
     "w8",
+    "w9",
+    "w10",
     "cmd",
     "retention",
 ];
@@ -71,7 +73,7 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         Some(WORKLOADS.len())
     );
     let targets = summary["targets"].as_array().expect("targets");
-    assert_eq!(targets.len(), 7);
+    assert_eq!(targets.len(), 9);
     for t in targets {
         assert!(t["target"].is_string() && t["measured"].is_string(), "{t}");
     }

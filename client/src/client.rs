@@ -1,32 +1,40 @@
 //! [`Client`]: the async connection to the head, and how it is configured.
 //!
-//! A `Client` wraps one tonic [`Channel`] (an HTTP/2 connection that multiplexes every call),
-//! so it is cheap to clone and safe to share between tasks. What it sends on behalf of the
-//! application is configured here: the head URL, the application [`Namespace`] (sent with
-//! `Submit` and `SetResources`; the head qualifies unqualified resource names with it), and
-//! the calling task (sent as `caller_task`, which `NodeSpec::Local` needs).
+//! A `Client` holds one tonic [`Channel`] per head replica (an HTTP/2 connection that
+//! multiplexes every call), so it is cheap to clone and safe to share between tasks. A head
+//! is a list of replicas (`http://h1:7600,http://h2:7600,http://h3:7600`; one URL for a head
+//! that is not replicated): every call goes to the one believed to lead and follows the leader
+//! through elections (`heads.rs`), and every write carries an idempotency key, so that a retry
+//! is never applied twice. What the client sends on behalf of the application is configured
+//! here: the head URLs, the application [`Namespace`] (sent with `Submit` and `SetResources`;
+//! the head qualifies unqualified resource names with it), the calling task (sent as
+//! `caller_task`, which `NodeSpec::Local` needs), and whether reads may be stale.
 //!
 //! The RPC methods live next door: task methods in `tasks.rs`, resource and cluster methods in
-//! `resources.rs`.
+//! `resources.rs`, the head group's in `heads_api.rs`.
 //!
 //! Environment: [`Client::from_env`] reads `ESCHER_HEAD` and `ESCHER_NAMESPACE`, and every
 //! constructor reads `ESCHER_TASK_ID`, which workers set for the command tasks they run, so
 //! that a program started as a task can call `set_resource(.., NodeSpec::Local)`.
 
+use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use escher_proto::types::{KeyIssuer, Ticket};
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{Namespace, TaskId};
 use tokio::sync::mpsc;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 use crate::ClientError;
 use crate::coalesce;
+use crate::heads::{Answer, Heads, PAUSE_MAX, PAUSE_MIN, answer};
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
-/// The environment variable that holds the head URL.
+/// The environment variable that holds the head URL (or the comma-separated URLs of every
+/// replica of a replicated head).
 pub const ENV_HEAD: &str = "ESCHER_HEAD";
 /// The environment variable that holds the application namespace.
 pub const ENV_NAMESPACE: &str = "ESCHER_NAMESPACE";
@@ -38,21 +46,28 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 
 /// How long one `Wait` call may block on the head before the client asks again.
 const DEFAULT_WAIT_SLICE: Duration = Duration::from_secs(30);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const KEEPALIVE: Duration = Duration::from_secs(20);
+/// How long a call keeps looking for a leader (through an election, a replica that died).
+pub const DEFAULT_FAILOVER_TIMEOUT: Duration = Duration::from_secs(15);
+/// The request metadata with which a read accepts a possibly stale answer.
+const READ_METADATA: &str = "escher-read";
 
 /// The error for `NodeSpec::Local` outside a running task.
 pub(crate) const LOCAL_OUTSIDE_TASK: &str =
     "NodeSpec::Local is only valid inside a running task (ESCHER_TASK_ID is not set)";
 
-/// A connection to an escher head. Cheap to clone; every clone shares the connection.
+/// A connection to an escher head (every replica of a replicated one). Cheap to clone; every
+/// clone shares the connections, the choice of leader and the idempotency keys.
 #[derive(Debug, Clone)]
 pub struct Client {
-    rpc: ClusterClient<Channel>,
+    heads: Heads,
+    /// The head URLs as given.
     url: Arc<str>,
+    keys: KeyIssuer,
     namespace: Option<Namespace>,
     caller: Caller,
     wait_slice: Duration,
+    failover: Duration,
+    stale_reads: bool,
     /// The background sender that coalesces concurrent `submit` calls (started lazily).
     coalescer: Arc<OnceLock<mpsc::UnboundedSender<coalesce::Pending>>>,
 }
@@ -95,21 +110,20 @@ impl Caller {
 
 impl Client {
     /// Connects to the head at `url` (`http://HOST:PORT`; a bare `HOST:PORT` means `http://`),
-    /// failing with [`ClientError::Connect`] if it cannot be reached within 5 seconds.
+    /// failing with [`ClientError::Connect`] if it cannot be reached within 5 seconds. For a
+    /// replicated head, `url` lists every replica, comma-separated; connecting needs one of
+    /// them to answer.
     pub async fn connect(url: impl AsRef<str>) -> Result<Client, ClientError> {
-        let (url, endpoint) = endpoint(url.as_ref())?;
-        let channel = endpoint
-            .connect()
-            .await
-            .map_err(|e| ClientError::connect(&url, &e))?;
-        Ok(Client::with_channel(channel, url))
+        let heads = Heads::connect(url.as_ref()).await?;
+        Ok(Client::with_heads(heads))
     }
 
-    /// A client for the head at `url` that connects on its first call (and reconnects after
-    /// a failure) instead of now. Must be called inside a tokio runtime.
+    /// A client for the head at `url` (or the replicas listed in it) that connects on its
+    /// first call (and reconnects after a failure) instead of now. Must be called inside a
+    /// tokio runtime.
     pub fn connect_lazy(url: impl AsRef<str>) -> Result<Client, ClientError> {
-        let (url, endpoint) = endpoint(url.as_ref())?;
-        Ok(Client::with_channel(endpoint.connect_lazy(), url))
+        let heads = Heads::lazy(url.as_ref())?;
+        Ok(Client::with_heads(heads))
     }
 
     /// Connects to the head named by `ESCHER_HEAD` (else [`DEFAULT_HEAD_URL`]), in the
@@ -133,19 +147,20 @@ impl Client {
     /// A client over an existing channel (for example one built with custom TLS or
     /// interceptors); `url` is only used in error messages.
     pub fn from_channel(channel: Channel, url: impl Into<String>) -> Client {
-        Client::with_channel(channel, url.into())
+        let url = url.into();
+        Client::with_heads(Heads::single(channel, &url))
     }
 
-    fn with_channel(channel: Channel, url: String) -> Client {
-        let rpc = ClusterClient::new(channel)
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    fn with_heads(heads: Heads) -> Client {
         Client {
-            rpc,
-            url: Arc::from(url),
+            url: Arc::from(heads.urls().join(",").as_str()),
+            heads,
+            keys: KeyIssuer::new(rand::random()),
             namespace: None,
             caller: Caller::from_env(),
             wait_slice: DEFAULT_WAIT_SLICE,
+            failover: DEFAULT_FAILOVER_TIMEOUT,
+            stale_reads: false,
             coalescer: Arc::default(),
         }
     }
@@ -191,9 +206,30 @@ impl Client {
         self
     }
 
-    /// The head URL.
+    /// The same client, looking for a leader for at most `timeout` per call (through an
+    /// election, or a replica that went away) before it gives up with
+    /// [`ClientError::Unavailable`] (15 s by default).
+    pub fn with_failover_timeout(mut self, timeout: Duration) -> Client {
+        self.failover = timeout;
+        self
+    }
+
+    /// The same client, whose reads (`get`, `wait`, `describe`, `list_tasks`, `cluster_status`,
+    /// `gpus`) accept a possibly stale answer from any replica instead of a linearizable one
+    /// from the leader. Writes always go to the leader.
+    pub fn with_stale_reads(mut self, stale: bool) -> Client {
+        self.stale_reads = stale;
+        self
+    }
+
+    /// The head URLs, comma-separated (one for a head that is not replicated).
     pub fn head_url(&self) -> &str {
         &self.url
+    }
+
+    /// The URL of the head replica this client believes leads.
+    pub fn leader_url(&self) -> String {
+        self.heads.current().1.to_string()
     }
 
     /// The application namespace, if any.
@@ -214,9 +250,83 @@ impl Client {
         self.caller.require()
     }
 
-    /// The generated gRPC client (a cheap clone sharing the connection).
-    pub(crate) fn rpc(&self) -> ClusterClient<Channel> {
-        self.rpc.clone()
+    /// The key of a new write, held for all its attempts.
+    pub(crate) fn ticket(&self) -> Ticket {
+        self.keys.issue()
+    }
+
+    /// A read request, marked stale if this client accepts stale reads.
+    pub(crate) fn read<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if self.stale_reads {
+            request.metadata_mut().insert(
+                READ_METADATA,
+                tonic::metadata::MetadataValue::from_static("stale"),
+            );
+        }
+        request
+    }
+
+    /// Runs one call against the leader, following it through elections and leader changes
+    /// (see `heads.rs`): `call` is made again, with the same request, until it gets an answer
+    /// that is not "not leader" (or the failover timeout passes).
+    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterClient<Channel>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.failover;
+        let mut pause = PAUSE_MIN;
+        let mut redirects = 0u32;
+        loop {
+            let (rpc, url) = self.heads.current();
+            let rpc = rpc
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let status = match call(rpc).await {
+                Ok(reply) => return Ok(reply.into_inner()),
+                Err(status) => status,
+            };
+            let expired = tokio::time::Instant::now() >= deadline;
+            match answer(&status) {
+                Answer::Leader(leader) if !expired && redirects < 8 => {
+                    // Replicas that disagree about the leader (mid-election) must not make a
+                    // tight loop: after a few hops, pause like for an election.
+                    redirects += 1;
+                    tracing::debug!(from = %url, to = %leader, "following the head group's leader");
+                    self.heads.follow(&leader);
+                    continue;
+                }
+                Answer::Leader(_) | Answer::NoLeader if !expired => {}
+                // A replica down, or a connection cut mid-call (tonic reports some of those as
+                // UNKNOWN): another replica may lead. Writes carry their key, so a retry of
+                // one that was applied gets its recorded reply.
+                Answer::Other
+                    if !expired
+                        && matches!(
+                            status.code(),
+                            tonic::Code::Unavailable | tonic::Code::Unknown
+                        )
+                        && self.heads.len() > 1 => {}
+                _ => {
+                    if expired && matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader) {
+                        return Err(ClientError::Unavailable {
+                            url: self.url.to_string(),
+                            message: format!(
+                                "no head replica answered as the leader within {:?}: {}",
+                                self.failover,
+                                status.message()
+                            ),
+                        });
+                    }
+                    return Err(ClientError::from_status(status, &url));
+                }
+            }
+            redirects = 0;
+            self.heads.rotate();
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PAUSE_MAX);
+        }
     }
 
     /// The longest single `Wait` call.
@@ -241,11 +351,6 @@ impl Client {
         }
         Ok(())
     }
-
-    /// Maps an error status from the head.
-    pub(crate) fn error(&self, status: tonic::Status) -> ClientError {
-        ClientError::from_status(status, &self.url)
-    }
 }
 
 /// The task id in `ESCHER_TASK_ID`, or the error a `NodeSpec::Local` update would get: lets
@@ -254,39 +359,13 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
     Caller::from_env().require()
 }
 
-/// The normalised URL and the endpoint for it.
-fn endpoint(url: &str) -> Result<(String, Endpoint), ClientError> {
-    let url = normalise(url);
-    let endpoint = Endpoint::from_shared(url.clone()).map_err(|e| {
-        ClientError::Usage(format!(
-            "invalid head URL {url:?}: {e}; expected http://HOST:PORT"
-        ))
-    })?;
-    let endpoint = endpoint
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .http2_keep_alive_interval(KEEPALIVE)
-        .keep_alive_timeout(KEEPALIVE)
-        .keep_alive_while_idle(true);
-    Ok((url, endpoint))
-}
-
-/// Adds `http://` to a bare `HOST:PORT`.
-fn normalise(url: &str) -> String {
-    let url = url.trim();
-    if url.contains("://") {
-        url.to_string()
-    } else {
-        format!("http://{url}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn urls_are_normalised_and_checked() {
+        use crate::heads::{endpoint, normalise};
         assert_eq!(normalise("127.0.0.1:7600"), "http://127.0.0.1:7600");
         assert_eq!(normalise(" http://h:1 "), "http://h:1");
         assert!(endpoint("http://127.0.0.1:7600").is_ok());

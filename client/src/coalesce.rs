@@ -4,9 +4,13 @@
 //! loop) would otherwise pay one gRPC round trip per task. Each client (per namespace and
 //! caller) lazily starts one background task that takes every `submit` queued meanwhile, up to
 //! [`MAX_BATCH`] tasks, and sends them in one `Submit` call. A batch is all or none at the head,
-//! so when a coalesced call fails, each task is sent again on its own: a bad task fails only its
-//! own caller, never its neighbours. The background task holds a client without a coalescer,
-//! so it ends when the last client that uses it is dropped.
+//! so when the head refuses a coalesced call (nothing was applied), each task is sent again on
+//! its own: a bad task fails only its own caller, never its neighbours. A call whose outcome is
+//! unknown (the head unreachable, the reply lost, a leader change) is never split: it was
+//! already retried as the same batch under the same idempotency key (`Client::call`), so if it
+//! still failed, every caller of the batch gets that error, and no task is submitted twice. The
+//! background task holds a client without a coalescer, so it ends when the last client that
+//! uses it is dropped.
 
 use escher_proto::{TaskId, TaskSpec};
 use tokio::sync::{mpsc, oneshot};
@@ -51,10 +55,18 @@ async fn run(client: Client, mut rx: mpsc::UnboundedReceiver<Pending>) {
                     let _ = pending.reply.send(Ok(r.id()));
                 }
             }
-            Err(_) => {
-                // Someone's task was refused (or the call failed): let each learn its own fate.
+            Err(err) if err.is_refusal() => {
+                // Someone's task was refused, so nothing was applied: let each learn its own
+                // fate.
                 for Pending { spec, reply } in batch {
                     let _ = reply.send(submit_one(&client, spec).await);
+                }
+            }
+            Err(err) => {
+                // The outcome is unknown: sending the tasks again one by one could run them
+                // twice. Every caller learns what happened.
+                for pending in batch {
+                    let _ = pending.reply.send(Err(err.again()));
                 }
             }
         }

@@ -187,6 +187,47 @@ impl ClientError {
         }
     }
 
+    /// Whether the head (or the client, before sending) refused the request as it is: nothing
+    /// was applied, and sending it again unchanged gets the same answer. A failure that is not
+    /// a refusal (the head unreachable, the reply lost, any other status) leaves the outcome
+    /// unknown.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::InvalidArgument(_)
+                | ClientError::NotFound(_)
+                | ClientError::Invalid(_)
+                | ClientError::Usage(_)
+                | ClientError::MessageTooLarge { .. }
+        )
+    }
+
+    /// The same error again, for a second caller that shares its cause (one coalesced call
+    /// failing for every submit in it).
+    pub(crate) fn again(&self) -> ClientError {
+        match self {
+            ClientError::Connect { url, cause } => ClientError::Connect {
+                url: url.clone(),
+                cause: cause.clone(),
+            },
+            ClientError::Unavailable { url, message } => ClientError::Unavailable {
+                url: url.clone(),
+                message: message.clone(),
+            },
+            ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
+            ClientError::NotFound(m) => ClientError::NotFound(m.clone()),
+            ClientError::Invalid(e) => ClientError::Invalid(e.clone()),
+            ClientError::MessageTooLarge { call, size, limit } => ClientError::MessageTooLarge {
+                call,
+                size: *size,
+                limit: *limit,
+            },
+            ClientError::Protocol(e) => ClientError::Protocol(e.clone()),
+            ClientError::Rpc(status) => ClientError::Rpc(status.clone()),
+            other => ClientError::Usage(other.to_string()),
+        }
+    }
+
     /// Maps an error status from the head at `url` to a client error.
     pub(crate) fn from_status(status: tonic::Status, url: &str) -> ClientError {
         if let Some(evicted) = Evicted::from_status(&status) {

@@ -20,11 +20,9 @@ impl Client {
     /// UUID), which task holds each device, and any reconfiguration in progress.
     pub async fn gpus(&self) -> Result<Vec<NodeGpus>, ClientError> {
         let reply = self
-            .rpc()
-            .gpus(wire::GpusRequest {})
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(GpusReply::try_from(reply.into_inner())?.nodes)
+            .call(|mut rpc| async move { rpc.gpus(self.read(wire::GpusRequest {})).await })
+            .await?;
+        Ok(GpusReply::try_from(reply)?.nodes)
     }
 
     /// Changes GPU `gpu` of `node` to the MIG `layout` (`3g.20gb,2g.10gb,1g.5gb@6`: profiles,
@@ -45,12 +43,16 @@ impl Client {
             layout: layout.into(),
             drain,
         };
+        let ticket = self.ticket();
+        let mut request = wire::ApplyMigLayoutRequest::from(request);
+        request.key = Some(ticket.key().into());
         let reply = self
-            .rpc()
-            .apply_mig_layout(wire::ApplyMigLayoutRequest::from(request))
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(MigPlan::try_from(reply.into_inner())?)
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.apply_mig_layout(request).await }
+            })
+            .await?;
+        Ok(MigPlan::try_from(reply)?)
     }
 
     /// Waits until GPU `gpu` of `node` is not being reconfigured, at most `timeout` (`None`:

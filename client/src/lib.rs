@@ -30,6 +30,10 @@
 //!   namespace, calling task); its task methods are in `tasks.rs` (submit, get, wait, cancel,
 //!   describe, list, logs) and its resource methods in `resources.rs` (`set_resource`,
 //!   `adjust_resource`, `delete_resource`, the batch `set_resources`, `cluster_status`).
+//! - The head group (`heads.rs`, `heads_api.rs`): a client knows every replica of a
+//!   replicated head (`--head URL1,URL2,URL3`), follows the leader through elections, and sends
+//!   every write with an idempotency key so that its retries are never applied twice;
+//!   `Client::heads`, `Client::add_head`, `Client::remove_head`.
 //! - GPUs (`gpus.rs`): `Client::gpus` (each node's GPUs, MIG slices and who holds each
 //!   device), `Client::apply_mig_layout` and `Client::wait_mig_layout`.
 //! - [`Reservation`] (`reservation.rs`): `Client::reserve`, head-native all-or-nothing
@@ -56,6 +60,8 @@ mod client;
 mod coalesce;
 mod error;
 mod gpus;
+mod heads;
+mod heads_api;
 mod logs;
 mod reservation;
 mod resources;
@@ -70,8 +76,8 @@ pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
 pub use blocking::BlockingClient;
 pub use builder::{IntoTaskSpec, Task};
 pub use client::{
-    Client, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID, MAX_MESSAGE_BYTES,
-    caller_task_from_env,
+    Client, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID,
+    MAX_MESSAGE_BYTES, caller_task_from_env,
 };
 pub use error::ClientError;
 pub use logs::LogReader;

@@ -53,13 +53,12 @@ impl LogReader {
             offset: self.offset,
             max_bytes: 0,
         };
+        let request = wire::TaskLogsRequest::from(request);
         let reply = self
             .client
-            .rpc()
-            .task_logs(wire::TaskLogsRequest::from(request))
-            .await
-            .map_err(|s| self.client.error(s))?;
-        let chunk = LogChunk::from(reply.into_inner());
+            .call(|mut rpc| async move { rpc.task_logs(request).await })
+            .await?;
+        let chunk = LogChunk::from(reply);
         // Never move backwards, whatever the head says.
         self.offset = chunk.next_offset.max(self.offset + chunk.data.len() as u64);
         self.eof = chunk.eof;

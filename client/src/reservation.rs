@@ -84,14 +84,17 @@ impl Client {
             timeout,
             namespace: self.namespace().cloned(),
         };
-        let request = wire::ReserveRequest::from(request);
+        let ticket = self.ticket();
+        let mut request = wire::ReserveRequest::from(request);
+        request.key = Some(ticket.key().into());
         self.check_size("reserve", &request)?;
         let reply = self
-            .rpc()
-            .reserve(request)
-            .await
-            .map_err(|s| self.error(s))?;
-        let reply = ReserveReply::from(reply.into_inner());
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.reserve(request).await }
+            })
+            .await?;
+        let reply = ReserveReply::from(reply);
         if reply.task_ids.len() != bundles.len() {
             let why = Problem::Rule("does not hold one holder task per bundle");
             return Err(ConvertError::new("task_ids", why).into());

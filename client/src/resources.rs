@@ -83,14 +83,17 @@ impl Client {
             namespace: self.namespace().cloned(),
             caller_task,
         };
-        let request = wire::SetResourcesRequest::from(request);
+        let ticket = self.ticket();
+        let mut request = wire::SetResourcesRequest::from(request);
+        request.key = Some(ticket.key().into());
         self.check_size("set_resources", &request)?;
         let reply = self
-            .rpc()
-            .set_resources(request)
-            .await
-            .map_err(|s| self.error(s))?;
-        let reply = SetResourcesReply::from(reply.into_inner());
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.set_resources(request).await }
+            })
+            .await?;
+        let reply = SetResourcesReply::from(reply);
         if reply.outcomes.len() != count {
             let why = Problem::Rule("does not hold one outcome per update");
             return Err(ConvertError::new("outcomes", why).into());
@@ -102,11 +105,12 @@ impl Client {
     /// and what running tasks use; and how many tasks are pending and running.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
         let reply = self
-            .rpc()
-            .cluster_status(wire::ClusterStatusRequest {})
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(ClusterStatus::try_from(reply.into_inner())?)
+            .call(|mut rpc| async move {
+                rpc.cluster_status(self.read(wire::ClusterStatusRequest {}))
+                    .await
+            })
+            .await?;
+        Ok(ClusterStatus::try_from(reply)?)
     }
 }
 

@@ -81,14 +81,17 @@ impl Client {
             tasks: specs,
             namespace: self.namespace().cloned(),
         };
-        let request = wire::SubmitRequest::from(request);
+        let ticket = self.ticket();
+        let mut request = wire::SubmitRequest::from(request);
+        request.key = Some(ticket.key().into());
         self.check_size("submit", &request)?;
         let reply = self
-            .rpc()
-            .submit(request)
-            .await
-            .map_err(|s| self.error(s))?;
-        let reply = SubmitReply::from(reply.into_inner());
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.submit(request).await }
+            })
+            .await?;
+        let reply = SubmitReply::from(reply);
         if reply.task_ids.len() != refs.len() {
             let why = Problem::Rule("does not hold one id per submitted task");
             return Err(ConvertError::new("task_ids", why).into());
@@ -204,12 +207,14 @@ impl Client {
             num_returns,
             timeout: Some(slice),
         };
+        let request = wire::WaitRequest::from(request);
         let reply = self
-            .rpc()
-            .wait(wire::WaitRequest::from(request))
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(WaitReply::try_from(reply.into_inner())?)
+            .call(|mut rpc| {
+                let request = self.read(request.clone());
+                async move { rpc.wait(request).await }
+            })
+            .await?;
+        Ok(WaitReply::try_from(reply)?)
     }
 
     /// Cancels tasks; returns each one's status afterwards, in the order given. A pending task
@@ -225,22 +230,28 @@ impl Client {
         if request.task_ids.is_empty() {
             return Ok(Vec::new());
         }
+        let ticket = self.ticket();
+        let mut request = wire::CancelRequest::from(request);
+        request.key = Some(ticket.key().into());
         let reply = self
-            .rpc()
-            .cancel(wire::CancelRequest::from(request))
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(CancelReply::try_from(reply.into_inner())?.tasks)
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.cancel(request).await }
+            })
+            .await?;
+        Ok(CancelReply::try_from(reply)?.tasks)
     }
 
     /// Everything the head knows about one task: its spec, status, pending reason and times.
     pub async fn task_info(&self, task: impl Into<TaskId>) -> Result<TaskInfo, ClientError> {
+        let request = wire::DescribeTaskRequest::from(task.into());
         let reply = self
-            .rpc()
-            .describe_task(wire::DescribeTaskRequest::from(task.into()))
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(TaskInfo::try_from(reply.into_inner())?)
+            .call(|mut rpc| {
+                let request = self.read(request);
+                async move { rpc.describe_task(request).await }
+            })
+            .await?;
+        Ok(TaskInfo::try_from(reply)?)
     }
 
     /// Tasks in ascending id order, only those in `state` if given, at most `limit` of them
@@ -285,12 +296,14 @@ impl Client {
             limit,
             after,
         };
+        let request = wire::ListTasksRequest::from(request);
         let reply = self
-            .rpc()
-            .list_tasks(wire::ListTasksRequest::from(request))
-            .await
-            .map_err(|s| self.error(s))?;
-        Ok(ListTasksReply::try_from(reply.into_inner())?.tasks)
+            .call(|mut rpc| {
+                let request = self.read(request);
+                async move { rpc.list_tasks(request).await }
+            })
+            .await?;
+        Ok(ListTasksReply::try_from(reply)?.tasks)
     }
 
     /// Everything a command task has written to `stream` so far (all of it, once the task has

@@ -8,6 +8,11 @@
 //! The fake runs tasks instantly by their program or function name: `false` fails with exit
 //! code 1, `sleep` runs until cancelled, any other command succeeds with exit code 0; the
 //! function `double` returns twice its `u32` argument.
+//!
+//! For the replicated head's protocol it can play a replica that does not lead (every call
+//! answered "not leader", naming a leader or none), lose the reply of the next write it
+//! applies (answered as by a leader that just stepped down), and it answers a write whose
+//! idempotency key it has seen with the recorded reply, as the real head does.
 
 use std::collections::BTreeMap;
 use std::process::ExitCode;
@@ -17,7 +22,7 @@ use std::time::Duration;
 use clap::Parser;
 use escher_client::cli::Cli;
 use escher_client::{BlockingClient, Client, ClientError, ResourceUpdateExt, Task};
-use escher_proto::types::SetResourcesRequest;
+use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, ReplicaRole, SetResourcesRequest};
 use escher_proto::wire::cluster_server::{Cluster, ClusterServer};
 use escher_proto::{
     ClusterStatus, Labels, LogStream, Namespace, NodeId, NodeSpec, NodeStatus, ResourceStatus,
@@ -44,6 +49,12 @@ struct State {
     /// The one GPU's layout, and the layout being applied (done on the next `Gpus` call).
     mig_layout: String,
     mig_target: Option<String>,
+    /// The key of every `Submit` that reached the handler, in order.
+    submit_keys: Vec<Option<wire::RequestKey>>,
+    /// Replies of keyed submits, by (client, seq).
+    recorded: BTreeMap<(u64, u64), Vec<u64>>,
+    /// Apply the next submit but answer as if leadership was lost before the reply.
+    lose_next_reply: bool,
 }
 
 #[derive(Clone, Default)]
@@ -101,6 +112,7 @@ impl Cluster for FakeHead {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
+        let key = request.get_ref().key;
         let req = escher_proto::types::SubmitRequest::try_from(request.into_inner())?;
         if let Some(i) = req.tasks.iter().position(|t| t.name == "rejected") {
             return Err(Status::invalid_argument(format!(
@@ -108,6 +120,12 @@ impl Cluster for FakeHead {
             )));
         }
         let mut st = self.state();
+        st.submit_keys.push(key);
+        if let Some(ids) = key.and_then(|k| st.recorded.get(&(k.client, k.seq))) {
+            return Ok(Response::new(wire::SubmitReply {
+                task_ids: ids.clone(),
+            }));
+        }
         st.submit_namespaces.push(req.namespace);
         let mut ids = Vec::new();
         for spec in req.tasks {
@@ -116,7 +134,16 @@ impl Cluster for FakeHead {
             st.tasks.insert(id, (spec, status));
             ids.push(id);
         }
+        if let Some(k) = key {
+            st.recorded.insert((k.client, k.seq), ids.clone());
+        }
         self.changed.notify_waiters();
+        if std::mem::take(&mut st.lose_next_reply) {
+            let mut lost = Status::unavailable("leadership lost before the reply");
+            lost.metadata_mut()
+                .insert("escher-leader", "".parse().unwrap());
+            return Err(lost);
+        }
         Ok(Response::new(wire::SubmitReply { task_ids: ids }))
     }
 
@@ -420,6 +447,70 @@ impl Cluster for FakeHead {
             placed: true,
         }))
     }
+
+    async fn heads(
+        &self,
+        _request: Request<wire::HeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        Ok(Response::new(fake_heads(1).into()))
+    }
+
+    async fn change_heads(
+        &self,
+        request: Request<wire::ChangeHeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        let n = match HeadChange::try_from(request.into_inner())? {
+            HeadChange::Add { id, .. } => id,
+            HeadChange::Remove { .. } => 1,
+        };
+        Ok(Response::new(fake_heads(n).into()))
+    }
+}
+
+/// A group of replicas 1 to `n`, replica 1 leading.
+fn fake_heads(n: u64) -> HeadsReply {
+    HeadsReply {
+        group: "fake-group".into(),
+        replicas: (1..=n)
+            .map(|id| HeadReplica {
+                id,
+                address: format!("127.0.0.1:{}", 7600 + id),
+                role: Some(if id == 1 {
+                    ReplicaRole::Leader
+                } else {
+                    ReplicaRole::Follower
+                }),
+                term: 2,
+                commit_index: 9,
+                applied_index: 9,
+                reachable: true,
+                error: None,
+                leader: Some(1),
+                in_memory: true,
+            })
+            .collect(),
+    }
+}
+
+/// A replica that does not lead: every call is answered UNAVAILABLE with `escher-leader`
+/// naming `leader` (empty: none known). Returns its URL.
+async fn follower(leader: &str) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let leader = leader.to_string();
+    let service = ClusterServer::with_interceptor(FakeHead::default(), move |_req| {
+        let mut status = Status::unavailable("this fake replica is not the leader");
+        status
+            .metadata_mut()
+            .insert("escher-leader", leader.parse().unwrap());
+        Err(status)
+    });
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    url
 }
 
 /// Starts the fake head on `127.0.0.1:0`; returns it and its URL.
@@ -438,6 +529,80 @@ async fn start() -> (FakeHead, String) {
 
 async fn client(url: &str) -> Client {
     Client::connect(url).await.unwrap().without_caller_task()
+}
+
+#[tokio::test]
+async fn a_follower_sends_the_client_to_the_leader() {
+    let (head, leader) = start().await;
+    let follower = follower(&leader).await;
+    let client = client(&follower).await;
+    let task = client.submit(Task::command(["true"])).await.unwrap();
+    assert_eq!(client.leader_url(), leader);
+    let status = client
+        .get(&task, Some(Duration::from_secs(5)))
+        .await
+        .unwrap();
+    assert_eq!(status.state, TaskState::Succeeded);
+    let key = head.state().submit_keys[0].expect("a write carries its key");
+    assert_eq!((key.seq, key.first_incomplete), (1, 1));
+    assert_ne!(key.client, 0);
+}
+
+#[tokio::test]
+async fn a_replica_with_no_leader_is_retried_until_the_failover_timeout() {
+    let nowhere = follower("").await;
+    let client = client(&nowhere)
+        .await
+        .with_failover_timeout(Duration::from_millis(300));
+    let started = std::time::Instant::now();
+    let err = client.submit(Task::command(["true"])).await.unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.contains("no head replica answered as the leader"),
+        "{text}"
+    );
+    assert!(err.is_retryable());
+}
+
+#[tokio::test]
+async fn a_write_whose_reply_was_lost_is_retried_with_the_same_key_and_applied_once() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    head.state().lose_next_reply = true;
+    let refs = client
+        .submit_batch([Task::command(["true"]), Task::command(["true"])])
+        .await
+        .unwrap();
+    let ids: Vec<u64> = refs.iter().map(|r| r.id().0).collect();
+    assert_eq!(ids, [1, 2]);
+    let st = head.state();
+    assert_eq!(st.tasks.len(), 2, "applied once");
+    assert_eq!(st.submit_keys.len(), 2, "sent twice");
+    assert_eq!(st.submit_keys[0], st.submit_keys[1], "with one key");
+}
+
+#[tokio::test]
+async fn a_coalesced_batch_with_an_unknown_outcome_is_never_split() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    head.state().lose_next_reply = true;
+    // Concurrent submits travel in batches; the first batch's reply is lost once, and the
+    // retry of the same batch (same key) is answered with the recorded ids.
+    let handles: Vec<_> = (0..20)
+        .map(|_| {
+            let client = client.clone();
+            tokio::spawn(async move { client.submit(Task::command(["true"])).await })
+        })
+        .collect();
+    let mut ids = Vec::new();
+    for h in handles {
+        ids.push(h.await.unwrap().unwrap().id().0);
+    }
+    ids.sort_unstable();
+    assert_eq!(ids, (1..=20).collect::<Vec<_>>());
+    assert_eq!(head.state().tasks.len(), 20, "no task submitted twice");
 }
 
 #[tokio::test]
@@ -675,6 +840,24 @@ async fn cli(url: &str, args: &[&str]) -> anyhow::Result<(ExitCode, String)> {
     let mut out = Vec::new();
     let code = escher_client::cli::run_with(Cli::try_parse_from(argv)?, &mut out).await?;
     Ok((code, String::from_utf8(out)?))
+}
+
+#[tokio::test]
+async fn heads_are_shown_and_changed() {
+    let (_head, url) = start().await;
+    let (code, out) = cli(&url, &["heads"]).await.unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(
+        out.contains("head group fake-group: 1 replica(s), replica 1 leads"),
+        "{out}"
+    );
+    let (_, out) = cli(&url, &["heads", "add", "3=127.0.0.1:7603"])
+        .await
+        .unwrap();
+    assert!(out.contains("3 replica(s)"), "{out}");
+    let (_, out) = cli(&url, &["status"]).await.unwrap();
+    assert!(out.contains("head group fake-group"), "{out}");
+    assert!(cli(&url, &["heads", "add", "3=http://x:1"]).await.is_err());
 }
 
 #[tokio::test]

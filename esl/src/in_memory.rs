@@ -10,7 +10,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use escher_head::state::{ClusterState, Command, Effect, Entry, Reply, StateConfig};
+use escher_head::state::{
+    ClusterState, Command, Effect, Entry, Joining, Reply, SecretHash, StateConfig,
+};
 use escher_proto::types::{
     ClusterStatus, GangStrategy, Labels, NodeId, ReserveReply, ResourceName, ResourceSet,
     ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
@@ -72,11 +74,15 @@ impl InMemoryCluster {
     pub fn add_node(&self, resources: &str) -> NodeId {
         let resources: ResourceSet = resources.parse().unwrap_or_default();
         let command = Command::RegisterNode {
-            name: "sim".into(),
-            address: "in-memory".into(),
-            resources,
-            labels: Labels::new(),
-            previous: None,
+            worker: Joining {
+                name: "sim".into(),
+                address: "in-memory".into(),
+                resources,
+                labels: Labels::new(),
+                gpus: Vec::new(),
+                boot: 1,
+            },
+            secret: SecretHash::of("in-memory"),
         };
         match self.apply(command) {
             Ok(Reply::Registered(id)) => id,
@@ -142,7 +148,7 @@ impl InMemoryCluster {
         let now = inner.now;
         let reply = inner
             .state
-            .apply(Entry { now, command })
+            .apply(Entry::new(now, command))
             .map_err(|e| EslError::Refused(e.to_string()))?;
         let mut effects = inner.state.take_effects();
         while !effects.is_empty() {
@@ -166,10 +172,9 @@ impl Inner {
                 let (task, attempt) = (assignment.task_id, assignment.attempt);
                 self.running.insert(task, (node, attempt));
                 self.history.push((task, node));
-                let _ = self.state.apply(Entry {
-                    now,
-                    command: Command::TaskStarted { task, attempt },
-                });
+                let _ = self
+                    .state
+                    .apply(Entry::new(now, Command::TaskStarted { task, attempt }));
                 let ghost = matches!(assignment.spec.kind, TaskKind::Ghost { .. });
                 if self.mode == Mode::Instant && !ghost {
                     let outcome = Ok(TaskResult::Returned(Vec::new()));
@@ -182,8 +187,8 @@ impl Inner {
             Effect::Terminal { task } => {
                 self.running.remove(&task);
             }
-            // No GPUs in memory: nothing to reconfigure.
-            Effect::ReconfigureMig { .. } => {}
+            // No GPUs in memory: nothing to reconfigure; no worker comes back.
+            Effect::ReconfigureMig { .. } | Effect::Rejoined { .. } => {}
         }
     }
 
@@ -195,10 +200,9 @@ impl Inner {
             outcome,
             timed_out: false,
         };
-        let _ = self.state.apply(Entry {
-            now: self.now,
-            command: Command::TaskFinished(report),
-        });
+        let _ = self
+            .state
+            .apply(Entry::new(self.now, Command::TaskFinished(report)));
     }
 }
 

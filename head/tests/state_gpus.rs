@@ -6,7 +6,7 @@ mod state_support;
 
 use std::collections::BTreeSet;
 
-use escher_head::state::{ApplyError, Command, Reply};
+use escher_head::state::{ApplyError, Command, Joining, Reply, SecretHash};
 use escher_proto::Amount;
 use escher_proto::mig::GpuModel;
 use escher_proto::types::{
@@ -65,11 +65,15 @@ fn gpu_node(t: &mut TestState, gpus: Vec<GpuInfo>) -> NodeId {
     }
     let node = match t
         .apply(Command::RegisterNode {
-            name: "gpu-box".into(),
-            address: "gpu-box:7601".into(),
-            resources,
-            labels: Labels::new(),
-            previous: None,
+            worker: Joining {
+                name: "gpu-box".into(),
+                address: "gpu-box:7601".into(),
+                resources,
+                labels: Labels::new(),
+                gpus: Vec::new(),
+                boot: 1,
+            },
+            secret: SecretHash::of("gpu-box"),
         })
         .reply
     {

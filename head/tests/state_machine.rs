@@ -8,15 +8,18 @@ use std::time::Duration;
 
 use escher_head::scheduler::CoreError;
 use escher_head::state::{
-    ApplyError, ClusterState, Command, Effect, Entry, Reply, RetentionPolicy, StateConfig,
+    ApplyError, ClusterState, Command, Effect, Entry, Reply, RetentionPolicy, Returning,
+    StateConfig,
 };
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, Delta, Labels, NodeId, NodeSpec, ResourceUpdate, TaskFinished,
-    TaskId, TaskResult, TaskState,
+    Amount, Capacity, CapacityOp, Delta, NodeId, NodeSpec, RequestKey, ResourceUpdate, RunningTask,
+    TaskFinished, TaskId, TaskResult, TaskState,
 };
 use proptest::prelude::*;
+use state_support::ops::{Op, command_for, op};
 use state_support::{
-    T0, TestState, adjust, check_invariants, matching, name, on, render, report, res, set, task,
+    CLUSTER, T0, TestState, adjust, check_invariants, joining, matching, name, on, render, report,
+    res, secret, set, task,
 };
 
 fn ok(code: i32) -> Result<TaskResult, String> {
@@ -191,7 +194,7 @@ fn a_lost_nodes_tasks_are_retried_elsewhere_or_failed_and_its_resources_vanish()
     let fx = t.remove_node(n3);
     assert_eq!(fx, ["terminal 2", "terminal 3"]);
     assert_eq!(t.task_state(b), TaskState::Failed);
-    assert_eq!(t.reason(b), "node 3 lost");
+    assert_eq!(t.reason(b), "node 3 lost: heartbeat timeout");
     assert_eq!(t.task_state(c), TaskState::Failed);
     let cluster = t.cluster();
     assert!(!cluster.node(n3).unwrap().alive);
@@ -908,15 +911,19 @@ fn fixed_entries() -> Vec<Entry> {
     let mut rng = Lcg(7);
     let mut now = T0;
     let mut entries = Vec::new();
-    let mut push = |command: Command, now: u64| entries.push(Entry { now, command });
+    let mut push = |command: Command, now: u64| entries.push(Entry::new(now, command));
+    push(
+        Command::Init {
+            cluster_id: CLUSTER.into(),
+        },
+        now,
+    );
     for i in 0..3 {
-        let resources = res(&format!("cpu={},memory=1024", i + 1));
+        let mut worker = joining(&format!("w{i}"), &format!("cpu={},memory=1024", i + 1), 1);
+        worker.labels = format!("rack=r{i}").parse().unwrap();
         let command = Command::RegisterNode {
-            name: format!("w{i}"),
-            address: format!("10.0.0.{i}:7601"),
-            resources,
-            labels: format!("rack=r{i}").parse().unwrap(),
-            previous: None,
+            worker,
+            secret: secret(&format!("w{i}")),
         };
         push(command, now);
     }
@@ -977,12 +984,16 @@ fn fixed_entries() -> Vec<Entry> {
                     node,
                     reason: "heartbeat timeout".into(),
                 },
-                _ => Command::RegisterNode {
-                    name: "late".into(),
-                    address: "10.0.0.9:7601".into(),
-                    resources: res("cpu=2"),
-                    labels: Labels::new(),
-                    previous: Some(node),
+                _ => Command::RejoinNode {
+                    worker: joining("late", "cpu=2", 1 + rng.next(2)),
+                    back: Returning {
+                        cluster: CLUSTER.into(),
+                        node,
+                        // Right for node 1 only: the others are refused.
+                        secret: secret("w0"),
+                        running: Vec::new(),
+                        finished: Vec::new(),
+                    },
                 },
             },
             _ => Command::Tick,
@@ -1010,7 +1021,7 @@ fn run(entries: &[Entry]) -> (Vec<Step>, ClusterState) {
 #[test]
 fn the_same_entries_give_the_same_replies_effects_and_state() {
     let entries = fixed_entries();
-    assert_eq!(entries.len(), 50);
+    assert_eq!(entries.len(), 51);
     let (a, state_a) = run(&entries);
     let (b, state_b) = run(&entries);
     assert_eq!(a, b);
@@ -1065,12 +1076,25 @@ fn every_kind_of_entry_survives_bincode() {
         creates.push((name("inf"), Capacity::Unbounded));
     }
     let commands = vec![
+        Command::Init {
+            cluster_id: "c".into(),
+        },
         Command::RegisterNode {
-            name: "w".into(),
-            address: "[::1]:7601".into(),
-            resources: res("cpu=16,mig.1g.10gb=2"),
-            labels: "zone=a,gpu=h100".parse().unwrap(),
-            previous: Some(NodeId(u64::MAX)),
+            worker: joining("w", "cpu=16,mig.1g.10gb=2", u64::MAX),
+            secret: secret("w"),
+        },
+        Command::RejoinNode {
+            worker: joining("w", "cpu=1", 3),
+            back: Returning {
+                cluster: "c".into(),
+                node: NodeId(u64::MAX),
+                secret: secret("w"),
+                running: vec![RunningTask {
+                    task_id: TaskId(4),
+                    attempt: 2,
+                }],
+                finished: vec![report(TaskId(5), 1, Err("e".into()))],
+            },
         },
         Command::RemoveNode {
             node: NodeId(3),
@@ -1117,9 +1141,15 @@ fn every_kind_of_entry_survives_bincode() {
     ];
     let config = bincode::config::standard();
     for (i, command) in commands.into_iter().enumerate() {
+        let key = (i % 2 == 0).then_some(RequestKey {
+            client: 7,
+            seq: i as u64 + 1,
+            first_incomplete: 1,
+        });
         let entry = Entry {
             now: T0 + i as u64,
             command,
+            key,
         };
         let bytes = bincode::serde::encode_to_vec(&entry, config).unwrap();
         let (back, _): (Entry, usize) = bincode::serde::decode_from_slice(&bytes, config).unwrap();
@@ -1130,305 +1160,157 @@ fn every_kind_of_entry_survives_bincode() {
 // ---- 13. reconnects ----------------------------------------------------------------------
 
 #[test]
-fn a_reconnecting_worker_keeps_its_id_and_tasks_while_live() {
+fn the_same_worker_process_coming_back_keeps_its_node_and_its_tasks() {
     let mut t = TestState::new();
     let n1 = t.node("w1", "cpu=2");
     let (a, _) = t.submit(task("cpu=1"));
-    let (id, fx) = t.register("w1-again", "cpu=2", Some(n1));
+    let (id, fx) = t.rejoin(n1, "w1", 1, &[(a, 1)], Vec::new()).unwrap();
     assert_eq!(id, n1);
-    assert!(fx.is_empty());
+    assert_eq!(fx, ["rejoined 1"], "nothing to send again");
     assert_eq!(t.task_state(a), TaskState::Running);
     assert_eq!(t.state.running_on(n1), [(a, 1)]);
-    let cluster = t.cluster();
-    assert_eq!(cluster.nodes.len(), 1);
-    assert_eq!(cluster.nodes[0].name, "w1-again");
-    assert_eq!(cluster.nodes[0].address, "w1-again.example:7601");
+    assert_eq!(t.cluster().nodes.len(), 1);
     assert_eq!(t.slot(n1, "cpu"), Some(("2".into(), "1".into())));
-
-    // After it was declared lost, it comes back as a new node.
-    assert_eq!(t.remove_node(n1), ["terminal 1"]);
-    let (id, _) = t.register("w1", "cpu=2", Some(n1));
-    assert_eq!(id, NodeId(2));
-    let cluster = t.cluster();
-    assert!(!cluster.node(n1).unwrap().alive);
-    assert!(cluster.node(id).unwrap().alive);
-    // An id the head never gave out also gets a new id.
-    let (id, _) = t.register("w9", "cpu=1", Some(NodeId(77)));
-    assert_eq!(id, NodeId(3));
 }
 
 #[test]
-fn a_worker_never_gets_back_an_id_it_claims_from_an_earlier_head() {
-    // A restarted head (no state yet) would hand out node 1 first. A worker that was node 1
-    // under the old head must not get it: it would keep running the old head's tasks as if
-    // the new head had given them, and the new head reuses their task ids.
+fn an_assignment_the_worker_never_got_is_sent_again_with_the_same_attempt() {
     let mut t = TestState::new();
-    let (id, _) = t.register("w1", "cpu=2", Some(NodeId(1)));
-    assert_eq!(id, NodeId(2));
-    // An id it did not claim is given out as usual.
-    let (id, _) = t.register("w2", "cpu=2", Some(NodeId(1)));
-    assert_eq!(id, NodeId(3));
-    let (id, _) = t.register("w3", "cpu=2", None);
-    assert_eq!(id, NodeId(4));
+    let n1 = t.node("w1", "cpu=2");
+    let (a, _) = t.submit(task("cpu=1"));
+    let (b, _) = t.submit(task("cpu=1"));
+    // The worker runs `a`, finished `b` (unacknowledged), and never heard of a third task.
+    let (c, _) = {
+        t.apply(Command::TaskFinished(report(b, 1, ok(0))));
+        t.submit(task("cpu=1"))
+    };
+    let b2 = t.submit(task("cpu=1")).0;
+    let _ = b2;
+    let (_, fx) = t
+        .rejoin(n1, "w1", 1, &[(a, 1)], vec![report(c, 1, ok(0))])
+        .unwrap();
+    // `c` ended by the report it carried, which freed room for the fourth task.
+    assert_eq!(t.task_state(c), TaskState::Succeeded);
+    assert_eq!(fx, ["rejoined 1", "terminal 3", "assign 4->1 #1"]);
+    // A worker that never got the fourth task's assignment: it is sent again, same attempt.
+    let (_, fx) = t.rejoin(n1, "w1", 1, &[(a, 1)], Vec::new()).unwrap();
+    assert_eq!(fx, ["rejoined 1", "assign 4->1 #1"]);
+    // The same report again (an acknowledgement lost) changes nothing.
+    let (_, fx) = t
+        .rejoin(
+            n1,
+            "w1",
+            1,
+            &[(a, 1), (TaskId(4), 1)],
+            vec![report(c, 1, ok(0))],
+        )
+        .unwrap();
+    assert_eq!(fx, ["rejoined 1"]);
+}
+
+#[test]
+fn a_restarted_worker_keeps_its_node_id_and_its_tasks_are_retried() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let (a, _) = t.submit(task("cpu=1").retries(1));
+    let (b, _) = t.submit(task("cpu=1"));
+    assert_eq!(t.task_state(b), TaskState::Pending);
+    let (id, fx) = t.rejoin(n1, "w1", 2, &[], Vec::new()).unwrap();
+    assert_eq!(id, n1);
+    // `a` lost its first attempt; the node comes back (with 2 CPUs now): `b`, which waited,
+    // and `a`, submitted again, run.
+    assert_eq!(fx, ["rejoined 1", "assign 2->1 #1", "assign 1->1 #2"]);
+    let status = t.status(a);
+    assert_eq!(status.attempt, 2);
+    let reason = t.state.task(a).unwrap().reason.clone().unwrap_or_default();
+    assert!(reason.contains("restarted"), "{reason}");
+    assert!(t.cluster().node(n1).unwrap().alive);
+}
+
+#[test]
+fn a_node_declared_lost_comes_back_under_its_id_and_its_old_attempts_are_cancelled() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=2");
+    let (a, _) = t.submit(task("cpu=1"));
+    assert_eq!(t.remove_node(n1), ["terminal 1"]);
+    let (id, fx) = t.rejoin(n1, "w1", 1, &[(a, 1)], Vec::new()).unwrap();
+    assert_eq!(id, n1);
+    assert_eq!(fx, ["rejoined 1", "cancel 1@1 #1"]);
+    let cluster = t.cluster();
+    assert!(cluster.node(n1).unwrap().alive);
+    assert_eq!(cluster.nodes.len(), 1, "no second node");
+}
+
+#[test]
+fn a_wrong_secret_an_unknown_node_or_another_cluster_is_refused() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=2");
+    let err = t.rejoin(n1, "w2", 1, &[], Vec::new()).unwrap_err();
+    assert_eq!(err, ApplyError::WrongSecret(n1));
+    let text = err.to_string();
+    assert!(
+        text.contains("node 1") && text.contains("state directory"),
+        "{text}"
+    );
+    let err = t.rejoin(NodeId(9), "w1", 1, &[], Vec::new()).unwrap_err();
+    assert_eq!(err, ApplyError::UnknownNode(NodeId(9)));
+    let other = Command::RejoinNode {
+        worker: joining("w1", "cpu=2", 1),
+        back: Returning {
+            cluster: "another".into(),
+            node: n1,
+            secret: secret("w1"),
+            running: Vec::new(),
+            finished: Vec::new(),
+        },
+    };
+    let err = t.try_apply(other).unwrap_err();
+    assert!(err.is_not_found(), "{err}");
+    // New registrations never reuse an id.
+    assert_eq!(t.register("w2", "cpu=1").0, NodeId(2));
+}
+
+#[test]
+fn a_keyed_write_is_applied_once_and_its_retry_gets_the_same_reply() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=2");
+    let key = RequestKey {
+        client: 42,
+        seq: 1,
+        first_incomplete: 1,
+    };
+    let submit = Command::Submit {
+        tasks: vec![task("cpu=1").build()],
+        namespace: None,
+    };
+    let first = t
+        .state
+        .apply(Entry {
+            now: t.now,
+            command: submit.clone(),
+            key: Some(key),
+        })
+        .unwrap();
+    assert_eq!(first, Reply::Submitted(vec![TaskId(1)]));
+    t.state.take_effects();
+    let again = t
+        .state
+        .apply(Entry {
+            now: t.now + 5,
+            command: submit.clone(),
+            key: Some(key),
+        })
+        .unwrap();
+    assert_eq!(again, first);
+    assert!(t.state.take_effects().is_empty(), "a replay does nothing");
+    assert_eq!(t.state.list_tasks(None, 10, None).len(), 1);
+    // Without a key the same command is another write.
+    t.apply(submit);
+    assert_eq!(t.state.list_tasks(None, 10, None).len(), 2);
+    check_invariants(&t.state);
 }
 
 // ---- property test -----------------------------------------------------------------------
-
-/// One step, resolved against the current state by the harness.
-#[derive(Debug, Clone)]
-enum Op {
-    AddNode {
-        cpu: u8,
-        with_q: bool,
-    },
-    Reconnect {
-        pick: u8,
-    },
-    RemoveNode {
-        pick: u8,
-    },
-    Submit {
-        kind: u8,
-        cpu: u8,
-        q: u8,
-        retries: u8,
-        deadline: Option<u16>,
-        ns: bool,
-    },
-    Finish {
-        pick: u8,
-        outcome: u8,
-        stale: bool,
-    },
-    Started {
-        pick: u8,
-    },
-    Cancel {
-        pick: u8,
-        also_unknown: bool,
-    },
-    Set {
-        pick: u8,
-        res: u8,
-        cap: u8,
-    },
-    Adjust {
-        pick: u8,
-        res: u8,
-        delta: i8,
-    },
-    SetLocal {
-        pick: u8,
-        delta: i8,
-    },
-    SetMatch {
-        res: u8,
-        num: Option<u8>,
-    },
-    Tick {
-        advance: u16,
-    },
-}
-
-const APP_NAMES: [&str; 3] = ["q", "bundle", "done"];
-
-fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        2 => (1..5u8, any::<bool>()).prop_map(|(cpu, with_q)| Op::AddNode { cpu, with_q }),
-        1 => any::<u8>().prop_map(|pick| Op::Reconnect { pick }),
-        1 => any::<u8>().prop_map(|pick| Op::RemoveNode { pick }),
-        5 => (0..6u8, 0..3u8, 0..3u8, 0..3u8, proptest::option::of(0..2000u16), any::<bool>())
-            .prop_map(|(kind, cpu, q, retries, deadline, ns)| Op::Submit {
-                kind, cpu, q, retries, deadline, ns
-            }),
-        5 => (any::<u8>(), 0..7u8, any::<bool>())
-            .prop_map(|(pick, outcome, stale)| Op::Finish { pick, outcome, stale }),
-        1 => any::<u8>().prop_map(|pick| Op::Started { pick }),
-        1 => (any::<u8>(), any::<bool>())
-            .prop_map(|(pick, also_unknown)| Op::Cancel { pick, also_unknown }),
-        2 => (any::<u8>(), 0..3u8, 0..4u8).prop_map(|(pick, res, cap)| Op::Set { pick, res, cap }),
-        2 => (any::<u8>(), 0..3u8, -3..4i8)
-            .prop_map(|(pick, res, delta)| Op::Adjust { pick, res, delta }),
-        1 => (any::<u8>(), -2..3i8).prop_map(|(pick, delta)| Op::SetLocal { pick, delta }),
-        1 => (0..3u8, proptest::option::of(0..3u8)).prop_map(|(res, num)| Op::SetMatch { res, num }),
-        2 => (0..3000u16).prop_map(|advance| Op::Tick { advance }),
-    ]
-}
-
-fn pick<T: Copy>(items: &[T], i: u8) -> Option<T> {
-    (!items.is_empty()).then(|| items[i as usize % items.len()])
-}
-
-fn delta(d: i8) -> Delta {
-    let a = Amount::units(u64::from(d.unsigned_abs())).unwrap();
-    if d < 0 {
-        Delta::decrease(a)
-    } else {
-        Delta::increase(a)
-    }
-}
-
-/// Turns an op into a command against the current state; `None` when it does not apply.
-fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
-    let live = t.state.live_nodes();
-    let all_nodes: Vec<NodeId> = t.cluster().nodes.iter().map(|n| n.id).collect();
-    let running: Vec<TaskId> = (1..=known)
-        .map(TaskId)
-        .filter(|id| {
-            t.state
-                .task(*id)
-                .is_some_and(|r| r.state == TaskState::Running)
-        })
-        .collect();
-    let ids: Vec<TaskId> = (1..=known).map(TaskId).collect();
-    Some(match *op {
-        Op::AddNode { cpu, with_q } => {
-            let text = if with_q {
-                format!("cpu={cpu},q=1")
-            } else {
-                format!("cpu={cpu}")
-            };
-            Command::RegisterNode {
-                name: "w".into(),
-                address: "a".into(),
-                resources: res(&text),
-                labels: Labels::new(),
-                previous: None,
-            }
-        }
-        Op::Reconnect { pick: p } => Command::RegisterNode {
-            name: "w".into(),
-            address: "b".into(),
-            resources: res("cpu=2"),
-            labels: Labels::new(),
-            previous: Some(pick(&all_nodes, p)?),
-        },
-        Op::RemoveNode { pick: p } => Command::RemoveNode {
-            node: pick(&all_nodes, p)?,
-            reason: "lost".into(),
-        },
-        Op::Submit {
-            kind,
-            cpu,
-            q,
-            retries,
-            deadline,
-            ns,
-        } => {
-            let mut resources = format!("cpu={cpu}");
-            if q > 0 {
-                resources.push_str(&format!(",q={q}"));
-            }
-            let mut spec = match kind {
-                0 => task(&resources).ghost("bundle=2"),
-                1 => task("bundle=1"),
-                2 => task(&resources).on_success(adjust("done", "+1", NodeSpec::Local)),
-                3 => task("done=1").on_start(adjust("done", "-1", NodeSpec::Local)),
-                4 => task(&resources).function("f"),
-                _ => task(&resources),
-            };
-            spec = spec.retries(u32::from(retries));
-            if let Some(ms) = deadline {
-                spec = spec.pending_deadline(Duration::from_millis(u64::from(ms)));
-            }
-            let namespace = ns.then(|| "app".parse().unwrap());
-            Command::Submit {
-                tasks: vec![spec.build()],
-                namespace,
-            }
-        }
-        Op::Finish {
-            pick: p,
-            outcome,
-            stale,
-        } => {
-            let task_id = pick(&running, p)?;
-            let rec = t.state.task(task_id)?;
-            let attempt = if stale {
-                rec.attempt.saturating_sub(1)
-            } else {
-                rec.attempt
-            };
-            let (outcome, timed_out) = match outcome {
-                0 => (ok(0), false),
-                1 => (ok(2), false),
-                2 => (ok(137), true),
-                3 => (Ok(TaskResult::Released), false),
-                4 => (Ok(TaskResult::Returned(vec![0; 40])), false),
-                5 => (Ok(TaskResult::Returned(vec![1])), false),
-                _ => (Err("failed".into()), false),
-            };
-            Command::TaskFinished(TaskFinished {
-                task_id,
-                attempt,
-                outcome,
-                timed_out,
-            })
-        }
-        Op::Started { pick: p } => {
-            let task = pick(&ids, p)?;
-            Command::TaskStarted {
-                task,
-                attempt: t.state.task(task)?.attempt,
-            }
-        }
-        Op::Cancel {
-            pick: p,
-            also_unknown,
-        } => {
-            let mut tasks = vec![pick(&ids, p)?];
-            if also_unknown {
-                tasks.push(TaskId(known + 1));
-            }
-            Command::Cancel { tasks }
-        }
-        Op::Set {
-            pick: p,
-            res: r,
-            cap: c,
-        } => Command::SetResources {
-            updates: vec![set(
-                APP_NAMES[r as usize],
-                &c.to_string(),
-                on(pick(&all_nodes, p)?),
-            )],
-            namespace: None,
-            caller_task: None,
-        },
-        Op::Adjust {
-            pick: p,
-            res: r,
-            delta: d,
-        } => Command::SetResources {
-            updates: vec![ResourceUpdate {
-                name: name(APP_NAMES[r as usize]),
-                op: CapacityOp::Adjust(delta(d)),
-                target: on(pick(&live, p).unwrap_or(NodeId(99))),
-            }],
-            namespace: None,
-            caller_task: None,
-        },
-        Op::SetLocal { pick: p, delta: d } => Command::SetResources {
-            updates: vec![ResourceUpdate {
-                name: name("done"),
-                op: CapacityOp::Adjust(delta(d)),
-                target: NodeSpec::Local,
-            }],
-            namespace: None,
-            caller_task: pick(&ids, p),
-        },
-        Op::SetMatch { res: r, num } => Command::SetResources {
-            updates: vec![set(
-                APP_NAMES[r as usize],
-                "1",
-                matching("cpu=1", num.map(u32::from)),
-            )],
-            namespace: None,
-            caller_task: None,
-        },
-        Op::Tick { .. } => Command::Tick,
-    })
-}
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
@@ -1476,7 +1358,7 @@ proptest! {
                     Effect::Terminal { task } => {
                         prop_assert!(t.task_state(*task).is_terminal());
                     }
-                    Effect::ReconfigureMig { node, .. } => {
+                    Effect::ReconfigureMig { node, .. } | Effect::Rejoined { node } => {
                         prop_assert!(t.state.node_alive(*node));
                     }
                 }

@@ -12,7 +12,7 @@ use escher_head::state::{
 use escher_proto::types::{
     Evicted, GangStrategy, NodeSpec, TaskId, TaskResult, TaskState, Tombstone,
 };
-use state_support::{T0, TestState, check_invariants, name, res, set, task};
+use state_support::{T0, TestState, check_invariants, name, register_command, res, set, task};
 
 /// A state that keeps `finished` finished tasks (for `for_ms`), `tombstones` tombstones, and
 /// dead nodes for `nodes_ms`.
@@ -269,10 +269,35 @@ fn dead_nodes_shrink_to_a_tombstone_after_the_grace_period() {
     assert_eq!(ids, [nodes[2], nodes[3]]);
     assert_eq!(t.state.retained_counts().2, 2);
 
-    // A worker that claims a reclaimed id gets a new one.
-    let (again, _) = t.register("w0", "cpu=1", Some(nodes[0]));
+    // A worker that comes back with a reclaimed id is refused (its record is gone), and
+    // joins again as a new node, never under an id used before.
+    let refused = t.rejoin(nodes[0], "w0", 2, &[], Vec::new());
+    assert!(
+        matches!(refused, Err(ApplyError::UnknownNode(n)) if n == nodes[0]),
+        "{refused:?}"
+    );
+    let (again, _) = t.register("w0", "cpu=1");
     assert!(again > nodes[3]);
     assert!(t.state.core().has_node(again) && !t.state.core().has_node(nodes[0]));
+}
+
+#[test]
+fn a_node_that_comes_back_within_its_grace_period_is_never_reclaimed() {
+    let mut t = keeping(10, HOUR, 10, 1_000);
+    let n = t.node("w0", "cpu=1");
+    t.remove_node(n);
+    // Its worker restarted and rejoins with its id and secret before the grace period ends.
+    t.rejoin(n, "w0", 2, &[], Vec::new()).unwrap();
+    t.tick_at(t.now + 5_000);
+    assert!(t.state.core().has_node(n));
+    assert!(t.cluster().nodes.iter().any(|node| node.id == n));
+    assert_eq!(t.state.retained_counts().2, 0);
+    check_invariants(&t.state);
+    // Lost again later, it is reclaimed a grace period after that.
+    t.remove_node(n);
+    t.tick_at(t.now + 5_000);
+    assert!(!t.state.core().has_node(n));
+    assert_eq!(t.state.retained_counts().2, 1);
 }
 
 #[test]
@@ -302,16 +327,15 @@ fn names_no_task_or_node_uses_are_reclaimed_through_the_state() {
 fn churn() -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut now = T0;
-    let mut push = |command: Command, now: u64| entries.push(Entry { now, command });
+    let mut push = |command: Command, now: u64| {
+        entries.push(Entry {
+            now,
+            command,
+            key: None,
+        })
+    };
     for i in 0..3 {
-        let command = Command::RegisterNode {
-            name: format!("w{i}"),
-            address: format!("10.0.0.{i}:7601"),
-            resources: res("cpu=2"),
-            labels: Default::default(),
-            previous: None,
-        };
-        push(command, now);
+        push(register_command(&format!("w{i}"), "cpu=2"), now);
     }
     for round in 0..200u64 {
         now += 37;

@@ -1,12 +1,22 @@
-//! [`ProcessCluster`]: a real `escher-head` process and real `escher-worker` processes on
-//! loopback, for end-to-end tests that kill, stop and restart them.
+//! [`ProcessCluster`]: real `escher-head` processes (one, or the replicas of a raft group) and
+//! real `escher-worker` processes on loopback, for end-to-end tests that kill, stop, restart
+//! and partition them.
+//!
+//! A replicated head ([`ProcessClusterBuilder::heads`]) is started on ports chosen up front,
+//! every replica with the same `--peers` list (or, with [`ProcessClusterBuilder::proxied`],
+//! each replica reaching each other one through a [`Proxy`] the test controls, so that it can
+//! cut any replica off: a partition). Durable heads ([`ProcessClusterBuilder::durable`]) keep
+//! their raft logs in the cluster's directory and are restarted on the same port and data
+//! directory.
 //!
 //! The binaries are the ones cargo built next to the test executable (`target/<profile>/`);
 //! `cargo test --workspace` builds them, `cargo test --test NAME` alone does not, and then the
 //! tests fail with a message saying so rather than skip.
 //!
 //! Everything a cluster starts lives in one temporary directory: the head's address file, each
-//! process's stdout and stderr, each worker's task logs, and whatever the tests' tasks write.
+//! process's stdout and stderr, each worker's task logs and state directory (its node
+//! identity: a worker started again under the same name keeps its node id), `ESCHER_HOME`,
+//! and whatever the tests' tasks write.
 //! Every process the cluster starts, and every process those start (command tasks inherit
 //! their worker's environment), carries a marker in its environment, so dropping the cluster
 //! kills them all: the head and the workers with kill + wait, and the task processes that a
@@ -15,7 +25,9 @@
 
 #![allow(dead_code)] // each test file uses a different part of the support
 
-use std::collections::BTreeSet;
+pub mod proxy;
+
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::future::Future;
 use std::path::{Path, PathBuf};
@@ -26,6 +38,7 @@ use escher::Client;
 use escher::types::{ClusterStatus, NodeId};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use proxy::Proxy;
 
 /// How long any one wait in these tests may take before the test fails. Generous: the
 /// machine may be small and busy with other tests.
@@ -103,6 +116,18 @@ impl Proc {
     }
 }
 
+/// A head replica of the cluster.
+#[derive(Debug)]
+struct HeadProc {
+    /// Its replica id (index + 1).
+    id: u64,
+    /// The address it listens on; `None` until the first start of a lone head (port 0).
+    listen: Option<String>,
+    /// Its flags, less `--listen`.
+    args: Vec<String>,
+    proc: Option<Proc>,
+}
+
 /// A worker process of the cluster.
 #[derive(Debug)]
 struct WorkerProc {
@@ -118,6 +143,10 @@ pub struct ProcessClusterBuilder {
     resources: String,
     heartbeat_interval_ms: u64,
     heartbeat_timeout_ms: u64,
+    heads: usize,
+    durable: bool,
+    proxied: bool,
+    raft_tick_ms: u64,
 }
 
 impl ProcessClusterBuilder {
@@ -139,7 +168,26 @@ impl ProcessClusterBuilder {
         self
     }
 
-    /// Starts the head, then the workers, and waits until every worker is a live node.
+    /// `n` head replicas in one raft group (default 1: a lone head).
+    pub fn heads(mut self, n: usize) -> Self {
+        self.heads = n;
+        self
+    }
+
+    /// Heads keep their raft logs on disk (`--data-dir`), in the cluster's directory.
+    pub fn durable(mut self) -> Self {
+        self.durable = true;
+        self
+    }
+
+    /// Replicas reach one another through proxies the test controls (see
+    /// [`ProcessCluster::isolate`]).
+    pub fn proxied(mut self) -> Self {
+        self.proxied = true;
+        self
+    }
+
+    /// Starts the heads, then the workers, and waits until every worker is a live node.
     pub async fn start(self) -> ProcessCluster {
         let dir = tempfile::Builder::new()
             .prefix("escher-e2e-")
@@ -152,12 +200,25 @@ impl ProcessClusterBuilder {
             dir,
             marker,
             settings: self.clone(),
-            head: None,
+            heads: Vec::new(),
+            proxies: BTreeMap::new(),
             head_url: String::new(),
             workers: Vec::new(),
             spawned: 0,
         };
-        cluster.start_head(None).await;
+        cluster.plan_heads().await;
+        for i in 0..cluster.heads.len() {
+            cluster.start_head_at(i).await;
+        }
+        cluster.head_url = cluster
+            .heads
+            .iter()
+            .map(|h| format!("http://{}", h.listen.as_deref().expect("listening")))
+            .collect::<Vec<_>>()
+            .join(",");
+        if cluster.heads.len() > 1 {
+            cluster.wait_leader().await;
+        }
         for i in 1..=self.workers {
             cluster
                 .start_worker(&format!("w{i}"), &self.resources)
@@ -175,7 +236,10 @@ pub struct ProcessCluster {
     dir: tempfile::TempDir,
     marker: String,
     settings: ProcessClusterBuilder,
-    head: Option<Proc>,
+    heads: Vec<HeadProc>,
+    /// With `proxied`: the proxy replica `from` reaches replica `to` through, by (from, to).
+    proxies: BTreeMap<(u64, u64), Proxy>,
+    /// Every replica's URL, comma-separated.
     head_url: String,
     workers: Vec<WorkerProc>,
     /// Processes started so far, to give each its own output files.
@@ -191,6 +255,10 @@ impl ProcessCluster {
             resources: "cpu=2,memory=512".to_string(),
             heartbeat_interval_ms: 100,
             heartbeat_timeout_ms: 600,
+            heads: 1,
+            durable: false,
+            proxied: false,
+            raft_tick_ms: 50,
         }
     }
 
@@ -199,9 +267,151 @@ impl ProcessCluster {
         self.dir.path()
     }
 
-    /// The head's URL.
+    /// The head's URL (every replica's, comma-separated).
     pub fn head_url(&self) -> &str {
         &self.head_url
+    }
+
+    /// Replica `index`'s own URL (index 0 is replica 1).
+    pub fn head_url_of(&self, index: usize) -> String {
+        format!(
+            "http://{}",
+            self.heads[index].listen.as_deref().expect("listening")
+        )
+    }
+
+    /// Decides every replica's flags: ports, peers (through proxies if asked), data dirs.
+    async fn plan_heads(&mut self) {
+        let n = self.settings.heads.max(1);
+        let mut common = vec![
+            "--heartbeat-interval-ms".to_string(),
+            self.settings.heartbeat_interval_ms.to_string(),
+            "--heartbeat-timeout-ms".to_string(),
+            self.settings.heartbeat_timeout_ms.to_string(),
+            "--raft-tick-ms".to_string(),
+            self.settings.raft_tick_ms.to_string(),
+        ];
+        if n == 1 && !self.settings.proxied {
+            if self.settings.durable {
+                common.push("--data-dir".into());
+                common.push(self.dir().join("head-1.data").display().to_string());
+            }
+            self.heads.push(HeadProc {
+                id: 1,
+                listen: None,
+                args: common,
+                proc: None,
+            });
+            return;
+        }
+        // Ports chosen now, so that every replica can be told every other's address.
+        let mut listen = Vec::with_capacity(n);
+        for _ in 0..n {
+            let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            listen.push(probe.local_addr().expect("its address").to_string());
+        }
+        for i in 1..=n as u64 {
+            for j in 1..=n as u64 {
+                if self.settings.proxied && i != j {
+                    let target = listen[j as usize - 1].parse().expect("an address");
+                    self.proxies.insert((i, j), Proxy::start(target).await);
+                }
+            }
+        }
+        for (index, address) in listen.iter().enumerate() {
+            let id = index as u64 + 1;
+            let peers: Vec<String> = (1..=n as u64)
+                .map(|j| match self.proxies.get(&(id, j)) {
+                    Some(proxy) => format!("{j}={}", proxy.addr()),
+                    None => format!("{j}={}", listen[j as usize - 1]),
+                })
+                .collect();
+            let mut args = common.clone();
+            args.extend([
+                "--id".to_string(),
+                id.to_string(),
+                "--peers".to_string(),
+                peers.join(","),
+                "--group".to_string(),
+                "e2e".to_string(),
+            ]);
+            if self.settings.durable {
+                args.push("--data-dir".into());
+                args.push(
+                    self.dir()
+                        .join(format!("head-{id}.data"))
+                        .display()
+                        .to_string(),
+                );
+            }
+            self.heads.push(HeadProc {
+                id,
+                listen: Some(address.clone()),
+                args,
+                proc: None,
+            });
+        }
+    }
+
+    /// The index of the replica that leads, by the account of the replicas that answer.
+    pub async fn leader(&self) -> Option<usize> {
+        let client = Client::connect_lazy(&self.head_url)
+            .ok()?
+            .with_failover_timeout(Duration::from_millis(500));
+        let heads = client.heads().await.ok()?;
+        let leader = heads.leader()?;
+        let index = self.heads.iter().position(|h| h.id == leader.id)?;
+        self.heads[index].proc.is_some().then_some(index)
+    }
+
+    /// Waits until a replica leads; returns its index.
+    pub async fn wait_leader(&self) -> usize {
+        let what = "a head replica to lead";
+        eventually(what, WAIT, || self.leader()).await
+    }
+
+    /// Cuts replica `index` off from the other replicas (both ways), or heals it.
+    pub fn isolate(&self, index: usize, cut: bool) {
+        let id = self.heads[index].id;
+        for ((from, to), proxy) in &self.proxies {
+            if *from == id || *to == id {
+                proxy.block(cut);
+            }
+        }
+    }
+
+    /// Sends SIGTERM to replica `index` and waits until it has exited by itself.
+    pub async fn terminate_head_at(&mut self, index: usize) -> ExitStatus {
+        let head = self.heads[index].proc.as_mut().expect("the replica runs");
+        kill(head.pid(), Signal::SIGTERM).expect("SIGTERM to a head");
+        let status = eventually("the head to exit after SIGTERM", WAIT, || {
+            let exited = head.child.try_wait().expect("try_wait on a head");
+            async move { exited }
+        })
+        .await;
+        self.heads[index].proc = None;
+        status
+    }
+
+    /// Whether the worker process named `name` is still running.
+    pub fn worker_running(&mut self, name: &str) -> bool {
+        matches!(self.worker_mut(name).proc.child.try_wait(), Ok(None))
+    }
+
+    /// SIGKILLs replica `index` and reaps it.
+    pub fn kill_head_at(&mut self, index: usize) {
+        if let Some(mut p) = self.heads[index].proc.take() {
+            p.kill();
+        }
+    }
+
+    /// Starts replica `index` again with the same flags (port, peers, data directory).
+    pub async fn restart_head_at(&mut self, index: usize) {
+        assert!(
+            self.heads[index].proc.is_none(),
+            "kill the replica before restarting it"
+        );
+        self.start_head_at(index).await;
     }
 
     /// A new client of the head.
@@ -209,6 +419,17 @@ impl ProcessCluster {
         Client::connect(&self.head_url)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the head at {}: {e}", self.head_url))
+    }
+
+    /// The state directory of the worker named `name` (its node id and secret).
+    pub fn state_dir(&self, name: &str) -> PathBuf {
+        self.dir().join(format!("{name}.state"))
+    }
+
+    /// Forgets the identity of the worker named `name` (not running): started again, it
+    /// joins as a new node.
+    pub fn forget_worker(&self, name: &str) {
+        let _ = std::fs::remove_dir_all(self.state_dir(name));
     }
 
     /// The node id of the running worker process named `name`.
@@ -243,6 +464,7 @@ impl ProcessCluster {
             .stdout(file(&stdout))
             .stderr(file(&stderr))
             .env(MARKER_VAR, &self.marker)
+            .env("ESCHER_HOME", self.dir().join("escher-home"))
             .env("RUST_LOG", "info,escher_head=debug,escher_worker=debug")
             .env("NO_COLOR", "1");
         for var in [
@@ -253,6 +475,11 @@ impl ProcessCluster {
             "ESCHER_HEAD_ADDRESS_FILE",
             "ESCHER_HEARTBEAT_INTERVAL_MS",
             "ESCHER_HEARTBEAT_TIMEOUT_MS",
+            "ESCHER_WORKER_STATE_DIR",
+            "ESCHER_HEAD_ID",
+            "ESCHER_HEAD_PEERS",
+            "ESCHER_HEAD_GROUP",
+            "ESCHER_RAFT_TICK_MS",
         ] {
             command.env_remove(var);
         }
@@ -267,27 +494,30 @@ impl ProcessCluster {
         }
     }
 
-    /// Starts a head listening on `listen` (a free port if `None`) and waits until it has
-    /// written its address file. A head restarted on a port the kernel is still releasing is
-    /// started again, a bounded number of times.
-    async fn start_head(&mut self, listen: Option<&str>) {
-        let address_file = self.dir().join("head.url");
+    /// Starts replica `index` (a lone head: on a free port the first time, on the same port
+    /// later) and waits until it has written its address file. A replica started on a port the
+    /// kernel is still releasing is started again, a bounded number of times.
+    async fn start_head_at(&mut self, index: usize) {
+        let id = self.heads[index].id;
+        let address_file = self.dir().join(format!("head-{id}.url"));
         for _ in 0..50 {
             let _ = std::fs::remove_file(&address_file);
-            let args = vec![
+            let listen = self.heads[index]
+                .listen
+                .clone()
+                .unwrap_or_else(|| "127.0.0.1:0".to_string());
+            let mut args = vec![
                 "--listen".to_string(),
-                listen.unwrap_or("127.0.0.1:0").to_string(),
+                listen,
                 "--address-file".to_string(),
                 address_file.display().to_string(),
-                "--heartbeat-interval-ms".to_string(),
-                self.settings.heartbeat_interval_ms.to_string(),
-                "--heartbeat-timeout-ms".to_string(),
-                self.settings.heartbeat_timeout_ms.to_string(),
             ];
+            args.extend(self.heads[index].args.iter().cloned());
             let head_bin = self.head_bin.clone();
-            self.head = Some(self.spawn("head", &head_bin, &args));
+            let proc = self.spawn(&format!("head{id}"), &head_bin, &args);
+            self.heads[index].proc = Some(proc);
             let file = address_file.clone();
-            let head = self.head.as_mut().expect("just started");
+            let head = self.heads[index].proc.as_mut().expect("just started");
             let started = eventually("the head to write its address file", WAIT, || {
                 let url = std::fs::read_to_string(&file).ok();
                 let exited = head.child.try_wait().ok().flatten();
@@ -302,25 +532,71 @@ impl ProcessCluster {
             .await;
             match started {
                 Ok(url) => {
-                    self.head_url = url.trim().to_string();
+                    let address = url.trim().trim_start_matches("http://").to_string();
+                    self.heads[index].listen = Some(address);
+                    if self.heads.len() == 1 {
+                        self.head_url = url.trim().to_string();
+                    }
                     return;
                 }
-                Err(status) if listen.is_some() => {
-                    eprintln!("the head exited with {status} at start; trying again");
+                Err(status) if self.heads[index].listen.is_some() => {
+                    eprintln!("head {id} exited with {status} at start; trying again");
+                    self.heads[index].proc = None;
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(status) => panic!("the head exited with {status} before listening"),
             }
         }
-        panic!("the head could not be restarted on {listen:?}");
+        panic!("head {id} could not be started");
     }
 
     /// Starts a worker process named `name` with `--resources resources` and waits until it is
     /// a live node the head did not know before; returns that node's id.
     pub async fn start_worker(&mut self, name: &str, resources: &str) -> NodeId {
         let known: BTreeSet<NodeId> = self.status().await.nodes.iter().map(|n| n.id).collect();
+        self.spawn_worker(name, resources);
+        let node = self.wait_registered(name, &known).await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    /// Starts a worker process named `name` that has been a node before (its state directory
+    /// is kept) and waits until it has attached to the head again; returns its node id.
+    pub async fn start_worker_known(&mut self, name: &str, resources: &str) -> NodeId {
+        self.spawn_worker(name, resources);
+        let stdout = self
+            .workers
+            .last()
+            .expect("just spawned")
+            .proc
+            .stdout
+            .clone();
+        let what = format!("worker {name} to attach to the head again");
+        eventually(&what, WAIT, || {
+            let text = std::fs::read_to_string(&stdout).unwrap_or_default();
+            async move { text.contains("attached to the head").then_some(()) }
+        })
+        .await;
+        let node = self
+            .wait_status(&what, |s| {
+                s.nodes
+                    .iter()
+                    .find(|n| n.alive && n.name == name)
+                    .map(|n| n.id)
+            })
+            .await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    fn spawn_worker(&mut self, name: &str, resources: &str) {
         let log_dir = self.dir().join(format!("{name}.tasks"));
+        let state_dir = self.state_dir(name);
         let args = vec![
+            "--state-dir".to_string(),
+            state_dir.display().to_string(),
             "--head".to_string(),
             self.head_url.clone(),
             "--name".to_string(),
@@ -340,10 +616,6 @@ impl ProcessCluster {
             node: NodeId(0),
             proc,
         });
-        let node = self.wait_registered(name, &known).await;
-        let index = self.workers.len() - 1;
-        self.workers[index].node = node;
-        node
     }
 
     /// Waits until a live node named `name` whose id is not in `known` appears, and records it
@@ -424,23 +696,15 @@ impl ProcessCluster {
         status
     }
 
-    /// SIGKILLs the head process and reaps it.
+    /// SIGKILLs the (first) head process and reaps it.
     pub fn kill_head(&mut self) {
-        if let Some(mut head) = self.head.take() {
-            head.kill();
-        }
+        self.kill_head_at(0);
     }
 
-    /// Starts a new head on the address the previous one listened on (the workers know no
-    /// other), after [`kill_head`](Self::kill_head).
+    /// Starts the (first) head again on the address it listened on (the workers know no other),
+    /// after [`kill_head`](Self::kill_head).
     pub async fn restart_head(&mut self) {
-        assert!(self.head.is_none(), "kill the head before restarting it");
-        let listen = self
-            .head_url
-            .strip_prefix("http://")
-            .expect("the head URL starts with http://")
-            .to_string();
-        self.start_head(Some(&listen)).await;
+        self.restart_head_at(0).await;
     }
 
     /// Kills every process of this cluster still running: the head and the workers, then any
@@ -449,8 +713,10 @@ impl ProcessCluster {
         for w in &mut self.workers {
             w.proc.kill();
         }
-        if let Some(head) = &mut self.head {
-            head.kill();
+        for head in &mut self.heads {
+            if let Some(p) = &mut head.proc {
+                p.kill();
+            }
         }
         kill_marked(&self.marker);
     }

@@ -64,6 +64,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Keeps the worker's identity (node id and secret) in `dir`, so that it comes back as
+    /// the same node after it restarts (default: in memory, for the life of the process).
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.state_dir = Some(dir.into());
+        self
+    }
+
     /// The worker's name (default `{hostname}-{pid}`).
     pub fn name(mut self, name: impl Into<String>) -> Self {
         self.config.name = Some(name.into());
@@ -216,6 +223,10 @@ impl WorkerBuilder {
                 LogDir::Temporary(dir)
             }
         };
+        let identity = match &config.state_dir {
+            Some(dir) => crate::identity::IdentityStore::open(dir)?,
+            None => crate::identity::IdentityStore::Memory(None),
+        };
         let (node_tx, _) = watch::channel(None);
         Ok(Worker {
             name: Arc::from(name.as_str()),
@@ -231,6 +242,7 @@ impl WorkerBuilder {
             node_tx,
             gpus: discovered.gpus,
             sim_mig_latency: config.sim_mig_latency,
+            identity,
         })
     }
 }

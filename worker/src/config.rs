@@ -30,7 +30,8 @@ pub const DEFAULT_RECONNECT_MAX: Duration = Duration::from_secs(2);
 /// A worker's configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerConfig {
-    /// The head's URL, such as `http://10.0.0.1:7600`.
+    /// The head's URL, such as `http://10.0.0.1:7600`, or the URLs of every replica of a
+    /// replicated head, comma-separated: the worker follows whichever leads.
     pub head: String,
     /// The worker's name; `None` for `{hostname}-{pid}` (with a counter for the second and
     /// later workers of one process).
@@ -47,6 +48,10 @@ pub struct WorkerConfig {
     /// Where command logs go; `None` for a fresh temporary directory, removed when the worker
     /// is dropped.
     pub log_dir: Option<PathBuf>,
+    /// Where the worker keeps its identity (node id and secret) across its own restarts;
+    /// `None` keeps it in memory, for the life of the process. `escher-worker` defaults to
+    /// `$ESCHER_HOME/worker`.
+    pub state_dir: Option<PathBuf>,
     /// Time a stopped command gets between SIGTERM and SIGKILL.
     pub grace: Duration,
     /// How long, after shutdown is asked for, running tasks may go on to finish before they are
@@ -76,6 +81,7 @@ impl Default for WorkerConfig {
             memory_mib: None,
             labels: Labels::new(),
             log_dir: None,
+            state_dir: None,
             grace: DEFAULT_GRACE,
             drain: DEFAULT_DRAIN,
             sim_gpus: Vec::new(),
@@ -90,7 +96,15 @@ impl Default for WorkerConfig {
 impl WorkerConfig {
     /// Checks every setting; the error names the first bad one and says what would be valid.
     pub fn validate(&self) -> Result<(), WorkerError> {
-        check_head(&self.head)?;
+        if crate::head_conn::split_heads(&self.head).next().is_none() {
+            return Err(WorkerError::config(
+                "head",
+                "no head URL given; write one such as http://10.0.0.1:7600",
+            ));
+        }
+        for head in crate::head_conn::split_heads(&self.head) {
+            check_head(head)?;
+        }
         if let Some(name) = &self.name {
             check_name(name)?;
         }
@@ -230,6 +244,9 @@ mod tests {
         assert!(err(head("10.0.0.1:7600")).contains("head"));
         assert!(err(head("ftp://x:1")).contains("http://"));
         assert!(err(head("not a url")).contains("not a URL"));
+        assert!(err(head("http://a:1,b:2")).contains("\"b:2\""));
+        assert!(err(head(" , ")).contains("no head URL"));
+        head("http://a:1, http://b:2").validate().unwrap();
         let named = WorkerConfig {
             name: Some(String::new()),
             ..Default::default()

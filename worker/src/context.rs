@@ -3,8 +3,10 @@
 //!
 //! Through it a handler changes ephemeral resources on its own node (`NodeSpec::Local`, which
 //! the head resolves through `caller_task`), or on any node, and reaches the rest of the
-//! `Cluster` API with a raw client. Every context of a worker shares the worker's one
-//! connection to the head.
+//! `Cluster` API with a raw client. Every context of a worker shares the worker's connections
+//! to the head group. A resource change follows the group's leader and is retried through an
+//! election (for up to [`FOLLOW_LEADER`]), with an idempotency key so that a retry never
+//! applies it twice.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,7 +18,10 @@ use escher_proto::{CapacityOp, Namespace, NodeId, NodeSpec, ResourceName, Resour
 use tonic::transport::Channel;
 
 use crate::error::WorkerError;
-use crate::head_conn::HeadConn;
+use crate::head_conn::{HeadConn, leader_hint};
+
+/// How long a resource change keeps trying to reach a leader (through an election).
+pub const FOLLOW_LEADER: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// The context of one attempt of a function task.
 #[derive(Clone)]
@@ -38,7 +43,7 @@ impl fmt::Debug for TaskContext {
             .field("attempt", &self.attempt)
             .field("namespace", &self.namespace)
             .field("worker", &self.worker_name)
-            .field("head", &self.head.url())
+            .field("head", &self.head.list())
             .field("devices", &self.devices)
             .finish()
     }
@@ -100,8 +105,8 @@ impl TaskContext {
         &self.devices
     }
 
-    /// The head's URL.
-    pub fn head_url(&self) -> &str {
+    /// The URL of the head replica believed to lead.
+    pub fn head_url(&self) -> String {
         self.head.url()
     }
 
@@ -144,14 +149,33 @@ impl TaskContext {
             namespace: self.namespace.clone(),
             caller_task: Some(self.task_id),
         };
-        let reply = self
-            .cluster_client()
-            .set_resources(wire::SetResourcesRequest::from(request))
-            .await
-            .map_err(|status| WorkerError::Rpc {
-                call: "set_resources",
-                status,
-            })?;
+        let ticket = self.head.ticket();
+        let mut request = wire::SetResourcesRequest::from(request);
+        request.key = Some(ticket.key().into());
+        let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;
+        let mut pause = std::time::Duration::from_millis(20);
+        let reply = loop {
+            let status = match self.cluster_client().set_resources(request.clone()).await {
+                Ok(reply) => break reply,
+                Err(status) => status,
+            };
+            if let Some(url) = leader_hint(&status) {
+                self.head.follow(&url);
+                continue;
+            }
+            if status.code() != tonic::Code::Unavailable || tokio::time::Instant::now() >= deadline
+            {
+                return Err(WorkerError::Rpc {
+                    call: "set_resources",
+                    status,
+                });
+            }
+            // No leader known (an election), or this replica is gone: try the next one.
+            self.head.rotate();
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        };
+        drop(ticket);
         let reply = SetResourcesReply::from(reply.into_inner());
         if reply.outcomes.len() != count {
             return Err(WorkerError::BadReply {

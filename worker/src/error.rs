@@ -57,6 +57,10 @@ pub enum WorkerError {
         status: tonic::Status,
     },
 
+    /// The worker's state directory cannot be used.
+    #[error(transparent)]
+    StateDir(#[from] crate::identity::StateDirError),
+
     /// The head's answer could not be understood.
     #[error("{call}: the head answered with an invalid reply: {why}")]
     BadReply {

@@ -27,7 +27,8 @@
 //!   assignments, cancellations, log requests, heartbeats, re-registration, drain; its GPU
 //!   side (device grants, waiting tasks, MIG reconfigurations) in `runtime/gpus.rs`.
 //! - `link.rs`: one attempt to register and attach; `backoff.rs`: the delays between attempts;
-//!   `head_conn.rs`: the one channel to the head that everything shares.
+//!   `head_conn.rs`: the channels to the head group's replicas, and which one leads;
+//!   `identity.rs`: where the worker keeps its node id and secret (`--state-dir`).
 //! - `runner.rs`: runs one assignment (command, function or ghost) to a `TaskFinished`.
 //! - `functions.rs`: the registry of named function handlers; [`TaskContext`] (`context.rs`)
 //!   is what a handler gets.
@@ -50,6 +51,7 @@ mod functions;
 mod gpu;
 mod handle;
 mod head_conn;
+mod identity;
 mod link;
 mod runner;
 mod runtime;
@@ -64,5 +66,6 @@ pub use error::WorkerError;
 pub use functions::{BoxFuture, FunctionResult, Functions};
 pub use gpu::{SimGpuError, SimGpuSpec, scaled_latency};
 pub use handle::WorkerHandle;
+pub use identity::{StateDirError, default_state_dir};
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;

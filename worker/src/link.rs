@@ -1,9 +1,12 @@
 //! Reaching the head: one attempt to register and attach ([`connect`]), and the attached
 //! stream ([`Link`]).
 //!
-//! An attempt waits its back-off delay, calls `Register`, then opens `Attach` with `Hello`
-//! already queued as the stream's first message. Whatever fails is either worth retrying
-//! (the head is down, restarting, or answered nonsense) or fatal (the head refuses this
+//! An attempt waits its back-off delay, calls `Register` on the replica believed to lead, then
+//! opens `Attach` with `Hello` (node id and secret) already queued as the stream's first
+//! message. Whatever fails is worth retrying at once elsewhere (a replica that does not lead
+//! named the leader), worth retrying after a delay (the head is down, restarting, electing, or
+//! answered nonsense: the next replica is tried), a sign that this worker's identity means
+//! nothing to the head group (it registers as a new node), or fatal (the head refuses this
 //! worker for a reason retrying will not fix); see [`ConnectError`].
 //!
 //! The outgoing half of the stream is an unbounded channel: the worker's event loop must never
@@ -19,7 +22,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use crate::head_conn::HeadConn;
+use crate::head_conn::{HeadConn, leader_hint};
 
 /// How long `Register` may take before the attempt counts as failed.
 const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
@@ -33,6 +36,11 @@ const MAX_HEAD_MESSAGE: usize = 64 * 1024 * 1024;
 pub(crate) enum ConnectError {
     /// Try again after a back-off delay: the head is unreachable, restarting or confused.
     Retry(String),
+    /// Try again at once: the replica asked named the leader (followed already).
+    Redirected(String),
+    /// The head group does not know this worker's identity (its state is gone, or the
+    /// identity is another cluster's): register as a new node.
+    Unknown(Status),
     /// Stop: the head refused this worker for a reason retrying will not fix.
     Fatal(Status),
 }
@@ -40,6 +48,8 @@ pub(crate) enum ConnectError {
 /// The attached stream to the head, after a successful [`connect`].
 #[derive(Debug)]
 pub(crate) struct Link {
+    /// The registration's answer: node id, cluster, and the secret of a new node.
+    pub(crate) reply: RegisterReply,
     /// The node id the head gave this worker.
     pub(crate) node_id: NodeId,
     /// The outgoing half: what the worker sends.
@@ -60,10 +70,29 @@ impl Link {
     }
 }
 
-/// After `delay`, registers with `request` and attaches.
+/// What a failed call means for the attempt: follow a named leader, try the next replica,
+/// start over as a new node, or stop.
+fn failed(head: &HeadConn, call: &str, status: Status) -> ConnectError {
+    if let Some(url) = leader_hint(&status) {
+        head.follow(&url);
+        return ConnectError::Redirected(url);
+    }
+    if status.code() == Code::NotFound {
+        return ConnectError::Unknown(status);
+    }
+    if is_fatal(&status) {
+        return ConnectError::Fatal(status);
+    }
+    head.rotate();
+    ConnectError::Retry(format!("{call}: {status}"))
+}
+
+/// After `delay`, registers with `request` and attaches; `secret` is the secret of the
+/// identity the request presents.
 pub(crate) async fn connect(
     head: HeadConn,
     request: RegisterRequest,
+    secret: Option<String>,
     delay: Duration,
 ) -> Result<Link, ConnectError> {
     tokio::time::sleep(delay).await;
@@ -73,12 +102,12 @@ pub(crate) async fn connect(
     let register = client.register(wire::RegisterRequest::from(request));
     let reply = match tokio::time::timeout(REGISTER_TIMEOUT, register).await {
         Err(_) => {
+            head.rotate();
             return Err(ConnectError::Retry(format!(
                 "register: no answer within {REGISTER_TIMEOUT:?}"
             )));
         }
-        Ok(Err(status)) if is_fatal(&status) => return Err(ConnectError::Fatal(status)),
-        Ok(Err(status)) => return Err(ConnectError::Retry(format!("register: {status}"))),
+        Ok(Err(status)) => return Err(failed(&head, "register", status)),
         Ok(Ok(reply)) => reply.into_inner(),
     };
     let reply = RegisterReply::try_from(reply)
@@ -87,19 +116,20 @@ pub(crate) async fn connect(
     let (tx, rx) = mpsc::unbounded_channel();
     let hello = WorkerMessage::Hello {
         node_id: reply.node_id,
+        secret: reply.secret.clone().or(secret).unwrap_or_default(),
     };
     // The receiver is alive: it is right here.
     let _ = tx.send(hello.into());
     let inbound = match client.attach(UnboundedReceiverStream::new(rx)).await {
         Ok(response) => response.into_inner(),
-        Err(status) if is_fatal(&status) => return Err(ConnectError::Fatal(status)),
-        Err(status) => return Err(ConnectError::Retry(format!("attach: {status}"))),
+        Err(status) => return Err(failed(&head, "attach", status)),
     };
     let interval = reply.heartbeat_interval;
     let mut heartbeat = tokio::time::interval_at(Instant::now() + interval, interval);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
     Ok(Link {
         node_id: reply.node_id,
+        reply,
         tx,
         inbound,
         heartbeat,

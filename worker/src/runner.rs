@@ -76,7 +76,7 @@ pub(crate) async fn run_task(
             };
             let mut opts = LaunchOptions::new(&env.log_dir)
                 .grace(env.grace)
-                .env("ESCHER_HEAD", env.head.url())
+                .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
                 .env("ESCHER_ATTEMPT", a.attempt.to_string());

@@ -10,14 +10,25 @@
 //!                                      stream broke ───────────────────────────────────┘
 //! ```
 //!
-//! Rules the head relies on:
+//! Rules the head relies on (the worker side of the report protocol; the head side is in the
+//! head's `runtime/workers.rs` and `state/nodes.rs`):
 //! - `TaskStarted` is sent when an assignment is accepted, `TaskFinished` when its runner ends,
 //!   whether it ended by itself, timed out or was cancelled.
-//! - When the stream breaks, running tasks go on; finished reports are buffered and the worker
-//!   registers again with `previous_node_id` and its `running` list. Given the same node id it
-//!   sends the buffered reports after `Hello`; given another, it cancels every task it still
-//!   runs and drops their reports (the head has already retried or failed them). A report that
-//!   was in flight when the stream broke can be lost; the task is then missing from `running`.
+//! - Every `TaskFinished` is kept until the head acknowledges it (`ReportsAcked`, sent once
+//!   the report is committed). When the stream breaks (a head failover, a restart), running
+//!   tasks go on, and the worker registers again (with the leader of its head group) with its
+//!   identity (node id, secret, cluster), its boot id, its `running` list and every
+//!   unacknowledged report; the registration's reply acknowledges those reports. The same
+//!   worker process keeps its node and its tasks; an assignment it never received is sent
+//!   again with the same attempt.
+//! - An attempt runs at most once per worker process: an assignment of a (task, attempt) this
+//!   process is running, has reported, or ran recently ([`RECENT_ATTEMPTS`]) is ignored.
+//! - A head group that does not know the identity (its state started over, or the identity is
+//!   another cluster's) answers NOT_FOUND: the worker forgets the identity, cancels what it
+//!   runs (no head knows those tasks), drops their reports, and registers as a new node. A
+//!   wrong secret is refused (PERMISSION_DENIED) and stops the worker.
+//! - A restarted worker process has a new boot id: the head counts its earlier tasks as lost
+//!   (failed attempts, retried under `max_retries`) and keeps its node id.
 //! - A task that holds GPU resources is given devices first (`gpu/`): `TaskDevices` then
 //!   `TaskStarted`. If no device has room yet (fractions spread over GPUs, a pinned device
 //!   taken), the task waits here, unstarted, until a release makes room; if it can never fit
@@ -53,6 +64,7 @@ use crate::error::WorkerError;
 use crate::exec::{self, Stream};
 use crate::functions::BoxFuture;
 use crate::gpu::{BindError, Gpus};
+use crate::identity::IdentityStore;
 use crate::link::{ConnectError, Link, connect};
 use crate::runner::{RunEnv, run_task};
 
@@ -64,6 +76,32 @@ const DEFAULT_LOG_FETCH: u32 = 64 * 1024;
 const MAX_LOG_FETCH: u32 = 1024 * 1024;
 /// How long to wait for the head to end its half of the stream after the worker ended its own.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+/// How many ended attempts a worker remembers, to refuse running one again.
+pub(crate) const RECENT_ATTEMPTS: usize = 65_536;
+
+/// The attempts this worker process ran most recently, oldest first.
+#[derive(Debug, Default)]
+struct Recent {
+    set: std::collections::BTreeSet<(TaskId, u32)>,
+    order: std::collections::VecDeque<(TaskId, u32)>,
+}
+
+impl Recent {
+    fn insert(&mut self, key: (TaskId, u32)) {
+        if self.set.insert(key) {
+            self.order.push_back(key);
+            if self.order.len() > RECENT_ATTEMPTS
+                && let Some(old) = self.order.pop_front()
+            {
+                self.set.remove(&old);
+            }
+        }
+    }
+
+    fn contains(&self, key: &(TaskId, u32)) -> bool {
+        self.set.contains(key)
+    }
+}
 
 /// What a worker says about itself when it registers; fixed for its life.
 #[derive(Debug, Clone)]
@@ -112,7 +150,7 @@ enum Grant {
 /// The event loop's state.
 pub(crate) struct Runtime {
     env: Arc<RunEnv>,
-    identity: Identity,
+    me: Identity,
     drain: Duration,
     node_tx: watch::Sender<Option<NodeId>>,
     tracker: TaskTracker,
@@ -122,11 +160,21 @@ pub(crate) struct Runtime {
     next_seq: u64,
     /// The node id of the latest registration, kept while disconnected.
     node_id: Option<NodeId>,
+    /// Node id, secret and cluster of the first registration.
+    identity: IdentityStore,
+    /// Chosen when this worker process started.
+    boot_id: u64,
+    /// Task reports the head has not acknowledged yet.
+    unacked: BTreeMap<(TaskId, u32), TaskFinished>,
+    /// The reports the registration under way carries: its reply acknowledges them.
+    registering: Vec<(TaskId, u32)>,
+    /// Attempts this process ran, to refuse running one twice.
+    recent: Recent,
     link: Option<Link>,
     connecting: Option<BoxFuture<Result<Link, ConnectError>>>,
     failures: u32,
     backoff: Backoff,
-    /// Reports (task ends, reconfiguration ends) made while no stream was attached.
+    /// Reconfiguration ends reported while no stream was attached.
     unsent: Vec<WorkerMessage>,
     /// The node's GPUs and who holds which device.
     gpus: Gpus,
@@ -145,6 +193,7 @@ impl Runtime {
     pub(crate) fn new(
         env: Arc<RunEnv>,
         identity: Identity,
+        store: IdentityStore,
         drain: Duration,
         backoff: Backoff,
         node_tx: watch::Sender<Option<NodeId>>,
@@ -154,7 +203,7 @@ impl Runtime {
         let (mig_tx, mig_rx) = mpsc::unbounded_channel();
         Runtime {
             env,
-            identity,
+            me: identity,
             drain,
             node_tx,
             tracker: TaskTracker::new(),
@@ -163,6 +212,11 @@ impl Runtime {
             tasks: BTreeMap::new(),
             next_seq: 0,
             node_id: None,
+            identity: store,
+            boot_id: rand::random::<u64>().max(1),
+            unacked: BTreeMap::new(),
+            registering: Vec::new(),
+            recent: Recent::default(),
             link: None,
             connecting: None,
             failures: 0,
@@ -186,7 +240,12 @@ impl Runtime {
     ) -> Result<(), WorkerError> {
         tokio::pin!(shutdown);
         self.reconnect(Duration::ZERO);
-        while !(self.stopping && self.tasks.is_empty()) {
+        // Stopping ends once nothing runs and every report is acknowledged (or the drain
+        // period is over).
+        while !(self.stopping
+            && self.tasks.is_empty()
+            && (self.unacked.is_empty() || self.cancelled_all))
+        {
             tokio::select! {
                 biased;
                 () = &mut shutdown, if !self.stopping => {
@@ -231,29 +290,51 @@ impl Runtime {
         if self.stopping {
             return;
         }
+        self.registering = self.unacked.keys().copied().collect();
+        let identity = self.identity.get().cloned();
+        let secret = identity.as_ref().map(|i| i.secret.clone());
         let request = RegisterRequest {
-            name: self.identity.name.clone(),
-            address: self.identity.address.clone(),
-            resources: self.identity.resources.clone(),
-            labels: self.identity.labels.clone(),
-            previous_node_id: self.node_id,
+            name: self.me.name.clone(),
+            address: self.me.address.clone(),
+            resources: self.me.resources.clone(),
+            labels: self.me.labels.clone(),
             running: self
                 .tasks
                 .keys()
                 .map(|&(task_id, attempt)| RunningTask { task_id, attempt })
                 .collect(),
             gpus: self.gpus.registration_inventory(),
+            finished: self.unacked.values().cloned().collect(),
+            identity,
+            boot_id: self.boot_id,
         };
-        tracing::debug!(?delay, previous = ?self.node_id, running = request.running.len(), "registering");
-        self.connecting = Some(Box::pin(connect(self.env.head.clone(), request, delay)));
+        tracing::debug!(?delay, node = ?self.node_id, running = request.running.len(), unacked = request.finished.len(), "registering");
+        let head = self.env.head.clone();
+        self.connecting = Some(Box::pin(connect(head, request, secret, delay)));
     }
 
     fn connect_failed(&mut self, error: ConnectError) {
         match error {
+            ConnectError::Redirected(url) => {
+                tracing::debug!(%url, "following the head group's leader");
+                self.failures += 1;
+                // At once, but not in a tight loop if replicas keep pointing at each other.
+                let delay = if self.failures % 8 == 0 {
+                    self.backoff.next_delay()
+                } else {
+                    Duration::ZERO
+                };
+                self.reconnect(delay);
+            }
+            ConnectError::Unknown(status) => {
+                tracing::warn!(node = ?self.node_id, running = self.tasks.len(), reason = %status.message(), "the head group does not know this worker; registering as a new node and cancelling the tasks no head knows");
+                self.forget_identity();
+                self.reconnect(Duration::ZERO);
+            }
             ConnectError::Retry(why) => {
                 self.failures += 1;
                 if self.failures == 1 || self.failures % 30 == 0 {
-                    tracing::warn!(head = self.env.head.url(), attempts = self.failures, %why, "cannot reach the head; retrying");
+                    tracing::warn!(head = %self.env.head.url(), attempts = self.failures, %why, "cannot reach the head; retrying");
                 } else {
                     tracing::debug!(attempts = self.failures, %why, "cannot reach the head");
                 }
@@ -263,7 +344,7 @@ impl Runtime {
             ConnectError::Fatal(status) => {
                 tracing::error!(%status, "the head refused this worker");
                 self.fatal = Some(WorkerError::Rejected {
-                    head: self.env.head.url().to_string(),
+                    head: self.env.head.url(),
                     status,
                 });
                 self.begin_stop();
@@ -272,17 +353,41 @@ impl Runtime {
         }
     }
 
+    /// Forgets this worker's identity (the head group does not know it): what it runs and
+    /// reports belongs to no head any more.
+    fn forget_identity(&mut self) {
+        if let Err(err) = self.identity.set(None) {
+            tracing::error!(%err, "cannot forget the worker's identity");
+        }
+        self.node_id = None;
+        for running in std::mem::take(&mut self.tasks).into_values() {
+            running.cancel.cancel();
+        }
+        self.unacked.clear();
+        self.registering.clear();
+        self.unsent.clear();
+        // Task ids and attempts are the old cluster's: the new one numbers its own.
+        self.recent = Recent::default();
+    }
+
     fn attached(&mut self, link: Link) {
         let node_id = link.node_id;
-        if let Some(previous) = self.node_id.filter(|&p| p != node_id) {
-            // The head no longer knows the old node: it has retried or failed its tasks.
-            tracing::warn!(%previous, %node_id, running = self.tasks.len(), "registered as a new node; cancelling the old node's tasks");
-            for running in std::mem::take(&mut self.tasks).into_values() {
-                running.cancel.cancel();
-            }
-            self.unsent.clear();
+        // The registration committed the reports it carried.
+        for key in std::mem::take(&mut self.registering) {
+            self.unacked.remove(&key);
         }
-        tracing::info!(%node_id, head = self.env.head.url(), "attached to the head");
+        if let Some(secret) = &link.reply.secret {
+            let identity = escher_proto::types::NodeIdentity {
+                node_id,
+                secret: secret.clone(),
+                group: link.reply.group.clone(),
+            };
+            if let Err(err) = self.identity.set(Some(identity)) {
+                // It still runs as this node; after a restart it would join as a new one.
+                tracing::error!(%err, "cannot keep the worker's identity");
+            }
+        }
+        tracing::info!(%node_id, head = %self.env.head.url(), "attached to the head");
         self.node_id = Some(node_id);
         self.node_tx.send_replace(Some(node_id));
         self.link = Some(link);
@@ -316,10 +421,9 @@ impl Runtime {
             },
             None => Some(msg),
         };
-        match unsent {
-            Some(msg @ WorkerMessage::TaskFinished(_))
-            | Some(msg @ WorkerMessage::GpusChanged { done: Some(_), .. }) => self.unsent.push(msg),
-            _ => {}
+        // Task reports wait in `unacked` and go with the next registration.
+        if let Some(msg @ WorkerMessage::GpusChanged { done: Some(_), .. }) = unsent {
+            self.unsent.push(msg);
         }
     }
 
@@ -368,15 +472,20 @@ impl Runtime {
                 self.begin_stop();
             }
             Ok(HeadMessage::ReconfigureMig { gpu, layout }) => self.reconfigure(gpu, &layout),
+            Ok(HeadMessage::ReportsAcked(reports)) => {
+                for r in reports {
+                    self.unacked.remove(&(r.task_id, r.attempt));
+                }
+            }
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");
-                    self.send(WorkerMessage::TaskFinished(TaskFinished {
+                    self.report(TaskFinished {
                         task_id,
                         attempt,
                         outcome: Err(format!("invalid assignment: {e}")),
                         timed_out: false,
-                    }));
+                    });
                 }
                 None => tracing::warn!(error = %e, "ignoring an invalid message from the head"),
             },
@@ -389,36 +498,38 @@ impl Runtime {
             return;
         };
         if self.stopping {
-            self.send(WorkerMessage::TaskFinished(TaskFinished {
+            self.report(TaskFinished {
                 task_id: a.task_id,
                 attempt: a.attempt,
                 outcome: Err(format!(
                     "worker {} is shutting down; the task was not started",
-                    self.identity.name
+                    self.me.name
                 )),
                 timed_out: false,
-            }));
+            });
             return;
         }
-        if self.tasks.contains_key(&key) {
-            tracing::warn!(task_id = %a.task_id, attempt = a.attempt, "ignoring a second assignment of a running task");
+        if self.tasks.contains_key(&key) || self.recent.contains(&key) {
+            // Running, or run already by this process: an attempt runs once.
+            tracing::debug!(task_id = %a.task_id, attempt = a.attempt, "ignoring a second assignment of an attempt");
             return;
         }
+        self.recent.insert(key);
         let seq = self.next_seq;
         self.next_seq += 1;
         let grant = match self.gpus.bind(seq, &a.allocation) {
             Ok(holds) => Grant::Now(self.started(key, &holds)),
             Err(BindError::Never(why)) => {
                 tracing::warn!(task_id = %a.task_id, attempt = a.attempt, %why, "the task's GPU devices cannot be given here");
-                self.send(WorkerMessage::TaskFinished(TaskFinished {
+                self.report(TaskFinished {
                     task_id: a.task_id,
                     attempt: a.attempt,
                     outcome: Err(format!(
                         "worker {} cannot give this task its GPU devices: {why}",
-                        self.identity.name
+                        self.me.name
                     )),
                     timed_out: false,
-                }));
+                });
                 return;
             }
             Err(BindError::Wait(why)) => {
@@ -485,6 +596,13 @@ impl Runtime {
         }
         self.tasks.remove(&key);
         tracing::debug!(task_id = %report.task_id, attempt = report.attempt, outcome = ?report.outcome, timed_out = report.timed_out, "task finished");
+        self.report(report);
+    }
+
+    /// Reports the end of an attempt, keeping the report until the head acknowledges it.
+    fn report(&mut self, report: TaskFinished) {
+        self.unacked
+            .insert((report.task_id, report.attempt), report.clone());
         self.send(WorkerMessage::TaskFinished(report));
     }
 

@@ -2,8 +2,9 @@
 //!
 //! `run` connects to the head, registers, attaches and serves assignments until its shutdown
 //! future completes or the head sends `Shutdown`; then it drains (see `runtime.rs`) and
-//! returns. A head that is down is waited for, not an error: `run` keeps trying to reach it
-//! with back-off. It fails only when the head refuses the worker outright.
+//! returns. A head that is down (stopped, restarting, failing over) is waited for, not an
+//! error: `run` keeps trying to reach it, or the new leader of its group, with back-off. It
+//! fails only when the head refuses the worker outright.
 
 use std::fmt;
 use std::future::Future;
@@ -23,6 +24,7 @@ use crate::functions::FunctionRegistry;
 use crate::gpu::Gpus;
 use crate::handle::WorkerHandle;
 use crate::head_conn::HeadConn;
+use crate::identity::IdentityStore;
 use crate::runner::RunEnv;
 use crate::runtime::{Identity, Runtime};
 
@@ -61,6 +63,7 @@ pub struct Worker {
     pub(crate) node_tx: watch::Sender<Option<NodeId>>,
     pub(crate) gpus: Vec<GpuInfo>,
     pub(crate) sim_mig_latency: LatencyModel,
+    pub(crate) identity: IdentityStore,
 }
 
 impl fmt::Debug for Worker {
@@ -88,7 +91,7 @@ impl Worker {
         &self.name
     }
 
-    /// The head's URL.
+    /// The head's URL (or the comma-separated URLs of a replicated head's replicas).
     pub fn head_url(&self) -> &str {
         &self.head
     }
@@ -141,9 +144,17 @@ impl Worker {
         let backoff = Backoff::new(initial, max, time_seed());
         tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, gpus = self.gpus.len(), log_dir = %env.log_dir.display(), "worker starting");
         let gpus = Gpus::new(&self.name, self.gpus, self.sim_mig_latency);
-        let result = Runtime::new(env, identity, self.drain, backoff, self.node_tx, gpus)
-            .run(shutdown)
-            .await;
+        let result = Runtime::new(
+            env,
+            identity,
+            self.identity,
+            self.drain,
+            backoff,
+            self.node_tx,
+            gpus,
+        )
+        .run(shutdown)
+        .await;
         // The temporary log directory, if any, goes only now that every task has ended.
         drop(self.log_dir);
         result

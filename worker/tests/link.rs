@@ -73,7 +73,8 @@ async fn registers_resources_and_labels_then_says_hello() {
     assert_eq!(reg.resources.get("memory").to_string(), "2048");
     assert_eq!(reg.resources.get("custom").to_string(), "3");
     assert_eq!(reg.labels.get("zone"), Some("a"));
-    assert_eq!(reg.previous_node_id, None);
+    assert!(reg.identity.is_none());
+    assert_ne!(reg.boot_id, 0);
     assert!(reg.running.is_empty());
     assert_eq!(bounded("registered", handle.registered()).await, Some(node));
     assert_eq!(w.handle.node_id(), Some(node));
@@ -107,7 +108,11 @@ async fn re_registers_with_its_node_id_and_running_tasks_after_the_stream_breaks
 
     head.drop_stream();
     let (reg, again) = attached(&mut head).await;
-    assert_eq!(reg.previous_node_id, Some(node));
+    let identity = reg.identity.clone().expect("it presents its identity");
+    assert_eq!(
+        (identity.node_id, identity.secret.as_str()),
+        (node, "secret-1")
+    );
     assert_eq!(reg.running, running(&[1]));
     assert_eq!(again, node);
 
@@ -125,6 +130,44 @@ async fn re_registers_with_its_node_id_and_running_tasks_after_the_stream_breaks
 }
 
 #[tokio::test]
+async fn keeps_each_report_until_the_head_acknowledges_it() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send(assign(1, ghost(Some(Duration::from_millis(50)))));
+    expect_started(&mut head, 1).await;
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    head.send(assign(2, ghost(Some(Duration::from_millis(50)))));
+    expect_started(&mut head, 2).await;
+    assert_eq!(
+        expect_finished(&mut head, 2).await,
+        Ok(TaskResult::Released)
+    );
+    // The head commits task 2's report only; the stream breaks before task 1's is.
+    head.send(HeadMessage::ReportsAcked(running(&[2])));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    head.drop_stream();
+    let (reg, _) = attached(&mut head).await;
+    let reported: Vec<TaskId> = reg.finished.iter().map(|f| f.task_id).collect();
+    assert_eq!(
+        reported,
+        [TaskId(1)],
+        "only the unacknowledged report comes again"
+    );
+    // The registration acknowledged it: the next one carries none.
+    head.drop_stream();
+    let (reg, _) = attached(&mut head).await;
+    assert!(reg.finished.is_empty(), "{:?}", reg.finished);
+    // An attempt this process ran is not run twice.
+    head.send(assign(1, ghost(None)));
+    assert_eq!(head.quiet_for(Duration::from_millis(300)).await, None);
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn reports_what_finished_while_the_head_was_away() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(worker(&head));
@@ -138,17 +181,17 @@ async fn reports_what_finished_while_the_head_was_away() {
     tokio::time::sleep(Duration::from_millis(600)).await;
     head.unavailable(false);
     let (reg, again) = attached(&mut head).await;
-    assert_eq!((reg.previous_node_id, again), (Some(node), node));
+    assert_eq!(again, node);
     assert!(reg.running.is_empty(), "{:?}", reg.running);
-    assert_eq!(
-        expect_finished(&mut head, 1).await,
-        Ok(TaskResult::Released)
-    );
+    // The report travels with the registration, which acknowledges it.
+    assert_eq!(reg.finished.len(), 1, "{:?}", reg.finished);
+    assert_eq!(reg.finished[0].task_id, TaskId(1));
+    assert_eq!(reg.finished[0].outcome, Ok(TaskResult::Released));
     w.stop().await.unwrap();
 }
 
 #[tokio::test]
-async fn a_new_node_id_cancels_the_old_tasks_without_reporting_them() {
+async fn an_unknown_identity_cancels_the_old_tasks_and_joins_as_a_new_node() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     head.keep_ids(false);
     let w = RunningWorker::start(worker(&head));
@@ -167,9 +210,13 @@ async fn a_new_node_id_cancels_the_old_tasks_without_reporting_them() {
     .await;
 
     head.drop_stream();
+    // It presents its identity with the running task, is told the head does not know it...
+    let refused = head.registration().await;
+    assert_eq!(refused.identity.map(|i| i.node_id), Some(node));
+    assert_eq!(refused.running, running(&[5]));
+    // ...and registers as a new node, with nothing running.
     let (reg, new_node) = attached(&mut head).await;
-    assert_eq!(reg.previous_node_id, Some(node));
-    assert_eq!(reg.running, running(&[5]));
+    assert!(reg.identity.is_none());
     assert_ne!(new_node, node);
     assert_eq!(head.quiet_for(Duration::from_millis(700)).await, None);
     assert_eq!(w.handle.node_id(), Some(new_node));
@@ -182,8 +229,9 @@ async fn a_new_node_id_cancels_the_old_tasks_without_reporting_them() {
 
     // The old task is forgotten: the next registration does not list it.
     head.drop_stream();
+    head.keep_ids(true);
     let (reg, _) = attached(&mut head).await;
-    assert_eq!(reg.previous_node_id, Some(new_node));
+    assert_eq!(reg.identity.map(|i| i.node_id), Some(new_node));
     assert!(reg.running.is_empty(), "{:?}", reg.running);
     w.stop().await.unwrap();
 }

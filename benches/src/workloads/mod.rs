@@ -11,6 +11,7 @@ use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
 pub mod retention;
+pub mod w10_failover;
 pub mod w1_throughput;
 pub mod w2_latency;
 pub mod w3_clients;
@@ -19,6 +20,7 @@ pub mod w5_makespan;
 pub mod w6_requested;
 pub mod w7_gang;
 pub mod w8_scale;
+pub mod w9_replicated;
 
 /// What every workload gets.
 #[derive(Debug, Clone)]
@@ -60,6 +62,10 @@ pub enum Workload {
     W7,
     /// 1,000 nodes and 1,000,000 queued tasks.
     W8,
+    /// Throughput with a durable head and with three replicas.
+    W9,
+    /// Leader failover time.
+    W10,
     /// Command tasks (`true`), the workload HyperQueue is compared on.
     Cmd,
     /// Head memory under a stream of short tasks, with and without retention.
@@ -68,7 +74,7 @@ pub enum Workload {
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 10] = [
+    pub const ALL: [Workload; 12] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -77,6 +83,8 @@ impl Workload {
         Workload::W6,
         Workload::W7,
         Workload::W8,
+        Workload::W9,
+        Workload::W10,
         Workload::Cmd,
         Workload::Retention,
     ];
@@ -92,6 +100,8 @@ impl Workload {
             Workload::W6 => "w6",
             Workload::W7 => "w7",
             Workload::W8 => "w8",
+            Workload::W9 => "w9",
+            Workload::W10 => "w10",
             Workload::Cmd => "cmd",
             Workload::Retention => "retention",
         }
@@ -108,6 +118,8 @@ impl Workload {
             Workload::W6 => w6_requested::run(ctx).await,
             Workload::W7 => w7_gang::run(ctx).await,
             Workload::W8 => w8_scale::run(ctx).await,
+            Workload::W9 => w9_replicated::run(ctx).await,
+            Workload::W10 => w10_failover::run(ctx).await,
             Workload::Cmd => cmd_tasks::run(ctx).await,
             Workload::Retention => retention::run(ctx).await,
         }

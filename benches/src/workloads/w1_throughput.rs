@@ -108,7 +108,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 }
 
 /// Submits `n` no-op tasks one `Submit` call each, [`IN_FLIGHT`] at a time, then waits for all.
-async fn submit_per_task(
+pub(crate) async fn submit_per_task(
     client: &escher::Client,
     n: usize,
     limit: Duration,

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
 use super::gpus::{GpusArgs, MigCommand};
+use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
@@ -24,8 +25,8 @@ use crate::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
 #[derive(Debug, Parser)]
 #[command(name = "escher", version, propagate_version = true)]
 pub struct Cli {
-    /// The head to talk to
-    #[arg(long, global = true, env = ENV_HEAD, default_value = DEFAULT_HEAD_URL, value_name = "URL")]
+    /// The head to talk to; for a replicated head, every replica's URL, comma-separated
+    #[arg(long, global = true, env = ENV_HEAD, default_value = DEFAULT_HEAD_URL, value_name = "URL[,URL...]")]
     pub head: String,
 
     /// Qualify unqualified application resource names with this namespace
@@ -72,6 +73,9 @@ pub enum Command {
     /// Change MIG layouts
     #[command(subcommand)]
     Mig(MigCommand),
+    /// Show the head group's replicas (role, term, commit and applied index), or add or remove
+    /// one
+    Heads(HeadsArgs),
 }
 
 impl Cli {

@@ -2,8 +2,9 @@
 //! shell or from inside a command task.
 //!
 //! ```text
-//! escher [--head URL] [--namespace NS] [--json] <command>
-//!   status                          nodes, resources (total / used / available), pending tasks
+//! escher [--head URL[,URL...]] [--namespace NS] [--json] <command>
+//!   status                          nodes, resources (total / used / available), pending
+//!                                   tasks, head replicas
 //!   submit [options] -- CMD ARGS... submit a command task (--count N copies, --wait)
 //!   get ID [--timeout SECS]         wait for a task; show its outcome and result
 //!   wait ID... [--num N] [--timeout SECS]
@@ -19,9 +20,13 @@
 //!   resource set NAME CAPACITY  (--local | --node ID | --match RESOURCES [--num-nodes N])
 //!   resource adjust NAME DELTA  (same targets)
 //!   resource delete NAME        (same targets)
+//!   heads                           the head group's replicas: role, term, commit, applied
+//!   heads add ID=HOST:PORT          add a replica (started with --join); heads remove ID
 //! ```
 //!
-//! The head is found from `--head`, else `ESCHER_HEAD`, else `http://127.0.0.1:7600`. Tables
+//! The head is found from `--head`, else `ESCHER_HEAD`, else `http://127.0.0.1:7600`; for a
+//! replicated head, give every replica's URL, comma-separated (the client follows the leader).
+//! Tables
 //! are for people; `--json` prints the domain types for scripts. The exit status is 0 only on
 //! success; errors are printed as `error: <message>` with their causes.
 //!
@@ -47,6 +52,7 @@ use clap::Parser;
 mod args;
 mod ctx;
 mod gpus;
+mod heads;
 mod inspect;
 mod render;
 mod reserve;
@@ -57,6 +63,7 @@ mod wait;
 
 pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
 pub use gpus::{GpusArgs, MigApplyArgs, MigCommand, render_gpus, render_plan};
+pub use heads::{HeadsArgs, HeadsChange, render_heads};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
 pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
@@ -119,6 +126,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Reserve(a) => a.run(ctx).await,
         Command::Gpus(a) => a.run(ctx).await,
         Command::Mig(a) => a.run(ctx).await,
+        Command::Heads(a) => a.run(ctx).await,
     }
 }
 

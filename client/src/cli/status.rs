@@ -1,5 +1,5 @@
-//! `escher status`: the nodes, every resource on each (total, used, available), and the
-//! pending tasks with the reason each cannot be placed.
+//! `escher status`: the nodes, every resource on each (total, used, available), the pending
+//! tasks with the reason each cannot be placed, and the head group's replicas.
 //!
 //! A resource whose use exceeds its total (its capacity shrank below what running tasks hold,
 //! DESIGN §3) is marked in the `NOTE` column with how far over it is; unbounded capacities
@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::utc_seconds;
+use escher_proto::types::{HeadsReply, utc_seconds};
 use escher_proto::{ClusterStatus, NodeStatus, TaskState, TaskSummary};
 use serde::Serialize;
 
@@ -31,6 +31,8 @@ pub struct StatusJson<'a> {
     pub cluster: &'a ClusterStatus,
     /// The first pending tasks, with their reasons.
     pub pending: &'a [TaskSummary],
+    /// The head group's replicas, when the head reports them.
+    pub heads: Option<&'a HeadsReply>,
 }
 
 impl StatusArgs {
@@ -44,13 +46,21 @@ impl StatusArgs {
                 .list_tasks(Some(TaskState::Pending), Some(self.pending))
                 .await?
         };
+        // A head that predates replication has no replicas to show: leave the section out.
+        let heads = client.heads().await.ok();
         if ctx.json {
             ctx.emit_json(&StatusJson {
                 cluster: &cluster,
                 pending: &pending,
+                heads: heads.as_ref(),
             })?;
         } else {
-            ctx.emit(&render_status(&cluster, &pending))?;
+            let mut text = render_status(&cluster, &pending);
+            if let Some(heads) = &heads {
+                text.push('\n');
+                text.push_str(&super::heads::render_heads(heads));
+            }
+            ctx.emit(&text)?;
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -311,6 +321,7 @@ mod tests {
         let value = serde_json::to_value(StatusJson {
             cluster: &c,
             pending: &p,
+            heads: None,
         })
         .unwrap();
         assert_eq!(value["cluster"]["nodes"][0]["name"], "w1");

@@ -1,15 +1,22 @@
-//! `escher-head`: runs the head of an escher cluster.
+//! `escher-head`: runs the head of an escher cluster, alone or as one replica of a raft group.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
 use escher_head::HeadConfig;
+use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GROUP};
 use escher_head::state::{RetentionPolicy, StateConfig};
 
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
 /// clients and workers connect to.
+///
+/// Alone, a head is a raft group of one. With `--id N --peers 1=HOST:PORT,2=...,3=...` it is
+/// replica N of a group: start every replica with the same `--peers` list; they elect a
+/// leader, which serves clients and workers, and any replica tells a caller where the leader
+/// is. Clients and workers take the list of every replica's URL (`--head URL1,URL2,URL3`).
 #[derive(Debug, Parser)]
 #[command(name = "escher-head", version)]
 struct HeadArgs {
@@ -32,6 +39,42 @@ struct HeadArgs {
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
+    /// Keep the head's state (its raft log and snapshots) in this directory, so that it
+    /// survives a restart [default: in memory only]. Created if missing; a directory of
+    /// another group or replica is refused.
+    #[arg(long, env = "ESCHER_HEAD_DATA_DIR", value_name = "DIR")]
+    data_dir: Option<std::path::PathBuf>,
+    /// This head's replica id in its group (with --peers, or --join).
+    #[arg(long, env = "ESCHER_HEAD_ID", default_value_t = 1, value_name = "N")]
+    id: u64,
+    /// Every replica of the group, this one included, as ID=HOST:PORT (the address the
+    /// others reach it at; it serves clients and workers there too), e.g.
+    /// `1=10.0.0.1:7600,2=10.0.0.2:7600,3=10.0.0.3:7600`. Every replica gets the same list.
+    #[arg(long, env = "ESCHER_HEAD_PEERS", value_name = "ID=HOST:PORT,...", value_parser = parse_peers)]
+    peers: Option<BTreeMap<u64, String>>,
+    /// The group's id [default: derived from --peers; `escher` for a group of one]. Replicas
+    /// only talk to replicas of their own group; `escher heads` shows it.
+    #[arg(long, env = "ESCHER_HEAD_GROUP", value_name = "GROUP")]
+    group: Option<String>,
+    /// Join an existing group instead of creating one: start with an empty log and wait for
+    /// the group's leader, after `escher heads add ID=HOST:PORT`. Give the group's --group
+    /// (`escher heads` shows it).
+    #[arg(long, requires = "group")]
+    join: bool,
+    /// Milliseconds between raft ticks. A follower stands for election after 10 to 20 ticks
+    /// without hearing from a leader; the leader sends a heartbeat every 2.
+    #[arg(
+        long,
+        env = "ESCHER_RAFT_TICK_MS",
+        default_value_t = 50,
+        value_name = "MS"
+    )]
+    raft_tick_ms: u64,
+    /// Bytes of log written since the last snapshot that trigger a new snapshot (and a
+    /// compaction of the log), when the last snapshot was smaller than that; otherwise the
+    /// log may grow to the size of the last snapshot first.
+    #[arg(long, default_value_t = DEFAULT_SNAPSHOT_BYTES, value_name = "BYTES")]
+    snapshot_log_bytes: u64,
     /// Keep the whole record (status, result, reason, times) of at most this many finished
     /// tasks, the most recently finished. An older one shrinks to a tombstone, and `escher get`
     /// on it says "evicted by retention (succeeded at ...)".
@@ -52,10 +95,42 @@ struct HeadArgs {
     retain_dead_nodes_for: humantime::Duration,
 }
 
+/// `1=HOST:PORT,2=HOST:PORT`: every entry an id and an address.
+fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, address) = part
+            .split_once('=')
+            .ok_or_else(|| format!("{part:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("{part:?}: {id:?} is not a replica id (a number from 1)"))?;
+        if peers.insert(id, address.trim().to_string()).is_some() {
+            return Err(format!("replica {id} is listed twice"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("the list is empty; give ID=HOST:PORT for every replica".into());
+    }
+    Ok(peers)
+}
+
 impl TryFrom<HeadArgs> for HeadConfig {
     type Error = escher_head::runtime::ConfigError;
 
     fn try_from(args: HeadArgs) -> Result<Self, Self::Error> {
+        let mut replica = match args.peers {
+            Some(peers) => ReplicaConfig::member(args.id, peers, args.group)?,
+            None => ReplicaConfig {
+                id: args.id,
+                group: args.group.unwrap_or_else(|| SINGLE_GROUP.to_string()),
+                ..ReplicaConfig::single("")
+            },
+        };
+        replica.join = args.join;
+        replica.tick = Duration::from_millis(args.raft_tick_ms);
+        replica.snapshot_bytes = args.snapshot_log_bytes;
         let config = HeadConfig {
             heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
             heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
@@ -72,6 +147,8 @@ impl TryFrom<HeadArgs> for HeadConfig {
                     ..RetentionPolicy::default()
                 },
             },
+            replica,
+            data_dir: args.data_dir,
             ..HeadConfig::default()
         };
         config.validate()?;
@@ -120,4 +197,59 @@ async fn shutdown_signal() {
         _ = term.recv() => {}
     }
     tracing::info!("shutdown requested");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(args: &[&str]) -> Result<HeadConfig, String> {
+        let args =
+            HeadArgs::try_parse_from(std::iter::once("escher-head").chain(args.iter().copied()))
+                .map_err(|e| e.to_string())?;
+        HeadConfig::try_from(args).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_lone_head_is_a_group_of_one() {
+        let c = config(&[]).unwrap();
+        assert_eq!(c.replica.id, 1);
+        assert!(c.replica.peers.is_empty());
+        assert_eq!(c.replica.group, SINGLE_GROUP);
+        assert!(!c.replica.join);
+    }
+
+    #[test]
+    fn a_replica_takes_its_address_from_the_peer_list() {
+        let c = config(&[
+            "--id",
+            "2",
+            "--peers",
+            "1=127.0.0.1:7600, 2=127.0.0.1:7601,3=127.0.0.1:7602",
+            "--raft-tick-ms",
+            "10",
+        ])
+        .unwrap();
+        assert_eq!(c.replica.address, "127.0.0.1:7601");
+        assert_eq!(c.replica.peers.len(), 3);
+        assert_eq!(c.replica.tick, Duration::from_millis(10));
+        assert!(c.replica.group.starts_with("escher-"));
+    }
+
+    #[test]
+    fn bad_replica_flags_say_what_is_wrong() {
+        let err = config(&["--id", "4", "--peers", "1=h:1,2=h:2"]).unwrap_err();
+        assert!(
+            err.contains("does not include this replica's own --id 4"),
+            "{err}"
+        );
+        let err = config(&["--peers", "1=h:1,1=h:2"]).unwrap_err();
+        assert!(err.contains("listed twice"), "{err}");
+        let err = config(&["--peers", "one=h:1"]).unwrap_err();
+        assert!(err.contains("not a replica id"), "{err}");
+        let err = config(&["--join"]).unwrap_err();
+        assert!(err.contains("--group"), "{err}");
+        let err = config(&["--raft-tick-ms", "0"]).unwrap_err();
+        assert!(err.contains("--raft-tick-ms"), "{err}");
+    }
 }

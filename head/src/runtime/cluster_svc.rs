@@ -1,6 +1,14 @@
 //! The `Cluster` gRPC service: unpack, convert, delegate to the owner, map errors.
+//!
+//! Writes carry their idempotency key (`key`) through to the log entry. Reads are
+//! linearizable unless the request metadata says `escher-read: stale`. `Heads` is answered by
+//! any replica (it is how an operator looks at a group that has no leader); `ChangeHeads`
+//! only by the leader.
 
 use std::time::Duration;
+
+use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, RequestKey};
+use escher_proto::wire::raft_client::RaftClient;
 
 use escher_proto::types::{
     ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksReply, ListTasksRequest,
@@ -10,8 +18,8 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
 
-use super::handle::{OwnerHandle, to_status};
-use super::owner::Msg;
+use super::handle::{OwnerHandle, to_status, wants_stale};
+use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
 use crate::state::{Command, Reply};
 
@@ -19,6 +27,14 @@ use crate::state::{Command, Reply};
 const MAX_WAIT: Duration = Duration::from_secs(300);
 /// The most tasks one `ListTasks` call returns.
 const MAX_LIST: u32 = 10_000;
+
+/// How long `Heads` waits for each other replica's status.
+const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1500);
+
+/// The idempotency key of a write request, checked.
+fn key(raw: Option<wire::RequestKey>) -> Result<Option<RequestKey>, Status> {
+    Ok(raw.map(RequestKey::try_from).transpose()?)
+}
 
 /// Serves applications, the CLI, ESLs and running tasks.
 #[derive(Debug, Clone)]
@@ -40,11 +56,13 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
-        let SubmitRequest { tasks, namespace } = request.into_inner().try_into()?;
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let SubmitRequest { tasks, namespace } = request.try_into()?;
         tracing::Span::current().record("tasks", tasks.len());
         match self
             .owner
-            .apply(Command::Submit { tasks, namespace })
+            .apply(Command::Submit { tasks, namespace }, key)
             .await?
         {
             Reply::Submitted(task_ids) => Ok(Response::new(SubmitReply { task_ids }.into())),
@@ -56,6 +74,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::WaitRequest>,
     ) -> Result<Response<wire::WaitReply>, Status> {
+        let stale = wants_stale(&request);
         let WaitRequest {
             task_ids,
             num_returns,
@@ -73,12 +92,12 @@ impl Cluster for ClusterService {
             })
             .await?;
         let answer = match tokio::time::timeout(limit, rx).await {
-            Ok(Ok(answer)) => answer.map_err(to_status)?,
+            Ok(Ok(answer)) => answer?,
             Ok(Err(_)) => return Err(Status::unavailable("the head is shutting down")),
             // Timed out: answer with what is ready now.
             Err(_) => {
                 self.owner
-                    .read(move |s| snapshot(s, &task_ids, num_returns))
+                    .read(stale, move |s| snapshot(s, &task_ids, num_returns))
                     .await?
             }
         };
@@ -89,10 +108,12 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::CancelRequest>,
     ) -> Result<Response<wire::CancelReply>, Status> {
-        let CancelRequest { task_ids } = request.into_inner().into();
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let CancelRequest { task_ids } = request.into();
         match self
             .owner
-            .apply(Command::Cancel { tasks: task_ids })
+            .apply(Command::Cancel { tasks: task_ids }, key)
             .await?
         {
             Reply::Cancelled(tasks) => Ok(Response::new(CancelReply { tasks }.into())),
@@ -104,10 +125,13 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::DescribeTaskRequest>,
     ) -> Result<Response<wire::TaskInfo>, Status> {
+        let stale = wants_stale(&request);
         let id: TaskId = request.into_inner().into();
         let info = self
             .owner
-            .read(move |s| s.task_info(id).ok_or_else(|| s.missing_task(id)))
+            .read(stale, move |s| {
+                s.task_info(id).ok_or_else(|| s.missing_task(id))
+            })
             .await?;
         Ok(Response::new(info.map_err(to_status)?.into()))
     }
@@ -116,6 +140,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ListTasksRequest>,
     ) -> Result<Response<wire::ListTasksReply>, Status> {
+        let stale = wants_stale(&request);
         let ListTasksRequest {
             state,
             limit,
@@ -128,7 +153,7 @@ impl Cluster for ClusterService {
         } as usize;
         let tasks = self
             .owner
-            .read(move |s| s.list_tasks(state, limit, after))
+            .read(stale, move |s| s.list_tasks(state, limit, after))
             .await?;
         Ok(Response::new(ListTasksReply { tasks }.into()))
     }
@@ -138,17 +163,19 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
         let SetResourcesRequest {
             updates,
             namespace,
             caller_task,
-        } = request.into_inner().try_into()?;
+        } = request.try_into()?;
         let command = Command::SetResources {
             updates,
             namespace,
             caller_task,
         };
-        match self.owner.apply(command).await? {
+        match self.owner.apply(command, key).await? {
             Reply::ResourcesSet(changed) => {
                 let outcomes = changed
                     .into_iter()
@@ -165,13 +192,15 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ReserveRequest>,
     ) -> Result<Response<wire::ReserveReply>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
         let ReserveRequest {
             name,
             bundles,
             strategy,
             timeout,
             namespace,
-        } = request.into_inner().try_into()?;
+        } = request.try_into()?;
         tracing::Span::current().record("bundles", bundles.len());
         let command = Command::Reserve {
             name,
@@ -180,7 +209,7 @@ impl Cluster for ClusterService {
             timeout,
             namespace,
         };
-        match self.owner.apply(command).await? {
+        match self.owner.apply(command, key).await? {
             Reply::Reserved { tasks, placed } => Ok(Response::new(
                 ReserveReply {
                     task_ids: tasks,
@@ -194,9 +223,10 @@ impl Cluster for ClusterService {
 
     async fn gpus(
         &self,
-        _request: Request<wire::GpusRequest>,
+        request: Request<wire::GpusRequest>,
     ) -> Result<Response<wire::GpusReply>, Status> {
-        let reply = self.owner.read(|s| s.gpu_status()).await?;
+        let stale = wants_stale(&request);
+        let reply = self.owner.read(stale, |s| s.gpu_status()).await?;
         Ok(Response::new(reply.into()))
     }
 
@@ -205,12 +235,14 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ApplyMigLayoutRequest>,
     ) -> Result<Response<wire::MigPlan>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
         let ApplyMigLayoutRequest {
             node,
             gpu,
             layout,
             drain,
-        } = request.into_inner().try_into()?;
+        } = request.try_into()?;
         tracing::Span::current().record("node", node.0);
         tracing::Span::current().record("gpu", gpu);
         let command = Command::ApplyMigLayout {
@@ -219,7 +251,7 @@ impl Cluster for ClusterService {
             layout,
             drain,
         };
-        match self.owner.apply(command).await? {
+        match self.owner.apply(command, key).await? {
             Reply::MigPlan(plan) => Ok(Response::new(plan.into())),
             other => Err(unexpected(other)),
         }
@@ -227,9 +259,10 @@ impl Cluster for ClusterService {
 
     async fn cluster_status(
         &self,
-        _request: Request<wire::ClusterStatusRequest>,
+        request: Request<wire::ClusterStatusRequest>,
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
-        let status = self.owner.read(|s| s.cluster_status()).await?;
+        let stale = wants_stale(&request);
+        let status = self.owner.read(stale, |s| s.cluster_status()).await?;
         Ok(Response::new(status.into()))
     }
 
@@ -245,7 +278,7 @@ impl Cluster for ClusterService {
             Ok(Ok(Ok(chunk))) => Ok(Response::new(chunk.into())),
             Ok(Ok(Err(why))) if why.starts_with("unknown task") => {
                 // No record: retention may have evicted it, which says more than "unknown".
-                let missing = self.owner.read(move |s| s.missing_task(task)).await?;
+                let missing = self.owner.read(true, move |s| s.missing_task(task)).await?;
                 Err(to_status(missing))
             }
             Ok(Ok(Err(why))) => Err(Status::failed_precondition(why)),
@@ -255,5 +288,79 @@ impl Cluster for ClusterService {
                 self.log_fetch_timeout
             ))),
         }
+    }
+
+    async fn heads(
+        &self,
+        _request: Request<wire::HeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        let reply = self.heads_reply().await?;
+        Ok(Response::new(reply.into()))
+    }
+
+    async fn change_heads(
+        &self,
+        request: Request<wire::ChangeHeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        let change = HeadChange::try_from(request.into_inner())?;
+        tracing::info!(?change, "membership change requested");
+        self.owner
+            .ask(|reply| Msg::ChangeHeads { change, reply })
+            .await??;
+        let reply = self.heads_reply().await?;
+        Ok(Response::new(reply.into()))
+    }
+}
+
+impl ClusterService {
+    /// This replica's view of the group, with every other member asked for its own status.
+    async fn heads_reply(&self) -> Result<HeadsReply, Status> {
+        let HeadsView { group, me, members } = self.owner.ask(|reply| Msg::Heads { reply }).await?;
+        let mut asks = tokio::task::JoinSet::new();
+        for (id, address) in members.iter().filter(|(id, _)| **id != me.id) {
+            asks.spawn(peer_status(*id, address.clone(), group.clone()));
+        }
+        let mut replicas = vec![me];
+        while let Some(answer) = asks.join_next().await {
+            if let Ok(status) = answer {
+                replicas.push(status);
+            }
+        }
+        replicas.sort_by_key(|r| r.id);
+        Ok(HeadsReply { group, replicas })
+    }
+}
+
+/// Asks replica `id` at `address` how it is; an answer that does not come says why.
+async fn peer_status(id: u64, address: String, group: String) -> HeadReplica {
+    let unreachable = |address: String, error: String| HeadReplica {
+        id,
+        address,
+        role: None,
+        term: 0,
+        commit_index: 0,
+        applied_index: 0,
+        reachable: false,
+        error: Some(error),
+        leader: None,
+        in_memory: false,
+    };
+    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{address}")) {
+        Ok(e) => e.connect_timeout(PEER_STATUS_TIMEOUT),
+        Err(e) => return unreachable(address, e.to_string()),
+    };
+    let ask = async {
+        let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
+        let request = wire::ReplicaStatusRequest { group };
+        let reply = RaftClient::new(channel)
+            .status(request)
+            .await
+            .map_err(|s| s.message().to_string())?;
+        HeadReplica::try_from(reply.into_inner()).map_err(|e| e.to_string())
+    };
+    match tokio::time::timeout(PEER_STATUS_TIMEOUT, ask).await {
+        Ok(Ok(status)) => status,
+        Ok(Err(why)) => unreachable(address, why),
+        Err(_) => unreachable(address, format!("no answer within {PEER_STATUS_TIMEOUT:?}")),
     }
 }

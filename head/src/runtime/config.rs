@@ -1,9 +1,12 @@
-//! How a head runs: timeouts, limits. Defaults are defined here, once.
+//! How a head runs: timeouts, limits, its place in a replicated group. Defaults are defined
+//! here, once.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::replication::{ReplicaConfig, ReplicaConfigError};
 use crate::state::StateConfig;
 
 /// The head's runtime settings.
@@ -21,6 +24,11 @@ pub struct HeadConfig {
     pub log_fetch_timeout: Duration,
     /// Settings of the replicated state.
     pub state: StateConfig,
+    /// Which replica of which raft group this head is (a group of one by default). An empty
+    /// `address` is filled in with the address the head listens on.
+    pub replica: ReplicaConfig,
+    /// Where the raft log lives (`--data-dir`); `None` keeps it in memory.
+    pub data_dir: Option<PathBuf>,
 }
 
 impl Default for HeadConfig {
@@ -32,6 +40,8 @@ impl Default for HeadConfig {
             max_message_bytes: 64 * 1024 * 1024,
             log_fetch_timeout: Duration::from_secs(10),
             state: StateConfig::default(),
+            replica: ReplicaConfig::single(""),
+            data_dir: None,
         }
     }
 }
@@ -53,6 +63,9 @@ pub enum ConfigError {
     /// A duration or size is zero.
     #[error("{0} must be greater than zero")]
     Zero(&'static str),
+    /// The replica settings are inconsistent.
+    #[error(transparent)]
+    Replica(#[from] ReplicaConfigError),
     /// Results cannot be larger than the messages that carry them.
     #[error(
         "max result size ({result} bytes) must be smaller than the max message size \
@@ -98,6 +111,7 @@ impl HeadConfig {
                 interval: self.heartbeat_interval,
             });
         }
+        self.replica.validate()?;
         if self.state.max_result_bytes >= self.max_message_bytes {
             return Err(ConfigError::ResultTooLarge {
                 result: self.state.max_result_bytes,

@@ -1,11 +1,21 @@
-//! [`OwnerHandle`]: how gRPC handlers talk to the owner task, and how its errors become
-//! gRPC statuses.
+//! [`OwnerHandle`]: how gRPC handlers talk to the owner task, and how its answers become
+//! gRPC statuses (the "not leader" status included).
 
+use escher_proto::types::RequestKey;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
+use tonic::metadata::MetadataValue;
 
 use super::owner::Msg;
+use crate::replication::NotAccepted;
 use crate::state::{ApplyError, ClusterState, Command, Reply};
+
+/// The response metadata key that carries the leader's URL on a "not leader" answer.
+pub const LEADER_METADATA: &str = "escher-leader";
+/// The request metadata key with which a read accepts a possibly stale answer.
+pub const READ_METADATA: &str = "escher-read";
+/// The value of [`READ_METADATA`] that asks for a stale read.
+pub const STALE: &str = "stale";
 
 /// A cloneable sender to the owner task.
 #[derive(Debug, Clone)]
@@ -16,6 +26,9 @@ pub(crate) struct OwnerHandle {
 fn gone() -> Status {
     Status::unavailable("the head is shutting down")
 }
+
+/// A read job: runs against the state once the read may be answered, or learns why not.
+pub(crate) type Query = Box<dyn FnOnce(Result<&ClusterState, Status>) + Send>;
 
 impl OwnerHandle {
     pub(crate) fn new(tx: mpsc::Sender<Msg>) -> OwnerHandle {
@@ -32,24 +45,35 @@ impl OwnerHandle {
         rx.await.map_err(|_| gone())
     }
 
-    /// Applies a command.
-    pub(crate) async fn apply(&self, command: Command) -> Result<Reply, Status> {
-        self.ask(|reply| Msg::Apply { command, reply })
-            .await?
-            .map_err(to_status)
+    /// Applies a command through the replicated log; answers once it is committed and
+    /// applied.
+    pub(crate) async fn apply(
+        &self,
+        command: Command,
+        key: Option<RequestKey>,
+    ) -> Result<Reply, Status> {
+        self.ask(|reply| Msg::Apply {
+            command,
+            key,
+            reply,
+        })
+        .await?
     }
 
-    /// Runs a read-only query against the state.
+    /// Runs a read-only query against the state: linearizable (on the leader, after raft
+    /// confirms it leads), or, with `stale`, at once against this replica's copy.
     pub(crate) async fn read<T: Send + 'static>(
         &self,
+        stale: bool,
         query: impl FnOnce(&ClusterState) -> T + Send + 'static,
     ) -> Result<T, Status> {
         self.ask(|reply| {
-            Msg::Read(Box::new(move |state| {
-                let _ = reply.send(query(state));
-            }))
+            let job: Query = Box::new(move |state| {
+                let _ = reply.send(state.map(query));
+            });
+            Msg::Read { job, stale }
         })
-        .await
+        .await?
     }
 
     /// Sends a message that needs no reply.
@@ -62,9 +86,45 @@ impl OwnerHandle {
 pub(crate) fn to_status(err: ApplyError) -> Status {
     let message = err.to_string();
     match err {
+        ApplyError::WrongSecret(_) => Status::permission_denied(message),
         ApplyError::Evicted(evicted) => evicted.into_status(),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),
     }
+}
+
+/// The answer of a replica that cannot take a write or a linearizable read: UNAVAILABLE, with
+/// the `escher-leader` metadata entry: the leader's URL when it is known, empty otherwise.
+pub(crate) fn not_accepted(why: NotAccepted) -> Status {
+    match why {
+        NotAccepted::NotLeader(Some(url)) => {
+            let mut status = Status::unavailable(format!(
+                "this head replica is not the leader; the leader is at {url}"
+            ));
+            if let Ok(value) = MetadataValue::try_from(url.as_str()) {
+                status.metadata_mut().insert(LEADER_METADATA, value);
+            }
+            status
+        }
+        NotAccepted::NotLeader(None) => {
+            let mut status = Status::unavailable(
+                "this head replica is not the leader and no leader is known yet (an election \
+                 is under way); try again shortly",
+            );
+            status
+                .metadata_mut()
+                .insert(LEADER_METADATA, MetadataValue::from_static(""));
+            status
+        }
+        NotAccepted::Membership(why) => Status::failed_precondition(why),
+    }
+}
+
+/// Whether a request accepts a possibly stale read.
+pub(crate) fn wants_stale<T>(request: &tonic::Request<T>) -> bool {
+    request
+        .metadata()
+        .get(READ_METADATA)
+        .is_some_and(|v| v.as_bytes() == STALE.as_bytes())
 }

@@ -1,4 +1,5 @@
-//! The `WorkerLink` gRPC service: registration, and one long-lived stream per worker.
+//! The `WorkerLink` gRPC service: registration, and one long-lived stream per worker. Only the
+//! leader serves workers; another replica answers "not leader" with the leader's URL.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -37,7 +38,7 @@ impl WorkerLink for LinkService {
         let reply = self
             .owner
             .ask(|reply| Msg::Register { request, reply })
-            .await?;
+            .await??;
         Ok(Response::new(reply.into()))
     }
 
@@ -52,8 +53,8 @@ impl WorkerLink for LinkService {
             .await
             .map_err(|_| Status::deadline_exceeded("no Hello within 10 s of opening the stream"))??
             .ok_or_else(|| Status::invalid_argument("the stream closed before its Hello"))?;
-        let node = match WorkerMessage::try_from(first)? {
-            WorkerMessage::Hello { node_id } => node_id,
+        let (node, secret) = match WorkerMessage::try_from(first)? {
+            WorkerMessage::Hello { node_id, secret } => (node_id, secret),
             other => {
                 return Err(Status::invalid_argument(format!(
                     "the first message on a worker stream must be Hello, not {other:?}"
@@ -65,12 +66,12 @@ impl WorkerLink for LinkService {
         self.owner
             .ask(|reply| Msg::Attach {
                 node,
+                secret,
                 conn,
                 tx,
                 reply,
             })
-            .await?
-            .map_err(Status::failed_precondition)?;
+            .await??;
         let owner = self.owner.clone();
         self.tracker.spawn(async move {
             loop {

@@ -1,33 +1,56 @@
-//! The head's runtime: one owner task holding the state, gRPC services in front of it.
+//! The head's runtime: one owner task holding the replica (and through it the state), gRPC
+//! services in front of it.
 //!
 //! ```text
 //!  clients ──Cluster──▶ ClusterService ─┐
-//!                                       ├─ Msg ─▶ Owner (ClusterState + soft state) ─▶ workers
-//!  workers ──WorkerLink─▶ LinkService ──┘                                  (Assign, Cancel, ...)
+//!                                       ├─ Msg ─▶ Owner ─▶ Replica (raft + ClusterState)
+//!  workers ──WorkerLink─▶ LinkService ──┘          │  ▲          │
+//!                                                  │  └─ Inbound ─┤◀── RaftService ◀── peers
+//!              (Assign, Cancel, ReportsAcked) ◀────┘              └──▶ Transport ──▶ peers
 //! ```
 //!
 //! [`run`] takes a bound listener and a shutdown future (tests bind port 0). Shutdown is one
-//! `CancellationToken`: it stops the owner, which tells every worker, and every spawned task is
-//! tracked and awaited.
+//! `CancellationToken`: it stops the owner, and every spawned task is tracked and awaited.
+//! Stopping a head does not stop its workers: their streams end, and they wait for a head (of
+//! their group) to come back.
+//!
+//! # Layout
+//!
+//! - `owner.rs`: the owner task and its loop; `proposals.rs`, `reads.rs`, `waiters.rs`,
+//!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
+//!   links and the worker-report protocol);
+//! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
+//!   `handle.rs`: how they reach the owner and how its answers become statuses;
+//! - `config.rs`: [`HeadConfig`].
 
 mod cluster_svc;
 mod config;
 mod handle;
 mod link_svc;
 mod owner;
+mod proposals;
+mod reads;
 mod waiters;
+mod workers;
 
 use std::future::Future;
 use std::time::Duration;
 
-use escher_proto::wire::{cluster_server::ClusterServer, worker_link_server::WorkerLinkServer};
+use escher_proto::wire::{
+    cluster_server::ClusterServer, raft_server::RaftServer, worker_link_server::WorkerLinkServer,
+};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
+use crate::replication::{
+    DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, Persistence, RaftService, Replica,
+    ReplicationError, Transport,
+};
 pub use config::{ConfigError, HeadConfig};
+pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
 
 /// Why the head could not run.
 #[derive(Debug, Error)]
@@ -35,6 +58,20 @@ pub enum HeadError {
     /// The settings are inconsistent.
     #[error("invalid head configuration: {0}")]
     Config(#[from] ConfigError),
+    /// The listener has no address.
+    #[error("cannot read the listening address: {0}")]
+    Listener(#[from] std::io::Error),
+    /// The replica could not start or failed.
+    #[error("the head's replica failed: {0}")]
+    Replication(#[from] ReplicationError),
+    /// The raft log in the data directory cannot be used.
+    #[error("cannot use the head's data directory {dir}: {source}")]
+    DataDir {
+        /// The directory.
+        dir: std::path::PathBuf,
+        /// Why (the log store's message says what to do).
+        source: LogError,
+    },
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
@@ -43,18 +80,106 @@ pub enum HeadError {
 /// How long in-flight calls get to finish after shutdown before connections are dropped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
-/// Serves a head on `listener` until `shutdown` completes.
+/// Serves a head on `listener` until `shutdown` completes. With `config.data_dir` the raft log
+/// lives there (created, or recovered and verified); without, in memory: what the head knows
+/// is lost when it stops, unless other replicas of its group keep it.
 pub async fn run(
     listener: TcpListener,
     config: HeadConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HeadError> {
+    let mut config = config;
+    let addr = listener.local_addr()?;
+    if config.replica.address.is_empty() {
+        config.replica.address = addr.to_string();
+    }
     config.validate()?;
+    let Some(dir) = config.data_dir.clone() else {
+        tracing::warn!(
+            replica = config.replica.id,
+            group = %config.replica.group,
+            "this head keeps its state in memory only: tasks, results and resources are lost \
+             when it stops (unless other replicas of its group keep them); give it --data-dir \
+             to keep them on disk"
+        );
+        return serve(
+            listener,
+            config,
+            MemLog::new(),
+            Persistence::Inline,
+            true,
+            shutdown,
+        )
+        .await;
+    };
+    let identity = LogIdentity {
+        group: config.replica.group.clone(),
+        replica: config.replica.id,
+    };
+    let opened = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || DiskLog::open(&dir, &identity)).await
+    };
+    let store = match opened {
+        Ok(Ok(store)) => store,
+        Ok(Err(source)) => return Err(HeadError::DataDir { dir, source }),
+        Err(join) => {
+            let why = ReplicationError::Interrupted(join.to_string());
+            return Err(HeadError::Replication(why));
+        }
+    };
+    tracing::info!(dir = %dir.display(), replica = config.replica.id, group = %config.replica.group, "the head keeps its raft log on disk");
+    serve(
+        listener,
+        config,
+        store,
+        Persistence::Blocking,
+        false,
+        shutdown,
+    )
+    .await
+}
+
+/// Serves a head over `store` on `listener` until `shutdown` completes.
+async fn serve<S: crate::replication::LogStore>(
+    listener: TcpListener,
+    config: HeadConfig,
+    store: S,
+    persistence: Persistence,
+    in_memory: bool,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), HeadError> {
+    let addr = listener.local_addr()?;
     let token = CancellationToken::new();
     let tracker = TaskTracker::new();
-    let (tx, rx) = tokio::sync::mpsc::channel(8192);
+    let (tx, requests) = tokio::sync::mpsc::channel(8192);
+    let (raft_tx, raft) = tokio::sync::mpsc::channel(4096);
+    let (transport_tx, transport) = tokio::sync::mpsc::unbounded_channel();
+    let replica_config = config.replica.clone();
+    let transport_out = Transport::new(
+        replica_config.id,
+        &replica_config.group,
+        &replica_config.address,
+        transport_tx,
+        token.child_token(),
+        tracker.clone(),
+    );
+    let replica = Replica::open(
+        replica_config.clone(),
+        store,
+        config.state.clone(),
+        transport_out,
+        persistence,
+        in_memory,
+    )?;
     let owner = handle::OwnerHandle::new(tx);
-    tracker.spawn(owner::Owner::new(config.clone()).run(rx, token.clone()));
+    let inboxes = owner::Inboxes {
+        requests,
+        raft,
+        transport,
+    };
+    let owner_task =
+        tracker.spawn(owner::Owner::new(replica, config.clone()).run(inboxes, token.clone()));
 
     let max = config.max_message_bytes;
     let cluster = ClusterServer::new(cluster_svc::ClusterService {
@@ -69,10 +194,22 @@ pub async fn run(
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
+    let raft_service = RaftServer::new(RaftService::new(
+        replica_config.id,
+        &replica_config.group,
+        &replica_config.address,
+        raft_tx,
+    ))
+    .max_decoding_message_size(MAX_RAFT_MESSAGE)
+    .max_encoding_message_size(MAX_RAFT_MESSAGE);
 
-    if let Ok(addr) = listener.local_addr() {
-        tracing::info!(%addr, "escher head listening");
-    }
+    tracing::info!(
+        %addr,
+        replica = replica_config.id,
+        group = %replica_config.group,
+        peers = ?replica_config.peers,
+        "escher head listening"
+    );
     let stop = token.clone();
     // Accepted connections need TCP_NODELAY, or small replies wait ~40 ms for delayed ACKs.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
@@ -80,8 +217,12 @@ pub async fn run(
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .add_service(cluster)
         .add_service(link)
+        .add_service(raft_service)
         .serve_with_incoming_shutdown(incoming, async move {
-            shutdown.await;
+            tokio::select! {
+                () = shutdown => {}
+                () = stop.cancelled() => {}
+            }
             stop.cancel();
         });
     let result = tokio::select! {
@@ -91,7 +232,11 @@ pub async fn run(
     };
     token.cancel();
     tracker.close();
+    let owner_result = owner_task.await;
     tracker.wait().await;
     tracing::info!("escher head stopped");
-    result
+    match owner_result {
+        Ok(Err(err)) => Err(err.into()),
+        _ => result,
+    }
 }

@@ -1,49 +1,68 @@
-//! The one task that owns the head's state. gRPC handlers send it [`Msg`]s and await replies;
-//! it applies commands, performs their effects, and keeps the soft state (worker links,
-//! heartbeats, waiters, log requests).
+//! The one task that owns the head's replica (and through it the state). gRPC handlers send
+//! it [`Msg`]s and await replies; peers' raft traffic arrives on a channel of its own.
+//!
+//! Each turn of the loop takes everything that is waiting (client writes become proposals,
+//! reads join one ReadIndex batch, raft messages are stepped), then runs one ready cycle of
+//! the replica and acts on what it produced: proposals are answered once their entries are
+//! applied, effects are performed (on the leader only), reads run, waits resume. See
+//! `replication` for the cycle itself, `proposals.rs`, `reads.rs` and `workers.rs` for the
+//! soft state kept here.
 
-use std::collections::BTreeSet;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use escher_proto::types::{
-    HeadMessage, LogChunk, NodeId, RegisterReply, RegisterRequest, TaskFinished, TaskId,
-    TaskLogsRequest, WaitReply, WorkerMessage,
+    HeadChange, HeadMessage, HeadReplica, LogChunk, NodeId, RegisterReply, RegisterRequest,
+    RunningTask, TaskId, TaskLogsRequest, WaitReply, WorkerMessage,
 };
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
+use tonic::Status;
 
 use super::config::HeadConfig;
+use super::handle::{Query, not_accepted, to_status};
+use super::proposals::{Batch, Pending, Proposals};
+use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
+use super::workers::Workers;
+use crate::replication::{
+    Applied, Inbound, LogStore, NotAccepted, Output, Replica, ReplicationError, TransportEvent,
+};
 use crate::scheduler::Millis;
-use crate::state::{ApplyError, ClusterState, Command, Effect, Entry, Reply};
+use crate::state::{ApplyError, Command, Effect, Joining, Reply, Returning, SecretHash};
+use escher_proto::types::{ReplicaRole, RequestKey};
+
+/// The most messages of one channel taken in one turn, so that the others are not starved.
+const TURN: usize = 1024;
 
 /// A request to the owner.
 pub(crate) enum Msg {
-    /// Apply a command.
+    /// Apply a command through the log.
     Apply {
         command: Command,
-        reply: oneshot::Sender<Result<Reply, ApplyError>>,
+        key: Option<RequestKey>,
+        reply: oneshot::Sender<Result<Reply, Status>>,
     },
-    /// Run a read-only query against the state.
-    Read(Box<dyn FnOnce(&ClusterState) + Send>),
+    /// Run a read-only query.
+    Read { job: Query, stale: bool },
     /// Answer when `num_returns` of `ids` are terminal.
     Wait {
         ids: Vec<TaskId>,
         num_returns: usize,
-        reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
+        reply: oneshot::Sender<Result<WaitReply, Status>>,
     },
     /// A worker registers.
     Register {
         request: RegisterRequest,
-        reply: oneshot::Sender<RegisterReply>,
+        reply: oneshot::Sender<Result<RegisterReply, Status>>,
     },
     /// A worker's stream opened.
     Attach {
         node: NodeId,
+        secret: String,
         conn: u64,
         tx: mpsc::UnboundedSender<HeadMessage>,
-        reply: oneshot::Sender<Result<(), String>>,
+        reply: oneshot::Sender<Result<(), Status>>,
     },
     /// A worker's stream closed.
     Detach { node: NodeId, conn: u64 },
@@ -54,42 +73,38 @@ pub(crate) enum Msg {
         request: TaskLogsRequest,
         reply: oneshot::Sender<Result<LogChunk, String>>,
     },
+    /// This replica's own status, the group's id and every member's address.
+    Heads { reply: oneshot::Sender<HeadsView> },
+    /// Change the group's membership.
+    ChangeHeads {
+        change: HeadChange,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
 }
 
 impl std::fmt::Debug for Msg {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(match self {
             Msg::Apply { .. } => "Apply",
-            Msg::Read(_) => "Read",
+            Msg::Read { .. } => "Read",
             Msg::Wait { .. } => "Wait",
             Msg::Register { .. } => "Register",
             Msg::Attach { .. } => "Attach",
             Msg::Detach { .. } => "Detach",
             Msg::Worker { .. } => "Worker",
             Msg::Logs { .. } => "Logs",
+            Msg::Heads { .. } => "Heads",
+            Msg::ChangeHeads { .. } => "ChangeHeads",
         })
     }
 }
 
-#[derive(Debug)]
-struct Link {
-    conn: u64,
-    tx: mpsc::UnboundedSender<HeadMessage>,
-}
-
-/// The owner of the state and the soft state around it.
-#[derive(Debug)]
-pub(crate) struct Owner {
-    state: ClusterState,
-    config: HeadConfig,
-    links: FxHashMap<NodeId, Link>,
-    /// Messages for workers that are registered but not attached (yet, or again).
-    outbox: FxHashMap<NodeId, Vec<HeadMessage>>,
-    last_seen: FxHashMap<NodeId, Instant>,
-    waiters: Waiters,
-    logs: FxHashMap<u64, oneshot::Sender<Result<LogChunk, String>>>,
-    next_log: u64,
-    last_prune: Instant,
+/// What one replica knows of its group, for `escher heads`.
+#[derive(Debug, Clone)]
+pub(crate) struct HeadsView {
+    pub(crate) group: String,
+    pub(crate) me: HeadReplica,
+    pub(crate) members: std::collections::BTreeMap<u64, String>,
 }
 
 /// Milliseconds since the Unix epoch.
@@ -99,124 +114,376 @@ pub(crate) fn now_ms() -> Millis {
         .map_or(0, |d| d.as_millis() as Millis)
 }
 
-impl Owner {
-    pub(crate) fn new(config: HeadConfig) -> Owner {
+/// The channels the owner serves.
+#[derive(Debug)]
+pub(crate) struct Inboxes {
+    pub(crate) requests: mpsc::Receiver<Msg>,
+    pub(crate) raft: mpsc::Receiver<Inbound>,
+    pub(crate) transport: mpsc::UnboundedReceiver<TransportEvent>,
+}
+
+/// The owner of the replica and the soft state around it.
+#[derive(Debug)]
+pub(crate) struct Owner<S: LogStore> {
+    replica: Replica<S>,
+    config: HeadConfig,
+    /// The commands of this turn, proposed together before the cycle.
+    batch: Batch,
+    proposals: Proposals,
+    workers: Workers,
+    waiters: Waiters,
+    reads: Reads,
+    logs: FxHashMap<u64, oneshot::Sender<Result<LogChunk, String>>>,
+    next_log: u64,
+    last_prune: Instant,
+    leading: bool,
+}
+
+impl<S: LogStore> Owner<S> {
+    pub(crate) fn new(replica: Replica<S>, config: HeadConfig) -> Owner<S> {
         Owner {
-            state: ClusterState::new(config.state.clone()),
+            replica,
             config,
-            links: FxHashMap::default(),
-            outbox: FxHashMap::default(),
-            last_seen: FxHashMap::default(),
+            batch: Batch::default(),
+            proposals: Proposals::default(),
+            workers: Workers::default(),
             waiters: Waiters::default(),
+            reads: Reads::default(),
             logs: FxHashMap::default(),
             next_log: 1,
             last_prune: Instant::now(),
+            leading: false,
         }
     }
 
-    /// Serves messages until shutdown, then tells every worker the head is going away.
-    pub(crate) async fn run(mut self, mut rx: mpsc::Receiver<Msg>, shutdown: CancellationToken) {
+    /// Serves until shutdown (or until the replica fails, which stops the head). Workers are
+    /// not told to stop: their streams end, and they wait for a head to come back.
+    pub(crate) async fn run(
+        mut self,
+        mut inboxes: Inboxes,
+        shutdown: CancellationToken,
+    ) -> Result<(), ReplicationError> {
         let mut tick = tokio::time::interval(self.config.tick_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
+        let mut raft_tick = tokio::time::interval(self.config.replica.tick);
+        raft_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
             tokio::select! {
                 biased;
-                _ = shutdown.cancelled() => break,
-                msg = rx.recv() => {
-                    let Some(msg) = msg else { break };
-                    self.handle(msg);
-                    // Drain what queued meanwhile before waiting again (bounded for fairness).
-                    for _ in 0..1024 {
-                        match rx.try_recv() {
-                            Ok(msg) => self.handle(msg),
-                            Err(_) => break,
-                        }
-                    }
-                }
+                () = shutdown.cancelled() => break Ok(()),
+                Some(inbound) = inboxes.raft.recv() => self.on_inbound(inbound),
+                Some(event) = inboxes.transport.recv() => self.replica.on_transport(event),
+                msg = inboxes.requests.recv() => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => break Ok(()),
+                },
+                _ = raft_tick.tick() => self.replica.tick(),
                 _ = tick.tick() => self.on_tick(),
             }
+            self.drain(&mut inboxes);
+            self.flush();
+            if let Some(token) = self.reads.batch() {
+                self.replica.read_index(token);
+            }
+            if let Err(err) = self.cycle().await {
+                break Err(err);
+            }
+        };
+        if let Err(err) = &result {
+            tracing::error!(%err, "the replica failed; the head stops");
         }
-        for (_, link) in self.links.drain() {
-            let _ = link.tx.send(HeadMessage::Shutdown {
-                reason: "the head is shutting down".into(),
-            });
-        }
+        self.stop_leading(|| Status::unavailable("the head is shutting down"));
         tracing::info!("head state owner stopped");
+        result
+    }
+
+    /// Takes what else is waiting, a bounded number per channel.
+    fn drain(&mut self, inboxes: &mut Inboxes) {
+        for _ in 0..TURN {
+            match inboxes.raft.try_recv() {
+                Ok(inbound) => self.on_inbound(inbound),
+                Err(_) => break,
+            }
+        }
+        while let Ok(event) = inboxes.transport.try_recv() {
+            self.replica.on_transport(event);
+        }
+        for _ in 0..TURN {
+            match inboxes.requests.try_recv() {
+                Ok(msg) => self.handle(msg),
+                Err(_) => break,
+            }
+        }
+    }
+
+    async fn cycle(&mut self) -> Result<(), ReplicationError> {
+        let mut out = Vec::new();
+        self.replica.cycle(&mut out).await?;
+        for output in out {
+            self.on_output(output);
+        }
+        Ok(())
+    }
+
+    fn on_inbound(&mut self, inbound: Inbound) {
+        match inbound {
+            Inbound::Messages {
+                from,
+                from_address,
+                messages,
+            } => self.replica.step(from, &from_address, messages),
+            Inbound::Status { reply } => {
+                let _ = reply.send(self.replica.status());
+            }
+        }
+    }
+
+    fn not_leader(&self) -> Status {
+        not_accepted(self.replica.not_leader())
+    }
+
+    /// Adds `command` to this turn's batch; `pending` is settled when its entry is applied.
+    fn propose(&mut self, command: Command, key: Option<RequestKey>, pending: Pending) {
+        if !self.leading {
+            pending.fail(self.not_leader());
+            return;
+        }
+        if self.batch.push(command, key, pending) {
+            self.flush();
+        }
+    }
+
+    /// Proposes this turn's batch as one raft entry.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let Batch { commands, pending } = self.batch.take();
+        match self.replica.propose(commands, now_ms()) {
+            Ok((index, term)) => self.proposals.insert(index, term, pending),
+            Err(why) => {
+                let status = not_accepted(why);
+                for p in pending {
+                    p.fail(status.clone());
+                }
+            }
+        }
     }
 
     fn handle(&mut self, msg: Msg) {
         match msg {
-            Msg::Apply { command, reply } => {
-                let _ = reply.send(self.apply(command));
+            Msg::Apply {
+                command,
+                key,
+                reply,
+            } => self.propose(command, key, Pending::Reply(reply)),
+            Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
+            Msg::Read { job, stale: false } => {
+                if self.leading {
+                    self.reads.push(ReadJob::Query(job));
+                } else {
+                    job(Err(self.not_leader()));
+                }
             }
-            Msg::Read(query) => query(&self.state),
             Msg::Wait {
                 ids,
                 num_returns,
                 reply,
             } => {
-                if let Some(err) = ids.iter().find_map(|id| self.state.check_known(*id).err()) {
-                    let _ = reply.send(Err(err));
-                    return;
+                if self.leading {
+                    self.reads.push(ReadJob::Wait {
+                        ids,
+                        num_returns,
+                        reply,
+                    });
+                } else {
+                    let _ = reply.send(Err(self.not_leader()));
                 }
-                self.waiters.add(&self.state, ids, num_returns, reply);
             }
-            Msg::Register { request, reply } => {
-                let _ = reply.send(self.register(request));
-            }
+            Msg::Register { request, reply } => self.register(request, reply),
             Msg::Attach {
                 node,
+                secret,
                 conn,
                 tx,
                 reply,
             } => {
-                if !self.state.node_alive(node) {
-                    let why = format!(
-                        "node {node} is not registered or was declared lost; register again"
-                    );
-                    let _ = reply.send(Err(why));
-                    return;
-                }
-                for msg in self.outbox.remove(&node).unwrap_or_default() {
-                    let _ = tx.send(msg);
-                }
-                self.links.insert(node, Link { conn, tx });
-                self.last_seen.insert(node, Instant::now());
-                let _ = reply.send(Ok(()));
-                tracing::info!(%node, "worker attached");
+                let _ = reply.send(self.attach(node, &secret, conn, tx));
             }
             Msg::Detach { node, conn } => {
-                if self.links.get(&node).is_some_and(|l| l.conn == conn) {
-                    self.links.remove(&node);
+                if self.workers.detach(node, conn) {
                     tracing::info!(%node, "worker detached");
-                    if self.state.node_draining(node) {
+                    if self.leading && self.replica.state().node_draining(node) {
                         // A drained worker said goodbye: no need to wait for its heartbeats.
                         let reason = "worker shut down".to_string();
-                        let _ = self.apply(Command::RemoveNode { node, reason });
-                        self.outbox.remove(&node);
-                        self.last_seen.remove(&node);
+                        self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+                        self.workers.forget(node);
                     }
                 }
             }
             Msg::Worker { node, msg } => self.on_worker_message(node, msg),
             Msg::Logs { request, reply } => self.fetch_logs(request, reply),
+            Msg::Heads { reply } => {
+                let _ = reply.send(HeadsView {
+                    group: self.replica.group().to_string(),
+                    me: self.replica.status(),
+                    members: self.replica.members().clone(),
+                });
+            }
+            Msg::ChangeHeads { change, reply } => {
+                // What came before it in this turn goes first.
+                self.flush();
+                match self.replica.propose_change(&change) {
+                    Ok((index, term)) => {
+                        self.proposals
+                            .insert(index, term, vec![Pending::Change(reply)]);
+                    }
+                    Err(why) => {
+                        let _ = reply.send(Err(not_accepted(why)));
+                    }
+                }
+            }
         }
     }
 
-    fn apply(&mut self, command: Command) -> Result<Reply, ApplyError> {
-        let result = self.state.apply(Entry {
-            now: now_ms(),
-            command,
-        });
-        self.perform_effects();
-        result
+    fn on_output(&mut self, output: Output) {
+        match output {
+            Output::Applied {
+                index,
+                term,
+                results,
+            } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                let mut pending = self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                    .into_iter();
+                for Applied {
+                    result,
+                    effects,
+                    finished,
+                } in results
+                {
+                    if self.leading {
+                        self.perform(effects);
+                        for status in finished {
+                            self.waiters.on_terminal(status);
+                        }
+                    }
+                    match pending.next() {
+                        Some(p) => self.settle(p, result),
+                        None => {
+                            if let Err(err) = result {
+                                tracing::debug!(index, %err, "a command was refused");
+                            }
+                        }
+                    }
+                }
+            }
+            Output::ConfChanged {
+                index,
+                term,
+                result,
+            } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    match p {
+                        Pending::Change(reply) => {
+                            let _ = reply.send(result.clone().map_err(Status::failed_precondition));
+                        }
+                        other => other.fail(Status::internal("a proposal met a membership change")),
+                    }
+                }
+            }
+            Output::Empty { index, term } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    p.fail(Status::aborted(
+                        "raft dropped the change: another membership change is still in \
+                         progress; try again once it is done (escher heads)",
+                    ));
+                }
+            }
+            Output::Role { role, leader } => self.on_role(role, leader),
+            Output::ReadReady { token } => {
+                for job in self.reads.ready(token) {
+                    if let Some(ReadJob::Wait {
+                        ids,
+                        num_returns,
+                        reply,
+                    }) = job.run(self.replica.state())
+                    {
+                        let state = self.replica.state();
+                        if let Some(err) = ids.iter().find_map(|id| state.check_known(*id).err()) {
+                            let _ = reply.send(Err(to_status(err)));
+                            continue;
+                        }
+                        self.waiters.add(state, ids, num_returns, reply);
+                    }
+                }
+            }
+            Output::Restored => {
+                self.proposals
+                    .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+            }
+        }
     }
 
-    fn perform_effects(&mut self) {
-        for effect in self.state.take_effects() {
+    /// Answers a proposal with what applying its entry returned.
+    fn settle(&mut self, pending: Pending, result: Result<Reply, ApplyError>) {
+        match pending {
+            Pending::Reply(reply) => {
+                let _ = reply.send(result.map_err(to_status));
+            }
+            Pending::Register { reply, secret } => {
+                let answer = match result {
+                    Ok(Reply::Registered(node_id)) => {
+                        self.workers.seen(node_id);
+                        tracing::info!(node = %node_id, new = secret.is_some(), "worker registered");
+                        let cluster = self.replica.state().cluster_id().unwrap_or_default();
+                        Ok(RegisterReply {
+                            node_id,
+                            heartbeat_interval: self.config.heartbeat_interval,
+                            secret,
+                            group: cluster.to_string(),
+                        })
+                    }
+                    Ok(other) => Err(Status::internal(format!(
+                        "unexpected reply to a registration: {other:?}"
+                    ))),
+                    Err(ApplyError::UnknownNode(node)) => Err(unknown_node(node)),
+                    Err(err) => Err(to_status(err)),
+                };
+                let _ = reply.send(answer);
+            }
+            Pending::Report { node, report } => self.workers.ack(node, report),
+            Pending::Change(reply) => {
+                let _ = reply.send(Err(Status::internal("a membership change met an entry")));
+            }
+            Pending::Quiet => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "a runtime command was refused");
+                }
+            }
+        }
+    }
+
+    fn perform(&mut self, effects: Vec<Effect>) {
+        let state = self.replica.state();
+        for effect in effects {
             match effect {
                 Effect::Assign { node, assignment } => {
-                    self.send(node, HeadMessage::Assign(*assignment));
+                    self.workers
+                        .send(state, node, HeadMessage::Assign(*assignment));
                 }
                 Effect::Cancel {
                     node,
@@ -224,152 +491,185 @@ impl Owner {
                     attempt,
                     reason,
                 } => {
-                    self.send(
-                        node,
-                        HeadMessage::CancelTask {
-                            task_id: task,
-                            attempt,
-                            reason,
-                        },
-                    );
+                    let msg = HeadMessage::CancelTask {
+                        task_id: task,
+                        attempt,
+                        reason,
+                    };
+                    self.workers.send(state, node, msg);
                 }
-                Effect::Terminal { task } => self.waiters.on_terminal(&self.state, task),
+                // Waiters learn from `Applied::finished`, taken when the command applied.
+                Effect::Terminal { .. } => {}
                 Effect::ReconfigureMig { node, gpu, layout } => {
                     tracing::info!(%node, gpu, %layout, "asking the worker to reconfigure MIG");
-                    self.send(node, HeadMessage::ReconfigureMig { gpu, layout });
+                    self.workers
+                        .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
                 }
+                Effect::Rejoined { node } => self.workers.forget_task_messages(node),
             }
         }
     }
 
-    /// Sends to a live node's worker now, or when it attaches.
-    fn send(&mut self, node: NodeId, msg: HeadMessage) {
-        if !self.state.node_alive(node) {
-            return;
+    fn on_role(&mut self, role: ReplicaRole, leader: Option<u64>) {
+        let leads = role == ReplicaRole::Leader;
+        tracing::info!(replica = self.replica.id(), %role, ?leader, "raft role changed");
+        if leads && !self.leading {
+            self.workers.lead(self.replica.state());
+            if self.replica.state().cluster_id().is_none() {
+                let cluster_id = new_secret()[..32].to_string();
+                tracing::info!(%cluster_id, "naming this new cluster");
+                self.leading = true;
+                self.propose(Command::Init { cluster_id }, None, Pending::Quiet);
+            }
+            tracing::info!(
+                replica = self.replica.id(),
+                nodes = self.replica.state().live_nodes().len(),
+                "this replica leads the head group now; waiting for workers to attach"
+            );
         }
-        let msg = match self.links.get(&node) {
-            Some(link) => match link.tx.send(msg) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(msg)) => msg,
-            },
-            None => msg,
-        };
-        self.outbox.entry(node).or_default().push(msg);
+        if !leads && self.leading {
+            let status = not_accepted(self.replica.not_leader());
+            self.stop_leading(move || status.clone());
+        }
+        self.leading = leads;
     }
 
-    fn register(&mut self, request: RegisterRequest) -> RegisterReply {
-        // Passed on even when not live: the state then gives the worker another id, which
-        // tells it that its old node and tasks are gone.
-        let previous = request.previous_node_id;
-        let gpus = request.gpus;
-        let command = Command::RegisterNode {
+    /// Answers everything that only a leader could answer, and drops every worker stream.
+    fn stop_leading(&mut self, status: impl Fn() -> Status) {
+        for p in self.batch.take().pending {
+            p.fail(status());
+        }
+        self.proposals.fail_all(&status);
+        self.reads.fail_all(&status);
+        let _ = self.replica.drop_reads();
+        self.waiters.fail_all(&status);
+        self.workers.drop_all();
+        for (_, reply) in self.logs.drain() {
+            let _ = reply.send(Err(status().message().to_string()));
+        }
+    }
+
+    fn register(
+        &mut self,
+        request: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterReply, Status>>,
+    ) {
+        if !self.leading {
+            let _ = reply.send(Err(self.not_leader()));
+            return;
+        }
+        let worker = Joining {
             name: request.name,
             address: request.address,
             resources: request.resources,
             labels: request.labels,
-            previous,
+            gpus: request.gpus,
+            boot: request.boot_id,
         };
-        let node_id = match self.apply(command) {
-            Ok(Reply::Registered(id)) => id,
-            other => {
-                // RegisterNode cannot be refused; keep the worker out rather than panic.
-                tracing::error!(?other, "unexpected reply to a registration");
-                NodeId(0)
+        match request.identity {
+            Some(identity) => {
+                let back = Returning {
+                    cluster: identity.group,
+                    node: identity.node_id,
+                    secret: SecretHash::of(&identity.secret),
+                    running: request.running,
+                    finished: request.finished,
+                };
+                let command = Command::RejoinNode { worker, back };
+                let pending = Pending::Register {
+                    reply,
+                    secret: None,
+                };
+                self.propose(command, None, pending);
             }
-        };
-        let reconnect = previous == Some(node_id);
-        if reconnect {
-            self.reconcile(node_id, &request.running);
-        }
-        if !gpus.is_empty() || reconnect {
-            // In the same turn as the registration, so that no client sees the node without
-            // its GPUs; on a reconnect the GPUs may have changed while it was away.
-            let command = Command::GpusChanged {
-                node: node_id,
-                gpus,
-                done: None,
-            };
-            if let Err(err) = self.apply(command) {
-                tracing::warn!(node = %node_id, %err, "could not record the worker's GPUs");
+            None => {
+                let secret = new_secret();
+                let command = Command::RegisterNode {
+                    worker,
+                    secret: SecretHash::of(&secret),
+                };
+                let pending = Pending::Register {
+                    reply,
+                    secret: Some(secret),
+                };
+                self.propose(command, None, pending);
             }
-        }
-        self.last_seen.insert(node_id, Instant::now());
-        tracing::info!(node = %node_id, reconnect, ?previous, "worker registered");
-        RegisterReply {
-            node_id,
-            heartbeat_interval: self.config.heartbeat_interval,
         }
     }
 
-    /// A reconnecting worker lists what it still runs. Tasks the head placed there that it no
-    /// longer runs, and that are not waiting in its outbox, were lost while it was away.
-    fn reconcile(&mut self, node: NodeId, running: &[escher_proto::types::RunningTask]) {
-        let reported: BTreeSet<(TaskId, u32)> =
-            running.iter().map(|r| (r.task_id, r.attempt)).collect();
-        let queued: BTreeSet<TaskId> = self
-            .outbox
-            .get(&node)
-            .into_iter()
-            .flatten()
-            .filter_map(|m| match m {
-                HeadMessage::Assign(a) => Some(a.task_id),
-                _ => None,
-            })
-            .collect();
-        for (task, attempt) in self.state.running_on(node) {
-            if !reported.contains(&(task, attempt)) && !queued.contains(&task) {
-                let report = TaskFinished {
-                    task_id: task,
-                    attempt,
-                    outcome: Err("the worker lost this task while it was disconnected".into()),
-                    timed_out: false,
-                };
-                let _ = self.apply(Command::TaskFinished(report));
-            }
+    fn attach(
+        &mut self,
+        node: NodeId,
+        secret: &str,
+        conn: u64,
+        tx: mpsc::UnboundedSender<HeadMessage>,
+    ) -> Result<(), Status> {
+        if !self.leading {
+            return Err(self.not_leader());
         }
+        let Some(record) = self.replica.state().node(node) else {
+            return Err(unknown_node(node));
+        };
+        if record.secret != SecretHash::of(secret) {
+            return Err(to_status(ApplyError::WrongSecret(node)));
+        }
+        if !record.alive {
+            return Err(Status::failed_precondition(format!(
+                "node {node} was declared lost; register again"
+            )));
+        }
+        self.workers.attach(node, conn, tx);
+        tracing::info!(%node, "worker attached");
+        Ok(())
     }
 
     fn on_worker_message(&mut self, node: NodeId, msg: WorkerMessage) {
-        if !self.state.node_alive(node) {
-            return; // declared lost: its tasks were retried or failed already
+        if !self.leading || !self.replica.state().node_alive(node) {
+            return; // not ours to handle, or declared lost: its tasks were retried already
         }
-        self.last_seen.insert(node, Instant::now());
-        match msg {
-            WorkerMessage::Hello { .. } => {}
+        self.workers.seen(node);
+        let command = match msg {
+            WorkerMessage::Hello { .. } => return,
             WorkerMessage::Heartbeat { metrics } => {
                 let draining = metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value > 0.0);
-                if draining && !self.state.node_draining(node) {
-                    tracing::info!(%node, "worker is draining; admitting nothing new there");
-                    let _ = self.apply(Command::DrainNode { node });
+                if !draining || self.replica.state().node_draining(node) {
+                    return;
                 }
+                tracing::info!(%node, "worker is draining; admitting nothing new there");
+                Command::DrainNode { node }
             }
-            WorkerMessage::TaskStarted { task_id, attempt } => {
-                let _ = self.apply(Command::TaskStarted {
-                    task: task_id,
-                    attempt,
-                });
-            }
+            WorkerMessage::TaskStarted { task_id, attempt } => Command::TaskStarted {
+                task: task_id,
+                attempt,
+            },
             WorkerMessage::TaskFinished(report) => {
-                let _ = self.apply(Command::TaskFinished(report));
+                let pending = Pending::Report {
+                    node,
+                    report: RunningTask {
+                        task_id: report.task_id,
+                        attempt: report.attempt,
+                    },
+                };
+                self.propose(Command::TaskFinished(report), None, pending);
+                return;
             }
             WorkerMessage::Logs { request_id, result } => {
                 if let Some(reply) = self.logs.remove(&request_id) {
                     let _ = reply.send(result);
                 }
+                return;
             }
             WorkerMessage::TaskDevices {
                 task_id,
                 attempt,
                 devices,
-            } => {
-                let _ = self.apply(Command::TaskDevices {
-                    task: task_id,
-                    attempt,
-                    devices,
-                });
-            }
+            } => Command::TaskDevices {
+                task: task_id,
+                attempt,
+                devices,
+            },
             WorkerMessage::GpusChanged { gpus, done } => {
                 if let Some(done) = &done {
                     match &done.error {
@@ -379,11 +679,10 @@ impl Owner {
                         }
                     }
                 }
-                if let Err(err) = self.apply(Command::GpusChanged { node, gpus, done }) {
-                    tracing::warn!(%node, %err, "could not record the worker's GPUs");
-                }
+                Command::GpusChanged { node, gpus, done }
             }
-        }
+        };
+        self.propose(command, None, Pending::Quiet);
     }
 
     fn fetch_logs(
@@ -391,8 +690,12 @@ impl Owner {
         request: TaskLogsRequest,
         reply: oneshot::Sender<Result<LogChunk, String>>,
     ) {
+        if !self.leading {
+            let _ = reply.send(Err(self.not_leader().message().to_string()));
+            return;
+        }
         let task = request.task_id;
-        let Some(rec) = self.state.task(task) else {
+        let Some(rec) = self.replica.state().task(task) else {
             let _ = reply.send(Err(format!("unknown task {task}")));
             return;
         };
@@ -402,13 +705,7 @@ impl Owner {
             )));
             return;
         };
-        let Some(link) = self.links.get(&node) else {
-            let why = format!("task {task} ran on node {node}, which is not connected now");
-            let _ = reply.send(Err(why));
-            return;
-        };
         let request_id = self.next_log;
-        self.next_log += 1;
         let msg = HeadMessage::FetchLogs {
             request_id,
             task_id: task,
@@ -416,38 +713,62 @@ impl Owner {
             offset: request.offset,
             max_bytes: request.max_bytes,
         };
-        if link.tx.send(msg).is_err() {
-            let _ = reply.send(Err(format!("node {node} disconnected")));
+        if !self.workers.send_now(node, msg) {
+            let why = format!("task {task} ran on node {node}, which is not connected now");
+            let _ = reply.send(Err(why));
             return;
         }
+        self.next_log += 1;
         self.logs.insert(request_id, reply);
     }
 
     fn on_tick(&mut self) {
-        let timeout = self.config.heartbeat_timeout;
-        let silent: Vec<NodeId> = self
-            .last_seen
-            .iter()
-            .filter(|(n, seen)| seen.elapsed() > timeout && self.state.node_alive(**n))
-            .map(|(n, _)| *n)
-            .collect();
-        for node in silent {
-            tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
-            let reason = format!("no heartbeat for {timeout:?}");
-            let _ = self.apply(Command::RemoveNode { node, reason });
-            self.links.remove(&node);
-            self.outbox.remove(&node);
-            self.last_seen.remove(&node);
-        }
-        // Pending deadlines, and finished tasks and dead nodes at the end of their retention.
-        if self.state.next_timer().is_some_and(|d| d <= now_ms()) {
-            let _ = self.apply(Command::Tick);
+        if self.leading {
+            self.workers.flush_acks();
+            self.workers.adopt(self.replica.state());
+            let timeout = self.config.heartbeat_timeout;
+            for node in self.workers.silent(self.replica.state(), timeout) {
+                tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
+                let reason = format!("no heartbeat for {timeout:?}");
+                self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+            }
+            // Pending deadlines, and finished tasks and dead nodes at the end of their
+            // retention.
+            if self
+                .replica
+                .state()
+                .next_timer()
+                .is_some_and(|d| d <= now_ms())
+            {
+                self.propose(Command::Tick, None, Pending::Quiet);
+            }
         }
         if self.last_prune.elapsed() > std::time::Duration::from_secs(1) {
             self.waiters.prune();
             self.logs.retain(|_, r| !r.is_closed());
             self.last_prune = Instant::now();
-            tracing::trace!(waiters = self.waiters.len(), "pruned");
+            tracing::trace!(
+                waiters = self.waiters.len(),
+                proposals = self.proposals.len(),
+                reads = self.reads.len(),
+                workers = self.workers.len(),
+                "pruned"
+            );
         }
     }
+}
+
+/// A new node's secret: 32 random bytes, as hex.
+fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The answer to a worker that presents a node id this group does not know.
+fn unknown_node(node: NodeId) -> Status {
+    Status::not_found(format!(
+        "node {node} is not known to this head group (its state was lost, or the worker's \
+         state directory comes from another cluster): register as a new node (the worker does \
+         so by itself)"
+    ))
 }

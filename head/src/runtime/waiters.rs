@@ -1,4 +1,5 @@
-//! Clients waiting for tasks to finish (`wait`, `get`): soft state of the runtime.
+//! Clients waiting for tasks to finish (`wait`, `get`): soft state of the leader. A replica
+//! that stops leading answers every wait with "not leader"; the client asks the new leader.
 //!
 //! A wait keeps its own copy of the status of each task it waits for as that task finishes
 //! (or at once, for one already finished). Retention may evict a finished task's record at any
@@ -10,7 +11,9 @@ use escher_proto::types::{TaskId, TaskStatus, WaitReply};
 use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 
-use crate::state::{ApplyError, ClusterState};
+use tonic::Status;
+
+use crate::state::ClusterState;
 
 /// One `wait` call in progress.
 #[derive(Debug)]
@@ -19,7 +22,7 @@ struct Waiting {
     num_returns: usize,
     /// The statuses of the tasks that finished so far, taken when they did.
     finished: FxHashMap<TaskId, TaskStatus>,
-    reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
+    reply: oneshot::Sender<Result<WaitReply, Status>>,
 }
 
 /// Every `wait` call in progress, indexed by the tasks it waits for.
@@ -38,7 +41,7 @@ impl Waiters {
         state: &ClusterState,
         ids: Vec<TaskId>,
         num_returns: usize,
-        reply: oneshot::Sender<Result<WaitReply, ApplyError>>,
+        reply: oneshot::Sender<Result<WaitReply, Status>>,
     ) {
         let finished = finished_now(state, &ids);
         if finished.len() >= num_returns {
@@ -61,25 +64,30 @@ impl Waiters {
         self.waits.insert(key, wait);
     }
 
-    /// A task became terminal: note its status in the waits for it, and answer those it
-    /// completes.
-    pub(crate) fn on_terminal(&mut self, state: &ClusterState, task: TaskId) {
-        let Some(keys) = self.by_task.remove(&task) else {
-            return;
-        };
-        let Some(status) = state.status(task) else {
+    /// A task became terminal, with `status` as it stood right then: note it in the waits for
+    /// it, and answer those it completes.
+    pub(crate) fn on_terminal(&mut self, status: TaskStatus) {
+        let Some(keys) = self.by_task.remove(&status.id) else {
             return;
         };
         for key in keys {
             let Some(wait) = self.waits.get_mut(&key) else {
                 continue;
             };
-            wait.finished.insert(task, status.clone());
+            wait.finished.insert(status.id, status.clone());
             if wait.finished.len() >= wait.num_returns {
                 let wait = self.waits.remove(&key).expect("present above");
                 let reply = answer(&wait.ids, wait.num_returns, &wait.finished);
                 let _ = wait.reply.send(Ok(reply));
             }
+        }
+    }
+
+    /// Answers every wait with `status` (this replica stopped leading).
+    pub(crate) fn fail_all(&mut self, status: impl Fn() -> Status) {
+        self.by_task.clear();
+        for (_, wait) in std::mem::take(&mut self.waits) {
+            let _ = wait.reply.send(Err(status()));
         }
     }
 
@@ -140,7 +148,7 @@ mod tests {
     };
 
     use super::*;
-    use crate::state::{Command, Effect, Entry, RetentionPolicy, StateConfig};
+    use crate::state::{Command, Effect, Entry, Joining, RetentionPolicy, SecretHash, StateConfig};
 
     /// A state that keeps one finished task, and the waiters the runtime would drive.
     struct Env {
@@ -164,13 +172,16 @@ mod tests {
                 waiters: Waiters::default(),
                 now: 1_700_000_000_000,
             };
-            env.apply(Command::RegisterNode {
+            let worker = Joining {
                 name: "w".into(),
                 address: "w:1".into(),
                 resources: "cpu=8".parse().unwrap(),
                 labels: Labels::new(),
-                previous: None,
-            });
+                gpus: Vec::new(),
+                boot: 1,
+            };
+            let secret = SecretHash::of("secret");
+            env.apply(Command::RegisterNode { worker, secret });
             env
         }
 
@@ -180,11 +191,13 @@ mod tests {
             let entry = Entry {
                 now: self.now,
                 command,
+                key: None,
             };
             self.state.apply(entry).unwrap();
             for effect in self.state.take_effects() {
                 if let Effect::Terminal { task } = effect {
-                    self.waiters.on_terminal(&self.state, task);
+                    let status = self.state.status(task).expect("just finished");
+                    self.waiters.on_terminal(status);
                 }
             }
         }

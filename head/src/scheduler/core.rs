@@ -1,5 +1,6 @@
 //! [`Scheduler`]: the state of the core and how each event changes it.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
@@ -15,7 +16,7 @@ use super::node::{Node, Slot};
 use super::shape::{Req, ShapeId, Shapes};
 
 /// Where a task the core knows is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Place {
     /// Queued in a shape under this submission sequence number.
     Pending { shape: ShapeId, seq: u64 },
@@ -26,7 +27,7 @@ pub(crate) enum Place {
 }
 
 /// A task the core knows: pending or running. Finished tasks are forgotten.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Task {
     pub(crate) req: Req,
     pub(crate) place: Place,
@@ -34,15 +35,18 @@ pub(crate) struct Task {
 }
 
 /// The scheduler core. See the [module documentation](super) for what it promises.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Scheduler {
     pub(crate) names: Interner,
     /// Live nodes.
     pub(crate) nodes: BTreeMap<NodeId, Node>,
     /// For each resource, the live nodes that have a slot for it.
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) holders: FxHashMap<ResourceId, BTreeSet<NodeId>>,
     /// For each resource used as a round-robin key, the node last chosen.
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) cursors: FxHashMap<Option<ResourceId>, NodeId>,
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) tasks: FxHashMap<TaskId, Task>,
     pub(crate) shapes: Shapes,
     pub(crate) gangs: super::gang::Gangs,

@@ -17,6 +17,7 @@
 //! Gangs are examined after ordinary tasks, so a stream of small tasks can delay a large gang;
 //! callers that need a guarantee drain competing work with queue resources (P3).
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -32,7 +33,7 @@ use super::shape::Req;
 pub(crate) type GangId = TaskId;
 
 /// A pending gang.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Gang {
     /// Members in bundle order.
     pub(crate) members: Vec<TaskId>,
@@ -45,9 +46,10 @@ pub(crate) struct Gang {
 }
 
 /// All pending gangs, and the index from resource to the gangs that request it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Gangs {
     pub(crate) gangs: std::collections::BTreeMap<GangId, Gang>,
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) by_resource: FxHashMap<ResourceId, BTreeSet<GangId>>,
     /// Gangs whose members request nothing at all: woken by any new node.
     pub(crate) empty: BTreeSet<GangId>,

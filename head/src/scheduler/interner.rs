@@ -36,6 +36,7 @@ struct Entry {
 /// Two-way map between names and ids, with reference counts and a free list.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 pub(crate) struct Interner {
+    #[serde(serialize_with = "super::sorted::sorted")]
     ids: FxHashMap<ResourceName, ResourceId>,
     /// By id: the live entry, or `None` for a free id.
     entries: Vec<Option<Entry>>,
@@ -99,13 +100,21 @@ impl Interner {
         }
     }
 
-    /// Frees every candidate that nothing refers to any more, in the order they became
-    /// candidates, and returns them so the caller can drop them from its indexes.
+    /// Frees every candidate that nothing refers to any more, in id order, and returns them so
+    /// the caller can drop them from its indexes.
+    ///
+    /// Id order, not the order they became candidates: callers release names while iterating
+    /// hash maps whose order depends on their insertion history, which a state restored from a
+    /// snapshot does not share; the free list, and so every id handed out later, must not
+    /// depend on it (a restored replica hands out exactly the ids the others do).
     pub(crate) fn sweep(&mut self) -> Vec<ResourceId> {
+        let mut candidates = std::mem::take(&mut self.candidates);
+        candidates.sort_unstable();
+        candidates.dedup();
         let mut freed = Vec::new();
-        for id in std::mem::take(&mut self.candidates) {
+        for id in candidates {
             let Some(entry) = &self.entries[id.0 as usize] else {
-                continue; // listed twice and freed already
+                continue;
             };
             if entry.refs > 0 {
                 continue;
@@ -212,11 +221,15 @@ mod tests {
         assert!(names.sweep().is_empty(), "c is still held once");
         names.release(c);
         names.release(a);
-        assert_eq!(names.sweep(), [c, a]);
+        assert_eq!(
+            names.sweep(),
+            [a, c],
+            "in id order, not the order of release"
+        );
         assert_eq!(names.len(), 0);
         names.check().unwrap();
-        // Freed last, reused first.
-        assert_eq!(names.intern(&name("d")), a);
+        // Freed last (the highest id of its sweep), reused first.
+        assert_eq!(names.intern(&name("d")), c);
     }
 
     #[test]

@@ -35,7 +35,15 @@
 //! - **Reported infeasibility**: a pending task that no live node could hold even when idle is
 //!   reported with a reason (which resource, how much, which nodes came closest), and reported
 //!   feasible again when a change makes it so.
-//! - **Determinism**: the same events in the same order give the same decisions.
+//! - **Determinism**: the same events in the same order give the same decisions, and so does
+//!   a core restored from a snapshot (serde; the head's raft snapshots hold it). Audit for
+//!   the restore: the core's hash maps (`FxHashMap`, whose iteration order depends on
+//!   insertion history, which a deserialized map does not reproduce) are only ever looked up,
+//!   summed, or iterated to fill sets and flags whose result does not depend on order
+//!   (`add_node`'s and `remove_node`'s walks over a node's slots wake shapes and gangs into
+//!   ordered sets); every decision iterates `BTreeMap`s, `BTreeSet`s, `Vec`s (kept in their
+//!   serialized order) or sorted copies. Snapshots write hash maps in key order, so equal
+//!   cores write equal bytes. The property test `state_snapshots` checks all of this.
 //!
 //! # Node choice
 //!
@@ -54,6 +62,7 @@ mod node;
 mod placement;
 mod sanity;
 mod shape;
+mod sorted;
 
 pub(crate) use self::core::new_total;
 pub use self::core::{NodeView, ResourceView, Scheduler};

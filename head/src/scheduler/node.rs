@@ -1,5 +1,6 @@
 //! One live node as the core sees it: capacities, use, and the tasks running there.
 
+use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
 
 use escher_proto::types::{Amount, Capacity, Labels, TaskId};
@@ -8,7 +9,7 @@ use rustc_hash::FxHashMap;
 use super::interner::ResourceId;
 
 /// Capacity and use of one resource on one node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Slot {
     pub(crate) total: Capacity,
     pub(crate) used: Amount,
@@ -27,9 +28,10 @@ impl Slot {
 }
 
 /// A live node.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Node {
     pub(crate) labels: Labels,
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) slots: FxHashMap<ResourceId, Slot>,
     /// Tasks running here, ordered so that losing the node reports them deterministically.
     pub(crate) running: BTreeSet<TaskId>,

@@ -1,5 +1,6 @@
 //! Shapes: pending tasks grouped by identical requirements, each group a FIFO queue.
 
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 
@@ -14,11 +15,11 @@ use super::interner::ResourceId;
 pub(crate) type Req = Arc<[(ResourceId, Amount)]>;
 
 /// A shape's id; ids only grow, so they also order shapes by creation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub(crate) struct ShapeId(pub(crate) u64);
 
 /// Where a woken shape should look for room in the next round.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum Wake {
     /// Not woken.
     #[default]
@@ -42,7 +43,7 @@ impl Wake {
 }
 
 /// One queue of pending tasks with identical requirements.
-#[derive(Debug)]
+#[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Shape {
     pub(crate) req: Req,
     /// Queue entries are `(task, submission sequence)`; an entry whose task is no longer pending
@@ -59,12 +60,15 @@ pub(crate) struct Shape {
 }
 
 /// All shapes with pending tasks, and the index from resource to the shapes that request it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct Shapes {
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) by_req: FxHashMap<Req, ShapeId>,
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) shapes: FxHashMap<ShapeId, Shape>,
     /// For each resource, the shapes that request it. The empty shape is in none of these.
     /// Lists are small and unordered (wake-ups are sets); an emptied list keeps its allocation.
+    #[serde(serialize_with = "super::sorted::sorted")]
     pub(crate) by_resource: FxHashMap<ResourceId, Vec<ShapeId>>,
     /// The shape that requests nothing, if it has pending tasks.
     pub(crate) empty: Option<ShapeId>,

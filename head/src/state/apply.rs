@@ -2,13 +2,14 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{Capacity, Labels, NodeId, ResourceSet, TaskId};
+use escher_proto::types::{NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
 use super::error::ApplyError;
 use super::record::{NodeRecord, TaskRecord};
 use super::retention::{Retention, RetentionPolicy};
+use super::sessions::{Seen, Sessions};
 use crate::scheduler::{Decision, Event, Millis, Scheduler};
 
 /// Settings that change what `apply` decides, so every replica must share them.
@@ -30,19 +31,31 @@ impl Default for StateConfig {
 }
 
 /// The head's whole durable state. See the [module documentation](super).
-#[derive(Debug)]
+///
+/// It serializes (serde) to a snapshot of everything `apply` depends on, the scheduler core
+/// included; a state restored from a snapshot makes exactly the decisions the original would
+/// (see the scheduler's *Determinism* section). The settings ([`StateConfig`]) are not part
+/// of it: they come from the head's flags, [`restore`](Self::restore) puts them back.
+#[derive(Debug, Serialize, Deserialize)]
 pub struct ClusterState {
+    #[serde(skip)]
     pub(crate) config: StateConfig,
     pub(crate) core: Scheduler,
     pub(crate) nodes: BTreeMap<NodeId, NodeRecord>,
     pub(crate) tasks: BTreeMap<TaskId, TaskRecord>,
     pub(crate) next_node: u64,
     pub(crate) next_task: u64,
+    /// This cluster's id, set once by [`Command::Init`].
+    pub(crate) cluster_id: Option<String>,
+    /// Recent replies by client, for idempotent retries.
+    pub(crate) sessions: Sessions,
     /// What retention keeps of finished tasks and dead nodes, and in which order it evicts.
     pub(crate) retention: Retention,
     /// Effects produced by `apply`, drained by the runtime.
+    #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
-    /// Scratch buffer for the core's decisions.
+    /// Scratch buffer for the core's decisions (empty between entries).
+    #[serde(skip)]
     pub(crate) decisions: Vec<Decision>,
 }
 
@@ -56,27 +69,51 @@ impl ClusterState {
             tasks: BTreeMap::new(),
             next_node: 1,
             next_task: 1,
+            cluster_id: None,
+            sessions: Sessions::default(),
             retention: Retention::default(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
     }
 
+    /// A deserialized snapshot, with the settings it is to apply.
+    pub fn restore(mut self, config: StateConfig) -> ClusterState {
+        self.config = config;
+        self
+    }
+
     /// Applies one entry. On error nothing changed and no effect was produced.
     ///
-    /// After an accepted entry, retention evicts what its policy no longer keeps (tasks that
-    /// finished in earlier entries, dead nodes past their grace period); see `retention.rs`.
+    /// An entry with an idempotency key that was applied before is answered with the reply it
+    /// got then, and changes nothing (see `sessions.rs`).
     pub fn apply(&mut self, entry: Entry) -> Result<Reply, ApplyError> {
-        let now = entry.now;
+        let Some(key) = entry.key else {
+            return self.apply_command(entry.command, entry.now);
+        };
+        if let Seen::Replied(reply) = self.sessions.seen(&key)? {
+            return Ok(reply);
+        }
+        let reply = self.apply_command(entry.command, entry.now)?;
+        self.sessions.record(&key, reply.clone(), entry.now);
+        Ok(reply)
+    }
+
+    /// After an accepted command, retention evicts what its policy no longer keeps (tasks that
+    /// finished in earlier entries, dead nodes past their grace period); see `retention.rs`.
+    fn apply_command(&mut self, command: Command, now: Millis) -> Result<Reply, ApplyError> {
         let settled = self.retention.finished_len();
-        let reply = match entry.command {
-            Command::RegisterNode {
-                name,
-                address,
-                resources,
-                labels,
-                previous,
-            } => Reply::Registered(self.register(name, address, resources, labels, previous, now)),
+        let reply = match command {
+            Command::RegisterNode { worker, secret } => {
+                Reply::Registered(self.register(worker, secret, now))
+            }
+            Command::RejoinNode { worker, back } => {
+                Reply::Registered(self.rejoin(worker, back, now)?)
+            }
+            Command::Init { cluster_id } => {
+                self.cluster_id.get_or_insert(cluster_id);
+                Reply::Done
+            }
             Command::RemoveNode { node, reason } => {
                 self.remove_node(node, reason, now)?;
                 Reply::Done
@@ -160,99 +197,14 @@ impl ClusterState {
         &self.core
     }
 
+    /// This cluster's id, once its first leader named it.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
     /// The settings this state applies.
     pub fn config(&self) -> &StateConfig {
         &self.config
-    }
-
-    fn register(
-        &mut self,
-        name: String,
-        address: String,
-        resources: ResourceSet,
-        labels: Labels,
-        previous: Option<NodeId>,
-        now: Millis,
-    ) -> NodeId {
-        if let Some(id) = previous
-            && self.nodes.get(&id).is_some_and(|n| n.alive)
-        {
-            // A reconnect within the heartbeat timeout: same node, same tasks.
-            let record = self.nodes.get_mut(&id).expect("checked above");
-            record.address = address;
-            record.name = name;
-            return id;
-        }
-        // Not a reconnect. A worker that claims an id this state does not know as live (its
-        // node was declared lost, or it comes from an earlier head that kept no state) must
-        // not be given that id back: it would take the new node for its old one and go on
-        // running the old node's tasks, whose ids a restarted head hands out again.
-        if previous == Some(NodeId(self.next_node)) {
-            self.next_node += 1;
-        }
-        let id = NodeId(self.next_node);
-        self.next_node += 1;
-        let capacities = resources
-            .iter()
-            .map(|(n, a)| (n.clone(), Capacity::Finite(a)))
-            .collect();
-        let event = Event::NodeAdded {
-            node: id,
-            resources: capacities,
-            labels: labels.clone(),
-        };
-        self.core_event(event, now);
-        self.nodes.insert(
-            id,
-            NodeRecord {
-                name,
-                address,
-                labels,
-                resources,
-                alive: true,
-                draining: false,
-                gone_because: None,
-                left_at: None,
-                gpus: Vec::new(),
-                mig: BTreeMap::new(),
-                mig_errors: BTreeMap::new(),
-            },
-        );
-        id
-    }
-
-    fn remove_node(&mut self, id: NodeId, reason: String, now: Millis) -> Result<(), ApplyError> {
-        let record = self.nodes.get_mut(&id).ok_or(ApplyError::UnknownNode(id))?;
-        if !record.alive {
-            return Ok(());
-        }
-        record.alive = false;
-        record.gone_because = Some(reason);
-        record.left_at = Some(now);
-        self.retention.node_left(id);
-        self.core_event(Event::NodeRemoved { node: id }, now);
-        Ok(())
-    }
-
-    /// Sets every capacity of a draining node to zero. Running tasks keep what they hold (a
-    /// capacity below use admits nothing new), so the node empties as they finish.
-    fn drain_node(&mut self, id: NodeId, now: Millis) -> Result<(), ApplyError> {
-        let record = self.nodes.get_mut(&id).ok_or(ApplyError::UnknownNode(id))?;
-        if !record.alive || record.draining {
-            return Ok(());
-        }
-        record.draining = true;
-        let names: Vec<_> = self
-            .core
-            .node(id)
-            .map(|view| view.resources.into_iter().map(|r| r.name).collect())
-            .unwrap_or_default();
-        for name in names {
-            let op = escher_proto::types::CapacityOp::Delete;
-            let target = escher_proto::types::NodeSpec::Node(id);
-            self.core_event(Event::ResourceChanged { target, name, op }, now);
-        }
-        Ok(())
     }
 
     /// Feeds the core an event that cannot be refused (the caller checked it), keeping its
@@ -265,7 +217,7 @@ impl ClusterState {
     }
 
     /// Acts on the core's decisions until there are none; acting may cause more.
-    fn settle(&mut self, now: Millis) {
+    pub(crate) fn settle(&mut self, now: Millis) {
         while !self.decisions.is_empty() {
             let batch = std::mem::take(&mut self.decisions);
             for decision in batch {
@@ -303,7 +255,10 @@ impl ClusterState {
                 );
             }
             Decision::Lost { task, node } => {
-                let why = format!("node {node} lost");
+                let why = match self.nodes.get(&node).and_then(|n| n.gone_because.as_ref()) {
+                    Some(reason) => format!("node {node} lost: {reason}"),
+                    None => format!("node {node} lost"),
+                };
                 self.failed_attempt(task, why, None, now);
             }
         }

@@ -1,12 +1,13 @@
 //! The commands that change the head's state, and the effects applying them asks for.
 
-use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::types::{Assignment, RequestKey, TaskFinished};
 use escher_proto::types::{
-    DeviceHold, GangStrategy, GpuInfo, Labels, MigDone, MigPlan, Namespace, NodeId, ResourceName,
+    DeviceHold, GangStrategy, GpuInfo, MigDone, MigPlan, Namespace, NodeId, ResourceName,
     ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
+use super::nodes::{Joining, Returning, SecretHash};
 use crate::scheduler::Millis;
 
 /// A command with the time the leader accepted it; replicas apply the same `now`.
@@ -16,24 +17,46 @@ pub struct Entry {
     pub now: Millis,
     /// What to do.
     pub command: Command,
+    /// The client's idempotency key: a write seen before is answered with its recorded reply
+    /// instead of applied again (see `sessions.rs`).
+    pub key: Option<RequestKey>,
+}
+
+impl Entry {
+    /// An entry without an idempotency key.
+    pub fn new(now: Millis, command: Command) -> Entry {
+        Entry {
+            now,
+            command,
+            key: None,
+        }
+    }
 }
 
 /// Every way the head's state can change.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Command {
-    /// A worker joins. With `previous` still live, it keeps that id (a reconnect); otherwise
-    /// it gets a new id, never `previous` itself.
+    /// A worker joins for the first time: it gets a new node id, never one used before.
     RegisterNode {
-        /// Its name.
-        name: String,
-        /// Its address, for people.
-        address: String,
-        /// Its physical and static resources.
-        resources: ResourceSet,
-        /// Its labels.
-        labels: Labels,
-        /// The id it had before, if it is reconnecting (as the worker says: live or not).
-        previous: Option<NodeId>,
+        /// What it has.
+        worker: Joining,
+        /// The hash of the secret the leader gave it.
+        secret: SecretHash,
+    },
+    /// A worker comes back with the node id and secret of its first registration (see
+    /// `nodes.rs`): refused if the secret does not match.
+    RejoinNode {
+        /// What it has now.
+        worker: Joining,
+        /// Who it says it is, what it runs and what it finished.
+        back: Returning,
+    },
+    /// Names this cluster state, once: the first leader of a new group proposes it. Node
+    /// identities are only valid in the cluster that issued them. Applied again, it changes
+    /// nothing.
+    Init {
+        /// A random id, as text.
+        cluster_id: String,
     },
     /// A worker left or stopped sending heartbeats.
     RemoveNode {
@@ -125,7 +148,7 @@ pub enum Command {
 }
 
 /// What applying a command returns to its caller.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
     /// The node id of a registered worker.
     Registered(NodeId),
@@ -169,8 +192,15 @@ pub enum Effect {
         /// Why.
         reason: String,
     },
+    /// A worker came back (`RejoinNode`): what was queued for it before is superseded by the
+    /// effects that follow (re-sent assignments and cancellations).
+    Rejoined {
+        /// The node.
+        node: NodeId,
+    },
     /// A task reached a terminal state: wake whoever waits for it. Retention keeps its record
-    /// at least until the next entry is applied, so the runtime still finds it here.
+    /// at least until the next entry is applied; a cycle may apply several, so the replication
+    /// layer takes the task's status right after the command that finished it.
     Terminal {
         /// The task.
         task: TaskId,

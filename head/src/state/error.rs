@@ -49,6 +49,38 @@ pub enum ApplyError {
     /// The scheduler core refused a resource change (e.g. a capacity would go negative).
     #[error(transparent)]
     Core(#[from] CoreError),
+    /// A returning worker presented a secret that is not its node's.
+    #[error(
+        "node {0} presented a secret that does not match the one it was given at its first \
+         registration; another worker may be using a copy of its state directory. Remove the \
+         worker's state directory (escher-worker --state-dir) to join as a new node"
+    )]
+    WrongSecret(NodeId),
+    /// A returning worker's identity was issued by another cluster (a head group that
+    /// started from nothing since, or another cluster altogether).
+    #[error(
+        "node {node} was issued by cluster {theirs:?}, and this is cluster {ours:?}: register \
+         as a new node"
+    )]
+    OtherCluster {
+        /// The node id it presented.
+        node: NodeId,
+        /// The cluster it names.
+        theirs: String,
+        /// This cluster.
+        ours: String,
+    },
+    /// A retried write whose reply the state has released (the client said it had it).
+    #[error(
+        "write {seq} of client {client:x} was answered before and its reply is no longer kept; \
+         the client already had it"
+    )]
+    ReplyForgotten {
+        /// The client.
+        client: u64,
+        /// The write.
+        seq: u64,
+    },
     /// A task id was listed twice in one call.
     #[error("task {0} is listed twice")]
     DuplicateTask(TaskId),
@@ -134,8 +166,9 @@ impl ApplyError {
             self,
             ApplyError::UnknownNode(_)
                 | ApplyError::UnknownTask(_)
-                | ApplyError::Evicted(_)
                 | ApplyError::NoSuchGpu { .. }
+                | ApplyError::OtherCluster { .. }
+                | ApplyError::Evicted(_)
         ) || matches!(
             self,
             ApplyError::Core(CoreError::UnknownNode(_) | CoreError::UnknownTask(_))
@@ -145,12 +178,13 @@ impl ApplyError {
     /// Whether the command was valid but the cluster is not in a state to take it now (gRPC
     /// `FAILED_PRECONDITION`): a busy GPU, a reconfiguration under way, a node going away.
     pub fn is_precondition(&self) -> bool {
-        matches!(
-            self,
-            ApplyError::CallerNotRunning { .. }
-                | ApplyError::MigBusy { .. }
-                | ApplyError::MigInProgress { .. }
-                | ApplyError::NodeUnavailable { .. }
-        )
+        matches!(self, ApplyError::ReplyForgotten { .. })
+            || matches!(
+                self,
+                ApplyError::CallerNotRunning { .. }
+                    | ApplyError::MigBusy { .. }
+                    | ApplyError::MigInProgress { .. }
+                    | ApplyError::NodeUnavailable { .. }
+            )
     }
 }

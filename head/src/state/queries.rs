@@ -130,6 +130,11 @@ impl ClusterState {
         }
     }
 
+    /// A node's record, live or not.
+    pub fn node(&self, id: NodeId) -> Option<&super::record::NodeRecord> {
+        self.nodes.get(&id)
+    }
+
     /// Whether a node is live.
     pub fn node_alive(&self, id: NodeId) -> bool {
         self.nodes.get(&id).is_some_and(|n| n.alive)

@@ -9,6 +9,7 @@ use escher_proto::types::{
 use serde::{Deserialize, Serialize};
 
 use super::gpus::PendingMig;
+use super::nodes::SecretHash;
 use crate::scheduler::Millis;
 
 /// A node the head has seen.
@@ -36,6 +37,10 @@ pub struct NodeRecord {
     pub mig: BTreeMap<u32, PendingMig>,
     /// Why the last reconfiguration of a GPU failed, by GPU index.
     pub mig_errors: BTreeMap<u32, String>,
+    /// The hash of the secret its worker got at its first registration.
+    pub secret: SecretHash,
+    /// The boot id of the worker process that registered it last.
+    pub boot: u64,
 }
 
 /// A task the head has accepted.

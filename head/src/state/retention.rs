@@ -166,6 +166,11 @@ impl ClusterState {
         }
         let grace = millis(self.config.retention.dead_nodes_for);
         while let Some(&id) = self.retention.dead.front() {
+            if self.nodes.get(&id).is_some_and(|n| n.alive) {
+                // It came back (a worker rejoins with its id and secret): nothing to reclaim.
+                self.retention.dead.pop_front();
+                continue;
+            }
             let left_at = self.nodes.get(&id).and_then(|n| n.left_at);
             if left_at.is_some_and(|at| now.saturating_sub(at) < grace) {
                 break;

@@ -5,7 +5,12 @@
 
 use std::time::Duration;
 
-use escher_head::state::{ApplyError, ClusterState, Command, Effect, Entry, Reply, StateConfig};
+pub mod ops;
+
+use escher_head::state::{
+    ApplyError, ClusterState, Command, Effect, Entry, Joining, Reply, Returning, SecretHash,
+    StateConfig,
+};
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterStatus, Labels, Namespace, NodeId, NodeSpec, ResourceName,
     ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult,
@@ -14,6 +19,33 @@ use escher_proto::types::{
 
 /// The time the test clock starts at (milliseconds since the epoch, arbitrary).
 pub const T0: u64 = 1_700_000_000_000;
+/// The id of the cluster every test state is.
+pub const CLUSTER: &str = "test-cluster";
+
+/// A worker joining with these resources, from process boot `boot`.
+pub fn joining(node_name: &str, resources: &str, boot: u64) -> Joining {
+    Joining {
+        name: node_name.to_string(),
+        address: format!("{node_name}.example:7601"),
+        resources: res(resources),
+        labels: Labels::new(),
+        gpus: Vec::new(),
+        boot,
+    }
+}
+
+/// The secret the test gives the worker named `node_name`.
+pub fn secret(node_name: &str) -> SecretHash {
+    SecretHash::of(&format!("secret of {node_name}"))
+}
+
+/// A new node's registration.
+pub fn register_command(node_name: &str, resources: &str) -> Command {
+    Command::RegisterNode {
+        worker: joining(node_name, resources, 1),
+        secret: secret(node_name),
+    }
+}
 
 /// The state under test plus a clock.
 #[derive(Debug)]
@@ -199,6 +231,7 @@ pub fn render(effects: &[Effect]) -> Vec<String> {
             } => format!("cancel {task}@{node} #{attempt}"),
             Effect::Terminal { task } => format!("terminal {task}"),
             Effect::ReconfigureMig { node, gpu, layout } => format!("mig {node}/{gpu} {layout}"),
+            Effect::Rejoined { node } => format!("rejoined {node}"),
         })
         .collect()
 }
@@ -223,20 +256,19 @@ impl TestState {
     }
 
     pub fn with_config(config: StateConfig) -> TestState {
-        TestState {
-            state: ClusterState::new(config),
-            now: T0,
-        }
+        let mut state = ClusterState::new(config);
+        let init = Command::Init {
+            cluster_id: CLUSTER.to_string(),
+        };
+        state.apply(Entry::new(T0, init)).unwrap();
+        TestState { state, now: T0 }
     }
 
     /// Applies a command at the current time, checks every invariant, and returns what it did.
     /// A refused command must change nothing and produce no effect.
     pub fn try_apply(&mut self, command: Command) -> Result<Outcome, ApplyError> {
         let before = format!("{:?}", self.state);
-        let result = self.state.apply(Entry {
-            now: self.now,
-            command,
-        });
+        let result = self.state.apply(Entry::new(self.now, command));
         let effects = self.state.take_effects();
         check_invariants(&self.state);
         match result {
@@ -268,26 +300,46 @@ impl TestState {
 
     /// Registers a node with `resources` and returns its id.
     pub fn node(&mut self, node_name: &str, resources: &str) -> NodeId {
-        self.register(node_name, resources, None).0
+        self.register(node_name, resources).0
     }
 
-    /// Registers (or reconnects) a node; returns its id and the effects.
-    pub fn register(
-        &mut self,
-        node_name: &str,
-        resources: &str,
-        previous: Option<NodeId>,
-    ) -> (NodeId, Vec<String>) {
-        let out = self.apply(Command::RegisterNode {
-            name: node_name.to_string(),
-            address: format!("{node_name}.example:7601"),
-            resources: res(resources),
-            labels: Labels::new(),
-            previous,
-        });
+    /// Registers a new node; returns its id and the effects.
+    pub fn register(&mut self, node_name: &str, resources: &str) -> (NodeId, Vec<String>) {
+        let out = self.apply(register_command(node_name, resources));
         match out.reply {
             Reply::Registered(id) => (id, out.fx()),
             other => panic!("RegisterNode replied {other:?}"),
+        }
+    }
+
+    /// A worker named `node_name` comes back as `node` from process boot `boot`, running
+    /// `running` and reporting `finished`; returns what the state answered.
+    pub fn rejoin(
+        &mut self,
+        node: NodeId,
+        node_name: &str,
+        boot: u64,
+        running: &[(TaskId, u32)],
+        finished: Vec<TaskFinished>,
+    ) -> Result<(NodeId, Vec<String>), ApplyError> {
+        let back = Returning {
+            cluster: CLUSTER.to_string(),
+            node,
+            secret: secret(node_name),
+            running: running
+                .iter()
+                .map(|&(task_id, attempt)| escher_proto::types::RunningTask { task_id, attempt })
+                .collect(),
+            finished,
+        };
+        let resources = "cpu=2";
+        let out = self.try_apply(Command::RejoinNode {
+            worker: joining(node_name, resources, boot),
+            back,
+        })?;
+        match out.reply {
+            Reply::Registered(id) => Ok((id, out.fx())),
+            other => panic!("RejoinNode replied {other:?}"),
         }
     }
 

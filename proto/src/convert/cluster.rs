@@ -11,8 +11,8 @@ use super::task::{task_state, task_state_to_wire};
 use super::{At, ConvertError, Problem, convert_list, duration_to_ms, ms_to_duration};
 use crate::types::{
     CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, Namespace, NodeId,
-    SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply, SubmitRequest, TaskId,
-    TaskLogsRequest, WaitReply, WaitRequest,
+    RequestKey, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
+    SubmitRequest, TaskId, TaskLogsRequest, WaitReply, WaitRequest,
 };
 use crate::wire;
 
@@ -36,11 +36,43 @@ fn ids(raw: Vec<u64>) -> Vec<TaskId> {
     raw.into_iter().map(TaskId).collect()
 }
 
+impl From<RequestKey> for wire::RequestKey {
+    fn from(k: RequestKey) -> Self {
+        wire::RequestKey {
+            client: k.client,
+            seq: k.seq,
+            first_incomplete: k.first_incomplete,
+        }
+    }
+}
+
+impl TryFrom<wire::RequestKey> for RequestKey {
+    type Error = ConvertError;
+    fn try_from(w: wire::RequestKey) -> Result<Self, ConvertError> {
+        let rule = |path: &str, why| Err(ConvertError::new(path, Problem::Rule(why)));
+        if w.client == 0 {
+            return rule("key.client", "must not be 0");
+        }
+        if w.seq == 0 {
+            return rule("key.seq", "must be at least 1");
+        }
+        if w.first_incomplete == 0 || w.first_incomplete > w.seq {
+            return rule("key.first_incomplete", "must be between 1 and seq");
+        }
+        Ok(RequestKey {
+            client: w.client,
+            seq: w.seq,
+            first_incomplete: w.first_incomplete,
+        })
+    }
+}
+
 impl From<SubmitRequest> for wire::SubmitRequest {
     fn from(r: SubmitRequest) -> Self {
         wire::SubmitRequest {
             tasks: r.tasks.into_iter().map(Into::into).collect(),
             namespace: namespace_to_wire(r.namespace),
+            key: None,
         }
     }
 }
@@ -131,6 +163,7 @@ impl From<CancelRequest> for wire::CancelRequest {
     fn from(r: CancelRequest) -> Self {
         wire::CancelRequest {
             task_ids: ids_to_wire(r.task_ids),
+            key: None,
         }
     }
 }
@@ -216,6 +249,7 @@ impl From<SetResourcesRequest> for wire::SetResourcesRequest {
             updates: r.updates.into_iter().map(Into::into).collect(),
             namespace: namespace_to_wire(r.namespace),
             caller_task: r.caller_task.map(|t| t.0),
+            key: None,
         }
     }
 }

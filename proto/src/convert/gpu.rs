@@ -279,6 +279,7 @@ impl From<ApplyMigLayoutRequest> for wire::ApplyMigLayoutRequest {
             gpu: r.gpu,
             layout: r.layout,
             drain: r.drain,
+            key: None,
         }
     }
 }

@@ -9,8 +9,9 @@ use super::{
     required,
 };
 use crate::types::{
-    Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, RegisterReply,
-    RegisterRequest, ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult, WorkerMessage,
+    Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, NodeIdentity,
+    RegisterReply, RegisterRequest, ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult,
+    WorkerMessage,
 };
 use crate::wire;
 use crate::wire::{head_message, task_finished, worker_message};
@@ -25,7 +26,6 @@ impl From<RegisterRequest> for wire::RegisterRequest {
             address: r.address,
             resources: r.resources.into(),
             labels: r.labels.into(),
-            previous_node_id: r.previous_node_id.map(|n| n.0),
             running: r
                 .running
                 .into_iter()
@@ -35,6 +35,13 @@ impl From<RegisterRequest> for wire::RegisterRequest {
                 })
                 .collect(),
             gpus: r.gpus.into_iter().map(Into::into).collect(),
+            finished: r.finished.into_iter().map(Into::into).collect(),
+            identity: r.identity.map(|i| wire::NodeIdentity {
+                node_id: i.node_id.0,
+                secret: i.secret,
+                group: i.group,
+            }),
+            boot_id: r.boot_id,
         }
     }
 }
@@ -49,7 +56,6 @@ impl TryFrom<wire::RegisterRequest> for RegisterRequest {
             address: w.address,
             resources: ResourceSet::try_from(w.resources).at("resources")?,
             labels: Labels::try_from(w.labels).at("labels")?,
-            previous_node_id: w.previous_node_id.map(NodeId),
             running: w
                 .running
                 .into_iter()
@@ -59,8 +65,31 @@ impl TryFrom<wire::RegisterRequest> for RegisterRequest {
                 })
                 .collect(),
             gpus: gpu_list(w.gpus, "gpus")?,
+            finished: convert_list(w.finished, "finished", MAX_REPORTS, |f| {
+                TaskFinished::try_from(f)
+            })?,
+            identity: w.identity.map(identity).transpose().at("identity")?,
+            boot_id: w.boot_id,
         })
     }
+}
+
+/// The most unacknowledged task reports one registration carries.
+pub const MAX_REPORTS: usize = 1_000_000;
+/// The longest node secret, in bytes.
+const MAX_SECRET_BYTES: usize = 256;
+
+fn identity(w: wire::NodeIdentity) -> Result<NodeIdentity, ConvertError> {
+    if w.node_id == 0 {
+        return Err(ConvertError::new("node_id", Problem::Rule("must not be 0")));
+    }
+    check_name("secret", &w.secret, MAX_SECRET_BYTES)?;
+    check_name("group", &w.group, MAX_NAME_BYTES)?;
+    Ok(NodeIdentity {
+        node_id: NodeId(w.node_id),
+        secret: w.secret,
+        group: w.group,
+    })
 }
 
 impl From<RegisterReply> for wire::RegisterReply {
@@ -68,6 +97,8 @@ impl From<RegisterReply> for wire::RegisterReply {
         wire::RegisterReply {
             node_id: r.node_id.0,
             heartbeat_interval_ms: duration_to_ms(r.heartbeat_interval),
+            secret: r.secret,
+            group: r.group,
         }
     }
 }
@@ -79,9 +110,18 @@ impl TryFrom<wire::RegisterReply> for RegisterReply {
             let why = Problem::Rule("must be at least 1 ms");
             return Err(ConvertError::new("heartbeat_interval_ms", why));
         }
+        if w.node_id == 0 {
+            return Err(ConvertError::new("node_id", Problem::Rule("must not be 0")));
+        }
+        if let Some(secret) = &w.secret {
+            check_name("secret", secret, MAX_SECRET_BYTES)?;
+        }
+        check_name("group", &w.group, MAX_NAME_BYTES)?;
         Ok(RegisterReply {
             node_id: NodeId(w.node_id),
             heartbeat_interval: ms_to_duration(w.heartbeat_interval_ms),
+            secret: w.secret,
+            group: w.group,
         })
     }
 }
@@ -104,7 +144,10 @@ impl From<WorkerMessage> for wire::WorkerMessage {
     fn from(m: WorkerMessage) -> Self {
         use worker_message::Body;
         let body = match m {
-            WorkerMessage::Hello { node_id } => Body::Hello(wire::Hello { node_id: node_id.0 }),
+            WorkerMessage::Hello { node_id, secret } => Body::Hello(wire::Hello {
+                node_id: node_id.0,
+                secret,
+            }),
             WorkerMessage::Heartbeat { metrics } => Body::Heartbeat(wire::Heartbeat {
                 metrics: metrics
                     .into_iter()
@@ -164,9 +207,13 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
     fn try_from(w: wire::WorkerMessage) -> Result<Self, ConvertError> {
         use worker_message::Body;
         Ok(match required(w.body, "body")? {
-            Body::Hello(h) => WorkerMessage::Hello {
-                node_id: NodeId(h.node_id),
-            },
+            Body::Hello(h) => {
+                check_len("hello.secret", &h.secret, MAX_SECRET_BYTES)?;
+                WorkerMessage::Hello {
+                    node_id: NodeId(h.node_id),
+                    secret: h.secret,
+                }
+            }
             Body::Heartbeat(h) => WorkerMessage::Heartbeat {
                 metrics: convert_list(h.metrics, "metrics", MAX_METRICS, metric).at("heartbeat")?,
             },
@@ -277,6 +324,15 @@ impl From<HeadMessage> for wire::HeadMessage {
             HeadMessage::ReconfigureMig { gpu, layout } => {
                 Body::ReconfigureMig(wire::ReconfigureMig { gpu, layout })
             }
+            HeadMessage::ReportsAcked(reports) => Body::ReportsAcked(wire::ReportsAcked {
+                reports: reports
+                    .into_iter()
+                    .map(|r| wire::RunningTask {
+                        task_id: r.task_id.0,
+                        attempt: r.attempt,
+                    })
+                    .collect(),
+            }),
         };
         wire::HeadMessage { body: Some(body) }
     }
@@ -308,6 +364,15 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                     layout: r.layout,
                 }
             }
+            Body::ReportsAcked(a) => HeadMessage::ReportsAcked(
+                a.reports
+                    .into_iter()
+                    .map(|r| RunningTask {
+                        task_id: TaskId(r.task_id),
+                        attempt: r.attempt,
+                    })
+                    .collect(),
+            ),
         })
     }
 }
@@ -336,7 +401,6 @@ mod tests {
             address: "10.0.0.9:7601".into(),
             resources: set("cpu=64,memory=262144,mig.1g.10gb=7"),
             labels: "zone=a".parse().unwrap(),
-            previous_node_id: Some(NodeId(3)),
             running: vec![RunningTask {
                 task_id: TaskId(10),
                 attempt: 2,
@@ -351,8 +415,26 @@ mod tests {
                 simulated: false,
                 slices: vec![],
             }],
+            finished: vec![TaskFinished {
+                task_id: TaskId(9),
+                attempt: 1,
+                outcome: Ok(TaskResult::Exited { code: 0 }),
+                timed_out: false,
+            }],
+            identity: Some(NodeIdentity {
+                node_id: NodeId(3),
+                secret: "c0ffee".into(),
+                group: "g-1".into(),
+            }),
+            boot_id: 77,
         };
         let w = round_trip::<_, wire::RegisterRequest>(req);
+        let mut zero_id = w.clone();
+        zero_id.identity.as_mut().unwrap().node_id = 0;
+        assert_eq!(
+            RegisterRequest::try_from(zero_id).unwrap_err().path(),
+            "identity.node_id"
+        );
         let e = RegisterRequest::try_from(wire::RegisterRequest {
             name: String::new(),
             ..w.clone()
@@ -367,11 +449,15 @@ mod tests {
         let reply = RegisterReply {
             node_id: NodeId(3),
             heartbeat_interval: Duration::from_secs(1),
+            secret: Some("s3cret".into()),
+            group: "g-1".into(),
         };
         round_trip::<_, wire::RegisterReply>(reply);
         let zero = wire::RegisterReply {
             node_id: 1,
             heartbeat_interval_ms: 0,
+            secret: None,
+            group: "g".into(),
         };
         assert_eq!(
             RegisterReply::try_from(zero).unwrap_err().path(),
@@ -390,7 +476,10 @@ mod tests {
             })
         };
         let messages = vec![
-            WorkerMessage::Hello { node_id: NodeId(7) },
+            WorkerMessage::Hello {
+                node_id: NodeId(7),
+                secret: "s".into(),
+            },
             WorkerMessage::Heartbeat { metrics: vec![] },
             WorkerMessage::Heartbeat {
                 metrics: vec![Metric {

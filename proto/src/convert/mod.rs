@@ -24,7 +24,8 @@
 //! - `reserve`: the `Reserve` call (head-native all-or-nothing reservations) and gang strategies;
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
 //! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
-//! - `link`: the messages of the `WorkerLink` service.
+//! - `link`: the messages of the `WorkerLink` service;
+//! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status).
 
 use std::fmt;
 use std::time::Duration;
@@ -35,6 +36,7 @@ use crate::types::TypeError;
 
 mod cluster;
 mod gpu;
+mod heads;
 mod link;
 mod reserve;
 mod resources;
@@ -46,6 +48,7 @@ mod task;
 mod testutil;
 
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
+pub use heads::is_host_port;
 pub use retention::EVICTED_METADATA;
 
 /// The longest task name, in bytes.

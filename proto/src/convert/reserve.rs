@@ -46,6 +46,7 @@ impl From<ReserveRequest> for wire::ReserveRequest {
             strategy: wire::GangStrategy::from(r.strategy).into(),
             timeout_ms: r.timeout.map(duration_to_ms),
             namespace: namespace_to_wire(r.namespace),
+            key: None,
         }
     }
 }

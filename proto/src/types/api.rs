@@ -12,6 +12,20 @@ use serde::{Deserialize, Serialize};
 use super::{GangStrategy, LogStream, ResourceName, ResourceSet, TaskSummary};
 use super::{Namespace, NodeId, ResourceUpdate, TaskId, TaskSpec, TaskState, TaskStatus};
 
+/// The idempotency key of one write: which client, which of its writes, and below which
+/// sequence number every write of the client has been answered.
+///
+/// Conversion from the wire guarantees `client != 0` and `1 <= first_incomplete <= seq`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct RequestKey {
+    /// The client: random, chosen when it was created.
+    pub client: u64,
+    /// The write: counts the client's writes from 1.
+    pub seq: u64,
+    /// Every write of this client numbered below this has been answered.
+    pub first_incomplete: u64,
+}
+
 /// `Submit`: a batch of tasks.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SubmitRequest {

@@ -22,6 +22,28 @@ pub struct RunningTask {
     pub attempt: u32,
 }
 
+/// Who a worker is: what its first registration with a head group gave it. The worker keeps it
+/// (in its state directory) and presents it at every later registration.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeIdentity {
+    /// Its node id.
+    pub node_id: NodeId,
+    /// The secret that came with the id; the head keeps only its hash.
+    pub secret: String,
+    /// The id of the head group that issued them.
+    pub group: String,
+}
+
+impl std::fmt::Debug for NodeIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The secret stays out of logs.
+        f.debug_struct("NodeIdentity")
+            .field("node_id", &self.node_id)
+            .field("group", &self.group)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A worker introduces itself.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterRequest {
@@ -33,21 +55,41 @@ pub struct RegisterRequest {
     pub resources: ResourceSet,
     /// Its labels.
     pub labels: Labels,
-    /// The node id it had before, when it reconnects.
-    pub previous_node_id: Option<NodeId>,
     /// The tasks it is running now.
     pub running: Vec<RunningTask>,
     /// Its GPUs, by index (their resources are among `resources`).
     pub gpus: Vec<GpuInfo>,
+    /// Reports of ended tasks that no head has acknowledged yet.
+    pub finished: Vec<TaskFinished>,
+    /// The identity of its first registration; `None` when it joins for the first time.
+    pub identity: Option<NodeIdentity>,
+    /// Chosen at random when the worker process started: another value means a restarted
+    /// worker, whose earlier tasks were lost.
+    pub boot_id: u64,
 }
 
 /// The head accepts a worker.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RegisterReply {
     /// The worker's node id.
     pub node_id: NodeId,
     /// How often to send a heartbeat (whole milliseconds on the wire).
     pub heartbeat_interval: Duration,
+    /// The node's secret, only when this registration made a new node.
+    pub secret: Option<String>,
+    /// The head group's id.
+    pub group: String,
+}
+
+impl std::fmt::Debug for RegisterReply {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegisterReply")
+            .field("node_id", &self.node_id)
+            .field("heartbeat_interval", &self.heartbeat_interval)
+            .field("new_secret", &self.secret.is_some())
+            .field("group", &self.group)
+            .finish()
+    }
 }
 
 /// A live figure of a worker.
@@ -79,6 +121,8 @@ pub enum WorkerMessage {
     Hello {
         /// The node id from [`RegisterReply`].
         node_id: NodeId,
+        /// The node's secret.
+        secret: String,
     },
     /// The worker is alive.
     Heartbeat {
@@ -176,4 +220,6 @@ pub enum HeadMessage {
         /// The layout, explicit form (`2g.10gb@0,3g.20gb@4`).
         layout: String,
     },
+    /// The head committed these task reports: the worker may forget them.
+    ReportsAcked(Vec<RunningTask>),
 }

@@ -6,7 +6,7 @@
 //! Besides the resource and task vocabulary, `status` holds what the API reports (cluster and
 //! task status), `api` the requests and replies of the `Cluster` service, `link` the
 //! messages between the head and its workers, `gpu` the GPUs and MIG slices workers report
-//! (and the resource names they become), and `gpu_status` what the GPU calls report; [`crate::convert`] maps each to and from its
+//! (and the resource names they become), and `gpu_status` what the GPU calls report, `heads` the replicas of a head group; [`crate::convert`] maps each to and from its
 //! wire message.
 
 mod amount;
@@ -16,7 +16,9 @@ mod error;
 mod gang;
 mod gpu;
 mod gpu_status;
+mod heads;
 mod ids;
+mod keys;
 mod labels;
 mod link;
 mod name;
@@ -28,9 +30,9 @@ mod task;
 
 pub use amount::{Amount, Capacity};
 pub use api::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, ReserveReply,
-    ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
-    SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, RequestKey,
+    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
+    SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
 };
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
@@ -43,11 +45,13 @@ pub use gpu_status::{
     ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MigDone, MigPlan, MigProgress,
     NodeGpus,
 };
+pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};
+pub use keys::{KeyIssuer, Ticket};
 pub use labels::{Labels, NAMESPACE_LABEL};
 pub use link::{
-    Assignment, HeadMessage, Metric, RegisterReply, RegisterRequest, RunningTask, TaskFinished,
-    WorkerMessage,
+    Assignment, HeadMessage, Metric, NodeIdentity, RegisterReply, RegisterRequest, RunningTask,
+    TaskFinished, WorkerMessage,
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;

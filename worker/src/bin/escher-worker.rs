@@ -17,9 +17,16 @@ use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig, scaled_latency};
 #[derive(Debug, Parser)]
 #[command(name = "escher-worker", version)]
 struct WorkerArgs {
-    /// The head's URL.
-    #[arg(long, env = "ESCHER_HEAD", default_value = DEFAULT_HEAD, value_name = "URL")]
+    /// The head's URL; for a replicated head, every replica's URL, comma-separated (the
+    /// worker follows whichever leads).
+    #[arg(long, env = "ESCHER_HEAD", default_value = DEFAULT_HEAD, value_name = "URL[,URL...]")]
     head: String,
+
+    /// Where the worker keeps its node id and secret, so that it comes back as the same node
+    /// after it restarts [default: $ESCHER_HOME/worker, ESCHER_HOME defaulting to ~/.escher].
+    /// Each worker on a machine needs its own; remove it to join as a new node.
+    #[arg(long, env = "ESCHER_WORKER_STATE_DIR", value_name = "DIR")]
+    state_dir: Option<PathBuf>,
 
     /// The worker's name [default: HOSTNAME-PID].
     #[arg(long, value_name = "NAME")]
@@ -101,6 +108,7 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             memory_mib: args.memory,
             labels: args.labels.unwrap_or_default(),
             log_dir: args.log_dir,
+            state_dir: args.state_dir.or_else(escher_worker::default_state_dir),
             grace: seconds("grace", args.grace)?,
             drain: seconds("drain", args.drain)?,
             sim_gpus: args.sim_gpu,
@@ -168,8 +176,14 @@ mod tests {
     use super::*;
 
     fn parse(args: &[&str]) -> Result<WorkerConfig, String> {
+        // Never the user's own state directory.
+        let dir = std::env::temp_dir().join(format!("escher-worker-test-{}", std::process::id()));
+        let dir = dir.display().to_string();
+        let fixed = ["--state-dir", dir.as_str()];
         let args = WorkerArgs::try_parse_from(
-            std::iter::once("escher-worker").chain(args.iter().copied()),
+            std::iter::once("escher-worker")
+                .chain(fixed)
+                .chain(args.iter().copied()),
         )
         .map_err(|e| e.to_string())?;
         WorkerConfig::try_from(args).map_err(|e| e.to_string())
@@ -201,6 +215,9 @@ mod tests {
         assert_eq!(c.memory_mib, Some(1024));
         assert_eq!(c.grace, Duration::from_millis(500));
         assert_eq!(c.drain, Duration::ZERO);
+        assert!(c.state_dir.is_some());
+        let list = parse(&["--head", "http://10.0.0.1:7600,http://10.0.0.2:7600"]).unwrap();
+        assert_eq!(list.head, "http://10.0.0.1:7600,http://10.0.0.2:7600");
     }
 
     #[test]

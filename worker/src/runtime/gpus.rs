@@ -43,7 +43,7 @@ impl Runtime {
                     let w = self.waiting.remove(i);
                     let _ = w.grant.send(Err(format!(
                         "worker {} cannot give this task its GPU devices: {why}",
-                        self.identity.name
+                        self.me.name
                     )));
                 }
                 Ok(holds) => {
@@ -116,7 +116,7 @@ impl Runtime {
             return;
         }
         let mut set = ResourceSet::new();
-        for (name, amount) in self.identity.resources.iter() {
+        for (name, amount) in self.me.resources.iter() {
             if !is_gpu_resource(name.as_str()) {
                 set.insert(name.clone(), amount);
             }
@@ -124,6 +124,6 @@ impl Runtime {
         for (name, amount) in self.gpus.resources().iter() {
             set.insert(name.clone(), amount);
         }
-        self.identity.resources = set;
+        self.me.resources = set;
     }
 }

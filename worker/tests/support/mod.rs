@@ -3,8 +3,8 @@
 //! [`FakeHead`] serves the `WorkerLink` service (and the `SetResources` call of `Cluster`) on
 //! `127.0.0.1:0`. It records every registration and every message a worker sends, lets the
 //! test push `HeadMessage`s down the current stream, drop that stream, refuse registrations,
-//! and choose whether a re-registering worker keeps its node id. It implements no scheduling:
-//! the test plays the head's part.
+//! and forget the identities it issued (a head group that started over). It implements no
+//! scheduling and no replication: the test plays the head's part.
 #![allow(dead_code)]
 
 use std::net::SocketAddr;
@@ -42,8 +42,11 @@ pub async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
 struct State {
     heartbeat_ms: u64,
     next_node_id: u64,
-    /// Whether a worker that names a previous node id gets it back.
+    /// Whether a worker that presents an identity this head issued keeps it; otherwise it is
+    /// answered NOT_FOUND, as by a head group that lost its state.
     keep_ids: bool,
+    /// The cluster id this head issues identities for.
+    cluster: String,
     /// Answer `Register` with UNAVAILABLE (a head that is restarting).
     unavailable: bool,
     /// Answer `Register` with INVALID_ARGUMENT (a head that refuses the worker).
@@ -92,6 +95,7 @@ impl FakeHead {
             heartbeat_ms: heartbeat.as_millis() as u64,
             next_node_id: 1,
             keep_ids: true,
+            cluster: "fake-cluster".into(),
             unavailable: false,
             reject: false,
             streams: 0,
@@ -135,7 +139,8 @@ impl FakeHead {
         self.state.lock().expect("fake head state")
     }
 
-    /// Whether a re-registering worker keeps its node id (the default) or gets a new one.
+    /// Whether a re-registering worker keeps its node id (the default) or is told its identity
+    /// is unknown (and then registers as a new node).
     pub fn keep_ids(&self, keep: bool) {
         self.state().keep_ids = keep;
     }
@@ -229,16 +234,26 @@ impl WorkerLink for Services {
             if state.unavailable {
                 return Err(Status::unavailable("this fake head is restarting"));
             }
-            let node_id = match req.previous_node_id {
-                Some(id) if state.keep_ids => id.0,
-                _ => {
+            let (node_id, secret) = match &req.identity {
+                Some(id) if state.keep_ids && id.group == state.cluster => (id.node_id.0, None),
+                Some(id) => {
+                    let _ = self.registrations.send(req.clone());
+                    return Err(Status::not_found(format!(
+                        "node {} is not known to this fake head",
+                        id.node_id
+                    )));
+                }
+                None => {
                     state.next_node_id += 1;
-                    state.next_node_id - 1
+                    let id = state.next_node_id - 1;
+                    (id, Some(format!("secret-{id}")))
                 }
             };
             wire::RegisterReply {
                 node_id,
                 heartbeat_interval_ms: state.heartbeat_ms,
+                secret,
+                group: state.cluster.clone(),
             }
         };
         let _ = self.registrations.send(req);
@@ -359,6 +374,18 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ReserveReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn heads(
+        &self,
+        _: Request<wire::HeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn change_heads(
+        &self,
+        _: Request<wire::ChangeHeadsRequest>,
+    ) -> Result<Response<wire::HeadsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
 }
 
 /// A worker running in the background until [`RunningWorker::stop`].
@@ -438,7 +465,7 @@ pub fn sh(script: &str) -> TaskSpec {
 pub async fn attached(head: &mut FakeHead) -> (RegisterRequest, NodeId) {
     let reg = head.registration().await;
     match head.report().await {
-        WorkerMessage::Hello { node_id } => (reg, node_id),
+        WorkerMessage::Hello { node_id, .. } => (reg, node_id),
         other => panic!("expected Hello first, got {other:?}"),
     }
 }

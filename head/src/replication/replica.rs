@@ -1,0 +1,802 @@
+//! [`Replica`]: one raft node driving the replicated [`ClusterState`] (the ready loop).
+//!
+//! The runtime's owner task holds the replica and calls it: [`propose`](Replica::propose),
+//! [`step`](Replica::step), [`tick`](Replica::tick), [`read_index`](Replica::read_index), and,
+//! after each batch of those, one [`cycle`](Replica::cycle), which pushes [`Output`]s (entries
+//! applied with their replies and effects, role changes, reads that may be answered) for the
+//! runtime to act on. See the [module documentation](super) for the ordering rules a cycle
+//! follows.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use escher_proto::types::{HeadChange, HeadReplica, ReplicaRole, RequestKey, TaskStatus};
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry as RaftEntry, EntryType,
+    HardState, Message, Snapshot,
+};
+use raft::{RawNode, SnapshotStatus, StateRole};
+use thiserror::Error;
+
+use super::codec::{self, CodecError};
+use super::config::ReplicaConfig;
+use super::transport::{Transport, TransportEvent};
+use super::{LogError, LogStore};
+use crate::scheduler::Millis;
+use crate::state::{ApplyError, ClusterState, Command, Effect, Entry, Reply, StateConfig};
+
+/// Why a replica cannot go on. Each of these stops the head: continuing could lose or
+/// corrupt acknowledged state.
+#[derive(Debug, Error)]
+pub enum ReplicationError {
+    /// The log store failed.
+    #[error("the raft log failed: {0}")]
+    Log(#[from] LogError),
+    /// raft-rs refused to start or to go on.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// A log entry or snapshot could not be read back.
+    #[error("{0}; the log or snapshot was written by another version or is damaged")]
+    Codec(#[from] CodecError),
+    /// A background write did not finish.
+    #[error("a log write was interrupted: {0}")]
+    Interrupted(String),
+}
+
+/// Why a proposal was not accepted. The caller may retry elsewhere or later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotAccepted {
+    /// This replica does not lead; the leader's URL when it is known.
+    NotLeader(Option<String>),
+    /// The membership change makes no sense (the text says why).
+    Membership(String),
+}
+
+/// What a cycle produced, in order, for the runtime.
+#[derive(Debug)]
+pub(crate) enum Output {
+    /// A raft entry was applied: each of its commands in order, with what applying it
+    /// returned and the effects it asked for (only the leader acts on them).
+    Applied {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+        /// One result per command, in proposal order.
+        results: Vec<Applied>,
+    },
+    /// A membership change was applied (or refused by raft).
+    ConfChanged {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+        /// Whether it took effect.
+        result: Result<(), String>,
+    },
+    /// An entry with nothing to apply (a new leader's first entry, or a proposal raft
+    /// dropped): a proposal waiting at this index was not applied.
+    Empty {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+    },
+    /// The role or the leader changed.
+    Role {
+        /// The new role.
+        role: ReplicaRole,
+        /// The leader, if known.
+        leader: Option<u64>,
+    },
+    /// The reads waiting on `token` may be answered: their read index is applied.
+    ReadReady {
+        /// The token given to [`Replica::read_index`].
+        token: u64,
+    },
+    /// A leader's snapshot replaced the whole state.
+    Restored,
+}
+
+/// One command of an applied raft entry.
+#[derive(Debug)]
+pub(crate) struct Applied {
+    /// What applying it returned.
+    pub(crate) result: Result<Reply, ApplyError>,
+    /// What it asked the runtime to do.
+    pub(crate) effects: Vec<Effect>,
+    /// On the leader, the status of each task it made terminal, taken right after applying
+    /// it: retention may evict that record by a later command of the same cycle, and waiters
+    /// must still answer with the whole status.
+    pub(crate) finished: Vec<TaskStatus>,
+}
+
+/// How a cycle's writes reach the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Persistence {
+    /// On the owner task itself: for a log in memory, whose writes never block.
+    Inline,
+    /// On tokio's blocking pool, awaited: for a log on disk, whose fsync must not stall a
+    /// runtime thread.
+    Blocking,
+}
+
+/// One cycle's writes, in the order they must happen.
+#[derive(Debug, Default)]
+struct Writes {
+    snapshot: Option<Snapshot>,
+    entries: Vec<RaftEntry>,
+    hard_state: Option<HardState>,
+    conf_state: Option<ConfState>,
+    compact: Option<(u64, ConfState, Vec<u8>)>,
+    sync: bool,
+}
+
+impl Writes {
+    fn is_empty(&self) -> bool {
+        self.snapshot.is_none()
+            && self.entries.is_empty()
+            && self.hard_state.is_none()
+            && self.conf_state.is_none()
+            && self.compact.is_none()
+    }
+
+    fn run(self, store: &impl LogStore) -> Result<(), LogError> {
+        if let Some(snap) = self.snapshot {
+            store.apply_snapshot(snap)?;
+        }
+        store.append(&self.entries)?;
+        if let Some(hs) = self.hard_state {
+            store.set_hard_state(hs)?;
+        }
+        if let Some(cs) = self.conf_state {
+            store.set_conf_state(cs)?;
+        }
+        if self.sync {
+            store.sync()?;
+        }
+        if let Some((index, conf, data)) = self.compact {
+            store.compact(index, conf, data)?;
+            store.sync()?;
+        }
+        Ok(())
+    }
+}
+
+/// One raft node and the state it replicates. See the [module documentation](self).
+pub(crate) struct Replica<S: LogStore> {
+    node: RawNode<S>,
+    store: S,
+    state: ClusterState,
+    state_config: StateConfig,
+    config: ReplicaConfig,
+    /// Every member's address, as the log says (membership changes, snapshots).
+    members: BTreeMap<u64, String>,
+    /// Addresses learned from peers' messages, for replicas not (yet) known as members.
+    learned: BTreeMap<u64, String>,
+    transport: Transport,
+    persistence: Persistence,
+    in_memory: bool,
+    /// The commit index of the last hard state made durable.
+    durable_commit: u64,
+    /// The index of the latest local snapshot.
+    snapshot_index: u64,
+    /// The size of the latest snapshot's image, in bytes (0 until this replica takes or
+    /// installs one).
+    snapshot_len: u64,
+    /// A membership change was applied since the last snapshot: take one as soon as it may be.
+    /// A leader sends a replica it must catch up the latest stored snapshot, and a replica
+    /// refuses one whose voters do not include it; so a replica just added needs a snapshot
+    /// taken after its addition (with the first threshold of 64 MiB, adding a replica to a
+    /// group that had not compacted since looped on "not in the ConfState").
+    membership_changed: bool,
+    /// Read tokens waiting for their index to be applied: `(index, token)`.
+    reads: BTreeSet<(u64, u64)>,
+    role: StateRole,
+    leader: u64,
+    /// The latest `now` stamped on an entry: entries never go back in time.
+    clock: Millis,
+    /// The commands of this replica's own proposals, by (index, term), so that the leader
+    /// applies them without decoding what it encoded (followers decode).
+    proposed: std::collections::VecDeque<(u64, u64, Vec<Entry>)>,
+}
+
+impl<S: LogStore> std::fmt::Debug for Replica<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.config.id)
+            .field("group", &self.config.group)
+            .field("role", &self.role)
+            .field("leader", &self.leader)
+            .field("members", &self.members)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: LogStore> Replica<S> {
+    /// Opens the replica over `store`: a fresh store starts a new group (or waits to be added
+    /// to one, with `join`); a store with a log resumes from its snapshot and log.
+    pub(crate) fn open(
+        config: ReplicaConfig,
+        store: S,
+        state_config: StateConfig,
+        transport: Transport,
+        persistence: Persistence,
+        in_memory: bool,
+    ) -> Result<Replica<S>, ReplicationError> {
+        let initial = store.initial_state()?;
+        let fresh = !initial.initialized() && store.last_index()? == 0;
+        if fresh && !config.join {
+            bootstrap(&config, &store, &state_config)?;
+        }
+        let snapshot_index = store.first_index()?.saturating_sub(1);
+        let mut snapshot_len = 0;
+        let (state, members) = if snapshot_index > 0 {
+            let snap = store.snapshot(snapshot_index, config.id)?;
+            snapshot_len = snap.data.len() as u64;
+            codec::decode_image(&snap.data, state_config.clone())?
+        } else {
+            (ClusterState::new(state_config.clone()), BTreeMap::new())
+        };
+        let raft_config = raft::Config {
+            id: config.id,
+            election_tick: config.election_ticks,
+            heartbeat_tick: config.heartbeat_ticks,
+            applied: snapshot_index,
+            pre_vote: true,
+            check_quorum: true,
+            max_size_per_msg: 1024 * 1024,
+            max_inflight_msgs: 256,
+            ..raft::Config::default()
+        };
+        raft_config.validate()?;
+        let durable_commit = store.initial_state()?.hard_state.commit;
+        let mut node = RawNode::new(
+            &raft_config,
+            store.clone(),
+            &super::log_bridge::logger(config.id),
+        )?;
+        let voters = node.raft.prs().conf().to_conf_state().voters;
+        if voters == [config.id] {
+            // Alone in the group: no one to wait for.
+            node.campaign()?;
+        }
+        let mut replica = Replica {
+            node,
+            store,
+            state,
+            state_config,
+            members,
+            learned: BTreeMap::new(),
+            transport,
+            persistence,
+            in_memory,
+            durable_commit,
+            snapshot_index,
+            snapshot_len,
+            membership_changed: false,
+            reads: BTreeSet::new(),
+            role: StateRole::Follower,
+            leader: 0,
+            clock: 0,
+            proposed: std::collections::VecDeque::new(),
+            config,
+        };
+        if replica.members.is_empty() {
+            replica.members = replica.config.initial_members();
+            if replica.config.join {
+                replica.members.clear();
+                replica
+                    .members
+                    .insert(replica.config.id, replica.config.address.clone());
+            }
+        }
+        replica.refresh_peers();
+        Ok(replica)
+    }
+
+    /// The replicated state.
+    pub(crate) fn state(&self) -> &ClusterState {
+        &self.state
+    }
+
+    /// This replica's id.
+    pub(crate) fn id(&self) -> u64 {
+        self.config.id
+    }
+
+    /// The group's id.
+    pub(crate) fn group(&self) -> &str {
+        &self.config.group
+    }
+
+    /// Whether this replica leads now.
+    pub(crate) fn is_leader(&self) -> bool {
+        self.node.raft.state == StateRole::Leader
+    }
+
+    /// The leader's URL, when another replica is known to lead.
+    pub(crate) fn leader_url(&self) -> Option<String> {
+        let leader = self.node.raft.leader_id;
+        if leader == 0 || leader == self.config.id {
+            return None;
+        }
+        self.members
+            .get(&leader)
+            .or_else(|| self.learned.get(&leader))
+            .map(|a| format!("http://{a}"))
+    }
+
+    /// Why a proposal here is refused: this replica does not lead.
+    pub(crate) fn not_leader(&self) -> NotAccepted {
+        NotAccepted::NotLeader(self.leader_url())
+    }
+
+    /// Every member's address.
+    pub(crate) fn members(&self) -> &BTreeMap<u64, String> {
+        &self.members
+    }
+
+    /// This replica as `escher heads` shows it.
+    pub(crate) fn status(&self) -> HeadReplica {
+        let raft = &self.node.raft;
+        HeadReplica {
+            id: self.config.id,
+            address: self.config.address.clone(),
+            role: Some(role(raft.state)),
+            term: raft.term,
+            commit_index: raft.raft_log.committed,
+            applied_index: raft.raft_log.applied,
+            reachable: true,
+            error: None,
+            leader: (raft.leader_id != 0).then_some(raft.leader_id),
+            in_memory: self.in_memory,
+        }
+    }
+
+    /// Stamps `commands` with `now` (never earlier than an entry before them) and proposes
+    /// them as one raft entry, applied in order. Returns the (index, term) they will be applied
+    /// at, unless another leader overwrites it.
+    pub(crate) fn propose(
+        &mut self,
+        commands: Vec<(Command, Option<RequestKey>)>,
+        now: Millis,
+    ) -> Result<(u64, u64), NotAccepted> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        self.clock = self.clock.max(now);
+        let entries: Vec<Entry> = commands
+            .into_iter()
+            .map(|(command, key)| Entry {
+                now: self.clock,
+                command,
+                key,
+            })
+            .collect();
+        let data = match codec::encode_batch(&entries) {
+            Ok(data) => data,
+            Err(err) => {
+                // Every command is encodable; refuse rather than panic if one is not.
+                tracing::error!(%err, "cannot encode a command");
+                return Err(self.not_leader());
+            }
+        };
+        self.node
+            .propose(Vec::new(), data)
+            .map_err(|_| self.not_leader())?;
+        let (index, term) = (self.node.raft.raft_log.last_index(), self.node.raft.term);
+        self.proposed.push_back((index, term, entries));
+        Ok((index, term))
+    }
+
+    /// The commands of the raft entry at (index, term): this replica's own proposal if it
+    /// made it, else decoded.
+    fn commands(&mut self, index: u64, term: u64, data: &[u8]) -> Result<Vec<Entry>, CodecError> {
+        while self.proposed.front().is_some_and(|(i, _, _)| *i < index) {
+            self.proposed.pop_front();
+        }
+        if let Some((i, t, _)) = self.proposed.front()
+            && *i == index
+        {
+            let own = *t == term;
+            let (_, _, entries) = self.proposed.pop_front().expect("just seen");
+            if own {
+                return Ok(entries);
+            }
+        }
+        codec::decode_batch(data)
+    }
+
+    /// Proposes a membership change.
+    pub(crate) fn propose_change(
+        &mut self,
+        change: &HeadChange,
+    ) -> Result<(u64, u64), NotAccepted> {
+        if !self.is_leader() {
+            return Err(self.not_leader());
+        }
+        let (id, kind, context) = match change {
+            HeadChange::Add { id, address } => {
+                if self.members.contains_key(id) {
+                    let why = format!("replica {id} is already a member of the group");
+                    return Err(NotAccepted::Membership(why));
+                }
+                if let Some((other, _)) = self.members.iter().find(|(_, a)| *a == address) {
+                    let why = format!("replica {other} already uses {address}");
+                    return Err(NotAccepted::Membership(why));
+                }
+                (*id, ConfChangeType::AddNode, address.clone().into_bytes())
+            }
+            HeadChange::Remove { id } => {
+                if !self.members.contains_key(id) {
+                    let why = format!("replica {id} is not a member of the group");
+                    return Err(NotAccepted::Membership(why));
+                }
+                if self.members.len() == 1 {
+                    let why = "the last replica of a group cannot be removed".to_string();
+                    return Err(NotAccepted::Membership(why));
+                }
+                (*id, ConfChangeType::RemoveNode, Vec::new())
+            }
+        };
+        let mut single = ConfChangeSingle {
+            node_id: id,
+            ..Default::default()
+        };
+        single.set_change_type(kind);
+        let mut cc = ConfChangeV2::default();
+        cc.set_changes(vec![single].into());
+        self.node
+            .propose_conf_change(context, cc)
+            .map_err(|e| NotAccepted::Membership(format!("raft refused the change: {e}")))?;
+        Ok((self.node.raft.raft_log.last_index(), self.node.raft.term))
+    }
+
+    /// Asks raft to confirm leadership for the reads under `token` (ReadIndex); a
+    /// [`Output::ReadReady`] follows once confirmed and applied.
+    pub(crate) fn read_index(&mut self, token: u64) {
+        self.node.read_index(token.to_be_bytes().to_vec());
+    }
+
+    /// Hands raft messages from a peer to the node. `from_address` teaches the address of a
+    /// sender not yet known as a member (a replica being added).
+    pub(crate) fn step(&mut self, from: u64, from_address: &str, messages: Vec<Message>) {
+        if !self.members.contains_key(&from)
+            && self.learned.get(&from).map(String::as_str) != Some(from_address)
+        {
+            self.learned.insert(from, from_address.to_string());
+            self.refresh_peers();
+        }
+        for msg in messages {
+            if let Err(err) = self.node.step(msg) {
+                tracing::debug!(from, %err, "raft did not take a message");
+            }
+        }
+    }
+
+    /// One raft tick.
+    pub(crate) fn tick(&mut self) {
+        self.node.tick();
+    }
+
+    /// Tells raft what the transport saw.
+    pub(crate) fn on_transport(&mut self, event: TransportEvent) {
+        match event {
+            TransportEvent::Unreachable(to) => self.node.report_unreachable(to),
+            TransportEvent::Snapshot { to, delivered } => {
+                let status = if delivered {
+                    SnapshotStatus::Finish
+                } else {
+                    SnapshotStatus::Failure
+                };
+                self.node.report_snapshot(to, status);
+            }
+        }
+    }
+
+    /// Runs one ready cycle, if raft has anything ready, pushing what happened into `out`.
+    ///
+    /// Order (raft-rs's rules): the leader's messages go out first, in parallel with its own
+    /// write; a received snapshot, new entries and the hard state are written and synced
+    /// together (one fsync for the whole batch); only then go the messages that depend on
+    /// them (votes, append responses); then the snapshot is installed and committed entries
+    /// are applied; the commit index learned on the way is written before the next sync and
+    /// no snapshot is ever taken above a durable commit index.
+    pub(crate) async fn cycle(&mut self, out: &mut Vec<Output>) -> Result<(), ReplicationError> {
+        if !self.node.has_ready() {
+            return Ok(());
+        }
+        let mut ready = self.node.ready();
+        if let Some(ss) = ready.ss() {
+            self.role = ss.raft_state;
+            self.leader = ss.leader_id;
+            out.push(Output::Role {
+                role: role(ss.raft_state),
+                leader: (ss.leader_id != 0).then_some(ss.leader_id),
+            });
+        }
+        self.transport.send(ready.take_messages());
+        let snapshot = (!ready.snapshot().is_empty()).then(|| ready.snapshot().clone());
+        let hard_state = ready.hs().cloned();
+        let writes = Writes {
+            snapshot: snapshot.clone(),
+            entries: ready.take_entries(),
+            hard_state: hard_state.clone(),
+            sync: ready.must_sync() || snapshot.is_some(),
+            ..Writes::default()
+        };
+        self.write(writes).await?;
+        if let Some(hs) = &hard_state {
+            self.durable_commit = self.durable_commit.max(hs.commit);
+        }
+        if let Some(snap) = snapshot {
+            self.install(&snap, out)?;
+        }
+        self.transport.send(ready.take_persisted_messages());
+        let read_states = ready.take_read_states();
+        self.apply(ready.take_committed_entries(), out)?;
+        let mut light = self.node.advance(ready);
+        if light.commit_index().is_some() {
+            // Written now, made durable by the next sync; compaction waits for that.
+            let hs = self.node.raft.hard_state();
+            self.store.set_hard_state(hs.clone())?;
+            if self.persistence == Persistence::Inline {
+                self.durable_commit = hs.commit;
+            }
+        }
+        self.transport.send(light.take_messages());
+        self.apply(light.take_committed_entries(), out)?;
+        self.node.advance_apply();
+        for rs in read_states {
+            let mut ctx = [0u8; 8];
+            if rs.request_ctx.len() == 8 {
+                ctx.copy_from_slice(&rs.request_ctx);
+                self.reads.insert((rs.index, u64::from_be_bytes(ctx)));
+            }
+        }
+        let applied = self.node.raft.raft_log.applied;
+        while let Some(&(index, token)) = self.reads.first() {
+            if index > applied {
+                break;
+            }
+            self.reads.pop_first();
+            out.push(Output::ReadReady { token });
+        }
+        self.maybe_compact().await
+    }
+
+    /// Forgets reads that will never be answered here (leadership was lost).
+    pub(crate) fn drop_reads(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.reads)
+            .into_iter()
+            .map(|(_, t)| t)
+            .collect()
+    }
+
+    async fn write(&self, writes: Writes) -> Result<(), ReplicationError> {
+        if writes.is_empty() {
+            return Ok(());
+        }
+        match self.persistence {
+            Persistence::Inline => writes.run(&self.store)?,
+            Persistence::Blocking => {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || writes.run(&store))
+                    .await
+                    .map_err(|e| ReplicationError::Interrupted(e.to_string()))??;
+            }
+        }
+        Ok(())
+    }
+
+    /// Replaces the state with a leader's snapshot (already written to the log).
+    fn install(&mut self, snap: &Snapshot, out: &mut Vec<Output>) -> Result<(), ReplicationError> {
+        let (state, members) = codec::decode_image(&snap.data, self.state_config.clone())?;
+        self.state = state;
+        if !members.is_empty() {
+            self.members = members;
+        }
+        self.snapshot_index = snap.get_metadata().index;
+        self.snapshot_len = snap.data.len() as u64;
+        self.durable_commit = self.durable_commit.max(self.snapshot_index);
+        self.refresh_peers();
+        tracing::info!(
+            index = self.snapshot_index,
+            members = ?self.members,
+            "installed a snapshot from the leader"
+        );
+        out.push(Output::Restored);
+        Ok(())
+    }
+
+    fn apply(
+        &mut self,
+        entries: Vec<RaftEntry>,
+        out: &mut Vec<Output>,
+    ) -> Result<(), ReplicationError> {
+        for e in entries {
+            let (index, term) = (e.index, e.term);
+            match e.get_entry_type() {
+                EntryType::EntryNormal if e.data.is_empty() => {
+                    out.push(Output::Empty { index, term })
+                }
+                EntryType::EntryNormal => {
+                    let entries = self.commands(index, term, &e.data)?;
+                    let leading = self.is_leader();
+                    let mut results = Vec::with_capacity(entries.len());
+                    for entry in entries {
+                        self.clock = self.clock.max(entry.now);
+                        let result = self.state.apply(entry);
+                        let effects = self.state.take_effects();
+                        let finished = if leading {
+                            finished_statuses(&self.state, &effects)
+                        } else {
+                            Vec::new()
+                        };
+                        results.push(Applied {
+                            result,
+                            effects,
+                            finished,
+                        });
+                    }
+                    out.push(Output::Applied {
+                        index,
+                        term,
+                        results,
+                    });
+                }
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    let result = self.apply_conf_change(&e);
+                    self.membership_changed |= result.is_ok();
+                    out.push(Output::ConfChanged {
+                        index,
+                        term,
+                        result,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn apply_conf_change(&mut self, e: &RaftEntry) -> Result<(), String> {
+        // escher proposes only version 2 changes; version 1 is read for completeness.
+        let (cs, changes) = if e.get_entry_type() == EntryType::EntryConfChangeV2 {
+            let cc = ConfChangeV2::parse_from_bytes(&e.data).map_err(|err| err.to_string())?;
+            let changes: Vec<(u64, ConfChangeType)> = cc
+                .get_changes()
+                .iter()
+                .map(|c| (c.node_id, c.get_change_type()))
+                .collect();
+            let cs = self
+                .node
+                .apply_conf_change(&cc)
+                .map_err(|err| err.to_string())?;
+            (cs, changes)
+        } else {
+            let cc = raft::eraftpb::ConfChange::parse_from_bytes(&e.data)
+                .map_err(|err| err.to_string())?;
+            let changes = vec![(cc.node_id, cc.get_change_type())];
+            let cs = self
+                .node
+                .apply_conf_change(&cc)
+                .map_err(|err| err.to_string())?;
+            (cs, changes)
+        };
+        if let Err(err) = self.store.set_conf_state(cs) {
+            return Err(err.to_string());
+        }
+        for (id, kind) in changes {
+            match kind {
+                ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                    let address = String::from_utf8_lossy(&e.context).into_owned();
+                    tracing::info!(replica = id, %address, "replica added to the group");
+                    self.learned.remove(&id);
+                    self.members.insert(id, address);
+                }
+                ConfChangeType::RemoveNode => {
+                    tracing::info!(replica = id, "replica removed from the group");
+                    self.members.remove(&id);
+                    if id == self.config.id {
+                        tracing::warn!(
+                            "this replica was removed from the group; it no longer takes part"
+                        );
+                    }
+                }
+            }
+        }
+        self.refresh_peers();
+        Ok(())
+    }
+
+    /// Snapshots the state and compacts the log once enough has been written since the last
+    /// snapshot, never above the durable commit index.
+    async fn maybe_compact(&mut self) -> Result<(), ReplicationError> {
+        let threshold = self.config.snapshot_bytes.max(self.snapshot_len);
+        if !self.membership_changed && self.store.bytes_since_snapshot() < threshold {
+            return Ok(());
+        }
+        let applied = self.node.raft.raft_log.applied;
+        if applied <= self.snapshot_index || applied > self.durable_commit {
+            return Ok(());
+        }
+        let started = std::time::Instant::now();
+        let data = codec::encode_image(&self.state, &self.members)?;
+        let conf = self.node.raft.prs().conf().to_conf_state();
+        let bytes = data.len();
+        let writes = Writes {
+            compact: Some((applied, conf, data)),
+            ..Writes::default()
+        };
+        self.write(writes).await?;
+        self.snapshot_index = applied;
+        self.snapshot_len = bytes as u64;
+        self.membership_changed = false;
+        tracing::info!(index = applied, bytes, took = ?started.elapsed(), "snapshot taken; log compacted");
+        Ok(())
+    }
+
+    /// Points the transport at every member and learned address.
+    fn refresh_peers(&mut self) {
+        let mut all = self.learned.clone();
+        all.extend(self.members.iter().map(|(k, v)| (*k, v.clone())));
+        self.transport.set_peers(&all);
+    }
+}
+
+/// Creates a new group in a fresh store: a snapshot at index 1 holding the empty state, the
+/// group's addresses and its voters, written and synced. Every replica of a new group writes
+/// the same one; a replica added later catches up from the leader's snapshot.
+fn bootstrap(
+    config: &ReplicaConfig,
+    store: &impl LogStore,
+    state_config: &StateConfig,
+) -> Result<(), ReplicationError> {
+    let members = config.initial_members();
+    let data = codec::encode_image(&ClusterState::new(state_config.clone()), &members)?;
+    let mut conf = ConfState::default();
+    conf.set_voters(config.initial_voters());
+    let mut snap = Snapshot::default();
+    let meta = snap.mut_metadata();
+    meta.index = 1;
+    meta.term = 1;
+    meta.set_conf_state(conf.clone());
+    snap.data = data.into();
+    store.apply_snapshot(snap)?;
+    let hs = HardState {
+        term: 1,
+        commit: 1,
+        ..Default::default()
+    };
+    store.set_hard_state(hs)?;
+    store.set_conf_state(conf)?;
+    store.sync()?;
+    tracing::info!(
+        group = %config.group,
+        replica = config.id,
+        voters = ?config.initial_voters(),
+        "created a new head group"
+    );
+    Ok(())
+}
+
+fn role(state: StateRole) -> ReplicaRole {
+    match state {
+        StateRole::Leader => ReplicaRole::Leader,
+        StateRole::Follower => ReplicaRole::Follower,
+        StateRole::Candidate => ReplicaRole::Candidate,
+        StateRole::PreCandidate => ReplicaRole::PreCandidate,
+    }
+}
+
+/// The status of each task that `effects` report terminal, as `state` has it now.
+fn finished_statuses(state: &ClusterState, effects: &[Effect]) -> Vec<TaskStatus> {
+    effects
+        .iter()
+        .filter_map(|effect| match effect {
+            Effect::Terminal { task } => state.status(*task),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,186 @@
+//! [`Workers`]: the leader's soft state about its workers: the open stream of each node, what
+//! waits for a node that is not attached, when each was last heard from, and the task reports
+//! committed in this cycle that are still to be acknowledged.
+//!
+//! # The worker-report protocol (head side)
+//!
+//! A worker keeps every `TaskFinished` it sends until the head acknowledges it. The head
+//! proposes each report as a `TaskFinished` command and, once that entry is applied, counts it
+//! as committed; `ReportsAcked` goes out on the worker's stream with the head's next tick
+//! (every 100 ms), or at once when [`ACK_BATCH`] reports of a node wait: one small message per
+//! tick instead of one per task, and the worker's memory of reports stays bounded. A worker that re-registers (a
+//! broken stream, a new leader) lists its unacknowledged reports and what it still runs; the
+//! registration's `RejoinNode` command applies the reports and reconciles the rest
+//! (`state/nodes.rs`): an assignment the worker never received is sent again with the same
+//! attempt, and the committed registration reply acknowledges the reports it carried. So an
+//! acknowledged report is committed, a committed report is never applied twice (a stale
+//! attempt is ignored), and a task that was running stays running through a failover.
+//!
+//! Everything here is soft: a new leader starts with no links, gives every live node a fresh
+//! heartbeat deadline, and learns the rest as workers re-register. A replica that stops
+//! leading drops every link, which ends the workers' streams and sends them looking for the
+//! new leader.
+
+use std::time::{Duration, Instant};
+
+use escher_proto::types::{HeadMessage, NodeId, RunningTask};
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+
+use crate::state::ClusterState;
+
+/// Committed reports of one node that are acknowledged at once rather than with the tick.
+pub(crate) const ACK_BATCH: usize = 1024;
+
+#[derive(Debug)]
+struct Link {
+    conn: u64,
+    tx: mpsc::UnboundedSender<HeadMessage>,
+}
+
+/// The leader's view of its workers. See the [module documentation](self).
+#[derive(Debug, Default)]
+pub(crate) struct Workers {
+    links: FxHashMap<NodeId, Link>,
+    /// Messages for live nodes that are not attached (yet, or again).
+    outbox: FxHashMap<NodeId, Vec<HeadMessage>>,
+    last_seen: FxHashMap<NodeId, Instant>,
+    /// Reports committed in this cycle, by node, to acknowledge.
+    acks: FxHashMap<NodeId, Vec<RunningTask>>,
+}
+
+impl Workers {
+    /// A worker's stream opened: what waited for it goes out first.
+    pub(crate) fn attach(
+        &mut self,
+        node: NodeId,
+        conn: u64,
+        tx: mpsc::UnboundedSender<HeadMessage>,
+    ) {
+        for msg in self.outbox.remove(&node).unwrap_or_default() {
+            let _ = tx.send(msg);
+        }
+        self.links.insert(node, Link { conn, tx });
+        self.last_seen.insert(node, Instant::now());
+    }
+
+    /// A worker's stream closed; whether it was the node's current one.
+    pub(crate) fn detach(&mut self, node: NodeId, conn: u64) -> bool {
+        if self.links.get(&node).is_some_and(|l| l.conn == conn) {
+            self.links.remove(&node);
+            return true;
+        }
+        false
+    }
+
+    /// Sends to a live node's worker now, or when it attaches.
+    pub(crate) fn send(&mut self, state: &ClusterState, node: NodeId, msg: HeadMessage) {
+        if !state.node_alive(node) {
+            return;
+        }
+        let msg = match self.links.get(&node) {
+            Some(link) => match link.tx.send(msg) {
+                Ok(()) => return,
+                Err(mpsc::error::SendError(msg)) => msg,
+            },
+            None => msg,
+        };
+        self.outbox.entry(node).or_default().push(msg);
+    }
+
+    /// Sends on the node's open stream only; false if there is none.
+    pub(crate) fn send_now(&self, node: NodeId, msg: HeadMessage) -> bool {
+        self.links
+            .get(&node)
+            .is_some_and(|link| link.tx.send(msg).is_ok())
+    }
+
+    /// A worker re-registered: queued assignments and cancellations are superseded by the
+    /// ones its registration re-derives from the state.
+    pub(crate) fn forget_task_messages(&mut self, node: NodeId) {
+        if let Some(queued) = self.outbox.get_mut(&node) {
+            queued
+                .retain(|m| !matches!(m, HeadMessage::Assign(_) | HeadMessage::CancelTask { .. }));
+        }
+    }
+
+    /// The worker was heard from.
+    pub(crate) fn seen(&mut self, node: NodeId) {
+        self.last_seen.insert(node, Instant::now());
+    }
+
+    /// Forgets a node that left or was declared lost.
+    pub(crate) fn forget(&mut self, node: NodeId) {
+        self.links.remove(&node);
+        self.outbox.remove(&node);
+        self.last_seen.remove(&node);
+        self.acks.remove(&node);
+    }
+
+    /// Live nodes silent for longer than `timeout`; each is forgotten as it is returned.
+    pub(crate) fn silent(&mut self, state: &ClusterState, timeout: Duration) -> Vec<NodeId> {
+        let silent: Vec<NodeId> = self
+            .last_seen
+            .iter()
+            .filter(|(n, seen)| seen.elapsed() > timeout && state.node_alive(**n))
+            .map(|(n, _)| *n)
+            .collect();
+        for node in &silent {
+            self.forget(*node);
+        }
+        silent
+    }
+
+    /// This replica became the leader: every live node gets a full heartbeat timeout to find
+    /// it.
+    pub(crate) fn lead(&mut self, state: &ClusterState) {
+        self.drop_all();
+        self.adopt(state);
+    }
+
+    /// Starts the heartbeat clock of every live node that has none: a leader that has just
+    /// replayed its log (a restart) learns of nodes its snapshot did not hold.
+    pub(crate) fn adopt(&mut self, state: &ClusterState) {
+        let now = Instant::now();
+        for node in state.live_nodes() {
+            self.last_seen.entry(node).or_insert(now);
+        }
+    }
+
+    /// This replica stopped leading (or is stopping): every stream ends, the workers go and
+    /// find the leader.
+    pub(crate) fn drop_all(&mut self) {
+        self.links.clear();
+        self.outbox.clear();
+        self.last_seen.clear();
+        self.acks.clear();
+    }
+
+    /// A report of `node` was committed: acknowledge it with the next tick (or now, when
+    /// [`ACK_BATCH`] of the node's reports wait).
+    pub(crate) fn ack(&mut self, node: NodeId, report: RunningTask) {
+        let waiting = self.acks.entry(node).or_default();
+        waiting.push(report);
+        if waiting.len() >= ACK_BATCH {
+            let reports = std::mem::take(waiting);
+            if let Some(link) = self.links.get(&node) {
+                let _ = link.tx.send(HeadMessage::ReportsAcked(reports));
+            }
+        }
+    }
+
+    /// Sends the acknowledgements that wait. A worker not attached gets none: it re-sends the
+    /// reports when it registers again, and the registration acknowledges them.
+    pub(crate) fn flush_acks(&mut self) {
+        for (node, reports) in self.acks.drain() {
+            if let Some(link) = self.links.get(&node) {
+                let _ = link.tx.send(HeadMessage::ReportsAcked(reports));
+            }
+        }
+    }
+
+    /// How many workers are attached.
+    pub(crate) fn len(&self) -> usize {
+        self.links.len()
+    }
+}

@@ -1,0 +1,310 @@
+//! Nodes at the head: a worker's first registration, its return (the same process
+//! reconnecting, or a restarted one), its departure and its drain.
+//!
+//! # Identities
+//!
+//! A worker's first registration makes a node: the id comes from this state (never reused)
+//! and the command carries the SHA-256 of a secret that the leader generated and gives only to
+//! that worker. A returning worker presents its id and secret: the runtime hashes the secret
+//! and the state compares, so two workers can never hold one id. The command also carries the
+//! worker process's boot id:
+//!
+//! - the **same boot** on a live node is the same process reconnecting (a broken stream, a new
+//!   leader): its unacknowledged reports are applied, and its tasks are reconciled with what
+//!   this state believes runs there (see [`ClusterState::reconcile`]);
+//! - **another boot**, or a node that was declared lost, is a worker that lost its tasks: the
+//!   node is removed (its running tasks become failed attempts, retried under `max_retries`)
+//!   and added again under the same id with what the worker has now.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use escher_proto::types::{
+    Assignment, Capacity, GpuInfo, Labels, NodeId, ResourceSet, RunningTask, TaskFinished, TaskId,
+    TaskState,
+};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use super::apply::ClusterState;
+use super::command::Effect;
+use super::error::ApplyError;
+use super::record::NodeRecord;
+use crate::scheduler::{Event, Millis};
+
+/// The SHA-256 of a node's secret: all the state keeps of it.
+#[derive(Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SecretHash(pub [u8; 32]);
+
+impl SecretHash {
+    /// The hash of `secret`.
+    pub fn of(secret: &str) -> SecretHash {
+        SecretHash(Sha256::digest(secret.as_bytes()).into())
+    }
+}
+
+impl std::fmt::Debug for SecretHash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "SecretHash({:02x}{:02x}..)", self.0[0], self.0[1])
+    }
+}
+
+/// What a worker says about itself when it registers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Joining {
+    /// Its name.
+    pub name: String,
+    /// Its address, for people.
+    pub address: String,
+    /// Its physical and static resources.
+    pub resources: ResourceSet,
+    /// Its labels.
+    pub labels: Labels,
+    /// Its GPUs as they are now.
+    pub gpus: Vec<GpuInfo>,
+    /// Its process's boot id.
+    pub boot: u64,
+}
+
+/// A returning worker: who it says it is, and what it runs and has finished.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Returning {
+    /// The cluster that issued its identity.
+    pub cluster: String,
+    /// The node id it got at its first registration.
+    pub node: NodeId,
+    /// The hash of the secret it presented.
+    pub secret: SecretHash,
+    /// The tasks it runs now.
+    pub running: Vec<RunningTask>,
+    /// Reports no head has acknowledged.
+    pub finished: Vec<TaskFinished>,
+}
+
+impl ClusterState {
+    /// A worker joins for the first time: a new node, never an id used before.
+    pub(crate) fn register(&mut self, worker: Joining, secret: SecretHash, now: Millis) -> NodeId {
+        let id = NodeId(self.next_node);
+        self.next_node += 1;
+        self.nodes.insert(
+            id,
+            NodeRecord {
+                name: String::new(),
+                address: String::new(),
+                labels: Labels::new(),
+                resources: ResourceSet::new(),
+                alive: false,
+                draining: false,
+                gone_because: None,
+                left_at: None,
+                gpus: Vec::new(),
+                mig: BTreeMap::new(),
+                mig_errors: BTreeMap::new(),
+                secret,
+                boot: worker.boot,
+            },
+        );
+        self.add_live(id, worker, now);
+        id
+    }
+
+    /// A worker comes back with the id and secret of its first registration.
+    pub(crate) fn rejoin(
+        &mut self,
+        worker: Joining,
+        back: Returning,
+        now: Millis,
+    ) -> Result<NodeId, ApplyError> {
+        let node = back.node;
+        if self.cluster_id.as_deref() != Some(back.cluster.as_str()) {
+            return Err(ApplyError::OtherCluster {
+                node,
+                theirs: back.cluster,
+                ours: self.cluster_id.clone().unwrap_or_default(),
+            });
+        }
+        let record = self.nodes.get(&node).ok_or(ApplyError::UnknownNode(node))?;
+        if record.secret != back.secret {
+            return Err(ApplyError::WrongSecret(node));
+        }
+        self.effects.push(Effect::Rejoined { node });
+        if record.alive && record.boot == worker.boot {
+            let record = self.nodes.get_mut(&node).expect("checked above");
+            record.name = worker.name;
+            record.address = worker.address;
+            // What the state runs there before the reports: only these may need sending again
+            // (what the reports free is dispatched, and sent, as usual).
+            let placed = self.running_on(node);
+            let mut reported: BTreeSet<(TaskId, u32)> = back
+                .running
+                .iter()
+                .map(|r| (r.task_id, r.attempt))
+                .collect();
+            for report in back.finished {
+                reported.insert((report.task_id, report.attempt));
+                self.finished(report, now);
+            }
+            self.reconcile(node, &placed, &reported, &back.running, now);
+            if let Err(err) = self.gpus_changed(node, worker.gpus, None, now) {
+                tracing::warn!(%node, %err, "could not record the worker's GPUs");
+            }
+            return Ok(node);
+        }
+        // A restarted worker, or one the head declared lost: what it ran is gone.
+        if record.alive {
+            let why = "its worker restarted and lost its tasks".to_string();
+            self.remove_node(node, why, now)?;
+            // Its tasks become failed attempts before the node is back.
+            self.settle(now);
+        }
+        for r in back.running {
+            // Still running after the node was declared lost: the head retried or failed it.
+            self.effects.push(Effect::Cancel {
+                node,
+                task: r.task_id,
+                attempt: r.attempt,
+                reason: format!("node {node} was declared lost; this attempt no longer counts"),
+            });
+        }
+        let record = self.nodes.get_mut(&node).expect("checked above");
+        record.boot = worker.boot;
+        self.add_live(node, worker, now);
+        Ok(node)
+    }
+
+    /// Makes `id` a live node with what `worker` has.
+    fn add_live(&mut self, id: NodeId, worker: Joining, now: Millis) {
+        let capacities = worker
+            .resources
+            .iter()
+            .map(|(n, a)| (n.clone(), Capacity::Finite(a)))
+            .collect();
+        self.core_event(
+            Event::NodeAdded {
+                node: id,
+                resources: capacities,
+                labels: worker.labels.clone(),
+            },
+            now,
+        );
+        let record = self.nodes.get_mut(&id).expect("the caller made the record");
+        record.name = worker.name;
+        record.address = worker.address;
+        record.labels = worker.labels;
+        record.resources = worker.resources;
+        record.alive = true;
+        record.draining = false;
+        record.gone_because = None;
+        record.left_at = None;
+        record.gpus = Vec::new();
+        record.mig.clear();
+        record.mig_errors.clear();
+        if let Err(err) = self.gpus_changed(id, worker.gpus, None, now) {
+            tracing::warn!(node = %id, %err, "could not record the worker's GPUs");
+        }
+    }
+
+    /// Settles what a reconnecting worker runs against what this state believes runs on its
+    /// node. A task the state runs there that the worker neither runs nor reported was never
+    /// delivered (the `Assign` was lost with a stream or a leader): it is sent again, same
+    /// attempt (the worker runs an attempt at most once). A task whose cancel was asked for is
+    /// cancelled again, or ends now if the worker never got it.
+    fn reconcile(
+        &mut self,
+        node: NodeId,
+        placed: &[(TaskId, u32)],
+        reported: &BTreeSet<(TaskId, u32)>,
+        running: &[RunningTask],
+        now: Millis,
+    ) {
+        for &(task, attempt) in placed {
+            let Some(rec) = self.tasks.get(&task) else {
+                continue;
+            };
+            let still = rec.state == TaskState::Running && rec.attempt == attempt;
+            if rec.native || !still {
+                continue;
+            }
+            let cancel = rec.cancel_requested;
+            match (reported.contains(&(task, attempt)), cancel) {
+                (true, false) => {}
+                (true, true) => self.effects.push(Effect::Cancel {
+                    node,
+                    task,
+                    attempt,
+                    reason: "cancelled by request".into(),
+                }),
+                (false, true) => {
+                    self.ghost_resources(task, node, false, now);
+                    self.core_event(Event::TaskFinished { task }, now);
+                    let why = Some("cancelled by request before it started".to_string());
+                    self.terminate(task, TaskState::Cancelled, why, None, now);
+                }
+                (false, false) => {
+                    let assignment = Box::new(Assignment {
+                        task_id: task,
+                        attempt,
+                        spec: rec.spec.clone(),
+                        allocation: rec.spec.resources.clone(),
+                    });
+                    self.effects.push(Effect::Assign { node, assignment });
+                }
+            }
+        }
+        for r in running {
+            let current = self.tasks.get(&r.task_id).is_some_and(|rec| {
+                rec.state == TaskState::Running
+                    && rec.node == Some(node)
+                    && rec.attempt == r.attempt
+            });
+            if !current {
+                self.effects.push(Effect::Cancel {
+                    node,
+                    task: r.task_id,
+                    attempt: r.attempt,
+                    reason: "the head no longer runs this attempt here".into(),
+                });
+            }
+        }
+    }
+
+    /// A worker left or went silent: its node is no longer live and its running tasks are
+    /// failed attempts.
+    pub(crate) fn remove_node(
+        &mut self,
+        id: NodeId,
+        reason: String,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
+        let record = self.nodes.get_mut(&id).ok_or(ApplyError::UnknownNode(id))?;
+        if !record.alive {
+            return Ok(());
+        }
+        record.alive = false;
+        record.gone_because = Some(reason);
+        record.left_at = Some(now);
+        self.retention.node_left(id);
+        self.core_event(Event::NodeRemoved { node: id }, now);
+        Ok(())
+    }
+
+    /// Sets every capacity of a draining node to zero. Running tasks keep what they hold (a
+    /// capacity below use admits nothing new), so the node empties as they finish.
+    pub(crate) fn drain_node(&mut self, id: NodeId, now: Millis) -> Result<(), ApplyError> {
+        let record = self.nodes.get_mut(&id).ok_or(ApplyError::UnknownNode(id))?;
+        if !record.alive || record.draining {
+            return Ok(());
+        }
+        record.draining = true;
+        let names: Vec<_> = self
+            .core
+            .node(id)
+            .map(|view| view.resources.into_iter().map(|r| r.name).collect())
+            .unwrap_or_default();
+        for name in names {
+            let op = escher_proto::types::CapacityOp::Delete;
+            let target = escher_proto::types::NodeSpec::Node(id);
+            self.core_event(Event::ResourceChanged { target, name, op }, now);
+        }
+        Ok(())
+    }
+}

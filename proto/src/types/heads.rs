@@ -1,0 +1,95 @@
+//! The replicas of a replicated head (DESIGN §7), as `escher heads` reports them, and the
+//! membership changes an operator asks for.
+
+use serde::{Deserialize, Serialize};
+
+/// What a replica does in its raft group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ReplicaRole {
+    /// It leads: it serves writes, linearizable reads and workers.
+    Leader,
+    /// It follows the leader.
+    Follower,
+    /// It stands for election.
+    Candidate,
+    /// It asks whether it could win before standing (raft's pre-vote).
+    PreCandidate,
+}
+
+impl std::fmt::Display for ReplicaRole {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ReplicaRole::Leader => "leader",
+            ReplicaRole::Follower => "follower",
+            ReplicaRole::Candidate => "candidate",
+            ReplicaRole::PreCandidate => "pre-candidate",
+        })
+    }
+}
+
+/// One replica of the head group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadReplica {
+    /// Its replica id.
+    pub id: u64,
+    /// The address it serves on, `HOST:PORT`.
+    pub address: String,
+    /// Its role; `None` when it could not be reached.
+    pub role: Option<ReplicaRole>,
+    /// Its raft term.
+    pub term: u64,
+    /// The highest log index it knows committed.
+    pub commit_index: u64,
+    /// The highest log index it has applied.
+    pub applied_index: u64,
+    /// Whether it answered.
+    pub reachable: bool,
+    /// Why it could not be reached.
+    pub error: Option<String>,
+    /// The replica it believes leads.
+    pub leader: Option<u64>,
+    /// Whether its log lives in memory only.
+    pub in_memory: bool,
+}
+
+impl HeadReplica {
+    /// The replica's URL, `http://HOST:PORT`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+}
+
+/// Every replica of the head group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeadsReply {
+    /// The group's id.
+    pub group: String,
+    /// The replicas, by id.
+    pub replicas: Vec<HeadReplica>,
+}
+
+impl HeadsReply {
+    /// The replica that leads, if one does by its own account.
+    pub fn leader(&self) -> Option<&HeadReplica> {
+        self.replicas
+            .iter()
+            .find(|r| r.role == Some(ReplicaRole::Leader))
+    }
+}
+
+/// A change of the head group's membership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HeadChange {
+    /// Add the replica with this id, reached at `address` (`HOST:PORT`).
+    Add {
+        /// Its replica id.
+        id: u64,
+        /// Its address.
+        address: String,
+    },
+    /// Remove the replica with this id.
+    Remove {
+        /// Its replica id.
+        id: u64,
+    },
+}
