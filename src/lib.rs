@@ -30,8 +30,9 @@
 mod local_cluster;
 
 pub use escher_client as client;
-pub use escher_client::{BlockingClient, Client, ClientError, Task, TaskRef};
+pub use escher_client::{BlockingClient, Client, ClientError, Credentials, Task, TaskRef};
 pub use escher_esl as esl;
+pub use escher_proto::access;
 pub use escher_proto::codec;
 pub use escher_proto::types;
 pub use escher_worker as worker;

@@ -229,6 +229,11 @@ impl LocalClusterBuilder {
             .enumerate()
             .map(|(i, a)| (i as u64 + 1, a.clone()))
             .collect();
+        // Clients and workers of this process find the cluster's tokens by its URLs (the heads
+        // register them too once they serve; this is so before the first of them does).
+        for address in &addresses {
+            escher_proto::access::register(&format!("http://{address}"), &self.head.access);
+        }
         let mut heads = Vec::with_capacity(self.heads);
         for (i, listener) in listeners.into_iter().enumerate() {
             let mut config = self.head.clone();
@@ -259,6 +264,7 @@ impl LocalClusterBuilder {
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = LocalCluster {
+            access: self.head.access.clone(),
             head_url,
             heads,
             workers: Vec::new(),
@@ -293,6 +299,8 @@ struct LocalWorker {
 /// stops them and waits.
 #[derive(Debug)]
 pub struct LocalCluster {
+    /// The cluster's tokens (what a head's access file would hold).
+    access: escher_proto::access::AccessFile,
     /// Every replica's URL, comma-separated.
     head_url: String,
     heads: Vec<LocalHead>,
@@ -354,6 +362,17 @@ impl LocalCluster {
     /// The node ids of the workers started so far, in start order.
     pub fn nodes(&self) -> Vec<NodeId> {
         self.workers.iter().map(|w| w.node).collect()
+    }
+
+    /// The cluster's admin token: clients of this process find it by themselves; a program
+    /// in another process passes it with `--token` or `ESCHER_TOKEN`.
+    pub fn admin_token(&self) -> &str {
+        &self.access.admin_token
+    }
+
+    /// The cluster's tokens and URLs, as a head's access file holds them.
+    pub fn access(&self) -> &escher_proto::access::AccessFile {
+        &self.access
     }
 
     /// A connected async client.

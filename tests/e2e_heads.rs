@@ -102,14 +102,19 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
     cluster.shutdown().await;
 }
 
-/// A replica of `group` started empty with `join`, on `listener`; returns its stop token.
+/// A replica of `group` started empty with `join`, on `listener`, sharing the group's access
+/// file; returns its stop token.
 fn joining_head(
     listener: tokio::net::TcpListener,
     id: u64,
     group: &str,
+    access: &escher::access::AccessFile,
 ) -> (tokio_util::sync::CancellationToken, String) {
     let address = listener.local_addr().unwrap().to_string();
-    let mut config = escher_head::HeadConfig::default();
+    let mut config = escher_head::HeadConfig {
+        access: access.clone(),
+        ..escher_head::HeadConfig::default()
+    };
     config.replica.id = id;
     config.replica.group = group.to_string();
     config.replica.join = true;
@@ -130,6 +135,7 @@ async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over
     let first = listener.local_addr().unwrap().to_string();
     let mut config = escher_head::HeadConfig::default();
     config.replica.snapshot_bytes = 1;
+    let access = config.access.clone();
     let stop_first = tokio_util::sync::CancellationToken::new();
     let token = stop_first.clone();
     tokio::spawn(escher_head::run(listener, config, async move {
@@ -159,11 +165,13 @@ async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         2,
         &group,
+        &access,
     );
     let (stop_3, third) = joining_head(
         tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap(),
         3,
         &group,
+        &access,
     );
     let heads = client.add_head(2, second.clone()).await.unwrap();
     assert_eq!(heads.replicas.len(), 2, "{heads:#?}");

@@ -68,6 +68,7 @@ struct Acked {
 /// applies `+1` to the counter on `node`, and records what was acknowledged.
 fn load(
     url: &str,
+    credentials: &escher::Credentials,
     clients: usize,
     file: &Path,
     node: NodeId,
@@ -76,6 +77,7 @@ fn load(
     let acked = Arc::new(Mutex::new(Acked::default()));
     let handles = (0..clients)
         .map(|_| {
+            let credentials = credentials.clone();
             let (url, file, stop, acked) = (
                 url.to_string(),
                 file.to_path_buf(),
@@ -85,6 +87,7 @@ fn load(
             tokio::spawn(async move {
                 let client = Client::connect_lazy(&url)
                     .unwrap()
+                    .with_credentials(credentials.clone())
                     .with_failover_timeout(Duration::from_secs(30));
                 while !stop.load(Ordering::SeqCst) {
                     if let Ok(task) = client.submit(logged_task(&file)).await {
@@ -185,7 +188,14 @@ async fn a_durable_head_killed_at_random_points_keeps_everything_acknowledged() 
     let mut rng = seed | 1;
     for round in 0..3 {
         let stop = Arc::new(AtomicBool::new(false));
-        let (acked, handles) = load(cluster.head_url(), 3, &file, nodes[0], Arc::clone(&stop));
+        let (acked, handles) = load(
+            cluster.head_url(),
+            &cluster.credentials(),
+            3,
+            &file,
+            nodes[0],
+            Arc::clone(&stop),
+        );
         rng ^= rng << 13;
         rng ^= rng >> 7;
         rng ^= rng << 17;
@@ -252,7 +262,14 @@ async fn a_three_replica_group_fails_over_under_load_and_loses_nothing() {
         .unwrap();
     let file = cluster.dir().join("runs.log");
     let stop = Arc::new(AtomicBool::new(false));
-    let (acked, handles) = load(cluster.head_url(), 4, &file, node, Arc::clone(&stop));
+    let (acked, handles) = load(
+        cluster.head_url(),
+        &cluster.credentials(),
+        4,
+        &file,
+        node,
+        Arc::clone(&stop),
+    );
     eventually("some writes to be acknowledged", WAIT, || {
         let acked = Arc::clone(&acked);
         async move { (acked.lock().await.deltas >= 20).then_some(()) }
@@ -324,6 +341,7 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
     let minority = Client::connect(cluster.head_url_of(old))
         .await
         .unwrap()
+        .with_credentials(cluster.credentials())
         .with_failover_timeout(Duration::from_secs(3));
     let refused = minority
         .adjust_resource(COUNTER, 1, NodeSpec::Node(node))
@@ -337,7 +355,10 @@ async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
         .filter(|i| *i != old)
         .map(|i| cluster.head_url_of(i))
         .collect();
-    let majority = Client::connect(others.join(",")).await.unwrap();
+    let majority = Client::connect(others.join(","))
+        .await
+        .unwrap()
+        .with_credentials(cluster.credentials());
     for _ in 0..5 {
         majority
             .adjust_resource(COUNTER, 1, NodeSpec::Node(node))
@@ -422,7 +443,10 @@ async fn a_write_whose_reply_is_dropped_is_applied_exactly_once() {
     // A fresh client whose calls go through the leader's proxy (first in its list); after the
     // dropped reply it retries elsewhere, is sent to the leader, and gets the recorded reply.
     let fresh = || async {
-        let client = Client::connect(urls.join(",")).await.unwrap();
+        let client = Client::connect(urls.join(","))
+            .await
+            .unwrap()
+            .with_credentials(cluster.credentials());
         client.cluster_status().await.unwrap();
         assert_eq!(
             client.leader_url(),
@@ -525,8 +549,12 @@ fn head_refuses(args: &[&str]) -> (std::process::ExitStatus, String) {
         .and_then(|deps| deps.parent())
         .unwrap()
         .join("escher-head");
+    // The head writes its access file there, not into the user's ~/.escher.
+    let home = tempfile::tempdir().unwrap();
     let mut child = std::process::Command::new(bin)
         .args(args)
+        .env("ESCHER_HOME", home.path())
+        .env_remove("ESCHER_ACCESS_FILE")
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -590,6 +618,8 @@ fn a_replica_with_inconsistent_settings_refuses_to_start_and_says_why() {
         "--address-file",
     ])
     .arg(dir.path().join("url"))
+    .env("ESCHER_HOME", dir.path())
+    .env_remove("ESCHER_ACCESS_FILE")
     .stdout(std::process::Stdio::null())
     .stderr(std::process::Stdio::null())
     .spawn()

@@ -552,19 +552,21 @@ async fn snapshot(client: &Client) -> (ClusterStatus, Vec<TaskSummary>) {
     (status(client).await, tasks)
 }
 
-/// The raw generated client, for messages the typed client cannot express. (A macro, so that
-/// its type, `ClusterClient<tonic::transport::Channel>`, need not be named: the root package
-/// does not depend on tonic.)
+/// The raw generated client, for messages the typed client cannot express, calling with the
+/// cluster's admin token.
 macro_rules! raw {
-    ($cluster:expr) => {
-        within(
+    ($cluster:expr) => {{
+        let channel = within(
             "raw connect",
-            ClusterClient::connect($cluster.head_url().to_string()),
+            tonic::transport::Endpoint::from_shared($cluster.head_url().to_string())
+                .unwrap()
+                .connect(),
         )
         .await
-        .unwrap()
-        .max_encoding_message_size(256 * 1024 * 1024)
-    };
+        .unwrap();
+        let token = escher_proto::access::Bearer::new($cluster.admin_token());
+        ClusterClient::with_interceptor(channel, token).max_encoding_message_size(256 * 1024 * 1024)
+    }};
 }
 
 /// The gRPC code of a raw call's error, by name (`InvalidArgument`, `NotFound`, ...), and its
@@ -882,7 +884,15 @@ async fn oversized_messages_are_refused_and_the_cluster_keeps_working() {
 async fn malformed_specs_and_local_outside_a_task_are_refused() {
     let (cluster, client) = start(1).await;
     let node = cluster.nodes()[0];
-    let done = client.submit(Task::command(["true"])).await.unwrap();
+    // A task that shows its credential (which stops naming a node once it ends).
+    let done = client
+        .submit(Task::command([
+            "sh",
+            "-c",
+            "printf %s \"$ESCHER_TASK_TOKEN\"",
+        ]))
+        .await
+        .unwrap();
     finished(&client, &done).await;
     let before = snapshot(&client).await;
 
@@ -921,9 +931,9 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
         .unwrap_err();
     assert!(matches!(err, ClientError::Usage(_)), "{err:?}");
     assert!(err.to_string().contains("inside a running task"), "{err}");
-    // ...and the head refuses it without a caller, or with a caller that is not running.
+    // ...and the head refuses it from a caller that is not a task (the admin here).
     let mut rpc = raw!(cluster);
-    let local = |caller: Option<u64>| wire::SetResourcesRequest {
+    let local = || wire::SetResourcesRequest {
         updates: vec![wire::ResourceUpdate {
             name: "x".into(),
             op: Some(wire::CapacityOp {
@@ -934,17 +944,24 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
             }),
         }],
         namespace: String::new(),
-        caller_task: caller,
         key: None,
     };
-    let (c, m) = code!(rpc.set_resources(local(None)).await);
+    let (c, m) = code!(rpc.set_resources(local()).await);
     assert_eq!(c, "InvalidArgument", "{m}");
     assert!(m.contains("Local"), "{m}");
-    let (c, m) = code!(rpc.set_resources(local(Some(done.id().0))).await);
+    // With the credential of a task that has ended, Local is refused: it names no node now.
+    let token = String::from_utf8(client.logs(&done, LogStream::Stdout).await.unwrap()).unwrap();
+    assert!(token.starts_with("escher-task-"), "{token:?}");
+    let channel = tonic::transport::Endpoint::from_shared(cluster.head_url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut as_task =
+        ClusterClient::with_interceptor(channel, escher_proto::access::Bearer::new(&token));
+    let (c, m) = code!(as_task.set_resources(local()).await);
     assert_eq!(c, "FailedPrecondition", "{m}");
     assert!(m.contains("not running"), "{m}");
-    let (c, m) = code!(rpc.set_resources(local(Some(999_999))).await);
-    assert_eq!(c, "NotFound", "{m}");
 
     assert_eq!(snapshot(&client).await, before);
     assert!(resource(&before.0, node, "x").is_none());

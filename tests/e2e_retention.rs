@@ -95,6 +95,7 @@ async fn evicted_tasks_answer_with_their_tombstone_everywhere() {
     for args in [vec!["get"], vec!["info"], vec!["logs"]] {
         let out = Command::new(&bin)
             .args(["--head", cluster.head_url()])
+            .env("ESCHER_TOKEN", cluster.admin_token())
             .args(&args)
             .arg(old.id().to_string())
             .output()
@@ -111,6 +112,7 @@ async fn evicted_tasks_answer_with_their_tombstone_everywhere() {
     }
     let out = Command::new(&bin)
         .args(["--head", cluster.head_url(), "wait"])
+        .env("ESCHER_TOKEN", cluster.admin_token())
         .arg(old.id().to_string())
         .output()
         .unwrap();

@@ -32,9 +32,20 @@ impl HeadProcess {
         let dir = tempfile::tempdir()?;
         let address_file = dir.path().join("head.url");
         let log = std::fs::File::create(dir.path().join("head.log"))?;
-        let mut child = Command::new(bin)
+        // Its own access file unless the caller shares one between replicas (`--access-file`).
+        let shared = extra.iter().position(|a| *a == "--access-file");
+        let access_file = match shared {
+            Some(i) => PathBuf::from(extra.get(i + 1).context("--access-file without a path")?),
+            None => dir.path().join(escher_proto::access::FILE_NAME),
+        };
+        let mut command = Command::new(bin);
+        command
             .args(["--listen", listen, "--address-file"])
-            .arg(&address_file)
+            .arg(&address_file);
+        if shared.is_none() {
+            command.arg("--access-file").arg(&access_file);
+        }
+        let mut child = command
             .args(extra)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -58,6 +69,9 @@ impl HeadProcess {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         };
+        // Clients and simulated workers of this process find its tokens by its URL.
+        let access = escher_proto::access::AccessFile::read(&access_file)?;
+        escher_proto::access::register(&url, &access);
         Ok(HeadProcess {
             child,
             pid,

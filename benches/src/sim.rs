@@ -61,8 +61,12 @@ impl SimCluster {
             if i % per_channel.max(1) == 0 {
                 channel = Some(connect(url).await?);
             }
-            let client = WorkerLinkClient::new(channel.clone().context("no channel")?)
-                .max_decoding_message_size(64 * 1024 * 1024);
+            let token = escher::worker::join_token(url).unwrap_or_default();
+            let client = WorkerLinkClient::with_interceptor(
+                channel.clone().context("no channel")?,
+                escher_proto::access::Bearer::new(&token),
+            )
+            .max_decoding_message_size(64 * 1024 * 1024);
             let node = SimNode {
                 name: format!("sim-{i}"),
                 resources: resources.clone(),
@@ -134,7 +138,10 @@ struct SimNode {
 }
 
 impl SimNode {
-    async fn run(mut self, mut client: WorkerLinkClient<Channel>) -> anyhow::Result<()> {
+    async fn run(
+        mut self,
+        mut client: WorkerLinkClient<escher::worker::Authed>,
+    ) -> anyhow::Result<()> {
         let request = RegisterRequest {
             gpus: Vec::new(),
             name: self.name.clone(),

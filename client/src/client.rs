@@ -7,29 +7,32 @@
 //! through elections (`heads.rs`), and every write carries an idempotency key, so that a retry
 //! is never applied twice. What the client sends on behalf of the application is configured
 //! here: the head URLs, the application [`Namespace`] (sent with `Submit` and `SetResources`;
-//! the head qualifies unqualified resource names with it), the calling task (sent as
-//! `caller_task`, which `NodeSpec::Local` needs), and whether reads may be stale.
+//! the head qualifies unqualified resource names with it; an `app` token's own namespace wins),
+//! the token, the calling task (whose credential `NodeSpec::Local` needs), and whether reads
+//! may be stale.
 //!
 //! The RPC methods live next door: task methods in `tasks.rs`, resource and cluster methods in
 //! `resources.rs`, the head group's in `heads_api.rs`.
 //!
 //! Environment: [`Client::from_env`] reads `ESCHER_HEAD` and `ESCHER_NAMESPACE`, and every
-//! constructor reads `ESCHER_TASK_ID`, which workers set for the command tasks they run, so
-//! that a program started as a task can call `set_resource(.., NodeSpec::Local)`.
+//! constructor reads `ESCHER_TASK_ID` and `ESCHER_TASK_TOKEN`, which workers set for the
+//! command tasks they run, so that a program started as a task calls with its task's
+//! credential and can use `set_resource(.., NodeSpec::Local)`. Every call carries the
+//! client's token ([`Credentials`]: found with no flag on the head's machine).
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use escher_proto::types::{KeyIssuer, Ticket};
-use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{Namespace, TaskId};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use crate::ClientError;
 use crate::coalesce;
-use crate::heads::{Answer, Heads, PAUSE_MAX, PAUSE_MIN, answer};
+use crate::credentials::Credentials;
+use crate::heads::{Answer, ClusterRpc, Heads, PAUSE_MAX, PAUSE_MIN, answer};
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
@@ -114,7 +117,7 @@ impl Client {
     /// replicated head, `url` lists every replica, comma-separated; connecting needs one of
     /// them to answer.
     pub async fn connect(url: impl AsRef<str>) -> Result<Client, ClientError> {
-        let heads = Heads::connect(url.as_ref()).await?;
+        let heads = Heads::connect(url.as_ref(), None).await?;
         Ok(Client::with_heads(heads))
     }
 
@@ -122,7 +125,7 @@ impl Client {
     /// first call (and reconnects after a failure) instead of now. Must be called inside a
     /// tokio runtime.
     pub fn connect_lazy(url: impl AsRef<str>) -> Result<Client, ClientError> {
-        let heads = Heads::lazy(url.as_ref())?;
+        let heads = Heads::lazy(url.as_ref(), None)?;
         Ok(Client::with_heads(heads))
     }
 
@@ -183,6 +186,23 @@ impl Client {
     pub(crate) fn coalescer(&self) -> &mpsc::UnboundedSender<coalesce::Pending> {
         self.coalescer
             .get_or_init(|| coalesce::start(self.clone().detached()))
+    }
+
+    /// The same connection, calling with `token` instead of the one it found (see
+    /// [`Credentials`]).
+    pub fn with_token(self, token: impl Into<String>) -> Client {
+        self.with_credentials(Credentials::token(token, "the token given to the client"))
+    }
+
+    /// The same connection, calling with `credentials`.
+    pub fn with_credentials(mut self, credentials: Credentials) -> Client {
+        self.heads = self.heads.with_credentials(credentials);
+        self.detached()
+    }
+
+    /// The credentials this client calls with, and where they came from.
+    pub fn credentials(&self) -> &Credentials {
+        self.heads.credentials()
     }
 
     /// The same connection, speaking for running task `id`, so that `NodeSpec::Local` means
@@ -272,7 +292,7 @@ impl Client {
     /// that is not "not leader" (or the failover timeout passes).
     pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
     where
-        F: FnMut(ClusterClient<Channel>) -> Fut,
+        F: FnMut(ClusterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = tokio::time::Instant::now() + self.failover;
@@ -319,7 +339,8 @@ impl Client {
                             ),
                         });
                     }
-                    return Err(ClientError::from_status(status, &url));
+                    let error = ClientError::from_status(status, &url);
+                    return Err(error.with_credentials(self.heads.credentials()));
                 }
             }
             redirects = 0;

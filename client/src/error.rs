@@ -151,6 +151,18 @@ pub enum ClientError {
     /// The head sent a reply the client cannot read (a version mismatch or a head bug).
     #[error("the head sent a malformed reply: {0}")]
     Protocol(#[from] ConvertError),
+    /// The head did not accept the call's token (none, unknown, revoked); the message says
+    /// what was wrong and where tokens come from, and `source` where this client found its.
+    #[error("the head refused the token ({from}): {message}")]
+    Unauthenticated {
+        /// What the head said.
+        message: String,
+        /// Where the client's token came from (or where it looked for one).
+        from: String,
+    },
+    /// The token's role may not do this (or not in this namespace); the head's message.
+    #[error("permission denied: {0}")]
+    PermissionDenied(String),
     /// Any other error status from the head.
     #[error("the head answered {code:?}: {message}", code = .0.code(), message = .0.message())]
     Rpc(tonic::Status),
@@ -183,6 +195,8 @@ impl ClientError {
             | ClientError::WrongResultKind { .. }
             | ClientError::Decode { .. }
             | ClientError::MigFailed { .. }
+            | ClientError::Unauthenticated { .. }
+            | ClientError::PermissionDenied(_)
             | ClientError::Protocol(_) => false,
         }
     }
@@ -199,7 +213,20 @@ impl ClientError {
                 | ClientError::Invalid(_)
                 | ClientError::Usage(_)
                 | ClientError::MessageTooLarge { .. }
+                | ClientError::Unauthenticated { .. }
+                | ClientError::PermissionDenied(_)
         )
+    }
+
+    /// This error, saying where the client's token came from if the head refused it.
+    pub(crate) fn with_credentials(self, credentials: &crate::Credentials) -> ClientError {
+        match self {
+            ClientError::Unauthenticated { message, .. } => ClientError::Unauthenticated {
+                message,
+                from: credentials.source().to_string(),
+            },
+            other => other,
+        }
     }
 
     /// The same error again, for a second caller that shares its cause (one coalesced call
@@ -224,6 +251,11 @@ impl ClientError {
             },
             ClientError::Protocol(e) => ClientError::Protocol(e.clone()),
             ClientError::Rpc(status) => ClientError::Rpc(status.clone()),
+            ClientError::Unauthenticated { message, from } => ClientError::Unauthenticated {
+                message: message.clone(),
+                from: from.clone(),
+            },
+            ClientError::PermissionDenied(m) => ClientError::PermissionDenied(m.clone()),
             other => ClientError::Usage(other.to_string()),
         }
     }
@@ -238,6 +270,11 @@ impl ClientError {
                 ClientError::InvalidArgument(status.message().to_string())
             }
             Code::NotFound => ClientError::NotFound(status.message().to_string()),
+            Code::Unauthenticated => ClientError::Unauthenticated {
+                message: status.message().to_string(),
+                from: String::new(),
+            },
+            Code::PermissionDenied => ClientError::PermissionDenied(status.message().to_string()),
             Code::Unavailable => ClientError::Unavailable {
                 url: url.to_string(),
                 message: chain(&status),

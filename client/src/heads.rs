@@ -21,9 +21,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use escher_proto::wire::cluster_client::ClusterClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use crate::ClientError;
+use crate::credentials::Credentials;
+
+/// A client of the `Cluster` service that sends the client's token with every call.
+pub type ClusterRpc = ClusterClient<InterceptedService<Channel, escher_proto::access::Bearer>>;
 
 /// The response metadata key of a "not leader" answer (its value: the leader's URL, or empty).
 pub const LEADER_METADATA: &str = "escher-leader";
@@ -71,6 +76,7 @@ pub(crate) fn answer(status: &tonic::Status) -> Answer {
 #[derive(Debug, Clone)]
 pub(crate) struct Heads {
     known: Arc<Mutex<Known>>,
+    credentials: Credentials,
 }
 
 /// The normalised URLs of a `URL[,URL...]` list.
@@ -109,7 +115,7 @@ pub(crate) fn endpoint(url: &str) -> Result<Endpoint, ClientError> {
 
 impl Heads {
     /// Channels to every URL of `list`, connected on first use.
-    pub(crate) fn lazy(list: &str) -> Result<Heads, ClientError> {
+    pub(crate) fn lazy(list: &str, credentials: Option<Credentials>) -> Result<Heads, ClientError> {
         let urls = split(list);
         if urls.is_empty() {
             return Err(ClientError::Usage(format!(
@@ -120,13 +126,17 @@ impl Heads {
             .iter()
             .map(|u| Ok((Arc::from(u.as_str()), endpoint(u)?.connect_lazy())))
             .collect::<Result<Vec<_>, ClientError>>()?;
-        Ok(Heads::from_replicas(replicas))
+        let credentials = credentials.unwrap_or_else(|| Credentials::discover(&urls));
+        Ok(Heads::from_replicas(replicas, credentials))
     }
 
     /// Channels to every URL of `list`, having connected to at least one (the first that
     /// answers, which is tried first by every call).
-    pub(crate) async fn connect(list: &str) -> Result<Heads, ClientError> {
-        let heads = Heads::lazy(list)?;
+    pub(crate) async fn connect(
+        list: &str,
+        credentials: Option<Credentials>,
+    ) -> Result<Heads, ClientError> {
+        let heads = Heads::lazy(list, credentials)?;
         let urls: Vec<String> = heads.urls();
         let mut last = None;
         for (i, url) in urls.iter().enumerate() {
@@ -146,16 +156,31 @@ impl Heads {
 
     /// One channel, for a URL used in messages only.
     pub(crate) fn single(channel: Channel, url: &str) -> Heads {
-        Heads::from_replicas(vec![(Arc::from(url), channel)])
+        let credentials = Credentials::discover(&[url.to_string()]);
+        Heads::from_replicas(vec![(Arc::from(url), channel)], credentials)
     }
 
-    fn from_replicas(replicas: Vec<(Arc<str>, Channel)>) -> Heads {
+    fn from_replicas(replicas: Vec<(Arc<str>, Channel)>, credentials: Credentials) -> Heads {
         Heads {
             known: Arc::new(Mutex::new(Known {
                 replicas,
                 current: 0,
             })),
+            credentials,
         }
+    }
+
+    /// The same replicas, calling with other credentials.
+    pub(crate) fn with_credentials(&self, credentials: Credentials) -> Heads {
+        Heads {
+            known: Arc::clone(&self.known),
+            credentials,
+        }
+    }
+
+    /// The credentials every call carries.
+    pub(crate) fn credentials(&self) -> &Credentials {
+        &self.credentials
     }
 
     fn lock(&self) -> MutexGuard<'_, Known> {
@@ -163,10 +188,11 @@ impl Heads {
     }
 
     /// A client of the replica believed to lead, and its URL.
-    pub(crate) fn current(&self) -> (ClusterClient<Channel>, Arc<str>) {
+    pub(crate) fn current(&self) -> (ClusterRpc, Arc<str>) {
         let known = self.lock();
         let (url, channel) = &known.replicas[known.current];
-        (ClusterClient::new(channel.clone()), Arc::clone(url))
+        let rpc = ClusterClient::with_interceptor(channel.clone(), self.credentials.bearer());
+        (rpc, Arc::clone(url))
     }
 
     /// Every known URL, in order.
@@ -221,7 +247,7 @@ mod tests {
 
     #[tokio::test]
     async fn follows_a_named_leader_and_rotates_otherwise() {
-        let heads = Heads::lazy("127.0.0.1:1,127.0.0.1:2").unwrap();
+        let heads = Heads::lazy("127.0.0.1:1,127.0.0.1:2", None).unwrap();
         assert_eq!(&*heads.current().1, "http://127.0.0.1:1");
         heads.rotate();
         assert_eq!(&*heads.current().1, "http://127.0.0.1:2");
@@ -230,7 +256,7 @@ mod tests {
         heads.follow("127.0.0.1:3");
         assert_eq!(&*heads.current().1, "http://127.0.0.1:3");
         assert_eq!(heads.len(), 3);
-        assert!(Heads::lazy(" ").is_err());
+        assert!(Heads::lazy(" ", None).is_err());
     }
 
     #[test]

@@ -53,11 +53,13 @@
 //! are used here as they are.
 #![warn(missing_docs)]
 
+mod admin;
 mod args;
 mod blocking;
 mod builder;
 mod client;
 mod coalesce;
+mod credentials;
 mod error;
 mod gpus;
 mod heads;
@@ -79,7 +81,9 @@ pub use client::{
     Client, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID,
     MAX_MESSAGE_BYTES, caller_task_from_env,
 };
+pub use credentials::Credentials;
 pub use error::ClientError;
+pub use heads::ClusterRpc;
 pub use logs::LogReader;
 pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};

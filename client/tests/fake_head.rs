@@ -55,6 +55,21 @@ struct State {
     recorded: BTreeMap<(u64, u64), Vec<u64>>,
     /// Apply the next submit but answer as if leadership was lost before the reply.
     lose_next_reply: bool,
+    /// The `authorization` metadata of every token call, in order.
+    auth: Vec<Option<String>>,
+    /// The tokens created, as the fake keeps them.
+    tokens: Vec<escher_proto::types::TokenInfo>,
+    /// Nodes drained.
+    drained: Vec<u64>,
+}
+
+/// The `authorization` metadata of a request.
+fn auth<T>(request: &Request<T>) -> Option<String> {
+    request
+        .metadata()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string)
 }
 
 #[derive(Clone, Default)]
@@ -465,6 +480,67 @@ impl Cluster for FakeHead {
         };
         Ok(Response::new(fake_heads(n).into()))
     }
+
+    async fn create_token(
+        &self,
+        request: Request<wire::CreateTokenRequest>,
+    ) -> Result<Response<wire::CreatedToken>, Status> {
+        let header = auth(&request);
+        let req = escher_proto::types::CreateTokenRequest::try_from(request.into_inner())?;
+        let mut st = self.state();
+        st.auth.push(header);
+        let info = escher_proto::types::TokenInfo {
+            id: format!("{:012x}", st.tokens.len() + 1),
+            grant: req.grant,
+            description: req.description,
+            created_at_ms: 1_700_000_000_000,
+            revoked_at_ms: None,
+            bootstrap: false,
+        };
+        st.tokens.push(info.clone());
+        let created = escher_proto::types::CreatedToken {
+            token: format!("escher-{}-fake{}", info.grant.role, st.tokens.len()),
+            info,
+        };
+        Ok(Response::new(created.into()))
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<wire::ListTokensRequest>,
+    ) -> Result<Response<wire::ListTokensReply>, Status> {
+        let mut st = self.state();
+        st.auth.push(auth(&request));
+        let tokens = st.tokens.iter().cloned().map(Into::into).collect();
+        Ok(Response::new(wire::ListTokensReply { tokens }))
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<wire::RevokeTokenRequest>,
+    ) -> Result<Response<wire::TokenInfo>, Status> {
+        let header = auth(&request);
+        let id = request.into_inner().id;
+        let mut st = self.state();
+        st.auth.push(header);
+        let token = st
+            .tokens
+            .iter_mut()
+            .find(|t| t.id == id)
+            .ok_or_else(|| Status::not_found(format!("unknown token {id}")))?;
+        token.revoked_at_ms = Some(1_700_000_001_000);
+        Ok(Response::new(token.clone().into()))
+    }
+
+    async fn drain(
+        &self,
+        request: Request<wire::DrainRequest>,
+    ) -> Result<Response<wire::DrainReply>, Status> {
+        let mut st = self.state();
+        st.auth.push(auth(&request));
+        st.drained.push(request.get_ref().node);
+        Ok(Response::new(wire::DrainReply { draining: true }))
+    }
 }
 
 /// A group of replicas 1 to `n`, replica 1 leading.
@@ -819,8 +895,9 @@ async fn resources_carry_namespace_and_caller() {
 
     let requests = head.state().set_requests.clone();
     assert_eq!(requests.len(), 3, "the refused Local update was never sent");
-    assert_eq!(requests[0].caller_task, None);
-    assert_eq!(requests[1].caller_task, Some(TaskId(7)));
+    // The calling task travels as the task's credential (ESCHER_TASK_TOKEN), never as a field
+    // the client could fill in.
+    assert!(requests.iter().all(|r| r.caller_task.is_none()));
     assert!(
         requests
             .iter()
@@ -840,6 +917,83 @@ async fn cli(url: &str, args: &[&str]) -> anyhow::Result<(ExitCode, String)> {
     let mut out = Vec::new();
     let code = escher_client::cli::run_with(Cli::try_parse_from(argv)?, &mut out).await?;
     Ok((code, String::from_utf8(out)?))
+}
+
+#[tokio::test]
+async fn tokens_are_created_listed_and_revoked_with_the_given_token() {
+    let (head, url) = start().await;
+    let (code, out) = cli(
+        &url,
+        &[
+            "--token",
+            "escher-admin-given",
+            "token",
+            "create",
+            "--role",
+            "app",
+            "--namespace",
+            "team-a",
+            "--description",
+            "ci",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.starts_with("escher-app-fake1\n"), "{out}");
+    assert!(out.contains("app (namespace team-a)"), "{out}");
+    let (_, out) = cli(&url, &["--token", "escher-admin-given", "token", "list"])
+        .await
+        .unwrap();
+    assert!(out.contains("000000000001  app   team-a"), "{out}");
+    let (_, out) = cli(
+        &url,
+        &[
+            "--token",
+            "escher-admin-given",
+            "token",
+            "revoke",
+            "000000000001",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(out, "revoked token 000000000001\n");
+    let (_, out) = cli(&url, &["--token", "escher-admin-given", "drain", "4"])
+        .await
+        .unwrap();
+    assert!(out.starts_with("node 4 is draining"), "{out}");
+    // An app token needs a namespace; other roles take none from the flag.
+    let err = cli(&url, &["--token", "t", "token", "create", "--role", "app"])
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("bound to a namespace"), "{err}");
+    let (code, _) = cli(
+        &url,
+        &[
+            "--token",
+            "t",
+            "--namespace",
+            "x",
+            "token",
+            "create",
+            "--role",
+            "reader",
+        ],
+    )
+    .await
+    .unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    let st = head.state();
+    assert!(
+        st.auth[..4]
+            .iter()
+            .all(|a| a.as_deref() == Some("Bearer escher-admin-given")),
+        "{:?}",
+        st.auth
+    );
+    assert_eq!(st.drained, [4]);
+    assert_eq!(st.tokens[1].grant.namespace, None);
 }
 
 #[tokio::test]

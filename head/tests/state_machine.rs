@@ -915,6 +915,7 @@ fn fixed_entries() -> Vec<Entry> {
     push(
         Command::Init {
             cluster_id: CLUSTER.into(),
+            task_key: "key".into(),
         },
         now,
     );
@@ -1027,8 +1028,8 @@ fn the_same_entries_give_the_same_replies_effects_and_state() {
     assert_eq!(a, b);
     assert_eq!(state_a.cluster_status(), state_b.cluster_status());
     assert_eq!(
-        state_a.list_tasks(None, 1000, None),
-        state_b.list_tasks(None, 1000, None)
+        state_a.list_tasks(None, 1000, None, |_| true),
+        state_b.list_tasks(None, 1000, None, |_| true)
     );
     // The sequence is not trivial: it dispatched, finished and refused things.
     let effects: Vec<String> = a.iter().flat_map(|(_, fx)| render(fx)).collect();
@@ -1041,7 +1042,7 @@ fn the_same_entries_give_the_same_replies_effects_and_state() {
         "{effects:?}"
     );
     assert!(a.iter().any(|(r, _)| r.is_err()));
-    assert!(state_a.list_tasks(None, 1000, None).len() >= 5);
+    assert!(state_a.list_tasks(None, 1000, None, |_| true).len() >= 5);
 
     // A replica that receives every entry through the wire format ends up the same.
     let config = bincode::config::standard();
@@ -1078,6 +1079,7 @@ fn every_kind_of_entry_survives_bincode() {
     let commands = vec![
         Command::Init {
             cluster_id: "c".into(),
+            task_key: "key".into(),
         },
         Command::RegisterNode {
             worker: joining("w", "cpu=16,mig.1g.10gb=2", u64::MAX),
@@ -1303,10 +1305,10 @@ fn a_keyed_write_is_applied_once_and_its_retry_gets_the_same_reply() {
         .unwrap();
     assert_eq!(again, first);
     assert!(t.state.take_effects().is_empty(), "a replay does nothing");
-    assert_eq!(t.state.list_tasks(None, 10, None).len(), 1);
+    assert_eq!(t.state.list_tasks(None, 10, None, |_| true).len(), 1);
     // Without a key the same command is another write.
     t.apply(submit);
-    assert_eq!(t.state.list_tasks(None, 10, None).len(), 2);
+    assert_eq!(t.state.list_tasks(None, 10, None, |_| true).len(), 2);
     check_invariants(&t.state);
 }
 

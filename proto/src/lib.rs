@@ -9,6 +9,8 @@
 //!   report them, and the resource names and labels they become (`gpu`, `gpu.<uuid>`,
 //!   `mig.<profile>`, `mig.<uuid>`). Pure data with validation: no async, no network, usable
 //!   from the scheduler core.
+//! - [`access`]: the access file a head writes for the clients and workers of its machine
+//!   (DESIGN §10), and where it is found.
 //! - [`codec`]: the encoding of function-task arguments and results (bincode over serde).
 //! - [`wire`]: the protobuf messages and the tonic clients and servers generated from
 //!   `proto/escher.proto` (package `escher.v1`): the `Cluster` service that applications call,
@@ -24,6 +26,7 @@
 //! that says what was wrong.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod codec;
 pub mod convert;
 pub mod mig;

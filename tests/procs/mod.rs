@@ -34,8 +34,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::Duration;
 
-use escher::Client;
 use escher::types::{ClusterStatus, NodeId};
+use escher::{Client, Credentials};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use proxy::Proxy;
@@ -357,6 +357,7 @@ impl ProcessCluster {
     pub async fn leader(&self) -> Option<usize> {
         let client = Client::connect_lazy(&self.head_url)
             .ok()?
+            .with_credentials(self.credentials())
             .with_failover_timeout(Duration::from_millis(500));
         let heads = client.heads().await.ok()?;
         let leader = heads.leader()?;
@@ -419,6 +420,20 @@ impl ProcessCluster {
         Client::connect(&self.head_url)
             .await
             .unwrap_or_else(|e| panic!("cannot connect to the head at {}: {e}", self.head_url))
+            .with_credentials(self.credentials())
+    }
+
+    /// The access file the cluster's heads wrote (they share `ESCHER_HOME`).
+    pub fn access_file(&self) -> PathBuf {
+        self.dir()
+            .join("escher-home")
+            .join(escher::access::FILE_NAME)
+    }
+
+    /// The admin credentials of the access file (once a head has started).
+    pub fn credentials(&self) -> Credentials {
+        Credentials::from_access_file(&self.access_file())
+            .unwrap_or_else(|e| panic!("the heads' access file: {e}"))
     }
 
     /// The state directory of the worker named `name` (its node id and secret).

@@ -64,6 +64,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Joins with `token` (the worker join token of the head's access file, or an admin
+    /// token) instead of the one it would find (see [`crate::join_token`]).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.config.token = Some(token.into());
+        self
+    }
+
     /// Keeps the worker's identity (node id and secret) in `dir`, so that it comes back as
     /// the same node after it restarts (default: in memory, for the life of the process).
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -234,6 +241,7 @@ impl WorkerBuilder {
             resources,
             labels,
             log_dir,
+            token: config.token,
             head: config.head,
             grace: config.grace,
             drain: config.drain,

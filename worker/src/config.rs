@@ -65,6 +65,9 @@ pub struct WorkerConfig {
     /// How long a simulated MIG reconfiguration takes (`--sim-mig-latency-scale` scales the
     /// default, MIGRator's figures).
     pub sim_mig_latency: LatencyModel,
+    /// The token the worker joins with (the worker join token, or an admin token); `None`
+    /// finds it as the [`crate::join_token`] function says.
+    pub token: Option<String>,
     /// The first delay before trying to reach the head again.
     pub reconnect_initial: Duration,
     /// The longest delay between attempts to reach the head.
@@ -87,6 +90,7 @@ impl Default for WorkerConfig {
             sim_gpus: Vec::new(),
             discover_gpus: true,
             sim_mig_latency: LatencyModel::default(),
+            token: None,
             reconnect_initial: DEFAULT_RECONNECT_INITIAL,
             reconnect_max: DEFAULT_RECONNECT_MAX,
         }

@@ -11,11 +11,11 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::head_conn::Authed;
 use escher_proto::types::{SetResourceOutcome, SetResourcesReply, SetResourcesRequest};
 use escher_proto::wire;
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{CapacityOp, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId};
-use tonic::transport::Channel;
 
 use crate::error::WorkerError;
 use crate::head_conn::{HeadConn, leader_hint};
@@ -33,6 +33,8 @@ pub struct TaskContext {
     worker_name: Arc<str>,
     head: HeadConn,
     devices: Arc<[String]>,
+    /// The task's credential (signed by the head for this attempt).
+    token: escher_proto::access::Bearer,
 }
 
 impl fmt::Debug for TaskContext {
@@ -58,6 +60,7 @@ impl TaskContext {
         worker_name: Arc<str>,
         head: HeadConn,
         devices: Vec<String>,
+        token: &str,
     ) -> TaskContext {
         TaskContext {
             node_id,
@@ -67,6 +70,7 @@ impl TaskContext {
             worker_name,
             head,
             devices: devices.into(),
+            token: escher_proto::access::Bearer::new(token),
         }
     }
 
@@ -110,9 +114,11 @@ impl TaskContext {
         self.head.url()
     }
 
-    /// A raw client of the head's `Cluster` service, on the worker's shared connection.
-    pub fn cluster_client(&self) -> ClusterClient<Channel> {
-        self.head.cluster_client()
+    /// A raw client of the head's `Cluster` service, on the worker's shared connection,
+    /// calling with this task's credential (so the head knows which task calls, in which
+    /// namespace, and `NodeSpec::Local` means this task's node).
+    pub fn cluster_client(&self) -> ClusterClient<Authed> {
+        self.head.cluster_client(&self.token)
     }
 
     /// Creates, resizes or deletes resource `name` on this task's own node.

@@ -17,9 +17,14 @@ use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use escher_proto::access::Bearer;
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::wire::worker_link_client::WorkerLinkClient;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+
+/// A client of a head service that sends a token with every call.
+pub type Authed = InterceptedService<Channel, Bearer>;
 
 use crate::error::WorkerError;
 
@@ -51,6 +56,8 @@ pub(crate) struct HeadConn {
     /// The idempotency keys of the writes made through this connection (task contexts'
     /// resource changes).
     keys: escher_proto::types::KeyIssuer,
+    /// The join token, sent with every `WorkerLink` call.
+    join: Bearer,
 }
 
 impl fmt::Debug for HeadConn {
@@ -80,7 +87,7 @@ pub(crate) fn split_heads(list: &str) -> impl Iterator<Item = &str> {
 impl HeadConn {
     /// Channels to every URL of `list` (`URL[,URL...]`), not connected yet. Must be called
     /// inside a tokio runtime.
-    pub(crate) fn new(list: &str) -> Result<HeadConn, WorkerError> {
+    pub(crate) fn new(list: &str, join_token: &str) -> Result<HeadConn, WorkerError> {
         let replicas = split_heads(list)
             .map(|url| Ok((Arc::from(url), channel(url)?)))
             .collect::<Result<Vec<_>, WorkerError>>()?;
@@ -94,6 +101,7 @@ impl HeadConn {
                 current: 0,
             })),
             keys: escher_proto::types::KeyIssuer::new(rand::random()),
+            join: Bearer::new(join_token),
         })
     }
 
@@ -123,13 +131,14 @@ impl HeadConn {
     }
 
     /// A client of the `WorkerLink` service of the replica believed to lead.
-    pub(crate) fn link_client(&self) -> WorkerLinkClient<Channel> {
-        WorkerLinkClient::new(self.current())
+    pub(crate) fn link_client(&self) -> WorkerLinkClient<Authed> {
+        WorkerLinkClient::with_interceptor(self.current(), self.join.clone())
     }
 
-    /// A client of the `Cluster` service of the replica believed to lead.
-    pub(crate) fn cluster_client(&self) -> ClusterClient<Channel> {
-        ClusterClient::new(self.current())
+    /// A client of the `Cluster` service of the replica believed to lead, calling with
+    /// `token` (a task's credential).
+    pub(crate) fn cluster_client(&self, token: &Bearer) -> ClusterClient<Authed> {
+        ClusterClient::with_interceptor(self.current(), token.clone())
     }
 
     /// Believes `url` leads from now on; a URL not in the list is added.
@@ -180,7 +189,7 @@ mod tests {
 
     #[tokio::test]
     async fn follows_the_named_leader_and_rotates_without_one() {
-        let conn = HeadConn::new("http://127.0.0.1:1, http://127.0.0.1:2").unwrap();
+        let conn = HeadConn::new("http://127.0.0.1:1, http://127.0.0.1:2", "t").unwrap();
         assert_eq!(conn.url(), "http://127.0.0.1:1");
         conn.rotate();
         assert_eq!(conn.url(), "http://127.0.0.1:2");

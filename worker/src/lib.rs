@@ -66,6 +66,32 @@ pub use error::WorkerError;
 pub use functions::{BoxFuture, FunctionResult, Functions};
 pub use gpu::{SimGpuError, SimGpuSpec, scaled_latency};
 pub use handle::WorkerHandle;
+pub use head_conn::Authed;
 pub use identity::{StateDirError, default_state_dir};
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;
+
+/// The token a worker joins with when none is given: `ESCHER_TOKEN`, else the worker join
+/// token of a head started in this process at one of `heads` (`LocalCluster`), else that of
+/// the access file on this machine (`ESCHER_ACCESS_FILE`, else `$ESCHER_HOME/access.json`).
+pub fn join_token(heads: &str) -> Option<String> {
+    use escher_proto::access;
+    if let Ok(token) = std::env::var(access::ENV_TOKEN)
+        && !token.trim().is_empty()
+    {
+        return Some(token.trim().to_string());
+    }
+    if let Some(file) = head_conn::split_heads(heads).find_map(access::registered) {
+        return Some(file.worker_token);
+    }
+    let path = access::location(None).ok()?;
+    match access::AccessFile::read(&path) {
+        Ok(file) => Some(file.worker_token),
+        Err(e) => {
+            if path.exists() {
+                tracing::warn!(%e, "cannot read the access file for the worker join token");
+            }
+            None
+        }
+    }
+}

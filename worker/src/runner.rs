@@ -79,7 +79,8 @@ pub(crate) async fn run_task(
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
-                .env("ESCHER_ATTEMPT", a.attempt.to_string());
+                .env("ESCHER_ATTEMPT", a.attempt.to_string())
+                .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token);
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
             }
@@ -109,6 +110,7 @@ pub(crate) async fn run_task(
                 Arc::clone(&env.worker_name),
                 env.head.clone(),
                 devices.unwrap_or_default(),
+                &a.task_token,
             );
             function(&env, &name, ctx, args, timeout, cancel).await
         }

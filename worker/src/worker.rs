@@ -56,6 +56,7 @@ pub struct Worker {
     pub(crate) labels: Labels,
     pub(crate) log_dir: LogDir,
     pub(crate) head: String,
+    pub(crate) token: Option<String>,
     pub(crate) grace: Duration,
     pub(crate) drain: Duration,
     pub(crate) reconnect: (Duration, Duration),
@@ -126,7 +127,20 @@ impl Worker {
     /// Runs the worker until `shutdown` completes or the head sends `Shutdown`, then drains
     /// running tasks and returns. Fails only if the head refuses this worker for good.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), WorkerError> {
-        let head = HeadConn::new(&self.head)?;
+        let token = self
+            .token
+            .clone()
+            .or_else(|| crate::join_token(&self.head))
+            .unwrap_or_default();
+        if token.is_empty() {
+            tracing::warn!(
+                head = %self.head,
+                "no join token: the head will refuse this worker; give --token or \
+                 ESCHER_TOKEN (the worker_token of the head's access file), or run the worker \
+                 where the head's access file is ($ESCHER_HOME/access.json)"
+            );
+        }
+        let head = HeadConn::new(&self.head, &token)?;
         let env = Arc::new(RunEnv {
             log_dir: self.log_dir.path().to_path_buf(),
             grace: self.grace,

@@ -27,6 +27,7 @@ fn assign(task: u64, resources: &str) -> HeadMessage {
         attempt: 1,
         allocation: spec.resources.clone(),
         spec,
+        task_token: format!("escher-task-{task}"),
     })
 }
 

@@ -20,6 +20,7 @@ fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
         attempt: 1,
         spec,
         allocation: ResourceSet::new(),
+        task_token: format!("escher-task-{task}"),
     })
 }
 

@@ -22,6 +22,7 @@ fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
         attempt: 1,
         spec,
         allocation: ResourceSet::new(),
+        task_token: format!("escher-task-{task}"),
     })
 }
 
@@ -310,8 +311,9 @@ async fn a_function_sets_resources_on_its_own_node() {
     task.labels = "escher.namespace=app1".parse().unwrap();
     head.send(assign(5, task));
     started(&mut head, 5).await;
-    let call = head.set_resources_call().await;
-    assert_eq!(call.caller_task, Some(TaskId(5)));
+    let (call, token) = head.set_resources_call().await;
+    // The task calls with the credential of its assignment, which tells the head who calls.
+    assert_eq!(token.as_deref(), Some("Bearer escher-task-5"));
     assert_eq!(call.namespace.as_ref().map(|n| n.as_str()), Some("app1"));
     assert_eq!(call.updates.len(), 1);
     assert_eq!(call.updates[0].name.as_str(), "slot");
@@ -385,6 +387,7 @@ async fn an_invalid_assignment_is_reported_as_failed() {
             attempt: 1,
             spec: None,
             allocation: vec![],
+            task_token: String::new(),
         })),
     });
     let done = finished(&mut head, 9).await;

@@ -66,6 +66,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
                 .join(format!("head-{}", i + 1))
                 .display()
                 .to_string(),
+            // The replicas of a group share one access file.
+            "--access-file".into(),
+            dir.path().join("access.json").display().to_string(),
         ]
     };
     let mut heads: Vec<Option<HeadProcess>> = Vec::new();

@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
+use super::admin::{DrainArgs, TokenCommand};
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
@@ -38,6 +39,16 @@ pub struct Cli {
     /// Print JSON (the domain types; amounts as raw 1/10,000 units) instead of tables
     #[arg(long, global = true)]
     pub json: bool,
+
+    /// The token to call with [default: ESCHER_TASK_TOKEN inside a task, else ESCHER_TOKEN,
+    /// else the admin token of the access file]
+    #[arg(long, global = true, value_name = "TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+
+    /// The access file the head wrote [default: ESCHER_ACCESS_FILE, else
+    /// $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
+    #[arg(long, global = true, value_name = "PATH")]
+    pub access_file: Option<std::path::PathBuf>,
 
     /// What to do
     #[command(subcommand)]
@@ -76,6 +87,11 @@ pub enum Command {
     /// Show the head group's replicas (role, term, commit and applied index), or add or remove
     /// one
     Heads(HeadsArgs),
+    /// Create, list and revoke tokens (admin)
+    #[command(subcommand)]
+    Token(TokenCommand),
+    /// Stop admitting new tasks on a node; running tasks finish (admin)
+    Drain(DrainArgs),
 }
 
 impl Cli {

@@ -10,7 +10,7 @@ use std::io::{self, Write};
 use escher_proto::Namespace;
 use serde::Serialize;
 
-use crate::{Client, ClientError};
+use crate::{Client, ClientError, Credentials};
 
 /// The global options every command shares, and its output.
 pub(crate) struct Ctx<'a> {
@@ -20,6 +20,10 @@ pub(crate) struct Ctx<'a> {
     pub namespace: Option<Namespace>,
     /// Whether to print JSON.
     pub json: bool,
+    /// `--token`.
+    pub token: Option<String>,
+    /// `--access-file`.
+    pub access_file: Option<std::path::PathBuf>,
     /// Where results go (stdout in the binary).
     pub out: &'a mut (dyn Write + Send),
 }
@@ -28,6 +32,14 @@ impl Ctx<'_> {
     /// Connects to the head.
     pub async fn client(&self) -> Result<Client, ClientError> {
         let client = Client::connect(&self.head).await?;
+        let client = match (&self.token, &self.access_file) {
+            (Some(token), _) => client.with_credentials(Credentials::token(token, "--token")),
+            (None, Some(path)) => client.with_credentials(
+                Credentials::from_access_file(path)
+                    .map_err(|e| ClientError::Usage(e.to_string()))?,
+            ),
+            (None, None) => client,
+        };
         Ok(match &self.namespace {
             Some(ns) => client.with_namespace(ns.clone()),
             None => client,

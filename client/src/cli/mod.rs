@@ -49,6 +49,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
+mod admin;
 mod args;
 mod ctx;
 mod gpus;
@@ -110,6 +111,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         namespace: cli.namespace(),
         head: cli.head,
         json: cli.json,
+        token: cli.token,
+        access_file: cli.access_file,
         out,
     };
     let ctx = &mut ctx;
@@ -127,6 +130,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Gpus(a) => a.run(ctx).await,
         Command::Mig(a) => a.run(ctx).await,
         Command::Heads(a) => a.run(ctx).await,
+        Command::Token(a) => a.run(ctx).await,
+        Command::Drain(a) => a.run(ctx).await,
     }
 }
 

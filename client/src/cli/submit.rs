@@ -53,9 +53,10 @@ pub struct SubmitArgs {
     #[arg(long, value_name = "DIR")]
     pub cwd: Option<String>,
 
-    /// Submit N copies of the task in one batch
+    /// Submit N copies of the task in one batch (at most 100,000 per call: a batch is one
+    /// message to the head)
     #[arg(long, value_name = "N", default_value_t = 1,
-          value_parser = clap::value_parser!(u32).range(1..))]
+          value_parser = clap::value_parser!(u32).range(1..=100_000))]
     pub count: u32,
 
     /// Wait for the task(s) to finish and print how they ended

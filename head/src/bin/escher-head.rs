@@ -27,6 +27,13 @@ struct HeadArgs {
     /// `--listen 127.0.0.1:0` this is how scripts and tests learn the port that was chosen.
     #[arg(long, env = "ESCHER_HEAD_ADDRESS_FILE")]
     address_file: Option<std::path::PathBuf>,
+    /// The access file: the admin and worker join tokens every call is checked against,
+    /// written (mode 0600) at the first start and read at every later one. The CLI, clients and
+    /// workers on this machine find it with no flag. The replicas of one group share one file
+    /// (copy it to the other machines before starting them there).
+    /// [default: $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
+    #[arg(long, env = "ESCHER_ACCESS_FILE", value_name = "PATH")]
+    access_file: Option<std::path::PathBuf>,
     /// How often workers send heartbeats, in milliseconds.
     #[arg(long, env = "ESCHER_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
     heartbeat_interval_ms: u64,
@@ -166,12 +173,28 @@ async fn main() -> anyhow::Result<()> {
     let args = HeadArgs::parse();
     let listen = args.listen;
     let address_file = args.address_file.clone();
-    let config = HeadConfig::try_from(args)?;
+    let access_path = escher_proto::access::location(args.access_file.as_deref())?;
+    let mut config = HeadConfig::try_from(args)?;
+    if !listen.ip().is_loopback() {
+        anyhow::bail!(
+            "escher-head listens on loopback addresses only in this version: tokens would cross \
+             the network in clear text, and TLS is not built yet (--listen {listen}); use \
+             127.0.0.1, and reach other machines through an SSH tunnel or a TLS proxy"
+        );
+    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let (access, created) =
+        escher_proto::access::AccessFile::open_or_create(&access_path, &url, None)?;
+    config.access = access;
+    if created {
+        tracing::info!(path = %access_path.display(), "wrote the access file (admin and worker join tokens); the CLI, clients and workers of this machine use it with no flag");
+    } else {
+        tracing::info!(path = %access_path.display(), "using the access file");
+    }
     if let Some(path) = address_file {
-        let url = format!("http://{}", listener.local_addr()?);
         // Write then rename, so a reader never sees a half-written file.
         let tmp = path.with_extension("tmp");
         std::fs::write(&tmp, &url).with_context(|| format!("cannot write {}", tmp.display()))?;

@@ -19,12 +19,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use escher_proto::access::Bearer;
 use escher_proto::wire::{self, raft_client::RaftClient};
 use protobuf::Message as _;
 use raft::eraftpb::{Message, MessageType};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 /// Messages queued per peer before new ones are dropped.
@@ -74,6 +76,7 @@ struct Peer {
 #[derive(Debug)]
 pub(crate) struct Transport {
     me: Sender,
+    bearer: Bearer,
     peers: BTreeMap<u64, Peer>,
     events: mpsc::UnboundedSender<TransportEvent>,
     shutdown: CancellationToken,
@@ -89,8 +92,10 @@ impl Transport {
         events: mpsc::UnboundedSender<TransportEvent>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
+        bearer: Bearer,
     ) -> Transport {
         Transport {
+            bearer,
             me: Sender {
                 id,
                 group: Arc::from(group),
@@ -133,7 +138,7 @@ impl Transport {
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))
             .keep_alive_timeout(Duration::from_secs(5));
-        let client = RaftClient::new(endpoint.connect_lazy())
+        let client = RaftClient::with_interceptor(endpoint.connect_lazy(), self.bearer.clone())
             .max_decoding_message_size(MAX_RAFT_MESSAGE)
             .max_encoding_message_size(MAX_RAFT_MESSAGE);
         let (queue, rx) = mpsc::channel(QUEUE);
@@ -192,7 +197,7 @@ impl Drop for Transport {
 struct PeerSender {
     me: Sender,
     to: u64,
-    client: RaftClient<Channel>,
+    client: RaftClient<InterceptedService<Channel, Bearer>>,
     events: mpsc::UnboundedSender<TransportEvent>,
 }
 

@@ -7,6 +7,7 @@
 
 use std::time::Duration;
 
+use escher_proto::access::Bearer;
 use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, RequestKey};
 use escher_proto::wire::raft_client::RaftClient;
 
@@ -18,9 +19,18 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
 
+use std::sync::Arc;
+
+use escher_proto::types::{
+    CreateTokenRequest, CreatedToken, NAMESPACE_LABEL, NodeId, ResourceName, SHARED_NAMESPACE,
+    TokenInfo,
+};
+
 use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
+use crate::auth::{Caller, Keys, caller};
+use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
 
 /// The longest a single `Wait` call blocks; clients wanting longer call again.
@@ -41,6 +51,50 @@ fn key(raw: Option<wire::RequestKey>) -> Result<Option<RequestKey>, Status> {
 pub(crate) struct ClusterService {
     pub(crate) owner: OwnerHandle,
     pub(crate) log_fetch_timeout: Duration,
+    pub(crate) keys: Arc<Keys>,
+}
+
+/// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
+/// existence oracle); so is an evicted one, whose tombstone keeps no namespace, except to an
+/// admin, who learns it was evicted.
+fn visible(s: &ClusterState, caller: &Caller, id: TaskId) -> Result<(), ApplyError> {
+    match s.task(id) {
+        Some(rec) if caller.sees(rec.spec.labels.get(NAMESPACE_LABEL)) => Ok(()),
+        Some(_) => Err(ApplyError::UnknownTask(id)),
+        None if caller.sees_everything() => s.check_known(id),
+        None => Err(ApplyError::UnknownTask(id)),
+    }
+}
+
+/// Refuses `ids` the caller may not see (one stale read: namespaces never change).
+async fn check_visible(owner: &OwnerHandle, caller: &Caller, ids: &[TaskId]) -> Result<(), Status> {
+    if caller.sees_everything() {
+        return Ok(());
+    }
+    let caller = caller.clone();
+    let ids = ids.to_vec();
+    owner
+        .read(true, move |s| {
+            ids.iter().try_for_each(|id| visible(s, &caller, *id))
+        })
+        .await?
+        .map_err(to_status)
+}
+
+/// Refuses resource names the caller may not create, resize or delete.
+fn check_names<'a>(
+    caller: &Caller,
+    names: impl IntoIterator<Item = &'a ResourceName>,
+) -> Result<(), Status> {
+    for name in names {
+        if !caller.may_change(name) {
+            return Err(Status::permission_denied(format!(
+                "{} cannot change {name}: it belongs to another namespace",
+                caller.describe()
+            )));
+        }
+    }
+    Ok(())
 }
 
 fn unexpected(reply: Reply) -> Status {
@@ -56,9 +110,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let SubmitRequest { tasks, namespace } = request.try_into()?;
+        let namespace = caller.namespace(namespace)?;
         tracing::Span::current().record("tasks", tasks.len());
         match self
             .owner
@@ -75,11 +131,13 @@ impl Cluster for ClusterService {
         request: Request<wire::WaitRequest>,
     ) -> Result<Response<wire::WaitReply>, Status> {
         let stale = wants_stale(&request);
+        let caller = caller(&request)?;
         let WaitRequest {
             task_ids,
             num_returns,
             timeout,
         } = request.into_inner().try_into()?;
+        check_visible(&self.owner, &caller, &task_ids).await?;
         let limit = timeout.unwrap_or(MAX_WAIT).min(MAX_WAIT);
         let num_returns = num_returns as usize;
         let ids = task_ids.clone();
@@ -108,9 +166,11 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::CancelRequest>,
     ) -> Result<Response<wire::CancelReply>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let CancelRequest { task_ids } = request.into();
+        check_visible(&self.owner, &caller, &task_ids).await?;
         match self
             .owner
             .apply(Command::Cancel { tasks: task_ids }, key)
@@ -126,10 +186,12 @@ impl Cluster for ClusterService {
         request: Request<wire::DescribeTaskRequest>,
     ) -> Result<Response<wire::TaskInfo>, Status> {
         let stale = wants_stale(&request);
+        let caller = caller(&request)?;
         let id: TaskId = request.into_inner().into();
         let info = self
             .owner
             .read(stale, move |s| {
+                visible(s, &caller, id)?;
                 s.task_info(id).ok_or_else(|| s.missing_task(id))
             })
             .await?;
@@ -141,6 +203,7 @@ impl Cluster for ClusterService {
         request: Request<wire::ListTasksRequest>,
     ) -> Result<Response<wire::ListTasksReply>, Status> {
         let stale = wants_stale(&request);
+        let caller = caller(&request)?;
         let ListTasksRequest {
             state,
             limit,
@@ -153,7 +216,9 @@ impl Cluster for ClusterService {
         } as usize;
         let tasks = self
             .owner
-            .read(stale, move |s| s.list_tasks(state, limit, after))
+            .read(stale, move |s| {
+                s.list_tasks(state, limit, after, |ns| caller.sees(ns))
+            })
             .await?;
         Ok(Response::new(ListTasksReply { tasks }.into()))
     }
@@ -163,17 +228,20 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let SetResourcesRequest {
             updates,
             namespace,
-            caller_task,
+            caller_task: _,
         } = request.try_into()?;
+        let namespace = caller.namespace(namespace)?;
+        check_names(&caller, updates.iter().map(|u| &u.name))?;
         let command = Command::SetResources {
             updates,
             namespace,
-            caller_task,
+            caller_task: caller.task().map(|(task, _)| task),
         };
         match self.owner.apply(command, key).await? {
             Reply::ResourcesSet(changed) => {
@@ -192,6 +260,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ReserveRequest>,
     ) -> Result<Response<wire::ReserveReply>, Status> {
+        let caller = caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let ReserveRequest {
@@ -201,6 +270,8 @@ impl Cluster for ClusterService {
             timeout,
             namespace,
         } = request.try_into()?;
+        let namespace = caller.namespace(namespace)?;
+        check_names(&caller, [&name])?;
         tracing::Span::current().record("bundles", bundles.len());
         let command = Command::Reserve {
             name,
@@ -262,7 +333,16 @@ impl Cluster for ClusterService {
         request: Request<wire::ClusterStatusRequest>,
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
         let stale = wants_stale(&request);
-        let status = self.owner.read(stale, |s| s.cluster_status()).await?;
+        let caller = caller(&request)?;
+        let mut status = self.owner.read(stale, |s| s.cluster_status()).await?;
+        if let Some(ns) = caller.status_scope() {
+            // An app sees physical, shared and its own namespace's resources only.
+            let visible = |q: &str| q == ns.as_str() || q == SHARED_NAMESPACE;
+            for node in &mut status.nodes {
+                node.resources
+                    .retain(|r| r.name.namespace().is_none_or(visible));
+            }
+        }
         Ok(Response::new(status.into()))
     }
 
@@ -270,8 +350,10 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::TaskLogsRequest>,
     ) -> Result<Response<wire::TaskLogsReply>, Status> {
+        let caller = caller(&request)?;
         let request: TaskLogsRequest = request.into_inner().try_into()?;
         let task = request.task_id;
+        check_visible(&self.owner, &caller, &[task]).await?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.owner.tell(Msg::Logs { request, reply }).await?;
         match tokio::time::timeout(self.log_fetch_timeout, rx).await {
@@ -310,6 +392,85 @@ impl Cluster for ClusterService {
         let reply = self.heads_reply().await?;
         Ok(Response::new(reply.into()))
     }
+
+    async fn create_token(
+        &self,
+        request: Request<wire::CreateTokenRequest>,
+    ) -> Result<Response<wire::CreatedToken>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let CreateTokenRequest { grant, description } = request.try_into()?;
+        let token = escher_proto::access::new_token(grant.role.as_str());
+        let command = Command::CreateToken {
+            hash: TokenHash::of(&token),
+            grant,
+            description,
+        };
+        match self.owner.apply(command, key).await? {
+            Reply::Token(info) => {
+                tracing::info!(id = %info.id, grant = %info.grant, "token created");
+                Ok(Response::new(CreatedToken { token, info }.into()))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn list_tokens(
+        &self,
+        request: Request<wire::ListTokensRequest>,
+    ) -> Result<Response<wire::ListTokensReply>, Status> {
+        let stale = wants_stale(&request);
+        let mut tokens = self.keys.bootstrap_infos();
+        let created = self
+            .owner
+            .read(stale, |s| {
+                s.tokens()
+                    .iter()
+                    .map(|r| r.info())
+                    .collect::<Vec<TokenInfo>>()
+            })
+            .await?;
+        tokens.extend(created);
+        let tokens = tokens.into_iter().map(Into::into).collect();
+        Ok(Response::new(wire::ListTokensReply { tokens }))
+    }
+
+    async fn revoke_token(
+        &self,
+        request: Request<wire::RevokeTokenRequest>,
+    ) -> Result<Response<wire::TokenInfo>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let id = request.id.trim().to_string();
+        if self.keys.bootstrap_infos().iter().any(|t| t.id == id) {
+            return Err(Status::failed_precondition(format!(
+                "token {id} is one of the access file's bootstrap tokens; to replace them, stop                  the head group, remove its access file and start it again (a new one is                  written), then give the new file to workers and users"
+            )));
+        }
+        match self.owner.apply(Command::RevokeToken { id }, key).await? {
+            Reply::Token(info) => {
+                tracing::info!(id = %info.id, "token revoked");
+                Ok(Response::new(info.into()))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn drain(
+        &self,
+        request: Request<wire::DrainRequest>,
+    ) -> Result<Response<wire::DrainReply>, Status> {
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let node = NodeId(request.node);
+        match self.owner.apply(Command::DrainNode { node }, key).await? {
+            Reply::Done => {
+                tracing::info!(%node, "node drained by an admin");
+                Ok(Response::new(wire::DrainReply { draining: true }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
 }
 
 impl ClusterService {
@@ -318,7 +479,8 @@ impl ClusterService {
         let HeadsView { group, me, members } = self.owner.ask(|reply| Msg::Heads { reply }).await?;
         let mut asks = tokio::task::JoinSet::new();
         for (id, address) in members.iter().filter(|(id, _)| **id != me.id) {
-            asks.spawn(peer_status(*id, address.clone(), group.clone()));
+            let bearer = Bearer::new(self.keys.peer_token());
+            asks.spawn(peer_status(*id, address.clone(), group.clone(), bearer));
         }
         let mut replicas = vec![me];
         while let Some(answer) = asks.join_next().await {
@@ -332,7 +494,7 @@ impl ClusterService {
 }
 
 /// Asks replica `id` at `address` how it is; an answer that does not come says why.
-async fn peer_status(id: u64, address: String, group: String) -> HeadReplica {
+async fn peer_status(id: u64, address: String, group: String, bearer: Bearer) -> HeadReplica {
     let unreachable = |address: String, error: String| HeadReplica {
         id,
         address,
@@ -352,7 +514,7 @@ async fn peer_status(id: u64, address: String, group: String) -> HeadReplica {
     let ask = async {
         let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
         let request = wire::ReplicaStatusRequest { group };
-        let reply = RaftClient::new(channel)
+        let reply = RaftClient::with_interceptor(channel, bearer)
             .status(request)
             .await
             .map_err(|s| s.message().to_string())?;

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use escher_proto::access::AccessFile;
 use thiserror::Error;
 
 use crate::replication::{ReplicaConfig, ReplicaConfigError};
@@ -29,6 +30,11 @@ pub struct HeadConfig {
     pub replica: ReplicaConfig,
     /// Where the raft log lives (`--data-dir`); `None` keeps it in memory.
     pub data_dir: Option<PathBuf>,
+    /// The group's access file: the bootstrap admin and worker join tokens every call is
+    /// checked against (DESIGN §10). The default has fresh random tokens, so a head built from
+    /// defaults admits nobody who was not given them (`escher_proto::access::registered`
+    /// finds them in the same process).
+    pub access: AccessFile,
 }
 
 impl Default for HeadConfig {
@@ -42,6 +48,7 @@ impl Default for HeadConfig {
             state: StateConfig::default(),
             replica: ReplicaConfig::single(""),
             data_dir: None,
+            access: AccessFile::generate(Vec::new()),
         }
     }
 }

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use escher_proto::types::{RegisterRequest, WorkerMessage};
 use escher_proto::wire::{self, worker_link_server::WorkerLink};
-use tokio_stream::{Stream, StreamExt, wrappers::UnboundedReceiverStream};
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -62,7 +62,7 @@ impl WorkerLink for LinkService {
             }
         };
         let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::channel(super::workers::OUTBOX);
         self.owner
             .ask(|reply| Msg::Attach {
                 node,
@@ -95,7 +95,7 @@ impl WorkerLink for LinkService {
             }
             let _ = owner.tell(Msg::Detach { node, conn }).await;
         });
-        let outbound = UnboundedReceiverStream::new(rx).map(|m| Ok(wire::HeadMessage::from(m)));
+        let outbound = ReceiverStream::new(rx).map(|m| Ok(wire::HeadMessage::from(m)));
         Ok(Response::new(Box::pin(outbound)))
     }
 }

@@ -34,8 +34,10 @@ mod waiters;
 mod workers;
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
+use escher_proto::access::Bearer;
 use escher_proto::wire::{
     cluster_server::ClusterServer, raft_server::RaftServer, worker_link_server::WorkerLinkServer,
 };
@@ -45,6 +47,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
+use crate::auth::{AuthLayer, Keys};
 use crate::replication::{
     DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, Persistence, RaftService, Replica,
     ReplicationError, Transport,
@@ -156,6 +159,7 @@ async fn serve<S: crate::replication::LogStore>(
     let (raft_tx, raft) = tokio::sync::mpsc::channel(4096);
     let (transport_tx, transport) = tokio::sync::mpsc::unbounded_channel();
     let replica_config = config.replica.clone();
+    let keys = Keys::new(&config.access);
     let transport_out = Transport::new(
         replica_config.id,
         &replica_config.group,
@@ -163,6 +167,7 @@ async fn serve<S: crate::replication::LogStore>(
         transport_tx,
         token.child_token(),
         tracker.clone(),
+        Bearer::new(keys.peer_token()),
     );
     let replica = Replica::open(
         replica_config.clone(),
@@ -178,13 +183,15 @@ async fn serve<S: crate::replication::LogStore>(
         raft,
         transport,
     };
-    let owner_task =
-        tracker.spawn(owner::Owner::new(replica, config.clone()).run(inboxes, token.clone()));
+    let owner_task = tracker.spawn(
+        owner::Owner::new(replica, config.clone(), Arc::clone(&keys)).run(inboxes, token.clone()),
+    );
 
     let max = config.max_message_bytes;
     let cluster = ClusterServer::new(cluster_svc::ClusterService {
         owner: owner.clone(),
         log_fetch_timeout: config.log_fetch_timeout,
+        keys: Arc::clone(&keys),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -213,8 +220,13 @@ async fn serve<S: crate::replication::LogStore>(
     let stop = token.clone();
     // Accepted connections need TCP_NODELAY, or small replies wait ~40 ms for delayed ACKs.
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Every call passes the auth layer: its token becomes a `Caller`, and a method the
+    // caller's role may not call is refused before any handler runs (DESIGN §10).
+    let url = format!("http://{addr}");
+    escher_proto::access::register(&url, &config.access);
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(cluster)
         .add_service(link)
         .add_service(raft_service)
@@ -231,6 +243,7 @@ async fn serve<S: crate::replication::LogStore>(
         () = async { token.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
     };
     token.cancel();
+    escher_proto::access::unregister(&url);
     tracker.close();
     let owner_result = owner_task.await;
     tracker.wait().await;

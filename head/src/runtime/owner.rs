@@ -8,11 +8,12 @@
 //! `replication` for the cycle itself, `proposals.rs`, `reads.rs` and `workers.rs` for the
 //! soft state kept here.
 
+use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use escher_proto::types::{
-    HeadChange, HeadMessage, HeadReplica, LogChunk, NodeId, RegisterReply, RegisterRequest,
-    RunningTask, TaskId, TaskLogsRequest, WaitReply, WorkerMessage,
+    HeadChange, HeadMessage, HeadReplica, LogChunk, NAMESPACE_LABEL, NodeId, RegisterReply,
+    RegisterRequest, RunningTask, TaskId, TaskLogsRequest, WaitReply, WorkerMessage,
 };
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
@@ -25,6 +26,7 @@ use super::proposals::{Batch, Pending, Proposals};
 use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
 use super::workers::Workers;
+use crate::auth::Keys;
 use crate::replication::{
     Applied, Inbound, LogStore, NotAccepted, Output, Replica, ReplicationError, TransportEvent,
 };
@@ -61,7 +63,7 @@ pub(crate) enum Msg {
         node: NodeId,
         secret: String,
         conn: u64,
-        tx: mpsc::UnboundedSender<HeadMessage>,
+        tx: super::workers::LinkSender,
         reply: oneshot::Sender<Result<(), Status>>,
     },
     /// A worker's stream closed.
@@ -125,6 +127,8 @@ pub(crate) struct Inboxes {
 /// The owner of the replica and the soft state around it.
 #[derive(Debug)]
 pub(crate) struct Owner<S: LogStore> {
+    /// Who may call: the owner publishes replicated tokens into it and signs task credentials.
+    keys: Arc<Keys>,
     replica: Replica<S>,
     config: HeadConfig,
     /// The commands of this turn, proposed together before the cycle.
@@ -140,8 +144,10 @@ pub(crate) struct Owner<S: LogStore> {
 }
 
 impl<S: LogStore> Owner<S> {
-    pub(crate) fn new(replica: Replica<S>, config: HeadConfig) -> Owner<S> {
+    pub(crate) fn new(replica: Replica<S>, config: HeadConfig, keys: Arc<Keys>) -> Owner<S> {
+        keys.publish(replica.state());
         Owner {
+            keys,
             replica,
             config,
             batch: Batch::default(),
@@ -219,6 +225,11 @@ impl<S: LogStore> Owner<S> {
     async fn cycle(&mut self) -> Result<(), ReplicationError> {
         let mut out = Vec::new();
         self.replica.cycle(&mut out).await?;
+        if !out.is_empty() {
+            // Tokens created or revoked, or a snapshot restored: callers are checked against
+            // the new table from now on.
+            self.keys.publish(self.replica.state());
+        }
         for output in out {
             self.on_output(output);
         }
@@ -481,7 +492,15 @@ impl<S: LogStore> Owner<S> {
         let state = self.replica.state();
         for effect in effects {
             match effect {
-                Effect::Assign { node, assignment } => {
+                Effect::Assign {
+                    node,
+                    mut assignment,
+                } => {
+                    let ns = assignment.spec.labels.get(NAMESPACE_LABEL);
+                    assignment.task_token = self
+                        .keys
+                        .sign_task(assignment.task_id, assignment.attempt, ns)
+                        .unwrap_or_default();
                     self.workers
                         .send(state, node, HeadMessage::Assign(*assignment));
                 }
@@ -519,7 +538,12 @@ impl<S: LogStore> Owner<S> {
                 let cluster_id = new_secret()[..32].to_string();
                 tracing::info!(%cluster_id, "naming this new cluster");
                 self.leading = true;
-                self.propose(Command::Init { cluster_id }, None, Pending::Quiet);
+                let task_key = new_secret();
+                let command = Command::Init {
+                    cluster_id,
+                    task_key,
+                };
+                self.propose(command, None, Pending::Quiet);
             }
             tracing::info!(
                 replica = self.replica.id(),
@@ -602,7 +626,7 @@ impl<S: LogStore> Owner<S> {
         node: NodeId,
         secret: &str,
         conn: u64,
-        tx: mpsc::UnboundedSender<HeadMessage>,
+        tx: super::workers::LinkSender,
     ) -> Result<(), Status> {
         if !self.leading {
             return Err(self.not_leader());
@@ -628,6 +652,29 @@ impl<S: LogStore> Owner<S> {
             return; // not ours to handle, or declared lost: its tasks were retried already
         }
         self.workers.seen(node);
+        if let Some((task, attempt)) = msg.task_attempt()
+            && !self.holds(node, task, attempt)
+        {
+            // A worker reports only what it runs: anything else is refused (and a worker that
+            // keeps doing it is broken or hostile).
+            tracing::warn!(
+                %node,
+                %task,
+                attempt,
+                "refusing a report for a task attempt this node does not hold"
+            );
+            if matches!(msg, WorkerMessage::TaskFinished(_)) {
+                // Acknowledged so the worker forgets it; nothing is applied.
+                self.workers.ack(
+                    node,
+                    RunningTask {
+                        task_id: task,
+                        attempt,
+                    },
+                );
+            }
+            return;
+        }
         let command = match msg {
             WorkerMessage::Hello { .. } => return,
             WorkerMessage::Heartbeat { metrics } => {
@@ -683,6 +730,15 @@ impl<S: LogStore> Owner<S> {
             }
         };
         self.propose(command, None, Pending::Quiet);
+    }
+
+    /// Whether `node` runs (or just ran) attempt `attempt` of `task`: the task's latest
+    /// attempt was dispatched there.
+    fn holds(&self, node: NodeId, task: TaskId, attempt: u32) -> bool {
+        self.replica
+            .state()
+            .task(task)
+            .is_some_and(|rec| rec.node == Some(node) && rec.attempt == attempt)
     }
 
     fn fetch_logs(

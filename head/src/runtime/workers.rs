@@ -16,6 +16,11 @@
 //! acknowledged report is committed, a committed report is never applied twice (a stale
 //! attempt is ignored), and a task that was running stays running through a failover.
 //!
+//! Back-pressure: each stream's queue holds at most [`OUTBOX`] messages. A worker that does not
+//! read its stream (stopped, or hostile) fills it; the head then drops the stream and treats the
+//! node as silent, so the next heartbeat check declares it lost and its tasks are retried: its
+//! messages are never buffered without bound.
+//!
 //! Everything here is soft: a new leader starts with no links, gives every live node a fresh
 //! heartbeat deadline, and learns the rest as workers re-register. A replica that stops
 //! leading drops every link, which ends the workers' streams and sends them looking for the
@@ -32,10 +37,16 @@ use crate::state::ClusterState;
 /// Committed reports of one node that are acknowledged at once rather than with the tick.
 pub(crate) const ACK_BATCH: usize = 1024;
 
+/// The most messages queued on one worker's stream.
+pub(crate) const OUTBOX: usize = 65_536;
+
+/// The sending end of a worker's stream.
+pub(crate) type LinkSender = mpsc::Sender<HeadMessage>;
+
 #[derive(Debug)]
 struct Link {
     conn: u64,
-    tx: mpsc::UnboundedSender<HeadMessage>,
+    tx: LinkSender,
 }
 
 /// The leader's view of its workers. See the [module documentation](self).
@@ -47,18 +58,15 @@ pub(crate) struct Workers {
     last_seen: FxHashMap<NodeId, Instant>,
     /// Reports committed in this cycle, by node, to acknowledge.
     acks: FxHashMap<NodeId, Vec<RunningTask>>,
+    /// Nodes whose stream filled up: the next heartbeat check declares them lost.
+    overflowed: Vec<NodeId>,
 }
 
 impl Workers {
     /// A worker's stream opened: what waited for it goes out first.
-    pub(crate) fn attach(
-        &mut self,
-        node: NodeId,
-        conn: u64,
-        tx: mpsc::UnboundedSender<HeadMessage>,
-    ) {
+    pub(crate) fn attach(&mut self, node: NodeId, conn: u64, tx: LinkSender) {
         for msg in self.outbox.remove(&node).unwrap_or_default() {
-            let _ = tx.send(msg);
+            let _ = tx.try_send(msg);
         }
         self.links.insert(node, Link { conn, tx });
         self.last_seen.insert(node, Instant::now());
@@ -79,20 +87,44 @@ impl Workers {
             return;
         }
         let msg = match self.links.get(&node) {
-            Some(link) => match link.tx.send(msg) {
+            Some(link) => match link.tx.try_send(msg) {
                 Ok(()) => return,
-                Err(mpsc::error::SendError(msg)) => msg,
+                Err(mpsc::error::TrySendError::Closed(msg)) => msg,
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    self.overflow(node);
+                    return;
+                }
             },
             None => msg,
         };
         self.outbox.entry(node).or_default().push(msg);
     }
 
-    /// Sends on the node's open stream only; false if there is none.
-    pub(crate) fn send_now(&self, node: NodeId, msg: HeadMessage) -> bool {
-        self.links
-            .get(&node)
-            .is_some_and(|link| link.tx.send(msg).is_ok())
+    /// Sends on the node's open stream only; false if there is none (or it is full).
+    pub(crate) fn send_now(&mut self, node: NodeId, msg: HeadMessage) -> bool {
+        let Some(link) = self.links.get(&node) else {
+            return false;
+        };
+        match link.tx.try_send(msg) {
+            Ok(()) => true,
+            Err(mpsc::error::TrySendError::Full(_)) => {
+                self.overflow(node);
+                false
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
+    /// A worker's stream is full: it does not read. Its stream is dropped and the node is
+    /// declared lost at the next heartbeat check.
+    fn overflow(&mut self, node: NodeId) {
+        tracing::warn!(
+            %node,
+            limit = OUTBOX,
+            "the worker does not read its stream; disconnecting it, its node will be declared lost"
+        );
+        self.links.remove(&node);
+        self.overflowed.push(node);
     }
 
     /// A worker re-registered: queued assignments and cancellations are superseded by the
@@ -119,12 +151,17 @@ impl Workers {
 
     /// Live nodes silent for longer than `timeout`; each is forgotten as it is returned.
     pub(crate) fn silent(&mut self, state: &ClusterState, timeout: Duration) -> Vec<NodeId> {
-        let silent: Vec<NodeId> = self
+        let mut silent: Vec<NodeId> = self
             .last_seen
             .iter()
             .filter(|(n, seen)| seen.elapsed() > timeout && state.node_alive(**n))
             .map(|(n, _)| *n)
             .collect();
+        for node in std::mem::take(&mut self.overflowed) {
+            if state.node_alive(node) && !silent.contains(&node) {
+                silent.push(node);
+            }
+        }
         for node in &silent {
             self.forget(*node);
         }
@@ -154,6 +191,7 @@ impl Workers {
         self.outbox.clear();
         self.last_seen.clear();
         self.acks.clear();
+        self.overflowed.clear();
     }
 
     /// A report of `node` was committed: acknowledge it with the next tick (or now, when
@@ -163,19 +201,16 @@ impl Workers {
         waiting.push(report);
         if waiting.len() >= ACK_BATCH {
             let reports = std::mem::take(waiting);
-            if let Some(link) = self.links.get(&node) {
-                let _ = link.tx.send(HeadMessage::ReportsAcked(reports));
-            }
+            self.send_now(node, HeadMessage::ReportsAcked(reports));
         }
     }
 
     /// Sends the acknowledgements that wait. A worker not attached gets none: it re-sends the
     /// reports when it registers again, and the registration acknowledges them.
     pub(crate) fn flush_acks(&mut self) {
-        for (node, reports) in self.acks.drain() {
-            if let Some(link) = self.links.get(&node) {
-                let _ = link.tx.send(HeadMessage::ReportsAcked(reports));
-            }
+        let waiting: Vec<_> = self.acks.drain().collect();
+        for (node, reports) in waiting {
+            self.send_now(node, HeadMessage::ReportsAcked(reports));
         }
     }
 

@@ -47,6 +47,10 @@ pub struct ClusterState {
     pub(crate) next_task: u64,
     /// This cluster's id, set once by [`Command::Init`].
     pub(crate) cluster_id: Option<String>,
+    /// The key that signs task credentials, set once by [`Command::Init`].
+    pub(crate) task_key: Option<String>,
+    /// Tokens created through the API (hashes only).
+    pub(crate) tokens: super::tokens::Tokens,
     /// Recent replies by client, for idempotent retries.
     pub(crate) sessions: Sessions,
     /// What retention keeps of finished tasks and dead nodes, and in which order it evicts.
@@ -70,6 +74,8 @@ impl ClusterState {
             next_node: 1,
             next_task: 1,
             cluster_id: None,
+            task_key: None,
+            tokens: super::tokens::Tokens::default(),
             sessions: Sessions::default(),
             retention: Retention::default(),
             effects: Vec::new(),
@@ -110,10 +116,20 @@ impl ClusterState {
             Command::RejoinNode { worker, back } => {
                 Reply::Registered(self.rejoin(worker, back, now)?)
             }
-            Command::Init { cluster_id } => {
+            Command::Init {
+                cluster_id,
+                task_key,
+            } => {
                 self.cluster_id.get_or_insert(cluster_id);
+                self.task_key.get_or_insert(task_key);
                 Reply::Done
             }
+            Command::CreateToken {
+                hash,
+                grant,
+                description,
+            } => Reply::Token(self.create_token(hash, grant, description, now)?),
+            Command::RevokeToken { id } => Reply::Token(self.revoke_token(&id, now)?),
             Command::RemoveNode { node, reason } => {
                 self.remove_node(node, reason, now)?;
                 Reply::Done

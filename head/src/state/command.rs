@@ -2,12 +2,13 @@
 
 use escher_proto::types::{Assignment, RequestKey, TaskFinished};
 use escher_proto::types::{
-    DeviceHold, GangStrategy, GpuInfo, MigDone, MigPlan, Namespace, NodeId, ResourceName,
-    ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
+    DeviceHold, GangStrategy, GpuInfo, Grant, MigDone, MigPlan, Namespace, NodeId, ResourceName,
+    ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
 };
 use serde::{Deserialize, Serialize};
 
 use super::nodes::{Joining, Returning, SecretHash};
+use super::tokens::TokenHash;
 use crate::scheduler::Millis;
 
 /// A command with the time the leader accepted it; replicas apply the same `now`.
@@ -57,6 +58,22 @@ pub enum Command {
     Init {
         /// A random id, as text.
         cluster_id: String,
+        /// A random key, as text: it signs task credentials (DESIGN §10).
+        task_key: String,
+    },
+    /// `escher token create`: a token, by its hash.
+    CreateToken {
+        /// The token's SHA-256 (the leader drew the token; only the hash is replicated).
+        hash: TokenHash,
+        /// What it allows.
+        grant: Grant,
+        /// Its creator's note.
+        description: String,
+    },
+    /// `escher token revoke`.
+    RevokeToken {
+        /// The token's id.
+        id: String,
     },
     /// A worker left or stopped sending heartbeats.
     RemoveNode {
@@ -167,6 +184,8 @@ pub enum Reply {
     Cancelled(Vec<TaskStatus>),
     /// What a MIG layout change does (it goes on in the background).
     MigPlan(MigPlan),
+    /// A token created or revoked.
+    Token(TokenInfo),
     /// Nothing to report.
     Done,
 }

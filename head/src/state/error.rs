@@ -9,6 +9,15 @@ use crate::scheduler::CoreError;
 /// A command the head refused; the state is exactly as before it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ApplyError {
+    /// No token has this id.
+    #[error("unknown token {0}; `escher token list` shows the ids")]
+    UnknownToken(String),
+    /// A token with this id exists already.
+    #[error("a token with id {0} exists already")]
+    TokenExists(String),
+    /// The token table is full.
+    #[error("the cluster keeps at most {0} tokens; revoked ones count too")]
+    TooManyTokens(usize),
     /// An application tried to set, delete or create a worker-reported resource.
     #[error(
         "{0} is a physical resource reported by workers; applications cannot set, create or \
@@ -166,6 +175,7 @@ impl ApplyError {
             self,
             ApplyError::UnknownNode(_)
                 | ApplyError::UnknownTask(_)
+                | ApplyError::UnknownToken(_)
                 | ApplyError::NoSuchGpu { .. }
                 | ApplyError::OtherCluster { .. }
                 | ApplyError::Evicted(_)
@@ -185,6 +195,8 @@ impl ApplyError {
                     | ApplyError::MigBusy { .. }
                     | ApplyError::MigInProgress { .. }
                     | ApplyError::NodeUnavailable { .. }
+                    | ApplyError::TokenExists(_)
+                    | ApplyError::TooManyTokens(_)
             )
     }
 }

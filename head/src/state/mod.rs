@@ -19,6 +19,9 @@
 //! tombstones, dead nodes are reclaimed after a grace period, so memory stays flat under an
 //! endless stream of tasks.
 //!
+//! Tokens (`tokens.rs`): the hashes of the tokens `escher token create` made, and the key that
+//! signs task credentials (DESIGN §10).
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -33,6 +36,7 @@ mod resources;
 mod retention;
 mod sessions;
 mod tasks;
+mod tokens;
 
 pub use apply::{ClusterState, StateConfig};
 pub use command::{Command, Effect, Entry, Reply};
@@ -42,3 +46,4 @@ pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{NodeRecord, TaskRecord};
 pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};
+pub use tokens::{MAX_TOKENS, TokenHash, TokenRecord, Tokens};

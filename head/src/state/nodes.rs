@@ -245,6 +245,7 @@ impl ClusterState {
                         attempt,
                         spec: rec.spec.clone(),
                         allocation: rec.spec.resources.clone(),
+                        task_token: String::new(),
                     });
                     self.effects.push(Effect::Assign { node, assignment });
                 }

@@ -47,18 +47,21 @@ impl ClusterState {
         })
     }
 
-    /// Tasks in id order after `after`, optionally in one state, at most `limit`. Only tasks
+    /// Tasks in id order after `after`, optionally in one state, whose namespace (label)
+    /// `visible` admits, at most `limit`. Only tasks
     /// whose record retention keeps are listed.
     pub fn list_tasks(
         &self,
         state: Option<TaskState>,
         limit: usize,
         after: Option<TaskId>,
+        visible: impl Fn(Option<&str>) -> bool,
     ) -> Vec<TaskSummary> {
         let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
         self.tasks
             .range((start, std::ops::Bound::Unbounded))
             .filter(|(_, r)| state.is_none_or(|s| r.state == s))
+            .filter(|(_, r)| visible(r.spec.labels.get(escher_proto::types::NAMESPACE_LABEL)))
             .take(limit)
             .map(|(id, r)| {
                 let status = r.status(*id);

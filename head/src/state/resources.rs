@@ -61,9 +61,7 @@ impl ClusterState {
             .map(|mut u| {
                 u.name = self.qualify(&u.name, ns)?;
                 u.target = self.qualify_target(u.target, ns)?;
-                if u.name.is_physical() {
-                    return Err(ApplyError::Physical(u.name));
-                }
+                check_not_physical(&u.name)?;
                 if u.target == NodeSpec::Local {
                     u.target = NodeSpec::Node(self.caller_node(caller)?);
                 }
@@ -109,6 +107,10 @@ impl ClusterState {
         let mut order = Vec::new();
         let mut changed = Vec::with_capacity(updates.len());
         for u in updates {
+            // The one check every application-side change passes (requests, batches, hooks,
+            // ghosts and the resources reservations create): physical resources change only
+            // through their workers' reports.
+            check_not_physical(&u.name)?;
             let nodes = match &u.target {
                 NodeSpec::Local => return Err(ApplyError::LocalOutsideTask),
                 NodeSpec::Node(id) if self.core.has_node(*id) => vec![*id],
@@ -206,4 +208,13 @@ impl ClusterState {
             }
         }
     }
+}
+
+/// Refuses a physical resource name (DESIGN §10): the single validation function behind every
+/// path by which an application changes resources.
+pub(crate) fn check_not_physical(name: &ResourceName) -> Result<(), ApplyError> {
+    if name.is_physical() {
+        return Err(ApplyError::Physical(name.clone()));
+    }
+    Ok(())
 }

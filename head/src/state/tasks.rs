@@ -60,6 +60,7 @@ impl ClusterState {
             attempt: rec.attempt,
             spec: rec.spec.clone(),
             allocation: rec.spec.resources.clone(),
+            task_token: String::new(),
         };
         let hooks = rec.spec.on_start.clone();
         let native = rec.native;
@@ -82,9 +83,7 @@ impl ClusterState {
         now: Millis,
     ) -> Result<Vec<TaskId>, ApplyError> {
         let name = self.qualify(&name, ns)?;
-        if name.is_physical() {
-            return Err(ApplyError::Physical(name));
-        }
+        super::resources::check_not_physical(&name)?;
         if bundles.is_empty() {
             let why = "a reservation needs at least one bundle".to_string();
             return Err(ApplyError::InvalidTask { index: 0, why });
@@ -103,6 +102,8 @@ impl ClusterState {
                         let why = format!("reservation resource name: {e}");
                         ApplyError::InvalidTask { index, why }
                     })?;
+                    // Checked whole: `mig` over `1g.5gb` would name a physical MIG slice.
+                    super::resources::check_not_physical(&created)?;
                     creates.push((created, Capacity::Finite(a)));
                 }
             }
@@ -363,9 +364,7 @@ impl ClusterState {
         for hook in spec.on_start.iter_mut().chain(spec.on_success.iter_mut()) {
             hook.name = self.qualify(&hook.name, ns)?;
             hook.target = self.qualify_target(hook.target.clone(), ns)?;
-            if hook.name.is_physical() {
-                return Err(ApplyError::Physical(hook.name.clone()));
-            }
+            super::resources::check_not_physical(&hook.name)?;
             if let NodeSpec::Match {
                 num_nodes: Some(0), ..
             } = hook.target
@@ -376,9 +375,7 @@ impl ClusterState {
         if let TaskKind::Ghost { creates, .. } = &mut spec.kind {
             for (name, _) in creates.iter_mut() {
                 *name = self.qualify(name, ns)?;
-                if name.is_physical() {
-                    return Err(ApplyError::Physical(name.clone()));
-                }
+                super::resources::check_not_physical(name)?;
             }
         }
         Ok(spec)

@@ -259,6 +259,7 @@ impl TestState {
         let mut state = ClusterState::new(config);
         let init = Command::Init {
             cluster_id: CLUSTER.to_string(),
+            task_key: "key".to_string(),
         };
         state.apply(Entry::new(T0, init)).unwrap();
         TestState { state, now: T0 }

@@ -248,7 +248,6 @@ impl From<SetResourcesRequest> for wire::SetResourcesRequest {
         wire::SetResourcesRequest {
             updates: r.updates.into_iter().map(Into::into).collect(),
             namespace: namespace_to_wire(r.namespace),
-            caller_task: r.caller_task.map(|t| t.0),
             key: None,
         }
     }
@@ -260,7 +259,7 @@ impl TryFrom<wire::SetResourcesRequest> for SetResourcesRequest {
         Ok(SetResourcesRequest {
             updates: convert_list(w.updates, "updates", usize::MAX, TryFrom::try_from)?,
             namespace: namespace(w.namespace)?,
-            caller_task: w.caller_task.map(TaskId),
+            caller_task: None,
         })
     }
 }
@@ -468,7 +467,7 @@ mod tests {
                 update(CapacityOp::Adjust("-1".parse().unwrap())),
             ],
             namespace: Some("app".parse().unwrap()),
-            caller_task: Some(TaskId(12)),
+            caller_task: None,
         };
         let w = round_trip::<_, wire::SetResourcesRequest>(req);
         let mut bad = w;

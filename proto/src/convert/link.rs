@@ -297,6 +297,7 @@ impl From<HeadMessage> for wire::HeadMessage {
                 attempt: a.attempt,
                 spec: Some(a.spec.into()),
                 allocation: a.allocation.into(),
+                task_token: a.task_token,
             }),
             HeadMessage::CancelTask {
                 task_id,
@@ -383,6 +384,7 @@ fn assignment(a: wire::Assign) -> Result<Assignment, ConvertError> {
         attempt: a.attempt,
         spec: convert_required(a.spec, "spec")?,
         allocation: ResourceSet::try_from(a.allocation).at("allocation")?,
+        task_token: a.task_token,
     })
 }
 
@@ -590,6 +592,7 @@ mod tests {
                     attempt: 1,
                     allocation: spec.resources.clone(),
                     spec,
+                    task_token: format!("escher-task-{i}"),
                 })
             })
             .collect();
@@ -629,6 +632,7 @@ mod tests {
                 attempt: 1,
                 spec,
                 allocation: vec![],
+                task_token: String::new(),
             })),
         };
         let e = HeadMessage::try_from(assign(None)).unwrap_err();

@@ -34,6 +34,7 @@ use thiserror::Error;
 
 use crate::types::TypeError;
 
+mod auth;
 mod cluster;
 mod gpu;
 mod heads;
@@ -47,6 +48,7 @@ mod task;
 #[cfg(test)]
 mod testutil;
 
+pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
 pub use retention::EVICTED_METADATA;

@@ -33,6 +33,7 @@ impl TryFrom<wire::TaskSpec> for TaskSpec {
     type Error = ConvertError;
     fn try_from(w: wire::TaskSpec) -> Result<Self, ConvertError> {
         check_len("name", &w.name, MAX_TASK_NAME_BYTES)?;
+        check_no_nul("name", &w.name)?;
         Ok(TaskSpec {
             name: w.name,
             kind: TaskKind::try_from(required(w.kind, "kind")?)?,

@@ -104,7 +104,8 @@ pub struct SetResourcesRequest {
     pub updates: Vec<ResourceUpdate>,
     /// The namespace that qualifies unqualified application names.
     pub namespace: Option<Namespace>,
-    /// The running task that makes the call; `NodeSpec::Local` resolves to its node.
+    /// The running task that makes the call; `NodeSpec::Local` resolves to its node. The head
+    /// fills it in from the caller's task credential; it never travels on the wire.
     pub caller_task: Option<TaskId>,
 }
 

@@ -55,4 +55,14 @@ pub enum TypeError {
         /// The offending text.
         text: String,
     },
+    /// Another value (a role, a token request) was malformed.
+    #[error("invalid {what} {value:?}: {why}")]
+    Invalid {
+        /// What kind of value.
+        what: &'static str,
+        /// The offending value.
+        value: String,
+        /// Which rule it broke, and what to give instead.
+        why: &'static str,
+    },
 }

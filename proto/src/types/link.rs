@@ -163,6 +163,20 @@ pub enum WorkerMessage {
     },
 }
 
+impl WorkerMessage {
+    /// The task attempt a report is about (`TaskStarted`, `TaskFinished`, `TaskDevices`).
+    pub fn task_attempt(&self) -> Option<(TaskId, u32)> {
+        match self {
+            WorkerMessage::TaskStarted { task_id, attempt }
+            | WorkerMessage::TaskDevices {
+                task_id, attempt, ..
+            } => Some((*task_id, *attempt)),
+            WorkerMessage::TaskFinished(report) => Some((report.task_id, report.attempt)),
+            _ => None,
+        }
+    }
+}
+
 /// The head tells a worker to run a task.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {
@@ -174,6 +188,9 @@ pub struct Assignment {
     pub spec: TaskSpec,
     /// The resources allocated to it on this node.
     pub allocation: ResourceSet,
+    /// The task's credential for this attempt (`ESCHER_TASK_TOKEN`); the leader signs it when
+    /// it sends the assignment, so the replicated state never holds it (empty there).
+    pub task_token: String,
 }
 
 /// What the head sends on a worker's stream.

@@ -11,6 +11,7 @@
 
 mod amount;
 mod api;
+mod auth;
 mod delta;
 mod error;
 mod gang;
@@ -34,6 +35,7 @@ pub use api::{
     ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
     SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
 };
+pub use auth::{CreateTokenRequest, CreatedToken, Grant, Role, SHARED_NAMESPACE, TokenInfo};
 pub use delta::{CapacityOp, Delta};
 pub use error::TypeError;
 pub use gang::GangStrategy;

@@ -28,6 +28,16 @@ struct WorkerArgs {
     #[arg(long, env = "ESCHER_WORKER_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
+    /// The token to join with: the `worker_token` of the head's access file (or an admin
+    /// token) [default: ESCHER_TOKEN, else the access file on this machine]
+    #[arg(long, value_name = "TOKEN")]
+    token: Option<String>,
+
+    /// The head's access file, to take the join token from [default: ESCHER_ACCESS_FILE,
+    /// else $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
+    #[arg(long, value_name = "PATH")]
+    access_file: Option<PathBuf>,
+
     /// The worker's name [default: HOSTNAME-PID].
     #[arg(long, value_name = "NAME")]
     name: Option<String>,
@@ -100,7 +110,13 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: WorkerArgs) -> anyhow::Result<WorkerConfig> {
+        let token = match (args.token, &args.access_file) {
+            (Some(token), _) => Some(token),
+            (None, Some(path)) => Some(escher_proto::access::AccessFile::read(path)?.worker_token),
+            (None, None) => None,
+        };
         let config = WorkerConfig {
+            token,
             head: args.head,
             name: args.name,
             resources: args.resources.unwrap_or_default(),

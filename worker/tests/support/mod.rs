@@ -62,7 +62,8 @@ struct Services {
     state: Arc<Mutex<State>>,
     registrations: mpsc::UnboundedSender<RegisterRequest>,
     messages: mpsc::UnboundedSender<(u64, WorkerMessage)>,
-    set_resources: mpsc::UnboundedSender<SetResourcesRequest>,
+    /// Each call, with its `authorization` metadata.
+    set_resources: mpsc::UnboundedSender<(SetResourcesRequest, Option<String>)>,
 }
 
 /// A fake head; see the module documentation.
@@ -71,7 +72,7 @@ pub struct FakeHead {
     state: Arc<Mutex<State>>,
     registrations: mpsc::UnboundedReceiver<RegisterRequest>,
     messages: mpsc::UnboundedReceiver<(u64, WorkerMessage)>,
-    set_resources: mpsc::UnboundedReceiver<SetResourcesRequest>,
+    set_resources: mpsc::UnboundedReceiver<(SetResourcesRequest, Option<String>)>,
     server: JoinHandle<()>,
 }
 
@@ -212,7 +213,8 @@ impl FakeHead {
     }
 
     /// The next `SetResources` call.
-    pub async fn set_resources_call(&mut self) -> SetResourcesRequest {
+    /// The next `SetResources` call and the token it carried.
+    pub async fn set_resources_call(&mut self) -> (SetResourcesRequest, Option<String>) {
         bounded("a set_resources call", self.set_resources.recv())
             .await
             .expect("fake head gone")
@@ -331,6 +333,11 @@ impl Cluster for Services {
         &self,
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
+        let token = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
         let req = SetResourcesRequest::try_from(request.into_inner())?;
         let reply = SetResourcesReply {
             outcomes: req
@@ -341,7 +348,7 @@ impl Cluster for Services {
                 })
                 .collect(),
         };
-        let _ = self.set_resources.send(req);
+        let _ = self.set_resources.send((req, token));
         Ok(Response::new(reply.into()))
     }
     async fn cluster_status(
@@ -384,6 +391,30 @@ impl Cluster for Services {
         &self,
         _: Request<wire::ChangeHeadsRequest>,
     ) -> Result<Response<wire::HeadsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn create_token(
+        &self,
+        _: Request<wire::CreateTokenRequest>,
+    ) -> Result<Response<wire::CreatedToken>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn list_tokens(
+        &self,
+        _: Request<wire::ListTokensRequest>,
+    ) -> Result<Response<wire::ListTokensReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn revoke_token(
+        &self,
+        _: Request<wire::RevokeTokenRequest>,
+    ) -> Result<Response<wire::TokenInfo>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn drain(
+        &self,
+        _: Request<wire::DrainRequest>,
+    ) -> Result<Response<wire::DrainReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
 }

@@ -1,0 +1,139 @@
+//! `escher token create|list|revoke` and `escher drain NODE`: what an admin does (DESIGN
+//! §10). Both need an admin token (the access file's, on the head's machine).
+
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use escher_proto::NodeId;
+use escher_proto::types::{Grant, Role, TokenInfo, utc_seconds};
+
+use super::ctx::Ctx;
+use super::render::{lines, table};
+
+/// The token commands.
+#[derive(Debug, Clone, Subcommand)]
+pub enum TokenCommand {
+    /// Create a token and print it (shown this once): `--role app --namespace NAME` for an
+    /// application (it acts in that namespace only), `reader` for dashboards, `worker` to
+    /// join workers, `admin`
+    Create {
+        /// What it may do: admin, app, reader or worker
+        #[arg(long, value_name = "ROLE")]
+        role: Role,
+        /// Who or what the token is for (shown by `token list`)
+        #[arg(long, default_value = "")]
+        description: String,
+    },
+    /// List every token: the access file's bootstrap ones, then created ones (revoked
+    /// included); tokens themselves are never shown again, only their ids
+    List,
+    /// Revoke a token by its id (as `token list` shows it)
+    Revoke {
+        /// The token's id
+        #[arg(value_name = "ID")]
+        id: String,
+    },
+}
+
+/// Options of `escher drain`.
+#[derive(Debug, Clone, Args)]
+pub struct DrainArgs {
+    /// The node to drain: nothing new is admitted there, running tasks finish; it admits tasks
+    /// again once its worker restarts
+    #[arg(value_name = "NODE")]
+    pub node: NodeId,
+}
+
+impl TokenCommand {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        match self {
+            TokenCommand::Create { role, description } => {
+                // The global --namespace (or ESCHER_NAMESPACE) names an app token's namespace;
+                // other roles have none.
+                let namespace = (role == Role::App).then(|| ctx.namespace.clone()).flatten();
+                let grant = Grant::new(role, namespace)?;
+                let created = client.create_token(grant, description).await?;
+                if ctx.json {
+                    #[derive(serde::Serialize)]
+                    struct Created<'a> {
+                        token: &'a str,
+                        info: &'a TokenInfo,
+                    }
+                    ctx.emit_json(&Created {
+                        token: &created.token,
+                        info: &created.info,
+                    })?;
+                } else {
+                    ctx.emit(&format!(
+                        "{}\n# token {} ({}); shown this once: give it to its user (ESCHER_TOKEN \
+                         or --token)\n",
+                        created.token, created.info.id, created.info.grant
+                    ))?;
+                }
+            }
+            TokenCommand::List => {
+                let tokens = client.list_tokens().await?;
+                if ctx.json {
+                    ctx.emit_json(&tokens)?;
+                } else {
+                    ctx.emit(&render_tokens(&tokens))?;
+                }
+            }
+            TokenCommand::Revoke { id } => {
+                let info = client.revoke_token(id).await?;
+                if ctx.json {
+                    ctx.emit_json(&info)?;
+                } else {
+                    ctx.emit(&format!("revoked token {}\n", info.id))?;
+                }
+            }
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl DrainArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        client.drain(self.node).await?;
+        if ctx.json {
+            ctx.emit_json(&serde_json::json!({ "node": self.node, "draining": true }))?;
+        } else {
+            ctx.emit(&format!(
+                "node {} is draining: nothing new is admitted there; running tasks finish\n",
+                self.node
+            ))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+fn render_tokens(tokens: &[TokenInfo]) -> String {
+    let mut t = table(&["ID", "ROLE", "NAMESPACE", "STATE", "CREATED", "DESCRIPTION"]);
+    for row in tokens.iter().map(|t| {
+        let state = match t.revoked_at_ms {
+            Some(at) => format!("revoked {}", utc_seconds(at)),
+            None => "valid".to_string(),
+        };
+        let created = if t.bootstrap {
+            "access file".to_string()
+        } else {
+            utc_seconds(t.created_at_ms)
+        };
+        vec![
+            t.id.clone(),
+            t.grant.role.to_string(),
+            t.grant
+                .namespace
+                .as_ref()
+                .map_or_else(String::new, ToString::to_string),
+            state,
+            created,
+            t.description.clone(),
+        ]
+    }) {
+        t.add_row(row);
+    }
+    lines(&t)
+}

@@ -1,0 +1,135 @@
+//! [`Credentials`]: the token a client sends with every call, and where it came from (DESIGN
+//! §10).
+//!
+//! A client finds its token without any flag, in this order:
+//! 1. one given explicitly ([`Client::with_token`](crate::Client::with_token), `--token`);
+//! 2. `ESCHER_TASK_TOKEN`: inside a running task, the credential the worker gave it (the task
+//!    then acts in its own namespace, and `NodeSpec::Local` means its node);
+//! 3. `ESCHER_TOKEN`;
+//! 4. a head started in the same process (`LocalCluster`, tests) at the URL connected to;
+//! 5. the access file the head wrote on this machine (`ESCHER_ACCESS_FILE`, else
+//!    `$ESCHER_HOME/access.json`, `ESCHER_HOME` defaulting to `~/.escher`): its admin token.
+//!
+//! Without any of them calls go out with no token, and the head's refusal says where tokens
+//! come from; the client adds which sources it looked at.
+
+use std::fmt;
+use std::path::Path;
+use std::sync::Arc;
+
+use escher_proto::access::{self, AccessFile, Bearer, ENV_TASK_TOKEN, ENV_TOKEN};
+
+/// A token and where it was found.
+#[derive(Clone)]
+pub struct Credentials {
+    token: Option<Arc<str>>,
+    source: Arc<str>,
+    task: bool,
+    /// Without a token: the URLs to look up again at each call, for a head of this process
+    /// that registers its tokens only once it serves.
+    urls: Arc<[String]>,
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credentials")
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+fn env(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+impl Credentials {
+    /// `token`, found at `source` (for messages: "--token", "ESCHER_TOKEN" ...).
+    pub fn token(token: impl Into<String>, source: impl Into<String>) -> Credentials {
+        let token: String = token.into();
+        Credentials {
+            task: token.starts_with("escher-task-"),
+            token: Some(Arc::from(token.trim())),
+            source: Arc::from(source.into().as_str()),
+            urls: Arc::new([]),
+        }
+    }
+
+    /// The admin token of the access file at `path`.
+    pub fn from_access_file(path: &Path) -> Result<Credentials, access::AccessError> {
+        let file = AccessFile::read(path)?;
+        Ok(Credentials::token(
+            file.admin_token,
+            format!("the access file {}", path.display()),
+        ))
+    }
+
+    /// No token (every call will be refused by a head; the source says where one was looked
+    /// for).
+    pub fn none(looked_at: impl Into<String>) -> Credentials {
+        Credentials {
+            token: None,
+            source: Arc::from(looked_at.into().as_str()),
+            task: false,
+            urls: Arc::new([]),
+        }
+    }
+
+    /// The credentials for a client of the heads at `urls`, found as the module says.
+    pub fn discover(urls: &[String]) -> Credentials {
+        if let Some(token) = env(ENV_TASK_TOKEN) {
+            return Credentials::token(token, ENV_TASK_TOKEN);
+        }
+        if let Some(token) = env(ENV_TOKEN) {
+            return Credentials::token(token, ENV_TOKEN);
+        }
+        if let Some(file) = urls.iter().find_map(|u| access::registered(u)) {
+            return Credentials::token(file.admin_token, "the head started in this process");
+        }
+        match access::location(None) {
+            Ok(path) if path.exists() => match Credentials::from_access_file(&path) {
+                Ok(credentials) => credentials,
+                Err(e) => Credentials::none(format!("{ENV_TOKEN} is unset, and {e}")),
+            },
+            Ok(path) => Credentials {
+                urls: urls.into(),
+                ..Credentials::none(format!(
+                    "no token: {ENV_TOKEN} is unset and there is no access file at {} (the head \
+                     writes one at its first start on its own machine; copy it here and set \
+                     ESCHER_ACCESS_FILE, or pass --token)",
+                    path.display()
+                ))
+            },
+            Err(e) => Credentials::none(format!("no token: {ENV_TOKEN} is unset, and {e}")),
+        }
+    }
+
+    /// Where the token came from (or where none was found), for messages.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Whether this is a running task's credential.
+    pub fn is_task(&self) -> bool {
+        self.task
+    }
+
+    /// Whether there is a token at all.
+    pub fn is_some(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// The interceptor that sends it.
+    pub fn bearer(&self) -> Bearer {
+        match &self.token {
+            Some(token) => Bearer::new(token),
+            None => match self.urls.iter().find_map(|u| access::registered(u)) {
+                Some(file) => Bearer::new(&file.admin_token),
+                None => Bearer::none(),
+            },
+        }
+    }
+}

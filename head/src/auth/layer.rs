@@ -1,0 +1,236 @@
+//! [`AuthLayer`]: the one place where every call is authenticated and its method allowed.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use tonic::Status;
+
+use super::{Caller, Keys};
+
+/// Which callers a method admits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Admins only (tokens, MIG, heads, draining, and replicas talking to each other).
+    Admin,
+    /// Those that own tasks and resources: admin, app, task.
+    Write,
+    /// Status readers: admin, app, task, reader.
+    Status,
+    /// Workers joining: admin or the join token.
+    Join,
+}
+
+impl Need {
+    fn admits(self, caller: &Caller) -> bool {
+        match (self, caller) {
+            (_, Caller::Admin) => true,
+            (Need::Write, Caller::App(_) | Caller::Task { .. }) => true,
+            (Need::Status, Caller::App(_) | Caller::Task { .. } | Caller::Reader) => true,
+            (Need::Join, Caller::Worker) => true,
+            _ => false,
+        }
+    }
+
+    fn who(self) -> &'static str {
+        match self {
+            Need::Admin => "an admin token",
+            Need::Write => "an admin or app token (or a running task's credential)",
+            Need::Status => "an admin, app or reader token",
+            Need::Join => "the worker join token (or an admin token)",
+        }
+    }
+}
+
+/// What the method at `path` (`/escher.v1.Cluster/Submit`) needs; `None` for a method this
+/// table does not know, which is refused.
+pub fn need(path: &str) -> Option<Need> {
+    let (service, method) = path.strip_prefix('/')?.split_once('/')?;
+    Some(match (service, method) {
+        (
+            "escher.v1.Cluster",
+            "Submit" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
+            | "TaskLogs" | "Reserve",
+        ) => Need::Write,
+        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads") => Need::Status,
+        (
+            "escher.v1.Cluster",
+            "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"
+            | "Drain",
+        ) => Need::Admin,
+        ("escher.v1.WorkerLink", "Register" | "Attach") => Need::Join,
+        ("escher.v1.Raft", "Send" | "Status") => Need::Admin,
+        _ => return None,
+    })
+}
+
+/// Authenticates every request by its bearer token and refuses methods the caller's role may
+/// not call; puts the [`Caller`] in the request's extensions for the handler.
+#[derive(Debug, Clone)]
+pub struct AuthLayer {
+    keys: Arc<Keys>,
+}
+
+impl AuthLayer {
+    /// A layer checking against `keys`.
+    pub fn new(keys: Arc<Keys>) -> AuthLayer {
+        AuthLayer { keys }
+    }
+}
+
+impl<S> tower::Layer<S> for AuthLayer {
+    type Service = Auth<S>;
+    fn layer(&self, inner: S) -> Auth<S> {
+        Auth {
+            inner,
+            keys: Arc::clone(&self.keys),
+        }
+    }
+}
+
+/// The service [`AuthLayer`] wraps around the head's routes.
+#[derive(Debug, Clone)]
+pub struct Auth<S> {
+    inner: S,
+    keys: Arc<Keys>,
+}
+
+impl<S> Auth<S> {
+    fn check(&self, path: &str, headers: &http::HeaderMap) -> Result<Caller, Status> {
+        let Some(need) = need(path) else {
+            return Err(Status::permission_denied(format!(
+                "{path} is not a method this head serves"
+            )));
+        };
+        let token = bearer(headers)?;
+        let caller = self.keys.authenticate(token)?;
+        if !need.admits(&caller) {
+            let method = path.rsplit('/').next().unwrap_or(path);
+            return Err(Status::permission_denied(format!(
+                "{method} needs {}; the call carried {}",
+                need.who(),
+                caller.describe()
+            )));
+        }
+        Ok(caller)
+    }
+}
+
+/// The token of `authorization: Bearer <token>`.
+fn bearer(headers: &http::HeaderMap) -> Result<&str, Status> {
+    let missing = || {
+        Status::unauthenticated(
+            "this call carries no token (metadata `authorization: Bearer <token>`); the escher \
+             CLI and client take one from --token or ESCHER_TOKEN, else from the access file the \
+             head writes at its first start (ESCHER_ACCESS_FILE, else $ESCHER_HOME/access.json, \
+             ESCHER_HOME defaulting to ~/.escher)",
+        )
+    };
+    let value = headers
+        .get(http::header::AUTHORIZATION)
+        .ok_or_else(missing)?;
+    let text = value.to_str().map_err(|_| missing())?;
+    let token = text
+        .strip_prefix("Bearer ")
+        .or_else(|| text.strip_prefix("bearer "))
+        .ok_or_else(missing)?;
+    Ok(token.trim())
+}
+
+/// tonic answers a request body it cannot decode with INTERNAL; the caller sent it, so it is
+/// INVALID_ARGUMENT (the message, which says what failed to decode, is kept).
+fn undecodable_is_invalid_argument(headers: &mut http::HeaderMap) {
+    let internal = headers
+        .get("grpc-status")
+        .is_some_and(|v| v.as_bytes() == b"13");
+    let undecodable = headers
+        .get("grpc-message")
+        .is_some_and(|v| v.as_bytes().starts_with(b"failed%20to%20decode"));
+    if internal && undecodable {
+        headers.insert("grpc-status", http::HeaderValue::from_static("3"));
+    }
+}
+
+type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
+
+impl<S, B> tower::Service<http::Request<B>> for Auth<S>
+where
+    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = S::Error;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        match self.check(request.uri().path(), request.headers()) {
+            Ok(caller) => {
+                request.extensions_mut().insert(caller);
+                // The clone is ready only if polled; the ready one (self.inner) serves this call.
+                let clone = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, clone);
+                let call = inner.call(request);
+                Box::pin(async move {
+                    let mut response = call.await?;
+                    undecodable_is_invalid_argument(response.headers_mut());
+                    Ok(response)
+                })
+            }
+            Err(status) => {
+                tracing::debug!(path = %request.uri().path(), code = ?status.code(), "call refused");
+                Box::pin(async move { Ok(status.into_http()) })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_method_of_every_service_has_a_need() {
+        let proto = include_str!("../../../proto/proto/escher.proto");
+        let mut service = "";
+        let mut checked = 0;
+        for line in proto.lines().map(str::trim) {
+            if let Some(rest) = line.strip_prefix("service ") {
+                service = rest.trim_end_matches(" {").trim();
+            } else if let Some(rest) = line.strip_prefix("rpc ") {
+                let method = rest.split('(').next().unwrap().trim();
+                let path = format!("/escher.v1.{service}/{method}");
+                assert!(
+                    need(&path).is_some(),
+                    "{path} has no entry in the auth table"
+                );
+                checked += 1;
+            }
+        }
+        assert!(checked >= 20, "only {checked} methods found");
+        assert_eq!(need("/escher.v1.Cluster/Nope"), None);
+        assert_eq!(need("nonsense"), None);
+    }
+
+    #[test]
+    fn roles_reach_what_they_need_only() {
+        let app = Caller::App("a".parse().unwrap());
+        assert!(Need::Write.admits(&app) && Need::Status.admits(&app));
+        assert!(!Need::Admin.admits(&app) && !Need::Join.admits(&app));
+        assert!(Need::Status.admits(&Caller::Reader) && !Need::Write.admits(&Caller::Reader));
+        assert!(Need::Join.admits(&Caller::Worker) && !Need::Status.admits(&Caller::Worker));
+        assert!(
+            [Need::Admin, Need::Write, Need::Status, Need::Join]
+                .iter()
+                .all(|n| n.admits(&Caller::Admin))
+        );
+    }
+}

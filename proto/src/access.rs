@@ -1,0 +1,392 @@
+//! The access file (DESIGN §10): how the CLI, the client library and workers on the head's
+//! machine find the head and its credentials with no flag.
+//!
+//! At its first start a head writes `access.json` (mode 0600): the URLs it serves on, an
+//! `admin` token, a worker join token, and the certificate clients verify when the head speaks
+//! TLS. Later starts read the same file, so tokens survive restarts. Where it lives:
+//!
+//! 1. `--access-file PATH` (head, worker, CLI) or `ESCHER_ACCESS_FILE`;
+//! 2. else `$ESCHER_HOME/access.json`, `ESCHER_HOME` defaulting to `~/.escher`.
+//!
+//! The file sits in `ESCHER_HOME` rather than in the head's data directory because that is
+//! where everything else on the machine looks: a head started with `--data-dir` and the CLI
+//! run next to it find the same file without a flag. The replicas of one group share one file:
+//! on one machine they share `ESCHER_HOME` (or one `--access-file`), across machines an
+//! operator copies the first replica's file to the others before starting them. Creating the
+//! file is exclusive (three replicas starting at once agree on one set of tokens), and adding
+//! a head URL to it happens under a lock.
+//!
+//! Heads started in a process (`LocalCluster`, tests) also [`register`] their access in that
+//! process, so that a client of the same process finds it by URL without any file.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// The environment variable naming the access file.
+pub const ENV_ACCESS_FILE: &str = "ESCHER_ACCESS_FILE";
+/// The environment variable holding a bearer token (it wins over the access file).
+pub const ENV_TOKEN: &str = "ESCHER_TOKEN";
+/// The environment variable in which a running task gets its task-scoped credential.
+pub const ENV_TASK_TOKEN: &str = "ESCHER_TASK_TOKEN";
+/// The environment variable naming escher's per-user directory (default `~/.escher`).
+pub const ENV_HOME: &str = "ESCHER_HOME";
+/// The access file's name inside `ESCHER_HOME`.
+pub const FILE_NAME: &str = "access.json";
+
+/// The version of the file's format this build writes and reads.
+const VERSION: u32 = 1;
+
+/// What a head publishes to the machine it runs on.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AccessFile {
+    /// The format's version.
+    pub version: u32,
+    /// The URLs of the head's replicas (`http://HOST:PORT` or `https://HOST:PORT`).
+    pub heads: Vec<String>,
+    /// A token with the `admin` role.
+    pub admin_token: String,
+    /// The worker join token (`worker` role).
+    pub worker_token: String,
+    /// The PEM certificate a client trusts for the head's TLS, when the head speaks TLS.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_cert: Option<String>,
+}
+
+impl fmt::Debug for AccessFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AccessFile")
+            .field("heads", &self.heads)
+            .field("admin_token", &"<redacted>")
+            .field("worker_token", &"<redacted>")
+            .field("tls", &self.ca_cert.is_some())
+            .finish()
+    }
+}
+
+/// Why an access file could not be used.
+#[derive(Debug, Error)]
+pub enum AccessError {
+    /// The file could not be read or written.
+    #[error("cannot use the access file {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The file is not an access file of this version.
+    #[error(
+        "the access file {path} is not valid: {why}; remove it and restart the head to write a \
+         new one (its tokens stop working), or point --access-file at the right file"
+    )]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        why: String,
+    },
+    /// No home directory to look in.
+    #[error(
+        "no access file location: neither {ENV_ACCESS_FILE} nor {ENV_HOME} nor HOME is set; \
+         pass --access-file PATH"
+    )]
+    NoHome,
+}
+
+/// A random token for `role` (`escher-<role>-` and 64 hex digits: 256 random bits).
+pub fn new_token(role: &str) -> String {
+    let bytes: [u8; 32] = rand::random();
+    let mut token = format!("escher-{role}-");
+    for b in bytes {
+        token.push_str(&format!("{b:02x}"));
+    }
+    token
+}
+
+impl AccessFile {
+    /// A new access file for heads at `heads`, with fresh tokens.
+    pub fn generate(heads: Vec<String>) -> AccessFile {
+        AccessFile {
+            version: VERSION,
+            heads,
+            admin_token: new_token("admin"),
+            worker_token: new_token("worker"),
+            ca_cert: None,
+        }
+    }
+
+    /// Reads and checks the file at `path`.
+    pub fn read(path: &Path) -> Result<AccessFile, AccessError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let invalid = |why: String| AccessError::Invalid {
+            path: path.to_path_buf(),
+            why,
+        };
+        let file: AccessFile = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        if file.version != VERSION {
+            return Err(invalid(format!(
+                "format version {} (this build reads version {VERSION})",
+                file.version
+            )));
+        }
+        if file.admin_token.is_empty() || file.worker_token.is_empty() {
+            return Err(invalid("a token is empty".into()));
+        }
+        Ok(file)
+    }
+
+    /// Opens the access file at `path`, creating it with fresh tokens if there is none, and
+    /// makes sure `url` is among its heads. Returns the file and whether it was created now.
+    /// Safe against other heads doing the same at the same time (an exclusive create, then a
+    /// lock for the update).
+    pub fn open_or_create(
+        path: &Path,
+        url: &str,
+        ca_cert: Option<&str>,
+    ) -> Result<(AccessFile, bool), AccessError> {
+        let io = |source| AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io)?;
+        }
+        let mut fresh = AccessFile::generate(vec![url.to_string()]);
+        fresh.ca_cert = ca_cert.map(str::to_string);
+        if create_exclusive(path, &fresh)? {
+            return Ok((fresh, true));
+        }
+        let lock_path = path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        let mut file = AccessFile::read(path)?;
+        let mut changed = false;
+        if !file.heads.iter().any(|h| h == url) {
+            file.heads.push(url.to_string());
+            changed = true;
+        }
+        if let Some(cert) = ca_cert
+            && file.ca_cert.as_deref() != Some(cert)
+        {
+            file.ca_cert = Some(cert.to_string());
+            changed = true;
+        }
+        if changed {
+            file.replace(path)?;
+        }
+        drop(lock);
+        Ok((file, false))
+    }
+
+    /// Replaces the file at `path` with this one (written aside, then renamed over it).
+    pub fn replace(&self, path: &Path) -> Result<(), AccessError> {
+        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        write_private(&tmp, self)?;
+        std::fs::rename(&tmp, path).map_err(|source| AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}
+
+/// Writes `file` to `path` if nothing is there yet; `false` if something is.
+fn create_exclusive(path: &Path, file: &AccessFile) -> Result<bool, AccessError> {
+    let tmp = path.with_extension(format!("new.{}", std::process::id()));
+    write_private(&tmp, file)?;
+    let linked = std::fs::hard_link(&tmp, path);
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(false),
+        Err(source) => Err(AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+    }
+}
+
+/// Writes `file` to a new file at `path`, readable by its owner only, and syncs it.
+fn write_private(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
+    let io = |source| AccessError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut text = serde_json::to_string_pretty(file).expect("an access file serializes");
+    text.push('\n');
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        options.mode(0o600);
+    }
+    let mut out = options.open(path).map_err(io)?;
+    out.write_all(text.as_bytes()).map_err(io)?;
+    out.sync_all().map_err(io)
+}
+
+/// `ESCHER_HOME`, defaulting to `~/.escher`.
+pub fn home() -> Option<PathBuf> {
+    match std::env::var_os(ENV_HOME) {
+        Some(h) if !h.is_empty() => Some(PathBuf::from(h)),
+        _ => Some(PathBuf::from(std::env::var_os("HOME")?).join(".escher")),
+    }
+}
+
+/// Where the access file is: `explicit` if given, else `ESCHER_ACCESS_FILE`, else
+/// `$ESCHER_HOME/access.json`.
+pub fn location(explicit: Option<&Path>) -> Result<PathBuf, AccessError> {
+    if let Some(path) = explicit {
+        return Ok(path.to_path_buf());
+    }
+    match std::env::var_os(ENV_ACCESS_FILE) {
+        Some(p) if !p.is_empty() => Ok(PathBuf::from(p)),
+        _ => home().map(|h| h.join(FILE_NAME)).ok_or(AccessError::NoHome),
+    }
+}
+
+/// Adds `authorization: Bearer <token>` to every call of a tonic client
+/// (`ClusterClient::with_interceptor(channel, Bearer::new(token))`).
+#[derive(Clone)]
+pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
+
+impl fmt::Debug for Bearer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Bearer(<redacted>)"
+        } else {
+            "Bearer(none)"
+        })
+    }
+}
+
+impl Bearer {
+    /// Sends `token`; a token that cannot be a header value (it holds a control character) is
+    /// sent as no token, which the head refuses saying so.
+    pub fn new(token: &str) -> Bearer {
+        let value = format!("Bearer {token}").parse().ok().map(
+            |mut v: tonic::metadata::MetadataValue<_>| {
+                v.set_sensitive(true);
+                v
+            },
+        );
+        Bearer(value)
+    }
+
+    /// Sends no token.
+    pub fn none() -> Bearer {
+        Bearer(None)
+    }
+}
+
+impl tonic::service::Interceptor for Bearer {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        Ok(request)
+    }
+}
+
+fn registry() -> &'static Mutex<HashMap<String, AccessFile>> {
+    static REGISTRY: OnceLock<Mutex<HashMap<String, AccessFile>>> = OnceLock::new();
+    REGISTRY.get_or_init(Mutex::default)
+}
+
+/// The key a URL is registered under: scheme-less, without a trailing slash.
+fn url_key(url: &str) -> String {
+    let url = url.trim().trim_end_matches('/');
+    url.split_once("://")
+        .map_or(url, |(_, rest)| rest)
+        .to_string()
+}
+
+/// Makes `access` known to clients of this process that connect to `url` (a head started in
+/// this process).
+pub fn register(url: &str, access: &AccessFile) {
+    let mut known = registry().lock().unwrap_or_else(|e| e.into_inner());
+    known.insert(url_key(url), access.clone());
+}
+
+/// Forgets what [`register`] made known for `url`.
+pub fn unregister(url: &str) {
+    let mut known = registry().lock().unwrap_or_else(|e| e.into_inner());
+    known.remove(&url_key(url));
+}
+
+/// The access of a head started in this process at `url`, if one registered.
+pub fn registered(url: &str) -> Option<AccessFile> {
+    let known = registry().lock().unwrap_or_else(|e| e.into_inner());
+    known.get(&url_key(url)).cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_is_created_once_private_and_gains_urls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("home").join(FILE_NAME);
+        let (first, created) =
+            AccessFile::open_or_create(&path, "http://127.0.0.1:7600", None).unwrap();
+        assert!(created);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+        let (second, created) =
+            AccessFile::open_or_create(&path, "http://127.0.0.1:7601", None).unwrap();
+        assert!(!created);
+        assert_eq!(second.admin_token, first.admin_token);
+        assert_eq!(second.heads.len(), 2);
+        assert_eq!(AccessFile::read(&path).unwrap(), second);
+        assert!(!format!("{second:?}").contains(&second.admin_token));
+    }
+
+    #[test]
+    fn a_broken_file_says_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(FILE_NAME);
+        std::fs::write(&path, "{not json").unwrap();
+        let err = AccessFile::read(&path).unwrap_err().to_string();
+        assert!(err.contains("remove it and restart the head"), "{err}");
+    }
+
+    #[test]
+    fn the_registry_ignores_the_scheme() {
+        let access = AccessFile::generate(vec![]);
+        register("http://127.0.0.1:9/", &access);
+        assert_eq!(registered("127.0.0.1:9"), Some(access));
+        unregister("127.0.0.1:9");
+        assert_eq!(registered("http://127.0.0.1:9"), None);
+    }
+
+    #[test]
+    fn tokens_are_random_and_name_their_role() {
+        let a = new_token("admin");
+        assert!(a.starts_with("escher-admin-") && a.len() == "escher-admin-".len() + 64);
+        assert_ne!(a, new_token("admin"));
+    }
+}

@@ -1,0 +1,467 @@
+//! Security and tenancy (DESIGN §10), tried as an attacker would: the raw gRPC protocol
+//! (tonic clients generated from `escher-proto`) against a real head and real workers on
+//! loopback. Every attack must be refused with UNAUTHENTICATED or PERMISSION_DENIED (or
+//! "unknown task" across namespaces), and the cluster's status and tasks must be unchanged.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cluster, finished, running, status, within};
+use escher::access::Bearer;
+use escher::types::{
+    ClusterStatus, GangStrategy, Grant, LogStream, NodeId, NodeSpec, RegisterRequest, ResourceSet,
+    Role, TaskFinished, TaskResult, TaskState, TaskSummary, WorkerMessage,
+};
+use escher::{Client, ClientError, LocalCluster, Task};
+use escher_proto::wire::worker_link_client::WorkerLinkClient;
+use escher_proto::wire::{self, cluster_client::ClusterClient, raft_client::RaftClient};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+type Rpc = ClusterClient<InterceptedService<Channel, Bearer>>;
+type Link = WorkerLinkClient<InterceptedService<Channel, Bearer>>;
+
+async fn channel(cluster: &LocalCluster) -> Channel {
+    within(
+        "connecting",
+        Endpoint::from_shared(cluster.head_url().to_string())
+            .unwrap()
+            .connect(),
+    )
+    .await
+    .unwrap()
+}
+
+/// A raw `Cluster` client sending `token` (none for `None`).
+async fn rpc(cluster: &LocalCluster, token: Option<&str>) -> Rpc {
+    let bearer = token.map_or_else(Bearer::none, Bearer::new);
+    ClusterClient::with_interceptor(channel(cluster).await, bearer)
+}
+
+/// A raw `WorkerLink` client sending `token`.
+async fn link(cluster: &LocalCluster, token: Option<&str>) -> Link {
+    let bearer = token.map_or_else(Bearer::none, Bearer::new);
+    WorkerLinkClient::with_interceptor(channel(cluster).await, bearer)
+}
+
+/// The gRPC code of a call that must fail, and its message.
+fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (tonic::Code, String) {
+    match result {
+        Ok(reply) => panic!("the head accepted an attack: {reply:?}"),
+        Err(status) => (status.code(), status.message().to_string()),
+    }
+}
+
+/// What an attack must leave exactly as it was.
+async fn snapshot(admin: &Client) -> (ClusterStatus, Vec<TaskSummary>) {
+    let tasks = admin.list_tasks(None, None).await.unwrap();
+    (status(admin).await, tasks)
+}
+
+fn submit(argv: &[&str], env: &[(&str, &str)]) -> wire::SubmitRequest {
+    let mut task = Task::command(argv.iter().copied());
+    for (k, v) in env {
+        task = task.env(*k, *v);
+    }
+    let spec = task.build().unwrap();
+    wire::SubmitRequest {
+        tasks: vec![spec.into()],
+        namespace: String::new(),
+        key: None,
+    }
+}
+
+async fn app_token(admin: &Client, namespace: &str) -> String {
+    let grant = Grant::new(Role::App, Some(namespace.parse().unwrap())).unwrap();
+    admin.create_token(grant, namespace).await.unwrap().token
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_without_a_valid_token_are_refused_on_every_service() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let before = snapshot(&admin).await;
+
+    for token in [None, Some("escher-admin-0000"), Some("not a token at all")] {
+        let mut c = rpc(&cluster, token).await;
+        let (code, message) = refused(c.submit(submit(&["true"], &[])).await);
+        assert_eq!(code, tonic::Code::Unauthenticated, "{token:?}: {message}");
+        assert!(
+            message.contains("token"),
+            "the refusal says what is wrong: {message}"
+        );
+        let (code, _) = refused(c.cluster_status(wire::ClusterStatusRequest {}).await);
+        assert_eq!(code, tonic::Code::Unauthenticated);
+        let mut l = link(&cluster, token).await;
+        let request = RegisterRequest {
+            name: "intruder".into(),
+            address: "127.0.0.1".into(),
+            resources: "cpu=1000".parse().unwrap(),
+            labels: Default::default(),
+            running: vec![],
+            gpus: vec![],
+            finished: vec![],
+            identity: None,
+            boot_id: 1,
+        };
+        let (code, _) = refused(l.register(wire::RegisterRequest::from(request)).await);
+        assert_eq!(code, tonic::Code::Unauthenticated);
+        let bearer = token.map_or_else(Bearer::none, Bearer::new);
+        let mut raft = RaftClient::with_interceptor(channel(&cluster).await, bearer);
+        let status = wire::ReplicaStatusRequest {
+            group: String::new(),
+        };
+        let (code, _) = refused(raft.status(status).await);
+        assert_eq!(code, tonic::Code::Unauthenticated);
+    }
+    // A forged task credential.
+    let mut c = rpc(&cluster, Some("escher-task-1-1-00ff")).await;
+    let (code, _) = refused(c.cluster_status(wire::ClusterStatusRequest {}).await);
+    assert_eq!(code, tonic::Code::Unauthenticated);
+
+    // A revoked token stops working, and says so.
+    let token = app_token(&admin, "team").await;
+    let app = admin.clone().with_token(&token);
+    app.cluster_status().await.unwrap();
+    let id = admin
+        .list_tokens()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|t| t.description == "team")
+        .unwrap()
+        .id;
+    admin.revoke_token(&id).await.unwrap();
+    match app.cluster_status().await.unwrap_err() {
+        ClientError::Unauthenticated { message, .. } => {
+            assert!(message.contains("revoked"), "{message}")
+        }
+        other => panic!("expected Unauthenticated, got {other:?}"),
+    }
+    assert_eq!(snapshot(&admin).await, before);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_apps_cannot_see_or_touch_each_other() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let node = cluster.nodes()[0];
+    let admin = cluster.client().await.unwrap();
+    // A shared resource an admin made, which both apps may request.
+    admin
+        .set_resource("shared/licence", 2, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let (token_a, token_b) = (app_token(&admin, "a").await, app_token(&admin, "b").await);
+    let a = admin.clone().with_token(&token_a);
+    let b = admin.clone().with_token(&token_b);
+
+    // Each runs a task that holds a secret in its environment and the shared licence.
+    let run = |client: &Client, secret: &'static str| {
+        let client = client.clone();
+        async move {
+            let task = Task::command(["sh", "-c", "echo $SECRET; sleep 30"])
+                .env("SECRET", secret)
+                .resources_str("shared/licence=1");
+            client.submit(task).await.unwrap()
+        }
+    };
+    let ta = run(&a, "secret-of-a").await;
+    let tb = run(&b, "secret-of-b").await;
+    running(&admin, &ta).await;
+    running(&admin, &tb).await;
+    // A's resource in its namespace.
+    a.set_resource("mine", 1, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let before = snapshot(&admin).await;
+
+    // B cannot see, wait on, read, or cancel A's task: it is unknown to B.
+    for result in [
+        b.task_info(&ta).await.map(|_| ()),
+        b.wait([ta.id()], 1, Some(Duration::ZERO)).await.map(|_| ()),
+        b.logs(&ta, LogStream::Stdout).await.map(|_| ()),
+        b.cancel([ta.id()]).await.map(|_| ()),
+    ] {
+        match result.unwrap_err() {
+            ClientError::NotFound(message) => {
+                assert!(message.contains("unknown task"), "{message}")
+            }
+            other => panic!("expected unknown task, got {other:?}"),
+        }
+    }
+    let listed: Vec<_> = b
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(listed, [tb.id()], "B lists its own task only");
+    // A namespace in the request does not reach another namespace.
+    let mut raw_b = rpc(&cluster, Some(&token_b)).await;
+    let mut request = submit(&["true"], &[]);
+    request.namespace = "a".into();
+    let (code, message) = refused(raw_b.submit(request).await);
+    assert_eq!(code, tonic::Code::PermissionDenied, "{message}");
+    // B cannot change A's resource, nor the shared one.
+    for name in ["a/mine", "shared/licence"] {
+        match b
+            .delete_resource(name, NodeSpec::Node(node))
+            .await
+            .unwrap_err()
+        {
+            ClientError::PermissionDenied(message) => {
+                assert!(message.contains("another namespace"), "{message}")
+            }
+            other => panic!("expected PermissionDenied for {name}, got {other:?}"),
+        }
+    }
+    // B's status shows physical and shared resources and its own namespace, not A's.
+    let seen = b.cluster_status().await.unwrap();
+    let names: Vec<String> = seen.nodes[0]
+        .resources
+        .iter()
+        .map(|r| r.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "cpu"), "{names:?}");
+    assert!(names.iter().any(|n| n == "shared/licence"), "{names:?}");
+    assert!(!names.iter().any(|n| n.starts_with("a/")), "{names:?}");
+
+    // Admin-only calls are refused to an app.
+    let mut raw_a = rpc(&cluster, Some(&token_a)).await;
+    let (code, _) = refused(
+        raw_a
+            .create_token(wire::CreateTokenRequest {
+                role: wire::Role::Admin.into(),
+                ..Default::default()
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::PermissionDenied);
+    let (code, _) = refused(
+        raw_a
+            .drain(wire::DrainRequest {
+                node: node.0,
+                key: None,
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::PermissionDenied);
+    let (code, _) = refused(
+        raw_a
+            .apply_mig_layout(wire::ApplyMigLayoutRequest {
+                node: node.0,
+                ..Default::default()
+            })
+            .await,
+    );
+    assert_eq!(code, tonic::Code::PermissionDenied);
+    assert_eq!(snapshot(&admin).await, before, "nothing changed");
+
+    // Each still sees and cancels its own.
+    assert_eq!(a.cancel([ta.id()]).await.unwrap()[0].id, ta.id());
+    b.cancel([tb.id()]).await.unwrap();
+    let sa = finished(&admin, &ta).await;
+    assert_eq!(sa.state, TaskState::Cancelled);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn physical_resources_cannot_be_forged_through_any_path() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let node = cluster.nodes()[0];
+    let admin = cluster.client().await.unwrap();
+    let app = admin.clone().with_token(app_token(&admin, "x").await);
+    let before = snapshot(&admin).await;
+    for client in [&admin, &app] {
+        for name in ["cpu", "gpu", "mig.1g.5gb", "memory"] {
+            let err = client
+                .set_resource(name, 64, NodeSpec::Node(node))
+                .await
+                .unwrap_err();
+            assert!(err.is_refusal(), "{name}: {err:?}");
+        }
+        // A reservation whose name and bundle compose a physical name.
+        let bundle: ResourceSet = "1g.5gb=1".parse().unwrap();
+        let err = client
+            .reserve(
+                "mig",
+                vec![bundle],
+                GangStrategy::Pack,
+                Some(Duration::from_secs(1)),
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("physical"), "{err}");
+    }
+    assert_eq!(snapshot(&admin).await, before);
+    cluster.shutdown().await;
+}
+
+/// Registers a worker of its own with the join token, as an attacker holding it would.
+async fn register(link: &mut Link, name: &str) -> (NodeId, String) {
+    let request = RegisterRequest {
+        name: name.into(),
+        address: "127.0.0.1".into(),
+        resources: "cpu=1".parse().unwrap(),
+        labels: Default::default(),
+        running: vec![],
+        gpus: vec![],
+        finished: vec![],
+        identity: None,
+        boot_id: 7,
+    };
+    let reply = link
+        .register(wire::RegisterRequest::from(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = escher::types::RegisterReply::try_from(reply).unwrap();
+    (reply.node_id, reply.secret.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_bound_to_their_own_node_and_tasks() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let real = cluster.nodes()[0];
+    let admin = cluster.client().await.unwrap();
+    let app_tok = app_token(&admin, "w").await;
+    let victim = admin
+        .submit(Task::command(["sleep", "30"]).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let victim_status = running(&admin, &victim).await;
+    assert_eq!(victim_status.node, Some(real));
+
+    // Only the join token (or an admin) registers workers.
+    let mut as_app = link(&cluster, Some(&app_tok)).await;
+    let request = RegisterRequest {
+        name: "intruder".into(),
+        address: "127.0.0.1".into(),
+        resources: "cpu=1000".parse().unwrap(),
+        labels: Default::default(),
+        running: vec![],
+        gpus: vec![],
+        finished: vec![],
+        identity: None,
+        boot_id: 1,
+    };
+    let (code, _) = refused(as_app.register(wire::RegisterRequest::from(request)).await);
+    assert_eq!(code, tonic::Code::PermissionDenied);
+
+    // A worker with the join token gets a node of its own, and nothing more.
+    let access = cluster.access().clone();
+    let mut joined = link(&cluster, Some(&access.worker_token)).await;
+    let (fake, secret) = register(&mut joined, "fake").await;
+    assert_ne!(fake, real);
+    // Attaching to the real node's id without its secret is refused.
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let hello = WorkerMessage::Hello {
+        node_id: real,
+        secret: "guess".into(),
+    };
+    tx.send(wire::WorkerMessage::from(hello)).await.unwrap();
+    let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
+    let (code, _) = refused(joined.attach(stream).await);
+    assert_eq!(code, tonic::Code::PermissionDenied);
+    // On its own stream, a report about the victim's task (which it does not run) is refused:
+    // the task keeps running on its real node.
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    tx.send(wire::WorkerMessage::from(WorkerMessage::Hello {
+        node_id: fake,
+        secret,
+    }))
+    .await
+    .unwrap();
+    let mut inbound = joined
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    let forged = TaskFinished {
+        task_id: victim.id(),
+        attempt: victim_status.attempt,
+        outcome: Ok(TaskResult::Exited { code: 0 }),
+        timed_out: false,
+    };
+    tx.send(wire::WorkerMessage::from(WorkerMessage::TaskFinished(
+        forged,
+    )))
+    .await
+    .unwrap();
+    let started = WorkerMessage::TaskStarted {
+        task_id: victim.id(),
+        attempt: victim_status.attempt + 1,
+    };
+    tx.send(wire::WorkerMessage::from(started)).await.unwrap();
+    // The head acknowledges the forged report (so a confused worker forgets it) but applies
+    // nothing; read the stream until the acknowledgement comes.
+    within("the acknowledgement of the refused report", async {
+        while let Some(msg) = inbound.message().await.unwrap() {
+            if matches!(msg.body, Some(wire::head_message::Body::ReportsAcked(_))) {
+                break;
+            }
+        }
+    })
+    .await;
+    let after = admin.task_info(&victim).await.unwrap().status;
+    assert_eq!(after.state, TaskState::Running, "{after:?}");
+    assert_eq!(after.node, Some(real));
+    assert_eq!(after.attempt, victim_status.attempt);
+    admin.cancel([victim.id()]).await.unwrap();
+    drop(tx);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_reads_and_a_task_acts_in_its_own_namespace() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let grant = Grant::new(Role::Reader, None).unwrap();
+    let reader = admin
+        .clone()
+        .with_token(admin.create_token(grant, "dashboard").await.unwrap().token);
+    reader.cluster_status().await.unwrap();
+    match reader.submit(Task::command(["true"])).await.unwrap_err() {
+        ClientError::PermissionDenied(message) => {
+            assert!(message.contains("reader"), "{message}")
+        }
+        other => panic!("expected PermissionDenied, got {other:?}"),
+    }
+    // A task of namespace `t` marks its node with the CLI, using the credential its worker
+    // gave it: the name lands in `t`, and Local means its own node.
+    let app = admin.clone().with_token(app_token(&admin, "t").await);
+    let bin = common::escher_bin();
+    let task = app
+        .submit(
+            Task::command([
+                "sh",
+                "-c",
+                r#""$ESCHER_BIN" resource set here unbounded --local"#,
+            ])
+            .env("ESCHER_BIN", bin.to_str().unwrap()),
+        )
+        .await
+        .unwrap();
+    let done = finished(&admin, &task).await;
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    let seen = status(&admin).await;
+    let node = done.node.unwrap();
+    assert!(
+        common::resource(&seen, node, "t/here").is_some(),
+        "the task's resource is in its namespace"
+    );
+    cluster.shutdown().await;
+}
