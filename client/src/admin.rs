@@ -64,11 +64,8 @@ impl Client {
             node: node.0,
             key: Some(ticket.key().into()),
         };
-        self.call(|mut rpc| {
-            let request = request.clone();
-            async move { rpc.drain(request).await }
-        })
-        .await?;
+        self.call(|mut rpc| async move { rpc.drain(request).await })
+            .await?;
         Ok(())
     }
 }

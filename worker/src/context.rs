@@ -52,6 +52,8 @@ impl fmt::Debug for TaskContext {
 }
 
 impl TaskContext {
+    // One argument per field: the runner has them loose, and a builder would only rename them.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
         node_id: NodeId,
         task_id: TaskId,

@@ -319,7 +319,7 @@ impl Runtime {
                 tracing::debug!(%url, "following the head group's leader");
                 self.failures += 1;
                 // At once, but not in a tight loop if replicas keep pointing at each other.
-                let delay = if self.failures % 8 == 0 {
+                let delay = if self.failures.is_multiple_of(8) {
                     self.backoff.next_delay()
                 } else {
                     Duration::ZERO
@@ -333,7 +333,7 @@ impl Runtime {
             }
             ConnectError::Retry(why) => {
                 self.failures += 1;
-                if self.failures == 1 || self.failures % 30 == 0 {
+                if self.failures == 1 || self.failures.is_multiple_of(30) {
                     tracing::warn!(head = %self.env.head.url(), attempts = self.failures, %why, "cannot reach the head; retrying");
                 } else {
                     tracing::debug!(attempts = self.failures, %why, "cannot reach the head");

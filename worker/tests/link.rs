@@ -307,13 +307,12 @@ async fn draining_lets_tasks_finish_and_refuses_new_ones() {
     // The worker says it is draining.
     bounded("a draining heartbeat", async {
         loop {
-            if let (_, WorkerMessage::Heartbeat { metrics }) = head.message().await {
-                if metrics
+            if let (_, WorkerMessage::Heartbeat { metrics }) = head.message().await
+                && metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value == 1.0)
-                {
-                    return;
-                }
+            {
+                return;
             }
         }
     })

@@ -24,13 +24,16 @@ pub enum Need {
 
 impl Need {
     fn admits(self, caller: &Caller) -> bool {
-        match (self, caller) {
-            (_, Caller::Admin) => true,
-            (Need::Write, Caller::App(_) | Caller::Task { .. }) => true,
-            (Need::Status, Caller::App(_) | Caller::Task { .. } | Caller::Reader) => true,
-            (Need::Join, Caller::Worker) => true,
-            _ => false,
-        }
+        matches!(
+            (self, caller),
+            (_, Caller::Admin)
+                | (Need::Write, Caller::App(_) | Caller::Task { .. })
+                | (
+                    Need::Status,
+                    Caller::App(_) | Caller::Task { .. } | Caller::Reader
+                )
+                | (Need::Join, Caller::Worker)
+        )
     }
 
     fn who(self) -> &'static str {

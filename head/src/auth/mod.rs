@@ -352,7 +352,7 @@ fn signed_text(task: u64, attempt: u32, ns: Option<&str>) -> String {
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
+    if !text.len().is_multiple_of(2) {
         return None;
     }
     (0..text.len())

@@ -303,7 +303,7 @@ pub(crate) fn key_segment(key: &str) -> String {
 
 /// A duration in whole milliseconds, rounded up so that a non-zero duration stays non-zero.
 pub(crate) fn duration_to_ms(d: Duration) -> u64 {
-    let ms = d.as_millis() + u128::from(d.subsec_nanos() % 1_000_000 != 0);
+    let ms = d.as_millis() + u128::from(!d.subsec_nanos().is_multiple_of(1_000_000));
     u64::try_from(ms).unwrap_or(u64::MAX)
 }
 

@@ -294,10 +294,10 @@ mod tests {
         let poll = async {
             loop {
                 let path = log_path(&opts.log_dir, 1, 0, Stream::Stdout);
-                if let Ok(text) = tokio::fs::read_to_string(path).await {
-                    if let Some((line, _)) = text.split_once('\n') {
-                        return line.to_owned();
-                    }
+                if let Ok(text) = tokio::fs::read_to_string(path).await
+                    && let Some((line, _)) = text.split_once('\n')
+                {
+                    return line.to_owned();
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }

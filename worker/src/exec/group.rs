@@ -85,11 +85,11 @@ impl ProcessGroup {
 
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
-        if self.armed {
-            if let Some(pgid) = self.pgid {
-                // Best effort: there is no one left to report a failure to.
-                let _ = killpg(pgid, Signal::SIGKILL);
-            }
+        if self.armed
+            && let Some(pgid) = self.pgid
+        {
+            // Best effort: there is no one left to report a failure to.
+            let _ = killpg(pgid, Signal::SIGKILL);
         }
     }
 }
