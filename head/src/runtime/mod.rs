@@ -86,7 +86,21 @@ const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 /// Serves a head on `listener` until `shutdown` completes. With `config.data_dir` the raft log
 /// lives there (created, or recovered and verified); without, in memory: what the head knows
 /// is lost when it stops, unless other replicas of its group keep it.
-pub async fn run(
+///
+/// Clients and workers of this process find the head's tokens by its URL from the moment this
+/// is called (`escher_proto::access::register`), before the returned future first runs.
+pub fn run(
+    listener: TcpListener,
+    config: HeadConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> impl Future<Output = Result<(), HeadError>> + Send {
+    if let Ok(addr) = listener.local_addr() {
+        escher_proto::access::register(&format!("http://{addr}"), &config.access);
+    }
+    run_registered(listener, config, shutdown)
+}
+
+async fn run_registered(
     listener: TcpListener,
     config: HeadConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -222,8 +236,6 @@ async fn serve<S: crate::replication::LogStore>(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     // Every call passes the auth layer: its token becomes a `Caller`, and a method the
     // caller's role may not call is refused before any handler runs (DESIGN §10).
-    let url = format!("http://{addr}");
-    escher_proto::access::register(&url, &config.access);
     let server = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .layer(AuthLayer::new(Arc::clone(&keys)))
@@ -243,7 +255,6 @@ async fn serve<S: crate::replication::LogStore>(
         () = async { token.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => Ok(()),
     };
     token.cancel();
-    escher_proto::access::unregister(&url);
     tracker.close();
     let owner_result = owner_task.await;
     tracker.wait().await;
