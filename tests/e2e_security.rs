@@ -465,3 +465,116 @@ async fn a_reader_reads_and_a_task_acts_in_its_own_namespace() {
     );
     cluster.shutdown().await;
 }
+
+/// Runs `bin` (a sibling of the `escher` CLI) with `args` in `home` (its `ESCHER_HOME`), and
+/// returns whether it succeeded and what it printed.
+fn run_in(home: &std::path::Path, bin: &str, args: &[&str]) -> (bool, String) {
+    let path = common::escher_bin().with_file_name(bin);
+    let out = std::process::Command::new(path)
+        .args(args)
+        .env("ESCHER_HOME", home)
+        .env_remove("ESCHER_ACCESS_FILE")
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_HEAD")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+/// A child process killed when dropped.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn a_tls_head_is_trusted_through_its_access_file_and_only_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let url_file = dir.path().join("url");
+    let spawn = |bin: &str, args: &[&str]| {
+        let path = common::escher_bin().with_file_name(bin);
+        Child(
+            std::process::Command::new(path)
+                .args(args)
+                .env("ESCHER_HOME", &home)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env_remove("ESCHER_TOKEN")
+                .env_remove("ESCHER_HEAD")
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    };
+    let url_arg = url_file.to_str().unwrap();
+    let _head = spawn(
+        "escher-head",
+        &[
+            "--tls",
+            "--listen",
+            "127.0.0.1:0",
+            "--address-file",
+            url_arg,
+        ],
+    );
+    let started = std::time::Instant::now();
+    while !url_file.exists() {
+        assert!(started.elapsed() < common::LIMIT, "the head did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let url = std::fs::read_to_string(&url_file).unwrap();
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let access = escher::access::AccessFile::read(&home.join("access.json")).unwrap();
+    assert!(access.ca_cert.is_some() && access.heads == [url.clone()]);
+
+    // A worker and the CLI with no flag at all: the access file names the head, its
+    // certificate and their tokens.
+    let _worker = spawn(
+        "escher-worker",
+        &["--name", "w", "--resources", "cpu=1", "--no-nvml"],
+    );
+    let deadline = std::time::Instant::now() + common::LIMIT;
+    loop {
+        let (ok, out) = run_in(
+            &home,
+            "escher",
+            &["submit", "--wait", "--", "echo", "over-tls"],
+        );
+        if ok {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Plain text to it, or TLS trusting another certificate, fails and says what to do.
+    let plain = url.replace("https://", "http://");
+    let (ok, out) = run_in(&home, "escher", &["--head", &plain, "status"]);
+    assert!(!ok && out.contains("use https://"), "{out}");
+    let other = dir.path().join("other.pem");
+    let cert = rcgen_cert();
+    std::fs::write(&other, cert).unwrap();
+    let (ok, out) = run_in(
+        &home,
+        "escher",
+        &["--ca", other.to_str().unwrap(), "status"],
+    );
+    assert!(!ok && out.contains("not one this client trusts"), "{out}");
+}
+
+/// A self-signed certificate of some other server.
+fn rcgen_cert() -> String {
+    let dir = tempfile::tempdir().unwrap();
+    escher_head::runtime::TlsIdentity::generated(dir.path(), "127.0.0.2".parse().unwrap())
+        .unwrap()
+        .cert_pem
+}

@@ -121,6 +121,15 @@ impl Client {
         Ok(Client::with_heads(heads))
     }
 
+    /// [`Client::connect`] with these credentials instead of those it would find.
+    pub async fn connect_with(
+        url: impl AsRef<str>,
+        credentials: Credentials,
+    ) -> Result<Client, ClientError> {
+        let heads = Heads::connect(url.as_ref(), Some(credentials)).await?;
+        Ok(Client::with_heads(heads))
+    }
+
     /// A client for the head at `url` (or the replicas listed in it) that connects on its
     /// first call (and reconnects after a failure) instead of now. Must be called inside a
     /// tokio runtime.
@@ -191,7 +200,14 @@ impl Client {
     /// The same connection, calling with `token` instead of the one it found (see
     /// [`Credentials`]).
     pub fn with_token(self, token: impl Into<String>) -> Client {
-        self.with_credentials(Credentials::token(token, "the token given to the client"))
+        self.with_token_from(token, "the token given to the client")
+    }
+
+    /// [`Client::with_token`], saying where the token came from (for messages); the
+    /// certificate trusted for `https://` heads stays the same.
+    pub fn with_token_from(self, token: impl Into<String>, source: &str) -> Client {
+        let credentials = self.credentials().with_token(token, source);
+        self.with_credentials(credentials)
     }
 
     /// The same connection, calling with `credentials`.

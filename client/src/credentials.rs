@@ -19,9 +19,17 @@ use std::sync::Arc;
 
 use escher_proto::access::{self, AccessFile, Bearer, ENV_TASK_TOKEN, ENV_TOKEN};
 
+/// The environment variable in which a worker gives its tasks the head's certificate (PEM).
+pub const ENV_TLS_CA: &str = "ESCHER_TLS_CA";
+/// The environment variable with the name that certificate is checked against.
+pub const ENV_TLS_NAME: &str = "ESCHER_TLS_NAME";
+
 /// A token and where it was found.
 #[derive(Clone)]
 pub struct Credentials {
+    /// The certificate (or CA) to trust for `https://` heads, and the name to check it
+    /// against (the URL's host when `None`).
+    trust: Option<(Arc<str>, Option<Arc<str>>)>,
     token: Option<Arc<str>>,
     source: Arc<str>,
     task: bool,
@@ -52,19 +60,56 @@ impl Credentials {
         let token: String = token.into();
         Credentials {
             task: token.starts_with("escher-task-"),
+            trust: None,
             token: Some(Arc::from(token.trim())),
             source: Arc::from(source.into().as_str()),
             urls: Arc::new([]),
         }
     }
 
-    /// The admin token of the access file at `path`.
+    /// The admin token of the access file at `path`, trusting its certificate.
     pub fn from_access_file(path: &Path) -> Result<Credentials, access::AccessError> {
         let file = AccessFile::read(path)?;
-        Ok(Credentials::token(
-            file.admin_token,
+        Ok(Credentials::of_access(
+            &file,
             format!("the access file {}", path.display()),
         ))
+    }
+
+    fn of_access(file: &AccessFile, source: String) -> Credentials {
+        let credentials = Credentials::token(file.admin_token.clone(), source);
+        match &file.ca_cert {
+            Some(ca) => credentials.trusting(ca, file.tls_name.as_deref()),
+            None => credentials,
+        }
+    }
+
+    /// `token` from `source`, trusting what these credentials trust.
+    pub fn with_token(&self, token: impl Into<String>, source: impl Into<String>) -> Credentials {
+        Credentials {
+            trust: self.trust.clone(),
+            ..Credentials::token(token, source)
+        }
+    }
+
+    /// The same token, trusting `ca_pem` for `https://` heads, checked against `name` (the
+    /// URL's host when `None`).
+    pub fn trusting(mut self, ca_pem: &str, name: Option<&str>) -> Credentials {
+        self.trust = Some((Arc::from(ca_pem), name.map(Arc::from)));
+        self
+    }
+
+    /// The TLS settings for `https://` heads: the trusted certificate, if any.
+    pub fn tls(&self) -> Option<tonic::transport::ClientTlsConfig> {
+        let (ca, name) = self.trust.as_ref()?;
+        Some(access::client_tls(ca, name.as_deref()))
+    }
+
+    /// The certificate trusted for `https://` heads (PEM) and the name it is checked against.
+    pub fn trust(&self) -> Option<(&str, Option<&str>)> {
+        self.trust
+            .as_ref()
+            .map(|(ca, name)| (&**ca, name.as_deref()))
     }
 
     /// No token (every call will be refused by a head; the source says where one was looked
@@ -72,6 +117,7 @@ impl Credentials {
     pub fn none(looked_at: impl Into<String>) -> Credentials {
         Credentials {
             token: None,
+            trust: None,
             source: Arc::from(looked_at.into().as_str()),
             task: false,
             urls: Arc::new([]),
@@ -80,6 +126,28 @@ impl Credentials {
 
     /// The credentials for a client of the heads at `urls`, found as the module says.
     pub fn discover(urls: &[String]) -> Credentials {
+        let found = Credentials::discover_token(urls);
+        if found.trust.is_some() {
+            return found;
+        }
+        // The certificate to trust comes with the access file, or from a worker for its tasks.
+        match env(ENV_TLS_CA) {
+            Some(ca) => found.trusting(&ca, env(ENV_TLS_NAME).as_deref()),
+            None => match access::location(None)
+                .ok()
+                .and_then(|p| AccessFile::read(&p).ok())
+            {
+                Some(AccessFile {
+                    ca_cert: Some(ca),
+                    tls_name,
+                    ..
+                }) => found.trusting(&ca, tls_name.as_deref()),
+                _ => found,
+            },
+        }
+    }
+
+    fn discover_token(urls: &[String]) -> Credentials {
         if let Some(token) = env(ENV_TASK_TOKEN) {
             return Credentials::token(token, ENV_TASK_TOKEN);
         }
@@ -87,7 +155,7 @@ impl Credentials {
             return Credentials::token(token, ENV_TOKEN);
         }
         if let Some(file) = urls.iter().find_map(|u| access::registered(u)) {
-            return Credentials::token(file.admin_token, "the head started in this process");
+            return Credentials::of_access(&file, "the head started in this process".into());
         }
         match access::location(None) {
             Ok(path) if path.exists() => match Credentials::from_access_file(&path) {

@@ -277,8 +277,17 @@ impl ClientError {
             Code::PermissionDenied => ClientError::PermissionDenied(status.message().to_string()),
             Code::Unavailable => ClientError::Unavailable {
                 url: url.to_string(),
-                message: chain(&status),
+                message: tls_hint(url, chain(&status)),
             },
+            // A plain-text call to a head that speaks TLS is cut before any answer.
+            Code::Unknown
+                if url.starts_with("http://") && status.message() == "transport error" =>
+            {
+                ClientError::Unavailable {
+                    url: url.to_string(),
+                    message: tls_hint(url, chain(&status)),
+                }
+            }
             _ => ClientError::Rpc(status),
         }
     }
@@ -287,9 +296,30 @@ impl ClientError {
     pub(crate) fn connect(url: &str, error: &(dyn StdError + 'static)) -> ClientError {
         ClientError::Connect {
             url: url.to_string(),
-            cause: chain(error),
+            cause: tls_hint(url, chain(error)),
         }
     }
+}
+
+/// `cause`, with what to do when it looks like TLS went wrong.
+fn tls_hint(url: &str, cause: String) -> String {
+    if cause.contains("UnknownIssuer")
+        || cause.contains("NotValidForName")
+        || cause.contains("invalid peer certificate")
+    {
+        return format!(
+            "{cause}; the head's certificate is not one this client trusts: use the head's \
+             access file (ESCHER_ACCESS_FILE, or --access-file) or pass its certificate with --ca"
+        );
+    }
+    if url.starts_with("http://") && cause.contains("transport error") {
+        return format!(
+            "{cause}; if the head speaks TLS (its access file lists https:// URLs), use \
+             https://{}",
+            url.trim_start_matches("http://")
+        );
+    }
+    cause
 }
 
 /// An error and its sources, joined with `: `, skipping a source whose text the previous one

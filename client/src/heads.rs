@@ -98,13 +98,19 @@ pub(crate) fn normalise(url: &str) -> String {
     }
 }
 
-/// The endpoint of one URL.
-pub(crate) fn endpoint(url: &str) -> Result<Endpoint, ClientError> {
-    let endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
+/// The endpoint of one URL; an `https://` URL speaks TLS, trusting what `credentials` trust.
+pub(crate) fn endpoint(url: &str, credentials: &Credentials) -> Result<Endpoint, ClientError> {
+    let mut endpoint = Endpoint::from_shared(url.to_string()).map_err(|e| {
         ClientError::Usage(format!(
             "invalid head URL {url:?}: {e}; expected http://HOST:PORT"
         ))
     })?;
+    if url.starts_with("https://") {
+        let tls = credentials.tls().unwrap_or_default();
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| ClientError::Usage(format!("cannot set up TLS for {url}: {e}")))?;
+    }
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
@@ -122,11 +128,16 @@ impl Heads {
                 "no head URL in {list:?}; expected http://HOST:PORT[,http://HOST:PORT...]"
             )));
         }
+        let credentials = credentials.unwrap_or_else(|| Credentials::discover(&urls));
         let replicas = urls
             .iter()
-            .map(|u| Ok((Arc::from(u.as_str()), endpoint(u)?.connect_lazy())))
+            .map(|u| {
+                Ok((
+                    Arc::from(u.as_str()),
+                    endpoint(u, &credentials)?.connect_lazy(),
+                ))
+            })
             .collect::<Result<Vec<_>, ClientError>>()?;
-        let credentials = credentials.unwrap_or_else(|| Credentials::discover(&urls));
         Ok(Heads::from_replicas(replicas, credentials))
     }
 
@@ -140,7 +151,7 @@ impl Heads {
         let urls: Vec<String> = heads.urls();
         let mut last = None;
         for (i, url) in urls.iter().enumerate() {
-            match endpoint(url)?.connect().await {
+            match endpoint(url, &heads.credentials)?.connect().await {
                 Ok(channel) => {
                     let mut known = heads.lock();
                     known.replicas[i].1 = channel;
@@ -170,12 +181,31 @@ impl Heads {
         }
     }
 
-    /// The same replicas, calling with other credentials.
+    /// The same replicas, calling with other credentials (over new connections if they trust
+    /// another certificate).
     pub(crate) fn with_credentials(&self, credentials: Credentials) -> Heads {
-        Heads {
-            known: Arc::clone(&self.known),
-            credentials,
+        if credentials.trust() == self.credentials.trust() {
+            return Heads {
+                known: Arc::clone(&self.known),
+                credentials,
+            };
         }
+        let replicas = self
+            .urls()
+            .iter()
+            .filter_map(|u| {
+                let channel = endpoint(u, &credentials).ok()?.connect_lazy();
+                Some((Arc::from(u.as_str()), channel))
+            })
+            .collect::<Vec<_>>();
+        if replicas.is_empty() {
+            // Unreachable (the URLs were valid before); keep the connections rather than none.
+            return Heads {
+                known: Arc::clone(&self.known),
+                credentials,
+            };
+        }
+        Heads::from_replicas(replicas, credentials)
     }
 
     /// The credentials every call carries.
@@ -217,7 +247,7 @@ impl Heads {
             known.current = i;
             return;
         }
-        if let Ok(endpoint) = endpoint(&url) {
+        if let Ok(endpoint) = endpoint(&url, &self.credentials) {
             known
                 .replicas
                 .push((Arc::from(url.as_str()), endpoint.connect_lazy()));

@@ -56,6 +56,25 @@ pub struct AccessFile {
     /// The PEM certificate a client trusts for the head's TLS, when the head speaks TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_cert: Option<String>,
+    /// The name the head's certificate is checked against instead of the URL's host
+    /// ([`TLS_NAME`] for a certificate the head generated); `None` checks the URL's host.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls_name: Option<String>,
+}
+
+/// The name in every certificate a head generates for itself: clients of its access file
+/// check the certificate against it, whatever address they reach the head at.
+pub const TLS_NAME: &str = "escher-head";
+
+/// The TLS settings of a client of a head whose certificate (or its CA) is `ca_pem`, checked
+/// against `name` (the URL's host when `None`).
+pub fn client_tls(ca_pem: &str, name: Option<&str>) -> tonic::transport::ClientTlsConfig {
+    let config = tonic::transport::ClientTlsConfig::new()
+        .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
+    match name {
+        Some(name) => config.domain_name(name),
+        None => config,
+    }
 }
 
 impl fmt::Debug for AccessFile {
@@ -118,6 +137,7 @@ impl AccessFile {
             admin_token: new_token("admin"),
             worker_token: new_token("worker"),
             ca_cert: None,
+            tls_name: None,
         }
     }
 
@@ -151,8 +171,10 @@ impl AccessFile {
     pub fn open_or_create(
         path: &Path,
         url: &str,
-        ca_cert: Option<&str>,
+        tls: Option<(&str, Option<&str>)>,
     ) -> Result<(AccessFile, bool), AccessError> {
+        let ca_cert = tls.map(|(cert, _)| cert);
+        let tls_name = tls.and_then(|(_, name)| name);
         let io = |source| AccessError::Io {
             path: path.to_path_buf(),
             source,
@@ -162,6 +184,7 @@ impl AccessFile {
         }
         let mut fresh = AccessFile::generate(vec![url.to_string()]);
         fresh.ca_cert = ca_cert.map(str::to_string);
+        fresh.tls_name = tls_name.map(str::to_string);
         if create_exclusive(path, &fresh)? {
             return Ok((fresh, true));
         }
@@ -179,10 +202,9 @@ impl AccessFile {
             file.heads.push(url.to_string());
             changed = true;
         }
-        if let Some(cert) = ca_cert
-            && file.ca_cert.as_deref() != Some(cert)
-        {
-            file.ca_cert = Some(cert.to_string());
+        if file.ca_cert.as_deref() != ca_cert || file.tls_name.as_deref() != tls_name {
+            file.ca_cert = ca_cert.map(str::to_string);
+            file.tls_name = tls_name.map(str::to_string);
             changed = true;
         }
         if changed {

@@ -242,6 +242,7 @@ impl WorkerBuilder {
             labels,
             log_dir,
             token: config.token,
+            tls_trust: config.tls_trust,
             head: config.head,
             grace: config.grace,
             drain: config.drain,

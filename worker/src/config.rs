@@ -68,6 +68,9 @@ pub struct WorkerConfig {
     /// The token the worker joins with (the worker join token, or an admin token); `None`
     /// finds it as the [`crate::join_token`] function says.
     pub token: Option<String>,
+    /// The certificate (PEM) to trust for `https://` heads, and the name to check it against
+    /// (the URL's host when `None`); `None` takes the access file's.
+    pub tls_trust: Option<(String, Option<String>)>,
     /// The first delay before trying to reach the head again.
     pub reconnect_initial: Duration,
     /// The longest delay between attempts to reach the head.
@@ -91,6 +94,7 @@ impl Default for WorkerConfig {
             discover_gpus: true,
             sim_mig_latency: LatencyModel::default(),
             token: None,
+            tls_trust: None,
             reconnect_initial: DEFAULT_RECONNECT_INITIAL,
             reconnect_max: DEFAULT_RECONNECT_MAX,
         }

@@ -58,6 +58,8 @@ pub(crate) struct HeadConn {
     keys: escher_proto::types::KeyIssuer,
     /// The join token, sent with every `WorkerLink` call.
     join: Bearer,
+    /// The certificate trusted for `https://` heads, and the name checked against it.
+    trust: Option<(String, Option<String>)>,
 }
 
 impl fmt::Debug for HeadConn {
@@ -68,9 +70,18 @@ impl fmt::Debug for HeadConn {
     }
 }
 
-fn channel(url: &str) -> Result<Channel, WorkerError> {
-    let endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| WorkerError::config("head", format!("{url:?}: {e}")))?
+fn channel(url: &str, trust: Option<&(String, Option<String>)>) -> Result<Channel, WorkerError> {
+    let mut endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| WorkerError::config("head", format!("{url:?}: {e}")))?;
+    if url.starts_with("https://") {
+        let tls = trust
+            .map(|(ca, name)| escher_proto::access::client_tls(ca, name.as_deref()))
+            .unwrap_or_default();
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| WorkerError::config("head", format!("TLS for {url}: {e}")))?;
+    }
+    let endpoint = endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
@@ -87,9 +98,13 @@ pub(crate) fn split_heads(list: &str) -> impl Iterator<Item = &str> {
 impl HeadConn {
     /// Channels to every URL of `list` (`URL[,URL...]`), not connected yet. Must be called
     /// inside a tokio runtime.
-    pub(crate) fn new(list: &str, join_token: &str) -> Result<HeadConn, WorkerError> {
+    pub(crate) fn new(
+        list: &str,
+        join_token: &str,
+        trust: Option<(String, Option<String>)>,
+    ) -> Result<HeadConn, WorkerError> {
         let replicas = split_heads(list)
-            .map(|url| Ok((Arc::from(url), channel(url)?)))
+            .map(|url| Ok((Arc::from(url), channel(url, trust.as_ref())?)))
             .collect::<Result<Vec<_>, WorkerError>>()?;
         if replicas.is_empty() {
             return Err(WorkerError::config("head", "no head URL given"));
@@ -102,6 +117,7 @@ impl HeadConn {
             })),
             keys: escher_proto::types::KeyIssuer::new(rand::random()),
             join: Bearer::new(join_token),
+            trust,
         })
     }
 
@@ -130,6 +146,11 @@ impl HeadConn {
         heads.replicas[heads.current].1.clone()
     }
 
+    /// The certificate trusted for `https://` heads (PEM) and the name checked against it.
+    pub(crate) fn trust(&self) -> Option<&(String, Option<String>)> {
+        self.trust.as_ref()
+    }
+
     /// A client of the `WorkerLink` service of the replica believed to lead.
     pub(crate) fn link_client(&self) -> WorkerLinkClient<Authed> {
         WorkerLinkClient::with_interceptor(self.current(), self.join.clone())
@@ -148,7 +169,7 @@ impl HeadConn {
             heads.current = i;
             return;
         }
-        match channel(url) {
+        match channel(url, self.trust.as_ref()) {
             Ok(ch) => {
                 heads.replicas.push((Arc::from(url), ch));
                 heads.current = heads.replicas.len() - 1;
@@ -189,7 +210,7 @@ mod tests {
 
     #[tokio::test]
     async fn follows_the_named_leader_and_rotates_without_one() {
-        let conn = HeadConn::new("http://127.0.0.1:1, http://127.0.0.1:2", "t").unwrap();
+        let conn = HeadConn::new("http://127.0.0.1:1, http://127.0.0.1:2", "t", None).unwrap();
         assert_eq!(conn.url(), "http://127.0.0.1:1");
         conn.rotate();
         assert_eq!(conn.url(), "http://127.0.0.1:2");

@@ -75,21 +75,27 @@ pub use worker::Worker;
 /// token of a head started in this process at one of `heads` (`LocalCluster`), else that of
 /// the access file on this machine (`ESCHER_ACCESS_FILE`, else `$ESCHER_HOME/access.json`).
 pub fn join_token(heads: &str) -> Option<String> {
-    use escher_proto::access;
-    if let Ok(token) = std::env::var(access::ENV_TOKEN)
+    if let Ok(token) = std::env::var(escher_proto::access::ENV_TOKEN)
         && !token.trim().is_empty()
     {
         return Some(token.trim().to_string());
     }
+    head_access(heads).map(|file| file.worker_token)
+}
+
+/// The access of the heads at `heads`: registered by a head of this process, else the access
+/// file of this machine (`ESCHER_ACCESS_FILE`, else `$ESCHER_HOME/access.json`).
+pub fn head_access(heads: &str) -> Option<escher_proto::access::AccessFile> {
+    use escher_proto::access;
     if let Some(file) = head_conn::split_heads(heads).find_map(access::registered) {
-        return Some(file.worker_token);
+        return Some(file);
     }
     let path = access::location(None).ok()?;
     match access::AccessFile::read(&path) {
-        Ok(file) => Some(file.worker_token),
+        Ok(file) => Some(file),
         Err(e) => {
             if path.exists() {
-                tracing::warn!(%e, "cannot read the access file for the worker join token");
+                tracing::warn!(%e, "cannot read the access file");
             }
             None
         }

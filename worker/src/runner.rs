@@ -84,6 +84,13 @@ pub(crate) async fn run_task(
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
             }
+            // A task calling an https:// head trusts what its worker trusts.
+            if let Some((ca, name)) = env.head.trust() {
+                opts = opts.env("ESCHER_TLS_CA", ca);
+                if let Some(name) = name {
+                    opts = opts.env("ESCHER_TLS_NAME", name);
+                }
+            }
             if let Some(path) = path_with_escher_cli(&spec.env) {
                 opts = opts.env("PATH", path);
             }

@@ -57,6 +57,7 @@ pub struct Worker {
     pub(crate) log_dir: LogDir,
     pub(crate) head: String,
     pub(crate) token: Option<String>,
+    pub(crate) tls_trust: Option<(String, Option<String>)>,
     pub(crate) grace: Duration,
     pub(crate) drain: Duration,
     pub(crate) reconnect: (Duration, Duration),
@@ -140,7 +141,11 @@ impl Worker {
                  where the head's access file is ($ESCHER_HOME/access.json)"
             );
         }
-        let head = HeadConn::new(&self.head, &token)?;
+        let trust = self.tls_trust.clone().or_else(|| {
+            let file = crate::head_access(&self.head)?;
+            Some((file.ca_cert?, file.tls_name))
+        });
+        let head = HeadConn::new(&self.head, &token, trust)?;
         let env = Arc::new(RunEnv {
             log_dir: self.log_dir.path().to_path_buf(),
             grace: self.grace,

@@ -27,8 +27,9 @@ use crate::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
 #[command(name = "escher", version, propagate_version = true)]
 pub struct Cli {
     /// The head to talk to; for a replicated head, every replica's URL, comma-separated
-    #[arg(long, global = true, env = ENV_HEAD, default_value = DEFAULT_HEAD_URL, value_name = "URL[,URL...]")]
-    pub head: String,
+    /// [default: the heads of the access file, else http://127.0.0.1:7600]
+    #[arg(long, global = true, env = ENV_HEAD, value_name = "URL[,URL...]")]
+    pub head: Option<String>,
 
     /// Qualify unqualified application resource names with this namespace
     // Text rather than `Namespace`, so that an empty ESCHER_NAMESPACE means "none".
@@ -49,6 +50,10 @@ pub struct Cli {
     /// $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
     #[arg(long, global = true, value_name = "PATH")]
     pub access_file: Option<std::path::PathBuf>,
+
+    /// The certificate (PEM) to trust for an https:// head [default: the access file's]
+    #[arg(long, global = true, value_name = "PEM")]
+    pub ca: Option<std::path::PathBuf>,
 
     /// What to do
     #[command(subcommand)]
@@ -95,6 +100,19 @@ pub enum Command {
 }
 
 impl Cli {
+    /// The head URLs: `--head`/`ESCHER_HEAD`, else those the access file lists, else
+    /// [`DEFAULT_HEAD_URL`].
+    pub fn head_url(&self) -> String {
+        if let Some(head) = self.head.as_deref().filter(|h| !h.trim().is_empty()) {
+            return head.to_string();
+        }
+        escher_proto::access::location(self.access_file.as_deref())
+            .ok()
+            .and_then(|path| escher_proto::access::AccessFile::read(&path).ok())
+            .filter(|file| !file.heads.is_empty())
+            .map_or_else(|| DEFAULT_HEAD_URL.to_string(), |file| file.heads.join(","))
+    }
+
     /// The namespace from `--namespace` or `ESCHER_NAMESPACE`; empty means none.
     pub fn namespace(&self) -> Option<Namespace> {
         self.namespace
@@ -230,7 +248,7 @@ mod tests {
             "--namespace",
             "app",
         ]);
-        assert_eq!(cli.head, "http://h:1");
+        assert_eq!(cli.head_url(), "http://h:1");
         assert!(cli.json);
         assert_eq!(cli.namespace().unwrap().as_str(), "app");
         assert_eq!(ok(&["--namespace", "", "status"]).namespace(), None);

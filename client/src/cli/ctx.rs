@@ -24,6 +24,8 @@ pub(crate) struct Ctx<'a> {
     pub token: Option<String>,
     /// `--access-file`.
     pub access_file: Option<std::path::PathBuf>,
+    /// `--ca`.
+    pub ca: Option<std::path::PathBuf>,
     /// Where results go (stdout in the binary).
     pub out: &'a mut (dyn Write + Send),
 }
@@ -31,15 +33,22 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Connects to the head.
     pub async fn client(&self) -> Result<Client, ClientError> {
-        let client = Client::connect(&self.head).await?;
-        let client = match (&self.token, &self.access_file) {
-            (Some(token), _) => client.with_credentials(Credentials::token(token, "--token")),
-            (None, Some(path)) => client.with_credentials(
-                Credentials::from_access_file(path)
-                    .map_err(|e| ClientError::Usage(e.to_string()))?,
-            ),
-            (None, None) => client,
+        let urls: Vec<String> = self.head.split(',').map(|u| u.trim().to_string()).collect();
+        let mut credentials = match &self.access_file {
+            Some(path) => Credentials::from_access_file(path)
+                .map_err(|e| ClientError::Usage(e.to_string()))?,
+            None => Credentials::discover(&urls),
         };
+        if let Some(token) = &self.token {
+            credentials = credentials.with_token(token, "--token");
+        }
+        if let Some(path) = &self.ca {
+            let pem = std::fs::read_to_string(path).map_err(|e| {
+                ClientError::Usage(format!("cannot read --ca {}: {e}", path.display()))
+            })?;
+            credentials = credentials.trusting(&pem, None);
+        }
+        let client = Client::connect_with(&self.head, credentials).await?;
         Ok(match &self.namespace {
             Some(ns) => client.with_namespace(ns.clone()),
             None => client,

@@ -109,7 +109,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<ExitCode> {
     let mut ctx = Ctx {
         namespace: cli.namespace(),
-        head: cli.head,
+        head: cli.head_url(),
+        ca: cli.ca,
         json: cli.json,
         token: cli.token,
         access_file: cli.access_file,

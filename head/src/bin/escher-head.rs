@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use escher_head::HeadConfig;
 use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GROUP};
+use escher_head::runtime::TlsIdentity;
 use escher_head::state::{RetentionPolicy, StateConfig};
 
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
@@ -34,6 +35,21 @@ struct HeadArgs {
     /// [default: $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
     #[arg(long, env = "ESCHER_ACCESS_FILE", value_name = "PATH")]
     access_file: Option<std::path::PathBuf>,
+    /// Speak TLS (rustls). Always on when --listen is not a loopback address. Without
+    /// --tls-cert the head generates a self-signed certificate at its first start, keeps it
+    /// beside the access file (tls-cert.pem, tls-key.pem) and puts it in the access file, which
+    /// is how clients trust it. Clients then use https:// URLs.
+    #[arg(long, env = "ESCHER_TLS")]
+    tls: bool,
+    /// The head's certificate (PEM) instead of a generated one; implies --tls.
+    #[arg(long, value_name = "PEM", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
+    /// The CA (PEM) clients are told to trust for --tls-cert [default: the certificate itself].
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    tls_ca: Option<std::path::PathBuf>,
     /// How often workers send heartbeats, in milliseconds.
     #[arg(long, env = "ESCHER_HEARTBEAT_INTERVAL_MS", default_value_t = 1_000)]
     heartbeat_interval_ms: u64,
@@ -174,21 +190,41 @@ async fn main() -> anyhow::Result<()> {
     let listen = args.listen;
     let address_file = args.address_file.clone();
     let access_path = escher_proto::access::location(args.access_file.as_deref())?;
+    // Tokens must not cross a network in clear text: TLS whenever the head is reachable from
+    // beyond this machine.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(TlsIdentity::from_files(cert, key, args.tls_ca.as_deref())?)
+        }
+        _ if args.tls || !listen.ip().is_loopback() => {
+            let dir = access_path
+                .parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(std::path::Path::new("."));
+            Some(TlsIdentity::generated(dir, listen.ip())?)
+        }
+        _ => None,
+    };
     let mut config = HeadConfig::try_from(args)?;
-    if !listen.ip().is_loopback() {
-        anyhow::bail!(
-            "escher-head listens on loopback addresses only in this version: tokens would cross \
-             the network in clear text, and TLS is not built yet (--listen {listen}); use \
-             127.0.0.1, and reach other machines through an SSH tunnel or a TLS proxy"
-        );
-    }
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
-    let url = format!("http://{}", listener.local_addr()?);
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let local = listener.local_addr()?;
+    // A head on every interface is reached on this machine through loopback.
+    let host = if local.ip().is_unspecified() {
+        std::net::SocketAddr::new(std::net::Ipv4Addr::LOCALHOST.into(), local.port())
+    } else {
+        local
+    };
+    let url = format!("{scheme}://{host}");
+    let trust = tls
+        .as_ref()
+        .map(|t| (t.ca_pem.as_str(), t.server_name.as_deref()));
     let (access, created) =
-        escher_proto::access::AccessFile::open_or_create(&access_path, &url, None)?;
+        escher_proto::access::AccessFile::open_or_create(&access_path, &url, trust)?;
     config.access = access;
+    config.tls = tls;
     if created {
         tracing::info!(path = %access_path.display(), "wrote the access file (admin and worker join tokens); the CLI, clients and workers of this machine use it with no flag");
     } else {

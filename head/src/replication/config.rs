@@ -46,6 +46,8 @@ pub struct ReplicaConfig {
     /// the log (kept in memory, and on disk with `--data-dir`) stays within about the size of
     /// the state, and snapshotting costs at most about as much as writing the log did.
     pub snapshot_bytes: u64,
+    /// The group speaks TLS: replicas' URLs (the leader named to a caller) are `https://`.
+    pub tls: bool,
 }
 
 impl ReplicaConfig {
@@ -61,6 +63,7 @@ impl ReplicaConfig {
             election_ticks: DEFAULT_ELECTION_TICKS,
             heartbeat_ticks: DEFAULT_HEARTBEAT_TICKS,
             snapshot_bytes: DEFAULT_SNAPSHOT_BYTES,
+            tls: false,
         }
     }
 

@@ -324,7 +324,10 @@ impl<S: LogStore> Replica<S> {
         self.members
             .get(&leader)
             .or_else(|| self.learned.get(&leader))
-            .map(|a| format!("http://{a}"))
+            .map(|a| {
+                let scheme = if self.config.tls { "https" } else { "http" };
+                format!("{scheme}://{a}")
+            })
     }
 
     /// Why a proposal here is refused: this replica does not lead.

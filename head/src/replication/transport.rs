@@ -77,6 +77,8 @@ struct Peer {
 pub(crate) struct Transport {
     me: Sender,
     bearer: Bearer,
+    /// TLS to the peers, when the group speaks it.
+    tls: Option<tonic::transport::ClientTlsConfig>,
     peers: BTreeMap<u64, Peer>,
     events: mpsc::UnboundedSender<TransportEvent>,
     shutdown: CancellationToken,
@@ -93,9 +95,11 @@ impl Transport {
         shutdown: CancellationToken,
         tracker: TaskTracker,
         bearer: Bearer,
+        tls: Option<tonic::transport::ClientTlsConfig>,
     ) -> Transport {
         Transport {
             bearer,
+            tls,
             me: Sender {
                 id,
                 group: Arc::from(group),
@@ -132,8 +136,15 @@ impl Transport {
     }
 
     fn start_peer(&self, id: u64, address: &str) -> Result<Peer, String> {
-        let endpoint = Endpoint::from_shared(format!("http://{address}"))
-            .map_err(|e| e.to_string())?
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint =
+            Endpoint::from_shared(format!("{scheme}://{address}")).map_err(|e| e.to_string())?;
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| e.to_string())?;
+        }
+        let endpoint = endpoint
             .connect_timeout(Duration::from_secs(1))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(5))

@@ -52,6 +52,8 @@ pub(crate) struct ClusterService {
     pub(crate) owner: OwnerHandle,
     pub(crate) log_fetch_timeout: Duration,
     pub(crate) keys: Arc<Keys>,
+    /// TLS to the other replicas, when the group speaks it.
+    pub(crate) peer_tls: Option<tonic::transport::ClientTlsConfig>,
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -480,7 +482,14 @@ impl ClusterService {
         let mut asks = tokio::task::JoinSet::new();
         for (id, address) in members.iter().filter(|(id, _)| **id != me.id) {
             let bearer = Bearer::new(self.keys.peer_token());
-            asks.spawn(peer_status(*id, address.clone(), group.clone(), bearer));
+            let tls = self.peer_tls.clone();
+            asks.spawn(peer_status(
+                *id,
+                address.clone(),
+                group.clone(),
+                bearer,
+                tls,
+            ));
         }
         let mut replicas = vec![me];
         while let Some(answer) = asks.join_next().await {
@@ -494,7 +503,13 @@ impl ClusterService {
 }
 
 /// Asks replica `id` at `address` how it is; an answer that does not come says why.
-async fn peer_status(id: u64, address: String, group: String, bearer: Bearer) -> HeadReplica {
+async fn peer_status(
+    id: u64,
+    address: String,
+    group: String,
+    bearer: Bearer,
+    tls: Option<tonic::transport::ClientTlsConfig>,
+) -> HeadReplica {
     let unreachable = |address: String, error: String| HeadReplica {
         id,
         address,
@@ -507,9 +522,17 @@ async fn peer_status(id: u64, address: String, group: String, bearer: Bearer) ->
         leader: None,
         in_memory: false,
     };
-    let endpoint = match tonic::transport::Endpoint::from_shared(format!("http://{address}")) {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = match tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}")) {
         Ok(e) => e.connect_timeout(PEER_STATUS_TIMEOUT),
         Err(e) => return unreachable(address, e.to_string()),
+    };
+    let endpoint = match tls {
+        Some(tls) => match endpoint.tls_config(tls) {
+            Ok(e) => e,
+            Err(e) => return unreachable(address, e.to_string()),
+        },
+        None => endpoint,
     };
     let ask = async {
         let channel = endpoint.connect().await.map_err(|e| e.to_string())?;

@@ -35,6 +35,8 @@ pub struct HeadConfig {
     /// defaults admits nobody who was not given them (`escher_proto::access::registered`
     /// finds them in the same process).
     pub access: AccessFile,
+    /// The head's TLS identity: `None` serves plain HTTP/2 (loopback only; see the binary).
+    pub tls: Option<super::TlsIdentity>,
 }
 
 impl Default for HeadConfig {
@@ -49,6 +51,7 @@ impl Default for HeadConfig {
             replica: ReplicaConfig::single(""),
             data_dir: None,
             access: AccessFile::generate(Vec::new()),
+            tls: None,
         }
     }
 }

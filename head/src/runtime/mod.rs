@@ -30,6 +30,7 @@ mod link_svc;
 mod owner;
 mod proposals;
 mod reads;
+mod tls;
 mod waiters;
 mod workers;
 
@@ -54,6 +55,7 @@ use crate::replication::{
 };
 pub use config::{ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
+pub use tls::{TlsError, TlsIdentity};
 
 /// Why the head could not run.
 #[derive(Debug, Error)]
@@ -94,8 +96,21 @@ pub fn run(
     config: HeadConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> impl Future<Output = Result<(), HeadError>> + Send {
+    let mut config = config;
+    // Clients of this process trust the head's certificate through its registered access.
+    if let Some(tls) = &config.tls
+        && config.access.ca_cert.is_none()
+    {
+        config.access.ca_cert = Some(tls.ca_pem.clone());
+        config.access.tls_name = tls.server_name.clone();
+    }
     if let Ok(addr) = listener.local_addr() {
-        escher_proto::access::register(&format!("http://{addr}"), &config.access);
+        let scheme = if config.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        escher_proto::access::register(&format!("{scheme}://{addr}"), &config.access);
     }
     run_registered(listener, config, shutdown)
 }
@@ -106,6 +121,7 @@ async fn run_registered(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HeadError> {
     let mut config = config;
+    config.replica.tls = config.tls.is_some();
     let addr = listener.local_addr()?;
     if config.replica.address.is_empty() {
         config.replica.address = addr.to_string();
@@ -182,6 +198,7 @@ async fn serve<S: crate::replication::LogStore>(
         token.child_token(),
         tracker.clone(),
         Bearer::new(keys.peer_token()),
+        config.tls.as_ref().map(TlsIdentity::client_config),
     );
     let replica = Replica::open(
         replica_config.clone(),
@@ -206,6 +223,7 @@ async fn serve<S: crate::replication::LogStore>(
         owner: owner.clone(),
         log_fetch_timeout: config.log_fetch_timeout,
         keys: Arc::clone(&keys),
+        peer_tls: config.tls.as_ref().map(TlsIdentity::client_config),
     })
     .max_decoding_message_size(max)
     .max_encoding_message_size(max);
@@ -236,7 +254,11 @@ async fn serve<S: crate::replication::LogStore>(
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     // Every call passes the auth layer: its token becomes a `Caller`, and a method the
     // caller's role may not call is refused before any handler runs (DESIGN §10).
-    let server = tonic::transport::Server::builder()
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(tls) = &config.tls {
+        builder = builder.tls_config(tls.server_config())?;
+    }
+    let server = builder
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .layer(AuthLayer::new(Arc::clone(&keys)))
         .add_service(cluster)

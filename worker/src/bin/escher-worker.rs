@@ -19,8 +19,9 @@ use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig, scaled_latency};
 struct WorkerArgs {
     /// The head's URL; for a replicated head, every replica's URL, comma-separated (the
     /// worker follows whichever leads).
-    #[arg(long, env = "ESCHER_HEAD", default_value = DEFAULT_HEAD, value_name = "URL[,URL...]")]
-    head: String,
+    /// [default: the heads of the access file, else http://127.0.0.1:7600]
+    #[arg(long, env = "ESCHER_HEAD", value_name = "URL[,URL...]")]
+    head: Option<String>,
 
     /// Where the worker keeps its node id and secret, so that it comes back as the same node
     /// after it restarts [default: $ESCHER_HOME/worker, ESCHER_HOME defaulting to ~/.escher].
@@ -37,6 +38,10 @@ struct WorkerArgs {
     /// else $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
     #[arg(long, value_name = "PATH")]
     access_file: Option<PathBuf>,
+
+    /// The certificate (PEM) to trust for an https:// head [default: the access file's]
+    #[arg(long, value_name = "PEM")]
+    ca: Option<PathBuf>,
 
     /// The worker's name [default: HOSTNAME-PID].
     #[arg(long, value_name = "NAME")]
@@ -110,14 +115,31 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
     type Error = anyhow::Error;
 
     fn try_from(args: WorkerArgs) -> anyhow::Result<WorkerConfig> {
-        let token = match (args.token, &args.access_file) {
-            (Some(token), _) => Some(token),
-            (None, Some(path)) => Some(escher_proto::access::AccessFile::read(path)?.worker_token),
-            (None, None) => None,
+        let file = match &args.access_file {
+            Some(path) => Some(escher_proto::access::AccessFile::read(path)?),
+            None => None,
+        };
+        let token = args
+            .token
+            .or_else(|| file.as_ref().map(|f| f.worker_token.clone()));
+        let tls_trust = match &args.ca {
+            Some(path) => Some((std::fs::read_to_string(path)?, None)),
+            None => file
+                .as_ref()
+                .and_then(|f| Some((f.ca_cert.clone()?, f.tls_name.clone()))),
         };
         let config = WorkerConfig {
             token,
-            head: args.head,
+            tls_trust,
+            head: match args.head.filter(|h| !h.trim().is_empty()) {
+                Some(head) => head,
+                None => file
+                    .as_ref()
+                    .cloned()
+                    .or_else(|| escher_worker::head_access(""))
+                    .filter(|f| !f.heads.is_empty())
+                    .map_or_else(|| DEFAULT_HEAD.to_string(), |f| f.heads.join(",")),
+            },
             name: args.name,
             resources: args.resources.unwrap_or_default(),
             cpus: args.cpus,
