@@ -231,8 +231,13 @@ impl LocalClusterBuilder {
             .collect();
         // Clients and workers of this process find the cluster's tokens by its URLs (the heads
         // register them too once they serve; this is so before the first of them does).
+        let scheme = if self.head.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         for address in &addresses {
-            escher_proto::access::register(&format!("http://{address}"), &self.head.access);
+            escher_proto::access::register(&format!("{scheme}://{address}"), &self.head.access);
         }
         let mut heads = Vec::with_capacity(self.heads);
         for (i, listener) in listeners.into_iter().enumerate() {
@@ -253,7 +258,7 @@ impl LocalClusterBuilder {
                 token.cancelled().await
             }));
             heads.push(LocalHead {
-                url: format!("http://{}", addresses[i]),
+                url: format!("{scheme}://{}", addresses[i]),
                 stop,
                 task: Some(task),
             });

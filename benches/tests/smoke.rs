@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 12] = [
+const WORKLOADS: [&str; 13] = [
     "w1",
     "w2",
     "w3",
@@ -20,6 +20,7 @@ const WORKLOADS: [&str; 12] = [
     "w10",
     "cmd",
     "retention",
+    "sec",
 ];
 
 fn read_json(path: &Path) -> Value {

@@ -405,8 +405,11 @@ mod tests {
         use crate::heads::{endpoint, normalise};
         assert_eq!(normalise("127.0.0.1:7600"), "http://127.0.0.1:7600");
         assert_eq!(normalise(" http://h:1 "), "http://h:1");
-        assert!(endpoint("http://127.0.0.1:7600").is_ok());
-        let err = endpoint("http://bad host:1").unwrap_err().to_string();
+        let none = crate::Credentials::none("test");
+        assert!(endpoint("http://127.0.0.1:7600", &none).is_ok());
+        let err = endpoint("http://bad host:1", &none)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("invalid head URL"), "{err}");
     }
 

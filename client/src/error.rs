@@ -280,9 +280,7 @@ impl ClientError {
                 message: tls_hint(url, chain(&status)),
             },
             // A plain-text call to a head that speaks TLS is cut before any answer.
-            Code::Unknown
-                if url.starts_with("http://") && status.message() == "transport error" =>
-            {
+            Code::Unknown if url.starts_with("http://") && cut_short(status.message()) => {
                 ClientError::Unavailable {
                     url: url.to_string(),
                     message: tls_hint(url, chain(&status)),
@@ -301,6 +299,19 @@ impl ClientError {
     }
 }
 
+/// Whether a call's failure reads like a connection cut before any answer (what a head that
+/// speaks TLS does to a plain-text call).
+fn cut_short(message: &str) -> bool {
+    [
+        "transport error",
+        "h2 protocol error",
+        "http2 error",
+        "connection reset",
+    ]
+    .iter()
+    .any(|m| message.contains(m))
+}
+
 /// `cause`, with what to do when it looks like TLS went wrong.
 fn tls_hint(url: &str, cause: String) -> String {
     if cause.contains("UnknownIssuer")
@@ -312,7 +323,7 @@ fn tls_hint(url: &str, cause: String) -> String {
              access file (ESCHER_ACCESS_FILE, or --access-file) or pass its certificate with --ca"
         );
     }
-    if url.starts_with("http://") && cause.contains("transport error") {
+    if url.starts_with("http://") && cut_short(&cause) {
         return format!(
             "{cause}; if the head speaks TLS (its access file lists https:// URLs), use \
              https://{}",

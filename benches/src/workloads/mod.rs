@@ -11,6 +11,7 @@ use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
 pub mod retention;
+pub mod security;
 pub mod w10_failover;
 pub mod w1_throughput;
 pub mod w2_latency;
@@ -70,11 +71,13 @@ pub enum Workload {
     Cmd,
     /// Head memory under a stream of short tasks, with and without retention.
     Retention,
+    /// The cost of authentication and TLS.
+    Sec,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 12] = [
+    pub const ALL: [Workload; 13] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -87,6 +90,7 @@ impl Workload {
         Workload::W10,
         Workload::Cmd,
         Workload::Retention,
+        Workload::Sec,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -104,6 +108,7 @@ impl Workload {
             Workload::W10 => "w10",
             Workload::Cmd => "cmd",
             Workload::Retention => "retention",
+            Workload::Sec => "sec",
         }
     }
 
@@ -122,6 +127,7 @@ impl Workload {
             Workload::W10 => w10_failover::run(ctx).await,
             Workload::Cmd => cmd_tasks::run(ctx).await,
             Workload::Retention => retention::run(ctx).await,
+            Workload::Sec => security::run(ctx).await,
         }
     }
 }

@@ -37,6 +37,10 @@ pub struct HeadConfig {
     pub access: AccessFile,
     /// The head's TLS identity: `None` serves plain HTTP/2 (loopback only; see the binary).
     pub tls: Option<super::TlsIdentity>,
+    /// Check every call's token (the default, and the only setting `escher-head` has). Off,
+    /// every caller is an admin: the benchmark harness turns it off to measure what
+    /// authentication costs, nothing else should.
+    pub authenticate: bool,
 }
 
 impl Default for HeadConfig {
@@ -52,6 +56,7 @@ impl Default for HeadConfig {
             data_dir: None,
             access: AccessFile::generate(Vec::new()),
             tls: None,
+            authenticate: true,
         }
     }
 }
