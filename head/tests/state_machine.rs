@@ -1331,6 +1331,8 @@ proptest! {
                 dead_nodes_for: Duration::from_millis(200),
                 node_tombstones: 2,
             },
+            // And a small quota, so that namespaced batches are refused along the way too.
+            namespace_unfinished: 4,
         });
         let mut known = 0u64;
         for op in &ops {

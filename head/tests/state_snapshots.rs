@@ -38,7 +38,13 @@ proptest! {
             dead_nodes_for: Duration::from_millis(100),
             node_tombstones: 2,
         };
-        let config = StateConfig { max_result_bytes: 32, retention };
+        // A small quota too, so that refused batches and the counts a restore rebuilds are part
+        // of what must match.
+        let config = StateConfig {
+            max_result_bytes: 32,
+            retention,
+            namespace_unfinished: 3,
+        };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());
         let mut b: Option<ClusterState> = None;

@@ -59,6 +59,10 @@ struct HeadArgs {
     /// The largest function result the head stores, in bytes.
     #[arg(long, env = "ESCHER_MAX_RESULT_BYTES", default_value_t = StateConfig::default().max_result_bytes)]
     max_result_bytes: usize,
+    /// The most unfinished (pending or running) tasks one application namespace may have; a
+    /// submission past it is refused whole with RESOURCE_EXHAUSTED. Admin tasks are not counted.
+    #[arg(long, env = "ESCHER_NAMESPACE_UNFINISHED_TASKS", default_value_t = StateConfig::default().namespace_unfinished)]
+    namespace_unfinished_tasks: u64,
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -160,6 +164,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             max_message_bytes: args.max_message_bytes,
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
+                namespace_unfinished: args.namespace_unfinished_tasks,
                 retention: RetentionPolicy {
                     finished: args.retain_finished,
                     finished_for: args.retain_for.into(),

@@ -88,6 +88,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
     match err {
         ApplyError::WrongSecret(_) => Status::permission_denied(message),
         ApplyError::Evicted(evicted) => evicted.into_status(),
+        ApplyError::QuotaExceeded { .. } => Status::resource_exhausted(message),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),

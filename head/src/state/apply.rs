@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{NodeId, TaskId};
+use escher_proto::types::{Namespace, NodeId, TaskId};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
@@ -19,6 +19,10 @@ pub struct StateConfig {
     pub max_result_bytes: usize,
     /// How long finished tasks and dead nodes are kept.
     pub retention: RetentionPolicy,
+    /// The most unfinished tasks (pending or running, reservation holders included) one
+    /// namespace may have; a batch that would pass it is refused whole. Admin callers, whose
+    /// tasks have no namespace, are not counted.
+    pub namespace_unfinished: u64,
 }
 
 impl Default for StateConfig {
@@ -26,6 +30,7 @@ impl Default for StateConfig {
         StateConfig {
             max_result_bytes: 16 * 1024 * 1024,
             retention: RetentionPolicy::default(),
+            namespace_unfinished: 1_000_000,
         }
     }
 }
@@ -55,6 +60,10 @@ pub struct ClusterState {
     pub(crate) sessions: Sessions,
     /// What retention keeps of finished tasks and dead nodes, and in which order it evicts.
     pub(crate) retention: Retention,
+    /// Unfinished tasks per namespace, for the quota; derived from `tasks` (rebuilt by
+    /// [`restore`](Self::restore)), so not part of a snapshot.
+    #[serde(skip)]
+    pub(crate) unfinished: BTreeMap<Namespace, u64>,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -78,6 +87,7 @@ impl ClusterState {
             tokens: super::tokens::Tokens::default(),
             sessions: Sessions::default(),
             retention: Retention::default(),
+            unfinished: BTreeMap::new(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
@@ -86,6 +96,16 @@ impl ClusterState {
     /// A deserialized snapshot, with the settings it is to apply.
     pub fn restore(mut self, config: StateConfig) -> ClusterState {
         self.config = config;
+        self.unfinished.clear();
+        let namespaces: Vec<Namespace> = self
+            .tasks
+            .values()
+            .filter(|t| !t.state.is_terminal())
+            .filter_map(|t| t.namespace())
+            .collect();
+        for ns in namespaces {
+            *self.unfinished.entry(ns).or_default() += 1;
+        }
         self
     }
 

@@ -1,7 +1,7 @@
 //! Why the head refused a command. A refused command changes nothing.
 
 use escher_proto::mig::{GpuModel, MigError};
-use escher_proto::types::{Evicted, NodeId, ResourceName, TaskId, TaskState};
+use escher_proto::types::{Evicted, Namespace, NodeId, ResourceName, TaskId, TaskState};
 use thiserror::Error;
 
 use crate::scheduler::CoreError;
@@ -18,6 +18,22 @@ pub enum ApplyError {
     /// The token table is full.
     #[error("the cluster keeps at most {0} tokens; revoked ones count too")]
     TooManyTokens(usize),
+    /// A batch would take a namespace past its unfinished-task quota; nothing was accepted.
+    #[error(
+        "namespace {namespace} has {unfinished} unfinished tasks and the batch adds {asked}, \
+         past its quota of {limit}; wait for tasks to finish (or cancel some) and submit again, \
+         or ask the operator to raise escher-head --namespace-unfinished-tasks"
+    )]
+    QuotaExceeded {
+        /// The namespace.
+        namespace: Namespace,
+        /// Its unfinished tasks now.
+        unfinished: u64,
+        /// Tasks in the refused batch.
+        asked: usize,
+        /// The quota.
+        limit: u64,
+    },
     /// An application tried to set, delete or create a worker-reported resource.
     #[error(
         "{0} is a physical resource reported by workers; applications cannot set, create or \

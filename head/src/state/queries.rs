@@ -1,8 +1,10 @@
 //! Read-only views of the state, as the API reports them.
 
+use std::collections::BTreeMap;
+
 use escher_proto::types::{
-    ClusterStatus, Labels, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo, TaskState,
-    TaskStatus, TaskSummary,
+    ClusterStatus, Labels, Namespace, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo,
+    TaskState, TaskStatus, TaskSummary,
 };
 
 use super::apply::ClusterState;
@@ -26,6 +28,11 @@ impl ClusterState {
             evicted: true,
             finished_at_ms: Some(tombstone.finished_at_ms),
         })
+    }
+
+    /// The unfinished (pending or running) tasks of each namespace, as the quota counts them.
+    pub fn unfinished_by_namespace(&self) -> &BTreeMap<Namespace, u64> {
+        &self.unfinished
     }
 
     /// A task's record.

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    DeviceHold, GpuInfo, Labels, NodeId, PendingReason, ResourceSet, TaskId, TaskResult, TaskSpec,
-    TaskState, TaskStatus,
+    DeviceHold, GpuInfo, Labels, NAMESPACE_LABEL, Namespace, NodeId, PendingReason, ResourceSet,
+    TaskId, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -94,6 +94,12 @@ impl TaskRecord {
         }
     }
 
+    /// The namespace the task belongs to (its `escher.namespace` label); `None` for an
+    /// admin's task that named none.
+    pub(crate) fn namespace(&self) -> Option<Namespace> {
+        namespace_of(&self.spec)
+    }
+
     /// The status the API reports.
     pub fn status(&self, id: TaskId) -> TaskStatus {
         let reason = match (&self.pending_reason, self.state) {
@@ -111,4 +117,10 @@ impl TaskRecord {
             finished_at_ms: self.finished_at,
         }
     }
+}
+
+/// The namespace a (qualified) task spec belongs to.
+pub(crate) fn namespace_of(spec: &TaskSpec) -> Option<Namespace> {
+    let label = spec.labels.get(NAMESPACE_LABEL)?;
+    Namespace::new(label).ok()
 }

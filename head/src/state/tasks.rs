@@ -1,5 +1,7 @@
 //! The task life cycle: accepted, dispatched, started, finished, retried, cancelled.
 
+use std::collections::BTreeMap;
+
 use escher_proto::types::{Assignment, NAMESPACE_LABEL, TaskFinished};
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
@@ -9,7 +11,7 @@ use escher_proto::types::{
 use super::apply::ClusterState;
 use super::command::Effect;
 use super::error::ApplyError;
-use super::record::TaskRecord;
+use super::record::{TaskRecord, namespace_of};
 use crate::scheduler::{Event, Millis};
 
 impl ClusterState {
@@ -24,8 +26,10 @@ impl ClusterState {
         for (index, spec) in specs.into_iter().enumerate() {
             accepted.push(self.qualify_spec(spec, namespace, index)?);
         }
+        self.check_quota(namespace, accepted.len())?;
         let mut ids = Vec::with_capacity(accepted.len());
         for spec in accepted {
+            count_unfinished(&mut self.unfinished, namespace_of(&spec), true);
             let id = TaskId(self.next_task);
             self.next_task += 1;
             let resources = spec.resources.clone();
@@ -107,11 +111,21 @@ impl ClusterState {
                     creates.push((created, Capacity::Finite(a)));
                 }
             }
+            // Holders carry their namespace like every task: an app sees, and releases, its own.
+            let mut labels = escher_proto::types::Labels::new();
+            if let Some(ns) = ns {
+                labels.insert(NAMESPACE_LABEL, ns.as_str()).map_err(|e| {
+                    ApplyError::InvalidTask {
+                        index,
+                        why: e.to_string(),
+                    }
+                })?;
+            }
             specs.push(TaskSpec {
                 name: format!("{name} bundle {index}"),
                 kind: TaskKind::Ghost { creates, ttl: None },
                 resources,
-                labels: Default::default(),
+                labels,
                 max_retries: u32::MAX,
                 timeout: None,
                 pending_deadline: timeout,
@@ -120,8 +134,10 @@ impl ClusterState {
             });
         }
         let deadline = timeout.map(|d| now.saturating_add(millis(d)));
+        self.check_quota(ns, specs.len())?;
         let mut members = Vec::with_capacity(specs.len());
         for spec in specs {
+            count_unfinished(&mut self.unfinished, namespace_of(&spec), true);
             let id = TaskId(self.next_task);
             self.next_task += 1;
             members.push((id, spec.resources.clone()));
@@ -265,6 +281,8 @@ impl ClusterState {
         };
         if !rec.state.is_terminal() {
             self.retention.task_finished(id);
+            let ns = rec.namespace();
+            count_unfinished(&mut self.unfinished, ns, false);
         }
         rec.state = state;
         rec.reason = reason;
@@ -385,4 +403,43 @@ impl ClusterState {
 /// Whole milliseconds in a duration, saturating.
 pub(crate) fn millis(d: std::time::Duration) -> Millis {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl ClusterState {
+    /// Refuses a batch of `n` tasks that would take `namespace` past its unfinished-task quota.
+    fn check_quota(&self, namespace: Option<&Namespace>, n: usize) -> Result<(), ApplyError> {
+        let Some(ns) = namespace else {
+            return Ok(());
+        };
+        let limit = self.config.namespace_unfinished;
+        let unfinished = self.unfinished.get(ns).copied().unwrap_or(0);
+        if unfinished.saturating_add(n as u64) > limit {
+            return Err(ApplyError::QuotaExceeded {
+                namespace: ns.clone(),
+                unfinished,
+                asked: n,
+                limit,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Counts a task of `namespace` in (`started`) or out of the unfinished totals.
+fn count_unfinished(
+    unfinished: &mut BTreeMap<Namespace, u64>,
+    namespace: Option<Namespace>,
+    started: bool,
+) {
+    let Some(ns) = namespace else {
+        return;
+    };
+    if started {
+        *unfinished.entry(ns).or_default() += 1;
+    } else if let Some(n) = unfinished.get_mut(&ns) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            unfinished.remove(&ns);
+        }
+    }
 }

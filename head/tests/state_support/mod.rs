@@ -3,6 +3,7 @@
 //! checks run after every step.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 pub mod ops;
@@ -12,9 +13,9 @@ use escher_head::state::{
     StateConfig,
 };
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterStatus, Labels, Namespace, NodeId, NodeSpec, ResourceName,
-    ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult,
-    TaskSpec, TaskState, TaskStatus,
+    Capacity, CapacityOp, ClusterStatus, Labels, NAMESPACE_LABEL, Namespace, NodeId, NodeSpec,
+    ResourceName, ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished, TaskId, TaskKind,
+    TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 /// The time the test clock starts at (milliseconds since the epoch, arbitrary).
@@ -452,6 +453,7 @@ pub fn check_invariants(state: &ClusterState) {
     core.sanity_check().unwrap();
     let mut running = 0;
     let mut pending = 0;
+    let mut unfinished: BTreeMap<Namespace, u64> = BTreeMap::new();
     // Task ids are handed out from 1 without gaps; each one has its record, or retention
     // evicted it when it had finished (then the core has forgotten it too).
     for id in 1..state.next_task_id().0 {
@@ -472,6 +474,11 @@ pub fn check_invariants(state: &ClusterState) {
             assert!(state.is_finished(task) == evicted.tombstone.is_some());
             continue;
         };
+        if !rec.state.is_terminal()
+            && let Some(ns) = rec.spec.labels.get(NAMESPACE_LABEL)
+        {
+            *unfinished.entry(ns.parse().unwrap()).or_default() += 1;
+        }
         match rec.state {
             TaskState::Running => {
                 running += 1;
@@ -513,6 +520,11 @@ pub fn check_invariants(state: &ClusterState) {
             }
         }
     }
+    assert_eq!(
+        state.unfinished_by_namespace(),
+        &unfinished,
+        "the quota's unfinished counts are not the tasks'"
+    );
     assert!(state.task(state.next_task_id()).is_none());
     assert!(state.evicted(state.next_task_id()).is_none());
     assert_eq!(
