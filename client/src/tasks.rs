@@ -404,6 +404,7 @@ mod tests {
             result,
             evicted: false,
             finished_at_ms: None,
+            hook_errors: Vec::new(),
         }
     }
 

@@ -109,6 +109,7 @@ impl FakeHead {
             result,
             evicted: false,
             finished_at_ms: None,
+            hook_errors: Vec::new(),
         }
     }
 

@@ -697,13 +697,20 @@ fn on_start_hooks_apply_at_dispatch() {
     assert_eq!(t.task_state(c), TaskState::Running);
     assert_eq!(t.task_state(waiter), TaskState::Running);
     assert_eq!(t.slot(n1, "started-c"), Some(("1".into(), "1".into())));
-    // A hook that cannot apply is skipped; the task still runs.
+    assert!(t.status(c).hook_errors.is_empty());
+    // A hook that cannot apply is skipped; the task still runs, and its status says why.
     t.exit(c, 0);
     let spec = task("").on_start(adjust("never", "-1", NodeSpec::Local));
     let (d, fx) = t.submit(spec);
     assert_eq!(fx, ["assign 3->1 #1"]);
     assert_eq!(t.task_state(d), TaskState::Running);
     assert_eq!(t.slot(n1, "never"), None);
+    let errors = t.status(d).hook_errors;
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        errors[0].starts_with("attempt 1: ") && errors[0].contains("never"),
+        "{errors:?}"
+    );
 }
 
 #[test]

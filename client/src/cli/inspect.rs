@@ -192,6 +192,9 @@ pub fn render_info(info: &TaskInfo) -> String {
     if let Some(reason) = &status.reason {
         rows.push(("reason", reason.clone()));
     }
+    for error in &status.hook_errors {
+        rows.push(("hook not applied", error.clone()));
+    }
     if let Some(p) = &info.pending_reason {
         rows.push(("pending because", p.message.clone()));
         if !p.closest_nodes.is_empty() {
@@ -266,6 +269,7 @@ mod tests {
                 result: None,
                 evicted: false,
                 finished_at_ms: None,
+                hook_errors: Vec::new(),
             },
             pending_reason: Some(PendingReason {
                 resource: ResourceName::gpu(),

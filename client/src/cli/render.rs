@@ -228,6 +228,7 @@ mod tests {
             result: None,
             evicted: true,
             finished_at_ms: Some(1_795_428_000_000),
+            hook_errors: Vec::new(),
         };
         let text = statuses(std::slice::from_ref(&s));
         let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
@@ -261,6 +262,7 @@ mod tests {
             result: Some(TaskResult::Exited { code }),
             evicted: false,
             finished_at_ms: None,
+            hook_errors: Vec::new(),
         };
         use std::process::ExitCode;
         assert_eq!(

@@ -97,6 +97,9 @@ pub fn render_get(s: &TaskStatus) -> String {
     if let Some(reason) = &s.reason {
         rows.push(("reason", reason.clone()));
     }
+    for error in &s.hook_errors {
+        rows.push(("hook not applied", error.clone()));
+    }
     key_values(&rows)
 }
 
@@ -204,6 +207,7 @@ mod tests {
             result: Some(TaskResult::Returned(vec![1, 2, 3])),
             evicted: false,
             finished_at_ms: Some(1_700_000_000_000),
+            hook_errors: Vec::new(),
         };
         let text = render_get(&s);
         assert!(text.contains("succeeded"), "{text}");

@@ -27,6 +27,7 @@ impl ClusterState {
             result: None,
             evicted: true,
             finished_at_ms: Some(tombstone.finished_at_ms),
+            hook_errors: Vec::new(),
         })
     }
 

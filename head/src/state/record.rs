@@ -73,6 +73,9 @@ pub struct TaskRecord {
     /// The devices (GPUs, MIG slices) its running attempt was given, once its worker said;
     /// `None` before that (and for tasks that hold none).
     pub devices: Option<Vec<DeviceHold>>,
+    /// Its hooks that could not be applied, oldest first (the last
+    /// [`MAX_HOOK_ERRORS`](escher_proto::types::MAX_HOOK_ERRORS)).
+    pub hook_errors: Vec<String>,
 }
 
 impl TaskRecord {
@@ -91,6 +94,7 @@ impl TaskRecord {
             cancel_requested: false,
             native: false,
             devices: None,
+            hook_errors: Vec::new(),
         }
     }
 
@@ -115,6 +119,7 @@ impl TaskRecord {
             result: self.result.clone(),
             evicted: false,
             finished_at_ms: self.finished_at,
+            hook_errors: self.hook_errors.clone(),
         }
     }
 }

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    Capacity, CapacityOp, Delta, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet,
-    ResourceUpdate, TaskId, TaskKind, TaskState,
+    Capacity, CapacityOp, Delta, MAX_HOOK_ERRORS, Namespace, NodeId, NodeSpec, ResourceName,
+    ResourceSet, ResourceUpdate, TaskId, TaskKind, TaskState,
 };
 
 use super::apply::ClusterState;
@@ -144,8 +144,8 @@ impl ClusterState {
     }
 
     /// Runs a task's hook updates, with `Local` meaning `node`. A hook that cannot apply (its
-    /// node is gone, a capacity would go negative) is skipped and logged: hooks are signals,
-    /// and a failed signal must not undo the task.
+    /// node is gone, a capacity would go negative) is skipped, logged and recorded on the task
+    /// (its status lists it): hooks are signals, and a failed signal must not undo the task.
     pub(crate) fn run_hooks(
         &mut self,
         task: TaskId,
@@ -168,6 +168,13 @@ impl ClusterState {
             .collect();
         if let Err(err) = self.set_resources(&resolved, now) {
             tracing::warn!(%task, %err, "a task hook could not be applied");
+            if let Some(rec) = self.tasks.get_mut(&task) {
+                if rec.hook_errors.len() == MAX_HOOK_ERRORS {
+                    rec.hook_errors.remove(0);
+                }
+                rec.hook_errors
+                    .push(format!("attempt {}: {err}", rec.attempt));
+            }
         }
     }
 

@@ -226,6 +226,7 @@ impl From<TaskStatus> for wire::TaskStatus {
             result: s.result.map(Into::into),
             evicted: s.evicted,
             finished_at_ms: s.finished_at_ms,
+            hook_errors: s.hook_errors,
         }
     }
 }
@@ -242,6 +243,7 @@ impl TryFrom<wire::TaskStatus> for TaskStatus {
             result: convert_optional(w.result, "result")?,
             evicted: w.evicted,
             finished_at_ms: w.finished_at_ms,
+            hook_errors: w.hook_errors,
         })
     }
 }

@@ -136,6 +136,11 @@ pub(crate) fn sample_statuses() -> Vec<TaskStatus> {
         finished_at_ms: state.is_terminal().then_some(1_700_000_000_000 + id),
         result,
         evicted: false,
+        hook_errors: if id == 3 {
+            vec!["node 9 is unknown".to_string()]
+        } else {
+            Vec::new()
+        },
     };
     vec![
         s(1, TaskState::Pending, None, Some("needs gpu=2"), None),

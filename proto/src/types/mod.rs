@@ -62,4 +62,6 @@ pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
     ClusterStatus, LogStream, NodeStatus, PendingReason, ResourceStatus, TaskInfo, TaskSummary,
 };
-pub use task::{ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus};
+pub use task::{
+    MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+};

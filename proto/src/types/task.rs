@@ -164,4 +164,11 @@ pub struct TaskStatus {
     pub evicted: bool,
     /// When it reached its final state, in milliseconds since the Unix epoch, once it has.
     pub finished_at_ms: Option<u64>,
+    /// Its hooks (on start, on success) that could not be applied, oldest first, the last
+    /// [`MAX_HOOK_ERRORS`] kept: a hook is a signal, so its failure does not fail the task,
+    /// but the task's status says so.
+    pub hook_errors: Vec<String>,
 }
+
+/// How many hook failures a task's status keeps.
+pub const MAX_HOOK_ERRORS: usize = 4;
