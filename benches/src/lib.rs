@@ -102,6 +102,8 @@ pub enum Selection {
     Cmd,
     /// Head memory under a stream of short tasks, with and without retention.
     Retention,
+    /// The cost of authentication and TLS.
+    Sec,
 }
 
 impl Options {
@@ -127,6 +129,7 @@ impl Options {
                 Selection::W10 => Some(Workload::W10),
                 Selection::Cmd => Some(Workload::Cmd),
                 Selection::Retention => Some(Workload::Retention),
+                Selection::Sec => Some(Workload::Sec),
             })
             .collect();
         v.sort();
