@@ -334,3 +334,20 @@ pub fn markdown(summary: &RunSummary) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::{Parser, ValueEnum};
+
+    use super::*;
+
+    #[test]
+    fn every_workload_can_be_selected_by_its_id() {
+        for workload in Workload::ALL {
+            let selection = Selection::from_str(workload.id(), false)
+                .unwrap_or_else(|e| panic!("{} is not a selection: {e}", workload.id()));
+            let options = Options::parse_from(["escher-bench", workload.id()]);
+            assert_eq!(options.selected(), [workload], "{selection:?}");
+        }
+    }
+}
