@@ -14,6 +14,7 @@ use escher::types::{
     Role, TaskFinished, TaskResult, TaskState, TaskSummary, WorkerMessage,
 };
 use escher::{Client, ClientError, LocalCluster, Task};
+use escher_head::HeadConfig;
 use escher_proto::wire::worker_link_client::WorkerLinkClient;
 use escher_proto::wire::{self, cluster_client::ClusterClient, raft_client::RaftClient};
 use tonic::service::interceptor::InterceptedService;
@@ -463,6 +464,53 @@ async fn a_reader_reads_and_a_task_acts_in_its_own_namespace() {
         common::resource(&seen, node, "t/here").is_some(),
         "the task's resource is in its namespace"
     );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_small_requests_and_silent_connections_are_cut() {
+    let config = HeadConfig {
+        idle_timeout: Duration::from_secs(1),
+        ..HeadConfig::default()
+    };
+    let cluster = within("starting", cluster().head_config(config).workers(1).start())
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let before = snapshot(&admin).await;
+    // A status read carries a few bytes; 100 KB sent to ClusterStatus (as fields the empty
+    // request message would skip) is refused, even from an admin, before it is decoded.
+    let big = submit(&["echo", &"x".repeat(100_000)], &[]);
+    let mut grpc = tonic::client::Grpc::new(InterceptedService::new(
+        channel(&cluster).await,
+        Bearer::new(cluster.admin_token()),
+    ));
+    within("ready", grpc.ready()).await.unwrap();
+    let path = http::uri::PathAndQuery::from_static("/escher.v1.Cluster/ClusterStatus");
+    let codec = tonic_prost::ProstCodec::<wire::SubmitRequest, wire::ClusterStatusReply>::default();
+    let answer = grpc.unary(tonic::Request::new(big), path, codec).await;
+    let (code, message) = refused(answer);
+    assert_eq!(code, tonic::Code::ResourceExhausted, "{message}");
+    assert!(
+        message.contains("ClusterStatus") && message.contains("65536"),
+        "{message}"
+    );
+    // A raw connection that never speaks is closed after the idle timeout (1 s here); the
+    // admin's client, pinged and answering, is not.
+    let addr = cluster.head_url().trim_start_matches("http://").to_owned();
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut buf = [0u8; 256];
+    let closed = within("the silent connection to close", async {
+        loop {
+            match tokio::io::AsyncReadExt::read(&mut silent, &mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    });
+    closed.await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(snapshot(&admin).await, before, "nothing changed");
     cluster.shutdown().await;
 }
 

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use tonic::Status;
+use tonic::body::Body;
 
 use super::{Caller, Keys};
 
@@ -44,6 +45,22 @@ impl Need {
             Need::Join => "the worker join token (or an admin token)",
         }
     }
+}
+
+/// The largest request a status read (`ClusterStatus`, `Gpus`, `Heads`), or any call of a
+/// reader token, may send: these requests are a few bytes, so nothing larger is honest.
+pub const SMALL_REQUEST_BYTES: usize = 64 * 1024;
+/// The largest worker registration: a node's resources, labels and GPUs.
+pub const REGISTER_REQUEST_BYTES: usize = 1024 * 1024;
+
+/// The request size a call may send, by what it is and who sends it; `None` where only the
+/// head's `--max-message-bytes` applies (writes, worker streams, replicas).
+fn request_limit(path: &str, need: Need, caller: &Caller) -> Option<usize> {
+    if need == Need::Status || matches!(caller, Caller::Reader) {
+        return Some(SMALL_REQUEST_BYTES);
+    }
+    path.ends_with("/Register")
+        .then_some(REGISTER_REQUEST_BYTES)
 }
 
 /// What the method at `path` (`/escher.v1.Cluster/Submit`) needs; `None` for a method this
@@ -115,9 +132,14 @@ pub struct Auth<S> {
 }
 
 impl<S> Auth<S> {
-    fn check(&self, path: &str, headers: &http::HeaderMap) -> Result<Caller, Status> {
+    /// The caller, and the request size its call may send (see [`request_limit`]).
+    fn check(
+        &self,
+        path: &str,
+        headers: &http::HeaderMap,
+    ) -> Result<(Caller, Option<usize>), Status> {
         if !self.enforce {
-            return Ok(Caller::Admin);
+            return Ok((Caller::Admin, None));
         }
         let Some(need) = need(path) else {
             return Err(Status::permission_denied(format!(
@@ -134,7 +156,8 @@ impl<S> Auth<S> {
                 caller.describe()
             )));
         }
-        Ok(caller)
+        let limit = request_limit(path, need, &caller);
+        Ok((caller, limit))
     }
 }
 
@@ -173,16 +196,71 @@ fn undecodable_is_invalid_argument(headers: &mut http::HeaderMap) {
     }
 }
 
+/// A request body that ends with RESOURCE_EXHAUSTED once it has carried more than its limit
+/// (tonic passes that status to the caller as it is).
+struct Capped {
+    inner: Body,
+    left: usize,
+    limit: usize,
+    method: String,
+}
+
+impl Capped {
+    fn new(inner: Body, limit: usize, method: String) -> Capped {
+        Capped {
+            inner,
+            left: limit,
+            limit,
+            method,
+        }
+    }
+}
+
+impl http_body::Body for Capped {
+    type Data = bytes::Bytes;
+    type Error = Status;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
+        let frame = match Pin::new(&mut self.inner).poll_frame(cx) {
+            Poll::Ready(Some(Ok(frame))) => frame,
+            Poll::Ready(Some(Err(status))) => return Poll::Ready(Some(Err(status))),
+            Poll::Ready(None) => return Poll::Ready(None),
+            Poll::Pending => return Poll::Pending,
+        };
+        let len = frame.data_ref().map_or(0, bytes::Bytes::len);
+        match self.left.checked_sub(len) {
+            Some(left) => {
+                self.left = left;
+                Poll::Ready(Some(Ok(frame)))
+            }
+            None => Poll::Ready(Some(Err(Status::resource_exhausted(format!(
+                "a {} request may carry at most {} bytes for this caller; this one carried more",
+                self.method, self.limit
+            ))))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 type BoxFuture<T, E> = Pin<Box<dyn Future<Output = Result<T, E>> + Send>>;
 
-impl<S, B> tower::Service<http::Request<B>> for Auth<S>
+impl<S> tower::Service<http::Request<Body>> for Auth<S>
 where
-    S: tower::Service<http::Request<B>, Response = http::Response<tonic::body::Body>>
+    S: tower::Service<http::Request<Body>, Response = http::Response<Body>>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
-    B: Send + 'static,
 {
     type Response = http::Response<tonic::body::Body>;
     type Error = S::Error;
@@ -192,10 +270,20 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+    fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         match self.check(request.uri().path(), request.headers()) {
-            Ok(caller) => {
+            Ok((caller, limit)) => {
                 request.extensions_mut().insert(caller);
+                if let Some(limit) = limit {
+                    let method = request
+                        .uri()
+                        .path()
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or("")
+                        .to_owned();
+                    request = request.map(|body| Body::new(Capped::new(body, limit, method)));
+                }
                 // The clone is ready only if polled; the ready one (self.inner) serves this call.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);

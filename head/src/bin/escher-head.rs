@@ -63,6 +63,10 @@ struct HeadArgs {
     /// submission past it is refused whole with RESOURCE_EXHAUSTED. Admin tasks are not counted.
     #[arg(long, env = "ESCHER_NAMESPACE_UNFINISHED_TASKS", default_value_t = StateConfig::default().namespace_unfinished)]
     namespace_unfinished_tasks: u64,
+    /// Close a connection whose peer has sent nothing for this long (`30s`, `5m`); the head
+    /// pings each connection three times per period, so live clients are never cut.
+    #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
+    idle_timeout: humantime::Duration,
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -162,6 +166,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             heartbeat_interval: Duration::from_millis(args.heartbeat_interval_ms),
             heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
             max_message_bytes: args.max_message_bytes,
+            idle_timeout: args.idle_timeout.into(),
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,

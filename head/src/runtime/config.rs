@@ -21,6 +21,9 @@ pub struct HeadConfig {
     pub tick_interval: Duration,
     /// The largest gRPC message the head accepts or sends.
     pub max_message_bytes: usize,
+    /// A connection whose peer has sent nothing for this long is closed (the head pings every
+    /// connection three times per timeout, so live clients always answer).
+    pub idle_timeout: Duration,
     /// How long a log request waits for the worker that holds the log.
     pub log_fetch_timeout: Duration,
     /// Settings of the replicated state.
@@ -50,6 +53,7 @@ impl Default for HeadConfig {
             heartbeat_timeout: Duration::from_millis(10_000),
             tick_interval: Duration::from_millis(100),
             max_message_bytes: 64 * 1024 * 1024,
+            idle_timeout: Duration::from_secs(30),
             log_fetch_timeout: Duration::from_secs(10),
             state: StateConfig::default(),
             replica: ReplicaConfig::single(""),
@@ -64,6 +68,9 @@ impl Default for HeadConfig {
 /// A setting that makes no sense.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
+    /// An idle timeout so short that live clients could not answer the pings in time.
+    #[error("the idle timeout ({0:?}) must be at least 1s")]
+    IdleTimeout(Duration),
     /// The heartbeat timeout must leave room for a few heartbeats.
     #[error(
         "heartbeat timeout ({timeout:?}) must be at least twice the heartbeat interval \
@@ -108,6 +115,9 @@ impl HeadConfig {
         }
         if self.max_message_bytes == 0 {
             return Err(ConfigError::Zero("max message size"));
+        }
+        if self.idle_timeout < Duration::from_secs(1) {
+            return Err(ConfigError::IdleTimeout(self.idle_timeout));
         }
         let retention = &self.state.retention;
         if retention.finished == 0 {

@@ -26,6 +26,7 @@
 mod cluster_svc;
 mod config;
 mod handle;
+mod idle;
 mod link_svc;
 mod owner;
 mod proposals;
@@ -251,7 +252,13 @@ async fn serve<S: crate::replication::LogStore>(
     );
     let stop = token.clone();
     // Accepted connections need TCP_NODELAY, or small replies wait ~40 ms for delayed ACKs.
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    // Each connection is cut once its peer has said nothing for the idle timeout; the
+    // keepalive pings, three per timeout, keep every live client talking (`idle.rs`).
+    let idle_timeout = config.idle_timeout;
+    let incoming = tokio_stream::StreamExt::map(
+        TcpIncoming::from(listener).with_nodelay(Some(true)),
+        move |conn| conn.map(|io| idle::Idle::new(io, idle_timeout)),
+    );
     // Every call passes the auth layer: its token becomes a `Caller`, and a method the
     // caller's role may not call is refused before any handler runs (DESIGN §10).
     let mut builder = tonic::transport::Server::builder();
@@ -259,7 +266,7 @@ async fn serve<S: crate::replication::LogStore>(
         builder = builder.tls_config(tls.server_config())?;
     }
     let server = builder
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_interval(Some(idle_timeout / 3))
         .layer(if config.authenticate {
             AuthLayer::new(Arc::clone(&keys))
         } else {
