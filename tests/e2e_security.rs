@@ -464,6 +464,25 @@ async fn a_reader_reads_and_a_task_acts_in_its_own_namespace() {
         common::resource(&seen, node, "t/here").is_some(),
         "the task's resource is in its namespace"
     );
+    // A task's credential acts for it only while its attempt runs: kept after the task
+    // ended, it is refused.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    let script = format!(r#"printf %s "$ESCHER_TASK_TOKEN" > {}"#, file.display());
+    let task = app
+        .submit(Task::command(["sh", "-c", &script]))
+        .await
+        .unwrap();
+    assert_eq!(finished(&admin, &task).await.state, TaskState::Succeeded);
+    let kept = std::fs::read_to_string(&file).unwrap();
+    assert!(kept.starts_with("escher-task-"), "{kept}");
+    let mut raw = rpc(&cluster, Some(&kept)).await;
+    let (code, message) = refused(raw.submit(submit(&["true"], &[])).await);
+    assert_eq!(code, tonic::Code::Unauthenticated, "{message}");
+    assert!(
+        message.contains("only while that attempt runs"),
+        "{message}"
+    );
     cluster.shutdown().await;
 }
 

@@ -314,7 +314,7 @@ fn local_means_the_calling_tasks_node() {
     let local = |caller: Option<TaskId>| Command::SetResources {
         updates: vec![set("here", "1", NodeSpec::Local)],
         namespace: None,
-        caller_task: caller,
+        caller_task: caller.map(|task| (task, 1)),
     };
     assert_eq!(
         t.try_apply(local(None)).unwrap_err(),
@@ -353,6 +353,43 @@ fn local_means_the_calling_tasks_node() {
         }
     );
     assert_eq!(t.task_state(pending), TaskState::Running);
+}
+
+#[test]
+fn an_ended_attempts_credential_has_no_node() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let n2 = t.node("w2", "cpu=1");
+    let local = |task: TaskId, attempt: u32| Command::SetResources {
+        updates: vec![set("here", "1", NodeSpec::Local)],
+        namespace: None,
+        caller_task: Some((task, attempt)),
+    };
+    let (task, _) = t.submit(task("cpu=1").retries(1));
+    let first = t.state.task(task).unwrap().node.unwrap();
+    t.remove_node(first);
+    let rec = t.state.task(task).unwrap();
+    assert_eq!((rec.state, rec.attempt), (TaskState::Running, 2));
+    let second = rec.node.unwrap();
+    assert_eq!(
+        [first, second]
+            .iter()
+            .filter(|n| [n1, n2].contains(n))
+            .count(),
+        2
+    );
+    // The first attempt's credential (its process may still run on the lost node) acts for
+    // nothing, and never for the node of the attempt that replaced it.
+    assert_eq!(
+        t.try_apply(local(task, 1)).unwrap_err(),
+        ApplyError::AttemptEnded {
+            task,
+            attempt: 1,
+            current: 2
+        }
+    );
+    let out = t.apply(local(task, 2));
+    assert_eq!(out.reply, Reply::ResourcesSet(vec![vec![second]]));
 }
 
 #[test]
@@ -1127,7 +1164,7 @@ fn every_kind_of_entry_survives_bincode() {
                 },
             ],
             namespace: None,
-            caller_task: Some(TaskId(5)),
+            caller_task: Some((TaskId(5), 1)),
         },
         Command::TaskStarted {
             task: TaskId(1),

@@ -125,7 +125,7 @@ fn command(t: &TestState, nodes: &[NodeId], op: &AppOp) -> Option<Command> {
             Command::SetResources {
                 updates: vec![update],
                 namespace: app,
-                caller_task: running(*cap).map(|t| t.id),
+                caller_task: running(*cap).map(|t| (t.id, t.attempt)),
             }
         }
         AppOp::Submit {

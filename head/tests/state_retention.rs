@@ -161,7 +161,7 @@ fn cancel_and_local_calls_about_evicted_tasks() {
         .try_apply(Command::SetResources {
             updates: vec![set("x", "1", NodeSpec::Local)],
             namespace: None,
-            caller_task: Some(ids[1]),
+            caller_task: Some((ids[1], 1)),
         })
         .unwrap_err();
     assert!(matches!(err, ApplyError::Evicted(_)), "{err}");

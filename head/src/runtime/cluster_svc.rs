@@ -29,7 +29,7 @@ use escher_proto::types::{
 use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
-use crate::auth::{Caller, Keys, caller};
+use crate::auth::{Caller, Keys};
 use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
 
@@ -54,6 +54,34 @@ pub(crate) struct ClusterService {
     pub(crate) keys: Arc<Keys>,
     /// TLS to the other replicas, when the group speaks it.
     pub(crate) peer_tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
+impl ClusterService {
+    /// The request's caller, as the auth layer found it; a task's credential is good only
+    /// while its attempt runs (one stale read: the attempt that ended cannot come back).
+    async fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
+        let caller = crate::auth::caller(request)?;
+        if let Some((task, attempt)) = caller.task() {
+            let running = self
+                .owner
+                .read(true, move |s| s.running_attempt(task, attempt).map(|_| ()))
+                .await?;
+            running.map_err(|err| {
+                let now = match err {
+                    ApplyError::CallerNotRunning { state, .. } => format!("the task is {state}"),
+                    ApplyError::AttemptEnded { current, .. } => {
+                        format!("the task is on attempt {current}")
+                    }
+                    other => other.to_string(),
+                };
+                Status::unauthenticated(format!(
+                    "this call carries the credential of task {task} attempt {attempt}, which \
+                     acts for the task only while that attempt runs, and {now}"
+                ))
+            })?;
+        }
+        Ok(caller)
+    }
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -112,7 +140,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let SubmitRequest { tasks, namespace } = request.try_into()?;
@@ -133,7 +161,7 @@ impl Cluster for ClusterService {
         request: Request<wire::WaitRequest>,
     ) -> Result<Response<wire::WaitReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let WaitRequest {
             task_ids,
             num_returns,
@@ -168,7 +196,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::CancelRequest>,
     ) -> Result<Response<wire::CancelReply>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let CancelRequest { task_ids } = request.into();
@@ -188,7 +216,7 @@ impl Cluster for ClusterService {
         request: Request<wire::DescribeTaskRequest>,
     ) -> Result<Response<wire::TaskInfo>, Status> {
         let stale = wants_stale(&request);
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let id: TaskId = request.into_inner().into();
         let info = self
             .owner
@@ -205,7 +233,7 @@ impl Cluster for ClusterService {
         request: Request<wire::ListTasksRequest>,
     ) -> Result<Response<wire::ListTasksReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let ListTasksRequest {
             state,
             limit,
@@ -230,7 +258,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let SetResourcesRequest {
@@ -243,7 +271,7 @@ impl Cluster for ClusterService {
         let command = Command::SetResources {
             updates,
             namespace,
-            caller_task: caller.task().map(|(task, _)| task),
+            caller_task: caller.task(),
         };
         match self.owner.apply(command, key).await? {
             Reply::ResourcesSet(changed) => {
@@ -262,7 +290,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ReserveRequest>,
     ) -> Result<Response<wire::ReserveReply>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let ReserveRequest {
@@ -335,7 +363,7 @@ impl Cluster for ClusterService {
         request: Request<wire::ClusterStatusRequest>,
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let mut status = self.owner.read(stale, |s| s.cluster_status()).await?;
         if let Some(ns) = caller.status_scope() {
             // An app sees physical, shared and its own namespace's resources only.
@@ -352,7 +380,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::TaskLogsRequest>,
     ) -> Result<Response<wire::TaskLogsReply>, Status> {
-        let caller = caller(&request)?;
+        let caller = self.caller(&request).await?;
         let request: TaskLogsRequest = request.into_inner().try_into()?;
         let task = request.task_id;
         check_visible(&self.owner, &caller, &[task]).await?;

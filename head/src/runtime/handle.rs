@@ -89,6 +89,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         ApplyError::WrongSecret(_) => Status::permission_denied(message),
         ApplyError::Evicted(evicted) => evicted.into_status(),
         ApplyError::QuotaExceeded { .. } => Status::resource_exhausted(message),
+        ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),

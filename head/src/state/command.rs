@@ -100,8 +100,8 @@ pub enum Command {
         updates: Vec<ResourceUpdate>,
         /// The application's namespace.
         namespace: Option<Namespace>,
-        /// The running task that called, which gives `Local` its node.
-        caller_task: Option<TaskId>,
+        /// The running task (and its attempt) that called, which gives `Local` its node.
+        caller_task: Option<(TaskId, u32)>,
     },
     /// An all-or-nothing reservation of bundles (head-native gang scheduling). Each bundle is
     /// held by a native ghost: no worker runs anything, the head creates the gang's resources.

@@ -56,12 +56,27 @@ pub enum ApplyError {
     )]
     LocalOutsideTask,
     /// `Local` was used by a task that is not running.
-    #[error("task {task} is {state}, not running, so NodeSpec::Local has no node")]
+    #[error(
+        "task {task} is {state}, not running, so it has no node for a local target (--local) to mean"
+    )]
     CallerNotRunning {
         /// The calling task.
         task: TaskId,
         /// Its state.
         state: TaskState,
+    },
+    /// A task credential of an attempt that has ended.
+    #[error(
+        "task {task}'s attempt {attempt} has ended (its latest attempt is {current}); the \
+         credential that attempt was given no longer acts for it"
+    )]
+    AttemptEnded {
+        /// The task.
+        task: TaskId,
+        /// The attempt the credential names.
+        attempt: u32,
+        /// The task's latest attempt.
+        current: u32,
     },
     /// A task's hook targets `Local` in a way that cannot work.
     #[error("task {index} of the batch: {why}")]

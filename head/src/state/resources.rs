@@ -54,7 +54,7 @@ impl ClusterState {
         &self,
         updates: Vec<ResourceUpdate>,
         ns: Option<&Namespace>,
-        caller: Option<TaskId>,
+        caller: Option<(TaskId, u32)>,
     ) -> Result<Vec<ResourceUpdate>, ApplyError> {
         updates
             .into_iter()
@@ -70,14 +70,26 @@ impl ClusterState {
             .collect()
     }
 
-    fn caller_node(&self, caller: Option<TaskId>) -> Result<NodeId, ApplyError> {
-        let task = caller.ok_or(ApplyError::LocalOutsideTask)?;
+    fn caller_node(&self, caller: Option<(TaskId, u32)>) -> Result<NodeId, ApplyError> {
+        let (task, attempt) = caller.ok_or(ApplyError::LocalOutsideTask)?;
+        self.running_attempt(task, attempt)
+    }
+
+    /// The node of `task` while its attempt `attempt` runs: what a task credential is good
+    /// for. Once the attempt ended (the task finished, or was put back to pending and perhaps
+    /// started again elsewhere) the credential acts for nothing.
+    pub fn running_attempt(&self, task: TaskId, attempt: u32) -> Result<NodeId, ApplyError> {
         let rec = self
             .tasks
             .get(&task)
             .ok_or_else(|| self.missing_task(task))?;
         match (rec.state, rec.node) {
-            (TaskState::Running, Some(node)) => Ok(node),
+            (TaskState::Running, Some(node)) if rec.attempt == attempt => Ok(node),
+            (TaskState::Running, Some(_)) => Err(ApplyError::AttemptEnded {
+                task,
+                attempt,
+                current: rec.attempt,
+            }),
             (state, _) => Err(ApplyError::CallerNotRunning { task, state }),
         }
     }

@@ -262,7 +262,7 @@ pub fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
                 target: NodeSpec::Local,
             }],
             namespace: None,
-            caller_task: pick(&ids, p),
+            caller_task: pick(&ids, p).map(|task| (task, 1)),
         },
         Op::SetMatch { res: r, num } => Command::SetResources {
             updates: vec![set(
