@@ -1377,6 +1377,7 @@ proptest! {
             },
             // And a small quota, so that namespaced batches are refused along the way too.
             namespace_unfinished: 4,
+            namespace_result_bytes: 48,
         });
         let mut known = 0u64;
         for op in &ops {

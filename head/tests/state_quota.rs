@@ -1,12 +1,16 @@
 //! Per-namespace quotas (DESIGN §10): an application namespace may have at most
 //! `StateConfig::namespace_unfinished` unfinished tasks, reservation holders included; a batch
 //! that would pass it is refused whole, admin tasks are not counted, and finishing or cancelling
-//! tasks makes room again. Reservation holders carry their namespace like any task.
+//! tasks makes room again. Reservation holders carry their namespace like any task. And at most
+//! `StateConfig::namespace_result_bytes` of function results stored: a result past it fails
+//! its task, saying why, until retention releases earlier results.
 
 mod state_support;
 
-use escher_head::state::{ApplyError, Command, Reply, StateConfig};
-use escher_proto::types::{GangStrategy, NAMESPACE_LABEL, TaskId};
+use std::time::Duration;
+
+use escher_head::state::{ApplyError, Command, Reply, RetentionPolicy, StateConfig};
+use escher_proto::types::{GangStrategy, NAMESPACE_LABEL, TaskId, TaskResult, TaskState};
 use state_support::{TestState, name, ns, res, task};
 
 fn quota(n: u64) -> TestState {
@@ -116,4 +120,42 @@ fn reservation_holders_count_and_carry_their_namespace() {
     // Releasing the reservation (cancelling its holders) gives the room back.
     t.cancel(&holders).unwrap();
     submit(&mut t, Some("a"), 3).unwrap();
+}
+
+#[test]
+fn stored_results_past_the_quota_fail_their_task_until_retention_releases_some() {
+    let mut t = TestState::with_config(StateConfig {
+        namespace_result_bytes: 10,
+        retention: RetentionPolicy {
+            finished: 1,
+            finished_for: Duration::from_secs(3600),
+            ..RetentionPolicy::default()
+        },
+        ..StateConfig::default()
+    });
+    t.node("n", "cpu=2");
+    let returned = |n: usize| Ok(TaskResult::Returned(vec![7; n]));
+    let ids = submit(&mut t, Some("a"), 2).unwrap();
+    t.finish_current(ids[0], returned(6));
+    assert_eq!(t.task_state(ids[0]), TaskState::Succeeded);
+    // 6 + 6 > 10: the second fails, keeps no result, and says why.
+    t.finish_current(ids[1], returned(6));
+    let status = t.status(ids[1]);
+    assert_eq!(status.state, TaskState::Failed);
+    assert!(status.result.is_none());
+    let reason = status.reason.unwrap();
+    assert!(
+        reason.contains("quota of 10 stored result bytes"),
+        "{reason}"
+    );
+    assert!(reason.contains("--namespace-result-bytes"), "{reason}");
+    // Admin tasks and other namespaces are not counted against `a`.
+    let other = submit(&mut t, Some("b"), 1).unwrap();
+    t.finish_current(other[0], returned(8));
+    assert_eq!(t.task_state(other[0]), TaskState::Succeeded);
+    // Retention keeps one finished task: the first two are evicted by now, releasing `a`'s 6.
+    let next = submit(&mut t, Some("a"), 1).unwrap();
+    t.finish_current(next[0], returned(9));
+    assert_eq!(t.task_state(next[0]), TaskState::Succeeded);
+    assert_eq!(t.state.result_bytes_by_namespace().get(&ns("a")), Some(&9));
 }

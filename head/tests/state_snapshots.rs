@@ -44,6 +44,7 @@ proptest! {
             max_result_bytes: 32,
             retention,
             namespace_unfinished: 3,
+            namespace_result_bytes: 48,
         };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());

@@ -63,6 +63,11 @@ struct HeadArgs {
     /// submission past it is refused whole with RESOURCE_EXHAUSTED. Admin tasks are not counted.
     #[arg(long, env = "ESCHER_NAMESPACE_UNFINISHED_TASKS", default_value_t = StateConfig::default().namespace_unfinished)]
     namespace_unfinished_tasks: u64,
+    /// The most bytes of function results one application namespace may have stored in the
+    /// head at once; a result past it fails its task, saying so. Results are released as
+    /// retention evicts their tasks.
+    #[arg(long, env = "ESCHER_NAMESPACE_RESULT_BYTES", default_value_t = StateConfig::default().namespace_result_bytes)]
+    namespace_result_bytes: u64,
     /// Close a connection whose peer has sent nothing for this long (`30s`, `5m`); the head
     /// pings each connection three times per period, so live clients are never cut.
     #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
@@ -170,6 +175,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,
+                namespace_result_bytes: args.namespace_result_bytes,
                 retention: RetentionPolicy {
                     finished: args.retain_finished,
                     finished_for: args.retain_for.into(),

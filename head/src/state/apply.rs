@@ -23,6 +23,10 @@ pub struct StateConfig {
     /// namespace may have; a batch that would pass it is refused whole. Admin callers, whose
     /// tasks have no namespace, are not counted.
     pub namespace_unfinished: u64,
+    /// The most bytes of function results one application namespace may have stored in the
+    /// head at once; a result past it fails its task with the reason. Results are released
+    /// when retention evicts their tasks.
+    pub namespace_result_bytes: u64,
 }
 
 impl Default for StateConfig {
@@ -31,6 +35,7 @@ impl Default for StateConfig {
             max_result_bytes: 16 * 1024 * 1024,
             retention: RetentionPolicy::default(),
             namespace_unfinished: 1_000_000,
+            namespace_result_bytes: 1024 * 1024 * 1024,
         }
     }
 }
@@ -64,6 +69,10 @@ pub struct ClusterState {
     /// [`restore`](Self::restore)), so not part of a snapshot.
     #[serde(skip)]
     pub(crate) unfinished: BTreeMap<Namespace, u64>,
+    /// Bytes of function results stored per namespace, for the quota; derived from `tasks`
+    /// like `unfinished`.
+    #[serde(skip)]
+    pub(crate) result_bytes: BTreeMap<Namespace, u64>,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -88,6 +97,7 @@ impl ClusterState {
             sessions: Sessions::default(),
             retention: Retention::default(),
             unfinished: BTreeMap::new(),
+            result_bytes: BTreeMap::new(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
@@ -97,14 +107,17 @@ impl ClusterState {
     pub fn restore(mut self, config: StateConfig) -> ClusterState {
         self.config = config;
         self.unfinished.clear();
-        let namespaces: Vec<Namespace> = self
-            .tasks
-            .values()
-            .filter(|t| !t.state.is_terminal())
-            .filter_map(|t| t.namespace())
-            .collect();
-        for ns in namespaces {
-            *self.unfinished.entry(ns).or_default() += 1;
+        self.result_bytes.clear();
+        for rec in self.tasks.values() {
+            let Some(ns) = rec.namespace() else {
+                continue;
+            };
+            if !rec.state.is_terminal() {
+                *self.unfinished.entry(ns.clone()).or_default() += 1;
+            }
+            if let Some(bytes) = rec.result_bytes() {
+                *self.result_bytes.entry(ns).or_default() += bytes;
+            }
         }
         self
     }

@@ -36,6 +36,11 @@ impl ClusterState {
         &self.unfinished
     }
 
+    /// The bytes of function results each namespace stores, as the quota counts them.
+    pub fn result_bytes_by_namespace(&self) -> &BTreeMap<Namespace, u64> {
+        &self.result_bytes
+    }
+
     /// A task's record.
     pub fn task(&self, id: TaskId) -> Option<&TaskRecord> {
         self.tasks.get(&id)

@@ -104,6 +104,14 @@ impl TaskRecord {
         namespace_of(&self.spec)
     }
 
+    /// The bytes of its function result, if it keeps one.
+    pub(crate) fn result_bytes(&self) -> Option<u64> {
+        match &self.result {
+            Some(TaskResult::Returned(bytes)) => Some(bytes.len() as u64),
+            _ => None,
+        }
+    }
+
     /// The status the API reports.
     pub fn status(&self, id: TaskId) -> TaskStatus {
         let reason = match (&self.pending_reason, self.state) {

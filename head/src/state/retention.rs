@@ -189,6 +189,7 @@ impl ClusterState {
             record.state.is_terminal(),
             "only finished tasks are evicted"
         );
+        self.release_result_bytes(&record);
         let limit = self.config.retention.tombstones;
         if limit == 0 {
             return;

@@ -279,10 +279,33 @@ impl ClusterState {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
+        let ns = rec.namespace();
         if !rec.state.is_terminal() {
             self.retention.task_finished(id);
-            let ns = rec.namespace();
-            count_unfinished(&mut self.unfinished, ns, false);
+            count_unfinished(&mut self.unfinished, ns.clone(), false);
+        }
+        let (mut state, mut reason, mut result) = (state, reason, result);
+        if let (Some(ns), Some(TaskResult::Returned(bytes))) = (&ns, &result) {
+            let stored = self.result_bytes.get(ns).copied().unwrap_or(0);
+            let limit = self.config.namespace_result_bytes;
+            let len = bytes.len() as u64;
+            if stored.saturating_add(len) > limit {
+                // Kept, the result would pass the namespace's quota: the task fails instead
+                // (running it again would give the same result), and says why.
+                if state == TaskState::Succeeded {
+                    state = TaskState::Failed;
+                    reason = Some(format!(
+                        "its result of {len} bytes would take namespace {ns} past its quota of \
+                         {limit} stored result bytes (it stores {stored}); results are released \
+                         as retention evicts finished tasks (escher-head --retain-finished, \
+                         --retain-for), or the operator can raise \
+                         --namespace-result-bytes"
+                    ));
+                }
+                result = None;
+            } else {
+                *self.result_bytes.entry(ns.clone()).or_default() += len;
+            }
         }
         rec.state = state;
         rec.reason = reason;
@@ -422,6 +445,21 @@ impl ClusterState {
             });
         }
         Ok(())
+    }
+}
+
+impl ClusterState {
+    /// Takes an evicted task's result out of its namespace's stored bytes.
+    pub(crate) fn release_result_bytes(&mut self, rec: &TaskRecord) {
+        let (Some(ns), Some(len)) = (rec.namespace(), rec.result_bytes()) else {
+            return;
+        };
+        if let Some(stored) = self.result_bytes.get_mut(&ns) {
+            *stored = stored.saturating_sub(len);
+            if *stored == 0 {
+                self.result_bytes.remove(&ns);
+            }
+        }
     }
 }
 

@@ -454,6 +454,7 @@ pub fn check_invariants(state: &ClusterState) {
     let mut running = 0;
     let mut pending = 0;
     let mut unfinished: BTreeMap<Namespace, u64> = BTreeMap::new();
+    let mut result_bytes: BTreeMap<Namespace, u64> = BTreeMap::new();
     // Task ids are handed out from 1 without gaps; each one has its record, or retention
     // evicted it when it had finished (then the core has forgotten it too).
     for id in 1..state.next_task_id().0 {
@@ -474,10 +475,14 @@ pub fn check_invariants(state: &ClusterState) {
             assert!(state.is_finished(task) == evicted.tombstone.is_some());
             continue;
         };
-        if !rec.state.is_terminal()
-            && let Some(ns) = rec.spec.labels.get(NAMESPACE_LABEL)
-        {
-            *unfinished.entry(ns.parse().unwrap()).or_default() += 1;
+        if let Some(ns) = rec.spec.labels.get(NAMESPACE_LABEL) {
+            let ns: Namespace = ns.parse().unwrap();
+            if !rec.state.is_terminal() {
+                *unfinished.entry(ns.clone()).or_default() += 1;
+            }
+            if let Some(TaskResult::Returned(bytes)) = &rec.result {
+                *result_bytes.entry(ns).or_default() += bytes.len() as u64;
+            }
         }
         match rec.state {
             TaskState::Running => {
@@ -524,6 +529,11 @@ pub fn check_invariants(state: &ClusterState) {
         state.unfinished_by_namespace(),
         &unfinished,
         "the quota's unfinished counts are not the tasks'"
+    );
+    assert_eq!(
+        state.result_bytes_by_namespace(),
+        &result_bytes,
+        "the quota's stored result bytes are not the tasks'"
     );
     assert!(state.task(state.next_task_id()).is_none());
     assert!(state.evicted(state.next_task_id()).is_none());
