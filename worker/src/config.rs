@@ -50,7 +50,7 @@ pub struct WorkerConfig {
     pub log_dir: Option<PathBuf>,
     /// Where the worker keeps its identity (node id and secret) across its own restarts;
     /// `None` keeps it in memory, for the life of the process. `escher-worker` defaults to
-    /// `$ESCHER_HOME/worker`.
+    /// `$ESCHER_HOME/workers/NAME` (with `--name`), else `$ESCHER_HOME/worker`.
     pub state_dir: Option<PathBuf>,
     /// Time a stopped command gets between SIGTERM and SIGKILL.
     pub grace: Duration,

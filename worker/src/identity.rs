@@ -3,10 +3,11 @@
 //! a head failover, a head restart, or its own restart.
 //!
 //! `escher-worker` keeps it in a state directory (`--state-dir`, by default
-//! `$ESCHER_HOME/worker`, with `ESCHER_HOME` defaulting to `~/.escher`): `identity.json`
+//! `$ESCHER_HOME/workers/NAME` for a worker with a `--name`, else `$ESCHER_HOME/worker`, with
+//! `ESCHER_HOME` defaulting to `~/.escher`): `identity.json`
 //! (mode 0600: the secret is a credential), written whole and renamed into place. The
 //! directory is locked while the worker runs, so two workers never share an identity; a second
-//! worker on the machine needs a `--state-dir` of its own. A library worker (and every worker
+//! worker on the machine needs a name or a `--state-dir` of its own. A library worker (and every worker
 //! of a `LocalCluster`) keeps it in memory, for the life of the process.
 
 use std::fs::File;
@@ -40,7 +41,8 @@ pub enum StateDirError {
     /// Another worker runs with it.
     #[error(
         "worker state directory {0} is in use by another escher-worker on this machine; give \
-         each worker its own --state-dir"
+         each worker a --name of its own (its state goes to $ESCHER_HOME/workers/NAME) or its \
+         own --state-dir"
     )]
     InUse(PathBuf),
     /// The identity file is damaged.
@@ -187,14 +189,35 @@ fn write(path: &Path, id: &NodeIdentity) -> Result<(), StateDirError> {
     Ok(())
 }
 
-/// The default state directory: `$ESCHER_HOME/worker`, `ESCHER_HOME` defaulting to
-/// `$HOME/.escher`.
-pub fn default_state_dir() -> Option<PathBuf> {
+/// The default state directory of a worker named `name` (`--name`):
+/// `$ESCHER_HOME/workers/NAME`, so that workers with names of their own share a machine with no
+/// further flag; `$ESCHER_HOME/worker` for an unnamed one. `ESCHER_HOME` defaults to
+/// `$HOME/.escher`. Characters other than letters, digits, `.`, `-` and `_` in the name become
+/// `_`.
+pub fn default_state_dir(name: Option<&str>) -> Option<PathBuf> {
     let home = match std::env::var_os("ESCHER_HOME") {
         Some(h) if !h.is_empty() => PathBuf::from(h),
         _ => PathBuf::from(std::env::var_os("HOME")?).join(".escher"),
     };
-    Some(home.join("worker"))
+    Some(match name {
+        Some(name) if !name.is_empty() => {
+            let safe: String = name
+                .chars()
+                .map(|c| match c {
+                    'a'..='z' | 'A'..='Z' | '0'..='9' | '.' | '-' | '_' => c,
+                    _ => '_',
+                })
+                .collect();
+            // `.` and `..` would leave the directory.
+            let safe = if safe.chars().all(|c| c == '.') {
+                safe.replace('.', "_")
+            } else {
+                safe
+            };
+            home.join("workers").join(safe)
+        }
+        _ => home.join("worker"),
+    })
 }
 
 #[cfg(test)]

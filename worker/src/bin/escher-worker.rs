@@ -24,8 +24,9 @@ struct WorkerArgs {
     head: Option<String>,
 
     /// Where the worker keeps its node id and secret, so that it comes back as the same node
-    /// after it restarts [default: $ESCHER_HOME/worker, ESCHER_HOME defaulting to ~/.escher].
-    /// Each worker on a machine needs its own; remove it to join as a new node.
+    /// after it restarts [default: $ESCHER_HOME/workers/NAME with --name, else
+    /// $ESCHER_HOME/worker; ESCHER_HOME defaults to ~/.escher]. Each worker on a machine needs
+    /// its own; remove it to join as a new node.
     #[arg(long, env = "ESCHER_WORKER_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
@@ -140,13 +141,15 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
                     .filter(|f| !f.heads.is_empty())
                     .map_or_else(|| DEFAULT_HEAD.to_string(), |f| f.heads.join(",")),
             },
+            state_dir: args
+                .state_dir
+                .or_else(|| escher_worker::default_state_dir(args.name.as_deref())),
             name: args.name,
             resources: args.resources.unwrap_or_default(),
             cpus: args.cpus,
             memory_mib: args.memory,
             labels: args.labels.unwrap_or_default(),
             log_dir: args.log_dir,
-            state_dir: args.state_dir.or_else(escher_worker::default_state_dir),
             grace: seconds("grace", args.grace)?,
             drain: seconds("drain", args.drain)?,
             sim_gpus: args.sim_gpu,
