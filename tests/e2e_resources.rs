@@ -949,7 +949,7 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
     let (c, m) = code!(rpc.set_resources(local()).await);
     assert_eq!(c, "InvalidArgument", "{m}");
     assert!(m.contains("Local"), "{m}");
-    // With the credential of a task that has ended, Local is refused: it names no node now.
+    // The credential of a task that has ended is refused: it acts for nothing now.
     let token = String::from_utf8(client.logs(&done, LogStream::Stdout).await.unwrap()).unwrap();
     assert!(token.starts_with("escher-task-"), "{token:?}");
     let channel = tonic::transport::Endpoint::from_shared(cluster.head_url().to_string())
@@ -960,8 +960,8 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
     let mut as_task =
         ClusterClient::with_interceptor(channel, escher_proto::access::Bearer::new(&token));
     let (c, m) = code!(as_task.set_resources(local()).await);
-    assert_eq!(c, "FailedPrecondition", "{m}");
-    assert!(m.contains("not running"), "{m}");
+    assert_eq!(c, "Unauthenticated", "{m}");
+    assert!(m.contains("only while that attempt runs"), "{m}");
 
     assert_eq!(snapshot(&client).await, before);
     assert!(resource(&before.0, node, "x").is_none());
