@@ -105,4 +105,4 @@ pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, MemLog};
 pub(crate) use replica::{Applied, NotAccepted, Output, Replica};
 pub use replica::{Persistence, ReplicationError};
 pub(crate) use service::{Inbound, RaftService};
-pub(crate) use transport::{MAX_RAFT_MESSAGE, Transport, TransportEvent};
+pub(crate) use transport::{MAX_RAFT_MESSAGE, PeerAccess, Transport, TransportEvent};

@@ -72,6 +72,16 @@ struct Peer {
     stop: CancellationToken,
 }
 
+/// How a replica proves itself to its peers: the group's admin token, and TLS when the group
+/// speaks it.
+#[derive(Debug, Clone)]
+pub(crate) struct PeerAccess {
+    /// The bearer every batch carries.
+    pub(crate) bearer: Bearer,
+    /// TLS to the peers, when the group speaks it.
+    pub(crate) tls: Option<tonic::transport::ClientTlsConfig>,
+}
+
 /// Outbound raft traffic. See the [module documentation](self).
 #[derive(Debug)]
 pub(crate) struct Transport {
@@ -94,12 +104,11 @@ impl Transport {
         events: mpsc::UnboundedSender<TransportEvent>,
         shutdown: CancellationToken,
         tracker: TaskTracker,
-        bearer: Bearer,
-        tls: Option<tonic::transport::ClientTlsConfig>,
+        access: PeerAccess,
     ) -> Transport {
         Transport {
-            bearer,
-            tls,
+            bearer: access.bearer,
+            tls: access.tls,
             me: Sender {
                 id,
                 group: Arc::from(group),

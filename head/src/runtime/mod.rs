@@ -51,8 +51,8 @@ use tonic::transport::server::TcpIncoming;
 
 use crate::auth::{AuthLayer, Keys};
 use crate::replication::{
-    DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, Persistence, RaftService, Replica,
-    ReplicationError, Transport,
+    DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, PeerAccess, Persistence, RaftService,
+    Replica, ReplicationError, Transport,
 };
 pub use config::{ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
@@ -198,8 +198,10 @@ async fn serve<S: crate::replication::LogStore>(
         transport_tx,
         token.child_token(),
         tracker.clone(),
-        Bearer::new(keys.peer_token()),
-        config.tls.as_ref().map(TlsIdentity::client_config),
+        PeerAccess {
+            bearer: Bearer::new(keys.peer_token()),
+            tls: config.tls.as_ref().map(TlsIdentity::client_config),
+        },
     );
     let replica = Replica::open(
         replica_config.clone(),
