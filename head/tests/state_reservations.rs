@@ -5,8 +5,8 @@ mod state_support;
 
 use std::time::Duration;
 
-use escher_head::state::{Command, Reply};
-use escher_proto::types::{GangStrategy, TaskState};
+use escher_head::state::{ApplyError, Command, Reply};
+use escher_proto::types::{GangStrategy, RESERVATION_LABEL, TaskState};
 use state_support::{TestState, name, res, task};
 
 fn reserve(
@@ -146,4 +146,27 @@ fn a_reservation_times_out_whole_and_bad_ones_are_refused() {
     ] {
         assert!(t.try_apply(bad).is_err());
     }
+}
+
+#[test]
+fn a_reservation_name_in_use_is_refused_until_its_holders_end() {
+    let mut t = TestState::new();
+    t.node("n0", "cpu=4");
+    let (members, placed, _) = reserve(&mut t, &["cpu=1"], GangStrategy::Pack);
+    assert!(placed);
+    let again = Command::Reserve {
+        name: name("train"),
+        bundles: vec![res("cpu=1")],
+        strategy: GangStrategy::Pack,
+        timeout: None,
+        namespace: None,
+    };
+    let err = t.try_apply(again.clone()).unwrap_err();
+    assert_eq!(err, ApplyError::ReservationExists(name("train")));
+    assert!(err.to_string().contains("in use"), "{err}");
+    let rec = t.state.task(members[0]).unwrap();
+    assert_eq!(rec.spec.labels.get(RESERVATION_LABEL), Some("train"));
+    // Released, the name is free again.
+    t.cancel(&members).unwrap();
+    t.apply(again);
 }

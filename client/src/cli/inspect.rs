@@ -176,7 +176,11 @@ pub fn render_info(info: &TaskInfo) -> String {
     if !spec.labels.is_empty() {
         rows.push(("labels", spec.labels.to_string()));
     }
-    rows.push(("max retries", spec.max_retries.to_string()));
+    let retries = match spec.max_retries {
+        u32::MAX => "unlimited".to_string(),
+        n => n.to_string(),
+    };
+    rows.push(("max retries", retries));
     rows.push(("timeout", duration(spec.timeout)));
     rows.push(("pending deadline", duration(spec.pending_deadline)));
     for u in &spec.on_start {

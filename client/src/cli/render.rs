@@ -96,6 +96,19 @@ pub(crate) fn statuses(list: &[TaskStatus]) -> String {
     lines(&t)
 }
 
+/// What to say on stderr about tasks that did not succeed (`task 3 failed: exited with code
+/// 2`), one line each; empty when all succeeded. With the exit status, a script learns both
+/// that something failed and which.
+pub(crate) fn unsuccessful(list: &[TaskStatus]) -> String {
+    list.iter()
+        .filter(|s| s.state != TaskState::Succeeded)
+        .map(|s| match &s.reason {
+            Some(reason) => format!("error: task {} {}: {reason}\n", s.id, s.state),
+            None => format!("error: task {} {}\n", s.id, s.state),
+        })
+        .collect()
+}
+
 /// The exit status for tasks that were waited for: success only if every one succeeded. A
 /// single failed command task passes on its own exit code (1 to 255).
 pub(crate) fn exit_status(list: &[TaskStatus]) -> std::process::ExitCode {

@@ -86,10 +86,14 @@ impl ResourceCommand {
             caller_task_from_env().context("--local works only inside a running escher task")?;
         }
         let client = ctx.client().await?;
+        let name = update.name.clone();
         let mut outcomes = client.set_resources(vec![update]).await?;
         let nodes = outcomes.pop().map(|o| o.nodes).unwrap_or_default();
+        let deleting = matches!(self, ResourceCommand::Delete { .. });
         if ctx.json {
             ctx.emit_json(&ResourceJson { nodes })?;
+        } else if deleting && nodes.is_empty() {
+            ctx.emit(&format!("no targeted node has {name}; nothing deleted\n"))?;
         } else {
             ctx.emit(&render_nodes_changed(&nodes))?;
         }

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use super::args::{parse_duration, parse_key_value};
 use super::ctx::Ctx;
-use super::render::{exit_status, statuses};
+use super::render::{exit_status, statuses, unsuccessful};
 use super::wait::wait_with_progress;
 use crate::Task;
 
@@ -63,13 +63,9 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub wait: bool,
 
-    /// The command and its arguments (put `--` before it if it has options of its own)
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    /// The command and its arguments: everything after the first word that is not an option
+    /// of `submit` (or after `--`) is the command's; an unknown option before it is refused
+    #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
     pub argv: Vec<String>,
 }
 
@@ -131,6 +127,7 @@ impl SubmitArgs {
         let (mut done, _) = wait_with_progress(&client, &ids, ids.len(), None, !ctx.json).await?;
         done.sort_by_key(|s| s.id);
         let code = exit_status(&done);
+        eprint!("{}", unsuccessful(&done));
         if ctx.json {
             ctx.emit_json(&SubmitJson {
                 task_ids: ids,

@@ -2,8 +2,11 @@
 //!
 //! `get` waits for one task and shows its outcome (exit code, returned bytes as length and
 //! hex, or a released ghost); it exits 0 only if the task succeeded (a failed command task
-//! passes on its exit code). `wait` is Ray's `wait`: it returns once `--num` tasks are done
-//! and exits non-zero if the timeout passed first. With several tasks and a terminal, both
+//! passes on its exit code), and says on stderr which task failed and why. `wait` is Ray's
+//! `wait`: it returns once `--num` tasks are done, lists every task that has finished by then
+//! (with `--num 1`, a second task that also finished is not "not finished"), and exits
+//! non-zero if the timeout passed first or a finished task failed or was cancelled, saying
+//! which. With several tasks and a terminal, both
 //! `wait` and `submit --wait` show an indicatif progress bar, polling the head in short
 //! `Wait` calls so the bar moves as tasks finish.
 //!
@@ -23,7 +26,7 @@ use tokio::time::Instant;
 
 use super::args::parse_duration;
 use super::ctx::Ctx;
-use super::render::{exit_status, ids, key_values, node, result, statuses};
+use super::render::{exit_status, ids, key_values, node, result, statuses, unsuccessful};
 use crate::{Client, ClientError};
 
 /// How long each `Wait` call lasts while a progress bar is shown.
@@ -81,7 +84,9 @@ impl GetArgs {
         } else {
             ctx.emit(&render_get(&status))?;
         }
-        Ok(exit_status(std::slice::from_ref(&status)))
+        let list = std::slice::from_ref(&status);
+        eprint!("{}", unsuccessful(list));
+        Ok(exit_status(list))
     }
 }
 
@@ -113,23 +118,38 @@ impl WaitArgs {
             );
         }
         let client = ctx.client().await?;
-        let (ready, not_ready) =
+        let (mut ready, mut not_ready) =
             wait_with_progress(&client, &self.ids, num, self.timeout, !ctx.json).await?;
         let got = ready.len();
+        // The head returns `--num` tasks; others may have finished meanwhile. Those are
+        // reported as what they are, not as "not finished".
+        if !not_ready.is_empty() {
+            let rest = not_ready.len();
+            let (more, still) = client.wait(not_ready, rest, Some(Duration::ZERO)).await?;
+            ready.extend(more);
+            not_ready = still;
+        }
+        ready.sort_by_key(|s| s.id);
+        let failures = unsuccessful(&ready);
+        let code = if got < num || !failures.is_empty() {
+            ExitCode::FAILURE
+        } else {
+            ExitCode::SUCCESS
+        };
         if ctx.json {
             ctx.emit_json(&WaitJson { ready, not_ready })?;
         } else {
             let mut text = statuses(&ready);
             if !not_ready.is_empty() {
-                text.push_str(&format!("not ready: {}\n", ids(&not_ready)));
+                text.push_str(&format!("not finished: {}\n", ids(&not_ready)));
             }
             ctx.emit(&text)?;
         }
+        eprint!("{failures}");
         if got < num {
             eprintln!("error: only {got} of the {num} tasks waited for finished in time");
-            return Ok(ExitCode::FAILURE);
         }
-        Ok(ExitCode::SUCCESS)
+        Ok(code)
     }
 }
 

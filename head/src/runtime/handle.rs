@@ -90,6 +90,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         ApplyError::Evicted(evicted) => evicted.into_status(),
         ApplyError::QuotaExceeded { .. } => Status::resource_exhausted(message),
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
+        ApplyError::ReservationExists(_) => Status::already_exists(message),
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{Namespace, NodeId, TaskId};
+use escher_proto::types::{Namespace, NodeId, ResourceName, TaskId};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
@@ -73,6 +73,10 @@ pub struct ClusterState {
     /// like `unfinished`.
     #[serde(skip)]
     pub(crate) result_bytes: BTreeMap<Namespace, u64>,
+    /// Reservations in use, with their unfinished holders; a name is free again when the last
+    /// ends. Derived from `tasks` like `unfinished`.
+    #[serde(skip)]
+    pub(crate) reservations: BTreeMap<ResourceName, usize>,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -98,6 +102,7 @@ impl ClusterState {
             retention: Retention::default(),
             unfinished: BTreeMap::new(),
             result_bytes: BTreeMap::new(),
+            reservations: BTreeMap::new(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
@@ -108,7 +113,13 @@ impl ClusterState {
         self.config = config;
         self.unfinished.clear();
         self.result_bytes.clear();
+        self.reservations.clear();
         for rec in self.tasks.values() {
+            if !rec.state.is_terminal()
+                && let Some(name) = rec.reservation()
+            {
+                *self.reservations.entry(name).or_default() += 1;
+            }
             let Some(ns) = rec.namespace() else {
                 continue;
             };

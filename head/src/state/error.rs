@@ -65,6 +65,13 @@ pub enum ApplyError {
         /// Its state.
         state: TaskState,
     },
+    /// A reservation of this name is in use.
+    #[error(
+        "a reservation named {0} is in use (not all of its holders have ended); release it \
+         first (escher cancel with the holders' ids that escher reserve printed; their tasks \
+         carry the label escher.reservation={0}) or choose another name"
+    )]
+    ReservationExists(ResourceName),
     /// A task credential of an attempt that has ended.
     #[error(
         "task {task}'s attempt {attempt} has ended (its latest attempt is {current}); the \

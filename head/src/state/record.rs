@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    DeviceHold, GpuInfo, Labels, NAMESPACE_LABEL, Namespace, NodeId, PendingReason, ResourceSet,
-    TaskId, TaskResult, TaskSpec, TaskState, TaskStatus,
+    DeviceHold, GpuInfo, Labels, NAMESPACE_LABEL, Namespace, NodeId, PendingReason,
+    RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState,
+    TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -102,6 +103,14 @@ impl TaskRecord {
     /// admin's task that named none.
     pub(crate) fn namespace(&self) -> Option<Namespace> {
         namespace_of(&self.spec)
+    }
+
+    /// The reservation a head-native bundle holder belongs to.
+    pub(crate) fn reservation(&self) -> Option<ResourceName> {
+        if !self.native {
+            return None;
+        }
+        ResourceName::new(self.spec.labels.get(RESERVATION_LABEL)?).ok()
     }
 
     /// The bytes of its function result, if it keeps one.

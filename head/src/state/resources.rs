@@ -132,18 +132,25 @@ impl ClusterState {
                     num_nodes,
                 } => self.core.resolve_match(resources, *num_nodes)?,
             };
-            for node in &nodes {
-                let key = (*node, u.name.clone());
+            let mut touched = Vec::with_capacity(nodes.len());
+            for node in nodes {
+                let key = (node, u.name.clone());
                 let current = match totals.get(&key) {
                     Some(c) => Some(*c),
-                    None => self.core.capacity(*node, u.name.as_str()),
+                    None => self.core.capacity(node, u.name.as_str()),
                 };
-                let total = new_total(*node, &u.name, current, u.op)?;
+                // Deleting a resource a node does not have changes nothing there: the reply
+                // does not count the node, so the caller learns the name was not found.
+                if u.op == CapacityOp::Delete && current.is_none() {
+                    continue;
+                }
+                let total = new_total(node, &u.name, current, u.op)?;
                 if totals.insert(key.clone(), total).is_none() {
                     order.push(key);
                 }
+                touched.push(node);
             }
-            changed.push(nodes);
+            changed.push(touched);
         }
         let plan = order
             .into_iter()

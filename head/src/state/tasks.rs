@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{Assignment, NAMESPACE_LABEL, TaskFinished};
+use escher_proto::types::{Assignment, NAMESPACE_LABEL, RESERVATION_LABEL, TaskFinished};
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
     TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
@@ -88,6 +88,9 @@ impl ClusterState {
     ) -> Result<Vec<TaskId>, ApplyError> {
         let name = self.qualify(&name, ns)?;
         super::resources::check_not_physical(&name)?;
+        if self.reservations.contains_key(&name) {
+            return Err(ApplyError::ReservationExists(name));
+        }
         if bundles.is_empty() {
             let why = "a reservation needs at least one bundle".to_string();
             return Err(ApplyError::InvalidTask { index: 0, why });
@@ -111,16 +114,19 @@ impl ClusterState {
                     creates.push((created, Capacity::Finite(a)));
                 }
             }
-            // Holders carry their namespace like every task: an app sees, and releases, its own.
+            // Holders carry their namespace like every task (an app sees, and releases, its
+            // own) and their reservation's name.
             let mut labels = escher_proto::types::Labels::new();
+            let label = |e: escher_proto::types::TypeError| ApplyError::InvalidTask {
+                index,
+                why: e.to_string(),
+            };
             if let Some(ns) = ns {
-                labels.insert(NAMESPACE_LABEL, ns.as_str()).map_err(|e| {
-                    ApplyError::InvalidTask {
-                        index,
-                        why: e.to_string(),
-                    }
-                })?;
+                labels.insert(NAMESPACE_LABEL, ns.as_str()).map_err(label)?;
             }
+            labels
+                .insert(RESERVATION_LABEL, name.as_str())
+                .map_err(label)?;
             specs.push(TaskSpec {
                 name: format!("{name} bundle {index}"),
                 kind: TaskKind::Ghost { creates, ttl: None },
@@ -146,6 +152,7 @@ impl ClusterState {
             self.tasks.insert(id, rec);
         }
         let ids = members.iter().map(|(t, _)| *t).collect();
+        self.reservations.insert(name, members.len());
         self.core_event(
             Event::GangSubmitted {
                 tasks: members,
@@ -283,6 +290,9 @@ impl ClusterState {
         if !rec.state.is_terminal() {
             self.retention.task_finished(id);
             count_unfinished(&mut self.unfinished, ns.clone(), false);
+            if let Some(name) = rec.reservation() {
+                release_holder(&mut self.reservations, name);
+            }
         }
         let (mut state, mut reason, mut result) = (state, reason, result);
         if let (Some(ns), Some(TaskResult::Returned(bytes))) = (&ns, &result) {
@@ -459,6 +469,16 @@ impl ClusterState {
             if *stored == 0 {
                 self.result_bytes.remove(&ns);
             }
+        }
+    }
+}
+
+/// One holder of reservation `name` ended; the name is free once all have.
+fn release_holder(reservations: &mut BTreeMap<ResourceName, usize>, name: ResourceName) {
+    if let Some(left) = reservations.get_mut(&name) {
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            reservations.remove(&name);
         }
     }
 }

@@ -14,6 +14,10 @@ use super::TypeError;
 /// the way the head qualified the task's requests.
 pub const NAMESPACE_LABEL: &str = "escher.namespace";
 
+/// The task label that names the reservation a head-native bundle holder belongs to (`escher
+/// tasks --label escher.reservation=NAME` lists a reservation's holders).
+pub const RESERVATION_LABEL: &str = "escher.reservation";
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

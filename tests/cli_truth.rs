@@ -1,0 +1,119 @@
+//! The `escher` CLI tells the truth (issue 11): exit codes that follow the tasks, unknown
+//! options refused, deleting what does not exist said so, a reservation name in use refused,
+//! unlimited retries printed as such. Each test drives the real `escher` binary against an
+//! in-process cluster on loopback.
+
+mod common;
+
+use std::process::Output;
+
+use common::{cluster, escher_bin, within};
+use escher::LocalCluster;
+
+/// Runs `escher ARGS` against `cluster` as its admin; returns (exit code, stdout, stderr).
+fn escher(cluster: &LocalCluster, args: &[&str]) -> (i32, String, String) {
+    let out: Output = std::process::Command::new(escher_bin())
+        .args(args)
+        .env("ESCHER_HEAD", cluster.head_url())
+        .env("ESCHER_TOKEN", cluster.admin_token())
+        .env_remove("ESCHER_ACCESS_FILE")
+        .env("ESCHER_HOME", "/nonexistent/escher-cli-test")
+        .output()
+        .expect("the escher CLI runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+async fn start() -> LocalCluster {
+    within("starting", cluster().workers(1).start())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wait_and_get_exit_non_zero_for_a_failed_task_and_say_which() {
+    let cluster = start().await;
+    let (code, ok, _) = escher(&cluster, &["submit", "--", "true"]);
+    assert_eq!(code, 0);
+    let (code, bad, _) = escher(&cluster, &["submit", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(code, 0);
+    let (ok, bad) = (ok.trim(), bad.trim());
+    let (code, out, err) = escher(&cluster, &["wait", ok, bad]);
+    assert_eq!(code, 1, "{out}{err}");
+    assert!(
+        err.contains(&format!("task {bad} failed: exited with code 3")),
+        "{err}"
+    );
+    // With --num 1 both are reported as what they are once finished: never "not finished".
+    let (code, out, _) = escher(&cluster, &["wait", ok, bad, "--num", "1"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("not finished"), "{out}");
+    assert!(out.contains("failed") && out.contains("succeeded"), "{out}");
+    // get passes the command's exit code on, and says why.
+    let (code, _, err) = escher(&cluster, &["get", bad]);
+    assert_eq!(code, 3);
+    assert!(err.contains("exited with code 3"), "{err}");
+    let (code, _, err) = escher(&cluster, &["get", ok]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    // submit --wait too.
+    let (code, _, err) = escher(&cluster, &["submit", "--wait", "--", "sh", "-c", "exit 4"]);
+    assert_eq!(code, 4);
+    assert!(err.contains("exited with code 4"), "{err}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_option_before_the_command_is_refused() {
+    let cluster = start().await;
+    let (code, out, err) = escher(&cluster, &["submit", "-r", "cpu=1", "--wiat", "--", "echo"]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(err.contains("--wiat"), "{err}");
+    // After the command's first word, everything is the command's.
+    let (code, id, err) = escher(&cluster, &["submit", "--wait", "echo", "-n", "--wiat"]);
+    assert_eq!(code, 0, "{err}");
+    let id = id.lines().next().unwrap().trim().to_string();
+    let (_, log, _) = escher(&cluster, &["logs", &id]);
+    assert_eq!(log, "--wiat");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_what_does_not_exist_and_reusing_a_reservation_name_are_said() {
+    let cluster = start().await;
+    let node = cluster.nodes()[0].to_string();
+    let (code, out, err) = escher(
+        &cluster,
+        &["resource", "delete", "nothing", "--node", &node],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "no targeted node has nothing; nothing deleted\n");
+    escher(
+        &cluster,
+        &["resource", "set", "thing", "2", "--node", &node],
+    );
+    let (_, out, _) = escher(&cluster, &["resource", "delete", "thing", "--node", &node]);
+    assert_eq!(out, format!("changed node {node}\n"));
+
+    let reserve = ["reserve", "r", "--bundle", "cpu=1", "--wait"];
+    let (code, out, err) = escher(&cluster, &reserve);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, _, err) = escher(&cluster, &reserve);
+    assert_ne!(code, 0);
+    assert!(err.contains("a reservation named r is in use"), "{err}");
+    // A holder's retries are unlimited, and info says so in words.
+    let holder = out
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("holders:"))
+        .expect("holders line")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    let (_, info, _) = escher(&cluster, &["info", &holder]);
+    assert!(info.contains("unlimited"), "{info}");
+    assert!(!info.contains("4294967295"), "{info}");
+    cluster.shutdown().await;
+}
