@@ -117,3 +117,18 @@ async fn deleting_what_does_not_exist_and_reusing_a_reservation_name_are_said() 
     assert!(!info.contains("4294967295"), "{info}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_says_when_the_list_goes_on() {
+    let cluster = start().await;
+    let (code, _, err) = escher(
+        &cluster,
+        &["submit", "--count", "3", "--wait", "--", "true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = escher(&cluster, &["tasks", "--limit", "2"]);
+    assert!(out.contains("the first 2 shown; more exist"), "{out}");
+    let (_, out, _) = escher(&cluster, &["tasks", "--limit", "3"]);
+    assert!(!out.contains("more exist"), "{out}");
+    cluster.shutdown().await;
+}

@@ -75,6 +75,15 @@ fn infeasible_tasks_are_reported_with_a_reason_and_run_when_it_is_fixed() {
         d,
         ["infeasible 1: resource ghost-res (requested 1) exists on no live node"]
     );
+    // A name that differs from a live one only by case gets a hint.
+    let d = env.submit(9, "CPU=1");
+    assert_eq!(
+        d,
+        [
+            "infeasible 9: resource CPU (requested 1) exists on no live node; did you mean \
+             cpu? Resource names are case-sensitive"
+        ]
+    );
     let d = env.submit(2, "cpu=16");
     assert_eq!(
         d,

@@ -83,14 +83,24 @@ pub struct LogsArgs {
 impl TasksArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
-        let limit = (self.limit > 0).then_some(self.limit);
-        let tasks = client
+        // One more than shown, to know whether the list goes on.
+        let limit = (self.limit > 0).then_some(self.limit.saturating_add(1));
+        let mut tasks = client
             .list_tasks(self.state.map(TaskState::from), limit)
             .await?;
+        let more = self.limit > 0 && tasks.len() > self.limit;
+        tasks.truncate(if more { self.limit } else { tasks.len() });
         if ctx.json {
             ctx.emit_json(&tasks)?;
         } else {
-            ctx.emit(&render_tasks(&tasks))?;
+            let mut text = render_tasks(&tasks);
+            if more {
+                text.push_str(&format!(
+                    "the first {} shown; more exist (--limit N shows N, --limit 0 all)\n",
+                    self.limit
+                ));
+            }
+            ctx.emit(&text)?;
         }
         Ok(ExitCode::SUCCESS)
     }

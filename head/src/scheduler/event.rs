@@ -114,13 +114,20 @@ pub(crate) fn describe(
     requested: Amount,
     best_total: Option<Capacity>,
     closest: &[NodeId],
+    same_but_case: Option<ResourceName>,
 ) -> String {
-    let mut text = match best_total {
-        None => format!("resource {resource} (requested {requested}) exists on no live node"),
-        Some(best) if !best.could_hold(requested) => format!(
+    let mut text = match (best_total, same_but_case) {
+        (None, Some(near)) => format!(
+            "resource {resource} (requested {requested}) exists on no live node; did you mean \
+             {near}? Resource names are case-sensitive"
+        ),
+        (None, None) => {
+            format!("resource {resource} (requested {requested}) exists on no live node")
+        }
+        (Some(best), _) if !best.could_hold(requested) => format!(
             "requests {requested} {resource}, but no live node has more than {best} in total"
         ),
-        Some(_) => format!(
+        (Some(_), _) => format!(
             "no live node has all requested resources together; {resource} ({requested}) is \
              missing on the closest nodes"
         ),

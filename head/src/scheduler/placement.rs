@@ -5,7 +5,7 @@ use std::collections::BTreeSet;
 use std::ops::Bound;
 use std::sync::Arc;
 
-use escher_proto::types::{Amount, Capacity, NodeId, TaskId};
+use escher_proto::types::{Amount, Capacity, NodeId, ResourceName, TaskId};
 
 use super::core::{Place, Scheduler};
 use super::event::{Decision, InfeasibleReason, describe};
@@ -290,9 +290,16 @@ impl Scheduler {
 
     /// Why no live node could ever hold `req`.
     pub(crate) fn explain(&self, req: &Req) -> InfeasibleReason {
-        let reason = |r: ResourceId, requested: Amount, best_total, closest_nodes: Vec<NodeId>| {
+        let reason = |r: ResourceId,
+                      requested: Amount,
+                      best_total: Option<Capacity>,
+                      closest_nodes: Vec<NodeId>| {
             let resource = self.names.name(r).clone();
-            let message = describe(&resource, requested, best_total, &closest_nodes);
+            let near = best_total
+                .is_none()
+                .then(|| self.same_but_case(&resource))
+                .flatten();
+            let message = describe(&resource, requested, best_total, &closest_nodes, near);
             InfeasibleReason {
                 resource,
                 requested,
@@ -316,6 +323,18 @@ impl Scheduler {
             .and_then(|n| self.nodes[n].missing(req).next())
             .unwrap_or(req[0]);
         reason(r, amount, self.best_total(r), closest)
+    }
+
+    /// A resource some live node has whose name differs from `name` only by case (`CPU` for
+    /// `cpu`): names are case-sensitive, and that is the likeliest slip.
+    fn same_but_case(&self, name: &ResourceName) -> Option<ResourceName> {
+        self.names
+            .iter()
+            .filter(|(_, other, _)| {
+                *other != name && other.as_str().eq_ignore_ascii_case(name.as_str())
+            })
+            .find(|(id, _, _)| self.holders.get(id).is_some_and(|h| !h.is_empty()))
+            .map(|(_, other, _)| other.clone())
     }
 
     fn best_total(&self, r: ResourceId) -> Option<Capacity> {
