@@ -163,7 +163,20 @@ fn bad_requests_are_refused_and_change_nothing() {
          entry 3 (\"1g.5gb\"): 1g.5gb needs 1 memory slice(s) but only 0 of 8 are free"
     );
     let e = err(&mut t, node, 1, "7g.80gb");
-    assert!(e.to_string().contains("is not in MIG mode"), "{e}");
+    assert!(
+        e.to_string().contains("is a simulated GPU without MIG mode")
+            && e.to_string().contains("--sim-gpu"),
+        "{e}"
+    );
+    // A real GPU out of MIG mode: the advice is nvidia-smi's.
+    let mut real = gpus();
+    real[1].simulated = false;
+    let other = gpu_node(&mut t, real);
+    let e = err(&mut t, other, 1, "7g.80gb");
+    assert!(
+        e.to_string().contains("is not in MIG mode") && e.to_string().contains("nvidia-smi"),
+        "{e}"
+    );
     let e = err(&mut t, node, 7, "7g.40gb");
     assert_eq!(
         e.to_string(),

@@ -125,6 +125,12 @@ impl ClusterState {
         let model = info
             .model
             .ok_or_else(|| not_partitionable("has no MIG profile table in escher"))?;
+        if !info.mig_enabled && info.simulated {
+            return Err(not_partitionable(
+                "is a simulated GPU without MIG mode; start its worker with a MIG layout \
+                 (escher-worker --sim-gpu MODEL:mig=PROFILE,...) to partition it",
+            ));
+        }
         if !info.mig_enabled {
             return Err(not_partitionable(
                 "is not in MIG mode; enable it on the machine (nvidia-smi -i INDEX -mig 1, as \
