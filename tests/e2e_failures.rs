@@ -565,3 +565,51 @@ async fn ten_thousand_tasks_each_run_and_finish_exactly_once() {
     assert_eq!((status.pending_tasks, status.running_tasks), (0, 0));
     cluster.shutdown().await;
 }
+
+/// A cancel sent while the worker's stream is down is not lost: the task ends cancelled once
+/// the worker is back (its registration re-derives the cancel from the head's state), and a
+/// second `cancel` sends it again.
+#[tokio::test]
+async fn a_cancel_sent_while_the_workers_stream_is_down_reaches_the_task() {
+    let mut cluster = ProcessCluster::builder()
+        .workers(0)
+        .heartbeat_timeout_ms(10_000)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let node = cluster
+        .start_worker_behind_proxy("w1", "cpu=2,memory=512")
+        .await;
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let task = client.submit(runs.task(true)).await.unwrap();
+    runs.wait_runs(task.id(), 1).await;
+    let pid = runs.pid(task.id()).expect("the task's pid");
+
+    cluster.cut_worker_links(true);
+    let after = client.cancel([&task]).await.unwrap();
+    assert_eq!(
+        after[0].state,
+        TaskState::Running,
+        "it ends when its worker says so"
+    );
+    // Asking again is allowed, changes nothing, and sends the cancel again.
+    let again = client.cancel([&task]).await.unwrap();
+    assert_eq!(again[0].state, TaskState::Running);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.cut_worker_links(false);
+
+    let done = eventually("the cancelled task to end", WAIT, || {
+        let client = client.clone();
+        let id = task.id();
+        async move {
+            let (ready, _) = client.wait([id], 1, Some(Duration::ZERO)).await.ok()?;
+            ready.into_iter().next()
+        }
+    })
+    .await;
+    assert_eq!(done.state, TaskState::Cancelled, "{done:?}");
+    assert_eq!((done.node, done.attempt), (Some(node), 1), "{done:?}");
+    assert_eq!(runs.runs(task.id()), vec![(node, 1)], "it never ran again");
+    let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err();
+    assert!(gone, "the task's process {pid} was stopped");
+}

@@ -164,7 +164,8 @@ fn bad_requests_are_refused_and_change_nothing() {
     );
     let e = err(&mut t, node, 1, "7g.80gb");
     assert!(
-        e.to_string().contains("is a simulated GPU without MIG mode")
+        e.to_string()
+            .contains("is a simulated GPU without MIG mode")
             && e.to_string().contains("--sim-gpu"),
         "{e}"
     );

@@ -204,6 +204,7 @@ impl ProcessClusterBuilder {
             proxies: BTreeMap::new(),
             head_url: String::new(),
             workers: Vec::new(),
+            worker_proxy: None,
             spawned: 0,
         };
         cluster.plan_heads().await;
@@ -242,6 +243,9 @@ pub struct ProcessCluster {
     /// Every replica's URL, comma-separated.
     head_url: String,
     workers: Vec<WorkerProc>,
+    /// The proxy workers started with [`ProcessCluster::start_worker_behind_proxy`] reach the
+    /// head through.
+    worker_proxy: Option<Proxy>,
     /// Processes started so far, to give each its own output files.
     spawned: u32,
 }
@@ -606,14 +610,48 @@ impl ProcessCluster {
         node
     }
 
+    /// Starts a worker like [`Self::start_worker`] that reaches the (lone) head through a
+    /// proxy the test controls ([`Self::cut_worker_links`]).
+    pub async fn start_worker_behind_proxy(&mut self, name: &str, resources: &str) -> NodeId {
+        let known: BTreeSet<NodeId> = self.status().await.nodes.iter().map(|n| n.id).collect();
+        let target = self.heads[0]
+            .listen
+            .as_deref()
+            .expect("listening")
+            .parse()
+            .expect("a socket address");
+        let proxy = Proxy::start(target).await;
+        let url = format!("http://{}", proxy.addr());
+        self.worker_proxy = Some(proxy);
+        self.spawn_worker_to(name, resources, &url);
+        let node = self.wait_registered(name, &known).await;
+        let index = self.workers.len() - 1;
+        self.workers[index].node = node;
+        node
+    }
+
+    /// Cuts the streams of the workers behind the proxy and refuses their reconnections
+    /// (`true`), or lets them through again.
+    pub fn cut_worker_links(&self, cut: bool) {
+        self.worker_proxy
+            .as_ref()
+            .expect("a worker behind a proxy")
+            .block(cut);
+    }
+
     fn spawn_worker(&mut self, name: &str, resources: &str) {
+        let url = self.head_url.clone();
+        self.spawn_worker_to(name, resources, &url);
+    }
+
+    fn spawn_worker_to(&mut self, name: &str, resources: &str, head_url: &str) {
         let log_dir = self.dir().join(format!("{name}.tasks"));
         let state_dir = self.state_dir(name);
         let args = vec![
             "--state-dir".to_string(),
             state_dir.display().to_string(),
             "--head".to_string(),
-            self.head_url.clone(),
+            head_url.to_string(),
             "--name".to_string(),
             name.to_string(),
             "--resources".to_string(),

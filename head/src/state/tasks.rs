@@ -364,7 +364,9 @@ impl ClusterState {
                         now,
                     );
                 }
-                TaskState::Running if !rec.cancel_requested => {
+                // Sent again on a second cancel too: the worker may not have received the first
+                // (its registration after a broken stream re-derives it as well).
+                TaskState::Running => {
                     let (node, attempt) = (rec.node.unwrap_or(NodeId(0)), rec.attempt);
                     let rec = self.tasks.get_mut(id).expect("checked above");
                     rec.cancel_requested = true;
