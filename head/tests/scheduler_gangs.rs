@@ -28,16 +28,54 @@ fn spread_and_strict_spread_use_distinct_nodes() {
         env.gang(1, &["cpu=1", "cpu=1", "cpu=1"], "spread"),
         dispatches(&[(1, 1), (2, 2), (3, 3)])
     );
-    // Spread shares nodes when it must; strict spread waits instead.
+    // Spread shares nodes when it must; strict spread over more bundles than nodes can never
+    // be placed, and says so.
     assert_eq!(
         env.gang(4, &["cpu=1", "cpu=1", "cpu=1", "cpu=1"], "spread"),
         dispatches(&[(4, 1), (5, 2), (6, 3), (7, 1)])
     );
+    let d = env.gang(8, &["cpu=1"; 4], "strict-spread");
+    assert_eq!(d.len(), 4, "{d:?}");
     assert!(
-        env.gang(8, &["cpu=1"; 4], "strict-spread").is_empty(),
-        "only 3 nodes"
+        d[0].starts_with(
+            "infeasible 8: a strict-spread reservation of 4 bundles needs 4 \
+             distinct live nodes that can each hold one; at most 3 can be found"
+        ),
+        "{d:?}"
     );
     assert!(env.core.is_pending(TaskId(8)));
+    // A fourth node makes it feasible; it is placed once the others free their CPUs.
+    let d = env.node(4, "cpu=4");
+    assert!(d.contains(&"feasible 8".to_string()), "{d:?}");
+}
+
+#[test]
+fn the_exact_search_finds_a_placement_first_fit_misses() {
+    // First fit puts the 2 on node 1 (4 CPUs), and the 4 then fits nowhere.
+    let mut env = TestEnv::new();
+    env.node(1, "cpu=4");
+    env.node(2, "cpu=2");
+    let d = env.gang(1, &["cpu=2", "cpu=4"], "pack");
+    assert_eq!(d, dispatches(&[(1, 2), (2, 1)]));
+    // Strict spread too, over nodes of different shapes.
+    let mut env = TestEnv::new();
+    env.node(1, "cpu=4,gpu=1");
+    env.node(2, "cpu=4");
+    let d = env.gang(1, &["cpu=1", "gpu=1"], "strict-spread");
+    assert_eq!(d, dispatches(&[(1, 2), (2, 1)]));
+}
+
+#[test]
+fn strict_spread_is_infeasible_when_no_distinct_nodes_can_hold_the_bundles() {
+    // Two nodes, but only one has a GPU: two GPU bundles cannot be spread.
+    let mut env = TestEnv::new();
+    env.node(1, "cpu=4,gpu=1");
+    env.node(2, "cpu=4");
+    let d = env.gang(1, &["gpu=1", "gpu=1"], "strict-spread");
+    assert!(
+        d.iter().all(|l| l.contains("at most 1 can be found")),
+        "{d:?}"
+    );
 }
 
 #[test]

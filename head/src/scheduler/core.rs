@@ -213,10 +213,11 @@ impl Scheduler {
 
     /// The reason a pending task is infeasible, if it is.
     pub fn infeasible_reason(&self, task: TaskId) -> Option<&super::InfeasibleReason> {
-        let Place::Pending { shape, .. } = self.tasks.get(&task)?.place else {
-            return None;
-        };
-        self.shapes.shapes.get(&shape)?.infeasible.as_deref()
+        match self.tasks.get(&task)?.place {
+            Place::Pending { shape, .. } => self.shapes.shapes.get(&shape)?.infeasible.as_deref(),
+            Place::Gang { gang } => self.gangs.gangs.get(&gang)?.infeasible.as_deref(),
+            Place::Running { .. } => None,
+        }
     }
 
     /// Number of pending tasks.

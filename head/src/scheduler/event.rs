@@ -108,6 +108,15 @@ pub enum Decision {
 /// Why a pending task cannot run anywhere: the API's pending reason, produced by the core.
 pub type InfeasibleReason = PendingReason;
 
+/// The message of a strict-spread gang that no set of distinct nodes could hold.
+pub(crate) fn describe_spread(bundles: usize, matched: usize, capable: usize) -> String {
+    format!(
+        "a strict-spread reservation of {bundles} bundles needs {bundles} distinct live nodes \
+         that can each hold one; at most {matched} can be found ({capable} live nodes could \
+         hold some bundle)"
+    )
+}
+
 /// Writes the human-readable message of a pending reason from its fields.
 pub(crate) fn describe(
     resource: &ResourceName,

@@ -12,8 +12,16 @@
 //! - `StrictPack`: the first node that holds the sum of all bundles;
 //! - `StrictSpread`: every bundle on a distinct node.
 //!
-//! Greedy placement can miss a packing that exists; such a gang waits, and is reported
-//! infeasible only when some bundle (or, for `StrictPack`, the sum) fits no live node at all.
+//! Greedy placement can miss a placement that exists (bundles `[2, 4]` CPUs over nodes of 4 and
+//! 2: first fit puts the 2 on the 4). When it does, a gang of at most [`EXACT_BUNDLES`] bundles
+//! is placed by an exact search: depth first, the bundle with the fewest nodes that fit it
+//! first, trying every node that fits under the strategy and backing out of dead ends, for at
+//! most [`SEARCH_STEPS`] steps per round (then it waits for the next wake-up like a gang that
+//! does not fit). Larger gangs are placed greedily only. A gang is reported infeasible, with
+//! its reason, when some bundle (or, for `StrictPack`, the sum) fits no live node even idle,
+//! or, for `StrictSpread`, when no assignment of bundles to distinct live nodes that could
+//! each hold theirs exists (a bipartite matching, for gangs of at most [`MATCH_BUNDLES`]
+//! bundles; beyond, when there are fewer such nodes than bundles).
 //! Gangs are examined after ordinary tasks, so a stream of small tasks can delay a large gang;
 //! callers that need a guarantee drain competing work with queue resources (P3).
 
@@ -25,6 +33,7 @@ use escher_proto::types::{Amount, GangStrategy, NodeId, TaskId};
 use rustc_hash::FxHashMap;
 
 use super::core::{Place, Scheduler};
+use super::event::describe_spread;
 use super::event::{Decision, InfeasibleReason};
 use super::interner::ResourceId;
 use super::shape::Req;
@@ -192,22 +201,71 @@ impl Scheduler {
         }
     }
 
-    /// A complete placement of the bundles against current availability, or `None`.
+    /// A complete placement of the bundles against current availability, or `None`: greedy
+    /// first fit, then, for small gangs it missed, the exact search.
     fn place_gang(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
+        self.place_greedy(reqs, strategy).or_else(|| {
+            let small = reqs.len() <= EXACT_BUNDLES && strategy != GangStrategy::StrictPack;
+            small.then(|| self.place_exact(reqs, strategy)).flatten()
+        })
+    }
+
+    /// Whether `req` fits on `node` now, on top of what the placement so far has `taken`.
+    fn fits_with(
+        &self,
+        node: NodeId,
+        req: &Req,
+        taken: &FxHashMap<(NodeId, ResourceId), Amount>,
+    ) -> bool {
+        let Some(n) = self.nodes.get(&node) else {
+            return false;
+        };
+        req.iter().all(|(r, a)| {
+            n.slots.get(r).is_some_and(|s| {
+                let extra = taken.get(&(node, *r)).copied().unwrap_or_default();
+                s.total
+                    .admits(s.used.checked_add(extra).unwrap_or(Amount::MAX), *a)
+            })
+        })
+    }
+
+    /// The exact search (see the module documentation); `None` when no placement exists now
+    /// or the step budget ran out.
+    fn place_exact(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
+        let empty = FxHashMap::default();
+        let fitting: Vec<Vec<NodeId>> = reqs
+            .iter()
+            .map(|(_, req)| {
+                self.candidates(req)
+                    .filter(|n| self.fits_with(*n, req, &empty))
+                    .collect()
+            })
+            .collect();
+        let mut order: Vec<usize> = (0..reqs.len()).collect();
+        order.sort_by_key(|i| (fitting[*i].len(), *i));
+        let mut search = Search {
+            scheduler: self,
+            reqs,
+            fitting: &fitting,
+            order: &order,
+            distinct: strategy == GangStrategy::StrictSpread,
+            taken: FxHashMap::default(),
+            placement: vec![None; reqs.len()],
+            steps: 0,
+        };
+        if !search.place(0) {
+            return None;
+        }
+        search.placement.into_iter().collect()
+    }
+
+    /// Greedy first fit, per strategy.
+    fn place_greedy(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
         let mut taken: FxHashMap<(NodeId, ResourceId), Amount> = FxHashMap::default();
         let mut used: Vec<NodeId> = Vec::new();
         let mut count: FxHashMap<NodeId, usize> = FxHashMap::default();
         let fits = |node: NodeId, req: &Req, taken: &FxHashMap<(NodeId, ResourceId), Amount>| {
-            let Some(n) = self.nodes.get(&node) else {
-                return false;
-            };
-            req.iter().all(|(r, a)| {
-                n.slots.get(r).is_some_and(|s| {
-                    let extra = taken.get(&(node, *r)).copied().unwrap_or_default();
-                    s.total
-                        .admits(s.used.checked_add(extra).unwrap_or(Amount::MAX), *a)
-                })
-            })
+            self.fits_with(node, req, taken)
         };
         if strategy == GangStrategy::StrictPack {
             let total = sum_of(reqs);
@@ -265,7 +323,45 @@ impl Scheduler {
                 return Some(self.explain(&total));
             }
         }
+        if strategy == GangStrategy::StrictSpread {
+            return self.spread_infeasibility(reqs);
+        }
         None
+    }
+
+    /// For `StrictSpread`: why no set of distinct live nodes could ever hold one bundle each,
+    /// if that is so (a maximum bipartite matching of bundles to the nodes that could hold
+    /// them, idle).
+    fn spread_infeasibility(&self, reqs: &[(TaskId, Req)]) -> Option<InfeasibleReason> {
+        let capable: Vec<Vec<NodeId>> = reqs
+            .iter()
+            .map(|(_, req)| {
+                self.candidates(req)
+                    .filter(|n| self.nodes[n].could_hold(req))
+                    .collect()
+            })
+            .collect();
+        let nodes: BTreeSet<NodeId> = capable.iter().flatten().copied().collect();
+        let matched = if reqs.len() <= MATCH_BUNDLES {
+            max_matching(&capable)
+        } else {
+            nodes.len().min(reqs.len())
+        };
+        if matched >= reqs.len() {
+            return None;
+        }
+        let first = reqs.first().map(|(_, r)| r.clone());
+        let (resource, requested) = first
+            .as_deref()
+            .and_then(|r| r.first())
+            .map(|(r, a)| (self.names.name(*r).clone(), *a))?;
+        Some(InfeasibleReason {
+            best_total: None,
+            closest_nodes: nodes.iter().copied().take(3).collect(),
+            message: describe_spread(reqs.len(), matched, nodes.len()),
+            resource,
+            requested,
+        })
     }
 
     /// Dispatches one task to a node without a shape (gang members).
@@ -290,6 +386,97 @@ impl Scheduler {
             node: node_id,
         });
     }
+}
+
+/// Gangs of at most this many bundles get the exact search when greedy placement misses.
+pub(crate) const EXACT_BUNDLES: usize = 8;
+/// The most nodes the exact search tries per gang and round.
+pub(crate) const SEARCH_STEPS: usize = 20_000;
+/// Strict-spread gangs of at most this many bundles get the matching infeasibility check.
+pub(crate) const MATCH_BUNDLES: usize = 256;
+
+/// The exact search's state: a depth-first walk over bundles (most constrained first).
+struct Search<'a> {
+    scheduler: &'a Scheduler,
+    reqs: &'a [(TaskId, Req)],
+    fitting: &'a [Vec<NodeId>],
+    order: &'a [usize],
+    distinct: bool,
+    taken: FxHashMap<(NodeId, ResourceId), Amount>,
+    placement: Vec<Option<NodeId>>,
+    steps: usize,
+}
+
+impl Search<'_> {
+    /// Places the bundles from `depth` on; true when all are placed.
+    fn place(&mut self, depth: usize) -> bool {
+        let Some(&bundle) = self.order.get(depth) else {
+            return true;
+        };
+        let req = &self.reqs[bundle].1;
+        for &node in &self.fitting[bundle] {
+            self.steps += 1;
+            if self.steps > SEARCH_STEPS {
+                return false;
+            }
+            if self.distinct && self.placement.contains(&Some(node)) {
+                continue;
+            }
+            if !self.scheduler.fits_with(node, req, &self.taken) {
+                continue;
+            }
+            self.take(node, req, true);
+            self.placement[bundle] = Some(node);
+            if self.place(depth + 1) {
+                return true;
+            }
+            self.placement[bundle] = None;
+            self.take(node, req, false);
+        }
+        false
+    }
+
+    /// Adds `req` to what the placement takes on `node`, or gives it back.
+    fn take(&mut self, node: NodeId, req: &Req, add: bool) {
+        for (r, a) in req.iter() {
+            let e = self.taken.entry((node, *r)).or_default();
+            *e = if add {
+                e.checked_add(*a).unwrap_or(Amount::MAX)
+            } else {
+                e.checked_sub(*a).unwrap_or_default()
+            };
+        }
+    }
+}
+
+/// The size of a maximum matching of bundles to distinct nodes (`capable[b]`: the nodes that
+/// could hold bundle `b`), by augmenting paths.
+fn max_matching(capable: &[Vec<NodeId>]) -> usize {
+    fn augment(
+        b: usize,
+        capable: &[Vec<NodeId>],
+        owner: &mut FxHashMap<NodeId, usize>,
+        seen: &mut BTreeSet<NodeId>,
+    ) -> bool {
+        for &n in &capable[b] {
+            if !seen.insert(n) {
+                continue;
+            }
+            let free = match owner.get(&n) {
+                None => true,
+                Some(&other) => augment(other, capable, owner, seen),
+            };
+            if free {
+                owner.insert(n, b);
+                return true;
+            }
+        }
+        false
+    }
+    let mut owner = FxHashMap::default();
+    (0..capable.len())
+        .filter(|b| augment(*b, capable, &mut owner, &mut BTreeSet::new()))
+        .count()
 }
 
 /// The sum of every bundle's requirements (what a strict-pack gang needs on one node).
