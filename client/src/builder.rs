@@ -35,6 +35,10 @@ use serde::Serialize;
 use crate::ClientError;
 use crate::args::{IntoAmount, IntoCapacity, IntoResourceName};
 
+/// What a command or function task requests when no resource option was given: one CPU, as
+/// Ray gives each task unless told otherwise.
+pub const DEFAULT_RESOURCES: &str = "cpu=1";
+
 /// A task under construction. Start with [`Task::command`], [`Task::function`],
 /// [`Task::function_typed`] or [`Task::ghost`], chain options, and finish with
 /// [`Task::build`] (or hand the builder straight to `Client::submit`).
@@ -44,6 +48,9 @@ pub struct Task {
     name: Option<String>,
     kind: TaskKind,
     resources: ResourceSet,
+    /// Whether any resource option was given; if none was, a command or function task
+    /// requests [`DEFAULT_RESOURCES`].
+    resources_given: bool,
     labels: Labels,
     max_retries: u32,
     timeout: Option<Duration>,
@@ -59,6 +66,7 @@ impl Task {
             name: None,
             kind,
             resources: ResourceSet::new(),
+            resources_given: false,
             labels: Labels::new(),
             max_retries: 0,
             timeout: None,
@@ -131,8 +139,11 @@ impl Task {
         self
     }
 
-    /// Requires these resources, replacing earlier amounts of the same names.
+    /// Requires these resources, replacing earlier amounts of the same names. Any resource
+    /// option replaces the default of one CPU ([`DEFAULT_RESOURCES`]); `cpu=0` (or an empty
+    /// set) asks for nothing at all.
     pub fn resources(mut self, set: ResourceSet) -> Task {
+        self.resources_given = true;
         for (name, amount) in set.iter() {
             self.resources.insert(name.clone(), amount);
         }
@@ -142,6 +153,7 @@ impl Task {
     /// Adds `set` to what the task requires: amounts of a resource it already requires add up
     /// (the AND of two requirement sets, as scheduling libraries compose them).
     pub fn add_resources(mut self, set: &ResourceSet) -> Task {
+        self.resources_given = true;
         match self.resources.merge(set) {
             Ok(()) => self,
             Err(e) => self.problem(format!("resources: {e}")),
@@ -160,6 +172,7 @@ impl Task {
     /// Requires `amount` of `name` (`.resource("cpu", 2)`, `.resource("gpu", "0.5")`),
     /// replacing an earlier amount of it.
     pub fn resource(mut self, name: impl IntoResourceName, amount: impl IntoAmount) -> Task {
+        self.resources_given = true;
         match (name.into_resource_name(), amount.into_amount()) {
             (Ok(name), Ok(amount)) => {
                 self.resources.insert(name, amount);
@@ -301,10 +314,17 @@ impl Task {
                 problems.join("; ")
             )));
         }
+        let mut resources = self.resources;
+        let runs = !matches!(self.kind, TaskKind::Ghost { .. });
+        if runs && !self.resources_given {
+            // As Ray: a task that says nothing takes one CPU, so that a node runs as many
+            // unannotated tasks at once as it has CPUs.
+            resources = DEFAULT_RESOURCES.parse().expect("a valid resource list");
+        }
         Ok(TaskSpec {
             name,
             kind: self.kind,
-            resources: self.resources,
+            resources,
             labels: self.labels,
             max_retries: self.max_retries,
             timeout: self.timeout,
@@ -488,6 +508,25 @@ mod tests {
         assert_eq!(creates[1].0, ResourceName::new("loc").unwrap());
         assert_eq!(*ttl, Some(Duration::from_secs(30)));
         assert_eq!(Task::ghost().build().unwrap().name, "ghost");
+    }
+
+    #[test]
+    fn a_task_that_names_no_resources_takes_one_cpu() {
+        let spec = Task::command(["true"]).build().unwrap();
+        assert_eq!(spec.resources.to_string(), "cpu=1");
+        let spec = Task::function("f", Vec::new()).build().unwrap();
+        assert_eq!(spec.resources.to_string(), "cpu=1");
+        // Any resource option replaces the default, and cpu=0 asks for no CPU.
+        let spec = Task::command(["true"]).resource("x", 1).build().unwrap();
+        assert_eq!(spec.resources.to_string(), "x=1");
+        let spec = Task::command(["true"])
+            .resources_str("cpu=0")
+            .build()
+            .unwrap();
+        assert!(spec.resources.get("cpu").is_zero(), "{}", spec.resources);
+        // Ghosts keep their own rule: they hold what they are given.
+        let spec = Task::ghost().creates("r", 1).build().unwrap();
+        assert!(spec.resources.is_empty());
     }
 
     #[test]

@@ -76,7 +76,7 @@ pub mod cli;
 
 pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
 pub use blocking::BlockingClient;
-pub use builder::{IntoTaskSpec, Task};
+pub use builder::{DEFAULT_RESOURCES, IntoTaskSpec, Task};
 pub use client::{
     Client, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID,
     MAX_MESSAGE_BYTES, caller_task_from_env,

@@ -1075,7 +1075,7 @@ async fn the_cli_runs_against_a_head() {
         ExitCode::FAILURE,
         "the sleeper did not finish in time"
     );
-    assert!(out.contains("not ready: 5"), "{out}");
+    assert!(out.contains("not finished: 5"), "{out}");
     let (_, out) = run(&["cancel", "5"]).await;
     assert!(out.contains("cancelled"), "{out}");
 

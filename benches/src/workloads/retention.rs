@@ -102,7 +102,9 @@ pub async fn push(
     let mut next_sample = every.min(total);
     while submitted < total {
         let n = batch.min(total - submitted).min(next_sample - submitted);
-        let tasks = (0..n).map(|_| Task::function(NOOP, Vec::new()));
+        // No resources at all (not the default CPU): the stream measures the head's memory,
+        // not a queue behind the nodes' CPUs.
+        let tasks = (0..n).map(|_| Task::function(NOOP, Vec::new()).resources(Default::default()));
         stream.client.submit_batch(tasks).await?;
         submitted += n;
         if submitted == next_sample {

@@ -21,7 +21,8 @@ use crate::Task;
 /// Options of `escher submit`.
 #[derive(Debug, Clone, Args)]
 pub struct SubmitArgs {
-    /// Resources the task holds while it runs, e.g. cpu=1,x=2
+    /// Resources the task holds while it runs, e.g. cpu=1,x=2 [default: cpu=1; cpu=0 for
+    /// none]
     #[arg(long, short = 'r', value_name = "RESOURCES")]
     pub resources: Option<ResourceSet>,
 
