@@ -613,3 +613,92 @@ async fn a_cancel_sent_while_the_workers_stream_is_down_reaches_the_task() {
     let gone = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err();
     assert!(gone, "the task's process {pid} was stopped");
 }
+
+/// A command task that records its attempts and, from its second attempt on, whether the
+/// process of its previous attempt was still alive when it started (an `overlap` file): the
+/// property fencing guarantees is that it never is. The first attempt sleeps.
+fn fenced_task(runs: &RunLog) -> Task {
+    let script = r#"
+        echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"
+        if [ "$ESCHER_ATTEMPT" != 1 ]; then
+            p=$(cat "$RUNS/$ESCHER_TASK_ID.pid" 2>/dev/null)
+            if [ -n "$p" ] && [ -e "/proc/$p/stat" ] && ! grep -q ') Z' "/proc/$p/stat"; then
+                echo "attempt $ESCHER_ATTEMPT met pid $p" >> "$RUNS/$ESCHER_TASK_ID.overlap"
+            fi
+        fi
+        echo $$ > "$RUNS/$ESCHER_TASK_ID.pid"
+        if [ "$ESCHER_ATTEMPT" = 1 ]; then exec sleep 600; fi
+    "#;
+    Task::command(["sh", "-c", script])
+        .env("RUNS", runs.dir.display().to_string())
+        .resources_str("cpu=1")
+        .max_retries(1)
+}
+
+/// Whether process `pid` is alive (not gone, not a zombie waiting for its parent).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.contains(") Z"))
+        .unwrap_or(false)
+}
+
+/// Fencing (issue 11): a worker SIGKILLed, or SIGSTOPped past the head's heartbeat timeout,
+/// leaves no task process running when the head retries its tasks elsewhere: every task runs
+/// its second attempt on the survivor, and no second attempt ever meets the first one alive.
+async fn fenced(freeze: bool) {
+    let mut cluster = ProcessCluster::builder()
+        .resources("cpu=20,memory=512")
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let victim = cluster.node("w1");
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let tasks = client
+        .submit_batch((0..20).map(|_| fenced_task(&runs)))
+        .await
+        .unwrap();
+    for task in &tasks {
+        runs.wait_runs(task.id(), 1).await;
+    }
+    let pids: Vec<i32> = tasks.iter().map(|t| runs.pid(t.id()).unwrap()).collect();
+    let survivor = cluster.start_worker("w2", "cpu=20,memory=512").await;
+    if freeze {
+        cluster.freeze_worker("w1", true);
+    } else {
+        cluster.kill_worker("w1");
+    }
+    let statuses = wait_all(&client, &tasks).await;
+    for task in &tasks {
+        let s = &statuses[&task.id()];
+        assert_succeeded(s, survivor, 2);
+        assert_eq!(runs.runs(task.id()), vec![(victim, 1), (survivor, 2)]);
+        let overlap = runs.dir.join(format!("{}.overlap", task.id().0));
+        assert!(
+            !overlap.exists(),
+            "task {} ran twice at once: {}",
+            task.id(),
+            std::fs::read_to_string(&overlap).unwrap_or_default()
+        );
+    }
+    for pid in pids {
+        assert!(!alive(pid), "the first attempt's process {pid} still runs");
+    }
+    if freeze {
+        // Thawed, the worker finds its node lost and its tasks gone; nothing runs again.
+        cluster.freeze_worker("w1", false);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        for task in &tasks {
+            assert_eq!(runs.runs(task.id()).len(), 2);
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_killed_workers_tasks_are_gone_before_they_are_retried() {
+    fenced(false).await;
+}
+
+#[tokio::test]
+async fn a_stopped_workers_tasks_are_gone_before_they_are_retried() {
+    fenced(true).await;
+}

@@ -730,6 +730,17 @@ impl ProcessCluster {
         self.workers.retain(|w| w.name != name);
     }
 
+    /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) the worker process named `name`.
+    pub fn freeze_worker(&mut self, name: &str, frozen: bool) {
+        let pid = self.worker(name).proc.pid();
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        kill(pid, signal).expect("SIGSTOP/SIGCONT to a worker");
+    }
+
     /// Sends SIGTERM to the worker process named `name`: it drains and exits by itself.
     pub fn terminate_worker(&mut self, name: &str) {
         let pid = self.worker(name).proc.pid();

@@ -47,6 +47,7 @@ mod context;
 pub mod discovery;
 mod error;
 pub mod exec;
+pub mod fence;
 mod functions;
 mod gpu;
 mod handle;

@@ -124,6 +124,9 @@ pub(crate) async fn connect(
         Ok(response) => response.into_inner(),
         Err(status) => return Err(failed(&head, "attach", status)),
     };
+    if let Some(timeout) = reply.heartbeat_timeout {
+        crate::fence::set_timeout(timeout);
+    }
     let interval = reply.heartbeat_interval;
     let mut heartbeat = tokio::time::interval_at(Instant::now() + interval, interval);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);

@@ -464,6 +464,7 @@ impl<S: LogStore> Owner<S> {
                         Ok(RegisterReply {
                             node_id,
                             heartbeat_interval: self.config.heartbeat_interval,
+                            heartbeat_timeout: Some(self.config.heartbeat_timeout),
                             secret,
                             group: cluster.to_string(),
                         })

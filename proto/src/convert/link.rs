@@ -99,6 +99,7 @@ impl From<RegisterReply> for wire::RegisterReply {
             heartbeat_interval_ms: duration_to_ms(r.heartbeat_interval),
             secret: r.secret,
             group: r.group,
+            heartbeat_timeout_ms: r.heartbeat_timeout.map_or(0, duration_to_ms),
         }
     }
 }
@@ -120,6 +121,8 @@ impl TryFrom<wire::RegisterReply> for RegisterReply {
         Ok(RegisterReply {
             node_id: NodeId(w.node_id),
             heartbeat_interval: ms_to_duration(w.heartbeat_interval_ms),
+            heartbeat_timeout: (w.heartbeat_timeout_ms > 0)
+                .then(|| ms_to_duration(w.heartbeat_timeout_ms)),
             secret: w.secret,
             group: w.group,
         })
@@ -451,6 +454,7 @@ mod tests {
         let reply = RegisterReply {
             node_id: NodeId(3),
             heartbeat_interval: Duration::from_secs(1),
+            heartbeat_timeout: Some(Duration::from_secs(10)),
             secret: Some("s3cret".into()),
             group: "g-1".into(),
         };
@@ -460,6 +464,7 @@ mod tests {
             heartbeat_interval_ms: 0,
             secret: None,
             group: "g".into(),
+            heartbeat_timeout_ms: 0,
         };
         assert_eq!(
             RegisterReply::try_from(zero).unwrap_err().path(),

@@ -75,6 +75,9 @@ pub struct RegisterReply {
     pub node_id: NodeId,
     /// How often to send a heartbeat (whole milliseconds on the wire).
     pub heartbeat_interval: Duration,
+    /// After how long without a heartbeat the head declares the node lost; `None` if the head
+    /// did not say.
+    pub heartbeat_timeout: Option<Duration>,
     /// The node's secret, only when this registration made a new node.
     pub secret: Option<String>,
     /// The head group's id.

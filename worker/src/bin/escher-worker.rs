@@ -197,6 +197,10 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    if std::env::args().nth(1).as_deref() == Some(escher_worker::fence::SUPERVISOR_ARG) {
+        escher_worker::fence::supervise();
+        return Ok(());
+    }
     let args = WorkerArgs::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -205,6 +209,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let config = WorkerConfig::try_from(args)?;
+    // Tasks die with this process, or when it stops answering (see `fence`).
+    let program = std::env::current_exe().context("cannot find this program's path")?;
+    escher_worker::fence::start(&program).context("cannot start the fence supervisor")?;
     let worker = WorkerBuilder::from_config(config)
         .build()
         .context("cannot start the worker")?;

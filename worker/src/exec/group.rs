@@ -5,9 +5,9 @@
 //! descendant deliberately left the group with `setsid`/`setpgid`.
 //!
 //! The guard SIGKILLs the group when dropped while armed: if the future running a command is
-//! dropped (its caller gave up, the worker shuts down), nothing of the task outlives it. It does
-//! not help if the worker itself is SIGKILLed; that would need `PR_SET_PDEATHSIG` in the child,
-//! which needs `unsafe` `pre_exec`, which this workspace denies.
+//! dropped (its caller gave up, the worker shuts down), nothing of the task outlives it. If the
+//! worker itself is SIGKILLed or stopped, its fence supervisor kills the group
+//! (`crate::fence`), which every group is registered with while it lives.
 //!
 //! After the leader has been reaped, [`ProcessGroup::sweep`] kills what is left of the group.
 //! Processes left in the group keep its id from being reused, so the signal reaches only them;
@@ -37,6 +37,9 @@ impl ProcessGroup {
         let pgid = leader
             .and_then(|pid| i32::try_from(pid).ok())
             .map(Pid::from_raw);
+        if let Some(pgid) = pgid {
+            crate::fence::hold(pgid.as_raw());
+        }
         ProcessGroup {
             task_id,
             pgid,
@@ -66,7 +69,9 @@ impl ProcessGroup {
         let Some(pgid) = self.pgid else {
             return;
         };
-        match killpg(pgid, Signal::SIGKILL) {
+        let swept = killpg(pgid, Signal::SIGKILL);
+        crate::fence::release(pgid.as_raw());
+        match swept {
             Ok(()) => tracing::debug!(
                 task_id = self.task_id,
                 pgid = pgid.as_raw(),
@@ -90,6 +95,7 @@ impl Drop for ProcessGroup {
         {
             // Best effort: there is no one left to report a failure to.
             let _ = killpg(pgid, Signal::SIGKILL);
+            crate::fence::release(pgid.as_raw());
         }
     }
 }

@@ -256,6 +256,7 @@ impl WorkerLink for Services {
                 heartbeat_interval_ms: state.heartbeat_ms,
                 secret,
                 group: state.cluster.clone(),
+                heartbeat_timeout_ms: 0,
             }
         };
         let _ = self.registrations.send(req);
