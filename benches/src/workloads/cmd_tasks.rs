@@ -26,13 +26,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "task": "command task `true`, cpu=1; stdout and stderr kept",
         "tasks": n,
     });
-    let cluster = cluster::start(1, "cpu=8").await?;
-    let client = cluster.client().await?;
     let limit = Duration::from_secs(600);
-    let task = || Task::command(["true"]).resource("cpu", 1);
-    cluster::run_batch(&client, (0..20).map(|_| task()).collect(), limit).await?;
-    let wall = cluster::run_batch(&client, (0..n).map(|_| task()).collect(), limit).await?;
-    let rate = n as f64 / wall.as_secs_f64();
+    let rate = measure(n, limit).await?;
     report.figures.push(
         Figure::new(
             "cmd.tasks_per_s",
@@ -45,8 +40,41 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         )
         .vs("hyperqueue", "cmd"),
     );
-    report.detail = json!({ "wall_s": wall.as_secs_f64() });
+    let mut detail = json!({ "tasks_per_s": rate });
+    // The same with the fence supervisor an `escher-worker` runs (every task's process group
+    // registered with it over a pipe): what fencing costs. Only the harness binary can serve
+    // as the supervisor; from a test executable the second figure is left out.
+    let exe = std::env::current_exe()?;
+    let is_harness = exe.file_stem().is_some_and(|s| s == "escher-bench");
+    if is_harness {
+        escher::worker::fence::start(&exe)?;
+        let fenced = measure(n, limit).await?;
+        report.figures.push(Figure::new(
+            "cmd.fenced_tasks_per_s",
+            "the same, with the worker's fence supervisor",
+            "tasks/s",
+            fenced,
+        ));
+        report.figures.push(Figure::new(
+            "cmd.fenced_ratio",
+            "with the fence ÷ without",
+            "×",
+            fenced / rate,
+        ));
+        detail["fenced_tasks_per_s"] = json!(fenced);
+    }
+    report.detail = detail;
+    Ok(report)
+}
+
+/// Starts a one-worker cluster and runs `n` command tasks through it; tasks/s.
+async fn measure(n: usize, limit: Duration) -> anyhow::Result<f64> {
+    let cluster = cluster::start(1, "cpu=8").await?;
+    let client = cluster.client().await?;
+    let task = || Task::command(["true"]).resource("cpu", 1);
+    cluster::run_batch(&client, (0..20).map(|_| task()).collect(), limit).await?;
+    let wall = cluster::run_batch(&client, (0..n).map(|_| task()).collect(), limit).await?;
     drop(client);
     cluster.shutdown().await;
-    Ok(report)
+    Ok(n as f64 / wall.as_secs_f64())
 }
