@@ -1379,6 +1379,7 @@ proptest! {
             // And a small quota, so that namespaced batches are refused along the way too.
             namespace_unfinished: 4,
             namespace_result_bytes: 48,
+            namespace_resources: 6,
         });
         let mut known = 0u64;
         for op in &ops {

@@ -159,3 +159,52 @@ fn stored_results_past_the_quota_fail_their_task_until_retention_releases_some()
     assert_eq!(t.task_state(next[0]), TaskState::Succeeded);
     assert_eq!(t.state.result_bytes_by_namespace().get(&ns("a")), Some(&9));
 }
+
+#[test]
+fn resource_names_past_the_quota_are_refused_whole() {
+    let mut t = TestState::with_config(StateConfig {
+        namespace_resources: 2,
+        ..StateConfig::default()
+    });
+    let node = t.node("n", "cpu=1");
+    let set_in = |ns_name: &str, names: &[&str]| Command::SetResources {
+        updates: names
+            .iter()
+            .map(|n| state_support::set(n, "1", state_support::on(node)))
+            .collect(),
+        namespace: Some(ns(ns_name)),
+        caller_task: None,
+    };
+    t.apply(set_in("a", &["x"]));
+    // Two new names would make three: refused whole (x2 is not created either).
+    let err = t.try_apply(set_in("a", &["x2", "y"])).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ApplyError::ResourceQuotaExceeded {
+                held: 1,
+                asked: 2,
+                limit: 2,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--namespace-resources"), "{err}");
+    // Resizing a name it has is not a new name; another namespace counts apart; so do admins.
+    t.apply(set_in("a", &["x", "y"]));
+    t.apply(set_in("b", &["x", "y"]));
+    assert!(t.try_apply(set_in("a", &["z"])).is_err());
+    t.apply(Command::SetResources {
+        updates: vec![state_support::set("z", "1", state_support::on(node))],
+        namespace: None,
+        caller_task: None,
+    });
+    // Deleting one makes room.
+    t.apply(Command::SetResources {
+        updates: vec![state_support::adjust("y", "-1", state_support::on(node))],
+        namespace: Some(ns("a")),
+        caller_task: None,
+    });
+    t.apply(set_in("a", &["z"]));
+}

@@ -45,6 +45,7 @@ proptest! {
             retention,
             namespace_unfinished: 3,
             namespace_result_bytes: 48,
+            namespace_resources: 6,
         };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());

@@ -68,6 +68,10 @@ struct HeadArgs {
     /// retention evicts their tasks.
     #[arg(long, env = "ESCHER_NAMESPACE_RESULT_BYTES", default_value_t = StateConfig::default().namespace_result_bytes)]
     namespace_result_bytes: u64,
+    /// The most resource names one application namespace may have on live nodes; a call that
+    /// would create more is refused whole with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ESCHER_NAMESPACE_RESOURCES", default_value_t = StateConfig::default().namespace_resources)]
+    namespace_resources: u64,
     /// Close a connection whose peer has sent nothing for this long (`30s`, `5m`); the head
     /// pings each connection three times per period, so live clients are never cut.
     #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
@@ -176,6 +180,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,
                 namespace_result_bytes: args.namespace_result_bytes,
+                namespace_resources: args.namespace_resources,
                 retention: RetentionPolicy {
                     finished: args.retain_finished,
                     finished_for: args.retain_for.into(),

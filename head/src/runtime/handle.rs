@@ -88,7 +88,9 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
     match err {
         ApplyError::WrongSecret(_) => Status::permission_denied(message),
         ApplyError::Evicted(evicted) => evicted.into_status(),
-        ApplyError::QuotaExceeded { .. } => Status::resource_exhausted(message),
+        ApplyError::QuotaExceeded { .. } | ApplyError::ResourceQuotaExceeded { .. } => {
+            Status::resource_exhausted(message)
+        }
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
         ApplyError::ReservationExists(_) => Status::already_exists(message),
         e if e.is_not_found() => Status::not_found(message),

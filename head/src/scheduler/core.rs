@@ -204,6 +204,23 @@ impl Scheduler {
         }
     }
 
+    /// Whether some live node holds a resource named `name`.
+    pub fn is_held(&self, name: &str) -> bool {
+        self.names
+            .get(name)
+            .is_some_and(|r| self.holders.get(&r).is_some_and(|h| !h.is_empty()))
+    }
+
+    /// How many names of namespace `ns` some live node holds (one pass over the names).
+    pub fn held_in_namespace(&self, ns: &str) -> usize {
+        self.names
+            .iter()
+            .filter(|(id, name, _)| {
+                name.namespace() == Some(ns) && self.holders.get(id).is_some_and(|h| !h.is_empty())
+            })
+            .count()
+    }
+
     /// Whether the core knows `task` as pending.
     pub fn is_pending(&self, task: TaskId) -> bool {
         self.tasks

@@ -27,6 +27,9 @@ pub struct StateConfig {
     /// head at once; a result past it fails its task with the reason. Results are released
     /// when retention evicts their tasks.
     pub namespace_result_bytes: u64,
+    /// The most resource names one application namespace may have on live nodes; a call that
+    /// would create more is refused whole.
+    pub namespace_resources: u64,
 }
 
 impl Default for StateConfig {
@@ -36,6 +39,7 @@ impl Default for StateConfig {
             retention: RetentionPolicy::default(),
             namespace_unfinished: 1_000_000,
             namespace_result_bytes: 1024 * 1024 * 1024,
+            namespace_resources: 100_000,
         }
     }
 }
@@ -191,6 +195,7 @@ impl ClusterState {
                 caller_task,
             } => {
                 let updates = self.resolve_updates(updates, namespace.as_ref(), caller_task)?;
+                self.check_resource_quota(namespace.as_ref(), &updates)?;
                 Reply::ResourcesSet(self.set_resources(&updates, now)?)
             }
             Command::Reserve {

@@ -65,6 +65,22 @@ pub enum ApplyError {
         /// Its state.
         state: TaskState,
     },
+    /// A call would give a namespace more resource names than its quota; nothing changed.
+    #[error(
+        "namespace {namespace} has {held} resource names on live nodes and the call creates \
+         {asked} more, past its quota of {limit}; delete some (escher resource delete) or ask \
+         the operator to raise escher-head --namespace-resources"
+    )]
+    ResourceQuotaExceeded {
+        /// The namespace.
+        namespace: Namespace,
+        /// Its names on live nodes now.
+        held: u64,
+        /// New names in the call.
+        asked: usize,
+        /// The quota.
+        limit: u64,
+    },
     /// A reservation of this name is in use.
     #[error(
         "a reservation named {0} is in use (not all of its holders have ended); release it \

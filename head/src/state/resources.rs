@@ -1,6 +1,6 @@
 //! `set_resource` at the head: namespaces, `Local`, all-or-none batches, hooks and ghosts.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
     Capacity, CapacityOp, Delta, MAX_HOOK_ERRORS, Namespace, NodeId, NodeSpec, ResourceName,
@@ -68,6 +68,39 @@ impl ClusterState {
                 Ok(u)
             })
             .collect()
+    }
+
+    /// Refuses updates that would give namespace `ns` more resource names on live nodes than
+    /// its quota. Only calls that create a name no live node has are counted, so the pass over
+    /// the names happens only then.
+    pub(crate) fn check_resource_quota(
+        &self,
+        ns: Option<&Namespace>,
+        updates: &[ResourceUpdate],
+    ) -> Result<(), ApplyError> {
+        let Some(ns) = ns else {
+            return Ok(());
+        };
+        let new: BTreeSet<&ResourceName> = updates
+            .iter()
+            .filter(|u| u.op != CapacityOp::Delete && u.name.namespace() == Some(ns.as_str()))
+            .filter(|u| !self.core.is_held(u.name.as_str()))
+            .map(|u| &u.name)
+            .collect();
+        if new.is_empty() {
+            return Ok(());
+        }
+        let held = self.core.held_in_namespace(ns.as_str()) as u64;
+        let limit = self.config.namespace_resources;
+        if held.saturating_add(new.len() as u64) > limit {
+            return Err(ApplyError::ResourceQuotaExceeded {
+                namespace: ns.clone(),
+                held,
+                asked: new.len(),
+                limit,
+            });
+        }
+        Ok(())
     }
 
     fn caller_node(&self, caller: Option<(TaskId, u32)>) -> Result<NodeId, ApplyError> {
