@@ -948,7 +948,7 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
     };
     let (c, m) = code!(rpc.set_resources(local()).await);
     assert_eq!(c, "InvalidArgument", "{m}");
-    assert!(m.contains("Local"), "{m}");
+    assert!(m.contains("--local"), "{m}");
     // The credential of a task that has ended is refused: it acts for nothing now.
     let token = String::from_utf8(client.logs(&done, LogStream::Stdout).await.unwrap()).unwrap();
     assert!(token.starts_with("escher-task-"), "{token:?}");

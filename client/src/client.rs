@@ -56,7 +56,7 @@ const READ_METADATA: &str = "escher-read";
 
 /// The error for `NodeSpec::Local` outside a running task.
 pub(crate) const LOCAL_OUTSIDE_TASK: &str =
-    "NodeSpec::Local is only valid inside a running task (ESCHER_TASK_ID is not set)";
+    "a local target (--local) is only valid inside a running task (ESCHER_TASK_ID is not set)";
 
 /// A connection to an escher head (every replica of a replicated one). Cheap to clone; every
 /// clone shares the connections, the choice of leader and the idempotency keys.
@@ -93,7 +93,7 @@ impl Caller {
             Caller::Task(id) => Ok(*id),
             Caller::Unset => Err(ClientError::Usage(LOCAL_OUTSIDE_TASK.to_string())),
             Caller::Invalid(text) => Err(ClientError::Usage(format!(
-                "NodeSpec::Local is only valid inside a running task ({ENV_TASK_ID}={text:?} is \
+                "a local target (--local) is only valid inside a running task ({ENV_TASK_ID}={text:?} is \
                  not a task id)"
             ))),
         }

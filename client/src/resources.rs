@@ -131,7 +131,7 @@ mod tests {
         assert!(matches!(err, ClientError::Usage(_)), "{err:?}");
         assert_eq!(
             err.to_string(),
-            "NodeSpec::Local is only valid inside a running task (ESCHER_TASK_ID is not set)"
+            "a local target (--local) is only valid inside a running task (ESCHER_TASK_ID is not set)"
         );
         let err = client
             .adjust_resource("b@d", 1, NodeSpec::Local)

@@ -51,7 +51,7 @@ pub enum ApplyError {
     Evicted(Evicted),
     /// `Local` was used outside a running task.
     #[error(
-        "NodeSpec::Local is only valid inside a running task; from outside the cluster name a \
+        "a local target (--local) is only valid inside a running task; from outside the cluster name a \
          node (--node ID) or a match (--match RESOURCES)"
     )]
     LocalOutsideTask,
