@@ -132,3 +132,15 @@ async fn tasks_says_when_the_list_goes_on() {
     assert!(!out.contains("more exist"), "{out}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_follow_prints_until_the_task_ends() {
+    let cluster = start().await;
+    let script = "echo first; sleep 1; echo second";
+    let (code, id, err) = escher(&cluster, &["submit", "--", "sh", "-c", script]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = escher(&cluster, &["logs", "-f", id.trim()]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "first\nsecond\n");
+    cluster.shutdown().await;
+}

@@ -626,6 +626,8 @@ impl Runtime {
             0 => DEFAULT_LOG_FETCH,
             n => n.min(MAX_LOG_FETCH),
         };
+        // The end of a running task's file is not the end of its stream: it may write more.
+        let running = self.tasks.keys().any(|(task, _)| *task == task_id);
         self.tracker.spawn(async move {
             let read = async {
                 let attempt = exec::latest_attempt(&log_dir, task_id.0).await?;
@@ -636,7 +638,7 @@ impl Runtime {
                 .map(|c| LogChunk {
                     data: c.data,
                     next_offset: c.next_offset,
-                    eof: c.eof,
+                    eof: c.eof && !running,
                 })
                 .map_err(|e| e.to_string());
             // A stream that broke meanwhile took the request with it.

@@ -75,7 +75,8 @@ pub struct LogsArgs {
     #[arg(long)]
     pub stderr: bool,
 
-    /// Keep printing output as the task writes it, until the stream ends
+    /// Keep printing output as the task writes it, until the task has ended (waiting for a
+    /// pending task to start)
     #[arg(long, short = 'f')]
     pub follow: bool,
 }
@@ -242,6 +243,10 @@ impl LogsArgs {
         if !self.follow {
             ctx.emit_bytes(&reader.read_available().await?)?;
             return Ok(ExitCode::SUCCESS);
+        }
+        // Following a task that has not started yet waits for it to start.
+        while client.task_info(self.id).await?.status.state == TaskState::Pending {
+            tokio::time::sleep(FOLLOW_POLL).await;
         }
         while let Some(chunk) = reader.next_chunk().await? {
             if chunk.is_empty() {
