@@ -37,7 +37,7 @@ pub struct Cli {
           value_parser = parse_namespace)]
     pub namespace: Option<String>,
 
-    /// Print JSON (the domain types; amounts as raw 1/10,000 units) instead of tables
+    /// Print JSON (the domain types; amounts as decimal strings, "0.5") instead of tables
     #[arg(long, global = true)]
     pub json: bool,
 
