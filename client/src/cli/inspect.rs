@@ -204,7 +204,12 @@ pub fn render_info(info: &TaskInfo) -> String {
     rows.push(("node", node(status.node)));
     rows.push(("attempt", status.attempt.to_string()));
     rows.push(("result", render::result(status.result.as_ref())));
-    if let Some(reason) = &status.reason {
+    // An infeasible task's reason is the pending reason below, with the closest nodes.
+    if let Some(reason) = status
+        .reason
+        .as_ref()
+        .filter(|_| info.pending_reason.is_none())
+    {
         rows.push(("reason", reason.clone()));
     }
     for error in &status.hook_errors {

@@ -123,8 +123,12 @@ impl TaskRecord {
 
     /// The status the API reports.
     pub fn status(&self, id: TaskId) -> TaskStatus {
+        // The one pending reason `tasks`, `info`, `status` and JSON show.
         let reason = match (&self.pending_reason, self.state) {
             (Some(p), TaskState::Pending) => Some(format!("infeasible: {p}")),
+            (None, TaskState::Pending) if self.reason.is_none() => {
+                Some(WAITING_FOR_CAPACITY.to_string())
+            }
             _ => self.reason.clone(),
         };
         TaskStatus {
@@ -140,6 +144,10 @@ impl TaskRecord {
         }
     }
 }
+
+/// The reason of a pending task some live node could run once resources free up.
+pub const WAITING_FOR_CAPACITY: &str =
+    "waiting for capacity: some live node could run it, none has its resources free now";
 
 /// The namespace a (qualified) task spec belongs to.
 pub(crate) fn namespace_of(spec: &TaskSpec) -> Option<Namespace> {
