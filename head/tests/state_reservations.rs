@@ -170,3 +170,56 @@ fn a_reservation_name_in_use_is_refused_until_its_holders_end() {
     t.cancel(&members).unwrap();
     t.apply(again);
 }
+
+#[test]
+fn a_strict_spread_reservation_that_loses_a_node_is_placed_again_on_distinct_nodes() {
+    let mut t = TestState::new();
+    let nodes: Vec<_> = (0..3).map(|i| t.node(&format!("n{i}"), "cpu=4")).collect();
+    let (members, placed, _) = reserve(&mut t, &["cpu=2", "cpu=2"], GangStrategy::StrictSpread);
+    assert!(placed);
+    let on = |t: &TestState, m| t.state.task(m).unwrap().node.unwrap();
+    let (a, b) = (on(&t, members[0]), on(&t, members[1]));
+    assert_ne!(a, b);
+    // A plain retry of the lost bundle could land beside the other one (it did, before).
+    let spare = *nodes.iter().find(|n| **n != a && **n != b).unwrap();
+    t.remove_node(a);
+    let (x, y) = (on(&t, members[0]), on(&t, members[1]));
+    assert_ne!(x, y, "strict spread kept");
+    assert!(![x, y].contains(&a), "nothing on the lost node");
+    assert!([x, y].contains(&spare));
+    for m in &members {
+        let rec = t.state.task(*m).unwrap();
+        assert_eq!(rec.state, TaskState::Running);
+    }
+    // Its resources are where its holders are now.
+    let status = t.state.cluster_status();
+    let holds = |node| {
+        status
+            .node(node)
+            .is_some_and(|n| n.resource("train.cpu").is_some())
+    };
+    assert!(holds(x) && holds(y), "{status:#?}");
+}
+
+#[test]
+fn two_holders_on_one_lost_node_are_placed_again_once() {
+    let mut t = TestState::new();
+    let n0 = t.node("n0", "cpu=4");
+    let (members, placed, _) = reserve(&mut t, &["cpu=1", "cpu=1"], GangStrategy::StrictPack);
+    assert!(placed);
+    assert!(
+        members
+            .iter()
+            .all(|m| t.state.task(*m).unwrap().node == Some(n0))
+    );
+    let n1 = t.node("n1", "cpu=4");
+    t.remove_node(n0);
+    for m in &members {
+        let rec = t.state.task(*m).unwrap();
+        assert_eq!(
+            (rec.state, rec.node),
+            (TaskState::Running, Some(n1)),
+            "{rec:?}"
+        );
+    }
+}

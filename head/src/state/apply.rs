@@ -324,7 +324,16 @@ impl ClusterState {
                     Some(reason) => format!("node {node} lost: {reason}"),
                     None => format!("node {node} lost"),
                 };
-                self.failed_attempt(task, why, None, now);
+                let holder = self.tasks.get(&task).map(|r| (r.native, r.state));
+                if let Some((true, state)) = holder {
+                    // A second holder on the same node: its reservation is placed again
+                    // already, itself included.
+                    if state == escher_proto::types::TaskState::Running {
+                        self.replace_reservation(task, &why, now);
+                    }
+                } else {
+                    self.failed_attempt(task, why, None, now);
+                }
             }
         }
     }

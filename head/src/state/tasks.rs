@@ -2,7 +2,9 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{Assignment, NAMESPACE_LABEL, RESERVATION_LABEL, TaskFinished};
+use escher_proto::types::{
+    Assignment, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished,
+};
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
     TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
@@ -127,6 +129,9 @@ impl ClusterState {
             labels
                 .insert(RESERVATION_LABEL, name.as_str())
                 .map_err(label)?;
+            labels
+                .insert(STRATEGY_LABEL, strategy.as_str())
+                .map_err(label)?;
             specs.push(TaskSpec {
                 name: format!("{name} bundle {index}"),
                 kind: TaskKind::Ghost { creates, ttl: None },
@@ -237,6 +242,65 @@ impl ClusterState {
     }
 
     /// An attempt failed: run it again while retries remain, else fail the task, keeping the
+    /// A reservation holder's node was lost: the whole reservation is placed again under its
+    /// strategy (its other holders give their bundles back first), so that a strict-spread or
+    /// strict-pack reservation keeps its constraint. Tasks running inside its bundles keep
+    /// what they hold until they end.
+    pub(crate) fn replace_reservation(&mut self, lost: TaskId, why: &str, now: Millis) {
+        let Some(rec) = self.tasks.get(&lost) else {
+            return;
+        };
+        let (Some(name), Some(strategy)) = (
+            rec.reservation(),
+            rec.spec
+                .labels
+                .get(STRATEGY_LABEL)
+                .and_then(|s| s.parse::<GangStrategy>().ok()),
+        ) else {
+            return;
+        };
+        let members: Vec<TaskId> = self
+            .tasks
+            .iter()
+            .filter(|(_, r)| !r.state.is_terminal() && r.reservation().as_ref() == Some(&name))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in &members {
+            let Some(rec) = self.tasks.get(id) else {
+                continue;
+            };
+            // Holders on the lost node are forgotten by the core already.
+            if *id != lost
+                && rec.state == TaskState::Running
+                && self.core.running_on(*id).is_some()
+                && let Some(node) = rec.node
+            {
+                // Its bundle goes back: its resources first, then its allocation.
+                self.ghost_resources(*id, node, false, now);
+                self.core_event(Event::TaskFinished { task: *id }, now);
+            }
+            if let Some(rec) = self.tasks.get_mut(id) {
+                rec.state = TaskState::Pending;
+                rec.node = None;
+                rec.reason = Some(format!(
+                    "reservation {name} is placed again: a holder's node was lost ({why})"
+                ));
+            }
+        }
+        let bundles = members
+            .iter()
+            .filter_map(|id| Some((*id, self.tasks.get(id)?.spec.resources.clone())))
+            .collect();
+        self.core_event(
+            Event::GangSubmitted {
+                tasks: bundles,
+                strategy,
+                deadline: None,
+            },
+            now,
+        );
+    }
+
     /// last attempt's result (a command's exit code) when it had one.
     pub(crate) fn failed_attempt(
         &mut self,

@@ -18,6 +18,10 @@ pub const NAMESPACE_LABEL: &str = "escher.namespace";
 /// tasks --label escher.reservation=NAME` lists a reservation's holders).
 pub const RESERVATION_LABEL: &str = "escher.reservation";
 
+/// The task label that gives a reservation holder its reservation's strategy (`pack`,
+/// `strict-spread`, ...), so that a reservation that loses a node is placed again as it was.
+pub const STRATEGY_LABEL: &str = "escher.strategy";
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
