@@ -421,6 +421,17 @@ fn check_kind(kind: &TaskKind, problems: &mut Vec<String>) {
 pub trait IntoTaskSpec {
     /// The spec to submit.
     fn into_task_spec(self) -> Result<TaskSpec, ClientError>;
+
+    /// The spec to submit, with `default` as what a command or function task that names no
+    /// resources requests (a client's [`Client::with_default_resources`](crate::Client));
+    /// a finished spec is taken as it is.
+    fn into_task_spec_with(self, default: Option<&ResourceSet>) -> Result<TaskSpec, ClientError>
+    where
+        Self: Sized,
+    {
+        let _ = default;
+        self.into_task_spec()
+    }
 }
 
 impl IntoTaskSpec for TaskSpec {
@@ -432,6 +443,13 @@ impl IntoTaskSpec for TaskSpec {
 impl IntoTaskSpec for Task {
     fn into_task_spec(self) -> Result<TaskSpec, ClientError> {
         self.build()
+    }
+
+    fn into_task_spec_with(self, default: Option<&ResourceSet>) -> Result<TaskSpec, ClientError> {
+        match default {
+            Some(set) if !self.resources_given => self.resources(set.clone()).build(),
+            _ => self.build(),
+        }
     }
 }
 
@@ -527,6 +545,21 @@ mod tests {
         // Ghosts keep their own rule: they hold what they are given.
         let spec = Task::ghost().creates("r", 1).build().unwrap();
         assert!(spec.resources.is_empty());
+        // A client's default replaces cpu=1 for tasks that name nothing, and only for them.
+        let default: ResourceSet = "slot=1".parse().unwrap();
+        let spec = Task::command(["true"])
+            .into_task_spec_with(Some(&default))
+            .unwrap();
+        assert_eq!(spec.resources.to_string(), "slot=1");
+        let spec = Task::command(["true"])
+            .resource("x", 2)
+            .into_task_spec_with(Some(&default))
+            .unwrap();
+        assert_eq!(spec.resources.to_string(), "x=2");
+        let empty = Task::command(["true"])
+            .into_task_spec_with(Some(&ResourceSet::new()))
+            .unwrap();
+        assert!(empty.resources.is_empty());
     }
 
     #[test]

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use escher_proto::types::{KeyIssuer, Ticket};
-use escher_proto::{Namespace, TaskId};
+use escher_proto::{Namespace, ResourceSet, TaskId};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
@@ -71,6 +71,8 @@ pub struct Client {
     wait_slice: Duration,
     failover: Duration,
     stale_reads: bool,
+    /// What a task built here that names no resources requests, instead of `cpu=1`.
+    default_resources: Option<Arc<ResourceSet>>,
     /// The background sender that coalesces concurrent `submit` calls (started lazily).
     coalescer: Arc<OnceLock<mpsc::UnboundedSender<coalesce::Pending>>>,
 }
@@ -173,8 +175,22 @@ impl Client {
             wait_slice: DEFAULT_WAIT_SLICE,
             failover: DEFAULT_FAILOVER_TIMEOUT,
             stale_reads: false,
+            default_resources: None,
             coalescer: Arc::default(),
         }
+    }
+
+    /// The same client, whose command and function tasks that name no resources request
+    /// `set` instead of [`DEFAULT_RESOURCES`](crate::DEFAULT_RESOURCES) (`cpu=1`); an empty
+    /// set makes them request nothing. Finished specs are sent as they are.
+    pub fn with_default_resources(mut self, set: ResourceSet) -> Client {
+        self.default_resources = Some(Arc::new(set));
+        self
+    }
+
+    /// What this client's tasks that name no resources request, if not `cpu=1`.
+    pub(crate) fn default_resources(&self) -> Option<&ResourceSet> {
+        self.default_resources.as_deref()
     }
 
     /// The same connection, submitting tasks and setting resources in namespace `ns`: the head

@@ -35,7 +35,7 @@ impl Client {
     /// the `coalesce` module), so submitting from many futures at once costs about as much as
     /// [`submit_batch`](Self::submit_batch); each call still succeeds or fails on its own.
     pub async fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
-        let spec = task.into_task_spec()?;
+        let spec = task.into_task_spec_with(self.default_resources())?;
         let handle = TaskRef::new(TaskId(0), &spec);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let pending = crate::coalesce::Pending { spec, reply };
@@ -69,9 +69,10 @@ impl Client {
         I: IntoIterator,
         I::Item: IntoTaskSpec,
     {
+        let default = self.default_resources();
         let specs = tasks
             .into_iter()
-            .map(IntoTaskSpec::into_task_spec)
+            .map(|t| t.into_task_spec_with(default))
             .collect::<Result<Vec<_>, _>>()?;
         if specs.is_empty() {
             return Ok(Vec::new());
