@@ -93,11 +93,6 @@ pub fn start(program: &std::path::Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether this process runs a supervisor.
-pub fn active() -> bool {
-    FENCE.get().is_some()
-}
-
 fn lease_ms() -> u64 {
     FENCE
         .get()
