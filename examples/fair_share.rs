@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use escher::esl::compose::{Composition, validate};
 use escher::esl::{Domain, Hfs, ResourceSpec};
-use escher::types::{Amount, ResourceName, TaskId, TaskState};
+use escher::types::{Amount, ListTasksRequest, ResourceName, TaskId, TaskState};
 use escher::{Client, Functions, LocalCluster, Task};
 
 type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -53,8 +53,13 @@ async fn sample(client: &Client, users: &[(&str, String)]) -> AnyResult<Vec<(usi
     // One page is one consistent snapshot (a second page could count a task that started
     // after the first was read, next to the one it replaced).
     let running = client
-        .list_tasks_page(Some(TaskState::Running), 1000, None)
-        .await?;
+        .list_tasks_page(ListTasksRequest {
+            state: Some(TaskState::Running),
+            limit: 1000,
+            ..ListTasksRequest::default()
+        })
+        .await
+        .map(|page| page.tasks)?;
     Ok(users
         .iter()
         .map(|(user, res)| {

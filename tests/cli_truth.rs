@@ -119,17 +119,102 @@ async fn deleting_what_does_not_exist_and_reusing_a_reservation_name_are_said() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn tasks_says_when_the_list_goes_on() {
+async fn tasks_lists_newest_first_filters_and_says_when_the_list_goes_on() {
     let cluster = start().await;
     let (code, _, err) = escher(
         &cluster,
-        &["submit", "--count", "3", "--wait", "--", "true"],
+        &[
+            "submit", "--count", "3", "--wait", "--name", "train", "--", "true",
+        ],
     );
     assert_eq!(code, 0, "{err}");
+    let (code, _, err) = escher(
+        &cluster,
+        &[
+            "submit", "--wait", "--name", "eval", "--label", "team=a", "--", "true",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let ids = |out: &str| -> Vec<u64> {
+        // Table rows are indented; the line about the rest is not.
+        out.lines()
+            .skip(1)
+            .filter(|l| l.starts_with(' '))
+            .filter_map(|l| l.split_whitespace().next()?.parse().ok())
+            .collect()
+    };
+    // Newest first, with start and end times, and a line saying how to see the rest.
     let (_, out, _) = escher(&cluster, &["tasks", "--limit", "2"]);
-    assert!(out.contains("the first 2 shown; more exist"), "{out}");
-    let (_, out, _) = escher(&cluster, &["tasks", "--limit", "3"]);
-    assert!(!out.contains("more exist"), "{out}");
+    assert_eq!(ids(&out), [4, 3], "{out}");
+    assert!(out.lines().next().unwrap().contains("STARTED"), "{out}");
+    assert!(
+        out.contains("2 shown, 2 more: --after 3 shows the next 2, --limit 0 shows all"),
+        "{out}"
+    );
+    let (_, out, _) = escher(&cluster, &["tasks", "--limit", "2", "--after", "3"]);
+    assert_eq!(ids(&out), [2, 1], "{out}");
+    assert!(!out.contains("more"), "{out}");
+    let (_, out, _) = escher(&cluster, &["tasks", "--oldest-first", "--limit", "1"]);
+    assert_eq!(ids(&out), [1], "{out}");
+    // Filters: name, label, node, state.
+    let (_, out, _) = escher(&cluster, &["tasks", "--name", "rai"]);
+    assert_eq!(ids(&out), [3, 2, 1], "{out}");
+    let (_, out, _) = escher(&cluster, &["tasks", "--label", "team=a"]);
+    assert_eq!(ids(&out), [4], "{out}");
+    let node = cluster.nodes()[0].to_string();
+    let (_, out, _) = escher(
+        &cluster,
+        &["tasks", "--node", &node, "--state", "succeeded"],
+    );
+    assert_eq!(ids(&out), [4, 3, 2, 1], "{out}");
+    let (_, out, _) = escher(&cluster, &["tasks", "--node", "99"]);
+    assert_eq!(out, "no tasks\n");
+    let (code, _, err) = escher(&cluster, &["tasks", "--label", "=a"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("give KEY=VALUE, or KEY"), "{err}");
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_reads_any_attempt_and_info_lists_them() {
+    let cluster = start().await;
+    let script = r#"echo "attempt $ESCHER_ATTEMPT"; [ "$ESCHER_ATTEMPT" = 2 ]"#;
+    let (code, out, err) = escher(
+        &cluster,
+        &[
+            "submit",
+            "--retries",
+            "1",
+            "--wait",
+            "--",
+            "sh",
+            "-c",
+            script,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let id = out.lines().next().unwrap().trim().to_string();
+    let (_, log, _) = escher(&cluster, &["logs", &id]);
+    assert_eq!(log, "attempt 2\n");
+    let (_, log, _) = escher(&cluster, &["logs", &id, "--attempt", "1"]);
+    assert_eq!(log, "attempt 1\n");
+    let (code, _, err) = escher(&cluster, &["logs", &id, "--attempt", "3"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("there is no attempt 3"), "{err}");
+    let (code, _, err) = escher(&cluster, &["logs", &id, "--attempt", "0"]);
+    assert_eq!(code, 2, "{err}");
+    let (_, info, _) = escher(&cluster, &["info", &id]);
+    assert!(
+        info.contains("attempt 1:") && info.contains("exited with code 1"),
+        "{info}"
+    );
+    assert!(
+        info.contains("attempt 2:") && info.contains("exited with code 0"),
+        "{info}"
+    );
+    // Following a finished task prints its last attempt and ends.
+    let (code, log, _) = escher(&cluster, &["logs", "-f", &id]);
+    assert_eq!((code, log.as_str()), (0, "attempt 2\n"));
     cluster.shutdown().await;
 }
 

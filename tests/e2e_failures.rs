@@ -702,3 +702,74 @@ async fn a_killed_workers_tasks_are_gone_before_they_are_retried() {
 async fn a_stopped_workers_tasks_are_gone_before_they_are_retried() {
     fenced(true).await;
 }
+
+/// Logs are per attempt, and outlive their worker: each attempt's output is read by its
+/// number; once the worker that ran a task is gone, the head serves the last 4 KiB of the
+/// output it kept, and says what was lost.
+#[tokio::test]
+async fn each_attempts_logs_are_kept_and_their_tail_outlives_the_worker() {
+    let mut cluster = ProcessCluster::builder()
+        .resources("cpu=2,memory=512")
+        .start()
+        .await;
+    let client = cluster.client().await;
+    // Attempt 1 fails, attempt 2 succeeds; each says which it is.
+    let retried = Task::command([
+        "sh",
+        "-c",
+        r#"echo "attempt $ESCHER_ATTEMPT"; [ "$ESCHER_ATTEMPT" = 2 ]"#,
+    ])
+    .max_retries(1);
+    // 5,000 bytes, more than the head keeps, then a last line.
+    let long = Task::command(["sh", "-c", "head -c 5000 /dev/zero | tr '\\0' a; echo END"]);
+    let tasks = client.submit_batch([retried, long]).await.unwrap();
+    let statuses = wait_all(&client, &tasks).await;
+    let (retried, long) = (tasks[0].id(), tasks[1].id());
+    assert_eq!(statuses[&retried].attempt, 2, "{:?}", statuses[&retried]);
+    assert_eq!(statuses[&long].state, TaskState::Succeeded);
+
+    let read = |task: TaskId, attempt: Option<u32>| {
+        let client = client.clone();
+        async move {
+            let reader = client.log_reader(task, escher::types::LogStream::Stdout);
+            let mut reader = match attempt {
+                Some(n) => reader.attempt(n),
+                None => reader,
+            };
+            let bytes = reader.read_available().await;
+            (bytes, reader.notice().map(str::to_owned))
+        }
+    };
+    let (first, _) = read(retried, Some(1)).await;
+    assert_eq!(first.unwrap(), b"attempt 1\n");
+    let (latest, _) = read(retried, None).await;
+    assert_eq!(latest.unwrap(), b"attempt 2\n");
+    let (none, _) = read(retried, Some(3)).await;
+    let err = none.unwrap_err().to_string();
+    assert!(err.contains("there is no attempt 3"), "{err}");
+    let (whole, notice) = read(long, None).await;
+    assert_eq!(whole.unwrap().len(), 5004);
+    assert_eq!(notice, None, "the worker served it whole");
+
+    // The worker goes; the head still has the end of each attempt's output.
+    let victim = cluster.node("w1");
+    cluster.kill_worker("w1");
+    cluster
+        .wait_status("the killed worker's node to be declared lost", |s| {
+            s.node(victim).filter(|n| !n.alive).cloned()
+        })
+        .await;
+    let (tail, notice) = read(long, None).await;
+    let tail = tail.unwrap();
+    assert_eq!(tail.len(), 4096);
+    assert!(tail.ends_with(b"aaaaEND\n".as_slice()));
+    let notice = notice.expect("a notice that the head's tail was read");
+    assert!(notice.contains("not connected"), "{notice}");
+    assert!(
+        notice.contains("bytes 0..908 of its 5004 are lost"),
+        "{notice}"
+    );
+    let (first, notice) = read(retried, Some(1)).await;
+    assert_eq!(first.unwrap(), b"attempt 1\n");
+    assert!(notice.is_some_and(|n| !n.contains("lost")));
+}

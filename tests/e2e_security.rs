@@ -394,6 +394,7 @@ async fn workers_are_bound_to_their_own_node_and_tasks() {
         attempt: victim_status.attempt,
         outcome: Ok(TaskResult::Exited { code: 0 }),
         timed_out: false,
+        output: None,
     };
     tx.send(wire::WorkerMessage::from(WorkerMessage::TaskFinished(
         forged,

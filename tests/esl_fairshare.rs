@@ -16,7 +16,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use escher::esl::{Domain, Hfs};
-use escher::types::{ClusterStatus, NodeId, TaskId, TaskSpec, TaskState};
+use escher::types::{ClusterStatus, ListTasksRequest, NodeId, TaskId, TaskSpec, TaskState};
 use escher::{Client, Functions, LocalCluster, Task};
 use tokio::sync::watch;
 
@@ -112,8 +112,13 @@ async fn sample(client: &Client, users: &[(&'static str, String)]) -> Sample {
     let running = client
         // One page is one consistent snapshot (a second page could count a task that started
         // after the first was read, next to the one it replaced).
-        .list_tasks_page(Some(TaskState::Running), 1000, None)
+        .list_tasks_page(ListTasksRequest {
+            state: Some(TaskState::Running),
+            limit: 1000,
+            ..ListTasksRequest::default()
+        })
         .await
+        .map(|page| page.tasks)
         .expect("list_tasks");
     let mut s = Sample {
         holders: BTreeMap::new(),

@@ -210,6 +210,7 @@ impl SimNode {
                                 attempt,
                                 outcome: Err("cancelled".into()),
                                 timed_out: false,
+                                output: None,
                             }));
                         }
                         // Simulated nodes keep no reports to acknowledge.
@@ -233,5 +234,6 @@ fn finished(task_id: TaskId, attempt: u32) -> WorkerMessage {
         attempt,
         outcome: Ok(TaskResult::Returned(Vec::new())),
         timed_out: false,
+        output: None,
     })
 }

@@ -262,22 +262,44 @@ impl Client {
         state: Option<TaskState>,
         limit: Option<usize>,
     ) -> Result<Vec<TaskSummary>, ClientError> {
+        let query = ListTasksRequest {
+            state,
+            ..ListTasksRequest::default()
+        };
+        self.find_tasks(query, limit).await
+    }
+
+    /// The tasks `query` matches (by state, name, labels, node, namespace; oldest or newest
+    /// first, from `query.after`), at most `limit` of them (`None`: all), fetched a page at a
+    /// time.
+    pub async fn find_tasks(
+        &self,
+        mut query: ListTasksRequest,
+        limit: Option<usize>,
+    ) -> Result<Vec<TaskSummary>, ClientError> {
         let mut tasks: Vec<TaskSummary> = Vec::new();
-        let mut after = None;
         loop {
             let want = limit.map_or(LIST_PAGE, |l| l.saturating_sub(tasks.len()).min(LIST_PAGE));
             if want == 0 {
                 break;
             }
-            let page = self.list_tasks_page(state, want as u32, after).await?;
+            query.limit = want as u32;
+            let page = self.list_tasks_page(query.clone()).await?.tasks;
             let Some(last) = page.last().map(|t| t.id) else {
                 break;
             };
-            if after.is_some_and(|a| last <= a) {
-                break; // the head did not move forward; stop rather than loop
+            let moved = query.after.is_none_or(|a| {
+                if query.newest_first {
+                    last < a
+                } else {
+                    last > a
+                }
+            });
+            if !moved {
+                break; // the head did not move on; stop rather than loop
             }
             tasks.extend(page);
-            after = Some(last);
+            query.after = Some(last);
         }
         if let Some(limit) = limit {
             tasks.truncate(limit);
@@ -285,26 +307,20 @@ impl Client {
         Ok(tasks)
     }
 
-    /// One page of tasks: ids greater than `after`, at most `limit` (0: the head's default).
+    /// One page of the tasks `query` matches: at most `query.limit` (0: the head's default),
+    /// after `query.after`, and how many more match. One page is one consistent snapshot.
     pub async fn list_tasks_page(
         &self,
-        state: Option<TaskState>,
-        limit: u32,
-        after: Option<TaskId>,
-    ) -> Result<Vec<TaskSummary>, ClientError> {
-        let request = ListTasksRequest {
-            state,
-            limit,
-            after,
-        };
-        let request = wire::ListTasksRequest::from(request);
+        query: ListTasksRequest,
+    ) -> Result<ListTasksReply, ClientError> {
+        let request = wire::ListTasksRequest::from(query);
         let reply = self
             .call(|mut rpc| {
-                let request = self.read(request);
+                let request = self.read(request.clone());
                 async move { rpc.list_tasks(request).await }
             })
             .await?;
-        Ok(ListTasksReply::try_from(reply)?.tasks)
+        Ok(ListTasksReply::try_from(reply)?)
     }
 
     /// Everything a command task has written to `stream` so far (all of it, once the task has
@@ -318,7 +334,7 @@ impl Client {
     }
 
     /// A reader that fetches a command task's output piece by piece, and can follow it while
-    /// the task runs.
+    /// the task runs: the latest attempt's ([`LogReader::attempt`] picks another).
     pub fn log_reader(&self, task: impl Into<TaskId>, stream: LogStream) -> LogReader {
         LogReader::new(self.clone(), task.into(), stream)
     }

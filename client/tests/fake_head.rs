@@ -238,6 +238,7 @@ impl Cluster for FakeHead {
             submitted_at_ms: 1_700_000_000_000,
             started_at_ms: Some(1_700_000_000_100),
             finished_at_ms: None,
+            attempts: Vec::new(),
         };
         Ok(Response::new(info.into()))
     }
@@ -268,10 +269,14 @@ impl Cluster for FakeHead {
                     attempt: s.attempt,
                     reason: s.reason.clone(),
                     resources: spec.resources.clone(),
+                    submitted_at_ms: 1_700_000_000_000,
+                    started_at_ms: None,
+                    finished_at_ms: s.finished_at_ms,
+                    namespace: None,
                 })
             })
             .collect();
-        Ok(Response::new(wire::ListTasksReply { tasks }))
+        Ok(Response::new(wire::ListTasksReply { tasks, more: 0 }))
     }
 
     async fn set_resources(
@@ -426,6 +431,8 @@ impl Cluster for FakeHead {
             data: text[start..end].to_vec(),
             next_offset: end as u64,
             eof: end == text.len(),
+            attempt: 1,
+            notice: String::new(),
         }))
     }
     /// Holds each bundle with a running ghost at once (the fake has room for anything).

@@ -112,6 +112,7 @@ impl InMemoryCluster {
                 attempt,
                 outcome,
                 timed_out: false,
+                output: None,
             };
             let _ = self.apply(Command::TaskFinished(report));
         }
@@ -199,6 +200,7 @@ impl Inner {
             attempt,
             outcome,
             timed_out: false,
+            output: None,
         };
         let _ = self
             .state

@@ -8,18 +8,19 @@ use std::time::Duration;
 
 use escher_head::scheduler::CoreError;
 use escher_head::state::{
-    ApplyError, ClusterState, Command, Effect, Entry, Reply, RetentionPolicy, Returning,
-    StateConfig,
+    ApplyError, ClusterState, Command, Effect, Entry, MAX_TAILS_KEPT, Reply, RetentionPolicy,
+    Returning, StateConfig,
 };
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, Delta, NodeId, NodeSpec, RequestKey, ResourceUpdate, RunningTask,
-    TaskFinished, TaskId, TaskResult, TaskState,
+    Amount, Capacity, CapacityOp, Delta, ListTasksRequest, MAX_ATTEMPTS_KEPT, NodeId, NodeSpec,
+    OutputTail, RequestKey, ResourceUpdate, RunningTask, TaskFinished, TaskId, TaskResult,
+    TaskState,
 };
 use proptest::prelude::*;
 use state_support::ops::{Op, command_for, op};
 use state_support::{
-    CLUSTER, T0, TestState, adjust, check_invariants, joining, matching, name, on, render, report,
-    res, secret, set, task,
+    CLUSTER, T0, TestState, adjust, check_invariants, joining, matching, name, ns, on, render,
+    report, res, secret, set, task,
 };
 
 fn ok(code: i32) -> Result<TaskResult, String> {
@@ -134,6 +135,7 @@ fn a_timed_out_attempt_says_so() {
     let (a, _) = t.submit(task("cpu=1").timeout(Duration::from_secs(2)));
     let fx = t.finish(TaskFinished {
         timed_out: true,
+        output: None,
         ..report(a, 1, ok(137))
     });
     assert_eq!(fx, ["terminal 1"]);
@@ -148,6 +150,7 @@ fn a_timed_out_attempt_says_so() {
     let (b, _) = t.submit(task("cpu=1").function("slow"));
     let fx = t.finish(TaskFinished {
         timed_out: true,
+        output: None,
         ..report(b, 1, Err("killed".into()))
     });
     assert_eq!(fx, ["terminal 2"]);
@@ -157,6 +160,155 @@ fn a_timed_out_attempt_says_so() {
     let (c, _) = t.submit(task("cpu=1"));
     t.finish(report(c, 1, Err("no such program: nope".into())));
     assert_eq!(t.reason(c), "no such program: nope");
+}
+
+#[test]
+fn each_attempt_is_remembered_with_its_node_its_end_and_its_output_tail() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=1");
+    let (a, _) = t.submit(task("cpu=1").retries(2));
+    let tail = |text: &str, len: u64| OutputTail {
+        stdout: text.as_bytes().to_vec(),
+        stdout_len: len,
+        ..OutputTail::default()
+    };
+    // Attempt 1 exits 3 and reports the end of its output.
+    t.finish(TaskFinished {
+        output: Some(tail("bad input\n", 10)),
+        ..report(a, 1, ok(3))
+    });
+    // Attempt 2 is lost with its node; attempt 3 succeeds elsewhere.
+    let n2 = t.node("w2", "cpu=1");
+    assert_eq!(t.status(a).node, Some(n1));
+    t.remove_node(n1);
+    assert_eq!(t.status(a).node, Some(n2));
+    t.finish(TaskFinished {
+        output: Some(tail("done\n", 9000)),
+        ..report(a, 3, ok(0))
+    });
+    let rec = t.state.task(a).unwrap();
+    let ends: Vec<(u32, NodeId, Option<&str>, bool)> = rec
+        .attempts
+        .iter()
+        .map(|x| (x.attempt, x.node, x.ended.as_deref(), x.output.is_some()))
+        .collect();
+    assert_eq!(
+        ends,
+        [
+            (1, n1, Some("exited with code 3"), true),
+            (2, n1, Some("node 1 lost: heartbeat timeout"), false),
+            (3, n2, Some("exited with code 0"), true),
+        ]
+    );
+    assert_eq!(
+        rec.attempt_record(1).unwrap().output,
+        Some(tail("bad input\n", 10))
+    );
+    // The API reports them.
+    let info = t.state.task_info(a).unwrap();
+    assert_eq!(info.attempts.len(), 3);
+    assert!(info.attempts[0].output_kept && !info.attempts[1].output_kept);
+    // A report with a tail travels through the log like any other command.
+    check_invariants(&t.state);
+}
+
+#[test]
+fn the_head_keeps_a_bounded_history_of_attempts_and_tails() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let (a, _) = t.submit(task("cpu=1").retries(u32::MAX));
+    let runs = MAX_ATTEMPTS_KEPT as u32 + 4;
+    for attempt in 1..=runs {
+        t.finish(TaskFinished {
+            output: Some(OutputTail {
+                stderr: vec![b'x'; 10],
+                stderr_len: 10,
+                ..OutputTail::default()
+            }),
+            ..report(a, attempt, ok(1))
+        });
+    }
+    let rec = t.state.task(a).unwrap();
+    assert_eq!(rec.attempts.len(), MAX_ATTEMPTS_KEPT);
+    assert_eq!(
+        rec.attempts[0].attempt,
+        runs + 1 - MAX_ATTEMPTS_KEPT as u32 + 1
+    );
+    let tails = rec.attempts.iter().filter(|x| x.output.is_some()).count();
+    // The running attempt has no tail yet; the last ended ones keep theirs.
+    assert_eq!(tails, MAX_TAILS_KEPT - 1);
+    assert!(rec.attempt_record(1).is_none());
+}
+
+#[test]
+fn tasks_are_listed_newest_first_and_filtered() {
+    let mut t = TestState::new();
+    let n1 = t.node("w1", "cpu=4");
+    t.node("w2", "cpu=4");
+    let (ids, _) = t.submit_in(
+        Some("team-a"),
+        vec![
+            task("cpu=1").name("train-1").label("kind", "gpu").build(),
+            task("cpu=1").name("eval-1").build(),
+        ],
+    );
+    let (other, _) = t.submit(task("cpu=1").name("train-2").label("kind", "cpu"));
+    let list = |q: ListTasksRequest| -> Vec<TaskId> {
+        let page = t.state.list_tasks_counted(&q, 100, |_| true);
+        page.tasks.iter().map(|s| s.id).collect()
+    };
+    let newest = ListTasksRequest {
+        newest_first: true,
+        ..ListTasksRequest::default()
+    };
+    assert_eq!(list(newest.clone()), [other, ids[1], ids[0]]);
+    let named = ListTasksRequest {
+        name: Some("train".into()),
+        ..newest.clone()
+    };
+    assert_eq!(list(named), [other, ids[0]]);
+    let labelled = ListTasksRequest {
+        labels: vec![("kind".into(), Some("gpu".into()))],
+        ..newest.clone()
+    };
+    assert_eq!(list(labelled), [ids[0]]);
+    let any_kind = ListTasksRequest {
+        labels: vec![("kind".into(), None)],
+        ..ListTasksRequest::default()
+    };
+    assert_eq!(list(any_kind), [ids[0], other]);
+    let in_team = ListTasksRequest {
+        namespace: Some(ns("team-a")),
+        ..ListTasksRequest::default()
+    };
+    assert_eq!(list(in_team), [ids[0], ids[1]]);
+    let on_node = ListTasksRequest {
+        node: Some(n1),
+        ..ListTasksRequest::default()
+    };
+    let placed = list(on_node);
+    assert!(!placed.is_empty());
+    assert!(placed.iter().all(|id| t.status(*id).node == Some(n1)));
+    // Paging backwards from an id, and counting what is left.
+    let page = t.state.list_tasks_counted(
+        &ListTasksRequest {
+            after: Some(other),
+            ..newest.clone()
+        },
+        1,
+        |_| true,
+    );
+    assert_eq!(
+        page.tasks.iter().map(|s| s.id).collect::<Vec<_>>(),
+        [ids[1]]
+    );
+    assert_eq!(page.more, 1);
+    let summary = &page.tasks[0];
+    assert_eq!(summary.namespace, Some(ns("team-a")));
+    assert!(summary.started_at_ms.is_some() && summary.finished_at_ms.is_none());
+    // Only what the caller may see.
+    let visible = t.state.list_tasks(&newest, 100, |ns| ns.is_none());
+    assert_eq!(visible.iter().map(|s| s.id).collect::<Vec<_>>(), [other]);
 }
 
 // ---- 3. lost nodes -----------------------------------------------------------------------
@@ -711,16 +863,50 @@ fn on_success_hooks_signal_waiting_tasks() {
     let (b, fx) = t.submit(task("done-a=1"));
     assert!(fx.is_empty());
     assert_eq!(t.task_state(b), TaskState::Pending);
-    assert!(
-        t.reason(b).starts_with("infeasible: resource done-a"),
-        "{}",
-        t.reason(b)
+    // It waits for what task a's hook creates, and says so (not "infeasible").
+    assert_eq!(
+        t.reason(b),
+        format!("waiting for resource done-a, which no live node has yet: task {a} creates it")
     );
+    let info = t.state.task_info(b).unwrap();
+    assert!(info.pending_reason.is_none(), "{info:?}");
 
     assert_eq!(t.exit(a, 0), ["terminal 2", "assign 3->2 #1"]);
     assert_eq!(t.status(b).node, Some(n2));
     assert_eq!(t.status(b).reason, None);
     assert_eq!(t.slot(n2, "done-a"), Some(("1".into(), "1".into())));
+}
+
+#[test]
+fn a_task_waiting_for_a_hook_whose_task_failed_is_infeasible_again() {
+    let mut t = TestState::new();
+    t.node("w1", "cpu=1");
+    let hook = || set("done-a", "1", NodeSpec::Local);
+    let (a, _) = t.submit(task("cpu=1").on_success(hook()));
+    let (c, _) = t.submit(task("cpu=1").on_success(hook()));
+    let (b, _) = t.submit(task("done-a=1"));
+    let reason = t.reason(b);
+    assert!(
+        reason.contains(&format!("task {a} (and 1 other task) creates it")),
+        "{reason}"
+    );
+    // The first creator fails: the second is the one to wait for.
+    t.exit(a, 1);
+    assert_eq!(t.task_state(c), TaskState::Running);
+    let reason = t.reason(b);
+    assert!(
+        reason.ends_with(&format!("task {c} creates it")),
+        "{reason}"
+    );
+    check_invariants(&t.state);
+    // No creator is left: nothing will make it feasible, and it says so.
+    t.exit(c, 1);
+    assert!(
+        t.reason(b).starts_with("infeasible: resource done-a"),
+        "{}",
+        t.reason(b)
+    );
+    check_invariants(&t.state);
 }
 
 #[test]
@@ -1004,6 +1190,7 @@ fn fixed_entries() -> Vec<Entry> {
                     attempt,
                     outcome,
                     timed_out: rng.next(5) == 0,
+                    output: None,
                 })
             }
             5 => Command::TaskStarted {
@@ -1073,8 +1260,8 @@ fn the_same_entries_give_the_same_replies_effects_and_state() {
     assert_eq!(a, b);
     assert_eq!(state_a.cluster_status(), state_b.cluster_status());
     assert_eq!(
-        state_a.list_tasks(None, 1000, None, |_| true),
-        state_b.list_tasks(None, 1000, None, |_| true)
+        state_a.list_tasks(&ListTasksRequest::default(), 1000, |_| true),
+        state_b.list_tasks(&ListTasksRequest::default(), 1000, |_| true)
     );
     // The sequence is not trivial: it dispatched, finished and refused things.
     let effects: Vec<String> = a.iter().flat_map(|(_, fx)| render(fx)).collect();
@@ -1087,7 +1274,12 @@ fn the_same_entries_give_the_same_replies_effects_and_state() {
         "{effects:?}"
     );
     assert!(a.iter().any(|(r, _)| r.is_err()));
-    assert!(state_a.list_tasks(None, 1000, None, |_| true).len() >= 5);
+    assert!(
+        state_a
+            .list_tasks(&ListTasksRequest::default(), 1000, |_| true)
+            .len()
+            >= 5
+    );
 
     // A replica that receives every entry through the wire format ends up the same.
     let config = bincode::config::standard();
@@ -1176,9 +1368,11 @@ fn every_kind_of_entry_survives_bincode() {
             attempt: 1,
             outcome: Ok(TaskResult::Returned(vec![0, 255, 7])),
             timed_out: false,
+            output: None,
         }),
         Command::TaskFinished(TaskFinished {
             timed_out: true,
+            output: None,
             ..report(TaskId(2), 3, Err("e".into()))
         }),
         Command::Cancel {
@@ -1350,10 +1544,20 @@ fn a_keyed_write_is_applied_once_and_its_retry_gets_the_same_reply() {
         .unwrap();
     assert_eq!(again, first);
     assert!(t.state.take_effects().is_empty(), "a replay does nothing");
-    assert_eq!(t.state.list_tasks(None, 10, None, |_| true).len(), 1);
+    assert_eq!(
+        t.state
+            .list_tasks(&ListTasksRequest::default(), 10, |_| true)
+            .len(),
+        1
+    );
     // Without a key the same command is another write.
     t.apply(submit);
-    assert_eq!(t.state.list_tasks(None, 10, None, |_| true).len(), 2);
+    assert_eq!(
+        t.state
+            .list_tasks(&ListTasksRequest::default(), 10, |_| true)
+            .len(),
+        2
+    );
     check_invariants(&t.state);
 }
 

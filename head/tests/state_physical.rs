@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 
 use escher_head::state::Command;
 use escher_proto::types::{
-    Capacity, CapacityOp, GangStrategy, NodeId, NodeSpec, ResourceSet, ResourceUpdate, TaskState,
+    Capacity, CapacityOp, GangStrategy, ListTasksRequest, NodeId, NodeSpec, ResourceSet,
+    ResourceUpdate, TaskState,
 };
 use proptest::prelude::*;
 use state_support::{TestState, name, ns, on, report, task};
@@ -97,9 +98,11 @@ fn physical(t: &TestState) -> BTreeMap<(NodeId, String), Capacity> {
 fn command(t: &TestState, nodes: &[NodeId], op: &AppOp) -> Option<Command> {
     let app = Some(ns("app"));
     let running = |pick: u8| {
-        let list = t
-            .state
-            .list_tasks(Some(TaskState::Running), 1_000, None, |_| true);
+        let query = ListTasksRequest {
+            state: Some(TaskState::Running),
+            ..ListTasksRequest::default()
+        };
+        let list = t.state.list_tasks(&query, 1_000, |_| true);
         (!list.is_empty()).then(|| list[pick as usize % list.len()].clone())
     };
     Some(match op {

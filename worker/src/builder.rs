@@ -29,6 +29,7 @@ use crate::config::WorkerConfig;
 use crate::context::TaskContext;
 use crate::discovery::{self, hostname};
 use crate::error::WorkerError;
+use crate::exec::LogRetention;
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::worker::{LogDir, Worker};
 
@@ -112,6 +113,13 @@ impl WorkerBuilder {
     /// Where command logs go (default: a temporary directory removed with the worker).
     pub fn log_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.config.log_dir = Some(dir.into());
+        self
+    }
+
+    /// How long, and how much of, the command logs to keep (default: a week, and 1 GiB); the
+    /// logs of running attempts always stay.
+    pub fn log_retention(mut self, retention: LogRetention) -> Self {
+        self.config.log_retention = retention;
         self
     }
 
@@ -241,6 +249,7 @@ impl WorkerBuilder {
             resources,
             labels,
             log_dir,
+            log_retention: config.log_retention,
             token: config.token,
             tls_trust: config.tls_trust,
             head: config.head,

@@ -15,7 +15,7 @@ use tonic::transport::Uri;
 
 use crate::discovery::Discovered;
 use crate::error::WorkerError;
-use crate::exec::DEFAULT_GRACE;
+use crate::exec::{DEFAULT_GRACE, LogRetention};
 use crate::gpu::SimGpuSpec;
 
 /// Where the head is unless told otherwise (DESIGN §9).
@@ -48,6 +48,9 @@ pub struct WorkerConfig {
     /// Where command logs go; `None` for a fresh temporary directory, removed when the worker
     /// is dropped.
     pub log_dir: Option<PathBuf>,
+    /// How long, and how much of, the command logs to keep (`--log-retention`,
+    /// `--log-max-bytes`); the logs of running attempts always stay.
+    pub log_retention: LogRetention,
     /// Where the worker keeps its identity (node id and secret) across its own restarts;
     /// `None` keeps it in memory, for the life of the process. `escher-worker` defaults to
     /// `$ESCHER_HOME/workers/NAME` (with `--name`), else `$ESCHER_HOME/worker`.
@@ -87,6 +90,7 @@ impl Default for WorkerConfig {
             memory_mib: None,
             labels: Labels::new(),
             log_dir: None,
+            log_retention: LogRetention::default(),
             state_dir: None,
             grace: DEFAULT_GRACE,
             drain: DEFAULT_DRAIN,

@@ -64,6 +64,7 @@ pub use config::{
 };
 pub use context::TaskContext;
 pub use error::WorkerError;
+pub use exec::LogRetention;
 pub use functions::{BoxFuture, FunctionResult, Functions};
 pub use gpu::{SimGpuError, SimGpuSpec, scaled_latency};
 pub use handle::WorkerHandle;

@@ -16,12 +16,14 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use escher_proto::types::{Assignment, TaskFinished};
+use escher_proto::types::{Assignment, OUTPUT_TAIL_BYTES, OutputTail, TaskFinished};
 use escher_proto::{Namespace, NodeId, TaskKind, TaskResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
-use crate::exec::{CommandOutcome, CommandSpec, LaunchOptions, run_command};
+use crate::exec::{
+    CommandOutcome, CommandSpec, LaunchOptions, LogRetention, Stream, read_tail, run_command,
+};
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
 
@@ -39,6 +41,8 @@ pub const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024 - 64 * 1024;
 pub(crate) struct RunEnv {
     /// Where command logs go.
     pub(crate) log_dir: PathBuf,
+    /// How long, and how much of, them to keep.
+    pub(crate) log_retention: LogRetention,
     /// SIGTERM-to-SIGKILL time for commands.
     pub(crate) grace: Duration,
     /// The head, for task contexts and `ESCHER_HEAD`.
@@ -63,6 +67,7 @@ pub(crate) async fn run_task(
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
+    let is_command = matches!(a.spec.kind, TaskKind::Command { .. });
     let (outcome, timed_out) = match a.spec.kind {
         TaskKind::Command {
             argv,
@@ -123,11 +128,38 @@ pub(crate) async fn run_task(
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
     };
+    // A command that could not start wrote nothing worth keeping.
+    let output = match (is_command, &outcome) {
+        (true, Ok(_)) => Some(output_tail(&env.log_dir, a.task_id.0, a.attempt).await),
+        _ => None,
+    };
     TaskFinished {
         task_id: a.task_id,
         attempt: a.attempt,
         outcome,
         timed_out,
+        output,
+    }
+}
+
+/// The end of both streams of an attempt's log, for the head to keep. A stream that cannot
+/// be read is reported as empty: the report matters more than its tail.
+async fn output_tail(log_dir: &std::path::Path, task_id: u64, attempt: u32) -> OutputTail {
+    let tail = |stream| async move {
+        read_tail(log_dir, task_id, attempt, stream, OUTPUT_TAIL_BYTES)
+            .await
+            .unwrap_or_else(|e| {
+                tracing::warn!(task_id, attempt, %stream, error = %e, "cannot read the end of the log");
+                (Vec::new(), 0)
+            })
+    };
+    let ((stdout, stdout_len), (stderr, stderr_len)) =
+        tokio::join!(tail(Stream::Stdout), tail(Stream::Stderr));
+    OutputTail {
+        stdout,
+        stderr,
+        stdout_len,
+        stderr_len,
     }
 }
 

@@ -42,11 +42,11 @@
 //!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
 //!   for the drain period, cancels the rest, reports them, and only then closes its stream.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use escher_proto::types::{
     Assignment, GpuInfo, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
@@ -74,6 +74,8 @@ mod gpus;
 const DEFAULT_LOG_FETCH: u32 = 64 * 1024;
 /// The most log bytes sent in one answer, well under gRPC's default 4 MiB message limit.
 const MAX_LOG_FETCH: u32 = 1024 * 1024;
+/// How often the log retention rule is applied (and once at start).
+const LOG_SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// How long to wait for the head to end its half of the stream after the worker ended its own.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many ended attempts a worker remembers, to refuse running one again.
@@ -187,6 +189,8 @@ pub(crate) struct Runtime {
     drain_timer: Option<Pin<Box<Sleep>>>,
     cancelled_all: bool,
     fatal: Option<WorkerError>,
+    /// When to apply the log retention rule next.
+    sweep: tokio::time::Interval,
 }
 
 impl Runtime {
@@ -230,6 +234,11 @@ impl Runtime {
             drain_timer: None,
             cancelled_all: false,
             fatal: None,
+            sweep: {
+                let mut every = tokio::time::interval(LOG_SWEEP_EVERY);
+                every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                every
+            },
         }
     }
 
@@ -255,6 +264,7 @@ impl Runtime {
                 () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
                 Some((info, error)) = self.mig_rx.recv() => self.on_reconfigured(info, error),
+                _ = self.sweep.tick(), if !self.stopping => self.sweep_logs(),
                 event = next_link_event(&mut self.link) => match event {
                     LinkEvent::Message(msg) => {
                         self.backoff.reset();
@@ -388,6 +398,7 @@ impl Runtime {
             }
         }
         tracing::info!(%node_id, head = %self.env.head.url(), "attached to the head");
+        self.claim_logs(link.reply.group.clone());
         self.node_id = Some(node_id);
         self.node_tx.send_replace(Some(node_id));
         self.link = Some(link);
@@ -466,7 +477,8 @@ impl Runtime {
                 stream,
                 offset,
                 max_bytes,
-            }) => self.fetch_logs(request_id, task_id, stream, offset, max_bytes),
+                attempt,
+            }) => self.fetch_logs(request_id, (task_id, attempt), stream, offset, max_bytes),
             Ok(HeadMessage::Shutdown { reason }) => {
                 tracing::info!(%reason, "the head asked this worker to shut down");
                 self.begin_stop();
@@ -485,6 +497,7 @@ impl Runtime {
                         attempt,
                         outcome: Err(format!("invalid assignment: {e}")),
                         timed_out: false,
+                        output: None,
                     });
                 }
                 None => tracing::warn!(error = %e, "ignoring an invalid message from the head"),
@@ -506,6 +519,7 @@ impl Runtime {
                     self.me.name
                 )),
                 timed_out: false,
+                output: None,
             });
             return;
         }
@@ -529,6 +543,7 @@ impl Runtime {
                         self.me.name
                     )),
                     timed_out: false,
+                    output: None,
                 });
                 return;
             }
@@ -570,6 +585,7 @@ impl Runtime {
                     attempt: a.attempt,
                     outcome: Err(why),
                     timed_out: false,
+                    output: None,
                 },
             };
             // The receiver lives as long as the runtime, which waits for every runner.
@@ -609,7 +625,7 @@ impl Runtime {
     fn fetch_logs(
         &mut self,
         request_id: u64,
-        task_id: TaskId,
+        (task_id, attempt): (TaskId, u32),
         stream: LogStream,
         offset: u64,
         max_bytes: u32,
@@ -626,23 +642,55 @@ impl Runtime {
             0 => DEFAULT_LOG_FETCH,
             n => n.min(MAX_LOG_FETCH),
         };
-        // The end of a running task's file is not the end of its stream: it may write more.
-        let running = self.tasks.keys().any(|(task, _)| *task == task_id);
+        // The end of a running attempt's file is not the end of its stream: it may write more.
+        let running = self.tasks.contains_key(&(task_id, attempt));
         self.tracker.spawn(async move {
-            let read = async {
-                let attempt = exec::latest_attempt(&log_dir, task_id.0).await?;
-                exec::read_log(&log_dir, task_id.0, attempt, stream, offset, max_bytes).await
-            };
+            let read = exec::read_log(&log_dir, task_id.0, attempt, stream, offset, max_bytes);
             let result = read
                 .await
                 .map(|c| LogChunk {
                     data: c.data,
                     next_offset: c.next_offset,
                     eof: c.eof && !running,
+                    ..LogChunk::default()
                 })
                 .map_err(|e| e.to_string());
             // A stream that broke meanwhile took the request with it.
             let _ = tx.send(WorkerMessage::Logs { request_id, result }.into());
+        });
+    }
+
+    /// The attempts that run here now, as log file keys.
+    fn running_keys(&self) -> HashSet<(u64, u32)> {
+        self.tasks.keys().map(|(t, a)| (t.0, *a)).collect()
+    }
+
+    /// Applies the log retention rule, on a blocking thread.
+    fn sweep_logs(&mut self) {
+        let (dir, policy) = (self.env.log_dir.clone(), self.env.log_retention);
+        let running = self.running_keys();
+        self.tracker.spawn_blocking(move || {
+            match exec::sweep_logs(&dir, policy, &running, SystemTime::now()) {
+                Ok(s) if s.files > 0 => {
+                    tracing::info!(files = s.files, bytes = s.bytes, "removed old task logs");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot apply the log retention rule"),
+            }
+        });
+    }
+
+    /// Makes the log directory this cluster's: another cluster's logs go (on a blocking
+    /// thread), so that they are never served as this cluster's tasks' output.
+    fn claim_logs(&mut self, cluster: String) {
+        let dir = self.env.log_dir.clone();
+        let running = self.running_keys();
+        self.tracker.spawn_blocking(move || {
+            match exec::claim_log_dir(&dir, &cluster, &running) {
+                Ok(0) => {}
+                Ok(n) => tracing::info!(files = n, %cluster, "removed another cluster's task logs"),
+                Err(e) => tracing::warn!(dir = %dir.display(), error = %e, "cannot claim the log directory"),
+            }
         });
     }
 

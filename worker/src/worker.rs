@@ -20,6 +20,7 @@ use tokio::sync::watch;
 use crate::backoff::{Backoff, time_seed};
 use crate::builder::WorkerBuilder;
 use crate::error::WorkerError;
+use crate::exec::LogRetention;
 use crate::functions::FunctionRegistry;
 use crate::gpu::Gpus;
 use crate::handle::WorkerHandle;
@@ -55,6 +56,7 @@ pub struct Worker {
     pub(crate) resources: ResourceSet,
     pub(crate) labels: Labels,
     pub(crate) log_dir: LogDir,
+    pub(crate) log_retention: LogRetention,
     pub(crate) head: String,
     pub(crate) token: Option<String>,
     pub(crate) tls_trust: Option<(String, Option<String>)>,
@@ -148,6 +150,7 @@ impl Worker {
         let head = HeadConn::new(&self.head, &token, trust)?;
         let env = Arc::new(RunEnv {
             log_dir: self.log_dir.path().to_path_buf(),
+            log_retention: self.log_retention,
             grace: self.grace,
             head,
             functions: self.functions,

@@ -76,11 +76,21 @@ async fn run(head: &mut FakeHead, task: u64, spec: TaskSpec) -> TaskFinished {
     finished(head, task).await
 }
 
-/// Fetches a log chunk through the stream.
+/// Fetches a log chunk of attempt 1 through the stream.
 async fn fetch(
     head: &mut FakeHead,
     request_id: u64,
     task: u64,
+    stream: LogStream,
+) -> Result<LogChunk, String> {
+    fetch_attempt(head, request_id, (task, 1), stream).await
+}
+
+/// Fetches a log chunk of one attempt through the stream.
+async fn fetch_attempt(
+    head: &mut FakeHead,
+    request_id: u64,
+    (task, attempt): (u64, u32),
     stream: LogStream,
 ) -> Result<LogChunk, String> {
     head.send(HeadMessage::FetchLogs {
@@ -89,6 +99,7 @@ async fn fetch(
         stream,
         offset: 0,
         max_bytes: 0,
+        attempt,
     });
     match head.report().await {
         WorkerMessage::Logs {
@@ -136,6 +147,19 @@ async fn command_reports_its_exit_code_environment_and_logs() {
     let done = run(&mut head, 7, task).await;
     assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 3 }));
     assert!(!done.timed_out);
+    // The report carries the end of both streams, for the head to keep.
+    let tail = done
+        .output
+        .expect("a command's report carries its output's tail");
+    let line = format!("7 1 {} app1 {}\n", node.0, head.url());
+    assert_eq!(
+        (tail.stdout, tail.stdout_len),
+        (line.clone().into_bytes(), line.len() as u64)
+    );
+    assert_eq!(
+        (tail.stderr.as_slice(), tail.stderr_len),
+        (&b"oops\n"[..], 5)
+    );
 
     let out = fetch(&mut head, 1, 7, LogStream::Stdout).await.unwrap();
     let expected = format!("7 1 {} app1 {}\n", node.0, head.url());
@@ -147,7 +171,15 @@ async fn command_reports_its_exit_code_environment_and_logs() {
     let missing = fetch(&mut head, 3, 99, LogStream::Stdout)
         .await
         .unwrap_err();
-    assert!(missing.contains("no log for task 99"), "{missing}");
+    assert!(
+        missing.contains("no stdout log for task 99 attempt 1"),
+        "{missing}"
+    );
+    // Requests name the attempt: another attempt of task 7 has no log here.
+    let other = fetch_attempt(&mut head, 4, (7, 2), LogStream::Stdout)
+        .await
+        .unwrap_err();
+    assert!(other.contains("task 7 attempt 2"), "{other}");
 
     let ok = run(&mut head, 8, sh("true")).await;
     assert_eq!(ok.outcome, Ok(TaskResult::Exited { code: 0 }));

@@ -1,18 +1,25 @@
 //! `escher tasks`, `escher info` and `escher logs`: looking at tasks.
 //!
-//! `tasks` lists summaries in id order (paged through the head's `ListTasks`), `info`
-//! describes one task completely (spec, status, pending reason, times), and `logs` copies a
-//! command task's stdout or stderr to stdout byte for byte, optionally following it while the
-//! task runs.
+//! `tasks` lists summaries, newest first, filtered by state, name, label, node and namespace
+//! (paged through the head's `ListTasks`, with a line saying how many more match), `info`
+//! describes one task completely (spec, status, pending reason, times, attempts), and `logs`
+//! copies a command task's stdout or stderr to stdout byte for byte (the latest attempt's, or
+//! the one `--attempt` names), optionally following it while the task runs. When the worker
+//! that ran an attempt is gone, the head answers from the tail it kept, and `logs` says so on
+//! stderr.
 
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use escher_proto::{LogStream, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
+use escher_proto::types::{ListTasksRequest, MORE_COUNTED, Namespace};
+use escher_proto::{LogStream, NodeId, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
 
 use super::ctx::Ctx;
-use super::render::{self, duration, key_values, lines, maybe_time, node, shell_word, table, time};
+use super::render::{
+    self, duration, key_values, lines, maybe_time, node, shell_word, short_time, table, time,
+};
+use crate::LogReader;
 
 /// How long `logs --follow` sleeps when there is nothing new.
 const FOLLOW_POLL: Duration = Duration::from_millis(250);
@@ -51,12 +58,67 @@ pub struct TasksArgs {
     #[arg(long, value_enum, value_name = "STATE")]
     pub state: Option<StateArg>,
 
-    /// List at most N tasks, lowest ids first (0: all)
+    /// Only tasks whose name contains TEXT
+    #[arg(long, value_name = "TEXT")]
+    pub name: Option<String>,
+
+    /// Only tasks with this label (repeatable): KEY=VALUE, or KEY for any value
+    #[arg(long = "label", value_name = "KEY[=VALUE]")]
+    pub labels: Vec<String>,
+
+    /// Only tasks whose latest attempt went to this node
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<u64>,
+
+    /// Only tasks of this namespace (an application token sees its own only)
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+
+    /// Oldest first (default: newest first)
+    #[arg(long)]
+    pub oldest_first: bool,
+
+    /// List at most N tasks (0: all)
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub limit: usize,
+
+    /// Start after task ID (the last id of the previous page: older ones, or newer ones with
+    /// --oldest-first)
+    #[arg(long, value_name = "ID")]
+    pub after: Option<TaskId>,
 }
 
-/// Options of `escher info`.
+impl TasksArgs {
+    fn query(&self) -> anyhow::Result<ListTasksRequest> {
+        let namespace = match &self.namespace {
+            Some(ns) => Some(Namespace::new(ns).map_err(|e| anyhow::anyhow!("--namespace: {e}"))?),
+            None => None,
+        };
+        let mut labels = Vec::with_capacity(self.labels.len());
+        for selector in &self.labels {
+            let (key, value) = match selector.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_string())),
+                None => (selector.as_str(), None),
+            };
+            if key.is_empty() {
+                anyhow::bail!("--label {selector:?}: give KEY=VALUE, or KEY for any value");
+            }
+            labels.push((key.to_string(), value));
+        }
+        Ok(ListTasksRequest {
+            state: self.state.map(TaskState::from),
+            limit: 0,
+            after: self.after,
+            name: self.name.clone().filter(|n| !n.is_empty()),
+            labels,
+            node: self.node.map(NodeId),
+            namespace,
+            newest_first: !self.oldest_first,
+        })
+    }
+}
+
+/// Options of `escher info`./// Options of `escher info`.
 #[derive(Debug, Clone, Args)]
 pub struct InfoArgs {
     /// The task
@@ -75,29 +137,46 @@ pub struct LogsArgs {
     #[arg(long)]
     pub stderr: bool,
 
+    /// Print this attempt's output (from 1; `escher info ID` lists them) instead of the
+    /// latest attempt's
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+
     /// Keep printing output as the task writes it, until the task has ended (waiting for a
-    /// pending task to start)
+    /// pending task to start, and going on to the next attempt when one starts)
     #[arg(long, short = 'f')]
     pub follow: bool,
 }
 
 impl TasksArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let query = self.query()?;
         let client = ctx.client().await?;
-        // One more than shown, to know whether the list goes on.
-        let limit = (self.limit > 0).then_some(self.limit.saturating_add(1));
-        let mut tasks = client
-            .list_tasks(self.state.map(TaskState::from), limit)
-            .await?;
-        let more = self.limit > 0 && tasks.len() > self.limit;
-        tasks.truncate(if more { self.limit } else { tasks.len() });
+        let (tasks, more) = if self.limit == 0 {
+            (client.find_tasks(query, None).await?, 0)
+        } else {
+            let page = client
+                .list_tasks_page(ListTasksRequest {
+                    limit: u32::try_from(self.limit).unwrap_or(u32::MAX),
+                    ..query
+                })
+                .await?;
+            (page.tasks, page.more)
+        };
         if ctx.json {
             ctx.emit_json(&tasks)?;
         } else {
             let mut text = render_tasks(&tasks);
-            if more {
+            if let (Some(last), true) = (tasks.last(), more > 0) {
+                let more = if more >= MORE_COUNTED {
+                    format!("{more} or more")
+                } else {
+                    more.to_string()
+                };
                 text.push_str(&format!(
-                    "the first {} shown; more exist (--limit N shows N, --limit 0 all)\n",
+                    "{} shown, {more} more: --after {} shows the next {}, --limit 0 shows all\n",
+                    tasks.len(),
+                    last.id,
                     self.limit
                 ));
             }
@@ -112,25 +191,40 @@ pub fn render_tasks(tasks: &[TaskSummary]) -> String {
     if tasks.is_empty() {
         return "no tasks\n".to_string();
     }
-    let mut t = table(&[
-        "ID",
-        "NAME",
+    let namespaces = tasks.iter().any(|t| t.namespace.is_some());
+    let mut header = vec!["ID", "NAME"];
+    if namespaces {
+        header.push("NAMESPACE");
+    }
+    header.extend([
         "STATE",
         "NODE",
         "ATTEMPT",
         "RESOURCES",
+        "STARTED",
+        "ENDED",
         "REASON",
     ]);
+    let mut t = table(&header);
     for task in tasks {
-        t.add_row(vec![
-            task.id.to_string(),
-            task.name.clone(),
+        let mut row = vec![task.id.to_string(), task.name.clone()];
+        if namespaces {
+            row.push(
+                task.namespace
+                    .as_ref()
+                    .map_or("-".into(), ToString::to_string),
+            );
+        }
+        row.extend([
             task.state.to_string(),
             node(task.node),
             task.attempt.to_string(),
             task.resources.to_string(),
+            short_time(task.started_at_ms),
+            short_time(task.finished_at_ms),
             task.reason.clone().unwrap_or_default(),
         ]);
+        t.add_row(row);
     }
     lines(&t)
 }
@@ -225,6 +319,31 @@ pub fn render_info(info: &TaskInfo) -> String {
     rows.push(("submitted", time(info.submitted_at_ms)));
     rows.push(("started", maybe_time(info.started_at_ms)));
     rows.push(("finished", maybe_time(info.finished_at_ms)));
+    let attempts: Vec<(u32, String)> = info
+        .attempts
+        .iter()
+        .map(|a| {
+            let ended = a.ended.as_deref().unwrap_or("running");
+            let kept = if a.output_kept {
+                "; the head keeps its output's tail"
+            } else {
+                ""
+            };
+            let line = format!(
+                "node {}, from {}: {ended}{kept}",
+                a.node,
+                time(a.started_at_ms)
+            );
+            (a.attempt, line)
+        })
+        .collect();
+    let labels: Vec<String> = attempts
+        .iter()
+        .map(|(n, _)| format!("attempt {n}"))
+        .collect();
+    for ((_, line), label) in attempts.into_iter().zip(&labels) {
+        rows.push((label.as_str(), line));
+    }
     key_values(&rows)
 }
 
@@ -244,31 +363,87 @@ impl LogsArgs {
         } else {
             LogStream::Stdout
         };
-        let mut reader = client.log_reader(self.id, stream);
+        let reader = |attempt: Option<u32>| {
+            let reader = client.log_reader(self.id, stream);
+            match attempt {
+                Some(n) => reader.attempt(n),
+                None => reader,
+            }
+        };
+        let mut notices = Notices::default();
         if !self.follow {
-            ctx.emit_bytes(&reader.read_available().await?)?;
+            let mut reader = reader(self.attempt);
+            let bytes = reader.read_available().await?;
+            notices.show(&reader);
+            ctx.emit_bytes(&bytes)?;
             return Ok(ExitCode::SUCCESS);
         }
         // Following a task that has not started yet waits for it to start.
         while client.task_info(self.id).await?.status.state == TaskState::Pending {
             tokio::time::sleep(FOLLOW_POLL).await;
         }
-        while let Some(chunk) = reader.next_chunk().await? {
-            if chunk.is_empty() {
-                if !reader.is_eof() {
-                    tokio::time::sleep(FOLLOW_POLL).await;
+        let mut reader = reader(self.attempt);
+        loop {
+            while let Some(chunk) = reader.next_chunk().await? {
+                notices.show(&reader);
+                if chunk.is_empty() {
+                    if !reader.is_eof() {
+                        tokio::time::sleep(FOLLOW_POLL).await;
+                    }
+                    continue;
                 }
-                continue;
+                ctx.emit_bytes(&chunk)?;
             }
-            ctx.emit_bytes(&chunk)?;
+            // That attempt ended. Without --attempt, follow the task to its end: a retry
+            // goes on in a new attempt, once it starts.
+            let read = reader.current_attempt().unwrap_or(0);
+            if self.attempt.is_some() {
+                break;
+            }
+            let next = loop {
+                let status = client.task_info(self.id).await?.status;
+                if status.state.is_terminal() && status.attempt <= read {
+                    break None;
+                }
+                if status.state == TaskState::Running && status.attempt > read {
+                    break Some(status);
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            };
+            let Some(status) = next else {
+                break;
+            };
+            eprintln!(
+                "escher: attempt {} of task {} started on {}",
+                status.attempt,
+                self.id,
+                node(status.node)
+            );
+            reader = client.log_reader(self.id, stream).attempt(status.attempt);
         }
         Ok(ExitCode::SUCCESS)
     }
 }
 
+/// The head's notices about where output came from, each printed once to stderr.
+#[derive(Default)]
+struct Notices(Option<String>);
+
+impl Notices {
+    fn show(&mut self, reader: &LogReader) {
+        if let Some(notice) = reader.notice()
+            && self.0.as_deref() != Some(notice)
+        {
+            eprintln!("escher: {notice}");
+            self.0 = Some(notice.to_string());
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
-    use escher_proto::{NodeId, NodeSpec, PendingReason, ResourceName, ResourceUpdate, TaskStatus};
+    use escher_proto::types::AttemptInfo;
+    use escher_proto::{NodeSpec, PendingReason, ResourceName, ResourceUpdate, TaskStatus};
 
     use super::*;
     use crate::{ResourceUpdateExt, Task};
@@ -305,6 +480,13 @@ mod tests {
             submitted_at_ms: 0,
             started_at_ms: None,
             finished_at_ms: None,
+            attempts: vec![AttemptInfo {
+                attempt: 1,
+                node: NodeId(2),
+                started_at_ms: 1_700_000_000_123,
+                ended: Some("exited with code 1".into()),
+                output_kept: true,
+            }],
         };
         let text = render_info(&info);
         for want in [
@@ -318,6 +500,8 @@ mod tests {
             "no live node has gpu",
             "1, 3",
             "1970-01-01T00:00:00.000Z",
+            "attempt 1:",
+            "node 2, from 2023-11-14T22:13:20.123Z: exited with code 1; the head keeps",
         ] {
             assert!(text.contains(want), "{want:?} missing from\n{text}");
         }
@@ -333,15 +517,29 @@ mod tests {
             attempt: 2,
             reason: Some("exit code 1".into()),
             resources: "cpu=1".parse().unwrap(),
+            submitted_at_ms: 1_700_000_000_000,
+            started_at_ms: Some(1_700_000_000_123),
+            finished_at_ms: None,
+            namespace: None,
         };
-        let text = render_tasks(&[t]);
+        let text = render_tasks(std::slice::from_ref(&t));
         let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
         assert_eq!(
             row,
             [
-                "2", "echo", "failed", "1", "2", "cpu=1", "exit", "code", "1"
+                "2", "echo", "failed", "1", "2", "cpu=1", "11-14", "22:13:20", "-", "exit", "code",
+                "1"
             ]
         );
+        // A namespace column only when some task has one.
+        assert!(!text.contains("NAMESPACE"));
+        let team = TaskSummary {
+            namespace: Some(Namespace::new("team-a").unwrap()),
+            ..t
+        };
+        let text = render_tasks(&[team]);
+        assert!(text.lines().next().unwrap().contains("NAMESPACE"));
+        assert!(text.lines().nth(1).unwrap().contains("team-a"));
         assert_eq!(render_tasks(&[]), "no tasks\n");
     }
 }

@@ -144,6 +144,18 @@ pub(crate) fn time(ms: u64) -> String {
     escher_proto::types::utc_millis(ms)
 }
 
+/// A time in a table: `MM-DD HH:MM:SS` (UTC), or `-`.
+pub(crate) fn short_time(ms: Option<u64>) -> String {
+    // `YYYY-MM-DDTHH:MM:SS.mmmZ` → `MM-DD HH:MM:SS`.
+    ms.map_or_else(
+        || "-".to_string(),
+        |ms| {
+            let full = time(ms);
+            format!("{} {}", &full[5..10], &full[11..19])
+        },
+    )
+}
+
 /// An optional time, or `-`.
 pub(crate) fn maybe_time(ms: Option<u64>) -> String {
     ms.map_or_else(|| "-".to_string(), time)
@@ -204,6 +216,8 @@ mod tests {
         assert_eq!(time(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(time(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(maybe_time(None), "-");
+        assert_eq!(short_time(Some(1_700_000_000_123)), "11-14 22:13:20");
+        assert_eq!(short_time(None), "-");
     }
 
     #[test]

@@ -248,6 +248,10 @@ mod tests {
             attempt: 0,
             reason: Some("no live node has 8 gpu (the most is 4)".into()),
             resources: "gpu=8".parse().unwrap(),
+            submitted_at_ms: 1_700_000_000_000,
+            started_at_ms: None,
+            finished_at_ms: None,
+            namespace: None,
         }]
     }
 

@@ -12,9 +12,9 @@ use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, RequestKey};
 use escher_proto::wire::raft_client::RaftClient;
 
 use escher_proto::types::{
-    ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksReply, ListTasksRequest,
-    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
-    SubmitReply, SubmitRequest, TaskId, TaskLogsRequest, WaitRequest,
+    ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksRequest, ReserveReply,
+    ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
+    SubmitRequest, TaskId, TaskLogsRequest, WaitRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 use tonic::{Request, Response, Status};
@@ -234,23 +234,26 @@ impl Cluster for ClusterService {
     ) -> Result<Response<wire::ListTasksReply>, Status> {
         let stale = wants_stale(&request);
         let caller = self.caller(&request).await?;
-        let ListTasksRequest {
-            state,
-            limit,
-            after,
-        } = request.into_inner().try_into()?;
-        let limit = if limit == 0 {
-            1_000
-        } else {
-            limit.min(MAX_LIST)
+        let query: ListTasksRequest = request.into_inner().try_into()?;
+        if let Some(ns) = &query.namespace
+            && !caller.sees(Some(ns.as_str()))
+        {
+            return Err(Status::permission_denied(format!(
+                "{} cannot see the tasks of namespace {ns}",
+                caller.describe()
+            )));
+        }
+        let limit = match query.limit {
+            0 => 1_000,
+            n => n.min(MAX_LIST),
         } as usize;
-        let tasks = self
+        let reply = self
             .owner
             .read(stale, move |s| {
-                s.list_tasks(state, limit, after, |ns| caller.sees(ns))
+                s.list_tasks_counted(&query, limit, |ns| caller.sees(ns))
             })
             .await?;
-        Ok(Response::new(ListTasksReply { tasks }.into()))
+        Ok(Response::new(reply.into()))
     }
 
     #[tracing::instrument(skip_all)]

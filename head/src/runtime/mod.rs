@@ -19,6 +19,7 @@
 //! - `owner.rs`: the owner task and its loop; `proposals.rs`, `reads.rs`, `waiters.rs`,
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
 //!   links and the worker-report protocol);
+//! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
 //!   `handle.rs`: how they reach the owner and how its answers become statuses;
 //! - `config.rs`: [`HeadConfig`].
@@ -28,6 +29,7 @@ mod config;
 mod handle;
 mod idle;
 mod link_svc;
+mod logs;
 mod owner;
 mod proposals;
 mod reads;

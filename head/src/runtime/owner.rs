@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use escher_proto::types::{
-    HeadChange, HeadMessage, HeadReplica, LogChunk, NAMESPACE_LABEL, NodeId, RegisterReply,
-    RegisterRequest, RunningTask, TaskId, TaskLogsRequest, WaitReply, WorkerMessage,
+    HeadChange, HeadMessage, HeadReplica, MAX_ATTEMPTS_KEPT, NAMESPACE_LABEL, NodeId,
+    RegisterReply, RegisterRequest, RunningTask, TaskId, TaskLogsRequest, WaitReply, WorkerMessage,
 };
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
@@ -22,6 +22,7 @@ use tonic::Status;
 
 use super::config::HeadConfig;
 use super::handle::{Query, not_accepted, to_status};
+use super::logs::{LogReply, PendingFetch, TailRead};
 use super::proposals::{Batch, Pending, Proposals};
 use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
@@ -73,7 +74,7 @@ pub(crate) enum Msg {
     /// Fetch a piece of a task's log from its worker.
     Logs {
         request: TaskLogsRequest,
-        reply: oneshot::Sender<Result<LogChunk, String>>,
+        reply: LogReply,
     },
     /// This replica's own status, the group's id and every member's address.
     Heads { reply: oneshot::Sender<HeadsView> },
@@ -137,7 +138,7 @@ pub(crate) struct Owner<S: LogStore> {
     workers: Workers,
     waiters: Waiters,
     reads: Reads,
-    logs: FxHashMap<u64, oneshot::Sender<Result<LogChunk, String>>>,
+    logs: FxHashMap<u64, PendingFetch>,
     next_log: u64,
     last_prune: Instant,
     leading: bool,
@@ -569,8 +570,8 @@ impl<S: LogStore> Owner<S> {
         let _ = self.replica.drop_reads();
         self.waiters.fail_all(&status);
         self.workers.drop_all();
-        for (_, reply) in self.logs.drain() {
-            let _ = reply.send(Err(status().message().to_string()));
+        for (_, pending) in self.logs.drain() {
+            let _ = pending.reply.send(Err(status().message().to_string()));
         }
     }
 
@@ -704,8 +705,8 @@ impl<S: LogStore> Owner<S> {
                 return;
             }
             WorkerMessage::Logs { request_id, result } => {
-                if let Some(reply) = self.logs.remove(&request_id) {
-                    let _ = reply.send(result);
+                if let Some(pending) = self.logs.remove(&request_id) {
+                    pending.answer(result);
                 }
                 return;
             }
@@ -742,11 +743,7 @@ impl<S: LogStore> Owner<S> {
             .is_some_and(|rec| rec.node == Some(node) && rec.attempt == attempt)
     }
 
-    fn fetch_logs(
-        &mut self,
-        request: TaskLogsRequest,
-        reply: oneshot::Sender<Result<LogChunk, String>>,
-    ) {
+    fn fetch_logs(&mut self, request: TaskLogsRequest, reply: LogReply) {
         if !self.leading {
             let _ = reply.send(Err(self.not_leader().message().to_string()));
             return;
@@ -756,11 +753,33 @@ impl<S: LogStore> Owner<S> {
             let _ = reply.send(Err(format!("unknown task {task}")));
             return;
         };
-        let Some(node) = rec.node else {
-            let _ = reply.send(Err(format!(
-                "task {task} has not run yet, so it has no logs"
-            )));
-            return;
+        let attempt = request.attempt.unwrap_or(rec.attempt);
+        let found = match (attempt, rec.attempt_record(attempt)) {
+            (0, _) => Err(format!("task {task} has not run yet, so it has no logs")),
+            (n, _) if n > rec.attempt => Err(format!(
+                "task {task} has had {} attempt(s); there is no attempt {n} yet",
+                rec.attempt
+            )),
+            (n, None) => Err(format!(
+                "the head no longer remembers attempt {n} of task {task} (it keeps the last \
+                 {MAX_ATTEMPTS_KEPT})"
+            )),
+            (_, Some(a)) => Ok(TailRead {
+                task,
+                attempt,
+                node: a.node,
+                stream: request.stream,
+                offset: request.offset,
+                max_bytes: request.max_bytes,
+                tail: a.output.clone(),
+            }),
+        };
+        let read = match found {
+            Ok(read) => read,
+            Err(why) => {
+                let _ = reply.send(Err(why));
+                return;
+            }
         };
         let request_id = self.next_log;
         let msg = HeadMessage::FetchLogs {
@@ -769,14 +788,18 @@ impl<S: LogStore> Owner<S> {
             stream: request.stream,
             offset: request.offset,
             max_bytes: request.max_bytes,
+            attempt,
         };
-        if !self.workers.send_now(node, msg) {
-            let why = format!("task {task} ran on node {node}, which is not connected now");
-            let _ = reply.send(Err(why));
+        if !self.workers.send_now(read.node, msg) {
+            let why = format!(
+                "attempt {attempt} ran on node {}, which is not connected now",
+                read.node
+            );
+            let _ = reply.send(read.read_kept(&why));
             return;
         }
         self.next_log += 1;
-        self.logs.insert(request_id, reply);
+        self.logs.insert(request_id, PendingFetch { reply, read });
     }
 
     fn on_tick(&mut self) {
@@ -802,7 +825,7 @@ impl<S: LogStore> Owner<S> {
         }
         if self.last_prune.elapsed() > std::time::Duration::from_secs(1) {
             self.waiters.prune();
-            self.logs.retain(|_, r| !r.is_closed());
+            self.logs.retain(|_, p| !p.reply.is_closed());
             self.last_prune = Instant::now();
             tracing::trace!(
                 waiters = self.waiters.len(),

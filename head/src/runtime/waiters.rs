@@ -231,6 +231,7 @@ mod tests {
                 attempt: 1,
                 outcome: Ok(TaskResult::Returned(bytes)),
                 timed_out: false,
+                output: None,
             }));
         }
     }

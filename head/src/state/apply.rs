@@ -1,6 +1,6 @@
 //! [`ClusterState`] and the single entry point that changes it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{Namespace, NodeId, ResourceName, TaskId};
 use serde::{Deserialize, Serialize};
@@ -81,6 +81,11 @@ pub struct ClusterState {
     /// ends. Derived from `tasks` like `unfinished`.
     #[serde(skip)]
     pub(crate) reservations: BTreeMap<ResourceName, usize>,
+    /// The unfinished tasks whose hooks or ghost create each resource name, so that a task
+    /// waiting for a name no node has yet can say which task will create it. Derived from
+    /// `tasks` like `unfinished`.
+    #[serde(skip)]
+    pub(crate) creators: BTreeMap<ResourceName, BTreeSet<TaskId>>,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -107,6 +112,7 @@ impl ClusterState {
             unfinished: BTreeMap::new(),
             result_bytes: BTreeMap::new(),
             reservations: BTreeMap::new(),
+            creators: BTreeMap::new(),
             effects: Vec::new(),
             decisions: Vec::new(),
         }
@@ -118,7 +124,13 @@ impl ClusterState {
         self.unfinished.clear();
         self.result_bytes.clear();
         self.reservations.clear();
-        for rec in self.tasks.values() {
+        self.creators.clear();
+        for (id, rec) in &self.tasks {
+            if !rec.state.is_terminal() {
+                for name in rec.created_names() {
+                    self.creators.entry(name).or_default().insert(*id);
+                }
+            }
             if !rec.state.is_terminal()
                 && let Some(name) = rec.reservation()
             {

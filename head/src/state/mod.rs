@@ -43,7 +43,7 @@ pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
 pub use gpus::PendingMig;
 pub use nodes::{Joining, Returning, SecretHash};
-pub use record::{NodeRecord, TaskRecord};
+pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};
 pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};
 pub use tokens::{MAX_TOKENS, TokenHash, TokenRecord, Tokens};

@@ -1,10 +1,11 @@
 //! Read-only views of the state, as the API reports them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    ClusterStatus, Labels, Namespace, NodeId, NodeStatus, ResourceStatus, TaskId, TaskInfo,
-    TaskState, TaskStatus, TaskSummary,
+    ClusterStatus, Labels, ListTasksReply, ListTasksRequest, MORE_COUNTED, NAMESPACE_LABEL,
+    Namespace, NodeId, NodeStatus, ResourceName, ResourceStatus, TaskId, TaskInfo, TaskState,
+    TaskStatus, TaskSummary,
 };
 
 use super::apply::ClusterState;
@@ -15,7 +16,7 @@ impl ClusterState {
     /// (then `evicted` is set and only the final state and finish time are known).
     pub fn status(&self, id: TaskId) -> Option<TaskStatus> {
         if let Some(record) = self.tasks.get(&id) {
-            return Some(record.status(id));
+            return Some(self.status_of(id, record));
         }
         let tombstone = self.retention.tombstone(id)?;
         Some(TaskStatus {
@@ -31,9 +32,46 @@ impl ClusterState {
         })
     }
 
+    /// A task's status as the API reports it, with the one pending reason `tasks`, `info`,
+    /// `status` and JSON show: what it waits for, or why nothing can run it.
+    fn status_of(&self, id: TaskId, record: &TaskRecord) -> TaskStatus {
+        let mut status = record.status(id);
+        if let Some(waiting) = self.awaited_creator(record) {
+            status.reason = Some(waiting);
+        }
+        status
+    }
+
+    /// For a pending task that lacks a resource no live node has, when an unfinished task
+    /// creates that name (a hook, a ghost, a reservation's holder): the reason to show instead
+    /// of "infeasible".
+    fn awaited_creator(&self, record: &TaskRecord) -> Option<String> {
+        let lacking = record.pending_reason.as_ref()?;
+        if record.state != TaskState::Pending || lacking.best_total.is_some() {
+            return None;
+        }
+        let creators = self.creators.get(&lacking.resource)?;
+        let first = creators.first()?;
+        let others = match creators.len() - 1 {
+            0 => String::new(),
+            1 => " (and 1 other task)".to_string(),
+            n => format!(" (and {n} other tasks)"),
+        };
+        Some(format!(
+            "waiting for resource {}, which no live node has yet: task {first}{others} creates \
+             it",
+            lacking.resource
+        ))
+    }
+
     /// The unfinished (pending or running) tasks of each namespace, as the quota counts them.
     pub fn unfinished_by_namespace(&self) -> &BTreeMap<Namespace, u64> {
         &self.unfinished
+    }
+
+    /// The unfinished tasks whose hooks or ghost create each resource name.
+    pub fn creators_by_name(&self) -> &BTreeMap<ResourceName, BTreeSet<TaskId>> {
+        &self.creators
     }
 
     /// The bytes of function results each namespace stores, as the quota counts them.
@@ -50,45 +88,94 @@ impl ClusterState {
     /// says why there is none).
     pub fn task_info(&self, id: TaskId) -> Option<TaskInfo> {
         let rec = self.tasks.get(&id)?;
+        let status = self.status_of(id, rec);
+        // Waiting for a task to create what it needs is not being infeasible.
+        let pending_reason = match self.awaited_creator(rec) {
+            Some(_) => None,
+            None => rec.pending_reason.clone(),
+        };
         Some(TaskInfo {
             spec: rec.spec.clone(),
-            status: rec.status(id),
-            pending_reason: rec.pending_reason.clone(),
+            status,
+            pending_reason,
             submitted_at_ms: rec.submitted_at,
             started_at_ms: rec.started_at,
             finished_at_ms: rec.finished_at,
+            attempts: rec.attempt_infos(),
         })
     }
 
-    /// Tasks in id order after `after`, optionally in one state, whose namespace (label)
-    /// `visible` admits, at most `limit`. Only tasks
-    /// whose record retention keeps are listed.
+    /// The tasks `query` asks for, at most `limit`: in id order after `query.after` (in
+    /// descending order before it with `newest_first`), every filter applied, and only those
+    /// whose namespace (label) `visible` admits. Only tasks whose record retention keeps are
+    /// listed. `query.limit` is ignored: the caller gives the page size it allows.
     pub fn list_tasks(
         &self,
-        state: Option<TaskState>,
+        query: &ListTasksRequest,
         limit: usize,
-        after: Option<TaskId>,
         visible: impl Fn(Option<&str>) -> bool,
     ) -> Vec<TaskSummary> {
-        let start = after.map_or(std::ops::Bound::Unbounded, std::ops::Bound::Excluded);
-        self.tasks
-            .range((start, std::ops::Bound::Unbounded))
-            .filter(|(_, r)| state.is_none_or(|s| r.state == s))
-            .filter(|(_, r)| visible(r.spec.labels.get(escher_proto::types::NAMESPACE_LABEL)))
-            .take(limit)
-            .map(|(id, r)| {
-                let status = r.status(*id);
-                TaskSummary {
-                    id: *id,
-                    name: r.spec.name.clone(),
-                    state: r.state,
-                    node: r.node,
-                    attempt: r.attempt,
-                    reason: status.reason,
-                    resources: r.spec.resources.clone(),
-                }
-            })
-            .collect()
+        self.list_tasks_counted(query, limit, visible).tasks
+    }
+
+    /// [`Self::list_tasks`], and how many more tasks match beyond the page (counted up to
+    /// [`MORE_COUNTED`]).
+    pub fn list_tasks_counted(
+        &self,
+        query: &ListTasksRequest,
+        limit: usize,
+        visible: impl Fn(Option<&str>) -> bool,
+    ) -> ListTasksReply {
+        use std::ops::Bound::{Excluded, Unbounded};
+        let range = match (query.after, query.newest_first) {
+            (Some(after), false) => (Excluded(after), Unbounded),
+            (Some(before), true) => (Unbounded, Excluded(before)),
+            (None, _) => (Unbounded, Unbounded),
+        };
+        let wanted = |r: &TaskRecord| {
+            let labels = &r.spec.labels;
+            let ns = labels.get(NAMESPACE_LABEL);
+            query.state.is_none_or(|s| r.state == s)
+                && query.node.is_none_or(|n| r.node == Some(n))
+                && query
+                    .name
+                    .as_deref()
+                    .is_none_or(|name| r.spec.name.contains(name))
+                && query
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|q| ns == Some(q.as_str()))
+                && query.labels.iter().all(|(key, value)| match value {
+                    Some(v) => labels.get(key) == Some(v.as_str()),
+                    None => labels.get(key).is_some(),
+                })
+                && visible(ns)
+        };
+        let summary = |(id, r): (&TaskId, &TaskRecord)| {
+            let status = self.status_of(*id, r);
+            TaskSummary {
+                id: *id,
+                name: r.spec.name.clone(),
+                state: r.state,
+                node: r.node,
+                attempt: r.attempt,
+                reason: status.reason,
+                resources: r.spec.resources.clone(),
+                submitted_at_ms: r.submitted_at,
+                started_at_ms: r.started_at,
+                finished_at_ms: r.finished_at,
+                namespace: r.namespace(),
+            }
+        };
+        let range = self.tasks.range(range);
+        let mut found: Box<dyn Iterator<Item = (&TaskId, &TaskRecord)>> = if query.newest_first {
+            Box::new(range.rev().filter(|(_, r)| wanted(r)))
+        } else {
+            Box::new(range.filter(|(_, r)| wanted(r)))
+        };
+        let tasks = found.by_ref().take(limit).map(summary).collect();
+        let more = found.take(MORE_COUNTED as usize).count() as u64;
+        ListTasksReply { tasks, more }
     }
 
     /// Every node the head has seen and still remembers (retention shrinks long-dead nodes to

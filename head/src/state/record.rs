@@ -1,11 +1,11 @@
 //! What the head remembers about each node and each task.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    DeviceHold, GpuInfo, Labels, NAMESPACE_LABEL, Namespace, NodeId, PendingReason,
-    RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState,
-    TaskStatus,
+    AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, NAMESPACE_LABEL,
+    Namespace, NodeId, OutputTail, PendingReason, RESERVATION_LABEL, ResourceName, ResourceSet,
+    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -77,7 +77,30 @@ pub struct TaskRecord {
     /// Its hooks that could not be applied, oldest first (the last
     /// [`MAX_HOOK_ERRORS`](escher_proto::types::MAX_HOOK_ERRORS)).
     pub hook_errors: Vec<String>,
+    /// Its attempts, oldest first (the last [`MAX_ATTEMPTS_KEPT`]).
+    pub attempts: Vec<AttemptRecord>,
 }
+
+/// One attempt of a task: where it went, how it ended, the tail of its output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// The node it was sent to.
+    pub node: NodeId,
+    /// When it was sent.
+    pub started_at: Millis,
+    /// How it ended; `None` while it runs.
+    pub ended: Option<String>,
+    /// The end of its output, as its worker reported it (commands only; kept for the last
+    /// [`MAX_TAILS_KEPT`] attempts).
+    pub output: Option<OutputTail>,
+}
+
+/// How many of a task's attempts keep their output tail in the head: with at most
+/// [`OUTPUT_TAIL_BYTES`](escher_proto::types::OUTPUT_TAIL_BYTES) per stream, a task's
+/// record holds at most 32 KiB of output.
+pub const MAX_TAILS_KEPT: usize = 4;
 
 impl TaskRecord {
     pub(crate) fn new(spec: TaskSpec, now: Millis) -> TaskRecord {
@@ -96,7 +119,74 @@ impl TaskRecord {
             native: false,
             devices: None,
             hook_errors: Vec::new(),
+            attempts: Vec::new(),
         }
+    }
+
+    /// A new attempt went to `node`: remembered, the oldest forgotten past
+    /// [`MAX_ATTEMPTS_KEPT`], the oldest tails past [`MAX_TAILS_KEPT`].
+    pub(crate) fn begin_attempt(&mut self, node: NodeId, now: Millis) {
+        if self.attempts.len() >= MAX_ATTEMPTS_KEPT {
+            self.attempts.remove(0);
+        }
+        self.attempts.push(AttemptRecord {
+            attempt: self.attempt,
+            node,
+            started_at: now,
+            ended: None,
+            output: None,
+        });
+        let keep_from = self.attempts.len().saturating_sub(MAX_TAILS_KEPT);
+        for old in &mut self.attempts[..keep_from] {
+            old.output = None;
+        }
+    }
+
+    /// The latest attempt ended as `how` says, unless its end is known already.
+    pub(crate) fn end_attempt(&mut self, how: impl FnOnce() -> String) {
+        if let Some(last) = self.attempts.last_mut()
+            && last.attempt == self.attempt
+            && last.ended.is_none()
+        {
+            last.ended = Some(how());
+        }
+    }
+
+    /// Attempt `attempt`, while the record keeps it.
+    pub fn attempt_record(&self, attempt: u32) -> Option<&AttemptRecord> {
+        self.attempts.iter().rev().find(|a| a.attempt == attempt)
+    }
+
+    /// The resource names its hooks (on start, on success) or its ghost (a reservation's
+    /// holder is one) create.
+    pub fn created_names(&self) -> BTreeSet<ResourceName> {
+        let hooks = self.spec.on_start.iter().chain(&self.spec.on_success);
+        let mut names: BTreeSet<ResourceName> = hooks
+            .filter(|u| match u.op {
+                CapacityOp::Set(capacity) => !capacity.is_zero(),
+                CapacityOp::Adjust(delta) => delta.raw() > 0,
+                CapacityOp::Delete => false,
+            })
+            .map(|u| u.name.clone())
+            .collect();
+        if let TaskKind::Ghost { creates, .. } = &self.spec.kind {
+            names.extend(creates.iter().map(|(name, _)| name.clone()));
+        }
+        names
+    }
+
+    /// What the API reports of its attempts.
+    pub(crate) fn attempt_infos(&self) -> Vec<AttemptInfo> {
+        self.attempts
+            .iter()
+            .map(|a| AttemptInfo {
+                attempt: a.attempt,
+                node: a.node,
+                started_at_ms: a.started_at,
+                ended: a.ended.clone(),
+                output_kept: a.output.is_some(),
+            })
+            .collect()
     }
 
     /// The namespace the task belongs to (its `escher.namespace` label); `None` for an

@@ -36,7 +36,11 @@ impl ClusterState {
             self.next_task += 1;
             let resources = spec.resources.clone();
             let deadline = spec.pending_deadline.map(|d| now.saturating_add(millis(d)));
-            self.tasks.insert(id, TaskRecord::new(spec, now));
+            let rec = TaskRecord::new(spec, now);
+            for name in rec.created_names() {
+                self.creators.entry(name).or_default().insert(id);
+            }
+            self.tasks.insert(id, rec);
             self.core_event(
                 Event::TaskSubmitted {
                     task: id,
@@ -61,6 +65,7 @@ impl ClusterState {
         rec.started_at = Some(now);
         rec.pending_reason = None;
         rec.devices = None;
+        rec.begin_attempt(node, now);
         let assignment = Assignment {
             task_id: id,
             attempt: rec.attempt,
@@ -154,6 +159,9 @@ impl ClusterState {
             members.push((id, spec.resources.clone()));
             let mut rec = TaskRecord::new(spec, now);
             rec.native = true;
+            for name in rec.created_names() {
+                self.creators.entry(name).or_default().insert(id);
+            }
             self.tasks.insert(id, rec);
         }
         let ids = members.iter().map(|(t, _)| *t).collect();
@@ -191,6 +199,14 @@ impl ClusterState {
         let node = rec.node.unwrap_or(NodeId(0));
         let cancel_requested = rec.cancel_requested;
         let timeout = rec.spec.timeout;
+        if let Some(rec) = self.tasks.get_mut(&id) {
+            if let Some(last) = rec.attempts.last_mut()
+                && last.attempt == report.attempt
+            {
+                last.output = report.output;
+            }
+            rec.end_attempt(|| describe_outcome(&report.outcome, report.timed_out));
+        }
         // A ghost's resources go before its allocation is released: otherwise the round that
         // the release starts could admit a waiting task to the bundle of a ghost that ended.
         self.ghost_resources(id, node, false, now);
@@ -312,6 +328,7 @@ impl ClusterState {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
+        rec.end_attempt(|| why.clone());
         if rec.cancel_requested {
             let why = Some(format!("cancelled by request ({why})"));
             self.terminate(id, TaskState::Cancelled, why, None, now);
@@ -350,10 +367,23 @@ impl ClusterState {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
+        if rec.state == TaskState::Running {
+            rec.end_attempt(|| reason.clone().unwrap_or_else(|| state.to_string()));
+        }
         let ns = rec.namespace();
         if !rec.state.is_terminal() {
             self.retention.task_finished(id);
             count_unfinished(&mut self.unfinished, ns.clone(), false);
+            for name in rec.created_names() {
+                if let std::collections::btree_map::Entry::Occupied(mut e) =
+                    self.creators.entry(name)
+                {
+                    e.get_mut().remove(&id);
+                    if e.get().is_empty() {
+                        e.remove();
+                    }
+                }
+            }
             if let Some(name) = rec.reservation() {
                 release_holder(&mut self.reservations, name);
             }
@@ -565,5 +595,20 @@ fn count_unfinished(
         if *n == 0 {
             unfinished.remove(&ns);
         }
+    }
+}
+
+/// How an attempt ended, in words, from its worker's report.
+fn describe_outcome(outcome: &Result<TaskResult, String>, timed_out: bool) -> String {
+    let how = match outcome {
+        Ok(TaskResult::Exited { code }) => format!("exited with code {code}"),
+        Ok(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
+        Ok(TaskResult::Released) => "released".to_string(),
+        Err(why) => why.clone(),
+    };
+    if timed_out {
+        format!("timed out: {how}")
+    } else {
+        how
     }
 }

@@ -3,7 +3,7 @@
 //! checks run after every step.
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 pub mod ops;
@@ -119,6 +119,7 @@ pub fn report(task: TaskId, attempt: u32, outcome: Result<TaskResult, String>) -
         attempt,
         outcome,
         timed_out: false,
+        output: None,
     }
 }
 
@@ -150,6 +151,11 @@ pub fn task(resources: &str) -> TaskBuilder {
 }
 
 impl TaskBuilder {
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.spec.labels.insert(key, value).unwrap();
+        self
+    }
+
     pub fn name(mut self, name: &str) -> Self {
         self.spec.name = name.to_string();
         self
@@ -455,6 +461,7 @@ pub fn check_invariants(state: &ClusterState) {
     let mut pending = 0;
     let mut unfinished: BTreeMap<Namespace, u64> = BTreeMap::new();
     let mut result_bytes: BTreeMap<Namespace, u64> = BTreeMap::new();
+    let mut creators: BTreeMap<ResourceName, BTreeSet<TaskId>> = BTreeMap::new();
     // Task ids are handed out from 1 without gaps; each one has its record, or retention
     // evicted it when it had finished (then the core has forgotten it too).
     for id in 1..state.next_task_id().0 {
@@ -475,6 +482,11 @@ pub fn check_invariants(state: &ClusterState) {
             assert!(state.is_finished(task) == evicted.tombstone.is_some());
             continue;
         };
+        if !rec.state.is_terminal() {
+            for name in rec.created_names() {
+                creators.entry(name).or_default().insert(task);
+            }
+        }
         if let Some(ns) = rec.spec.labels.get(NAMESPACE_LABEL) {
             let ns: Namespace = ns.parse().unwrap();
             if !rec.state.is_terminal() {
@@ -534,6 +546,11 @@ pub fn check_invariants(state: &ClusterState) {
         state.result_bytes_by_namespace(),
         &result_bytes,
         "the quota's stored result bytes are not the tasks'"
+    );
+    assert_eq!(
+        state.creators_by_name(),
+        &creators,
+        "the index of names created by hooks is not the tasks'"
     );
     assert!(state.task(state.next_task_id()).is_none());
     assert!(state.evicted(state.next_task_id()).is_none());

@@ -210,6 +210,7 @@ pub fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
                 attempt,
                 outcome,
                 timed_out,
+                output: None,
             })
         }
         Op::Started { pick: p } => {

@@ -8,11 +8,14 @@ use std::collections::HashSet;
 
 use super::status::{log_stream, log_stream_to_wire};
 use super::task::{task_state, task_state_to_wire};
-use super::{At, ConvertError, Problem, convert_list, duration_to_ms, ms_to_duration};
+use super::{
+    At, ConvertError, MAX_NAME_BYTES, Problem, check_len, convert_list, duration_to_ms,
+    ms_to_duration, non_empty,
+};
 use crate::types::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, Namespace, NodeId,
-    RequestKey, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
-    SubmitRequest, TaskId, TaskLogsRequest, WaitReply, WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, MAX_LABEL_SELECTORS,
+    Namespace, NodeId, RequestKey, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
+    SubmitReply, SubmitRequest, TaskId, TaskLogsRequest, WaitReply, WaitRequest,
 };
 use crate::wire;
 
@@ -211,6 +214,18 @@ impl From<ListTasksRequest> for wire::ListTasksRequest {
             state: r.state.map(task_state_to_wire),
             limit: r.limit,
             after_id: r.after.map(|t| t.0),
+            name: r.name.unwrap_or_default(),
+            labels: r
+                .labels
+                .into_iter()
+                .map(|(k, v)| match v {
+                    Some(v) => format!("{k}={v}"),
+                    None => k,
+                })
+                .collect(),
+            node: r.node.map(|n| n.0),
+            namespace: namespace_to_wire(r.namespace),
+            newest_first: r.newest_first,
         }
     }
 }
@@ -218,10 +233,28 @@ impl From<ListTasksRequest> for wire::ListTasksRequest {
 impl TryFrom<wire::ListTasksRequest> for ListTasksRequest {
     type Error = ConvertError;
     fn try_from(w: wire::ListTasksRequest) -> Result<Self, ConvertError> {
+        check_len("name", &w.name, MAX_NAME_BYTES)?;
+        let selector = |text: String| {
+            check_len("", &text, MAX_NAME_BYTES)?;
+            let (key, value) = match text.split_once('=') {
+                Some((k, v)) => (k.to_string(), Some(v.to_string())),
+                None => (text, None),
+            };
+            if key.is_empty() {
+                let why = "a label selector is KEY=VALUE or KEY, and KEY must not be empty";
+                return Err(ConvertError::new("", Problem::Rule(why)));
+            }
+            Ok((key, value))
+        };
         Ok(ListTasksRequest {
             state: w.state.map(|s| task_state(s, "state")).transpose()?,
             limit: w.limit,
             after: w.after_id.map(TaskId),
+            name: non_empty(w.name),
+            labels: convert_list(w.labels, "labels", MAX_LABEL_SELECTORS, selector)?,
+            node: w.node.map(NodeId),
+            namespace: namespace(w.namespace)?,
+            newest_first: w.newest_first,
         })
     }
 }
@@ -230,6 +263,7 @@ impl From<ListTasksReply> for wire::ListTasksReply {
     fn from(r: ListTasksReply) -> Self {
         wire::ListTasksReply {
             tasks: r.tasks.into_iter().map(Into::into).collect(),
+            more: r.more,
         }
     }
 }
@@ -239,6 +273,7 @@ impl TryFrom<wire::ListTasksReply> for ListTasksReply {
     fn try_from(w: wire::ListTasksReply) -> Result<Self, ConvertError> {
         Ok(ListTasksReply {
             tasks: convert_list(w.tasks, "tasks", usize::MAX, TryFrom::try_from)?,
+            more: w.more,
         })
     }
 }
@@ -293,6 +328,7 @@ impl From<TaskLogsRequest> for wire::TaskLogsRequest {
             stream: log_stream_to_wire(r.stream),
             offset: r.offset,
             max_bytes: r.max_bytes,
+            attempt: r.attempt.unwrap_or(0),
         }
     }
 }
@@ -305,6 +341,7 @@ impl TryFrom<wire::TaskLogsRequest> for TaskLogsRequest {
             stream: log_stream(w.stream, "stream")?,
             offset: w.offset,
             max_bytes: w.max_bytes,
+            attempt: (w.attempt != 0).then_some(w.attempt),
         })
     }
 }
@@ -315,6 +352,8 @@ impl From<LogChunk> for wire::TaskLogsReply {
             data: c.data,
             next_offset: c.next_offset,
             eof: c.eof,
+            attempt: c.attempt,
+            notice: c.notice.unwrap_or_default(),
         }
     }
 }
@@ -325,6 +364,8 @@ impl From<wire::TaskLogsReply> for LogChunk {
             data: w.data,
             next_offset: w.next_offset,
             eof: w.eof,
+            attempt: w.attempt,
+            notice: non_empty(w.notice),
         }
     }
 }
@@ -442,10 +483,25 @@ mod tests {
                 state,
                 limit: 50,
                 after: Some(TaskId(0)),
+                ..ListTasksRequest::default()
             };
             round_trip::<_, wire::ListTasksRequest>(req);
         }
         round_trip::<_, wire::ListTasksRequest>(ListTasksRequest::default());
+        round_trip::<_, wire::ListTasksRequest>(ListTasksRequest {
+            name: Some("train".into()),
+            labels: vec![("team".into(), Some("a".into())), ("urgent".into(), None)],
+            node: Some(NodeId(3)),
+            namespace: Some(Namespace::new("team-a").unwrap()),
+            newest_first: true,
+            ..ListTasksRequest::default()
+        });
+        let empty_key = wire::ListTasksRequest {
+            labels: vec!["=a".into()],
+            ..Default::default()
+        };
+        let err = ListTasksRequest::try_from(empty_key).unwrap_err();
+        assert_eq!(err.path(), "labels[0]");
         let bad = wire::ListTasksRequest {
             state: Some(0),
             ..Default::default()
@@ -495,14 +551,22 @@ mod tests {
             stream: LogStream::Stderr,
             offset: 10,
             max_bytes: 0,
+            attempt: Some(2),
         };
         round_trip::<_, wire::TaskLogsRequest>(req);
+        let latest = TaskLogsRequest {
+            attempt: None,
+            ..req
+        };
+        round_trip::<_, wire::TaskLogsRequest>(latest);
         let bad = wire::TaskLogsRequest::default();
         assert_eq!(TaskLogsRequest::try_from(bad).unwrap_err().path(), "stream");
         let chunk = LogChunk {
             data: b"hello\n".to_vec(),
             next_offset: 16,
             eof: true,
+            attempt: 3,
+            notice: Some("kept by the head".into()),
         };
         assert_eq!(
             LogChunk::from(wire::TaskLogsReply::from(chunk.clone())),

@@ -10,8 +10,8 @@ use super::{
 };
 use crate::types::{
     Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, NodeIdentity,
-    RegisterReply, RegisterRequest, ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult,
-    WorkerMessage,
+    OUTPUT_TAIL_BYTES, OutputTail, RegisterReply, RegisterRequest, ResourceSet, RunningTask,
+    TaskFinished, TaskId, TaskResult, WorkerMessage,
 };
 use crate::wire;
 use crate::wire::{head_message, task_finished, worker_message};
@@ -235,6 +235,7 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                         data: c.data,
                         next_offset: c.next_offset,
                         eof: c.eof,
+                        ..LogChunk::default()
                     }),
                 },
             },
@@ -268,6 +269,12 @@ impl From<TaskFinished> for wire::TaskFinished {
             attempt: f.attempt,
             outcome: Some(outcome),
             timed_out: f.timed_out,
+            output: f.output.map(|o| wire::OutputTail {
+                stdout: o.stdout,
+                stderr: o.stderr,
+                stdout_len: o.stdout_len,
+                stderr_len: o.stderr_len,
+            }),
         }
     }
 }
@@ -282,11 +289,39 @@ impl TryFrom<wire::TaskFinished> for TaskFinished {
             Outcome::Released(wire::Released {}) => Ok(TaskResult::Released),
             Outcome::Error(e) => Err(e),
         };
+        let output = match w.output {
+            Some(o) => {
+                for (field, tail, len) in [
+                    ("output.stdout", &o.stdout, o.stdout_len),
+                    ("output.stderr", &o.stderr, o.stderr_len),
+                ] {
+                    if tail.len() > OUTPUT_TAIL_BYTES {
+                        let too_long = Problem::TooLong {
+                            len: tail.len(),
+                            max: OUTPUT_TAIL_BYTES,
+                        };
+                        return Err(ConvertError::new(field, too_long));
+                    }
+                    if tail.len() as u64 > len {
+                        let why = "the tail is longer than the whole stream";
+                        return Err(ConvertError::new(field, Problem::Rule(why)));
+                    }
+                }
+                Some(OutputTail {
+                    stdout: o.stdout,
+                    stderr: o.stderr,
+                    stdout_len: o.stdout_len,
+                    stderr_len: o.stderr_len,
+                })
+            }
+            None => None,
+        };
         Ok(TaskFinished {
             task_id: TaskId(w.task_id),
             attempt: w.attempt,
             outcome,
             timed_out: w.timed_out,
+            output,
         })
     }
 }
@@ -317,12 +352,14 @@ impl From<HeadMessage> for wire::HeadMessage {
                 stream,
                 offset,
                 max_bytes,
+                attempt,
             } => Body::FetchLogs(wire::FetchLogs {
                 request_id,
                 task_id: task_id.0,
                 stream: log_stream_to_wire(stream),
                 offset,
                 max_bytes,
+                attempt,
             }),
             HeadMessage::Shutdown { reason } => Body::Shutdown(wire::Shutdown { reason }),
             HeadMessage::ReconfigureMig { gpu, layout } => {
@@ -359,6 +396,7 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                 stream: log_stream(f.stream, "fetch_logs.stream")?,
                 offset: f.offset,
                 max_bytes: f.max_bytes,
+                attempt: f.attempt,
             },
             Body::Shutdown(s) => HeadMessage::Shutdown { reason: s.reason },
             Body::ReconfigureMig(r) => {
@@ -425,6 +463,7 @@ mod tests {
                 attempt: 1,
                 outcome: Ok(TaskResult::Exited { code: 0 }),
                 timed_out: false,
+                output: None,
             }],
             identity: Some(NodeIdentity {
                 node_id: NodeId(3),
@@ -480,6 +519,7 @@ mod tests {
                 attempt: 1,
                 outcome,
                 timed_out: false,
+                output: None,
             })
         };
         let messages = vec![
@@ -507,6 +547,12 @@ mod tests {
                 attempt: 1,
                 outcome: Ok(TaskResult::Exited { code: 137 }),
                 timed_out: true,
+                output: Some(OutputTail {
+                    stdout: b"done\n".to_vec(),
+                    stderr: Vec::new(),
+                    stdout_len: 9000,
+                    stderr_len: 0,
+                }),
             }),
             WorkerMessage::Logs {
                 request_id: 5,
@@ -514,6 +560,7 @@ mod tests {
                     data: b"out".to_vec(),
                     next_offset: 3,
                     eof: false,
+                    ..LogChunk::default()
                 }),
             },
             WorkerMessage::Logs {
@@ -561,12 +608,37 @@ mod tests {
             attempt: 1,
             outcome: None,
             timed_out: false,
+            output: None,
         };
         let w = wire::WorkerMessage {
-            body: Some(worker_message::Body::TaskFinished(f)),
+            body: Some(worker_message::Body::TaskFinished(f.clone())),
         };
         let e = WorkerMessage::try_from(w).unwrap_err();
         assert_eq!(e.to_string(), "missing field task_finished.outcome");
+        for (tail, len, why) in [
+            (
+                vec![b'x'; OUTPUT_TAIL_BYTES + 1],
+                1 << 20,
+                "longer than the limit",
+            ),
+            (b"abc".to_vec(), 2, "longer than the whole stream"),
+        ] {
+            let f = wire::TaskFinished {
+                outcome: Some(task_finished::Outcome::ExitCode(0)),
+                output: Some(wire::OutputTail {
+                    stderr: tail,
+                    stderr_len: len,
+                    ..Default::default()
+                }),
+                ..f.clone()
+            };
+            let w = wire::WorkerMessage {
+                body: Some(worker_message::Body::TaskFinished(f)),
+            };
+            let e = WorkerMessage::try_from(w).unwrap_err().to_string();
+            assert!(e.starts_with("task_finished.output.stderr: "), "{e}");
+            assert!(e.contains(why), "{e}");
+        }
         let metrics = vec![
             wire::Metric {
                 name: "x".into(),
@@ -613,6 +685,7 @@ mod tests {
                 stream: LogStream::Stdout,
                 offset: 0,
                 max_bytes: 65536,
+                attempt: 2,
             },
             HeadMessage::Shutdown {
                 reason: "head stopping".into(),

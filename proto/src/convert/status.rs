@@ -1,11 +1,12 @@
 //! Conversions of what the API reports: cluster, node and resource status, pending reasons,
 //! task info and summaries, and log stream names.
 
+use super::cluster::{namespace, namespace_to_wire};
 use super::task::{task_state, task_state_to_wire};
 use super::{At, ConvertError, Problem, convert_list, convert_optional, convert_required};
 use crate::types::{
-    Amount, ClusterStatus, Labels, LogStream, NodeId, NodeStatus, PendingReason, ResourceName,
-    ResourceSet, ResourceStatus, TaskId, TaskInfo, TaskSummary,
+    Amount, AttemptInfo, ClusterStatus, Labels, LogStream, MAX_ATTEMPTS_KEPT, NodeId, NodeStatus,
+    PendingReason, ResourceName, ResourceSet, ResourceStatus, TaskId, TaskInfo, TaskSummary,
 };
 use crate::wire;
 
@@ -119,6 +120,17 @@ impl From<TaskInfo> for wire::TaskInfo {
             submitted_at_ms: t.submitted_at_ms,
             started_at_ms: t.started_at_ms,
             finished_at_ms: t.finished_at_ms,
+            attempts: t
+                .attempts
+                .into_iter()
+                .map(|a| wire::AttemptInfo {
+                    attempt: a.attempt,
+                    node: a.node.0,
+                    started_at_ms: a.started_at_ms,
+                    ended: a.ended,
+                    output_kept: a.output_kept,
+                })
+                .collect(),
         }
     }
 }
@@ -133,6 +145,15 @@ impl TryFrom<wire::TaskInfo> for TaskInfo {
             submitted_at_ms: w.submitted_at_ms,
             started_at_ms: w.started_at_ms,
             finished_at_ms: w.finished_at_ms,
+            attempts: convert_list(w.attempts, "attempts", MAX_ATTEMPTS_KEPT, |a| {
+                Ok::<_, ConvertError>(AttemptInfo {
+                    attempt: a.attempt,
+                    node: NodeId(a.node),
+                    started_at_ms: a.started_at_ms,
+                    ended: a.ended,
+                    output_kept: a.output_kept,
+                })
+            })?,
         })
     }
 }
@@ -147,6 +168,10 @@ impl From<TaskSummary> for wire::TaskSummary {
             attempt: t.attempt,
             reason: t.reason,
             resources: t.resources.into(),
+            submitted_at_ms: t.submitted_at_ms,
+            started_at_ms: t.started_at_ms,
+            finished_at_ms: t.finished_at_ms,
+            namespace: namespace_to_wire(t.namespace),
         }
     }
 }
@@ -162,6 +187,10 @@ impl TryFrom<wire::TaskSummary> for TaskSummary {
             attempt: w.attempt,
             reason: w.reason,
             resources: ResourceSet::try_from(w.resources).at("resources")?,
+            submitted_at_ms: w.submitted_at_ms,
+            started_at_ms: w.started_at_ms,
+            finished_at_ms: w.finished_at_ms,
+            namespace: namespace(w.namespace)?,
         })
     }
 }
@@ -277,6 +306,22 @@ mod tests {
                 submitted_at_ms: 1_700_000_000_000,
                 started_at_ms: Some(1_700_000_000_100),
                 finished_at_ms: None,
+                attempts: vec![
+                    AttemptInfo {
+                        attempt: 1,
+                        node: NodeId(2),
+                        started_at_ms: 1_700_000_000_050,
+                        ended: Some("exited with code 1".into()),
+                        output_kept: true,
+                    },
+                    AttemptInfo {
+                        attempt: 2,
+                        node: NodeId(3),
+                        started_at_ms: 1_700_000_000_100,
+                        ended: None,
+                        output_kept: false,
+                    },
+                ],
             };
             round_trip::<_, wire::TaskInfo>(info);
             let summary = TaskSummary {
@@ -287,6 +332,10 @@ mod tests {
                 attempt: status.attempt,
                 reason: status.reason,
                 resources: spec.resources,
+                submitted_at_ms: 1_700_000_000_000,
+                started_at_ms: Some(1_700_000_000_100),
+                finished_at_ms: Some(1_700_000_000_200),
+                namespace: Some(crate::types::Namespace::new("team-a").unwrap()),
             };
             round_trip::<_, wire::TaskSummary>(summary);
         }

@@ -79,23 +79,45 @@ pub struct CancelReply {
     pub tasks: Vec<TaskStatus>,
 }
 
-/// `ListTasks`: a page of tasks in ascending id order.
+/// `ListTasks`: a page of tasks in ascending id order (descending with `newest_first`), the
+/// filters all applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListTasksRequest {
     /// Only tasks in this state; `None` for all.
     pub state: Option<TaskState>,
     /// At most this many; 0 for the server's default page size.
     pub limit: u32,
-    /// Only tasks with ids greater than this; `None` to start from the first task.
+    /// Where the previous page ended: only tasks with ids greater than this (smaller with
+    /// `newest_first`); `None` to start from the first (or the newest) task.
     pub after: Option<TaskId>,
+    /// Only tasks whose name contains this.
+    pub name: Option<String>,
+    /// Only tasks carrying every one of these labels: a key and a value, or a key alone for
+    /// any value.
+    pub labels: Vec<(String, Option<String>)>,
+    /// Only tasks whose latest attempt went to this node.
+    pub node: Option<NodeId>,
+    /// Only tasks of this namespace (an application caller sees its own only, whatever it
+    /// asks).
+    pub namespace: Option<Namespace>,
+    /// Newest (highest id) first.
+    pub newest_first: bool,
 }
+
+/// The most label selectors one `ListTasks` may carry.
+pub const MAX_LABEL_SELECTORS: usize = 16;
 
 /// A page of tasks.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ListTasksReply {
-    /// The tasks, in ascending id order.
+    /// The tasks, in ascending id order (descending with `newest_first`).
     pub tasks: Vec<TaskSummary>,
+    /// How many more tasks match beyond this page, counted up to [`MORE_COUNTED`].
+    pub more: u64,
 }
+
+/// Past this many, `ListTasksReply::more` stops counting: it means "at least this many".
+pub const MORE_COUNTED: u64 = 10_000;
 
 /// `SetResources`: a batch of `set_resource` calls (DESIGN §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +156,8 @@ pub struct TaskLogsRequest {
     pub offset: u64,
     /// At most this many bytes; 0 for the server's default.
     pub max_bytes: u32,
+    /// Which attempt (numbered from 1); `None` for the latest.
+    pub attempt: Option<u32>,
 }
 
 /// A piece of a task's output (the `TaskLogs` reply, and a worker's answer to `FetchLogs`).
@@ -145,6 +169,11 @@ pub struct LogChunk {
     pub next_offset: u64,
     /// Whether the stream is complete and everything has been read.
     pub eof: bool,
+    /// The attempt the bytes belong to (0 in a worker's answer: the head asked for one).
+    pub attempt: u32,
+    /// Set when the bytes came from the head's copy of the output's tail: what was kept and
+    /// what was lost.
+    pub notice: Option<String>,
 }
 
 /// `Reserve`: bundles of resources placed all or nothing (head-native gang scheduling).

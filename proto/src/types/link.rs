@@ -115,6 +115,37 @@ pub struct TaskFinished {
     pub outcome: Result<TaskResult, String>,
     /// Whether the worker stopped it because its timeout passed.
     pub timed_out: bool,
+    /// The end of a command's output (the head keeps it, so it outlives the worker); `None`
+    /// for functions, ghosts and commands that never started.
+    pub output: Option<OutputTail>,
+}
+
+/// The most bytes of each output stream an [`OutputTail`] carries: the last 4 KiB.
+pub const OUTPUT_TAIL_BYTES: usize = 4096;
+
+/// The last bytes (at most [`OUTPUT_TAIL_BYTES`]) of a command attempt's stdout and stderr,
+/// and how long each stream was in all, so that a reader knows at which offset the tail
+/// starts and how much of the stream it lacks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputTail {
+    /// The last bytes of stdout.
+    pub stdout: Vec<u8>,
+    /// The last bytes of stderr.
+    pub stderr: Vec<u8>,
+    /// How many bytes the attempt wrote to stdout.
+    pub stdout_len: u64,
+    /// How many bytes the attempt wrote to stderr.
+    pub stderr_len: u64,
+}
+
+impl OutputTail {
+    /// One stream's kept bytes and its whole length.
+    pub fn stream(&self, stream: LogStream) -> (&[u8], u64) {
+        match stream {
+            LogStream::Stdout => (&self.stdout, self.stdout_len),
+            LogStream::Stderr => (&self.stderr, self.stderr_len),
+        }
+    }
 }
 
 /// What a worker sends on its stream.
@@ -226,6 +257,8 @@ pub enum HeadMessage {
         offset: u64,
         /// At most this many bytes.
         max_bytes: u32,
+        /// The attempt whose output to read.
+        attempt: u32,
     },
     /// The worker should stop.
     Shutdown {

@@ -31,9 +31,9 @@ mod task;
 
 pub use amount::{Amount, Capacity};
 pub use api::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, RequestKey,
-    ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
-    SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, MAX_LABEL_SELECTORS,
+    MORE_COUNTED, RequestKey, ReserveReply, ReserveRequest, SetResourceOutcome, SetResourcesReply,
+    SetResourcesRequest, SubmitReply, SubmitRequest, TaskLogsRequest, WaitReply, WaitRequest,
 };
 pub use auth::{CreateTokenRequest, CreatedToken, Grant, Role, SHARED_NAMESPACE, TokenInfo};
 pub use delta::{CapacityOp, Delta};
@@ -52,15 +52,16 @@ pub use ids::{NodeId, TaskId};
 pub use keys::{KeyIssuer, Ticket};
 pub use labels::{Labels, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL};
 pub use link::{
-    Assignment, HeadMessage, Metric, NodeIdentity, RegisterReply, RegisterRequest, RunningTask,
-    TaskFinished, WorkerMessage,
+    Assignment, HeadMessage, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply,
+    RegisterRequest, RunningTask, TaskFinished, WorkerMessage,
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
-    ClusterStatus, LogStream, NodeStatus, PendingReason, ResourceStatus, TaskInfo, TaskSummary,
+    AttemptInfo, ClusterStatus, LogStream, MAX_ATTEMPTS_KEPT, NodeStatus, PendingReason,
+    ResourceStatus, TaskInfo, TaskSummary,
 };
 pub use task::{
     MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,

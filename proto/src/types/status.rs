@@ -10,8 +10,8 @@ use std::str::FromStr;
 use serde::{Deserialize, Serialize};
 
 use super::{
-    Amount, Capacity, Labels, NodeId, ResourceName, ResourceSet, TaskId, TaskSpec, TaskState,
-    TaskStatus,
+    Amount, Capacity, Labels, Namespace, NodeId, ResourceName, ResourceSet, TaskId, TaskSpec,
+    TaskState, TaskStatus,
 };
 
 /// The state of the whole cluster, as `get_cluster_status` returns it (DESIGN §3).
@@ -125,6 +125,26 @@ pub struct TaskInfo {
     pub started_at_ms: Option<u64>,
     /// When it finished, in milliseconds since the Unix epoch.
     pub finished_at_ms: Option<u64>,
+    /// Its attempts, oldest first (the last [`MAX_ATTEMPTS_KEPT`]).
+    pub attempts: Vec<AttemptInfo>,
+}
+
+/// How many attempts of a task the head remembers (node, start, end, output tail).
+pub const MAX_ATTEMPTS_KEPT: usize = 16;
+
+/// One attempt of a task.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptInfo {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// The node it was sent to.
+    pub node: NodeId,
+    /// When it was sent, in milliseconds since the Unix epoch.
+    pub started_at_ms: u64,
+    /// How it ended; `None` while it runs.
+    pub ended: Option<String>,
+    /// Whether the head keeps the tail of its output.
+    pub output_kept: bool,
 }
 
 /// One line of a task listing (`escher tasks`).
@@ -144,6 +164,14 @@ pub struct TaskSummary {
     pub reason: Option<String>,
     /// What it requests.
     pub resources: ResourceSet,
+    /// When it was submitted, in milliseconds since the Unix epoch.
+    pub submitted_at_ms: u64,
+    /// When its latest attempt started, once one has.
+    pub started_at_ms: Option<u64>,
+    /// When it reached its final state, once it has.
+    pub finished_at_ms: Option<u64>,
+    /// Its namespace; `None` for an admin's task that named none.
+    pub namespace: Option<Namespace>,
 }
 
 /// Which output stream of a command task.

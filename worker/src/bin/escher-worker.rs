@@ -11,7 +11,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use escher_proto::{Labels, ResourceSet};
-use escher_worker::{DEFAULT_HEAD, WorkerBuilder, WorkerConfig, scaled_latency};
+use escher_worker::{DEFAULT_HEAD, LogRetention, WorkerBuilder, WorkerConfig, scaled_latency};
 
 /// Run an escher worker: register this machine's resources with the head and run its tasks.
 #[derive(Debug, Parser)]
@@ -68,6 +68,16 @@ struct WorkerArgs {
     /// Where task logs go [default: a temporary directory, removed on exit].
     #[arg(long, value_name = "DIR")]
     log_dir: Option<PathBuf>,
+
+    /// Remove task logs last written longer ago than this (`90s`, `12h`, `7days`); the logs of
+    /// running attempts always stay. The head keeps the last 4 KiB of each finished attempt's
+    /// output either way.
+    #[arg(long, value_name = "DURATION", default_value_t = LogRetention::default().max_age.into())]
+    log_retention: humantime::Duration,
+
+    /// While task logs take more than this many bytes, remove the oldest.
+    #[arg(long, value_name = "BYTES", default_value_t = LogRetention::default().max_bytes)]
+    log_max_bytes: u64,
 
     /// Seconds a stopped command gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
@@ -150,6 +160,10 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             memory_mib: args.memory,
             labels: args.labels.unwrap_or_default(),
             log_dir: args.log_dir,
+            log_retention: LogRetention {
+                max_age: args.log_retention.into(),
+                max_bytes: args.log_max_bytes,
+            },
             grace: seconds("grace", args.grace)?,
             drain: seconds("drain", args.drain)?,
             sim_gpus: args.sim_gpu,
@@ -254,9 +268,15 @@ mod tests {
             "0.5",
             "--drain",
             "0",
+            "--log-retention",
+            "2h",
+            "--log-max-bytes",
+            "1000",
         ])
         .unwrap();
         assert_eq!(c.head, "http://10.0.0.1:7600");
+        assert_eq!(c.log_retention.max_age, Duration::from_secs(7200));
+        assert_eq!(c.log_retention.max_bytes, 1000);
         assert_eq!(c.name.as_deref(), Some("w1"));
         assert_eq!(c.resources.to_string(), "cpu=2,ssd=1");
         assert_eq!(c.labels.get("zone"), Some("a"));

@@ -4,12 +4,15 @@
 //! `{log_dir}/{task_id}-{attempt}.err` (stderr); [`log_path`] is the one place that spells the
 //! names. [`read_log`] serves a chunk of at most [`MAX_LOG_CHUNK`] bytes from an offset, so a
 //! caller can page through a large log, or follow a running task's log by asking again from
-//! `next_offset`. [`latest_attempt`] finds the newest attempt of a task when the caller does not
-//! know it.
+//! `next_offset`. [`read_tail`] reads the end of a stream (what the worker reports to the head
+//! when an attempt ends, so that it outlives the worker), and [`sweep_logs`] applies the
+//! worker's retention rule: files older than an age go, then the oldest while the directory
+//! holds more than a byte budget; the logs of running attempts always stay.
 
 use std::fmt;
 use std::io::{self, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
@@ -109,59 +112,154 @@ pub async fn read_log(
     })
 }
 
-/// The highest attempt number that has a log (either stream) for `task_id` in `log_dir`.
-///
-/// Gives [`ExecError::LogNotFound`] when the task has no log there,
-/// or when `log_dir` does not exist.
-pub async fn latest_attempt(log_dir: &Path, task_id: u64) -> Result<u32, ExecError> {
-    let not_found = ExecError::LogNotFound {
-        task_id,
-        attempt: None,
-        stream: None,
+/// The last `max` bytes of a stream of a task attempt's log, and the stream's whole length. A
+/// log that does not exist reads as empty (a command that could not start wrote none).
+pub async fn read_tail(
+    log_dir: &Path,
+    task_id: u64,
+    attempt: u32,
+    stream: Stream,
+    max: usize,
+) -> io::Result<(Vec<u8>, u64)> {
+    let path = log_path(log_dir, task_id, attempt, stream);
+    let mut file = match tokio::fs::File::open(&path).await {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
+        Err(e) => return Err(e),
     };
-    let mut entries = match tokio::fs::read_dir(log_dir).await {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Err(not_found),
-        Err(source) => {
-            return Err(ExecError::LogRead {
-                path: log_dir.to_path_buf(),
-                source,
-            });
-        }
-    };
-    let prefix = format!("{task_id}-");
-    let mut latest = None;
-    loop {
-        let entry = match entries.next_entry().await {
-            Ok(Some(entry)) => entry,
-            Ok(None) => break,
-            Err(source) => {
-                return Err(ExecError::LogRead {
-                    path: log_dir.to_path_buf(),
-                    source,
-                });
-            }
-        };
-        let name = entry.file_name();
-        let Some(attempt) = name.to_str().and_then(|n| parse_attempt(n, &prefix)) else {
-            continue;
-        };
-        latest = latest.max(Some(attempt));
-    }
-    latest.ok_or(not_found)
+    let len = file.metadata().await?.len();
+    let start = len.saturating_sub(max as u64);
+    file.seek(SeekFrom::Start(start)).await?;
+    let mut data = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
+    file.take(len - start).read_to_end(&mut data).await?;
+    Ok((data, len))
 }
 
-/// The attempt in a log file name `{task_id}-{attempt}.{out,err}`, given the `{task_id}-` prefix.
-fn parse_attempt(name: &str, prefix: &str) -> Option<u32> {
-    let rest = name.strip_prefix(prefix)?;
-    let attempt = rest
+/// How long a worker keeps command logs, and how much of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogRetention {
+    /// Logs last written longer ago than this are removed.
+    pub max_age: Duration,
+    /// While the logs take more bytes than this, the oldest are removed.
+    pub max_bytes: u64,
+}
+
+impl Default for LogRetention {
+    /// A week, and 1 GiB.
+    fn default() -> Self {
+        LogRetention {
+            max_age: Duration::from_secs(7 * 24 * 3600),
+            max_bytes: 1024 * 1024 * 1024,
+        }
+    }
+}
+
+/// What one [`sweep_logs`] removed.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Swept {
+    /// Files removed.
+    pub files: usize,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Applies `policy` to the logs in `log_dir`, as of `now`: removes every log last written
+/// before `now - max_age`, then the oldest (by last write) while the rest take more than
+/// `max_bytes`. The logs of the attempts `running` names are never removed. Files whose
+/// names are not log names are left alone. Blocking: call it from a blocking thread.
+pub fn sweep_logs(
+    log_dir: &Path,
+    policy: LogRetention,
+    running: &std::collections::HashSet<(u64, u32)>,
+    now: SystemTime,
+) -> io::Result<Swept> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(log_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(key) = name.to_str().and_then(parse_log_name) else {
+            continue;
+        };
+        let Ok(meta) = entry.metadata() else {
+            continue; // removed meanwhile
+        };
+        if !meta.is_file() || running.contains(&key) {
+            continue;
+        }
+        let written = meta.modified().unwrap_or(now);
+        files.push((written, meta.len(), entry.path()));
+    }
+    // Oldest first.
+    files.sort();
+    let cutoff = now
+        .checked_sub(policy.max_age)
+        .unwrap_or(SystemTime::UNIX_EPOCH);
+    let mut total: u64 = files.iter().map(|(_, len, _)| len).sum();
+    let mut swept = Swept::default();
+    for (written, len, path) in files {
+        if written >= cutoff && total <= policy.max_bytes {
+            break;
+        }
+        match std::fs::remove_file(&path) {
+            Ok(()) => {
+                swept.files += 1;
+                swept.bytes += len;
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        total -= len;
+    }
+    Ok(swept)
+}
+
+/// The file in a log directory that names the cluster its logs belong to.
+pub const CLUSTER_MARKER: &str = ".escher-cluster";
+
+/// Makes `log_dir` the log directory of cluster `cluster`: when it held another cluster's logs
+/// (whose task ids mean nothing here, and would be served as this cluster's), they are
+/// removed, except those of the attempts `running` names. Returns how many files went.
+/// Blocking: call it from a blocking thread.
+pub fn claim_log_dir(
+    log_dir: &Path,
+    cluster: &str,
+    running: &std::collections::HashSet<(u64, u32)>,
+) -> io::Result<usize> {
+    let marker = log_dir.join(CLUSTER_MARKER);
+    match std::fs::read_to_string(&marker) {
+        Ok(owner) if owner.trim() == cluster => return Ok(0),
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e),
+    }
+    let mut removed = 0;
+    for entry in std::fs::read_dir(log_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        match name.to_str().and_then(parse_log_name) {
+            Some(key) if !running.contains(&key) => match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            },
+            _ => {}
+        }
+    }
+    std::fs::write(&marker, cluster)?;
+    Ok(removed)
+}
+
+/// The task and attempt of a log file name `{task_id}-{attempt}.{out,err}`.
+fn parse_log_name(name: &str) -> Option<(u64, u32)> {
+    let stem = name
         .strip_suffix(".out")
-        .or_else(|| rest.strip_suffix(".err"))?;
-    // `u32::from_str` accepts a leading `+`; log_path never writes one.
-    if attempt.starts_with('+') {
+        .or_else(|| name.strip_suffix(".err"))?;
+    let (task, attempt) = stem.split_once('-')?;
+    // `from_str` accepts a leading `+`; log_path never writes one.
+    if task.starts_with('+') || attempt.starts_with('+') {
         return None;
     }
-    attempt.parse().ok()
+    Some((task.parse().ok()?, attempt.parse().ok()?))
 }
 
 #[cfg(test)]
@@ -280,35 +378,109 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn latest_attempt_picks_the_highest() {
+    async fn a_tail_is_the_end_of_the_stream_and_its_length() {
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), 5, 0, Stream::Stdout, b"").await;
-        write(dir.path(), 5, 2, Stream::Stderr, b"").await;
-        write(dir.path(), 5, 10, Stream::Stdout, b"").await;
-        write(dir.path(), 55, 99, Stream::Stdout, b"").await;
-        write(dir.path(), 6, 20, Stream::Stdout, b"").await;
-        tokio::fs::write(dir.path().join("5-11.txt"), b"")
+        write(dir.path(), 3, 1, Stream::Stdout, b"0123456789").await;
+        let tail = read_tail(dir.path(), 3, 1, Stream::Stdout, 4)
             .await
             .unwrap();
-        tokio::fs::write(dir.path().join("5-+12.out"), b"")
+        assert_eq!(tail, (b"6789".to_vec(), 10));
+        let all = read_tail(dir.path(), 3, 1, Stream::Stdout, 100)
             .await
             .unwrap();
-        assert_eq!(latest_attempt(dir.path(), 5).await.unwrap(), 10);
-        assert_eq!(latest_attempt(dir.path(), 6).await.unwrap(), 20);
-        let err = latest_attempt(dir.path(), 7).await.unwrap_err();
-        assert!(matches!(
-            err,
-            ExecError::LogNotFound {
-                task_id: 7,
-                attempt: None,
-                ..
+        assert_eq!(all, (b"0123456789".to_vec(), 10));
+        let none = read_tail(dir.path(), 3, 1, Stream::Stderr, 4)
+            .await
+            .unwrap();
+        assert_eq!(none, (Vec::new(), 0));
+    }
+
+    #[test]
+    fn log_names_parse_and_others_do_not() {
+        assert_eq!(parse_log_name("5-10.out"), Some((5, 10)));
+        assert_eq!(parse_log_name("5-2.err"), Some((5, 2)));
+        for other in [
+            "5-11.txt",
+            "5-+12.out",
+            "+5-1.out",
+            "5.out",
+            "x-1.err",
+            "fence.pid",
+        ] {
+            assert_eq!(parse_log_name(other), None, "{other}");
+        }
+    }
+
+    fn age(dir: &Path, name: &str, ago: Duration) {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(dir.join(name))
+            .unwrap();
+        file.set_modified(SystemTime::now() - ago).unwrap();
+    }
+
+    #[tokio::test]
+    async fn the_sweep_removes_old_logs_then_the_oldest_past_the_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let hour = Duration::from_secs(3600);
+        write(d, 1, 1, Stream::Stdout, &[b'a'; 100]).await; // old, done
+        write(d, 2, 1, Stream::Stdout, &[b'b'; 100]).await; // old, but running
+        write(d, 3, 1, Stream::Stdout, &[b'c'; 100]).await; // older than the rest
+        write(d, 4, 1, Stream::Stderr, &[b'd'; 100]).await; // newest
+        tokio::fs::write(d.join("notes.txt"), b"keep")
+            .await
+            .unwrap();
+        age(d, "1-1.out", 48 * hour);
+        age(d, "2-1.out", 48 * hour);
+        age(d, "3-1.out", 3 * hour);
+        age(d, "4-1.err", hour);
+        age(d, "notes.txt", 480 * hour);
+        let running = [(2, 1)].into_iter().collect();
+        let policy = LogRetention {
+            max_age: 24 * hour,
+            max_bytes: 150,
+        };
+        let swept = sweep_logs(d, policy, &running, SystemTime::now()).unwrap();
+        // 1-1 by age; then 3-1 and 4-1 are 200 bytes: 3-1, the oldest, goes too.
+        assert_eq!(
+            swept,
+            Swept {
+                files: 2,
+                bytes: 200
             }
-        ));
-        assert_eq!(err.to_string(), "no log for task 7");
-        let missing = dir.path().join("nope");
-        assert!(matches!(
-            latest_attempt(&missing, 5).await.unwrap_err(),
-            ExecError::LogNotFound { .. }
-        ));
+        );
+        let mut left: Vec<String> = std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, ["2-1.out", "4-1.err", "notes.txt"]);
+        // Within both limits, nothing goes.
+        let again = sweep_logs(d, policy, &running, SystemTime::now()).unwrap();
+        assert_eq!(again, Swept::default());
+    }
+
+    #[tokio::test]
+    async fn another_clusters_logs_go_when_the_directory_is_claimed() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        write(d, 1, 1, Stream::Stdout, b"old").await;
+        write(d, 2, 1, Stream::Stderr, b"running").await;
+        let running = [(2, 1)].into_iter().collect();
+        // A directory no cluster claimed yet holds logs of unknown origin: they go.
+        assert_eq!(claim_log_dir(d, "c-1", &running).unwrap(), 1);
+        write(d, 3, 1, Stream::Stdout, b"ours").await;
+        // The same cluster again: nothing goes.
+        assert_eq!(claim_log_dir(d, "c-1", &running).unwrap(), 0);
+        assert!(log_path(d, 3, 1, Stream::Stdout).exists());
+        // Another cluster: everything but the running attempt goes.
+        assert_eq!(claim_log_dir(d, "c-2", &running).unwrap(), 1);
+        assert!(!log_path(d, 3, 1, Stream::Stdout).exists());
+        assert!(log_path(d, 2, 1, Stream::Stderr).exists());
+        assert_eq!(
+            std::fs::read_to_string(d.join(CLUSTER_MARKER)).unwrap(),
+            "c-2"
+        );
     }
 }
