@@ -2,7 +2,7 @@
 
 mod support;
 
-use escher_head::scheduler::Event;
+use escher_head::scheduler::{Event, GANG_PATIENCE};
 use escher_proto::types::{NodeId, TaskId};
 use support::{TestEnv, dispatches};
 
@@ -193,4 +193,94 @@ fn a_lost_node_makes_a_waiting_gang_infeasible_and_a_new_one_feasible() {
     env.node(2, "gpu=1");
     assert!(env.gang(1, &["gpu=2"], "pack")[0].starts_with("infeasible 1"));
     assert_eq!(env.node(3, "gpu=2"), ["feasible 1", "dispatch 1->3"]);
+}
+
+/// A stream of small tasks cannot starve a large gang forever: once the gang has waited
+/// `GANG_PATIENCE`, it holds the nodes it needs, they drain, and it is placed.
+#[test]
+fn a_gang_that_waited_too_long_holds_its_nodes_until_they_drain() {
+    let mut env = cluster(2, "cpu=4");
+    // Eight one-CPU tasks fill both nodes.
+    let mut next = 1;
+    for _ in 0..8 {
+        env.submit(next, "cpu=1");
+        next += 1;
+    }
+    // A gang wanting both nodes whole.
+    let gang = 100;
+    assert!(
+        env.gang(gang, &["cpu=4", "cpu=4"], "strict-spread")
+            .is_empty()
+    );
+    // Each time a small task ends, a new one is submitted: before the patience runs out, the
+    // new one takes the freed CPU every time, and the gang waits.
+    let mut running: std::collections::VecDeque<u64> = (1..next).collect();
+    // The oldest small task ends and a new one is submitted.
+    fn step(
+        env: &mut TestEnv,
+        running: &mut std::collections::VecDeque<u64>,
+        next: &mut u64,
+    ) -> Vec<String> {
+        let done = running.pop_front().unwrap();
+        let mut d = env.finish(done);
+        d.extend(env.submit(*next, "cpu=1"));
+        *next += 1;
+        d
+    }
+    for i in 0..20 {
+        env.now = i * 1_000;
+        let d = step(&mut env, &mut running, &mut next);
+        assert_eq!(d.len(), 1, "at {} ms: {d:?}", env.now);
+        assert!(
+            d[0].starts_with(&format!("dispatch {}->", next - 1)),
+            "{d:?}"
+        );
+        running.push_back(next - 1);
+    }
+    assert!(env.core.is_pending(TaskId(gang)));
+    // Past the patience: freed CPUs are kept for the gang; the small tasks wait.
+    env.now = GANG_PATIENCE + 1;
+    let mut placed = None;
+    for _ in 0..8 {
+        let d = step(&mut env, &mut running, &mut next);
+        if d.iter()
+            .any(|l| l.starts_with(&format!("dispatch {gang}->")))
+        {
+            placed = Some(d);
+            break;
+        }
+        assert!(
+            d.is_empty(),
+            "nothing runs on the held nodes meanwhile: {d:?}"
+        );
+    }
+    let placed = placed.expect("the gang was placed once its nodes drained");
+    assert!(
+        placed.contains(&format!("dispatch {}->1", gang))
+            || placed.contains(&format!("dispatch {}->2", gang)),
+        "{placed:?}"
+    );
+    assert!(!env.core.is_pending(TaskId(gang)) && !env.core.is_pending(TaskId(gang + 1)));
+    // The small tasks wait behind the gang, and run once it ends.
+    let waiting = next - 1;
+    assert!(env.core.is_pending(TaskId(waiting)));
+    let d = env.finish(gang);
+    assert!(d.iter().any(|l| l.starts_with("dispatch ")), "{d:?}");
+}
+
+/// A hold keeps freed resources from small tasks, and ends with its gang.
+#[test]
+fn a_hold_ends_with_its_gang_and_frees_the_nodes() {
+    let mut env = cluster(1, "cpu=4");
+    env.submit(1, "cpu=2");
+    env.submit(2, "cpu=2");
+    assert!(env.gang(10, &["cpu=4"], "pack").is_empty());
+    env.now = GANG_PATIENCE;
+    // The hold is taken: task 3 cannot take the CPUs task 1 frees.
+    let d = env.finish(1);
+    assert!(d.is_empty(), "{d:?}");
+    assert!(env.submit(3, "cpu=1").is_empty());
+    // The gang is cancelled: its hold goes, and task 3 runs at once.
+    let d = env.cancel(10);
+    assert_eq!(d, dispatches(&[(3, 1)]));
 }

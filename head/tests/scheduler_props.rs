@@ -7,7 +7,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use escher_head::scheduler::{Decision, Event, Scheduler};
+use escher_head::scheduler::{Decision, Event, GANG_PATIENCE, Scheduler};
 use escher_proto::types::{
     Amount, Capacity, CapacityOp, Delta, Labels, NodeId, NodeSpec, ResourceName, ResourceSet,
     TaskId,
@@ -64,6 +64,7 @@ enum Step {
     Tick {
         advance: u8,
     },
+    Patience,
 }
 
 fn amount(halves: u8) -> Amount {
@@ -100,6 +101,8 @@ fn step() -> impl Strategy<Value = Step> {
         4 => any::<u8>().prop_map(|pick| Step::Finish { pick }),
         1 => any::<u8>().prop_map(|pick| Step::Cancel { pick }),
         1 => (0u8..30).prop_map(|advance| Step::Tick { advance }),
+        // Now and then a jump past a gang's patience, so that holds are taken and released.
+        1 => Just(Step::Patience),
     ]
 }
 
@@ -199,6 +202,10 @@ fn run(steps: &[Step]) -> Result<Vec<Decision>, TestCaseError> {
             }
             Step::Tick { advance } => {
                 now += u64::from(advance);
+                Event::Tick
+            }
+            Step::Patience => {
+                now += GANG_PATIENCE;
                 Event::Tick
             }
         };

@@ -50,6 +50,8 @@ pub struct Scheduler {
     pub(crate) tasks: FxHashMap<TaskId, Task>,
     pub(crate) shapes: Shapes,
     pub(crate) gangs: super::gang::Gangs,
+    /// A starving gang's hold on the nodes it needs, if any (see `gang.rs`).
+    pub(crate) hold: Option<super::gang::Hold>,
     pub(crate) deadlines: BTreeSet<(Millis, TaskId)>,
     pub(crate) next_seq: u64,
 }
@@ -120,14 +122,14 @@ impl Scheduler {
                 strategy,
                 deadline,
             } => {
-                self.submit_gang(tasks, strategy, deadline)?;
+                self.submit_gang(tasks, strategy, deadline, now)?;
             }
             Event::TaskFinished { task } => self.finish(task)?,
             Event::TaskCancelled { task } => self.cancel(task)?,
             Event::Tick => {}
         }
         self.expire(now, out);
-        self.round(out);
+        self.round(now, out);
         self.reclaim_names();
         Ok(changed)
     }
@@ -484,6 +486,7 @@ impl Scheduler {
         tasks: Vec<(TaskId, ResourceSet)>,
         strategy: escher_proto::types::GangStrategy,
         deadline: Option<Millis>,
+        now: Millis,
     ) -> Result<(), CoreError> {
         let Some(first) = tasks.first().map(|(t, _)| *t) else {
             return Err(CoreError::EmptyGang);
@@ -517,7 +520,7 @@ impl Scheduler {
                 self.deadlines.insert((at, task));
             }
         }
-        self.add_gang(first, members, strategy);
+        self.add_gang(first, members, strategy, now);
         Ok(())
     }
 
@@ -526,7 +529,7 @@ impl Scheduler {
         let Some(g) = self.gangs.gangs.get(&gang) else {
             return;
         };
-        let (members, strategy) = (g.members.clone(), g.strategy);
+        let (members, strategy, since) = (g.members.clone(), g.strategy, g.since);
         self.remove_gang(gang);
         if let Some(task) = self.forget_task(id)
             && let Some(at) = task.deadline
@@ -535,7 +538,7 @@ impl Scheduler {
         }
         let rest: Vec<TaskId> = members.into_iter().filter(|m| *m != id).collect();
         if !rest.is_empty() {
-            self.add_gang(gang, rest, strategy);
+            self.add_gang(gang, rest, strategy, since);
         }
     }
 

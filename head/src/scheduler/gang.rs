@@ -22,8 +22,20 @@
 //! or, for `StrictSpread`, when no assignment of bundles to distinct live nodes that could
 //! each hold theirs exists (a bipartite matching, for gangs of at most [`MATCH_BUNDLES`]
 //! bundles; beyond, when there are fewer such nodes than bundles).
-//! Gangs are examined after ordinary tasks, so a stream of small tasks can delay a large gang;
-//! callers that need a guarantee drain competing work with queue resources (P3).
+//!
+//! # Starvation
+//!
+//! Gangs are examined after ordinary tasks, so a stream of small tasks could take every
+//! resource a large gang needs as soon as it frees, forever. The rule against that: a gang
+//! that has waited [`GANG_PATIENCE`] (30 s) without being placed *holds* the nodes of a
+//! placement that would fit there if they were idle (the oldest such gang; one hold at a
+//! time). While the hold lasts, ordinary tasks and other gangs may take on a held node only
+//! what leaves the held bundles room beside what runs there now, so the node drains towards
+//! the gang as its tasks end; the gang itself is still placed wherever it fits first. The
+//! hold ends when the gang is placed, cancelled, expires or becomes infeasible, or when a held
+//! node leaves (then the gang, still starving, holds a new placement in the next round). Time
+//! comes from the events (a hold is taken in the first round after the patience ran out),
+//! which keeps the core deterministic: a stream of small tasks is a stream of events.
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeSet;
@@ -34,7 +46,7 @@ use rustc_hash::FxHashMap;
 
 use super::core::{Place, Scheduler};
 use super::event::describe_spread;
-use super::event::{Decision, InfeasibleReason};
+use super::event::{Decision, InfeasibleReason, Millis};
 use super::interner::ResourceId;
 use super::shape::Req;
 
@@ -52,6 +64,32 @@ pub(crate) struct Gang {
     pub(crate) woken: bool,
     /// A capacity fell or a node left: check that it is still feasible.
     pub(crate) recheck: bool,
+    /// When it started waiting.
+    pub(crate) since: Millis,
+}
+
+/// How long a gang waits before it holds the nodes it needs against later work (30 s).
+pub const GANG_PATIENCE: Millis = 30_000;
+
+/// A starving gang's hold on the nodes of its target placement (see *Starvation* in the
+/// module documentation).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Hold {
+    /// The gang that holds.
+    pub(crate) gang: GangId,
+    /// What its target placement takes, per node and resource.
+    #[serde(serialize_with = "super::sorted::sorted")]
+    pub(crate) taken: Taken,
+}
+
+/// Amounts per node and resource: what a placement takes, or what a hold keeps.
+pub(crate) type Taken = FxHashMap<(NodeId, ResourceId), Amount>;
+
+/// Against what a placement is computed: what is free now, or what the nodes hold in total.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Avail {
+    Now,
+    Idle,
 }
 
 /// All pending gangs, and the index from resource to the gangs that request it.
@@ -95,8 +133,15 @@ impl Gangs {
 }
 
 impl Scheduler {
-    /// Registers a gang whose members are already known as pending tasks.
-    pub(crate) fn add_gang(&mut self, id: GangId, members: Vec<TaskId>, strategy: GangStrategy) {
+    /// Registers a gang whose members are already known as pending tasks, waiting since
+    /// `since`.
+    pub(crate) fn add_gang(
+        &mut self,
+        id: GangId,
+        members: Vec<TaskId>,
+        strategy: GangStrategy,
+        since: Millis,
+    ) {
         let mut resources = BTreeSet::new();
         for m in &members {
             if let Some(t) = self.tasks.get(m) {
@@ -115,6 +160,7 @@ impl Scheduler {
             infeasible: None,
             woken: true,
             recheck: true,
+            since,
         };
         self.gangs.gangs.insert(id, gang);
     }
@@ -139,7 +185,75 @@ impl Scheduler {
         }
     }
 
-    /// Places every woken gang that fits now, in gang order, and settles feasibility.
+    /// Keeps the hold of a gang that still starves, drops one whose gang is gone, and lets the
+    /// oldest gang that has waited [`GANG_PATIENCE`] take one when none is held.
+    pub(crate) fn update_hold(&mut self, now: Millis) {
+        if let Some(hold) = &self.hold {
+            let kept = self
+                .gangs
+                .gangs
+                .get(&hold.gang)
+                .is_some_and(|g| g.infeasible.is_none())
+                && hold.taken.keys().all(|(n, _)| self.nodes.contains_key(n));
+            if kept {
+                return;
+            }
+            self.release_hold();
+        }
+        let starving = self
+            .gangs
+            .gangs
+            .iter()
+            .filter(|(_, g)| g.infeasible.is_none() && g.since.saturating_add(GANG_PATIENCE) <= now)
+            .min_by_key(|(id, g)| (g.since, **id))
+            .map(|(id, g)| (*id, g.strategy));
+        let Some((gang, strategy)) = starving else {
+            return;
+        };
+        let reqs = self.gang_reqs(gang);
+        let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Idle, &Taken::default()) else {
+            return;
+        };
+        let mut taken = Taken::default();
+        for ((_, req), node) in reqs.iter().zip(nodes) {
+            add(&mut taken, node, req);
+        }
+        self.hold = Some(Hold { gang, taken });
+    }
+
+    /// Ends the hold, waking what waits for the resources it kept.
+    pub(crate) fn release_hold(&mut self) {
+        let Some(hold) = self.hold.take() else {
+            return;
+        };
+        for (node, r) in hold.taken.keys() {
+            self.shapes.wake_at(*r, *node);
+            self.gangs.wake(*r);
+        }
+    }
+
+    /// Whether an ordinary task requesting `req` may be admitted on `node` now: it fits, and
+    /// leaves a hold on the node room for what it keeps.
+    pub(crate) fn fits_beside_hold(&self, node: NodeId, req: &Req) -> bool {
+        let Some(hold) = &self.hold else {
+            return self.nodes.get(&node).is_some_and(|n| n.fits(req));
+        };
+        self.fits_with(node, req, &hold.taken, Avail::Now)
+    }
+
+    /// The members of a gang with their requirements, in bundle order.
+    fn gang_reqs(&self, id: GangId) -> Vec<(TaskId, Req)> {
+        let Some(gang) = self.gangs.gangs.get(&id) else {
+            return Vec::new();
+        };
+        gang.members
+            .iter()
+            .filter_map(|m| self.tasks.get(m).map(|t| (*m, t.req.clone())))
+            .collect()
+    }
+
+    /// Places every woken gang that fits now, in gang order, and settles feasibility. A gang
+    /// other than the holding one places only beside the hold.
     pub(crate) fn gang_round(&mut self, out: &mut Vec<Decision>) {
         let woken: Vec<GangId> = self
             .gangs
@@ -154,14 +268,14 @@ impl Scheduler {
             };
             let woken = std::mem::take(&mut gang.woken);
             gang.recheck = false;
-            let reqs: Vec<(TaskId, Req)> = gang
-                .members
-                .iter()
-                .filter_map(|m| self.tasks.get(m).map(|t| (*m, t.req.clone())))
-                .collect();
             let strategy = gang.strategy;
             let was_infeasible = gang.infeasible.is_some();
-            if woken && let Some(nodes) = self.place_gang(&reqs, strategy) {
+            let reqs = self.gang_reqs(id);
+            let base = match &self.hold {
+                Some(hold) if hold.gang != id => hold.taken.clone(),
+                _ => Taken::default(),
+            };
+            if woken && let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Now, &base) {
                 if was_infeasible {
                     for (task, _) in &reqs {
                         out.push(Decision::Feasible { task: *task });
@@ -170,6 +284,9 @@ impl Scheduler {
                 self.remove_gang(id);
                 for ((task, req), node) in reqs.iter().zip(nodes) {
                     self.commit(*task, node, req, out);
+                }
+                if self.hold.as_ref().is_some_and(|h| h.gang == id) {
+                    self.release_hold();
                 }
                 continue;
             }
@@ -189,6 +306,9 @@ impl Scheduler {
                             reason: reason.clone(),
                         });
                     }
+                    if self.hold.as_ref().is_some_and(|h| h.gang == id) {
+                        self.release_hold();
+                    }
                 }
                 (true, None) => {
                     gang.infeasible = None;
@@ -201,43 +321,55 @@ impl Scheduler {
         }
     }
 
-    /// A complete placement of the bundles against current availability, or `None`: greedy
-    /// first fit, then, for small gangs it missed, the exact search.
-    fn place_gang(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
-        self.place_greedy(reqs, strategy).or_else(|| {
+    /// A complete placement of the bundles against `avail`, on top of `base`, or `None`:
+    /// greedy first fit, then, for small gangs it missed, the exact search.
+    fn place_gang(
+        &self,
+        reqs: &[(TaskId, Req)],
+        strategy: GangStrategy,
+        avail: Avail,
+        base: &Taken,
+    ) -> Option<Vec<NodeId>> {
+        self.place_greedy(reqs, strategy, avail, base).or_else(|| {
             let small = reqs.len() <= EXACT_BUNDLES && strategy != GangStrategy::StrictPack;
-            small.then(|| self.place_exact(reqs, strategy)).flatten()
+            small
+                .then(|| self.place_exact(reqs, strategy, avail, base))
+                .flatten()
         })
     }
 
-    /// Whether `req` fits on `node` now, on top of what the placement so far has `taken`.
-    fn fits_with(
-        &self,
-        node: NodeId,
-        req: &Req,
-        taken: &FxHashMap<(NodeId, ResourceId), Amount>,
-    ) -> bool {
+    /// Whether `req` fits on `node` (against `avail`), on top of what is `taken` there.
+    fn fits_with(&self, node: NodeId, req: &Req, taken: &Taken, avail: Avail) -> bool {
         let Some(n) = self.nodes.get(&node) else {
             return false;
         };
         req.iter().all(|(r, a)| {
             n.slots.get(r).is_some_and(|s| {
                 let extra = taken.get(&(node, *r)).copied().unwrap_or_default();
+                let used = match avail {
+                    Avail::Now => s.used,
+                    Avail::Idle => Amount::ZERO,
+                };
                 s.total
-                    .admits(s.used.checked_add(extra).unwrap_or(Amount::MAX), *a)
+                    .admits(used.checked_add(extra).unwrap_or(Amount::MAX), *a)
             })
         })
     }
 
-    /// The exact search (see the module documentation); `None` when no placement exists now
-    /// or the step budget ran out.
-    fn place_exact(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
-        let empty = FxHashMap::default();
+    /// The exact search (see the module documentation); `None` when no placement exists or
+    /// the step budget ran out.
+    fn place_exact(
+        &self,
+        reqs: &[(TaskId, Req)],
+        strategy: GangStrategy,
+        avail: Avail,
+        base: &Taken,
+    ) -> Option<Vec<NodeId>> {
         let fitting: Vec<Vec<NodeId>> = reqs
             .iter()
             .map(|(_, req)| {
                 self.candidates(req)
-                    .filter(|n| self.fits_with(*n, req, &empty))
+                    .filter(|n| self.fits_with(*n, req, base, avail))
                     .collect()
             })
             .collect();
@@ -249,7 +381,8 @@ impl Scheduler {
             fitting: &fitting,
             order: &order,
             distinct: strategy == GangStrategy::StrictSpread,
-            taken: FxHashMap::default(),
+            avail,
+            taken: base.clone(),
             placement: vec![None; reqs.len()],
             steps: 0,
         };
@@ -260,13 +393,17 @@ impl Scheduler {
     }
 
     /// Greedy first fit, per strategy.
-    fn place_greedy(&self, reqs: &[(TaskId, Req)], strategy: GangStrategy) -> Option<Vec<NodeId>> {
-        let mut taken: FxHashMap<(NodeId, ResourceId), Amount> = FxHashMap::default();
+    fn place_greedy(
+        &self,
+        reqs: &[(TaskId, Req)],
+        strategy: GangStrategy,
+        avail: Avail,
+        base: &Taken,
+    ) -> Option<Vec<NodeId>> {
+        let mut taken = base.clone();
         let mut used: Vec<NodeId> = Vec::new();
         let mut count: FxHashMap<NodeId, usize> = FxHashMap::default();
-        let fits = |node: NodeId, req: &Req, taken: &FxHashMap<(NodeId, ResourceId), Amount>| {
-            self.fits_with(node, req, taken)
-        };
+        let fits = |node: NodeId, req: &Req, taken: &Taken| self.fits_with(node, req, taken, avail);
         if strategy == GangStrategy::StrictPack {
             let total = sum_of(reqs);
             let node = self.candidates(&total).find(|n| fits(*n, &total, &taken))?;
@@ -289,10 +426,7 @@ impl Scheduler {
                 GangStrategy::StrictSpread => fresh().find(|n| fits(*n, req, &taken)),
                 GangStrategy::StrictPack => unreachable!("handled above"),
             }?;
-            for (r, a) in req.iter() {
-                let e = taken.entry((node, *r)).or_default();
-                *e = e.checked_add(*a).unwrap_or(Amount::MAX);
-            }
+            add(&mut taken, node, req);
             if !count.contains_key(&node) {
                 used.push(node);
             }
@@ -402,7 +536,8 @@ struct Search<'a> {
     fitting: &'a [Vec<NodeId>],
     order: &'a [usize],
     distinct: bool,
-    taken: FxHashMap<(NodeId, ResourceId), Amount>,
+    avail: Avail,
+    taken: Taken,
     placement: Vec<Option<NodeId>>,
     steps: usize,
 }
@@ -422,7 +557,7 @@ impl Search<'_> {
             if self.distinct && self.placement.contains(&Some(node)) {
                 continue;
             }
-            if !self.scheduler.fits_with(node, req, &self.taken) {
+            if !self.scheduler.fits_with(node, req, &self.taken, self.avail) {
                 continue;
             }
             self.take(node, req, true);
@@ -477,6 +612,14 @@ fn max_matching(capable: &[Vec<NodeId>]) -> usize {
     (0..capable.len())
         .filter(|b| augment(*b, capable, &mut owner, &mut BTreeSet::new()))
         .count()
+}
+
+/// Adds `req` on `node` to `taken`.
+fn add(taken: &mut Taken, node: NodeId, req: &Req) {
+    for (r, a) in req.iter() {
+        let e = taken.entry((node, *r)).or_default();
+        *e = e.checked_add(*a).unwrap_or(Amount::MAX);
+    }
 }
 
 /// The sum of every bundle's requirements (what a strict-pack gang needs on one node).

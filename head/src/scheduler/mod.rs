@@ -68,3 +68,4 @@ pub(crate) use self::core::new_total;
 pub use self::core::{NodeView, ResourceView, Scheduler};
 pub use error::CoreError;
 pub use event::{Decision, Event, InfeasibleReason, Millis};
+pub use gang::GANG_PATIENCE;

@@ -8,18 +8,30 @@ use std::sync::Arc;
 use escher_proto::types::{Amount, Capacity, NodeId, ResourceName, TaskId};
 
 use super::core::{Place, Scheduler};
-use super::event::{Decision, InfeasibleReason, describe};
+use super::event::{Decision, InfeasibleReason, Millis, describe};
 use super::interner::ResourceId;
 use super::shape::{Req, ShapeId, Wake};
 
 impl Scheduler {
-    /// Examines every woken shape, oldest waiting task first, until none is woken.
-    pub(crate) fn round(&mut self, out: &mut Vec<Decision>) {
+    /// Examines every woken shape, oldest waiting task first, then every woken gang; a
+    /// starving gang's hold is settled first, and what a hold released is examined again.
+    pub(crate) fn round(&mut self, now: Millis, out: &mut Vec<Decision>) {
+        if !self.gangs.gangs.is_empty() || self.hold.is_some() {
+            self.update_hold(now);
+        }
         if !self.shapes.woken.is_empty() {
             self.shape_round(out);
         }
-        if !self.gangs.gangs.is_empty() {
+        // A hold that ends in the gang round wakes what it kept from others: one more pass.
+        while !self.gangs.gangs.is_empty() {
+            let held = self.hold.is_some();
             self.gang_round(out);
+            if !held || self.hold.is_some() {
+                break;
+            }
+            if !self.shapes.woken.is_empty() {
+                self.shape_round(out);
+            }
         }
     }
 
@@ -135,7 +147,7 @@ impl Scheduler {
                 break;
             };
             cursor = Some(node);
-            if self.nodes[&node].fits(req) {
+            if self.fits_beside_hold(node, req) {
                 self.dispatch(task, id, node, req, out);
                 self.cursors.insert(key, node);
                 dispatched += 1;
@@ -161,7 +173,7 @@ impl Scheduler {
                 let Some(task) = self.head(id) else {
                     return dispatched;
                 };
-                if !self.nodes.get(node).is_some_and(|n| n.fits(req)) {
+                if !self.fits_beside_hold(*node, req) {
                     break;
                 }
                 self.dispatch(task, id, *node, req, out);

@@ -23,8 +23,10 @@ impl Scheduler {
     /// - every interned name is referenced, and its count is exactly the number of node slots
     ///   and known tasks that refer to it; every index names only live ids (so a freed id,
     ///   which may be handed out again, can never be mistaken for the name it had);
-    /// - **liveness**: no pending task fits any live node (the queue heads are checked; within a
-    ///   shape all tasks are alike) and no shape is left woken.
+    /// - a starving gang's hold names a waiting, feasible gang and live nodes;
+    /// - **liveness**: no pending task fits any live node beside a starving gang's hold (the
+    ///   queue heads are checked; within a shape all tasks are alike) and no shape is left
+    ///   woken.
     pub fn sanity_check(&self) -> Result<(), String> {
         // Allocations per node and resource, recomputed from the running tasks.
         let mut held: BTreeMap<(u64, u32), Amount> = BTreeMap::new();
@@ -76,6 +78,15 @@ impl Scheduler {
                         }
                     }
                 }
+            }
+        }
+        if let Some(hold) = &self.hold {
+            let gang = self.gangs.gangs.get(&hold.gang);
+            if gang.is_none_or(|g| g.infeasible.is_some()) {
+                return Err(format!("a hold for gang {} that does not wait", hold.gang));
+            }
+            if let Some((node, _)) = hold.taken.keys().find(|(n, _)| !self.nodes.contains_key(n)) {
+                return Err(format!("gang {} holds dead node {node}", hold.gang));
             }
         }
         for (gang_id, gang) in &self.gangs.gangs {
@@ -225,10 +236,14 @@ impl Scheduler {
                     return Err(format!("shape {id:?} is missing from the resource index"));
                 }
             }
-            if let Some(node) = self.nodes.iter().find(|(_, n)| n.fits(&shape.req)) {
+            if let Some(node) = self
+                .nodes
+                .keys()
+                .find(|n| self.fits_beside_hold(**n, &shape.req))
+            {
                 return Err(format!(
                     "liveness: shape {id:?} {:?} waits although node {} has room",
-                    shape.req, node.0
+                    shape.req, node
                 ));
             }
             let feasible = self.nodes.values().any(|n| n.could_hold(&shape.req));
