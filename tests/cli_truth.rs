@@ -169,6 +169,15 @@ async fn tasks_lists_newest_first_filters_and_says_when_the_list_goes_on() {
     assert_eq!(ids(&out), [4, 3, 2, 1], "{out}");
     let (_, out, _) = escher(&cluster, &["tasks", "--node", "99"]);
     assert_eq!(out, "no tasks\n");
+    // The namespace of --namespace.
+    let (code, _, err) = escher(
+        &cluster,
+        &["--namespace", "team-b", "submit", "--wait", "--", "true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = escher(&cluster, &["--namespace", "team-b", "tasks"]);
+    assert_eq!(ids(&out), [5], "{out}");
+    assert!(out.contains("team-b"), "{out}");
     let (code, _, err) = escher(&cluster, &["tasks", "--label", "=a"]);
     assert_eq!(code, 1);
     assert!(err.contains("give KEY=VALUE, or KEY"), "{err}");

@@ -70,10 +70,6 @@ pub struct TasksArgs {
     #[arg(long, value_name = "NODE")]
     pub node: Option<u64>,
 
-    /// Only tasks of this namespace (an application token sees its own only)
-    #[arg(long, value_name = "NAMESPACE")]
-    pub namespace: Option<String>,
-
     /// Oldest first (default: newest first)
     #[arg(long)]
     pub oldest_first: bool,
@@ -89,11 +85,8 @@ pub struct TasksArgs {
 }
 
 impl TasksArgs {
-    fn query(&self) -> anyhow::Result<ListTasksRequest> {
-        let namespace = match &self.namespace {
-            Some(ns) => Some(Namespace::new(ns).map_err(|e| anyhow::anyhow!("--namespace: {e}"))?),
-            None => None,
-        };
+    /// The query, for tasks of `namespace` only if given (the global `--namespace`).
+    fn query(&self, namespace: Option<Namespace>) -> anyhow::Result<ListTasksRequest> {
         let mut labels = Vec::with_capacity(self.labels.len());
         for selector in &self.labels {
             let (key, value) = match selector.split_once('=') {
@@ -150,7 +143,7 @@ pub struct LogsArgs {
 
 impl TasksArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
-        let query = self.query()?;
+        let query = self.query(ctx.namespace.clone())?;
         let client = ctx.client().await?;
         let (tasks, more) = if self.limit == 0 {
             (client.find_tasks(query, None).await?, 0)

@@ -14,9 +14,12 @@
 //!   gpus                            every node's GPUs, MIG slices, and which task holds each
 //!   mig apply NODE GPU LAYOUT [--drain] [--wait [--timeout SECS]]
 //!                                   change one GPU's MIG layout
-//!   logs ID [--stderr] [--follow]   a command task's output, raw
-//!   tasks [--state S] [--limit N]
-//!   info ID                         everything about one task
+//!   logs ID [--stderr] [--attempt N] [--follow]
+//!                                   a command task's output, raw (the latest attempt's)
+//!   tasks [--state S] [--name TEXT] [--label K[=V]]... [--node N] [--oldest-first]
+//!         [--limit N] [--after ID]  tasks, newest first (of --namespace NS only, if given),
+//!                                   with how many more match
+//!   info ID                         everything about one task, its attempts included
 //!   resource set NAME CAPACITY  (--local | --node ID | --match RESOURCES [--num-nodes N])
 //!   resource adjust NAME DELTA  (same targets)
 //!   resource delete NAME        (same targets)
