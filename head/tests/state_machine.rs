@@ -187,27 +187,30 @@ fn each_attempt_is_remembered_with_its_node_its_end_and_its_output_tail() {
         ..report(a, 3, ok(0))
     });
     let rec = t.state.task(a).unwrap();
-    let ends: Vec<(u32, NodeId, Option<&str>, bool)> = rec
+    let ends: Vec<(u32, NodeId, Option<String>, bool)> = rec
         .attempts
         .iter()
-        .map(|x| (x.attempt, x.node, x.ended.as_deref(), x.output.is_some()))
+        .map(|x| (x.attempt, x.node, rec.ended(x), x.output.is_some()))
         .collect();
     assert_eq!(
         ends,
         [
-            (1, n1, Some("exited with code 3"), true),
-            (2, n1, Some("node 1 lost: heartbeat timeout"), false),
-            (3, n2, Some("exited with code 0"), true),
+            (1, n1, Some("exited with code 3".into()), true),
+            (2, n1, Some("node 1 lost: heartbeat timeout".into()), false),
+            (3, n2, Some("exited with code 0".into()), true),
         ]
     );
     assert_eq!(
-        rec.attempt_record(1).unwrap().output,
-        Some(tail("bad input\n", 10))
+        rec.attempt_record(1).unwrap().output.as_deref(),
+        Some(&tail("bad input\n", 10))
     );
+    // Only a failed attempt's end is stored; the last one's is the task's result.
+    assert!(rec.attempts[2].ended.is_none());
     // The API reports them.
     let info = t.state.task_info(a).unwrap();
     assert_eq!(info.attempts.len(), 3);
     assert!(info.attempts[0].output_kept && !info.attempts[1].output_kept);
+    assert_eq!(info.attempts[2].ended.as_deref(), Some("exited with code 0"));
     // A report with a tail travels through the log like any other command.
     check_invariants(&t.state);
 }

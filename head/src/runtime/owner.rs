@@ -771,7 +771,7 @@ impl<S: LogStore> Owner<S> {
                 stream: request.stream,
                 offset: request.offset,
                 max_bytes: request.max_bytes,
-                tail: a.output.clone(),
+                tail: a.output.as_deref().cloned(),
             }),
         };
         let read = match found {

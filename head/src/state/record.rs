@@ -90,11 +90,12 @@ pub struct AttemptRecord {
     pub node: NodeId,
     /// When it was sent.
     pub started_at: Millis,
-    /// How it ended; `None` while it runs.
-    pub ended: Option<String>,
+    /// How it ended, when it did not end its task successfully; `None` while it runs, and for
+    /// the attempt that succeeded (the task's result says how: see [`TaskRecord::ended`]).
+    pub ended: Option<Box<str>>,
     /// The end of its output, as its worker reported it (commands only; kept for the last
     /// [`MAX_TAILS_KEPT`] attempts).
-    pub output: Option<OutputTail>,
+    pub output: Option<Box<OutputTail>>,
 }
 
 /// How many of a task's attempts keep their output tail in the head: with at most
@@ -129,6 +130,8 @@ impl TaskRecord {
         if self.attempts.len() >= MAX_ATTEMPTS_KEPT {
             self.attempts.remove(0);
         }
+        // Most tasks run once: no room for attempts that never come (a record per task).
+        self.attempts.reserve_exact(1);
         self.attempts.push(AttemptRecord {
             attempt: self.attempt,
             node,
@@ -148,8 +151,25 @@ impl TaskRecord {
             && last.attempt == self.attempt
             && last.ended.is_none()
         {
-            last.ended = Some(how());
+            last.ended = Some(how().into_boxed_str());
         }
+    }
+
+    /// How attempt `a` (one of its own) ended, in words; `None` while it runs.
+    pub fn ended(&self, a: &AttemptRecord) -> Option<String> {
+        if let Some(how) = &a.ended {
+            return Some(how.to_string());
+        }
+        let last = a.attempt == self.attempt;
+        if !last || !self.state.is_terminal() {
+            return None;
+        }
+        Some(match &self.result {
+            Some(TaskResult::Exited { code }) => format!("exited with code {code}"),
+            Some(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
+            Some(TaskResult::Released) => "released".to_string(),
+            None => self.state.to_string(),
+        })
     }
 
     /// Attempt `attempt`, while the record keeps it.
@@ -183,7 +203,7 @@ impl TaskRecord {
                 attempt: a.attempt,
                 node: a.node,
                 started_at_ms: a.started_at,
-                ended: a.ended.clone(),
+                ended: self.ended(a),
                 output_kept: a.output.is_some(),
             })
             .collect()

@@ -199,13 +199,11 @@ impl ClusterState {
         let node = rec.node.unwrap_or(NodeId(0));
         let cancel_requested = rec.cancel_requested;
         let timeout = rec.spec.timeout;
-        if let Some(rec) = self.tasks.get_mut(&id) {
-            if let Some(last) = rec.attempts.last_mut()
-                && last.attempt == report.attempt
-            {
-                last.output = report.output;
-            }
-            rec.end_attempt(|| describe_outcome(&report.outcome, report.timed_out));
+        if let Some(rec) = self.tasks.get_mut(&id)
+            && let Some(last) = rec.attempts.last_mut()
+            && last.attempt == report.attempt
+        {
+            last.output = report.output.map(Box::new);
         }
         // A ghost's resources go before its allocation is released: otherwise the round that
         // the release starts could admit a waiting task to the bundle of a ghost that ended.
@@ -367,8 +365,11 @@ impl ClusterState {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
-        if rec.state == TaskState::Running {
-            rec.end_attempt(|| reason.clone().unwrap_or_else(|| state.to_string()));
+        // A successful attempt's end is the task's result (`TaskRecord::ended`).
+        if rec.state == TaskState::Running
+            && let Some(why) = &reason
+        {
+            rec.end_attempt(|| why.clone());
         }
         let ns = rec.namespace();
         if !rec.state.is_terminal() {
@@ -595,20 +596,5 @@ fn count_unfinished(
         if *n == 0 {
             unfinished.remove(&ns);
         }
-    }
-}
-
-/// How an attempt ended, in words, from its worker's report.
-fn describe_outcome(outcome: &Result<TaskResult, String>, timed_out: bool) -> String {
-    let how = match outcome {
-        Ok(TaskResult::Exited { code }) => format!("exited with code {code}"),
-        Ok(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
-        Ok(TaskResult::Released) => "released".to_string(),
-        Err(why) => why.clone(),
-    };
-    if timed_out {
-        format!("timed out: {how}")
-    } else {
-        how
     }
 }
