@@ -210,7 +210,10 @@ fn each_attempt_is_remembered_with_its_node_its_end_and_its_output_tail() {
     let info = t.state.task_info(a).unwrap();
     assert_eq!(info.attempts.len(), 3);
     assert!(info.attempts[0].output_kept && !info.attempts[1].output_kept);
-    assert_eq!(info.attempts[2].ended.as_deref(), Some("exited with code 0"));
+    assert_eq!(
+        info.attempts[2].ended.as_deref(),
+        Some("exited with code 0")
+    );
     // A report with a tail travels through the log like any other command.
     check_invariants(&t.state);
 }

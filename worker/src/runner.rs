@@ -142,25 +142,28 @@ pub(crate) async fn run_task(
     }
 }
 
-/// The end of both streams of an attempt's log, for the head to keep. A stream that cannot
-/// be read is reported as empty: the report matters more than its tail.
+/// The end of both streams of an attempt's log, for the head to keep, read in one trip to a
+/// blocking thread. A stream that cannot be read is reported as empty: the report matters more
+/// than its tail.
 async fn output_tail(log_dir: &std::path::Path, task_id: u64, attempt: u32) -> OutputTail {
-    let tail = |stream| async move {
-        read_tail(log_dir, task_id, attempt, stream, OUTPUT_TAIL_BYTES)
-            .await
-            .unwrap_or_else(|e| {
+    let dir = log_dir.to_path_buf();
+    let read = move || {
+        let tail = |stream| {
+            read_tail(&dir, task_id, attempt, stream, OUTPUT_TAIL_BYTES).unwrap_or_else(|e| {
                 tracing::warn!(task_id, attempt, %stream, error = %e, "cannot read the end of the log");
                 (Vec::new(), 0)
             })
+        };
+        let (stdout, stdout_len) = tail(Stream::Stdout);
+        let (stderr, stderr_len) = tail(Stream::Stderr);
+        OutputTail {
+            stdout,
+            stderr,
+            stdout_len,
+            stderr_len,
+        }
     };
-    let ((stdout, stdout_len), (stderr, stderr_len)) =
-        tokio::join!(tail(Stream::Stdout), tail(Stream::Stderr));
-    OutputTail {
-        stdout,
-        stderr,
-        stdout_len,
-        stderr_len,
-    }
+    tokio::task::spawn_blocking(read).await.unwrap_or_default()
 }
 
 type Outcome = (Result<TaskResult, String>, bool);

@@ -114,24 +114,28 @@ pub async fn read_log(
 
 /// The last `max` bytes of a stream of a task attempt's log, and the stream's whole length. A
 /// log that does not exist reads as empty (a command that could not start wrote none).
-pub async fn read_tail(
+/// Blocking: a finished attempt reads both its tails in one trip to a blocking thread.
+pub fn read_tail(
     log_dir: &Path,
     task_id: u64,
     attempt: u32,
     stream: Stream,
     max: usize,
 ) -> io::Result<(Vec<u8>, u64)> {
+    use std::io::{Read, Seek};
     let path = log_path(log_dir, task_id, attempt, stream);
-    let mut file = match tokio::fs::File::open(&path).await {
+    let mut file = match std::fs::File::open(&path) {
         Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
         Err(e) => return Err(e),
     };
-    let len = file.metadata().await?.len();
+    let len = file.metadata()?.len();
     let start = len.saturating_sub(max as u64);
-    file.seek(SeekFrom::Start(start)).await?;
     let mut data = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
-    file.take(len - start).read_to_end(&mut data).await?;
+    if len > start {
+        file.seek(SeekFrom::Start(start))?;
+        file.take(len - start).read_to_end(&mut data)?;
+    }
     Ok((data, len))
 }
 
@@ -381,17 +385,11 @@ mod tests {
     async fn a_tail_is_the_end_of_the_stream_and_its_length() {
         let dir = tempfile::tempdir().unwrap();
         write(dir.path(), 3, 1, Stream::Stdout, b"0123456789").await;
-        let tail = read_tail(dir.path(), 3, 1, Stream::Stdout, 4)
-            .await
-            .unwrap();
+        let tail = read_tail(dir.path(), 3, 1, Stream::Stdout, 4).unwrap();
         assert_eq!(tail, (b"6789".to_vec(), 10));
-        let all = read_tail(dir.path(), 3, 1, Stream::Stdout, 100)
-            .await
-            .unwrap();
+        let all = read_tail(dir.path(), 3, 1, Stream::Stdout, 100).unwrap();
         assert_eq!(all, (b"0123456789".to_vec(), 10));
-        let none = read_tail(dir.path(), 3, 1, Stream::Stderr, 4)
-            .await
-            .unwrap();
+        let none = read_tail(dir.path(), 3, 1, Stream::Stderr, 4).unwrap();
         assert_eq!(none, (Vec::new(), 0));
     }
 
