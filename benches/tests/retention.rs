@@ -9,7 +9,7 @@
 //! 10,000 tombstones after 11,000 tasks, the raft log's first snapshots, the allocator's
 //! arenas): read after 10,000 tasks, it left the head 8–9 MiB of such warm-up growth, at the
 //! edge of the bound, and the test failed now and then. Keeping every finished task would cost
-//! about 0.9 KB each, some 220 MiB for the 250,000 after the baseline (the `retention` benchmark
+//! about 1.2 KB each, some 280 MiB for the 250,000 after the baseline (the `retention` benchmark
 //! workload measures that slope); keeping every tombstone grew the head from 35.5 to 55.1 MiB
 //! after the baseline (measured by running this test with `--retain-tombstones 1000000000`: it
 //! fails), so the bound catches either while leaving room for what the allocator keeps (about
