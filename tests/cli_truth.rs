@@ -238,3 +238,62 @@ async fn logs_follow_prints_until_the_task_ends() {
     assert_eq!(out, "first\nsecond\n");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_status_of_one_node_and_completion_scripts() {
+    let cluster = start().await;
+    let node = cluster.nodes()[0].to_string();
+    let (code, _, err) = escher(&cluster, &["submit", "--", "sleep", "30"]);
+    assert_eq!(code, 0, "{err}");
+    // One row per node, with its CPU use and the task running there.
+    let out = common::within("the task to run", async {
+        loop {
+            let (_, out, _) = escher(&cluster, &["nodes"]);
+            if out.lines().nth(1).is_some_and(|l| l.contains("1 / ")) {
+                return out;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        [
+            "NODE", "NAME", "ALIVE", "CPU", "MEMORY", "GPU", "OTHER", "RUNNING", "LABELS"
+        ]
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(row[0], node, "{out}");
+    assert_eq!(row[2], "yes", "{out}");
+    let (code, json, _) = escher(&cluster, &["--json", "nodes"]);
+    assert_eq!(code, 0);
+    let rows: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(rows[0]["running"], 1, "{json}");
+    // status of one node; an unknown one is an error that says where to look.
+    let (code, out, _) = escher(&cluster, &["status", "--node", &node]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("1 nodes"), "{out}");
+    let (code, _, err) = escher(&cluster, &["status", "--node", "99"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no node 99") && err.contains("escher nodes --all"),
+        "{err}"
+    );
+    // Completion scripts for each shell, without a head.
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef escher"),
+        ("fish", "complete -c escher"),
+    ] {
+        let (code, script, err) = escher(&cluster, &["completion", shell]);
+        assert_eq!(code, 0, "{err}");
+        assert!(script.contains(marker), "{shell}: {script:.200}");
+        assert!(
+            script.contains("nodes") && script.contains("attempt"),
+            "{shell}"
+        );
+    }
+    escher(&cluster, &["cancel", "1"]);
+    cluster.shutdown().await;
+}

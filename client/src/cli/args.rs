@@ -14,6 +14,7 @@ use super::admin::{DrainArgs, TokenCommand};
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
+use super::nodes::NodesArgs;
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
 use super::status::StatusArgs;
@@ -65,6 +66,8 @@ pub struct Cli {
 pub enum Command {
     /// Show nodes, every resource's total / used / available, and pending tasks with reasons
     Status(StatusArgs),
+    /// One row per node: liveness, CPU, memory and GPU use, other resources, running tasks
+    Nodes(NodesArgs),
     /// Submit a command task (or several copies), optionally waiting for it
     Submit(SubmitArgs),
     /// Wait for a task to finish and show its outcome and result
@@ -97,6 +100,16 @@ pub enum Command {
     Token(TokenCommand),
     /// Stop admitting new tasks on a node; running tasks finish (admin)
     Drain(DrainArgs),
+    /// Print a shell completion script: `escher completion bash > /etc/bash_completion.d/escher`
+    Completion(CompletionArgs),
+}
+
+/// Options of `escher completion`.
+#[derive(Debug, Clone, Args)]
+pub struct CompletionArgs {
+    /// The shell to complete for
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
 }
 
 impl Cli {

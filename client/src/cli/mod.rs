@@ -3,8 +3,9 @@
 //!
 //! ```text
 //! escher [--head URL[,URL...]] [--namespace NS] [--json] <command>
-//!   status                          nodes, resources (total / used / available), pending
+//!   status [--node N]               nodes, resources (total / used / available), pending
 //!                                   tasks, head replicas
+//!   nodes [--all]                   one row per node: use of cpu, memory, GPUs; running tasks
 //!   submit [options] -- CMD ARGS... submit a command task (--count N copies, --wait)
 //!   get ID [--timeout SECS]         wait for a task; show its outcome and result
 //!   wait ID... [--num N] [--timeout SECS]
@@ -25,6 +26,8 @@
 //!   resource delete NAME        (same targets)
 //!   heads                           the head group's replicas: role, term, commit, applied
 //!   heads add ID=HOST:PORT          add a replica (started with --join); heads remove ID
+//!   completion bash|zsh|fish|elvish|powershell
+//!                                   a shell completion script
 //! ```
 //!
 //! The head is found from `--head`, else `ESCHER_HEAD`, else `http://127.0.0.1:7600`; for a
@@ -58,6 +61,7 @@ mod ctx;
 mod gpus;
 mod heads;
 mod inspect;
+mod nodes;
 mod render;
 mod reserve;
 mod resource;
@@ -122,6 +126,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
     let ctx = &mut ctx;
     match cli.command {
         Command::Status(a) => a.run(ctx).await,
+        Command::Nodes(a) => a.run(ctx).await,
         Command::Submit(a) => a.run(ctx).await,
         Command::Get(a) => a.run(ctx).await,
         Command::Wait(a) => a.run(ctx).await,
@@ -136,6 +141,11 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Heads(a) => a.run(ctx).await,
         Command::Token(a) => a.run(ctx).await,
         Command::Drain(a) => a.run(ctx).await,
+        Command::Completion(a) => {
+            let mut command = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(a.shell, &mut command, "escher", ctx.out);
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -22,6 +22,10 @@ pub struct StatusArgs {
     /// List at most N pending tasks (0: none)
     #[arg(long, value_name = "N", default_value_t = 20)]
     pub pending: usize,
+
+    /// Show this node only (its resources, and the tasks pending anywhere)
+    #[arg(long, value_name = "N")]
+    pub node: Option<u64>,
 }
 
 /// What `escher status --json` prints.
@@ -38,7 +42,13 @@ pub struct StatusJson<'a> {
 impl StatusArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
-        let cluster = client.cluster_status().await?;
+        let mut cluster = client.cluster_status().await?;
+        if let Some(node) = self.node {
+            cluster.nodes.retain(|n| n.id.0 == node);
+            if cluster.nodes.is_empty() {
+                anyhow::bail!("the head knows no node {node}; `escher nodes --all` lists them");
+            }
+        }
         let pending = if self.pending == 0 || cluster.pending_tasks == 0 {
             Vec::new()
         } else {
