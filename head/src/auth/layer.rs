@@ -9,6 +9,7 @@ use tonic::Status;
 use tonic::body::Body;
 
 use super::{Caller, Keys};
+use crate::runtime::Metrics;
 
 /// Which callers a method admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,6 +92,7 @@ pub fn need(path: &str) -> Option<Need> {
 pub struct AuthLayer {
     keys: Arc<Keys>,
     enforce: bool,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl AuthLayer {
@@ -99,7 +101,14 @@ impl AuthLayer {
         AuthLayer {
             keys,
             enforce: true,
+            metrics: None,
         }
+    }
+
+    /// Counts every call by method in `metrics`.
+    pub(crate) fn counting(mut self, metrics: Arc<Metrics>) -> AuthLayer {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// A layer that takes every caller for an admin: only to measure what checking costs
@@ -108,6 +117,7 @@ impl AuthLayer {
         AuthLayer {
             keys,
             enforce: false,
+            metrics: None,
         }
     }
 }
@@ -119,6 +129,7 @@ impl<S> tower::Layer<S> for AuthLayer {
             inner,
             keys: Arc::clone(&self.keys),
             enforce: self.enforce,
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -129,6 +140,7 @@ pub struct Auth<S> {
     inner: S,
     keys: Arc<Keys>,
     enforce: bool,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl<S> Auth<S> {
@@ -271,6 +283,9 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
+        if let Some(metrics) = &self.metrics {
+            metrics.request(request.uri().path());
+        }
         match self.check(request.uri().path(), request.headers()) {
             Ok((caller, limit)) => {
                 request.extensions_mut().insert(caller);

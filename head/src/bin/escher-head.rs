@@ -76,6 +76,11 @@ struct HeadArgs {
     /// pings each connection three times per period, so live clients are never cut.
     #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
     idle_timeout: humantime::Duration,
+    /// Serve Prometheus metrics on this loopback address (`127.0.0.1:9090`), at `/metrics`; a
+    /// scrape carries a token like any call (`Authorization: Bearer TOKEN`, a reader token is
+    /// enough).
+    #[arg(long, env = "ESCHER_METRICS", value_name = "HOST:PORT")]
+    metrics: Option<std::net::SocketAddr>,
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -176,6 +181,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
             max_message_bytes: args.max_message_bytes,
             idle_timeout: args.idle_timeout.into(),
+            metrics: args.metrics,
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,

@@ -40,6 +40,9 @@ pub struct HeadConfig {
     pub access: AccessFile,
     /// The head's TLS identity: `None` serves plain HTTP/2 (loopback only; see the binary).
     pub tls: Option<super::TlsIdentity>,
+    /// Where to serve Prometheus metrics (`GET /metrics`, a token needed like any call);
+    /// `None` serves none.
+    pub metrics: Option<std::net::SocketAddr>,
     /// Check every call's token (the default, and the only setting `escher-head` has). Off,
     /// every caller is an admin: the benchmark harness turns it off to measure what
     /// authentication costs, nothing else should.
@@ -60,6 +63,7 @@ impl Default for HeadConfig {
             data_dir: None,
             access: AccessFile::generate(Vec::new()),
             tls: None,
+            metrics: None,
             authenticate: true,
         }
     }
@@ -68,6 +72,13 @@ impl Default for HeadConfig {
 /// A setting that makes no sense.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ConfigError {
+    /// Metrics are served over plain HTTP: only on a loopback address.
+    #[error(
+        "--metrics {0}: metrics are served over plain HTTP, so only on a loopback address \
+         (127.0.0.1:9090); scrape them with a Prometheus agent on this machine, or through an \
+         SSH tunnel"
+    )]
+    MetricsNotLoopback(std::net::SocketAddr),
     /// An idle timeout so short that live clients could not answer the pings in time.
     #[error("the idle timeout ({0:?}) must be at least 1s")]
     IdleTimeout(Duration),
@@ -118,6 +129,11 @@ impl HeadConfig {
         }
         if self.idle_timeout < Duration::from_secs(1) {
             return Err(ConfigError::IdleTimeout(self.idle_timeout));
+        }
+        if let Some(addr) = self.metrics
+            && !addr.ip().is_loopback()
+        {
+            return Err(ConfigError::MetricsNotLoopback(addr));
         }
         let retention = &self.state.retention;
         if retention.finished == 0 {

@@ -20,6 +20,7 @@
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
 //!   links and the worker-report protocol);
 //! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;
+//! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
 //!   `handle.rs`: how they reach the owner and how its answers become statuses;
 //! - `config.rs`: [`HeadConfig`].
@@ -30,6 +31,7 @@ mod handle;
 mod idle;
 mod link_svc;
 mod logs;
+mod metrics;
 mod owner;
 mod proposals;
 mod reads;
@@ -58,6 +60,7 @@ use crate::replication::{
 };
 pub use config::{ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
+pub(crate) use metrics::Metrics;
 pub use tls::{TlsError, TlsIdentity};
 
 /// Why the head could not run.
@@ -219,9 +222,27 @@ async fn serve<S: crate::replication::LogStore>(
         raft,
         transport,
     };
+    let metrics = Arc::new(Metrics::default());
     let owner_task = tracker.spawn(
-        owner::Owner::new(replica, config.clone(), Arc::clone(&keys)).run(inboxes, token.clone()),
+        owner::Owner::new(
+            replica,
+            config.clone(),
+            Arc::clone(&keys),
+            Arc::clone(&metrics),
+        )
+        .run(inboxes, token.clone()),
     );
+    if let Some(addr) = config.metrics {
+        let listener = TcpListener::bind(addr).await?;
+        tracker.spawn(metrics::serve(
+            listener,
+            owner.clone(),
+            Arc::clone(&keys),
+            Arc::clone(&metrics),
+            config.authenticate,
+            token.clone(),
+        ));
+    }
 
     let max = config.max_message_bytes;
     let cluster = ClusterServer::new(cluster_svc::ClusterService {
@@ -271,12 +292,15 @@ async fn serve<S: crate::replication::LogStore>(
     }
     let server = builder
         .http2_keepalive_interval(Some(idle_timeout / 3))
-        .layer(if config.authenticate {
-            AuthLayer::new(Arc::clone(&keys))
-        } else {
-            tracing::warn!("this head does not authenticate its callers (a benchmark setting)");
-            AuthLayer::open(Arc::clone(&keys))
-        })
+        .layer(
+            if config.authenticate {
+                AuthLayer::new(Arc::clone(&keys))
+            } else {
+                tracing::warn!("this head does not authenticate its callers (a benchmark setting)");
+                AuthLayer::open(Arc::clone(&keys))
+            }
+            .counting(Arc::clone(&metrics)),
+        )
         .add_service(cluster)
         .add_service(link)
         .add_service(raft_service)

@@ -23,6 +23,7 @@ use tonic::Status;
 use super::config::HeadConfig;
 use super::handle::{Query, not_accepted, to_status};
 use super::logs::{LogReply, PendingFetch, TailRead};
+use super::metrics::Metrics;
 use super::proposals::{Batch, Pending, Proposals};
 use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
@@ -130,6 +131,8 @@ pub(crate) struct Inboxes {
 pub(crate) struct Owner<S: LogStore> {
     /// Who may call: the owner publishes replicated tokens into it and signs task credentials.
     keys: Arc<Keys>,
+    /// What the metrics endpoint reports between scrapes.
+    metrics: Arc<Metrics>,
     replica: Replica<S>,
     config: HeadConfig,
     /// The commands of this turn, proposed together before the cycle.
@@ -145,10 +148,16 @@ pub(crate) struct Owner<S: LogStore> {
 }
 
 impl<S: LogStore> Owner<S> {
-    pub(crate) fn new(replica: Replica<S>, config: HeadConfig, keys: Arc<Keys>) -> Owner<S> {
+    pub(crate) fn new(
+        replica: Replica<S>,
+        config: HeadConfig,
+        keys: Arc<Keys>,
+        metrics: Arc<Metrics>,
+    ) -> Owner<S> {
         keys.publish(replica.state());
         Owner {
             keys,
+            metrics,
             replica,
             config,
             batch: Batch::default(),
@@ -498,6 +507,12 @@ impl<S: LogStore> Owner<S> {
                     node,
                     mut assignment,
                 } => {
+                    if let Some(rec) = state.task(assignment.task_id)
+                        && let Some(started) = rec.started_at
+                    {
+                        self.metrics
+                            .started(started.saturating_sub(rec.submitted_at));
+                    }
                     let ns = assignment.spec.labels.get(NAMESPACE_LABEL);
                     assignment.task_token = self
                         .keys
@@ -534,6 +549,7 @@ impl<S: LogStore> Owner<S> {
     fn on_role(&mut self, role: ReplicaRole, leader: Option<u64>) {
         let leads = role == ReplicaRole::Leader;
         tracing::info!(replica = self.replica.id(), %role, ?leader, "raft role changed");
+        self.metrics.leader_changed();
         if leads && !self.leading {
             self.workers.lead(self.replica.state());
             if self.replica.state().cluster_id().is_none() {

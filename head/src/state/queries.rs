@@ -69,6 +69,14 @@ impl ClusterState {
         &self.unfinished
     }
 
+    /// Every task record retention keeps, with its namespace (empty for none).
+    pub fn task_records(&self) -> impl Iterator<Item = (String, &TaskRecord)> {
+        self.tasks.values().map(|rec| {
+            let ns = rec.spec.labels.get(NAMESPACE_LABEL).unwrap_or_default();
+            (ns.to_string(), rec)
+        })
+    }
+
     /// The unfinished tasks whose hooks or ghost create each resource name.
     pub fn creators_by_name(&self) -> &BTreeMap<ResourceName, BTreeSet<TaskId>> {
         &self.creators

@@ -1,0 +1,316 @@
+//! Prometheus metrics on `--metrics HOST:PORT` (`GET /metrics`, the text exposition format),
+//! named like Ray's where the concept is the same (DESIGN §11).
+//!
+//! Gauges of the cluster are read from the replica's state at each scrape (one read job on the
+//! owner, like `escher status`): tasks by state and namespace, every resource on every live
+//! node (total, used, available), nodes by liveness, and this replica's raft term, commit and
+//! applied indexes and role. What accumulates between scrapes lives in [`Metrics`], shared
+//! with the owner and the auth layer: the submit-to-start latency of every dispatched task,
+//! gRPC requests by method, and this replica's raft role changes.
+//!
+//! A scrape must carry a token like any other call (`Authorization: Bearer TOKEN`; any role but
+//! `worker`, so a `reader` token is enough): nothing the head serves is open (DESIGN §10).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use escher_proto::types::{Amount, Capacity, ReplicaRole, TaskState};
+
+use super::handle::OwnerHandle;
+use super::owner::{HeadsView, Msg};
+use crate::auth::{Caller, Keys};
+use crate::state::ClusterState;
+
+/// Labels of one series, in order.
+type Labels = Vec<(String, String)>;
+
+/// What accumulates between scrapes.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    /// Seconds from a task's submission to its dispatch (its latest attempt's).
+    submit_to_start: Histogram,
+    /// gRPC requests, by method.
+    requests: Family<Labels, Counter>,
+    /// Times this replica's raft role changed.
+    role_changes: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            // 0.5 ms to about 16 s.
+            submit_to_start: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
+            requests: Family::default(),
+            role_changes: Counter::default(),
+        }
+    }
+}
+
+impl Metrics {
+    /// A task was dispatched `waited_ms` after it was submitted.
+    pub(crate) fn started(&self, waited_ms: u64) {
+        self.submit_to_start.observe(waited_ms as f64 / 1000.0);
+    }
+
+    /// A gRPC call to `path` (`/escher.v1.Cluster/Submit`) arrived.
+    pub(crate) fn request(&self, path: &str) {
+        let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.requests
+            .get_or_create(&vec![("method".to_string(), method)])
+            .inc();
+    }
+
+    /// This replica's raft role changed (it became leader, follower or candidate).
+    pub(crate) fn leader_changed(&self) {
+        self.role_changes.inc();
+    }
+}
+
+/// What the gauges show, read from the state in one owner turn.
+struct Snapshot {
+    /// Task counts by (state, namespace).
+    tasks: BTreeMap<(TaskState, String), u64>,
+    /// (resource, node, total, used): `total` is `None` for unbounded.
+    resources: Vec<(String, String, Option<Amount>, Amount)>,
+    alive: u64,
+    dead: u64,
+}
+
+impl Snapshot {
+    fn of(state: &ClusterState) -> Snapshot {
+        let mut tasks = BTreeMap::new();
+        for state_name in [
+            TaskState::Pending,
+            TaskState::Running,
+            TaskState::Succeeded,
+            TaskState::Failed,
+            TaskState::Cancelled,
+        ] {
+            tasks.insert((state_name, String::new()), 0);
+        }
+        for (ns, rec) in state.task_records() {
+            *tasks.entry((rec.state, ns)).or_default() += 1;
+        }
+        let status = state.cluster_status();
+        let mut resources = Vec::new();
+        let (mut alive, mut dead) = (0, 0);
+        for node in &status.nodes {
+            if !node.alive {
+                dead += 1;
+                continue;
+            }
+            alive += 1;
+            for r in &node.resources {
+                let total = match r.total {
+                    Capacity::Finite(a) => Some(a),
+                    Capacity::Unbounded => None,
+                };
+                resources.push((r.name.to_string(), node.id.to_string(), total, r.used));
+            }
+        }
+        Snapshot {
+            tasks,
+            resources,
+            alive,
+            dead,
+        }
+    }
+}
+
+/// An amount as a float (amounts are fixed-point with 4 decimals).
+fn float(a: Amount) -> f64 {
+    a.raw() as f64 / 10_000.0
+}
+
+/// The exposition text of `snapshot`, this replica's raft view and `metrics`.
+fn render(
+    snapshot: &Snapshot,
+    heads: &HeadsView,
+    metrics: &Metrics,
+) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::with_prefix("escher");
+    let tasks = Family::<Labels, Gauge>::default();
+    for ((state, ns), n) in &snapshot.tasks {
+        let labels = vec![
+            ("state".to_string(), state.to_string()),
+            ("namespace".to_string(), ns.clone()),
+        ];
+        tasks
+            .get_or_create(&labels)
+            .set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "tasks",
+        "Tasks the head keeps a record of, by state and namespace (retention drops old finished ones)",
+        tasks,
+    );
+    let resources = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+    for (name, node, total, used) in &snapshot.resources {
+        let series = |kind: &str| {
+            vec![
+                ("name".to_string(), name.clone()),
+                ("node".to_string(), node.clone()),
+                ("state".to_string(), kind.to_string()),
+            ]
+        };
+        let total_f = total.map_or(f64::INFINITY, float);
+        resources.get_or_create(&series("total")).set(total_f);
+        resources.get_or_create(&series("used")).set(float(*used));
+        let available = total.map_or(f64::INFINITY, |t| {
+            float(t.checked_sub(*used).unwrap_or(Amount::ZERO))
+        });
+        resources.get_or_create(&series("available")).set(available);
+    }
+    registry.register(
+        "resources",
+        "Every resource on every live node: total, used and available (+Inf when unbounded)",
+        resources,
+    );
+    let nodes = Family::<Labels, Gauge>::default();
+    let alive = i64::try_from(snapshot.alive).unwrap_or(i64::MAX);
+    let dead = i64::try_from(snapshot.dead).unwrap_or(i64::MAX);
+    nodes
+        .get_or_create(&vec![("state".to_string(), "alive".to_string())])
+        .set(alive);
+    nodes
+        .get_or_create(&vec![("state".to_string(), "dead".to_string())])
+        .set(dead);
+    registry.register("nodes", "Nodes the head remembers, by liveness", nodes);
+    let me = &heads.me;
+    for (name, help, value) in [
+        ("raft_term", "This replica's raft term", me.term),
+        (
+            "raft_commit_index",
+            "The highest log index this replica knows committed",
+            me.commit_index,
+        ),
+        (
+            "raft_applied_index",
+            "The highest log index this replica has applied",
+            me.applied_index,
+        ),
+    ] {
+        let gauge = Gauge::<i64>::default();
+        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
+        registry.register(name, help, gauge);
+    }
+    let leader = Gauge::<i64>::default();
+    leader.set(i64::from(me.role == Some(ReplicaRole::Leader)));
+    registry.register("raft_leader", "1 if this replica leads its group", leader);
+    registry.register(
+        "raft_role_changes",
+        "Times this replica's raft role changed (leader elections it took part in)",
+        metrics.role_changes.clone(),
+    );
+    registry.register(
+        "submit_to_start_seconds",
+        "Seconds from a task's submission to the dispatch of its latest attempt",
+        metrics.submit_to_start.clone(),
+    );
+    registry.register(
+        "grpc_requests",
+        "gRPC requests the head received, by method",
+        metrics.requests.clone(),
+    );
+    let mut text = String::new();
+    encode(&mut text, &registry)?;
+    Ok(text)
+}
+
+/// What a scrape needs.
+#[derive(Clone)]
+struct Scrape {
+    owner: OwnerHandle,
+    keys: Arc<Keys>,
+    metrics: Arc<Metrics>,
+    authenticate: bool,
+}
+
+/// Serves `/metrics` on `listener` until `stop` is cancelled.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    owner: OwnerHandle,
+    keys: Arc<Keys>,
+    metrics: Arc<Metrics>,
+    authenticate: bool,
+    stop: CancellationToken,
+) {
+    let addr = listener.local_addr().ok();
+    let app = axum::Router::new()
+        .route("/metrics", axum::routing::get(scrape))
+        .with_state(Scrape {
+            owner,
+            keys,
+            metrics,
+            authenticate,
+        });
+    tracing::info!(?addr, "serving Prometheus metrics on /metrics");
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Err(err) = served {
+        tracing::error!(%err, "the metrics endpoint failed");
+    }
+}
+
+async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
+    if s.authenticate {
+        let token = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let Some(token) = token else {
+            let why = "a scrape needs a token: Authorization: Bearer TOKEN (a reader token is \
+                       enough; `escher token create --role reader`)\n";
+            return (StatusCode::UNAUTHORIZED, why).into_response();
+        };
+        match s.keys.authenticate(token) {
+            Ok(Caller::Worker) => {
+                let why = "a worker token cannot read metrics; use a reader token\n";
+                return (StatusCode::FORBIDDEN, why).into_response();
+            }
+            Ok(_) => {}
+            Err(status) => {
+                let why = format!("{}\n", status.message());
+                return (StatusCode::UNAUTHORIZED, why).into_response();
+            }
+        }
+    }
+    let snapshot = s.owner.read(true, Snapshot::of).await;
+    let heads = s.owner.ask(|reply| Msg::Heads { reply }).await;
+    let (snapshot, heads) = match (snapshot, heads) {
+        (Ok(snapshot), Ok(heads)) => (snapshot, heads),
+        (Err(status), _) | (_, Err(status)) => {
+            let why = format!("{}\n", status.message());
+            return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
+        }
+    };
+    match render(&snapshot, &heads, &s.metrics) {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the metrics\n",
+        )
+            .into_response(),
+    }
+}

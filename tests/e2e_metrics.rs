@@ -1,0 +1,184 @@
+//! The head's Prometheus endpoint (issue 12): a real head with `metrics` on a loopback port and
+//! a real worker, a small scenario, then `/metrics` scraped over HTTP and parsed with a
+//! Prometheus text parser; the gauges must match what `cluster_status` and the tasks say, and a
+//! scrape without a token, or with a worker's, is refused.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+
+use common::{cluster, within};
+use escher::types::{NodeSpec, TaskState};
+use escher::{LocalCluster, Task};
+use prometheus_parse::{Sample, Scrape, Value};
+
+/// A loopback address no one listens on now.
+fn free_addr() -> SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    probe.local_addr().unwrap()
+}
+
+/// `GET /metrics` with `token` (if any): the status code and the body.
+fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(addr).expect("the metrics endpoint listens");
+    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}
+
+/// The value of the one sample named `name` whose labels include `labels`.
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<&Sample> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect();
+    assert_eq!(found.len(), 1, "{name} {labels:?}: {found:?}");
+    match found[0].value {
+        Value::Gauge(v) | Value::Counter(v) | Value::Untyped(v) => v,
+        ref other => panic!("{name}: unexpected {other:?}"),
+    }
+}
+
+fn parse(body: &str) -> Scrape {
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    Scrape::parse(lines).expect("the exposition text parses")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_match_the_cluster_and_need_a_token() {
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        metrics: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster: LocalCluster =
+        within("starting", cluster().workers(1).head_config(config).start())
+            .await
+            .unwrap();
+    let client = cluster.client().await.unwrap();
+    let node = cluster.nodes()[0];
+    client
+        .set_resource("dataset-7", 3, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let done = client
+        .submit_batch((0..3).map(|_| Task::command(["true"])))
+        .await
+        .unwrap();
+    let ids: Vec<_> = done.iter().map(|t| t.id()).collect();
+    let (ready, _) = within("the tasks to finish", client.wait(ids, 3, None))
+        .await
+        .unwrap();
+    assert!(
+        ready.iter().all(|s| s.state == TaskState::Succeeded),
+        "{ready:?}"
+    );
+    // One that no node can run.
+    let pending = client
+        .submit(Task::command(["true"]).resources_str("cpu=1000"))
+        .await
+        .unwrap();
+    let info = client.task_info(pending.id()).await.unwrap();
+    assert_eq!(info.status.state, TaskState::Pending);
+
+    let token = cluster.admin_token().to_string();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let scraped = parse(&body);
+    let status = client.cluster_status().await.unwrap();
+    assert_eq!(
+        value(&scraped, "escher_tasks", &[("state", "succeeded")]),
+        3.0
+    );
+    assert_eq!(
+        value(&scraped, "escher_tasks", &[("state", "pending")]),
+        1.0
+    );
+    assert_eq!(value(&scraped, "escher_nodes", &[("state", "alive")]), 1.0);
+    let n = node.to_string();
+    for r in &status.node(node).unwrap().resources {
+        let name = r.name.as_str();
+        let total: f64 = r.total.to_string().parse().unwrap_or(f64::INFINITY);
+        let scraped_total = value(
+            &scraped,
+            "escher_resources",
+            &[("name", name), ("node", &n), ("state", "total")],
+        );
+        assert_eq!(scraped_total, total, "{name}");
+        let used: f64 = r.used.to_string().parse().unwrap();
+        let scraped_used = value(
+            &scraped,
+            "escher_resources",
+            &[("name", name), ("node", &n), ("state", "used")],
+        );
+        assert_eq!(scraped_used, used, "{name}");
+    }
+    assert_eq!(
+        value(
+            &scraped,
+            "escher_resources",
+            &[("name", "dataset-7"), ("node", &n), ("state", "available")]
+        ),
+        3.0
+    );
+    assert_eq!(value(&scraped, "escher_raft_leader", &[]), 1.0);
+    assert!(value(&scraped, "escher_raft_applied_index", &[]) > 0.0);
+    let submits = value(
+        &scraped,
+        "escher_grpc_requests_total",
+        &[("method", "Submit")],
+    );
+    assert!(submits >= 2.0, "{submits}");
+    let started = scraped
+        .samples
+        .iter()
+        .find(|s| s.metric == "escher_submit_to_start_seconds")
+        .expect("the submit-to-start histogram");
+    match &started.value {
+        Value::Histogram(buckets) => {
+            let count = buckets.last().map_or(0.0, |b| b.count);
+            assert!(count >= 3.0, "{buckets:?}");
+        }
+        other => panic!("not a histogram: {other:?}"),
+    }
+
+    // No token, or a worker's: refused, and said why.
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, None))
+        .await
+        .unwrap();
+    assert_eq!(code, 401);
+    assert!(body.contains("Authorization: Bearer"), "{body}");
+    let worker_token = cluster.access().worker_token.clone();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&worker_token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 403, "{body}");
+    cluster.shutdown().await;
+}
+
+#[test]
+fn metrics_are_served_on_loopback_only() {
+    let config = escher_head::HeadConfig {
+        metrics: Some("0.0.0.0:9090".parse().unwrap()),
+        ..escher_head::HeadConfig::default()
+    };
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("only on a loopback address"), "{err}");
+}
