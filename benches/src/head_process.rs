@@ -18,6 +18,7 @@ pub struct HeadProcess {
     child: Child,
     pid: u32,
     url: String,
+    admin_token: String,
     _dir: tempfile::TempDir,
 }
 
@@ -76,6 +77,7 @@ impl HeadProcess {
             child,
             pid,
             url,
+            admin_token: access.admin_token.clone(),
             _dir: dir,
         })
     }
@@ -83,6 +85,11 @@ impl HeadProcess {
     /// The head's URL.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// The admin token of its access file.
+    pub fn admin_token(&self) -> &str {
+        &self.admin_token
     }
 
     /// The process id.

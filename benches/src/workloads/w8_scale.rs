@@ -13,7 +13,10 @@
 //! 3. **drain**: the nodes finish every task at once from now on; the head releases, dispatches
 //!    the next queued task, sends it, and so on until none is left. Wall time and the head's
 //!    CPU time per task give the end-to-end head cost per scheduling decision;
-//! 4. the same 1,000 nodes and 1,000,000 tasks fed to the pure scheduler core in this process:
+//! 4. **metrics**: every node gets [`RESOURCES_PER_NODE`] more resources (10^5 at 1,000 nodes),
+//!    and `/metrics` (`--metrics`) is scraped [`SCRAPES`] times: the median time of a whole
+//!    scrape over plain HTTP, and its size;
+//! 5. the same 1,000 nodes and 1,000,000 tasks fed to the pure scheduler core in this process:
 //!    **scheduler time per decision** (a task finishes, the next one is dispatched), with no
 //!    gRPC around it.
 
@@ -22,8 +25,11 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
-use escher::types::{Amount, Capacity, Labels, NodeId, ResourceName, ResourceSet, TaskId};
+use escher::types::{
+    Amount, Capacity, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
+};
 use escher::{Client, Task};
+use escher_client::ResourceUpdateExt;
 use escher_head::scheduler::{Decision, Event, Scheduler};
 use serde_json::json;
 
@@ -39,6 +45,10 @@ const SUBMIT_BATCH: usize = 10_000;
 const NODES_PER_CHANNEL: usize = 1_000;
 /// The longest any step may take.
 const STEP_LIMIT: Duration = Duration::from_secs(600);
+/// Resources each node gets before `/metrics` is scraped.
+const RESOURCES_PER_NODE: usize = 100;
+/// Scrapes of `/metrics`, of which the median is reported.
+const SCRAPES: usize = 5;
 
 /// Runs W8.
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
@@ -60,6 +70,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "task": "function task, cpu=1; nodes hold their task until the drain starts",
         "submit_batch": SUBMIT_BATCH,
     });
+    let metrics_addr = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?;
+    let metrics_flag = metrics_addr.to_string();
     let head = HeadProcess::start(
         &bin,
         &[
@@ -67,6 +79,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             "1000",
             "--heartbeat-timeout-ms",
             "120000",
+            "--metrics",
+            &metrics_flag,
         ],
     )
     .await?;
@@ -124,6 +138,33 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     let drain_cpu = head.cpu_seconds()? - cpu_before;
     let rss_drained = head.rss_kib()?;
     let peak = head.peak_rss_kib()?;
+
+    // Metrics, with RESOURCES_PER_NODE more resources on every node.
+    let node_ids: Vec<NodeId> = status.nodes.iter().map(|n| n.id).collect();
+    let mut updates = Vec::new();
+    for node in &node_ids {
+        for i in 0..RESOURCES_PER_NODE {
+            let name = format!("m-{i}");
+            let update = escher::types::ResourceUpdate::set(&name, 1, NodeSpec::Node(*node))?;
+            updates.push(update);
+            if updates.len() == SUBMIT_BATCH {
+                client.set_resources(std::mem::take(&mut updates)).await?;
+            }
+        }
+    }
+    client.set_resources(updates).await?;
+    let token = head.admin_token().to_string();
+    let scrapes = tokio::task::spawn_blocking(move || {
+        (0..SCRAPES)
+            .map(|_| scrape_metrics(metrics_addr, &token))
+            .collect::<anyhow::Result<Vec<(Duration, usize)>>>()
+    })
+    .await??;
+    let mut scrape_times: Vec<Duration> = scrapes.iter().map(|(t, _)| *t).collect();
+    scrape_times.sort();
+    let scrape_median = scrape_times[SCRAPES / 2];
+    let scrape_bytes = scrapes.last().map_or(0, |(_, b)| *b);
+    let resources_total = node_ids.len() * (RESOURCES_PER_NODE + 1);
     drop(client);
     let sim_result = sim.stop().await;
     head.stop().await;
@@ -162,6 +203,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         drain_cpu * 1e6 / tasks as f64,
     ));
     report.figures.push(Figure::new(
+        "w8.metrics_scrape",
+        format!(
+            "one scrape of /metrics with {n_text} nodes and {} resources (median of {SCRAPES})",
+            crate::report::num(resources_total as f64)
+        ),
+        "ms",
+        scrape_median.as_secs_f64() * 1e3,
+    ));
+    report.figures.push(Figure::new(
         "w8.core_per_decision",
         format!("scheduler core alone, {n_text} nodes, {t} queued: time per decision"),
         "µs",
@@ -181,6 +231,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "drain_s": drain_wall.as_secs_f64(),
         "drain_tasks_per_s": drain_rate,
         "drain_head_cpu_s": drain_cpu,
+        "metrics": {
+            "resources": resources_total,
+            "scrape_ms": scrape_times.iter().map(|t| t.as_secs_f64() * 1e3).collect::<Vec<_>>(),
+            "bytes": scrape_bytes,
+        },
         "core": {
             "submit_us_per_task": core.submit_us,
             "decision_us": core.decision_us,
@@ -194,6 +249,27 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         tasks - held
     ));
     Ok(report)
+}
+
+/// One `GET /metrics` over plain HTTP with the admin token: how long the whole response took,
+/// and its size.
+fn scrape_metrics(addr: std::net::SocketAddr, token: &str) -> anyhow::Result<(Duration, usize)> {
+    use std::io::{Read, Write};
+    let start = Instant::now();
+    let mut stream = std::net::TcpStream::connect(addr)?;
+    write!(
+        stream,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Connection: close\r\n\r\n"
+    )?;
+    let mut response = Vec::new();
+    stream.read_to_end(&mut response)?;
+    let took = start.elapsed();
+    if !response.starts_with(b"HTTP/1.1 200") {
+        let head = String::from_utf8_lossy(&response[..response.len().min(200)]).into_owned();
+        bail!("the metrics scrape failed: {head}");
+    }
+    Ok((took, response.len()))
 }
 
 /// Waits until the head reports `pending` pending and `running` running tasks.
