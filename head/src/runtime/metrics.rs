@@ -13,15 +13,16 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::sync::atomic::AtomicU64;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::DescriptorEncoder;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
@@ -79,7 +80,9 @@ impl Metrics {
     }
 }
 
-/// What the gauges show, read from the state in one owner turn.
+/// What the gauges show, read from the state in one owner turn, and encoded straight from it
+/// at the scrape (a [`Collector`]: no per-series map for 10^5 resources).
+#[derive(Debug)]
 struct Snapshot {
     /// Task counts by (state, namespace).
     tasks: BTreeMap<(TaskState, String), u64>,
@@ -87,6 +90,8 @@ struct Snapshot {
     resources: Vec<(String, String, Option<Amount>, Amount)>,
     alive: u64,
     dead: u64,
+    /// This replica's raft term, commit and applied indexes, and whether it leads.
+    raft: (u64, u64, u64, bool),
 }
 
 impl Snapshot {
@@ -113,12 +118,13 @@ impl Snapshot {
                 continue;
             }
             alive += 1;
+            let id = node.id.to_string();
             for r in &node.resources {
                 let total = match r.total {
                     Capacity::Finite(a) => Some(a),
                     Capacity::Unbounded => None,
                 };
-                resources.push((r.name.to_string(), node.id.to_string(), total, r.used));
+                resources.push((r.name.to_string(), id.clone(), total, r.used));
             }
         }
         Snapshot {
@@ -126,7 +132,72 @@ impl Snapshot {
             resources,
             alive,
             dead,
+            raft: (0, 0, 0, false),
         }
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let help = "Tasks the head keeps a record of, by state and namespace (retention drops \
+                    old finished ones)";
+        let mut tasks = encoder.encode_descriptor("tasks", help, None, MetricType::Gauge)?;
+        for ((state, ns), n) in &self.tasks {
+            let state = state.to_string();
+            let labels = [("state", state.as_str()), ("namespace", ns.as_str())];
+            tasks.encode_family(&labels)?.encode_gauge(n)?;
+        }
+        let help = "Every resource on every live node: total, used and available (+Inf when \
+                    unbounded)";
+        let mut resources =
+            encoder.encode_descriptor("resources", help, None, MetricType::Gauge)?;
+        for (name, node, total, used) in &self.resources {
+            let available = total.map_or(f64::INFINITY, |t| {
+                float(t.checked_sub(*used).unwrap_or(Amount::ZERO))
+            });
+            let values = [
+                ("total", total.map_or(f64::INFINITY, float)),
+                ("used", float(*used)),
+                ("available", available),
+            ];
+            for (kind, value) in values {
+                let labels = [
+                    ("name", name.as_str()),
+                    ("node", node.as_str()),
+                    ("state", kind),
+                ];
+                resources.encode_family(&labels)?.encode_gauge(&value)?;
+            }
+        }
+        let help = "Nodes the head remembers, by liveness";
+        let mut nodes = encoder.encode_descriptor("nodes", help, None, MetricType::Gauge)?;
+        for (state, n) in [("alive", self.alive), ("dead", self.dead)] {
+            nodes.encode_family(&[("state", state)])?.encode_gauge(&n)?;
+        }
+        let (term, commit, applied, leads) = self.raft;
+        for (name, help, value) in [
+            ("raft_term", "This replica's raft term", term),
+            (
+                "raft_commit_index",
+                "The highest log index this replica knows committed",
+                commit,
+            ),
+            (
+                "raft_applied_index",
+                "The highest log index this replica has applied",
+                applied,
+            ),
+            (
+                "raft_leader",
+                "1 if this replica leads its group",
+                u64::from(leads),
+            ),
+        ] {
+            encoder
+                .encode_descriptor(name, help, None, MetricType::Gauge)?
+                .encode_gauge(&value)?;
+        }
+        Ok(())
     }
 }
 
@@ -135,81 +206,10 @@ fn float(a: Amount) -> f64 {
     a.raw() as f64 / 10_000.0
 }
 
-/// The exposition text of `snapshot`, this replica's raft view and `metrics`.
-fn render(
-    snapshot: &Snapshot,
-    heads: &HeadsView,
-    metrics: &Metrics,
-) -> Result<String, std::fmt::Error> {
+/// The exposition text of `snapshot` and `metrics`.
+fn render(snapshot: Snapshot, metrics: &Metrics) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("escher");
-    let tasks = Family::<Labels, Gauge>::default();
-    for ((state, ns), n) in &snapshot.tasks {
-        let labels = vec![
-            ("state".to_string(), state.to_string()),
-            ("namespace".to_string(), ns.clone()),
-        ];
-        tasks
-            .get_or_create(&labels)
-            .set(i64::try_from(*n).unwrap_or(i64::MAX));
-    }
-    registry.register(
-        "tasks",
-        "Tasks the head keeps a record of, by state and namespace (retention drops old finished ones)",
-        tasks,
-    );
-    let resources = Family::<Labels, Gauge<f64, AtomicU64>>::default();
-    for (name, node, total, used) in &snapshot.resources {
-        let series = |kind: &str| {
-            vec![
-                ("name".to_string(), name.clone()),
-                ("node".to_string(), node.clone()),
-                ("state".to_string(), kind.to_string()),
-            ]
-        };
-        let total_f = total.map_or(f64::INFINITY, float);
-        resources.get_or_create(&series("total")).set(total_f);
-        resources.get_or_create(&series("used")).set(float(*used));
-        let available = total.map_or(f64::INFINITY, |t| {
-            float(t.checked_sub(*used).unwrap_or(Amount::ZERO))
-        });
-        resources.get_or_create(&series("available")).set(available);
-    }
-    registry.register(
-        "resources",
-        "Every resource on every live node: total, used and available (+Inf when unbounded)",
-        resources,
-    );
-    let nodes = Family::<Labels, Gauge>::default();
-    let alive = i64::try_from(snapshot.alive).unwrap_or(i64::MAX);
-    let dead = i64::try_from(snapshot.dead).unwrap_or(i64::MAX);
-    nodes
-        .get_or_create(&vec![("state".to_string(), "alive".to_string())])
-        .set(alive);
-    nodes
-        .get_or_create(&vec![("state".to_string(), "dead".to_string())])
-        .set(dead);
-    registry.register("nodes", "Nodes the head remembers, by liveness", nodes);
-    let me = &heads.me;
-    for (name, help, value) in [
-        ("raft_term", "This replica's raft term", me.term),
-        (
-            "raft_commit_index",
-            "The highest log index this replica knows committed",
-            me.commit_index,
-        ),
-        (
-            "raft_applied_index",
-            "The highest log index this replica has applied",
-            me.applied_index,
-        ),
-    ] {
-        let gauge = Gauge::<i64>::default();
-        gauge.set(i64::try_from(value).unwrap_or(i64::MAX));
-        registry.register(name, help, gauge);
-    }
-    let leader = Gauge::<i64>::default();
-    leader.set(i64::from(me.role == Some(ReplicaRole::Leader)));
-    registry.register("raft_leader", "1 if this replica leads its group", leader);
+    registry.register_collector(Box::new(snapshot));
     registry.register(
         "raft_role_changes",
         "Times this replica's raft role changed (leader elections it took part in)",
@@ -291,14 +291,18 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
     }
     let snapshot = s.owner.read(true, Snapshot::of).await;
     let heads = s.owner.ask(|reply| Msg::Heads { reply }).await;
-    let (snapshot, heads) = match (snapshot, heads) {
-        (Ok(snapshot), Ok(heads)) => (snapshot, heads),
+    let snapshot = match (snapshot, heads) {
+        (Ok(mut snapshot), Ok(HeadsView { me, .. })) => {
+            let leads = me.role == Some(ReplicaRole::Leader);
+            snapshot.raft = (me.term, me.commit_index, me.applied_index, leads);
+            snapshot
+        }
         (Err(status), _) | (_, Err(status)) => {
             let why = format!("{}\n", status.message());
             return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
         }
     };
-    match render(&snapshot, &heads, &s.metrics) {
+    match render(snapshot, &s.metrics) {
         Ok(text) => (
             [(
                 header::CONTENT_TYPE,
