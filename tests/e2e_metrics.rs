@@ -139,6 +139,11 @@ async fn metrics_match_the_cluster_and_need_a_token() {
         3.0
     );
     assert_eq!(value(&scraped, "escher_raft_leader", &[]), 1.0);
+    // The worker reads its stream: nothing waits for it.
+    assert_eq!(
+        value(&scraped, "escher_worker_outbox", &[("node", &n)]),
+        0.0
+    );
     assert!(value(&scraped, "escher_raft_applied_index", &[]) > 0.0);
     let submits = value(
         &scraped,

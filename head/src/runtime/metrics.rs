@@ -4,9 +4,10 @@
 //! Gauges of the cluster are read from the replica's state at each scrape (one read job on the
 //! owner, like `escher status`): tasks by state and namespace, every resource on every live
 //! node (total, used, available), nodes by liveness, and this replica's raft term, commit and
-//! applied indexes and role. What accumulates between scrapes lives in [`Metrics`], shared
-//! with the owner and the auth layer: the submit-to-start latency of every dispatched task,
-//! gRPC requests by method, and this replica's raft role changes.
+//! applied indexes and role, and the messages waiting for each worker. What accumulates
+//! between scrapes lives in [`Metrics`], shared with the owner and the auth layer: the
+//! submit-to-start latency of every dispatched task, gRPC requests by method, and this
+//! replica's raft role changes.
 //!
 //! A scrape must carry a token like any other call (`Authorization: Bearer TOKEN`; any role but
 //! `worker`, so a `reader` token is enough): nothing the head serves is open (DESIGN §10).
@@ -92,6 +93,8 @@ struct Snapshot {
     dead: u64,
     /// This replica's raft term, commit and applied indexes, and whether it leads.
     raft: (u64, u64, u64, bool),
+    /// Messages waiting for each worker (a leader's view; empty on followers).
+    outboxes: Vec<(String, u64)>,
 }
 
 impl Snapshot {
@@ -133,6 +136,7 @@ impl Snapshot {
             alive,
             dead,
             raft: (0, 0, 0, false),
+            outboxes: Vec::new(),
         }
     }
 }
@@ -196,6 +200,15 @@ impl Collector for Snapshot {
             encoder
                 .encode_descriptor(name, help, None, MetricType::Gauge)?
                 .encode_gauge(&value)?;
+        }
+        let help = "Messages waiting for each worker: on its stream, or until it attaches (a \
+                    worker that lets 65,536 pile up is declared lost)";
+        let mut outboxes =
+            encoder.encode_descriptor("worker_outbox", help, None, MetricType::Gauge)?;
+        for (node, depth) in &self.outboxes {
+            outboxes
+                .encode_family(&[("node", node.as_str())])?
+                .encode_gauge(depth)?;
         }
         Ok(())
     }
@@ -291,13 +304,18 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
     }
     let snapshot = s.owner.read(true, Snapshot::of).await;
     let heads = s.owner.ask(|reply| Msg::Heads { reply }).await;
-    let snapshot = match (snapshot, heads) {
-        (Ok(mut snapshot), Ok(HeadsView { me, .. })) => {
+    let outboxes = s.owner.ask(|reply| Msg::Outboxes { reply }).await;
+    let snapshot = match (snapshot, heads, outboxes) {
+        (Ok(mut snapshot), Ok(HeadsView { me, .. }), Ok(outboxes)) => {
             let leads = me.role == Some(ReplicaRole::Leader);
             snapshot.raft = (me.term, me.commit_index, me.applied_index, leads);
+            snapshot.outboxes = outboxes
+                .into_iter()
+                .map(|(node, depth)| (node.to_string(), depth as u64))
+                .collect();
             snapshot
         }
-        (Err(status), _) | (_, Err(status)) => {
+        (Err(status), _, _) | (_, Err(status), _) | (_, _, Err(status)) => {
             let why = format!("{}\n", status.message());
             return (StatusCode::SERVICE_UNAVAILABLE, why).into_response();
         }

@@ -79,6 +79,10 @@ pub(crate) enum Msg {
     },
     /// This replica's own status, the group's id and every member's address.
     Heads { reply: oneshot::Sender<HeadsView> },
+    /// How many messages wait for each worker (on its stream, or until it attaches).
+    Outboxes {
+        reply: oneshot::Sender<Vec<(NodeId, usize)>>,
+    },
     /// Change the group's membership.
     ChangeHeads {
         change: HeadChange,
@@ -98,6 +102,7 @@ impl std::fmt::Debug for Msg {
             Msg::Worker { .. } => "Worker",
             Msg::Logs { .. } => "Logs",
             Msg::Heads { .. } => "Heads",
+            Msg::Outboxes { .. } => "Outboxes",
             Msg::ChangeHeads { .. } => "ChangeHeads",
         })
     }
@@ -350,6 +355,9 @@ impl<S: LogStore> Owner<S> {
                     me: self.replica.status(),
                     members: self.replica.members().clone(),
                 });
+            }
+            Msg::Outboxes { reply } => {
+                let _ = reply.send(self.workers.depths());
             }
             Msg::ChangeHeads { change, reply } => {
                 // What came before it in this turn goes first.

@@ -100,6 +100,20 @@ impl Workers {
         self.outbox.entry(node).or_default().push(msg);
     }
 
+    /// How many messages wait for each worker that has any or has a stream: on its stream,
+    /// and queued until it attaches.
+    pub(crate) fn depths(&self) -> Vec<(NodeId, usize)> {
+        let mut depth: std::collections::BTreeMap<NodeId, usize> = self
+            .links
+            .iter()
+            .map(|(node, link)| (*node, link.tx.max_capacity() - link.tx.capacity()))
+            .collect();
+        for (node, queued) in &self.outbox {
+            *depth.entry(*node).or_default() += queued.len();
+        }
+        depth.into_iter().collect()
+    }
+
     /// Sends on the node's open stream only; false if there is none (or it is full).
     pub(crate) fn send_now(&mut self, node: NodeId, msg: HeadMessage) -> bool {
         let Some(link) = self.links.get(&node) else {
