@@ -96,6 +96,10 @@ async fn metrics_match_the_cluster_and_need_a_token() {
     let info = client.task_info(pending.id()).await.unwrap();
     assert_eq!(info.status.state, TaskState::Pending);
 
+    // A call answered with an error.
+    let missing = client.task_info(escher::types::TaskId(999)).await;
+    assert!(missing.is_err());
+
     let token = cluster.admin_token().to_string();
     let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
         .await
@@ -151,6 +155,12 @@ async fn metrics_match_the_cluster_and_need_a_token() {
         &[("method", "Submit")],
     );
     assert!(submits >= 2.0, "{submits}");
+    let errors = value(
+        &scraped,
+        "escher_grpc_errors_total",
+        &[("method", "DescribeTask"), ("code", "NotFound")],
+    );
+    assert_eq!(errors, 1.0);
     let started = scraped
         .samples
         .iter()

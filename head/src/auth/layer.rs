@@ -283,8 +283,10 @@ where
     }
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
-        if let Some(metrics) = &self.metrics {
-            metrics.request(request.uri().path());
+        let path = request.uri().path().to_owned();
+        let metrics = self.metrics.clone();
+        if let Some(metrics) = &metrics {
+            metrics.request(&path);
         }
         match self.check(request.uri().path(), request.headers()) {
             Ok((caller, limit)) => {
@@ -306,11 +308,27 @@ where
                 Box::pin(async move {
                     let mut response = call.await?;
                     undecodable_is_invalid_argument(response.headers_mut());
+                    // An error answered at once carries its status in the headers (a
+                    // trailers-only response); a success, or a stream that fails later,
+                    // carries it in the trailers, which are not counted.
+                    if let Some(metrics) = &metrics
+                        && let Some(code) = response.headers().get("grpc-status")
+                        && code.as_bytes() != b"0"
+                    {
+                        let code = std::str::from_utf8(code.as_bytes()).unwrap_or("?");
+                        let code = code
+                            .parse::<i32>()
+                            .map_or(tonic::Code::Unknown, tonic::Code::from);
+                        metrics.error(&path, code);
+                    }
                     Ok(response)
                 })
             }
             Err(status) => {
                 tracing::debug!(path = %request.uri().path(), code = ?status.code(), "call refused");
+                if let Some(metrics) = &metrics {
+                    metrics.error(&path, status.code());
+                }
                 Box::pin(async move { Ok(status.into_http()) })
             }
         }

@@ -6,8 +6,8 @@
 //! node (total, used, available), nodes by liveness, and this replica's raft term, commit and
 //! applied indexes and role, and the messages waiting for each worker. What accumulates
 //! between scrapes lives in [`Metrics`], shared with the owner and the auth layer: the
-//! submit-to-start latency of every dispatched task, gRPC requests by method, and this
-//! replica's raft role changes.
+//! submit-to-start latency of every dispatched task, gRPC requests by method and the errors
+//! they were answered with, and this replica's raft role changes.
 //!
 //! A scrape must carry a token like any other call (`Authorization: Bearer TOKEN`; any role but
 //! `worker`, so a `reader` token is enough): nothing the head serves is open (DESIGN §10).
@@ -46,6 +46,8 @@ pub(crate) struct Metrics {
     submit_to_start: Histogram,
     /// gRPC requests, by method.
     requests: Family<Labels, Counter>,
+    /// gRPC requests answered with an error at once, by method and code.
+    errors: Family<Labels, Counter>,
     /// Times this replica's raft role changed.
     role_changes: Counter,
 }
@@ -56,6 +58,7 @@ impl Default for Metrics {
             // 0.5 ms to about 16 s.
             submit_to_start: Histogram::new(exponential_buckets(0.0005, 2.0, 16)),
             requests: Family::default(),
+            errors: Family::default(),
             role_changes: Counter::default(),
         }
     }
@@ -72,6 +75,18 @@ impl Metrics {
         let method = path.rsplit('/').next().unwrap_or(path).to_string();
         self.requests
             .get_or_create(&vec![("method".to_string(), method)])
+            .inc();
+    }
+
+    /// A gRPC call to `path` was answered with `code` (not OK) at once.
+    pub(crate) fn error(&self, path: &str, code: tonic::Code) {
+        let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        let code = format!("{code:?}");
+        self.errors
+            .get_or_create(&vec![
+                ("method".to_string(), method),
+                ("code".to_string(), code),
+            ])
             .inc();
     }
 
@@ -237,6 +252,12 @@ fn render(snapshot: Snapshot, metrics: &Metrics) -> Result<String, std::fmt::Err
         "grpc_requests",
         "gRPC requests the head received, by method",
         metrics.requests.clone(),
+    );
+    registry.register(
+        "grpc_errors",
+        "gRPC requests answered with an error status at once (refused, invalid, not found ...), \
+         by method and code; an error later in a stream is not counted",
+        metrics.errors.clone(),
     );
     let mut text = String::new();
     encode(&mut text, &registry)?;
