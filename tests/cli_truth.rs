@@ -297,3 +297,52 @@ async fn nodes_status_of_one_node_and_completion_scripts() {
     escher(&cluster, &["cancel", "1"]);
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_defaults_file_gives_head_namespace_and_output_and_flags_win() {
+    let cluster = start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "head = \"{}\"\nnamespace = \"team-c\"\noutput = \"json\"\n",
+            cluster.head_url()
+        ),
+    )
+    .unwrap();
+    let run = |args: &[&str], config: &std::path::Path| {
+        let out = std::process::Command::new(escher_bin())
+            .args(args)
+            .env("ESCHER_CONFIG", config)
+            .env("ESCHER_TOKEN", cluster.admin_token())
+            .env_remove("ESCHER_HEAD")
+            .env_remove("ESCHER_NAMESPACE")
+            .env_remove("ESCHER_ACCESS_FILE")
+            .env("ESCHER_HOME", "/nonexistent/escher-cli-test")
+            .output()
+            .expect("the escher CLI runs");
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // The head and the namespace come from the file; the output is JSON.
+    let (code, _, err) = run(&["submit", "--wait", "--", "true"], &config);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = run(&["tasks"], &config);
+    assert_eq!(code, 0, "{err}");
+    let tasks: serde_json::Value = serde_json::from_str(&out).expect("JSON from the file's output");
+    assert_eq!(tasks[0]["namespace"], "team-c", "{out}");
+    // A flag wins over the file.
+    let (code, out, _) = run(&["--namespace", "other", "tasks"], &config);
+    assert_eq!((code, out.trim()), (0, "[]"));
+    // A bad file is an error that names it.
+    let bad = dir.path().join("bad.toml");
+    std::fs::write(&bad, "hed = \"x\"\n").unwrap();
+    let (code, _, err) = run(&["tasks"], &bad);
+    assert_eq!(code, 1);
+    assert!(err.contains("bad.toml") && err.contains("hed"), "{err}");
+    cluster.shutdown().await;
+}

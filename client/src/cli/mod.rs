@@ -30,10 +30,11 @@
 //!                                   a shell completion script
 //! ```
 //!
-//! The head is found from `--head`, else `ESCHER_HEAD`, else `http://127.0.0.1:7600`; for a
-//! replicated head, give every replica's URL, comma-separated (the client follows the leader).
-//! Tables
-//! are for people; `--json` prints the domain types for scripts. The exit status is 0 only on
+//! The head is found from `--head`, else `ESCHER_HEAD`, else the defaults file
+//! (`$ESCHER_HOME/config.toml`, see `config.rs`: head, namespace, output), else the access file,
+//! else `http://127.0.0.1:7600`; for a replicated head, give every replica's URL,
+//! comma-separated (the client follows the leader). Tables are for people; `--json` (or
+//! `output = "json"` in the defaults file) prints the domain types for scripts. The exit status is 0 only on
 //! success; errors are printed as `error: <message>` with their causes.
 //!
 //! # Layout
@@ -54,9 +55,11 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
+use escher_proto::Namespace;
 
 mod admin;
 mod args;
+mod config;
 mod ctx;
 mod gpus;
 mod heads;
@@ -114,11 +117,25 @@ pub async fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 /// Runs one parsed command line, writing results (tables, JSON, log bytes) to `out`.
 /// Progress bars and warnings still go to stderr.
 pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<ExitCode> {
+    let mut cli = cli;
+    // Flags and environment first, then the defaults file.
+    let defaults = config::CliConfig::load()?;
+    if cli.head.as_deref().is_none_or(|h| h.trim().is_empty()) {
+        cli.head = defaults.head;
+    }
+    if cli.namespace.is_none()
+        && let Some(ns) = defaults.namespace
+    {
+        Namespace::new(&ns)
+            .map_err(|e| anyhow::anyhow!("namespace {ns:?} of the defaults file: {e}"))?;
+        cli.namespace = Some(ns);
+    }
+    let json = cli.json || defaults.output == Some(config::Output::Json);
     let mut ctx = Ctx {
         namespace: cli.namespace(),
         head: cli.head_url(),
         ca: cli.ca,
-        json: cli.json,
+        json,
         token: cli.token,
         access_file: cli.access_file,
         out,
