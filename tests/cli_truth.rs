@@ -12,14 +12,26 @@ use escher::LocalCluster;
 
 /// Runs `escher ARGS` against `cluster` as its admin; returns (exit code, stdout, stderr).
 fn escher(cluster: &LocalCluster, args: &[&str]) -> (i32, String, String) {
-    let out: Output = std::process::Command::new(escher_bin())
+    let mut command = admin_command(cluster, args);
+    command.env("ESCHER_HEAD", cluster.head_url());
+    outcome(&mut command)
+}
+
+/// `escher ARGS` with the cluster's admin token and no access file or defaults file of the
+/// machine's (`ESCHER_HOME` points nowhere).
+fn admin_command(cluster: &LocalCluster, args: &[&str]) -> std::process::Command {
+    let mut command = std::process::Command::new(escher_bin());
+    command
         .args(args)
-        .env("ESCHER_HEAD", cluster.head_url())
         .env("ESCHER_TOKEN", cluster.admin_token())
         .env_remove("ESCHER_ACCESS_FILE")
-        .env("ESCHER_HOME", "/nonexistent/escher-cli-test")
-        .output()
-        .expect("the escher CLI runs");
+        .env("ESCHER_HOME", "/nonexistent/escher-cli-test");
+    command
+}
+
+/// Runs `command`; returns (exit code, stdout, stderr).
+fn outcome(command: &mut std::process::Command) -> (i32, String, String) {
+    let out: Output = command.output().expect("the escher CLI runs");
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -312,21 +324,12 @@ async fn the_defaults_file_gives_head_namespace_and_output_and_flags_win() {
     )
     .unwrap();
     let run = |args: &[&str], config: &std::path::Path| {
-        let out = std::process::Command::new(escher_bin())
-            .args(args)
+        let mut command = admin_command(&cluster, args);
+        command
             .env("ESCHER_CONFIG", config)
-            .env("ESCHER_TOKEN", cluster.admin_token())
             .env_remove("ESCHER_HEAD")
-            .env_remove("ESCHER_NAMESPACE")
-            .env_remove("ESCHER_ACCESS_FILE")
-            .env("ESCHER_HOME", "/nonexistent/escher-cli-test")
-            .output()
-            .expect("the escher CLI runs");
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+            .env_remove("ESCHER_NAMESPACE");
+        outcome(&mut command)
     };
     // The head and the namespace come from the file; the output is JSON.
     let (code, _, err) = run(&["submit", "--wait", "--", "true"], &config);
