@@ -382,6 +382,11 @@ impl Client {
         }
     }
 
+    /// How long a call keeps trying to reach a leader.
+    pub(crate) fn failover_timeout(&self) -> Duration {
+        self.failover
+    }
+
     /// The longest single `Wait` call.
     pub(crate) fn wait_slice(&self) -> Duration {
         self.wait_slice

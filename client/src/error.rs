@@ -45,6 +45,10 @@ pub enum ClientError {
     /// The head does not know the task (or node) named in the request; its message verbatim.
     #[error("{0}")]
     NotFound(String),
+    /// A watch asked to resume after a revision older than the head keeps: list the state
+    /// again, then watch from now. The head's message verbatim.
+    #[error("{0}")]
+    HistoryExpired(String),
     /// The task finished and the head's retention has since dropped its record (its result,
     /// reason and logs): the tombstone says how and when it ended, while the head keeps it.
     #[error(transparent)]
@@ -187,6 +191,7 @@ impl ClientError {
             ),
             ClientError::InvalidArgument(_)
             | ClientError::NotFound(_)
+            | ClientError::HistoryExpired(_)
             | ClientError::Evicted(_)
             | ClientError::Invalid(_)
             | ClientError::Usage(_)
@@ -243,6 +248,7 @@ impl ClientError {
             },
             ClientError::InvalidArgument(m) => ClientError::InvalidArgument(m.clone()),
             ClientError::NotFound(m) => ClientError::NotFound(m.clone()),
+            ClientError::HistoryExpired(m) => ClientError::HistoryExpired(m.clone()),
             ClientError::Invalid(e) => ClientError::Invalid(e.clone()),
             ClientError::MessageTooLarge { call, size, limit } => ClientError::MessageTooLarge {
                 call,
@@ -266,9 +272,11 @@ impl ClientError {
             return ClientError::Evicted(evicted);
         }
         match status.code() {
-            Code::InvalidArgument | Code::FailedPrecondition | Code::OutOfRange => {
+            Code::InvalidArgument | Code::FailedPrecondition => {
                 ClientError::InvalidArgument(status.message().to_string())
             }
+            // Only a watch is answered so: its revision is older than the head keeps.
+            Code::OutOfRange => ClientError::HistoryExpired(status.message().to_string()),
             Code::NotFound => ClientError::NotFound(status.message().to_string()),
             Code::Unauthenticated => ClientError::Unauthenticated {
                 message: status.message().to_string(),

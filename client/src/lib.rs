@@ -70,6 +70,7 @@ mod resources;
 mod task_ref;
 mod tasks;
 mod update;
+mod watch;
 
 #[cfg(feature = "cli")]
 pub mod cli;
@@ -89,3 +90,4 @@ pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 pub use tasks::failure_reason;
 pub use update::ResourceUpdateExt;
+pub use watch::Watch;

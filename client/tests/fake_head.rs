@@ -549,6 +549,17 @@ impl Cluster for FakeHead {
         st.drained.push(request.get_ref().node);
         Ok(Response::new(wire::DrainReply { draining: true }))
     }
+
+    type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        _request: Request<wire::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented(
+            "the fake head does not stream events",
+        ))
+    }
 }
 
 /// A group of replicas 1 to `n`, replica 1 leading.

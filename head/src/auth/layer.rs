@@ -74,7 +74,7 @@ pub fn need(path: &str) -> Option<Need> {
             "Submit" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
             | "TaskLogs" | "Reserve",
         ) => Need::Write,
-        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads") => Need::Status,
+        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"

@@ -81,6 +81,11 @@ struct HeadArgs {
     /// enough).
     #[arg(long, env = "ESCHER_METRICS", value_name = "HOST:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// How many recent events the head keeps for watchers that reconnect and resume from the
+    /// last revision they saw (`escher tasks --watch`, `Client::watch`); one further behind
+    /// is told to list the state again.
+    #[arg(long, env = "ESCHER_WATCH_HISTORY", value_name = "EVENTS", default_value_t = HeadConfig::default().watch_history)]
+    watch_history: usize,
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -182,6 +187,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             max_message_bytes: args.max_message_bytes,
             idle_timeout: args.idle_timeout.into(),
             metrics: args.metrics,
+            watch_history: args.watch_history,
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,

@@ -23,7 +23,9 @@ use super::config::ReplicaConfig;
 use super::transport::{Transport, TransportEvent};
 use super::{LogError, LogStore};
 use crate::scheduler::Millis;
-use crate::state::{ApplyError, ClusterState, Command, Effect, Entry, Reply, StateConfig};
+use crate::state::{
+    ApplyError, ClusterState, Command, Effect, Entry, Recorded, Reply, StateConfig,
+};
 
 /// Why a replica cannot go on. Each of these stops the head: continuing could lose or
 /// corrupt acknowledged state.
@@ -109,6 +111,9 @@ pub(crate) struct Applied {
     /// it: retention may evict that record by a later command of the same cycle, and waiters
     /// must still answer with the whole status.
     pub(crate) finished: Vec<TaskStatus>,
+    /// The events it recorded, on every replica (a follower keeps the same history, so a
+    /// watcher can resume there once it leads).
+    pub(crate) events: Vec<Recorded>,
 }
 
 /// How a cycle's writes reach the log.
@@ -632,6 +637,7 @@ impl<S: LogStore> Replica<S> {
                         self.clock = self.clock.max(entry.now);
                         let result = self.state.apply(entry);
                         let effects = self.state.take_effects();
+                        let events = self.state.take_events();
                         let finished = if leading {
                             finished_statuses(&self.state, &effects)
                         } else {
@@ -641,6 +647,7 @@ impl<S: LogStore> Replica<S> {
                             result,
                             effects,
                             finished,
+                            events,
                         });
                     }
                     out.push(Output::Applied {

@@ -14,9 +14,10 @@ use escher_proto::wire::raft_client::RaftClient;
 use escher_proto::types::{
     ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksRequest, ReserveReply,
     ReserveRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest, SubmitReply,
-    SubmitRequest, TaskId, TaskLogsRequest, WaitRequest,
+    SubmitRequest, TaskId, TaskLogsRequest, WaitRequest, WatchRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use std::sync::Arc;
@@ -29,6 +30,7 @@ use escher_proto::types::{
 use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
+use super::watch::Filter;
 use crate::auth::{Caller, Keys};
 use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
@@ -503,6 +505,38 @@ impl Cluster for ClusterService {
             }
             other => Err(unexpected(other)),
         }
+    }
+
+    type WatchStream = ReceiverStream<Result<wire::WatchResponse, Status>>;
+
+    async fn watch(
+        &self,
+        request: Request<wire::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let caller = self.caller(&request).await?;
+        let query: WatchRequest = request.into_inner().try_into()?;
+        if let Some(ns) = &query.namespace
+            && !caller.sees(Some(ns.as_str()))
+            && caller.status_scope().is_some()
+        {
+            return Err(Status::permission_denied(format!(
+                "{} cannot watch namespace {ns}",
+                caller.describe()
+            )));
+        }
+        let after = query.after;
+        let filter = Filter::new(query, caller);
+        let subscription = self
+            .owner
+            .ask(|reply| Msg::Watch {
+                filter,
+                after,
+                reply,
+            })
+            .await??;
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(super::watch::forward(subscription, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 }
 

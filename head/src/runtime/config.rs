@@ -43,6 +43,9 @@ pub struct HeadConfig {
     /// Where to serve Prometheus metrics (`GET /metrics`, a token needed like any call);
     /// `None` serves none.
     pub metrics: Option<std::net::SocketAddr>,
+    /// How many recent events the head keeps for watchers that resume (`Watch` after a
+    /// revision); a watcher further behind is told to list the state again.
+    pub watch_history: usize,
     /// Check every call's token (the default, and the only setting `escher-head` has). Off,
     /// every caller is an admin: the benchmark harness turns it off to measure what
     /// authentication costs, nothing else should.
@@ -64,6 +67,7 @@ impl Default for HeadConfig {
             access: AccessFile::generate(Vec::new()),
             tls: None,
             metrics: None,
+            watch_history: 100_000,
             authenticate: true,
         }
     }

@@ -20,6 +20,8 @@
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
 //!   links and the worker-report protocol);
 //! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;
+//! - `watch.rs`: the watch API's history of recent events and its watchers (bounded, never
+//!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
 //!   `handle.rs`: how they reach the owner and how its answers become statuses;
@@ -37,6 +39,7 @@ mod proposals;
 mod reads;
 mod tls;
 mod waiters;
+mod watch;
 mod workers;
 
 use std::future::Future;

@@ -27,6 +27,7 @@ use super::metrics::Metrics;
 use super::proposals::{Batch, Pending, Proposals};
 use super::reads::{ReadJob, Reads};
 use super::waiters::Waiters;
+use super::watch::{Filter, Hub, Subscription};
 use super::workers::Workers;
 use crate::auth::Keys;
 use crate::replication::{
@@ -88,6 +89,12 @@ pub(crate) enum Msg {
         change: HeadChange,
         reply: oneshot::Sender<Result<(), Status>>,
     },
+    /// Subscribe to events after a revision (or from now).
+    Watch {
+        filter: Filter,
+        after: Option<u64>,
+        reply: oneshot::Sender<Result<Subscription, Status>>,
+    },
 }
 
 impl std::fmt::Debug for Msg {
@@ -104,6 +111,7 @@ impl std::fmt::Debug for Msg {
             Msg::Heads { .. } => "Heads",
             Msg::Outboxes { .. } => "Outboxes",
             Msg::ChangeHeads { .. } => "ChangeHeads",
+            Msg::Watch { .. } => "Watch",
         })
     }
 }
@@ -148,6 +156,8 @@ pub(crate) struct Owner<S: LogStore> {
     reads: Reads,
     logs: FxHashMap<u64, PendingFetch>,
     next_log: u64,
+    /// The recent events and their watchers.
+    watch: Hub,
     last_prune: Instant,
     leading: bool,
 }
@@ -160,7 +170,9 @@ impl<S: LogStore> Owner<S> {
         metrics: Arc<Metrics>,
     ) -> Owner<S> {
         keys.publish(replica.state());
+        let watch = Hub::new(config.watch_history, replica.state().revision());
         Owner {
+            watch,
             keys,
             metrics,
             replica,
@@ -359,6 +371,18 @@ impl<S: LogStore> Owner<S> {
             Msg::Outboxes { reply } => {
                 let _ = reply.send(self.workers.depths());
             }
+            Msg::Watch {
+                filter,
+                after,
+                reply,
+            } => {
+                let answer = if self.leading {
+                    self.watch.subscribe(filter, after)
+                } else {
+                    Err(self.not_leader())
+                };
+                let _ = reply.send(answer);
+            }
             Msg::ChangeHeads { change, reply } => {
                 // What came before it in this turn goes first.
                 self.flush();
@@ -392,8 +416,10 @@ impl<S: LogStore> Owner<S> {
                     result,
                     effects,
                     finished,
+                    events,
                 } in results
                 {
+                    self.watch.publish(events);
                     if self.leading {
                         self.perform(effects);
                         for status in finished {
@@ -463,6 +489,7 @@ impl<S: LogStore> Owner<S> {
             Output::Restored => {
                 self.proposals
                     .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+                self.watch.restart(self.replica.state().revision());
             }
         }
     }
@@ -593,6 +620,7 @@ impl<S: LogStore> Owner<S> {
         self.reads.fail_all(&status);
         let _ = self.replica.drop_reads();
         self.waiters.fail_all(&status);
+        self.watch.end_all(&status);
         self.workers.drop_all();
         for (_, pending) in self.logs.drain() {
             let _ = pending.reply.send(Err(status().message().to_string()));
@@ -849,6 +877,7 @@ impl<S: LogStore> Owner<S> {
         }
         if self.last_prune.elapsed() > std::time::Duration::from_secs(1) {
             self.waiters.prune();
+            self.watch.prune();
             self.logs.retain(|_, p| !p.reply.is_closed());
             self.last_prune = Instant::now();
             tracing::trace!(

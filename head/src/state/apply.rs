@@ -89,6 +89,11 @@ pub struct ClusterState {
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
+    /// The revision of the last event recorded (`events.rs`).
+    pub(crate) revision: u64,
+    /// Events recorded by `apply`, drained by the runtime like the effects.
+    #[serde(skip)]
+    pub(crate) events: Vec<super::events::Recorded>,
     /// Scratch buffer for the core's decisions (empty between entries).
     #[serde(skip)]
     pub(crate) decisions: Vec<Decision>,
@@ -114,6 +119,8 @@ impl ClusterState {
             reservations: BTreeMap::new(),
             creators: BTreeMap::new(),
             effects: Vec::new(),
+            revision: 0,
+            events: Vec::new(),
             decisions: Vec::new(),
         }
     }
@@ -154,13 +161,18 @@ impl ClusterState {
     /// An entry with an idempotency key that was applied before is answered with the reply it
     /// got then, and changes nothing (see `sessions.rs`).
     pub fn apply(&mut self, entry: Entry) -> Result<Reply, ApplyError> {
+        let revision = self.revision;
         let Some(key) = entry.key else {
-            return self.apply_command(entry.command, entry.now);
+            return self
+                .apply_command(entry.command, entry.now)
+                .inspect_err(|_| self.unrecord(revision));
         };
         if let Seen::Replied(reply) = self.sessions.seen(&key)? {
             return Ok(reply);
         }
-        let reply = self.apply_command(entry.command, entry.now)?;
+        let reply = self
+            .apply_command(entry.command, entry.now)
+            .inspect_err(|_| self.unrecord(revision))?;
         self.sessions.record(&key, reply.clone(), entry.now);
         Ok(reply)
     }
@@ -287,9 +299,20 @@ impl ClusterState {
     /// Feeds the core an event that cannot be refused (the caller checked it), keeping its
     /// decisions for [`settle`](Self::settle).
     pub(crate) fn core_event(&mut self, event: Event, now: Millis) {
+        let resized = match &event {
+            Event::ResourceChanged {
+                target: escher_proto::types::NodeSpec::Node(node),
+                name,
+                ..
+            } => Some((*node, name.clone())),
+            _ => None,
+        };
         if let Err(err) = self.core.handle(event, now, &mut self.decisions) {
             // Only reachable through a bug in the head: every event is checked first.
             tracing::error!(%err, "scheduler core refused an event the head had checked");
+        }
+        if let Some((node, name)) = resized {
+            self.record_resource(node, name, now);
         }
     }
 
@@ -307,13 +330,19 @@ impl ClusterState {
         match decision {
             Decision::Dispatch { task, node } => self.dispatched(task, node, now),
             Decision::Infeasible { task, reason } => {
-                if let Some(rec) = self.tasks.get_mut(&task) {
+                if let Some(rec) = self.tasks.get_mut(&task)
+                    && rec.pending_reason.as_ref() != Some(&*reason)
+                {
+                    let text = reason.to_string();
                     rec.pending_reason = Some((*reason).clone());
+                    self.record_pending(task, Some(text), now);
                 }
             }
             Decision::Feasible { task } => {
-                if let Some(rec) = self.tasks.get_mut(&task) {
-                    rec.pending_reason = None;
+                if let Some(rec) = self.tasks.get_mut(&task)
+                    && rec.pending_reason.take().is_some()
+                {
+                    self.record_pending(task, None, now);
                 }
             }
             Decision::DeadlinePassed { task } => {

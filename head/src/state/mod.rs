@@ -22,12 +22,17 @@
 //! Tokens (`tokens.rs`): the hashes of the tokens `escher token create` made, and the key that
 //! signs task credentials (DESIGN §10).
 //!
+//! Events (`events.rs`): every change a watcher may care about (a task submitted, started,
+//! finished or blocked, a resource resized, a node joined or lost, a reservation placed) is
+//! recorded with the next revision of the replicated counter, for the watch API.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
 mod apply;
 mod command;
 mod error;
+mod events;
 mod gpus;
 mod nodes;
 mod queries;
@@ -41,6 +46,7 @@ mod tokens;
 pub use apply::{ClusterState, StateConfig};
 pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
+pub use events::Recorded;
 pub use gpus::PendingMig;
 pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};

@@ -19,8 +19,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    Assignment, Capacity, GpuInfo, Labels, NodeId, ResourceSet, RunningTask, TaskFinished, TaskId,
-    TaskState,
+    Assignment, Capacity, ClusterEvent, GpuInfo, Labels, NodeChange, NodeId, ResourceSet,
+    RunningTask, TaskFinished, TaskId, TaskState,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -104,6 +104,7 @@ impl ClusterState {
             },
         );
         self.add_live(id, worker, now);
+        self.record_node(id, NodeChange::Joined, None, now);
         id
     }
 
@@ -147,6 +148,7 @@ impl ClusterState {
             if let Err(err) = self.gpus_changed(node, worker.gpus, None, now) {
                 tracing::warn!(%node, %err, "could not record the worker's GPUs");
             }
+            self.record_node(node, NodeChange::Rejoined, None, now);
             return Ok(node);
         }
         // A restarted worker, or one the head declared lost: what it ran is gone.
@@ -168,6 +170,7 @@ impl ClusterState {
         let record = self.nodes.get_mut(&node).expect("checked above");
         record.boot = worker.boot;
         self.add_live(node, worker, now);
+        self.record_node(node, NodeChange::Rejoined, None, now);
         Ok(node)
     }
 
@@ -281,9 +284,10 @@ impl ClusterState {
             return Ok(());
         }
         record.alive = false;
-        record.gone_because = Some(reason);
+        record.gone_because = Some(reason.clone());
         record.left_at = Some(now);
         self.retention.node_left(id);
+        self.record_node(id, NodeChange::Lost, Some(reason), now);
         self.core_event(Event::NodeRemoved { node: id }, now);
         Ok(())
     }
@@ -296,6 +300,7 @@ impl ClusterState {
             return Ok(());
         }
         record.draining = true;
+        self.record_node(id, NodeChange::Draining, None, now);
         let names: Vec<_> = self
             .core
             .node(id)
@@ -307,5 +312,21 @@ impl ClusterState {
             self.core_event(Event::ResourceChanged { target, name, op }, now);
         }
         Ok(())
+    }
+
+    /// Records a change of node `id`.
+    fn record_node(&mut self, id: NodeId, change: NodeChange, reason: Option<String>, now: Millis) {
+        let name = self
+            .nodes
+            .get(&id)
+            .map(|r| r.name.clone())
+            .unwrap_or_default();
+        let event = ClusterEvent::Node {
+            node: id,
+            name,
+            change,
+            reason,
+        };
+        self.record(event, Labels::new(), now);
     }
 }

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    Assignment, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished,
+    Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL,
+    TaskFinished,
 };
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
@@ -41,6 +42,7 @@ impl ClusterState {
                 self.creators.entry(name).or_default().insert(id);
             }
             self.tasks.insert(id, rec);
+            self.record_submitted(id, now);
             self.core_event(
                 Event::TaskSubmitted {
                     task: id,
@@ -75,6 +77,21 @@ impl ClusterState {
         };
         let hooks = rec.spec.on_start.clone();
         let native = rec.native;
+        let reservation = rec.reservation();
+        self.record_task(id, now, |rec| ClusterEvent::Started {
+            task: id,
+            node,
+            attempt: rec.attempt,
+            namespace: rec.namespace(),
+        });
+        if let Some(name) = reservation {
+            let placed = Some((id, node));
+            self.record(
+                ClusterEvent::Reservation { name, placed },
+                Labels::new(),
+                now,
+            );
+        }
         self.ghost_resources(id, node, true, now);
         self.run_hooks(id, node, &hooks, now);
         if !native {
@@ -163,6 +180,7 @@ impl ClusterState {
                 self.creators.entry(name).or_default().insert(id);
             }
             self.tasks.insert(id, rec);
+            self.record_submitted(id, now);
         }
         let ids = members.iter().map(|(t, _)| *t).collect();
         self.reservations.insert(name, members.len());
@@ -296,9 +314,10 @@ impl ClusterState {
             if let Some(rec) = self.tasks.get_mut(id) {
                 rec.state = TaskState::Pending;
                 rec.node = None;
-                rec.reason = Some(format!(
-                    "reservation {name} is placed again: a holder's node was lost ({why})"
-                ));
+                let reason =
+                    format!("reservation {name} is placed again: a holder's node was lost ({why})");
+                rec.reason = Some(reason.clone());
+                self.record_pending(*id, Some(reason), now);
             }
         }
         let bundles = members
@@ -337,12 +356,14 @@ impl ClusterState {
             return;
         }
         rec.state = TaskState::Pending;
-        rec.reason = Some(format!("attempt {} failed ({why}); retrying", rec.attempt));
+        let reason = format!("attempt {} failed ({why}); retrying", rec.attempt);
+        rec.reason = Some(reason.clone());
         let resources = rec.spec.resources.clone();
         let deadline = rec
             .spec
             .pending_deadline
             .map(|d| now.saturating_add(millis(d)));
+        self.record_pending(id, Some(reason), now);
         self.core_event(
             Event::TaskSubmitted {
                 task: id,
@@ -372,7 +393,9 @@ impl ClusterState {
             rec.end_attempt(|| why.clone());
         }
         let ns = rec.namespace();
-        if !rec.state.is_terminal() {
+        let was_terminal = rec.state.is_terminal();
+        let mut released = None;
+        if !was_terminal {
             self.retention.task_finished(id);
             count_unfinished(&mut self.unfinished, ns.clone(), false);
             for name in rec.created_names() {
@@ -386,7 +409,8 @@ impl ClusterState {
                 }
             }
             if let Some(name) = rec.reservation() {
-                release_holder(&mut self.reservations, name);
+                release_holder(&mut self.reservations, name.clone());
+                released = Some(name).filter(|n| !self.reservations.contains_key(n));
             }
         }
         let (mut state, mut reason, mut result) = (state, reason, result);
@@ -418,6 +442,28 @@ impl ClusterState {
         rec.pending_reason = None;
         rec.finished_at = Some(now);
         self.effects.push(Effect::Terminal { task: id });
+        if !was_terminal {
+            self.record_task(id, now, |rec| ClusterEvent::Finished {
+                task: id,
+                state: rec.state,
+                reason: rec.reason.clone(),
+                attempt: rec.attempt,
+                namespace: rec.namespace(),
+            });
+        }
+        if let Some(name) = released {
+            let event = ClusterEvent::Reservation { name, placed: None };
+            self.record(event, Labels::new(), now);
+        }
+    }
+
+    /// Records that task `id` was accepted.
+    fn record_submitted(&mut self, id: TaskId, now: Millis) {
+        self.record_task(id, now, |rec| ClusterEvent::Submitted {
+            task: id,
+            name: rec.spec.name.clone(),
+            namespace: rec.namespace(),
+        });
     }
 
     /// Cancels tasks, all known or none. Pending tasks end at once; running ones when their

@@ -9,8 +9,8 @@ use std::time::Duration;
 pub mod ops;
 
 use escher_head::state::{
-    ApplyError, ClusterState, Command, Effect, Entry, Joining, Reply, Returning, SecretHash,
-    StateConfig,
+    ApplyError, ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, Returning,
+    SecretHash, StateConfig,
 };
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterStatus, Labels, NAMESPACE_LABEL, Namespace, NodeId, NodeSpec,
@@ -248,6 +248,8 @@ pub fn render(effects: &[Effect]) -> Vec<String> {
 pub struct Outcome {
     pub reply: Reply,
     pub effects: Vec<Effect>,
+    /// The events it recorded for watchers.
+    pub events: Vec<Recorded>,
 }
 
 impl Outcome {
@@ -278,13 +280,22 @@ impl TestState {
         let before = format!("{:?}", self.state);
         let result = self.state.apply(Entry::new(self.now, command));
         let effects = self.state.take_effects();
+        let events = self.state.take_events();
         check_invariants(&self.state);
         match result {
-            Ok(reply) => Ok(Outcome { reply, effects }),
+            Ok(reply) => Ok(Outcome {
+                reply,
+                effects,
+                events,
+            }),
             Err(err) => {
                 assert!(
                     effects.is_empty(),
                     "a refused command produced effects: {effects:?}"
+                );
+                assert!(
+                    events.is_empty(),
+                    "a refused command recorded events: {events:?}"
                 );
                 assert_eq!(
                     before,

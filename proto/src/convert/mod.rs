@@ -25,7 +25,8 @@
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
 //! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
 //! - `link`: the messages of the `WorkerLink` service;
-//! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status).
+//! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status);
+//! - `watch`: the `Watch` call's request and the batches of events it streams.
 
 use std::fmt;
 use std::time::Duration;
@@ -44,6 +45,7 @@ mod resources;
 mod retention;
 mod status;
 mod task;
+mod watch;
 
 #[cfg(test)]
 mod testutil;

@@ -28,6 +28,7 @@ mod resource_set;
 mod retention;
 mod status;
 mod task;
+mod watch;
 
 pub use amount::{Amount, Capacity};
 pub use api::{
@@ -65,4 +66,7 @@ pub use status::{
 };
 pub use task::{
     MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+};
+pub use watch::{
+    ClusterEvent, MAX_WATCH_TASKS, NodeChange, WatchBatch, WatchEvent, WatchKind, WatchRequest,
 };

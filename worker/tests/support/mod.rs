@@ -300,6 +300,13 @@ impl WorkerLink for Services {
 
 #[tonic::async_trait]
 impl Cluster for Services {
+    type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
+    async fn watch(
+        &self,
+        _: Request<wire::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn submit(
         &self,
         _: Request<wire::SubmitRequest>,
