@@ -30,7 +30,7 @@
 mod local_cluster;
 
 pub use escher_client as client;
-pub use escher_client::{BlockingClient, Client, ClientError, Credentials, Task, TaskRef};
+pub use escher_client::{BlockingClient, Client, ClientError, Credentials, Task, TaskRef, Watch};
 pub use escher_esl as esl;
 pub use escher_proto::access;
 pub use escher_proto::codec;

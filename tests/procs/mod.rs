@@ -147,6 +147,7 @@ pub struct ProcessClusterBuilder {
     durable: bool,
     proxied: bool,
     raft_tick_ms: u64,
+    head_args: Vec<String>,
 }
 
 impl ProcessClusterBuilder {
@@ -177,6 +178,12 @@ impl ProcessClusterBuilder {
     /// Heads keep their raft logs on disk (`--data-dir`), in the cluster's directory.
     pub fn durable(mut self) -> Self {
         self.durable = true;
+        self
+    }
+
+    /// More `escher-head` arguments, given to every replica.
+    pub fn head_args(mut self, args: &[&str]) -> Self {
+        self.head_args.extend(args.iter().map(|a| a.to_string()));
         self
     }
 
@@ -263,6 +270,7 @@ impl ProcessCluster {
             durable: false,
             proxied: false,
             raft_tick_ms: 50,
+            head_args: Vec::new(),
         }
     }
 
@@ -295,6 +303,7 @@ impl ProcessCluster {
             "--raft-tick-ms".to_string(),
             self.settings.raft_tick_ms.to_string(),
         ];
+        common.extend(self.settings.head_args.iter().cloned());
         if n == 1 && !self.settings.proxied {
             if self.settings.durable {
                 common.push("--data-dir".into());

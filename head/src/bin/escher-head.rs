@@ -86,6 +86,10 @@ struct HeadArgs {
     /// is told to list the state again.
     #[arg(long, env = "ESCHER_WATCH_HISTORY", value_name = "EVENTS", default_value_t = HeadConfig::default().watch_history)]
     watch_history: usize,
+    /// How many events one watcher may have waiting before the head cuts it off; the head
+    /// never waits for a watcher.
+    #[arg(long, env = "ESCHER_WATCH_BUFFER", value_name = "EVENTS", default_value_t = HeadConfig::default().watch_buffer)]
+    watch_buffer: usize,
     /// The largest request or reply the head accepts or sends, in bytes.
     #[arg(long, env = "ESCHER_MAX_MESSAGE_BYTES", default_value_t = HeadConfig::default().max_message_bytes)]
     max_message_bytes: usize,
@@ -188,6 +192,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             idle_timeout: args.idle_timeout.into(),
             metrics: args.metrics,
             watch_history: args.watch_history,
+            watch_buffer: args.watch_buffer,
             state: StateConfig {
                 max_result_bytes: args.max_result_bytes,
                 namespace_unfinished: args.namespace_unfinished_tasks,

@@ -46,6 +46,9 @@ pub struct HeadConfig {
     /// How many recent events the head keeps for watchers that resume (`Watch` after a
     /// revision); a watcher further behind is told to list the state again.
     pub watch_history: usize,
+    /// How many events one watcher may have waiting before the head cuts it off (it then
+    /// resumes from the last revision it saw, while the history still holds it).
+    pub watch_buffer: usize,
     /// Check every call's token (the default, and the only setting `escher-head` has). Off,
     /// every caller is an admin: the benchmark harness turns it off to measure what
     /// authentication costs, nothing else should.
@@ -68,6 +71,7 @@ impl Default for HeadConfig {
             tls: None,
             metrics: None,
             watch_history: 100_000,
+            watch_buffer: 16_384,
             authenticate: true,
         }
     }

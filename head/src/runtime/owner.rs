@@ -170,7 +170,11 @@ impl<S: LogStore> Owner<S> {
         metrics: Arc<Metrics>,
     ) -> Owner<S> {
         keys.publish(replica.state());
-        let watch = Hub::new(config.watch_history, replica.state().revision());
+        let watch = Hub::new(
+            config.watch_history,
+            config.watch_buffer,
+            replica.state().revision(),
+        );
         Owner {
             watch,
             keys,

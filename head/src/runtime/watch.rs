@@ -22,9 +22,6 @@ use tonic::Status;
 use crate::auth::Caller;
 use crate::state::Recorded;
 
-/// How many events one watcher may have waiting before it is cut off.
-pub(crate) const WATCHER_BUFFER: usize = 16_384;
-
 /// What one watcher asked for, and who it is.
 #[derive(Debug)]
 pub(crate) struct Filter {
@@ -125,6 +122,8 @@ impl Watcher {
 pub(crate) struct Hub {
     history: VecDeque<Arc<Recorded>>,
     capacity: usize,
+    /// How many events one watcher may have waiting before it is cut off.
+    buffer: usize,
     /// Every event after this revision is in `history`.
     base: u64,
     /// The revision of the last event published.
@@ -133,11 +132,13 @@ pub(crate) struct Hub {
 }
 
 impl Hub {
-    /// A hub keeping the last `capacity` events, starting after `revision`.
-    pub(crate) fn new(capacity: usize, revision: u64) -> Hub {
+    /// A hub keeping the last `capacity` events, starting after `revision`, letting each
+    /// watcher have `buffer` events waiting.
+    pub(crate) fn new(capacity: usize, buffer: usize, revision: u64) -> Hub {
         Hub {
             history: VecDeque::new(),
             capacity,
+            buffer: buffer.max(1),
             base: revision,
             current: revision,
             watchers: Vec::new(),
@@ -167,6 +168,7 @@ impl Hub {
 
     fn deliver(&mut self, recorded: &Arc<Recorded>) {
         let revision = recorded.event.revision;
+        let buffer = self.buffer;
         self.watchers.retain_mut(|w| {
             if !w.filter.matches(recorded) {
                 return true;
@@ -175,7 +177,7 @@ impl Hub {
                 Ok(()) => true,
                 Err(mpsc::error::TrySendError::Full(_)) => {
                     w.end(Status::resource_exhausted(format!(
-                        "this watcher fell {WATCHER_BUFFER} events behind and was cut off at \
+                        "this watcher fell {buffer} events behind and was cut off at \
                          revision {revision} (the head never waits for a watcher): watch \
                          again after the last revision you saw, or list the current state \
                          and watch from now"
@@ -219,7 +221,7 @@ impl Hub {
             .filter(|r| filter.matches(r))
             .cloned()
             .collect();
-        let (tx, live) = mpsc::channel(WATCHER_BUFFER);
+        let (tx, live) = mpsc::channel(self.buffer);
         let (end, ended) = oneshot::channel();
         self.watchers.push(Watcher {
             filter,
@@ -383,7 +385,7 @@ mod tests {
 
     #[test]
     fn resumes_from_history_and_refuses_what_it_no_longer_keeps() {
-        let mut hub = Hub::new(4, 0);
+        let mut hub = Hub::new(4, 8, 0);
         hub.publish((1..=6).map(|r| task_event(r, r, None)).collect());
         let all = || Filter::new(WatchRequest::all(), Caller::Admin);
         let sub = hub.subscribe(all(), Some(3)).unwrap();
@@ -409,14 +411,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_full_watcher_is_cut_off_and_the_others_go_on() {
-        let mut hub = Hub::new(10, 0);
+        let mut hub = Hub::new(10, 64, 0);
         let mut stalled = hub
             .subscribe(Filter::new(WatchRequest::all(), Caller::Admin), None)
             .unwrap();
         let mut reading = hub
             .subscribe(Filter::new(WatchRequest::all(), Caller::Admin), None)
             .unwrap();
-        let total = WATCHER_BUFFER as u64 + 10;
+        let total = 64 + 10;
         for r in 1..=total {
             hub.publish(vec![node_event(r)]);
             // One watcher keeps up; the other reads nothing.
@@ -429,12 +431,12 @@ mod tests {
         while stalled.live.try_recv().is_ok() {
             got += 1;
         }
-        assert_eq!(got, WATCHER_BUFFER);
+        assert_eq!(got, 64);
     }
 
     #[test]
     fn filters_by_namespace_task_label_and_kind_and_hide_other_namespaces() {
-        let mut hub = Hub::new(100, 0);
+        let mut hub = Hub::new(100, 8, 0);
         hub.publish(vec![
             task_event(1, 1, Some("team-a")),
             task_event(2, 2, Some("team-b")),
