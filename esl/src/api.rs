@@ -9,11 +9,13 @@
 use std::future::Future;
 use std::time::Duration;
 
-use escher_client::{Client, ClientError};
+use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterStatus, Delta, GangStrategy, NodeId, NodeSpec, ReserveReply,
-    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus,
+    Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, NodeId, NodeSpec,
+    ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskState,
+    TaskStatus, WatchEvent, WatchKind, WatchRequest,
 };
+use tokio::sync::mpsc;
 
 use crate::EslError;
 
@@ -50,6 +52,11 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         num: usize,
         timeout: Duration,
     ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+
+    /// Subscribes to the cluster's events that `request` selects, from now on (DESIGN §11):
+    /// how a policy learns that a task started or ended without polling its status.
+    fn watch(&self, request: WatchRequest)
+    -> impl Future<Output = Result<Events, EslError>> + Send;
 
     /// Reserves `bundles` all or nothing under `name` (head-native gang scheduling): one
     /// holder task per bundle, and whether all were placed at once. While bundle `i` is held
@@ -156,6 +163,10 @@ impl ClusterApi for Client {
         Ok(Client::cancel(self, tasks).await?)
     }
 
+    async fn watch(&self, request: WatchRequest) -> Result<Events, EslError> {
+        Ok(Events(Feed::Remote(Client::watch(self, request).await?)))
+    }
+
     async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
         Ok(self.task_info(task).await?.status)
     }
@@ -178,4 +189,88 @@ impl ClusterApi for Client {
         }
         Ok(ready)
     }
+}
+
+/// A policy's feed of cluster events ([`ClusterApi::watch`]), in revision order.
+#[derive(Debug)]
+pub struct Events(Feed);
+
+#[derive(Debug)]
+enum Feed {
+    Remote(Watch),
+    Local(mpsc::UnboundedReceiver<WatchEvent>),
+}
+
+impl Events {
+    /// Events a test or an in-process cluster feeds through `rx`.
+    pub fn local(rx: mpsc::UnboundedReceiver<WatchEvent>) -> Events {
+        Events(Feed::Local(rx))
+    }
+
+    /// The next event; `None` once the feed ended.
+    pub async fn next(&mut self) -> Option<Result<WatchEvent, EslError>> {
+        match &mut self.0 {
+            Feed::Remote(watch) => watch.next().await.map(|e| e.map_err(EslError::from)),
+            Feed::Local(rx) => rx.recv().await.map(Ok),
+        }
+    }
+}
+
+/// How waiting for tasks to start ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Started {
+    /// Every task left `Pending` (was dispatched).
+    All,
+    /// One of them ended (before starting, or after); its status.
+    Ended(TaskStatus),
+    /// The deadline passed with these still pending.
+    TimedOut(Vec<TaskId>),
+}
+
+/// Waits until every task of `tasks` has been dispatched, one of them ends, or `deadline`
+/// passes (`None`: no deadline), from the cluster's events: one subscription and one status
+/// read per task, however long the wait, where polling read every status every few
+/// milliseconds.
+pub async fn await_started<C: ClusterApi>(
+    cluster: &C,
+    tasks: &[TaskId],
+    deadline: Option<tokio::time::Instant>,
+) -> Result<Started, EslError> {
+    let request =
+        WatchRequest::tasks(tasks.iter().copied()).kinds([WatchKind::Started, WatchKind::Finished]);
+    // Subscribed first, then read: nothing can happen in between unseen.
+    let mut events = cluster.watch(request).await?;
+    let mut waiting = std::collections::BTreeSet::new();
+    for &task in tasks {
+        let status = cluster.status(task).await?;
+        match status.state {
+            TaskState::Pending => {
+                waiting.insert(task);
+            }
+            TaskState::Running => {}
+            _ => return Ok(Started::Ended(status)),
+        }
+    }
+    while !waiting.is_empty() {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, events.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(Started::TimedOut(waiting.into_iter().collect())),
+            },
+            None => events.next().await,
+        };
+        let Some(event) = next else {
+            return Err(EslError::Refused("the cluster's event feed ended".into()));
+        };
+        match event?.event {
+            ClusterEvent::Started { task, .. } => {
+                waiting.remove(&task);
+            }
+            ClusterEvent::Finished { task, .. } => {
+                return Ok(Started::Ended(cluster.status(task).await?));
+            }
+            _ => {}
+        }
+    }
+    Ok(Started::All)
 }

@@ -11,14 +11,16 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use escher_head::state::{
-    ClusterState, Command, Effect, Entry, Joining, Reply, SecretHash, StateConfig,
+    ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{
     ClusterStatus, GangStrategy, Labels, NodeId, ReserveReply, ResourceName, ResourceSet,
-    ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
+    ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus, WatchEvent,
+    WatchRequest,
 };
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 
+use crate::api::Events;
 use crate::{ClusterApi, EslError};
 
 /// How simulated workers run the tasks they are given.
@@ -39,6 +41,8 @@ struct Inner {
     running: BTreeMap<TaskId, (NodeId, u32)>,
     /// Every dispatch in order: (task, node).
     history: Vec<(TaskId, NodeId)>,
+    /// Subscribers to events, with what each asked for.
+    watchers: Vec<(WatchRequest, mpsc::UnboundedSender<WatchEvent>)>,
 }
 
 /// An in-memory cluster behind the [`ClusterApi`] seam. Cheap to clone (shared).
@@ -58,6 +62,7 @@ impl InMemoryCluster {
                 mode,
                 running: BTreeMap::new(),
                 history: Vec::new(),
+                watchers: Vec::new(),
             })),
             changed: Arc::new(Notify::new()),
         }
@@ -158,6 +163,8 @@ impl InMemoryCluster {
             }
             effects = inner.state.take_effects();
         }
+        let events = inner.state.take_events();
+        inner.publish(events);
         drop(inner);
         self.changed.notify_waiters();
         Ok(reply)
@@ -165,6 +172,31 @@ impl InMemoryCluster {
 }
 
 impl Inner {
+    /// Hands each event to the watchers that asked for it (no namespaces in memory).
+    fn publish(&mut self, events: Vec<Recorded>) {
+        if self.watchers.is_empty() {
+            return;
+        }
+        for recorded in events {
+            let event = &recorded.event.event;
+            self.watchers.retain(|(request, tx)| {
+                let kinds = &request.kinds;
+                let wanted = (kinds.is_empty() || kinds.contains(&event.kind()))
+                    && match event.task() {
+                        Some(task) => {
+                            (request.tasks.is_empty() || request.tasks.contains(&task))
+                                && request.labels.iter().all(|(k, v)| {
+                                    let have = recorded.labels.get(k);
+                                    have.is_some() && (v.is_none() || have == v.as_deref())
+                                })
+                        }
+                        None => !request.tasks_only(),
+                    };
+                !wanted || tx.send(recorded.event.clone()).is_ok()
+            });
+        }
+    }
+
     /// What a worker would do with an effect.
     fn play(&mut self, effect: Effect) {
         let now = self.now;
@@ -277,6 +309,12 @@ impl ClusterApi for InMemoryCluster {
             .state
             .status(task)
             .ok_or_else(|| EslError::Refused(format!("unknown task {task}")))
+    }
+
+    async fn watch(&self, request: WatchRequest) -> Result<Events, EslError> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        self.lock().watchers.push((request, tx));
+        Ok(Events::local(rx))
     }
 
     async fn wait(

@@ -55,6 +55,7 @@ pub mod anti_affinity;
 pub mod api;
 pub mod bin_packing;
 pub mod compose;
+mod ends;
 mod error;
 pub mod fair_share;
 pub mod gang;

@@ -5,8 +5,9 @@
 //! methods, chosen with [`Method`]:
 //!
 //! - [`Method::WaitForStart`], the thesis' method: submit the task with preference 1 and
-//!   wait up to a timeout `t` for its start signal (here: its status leaving `Pending`; the
-//!   thesis used a heartbeat because Ray had no "task started" event); if it has not started,
+//!   wait up to a timeout `t` for its start signal (here: the head's "task started" event,
+//!   from the watch API; the thesis used a heartbeat because Ray had no such event); if it has
+//!   not started,
 //!   cancel it and resubmit with the next preference. Every preference that cannot be met now
 //!   costs a blind wait of `t`.
 //! - [`Method::FitsNowFirst`]: read `get_cluster_status` first and submit directly the first
@@ -25,12 +26,10 @@
 
 use std::time::Duration;
 
-use escher_proto::types::{ClusterStatus, NodeId, ResourceSet, TaskId, TaskSpec, TaskState};
+use escher_proto::types::{ClusterStatus, NodeId, ResourceSet, TaskId, TaskSpec};
 
+use crate::api::{Started, await_started};
 use crate::{ClusterApi, EslError, ResourceSpec};
-
-const FIRST_POLL: Duration = Duration::from_millis(2);
-const MAX_POLL: Duration = Duration::from_millis(50);
 
 /// How the soft-constraints ESL picks a preference.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -112,11 +111,12 @@ impl<C: ClusterApi> SoftConstraints<C> {
             preferences[choice].apply_to(&mut spec)?;
             let id = self.cluster.submit(vec![spec]).await?[0];
             let last = choice + 1 == preferences.len();
-            if self.started(id).await? || last {
+            let started = self.started(id).await?;
+            if started || last {
                 return Ok(Placement {
                     task: id,
                     choice,
-                    started: !last || self.cluster.status(id).await?.state != TaskState::Pending,
+                    started,
                     abandoned,
                 });
             }
@@ -127,21 +127,12 @@ impl<C: ClusterApi> SoftConstraints<C> {
         unreachable!("the last preference always returns")
     }
 
-    /// Whether `task` leaves `Pending` within the timeout (polling with a short back-off).
+    /// Whether `task` leaves `Pending` (starts, or ends) within the timeout, as the cluster's
+    /// events tell.
     async fn started(&self, task: TaskId) -> Result<bool, EslError> {
         let deadline = tokio::time::Instant::now() + self.timeout;
-        let mut pause = FIRST_POLL;
-        loop {
-            if self.cluster.status(task).await?.state != TaskState::Pending {
-                return Ok(true);
-            }
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Ok(false);
-            }
-            tokio::time::sleep(pause.min(deadline - now)).await;
-            pause = (pause * 2).min(MAX_POLL);
-        }
+        let outcome = await_started(&self.cluster, &[task], Some(deadline)).await?;
+        Ok(!matches!(outcome, Started::TimedOut(_)))
     }
 }
 
@@ -163,7 +154,7 @@ pub fn fitting_node(status: &ClusterStatus, needs: &ResourceSet) -> Option<NodeI
 
 #[cfg(test)]
 mod tests {
-    use escher_proto::types::{Capacity, NodeSpec, ResourceName};
+    use escher_proto::types::{Capacity, NodeSpec, ResourceName, TaskState};
 
     use super::*;
     use crate::{InMemoryCluster, Mode};

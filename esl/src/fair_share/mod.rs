@@ -28,12 +28,15 @@
 //!
 //! **Demand.** A user's demand is the number of nodes it could use: an explicit
 //! [`Hfs::set_demand`], else the number of its tracked tasks that have not ended
-//! ([`Hfs::submit`] and [`Hfs::track`] register them; their statuses are read at each
-//! rebalance), plus, for a parent user, its child instance's total demand.
+//! ([`Hfs::submit`] and [`Hfs::track`] register them; their ends come from the cluster's
+//! events, so a rebalance reads no task status; an end counts once its event has arrived,
+//! milliseconds after the head committed it), plus, for a parent user, its child instance's
+//! total demand.
 //!
 //! **Needs from the cluster.** `set_resource` (batched), `get_cluster_status` (the live nodes
 //! of the domain, and how busy each user is on each node, from the `used` amount of its
-//! unbounded resource), and task status for tracked demand.
+//! unbounded resource), and the watch API's task ends for tracked demand (a status read per
+//! tracked task only when the feed starts, or restarts after breaking).
 //!
 //! **Limits.** Shares are node-granular (thesis: "shares are therefore node-granular"): with
 //! 10 nodes, 2:3:5 is exact but 1:1:1 is 4/3/3, and a node's whole capacity goes to one user
@@ -59,6 +62,7 @@ use escher_proto::types::{
     TaskId, TaskSpec, TypeError,
 };
 
+use crate::ends::TaskEnds;
 use crate::periodic::Periodic;
 use crate::policy::{Domain, Policy, er_name};
 use crate::{ClusterApi, EslError, ResourceSpec};
@@ -140,6 +144,8 @@ struct Shared<C> {
     state: Mutex<State<C>>,
     /// One rebalance at a time per instance (held across awaits, hence tokio's).
     rebalancing: tokio::sync::Mutex<()>,
+    /// The ends of tracked tasks, from the cluster's events; started at the first count.
+    ends: Mutex<Option<Arc<TaskEnds>>>,
 }
 
 /// A hierarchical max-min fair-sharing instance over a domain of nodes. Cheap to clone
@@ -205,6 +211,7 @@ impl<C: ClusterApi> Hfs<C> {
             shared: Arc::new(Shared {
                 state: Mutex::new(state),
                 rebalancing: tokio::sync::Mutex::new(()),
+                ends: Mutex::new(None),
             }),
         }
     }
@@ -312,7 +319,59 @@ impl<C: ClusterApi> Hfs<C> {
 
     /// Counts these tasks in `user`'s demand until they end.
     pub fn track(&self, user: &str, tasks: &[TaskId]) -> Result<(), EslError> {
-        self.with_user(user, |u| u.tracked.extend(tasks.iter().copied()))
+        self.with_user(user, |u| u.tracked.extend(tasks.iter().copied()))?;
+        if let Some(ends) = self.ends() {
+            ends.track(tasks.iter().copied());
+        }
+        Ok(())
+    }
+
+    fn ends(&self) -> Option<Arc<TaskEnds>> {
+        self.shared
+            .ends
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Forgets the tracked tasks that ended, as the cluster's events tell. Without a feed
+    /// (the first time, or after it broke) starts one, then reads the tracked tasks' statuses
+    /// once: from then on an end costs no call.
+    async fn forget_ended(&self) -> Result<(), EslError> {
+        let ended = match self.ends().and_then(|e| e.take_ended()) {
+            Some(ended) => ended,
+            None => {
+                let ends = Arc::new(TaskEnds::start(&self.cluster).await?);
+                let tracked: Vec<TaskId> = self
+                    .lock()
+                    .users
+                    .values()
+                    .flat_map(|u| u.tracked.iter().copied())
+                    .collect();
+                ends.track(tracked.iter().copied());
+                *self
+                    .shared
+                    .ends
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(ends);
+                let mut ended = Vec::new();
+                for t in tracked {
+                    if self.cluster.status(t).await?.state.is_terminal() {
+                        ended.push(t);
+                    }
+                }
+                ended
+            }
+        };
+        if !ended.is_empty() {
+            let mut state = self.lock();
+            for u in state.users.values_mut() {
+                for t in &ended {
+                    u.tracked.remove(t);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Adds `user`'s spec to each task, submits them, and tracks them; their ids.
@@ -349,31 +408,16 @@ impl<C: ClusterApi> Hfs<C> {
     /// `user`'s demand now (explicit, or its tracked tasks that have not ended, plus its
     /// child's total demand). Forgets tracked tasks that ended.
     pub async fn demand(&self, user: &str) -> Result<u64, EslError> {
+        self.forget_ended().await?;
         let (explicit, tracked, child) = {
             let state = self.lock();
             let u = state
                 .users
                 .get(user)
                 .ok_or_else(|| unknown(&state.instance, user))?;
-            (u.explicit, u.tracked.clone(), u.child.clone())
+            (u.explicit, u.tracked.len() as u64, u.child.clone())
         };
-        let own = match explicit {
-            Some(n) => n,
-            None => {
-                let mut ended = Vec::new();
-                for t in &tracked {
-                    if self.cluster.status(*t).await?.state.is_terminal() {
-                        ended.push(*t);
-                    }
-                }
-                self.with_user(user, |u| {
-                    for t in &ended {
-                        u.tracked.remove(t);
-                    }
-                })?;
-                (tracked.len() - ended.len()) as u64
-            }
-        };
+        let own = explicit.unwrap_or(tracked);
         let below = match child {
             Some(child) => child.total_demand().await?,
             None => 0,

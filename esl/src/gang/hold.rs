@@ -1,23 +1,22 @@
 //! What the two ghost-based designs share: one ghost task per bundle that holds the bundle and
 //! creates the gang's resources on its node, waiting until every ghost runs, and rolling back.
 //!
-//! An ESL outside the cluster has no "task started" event, so it polls task status with a
-//! short exponential back-off (2 ms doubling to 50 ms).
+//! The ghosts' starts and ends come from the cluster's events (the watch API), so waiting for
+//! a gang costs one subscription, not a status read per ghost every few milliseconds.
 
 use std::time::Duration;
 
 use escher_proto::types::{
     Amount, Capacity, GangStrategy, NodeSpec, ResourceName, ResourceSet, TaskId, TaskKind,
-    TaskSpec, TaskState, TaskStatus,
+    TaskSpec, TaskStatus,
 };
 
 use super::{Gang, GangRequest};
+use crate::api::{Started, await_started};
 use crate::{ClusterApi, EslError};
 
 /// How long a rollback or a release may take to see every ghost end.
 const DRAIN_LIMIT: Duration = Duration::from_secs(30);
-const FIRST_POLL: Duration = Duration::from_millis(2);
-const MAX_POLL: Duration = Duration::from_millis(50);
 
 /// How waiting for a gang's ghosts ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,40 +111,19 @@ pub(crate) async fn unprepare<C: ClusterApi>(
     Ok(())
 }
 
-/// Waits until every ghost runs, one ends, or `limit` passes (`None`: no limit).
+/// Waits until every ghost runs, one ends, or `limit` passes (`None`: no limit), from the
+/// cluster's events.
 pub(crate) async fn await_running<C: ClusterApi>(
     cluster: &C,
     ghosts: &[TaskId],
     limit: Option<Duration>,
 ) -> Result<Held, EslError> {
     let deadline = limit.map(|l| tokio::time::Instant::now() + l);
-    let mut waiting = ghosts.to_vec();
-    let mut pause = FIRST_POLL;
-    loop {
-        let mut still = Vec::with_capacity(waiting.len());
-        for id in waiting {
-            let status = cluster.status(id).await?;
-            match status.state {
-                TaskState::Running => {}
-                TaskState::Pending => still.push(id),
-                _ => return Ok(Held::Ended(status)),
-            }
-        }
-        waiting = still;
-        if waiting.is_empty() {
-            return Ok(Held::All);
-        }
-        let mut nap = pause;
-        if let Some(deadline) = deadline {
-            let now = tokio::time::Instant::now();
-            if now >= deadline {
-                return Ok(Held::TimedOut);
-            }
-            nap = nap.min(deadline - now);
-        }
-        tokio::time::sleep(nap).await;
-        pause = (pause * 2).min(MAX_POLL);
-    }
+    Ok(match await_started(cluster, ghosts, deadline).await? {
+        Started::All => Held::All,
+        Started::Ended(status) => Held::Ended(status),
+        Started::TimedOut(_) => Held::TimedOut,
+    })
 }
 
 /// Cancels every ghost and waits until all have ended, so that nothing they held or created

@@ -44,6 +44,12 @@ impl ClusterApi for Recording {
     async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
         self.inner.status(task).await
     }
+    async fn watch(
+        &self,
+        request: escher_proto::types::WatchRequest,
+    ) -> Result<crate::api::Events, EslError> {
+        self.inner.watch(request).await
+    }
     async fn wait(
         &self,
         t: Vec<TaskId>,

@@ -228,6 +228,13 @@ impl<C: ClusterApi> ClusterApi for Journal<C> {
         self.inner.status(task).await
     }
 
+    async fn watch(
+        &self,
+        request: escher_proto::types::WatchRequest,
+    ) -> Result<crate::api::Events, EslError> {
+        self.inner.watch(request).await
+    }
+
     async fn wait(
         &self,
         tasks: Vec<TaskId>,

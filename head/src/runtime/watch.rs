@@ -332,7 +332,14 @@ mod tests {
     fn task_event(revision: u64, task: u64, ns: Option<&str>) -> Recorded {
         let mut labels = Labels::new();
         labels
-            .insert("stage", if task % 2 == 0 { "map" } else { "reduce" })
+            .insert(
+                "stage",
+                if task.is_multiple_of(2) {
+                    "map"
+                } else {
+                    "reduce"
+                },
+            )
             .unwrap();
         Recorded {
             event: WatchEvent {
