@@ -104,6 +104,10 @@ pub enum Selection {
     Retention,
     /// The cost of authentication and TLS.
     Sec,
+    /// The cost of watching (W1 with 0 and 10 watchers).
+    Watch,
+    /// What the ESLs ask of the head.
+    Esl,
 }
 
 impl Options {
@@ -130,6 +134,8 @@ impl Options {
                 Selection::Cmd => Some(Workload::Cmd),
                 Selection::Retention => Some(Workload::Retention),
                 Selection::Sec => Some(Workload::Sec),
+                Selection::Watch => Some(Workload::Watch),
+                Selection::Esl => Some(Workload::Esl),
             })
             .collect();
         v.sort();

@@ -9,8 +9,6 @@
 //! the state again, then watch from now.
 
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,37 +21,41 @@ use tokio_stream::Stream;
 
 use crate::{Client, ClientError};
 
-/// How many events a watch holds for its reader before it stops reading from the head (the
-/// head then buffers; past its own bound it cuts the stream, and the watch resumes).
-const BUFFER: usize = 1024;
+/// How many batches of events (one per message from the head, at most 512 events each) a
+/// watch holds for its reader before it stops reading from the head (the head then buffers;
+/// past its own bound it cuts the stream, and the watch resumes).
+const BUFFER: usize = 16;
+
+type Batch = Result<Vec<WatchEvent>, ClientError>;
 
 /// The cluster's events, in revision order. A [`Stream`] of `Result<WatchEvent, ClientError>`;
 /// [`Watch::next`] reads it without any stream combinator. Dropping it ends the subscription.
 #[derive(Debug)]
 pub struct Watch {
-    rx: mpsc::Receiver<Result<WatchEvent, ClientError>>,
-    revision: Arc<AtomicU64>,
+    rx: mpsc::Receiver<Batch>,
+    ready: std::collections::VecDeque<WatchEvent>,
     delivered: u64,
 }
 
 impl Watch {
     /// The next event; `None` once the watch ended (after an error it reported).
     pub async fn next(&mut self) -> Option<Result<WatchEvent, ClientError>> {
-        let item = self.rx.recv().await;
-        self.note(&item);
-        item
-    }
-
-    /// The revision this watch has seen everything up to (what it delivered, or where it
-    /// started): give it to [`WatchRequest::after`] to resume later with nothing lost.
-    pub fn revision(&self) -> u64 {
-        self.delivered.max(self.revision.load(Ordering::Acquire))
-    }
-
-    fn note(&mut self, item: &Option<Result<WatchEvent, ClientError>>) {
-        if let Some(Ok(event)) = item {
-            self.delivered = event.revision;
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                self.delivered = event.revision;
+                return Some(Ok(event));
+            }
+            match self.rx.recv().await? {
+                Ok(batch) => self.ready.extend(batch),
+                Err(error) => return Some(Err(error)),
+            }
         }
+    }
+
+    /// The revision this watch has delivered everything up to (the last event read, or where
+    /// it started): give it to [`WatchRequest::after`] to resume later with nothing lost.
+    pub fn revision(&self) -> u64 {
+        self.delivered
     }
 }
 
@@ -61,11 +63,17 @@ impl Stream for Watch {
     type Item = Result<WatchEvent, ClientError>;
 
     fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let polled = self.rx.poll_recv(cx);
-        if let Poll::Ready(item) = &polled {
-            self.note(item);
+        loop {
+            if let Some(event) = self.ready.pop_front() {
+                self.delivered = event.revision;
+                return Poll::Ready(Some(Ok(event)));
+            }
+            match std::task::ready!(self.rx.poll_recv(cx)) {
+                Some(Ok(batch)) => self.ready.extend(batch),
+                Some(Err(error)) => return Poll::Ready(Some(Err(error))),
+                None => return Poll::Ready(None),
+            }
         }
-        polled
     }
 }
 
@@ -80,18 +88,17 @@ impl Client {
         }
         let stream = self.subscribe(&request).await?;
         let start = stream.1;
-        let revision = Arc::new(AtomicU64::new(start));
         let (tx, rx) = mpsc::channel(BUFFER);
         let feed = Feed {
             client: self.clone(),
             request,
-            revision: Arc::clone(&revision),
+            revision: start,
             tx,
         };
         tokio::spawn(feed.run(stream.0));
         Ok(Watch {
             rx,
-            revision,
+            ready: std::collections::VecDeque::new(),
             delivered: start,
         })
     }
@@ -189,12 +196,21 @@ fn ended(client: &Client) -> ClientError {
     }
 }
 
+/// Whether subscribing again may work: the head was unreachable, or the connection to a
+/// replica that just died was cut mid-call.
+fn transient(error: &ClientError) -> bool {
+    error.is_retryable()
+        || matches!(error, ClientError::Rpc(status)
+            if matches!(status.code(), tonic::Code::Cancelled | tonic::Code::Unknown))
+}
+
 /// The task that reads a watch's streams and resubscribes when one breaks.
 struct Feed {
     client: Client,
     request: WatchRequest,
-    revision: Arc<AtomicU64>,
-    tx: mpsc::Sender<Result<WatchEvent, ClientError>>,
+    /// The last revision handed to the reader.
+    revision: u64,
+    tx: mpsc::Sender<Batch>,
 }
 
 impl Feed {
@@ -236,17 +252,17 @@ impl Feed {
                     return None;
                 }
             };
-            for event in batch.events {
-                // Never twice: a resumed stream starts after the last one delivered.
-                if event.revision <= self.revision.load(Ordering::Acquire) {
-                    continue;
-                }
-                let revision = event.revision;
-                if self.tx.send(Ok(event)).await.is_err() {
-                    return None;
-                }
-                self.revision.store(revision, Ordering::Release);
+            // Never twice: a resumed stream starts after the last one delivered.
+            let seen = self.revision;
+            let mut events = batch.events;
+            events.retain(|e| e.revision > seen);
+            let Some(last) = events.last().map(|e| e.revision) else {
+                continue;
+            };
+            if self.tx.send(Ok(events)).await.is_err() {
+                return None;
             }
+            self.revision = last;
         }
     }
 
@@ -271,11 +287,11 @@ impl Feed {
         let deadline = tokio::time::Instant::now() + self.client.failover_timeout();
         let mut pause = Duration::from_millis(50);
         loop {
-            self.request.after = Some(self.revision.load(Ordering::Acquire));
+            self.request.after = Some(self.revision);
             match self.client.subscribe(&self.request).await {
                 Ok((stream, _)) => return Ok(stream),
                 Err(error)
-                    if error.is_retryable() && tokio::time::Instant::now() + pause < deadline =>
+                    if transient(&error) && tokio::time::Instant::now() + pause < deadline =>
                 {
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(Duration::from_secs(2));

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
+pub mod esl;
 pub mod retention;
 pub mod security;
 pub mod w10_failover;
@@ -22,6 +23,7 @@ pub mod w6_requested;
 pub mod w7_gang;
 pub mod w8_scale;
 pub mod w9_replicated;
+pub mod watch;
 
 /// What every workload gets.
 #[derive(Debug, Clone)]
@@ -73,11 +75,15 @@ pub enum Workload {
     Retention,
     /// The cost of authentication and TLS.
     Sec,
+    /// The cost of watching: W1 with 0 and 10 watchers.
+    Watch,
+    /// What the ESLs ask of the head.
+    Esl,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 13] = [
+    pub const ALL: [Workload; 15] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -91,6 +97,8 @@ impl Workload {
         Workload::Cmd,
         Workload::Retention,
         Workload::Sec,
+        Workload::Watch,
+        Workload::Esl,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -109,6 +117,8 @@ impl Workload {
             Workload::Cmd => "cmd",
             Workload::Retention => "retention",
             Workload::Sec => "sec",
+            Workload::Watch => "watch",
+            Workload::Esl => "esl",
         }
     }
 
@@ -128,6 +138,8 @@ impl Workload {
             Workload::Cmd => cmd_tasks::run(ctx).await,
             Workload::Retention => retention::run(ctx).await,
             Workload::Sec => security::run(ctx).await,
+            Workload::Watch => watch::run(ctx).await,
+            Workload::Esl => esl::run(ctx).await,
         }
     }
 }

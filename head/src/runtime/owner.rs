@@ -158,6 +158,8 @@ pub(crate) struct Owner<S: LogStore> {
     next_log: u64,
     /// The recent events and their watchers.
     watch: Hub,
+    /// The events of this turn's applied commands, published together after the cycle.
+    events: Vec<crate::state::Recorded>,
     last_prune: Instant,
     leading: bool,
 }
@@ -177,6 +179,7 @@ impl<S: LogStore> Owner<S> {
         );
         Owner {
             watch,
+            events: Vec::new(),
             keys,
             metrics,
             replica,
@@ -264,7 +267,15 @@ impl<S: LogStore> Owner<S> {
         for output in out {
             self.on_output(output);
         }
+        self.publish_events();
         Ok(())
+    }
+
+    /// Hands this turn's events to the watch hub, in one batch.
+    fn publish_events(&mut self) {
+        if !self.events.is_empty() {
+            self.watch.publish(std::mem::take(&mut self.events));
+        }
     }
 
     fn on_inbound(&mut self, inbound: Inbound) {
@@ -423,7 +434,7 @@ impl<S: LogStore> Owner<S> {
                     events,
                 } in results
                 {
-                    self.watch.publish(events);
+                    self.events.extend(events);
                     if self.leading {
                         self.perform(effects);
                         for status in finished {
@@ -493,6 +504,8 @@ impl<S: LogStore> Owner<S> {
             Output::Restored => {
                 self.proposals
                     .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+                // What came before the snapshot goes first; the history starts again after it.
+                self.publish_events();
                 self.watch.restart(self.replica.state().revision());
             }
         }

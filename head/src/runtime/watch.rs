@@ -6,14 +6,17 @@
 //! revision older than what is kept is told to list the current state again, like Kubernetes'
 //! "resource version too old". Each watcher has a bounded buffer; the owner never waits for
 //! one: a watcher whose buffer is full is cut off (told how far it got), so a stalled client
-//! costs the head one failed `try_send`, never a slower submit.
+//! costs the head one comparison, never a slower submit.
+//!
+//! The owner publishes once per turn, so a watcher gets one batch per turn (a thousand
+//! submitted tasks are one channel message, not a thousand), and each event is converted to
+//! its wire form once, whoever watches.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
-use escher_proto::types::{
-    SHARED_NAMESPACE, TaskId, WatchBatch, WatchEvent, WatchKind, WatchRequest,
-};
+use escher_proto::types::{SHARED_NAMESPACE, TaskId, WatchBatch, WatchKind, WatchRequest};
 use escher_proto::wire;
 use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, oneshot};
@@ -89,15 +92,35 @@ impl Filter {
     }
 }
 
+/// An event as the hub keeps it: what the state recorded, and its wire form, made once by
+/// the first watcher that sends it (every other watcher sends a copy of that).
+#[derive(Debug)]
+pub(crate) struct Item {
+    recorded: Recorded,
+    wire: OnceLock<wire::WatchEvent>,
+}
+
+impl Item {
+    fn revision(&self) -> u64 {
+        self.recorded.event.revision
+    }
+
+    fn wire(&self) -> &wire::WatchEvent {
+        self.wire.get_or_init(|| self.recorded.event.clone().into())
+    }
+}
+
 /// What a new watcher gets: where it starts, what it missed, and the live feed.
 #[derive(Debug)]
 pub(crate) struct Subscription {
     /// The revision the stream starts after.
     pub(crate) revision: u64,
     /// The events after `revision` already recorded, that the filter matches.
-    pub(crate) backlog: Vec<Arc<Recorded>>,
-    /// The events recorded from now on that the filter matches.
-    pub(crate) live: mpsc::Receiver<Arc<Recorded>>,
+    pub(crate) backlog: Vec<Arc<Item>>,
+    /// The events recorded from now on that the filter matches, a batch per owner turn.
+    pub(crate) live: mpsc::UnboundedReceiver<Vec<Arc<Item>>>,
+    /// How many events wait in `live` (the hub cuts the watcher off past its buffer).
+    pub(crate) queued: Arc<AtomicUsize>,
     /// Why the hub stopped feeding `live`, when it did.
     pub(crate) ended: oneshot::Receiver<Status>,
 }
@@ -105,7 +128,8 @@ pub(crate) struct Subscription {
 #[derive(Debug)]
 struct Watcher {
     filter: Filter,
-    tx: mpsc::Sender<Arc<Recorded>>,
+    tx: mpsc::UnboundedSender<Vec<Arc<Item>>>,
+    queued: Arc<AtomicUsize>,
     end: Option<oneshot::Sender<Status>>,
 }
 
@@ -120,7 +144,7 @@ impl Watcher {
 /// The history and the watchers.
 #[derive(Debug)]
 pub(crate) struct Hub {
-    history: VecDeque<Arc<Recorded>>,
+    history: VecDeque<Arc<Item>>,
     capacity: usize,
     /// How many events one watcher may have waiting before it is cut off.
     buffer: usize,
@@ -145,47 +169,62 @@ impl Hub {
         }
     }
 
-    /// Records `events` (in revision order) and hands each to the watchers that want it.
+    /// Records `events` (in revision order) and hands each watcher, in one batch, those it
+    /// wants.
     pub(crate) fn publish(&mut self, events: Vec<Recorded>) {
-        for recorded in events {
-            let recorded = Arc::new(recorded);
-            self.current = recorded.event.revision;
-            if !self.watchers.is_empty() {
-                self.deliver(&recorded);
-            }
-            if self.capacity == 0 {
-                self.base = self.current;
-                continue;
-            }
+        let Some(last) = events.last() else {
+            return;
+        };
+        self.current = last.event.revision;
+        let items: Vec<Arc<Item>> = events
+            .into_iter()
+            .map(|recorded| {
+                Arc::new(Item {
+                    recorded,
+                    wire: OnceLock::new(),
+                })
+            })
+            .collect();
+        if !self.watchers.is_empty() {
+            self.deliver(&items);
+        }
+        if self.capacity == 0 {
+            self.base = self.current;
+            return;
+        }
+        for item in items {
             if self.history.len() == self.capacity
                 && let Some(oldest) = self.history.pop_front()
             {
-                self.base = oldest.event.revision;
+                self.base = oldest.revision();
             }
-            self.history.push_back(recorded);
+            self.history.push_back(item);
         }
     }
 
-    fn deliver(&mut self, recorded: &Arc<Recorded>) {
-        let revision = recorded.event.revision;
+    fn deliver(&mut self, items: &[Arc<Item>]) {
         let buffer = self.buffer;
         self.watchers.retain_mut(|w| {
-            if !w.filter.matches(recorded) {
-                return true;
+            let batch: Vec<Arc<Item>> = items
+                .iter()
+                .filter(|i| w.filter.matches(&i.recorded))
+                .cloned()
+                .collect();
+            let Some(first) = batch.first() else {
+                return !w.tx.is_closed();
+            };
+            let waiting = w.queued.load(Ordering::Acquire);
+            if waiting + batch.len() > buffer {
+                w.end(Status::resource_exhausted(format!(
+                    "this watcher fell {buffer} events behind and was cut off before revision \
+                     {} (the head never waits for a watcher): watch again after the last \
+                     revision you saw, or list the current state and watch from now",
+                    first.revision()
+                )));
+                return false;
             }
-            match w.tx.try_send(Arc::clone(recorded)) {
-                Ok(()) => true,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    w.end(Status::resource_exhausted(format!(
-                        "this watcher fell {buffer} events behind and was cut off at \
-                         revision {revision} (the head never waits for a watcher): watch \
-                         again after the last revision you saw, or list the current state \
-                         and watch from now"
-                    )));
-                    false
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => false,
-            }
+            w.queued.fetch_add(batch.len(), Ordering::AcqRel);
+            w.tx.send(batch).is_ok()
         });
     }
 
@@ -218,20 +257,23 @@ impl Hub {
             .history
             .iter()
             .skip(skip)
-            .filter(|r| filter.matches(r))
+            .filter(|i| filter.matches(&i.recorded))
             .cloned()
             .collect();
-        let (tx, live) = mpsc::channel(self.buffer);
+        let (tx, live) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
         let (end, ended) = oneshot::channel();
         self.watchers.push(Watcher {
             filter,
             tx,
+            queued: Arc::clone(&queued),
             end: Some(end),
         });
         Ok(Subscription {
             revision: after,
             backlog,
             live,
+            queued,
             ended,
         })
     }
@@ -282,6 +324,7 @@ pub(crate) async fn forward(
         revision,
         backlog,
         mut live,
+        queued,
         ended,
     } = subscription;
     let first = WatchBatch {
@@ -292,24 +335,32 @@ pub(crate) async fn forward(
         return;
     }
     for chunk in backlog.chunks(BATCH) {
-        if out.send(Ok(batch(chunk.iter()))).await.is_err() {
+        if out.send(Ok(response(chunk))).await.is_err() {
             return;
         }
     }
-    let mut pending = Vec::with_capacity(BATCH);
+    let mut pending: Vec<Arc<Item>> = Vec::with_capacity(BATCH);
     loop {
         let got = tokio::select! {
             () = out.closed() => return,
-            got = live.recv_many(&mut pending, BATCH) => got,
+            got = live.recv() => got,
         };
-        if got == 0 {
+        let Some(batch) = got else {
             break;
+        };
+        pending.extend(batch);
+        while pending.len() < BATCH
+            && let Ok(more) = live.try_recv()
+        {
+            pending.extend(more);
         }
-        let message = batch(pending.iter());
+        queued.fetch_sub(pending.len(), Ordering::AcqRel);
+        for chunk in pending.chunks(BATCH) {
+            if out.send(Ok(response(chunk))).await.is_err() {
+                return;
+            }
+        }
         pending.clear();
-        if out.send(Ok(message)).await.is_err() {
-            return;
-        }
     }
     let status = ended
         .await
@@ -317,15 +368,19 @@ pub(crate) async fn forward(
     let _ = out.send(Err(status)).await;
 }
 
-fn batch<'a>(events: impl Iterator<Item = &'a Arc<Recorded>>) -> wire::WatchResponse {
-    let events: Vec<WatchEvent> = events.map(|r| r.event.clone()).collect();
-    let revision = events.last().map_or(0, |e| e.revision);
-    WatchBatch { events, revision }.into()
+/// One message of events (in revision order).
+fn response(items: &[Arc<Item>]) -> wire::WatchResponse {
+    wire::WatchResponse {
+        events: items.iter().map(|i| i.wire().clone()).collect(),
+        revision: items.last().map_or(0, |i| i.revision()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use escher_proto::types::{ClusterEvent, Labels, Namespace, NodeChange, NodeId, ResourceName};
+    use escher_proto::types::{
+        ClusterEvent, Labels, Namespace, NodeChange, NodeId, ResourceName, WatchEvent,
+    };
 
     use super::*;
 
@@ -386,8 +441,8 @@ mod tests {
         }
     }
 
-    fn revisions(backlog: &[Arc<Recorded>]) -> Vec<u64> {
-        backlog.iter().map(|r| r.event.revision).collect()
+    fn revisions(backlog: &[Arc<Item>]) -> Vec<u64> {
+        backlog.iter().map(|i| i.revision()).collect()
     }
 
     #[test]
@@ -429,16 +484,25 @@ mod tests {
         for r in 1..=total {
             hub.publish(vec![node_event(r)]);
             // One watcher keeps up; the other reads nothing.
-            assert_eq!(reading.live.try_recv().unwrap().event.revision, r);
+            let batch = reading.live.try_recv().unwrap();
+            reading.queued.fetch_sub(batch.len(), Ordering::AcqRel);
+            assert_eq!(revisions(&batch), vec![r]);
         }
         assert_eq!(hub.len(), 1);
         let why = stalled.ended.try_recv().unwrap();
         assert_eq!(why.code(), tonic::Code::ResourceExhausted);
         let mut got = 0;
-        while stalled.live.try_recv().is_ok() {
-            got += 1;
+        while let Ok(batch) = stalled.live.try_recv() {
+            got += batch.len();
         }
         assert_eq!(got, 64);
+        // One publish is one batch per watcher, filtered.
+        let mut batched = hub
+            .subscribe(Filter::new(WatchRequest::all(), Caller::Admin), None)
+            .unwrap();
+        hub.publish((total + 1..=total + 5).map(node_event).collect());
+        assert_eq!(batched.live.try_recv().unwrap().len(), 5);
+        assert!(batched.live.try_recv().is_err());
     }
 
     #[test]
