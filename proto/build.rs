@@ -12,6 +12,12 @@ fn main() -> Result<(), Box<dyn Error>> {
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Maps (labels) decode into BTreeMaps, so iteration order is deterministic.
     config.btree_map(["."]);
+    // Written by hand so that a head encodes each watch event once for all its watchers
+    // (src/wire_watch.rs); the same bytes on the wire.
+    config.extern_path(
+        ".escher.v1.WatchResponse",
+        "crate::wire_watch::WatchResponse",
+    );
     tonic_prost_build::configure().compile_with_config(config, &[proto], &["proto"])?;
     println!("cargo:rerun-if-changed={proto}");
     Ok(())

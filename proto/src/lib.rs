@@ -32,6 +32,7 @@ pub mod convert;
 pub mod mig;
 pub mod types;
 pub mod wire;
+mod wire_watch;
 
 pub use convert::ConvertError;
 pub use types::{

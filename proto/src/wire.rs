@@ -15,3 +15,5 @@
 )]
 
 tonic::include_proto!("escher.v1");
+
+pub use crate::wire_watch::WatchResponse;

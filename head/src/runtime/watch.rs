@@ -9,8 +9,8 @@
 //! costs the head one comparison, never a slower submit.
 //!
 //! The owner publishes once per turn, so a watcher gets one batch per turn (a thousand
-//! submitted tasks are one channel message, not a thousand), and each event is converted to
-//! its wire form once, whoever watches.
+//! submitted tasks are one channel message, not a thousand), and each event is encoded once,
+//! whoever watches.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -18,6 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 use escher_proto::types::{SHARED_NAMESPACE, TaskId, WatchBatch, WatchKind, WatchRequest};
 use escher_proto::wire;
+use prost::bytes::Bytes;
 use rustc_hash::FxHashSet;
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
@@ -92,12 +93,12 @@ impl Filter {
     }
 }
 
-/// An event as the hub keeps it: what the state recorded, and its wire form, made once by
-/// the first watcher that sends it (every other watcher sends a copy of that).
+/// An event as the hub keeps it: what the state recorded, and its encoding, made once by the
+/// first watcher that sends it (every other watcher sends the same bytes).
 #[derive(Debug)]
 pub(crate) struct Item {
     recorded: Recorded,
-    wire: OnceLock<wire::WatchEvent>,
+    encoded: OnceLock<Bytes>,
 }
 
 impl Item {
@@ -105,8 +106,13 @@ impl Item {
         self.recorded.event.revision
     }
 
-    fn wire(&self) -> &wire::WatchEvent {
-        self.wire.get_or_init(|| self.recorded.event.clone().into())
+    fn encoded(&self) -> Bytes {
+        self.encoded
+            .get_or_init(|| {
+                let event = wire::WatchEvent::from(self.recorded.event.clone());
+                wire::WatchResponse::encode_event(&event)
+            })
+            .clone()
     }
 }
 
@@ -181,7 +187,7 @@ impl Hub {
             .map(|recorded| {
                 Arc::new(Item {
                     recorded,
-                    wire: OnceLock::new(),
+                    encoded: OnceLock::new(),
                 })
             })
             .collect();
@@ -312,6 +318,8 @@ impl Hub {
 
 /// The most events one message of a watch stream carries.
 const BATCH: usize = 512;
+/// How many times a watcher's stream yields to let more events gather before it sends.
+const COALESCE_YIELDS: usize = 16;
 
 /// Streams a subscription to its client: a first message with the revision the stream starts
 /// after, the backlog, then live events, batched as they come. Ends when the client goes away,
@@ -349,6 +357,20 @@ pub(crate) async fn forward(
             break;
         };
         pending.extend(batch);
+        // Under load more arrives while this task waits its turn: a few yields (no timer, so
+        // nothing waits when the head is idle) turn many small messages into a few large ones,
+        // which is most of what a watcher costs.
+        for _ in 0..COALESCE_YIELDS {
+            while pending.len() < BATCH
+                && let Ok(more) = live.try_recv()
+            {
+                pending.extend(more);
+            }
+            if pending.len() >= BATCH {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         while pending.len() < BATCH
             && let Ok(more) = live.try_recv()
         {
@@ -371,7 +393,7 @@ pub(crate) async fn forward(
 /// One message of events (in revision order).
 fn response(items: &[Arc<Item>]) -> wire::WatchResponse {
     wire::WatchResponse {
-        events: items.iter().map(|i| i.wire().clone()).collect(),
+        events: items.iter().map(|i| i.encoded()).collect(),
         revision: items.last().map_or(0, |i| i.revision()),
     }
 }

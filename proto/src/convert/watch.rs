@@ -288,7 +288,11 @@ impl TryFrom<wire::WatchEvent> for WatchEvent {
 impl From<WatchBatch> for wire::WatchResponse {
     fn from(b: WatchBatch) -> Self {
         wire::WatchResponse {
-            events: b.events.into_iter().map(Into::into).collect(),
+            events: b
+                .events
+                .into_iter()
+                .map(|e| wire::WatchResponse::encode_event(&e.into()))
+                .collect(),
             revision: b.revision,
         }
     }
@@ -297,8 +301,12 @@ impl From<WatchBatch> for wire::WatchResponse {
 impl TryFrom<wire::WatchResponse> for WatchBatch {
     type Error = ConvertError;
     fn try_from(w: wire::WatchResponse) -> Result<Self, ConvertError> {
+        let decoded = w.decode_events().map_err(|_| {
+            let why = "an event is not a WatchEvent message";
+            ConvertError::new("events", Problem::Rule(why))
+        })?;
         Ok(WatchBatch {
-            events: convert_list(w.events, "events", usize::MAX, TryFrom::try_from)?,
+            events: convert_list(decoded, "events", usize::MAX, TryFrom::try_from)?,
             revision: w.revision,
         })
     }
