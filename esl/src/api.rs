@@ -228,8 +228,8 @@ pub enum Started {
 }
 
 /// Waits until every task of `tasks` has been dispatched, one of them ends, or `deadline`
-/// passes (`None`: no deadline), from the cluster's events: one subscription and one status
-/// read per task, however long the wait, where polling read every status every few
+/// passes (`None`: no deadline), from the cluster's events: one subscription and at most two
+/// status reads per task, however long the wait, where polling read every status every few
 /// milliseconds.
 pub async fn await_started<C: ClusterApi>(
     cluster: &C,
@@ -238,18 +238,21 @@ pub async fn await_started<C: ClusterApi>(
 ) -> Result<Started, EslError> {
     let request =
         WatchRequest::tasks(tasks.iter().copied()).kinds([WatchKind::Started, WatchKind::Finished]);
-    // Subscribed first, then read: nothing can happen in between unseen.
-    let mut events = cluster.watch(request).await?;
-    let mut waiting = std::collections::BTreeSet::new();
-    for &task in tasks {
-        let status = cluster.status(task).await?;
-        match status.state {
-            TaskState::Pending => {
-                waiting.insert(task);
-            }
-            TaskState::Running => {}
-            _ => return Ok(Started::Ended(status)),
-        }
+    // Subscribing and reading the statuses at once answers a task that started already in
+    // one round trip; for those still pending, a second read after the subscription is in
+    // place closes the gap in which a start could go unseen.
+    let (events, first) = tokio::join!(cluster.watch(request), pending(cluster, tasks));
+    let mut events = events?;
+    let mut waiting = match first? {
+        Ok(waiting) => waiting,
+        Err(ended) => return Ok(Started::Ended(ended)),
+    };
+    if !waiting.is_empty() {
+        let again: Vec<TaskId> = waiting.iter().copied().collect();
+        waiting = match pending(cluster, &again).await? {
+            Ok(waiting) => waiting,
+            Err(ended) => return Ok(Started::Ended(ended)),
+        };
     }
     while !waiting.is_empty() {
         let next = match deadline {
@@ -273,4 +276,23 @@ pub async fn await_started<C: ClusterApi>(
         }
     }
     Ok(Started::All)
+}
+
+/// Which of `tasks` are still pending, or the status of one that ended.
+async fn pending<C: ClusterApi>(
+    cluster: &C,
+    tasks: &[TaskId],
+) -> Result<Result<std::collections::BTreeSet<TaskId>, TaskStatus>, EslError> {
+    let mut waiting = std::collections::BTreeSet::new();
+    for &task in tasks {
+        let status = cluster.status(task).await?;
+        match status.state {
+            TaskState::Pending => {
+                waiting.insert(task);
+            }
+            TaskState::Running => {}
+            _ => return Ok(Err(status)),
+        }
+    }
+    Ok(Ok(waiting))
 }

@@ -1,6 +1,7 @@
 //! `esl`, what the ESLs ask of the head (issue 12): the fair-share ESL's calls per rebalance
 //! while it tracks unfinished tasks, and the soft-constraints ESL's latency from submit to
-//! placement, when its first preference can be met and when it falls back to the second.
+//! placement, when its first preference can be met, when it falls back to the second, and
+//! when the first becomes possible while it waits (how late it notices).
 //!
 //! Every call an ESL makes goes through [`Counting`], a [`ClusterApi`] in front of the real
 //! client that counts calls by kind, so the figures are calls, not guesses. The cluster is an
@@ -101,6 +102,8 @@ const TRACKED: usize = 100;
 const REBALANCES: usize = 10;
 /// The soft-constraints ESL's wait for each preference.
 const SOFT_TIMEOUT: Duration = Duration::from_millis(100);
+/// When the first preference of the "later" case becomes possible, after the submit.
+const LATER: Duration = Duration::from_millis(30);
 
 /// Runs `esl`.
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
@@ -113,7 +116,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     report.setup = json!({
         "nodes": "4 in-process workers, cpu=2 each",
         "fair_share": format!("one instance, two users; user a tracks {TRACKED} unfinished tasks (they ask for more CPU than a node has, so they stay pending); {REBALANCES} rebalances after the first"),
-        "soft": format!("function task `noop`; timeout {SOFT_TIMEOUT:?} per preference; {placements} placements each way"),
+        "soft": format!("function task `noop`; timeout {SOFT_TIMEOUT:?} per preference; {placements} placements each way; in the `later` case the first preference's resource is created {LATER:?} after the submit (timeout 5 s)"),
     });
     let cluster = cluster::start(4, "cpu=2").await?;
     let client = cluster.client().await?;
@@ -179,8 +182,32 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         anyhow::ensure!(placed.choice == 1 && placed.started, "{placed:?}");
     }
     let soft_calls = api.take();
+    // A first preference that becomes possible while the ESL waits: how long after the
+    // resource appears does the ESL know the task started?
+    let patient = SoftConstraints::new(api.clone(), Duration::from_secs(5));
+    let later = [one("later")?, ResourceSpec::new()];
+    let mut noticed = Vec::new();
+    for _ in 0..placements {
+        let creator = client.clone();
+        let created = tokio::spawn(async move {
+            tokio::time::sleep(LATER).await;
+            creator
+                .set_resource("later", 1_000_000, NodeSpec::Node(node))
+                .await
+                .map(|_| Instant::now())
+        });
+        let placed = patient.submit(&task, &later).await?;
+        let done = Instant::now();
+        let created = created.await??;
+        anyhow::ensure!(placed.choice == 0 && placed.started, "{placed:?}");
+        noticed.push(done.saturating_duration_since(created));
+        client
+            .delete_resource("later", NodeSpec::Node(node))
+            .await?;
+    }
     let first_met = Summary::of_ms(&first_met);
     let fallback = Summary::of_ms(&fallback);
+    let noticed = Summary::of_ms(&noticed);
     report.figures.push(Figure::new(
         "esl.soft.first_p50",
         "soft constraints, first preference met: submit to placement, p50",
@@ -196,6 +223,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         fallback.p50,
     ));
     report.figures.push(Figure::new(
+        "esl.soft.later_p50",
+        format!(
+            "soft constraints, first preference possible {LATER:?} after submit: from the resource's creation to placement, p50"
+        ),
+        "ms",
+        noticed.p50,
+    ));
+    report.figures.push(Figure::new(
+        "esl.soft.later_p95",
+        format!(
+            "soft constraints, first preference possible {LATER:?} after submit: from the resource's creation to placement, p95"
+        ),
+        "ms",
+        noticed.p95,
+    ));
+    report.figures.push(Figure::new(
         "esl.soft.calls_per_placement",
         "soft constraints: calls per placement (both cases together)",
         "calls",
@@ -206,6 +249,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "fair_share_steady_calls": steady,
         "soft_first_met_ms": first_met,
         "soft_fallback_ms": fallback,
+        "soft_later_ms": noticed,
         "soft_calls": soft_calls,
     });
     drop(client);
