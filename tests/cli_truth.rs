@@ -349,3 +349,83 @@ async fn the_defaults_file_gives_head_namespace_and_output_and_flags_win() {
     assert!(err.contains("bad.toml") && err.contains("hed"), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_watch_prints_the_events_of_the_tasks_it_selects() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let cluster = start().await;
+    let mut child = admin_command(&cluster, &["tasks", "--watch", "--label", "team=a"])
+        .env("ESCHER_HEAD", cluster.head_url())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the escher CLI starts");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().expect("piped");
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let next = || {
+        rx.recv_timeout(std::time::Duration::from_secs(30))
+            .expect("a line from escher tasks --watch")
+    };
+    // The list comes first (empty); the subscription is in place before it.
+    assert_eq!(next(), "no tasks");
+    let labelled = ["submit", "--label", "team=a", "--", "sh", "-c", "exit 2"];
+    let (code, id, _) = escher(&cluster, &labelled);
+    assert_eq!(code, 0);
+    let (code, _, _) = escher(&cluster, &["submit", "--wait", "--", "true"]);
+    assert_eq!(code, 0);
+    let id = id.trim();
+    let mut lines = Vec::new();
+    while !lines.iter().any(|l: &String| l.contains("failed")) {
+        lines.push(next());
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        lines[0].ends_with(&format!("task {id} (sh) submitted")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1].contains(&format!("task {id} attempt 1 started on node")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[2].contains(&format!("task {id} failed: exited with code 2")),
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines.len(),
+        3,
+        "the unlabelled task is not shown: {lines:?}"
+    );
+
+    // Bounded, and as JSON lines.
+    let (code, out, err) = escher(
+        &cluster,
+        &[
+            "--json",
+            "tasks",
+            "--watch-for",
+            "300ms",
+            "--state",
+            "running",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.trim_end().ends_with(']'),
+        "the list, then no event: {out}"
+    );
+    let (code, _, err) = escher(&cluster, &["tasks", "--watch", "--name", "x"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("--name and --node"), "{err}");
+    cluster.shutdown().await;
+}

@@ -1,7 +1,8 @@
 //! `escher tasks`, `escher info` and `escher logs`: looking at tasks.
 //!
 //! `tasks` lists summaries, newest first, filtered by state, name, label, node and namespace
-//! (paged through the head's `ListTasks`, with a line saying how many more match), `info`
+//! (paged through the head's `ListTasks`, with a line saying how many more match), and with
+//! `--watch` goes on printing the tasks' events as they happen (the watch API), `info`
 //! describes one task completely (spec, status, pending reason, times, attempts), and `logs`
 //! copies a command task's stdout or stderr to stdout byte for byte (the latest attempt's, or
 //! the one `--attempt` names), optionally following it while the task runs. When the worker
@@ -12,7 +13,9 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use escher_proto::types::{ListTasksRequest, MORE_COUNTED, Namespace};
+use escher_proto::types::{
+    ClusterEvent, ListTasksRequest, MORE_COUNTED, Namespace, WatchKind, WatchRequest,
+};
 use escher_proto::{LogStream, NodeId, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
 
 use super::ctx::Ctx;
@@ -82,6 +85,16 @@ pub struct TasksArgs {
     /// --oldest-first)
     #[arg(long, value_name = "ID")]
     pub after: Option<TaskId>,
+
+    /// After the list, print each task event as it happens (submitted, started, finished,
+    /// pending reason changed), one line each (one JSON object each with --output json),
+    /// until interrupted
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+
+    /// Watch for this long, then stop (`30s`, `5m`); implies --watch
+    #[arg(long, value_name = "DURATION", value_parser = super::args::parse_duration)]
+    pub watch_for: Option<Duration>,
 }
 
 impl TasksArgs {
@@ -145,6 +158,13 @@ impl TasksArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let query = self.query(ctx.namespace.clone())?;
         let client = ctx.client().await?;
+        let watching = self.watch || self.watch_for.is_some();
+        // Subscribed before listing, so that nothing between the list and the first event is
+        // missed (an event may repeat what the list shows).
+        let watch = match watching {
+            true => Some(client.watch(self.watch_request(&query)?).await?),
+            false => None,
+        };
         let (tasks, more) = if self.limit == 0 {
             (client.find_tasks(query, None).await?, 0)
         } else {
@@ -175,7 +195,77 @@ impl TasksArgs {
             }
             ctx.emit(&text)?;
         }
+        if let Some(watch) = watch {
+            follow_events(ctx, watch, self.state.map(TaskState::from), self.watch_for).await?;
+        }
         Ok(ExitCode::SUCCESS)
+    }
+
+    /// What `--watch` subscribes to: the task events the list's filters can select on the
+    /// head (labels, namespace; a state picks the kinds of event that lead to it).
+    fn watch_request(&self, query: &ListTasksRequest) -> anyhow::Result<WatchRequest> {
+        if self.name.is_some() || self.node.is_some() {
+            anyhow::bail!(
+                "--watch follows tasks by --label, --state and --namespace; --name and --node \
+                 select on what a task's events do not carry (list without --watch, or label \
+                 the tasks)"
+            );
+        }
+        let kinds = match self.state.map(TaskState::from) {
+            None => vec![
+                WatchKind::Submitted,
+                WatchKind::Started,
+                WatchKind::Finished,
+                WatchKind::Pending,
+            ],
+            Some(TaskState::Pending) => vec![WatchKind::Submitted, WatchKind::Pending],
+            Some(TaskState::Running) => vec![WatchKind::Started],
+            Some(_) => vec![WatchKind::Finished],
+        };
+        Ok(WatchRequest {
+            after: None,
+            namespace: query.namespace.clone(),
+            tasks: Vec::new(),
+            labels: query.labels.clone(),
+            kinds,
+        })
+    }
+}
+
+/// Prints events from `watch` as they come, until it ends, `limit` passes, or the output is
+/// closed. With `state`, only the finishes that reach it are printed.
+async fn follow_events(
+    ctx: &mut Ctx<'_>,
+    mut watch: crate::Watch,
+    state: Option<TaskState>,
+    limit: Option<Duration>,
+) -> anyhow::Result<()> {
+    let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, watch.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(()),
+            },
+            None => watch.next().await,
+        };
+        let Some(event) = next else {
+            return Ok(());
+        };
+        let event = event?;
+        if let (Some(want), ClusterEvent::Finished { state, .. }) = (state, &event.event)
+            && want.is_terminal()
+            && *state != want
+        {
+            continue;
+        }
+        if ctx.json {
+            let mut line = serde_json::to_string(&event)?;
+            line.push('\n');
+            ctx.emit(&line)?;
+        } else {
+            ctx.emit(&format!("{}  {}\n", time(event.at_ms), event.event))?;
+        }
     }
 }
 
