@@ -429,3 +429,54 @@ async fn tasks_watch_prints_the_events_of_the_tasks_it_selects() {
     assert!(err.contains("--name and --node"), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn top_once_counts_tasks_by_namespace_and_shows_the_nodes() {
+    let cluster = start().await;
+    let (code, _, err) = escher(
+        &cluster,
+        &["submit", "--count", "2", "--wait", "--", "true"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = escher(
+        &cluster,
+        &[
+            "--namespace",
+            "team-a",
+            "submit",
+            "--resources",
+            "cpu=64",
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = escher(&cluster, &["top", "--once"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("escher top · "), "{out}");
+    assert!(out.contains("1 node live · 0 running · 1 pending"), "{out}");
+    assert!(out.contains("queue: 1 pending"), "{out}");
+    let row = |first: &str| -> Vec<String> {
+        out.lines()
+            .map(|l| l.split_whitespace().map(str::to_string).collect::<Vec<_>>())
+            .find(|cells| cells.first().map(String::as_str) == Some(first))
+            .unwrap_or_else(|| panic!("no row {first}: {out}"))
+    };
+    // NAMESPACE PENDING RUNNING SUCCEEDED FAILED CANCELLED
+    assert_eq!(row("-")[1..], ["0", "0", "2", "0", "0"], "{out}");
+    assert_eq!(row("team-a")[1..], ["1", "0", "0", "0", "0"], "{out}");
+    // The nodes table of `escher nodes`: the one node, idle.
+    assert_eq!(row("1")[1..4], ["local-0", "yes", "0"], "{out}");
+
+    let (code, out, err) = escher(&cluster, &["--json", "top", "--once"]);
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(json["pending"], 1);
+    assert_eq!(
+        json["namespaces"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
+    assert_eq!(json["nodes"].as_array().map(Vec::len), Some(1), "{json}");
+    cluster.shutdown().await;
+}

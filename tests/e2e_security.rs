@@ -94,7 +94,10 @@ async fn calls_without_a_valid_token_are_refused_on_every_service() {
             message.contains("token"),
             "the refusal says what is wrong: {message}"
         );
-        let (code, _) = refused(c.cluster_status(wire::ClusterStatusRequest {}).await);
+        let (code, _) = refused(
+            c.cluster_status(wire::ClusterStatusRequest::default())
+                .await,
+        );
         assert_eq!(code, tonic::Code::Unauthenticated);
         let mut l = link(&cluster, token).await;
         let request = RegisterRequest {
@@ -120,7 +123,10 @@ async fn calls_without_a_valid_token_are_refused_on_every_service() {
     }
     // A forged task credential.
     let mut c = rpc(&cluster, Some("escher-task-1-1-00ff")).await;
-    let (code, _) = refused(c.cluster_status(wire::ClusterStatusRequest {}).await);
+    let (code, _) = refused(
+        c.cluster_status(wire::ClusterStatusRequest::default())
+            .await,
+    );
     assert_eq!(code, tonic::Code::Unauthenticated);
 
     // A revoked token stops working, and says so.

@@ -104,9 +104,20 @@ impl Client {
     /// Every node the head knows (live or not) with its labels and, per resource, its total
     /// and what running tasks use; and how many tasks are pending and running.
     pub async fn cluster_status(&self) -> Result<ClusterStatus, ClientError> {
+        self.cluster_status_of(false).await
+    }
+
+    /// The cluster status with [`ClusterStatus::namespaces`] filled in: the tasks the head
+    /// keeps, counted by namespace and state (one pass over every task on the head, so meant
+    /// for views like `escher top`, not for every call).
+    pub async fn cluster_status_with_task_counts(&self) -> Result<ClusterStatus, ClientError> {
+        self.cluster_status_of(true).await
+    }
+
+    async fn cluster_status_of(&self, task_counts: bool) -> Result<ClusterStatus, ClientError> {
         let reply = self
             .call(|mut rpc| async move {
-                rpc.cluster_status(self.read(wire::ClusterStatusRequest {}))
+                rpc.cluster_status(self.read(wire::ClusterStatusRequest { task_counts }))
                     .await
             })
             .await?;

@@ -314,6 +314,7 @@ impl Cluster for FakeHead {
             }],
             pending_tasks: 0,
             running_tasks: 1,
+            namespaces: Vec::new(),
         };
         Ok(Response::new(status.into()))
     }

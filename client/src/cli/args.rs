@@ -19,6 +19,7 @@ use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
 use super::status::StatusArgs;
 use super::submit::SubmitArgs;
+use super::top::TopArgs;
 use super::wait::{CancelArgs, GetArgs, WaitArgs};
 use crate::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
 
@@ -68,6 +69,8 @@ pub enum Command {
     Status(StatusArgs),
     /// One row per node: liveness, CPU, memory and GPU use, other resources, running tasks
     Nodes(NodesArgs),
+    /// A live view: tasks by namespace and state, the queue draining, each node's use
+    Top(TopArgs),
     /// Submit a command task (or several copies), optionally waiting for it
     Submit(SubmitArgs),
     /// Wait for a task to finish and show its outcome and result

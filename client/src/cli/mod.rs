@@ -70,6 +70,7 @@ mod reserve;
 mod resource;
 mod status;
 mod submit;
+mod top;
 mod wait;
 
 pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
@@ -144,6 +145,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
     match cli.command {
         Command::Status(a) => a.run(ctx).await,
         Command::Nodes(a) => a.run(ctx).await,
+        Command::Top(a) => a.run(ctx).await,
         Command::Submit(a) => a.run(ctx).await,
         Command::Get(a) => a.run(ctx).await,
         Command::Wait(a) => a.run(ctx).await,

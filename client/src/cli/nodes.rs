@@ -44,20 +44,7 @@ impl NodesArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
         let cluster = client.cluster_status().await?;
-        let page = client
-            .list_tasks_page(ListTasksRequest {
-                state: Some(TaskState::Running),
-                limit: RUNNING_PAGE,
-                ..ListTasksRequest::default()
-            })
-            .await?;
-        let mut running: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for task in &page.tasks {
-            if let Some(node) = task.node {
-                *running.entry(node).or_default() += 1;
-            }
-        }
-        let exact = page.more == 0;
+        let (running, exact) = running_per_node(&client).await?;
         let shown: Vec<&NodeStatus> = cluster
             .nodes
             .iter()
@@ -78,6 +65,27 @@ impl NodesArgs {
         }
         Ok(ExitCode::SUCCESS)
     }
+}
+
+/// How many tasks run on each node, and whether that counts all of them (one page of running
+/// tasks is read).
+pub(crate) async fn running_per_node(
+    client: &crate::Client,
+) -> Result<(BTreeMap<NodeId, u64>, bool), crate::ClientError> {
+    let page = client
+        .list_tasks_page(ListTasksRequest {
+            state: Some(TaskState::Running),
+            limit: RUNNING_PAGE,
+            ..ListTasksRequest::default()
+        })
+        .await?;
+    let mut running: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for task in &page.tasks {
+        if let Some(node) = task.node {
+            *running.entry(node).or_default() += 1;
+        }
+    }
+    Ok((running, page.more == 0))
 }
 
 /// The text of `escher nodes`.
@@ -231,6 +239,7 @@ mod tests {
             ],
             pending_tasks: 0,
             running_tasks: 3,
+            namespaces: Vec::new(),
         };
         let live: Vec<&NodeStatus> = cluster.nodes.iter().filter(|n| n.alive).collect();
         let running = [(NodeId(1), 3)].into_iter().collect();

@@ -246,6 +246,7 @@ mod tests {
             ],
             pending_tasks: 3,
             running_tasks: 1,
+            namespaces: Vec::new(),
         }
     }
 

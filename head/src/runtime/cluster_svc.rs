@@ -369,8 +369,21 @@ impl Cluster for ClusterService {
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
         let stale = wants_stale(&request);
         let caller = self.caller(&request).await?;
-        let mut status = self.owner.read(stale, |s| s.cluster_status()).await?;
+        let counted = request.get_ref().task_counts;
+        let mut status = self
+            .owner
+            .read(stale, move |s| {
+                let mut status = s.cluster_status();
+                if counted {
+                    status.namespaces = s.task_counts();
+                }
+                status
+            })
+            .await?;
         if let Some(ns) = caller.status_scope() {
+            status
+                .namespaces
+                .retain(|c| c.namespace.as_ref() == Some(ns));
             // An app sees physical, shared and its own namespace's resources only.
             let visible = |q: &str| q == ns.as_str() || q == SHARED_NAMESPACE;
             for node in &mut status.nodes {

@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
     ClusterStatus, Labels, ListTasksReply, ListTasksRequest, MORE_COUNTED, NAMESPACE_LABEL,
-    Namespace, NodeId, NodeStatus, ResourceName, ResourceStatus, TaskId, TaskInfo, TaskState,
-    TaskStatus, TaskSummary,
+    Namespace, NodeId, NodeStatus, ResourceName, ResourceStatus, TaskCounts, TaskId, TaskInfo,
+    TaskState, TaskStatus, TaskSummary,
 };
 
 use super::apply::ClusterState;
@@ -75,6 +75,23 @@ impl ClusterState {
             let ns = rec.spec.labels.get(NAMESPACE_LABEL).unwrap_or_default();
             (ns.to_string(), rec)
         })
+    }
+
+    /// The tasks this state keeps, counted by namespace and state, in namespace order (tasks
+    /// of no namespace first). One pass over every task.
+    pub fn task_counts(&self) -> Vec<TaskCounts> {
+        let mut counts: BTreeMap<Option<&str>, TaskCounts> = BTreeMap::new();
+        for rec in self.tasks.values() {
+            let ns = rec.spec.labels.get(NAMESPACE_LABEL);
+            counts
+                .entry(ns)
+                .or_insert_with(|| TaskCounts {
+                    namespace: ns.and_then(|n| Namespace::new(n).ok()),
+                    ..TaskCounts::default()
+                })
+                .add(rec.state);
+        }
+        counts.into_values().collect()
     }
 
     /// The unfinished tasks whose hooks or ghost create each resource name.
@@ -238,6 +255,7 @@ impl ClusterState {
             nodes,
             pending_tasks: self.core.pending_count() as u64,
             running_tasks: self.core.running_count() as u64,
+            namespaces: Vec::new(),
         }
     }
 

@@ -5,8 +5,9 @@ use super::cluster::{namespace, namespace_to_wire};
 use super::task::{task_state, task_state_to_wire};
 use super::{At, ConvertError, Problem, convert_list, convert_optional, convert_required};
 use crate::types::{
-    Amount, AttemptInfo, ClusterStatus, Labels, LogStream, MAX_ATTEMPTS_KEPT, NodeId, NodeStatus,
-    PendingReason, ResourceName, ResourceSet, ResourceStatus, TaskId, TaskInfo, TaskSummary,
+    Amount, AttemptInfo, ClusterStatus, Labels, LogStream, MAX_ATTEMPTS_KEPT, Namespace, NodeId,
+    NodeStatus, PendingReason, ResourceName, ResourceSet, ResourceStatus, TaskCounts, TaskId,
+    TaskInfo, TaskSummary,
 };
 use crate::wire;
 
@@ -71,6 +72,18 @@ impl From<ClusterStatus> for wire::ClusterStatusReply {
             nodes: s.nodes.into_iter().map(Into::into).collect(),
             pending_tasks: s.pending_tasks,
             running_tasks: s.running_tasks,
+            namespaces: s
+                .namespaces
+                .into_iter()
+                .map(|c| wire::NamespaceTasks {
+                    namespace: c.namespace.map(String::from).unwrap_or_default(),
+                    pending: c.pending,
+                    running: c.running,
+                    succeeded: c.succeeded,
+                    failed: c.failed,
+                    cancelled: c.cancelled,
+                })
+                .collect(),
         }
     }
 }
@@ -82,6 +95,20 @@ impl TryFrom<wire::ClusterStatusReply> for ClusterStatus {
             nodes: convert_list(w.nodes, "nodes", usize::MAX, TryFrom::try_from)?,
             pending_tasks: w.pending_tasks,
             running_tasks: w.running_tasks,
+            namespaces: convert_list(w.namespaces, "namespaces", usize::MAX, |c| {
+                let namespace = match c.namespace.as_str() {
+                    "" => None,
+                    text => Some(Namespace::new(text).at("namespace")?),
+                };
+                Ok(TaskCounts {
+                    namespace,
+                    pending: c.pending,
+                    running: c.running,
+                    succeeded: c.succeeded,
+                    failed: c.failed,
+                    cancelled: c.cancelled,
+                })
+            })?,
         })
     }
 }
@@ -266,6 +293,7 @@ mod tests {
             ],
             pending_tasks: 7,
             running_tasks: 3,
+            namespaces: Vec::new(),
         };
         let w = round_trip::<_, wire::ClusterStatusReply>(status);
         let avail: Vec<_> = w.nodes[0].resources.iter().map(|r| r.available).collect();

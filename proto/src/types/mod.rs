@@ -62,7 +62,7 @@ pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
     AttemptInfo, ClusterStatus, LogStream, MAX_ATTEMPTS_KEPT, NodeStatus, PendingReason,
-    ResourceStatus, TaskInfo, TaskSummary,
+    ResourceStatus, TaskCounts, TaskInfo, TaskSummary,
 };
 pub use task::{
     MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,

@@ -23,6 +23,40 @@ pub struct ClusterStatus {
     pub pending_tasks: u64,
     /// How many tasks are running.
     pub running_tasks: u64,
+    /// When asked for: the tasks the head keeps, by namespace, in namespace order.
+    #[serde(default)]
+    pub namespaces: Vec<TaskCounts>,
+}
+
+/// How many tasks of one namespace are in each state (of those the head keeps: retention drops
+/// finished ones).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCounts {
+    /// The namespace; `None` for tasks of no namespace.
+    pub namespace: Option<Namespace>,
+    /// Waiting for a node.
+    pub pending: u64,
+    /// Dispatched.
+    pub running: u64,
+    /// Finished successfully.
+    pub succeeded: u64,
+    /// Failed.
+    pub failed: u64,
+    /// Cancelled.
+    pub cancelled: u64,
+}
+
+impl TaskCounts {
+    /// Counts one more task in `state`.
+    pub fn add(&mut self, state: TaskState) {
+        match state {
+            TaskState::Pending => self.pending += 1,
+            TaskState::Running => self.running += 1,
+            TaskState::Succeeded => self.succeeded += 1,
+            TaskState::Failed => self.failed += 1,
+            TaskState::Cancelled => self.cancelled += 1,
+        }
+    }
 }
 
 impl ClusterStatus {
@@ -255,6 +289,7 @@ mod tests {
             nodes: vec![node],
             pending_tasks: 0,
             running_tasks: 0,
+            namespaces: Vec::new(),
         };
         assert_eq!(status.node(NodeId(2)).map(|n| n.name.as_str()), Some("w"));
         let reason = PendingReason {
