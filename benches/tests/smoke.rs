@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 13] = [
+const WORKLOADS: [&str; 15] = [
     "w1",
     "w2",
     "w3",
@@ -21,6 +21,8 @@ const WORKLOADS: [&str; 13] = [
     "cmd",
     "retention",
     "sec",
+    "watch",
+    "esl",
 ];
 
 fn read_json(path: &Path) -> Value {
