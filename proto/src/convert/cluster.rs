@@ -31,6 +31,31 @@ pub(super) fn namespace_to_wire(ns: Option<Namespace>) -> String {
     ns.map(String::from).unwrap_or_default()
 }
 
+/// Reads a label selector: `KEY=VALUE`, or `KEY` for any value.
+pub(super) fn label_selector(text: String) -> Result<(String, Option<String>), ConvertError> {
+    check_len("", &text, MAX_NAME_BYTES)?;
+    let (key, value) = match text.split_once('=') {
+        Some((k, v)) => (k.to_string(), Some(v.to_string())),
+        None => (text, None),
+    };
+    if key.is_empty() {
+        let why = "a label selector is KEY=VALUE or KEY, and KEY must not be empty";
+        return Err(ConvertError::new("", Problem::Rule(why)));
+    }
+    Ok((key, value))
+}
+
+/// Label selectors as they travel.
+pub(super) fn selectors_to_wire(selectors: Vec<(String, Option<String>)>) -> Vec<String> {
+    selectors
+        .into_iter()
+        .map(|(k, v)| match v {
+            Some(v) => format!("{k}={v}"),
+            None => k,
+        })
+        .collect()
+}
+
 fn ids_to_wire(ids: Vec<TaskId>) -> Vec<u64> {
     ids.into_iter().map(|t| t.0).collect()
 }
@@ -215,14 +240,7 @@ impl From<ListTasksRequest> for wire::ListTasksRequest {
             limit: r.limit,
             after_id: r.after.map(|t| t.0),
             name: r.name.unwrap_or_default(),
-            labels: r
-                .labels
-                .into_iter()
-                .map(|(k, v)| match v {
-                    Some(v) => format!("{k}={v}"),
-                    None => k,
-                })
-                .collect(),
+            labels: selectors_to_wire(r.labels),
             node: r.node.map(|n| n.0),
             namespace: namespace_to_wire(r.namespace),
             newest_first: r.newest_first,
@@ -234,24 +252,12 @@ impl TryFrom<wire::ListTasksRequest> for ListTasksRequest {
     type Error = ConvertError;
     fn try_from(w: wire::ListTasksRequest) -> Result<Self, ConvertError> {
         check_len("name", &w.name, MAX_NAME_BYTES)?;
-        let selector = |text: String| {
-            check_len("", &text, MAX_NAME_BYTES)?;
-            let (key, value) = match text.split_once('=') {
-                Some((k, v)) => (k.to_string(), Some(v.to_string())),
-                None => (text, None),
-            };
-            if key.is_empty() {
-                let why = "a label selector is KEY=VALUE or KEY, and KEY must not be empty";
-                return Err(ConvertError::new("", Problem::Rule(why)));
-            }
-            Ok((key, value))
-        };
         Ok(ListTasksRequest {
             state: w.state.map(|s| task_state(s, "state")).transpose()?,
             limit: w.limit,
             after: w.after_id.map(TaskId),
             name: non_empty(w.name),
-            labels: convert_list(w.labels, "labels", MAX_LABEL_SELECTORS, selector)?,
+            labels: convert_list(w.labels, "labels", MAX_LABEL_SELECTORS, label_selector)?,
             node: w.node.map(NodeId),
             namespace: namespace(w.namespace)?,
             newest_first: w.newest_first,

@@ -1,6 +1,6 @@
 //! The `Watch` call: its request and the batches of events it streams.
 
-use super::cluster::{namespace, namespace_to_wire};
+use super::cluster::{label_selector, namespace, namespace_to_wire, selectors_to_wire};
 use super::task::{task_state, task_state_to_wire};
 use super::{
     At, ConvertError, MAX_NAME_BYTES, Problem, check_len, convert_list, convert_optional, required,
@@ -53,14 +53,7 @@ impl From<WatchRequest> for wire::WatchRequest {
             after_revision: r.after,
             namespace: namespace_to_wire(r.namespace),
             task_ids: r.tasks.into_iter().map(|t| t.0).collect(),
-            labels: r
-                .labels
-                .into_iter()
-                .map(|(k, v)| match v {
-                    Some(v) => format!("{k}={v}"),
-                    None => k,
-                })
-                .collect(),
+            labels: selectors_to_wire(r.labels),
             kinds: r
                 .kinds
                 .into_iter()
@@ -73,18 +66,6 @@ impl From<WatchRequest> for wire::WatchRequest {
 impl TryFrom<wire::WatchRequest> for WatchRequest {
     type Error = ConvertError;
     fn try_from(w: wire::WatchRequest) -> Result<Self, ConvertError> {
-        let selector = |text: String| {
-            check_len("", &text, MAX_NAME_BYTES)?;
-            let (key, value) = match text.split_once('=') {
-                Some((k, v)) => (k.to_string(), Some(v.to_string())),
-                None => (text, None),
-            };
-            if key.is_empty() {
-                let why = "a label selector is KEY=VALUE or KEY, and KEY must not be empty";
-                return Err(ConvertError::new("", Problem::Rule(why)));
-            }
-            Ok((key, value))
-        };
         let mut kinds = convert_list(w.kinds, "kinds", WatchKind::ALL.len() * 4, watch_kind)?;
         kinds.sort_unstable();
         kinds.dedup();
@@ -92,7 +73,7 @@ impl TryFrom<wire::WatchRequest> for WatchRequest {
             after: w.after_revision,
             namespace: namespace(w.namespace)?,
             tasks: convert_list(w.task_ids, "task_ids", MAX_WATCH_TASKS, |t| Ok(TaskId(t)))?,
-            labels: convert_list(w.labels, "labels", MAX_LABEL_SELECTORS, selector)?,
+            labels: convert_list(w.labels, "labels", MAX_LABEL_SELECTORS, label_selector)?,
             kinds,
         })
     }
