@@ -6,9 +6,10 @@
 //! `wait`: it returns once `--num` tasks are done, lists every task that has finished by then
 //! (with `--num 1`, a second task that also finished is not "not finished"), and exits
 //! non-zero if the timeout passed first or a finished task failed or was cancelled, saying
-//! which. With several tasks and a terminal, both
-//! `wait` and `submit --wait` show an indicatif progress bar, polling the head in short
-//! `Wait` calls so the bar moves as tasks finish.
+//! which. On a terminal, `get`, `wait` and `submit --wait` show how the wait goes: a bar of
+//! the tasks done with how many run, wait and failed (one task: its state, and why it waits),
+//! kept current from the head's events (the watch API), while short `Wait` calls collect the
+//! results.
 //!
 //! A task the head's retention has evicted: `get` fails with `task N was evicted by retention
 //! (succeeded at ...)`; `wait` and `cancel` list it in its final state, with `evicted by
@@ -19,7 +20,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Args;
-use escher_proto::{TaskId, TaskStatus};
+use escher_proto::types::{ClusterEvent, MAX_WATCH_TASKS, WatchKind, WatchRequest};
+use escher_proto::{TaskId, TaskState, TaskStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -78,7 +80,16 @@ struct WaitJson {
 impl GetArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
-        let status = client.get(self.id, self.timeout).await?;
+        // `Client::get`, with the progress display.
+        let (mut ready, _) =
+            wait_with_progress(&client, &[self.id], 1, self.timeout, !ctx.json).await?;
+        let status = ready.pop().ok_or(ClientError::Timeout {
+            id: self.id,
+            after: self.timeout.unwrap_or_default(),
+        })?;
+        if let Some(evicted) = status.eviction() {
+            return Err(ClientError::Evicted(evicted).into());
+        }
         if ctx.json {
             ctx.emit_json(&status)?;
         } else {
@@ -166,8 +177,107 @@ impl CancelArgs {
     }
 }
 
-/// Waits like [`Client::wait`]; with `show` set, several tasks and a terminal on stderr,
-/// draws a progress bar that moves as tasks finish.
+/// The most tasks whose states the progress display reads one by one before it starts; past
+/// that, it counts only what the events tell from then on.
+const PROGRESS_LOOKUPS: usize = 256;
+
+/// What the progress display knows of the tasks waited for.
+#[derive(Debug, Default)]
+struct Tally {
+    states: std::collections::HashMap<TaskId, TaskState>,
+    /// The one task's pending reason or node, when a single task is waited for.
+    detail: Option<String>,
+}
+
+impl Tally {
+    fn apply(&mut self, event: &ClusterEvent) {
+        match event {
+            ClusterEvent::Submitted { task, .. } => {
+                self.states.insert(*task, TaskState::Pending);
+            }
+            ClusterEvent::Started {
+                task,
+                node,
+                attempt,
+                ..
+            } => {
+                self.states.insert(*task, TaskState::Running);
+                self.detail = Some(format!("on node {node}, attempt {attempt}"));
+            }
+            ClusterEvent::Pending { task, reason, .. } => {
+                self.states.insert(*task, TaskState::Pending);
+                self.detail = reason.clone();
+            }
+            ClusterEvent::Finished { task, state, .. } => {
+                self.states.insert(*task, *state);
+            }
+            _ => {}
+        }
+    }
+
+    /// What follows the bar: ` · 3 running · 5 pending · 1 failed` (what is known), or for
+    /// one task its state and detail.
+    fn message(&self, total: usize) -> String {
+        if total == 1 {
+            let Some(state) = self.states.values().next() else {
+                return String::new();
+            };
+            return match &self.detail {
+                Some(detail) if !state.is_terminal() => format!("{state}: {detail}"),
+                _ => state.to_string(),
+            };
+        }
+        let count = |s: TaskState| self.states.values().filter(|v| **v == s).count();
+        let mut parts = Vec::new();
+        for (state, word) in [
+            (TaskState::Running, "running"),
+            (TaskState::Pending, "pending"),
+            (TaskState::Failed, "failed"),
+            (TaskState::Cancelled, "cancelled"),
+        ] {
+            let n = count(state);
+            if n > 0 {
+                parts.push(format!("{n} {word}"));
+            }
+        }
+        parts.iter().map(|p| format!(" · {p}")).collect()
+    }
+}
+
+/// Keeps `bar`'s message current from the tasks' events until aborted.
+async fn follow_tally(client: Client, ids: Vec<TaskId>, bar: ProgressBar) {
+    let kinds = [WatchKind::Started, WatchKind::Finished, WatchKind::Pending];
+    let Ok(mut watch) = client
+        .watch(WatchRequest::tasks(ids.clone()).kinds(kinds))
+        .await
+    else {
+        return;
+    };
+    let mut tally = Tally::default();
+    // Subscribed first, then read: nothing is missed in between.
+    for id in ids.iter().take(PROGRESS_LOOKUPS) {
+        if let Ok(info) = client.task_info(*id).await {
+            tally.states.insert(*id, info.status.state);
+            if ids.len() == 1 {
+                tally.detail = match (info.status.node, &info.pending_reason) {
+                    (_, Some(reason)) => Some(reason.to_string()),
+                    (Some(node), None) if info.status.state == TaskState::Running => {
+                        Some(format!("on node {node}, attempt {}", info.status.attempt))
+                    }
+                    _ => info.status.reason.clone(),
+                };
+            }
+        }
+    }
+    bar.set_message(tally.message(ids.len()));
+    while let Some(Ok(event)) = watch.next().await {
+        tally.apply(&event.event);
+        bar.set_message(tally.message(ids.len()));
+    }
+}
+
+/// Waits like [`Client::wait`]; with `show` set and a terminal on stderr, shows how the wait
+/// goes (see the module documentation).
 pub(crate) async fn wait_with_progress(
     client: &Client,
     ids: &[TaskId],
@@ -175,15 +285,22 @@ pub(crate) async fn wait_with_progress(
     timeout: Option<Duration>,
     show: bool,
 ) -> Result<(Vec<TaskStatus>, Vec<TaskId>), ClientError> {
-    if !show || ids.len() < 2 || !std::io::stderr().is_terminal() {
+    if !show || !std::io::stderr().is_terminal() || ids.len() > MAX_WATCH_TASKS {
         return client.wait(ids.iter().copied(), num, timeout).await;
     }
     let bar = ProgressBar::new(num as u64);
-    let style = ProgressStyle::with_template("{spinner} [{bar:40}] {pos}/{len} done ({elapsed})")
+    let template = if ids.len() == 1 {
+        "{spinner} task {prefix} {msg} ({elapsed})"
+    } else {
+        "{spinner} [{bar:40}] {pos}/{len} done{msg} ({elapsed})"
+    };
+    let style = ProgressStyle::with_template(template)
         .map(|s| s.progress_chars("=> "))
         .unwrap_or_else(|_| ProgressStyle::default_bar());
     bar.set_style(style);
+    bar.set_prefix(ids[0].to_string());
     bar.enable_steady_tick(Duration::from_millis(120));
+    let tally = tokio::spawn(follow_tally(client.clone(), ids.to_vec(), bar.clone()));
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut ready: Vec<TaskStatus> = Vec::new();
     let mut remaining = ids.to_vec();
@@ -206,6 +323,7 @@ pub(crate) async fn wait_with_progress(
             Err(e) => break Err(e),
         }
     };
+    tally.abort();
     bar.finish_and_clear();
     outcome.map(|()| (ready, remaining))
 }
@@ -213,6 +331,42 @@ pub(crate) async fn wait_with_progress(
 #[cfg(test)]
 mod tests {
     use escher_proto::{NodeId, TaskResult, TaskState};
+
+    #[test]
+    fn the_progress_line_counts_what_the_events_tell() {
+        let mut tally = Tally::default();
+        for id in 1..=4 {
+            tally.states.insert(TaskId(id), TaskState::Pending);
+        }
+        assert_eq!(tally.message(4), " · 4 pending");
+        let started = |task, node| ClusterEvent::Started {
+            task: TaskId(task),
+            node: NodeId(node),
+            attempt: 1,
+            namespace: None,
+        };
+        tally.apply(&started(1, 2));
+        tally.apply(&started(2, 2));
+        tally.apply(&ClusterEvent::Finished {
+            task: TaskId(2),
+            state: TaskState::Failed,
+            reason: Some("exited with code 1".into()),
+            attempt: 1,
+            namespace: None,
+        });
+        assert_eq!(tally.message(4), " · 1 running · 2 pending · 1 failed");
+
+        let mut one = Tally::default();
+        one.states.insert(TaskId(9), TaskState::Pending);
+        one.apply(&ClusterEvent::Pending {
+            task: TaskId(9),
+            reason: Some("waiting for resource data".into()),
+            namespace: None,
+        });
+        assert_eq!(one.message(1), "pending: waiting for resource data");
+        one.apply(&started(9, 3));
+        assert_eq!(one.message(1), "running: on node 3, attempt 1");
+    }
 
     use super::*;
 
