@@ -26,22 +26,19 @@
 //! # Ok(()) }
 //! ```
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use escher_proto::convert::Problem;
-use escher_proto::types::{GangStrategy, ReserveReply, ReserveRequest};
+use escher_proto::types::{
+    ClusterEvent, GangStrategy, ReserveReply, ReserveRequest, WatchKind, WatchRequest,
+};
 use escher_proto::{ConvertError, ResourceName, ResourceSet, TaskId, TaskState, TaskStatus, wire};
 use tokio::time::Instant;
 
 use crate::args::IntoResourceName;
 use crate::tasks::failure_reason;
 use crate::{Client, ClientError};
-
-/// The first pause between two polls of [`Reservation::ready`]; it doubles up to
-/// [`MAX_POLL`].
-const FIRST_POLL: Duration = Duration::from_millis(2);
-/// The longest pause between two polls of [`Reservation::ready`].
-const MAX_POLL: Duration = Duration::from_millis(100);
 
 /// A head-native reservation: its name, its bundles and their holder tasks.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,54 +174,93 @@ impl Reservation {
         names
     }
 
-    /// Waits until every bundle is held (each holder is running), polling the head with a
-    /// short exponential back-off. Fails with [`ClientError::ReservationTimeout`] if
-    /// `timeout` passes first (`None`: no limit), and with [`ClientError::TaskFailed`] if a
-    /// holder ended (the reservation was released, or its own timeout passed).
+    /// Waits until every bundle is held (each holder is running), from the head's events (a
+    /// subscription and at most two status reads per holder, however long the wait). Fails with
+    /// [`ClientError::ReservationTimeout`] if `timeout` passes first (`None`: no limit), and
+    /// with [`ClientError::TaskFailed`] if a holder ended (the reservation was released, or
+    /// its own timeout passed).
     pub async fn ready(
         &self,
         client: &Client,
         timeout: Option<Duration>,
     ) -> Result<(), ClientError> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let mut pending: Vec<TaskId> = self.tasks.clone();
-        let mut pause = FIRST_POLL;
-        loop {
-            let mut still = Vec::with_capacity(pending.len());
-            for id in pending {
-                let status = client.task_info(id).await?.status;
-                match status.state {
-                    TaskState::Running => {}
-                    TaskState::Pending => still.push(id),
-                    state => {
-                        let why = failure_reason(&status);
-                        return Err(ClientError::TaskFailed {
-                            id,
-                            state,
-                            reason: format!("holder of reservation {}: {why}", self.name),
+        let mut pending = self.pending_holders(client, &self.tasks).await?;
+        if pending.is_empty() {
+            return Ok(());
+        }
+        // Every holder: one that ends while the others are awaited ends the wait.
+        let request = WatchRequest::tasks(self.tasks.iter().copied())
+            .kinds([WatchKind::Started, WatchKind::Finished]);
+        let mut watch = client.watch(request).await?;
+        // Read again once subscribed: a holder placed in between is not missed.
+        let again: Vec<TaskId> = pending.iter().copied().collect();
+        pending = self.pending_holders(client, &again).await?;
+        while !pending.is_empty() {
+            let next = match deadline {
+                Some(d) => match tokio::time::timeout_at(d, watch.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        return Err(ClientError::ReservationTimeout {
+                            name: self.name.to_string(),
+                            pending: pending.len(),
+                            bundles: self.tasks.len(),
+                            after: timeout.unwrap_or_default(),
                         });
                     }
+                },
+                None => watch.next().await,
+            };
+            let Some(event) = next else {
+                return Err(ClientError::Unavailable {
+                    url: client.head_url().to_string(),
+                    message: "the watch of the reservation's holders ended".into(),
+                });
+            };
+            match event?.event {
+                ClusterEvent::Started { task, .. } => {
+                    pending.remove(&task);
                 }
-            }
-            pending = still;
-            if pending.is_empty() {
-                return Ok(());
-            }
-            if let Some(deadline) = deadline {
-                let now = Instant::now();
-                if now >= deadline {
-                    return Err(ClientError::ReservationTimeout {
-                        name: self.name.to_string(),
-                        pending: pending.len(),
-                        bundles: self.tasks.len(),
-                        after: timeout.unwrap_or_default(),
-                    });
+                ClusterEvent::Finished { task, .. } => {
+                    let status = client.task_info(task).await?.status;
+                    return Err(self.holder_ended(&status));
                 }
-                tokio::time::sleep(pause.min(deadline - now)).await;
-            } else {
-                tokio::time::sleep(pause).await;
+                _ => {}
             }
-            pause = (pause * 2).min(MAX_POLL);
+        }
+        Ok(())
+    }
+
+    /// Which of `holders` are still pending; an error if one ended.
+    async fn pending_holders(
+        &self,
+        client: &Client,
+        holders: &[TaskId],
+    ) -> Result<BTreeSet<TaskId>, ClientError> {
+        let mut pending = BTreeSet::new();
+        for &id in holders {
+            let status = client.task_info(id).await?.status;
+            match status.state {
+                TaskState::Running => {}
+                TaskState::Pending => {
+                    pending.insert(id);
+                }
+                _ => return Err(self.holder_ended(&status)),
+            }
+        }
+        Ok(pending)
+    }
+
+    /// The error for a holder that ended while the reservation was awaited.
+    fn holder_ended(&self, status: &TaskStatus) -> ClientError {
+        ClientError::TaskFailed {
+            id: status.id,
+            state: status.state,
+            reason: format!(
+                "holder of reservation {}: {}",
+                self.name,
+                failure_reason(status)
+            ),
         }
     }
 
