@@ -351,13 +351,16 @@ impl Client {
                 }
                 Answer::Leader(_) | Answer::NoLeader if !expired => {}
                 // A replica down, or a connection cut mid-call (tonic reports some of those as
-                // UNKNOWN): another replica may lead. Writes carry their key, so a retry of
-                // one that was applied gets its recorded reply.
+                // UNKNOWN, and a connection a killed replica closed as CANCELLED): another
+                // replica may lead. Writes carry their key, so a retry of one that was applied
+                // gets its recorded reply.
                 Answer::Other
                     if !expired
                         && matches!(
                             status.code(),
-                            tonic::Code::Unavailable | tonic::Code::Unknown
+                            tonic::Code::Unavailable
+                                | tonic::Code::Unknown
+                                | tonic::Code::Cancelled
                         )
                         && self.heads.len() > 1 => {}
                 _ => {
