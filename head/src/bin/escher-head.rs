@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::Parser;
 use escher_head::HeadConfig;
 use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GROUP};
-use escher_head::runtime::TlsIdentity;
+use escher_head::runtime::{AddressFile, TlsIdentity};
 use escher_head::state::{RetentionPolicy, StateConfig};
 
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
@@ -24,8 +24,9 @@ struct HeadArgs {
     /// Address to listen on for clients and workers.
     #[arg(long, env = "ESCHER_HEAD_LISTEN", default_value = "127.0.0.1:7600")]
     listen: SocketAddr,
-    /// Once listening, write the head's URL (`http://HOST:PORT`) to this file; with
-    /// `--listen 127.0.0.1:0` this is how scripts and tests learn the port that was chosen.
+    /// Once it serves (its data directory open and checked), write the head's URL
+    /// (`http://HOST:PORT`) to this file; with `--listen 127.0.0.1:0` this is how scripts and
+    /// tests learn the port that was chosen, and that the head is ready.
     #[arg(long, env = "ESCHER_HEAD_ADDRESS_FILE")]
     address_file: Option<std::path::PathBuf>,
     /// The access file: the admin and worker join tokens every call is checked against,
@@ -268,12 +269,8 @@ async fn main() -> anyhow::Result<()> {
     } else {
         tracing::info!(path = %access_path.display(), "using the access file");
     }
-    if let Some(path) = address_file {
-        // Write then rename, so a reader never sees a half-written file.
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, &url).with_context(|| format!("cannot write {}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).with_context(|| format!("cannot write {}", path.display()))?;
-    }
+    // Written by the head once it serves (its data directory open and checked).
+    config.address_file = address_file.map(|path| AddressFile { path, url });
     escher_head::run(listener, config, shutdown_signal()).await?;
     Ok(())
 }

@@ -43,6 +43,9 @@ pub struct HeadConfig {
     /// Where to serve Prometheus metrics (`GET /metrics`, a token needed like any call);
     /// `None` serves none.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Write the head's URL to a file once it serves (its replica and data directory are
+    /// open): a script that waits for the file knows the head is ready.
+    pub address_file: Option<AddressFile>,
     /// How many recent events the head keeps for watchers that resume (`Watch` after a
     /// revision); a watcher further behind is told to list the state again.
     pub watch_history: usize,
@@ -70,11 +73,21 @@ impl Default for HeadConfig {
             access: AccessFile::generate(Vec::new()),
             tls: None,
             metrics: None,
+            address_file: None,
             watch_history: 100_000,
             watch_buffer: 16_384,
             authenticate: true,
         }
     }
+}
+
+/// Where a head writes its URL once it serves (`escher-head --address-file`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddressFile {
+    /// The file.
+    pub path: PathBuf,
+    /// The URL written, as this machine reaches the head.
+    pub url: String,
 }
 
 /// A setting that makes no sense.

@@ -61,7 +61,7 @@ use crate::replication::{
     DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, PeerAccess, Persistence, RaftService,
     Replica, ReplicationError, Transport,
 };
-pub use config::{ConfigError, HeadConfig};
+pub use config::{AddressFile, ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
 pub(crate) use metrics::Metrics;
 pub use tls::{TlsError, TlsIdentity};
@@ -89,6 +89,21 @@ pub enum HeadError {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The address file could not be written.
+    #[error("cannot write the address file {path}: {source}")]
+    AddressFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Writes `url` to `path` through a temporary file and a rename.
+fn write_address_file(path: &std::path::Path, url: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, url)?;
+    std::fs::rename(&tmp, path)
 }
 
 /// How long in-flight calls get to finish after shutdown before connections are dropped.
@@ -219,6 +234,14 @@ async fn serve<S: crate::replication::LogStore>(
         persistence,
         in_memory,
     )?;
+    if let Some(file) = &config.address_file {
+        // Only now, with the log open and its identity checked; write then rename, so a
+        // reader never sees a half-written file.
+        write_address_file(&file.path, &file.url).map_err(|source| HeadError::AddressFile {
+            path: file.path.clone(),
+            source,
+        })?;
+    }
     let owner = handle::OwnerHandle::new(tx);
     let inboxes = owner::Inboxes {
         requests,
