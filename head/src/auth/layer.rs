@@ -150,27 +150,39 @@ impl<S> Auth<S> {
         path: &str,
         headers: &http::HeaderMap,
     ) -> Result<(Caller, Option<usize>), Status> {
-        if !self.enforce {
-            return Ok((Caller::Admin, None));
-        }
-        let Some(need) = need(path) else {
-            return Err(Status::permission_denied(format!(
-                "{path} is not a method this head serves"
-            )));
-        };
-        let token = bearer(headers)?;
-        let caller = self.keys.authenticate(token)?;
-        if !need.admits(&caller) {
-            let method = path.rsplit('/').next().unwrap_or(path);
-            return Err(Status::permission_denied(format!(
-                "{method} needs {}; the call carried {}",
-                need.who(),
-                caller.describe()
-            )));
-        }
-        let limit = request_limit(path, need, &caller);
-        Ok((caller, limit))
+        authorize(&self.keys, self.enforce, path, headers)
     }
+}
+
+/// Who calls the method at `path` with `headers`, if the method admits them, and the request
+/// size the call may send (see [`request_limit`]); with `enforce` off, an admin. The gRPC
+/// routes, the metrics endpoint and the dashboard all decide here.
+pub(crate) fn authorize(
+    keys: &Keys,
+    enforce: bool,
+    path: &str,
+    headers: &http::HeaderMap,
+) -> Result<(Caller, Option<usize>), Status> {
+    if !enforce {
+        return Ok((Caller::Admin, None));
+    }
+    let Some(need) = need(path) else {
+        return Err(Status::permission_denied(format!(
+            "{path} is not a method this head serves"
+        )));
+    };
+    let token = bearer(headers)?;
+    let caller = keys.authenticate(token)?;
+    if !need.admits(&caller) {
+        let method = path.rsplit('/').next().unwrap_or(path);
+        return Err(Status::permission_denied(format!(
+            "{method} needs {}; the call carried {}",
+            need.who(),
+            caller.describe()
+        )));
+    }
+    let limit = request_limit(path, need, &caller);
+    Ok((caller, limit))
 }
 
 /// The token of `authorization: Bearer <token>`.

@@ -33,6 +33,7 @@ use sha2::Sha256;
 use tonic::Status;
 
 use crate::state::{ClusterState, TokenHash};
+pub(crate) use layer::authorize;
 pub use layer::{AuthLayer, Need, need};
 
 /// The prefix of a task credential.

@@ -82,6 +82,11 @@ struct HeadArgs {
     /// enough).
     #[arg(long, env = "ESCHER_METRICS", value_name = "HOST:PORT")]
     metrics: Option<std::net::SocketAddr>,
+    /// Serve the web dashboard on this loopback address (`127.0.0.1:8265`): open
+    /// http://127.0.0.1:8265/ and sign in with a token (`escher dashboard` prints the address
+    /// with one; a reader token shows the cluster, an app token its namespace's tasks too).
+    #[arg(long, env = "ESCHER_DASHBOARD", value_name = "HOST:PORT")]
+    dashboard: Option<std::net::SocketAddr>,
     /// How many recent events the head keeps for watchers that reconnect and resume from the
     /// last revision they saw (`escher tasks --watch`, `Client::watch`); one further behind
     /// is told to list the state again.
@@ -192,6 +197,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             max_message_bytes: args.max_message_bytes,
             idle_timeout: args.idle_timeout.into(),
             metrics: args.metrics,
+            dashboard: args.dashboard,
             watch_history: args.watch_history,
             watch_buffer: args.watch_buffer,
             state: StateConfig {

@@ -43,6 +43,8 @@ pub struct HeadConfig {
     /// Where to serve Prometheus metrics (`GET /metrics`, a token needed like any call);
     /// `None` serves none.
     pub metrics: Option<std::net::SocketAddr>,
+    /// Where to serve the web dashboard (its API needs a token like any call); loopback only.
+    pub dashboard: Option<std::net::SocketAddr>,
     /// Write the head's URL to a file once it serves (its replica and data directory are
     /// open): a script that waits for the file knows the head is ready.
     pub address_file: Option<AddressFile>,
@@ -73,6 +75,7 @@ impl Default for HeadConfig {
             access: AccessFile::generate(Vec::new()),
             tls: None,
             metrics: None,
+            dashboard: None,
             address_file: None,
             watch_history: 100_000,
             watch_buffer: 16_384,
@@ -100,6 +103,13 @@ pub enum ConfigError {
          SSH tunnel"
     )]
     MetricsNotLoopback(std::net::SocketAddr),
+    /// The dashboard is served over plain HTTP: only on a loopback address.
+    #[error(
+        "--dashboard {0}: the dashboard is served over plain HTTP, so only on a loopback \
+         address (127.0.0.1:8265); from another machine, reach it through an SSH tunnel \
+         (ssh -L 8265:127.0.0.1:8265 HEAD-MACHINE)"
+    )]
+    DashboardNotLoopback(std::net::SocketAddr),
     /// An idle timeout so short that live clients could not answer the pings in time.
     #[error("the idle timeout ({0:?}) must be at least 1s")]
     IdleTimeout(Duration),
@@ -155,6 +165,11 @@ impl HeadConfig {
             && !addr.ip().is_loopback()
         {
             return Err(ConfigError::MetricsNotLoopback(addr));
+        }
+        if let Some(addr) = self.dashboard
+            && !addr.ip().is_loopback()
+        {
+            return Err(ConfigError::DashboardNotLoopback(addr));
         }
         let retention = &self.state.retention;
         if retention.finished == 0 {

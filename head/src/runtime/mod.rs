@@ -23,12 +23,15 @@
 //! - `watch.rs`: the watch API's history of recent events and its watchers (bounded, never
 //!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
+//! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
+//!   `Cluster` service with the same authentication);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
 //!   `handle.rs`: how they reach the owner and how its answers become statuses;
 //! - `config.rs`: [`HeadConfig`].
 
 mod cluster_svc;
 mod config;
+mod dashboard;
 mod handle;
 mod idle;
 mod link_svc;
@@ -271,14 +274,25 @@ async fn serve<S: crate::replication::LogStore>(
     }
 
     let max = config.max_message_bytes;
-    let cluster = ClusterServer::new(cluster_svc::ClusterService {
+    let cluster_svc = cluster_svc::ClusterService {
         owner: owner.clone(),
         log_fetch_timeout: config.log_fetch_timeout,
         keys: Arc::clone(&keys),
         peer_tls: config.tls.as_ref().map(TlsIdentity::client_config),
-    })
-    .max_decoding_message_size(max)
-    .max_encoding_message_size(max);
+    };
+    if let Some(addr) = config.dashboard {
+        let listener = TcpListener::bind(addr).await?;
+        tracker.spawn(dashboard::serve(
+            listener,
+            cluster_svc.clone(),
+            Arc::clone(&keys),
+            config.authenticate,
+            token.clone(),
+        ));
+    }
+    let cluster = ClusterServer::new(cluster_svc)
+        .max_decoding_message_size(max)
+        .max_encoding_message_size(max);
     let link = WorkerLinkServer::new(link_svc::LinkService {
         owner,
         tracker: tracker.clone(),

@@ -1,0 +1,633 @@
+//! The web dashboard on `--dashboard HOST:PORT` (DESIGN §11): one page, its script and its
+//! style embedded in the binary, and a JSON API over the head's own `Cluster` service.
+//!
+//! The API is a gateway, not a second implementation: each route authenticates the bearer
+//! token exactly as the gRPC routes do ([`authorize`], with the method the route stands for),
+//! then calls the [`ClusterService`] method in-process, so the dashboard sees what the CLI
+//! with the same token sees: a `reader` token the cluster, GPUs and replicas but no task, an
+//! `app` token its own namespace, an `admin` token everything. Errors keep the service's
+//! message and map its code to an HTTP status.
+//!
+//! Live updates: `GET /api/events` is the watch API as server-sent events (one `batch` event
+//! per batch the head sends, JSON), which the page reads with `fetch` so that the token
+//! travels in a header, never in a URL. The page itself and its assets carry no data and are
+//! served to anyone who can reach the (loopback) port; everything else needs a token.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde::{Deserialize, Serialize};
+use tokio::net::TcpListener;
+use tokio_stream::{Stream, StreamExt};
+use tokio_util::sync::CancellationToken;
+use tonic::{Code, Request, Status};
+
+use escher_proto::mig::GpuModel;
+use escher_proto::types::{
+    ClusterStatus, GpusReply, HeadsReply, ListTasksReply, ListTasksRequest, LogChunk, LogStream,
+    NodeId, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest, TaskState, TaskSummary,
+    WatchBatch, WatchRequest,
+};
+use escher_proto::wire::{self, cluster_server::Cluster};
+
+use super::cluster_svc::ClusterService;
+use crate::auth::{Caller, Keys, authorize};
+
+/// The page.
+const INDEX_HTML: &str = include_str!("assets/index.html");
+/// Its script.
+const APP_JS: &str = include_str!("assets/app.js");
+/// Its style.
+const STYLE_CSS: &str = include_str!("assets/style.css");
+
+/// The most bytes of a task's output the log tail shows.
+const LOG_TAIL_BYTES: usize = 64 * 1024;
+/// The most chunks (of up to 4 MiB each) read for one log tail.
+const MAX_LOG_READS: usize = 16;
+/// The most tasks one page of the task table lists.
+const MAX_TASK_ROWS: u32 = 500;
+
+/// What every route needs.
+#[derive(Clone)]
+struct Dashboard {
+    svc: ClusterService,
+    keys: Arc<Keys>,
+    enforce: bool,
+}
+
+/// Serves the dashboard on `listener` until `stop` is cancelled.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    svc: ClusterService,
+    keys: Arc<Keys>,
+    enforce: bool,
+    stop: CancellationToken,
+) {
+    let addr = listener.local_addr().ok();
+    let app = axum::Router::new()
+        .route("/", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
+        .route(
+            "/app.js",
+            get(|| asset("text/javascript; charset=utf-8", APP_JS)),
+        )
+        .route(
+            "/style.css",
+            get(|| asset("text/css; charset=utf-8", STYLE_CSS)),
+        )
+        .route("/api/whoami", get(whoami))
+        .route("/api/status", get(status))
+        .route("/api/tasks", get(tasks))
+        .route("/api/tasks/{id}", get(task))
+        .route("/api/tasks/{id}/logs", get(logs))
+        .route("/api/gpus", get(gpus))
+        .route("/api/heads", get(heads))
+        .route("/api/reservations", get(reservations))
+        .route("/api/events", get(events))
+        .fallback(|| async { ApiError::from(Status::not_found("no such page")) })
+        .with_state(Dashboard { svc, keys, enforce });
+    tracing::info!(?addr, "serving the web dashboard");
+    let served = axum::serve(listener, app)
+        .with_graceful_shutdown(async move { stop.cancelled().await })
+        .await;
+    if let Err(err) = served {
+        tracing::error!(%err, "the dashboard failed");
+    }
+}
+
+async fn asset(content_type: &'static str, body: &'static str) -> Response {
+    (
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// A refusal or failure, as JSON: `{"code": "PermissionDenied", "message": "..."}`.
+#[derive(Debug)]
+struct ApiError(Status);
+
+impl From<Status> for ApiError {
+    fn from(status: Status) -> Self {
+        ApiError(status)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let http = match self.0.code() {
+            Code::Unauthenticated => StatusCode::UNAUTHORIZED,
+            Code::PermissionDenied => StatusCode::FORBIDDEN,
+            Code::NotFound => StatusCode::NOT_FOUND,
+            Code::InvalidArgument | Code::OutOfRange => StatusCode::BAD_REQUEST,
+            Code::FailedPrecondition | Code::AlreadyExists | Code::Aborted => StatusCode::CONFLICT,
+            Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            Code::DeadlineExceeded => StatusCode::GATEWAY_TIMEOUT,
+            Code::ResourceExhausted => StatusCode::TOO_MANY_REQUESTS,
+            _ => StatusCode::INTERNAL_SERVER_ERROR,
+        };
+        let body = serde_json::json!({
+            "code": format!("{:?}", self.0.code()),
+            "message": self.0.message(),
+        });
+        (http, Json(body)).into_response()
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+impl Dashboard {
+    /// `message` as a call of `method` by the holder of the token in `headers`, if that
+    /// method admits them.
+    fn call<T>(&self, method: &str, headers: &HeaderMap, message: T) -> Result<Request<T>, Status> {
+        let path = format!("/escher.v1.Cluster/{method}");
+        let (caller, _) = authorize(&self.keys, self.enforce, &path, headers)?;
+        let mut request = Request::new(message);
+        request.extensions_mut().insert(caller);
+        Ok(request)
+    }
+}
+
+/// Converts a reply of the service to its domain type.
+fn domain<W, D>(reply: tonic::Response<W>) -> Result<D, Status>
+where
+    D: TryFrom<W>,
+    D::Error: std::fmt::Display,
+{
+    D::try_from(reply.into_inner()).map_err(|err| Status::internal(err.to_string()))
+}
+
+/// Who the token is: what the page shows and which views it offers.
+#[derive(Debug, Serialize)]
+struct WhoAmI {
+    /// "an admin token", "an app token of namespace ml" ...
+    caller: String,
+    /// `admin`, `app`, `reader` or `task`.
+    role: &'static str,
+    /// The namespace an app token acts in.
+    namespace: Option<String>,
+    /// Whether it may list tasks (a reader may not).
+    sees_tasks: bool,
+}
+
+async fn whoami(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<WhoAmI> {
+    let request = d.call("ClusterStatus", &headers, ())?;
+    let caller = crate::auth::caller(&request)?;
+    let (role, namespace) = match &caller {
+        Caller::Admin => ("admin", None),
+        Caller::App(ns) => ("app", Some(ns.to_string())),
+        Caller::Reader => ("reader", None),
+        Caller::Task { namespace, .. } => ("task", namespace.as_ref().map(|n| n.to_string())),
+        Caller::Worker => ("worker", None),
+    };
+    Ok(Json(WhoAmI {
+        caller: caller.describe(),
+        role,
+        namespace,
+        sees_tasks: role != "reader",
+    }))
+}
+
+/// Serializes `value`, then lets `annotate` add what the page should not work out itself.
+fn json_with<T: Serialize>(
+    value: &T,
+    annotate: impl FnOnce(&mut serde_json::Value),
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let mut json = serde_json::to_value(value).map_err(|err| Status::internal(err.to_string()))?;
+    annotate(&mut json);
+    Ok(Json(json))
+}
+
+/// The cluster status with task counts; each resource says whether it is physical (reported
+/// by workers) or ephemeral (created by applications), as the head's naming rules decide.
+async fn status(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
+    let message = wire::ClusterStatusRequest { task_counts: true };
+    let request = d.call("ClusterStatus", &headers, message)?;
+    let status: ClusterStatus = domain(d.svc.cluster_status(request).await?)?;
+    json_with(&status, |json| {
+        let nodes = json["nodes"].as_array_mut().into_iter().flatten();
+        for (node, status) in nodes.zip(&status.nodes) {
+            let resources = node["resources"].as_array_mut().into_iter().flatten();
+            for (r, status) in resources.zip(&status.resources) {
+                r["physical"] = status.name.is_physical().into();
+            }
+        }
+    })
+}
+
+/// Every node's GPUs; each says how many memory slices its MIG layout is drawn on.
+async fn gpus(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
+    let request = d.call("Gpus", &headers, wire::GpusRequest {})?;
+    let reply: GpusReply = domain(d.svc.gpus(request).await?)?;
+    json_with(&reply, |json| {
+        let nodes = json["nodes"].as_array_mut().into_iter().flatten();
+        for (node, status) in nodes.zip(&reply.nodes) {
+            let gpus = node["gpus"].as_array_mut().into_iter().flatten();
+            for (gpu, status) in gpus.zip(&status.gpus) {
+                let slices = status.info.model.map(GpuModel::memory_slices);
+                gpu["info"]["memory_slices"] = slices.into();
+            }
+        }
+    })
+}
+
+async fn heads(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<HeadsReply> {
+    let request = d.call("Heads", &headers, wire::HeadsRequest {})?;
+    Ok(Json(domain(d.svc.heads(request).await?)?))
+}
+
+/// The task table's filters, as query parameters.
+#[derive(Debug, Default, Deserialize)]
+struct TasksQuery {
+    /// `pending`, `running`, `succeeded`, `failed` or `cancelled`.
+    state: Option<String>,
+    /// Part of the name.
+    name: Option<String>,
+    /// `KEY=VALUE` or `KEY`, several separated by commas.
+    labels: Option<String>,
+    /// A node id.
+    node: Option<String>,
+    /// A namespace (an app token sees its own only).
+    namespace: Option<String>,
+    /// Tasks older than this id (the next page).
+    before: Option<String>,
+    /// At most this many (500 at most).
+    limit: Option<u32>,
+}
+
+impl TasksQuery {
+    fn request(self) -> Result<ListTasksRequest, Status> {
+        let bad = |what: &str, text: &str, why: String| {
+            Status::invalid_argument(format!("{what} {text:?}: {why}"))
+        };
+        let some = |v: Option<String>| v.map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+        let state = some(self.state)
+            .map(|s| {
+                s.parse::<TaskState>()
+                    .map_err(|e| bad("state", &s, e.to_string()))
+            })
+            .transpose()?;
+        let node = some(self.node)
+            .map(|s| {
+                s.parse::<NodeId>()
+                    .map_err(|e| bad("node", &s, e.to_string()))
+            })
+            .transpose()?;
+        let namespace = some(self.namespace)
+            .map(|s| {
+                s.parse().map_err(|e: escher_proto::types::TypeError| {
+                    bad("namespace", &s, e.to_string())
+                })
+            })
+            .transpose()?;
+        let before = some(self.before)
+            .map(|s| {
+                s.parse::<TaskId>()
+                    .map_err(|e| bad("before", &s, e.to_string()))
+            })
+            .transpose()?;
+        let mut labels = Vec::new();
+        for selector in some(self.labels).iter().flat_map(|l| l.split(',')) {
+            let selector = selector.trim();
+            let (key, value) = match selector.split_once('=') {
+                Some((k, v)) => (k.trim(), Some(v.trim().to_string())),
+                None => (selector, None),
+            };
+            if key.is_empty() {
+                return Err(bad(
+                    "label",
+                    selector,
+                    "give KEY=VALUE, or KEY for any value".into(),
+                ));
+            }
+            labels.push((key.to_string(), value));
+        }
+        Ok(ListTasksRequest {
+            state,
+            limit: self.limit.unwrap_or(MAX_TASK_ROWS).clamp(1, MAX_TASK_ROWS),
+            after: before,
+            name: some(self.name),
+            labels,
+            node,
+            namespace,
+            newest_first: true,
+        })
+    }
+}
+
+async fn tasks(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Query(query): Query<TasksQuery>,
+) -> ApiResult<ListTasksReply> {
+    let message = wire::ListTasksRequest::from(query.request()?);
+    let request = d.call("ListTasks", &headers, message)?;
+    Ok(Json(domain(d.svc.list_tasks(request).await?)?))
+}
+
+fn task_id(text: &str) -> Result<TaskId, Status> {
+    text.parse()
+        .map_err(|e| Status::invalid_argument(format!("task {text:?}: {e}")))
+}
+
+async fn task(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<TaskInfo> {
+    let id = task_id(&id)?;
+    let request = d.call(
+        "DescribeTask",
+        &headers,
+        wire::DescribeTaskRequest::from(id),
+    )?;
+    Ok(Json(domain(d.svc.describe_task(request).await?)?))
+}
+
+/// The tail of a task's output: stdout and stderr of its latest attempt.
+#[derive(Debug, Serialize)]
+struct LogTail {
+    stdout: Tail,
+    stderr: Tail,
+}
+
+/// One stream's tail.
+#[derive(Debug, Serialize)]
+struct Tail {
+    /// The text (lossy UTF-8), at most the last 64 KiB.
+    text: String,
+    /// Whether older output was left out.
+    truncated: bool,
+    /// What the head says about where the bytes came from, when it kept them itself.
+    notice: Option<String>,
+    /// Why the output could not be read (the worker is gone ...), instead of text.
+    error: Option<String>,
+}
+
+async fn logs(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<LogTail> {
+    let id = task_id(&id)?;
+    let mut tails = Vec::with_capacity(2);
+    for stream in [LogStream::Stdout, LogStream::Stderr] {
+        tails.push(tail(&d, &headers, id, stream).await?);
+    }
+    let stderr = tails.pop().expect("two streams");
+    let stdout = tails.pop().expect("two streams");
+    Ok(Json(LogTail { stdout, stderr }))
+}
+
+/// The last [`LOG_TAIL_BYTES`] of one stream, read forward in chunks (at most
+/// [`MAX_LOG_READS`]; output past that is left out and said so). A read the worker cannot
+/// answer is reported in the tail, not as the call's error; a refusal, or a task the caller
+/// cannot see, is the call's error.
+async fn tail(
+    d: &Dashboard,
+    headers: &HeaderMap,
+    id: TaskId,
+    stream: LogStream,
+) -> Result<Tail, Status> {
+    let mut kept: Vec<u8> = Vec::new();
+    let mut tail = Tail {
+        text: String::new(),
+        truncated: false,
+        notice: None,
+        error: None,
+    };
+    let mut offset = 0;
+    for read in 0.. {
+        if read == MAX_LOG_READS {
+            tail.notice = Some(format!(
+                "only the first {} of the output are shown here; `escher logs {}` reads it all",
+                offset, id
+            ));
+            break;
+        }
+        let message = wire::TaskLogsRequest::from(TaskLogsRequest {
+            task_id: id,
+            stream,
+            offset,
+            max_bytes: 0,
+            attempt: None,
+        });
+        let request = d.call("TaskLogs", headers, message)?;
+        let chunk: LogChunk = match d.svc.task_logs(request).await.and_then(domain) {
+            Ok(chunk) => chunk,
+            Err(status)
+                if matches!(
+                    status.code(),
+                    Code::PermissionDenied
+                        | Code::Unauthenticated
+                        | Code::NotFound
+                        | Code::InvalidArgument
+                ) =>
+            {
+                return Err(status);
+            }
+            Err(status) => {
+                tail.error = Some(status.message().to_string());
+                break;
+            }
+        };
+        kept.extend_from_slice(&chunk.data);
+        if kept.len() > LOG_TAIL_BYTES {
+            kept.drain(..kept.len() - LOG_TAIL_BYTES);
+            tail.truncated = true;
+        }
+        tail.notice = chunk.notice.or(tail.notice);
+        let advanced = chunk.next_offset > offset;
+        offset = chunk.next_offset.max(offset);
+        if chunk.eof || !advanced {
+            break;
+        }
+    }
+    tail.text = String::from_utf8_lossy(&kept).into_owned();
+    Ok(tail)
+}
+
+/// Where to resume a live feed.
+#[derive(Debug, Default, Deserialize)]
+struct EventsQuery {
+    /// The last revision the page saw.
+    after: Option<u64>,
+    /// Without `after`: start this many events back (as many as the history keeps).
+    recent: Option<u64>,
+}
+
+async fn events(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Query(query): Query<EventsQuery>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let watch = |after: Option<u64>| {
+        let message = wire::WatchRequest::from(WatchRequest {
+            after,
+            ..WatchRequest::all()
+        });
+        d.call("Watch", &headers, message)
+    };
+    let mut after = query.after;
+    if let (None, Some(recent)) = (after, query.recent.filter(|n| *n > 0)) {
+        // The first message of a feed from now says where now is.
+        let mut now = d.svc.watch(watch(None)?).await?.into_inner();
+        if let Some(first) = now.next().await {
+            after = Some(first?.revision.saturating_sub(recent));
+        }
+    }
+    let batches = match d.svc.watch(watch(after)?).await {
+        // Further back than the history: from as far back as it goes is not known here, so
+        // from now.
+        Err(status) if status.code() == Code::OutOfRange && query.after.is_none() => {
+            d.svc.watch(watch(None)?).await?
+        }
+        other => other?,
+    }
+    .into_inner();
+    let events = batches.map(|batch| {
+        let event = match batch.map(WatchBatch::try_from) {
+            Ok(Ok(batch)) => match batch_json(&batch) {
+                Ok(json) => Event::default().event("batch").data(json),
+                Err(err) => Event::default().event("end").data(err.to_string()),
+            },
+            Ok(Err(err)) => Event::default().event("end").data(err.to_string()),
+            // The head ended the feed (cut off, not leader, history expired): the page says
+            // why and lists again.
+            Err(status) => Event::default().event("end").data(format!(
+                "{:?}: {}",
+                status.code(),
+                status.message()
+            )),
+        };
+        Ok(event)
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
+
+/// A batch as the page reads it: each event with its kind and its one-line description.
+fn batch_json(batch: &WatchBatch) -> Result<String, serde_json::Error> {
+    let events: Vec<serde_json::Value> = batch
+        .events
+        .iter()
+        .map(|e| {
+            serde_json::json!({
+                "revision": e.revision,
+                "at_ms": e.at_ms,
+                "kind": e.event.kind().as_str(),
+                "text": e.event.to_string(),
+                "event": e.event,
+            })
+        })
+        .collect();
+    serde_json::to_string(&serde_json::json!({ "revision": batch.revision, "events": events }))
+}
+
+/// One reservation: its name and the tasks holding its bundles.
+#[derive(Debug, Serialize)]
+struct ReservationView {
+    name: String,
+    holders: Vec<TaskSummary>,
+}
+
+/// The reservations whose holders the caller sees: the tasks labelled with a reservation,
+/// grouped by it (each holder described once to read its label; a page of 500 holders).
+async fn reservations(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+) -> ApiResult<Vec<ReservationView>> {
+    let query = ListTasksRequest {
+        labels: vec![(RESERVATION_LABEL.to_string(), None)],
+        limit: MAX_TASK_ROWS,
+        newest_first: true,
+        ..ListTasksRequest::default()
+    };
+    let request = d.call("ListTasks", &headers, wire::ListTasksRequest::from(query))?;
+    let holders: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
+    let mut by_name: BTreeMap<String, Vec<TaskSummary>> = BTreeMap::new();
+    for holder in holders.tasks {
+        let message = wire::DescribeTaskRequest::from(holder.id);
+        let request = d.call("DescribeTask", &headers, message)?;
+        let info: TaskInfo = match d.svc.describe_task(request).await {
+            Ok(reply) => domain(reply)?,
+            // Evicted between the two reads.
+            Err(status) if status.code() == Code::NotFound => continue,
+            Err(status) => return Err(status.into()),
+        };
+        if let Some(name) = info.spec.labels.get(RESERVATION_LABEL) {
+            by_name.entry(name.to_string()).or_default().push(holder);
+        }
+    }
+    let mut views: Vec<ReservationView> = by_name
+        .into_iter()
+        .map(|(name, mut holders)| {
+            holders.sort_by_key(|t| t.id);
+            ReservationView { name, holders }
+        })
+        .collect();
+    // Newest first, like the task table.
+    views.sort_by_key(|v| std::cmp::Reverse(v.holders.first().map(|t| t.id)));
+    Ok(Json(views))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn task_filters_parse_and_bad_ones_say_which() {
+        let query = TasksQuery {
+            state: Some("running".into()),
+            labels: Some("team=ml, gpu".into()),
+            node: Some("node-3".into()),
+            limit: Some(10_000),
+            ..TasksQuery::default()
+        };
+        let request = query.request().unwrap();
+        assert_eq!(request.state, Some(TaskState::Running));
+        assert_eq!(
+            request.labels,
+            [
+                ("team".to_string(), Some("ml".to_string())),
+                ("gpu".to_string(), None)
+            ]
+        );
+        assert_eq!(request.node, Some(NodeId(3)));
+        assert_eq!(request.limit, MAX_TASK_ROWS);
+        assert!(request.newest_first);
+
+        let bad = TasksQuery {
+            state: Some("sleeping".into()),
+            ..TasksQuery::default()
+        };
+        let err = bad.request().unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument);
+        assert!(
+            err.message().contains("state \"sleeping\""),
+            "{}",
+            err.message()
+        );
+        let bad = TasksQuery {
+            labels: Some("=x".into()),
+            ..TasksQuery::default()
+        };
+        assert!(bad.request().unwrap_err().message().contains("KEY=VALUE"));
+    }
+
+    #[test]
+    fn service_errors_keep_their_message_and_map_to_http() {
+        let response = ApiError(Status::permission_denied("needs an app token")).into_response();
+        assert_eq!(response.status(), StatusCode::FORBIDDEN);
+        let response = ApiError(Status::unauthenticated("no token")).into_response();
+        assert_eq!(response.status(), StatusCode::UNAUTHORIZED);
+    }
+}
