@@ -190,6 +190,19 @@ impl Credentials {
         self.token.is_some()
     }
 
+    /// The token itself (for `escher dashboard`, which hands it to a browser), if there is
+    /// one.
+    pub fn secret(&self) -> Option<String> {
+        match &self.token {
+            Some(token) => Some(token.to_string()),
+            None => self
+                .urls
+                .iter()
+                .find_map(|u| access::registered(u))
+                .map(|file| file.admin_token.clone()),
+        }
+    }
+
     /// The interceptor that sends it.
     pub fn bearer(&self) -> Bearer {
         match &self.token {

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
 use super::admin::{DrainArgs, TokenCommand};
+use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
@@ -71,6 +72,8 @@ pub enum Command {
     Nodes(NodesArgs),
     /// A live view: tasks by namespace and state, the queue draining, each node's use
     Top(TopArgs),
+    /// Print the address of the head's web dashboard, signed in with this CLI's token
+    Dashboard(DashboardArgs),
     /// Submit a command task (or several copies), optionally waiting for it
     Submit(SubmitArgs),
     /// Wait for a task to finish and show its outcome and result

@@ -33,6 +33,16 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Connects to the head.
     pub async fn client(&self) -> Result<Client, ClientError> {
+        let credentials = self.credentials()?;
+        let client = Client::connect_with(&self.head, credentials).await?;
+        Ok(match &self.namespace {
+            Some(ns) => client.with_namespace(ns.clone()),
+            None => client,
+        })
+    }
+
+    /// The token and trust the options and the environment give (see [`Credentials`]).
+    pub fn credentials(&self) -> Result<Credentials, ClientError> {
         let urls: Vec<String> = self.head.split(',').map(|u| u.trim().to_string()).collect();
         let mut credentials = match &self.access_file {
             Some(path) => Credentials::from_access_file(path)
@@ -48,11 +58,7 @@ impl Ctx<'_> {
             })?;
             credentials = credentials.trusting(&pem, None);
         }
-        let client = Client::connect_with(&self.head, credentials).await?;
-        Ok(match &self.namespace {
-            Some(ns) => client.with_namespace(ns.clone()),
-            None => client,
-        })
+        Ok(credentials)
     }
 
     /// Writes raw bytes.

@@ -61,6 +61,7 @@ mod admin;
 mod args;
 mod config;
 mod ctx;
+mod dashboard;
 mod gpus;
 mod heads;
 mod inspect;
@@ -146,6 +147,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Status(a) => a.run(ctx).await,
         Command::Nodes(a) => a.run(ctx).await,
         Command::Top(a) => a.run(ctx).await,
+        Command::Dashboard(a) => a.run(ctx).await,
         Command::Submit(a) => a.run(ctx).await,
         Command::Get(a) => a.run(ctx).await,
         Command::Wait(a) => a.run(ctx).await,
