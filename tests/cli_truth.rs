@@ -480,3 +480,54 @@ async fn top_once_counts_tasks_by_namespace_and_shows_the_nodes() {
     assert_eq!(json["nodes"].as_array().map(Vec::len), Some(1), "{json}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it() {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = probe.local_addr().unwrap();
+    drop(probe);
+    let config = escher_head::HeadConfig {
+        dashboard: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster = within("starting", cluster().workers(1).head_config(config).start())
+        .await
+        .unwrap();
+    let address = addr.to_string();
+    let (code, out, err) = escher(
+        &cluster,
+        &["dashboard", "--address", &address, "--view", "gpus"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out.trim(),
+        format!("http://{addr}/#token={}&view=gpus", cluster.admin_token())
+    );
+    assert!(err.contains("ESCHER_TOKEN"), "{err}");
+    // The page is there.
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut page = String::new();
+    stream.read_to_string(&mut page).unwrap();
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains("<title>escher</title>"), "{page}");
+
+    // Nothing there: said so, with the flag that fixes it.
+    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let gone = nobody.local_addr().unwrap().to_string();
+    drop(nobody);
+    let (code, out, err) = escher(&cluster, &["dashboard", "--address", &gone]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains(&format!(
+            "nothing answers at {gone}: start the head with --dashboard"
+        )),
+        "{err}"
+    );
+    cluster.shutdown().await;
+}
