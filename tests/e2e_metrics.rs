@@ -197,3 +197,112 @@ fn metrics_are_served_on_loopback_only() {
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("only on a loopback address"), "{err}");
 }
+
+/// Every sample named `name` whose labels include `labels`.
+fn samples<'a>(scrape: &'a Scrape, name: &str, labels: &[(&str, &str)]) -> Vec<&'a Sample> {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .filter(|s| labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_export_running_tasks_spawn_latency_and_gpu_slices() {
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        metrics: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster: LocalCluster = within(
+        "starting",
+        cluster()
+            .no_workers()
+            .worker_with_gpus(
+                "cpu=4".parse().unwrap(),
+                ["a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb,1g.5gb"],
+            )
+            .head_config(config)
+            .start(),
+    )
+    .await
+    .unwrap();
+    let client = cluster.client().await.unwrap();
+    let node = cluster.nodes()[0].to_string();
+    let done = client
+        .submit_batch((0..3).map(|_| Task::command(["true"])))
+        .await
+        .unwrap();
+    let ids: Vec<_> = done.iter().map(|t| t.id()).collect();
+    within("the tasks to finish", client.wait(ids, 3, None))
+        .await
+        .unwrap();
+    let holder = client
+        .submit(Task::command(["sleep", "60"]).resources_str("mig.2g.10gb=1"))
+        .await
+        .unwrap();
+    within("the holder to start", client.started(holder.id()))
+        .await
+        .unwrap();
+    let gpus = client.gpus().await.unwrap();
+    let slice = gpus[0].gpus[0]
+        .info
+        .slices
+        .iter()
+        .find(|s| s.profile == "2g.10gb")
+        .unwrap()
+        .clone();
+
+    // The figures come with heartbeats: scrape until one has carried them all.
+    let token = cluster.admin_token().to_string();
+    let scraped = within("a heartbeat with the figures", async {
+        loop {
+            let token = token.clone();
+            let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+                .await
+                .unwrap();
+            assert_eq!(code, 200, "{body}");
+            let scraped = parse(&body);
+            let running = samples(&scraped, "escher_worker_running_tasks", &[("node", &node)]);
+            let spawned = samples(&scraped, "escher_worker_spawn_seconds", &[("node", &node)]);
+            let spawned = match spawned.first().map(|s| &s.value) {
+                Some(Value::Histogram(buckets)) => buckets.last().map_or(0.0, |b| b.count),
+                _ => 0.0,
+            };
+            if running.len() == 1 && matches!(running[0].value, Value::Gauge(1.0)) && spawned >= 4.0
+            {
+                return scraped;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    // The slice the holder has is in use, its whole memory; the others are idle.
+    let used = value(
+        &scraped,
+        "escher_gpu_slice_memory_used_bytes",
+        &[("node", &node), ("gpu", "0"), ("slice", &slice.uuid)],
+    );
+    assert_eq!(used, slice.memory_mib as f64 * 1024.0 * 1024.0);
+    let slices = samples(
+        &scraped,
+        "escher_gpu_slice_memory_used_bytes",
+        &[("node", &node)],
+    );
+    assert_eq!(slices.len(), 4, "{slices:?}");
+    let busy = value(
+        &scraped,
+        "escher_gpu_slice_utilization_percent",
+        &[("node", &node), ("slice", &slice.uuid)],
+    );
+    assert_eq!(busy, 100.0);
+    let gpu_memory = value(
+        &scraped,
+        "escher_gpu_memory_used_bytes",
+        &[("node", &node), ("gpu", "0")],
+    );
+    assert_eq!(gpu_memory, used);
+    client.cancel([holder.id()]).await.unwrap();
+    cluster.shutdown().await;
+}

@@ -56,6 +56,7 @@ mod identity;
 mod link;
 mod runner;
 mod runtime;
+mod spawn_latency;
 mod worker;
 
 pub use builder::WorkerBuilder;

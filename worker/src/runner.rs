@@ -14,7 +14,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use escher_proto::types::{Assignment, OUTPUT_TAIL_BYTES, OutputTail, TaskFinished};
 use escher_proto::{Namespace, NodeId, TaskKind, TaskResult};
@@ -26,6 +26,7 @@ use crate::exec::{
 };
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
+use crate::spawn_latency::SpawnLatency;
 
 /// The task label that names the application namespace of a task (set by the head).
 pub use escher_proto::types::NAMESPACE_LABEL;
@@ -51,6 +52,8 @@ pub(crate) struct RunEnv {
     pub(crate) functions: FunctionRegistry,
     /// The worker's name, for messages.
     pub(crate) worker_name: Arc<str>,
+    /// How long tasks take to start, for heartbeats.
+    pub(crate) spawn_latency: Arc<SpawnLatency>,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -62,6 +65,7 @@ pub(crate) async fn run_task(
     env: Arc<RunEnv>,
     node_id: NodeId,
     a: Assignment,
+    assigned: Instant,
     cancel: CancellationToken,
     devices: Option<Vec<String>>,
 ) -> TaskFinished {
@@ -111,6 +115,8 @@ pub(crate) async fn run_task(
                     .env("NVIDIA_VISIBLE_DEVICES", nvidia);
             }
             opts.timeout = timeout;
+            let latency = Arc::clone(&env.spawn_latency);
+            opts = opts.on_spawn(move || latency.observe(assigned.elapsed()));
             command(a.task_id.0, a.attempt, &spec, &opts, cancel).await
         }
         TaskKind::Function { name, args } => {
@@ -124,6 +130,7 @@ pub(crate) async fn run_task(
                 devices.unwrap_or_default(),
                 &a.task_token,
             );
+            env.spawn_latency.observe(assigned.elapsed());
             function(&env, &name, ctx, args, timeout, cancel).await
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,

@@ -46,7 +46,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use escher_proto::types::{
     Assignment, GpuInfo, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
@@ -448,6 +448,7 @@ impl Runtime {
             metric("draining", if self.stopping { 1.0 } else { 0.0 }),
         ];
         metrics.extend(self.gpus.metrics());
+        metrics.extend(self.env.spawn_latency.metrics());
         if self.link.is_some() {
             self.send(WorkerMessage::Heartbeat { metrics });
         }
@@ -506,6 +507,7 @@ impl Runtime {
     }
 
     fn assign(&mut self, a: Assignment) {
+        let assigned = Instant::now();
         let key = (a.task_id, a.attempt);
         let Some(node_id) = self.node_id else {
             return;
@@ -579,7 +581,7 @@ impl Runtime {
                 },
             };
             let report = match devices {
-                Ok(devices) => run_task(env, node_id, a, cancel, devices).await,
+                Ok(devices) => run_task(env, node_id, a, assigned, cancel, devices).await,
                 Err(why) => TaskFinished {
                     task_id: a.task_id,
                     attempt: a.attempt,

@@ -155,6 +155,7 @@ impl Worker {
             head,
             functions: self.functions,
             worker_name: Arc::clone(&self.name),
+            spawn_latency: Arc::default(),
         });
         let identity = Identity {
             name: self.name.to_string(),

@@ -7,13 +7,15 @@
 //! applied indexes and role, and the messages waiting for each worker. What accumulates
 //! between scrapes lives in [`Metrics`], shared with the owner and the auth layer: the
 //! submit-to-start latency of every dispatched task, gRPC requests by method and the errors
-//! they were answered with, and this replica's raft role changes.
+//! they were answered with, this replica's raft role changes, and the figures each worker sent
+//! with its last heartbeat (its running tasks, how long its tasks take to start, and its GPUs'
+//! and MIG slices' use), exported for its node while it is live.
 //!
 //! A scrape must carry a token like any other call (`Authorization: Bearer TOKEN`; any role but
 //! `worker`, so a `reader` token is enough): nothing the head serves is open (DESIGN §10).
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
@@ -29,7 +31,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
-use escher_proto::types::{Amount, Capacity, ReplicaRole, TaskState};
+use escher_proto::types::{Amount, Capacity, Metric, NodeId, ReplicaRole, TaskState};
+use rustc_hash::FxHashMap;
 
 use super::handle::OwnerHandle;
 use super::owner::{HeadsView, Msg};
@@ -50,6 +53,8 @@ pub(crate) struct Metrics {
     errors: Family<Labels, Counter>,
     /// Times this replica's raft role changed.
     role_changes: Counter,
+    /// Each worker's figures, as its last heartbeat sent them.
+    workers: Mutex<FxHashMap<NodeId, Vec<Metric>>>,
 }
 
 impl Default for Metrics {
@@ -60,6 +65,7 @@ impl Default for Metrics {
             requests: Family::default(),
             errors: Family::default(),
             role_changes: Counter::default(),
+            workers: Mutex::default(),
         }
     }
 }
@@ -94,7 +100,31 @@ impl Metrics {
     pub(crate) fn leader_changed(&self) {
         self.role_changes.inc();
     }
+
+    /// Worker `node` sent these figures with a heartbeat (at most [`MAX_WORKER_FIGURES`] are
+    /// kept: a worker cannot make scrapes grow without bound).
+    pub(crate) fn worker_reported(&self, node: NodeId, mut figures: Vec<Metric>) {
+        figures.truncate(MAX_WORKER_FIGURES);
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        workers.insert(node, figures);
+    }
+
+    /// The figures of the workers of `live` nodes.
+    fn workers_of(&self, live: &FxHashMap<NodeId, String>) -> Vec<(String, Vec<Metric>)> {
+        let mut workers = self.workers.lock().unwrap_or_else(|e| e.into_inner());
+        // A node that is gone for good is forgotten here too.
+        workers.retain(|node, _| live.contains_key(node));
+        let mut out: Vec<(String, Vec<Metric>)> = workers
+            .iter()
+            .map(|(node, figures)| (live[node].clone(), figures.clone()))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
 }
+
+/// The most heartbeat figures kept per worker.
+const MAX_WORKER_FIGURES: usize = 4096;
 
 /// What the gauges show, read from the state in one owner turn, and encoded straight from it
 /// at the scrape (a [`Collector`]: no per-series map for 10^5 resources).
@@ -110,6 +140,10 @@ struct Snapshot {
     raft: (u64, u64, u64, bool),
     /// Messages waiting for each worker (a leader's view; empty on followers).
     outboxes: Vec<(String, u64)>,
+    /// The live nodes, with their label.
+    live: FxHashMap<NodeId, String>,
+    /// Each live worker's last heartbeat figures, by node label.
+    workers: Vec<(String, Vec<Metric>)>,
 }
 
 impl Snapshot {
@@ -129,6 +163,7 @@ impl Snapshot {
         }
         let status = state.cluster_status();
         let mut resources = Vec::new();
+        let mut live = FxHashMap::default();
         let (mut alive, mut dead) = (0, 0);
         for node in &status.nodes {
             if !node.alive {
@@ -137,6 +172,7 @@ impl Snapshot {
             }
             alive += 1;
             let id = node.id.to_string();
+            live.insert(node.id, id.clone());
             for r in &node.resources {
                 let total = match r.total {
                     Capacity::Finite(a) => Some(a),
@@ -152,6 +188,8 @@ impl Snapshot {
             dead,
             raft: (0, 0, 0, false),
             outboxes: Vec::new(),
+            live,
+            workers: Vec::new(),
         }
     }
 }
@@ -225,9 +263,157 @@ impl Collector for Snapshot {
                 .encode_family(&[("node", node.as_str())])?
                 .encode_gauge(depth)?;
         }
-        Ok(())
+        encode_workers(&self.workers, &mut encoder)
     }
 }
+
+/// One worker's heartbeat figures, sorted into what they export. Names it does not know are
+/// left out (a newer worker may send more).
+#[derive(Debug, Default)]
+struct WorkerFigures {
+    running: Option<f64>,
+    spawn_sum: f64,
+    /// (upper bound, count in that bucket alone), in ascending order.
+    spawn_buckets: Vec<(f64, u64)>,
+    /// (gpu index, slice uuid, utilisation or memory, value).
+    gpus: Vec<(String, Option<String>, GpuFigure, f64)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum GpuFigure {
+    UtilizationPercent,
+    MemoryUsedMib,
+}
+
+impl WorkerFigures {
+    fn of(figures: &[Metric]) -> WorkerFigures {
+        let mut out = WorkerFigures::default();
+        for m in figures.iter().filter(|m| m.value.is_finite()) {
+            if m.name == "running_tasks" {
+                out.running = Some(m.value);
+            } else if m.name == "spawn_seconds.sum" {
+                out.spawn_sum = m.value;
+            } else if let Some(le) = m.name.strip_prefix("spawn_seconds.bucket.") {
+                let le = if le == "+Inf" {
+                    Ok(f64::INFINITY)
+                } else {
+                    le.parse()
+                };
+                if let Ok(le) = le {
+                    out.spawn_buckets.push((le, m.value.max(0.0) as u64));
+                }
+            } else if let Some(rest) = m.name.strip_prefix("gpu.") {
+                let Some((gpu, rest)) = rest.split_once('.') else {
+                    continue;
+                };
+                let (slice, what) = match rest.strip_prefix("slice.") {
+                    Some(rest) => match rest.rsplit_once('.') {
+                        Some((uuid, what)) => (Some(uuid.to_string()), what),
+                        None => continue,
+                    },
+                    None => (None, rest),
+                };
+                let what = match what {
+                    "utilization" => GpuFigure::UtilizationPercent,
+                    "memory_used_mib" => GpuFigure::MemoryUsedMib,
+                    _ => continue,
+                };
+                out.gpus.push((gpu.to_string(), slice, what, m.value));
+            }
+        }
+        out.spawn_buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        out.spawn_buckets.dedup_by(|a, b| a.0 == b.0);
+        out
+    }
+}
+
+/// The workers' figures: running tasks, the spawn-latency histogram, GPUs and MIG slices.
+fn encode_workers(
+    workers: &[(String, Vec<Metric>)],
+    encoder: &mut DescriptorEncoder<'_>,
+) -> Result<(), std::fmt::Error> {
+    let parsed: Vec<(&str, WorkerFigures)> = workers
+        .iter()
+        .map(|(node, figures)| (node.as_str(), WorkerFigures::of(figures)))
+        .collect();
+    let help = "Tasks running on each live worker, as its last heartbeat said";
+    let mut running =
+        encoder.encode_descriptor("worker_running_tasks", help, None, MetricType::Gauge)?;
+    for (node, f) in &parsed {
+        if let Some(n) = f.running {
+            running
+                .encode_family(&[("node", *node)])?
+                .encode_gauge(&n)?;
+        }
+    }
+    let help = "Seconds from an assignment's arrival at a worker to its task's start (a \
+                command's process spawned, a function called), per live worker";
+    let mut spawn =
+        encoder.encode_descriptor("worker_spawn_seconds", help, None, MetricType::Histogram)?;
+    for (node, f) in &parsed {
+        if f.spawn_buckets.last().is_some_and(|b| b.0 == f64::INFINITY) {
+            let count = f.spawn_buckets.iter().map(|b| b.1).sum();
+            spawn
+                .encode_family(&[("node", *node)])?
+                .encode_histogram::<NoExemplar>(f.spawn_sum, count, &f.spawn_buckets, None)?;
+        }
+    }
+    for (name, help, figure, slices, scale) in [
+        (
+            "gpu_utilization_percent",
+            "Percent of time a kernel ran on each GPU (NVML; for a simulated GPU, the share \
+             of its compute that tasks hold)",
+            GpuFigure::UtilizationPercent,
+            false,
+            1.0,
+        ),
+        (
+            "gpu_memory_used_bytes",
+            "Memory used on each GPU (NVML; for a simulated GPU, what tasks hold)",
+            GpuFigure::MemoryUsedMib,
+            false,
+            MIB,
+        ),
+        (
+            "gpu_slice_utilization_percent",
+            "Percent of each MIG slice's compute that tasks hold (simulated GPUs only: NVML \
+             gives no utilisation per MIG device)",
+            GpuFigure::UtilizationPercent,
+            true,
+            1.0,
+        ),
+        (
+            "gpu_slice_memory_used_bytes",
+            "Memory used in each MIG slice (NVML; for a simulated GPU, what tasks hold)",
+            GpuFigure::MemoryUsedMib,
+            true,
+            MIB,
+        ),
+    ] {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (node, f) in &parsed {
+            for (gpu, slice, what, value) in &f.gpus {
+                if *what != figure || slice.is_some() != slices {
+                    continue;
+                }
+                let mut labels = vec![("node", *node), ("gpu", gpu.as_str())];
+                if let Some(uuid) = slice {
+                    labels.push(("slice", uuid.as_str()));
+                }
+                family
+                    .encode_family(&labels)?
+                    .encode_gauge(&(value * scale))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Exemplars are not used.
+type NoExemplar = Vec<(String, String)>;
+
+/// Bytes in a MiB.
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// An amount as a float (amounts are fixed-point with 4 decimals).
 fn float(a: Amount) -> f64 {
@@ -334,6 +520,7 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
                 .into_iter()
                 .map(|(node, depth)| (node.to_string(), depth as u64))
                 .collect();
+            snapshot.workers = s.metrics.workers_of(&snapshot.live);
             snapshot
         }
         (Err(status), _, _) | (_, Err(status), _) | (_, _, Err(status)) => {

@@ -752,6 +752,7 @@ impl<S: LogStore> Owner<S> {
                 let draining = metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value > 0.0);
+                self.metrics.worker_reported(node, metrics);
                 if !draining || self.replica.state().node_draining(node) {
                     return;
                 }

@@ -21,6 +21,7 @@
 use std::io;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
@@ -73,8 +74,18 @@ impl CommandSpec {
     }
 }
 
+/// Called once a command's process is spawned (the worker times its tasks' starts with it).
+#[derive(Clone)]
+pub struct OnSpawn(Arc<dyn Fn() + Send + Sync>);
+
+impl std::fmt::Debug for OnSpawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnSpawn")
+    }
+}
+
 /// How the worker launches commands: where logs go, what it adds, how long it waits.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct LaunchOptions {
     /// Directory for the log files; created if missing.
     pub log_dir: PathBuf,
@@ -84,6 +95,8 @@ pub struct LaunchOptions {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when stopping the command.
     pub grace: Duration,
+    /// Called once the process is spawned.
+    pub on_spawn: Option<OnSpawn>,
 }
 
 impl LaunchOptions {
@@ -94,7 +107,14 @@ impl LaunchOptions {
             extra_env: Vec::new(),
             timeout: None,
             grace: DEFAULT_GRACE,
+            on_spawn: None,
         }
+    }
+
+    /// Calls `f` once the process is spawned.
+    pub fn on_spawn(mut self, f: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_spawn = Some(OnSpawn(Arc::new(f)));
+        self
     }
 
     /// Adds an environment variable that overrides the spec's.
@@ -153,6 +173,9 @@ pub async fn run_command(
         program: program.clone(),
         source,
     })?;
+    if let Some(OnSpawn(f)) = &opts.on_spawn {
+        f();
+    }
     let mut group = ProcessGroup::new(task_id, child.id());
     tracing::debug!(pid = child.id(), %program, "command started");
 

@@ -16,7 +16,7 @@ mod group;
 mod logs;
 mod outcome;
 
-pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, run_command};
+pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, run_command};
 pub use error::ExecError;
 pub use logs::{
     CLUSTER_MARKER, LogChunk, LogRetention, MAX_LOG_CHUNK, Stream, Swept, claim_log_dir, log_path,

@@ -241,7 +241,8 @@ impl Gpus {
     }
 
     /// Live figures for heartbeats: NVML's for real GPUs; for simulated ones, the share of the
-    /// GPU's compute and memory that tasks hold.
+    /// GPU's compute and memory that tasks hold, and of each MIG slice's
+    /// (`gpu.<index>.slice.<uuid>.utilization`, `...memory_used_mib`).
     pub(crate) fn metrics(&self) -> Vec<Metric> {
         let mut out = Vec::new();
         if self.gpus.iter().any(|g| !g.simulated)
@@ -260,6 +261,17 @@ impl Gpus {
                         .map_or(0.0, |p| f64::from(p.compute));
                     busy += used * gpcs / 7.0;
                     memory += used * s.memory_mib as f64;
+                    let slice = |what: &str| format!("slice.{}.{what}", s.uuid);
+                    out.push(nvml::metric(
+                        gpu.index,
+                        &slice("utilization"),
+                        (used * 100.0).round(),
+                    ));
+                    out.push(nvml::metric(
+                        gpu.index,
+                        &slice("memory_used_mib"),
+                        (used * s.memory_mib as f64).round(),
+                    ));
                 }
             } else {
                 let used = self.alloc.used(&gpu.uuid).as_f64();

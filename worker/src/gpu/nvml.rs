@@ -333,7 +333,8 @@ fn gpu_instance_info(
 }
 
 /// Live figures of the real GPUs among `gpus`: `gpu.<index>.utilization` (percent of time a
-/// kernel ran; not available in MIG mode) and `gpu.<index>.memory_used_mib`.
+/// kernel ran; not available in MIG mode), `gpu.<index>.memory_used_mib`, and in MIG mode
+/// `gpu.<index>.slice.<uuid>.memory_used_mib` for each MIG device.
 pub(crate) fn metrics(nvml: &Nvml, gpus: &[GpuInfo]) -> Vec<Metric> {
     let mut out = Vec::new();
     for gpu in gpus.iter().filter(|g| !g.simulated) {
@@ -345,6 +346,26 @@ pub(crate) fn metrics(nvml: &Nvml, gpus: &[GpuInfo]) -> Vec<Metric> {
         }
         if let Ok(m) = device.memory_info() {
             out.push(metric(gpu.index, "memory_used_mib", (m.used / MIB) as f64));
+        }
+        if gpu.mig_enabled {
+            out.extend(slice_metrics(&device, gpu.index));
+        }
+    }
+    out
+}
+
+/// The memory used in each MIG device of a GPU in MIG mode (NVML gives no utilisation per MIG
+/// device; that takes DCGM's profiling metrics).
+fn slice_metrics(device: &nvml_wrapper::Device<'_>, index: u32) -> Vec<Metric> {
+    let mut out = Vec::new();
+    let count = device.mig_device_count().unwrap_or(0);
+    for i in 0..count {
+        let Ok(mig) = device.mig_device_by_index(i) else {
+            continue;
+        };
+        if let (Ok(uuid), Ok(m)) = (mig.uuid(), mig.memory_info()) {
+            let name = format!("slice.{uuid}.memory_used_mib");
+            out.push(metric(index, &name, (m.used / MIB) as f64));
         }
     }
     out
