@@ -64,6 +64,19 @@ impl Client {
         gpu: u32,
         timeout: Option<Duration>,
     ) -> Result<GpuStatus, ClientError> {
+        self.wait_mig_layout_with(node, gpu, timeout, |_| {}).await
+    }
+
+    /// [`Client::wait_mig_layout`], showing each status read to `progress` while the
+    /// reconfiguration runs (what it waits for: `reconfiguring.waiting_for`, the slices
+    /// retiring), as `escher mig apply --wait` does on a terminal.
+    pub async fn wait_mig_layout_with(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        timeout: Option<Duration>,
+        mut progress: impl FnMut(&GpuStatus),
+    ) -> Result<GpuStatus, ClientError> {
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         loop {
             let nodes = self.gpus().await?;
@@ -74,6 +87,7 @@ impl Client {
                 .ok_or_else(|| {
                     ClientError::Usage(format!("node {node} has no GPU {gpu} (see `escher gpus`)"))
                 })?;
+            progress(&status);
             if status.reconfiguring.is_none() {
                 return match status.last_error {
                     Some(reason) => Err(ClientError::MigFailed { node, gpu, reason }),

@@ -6,12 +6,14 @@
 //! the change, printing the GPU afterwards, and exits non-zero if the change failed or
 //! `--timeout` passed first.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use escher_proto::types::{GpuInfo, GpuStatus, MigPlan, NodeGpus};
 use escher_proto::{Amount, NodeId};
+use indicatif::{ProgressBar, ProgressStyle};
 
 use super::args::parse_duration;
 use super::ctx::Ctx;
@@ -86,11 +88,26 @@ impl MigApplyArgs {
             .apply_mig_layout(self.node, self.gpu, self.layout.clone(), self.drain)
             .await?;
         let after = if self.wait && !plan.is_unchanged() {
-            Some(
-                client
-                    .wait_mig_layout(self.node, self.gpu, self.timeout)
-                    .await?,
-            )
+            let bar = std::io::stderr().is_terminal().then(|| {
+                let bar = ProgressBar::new_spinner();
+                let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                    .unwrap_or_else(|_| ProgressStyle::default_spinner());
+                bar.set_style(style);
+                bar.enable_steady_tick(Duration::from_millis(120));
+                bar
+            });
+            let show = |status: &GpuStatus| {
+                if let Some(bar) = &bar {
+                    bar.set_message(mig_progress(self.node, status));
+                }
+            };
+            let done = client
+                .wait_mig_layout_with(self.node, self.gpu, self.timeout, show)
+                .await;
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
+            Some(done?)
         } else {
             None
         };
@@ -108,6 +125,26 @@ impl MigApplyArgs {
             ctx.emit(&text)?;
         }
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// How a reconfiguration goes, for `mig apply --wait`'s progress line.
+fn mig_progress(node: NodeId, status: &GpuStatus) -> String {
+    let gpu = status.info.index;
+    match &status.reconfiguring {
+        None => format!("GPU {gpu} of node {node}: done"),
+        Some(p) if !p.waiting_for.is_empty() => format!(
+            "GPU {gpu} of node {node}: reconfiguring to {} · waiting for tasks {} to finish \
+             on the slices it replaces",
+            p.target,
+            ids(&p.waiting_for)
+        ),
+        Some(p) => format!(
+            "GPU {gpu} of node {node}: reconfiguring to {} · the worker destroys {} slice(s) \
+             and creates the new ones",
+            p.target,
+            p.retiring.len()
+        ),
     }
 }
 
@@ -400,5 +437,29 @@ node 1 (box)
             ..plan
         };
         assert!(render_plan(&same).contains("nothing to do"));
+    }
+
+    #[test]
+    fn mig_wait_progress_says_what_it_waits_for() {
+        let mut status = node().gpus.remove(0);
+        status.reconfiguring = Some(MigProgress {
+            target: "7g.40gb@0".into(),
+            retiring: vec!["MIG-a".into(), "MIG-b".into()],
+            waiting_for: vec![TaskId(3), TaskId(4)],
+            since_ms: 0,
+        });
+        let line = mig_progress(NodeId(1), &status);
+        assert_eq!(
+            line,
+            "GPU 0 of node 1: reconfiguring to 7g.40gb@0 · waiting for tasks 3 4 to finish \
+             on the slices it replaces"
+        );
+        status.reconfiguring.as_mut().unwrap().waiting_for.clear();
+        assert!(
+            mig_progress(NodeId(1), &status)
+                .ends_with("destroys 2 slice(s) and creates the new ones"),
+        );
+        status.reconfiguring = None;
+        assert_eq!(mig_progress(NodeId(1), &status), "GPU 0 of node 1: done");
     }
 }

@@ -70,7 +70,9 @@ impl ReserveArgs {
             .await?;
         let mut placed = reservation.placed();
         if self.wait && !placed {
-            reservation.ready(&client, self.timeout).await?;
+            let label = format!("reservation {}:", reservation.name());
+            let ready = reservation.ready(&client, self.timeout);
+            super::wait::holding_with_progress(&client, &label, reservation.tasks(), ready).await?;
             placed = true;
         }
         if ctx.json {

@@ -215,6 +215,21 @@ impl Tally {
         }
     }
 
+    /// How many of the tasks are in `state`.
+    fn count(&self, state: TaskState) -> usize {
+        self.states.values().filter(|v| **v == state).count()
+    }
+
+    /// What follows a reservation's count: ` · 1 waiting: why` while some wait.
+    fn holding(&self) -> String {
+        let waiting = self.count(TaskState::Pending);
+        match (&self.detail, waiting) {
+            (_, 0) => String::new(),
+            (Some(why), n) if !why.starts_with("on node") => format!(" · {n} waiting: {why}"),
+            (_, n) => format!(" · {n} waiting"),
+        }
+    }
+
     /// What follows the bar: ` · 3 running · 5 pending · 1 failed` (what is known), or for
     /// one task its state and detail.
     fn message(&self, total: usize) -> String {
@@ -227,7 +242,7 @@ impl Tally {
                 _ => state.to_string(),
             };
         }
-        let count = |s: TaskState| self.states.values().filter(|v| **v == s).count();
+        let count = |s: TaskState| self.count(s);
         let mut parts = Vec::new();
         for (state, word) in [
             (TaskState::Running, "running"),
@@ -244,8 +259,9 @@ impl Tally {
     }
 }
 
-/// Keeps `bar`'s message current from the tasks' events until aborted.
-async fn follow_tally(client: Client, ids: Vec<TaskId>, bar: ProgressBar) {
+/// Keeps `bar`'s message current from the tasks' events until aborted; with `held`, its
+/// position too: how many of the tasks run (a reservation's bundles held).
+async fn follow_tally(client: Client, ids: Vec<TaskId>, bar: ProgressBar, held: bool) {
     let kinds = [WatchKind::Started, WatchKind::Finished, WatchKind::Pending];
     let Ok(mut watch) = client
         .watch(WatchRequest::tasks(ids.clone()).kinds(kinds))
@@ -258,7 +274,9 @@ async fn follow_tally(client: Client, ids: Vec<TaskId>, bar: ProgressBar) {
     for id in ids.iter().take(PROGRESS_LOOKUPS) {
         if let Ok(info) = client.task_info(*id).await {
             tally.states.insert(*id, info.status.state);
-            if ids.len() == 1 {
+            if held && let Some(reason) = &info.pending_reason {
+                tally.detail = Some(reason.to_string());
+            } else if ids.len() == 1 {
                 tally.detail = match (info.status.node, &info.pending_reason) {
                     (_, Some(reason)) => Some(reason.to_string()),
                     (Some(node), None) if info.status.state == TaskState::Running => {
@@ -269,11 +287,49 @@ async fn follow_tally(client: Client, ids: Vec<TaskId>, bar: ProgressBar) {
             }
         }
     }
-    bar.set_message(tally.message(ids.len()));
+    let show = |tally: &Tally| {
+        if held {
+            bar.set_position(tally.count(TaskState::Running) as u64);
+            bar.set_message(tally.holding());
+        } else {
+            bar.set_message(tally.message(ids.len()));
+        }
+    };
+    show(&tally);
     while let Some(Ok(event)) = watch.next().await {
         tally.apply(&event.event);
-        bar.set_message(tally.message(ids.len()));
+        show(&tally);
     }
+}
+
+/// A progress display on stderr while `wait` runs (a terminal only): a spinner with `label`
+/// and how many of `ids` run, with the last pending reason (`reserve --wait`).
+pub(crate) async fn holding_with_progress<T>(
+    client: &Client,
+    label: &str,
+    ids: &[TaskId],
+    wait: impl std::future::Future<Output = T>,
+) -> T {
+    if !std::io::stderr().is_terminal() || ids.len() > MAX_WATCH_TASKS {
+        return wait.await;
+    }
+    let bar = ProgressBar::new(ids.len() as u64);
+    let style =
+        ProgressStyle::with_template("{spinner} {prefix} {pos}/{len} held{msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_spinner());
+    bar.set_style(style);
+    bar.set_prefix(label.to_string());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let tally = tokio::spawn(follow_tally(
+        client.clone(),
+        ids.to_vec(),
+        bar.clone(),
+        true,
+    ));
+    let out = wait.await;
+    tally.abort();
+    bar.finish_and_clear();
+    out
 }
 
 /// Waits like [`Client::wait`]; with `show` set and a terminal on stderr, shows how the wait
@@ -300,7 +356,12 @@ pub(crate) async fn wait_with_progress(
     bar.set_style(style);
     bar.set_prefix(ids[0].to_string());
     bar.enable_steady_tick(Duration::from_millis(120));
-    let tally = tokio::spawn(follow_tally(client.clone(), ids.to_vec(), bar.clone()));
+    let tally = tokio::spawn(follow_tally(
+        client.clone(),
+        ids.to_vec(),
+        bar.clone(),
+        false,
+    ));
     let deadline = timeout.map(|t| Instant::now() + t);
     let mut ready: Vec<TaskStatus> = Vec::new();
     let mut remaining = ids.to_vec();
@@ -364,6 +425,22 @@ mod tests {
             namespace: None,
         });
         assert_eq!(one.message(1), "pending: waiting for resource data");
+
+        // A reservation's holders: how many wait, and the last reason given.
+        let mut holders = Tally::default();
+        for id in [5, 6] {
+            holders.states.insert(TaskId(id), TaskState::Pending);
+        }
+        holders.apply(&ClusterEvent::Pending {
+            task: TaskId(6),
+            reason: Some("no node has cpu=2 free".into()),
+            namespace: None,
+        });
+        assert_eq!(holders.holding(), " · 2 waiting: no node has cpu=2 free");
+        holders.apply(&started(5, 1));
+        holders.apply(&started(6, 2));
+        assert_eq!(holders.count(TaskState::Running), 2);
+        assert_eq!(holders.holding(), "");
         one.apply(&started(9, 3));
         assert_eq!(one.message(1), "running: on node 3, attempt 1");
     }
