@@ -173,6 +173,23 @@ async fn metrics_match_the_cluster_and_need_a_token() {
         }
         other => panic!("not a histogram: {other:?}"),
     }
+    // The scheduling-decision latency: every submission and every report was applied.
+    for (command, at_least) in [("submit", 2.0), ("task_finished", 3.0)] {
+        let applied = scraped
+            .samples
+            .iter()
+            .find(|s| {
+                s.metric == "escher_apply_seconds" && s.labels.get("command") == Some(command)
+            })
+            .unwrap_or_else(|| panic!("no escher_apply_seconds for {command}"));
+        match &applied.value {
+            Value::Histogram(buckets) => {
+                let count = buckets.last().map_or(0.0, |b| b.count);
+                assert!(count >= at_least, "{command}: {buckets:?}");
+            }
+            other => panic!("not a histogram: {other:?}"),
+        }
+    }
 
     // No token, or a worker's: refused, and said why.
     let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, None))

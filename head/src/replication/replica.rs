@@ -114,6 +114,9 @@ pub(crate) struct Applied {
     /// The events it recorded, on every replica (a follower keeps the same history, so a
     /// watcher can resume there once it leads).
     pub(crate) events: Vec<Recorded>,
+    /// What the command was (`submit` ...) and how long applying it took, the scheduler's
+    /// decisions included (for the metrics).
+    pub(crate) timing: (&'static str, std::time::Duration),
 }
 
 /// How a cycle's writes reach the log.
@@ -635,7 +638,10 @@ impl<S: LogStore> Replica<S> {
                     let mut results = Vec::with_capacity(entries.len());
                     for entry in entries {
                         self.clock = self.clock.max(entry.now);
+                        let command = entry.command.name();
+                        let started = std::time::Instant::now();
                         let result = self.state.apply(entry);
+                        let timing = (command, started.elapsed());
                         let effects = self.state.take_effects();
                         let events = self.state.take_events();
                         let finished = if leading {
@@ -648,6 +654,7 @@ impl<S: LogStore> Replica<S> {
                             effects,
                             finished,
                             events,
+                            timing,
                         });
                     }
                     out.push(Output::Applied {

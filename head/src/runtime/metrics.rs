@@ -53,6 +53,9 @@ pub(crate) struct Metrics {
     errors: Family<Labels, Counter>,
     /// Times this replica's raft role changed.
     role_changes: Counter,
+    /// Seconds to apply one committed command to the state, by command: the scheduler's
+    /// decisions are made there.
+    apply: Family<[(&'static str, &'static str); 1], Histogram, fn() -> Histogram>,
     /// Each worker's figures, as its last heartbeat sent them.
     workers: Mutex<FxHashMap<NodeId, Vec<Metric>>>,
 }
@@ -65,6 +68,10 @@ impl Default for Metrics {
             requests: Family::default(),
             errors: Family::default(),
             role_changes: Counter::default(),
+            // 1 µs to about 4 s.
+            apply: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(0.000_001, 4.0, 12))
+            }),
             workers: Mutex::default(),
         }
     }
@@ -94,6 +101,13 @@ impl Metrics {
                 ("code".to_string(), code),
             ])
             .inc();
+    }
+
+    /// Applying one `command` (`submit` ...) to the state took `took`.
+    pub(crate) fn applied(&self, command: &'static str, took: std::time::Duration) {
+        self.apply
+            .get_or_create(&[("command", command)])
+            .observe(took.as_secs_f64());
     }
 
     /// This replica's raft role changed (it became leader, follower or candidate).
@@ -433,6 +447,13 @@ fn render(snapshot: Snapshot, metrics: &Metrics) -> Result<String, std::fmt::Err
         "submit_to_start_seconds",
         "Seconds from a task's submission to the dispatch of its latest attempt",
         metrics.submit_to_start.clone(),
+    );
+    registry.register(
+        "apply_seconds",
+        "Seconds this replica took to apply one committed command to the cluster state, by \
+         command; the scheduler decides there (a submit's placement, a finished task's \
+         successors), so this is the scheduling-decision latency",
+        metrics.apply.clone(),
     );
     registry.register(
         "grpc_requests",

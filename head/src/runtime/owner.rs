@@ -432,8 +432,10 @@ impl<S: LogStore> Owner<S> {
                     effects,
                     finished,
                     events,
+                    timing: (command, took),
                 } in results
                 {
+                    self.metrics.applied(command, took);
                     self.events.extend(events);
                     if self.leading {
                         self.perform(effects);

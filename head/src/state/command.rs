@@ -164,6 +164,31 @@ pub enum Command {
     },
 }
 
+impl Command {
+    /// What the command is called in metrics (`submit`, `task_finished` ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::RegisterNode { .. } => "register_node",
+            Command::RejoinNode { .. } => "rejoin_node",
+            Command::Init { .. } => "init",
+            Command::CreateToken { .. } => "create_token",
+            Command::RevokeToken { .. } => "revoke_token",
+            Command::RemoveNode { .. } => "remove_node",
+            Command::DrainNode { .. } => "drain_node",
+            Command::Submit { .. } => "submit",
+            Command::SetResources { .. } => "set_resources",
+            Command::Reserve { .. } => "reserve",
+            Command::TaskStarted { .. } => "task_started",
+            Command::TaskFinished { .. } => "task_finished",
+            Command::Cancel { .. } => "cancel",
+            Command::Tick { .. } => "tick",
+            Command::TaskDevices { .. } => "task_devices",
+            Command::GpusChanged { .. } => "gpus_changed",
+            Command::ApplyMigLayout { .. } => "apply_mig_layout",
+        }
+    }
+}
+
 /// What applying a command returns to its caller.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum Reply {
