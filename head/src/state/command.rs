@@ -181,7 +181,7 @@ impl Command {
             Command::TaskStarted { .. } => "task_started",
             Command::TaskFinished { .. } => "task_finished",
             Command::Cancel { .. } => "cancel",
-            Command::Tick { .. } => "tick",
+            Command::Tick => "tick",
             Command::TaskDevices { .. } => "task_devices",
             Command::GpusChanged { .. } => "gpus_changed",
             Command::ApplyMigLayout { .. } => "apply_mig_layout",
