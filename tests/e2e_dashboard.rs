@@ -7,8 +7,10 @@
 //! to sign in again.
 //!
 //! Chromium comes from Debian's `chromium` package. When it is missing the test installs it
-//! with `apt-get` (which works as root, as in CI); otherwise it fails saying what to install.
-//! `ESCHER_CHROMIUM` names another binary; `ESCHER_SKIP_BROWSER=1` skips the test.
+//! with `apt-get` (which works as root, as in CI); when that cannot be done it is skipped,
+//! saying why on the terminal (not in the captured output). `ESCHER_CHROMIUM` names another
+//! binary; `ESCHER_SKIP_BROWSER=1` skips the test. Each view's screenshot is saved under
+//! `target/tmp/dashboard/` as the test's artefact.
 
 mod common;
 
@@ -18,6 +20,8 @@ use std::process::Stdio;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use common::{cluster, within};
 use escher::types::{GangStrategy, Grant, NodeSpec, ResourceSet, Role};
 use escher::{LocalCluster, Task};
@@ -58,14 +62,21 @@ fn find_chromium() -> Option<PathBuf> {
     .find_map(on_path)
 }
 
+/// Says `what` on the terminal even while the test harness captures output (it captures only
+/// the print macros).
+fn tell(what: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "e2e_dashboard: {what}");
+}
+
 /// The browser to drive, installed with apt-get when missing and possible; `None` when the
-/// test is to be skipped.
+/// test is to be skipped (said on the terminal).
 fn chromium() -> Option<PathBuf> {
     static FOUND: OnceLock<Option<PathBuf>> = OnceLock::new();
     FOUND
         .get_or_init(|| {
             if std::env::var("ESCHER_SKIP_BROWSER").is_ok_and(|v| v == "1") {
-                eprintln!("ESCHER_SKIP_BROWSER=1: the dashboard's browser test is skipped");
+                tell("ESCHER_SKIP_BROWSER=1: the dashboard's browser test is skipped");
                 return None;
             }
             if let Some(found) = find_chromium() {
@@ -73,7 +84,7 @@ fn chromium() -> Option<PathBuf> {
             }
             // apt-get refuses quietly enough when this is not root.
             if on_path("apt-get").is_some() {
-                eprintln!("installing Debian's chromium for the dashboard test (apt-get)");
+                tell("installing Debian's chromium for the dashboard test (apt-get)");
                 let install = || {
                     std::process::Command::new("apt-get")
                         .args(["install", "-y", "-q", "--no-install-recommends", "chromium"])
@@ -90,13 +101,24 @@ fn chromium() -> Option<PathBuf> {
                     install();
                 }
             }
-            Some(find_chromium().expect(
-                "the dashboard test needs Chromium: install Debian's `chromium` package \
-                 (apt-get install chromium), or set ESCHER_CHROMIUM to a Chromium or Chrome \
-                 binary, or ESCHER_SKIP_BROWSER=1 to skip this test",
-            ))
+            let found = find_chromium();
+            if found.is_none() {
+                tell(
+                    "SKIPPED: no Chromium, and apt-get could not install one (not root, or no \
+                     package source); install Debian's `chromium` package, or set \
+                     ESCHER_CHROMIUM to a Chromium or Chrome binary",
+                );
+            }
+            found
         })
         .clone()
+}
+
+/// Where the screenshots go: `target/tmp/dashboard/`.
+fn artefacts() -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("dashboard");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// A headless Chromium with one page, driven over its DevTools WebSocket.
@@ -254,6 +276,19 @@ impl Browser {
         }
     }
 
+    /// Saves what the page shows now as `name`.png among the test's artefacts.
+    async fn screenshot(&mut self, name: &str) {
+        let shot = self
+            .page("Page.captureScreenshot", json!({ "format": "png" }))
+            .await;
+        let png = BASE64
+            .decode(shot["data"].as_str().expect("a screenshot"))
+            .expect("base64");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        let path = artefacts().join(format!("{name}.png"));
+        std::fs::write(&path, png).unwrap();
+    }
+
     /// Shows another view, as a click on its tab does.
     async fn show(&mut self, view: &str) {
         self.eval(&format!("location.hash = {}", json!(format!("#{view}"))))
@@ -346,6 +381,7 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         "document.querySelector('#live.on') !== null",
     )
     .await;
+    page.screenshot("overview").await;
     // The token left the address bar.
     let location = page.eval("location.href").await;
     assert!(!location.as_str().unwrap().contains("token"), "{location}");
@@ -436,6 +472,7 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         .eval("document.querySelectorAll('#task-detail .attempts tbody tr').length")
         .await;
     assert_eq!(attempts, 1);
+    page.screenshot("task").await;
 
     // Live in the table: a cancelled task's badge changes in place.
     page.show("tasks").await;
@@ -480,6 +517,7 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         ),
     )
     .await;
+    page.screenshot("gpus").await;
 
     // A reservation placed whole, one holder per bundle.
     let bundles: Vec<ResourceSet> = vec!["cpu=1".parse().unwrap(), "cpu=1".parse().unwrap()];
@@ -503,6 +541,7 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
             .unwrap()
             .contains("placed")
     );
+    page.screenshot("reservations").await;
 
     // The head replicas.
     page.show("heads").await;
@@ -518,6 +557,7 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
             .unwrap()
             .contains("Leader")
     );
+    page.screenshot("heads").await;
 
     assert!(page.exceptions.is_empty(), "{:?}", page.exceptions);
     client.cancel([holder.id()]).await.unwrap();
