@@ -111,8 +111,9 @@ async function renderOverview() {
 
 function renderNode(n) {
   const labels = Object.entries(n.labels || {}).map(([k, v]) => `${k}=${v}`).join('  ');
-  // MIG devices by UUID are drawn in the GPU view; here the profile counts stand for them.
-  const shown = n.resources.filter((r) => !r.name.startsWith('mig.MIG-'));
+  // Devices by UUID (whole GPUs, MIG slices) are drawn in the GPU view; here the counts stand
+  // for them.
+  const shown = n.resources.filter((r) => !r.name.startsWith('mig.MIG-') && !r.name.startsWith('gpu.GPU-'));
   const physical = shown.filter((r) => r.physical);
   const ephemeral = shown.filter((r) => !r.physical);
   const state = n.alive ? 'alive' : 'dead';
