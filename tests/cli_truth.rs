@@ -483,9 +483,7 @@ async fn top_once_counts_tasks_by_namespace_and_shows_the_nodes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it() {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = probe.local_addr().unwrap();
-    drop(probe);
+    let addr = common::free_addr();
     let config = escher_head::HeadConfig {
         dashboard: Some(addr),
         ..escher_head::HeadConfig::default()
@@ -518,9 +516,7 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     assert!(page.contains("<title>escher</title>"), "{page}");
 
     // Nothing there: said so, with the flag that fixes it.
-    let nobody = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let gone = nobody.local_addr().unwrap().to_string();
-    drop(nobody);
+    let gone = common::free_addr().to_string();
     let (code, out, err) = escher(&cluster, &["dashboard", "--address", &gone]);
     assert_eq!(code, 1, "{out}");
     assert!(

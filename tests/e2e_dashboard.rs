@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
-use common::{cluster, within};
+use common::{cluster, free_addr, within};
 use escher::types::{GangStrategy, Grant, NodeSpec, ResourceSet, Role};
 use escher::{LocalCluster, Task};
 use futures_util::{SinkExt, StreamExt};
@@ -34,12 +34,6 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 /// How long the page may take to show what a check waits for.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// A loopback address no one listens on now.
-fn free_addr() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    probe.local_addr().unwrap()
-}
 
 fn on_path(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

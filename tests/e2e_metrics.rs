@@ -8,16 +8,10 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 
-use common::{cluster, within};
+use common::{cluster, free_addr, within};
 use escher::types::{NodeSpec, TaskState};
 use escher::{LocalCluster, Task};
 use prometheus_parse::{Sample, Scrape, Value};
-
-/// A loopback address no one listens on now.
-fn free_addr() -> SocketAddr {
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
-    probe.local_addr().unwrap()
-}
 
 /// `GET /metrics` with `token` (if any): the status code and the body.
 fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {

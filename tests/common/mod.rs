@@ -195,3 +195,9 @@ pub fn init_tracing() {
         }
     });
 }
+
+/// A loopback address no one listens on now (for a server the test starts next).
+pub fn free_addr() -> std::net::SocketAddr {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+    probe.local_addr().unwrap()
+}
