@@ -379,12 +379,8 @@ async fn logs(
     Path(id): Path<String>,
 ) -> ApiResult<LogTail> {
     let id = task_id(&id)?;
-    let mut tails = Vec::with_capacity(2);
-    for stream in [LogStream::Stdout, LogStream::Stderr] {
-        tails.push(tail(&d, &headers, id, stream).await?);
-    }
-    let stderr = tails.pop().expect("two streams");
-    let stdout = tails.pop().expect("two streams");
+    let stdout = tail(&d, &headers, id, LogStream::Stdout).await?;
+    let stderr = tail(&d, &headers, id, LogStream::Stderr).await?;
     Ok(Json(LogTail { stdout, stderr }))
 }
 
