@@ -27,6 +27,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "tasks": n,
     });
     let limit = Duration::from_secs(600);
+    // The physical limit: this machine spawning and reaping `true` itself, as many at once as
+    // the worker runs, measured in the same run; first, so that the files it creates and
+    // deletes weigh on escher's run rather than the other way round (ext4 scans recently
+    // deleted inodes when it creates a file).
+    let spawned = spawn_limit(n, 8).await?;
     let rate = measure(n, limit).await?;
     report.figures.push(
         Figure::new(
@@ -40,7 +45,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         )
         .vs("hyperqueue", "cmd"),
     );
-    let mut detail = json!({ "tasks_per_s": rate });
+    report.figures.push(Figure::new(
+        "cmd.spawn_limit_per_s",
+        "the physical limit: `true` spawned and reaped directly (tokio, 8 at once, output to \
+         files)",
+        "spawns/s",
+        spawned,
+    ));
+    report.figures.push(Figure::new(
+        "cmd.of_spawn_limit",
+        "command tasks ÷ the physical limit (target ≥ 0.6)",
+        "×",
+        rate / spawned,
+    ));
+    let mut detail = json!({ "tasks_per_s": rate, "spawn_limit_per_s": spawned });
     // The same with the fence supervisor an `escher-worker` runs (every task's process group
     // registered with it over a pipe): what fencing costs. Only the harness binary can serve
     // as the supervisor; from a test executable the second figure is left out.
@@ -77,4 +95,38 @@ async fn measure(n: usize, limit: Duration) -> anyhow::Result<f64> {
     drop(client);
     cluster.shutdown().await;
     Ok(n as f64 / wall.as_secs_f64())
+}
+
+/// Spawns `true` `n` times, `concurrency` at once, each with its stdout and stderr in a file
+/// of its own (as a worker keeps them), waiting for each; spawns/s. No scheduler, no worker:
+/// what the machine itself allows.
+async fn spawn_limit(n: usize, concurrency: usize) -> anyhow::Result<f64> {
+    let dir = tempfile::tempdir()?;
+    let spawn_one = |i: usize| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            let out = std::fs::File::create(dir.join(format!("{i}.out")))?;
+            let err = std::fs::File::create(dir.join(format!("{i}.err")))?;
+            let status = tokio::process::Command::new("true")
+                .stdin(std::process::Stdio::null())
+                .stdout(out)
+                .stderr(err)
+                .status()
+                .await?;
+            anyhow::ensure!(status.success(), "`true` failed: {status}");
+            Ok::<_, anyhow::Error>(())
+        }
+    };
+    let start = std::time::Instant::now();
+    let mut running = tokio::task::JoinSet::new();
+    for i in 0..n {
+        if running.len() == concurrency {
+            running.join_next().await.expect("one runs")??;
+        }
+        running.spawn(spawn_one(i));
+    }
+    while let Some(done) = running.join_next().await {
+        done??;
+    }
+    Ok(n as f64 / start.elapsed().as_secs_f64())
 }

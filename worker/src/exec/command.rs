@@ -156,7 +156,14 @@ pub async fn run_command(
     }
     let (stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
 
-    let mut command = Command::new(program);
+    let mut command = match resolve_in_child_path(program, spec, opts) {
+        Some(resolved) => {
+            let mut command = Command::new(resolved);
+            command.arg0(program);
+            command
+        }
+        None => Command::new(program),
+    };
     command
         .args(args)
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
@@ -246,6 +253,34 @@ async fn check_cwd(cwd: &Path) -> Result<(), ExecError> {
 }
 
 /// Creates the log directory and the attempt's two log files (truncating old ones).
+/// `program` found in the PATH the child gets, when that PATH is not the worker's own and
+/// `program` is a bare name: the standard library then spawns with `posix_spawn` (vfork and
+/// exec, whatever the worker's size) instead of falling back to fork and exec, which copies the
+/// worker's page tables for every task. `None` leaves the lookup (and its error, when nothing
+/// is found) to the standard library.
+fn resolve_in_child_path(
+    program: &str,
+    spec: &CommandSpec,
+    opts: &LaunchOptions,
+) -> Option<PathBuf> {
+    if program.contains('/') {
+        return None;
+    }
+    // The worker's variables override the spec's; the last of each wins.
+    let path = opts
+        .extra_env
+        .iter()
+        .rev()
+        .chain(spec.env.iter().rev())
+        .find(|(key, _)| key == "PATH")
+        .map(|(_, value)| value)?;
+    let cwd = match &spec.cwd {
+        Some(cwd) => cwd.clone(),
+        None => std::env::current_dir().ok()?,
+    };
+    which::which_in(program, Some(path), cwd).ok()
+}
+
 async fn open_logs(
     log_dir: &Path,
     task_id: u64,
@@ -384,6 +419,54 @@ mod tests {
             (&b"2345"[..], 13, false)
         );
         assert!(log_path(&opts.log_dir, 1, 0, Stream::Stderr).ends_with("1-0.err"));
+    }
+
+    #[tokio::test]
+    async fn a_program_is_found_in_the_path_the_child_gets_and_keeps_its_name() {
+        let (dir, opts) = opts();
+        // A program only the child's PATH has (a relative entry, from the child's cwd), as in
+        // execvp; found, it runs under the name it was given.
+        let bin = dir.path().join("bin");
+        std::fs::create_dir_all(&bin).unwrap();
+        let program = bin.join("escher-test-hello");
+        std::fs::write(&program, "#!/bin/sh\necho hello from $(basename \"$0\")\n").unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let spec = CommandSpec::new(["escher-test-hello"])
+            .env("PATH", "bin:/usr/bin:/bin")
+            .cwd(dir.path());
+        assert_eq!(
+            resolve_in_child_path("escher-test-hello", &spec, &opts),
+            Some(dir.path().join("bin/escher-test-hello"))
+        );
+        let outcome = run(&spec, &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        assert_eq!(
+            log(&opts, Stream::Stdout).await,
+            "hello from escher-test-hello\n"
+        );
+
+        // The worker's PATH wins over the spec's; argv[0] stays the bare name.
+        let opts = opts.env("PATH", "/usr/bin:/bin");
+        let spec = sh("tr '\\0' ' ' < /proc/$$/cmdline").env("PATH", "/nowhere");
+        assert!(resolve_in_child_path("sh", &spec, &opts).is_some());
+        let outcome = run(&spec, &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        let cmdline = log(&opts, Stream::Stdout).await;
+        assert!(cmdline.starts_with("sh -c "), "{cmdline}");
+
+        // Nothing overrides PATH, or the name has a slash: the standard library looks it up,
+        // and a program found nowhere is still the spawn error it was.
+        assert_eq!(
+            resolve_in_child_path("sh", &sh("true"), &LaunchOptions::new("/x")),
+            None
+        );
+        assert_eq!(resolve_in_child_path("./sh", &spec, &opts), None);
+        let missing = CommandSpec::new(["escher-no-such-program"]).env("PATH", "/nowhere");
+        assert!(matches!(
+            run(&missing, &opts).await,
+            Err(ExecError::Spawn { .. })
+        ));
     }
 
     #[tokio::test]
