@@ -104,3 +104,72 @@ async fn namespaced_clients_do_not_share_a_batch() {
     }
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_submits_and_waits_in_one_call() {
+    let (cluster, client) = start(1).await;
+    let ok = within("run", client.run(Task::command(["true"]), None))
+        .await
+        .unwrap();
+    assert_eq!(ok.state, TaskState::Succeeded);
+    let failed = within(
+        "run",
+        client.run(Task::command(["sh", "-c", "exit 3"]), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(failed.state, TaskState::Failed);
+    assert_eq!(
+        failed.result,
+        Some(escher::types::TaskResult::Exited { code: 3 })
+    );
+    // Past its timeout it is the client's timeout error, and the task goes on.
+    let err = client
+        .run(
+            Task::command(["sleep", "30"]),
+            Some(std::time::Duration::from_millis(300)),
+        )
+        .await
+        .unwrap_err();
+    let escher::ClientError::Timeout { id, .. } = err else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        client.task_info(id).await.unwrap().status.state,
+        TaskState::Running
+    );
+    client.cancel([id]).await.unwrap();
+
+    // The head takes one task per Run: several are refused, saying what to do instead.
+    let channel = tonic::transport::Endpoint::from_shared(cluster.head_url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let bearer = escher_proto::access::Bearer::new(cluster.admin_token());
+    let mut raw =
+        escher_proto::wire::cluster_client::ClusterClient::with_interceptor(channel, bearer);
+    let two = escher::types::SubmitRequest {
+        tasks: vec![
+            Task::command(["true"]).build().unwrap(),
+            Task::command(["true"]).build().unwrap(),
+        ],
+        namespace: None,
+    };
+    let refused = raw
+        .run(escher_proto::wire::RunRequest {
+            submit: Some(two.into()),
+            timeout_ms: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .contains("Run takes exactly one task (2 given)"),
+        "{}",
+        refused.message()
+    );
+    cluster.shutdown().await;
+}

@@ -104,6 +104,51 @@ impl Client {
             .collect())
     }
 
+    /// Submits `task` and waits until it is finished (at most `timeout`; `None` waits without
+    /// limit), in one round trip to the head when it finishes within the head's wait slice:
+    /// the synchronous call. Returns its final status, whatever the outcome (see
+    /// [`Client::get`] for the errors); a call retried after a lost reply submits nothing
+    /// twice (it carries its idempotency key).
+    pub async fn run(
+        &self,
+        task: impl IntoTaskSpec,
+        timeout: Option<Duration>,
+    ) -> Result<TaskStatus, ClientError> {
+        let spec = task.into_task_spec_with(self.default_resources())?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let slice = timeout.map_or(self.wait_slice(), |t| t.min(self.wait_slice()));
+        let submit = SubmitRequest {
+            tasks: vec![spec],
+            namespace: self.namespace().cloned(),
+        };
+        let mut submit = wire::SubmitRequest::from(submit);
+        submit.key = Some(self.ticket().key().into());
+        let request = wire::RunRequest {
+            submit: Some(submit),
+            timeout_ms: Some(u64::try_from(slice.as_millis()).unwrap_or(u64::MAX)),
+        };
+        self.check_size("run", &request)?;
+        let reply = self
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.run(request).await }
+            })
+            .await?;
+        let id = TaskId(reply.task_id);
+        let status = match reply.status {
+            Some(status) => TaskStatus::try_from(status)?,
+            // Still running at the end of the slice: wait for the rest of the timeout.
+            None => {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                return self.get(id, left).await;
+            }
+        };
+        match status.eviction() {
+            Some(evicted) => Err(ClientError::Evicted(evicted)),
+            None => Ok(status),
+        }
+    }
+
     /// Waits until the task is finished (at most `timeout`; `None` waits without limit) and
     /// returns its final status, whatever the outcome. Fails with [`ClientError::Timeout`] if
     /// it is still pending or running when the timeout passes, and with

@@ -44,6 +44,8 @@ const OUTPUT: &[u8] = b"hello from the fake head\n";
 struct State {
     tasks: BTreeMap<u64, (TaskSpec, TaskStatus)>,
     wait_calls: usize,
+    /// `Run` calls.
+    run_calls: usize,
     set_requests: Vec<SetResourcesRequest>,
     submit_namespaces: Vec<Option<Namespace>>,
     /// The one GPU's layout, and the layout being applied (done on the next `Gpus` call).
@@ -161,6 +163,35 @@ impl Cluster for FakeHead {
             return Err(lost);
         }
         Ok(Response::new(wire::SubmitReply { task_ids: ids }))
+    }
+
+    async fn run(
+        &self,
+        request: Request<wire::RunRequest>,
+    ) -> Result<Response<wire::RunReply>, Status> {
+        let request = request.into_inner();
+        let submit = request
+            .submit
+            .ok_or_else(|| Status::invalid_argument("Run needs `submit`"))?;
+        if submit.tasks.len() != 1 {
+            return Err(Status::invalid_argument("Run takes exactly one task"));
+        }
+        self.state().run_calls += 1;
+        let ids = self
+            .submit(Request::new(submit))
+            .await?
+            .into_inner()
+            .task_ids;
+        let wait = wire::WaitRequest {
+            task_ids: ids.clone(),
+            num_returns: 1,
+            timeout_ms: request.timeout_ms,
+        };
+        let mut reply = self.wait(Request::new(wait)).await?.into_inner();
+        Ok(Response::new(wire::RunReply {
+            task_id: ids[0],
+            status: reply.ready.pop(),
+        }))
     }
 
     async fn wait(
@@ -677,6 +708,43 @@ async fn a_write_whose_reply_was_lost_is_retried_with_the_same_key_and_applied_o
     assert_eq!(st.tasks.len(), 2, "applied once");
     assert_eq!(st.submit_keys.len(), 2, "sent twice");
     assert_eq!(st.submit_keys[0], st.submit_keys[1], "with one key");
+}
+
+#[tokio::test]
+async fn run_submits_and_waits_in_one_call_and_a_lost_reply_runs_nothing_twice() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let done = client.run(Task::command(["true"]), None).await.unwrap();
+    assert_eq!(done.state, TaskState::Succeeded);
+    assert_eq!(done.result, Some(TaskResult::Exited { code: 0 }));
+    // A failed task is a status, not an error, as with `get`.
+    let failed = client.run(Task::command(["false"]), None).await.unwrap();
+    assert_eq!(failed.state, TaskState::Failed);
+    {
+        let st = head.state();
+        assert_eq!(
+            (st.run_calls, st.wait_calls),
+            (2, 2),
+            "one Run each, nothing else"
+        );
+    }
+    // Still running when the timeout passes: the client's timeout error, with the id.
+    let err = client
+        .run(
+            Task::command(["sleep", "60"]),
+            Some(Duration::from_millis(200)),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { id: TaskId(3), .. }),
+        "{err}"
+    );
+    // The reply lost once: retried with the same key, applied once.
+    head.state().lose_next_reply = true;
+    let again = client.run(Task::command(["true"]), None).await.unwrap();
+    assert_eq!((again.id, again.state), (TaskId(4), TaskState::Succeeded));
+    assert_eq!(head.state().tasks.len(), 4, "no task submitted twice");
 }
 
 #[tokio::test]

@@ -43,6 +43,15 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         samples.push(cluster::round_trip(&client, noop(), limit).await?);
     }
     let s = Summary::of_ms(&samples);
+    // The same through the submit-and-wait call: one round trip to the head.
+    let mut one_call = Vec::with_capacity(n);
+    for _ in 0..n {
+        let start = std::time::Instant::now();
+        let status = client.run(noop(), Some(limit)).await?;
+        anyhow::ensure!(status.state.is_terminal(), "run returned {status:?}");
+        one_call.push(start.elapsed());
+    }
+    let r = Summary::of_ms(&one_call);
     // The floor: one gRPC call the head answers at once (a wait on a finished task).
     let done = client.submit(noop()).await?;
     client.get_result(done.id(), Some(limit)).await?;
@@ -59,13 +68,34 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     report.figures.push(
         Figure::new("w2.p99", "submit-then-get round trip, p99", "ms", s.p99).vs("ray", "w2.p99"),
     );
+    report.figures.push(
+        Figure::new(
+            "w2.run.p50",
+            "submit-and-wait in one call (Client::run), p50",
+            "ms",
+            r.p50,
+        )
+        .vs("ray", "w2.p50"),
+    );
+    report.figures.push(Figure::new(
+        "w2.run.p99",
+        "submit-and-wait in one call (Client::run), p99",
+        "ms",
+        r.p99,
+    ));
+    report.figures.push(Figure::new(
+        "w2.run_over_floor",
+        "submit-and-wait ÷ one bare gRPC call, p50 (target ≤ 2)",
+        "×",
+        r.p50 / f.p50,
+    ));
     report.figures.push(Figure::new(
         "w2.rpc_floor.p50",
         "for scale: one gRPC call answered at once (Wait on a finished task), p50",
         "ms",
         f.p50,
     ));
-    report.detail = json!({ "round_trip_ms": s, "rpc_floor_ms": f });
+    report.detail = json!({ "round_trip_ms": s, "run_ms": r, "rpc_floor_ms": f });
     drop(client);
     cluster.shutdown().await;
     Ok(report)

@@ -5,6 +5,7 @@
 //! Exit status with `--wait`: 0 if every task succeeded; for one failed command task, its own
 //! exit code (1 to 255); otherwise 1.
 
+use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -109,6 +110,15 @@ impl SubmitArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let spec = self.task().build()?;
         let client = ctx.client().await?;
+        let shows_progress = !ctx.json && std::io::stderr().is_terminal();
+        if self.wait && self.count == 1 && !shows_progress {
+            // Nothing to show while it runs: submit and wait in one round trip.
+            let status = client.run(spec, None).await?;
+            if !ctx.json {
+                ctx.emit(&format!("{}\n", status.id))?;
+            }
+            return self.report(ctx, vec![status.id], vec![status]);
+        }
         let batch = vec![spec; self.count as usize];
         let refs = client.submit_batch(batch).await?;
         let ids: Vec<TaskId> = refs.iter().map(|r| r.id()).collect();
@@ -125,7 +135,17 @@ impl SubmitArgs {
             }
             return Ok(ExitCode::SUCCESS);
         }
-        let (mut done, _) = wait_with_progress(&client, &ids, ids.len(), None, !ctx.json).await?;
+        let (done, _) = wait_with_progress(&client, &ids, ids.len(), None, !ctx.json).await?;
+        self.report(ctx, ids, done)
+    }
+
+    /// Prints how the tasks ended; the exit status says whether they all succeeded.
+    fn report(
+        &self,
+        ctx: &mut Ctx<'_>,
+        ids: Vec<TaskId>,
+        mut done: Vec<TaskStatus>,
+    ) -> anyhow::Result<ExitCode> {
         done.sort_by_key(|s| s.id);
         let code = exit_status(&done);
         eprint!("{}", unsuccessful(&done));

@@ -71,7 +71,7 @@ pub fn need(path: &str) -> Option<Need> {
     Some(match (service, method) {
         (
             "escher.v1.Cluster",
-            "Submit" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
+            "Submit" | "Run" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
             | "TaskLogs" | "Reserve",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,

@@ -158,6 +158,56 @@ impl Cluster for ClusterService {
         }
     }
 
+    async fn run(
+        &self,
+        request: Request<wire::RunRequest>,
+    ) -> Result<Response<wire::RunReply>, Status> {
+        let caller = self.caller(&request).await?;
+        let request = request.into_inner();
+        let submit = request
+            .submit
+            .ok_or_else(|| Status::invalid_argument("Run needs `submit`, with one task"))?;
+        let key = key(submit.key)?;
+        let SubmitRequest { tasks, namespace } = submit.try_into()?;
+        if tasks.len() != 1 {
+            return Err(Status::invalid_argument(format!(
+                "Run takes exactly one task ({} given); submit several with Submit, then Wait",
+                tasks.len()
+            )));
+        }
+        let namespace = caller.namespace(namespace)?;
+        let task = match self
+            .owner
+            .apply(Command::Submit { tasks, namespace }, key)
+            .await?
+        {
+            Reply::Submitted(ids) if ids.len() == 1 => ids[0],
+            other => return Err(unexpected(other)),
+        };
+        let limit = request
+            .timeout_ms
+            .map_or(MAX_WAIT, Duration::from_millis)
+            .min(MAX_WAIT);
+        let (reply, rx) = tokio::sync::oneshot::channel();
+        self.owner
+            .tell(Msg::Wait {
+                ids: vec![task],
+                num_returns: 1,
+                reply,
+            })
+            .await?;
+        let status = match tokio::time::timeout(limit, rx).await {
+            Ok(Ok(answer)) => answer?.ready.pop(),
+            Ok(Err(_)) => return Err(Status::unavailable("the head is shutting down")),
+            // Not finished yet: the caller waits for the id.
+            Err(_) => None,
+        };
+        Ok(Response::new(wire::RunReply {
+            task_id: task.0,
+            status: status.map(Into::into),
+        }))
+    }
+
     async fn wait(
         &self,
         request: Request<wire::WaitRequest>,

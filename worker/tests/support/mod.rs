@@ -313,6 +313,9 @@ impl Cluster for Services {
     ) -> Result<Response<wire::SubmitReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn run(&self, _: Request<wire::RunRequest>) -> Result<Response<wire::RunReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn wait(
         &self,
         _: Request<wire::WaitRequest>,
