@@ -38,6 +38,7 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 
 use super::cluster_svc::ClusterService;
+use super::handle::{READ_METADATA, STALE};
 use crate::auth::{Caller, Keys, authorize};
 
 /// The page.
@@ -153,6 +154,13 @@ impl Dashboard {
         let (caller, _) = authorize(&self.keys, self.enforce, &path, headers)?;
         let mut request = Request::new(message);
         request.extensions_mut().insert(caller);
+        // A page of views needs no linearizable read: this replica's state as applied, with no
+        // ReadIndex round per view (and on a follower, its view rather than "not leader"; the
+        // live feed and logs still need the leader).
+        request.metadata_mut().insert(
+            READ_METADATA,
+            tonic::metadata::MetadataValue::from_static(STALE),
+        );
         Ok(request)
     }
 }
