@@ -143,19 +143,8 @@ impl Cluster for ClusterService {
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
         let caller = self.caller(&request).await?;
-        let request = request.into_inner();
-        let key = key(request.key)?;
-        let SubmitRequest { tasks, namespace } = request.try_into()?;
-        let namespace = caller.namespace(namespace)?;
-        tracing::Span::current().record("tasks", tasks.len());
-        match self
-            .owner
-            .apply(Command::Submit { tasks, namespace }, key)
-            .await?
-        {
-            Reply::Submitted(task_ids) => Ok(Response::new(SubmitReply { task_ids }.into())),
-            other => Err(unexpected(other)),
-        }
+        let task_ids = self.submit_as(&caller, request.into_inner(), false).await?;
+        Ok(Response::new(SubmitReply { task_ids }.into()))
     }
 
     async fn run(
@@ -167,22 +156,9 @@ impl Cluster for ClusterService {
         let submit = request
             .submit
             .ok_or_else(|| Status::invalid_argument("Run needs `submit`, with one task"))?;
-        let key = key(submit.key)?;
-        let SubmitRequest { tasks, namespace } = submit.try_into()?;
-        if tasks.len() != 1 {
-            return Err(Status::invalid_argument(format!(
-                "Run takes exactly one task ({} given); submit several with Submit, then Wait",
-                tasks.len()
-            )));
-        }
-        let namespace = caller.namespace(namespace)?;
-        let task = match self
-            .owner
-            .apply(Command::Submit { tasks, namespace }, key)
-            .await?
-        {
-            Reply::Submitted(ids) if ids.len() == 1 => ids[0],
-            other => return Err(unexpected(other)),
+        let task = match self.submit_as(&caller, submit, true).await?[..] {
+            [task] => task,
+            _ => return Err(Status::internal("one task submitted, not one id back")),
         };
         let limit = request
             .timeout_ms
@@ -604,6 +580,34 @@ impl Cluster for ClusterService {
 }
 
 impl ClusterService {
+    /// Submits the tasks of `request` as `caller` (in its namespace, with the request's
+    /// idempotency key); with `only_one` (for `Run`), any other number of tasks is refused.
+    async fn submit_as(
+        &self,
+        caller: &Caller,
+        request: wire::SubmitRequest,
+        only_one: bool,
+    ) -> Result<Vec<TaskId>, Status> {
+        let key = key(request.key)?;
+        let SubmitRequest { tasks, namespace } = request.try_into()?;
+        if only_one && tasks.len() != 1 {
+            return Err(Status::invalid_argument(format!(
+                "Run takes exactly one task ({} given); submit several with Submit, then Wait",
+                tasks.len()
+            )));
+        }
+        let namespace = caller.namespace(namespace)?;
+        tracing::Span::current().record("tasks", tasks.len());
+        match self
+            .owner
+            .apply(Command::Submit { tasks, namespace }, key)
+            .await?
+        {
+            Reply::Submitted(task_ids) => Ok(task_ids),
+            other => Err(unexpected(other)),
+        }
+    }
+
     /// This replica's view of the group, with every other member asked for its own status.
     async fn heads_reply(&self) -> Result<HeadsReply, Status> {
         let HeadsView { group, me, members } = self.owner.ask(|reply| Msg::Heads { reply }).await?;
