@@ -46,6 +46,9 @@
 //! - [`gpu`]: GPU multi-tenancy on MIG slices and fractional GPUs (issue 13): MIGM, MIGRator,
 //!   Ekya's thief scheduler and their baselines, as pure policies behind [`gpu::GpuPolicy`],
 //!   tested on an in-memory simulated GPU;
+//! - [`cilantro`]: [`Cilantro`](cilantro::Cilantro), performance-aware allocation learned
+//!   online (thesis chapter 3): per-job resources whose capacities each round sets from
+//!   learned confidence bounds, under NJC fairness, social or egalitarian welfare;
 //! - [`resilience`]: [`Journal`], a [`ClusterApi`] decorator that journals the resources
 //!   created through it, replays a lost node's on another eligible node, and restores them
 //!   when the node returns.
@@ -54,6 +57,7 @@
 pub mod anti_affinity;
 pub mod api;
 pub mod bin_packing;
+pub mod cilantro;
 pub mod compose;
 mod ends;
 mod error;

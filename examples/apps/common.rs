@@ -1,0 +1,90 @@
+//! What the applications share: compressed time, the clusters they run on, and counting the
+//! lines a policy costs.
+
+use std::time::Duration;
+
+use escher::types::ResourceSet;
+use escher::{Functions, LocalCluster};
+
+/// The error type of the applications.
+pub type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// Compressed time: the experiments state their costs in simulated seconds (the thesis'
+/// clusters run minutes); one simulated second lasts `ms_per_s` milliseconds of wall time.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct Clock {
+    /// Wall-clock milliseconds per simulated second.
+    pub ms_per_s: f64,
+}
+
+impl Clock {
+    /// The wall time of `secs` simulated seconds.
+    pub fn wall(self, secs: f64) -> Duration {
+        Duration::from_secs_f64((secs * self.ms_per_s / 1000.0).max(0.0))
+    }
+
+    /// Sleeps for `secs` simulated seconds.
+    pub async fn sleep(self, secs: f64) {
+        tokio::time::sleep(self.wall(secs)).await;
+    }
+
+    /// A wall-clock duration in simulated seconds.
+    pub fn simulated(self, wall: Duration) -> f64 {
+        wall.as_secs_f64() * 1000.0 / self.ms_per_s
+    }
+}
+
+/// The resource that names a node the way a node label does (Kubernetes' `hostname` label,
+/// Ray's `node:<ip>`): the *hard-coded* placements pin a task to a node with it. It is
+/// declared when the worker starts (static), never created by a policy.
+pub fn host(k: usize) -> String {
+    format!("host-{k}")
+}
+
+/// An embedded cluster of `nodes` workers, worker `k` with `resources` plus `host-k`.
+pub async fn cluster(
+    nodes: usize,
+    resources: &str,
+    functions: Functions,
+) -> AnyResult<LocalCluster> {
+    let mut builder = LocalCluster::builder().no_workers().functions(functions);
+    for k in 0..nodes {
+        let set: ResourceSet = format!("{resources},{}=1000", host(k)).parse()?;
+        builder = builder.worker(set);
+    }
+    Ok(builder.start().await?)
+}
+
+/// The lines of `source` marked as a policy's (a trailing `// policy` comment).
+pub fn policy_lines(source: &str) -> usize {
+    source
+        .lines()
+        .filter(|l| l.trim_end().ends_with("// policy"))
+        .count()
+}
+
+/// The `q`-quantile (0..=1) of `values`, nearest rank; 0 when empty.
+pub fn quantile(values: &[f64], q: f64) -> f64 {
+    if values.is_empty() {
+        return 0.0;
+    }
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
+    v[rank - 1]
+}
+
+/// The median of `values`.
+pub fn median(values: &[f64]) -> f64 {
+    quantile(values, 0.5)
+}
+
+/// Prints a check and fails when it does not hold.
+pub fn check(ok: bool, what: &str) -> AnyResult<()> {
+    println!("   check: {what}: {}", if ok { "yes" } else { "NO" });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("check failed: {what}").into())
+    }
+}
