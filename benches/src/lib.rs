@@ -108,6 +108,18 @@ pub enum Selection {
     Watch,
     /// What the ESLs ask of the head.
     Esl,
+    /// E1: WordCount with data locality.
+    E1,
+    /// E2: hierarchical fair sharing at 100 nodes.
+    E2,
+    /// E3: AlphaZero-style co-location.
+    E3,
+    /// E4: EscherTune migration.
+    E4,
+    /// Cilantro's synthetic 5-user experiment.
+    Cilantro,
+    /// The thesis' application experiments: E1–E4 and Cilantro.
+    Thesis,
 }
 
 impl Options {
@@ -116,31 +128,53 @@ impl Options {
         if self.workloads.is_empty() || self.workloads.contains(&Selection::All) {
             return Workload::ALL.to_vec();
         }
+        let thesis = [
+            Workload::E1,
+            Workload::E2,
+            Workload::E3,
+            Workload::E4,
+            Workload::Cilantro,
+        ];
         let mut v: Vec<Workload> = self
             .workloads
             .iter()
-            .filter_map(|s| match s {
-                Selection::All => None,
-                Selection::W1 => Some(Workload::W1),
-                Selection::W2 => Some(Workload::W2),
-                Selection::W3 => Some(Workload::W3),
-                Selection::W4 => Some(Workload::W4),
-                Selection::W5 => Some(Workload::W5),
-                Selection::W6 => Some(Workload::W6),
-                Selection::W7 => Some(Workload::W7),
-                Selection::W8 => Some(Workload::W8),
-                Selection::W9 => Some(Workload::W9),
-                Selection::W10 => Some(Workload::W10),
-                Selection::Cmd => Some(Workload::Cmd),
-                Selection::Retention => Some(Workload::Retention),
-                Selection::Sec => Some(Workload::Sec),
-                Selection::Watch => Some(Workload::Watch),
-                Selection::Esl => Some(Workload::Esl),
+            .flat_map(|s| match s {
+                Selection::Thesis => thesis.to_vec(),
+                other => other.single().into_iter().collect(),
             })
             .collect();
         v.sort();
         v.dedup();
         v
+    }
+}
+
+impl Selection {
+    /// The one workload this selects, if it selects one.
+    fn single(self) -> Option<Workload> {
+        match self {
+            Selection::All | Selection::Thesis => None,
+            Selection::W1 => Some(Workload::W1),
+            Selection::W2 => Some(Workload::W2),
+            Selection::W3 => Some(Workload::W3),
+            Selection::W4 => Some(Workload::W4),
+            Selection::W5 => Some(Workload::W5),
+            Selection::W6 => Some(Workload::W6),
+            Selection::W7 => Some(Workload::W7),
+            Selection::W8 => Some(Workload::W8),
+            Selection::W9 => Some(Workload::W9),
+            Selection::W10 => Some(Workload::W10),
+            Selection::Cmd => Some(Workload::Cmd),
+            Selection::Retention => Some(Workload::Retention),
+            Selection::Sec => Some(Workload::Sec),
+            Selection::Watch => Some(Workload::Watch),
+            Selection::Esl => Some(Workload::Esl),
+            Selection::E1 => Some(Workload::E1),
+            Selection::E2 => Some(Workload::E2),
+            Selection::E3 => Some(Workload::E3),
+            Selection::E4 => Some(Workload::E4),
+            Selection::Cilantro => Some(Workload::Cilantro),
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 15] = [
+const WORKLOADS: [&str; 20] = [
     "w1",
     "w2",
     "w3",
@@ -23,6 +23,11 @@ const WORKLOADS: [&str; 15] = [
     "sec",
     "watch",
     "esl",
+    "e1",
+    "e2",
+    "e3",
+    "e4",
+    "cilantro",
 ];
 
 fn read_json(path: &Path) -> Value {

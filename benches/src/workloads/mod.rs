@@ -13,6 +13,7 @@ pub mod cmd_tasks;
 pub mod esl;
 pub mod retention;
 pub mod security;
+pub mod thesis;
 pub mod w10_failover;
 pub mod w1_throughput;
 pub mod w2_latency;
@@ -79,11 +80,21 @@ pub enum Workload {
     Watch,
     /// What the ESLs ask of the head.
     Esl,
+    /// E1: WordCount with data locality (thesis Fig. 4.5a/b).
+    E1,
+    /// E2: hierarchical fair sharing at 100 nodes (Fig. 4.5c).
+    E2,
+    /// E3: AlphaZero-style co-location with load balancing (Fig. 4.6a, 4.7).
+    E3,
+    /// E4: EscherTune migration (Fig. 4.6b).
+    E4,
+    /// Cilantro as an ESL: the synthetic 5-user experiment (thesis chapter 3).
+    Cilantro,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 15] = [
+    pub const ALL: [Workload; 20] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -99,6 +110,11 @@ impl Workload {
         Workload::Sec,
         Workload::Watch,
         Workload::Esl,
+        Workload::E1,
+        Workload::E2,
+        Workload::E3,
+        Workload::E4,
+        Workload::Cilantro,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -119,6 +135,11 @@ impl Workload {
             Workload::Sec => "sec",
             Workload::Watch => "watch",
             Workload::Esl => "esl",
+            Workload::E1 => "e1",
+            Workload::E2 => "e2",
+            Workload::E3 => "e3",
+            Workload::E4 => "e4",
+            Workload::Cilantro => "cilantro",
         }
     }
 
@@ -140,6 +161,11 @@ impl Workload {
             Workload::Sec => security::run(ctx).await,
             Workload::Watch => watch::run(ctx).await,
             Workload::Esl => esl::run(ctx).await,
+            Workload::E1 => thesis::e1(ctx).await,
+            Workload::E2 => thesis::e2(ctx).await,
+            Workload::E3 => thesis::e3(ctx).await,
+            Workload::E4 => thesis::e4(ctx).await,
+            Workload::Cilantro => thesis::cilantro(ctx).await,
         }
     }
 }

@@ -115,8 +115,8 @@ fn every_objective_respects_the_pool_and_the_budget() {
 #[test]
 fn njc_converges_on_a_noiseless_instance() {
     let curves = [(5.0, 2.0), (10.0, 3.0), (22.0, 3.0), (40.0, 4.0)];
-    let slo = 0.95;
-    let demand = |(m, s): (f64, f64)| m + s * (slo / (1.0 - slo) as f64).ln();
+    let slo: f64 = 0.95;
+    let demand = |(m, s): (f64, f64)| m + s * (slo / (1.0 - slo)).ln();
     let truth = njc_split(&curves.map(demand), 100.0);
     let mut learners: Vec<Learner> = curves
         .iter()
