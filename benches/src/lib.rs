@@ -2,8 +2,9 @@
 //! escher and runs Ray and HyperQueue side by side in the same invocation.
 //!
 //! ```text
-//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention]... [--size tiny|small|full]
+//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention|..|thesis]... [--size tiny|small|full]
 //!                                        [--peers] [--out bench-results/]
+//! cargo run --release -p escher-bench -- compare OLD NEW [--threshold 0.1] [--fail-on-worse]
 //! ```
 //!
 //! Every workload prints its table rows, writes `<out>/<id>.json`, and contributes plots;
@@ -14,7 +15,10 @@
 //! # Layout
 //!
 //! - [`workloads`]: W1–W8 of issue 6, the command-task workload HyperQueue is compared on,
-//!   and head memory under retention (issue 9), one module each; [`cluster`] is the embedded escher cluster they share.
+//!   head memory under retention (issue 9), and the thesis' applications (E1–E4, Cilantro:
+//!   `workloads/thesis.rs`, over the examples' `examples/apps/`), one module each; [`cluster`]
+//!   is the embedded escher cluster they share.
+//! - [`compare`]: `escher-bench compare OLD NEW`, two runs' figures as ratios, better or worse.
 //! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8, retention);
 //!   [`head_process`]: `escher-head` as a separate process, and its memory.
 //! - [`peers`]: the Python virtual environment and the Ray and HyperQueue drivers
@@ -24,6 +28,7 @@
 #![warn(missing_docs)]
 
 pub mod cluster;
+pub mod compare;
 pub mod head_process;
 pub mod peers;
 pub mod plot;

@@ -268,7 +268,7 @@ pub async fn e2(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "%",
         100.0 * out.local as f64 / out.tasks.max(1) as f64,
     )));
-    let lines = (0..3)
+    let mut lines: Vec<Line> = (0..3)
         .map(|u| Line {
             name: format!("user {}", USERS[u].0),
             points: out
@@ -278,6 +278,19 @@ pub async fn e2(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
                 .collect(),
         })
         .collect();
+    // The thesis' shares beside ours, as steps at each arrival.
+    for (name, _, shares) in USERS {
+        let mut points = Vec::new();
+        for (p, share) in shares.iter().enumerate() {
+            let from = USERS[p].1;
+            points.push((from, 100.0 * share));
+            points.push((from + phase_length(p), 100.0 * share));
+        }
+        lines.push(Line {
+            name: format!("{name}, thesis"),
+            points,
+        });
+    }
     report.plots.push(Plot {
         file: "fig4.5c-hfs.png".into(),
         title: format!("Fig. 4.5c: hierarchical fair sharing on {} nodes (A:B = 2:3 in Sub-Org1, C in Sub-Org2)", config.nodes),
