@@ -108,8 +108,18 @@ pub fn read_run(path: &Path) -> anyhow::Result<Value> {
     serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))
 }
 
-/// Every figure of a run: (id, metric, unit, value, higher is better).
-fn figures(run: &Value) -> anyhow::Result<Vec<(String, String, String, f64, Option<bool>)>> {
+/// One figure of a run.
+struct Fig {
+    id: String,
+    metric: String,
+    unit: String,
+    value: f64,
+    /// Whether higher is better; `None` when the figure does not say.
+    higher: Option<bool>,
+}
+
+/// Every figure of a run.
+fn figures(run: &Value) -> anyhow::Result<Vec<Fig>> {
     let workloads = run["workloads"]
         .as_array()
         .context("not an escher-bench summary: it has no `workloads` list")?;
@@ -124,13 +134,13 @@ fn figures(run: &Value) -> anyhow::Result<Vec<(String, String, String, f64, Opti
                 Some("lower") => Some(false),
                 _ => None,
             };
-            out.push((
-                id.to_string(),
-                f["metric"].as_str().unwrap_or_default().to_string(),
-                f["unit"].as_str().unwrap_or_default().to_string(),
+            out.push(Fig {
+                id: id.to_string(),
+                metric: f["metric"].as_str().unwrap_or_default().to_string(),
+                unit: f["unit"].as_str().unwrap_or_default().to_string(),
                 value,
-                better,
-            ));
+                higher: better,
+            });
         }
     }
     Ok(out)
@@ -141,8 +151,15 @@ pub fn compare(old: &Value, new: &Value, threshold: f64) -> anyhow::Result<Compa
     let old = figures(old)?;
     let new = figures(new)?;
     let mut c = Comparison::default();
-    for (id, metric, unit, value, better) in &new {
-        let Some((_, _, _, before, _)) = old.iter().find(|o| o.0 == *id) else {
+    for Fig {
+        id,
+        metric,
+        unit,
+        value,
+        higher,
+    } in &new
+    {
+        let Some(before) = old.iter().find(|o| o.id == *id).map(|o| &o.value) else {
             c.only_new.push(id.clone());
             continue;
         };
@@ -156,7 +173,7 @@ pub fn compare(old: &Value, new: &Value, threshold: f64) -> anyhow::Result<Compa
         } else if (ratio - 1.0).abs() <= threshold {
             Verdict::Same
         } else {
-            match better {
+            match higher {
                 Some(true) if ratio > 1.0 => Verdict::Better,
                 Some(false) if ratio < 1.0 => Verdict::Better,
                 Some(_) => Verdict::Worse,
@@ -175,8 +192,8 @@ pub fn compare(old: &Value, new: &Value, threshold: f64) -> anyhow::Result<Compa
     }
     c.only_old = old
         .iter()
-        .filter(|o| !new.iter().any(|n| n.0 == o.0))
-        .map(|o| o.0.clone())
+        .filter(|o| !new.iter().any(|n| n.id == o.id))
+        .map(|o| o.id.clone())
         .collect();
     Ok(c)
 }

@@ -69,6 +69,7 @@ mod reservation;
 mod resources;
 mod task_ref;
 mod tasks;
+mod telemetry;
 mod update;
 mod watch;
 

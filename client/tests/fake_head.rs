@@ -592,6 +592,20 @@ impl Cluster for FakeHead {
             "the fake head does not stream events",
         ))
     }
+
+    async fn report_telemetry(
+        &self,
+        _request: Request<wire::ReportTelemetryRequest>,
+    ) -> Result<Response<wire::ReportTelemetryReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no telemetry"))
+    }
+
+    async fn telemetry(
+        &self,
+        _request: Request<wire::TelemetryRequest>,
+    ) -> Result<Response<wire::TelemetryReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no telemetry"))
+    }
 }
 
 /// A group of replicas 1 to `n`, replica 1 leading.

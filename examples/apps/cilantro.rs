@@ -7,8 +7,9 @@
 //! cluster is oversubscribed), observed with Gaussian noise (σ, default 0.05). Each round:
 //! the ESL decides and sets every job's `cil-...` capacities ([`Cilantro::round`]); each job
 //! scales its replicas (one-CPU tasks that serve until cancelled) to its allocation; then the
-//! job's monitor task measures its performance with the replicas that run and returns it,
-//! and the application reports that result to the ESL ([`Cilantro::report`]).
+//! job's monitor task measures its performance with the replicas that run and reports it as
+//! task telemetry (`ctx.report`), which the application reads (`Client::telemetry`) and hands
+//! to the ESL ([`Cilantro::report`]).
 //!
 //! **Compared.** Cilantro-NJC, Cilantro-SW, Cilantro-EW and resource-fair (R/n each), B = 10,
 //! β = 3/4. Then strategy-proofness: job 3 misreports (it reports the performance of half or
@@ -149,7 +150,7 @@ fn functions(serving: Arc<Serving>) -> Functions {
                 Ok::<_, String>(())
             }
         })
-        .typed_function("cil.monitor", move |_ctx, m: Monitor| {
+        .typed_function("cil.monitor", move |ctx, m: Monitor| {
             let serving = monitors.clone();
             async move {
                 let a = serving.count(&m.job);
@@ -162,7 +163,11 @@ fn functions(serving: Arc<Serving>) -> Functions {
                 let z = (-2.0 * (1.0 - rng.f64()).ln()).sqrt()
                     * (std::f64::consts::TAU * rng.f64()).cos();
                 let perf = (performance(m.index, seen) + m.noise * z).clamp(0.0, 1.0);
-                Ok::<_, String>((a, perf))
+                // The job's measurement goes out as task telemetry.
+                ctx.report(&[("replicas", a as f64), ("performance", perf)])
+                    .await
+                    .map_err(|e| e.to_string())?;
+                Ok::<_, String>(())
             }
         })
 }
@@ -258,11 +263,22 @@ impl Experiment {
                 .iter()
                 .map(|r| r.id())
                 .collect();
+            for id in &ids {
+                self.client.get_typed::<()>(*id, Some(LIMIT)).await?;
+            }
+            let reported = self.client.telemetry(ids.iter().copied(), None).await?;
             let mut truth = Vec::new();
-            for (j, id) in ids.into_iter().enumerate() {
-                let (ran, perf): (u64, f64) = self.client.get_typed(id, Some(LIMIT)).await?;
-                cil.report(&jobs[j], ran, perf)?; // policy
-                truth.push(utility(performance(j, ran as f64), SLO));
+            for (j, id) in ids.iter().enumerate() {
+                let t = reported
+                    .iter()
+                    .find(|t| t.task == *id)
+                    .ok_or("a monitor reported nothing")?;
+                let (ran, perf) = (
+                    t.latest("replicas").unwrap_or(0.0),
+                    t.latest("performance").unwrap_or(0.0),
+                );
+                cil.report(&jobs[j], ran as u64, perf)?; // policy
+                truth.push(utility(performance(j, ran), SLO));
             }
             history.push(truth);
         }

@@ -160,29 +160,12 @@ impl TaskContext {
         let ticket = self.head.ticket();
         let mut request = wire::SetResourcesRequest::from(request);
         request.key = Some(ticket.key().into());
-        let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;
-        let mut pause = std::time::Duration::from_millis(20);
-        let reply = loop {
-            let status = match self.cluster_client().set_resources(request.clone()).await {
-                Ok(reply) => break reply,
-                Err(status) => status,
-            };
-            if let Some(url) = leader_hint(&status) {
-                self.head.follow(&url);
-                continue;
-            }
-            if status.code() != tonic::Code::Unavailable || tokio::time::Instant::now() >= deadline
-            {
-                return Err(WorkerError::Rpc {
-                    call: "set_resources",
-                    status,
-                });
-            }
-            // No leader known (an election), or this replica is gone: try the next one.
-            self.head.rotate();
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_millis(500));
-        };
+        let reply = self
+            .follow_leader("set_resources", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.set_resources(request).await }
+            })
+            .await?;
         drop(ticket);
         let reply = SetResourcesReply::from(reply.into_inner());
         if reply.outcomes.len() != count {
@@ -192,5 +175,60 @@ impl TaskContext {
             });
         }
         Ok(reply)
+    }
+
+    /// Reports samples of this task's progress (`("mem_used_gb", 3.2)`) to the head, as this
+    /// attempt; policies read them with `Client::telemetry`. How many samples the head keeps
+    /// for the task now.
+    pub async fn report(&self, samples: &[(&str, f64)]) -> Result<usize, WorkerError> {
+        let samples = samples
+            .iter()
+            .map(|(k, v)| escher_proto::types::Sample::new(k, *v).map(wire::TelemetrySample::from))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| WorkerError::BadReply {
+                call: "report",
+                why: e.to_string(),
+            })?;
+        let request = wire::ReportTelemetryRequest { samples };
+        let reply = self
+            .follow_leader("report_telemetry", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.report_telemetry(request).await }
+            })
+            .await?;
+        Ok(reply.into_inner().kept as usize)
+    }
+
+    /// Makes `call` on the head with this task's credential, following the leader through an
+    /// election for up to [`FOLLOW_LEADER`].
+    async fn follow_leader<T, F, Fut>(
+        &self,
+        name: &'static str,
+        mut call: F,
+    ) -> Result<tonic::Response<T>, WorkerError>
+    where
+        F: FnMut(ClusterClient<Authed>) -> Fut,
+        Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;
+        let mut pause = std::time::Duration::from_millis(20);
+        loop {
+            let status = match call(self.cluster_client()).await {
+                Ok(reply) => return Ok(reply),
+                Err(status) => status,
+            };
+            if let Some(url) = leader_hint(&status) {
+                self.head.follow(&url);
+                continue;
+            }
+            if status.code() != tonic::Code::Unavailable || tokio::time::Instant::now() >= deadline
+            {
+                return Err(WorkerError::Rpc { call: name, status });
+            }
+            // No leader known (an election), or this replica is gone: try the next one.
+            self.head.rotate();
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+        }
     }
 }

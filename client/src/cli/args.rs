@@ -20,6 +20,7 @@ use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
 use super::status::StatusArgs;
 use super::submit::SubmitArgs;
+use super::telemetry::{ReportArgs, TelemetryArgs};
 use super::top::TopArgs;
 use super::wait::{CancelArgs, GetArgs, WaitArgs};
 use crate::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
@@ -74,6 +75,10 @@ pub enum Command {
     Top(TopArgs),
     /// Print the address of the head's web dashboard, signed in with this CLI's token
     Dashboard(DashboardArgs),
+    /// Inside a running task: report samples of its progress (KEY=NUMBER ...)
+    Report(ReportArgs),
+    /// The samples tasks reported with `escher report` or the task API
+    Telemetry(TelemetryArgs),
     /// Submit a command task (or several copies), optionally waiting for it
     Submit(SubmitArgs),
     /// Wait for a task to finish and show its outcome and result

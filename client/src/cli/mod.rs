@@ -71,6 +71,7 @@ mod reserve;
 mod resource;
 mod status;
 mod submit;
+mod telemetry;
 mod top;
 mod wait;
 
@@ -82,6 +83,7 @@ pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
 pub use status::{StatusArgs, StatusJson, render_status};
 pub use submit::SubmitArgs;
+pub use telemetry::{ReportArgs, TelemetryArgs, render_telemetry};
 pub use wait::{CancelArgs, GetArgs, WaitArgs, render_get};
 
 use ctx::Ctx;
@@ -148,6 +150,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Nodes(a) => a.run(ctx).await,
         Command::Top(a) => a.run(ctx).await,
         Command::Dashboard(a) => a.run(ctx).await,
+        Command::Report(a) => a.run(ctx).await,
+        Command::Telemetry(a) => a.run(ctx).await,
         Command::Submit(a) => a.run(ctx).await,
         Command::Get(a) => a.run(ctx).await,
         Command::Wait(a) => a.run(ctx).await,

@@ -19,8 +19,9 @@
 //!
 //! **Needs from the cluster.** `get_cluster_status` (the domain's nodes and their sizes) and
 //! batched `set_resource`. The performance feedback is the application's: it calls
-//! [`Cilantro::report`] with what a job measured (in the example, the result of the job's
-//! monitor task each round); the thesis' sidecars push the same over gRPC.
+//! [`Cilantro::report`] with what a job measured (in the example, what the job's monitor task
+//! reported each round as task telemetry, read with `Client::telemetry`); the thesis' sidecars
+//! push the same over gRPC.
 //!
 //! **Limits.** Lowering a capacity preempts nothing: replicas above the new allocation keep
 //! running until the application scales the job down (it cancels them); the learner is told

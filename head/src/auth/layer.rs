@@ -72,7 +72,7 @@ pub fn need(path: &str) -> Option<Need> {
         (
             "escher.v1.Cluster",
             "Submit" | "Run" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
-            | "TaskLogs" | "Reserve",
+            | "TaskLogs" | "Reserve" | "ReportTelemetry" | "Telemetry",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
         (

@@ -56,6 +56,8 @@ pub(crate) struct ClusterService {
     pub(crate) keys: Arc<Keys>,
     /// TLS to the other replicas, when the group speaks it.
     pub(crate) peer_tls: Option<tonic::transport::ClientTlsConfig>,
+    /// The telemetry running tasks reported to this replica.
+    pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
 }
 
 impl ClusterService {
@@ -444,6 +446,44 @@ impl Cluster for ClusterService {
                 self.log_fetch_timeout
             ))),
         }
+    }
+
+    async fn report_telemetry(
+        &self,
+        request: Request<wire::ReportTelemetryRequest>,
+    ) -> Result<Response<wire::ReportTelemetryReply>, Status> {
+        let caller = self.caller(&request).await?;
+        let Some((task, attempt)) = caller.task() else {
+            return Err(Status::permission_denied(format!(
+                "ReportTelemetry is for running tasks, with the credential their worker gave \
+                 them (ESCHER_TASK_TOKEN); the call carried {}",
+                caller.describe()
+            )));
+        };
+        let samples = escher_proto::convert::report_samples(request.into_inner())?;
+        let kept = self
+            .telemetry
+            .report(task, attempt, samples, super::owner::now_ms());
+        Ok(Response::new(wire::ReportTelemetryReply {
+            kept: u32::try_from(kept).unwrap_or(u32::MAX),
+        }))
+    }
+
+    async fn telemetry(
+        &self,
+        request: Request<wire::TelemetryRequest>,
+    ) -> Result<Response<wire::TelemetryReply>, Status> {
+        let caller = self.caller(&request).await?;
+        let tasks = escher_proto::convert::telemetry_tasks(request.get_ref())?;
+        check_visible(&self.owner, &caller, &tasks).await?;
+        let after = request.get_ref().after_ms;
+        let tasks = self
+            .telemetry
+            .read(&tasks, after)
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(wire::TelemetryReply { tasks }))
     }
 
     async fn heads(

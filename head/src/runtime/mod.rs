@@ -40,6 +40,7 @@ mod metrics;
 mod owner;
 mod proposals;
 mod reads;
+mod telemetry;
 mod tls;
 mod waiters;
 mod watch;
@@ -279,6 +280,7 @@ async fn serve<S: crate::replication::LogStore>(
         log_fetch_timeout: config.log_fetch_timeout,
         keys: Arc::clone(&keys),
         peer_tls: config.tls.as_ref().map(TlsIdentity::client_config),
+        telemetry: Arc::default(),
     };
     if let Some(addr) = config.dashboard {
         let listener = TcpListener::bind(addr).await?;

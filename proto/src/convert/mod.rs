@@ -26,7 +26,8 @@
 //! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
 //! - `link`: the messages of the `WorkerLink` service;
 //! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status);
-//! - `watch`: the `Watch` call's request and the batches of events it streams.
+//! - `watch`: the `Watch` call's request and the batches of events it streams;
+//! - `telemetry`: task telemetry samples (`ReportTelemetry`, `Telemetry`).
 
 use std::fmt;
 use std::time::Duration;
@@ -45,6 +46,7 @@ mod resources;
 mod retention;
 mod status;
 mod task;
+mod telemetry;
 mod watch;
 
 #[cfg(test)]
@@ -54,6 +56,7 @@ pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
 pub use retention::EVICTED_METADATA;
+pub use telemetry::{report_samples, telemetry_tasks};
 
 /// The longest task name, in bytes.
 pub const MAX_TASK_NAME_BYTES: usize = 256;

@@ -28,6 +28,7 @@ mod resource_set;
 mod retention;
 mod status;
 mod task;
+mod telemetry;
 mod watch;
 
 pub use amount::{Amount, Capacity};
@@ -66,6 +67,9 @@ pub use status::{
 };
 pub use task::{
     MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+};
+pub use telemetry::{
+    MAX_SAMPLES_PER_REPORT, MAX_TELEMETRY_KEY, MAX_TELEMETRY_TASKS, Sample, TaskTelemetry,
 };
 pub use watch::{
     ClusterEvent, MAX_WATCH_TASKS, NodeChange, WatchBatch, WatchEvent, WatchKind, WatchRequest,

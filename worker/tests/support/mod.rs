@@ -307,6 +307,18 @@ impl Cluster for Services {
     ) -> Result<Response<Self::WatchStream>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn report_telemetry(
+        &self,
+        _: Request<wire::ReportTelemetryRequest>,
+    ) -> Result<Response<wire::ReportTelemetryReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn telemetry(
+        &self,
+        _: Request<wire::TelemetryRequest>,
+    ) -> Result<Response<wire::TelemetryReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn submit(
         &self,
         _: Request<wire::SubmitRequest>,
