@@ -1,5 +1,6 @@
 //! The seam between scheduling libraries and a cluster: the ephemeral-resource API
-//! (`set_resource`, `get_cluster_status`), plus submitting, cancelling and watching tasks.
+//! (`set_resource`, `get_cluster_status`), plus submitting, cancelling and watching tasks, and
+//! reading what running tasks report of their progress (task telemetry).
 //!
 //! ESLs are generic over [`ClusterApi`], implemented by the real [`escher_client::Client`] and by
 //! [`InMemoryCluster`](crate::InMemoryCluster) for unit tests. Nothing else of the cluster is
@@ -13,7 +14,7 @@ use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, NodeId, NodeSpec,
     ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskState,
-    TaskStatus, WatchEvent, WatchKind, WatchRequest,
+    TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
 };
 use tokio::sync::mpsc;
 
@@ -70,6 +71,16 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         strategy: GangStrategy,
         timeout: Option<Duration>,
     ) -> impl Future<Output = Result<ReserveReply, EslError>> + Send;
+
+    /// The samples `tasks` reported as task telemetry (memory used, iterations, performance),
+    /// oldest first, for the tasks that reported any; with `after_ms`, only those received
+    /// after that time (ms since the epoch), so that a policy polling each round reads only
+    /// what is new.
+    fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> impl Future<Output = Result<Vec<TaskTelemetry>, EslError>> + Send;
 
     /// Applies one resource change; the nodes it changed.
     fn update(
@@ -128,6 +139,14 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
 }
 
 impl ClusterApi for Client {
+    async fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> Result<Vec<TaskTelemetry>, EslError> {
+        Ok(Client::telemetry(self, tasks, after_ms).await?)
+    }
+
     async fn set_resources(
         &self,
         updates: Vec<ResourceUpdate>,

@@ -15,8 +15,8 @@ use escher_head::state::{
 };
 use escher_proto::types::{
     ClusterStatus, GangStrategy, Labels, NodeId, ReserveReply, ResourceName, ResourceSet,
-    ResourceUpdate, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus, WatchEvent,
-    WatchRequest,
+    ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
+    TaskTelemetry, WatchEvent, WatchRequest,
 };
 use tokio::sync::{Notify, mpsc};
 
@@ -41,6 +41,8 @@ struct Inner {
     running: BTreeMap<TaskId, (NodeId, u32)>,
     /// Every dispatch in order: (task, node).
     history: Vec<(TaskId, NodeId)>,
+    /// What running tasks reported ([`InMemoryCluster::report`]).
+    telemetry: BTreeMap<TaskId, TaskTelemetry>,
     /// Subscribers to events, with what each asked for.
     watchers: Vec<(WatchRequest, mpsc::UnboundedSender<WatchEvent>)>,
 }
@@ -62,6 +64,7 @@ impl InMemoryCluster {
                 mode,
                 running: BTreeMap::new(),
                 history: Vec::new(),
+                telemetry: BTreeMap::new(),
                 watchers: Vec::new(),
             })),
             changed: Arc::new(Notify::new()),
@@ -140,6 +143,38 @@ impl InMemoryCluster {
     /// The node a task ran (or runs) on.
     pub fn node_of(&self, task: TaskId) -> Option<NodeId> {
         self.lock().state.status(task).and_then(|s| s.node)
+    }
+
+    /// Reports samples as running task `task` would (`ctx.report` on a real worker), stamped
+    /// with the simulated clock; refused when the task is not running.
+    pub fn report(&self, task: TaskId, samples: &[(&str, f64)]) -> Result<(), EslError> {
+        let mut inner = self.lock();
+        let Some((_, attempt)) = inner.running.get(&task).copied() else {
+            return Err(EslError::Refused(format!(
+                "task {task} is not running: only a running task reports telemetry"
+            )));
+        };
+        let now = inner.now;
+        let mut fresh = Vec::with_capacity(samples.len());
+        for (key, value) in samples {
+            let mut s = Sample::new(key, *value)?;
+            s.at_ms = now;
+            fresh.push(s);
+        }
+        let kept = inner
+            .telemetry
+            .entry(task)
+            .or_insert_with(|| TaskTelemetry {
+                task,
+                attempt,
+                samples: Vec::new(),
+            });
+        if attempt > kept.attempt {
+            kept.attempt = attempt;
+            kept.samples.clear();
+        }
+        kept.samples.extend(fresh);
+        Ok(())
     }
 
     /// Advances the simulated clock (expires pending deadlines).
@@ -260,6 +295,31 @@ impl ClusterApi for InMemoryCluster {
         Ok(self.lock().state.cluster_status())
     }
 
+    async fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> Result<Vec<TaskTelemetry>, EslError> {
+        let inner = self.lock();
+        let after = after_ms.unwrap_or(0);
+        Ok(tasks
+            .iter()
+            .filter_map(|t| {
+                let kept = inner.telemetry.get(t)?;
+                let samples: Vec<Sample> = kept
+                    .samples
+                    .iter()
+                    .filter(|s| after_ms.is_none() || s.at_ms > after)
+                    .cloned()
+                    .collect();
+                (!samples.is_empty()).then_some(TaskTelemetry {
+                    samples,
+                    ..kept.clone()
+                })
+            })
+            .collect())
+    }
+
     async fn reserve(
         &self,
         name: ResourceName,
@@ -361,6 +421,29 @@ mod tests {
             .resources_str(resources)
             .build()
             .unwrap()
+    }
+
+    #[tokio::test]
+    async fn running_tasks_report_telemetry_that_policies_read() {
+        let cluster = InMemoryCluster::new(Mode::Manual);
+        cluster.add_node("cpu=1");
+        let ids = cluster
+            .submit(vec![task("cpu=1"), task("cpu=1")])
+            .await
+            .unwrap();
+        cluster.report(ids[0], &[("mem_used_gb", 2.0)]).unwrap();
+        cluster.advance(Duration::from_millis(10));
+        cluster.report(ids[0], &[("mem_used_gb", 3.0)]).unwrap();
+        // The second task waits for the cpu: it cannot report.
+        assert!(cluster.report(ids[1], &[("mem_used_gb", 1.0)]).is_err());
+        assert!(cluster.report(ids[0], &[("bad key", 1.0)]).is_err());
+        let got = ClusterApi::telemetry(&cluster, ids.clone(), None)
+            .await
+            .unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].series("mem_used_gb"), vec![2.0, 3.0]);
+        let newer = ClusterApi::telemetry(&cluster, ids, Some(0)).await.unwrap();
+        assert_eq!(newer[0].series("mem_used_gb"), vec![3.0]);
     }
 
     #[tokio::test]

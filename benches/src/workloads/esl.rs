@@ -51,6 +51,14 @@ impl Counting {
 }
 
 impl ClusterApi for Counting {
+    async fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> Result<Vec<escher::types::TaskTelemetry>, EslError> {
+        self.count("telemetry");
+        ClusterApi::telemetry(&self.inner, tasks, after_ms).await
+    }
     async fn set_resources(&self, u: Vec<ResourceUpdate>) -> Result<Vec<Vec<NodeId>>, EslError> {
         self.count("set_resources");
         ClusterApi::set_resources(&self.inner, u).await

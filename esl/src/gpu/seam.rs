@@ -6,8 +6,8 @@
 //! Policies are pure (`on_event` in, commands out; see [`GpuPolicy`](super::GpuPolicy)); a
 //! [`GpuSeam`] carries the commands out. Two implement it: the in-memory
 //! [`SimGpu`](super::SimGpu), a fake at this seam for unit tests and for the reproductions,
-//! and (once the framework exposes slice geometry, per-instance reconfiguration, typed OOM and
-//! task telemetry) the real client.
+//! and (once the framework exposes per-instance reconfiguration and typed OOM; slice geometry
+//! is `Client::gpus`, task telemetry `ClusterApi::telemetry`) the real client.
 //!
 //! A task keeps its [`TaskId`] across restarts: launching a task that ran before is a new
 //! attempt of the same task (MIGM's OOM restart and early restart), never a new task.

@@ -20,6 +20,13 @@ struct Recording {
 }
 
 impl ClusterApi for Recording {
+    async fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> Result<Vec<escher_proto::types::TaskTelemetry>, EslError> {
+        self.inner.telemetry(tasks, after_ms).await
+    }
     async fn set_resources(&self, u: Vec<ResourceUpdate>) -> Result<Vec<Vec<NodeId>>, EslError> {
         self.inner.set_resources(u).await
     }

@@ -177,6 +177,14 @@ impl<C: ClusterApi> Journal<C> {
 }
 
 impl<C: ClusterApi> ClusterApi for Journal<C> {
+    async fn telemetry(
+        &self,
+        tasks: Vec<TaskId>,
+        after_ms: Option<u64>,
+    ) -> Result<Vec<escher_proto::types::TaskTelemetry>, EslError> {
+        self.inner.telemetry(tasks, after_ms).await
+    }
+
     async fn set_resources(
         &self,
         updates: Vec<ResourceUpdate>,
