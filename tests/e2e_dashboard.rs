@@ -331,12 +331,13 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         .set_resource("dataset-7", 3, NodeSpec::Node(gpu_box))
         .await
         .unwrap();
+    let report = format!(
+        "{} report progress=0.25 progress=0.5",
+        common::escher_bin().display()
+    );
+    let hello_script = format!("echo hello-dashboard; echo to-stderr >&2; {report}");
     let hello = client
-        .submit(Task::command([
-            "sh",
-            "-c",
-            "echo hello-dashboard; echo to-stderr >&2",
-        ]))
+        .submit(Task::command(["sh", "-c", hello_script.as_str()]))
         .await
         .unwrap();
     within("hello to finish", client.wait([hello.id()], 1, None))
@@ -466,6 +467,15 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         .eval("document.querySelectorAll('#task-detail .attempts tbody tr').length")
         .await;
     assert_eq!(attempts, 1);
+    // What it reported with `escher report`: the latest value of each key.
+    page.until(
+        "hello's telemetry",
+        &format!(
+            "({}) === '0.5'",
+            text_of("#task-telemetry tr[data-key=progress] .latest")
+        ),
+    )
+    .await;
     page.screenshot("task").await;
 
     // Live in the table: a cancelled task's badge changes in place.

@@ -33,7 +33,7 @@ use escher_proto::mig::GpuModel;
 use escher_proto::types::{
     ClusterStatus, GpusReply, HeadsReply, ListTasksReply, ListTasksRequest, LogChunk, LogStream,
     NodeId, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest, TaskState, TaskSummary,
-    WatchBatch, WatchRequest,
+    TaskTelemetry, WatchBatch, WatchRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 
@@ -87,6 +87,7 @@ pub(crate) async fn serve(
         .route("/api/tasks", get(tasks))
         .route("/api/tasks/{id}", get(task))
         .route("/api/tasks/{id}/logs", get(logs))
+        .route("/api/tasks/{id}/telemetry", get(telemetry))
         .route("/api/gpus", get(gpus))
         .route("/api/heads", get(heads))
         .route("/api/reservations", get(reservations))
@@ -359,6 +360,28 @@ async fn task(
         wire::DescribeTaskRequest::from(id),
     )?;
     Ok(Json(domain(d.svc.describe_task(request).await?)?))
+}
+
+/// What a task reported as telemetry (empty when nothing), oldest first.
+async fn telemetry(
+    State(d): State<Dashboard>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> ApiResult<Vec<TaskTelemetry>> {
+    let id = task_id(&id)?;
+    let message = wire::TelemetryRequest {
+        tasks: vec![id.0],
+        after_ms: 0,
+    };
+    let request = d.call("Telemetry", &headers, message)?;
+    let reply = d.svc.telemetry(request).await?.into_inner();
+    let tasks = reply
+        .tasks
+        .into_iter()
+        .map(TaskTelemetry::try_from)
+        .collect::<Result<_, _>>()
+        .map_err(|err| Status::internal(err.to_string()))?;
+    Ok(Json(tasks))
 }
 
 /// The tail of a task's output: stdout and stderr of its latest attempt.

@@ -215,12 +215,15 @@ async function renderTaskDetail(id) {
       h('td', {}, a.attempt), h('td', {}, nodeName(a.node)),
       h('td', {}, new Date(a.started_at_ms).toLocaleTimeString()), h('td', {}, a.ended || 'running')))));
   const logs = h('div', { id: 'task-logs' }, h('p', { class: 'note' }, 'reading the output…'));
+  const telemetry = h('div', { id: 'task-telemetry' });
   detail.hidden = false;
   detail.replaceChildren(
     h('h3', {}, `task ${info.status.id}`),
     h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
     h('h4', {}, 'attempts'), attempts,
+    h('h4', {}, 'telemetry'), telemetry,
     h('h4', {}, 'output (tail)'), logs);
+  renderTelemetry(id, telemetry);
   if (!info.attempts.length) {
     logs.replaceChildren(h('p', { class: 'note' }, 'no attempt yet: no output'));
     return;
@@ -233,6 +236,33 @@ async function renderTaskDetail(id) {
     logs.replaceChildren(...stream('stdout', tail.stdout), ...stream('stderr', tail.stderr));
   } catch (err) {
     logs.replaceChildren(h('p', { class: 'error' }, err.message));
+  }
+}
+
+// What the task reported of its progress (`ctx.report`, `escher report`): per key, the latest
+// value, how many samples, their range.
+async function renderTelemetry(id, box) {
+  try {
+    const reported = await api(`/api/tasks/${id}/telemetry`);
+    if (!reported.length) {
+      box.replaceChildren(h('p', { class: 'note' }, 'none reported'));
+      return;
+    }
+    const t = reported[0];
+    const keys = [...new Set(t.samples.map((s) => s.key))];
+    const row = (key) => {
+      const values = t.samples.filter((s) => s.key === key).map((s) => s.value);
+      return h('tr', { 'data-key': key },
+        h('td', {}, key), h('td', { class: 'latest' }, String(values[values.length - 1])),
+        h('td', {}, values.length), h('td', {}, `${Math.min(...values)} – ${Math.max(...values)}`));
+    };
+    box.replaceChildren(
+      h('p', { class: 'note' }, `attempt ${t.attempt}`),
+      h('table', { class: 'telemetry' },
+        h('thead', {}, h('tr', {}, ['key', 'latest', 'samples', 'range'].map((c) => h('th', {}, c)))),
+        h('tbody', {}, keys.map(row))));
+  } catch (err) {
+    box.replaceChildren(h('p', { class: 'error' }, err.message));
   }
 }
 
