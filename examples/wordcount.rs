@@ -12,7 +12,7 @@
 mod apps;
 
 use apps::common::{AnyResult, check, policy_lines};
-use apps::wordcount::{Costs, Placement, SOURCE, WordCount};
+use apps::wordcount::{Costs, Outcome, Placement, SOURCE, WordCount};
 
 #[tokio::main]
 async fn main() -> AnyResult<()> {
@@ -39,12 +39,7 @@ async fn main() -> AnyResult<()> {
                 o.maps
             );
         }
-        let get = |p| {
-            outcomes
-                .iter()
-                .find(|o| o.placement == p)
-                .expect("every placement ran")
-        };
+        let get = |p| Outcome::of(&outcomes, p);
         let (unaware, esl, hard) = (
             get(Placement::Unaware),
             get(Placement::Esl),

@@ -14,7 +14,7 @@ type Result = std::result::Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
 #[tokio::test]
 async fn wordcount_locality_reads_every_chunk_where_it_lies() -> Result {
-    use apps::wordcount::{Costs, Placement, SOURCE, WordCount};
+    use apps::wordcount::{Costs, Outcome, Placement, SOURCE, WordCount};
     assert_eq!(policy_lines(SOURCE), 2, "the thesis' two lines");
     let costs = Costs {
         clock: Clock { ms_per_s: 2.0 },
@@ -22,7 +22,7 @@ async fn wordcount_locality_reads_every_chunk_where_it_lies() -> Result {
     };
     let wc = WordCount::start(12, 3, costs, 5).await?;
     let out = wc.compare(1000.0, 1).await?;
-    let get = |p| out.iter().find(|o| o.placement == p).unwrap();
+    let get = |p| Outcome::of(&out, p);
     let (unaware, esl, hard) = (
         get(Placement::Unaware),
         get(Placement::Esl),

@@ -25,12 +25,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use escher::esl::{Affinity, Domain, LoadBalance};
-use escher::types::{NodeId, TaskId};
+use escher::types::NodeId;
 use escher::{Client, Functions, LocalCluster, Task};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
 
-use super::common::{AnyResult, Clock, cluster, host, quantile};
+use super::common::{AnyResult, Clock, cluster, host, quantile, submit_all};
 
 /// This module's source, for counting its policy lines.
 pub const SOURCE: &str = include_str!("alphazero.rs");
@@ -277,9 +277,8 @@ impl AlphaZero {
         }
         // Games start in no particular order: so do their aggregators.
         fastrand::Rng::with_seed(pairs as u64).shuffle(&mut aggregators);
-        let ids = |refs: Vec<escher::TaskRef>| refs.iter().map(|r| r.id()).collect::<Vec<TaskId>>();
-        let serving = ids(self.client.submit_batch(predictors).await?);
-        let exploring = ids(self.client.submit_batch(aggregators).await?);
+        let serving = submit_all(&self.client, predictors).await?;
+        let exploring = submit_all(&self.client, aggregators).await?;
         let mut latencies = Vec::new();
         let mut colocated = 0;
         for id in exploring {

@@ -29,7 +29,7 @@ use escher::types::{NodeId, ResourceSet, TaskId};
 use escher::{Client, Functions, LocalCluster, Task};
 use serde::{Deserialize, Serialize};
 
-use super::common::AnyResult;
+use super::common::{AnyResult, submit_all};
 
 /// This module's source, for counting its policy lines.
 pub const SOURCE: &str = include_str!("cilantro.rs");
@@ -256,13 +256,7 @@ impl Experiment {
                     Task::function_typed("cil.monitor", &m).resources(ResourceSet::new())
                 })
                 .collect();
-            let ids: Vec<TaskId> = self
-                .client
-                .submit_batch(monitors)
-                .await?
-                .iter()
-                .map(|r| r.id())
-                .collect();
+            let ids = submit_all(&self.client, monitors).await?;
             for id in &ids {
                 self.client.get_typed::<()>(*id, Some(LIMIT)).await?;
             }
@@ -345,8 +339,7 @@ impl Experiment {
             })
             .collect();
         if !more.is_empty() {
-            let refs = self.client.submit_batch(more).await?;
-            replicas.extend(refs.iter().map(|r| r.id()));
+            replicas.extend(submit_all(&self.client, more).await?);
         }
         Ok(())
     }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use escher::types::ResourceSet;
-use escher::{Functions, LocalCluster};
+use escher::types::{ResourceSet, TaskId};
+use escher::{Client, Functions, LocalCluster, Task};
 
 /// The error type of the applications.
 pub type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -53,6 +53,16 @@ pub async fn cluster(
         builder = builder.worker(set);
     }
     Ok(builder.start().await?)
+}
+
+/// Submits `tasks` in one call; their ids, in order.
+pub async fn submit_all(client: &Client, tasks: Vec<Task>) -> AnyResult<Vec<TaskId>> {
+    Ok(client
+        .submit_batch(tasks)
+        .await?
+        .iter()
+        .map(|r| r.id())
+        .collect())
 }
 
 /// The lines of `source` marked as a policy's (a trailing `// policy` comment).

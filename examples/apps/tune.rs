@@ -29,7 +29,7 @@ use escher::types::{NodeId, TaskId, TaskSpec};
 use escher::{Client, Functions, LocalCluster, Task};
 use serde::{Deserialize, Serialize};
 
-use super::common::{AnyResult, Clock, cluster, host};
+use super::common::{AnyResult, Clock, cluster, host, submit_all};
 
 /// This module's source, for counting its policy lines.
 pub const SOURCE: &str = include_str!("tune.rs");
@@ -241,13 +241,7 @@ impl Tune {
                     .resources_str(&format!("cpu=1,accel=1,{}=1", host(k)))
             })
             .collect();
-        let mut shorts: Vec<TaskId> = self
-            .client
-            .submit_batch(shorts)
-            .await?
-            .iter()
-            .map(|r| r.id())
-            .collect();
+        let mut shorts = submit_all(&self.client, shorts).await?;
         // The long job arrives once the short ones hold their slots.
         for id in &shorts {
             wait_running(&self.client, *id).await?;

@@ -26,11 +26,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use escher::esl::DataLocality;
-use escher::types::{NodeId, TaskId};
+use escher::types::NodeId;
 use escher::{Client, Functions, LocalCluster, Task};
 use serde::{Deserialize, Serialize};
 
-use super::common::{AnyResult, Clock, cluster, host, median};
+use super::common::{AnyResult, Clock, cluster, host, median, submit_all};
 
 /// This module's source, for counting its policy lines.
 pub const SOURCE: &str = include_str!("wordcount.rs");
@@ -108,6 +108,17 @@ pub struct Outcome {
     pub local_maps: usize,
     /// Maps in the job.
     pub maps: usize,
+}
+
+impl Outcome {
+    /// The outcome of `placement` among `outcomes` (one per placement, as [`WordCount::compare`]
+    /// returns them).
+    pub fn of(outcomes: &[Outcome], placement: Placement) -> &Outcome {
+        outcomes
+            .iter()
+            .find(|o| o.placement == placement)
+            .expect("compare runs every placement")
+    }
 }
 
 /// The chunks and the network links of the simulated cluster.
@@ -275,13 +286,7 @@ impl WordCount {
                 _ => t,
             });
         }
-        let ids: Vec<TaskId> = self
-            .client
-            .submit_batch(tasks)
-            .await?
-            .iter()
-            .map(|r| r.id())
-            .collect();
+        let ids = submit_all(&self.client, tasks).await?;
         for id in ids {
             self.client.get_typed::<u64>(id, Some(LIMIT)).await?;
         }
@@ -307,13 +312,7 @@ impl WordCount {
                 Placement::HardCoded => t.resources_str(&format!("cpu=1,{}=1", host(*k))),
             });
         }
-        let ids: Vec<TaskId> = self
-            .client
-            .submit_batch(maps)
-            .await?
-            .iter()
-            .map(|r| r.id())
-            .collect();
+        let ids = submit_all(&self.client, maps).await?;
         let mut outs = Vec::with_capacity(ids.len());
         for id in ids {
             outs.push(self.client.get_typed::<MapOut>(id, Some(LIMIT)).await?);
@@ -334,13 +333,7 @@ impl WordCount {
                 Task::function_typed("wc.reduce", &args).resources_str("cpu=1")
             })
             .collect::<Vec<_>>();
-        let ids: Vec<TaskId> = self
-            .client
-            .submit_batch(reduces)
-            .await?
-            .iter()
-            .map(|r| r.id())
-            .collect();
+        let ids = submit_all(&self.client, reduces).await?;
         let mut words = 0;
         for id in ids {
             words += self.client.get_typed::<u64>(id, Some(LIMIT)).await?;

@@ -24,7 +24,7 @@ fn higher(mut f: Figure) -> Figure {
 
 /// E1: WordCount with data locality (Fig. 4.5a/b).
 pub async fn e1(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
-    use apps::wordcount::{Costs, Placement, SOURCE, WordCount};
+    use apps::wordcount::{Costs, Outcome, Placement, SOURCE, WordCount};
     let size = ctx.size;
     let nodes = size.pick(10, 50, 100);
     let chunks_mb: Vec<f64> = size.pick(
@@ -84,11 +84,7 @@ pub async fn e1(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
                 o.makespan_s,
             ));
         }
-        let get = |p: Placement| {
-            out.iter()
-                .find(|o| o.placement == p)
-                .expect("every placement ran")
-        };
+        let get = |p| Outcome::of(&out, p);
         let (unaware, esl, hard) = (
             get(Placement::Unaware),
             get(Placement::Esl),
@@ -153,12 +149,7 @@ pub async fn e1(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             .await
             .map_err(anyhow::Error::from_boxed)?;
         wc.shutdown().await;
-        let get = |p: Placement| {
-            out.iter()
-                .find(|o| o.placement == p)
-                .expect("every placement ran")
-                .makespan_s
-        };
+        let get = |p| Outcome::of(&out, p).makespan_s;
         let (esl, hard) = (get(Placement::Esl), get(Placement::HardCoded));
         sweep_lines[0].points.push((n as f64, esl));
         sweep_lines[1].points.push((n as f64, hard));
