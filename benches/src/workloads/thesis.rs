@@ -32,7 +32,7 @@ pub async fn e1(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         vec![500.0, 5000.0],
         vec![500.0, 1000.0, 2000.0, 5000.0],
     );
-    let reps = size.pick(1, 1, 3);
+    let reps = size.pick(1, 1, 5);
     let sweep: Vec<usize> = size.pick(vec![], vec![], vec![25, 50, 100]);
     let costs = Costs::default();
     let mut report = WorkloadReport::new(
