@@ -80,7 +80,7 @@ pub fn utility(performance: f64, slo: f64) -> f64 {
     (performance / slo).clamp(0.0, 1.0)
 }
 
-/// The NJC procedure on demands (thesis §3.4, [93]): with share = R/n, every job whose
+/// The NJC procedure on demands (thesis §3.4, its reference \[93\]): with share = R/n, every job whose
 /// demand is below the share gets its demand; the share is recomputed over the others and
 /// the rest; repeat; the jobs left split what remains equally.
 pub fn njc_split(demands: &[f64], total: f64) -> Vec<f64> {
