@@ -1,13 +1,13 @@
 //! Task telemetry end to end: a function task reports through its context, a command task
 //! with `escher report` (the real CLI, with the credential its worker gave it), and a client
-//! reads what they reported; only a running task may report, and only as itself; bad samples
-//! are refused with the field that was wrong.
+//! reads what they reported; only a running task may report (an ended task's credential is
+//! refused), and only as itself; bad samples are refused with the field that was wrong.
 
 mod common;
 
 use std::time::Duration;
 
-use escher::types::TaskState;
+use escher::types::{LogStream, TaskState};
 use escher::{ClientError, Functions, LocalCluster, Task};
 
 const LIMIT: Duration = Duration::from_secs(30);
@@ -81,6 +81,25 @@ async fn tasks_report_telemetry_and_clients_read_it() {
         .expect("the command task's samples");
     assert_eq!(c.series("progress"), vec![0.25, 0.75]);
     assert_eq!(c.latest("served"), Some(12.0));
+
+    // A credential is good only while its attempt runs: once the task ended, its token
+    // reports nothing.
+    let leaked = client
+        .submit(Task::command([
+            "sh",
+            "-c",
+            "printf %s \"$ESCHER_TASK_TOKEN\"",
+        ]))
+        .await
+        .unwrap()
+        .id();
+    client.get(leaked, Some(LIMIT)).await.unwrap();
+    let token = String::from_utf8(client.logs(leaked, LogStream::Stdout).await.unwrap()).unwrap();
+    assert!(token.starts_with("escher-task-"), "{token:?}");
+    let late = client.clone().with_token(token);
+    let err = late.report(&[("progress", 1.0)]).await.unwrap_err();
+    assert!(err.to_string().contains("succeeded"), "{err}");
+    assert!(client.telemetry([leaked], None).await.unwrap().is_empty());
 
     // An administrator is not a task: it may read, not report.
     let err = client.report(&[("progress", 1.0)]).await.unwrap_err();
