@@ -484,3 +484,61 @@ async fn a_worker_without_a_driver_reports_no_gpus() {
     }
     cluster.shutdown().await;
 }
+
+/// `escher-worker --detect` prints what a worker would register (simulated GPUs and their
+/// slices included) and exits without a head; a bad `--sim-gpu` says what is wrong. Where a
+/// real driver is present it also sets the driver's MIG table beside escher's (checked on an
+/// H100 by `scripts/real-gpu-check.sh`); without one it says why there is none.
+#[test]
+fn the_worker_detects_without_a_head() {
+    let worker = common::escher_bin().with_file_name("escher-worker");
+    let run = |args: &[&str]| {
+        std::process::Command::new(&worker)
+            .args(args)
+            .env("ESCHER_HEAD", "http://127.0.0.1:1")
+            .env("RUST_LOG", "error")
+            .output()
+            .expect("escher-worker runs")
+    };
+    let out = run(&[
+        "--detect",
+        "--name",
+        "w",
+        "--sim-gpu",
+        "a100-40gb:mig=3g.20gb,2g.10gb,1g.5gb",
+    ]);
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let resources = text.lines().find(|l| l.starts_with("resources: ")).unwrap();
+    for r in ["mig.3g.20gb=1", "mig.2g.10gb=1", "mig.1g.5gb=1", "cpu="] {
+        assert!(resources.contains(r), "{r} in {text}");
+    }
+    assert!(text.contains("gpu.model=a100-40gb"), "{text}");
+    assert!(
+        text.contains("MIG on, simulated, escher's table: a100-40gb"),
+        "{text}"
+    );
+    assert!(
+        text.contains("slice 3g.20gb at start 4 (size 4), 19968 MiB"),
+        "{text}"
+    );
+    let nvml_line = text.lines().any(|l| l.starts_with("NVML: "));
+    let table = text.contains("escher's table against the driver's");
+    assert!(
+        nvml_line || table,
+        "either no driver, said, or a driver's table: {text}"
+    );
+
+    let none = run(&["--detect", "--no-nvml"]);
+    assert!(none.status.success());
+    let text = String::from_utf8(none.stdout).unwrap();
+    assert!(
+        text.contains("gpus: none") && text.contains("NVML: not asked for"),
+        "{text}"
+    );
+
+    let bad = run(&["--detect", "--sim-gpu", "a100-40gb:mig=7g.40gb,1g.5gb"]);
+    assert!(!bad.status.success());
+    let err = String::from_utf8(bad.stderr).unwrap();
+    assert!(err.contains("--sim-gpu") && err.contains("1g.5gb"), "{err}");
+}

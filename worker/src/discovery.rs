@@ -11,16 +11,20 @@
 //!   [`escher_proto::types`] (`gpu.rs`), and [`Discovered::gpus`] lists them.
 //!
 //! [`hostname`] names the machine (the default worker name and the registered address).
+//! [`detect`] is `escher-worker --detect`: what a worker here would report, and for each real
+//! MIG-capable GPU escher's profile table beside the driver's, without starting a worker.
 //!
 //! Configuration (`--cpus`, `--memory`, `--resources`) overrides what is discovered; that
 //! merge happens in the builder, not here.
 
 use std::collections::BTreeSet;
+use std::fmt;
 
 use escher_proto::types::{GpuInfo, gpu_labels, gpu_resources};
 use escher_proto::{Amount, Labels, ResourceName, ResourceSet};
 
-use crate::gpu::{self, GpuSources, SimGpuSpec};
+use crate::gpu::{self, GpuSources, SimGpuSpec, TableReport};
+pub use crate::gpu::{DriverProfile, GpuTableCheck, ProfileCheck};
 
 /// What [`discover`] found.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -58,6 +62,95 @@ pub fn discover_with(nvml: bool, simulated: &[SimGpuSpec], worker: &str) -> Disc
     }
     found.labels = gpu_labels(&found.gpus);
     found
+}
+
+/// What [`detect`] found: the discovery, live GPU figures, and the table checks.
+#[derive(Debug, Clone)]
+pub struct Detection {
+    /// What a worker started here with the same flags would register with.
+    pub discovered: Discovered,
+    /// Live figures of the real GPUs (utilisation, memory used).
+    pub metrics: Vec<escher_proto::types::Metric>,
+    /// Per real GPU with a MIG table (by index): escher's table against the driver's, or why
+    /// the driver's could not be read; `Err` when NVML itself is unavailable.
+    pub tables: Result<Vec<GpuTableCheck>, String>,
+}
+
+/// Discovers as a worker would ([`discover_with`]) and, for each real GPU escher has a MIG
+/// table for, compares that table with the driver's. Reads only: nothing on the GPUs changes.
+pub fn detect(nvml: bool, simulated: &[SimGpuSpec], worker: &str) -> Detection {
+    let discovered = discover_with(nvml, simulated, worker);
+    let (metrics, tables) = if nvml {
+        (
+            gpu::real_metrics(&discovered.gpus),
+            gpu::check_tables(&discovered.gpus),
+        )
+    } else {
+        (Vec::new(), Err("not asked for (--no-nvml)".to_string()))
+    };
+    Detection {
+        discovered,
+        metrics,
+        tables,
+    }
+}
+
+impl fmt::Display for Detection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.discovered;
+        writeln!(f, "resources: {}", d.resources)?;
+        writeln!(f, "labels: {}", d.labels)?;
+        if let Err(why) = &self.tables {
+            writeln!(f, "NVML: {why}")?;
+        }
+        if d.gpus.is_empty() {
+            writeln!(f, "gpus: none")?;
+        }
+        for g in &d.gpus {
+            let model = g.model.map_or("none".to_string(), |m| m.to_string());
+            writeln!(
+                f,
+                "gpu {}: {} ({}), {} MiB, MIG {}{}, escher's table: {model}",
+                g.index,
+                g.product,
+                g.uuid,
+                g.memory_mib,
+                if g.mig_enabled { "on" } else { "off" },
+                if g.simulated { ", simulated" } else { "" },
+            )?;
+            for s in &g.slices {
+                writeln!(
+                    f,
+                    "  slice {} at start {} (size {}), {} MiB, {}",
+                    s.profile, s.start, s.size, s.memory_mib, s.uuid
+                )?;
+            }
+            let prefix = format!("gpu.{}.", g.index);
+            for m in self.metrics.iter().filter(|m| m.name.starts_with(&prefix)) {
+                writeln!(f, "  {} = {}", m.name, m.value)?;
+            }
+            let table = self
+                .tables
+                .as_ref()
+                .ok()
+                .and_then(|t| t.iter().find(|t| t.gpu == g.index))
+                .map(|t| &t.checks);
+            match table {
+                Some(Ok(checks)) => {
+                    let agree = checks.iter().filter(|c| c.agrees()).count();
+                    writeln!(
+                        f,
+                        "  MIG profiles, escher's table against the driver's ({agree} of {} agree):",
+                        checks.len()
+                    )?;
+                    write!(f, "{}", TableReport(checks))?;
+                }
+                Some(Err(why)) => writeln!(f, "  MIG profiles not compared: {why}")?,
+                None => {}
+            }
+        }
+        Ok(())
+    }
 }
 
 /// This machine's host name: the kernel's, else `$HOSTNAME`, else `localhost`.

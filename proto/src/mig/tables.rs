@@ -12,9 +12,12 @@
 //! - **A100-SXM4-80GB**: the names from the MIG User Guide ("1g.10gb, 1g.10gb+me, 1g.20gb,
 //!   2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"), memory and instance counts from the go-nvml mock,
 //!   placements as on the 40GB board.
-//! - **H100 80GB HBM3**: a real `nvidia-smi mig -lgip` transcript (ids, instance counts,
-//!   memory in GiB with two decimals, which is why `memory_mib` is left empty), placements as on
-//!   the A100 (NVIDIA k8s-test-infra `docs/mig.md`: "h100's 1g.20gb is four starts of size 2").
+//! - **H100 80GB HBM3**: a real `nvidia-smi mig -lgip` transcript (ids, instance counts),
+//!   placements as on the A100 (NVIDIA k8s-test-infra `docs/mig.md`: "h100's 1g.20gb is four
+//!   starts of size 2"). **Checked on a real H100 80GB HBM3** (driver 580.159.04, 2026-11-26,
+//!   `scripts/real-gpu-check.sh`): `escher-worker --detect` read the driver's table through NVML
+//!   and every id, GPC count, instance count and placement agreed with this one; memory in MiB
+//!   is the driver's from that reading.
 //! - **H200 141GB**: only the profile *names* are sourced (mig.md §1: 1g.18gb, 1g.35gb,
 //!   2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb). The ids, instance counts and placements are **our
 //!   assumption**: those of the H100, a GPU of the same Hopper design with the same 7 GPCs and
@@ -79,13 +82,13 @@ pub(super) static A100_80GB: [Profile; 7] = [
 
 /// H100 80GB (SXM5 HBM3 and PCIe).
 pub(super) static H100_80GB: [Profile; 7] = [
-    row("1g.10gb", 19, 1, 1, 10, None, EVERY_1G, 7),
-    row("1g.10gb+me", 20, 1, 1, 10, None, EVERY_1G, 1),
-    row("1g.20gb", 15, 1, 2, 20, None, EVEN, 4),
-    row("2g.20gb", 14, 2, 2, 20, None, EVEN_2G, 3),
-    row("3g.40gb", 9, 3, 4, 40, None, HALVES, 2),
-    row("4g.40gb", 5, 4, 4, 40, None, FIRST, 1),
-    row("7g.80gb", 0, 7, 8, 80, None, FIRST, 1),
+    row("1g.10gb", 19, 1, 1, 10, Some(9984), EVERY_1G, 7),
+    row("1g.10gb+me", 20, 1, 1, 10, Some(9984), EVERY_1G, 1),
+    row("1g.20gb", 15, 1, 2, 20, Some(20096), EVEN, 4),
+    row("2g.20gb", 14, 2, 2, 20, Some(20096), EVEN_2G, 3),
+    row("3g.40gb", 9, 3, 4, 40, Some(40448), HALVES, 2),
+    row("4g.40gb", 5, 4, 4, 40, Some(40448), FIRST, 1),
+    row("7g.80gb", 0, 7, 8, 80, Some(81152), FIRST, 1),
 ];
 
 /// H200 141GB: names sourced, everything else assumed to be the H100's (see the module doc).
@@ -204,13 +207,33 @@ mod tests {
         assert_eq!(
             rows(GpuModel::H100_80GB),
             vec![
-                ("1g.10gb", 19, 1, 1, 10, None, ALL7, 7, true),
-                ("1g.10gb+me", 20, 1, 1, 10, None, ALL7, 1, false),
-                ("1g.20gb", 15, 1, 2, 20, None, &[0, 2, 4, 6][..], 4, false),
-                ("2g.20gb", 14, 2, 2, 20, None, &[0, 2, 4][..], 3, true),
-                ("3g.40gb", 9, 3, 4, 40, None, &[0, 4][..], 2, true),
-                ("4g.40gb", 5, 4, 4, 40, None, &[0][..], 1, true),
-                ("7g.80gb", 0, 7, 8, 80, None, &[0][..], 1, true),
+                ("1g.10gb", 19, 1, 1, 10, Some(9984), ALL7, 7, true),
+                ("1g.10gb+me", 20, 1, 1, 10, Some(9984), ALL7, 1, false),
+                (
+                    "1g.20gb",
+                    15,
+                    1,
+                    2,
+                    20,
+                    Some(20096),
+                    &[0, 2, 4, 6][..],
+                    4,
+                    false
+                ),
+                (
+                    "2g.20gb",
+                    14,
+                    2,
+                    2,
+                    20,
+                    Some(20096),
+                    &[0, 2, 4][..],
+                    3,
+                    true
+                ),
+                ("3g.40gb", 9, 3, 4, 40, Some(40448), &[0, 4][..], 2, true),
+                ("4g.40gb", 5, 4, 4, 40, Some(40448), &[0][..], 1, true),
+                ("7g.80gb", 0, 7, 8, 80, Some(81152), &[0][..], 1, true),
             ]
         );
     }

@@ -102,6 +102,12 @@ struct WorkerArgs {
     /// Do not look for real NVIDIA GPUs (NVML): report simulated ones only.
     #[arg(long)]
     no_nvml: bool,
+
+    /// Print what this worker would report (resources, labels, GPUs and MIG slices, and each
+    /// real GPU's MIG profile table beside escher's) and exit, without joining a head.
+    /// Reads only: nothing on the GPUs changes.
+    #[arg(long)]
+    detect: bool,
 }
 
 fn parse_resources(s: &str) -> Result<ResourceSet, String> {
@@ -222,6 +228,23 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    if args.detect {
+        let name = args
+            .name
+            .clone()
+            .unwrap_or_else(escher_worker::discovery::hostname);
+        let sim = args
+            .sim_gpu
+            .iter()
+            .map(|s| s.parse())
+            .collect::<Result<Vec<escher_worker::SimGpuSpec>, _>>()
+            .context("--sim-gpu")?;
+        print!(
+            "{}",
+            escher_worker::discovery::detect(!args.no_nvml, &sim, &name)
+        );
+        return Ok(());
+    }
     let config = WorkerConfig::try_from(args)?;
     // Tasks die with this process, or when it stops answering (see `fence`).
     let program = std::env::current_exe().context("cannot find this program's path")?;

@@ -25,6 +25,7 @@
 //! of `nvml.rs` on a blocking thread. Its end ([`Gpus::finish`]) replaces the GPU's devices.
 
 mod allocator;
+mod check;
 mod nvml;
 mod sim;
 
@@ -36,6 +37,7 @@ use escher_proto::mig::{LatencyModel, Layout, diff};
 use escher_proto::types::{DeviceHold, GpuInfo, Metric, MigDone, gpu_resources};
 
 pub(crate) use allocator::{BindError, DeviceAllocator, Holder};
+pub use check::{DriverProfile, GpuTableCheck, ProfileCheck, Report as TableReport, compare};
 pub use sim::{SimGpuError, SimGpuSpec};
 
 /// Where GPUs come from when a worker starts.
@@ -62,6 +64,30 @@ pub(crate) fn discover(sources: GpuSources<'_>) -> Vec<GpuInfo> {
         gpus.push(sim::gpu_info(sources.worker, index, spec));
     }
     gpus
+}
+
+/// For each real GPU escher has a MIG table for, that table against the driver's (see
+/// `check.rs`); why NVML is unavailable when it is. Read-only.
+pub(crate) fn check_tables(gpus: &[GpuInfo]) -> Result<Vec<GpuTableCheck>, String> {
+    let nvml = nvml::nvml().map_err(str::to_string)?;
+    Ok(gpus
+        .iter()
+        .filter(|g| !g.simulated)
+        .filter_map(|g| {
+            let model = g.model?;
+            Some(GpuTableCheck {
+                gpu: g.index,
+                checks: nvml::driver_table(nvml, g.index).map(|t| compare(model, &t)),
+            })
+        })
+        .collect())
+}
+
+/// Live figures of the real GPUs among `gpus` (empty without NVML).
+pub(crate) fn real_metrics(gpus: &[GpuInfo]) -> Vec<Metric> {
+    nvml::nvml()
+        .map(|n| nvml::metrics(n, gpus))
+        .unwrap_or_default()
 }
 
 /// A reconfiguration asked for and not finished.

@@ -31,7 +31,32 @@
 //! its placement. This module is the only place in the workspace that allows `unsafe`.
 //!
 //! None of this runs on a machine without an NVIDIA driver; the tests here cover the no-driver
-//! path and the pure helpers.
+//! path and the pure helpers. `escher-worker --detect` prints what this module reads, and
+//! [`driver_table`] with `check.rs` sets the driver's MIG profile table beside escher's.
+//!
+//! # Checked on real hardware, and what is left to check
+//!
+//! `scripts/real-gpu-check.sh` (read-only) ran on one NVIDIA H100 80GB HBM3, driver 580.159.04,
+//! CUDA 13.0, MIG mode disabled (as found; never changed), on 2026-11-26:
+//!
+//! - [x] NVML loads from `libnvidia-ml.so.1`; [`discover`] reads index, product name
+//!   (`NVIDIA H100 80GB HBM3`, recognised as `h100-80gb`), UUID, 81559 MiB and MIG mode off;
+//!   the worker registers `gpu=1` and `gpu.<GPU-uuid>=1` with the `gpu.*` labels.
+//! - [x] The profile table through `nvmlDeviceGetGpuInstanceProfileInfo` answers with MIG mode
+//!   off, and `nvmlDeviceGetGpuInstancePossiblePlacements_v2` (raw) lists placements: all 7
+//!   profiles (ids 19, 20, 15, 14, 9, 5, 0) agree with escher's H100 table in GPCs, instance
+//!   counts and placements, and with `nvidia-smi mig -lgip`/`-lgipp` (the MiB figures are now
+//!   in the table).
+//! - [x] [`metrics`]: `gpu.0.utilization` and `gpu.0.memory_used_mib` read.
+//! - [x] A command task given `gpu=1` saw `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` set
+//!   to the GPU's UUID, `nvidia-smi -L` listed that GPU and PyTorch ran a matrix product on it;
+//!   a task given no GPU saw `CUDA_VISIBLE_DEVICES=` and PyTorch found 0 devices; two tasks of
+//!   `gpu=0.5` shared the GPU and both ran.
+//! - [ ] MIG devices ([`mig_devices`]: enumeration, `nvmlDeviceGetGpuInstanceById` placements,
+//!   the unprivileged inference), [`reconfigure`], and per-slice memory figures: they need MIG
+//!   mode on, which the check may not switch (switching can reset the GPU). Run the script
+//!   on a GPU whose operator has enabled MIG.
+//! - [ ] The H200's table (assumed from the H100's): run the script on an H200.
 #![allow(unsafe_code)]
 
 use std::mem::MaybeUninit;
@@ -42,6 +67,8 @@ use escher_proto::mig::{GpuModel, Layout, Placement, diff};
 use escher_proto::types::{GpuInfo, Metric, MigDevice, device_segment};
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
+
+use super::check::DriverProfile;
 
 /// NVML's `NVML_DEVICE_MIG_ENABLE`.
 const MIG_ENABLE: u32 = 1;
@@ -423,6 +450,60 @@ fn driver_profiles(device: &Device<'_>) -> Vec<nvml_wrapper::struct_wrappers::de
     (0..GI_PROFILE_COUNT)
         .filter_map(|i| device.profile_info(i).ok())
         .collect()
+}
+
+/// The driver's GPU-instance profile table of GPU `index`, each profile with its possible
+/// placements (a raw call: `nvml-wrapper` 0.13's wrapper returns none). Read-only.
+pub(crate) fn driver_table(nvml: &Nvml, index: u32) -> Result<Vec<DriverProfile>, String> {
+    let device = nvml.device_by_index(index).map_err(|e| e.to_string())?;
+    let placements = nvml_sym(
+        nvml.lib()
+            .nvmlDeviceGetGpuInstancePossiblePlacements_v2
+            .as_ref(),
+    )
+    .map_err(|e| format!("nvmlDeviceGetGpuInstancePossiblePlacements_v2: {e}"))?;
+    let mut out = Vec::new();
+    let mut first_error = None;
+    for i in 0..GI_PROFILE_COUNT {
+        let info = match device.profile_info(i) {
+            Ok(info) => info,
+            Err(e) => {
+                first_error.get_or_insert_with(|| e.to_string());
+                continue;
+            }
+        };
+        let mut slots =
+            [nvml_wrapper_sys::bindings::nvmlGpuInstancePlacement_t { start: 0, size: 0 };
+                MAX_INSTANCES];
+        let mut count = MAX_INSTANCES as c_uint;
+        // SAFETY: the handle comes from a live `Device` of this `Nvml`; `slots` has room for
+        // `count` placements, which is what the call may write.
+        let listed = unsafe {
+            nvml_try(placements(
+                device.handle(),
+                info.id,
+                slots.as_mut_ptr(),
+                &mut count,
+            ))
+        };
+        out.push(DriverProfile {
+            id: info.id,
+            gpcs: info.slice_count,
+            memory_mib: info.memory_size_mb,
+            multiprocessors: info.multiprocessor_count,
+            instances: info.instance_count,
+            placements: listed.map_err(|e| e.to_string()).map(|()| {
+                slots[..(count as usize).min(MAX_INSTANCES)]
+                    .iter()
+                    .map(|p| (p.start, p.size))
+                    .collect()
+            }),
+        });
+    }
+    match (out.is_empty(), first_error) {
+        (true, Some(e)) => Err(format!("the driver lists no GPU-instance profiles: {e}")),
+        _ => Ok(out),
+    }
 }
 
 /// The driver's id for `profile`: the table's id (`-lgip`'s) when the driver offers it, else
