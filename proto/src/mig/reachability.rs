@@ -240,19 +240,13 @@ mod tests {
     #[test]
     fn counts_for_every_model_and_profile_set() {
         // Every model shares the A100-40GB placement table, so the counts agree: 19 over the
-        // base profiles (the H100-80GB included); 239 over all seven profiles (the +me variant
-        // may replace any one 1g, and the double-memory 1g adds layouts using slice 7); the
-        // H200 table has no +me, so all its profiles give the base + id 15 count, 78.
+        // base profiles; 239 over all seven profiles (the +me variant may replace any one 1g,
+        // and the double-memory 1g adds layouts using slice 7).
         for model in GpuModel::ALL {
             assert_eq!(maximal_layouts(model).len(), 19, "{model}");
-            let expected = if model == GpuModel::H200_141GB {
-                78
-            } else {
-                239
-            };
             assert_eq!(
                 maximal_layouts_with(model, model.profiles()).len(),
-                expected,
+                239,
                 "{model}"
             );
         }

@@ -18,10 +18,12 @@
 //!   `scripts/real-gpu-check.sh`): `escher-worker --detect` read the driver's table through NVML
 //!   and every id, GPC count, instance count and placement agreed with this one; memory in MiB
 //!   is the driver's from that reading.
-//! - **H200 141GB**: only the profile *names* are sourced (mig.md §1: 1g.18gb, 1g.35gb,
-//!   2g.35gb, 3g.71gb, 4g.71gb, 7g.141gb). The ids, instance counts and placements are **our
-//!   assumption**: those of the H100, a GPU of the same Hopper design with the same 7 GPCs and
-//!   8 memory slices. No `+me` profile is listed for it, so none is modelled.
+//! - **H200 141GB** (`NVIDIA H200`): the names from mig.md §1; **everything else read on a real
+//!   H200** (driver 580.159.04, 2026-11-26, `scripts/real-gpu-check.sh`, MIG mode off): ids,
+//!   GPCs, instance counts and placements are the H100's, memory in MiB is the driver's, and
+//!   the driver offers a `1g.18gb+me` (id 20) that the sources did not list. That reading
+//!   corrected two of our earlier assumptions: the `+me` profile exists, and `1g.18gb` has
+//!   16384 MiB, less than its name says (`nvidia-smi mig -lgip` prints 16.00 GiB).
 //!
 //! Profiles are listed in `-lgip` order (small to large).
 
@@ -91,14 +93,15 @@ pub(super) static H100_80GB: [Profile; 7] = [
     row("7g.80gb", 0, 7, 8, 80, Some(81152), FIRST, 1),
 ];
 
-/// H200 141GB: names sourced, everything else assumed to be the H100's (see the module doc).
-pub(super) static H200_141GB: [Profile; 6] = [
-    row("1g.18gb", 19, 1, 1, 18, None, EVERY_1G, 7),
-    row("1g.35gb", 15, 1, 2, 35, None, EVEN, 4),
-    row("2g.35gb", 14, 2, 2, 35, None, EVEN_2G, 3),
-    row("3g.71gb", 9, 3, 4, 71, None, HALVES, 2),
-    row("4g.71gb", 5, 4, 4, 71, None, FIRST, 1),
-    row("7g.141gb", 0, 7, 8, 141, None, FIRST, 1),
+/// H200 141GB, as the driver reports it (see the module doc).
+pub(super) static H200_141GB: [Profile; 7] = [
+    row("1g.18gb", 19, 1, 1, 18, Some(16384), EVERY_1G, 7),
+    row("1g.18gb+me", 20, 1, 1, 18, Some(16384), EVERY_1G, 1),
+    row("1g.35gb", 15, 1, 2, 35, Some(33280), EVEN, 4),
+    row("2g.35gb", 14, 2, 2, 35, Some(33280), EVEN_2G, 3),
+    row("3g.71gb", 9, 3, 4, 71, Some(71424), HALVES, 2),
+    row("4g.71gb", 5, 4, 4, 71, Some(71424), FIRST, 1),
+    row("7g.141gb", 0, 7, 8, 141, Some(143360), FIRST, 1),
 ];
 
 #[cfg(test)]
@@ -239,7 +242,7 @@ mod tests {
     }
 
     #[test]
-    fn h200_has_the_sourced_names_on_the_h100_geometry() {
+    fn h200_matches_the_driver_on_the_h100_geometry() {
         let names: Vec<_> = GpuModel::H200_141GB
             .profiles()
             .iter()
@@ -248,7 +251,13 @@ mod tests {
         assert_eq!(
             names,
             [
-                "1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb"
+                "1g.18gb",
+                "1g.18gb+me",
+                "1g.35gb",
+                "2g.35gb",
+                "3g.71gb",
+                "4g.71gb",
+                "7g.141gb"
             ]
         );
         for p in GpuModel::H200_141GB.profiles() {
@@ -271,6 +280,25 @@ mod tests {
                 "{p}"
             );
         }
+        // `nvidia-smi mig -lgip` on an H200: 16.00, 32.50 and 69.75 GiB, and 140 for the GPU.
+        let mib: Vec<_> = GpuModel::H200_141GB
+            .profiles()
+            .iter()
+            .map(|p| p.memory_mib)
+            .collect();
+        let gib = |g: f64| Some((g * 1024.0) as u32);
+        assert_eq!(
+            mib,
+            [
+                gib(16.0),
+                gib(16.0),
+                gib(32.5),
+                gib(32.5),
+                gib(69.75),
+                gib(69.75),
+                gib(140.0)
+            ]
+        );
     }
 
     #[test]

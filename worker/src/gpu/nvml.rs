@@ -36,27 +36,32 @@
 //!
 //! # Checked on real hardware, and what is left to check
 //!
-//! `scripts/real-gpu-check.sh` (read-only) ran on one NVIDIA H100 80GB HBM3, driver 580.159.04,
-//! CUDA 13.0, MIG mode disabled (as found; never changed), on 2026-11-26:
+//! `scripts/real-gpu-check.sh` (read-only) ran on one NVIDIA H100 80GB HBM3 and one NVIDIA
+//! H200, driver 580.159.04, CUDA 13.0, MIG mode disabled on both (as found; never changed), on
+//! 2026-11-26:
 //!
 //! - [x] NVML loads from `libnvidia-ml.so.1`; [`discover`] reads index, product name
-//!   (`NVIDIA H100 80GB HBM3`, recognised as `h100-80gb`), UUID, 81559 MiB and MIG mode off;
-//!   the worker registers `gpu=1` and `gpu.<GPU-uuid>=1` with the `gpu.*` labels.
+//!   (`NVIDIA H100 80GB HBM3` recognised as `h100-80gb`, 81559 MiB; `NVIDIA H200` as
+//!   `h200-141gb`, 143771 MiB), UUID and MIG mode off; the worker registers `gpu=1` and
+//!   `gpu.<GPU-uuid>=1` with the `gpu.*` labels.
 //! - [x] The profile table through `nvmlDeviceGetGpuInstanceProfileInfo` answers with MIG mode
-//!   off, and `nvmlDeviceGetGpuInstancePossiblePlacements_v2` (raw) lists placements: all 7
-//!   profiles (ids 19, 20, 15, 14, 9, 5, 0) agree with escher's H100 table in GPCs, instance
-//!   counts and placements, and with `nvidia-smi mig -lgip`/`-lgipp` (the MiB figures are now
-//!   in the table).
+//!   off, and `nvmlDeviceGetGpuInstancePossiblePlacements_v2` (raw) lists placements, as
+//!   `nvidia-smi mig -lgip`/`-lgipp` print them. H100: all 7 profiles (ids 19, 20, 15, 14, 9, 5,
+//!   0) agreed with escher's table in GPCs, instance counts and placements. H200: 5 of 7 agreed;
+//!   the check found the two places where our table had been assumed wrong (no `1g.18gb+me`,
+//!   and 18 GB for a `1g.18gb` that has 16384 MiB); with the table corrected, a second run on
+//!   another H200 agreed on all 7. The MiB figures of both tables are the drivers'.
 //! - [x] [`metrics`]: `gpu.0.utilization` and `gpu.0.memory_used_mib` read.
-//! - [x] A command task given `gpu=1` saw `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` set
-//!   to the GPU's UUID, `nvidia-smi -L` listed that GPU and PyTorch ran a matrix product on it;
-//!   a task given no GPU saw `CUDA_VISIBLE_DEVICES=` and PyTorch found 0 devices; two tasks of
-//!   `gpu=0.5` shared the GPU and both ran.
+//! - [x] On both GPUs, a command task given `gpu=1` saw `CUDA_VISIBLE_DEVICES` and
+//!   `NVIDIA_VISIBLE_DEVICES` set to the GPU's UUID, `nvidia-smi -L` listed that GPU and PyTorch
+//!   ran a matrix product on it; a task given no GPU saw `CUDA_VISIBLE_DEVICES=` and PyTorch
+//!   found 0 devices; two tasks of `gpu=0.5` shared the GPU and both ran.
 //! - [ ] MIG devices ([`mig_devices`]: enumeration, `nvmlDeviceGetGpuInstanceById` placements,
 //!   the unprivileged inference), [`reconfigure`], and per-slice memory figures: they need MIG
 //!   mode on, which the check may not switch (switching can reset the GPU). Run the script
 //!   on a GPU whose operator has enabled MIG.
-//! - [ ] The H200's table (assumed from the H100's): run the script on an H200.
+//! - [ ] Another driver release, and the A100s (their tables come from NVIDIA's documents and
+//!   go-nvml's mock, never from a driver here).
 #![allow(unsafe_code)]
 
 use std::mem::MaybeUninit;
