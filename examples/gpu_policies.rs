@@ -4,7 +4,7 @@
 //!
 //! Run it with `cargo run --release --example gpu_policies`. Every input the papers do not
 //! give is assumed and documented where it is defined: the speed, power and memory models in
-//! `esl/src/gpu/sim/model.rs`, the two-tenant workload in `esl/src/gpu/migrator/workload.rs`,
+//! `proto/src/mig/work.rs`, the two-tenant workload in `esl/src/gpu/migrator/workload.rs`,
 //! MPS interference in `esl/src/gpu/shares.rs`. The claim is the direction and rough size of
 //! each gain, not the papers' exact numbers.
 //!

@@ -33,6 +33,8 @@
 //! - `reachability.rs`: [`maximal_layouts`], [`reachable`], [`reachability`], [`best_start`]
 //!   (MIGM's future configuration reachability).
 //! - `reconfiguration.rs`: [`diff`] and [`LatencyModel`] (MIGRator's reconfiguration cost).
+//! - `work.rs`: what a simulated GPU runs ([`JobModel`], [`MemoryModel`], [`InferenceModel`])
+//!   and how fast and at what power ([`SpeedModel`], [`PowerModel`]).
 //! - `error.rs`: [`MigError`].
 
 mod error;
@@ -44,6 +46,7 @@ mod profile;
 mod reachability;
 mod reconfiguration;
 mod tables;
+mod work;
 
 pub use error::MigError;
 pub use layout::Layout;
@@ -54,3 +57,4 @@ pub use reachability::{
     best_start, maximal_layouts, maximal_layouts_with, reachability, reachable, reachable_with,
 };
 pub use reconfiguration::{LatencyModel, ReconfigurationCost, diff};
+pub use work::{InferenceModel, JobModel, MemoryModel, PowerModel, SpeedModel};

@@ -2,7 +2,7 @@
 //! policies' tests and for the reproductions of the papers. It is built on the real MIG model
 //! (every layout it takes is checked by [`Layout`], and every change is recorded in
 //! [`SimGpu::history`]), MIGRator's [`LatencyModel`] for instance creation and model loading,
-//! and the [`SpeedModel`] and [`PowerModel`] of `model.rs`.
+//! and the [`SpeedModel`] and [`PowerModel`] of `escher_proto::mig` (`work.rs`).
 //!
 //! Time advances in ticks of [`SimGpu::tick_ms`]; a task's progress, an instance's creation
 //! and a replica's service move on by one tick at a time, so event times are multiples of the
@@ -18,8 +18,8 @@ use std::collections::{BTreeMap, VecDeque};
 use escher_proto::mig::{LatencyModel, Layout, Placement};
 use escher_proto::types::TaskId;
 
-use super::model::{InferenceModel, JobModel, PowerModel, SpeedModel};
 use crate::gpu::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
+use escher_proto::mig::{InferenceModel, JobModel, PowerModel, SpeedModel};
 
 /// What a simulated task runs.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -1,6 +1,8 @@
-//! What the simulated GPU runs and how fast: [`JobModel`] (a batch job: work, parallelism,
+//! What a simulated GPU runs and how fast: [`JobModel`] (a batch job: work, parallelism,
 //! PCIe-boundness, memory), [`InferenceModel`] (a replica's capacity), [`SpeedModel`] and
-//! [`PowerModel`].
+//! [`PowerModel`]. Shared by the GPU policies' in-memory fake (`escher_esl::gpu::SimGpu`) and
+//! the framework's simulated GPU (`escher sim-work`, the program a task runs on a worker's
+//! `--sim-gpu` slice), so both run work at the same speed.
 //!
 //! # Assumptions (the papers do not give these numbers)
 //!
@@ -15,11 +17,8 @@
 //!   clocked). 50 W and 200 W: an A100 PCIe's 250 W board power when all of it is busy. With
 //!   this model energy tracks throughput, as MIGM reports ("energy savings tracks closely with
 //!   the throughput improvements"); only ratios of energies are meaningful.
-//!
-//! The framework's own simulated GPU (issue 13, branch `gpu-api`) will carry the shared speed
-//! and power models in `escher_proto::mig`; this one is the policies' test fake.
 
-use escher_proto::mig::Profile;
+use super::Profile;
 
 /// How a batch job's memory behaves.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -185,8 +184,7 @@ impl PowerModel {
 
 #[cfg(test)]
 mod tests {
-    use escher_proto::mig::GpuModel;
-
+    use super::super::GpuModel;
     use super::*;
 
     #[test]
