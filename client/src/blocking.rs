@@ -170,6 +170,15 @@ impl BlockingClient {
         self.run(self.inner.cancel(tasks))
     }
 
+    /// See [`Client::requeue`].
+    pub fn requeue(
+        &self,
+        task: impl Into<TaskId>,
+        resources: ResourceSet,
+    ) -> Result<TaskStatus, ClientError> {
+        self.run(self.inner.requeue(task, resources))
+    }
+
     /// See [`Client::task_info`].
     pub fn task_info(&self, task: impl Into<TaskId>) -> Result<TaskInfo, ClientError> {
         self.run(self.inner.task_info(task))

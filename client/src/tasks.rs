@@ -16,8 +16,8 @@ use escher_proto::types::{
     WaitReply, WaitRequest,
 };
 use escher_proto::{
-    ConvertError, LogStream, TaskId, TaskInfo, TaskResult, TaskState, TaskStatus, TaskSummary,
-    codec, wire,
+    ConvertError, LogStream, ResourceSet, TaskId, TaskInfo, TaskResult, TaskState, TaskStatus,
+    TaskSummary, codec, wire,
 };
 use serde::de::DeserializeOwned;
 use tokio::time::Instant;
@@ -288,6 +288,38 @@ impl Client {
         Ok(CancelReply::try_from(reply)?.tasks)
     }
 
+    /// Runs a pending or running task again under its id with `resources` in place of the
+    /// ones it asked for: a pending task takes them at once; a running one is stopped (as a
+    /// cancel stops it) and, once its worker confirms, waits again as its next attempt. This is
+    /// how a GPU policy restarts a job on a larger MIG slice after
+    /// [`TaskResult::OutOfMemory`], or before it, keeping the task's identity: one id, one
+    /// result, its attempts in [`Client::task_info`]. A finished task is refused (submit a new
+    /// one), as is a reservation's bundle holder. Names are qualified with the task's
+    /// namespace, as a submission's are.
+    pub async fn requeue(
+        &self,
+        task: impl Into<TaskId>,
+        resources: ResourceSet,
+    ) -> Result<TaskStatus, ClientError> {
+        let task = task.into();
+        let ticket = self.ticket();
+        let request = wire::RequeueRequest {
+            task_id: task.0,
+            resources: resources.into(),
+            key: Some(ticket.key().into()),
+        };
+        let reply = self
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.requeue(request).await }
+            })
+            .await?;
+        let status = reply
+            .task
+            .ok_or_else(|| ConvertError::new("task", Problem::Missing))?;
+        Ok(TaskStatus::try_from(status)?)
+    }
+
     /// Everything the head knows about one task: its spec, status, pending reason and times.
     pub async fn task_info(&self, task: impl Into<TaskId>) -> Result<TaskInfo, ClientError> {
         let request = wire::DescribeTaskRequest::from(task.into());
@@ -433,6 +465,7 @@ pub fn failure_reason(status: &TaskStatus) -> String {
         Some(TaskResult::Exited { code }) => format!("exit code {code}"),
         Some(TaskResult::Returned(_)) => "the function returned, yet was marked failed".into(),
         Some(TaskResult::Released) => "the ghost was released".into(),
+        Some(oom @ TaskResult::OutOfMemory { .. }) => oom.to_string(),
         None => "no reason given".into(),
     }
 }
@@ -448,6 +481,10 @@ fn returned_bytes(id: TaskId, result: TaskResult) -> Result<Vec<u8>, ClientError
         TaskResult::Released => Err(ClientError::WrongResultKind {
             id,
             found: "a released ghost".into(),
+        }),
+        oom @ TaskResult::OutOfMemory { .. } => Err(ClientError::WrongResultKind {
+            id,
+            found: oom.to_string(),
         }),
     }
 }

@@ -229,6 +229,13 @@ impl Cluster for FakeHead {
         }
     }
 
+    async fn requeue(
+        &self,
+        _: Request<wire::RequeueRequest>,
+    ) -> Result<Response<wire::RequeueReply>, Status> {
+        Err(Status::unimplemented("the fake head does not requeue"))
+    }
+
     async fn cancel(
         &self,
         request: Request<wire::CancelRequest>,

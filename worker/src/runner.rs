@@ -7,16 +7,23 @@
 //! | function | its handler, in its own tokio task        | `Returned(bytes)`, or `Err(why)`   |
 //! | ghost    | nothing: a timer and a cancellation token | `Released`                         |
 //!
+//! A command that exits with a code other than 0 after stating `out_of_memory used_mib=..
+//! limit_mib=..` in its outcome file (`ESCHER_OUTCOME_FILE`, beside its logs) ends with
+//! `OutOfMemory { used_mib, limit_mib }` instead of its exit code.
+//!
 //! Every kind honours the task's `timeout` (`timed_out: true`) and the cancellation token (the
 //! head's `CancelTask`, or the worker shutting down). A handler runs in a task of its own so
 //! that a panic is caught as a `JoinError` and reported as the task's error, and so that
 //! cancelling it is dropping it. A ghost costs one small tokio task: no process, no thread.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use escher_proto::types::{Assignment, OUTPUT_TAIL_BYTES, OutputTail, TaskFinished};
+use escher_proto::types::{
+    Assignment, MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, OUTPUT_TAIL_BYTES, OutputTail, TaskFinished,
+    parse_outcome,
+};
 use escher_proto::{Namespace, NodeId, TaskKind, TaskResult};
 use tokio_util::sync::CancellationToken;
 
@@ -89,7 +96,13 @@ pub(crate) async fn run_task(
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
                 .env("ESCHER_ATTEMPT", a.attempt.to_string())
-                .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token);
+                .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token)
+                .env(
+                    OUTCOME_FILE_ENV,
+                    outcome_path(&env.log_dir, a.task_id.0, a.attempt)
+                        .display()
+                        .to_string(),
+                );
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
             }
@@ -117,7 +130,8 @@ pub(crate) async fn run_task(
             opts.timeout = timeout;
             let latency = Arc::clone(&env.spawn_latency);
             opts = opts.on_spawn(move || latency.observe(assigned.elapsed()));
-            command(a.task_id.0, a.attempt, &spec, &opts, cancel).await
+            let outcome = command(a.task_id.0, a.attempt, &spec, &opts, cancel).await;
+            stated_outcome(&env.log_dir, a.task_id.0, a.attempt, outcome).await
         }
         TaskKind::Function { name, args } => {
             let ctx = TaskContext::new(
@@ -174,6 +188,35 @@ async fn output_tail(log_dir: &std::path::Path, task_id: u64, attempt: u32) -> O
 }
 
 type Outcome = (Result<TaskResult, String>, bool);
+
+/// Where a command attempt may state its outcome ([`OUTCOME_FILE_ENV`]): beside its logs.
+fn outcome_path(log_dir: &Path, task_id: u64, attempt: u32) -> PathBuf {
+    log_dir.join(format!("{task_id}-{attempt}.outcome"))
+}
+
+/// A command's outcome, as its outcome file states it when it exited with a code other than 0
+/// (an out-of-memory failure), else as it was. The file is removed either way.
+async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Outcome) -> Outcome {
+    let path = outcome_path(log_dir, task_id, attempt);
+    let read = move || {
+        use std::io::Read;
+        let mut text = String::new();
+        let file = std::fs::File::open(&path).ok()?;
+        let _ = file
+            .take(MAX_OUTCOME_BYTES as u64)
+            .read_to_string(&mut text);
+        let _ = std::fs::remove_file(&path);
+        Some(text)
+    };
+    let text = tokio::task::spawn_blocking(read).await.ok().flatten();
+    match (&outcome.0, text) {
+        (Ok(TaskResult::Exited { code }), Some(text)) if *code != 0 => match parse_outcome(&text) {
+            Some(stated) => (Ok(stated), outcome.1),
+            None => outcome,
+        },
+        _ => outcome,
+    }
+}
 
 async fn command(
     task_id: u64,

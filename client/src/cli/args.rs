@@ -18,11 +18,12 @@ use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
 use super::nodes::NodesArgs;
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
+use super::simwork::SimWorkArgs;
 use super::status::StatusArgs;
 use super::submit::SubmitArgs;
 use super::telemetry::{ReportArgs, TelemetryArgs};
 use super::top::TopArgs;
-use super::wait::{CancelArgs, GetArgs, WaitArgs};
+use super::wait::{CancelArgs, GetArgs, RequeueArgs, WaitArgs};
 use crate::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
 
 /// escher: submit tasks to an escher cluster, watch them, and shape scheduling with ephemeral
@@ -87,6 +88,12 @@ pub enum Command {
     Wait(WaitArgs),
     /// Cancel tasks
     Cancel(CancelArgs),
+    /// Run a pending or running task again under its id with other resources (a larger MIG
+    /// slice after running out of memory, say); a running one is stopped first
+    Requeue(RequeueArgs),
+    /// Inside a task on a simulated GPU (--sim-gpu): run a GPU job's model (time, memory,
+    /// out-of-memory, energy) on the device the task was given
+    SimWork(SimWorkArgs),
     /// Print a command task's stdout (or stderr) as raw bytes
     Logs(LogsArgs),
     /// List tasks, optionally only those in one state

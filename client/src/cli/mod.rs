@@ -10,6 +10,9 @@
 //!   get ID [--timeout SECS]         wait for a task; show its outcome and result
 //!   wait ID... [--num N] [--timeout SECS]
 //!   cancel ID...
+//!   requeue ID --resources RESOURCES
+//!                                   run a pending or running task again under its id with
+//!                                   other resources (a running one is stopped first)
 //!   reserve NAME --bundle RESOURCES... [--strategy S] [--timeout SECS] [--wait]
 //!                                   reserve bundles all or nothing; release: cancel ID...
 //!   gpus                            every node's GPUs, MIG slices, and which task holds each
@@ -24,6 +27,9 @@
 //!   resource set NAME CAPACITY  (--local | --node ID | --match RESOURCES [--num-nodes N])
 //!   resource adjust NAME DELTA  (same targets)
 //!   resource delete NAME        (same targets)
+//!   sim-work --work SECONDS [--gpcs N] [--mem-gb GB [--mem-growth-gb GB]] [--scale F]
+//!                                   inside a task on a simulated GPU: run a GPU job's model
+//!                                   (time, memory, out-of-memory, energy) on its device
 //!   heads                           the head group's replicas: role, term, commit, applied
 //!   heads add ID=HOST:PORT          add a replica (started with --join); heads remove ID
 //!   completion bash|zsh|fish|elvish|powershell
@@ -69,6 +75,7 @@ mod nodes;
 mod render;
 mod reserve;
 mod resource;
+mod simwork;
 mod status;
 mod submit;
 mod telemetry;
@@ -81,10 +88,11 @@ pub use heads::{HeadsArgs, HeadsChange, render_heads};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
 pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
+pub use simwork::{SIM_SCALE_ENV, SimWorkArgs};
 pub use status::{StatusArgs, StatusJson, render_status};
 pub use submit::SubmitArgs;
 pub use telemetry::{ReportArgs, TelemetryArgs, render_telemetry};
-pub use wait::{CancelArgs, GetArgs, WaitArgs, render_get};
+pub use wait::{CancelArgs, GetArgs, RequeueArgs, WaitArgs, render_get};
 
 use ctx::Ctx;
 
@@ -156,6 +164,8 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Get(a) => a.run(ctx).await,
         Command::Wait(a) => a.run(ctx).await,
         Command::Cancel(a) => a.run(ctx).await,
+        Command::Requeue(a) => a.run(ctx).await,
+        Command::SimWork(a) => a.run(ctx).await,
         Command::Logs(a) => a.run(ctx).await,
         Command::Tasks(a) => a.run(ctx).await,
         Command::Info(a) => a.run(ctx).await,

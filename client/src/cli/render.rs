@@ -53,6 +53,10 @@ pub(crate) fn result(result: Option<&TaskResult>) -> String {
         Some(TaskResult::Exited { code }) => format!("exit code {code}"),
         Some(TaskResult::Returned(bytes)) => format!("returned {}", hex_preview(bytes)),
         Some(TaskResult::Released) => "released".to_string(),
+        Some(TaskResult::OutOfMemory {
+            used_mib,
+            limit_mib,
+        }) => format!("out of memory ({used_mib} of {limit_mib} MiB)"),
     }
 }
 

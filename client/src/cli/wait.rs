@@ -1,4 +1,5 @@
-//! `escher get`, `escher wait` and `escher cancel`, and the progress bar for long waits.
+//! `escher get`, `escher wait`, `escher cancel` and `escher requeue`, and the progress bar for
+//! long waits.
 //!
 //! `get` waits for one task and shows its outcome (exit code, returned bytes as length and
 //! hex, or a released ghost); it exits 0 only if the task succeeded (a failed command task
@@ -21,7 +22,7 @@ use std::time::Duration;
 
 use clap::Args;
 use escher_proto::types::{ClusterEvent, MAX_WATCH_TASKS, WatchKind, WatchRequest};
-use escher_proto::{TaskId, TaskState, TaskStatus};
+use escher_proto::{ResourceSet, TaskId, TaskState, TaskStatus};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
@@ -68,6 +69,18 @@ pub struct CancelArgs {
     /// The tasks
     #[arg(value_name = "ID", required = true, num_args = 1..)]
     pub ids: Vec<TaskId>,
+}
+
+/// Options of `escher requeue`.
+#[derive(Debug, Clone, Args)]
+pub struct RequeueArgs {
+    /// The task
+    #[arg(value_name = "ID")]
+    pub id: TaskId,
+
+    /// Its resources from now on, replacing all it asked for, e.g. mig.2g.10gb=1,cpu=1
+    #[arg(long, short = 'r', value_name = "RESOURCES", required = true)]
+    pub resources: ResourceSet,
 }
 
 /// What `escher wait --json` prints.
@@ -172,6 +185,19 @@ impl CancelArgs {
             ctx.emit_json(&after)?;
         } else {
             ctx.emit(&statuses(&after))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl RequeueArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let after = client.requeue(self.id, self.resources).await?;
+        if ctx.json {
+            ctx.emit_json(&after)?;
+        } else {
+            ctx.emit(&statuses(std::slice::from_ref(&after)))?;
         }
         Ok(ExitCode::SUCCESS)
     }

@@ -71,8 +71,8 @@ pub fn need(path: &str) -> Option<Need> {
     Some(match (service, method) {
         (
             "escher.v1.Cluster",
-            "Submit" | "Run" | "Wait" | "Cancel" | "DescribeTask" | "ListTasks" | "SetResources"
-            | "TaskLogs" | "Reserve" | "ReportTelemetry" | "Telemetry",
+            "Submit" | "Run" | "Wait" | "Cancel" | "Requeue" | "DescribeTask" | "ListTasks"
+            | "SetResources" | "TaskLogs" | "Reserve" | "ReportTelemetry" | "Telemetry",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
         (

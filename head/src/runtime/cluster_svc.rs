@@ -241,6 +241,29 @@ impl Cluster for ClusterService {
         }
     }
 
+    async fn requeue(
+        &self,
+        request: Request<wire::RequeueRequest>,
+    ) -> Result<Response<wire::RequeueReply>, Status> {
+        let caller = self.caller(&request).await?;
+        let request = request.into_inner();
+        let key = key(request.key)?;
+        let task = TaskId(request.task_id);
+        let resources = escher_proto::ResourceSet::try_from(request.resources)
+            .map_err(|e| Status::invalid_argument(format!("resources: {e}")))?;
+        check_visible(&self.owner, &caller, &[task]).await?;
+        match self
+            .owner
+            .apply(Command::Requeue { task, resources }, key)
+            .await?
+        {
+            Reply::Requeued(status) => Ok(Response::new(wire::RequeueReply {
+                task: Some(status.into()),
+            })),
+            other => Err(unexpected(other)),
+        }
+    }
+
     async fn describe_task(
         &self,
         request: Request<wire::DescribeTaskRequest>,

@@ -248,6 +248,9 @@ impl ClusterState {
                 Reply::Done
             }
             Command::Cancel { tasks } => Reply::Cancelled(self.cancel(&tasks, now)?),
+            Command::Requeue { task, resources } => {
+                Reply::Requeued(self.requeue(task, resources, now)?)
+            }
             Command::Tick => {
                 self.core_event(Event::Tick, now);
                 Reply::Done

@@ -162,6 +162,13 @@ pub enum Command {
         /// Wait for busy slices to drain instead of refusing.
         drain: bool,
     },
+    /// Run a pending or running task again under its id with other resources (`requeue.rs`).
+    Requeue {
+        /// The task.
+        task: TaskId,
+        /// Its resources from now on, as the caller names them.
+        resources: ResourceSet,
+    },
 }
 
 impl Command {
@@ -185,6 +192,7 @@ impl Command {
             Command::TaskDevices { .. } => "task_devices",
             Command::GpusChanged { .. } => "gpus_changed",
             Command::ApplyMigLayout { .. } => "apply_mig_layout",
+            Command::Requeue { .. } => "requeue",
         }
     }
 }
@@ -207,6 +215,8 @@ pub enum Reply {
     ResourcesSet(Vec<Vec<NodeId>>),
     /// The tasks' statuses after a cancel.
     Cancelled(Vec<TaskStatus>),
+    /// The task's status after a requeue.
+    Requeued(TaskStatus),
     /// What a MIG layout change does (it goes on in the background).
     MigPlan(MigPlan),
     /// A token created or revoked.

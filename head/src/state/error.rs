@@ -144,6 +144,14 @@ pub enum ApplyError {
         /// The write.
         seq: u64,
     },
+    /// A requeue named a task that cannot take one now.
+    #[error("task {task} cannot be requeued: {why}")]
+    CannotRequeue {
+        /// The task.
+        task: TaskId,
+        /// Why not.
+        why: String,
+    },
     /// A task id was listed twice in one call.
     #[error("task {0} is listed twice")]
     DuplicateTask(TaskId),
@@ -248,6 +256,7 @@ impl ApplyError {
                 ApplyError::CallerNotRunning { .. }
                     | ApplyError::MigBusy { .. }
                     | ApplyError::MigInProgress { .. }
+                    | ApplyError::CannotRequeue { .. }
                     | ApplyError::NodeUnavailable { .. }
                     | ApplyError::TokenExists(_)
                     | ApplyError::TooManyTokens(_)

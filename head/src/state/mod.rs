@@ -37,6 +37,7 @@ mod gpus;
 mod nodes;
 mod queries;
 mod record;
+mod requeue;
 mod resources;
 mod retention;
 mod sessions;

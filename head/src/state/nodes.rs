@@ -227,18 +227,28 @@ impl ClusterState {
             if rec.native || !still {
                 continue;
             }
-            let cancel = rec.cancel_requested;
+            let requeue = rec.requeue.is_some();
+            let cancel = rec.cancel_requested || requeue;
             match (reported.contains(&(task, attempt)), cancel) {
                 (true, false) => {}
                 (true, true) => self.effects.push(Effect::Cancel {
                     node,
                     task,
                     attempt,
-                    reason: "cancelled by request".into(),
+                    reason: if requeue {
+                        "requeued"
+                    } else {
+                        "cancelled by request"
+                    }
+                    .into(),
                 }),
                 (false, true) => {
                     self.ghost_resources(task, node, false, now);
                     self.core_event(Event::TaskFinished { task }, now);
+                    if requeue {
+                        self.requeued_attempt_ended(task, now);
+                        continue;
+                    }
                     let why = Some("cancelled by request before it started".to_string());
                     self.terminate(task, TaskState::Cancelled, why, None, now);
                 }

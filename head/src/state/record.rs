@@ -79,6 +79,9 @@ pub struct TaskRecord {
     pub hook_errors: Vec<String>,
     /// Its attempts, oldest first (the last [`MAX_ATTEMPTS_KEPT`]).
     pub attempts: Vec<AttemptRecord>,
+    /// A requeue asked for while it ran: the resources it waits with once the worker confirms
+    /// its attempt stopped (`requeue.rs`).
+    pub requeue: Option<ResourceSet>,
 }
 
 /// One attempt of a task: where it went, how it ended, the tail of its output.
@@ -119,6 +122,7 @@ impl TaskRecord {
             cancel_requested: false,
             native: false,
             devices: None,
+            requeue: None,
             hook_errors: Vec::new(),
             attempts: Vec::new(),
         }
@@ -168,6 +172,7 @@ impl TaskRecord {
             Some(TaskResult::Exited { code }) => format!("exited with code {code}"),
             Some(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
             Some(TaskResult::Released) => "released".to_string(),
+            Some(oom @ TaskResult::OutOfMemory { .. }) => oom.to_string(),
             None => self.state.to_string(),
         })
     }

@@ -227,6 +227,11 @@ impl ClusterState {
         // the release starts could admit a waiting task to the bundle of a ghost that ended.
         self.ghost_resources(id, node, false, now);
         self.core_event(Event::TaskFinished { task: id }, now);
+        if self.tasks.get(&id).is_some_and(|r| r.requeue.is_some()) {
+            // Stopped for a requeue (or it ended first): it runs again with its new resources.
+            self.requeued_attempt_ended(id, now);
+            return;
+        }
         if cancel_requested {
             // Kept if it fits: the limit bounds what the replicated state stores either way.
             let limit = self.config.max_result_bytes;
@@ -248,6 +253,14 @@ impl ClusterState {
                 // Running it again would give the same result: no retry.
                 self.terminate(id, TaskState::Failed, Some(why), None, now);
                 return;
+            }
+            Ok(oom @ TaskResult::OutOfMemory { .. }) => {
+                let why = if report.timed_out {
+                    format!("timed out, then {oom}")
+                } else {
+                    oom.to_string()
+                };
+                (why, Some(oom))
             }
             Ok(TaskResult::Exited { code }) if code != 0 => {
                 let why = match (report.timed_out, timeout) {
@@ -346,6 +359,11 @@ impl ClusterState {
             return;
         };
         rec.end_attempt(|| why.clone());
+        if rec.requeue.is_some() {
+            // It was being stopped for a requeue anyway: it runs again with the new resources.
+            self.requeued_attempt_ended(id, now);
+            return;
+        }
         if rec.cancel_requested {
             let why = Some(format!("cancelled by request ({why})"));
             self.terminate(id, TaskState::Cancelled, why, None, now);

@@ -52,6 +52,10 @@ pub enum Op {
         pick: u8,
         also_unknown: bool,
     },
+    Requeue {
+        pick: u8,
+        cpu: u8,
+    },
     Set {
         pick: u8,
         res: u8,
@@ -92,6 +96,7 @@ pub fn op() -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(|pick| Op::Started { pick }),
         1 => (any::<u8>(), any::<bool>())
             .prop_map(|(pick, also_unknown)| Op::Cancel { pick, also_unknown }),
+        1 => (any::<u8>(), 0..3u8).prop_map(|(pick, cpu)| Op::Requeue { pick, cpu }),
         2 => (any::<u8>(), 0..3u8, 0..4u8).prop_map(|(pick, res, cap)| Op::Set { pick, res, cap }),
         2 => (any::<u8>(), 0..3u8, -3..4i8)
             .prop_map(|(pick, res, delta)| Op::Adjust { pick, res, delta }),
@@ -220,6 +225,10 @@ pub fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
                 attempt: t.state.task(task)?.attempt,
             }
         }
+        Op::Requeue { pick: p, cpu } => Command::Requeue {
+            task: pick(&ids, p)?,
+            resources: format!("cpu={cpu}").parse().unwrap(),
+        },
         Op::Cancel {
             pick: p,
             also_unknown,

@@ -262,6 +262,13 @@ impl From<TaskFinished> for wire::TaskFinished {
             Ok(TaskResult::Exited { code }) => Outcome::ExitCode(code),
             Ok(TaskResult::Returned(bytes)) => Outcome::Returned(bytes),
             Ok(TaskResult::Released) => Outcome::Released(wire::Released {}),
+            Ok(TaskResult::OutOfMemory {
+                used_mib,
+                limit_mib,
+            }) => Outcome::OutOfMemory(wire::OutOfMemory {
+                used_mib,
+                limit_mib,
+            }),
             Err(e) => Outcome::Error(e),
         };
         wire::TaskFinished {
@@ -287,6 +294,10 @@ impl TryFrom<wire::TaskFinished> for TaskFinished {
             Outcome::ExitCode(code) => Ok(TaskResult::Exited { code }),
             Outcome::Returned(bytes) => Ok(TaskResult::Returned(bytes)),
             Outcome::Released(wire::Released {}) => Ok(TaskResult::Released),
+            Outcome::OutOfMemory(w) => Ok(TaskResult::OutOfMemory {
+                used_mib: w.used_mib,
+                limit_mib: w.limit_mib,
+            }),
             Outcome::Error(e) => Err(e),
         };
         let output = match w.output {

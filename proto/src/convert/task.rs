@@ -197,6 +197,13 @@ impl From<TaskResult> for wire::TaskResult {
             TaskResult::Exited { code } => task_result::Result::ExitCode(code),
             TaskResult::Returned(bytes) => task_result::Result::Returned(bytes),
             TaskResult::Released => task_result::Result::Released(wire::Released {}),
+            TaskResult::OutOfMemory {
+                used_mib,
+                limit_mib,
+            } => task_result::Result::OutOfMemory(wire::OutOfMemory {
+                used_mib,
+                limit_mib,
+            }),
         };
         wire::TaskResult {
             result: Some(result),
@@ -211,6 +218,10 @@ impl TryFrom<wire::TaskResult> for TaskResult {
             task_result::Result::ExitCode(code) => TaskResult::Exited { code },
             task_result::Result::Returned(bytes) => TaskResult::Returned(bytes),
             task_result::Result::Released(wire::Released {}) => TaskResult::Released,
+            task_result::Result::OutOfMemory(w) => TaskResult::OutOfMemory {
+                used_mib: w.used_mib,
+                limit_mib: w.limit_mib,
+            },
         })
     }
 }

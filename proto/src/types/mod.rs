@@ -24,6 +24,7 @@ mod labels;
 mod link;
 mod name;
 mod node_spec;
+mod outcome;
 mod resource_set;
 mod retention;
 mod status;
@@ -59,6 +60,7 @@ pub use link::{
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
+pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{

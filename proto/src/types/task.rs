@@ -142,6 +142,44 @@ pub enum TaskResult {
     Returned(Vec<u8>),
     /// A ghost task ended (released, TTL, or cancelled).
     Released,
+    /// The task ran out of its GPU's or MIG slice's memory: a failure, reported by the
+    /// simulated GPU (`escher sim-work`) or by a real task through its outcome file
+    /// (`ESCHER_OUTCOME_FILE`). A policy that sees it can run the task again with a larger
+    /// slice under the same id (`Client::requeue`).
+    OutOfMemory {
+        /// MiB it was using or asking for when it ran out.
+        used_mib: u64,
+        /// MiB its device has.
+        limit_mib: u64,
+    },
+}
+
+impl TaskResult {
+    /// Whether this outcome is a success: exit code 0, a function's return, a ghost's end.
+    pub fn is_success(&self) -> bool {
+        match self {
+            TaskResult::Exited { code } => *code == 0,
+            TaskResult::Returned(_) | TaskResult::Released => true,
+            TaskResult::OutOfMemory { .. } => false,
+        }
+    }
+}
+
+impl std::fmt::Display for TaskResult {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskResult::Exited { code } => write!(f, "exit code {code}"),
+            TaskResult::Returned(bytes) => write!(f, "returned {} bytes", bytes.len()),
+            TaskResult::Released => f.write_str("released"),
+            TaskResult::OutOfMemory {
+                used_mib,
+                limit_mib,
+            } => write!(
+                f,
+                "out of GPU memory ({used_mib} MiB needed, {limit_mib} MiB on its device)"
+            ),
+        }
+    }
 }
 
 /// Where a task is and why, as the API reports it.

@@ -340,6 +340,12 @@ impl Cluster for Services {
     ) -> Result<Response<wire::CancelReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn requeue(
+        &self,
+        _: Request<wire::RequeueRequest>,
+    ) -> Result<Response<wire::RequeueReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn describe_task(
         &self,
         _: Request<wire::DescribeTaskRequest>,
