@@ -4,8 +4,9 @@
 //!
 //! Topics: running out of a slice's memory is a typed failure (`OutOfMemory { used, limit }`),
 //! from the simulated GPU and from any command through its outcome file; a requeue runs a
-//! running task again under its id on a larger slice (its first attempt stopped first), and a
-//! pending one (an out-of-memory retry) at once; what a requeue refuses.
+//! running task again under its id on a larger slice (its first attempt stopped first), a
+//! failed one (out of memory) as its next attempt, and a pending one at once; what a requeue
+//! refuses.
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -182,36 +183,34 @@ async fn a_requeue_moves_a_running_task_to_a_larger_slice_under_its_id() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_out_of_memory_retry_is_requeued_on_a_larger_slice() {
+async fn a_task_that_ran_out_of_memory_is_reopened_on_a_larger_slice() {
     let (_cluster, client, _node) = gpu_cluster().await;
-    // Retries left: the out-of-memory attempt leaves it pending (or running again on the same
-    // slice, if the scheduler is quicker than this test); either way the requeue moves it.
-    let task = sim_work(&["--work", "2", "--mem-gb", "6"])
-        .resources_str("mig.1g.5gb=1")
-        .max_retries(50);
+    // No retries: the out-of-memory attempt fails the task, and the policy (here, the test)
+    // alone decides where it runs again: MIGM's restart on the next larger slice.
+    let task = sim_work(&["--work", "2", "--mem-gb", "6"]).resources_str("mig.1g.5gb=1");
     let id = within("submit", client.submit(task)).await.unwrap().id();
-    eventually("an out-of-memory attempt", || async {
-        let info = client.task_info(id).await.ok()?;
-        info.attempts
-            .iter()
-            .any(|a| {
-                a.ended
-                    .as_deref()
-                    .is_some_and(|e| e.contains("out of GPU memory"))
-            })
-            .then_some(())
-    })
-    .await;
-    within(
+    let failed = finished(&client, id).await;
+    assert!(
+        matches!(failed.result, Some(TaskResult::OutOfMemory { .. })),
+        "{failed:?}"
+    );
+    let reopened = within(
         "requeue",
         client.requeue(id, "mig.2g.10gb=1".parse().unwrap()),
     )
     .await
     .unwrap();
+    assert!(!reopened.state.is_terminal(), "{reopened:?}");
     let status = finished(&client, id).await;
     assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
     assert_eq!(status.result, Some(TaskResult::Exited { code: 0 }));
-    assert!(status.attempt >= 2, "{status:?}");
+    assert_eq!(status.attempt, 2);
+    let info = within("info", client.task_info(id)).await.unwrap();
+    let first = info.attempts[0].ended.clone().unwrap_or_default();
+    assert!(
+        first.contains("out of GPU memory (6144 MiB needed, 4864 MiB"),
+        "{first}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -288,12 +288,13 @@ impl Client {
         Ok(CancelReply::try_from(reply)?.tasks)
     }
 
-    /// Runs a pending or running task again under its id with `resources` in place of the
-    /// ones it asked for: a pending task takes them at once; a running one is stopped (as a
-    /// cancel stops it) and, once its worker confirms, waits again as its next attempt. This is
-    /// how a GPU policy restarts a job on a larger MIG slice after
-    /// [`TaskResult::OutOfMemory`], or before it, keeping the task's identity: one id, one
-    /// result, its attempts in [`Client::task_info`]. A finished task is refused (submit a new
+    /// Runs a task again under its id with `resources` in place of the ones it asked for: a
+    /// pending task takes them at once; a running one is stopped (as a cancel stops it) and,
+    /// once its worker confirms, waits again as its next attempt; a failed one is reopened as
+    /// its next attempt (those who waited for it were told it failed). This is how a GPU policy
+    /// restarts a job on a larger MIG slice after [`TaskResult::OutOfMemory`], or before it,
+    /// keeping the task's identity: one id, one result, its attempts in
+    /// [`Client::task_info`]. A task that succeeded or was cancelled is refused (submit a new
     /// one), as is a reservation's bundle holder. Names are qualified with the task's
     /// namespace, as a submission's are.
     pub async fn requeue(

@@ -1601,6 +1601,10 @@ proptest! {
             let Some(command) = command_for(&t, op, known) else { continue };
             // `try_apply` checks the invariants and that a refusal changed nothing.
             let before: Vec<_> = (1..=known).map(|i| t.state.status(TaskId(i))).collect();
+            let requeued = match &command {
+                Command::Requeue { task, .. } => Some(*task),
+                _ => None,
+            };
             let Ok(out) = t.try_apply(command) else { continue };
             if let Reply::Submitted(ids) = &out.reply {
                 known += ids.len() as u64;
@@ -1624,12 +1628,17 @@ proptest! {
                     }
                 }
             }
-            // Terminal states are final; retention may only shrink them to a tombstone and
-            // then forget that, never forget a task that is still going.
+            // Terminal states are final, but for a failed task that a requeue reopened;
+            // retention may only shrink them to a tombstone and then forget that, never forget
+            // a task that is still going.
             for (i, old) in before.iter().enumerate() {
                 let id = TaskId(i as u64 + 1);
                 let now = t.state.status(id);
                 match (old, &now) {
+                    (Some(old), Some(now)) if requeued == Some(id) && old.state == TaskState::Failed => {
+                        prop_assert!(!now.state.is_terminal());
+                        prop_assert_eq!(now.result.clone(), None);
+                    }
                     (Some(old), Some(now)) if old.state.is_terminal() => {
                         prop_assert_eq!(old.state, now.state);
                         prop_assert!(now.evicted || old == now);

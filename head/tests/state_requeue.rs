@@ -1,8 +1,9 @@
 //! Requeue in the head's state machine: a pending task takes its new resources at once; a
 //! running one is stopped, and runs again under its id as its next attempt with the new
 //! resources once its worker confirms; a report of the stopped attempt that comes first is
-//! its end all the same; a lost node ends the stopped attempt; finished tasks and reservation
-//! holders are refused with nothing changed; an out-of-memory report is a typed failure.
+//! its end all the same; a lost node ends the stopped attempt; a failed task is reopened;
+//! succeeded and unknown tasks are refused with nothing changed; an out-of-memory report is a
+//! typed failure.
 
 mod state_support;
 
@@ -141,6 +142,31 @@ fn out_of_memory_is_a_failure_that_retries_and_says_so() {
         status.reason.as_deref(),
         Some("out of GPU memory (6200 MiB needed, 4864 MiB on its device)")
     );
+}
+
+#[test]
+fn a_failed_task_is_reopened_on_a_larger_slice_under_its_id() {
+    let mut t = TestState::new();
+    let n = t.node("w1", "mig.1g.5gb=1,mig.2g.10gb=1,team/lane=1");
+    // No retries: the policy alone decides where it runs again. In a namespace: the new
+    // request's application names are qualified with it, physical ones stay as they are.
+    let (ids, _) = t.submit_in(Some("team"), vec![task("mig.1g.5gb=1").build()]);
+    let id = ids[0];
+    let oom = Ok(TaskResult::OutOfMemory {
+        used_mib: 6144,
+        limit_mib: 4864,
+    });
+    assert_eq!(t.finish_current(id, oom), [format!("terminal {id}")]);
+    assert_eq!(t.task_state(id), TaskState::Failed);
+    let out = requeue(&mut t, id, "mig.2g.10gb=1,lane=1").unwrap();
+    assert_eq!(out.fx(), [format!("assign {id}->{n} #2")]);
+    let status = t.status(id);
+    assert_eq!((status.state, status.attempt), (TaskState::Running, 2));
+    assert_eq!((status.result, status.finished_at_ms), (None, None));
+    assert_eq!(resources(&t, id), res("mig.2g.10gb=1,team/lane=1"));
+    assert_eq!(t.exit(id, 0), [format!("terminal {id}")]);
+    assert_eq!(t.task_state(id), TaskState::Succeeded);
+    check_invariants(&t.state);
 }
 
 #[test]

@@ -88,8 +88,8 @@ pub enum Command {
     Wait(WaitArgs),
     /// Cancel tasks
     Cancel(CancelArgs),
-    /// Run a pending or running task again under its id with other resources (a larger MIG
-    /// slice after running out of memory, say); a running one is stopped first
+    /// Run a pending, running or failed task again under its id with other resources (a
+    /// larger MIG slice after running out of memory, say); a running one is stopped first
     Requeue(RequeueArgs),
     /// Inside a task on a simulated GPU (--sim-gpu): run a GPU job's model (time, memory,
     /// out-of-memory, energy) on the device the task was given

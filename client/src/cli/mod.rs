@@ -11,8 +11,8 @@
 //!   wait ID... [--num N] [--timeout SECS]
 //!   cancel ID...
 //!   requeue ID --resources RESOURCES
-//!                                   run a pending or running task again under its id with
-//!                                   other resources (a running one is stopped first)
+//!                                   run a pending, running or failed task again under its
+//!                                   id with other resources (a running one is stopped first)
 //!   reserve NAME --bundle RESOURCES... [--strategy S] [--timeout SECS] [--wait]
 //!                                   reserve bundles all or nothing; release: cancel ID...
 //!   gpus                            every node's GPUs, MIG slices, and which task holds each

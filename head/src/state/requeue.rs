@@ -7,8 +7,13 @@
 //!   when the worker confirms the process is gone, the task is pending again with the new
 //!   resources, and its next placement is the next attempt. Until then the old attempt keeps
 //!   what it holds, so the task never runs twice at once.
-//! - A finished task is not reopened (its waiters and watchers were told it ended): submit a
-//!   new one. A reservation's bundle holder is the reservation's, not the caller's to resize.
+//! - A **failed** task is reopened: pending again with the new resources, its next placement
+//!   its next attempt (MIGM's restart after an out-of-memory failure, for a task submitted with
+//!   no retries so that the policy alone decides where it runs again). Those who waited for it
+//!   were told it failed; watchers see it pending again; its result and reason are cleared.
+//! - A task that succeeded or was cancelled is refused (submit a new one), as is one that
+//!   retention reduced to a tombstone. A reservation's bundle holder is the reservation's,
+//!   not the caller's to resize.
 //!
 //! The resources are qualified with the task's namespace as a submission's are.
 
@@ -17,7 +22,7 @@ use escher_proto::types::{NodeId, ResourceSet, TaskId, TaskState, TaskStatus};
 use super::apply::ClusterState;
 use super::command::Effect;
 use super::error::ApplyError;
-use super::tasks::millis;
+use super::tasks::{count_unfinished, millis};
 use crate::scheduler::{Event, Millis};
 
 impl ClusterState {
@@ -68,10 +73,23 @@ impl ClusterState {
                     reason: why,
                 });
             }
+            TaskState::Failed => {
+                rec.spec.resources = qualified;
+                rec.result = None;
+                rec.finished_at = None;
+                let ns = rec.namespace();
+                let created = rec.created_names();
+                self.retention.task_reopened(id);
+                count_unfinished(&mut self.unfinished, ns, true);
+                for name in created {
+                    self.creators.entry(name).or_default().insert(id);
+                }
+                self.resubmit(id, why, now);
+            }
             state => {
                 return Err(refuse(format!(
-                    "it has ended ({state}); submit a new task (requeue runs a pending or running \
-                     task again under its id)"
+                    "it has ended ({state}); submit a new task (requeue runs a pending, running \
+                     or failed task again under its id)"
                 )));
             }
         }

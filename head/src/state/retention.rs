@@ -121,6 +121,12 @@ impl Retention {
         self.finished.push_back(id);
     }
 
+    /// A finished task was reopened (a requeue of a failed task): it waits for eviction no
+    /// more. Rare, so a scan of the queue.
+    pub(crate) fn task_reopened(&mut self, id: TaskId) {
+        self.finished.retain(|t| *t != id);
+    }
+
     /// A node left (once per node).
     pub(crate) fn node_left(&mut self, id: NodeId) {
         self.dead.push_back(id);

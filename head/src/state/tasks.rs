@@ -645,7 +645,7 @@ fn release_holder(reservations: &mut BTreeMap<ResourceName, usize>, name: Resour
 }
 
 /// Counts a task of `namespace` in (`started`) or out of the unfinished totals.
-fn count_unfinished(
+pub(super) fn count_unfinished(
     unfinished: &mut BTreeMap<Namespace, u64>,
     namespace: Option<Namespace>,
     started: bool,

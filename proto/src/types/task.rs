@@ -145,7 +145,7 @@ pub enum TaskResult {
     /// The task ran out of its GPU's or MIG slice's memory: a failure, reported by the
     /// simulated GPU (`escher sim-work`) or by a real task through its outcome file
     /// (`ESCHER_OUTCOME_FILE`). A policy that sees it can run the task again with a larger
-    /// slice under the same id (`Client::requeue`).
+    /// slice under the same id (`Client::requeue` reopens a failed task).
     OutOfMemory {
         /// MiB it was using or asking for when it ran out.
         used_mib: u64,
