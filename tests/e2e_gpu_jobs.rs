@@ -82,10 +82,10 @@ async fn running_out_of_memory_is_a_typed_failure() {
     let mem: Vec<f64> = reported[0]
         .samples
         .iter()
-        .filter(|s| s.key == "mem_mib")
+        .filter(|s| s.key == "mem_requested_gb")
         .map(|s| s.value)
         .collect();
-    assert_eq!(mem, [6144.0; 4]);
+    assert_eq!(mem, [6.0; 4]);
 
     // Any command states it through its outcome file; a file that states nothing known leaves
     // the exit code.

@@ -12,7 +12,8 @@ use std::time::Duration;
 
 use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, NodeId, NodeSpec,
+    Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigPlan, NodeGpus,
+    NodeId, NodeSpec,
     ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskState,
     TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
 };
@@ -82,6 +83,29 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         after_ms: Option<u64>,
     ) -> impl Future<Output = Result<Vec<TaskTelemetry>, EslError>> + Send;
 
+    /// Runs a pending, running or failed task again under its id with `resources` (see
+    /// [`Client::requeue`]): how a GPU policy moves a job to a larger slice, keeping its
+    /// identity.
+    fn requeue(
+        &self,
+        task: TaskId,
+        resources: ResourceSet,
+    ) -> impl Future<Output = Result<TaskStatus, EslError>> + Send;
+
+    /// Every node's GPUs: MIG slices with their placements and UUIDs, who holds each device,
+    /// and the reconfiguration under way.
+    fn gpus(&self) -> impl Future<Output = Result<Vec<NodeGpus>, EslError>> + Send;
+
+    /// Asks for one GPU's MIG layout (see [`Client::apply_mig_layout`]); the change goes on in
+    /// the background and shows in [`ClusterApi::gpus`].
+    fn apply_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: String,
+        drain: bool,
+    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send;
+
     /// Applies one resource change; the nodes it changed.
     fn update(
         &self,
@@ -139,6 +163,24 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
 }
 
 impl ClusterApi for Client {
+    async fn requeue(&self, task: TaskId, resources: ResourceSet) -> Result<TaskStatus, EslError> {
+        Ok(Client::requeue(self, task, resources).await?)
+    }
+
+    async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
+        Ok(Client::gpus(self).await?)
+    }
+
+    async fn apply_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: String,
+        drain: bool,
+    ) -> Result<MigPlan, EslError> {
+        Ok(Client::apply_mig_layout(self, node, gpu, layout, drain).await?)
+    }
+
     async fn telemetry(
         &self,
         tasks: Vec<TaskId>,

@@ -14,7 +14,7 @@ use escher_head::state::{
     ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{
-    ClusterStatus, GangStrategy, Labels, NodeId, ReserveReply, ResourceName, ResourceSet,
+    ClusterStatus, GangStrategy, Labels, MigPlan, NodeGpus, NodeId, ReserveReply, ResourceName, ResourceSet,
     ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
     TaskTelemetry, WatchEvent, WatchRequest,
 };
@@ -276,6 +276,38 @@ impl Inner {
 }
 
 impl ClusterApi for InMemoryCluster {
+    async fn requeue(&self, task: TaskId, resources: ResourceSet) -> Result<TaskStatus, EslError> {
+        match self.apply(Command::Requeue { task, resources })? {
+            Reply::Requeued(status) => Ok(status),
+            other => Err(EslError::Refused(format!("unexpected reply {other:?}"))),
+        }
+    }
+
+    /// The GPUs its nodes registered with (none unless a test gave them); reconfigurations
+    /// are accepted by the state machine but no simulated worker carries them out.
+    async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
+        Ok(self.lock().state.gpu_status().nodes)
+    }
+
+    async fn apply_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: String,
+        drain: bool,
+    ) -> Result<MigPlan, EslError> {
+        let command = Command::ApplyMigLayout {
+            node,
+            gpu,
+            layout,
+            drain,
+        };
+        match self.apply(command)? {
+            Reply::MigPlan(plan) => Ok(plan),
+            other => Err(EslError::Refused(format!("unexpected reply {other:?}"))),
+        }
+    }
+
     async fn set_resources(
         &self,
         updates: Vec<ResourceUpdate>,

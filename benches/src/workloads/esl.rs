@@ -51,6 +51,24 @@ impl Counting {
 }
 
 impl ClusterApi for Counting {
+    async fn requeue(&self, task: TaskId, r: ResourceSet) -> Result<TaskStatus, EslError> {
+        self.count("requeue");
+        ClusterApi::requeue(&self.inner, task, r).await
+    }
+    async fn gpus(&self) -> Result<Vec<escher::types::NodeGpus>, EslError> {
+        self.count("gpus");
+        ClusterApi::gpus(&self.inner).await
+    }
+    async fn apply_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: String,
+        drain: bool,
+    ) -> Result<escher::types::MigPlan, EslError> {
+        self.count("apply_mig_layout");
+        ClusterApi::apply_mig_layout(&self.inner, node, gpu, layout, drain).await
+    }
     async fn telemetry(
         &self,
         tasks: Vec<TaskId>,

@@ -10,8 +10,9 @@
 //!   1g slice), spread over `--iterations`; each simulated second lasts `--scale` wall seconds
 //!   (default `$ESCHER_SIM_SCALE`, else 1), so a 200 s window runs in 2 s at 0.01;
 //! - **memory**: `--mem-gb` at every iteration, or growing by `--mem-growth-gb` per iteration
-//!   (with a seeded `--mem-jitter-gb`); each iteration reports `iteration` and `mem_mib` as task
-//!   telemetry (`escher telemetry`), which a policy's growth predictor reads. When the memory
+//!   (with a seeded `--mem-jitter-gb`); each iteration reports `iteration` and
+//!   `mem_requested_gb` as task telemetry (`escher telemetry`), the keys a GPU policy's memory
+//!   predictor reads (MIGM's early restart). When the memory
 //!   passes the device's, the job stops: it writes `out_of_memory used_mib=.. limit_mib=..` to
 //!   its outcome file (`ESCHER_OUTCOME_FILE`) and exits 3, and the worker reports the attempt
 //!   as `OutOfMemory`, as it would for a real task that did the same after a CUDA error;
@@ -163,9 +164,10 @@ impl SimWorkArgs {
         let mut report_failed = false;
         let mut peak_mib = 0;
         for i in 1..=job.iterations {
-            let mem_mib = (job.memory.at(i).max(0.0) * 1024.0).round() as u64;
+            let mem_gb = job.memory.at(i).max(0.0);
+            let mem_mib = (mem_gb * 1024.0).round() as u64;
             peak_mib = peak_mib.max(mem_mib);
-            let samples = [("iteration", f64::from(i)), ("mem_mib", mem_mib as f64)];
+            let samples = [("iteration", f64::from(i)), ("mem_requested_gb", mem_gb)];
             if let Err(e) = client.report(&samples).await
                 && !report_failed
             {

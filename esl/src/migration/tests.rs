@@ -20,6 +20,21 @@ struct Recording {
 }
 
 impl ClusterApi for Recording {
+    async fn requeue(&self, task: TaskId, r: ResourceSet) -> Result<TaskStatus, EslError> {
+        self.inner.requeue(task, r).await
+    }
+    async fn gpus(&self) -> Result<Vec<escher_proto::types::NodeGpus>, EslError> {
+        self.inner.gpus().await
+    }
+    async fn apply_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: String,
+        drain: bool,
+    ) -> Result<escher_proto::types::MigPlan, EslError> {
+        self.inner.apply_mig_layout(node, gpu, layout, drain).await
+    }
     async fn telemetry(
         &self,
         tasks: Vec<TaskId>,
