@@ -13,9 +13,8 @@ use std::time::Duration;
 use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigPlan, NodeGpus,
-    NodeId, NodeSpec,
-    ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskState,
-    TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
+    NodeId, NodeSpec, ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec,
+    TaskState, TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
 };
 use tokio::sync::mpsc;
 

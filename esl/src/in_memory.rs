@@ -14,9 +14,9 @@ use escher_head::state::{
     ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{
-    ClusterStatus, GangStrategy, Labels, MigPlan, NodeGpus, NodeId, ReserveReply, ResourceName, ResourceSet,
-    ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskStatus,
-    TaskTelemetry, WatchEvent, WatchRequest,
+    ClusterStatus, GangStrategy, Labels, MigPlan, NodeGpus, NodeId, ReserveReply, ResourceName,
+    ResourceSet, ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec,
+    TaskStatus, TaskTelemetry, WatchEvent, WatchRequest,
 };
 use tokio::sync::{Notify, mpsc};
 

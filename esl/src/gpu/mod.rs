@@ -13,6 +13,8 @@
 //!
 //! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
 //! - `policy.rs`: [`GpuPolicy`] and [`run`];
+//! - [`cluster`]: [`ClusterGpu`] and [`drive`], the same policies on one GPU of a real cluster
+//!   through [`ClusterApi`](crate::ClusterApi) (slices, requeue, telemetry, typed OOM);
 //! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
 //! - [`migm`]: [`Migm`] (schemes A and B, OOM restart, early restart from the memory
 //!   predictor) and its partition manager;
@@ -25,6 +27,7 @@
 //! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan.
 
 pub mod baselines;
+pub mod cluster;
 pub mod ekya;
 pub mod migm;
 pub mod migrator;
@@ -34,6 +37,7 @@ pub mod shares;
 pub mod sim;
 
 pub use baselines::{Sequential, astraea, paris};
+pub use cluster::{ClusterGpu, DriveReport, drive};
 pub use ekya::{thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};

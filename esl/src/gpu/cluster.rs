@@ -1,0 +1,477 @@
+//! [`ClusterGpu`]: one GPU of a real cluster as a GPU policy's seam, and [`drive`], the loop
+//! that runs a policy on it in wall-clock time: the same [`GpuPolicy`] that runs on the
+//! in-memory [`SimGpu`](super::SimGpu), now through the cluster API ([`ClusterApi`]) against a
+//! head and a worker (a real NVIDIA GPU, or `--sim-gpu` with jobs that run `escher sim-work`).
+//!
+//! How each of the seam's commands is carried out:
+//!
+//! | policy command      | through the API                                                     |
+//! |---------------------|---------------------------------------------------------------------|
+//! | `Create` / `Destroy`| the GPU's next layout, one `apply_mig_layout` per policy step (queued while a reconfiguration runs); no drain: the policy destroys idle instances only |
+//! | `Launch`            | `requeue` of the job's task to `mig.<profile>=1,mig.<uuid>=1`: the first launch of a task waiting in the queue, or a new attempt of one that was stopped or failed (its id kept) |
+//! | `Stop`              | `requeue` of the task back to the driver's queue resource: its attempt is stopped, and it waits |
+//! | `Bind` / `Drain`    | refused: inference replicas are not carried out on a cluster yet (MIGRator's and Ekya's serving stay on `SimGpu`) |
+//!
+//! And what the policy hears: `Ready` when a slice it created appears in the worker's
+//! inventory, `Finished` / `OutOfMemory` when a launched task ends (the typed
+//! `TaskResult::OutOfMemory`), `Telemetry` for every batch of samples a launched task reported
+//! (`iteration`, `mem_requested_gb`), and a `Tick` each round.
+//!
+//! Jobs are submitted through [`ClusterGpu::submit`]: with the driver's queue resource
+//! ([`QUEUE_RESOURCE`], which no node has) in place of their own, so they wait pending until the
+//! policy launches them, and with no retries, so that only the policy decides where a failed
+//! job runs again. Every layout the GPU's inventory showed is kept ([`DriveReport::layouts`]),
+//! each checked legal by the MIG model as it is read.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use escher_proto::Amount;
+use escher_proto::mig::{GpuModel, Layout, Placement};
+use escher_proto::types::{
+    GpuStatus, NodeId, ResourceName, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState,
+    mig_class, mig_identity,
+};
+
+use super::{Command, Event, GpuPolicy, GpuView, Instance, InstanceState, SeamError};
+use crate::{ClusterApi, EslError};
+
+/// The resource jobs wait on while the policy has not launched them (no node has it).
+pub const QUEUE_RESOURCE: &str = "gpu-policy-queue";
+
+/// One GPU of a cluster, driven by a policy (see the module doc).
+#[derive(Debug)]
+pub struct ClusterGpu<C: ClusterApi> {
+    api: C,
+    node: NodeId,
+    gpu: u32,
+    model: GpuModel,
+    /// The layout the policy asked for, until the inventory shows it.
+    target: Option<Layout>,
+    /// Whether `target` still has to be sent (a reconfiguration was under way).
+    unsent: bool,
+    /// Tasks launched and not yet ended: their instance and the attempt seen running.
+    launched: BTreeMap<TaskId, (Placement, Option<u32>)>,
+    /// Instances created by the policy and not yet reported ready.
+    creating: BTreeSet<Placement>,
+    /// The newest telemetry time read, ms since the epoch.
+    telemetry_after: Option<u64>,
+    /// The inventory as last read.
+    inventory: GpuStatus,
+    /// Every distinct layout the inventory showed, in order.
+    layouts: Vec<Layout>,
+    started: Instant,
+}
+
+/// What [`drive`] saw.
+#[derive(Debug, Clone, Default)]
+pub struct DriveReport {
+    /// Commands the cluster refused, with the time (ms since the drive began) and why.
+    pub refused: Vec<(u64, Command, String)>,
+    /// When the policy reported it was done, ms since the drive began; `None` if it ran out
+    /// of time first.
+    pub finished_at: Option<u64>,
+    /// Every layout the GPU showed, in order, each legal (read with the MIG model).
+    pub layouts: Vec<Layout>,
+    /// Launched tasks that failed for another reason than memory, and why.
+    pub failed: Vec<(TaskId, String)>,
+    /// Reconfigurations asked for.
+    pub reconfigurations: usize,
+}
+
+impl<C: ClusterApi> ClusterGpu<C> {
+    /// GPU `gpu` of node `node`, as the cluster reports it now.
+    pub async fn new(api: C, node: NodeId, gpu: u32) -> Result<ClusterGpu<C>, EslError> {
+        let inventory = read(&api, node, gpu).await?;
+        let Some(model) = inventory.info.model else {
+            return Err(EslError::Refused(format!(
+                "GPU {gpu} of node {node} ({}) has no MIG table",
+                inventory.info.product
+            )));
+        };
+        let mut gpu = ClusterGpu {
+            api,
+            node,
+            gpu,
+            model,
+            target: None,
+            unsent: false,
+            launched: BTreeMap::new(),
+            creating: BTreeSet::new(),
+            telemetry_after: None,
+            inventory,
+            layouts: Vec::new(),
+            started: Instant::now(),
+        };
+        gpu.layout_now()?;
+        Ok(gpu)
+    }
+
+    /// The GPU model.
+    pub fn model(&self) -> GpuModel {
+        self.model
+    }
+
+    /// Submits jobs for the policy: each waits on [`QUEUE_RESOURCE`] until launched, with no
+    /// retries; their ids, in order (hand them to the policy).
+    pub async fn submit(&self, jobs: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+        let queued = queue_request()?;
+        let jobs = jobs
+            .into_iter()
+            .map(|mut spec| {
+                spec.resources = queued.clone();
+                spec.max_retries = 0;
+                spec
+            })
+            .collect();
+        self.api.submit(jobs).await
+    }
+
+    /// Milliseconds since the driver began.
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The layout the inventory shows (slices being destroyed included until they go),
+    /// recorded if it changed.
+    fn layout_now(&mut self) -> Result<Layout, EslError> {
+        let placements = self.inventory.info.slices.iter().map(|s| {
+            let profile = self.model.profile(&s.profile).ok_or_else(|| {
+                EslError::Refused(format!(
+                    "slice {} has unknown profile {}",
+                    s.uuid, s.profile
+                ))
+            })?;
+            Ok(Placement::new(profile, s.start))
+        });
+        let placements: Vec<Placement> = placements.collect::<Result<_, EslError>>()?;
+        let layout = Layout::from_placements(self.model, placements)
+            .map_err(|e| EslError::Refused(format!("the GPU reports an illegal layout: {e}")))?;
+        if self.layouts.last() != Some(&layout) {
+            self.layouts.push(layout.clone());
+        }
+        Ok(layout)
+    }
+
+    /// The GPU as the policy sees it: what the inventory shows, with the layout asked for laid
+    /// over it (instances being created; destroyed ones gone), and every launched task busy
+    /// on its instance.
+    pub fn view(&self) -> GpuView {
+        let shown: Vec<Placement> = self
+            .inventory
+            .info
+            .slices
+            .iter()
+            .filter_map(|s| Some(Placement::new(self.model.profile(&s.profile)?, s.start)))
+            .collect();
+        let placements: Vec<Placement> = match &self.target {
+            Some(t) => t.placements().to_vec(),
+            None => shown.clone(),
+        };
+        let instances = placements
+            .iter()
+            .map(|p| {
+                let busy = self.launched.iter().find(|(_, (on, _))| on == p);
+                let state = match busy {
+                    Some((task, _)) => InstanceState::Busy(*task),
+                    None if !shown.contains(p) => InstanceState::Creating {
+                        ready_at: self.now() + 6_000,
+                    },
+                    None => InstanceState::Idle,
+                };
+                Instance {
+                    placement: *p,
+                    state,
+                }
+            })
+            .collect();
+        let layout = Layout::from_placements(self.model, placements)
+            .unwrap_or_else(|_| Layout::new(self.model));
+        GpuView { instances, layout }
+    }
+
+    /// Reads the GPU and the launched tasks; the events since the last read.
+    async fn poll(&mut self) -> Result<(Vec<Event>, Vec<(TaskId, String)>), EslError> {
+        self.inventory = read(&self.api, self.node, self.gpu).await?;
+        let layout = self.layout_now()?;
+        let mut events = Vec::new();
+        let ready: Vec<Placement> = self
+            .creating
+            .iter()
+            .filter(|p| layout.placements().contains(p))
+            .copied()
+            .collect();
+        for p in ready {
+            self.creating.remove(&p);
+            events.push(Event::Ready(p));
+        }
+        if self.target.as_ref() == Some(&layout) {
+            self.target = None;
+        }
+        if self.unsent && self.inventory.reconfiguring.is_none() {
+            self.send_target().await?;
+        }
+        let mut failed = Vec::new();
+        let ids: Vec<TaskId> = self.launched.keys().copied().collect();
+        for task in &ids {
+            let status = self.api.status(*task).await?;
+            match status.state {
+                TaskState::Running => {
+                    if let Some((_, attempt)) = self.launched.get_mut(task) {
+                        *attempt = Some(status.attempt);
+                    }
+                }
+                TaskState::Succeeded => {
+                    self.launched.remove(task);
+                    events.push(Event::Finished(*task));
+                }
+                TaskState::Failed => {
+                    self.launched.remove(task);
+                    match status.result {
+                        Some(TaskResult::OutOfMemory {
+                            used_mib,
+                            limit_mib,
+                        }) => events.push(Event::OutOfMemory {
+                            task: *task,
+                            used_gb: used_mib as f64 / 1024.0,
+                            limit_gb: limit_mib as f64 / 1024.0,
+                        }),
+                        _ => {
+                            failed.push((*task, status.reason.unwrap_or_default()));
+                            events.push(Event::Finished(*task));
+                        }
+                    }
+                }
+                TaskState::Cancelled => {
+                    self.launched.remove(task);
+                    failed.push((*task, "cancelled".to_string()));
+                    events.push(Event::Finished(*task));
+                }
+                TaskState::Pending => {}
+            }
+        }
+        if !ids.is_empty() {
+            let reported = self.api.telemetry(ids, self.telemetry_after).await?;
+            for t in reported {
+                let current = self.launched.get(&t.task).and_then(|(_, a)| *a);
+                for s in &t.samples {
+                    self.telemetry_after = Some(self.telemetry_after.unwrap_or(0).max(s.at_ms));
+                }
+                if current != Some(t.attempt) {
+                    continue;
+                }
+                // One event per batch the task reported together (one iteration).
+                let mut batches: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
+                for s in t.samples {
+                    batches.entry(s.at_ms).or_default().insert(s.key, s.value);
+                }
+                for values in batches.into_values() {
+                    events.push(Event::Telemetry {
+                        task: t.task,
+                        values,
+                    });
+                }
+            }
+        }
+        Ok((events, failed))
+    }
+
+    /// Sends the layout asked for, or waits for the reconfiguration under way.
+    async fn send_target(&mut self) -> Result<(), EslError> {
+        let Some(target) = &self.target else {
+            self.unsent = false;
+            return Ok(());
+        };
+        if self.inventory.reconfiguring.is_some() {
+            self.unsent = true;
+            return Ok(());
+        }
+        let text = target.to_string();
+        match self
+            .api
+            .apply_mig_layout(self.node, self.gpu, text.clone(), false)
+            .await
+        {
+            Ok(_) => self.unsent = false,
+            // A slice the policy let go of may still be held until its task's stop is
+            // confirmed, or another change may have begun: asked again next round.
+            Err(e) if e.is_retryable() || is_busy(&e) => {
+                tracing::debug!(layout = %text, error = %e, "MIG layout not taken yet; asking again");
+                self.unsent = true;
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    }
+
+    /// Carries out one command (see the module doc); a refused command changes nothing.
+    async fn execute(&mut self, command: &Command) -> Result<bool, SeamError> {
+        let view = self.view();
+        match *command {
+            Command::Create(p) => {
+                let mut placements = view.layout.placements().to_vec();
+                placements.push(p);
+                let next = Layout::from_placements(self.model, placements).map_err(|e| {
+                    SeamError::Illegal {
+                        placement: p,
+                        reason: e.to_string(),
+                    }
+                })?;
+                self.target = Some(next);
+                self.creating.insert(p);
+                Ok(true)
+            }
+            Command::Destroy(p) => {
+                let instance = view.at(p.start).filter(|i| i.placement == p);
+                match instance.map(|i| i.state) {
+                    None => Err(SeamError::NoInstance(p)),
+                    Some(InstanceState::Idle) => {
+                        let rest = view.layout.placements().iter().copied().filter(|q| *q != p);
+                        let next = Layout::from_placements(self.model, rest.collect::<Vec<_>>())
+                            .map_err(|e| SeamError::Illegal {
+                                placement: p,
+                                reason: e.to_string(),
+                            })?;
+                        self.target = Some(next);
+                        Ok(true)
+                    }
+                    Some(state) => Err(SeamError::Busy {
+                        placement: p,
+                        state,
+                    }),
+                }
+            }
+            Command::Launch { task, on } => {
+                let slice = self
+                    .inventory
+                    .info
+                    .slices
+                    .iter()
+                    .find(|s| s.start == on.start && s.profile == on.profile.name)
+                    .ok_or(SeamError::NoInstance(on))?;
+                if let Some(i) = view.at(on.start)
+                    && i.state != InstanceState::Idle
+                {
+                    return Err(SeamError::Busy {
+                        placement: on,
+                        state: i.state,
+                    });
+                }
+                let resources = slice_request(on, &slice.uuid)
+                    .map_err(|why| SeamError::Task { task, reason: why })?;
+                self.api
+                    .requeue(task, resources)
+                    .await
+                    .map_err(|e| SeamError::Task {
+                        task,
+                        reason: e.to_string(),
+                    })?;
+                self.launched.insert(task, (on, None));
+                Ok(false)
+            }
+            Command::Stop(task) => {
+                let queued = queue_request().map_err(|e| SeamError::Task {
+                    task,
+                    reason: e.to_string(),
+                })?;
+                self.api
+                    .requeue(task, queued)
+                    .await
+                    .map_err(|e| SeamError::Task {
+                        task,
+                        reason: e.to_string(),
+                    })?;
+                self.launched.remove(&task);
+                Ok(false)
+            }
+            Command::Bind { task, .. } | Command::Drain { task, .. } => Err(SeamError::Task {
+                task,
+                reason: "inference replicas are not carried out on a cluster GPU yet".into(),
+            }),
+        }
+    }
+}
+
+/// How long [`drive`] waits between rounds.
+pub const ROUND: Duration = Duration::from_millis(25);
+
+/// Runs `policy` on `gpu` until the policy is done and nothing runs or is being created, or
+/// `until` passes: each round reads the GPU and the launched tasks, hands the events (then a
+/// `Tick`) to the policy, and carries out its commands in order, the layout changes of a step
+/// sent as one reconfiguration.
+pub async fn drive<C: ClusterApi>(
+    policy: &mut dyn GpuPolicy,
+    gpu: &mut ClusterGpu<C>,
+    until: Duration,
+) -> Result<DriveReport, EslError> {
+    let mut report = DriveReport::default();
+    let mut out = Vec::new();
+    loop {
+        let (mut events, failed) = gpu.poll().await?;
+        report.failed.extend(failed);
+        events.push(Event::Tick);
+        for event in &events {
+            let now = gpu.now();
+            policy.on_event(event, &gpu.view(), now, &mut out);
+            let mut layout_changed = false;
+            for command in out.drain(..) {
+                match gpu.execute(&command).await {
+                    Ok(changed) => layout_changed |= changed,
+                    Err(e) => {
+                        tracing::warn!(%command, error = %e, "the cluster refused a policy command");
+                        report.refused.push((now, command, e.to_string()));
+                    }
+                }
+            }
+            if layout_changed {
+                report.reconfigurations += 1;
+                gpu.send_target().await?;
+            }
+        }
+        let idle = gpu.launched.is_empty() && gpu.creating.is_empty() && gpu.target.is_none();
+        if policy.is_done() && idle {
+            report.finished_at = Some(gpu.now());
+            break;
+        }
+        if gpu.started.elapsed() >= until {
+            break;
+        }
+        tokio::time::sleep(ROUND).await;
+    }
+    report.layouts = gpu.layouts.clone();
+    Ok(report)
+}
+
+/// GPU `gpu` of node `node`, as the cluster reports it.
+async fn read<C: ClusterApi>(api: &C, node: NodeId, gpu: u32) -> Result<GpuStatus, EslError> {
+    let nodes = api.gpus().await?;
+    nodes
+        .into_iter()
+        .find(|n| n.node == node)
+        .and_then(|n| n.gpus.into_iter().find(|g| g.info.index == gpu))
+        .ok_or_else(|| EslError::Refused(format!("node {node} has no GPU {gpu}")))
+}
+
+/// Whether the head refused a layout because a slice is still in use or another change is
+/// under way, which passes (the head's words for `MigBusy` and `MigInProgress`).
+fn is_busy(e: &EslError) -> bool {
+    let text = e.to_string();
+    text.contains("cannot be reconfigured now") || text.contains("is already being reconfigured")
+}
+
+/// What a job waits on while queued.
+fn queue_request() -> Result<ResourceSet, EslError> {
+    let mut set = ResourceSet::new();
+    set.insert(ResourceName::new(QUEUE_RESOURCE)?, Amount::ONE);
+    Ok(set)
+}
+
+/// The request that runs a job on exactly one slice: its class and its identity.
+fn slice_request(on: Placement, uuid: &str) -> Result<ResourceSet, String> {
+    let class = mig_class(on.profile.name).ok_or("the profile cannot be named")?;
+    let identity = mig_identity(uuid).ok_or_else(|| format!("{uuid} cannot be named"))?;
+    let mut set = ResourceSet::new();
+    set.insert(class, Amount::ONE);
+    set.insert(identity, Amount::ONE);
+    Ok(set)
+}
