@@ -100,7 +100,7 @@ async fn run_migm(scheme: Scheme) {
     assert!(report.reconfigurations >= 1);
     // Every layout the GPU showed is legal (read back by the MIG model) and several were seen.
     assert!(report.layouts.len() >= 2, "{:?}", report.layouts);
-    for layout in &report.layouts {
+    for (_, layout) in &report.layouts {
         assert_eq!(
             Layout::parse(GpuModel::A100_40GB, &layout.to_string()).as_ref(),
             Ok(layout)

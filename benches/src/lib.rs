@@ -123,6 +123,8 @@ pub enum Selection {
     E4,
     /// Cilantro's synthetic 5-user experiment.
     Cilantro,
+    /// The GPU policies end to end: MIGM A and B against the sequential full GPU.
+    Gpu,
     /// The thesis' application experiments: E1–E4 and Cilantro.
     Thesis,
 }
@@ -179,6 +181,7 @@ impl Selection {
             Selection::E3 => Some(Workload::E3),
             Selection::E4 => Some(Workload::E4),
             Selection::Cilantro => Some(Workload::Cilantro),
+            Selection::Gpu => Some(Workload::Gpu),
         }
     }
 }

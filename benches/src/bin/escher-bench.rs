@@ -6,8 +6,24 @@ use clap::Parser;
 use escher_bench::compare::{self, CompareArgs};
 use escher_bench::{Options, markdown, run};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    // The `gpu` workload's jobs run `escher sim-work`: this binary serves as that program.
+    if std::env::args().nth(1).as_deref() == Some(escher_bench::workloads::gpu::SIM_WORK_ARG) {
+        return escher::client::cli::main();
+    }
+    let outcome = tokio::runtime::Runtime::new()
+        .map_err(anyhow::Error::from)
+        .and_then(|rt| rt.block_on(harness()));
+    match outcome {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn harness() -> anyhow::Result<()> {
     // `cmd` measures its worker with a fence supervisor too: this binary serves as one.
     if std::env::args().nth(1).as_deref() == Some(escher::worker::fence::SUPERVISOR_ARG) {
         escher::worker::fence::supervise();

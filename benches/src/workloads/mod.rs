@@ -11,6 +11,7 @@ use crate::size::{Params, Size};
 
 pub mod cmd_tasks;
 pub mod esl;
+pub mod gpu;
 pub mod retention;
 pub mod security;
 pub mod thesis;
@@ -90,11 +91,13 @@ pub enum Workload {
     E4,
     /// Cilantro as an ESL: the synthetic 5-user experiment (thesis chapter 3).
     Cilantro,
+    /// The GPU policies end to end: MIGM A and B against the sequential full GPU (issue 13).
+    Gpu,
 }
 
 impl Workload {
     /// Every workload, in run order.
-    pub const ALL: [Workload; 20] = [
+    pub const ALL: [Workload; 21] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -115,6 +118,7 @@ impl Workload {
         Workload::E3,
         Workload::E4,
         Workload::Cilantro,
+        Workload::Gpu,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -140,6 +144,7 @@ impl Workload {
             Workload::E3 => "e3",
             Workload::E4 => "e4",
             Workload::Cilantro => "cilantro",
+            Workload::Gpu => "gpu",
         }
     }
 
@@ -166,6 +171,7 @@ impl Workload {
             Workload::E3 => thesis::e3(ctx).await,
             Workload::E4 => thesis::e4(ctx).await,
             Workload::Cilantro => thesis::cilantro(ctx).await,
+            Workload::Gpu => gpu::run(ctx).await,
         }
     }
 }

@@ -58,8 +58,9 @@ pub struct ClusterGpu<C: ClusterApi> {
     telemetry_after: Option<u64>,
     /// The inventory as last read.
     inventory: GpuStatus,
-    /// Every distinct layout the inventory showed, in order.
-    layouts: Vec<Layout>,
+    /// Every distinct layout the inventory showed, in order, with when it was first seen (ms
+    /// since the driver began).
+    layouts: Vec<(u64, Layout)>,
     started: Instant,
 }
 
@@ -71,8 +72,9 @@ pub struct DriveReport {
     /// When the policy reported it was done, ms since the drive began; `None` if it ran out
     /// of time first.
     pub finished_at: Option<u64>,
-    /// Every layout the GPU showed, in order, each legal (read with the MIG model).
-    pub layouts: Vec<Layout>,
+    /// Every layout the GPU showed, in order, each legal (read with the MIG model), with when
+    /// it was first seen (ms since the drive began).
+    pub layouts: Vec<(u64, Layout)>,
     /// Launched tasks that failed for another reason than memory, and why.
     pub failed: Vec<(TaskId, String)>,
     /// Reconfigurations asked for.
@@ -147,8 +149,9 @@ impl<C: ClusterApi> ClusterGpu<C> {
         let placements: Vec<Placement> = placements.collect::<Result<_, EslError>>()?;
         let layout = Layout::from_placements(self.model, placements)
             .map_err(|e| EslError::Refused(format!("the GPU reports an illegal layout: {e}")))?;
-        if self.layouts.last() != Some(&layout) {
-            self.layouts.push(layout.clone());
+        if self.layouts.last().map(|(_, l)| l) != Some(&layout) {
+            let now = self.now();
+            self.layouts.push((now, layout.clone()));
         }
         Ok(layout)
     }
