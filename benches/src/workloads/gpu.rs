@@ -285,9 +285,22 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             report.figures.push(energy);
         }
         if mix.name == "Ht1" {
-            let step = |o: &Outcome| Line {
-                name: o.policy.clone(),
-                points: o.layouts.iter().map(|(t, n, _)| (*t, *n as f64)).collect(),
+            // A staircase: each layout holds until the next, the last until the makespan.
+            let step = |o: &Outcome| {
+                let mut points = Vec::new();
+                for (i, (t, n, _)) in o.layouts.iter().enumerate() {
+                    if i > 0 {
+                        points.push((*t, o.layouts[i - 1].1 as f64));
+                    }
+                    points.push((*t, *n as f64));
+                }
+                if let Some((_, n, _)) = o.layouts.last() {
+                    points.push((o.makespan_s, *n as f64));
+                }
+                Line {
+                    name: o.policy.clone(),
+                    points,
+                }
             };
             report.plots.push(Plot {
                 file: "gpu-migm-layouts.png".into(),
