@@ -2,7 +2,7 @@
 //! escher and runs Ray and HyperQueue side by side in the same invocation.
 //!
 //! ```text
-//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention|..|thesis]... [--size tiny|small|full]
+//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention|..|gpu|thesis]... [--size tiny|small|full]
 //!                                        [--peers] [--out bench-results/]
 //! cargo run --release -p escher-bench -- compare OLD NEW [--threshold 0.1] [--fail-on-worse]
 //! ```
@@ -15,9 +15,10 @@
 //! # Layout
 //!
 //! - [`workloads`]: W1–W8 of issue 6, the command-task workload HyperQueue is compared on,
-//!   head memory under retention (issue 9), and the thesis' applications (E1–E4, Cilantro:
-//!   `workloads/thesis.rs`, over the examples' `examples/apps/`), one module each; [`cluster`]
-//!   is the embedded escher cluster they share.
+//!   head memory under retention (issue 9), the GPU policies end to end (`workloads/gpu.rs`,
+//!   whose jobs run `escher-bench sim-work`, the CLI's simulated GPU job), and the thesis'
+//!   applications (E1–E4, Cilantro: `workloads/thesis.rs`, over the examples' `examples/apps/`),
+//!   one module each; [`cluster`] is the embedded escher cluster they share.
 //! - [`compare`]: `escher-bench compare OLD NEW`, two runs' figures as ratios, better or worse.
 //! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8, retention);
 //!   [`head_process`]: `escher-head` as a separate process, and its memory.

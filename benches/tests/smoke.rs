@@ -7,7 +7,7 @@ use std::process::Command;
 
 use serde_json::Value;
 
-const WORKLOADS: [&str; 20] = [
+const WORKLOADS: [&str; 21] = [
     "w1",
     "w2",
     "w3",
@@ -28,6 +28,7 @@ const WORKLOADS: [&str; 20] = [
     "e3",
     "e4",
     "cilantro",
+    "gpu",
 ];
 
 fn read_json(path: &Path) -> Value {
