@@ -14,7 +14,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{eventually, finished, init_tracing, running, within};
+use common::{eventually, finished, init_tracing, running, sim_work, within};
 use escher::types::{NodeId, TaskResult, TaskState};
 use escher::{Client, ClientError, LocalCluster, Task};
 
@@ -31,17 +31,6 @@ async fn gpu_cluster() -> (LocalCluster, Client, NodeId) {
     let client = within("connecting", cluster.client()).await.unwrap();
     let node = cluster.nodes()[0];
     (cluster, client, node)
-}
-
-/// `escher sim-work` with these flags, time compressed 100x.
-fn sim_work(flags: &[&str]) -> Task {
-    let escher = common::escher_bin().display().to_string();
-    let argv = [escher.as_str(), "sim-work", "--scale", "0.01"]
-        .into_iter()
-        .chain(flags.iter().copied())
-        .map(str::to_string)
-        .collect::<Vec<_>>();
-    Task::command(argv)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -15,21 +15,15 @@ mod common;
 use std::time::Duration;
 
 use common::{init_tracing, within, within_for};
+use escher::LocalCluster;
 use escher::esl::gpu::migm::RestartReason;
 use escher::esl::gpu::{ClusterGpu, GpuPolicy, Migm, MigmJob, Scheme, drive};
 use escher::types::{TaskId, TaskSpec, TaskState};
-use escher::{LocalCluster, Task};
 use escher_proto::mig::{GpuModel, Layout};
 
-/// `escher sim-work` with these flags, time compressed 100x.
+/// `escher sim-work` with these flags, time compressed 100x, as a spec.
 fn job(flags: &[&str]) -> TaskSpec {
-    let escher = common::escher_bin().display().to_string();
-    let argv = [escher.as_str(), "sim-work", "--scale", "0.01"]
-        .into_iter()
-        .chain(flags.iter().copied())
-        .map(str::to_string)
-        .collect::<Vec<_>>();
-    Task::command(argv).build().expect("a valid spec")
+    common::sim_work(flags).build().expect("a valid spec")
 }
 
 async fn run_migm(scheme: Scheme) {

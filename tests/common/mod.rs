@@ -183,6 +183,18 @@ pub fn escher_bin() -> PathBuf {
     bin
 }
 
+/// A command task running `escher sim-work` (the simulated GPU's job) with these flags, time
+/// compressed 100x.
+pub fn sim_work(flags: &[&str]) -> escher::Task {
+    let escher = escher_bin().display().to_string();
+    let argv = [escher.as_str(), "sim-work", "--scale", "0.01"]
+        .into_iter()
+        .chain(flags.iter().copied())
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    escher::Task::command(argv)
+}
+
 /// Installs a tracing subscriber for the test output once, if `RUST_LOG` is set.
 pub fn init_tracing() {
     static ONCE: Once = Once::new();

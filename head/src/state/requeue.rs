@@ -111,13 +111,13 @@ impl ClusterState {
         self.resubmit(id, why, now);
     }
 
-    /// Puts task `id` back in the queue with its spec's resources.
-    fn resubmit(&mut self, id: TaskId, why: String, now: Millis) {
+    /// Puts task `id` back in the queue with its spec's resources, `why` as its reason (a
+    /// retry, a requeue). Its node stays that of its latest attempt.
+    pub(super) fn resubmit(&mut self, id: TaskId, why: String, now: Millis) {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
         rec.state = TaskState::Pending;
-        rec.node = None;
         rec.devices = None;
         // The core judges the new request afresh (and says if nothing can run it).
         rec.pending_reason = None;

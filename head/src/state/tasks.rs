@@ -373,23 +373,8 @@ impl ClusterState {
             self.terminate(id, TaskState::Failed, Some(why), result, now);
             return;
         }
-        rec.state = TaskState::Pending;
         let reason = format!("attempt {} failed ({why}); retrying", rec.attempt);
-        rec.reason = Some(reason.clone());
-        let resources = rec.spec.resources.clone();
-        let deadline = rec
-            .spec
-            .pending_deadline
-            .map(|d| now.saturating_add(millis(d)));
-        self.record_pending(id, Some(reason), now);
-        self.core_event(
-            Event::TaskSubmitted {
-                task: id,
-                resources,
-                deadline,
-            },
-            now,
-        );
+        self.resubmit(id, reason, now);
     }
 
     /// Moves a task to a terminal state and tells the runtime.
