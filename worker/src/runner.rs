@@ -195,9 +195,16 @@ fn outcome_path(log_dir: &Path, task_id: u64, attempt: u32) -> PathBuf {
 }
 
 /// A command's outcome, as its outcome file states it when it exited with a code other than 0
-/// (an out-of-memory failure), else as it was. The file is removed either way.
+/// (an out-of-memory failure), else as it was. The file is removed either way; only a failure
+/// pays for reading it (on a blocking thread), a success one `unlink` that usually finds
+/// nothing.
 async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Outcome) -> Outcome {
     let path = outcome_path(log_dir, task_id, attempt);
+    let failed = matches!(outcome.0, Ok(TaskResult::Exited { code }) if code != 0);
+    if !failed {
+        let _ = std::fs::remove_file(&path);
+        return outcome;
+    }
     let read = move || {
         use std::io::Read;
         let mut text = String::new();
@@ -209,12 +216,9 @@ async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Out
         Some(text)
     };
     let text = tokio::task::spawn_blocking(read).await.ok().flatten();
-    match (&outcome.0, text) {
-        (Ok(TaskResult::Exited { code }), Some(text)) if *code != 0 => match parse_outcome(&text) {
-            Some(stated) => (Ok(stated), outcome.1),
-            None => outcome,
-        },
-        _ => outcome,
+    match text.as_deref().and_then(parse_outcome) {
+        Some(stated) => (Ok(stated), outcome.1),
+        None => outcome,
     }
 }
 
