@@ -356,19 +356,19 @@ async fn restarts(
     report: &mut WorkloadReport,
 ) -> anyhow::Result<serde_json::Value> {
     let model = GpuModel::A100_40GB;
-    // 2 GB growing by 0.5 GB per iteration to 7 GB: estimated 2, so started on a 1g.5gb slice,
-    // out of memory at iteration 6 of 10.
+    // 2 GB growing by 0.25 GB per iteration to 7 GB: estimated 2, so started on a 1g.5gb
+    // slice, out of memory at iteration 12 of 20 (2 s each).
     let job = JobModel {
         work_s: 40.0,
         parallelism: 1,
         pcie_bound: false,
         memory: MemoryModel::Growing {
             base_gb: 2.0,
-            per_iteration_gb: 0.5,
+            per_iteration_gb: 0.25,
             jitter_gb: 0.05,
             seed: 7,
         },
-        iterations: 10,
+        iterations: 20,
     };
     let jobs = vec![job; ctx.size.pick(2, 4, 6)];
     let mut out = Vec::new();
