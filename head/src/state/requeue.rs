@@ -53,7 +53,9 @@ impl ClusterState {
         for (name, amount) in resources.iter() {
             qualified.insert(self.qualify(name, ns.as_ref())?, amount);
         }
-        let rec = self.tasks.get_mut(&id).expect("checked above");
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return Err(self.missing_task(id));
+        };
         let why = format!("requeued with {qualified}");
         match rec.state {
             TaskState::Pending => {
@@ -93,7 +95,7 @@ impl ClusterState {
                 )));
             }
         }
-        Ok(self.status(id).expect("checked above"))
+        self.status(id).ok_or_else(|| self.missing_task(id))
     }
 
     /// The worker confirmed that the attempt stopped for a requeue ended: the task waits again,
