@@ -98,6 +98,19 @@ fn an_attempt_that_ends_before_the_stop_lands_is_requeued_all_the_same() {
 }
 
 #[test]
+fn an_attempt_that_succeeds_before_the_stop_lands_is_the_result() {
+    let mut t = TestState::new();
+    t.node("w1", "small=1,big=1");
+    let (id, _) = t.submit(task("small=1"));
+    requeue(&mut t, id, "big=1").unwrap();
+    assert_eq!(t.exit(id, 0), [format!("terminal {id}")]);
+    let status = t.status(id);
+    assert_eq!((status.state, status.attempt), (TaskState::Succeeded, 1));
+    assert!(t.state.task(id).unwrap().requeue.is_none());
+    check_invariants(&t.state);
+}
+
+#[test]
 fn a_lost_node_ends_the_stopped_attempt() {
     let mut t = TestState::new();
     let lost = t.node("w1", "small=1");

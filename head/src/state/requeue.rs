@@ -6,7 +6,8 @@
 //! - A **running** task's attempt is stopped like a cancel (the worker kills it and reports);
 //!   when the worker confirms the process is gone, the task is pending again with the new
 //!   resources, and its next placement is the next attempt. Until then the old attempt keeps
-//!   what it holds, so the task never runs twice at once.
+//!   what it holds, so the task never runs twice at once. An attempt that succeeded before the
+//!   stop landed is the task's result: it does not run again.
 //! - A **failed** task is reopened: pending again with the new resources, its next placement
 //!   its next attempt (MIGM's restart after an out-of-memory failure, for a task submitted with
 //!   no retries so that the policy alone decides where it runs again). Those who waited for it

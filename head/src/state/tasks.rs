@@ -227,10 +227,18 @@ impl ClusterState {
         // the release starts could admit a waiting task to the bundle of a ghost that ended.
         self.ghost_resources(id, node, false, now);
         self.core_event(Event::TaskFinished { task: id }, now);
-        if self.tasks.get(&id).is_some_and(|r| r.requeue.is_some()) {
-            // Stopped for a requeue (or it ended first): it runs again with its new resources.
-            self.requeued_attempt_ended(id, now);
-            return;
+        let succeeded = report.outcome.as_ref().is_ok_and(TaskResult::is_success);
+        if let Some(rec) = self.tasks.get_mut(&id)
+            && rec.requeue.is_some()
+        {
+            if !succeeded {
+                // Stopped for a requeue (or it failed first): it runs again with its new
+                // resources.
+                self.requeued_attempt_ended(id, now);
+                return;
+            }
+            // It succeeded before the stop landed: that is its result; nothing runs again.
+            rec.requeue = None;
         }
         if cancel_requested {
             // Kept if it fits: the limit bounds what the replicated state stores either way.
