@@ -290,7 +290,8 @@ impl Client {
 
     /// Runs a task again under its id with `resources` in place of the ones it asked for: a
     /// pending task takes them at once; a running one is stopped (as a cancel stops it) and,
-    /// once its worker confirms, waits again as its next attempt; a failed one is reopened as
+    /// once its worker confirms, waits again as its next attempt (an attempt that succeeded
+    /// before the stop landed stays the task's result); a failed one is reopened as
     /// its next attempt (those who waited for it were told it failed). This is how a GPU policy
     /// restarts a job on a larger MIG slice after [`TaskResult::OutOfMemory`], or before it,
     /// keeping the task's identity: one id, one result, its attempts in
