@@ -377,14 +377,14 @@ async fn workers_are_bound_to_their_own_node_and_tasks() {
         node_id: real,
         secret: "guess".into(),
     };
-    tx.send(wire::WorkerMessage::from(hello)).await.unwrap();
+    tx.send(one(hello)).await.unwrap();
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let (code, _) = refused(joined.attach(stream).await);
     assert_eq!(code, tonic::Code::PermissionDenied);
     // On its own stream, a report about the victim's task (which it does not run) is refused:
     // the task keeps running on its real node.
     let (tx, rx) = tokio::sync::mpsc::channel(8);
-    tx.send(wire::WorkerMessage::from(WorkerMessage::Hello {
+    tx.send(one(WorkerMessage::Hello {
         node_id: fake,
         secret,
     }))
@@ -402,21 +402,22 @@ async fn workers_are_bound_to_their_own_node_and_tasks() {
         timed_out: false,
         output: None,
     };
-    tx.send(wire::WorkerMessage::from(WorkerMessage::TaskFinished(
-        forged,
-    )))
-    .await
-    .unwrap();
+    tx.send(one(WorkerMessage::TaskFinished(forged)))
+        .await
+        .unwrap();
     let started = WorkerMessage::TaskStarted {
         task_id: victim.id(),
         attempt: victim_status.attempt + 1,
     };
-    tx.send(wire::WorkerMessage::from(started)).await.unwrap();
+    tx.send(one(started)).await.unwrap();
     // The head acknowledges the forged report (so a confused worker forgets it) but applies
     // nothing; read the stream until the acknowledgement comes.
     within("the acknowledgement of the refused report", async {
-        while let Some(msg) = inbound.message().await.unwrap() {
-            if matches!(msg.body, Some(wire::head_message::Body::ReportsAcked(_))) {
+        while let Some(batch) = inbound.message().await.unwrap() {
+            let acked = |m: &wire::HeadMessage| {
+                matches!(m.body, Some(wire::head_message::Body::ReportsAcked(_)))
+            };
+            if batch.messages.iter().any(acked) {
                 break;
             }
         }
@@ -651,4 +652,11 @@ fn rcgen_cert() -> String {
     escher_head::runtime::TlsIdentity::generated(dir.path(), "127.0.0.2".parse().unwrap())
         .unwrap()
         .cert_pem
+}
+
+/// `msg` as a worker stream's batch of one.
+fn one(msg: WorkerMessage) -> wire::WorkerBatch {
+    wire::WorkerBatch {
+        messages: vec![msg.into()],
+    }
 }

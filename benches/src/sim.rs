@@ -1,6 +1,6 @@
 //! Light simulated workers for W8: a tokio task per node that speaks the real `WorkerLink`
 //! protocol over a shared tonic channel (`Register`, then `Attach` with `Hello` first, then
-//! heartbeats), and answers every `Assign` with `TaskStarted` and `TaskFinished` (an empty
+//! heartbeats; batches both ways, as a real worker), and answers every `Assign` with `TaskStarted` and `TaskFinished` (an empty
 //! function result). Nothing runs: this measures the head, not task execution.
 //!
 //! A **gate** holds tasks: while it is closed a node reports `TaskStarted` and keeps the task
@@ -13,12 +13,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use escher::types::{Labels, ResourceSet, TaskId, TaskResult};
+use escher_proto::batch::Batches;
 use escher_proto::types::{
     HeadMessage, RegisterReply, RegisterRequest, TaskFinished, WorkerMessage,
 };
 use escher_proto::wire::{self, worker_link_client::WorkerLinkClient};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
@@ -164,10 +166,9 @@ impl SimNode {
             node_id: reply.node_id,
             secret: reply.secret.clone().unwrap_or_default(),
         });
-        let mut inbound = client
-            .attach(UnboundedReceiverStream::new(rx))
-            .await?
-            .into_inner();
+        let outbound = Batches::new(UnboundedReceiverStream::new(rx))
+            .map(|messages| wire::WorkerBatch { messages });
+        let mut inbound = client.attach(outbound).await?.into_inner();
         self.counters.attached.fetch_add(1, Ordering::Relaxed);
         let mut heartbeat = tokio::time::interval(reply.heartbeat_interval);
         let mut held: Vec<(TaskId, u32)> = Vec::new();
@@ -189,8 +190,9 @@ impl SimNode {
                         }
                     }
                 }
-                msg = inbound.message() => {
-                    let Some(msg) = msg? else { break };
+                batch = inbound.message() => {
+                    let Some(batch) = batch? else { break };
+                    for msg in batch.messages {
                     match HeadMessage::try_from(msg)? {
                         HeadMessage::Assign(a) => {
                             self.counters.assigned.fetch_add(1, Ordering::Relaxed);
@@ -202,7 +204,7 @@ impl SimNode {
                                 held.push((a.task_id, a.attempt));
                             }
                         }
-                        HeadMessage::Shutdown { .. } => break,
+                        HeadMessage::Shutdown { .. } => return Ok(()),
                         HeadMessage::CancelTask { task_id, attempt, .. } => {
                             held.retain(|&(t, a)| (t, a) != (task_id, attempt));
                             send(WorkerMessage::TaskFinished(TaskFinished {
@@ -217,6 +219,7 @@ impl SimNode {
                         HeadMessage::FetchLogs { .. } | HeadMessage::ReportsAcked(_) => {}
                         // Simulated nodes report no GPUs.
                         HeadMessage::ReconfigureMig { .. } => {}
+                    }
                     }
                 }
                 _ = heartbeat.tick() => {

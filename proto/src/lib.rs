@@ -11,6 +11,8 @@
 //!   from the scheduler core.
 //! - [`access`]: the access file a head writes for the clients and workers of its machine
 //!   (DESIGN §10), and where it is found.
+//! - [`batch`]: batching a link's messages without a timer (the worker link's `WorkerBatch`
+//!   and `HeadBatch`).
 //! - [`codec`]: the encoding of function-task arguments and results (bincode over serde).
 //! - [`wire`]: the protobuf messages and the tonic clients and servers generated from
 //!   `proto/escher.proto` (package `escher.v1`): the `Cluster` service that applications call,
@@ -27,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod batch;
 pub mod codec;
 pub mod convert;
 pub mod mig;

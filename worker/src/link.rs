@@ -11,14 +11,17 @@
 //!
 //! The outgoing half of the stream is an unbounded channel: the worker's event loop must never
 //! wait on the network, and what it queues is bounded by what it runs (one `TaskStarted` and
-//! one `TaskFinished` per task, one heartbeat per interval, one answer per log request).
+//! one `TaskFinished` per task, one heartbeat per interval, one answer per log request). What
+//! is queued when the stream can take more goes as one `WorkerBatch` ([`Batches`]).
 
 use std::time::Duration;
 
+use escher_proto::batch::Batches;
 use escher_proto::types::{RegisterReply, RegisterRequest, WorkerMessage};
 use escher_proto::{NodeId, wire};
 use tokio::sync::mpsc;
 use tokio::time::{Instant, Interval, MissedTickBehavior};
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Code, Status, Streaming};
 
@@ -54,8 +57,8 @@ pub(crate) struct Link {
     pub(crate) node_id: NodeId,
     /// The outgoing half: what the worker sends.
     pub(crate) tx: mpsc::UnboundedSender<wire::WorkerMessage>,
-    /// The incoming half: what the head sends.
-    pub(crate) inbound: Streaming<wire::HeadMessage>,
+    /// The incoming half: what the head sends, in batches.
+    pub(crate) inbound: Streaming<wire::HeadBatch>,
     /// When to send the next heartbeat.
     pub(crate) heartbeat: Interval,
 }
@@ -120,7 +123,9 @@ pub(crate) async fn connect(
     };
     // The receiver is alive: it is right here.
     let _ = tx.send(hello.into());
-    let inbound = match client.attach(UnboundedReceiverStream::new(rx)).await {
+    let outbound = Batches::new(UnboundedReceiverStream::new(rx))
+        .map(|messages| wire::WorkerBatch { messages });
+    let inbound = match client.attach(outbound).await {
         Ok(response) => response.into_inner(),
         Err(status) => return Err(failed(&head, "attach", status)),
     };

@@ -266,9 +266,11 @@ impl Runtime {
                 Some((info, error)) = self.mig_rx.recv() => self.on_reconfigured(info, error),
                 _ = self.sweep.tick(), if !self.stopping => self.sweep_logs(),
                 event = next_link_event(&mut self.link) => match event {
-                    LinkEvent::Message(msg) => {
+                    LinkEvent::Batch(batch) => {
                         self.backoff.reset();
-                        self.on_head_message(msg);
+                        for msg in batch.messages {
+                            self.on_head_message(msg);
+                        }
                     }
                     LinkEvent::Heartbeat => {
                         self.backoff.reset();
@@ -742,12 +744,10 @@ async fn until<F: Future + Unpin>(slot: &mut Option<F>) -> F::Output {
     }
 }
 
-/// What happened on the attached stream. Lives only between the `select!` and its handler, so
-/// its size does not matter and boxing the message would cost an allocation per message.
-#[allow(clippy::large_enum_variant)]
+/// What happened on the attached stream.
 enum LinkEvent {
-    /// The head sent a message.
-    Message(wire::HeadMessage),
+    /// The head sent messages.
+    Batch(wire::HeadBatch),
     /// It is time for a heartbeat.
     Heartbeat,
     /// The head ended the stream.
@@ -764,7 +764,7 @@ async fn next_link_event(link: &mut Option<Link>) -> LinkEvent {
     tokio::select! {
         biased;
         msg = link.inbound.message() => match msg {
-            Ok(Some(msg)) => LinkEvent::Message(msg),
+            Ok(Some(batch)) => LinkEvent::Batch(batch),
             Ok(None) => LinkEvent::Ended,
             Err(status) => LinkEvent::Failed(status),
         },

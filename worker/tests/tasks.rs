@@ -385,6 +385,37 @@ async fn ghosts_end_after_their_ttl_or_when_cancelled() {
 }
 
 #[tokio::test]
+async fn a_batch_is_handled_in_order_and_reports_go_back_in_batches() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    // One batch: two ghosts, then a cancellation of the first. In order, the cancellation
+    // finds the first ghost running.
+    head.send_batch(vec![
+        assign(1, ghost(None)),
+        assign(2, ghost(None)),
+        cancel(1),
+    ]);
+    started(&mut head, 1).await;
+    started(&mut head, 2).await;
+    let done = finished(&mut head, 1).await;
+    assert_eq!(done.outcome, Ok(TaskResult::Released));
+    // Hundreds of assignments in one batch are started in one turn of the worker's loop: their
+    // reports leave together, not one message per batch.
+    head.send_batch((10..500).map(|task| assign(task, ghost(None))).collect());
+    let mut started = 0;
+    while started < 490 {
+        if let WorkerMessage::TaskStarted { task_id, .. } = head.report().await
+            && task_id.0 >= 10
+        {
+            started += 1;
+        }
+    }
+    assert!(head.largest_batch() > 1, "{}", head.largest_batch());
+    w.stop().await.unwrap();
+}
+
+#[tokio::test]
 async fn thousands_of_ghosts_are_cheap() {
     const N: u64 = 2000;
     let mut head = FakeHead::start(HEARTBEAT).await;

@@ -1,10 +1,14 @@
-//! The `WorkerLink` gRPC service: registration, and one long-lived stream per worker. Only the
-//! leader serves workers; another replica answers "not leader" with the leader's URL.
+//! The `WorkerLink` gRPC service: registration, and one long-lived stream per worker, carrying
+//! batches of messages both ways ([`Batches`]: what is queued when the stream can take more,
+//! never held back by a timer). Only the leader serves workers; another replica answers "not
+//! leader" with the leader's URL.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use escher_proto::NodeId;
+use escher_proto::batch::Batches;
 use escher_proto::types::{RegisterRequest, WorkerMessage};
 use escher_proto::wire::{self, worker_link_server::WorkerLink};
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
@@ -26,7 +30,7 @@ pub(crate) struct LinkService {
 
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
-type HeadStream = Pin<Box<dyn Stream<Item = Result<wire::HeadMessage, Status>> + Send>>;
+type HeadStream = Pin<Box<dyn Stream<Item = Result<wire::HeadBatch, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl WorkerLink for LinkService {
@@ -46,14 +50,18 @@ impl WorkerLink for LinkService {
 
     async fn attach(
         &self,
-        request: Request<Streaming<wire::WorkerMessage>>,
+        request: Request<Streaming<wire::WorkerBatch>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let mut inbound = request.into_inner();
         let first = tokio::time::timeout(HELLO_TIMEOUT, inbound.message())
             .await
             .map_err(|_| Status::deadline_exceeded("no Hello within 10 s of opening the stream"))??
             .ok_or_else(|| Status::invalid_argument("the stream closed before its Hello"))?;
-        let (node, secret) = match WorkerMessage::try_from(first)? {
+        let mut first = first.messages.into_iter();
+        let hello = first.next().ok_or_else(|| {
+            Status::invalid_argument("the first batch on a worker stream is empty")
+        })?;
+        let (node, secret) = match WorkerMessage::try_from(hello)? {
             WorkerMessage::Hello { node_id, secret } => (node_id, secret),
             other => {
                 return Err(Status::invalid_argument(format!(
@@ -73,19 +81,16 @@ impl WorkerLink for LinkService {
             })
             .await??;
         let owner = self.owner.clone();
+        // What came with the Hello is handled first, then each batch as one owner message.
+        let mut batch: Vec<wire::WorkerMessage> = first.collect();
         self.tracker.spawn(async move {
             loop {
+                let msgs = decode(node, batch);
+                if !msgs.is_empty() && owner.tell(Msg::Worker { node, msgs }).await.is_err() {
+                    break;
+                }
                 match inbound.message().await {
-                    Ok(Some(msg)) => match WorkerMessage::try_from(msg) {
-                        Ok(msg) => {
-                            if owner.tell(Msg::Worker { node, msg }).await.is_err() {
-                                break;
-                            }
-                        }
-                        Err(err) => {
-                            tracing::warn!(%node, %err, "ignoring a malformed worker message")
-                        }
-                    },
+                    Ok(Some(next)) => batch = next.messages,
                     Ok(None) => break,
                     Err(status) => {
                         tracing::debug!(%node, %status, "worker stream ended with an error");
@@ -95,7 +100,22 @@ impl WorkerLink for LinkService {
             }
             let _ = owner.tell(Msg::Detach { node, conn }).await;
         });
-        let outbound = ReceiverStream::new(rx).map(|m| Ok(wire::HeadMessage::from(m)));
+        let outbound = Batches::new(ReceiverStream::new(rx).map(wire::HeadMessage::from))
+            .map(|messages| Ok(wire::HeadBatch { messages }));
         Ok(Response::new(Box::pin(outbound)))
     }
+}
+
+/// A batch's messages as domain values; a malformed one is logged and left out.
+fn decode(node: NodeId, batch: Vec<wire::WorkerMessage>) -> Vec<WorkerMessage> {
+    batch
+        .into_iter()
+        .filter_map(|msg| match WorkerMessage::try_from(msg) {
+            Ok(msg) => Some(msg),
+            Err(err) => {
+                tracing::warn!(%node, %err, "ignoring a malformed worker message");
+                None
+            }
+        })
+        .collect()
 }

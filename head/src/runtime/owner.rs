@@ -71,8 +71,11 @@ pub(crate) enum Msg {
     },
     /// A worker's stream closed.
     Detach { node: NodeId, conn: u64 },
-    /// A worker sent something.
-    Worker { node: NodeId, msg: WorkerMessage },
+    /// A worker sent a batch of messages (in order).
+    Worker {
+        node: NodeId,
+        msgs: Vec<WorkerMessage>,
+    },
     /// Fetch a piece of a task's log from its worker.
     Logs {
         request: TaskLogsRequest,
@@ -374,7 +377,11 @@ impl<S: LogStore> Owner<S> {
                     }
                 }
             }
-            Msg::Worker { node, msg } => self.on_worker_message(node, msg),
+            Msg::Worker { node, msgs } => {
+                for msg in msgs {
+                    self.on_worker_message(node, msg);
+                }
+            }
             Msg::Logs { request, reply } => self.fetch_logs(request, reply),
             Msg::Heads { reply } => {
                 let _ = reply.send(HeadsView {

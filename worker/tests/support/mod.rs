@@ -54,7 +54,9 @@ struct State {
     /// Numbers the attached streams, from 1.
     streams: u64,
     /// The current stream's sending half.
-    to_worker: Option<mpsc::UnboundedSender<Result<wire::HeadMessage, Status>>>,
+    to_worker: Option<mpsc::UnboundedSender<Result<wire::HeadBatch, Status>>>,
+    /// The most messages one batch from a worker has carried.
+    largest_batch: usize,
 }
 
 #[derive(Clone)]
@@ -101,6 +103,7 @@ impl FakeHead {
             reject: false,
             streams: 0,
             to_worker: None,
+            largest_batch: 0,
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
         let (msg_tx, messages) = mpsc::unbounded_channel();
@@ -161,18 +164,32 @@ impl FakeHead {
         self.state().to_worker = None;
     }
 
-    /// Sends `msg` on the current stream.
+    /// The most messages one batch from a worker has carried so far.
+    pub fn largest_batch(&self) -> usize {
+        self.state().largest_batch
+    }
+
+    /// Sends `msg` on the current stream, in a batch of its own.
     pub fn send(&self, msg: HeadMessage) {
-        let state = self.state();
-        let tx = state.to_worker.as_ref().expect("no stream attached");
-        tx.send(Ok(msg.into())).expect("stream gone");
+        self.send_batch(vec![msg]);
+    }
+
+    /// Sends `msgs` on the current stream as one batch.
+    pub fn send_batch(&self, msgs: Vec<HeadMessage>) {
+        self.send_wire_batch(msgs.into_iter().map(Into::into).collect());
     }
 
     /// Sends a raw wire message on the current stream (to send what a domain value cannot hold).
     pub fn send_wire(&self, msg: wire::HeadMessage) {
+        self.send_wire_batch(vec![msg]);
+    }
+
+    /// Sends raw wire messages on the current stream as one batch.
+    pub fn send_wire_batch(&self, messages: Vec<wire::HeadMessage>) {
         let state = self.state();
         let tx = state.to_worker.as_ref().expect("no stream attached");
-        tx.send(Ok(msg)).expect("stream gone");
+        tx.send(Ok(wire::HeadBatch { messages }))
+            .expect("stream gone");
     }
 
     /// The next registration.
@@ -263,11 +280,11 @@ impl WorkerLink for Services {
         Ok(Response::new(reply))
     }
 
-    type AttachStream = UnboundedReceiverStream<Result<wire::HeadMessage, Status>>;
+    type AttachStream = UnboundedReceiverStream<Result<wire::HeadBatch, Status>>;
 
     async fn attach(
         &self,
-        request: Request<Streaming<wire::WorkerMessage>>,
+        request: Request<Streaming<wire::WorkerBatch>>,
     ) -> Result<Response<Self::AttachStream>, Status> {
         let mut inbound = request.into_inner();
         let (tx, rx) = mpsc::unbounded_channel();
@@ -280,12 +297,18 @@ impl WorkerLink for Services {
         let messages = self.messages.clone();
         let state = Arc::clone(&self.state);
         tokio::spawn(async move {
-            while let Ok(Some(msg)) = inbound.message().await {
-                match WorkerMessage::try_from(msg) {
-                    Ok(msg) => {
-                        let _ = messages.send((stream, msg));
+            while let Ok(Some(batch)) = inbound.message().await {
+                {
+                    let mut state = state.lock().expect("state");
+                    state.largest_batch = state.largest_batch.max(batch.messages.len());
+                }
+                for msg in batch.messages {
+                    match WorkerMessage::try_from(msg) {
+                        Ok(msg) => {
+                            let _ = messages.send((stream, msg));
+                        }
+                        Err(e) => eprintln!("fake head: invalid worker message: {e}"),
                     }
-                    Err(e) => eprintln!("fake head: invalid worker message: {e}"),
                 }
             }
             // The worker ended its half: end ours too, as a real head does.
