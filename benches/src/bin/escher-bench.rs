@@ -6,6 +6,12 @@ use clap::Parser;
 use escher_bench::compare::{self, CompareArgs};
 use escher_bench::{Options, markdown, run};
 
+/// The same allocator as the binaries it measures (the in-process clusters' heads and workers
+/// allocate from many threads at once). jemalloc's per-thread caches serve that better than glibc's
+/// locked arenas (BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() -> std::process::ExitCode {
     // The `gpu` workload's jobs run `escher sim-work`: this binary serves as that program.
     if std::env::args().nth(1).as_deref() == Some(escher_bench::workloads::gpu::SIM_WORK_ARG) {

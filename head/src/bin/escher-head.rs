@@ -11,6 +11,12 @@ use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GRO
 use escher_head::runtime::{AddressFile, TlsIdentity};
 use escher_head::state::{RetentionPolicy, StateConfig};
 
+/// The head allocates and frees small objects from many threads at once (decoded requests,
+/// messages, task records). jemalloc's per-thread caches serve that better than glibc's locked
+/// arenas (BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
 /// clients and workers connect to.
 ///

@@ -13,6 +13,12 @@ use clap::Parser;
 use escher_proto::{Labels, ResourceSet};
 use escher_worker::{DEFAULT_HEAD, LogRetention, WorkerBuilder, WorkerConfig, scaled_latency};
 
+/// The worker allocates and frees small objects from many threads at once (messages, task records,
+/// output buffers). jemalloc's per-thread caches serve that better than glibc's locked arenas
+/// (BENCHMARKS.md, "The allocator").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 /// Run an escher worker: register this machine's resources with the head and run its tasks.
 #[derive(Debug, Parser)]
 #[command(name = "escher-worker", version)]
