@@ -16,7 +16,15 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
     };
     vec![
         throughput(last("w1.per_task."), last("w1.batched.")),
-        round_trip(find("w2.p50")),
+        round_trip(
+            find("w2.run.p50").or(find("w2.p50")),
+            find("w2.run_over_floor"),
+        ),
+        head_cpu(
+            find("w8.drain_cpu_per_decision"),
+            find("w8.core_per_decision"),
+        ),
+        command_tasks(find("cmd.tasks_per_s"), find("cmd.of_spawn_limit")),
         er_creation(last("w4.pipelined."), last("w4.sequential.")),
         makespan_flat(&figs),
         requested(
@@ -72,7 +80,7 @@ fn unmeasured(target: &str, why: &str) -> TargetCheck {
 }
 
 fn throughput(per_task: Option<&Figure>, batched: Option<&Figure>) -> TargetCheck {
-    let target = "W1 no-op task throughput from one client ≥ 50× Ray's";
+    let target = "W1 no-op task throughput from one client ≥ 60× Ray's (one submit per task), ≥ 100× batched";
     let (Some(p), Some(b)) = (per_task, batched) else {
         return unmeasured(target, "W1 not run");
     };
@@ -82,35 +90,95 @@ fn throughput(per_task: Option<&Figure>, batched: Option<&Figure>) -> TargetChec
     TargetCheck {
         target: target.into(),
         measured: format!(
-            "one Submit per task: {} vs Ray {} tasks/s = {}; batches of 1,000: {} = {}",
+            "one submit per task: {} vs Ray {} tasks/s = {}; batches of 1,000: {} = {}",
             num(p.escher),
             num(pp.value),
             ratio(pp.ratio),
             num(b.escher),
             ratio(bp.ratio)
         ),
-        met: Some(pp.ratio >= 50.0 && bp.ratio >= 50.0),
+        met: Some(pp.ratio >= 60.0 && bp.ratio >= 100.0),
     }
 }
 
-fn round_trip(p50: Option<&Figure>) -> TargetCheck {
-    let target = "W2 submit-to-result round trip ≤ 1/20 of Ray's";
+fn round_trip(p50: Option<&Figure>, over_floor: Option<&Figure>) -> TargetCheck {
+    let target =
+        "W2 synchronous submit-to-result ≤ 1/10 of Ray's and within 2× of one bare gRPC call";
     let Some(f) = p50 else {
         return unmeasured(target, "W2 not run");
     };
+    let floor = over_floor
+        .map(|o| format!("; {} one bare call", ratio(o.escher)))
+        .unwrap_or_default();
+    let within_floor = over_floor.is_none_or(|o| o.escher <= 2.0);
     let Some(peer) = &f.peer else {
-        return unmeasured(target, "Ray not run (use --peers)");
+        return TargetCheck {
+            target: target.into(),
+            measured: format!("p50 {} ms{floor}; Ray not run (use --peers)", num(f.escher)),
+            met: if within_floor { None } else { Some(false) },
+        };
     };
     TargetCheck {
         target: target.into(),
         measured: format!(
-            "p50 {} ms vs Ray {} ms = {} (1/{:.1})",
+            "{} p50 {} ms vs Ray {} ms = {} (1/{:.1}){floor}",
+            f.metric,
             num(f.escher),
             num(peer.value),
             ratio(peer.ratio),
             1.0 / peer.ratio
         ),
-        met: Some(peer.ratio <= 0.05),
+        met: Some(peer.ratio <= 0.1 && within_floor),
+    }
+}
+
+fn head_cpu(head: Option<&Figure>, core: Option<&Figure>) -> TargetCheck {
+    let target = "W8 head CPU per task at 1,000 nodes within 4× of the core's time per decision";
+    let (Some(h), Some(c)) = (head, core) else {
+        return unmeasured(target, "W8 not run");
+    };
+    let r = h.escher / c.escher;
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "{} µs head CPU per task vs {} µs in the core = {}",
+            num(h.escher),
+            num(c.escher),
+            ratio(r)
+        ),
+        met: Some(r <= 4.0),
+    }
+}
+
+fn command_tasks(rate: Option<&Figure>, of_limit: Option<&Figure>) -> TargetCheck {
+    let target = "cmd command tasks ≥ 60% of the machine's spawn rate and ≥ 3× HyperQueue";
+    let (Some(rate), Some(of_limit)) = (rate, of_limit) else {
+        return unmeasured(target, "cmd not run");
+    };
+    let limit = format!(
+        "{} tasks/s = {:.0}% of the spawn limit",
+        num(rate.escher),
+        of_limit.escher * 100.0
+    );
+    let Some(peer) = &rate.peer else {
+        return TargetCheck {
+            target: target.into(),
+            measured: format!("{limit}; HyperQueue not run (use --peers)"),
+            met: if of_limit.escher >= 0.6 {
+                None
+            } else {
+                Some(false)
+            },
+        };
+    };
+    TargetCheck {
+        target: target.into(),
+        measured: format!(
+            "{limit}; HyperQueue {} tasks/s = {}",
+            num(peer.value),
+            ratio(peer.ratio)
+        ),
+        met: Some(of_limit.escher >= 0.6 && peer.ratio >= 3.0),
     }
 }
 
@@ -212,7 +280,7 @@ fn gang(native: Option<&Figure>) -> TargetCheck {
 }
 
 fn scale(memory: Option<&Figure>, core: Option<&Figure>) -> TargetCheck {
-    let target = "W8 1,000 nodes and 1,000,000 queued tasks in one head, memory per task reported";
+    let target = "W8 1,000 nodes and 1,000,000 queued tasks in one head, ≤ 1 KiB per queued task";
     let Some(m) = memory else {
         return unmeasured(target, "W8 not run");
     };
@@ -226,7 +294,7 @@ fn scale(memory: Option<&Figure>, core: Option<&Figure>) -> TargetCheck {
             m.metric,
             num(m.escher)
         ),
-        met: Some(true),
+        met: Some(m.escher <= 1024.0),
     }
 }
 
@@ -248,7 +316,19 @@ mod tests {
     fn targets_follow_the_figures() {
         let mut r = WorkloadReport::new("w", "t", "tiny");
         r.figures
-            .push(with_peer(Figure::new("w2.p50", "p50", "ms", 0.04), 1.0));
+            .push(with_peer(Figure::new("w2.run.p50", "run", "ms", 0.09), 1.0));
+        r.figures
+            .push(Figure::new("w2.run_over_floor", "÷", "×", 1.9));
+        r.figures
+            .push(Figure::new("w8.drain_cpu_per_decision", "h", "µs", 4.0));
+        r.figures
+            .push(Figure::new("w8.core_per_decision", "c", "µs", 0.5));
+        r.figures
+            .push(Figure::new("w8.memory_per_task", "m", "bytes", 1000.0));
+        r.figures
+            .push(Figure::new("cmd.tasks_per_s", "cmd", "tasks/s", 900.0));
+        r.figures
+            .push(Figure::new("cmd.of_spawn_limit", "÷", "×", 0.7));
         r.figures.push(Figure::new("w5.makespan.0", "m", "s", 1.0));
         r.figures
             .push(Figure::new("w5.makespan.1000", "m", "s", 1.2));
@@ -259,17 +339,38 @@ mod tests {
         r.figures
             .push(Figure::new("w4.pipelined.100", "c", "ms", 0.05));
         let t = evaluate(&[r]);
-        assert_eq!(t[0].met, None, "W1 not run");
-        assert_eq!(t[1].met, Some(true), "{:?}", t[1]);
-        assert_eq!(
-            t[2].met,
-            Some(true),
-            "the largest count decides: {:?}",
-            t[2]
-        );
-        assert_eq!(t[3].met, Some(false), "+20% is not flat: {:?}", t[3]);
-        assert_eq!(t[4].met, Some(true), "{:?}", t[4]);
-        assert_eq!(t[5].met, None);
-        assert_eq!(t[6].met, None);
+        let met = |name: &str| {
+            let check = t
+                .iter()
+                .find(|c| c.target.starts_with(name))
+                .unwrap_or_else(|| panic!("no target {name}"));
+            check.met
+        };
+        assert_eq!(met("W1"), None, "W1 not run");
+        assert_eq!(met("W2"), Some(true), "1/11 of Ray, 1.9× the floor");
+        assert_eq!(met("W8 head CPU"), Some(false), "8× the core is not 4×");
+        assert_eq!(met("cmd"), None, "70% of the limit, HyperQueue not run");
+        assert_eq!(met("W4"), Some(true), "the largest count decides");
+        assert_eq!(met("W5"), Some(false), "+20% is not flat");
+        assert_eq!(met("W6"), Some(true));
+        assert_eq!(met("W7"), None);
+        assert_eq!(met("W8 1,000 nodes"), Some(true), "1,000 bytes ≤ 1 KiB");
+        assert_eq!(met("W9"), None);
+        assert_eq!(met("W10"), None);
+    }
+
+    #[test]
+    fn a_target_missed_without_the_peer_is_missed() {
+        let mut r = WorkloadReport::new("w", "t", "tiny");
+        r.figures.push(Figure::new("w2.run.p50", "run", "ms", 0.3));
+        r.figures
+            .push(Figure::new("w2.run_over_floor", "÷", "×", 2.5));
+        r.figures
+            .push(Figure::new("cmd.tasks_per_s", "cmd", "tasks/s", 900.0));
+        r.figures
+            .push(Figure::new("cmd.of_spawn_limit", "÷", "×", 0.4));
+        let t = evaluate(&[r]);
+        assert_eq!(t[1].met, Some(false), "{:?}", t[1]);
+        assert_eq!(t[3].met, Some(false), "{:?}", t[3]);
     }
 }
