@@ -56,7 +56,9 @@ pub struct ClusterState {
     pub(crate) config: StateConfig,
     pub(crate) core: Scheduler,
     pub(crate) nodes: BTreeMap<NodeId, NodeRecord>,
-    pub(crate) tasks: BTreeMap<TaskId, TaskRecord>,
+    /// Boxed: a record is several hundred bytes, and a B-tree node moves its entries when one
+    /// is inserted or removed (and its leaves are about half full), so the tree holds pointers.
+    pub(crate) tasks: BTreeMap<TaskId, Box<TaskRecord>>,
     pub(crate) next_node: u64,
     pub(crate) next_task: u64,
     /// This cluster's id, set once by [`Command::Init`].

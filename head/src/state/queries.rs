@@ -73,7 +73,7 @@ impl ClusterState {
     pub fn task_records(&self) -> impl Iterator<Item = (String, &TaskRecord)> {
         self.tasks.values().map(|rec| {
             let ns = rec.spec.labels.get(NAMESPACE_LABEL).unwrap_or_default();
-            (ns.to_string(), rec)
+            (ns.to_string(), &**rec)
         })
     }
 
@@ -106,7 +106,7 @@ impl ClusterState {
 
     /// A task's record.
     pub fn task(&self, id: TaskId) -> Option<&TaskRecord> {
-        self.tasks.get(&id)
+        self.tasks.get(&id).map(|rec| &**rec)
     }
 
     /// Everything about one task, while retention keeps its record ([`Self::missing_task`]
@@ -192,7 +192,7 @@ impl ClusterState {
                 namespace: r.namespace(),
             }
         };
-        let range = self.tasks.range(range);
+        let range = self.tasks.range(range).map(|(id, rec)| (id, &**rec));
         let mut found: Box<dyn Iterator<Item = (&TaskId, &TaskRecord)>> = if query.newest_first {
             Box::new(range.rev().filter(|(_, r)| wanted(r)))
         } else {

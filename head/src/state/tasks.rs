@@ -41,7 +41,7 @@ impl ClusterState {
             for name in rec.created_names() {
                 self.creators.entry(name).or_default().insert(id);
             }
-            self.tasks.insert(id, rec);
+            self.tasks.insert(id, Box::new(rec));
             self.record_submitted(id, now);
             self.core_event(
                 Event::TaskSubmitted {
@@ -179,7 +179,7 @@ impl ClusterState {
             for name in rec.created_names() {
                 self.creators.entry(name).or_default().insert(id);
             }
-            self.tasks.insert(id, rec);
+            self.tasks.insert(id, Box::new(rec));
             self.record_submitted(id, now);
         }
         let ids = members.iter().map(|(t, _)| *t).collect();
