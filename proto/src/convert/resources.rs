@@ -57,24 +57,28 @@ impl TryFrom<Vec<wire::ResourceAmount>> for ResourceSet {
     /// Validates every name and amount; a name may appear once. Errors are at `["name"]`.
     fn try_from(items: Vec<wire::ResourceAmount>) -> Result<Self, ConvertError> {
         check_count("", items.len(), MAX_RESOURCES)?;
-        let mut set = ResourceSet::new();
-        // Zero amounts are not stored in the set, so their names are remembered apart (rare).
-        let mut zeros: Vec<ResourceName> = Vec::new();
-        for wire::ResourceAmount { name, amount } in items {
+        let mut pairs = Vec::with_capacity(items.len());
+        for wire::ResourceAmount { name, amount } in &items {
             // The error path is built only on error: this runs for every requested resource.
-            let bad = |e: TypeError| ConvertError::new(key_segment(&name), Problem::Invalid(e));
-            let parsed = ResourceName::new(&name).map_err(bad)?;
-            let amount = Amount::from_raw(amount).map_err(bad)?;
-            if set.contains(parsed.as_str()) || zeros.contains(&parsed) {
-                return Err(bad(TypeError::Duplicate(name.clone())));
-            }
-            if amount.is_zero() {
-                zeros.push(parsed);
-            } else {
-                set.insert(parsed, amount);
-            }
+            let bad = |e: TypeError| ConvertError::new(key_segment(name), Problem::Invalid(e));
+            let parsed = ResourceName::new(name).map_err(bad)?;
+            let amount = Amount::from_raw(*amount).map_err(bad)?;
+            pairs.push((parsed, amount));
         }
-        Ok(set)
+        // A name may appear once, even with a zero amount (which the set does not keep).
+        let mut names: Vec<&str> = pairs.iter().map(|(n, _)| n.as_str()).collect();
+        names.sort_unstable();
+        if names.windows(2).any(|w| w[0] == w[1]) {
+            let mut seen = std::collections::HashSet::new();
+            let repeated = items
+                .iter()
+                .find(|item| !seen.insert(item.name.as_str()))
+                .map(|item| item.name.clone())
+                .unwrap_or_default();
+            let why = TypeError::Duplicate(repeated.clone());
+            return Err(ConvertError::new(key_segment(&repeated), Problem::Invalid(why)));
+        }
+        ResourceSet::from_pairs(pairs).map_err(|e| ConvertError::new("", Problem::Invalid(e)))
     }
 }
 
