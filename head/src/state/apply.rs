@@ -336,10 +336,10 @@ impl ClusterState {
             Decision::Dispatch { task, node } => self.dispatched(task, node, now),
             Decision::Infeasible { task, reason } => {
                 if let Some(rec) = self.tasks.get_mut(&task)
-                    && rec.pending_reason.as_ref() != Some(&*reason)
+                    && rec.pending_reason.as_deref() != Some(&*reason)
                 {
                     let text = reason.to_string();
-                    rec.pending_reason = Some((*reason).clone());
+                    rec.pending_reason = Some(Box::new((*reason).clone()));
                     self.record_pending(task, Some(text), now);
                 }
             }

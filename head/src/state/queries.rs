@@ -117,7 +117,7 @@ impl ClusterState {
         // Waiting for a task to create what it needs is not being infeasible.
         let pending_reason = match self.awaited_creator(rec) {
             Some(_) => None,
-            None => rec.pending_reason.clone(),
+            None => rec.pending_reason.as_deref().cloned(),
         };
         Some(TaskInfo {
             spec: rec.spec.clone(),

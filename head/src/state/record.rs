@@ -57,8 +57,9 @@ pub struct TaskRecord {
     pub attempt: u32,
     /// Why it is pending, failed or cancelled.
     pub reason: Option<String>,
-    /// Why no node can run it now, while that is so.
-    pub pending_reason: Option<PendingReason>,
+    /// Why no node can run it now, while that is so (boxed: rare, and large beside the rest
+    /// of a queued task's record).
+    pub pending_reason: Option<Box<PendingReason>>,
     /// Its result once it has one.
     pub result: Option<TaskResult>,
     /// When it was accepted.

@@ -528,7 +528,7 @@ pub fn check_invariants(state: &ClusterState) {
                     "task {task} is pending but the core lost it"
                 );
                 assert_eq!(
-                    rec.pending_reason.as_ref(),
+                    rec.pending_reason.as_deref(),
                     core.infeasible_reason(task),
                     "task {task}: the state's pending reason is not the core's"
                 );
