@@ -76,7 +76,10 @@ impl TryFrom<Vec<wire::ResourceAmount>> for ResourceSet {
                 .map(|item| item.name.clone())
                 .unwrap_or_default();
             let why = TypeError::Duplicate(repeated.clone());
-            return Err(ConvertError::new(key_segment(&repeated), Problem::Invalid(why)));
+            return Err(ConvertError::new(
+                key_segment(&repeated),
+                Problem::Invalid(why),
+            ));
         }
         ResourceSet::from_pairs(pairs).map_err(|e| ConvertError::new("", Problem::Invalid(e)))
     }

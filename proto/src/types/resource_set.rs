@@ -85,7 +85,8 @@ impl ResourceSet {
 
     /// The amount of `name`, zero if absent.
     pub fn get(&self, name: &str) -> Amount {
-        self.find(name).map_or_else(|_| Amount::default(), |i| self.0[i].1)
+        self.find(name)
+            .map_or_else(|_| Amount::default(), |i| self.0[i].1)
     }
 
     /// Whether `name` is present with a non-zero amount.
@@ -279,7 +280,10 @@ mod tests {
             s.insert(name(n), Amount::units(a).unwrap());
         }
         assert_eq!(s.to_string(), "a=4,b=2,m=5,z=3");
-        assert_eq!(s.insert(name("b"), Amount::ZERO), Some(Amount::units(2).unwrap()));
+        assert_eq!(
+            s.insert(name("b"), Amount::ZERO),
+            Some(Amount::units(2).unwrap())
+        );
         assert_eq!(s.insert(name("q"), Amount::ZERO), None);
         assert_eq!(s.to_string(), "a=4,m=5,z=3");
         assert!(s.contains("m") && !s.contains("b") && s.get("b").is_zero());
@@ -293,7 +297,11 @@ mod tests {
     fn from_pairs_is_one_insert_after_another() {
         let one = |n: &str, a: u64| (name(n), Amount::units(a).unwrap());
         let s = ResourceSet::from_pairs([one("y", 1), one("x", 0), one("x", 2), one("w", 0)]);
-        assert_eq!(s.unwrap().to_string(), "x=2,y=1", "a name may follow its own zero");
+        assert_eq!(
+            s.unwrap().to_string(),
+            "x=2,y=1",
+            "a name may follow its own zero"
+        );
         let twice = ResourceSet::from_pairs([one("x", 1), one("y", 1), one("x", 0)]);
         assert!(matches!(twice, Err(TypeError::Duplicate(n)) if n == "x"));
     }
@@ -312,7 +320,10 @@ mod tests {
         let (back, _): (ResourceSet, _) =
             bincode::serde::decode_from_slice(&old_bytes, config).unwrap();
         assert_eq!(back, s);
-        assert_eq!(bincode::serde::encode_to_vec(&s, config).unwrap(), old_bytes);
+        assert_eq!(
+            bincode::serde::encode_to_vec(&s, config).unwrap(),
+            old_bytes
+        );
         let json = serde_json::to_string(&s).unwrap();
         assert_eq!(json, serde_json::to_string(&before).unwrap());
         assert_eq!(serde_json::from_str::<ResourceSet>(&json).unwrap(), s);
