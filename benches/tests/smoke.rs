@@ -82,7 +82,7 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         Some(WORKLOADS.len())
     );
     let targets = summary["targets"].as_array().expect("targets");
-    assert_eq!(targets.len(), 9);
+    assert_eq!(targets.len(), 11);
     for t in targets {
         assert!(t["target"].is_string() && t["measured"].is_string(), "{t}");
     }
