@@ -24,6 +24,7 @@
 mod layer;
 
 use std::collections::HashMap;
+use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 
 use escher_proto::access::AccessFile;
@@ -202,6 +203,8 @@ struct Published {
     /// Tokens by hash: what they grant and, if revoked, when.
     tokens: HashMap<TokenHash, (Grant, Option<u64>)>,
     task_key: Option<Vec<u8>>,
+    /// An HMAC keyed with `task_key` once, cloned for each credential.
+    task_mac: Option<Hmac<Sha256>>,
     version: Option<u64>,
 }
 
@@ -252,6 +255,7 @@ impl Keys {
         *current = Published {
             tokens,
             task_key: key.map(<[u8]>::to_vec),
+            task_mac: key.map(|k| Hmac::new_from_slice(k).expect("HMAC takes any key length")),
             version: Some(version),
         };
     }
@@ -302,8 +306,7 @@ impl Keys {
 
     fn mac(&self) -> Option<Hmac<Sha256>> {
         let published = self.published.read().unwrap_or_else(|e| e.into_inner());
-        let key = published.task_key.as_deref()?;
-        Some(Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes any key length"))
+        published.task_mac.clone()
     }
 
     /// The credential of `task`'s attempt `attempt`, in namespace `ns`; `None` until the
@@ -313,8 +316,10 @@ impl Keys {
         mac.update(signed_text(task.0, attempt, ns).as_bytes());
         let code = mac.finalize().into_bytes();
         let mut token = format!("{TASK_PREFIX}{}-{attempt}-", task.0);
+        token.reserve(2 * code.len() + ns.map_or(0, |ns| ns.len() + 1));
         for b in code {
-            token.push_str(&format!("{b:02x}"));
+            // Into the string itself: no allocation per byte.
+            let _ = write!(token, "{b:02x}");
         }
         if let Some(ns) = ns {
             token.push('-');
