@@ -1,7 +1,8 @@
 //! Light simulated workers for W8: a tokio task per node that speaks the real `WorkerLink`
 //! protocol over a shared tonic channel (`Register`, then `Attach` with `Hello` first, then
-//! heartbeats; batches both ways, as a real worker), and answers every `Assign` with `TaskStarted` and `TaskFinished` (an empty
-//! function result). Nothing runs: this measures the head, not task execution.
+//! heartbeats; batches both ways, as a real worker), and answers every `Assign` with
+//! `TaskStarted` and `TaskFinished` (an empty function result). Nothing runs: this measures the
+//! head, not task execution.
 //!
 //! A **gate** holds tasks: while it is closed a node reports `TaskStarted` and keeps the task
 //! running; opening it finishes the held tasks and every later one at once. With 1-CPU nodes

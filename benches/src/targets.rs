@@ -312,32 +312,33 @@ mod tests {
         f
     }
 
+    /// A report of bare figures, `(id, value)`, with no peer.
+    fn report(figures: &[(&str, f64)]) -> WorkloadReport {
+        let mut r = WorkloadReport::new("w", "t", "tiny");
+        for (id, value) in figures {
+            r.figures.push(Figure::new(*id, *id, "-", *value));
+        }
+        r
+    }
+
     #[test]
     fn targets_follow_the_figures() {
-        let mut r = WorkloadReport::new("w", "t", "tiny");
+        let mut r = report(&[
+            ("w2.run_over_floor", 1.9),
+            ("w8.drain_cpu_per_decision", 4.0),
+            ("w8.core_per_decision", 0.5),
+            ("w8.memory_per_task", 1000.0),
+            ("cmd.tasks_per_s", 900.0),
+            ("cmd.of_spawn_limit", 0.7),
+            ("w5.makespan.0", 1.0),
+            ("w5.makespan.1000", 1.2),
+            ("w6.p50.1", 1.0),
+            ("w6.p50.100", 1.4),
+            ("w4.pipelined.10", 0.5),
+            ("w4.pipelined.100", 0.05),
+        ]);
         r.figures
             .push(with_peer(Figure::new("w2.run.p50", "run", "ms", 0.09), 1.0));
-        r.figures
-            .push(Figure::new("w2.run_over_floor", "÷", "×", 1.9));
-        r.figures
-            .push(Figure::new("w8.drain_cpu_per_decision", "h", "µs", 4.0));
-        r.figures
-            .push(Figure::new("w8.core_per_decision", "c", "µs", 0.5));
-        r.figures
-            .push(Figure::new("w8.memory_per_task", "m", "bytes", 1000.0));
-        r.figures
-            .push(Figure::new("cmd.tasks_per_s", "cmd", "tasks/s", 900.0));
-        r.figures
-            .push(Figure::new("cmd.of_spawn_limit", "÷", "×", 0.7));
-        r.figures.push(Figure::new("w5.makespan.0", "m", "s", 1.0));
-        r.figures
-            .push(Figure::new("w5.makespan.1000", "m", "s", 1.2));
-        r.figures.push(Figure::new("w6.p50.1", "l", "ms", 1.0));
-        r.figures.push(Figure::new("w6.p50.100", "l", "ms", 1.4));
-        r.figures
-            .push(Figure::new("w4.pipelined.10", "c", "ms", 0.5));
-        r.figures
-            .push(Figure::new("w4.pipelined.100", "c", "ms", 0.05));
         let t = evaluate(&[r]);
         let met = |name: &str| {
             let check = t
@@ -361,14 +362,12 @@ mod tests {
 
     #[test]
     fn a_target_missed_without_the_peer_is_missed() {
-        let mut r = WorkloadReport::new("w", "t", "tiny");
-        r.figures.push(Figure::new("w2.run.p50", "run", "ms", 0.3));
-        r.figures
-            .push(Figure::new("w2.run_over_floor", "÷", "×", 2.5));
-        r.figures
-            .push(Figure::new("cmd.tasks_per_s", "cmd", "tasks/s", 900.0));
-        r.figures
-            .push(Figure::new("cmd.of_spawn_limit", "÷", "×", 0.4));
+        let r = report(&[
+            ("w2.run.p50", 0.3),
+            ("w2.run_over_floor", 2.5),
+            ("cmd.tasks_per_s", 900.0),
+            ("cmd.of_spawn_limit", 0.4),
+        ]);
         let t = evaluate(&[r]);
         assert_eq!(t[1].met, Some(false), "{:?}", t[1]);
         assert_eq!(t[3].met, Some(false), "{:?}", t[3]);
