@@ -18,8 +18,11 @@ use std::time::Duration;
 use common::{
     LIMIT, eventually, finished, functions, init_tracing, resource, running, status, within,
 };
-use escher::types::{GpuInfo, LogStream, NodeGpus, NodeId, TaskId, TaskState, mig_identity};
+use escher::types::{
+    GpuInfo, LogStream, MigRefusal, NodeGpus, NodeId, TaskId, TaskState, mig_identity,
+};
 use escher::{Client, ClientError, LocalCluster, LocalClusterError, Task};
+use escher_proto::mig::{GpuModel, Layout};
 
 /// `echo` of both device variables, then a long sleep (the test cancels it).
 fn show_devices_and_hold() -> Task {
@@ -269,7 +272,17 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
         .apply_mig_layout(node, 0, "7g.40gb", false)
         .await
         .unwrap_err();
-    assert!(matches!(err, ClientError::InvalidArgument(_)), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ClientError::MigRefused {
+                refusal: MigRefusal::Busy,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.is_retryable(), "a busy slice frees up");
     assert!(
         err.to_string().contains("cannot be reconfigured now"),
         "{err}"
@@ -280,11 +293,30 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("at most 1 instance(s)"), "{err}");
+    assert!(
+        matches!(
+            err,
+            ClientError::MigRefused {
+                refusal: MigRefusal::Illegal,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
     let err = client
         .apply_mig_layout(node, 3, "7g.40gb", false)
         .await
         .unwrap_err();
-    assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+    assert!(
+        matches!(
+            err,
+            ClientError::MigRefused {
+                refusal: MigRefusal::NoSuchGpu,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 
     // With drain: accepted at once; every slice's resources go; the held one stays held.
     let plan = client
@@ -324,6 +356,13 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
     assert!(
         err.to_string().contains("already being reconfigured"),
         "{err}"
+    );
+    assert_eq!(
+        match &err {
+            ClientError::MigRefused { refusal, .. } => Some(*refusal),
+            _ => None,
+        },
+        Some(MigRefusal::InProgress)
     );
 
     // The holder ends: the change goes through.
@@ -541,4 +580,152 @@ fn the_worker_detects_without_a_head() {
     assert!(!bad.status.success());
     let err = String::from_utf8(bad.stderr).unwrap();
     assert!(err.contains("--sim-gpu") && err.contains("1g.5gb"), "{err}");
+}
+
+/// `(profile@start, uuid)` of each slice of a GPU, by start.
+fn slices(info: &GpuInfo) -> Vec<(String, String)> {
+    let mut v: Vec<_> = info
+        .slices
+        .iter()
+        .map(|s| (s.placement_text(), s.uuid.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn instances_change_one_at_a_time_ahead_of_a_switch_and_report_their_phases() {
+    let (cluster, client, node) = gpu_cluster(&["a100-40gb:mig=3g.20gb@4"]).await;
+    let a100 = |text: &str| Layout::parse(GpuModel::A100_40GB, text).unwrap();
+    let three = gpus(&client, node).await.gpus[0].info.slices[0]
+        .uuid
+        .clone();
+
+    // One instance created: the 3g is left alone (same UUID), the phases are the model's
+    // (the cluster's simulated GPU runs it at 1/100 of the time).
+    let plan = client
+        .create_mig_instance(node, 0, "2g.10gb@0")
+        .await
+        .unwrap();
+    assert_eq!(
+        (plan.create.as_slice(), plan.destroy.len()),
+        (&["2g.10gb@0".to_string()][..], 0)
+    );
+    let after = within("the create", client.wait_mig_layout(node, 0, Some(LIMIT)))
+        .await
+        .unwrap();
+    assert!(slices(&after.info).contains(&("3g.20gb@4".into(), three.clone())));
+    let report = after
+        .last_reconfiguration
+        .expect("the report of the create");
+    assert_eq!(report.target, "2g.10gb@0,3g.20gb@4");
+    assert_eq!(report.error, None);
+    let model = escher::worker::scaled_latency(0.01);
+    assert_eq!(
+        report.phases,
+        model.cost(&a100("3g.20gb@4"), &a100("2g.10gb@0,3g.20gb@4"))
+    );
+    assert!(report.done_ms - report.asked_ms >= report.phases.total().as_millis() as u64);
+
+    // Typed refusals over the wire; nothing changes.
+    let err = client
+        .create_mig_instance(node, 0, "1g.5gb@5")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::MigRefused {
+                refusal: MigRefusal::Overlap,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    let err = client
+        .destroy_mig_instance(node, 0, "1g.5gb@6", false)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ClientError::MigRefused {
+                refusal: MigRefusal::NoSuchInstance,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+
+    // The 3g serves; pre-initialize toward 4g@0 + 2g@4 + 1g@6: the idle 2g@0 becomes the 4g
+    // while the 3g goes on.
+    let serving = client
+        .submit(Task::function_typed("devices", &60_000u64).resources_str("mig.3g.20gb=1"))
+        .await
+        .unwrap();
+    let serving = TaskId::from(&serving);
+    running(&client, serving).await;
+    let target = "4g.20gb@0,2g.10gb@4,1g.5gb@6";
+    let plan = client.prepare_mig_layout(node, 0, target).await.unwrap();
+    assert_eq!(plan.to, "4g.20gb@0,3g.20gb@4");
+    assert!(plan.waiting_for.is_empty());
+    let prepared = within("the prepare", client.wait_mig_layout(node, 0, Some(LIMIT)))
+        .await
+        .unwrap();
+    assert!(slices(&prepared.info).contains(&("3g.20gb@4".into(), three.clone())));
+    assert_eq!(
+        client.task_info(serving).await.unwrap().status.state,
+        TaskState::Running,
+        "the busy instance served through the prepare"
+    );
+    let ahead = prepared.last_reconfiguration.unwrap().phases;
+    assert_eq!((ahead.destroyed, ahead.created), (1, 1));
+
+    // The switch, once the 3g is free, does only the rest: the 3g for the 2g and the 1g.
+    cancel_all(&client, &[serving]).await;
+    let plan = within("the switch", async {
+        loop {
+            match client.apply_mig_layout(node, 0, target, false).await {
+                Err(e) if e.is_retryable() => tokio::time::sleep(Duration::from_millis(20)).await,
+                other => return other,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(plan.destroy, ["3g.20gb@4"]);
+    assert_eq!(plan.create, ["2g.10gb@4", "1g.5gb@6"]);
+    let done = within("the switch", client.wait_mig_layout(node, 0, Some(LIMIT)))
+        .await
+        .unwrap();
+    let switch = done.last_reconfiguration.unwrap().phases;
+    let whole = model.cost(&a100("2g.10gb@0,3g.20gb@4"), &a100(target));
+    assert_eq!(
+        switch,
+        model.cost(&a100("4g.20gb@0,3g.20gb@4"), &a100(target))
+    );
+    assert!(switch.total() < whole.total(), "{switch:?} vs {whole:?}");
+
+    // And one instance destroyed by its UUID.
+    let one = done
+        .info
+        .slices
+        .iter()
+        .find(|s| s.start == 6)
+        .unwrap()
+        .uuid
+        .clone();
+    let plan = client
+        .destroy_mig_instance(node, 0, one, false)
+        .await
+        .unwrap();
+    assert_eq!(plan.destroy, ["1g.5gb@6"]);
+    let after = within("the destroy", client.wait_mig_layout(node, 0, Some(LIMIT)))
+        .await
+        .unwrap();
+    assert_eq!(
+        after.info.layout().unwrap().unwrap().to_string(),
+        "4g.20gb@0,2g.10gb@4"
+    );
+    cluster.shutdown().await;
 }

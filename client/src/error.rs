@@ -11,7 +11,7 @@ use std::error::Error as StdError;
 use std::time::Duration;
 
 use escher_proto::codec::CodecError;
-use escher_proto::types::Evicted;
+use escher_proto::types::{Evicted, MIG_REFUSAL_METADATA, MigRefusal};
 use escher_proto::{ConvertError, TaskId, TaskState, TypeError};
 use thiserror::Error;
 use tonic::Code;
@@ -114,6 +114,15 @@ pub enum ClientError {
         /// How long the caller waited.
         after: Duration,
     },
+    /// The head refused a MIG change; `refusal` says why for a program that acts on it, the
+    /// message (the head's, verbatim) says the rest and what to do.
+    #[error("{message}")]
+    MigRefused {
+        /// Why.
+        refusal: MigRefusal,
+        /// The head's message.
+        message: String,
+    },
     /// A MIG reconfiguration failed on the worker; its reason verbatim.
     #[error("the MIG reconfiguration of GPU {gpu} on node {node} failed: {reason}")]
     MigFailed {
@@ -182,6 +191,7 @@ impl ClientError {
             | ClientError::Timeout { .. }
             | ClientError::ReservationTimeout { .. }
             | ClientError::MigTimeout { .. } => true,
+            ClientError::MigRefused { refusal, .. } => refusal.passes(),
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
@@ -220,6 +230,7 @@ impl ClientError {
                 | ClientError::MessageTooLarge { .. }
                 | ClientError::Unauthenticated { .. }
                 | ClientError::PermissionDenied(_)
+                | ClientError::MigRefused { .. }
         )
     }
 
@@ -262,6 +273,10 @@ impl ClientError {
                 from: from.clone(),
             },
             ClientError::PermissionDenied(m) => ClientError::PermissionDenied(m.clone()),
+            ClientError::MigRefused { refusal, message } => ClientError::MigRefused {
+                refusal: *refusal,
+                message: message.clone(),
+            },
             other => ClientError::Usage(other.to_string()),
         }
     }
@@ -270,6 +285,17 @@ impl ClientError {
     pub(crate) fn from_status(status: tonic::Status, url: &str) -> ClientError {
         if let Some(evicted) = Evicted::from_status(&status) {
             return ClientError::Evicted(evicted);
+        }
+        if let Some(refusal) = status
+            .metadata()
+            .get(MIG_REFUSAL_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(MigRefusal::parse)
+        {
+            return ClientError::MigRefused {
+                refusal,
+                message: status.message().to_string(),
+            };
         }
         match status.code() {
             Code::InvalidArgument | Code::FailedPrecondition => {
@@ -415,6 +441,43 @@ mod tests {
             let e = ClientError::from_status(tonic::Status::new(code, "later"), URL);
             assert!(e.is_retryable(), "{code:?}");
         }
+    }
+
+    #[test]
+    fn a_refused_mig_change_says_why_as_a_type() {
+        let mut status = tonic::Status::failed_precondition("GPU 0 of node 1 cannot be ...");
+        status.metadata_mut().insert(
+            MIG_REFUSAL_METADATA,
+            tonic::metadata::MetadataValue::from_static("busy"),
+        );
+        let e = ClientError::from_status(status, URL);
+        assert!(
+            matches!(&e, ClientError::MigRefused { refusal: MigRefusal::Busy, message } if message.starts_with("GPU 0")),
+            "{e:?}"
+        );
+        assert!(e.is_retryable() && e.is_refusal());
+        let mut status = tonic::Status::invalid_argument("cannot create 1g.5gb@4 ...");
+        status.metadata_mut().insert(
+            MIG_REFUSAL_METADATA,
+            tonic::metadata::MetadataValue::from_static("overlap"),
+        );
+        let e = ClientError::from_status(status, URL);
+        assert!(matches!(
+            e,
+            ClientError::MigRefused {
+                refusal: MigRefusal::Overlap,
+                ..
+            }
+        ));
+        assert!(!e.is_retryable());
+        // A name this version does not know: the plain error, as before.
+        let mut status = tonic::Status::invalid_argument("something new");
+        status.metadata_mut().insert(
+            MIG_REFUSAL_METADATA,
+            tonic::metadata::MetadataValue::from_static("sideways"),
+        );
+        let e = ClientError::from_status(status, URL);
+        assert!(matches!(e, ClientError::InvalidArgument(_)), "{e:?}");
     }
 
     #[test]

@@ -1,13 +1,21 @@
 //! The GPU calls of [`Client`]: each node's GPUs and MIG slices with who holds which device
-//! ([`Client::gpus`]), and changing a GPU's MIG layout ([`Client::apply_mig_layout`],
-//! [`Client::wait_mig_layout`]).
+//! ([`Client::gpus`]), and changing a GPU's MIG instances: a whole layout atomically
+//! ([`Client::apply_mig_layout`]), one instance ([`Client::create_mig_instance`],
+//! [`Client::destroy_mig_instance`]), or the steps toward a layout that leave busy instances
+//! alone ([`Client::prepare_mig_layout`]); all of them are [`Client::change_mig`].
 //!
-//! A layout change returns at once with its plan; the worker carries it out once the slices it
-//! destroys are free, and the change is done when the GPU no longer shows `reconfiguring`.
+//! A change returns at once with its plan; the worker carries it out once the slices it
+//! destroys are free, and the change is done when the GPU no longer shows `reconfiguring`
+//! ([`Client::wait_mig_layout`]). The GPU's `last_reconfiguration` then says what each phase
+//! took (destroy, create, library load, model load). A refused change is
+//! [`ClientError::MigRefused`], whose
+//! [`MigRefusal`](escher_proto::types::MigRefusal) says why (overlap, busy, illegal ...).
 
 use std::time::Duration;
 
-use escher_proto::types::{ApplyMigLayoutRequest, GpuStatus, GpusReply, MigPlan, NodeGpus};
+use escher_proto::types::{
+    ApplyMigLayoutRequest, GpuStatus, GpusReply, MigChange, MigPlan, NodeGpus,
+};
 use escher_proto::{NodeId, wire};
 
 use crate::{Client, ClientError};
@@ -26,10 +34,10 @@ impl Client {
     }
 
     /// Changes GPU `gpu` of `node` to the MIG `layout` (`3g.20gb,2g.10gb,1g.5gb@6`: profiles,
-    /// optionally at a start). The head checks the layout against the GPU's model and refuses
-    /// while a slice it destroys is in use, unless `drain` is set: then nothing new is placed
-    /// on those slices and the change happens once they are free. Returns the plan at once;
-    /// see [`Client::wait_mig_layout`].
+    /// optionally at a start), atomically: instances in both layouts are left alone. The head
+    /// checks the layout against the GPU's model and refuses while a slice it destroys is in
+    /// use, unless `drain` is set: then nothing new is placed on those slices and the change
+    /// happens once they are free. Returns the plan at once; see [`Client::wait_mig_layout`].
     pub async fn apply_mig_layout(
         &self,
         node: NodeId,
@@ -37,10 +45,64 @@ impl Client {
         layout: impl Into<String>,
         drain: bool,
     ) -> Result<MigPlan, ClientError> {
+        self.change_mig(node, gpu, MigChange::Layout(layout.into()), drain)
+            .await
+    }
+
+    /// Creates one MIG instance on GPU `gpu` of `node`: `profile@start` (`1g.5gb@6`), or
+    /// `profile` alone for the start that keeps the most full layouts reachable. Refused with
+    /// [`MigRefusal::Overlap`](escher_proto::types::MigRefusal::Overlap) if it overlaps an instance, [`MigRefusal::Illegal`](escher_proto::types::MigRefusal::Illegal) if the
+    /// profile, start or room is wrong for the GPU. The other instances are left alone.
+    pub async fn create_mig_instance(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        instance: impl Into<String>,
+    ) -> Result<MigPlan, ClientError> {
+        self.change_mig(node, gpu, MigChange::Create(instance.into()), false)
+            .await
+    }
+
+    /// Destroys one MIG instance of GPU `gpu` of `node`, named `profile@start` or by its UUID.
+    /// Refused with [`MigRefusal::NoSuchInstance`](escher_proto::types::MigRefusal::NoSuchInstance) if the GPU has no such instance, and with
+    /// [`MigRefusal::Busy`](escher_proto::types::MigRefusal::Busy) while a task may hold it, unless `drain` is set.
+    pub async fn destroy_mig_instance(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        instance: impl Into<String>,
+        drain: bool,
+    ) -> Result<MigPlan, ClientError> {
+        self.change_mig(node, gpu, MigChange::Destroy(instance.into()), drain)
+            .await
+    }
+
+    /// Pre-initialization (MIGRator's): does every step toward `layout` that leaves the busy
+    /// instances of GPU `gpu` of `node` alone, so that the new instances are created and
+    /// initialized while the busy ones go on; applying `layout` later does only what is left.
+    /// The plan's `to` is the layout it goes to now.
+    pub async fn prepare_mig_layout(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        layout: impl Into<String>,
+    ) -> Result<MigPlan, ClientError> {
+        self.change_mig(node, gpu, MigChange::Prepare(layout.into()), false)
+            .await
+    }
+
+    /// Changes GPU `gpu` of `node`'s MIG instances as `change` says (see the calls above).
+    pub async fn change_mig(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        change: MigChange,
+        drain: bool,
+    ) -> Result<MigPlan, ClientError> {
         let request = ApplyMigLayoutRequest {
             node,
             gpu,
-            layout: layout.into(),
+            change,
             drain,
         };
         let ticket = self.ticket();

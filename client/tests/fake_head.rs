@@ -22,7 +22,9 @@ use std::time::Duration;
 use clap::Parser;
 use escher_client::cli::Cli;
 use escher_client::{BlockingClient, Client, ClientError, ResourceUpdateExt, Task};
-use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, ReplicaRole, SetResourcesRequest};
+use escher_proto::types::{
+    HeadChange, HeadReplica, HeadsReply, MigRefusal, ReplicaRole, SetResourcesRequest,
+};
 use escher_proto::wire::cluster_server::{Cluster, ClusterServer};
 use escher_proto::{
     ClusterStatus, Labels, LogStream, Namespace, NodeId, NodeSpec, NodeStatus, ResourceStatus,
@@ -51,6 +53,7 @@ struct State {
     /// The one GPU's layout, and the layout being applied (done on the next `Gpus` call).
     mig_layout: String,
     mig_target: Option<String>,
+    mig_report: Option<escher_proto::types::MigReport>,
     /// The key of every `Submit` that reached the handler, in order.
     submit_keys: Vec<Option<wire::RequestKey>>,
     /// Replies of keyed submits, by (client, seq).
@@ -406,6 +409,7 @@ impl Cluster for FakeHead {
             holders: vec![],
             reconfiguring,
             last_error: None,
+            last_reconfiguration: st.mig_report.clone(),
         };
         let reply = GpusReply {
             nodes: vec![NodeGpus {
@@ -424,7 +428,8 @@ impl Cluster for FakeHead {
         &self,
         request: Request<wire::ApplyMigLayoutRequest>,
     ) -> Result<Response<wire::MigPlan>, Status> {
-        use escher_proto::mig::{GpuModel, Layout};
+        use escher_proto::mig::{GpuModel, LatencyModel, Layout, Placement, diff};
+        use escher_proto::types::{MigChange, MigReport};
         let req = escher_proto::types::ApplyMigLayoutRequest::try_from(request.into_inner())?;
         if req.node != NodeId(1) || req.gpu != 0 {
             return Err(Status::not_found(format!(
@@ -432,24 +437,77 @@ impl Cluster for FakeHead {
                 req.node, req.gpu
             )));
         }
-        if req.layout.contains("busy") {
-            return Err(Status::failed_precondition(
-                "GPU 0 of node 1 cannot be reconfigured now: slice 7g.40gb@0 may be in use",
+        let refused = |status: fn(String) -> Status, message: String, why: &'static str| {
+            let mut status = status(message);
+            status.metadata_mut().insert(
+                escher_proto::types::MIG_REFUSAL_METADATA,
+                tonic::metadata::MetadataValue::from_static(why),
+            );
+            status
+        };
+        if req.change.text().contains("busy") {
+            return Err(refused(
+                Status::failed_precondition,
+                "GPU 0 of node 1 cannot be reconfigured now: slice 7g.40gb@0 may be in use".into(),
+                "busy",
             ));
         }
-        let to = Layout::parse(GpuModel::A100_40GB, &req.layout)
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let mut st = self.state();
+        let now = if st.mig_layout.is_empty() {
+            "7g.40gb@0"
+        } else {
+            st.mig_layout.as_str()
+        };
+        let from = Layout::parse(GpuModel::A100_40GB, now).unwrap();
+        let illegal = |e: escher_proto::mig::MigError| {
+            let why = match e {
+                escher_proto::mig::MigError::Overlap { .. } => "overlap",
+                _ => "illegal",
+            };
+            refused(Status::invalid_argument, e.to_string(), why)
+        };
+        let to = match &req.change {
+            MigChange::Layout(text) | MigChange::Prepare(text) => {
+                Layout::parse(GpuModel::A100_40GB, text).map_err(illegal)?
+            }
+            MigChange::Create(text) => {
+                let mut to = from.clone();
+                to.add_entry(text).map_err(illegal)?;
+                to
+            }
+            MigChange::Destroy(text) => {
+                let p = Placement::parse(GpuModel::A100_40GB, text).map_err(illegal)?;
+                let mut to = from.clone();
+                to.remove(p.start).filter(|q| *q == p).ok_or_else(|| {
+                    refused(
+                        Status::not_found,
+                        format!("GPU 0 of node 1 has no MIG instance {text}"),
+                        "no-such-instance",
+                    )
+                })?;
+                to
+            }
+        };
+        let cost = LatencyModel::default().cost(&from, &to);
         st.mig_target = Some(to.to_string());
+        st.mig_report = Some(MigReport {
+            target: to.to_string(),
+            asked_ms: 1_000,
+            done_ms: 1_000 + cost.total().as_millis() as u64,
+            phases: cost,
+            error: None,
+        });
+        let (destroy, create) = diff(&from, &to);
+        let names = |v: Vec<Placement>| v.iter().map(|p| p.to_string()).collect();
         let plan = escher_proto::types::MigPlan {
             node: req.node,
             gpu: req.gpu,
-            from: "7g.40gb@0".into(),
+            from: from.to_string(),
             to: to.to_string(),
-            destroy: vec!["7g.40gb@0".into()],
-            create: to.placements().iter().map(|p| p.to_string()).collect(),
+            destroy: names(destroy),
+            create: names(create),
             waiting_for: vec![],
-            estimated: Duration::from_secs(12),
+            estimated: cost.total(),
         };
         Ok(Response::new(plan.into()))
     }
@@ -1358,11 +1416,74 @@ async fn gpus_and_mig_layouts_through_the_cli() {
         out.contains("done: GPU 0 is now 4g.20gb@0,3g.20gb@4"),
         "{out}"
     );
+    // What the last one took, phase by phase, in `escher gpus`.
+    let (_, out) = cli(&url, &["gpus"]).await.unwrap();
+    assert!(
+        out.contains(
+            "GPU 0: last reconfiguration (to 4g.20gb@0,3g.20gb@4): 11.5 s from the request (0.0 \
+             s waiting for slices); destroy 1 in 0.5 s, create 2 in 3.0 s, library load 3.0 s, \
+             model load 5.0 s"
+        ),
+        "{out}"
+    );
+    // One instance at a time.
+    let (code, out) = cli(&url, &["mig", "destroy", "1", "0", "3g.20gb@4", "--wait"])
+        .await
+        .unwrap();
+    assert_eq!(code, ExitCode::SUCCESS);
+    assert!(out.contains("destroy:    3g.20gb@4"), "{out}");
+    assert!(out.contains("done: GPU 0 is now 4g.20gb@0"), "{out}");
+    assert!(out.contains("took: 0.5 s from the request"), "{out}");
+    let (_, out) = cli(&url, &["mig", "create", "1", "0", "2g.10gb"])
+        .await
+        .unwrap();
+    assert!(out.contains("create:     2g.10gb@4"), "{out}");
+    let err = cli(&url, &["mig", "create", "1", "0", "1g.5gb@0"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<ClientError>(),
+            Some(ClientError::MigRefused {
+                refusal: MigRefusal::Overlap,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("overlaps 4g.20gb@0"), "{err}");
+    let err = cli(&url, &["mig", "destroy", "1", "0", "1g.5gb@6"])
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.downcast_ref::<ClientError>(),
+            Some(ClientError::MigRefused {
+                refusal: MigRefusal::NoSuchInstance,
+                ..
+            })
+        ),
+        "{err}"
+    );
+    let (_, out) = cli(&url, &["mig", "prepare", "1", "0", "7g.40gb"])
+        .await
+        .unwrap();
+    assert!(out.contains("to:         7g.40gb@0"), "{out}");
     let err = cli(&url, &["mig", "apply", "1", "0", "busy"])
         .await
         .unwrap_err();
     assert!(
         err.to_string().contains("cannot be reconfigured now"),
+        "{err}"
+    );
+    assert!(
+        matches!(
+            err.downcast_ref::<ClientError>(),
+            Some(ClientError::MigRefused {
+                refusal: MigRefusal::Busy,
+                ..
+            })
+        ),
         "{err}"
     );
     let err = cli(&url, &["mig", "apply", "1", "0", "2g.20gb"])
@@ -1389,5 +1510,8 @@ async fn gpus_and_mig_layouts_through_the_cli() {
     })
     .await
     .unwrap();
-    assert_eq!(nodes[0].gpus[0].info.slices.len(), 2);
+    // The prepared 7g.40gb, with what it took.
+    assert_eq!(nodes[0].gpus[0].info.slices.len(), 1);
+    let report = nodes[0].gpus[0].last_reconfiguration.as_ref().unwrap();
+    assert_eq!((report.phases.destroyed, report.phases.created), (1, 1));
 }

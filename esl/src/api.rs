@@ -12,9 +12,9 @@ use std::time::Duration;
 
 use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigPlan, NodeGpus,
-    NodeId, NodeSpec, ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec,
-    TaskState, TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
+    Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigChange, MigPlan,
+    NodeGpus, NodeId, NodeSpec, ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId,
+    TaskSpec, TaskState, TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
 };
 use tokio::sync::mpsc;
 
@@ -95,15 +95,30 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
     /// and the reconfiguration under way.
     fn gpus(&self) -> impl Future<Output = Result<Vec<NodeGpus>, EslError>> + Send;
 
-    /// Asks for one GPU's MIG layout (see [`Client::apply_mig_layout`]); the change goes on in
-    /// the background and shows in [`ClusterApi::gpus`].
+    /// Asks for one change of one GPU's MIG instances (see [`Client::change_mig`]): a whole
+    /// layout, one instance created or destroyed, or the steps toward a layout that leave busy
+    /// instances alone. The change goes on in the background and shows in
+    /// [`ClusterApi::gpus`], with what each phase took once it is done. A refusal says why as
+    /// a type ([`EslError::mig_refusal`]).
+    fn change_mig(
+        &self,
+        node: NodeId,
+        gpu: u32,
+        change: MigChange,
+        drain: bool,
+    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send;
+
+    /// Asks for one GPU's whole MIG layout, atomically ([`ClusterApi::change_mig`] with
+    /// [`MigChange::Layout`]).
     fn apply_mig_layout(
         &self,
         node: NodeId,
         gpu: u32,
         layout: String,
         drain: bool,
-    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send;
+    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send {
+        self.change_mig(node, gpu, MigChange::Layout(layout), drain)
+    }
 
     /// Applies one resource change; the nodes it changed.
     fn update(
@@ -170,14 +185,14 @@ impl ClusterApi for Client {
         Ok(Client::gpus(self).await?)
     }
 
-    async fn apply_mig_layout(
+    async fn change_mig(
         &self,
         node: NodeId,
         gpu: u32,
-        layout: String,
+        change: MigChange,
         drain: bool,
     ) -> Result<MigPlan, EslError> {
-        Ok(Client::apply_mig_layout(self, node, gpu, layout, drain).await?)
+        Ok(Client::change_mig(self, node, gpu, change, drain).await?)
     }
 
     async fn telemetry(

@@ -1,7 +1,7 @@
 //! The errors scheduling libraries return.
 
 use escher_client::ClientError;
-use escher_proto::types::{ResourceName, TypeError};
+use escher_proto::types::{MigRefusal, ResourceName, TypeError};
 use thiserror::Error;
 
 /// Why a policy could not do what was asked.
@@ -33,6 +33,14 @@ pub enum EslError {
 }
 
 impl EslError {
+    /// Why a MIG change was refused, when this is such a refusal.
+    pub fn mig_refusal(&self) -> Option<MigRefusal> {
+        match self {
+            EslError::Client(ClientError::MigRefused { refusal, .. }) => Some(*refusal),
+            _ => None,
+        }
+    }
+
     /// Whether trying again later may succeed.
     pub fn is_retryable(&self) -> bool {
         match self {

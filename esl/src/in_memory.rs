@@ -10,13 +10,14 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use escher_client::ClientError;
 use escher_head::state::{
     ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{
-    ClusterStatus, GangStrategy, Labels, MigPlan, NodeGpus, NodeId, ReserveReply, ResourceName,
-    ResourceSet, ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec,
-    TaskStatus, TaskTelemetry, WatchEvent, WatchRequest,
+    ClusterStatus, GangStrategy, Labels, MigChange, MigPlan, NodeGpus, NodeId, ReserveReply,
+    ResourceName, ResourceSet, ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult,
+    TaskSpec, TaskStatus, TaskTelemetry, WatchEvent, WatchRequest,
 };
 use tokio::sync::{Notify, mpsc};
 
@@ -187,10 +188,18 @@ impl InMemoryCluster {
     fn apply(&self, command: Command) -> Result<Reply, EslError> {
         let mut inner = self.lock();
         let now = inner.now;
-        let reply = inner
-            .state
-            .apply(Entry::new(now, command))
-            .map_err(|e| EslError::Refused(e.to_string()))?;
+        let reply =
+            inner
+                .state
+                .apply(Entry::new(now, command))
+                .map_err(|e| match e.mig_refusal() {
+                    // What the real head's status carries beside its message.
+                    Some(refusal) => EslError::Client(ClientError::MigRefused {
+                        refusal,
+                        message: e.to_string(),
+                    }),
+                    None => EslError::Refused(e.to_string()),
+                })?;
         let mut effects = inner.state.take_effects();
         while !effects.is_empty() {
             for effect in effects {
@@ -289,17 +298,17 @@ impl ClusterApi for InMemoryCluster {
         Ok(self.lock().state.gpu_status().nodes)
     }
 
-    async fn apply_mig_layout(
+    async fn change_mig(
         &self,
         node: NodeId,
         gpu: u32,
-        layout: String,
+        change: MigChange,
         drain: bool,
     ) -> Result<MigPlan, EslError> {
         let command = Command::ApplyMigLayout {
             node,
             gpu,
-            layout,
+            change,
             drain,
         };
         match self.apply(command)? {

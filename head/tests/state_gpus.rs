@@ -8,10 +8,12 @@ use std::collections::BTreeSet;
 
 use escher_head::state::{ApplyError, Command, Joining, Reply, SecretHash};
 use escher_proto::Amount;
-use escher_proto::mig::GpuModel;
+use std::time::Duration;
+
+use escher_proto::mig::{GpuModel, ReconfigurationCost};
 use escher_proto::types::{
-    DeviceHold, GpuInfo, Labels, MigDevice, MigDone, MigPlan, NodeId, TaskId, TaskState,
-    gpu_resources,
+    DeviceHold, GpuInfo, Labels, MigChange, MigDevice, MigDone, MigPlan, MigRefusal, NodeId,
+    TaskId, TaskState, gpu_resources,
 };
 use state_support::{TestState, res, task};
 
@@ -106,10 +108,20 @@ fn apply_layout(
     layout: &str,
     drain: bool,
 ) -> Result<(MigPlan, Vec<String>), ApplyError> {
+    change(t, node, gpu, MigChange::Layout(layout.into()), drain)
+}
+
+fn change(
+    t: &mut TestState,
+    node: NodeId,
+    gpu: u32,
+    change: MigChange,
+    drain: bool,
+) -> Result<(MigPlan, Vec<String>), ApplyError> {
     let out = t.try_apply(Command::ApplyMigLayout {
         node,
         gpu,
-        layout: layout.into(),
+        change,
         drain,
     })?;
     match out.reply {
@@ -143,6 +155,7 @@ fn done(t: &mut TestState, node: NodeId, slices: Vec<MigDevice>) -> Vec<String> 
         done: Some(MigDone {
             gpu: 0,
             error: None,
+            phases: Box::default(),
         }),
     })
     .fx()
@@ -416,6 +429,11 @@ fn a_failed_reconfiguration_reports_what_is_there() {
         done: Some(MigDone {
             gpu: 0,
             error: Some("Insufficient Resources".into()),
+            phases: Box::new(ReconfigurationCost {
+                destroyed: 2,
+                destroy: Duration::from_millis(900),
+                ..ReconfigurationCost::default()
+            }),
         }),
     });
     assert_eq!(total(&t, node, "mig.1g.5gb"), "-");
@@ -425,6 +443,176 @@ fn a_failed_reconfiguration_reports_what_is_there() {
     assert!(gpu.reconfiguring.is_none());
     assert_eq!(gpu.last_error.as_deref(), Some("Insufficient Resources"));
     assert_eq!(gpu.info.slices.len(), 2);
+    // What it did before failing is kept beside the reason.
+    let report = gpu.last_reconfiguration.as_ref().unwrap();
+    assert_eq!(report.target, "7g.40gb@0");
+    assert_eq!(report.error.as_deref(), Some("Insufficient Resources"));
+    assert_eq!(
+        (report.phases.destroyed, report.phases.destroy),
+        (2, Duration::from_millis(900))
+    );
+}
+
+#[test]
+fn one_instance_is_created_or_destroyed_and_the_others_are_left_alone() {
+    let mut t = TestState::new();
+    let mut free_right = gpus();
+    // 1g@0, 1g@1, 2g@2: slices 4-7 free.
+    free_right[0].slices.truncate(3);
+    let node = gpu_node(&mut t, free_right);
+    let e = change(&mut t, node, 0, MigChange::Create("1g.5gb@2".into()), false).unwrap_err();
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Overlap), "{e}");
+    assert!(
+        e.to_string().starts_with(&format!(
+            "cannot create 1g.5gb@2 on GPU 0 of node {node} (a100-40gb, now \
+             \"1g.5gb@0,1g.5gb@1,2g.10gb@2\"): 1g.5gb@2 overlaps 2g.10gb@2"
+        )),
+        "{e}"
+    );
+    // No start: the one MIGM's reachability rule picks.
+    let (plan, fx) = change(&mut t, node, 0, MigChange::Create("3g.20gb".into()), false).unwrap();
+    assert_eq!(
+        (plan.destroy.len(), plan.create.as_slice()),
+        (0, &["3g.20gb@4".to_string()][..])
+    );
+    assert_eq!(plan.to, "1g.5gb@0,1g.5gb@1,2g.10gb@2,3g.20gb@4");
+    assert_eq!(fx, [format!("mig {node}/0 {}", plan.to)]);
+    done(&mut t, node, gpus()[0].slices.clone());
+
+    // Typed refusals, nothing changed by any of them.
+    let before = format!("{:?}", t.state);
+    let refused = |t: &mut TestState, c: MigChange| change(t, node, 0, c, false).unwrap_err();
+    let e = refused(&mut t, MigChange::Create("2g.10gb@3".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Illegal), "{e}");
+    assert!(e.to_string().contains("legal starts"), "{e}");
+    let e = refused(&mut t, MigChange::Create("1g.5gb".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Illegal), "{e}");
+    let e = refused(&mut t, MigChange::Destroy("1g.5gb@6".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::NoSuchInstance), "{e}");
+    assert!(e.is_not_found());
+    assert!(
+        e.to_string().contains("has no MIG instance 1g.5gb@6"),
+        "{e}"
+    );
+    let e = refused(&mut t, MigChange::Destroy("MIG-zz".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::NoSuchInstance), "{e}");
+    let e = refused(&mut t, MigChange::Destroy("1g.5gb".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Illegal), "{e}");
+    assert!(e.to_string().contains("profile@start"), "{e}");
+    let e = refused(&mut t, MigChange::Destroy("2g.10gb@4".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::NoSuchInstance), "{e}");
+    let (holder, _) = t.submit(task("mig.2g.10gb=1"));
+    devices(&mut t, holder, &["MIG-c"]);
+    let before_busy = format!("{:?}", t.state);
+    let e = refused(&mut t, MigChange::Destroy("MIG-c".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Busy), "{e}");
+    assert!(e.is_precondition());
+    assert_eq!(format!("{:?}", t.state), before_busy);
+    assert_ne!(before, before_busy, "only the submit changed the state");
+
+    // Destroy by UUID or by placement: only that instance goes.
+    let (plan, _) = change(&mut t, node, 0, MigChange::Destroy("MIG-b".into()), false).unwrap();
+    assert_eq!(
+        (plan.destroy.as_slice(), plan.create.len()),
+        (&["1g.5gb@1".to_string()][..], 0)
+    );
+    assert_eq!(total(&t, node, "mig.1g.5gb"), "1/0");
+    let e = refused(&mut t, MigChange::Destroy("1g.5gb@0".into()));
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::InProgress), "{e}");
+}
+
+#[test]
+fn preparing_does_what_leaves_busy_instances_alone_and_the_switch_does_the_rest() {
+    let mut t = TestState::new();
+    let node = gpu_node(&mut t, gpus());
+    // 1g@0 is serving; the next layout is a 4g (slices 0-3) and a 3g (4-7).
+    let (a, _) = t.submit(task("mig.1g.5gb=1"));
+    devices(&mut t, a, &["MIG-a"]);
+    let target = "4g.20gb@0,3g.20gb@4";
+    // Applied at once it would wait for the busy slice (and without drain, is refused).
+    let e = apply_layout(&mut t, node, 0, target, false).unwrap_err();
+    assert_eq!(e.mig_refusal(), Some(MigRefusal::Busy));
+    // Prepared: the idle 1g@1 and 2g@2 go, the 3g@4 stays; the 4g cannot be built yet.
+    let (plan, _) = change(&mut t, node, 0, MigChange::Prepare(target.into()), false).unwrap();
+    assert_eq!(plan.destroy, ["1g.5gb@1", "2g.10gb@2"]);
+    assert!(plan.create.is_empty(), "{plan:?}");
+    assert_eq!(plan.to, "1g.5gb@0,3g.20gb@4");
+    assert!(plan.waiting_for.is_empty(), "the busy slice is not touched");
+    assert_eq!(
+        total(&t, node, "mig.1g.5gb"),
+        "1/1",
+        "the busy one keeps serving"
+    );
+    done(
+        &mut t,
+        node,
+        vec![
+            slice("1g.5gb", 0, 1, "MIG-a"),
+            slice("3g.20gb", 4, 4, "MIG-d"),
+        ],
+    );
+    // Once the busy task ends, the switch does only what is left: one destroy, one create.
+    t.exit(a, 0);
+    let (plan, _) = apply_layout(&mut t, node, 0, target, false).unwrap();
+    assert_eq!(
+        (plan.destroy.as_slice(), plan.create.as_slice()),
+        (
+            &["1g.5gb@0".to_string()][..],
+            &["4g.20gb@0".to_string()][..]
+        )
+    );
+    assert_eq!(plan.estimated, Duration::from_millis(500 + 5500));
+}
+
+#[test]
+fn preparing_creates_what_fits_among_idle_slices_while_busy_ones_serve() {
+    let mut t = TestState::new();
+    let node = gpu_node(&mut t, gpus());
+    // The 3g@4 serves; the idle 1g@0, 1g@1 and 2g@2 become a 4g@0 ahead of the switch.
+    let (a, _) = t.submit(task("mig.3g.20gb=1"));
+    devices(&mut t, a, &["MIG-d"]);
+    let (plan, _) = change(
+        &mut t,
+        node,
+        0,
+        MigChange::Prepare("4g.20gb@0,2g.10gb@4,1g.5gb@6".into()),
+        false,
+    )
+    .unwrap();
+    assert_eq!(plan.to, "4g.20gb@0,3g.20gb@4");
+    assert_eq!(plan.create, ["4g.20gb@0"]);
+    assert_eq!(plan.destroy.len(), 3);
+    // The model's cost of the prepared part is off the switch's path: what is left after
+    // it is the 3g's replacement alone.
+    let full = escher_proto::mig::LatencyModel::default();
+    let layout = |s: &str| escher_proto::mig::Layout::parse(GpuModel::A100_40GB, s).unwrap();
+    let whole = full.reconfiguration_time(
+        &layout("1g.5gb@0,1g.5gb@1,2g.10gb@2,3g.20gb@4"),
+        &layout("4g.20gb@0,2g.10gb@4,1g.5gb@6"),
+    );
+    let rest = full.reconfiguration_time(
+        &layout("4g.20gb@0,3g.20gb@4"),
+        &layout("4g.20gb@0,2g.10gb@4,1g.5gb@6"),
+    );
+    assert!(rest < whole, "{rest:?} < {whole:?}");
+    // Preparing an already prepared layout changes nothing.
+    done(
+        &mut t,
+        node,
+        vec![
+            slice("4g.20gb", 0, 4, "MIG-p"),
+            slice("3g.20gb", 4, 4, "MIG-d"),
+        ],
+    );
+    let (plan, fx) = change(
+        &mut t,
+        node,
+        0,
+        MigChange::Prepare("4g.20gb@0,2g.10gb@4,1g.5gb@6".into()),
+        false,
+    )
+    .unwrap();
+    assert!(plan.is_unchanged() && fx.is_empty(), "{plan:?}");
 }
 
 #[test]

@@ -49,7 +49,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use escher_proto::types::{
-    Assignment, GpuInfo, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
+    Assignment, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
     WorkerMessage,
 };
 use escher_proto::wire::head_message::Body;
@@ -63,7 +63,7 @@ use crate::backoff::Backoff;
 use crate::error::WorkerError;
 use crate::exec::{self, Stream};
 use crate::functions::BoxFuture;
-use crate::gpu::{BindError, Gpus};
+use crate::gpu::{BindError, Gpus, Reconfigured};
 use crate::identity::IdentityStore;
 use crate::link::{ConnectError, Link, connect};
 use crate::runner::{RunEnv, run_task};
@@ -183,8 +183,8 @@ pub(crate) struct Runtime {
     /// Tasks waiting for devices, in arrival order.
     waiting: Vec<Waiting>,
     /// Ends of MIG reconfiguration jobs.
-    mig_tx: mpsc::UnboundedSender<(GpuInfo, Option<String>)>,
-    mig_rx: mpsc::UnboundedReceiver<(GpuInfo, Option<String>)>,
+    mig_tx: mpsc::UnboundedSender<Reconfigured>,
+    mig_rx: mpsc::UnboundedReceiver<Reconfigured>,
     stopping: bool,
     drain_timer: Option<Pin<Box<Sleep>>>,
     cancelled_all: bool,
@@ -263,7 +263,7 @@ impl Runtime {
                 }
                 () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
-                Some((info, error)) = self.mig_rx.recv() => self.on_reconfigured(info, error),
+                Some(done) = self.mig_rx.recv() => self.on_reconfigured(done),
                 _ = self.sweep.tick(), if !self.stopping => self.sweep_logs(),
                 event = next_link_event(&mut self.link) => match event {
                     LinkEvent::Batch(batch) => {

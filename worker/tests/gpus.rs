@@ -7,6 +7,7 @@ mod support;
 
 use std::time::Duration;
 
+use escher_proto::mig::{GpuModel, Layout};
 use escher_proto::types::{Assignment, HeadMessage, MigDone, WorkerMessage};
 use escher_proto::{ResourceSet, TaskId, TaskKind, TaskSpec};
 use escher_worker::scaled_latency;
@@ -136,7 +137,7 @@ async fn reconfigures_once_its_slices_are_free() {
     let builder = worker(&head)
         .discover_gpus(false)
         .sim_gpu("a100-40gb:mig=1g.5gb@0,3g.20gb@4")
-        .sim_mig_latency(scaled_latency(0.0));
+        .sim_mig_latency(scaled_latency(0.001));
     let w = RunningWorker::start(builder);
     let (reg, _) = attached(&mut head).await;
     let kept = reg.gpus[0].slices[0].uuid.clone();
@@ -151,7 +152,7 @@ async fn reconfigures_once_its_slices_are_free() {
     });
     match head.report().await {
         WorkerMessage::GpusChanged {
-            done: Some(MigDone { gpu: 0, error }),
+            done: Some(MigDone { gpu: 0, error, .. }),
             ..
         } => assert!(error.unwrap().contains("not a legal start"), "refused"),
         other => panic!("expected a refusal, got {other:?}"),
@@ -165,7 +166,8 @@ async fn reconfigures_once_its_slices_are_free() {
         WorkerMessage::GpusChanged {
             done: Some(MigDone {
                 gpu: 9,
-                error: Some(_)
+                error: Some(_),
+                ..
             }),
             ..
         }
@@ -186,18 +188,24 @@ async fn reconfigures_once_its_slices_are_free() {
     );
     head.send(cancel(1));
     finished(&mut head, 1).await.unwrap();
-    let gpus = match head.report().await {
+    let (gpus, phases) = match head.report().await {
         WorkerMessage::GpusChanged {
             gpus,
-            done: Some(MigDone {
-                gpu: 0,
-                error: None,
-            }),
-        } => gpus,
+            done:
+                Some(MigDone {
+                    gpu: 0,
+                    error: None,
+                    phases,
+                }),
+        } => (gpus, phases),
         other => panic!("expected the reconfiguration's end, got {other:?}"),
     };
-    let layout = gpus[0].layout().unwrap().unwrap().to_string();
-    assert_eq!(layout, "1g.5gb@0,1g.5gb@2,2g.10gb@4,1g.5gb@6");
+    let layout = gpus[0].layout().unwrap().unwrap();
+    assert_eq!(layout.to_string(), "1g.5gb@0,1g.5gb@2,2g.10gb@4,1g.5gb@6");
+    // What each phase took: the simulated GPU's model (at the test's scale), phase by phase.
+    let from = Layout::parse(GpuModel::A100_40GB, "1g.5gb@0,3g.20gb@4").unwrap();
+    assert_eq!(*phases, scaled_latency(0.001).cost(&from, &layout));
+    assert_eq!((phases.destroyed, phases.created), (1, 3));
     assert_eq!(
         gpus[0].slices[0].uuid, kept,
         "the kept slice keeps its UUID"

@@ -59,15 +59,15 @@ impl ClusterApi for Counting {
         self.count("gpus");
         ClusterApi::gpus(&self.inner).await
     }
-    async fn apply_mig_layout(
+    async fn change_mig(
         &self,
         node: NodeId,
         gpu: u32,
-        layout: String,
+        change: escher::types::MigChange,
         drain: bool,
     ) -> Result<escher::types::MigPlan, EslError> {
-        self.count("apply_mig_layout");
-        ClusterApi::apply_mig_layout(&self.inner, node, gpu, layout, drain).await
+        self.count("change_mig");
+        ClusterApi::change_mig(&self.inner, node, gpu, change, drain).await
     }
     async fn telemetry(
         &self,

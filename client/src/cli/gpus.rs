@@ -1,17 +1,21 @@
-//! `escher gpus` (every node's GPUs, MIG slices and which task holds each device) and
-//! `escher mig apply NODE GPU LAYOUT` (change one GPU's MIG layout).
+//! `escher gpus` (every node's GPUs, MIG slices, which task holds each device, and what the
+//! last reconfiguration took phase by phase) and the `escher mig` changes of one GPU:
+//! `apply NODE GPU LAYOUT` (a whole layout, atomically), `create NODE GPU PROFILE[@START]` and
+//! `destroy NODE GPU INSTANCE` (one instance), `prepare NODE GPU LAYOUT` (pre-initialization:
+//! the steps toward a layout that leave busy instances alone).
 //!
-//! `mig apply` prints the plan (what is destroyed and created, the tasks it waits for, the
-//! estimated time on hardware) and returns; with `--wait` it returns once the worker has done
-//! the change, printing the GPU afterwards, and exits non-zero if the change failed or
-//! `--timeout` passed first.
+//! Each prints the plan (what is destroyed and created, the tasks it waits for, the estimated
+//! time on hardware) and returns; with `--wait` it returns once the worker has done the change,
+//! printing the GPU afterwards and what each phase took, and exits non-zero if the change
+//! failed or `--timeout` passed first.
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use escher_proto::types::{GpuInfo, GpuStatus, MigPlan, NodeGpus};
+use escher_proto::mig::ReconfigurationCost;
+use escher_proto::types::{GpuInfo, GpuStatus, MigChange, MigPlan, MigReport, NodeGpus};
 use escher_proto::{Amount, NodeId};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -38,14 +42,24 @@ impl GpusArgs {
 /// The `escher mig` commands.
 #[derive(Debug, Subcommand)]
 pub enum MigCommand {
-    /// Change the MIG layout of one GPU of one node, e.g. `escher mig apply 1 0
-    /// 3g.20gb,2g.10gb,1g.5gb,1g.5gb`
+    /// Change the MIG layout of one GPU of one node, atomically, e.g. `escher mig apply 1 0
+    /// 3g.20gb,2g.10gb,1g.5gb,1g.5gb` (instances in both layouts are left alone)
     Apply(MigApplyArgs),
+    /// Create one MIG instance, e.g. `escher mig create 1 0 1g.5gb@6` (or `1g.5gb`: the start
+    /// that keeps the most full layouts reachable); the other instances are left alone
+    Create(MigCreateArgs),
+    /// Destroy one MIG instance, named PROFILE@START or by its UUID, e.g. `escher mig destroy
+    /// 1 0 1g.5gb@6`
+    Destroy(MigDestroyArgs),
+    /// Pre-initialize toward a layout: do now every step that leaves busy instances alone
+    /// (destroy the idle ones it does not keep, create what then fits), so that a later
+    /// `mig apply` of the same layout does only what is left
+    Prepare(MigPrepareArgs),
 }
 
-/// Options of `escher mig apply`.
+/// The GPU a `escher mig` command changes.
 #[derive(Debug, Clone, Args)]
-pub struct MigApplyArgs {
+pub struct MigTarget {
     /// The node id (see `escher gpus`)
     #[arg(value_name = "NODE")]
     pub node: NodeId,
@@ -53,6 +67,25 @@ pub struct MigApplyArgs {
     /// The GPU's index on the node
     #[arg(value_name = "GPU")]
     pub gpu: u32,
+}
+
+/// How long a `escher mig` command waits.
+#[derive(Debug, Clone, Args)]
+pub struct MigWait {
+    /// Return once the change is done (or failed), with what each phase took
+    #[arg(long)]
+    pub wait: bool,
+
+    /// With --wait: give up waiting after this long (seconds, or 500ms / 5m)
+    #[arg(long, value_name = "SECS", value_parser = parse_duration, requires = "wait")]
+    pub timeout: Option<Duration>,
+}
+
+/// Options of `escher mig apply`.
+#[derive(Debug, Clone, Args)]
+pub struct MigApplyArgs {
+    #[command(flatten)]
+    pub(crate) target: MigTarget,
 
     /// The layout: profiles, comma-separated, each optionally at a start memory slice
     /// (`3g.20gb,2g.10gb,1g.5gb@6`); the GPU's model decides which are legal
@@ -64,68 +97,143 @@ pub struct MigApplyArgs {
     #[arg(long)]
     pub drain: bool,
 
-    /// Return once the change is done (or failed)
-    #[arg(long)]
-    pub wait: bool,
+    #[command(flatten)]
+    pub(crate) wait: MigWait,
+}
 
-    /// With --wait: give up waiting after this long (seconds, or 500ms / 5m)
-    #[arg(long, value_name = "SECS", value_parser = parse_duration, requires = "wait")]
-    pub timeout: Option<Duration>,
+/// Options of `escher mig create`.
+#[derive(Debug, Clone, Args)]
+pub struct MigCreateArgs {
+    #[command(flatten)]
+    pub(crate) target: MigTarget,
+
+    /// The instance: PROFILE@START (`1g.5gb@6`), or PROFILE alone
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+
+    #[command(flatten)]
+    pub(crate) wait: MigWait,
+}
+
+/// Options of `escher mig destroy`.
+#[derive(Debug, Clone, Args)]
+pub struct MigDestroyArgs {
+    #[command(flatten)]
+    pub(crate) target: MigTarget,
+
+    /// The instance: PROFILE@START (`1g.5gb@6`) or its UUID (`MIG-...`)
+    #[arg(value_name = "INSTANCE")]
+    pub instance: String,
+
+    /// If the instance is in use, admit nothing new to it and destroy it once it is free
+    /// (instead of refusing)
+    #[arg(long)]
+    pub drain: bool,
+
+    #[command(flatten)]
+    pub(crate) wait: MigWait,
+}
+
+/// Options of `escher mig prepare`.
+#[derive(Debug, Clone, Args)]
+pub struct MigPrepareArgs {
+    #[command(flatten)]
+    pub(crate) target: MigTarget,
+
+    /// The layout to prepare for, as `escher mig apply` takes it
+    #[arg(value_name = "LAYOUT")]
+    pub layout: String,
+
+    #[command(flatten)]
+    pub(crate) wait: MigWait,
 }
 
 impl MigCommand {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
-        match self {
-            MigCommand::Apply(a) => a.run(ctx).await,
-        }
+        let (target, change, drain, wait) = match self {
+            MigCommand::Apply(a) => (a.target, MigChange::Layout(a.layout), a.drain, a.wait),
+            MigCommand::Create(a) => (a.target, MigChange::Create(a.instance), false, a.wait),
+            MigCommand::Destroy(a) => (a.target, MigChange::Destroy(a.instance), a.drain, a.wait),
+            MigCommand::Prepare(a) => (a.target, MigChange::Prepare(a.layout), false, a.wait),
+        };
+        change_mig(ctx, target, change, drain, wait).await
     }
 }
 
-impl MigApplyArgs {
-    async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
-        let client = ctx.client().await?;
-        let plan = client
-            .apply_mig_layout(self.node, self.gpu, self.layout.clone(), self.drain)
-            .await?;
-        let after = if self.wait && !plan.is_unchanged() {
-            let bar = std::io::stderr().is_terminal().then(|| {
-                let bar = ProgressBar::new_spinner();
-                let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
-                    .unwrap_or_else(|_| ProgressStyle::default_spinner());
-                bar.set_style(style);
-                bar.enable_steady_tick(Duration::from_millis(120));
-                bar
-            });
-            let show = |status: &GpuStatus| {
-                if let Some(bar) = &bar {
-                    bar.set_message(mig_progress(self.node, status));
-                }
-            };
-            let done = client
-                .wait_mig_layout_with(self.node, self.gpu, self.timeout, show)
-                .await;
+/// Sends one change, waits if asked, and prints the plan (and the GPU afterwards).
+async fn change_mig(
+    ctx: &mut Ctx<'_>,
+    MigTarget { node, gpu }: MigTarget,
+    change: MigChange,
+    drain: bool,
+    MigWait { wait, timeout }: MigWait,
+) -> anyhow::Result<ExitCode> {
+    let client = ctx.client().await?;
+    let plan = client.change_mig(node, gpu, change, drain).await?;
+    let after = if wait && !plan.is_unchanged() {
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = ProgressBar::new_spinner();
+            let style = ProgressStyle::with_template("{spinner} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner());
+            bar.set_style(style);
+            bar.enable_steady_tick(Duration::from_millis(120));
+            bar
+        });
+        let show = |status: &GpuStatus| {
             if let Some(bar) = &bar {
-                bar.finish_and_clear();
+                bar.set_message(mig_progress(node, status));
             }
-            Some(done?)
-        } else {
-            None
         };
-        if ctx.json {
-            ctx.emit_json(&serde_json::json!({ "plan": plan, "after": after }))?;
-        } else {
-            let mut text = render_plan(&plan);
-            if let Some(gpu) = &after {
-                text.push_str(&format!(
-                    "done: GPU {} is now {}\n",
-                    gpu.info.index,
-                    layout_of(&gpu.info)
-                ));
-            }
-            ctx.emit(&text)?;
+        let done = client.wait_mig_layout_with(node, gpu, timeout, show).await;
+        if let Some(bar) = &bar {
+            bar.finish_and_clear();
         }
-        Ok(ExitCode::SUCCESS)
+        Some(done?)
+    } else {
+        None
+    };
+    if ctx.json {
+        ctx.emit_json(&serde_json::json!({ "plan": plan, "after": after }))?;
+    } else {
+        let mut text = render_plan(&plan);
+        if let Some(gpu) = &after {
+            text.push_str(&format!(
+                "done: GPU {} is now {}\n",
+                gpu.info.index,
+                layout_of(&gpu.info)
+            ));
+            if let Some(report) = &gpu.last_reconfiguration {
+                text.push_str(&format!("took: {}\n", render_phases(report)));
+            }
+        }
+        ctx.emit(&text)?;
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// What a reconfiguration took: the wait for its slices, then each phase.
+pub fn render_phases(report: &MigReport) -> String {
+    let ReconfigurationCost {
+        destroyed,
+        created,
+        destroy,
+        create,
+        library_load,
+        model_load,
+    } = report.phases;
+    let secs = |d: Duration| format!("{:.1} s", d.as_secs_f64());
+    let whole = Duration::from_millis(report.done_ms.saturating_sub(report.asked_ms));
+    let waited = whole.saturating_sub(report.phases.total());
+    format!(
+        "{} from the request ({} waiting for slices); destroy {destroyed} in {}, create \
+         {created} in {}, library load {}, model load {}",
+        secs(whole),
+        secs(waited),
+        secs(destroy),
+        secs(create),
+        secs(library_load),
+        secs(model_load),
+    )
 }
 
 /// How a reconfiguration goes, for `mig apply --wait`'s progress line.
@@ -228,6 +336,13 @@ pub fn render_gpus(nodes: &[NodeGpus]) -> String {
                 notes.push(format!(
                     "  GPU {}: last reconfiguration failed: {e}",
                     gpu.info.index
+                ));
+            } else if let Some(report) = &gpu.last_reconfiguration {
+                notes.push(format!(
+                    "  GPU {}: last reconfiguration (to {}): {}",
+                    gpu.info.index,
+                    report.target,
+                    render_phases(report)
                 ));
             }
         }
@@ -387,12 +502,27 @@ mod tests {
                         since_ms: 0,
                     }),
                     last_error: None,
+                    last_reconfiguration: Some(MigReport {
+                        target: "1g.5gb@0,3g.20gb@4".into(),
+                        asked_ms: 10_000,
+                        done_ms: 18_100,
+                        phases: ReconfigurationCost {
+                            destroyed: 1,
+                            created: 1,
+                            destroy: Duration::from_millis(500),
+                            create: Duration::from_millis(1500),
+                            library_load: Duration::from_millis(1500),
+                            model_load: Duration::from_millis(2500),
+                        },
+                        error: None,
+                    }),
                 },
                 GpuStatus {
                     info: h100,
                     holders: vec![holder("GPU-h", 8, "0.5"), holder("GPU-h", 9, "0.5")],
                     reconfiguring: None,
                     last_error: Some("in use".into()),
+                    last_reconfiguration: None,
                 },
             ],
         }
@@ -408,6 +538,7 @@ node 1 (box)
                                   MIG-d   3g.20gb (retiring)  4-7     19968 MiB  -
  1    h100-80gb              no   GPU-h   -                   -       81920 MiB  task 8 (0.5), task 9 (0.5)
   GPU 0: reconfiguring to 1g.5gb@0,1g.5gb@1 (in progress)
+  GPU 0: last reconfiguration (to 1g.5gb@0,3g.20gb@4): 8.1 s from the request (2.1 s waiting for slices); destroy 1 in 0.5 s, create 1 in 1.5 s, library load 1.5 s, model load 2.5 s
   GPU 1: last reconfiguration failed: in use
 ";
         assert_eq!(text, expected, "\n{text}");

@@ -83,7 +83,10 @@ mod top;
 mod wait;
 
 pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
-pub use gpus::{GpusArgs, MigApplyArgs, MigCommand, render_gpus, render_plan};
+pub use gpus::{
+    GpusArgs, MigApplyArgs, MigCommand, MigCreateArgs, MigDestroyArgs, MigPrepareArgs, MigTarget,
+    MigWait, render_gpus, render_phases, render_plan,
+};
 pub use heads::{HeadsArgs, HeadsChange, render_heads};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
 pub use reserve::{ReserveArgs, render_reservation};

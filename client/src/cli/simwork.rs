@@ -298,6 +298,7 @@ mod tests {
                 holders: Vec::new(),
                 reconfiguring: None,
                 last_error: None,
+                last_reconfiguration: None,
             }],
         }]
     }

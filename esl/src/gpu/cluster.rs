@@ -297,8 +297,9 @@ impl<C: ClusterApi> ClusterGpu<C> {
         {
             Ok(_) => self.unsent = false,
             // A slice the policy let go of may still be held until its task's stop is
-            // confirmed, or another change may have begun: asked again next round.
-            Err(e) if e.is_retryable() || is_busy(&e) => {
+            // confirmed (`MigRefusal::Busy`), or another change may have begun
+            // (`InProgress`): asked again next round.
+            Err(e) if e.is_retryable() => {
                 tracing::debug!(layout = %text, error = %e, "MIG layout not taken yet; asking again");
                 self.unsent = true;
             }
@@ -453,13 +454,6 @@ async fn read<C: ClusterApi>(api: &C, node: NodeId, gpu: u32) -> Result<GpuStatu
         .find(|n| n.node == node)
         .and_then(|n| n.gpus.into_iter().find(|g| g.info.index == gpu))
         .ok_or_else(|| EslError::Refused(format!("node {node} has no GPU {gpu}")))
-}
-
-/// Whether the head refused a layout because a slice is still in use or another change is
-/// under way, which passes (the head's words for `MigBusy` and `MigInProgress`).
-fn is_busy(e: &EslError) -> bool {
-    let text = e.to_string();
-    text.contains("cannot be reconfigured now") || text.contains("is already being reconfigured")
 }
 
 /// What a job waits on while queued.

@@ -26,14 +26,14 @@ impl ClusterApi for Recording {
     async fn gpus(&self) -> Result<Vec<escher_proto::types::NodeGpus>, EslError> {
         self.inner.gpus().await
     }
-    async fn apply_mig_layout(
+    async fn change_mig(
         &self,
         node: NodeId,
         gpu: u32,
-        layout: String,
+        change: escher_proto::types::MigChange,
         drain: bool,
     ) -> Result<escher_proto::types::MigPlan, EslError> {
-        self.inner.apply_mig_layout(node, gpu, layout, drain).await
+        self.inner.change_mig(node, gpu, change, drain).await
     }
     async fn telemetry(
         &self,

@@ -185,14 +185,14 @@ impl<C: ClusterApi> ClusterApi for Journal<C> {
         self.inner.gpus().await
     }
 
-    async fn apply_mig_layout(
+    async fn change_mig(
         &self,
         node: NodeId,
         gpu: u32,
-        layout: String,
+        change: escher_proto::types::MigChange,
         drain: bool,
     ) -> Result<escher_proto::types::MigPlan, EslError> {
-        self.inner.apply_mig_layout(node, gpu, layout, drain).await
+        self.inner.change_mig(node, gpu, change, drain).await
     }
 
     async fn telemetry(

@@ -397,7 +397,7 @@ impl Cluster for ClusterService {
         let ApplyMigLayoutRequest {
             node,
             gpu,
-            layout,
+            change,
             drain,
         } = request.try_into()?;
         tracing::Span::current().record("node", node.0);
@@ -405,7 +405,7 @@ impl Cluster for ClusterService {
         let command = Command::ApplyMigLayout {
             node,
             gpu,
-            layout,
+            change,
             drain,
         };
         match self.owner.apply(command, key).await? {

@@ -1,7 +1,7 @@
 //! [`OwnerHandle`]: how gRPC handlers talk to the owner task, and how its answers become
 //! gRPC statuses (the "not leader" status included).
 
-use escher_proto::types::RequestKey;
+use escher_proto::types::{MIG_REFUSAL_METADATA, RequestKey};
 use tokio::sync::{mpsc, oneshot};
 use tonic::Status;
 use tonic::metadata::MetadataValue;
@@ -85,6 +85,20 @@ impl OwnerHandle {
 /// Maps a refused command to the gRPC status a client sees.
 pub(crate) fn to_status(err: ApplyError) -> Status {
     let message = err.to_string();
+    if let Some(refusal) = err.mig_refusal() {
+        let mut status = if err.is_not_found() {
+            Status::not_found(message)
+        } else if err.is_precondition() {
+            Status::failed_precondition(message)
+        } else {
+            Status::invalid_argument(message)
+        };
+        status.metadata_mut().insert(
+            MIG_REFUSAL_METADATA,
+            MetadataValue::from_static(refusal.as_str()),
+        );
+        return status;
+    }
     match err {
         ApplyError::WrongSecret(_) => Status::permission_denied(message),
         ApplyError::Evicted(evicted) => evicted.into_status(),

@@ -272,9 +272,9 @@ impl ClusterState {
             Command::ApplyMigLayout {
                 node,
                 gpu,
-                layout,
+                change,
                 drain,
-            } => Reply::MigPlan(self.apply_mig_layout(node, gpu, &layout, drain, now)?),
+            } => Reply::MigPlan(self.change_mig(node, gpu, &change, drain, now)?),
         };
         self.settle(now);
         self.retain(settled, now);

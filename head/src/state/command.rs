@@ -2,8 +2,8 @@
 
 use escher_proto::types::{Assignment, RequestKey, TaskFinished};
 use escher_proto::types::{
-    DeviceHold, GangStrategy, GpuInfo, Grant, MigDone, MigPlan, Namespace, NodeId, ResourceName,
-    ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
+    DeviceHold, GangStrategy, GpuInfo, Grant, MigChange, MigDone, MigPlan, Namespace, NodeId,
+    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -151,14 +151,15 @@ pub enum Command {
         /// The reconfiguration this report ends, if any.
         done: Option<MigDone>,
     },
-    /// Change the MIG layout of one GPU of a node.
+    /// Change the MIG instances of one GPU of a node: a whole layout, one instance, or the
+    /// steps toward a layout that leave busy instances alone (`gpus.rs`).
     ApplyMigLayout {
         /// The node.
         node: NodeId,
         /// The GPU's index.
         gpu: u32,
-        /// The layout text, read for the GPU's model.
-        layout: String,
+        /// What to change; its text is read for the GPU's model.
+        change: MigChange,
         /// Wait for busy slices to drain instead of refusing.
         drain: bool,
     },

@@ -1,7 +1,9 @@
 //! Why the head refused a command. A refused command changes nothing.
 
 use escher_proto::mig::{GpuModel, MigError};
-use escher_proto::types::{Evicted, Namespace, NodeId, ResourceName, TaskId, TaskState};
+use escher_proto::types::{
+    Evicted, MigRefusal, Namespace, NodeId, ResourceName, TaskId, TaskState,
+};
 use thiserror::Error;
 
 use crate::scheduler::CoreError;
@@ -215,6 +217,38 @@ pub enum ApplyError {
         /// Which slices, held by which tasks.
         busy: String,
     },
+    /// One instance cannot be created on the GPU (or a layout toward which to prepare is not
+    /// legal): the MIG model says why.
+    #[error("cannot {change} on GPU {gpu} of node {node} ({model}, now {now:?}): {reason}")]
+    MigRefused {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The GPU's model.
+        model: GpuModel,
+        /// The change asked for (`create 1g.5gb@6`).
+        change: String,
+        /// The GPU's layout now, explicit form.
+        now: String,
+        /// What the MIG model found wrong.
+        reason: MigError,
+    },
+    /// The instance to destroy is not on the GPU.
+    #[error(
+        "GPU {gpu} of node {node} has no MIG instance {instance}; its instances are {now:?} \
+         (see `escher gpus`)"
+    )]
+    NoSuchInstance {
+        /// The node.
+        node: NodeId,
+        /// The GPU index.
+        gpu: u32,
+        /// The instance named (`profile@start` or a UUID).
+        instance: String,
+        /// The GPU's layout now, explicit form.
+        now: String,
+    },
     /// A reconfiguration of the GPU is under way.
     #[error(
         "GPU {gpu} of node {node} is already being reconfigured to {target:?}; wait until \
@@ -231,6 +265,24 @@ pub enum ApplyError {
 }
 
 impl ApplyError {
+    /// Why a MIG change was refused, for a caller that acts on it; `None` for other errors.
+    pub fn mig_refusal(&self) -> Option<MigRefusal> {
+        Some(match self {
+            ApplyError::NodeUnavailable { .. } => MigRefusal::NodeUnavailable,
+            ApplyError::NoSuchGpu { .. } => MigRefusal::NoSuchGpu,
+            ApplyError::NotPartitionable { .. } => MigRefusal::NotPartitionable,
+            ApplyError::MigRefused {
+                reason: MigError::Overlap { .. },
+                ..
+            } => MigRefusal::Overlap,
+            ApplyError::InvalidLayout { .. } | ApplyError::MigRefused { .. } => MigRefusal::Illegal,
+            ApplyError::NoSuchInstance { .. } => MigRefusal::NoSuchInstance,
+            ApplyError::MigBusy { .. } => MigRefusal::Busy,
+            ApplyError::MigInProgress { .. } => MigRefusal::InProgress,
+            _ => return None,
+        })
+    }
+
     /// Whether the error is about something that does not exist (gRPC `NOT_FOUND`).
     pub fn is_not_found(&self) -> bool {
         matches!(
@@ -239,6 +291,7 @@ impl ApplyError {
                 | ApplyError::UnknownTask(_)
                 | ApplyError::UnknownToken(_)
                 | ApplyError::NoSuchGpu { .. }
+                | ApplyError::NoSuchInstance { .. }
                 | ApplyError::OtherCluster { .. }
                 | ApplyError::Evicted(_)
         ) || matches!(

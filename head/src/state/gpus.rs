@@ -18,11 +18,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use escher_proto::mig::{LatencyModel, Layout, diff};
+use escher_proto::mig::{LatencyModel, Layout, Placement, diff};
 use escher_proto::types::{
-    Capacity, CapacityOp, DeviceHold, DeviceHolder, GpuInfo, GpuStatus, GpusReply, MigDevice,
-    MigDone, MigPlan, MigProgress, NodeGpus, NodeId, NodeSpec, ResourceName, TaskId, TaskState,
-    gpu_resources, is_gpu_resource,
+    Capacity, CapacityOp, DeviceHold, DeviceHolder, GpuInfo, GpuStatus, GpusReply, MigChange,
+    MigDevice, MigDone, MigPlan, MigProgress, MigReport, NodeGpus, NodeId, NodeSpec, ResourceName,
+    TaskId, TaskState, gpu_resources, is_gpu_resource,
 };
 use serde::{Deserialize, Serialize};
 
@@ -69,29 +69,41 @@ impl ClusterState {
             return Ok(());
         }
         if let Some(done) = done {
-            rec.mig.remove(&done.gpu);
-            match done.error {
-                Some(why) => rec.mig_errors.insert(done.gpu, why),
+            let pending = rec.mig.remove(&done.gpu);
+            match &done.error {
+                Some(why) => rec.mig_errors.insert(done.gpu, why.clone()),
                 None => rec.mig_errors.remove(&done.gpu),
             };
+            let (target, asked_ms) = pending.map_or((String::new(), now), |p| (p.target, p.since));
+            let report = MigReport {
+                target,
+                asked_ms,
+                done_ms: now,
+                phases: *done.phases,
+                error: done.error,
+            };
+            rec.mig_reports.insert(done.gpu, report);
         }
         rec.gpus = gpus;
         self.sync_gpu_resources(node, now);
         Ok(())
     }
 
-    /// Starts changing the MIG layout of GPU `gpu` of `node` to `layout`.
+    /// Starts changing the MIG instances of GPU `gpu` of `node` as `change` says: to a whole
+    /// layout, by one instance created or destroyed, or toward a layout as far as its idle
+    /// instances allow (pre-initialization).
     ///
     /// Refused (nothing changes) when the node is not live or draining, has no such GPU, the
-    /// GPU is not a MIG GPU in MIG mode, a reconfiguration of it is under way, the layout is
-    /// not legal for its model, or, without `drain`, a slice it destroys may be in use. Else
-    /// the destroyed slices' resources leave the table at once (tasks holding them keep them
-    /// until they end; nothing new is admitted), and the worker is told to reconfigure.
-    pub(crate) fn apply_mig_layout(
+    /// GPU is not a MIG GPU in MIG mode, a reconfiguration of it is under way, the layout or
+    /// instance is not legal for its model (or overlaps one, or is not there to destroy), or,
+    /// without `drain`, a slice it destroys may be in use. Else the destroyed slices'
+    /// resources leave the table at once (tasks holding them keep them until they end;
+    /// nothing new is admitted), and the worker is told to reconfigure.
+    pub(crate) fn change_mig(
         &mut self,
         node: NodeId,
         gpu: u32,
-        layout: &str,
+        change: &MigChange,
         drain: bool,
         now: Millis,
     ) -> Result<MigPlan, ApplyError> {
@@ -144,25 +156,60 @@ impl ClusterState {
                 target: pending.target.clone(),
             });
         }
-        let target = Layout::parse(model, layout).map_err(|reason| ApplyError::InvalidLayout {
+        let invalid = |layout: &str, reason| ApplyError::InvalidLayout {
             node,
             gpu,
             model,
             layout: layout.to_string(),
             reason,
-        })?;
+        };
         let current = match info.layout() {
             Some(Ok(current)) => current,
-            Some(Err(reason)) => {
-                return Err(ApplyError::InvalidLayout {
-                    node,
-                    gpu,
-                    model,
-                    layout: "(the GPU's reported slices)".into(),
-                    reason,
-                });
-            }
+            Some(Err(reason)) => return Err(invalid("(the GPU's reported slices)", reason)),
             None => Layout::new(model),
+        };
+        let refused = |reason| ApplyError::MigRefused {
+            node,
+            gpu,
+            model,
+            change: change.to_string(),
+            now: current.to_string(),
+            reason,
+        };
+        let target = match change {
+            MigChange::Layout(text) => {
+                Layout::parse(model, text).map_err(|reason| invalid(text, reason))?
+            }
+            MigChange::Create(text) => {
+                let mut next = current.clone();
+                next.add_entry(text.trim()).map_err(refused)?;
+                next
+            }
+            MigChange::Destroy(text) => {
+                let text = text.trim();
+                let start = match info.slices.iter().find(|s| s.uuid == text) {
+                    Some(slice) => Some(slice.start),
+                    None if text.starts_with("MIG-") => None,
+                    None => {
+                        let wanted = Placement::parse(model, text).map_err(refused)?;
+                        current.contains(&wanted).then_some(wanted.start)
+                    }
+                };
+                let mut next = current.clone();
+                if start.and_then(|s| next.remove(s)).is_none() {
+                    return Err(ApplyError::NoSuchInstance {
+                        node,
+                        gpu,
+                        instance: text.to_string(),
+                        now: current.to_string(),
+                    });
+                }
+                next
+            }
+            MigChange::Prepare(text) => {
+                let full = Layout::parse(model, text).map_err(|reason| invalid(text, reason))?;
+                self.prepared(node, info, &current, &full)
+            }
         };
         let (removed, added) = diff(&current, &target);
         let retiring: Vec<MigDevice> = info
@@ -186,7 +233,7 @@ impl ClusterState {
         if !busy.is_empty() && !drain {
             let detail = busy
                 .iter()
-                .map(|(slice, tasks)| {
+                .map(|((_, slice), tasks)| {
                     let tasks: Vec<String> = tasks.iter().map(|t| t.to_string()).collect();
                     format!(
                         "slice {slice} may be in use by task(s) {}",
@@ -236,11 +283,38 @@ impl ClusterState {
         Ok(plan)
     }
 
-    /// For each slice of `slices` that may be in use on `node`, the running tasks that may hold
+    /// Pre-initialization: the layout between `current` and `full` that leaves the busy
+    /// instances of `current` alone. The idle instances `full` does not keep go; then each
+    /// instance `full` adds that fits, in `full`'s order, is created. Once the busy ones are
+    /// free, applying `full` does only what is left.
+    fn prepared(&self, node: NodeId, info: &GpuInfo, current: &Layout, full: &Layout) -> Layout {
+        let (removed, added) = diff(current, full);
+        let busy: BTreeSet<u8> = self
+            .busy_slices(node, &info.slices)
+            .into_keys()
+            .map(|(start, _)| start)
+            .collect();
+        let mut next = current.clone();
+        for p in removed.iter().filter(|p| !busy.contains(&p.start)) {
+            next.remove(p.start);
+        }
+        for p in added {
+            // What does not fit yet waits for the busy instances.
+            let _ = next.insert(p);
+        }
+        next
+    }
+
+    /// For each slice of `slices` that may be in use on `node` (by start, then as the errors
+    /// name it), the running tasks that may hold
     /// it: those that reported holding it, and those that have not reported their devices yet
     /// but request its class (`mig.<profile>`) or its identity.
-    fn busy_slices(&self, node: NodeId, slices: &[MigDevice]) -> BTreeMap<String, Vec<TaskId>> {
-        let mut busy: BTreeMap<String, Vec<TaskId>> = BTreeMap::new();
+    fn busy_slices(
+        &self,
+        node: NodeId,
+        slices: &[MigDevice],
+    ) -> BTreeMap<(u8, String), Vec<TaskId>> {
+        let mut busy: BTreeMap<(u8, String), Vec<TaskId>> = BTreeMap::new();
         let running = self.core.node(node).map(|v| v.running).unwrap_or_default();
         for task in running {
             let Some(rec) = self.tasks.get(&task) else {
@@ -256,7 +330,7 @@ impl ClusterState {
                 };
                 if holds {
                     let key = format!("{} ({})", slice.placement_text(), slice.uuid);
-                    busy.entry(key).or_default().push(task);
+                    busy.entry((slice.start, key)).or_default().push(task);
                 }
             }
         }
@@ -349,6 +423,7 @@ impl ClusterState {
                                 .collect(),
                             reconfiguring,
                             last_error: rec.mig_errors.get(&info.index).cloned(),
+                            last_reconfiguration: rec.mig_reports.get(&info.index).cloned(),
                         }
                     })
                     .collect();

@@ -99,6 +99,7 @@ impl ClusterState {
                 gpus: Vec::new(),
                 mig: BTreeMap::new(),
                 mig_errors: BTreeMap::new(),
+                mig_reports: BTreeMap::new(),
                 secret,
                 boot: worker.boot,
             },

@@ -3,9 +3,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, NAMESPACE_LABEL,
-    Namespace, NodeId, OutputTail, PendingReason, RESERVATION_LABEL, ResourceName, ResourceSet,
-    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, MigReport,
+    NAMESPACE_LABEL, Namespace, NodeId, OutputTail, PendingReason, RESERVATION_LABEL, ResourceName,
+    ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 use serde::{Deserialize, Serialize};
 
@@ -38,6 +38,8 @@ pub struct NodeRecord {
     pub mig: BTreeMap<u32, PendingMig>,
     /// Why the last reconfiguration of a GPU failed, by GPU index.
     pub mig_errors: BTreeMap<u32, String>,
+    /// The last reconfiguration of a GPU that ended, by GPU index.
+    pub mig_reports: BTreeMap<u32, MigReport>,
     /// The hash of the secret its worker got at its first registration.
     pub secret: SecretHash,
     /// The boot id of the worker process that registered it last.

@@ -4,14 +4,17 @@
 //! A device UUID must be nameable as a resource ([`device_segment`]); a model, when given,
 //! must be one escher has a MIG table for; a placement must lie on the 8 memory slices.
 
+use std::time::Duration;
+
 use super::{
     At, ConvertError, MAX_NAME_BYTES, Problem, check_count, check_len, check_name, convert_list,
     convert_required, duration_to_ms, ms_to_duration,
 };
-use crate::mig::GpuModel;
+use crate::mig::{GpuModel, ReconfigurationCost};
 use crate::types::{
     Amount, ApplyMigLayoutRequest, DeviceHold, DeviceHolder, GpuInfo, GpuStatus, GpusReply,
-    MigDevice, MigPlan, MigProgress, NodeGpus, NodeId, TaskId, device_segment,
+    MigChange, MigDevice, MigPlan, MigProgress, MigReport, NodeGpus, NodeId, TaskId,
+    device_segment,
 };
 use crate::wire;
 
@@ -212,6 +215,7 @@ impl From<GpuStatus> for wire::GpuStatus {
             holders: g.holders.into_iter().map(Into::into).collect(),
             reconfiguring: g.reconfiguring.map(Into::into),
             last_error: g.last_error,
+            last_reconfiguration: g.last_reconfiguration.map(Into::into),
         }
     }
 }
@@ -228,6 +232,64 @@ impl TryFrom<wire::GpuStatus> for GpuStatus {
                 .transpose()
                 .at("reconfiguring")?,
             last_error: w.last_error,
+            last_reconfiguration: w
+                .last_reconfiguration
+                .map(MigReport::try_from)
+                .transpose()
+                .at("last_reconfiguration")?,
+        })
+    }
+}
+
+impl From<ReconfigurationCost> for wire::MigPhases {
+    fn from(c: ReconfigurationCost) -> Self {
+        let us = |d: Duration| u64::try_from(d.as_micros()).unwrap_or(u64::MAX);
+        wire::MigPhases {
+            destroyed: c.destroyed,
+            created: c.created,
+            destroy_us: us(c.destroy),
+            create_us: us(c.create),
+            library_load_us: us(c.library_load),
+            model_load_us: us(c.model_load),
+        }
+    }
+}
+
+impl From<wire::MigPhases> for ReconfigurationCost {
+    fn from(w: wire::MigPhases) -> Self {
+        ReconfigurationCost {
+            destroyed: w.destroyed,
+            created: w.created,
+            destroy: Duration::from_micros(w.destroy_us),
+            create: Duration::from_micros(w.create_us),
+            library_load: Duration::from_micros(w.library_load_us),
+            model_load: Duration::from_micros(w.model_load_us),
+        }
+    }
+}
+
+impl From<MigReport> for wire::MigReport {
+    fn from(r: MigReport) -> Self {
+        wire::MigReport {
+            target: r.target,
+            asked_at_ms: r.asked_ms,
+            done_at_ms: r.done_ms,
+            phases: Some(r.phases.into()),
+            error: r.error,
+        }
+    }
+}
+
+impl TryFrom<wire::MigReport> for MigReport {
+    type Error = ConvertError;
+    fn try_from(w: wire::MigReport) -> Result<Self, ConvertError> {
+        check_len("target", &w.target, MAX_LAYOUT_BYTES)?;
+        Ok(MigReport {
+            target: w.target,
+            asked_ms: w.asked_at_ms,
+            done_ms: w.done_at_ms,
+            phases: w.phases.map(Into::into).unwrap_or_default(),
+            error: w.error,
         })
     }
 }
@@ -274,10 +336,18 @@ impl TryFrom<wire::GpusReply> for GpusReply {
 
 impl From<ApplyMigLayoutRequest> for wire::ApplyMigLayoutRequest {
     fn from(r: ApplyMigLayoutRequest) -> Self {
+        use wire::MigOperation as Op;
+        let (operation, layout) = match r.change {
+            MigChange::Layout(t) => (Op::Layout, t),
+            MigChange::Create(t) => (Op::Create, t),
+            MigChange::Destroy(t) => (Op::Destroy, t),
+            MigChange::Prepare(t) => (Op::Prepare, t),
+        };
         wire::ApplyMigLayoutRequest {
             node: r.node.0,
             gpu: r.gpu,
-            layout: r.layout,
+            layout,
+            operation: operation.into(),
             drain: r.drain,
             key: None,
         }
@@ -287,11 +357,27 @@ impl From<ApplyMigLayoutRequest> for wire::ApplyMigLayoutRequest {
 impl TryFrom<wire::ApplyMigLayoutRequest> for ApplyMigLayoutRequest {
     type Error = ConvertError;
     fn try_from(w: wire::ApplyMigLayoutRequest) -> Result<Self, ConvertError> {
+        use wire::MigOperation as Op;
         check_len("layout", &w.layout, MAX_LAYOUT_BYTES)?;
+        let change = match Op::try_from(w.operation) {
+            Ok(Op::Layout) => MigChange::Layout(w.layout),
+            Ok(Op::Create) => MigChange::Create(w.layout),
+            Ok(Op::Destroy) => MigChange::Destroy(w.layout),
+            Ok(Op::Prepare) => MigChange::Prepare(w.layout),
+            Err(_) => {
+                return Err(ConvertError::new(
+                    "operation",
+                    Problem::UnknownEnum {
+                        value: w.operation,
+                        expected: "LAYOUT, CREATE, DESTROY, PREPARE",
+                    },
+                ));
+            }
+        };
         Ok(ApplyMigLayoutRequest {
             node: NodeId(w.node),
             gpu: w.gpu,
-            layout: w.layout,
+            change,
             drain: w.drain,
         })
     }
@@ -336,8 +422,6 @@ impl TryFrom<wire::MigPlan> for MigPlan {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::convert::testutil::{amount, round_trip};
 
@@ -384,6 +468,20 @@ mod tests {
                 since_ms: 1234,
             }),
             last_error: Some("boom".into()),
+            last_reconfiguration: Some(MigReport {
+                target: "1g.5gb@0".into(),
+                asked_ms: 1000,
+                done_ms: 7100,
+                phases: ReconfigurationCost {
+                    destroyed: 1,
+                    created: 1,
+                    destroy: Duration::from_millis(500),
+                    create: Duration::from_millis(1500),
+                    library_load: Duration::from_millis(1500),
+                    model_load: Duration::from_millis(2500),
+                },
+                error: None,
+            }),
         };
         round_trip::<_, wire::GpusReply>(GpusReply {
             nodes: vec![NodeGpus {
@@ -393,12 +491,30 @@ mod tests {
                 gpus: vec![status],
             }],
         });
-        round_trip::<_, wire::ApplyMigLayoutRequest>(ApplyMigLayoutRequest {
+        for change in [
+            MigChange::Layout("3g.20gb,2g.10gb".into()),
+            MigChange::Create("1g.5gb@6".into()),
+            MigChange::Destroy("MIG-41d0c7e2-5b1a-5a8e-b0c3-6f4e2d1a9b77".into()),
+            MigChange::Prepare("4g.20gb,3g.20gb".into()),
+        ] {
+            round_trip::<_, wire::ApplyMigLayoutRequest>(ApplyMigLayoutRequest {
+                node: NodeId(1),
+                gpu: 0,
+                change,
+                drain: true,
+            });
+        }
+        let mut unknown = wire::ApplyMigLayoutRequest::from(ApplyMigLayoutRequest {
             node: NodeId(1),
             gpu: 0,
-            layout: "3g.20gb,2g.10gb".into(),
-            drain: true,
+            change: MigChange::Create("1g.5gb".into()),
+            drain: false,
         });
+        unknown.operation = 9;
+        let e = ApplyMigLayoutRequest::try_from(unknown)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("operation") && e.contains("PREPARE"), "{e}");
         round_trip::<_, wire::MigPlan>(MigPlan {
             node: NodeId(1),
             gpu: 0,

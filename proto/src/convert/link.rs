@@ -198,6 +198,7 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                     error: d
                         .error
                         .map(|e| non_empty(e).unwrap_or_else(|| UNKNOWN_ERROR.into())),
+                    phases: Some((*d.phases).into()),
                 }),
             }),
         };
@@ -249,6 +250,7 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                 done: g.done.map(|d| MigDone {
                     gpu: d.gpu,
                     error: d.error,
+                    phases: Box::new(d.phases.map(Into::into).unwrap_or_default()),
                 }),
             },
         })
@@ -595,6 +597,21 @@ mod tests {
                 done: Some(MigDone {
                     gpu: 2,
                     error: Some("in use".into()),
+                    phases: Default::default(),
+                }),
+            },
+            WorkerMessage::GpusChanged {
+                gpus: vec![],
+                done: Some(MigDone {
+                    gpu: 0,
+                    error: None,
+                    phases: Box::new(
+                        crate::mig::LatencyModel::default().cost(
+                            &crate::mig::Layout::parse(crate::mig::GpuModel::A100_40GB, "7g.40gb")
+                                .unwrap(),
+                            &crate::mig::Layout::new(crate::mig::GpuModel::A100_40GB),
+                        ),
+                    ),
                 }),
             },
         ];

@@ -12,7 +12,7 @@
 //! 3g is not created first): every entry is checked against the ones before it. `Display`
 //! writes the explicit `@start` form, so `Layout::parse(m, &l.to_string()) == Ok(l)`.
 
-use super::{GpuModel, Layout, MigError, Placement};
+use super::{GpuModel, Layout, MigError, Placement, Profile};
 
 impl Layout {
     /// Reads a layout of `model` from text such as `3g.20gb,2g.10gb,1g.5gb,1g.5gb` or
@@ -37,30 +37,58 @@ impl Layout {
         Ok(layout)
     }
 
-    /// Adds one `profile[@start]` entry.
-    fn add_entry(&mut self, entry: &str) -> Result<(), MigError> {
+    /// Adds one `profile[@start]` entry: at its start, or without one at the start MIGM's
+    /// rule picks ([`Layout::place`]). Fails, changing nothing, like [`Layout::insert`].
+    pub fn add_entry(&mut self, entry: &str) -> Result<(), MigError> {
         if entry.is_empty() {
             return Err(MigError::Syntax {
                 entry: entry.to_string(),
                 why: "empty entry; remove the extra ','",
             });
         }
-        let (name, start) = match entry.split_once('@') {
-            None => (entry, None),
-            Some((name, start)) => {
-                let start = start.trim().parse::<u8>().map_err(|_| MigError::Syntax {
-                    entry: entry.to_string(),
-                    why: "the start after '@' must be a memory-slice index, 0 to 7",
-                })?;
-                (name.trim(), Some(start))
-            }
-        };
-        let profile = self.model().profile_named(name)?;
+        let (profile, start) = read_entry(self.model(), entry)?;
         match start {
             Some(start) => self.insert(Placement::new(profile, start)),
             None => self.place(profile).map(|_| ()),
         }
     }
+}
+
+impl Placement {
+    /// Reads `profile@start` for `model`: the profile one of the model's and the start one of
+    /// its legal starts (whether it is free is the layout's business).
+    pub fn parse(model: GpuModel, text: &str) -> Result<Placement, MigError> {
+        let entry = text.trim();
+        match read_entry(model, entry)? {
+            (profile, Some(start)) if profile.is_legal_start(start) => {
+                Ok(Placement::new(profile, start))
+            }
+            (profile, Some(start)) => Err(MigError::IllegalStart {
+                profile: profile.name,
+                start,
+                legal: profile.starts_text(),
+            }),
+            (_, None) => Err(MigError::Syntax {
+                entry: entry.to_string(),
+                why: "an instance is named profile@start (e.g. 1g.5gb@6)",
+            }),
+        }
+    }
+}
+
+/// A `profile[@start]` entry's profile and start.
+fn read_entry(model: GpuModel, entry: &str) -> Result<(&'static Profile, Option<u8>), MigError> {
+    let (name, start) = match entry.split_once('@') {
+        None => (entry, None),
+        Some((name, start)) => {
+            let start = start.trim().parse::<u8>().map_err(|_| MigError::Syntax {
+                entry: entry.to_string(),
+                why: "the start after '@' must be a memory-slice index, 0 to 7",
+            })?;
+            (name.trim(), Some(start))
+        }
+    };
+    Ok((model.profile_named(name)?, start))
 }
 
 #[cfg(test)]
@@ -145,6 +173,28 @@ mod tests {
             "layout entry 1 (\"1g.5gb\"): h100-80gb has no MIG profile \"1g.5gb\"; its \
              profiles are 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb"
         );
+    }
+
+    #[test]
+    fn one_instance_is_read_with_its_start() {
+        let p = Placement::parse(A100, " 1g.5gb@6 ").unwrap();
+        assert_eq!(p.to_string(), "1g.5gb@6");
+        for (text, expected) in [
+            ("1g.5gb", "is named profile@start"),
+            ("3g.20gb@2", "not a legal start"),
+            ("9g.80gb@0", "has no MIG profile"),
+            ("1g.5gb@x", "memory-slice index"),
+        ] {
+            let e = Placement::parse(A100, text).unwrap_err().to_string();
+            assert!(e.contains(expected), "{text}: {e}");
+        }
+        let mut layout = Layout::parse(A100, "3g.20gb@4").unwrap();
+        layout.add_entry("1g.5gb").unwrap();
+        assert_eq!(layout.to_string(), "1g.5gb@0,3g.20gb@4");
+        assert!(matches!(
+            layout.add_entry("2g.10gb@4"),
+            Err(MigError::Overlap { .. })
+        ));
     }
 
     #[test]

@@ -25,13 +25,22 @@
 //! - `destroy` = 0.5 s per instance destroyed (P0's "instance destruction");
 //! - `create` = 1.5 s per instance created (P0's "instance initialization": the driver making
 //!   the GPU and compute instance);
-//! - `initialize` = 4.0 s per instance created (P0's "library load" plus "model load": the
-//!   application side, which varies with the model).
+//! - `library_load` = 1.5 s per instance created (P0's "library load": the CUDA context and the
+//!   framework's kernels on the new instance);
+//! - `model_load` = 2.5 s per instance created (P0's "model load": the weights copied to the
+//!   instance, which varies with the model).
 //!
-//! Costs add up one operation after another, as `nvidia-smi` performs them. An executor that
-//! overlaps them (pre-initialization, parallel model loads) should model that itself.
+//! Library and model load together are the *initialization* of a new instance (4.0 s). Costs
+//! add up one operation after another, as `nvidia-smi` performs them. An executor that overlaps
+//! them (pre-initialization, parallel model loads) should model that itself.
+//!
+//! [`ReconfigurationCost`] is also what a worker reports of a reconfiguration it carried out
+//! (`MigDone`): modelled for a simulated GPU, the driver calls timed for a real one (whose
+//! library and model loads belong to the tasks and are reported as zero).
 
 use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
 
 use super::{Layout, Placement};
 
@@ -61,8 +70,10 @@ pub struct LatencyModel {
     pub destroy: Duration,
     /// Creating one instance (GPU instance and compute instance).
     pub create: Duration,
-    /// Making a new instance ready to serve: loading libraries and the model.
-    pub initialize: Duration,
+    /// Loading the libraries (CUDA context, framework kernels) on a new instance.
+    pub library_load: Duration,
+    /// Loading the model onto a new instance.
+    pub model_load: Duration,
 }
 
 impl Default for LatencyModel {
@@ -70,30 +81,38 @@ impl Default for LatencyModel {
         LatencyModel {
             destroy: Duration::from_millis(500),
             create: Duration::from_millis(1500),
-            initialize: Duration::from_millis(4000),
+            library_load: Duration::from_millis(1500),
+            model_load: Duration::from_millis(2500),
         }
     }
 }
 
-/// The cost of one reconfiguration, phase by phase.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+/// The cost of one reconfiguration, phase by phase: MIGRator's four phases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub struct ReconfigurationCost {
     /// Instances destroyed.
-    pub destroyed: usize,
+    pub destroyed: u32,
     /// Instances created (and initialized).
-    pub created: usize,
+    pub created: u32,
     /// Time spent destroying.
     pub destroy: Duration,
-    /// Time spent creating.
+    /// Time spent creating (GPU and compute instances).
     pub create: Duration,
-    /// Time spent initializing.
-    pub initialize: Duration,
+    /// Time spent loading libraries on the new instances.
+    pub library_load: Duration,
+    /// Time spent loading the model on the new instances.
+    pub model_load: Duration,
 }
 
 impl ReconfigurationCost {
     /// All phases together.
     pub fn total(&self) -> Duration {
-        self.destroy + self.create + self.initialize
+        self.destroy + self.create + self.initialize()
+    }
+
+    /// Making the new instances ready to serve: library and model load.
+    pub fn initialize(&self) -> Duration {
+        self.library_load + self.model_load
     }
 }
 
@@ -101,13 +120,32 @@ impl LatencyModel {
     /// The phase-by-phase cost of going from `from` to `to`.
     pub fn cost(&self, from: &Layout, to: &Layout) -> ReconfigurationCost {
         let (removed, added) = diff(from, to);
-        let times = |d: Duration, n: usize| d * u32::try_from(n).unwrap_or(u32::MAX);
+        // At most 7 instances a side: the counts always fit.
+        let destroyed = u32::try_from(removed.len()).unwrap_or(u32::MAX);
+        let created = u32::try_from(added.len()).unwrap_or(u32::MAX);
         ReconfigurationCost {
-            destroyed: removed.len(),
-            created: added.len(),
-            destroy: times(self.destroy, removed.len()),
-            create: times(self.create, added.len()),
-            initialize: times(self.initialize, added.len()),
+            destroyed,
+            created,
+            destroy: self.destroy * destroyed,
+            create: self.create * created,
+            library_load: self.library_load * created,
+            model_load: self.model_load * created,
+        }
+    }
+
+    /// Making one new instance ready to serve: library and model load.
+    pub fn initialize(&self) -> Duration {
+        self.library_load + self.model_load
+    }
+
+    /// Every phase multiplied by `factor` (time scaled for tests and fast simulations).
+    pub fn scaled(&self, factor: f64) -> LatencyModel {
+        let f = |d: Duration| d.mul_f64(factor);
+        LatencyModel {
+            destroy: f(self.destroy),
+            create: f(self.create),
+            library_load: f(self.library_load),
+            model_load: f(self.model_load),
         }
     }
 
@@ -147,9 +185,15 @@ mod tests {
         let cost = m.cost(&from, &to);
         assert_eq!((cost.destroyed, cost.created), (1, 2));
         assert_eq!(
-            (cost.destroy, cost.create, cost.initialize),
-            (s(0.5), s(3.0), s(8.0))
+            (
+                cost.destroy,
+                cost.create,
+                cost.library_load,
+                cost.model_load
+            ),
+            (s(0.5), s(3.0), s(3.0), s(5.0))
         );
+        assert_eq!(cost.initialize(), s(8.0));
         assert_eq!(m.reconfiguration_time(&from, &to), s(11.5));
         // Unchanged: free. One instance for another: MIGRator's 6 s.
         assert_eq!(m.reconfiguration_time(&from, &from), Duration::ZERO);
@@ -171,11 +215,16 @@ mod tests {
         let custom = LatencyModel {
             destroy: Duration::from_millis(1),
             create: Duration::from_millis(10),
-            initialize: Duration::from_millis(100),
+            library_load: Duration::from_millis(40),
+            model_load: Duration::from_millis(60),
         };
         assert_eq!(
             custom.reconfiguration_time(&from, &to),
             Duration::from_millis(221)
+        );
+        assert_eq!(
+            custom.scaled(2.0).reconfiguration_time(&from, &to),
+            Duration::from_millis(442)
         );
     }
 }

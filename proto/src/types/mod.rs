@@ -47,8 +47,8 @@ pub use gpu::{
     gpu_resources, is_gpu_resource, mig_class, mig_identity,
 };
 pub use gpu_status::{
-    ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MigDone, MigPlan, MigProgress,
-    NodeGpus,
+    ApplyMigLayoutRequest, DeviceHolder, GpuStatus, GpusReply, MIG_REFUSAL_METADATA, MigChange,
+    MigDone, MigPlan, MigProgress, MigRefusal, MigReport, NodeGpus,
 };
 pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};

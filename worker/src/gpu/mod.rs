@@ -30,10 +30,9 @@ mod nvml;
 mod sim;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use escher_proto::ResourceSet;
-use escher_proto::mig::{LatencyModel, Layout, diff};
+use escher_proto::mig::{LatencyModel, Layout, ReconfigurationCost, diff};
 use escher_proto::types::{DeviceHold, GpuInfo, Metric, MigDone, gpu_resources};
 
 pub(crate) use allocator::{BindError, DeviceAllocator, Holder};
@@ -251,9 +250,10 @@ impl Gpus {
         jobs
     }
 
-    /// A job ended: GPU `info.index` is now `info` (the new layout, or what is left after a
-    /// failure). Replaces its devices and returns what to tell the head.
-    pub(crate) fn finish(&mut self, info: GpuInfo, error: Option<String>) -> MigDone {
+    /// A job ended: GPU `done.info.index` is now `done.info` (the new layout, or what is left
+    /// after a failure). Replaces its devices and returns what to tell the head.
+    pub(crate) fn finish(&mut self, done: Reconfigured) -> MigDone {
+        let Reconfigured { info, cost, error } = done;
         let gpu = info.index;
         if let Some(p) = self.pending.remove(&gpu) {
             self.alloc.set_retiring(&p.retiring, false);
@@ -263,7 +263,11 @@ impl Gpus {
             Some(slot) => *slot = info,
             None => self.gpus.push(info),
         }
-        MigDone { gpu, error }
+        MigDone {
+            gpu,
+            error,
+            phases: Box::new(cost),
+        }
     }
 
     /// Live figures for heartbeats: NVML's for real GPUs; for simulated ones, the share of the
@@ -326,55 +330,87 @@ pub(crate) struct Job {
 }
 
 impl Job {
-    /// Carries the job out: the GPU afterwards, and why it failed if it did.
-    pub(crate) async fn run(self) -> (GpuInfo, Option<String>) {
+    /// Carries the job out: the GPU afterwards, what each phase took, and why it failed if it
+    /// did.
+    pub(crate) async fn run(self) -> Reconfigured {
         let index = self.info.index;
         if self.info.simulated {
-            let time = self.sim_latency.reconfiguration_time(&self.from, &self.to);
-            tracing::info!(gpu = index, from = %self.from, to = %self.to, ?time, "simulated MIG reconfiguration");
-            tokio::time::sleep(time).await;
-            return (sim::with_layout(&self.worker, &self.info, &self.to), None);
+            let cost = self.sim_latency.cost(&self.from, &self.to);
+            tracing::info!(gpu = index, from = %self.from, to = %self.to, time = ?cost.total(), "simulated MIG reconfiguration");
+            // Phase by phase, as a real one: destroy, create, then library and model load.
+            for phase in [
+                cost.destroy,
+                cost.create,
+                cost.library_load,
+                cost.model_load,
+            ] {
+                tokio::time::sleep(phase).await;
+            }
+            return Reconfigured {
+                info: sim::with_layout(&self.worker, &self.info, &self.to),
+                cost,
+                error: None,
+            };
         }
         tracing::info!(gpu = index, from = %self.from, to = %self.to, "MIG reconfiguration through NVML");
         let old = self.info.clone();
         let done = tokio::task::spawn_blocking(move || {
             let nvml = nvml::nvml().map_err(str::to_string)?;
-            let result = nvml::reconfigure(nvml, index, &self.from, &self.to);
+            let mut cost = ReconfigurationCost::default();
+            let result = nvml::reconfigure(nvml, index, &self.from, &self.to, &mut cost);
             // Whatever happened, report the GPU as NVML sees it now.
             let after = nvml::read_gpu(nvml, index);
-            Ok::<_, String>((result, after))
+            Ok::<_, String>((result, after, cost))
         })
         .await;
+        let failed = |error: String| Reconfigured {
+            info: old.clone(),
+            cost: ReconfigurationCost::default(),
+            error: Some(error),
+        };
         match done {
-            Ok(Ok((result, Ok(after)))) => (after, result.err()),
-            Ok(Ok((result, Err(read)))) => {
+            Ok(Ok((result, Ok(after), cost))) => Reconfigured {
+                info: after,
+                cost,
+                error: result.err(),
+            },
+            Ok(Ok((result, Err(read), cost))) => {
                 let why = match result {
                     Ok(()) => format!("reconfigured, but the GPU cannot be read back: {read}"),
                     Err(e) => format!("{e}; and the GPU cannot be read back: {read}"),
                 };
-                (old, Some(why))
+                Reconfigured {
+                    cost,
+                    ..failed(why)
+                }
             }
-            Ok(Err(why)) => (old, Some(why)),
-            Err(e) => (old, Some(format!("the reconfiguration thread failed: {e}"))),
+            Ok(Err(why)) => failed(why),
+            Err(e) => failed(format!("the reconfiguration thread failed: {e}")),
         }
     }
+}
+
+/// What a reconfiguration job did.
+#[derive(Debug)]
+pub(crate) struct Reconfigured {
+    /// The GPU afterwards (the new layout, or what is left after a failure).
+    pub(crate) info: GpuInfo,
+    /// What each phase took: the latency model's for a simulated GPU, the driver calls' for a
+    /// real one.
+    pub(crate) cost: ReconfigurationCost,
+    /// Why it failed, if it did.
+    pub(crate) error: Option<String>,
 }
 
 /// The default latency model (MIGRator's 6 s per replaced instance) with every phase multiplied
 /// by `scale`, from 0 (instant, for tests) to 1000; anything else counts as 1.
 pub fn scaled_latency(scale: f64) -> LatencyModel {
-    let m = LatencyModel::default();
     let scale = if (0.0..=1000.0).contains(&scale) {
         scale
     } else {
         1.0
     };
-    let f = |d: Duration| d.mul_f64(scale);
-    LatencyModel {
-        destroy: f(m.destroy),
-        create: f(m.create),
-        initialize: f(m.initialize),
-    }
+    LatencyModel::default().scaled(scale)
 }
 
 #[cfg(test)]

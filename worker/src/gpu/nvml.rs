@@ -67,8 +67,9 @@
 use std::mem::MaybeUninit;
 use std::os::raw::c_uint;
 use std::sync::OnceLock;
+use std::time::Instant;
 
-use escher_proto::mig::{GpuModel, Layout, Placement, diff};
+use escher_proto::mig::{GpuModel, Layout, Placement, ReconfigurationCost, diff};
 use escher_proto::types::{GpuInfo, Metric, MigDevice, device_segment};
 use nvml_wrapper::error::{NvmlError, nvml_sym, nvml_try};
 use nvml_wrapper::{Device, Nvml};
@@ -412,13 +413,15 @@ pub(crate) fn metric(index: u32, what: &str, value: f64) -> Metric {
 }
 
 /// Changes GPU `index` from layout `from` to `to`: destroys what only `from` has, then creates
-/// what only `to` has, largest first. Blocking; run it off the async runtime. Needs root and
-/// the affected slices idle.
+/// what only `to` has, largest first, adding each driver call's time and count to `cost`
+/// (the library and model loads are the tasks' own, not the driver's). Blocking; run it off
+/// the async runtime. Needs root and the affected slices idle.
 pub(crate) fn reconfigure(
     nvml: &Nvml,
     index: u32,
     from: &Layout,
     to: &Layout,
+    cost: &mut ReconfigurationCost,
 ) -> Result<(), String> {
     let device = nvml
         .device_by_index(index)
@@ -434,14 +437,20 @@ pub(crate) fn reconfigure(
             })
             .map(|(gi, _, _)| *gi)
             .ok_or_else(|| format!("no GPU instance {p} to destroy"))?;
+        let began = Instant::now();
         destroy_gpu_instance(nvml, gi).map_err(|e| format!("destroying {p}: {}", hint(&e)))?;
+        cost.destroy += began.elapsed();
+        cost.destroyed += 1;
     }
     added.sort_by_key(|p| std::cmp::Reverse((p.profile.memory_slices, p.profile.compute)));
     for p in &added {
         let id = driver_profile_id(&profiles, p.profile).ok_or_else(|| {
             format!("creating {p}: the driver offers no such GPU-instance profile")
         })?;
+        let began = Instant::now();
         create_instance(nvml, &device, p, id).map_err(|e| format!("creating {p}: {}", hint(&e)))?;
+        cost.create += began.elapsed();
+        cost.created += 1;
     }
     Ok(())
 }

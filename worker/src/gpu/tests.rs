@@ -3,7 +3,7 @@
 
 use std::collections::BTreeSet;
 
-use escher_proto::mig::GpuModel;
+use escher_proto::mig::{GpuModel, Layout};
 use escher_proto::types::{GpuInfo, gpu_identity, mig_identity};
 use escher_proto::{Amount, ResourceSet};
 use proptest::prelude::*;
@@ -249,10 +249,21 @@ fn a_reconfiguration_waits_for_its_slices_then_replaces_them() {
     let jobs = g.take_ready();
     assert_eq!(jobs.len(), 1);
     assert!(g.take_ready().is_empty(), "a job starts once");
-    let (info, error) = tokio_test_block_on(jobs.into_iter().next().unwrap().run());
-    assert_eq!(error, None);
-    let done = g.finish(info, None);
-    assert_eq!((done.gpu, done.error), (0, None));
+    let reconfigured = tokio_test_block_on(jobs.into_iter().next().unwrap().run());
+    assert_eq!(reconfigured.error, None);
+    // Modelled phase by phase (at the test's scale): two destroyed, one created.
+    let cost = reconfigured.cost;
+    assert_eq!((cost.destroyed, cost.created), (2, 1));
+    let a100 = |text: &str| Layout::parse(GpuModel::A100_40GB, text).unwrap();
+    assert_eq!(
+        cost,
+        scaled_latency(0.0).cost(
+            &a100("1g.5gb@0,1g.5gb@1,2g.10gb@2"),
+            &a100("1g.5gb@0,3g.20gb@4")
+        )
+    );
+    let done = g.finish(reconfigured);
+    assert_eq!((done.gpu, &done.error, *done.phases), (0, &None, cost));
     let layout = g.inventory()[0].layout().unwrap().unwrap();
     assert_eq!(layout.to_string(), "1g.5gb@0,3g.20gb@4");
     assert_eq!(

@@ -3,11 +3,11 @@
 //! for, started once their slices are free, reported when done). Same state, same loop; kept
 //! apart only to keep each file readable.
 
-use escher_proto::types::{DeviceHold, GpuInfo, MigDone, WorkerMessage, is_gpu_resource};
+use escher_proto::types::{DeviceHold, MigDone, WorkerMessage, is_gpu_resource};
 use escher_proto::{ResourceSet, TaskId};
 
 use super::Runtime;
-use crate::gpu::BindError;
+use crate::gpu::{BindError, Reconfigured};
 
 impl Runtime {
     /// A task got its devices: tells the head which (if any) and that it started; returns the
@@ -71,6 +71,7 @@ impl Runtime {
                 let done = MigDone {
                     gpu,
                     error: Some(why),
+                    phases: Default::default(),
                 };
                 self.send_gpus(Some(done));
             }
@@ -90,10 +91,12 @@ impl Runtime {
     }
 
     /// A reconfiguration job ended.
-    pub(super) fn on_reconfigured(&mut self, info: GpuInfo, error: Option<String>) {
-        let done = self.gpus.finish(info, error);
+    pub(super) fn on_reconfigured(&mut self, done: Reconfigured) {
+        let done = self.gpus.finish(done);
         match &done.error {
-            None => tracing::info!(gpu = done.gpu, "MIG reconfiguration done"),
+            None => {
+                tracing::info!(gpu = done.gpu, phases = ?done.phases, "MIG reconfiguration done")
+            }
             Some(why) => tracing::warn!(gpu = done.gpu, %why, "MIG reconfiguration failed"),
         }
         self.refresh_resources();

@@ -475,7 +475,7 @@ impl GpuSeam for SimGpu {
                 ) {
                     return Err(Self::task_error(task, "is not an inference task"));
                 }
-                let warm_until = self.now + self.latency.initialize.as_millis() as u64;
+                let warm_until = self.now + self.latency.initialize().as_millis() as u64;
                 let inst = self.idle_instance(on)?;
                 inst.state = InstanceState::Busy(task);
                 inst.serving_from = warm_until;
