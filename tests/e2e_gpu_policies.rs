@@ -1,12 +1,16 @@
-//! GPU policies end to end: MIGM (issue 13) driven on a [`LocalCluster`] whose worker has a
+//! GPU policies end to end (issue 13), driven on a [`LocalCluster`] whose worker has a
 //! simulated A100-40GB, through the cluster API ([`escher::esl::gpu::drive`]): real MIG
 //! reconfigurations by the worker (scaled latency), jobs that are real command processes
-//! running `escher sim-work` on the slices they are given, typed out-of-memory failures, and
-//! restarts that keep each job's task id.
+//! running `escher sim-work` on the slices they are given, typed out-of-memory failures,
+//! restarts that keep each job's task id, and inference replicas that are real tasks on the
+//! slices a plan binds them to.
 //!
-//! Checked: every job succeeds under its own id (the one that outgrew its first slice on a
-//! second attempt, on a larger slice), the policy is done with nothing refused, every layout
-//! the GPU showed is legal, and no other task was ever submitted.
+//! Checked for MIGM: every job succeeds under its own id (the one that outgrew its first slice
+//! on a second attempt, on a larger slice), the policy is done with nothing refused, every
+//! layout the GPU showed is legal, and no other task was ever submitted. For MIGRator's and
+//! Ekya's schedules of one window: nothing refused or failed, every layout legal, no request
+//! lost (served, shed past its SLO, or queued), most on time, each retraining run once to its
+//! end, and every replica ended by the driver (drained before its slice went, or at the end).
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -14,11 +18,16 @@ mod common;
 
 use std::time::Duration;
 
-use common::{init_tracing, within, within_for};
-use escher::LocalCluster;
+use common::{eventually, init_tracing, within, within_for};
 use escher::esl::gpu::migm::RestartReason;
-use escher::esl::gpu::{ClusterGpu, GpuPolicy, Migm, MigmJob, Scheme, drive};
+use escher::esl::gpu::migrator::ilp::{Solved, solve};
+use escher::esl::gpu::migrator::workload::two_tenants;
+use escher::esl::gpu::{
+    ClusterGpu, GpuPolicy, InferenceModel, Migm, MigmJob, Migrator, Scheme, TenantTasks, drive,
+    drive_with, thief_on_mig,
+};
 use escher::types::{TaskId, TaskSpec, TaskState};
+use escher::{LocalCluster, Task};
 use escher_proto::mig::{GpuModel, Layout};
 
 /// `escher sim-work` with these flags, time compressed 100x, as a spec.
@@ -140,4 +149,157 @@ async fn migm_scheme_b_runs_jobs_on_right_sized_slices_of_a_cluster_gpu() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migm_scheme_a_runs_jobs_on_right_sized_slices_of_a_cluster_gpu() {
     run_migm(Scheme::BySize).await;
+}
+
+/// One 200 s window of MIGRator's two tenants (10 s steps, time compressed 50x) executed on
+/// the cluster's GPU by `policy`'s schedule: inference replicas are real tasks on the slices
+/// the plan binds them to, retraining is `escher sim-work` launched on its pinned slice.
+async fn run_window(policy: &str) {
+    init_tracing();
+    // A simulated second lasts 20 ms: the driver's 25 ms round is about a simulated second.
+    let scale = 0.02;
+    let cluster = LocalCluster::builder()
+        .grace(Duration::from_secs(2))
+        .no_workers()
+        .worker_with_gpus(
+            "cpu=8".parse().unwrap(),
+            ["a100-40gb:mig=3g.20gb@0,3g.20gb@4"],
+        )
+        .sim_mig_latency_scale(scale)
+        .start();
+    let cluster = within("starting the cluster", cluster).await.unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let node = cluster.nodes()[0];
+    let gpu = within("the GPU", ClusterGpu::new(client.clone(), node, 0))
+        .await
+        .unwrap();
+    let mut gpu = gpu.with_time_scale(scale);
+
+    let p = two_tenants(1, 200, 10.0);
+    let solved = match policy {
+        "MIGRator" => solve(&p).unwrap(),
+        "Ekya" => Solved {
+            schedule: thief_on_mig(&p, 0.1),
+            objective: 0.0,
+            solve_time: Duration::ZERO,
+            programs: 0,
+        },
+        other => panic!("no policy {other}"),
+    };
+    let replica = Task::command(["sleep", "3600"]).build().unwrap();
+    let mut services = Vec::new();
+    for t in &p.tenants {
+        let model = InferenceModel {
+            per_gpc_rps: t.capability[1],
+            slo_ms: 1000,
+        };
+        let id = within("a service", gpu.add_service(model, replica.clone()))
+            .await
+            .unwrap();
+        services.push(id);
+    }
+    // Each retraining runs as long on its slice as the planner expects.
+    let jobs: Vec<TaskSpec> = (0..2)
+        .map(|m| {
+            let r = solved.schedule.retraining[m];
+            let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
+            let work = format!("{work:.3}");
+            job(&["--work", &work, "--gpcs", "7", "--mem-gb", "2"])
+        })
+        .collect();
+    let retraining = within("submit", gpu.submit(jobs)).await.unwrap();
+    let tasks: Vec<TenantTasks> = (0..2)
+        .map(|m| TenantTasks {
+            inference: services[m],
+            retraining: retraining[m],
+        })
+        .collect();
+    let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4").unwrap();
+    let t0 = gpu.now();
+    let mut executor = Migrator::execute(policy, &p, solved, tasks, &start, t0, true).unwrap();
+
+    let forecast: Vec<Vec<f64>> = p.tenants.iter().map(|t| t.forecast.clone()).collect();
+    let mut last = t0;
+    let feed = |gpu: &mut ClusterGpu<escher::Client>| {
+        let now = gpu.now();
+        let (sec, dt) = (((now - t0) / 1000) as usize, (now - last) as f64 / 1000.0);
+        last = now;
+        if sec < 200 {
+            for (m, service) in services.iter().enumerate() {
+                gpu.arrive(*service, forecast[m][sec] * dt);
+            }
+        }
+    };
+    // The window, then 5 simulated seconds for the queues (in wall time since the GPU's
+    // clock began).
+    let until = Duration::from_secs_f64((t0 as f64 / 1000.0 + 205.0) * scale);
+    let report = within_for(
+        Duration::from_secs(60),
+        "the window on the cluster",
+        drive_with(&mut executor, &mut gpu, until, feed),
+    )
+    .await
+    .unwrap();
+    assert!(report.refused.is_empty(), "{policy}: {:?}", report.refused);
+    assert!(report.failed.is_empty(), "{policy}: {:?}", report.failed);
+    assert!(report.reconfigurations >= 1, "{policy}: {report:?}");
+    for (_, layout) in &report.layouts {
+        layout.validate().unwrap();
+    }
+
+    // No request was lost: each was served, shed past its SLO, or is still queued; and the
+    // replicas served (how much on time is the harness's business: `escher-bench gpu`).
+    for (m, service) in services.iter().enumerate() {
+        let s = gpu.service_stats(*service).unwrap();
+        assert!(s.arrived > 1000.0, "{policy}, tenant {m}: {s:?}");
+        let accounted = s.served + s.expired + gpu.queued(*service);
+        assert!(
+            (accounted - s.arrived).abs() < 1e-6 * s.arrived,
+            "{policy}, tenant {m}: {s:?}"
+        );
+        assert!(s.on_time > 0.2 * s.arrived, "{policy}, tenant {m}: {s:?}");
+    }
+    // Each retraining ran once, to the end, under its own id.
+    for id in &retraining {
+        let info = within("info", client.task_info(*id)).await.unwrap();
+        assert_eq!(
+            info.status.state,
+            TaskState::Succeeded,
+            "{policy}: {info:?}"
+        );
+        assert_eq!(info.status.attempt, 1, "{policy}: {:?}", info.attempts);
+    }
+    within("stopping the services", gpu.stop_services())
+        .await
+        .unwrap();
+    // Replicas came and went: more replica tasks than the two the window started with, each
+    // ended by the driver (drained or stopped at the end), none failed.
+    let replicas = eventually("every replica ended", || async {
+        let all = client.list_tasks(None, None).await.unwrap();
+        let replicas: Vec<_> = all
+            .into_iter()
+            .filter(|t| !services.contains(&t.id) && !retraining.contains(&t.id))
+            .collect();
+        replicas
+            .iter()
+            .all(|t| t.state.is_terminal())
+            .then_some(replicas)
+    })
+    .await;
+    assert!(replicas.len() > 2, "{policy}: {replicas:?}");
+    assert!(
+        replicas.iter().all(|t| t.state == TaskState::Cancelled),
+        "{policy}: {replicas:?}"
+    );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrator_executes_its_window_on_a_cluster_gpu_with_replicas_drained_before_destroy() {
+    run_window("MIGRator").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ekyas_schedule_on_mig_slices_runs_on_a_cluster_gpu() {
+    run_window("Ekya").await;
 }

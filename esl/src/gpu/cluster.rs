@@ -10,12 +10,34 @@
 //! | `Create` / `Destroy`| the GPU's next layout, one `apply_mig_layout` per policy step (queued while a reconfiguration runs); no drain: the policy destroys idle instances only |
 //! | `Launch`            | `requeue` of the job's task to `mig.<profile>=1,mig.<uuid>=1`: the first launch of a task waiting in the queue, or a new attempt of one that was stopped or failed (its id kept) |
 //! | `Stop`              | `requeue` of the task back to the driver's queue resource: its attempt is stopped, and it waits |
-//! | `Bind` / `Drain`    | refused: inference replicas are not carried out on a cluster yet (MIGRator's and Ekya's serving stay on `SimGpu`) |
+//! | `Bind`              | a replica task of the service on the slice (`mig.<profile>=1,mig.<uuid>=1`, the service's replica spec); it serves once the worker runs it |
+//! | `Drain`             | the replica takes no new requests; once its queue is served, its task is cancelled; the slice is idle when the task has ended |
 //!
 //! And what the policy hears: `Ready` when a slice it created appears in the worker's
 //! inventory, `Finished` / `OutOfMemory` when a launched task ends (the typed
 //! `TaskResult::OutOfMemory`), `Telemetry` for every batch of samples a launched task reported
-//! (`iteration`, `mem_requested_gb`), and a `Tick` each round.
+//! (`iteration`, `mem_requested_gb`), `Drained` when a drained replica's task has ended, and a
+//! `Tick` each round.
+//!
+//! # Inference services
+//!
+//! An inference service ([`ClusterGpu::add_service`]) is a task of its own that never runs
+//! (it waits on the queue resource: the service's record, and the id the policy binds
+//! replicas to) and one real task per replica, each holding its slice while it serves. The
+//! requests are the simulated part ([`Serving`], the model the in-memory GPU counts them with):
+//! [`ClusterGpu::arrive`] hands them to the service, and they are served by the replicas whose
+//! tasks run, at the model's rate for their slice, against its SLO. Everything else is the
+//! cluster's: the slices and their reconfiguration (with its latency), when a replica's task
+//! starts and ends, and drain before destroy: a slice is idle again only once its replica's
+//! task has ended. On a cluster a new instance is initialized by its reconfiguration (the
+//! worker's library and model load phases), so a replica serves from its task's start.
+//!
+//! # Time
+//!
+//! The policy's clock is the driver's, in milliseconds since it began; with
+//! [`ClusterGpu::with_time_scale`] a simulated second lasts `scale` wall seconds (as for
+//! `escher sim-work --scale` and the worker's `--sim-mig-latency-scale`), so a policy that
+//! plans in seconds (MIGRator's window) runs in compressed time.
 //!
 //! Jobs are submitted through [`ClusterGpu::submit`]: with the driver's queue resource
 //! ([`QUEUE_RESOURCE`], which no node has) in place of their own, so they wait pending until the
@@ -33,7 +55,9 @@ use escher_proto::types::{
     mig_class, mig_identity,
 };
 
+use super::serving::{ServiceStats, Serving};
 use super::{Command, Event, GpuPolicy, GpuView, Instance, InstanceState, SeamError};
+use crate::gpu::InferenceModel;
 use crate::{ClusterApi, EslError};
 
 /// The resource jobs wait on while the policy has not launched them (no node has it).
@@ -59,21 +83,43 @@ pub struct ClusterGpu<C: ClusterApi> {
     /// The inventory as last read.
     inventory: GpuStatus,
     /// Every distinct layout the inventory showed, in order, with when it was first seen (ms
-    /// since the driver began).
+    /// of the policy's clock).
     layouts: Vec<(u64, Layout)>,
     started: Instant,
+    /// Wall seconds per simulated second.
+    scale: f64,
+    /// The inference services' requests.
+    serving: Serving,
+    /// Each service's replica spec.
+    services: BTreeMap<TaskId, TaskSpec>,
+    /// Replica tasks, by their slice's start.
+    replicas: BTreeMap<u8, ReplicaTask>,
+    /// When the replicas last served, ms of the policy's clock.
+    served_until: u64,
+}
+
+/// One replica of an inference service: a task holding one slice.
+#[derive(Debug, Clone, Copy)]
+struct ReplicaTask {
+    service: TaskId,
+    task: TaskId,
+    on: Placement,
+    running: bool,
+    draining: bool,
+    /// Its queue is served and its task asked to stop.
+    cancelled: bool,
 }
 
 /// What [`drive`] saw.
 #[derive(Debug, Clone, Default)]
 pub struct DriveReport {
-    /// Commands the cluster refused, with the time (ms since the drive began) and why.
+    /// Commands the cluster refused, with the time (ms of the policy's clock) and why.
     pub refused: Vec<(u64, Command, String)>,
-    /// When the policy reported it was done, ms since the drive began; `None` if it ran out
+    /// When the policy reported it was done, ms of the policy's clock; `None` if it ran out
     /// of time first.
     pub finished_at: Option<u64>,
     /// Every layout the GPU showed, in order, each legal (read with the MIG model), with when
-    /// it was first seen (ms since the drive began).
+    /// it was first seen (ms of the policy's clock).
     pub layouts: Vec<(u64, Layout)>,
     /// Launched tasks that failed for another reason than memory, and why.
     pub failed: Vec<(TaskId, String)>,
@@ -104,14 +150,78 @@ impl<C: ClusterApi> ClusterGpu<C> {
             inventory,
             layouts: Vec::new(),
             started: Instant::now(),
+            scale: 1.0,
+            serving: Serving::default(),
+            services: BTreeMap::new(),
+            replicas: BTreeMap::new(),
+            served_until: 0,
         };
         gpu.layout_now()?;
         Ok(gpu)
     }
 
+    /// The same GPU on a clock where a simulated second lasts `scale` wall seconds (see the
+    /// module doc); the default is 1, wall-clock time.
+    pub fn with_time_scale(mut self, scale: f64) -> ClusterGpu<C> {
+        if scale > 0.0 && scale.is_finite() {
+            self.scale = scale;
+        }
+        self
+    }
+
     /// The GPU model.
     pub fn model(&self) -> GpuModel {
         self.model
+    }
+
+    /// Declares an inference service whose replicas run `replica` (its command; the slice's
+    /// resources are set per replica) and serve requests as `model` says; the service's id
+    /// (hand it to the policy). The service's record waits on [`QUEUE_RESOURCE`] and never
+    /// runs; [`ClusterGpu::stop_services`] ends it and its replicas.
+    pub async fn add_service(
+        &mut self,
+        model: InferenceModel,
+        replica: TaskSpec,
+    ) -> Result<TaskId, EslError> {
+        let ids = self.submit(vec![replica.clone()]).await?;
+        let task = ids
+            .into_iter()
+            .next()
+            .ok_or_else(|| EslError::Refused("the service's record was not submitted".into()))?;
+        self.serving.add(task, model);
+        self.services.insert(task, replica);
+        Ok(task)
+    }
+
+    /// `count` requests for service `task` arrive now.
+    pub fn arrive(&mut self, task: TaskId, count: f64) {
+        let now = self.now();
+        self.serving.arrive(task, count, now);
+    }
+
+    /// Service `task`'s requests so far.
+    pub fn service_stats(&self, task: TaskId) -> Option<ServiceStats> {
+        self.serving.stats(task)
+    }
+
+    /// Requests of service `task` waiting.
+    pub fn queued(&self, task: TaskId) -> f64 {
+        self.serving.queued(task)
+    }
+
+    /// Cancels every service's record and replica tasks (at the end of a run).
+    pub async fn stop_services(&mut self) -> Result<(), EslError> {
+        let tasks: Vec<TaskId> = self
+            .services
+            .keys()
+            .copied()
+            .chain(self.replicas.values().map(|r| r.task))
+            .collect();
+        if !tasks.is_empty() {
+            self.api.cancel(tasks).await?;
+        }
+        self.replicas.clear();
+        Ok(())
     }
 
     /// Submits jobs for the policy: each waits on [`QUEUE_RESOURCE`] until launched, with no
@@ -129,9 +239,10 @@ impl<C: ClusterApi> ClusterGpu<C> {
         self.api.submit(jobs).await
     }
 
-    /// Milliseconds since the driver began.
-    fn now(&self) -> u64 {
-        u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX)
+    /// Milliseconds since the driver began, of the policy's clock (simulated when scaled).
+    pub fn now(&self) -> u64 {
+        let ms = self.started.elapsed().as_secs_f64() * 1000.0 / self.scale;
+        ms as u64
     }
 
     /// The layout the inventory shows (slices being destroyed included until they go),
@@ -175,12 +286,15 @@ impl<C: ClusterApi> ClusterGpu<C> {
             .iter()
             .map(|p| {
                 let busy = self.launched.iter().find(|(_, (on, _))| on == p);
-                let state = match busy {
-                    Some((task, _)) => InstanceState::Busy(*task),
-                    None if !shown.contains(p) => InstanceState::Creating {
+                let replica = self.replicas.get(&p.start).filter(|r| r.on == *p);
+                let state = match (busy, replica) {
+                    (Some((task, _)), _) => InstanceState::Busy(*task),
+                    (None, Some(r)) if r.draining => InstanceState::Draining(r.service),
+                    (None, Some(r)) => InstanceState::Busy(r.service),
+                    (None, None) if !shown.contains(p) => InstanceState::Creating {
                         ready_at: self.now() + 6_000,
                     },
-                    None => InstanceState::Idle,
+                    (None, None) => InstanceState::Idle,
                 };
                 Instance {
                     placement: *p,
@@ -253,6 +367,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 TaskState::Pending => {}
             }
         }
+        self.poll_replicas(&mut events, &mut failed).await?;
         if !ids.is_empty() {
             let reported = self.api.telemetry(ids, self.telemetry_after).await?;
             for t in reported {
@@ -277,6 +392,60 @@ impl<C: ClusterApi> ClusterGpu<C> {
             }
         }
         Ok((events, failed))
+    }
+
+    /// Serves the requests since the last round, asks drained replicas' tasks to stop, and
+    /// reads the replica tasks: running ones serve from now, ended ones free their slice
+    /// (`Drained` when it was drained; lost requests and the reason when it ended by itself).
+    async fn poll_replicas(
+        &mut self,
+        events: &mut Vec<Event>,
+        failed: &mut Vec<(TaskId, String)>,
+    ) -> Result<(), EslError> {
+        let now = self.now();
+        let dt = now.saturating_sub(self.served_until) as f64 / 1000.0;
+        self.served_until = now;
+        let drained = self.serving.serve(now, dt);
+        let mut stop = Vec::new();
+        for p in drained {
+            if let Some(r) = self.replicas.get_mut(&p.start) {
+                r.cancelled = true;
+                stop.push(r.task);
+            }
+        }
+        if !stop.is_empty() {
+            self.api.cancel(stop).await?;
+        }
+        let replicas: Vec<ReplicaTask> = self.replicas.values().copied().collect();
+        for r in replicas {
+            let status = self.api.status(r.task).await?;
+            match status.state {
+                TaskState::Pending => {}
+                TaskState::Running if !r.running => {
+                    self.serving.start(r.on, now);
+                    if let Some(slot) = self.replicas.get_mut(&r.on.start) {
+                        slot.running = true;
+                    }
+                }
+                TaskState::Running => {}
+                _ => {
+                    self.replicas.remove(&r.on.start);
+                    if r.cancelled {
+                        events.push(Event::Drained(r.on));
+                    } else {
+                        // Ended by itself (failed, or cancelled by someone else): what it
+                        // held is lost, and the policy hears its slice is free.
+                        self.serving.remove(r.on);
+                        let why = status
+                            .reason
+                            .unwrap_or_else(|| format!("{:?}", status.state));
+                        failed.push((r.task, format!("replica of {} ended: {why}", r.service)));
+                        events.push(Event::Drained(r.on));
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Sends the layout asked for, or waits for the reconfiguration under way.
@@ -388,10 +557,70 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 self.launched.remove(&task);
                 Ok(false)
             }
-            Command::Bind { task, .. } | Command::Drain { task, .. } => Err(SeamError::Task {
-                task,
-                reason: "inference replicas are not carried out on a cluster GPU yet".into(),
-            }),
+            Command::Bind { task, on } => {
+                let template = self.services.get(&task).ok_or_else(|| SeamError::Task {
+                    task,
+                    reason: "is not an inference service of this GPU (add_service)".into(),
+                })?;
+                let slice = self
+                    .inventory
+                    .info
+                    .slices
+                    .iter()
+                    .find(|s| s.start == on.start && s.profile == on.profile.name)
+                    .ok_or(SeamError::NoInstance(on))?;
+                if let Some(i) = view.at(on.start)
+                    && i.state != InstanceState::Idle
+                {
+                    return Err(SeamError::Busy {
+                        placement: on,
+                        state: i.state,
+                    });
+                }
+                let mut spec = template.clone();
+                spec.resources = slice_request(on, &slice.uuid)
+                    .map_err(|why| SeamError::Task { task, reason: why })?;
+                spec.max_retries = 0;
+                let ids = self
+                    .api
+                    .submit(vec![spec])
+                    .await
+                    .map_err(|e| SeamError::Task {
+                        task,
+                        reason: e.to_string(),
+                    })?;
+                let replica = ids.into_iter().next().ok_or_else(|| SeamError::Task {
+                    task,
+                    reason: "the replica was not submitted".into(),
+                })?;
+                self.replicas.insert(
+                    on.start,
+                    ReplicaTask {
+                        service: task,
+                        task: replica,
+                        on,
+                        running: false,
+                        draining: false,
+                        cancelled: false,
+                    },
+                );
+                // Requests may queue on it at once; it serves once its task runs.
+                self.serving.bind(task, on, u64::MAX);
+                Ok(false)
+            }
+            Command::Drain { task, on } => {
+                let replica = self
+                    .replicas
+                    .get_mut(&on.start)
+                    .filter(|r| r.on == on && r.service == task && !r.draining)
+                    .ok_or_else(|| SeamError::Task {
+                        task,
+                        reason: format!("has no serving replica on {on}"),
+                    })?;
+                replica.draining = true;
+                self.serving.drain(on);
+                Ok(false)
+            }
         }
     }
 }
@@ -408,9 +637,21 @@ pub async fn drive<C: ClusterApi>(
     gpu: &mut ClusterGpu<C>,
     until: Duration,
 ) -> Result<DriveReport, EslError> {
+    drive_with(policy, gpu, until, |_| {}).await
+}
+
+/// [`drive`], calling `each_round` with the GPU at the start of every round (to hand requests
+/// to its inference services with [`ClusterGpu::arrive`]).
+pub async fn drive_with<C: ClusterApi>(
+    policy: &mut dyn GpuPolicy,
+    gpu: &mut ClusterGpu<C>,
+    until: Duration,
+    mut each_round: impl FnMut(&mut ClusterGpu<C>) + Send,
+) -> Result<DriveReport, EslError> {
     let mut report = DriveReport::default();
     let mut out = Vec::new();
     loop {
+        each_round(gpu);
         let (mut events, failed) = gpu.poll().await?;
         report.failed.extend(failed);
         events.push(Event::Tick);

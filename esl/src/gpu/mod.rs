@@ -14,7 +14,10 @@
 //! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
 //! - `policy.rs`: [`GpuPolicy`] and [`run`];
 //! - [`cluster`]: [`ClusterGpu`] and [`drive`], the same policies on one GPU of a real cluster
-//!   through [`ClusterApi`](crate::ClusterApi) (slices, requeue, telemetry, typed OOM);
+//!   through [`ClusterApi`](crate::ClusterApi) (slices, requeue, telemetry, typed OOM, and
+//!   inference services whose replicas are tasks on slices);
+//! - [`serving`]: [`Serving`], how inference replicas serve requests (queues, SLO, drain),
+//!   counted the same way on [`SimGpu`] and on a cluster's GPU;
 //! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
 //! - [`migm`]: [`Migm`] (schemes A and B, OOM restart, early restart from the memory
 //!   predictor) and its partition manager;
@@ -33,14 +36,16 @@ pub mod migm;
 pub mod migrator;
 mod policy;
 mod seam;
+pub mod serving;
 pub mod shares;
 pub mod sim;
 
 pub use baselines::{Sequential, astraea, paris};
-pub use cluster::{ClusterGpu, DriveReport, drive};
+pub use cluster::{ClusterGpu, DriveReport, drive, drive_with};
 pub use ekya::{thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};
 pub use policy::{GpuPolicy, RunReport, run, run_with};
 pub use seam::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
+pub use serving::{ServiceStats, Serving};
 pub use sim::{InferenceModel, JobModel, MemoryModel, PowerModel, SimGpu, SpeedModel, TaskModel};

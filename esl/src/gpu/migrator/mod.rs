@@ -46,9 +46,12 @@ pub struct TenantTasks {
     pub retraining: TaskId,
 }
 
-/// MIGRator executing one window's plan on one GPU (see the module doc).
+/// MIGRator executing one window's plan on one GPU (see the module doc). The same executor
+/// carries out another policy's schedule ([`Migrator::execute`]: Ekya's on MIG slices, PARIS's
+/// static split), so that they are compared on the same GPU with the same rules.
 #[derive(Debug, Clone)]
 pub struct Migrator {
+    name: String,
     solved: Solved,
     plan: Plan,
     tasks: Vec<TenantTasks>,
@@ -69,6 +72,28 @@ impl Migrator {
         preinitialize: bool,
     ) -> Result<Migrator, PlanError> {
         let solved = solve(problem)?;
+        Migrator::execute(
+            "MIGRator",
+            problem,
+            solved,
+            tasks,
+            layout,
+            now,
+            preinitialize,
+        )
+    }
+
+    /// Executes `solved` (a schedule for `problem`, planned by any policy) as MIGRator does,
+    /// under the name `name`.
+    pub fn execute(
+        name: &str,
+        problem: &Problem,
+        solved: Solved,
+        tasks: Vec<TenantTasks>,
+        layout: &Layout,
+        now: u64,
+        preinitialize: bool,
+    ) -> Result<Migrator, PlanError> {
         // Creating an instance and loading a model: about 5.5 s (LatencyModel's defaults).
         let lead = if preinitialize {
             (5.5 / problem.step_s).ceil() as usize + 1
@@ -78,6 +103,7 @@ impl Migrator {
         let plan = build_plan(problem, &solved.schedule, layout, lead)?;
         let n = tasks.len();
         Ok(Migrator {
+            name: name.to_string(),
             solved,
             plan,
             tasks,
@@ -162,7 +188,7 @@ impl Migrator {
 
 impl GpuPolicy for Migrator {
     fn name(&self) -> String {
-        "MIGRator".into()
+        self.name.clone()
     }
 
     fn on_event(&mut self, event: &Event, gpu: &GpuView, now: u64, out: &mut Vec<Command>) {

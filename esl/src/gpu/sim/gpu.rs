@@ -9,15 +9,17 @@
 //! tick. Batch tasks report one telemetry sample per iteration (`iteration`,
 //! `mem_requested_gb`) and fail with [`Event::OutOfMemory`] at the first iteration whose memory
 //! exceeds their instance's. Inference tasks serve the requests [`SimGpu::arrive`] gives them
-//! on their bound replicas, first come first served; a request still waiting when its SLO has
-//! passed is shed (counted in [`TaskStats::expired`]); a draining replica finishes its queue,
-//! and a replica is destroyed only when idle, so no request is lost to a reconfiguration.
+//! on their bound replicas as [`Serving`] counts them (the same model a cluster's GPU uses):
+//! first come first served, a request still waiting when its SLO has passed shed (counted in
+//! [`TaskStats::expired`]); a draining replica finishes its queue, and a replica is destroyed
+//! only when idle, so no request is lost to a reconfiguration.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 
 use escher_proto::mig::{LatencyModel, Layout, Placement};
 use escher_proto::types::TaskId;
 
+use crate::gpu::serving::Serving;
 use crate::gpu::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
 use escher_proto::mig::{InferenceModel, JobModel, PowerModel, SpeedModel};
 
@@ -66,19 +68,14 @@ pub struct TaskStats {
 struct SimTask {
     model: TaskModel,
     attempt: Option<Attempt>,
+    /// A batch task's accounting (an inference task's is in `serving`).
     stats: TaskStats,
-    /// Requests waiting for a replica (inference): (arrival ms, count).
-    backlog: VecDeque<(u64, f64)>,
 }
 
 #[derive(Debug, Clone)]
 struct SimInstance {
     placement: Placement,
     state: InstanceState,
-    /// An inference replica's queue: (arrival ms, count).
-    queue: VecDeque<(u64, f64)>,
-    /// A replica serves once its model is loaded, from this time.
-    serving_from: u64,
 }
 
 /// An in-memory MIG GPU in simulated time (see the module doc).
@@ -89,6 +86,7 @@ pub struct SimGpu {
     instances: BTreeMap<u8, SimInstance>,
     layout: Layout,
     tasks: BTreeMap<TaskId, SimTask>,
+    serving: Serving,
     events: Vec<Event>,
     history: Vec<(u64, Layout)>,
     latency: LatencyModel,
@@ -112,6 +110,7 @@ impl SimGpu {
             history: vec![(0, layout.clone())],
             layout,
             tasks: BTreeMap::new(),
+            serving: Serving::default(),
             events: Vec::new(),
             latency: LatencyModel::default(),
             speed: SpeedModel::default(),
@@ -134,13 +133,15 @@ impl SimGpu {
 
     /// Declares a task and what it runs; it starts when a policy launches or binds it.
     pub fn add_task(&mut self, task: TaskId, model: TaskModel) {
+        if let TaskModel::Inference(m) = model {
+            self.serving.add(task, m);
+        }
         self.tasks.insert(
             task,
             SimTask {
                 model,
                 attempt: None,
                 stats: TaskStats::default(),
-                backlog: VecDeque::new(),
             },
         );
     }
@@ -148,56 +149,20 @@ impl SimGpu {
     /// `count` requests for inference task `task` arrive now; they go to the replica with the
     /// shortest queue for its capacity, or wait until the task has one.
     pub fn arrive(&mut self, task: TaskId, count: f64) {
-        let Some(t) = self.tasks.get_mut(&task) else {
-            return;
-        };
-        t.stats.arrived += count;
-        let target = self
-            .instances
-            .values()
-            .filter(|i| i.state == InstanceState::Busy(task))
-            .min_by(|a, b| {
-                let load = |i: &SimInstance| {
-                    i.queue.iter().map(|q| q.1).sum::<f64>()
-                        / f64::from(i.placement.profile.compute)
-                };
-                load(a).total_cmp(&load(b))
-            })
-            .map(|i| i.placement.start);
-        match target {
-            Some(start) => self
-                .instances
-                .get_mut(&start)
-                .map(|i| i.queue.push_back((self.now, count)))
-                .unwrap_or(()),
-            None => t.backlog.push_back((self.now, count)),
-        }
+        self.serving.arrive(task, count, self.now);
     }
 
     /// Binds an idle instance to inference task `task` with its model already loaded (a
     /// replica that was serving before the simulation starts).
     pub fn bind_loaded(&mut self, task: TaskId, on: Placement) -> Result<(), SeamError> {
         self.execute(Command::Bind { task, on })?;
-        if let Some(i) = self.instances.get_mut(&on.start) {
-            i.serving_from = self.now;
-        }
+        self.serving.bind(task, on, self.now);
         Ok(())
     }
 
     /// Requests of inference task `task` waiting (in its backlog or in a replica's queue).
     pub fn queued(&self, task: TaskId) -> f64 {
-        let backlog: f64 = self
-            .tasks
-            .get(&task)
-            .map(|t| t.backlog.iter().map(|q| q.1).sum())
-            .unwrap_or(0.0);
-        let queues: f64 = self
-            .instances
-            .values()
-            .filter(|i| matches!(i.state, InstanceState::Busy(t) | InstanceState::Draining(t) if t == task))
-            .map(|i| i.queue.iter().map(|q| q.1).sum::<f64>())
-            .sum();
-        backlog + queues
+        self.serving.queued(task)
     }
 
     /// The time, ms.
@@ -221,8 +186,15 @@ impl SimGpu {
     }
 
     /// A task's accounting.
-    pub fn stats(&self, task: TaskId) -> Option<&TaskStats> {
-        self.tasks.get(&task).map(|t| &t.stats)
+    pub fn stats(&self, task: TaskId) -> Option<TaskStats> {
+        let mut stats = self.tasks.get(&task)?.stats.clone();
+        if let Some(s) = self.serving.stats(task) {
+            stats.arrived = s.arrived;
+            stats.served = s.served;
+            stats.on_time = s.on_time;
+            stats.expired = s.expired;
+        }
+        Some(stats)
     }
 
     /// The events since the last call, in order.
@@ -305,53 +277,9 @@ impl SimGpu {
 
     /// Replicas serve their queues; draining replicas that run dry become idle.
     fn serve(&mut self, dt: f64) {
-        let now = self.now;
-        for inst in self.instances.values_mut() {
-            let task = match inst.state {
-                InstanceState::Busy(t) | InstanceState::Draining(t) => t,
-                _ => continue,
-            };
-            let Some(t) = self.tasks.get_mut(&task) else {
-                continue;
-            };
-            let TaskModel::Inference(m) = t.model else {
-                continue;
-            };
-            if inst.state == InstanceState::Busy(task) {
-                inst.queue.extend(t.backlog.drain(..));
-            }
-            // Requests that can no longer meet the SLO are shed, as a serving system with
-            // deadlines does, so a burst does not make every later request late.
-            while let Some(front) = inst.queue.front() {
-                if now.saturating_sub(front.0) <= m.slo_ms {
-                    break;
-                }
-                t.stats.expired += front.1;
-                inst.queue.pop_front();
-            }
-            if now < inst.serving_from {
-                continue;
-            }
-            let mut budget = m.per_gpc_rps * f64::from(inst.placement.profile.compute) * dt;
-            while budget > 1e-12 {
-                let Some(front) = inst.queue.front_mut() else {
-                    break;
-                };
-                let n = front.1.min(budget);
-                front.1 -= n;
-                budget -= n;
-                t.stats.served += n;
-                if now.saturating_sub(front.0) <= m.slo_ms {
-                    t.stats.on_time += n;
-                }
-                if front.1 <= 1e-12 {
-                    inst.queue.pop_front();
-                }
-            }
-            if inst.state == InstanceState::Draining(task) && inst.queue.is_empty() {
-                inst.state = InstanceState::Idle;
-                self.events.push(Event::Drained(inst.placement));
-            }
+        for p in self.serving.serve(self.now, dt) {
+            self.set_idle(p);
+            self.events.push(Event::Drained(p));
         }
     }
 
@@ -392,12 +320,7 @@ impl SimGpu {
 
 impl SimInstance {
     fn new(placement: Placement, state: InstanceState) -> SimInstance {
-        SimInstance {
-            placement,
-            state,
-            queue: VecDeque::new(),
-            serving_from: 0,
-        }
+        SimInstance { placement, state }
     }
 }
 
@@ -476,9 +399,8 @@ impl GpuSeam for SimGpu {
                     return Err(Self::task_error(task, "is not an inference task"));
                 }
                 let warm_until = self.now + self.latency.initialize().as_millis() as u64;
-                let inst = self.idle_instance(on)?;
-                inst.state = InstanceState::Busy(task);
-                inst.serving_from = warm_until;
+                self.idle_instance(on)?.state = InstanceState::Busy(task);
+                self.serving.bind(task, on, warm_until);
             }
             Command::Drain { task, on } => {
                 let inst = self
@@ -491,6 +413,7 @@ impl GpuSeam for SimGpu {
                 }
                 inst.state = InstanceState::Draining(task);
                 // Its queue is served on; the next tick turns it idle if it is empty.
+                self.serving.drain(on);
             }
         }
         Ok(())

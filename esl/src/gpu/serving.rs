@@ -1,0 +1,304 @@
+//! [`Serving`]: how inference replicas serve requests, shared by the in-memory
+//! [`SimGpu`](super::SimGpu) and a cluster's GPU ([`ClusterGpu`](super::ClusterGpu)), so that
+//! a policy's requests are counted the same way on both.
+//!
+//! An inference service has replicas, each one MIG instance bound to it. Requests arrive for
+//! the service and go to the replica with the shortest queue for its size (or wait in the
+//! service's backlog while it has none that takes requests). A replica serves its queue first
+//! come first served, `per_gpc_rps` requests per second per GPC of its instance, once it is
+//! ready (`serving_from`); a request still waiting when its SLO has passed is shed, as a
+//! serving system with deadlines does, so a burst does not make every later request late. A
+//! draining replica takes nothing new and is done when its queue is empty, so no request is
+//! lost to a reconfiguration (drain before destroy).
+//!
+//! This is the simulated part of serving (a model of requests and latency, named as such):
+//! which instances exist, when they are ready and when they go are the GPU's.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use escher_proto::mig::{InferenceModel, Placement};
+use escher_proto::types::TaskId;
+
+/// Requests of one service, counted.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ServiceStats {
+    /// Requests that arrived.
+    pub arrived: f64,
+    /// Requests served.
+    pub served: f64,
+    /// Requests served within the SLO.
+    pub on_time: f64,
+    /// Requests shed because they waited past the SLO.
+    pub expired: f64,
+}
+
+#[derive(Debug, Clone)]
+struct Service {
+    model: InferenceModel,
+    stats: ServiceStats,
+    /// Requests waiting for a replica: (arrival ms, count).
+    backlog: VecDeque<(u64, f64)>,
+}
+
+#[derive(Debug, Clone)]
+struct Replica {
+    placement: Placement,
+    service: TaskId,
+    /// Its queue: (arrival ms, count).
+    queue: VecDeque<(u64, f64)>,
+    /// It serves from this time (ms) on: once its model is loaded.
+    serving_from: u64,
+    draining: bool,
+}
+
+/// The inference services of one GPU and their replicas (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct Serving {
+    services: BTreeMap<TaskId, Service>,
+    /// By the instance's start.
+    replicas: BTreeMap<u8, Replica>,
+}
+
+impl Serving {
+    /// Declares inference service `task`.
+    pub fn add(&mut self, task: TaskId, model: InferenceModel) {
+        self.services.insert(
+            task,
+            Service {
+                model,
+                stats: ServiceStats::default(),
+                backlog: VecDeque::new(),
+            },
+        );
+    }
+
+    /// Whether `task` is a service declared here.
+    pub fn is_service(&self, task: TaskId) -> bool {
+        self.services.contains_key(&task)
+    }
+
+    /// `count` requests for service `task` arrive at `now` (ms); they go to the replica with
+    /// the shortest queue for its size, or wait until the service has one. Nothing for an
+    /// unknown service.
+    pub fn arrive(&mut self, task: TaskId, count: f64, now: u64) {
+        let Some(service) = self.services.get_mut(&task) else {
+            return;
+        };
+        service.stats.arrived += count;
+        let load = |r: &Replica| {
+            r.queue.iter().map(|q| q.1).sum::<f64>() / f64::from(r.placement.profile.compute)
+        };
+        let target = self
+            .replicas
+            .values_mut()
+            .filter(|r| r.service == task && !r.draining)
+            .min_by(|a, b| load(a).total_cmp(&load(b)));
+        match target {
+            Some(replica) => replica.queue.push_back((now, count)),
+            None => service.backlog.push_back((now, count)),
+        }
+    }
+
+    /// Instance `on` becomes a replica of service `task`, serving from `serving_from` (ms).
+    pub fn bind(&mut self, task: TaskId, on: Placement, serving_from: u64) {
+        self.replicas.insert(
+            on.start,
+            Replica {
+                placement: on,
+                service: task,
+                queue: VecDeque::new(),
+                serving_from,
+                draining: false,
+            },
+        );
+    }
+
+    /// The replica on `on` serves from `from` (ms) on (its model is loaded, its task runs).
+    pub fn start(&mut self, on: Placement, from: u64) {
+        if let Some(r) = self
+            .replicas
+            .get_mut(&on.start)
+            .filter(|r| r.placement == on)
+        {
+            r.serving_from = from;
+        }
+    }
+
+    /// The replica on `on` takes no new requests; it is done once its queue is (see
+    /// [`Serving::serve`]). `false` if `on` is no replica.
+    pub fn drain(&mut self, on: Placement) -> bool {
+        match self.replicas.get_mut(&on.start) {
+            Some(r) if r.placement == on => {
+                r.draining = true;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The replica on `on` is gone at once (its instance lost): what it held is shed.
+    pub fn remove(&mut self, on: Placement) {
+        if let Some(r) = self.replicas.remove(&on.start)
+            && let Some(service) = self.services.get_mut(&r.service)
+        {
+            service.stats.expired += r.queue.iter().map(|q| q.1).sum::<f64>();
+        }
+    }
+
+    /// The service instance `on` serves, if it is a replica.
+    pub fn service_of(&self, on: Placement) -> Option<TaskId> {
+        self.replicas
+            .get(&on.start)
+            .filter(|r| r.placement == on)
+            .map(|r| r.service)
+    }
+
+    /// Serves `dt` seconds ending at `now` (ms): replicas take the backlog, shed what is past
+    /// its SLO and serve their queues. Returns the draining replicas that ran dry (they are no
+    /// replicas any more).
+    pub fn serve(&mut self, now: u64, dt: f64) -> Vec<Placement> {
+        let mut drained = Vec::new();
+        for replica in self.replicas.values_mut() {
+            let Some(service) = self.services.get_mut(&replica.service) else {
+                continue;
+            };
+            if !replica.draining {
+                replica.queue.extend(service.backlog.drain(..));
+            }
+            let slo = service.model.slo_ms;
+            while let Some(front) = replica.queue.front() {
+                if now.saturating_sub(front.0) <= slo {
+                    break;
+                }
+                service.stats.expired += front.1;
+                replica.queue.pop_front();
+            }
+            if now >= replica.serving_from {
+                let mut budget =
+                    service.model.per_gpc_rps * f64::from(replica.placement.profile.compute) * dt;
+                while budget > 1e-12 {
+                    let Some(front) = replica.queue.front_mut() else {
+                        break;
+                    };
+                    let n = front.1.min(budget);
+                    front.1 -= n;
+                    budget -= n;
+                    service.stats.served += n;
+                    if now.saturating_sub(front.0) <= slo {
+                        service.stats.on_time += n;
+                    }
+                    if front.1 <= 1e-12 {
+                        replica.queue.pop_front();
+                    }
+                }
+            }
+            if replica.draining && replica.queue.is_empty() {
+                drained.push(replica.placement);
+            }
+        }
+        for p in &drained {
+            self.replicas.remove(&p.start);
+        }
+        drained
+    }
+
+    /// Requests of service `task` waiting, in its backlog or in a replica's queue.
+    pub fn queued(&self, task: TaskId) -> f64 {
+        let backlog: f64 = self
+            .services
+            .get(&task)
+            .map(|s| s.backlog.iter().map(|q| q.1).sum())
+            .unwrap_or(0.0);
+        let queues: f64 = self
+            .replicas
+            .values()
+            .filter(|r| r.service == task)
+            .map(|r| r.queue.iter().map(|q| q.1).sum::<f64>())
+            .sum();
+        backlog + queues
+    }
+
+    /// Service `task`'s counts.
+    pub fn stats(&self, task: TaskId) -> Option<ServiceStats> {
+        self.services.get(&task).map(|s| s.stats)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::mig::GpuModel;
+
+    use super::*;
+
+    fn placement(text: &str) -> Placement {
+        Placement::parse(GpuModel::A100_40GB, text).unwrap()
+    }
+
+    fn service() -> (Serving, TaskId) {
+        let mut s = Serving::default();
+        let task = TaskId(1);
+        s.add(
+            task,
+            InferenceModel {
+                per_gpc_rps: 10.0,
+                slo_ms: 1000,
+            },
+        );
+        (s, task)
+    }
+
+    #[test]
+    fn requests_wait_for_a_replica_then_are_served_by_size() {
+        let (mut s, task) = service();
+        s.arrive(task, 30.0, 0);
+        assert_eq!(s.queued(task), 30.0);
+        // A 3g replica serves 30 requests a second, from its load's end on.
+        s.bind(task, placement("3g.20gb@4"), u64::MAX);
+        s.start(placement("3g.20gb@4"), 500);
+        assert!(s.serve(250, 0.25).is_empty());
+        assert_eq!(s.stats(task).unwrap().served, 0.0, "not loaded yet");
+        s.serve(750, 0.5);
+        let st = s.stats(task).unwrap();
+        assert!(
+            (st.served - 15.0).abs() < 1e-9 && st.on_time == st.served,
+            "{st:?}"
+        );
+        // The rest wait past the SLO and are shed, not served late.
+        s.serve(1250, 0.5);
+        let st = s.stats(task).unwrap();
+        assert!((st.served + st.expired - 30.0).abs() < 1e-9, "{st:?}");
+        assert_eq!(s.queued(task), 0.0);
+        // Unknown services are ignored.
+        s.arrive(TaskId(9), 5.0, 0);
+        assert!(s.stats(TaskId(9)).is_none());
+    }
+
+    #[test]
+    fn a_draining_replica_takes_nothing_new_and_finishes_what_it_holds() {
+        let (mut s, task) = service();
+        let (one, two) = (placement("1g.5gb@0"), placement("2g.10gb@2"));
+        s.bind(task, one, 0);
+        s.bind(task, two, 0);
+        // 30 requests: the emptier queue for its size takes each batch.
+        for _ in 0..3 {
+            s.arrive(task, 10.0, 0);
+        }
+        assert!(s.drain(one));
+        assert!(!s.drain(placement("1g.5gb@6")));
+        s.arrive(task, 10.0, 0);
+        let mut drained = Vec::new();
+        for i in 1..=5 {
+            drained.extend(s.serve(i * 200, 0.2));
+        }
+        assert_eq!(drained, [one], "drained once its queue ran dry");
+        assert_eq!(s.service_of(one), None);
+        assert_eq!(s.service_of(two), Some(task));
+        let st = s.stats(task).unwrap();
+        assert!((st.served + st.expired + s.queued(task) - st.arrived).abs() < 1e-9);
+        // A replica lost at once sheds what it held.
+        s.arrive(task, 4.0, 1000);
+        s.remove(two);
+        let st = s.stats(task).unwrap();
+        assert!((st.served + st.expired - st.arrived).abs() < 1e-9, "{st:?}");
+    }
+}
