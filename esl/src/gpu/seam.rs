@@ -4,10 +4,11 @@
 //! an inference replica), and what it hears back ([`Event`]).
 //!
 //! Policies are pure (`on_event` in, commands out; see [`GpuPolicy`](super::GpuPolicy)); a
-//! [`GpuSeam`] carries the commands out. Two implement it: the in-memory
-//! [`SimGpu`](super::SimGpu), a fake at this seam for unit tests and for the reproductions,
-//! and (once the framework exposes per-instance reconfiguration and typed OOM; slice geometry
-//! is `Client::gpus`, task telemetry `ClusterApi::telemetry`) the real client.
+//! GPU carries the commands out. Two do: the in-memory [`SimGpu`](super::SimGpu) (a
+//! [`GpuSeam`]), a fake at this seam for unit tests and for the reproductions, and one GPU of
+//! a real cluster, [`ClusterGpu`](super::ClusterGpu), through the cluster API (slice
+//! geometry from `ClusterApi::gpus`, layouts through `change_mig`, tasks through `requeue`,
+//! task telemetry, inference replicas as tasks on slices).
 //!
 //! A task keeps its [`TaskId`] across restarts: launching a task that ran before is a new
 //! attempt of the same task (MIGM's OOM restart and early restart), never a new task.
