@@ -124,7 +124,8 @@ pub enum Selection {
     E4,
     /// Cilantro's synthetic 5-user experiment.
     Cilantro,
-    /// The GPU policies end to end: MIGM A and B against the sequential full GPU.
+    /// The GPU policies end to end: MIGM A and B against the sequential full GPU, MIGRator's
+    /// pre-initialization, one MIGRator window against Ekya and PARIS.
     Gpu,
     /// The thesis' application experiments: E1–E4 and Cilantro.
     Thesis,

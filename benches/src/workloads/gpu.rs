@@ -252,7 +252,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     let model = GpuModel::A100_40GB;
     let mut report = WorkloadReport::new(
         "gpu",
-        "GPU policies end to end: MIGM A and B against the sequential full GPU, on a cluster's simulated A100",
+        "GPU policies end to end on a cluster's simulated A100: MIGM A and B against the sequential full GPU, pre-initialization, one MIGRator window against Ekya and PARIS",
         ctx.size.as_str(),
     );
     report.setup = json!({
@@ -555,12 +555,19 @@ impl GpuPolicy for Timed<'_> {
 }
 
 /// What one window of a schedule delivered on the cluster.
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+#[derive(Debug, Clone, Default, serde::Serialize)]
 struct Served {
     arrived: f64,
     on_time: f64,
     goodput: f64,
     reconfigurations: usize,
+    /// Goodput per 10 simulated seconds: (end of the bucket, s; requests/s).
+    #[serde(skip)]
+    goodput_series: Vec<(f64, f64)>,
+    /// GPCs serving each tenant's inference, then running each retraining, per round:
+    /// (simulated s since the window began, GPCs).
+    #[serde(skip)]
+    allocation: Vec<(f64, Vec<f64>)>,
 }
 
 /// MIGRator and the baselines whose schedules are MIG layouts (Ekya's thief rounded to
@@ -597,13 +604,53 @@ async fn migrator_on_cluster(
         };
         let planned = evaluate_mig(&p, &solved.schedule);
         let served = run_window(&p, name, solved, scale).await?;
-        delivered.push(served);
         out.push(json!({
             "policy": name,
             "cluster": served,
             "planned": { "arrived": planned.arrived, "on_time": planned.on_time, "goodput": planned.goodput },
         }));
+        delivered.push(served);
     }
+    report.plots.push(Plot {
+        file: "gpu-window-goodput.png".into(),
+        title: "One two-tenant window on a cluster's A100: goodput per policy (requests/s on time, at the accuracy of the moment)".into(),
+        x_label: "simulated seconds".into(),
+        y_label: "goodput (requests/s)".into(),
+        data: PlotData::Lines {
+            lines: ["MIGRator", "Ekya (MIG)", "PARIS"]
+                .into_iter()
+                .zip(&delivered)
+                .map(|(name, s)| Line {
+                    name: name.into(),
+                    points: s.goodput_series.clone(),
+                })
+                .collect(),
+            x_log: false,
+        },
+    });
+    let series = |i: usize, name: &str| Line {
+        name: name.into(),
+        points: delivered[0]
+            .allocation
+            .iter()
+            .map(|(t, g)| (*t, g[i]))
+            .collect(),
+    };
+    report.plots.push(Plot {
+        file: "gpu-migrator-window-layout.png".into(),
+        title: "MIGRator's window on a cluster's A100: GPCs of the GPU's layout held by each task over time".into(),
+        x_label: "simulated seconds".into(),
+        y_label: "GPCs".into(),
+        data: PlotData::Lines {
+            lines: vec![
+                series(0, "inference, tenant 1"),
+                series(1, "inference, tenant 2"),
+                series(2, "retraining, tenant 1"),
+                series(3, "retraining, tenant 2"),
+            ],
+            x_log: false,
+        },
+    });
     let pct = |x: f64, of: f64| 100.0 * x / of.max(1e-9);
     for (name, s) in ["migrator", "ekya", "paris"].into_iter().zip(&delivered) {
         let mut g = Figure::new(
@@ -692,8 +739,10 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         inner: &mut executor,
         finished: BTreeMap::new(),
     };
-    // Per round: the time and each tenant's on-time count so far.
+    // Per round: the time, each tenant's on-time count so far, and the GPCs each task holds.
     let mut samples: Vec<(u64, Vec<f64>)> = Vec::new();
+    let mut allocation: Vec<(f64, Vec<f64>)> = Vec::new();
+    let holders: Vec<TaskId> = services.iter().chain(&retraining).copied().collect();
     let mut last = t0;
     let window_ms = u64::from(p.window_s) * 1000;
     let feed = |gpu: &mut ClusterGpu<escher::Client>| {
@@ -711,6 +760,17 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
             .map(|s| gpu.service_stats(*s).map_or(0.0, |st| st.on_time))
             .collect();
         samples.push((now, on_time));
+        let view = gpu.view();
+        let gpcs = holders
+            .iter()
+            .map(|task| {
+                view.held_by(*task)
+                    .iter()
+                    .map(|p| f64::from(p.profile.compute))
+                    .sum()
+            })
+            .collect();
+        allocation.push((now.saturating_sub(t0) as f64 / 1000.0, gpcs));
     };
     // The window and 5 s for the queues, in wall time since the GPU's clock began.
     let until = Duration::from_secs_f64((t0 as f64 / 1000.0 + f64::from(p.window_s) + 5.0) * scale);
@@ -721,8 +781,10 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
     );
     let mut served = Served {
         reconfigurations: drove.reconfigurations,
+        allocation,
         ..Served::default()
     };
+    let mut buckets = vec![0.0; p.window_s.div_ceil(10) as usize + 1];
     for (m, service) in services.iter().enumerate() {
         let st = gpu
             .service_stats(*service)
@@ -739,14 +801,23 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         for (at, on_time) in &samples {
             let delta = on_time[m] - before;
             before = on_time[m];
-            served.goodput += delta
-                * if *at >= retrained {
-                    t.acc_post
-                } else {
-                    t.acc_pre
-                };
+            let accuracy = if *at >= retrained {
+                t.acc_post
+            } else {
+                t.acc_pre
+            };
+            served.goodput += delta * accuracy;
+            let bucket = (at.saturating_sub(t0) / 10_000) as usize;
+            if let Some(b) = buckets.get_mut(bucket) {
+                *b += delta * accuracy;
+            }
         }
     }
+    served.goodput_series = buckets
+        .iter()
+        .enumerate()
+        .map(|(i, g)| (10.0 * (i + 1) as f64, g / 10.0))
+        .collect();
     gpu.stop_services().await?;
     cluster.shutdown().await;
     Ok(served)

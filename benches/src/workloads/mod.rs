@@ -91,7 +91,8 @@ pub enum Workload {
     E4,
     /// Cilantro as an ESL: the synthetic 5-user experiment (thesis chapter 3).
     Cilantro,
-    /// The GPU policies end to end: MIGM A and B against the sequential full GPU (issue 13).
+    /// The GPU policies end to end: MIGM A and B against the sequential full GPU, MIGRator's
+    /// pre-initialization, one MIGRator window against Ekya and PARIS (issue 13).
     Gpu,
 }
 
