@@ -215,6 +215,16 @@ async fn run_window(policy: &str) {
         })
         .collect();
     let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4").unwrap();
+    // The window begins with each tenant serving on one of the 3g instances.
+    for (service, at) in services.iter().zip([0u8, 4]) {
+        let on = *start.at(at).unwrap();
+        within(
+            "a serving replica",
+            gpu.bind_serving(*service, on, Duration::from_secs(10)),
+        )
+        .await
+        .unwrap();
+    }
     let t0 = gpu.now();
     let mut executor = Migrator::execute(policy, &p, solved, tasks, &start, t0, true).unwrap();
 

@@ -694,10 +694,27 @@ async fn migrator_on_cluster(
 }
 
 /// Runs `solved` (a schedule of `p`) for one window on a fresh cluster; what it delivered.
+///
+/// The window starts warm, as one in a sequence does: the GPU already has the layout of the
+/// plan's first step and each tenant serves on that step's instances (so no policy pays for
+/// leaving an arbitrary starting split).
 async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyhow::Result<Served> {
+    let first = {
+        let tasks = vec![
+            TenantTasks {
+                inference: TaskId(0),
+                retraining: TaskId(0),
+            };
+            p.tenants.len()
+        ];
+        let cold = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4")?;
+        let plan = Migrator::execute(name, p, solved.clone(), tasks, &cold, 0, true)?;
+        plan.plan().steps[0].assignment.clone()
+    };
+    let gpu_spec = format!("a100-40gb:mig={}", first.layout);
     let cluster = LocalCluster::builder()
         .no_workers()
-        .worker_with_gpus("cpu=8".parse()?, ["a100-40gb:mig=3g.20gb@0,3g.20gb@4"])
+        .worker_with_gpus("cpu=8".parse()?, [gpu_spec])
         .sim_mig_latency_scale(scale)
         .start()
         .await?;
@@ -732,7 +749,13 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
             retraining: *r,
         })
         .collect();
-    let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4")?;
+    let start = first.layout.clone();
+    for (service, replicas) in services.iter().zip(&first.inference) {
+        for on in replicas {
+            gpu.bind_serving(*service, *on, Duration::from_secs(10))
+                .await?;
+        }
+    }
     let t0 = gpu.now();
     let mut executor = Migrator::execute(name, p, solved, tasks, &start, t0, true)?;
     let mut timed = Timed {

@@ -193,6 +193,35 @@ impl<C: ClusterApi> ClusterGpu<C> {
         Ok(task)
     }
 
+    /// Binds instance `on` to service `task` before a policy runs (the GPU already serving
+    /// when a window begins) and waits, at most `timeout`, until the replica's task runs.
+    pub async fn bind_serving(
+        &mut self,
+        task: TaskId,
+        on: Placement,
+        timeout: Duration,
+    ) -> Result<(), EslError> {
+        self.inventory = read(&self.api, self.node, self.gpu).await?;
+        self.execute(&Command::Bind { task, on })
+            .await
+            .map_err(|e| EslError::Refused(e.to_string()))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            // Nothing is listening yet: the round's events are the bind's own.
+            self.poll().await?;
+            if self.replicas.get(&on.start).is_some_and(|r| r.running) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(EslError::Timeout {
+                    what: format!("the replica of {task} on {on} starting"),
+                    after: timeout,
+                });
+            }
+            tokio::time::sleep(ROUND).await;
+        }
+    }
+
     /// `count` requests for service `task` arrive now.
     pub fn arrive(&mut self, task: TaskId, count: f64) {
         let now = self.now();
