@@ -21,7 +21,7 @@ use common::{
 use escher::types::{
     GpuInfo, LogStream, MigRefusal, NodeGpus, NodeId, TaskId, TaskState, mig_identity,
 };
-use escher::{Client, ClientError, LocalCluster, LocalClusterError, Task};
+use escher::{Client, LocalCluster, LocalClusterError, Task};
 use escher_proto::mig::{GpuModel, Layout};
 
 /// `echo` of both device variables, then a long sleep (the test cancels it).
@@ -272,16 +272,7 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
         .apply_mig_layout(node, 0, "7g.40gb", false)
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::MigRefused {
-                refusal: MigRefusal::Busy,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.mig_refusal(), Some(MigRefusal::Busy), "{err:?}");
     assert!(err.is_retryable(), "a busy slice frees up");
     assert!(
         err.to_string().contains("cannot be reconfigured now"),
@@ -293,30 +284,12 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("at most 1 instance(s)"), "{err}");
-    assert!(
-        matches!(
-            err,
-            ClientError::MigRefused {
-                refusal: MigRefusal::Illegal,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.mig_refusal(), Some(MigRefusal::Illegal), "{err:?}");
     let err = client
         .apply_mig_layout(node, 3, "7g.40gb", false)
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::MigRefused {
-                refusal: MigRefusal::NoSuchGpu,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.mig_refusal(), Some(MigRefusal::NoSuchGpu), "{err:?}");
 
     // With drain: accepted at once; every slice's resources go; the held one stays held.
     let plan = client
@@ -357,13 +330,7 @@ async fn a_busy_gpu_is_refused_then_drained_and_rebuilt() {
         err.to_string().contains("already being reconfigured"),
         "{err}"
     );
-    assert_eq!(
-        match &err {
-            ClientError::MigRefused { refusal, .. } => Some(*refusal),
-            _ => None,
-        },
-        Some(MigRefusal::InProgress)
-    );
+    assert_eq!(err.mig_refusal(), Some(MigRefusal::InProgress));
 
     // The holder ends: the change goes through.
     cancel_all(&client, &[holder]).await;
@@ -632,28 +599,14 @@ async fn instances_change_one_at_a_time_ahead_of_a_switch_and_report_their_phase
         .create_mig_instance(node, 0, "1g.5gb@5")
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::MigRefused {
-                refusal: MigRefusal::Overlap,
-                ..
-            }
-        ),
-        "{err:?}"
-    );
+    assert_eq!(err.mig_refusal(), Some(MigRefusal::Overlap), "{err:?}");
     let err = client
         .destroy_mig_instance(node, 0, "1g.5gb@6", false)
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err,
-            ClientError::MigRefused {
-                refusal: MigRefusal::NoSuchInstance,
-                ..
-            }
-        ),
+    assert_eq!(
+        err.mig_refusal(),
+        Some(MigRefusal::NoSuchInstance),
         "{err:?}"
     );
 

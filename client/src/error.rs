@@ -216,6 +216,14 @@ impl ClientError {
         }
     }
 
+    /// Why the head refused a MIG change, when this is such a refusal.
+    pub fn mig_refusal(&self) -> Option<MigRefusal> {
+        match self {
+            ClientError::MigRefused { refusal, .. } => Some(*refusal),
+            _ => None,
+        }
+    }
+
     /// Whether the head (or the client, before sending) refused the request as it is: nothing
     /// was applied, and sending it again unchanged gets the same answer. A failure that is not
     /// a refusal (the head unreachable, the reply lost, any other status) leaves the outcome

@@ -1441,28 +1441,20 @@ async fn gpus_and_mig_layouts_through_the_cli() {
     let err = cli(&url, &["mig", "create", "1", "0", "1g.5gb@0"])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err.downcast_ref::<ClientError>(),
-            Some(ClientError::MigRefused {
-                refusal: MigRefusal::Overlap,
-                ..
-            })
-        ),
+    assert_eq!(
+        err.downcast_ref::<ClientError>()
+            .and_then(ClientError::mig_refusal),
+        Some(MigRefusal::Overlap),
         "{err}"
     );
     assert!(err.to_string().contains("overlaps 4g.20gb@0"), "{err}");
     let err = cli(&url, &["mig", "destroy", "1", "0", "1g.5gb@6"])
         .await
         .unwrap_err();
-    assert!(
-        matches!(
-            err.downcast_ref::<ClientError>(),
-            Some(ClientError::MigRefused {
-                refusal: MigRefusal::NoSuchInstance,
-                ..
-            })
-        ),
+    assert_eq!(
+        err.downcast_ref::<ClientError>()
+            .and_then(ClientError::mig_refusal),
+        Some(MigRefusal::NoSuchInstance),
         "{err}"
     );
     let (_, out) = cli(&url, &["mig", "prepare", "1", "0", "7g.40gb"])
@@ -1476,14 +1468,10 @@ async fn gpus_and_mig_layouts_through_the_cli() {
         err.to_string().contains("cannot be reconfigured now"),
         "{err}"
     );
-    assert!(
-        matches!(
-            err.downcast_ref::<ClientError>(),
-            Some(ClientError::MigRefused {
-                refusal: MigRefusal::Busy,
-                ..
-            })
-        ),
+    assert_eq!(
+        err.downcast_ref::<ClientError>()
+            .and_then(ClientError::mig_refusal),
+        Some(MigRefusal::Busy),
         "{err}"
     );
     let err = cli(&url, &["mig", "apply", "1", "0", "2g.20gb"])

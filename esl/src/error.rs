@@ -36,7 +36,7 @@ impl EslError {
     /// Why a MIG change was refused, when this is such a refusal.
     pub fn mig_refusal(&self) -> Option<MigRefusal> {
         match self {
-            EslError::Client(ClientError::MigRefused { refusal, .. }) => Some(*refusal),
+            EslError::Client(e) => e.mig_refusal(),
             _ => None,
         }
     }

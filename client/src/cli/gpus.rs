@@ -441,7 +441,7 @@ fn add_gpu_rows(t: &mut comfy_table::Table, gpu: &GpuStatus) {
 #[cfg(test)]
 mod tests {
     use escher_proto::TaskId;
-    use escher_proto::mig::GpuModel;
+    use escher_proto::mig::{GpuModel, LatencyModel, Layout};
     use escher_proto::types::{DeviceHolder, MigDevice, MigProgress};
 
     use super::*;
@@ -506,14 +506,11 @@ mod tests {
                         target: "1g.5gb@0,3g.20gb@4".into(),
                         asked_ms: 10_000,
                         done_ms: 18_100,
-                        phases: ReconfigurationCost {
-                            destroyed: 1,
-                            created: 1,
-                            destroy: Duration::from_millis(500),
-                            create: Duration::from_millis(1500),
-                            library_load: Duration::from_millis(1500),
-                            model_load: Duration::from_millis(2500),
-                        },
+                        // One slice replaced by another: MIGRator's 6 s, phase by phase.
+                        phases: LatencyModel::default().cost(
+                            &Layout::parse(GpuModel::A100_40GB, "2g.10gb@0").unwrap(),
+                            &Layout::parse(GpuModel::A100_40GB, "1g.5gb@0").unwrap(),
+                        ),
                         error: None,
                     }),
                 },

@@ -506,6 +506,31 @@ impl<C: ClusterApi> ClusterGpu<C> {
         Ok(())
     }
 
+    /// The request that runs `task` on instance `on`, which must be in the inventory and idle.
+    fn idle_slice(
+        &self,
+        view: &GpuView,
+        task: TaskId,
+        on: Placement,
+    ) -> Result<ResourceSet, SeamError> {
+        let slice = self
+            .inventory
+            .info
+            .slices
+            .iter()
+            .find(|s| s.start == on.start && s.profile == on.profile.name)
+            .ok_or(SeamError::NoInstance(on))?;
+        match view.at(on.start) {
+            Some(i) if i.state != InstanceState::Idle => Err(SeamError::Busy {
+                placement: on,
+                state: i.state,
+            }),
+            _ => {
+                slice_request(on, &slice.uuid).map_err(|why| SeamError::Task { task, reason: why })
+            }
+        }
+    }
+
     /// Carries out one command (see the module doc); a refused command changes nothing.
     async fn execute(&mut self, command: &Command) -> Result<bool, SeamError> {
         let view = self.view();
@@ -544,23 +569,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 }
             }
             Command::Launch { task, on } => {
-                let slice = self
-                    .inventory
-                    .info
-                    .slices
-                    .iter()
-                    .find(|s| s.start == on.start && s.profile == on.profile.name)
-                    .ok_or(SeamError::NoInstance(on))?;
-                if let Some(i) = view.at(on.start)
-                    && i.state != InstanceState::Idle
-                {
-                    return Err(SeamError::Busy {
-                        placement: on,
-                        state: i.state,
-                    });
-                }
-                let resources = slice_request(on, &slice.uuid)
-                    .map_err(|why| SeamError::Task { task, reason: why })?;
+                let resources = self.idle_slice(&view, task, on)?;
                 self.api
                     .requeue(task, resources)
                     .await
@@ -591,24 +600,8 @@ impl<C: ClusterApi> ClusterGpu<C> {
                     task,
                     reason: "is not an inference service of this GPU (add_service)".into(),
                 })?;
-                let slice = self
-                    .inventory
-                    .info
-                    .slices
-                    .iter()
-                    .find(|s| s.start == on.start && s.profile == on.profile.name)
-                    .ok_or(SeamError::NoInstance(on))?;
-                if let Some(i) = view.at(on.start)
-                    && i.state != InstanceState::Idle
-                {
-                    return Err(SeamError::Busy {
-                        placement: on,
-                        state: i.state,
-                    });
-                }
                 let mut spec = template.clone();
-                spec.resources = slice_request(on, &slice.uuid)
-                    .map_err(|why| SeamError::Task { task, reason: why })?;
+                spec.resources = self.idle_slice(&view, task, on)?;
                 spec.max_retries = 0;
                 let ids = self
                     .api
