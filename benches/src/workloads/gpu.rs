@@ -28,7 +28,7 @@ use escher::esl::gpu::{
     Migm, MigmJob, Migrator, Scheme, Sequential, TenantTasks, drive, drive_with, paris,
     thief_on_mig,
 };
-use escher::types::{TaskId, TaskSpec, TaskState};
+use escher::types::{NodeId, TaskId, TaskSpec, TaskState};
 use escher::{LocalCluster, Task};
 use escher_proto::mig::{GpuModel, JobModel, Layout, MemoryModel, PowerModel, SpeedModel};
 use serde_json::json;
@@ -155,20 +155,30 @@ fn estimate_gb(job: &JobModel) -> f64 {
     }
 }
 
+/// An embedded cluster whose one worker has the simulated GPU `gpu` (`--sim-gpu`'s text),
+/// reconfiguring at `scale` of MIGRator's latencies; a client and the worker's node.
+async fn gpu_cluster(
+    gpu: &str,
+    scale: f64,
+) -> anyhow::Result<(LocalCluster, escher::Client, NodeId)> {
+    let cluster = LocalCluster::builder()
+        .no_workers()
+        .worker_with_gpus("cpu=16".parse()?, [gpu])
+        .sim_mig_latency_scale(scale)
+        .start()
+        .await?;
+    let client = cluster.client().await?;
+    let node = cluster.nodes()[0];
+    Ok((cluster, client, node))
+}
+
 /// Runs `policy` over `jobs` on a fresh cluster; the outcome and the drive's report.
 async fn run_one(
     policy: &mut dyn Policy,
     jobs: &[JobModel],
     scale: f64,
 ) -> anyhow::Result<(Outcome, DriveReport)> {
-    let cluster = LocalCluster::builder()
-        .no_workers()
-        .worker_with_gpus("cpu=16".parse()?, ["a100-40gb:mig="])
-        .sim_mig_latency_scale(scale)
-        .start()
-        .await?;
-    let client = cluster.client().await?;
-    let node = cluster.nodes()[0];
+    let (cluster, client, node) = gpu_cluster("a100-40gb:mig=", scale).await?;
     let mut gpu = ClusterGpu::new(client.clone(), node, 0).await?;
     let exe = std::env::current_exe()?.display().to_string();
     let specs = jobs.iter().map(|j| spec(&exe, j, scale)).collect();
@@ -443,14 +453,7 @@ async fn preinitialization(
     let mut out = Vec::new();
     for prepare in [false, true] {
         let gpu = format!("a100-40gb:mig={from}");
-        let cluster = LocalCluster::builder()
-            .no_workers()
-            .worker_with_gpus("cpu=4".parse()?, [gpu])
-            .sim_mig_latency_scale(scale)
-            .start()
-            .await?;
-        let client = cluster.client().await?;
-        let node = cluster.nodes()[0];
+        let (cluster, client, node) = gpu_cluster(&gpu, scale).await?;
         let serving = client
             .submit(Task::command(["sleep", "600"]).resources_str("mig.3g.20gb=1"))
             .await?;
@@ -712,14 +715,7 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         plan.plan().steps[0].assignment.clone()
     };
     let gpu_spec = format!("a100-40gb:mig={}", first.layout);
-    let cluster = LocalCluster::builder()
-        .no_workers()
-        .worker_with_gpus("cpu=8".parse()?, [gpu_spec])
-        .sim_mig_latency_scale(scale)
-        .start()
-        .await?;
-    let client = cluster.client().await?;
-    let node = cluster.nodes()[0];
+    let (cluster, client, node) = gpu_cluster(&gpu_spec, scale).await?;
     let mut gpu = ClusterGpu::new(client.clone(), node, 0)
         .await?
         .with_time_scale(scale);
