@@ -1,5 +1,6 @@
-//! Concurrent `submit` calls on one client are coalesced into batched `Submit` calls; each
-//! call still succeeds or fails on its own.
+//! A client's submissions share one stream to the head, several requests in flight:
+//! concurrent `submit` calls are coalesced into shared requests, and each call still succeeds
+//! or fails on its own.
 
 mod common;
 
@@ -171,5 +172,48 @@ async fn run_submits_and_waits_in_one_call() {
         "{}",
         refused.message()
     );
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_and_submits_in_flight_together_all_land() {
+    let (cluster, client) = start(2).await;
+    let mut set = tokio::task::JoinSet::new();
+    // Batches from four callers and single submits from many, all on one client's stream:
+    // requests are answered out of the order their keys were issued in.
+    for _ in 0..4 {
+        let c = client.clone();
+        set.spawn(async move {
+            let mut ids = Vec::new();
+            for _ in 0..10 {
+                let batch = (0..50).map(|_| Task::function("noop", Vec::new()));
+                let refs = c.submit_batch(batch).await.expect("a batch lands");
+                ids.extend(refs.iter().map(|r| r.id()));
+            }
+            ids
+        });
+    }
+    for _ in 0..200 {
+        let c = client.clone();
+        set.spawn(async move {
+            let task = Task::function("noop", Vec::new());
+            vec![c.submit(task).await.expect("a submit lands").id()]
+        });
+    }
+    let mut ids = BTreeSet::new();
+    while let Some(joined) = within("submissions", set.join_next()).await {
+        for id in joined.expect("no submitter panicked") {
+            assert!(ids.insert(id), "ids are unique");
+        }
+    }
+    assert_eq!(ids.len(), 4 * 10 * 50 + 200);
+    let (ready, not_ready) = within(
+        "all finish",
+        client.wait(ids.iter().copied(), ids.len(), None),
+    )
+    .await
+    .unwrap();
+    assert!(not_ready.is_empty());
+    assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
     cluster.shutdown().await;
 }

@@ -30,9 +30,9 @@ use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use crate::ClientError;
-use crate::coalesce;
 use crate::credentials::Credentials;
 use crate::heads::{Answer, ClusterRpc, Heads, PAUSE_MAX, PAUSE_MIN, answer};
+use crate::submissions;
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
@@ -73,8 +73,9 @@ pub struct Client {
     stale_reads: bool,
     /// What a task built here that names no resources requests, instead of `cpu=1`.
     default_resources: Option<Arc<ResourceSet>>,
-    /// The background sender that coalesces concurrent `submit` calls (started lazily).
-    coalescer: Arc<OnceLock<mpsc::UnboundedSender<coalesce::Pending>>>,
+    /// The background submitter: the submission stream, and the coalescing of concurrent
+    /// `submit` calls (started lazily).
+    submitter: Arc<OnceLock<mpsc::UnboundedSender<submissions::Job>>>,
 }
 
 /// Which running task (if any) this client speaks for.
@@ -176,7 +177,7 @@ impl Client {
             failover: DEFAULT_FAILOVER_TIMEOUT,
             stale_reads: false,
             default_resources: None,
-            coalescer: Arc::default(),
+            submitter: Arc::default(),
         }
     }
 
@@ -200,17 +201,17 @@ impl Client {
         self.detached()
     }
 
-    /// The same client with a coalescer of its own (submits of different namespaces or callers
+    /// The same client with a submitter of its own (submits of different namespaces or callers
     /// must not travel together).
     pub(crate) fn detached(mut self) -> Client {
-        self.coalescer = Arc::default();
+        self.submitter = Arc::default();
         self
     }
 
-    /// The sender that coalesces this client's `submit` calls, started on first use.
-    pub(crate) fn coalescer(&self) -> &mpsc::UnboundedSender<coalesce::Pending> {
-        self.coalescer
-            .get_or_init(|| coalesce::start(self.clone().detached()))
+    /// This client's submitter (see `submissions.rs`), started on first use.
+    pub(crate) fn submitter(&self) -> &mpsc::UnboundedSender<submissions::Job> {
+        self.submitter
+            .get_or_init(|| submissions::start(self.clone().detached()))
     }
 
     /// The same connection, calling with `token` instead of the one it found (see
@@ -331,10 +332,7 @@ impl Client {
         let mut pause = PAUSE_MIN;
         let mut redirects = 0u32;
         loop {
-            let (rpc, url) = self.heads.current();
-            let rpc = rpc
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES);
+            let (rpc, url) = self.rpc();
             let status = match call(rpc).await {
                 Ok(reply) => return Ok(reply.into_inner()),
                 Err(status) => status,
@@ -383,6 +381,21 @@ impl Client {
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(PAUSE_MAX);
         }
+    }
+
+    /// A client of the replica believed to lead, and its URL.
+    pub(crate) fn rpc(&self) -> (ClusterRpc, Arc<str>) {
+        let (rpc, url) = self.heads.current();
+        let rpc = rpc
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        (rpc, url)
+    }
+
+    /// The client error for a status the replica believed to lead answered.
+    pub(crate) fn error_from(&self, status: tonic::Status) -> ClientError {
+        let (_, url) = self.heads.current();
+        ClientError::from_status(status, &url).with_credentials(self.heads.credentials())
     }
 
     /// How long a call keeps trying to reach a leader.

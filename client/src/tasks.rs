@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use escher_proto::convert::Problem;
 use escher_proto::types::{
-    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, SubmitReply, SubmitRequest,
-    WaitReply, WaitRequest,
+    CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, SubmitRequest, WaitReply,
+    WaitRequest,
 };
 use escher_proto::{
     ConvertError, LogStream, ResourceSet, TaskId, TaskInfo, TaskResult, TaskState, TaskStatus,
@@ -23,6 +23,7 @@ use serde::de::DeserializeOwned;
 use tokio::time::Instant;
 
 use crate::builder::IntoTaskSpec;
+use crate::submissions::{Job, submit_unary};
 use crate::{Client, ClientError, LogReader, TaskRef, TypedTaskRef};
 
 /// How many tasks `list_tasks` asks for per page.
@@ -31,24 +32,23 @@ const LIST_PAGE: usize = 1000;
 impl Client {
     /// Submits one task (a [`crate::Task`] builder or a finished spec) and returns its handle.
     ///
-    /// Concurrent `submit` calls on one client are coalesced into batched `Submit` calls (see
-    /// the `coalesce` module), so submitting from many futures at once costs about as much as
-    /// [`submit_batch`](Self::submit_batch); each call still succeeds or fails on its own.
+    /// Concurrent `submit` calls on one client are coalesced into shared requests on the
+    /// client's submission stream (see the `submissions` module), so submitting from many
+    /// futures at once costs about as much as [`submit_batch`](Self::submit_batch); each call
+    /// still succeeds or fails on its own.
     pub async fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
         let spec = task.into_task_spec_with(self.default_resources())?;
         let handle = TaskRef::new(TaskId(0), &spec);
         let (reply, answer) = tokio::sync::oneshot::channel();
-        let pending = crate::coalesce::Pending { spec, reply };
-        let id = match self.coalescer().send(pending) {
-            Ok(()) => answer.await.map_err(|_| {
-                ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty))
-            })??,
-            // The background sender is gone (its runtime stopped): send directly.
-            Err(tokio::sync::mpsc::error::SendError(pending)) => {
-                let mut refs = self.submit_batch([pending.spec]).await?;
-                refs.pop().map(|r| r.id()).ok_or_else(|| {
-                    ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty))
-                })?
+        let id = match self.submitter().send(Job::Task { spec, reply }) {
+            Ok(()) => answer.await.map_err(|_| submitter_gone())??,
+            // The submitter is gone (its runtime stopped): send directly.
+            Err(tokio::sync::mpsc::error::SendError(job)) => {
+                let Job::Task { spec, .. } = job else {
+                    unreachable!("a task was sent")
+                };
+                let mut refs = self.submit_batch([spec]).await?;
+                refs.pop().map(|r| r.id()).ok_or_else(submitter_gone)?
             }
         };
         Ok(handle.with_id(id))
@@ -82,24 +82,28 @@ impl Client {
             tasks: specs,
             namespace: self.namespace().cloned(),
         };
-        let ticket = self.ticket();
         let mut request = wire::SubmitRequest::from(request);
+        let ticket = self.ticket();
         request.key = Some(ticket.key().into());
         self.check_size("submit", &request)?;
-        let reply = self
-            .call(|mut rpc| {
-                let request = request.clone();
-                async move { rpc.submit(request).await }
-            })
-            .await?;
-        let reply = SubmitReply::from(reply);
-        if reply.task_ids.len() != refs.len() {
-            let why = Problem::Rule("does not hold one id per submitted task");
-            return Err(ConvertError::new("task_ids", why).into());
-        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let job = Job::Batch {
+            request,
+            ticket,
+            reply,
+        };
+        let ids = match self.submitter().send(job) {
+            Ok(()) => answer.await.map_err(|_| submitter_gone())??,
+            Err(tokio::sync::mpsc::error::SendError(job)) => {
+                let Job::Batch { request, .. } = job else {
+                    unreachable!("a batch was sent")
+                };
+                submit_unary(self, &request).await?
+            }
+        };
         Ok(refs
             .into_iter()
-            .zip(reply.task_ids)
+            .zip(ids)
             .map(|(r, id)| r.with_id(id))
             .collect())
     }
@@ -122,7 +126,9 @@ impl Client {
             namespace: self.namespace().cloned(),
         };
         let mut submit = wire::SubmitRequest::from(submit);
-        submit.key = Some(self.ticket().key().into());
+        // Held until the call is answered, so that the head keeps its reply for a retry.
+        let ticket = self.ticket();
+        submit.key = Some(ticket.key().into());
         let request = wire::RunRequest {
             submit: Some(submit),
             timeout_ms: Some(u64::try_from(slice.as_millis()).unwrap_or(u64::MAX)),
@@ -489,6 +495,11 @@ fn returned_bytes(id: TaskId, result: TaskResult) -> Result<Vec<u8>, ClientError
             found: oom.to_string(),
         }),
     }
+}
+
+/// The error of a submit whose answer never came (the submitter stopped with its runtime).
+fn submitter_gone() -> ClientError {
+    ClientError::Protocol(ConvertError::new("task_ids", Problem::Empty))
 }
 
 #[cfg(test)]

@@ -66,6 +66,13 @@ struct State {
     tokens: Vec<escher_proto::types::TokenInfo>,
     /// Nodes drained.
     drained: Vec<u64>,
+    /// Submission streams opened, and the requests that came on them.
+    streams_opened: usize,
+    streamed: usize,
+    /// Apply the next streamed request, then break the stream instead of answering it.
+    break_stream: bool,
+    /// How long a unary `Submit` takes to answer after applying.
+    unary_delay: Duration,
 }
 
 /// The `authorization` metadata of a request.
@@ -118,23 +125,10 @@ impl FakeHead {
         }
     }
 
-    fn status(&self, id: u64) -> Result<TaskStatus, Status> {
-        self.state()
-            .tasks
-            .get(&id)
-            .map(|(_, s)| s.clone())
-            .ok_or_else(|| Status::not_found(format!("task {id} is unknown")))
-    }
-}
-
-#[tonic::async_trait]
-impl Cluster for FakeHead {
-    async fn submit(
-        &self,
-        request: Request<wire::SubmitRequest>,
-    ) -> Result<Response<wire::SubmitReply>, Status> {
-        let key = request.get_ref().key;
-        let req = escher_proto::types::SubmitRequest::try_from(request.into_inner())?;
+    /// What `Submit` does with `request`, as the stream and the unary call share it.
+    fn apply_submit(&self, request: wire::SubmitRequest) -> Result<wire::SubmitReply, Status> {
+        let key = request.key;
+        let req = escher_proto::types::SubmitRequest::try_from(request)?;
         if let Some(i) = req.tasks.iter().position(|t| t.name == "rejected") {
             return Err(Status::invalid_argument(format!(
                 "tasks[{i}].name: the fake head rejects this name"
@@ -143,9 +137,9 @@ impl Cluster for FakeHead {
         let mut st = self.state();
         st.submit_keys.push(key);
         if let Some(ids) = key.and_then(|k| st.recorded.get(&(k.client, k.seq))) {
-            return Ok(Response::new(wire::SubmitReply {
+            return Ok(wire::SubmitReply {
                 task_ids: ids.clone(),
-            }));
+            });
         }
         st.submit_namespaces.push(req.namespace);
         let mut ids = Vec::new();
@@ -165,7 +159,69 @@ impl Cluster for FakeHead {
                 .insert("escher-leader", "".parse().unwrap());
             return Err(lost);
         }
-        Ok(Response::new(wire::SubmitReply { task_ids: ids }))
+        Ok(wire::SubmitReply { task_ids: ids })
+    }
+
+    fn status(&self, id: u64) -> Result<TaskStatus, Status> {
+        self.state()
+            .tasks
+            .get(&id)
+            .map(|(_, s)| s.clone())
+            .ok_or_else(|| Status::not_found(format!("task {id} is unknown")))
+    }
+}
+
+#[tonic::async_trait]
+impl Cluster for FakeHead {
+    async fn submit(
+        &self,
+        request: Request<wire::SubmitRequest>,
+    ) -> Result<Response<wire::SubmitReply>, Status> {
+        let answer = self.apply_submit(request.into_inner());
+        let delay = self.state().unary_delay;
+        tokio::time::sleep(delay).await;
+        answer.map(Response::new)
+    }
+
+    type SubmitStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<wire::SubmitStreamReply, Status>>;
+
+    /// Each request is answered as `Submit` would answer it, one at a time.
+    async fn submit_stream(
+        &self,
+        request: Request<tonic::Streaming<wire::SubmitRequest>>,
+    ) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        self.state().streams_opened += 1;
+        let mut requests = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let head = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(request)) = requests.message().await {
+                head.state().streamed += 1;
+                let reply = match head.apply_submit(request) {
+                    Ok(reply) => wire::SubmitStreamReply {
+                        task_ids: reply.task_ids,
+                        error: None,
+                    },
+                    Err(status) => wire::SubmitStreamReply {
+                        task_ids: Vec::new(),
+                        error: Some(wire::CallError::from(&status)),
+                    },
+                };
+                if std::mem::take(&mut head.state().break_stream) {
+                    let _ = tx
+                        .send(Err(Status::internal("the fake head broke the stream")))
+                        .await;
+                    return;
+                }
+                if tx.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
     }
 
     async fn run(
@@ -1502,4 +1558,150 @@ async fn gpus_and_mig_layouts_through_the_cli() {
     assert_eq!(nodes[0].gpus[0].info.slices.len(), 1);
     let report = nodes[0].gpus[0].last_reconfiguration.as_ref().unwrap();
     assert_eq!((report.phases.destroyed, report.phases.created), (1, 1));
+}
+
+/// Submits `task` while a slow unary submit is in flight, so that it goes on the stream.
+async fn behind_a_slow_submit(
+    head: &FakeHead,
+    client: &Client,
+    task: Task,
+) -> Result<escher_client::TaskRef, ClientError> {
+    head.state().unary_delay = Duration::from_millis(300);
+    let before = head.state().submit_keys.len();
+    let slow = {
+        let client = client.clone();
+        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
+    };
+    while head.state().submit_keys.len() == before {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let streamed = client.submit(task).await;
+    slow.await.unwrap().unwrap();
+    head.state().unary_delay = Duration::ZERO;
+    streamed
+}
+
+#[tokio::test]
+async fn a_lone_submit_is_a_call_and_a_crowd_shares_the_stream() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    // One at a time: each finds nothing in flight and goes as a unary call.
+    for _ in 0..3 {
+        client.submit(Task::command(["true"])).await.unwrap();
+    }
+    assert_eq!(head.state().streams_opened, 0);
+    // Many at once, and batches: those that queue behind a call share the stream.
+    head.state().unary_delay = Duration::from_millis(50);
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let client = client.clone();
+        set.spawn(async move {
+            if i % 50 == 0 {
+                let batch = [Task::command(["true"]), Task::command(["true"])];
+                let refs = client.submit_batch(batch).await.unwrap();
+                refs.iter().map(|r| r.id()).collect()
+            } else {
+                vec![client.submit(Task::command(["true"])).await.unwrap().id()]
+            }
+        });
+    }
+    let mut ids = std::collections::BTreeSet::new();
+    while let Some(joined) = set.join_next().await {
+        for id in joined.unwrap() {
+            assert!(ids.insert(id), "ids are unique");
+        }
+    }
+    assert_eq!(ids.len(), 204);
+    let st = head.state();
+    assert_eq!(st.tasks.len(), 3 + 204, "nothing applied twice");
+    assert_eq!(st.streams_opened, 1, "one stream for the client");
+    assert!(st.streamed >= 1, "the crowd used the stream");
+}
+
+#[tokio::test]
+async fn a_broken_stream_submits_nothing_twice() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    // The head applies the streamed request and the stream breaks before its answer: the
+    // client sends it again as a unary call under the same key and gets the recorded ids.
+    head.state().break_stream = true;
+    let task = behind_a_slow_submit(&head, &client, Task::command(["true"]))
+        .await
+        .unwrap();
+    assert_eq!(task.id(), TaskId(2));
+    {
+        let st = head.state();
+        assert_eq!((st.streams_opened, st.streamed), (1, 1));
+        assert_eq!(st.tasks.len(), 2, "nothing applied twice");
+        assert_eq!(
+            st.submit_keys[1], st.submit_keys[2],
+            "the retry carried the key"
+        );
+    }
+    // The next crowd opens a new stream.
+    behind_a_slow_submit(&head, &client, Task::command(["true"]))
+        .await
+        .unwrap();
+    let st = head.state();
+    assert_eq!((st.streams_opened, st.streamed), (2, 2));
+    assert_eq!(st.tasks.len(), 4);
+}
+
+#[tokio::test]
+async fn a_streamed_submit_survives_a_lost_leadership() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    head.state().unary_delay = Duration::from_millis(300);
+    let slow = {
+        let client = client.clone();
+        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
+    };
+    while head.state().submit_keys.is_empty() {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    head.state().lose_next_reply = true;
+    let batch = client
+        .submit_batch([Task::command(["true"]), Task::command(["true"])])
+        .await
+        .unwrap();
+    slow.await.unwrap().unwrap();
+    assert_eq!(batch[1].id(), TaskId(3));
+    let st = head.state();
+    assert_eq!(st.streamed, 1, "the batch went on the stream");
+    assert_eq!(st.tasks.len(), 3, "nothing applied twice");
+    assert_eq!(
+        st.submit_keys[1], st.submit_keys[2],
+        "the retry carried the key"
+    );
+}
+
+#[tokio::test]
+async fn refusals_on_the_stream_are_the_calls_refusals() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let rejected = || Task::command(["x"]).name("rejected");
+    let err = behind_a_slow_submit(&head, &client, rejected())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::InvalidArgument(ref m) if m.contains("tasks[0].name")),
+        "{err}"
+    );
+    head.state().unary_delay = Duration::from_millis(300);
+    let slow = {
+        let client = client.clone();
+        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
+    };
+    while head.state().submit_keys.len() < 2 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let err = client
+        .submit_batch([Task::command(["true"]), rejected()])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::InvalidArgument(ref m) if m.contains("tasks[1].name")));
+    slow.await.unwrap().unwrap();
+    let st = head.state();
+    assert_eq!(st.streamed, 2, "both refusals came on the stream");
+    assert_eq!(st.tasks.len(), 2, "only the slow submits were applied");
 }

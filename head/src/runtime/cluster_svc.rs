@@ -17,8 +17,9 @@ use escher_proto::types::{
     SubmitRequest, TaskId, TaskLogsRequest, WaitRequest, WatchRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
+use futures_util::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
 
 use std::sync::Arc;
 
@@ -37,6 +38,8 @@ use crate::state::{Command, Reply};
 
 /// The longest a single `Wait` call blocks; clients wanting longer call again.
 const MAX_WAIT: Duration = Duration::from_secs(300);
+/// How many requests of one submission stream the head works on at once.
+const STREAM_IN_FLIGHT: usize = 8;
 /// The most tasks one `ListTasks` call returns.
 const MAX_LIST: u32 = 10_000;
 
@@ -65,6 +68,13 @@ impl ClusterService {
     /// while its attempt runs (one stale read: the attempt that ended cannot come back).
     async fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
         let caller = crate::auth::caller(request)?;
+        self.check_attempt(&caller).await?;
+        Ok(caller)
+    }
+
+    /// Refuses a task's credential once its attempt no longer runs (for a stream, checked
+    /// again for every request on it).
+    async fn check_attempt(&self, caller: &Caller) -> Result<(), Status> {
         if let Some((task, attempt)) = caller.task() {
             let running = self
                 .owner
@@ -84,7 +94,7 @@ impl ClusterService {
                 ))
             })?;
         }
-        Ok(caller)
+        Ok(())
     }
 }
 
@@ -147,6 +157,32 @@ impl Cluster for ClusterService {
         let caller = self.caller(&request).await?;
         let task_ids = self.submit_as(&caller, request.into_inner(), false).await?;
         Ok(Response::new(SubmitReply { task_ids }.into()))
+    }
+
+    type SubmitStreamStream = tonic::codegen::BoxStream<wire::SubmitStreamReply>;
+
+    /// Each request is submitted as `Submit` would submit it, up to [`STREAM_IN_FLIGHT`] at
+    /// once (their commands reach the owner in arrival order, so one turn can apply several),
+    /// and answered in order. The answers are produced by the response stream itself, in the
+    /// task that sends them: no task of its own, no channel between. A broken request stream
+    /// ends the answers; what it had already submitted is applied and its answers are lost
+    /// with the stream, which the client's idempotency keys make safe to send again.
+    async fn submit_stream(
+        &self,
+        request: Request<Streaming<wire::SubmitRequest>>,
+    ) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        let caller = self.caller(&request).await?;
+        let service = self.clone();
+        let replies = request
+            .into_inner()
+            .take_while(|next| std::future::ready(next.is_ok()))
+            .filter_map(|next| std::future::ready(next.ok()))
+            .map(move |request| {
+                let (service, caller) = (service.clone(), caller.clone());
+                async move { Ok(service.submit_streamed(&caller, request).await) }
+            })
+            .buffered(STREAM_IN_FLIGHT);
+        Ok(Response::new(Box::pin(replies)))
     }
 
     async fn run(
@@ -643,6 +679,28 @@ impl Cluster for ClusterService {
 }
 
 impl ClusterService {
+    /// One request of a submission stream, answered with its ids or its error.
+    async fn submit_streamed(
+        &self,
+        caller: &Caller,
+        request: wire::SubmitRequest,
+    ) -> wire::SubmitStreamReply {
+        let submitted = match self.check_attempt(caller).await {
+            Ok(()) => self.submit_as(caller, request, false).await,
+            Err(status) => Err(status),
+        };
+        match submitted {
+            Ok(ids) => wire::SubmitStreamReply {
+                task_ids: ids.into_iter().map(|id| id.0).collect(),
+                error: None,
+            },
+            Err(status) => wire::SubmitStreamReply {
+                task_ids: Vec::new(),
+                error: Some(wire::CallError::from(&status)),
+            },
+        }
+    }
+
     /// Submits the tasks of `request` as `caller` (in its namespace, with the request's
     /// idempotency key); with `only_one` (for `Run`), any other number of tasks is refused.
     async fn submit_as(

@@ -376,6 +376,54 @@ impl From<wire::TaskLogsReply> for LogChunk {
     }
 }
 
+/// A status carried inside a stream: its code, message and metadata (binary entries as their
+/// bytes), so that the receiver rebuilds the status a unary call would have returned.
+impl From<&tonic::Status> for wire::CallError {
+    fn from(status: &tonic::Status) -> Self {
+        use tonic::metadata::KeyAndValueRef;
+        let metadata = status
+            .metadata()
+            .iter()
+            .filter_map(|entry| match entry {
+                KeyAndValueRef::Ascii(key, value) => {
+                    Some((key.as_str().to_string(), value.as_bytes().to_vec()))
+                }
+                KeyAndValueRef::Binary(key, value) => value
+                    .to_bytes()
+                    .ok()
+                    .map(|bytes| (key.as_str().to_string(), bytes.to_vec())),
+            })
+            .collect();
+        wire::CallError {
+            code: status.code() as i32,
+            message: status.message().to_string(),
+            metadata,
+        }
+    }
+}
+
+/// The status a [`wire::CallError`] stands for. An entry that is not valid metadata (which a
+/// head never sends) is left out rather than failing the whole answer.
+impl From<wire::CallError> for tonic::Status {
+    fn from(error: wire::CallError) -> Self {
+        use tonic::metadata::{BinaryMetadataKey, MetadataKey, MetadataMap, MetadataValue};
+        let mut metadata = MetadataMap::new();
+        for (key, value) in error.metadata {
+            if key.ends_with("-bin") {
+                if let Ok(key) = BinaryMetadataKey::from_bytes(key.as_bytes()) {
+                    metadata.insert_bin(key, MetadataValue::from_bytes(&value));
+                }
+            } else if let (Ok(key), Ok(value)) = (
+                MetadataKey::from_bytes(key.as_bytes()),
+                MetadataValue::try_from(value.as_slice()),
+            ) {
+                metadata.insert(key, value);
+            }
+        }
+        tonic::Status::with_metadata(tonic::Code::from(error.code), error.message, metadata)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -578,5 +626,36 @@ mod tests {
             LogChunk::from(wire::TaskLogsReply::from(chunk.clone())),
             chunk
         );
+    }
+
+    #[test]
+    fn a_status_crosses_a_stream_with_its_metadata() {
+        let mut status = tonic::Status::unavailable("not the leader");
+        status.metadata_mut().insert(
+            "escher-leader",
+            tonic::metadata::MetadataValue::from_static("http://127.0.0.1:7601"),
+        );
+        status.metadata_mut().insert_bin(
+            "escher-evicted-bin",
+            tonic::metadata::MetadataValue::from_bytes(&[0, 1, 2, 255]),
+        );
+        let back = tonic::Status::from(wire::CallError::from(&status));
+        assert_eq!(back.code(), tonic::Code::Unavailable);
+        assert_eq!(back.message(), "not the leader");
+        assert_eq!(
+            back.metadata().get("escher-leader").unwrap(),
+            "http://127.0.0.1:7601"
+        );
+        let bytes = back.metadata().get_bin("escher-evicted-bin").unwrap();
+        assert_eq!(bytes.to_bytes().unwrap().as_ref(), &[0, 1, 2, 255]);
+        // A code no status has reads as UNKNOWN, and a bad entry is left out.
+        let odd = wire::CallError {
+            code: 999,
+            message: "odd".into(),
+            metadata: [("bad key".to_string(), b"x".to_vec())].into(),
+        };
+        let odd = tonic::Status::from(odd);
+        assert_eq!(odd.code(), tonic::Code::Unknown);
+        assert!(odd.metadata().is_empty());
     }
 }

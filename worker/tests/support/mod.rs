@@ -324,6 +324,13 @@ impl WorkerLink for Services {
 #[tonic::async_trait]
 impl Cluster for Services {
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
+    type SubmitStreamStream = tokio_stream::Empty<Result<wire::SubmitStreamReply, Status>>;
+    async fn submit_stream(
+        &self,
+        _: Request<tonic::Streaming<wire::SubmitRequest>>,
+    ) -> Result<Response<Self::SubmitStreamStream>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn watch(
         &self,
         _: Request<wire::WatchRequest>,
