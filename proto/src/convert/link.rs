@@ -11,7 +11,7 @@ use super::{
 use crate::types::{
     Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, NodeIdentity,
     OUTPUT_TAIL_BYTES, OutputTail, RegisterReply, RegisterRequest, ResourceSet, RunningTask,
-    TaskFinished, TaskId, TaskResult, WorkerMessage,
+    TaskFinished, TaskId, TaskResult, TaskSpec, WorkerMessage,
 };
 use crate::wire;
 use crate::wire::{head_message, task_finished, worker_message};
@@ -343,13 +343,22 @@ impl From<HeadMessage> for wire::HeadMessage {
     fn from(m: HeadMessage) -> Self {
         use head_message::Body;
         let body = match m {
-            HeadMessage::Assign(a) => Body::Assign(wire::Assign {
-                task_id: a.task_id.0,
-                attempt: a.attempt,
-                spec: Some(a.spec.into()),
-                allocation: a.allocation.into(),
-                task_token: a.task_token,
-            }),
+            HeadMessage::Assign(a) => {
+                // The allocation travels only where it differs from the request (never, today):
+                // every name once per task, not twice.
+                let allocation = if a.allocation == a.spec.resources {
+                    Vec::new()
+                } else {
+                    a.allocation.into()
+                };
+                Body::Assign(wire::Assign {
+                    task_id: a.task_id.0,
+                    attempt: a.attempt,
+                    spec: Some(a.spec.into()),
+                    allocation,
+                    task_token: a.task_token,
+                })
+            }
             HeadMessage::CancelTask {
                 task_id,
                 attempt,
@@ -433,11 +442,17 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
 }
 
 fn assignment(a: wire::Assign) -> Result<Assignment, ConvertError> {
+    let spec: TaskSpec = convert_required(a.spec, "spec")?;
+    let allocation = if a.allocation.is_empty() {
+        spec.resources.clone()
+    } else {
+        ResourceSet::try_from(a.allocation).at("allocation")?
+    };
     Ok(Assignment {
         task_id: TaskId(a.task_id),
         attempt: a.attempt,
-        spec: convert_required(a.spec, "spec")?,
-        allocation: ResourceSet::try_from(a.allocation).at("allocation")?,
+        spec,
+        allocation,
         task_token: a.task_token,
     })
 }
@@ -723,9 +738,36 @@ mod tests {
                 layout: "4g.20gb@0,3g.20gb@4".into(),
             },
         ]);
+        let mut spec = sample_specs().remove(0);
+        spec.resources = set("cpu=1,mig.1g.5gb=1");
+        messages.push(HeadMessage::Assign(Assignment {
+            task_id: TaskId(99),
+            attempt: 1,
+            allocation: set("cpu=1,mig.1g.5gb=1,mig.MIG-0000=1"),
+            spec,
+            task_token: String::new(),
+        }));
         for m in messages {
             round_trip::<_, wire::HeadMessage>(m);
         }
+    }
+
+    #[test]
+    fn an_allocation_equal_to_the_request_is_not_sent_twice() {
+        let spec = sample_specs().remove(0);
+        assert!(!spec.resources.is_empty());
+        let message = HeadMessage::Assign(Assignment {
+            task_id: TaskId(1),
+            attempt: 1,
+            allocation: spec.resources.clone(),
+            spec,
+            task_token: String::new(),
+        });
+        let wire = wire::HeadMessage::from(message);
+        let Some(head_message::Body::Assign(assign)) = &wire.body else {
+            panic!("an assign");
+        };
+        assert!(assign.allocation.is_empty());
     }
 
     #[test]
