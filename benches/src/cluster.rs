@@ -18,9 +18,15 @@ pub const NOOP: &str = "noop";
 /// How many tasks one `Submit` call carries when a workload submits in batches.
 pub const SUBMIT_BATCH: usize = 1_000;
 
-/// The function handlers of benchmark workers: `noop` returns nothing at once.
+/// The function that returns its arguments.
+pub const ECHO: &str = "echo";
+
+/// The function handlers of benchmark workers: `noop` returns nothing at once, `echo` returns
+/// its arguments at once.
 pub fn functions() -> Functions {
-    Functions::new().function(NOOP, |_ctx, _args| async move { Ok(Vec::new()) })
+    Functions::new()
+        .function(NOOP, |_ctx, _args| async move { Ok(Vec::new()) })
+        .function(ECHO, |_ctx, args| async move { Ok(args) })
 }
 
 /// A no-op function task holding one CPU (Ray's default for a task).

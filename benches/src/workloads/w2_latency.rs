@@ -4,10 +4,14 @@
 //! one `Submit` call and one `Wait` call, the second returning when the task has run on a
 //! worker and its result is back at the head: Ray's `ray.get(f.remote())`. For scale, it also
 //! times the cheapest call there is (a `Wait` on a finished task, answered at once): a round
-//! trip costs two such calls plus the head-worker exchange.
+//! trip costs two such calls plus the head-worker exchange. Then `Client::run` of the same
+//! task, and of a task given 1 MiB of arguments that it returns (the bytes cross every hop:
+//! client, head, worker, head, client).
 
 use std::time::Duration;
 
+use escher::Task;
+use escher::types::TaskResult;
 use serde_json::json;
 
 use super::Ctx;
@@ -17,6 +21,8 @@ use crate::stats::Summary;
 
 /// Round trips run first and not counted.
 const WARMUP: usize = 50;
+/// The arguments (and result) of the large round trips.
+const PAYLOAD_BYTES: usize = 1024 * 1024;
 
 /// Runs W2.
 pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
@@ -52,6 +58,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         one_call.push(start.elapsed());
     }
     let r = Summary::of_ms(&one_call);
+    // The same with 1 MiB of arguments that the task returns: the bytes cross four hops.
+    let payload = vec![0x5a_u8; PAYLOAD_BYTES];
+    let mut large = Vec::with_capacity(n / 10);
+    for _ in 0..(n / 10).max(10) {
+        let task = Task::function(cluster::ECHO, payload.clone()).resource("cpu", 1);
+        let start = std::time::Instant::now();
+        let status = client.run(task, Some(limit)).await?;
+        large.push(start.elapsed());
+        match status.result {
+            Some(TaskResult::Returned(bytes)) if bytes.len() == PAYLOAD_BYTES => {}
+            other => anyhow::bail!("echo returned {other:?}"),
+        }
+    }
+    let l = Summary::of_ms(&large);
     // The floor: one gRPC call the head answers at once (a wait on a finished task).
     let done = client.submit(noop()).await?;
     client.get_result(done.id(), Some(limit)).await?;
@@ -90,12 +110,23 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         r.p50 / f.p50,
     ));
     report.figures.push(Figure::new(
+        "w2.run_1mib.p50",
+        "submit-and-wait of a task given 1 MiB of arguments that returns them, p50",
+        "ms",
+        l.p50,
+    ));
+    report.figures.push(Figure::new(
         "w2.rpc_floor.p50",
         "for scale: one gRPC call answered at once (Wait on a finished task), p50",
         "ms",
         f.p50,
     ));
-    report.detail = json!({ "round_trip_ms": s, "run_ms": r, "rpc_floor_ms": f });
+    report.detail = json!({
+        "round_trip_ms": s,
+        "run_ms": r,
+        "run_1mib_ms": l,
+        "rpc_floor_ms": f,
+    });
     drop(client);
     cluster.shutdown().await;
     Ok(report)
