@@ -12,6 +12,14 @@ fn main() -> Result<(), Box<dyn Error>> {
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
     // Maps (labels) decode into BTreeMaps, so iteration order is deterministic.
     config.btree_map(["."]);
+    // Function arguments and results are `Bytes`, as in the domain types: a head that keeps a
+    // task's arguments and sends them to a worker, or hands a result to every waiter, shares
+    // them instead of copying them.
+    config.bytes([
+        ".escher.v1.FunctionTask.args",
+        ".escher.v1.TaskResult.returned",
+        ".escher.v1.TaskFinished.returned",
+    ]);
     // Written by hand so that a head encodes each watch event once for all its watchers
     // (src/wire_watch.rs); the same bytes on the wire.
     config.extern_path(

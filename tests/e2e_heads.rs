@@ -68,7 +68,9 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
     assert_eq!(status.state, TaskState::Succeeded);
     assert_eq!(
         status.result,
-        Some(TaskResult::Returned(escher::codec::encode(&()).unwrap()))
+        Some(TaskResult::Returned(
+            escher::codec::encode(&()).unwrap().into()
+        ))
     );
     let lane = common::resource(&common::status(&client).await, nodes[0], "lane")
         .expect("the resource survived the failover");

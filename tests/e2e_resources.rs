@@ -857,7 +857,7 @@ async fn oversized_messages_are_refused_and_the_cluster_keeps_working() {
         name: "huge".into(),
         kind: Some(wire::task_spec::Kind::Function(wire::FunctionTask {
             name: "echo".into(),
-            args: huge,
+            args: huge.into(),
         })),
         ..Default::default()
     };
@@ -909,7 +909,7 @@ async fn malformed_specs_and_local_outside_a_task_are_refused() {
     let mut spec = Task::function_typed("noop", &()).build().unwrap();
     spec.kind = TaskKind::Function {
         name: String::new(),
-        args: Vec::new(),
+        args: Default::default(),
     };
     let err = client.submit(spec).await.unwrap_err();
     assert!(matches!(err, ClientError::InvalidArgument(_)), "{err:?}");

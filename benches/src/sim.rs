@@ -236,7 +236,7 @@ fn finished(task_id: TaskId, attempt: u32) -> WorkerMessage {
     WorkerMessage::TaskFinished(TaskFinished {
         task_id,
         attempt,
-        outcome: Ok(TaskResult::Returned(Vec::new())),
+        outcome: Ok(TaskResult::Returned(Default::default())),
         timed_out: false,
         output: None,
     })

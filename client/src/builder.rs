@@ -96,7 +96,7 @@ impl Task {
     pub fn function(name: impl Into<String>, args: Vec<u8>) -> Task {
         Task::new(TaskKind::Function {
             name: name.into(),
-            args,
+            args: args.into(),
         })
     }
 

@@ -481,7 +481,7 @@ pub fn failure_reason(status: &TaskStatus) -> String {
 /// The bytes a function task returned, or what it ended with instead.
 fn returned_bytes(id: TaskId, result: TaskResult) -> Result<Vec<u8>, ClientError> {
     match result {
-        TaskResult::Returned(bytes) => Ok(bytes),
+        TaskResult::Returned(bytes) => Ok(bytes.into()),
         TaskResult::Exited { code } => Err(ClientError::WrongResultKind {
             id,
             found: format!("exit code {code}"),
@@ -535,10 +535,10 @@ mod tests {
     fn outcomes_become_results_or_typed_errors() {
         let ok = status(
             TaskState::Succeeded,
-            Some(TaskResult::Returned(vec![1])),
+            Some(TaskResult::Returned(vec![1].into())),
             None,
         );
-        assert_eq!(succeeded(ok).unwrap(), TaskResult::Returned(vec![1]));
+        assert_eq!(succeeded(ok).unwrap(), TaskResult::Returned(vec![1].into()));
 
         let failed = status(
             TaskState::Failed,

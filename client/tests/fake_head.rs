@@ -108,7 +108,10 @@ impl FakeHead {
             TaskKind::Function { args, .. } => {
                 let n: u32 = codec::decode(args).unwrap();
                 let bytes = codec::encode(&(n * 2)).unwrap();
-                (TaskState::Succeeded, Some(TaskResult::Returned(bytes)))
+                (
+                    TaskState::Succeeded,
+                    Some(TaskResult::Returned(bytes.into())),
+                )
             }
             TaskKind::Ghost { .. } => (TaskState::Running, None),
         };

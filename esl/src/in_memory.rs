@@ -112,7 +112,7 @@ impl InMemoryCluster {
         let attempt = self.lock().running.get(&task).map(|(_, a)| *a);
         if let Some(attempt) = attempt {
             let outcome = if success {
-                Ok(TaskResult::Returned(Vec::new()))
+                Ok(TaskResult::Returned(Default::default()))
             } else {
                 Err("failed by the test".into())
             };
@@ -254,7 +254,7 @@ impl Inner {
                     .apply(Entry::new(now, Command::TaskStarted { task, attempt }));
                 let ghost = matches!(assignment.spec.kind, TaskKind::Ghost { .. });
                 if self.mode == Mode::Instant && !ghost {
-                    let outcome = Ok(TaskResult::Returned(Vec::new()));
+                    let outcome = Ok(TaskResult::Returned(Default::default()));
                     self.report(task, attempt, outcome);
                 }
             }

@@ -1047,7 +1047,7 @@ fn a_result_over_the_limit_fails_the_task_without_retry() {
     });
     t.node("w1", "cpu=1");
     let (big, _) = t.submit(task("cpu=1").function("f").retries(3));
-    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9])));
+    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9].into())));
     assert_eq!(fx, ["terminal 1"]);
     let status = t.status(big);
     assert_eq!(status.state, TaskState::Failed);
@@ -1061,13 +1061,13 @@ fn a_result_over_the_limit_fails_the_task_without_retry() {
 
     let (fits, _) = t.submit(task("cpu=1").function("f"));
     assert_eq!(
-        t.finish_current(fits, Ok(TaskResult::Returned(vec![7; 8]))),
+        t.finish_current(fits, Ok(TaskResult::Returned(vec![7; 8].into()))),
         ["terminal 2"]
     );
     assert_eq!(t.status(fits).state, TaskState::Succeeded);
     assert_eq!(
         t.status(fits).result,
-        Some(TaskResult::Returned(vec![7; 8]))
+        Some(TaskResult::Returned(vec![7; 8].into()))
     );
 }
 
@@ -1081,7 +1081,7 @@ fn a_cancelled_tasks_result_is_kept_only_within_the_limit() {
     let (big, _) = t.submit(task("cpu=1").function("f"));
     let (small, _) = t.submit(task("cpu=1").function("f"));
     t.cancel(&[big, small]).unwrap();
-    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9])));
+    let fx = t.finish_current(big, Ok(TaskResult::Returned(vec![0; 9].into())));
     assert_eq!(fx, ["terminal 1"]);
     assert_eq!(t.task_state(big), TaskState::Cancelled);
     assert_eq!(
@@ -1089,10 +1089,10 @@ fn a_cancelled_tasks_result_is_kept_only_within_the_limit() {
         None,
         "the limit holds for cancelled tasks too"
     );
-    t.finish_current(small, Ok(TaskResult::Returned(vec![1; 8])));
+    t.finish_current(small, Ok(TaskResult::Returned(vec![1; 8].into())));
     assert_eq!(
         t.status(small).result,
-        Some(TaskResult::Returned(vec![1; 8]))
+        Some(TaskResult::Returned(vec![1; 8].into()))
     );
 }
 
@@ -1372,7 +1372,7 @@ fn every_kind_of_entry_survives_bincode() {
         Command::TaskFinished(TaskFinished {
             task_id: TaskId(1),
             attempt: 1,
-            outcome: Ok(TaskResult::Returned(vec![0, 255, 7])),
+            outcome: Ok(TaskResult::Returned(vec![0, 255, 7].into())),
             timed_out: false,
             output: None,
         }),

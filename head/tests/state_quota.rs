@@ -134,7 +134,7 @@ fn stored_results_past_the_quota_fail_their_task_until_retention_releases_some()
         ..StateConfig::default()
     });
     t.node("n", "cpu=2");
-    let returned = |n: usize| Ok(TaskResult::Returned(vec![7; n]));
+    let returned = |n: usize| Ok(TaskResult::Returned(vec![7; n].into()));
     let ids = submit(&mut t, Some("a"), 2).unwrap();
     t.finish_current(ids[0], returned(6));
     assert_eq!(t.task_state(ids[0]), TaskState::Succeeded);

@@ -145,7 +145,7 @@ pub(crate) async fn run_task(
                 &a.task_token,
             );
             env.spawn_latency.observe(assigned.elapsed());
-            function(&env, &name, ctx, args, timeout, cancel).await
+            function(&env, &name, ctx, args.into(), timeout, cancel).await
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
     };
@@ -264,7 +264,7 @@ async fn function(
                     )),
                     false,
                 ),
-                Ok(result) => (result.map(TaskResult::Returned), false),
+                Ok(result) => (result.map(|bytes| TaskResult::Returned(bytes.into())), false),
                 Err(e) if e.is_panic() => {
                     let why = panic_message(e.into_panic());
                     (Err(format!("function {name:?} panicked: {why}")), false)

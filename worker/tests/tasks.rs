@@ -37,7 +37,7 @@ fn cancel(task: u64) -> HeadMessage {
 fn function(name: &str, args: Vec<u8>) -> TaskSpec {
     spec(TaskKind::Function {
         name: name.into(),
-        args,
+        args: args.into(),
     })
 }
 
@@ -255,7 +255,10 @@ async fn functions_return_bytes_or_errors() {
     assert_eq!(codec::decode::<u64>(&bytes).unwrap(), 5);
 
     let done = run(&mut head, 2, function("echo", b"hi".to_vec())).await;
-    assert_eq!(done.outcome, Ok(TaskResult::Returned(b"hi".to_vec())));
+    assert_eq!(
+        done.outcome,
+        Ok(TaskResult::Returned(b"hi".to_vec().into()))
+    );
 
     let done = run(&mut head, 3, function("fails", vec![])).await;
     assert_eq!(done.outcome, Err("nope".to_string()));
@@ -281,7 +284,7 @@ async fn a_panicking_function_fails_and_the_worker_goes_on() {
     let done = run(&mut head, 2, function("echo", b"still here".to_vec())).await;
     assert_eq!(
         done.outcome,
-        Ok(TaskResult::Returned(b"still here".to_vec()))
+        Ok(TaskResult::Returned(b"still here".to_vec().into()))
     );
     w.stop().await.unwrap();
 }
@@ -354,7 +357,7 @@ async fn a_function_sets_resources_on_its_own_node() {
     let expected = format!("5 {} {:?}", node.0, vec![NodeId(1)]);
     assert_eq!(
         done.outcome,
-        Ok(TaskResult::Returned(expected.into_bytes()))
+        Ok(TaskResult::Returned(expected.into_bytes().into()))
     );
     w.stop().await.unwrap();
 }

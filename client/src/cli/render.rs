@@ -228,7 +228,7 @@ mod tests {
     fn results_and_words() {
         assert_eq!(result(Some(&TaskResult::Exited { code: 3 })), "exit code 3");
         assert_eq!(
-            result(Some(&TaskResult::Returned(vec![0x0a, 0xff]))),
+            result(Some(&TaskResult::Returned(vec![0x0a, 0xff].into()))),
             "returned 2 bytes: 0aff"
         );
         assert!(hex_preview(&[0; 40]).ends_with("..."));

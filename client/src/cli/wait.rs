@@ -481,7 +481,7 @@ mod tests {
             node: Some(NodeId(2)),
             attempt: 1,
             reason: None,
-            result: Some(TaskResult::Returned(vec![1, 2, 3])),
+            result: Some(TaskResult::Returned(vec![1, 2, 3].into())),
             evicted: false,
             finished_at_ms: Some(1_700_000_000_000),
             hook_errors: Vec::new(),

@@ -207,7 +207,7 @@ mod tests {
                 name: "f".into(),
                 kind: TaskKind::Function {
                     name: "f".into(),
-                    args: Vec::new(),
+                    args: Default::default(),
                 },
                 resources: ResourceSet::new(),
                 labels: Labels::new(),
@@ -229,7 +229,7 @@ mod tests {
             self.apply(Command::TaskFinished(TaskFinished {
                 task_id: task,
                 attempt: 1,
-                outcome: Ok(TaskResult::Returned(bytes)),
+                outcome: Ok(TaskResult::Returned(bytes.into())),
                 timed_out: false,
                 output: None,
             }));
@@ -257,8 +257,8 @@ mod tests {
         assert_eq!(
             results,
             [
-                Some(TaskResult::Returned(vec![1])),
-                Some(TaskResult::Returned(vec![2]))
+                Some(TaskResult::Returned(vec![1].into())),
+                Some(TaskResult::Returned(vec![2].into()))
             ]
         );
         assert!(answer.ready.iter().all(|s| !s.evicted));

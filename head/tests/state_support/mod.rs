@@ -190,7 +190,7 @@ impl TaskBuilder {
     pub fn function(mut self, handler: &str) -> Self {
         self.spec.kind = TaskKind::Function {
             name: handler.to_string(),
-            args: vec![1, 2, 3],
+            args: vec![1, 2, 3].into(),
         };
         self
     }

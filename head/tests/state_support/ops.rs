@@ -206,8 +206,8 @@ pub fn command_for(t: &TestState, op: &Op, known: u64) -> Option<Command> {
                 1 => (ok(2), false),
                 2 => (ok(137), true),
                 3 => (Ok(TaskResult::Released), false),
-                4 => (Ok(TaskResult::Returned(vec![0; 40])), false),
-                5 => (Ok(TaskResult::Returned(vec![1])), false),
+                4 => (Ok(TaskResult::Returned(vec![0; 40].into())), false),
+                5 => (Ok(TaskResult::Returned(vec![1].into())), false),
                 _ => (Err("failed".into()), false),
             };
             Command::TaskFinished(TaskFinished {

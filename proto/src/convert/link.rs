@@ -294,7 +294,7 @@ impl TryFrom<wire::TaskFinished> for TaskFinished {
         use task_finished::Outcome;
         let outcome = match required(w.outcome, "outcome")? {
             Outcome::ExitCode(code) => Ok(TaskResult::Exited { code }),
-            Outcome::Returned(bytes) => Ok(TaskResult::Returned(bytes)),
+            Outcome::Returned(bytes) => Ok(TaskResult::Returned(super::kept(bytes))),
             Outcome::Released(wire::Released {}) => Ok(TaskResult::Released),
             Outcome::OutOfMemory(w) => Ok(TaskResult::OutOfMemory {
                 used_mib: w.used_mib,
@@ -567,7 +567,7 @@ mod tests {
                 attempt: 3,
             },
             finished(Ok(TaskResult::Exited { code: -1 })),
-            finished(Ok(TaskResult::Returned(vec![1, 2, 3]))),
+            finished(Ok(TaskResult::Returned(vec![1, 2, 3].into()))),
             finished(Ok(TaskResult::Released)),
             finished(Err("no such function \"f\"".into())),
             WorkerMessage::TaskFinished(TaskFinished {

@@ -79,6 +79,22 @@ pub const MAX_METRICS: usize = 1024;
 /// The most bundles in one reservation.
 pub const MAX_BUNDLES: usize = 4096;
 
+/// Function arguments and results shorter than this are copied out of the message they came
+/// in; longer ones share its buffer. A decoded `bytes` field is a slice of the whole received
+/// message, and a head keeps a task's arguments while it is queued and its result after it
+/// ended: a short one must not keep a batch of a thousand tasks alive, and a long one is most
+/// of its message anyway.
+pub const SHARE_BYTES_FROM: usize = 16 * 1024;
+
+/// `bytes` received in a message, as the domain keeps them (see [`SHARE_BYTES_FROM`]).
+pub(crate) fn kept(bytes: bytes::Bytes) -> bytes::Bytes {
+    if bytes.len() < SHARE_BYTES_FROM {
+        bytes::Bytes::copy_from_slice(&bytes)
+    } else {
+        bytes
+    }
+}
+
 /// A wire message could not become a domain value: which field, and what was wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[error("{}", Rendered { path: &self.path, problem: &self.problem })]
@@ -368,5 +384,16 @@ mod tests {
         let status = tonic::Status::from(ConvertError::missing("spec"));
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert_eq!(status.message(), "missing field spec");
+    }
+
+    #[test]
+    fn short_bytes_leave_their_message_and_long_ones_share_it() {
+        let message = bytes::Bytes::from(vec![7u8; 4 * SHARE_BYTES_FROM]);
+        let short = message.slice(10..20);
+        assert_ne!(kept(short.clone()).as_ptr(), short.as_ptr());
+        assert_eq!(kept(short.clone()), short);
+        let long = message.slice(0..SHARE_BYTES_FROM);
+        assert_eq!(kept(long.clone()).as_ptr(), long.as_ptr());
+        assert!(kept(message.slice(0..0)).is_empty());
     }
 }

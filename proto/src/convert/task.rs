@@ -91,7 +91,7 @@ impl TryFrom<task_spec::Kind> for TaskKind {
                 check_name("name", &f.name, MAX_NAME_BYTES).at("function")?;
                 Ok(TaskKind::Function {
                     name: f.name,
-                    args: f.args,
+                    args: super::kept(f.args),
                 })
             }
             task_spec::Kind::Ghost(g) => ghost(g).at("ghost"),
@@ -216,7 +216,7 @@ impl TryFrom<wire::TaskResult> for TaskResult {
     fn try_from(w: wire::TaskResult) -> Result<Self, ConvertError> {
         Ok(match required(w.result, "result")? {
             task_result::Result::ExitCode(code) => TaskResult::Exited { code },
-            task_result::Result::Returned(bytes) => TaskResult::Returned(bytes),
+            task_result::Result::Returned(bytes) => TaskResult::Returned(super::kept(bytes)),
             task_result::Result::Released(wire::Released {}) => TaskResult::Released,
             task_result::Result::OutOfMemory(w) => TaskResult::OutOfMemory {
                 used_mib: w.used_mib,

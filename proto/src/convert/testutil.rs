@@ -94,7 +94,7 @@ pub(crate) fn sample_specs() -> Vec<TaskSpec> {
             name: "f".into(),
             kind: TaskKind::Function {
                 name: "add".into(),
-                args: vec![0, 1, 255],
+                args: vec![0, 1, 255].into(),
             },
             ..base.clone()
         },
@@ -157,7 +157,7 @@ pub(crate) fn sample_statuses() -> Vec<TaskStatus> {
             TaskState::Succeeded,
             Some(0),
             None,
-            Some(TaskResult::Returned(vec![7; 3])),
+            Some(TaskResult::Returned(vec![7; 3].into())),
         ),
         s(
             5,
@@ -249,8 +249,13 @@ fn arb_kind() -> impl Strategy<Value = TaskKind> {
         prop::option::of("/[a-z/]{0,12}"),
     )
         .prop_map(|(argv, env, cwd)| TaskKind::Command { argv, env, cwd });
-    let function = ("[a-z_:]{1,16}", prop::collection::vec(any::<u8>(), 0..32))
-        .prop_map(|(name, args)| TaskKind::Function { name, args });
+    let function =
+        ("[a-z_:]{1,16}", prop::collection::vec(any::<u8>(), 0..32)).prop_map(|(name, args)| {
+            TaskKind::Function {
+                name,
+                args: args.into(),
+            }
+        });
     let ghost = (
         prop::collection::btree_map(arb_name(), arb_capacity(), 0..4),
         arb_ms(),

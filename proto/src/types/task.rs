@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use super::{Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId};
@@ -45,8 +46,8 @@ pub enum TaskKind {
     Function {
         /// The registered name.
         name: String,
-        /// Argument bytes (bincode for Rust types).
-        args: Vec<u8>,
+        /// Argument bytes (bincode for Rust types), shared by every copy of the spec.
+        args: Bytes,
     },
     /// No process: holds its resources and, while it lives, the resources it creates on its
     /// node (the thesis' resource-locking primitive, P4).
@@ -138,8 +139,8 @@ pub enum TaskResult {
         /// Process exit code, or `128 + signal` if it was killed by a signal.
         code: i32,
     },
-    /// A function task returned these bytes.
-    Returned(Vec<u8>),
+    /// A function task returned these bytes (shared by every copy of the result).
+    Returned(Bytes),
     /// A ghost task ended (released, TTL, or cancelled).
     Released,
     /// The task ran out of its GPU's or MIG slice's memory: a failure, reported by the
