@@ -62,8 +62,9 @@ pub struct TaskRecord {
     /// Why no node can run it now, while that is so (boxed: rare, and large beside the rest
     /// of a queued task's record).
     pub pending_reason: Option<Box<PendingReason>>,
-    /// Its result once it has one.
-    pub result: Option<TaskResult>,
+    /// Its result once it has one (boxed: a queued task has none, and the record stays in
+    /// jemalloc's 448-byte class).
+    pub result: Option<Box<TaskResult>>,
     /// When it was accepted.
     pub submitted_at: Millis,
     /// When its latest attempt started.
@@ -171,7 +172,7 @@ impl TaskRecord {
         if !last || !self.state.is_terminal() {
             return None;
         }
-        Some(match &self.result {
+        Some(match self.result.as_deref() {
             Some(TaskResult::Exited { code }) => format!("exited with code {code}"),
             Some(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
             Some(TaskResult::Released) => "released".to_string(),
@@ -233,7 +234,7 @@ impl TaskRecord {
 
     /// The bytes of its function result, if it keeps one.
     pub(crate) fn result_bytes(&self) -> Option<u64> {
-        match &self.result {
+        match self.result.as_deref() {
             Some(TaskResult::Returned(bytes)) => Some(bytes.len() as u64),
             _ => None,
         }
@@ -255,7 +256,7 @@ impl TaskRecord {
             node: self.node,
             attempt: self.attempt,
             reason,
-            result: self.result.clone(),
+            result: self.result.as_deref().cloned(),
             evicted: false,
             finished_at_ms: self.finished_at,
             hook_errors: self.hook_errors.clone(),

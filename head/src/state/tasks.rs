@@ -449,7 +449,7 @@ impl ClusterState {
         }
         rec.state = state;
         rec.reason = reason;
-        rec.result = result;
+        rec.result = result.map(Box::new);
         rec.pending_reason = None;
         rec.finished_at = Some(now);
         self.effects.push(Effect::Terminal { task: id });

@@ -503,7 +503,7 @@ pub fn check_invariants(state: &ClusterState) {
             if !rec.state.is_terminal() {
                 *unfinished.entry(ns.clone()).or_default() += 1;
             }
-            if let Some(TaskResult::Returned(bytes)) = &rec.result {
+            if let Some(TaskResult::Returned(bytes)) = rec.result.as_deref() {
                 *result_bytes.entry(ns).or_default() += bytes.len() as u64;
             }
         }
