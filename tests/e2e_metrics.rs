@@ -317,3 +317,52 @@ async fn workers_export_running_tasks_spawn_latency_and_gpu_slices() {
     client.cancel([holder.id()]).await.unwrap();
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submits_that_queue_up_share_the_submission_stream() {
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        metrics: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster: LocalCluster =
+        within("starting", cluster().workers(1).head_config(config).start())
+            .await
+            .unwrap();
+    let client = cluster.client().await.unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..500 {
+        let client = client.clone();
+        set.spawn(async move {
+            let task = Task::function("noop", Vec::new()).resources_str("cpu=0.01");
+            client.submit(task).await.unwrap().id()
+        });
+    }
+    let mut ids = Vec::new();
+    while let Some(id) = within("submits", set.join_next()).await {
+        ids.push(id.unwrap());
+    }
+    let (ready, _) = within("the tasks", client.wait(ids.clone(), ids.len(), None))
+        .await
+        .unwrap();
+    assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
+    let token = cluster.admin_token().to_string();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200);
+    let scraped = parse(&body);
+    let streams = samples(
+        &scraped,
+        "escher_grpc_requests_total",
+        &[("method", "SubmitStream")],
+    );
+    assert_eq!(streams.len(), 1, "the stream was opened: {body}");
+    let refused = samples(
+        &scraped,
+        "escher_grpc_errors_total",
+        &[("method", "SubmitStream")],
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    cluster.shutdown().await;
+}

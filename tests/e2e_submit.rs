@@ -43,14 +43,7 @@ async fn concurrent_submits_each_get_their_own_answer() {
     assert_eq!(refused[0].0, 150);
     assert!(refused[0].1.contains("physical"), "{}", refused[0].1);
     assert_eq!(ids.len(), 299);
-    let (ready, not_ready) = within(
-        "all finish",
-        client.wait(ids.iter().copied(), ids.len(), None),
-    )
-    .await
-    .unwrap();
-    assert!(not_ready.is_empty());
-    assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
+    all_succeed(&client, &ids).await;
     cluster.shutdown().await;
 }
 
@@ -207,6 +200,12 @@ async fn batches_and_submits_in_flight_together_all_land() {
         }
     }
     assert_eq!(ids.len(), 4 * 10 * 50 + 200);
+    all_succeed(&client, &ids).await;
+    cluster.shutdown().await;
+}
+
+/// Waits for every task of `ids` and checks that each succeeded.
+async fn all_succeed(client: &escher::Client, ids: &BTreeSet<escher::types::TaskId>) {
     let (ready, not_ready) = within(
         "all finish",
         client.wait(ids.iter().copied(), ids.len(), None),
@@ -215,5 +214,4 @@ async fn batches_and_submits_in_flight_together_all_land() {
     .unwrap();
     assert!(not_ready.is_empty());
     assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
-    cluster.shutdown().await;
 }

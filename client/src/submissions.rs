@@ -25,6 +25,7 @@
 //! last client that uses it is dropped.
 
 use std::collections::VecDeque;
+use std::time::{Duration, Instant};
 
 use escher_proto::types::Ticket;
 use escher_proto::types::{SubmitReply, SubmitRequest};
@@ -45,6 +46,9 @@ pub(crate) const MAX_BATCH: usize = 1_000;
 pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// How many requests wait for their answers at once.
 pub(crate) const MAX_IN_FLIGHT: usize = 2;
+/// How long a replica that would not open a stream is sent unary calls before it is asked
+/// again.
+const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
 /// What the submitter is asked to send.
 #[derive(Debug)]
@@ -102,8 +106,9 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut unary = JoinSet::new();
     // A `submit_batch` met while coalescing `submit`s: sent next.
     let mut held: Option<Job> = None;
-    // The replica that answered UNIMPLEMENTED: sent unary calls while it is the one to call.
-    let mut unary_at: Option<std::sync::Arc<str>> = None;
+    // The replica that would not open a stream, and when: not asked again for a while (for
+    // good, if it does not serve the call), while it is the one to call.
+    let mut refused: Option<(std::sync::Arc<str>, Option<Instant>)> = None;
     loop {
         let reading = !in_flight.is_empty() && stream.is_some();
         let room = in_flight.len() + unary.len() < MAX_IN_FLIGHT;
@@ -143,16 +148,24 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
                 }
                 if stream.is_none() {
                     let (rpc, url) = client.rpc();
-                    if unary_at.as_ref() != Some(&url) {
+                    let ask = match &refused {
+                        Some((at, until)) if *at == url => until.is_some_and(|t| t <= Instant::now()),
+                        _ => true,
+                    };
+                    if ask {
                         match open(rpc).await {
-                            Ok(opened) => stream = Some(opened),
-                            Err(status) if status.code() == tonic::Code::Unimplemented => {
-                                tracing::debug!(%url, "no SubmitStream at this head: unary calls");
-                                unary_at = Some(url);
+                            Ok(opened) => {
+                                stream = Some(opened);
+                                refused = None;
                             }
-                            // Not the leader, unreachable, ...: this request goes through the
-                            // unary path, which finds the leader; the next one tries again.
-                            Err(_) => {}
+                            Err(status) => {
+                                // Not the leader, unreachable, refused, ...: this request goes
+                                // through the unary path, which finds the leader or says why.
+                                let until = (status.code() != tonic::Code::Unimplemented)
+                                    .then(|| Instant::now() + REOPEN_AFTER);
+                                tracing::debug!(%url, %status, "no submission stream: unary calls");
+                                refused = Some((url, until));
+                            }
                         }
                     }
                 }
