@@ -30,9 +30,9 @@
 //!   namespace, calling task); its task methods are in `tasks.rs` (submit, get, wait, cancel,
 //!   describe, list, logs) and its resource methods in `resources.rs` (`set_resource`,
 //!   `adjust_resource`, `delete_resource`, the batch `set_resources`, `cluster_status`).
-//! - Submissions (`submissions.rs`): concurrent `submit` calls are coalesced into shared
-//!   requests, and the requests that queue up behind one in flight share one long-lived
-//!   `SubmitStream` to the head; each call still succeeds or fails on its own.
+//! - Submissions (`submissions.rs`): `submit` and `submit_batch` travel over one long-lived
+//!   `SubmitStream` to the head, concurrent `submit` calls coalesced into shared requests;
+//!   each call still succeeds or fails on its own.
 //! - The head group (`heads.rs`, `heads_api.rs`): a client knows every replica of a
 //!   replicated head (`--head URL1,URL2,URL3`), follows the leader through elections, and sends
 //!   every write with an idempotency key so that its retries are never applied twice;

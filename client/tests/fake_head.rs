@@ -71,8 +71,8 @@ struct State {
     streamed: usize,
     /// Apply the next streamed request, then break the stream instead of answering it.
     break_stream: bool,
-    /// How long a unary `Submit` takes to answer after applying.
-    unary_delay: Duration,
+    /// Answer `SubmitStream` with UNIMPLEMENTED, as a head without it.
+    no_stream: bool,
 }
 
 /// The `authorization` metadata of a request.
@@ -180,10 +180,7 @@ impl Cluster for FakeHead {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
-        let answer = self.apply_submit(request.into_inner());
-        let delay = self.state().unary_delay;
-        tokio::time::sleep(delay).await;
-        answer.map(Response::new)
+        self.apply_submit(request.into_inner()).map(Response::new)
     }
 
     type SubmitStreamStream =
@@ -194,7 +191,13 @@ impl Cluster for FakeHead {
         &self,
         request: Request<tonic::Streaming<wire::SubmitRequest>>,
     ) -> Result<Response<Self::SubmitStreamStream>, Status> {
-        self.state().streams_opened += 1;
+        {
+            let mut st = self.state();
+            st.streams_opened += 1;
+            if st.no_stream {
+                return Err(Status::unimplemented("no SubmitStream at this fake head"));
+            }
+        }
         let mut requests = request.into_inner();
         let (tx, rx) = tokio::sync::mpsc::channel(8);
         let head = self.clone();
@@ -1563,38 +1566,13 @@ async fn gpus_and_mig_layouts_through_the_cli() {
     assert_eq!((report.phases.destroyed, report.phases.created), (1, 1));
 }
 
-/// Submits `task` while a slow unary submit is in flight, so that it goes on the stream.
-async fn behind_a_slow_submit(
-    head: &FakeHead,
-    client: &Client,
-    task: Task,
-) -> Result<escher_client::TaskRef, ClientError> {
-    head.state().unary_delay = Duration::from_millis(300);
-    let before = head.state().submit_keys.len();
-    let slow = {
-        let client = client.clone();
-        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
-    };
-    while head.state().submit_keys.len() == before {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let streamed = client.submit(task).await;
-    slow.await.unwrap().unwrap();
-    head.state().unary_delay = Duration::ZERO;
-    streamed
-}
-
 #[tokio::test]
-async fn a_lone_submit_is_a_call_and_a_crowd_shares_the_stream() {
+async fn submits_and_batches_share_one_stream() {
     let (head, url) = start().await;
     let client = client(&url).await;
-    // One at a time: each finds nothing in flight and goes as a unary call.
     for _ in 0..3 {
         client.submit(Task::command(["true"])).await.unwrap();
     }
-    assert_eq!(head.state().streams_opened, 0);
-    // Many at once, and batches: those that queue behind a call share the stream.
-    head.state().unary_delay = Duration::from_millis(50);
     let mut set = tokio::task::JoinSet::new();
     for i in 0..200 {
         let client = client.clone();
@@ -1618,63 +1596,52 @@ async fn a_lone_submit_is_a_call_and_a_crowd_shares_the_stream() {
     let st = head.state();
     assert_eq!(st.tasks.len(), 3 + 204, "nothing applied twice");
     assert_eq!(st.streams_opened, 1, "one stream for the client");
-    assert!(st.streamed >= 1, "the crowd used the stream");
+    assert_eq!(st.streamed, st.submit_keys.len(), "no unary call");
 }
 
 #[tokio::test]
 async fn a_broken_stream_submits_nothing_twice() {
     let (head, url) = start().await;
     let client = client(&url).await;
-    // The head applies the streamed request and the stream breaks before its answer: the
-    // client sends it again as a unary call under the same key and gets the recorded ids.
+    client.submit(Task::command(["true"])).await.unwrap();
+    // The head applies the next request and the stream breaks before its answer: the client
+    // sends it again as a unary call under the same key and gets the recorded ids.
     head.state().break_stream = true;
-    let task = behind_a_slow_submit(&head, &client, Task::command(["true"]))
-        .await
-        .unwrap();
+    let task = client.submit(Task::command(["true"])).await.unwrap();
     assert_eq!(task.id(), TaskId(2));
-    {
-        let st = head.state();
-        assert_eq!((st.streams_opened, st.streamed), (1, 1));
-        assert_eq!(st.tasks.len(), 2, "nothing applied twice");
-        assert_eq!(
-            st.submit_keys[1], st.submit_keys[2],
-            "the retry carried the key"
-        );
-    }
-    // The next crowd opens a new stream.
-    behind_a_slow_submit(&head, &client, Task::command(["true"]))
-        .await
-        .unwrap();
+    let again = client.submit(Task::command(["true"])).await.unwrap();
+    assert_eq!(again.id(), TaskId(3));
     let st = head.state();
-    assert_eq!((st.streams_opened, st.streamed), (2, 2));
-    assert_eq!(st.tasks.len(), 4);
+    assert_eq!(st.tasks.len(), 3, "nothing applied twice");
+    assert_eq!(
+        st.submit_keys[1], st.submit_keys[2],
+        "the retry carried the key"
+    );
+    assert_eq!(st.streams_opened, 2, "a new stream after the broken one");
+    assert_eq!(st.streamed, 3);
 }
 
 #[tokio::test]
 async fn a_streamed_submit_survives_a_lost_leadership() {
     let (head, url) = start().await;
     let client = client(&url).await;
-    head.state().unary_delay = Duration::from_millis(300);
-    let slow = {
-        let client = client.clone();
-        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
-    };
-    while head.state().submit_keys.is_empty() {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    client.submit(Task::command(["true"])).await.unwrap();
     head.state().lose_next_reply = true;
     let batch = client
         .submit_batch([Task::command(["true"]), Task::command(["true"])])
         .await
         .unwrap();
-    slow.await.unwrap().unwrap();
     assert_eq!(batch[1].id(), TaskId(3));
+    client.submit(Task::command(["true"])).await.unwrap();
     let st = head.state();
-    assert_eq!(st.streamed, 1, "the batch went on the stream");
-    assert_eq!(st.tasks.len(), 3, "nothing applied twice");
+    assert_eq!(st.tasks.len(), 4, "nothing applied twice");
     assert_eq!(
         st.submit_keys[1], st.submit_keys[2],
         "the retry carried the key"
+    );
+    assert_eq!(
+        st.streams_opened, 2,
+        "the stream to a replica that lost the lead is dropped"
     );
 }
 
@@ -1683,28 +1650,34 @@ async fn refusals_on_the_stream_are_the_calls_refusals() {
     let (head, url) = start().await;
     let client = client(&url).await;
     let rejected = || Task::command(["x"]).name("rejected");
-    let err = behind_a_slow_submit(&head, &client, rejected())
-        .await
-        .unwrap_err();
+    let err = client.submit(rejected()).await.unwrap_err();
     assert!(
         matches!(err, ClientError::InvalidArgument(ref m) if m.contains("tasks[0].name")),
         "{err}"
     );
-    head.state().unary_delay = Duration::from_millis(300);
-    let slow = {
-        let client = client.clone();
-        tokio::spawn(async move { client.submit(Task::command(["true"])).await })
-    };
-    while head.state().submit_keys.len() < 2 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
     let err = client
         .submit_batch([Task::command(["true"]), rejected()])
         .await
         .unwrap_err();
     assert!(matches!(err, ClientError::InvalidArgument(ref m) if m.contains("tasks[1].name")));
-    slow.await.unwrap().unwrap();
     let st = head.state();
-    assert_eq!(st.streamed, 2, "both refusals came on the stream");
-    assert_eq!(st.tasks.len(), 2, "only the slow submits were applied");
+    assert_eq!((st.streams_opened, st.streamed), (1, 2));
+    assert!(st.tasks.is_empty());
+}
+
+#[tokio::test]
+async fn a_head_without_the_stream_gets_calls() {
+    let (head, url) = start().await;
+    head.state().no_stream = true;
+    let client = client(&url).await;
+    for i in 1..=3 {
+        let task = client.submit(Task::command(["true"])).await.unwrap();
+        assert_eq!(task.id(), TaskId(i));
+    }
+    let st = head.state();
+    assert_eq!(
+        st.streams_opened, 1,
+        "asked once: it does not serve the call"
+    );
+    assert_eq!((st.streamed, st.submit_keys.len()), (0, 3));
 }
