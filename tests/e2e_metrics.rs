@@ -143,12 +143,13 @@ async fn metrics_match_the_cluster_and_need_a_token() {
         0.0
     );
     assert!(value(&scraped, "escher_raft_applied_index", &[]) > 0.0);
-    let submits = value(
+    // The client's submissions went on its submission stream.
+    let streams = value(
         &scraped,
         "escher_grpc_requests_total",
-        &[("method", "Submit")],
+        &[("method", "SubmitStream")],
     );
-    assert!(submits >= 2.0, "{submits}");
+    assert_eq!(streams, 1.0);
     let errors = value(
         &scraped,
         "escher_grpc_errors_total",
