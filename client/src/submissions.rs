@@ -8,7 +8,7 @@
 //! [`MAX_IN_FLIGHT`] requests wait for their answers at once, and the head answers them in
 //! order, each as a unary `Submit` call would have been (all or none). A message on the open
 //! stream costs less than a call (no headers, no new HTTP/2 stream): a lone submit-then-get
-//! is 15–20% faster than over unary calls (W2, BENCHMARKS.md). So:
+//! was 9–23% faster than over unary calls (W2, BENCHMARKS.md). So:
 //!
 //! - a coalesced request the head refuses (nothing was applied) is split: each task is sent
 //!   again alone, and a bad task fails only its own caller, never its neighbours;
