@@ -53,17 +53,22 @@ fn parse(body: &str) -> Scrape {
     Scrape::parse(lines).expect("the exposition text parses")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn metrics_match_the_cluster_and_need_a_token() {
+/// A cluster of one worker whose head serves `/metrics` at the returned address.
+async fn with_metrics() -> (LocalCluster, SocketAddr) {
     let addr = free_addr();
     let config = escher_head::HeadConfig {
         metrics: Some(addr),
         ..escher_head::HeadConfig::default()
     };
-    let cluster: LocalCluster =
-        within("starting", cluster().workers(1).head_config(config).start())
-            .await
-            .unwrap();
+    let cluster = within("starting", cluster().workers(1).head_config(config).start())
+        .await
+        .unwrap();
+    (cluster, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_match_the_cluster_and_need_a_token() {
+    let (cluster, addr) = with_metrics().await;
     let client = cluster.client().await.unwrap();
     let node = cluster.nodes()[0];
     client
@@ -321,15 +326,7 @@ async fn workers_export_running_tasks_spawn_latency_and_gpu_slices() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn submits_that_queue_up_share_the_submission_stream() {
-    let addr = free_addr();
-    let config = escher_head::HeadConfig {
-        metrics: Some(addr),
-        ..escher_head::HeadConfig::default()
-    };
-    let cluster: LocalCluster =
-        within("starting", cluster().workers(1).head_config(config).start())
-            .await
-            .unwrap();
+    let (cluster, addr) = with_metrics().await;
     let client = cluster.client().await.unwrap();
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..500 {
