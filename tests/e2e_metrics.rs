@@ -364,3 +364,105 @@ async fn submits_that_queue_up_share_the_submission_stream() {
     assert!(refused.is_empty(), "{refused:?}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resource_updates_that_queue_up_share_calls_and_fail_alone() {
+    let (cluster, addr) = with_metrics().await;
+    let client = cluster.client().await.unwrap();
+    let node = cluster.nodes()[0];
+    let calls = |scraped: &Scrape| {
+        samples(
+            scraped,
+            "escher_grpc_requests_total",
+            &[("method", "SetResources")],
+        )
+        .iter()
+        .map(|s| match s.value {
+            Value::Counter(v) | Value::Untyped(v) => v,
+            ref other => panic!("unexpected {other:?}"),
+        })
+        .sum::<f64>()
+    };
+    let token = cluster.admin_token().to_string();
+    let scraped = move || {
+        let token = token.clone();
+        async move {
+            let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+                .await
+                .unwrap();
+            assert_eq!(code, 200);
+            parse(&body)
+        }
+    };
+    let before = calls(&scraped().await);
+    let cpu_before = client.cluster_status().await.unwrap().nodes[0]
+        .resource("cpu")
+        .unwrap()
+        .total;
+
+    // 300 resources created at once from as many futures: far fewer calls than updates.
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..300 {
+        let client = client.clone();
+        set.spawn(async move {
+            let name = format!("queued-{i}");
+            (
+                i,
+                client
+                    .set_resource(name.as_str(), 2, NodeSpec::Node(node))
+                    .await,
+            )
+        });
+    }
+    while let Some(joined) = within("updates", set.join_next()).await {
+        let (i, outcome) = joined.unwrap();
+        assert_eq!(outcome.unwrap(), [node], "update {i}");
+    }
+    let used = calls(&scraped().await) - before;
+    assert!(
+        (1.0..100.0).contains(&used),
+        "{used} SetResources calls for 300 updates"
+    );
+
+    // Then 30 more, one of them a physical name, which the head refuses (and with it any call
+    // that carries it): only that caller fails.
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..30 {
+        let client = client.clone();
+        set.spawn(async move {
+            let name = if i == 15 {
+                "cpu".to_string()
+            } else {
+                format!("more-{i}")
+            };
+            (
+                i,
+                client
+                    .set_resource(name.as_str(), 2, NodeSpec::Node(node))
+                    .await,
+            )
+        });
+    }
+    while let Some(joined) = within("updates", set.join_next()).await {
+        let (i, outcome) = joined.unwrap();
+        if i == 15 {
+            let err = outcome.unwrap_err();
+            assert!(err.is_refusal(), "{err:?}");
+            assert!(err.to_string().contains("cpu"), "{err}");
+        } else {
+            assert_eq!(outcome.unwrap(), [node], "update {i}");
+        }
+    }
+    let status = client.cluster_status().await.unwrap();
+    let made = |prefix: &str| {
+        status.nodes[0]
+            .resources
+            .iter()
+            .filter(|r| r.name.as_str().starts_with(prefix))
+            .count()
+    };
+    assert_eq!((made("queued-"), made("more-")), (300, 29));
+    let cpu = status.nodes[0].resource("cpu").unwrap();
+    assert_eq!(cpu.total, cpu_before, "the physical resource is untouched");
+    cluster.shutdown().await;
+}

@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 use crate::ClientError;
 use crate::credentials::Credentials;
 use crate::heads::{Answer, ClusterRpc, Heads, PAUSE_MAX, PAUSE_MIN, answer};
-use crate::submissions;
+use crate::{resource_updates, submissions};
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
@@ -76,6 +76,9 @@ pub struct Client {
     /// The background submitter: the submission stream, and the coalescing of concurrent
     /// `submit` calls (started lazily).
     submitter: Arc<OnceLock<mpsc::UnboundedSender<submissions::Job>>>,
+    /// The background updater: the coalescing of concurrent single resource updates (started
+    /// lazily).
+    updater: Arc<OnceLock<mpsc::UnboundedSender<resource_updates::Job>>>,
 }
 
 /// Which running task (if any) this client speaks for.
@@ -178,6 +181,7 @@ impl Client {
             stale_reads: false,
             default_resources: None,
             submitter: Arc::default(),
+            updater: Arc::default(),
         }
     }
 
@@ -201,10 +205,11 @@ impl Client {
         self.detached()
     }
 
-    /// The same client with a submitter of its own (submits of different namespaces or callers
-    /// must not travel together).
+    /// The same client with a submitter and an updater of its own (submits and updates of
+    /// different namespaces or callers must not travel together).
     pub(crate) fn detached(mut self) -> Client {
         self.submitter = Arc::default();
+        self.updater = Arc::default();
         self
     }
 
@@ -212,6 +217,12 @@ impl Client {
     pub(crate) fn submitter(&self) -> &mpsc::UnboundedSender<submissions::Job> {
         self.submitter
             .get_or_init(|| submissions::start(self.clone().detached()))
+    }
+
+    /// This client's updater (see `resource_updates.rs`), started on first use.
+    pub(crate) fn updater(&self) -> &mpsc::UnboundedSender<resource_updates::Job> {
+        self.updater
+            .get_or_init(|| resource_updates::start(self.clone().detached()))
     }
 
     /// The same connection, calling with `token` instead of the one it found (see

@@ -242,6 +242,14 @@ impl ClientError {
         )
     }
 
+    /// Whether a call of several writes failed as a whole with nothing applied, so that each
+    /// write may be sent again alone and fail or succeed on its own: a refusal, or a quota
+    /// (RESOURCE_EXHAUSTED) that the writes together exceed.
+    pub(crate) fn refused_as_a_whole(&self) -> bool {
+        self.is_refusal()
+            || matches!(self, ClientError::Rpc(status) if status.code() == Code::ResourceExhausted)
+    }
+
     /// This error, saying where the client's token came from if the head refused it.
     pub(crate) fn with_credentials(self, credentials: &crate::Credentials) -> ClientError {
         match self {

@@ -33,6 +33,9 @@
 //! - Submissions (`submissions.rs`): `submit` and `submit_batch` travel over one long-lived
 //!   `SubmitStream` to the head, concurrent `submit` calls coalesced into shared requests;
 //!   each call still succeeds or fails on its own.
+//! - Resource updates (`resource_updates.rs`): concurrent `set_resource`, `adjust_resource`
+//!   and `delete_resource` calls are coalesced into shared `SetResources` calls, each still
+//!   answered or refused on its own.
 //! - The head group (`heads.rs`, `heads_api.rs`): a client knows every replica of a
 //!   replicated head (`--head URL1,URL2,URL3`), follows the leader through elections, and sends
 //!   every write with an idempotency key so that its retries are never applied twice;
@@ -68,6 +71,7 @@ mod heads;
 mod heads_api;
 mod logs;
 mod reservation;
+mod resource_updates;
 mod resources;
 mod submissions;
 mod task_ref;

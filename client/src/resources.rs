@@ -5,17 +5,25 @@
 //! resolves the target to nodes, applies the change as a delta at its single serialization
 //! point, and answers with the nodes it changed. `NodeSpec::Local` is resolved by the head
 //! from `caller_task`, so the client refuses it before sending when it speaks for no task.
+//! Single updates made concurrently on one client share calls (`resource_updates.rs`); each
+//! is still answered or refused on its own.
 
 use escher_proto::convert::Problem;
 use escher_proto::types::{SetResourceOutcome, SetResourcesReply, SetResourcesRequest};
 use escher_proto::{ClusterStatus, ConvertError, NodeId, NodeSpec, ResourceUpdate, wire};
 
 use crate::args::{IntoCapacity, IntoDelta, IntoResourceName};
+use crate::resource_updates::{Job, nodes_of_one, updater_gone};
 use crate::{Client, ClientError, ResourceUpdateExt};
 
 impl Client {
     /// Creates or resizes resource `name` to `capacity` on the nodes `target` selects (a
     /// capacity of 0 deletes it); returns the nodes changed, in ascending id order.
+    ///
+    /// Concurrent single updates on one client (`set_resource`, `adjust_resource`,
+    /// `delete_resource` from many futures or threads) share calls to the head, so creating
+    /// many resources at once costs about as much as one [`set_resources`](Self::set_resources);
+    /// each call still succeeds or fails on its own.
     ///
     /// ```no_run
     /// # async fn demo(client: escher_client::Client) -> Result<(), escher_client::ClientError> {
@@ -57,13 +65,24 @@ impl Client {
         self.update_one(ResourceUpdate::delete(name, target)?).await
     }
 
+    /// One update, coalesced with the single updates other futures make meanwhile (see the
+    /// `resource_updates` module).
     async fn update_one(&self, update: ResourceUpdate) -> Result<Vec<NodeId>, ClientError> {
-        let mut outcomes = self.set_resources(vec![update]).await?;
-        Ok(outcomes.pop().map(|o| o.nodes).unwrap_or_default())
+        if update.target == NodeSpec::Local {
+            self.require_caller()?;
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        match self.updater().send(Job { update, reply }) {
+            Ok(()) => answer.await.map_err(|_| updater_gone())?,
+            // The updater is gone (its runtime stopped): send directly.
+            Err(tokio::sync::mpsc::error::SendError(job)) => {
+                Ok(nodes_of_one(self.set_resources(vec![job.update]).await?))
+            }
+        }
     }
 
-    /// Applies many resource changes in one call, in order; returns one outcome (the nodes
-    /// changed) per update.
+    /// Applies many resource changes in one call, in order, all or none; returns one outcome
+    /// (the nodes changed) per update.
     pub async fn set_resources(
         &self,
         updates: Vec<ResourceUpdate>,
@@ -71,22 +90,28 @@ impl Client {
         if updates.is_empty() {
             return Ok(Vec::new());
         }
-        let local = updates.iter().any(|u| u.target == NodeSpec::Local);
-        let caller_task = if local {
-            Some(self.require_caller()?)
-        } else {
-            self.caller_task()
-        };
-        let count = updates.len();
+        if updates.iter().any(|u| u.target == NodeSpec::Local) {
+            self.require_caller()?;
+        }
         let request = SetResourcesRequest {
             updates,
             namespace: self.namespace().cloned(),
-            caller_task,
+            caller_task: self.caller_task(),
         };
+        self.send_set_resources(&mut wire::SetResourcesRequest::from(request))
+            .await
+    }
+
+    /// Sends `request` under a new key (held until it is answered) and checks that the reply
+    /// holds one outcome per update. The request is left as it was sent, for a caller that
+    /// splits it after a refusal.
+    pub(crate) async fn send_set_resources(
+        &self,
+        request: &mut wire::SetResourcesRequest,
+    ) -> Result<Vec<SetResourceOutcome>, ClientError> {
         let ticket = self.ticket();
-        let mut request = wire::SetResourcesRequest::from(request);
         request.key = Some(ticket.key().into());
-        self.check_size("set_resources", &request)?;
+        self.check_size("set_resources", request)?;
         let reply = self
             .call(|mut rpc| {
                 let request = request.clone();
@@ -94,7 +119,7 @@ impl Client {
             })
             .await?;
         let reply = SetResourcesReply::from(reply);
-        if reply.outcomes.len() != count {
+        if reply.outcomes.len() != request.updates.len() {
             let why = Problem::Rule("does not hold one outcome per update");
             return Err(ConvertError::new("outcomes", why).into());
         }

@@ -10,8 +10,9 @@
 //! stream costs less than a call (no headers, no new HTTP/2 stream): a lone submit-then-get
 //! was 9–23% faster than over unary calls (W2, BENCHMARKS.md). So:
 //!
-//! - a coalesced request the head refuses (nothing was applied) is split: each task is sent
-//!   again alone, and a bad task fails only its own caller, never its neighbours;
+//! - a coalesced request the head refuses (nothing was applied: a bad task, or a quota the
+//!   request as a whole exceeds) is split: each task is sent again alone, and a bad task fails
+//!   only its own caller, never its neighbours;
 //! - a request whose outcome is unknown (the stream broke, the replica does not lead, the
 //!   head is shutting down) is sent again as a unary `Submit` under the same key, through
 //!   [`Client::call`], which follows the leader and retries; a head that already applied it
@@ -291,7 +292,7 @@ fn answered(
             let status = tonic::Status::from(error);
             let leads = answer(&status) == Answer::Other;
             let error = client.error_from(status);
-            if !error.is_refusal() {
+            if !error.refused_as_a_whole() {
                 // Not the leader, shutting down, ...: the outcome is unknown, and the unary
                 // path follows the leader and retries under the same key.
                 unary.spawn(send_unary(client.clone(), request));
@@ -361,7 +362,7 @@ fn deliver_tasks(
                 let _ = reply.send(Ok(id));
             }
         }
-        Err(err) if err.is_refusal() && waiting.len() > 1 => {
+        Err(err) if err.refused_as_a_whole() && waiting.len() > 1 => {
             let client = client.clone();
             // The namespace the request was sent in: the client's.
             let namespace = client.namespace().cloned();

@@ -387,6 +387,15 @@ impl Cluster for FakeHead {
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
         let req = SetResourcesRequest::try_from(request.into_inner())?;
+        // All or none, as the head: an update for a node the fake does not have refuses the call.
+        if let Some(id) = req.updates.iter().find_map(|u| match u.target {
+            NodeSpec::Node(NodeId(id)) if id > 2 => Some(id),
+            _ => None,
+        }) {
+            return Err(Status::not_found(format!(
+                "node {id} is not in the cluster"
+            )));
+        }
         let outcomes = req
             .updates
             .iter()
@@ -1136,6 +1145,110 @@ async fn resources_carry_namespace_and_caller() {
     let status = client.cluster_status().await.unwrap();
     let cpu = status.nodes[0].resource("cpu").unwrap();
     assert_eq!(cpu.shortfall().to_string(), "1");
+}
+
+#[tokio::test]
+async fn concurrent_resource_updates_share_calls() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let client = client.clone();
+        set.spawn(async move {
+            let name = format!("r{i}");
+            match i % 3 {
+                0 => {
+                    client
+                        .set_resource(name.as_str(), 1, NodeSpec::Node(NodeId(1)))
+                        .await
+                }
+                1 => {
+                    client
+                        .adjust_resource(name.as_str(), 2, NodeSpec::Node(NodeId(2)))
+                        .await
+                }
+                _ => {
+                    client
+                        .delete_resource(name.as_str(), NodeSpec::Node(NodeId(1)))
+                        .await
+                }
+            }
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        assert_eq!(joined.unwrap().unwrap(), [NodeId(1), NodeId(2)]);
+    }
+    let requests = head.state().set_requests.clone();
+    let updates: Vec<String> = requests
+        .iter()
+        .flat_map(|r| r.updates.iter().map(|u| u.name.to_string()))
+        .collect();
+    assert_eq!(updates.len(), 200, "each update applied once");
+    let distinct: std::collections::BTreeSet<&String> = updates.iter().collect();
+    assert_eq!(distinct.len(), 200);
+    assert!(
+        requests.len() < 20,
+        "{} calls for 200 updates",
+        requests.len()
+    );
+
+    // One at a time, each update is a call of its own, answered before the next is queued.
+    for i in 0..3 {
+        let name = format!("seq{i}");
+        client
+            .set_resource(name.as_str(), 1, NodeSpec::Node(NodeId(1)))
+            .await
+            .unwrap();
+    }
+    let requests = head.state().set_requests.clone();
+    let last: Vec<usize> = requests
+        .iter()
+        .rev()
+        .take(3)
+        .map(|r| r.updates.len())
+        .collect();
+    assert_eq!(last, [1, 1, 1]);
+}
+
+#[tokio::test]
+async fn a_refused_update_fails_only_its_own_caller() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..50u64 {
+        let client = client.clone();
+        // Update 17 names a node the head does not have; the head refuses any call carrying it.
+        let node = if i == 17 { 99 } else { 1 + i % 2 };
+        set.spawn(async move {
+            let name = format!("r{i}");
+            let outcome = client
+                .set_resource(name.as_str(), 1, NodeSpec::Node(NodeId(node)))
+                .await;
+            (i, outcome)
+        });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (i, outcome) = joined.unwrap();
+        if i == 17 {
+            let err = outcome.unwrap_err();
+            assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+            assert!(err.to_string().contains("node 99"), "{err}");
+        } else {
+            assert_eq!(outcome.unwrap(), [NodeId(1), NodeId(2)], "update {i}");
+        }
+    }
+    let applied: Vec<String> = head
+        .state()
+        .set_requests
+        .iter()
+        .flat_map(|r| r.updates.iter().map(|u| u.name.to_string()))
+        .collect();
+    assert_eq!(
+        applied.len(),
+        49,
+        "every other update applied once: {applied:?}"
+    );
+    assert!(!applied.contains(&"r17".to_string()));
 }
 
 /// Runs `escher --head URL ARGS...`; returns the exit status and what it printed.
