@@ -325,7 +325,7 @@ async fn workers_export_running_tasks_spawn_latency_and_gpu_slices() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn submits_that_queue_up_share_the_submission_stream() {
+async fn submits_and_gets_that_queue_up_share_their_streams() {
     let (cluster, addr) = with_metrics().await;
     let client = cluster.client().await.unwrap();
     let mut set = tokio::task::JoinSet::new();
@@ -340,10 +340,15 @@ async fn submits_that_queue_up_share_the_submission_stream() {
     while let Some(id) = within("submits", set.join_next()).await {
         ids.push(id.unwrap());
     }
-    let (ready, _) = within("the tasks", client.wait(ids.clone(), ids.len(), None))
-        .await
-        .unwrap();
-    assert!(ready.iter().all(|s| s.state == TaskState::Succeeded));
+    // Their ends come back on the result stream, one `get` each.
+    let mut gets = tokio::task::JoinSet::new();
+    for id in ids.clone() {
+        let client = client.clone();
+        gets.spawn(async move { client.get(id, None).await.unwrap() });
+    }
+    while let Some(status) = within("the tasks", gets.join_next()).await {
+        assert_eq!(status.unwrap().state, TaskState::Succeeded);
+    }
     let token = cluster.admin_token().to_string();
     let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
         .await
@@ -362,6 +367,20 @@ async fn submits_that_queue_up_share_the_submission_stream() {
         &[("method", "SubmitStream")],
     );
     assert!(refused.is_empty(), "{refused:?}");
+    let streams = samples(
+        &scraped,
+        "escher_grpc_requests_total",
+        &[("method", "WaitStream")],
+    );
+    assert_eq!(streams.len(), 1, "the result stream was opened: {body}");
+    let refused = samples(
+        &scraped,
+        "escher_grpc_errors_total",
+        &[("method", "WaitStream")],
+    );
+    assert!(refused.is_empty(), "{refused:?}");
+    let calls = samples(&scraped, "escher_grpc_requests_total", &[("method", "Wait")]);
+    assert!(calls.is_empty(), "no Wait call: {calls:?}");
     cluster.shutdown().await;
 }
 

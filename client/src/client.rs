@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 use crate::ClientError;
 use crate::credentials::Credentials;
 use crate::heads::{Answer, ClusterRpc, Heads, PAUSE_MAX, PAUSE_MIN, answer};
-use crate::{resource_updates, submissions};
+use crate::{resource_updates, results, submissions};
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
 pub const DEFAULT_HEAD_URL: &str = "http://127.0.0.1:7600";
@@ -73,12 +73,19 @@ pub struct Client {
     stale_reads: bool,
     /// What a task built here that names no resources requests, instead of `cpu=1`.
     default_resources: Option<Arc<ResourceSet>>,
-    /// The background submitter: the submission stream, and the coalescing of concurrent
-    /// `submit` calls (started lazily).
-    submitter: Arc<OnceLock<mpsc::UnboundedSender<submissions::Job>>>,
-    /// The background updater: the coalescing of concurrent single resource updates (started
-    /// lazily).
-    updater: Arc<OnceLock<mpsc::UnboundedSender<resource_updates::Job>>>,
+    /// The background tasks that carry concurrent calls together, each started on first use.
+    background: Arc<Background>,
+}
+
+/// A client's background tasks: where its calls queue for them.
+#[derive(Debug, Default)]
+struct Background {
+    /// The submission stream, and the coalescing of concurrent `submit` calls.
+    submitter: OnceLock<mpsc::UnboundedSender<submissions::Job>>,
+    /// The coalescing of concurrent single resource updates.
+    updater: OnceLock<mpsc::UnboundedSender<resource_updates::Job>>,
+    /// The result stream that `get`s wait on.
+    waiter: OnceLock<mpsc::UnboundedSender<results::Job>>,
 }
 
 /// Which running task (if any) this client speaks for.
@@ -180,8 +187,7 @@ impl Client {
             failover: DEFAULT_FAILOVER_TIMEOUT,
             stale_reads: false,
             default_resources: None,
-            submitter: Arc::default(),
-            updater: Arc::default(),
+            background: Arc::default(),
         }
     }
 
@@ -205,24 +211,32 @@ impl Client {
         self.detached()
     }
 
-    /// The same client with a submitter and an updater of its own (submits and updates of
-    /// different namespaces or callers must not travel together).
+    /// The same client with background tasks of its own (submits, updates and waits of
+    /// different namespaces, callers or credentials must not travel together).
     pub(crate) fn detached(mut self) -> Client {
-        self.submitter = Arc::default();
-        self.updater = Arc::default();
+        self.background = Arc::default();
         self
     }
 
     /// This client's submitter (see `submissions.rs`), started on first use.
     pub(crate) fn submitter(&self) -> &mpsc::UnboundedSender<submissions::Job> {
-        self.submitter
+        self.background
+            .submitter
             .get_or_init(|| submissions::start(self.clone().detached()))
     }
 
     /// This client's updater (see `resource_updates.rs`), started on first use.
     pub(crate) fn updater(&self) -> &mpsc::UnboundedSender<resource_updates::Job> {
-        self.updater
+        self.background
+            .updater
             .get_or_init(|| resource_updates::start(self.clone().detached()))
+    }
+
+    /// This client's waiter (see `results.rs`), started on first use.
+    pub(crate) fn waiter(&self) -> &mpsc::UnboundedSender<results::Job> {
+        self.background
+            .waiter
+            .get_or_init(|| results::start(self.clone().detached()))
     }
 
     /// The same connection, calling with `token` instead of the one it found (see
@@ -284,6 +298,11 @@ impl Client {
     pub fn with_stale_reads(mut self, stale: bool) -> Client {
         self.stale_reads = stale;
         self
+    }
+
+    /// Whether this client accepts stale reads.
+    pub(crate) fn stale_reads(&self) -> bool {
+        self.stale_reads
     }
 
     /// The head URLs, comma-separated (one for a head that is not replicated).

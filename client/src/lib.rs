@@ -33,6 +33,8 @@
 //! - Submissions (`submissions.rs`): `submit` and `submit_batch` travel over one long-lived
 //!   `SubmitStream` to the head, concurrent `submit` calls coalesced into shared requests;
 //!   each call still succeeds or fails on its own.
+//! - Results (`results.rs`): `get` waits on one long-lived `WaitStream`, on which the head
+//!   pushes each task's final status as it finishes.
 //! - Resource updates (`resource_updates.rs`): concurrent `set_resource`, `adjust_resource`
 //!   and `delete_resource` calls are coalesced into shared `SetResources` calls, each still
 //!   answered or refused on its own.
@@ -73,6 +75,7 @@ mod logs;
 mod reservation;
 mod resource_updates;
 mod resources;
+mod results;
 mod submissions;
 mod task_ref;
 mod tasks;

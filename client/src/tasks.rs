@@ -166,11 +166,20 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<TaskStatus, ClientError> {
         let id = task.into();
-        let (mut ready, _) = self.wait([id], 1, timeout).await?;
-        let status = ready.pop().ok_or(ClientError::Timeout {
-            id,
-            after: timeout.unwrap_or_default(),
-        })?;
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let status = match self.pushed_end(id, deadline).await? {
+            Some(status) => status,
+            // Not pushed on the result stream (see the `results` module): `Wait` calls, or
+            // one last to tell a task that finished as the timeout passed.
+            None => {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let (mut ready, _) = self.wait([id], 1, left).await?;
+                ready.pop().ok_or(ClientError::Timeout {
+                    id,
+                    after: timeout.unwrap_or_default(),
+                })?
+            }
+        };
         match status.eviction() {
             Some(evicted) => Err(ClientError::Evicted(evicted)),
             None => Ok(status),

@@ -71,8 +71,15 @@ struct State {
     streamed: usize,
     /// Apply the next streamed request, then break the stream instead of answering it.
     break_stream: bool,
-    /// Answer `SubmitStream` with UNIMPLEMENTED, as a head without it.
+    /// Answer `SubmitStream` and `WaitStream` with UNIMPLEMENTED, as a head without them.
     no_stream: bool,
+    /// Result streams opened, and the tasks asked for on them.
+    wait_streams_opened: usize,
+    wait_streamed: usize,
+    /// Break the result stream when its next request comes.
+    break_wait_stream: bool,
+    /// Answer the result stream's next request as a replica that lost its leadership.
+    wait_stream_not_leader: bool,
 }
 
 /// The `authorization` metadata of a request.
@@ -165,6 +172,38 @@ impl FakeHead {
         Ok(wire::SubmitReply { task_ids: ids })
     }
 
+    /// What `Wait` answers `request`.
+    async fn wait_for(&self, request: wire::WaitRequest) -> Result<wire::WaitReply, Status> {
+        let req = escher_proto::types::WaitRequest::try_from(request)?;
+        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
+        loop {
+            let changed = self.changed.notified();
+            let mut ready = Vec::new();
+            let mut not_ready = Vec::new();
+            for id in &req.task_ids {
+                let status = self.status(id.0)?;
+                if status.state.is_terminal() {
+                    ready.push(wire::TaskStatus::from(status));
+                } else {
+                    not_ready.push(id.0);
+                }
+            }
+            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
+            if ready.len() >= req.num_returns as usize || expired {
+                return Ok(wire::WaitReply { ready, not_ready });
+            }
+            match deadline {
+                Some(d) => {
+                    tokio::select! {
+                        () = changed => {}
+                        () = tokio::time::sleep_until(d) => {}
+                    }
+                }
+                None => changed.await,
+            }
+        }
+    }
+
     fn status(&self, id: u64) -> Result<TaskStatus, Status> {
         self.state()
             .tasks
@@ -230,6 +269,87 @@ impl Cluster for FakeHead {
         )))
     }
 
+    type WaitStreamStream =
+        tokio_stream::wrappers::ReceiverStream<Result<wire::WaitStreamReply, Status>>;
+
+    /// Each task asked for is waited for as `Wait` would, and pushed when it finishes; an
+    /// unknown task refuses its request.
+    async fn wait_stream(
+        &self,
+        request: Request<tonic::Streaming<wire::WaitStreamRequest>>,
+    ) -> Result<Response<Self::WaitStreamStream>, Status> {
+        {
+            let mut st = self.state();
+            st.wait_streams_opened += 1;
+            if st.no_stream {
+                return Err(Status::unimplemented("no WaitStream at this fake head"));
+            }
+        }
+        let mut requests = request.into_inner();
+        let (tx, rx) = tokio::sync::mpsc::channel(8);
+        let head = self.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(request)) = requests.message().await {
+                head.state().wait_streamed += request.task_ids.len();
+                if std::mem::take(&mut head.state().break_wait_stream) {
+                    let _ = tx
+                        .send(Err(Status::internal("the fake head broke the stream")))
+                        .await;
+                    return;
+                }
+                let refused = if std::mem::take(&mut head.state().wait_stream_not_leader) {
+                    let mut status = Status::unavailable("this fake replica no longer leads");
+                    status
+                        .metadata_mut()
+                        .insert("escher-leader", "".parse().unwrap());
+                    Err(status)
+                } else {
+                    request
+                        .task_ids
+                        .iter()
+                        .try_for_each(|id| head.status(*id).map(drop))
+                };
+                if let Err(status) = refused {
+                    let reply = wire::WaitStreamReply {
+                        finished: Vec::new(),
+                        failed: request.task_ids,
+                        error: Some(wire::CallError::from(&status)),
+                    };
+                    if tx.send(Ok(reply)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                for id in request.task_ids {
+                    let (head, tx) = (head.clone(), tx.clone());
+                    tokio::spawn(async move {
+                        let wait = wire::WaitRequest {
+                            task_ids: vec![id],
+                            num_returns: 1,
+                            timeout_ms: None,
+                        };
+                        let reply = match head.wait_for(wait).await {
+                            Ok(reply) => wire::WaitStreamReply {
+                                finished: reply.ready,
+                                failed: Vec::new(),
+                                error: None,
+                            },
+                            Err(status) => wire::WaitStreamReply {
+                                finished: Vec::new(),
+                                failed: vec![id],
+                                error: Some(wire::CallError::from(&status)),
+                            },
+                        };
+                        let _ = tx.send(Ok(reply)).await;
+                    });
+                }
+            }
+        });
+        Ok(Response::new(tokio_stream::wrappers::ReceiverStream::new(
+            rx,
+        )))
+    }
+
     async fn run(
         &self,
         request: Request<wire::RunRequest>,
@@ -263,35 +383,8 @@ impl Cluster for FakeHead {
         &self,
         request: Request<wire::WaitRequest>,
     ) -> Result<Response<wire::WaitReply>, Status> {
-        let req = escher_proto::types::WaitRequest::try_from(request.into_inner())?;
         self.state().wait_calls += 1;
-        let deadline = req.timeout.map(|t| tokio::time::Instant::now() + t);
-        loop {
-            let changed = self.changed.notified();
-            let mut ready = Vec::new();
-            let mut not_ready = Vec::new();
-            for id in &req.task_ids {
-                let status = self.status(id.0)?;
-                if status.state.is_terminal() {
-                    ready.push(wire::TaskStatus::from(status));
-                } else {
-                    not_ready.push(id.0);
-                }
-            }
-            let expired = deadline.is_some_and(|d| tokio::time::Instant::now() >= d);
-            if ready.len() >= req.num_returns as usize || expired {
-                return Ok(Response::new(wire::WaitReply { ready, not_ready }));
-            }
-            match deadline {
-                Some(d) => {
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(d) => {}
-                    }
-                }
-                None => changed.await,
-            }
-        }
+        self.wait_for(request.into_inner()).await.map(Response::new)
     }
 
     async fn requeue(
@@ -991,8 +1084,22 @@ async fn long_waits_are_split_and_time_out() {
         "{err}"
     );
     assert!(err.is_retryable());
+    assert_eq!(
+        head.state().wait_streamed,
+        1,
+        "the get waited on the result stream"
+    );
+
+    // `wait` calls the head in slices.
+    let calls = head.state().wait_calls;
+    let (ready, not_ready) = client
+        .wait([&sleeper], 1, Some(Duration::from_millis(200)))
+        .await
+        .unwrap();
+    assert!(ready.is_empty());
+    assert_eq!(not_ready, [sleeper.id()]);
     assert!(
-        head.state().wait_calls >= 3,
+        head.state().wait_calls >= calls + 3,
         "a 200 ms wait in 40 ms slices"
     );
 
@@ -1793,4 +1900,142 @@ async fn a_head_without_the_stream_gets_calls() {
         "asked once: it does not serve the call"
     );
     assert_eq!((st.streamed, st.submit_keys.len()), (0, 3));
+}
+
+#[tokio::test]
+async fn gets_share_one_result_stream() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let tasks = client
+        .submit_batch((0..100).map(|_| Task::command(["true"])))
+        .await
+        .unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    // Every task twice: the second `get` of a task shares the first one's wait.
+    for task in tasks.iter().chain(&tasks) {
+        let (client, id) = (client.clone(), task.id());
+        set.spawn(async move { (id, client.get(id, Some(Duration::from_secs(20))).await) });
+    }
+    while let Some(joined) = set.join_next().await {
+        let (id, status) = joined.unwrap();
+        let status = status.unwrap();
+        assert_eq!((status.id, status.state), (id, TaskState::Succeeded));
+    }
+    let st = head.state();
+    assert_eq!(
+        st.wait_streams_opened, 1,
+        "one result stream for the client"
+    );
+    assert!(
+        st.wait_streamed >= 100 && st.wait_streamed < 200,
+        "{}",
+        st.wait_streamed
+    );
+    assert_eq!(st.wait_calls, 0, "no Wait call");
+}
+
+#[tokio::test]
+async fn an_unknown_task_fails_only_its_own_get() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let tasks = client
+        .submit_batch((0..20).map(|_| Task::command(["true"])))
+        .await
+        .unwrap();
+    let mut set = tokio::task::JoinSet::new();
+    let unknown = TaskId(999_999);
+    for id in tasks.iter().map(|t| t.id()).chain([unknown]) {
+        let client = client.clone();
+        set.spawn(async move { (id, client.get(id, Some(Duration::from_secs(20))).await) });
+    }
+    while let Some(joined) = set.join_next().await {
+        match joined.unwrap() {
+            (id, Err(err)) if id == unknown => {
+                assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+            }
+            (id, outcome) => assert_eq!(outcome.unwrap().state, TaskState::Succeeded, "{id}"),
+        }
+    }
+    // Alone, the unknown task is refused on the stream itself.
+    let calls = head.state().wait_calls;
+    let err = client.get(unknown, None).await.unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+    assert_eq!(head.state().wait_calls, calls);
+}
+
+#[tokio::test]
+async fn a_broken_or_unled_result_stream_leaves_gets_to_wait_calls() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let done = client.submit(Task::command(["true"])).await.unwrap();
+    let sleeper = client
+        .submit(Task::command(["sleep", "100"]))
+        .await
+        .unwrap();
+    client.get(&done, None).await.unwrap();
+
+    // A `get` in progress when the stream breaks goes on with Wait calls, and the next `get`
+    // opens a new stream.
+    let waiting = {
+        let client = client.clone();
+        let id = sleeper.id();
+        tokio::spawn(async move { client.get(id, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    head.state().break_wait_stream = true;
+    assert_eq!(
+        client.get(&done, None).await.unwrap().state,
+        TaskState::Succeeded
+    );
+    let calls = head.state().wait_calls;
+    assert!(
+        calls >= 1,
+        "the broken stream's gets were asked with Wait calls"
+    );
+    client.cancel([sleeper.id()]).await.unwrap();
+    assert_eq!(waiting.await.unwrap().unwrap().state, TaskState::Cancelled);
+
+    client.get(&done, None).await.unwrap();
+    assert_eq!(head.state().wait_streams_opened, 2);
+
+    // A replica that stops leading: the same, and the stream is dropped.
+    head.state().wait_stream_not_leader = true;
+    assert_eq!(
+        client.get(&done, None).await.unwrap().state,
+        TaskState::Succeeded
+    );
+    assert!(head.state().wait_calls > calls);
+    client.get(&done, None).await.unwrap();
+    assert_eq!(head.state().wait_streams_opened, 3);
+}
+
+#[tokio::test]
+async fn a_head_without_the_result_stream_gets_wait_calls() {
+    let (head, url) = start().await;
+    head.state().no_stream = true;
+    let client = client(&url).await;
+    let task = client.submit(Task::command(["true"])).await.unwrap();
+    for _ in 0..3 {
+        assert_eq!(
+            client.get(&task, None).await.unwrap().state,
+            TaskState::Succeeded
+        );
+    }
+    let st = head.state();
+    assert_eq!(
+        st.wait_streams_opened, 1,
+        "asked once: it does not serve the call"
+    );
+    assert_eq!(st.wait_calls, 3);
+}
+
+#[tokio::test]
+async fn a_get_that_times_out_still_sees_a_task_that_finished() {
+    let (head, url) = start().await;
+    let client = client(&url).await;
+    let done = client.submit(Task::command(["true"])).await.unwrap();
+    // No time to hear from the stream: one last Wait call answers.
+    let status = client.get(&done, Some(Duration::ZERO)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded);
+    assert!(head.state().wait_calls >= 1);
 }

@@ -71,9 +71,9 @@ pub fn need(path: &str) -> Option<Need> {
     Some(match (service, method) {
         (
             "escher.v1.Cluster",
-            "Submit" | "SubmitStream" | "Run" | "Wait" | "Cancel" | "Requeue" | "DescribeTask"
-            | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve" | "ReportTelemetry"
-            | "Telemetry",
+            "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
+            | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
+            | "ReportTelemetry" | "Telemetry",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
         (

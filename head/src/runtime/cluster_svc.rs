@@ -74,7 +74,7 @@ impl ClusterService {
 
     /// Refuses a task's credential once its attempt no longer runs (for a stream, checked
     /// again for every request on it).
-    async fn check_attempt(&self, caller: &Caller) -> Result<(), Status> {
+    pub(crate) async fn check_attempt(&self, caller: &Caller) -> Result<(), Status> {
         if let Some((task, attempt)) = caller.task() {
             let running = self
                 .owner
@@ -111,7 +111,11 @@ fn visible(s: &ClusterState, caller: &Caller, id: TaskId) -> Result<(), ApplyErr
 }
 
 /// Refuses `ids` the caller may not see (one stale read: namespaces never change).
-async fn check_visible(owner: &OwnerHandle, caller: &Caller, ids: &[TaskId]) -> Result<(), Status> {
+pub(crate) async fn check_visible(
+    owner: &OwnerHandle,
+    caller: &Caller,
+    ids: &[TaskId],
+) -> Result<(), Status> {
     if caller.sees_everything() {
         return Ok(());
     }
@@ -183,6 +187,19 @@ impl Cluster for ClusterService {
             })
             .buffered(STREAM_IN_FLIGHT);
         Ok(Response::new(Box::pin(replies)))
+    }
+
+    type WaitStreamStream = tonic::codegen::BoxStream<wire::WaitStreamReply>;
+
+    /// Waits for every task the stream's requests name, each as `Wait` would, and pushes each
+    /// final status when it comes (see `wait_stream.rs`).
+    async fn wait_stream(
+        &self,
+        request: Request<Streaming<wire::WaitStreamRequest>>,
+    ) -> Result<Response<Self::WaitStreamStream>, Status> {
+        let caller = self.caller(&request).await?;
+        let replies = self.wait_stream_for(caller, request.into_inner());
+        Ok(Response::new(Box::pin(ReceiverStream::new(replies))))
     }
 
     async fn run(

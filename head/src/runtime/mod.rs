@@ -26,7 +26,7 @@
 //! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
 //!   `Cluster` service with the same authentication);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
-//!   `handle.rs`: how they reach the owner and how its answers become statuses;
+//!   `wait_stream.rs`: the `Cluster` service's result stream; `handle.rs`: how they reach the owner and how its answers become statuses;
 //! - `config.rs`: [`HeadConfig`].
 
 mod cluster_svc;
@@ -42,6 +42,7 @@ mod proposals;
 mod reads;
 mod telemetry;
 mod tls;
+mod wait_stream;
 mod waiters;
 mod watch;
 mod workers;

@@ -331,6 +331,13 @@ impl Cluster for Services {
     ) -> Result<Response<Self::SubmitStreamStream>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    type WaitStreamStream = tokio_stream::Empty<Result<wire::WaitStreamReply, Status>>;
+    async fn wait_stream(
+        &self,
+        _: Request<tonic::Streaming<wire::WaitStreamRequest>>,
+    ) -> Result<Response<Self::WaitStreamStream>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn watch(
         &self,
         _: Request<wire::WatchRequest>,
