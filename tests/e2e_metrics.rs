@@ -379,7 +379,11 @@ async fn submits_and_gets_that_queue_up_share_their_streams() {
         &[("method", "WaitStream")],
     );
     assert!(refused.is_empty(), "{refused:?}");
-    let calls = samples(&scraped, "escher_grpc_requests_total", &[("method", "Wait")]);
+    let calls = samples(
+        &scraped,
+        "escher_grpc_requests_total",
+        &[("method", "Wait")],
+    );
     assert!(calls.is_empty(), "no Wait call: {calls:?}");
     cluster.shutdown().await;
 }

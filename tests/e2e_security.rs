@@ -192,6 +192,15 @@ async fn two_apps_cannot_see_or_touch_each_other() {
     for result in [
         b.task_info(&ta).await.map(|_| ()),
         b.wait([ta.id()], 1, Some(Duration::ZERO)).await.map(|_| ()),
+        // On the result stream, alone and beside B's own task.
+        b.get(&ta, Some(Duration::from_secs(20))).await.map(|_| ()),
+        {
+            let wait = Some(Duration::from_millis(300));
+            let (mine, theirs) = tokio::join!(b.get(&tb, wait), b.get(&ta, wait));
+            // B's task runs on: its get times out, and is not refused with A's.
+            assert!(matches!(mine, Err(ClientError::Timeout { .. })), "{mine:?}");
+            theirs.map(|_| ())
+        },
         b.logs(&ta, LogStream::Stdout).await.map(|_| ()),
         b.cancel([ta.id()]).await.map(|_| ()),
     ] {

@@ -232,6 +232,17 @@ impl Client {
             .get_or_init(|| resource_updates::start(self.clone().detached()))
     }
 
+    /// Whether this client's submitter and waiter run (it submitted and waited before).
+    pub(crate) fn streams_started(&self) -> bool {
+        self.background.submitter.get().is_some() && self.background.waiter.get().is_some()
+    }
+
+    /// Starts this client's submitter and waiter (each opens its stream with its first job).
+    pub(crate) fn start_streams(&self) {
+        self.submitter();
+        self.waiter();
+    }
+
     /// This client's waiter (see `results.rs`), started on first use.
     pub(crate) fn waiter(&self) -> &mpsc::UnboundedSender<results::Job> {
         self.background

@@ -109,16 +109,26 @@ impl Client {
     }
 
     /// Submits `task` and waits until it is finished (at most `timeout`; `None` waits without
-    /// limit), in one round trip to the head when it finishes within the head's wait slice:
-    /// the synchronous call. Returns its final status, whatever the outcome (see
+    /// limit): the synchronous call. Returns its final status, whatever the outcome (see
     /// [`Client::get`] for the errors); a call retried after a lost reply submits nothing
     /// twice (it carries its idempotency key).
+    ///
+    /// A client's first `run` (when it has neither submitted nor waited before, as in a
+    /// one-shot `escher submit --wait`) is one `Run` call, answered when the task finishes
+    /// within the head's wait slice. Later ones travel as a message on the client's
+    /// submission stream and one on its result stream, which costs less than a call (W2,
+    /// BENCHMARKS.md).
     pub async fn run(
         &self,
         task: impl IntoTaskSpec,
         timeout: Option<Duration>,
     ) -> Result<TaskStatus, ClientError> {
         let spec = task.into_task_spec_with(self.default_resources())?;
+        if self.streams_started() {
+            let id = self.submit(spec).await?.id();
+            return self.get(id, timeout).await;
+        }
+        self.start_streams();
         let deadline = timeout.map(|t| Instant::now() + t);
         let slice = timeout.map_or(self.wait_slice(), |t| t.min(self.wait_slice()));
         let submit = SubmitRequest {

@@ -960,15 +960,24 @@ async fn run_submits_and_waits_in_one_call_and_a_lost_reply_runs_nothing_twice()
     let done = client.run(Task::command(["true"]), None).await.unwrap();
     assert_eq!(done.state, TaskState::Succeeded);
     assert_eq!(done.result, Some(TaskResult::Exited { code: 0 }));
-    // A failed task is a status, not an error, as with `get`.
+    {
+        let st = head.state();
+        assert_eq!(
+            (st.run_calls, st.wait_calls, st.streamed, st.wait_streamed),
+            (1, 1, 0, 0),
+            "the first run is one Run call, nothing else"
+        );
+    }
+    // A failed task is a status, not an error, as with `get`; later runs travel on the
+    // client's streams.
     let failed = client.run(Task::command(["false"]), None).await.unwrap();
     assert_eq!(failed.state, TaskState::Failed);
     {
         let st = head.state();
         assert_eq!(
-            (st.run_calls, st.wait_calls),
-            (2, 2),
-            "one Run each, nothing else"
+            (st.run_calls, st.streamed, st.wait_streamed),
+            (1, 1, 1),
+            "one message on each stream, no call"
         );
     }
     // Still running when the timeout passes: the client's timeout error, with the id.
@@ -983,11 +992,18 @@ async fn run_submits_and_waits_in_one_call_and_a_lost_reply_runs_nothing_twice()
         matches!(err, ClientError::Timeout { id: TaskId(3), .. }),
         "{err}"
     );
-    // The reply lost once: retried with the same key, applied once.
+    // The reply lost once: retried with the same key, applied once, on the streams and in
+    // the first run of a new client (its Run call).
     head.state().lose_next_reply = true;
     let again = client.run(Task::command(["true"]), None).await.unwrap();
     assert_eq!((again.id, again.state), (TaskId(4), TaskState::Succeeded));
     assert_eq!(head.state().tasks.len(), 4, "no task submitted twice");
+    let fresh = self::client(&url).await;
+    head.state().lose_next_reply = true;
+    let again = fresh.run(Task::command(["true"]), None).await.unwrap();
+    assert_eq!((again.id, again.state), (TaskId(5), TaskState::Succeeded));
+    assert_eq!(head.state().run_calls, 3, "the Run call, and its retry");
+    assert_eq!(head.state().tasks.len(), 5, "no task submitted twice");
 }
 
 #[tokio::test]

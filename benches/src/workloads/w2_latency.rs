@@ -1,12 +1,13 @@
 //! W2 latency: sequential submit-then-get round trips of a no-op function task; p50 and p99.
 //!
 //! Same cluster as W1 (two workers, 4 CPUs each; the task holds one CPU). Each round trip is
-//! one `Submit` call and one `Wait` call, the second returning when the task has run on a
-//! worker and its result is back at the head: Ray's `ray.get(f.remote())`. For scale, it also
-//! times the cheapest call there is (a `Wait` on a finished task, answered at once): a round
-//! trip costs two such calls plus the head-worker exchange. Then `Client::run` of the same
-//! task, and of a task given 1 MiB of arguments that it returns (the bytes cross every hop:
-//! client, head, worker, head, client).
+//! a `submit` and a `get`: a message on the client's submission stream and one on its result
+//! stream, whose answer the head pushes when the task has run on a worker and its result is
+//! back at the head: Ray's `ray.get(f.remote())`. For scale, it also times the cheapest call
+//! there is (a `Wait` call on a finished task, answered at once). Then `Client::run` of the
+//! same task (on a client that has submitted and waited before, so on the same streams), and
+//! of a task given 1 MiB of arguments that it returns (the bytes cross every hop: client,
+//! head, worker, head, client).
 
 use std::time::Duration;
 
@@ -49,7 +50,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         samples.push(cluster::round_trip(&client, noop(), limit).await?);
     }
     let s = Summary::of_ms(&samples);
-    // The same through the submit-and-wait call: one round trip to the head.
+    // The same through the submit-and-wait call.
     let mut one_call = Vec::with_capacity(n);
     for _ in 0..n {
         let start = std::time::Instant::now();
@@ -91,7 +92,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     report.figures.push(
         Figure::new(
             "w2.run.p50",
-            "submit-and-wait in one call (Client::run), p50",
+            "submit-and-wait (Client::run), p50",
             "ms",
             r.p50,
         )
@@ -99,7 +100,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     );
     report.figures.push(Figure::new(
         "w2.run.p99",
-        "submit-and-wait in one call (Client::run), p99",
+        "submit-and-wait (Client::run), p99",
         "ms",
         r.p99,
     ));
