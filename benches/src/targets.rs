@@ -122,7 +122,7 @@ fn round_trip(p50: Option<&Figure>, over_floor: Option<&Figure>) -> TargetCheck 
         target: target.into(),
         measured: format!(
             "{} p50 {} ms vs Ray {} ms = {} (1/{:.1}){floor}",
-            f.metric,
+            f.metric.trim_end_matches(", p50"),
             num(f.escher),
             num(peer.value),
             ratio(peer.ratio),
