@@ -355,30 +355,13 @@ async fn submits_and_gets_that_queue_up_share_their_streams() {
         .unwrap();
     assert_eq!(code, 200);
     let scraped = parse(&body);
-    let streams = samples(
-        &scraped,
-        "escher_grpc_requests_total",
-        &[("method", "SubmitStream")],
-    );
-    assert_eq!(streams.len(), 1, "the stream was opened: {body}");
-    let refused = samples(
-        &scraped,
-        "escher_grpc_errors_total",
-        &[("method", "SubmitStream")],
-    );
-    assert!(refused.is_empty(), "{refused:?}");
-    let streams = samples(
-        &scraped,
-        "escher_grpc_requests_total",
-        &[("method", "WaitStream")],
-    );
-    assert_eq!(streams.len(), 1, "the result stream was opened: {body}");
-    let refused = samples(
-        &scraped,
-        "escher_grpc_errors_total",
-        &[("method", "WaitStream")],
-    );
-    assert!(refused.is_empty(), "{refused:?}");
+    for stream in ["SubmitStream", "WaitStream"] {
+        let method = [("method", stream)];
+        let opened = samples(&scraped, "escher_grpc_requests_total", &method);
+        assert_eq!(opened.len(), 1, "{stream} was opened: {body}");
+        let refused = samples(&scraped, "escher_grpc_errors_total", &method);
+        assert!(refused.is_empty(), "{stream}: {refused:?}");
+    }
     let calls = samples(
         &scraped,
         "escher_grpc_requests_total",
