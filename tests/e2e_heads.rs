@@ -58,6 +58,12 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
         .await
         .unwrap();
     common::running(&client, &long).await;
+    // A `get` waiting on the client's result stream when its leader goes.
+    let in_flight = {
+        let (client, id) = (client.clone(), long.id());
+        tokio::spawn(async move { client.get(id, Some(LIMIT)).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
 
     cluster.stop_head(first).await;
     let second = leader(&cluster).await;
@@ -83,6 +89,11 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
         long.attempt, 1,
         "it kept running through the failover: {long:?}"
     );
+    let waited = within("the get in flight through the failover", in_flight)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((waited.state, waited.attempt), (TaskState::Succeeded, 1));
     // New writes get new ids, and the workers kept their nodes.
     let after = client
         .submit(Task::function_typed("noop", &()))
