@@ -31,7 +31,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
-use crate::heads::{Answer, ClusterRpc, answer};
+use crate::heads::{Answer, answer};
 use crate::{Client, ClientError};
 
 /// The most new ids one request carries.
@@ -159,7 +159,7 @@ async fn open(
     refused: &mut Option<(Arc<str>, Option<Instant>)>,
     first: WaitStreamRequest,
 ) -> Option<Stream> {
-    let (mut rpc, url): (ClusterRpc, _) = client.rpc();
+    let (mut rpc, url) = client.rpc();
     if let Some((at, until)) = refused
         && *at == url
         && until.is_none_or(|t| Instant::now() < t)

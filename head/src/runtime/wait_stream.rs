@@ -50,7 +50,7 @@ impl ClusterService {
     ) {
         let mut waits = FuturesUnordered::new();
         loop {
-            let reply = tokio::select! {
+            let replies = tokio::select! {
                 next = inbound.next() => {
                     // The client closed its side or the stream broke: nobody reads the rest.
                     let Some(Ok(request)) = next else { break };
@@ -73,7 +73,7 @@ impl ClusterService {
                 }
                 () = out.closed() => break,
             };
-            for reply in reply {
+            for reply in replies {
                 if out.send(Ok(reply)).await.is_err() {
                     return;
                 }
