@@ -11,7 +11,7 @@
 //! same way when more than one replica is known; with one, it is the caller's error at once,
 //! as it always was. Nothing else is retried here. A transient "not leader" is
 //! never surfaced: the caller sees a success, its own error, or, after the failover timeout,
-//! [`ClientError::Unavailable`](crate::ClientError::Unavailable).
+//! [`ClientError::Unavailable`].
 //!
 //! Writes are safe to retry because each carries one idempotency key for all its attempts
 //! (`escher_proto::types::KeyIssuer`): if the first attempt was applied and only its reply was
@@ -68,6 +68,40 @@ pub(crate) fn answer(status: &tonic::Status) -> Answer {
             _ => Answer::NoLeader,
         },
         None => Answer::Other,
+    }
+}
+
+/// How long a replica that would not open a stream (submissions, results) is sent calls
+/// instead before it is asked again.
+pub(crate) const REOPEN_AFTER: Duration = Duration::from_secs(1);
+
+/// The replica that last refused to open a stream, and until when it is left alone: for
+/// [`REOPEN_AFTER`], or for good if it does not serve the call (UNIMPLEMENTED). Asked again
+/// at once when another replica is the one to call.
+#[derive(Debug, Default)]
+pub(crate) struct StreamRefusal(Option<(Arc<str>, Option<std::time::Instant>)>);
+
+impl StreamRefusal {
+    /// Whether to ask the replica at `url` to open a stream now.
+    pub(crate) fn may_ask(&self, url: &str) -> bool {
+        match &self.0 {
+            Some((at, until)) if **at == *url => {
+                until.is_some_and(|t| t <= std::time::Instant::now())
+            }
+            _ => true,
+        }
+    }
+
+    /// The replica at `url` opened one.
+    pub(crate) fn opened(&mut self) {
+        self.0 = None;
+    }
+
+    /// The replica at `url` refused with `status`.
+    pub(crate) fn refused(&mut self, url: Arc<str>, status: &tonic::Status) {
+        let until = (status.code() != tonic::Code::Unimplemented)
+            .then(|| std::time::Instant::now() + REOPEN_AFTER);
+        self.0 = Some((url, until));
     }
 }
 

@@ -13,7 +13,7 @@
 //! - when the stream cannot serve (it broke, the replica does not lead or is shutting down),
 //!   every `get` it held is told to wait on its own: with `Wait` calls, which follow the leader
 //!   and retry ([`Client::call`]). The next `get` opens a new stream; a replica that would not
-//!   open one is asked again after [`REOPEN_AFTER`] (never, if it does not serve the call:
+//!   open one is asked again after [`REOPEN_AFTER`](crate::heads::REOPEN_AFTER) (never, if it does not serve the call:
 //!   UNIMPLEMENTED). Waiting is a read, so nothing needs a key to be asked twice;
 //! - a client with stale reads on, or whose `get` timed out, waits with `Wait` calls (a last
 //!   `Wait` tells a task that finished meanwhile from one that did not).
@@ -22,8 +22,6 @@
 //! client that uses it is dropped, and with it the stream.
 
 use std::collections::HashMap;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use escher_proto::types::{TaskId, TaskStatus};
 use escher_proto::wire::{WaitStreamReply, WaitStreamRequest};
@@ -31,13 +29,11 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::Streaming;
 
-use crate::heads::{Answer, answer};
+use crate::heads::{Answer, StreamRefusal, answer};
 use crate::{Client, ClientError};
 
 /// The most new ids one request carries.
 pub(crate) const MAX_IDS: usize = 10_000;
-/// How long a replica that would not open a stream is left alone before it is asked again.
-pub(crate) const REOPEN_AFTER: Duration = Duration::from_secs(1);
 /// How many tasks may be waited for before the waits whose callers gave up are forgotten.
 const PRUNE_FROM: usize = 4_096;
 
@@ -78,9 +74,7 @@ pub(crate) fn start(client: Client) -> mpsc::UnboundedSender<Job> {
 async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut stream: Option<Stream> = None;
     let mut waiting = Waiting::new();
-    // The replica that would not open a stream, and until when it is left alone (for good, if
-    // it does not serve the call), while it is the one to call.
-    let mut refused: Option<(Arc<str>, Option<Instant>)> = None;
+    let mut refused = StreamRefusal::default();
     let mut prune_at = PRUNE_FROM;
     loop {
         tokio::select! {
@@ -156,21 +150,18 @@ fn tell(gets: Vec<oneshot::Sender<Pushed>>, what: impl Fn() -> Pushed) {
 /// Opens a stream that starts with `first`, unless the replica to call refused one lately.
 async fn open(
     client: &Client,
-    refused: &mut Option<(Arc<str>, Option<Instant>)>,
+    refused: &mut StreamRefusal,
     first: WaitStreamRequest,
 ) -> Option<Stream> {
     let (mut rpc, url) = client.rpc();
-    if let Some((at, until)) = refused
-        && *at == url
-        && until.is_none_or(|t| Instant::now() < t)
-    {
+    if !refused.may_ask(&url) {
         return None;
     }
     let (requests, rx) = mpsc::unbounded_channel();
     let _ = requests.send(first);
     match rpc.wait_stream(UnboundedReceiverStream::new(rx)).await {
         Ok(replies) => {
-            *refused = None;
+            refused.opened();
             Some(Stream {
                 requests,
                 replies: replies.into_inner(),
@@ -178,9 +169,7 @@ async fn open(
         }
         Err(status) => {
             tracing::debug!(%url, %status, "no result stream: Wait calls");
-            let until = (status.code() != tonic::Code::Unimplemented)
-                .then(|| Instant::now() + REOPEN_AFTER);
-            *refused = Some((url, until));
+            refused.refused(url, &status);
             None
         }
     }

@@ -20,13 +20,12 @@
 //!   caller of the request learns why. Each request holds its key's ticket until answered, so
 //!   the head keeps its reply for such a retry; the next request opens a new stream;
 //! - a replica that will not open a stream is sent unary calls, and asked again after
-//!   [`REOPEN_AFTER`] (never, if it does not serve the call: UNIMPLEMENTED).
+//!   [`REOPEN_AFTER`](crate::heads::REOPEN_AFTER) (never, if it does not serve the call: UNIMPLEMENTED).
 //!
 //! The background task holds a client without a submitter of its own, so it ends when the
 //! last client that uses it is dropped.
 
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
 
 use escher_proto::types::Ticket;
 use escher_proto::types::{SubmitReply, SubmitRequest};
@@ -38,7 +37,7 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::heads::{Answer, ClusterRpc, answer};
+use crate::heads::{Answer, ClusterRpc, StreamRefusal, answer};
 use crate::{Client, ClientError};
 
 /// The most tasks one coalesced request carries.
@@ -47,9 +46,6 @@ pub(crate) const MAX_BATCH: usize = 1_000;
 pub(crate) const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
 /// How many requests wait for their answers at once.
 pub(crate) const MAX_IN_FLIGHT: usize = 2;
-/// How long a replica that would not open a stream is sent unary calls before it is asked
-/// again.
-pub(crate) const REOPEN_AFTER: Duration = Duration::from_secs(1);
 
 /// What the submitter is asked to send.
 #[derive(Debug)]
@@ -107,9 +103,7 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut unary = JoinSet::new();
     // A `submit_batch` met while coalescing `submit`s: sent next.
     let mut held: Option<Job> = None;
-    // The replica that would not open a stream, and when: not asked again for a while (for
-    // good, if it does not serve the call), while it is the one to call.
-    let mut refused: Option<(std::sync::Arc<str>, Option<Instant>)> = None;
+    let mut refused = StreamRefusal::default();
     loop {
         let reading = !in_flight.is_empty() && stream.is_some();
         let room = in_flight.len() + unary.len() < MAX_IN_FLIGHT;
@@ -142,23 +136,17 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
                 };
                 if stream.is_none() {
                     let (rpc, url) = client.rpc();
-                    let ask = match &refused {
-                        Some((at, until)) if *at == url => until.is_some_and(|t| t <= Instant::now()),
-                        _ => true,
-                    };
-                    if ask {
+                    if refused.may_ask(&url) {
                         match open(rpc).await {
                             Ok(opened) => {
                                 stream = Some(opened);
-                                refused = None;
+                                refused.opened();
                             }
                             Err(status) => {
                                 // Not the leader, unreachable, refused, ...: this request goes
                                 // through the unary path, which finds the leader or says why.
-                                let until = (status.code() != tonic::Code::Unimplemented)
-                                    .then(|| Instant::now() + REOPEN_AFTER);
                                 tracing::debug!(%url, %status, "no submission stream: unary calls");
-                                refused = Some((url, until));
+                                refused.refused(url, &status);
                             }
                         }
                     }
