@@ -385,6 +385,7 @@ async fn workers_are_bound_to_their_own_node_and_tasks() {
     let hello = WorkerMessage::Hello {
         node_id: real,
         secret: "guess".into(),
+        interned_names: true,
     };
     tx.send(one(hello)).await.unwrap();
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
@@ -396,6 +397,7 @@ async fn workers_are_bound_to_their_own_node_and_tasks() {
     tx.send(one(WorkerMessage::Hello {
         node_id: fake,
         secret,
+        interned_names: false,
     }))
     .await
     .unwrap();

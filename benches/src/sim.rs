@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, bail};
 use escher::types::{Labels, ResourceSet, TaskId, TaskResult};
 use escher_proto::batch::Batches;
+use escher_proto::convert::LinkDecoder;
 use escher_proto::types::{
     HeadMessage, RegisterReply, RegisterRequest, TaskFinished, WorkerMessage,
 };
@@ -34,6 +35,10 @@ pub struct Counters {
     pub assigned: AtomicU64,
     /// Tasks reported finished.
     pub finished: AtomicU64,
+    /// Encoded bytes of the batches received from the head (protobuf, before HTTP/2 framing).
+    pub head_bytes: AtomicU64,
+    /// Encoded bytes of the batches sent to the head.
+    pub node_bytes: AtomicU64,
 }
 
 /// A set of simulated nodes.
@@ -166,13 +171,20 @@ impl SimNode {
         send(WorkerMessage::Hello {
             node_id: reply.node_id,
             secret: reply.secret.clone().unwrap_or_default(),
+            interned_names: true,
         });
-        let outbound = Batches::new(UnboundedReceiverStream::new(rx))
-            .map(|messages| wire::WorkerBatch { messages });
+        let counters = Arc::clone(&self.counters);
+        let outbound = Batches::new(UnboundedReceiverStream::new(rx)).map(move |messages| {
+            let batch = wire::WorkerBatch { messages };
+            let len = prost::Message::encoded_len(&batch) as u64;
+            counters.node_bytes.fetch_add(len, Ordering::Relaxed);
+            batch
+        });
         let mut inbound = client.attach(outbound).await?.into_inner();
         self.counters.attached.fetch_add(1, Ordering::Relaxed);
         let mut heartbeat = tokio::time::interval(reply.heartbeat_interval);
         let mut held: Vec<(TaskId, u32)> = Vec::new();
+        let mut names = LinkDecoder::new();
         let mut open = *self.gate.borrow();
         let mut gate_alive = true;
         loop {
@@ -193,8 +205,10 @@ impl SimNode {
                 }
                 batch = inbound.message() => {
                     let Some(batch) = batch? else { break };
+                    let len = prost::Message::encoded_len(&batch) as u64;
+                    self.counters.head_bytes.fetch_add(len, Ordering::Relaxed);
                     for msg in batch.messages {
-                    match HeadMessage::try_from(msg)? {
+                    match names.decode(msg)? {
                         HeadMessage::Assign(a) => {
                             self.counters.assigned.fetch_add(1, Ordering::Relaxed);
                             send(WorkerMessage::TaskStarted { task_id: a.task_id, attempt: a.attempt });

@@ -17,6 +17,7 @@
 use std::time::Duration;
 
 use escher_proto::batch::Batches;
+use escher_proto::convert::LinkDecoder;
 use escher_proto::types::{RegisterReply, RegisterRequest, WorkerMessage};
 use escher_proto::{NodeId, wire};
 use tokio::sync::mpsc;
@@ -59,6 +60,8 @@ pub(crate) struct Link {
     pub(crate) tx: mpsc::UnboundedSender<wire::WorkerMessage>,
     /// The incoming half: what the head sends, in batches.
     pub(crate) inbound: Streaming<wire::HeadBatch>,
+    /// The resource names the head numbered on this stream.
+    pub(crate) names: LinkDecoder,
     /// When to send the next heartbeat.
     pub(crate) heartbeat: Interval,
 }
@@ -120,6 +123,7 @@ pub(crate) async fn connect(
     let hello = WorkerMessage::Hello {
         node_id: reply.node_id,
         secret: reply.secret.clone().or(secret).unwrap_or_default(),
+        interned_names: true,
     };
     // The receiver is alive: it is right here.
     let _ = tx.send(hello.into());
@@ -140,6 +144,7 @@ pub(crate) async fn connect(
         reply,
         tx,
         inbound,
+        names: LinkDecoder::new(),
         heartbeat,
     })
 }

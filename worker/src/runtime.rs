@@ -461,7 +461,12 @@ impl Runtime {
             Some(Body::Assign(a)) => Some((TaskId(a.task_id), a.attempt)),
             _ => None,
         };
-        match HeadMessage::try_from(msg) {
+        // The stream's name table reads the numbered resource names of an assignment.
+        let decoded = match &mut self.link {
+            Some(link) => link.names.decode(msg),
+            None => HeadMessage::try_from(msg),
+        };
+        match decoded {
             Ok(HeadMessage::Assign(a)) => self.assign(a),
             Ok(HeadMessage::CancelTask {
                 task_id,

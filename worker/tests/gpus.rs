@@ -131,6 +131,50 @@ async fn registers_its_gpus_and_reports_devices_per_task() {
     w.stop().await.unwrap();
 }
 
+/// Resource names travel once per stream, by number after: the devices a task gets come from
+/// the names its numbers stand for, and a new stream starts a new table (the worker's table
+/// must start over with the head's, or a number would name another stream's resource).
+#[tokio::test]
+async fn numbered_resource_names_name_the_right_devices_on_each_stream() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let builder = worker(&head)
+        .discover_gpus(false)
+        .sim_gpu("a100-40gb:mig=1g.5gb@0,3g.20gb@4")
+        .sim_gpu("h100-80gb")
+        .sim_mig_latency(scaled_latency(0.0));
+    let w = RunningWorker::start(builder);
+    let (reg, _) = attached(&mut head).await;
+    let slice = reg.gpus[0].slices[0].uuid.clone();
+    let h100 = reg.gpus[1].uuid.clone();
+
+    // Number 0 is the 1g slice on this stream: the first task sends the name, the second only
+    // its number, and both get the slice.
+    head.send(assign(1, "mig.1g.5gb=1"));
+    assert_eq!(head.names_sent(), 1);
+    assert_eq!(devices(&mut head, 1).await, std::slice::from_ref(&slice));
+    started(&mut head, 1).await;
+    head.send(cancel(1));
+    finished(&mut head, 1).await.unwrap();
+    head.send(assign(2, "mig.1g.5gb=1"));
+    assert_eq!(head.names_sent(), 1, "a name is sent once per stream");
+    assert_eq!(devices(&mut head, 2).await, std::slice::from_ref(&slice));
+    started(&mut head, 2).await;
+
+    // On the next stream number 0 is `gpu`: the task gets half of the H100, not a slice.
+    head.drop_stream();
+    attached(&mut head).await;
+    assert_eq!(head.names_sent(), 0);
+    head.send(assign(3, "gpu=0.5"));
+    assert_eq!(head.names_sent(), 1);
+    assert_eq!(devices(&mut head, 3).await, std::slice::from_ref(&h100));
+    started(&mut head, 3).await;
+    for task in [2, 3] {
+        head.send(cancel(task));
+        finished(&mut head, task).await.unwrap();
+    }
+    w.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn reconfigures_once_its_slices_are_free() {
     let mut head = FakeHead::start(HEARTBEAT).await;

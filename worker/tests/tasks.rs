@@ -454,6 +454,7 @@ async fn an_invalid_assignment_is_reported_as_failed() {
             spec: None,
             allocation: vec![],
             task_token: String::new(),
+            ..Default::default()
         })),
     });
     let done = finished(&mut head, 9).await;

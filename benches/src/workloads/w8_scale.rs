@@ -122,6 +122,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 
     // Drain.
     let cpu_before = head.cpu_seconds()?;
+    let head_bytes_before = sim.counters().head_bytes.load(Ordering::Relaxed);
+    let node_bytes_before = sim.counters().node_bytes.load(Ordering::Relaxed);
     let start = Instant::now();
     sim.open_gate();
     while sim.counters().finished.load(Ordering::Relaxed) < tasks as u64 {
@@ -136,6 +138,16 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     settle(&client, 0, 0).await?;
     let drain_wall = start.elapsed();
     let drain_cpu = head.cpu_seconds()? - cpu_before;
+    // The link's bytes per task in the drain (heartbeats included, a few hundred in all).
+    let per_drained = |now: u64, before: u64| now.saturating_sub(before) as f64 / tasks as f64;
+    let head_bytes = per_drained(
+        sim.counters().head_bytes.load(Ordering::Relaxed),
+        head_bytes_before,
+    );
+    let node_bytes = per_drained(
+        sim.counters().node_bytes.load(Ordering::Relaxed),
+        node_bytes_before,
+    );
     let rss_drained = head.rss_kib()?;
     let peak = head.peak_rss_kib()?;
 
@@ -201,6 +213,18 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "drain: head CPU time per decision (schedule, Assign out, 2 reports in)",
         "µs",
         drain_cpu * 1e6 / tasks as f64,
+    ));
+    report.figures.push(Figure::new(
+        "w8.link_bytes_to_node",
+        "drain: head → node link bytes per task (encoded batches: Assign, acks)",
+        "bytes",
+        head_bytes,
+    ));
+    report.figures.push(Figure::new(
+        "w8.link_bytes_to_head",
+        "drain: node → head link bytes per task (encoded batches: TaskStarted, TaskFinished)",
+        "bytes",
+        node_bytes,
     ));
     report.figures.push(Figure::new(
         "w8.metrics_scrape",

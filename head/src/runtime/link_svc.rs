@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use escher_proto::NodeId;
 use escher_proto::batch::Batches;
+use escher_proto::convert::LinkEncoder;
 use escher_proto::types::{RegisterRequest, WorkerMessage};
 use escher_proto::wire::{self, worker_link_server::WorkerLink};
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
@@ -61,8 +62,12 @@ impl WorkerLink for LinkService {
         let hello = first.next().ok_or_else(|| {
             Status::invalid_argument("the first batch on a worker stream is empty")
         })?;
-        let (node, secret) = match WorkerMessage::try_from(hello)? {
-            WorkerMessage::Hello { node_id, secret } => (node_id, secret),
+        let (node, secret, interned_names) = match WorkerMessage::try_from(hello)? {
+            WorkerMessage::Hello {
+                node_id,
+                secret,
+                interned_names,
+            } => (node_id, secret, interned_names),
             other => {
                 return Err(Status::invalid_argument(format!(
                     "the first message on a worker stream must be Hello, not {other:?}"
@@ -100,7 +105,9 @@ impl WorkerLink for LinkService {
             }
             let _ = owner.tell(Msg::Detach { node, conn }).await;
         });
-        let outbound = Batches::new(ReceiverStream::new(rx).map(wire::HeadMessage::from))
+        // A worker that reads numbered names gets each resource name once on this stream.
+        let mut names = LinkEncoder::new(interned_names);
+        let outbound = Batches::new(ReceiverStream::new(rx).map(move |msg| names.encode(msg)))
             .map(|messages| Ok(wire::HeadBatch { messages }));
         Ok(Response::new(Box::pin(outbound)))
     }

@@ -147,9 +147,14 @@ impl From<WorkerMessage> for wire::WorkerMessage {
     fn from(m: WorkerMessage) -> Self {
         use worker_message::Body;
         let body = match m {
-            WorkerMessage::Hello { node_id, secret } => Body::Hello(wire::Hello {
+            WorkerMessage::Hello {
+                node_id,
+                secret,
+                interned_names,
+            } => Body::Hello(wire::Hello {
                 node_id: node_id.0,
                 secret,
+                interned_names,
             }),
             WorkerMessage::Heartbeat { metrics } => Body::Heartbeat(wire::Heartbeat {
                 metrics: metrics
@@ -216,6 +221,7 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                 WorkerMessage::Hello {
                     node_id: NodeId(h.node_id),
                     secret: h.secret,
+                    interned_names: h.interned_names,
                 }
             }
             Body::Heartbeat(h) => WorkerMessage::Heartbeat {
@@ -357,6 +363,7 @@ impl From<HeadMessage> for wire::HeadMessage {
                     spec: Some(a.spec.into()),
                     allocation,
                     task_token: a.task_token,
+                    ..Default::default()
                 })
             }
             HeadMessage::CancelTask {
@@ -554,6 +561,7 @@ mod tests {
             WorkerMessage::Hello {
                 node_id: NodeId(7),
                 secret: "s".into(),
+                interned_names: true,
             },
             WorkerMessage::Heartbeat { metrics: vec![] },
             WorkerMessage::Heartbeat {
@@ -781,6 +789,7 @@ mod tests {
                 spec,
                 allocation: vec![],
                 task_token: String::new(),
+                ..Default::default()
             })),
         };
         let e = HeadMessage::try_from(assign(None)).unwrap_err();

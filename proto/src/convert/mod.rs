@@ -25,6 +25,8 @@
 //! - `gpu`: GPU inventories, device holds, the `Gpus` status and the `ApplyMigLayout` call;
 //! - `retention`: the `Evicted` answer for a task retention dropped, carried on a status;
 //! - `link`: the messages of the `WorkerLink` service;
+//! - `link_names`: resource names sent once per worker stream ([`LinkEncoder`],
+//!   [`LinkDecoder`]);
 //! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status);
 //! - `watch`: the `Watch` call's request and the batches of events it streams;
 //! - `telemetry`: task telemetry samples (`ReportTelemetry`, `Telemetry`).
@@ -41,6 +43,7 @@ mod cluster;
 mod gpu;
 mod heads;
 mod link;
+mod link_names;
 mod reserve;
 mod resources;
 mod retention;
@@ -55,6 +58,7 @@ mod testutil;
 pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
+pub use link_names::{LinkDecoder, LinkEncoder, MAX_NAMES};
 pub use retention::EVICTED_METADATA;
 pub use telemetry::{report_samples, telemetry_tasks};
 

@@ -157,6 +157,9 @@ pub enum WorkerMessage {
         node_id: NodeId,
         /// The node's secret.
         secret: String,
+        /// The worker reads resource names by number, sent once per stream
+        /// ([`LinkDecoder`](crate::convert::LinkDecoder)).
+        interned_names: bool,
     },
     /// The worker is alive.
     Heartbeat {

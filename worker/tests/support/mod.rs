@@ -11,6 +11,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use escher_proto::convert::LinkEncoder;
 use escher_proto::types::{
     HeadMessage, RegisterRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
     WorkerMessage,
@@ -57,6 +58,9 @@ struct State {
     to_worker: Option<mpsc::UnboundedSender<Result<wire::HeadBatch, Status>>>,
     /// The most messages one batch from a worker has carried.
     largest_batch: usize,
+    /// The current stream's resource-name table, as a real head keeps it (the worker under
+    /// test always asks for numbered names: [`attached`] checks).
+    names: LinkEncoder,
 }
 
 #[derive(Clone)]
@@ -104,6 +108,7 @@ impl FakeHead {
             streams: 0,
             to_worker: None,
             largest_batch: 0,
+            names: LinkEncoder::new(true),
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
         let (msg_tx, messages) = mpsc::unbounded_channel();
@@ -176,7 +181,16 @@ impl FakeHead {
 
     /// Sends `msgs` on the current stream as one batch.
     pub fn send_batch(&self, msgs: Vec<HeadMessage>) {
-        self.send_wire_batch(msgs.into_iter().map(Into::into).collect());
+        let messages = {
+            let mut state = self.state();
+            msgs.into_iter().map(|m| state.names.encode(m)).collect()
+        };
+        self.send_wire_batch(messages);
+    }
+
+    /// How many resource names the current stream has numbered.
+    pub fn names_sent(&self) -> usize {
+        self.state().names.len()
     }
 
     /// Sends a raw wire message on the current stream (to send what a domain value cannot hold).
@@ -292,6 +306,7 @@ impl WorkerLink for Services {
             let mut state = self.state.lock().expect("state");
             state.streams += 1;
             state.to_worker = Some(tx);
+            state.names = LinkEncoder::new(true);
             state.streams
         };
         let messages = self.messages.clone();
@@ -562,7 +577,14 @@ pub fn sh(script: &str) -> TaskSpec {
 pub async fn attached(head: &mut FakeHead) -> (RegisterRequest, NodeId) {
     let reg = head.registration().await;
     match head.report().await {
-        WorkerMessage::Hello { node_id, .. } => (reg, node_id),
+        WorkerMessage::Hello {
+            node_id,
+            interned_names,
+            ..
+        } => {
+            assert!(interned_names, "a worker reads numbered resource names");
+            (reg, node_id)
+        }
         other => panic!("expected Hello first, got {other:?}"),
     }
 }
