@@ -121,11 +121,7 @@ pub enum AccessError {
 /// A random token for `role` (`escher-<role>-` and 64 hex digits: 256 random bits).
 pub fn new_token(role: &str) -> String {
     let bytes: [u8; 32] = rand::random();
-    let mut token = format!("escher-{role}-");
-    for b in bytes {
-        token.push_str(&format!("{b:02x}"));
-    }
-    token
+    format!("escher-{role}-{}", hex::encode(bytes))
 }
 
 impl AccessFile {

@@ -66,11 +66,7 @@ pub(crate) fn hex_preview(bytes: &[u8]) -> String {
     if bytes.is_empty() {
         return "0 bytes".to_string();
     }
-    let hex: String = bytes
-        .iter()
-        .take(SHOWN)
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex = hex::encode(&bytes[..bytes.len().min(SHOWN)]);
     let more = if bytes.len() > SHOWN { "..." } else { "" };
     let unit = if bytes.len() == 1 { "byte" } else { "bytes" };
     format!("{} {unit}: {hex}{more}", bytes.len())

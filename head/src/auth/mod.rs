@@ -24,7 +24,6 @@
 mod layer;
 
 use std::collections::HashMap;
-use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 
 use escher_proto::access::AccessFile;
@@ -313,13 +312,21 @@ impl Keys {
     /// cluster's task key is known.
     pub fn sign_task(&self, task: TaskId, attempt: u32, ns: Option<&str>) -> Option<String> {
         let mut mac = self.mac()?;
-        mac.update(signed_text(task.0, attempt, ns).as_bytes());
-        let code = mac.finalize().into_bytes();
-        let mut token = format!("{TASK_PREFIX}{}-{attempt}-", task.0);
-        token.reserve(2 * code.len() + ns.map_or(0, |ns| ns.len() + 1));
-        for b in code {
-            // Into the string itself: no allocation per byte.
-            let _ = write!(token, "{b:02x}");
+        let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (task_text, attempt_text) =
+            (task_digits.format(task.0), attempt_digits.format(attempt));
+        sign_text(&mut mac, task_text, attempt_text, ns);
+        let mut code = [0u8; 64];
+        // 32 bytes of MAC are 64 hex digits: the buffer is exactly large enough.
+        let _ = hex::encode_to_slice(mac.finalize().into_bytes(), &mut code);
+        let code = std::str::from_utf8(&code).unwrap_or_default();
+        // This runs for every assignment: pieces pushed into one string, no formatting.
+        let ns_len = ns.map_or(0, |ns| ns.len() + 1);
+        let mut token = String::with_capacity(
+            TASK_PREFIX.len() + task_text.len() + attempt_text.len() + code.len() + 2 + ns_len,
+        );
+        for piece in [TASK_PREFIX, task_text, "-", attempt_text, "-", code] {
+            token.push_str(piece);
         }
         if let Some(ns) = ns {
             token.push('-');
@@ -342,7 +349,9 @@ impl Keys {
         let ns = parts.next();
         let namespace = ns.map(Namespace::new).transpose().map_err(|_| bad())?;
         let mut mac = self.mac().ok_or_else(bad)?;
-        mac.update(signed_text(task, attempt, ns).as_bytes());
+        let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (task_text, attempt_text) = (task_digits.format(task), attempt_digits.format(attempt));
+        sign_text(&mut mac, task_text, attempt_text, ns);
         mac.verify_slice(&code).map_err(|_| bad())?;
         Ok(Caller::Task {
             task: TaskId(task),
@@ -353,18 +362,15 @@ impl Keys {
 }
 
 /// What a task credential signs.
-fn signed_text(task: u64, attempt: u32, ns: Option<&str>) -> String {
-    format!("task:{task}:{attempt}:{}", ns.unwrap_or(""))
+/// Feeds a task credential's signed text, `task:<task>:<attempt>:<namespace>`, to `mac`.
+fn sign_text(mac: &mut Hmac<Sha256>, task: &str, attempt: &str, ns: Option<&str>) {
+    for piece in ["task:", task, ":", attempt, ":", ns.unwrap_or("")] {
+        mac.update(piece.as_bytes());
+    }
 }
 
 fn from_hex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
+    hex::decode(text).ok()
 }
 
 #[cfg(test)]
@@ -435,6 +441,12 @@ mod tests {
         ] {
             assert!(keys.authenticate(&forged).is_err(), "{forged}");
         }
+        // The signed text and the token's form are fixed: heads of different versions in one
+        // group, and tasks running across a failover, must agree on them.
+        let mut mac = Hmac::<Sha256>::new_from_slice("k".repeat(64).as_bytes()).unwrap();
+        mac.update(b"task:7:2:team-a");
+        let code = hex::encode(mac.finalize().into_bytes());
+        assert_eq!(token, format!("escher-task-7-2-{code}-team-a"));
         let plain = keys.sign_task(TaskId(9), 1, None).unwrap();
         assert!(matches!(
             keys.authenticate(&plain).unwrap(),

@@ -921,7 +921,7 @@ impl<S: LogStore> Owner<S> {
 /// A new node's secret: 32 random bytes, as hex.
 fn new_secret() -> String {
     let bytes: [u8; 32] = rand::random();
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }
 
 /// The answer to a worker that presents a node id this group does not know.

@@ -29,12 +29,7 @@ impl TokenHash {
     /// The hash of `token`.
     pub fn of(token: &str) -> TokenHash {
         use sha2::Digest as _;
-        let digest = sha2::Sha256::digest(token.as_bytes());
-        let mut hex = String::with_capacity(64);
-        for b in digest {
-            hex.push_str(&format!("{b:02x}"));
-        }
-        TokenHash(hex)
+        TokenHash(hex::encode(sha2::Sha256::digest(token.as_bytes())))
     }
 
     /// The token's id: the hash's first 12 hex digits.

@@ -12,7 +12,7 @@
 //! every name does to a worker that did not ask (a name used by one task only gains nothing
 //! from a number, and a stream must not hold every name a long life of tasks ever used).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap;
 
 use super::{At, ConvertError, MAX_RESOURCES, Problem, check_count};
 use crate::types::{Amount, HeadMessage, ResourceName, ResourceSet, TypeError};
@@ -27,20 +27,20 @@ pub const MAX_NAMES: usize = 4096;
 #[derive(Debug, Default)]
 pub struct LinkEncoder {
     /// The numbers given so far; `None` when the worker reads names only in full.
-    numbers: Option<HashMap<ResourceName, u32>>,
+    numbers: Option<FxHashMap<ResourceName, u32>>,
 }
 
 impl LinkEncoder {
     /// An encoder for a new stream; `interned` is what the worker's `Hello` asked for.
     pub fn new(interned: bool) -> LinkEncoder {
         LinkEncoder {
-            numbers: interned.then(HashMap::new),
+            numbers: interned.then(FxHashMap::default),
         }
     }
 
     /// How many names this stream's table holds.
     pub fn len(&self) -> usize {
-        self.numbers.as_ref().map_or(0, HashMap::len)
+        self.numbers.as_ref().map_or(0, |n| n.len())
     }
 
     /// Whether the table is empty (always, on a stream without numbers).
@@ -87,7 +87,7 @@ impl LinkEncoder {
 /// `set` split into the names that travel in full (the table is full) and those that travel
 /// by number, numbering the names first seen now into `new_names`.
 fn number(
-    numbers: &mut HashMap<ResourceName, u32>,
+    numbers: &mut FxHashMap<ResourceName, u32>,
     set: &ResourceSet,
     new_names: &mut Vec<String>,
 ) -> (Vec<wire::ResourceAmount>, Vec<wire::InternedAmount>) {
