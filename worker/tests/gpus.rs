@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use escher_proto::mig::{GpuModel, Layout};
-use escher_proto::types::{Assignment, HeadMessage, MigDone, WorkerMessage};
+use escher_proto::types::{Assignment, HeadMessage, MigDone, RegisterRequest, WorkerMessage};
 use escher_proto::{ResourceSet, TaskId, TaskKind, TaskSpec};
 use escher_worker::scaled_latency;
 use support::{FakeHead, RunningWorker, attached, spec, worker};
@@ -70,8 +70,9 @@ async fn finished(head: &mut FakeHead, task: u64) -> Result<(), String> {
     }
 }
 
-#[tokio::test]
-async fn registers_its_gpus_and_reports_devices_per_task() {
+/// A worker with a simulated A100 (a 1g and a 3g slice) and a whole H100, attached to a fake
+/// head; its registration.
+async fn a100_and_h100() -> (FakeHead, RunningWorker, RegisterRequest) {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let builder = worker(&head)
         .discover_gpus(false)
@@ -80,6 +81,12 @@ async fn registers_its_gpus_and_reports_devices_per_task() {
         .sim_mig_latency(scaled_latency(0.0));
     let w = RunningWorker::start(builder);
     let (reg, _) = attached(&mut head).await;
+    (head, w, reg)
+}
+
+#[tokio::test]
+async fn registers_its_gpus_and_reports_devices_per_task() {
+    let (mut head, w, reg) = a100_and_h100().await;
     assert_eq!(reg.gpus.len(), 2);
     assert_eq!(reg.resources.get("mig.1g.5gb").to_string(), "1");
     assert_eq!(reg.resources.get("gpu").to_string(), "1");
@@ -136,14 +143,7 @@ async fn registers_its_gpus_and_reports_devices_per_task() {
 /// must start over with the head's, or a number would name another stream's resource).
 #[tokio::test]
 async fn numbered_resource_names_name_the_right_devices_on_each_stream() {
-    let mut head = FakeHead::start(HEARTBEAT).await;
-    let builder = worker(&head)
-        .discover_gpus(false)
-        .sim_gpu("a100-40gb:mig=1g.5gb@0,3g.20gb@4")
-        .sim_gpu("h100-80gb")
-        .sim_mig_latency(scaled_latency(0.0));
-    let w = RunningWorker::start(builder);
-    let (reg, _) = attached(&mut head).await;
+    let (mut head, w, reg) = a100_and_h100().await;
     let slice = reg.gpus[0].slices[0].uuid.clone();
     let h100 = reg.gpus[1].uuid.clone();
 
