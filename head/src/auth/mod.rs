@@ -312,15 +312,15 @@ impl Keys {
     /// cluster's task key is known.
     pub fn sign_task(&self, task: TaskId, attempt: u32, ns: Option<&str>) -> Option<String> {
         let mut mac = self.mac()?;
-        let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let (task_text, attempt_text) =
-            (task_digits.format(task.0), attempt_digits.format(attempt));
-        sign_text(&mut mac, task_text, attempt_text, ns);
+        sign_text(&mut mac, task.0, attempt, ns);
         let mut code = [0u8; 64];
         // 32 bytes of MAC are 64 hex digits: the buffer is exactly large enough.
         let _ = hex::encode_to_slice(mac.finalize().into_bytes(), &mut code);
         let code = std::str::from_utf8(&code).unwrap_or_default();
         // This runs for every assignment: pieces pushed into one string, no formatting.
+        let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+        let (task_text, attempt_text) =
+            (task_digits.format(task.0), attempt_digits.format(attempt));
         let ns_len = ns.map_or(0, |ns| ns.len() + 1);
         let mut token = String::with_capacity(
             TASK_PREFIX.len() + task_text.len() + attempt_text.len() + code.len() + 2 + ns_len,
@@ -349,9 +349,7 @@ impl Keys {
         let ns = parts.next();
         let namespace = ns.map(Namespace::new).transpose().map_err(|_| bad())?;
         let mut mac = self.mac().ok_or_else(bad)?;
-        let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
-        let (task_text, attempt_text) = (task_digits.format(task), attempt_digits.format(attempt));
-        sign_text(&mut mac, task_text, attempt_text, ns);
+        sign_text(&mut mac, task, attempt, ns);
         mac.verify_slice(&code).map_err(|_| bad())?;
         Ok(Caller::Task {
             task: TaskId(task),
@@ -361,9 +359,10 @@ impl Keys {
     }
 }
 
-/// What a task credential signs.
-/// Feeds a task credential's signed text, `task:<task>:<attempt>:<namespace>`, to `mac`.
-fn sign_text(mac: &mut Hmac<Sha256>, task: &str, attempt: &str, ns: Option<&str>) {
+/// Feeds what a task credential signs, `task:<task>:<attempt>:<namespace>`, to `mac`.
+fn sign_text(mac: &mut Hmac<Sha256>, task: u64, attempt: u32, ns: Option<&str>) {
+    let (mut task_digits, mut attempt_digits) = (itoa::Buffer::new(), itoa::Buffer::new());
+    let (task, attempt) = (task_digits.format(task), attempt_digits.format(attempt));
     for piece in ["task:", task, ":", attempt, ":", ns.unwrap_or("")] {
         mac.update(piece.as_bytes());
     }
