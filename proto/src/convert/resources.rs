@@ -95,8 +95,10 @@ impl From<&Labels> for BTreeMap<String, String> {
 }
 
 impl From<Labels> for BTreeMap<String, String> {
+    /// Moves the labels: a spec sent to a worker or a head is converted by value, once per
+    /// task.
     fn from(labels: Labels) -> Self {
-        Self::from(&labels)
+        labels.into_map()
     }
 }
 

@@ -60,6 +60,11 @@ impl Labels {
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
+
+    /// The labels as a map, without copying them (for the wire form).
+    pub(crate) fn into_map(self) -> BTreeMap<String, String> {
+        self.0
+    }
 }
 
 fn check_key(key: &str) -> Result<(), TypeError> {
