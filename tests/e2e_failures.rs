@@ -78,13 +78,18 @@ impl RunLog {
             .collect()
     }
 
-    /// The process id the latest attempt of `task` recorded.
-    fn pid(&self, task: TaskId) -> Option<i32> {
-        std::fs::read_to_string(self.dir.join(format!("{}.pid", task.0)))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+    /// Waits until the latest attempt of `task` has recorded its process id, and returns it.
+    /// The script writes its run line first and its pid after, so a test that saw the run
+    /// must still wait for the pid.
+    async fn wait_pid(&self, task: TaskId) -> i32 {
+        let file = self.dir.join(format!("{}.pid", task.0));
+        eventually(&format!("task {task} to record its pid"), WAIT, || {
+            let pid = std::fs::read_to_string(&file)
+                .ok()
+                .and_then(|text| text.trim().parse().ok());
+            async move { pid }
+        })
+        .await
     }
 
     /// Waits until `task` has recorded `n` attempts.
@@ -389,9 +394,7 @@ async fn a_worker_survives_a_head_restart_and_runs_the_new_heads_tasks() {
 
     let old_task = client.submit(before.task(true)).await.unwrap();
     before.wait_runs(old_task.id(), 1).await;
-    let old_pid = before
-        .pid(old_task.id())
-        .expect("the task recorded its pid");
+    let old_pid = before.wait_pid(old_task.id()).await;
     assert!(task_process_alive(old_pid, &before));
 
     cluster.kill_head();
@@ -583,7 +586,7 @@ async fn a_cancel_sent_while_the_workers_stream_is_down_reaches_the_task() {
     let runs = RunLog::new(cluster.dir(), "runs");
     let task = client.submit(runs.task(true)).await.unwrap();
     runs.wait_runs(task.id(), 1).await;
-    let pid = runs.pid(task.id()).expect("the task's pid");
+    let pid = runs.wait_pid(task.id()).await;
 
     cluster.cut_worker_links(true);
     let after = client.cancel([&task]).await.unwrap();
@@ -660,7 +663,10 @@ async fn fenced(freeze: bool) {
     for task in &tasks {
         runs.wait_runs(task.id(), 1).await;
     }
-    let pids: Vec<i32> = tasks.iter().map(|t| runs.pid(t.id()).unwrap()).collect();
+    let mut pids = Vec::with_capacity(tasks.len());
+    for task in &tasks {
+        pids.push(runs.wait_pid(task.id()).await);
+    }
     let survivor = cluster.start_worker("w2", "cpu=20,memory=512").await;
     if freeze {
         cluster.freeze_worker("w1", true);
