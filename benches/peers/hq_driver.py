@@ -7,10 +7,12 @@ with HyperQueue's default request of one CPU and its default stdout/stderr files
 one job; tasks/s from submission until `wait_for_jobs` returns.
 
 `wait_for_jobs` polls the server about once a second, so the measured time can exceed the real
-one by up to a second: the harness uses enough tasks (1,000+ at full size) to keep that small,
-and reports the wait of a one-task job (the polling floor) alongside. Prints one last line:
+one by up to a second, and a job of a few seconds comes out in whole seconds of polling: the
+job is run three times and the fastest counts (its time is the closest to the real one, and it
+favours HyperQueue). The wait of a one-task job (the polling floor) and every run's time are
+reported alongside. Prints one last line:
 
-    RESULT {"values": {"cmd": tasks_per_s, "cmd.floor_s": s}, "info": {...}}
+    RESULT {"values": {"cmd": tasks_per_s, "cmd.floor_s": s}, "info": {"cmd_walls_s": [...], ...}}
 """
 
 import argparse
@@ -18,6 +20,9 @@ import json
 import sys
 import tempfile
 import time
+
+# How many times the measured job runs; the fastest counts.
+RUNS = 3
 
 
 def log(*args):
@@ -54,9 +59,10 @@ def main():
             client = cluster.client()
             run_job(client, Job, 20)  # warm-up
             values["cmd.floor_s"] = run_job(client, Job, 1)
-            wall = run_job(client, Job, args.tasks)
-            values["cmd"] = args.tasks / wall
-            log(f"{args.tasks} tasks in {wall:.2f} s = {values['cmd']:.0f} tasks/s")
+            walls = [run_job(client, Job, args.tasks) for _ in range(RUNS)]
+            info["cmd_walls_s"] = walls
+            values["cmd"] = args.tasks / min(walls)
+            log(f"{args.tasks} tasks in {walls} s; the fastest = {values['cmd']:.0f} tasks/s")
     del hyperqueue
     print("RESULT " + json.dumps({"values": values, "info": info}), flush=True)
 
