@@ -29,7 +29,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
 use crate::exec::{
-    CommandOutcome, CommandSpec, LaunchOptions, LogRetention, Stream, read_tail, run_command,
+    AttemptLogs, CommandOutcome, CommandSpec, LaunchOptions, LogRetention, Stream, run_command,
 };
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
@@ -78,7 +78,8 @@ pub(crate) async fn run_task(
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
-    let is_command = matches!(a.spec.kind, TaskKind::Command { .. });
+    // The end of a command's output, read once it has ended.
+    let mut output = None;
     let (outcome, timed_out) = match a.spec.kind {
         TaskKind::Command {
             argv,
@@ -130,7 +131,9 @@ pub(crate) async fn run_task(
             opts.timeout = timeout;
             let latency = Arc::clone(&env.spawn_latency);
             opts = opts.on_spawn(move || latency.observe(assigned.elapsed()));
-            let outcome = command(a.task_id.0, a.attempt, &spec, &opts, cancel).await;
+            let (outcome, logs) = command(a.task_id.0, a.attempt, &spec, &opts, cancel).await;
+            // A command that could not start wrote nothing worth keeping.
+            output = logs.map(output_tail);
             stated_outcome(&env.log_dir, a.task_id.0, a.attempt, outcome).await
         }
         TaskKind::Function { name, args } => {
@@ -149,10 +152,9 @@ pub(crate) async fn run_task(
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
     };
-    // A command that could not start wrote nothing worth keeping.
-    let output = match (is_command, &outcome) {
-        (true, Ok(_)) => Some(output_tail(&env.log_dir, a.task_id.0, a.attempt).await),
-        _ => None,
+    let output = match output {
+        Some(tail) => Some(tail.await),
+        None => None,
     };
     TaskFinished {
         task_id: a.task_id,
@@ -163,15 +165,18 @@ pub(crate) async fn run_task(
     }
 }
 
-/// The end of both streams of an attempt's log, for the head to keep, read in one trip to a
-/// blocking thread. A stream that cannot be read is reported as empty: the report matters more
-/// than its tail.
-async fn output_tail(log_dir: &std::path::Path, task_id: u64, attempt: u32) -> OutputTail {
-    let dir = log_dir.to_path_buf();
+/// The end of both streams of an attempt's log, for the head to keep. Read from the handles the
+/// worker kept, in one trip to a blocking thread, and none when nothing was written (most
+/// commands). A stream that cannot be read is reported as empty: the report matters more than
+/// its tail.
+async fn output_tail(logs: AttemptLogs) -> OutputTail {
+    if matches!(logs.lens(), Ok((0, 0))) {
+        return OutputTail::default();
+    }
     let read = move || {
         let tail = |stream| {
-            read_tail(&dir, task_id, attempt, stream, OUTPUT_TAIL_BYTES).unwrap_or_else(|e| {
-                tracing::warn!(task_id, attempt, %stream, error = %e, "cannot read the end of the log");
+            logs.tail(stream, OUTPUT_TAIL_BYTES).unwrap_or_else(|e| {
+                tracing::warn!(%stream, error = %e, "cannot read the end of the log");
                 (Vec::new(), 0)
             })
         };
@@ -222,20 +227,21 @@ async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Out
     }
 }
 
+/// Runs a command attempt; its outcome, and its log files when it started.
 async fn command(
     task_id: u64,
     attempt: u32,
     spec: &CommandSpec,
     opts: &LaunchOptions,
     cancel: CancellationToken,
-) -> Outcome {
+) -> (Outcome, Option<AttemptLogs>) {
     match run_command(task_id, attempt, spec, opts, cancel).await {
-        Ok(outcome) => {
+        Ok((outcome, logs)) => {
             let code = outcome.exit().code;
             let timed_out = matches!(outcome, CommandOutcome::TimedOut(_));
-            (Ok(TaskResult::Exited { code }), timed_out)
+            ((Ok(TaskResult::Exited { code }), timed_out), Some(logs))
         }
-        Err(e) => (Err(e.to_string()), false),
+        Err(e) => ((Err(e.to_string()), false), None),
     }
 }
 
@@ -318,13 +324,17 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
 
 /// The `PATH` a command task gets when an `escher` CLI sits next to this worker's executable
 /// (an installed cluster): that directory first, so `escher resource set .. --local` works in
-/// any task. `None` (keep the inherited `PATH`) when there is no such CLI.
+/// any task. `None` (keep the inherited `PATH`) when there is no such CLI. Whether there is
+/// one is looked up once per process, at its first command task.
 fn path_with_escher_cli(task_env: &[(String, String)]) -> Option<String> {
-    let exe = std::env::current_exe().ok()?;
-    let dir = exe.parent()?;
-    if !dir.join("escher").is_file() {
-        return None;
-    }
+    static CLI_DIR: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let dir = CLI_DIR
+        .get_or_init(|| {
+            let exe = std::env::current_exe().ok()?;
+            let dir = exe.parent()?;
+            dir.join("escher").is_file().then(|| dir.to_path_buf())
+        })
+        .as_deref()?;
     let base = task_env
         .iter()
         .rev()

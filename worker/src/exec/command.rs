@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ExecError;
 use super::group::ProcessGroup;
-use super::logs::{Stream, log_path};
+use super::logs::{AttemptLogs, CreatedLogs};
 use super::outcome::{CommandOutcome, ProcessExit};
 
 /// How long a command gets between SIGTERM and SIGKILL, unless told otherwise.
@@ -140,8 +140,9 @@ impl LaunchOptions {
 ///
 /// Returns when the command's main process has ended: by itself ([`CommandOutcome::Exited`]),
 /// or stopped by the executor after `opts.timeout` ([`CommandOutcome::TimedOut`]) or after
-/// `cancel` fired ([`CommandOutcome::Cancelled`]). A command that fails is an outcome, not an
-/// error; errors are for a command that could not be started or watched (see [`ExecError`]).
+/// `cancel` fired ([`CommandOutcome::Cancelled`]), with the attempt's log files to read the end
+/// of its output from. A command that fails is an outcome, not an error; errors are for a
+/// command that could not be started or watched (see [`ExecError`]).
 #[tracing::instrument(skip_all, fields(task_id = task_id, attempt = attempt))]
 pub async fn run_command(
     task_id: u64,
@@ -149,12 +150,12 @@ pub async fn run_command(
     spec: &CommandSpec,
     opts: &LaunchOptions,
     cancel: CancellationToken,
-) -> Result<CommandOutcome, ExecError> {
+) -> Result<(CommandOutcome, AttemptLogs), ExecError> {
     let (program, args) = spec.argv.split_first().ok_or(ExecError::EmptyArgv)?;
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd).await?;
     }
-    let (stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
+    let (logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
 
     let mut command = match resolve_in_child_path(program, spec, opts) {
         Some(resolved) => {
@@ -198,14 +199,14 @@ pub async fn run_command(
         status = child.wait() => {
             let exit = reaped(status, task_id, &mut group)?;
             tracing::debug!(%exit, "command exited");
-            return Ok(CommandOutcome::Exited(exit));
+            return Ok((CommandOutcome::Exited(exit), logs));
         }
         () = cancel.cancelled() => CommandOutcome::Cancelled,
         () = deadline => CommandOutcome::TimedOut,
     };
     let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
     tracing::debug!(%outcome, "command stopped");
-    Ok(outcome)
+    Ok((outcome, logs))
 }
 
 /// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first.
@@ -252,7 +253,6 @@ async fn check_cwd(cwd: &Path) -> Result<(), ExecError> {
     Ok(())
 }
 
-/// Creates the log directory and the attempt's two log files (truncating old ones).
 /// `program` found in the PATH the child gets, when that PATH is not the worker's own and
 /// `program` is a bare name: the standard library then spawns with `posix_spawn` (vfork and
 /// exec, whatever the worker's size) instead of falling back to fork and exec, which copies the
@@ -281,25 +281,16 @@ fn resolve_in_child_path(
     which::which_in(program, Some(path), cwd).ok()
 }
 
-async fn open_logs(
-    log_dir: &Path,
-    task_id: u64,
-    attempt: u32,
-) -> Result<(std::fs::File, std::fs::File), ExecError> {
-    tokio::fs::create_dir_all(log_dir)
+/// Creates the attempt's two log files (truncating old ones), and the log directory if it is
+/// missing, in one trip to a blocking thread.
+async fn open_logs(log_dir: &Path, task_id: u64, attempt: u32) -> Result<CreatedLogs, ExecError> {
+    let dir = log_dir.to_path_buf();
+    tokio::task::spawn_blocking(move || AttemptLogs::create(&dir, task_id, attempt))
         .await
-        .map_err(|source| ExecError::LogDir {
+        .map_err(|e| ExecError::LogFile {
             path: log_dir.to_path_buf(),
-            source,
-        })?;
-    let create = |stream| async move {
-        let path = log_path(log_dir, task_id, attempt, stream);
-        match tokio::fs::File::create(&path).await {
-            Ok(file) => Ok(file.into_std().await),
-            Err(source) => Err(ExecError::LogFile { path, source }),
-        }
-    };
-    Ok((create(Stream::Stdout).await?, create(Stream::Stderr).await?))
+            source: io::Error::other(e),
+        })?
 }
 
 #[cfg(test)]
@@ -307,7 +298,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::exec::logs::read_log;
+    use crate::exec::logs::{Stream, log_path, read_log};
 
     /// No test waits longer than this for anything.
     const BOUND: Duration = Duration::from_secs(20);
@@ -328,6 +319,7 @@ mod tests {
         tokio::time::timeout(BOUND, run_command(1, 0, spec, opts, cancel))
             .await
             .expect("run_command did not end in time")
+            .map(|(outcome, _logs)| outcome)
     }
 
     /// Task 1 attempt 0's whole log for `stream`, read in small chunks.

@@ -4,8 +4,9 @@
 //! `{log_dir}/{task_id}-{attempt}.err` (stderr); [`log_path`] is the one place that spells the
 //! names. [`read_log`] serves a chunk of at most [`MAX_LOG_CHUNK`] bytes from an offset, so a
 //! caller can page through a large log, or follow a running task's log by asking again from
-//! `next_offset`. [`read_tail`] reads the end of a stream (what the worker reports to the head
-//! when an attempt ends, so that it outlives the worker), and [`sweep_logs`] applies the
+//! `next_offset`. [`AttemptLogs`] holds an attempt's two files from their creation and reads the
+//! end of a stream (what the worker reports to the head when an attempt ends, so that it
+//! outlives the worker), and [`sweep_logs`] applies the
 //! worker's retention rule: files older than an age go, then the oldest while the directory
 //! holds more than a byte budget; the logs of running attempts always stay.
 
@@ -112,31 +113,89 @@ pub async fn read_log(
     })
 }
 
-/// The last `max` bytes of a stream of a task attempt's log, and the stream's whole length. A
-/// log that does not exist reads as empty (a command that could not start wrote none).
-/// Blocking: a finished attempt reads both its tails in one trip to a blocking thread.
-pub fn read_tail(
-    log_dir: &Path,
-    task_id: u64,
-    attempt: u32,
-    stream: Stream,
-    max: usize,
-) -> io::Result<(Vec<u8>, u64)> {
-    use std::io::{Read, Seek};
-    let path = log_path(log_dir, task_id, attempt, stream);
-    let mut file = match std::fs::File::open(&path) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), 0)),
-        Err(e) => return Err(e),
-    };
-    let len = file.metadata()?.len();
-    let start = len.saturating_sub(max as u64);
-    let mut data = Vec::with_capacity(usize::try_from(len - start).unwrap_or(0));
-    if len > start {
-        file.seek(SeekFrom::Start(start))?;
-        file.take(len - start).read_to_end(&mut data)?;
+/// The two log files of one attempt, as the worker holds them while the command runs and
+/// after: the end of the output is read through these handles (no path lookup, one blocking
+/// trip only when there is output), whatever became of the files' names meanwhile.
+#[derive(Debug)]
+pub struct AttemptLogs {
+    stdout: std::fs::File,
+    stderr: std::fs::File,
+}
+
+/// What [`AttemptLogs::create`] gives: the worker's handles, and the files the child writes.
+pub(crate) type CreatedLogs = (AttemptLogs, std::fs::File, std::fs::File);
+
+impl AttemptLogs {
+    /// Creates (truncating) the two log files of an attempt, and `log_dir` first if it is
+    /// missing. Blocking: the caller makes one trip to a blocking thread for all of it.
+    pub(crate) fn create(
+        log_dir: &Path,
+        task_id: u64,
+        attempt: u32,
+    ) -> Result<CreatedLogs, ExecError> {
+        // Read and write: the child writes through its copy, the worker reads the end.
+        let open = |path: &Path| {
+            std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .open(path)
+        };
+        let create = |stream| {
+            let path = log_path(log_dir, task_id, attempt, stream);
+            // The directory exists unless someone removed it: on any failure, creating it
+            // again either mends the cause or names it (a `LogDir` error) before a second try.
+            let file = match open(&path) {
+                Ok(file) => Ok(file),
+                Err(_) => {
+                    std::fs::create_dir_all(log_dir).map_err(|source| ExecError::LogDir {
+                        path: log_dir.to_path_buf(),
+                        source,
+                    })?;
+                    open(&path)
+                }
+            };
+            let file = file.map_err(|source| ExecError::LogFile {
+                path: path.clone(),
+                source,
+            })?;
+            let kept = file
+                .try_clone()
+                .map_err(|source| ExecError::LogFile { path, source })?;
+            Ok::<_, ExecError>((kept, file))
+        };
+        let (stdout, child_stdout) = create(Stream::Stdout)?;
+        let (stderr, child_stderr) = create(Stream::Stderr)?;
+        Ok((AttemptLogs { stdout, stderr }, child_stdout, child_stderr))
     }
-    Ok((data, len))
+
+    /// How many bytes each stream holds so far: (stdout, stderr).
+    pub fn lens(&self) -> io::Result<(u64, u64)> {
+        Ok((self.stdout.metadata()?.len(), self.stderr.metadata()?.len()))
+    }
+
+    /// The last `max` bytes of `stream`, and the stream's whole length. Blocking.
+    pub fn tail(&self, stream: Stream, max: usize) -> io::Result<(Vec<u8>, u64)> {
+        use std::os::unix::fs::FileExt;
+        let file = match stream {
+            Stream::Stdout => &self.stdout,
+            Stream::Stderr => &self.stderr,
+        };
+        let len = file.metadata()?.len();
+        let start = len.saturating_sub(max as u64);
+        let mut data = vec![0; usize::try_from(len - start).unwrap_or(0)];
+        // Positioned reads: the child's descriptors share this file's offset, which stays.
+        let mut read = 0;
+        while read < data.len() {
+            match file.read_at(&mut data[read..], start + read as u64)? {
+                0 => break,
+                n => read += n,
+            }
+        }
+        data.truncate(read);
+        Ok((data, len))
+    }
 }
 
 /// How long a worker keeps command logs, and how much of them.
@@ -381,16 +440,29 @@ mod tests {
         assert_eq!(err.to_string(), "no stderr log for task 42 attempt 0");
     }
 
-    #[tokio::test]
-    async fn a_tail_is_the_end_of_the_stream_and_its_length() {
+    #[test]
+    fn a_tail_is_the_end_of_the_stream_and_its_length() {
+        use std::io::Write;
         let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), 3, 1, Stream::Stdout, b"0123456789").await;
-        let tail = read_tail(dir.path(), 3, 1, Stream::Stdout, 4).unwrap();
-        assert_eq!(tail, (b"6789".to_vec(), 10));
-        let all = read_tail(dir.path(), 3, 1, Stream::Stdout, 100).unwrap();
+        // The directory is created with the files when it is missing.
+        let log_dir = dir.path().join("logs");
+        let (logs, mut out, _err) = AttemptLogs::create(&log_dir, 3, 1).unwrap();
+        assert_eq!(logs.lens().unwrap(), (0, 0));
+        out.write_all(b"0123456789").unwrap();
+        assert_eq!(logs.lens().unwrap(), (10, 0));
+        assert_eq!(
+            logs.tail(Stream::Stdout, 4).unwrap(),
+            (b"6789".to_vec(), 10)
+        );
+        let all = logs.tail(Stream::Stdout, 100).unwrap();
         assert_eq!(all, (b"0123456789".to_vec(), 10));
-        let none = read_tail(dir.path(), 3, 1, Stream::Stderr, 4).unwrap();
-        assert_eq!(none, (Vec::new(), 0));
+        assert_eq!(logs.tail(Stream::Stderr, 4).unwrap(), (Vec::new(), 0));
+        // Written after the reads, read from where it was written: the reads moved nothing.
+        out.write_all(b"ab").unwrap();
+        assert_eq!(logs.tail(Stream::Stdout, 3).unwrap(), (b"9ab".to_vec(), 12));
+        // The handles outlive the names.
+        std::fs::remove_dir_all(&log_dir).unwrap();
+        assert_eq!(logs.tail(Stream::Stdout, 2).unwrap(), (b"ab".to_vec(), 12));
     }
 
     #[test]

@@ -3,8 +3,8 @@
 //!
 //! - [`run_command`] runs one attempt to its end, in its own process group, with its output in
 //!   log files, stopping it on timeout or cancellation (`command.rs`).
-//! - [`read_log`] and [`read_tail`] read those logs back, [`sweep_logs`] removes old ones
-//!   (`logs.rs`).
+//! - [`read_log`] reads those logs back, [`AttemptLogs`] holds an attempt's files and reads
+//!   the end of their output, [`sweep_logs`] removes old ones (`logs.rs`).
 //! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended (`outcome.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
@@ -19,7 +19,7 @@ mod outcome;
 pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, run_command};
 pub use error::ExecError;
 pub use logs::{
-    CLUSTER_MARKER, LogChunk, LogRetention, MAX_LOG_CHUNK, Stream, Swept, claim_log_dir, log_path,
-    read_log, read_tail, sweep_logs,
+    AttemptLogs, CLUSTER_MARKER, LogChunk, LogRetention, MAX_LOG_CHUNK, Stream, Swept,
+    claim_log_dir, log_path, read_log, sweep_logs,
 };
 pub use outcome::{CommandOutcome, ProcessExit};
