@@ -181,6 +181,8 @@ pub async fn run_command(
         program: program.clone(),
         source,
     })?;
+    // The child has its copies of the log files; the worker keeps only `logs`' while it runs.
+    drop(command);
     if let Some(OnSpawn(f)) = &opts.on_spawn {
         f();
     }
@@ -379,6 +381,43 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let opts = LaunchOptions::new(dir.path().join("logs")).grace(Duration::from_secs(5));
         (dir, opts)
+    }
+
+    /// How many descriptors this process holds open on files under `dir`.
+    fn open_under(dir: &Path) -> usize {
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|entry| std::fs::read_link(entry.ok()?.path()).ok())
+            .filter(|target| target.starts_with(dir))
+            .count()
+    }
+
+    #[tokio::test]
+    async fn a_running_command_holds_one_descriptor_per_log_and_none_once_read() {
+        let (_dir, opts) = opts();
+        let cancel = CancellationToken::new();
+        let running = tokio::spawn({
+            let (opts, cancel) = (opts.clone(), cancel.clone());
+            async move { run_command(1, 0, &sh("echo started; exec sleep 30"), &opts, cancel).await }
+        });
+        let started = Instant::now();
+        let stdout = log_path(&opts.log_dir, 1, 0, Stream::Stdout);
+        while std::fs::read(&stdout).unwrap_or_default().is_empty() {
+            assert!(started.elapsed() < BOUND, "the command did not start");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        // The worker's own handle on each stream; the child's copies are the child's.
+        assert_eq!(open_under(&opts.log_dir), 2);
+        cancel.cancel();
+        let (outcome, logs) = running.await.unwrap().unwrap();
+        assert!(matches!(outcome, CommandOutcome::Cancelled(_)), "{outcome}");
+        assert_eq!(logs.lens().unwrap(), (8, 0));
+        assert_eq!(
+            logs.tail(Stream::Stdout, 100).unwrap(),
+            (b"started\n".to_vec(), 8)
+        );
+        drop(logs);
+        assert_eq!(open_under(&opts.log_dir), 0);
     }
 
     #[tokio::test]

@@ -6,9 +6,9 @@
 //! caller can page through a large log, or follow a running task's log by asking again from
 //! `next_offset`. [`AttemptLogs`] holds an attempt's two files from their creation and reads the
 //! end of a stream (what the worker reports to the head when an attempt ends, so that it
-//! outlives the worker), and [`sweep_logs`] applies the
-//! worker's retention rule: files older than an age go, then the oldest while the directory
-//! holds more than a byte budget; the logs of running attempts always stay.
+//! outlives the worker), and [`sweep_logs`] applies the worker's retention rule: files older
+//! than an age go, then the oldest while the directory holds more than a byte budget; the logs
+//! of running attempts always stay.
 
 use std::fmt;
 use std::io::{self, SeekFrom};
