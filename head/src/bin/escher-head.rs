@@ -238,6 +238,10 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let args = HeadArgs::parse();
+    match escher_head::runtime::raise_open_files_limit() {
+        Ok(limit) => tracing::debug!(limit, "open files allowed"),
+        Err(e) => tracing::warn!(error = %e, "cannot raise the open files limit"),
+    }
     let listen = args.listen;
     let address_file = args.address_file.clone();
     let access_path = escher_proto::access::location(args.access_file.as_deref())?;

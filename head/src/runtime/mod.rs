@@ -111,6 +111,15 @@ fn write_address_file(path: &std::path::Path, url: &str) -> std::io::Result<()> 
     std::fs::rename(&tmp, path)
 }
 
+/// Raises this process's soft limit of open files to its hard limit, and returns the limit now
+/// in force. Every worker link, client connection and raft peer holds a descriptor, and the
+/// usual soft limit (1,024) would refuse connections long before a head of a thousand nodes
+/// runs out of anything else. For the `escher-head` binary only: a process that starts
+/// programs (a worker, an embedded cluster) would hand them the raised limit too.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    rlimit::increase_nofile_limit(u64::MAX)
+}
+
 /// How long in-flight calls get to finish after shutdown before connections are dropped.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
 
@@ -367,5 +376,23 @@ async fn serve<S: crate::replication::LogStore>(
     match owner_result {
         Ok(Err(err)) => Err(err.into()),
         _ => result,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_open_files_limit_is_raised_to_the_hard_limit() {
+        use rlimit::Resource;
+        let (soft, hard) = Resource::NOFILE.get().unwrap();
+        // Lowered first (to a limit the other tests of this process stay far below), so that
+        // there is something to raise wherever the hard limit allows it.
+        let lowered = soft.min(hard).min(4_096);
+        Resource::NOFILE.set(lowered, hard).unwrap();
+        let limit = raise_open_files_limit().unwrap();
+        assert_eq!(limit, hard);
+        assert_eq!(Resource::NOFILE.get().unwrap(), (hard, hard));
     }
 }
