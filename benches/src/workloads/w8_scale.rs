@@ -13,8 +13,8 @@
 //! 3. **drain**: the nodes finish every task at once from now on; the head releases, dispatches
 //!    the next queued task, sends it, and so on until none is left. Wall time and the head's
 //!    CPU time per task give the end-to-end head cost per scheduling decision;
-//! 4. **metrics**: every node gets [`RESOURCES_PER_NODE`] more resources (10^5 at 1,000 nodes),
-//!    and `/metrics` (`--metrics`) is scraped [`SCRAPES`] times: the median time of a whole
+//! 4. **metrics**: every node gets `RESOURCES_PER_NODE` more resources (10^5 at 1,000 nodes),
+//!    and `/metrics` (`--metrics`) is scraped `SCRAPES` times: the median time of a whole
 //!    scrape over plain HTTP, and its size;
 //! 5. the same 1,000 nodes and 1,000,000 tasks fed to the pure scheduler core in this process:
 //!    **scheduler time per decision** (a task finishes, the next one is dispatched), with no

@@ -1,7 +1,7 @@
 //! Replication: the head's state as a raft group (DESIGN §7).
 //!
 //! The layering (STYLE §20) is runtime → replication → state → scheduler. The runtime's owner
-//! task holds one [`Replica`]; the replica holds the raft node (TiKV's raft-rs) and the
+//! task holds one `Replica` (`replica.rs`); the replica holds the raft node (TiKV's raft-rs) and the
 //! [`ClusterState`](crate::state::ClusterState), and is the only code that knows raft exists.
 //! The state machine stays what it was: a deterministic `apply(Entry)`.
 //!
@@ -12,7 +12,7 @@
 //! log lives in memory ([`MemLog`]) and the head says so at start. `LocalCluster`, the tests and the quickstart go through exactly the
 //! code a three-replica durable group runs.
 //!
-//! # The ready loop ([`Replica::cycle`])
+//! # The ready loop (`Replica::cycle`)
 //!
 //! The owner drains its whole inbox per wake-up (client writes become proposals, peers'
 //! messages are stepped, reads are batched under one ReadIndex), then runs one cycle:
@@ -79,7 +79,7 @@
 //!
 //! # Layout
 //!
-//! - `replica.rs`: [`Replica`], the ready loop, proposals, reads, membership, snapshots;
+//! - `replica.rs`: `Replica`, the ready loop, proposals, reads, membership, snapshots;
 //! - `config.rs`: [`ReplicaConfig`] (`--id`, `--peers`, `--group`, `--join`, raft timing);
 //! - `transport.rs`: outbound raft messages, per-peer bounded queues, back-off;
 //! - `service.rs`: the `Raft` gRPC service (inbound messages, a replica's status);

@@ -9,7 +9,7 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use super::log_core::LogCore;
 use super::{LogError, LogStore};
 
-/// The in-memory log: a cheap-to-clone handle over one shared [`LogCore`].
+/// The in-memory log: a cheap-to-clone handle over one shared `LogCore`.
 #[derive(Clone, Default)]
 pub struct MemLog {
     core: Arc<RwLock<LogCore>>,
