@@ -7,6 +7,14 @@
 use std::error::Error;
 
 fn main() -> Result<(), Box<dyn Error>> {
+    // Without the `grpc` feature the crate is the domain types alone: nothing to generate.
+    #[cfg(feature = "grpc")]
+    generate()?;
+    Ok(())
+}
+
+#[cfg(feature = "grpc")]
+fn generate() -> Result<(), Box<dyn Error>> {
     let proto = "proto/escher.proto";
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);

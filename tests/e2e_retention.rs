@@ -12,8 +12,8 @@ use std::process::Command;
 use common::{cluster, escher_bin, within};
 use escher::types::{LogStream, TaskId, TaskState};
 use escher::{ClientError, Task};
+use escher_core::state::RetentionPolicy;
 use escher_head::HeadConfig;
-use escher_head::state::RetentionPolicy;
 
 /// A head that keeps the record of `finished` finished tasks and the tombstones of `tombstones`.
 fn keeping(finished: usize, tombstones: usize) -> HeadConfig {

@@ -54,8 +54,9 @@
 //! - [`LogReader`] (`logs.rs`): reads and follows a task's output.
 //! - [`ClientError`] (`error.rs`): every failure, retryable ones apart.
 //! - `args.rs`: the conversions that let calls take `"cpu"`, `2`, `"0.5"` or `"unbounded"`.
-//! - [`cli`] (feature `cli`, on by default): the `escher` command-line tool, whose binary
-//!   (`src/bin/escher.rs`) only calls [`cli::main`].
+//!
+//! The `escher` command-line tool is its own crate (`escher-cli`, `cli/`) on this one, so that a
+//! program or a policy crate that uses the client compiles none of it.
 //!
 //! Domain types (`TaskSpec`, `NodeSpec`, `ClusterStatus`, ...) come from [`escher_proto`] and
 //! are used here as they are.
@@ -82,9 +83,6 @@ mod tasks;
 mod telemetry;
 mod update;
 mod watch;
-
-#[cfg(feature = "cli")]
-pub mod cli;
 
 pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
 pub use blocking::BlockingClient;

@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Parser;
-use escher_client::cli::Cli;
+use escher_cli::Cli;
 use escher_client::{BlockingClient, Client, ClientError, ResourceUpdateExt, Task};
 use escher_proto::types::{
     HeadChange, HeadReplica, HeadsReply, MigRefusal, ReplicaRole, SetResourcesRequest,
@@ -1380,7 +1380,7 @@ async fn cli(url: &str, args: &[&str]) -> anyhow::Result<(ExitCode, String)> {
         .into_iter()
         .chain(args.iter().copied());
     let mut out = Vec::new();
-    let code = escher_client::cli::run_with(Cli::try_parse_from(argv)?, &mut out).await?;
+    let code = escher_cli::run_with(Cli::try_parse_from(argv)?, &mut out).await?;
     Ok((code, String::from_utf8(out)?))
 }
 
@@ -1570,7 +1570,7 @@ async fn the_cli_runs_against_a_head() {
 #[tokio::test]
 async fn the_cli_explains_an_absent_head() {
     let argv = ["escher", "--head", "http://127.0.0.1:1", "status"];
-    let err = escher_client::cli::run(Cli::try_parse_from(argv).unwrap())
+    let err = escher_cli::run(Cli::try_parse_from(argv).unwrap())
         .await
         .unwrap_err();
     let text = format!("{err:#}");

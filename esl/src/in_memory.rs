@@ -1,6 +1,6 @@
 //! [`InMemoryCluster`]: a fake cluster for unit tests of policies. It is named a fake because it
 //! has no network, no processes and no clock of its own, but it is not a mock: every call goes
-//! through the head's real state machine (`escher_head::state::ClusterState`), so resources,
+//! through the head's real state machine (`escher_core::state::ClusterState`), so resources,
 //! admission, namespaces-free naming, hooks, ghosts and infeasibility behave exactly as on a
 //! real head. Only the workers are simulated: a dispatched task starts at once and then either
 //! finishes at once ([`Mode::Instant`]) or waits until the test finishes it ([`Mode::Manual`]).
@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use escher_client::ClientError;
-use escher_head::state::{
+use escher_core::state::{
     ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{

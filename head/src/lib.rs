@@ -2,9 +2,10 @@
 //!
 //! # Layout
 //!
-//! - [`scheduler`]: the pure scheduler core, events in and decisions out, with no I/O.
-//! - [`state`]: the head's durable state (nodes, resources, tasks, results) and the single
-//!   deterministic `apply(command)` that changes it: the seam raft replication uses.
+//! - [`scheduler`] and [`state`]: re-exported from `escher-core`, the pure scheduler and the
+//!   replicated state machine with its single deterministic `apply(command)`, the seam raft
+//!   replication uses. They live in their own crate so that an ESL's in-memory cluster and the
+//!   core's own tests need none of the runtime below.
 //! - [`replication`]: raft around the state machine; [`replication::log`] is its durable log
 //!   (`--data-dir`) and its in-memory one.
 //! - [`auth`]: who is calling (tokens, roles, task credentials) and what they may do; one
@@ -16,7 +17,7 @@
 pub mod auth;
 pub mod replication;
 pub mod runtime;
-pub mod scheduler;
-pub mod state;
+
+pub use escher_core::{scheduler, state};
 
 pub use runtime::{HeadConfig, HeadError, run};

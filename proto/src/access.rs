@@ -68,6 +68,7 @@ pub const TLS_NAME: &str = "escher-head";
 
 /// The TLS settings of a client of a head whose certificate (or its CA) is `ca_pem`, checked
 /// against `name` (the URL's host when `None`).
+#[cfg(feature = "grpc")]
 pub fn client_tls(ca_pem: &str, name: Option<&str>) -> tonic::transport::ClientTlsConfig {
     let config = tonic::transport::ClientTlsConfig::new()
         .ca_certificate(tonic::transport::Certificate::from_pem(ca_pem));
@@ -280,8 +281,10 @@ pub fn location(explicit: Option<&Path>) -> Result<PathBuf, AccessError> {
 /// Adds `authorization: Bearer <token>` to every call of a tonic client
 /// (`ClusterClient::with_interceptor(channel, Bearer::new(token))`).
 #[derive(Clone)]
+#[cfg(feature = "grpc")]
 pub struct Bearer(Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>);
 
+#[cfg(feature = "grpc")]
 impl fmt::Debug for Bearer {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(if self.0.is_some() {
@@ -292,6 +295,7 @@ impl fmt::Debug for Bearer {
     }
 }
 
+#[cfg(feature = "grpc")]
 impl Bearer {
     /// Sends `token`; a token that cannot be a header value (it holds a control character) is
     /// sent as no token, which the head refuses saying so.
@@ -311,6 +315,7 @@ impl Bearer {
     }
 }
 
+#[cfg(feature = "grpc")]
 impl tonic::service::Interceptor for Bearer {
     fn call(
         &mut self,

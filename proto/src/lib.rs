@@ -24,19 +24,27 @@
 //!   legal layouts of instances, MIGM's reachability-guided placement, maximal layouts, and
 //!   MIGRator's reconfiguration latency.
 //!
+//! [`batch`], [`wire`] and [`convert`] (and the access file's TLS and bearer-token helpers) are
+//! the gRPC edge, behind the default `grpc` feature; `escher-core` builds without it.
+//!
 //! Everything a user can get wrong is rejected by a constructor with a [`types::TypeError`]
 //! that says what was wrong.
 #![warn(missing_docs)]
 
 pub mod access;
+#[cfg(feature = "grpc")]
 pub mod batch;
 pub mod codec;
+#[cfg(feature = "grpc")]
 pub mod convert;
 pub mod mig;
 pub mod types;
+#[cfg(feature = "grpc")]
 pub mod wire;
+#[cfg(feature = "grpc")]
 mod wire_watch;
 
+#[cfg(feature = "grpc")]
 pub use convert::ConvertError;
 pub use types::{
     Amount, Capacity, CapacityOp, ClusterStatus, Delta, Labels, LogStream, Namespace, NodeId,

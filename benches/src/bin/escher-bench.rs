@@ -15,7 +15,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> std::process::ExitCode {
     // The `gpu` workload's jobs run `escher sim-work`: this binary serves as that program.
     if std::env::args().nth(1).as_deref() == Some(escher_bench::workloads::gpu::SIM_WORK_ARG) {
-        return escher::client::cli::main();
+        return escher_cli::main();
     }
     let outcome = tokio::runtime::Runtime::new()
         .map_err(anyhow::Error::from)

@@ -15,7 +15,7 @@ use escher::types::{
     ResourceUpdate, TaskId,
 };
 use escher_client::ResourceUpdateExt;
-use escher_head::scheduler::{Event, Scheduler};
+use escher_core::scheduler::{Event, Scheduler};
 use serde_json::json;
 
 use super::Ctx;

@@ -183,8 +183,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         report.notes.push(format!(
             "AppSpace and LibSpace share esl/src/gang/hold.rs ({loc} lines: ghost specs, waiting, \
              rollback), not counted in either; FrameSpace's head side is the reservation code in \
-             head/ ({} lines in head/src/scheduler/gang.rs).",
-            count_loc(&crate::peers::venv::workspace_root().join("head/src/scheduler/gang.rs"))
+             head/ ({} lines in core/src/scheduler/gang.rs).",
+            count_loc(&crate::peers::venv::workspace_root().join("core/src/scheduler/gang.rs"))
                 .map_or("?".to_string(), |n| n.to_string())
         ));
     }

@@ -30,7 +30,7 @@ use escher::types::{
 };
 use escher::{Client, Task};
 use escher_client::ResourceUpdateExt;
-use escher_head::scheduler::{Decision, Event, Scheduler};
+use escher_core::scheduler::{Decision, Event, Scheduler};
 use serde_json::json;
 
 use super::Ctx;

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Parser;
+use escher_core::state::{RetentionPolicy, StateConfig};
 use escher_head::HeadConfig;
 use escher_head::replication::{DEFAULT_SNAPSHOT_BYTES, ReplicaConfig, SINGLE_GROUP};
 use escher_head::runtime::{AddressFile, TlsIdentity};
-use escher_head::state::{RetentionPolicy, StateConfig};
 
 /// The head allocates and frees small objects from many threads at once (decoded requests,
 /// messages, task records). jemalloc's per-thread caches serve that better than glibc's locked

@@ -72,8 +72,7 @@ pub const MAX_ENV: usize = 4096;
 pub const MAX_NAME_BYTES: usize = 256;
 /// The most entries of one resource set (requirements, ghost creations, allocations).
 pub const MAX_RESOURCES: usize = 4096;
-/// The most labels on one task or node.
-pub const MAX_LABELS: usize = 256;
+pub use crate::types::MAX_LABELS;
 /// The most resource updates in one task hook (`on_start`, `on_success`).
 pub const MAX_HOOK_UPDATES: usize = 4096;
 /// The longest worker address, in bytes.

@@ -8,6 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::TypeError;
 
+/// The most labels on one task or node.
+pub const MAX_LABELS: usize = 256;
+
 /// The task label that names a task's application namespace. The head sets it on every task
 /// submitted in a namespace, so that the task's own resource calls (a function's
 /// `TaskContext`, the `escher` CLI in a command task through `ESCHER_NAMESPACE`) qualify names

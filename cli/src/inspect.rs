@@ -1,0 +1,628 @@
+//! `escher tasks`, `escher info` and `escher logs`: looking at tasks.
+//!
+//! `tasks` lists summaries, newest first, filtered by state, name, label, node and namespace
+//! (paged through the head's `ListTasks`, with a line saying how many more match), and with
+//! `--watch` goes on printing the tasks' events as they happen (the watch API), `info`
+//! describes one task completely (spec, status, pending reason, times, attempts), and `logs`
+//! copies a command task's stdout or stderr to stdout byte for byte (the latest attempt's, or
+//! the one `--attempt` names), optionally following it while the task runs. When the worker
+//! that ran an attempt is gone, the head answers from the tail it kept, and `logs` says so on
+//! stderr.
+
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use escher_proto::types::{
+    ClusterEvent, ListTasksRequest, MORE_COUNTED, Namespace, WatchKind, WatchRequest,
+};
+use escher_proto::{LogStream, NodeId, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
+
+use super::ctx::Ctx;
+use super::render::{
+    self, duration, key_values, lines, maybe_time, node, shell_word, short_time, table, time,
+};
+use escher_client::LogReader;
+
+/// How long `logs --follow` sleeps when there is nothing new.
+const FOLLOW_POLL: Duration = Duration::from_millis(250);
+
+/// A task state, as the CLI spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StateArg {
+    /// Waiting for a node with its resources
+    Pending,
+    /// Dispatched to a node
+    Running,
+    /// Finished successfully
+    Succeeded,
+    /// Finished unsuccessfully
+    Failed,
+    /// Cancelled, or its pending deadline passed
+    Cancelled,
+}
+
+impl From<StateArg> for TaskState {
+    fn from(s: StateArg) -> TaskState {
+        match s {
+            StateArg::Pending => TaskState::Pending,
+            StateArg::Running => TaskState::Running,
+            StateArg::Succeeded => TaskState::Succeeded,
+            StateArg::Failed => TaskState::Failed,
+            StateArg::Cancelled => TaskState::Cancelled,
+        }
+    }
+}
+
+/// Options of `escher tasks`.
+#[derive(Debug, Clone, Args)]
+pub struct TasksArgs {
+    /// Only tasks in this state
+    #[arg(long, value_enum, value_name = "STATE")]
+    pub state: Option<StateArg>,
+
+    /// Only tasks whose name contains TEXT
+    #[arg(long, value_name = "TEXT")]
+    pub name: Option<String>,
+
+    /// Only tasks with this label (repeatable): KEY=VALUE, or KEY for any value
+    #[arg(long = "label", value_name = "KEY[=VALUE]")]
+    pub labels: Vec<String>,
+
+    /// Only tasks whose latest attempt went to this node
+    #[arg(long, value_name = "NODE")]
+    pub node: Option<u64>,
+
+    /// Oldest first (default: newest first)
+    #[arg(long)]
+    pub oldest_first: bool,
+
+    /// List at most N tasks (0: all)
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+
+    /// Start after task ID (the last id of the previous page: older ones, or newer ones with
+    /// --oldest-first)
+    #[arg(long, value_name = "ID")]
+    pub after: Option<TaskId>,
+
+    /// After the list, print each task event as it happens (submitted, started, finished,
+    /// pending reason changed), one line each (one JSON object each with --output json),
+    /// until interrupted
+    #[arg(long, short = 'w')]
+    pub watch: bool,
+
+    /// Watch for this long, then stop (`30s`, `5m`); implies --watch
+    #[arg(long, value_name = "DURATION", value_parser = super::args::parse_duration)]
+    pub watch_for: Option<Duration>,
+}
+
+impl TasksArgs {
+    /// The query, for tasks of `namespace` only if given (the global `--namespace`).
+    fn query(&self, namespace: Option<Namespace>) -> anyhow::Result<ListTasksRequest> {
+        let mut labels = Vec::with_capacity(self.labels.len());
+        for selector in &self.labels {
+            let (key, value) = match selector.split_once('=') {
+                Some((k, v)) => (k, Some(v.to_string())),
+                None => (selector.as_str(), None),
+            };
+            if key.is_empty() {
+                anyhow::bail!("--label {selector:?}: give KEY=VALUE, or KEY for any value");
+            }
+            labels.push((key.to_string(), value));
+        }
+        Ok(ListTasksRequest {
+            state: self.state.map(TaskState::from),
+            limit: 0,
+            after: self.after,
+            name: self.name.clone().filter(|n| !n.is_empty()),
+            labels,
+            node: self.node.map(NodeId),
+            namespace,
+            newest_first: !self.oldest_first,
+        })
+    }
+}
+
+/// Options of `escher info`./// Options of `escher info`.
+#[derive(Debug, Clone, Args)]
+pub struct InfoArgs {
+    /// The task
+    #[arg(value_name = "ID")]
+    pub id: TaskId,
+}
+
+/// Options of `escher logs`.
+#[derive(Debug, Clone, Args)]
+pub struct LogsArgs {
+    /// The task
+    #[arg(value_name = "ID")]
+    pub id: TaskId,
+
+    /// Print stderr instead of stdout
+    #[arg(long)]
+    pub stderr: bool,
+
+    /// Print this attempt's output (from 1; `escher info ID` lists them) instead of the
+    /// latest attempt's
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub attempt: Option<u32>,
+
+    /// Keep printing output as the task writes it, until the task has ended (waiting for a
+    /// pending task to start, and going on to the next attempt when one starts)
+    #[arg(long, short = 'f')]
+    pub follow: bool,
+}
+
+impl TasksArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let query = self.query(ctx.namespace.clone())?;
+        let client = ctx.client().await?;
+        let watching = self.watch || self.watch_for.is_some();
+        // Subscribed before listing, so that nothing between the list and the first event is
+        // missed (an event may repeat what the list shows).
+        let watch = match watching {
+            true => Some(client.watch(self.watch_request(&query)?).await?),
+            false => None,
+        };
+        let (tasks, more) = if self.limit == 0 {
+            (client.find_tasks(query, None).await?, 0)
+        } else {
+            let page = client
+                .list_tasks_page(ListTasksRequest {
+                    limit: u32::try_from(self.limit).unwrap_or(u32::MAX),
+                    ..query
+                })
+                .await?;
+            (page.tasks, page.more)
+        };
+        if ctx.json {
+            ctx.emit_json(&tasks)?;
+        } else {
+            let mut text = render_tasks(&tasks);
+            if let (Some(last), true) = (tasks.last(), more > 0) {
+                let more = if more >= MORE_COUNTED {
+                    format!("{more} or more")
+                } else {
+                    more.to_string()
+                };
+                text.push_str(&format!(
+                    "{} shown, {more} more: --after {} shows the next {}, --limit 0 shows all\n",
+                    tasks.len(),
+                    last.id,
+                    self.limit
+                ));
+            }
+            ctx.emit(&text)?;
+        }
+        if let Some(watch) = watch {
+            follow_events(ctx, watch, self.state.map(TaskState::from), self.watch_for).await?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+
+    /// What `--watch` subscribes to: the task events the list's filters can select on the
+    /// head (labels, namespace; a state picks the kinds of event that lead to it).
+    fn watch_request(&self, query: &ListTasksRequest) -> anyhow::Result<WatchRequest> {
+        if self.name.is_some() || self.node.is_some() {
+            anyhow::bail!(
+                "--watch follows tasks by --label, --state and --namespace; --name and --node \
+                 select on what a task's events do not carry (list without --watch, or label \
+                 the tasks)"
+            );
+        }
+        let kinds = match self.state.map(TaskState::from) {
+            None => vec![
+                WatchKind::Submitted,
+                WatchKind::Started,
+                WatchKind::Finished,
+                WatchKind::Pending,
+            ],
+            Some(TaskState::Pending) => vec![WatchKind::Submitted, WatchKind::Pending],
+            Some(TaskState::Running) => vec![WatchKind::Started],
+            Some(_) => vec![WatchKind::Finished],
+        };
+        Ok(WatchRequest {
+            after: None,
+            namespace: query.namespace.clone(),
+            tasks: Vec::new(),
+            labels: query.labels.clone(),
+            kinds,
+        })
+    }
+}
+
+/// Prints events from `watch` as they come, until it ends, `limit` passes, or the output is
+/// closed. With `state`, only the finishes that reach it are printed.
+async fn follow_events(
+    ctx: &mut Ctx<'_>,
+    mut watch: escher_client::Watch,
+    state: Option<TaskState>,
+    limit: Option<Duration>,
+) -> anyhow::Result<()> {
+    let deadline = limit.map(|l| tokio::time::Instant::now() + l);
+    loop {
+        let next = match deadline {
+            Some(d) => match tokio::time::timeout_at(d, watch.next()).await {
+                Ok(next) => next,
+                Err(_) => return Ok(()),
+            },
+            None => watch.next().await,
+        };
+        let Some(event) = next else {
+            return Ok(());
+        };
+        let event = event?;
+        if let (Some(want), ClusterEvent::Finished { state, .. }) = (state, &event.event)
+            && want.is_terminal()
+            && *state != want
+        {
+            continue;
+        }
+        if ctx.json {
+            let mut line = serde_json::to_string(&event)?;
+            line.push('\n');
+            ctx.emit(&line)?;
+        } else {
+            ctx.emit(&format!("{}  {}\n", time(event.at_ms), event.event))?;
+        }
+    }
+}
+
+/// The text of `escher tasks`.
+pub fn render_tasks(tasks: &[TaskSummary]) -> String {
+    if tasks.is_empty() {
+        return "no tasks\n".to_string();
+    }
+    let namespaces = tasks.iter().any(|t| t.namespace.is_some());
+    let mut header = vec!["ID", "NAME"];
+    if namespaces {
+        header.push("NAMESPACE");
+    }
+    header.extend([
+        "STATE",
+        "NODE",
+        "ATTEMPT",
+        "RESOURCES",
+        "STARTED",
+        "ENDED",
+        "REASON",
+    ]);
+    let mut t = table(&header);
+    for task in tasks {
+        let mut row = vec![task.id.to_string(), task.name.clone()];
+        if namespaces {
+            row.push(
+                task.namespace
+                    .as_ref()
+                    .map_or("-".into(), ToString::to_string),
+            );
+        }
+        row.extend([
+            task.state.to_string(),
+            node(task.node),
+            task.attempt.to_string(),
+            task.resources.to_string(),
+            short_time(task.started_at_ms),
+            short_time(task.finished_at_ms),
+            task.reason.clone().unwrap_or_default(),
+        ]);
+        t.add_row(row);
+    }
+    lines(&t)
+}
+
+impl InfoArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let info = client.task_info(self.id).await?;
+        if ctx.json {
+            ctx.emit_json(&info)?;
+        } else {
+            ctx.emit(&render_info(&info))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The text of `escher info`.
+pub fn render_info(info: &TaskInfo) -> String {
+    let spec = &info.spec;
+    let status = &info.status;
+    let mut rows = vec![("task", status.id.to_string()), ("name", spec.name.clone())];
+    match &spec.kind {
+        TaskKind::Command { argv, env, cwd } => {
+            let words: Vec<String> = argv.iter().map(|a| shell_word(a)).collect();
+            rows.push(("command", words.join(" ")));
+            if !env.is_empty() {
+                let vars: Vec<String> = env
+                    .iter()
+                    .map(|(k, v)| shell_word(&format!("{k}={v}")))
+                    .collect();
+                rows.push(("env", vars.join(" ")));
+            }
+            if let Some(dir) = cwd {
+                rows.push(("cwd", dir.clone()));
+            }
+        }
+        TaskKind::Function { name, args } => {
+            rows.push(("function", name.clone()));
+            rows.push(("arguments", render::hex_preview(args)));
+        }
+        TaskKind::Ghost { creates, ttl } => {
+            let list: Vec<String> = creates.iter().map(|(n, c)| format!("{n}={c}")).collect();
+            let creates = if list.is_empty() {
+                "nothing".to_string()
+            } else {
+                list.join(",")
+            };
+            rows.push(("ghost", format!("creates {creates}")));
+            rows.push(("ttl", duration(*ttl)));
+        }
+    }
+    rows.push(("resources", none_if_empty(spec.resources.to_string())));
+    if !spec.labels.is_empty() {
+        rows.push(("labels", spec.labels.to_string()));
+    }
+    let retries = match spec.max_retries {
+        u32::MAX => "unlimited".to_string(),
+        n => n.to_string(),
+    };
+    rows.push(("max retries", retries));
+    rows.push(("timeout", duration(spec.timeout)));
+    rows.push(("pending deadline", duration(spec.pending_deadline)));
+    for u in &spec.on_start {
+        rows.push(("on start", render::update(u)));
+    }
+    for u in &spec.on_success {
+        rows.push(("on success", render::update(u)));
+    }
+    rows.push(("state", status.state.to_string()));
+    rows.push(("node", node(status.node)));
+    rows.push(("attempt", status.attempt.to_string()));
+    rows.push(("result", render::result(status.result.as_ref())));
+    // An infeasible task's reason is the pending reason below, with the closest nodes.
+    if let Some(reason) = status
+        .reason
+        .as_ref()
+        .filter(|_| info.pending_reason.is_none())
+    {
+        rows.push(("reason", reason.clone()));
+    }
+    for error in &status.hook_errors {
+        rows.push(("hook not applied", error.clone()));
+    }
+    if let Some(p) = &info.pending_reason {
+        rows.push(("pending because", p.message.clone()));
+        if !p.closest_nodes.is_empty() {
+            let near: Vec<String> = p.closest_nodes.iter().map(ToString::to_string).collect();
+            rows.push(("closest nodes", near.join(", ")));
+        }
+    }
+    rows.push(("submitted", time(info.submitted_at_ms)));
+    rows.push(("started", maybe_time(info.started_at_ms)));
+    rows.push(("finished", maybe_time(info.finished_at_ms)));
+    let attempts: Vec<(u32, String)> = info
+        .attempts
+        .iter()
+        .map(|a| {
+            let ended = a.ended.as_deref().unwrap_or("running");
+            let kept = if a.output_kept {
+                "; the head keeps its output's tail"
+            } else {
+                ""
+            };
+            let line = format!(
+                "node {}, from {}: {ended}{kept}",
+                a.node,
+                time(a.started_at_ms)
+            );
+            (a.attempt, line)
+        })
+        .collect();
+    let labels: Vec<String> = attempts
+        .iter()
+        .map(|(n, _)| format!("attempt {n}"))
+        .collect();
+    for ((_, line), label) in attempts.into_iter().zip(&labels) {
+        rows.push((label.as_str(), line));
+    }
+    key_values(&rows)
+}
+
+fn none_if_empty(text: String) -> String {
+    if text.is_empty() {
+        "none".to_string()
+    } else {
+        text
+    }
+}
+
+impl LogsArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let stream = if self.stderr {
+            LogStream::Stderr
+        } else {
+            LogStream::Stdout
+        };
+        let reader = |attempt: Option<u32>| {
+            let reader = client.log_reader(self.id, stream);
+            match attempt {
+                Some(n) => reader.attempt(n),
+                None => reader,
+            }
+        };
+        let mut notices = Notices::default();
+        if !self.follow {
+            let mut reader = reader(self.attempt);
+            let bytes = reader.read_available().await?;
+            notices.show(&reader);
+            ctx.emit_bytes(&bytes)?;
+            return Ok(ExitCode::SUCCESS);
+        }
+        // Following a task that has not started yet waits for it to start.
+        while client.task_info(self.id).await?.status.state == TaskState::Pending {
+            tokio::time::sleep(FOLLOW_POLL).await;
+        }
+        let mut reader = reader(self.attempt);
+        loop {
+            while let Some(chunk) = reader.next_chunk().await? {
+                notices.show(&reader);
+                if chunk.is_empty() {
+                    if !reader.is_eof() {
+                        tokio::time::sleep(FOLLOW_POLL).await;
+                    }
+                    continue;
+                }
+                ctx.emit_bytes(&chunk)?;
+            }
+            // That attempt ended. Without --attempt, follow the task to its end: a retry
+            // goes on in a new attempt, once it starts.
+            let read = reader.current_attempt().unwrap_or(0);
+            if self.attempt.is_some() {
+                break;
+            }
+            let next = loop {
+                let status = client.task_info(self.id).await?.status;
+                if status.state.is_terminal() && status.attempt <= read {
+                    break None;
+                }
+                if status.state == TaskState::Running && status.attempt > read {
+                    break Some(status);
+                }
+                tokio::time::sleep(FOLLOW_POLL).await;
+            };
+            let Some(status) = next else {
+                break;
+            };
+            eprintln!(
+                "escher: attempt {} of task {} started on {}",
+                status.attempt,
+                self.id,
+                node(status.node)
+            );
+            reader = client.log_reader(self.id, stream).attempt(status.attempt);
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// The head's notices about where output came from, each printed once to stderr.
+#[derive(Default)]
+struct Notices(Option<String>);
+
+impl Notices {
+    fn show(&mut self, reader: &LogReader) {
+        if let Some(notice) = reader.notice()
+            && self.0.as_deref() != Some(notice)
+        {
+            eprintln!("escher: {notice}");
+            self.0 = Some(notice.to_string());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::types::AttemptInfo;
+    use escher_proto::{NodeSpec, PendingReason, ResourceName, ResourceUpdate, TaskStatus};
+
+    use super::*;
+    use escher_client::{ResourceUpdateExt, Task};
+
+    #[test]
+    fn info_describes_everything() {
+        let spec = Task::command(["sh", "-c", "echo hi"])
+            .resources_str("cpu=1")
+            .env("A", "x y")
+            .timeout(Duration::from_secs(5))
+            .on_success(ResourceUpdate::set("done", 1, NodeSpec::Local).unwrap())
+            .build()
+            .unwrap();
+        let info = TaskInfo {
+            spec,
+            status: TaskStatus {
+                id: TaskId(4),
+                state: TaskState::Pending,
+                node: None,
+                attempt: 0,
+                reason: None,
+                result: None,
+                evicted: false,
+                finished_at_ms: None,
+                hook_errors: Vec::new(),
+            },
+            pending_reason: Some(PendingReason {
+                resource: ResourceName::gpu(),
+                requested: "8".parse().unwrap(),
+                best_total: None,
+                closest_nodes: vec![NodeId(1), NodeId(3)],
+                message: "no live node has gpu".into(),
+            }),
+            submitted_at_ms: 0,
+            started_at_ms: None,
+            finished_at_ms: None,
+            attempts: vec![AttemptInfo {
+                attempt: 1,
+                node: NodeId(2),
+                started_at_ms: 1_700_000_000_123,
+                ended: Some("exited with code 1".into()),
+                output_kept: true,
+            }],
+        };
+        let text = render_info(&info);
+        for want in [
+            "command:",
+            "sh -c 'echo hi'",
+            "'A=x y'",
+            "cpu=1",
+            "5s",
+            "set done=1 on the task's node",
+            "pending",
+            "no live node has gpu",
+            "1, 3",
+            "1970-01-01T00:00:00.000Z",
+            "attempt 1:",
+            "node 2, from 2023-11-14T22:13:20.123Z: exited with code 1; the head keeps",
+        ] {
+            assert!(text.contains(want), "{want:?} missing from\n{text}");
+        }
+    }
+
+    #[test]
+    fn task_list() {
+        let t = TaskSummary {
+            id: TaskId(2),
+            name: "echo".into(),
+            state: TaskState::Failed,
+            node: Some(NodeId(1)),
+            attempt: 2,
+            reason: Some("exit code 1".into()),
+            resources: "cpu=1".parse().unwrap(),
+            submitted_at_ms: 1_700_000_000_000,
+            started_at_ms: Some(1_700_000_000_123),
+            finished_at_ms: None,
+            namespace: None,
+        };
+        let text = render_tasks(std::slice::from_ref(&t));
+        let row: Vec<&str> = text.lines().nth(1).unwrap().split_whitespace().collect();
+        assert_eq!(
+            row,
+            [
+                "2", "echo", "failed", "1", "2", "cpu=1", "11-14", "22:13:20", "-", "exit", "code",
+                "1"
+            ]
+        );
+        // A namespace column only when some task has one.
+        assert!(!text.contains("NAMESPACE"));
+        let team = TaskSummary {
+            namespace: Some(Namespace::new("team-a").unwrap()),
+            ..t
+        };
+        let text = render_tasks(&[team]);
+        assert!(text.lines().next().unwrap().contains("NAMESPACE"));
+        assert!(text.lines().nth(1).unwrap().contains("team-a"));
+        assert_eq!(render_tasks(&[]), "no tasks\n");
+    }
+}

@@ -1,0 +1,266 @@
+//! `escher nodes`: one row per node, for clusters where `status` (a row per resource, and with
+//! MIG slices dozens per node) is too long to read: liveness, labels, CPU, memory and GPU use,
+//! how many other resources the node holds, and how many tasks run there.
+//!
+//! Running tasks are counted from one `ListTasks` page of running tasks (up to 10,000); past
+//! that, counts are lower bounds and the table says so.
+
+use std::collections::BTreeMap;
+use std::process::ExitCode;
+
+use clap::Args;
+use escher_proto::types::{ListTasksRequest, is_gpu_resource};
+use escher_proto::{
+    Amount, Capacity, ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskState,
+};
+use serde::Serialize;
+
+use super::ctx::Ctx;
+use super::render::{lines, table};
+
+/// How many running tasks one `nodes` call reads to count them per node.
+const RUNNING_PAGE: u32 = 10_000;
+
+/// Options of `escher nodes`.
+#[derive(Debug, Clone, Args)]
+pub struct NodesArgs {
+    /// Show nodes that have left too
+    #[arg(long)]
+    pub all: bool,
+}
+
+/// One row of `escher nodes --json`.
+#[derive(Debug, Serialize)]
+pub struct NodeRow<'a> {
+    /// The node as the head reports it.
+    pub node: &'a NodeStatus,
+    /// Tasks running there (a lower bound when `running_exact` is false).
+    pub running: u64,
+    /// Whether `running` counts every running task.
+    pub running_exact: bool,
+}
+
+impl NodesArgs {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let client = ctx.client().await?;
+        let cluster = client.cluster_status().await?;
+        let (running, exact) = running_per_node(&client).await?;
+        let shown: Vec<&NodeStatus> = cluster
+            .nodes
+            .iter()
+            .filter(|n| self.all || n.alive)
+            .collect();
+        if ctx.json {
+            let rows: Vec<NodeRow<'_>> = shown
+                .iter()
+                .map(|n| NodeRow {
+                    node: n,
+                    running: running.get(&n.id).copied().unwrap_or(0),
+                    running_exact: exact,
+                })
+                .collect();
+            ctx.emit_json(&rows)?;
+        } else {
+            ctx.emit(&render_nodes(&cluster, &shown, &running, exact))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// How many tasks run on each node, and whether that counts all of them (one page of running
+/// tasks is read).
+pub(crate) async fn running_per_node(
+    client: &escher_client::Client,
+) -> Result<(BTreeMap<NodeId, u64>, bool), escher_client::ClientError> {
+    let page = client
+        .list_tasks_page(ListTasksRequest {
+            state: Some(TaskState::Running),
+            limit: RUNNING_PAGE,
+            ..ListTasksRequest::default()
+        })
+        .await?;
+    let mut running: BTreeMap<NodeId, u64> = BTreeMap::new();
+    for task in &page.tasks {
+        if let Some(node) = task.node {
+            *running.entry(node).or_default() += 1;
+        }
+    }
+    Ok((running, page.more == 0))
+}
+
+/// The text of `escher nodes`.
+pub fn render_nodes(
+    cluster: &ClusterStatus,
+    shown: &[&NodeStatus],
+    running: &BTreeMap<NodeId, u64>,
+    exact: bool,
+) -> String {
+    let left = cluster.nodes.iter().filter(|n| !n.alive).count();
+    if shown.is_empty() {
+        return if left > 0 {
+            format!("no live nodes ({left} left; --all shows them)\n")
+        } else {
+            "no nodes have registered yet\n".to_string()
+        };
+    }
+    let mut t = table(&[
+        "NODE", "NAME", "ALIVE", "CPU", "MEMORY", "GPU", "OTHER", "RUNNING", "LABELS",
+    ]);
+    for n in shown {
+        let count = running.get(&n.id).copied().unwrap_or(0);
+        t.add_row(vec![
+            n.id.to_string(),
+            n.name.clone(),
+            if n.alive { "yes" } else { "no" }.to_string(),
+            use_of(n.resource("cpu")),
+            use_of(n.resource("memory")) + mib(n.resource("memory")),
+            gpus(n),
+            others(n),
+            if exact {
+                count.to_string()
+            } else {
+                format!("{count}+")
+            },
+            n.labels.to_string(),
+        ]);
+    }
+    let mut out = lines(&t);
+    if left > 0 && shown.len() < cluster.nodes.len() {
+        out.push_str(&format!(
+            "{left} node(s) left the cluster; --all shows them\n"
+        ));
+    }
+    if !exact {
+        out.push_str(&format!(
+            "running counts come from the first {RUNNING_PAGE} running tasks: they are lower bounds\n"
+        ));
+    }
+    out
+}
+
+/// `used / total`, or `-` when the node has none.
+fn use_of(r: Option<&ResourceStatus>) -> String {
+    r.map_or_else(|| "-".to_string(), |r| format!("{} / {}", r.used, r.total))
+}
+
+/// The unit after a memory figure.
+fn mib(r: Option<&ResourceStatus>) -> &'static str {
+    if r.is_some() { " MiB" } else { "" }
+}
+
+/// Whole GPUs used / total, and MIG slices in use / in all (summed over the `mig.<profile>`
+/// class resources).
+fn gpus(n: &NodeStatus) -> String {
+    let whole = use_of(n.resource("gpu"));
+    let classes = n.resources.iter().filter(|r| is_mig_class(r.name.as_str()));
+    let (mut used, mut total) = (Amount::ZERO, Amount::ZERO);
+    let mut any = false;
+    for r in classes {
+        any = true;
+        used = used.checked_add(r.used).unwrap_or(Amount::MAX);
+        if let Capacity::Finite(t) = r.total {
+            total = total.checked_add(t).unwrap_or(Amount::MAX);
+        }
+    }
+    if any {
+        format!("{whole}, MIG {used} / {total}")
+    } else {
+        whole
+    }
+}
+
+/// `mig.<profile>` (`mig.3g.20gb`), not `mig.<uuid>`.
+fn is_mig_class(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("mig.") else {
+        return false;
+    };
+    let mut chars = rest.chars();
+    chars.next().is_some_and(|c| c.is_ascii_digit()) && rest.contains("g.")
+}
+
+/// How many resources besides cpu, memory and GPU devices the node holds.
+fn others(n: &NodeStatus) -> String {
+    let count = n
+        .resources
+        .iter()
+        .filter(|r| {
+            let name = r.name.as_str();
+            name != "cpu" && name != "memory" && !is_gpu_resource(name)
+        })
+        .count();
+    count.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::types::Labels;
+
+    use super::*;
+
+    fn res(name: &str, total: &str, used: &str) -> ResourceStatus {
+        ResourceStatus {
+            name: name.parse().unwrap(),
+            total: total.parse().unwrap(),
+            used: used.parse().unwrap(),
+        }
+    }
+
+    fn node(id: u64, alive: bool, resources: Vec<ResourceStatus>) -> NodeStatus {
+        NodeStatus {
+            id: NodeId(id),
+            name: format!("w{id}"),
+            address: "127.0.0.1:0".into(),
+            alive,
+            labels: Labels::new(),
+            resources,
+            left_at_ms: None,
+            left_because: None,
+        }
+    }
+
+    #[test]
+    fn one_row_per_node_with_use_slices_and_counts() {
+        let cluster = ClusterStatus {
+            nodes: vec![
+                node(
+                    1,
+                    true,
+                    vec![
+                        res("cpu", "8", "2"),
+                        res("memory", "1024", "0"),
+                        res("gpu", "1", "0"),
+                        res("mig.3g.20gb", "1", "1"),
+                        res("mig.1g.5gb", "2", "0"),
+                        res("mig.MIG-abc", "1", "1"),
+                        res("dataset-7", "unbounded", "0"),
+                    ],
+                ),
+                node(2, false, vec![]),
+            ],
+            pending_tasks: 0,
+            running_tasks: 3,
+            namespaces: Vec::new(),
+        };
+        let live: Vec<&NodeStatus> = cluster.nodes.iter().filter(|n| n.alive).collect();
+        let running = [(NodeId(1), 3)].into_iter().collect();
+        let text = render_nodes(&cluster, &live, &running, true);
+        let row = text.lines().nth(1).unwrap();
+        for want in ["w1", "2 / 8", "0 / 1024 MiB", "MIG 1 / 3", " 1 ", " 3 "] {
+            assert!(row.contains(want), "{want:?} missing from {row:?}");
+        }
+        assert!(
+            text.contains("1 node(s) left the cluster; --all shows them"),
+            "{text}"
+        );
+        // Counts from a partial page are lower bounds, and say so.
+        let text = render_nodes(&cluster, &live, &running, false);
+        assert!(
+            text.contains("3+") && text.contains("lower bounds"),
+            "{text}"
+        );
+        assert_eq!(
+            render_nodes(&cluster, &[], &running, true),
+            "no live nodes (1 left; --all shows them)\n"
+        );
+    }
+}
