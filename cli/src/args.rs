@@ -208,28 +208,22 @@ impl TargetArgs {
     }
 }
 
-/// A duration: seconds (`10`, `1.5`) or a number with a unit (`500ms`, `10s`, `5m`, `2h`).
+/// A duration: plain seconds (`10`, `1.5`), or anything [`humantime`] reads (`500ms`, `10s`,
+/// `5m`, `2h`, `1h 30m`).
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (number, unit) = t.split_at(split);
-    let scale = match unit.trim() {
-        "" | "s" => 1.0,
-        "ms" => 0.001,
-        "m" => 60.0,
-        "h" => 3600.0,
-        other => {
-            return Err(format!(
-                "unknown unit {other:?} in {text:?}: write seconds (10, 1.5) or 500ms, 10s, 5m, 2h"
-            ));
-        }
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration: write seconds (10, 1.5) or 500ms, 5m"))?;
-    Duration::try_from_secs_f64(value * scale).map_err(|e| format!("{text:?}: {e}"))
+    let bare_seconds = !t.is_empty()
+        && t.chars().all(|c| c.is_ascii_digit() || c == '.')
+        && t.chars().any(|c| c.is_ascii_digit());
+    if bare_seconds {
+        let value: f64 = t.parse().map_err(|_| {
+            format!("{text:?} is not a duration: write seconds (10, 1.5) or 500ms, 5m")
+        })?;
+        return Duration::try_from_secs_f64(value).map_err(|e| format!("{text:?}: {e}"));
+    }
+    humantime::parse_duration(t).map_err(|e| {
+        format!("{text:?} is not a duration ({e}): write seconds (10, 1.5) or 500ms, 10s, 5m, 2h")
+    })
 }
 
 /// A `KEY=VALUE` pair with a non-empty key.
@@ -513,11 +507,13 @@ mod tests {
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
         assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
         assert!(parse_duration("-1").is_err());
+        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
         assert!(
-            parse_duration("3 days")
+            parse_duration("3 fortnights")
                 .unwrap_err()
-                .contains("unknown unit")
+                .contains("unknown time unit")
         );
+        assert!(parse_duration("1.2.3").is_err());
         assert!(parse_duration("").is_err());
         assert_eq!(parse_key_value("A=").unwrap(), ("A".into(), String::new()));
         assert!(parse_key_value("=x").is_err());
