@@ -478,14 +478,11 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn urls_are_normalised_and_checked() {
-        use crate::heads::{endpoint, normalise};
-        assert_eq!(normalise("127.0.0.1:7600"), "http://127.0.0.1:7600");
-        assert_eq!(normalise(" http://h:1 "), "http://h:1");
-        let none = crate::Credentials::none("test");
-        assert!(endpoint("http://127.0.0.1:7600", &none).is_ok());
-        let err = endpoint("http://bad host:1", &none)
+    #[tokio::test]
+    async fn urls_are_normalised_and_checked() {
+        let c = Client::connect_lazy("127.0.0.1:7600").unwrap();
+        assert_eq!(c.heads.urls(), vec!["http://127.0.0.1:7600"]);
+        let err = Client::connect_lazy("http://bad host:1")
             .unwrap_err()
             .to_string();
         assert!(err.contains("invalid head URL"), "{err}");

@@ -10,7 +10,7 @@
 //!   `mig.<profile>`, `mig.<uuid>`). Pure data with validation: no async, no network, usable
 //!   from the scheduler core.
 //! - [`access`]: the access file a head writes for the clients and workers of its machine
-//!   (DESIGN §10), and where it is found.
+//!   (docs/DESIGN.md §10), and where it is found.
 //! - [`batch`]: batching a link's messages without a timer (the worker link's `WorkerBatch`
 //!   and `HeadBatch`).
 //! - [`codec`]: the encoding of function-task arguments and results (bincode over serde).
@@ -20,6 +20,8 @@
 //! - [`convert`]: `From<domain> for wire` and `TryFrom<wire> for domain` for every message, the
 //!   latter validating every field and failing with a [`ConvertError`] that names the field
 //!   path (and becomes a `tonic::Status::invalid_argument`).
+//! - [`replicas`]: the replicas of a head group, a channel to each and which one leads; the
+//!   client and the worker follow the leader through it.
 //! - [`mig`]: a pure model of NVIDIA MIG: profile tables (A100-40GB/80GB, H100-80GB, H200),
 //!   legal layouts of instances, MIGM's reachability-guided placement, maximal layouts, and
 //!   MIGRator's reconfiguration latency.
@@ -38,6 +40,8 @@ pub mod codec;
 #[cfg(feature = "grpc")]
 pub mod convert;
 pub mod mig;
+#[cfg(feature = "grpc")]
+pub mod replicas;
 pub mod types;
 #[cfg(feature = "grpc")]
 pub mod wire;

@@ -9,42 +9,26 @@
 //!
 //! Following the leader: a replica that does not lead answers UNAVAILABLE with the leader's
 //! URL in the `escher-leader` metadata; [`HeadConn::follow`] switches to it (adding it if it
-//! was not in the list). Without a hint, [`HeadConn::rotate`] tries the next replica.
+//! was not in the list). Without a hint, [`HeadConn::rotate`] tries the next replica. The
+//! replicas, their channels and the choice of leader are an
+//! [`escher_proto::replicas::Replicas`], the same the client follows the leader with.
 //!
 //! [`TaskContext`]: crate::TaskContext
 
 use std::fmt;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::Arc;
 
 use escher_proto::access::Bearer;
+use escher_proto::replicas::{Answer, Replicas, answer};
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::wire::worker_link_client::WorkerLinkClient;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// A client of a head service that sends a token with every call.
 pub type Authed = InterceptedService<Channel, Bearer>;
 
 use crate::error::WorkerError;
-
-/// How long a connection attempt may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often to ping the head over an idle connection.
-const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
-/// How long a ping may go unanswered before the connection counts as broken.
-const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// The response metadata key of a "not leader" answer that names the leader.
-pub(crate) const LEADER_METADATA: &str = "escher-leader";
-
-#[derive(Debug)]
-struct Heads {
-    /// Every known replica: its URL and its channel.
-    replicas: Vec<(Arc<str>, Channel)>,
-    /// The one believed to lead.
-    current: usize,
-}
 
 /// The head replicas and the channels to them. Cheap to clone; clones share the choice of
 /// leader.
@@ -52,7 +36,7 @@ struct Heads {
 pub(crate) struct HeadConn {
     /// The list as configured (`URL[,URL...]`), passed on to command tasks.
     list: Arc<str>,
-    heads: Arc<Mutex<Heads>>,
+    replicas: Replicas,
     /// The idempotency keys of the writes made through this connection (task contexts'
     /// resource changes).
     keys: escher_proto::types::KeyIssuer,
@@ -70,27 +54,7 @@ impl fmt::Debug for HeadConn {
     }
 }
 
-fn channel(url: &str, trust: Option<&(String, Option<String>)>) -> Result<Channel, WorkerError> {
-    let mut endpoint = Endpoint::from_shared(url.to_string())
-        .map_err(|e| WorkerError::config("head", format!("{url:?}: {e}")))?;
-    if url.starts_with("https://") {
-        let tls = trust
-            .map(|(ca, name)| escher_proto::access::client_tls(ca, name.as_deref()))
-            .unwrap_or_default();
-        endpoint = endpoint
-            .tls_config(tls)
-            .map_err(|e| WorkerError::config("head", format!("TLS for {url}: {e}")))?;
-    }
-    let endpoint = endpoint
-        .connect_timeout(CONNECT_TIMEOUT)
-        .http2_keep_alive_interval(KEEP_ALIVE_INTERVAL)
-        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT)
-        .keep_alive_while_idle(true)
-        .tcp_nodelay(true);
-    Ok(endpoint.connect_lazy())
-}
-
-/// The URLs of a `URL[,URL...]` list.
+/// The URLs of a `URL[,URL...]` list, as given.
 pub(crate) fn split_heads(list: &str) -> impl Iterator<Item = &str> {
     list.split(',').map(str::trim).filter(|u| !u.is_empty())
 }
@@ -103,26 +67,18 @@ impl HeadConn {
         join_token: &str,
         trust: Option<(String, Option<String>)>,
     ) -> Result<HeadConn, WorkerError> {
-        let replicas = split_heads(list)
-            .map(|url| Ok((Arc::from(url), channel(url, trust.as_ref())?)))
-            .collect::<Result<Vec<_>, WorkerError>>()?;
-        if replicas.is_empty() {
-            return Err(WorkerError::config("head", "no head URL given"));
-        }
+        let tls = trust
+            .as_ref()
+            .map(|(ca, name)| escher_proto::access::client_tls(ca, name.as_deref()));
+        let replicas =
+            Replicas::lazy(list, tls).map_err(|e| WorkerError::config("head", e.to_string()))?;
         Ok(HeadConn {
             list: Arc::from(list),
-            heads: Arc::new(Mutex::new(Heads {
-                replicas,
-                current: 0,
-            })),
+            replicas,
             keys: escher_proto::types::KeyIssuer::new(rand::random()),
             join: Bearer::new(join_token),
             trust,
         })
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, Heads> {
-        self.heads.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The key of a new write.
@@ -132,18 +88,12 @@ impl HeadConn {
 
     /// The URL of the replica believed to lead.
     pub(crate) fn url(&self) -> String {
-        let heads = self.lock();
-        heads.replicas[heads.current].0.to_string()
+        self.replicas.current().1.to_string()
     }
 
     /// Every configured URL, as given (`URL[,URL...]`).
     pub(crate) fn list(&self) -> &str {
         &self.list
-    }
-
-    fn current(&self) -> Channel {
-        let heads = self.lock();
-        heads.replicas[heads.current].1.clone()
     }
 
     /// The certificate trusted for `https://` heads (PEM) and the name checked against it.
@@ -153,60 +103,44 @@ impl HeadConn {
 
     /// A client of the `WorkerLink` service of the replica believed to lead.
     pub(crate) fn link_client(&self) -> WorkerLinkClient<Authed> {
-        WorkerLinkClient::with_interceptor(self.current(), self.join.clone())
+        WorkerLinkClient::with_interceptor(self.replicas.current().0, self.join.clone())
     }
 
     /// A client of the `Cluster` service of the replica believed to lead, calling with
     /// `token` (a task's credential).
     pub(crate) fn cluster_client(&self, token: &Bearer) -> ClusterClient<Authed> {
-        ClusterClient::with_interceptor(self.current(), token.clone())
+        ClusterClient::with_interceptor(self.replicas.current().0, token.clone())
     }
 
     /// Believes `url` leads from now on; a URL not in the list is added.
     pub(crate) fn follow(&self, url: &str) {
-        let mut heads = self.lock();
-        if let Some(i) = heads.replicas.iter().position(|(u, _)| &**u == url) {
-            heads.current = i;
-            return;
-        }
-        match channel(url, self.trust.as_ref()) {
-            Ok(ch) => {
-                heads.replicas.push((Arc::from(url), ch));
-                heads.current = heads.replicas.len() - 1;
-            }
-            Err(err) => tracing::warn!(%url, %err, "cannot follow the leader the head named"),
-        }
+        self.replicas.follow(url);
     }
 
     /// Tries the next replica (the current one did not answer, or knows no leader).
     pub(crate) fn rotate(&self) {
-        let mut heads = self.lock();
-        heads.current = (heads.current + 1) % heads.replicas.len();
+        self.replicas.rotate();
     }
 
     /// How many replicas are known.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
-        self.lock().replicas.len()
+        self.replicas.len()
     }
 }
 
 /// The leader's URL named by a "not leader" answer.
 pub(crate) fn leader_hint(status: &tonic::Status) -> Option<String> {
-    if status.code() != tonic::Code::Unavailable {
-        return None;
+    match answer(status) {
+        Answer::Leader(url) => Some(url),
+        Answer::NoLeader | Answer::Other => None,
     }
-    status
-        .metadata()
-        .get(LEADER_METADATA)
-        .and_then(|v| v.to_str().ok())
-        .filter(|url| !url.is_empty())
-        .map(str::to_string)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use escher_proto::replicas::LEADER_METADATA;
 
     #[tokio::test]
     async fn follows_the_named_leader_and_rotates_without_one() {
