@@ -65,6 +65,7 @@ impl Labels {
     }
 
     /// The labels as a map, without copying them (for the wire form).
+    #[cfg(feature = "grpc")]
     pub(crate) fn into_map(self) -> BTreeMap<String, String> {
         self.0
     }
