@@ -1,5 +1,5 @@
-//! Measures what the runtime issue asks for, on an embedded cluster: no-op function tasks per
-//! second submitted asynchronously from one client, and the synchronous submit-to-result round
+//! Measures two of the targets of docs/DESIGN.md §8 on an embedded cluster: no-op function tasks
+//! per second submitted asynchronously from one client, and the synchronous submit-to-result round
 //! trip. The full benchmark harness (with Ray side by side) lives in `benches/`.
 //!
 //! Run: `cargo run --release --example throughput [-- TASKS ROUND_TRIPS]`.

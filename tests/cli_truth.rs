@@ -1,4 +1,4 @@
-//! The `escher` CLI tells the truth (issue 11): exit codes that follow the tasks, unknown
+//! The `escher` CLI tells the truth (docs/DESIGN.md §9): exit codes that follow the tasks, unknown
 //! options refused, deleting what does not exist said so, a reservation name in use refused,
 //! unlimited retries printed as such. Each test drives the real `escher` binary against an
 //! in-process cluster on loopback.

@@ -1,10 +1,10 @@
-//! The web dashboard (issue 12) in a real headless Chromium, driven over the DevTools protocol:
-//! a head serving `--dashboard` on a loopback port, two workers (one with a simulated MIG GPU),
-//! and the page checked as a person would read it: nodes with their resources as bars, the
+//! The web dashboard (docs/DESIGN.md §11) in a real headless Chromium, driven over the DevTools
+//! protocol: a head serving `--dashboard` on a loopback port, two workers (one with a simulated MIG
+//! GPU), and the page checked as a person would read it: nodes with their resources as bars, the
 //! task table with pending reasons, a task's attempts and output, reservations, the GPU's MIG
-//! layout drawn slot by slot, the head replicas, and changes arriving live (through the watch
-//! API) without a reload. A reader token sees the cluster and no task; a wrong token is asked
-//! to sign in again.
+//! layout drawn slot by slot, the head replicas, and changes arriving live (through the watch API)
+//! without a reload. A reader token sees the cluster and no task; a wrong token is asked to sign in
+//! again.
 //!
 //! Chromium comes from Debian's `chromium` package. When it is missing the test installs it
 //! with `apt-get` (which works as root, as in CI); when that cannot be done it is skipped,

@@ -645,9 +645,9 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Fencing (issue 11): a worker SIGKILLed, or SIGSTOPped past the head's heartbeat timeout,
-/// leaves no task process running when the head retries its tasks elsewhere: every task runs
-/// its second attempt on the survivor, and no second attempt ever meets the first one alive.
+/// Fencing (docs/DESIGN.md §13): a worker SIGKILLed, or SIGSTOPped past the head's heartbeat
+/// timeout, leaves no task process running when the head retries its tasks elsewhere: every task
+/// runs its second attempt on the survivor, and no second attempt ever meets the first one alive.
 async fn fenced(freeze: bool) {
     let mut cluster = ProcessCluster::builder()
         .resources("cpu=20,memory=512")

@@ -1,4 +1,4 @@
-//! GPU policies end to end (issue 13), driven on a [`LocalCluster`] whose worker has a
+//! GPU policies end to end (docs/DESIGN.md §6), driven on a [`LocalCluster`] whose worker has a
 //! simulated A100-40GB, through the cluster API ([`escher::esl::gpu::drive`]): real MIG
 //! reconfigurations by the worker (scaled latency), jobs that are real command processes
 //! running `escher sim-work` on the slices they are given, typed out-of-memory failures,

@@ -1,5 +1,5 @@
-//! The head's Prometheus endpoint (issue 12): a real head with `metrics` on a loopback port and
-//! a real worker, a small scenario, then `/metrics` scraped over HTTP and parsed with a
+//! The head's Prometheus endpoint (docs/DESIGN.md §11): a real head with `metrics` on a loopback
+//! port and a real worker, a small scenario, then `/metrics` scraped over HTTP and parsed with a
 //! Prometheus text parser; the gauges must match what `cluster_status` and the tasks say, and a
 //! scrape without a token, or with a worker's, is refused.
 

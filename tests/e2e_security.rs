@@ -1,4 +1,4 @@
-//! Security and tenancy (DESIGN §10), tried as an attacker would: the raw gRPC protocol
+//! Security and tenancy (docs/DESIGN.md §10), tried as an attacker would: the raw gRPC protocol
 //! (tonic clients generated from `escher-proto`) against a real head and real workers on
 //! loopback. Every attack must be refused with UNAUTHENTICATED or PERMISSION_DENIED (or
 //! "unknown task" across namespaces), and the cluster's status and tasks must be unchanged.

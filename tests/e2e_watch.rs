@@ -1,7 +1,7 @@
-//! The watch API end to end (issue 12), with a real `escher-head` and real `escher-worker`
-//! processes on loopback: a scripted scenario (submit, start, finish, a resource change, a node
-//! joining and being lost) arrives in order with revisions counting up by one; a second watch
-//! resumes after a revision and gets exactly what followed; the futures built on it
+//! The watch API end to end (docs/DESIGN.md §11), with a real `escher-head` and real
+//! `escher-worker` processes on loopback: a scripted scenario (submit, start, finish, a resource
+//! change, a node joining and being lost) arrives in order with revisions counting up by one; a
+//! second watch resumes after a revision and gets exactly what followed; the futures built on it
 //! (`Client::started`, `Client::finished`) answer; and a watcher that stops reading is cut off
 //! while submits go on, counted rather than timed.
 

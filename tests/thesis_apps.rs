@@ -1,7 +1,7 @@
-//! The thesis' application experiments (issue 15) at small sizes: each runs the examples' own
-//! application (`examples/apps/`) on an embedded cluster and checks its qualitative claim.
-//! The figures come from `escher-bench e1 e2 e3 e4 cilantro`, never from these tests: nothing
-//! here compares a duration.
+//! The thesis' application experiments (thesis §4.6.1 and §3.7.3) at small sizes: each runs the
+//! examples' own application (`examples/apps/`) on an embedded cluster and checks its qualitative
+//! claim. The figures come from `escher-bench e1 e2 e3 e4 cilantro`, never from these tests:
+//! nothing here compares a duration.
 
 #[allow(dead_code)]
 #[path = "../examples/apps/mod.rs"]

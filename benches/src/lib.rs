@@ -8,23 +8,24 @@
 //! ```
 //!
 //! Every workload prints its table rows, writes `<out>/<id>.json`, and contributes plots;
-//! the run ends with the whole table, the DESIGN §8 targets (met, missed or not measured),
+//! the run ends with the whole table, the docs/DESIGN.md §8 targets (met, missed or not measured),
 //! `<out>/summary.json` and `<out>/results.md`. Every workload is bounded in time and stops by
 //! itself. Performance is measured here, never asserted by tests.
 //!
 //! # Layout
 //!
-//! - [`workloads`]: W1–W8 of issue 6, the command-task workload HyperQueue is compared on,
-//!   head memory under retention (issue 9), the GPU policies end to end (`workloads/gpu.rs`,
-//!   whose jobs run `escher-bench sim-work`, the CLI's simulated GPU job), and the thesis'
-//!   applications (E1–E4, Cilantro: `workloads/thesis.rs`, over the examples' `examples/apps/`),
-//!   one module each; [`cluster`] is the embedded escher cluster they share.
+//! - [`workloads`]: W1–W8 (`BENCHMARKS.md` says what each measures), the command-task workload
+//!   HyperQueue is compared on, head memory under retention (docs/DESIGN.md §7), the GPU policies
+//!   end to end (`workloads/gpu.rs`, whose jobs run `escher-bench sim-work`, the CLI's simulated
+//!   GPU job), and the thesis' applications (E1–E4, Cilantro: `workloads/thesis.rs`, over the
+//!   examples' `examples/apps/`), one module each; [`cluster`] is the embedded escher cluster they
+//!   share.
 //! - [`compare`]: `escher-bench compare OLD NEW`, two runs' figures as ratios, better or worse.
 //! - [`sim`]: light simulated workers speaking the real `WorkerLink` protocol (W8, retention);
 //!   [`head_process`]: `escher-head` as a separate process, and its memory.
 //! - [`peers`]: the Python virtual environment and the Ray and HyperQueue drivers
 //!   (`benches/peers/*.py`).
-//! - [`report`]: figures, tables and JSON; [`targets`]: DESIGN §8 checked; [`plot`]: PNGs.
+//! - [`report`]: figures, tables and JSON; [`targets`]: docs/DESIGN.md §8 checked; [`plot`]: PNGs.
 //! - [`size`]: what `tiny`, `small` and `full` mean for each workload; [`stats`]: percentiles.
 #![warn(missing_docs)]
 
@@ -65,7 +66,8 @@ pub struct Options {
     /// Workloads to run: `all` (the default), or any of w1..w10, cmd and retention.
     #[arg(value_name = "WORKLOAD")]
     pub workloads: Vec<Selection>,
-    /// How big: tiny (seconds, for CI), small, or full (the issue's sizes).
+    /// How big: tiny (seconds, for CI), small, or full (the scale of docs/DESIGN.md §8 and the
+    /// thesis).
     #[arg(long, value_enum, default_value = "full")]
     pub size: Size,
     /// Also run the peers (Ray, HyperQueue) in a virtualenv the harness creates.
@@ -248,7 +250,7 @@ pub struct RunSummary {
     pub failures: Vec<String>,
     /// The peers' outcomes.
     pub peers: Vec<serde_json::Value>,
-    /// DESIGN §8.
+    /// docs/DESIGN.md §8.
     pub targets: Vec<TargetCheck>,
     /// PNGs written.
     pub plots: Vec<PathBuf>,
@@ -361,7 +363,7 @@ pub fn markdown(summary: &RunSummary) -> String {
     );
     s.push_str("## Figures\n\nRatios are escher/peer, measured in the same run.\n\n");
     s.push_str(&report::figures_table(&summary.workloads));
-    s.push_str("\n## DESIGN §8 targets\n\n");
+    s.push_str("\n## docs/DESIGN.md §8 targets\n\n");
     s.push_str(&report::targets_table(&summary.targets));
     let notes: Vec<String> = summary
         .workloads

@@ -178,10 +178,10 @@ impl WorkloadReport {
     }
 }
 
-/// One target of DESIGN §8, checked against a run.
+/// One target of docs/DESIGN.md §8, checked against a run.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TargetCheck {
-    /// The target, as DESIGN §8 states it.
+    /// The target, as docs/DESIGN.md §8 states it.
     pub target: String,
     /// What was measured, in words and numbers.
     pub measured: String,
@@ -268,7 +268,7 @@ pub fn figures_table(reports: &[WorkloadReport]) -> String {
 /// The targets as a Markdown table.
 pub fn targets_table(targets: &[TargetCheck]) -> String {
     let mut s = String::new();
-    s.push_str("| DESIGN §8 target | measured | result |\n|---|---|---|\n");
+    s.push_str("| docs/DESIGN.md §8 target | measured | result |\n|---|---|---|\n");
     for t in targets {
         let result = match t.met {
             Some(true) => "met",

@@ -1,5 +1,5 @@
-//! How big each workload is at each `--size`: `full` is the (and the thesis') scale,
-//! `small` a tenth of it for a quick look, `tiny` a few seconds in all for CI.
+//! How big each workload is at each `--size`: `full` is the scale docs/DESIGN.md §8 and the thesis
+//! measure at, `small` a tenth of it for a quick look, `tiny` a few seconds in all for CI.
 
 use serde::Serialize;
 
@@ -11,7 +11,7 @@ pub enum Size {
     Tiny,
     /// About a tenth of `full`.
     Small,
-    /// The sizes (minutes on 2 cores).
+    /// The scale docs/DESIGN.md §8 and the thesis measure at (minutes on 2 cores).
     Full,
 }
 

@@ -1,4 +1,4 @@
-//! The targets of DESIGN §8, checked against the figures of one run. A target whose figures
+//! The targets of docs/DESIGN.md §8, checked against the figures of one run. A target whose figures
 //! were not measured in the run (a workload not selected, peers not run) is reported as such.
 
 use crate::report::{Figure, TargetCheck, WorkloadReport, num, ratio};

@@ -1,7 +1,7 @@
-//! The retention test of issue 9: a real `escher-head` process with `--retain-finished 1000`
-//! (and so 10,000 tombstones), light simulated workers that finish every task at once, and
-//! 300,000 no-op tasks submitted 1,000 per call, at most 4,000 unfinished at a time; the head's
-//! memory is read every 10,000 tasks, once it has finished all of them.
+//! Retention keeps the head's memory bounded (docs/DESIGN.md §7): a real `escher-head` process with
+//! `--retain-finished 1000` (and so 10,000 tombstones), light simulated workers that finish every
+//! task at once, and 300,000 no-op tasks submitted 1,000 per call, at most 4,000 unfinished at a
+//! time; the head's memory is read every 10,000 tasks, once it has finished all of them.
 //!
 //! The bound: the head's resident memory (VmRSS) after all of them is at most a quarter, or
 //! [`MIN_BOUND_MIB`] if that is more, above its reading after the first [`BASELINE`] (here

@@ -1,4 +1,4 @@
-//! `escher token create|list|revoke` and `escher drain NODE`: what an admin does (DESIGN
+//! `escher token create|list|revoke` and `escher drain NODE`: what an admin does (docs/DESIGN.md
 //! §10). Both need an admin token (the access file's, on the head's machine).
 
 use std::process::ExitCode;

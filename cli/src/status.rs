@@ -2,7 +2,7 @@
 //! tasks with the reason each cannot be placed, and the head group's replicas.
 //!
 //! A resource whose use exceeds its total (its capacity shrank below what running tasks hold,
-//! DESIGN §3) is marked in the `NOTE` column with how far over it is; unbounded capacities
+//! docs/DESIGN.md §3) is marked in the `NOTE` column with how far over it is; unbounded capacities
 //! show `unbounded`. Pending tasks come from one `ListTasks` call (state pending), whose
 //! summaries already carry the head's reason.
 

@@ -1,4 +1,4 @@
-//! The admin methods of [`Client`]: tokens (DESIGN §10) and draining nodes. They need an
+//! The admin methods of [`Client`]: tokens (docs/DESIGN.md §10) and draining nodes. They need an
 //! `admin` token; any other is answered [`ClientError::PermissionDenied`].
 
 use escher_proto::NodeId;

@@ -1,5 +1,5 @@
-//! [`Credentials`]: the token a client sends with every call, and where it came from (DESIGN
-//! §10).
+//! [`Credentials`]: the token a client sends with every call, and where it came from
+//! (docs/DESIGN.md §10).
 //!
 //! A client finds its token without any flag, in this order:
 //! 1. one given explicitly ([`Client::with_token`](crate::Client::with_token), `--token`);

@@ -7,7 +7,7 @@
 //! one idempotency key. An application that creates many resources from many futures (the
 //! thesis' Fig. 4.9a, W4) so pays about one call per batch instead of one per resource, and a
 //! lone update costs what it did. The head applies a call's updates in order, all or none
-//! (DESIGN §3), so:
+//! (docs/DESIGN.md §3), so:
 //!
 //! - a call the head applied answers each caller with its own update's nodes;
 //! - a call of several updates that the head refused (nothing was applied: a bad name, an

@@ -1,4 +1,4 @@
-//! The ephemeral-resource API of [`Client`] (DESIGN §3): `set_resource` and its variants,
+//! The ephemeral-resource API of [`Client`] (docs/DESIGN.md §3): `set_resource` and its variants,
 //! the batch form, and `cluster_status`.
 //!
 //! Each change goes to the head as a [`ResourceUpdate`] with a [`NodeSpec`] target; the head

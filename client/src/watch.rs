@@ -1,4 +1,4 @@
-//! [`Watch`]: the cluster's events as a stream (DESIGN §11), and the futures built on it
+//! [`Watch`]: the cluster's events as a stream (docs/DESIGN.md §11), and the futures built on it
 //! ([`Client::started`], [`Client::finished`]).
 //!
 //! A watch is served by one head replica; when the stream breaks (a leader change, a restart

@@ -1,4 +1,4 @@
-//! Physical resources are unforgeable (DESIGN §10): random command sequences sent from an
+//! Physical resources are unforgeable (docs/DESIGN.md §10): random command sequences sent from an
 //! application's identity (its namespace, as the head's handlers pass it) never change a
 //! physical resource's capacity: only a worker's own registration does. Names are drawn from a
 //! pool that mixes physical names, application names, and pairs that compose physical names
@@ -154,7 +154,7 @@ fn command(t: &TestState, nodes: &[NodeId], op: &AppOp) -> Option<Command> {
             }
         }
         // Bundles of `cpu` only: a reservation no node can ever place trips a known mismatch
-        // between the state's and the core's pending reason for gang members (issue 11), which
+        // between the state's and the core's pending reason for gang members, which
         // is not what this property is about. Composed names are still drawn: the reservation's
         // name comes from the pool, and `cpu` is physical.
         AppOp::Reserve { res, bundle } => Command::Reserve {

@@ -1,4 +1,4 @@
-//! Per-namespace quotas (DESIGN §10): an application namespace may have at most
+//! Per-namespace quotas (docs/DESIGN.md §10): an application namespace may have at most
 //! `StateConfig::namespace_unfinished` unfinished tasks, reservation holders included; a batch
 //! that would pass it is refused whole, admin tasks are not counted, and finishing or cancelling
 //! tasks makes room again. Reservation holders carry their namespace like any task. And at most

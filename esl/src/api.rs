@@ -54,7 +54,7 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         timeout: Duration,
     ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
 
-    /// Subscribes to the cluster's events that `request` selects, from now on (DESIGN §11):
+    /// Subscribes to the cluster's events that `request` selects, from now on (docs/DESIGN.md §11):
     /// how a policy learns that a task started or ended without polling its status.
     fn watch(&self, request: WatchRequest)
     -> impl Future<Output = Result<Events, EslError>> + Send;

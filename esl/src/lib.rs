@@ -43,9 +43,9 @@
 //! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,
 //!   relaxation in a stated order) and [`validate`](compose::validate), which rejects before
 //!   launch a spec no live node can ever satisfy, naming the resource;
-//! - [`gpu`]: GPU multi-tenancy on MIG slices and fractional GPUs (issue 13): MIGM, MIGRator,
-//!   Ekya's thief scheduler and their baselines, as pure policies behind [`gpu::GpuPolicy`],
-//!   tested on an in-memory simulated GPU;
+//! - [`gpu`]: GPU multi-tenancy on MIG slices and fractional GPUs (docs/DESIGN.md §6): MIGM,
+//!   MIGRator, Ekya's thief scheduler and their baselines, as pure policies behind
+//!   [`gpu::GpuPolicy`], tested on an in-memory simulated GPU;
 //! - [`cilantro`]: [`Cilantro`](cilantro::Cilantro), performance-aware allocation learned
 //!   online (thesis chapter 3): per-job resources whose capacities each round sets from
 //!   learned confidence bounds, under NJC fairness, social or egalitarian welfare;

@@ -1,5 +1,5 @@
 //! The raft log's store, measured: fsync'd append throughput of escher's `DiskLog` and of redb
-//! (a B-tree store, the alternative DESIGN §7 names) in the same run, with a bare
+//! (a B-tree store, the alternative docs/DESIGN.md §7 names) in the same run, with a bare
 //! `write` + `fdatasync` of the same bytes as the floor the device sets.
 //!
 //! Each workload appends batches of 1, 10, 100 and 1,000 raft entries of ~300 bytes (encoded)

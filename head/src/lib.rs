@@ -9,7 +9,7 @@
 //! - [`replication`]: raft around the state machine; [`replication::log`] is its durable log
 //!   (`--data-dir`) and its in-memory one.
 //! - [`auth`]: who is calling (tokens, roles, task credentials) and what they may do; one
-//!   tower layer in front of every service (DESIGN §10).
+//!   tower layer in front of every service (docs/DESIGN.md §10).
 //! - [`runtime`]: the owner task, the `Cluster` and `WorkerLink` gRPC services, heartbeats,
 //!   waiters, and [`run`], the entry point the `escher-head` binary and `LocalCluster` call.
 #![warn(missing_docs)]

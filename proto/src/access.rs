@@ -1,4 +1,4 @@
-//! The access file (DESIGN §10): how the CLI, the client library and workers on the head's
+//! The access file (docs/DESIGN.md §10): how the CLI, the client library and workers on the head's
 //! machine find the head and its credentials with no flag.
 //!
 //! At its first start a head writes `access.json` (mode 0600): the URLs it serves on, an

@@ -1,4 +1,4 @@
-//! Fuzz-style properties of the wire edge (DESIGN §10): every request a head or a worker
+//! Fuzz-style properties of the wire edge (docs/DESIGN.md §10): every request a head or a worker
 //! decodes, as arbitrary bytes and as valid messages with bytes flipped, converts to a domain
 //! value or to a typed `ConvertError`; nothing panics. (`prost` rejects bytes that are not a
 //! message before conversion; what it accepts is exactly what a hostile caller can send.)

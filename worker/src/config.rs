@@ -1,6 +1,6 @@
 //! [`WorkerConfig`]: everything a worker is configured with, with its defaults defined once.
 //!
-//! The binary turns its flags into a `WorkerConfig` (STYLE §17); the library builder
+//! The binary turns its flags into a `WorkerConfig` (docs/STYLE.md §17); the library builder
 //! ([`WorkerBuilder`](crate::WorkerBuilder)) edits one. [`WorkerConfig::validate`] checks it as
 //! a whole, with errors that name the setting as its command-line flag does.
 
@@ -18,7 +18,7 @@ use crate::error::WorkerError;
 use crate::exec::{DEFAULT_GRACE, LogRetention};
 use crate::gpu::SimGpuSpec;
 
-/// Where the head is unless told otherwise (DESIGN §9).
+/// Where the head is unless told otherwise (docs/DESIGN.md §9).
 pub const DEFAULT_HEAD: &str = "http://127.0.0.1:7600";
 /// How long running tasks may go on finishing after shutdown is asked for, unless told otherwise.
 pub const DEFAULT_DRAIN: Duration = Duration::from_secs(10);

@@ -1,5 +1,5 @@
 //! [`TaskContext`]: what a running function task knows about itself, and its way back to the
-//! cluster (DESIGN §4: "a running task has a context").
+//! cluster (docs/DESIGN.md §4: "a running task has a context").
 //!
 //! Through it a handler changes ephemeral resources on its own node (`NodeSpec::Local`, which
 //! the head resolves through `caller_task`), or on any node, and reaches the rest of the

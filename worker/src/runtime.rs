@@ -1,5 +1,5 @@
 //! The worker's event loop: one task that owns the link to the head and the table of running
-//! tasks, so that nothing else needs a lock (STYLE §7).
+//! tasks, so that nothing else needs a lock (docs/STYLE.md §7).
 //!
 //! ```text
 //!                  ┌────────── Register + Attach (link.rs), with back-off ◄──────────┐

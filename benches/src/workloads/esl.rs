@@ -1,7 +1,7 @@
-//! `esl`, what the ESLs ask of the head (issue 12): the fair-share ESL's calls per rebalance
-//! while it tracks unfinished tasks, and the soft-constraints ESL's latency from submit to
-//! placement, when its first preference can be met, when it falls back to the second, and
-//! when the first becomes possible while it waits (how late it notices).
+//! `esl`, what the ESLs ask of the head (docs/DESIGN.md §11): the fair-share ESL's calls per
+//! rebalance while it tracks unfinished tasks, and the soft-constraints ESL's latency from submit
+//! to placement, when its first preference can be met, when it falls back to the second, and when
+//! the first becomes possible while it waits (how late it notices).
 //!
 //! Every call an ESL makes goes through [`Counting`], a [`ClusterApi`] in front of the real
 //! client that counts calls by kind, so the figures are calls, not guesses. The cluster is an

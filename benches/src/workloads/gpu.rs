@@ -1,4 +1,4 @@
-//! The GPU policies end to end (issue 13): MIGM's schemes A and B against the sequential
+//! The GPU policies end to end (docs/DESIGN.md §6): MIGM's schemes A and B against the sequential
 //! full-GPU baseline, MIGRator's pre-initialization, and one MIGRator window against Ekya's
 //! and PARIS's schedules, each driven on a cluster's GPU ([`escher::esl::gpu::drive`]) through the
 //! head and a worker, on an embedded cluster whose worker has a simulated A100-40GB. Every job

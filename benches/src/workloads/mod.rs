@@ -1,6 +1,6 @@
-//! The workloads W1–W8 of issue 6, the command-task workload that HyperQueue is compared
-//! on, and the head's memory under retention (issue 9). Each is one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its
-//! own cluster.
+//! The workloads W1–W8 (`BENCHMARKS.md` says what each measures), the command-task workload that
+//! HyperQueue is compared on, and the head's memory under retention (docs/DESIGN.md §7). Each is
+//! one `run(&Ctx) -> WorkloadReport`, bounded in time, starting and stopping its own cluster.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -92,7 +92,7 @@ pub enum Workload {
     /// Cilantro as an ESL: the synthetic 5-user experiment (thesis chapter 3).
     Cilantro,
     /// The GPU policies end to end: MIGM A and B against the sequential full GPU, MIGRator's
-    /// pre-initialization, one MIGRator window against Ekya and PARIS (issue 13).
+    /// pre-initialization, one MIGRator window against Ekya and PARIS.
     Gpu,
 }
 

@@ -1,4 +1,5 @@
-//! Retention: the head's memory under a never-ending stream of short tasks (issue 9).
+//! Retention: the head's memory under a never-ending stream of short tasks, which must stay
+//! bounded (docs/DESIGN.md §7).
 //!
 //! The head is the real `escher-head` binary in its own process, so that its resident memory
 //! can be read from `/proc/PID/status`; the nodes are the light simulated workers of `sim.rs`,

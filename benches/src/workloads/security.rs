@@ -1,5 +1,5 @@
-//! `sec`, the cost of security (issue 10): the W1 and W2 shapes against three heads in the same
-//! run, one after the other:
+//! `sec`, the cost of security (docs/DESIGN.md §10): the W1 and W2 shapes against three heads in
+//! the same run, one after the other:
 //!
 //! - **open**: no token checked (every caller is an admin; a setting only the harness uses);
 //! - **auth**: every call's token checked by the auth layer (the default on loopback);
@@ -10,7 +10,8 @@
 //! task) and W2's submit-then-get round trip, and reported as a ratio of the open head. The
 //! three heads run side by side and are measured in turn, for several rounds, so that the
 //! machine's noise falls on all of them alike; figures are medians of the rounds. The
-//! issue's target: authentication and TLS together cost at most 10% of W1 throughput.
+//! target: authentication and TLS together cost at most 10% of W1 throughput, so that being
+//! secure by default costs little.
 
 use std::time::Duration;
 

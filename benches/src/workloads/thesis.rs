@@ -1,4 +1,4 @@
-//! The thesis' end-to-end evaluation (issue 15): E1 WordCount with data locality, E2
+//! The thesis' end-to-end evaluation (thesis §4.6.1): E1 WordCount with data locality, E2
 //! hierarchical fair sharing at 100 nodes, E3 AlphaZero-style co-location, E4 EscherTune, and
 //! Cilantro's synthetic 5-user experiment. The applications are the examples' own
 //! (`examples/apps/`, compiled here unchanged), so the figures come from the code a reader

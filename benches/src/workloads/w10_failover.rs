@@ -3,7 +3,7 @@
 //! that knows all three replicas and was talking to the leader, retrying through the
 //! election). The killed replica is then restarted from its data directory and the group
 //! waits until all three have caught up before the next kill. Reported: p50 and max over the
-//! kills. DESIGN §8 asks for ≤ 2 s.
+//! kills. docs/DESIGN.md §8 asks for ≤ 2 s.
 //!
 //! The heads run raft's default timing (`--raft-tick-ms 50`: a follower stands for election
 //! after 0.5 to 1 s without a leader, after pre-vote).

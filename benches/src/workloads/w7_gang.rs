@@ -19,8 +19,8 @@
 //! placement groups. With `--peers` Ray
 //! also runs the gang loop itself: placement groups of 8 one-slot bundles from 4 threads.
 //!
-//! The gangs are small next to the cluster (4 gangs of 8 CPUs on 256 CPUs), as the issue
-//! sets it: the designs are compared on their overhead, not on deadlock under contention.
+//! The gangs are small next to the cluster (4 gangs of 8 CPUs on 256 CPUs), on
+//! purpose: the designs are compared on their overhead, not on deadlock under contention.
 
 use std::path::Path;
 use std::sync::Arc;

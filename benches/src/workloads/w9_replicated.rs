@@ -8,8 +8,8 @@
 //!   log directory): every write is fsync'd by a majority before it is acknowledged.
 //!
 //! Each is measured submitting in batches of 1,000 and with one `submit()` per task (coalesced
-//! by the client), and reported as tasks/s and as a ratio of the in-memory figure. DESIGN §8
-//! asks that three replicas keep at least half of the in-memory throughput.
+//! by the client), and reported as tasks/s and as a ratio of the in-memory figure. docs/DESIGN.md
+//! §8 asks that three replicas keep at least half of the in-memory throughput.
 //!
 //! In the W1 shape only 8 tasks run at once (8 CPUs, 1 each), and a CPU is free again only
 //! once its task's end is committed, so a durable head finishes at most 8 tasks per commit:

@@ -1,12 +1,13 @@
-//! `watch`, the cost of watching (issue 12): W1's two throughput shapes with no watcher and
-//! with 10 watchers subscribed to every event, on one cluster, in one run.
+//! `watch`, the cost of watching (docs/DESIGN.md §11): W1's two throughput shapes with no watcher
+//! and with 10 watchers subscribed to every event, on one cluster, in one run.
 //!
 //! Each watcher is its own client (its own HTTP/2 connection) reading its stream in its own
 //! task and counting what it gets, as ten dashboards or ESLs would. Each round runs both, the
 //! first alternating from round to round, so that a drift of the machine falls on both alike;
 //! figures are medians of the rounds, ratios the median of the rounds' ratios. On this machine the watchers' own decoding shares the
-//! two cores with the head and the client, so the ratio includes it. The issue's target:
-//! watching costs at most 10% of W1 throughput.
+//! two cores with the head and the client, so the ratio includes it. The target:
+//! watching costs at most 10% of W1 throughput, so that ESLs and dashboards can watch instead
+//! of polling.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};

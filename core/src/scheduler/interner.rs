@@ -16,7 +16,7 @@
 //! recounting every reference from scratch. Everything here is a plain function of the events,
 //! so the same events give the same ids on every replica. Cost: one counter update per slot
 //! or requested resource as tasks come and go, and one per freed name; nothing is ever
-//! scanned, so it does not grow with unrelated resources (DESIGN §5).
+//! scanned, so it does not grow with unrelated resources (docs/DESIGN.md §5).
 
 use escher_proto::types::ResourceName;
 use rustc_hash::FxHashMap;

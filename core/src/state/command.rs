@@ -58,7 +58,7 @@ pub enum Command {
     Init {
         /// A random id, as text.
         cluster_id: String,
-        /// A random key, as text: it signs task credentials (DESIGN §10).
+        /// A random key, as text: it signs task credentials (docs/DESIGN.md §10).
         task_key: String,
     },
     /// `escher token create`: a token, by its hash.

@@ -1,4 +1,4 @@
-//! The events `apply` records for watchers (DESIGN §11).
+//! The events `apply` records for watchers (docs/DESIGN.md §11).
 //!
 //! Every change a watcher may care about is recorded where the state makes it, with the next
 //! revision: the counter is part of the replicated state, so every replica numbers the same

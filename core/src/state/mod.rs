@@ -3,7 +3,7 @@
 //! Everything here changes only through [`ClusterState::apply`], which takes a serializable
 //! [`Entry`] (a [`Command`] stamped with the time it was accepted) and is deterministic: the
 //! same entries in the same order give the same state, replies and [`Effect`]s on every replica.
-//! That is the seam where raft replicates the head (DESIGN §7). Soft state (which worker
+//! That is the seam where raft replicates the head (docs/DESIGN.md §7). Soft state (which worker
 //! connection is open, when each last sent a heartbeat, who waits for which task) lives in the
 //! runtime, not here.
 //!
@@ -20,7 +20,7 @@
 //! endless stream of tasks.
 //!
 //! Tokens (`tokens.rs`): the hashes of the tokens `escher token create` made, and the key that
-//! signs task credentials (DESIGN §10).
+//! signs task credentials (docs/DESIGN.md §10).
 //!
 //! Events (`events.rs`): every change a watcher may care about (a task submitted, started,
 //! finished or blocked, a resource resized, a node joined or lost, a reservation placed) is

@@ -269,8 +269,8 @@ impl ClusterState {
     }
 }
 
-/// Refuses a physical resource name (DESIGN §10): the single validation function behind every
-/// path by which an application changes resources.
+/// Refuses a physical resource name (docs/DESIGN.md §10): the single validation function behind
+/// every path by which an application changes resources.
 pub(crate) fn check_not_physical(name: &ResourceName) -> Result<(), ApplyError> {
     if name.is_physical() {
         return Err(ApplyError::Physical(name.clone()));

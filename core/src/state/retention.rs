@@ -1,5 +1,5 @@
 //! Retention: what the head forgets, and when, so that its memory stays flat under an endless
-//! stream of short tasks and a churn of workers (DESIGN §7).
+//! stream of short tasks and a churn of workers (docs/DESIGN.md §7).
 //!
 //! - **Finished tasks** are kept whole (spec, result, reason, times) while they are among the
 //!   last [`RetentionPolicy::finished`] to finish and finished less than

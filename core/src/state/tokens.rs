@@ -1,4 +1,4 @@
-//! Tokens in the replicated state (DESIGN §10): what `escher token create` made, as hashes.
+//! Tokens in the replicated state (docs/DESIGN.md §10): what `escher token create` made, as hashes.
 //!
 //! The head never stores a token, only its SHA-256 hash; the token's id (what `token list`
 //! shows and `token revoke` takes) is the hash's first 12 hex digits. A revoked token stays in

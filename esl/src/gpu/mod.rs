@@ -1,5 +1,5 @@
-//! GPU multi-tenancy policies on MIG slices and fractional GPUs, from the seed papers
-//! (issue 13): MIGM's right-sizing schedulers, MIGRator's per-window integer program, Ekya's
+//! GPU multi-tenancy policies on MIG slices and fractional GPUs, from the papers that
+//! introduced them: MIGM's right-sizing schedulers, MIGRator's per-window integer program, Ekya's
 //! thief scheduler, and the baselines they are compared with.
 //!
 //! Every policy is pure logic behind one small trait, [`GpuPolicy`] (an [`Event`] and the

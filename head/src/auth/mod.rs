@@ -1,4 +1,4 @@
-//! Who is calling, and may they (DESIGN §10).
+//! Who is calling, and may they (docs/DESIGN.md §10).
 //!
 //! Every call carries a bearer token (`authorization: Bearer <token>`). One tower layer in
 //! front of every service ([`AuthLayer`], `layer.rs`) turns it into a [`Caller`] and checks

@@ -1,9 +1,9 @@
-//! Replication: the head's state as a raft group (DESIGN §7).
+//! Replication: the head's state as a raft group (docs/DESIGN.md §7).
 //!
-//! The layering (STYLE §20) is runtime → replication → state → scheduler. The runtime's owner
-//! task holds one `Replica` (`replica.rs`); the replica holds the raft node (TiKV's raft-rs) and the
-//! [`ClusterState`](crate::state::ClusterState), and is the only code that knows raft exists.
-//! The state machine stays what it was: a deterministic `apply(Entry)`.
+//! The layering (docs/STYLE.md §20) is runtime → replication → state → scheduler. The runtime's
+//! owner task holds one `Replica` (`replica.rs`); the replica holds the raft node (TiKV's raft-rs)
+//! and the [`ClusterState`](crate::state::ClusterState), and is the only code that knows raft
+//! exists. The state machine stays what it was: a deterministic `apply(Entry)`.
 //!
 //! # One path for every deployment
 //!
@@ -74,7 +74,7 @@
 //! (unbounded recursion while parsing a crafted message can overflow the stack). It is
 //! acceptable here because the only bytes this head parses with it are `RaftBatch` messages
 //! from its peers: the `Raft` service is reachable only on the head's own port, which, once
-//! security (DESIGN §10) lands, admits only authenticated peers; nothing a client or worker
+//! security (docs/DESIGN.md §10) lands, admits only authenticated peers; nothing a client or worker
 //! sends reaches that parser.
 //!
 //! # Layout

@@ -34,8 +34,8 @@ pub struct HeadConfig {
     /// Where the raft log lives (`--data-dir`); `None` keeps it in memory.
     pub data_dir: Option<PathBuf>,
     /// The group's access file: the bootstrap admin and worker join tokens every call is
-    /// checked against (DESIGN §10). The default has fresh random tokens, so a head built from
-    /// defaults admits nobody who was not given them (`escher_proto::access::registered`
+    /// checked against (docs/DESIGN.md §10). The default has fresh random tokens, so a head built
+    /// from defaults admits nobody who was not given them (`escher_proto::access::registered`
     /// finds them in the same process).
     pub access: AccessFile,
     /// The head's TLS identity: `None` serves plain HTTP/2 (loopback only; see the binary).

@@ -1,5 +1,5 @@
 //! Prometheus metrics on `--metrics HOST:PORT` (`GET /metrics`, the text exposition format),
-//! named like Ray's where the concept is the same (DESIGN §11).
+//! named like Ray's where the concept is the same (docs/DESIGN.md §11).
 //!
 //! Gauges of the cluster are read from the replica's state at each scrape (one read job on the
 //! owner, like `escher status`): tasks by state and namespace, every resource on every live
@@ -12,7 +12,7 @@
 //! and MIG slices' use), exported for its node while it is live.
 //!
 //! A scrape must carry a token like any other call (`Authorization: Bearer TOKEN`; any role but
-//! `worker`, so a `reader` token is enough): nothing the head serves is open (DESIGN §10).
+//! `worker`, so a `reader` token is enough): nothing the head serves is open (docs/DESIGN.md §10).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};

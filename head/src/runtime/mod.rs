@@ -337,7 +337,7 @@ async fn serve<S: crate::replication::LogStore>(
         move |conn| conn.map(|io| idle::Idle::new(io, idle_timeout)),
     );
     // Every call passes the auth layer: its token becomes a `Caller`, and a method the
-    // caller's role may not call is refused before any handler runs (DESIGN §10).
+    // caller's role may not call is refused before any handler runs (docs/DESIGN.md §10).
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.server_config())?;

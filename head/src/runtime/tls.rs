@@ -1,4 +1,4 @@
-//! The head's TLS identity (DESIGN §10): a certificate and key given by the operator
+//! The head's TLS identity (docs/DESIGN.md §10): a certificate and key given by the operator
 //! (`--tls-cert/--tls-key`), or generated at the first start (rcgen) and kept beside the access
 //! file, so that restarts, and the replicas of a group that share the file, present the same
 //! certificate that the access file tells clients to trust.

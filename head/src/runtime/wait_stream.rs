@@ -2,7 +2,7 @@
 //! final status as the task finishes, instead of a `Wait` call per task.
 //!
 //! Each id asked for becomes a wait for that one task at the owner (the same waiters a `Wait`
-//! call registers, DESIGN §7: soft state of the leader). The stream's own task merges the
+//! call registers, docs/DESIGN.md §7: soft state of the leader). The stream's own task merges the
 //! requests coming in with the waits completing, and pushes the statuses that are ready
 //! together in one reply. A request is checked as a `Wait` call would be (the caller may see
 //! each task; a task credential still acts for a running attempt) and refused as a whole with

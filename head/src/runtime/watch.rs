@@ -1,4 +1,5 @@
-//! The watch hub (DESIGN §11): the recent history of events and the watchers subscribed to it.
+//! The watch hub (docs/DESIGN.md §11): the recent history of events and the watchers subscribed to
+//! it.
 //!
 //! The owner publishes every applied command's events here, on every replica (a follower keeps
 //! the same history, numbered the same way, so a watcher resumes on whichever replica leads

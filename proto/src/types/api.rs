@@ -119,7 +119,7 @@ pub struct ListTasksReply {
 /// Past this many, `ListTasksReply::more` stops counting: it means "at least this many".
 pub const MORE_COUNTED: u64 = 10_000;
 
-/// `SetResources`: a batch of `set_resource` calls (DESIGN §3).
+/// `SetResources`: a batch of `set_resource` calls (docs/DESIGN.md §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SetResourcesRequest {
     /// The changes, applied in order.

@@ -1,5 +1,5 @@
-//! Who may do what (DESIGN §10): the roles a token carries and what the token API says about
-//! them.
+//! Who may do what (docs/DESIGN.md §10): the roles a token carries and what the token API says
+//! about them.
 //!
 //! A *token* is a bearer secret sent with every call (`authorization: Bearer <token>`). The head
 //! keeps only its SHA-256 hash; a token is shown once, when it is created. Four roles:

@@ -1,8 +1,8 @@
 //! Signed changes to a capacity, and the operations `set_resource` can apply.
 //!
-//! Concurrent updates to one resource must never lose each other (DESIGN §3). A [`Delta`] is the
-//! commutative form: eight clients each adding one unit always end eight units higher, in any
-//! order. An absolute [`CapacityOp::Set`] is turned into a delta at the head's single
+//! Concurrent updates to one resource must never lose each other (docs/DESIGN.md §3). A [`Delta`]
+//! is the commutative form: eight clients each adding one unit always end eight units higher, in
+//! any order. An absolute [`CapacityOp::Set`] is turned into a delta at the head's single
 //! serialization point, so running tasks keep what they hold.
 
 use std::fmt;

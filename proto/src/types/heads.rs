@@ -1,4 +1,4 @@
-//! The replicas of a replicated head (DESIGN §7), as `escher heads` reports them, and the
+//! The replicas of a replicated head (docs/DESIGN.md §7), as `escher heads` reports them, and the
 //! membership changes an operator asks for.
 
 use serde::{Deserialize, Serialize};

@@ -1,4 +1,4 @@
-//! [`KeyIssuer`]: the idempotency keys of one client (DESIGN §7): its id, a sequence number
+//! [`KeyIssuer`]: the idempotency keys of one client (docs/DESIGN.md §7): its id, a sequence number
 //! per write, and the lowest sequence number whose write is still unanswered.
 //!
 //! A write holds its [`Ticket`] for as long as it may be retried (every retry sends the same

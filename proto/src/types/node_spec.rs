@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{NodeId, ResourceSet};
 
-/// Which nodes a `set_resource` call changes (DESIGN §3).
+/// Which nodes a `set_resource` call changes (docs/DESIGN.md §3).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum NodeSpec {
     /// The node of the calling task. Only a task's own context can use it; a client outside

@@ -1,4 +1,4 @@
-//! What is left of a task once the head's retention has dropped its record (DESIGN §7).
+//! What is left of a task once the head's retention has dropped its record (docs/DESIGN.md §7).
 //!
 //! The head keeps finished tasks by a policy (`--retain-finished`, `--retain-for`) and then
 //! reduces each to a [`Tombstone`]: its final state and when it reached it. Tombstones are

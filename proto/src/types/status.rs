@@ -14,7 +14,7 @@ use super::{
     TaskState, TaskStatus,
 };
 
-/// The state of the whole cluster, as `get_cluster_status` returns it (DESIGN §3).
+/// The state of the whole cluster, as `get_cluster_status` returns it (docs/DESIGN.md §3).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterStatus {
     /// Every node the head knows, live or not, in ascending id order.
@@ -102,7 +102,7 @@ pub struct ResourceStatus {
     /// Its capacity.
     pub total: Capacity,
     /// How much running tasks hold. May exceed a finite `total` after the capacity shrank
-    /// below what was in use (DESIGN §3); see [`ResourceStatus::shortfall`].
+    /// below what was in use (docs/DESIGN.md §3); see [`ResourceStatus::shortfall`].
     pub used: Amount,
 }
 

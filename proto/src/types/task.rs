@@ -30,7 +30,7 @@ pub struct TaskSpec {
     pub on_success: Vec<ResourceUpdate>,
 }
 
-/// The three kinds of task (DESIGN §4).
+/// The three kinds of task (docs/DESIGN.md §4).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum TaskKind {
     /// A child process.
@@ -199,7 +199,7 @@ pub struct TaskStatus {
     /// Its result once it finished.
     pub result: Option<TaskResult>,
     /// Retention dropped its record and this status comes from its tombstone: `state` is its
-    /// final state; node, attempt, reason and result are no longer known (DESIGN §7).
+    /// final state; node, attempt, reason and result are no longer known (docs/DESIGN.md §7).
     pub evicted: bool,
     /// When it reached its final state, in milliseconds since the Unix epoch, once it has.
     pub finished_at_ms: Option<u64>,

@@ -1,4 +1,4 @@
-//! The watch API (DESIGN §11): what happens in the cluster, as it is committed, each event
+//! The watch API (docs/DESIGN.md §11): what happens in the cluster, as it is committed, each event
 //! with a revision a watcher can resume from.
 
 use std::fmt;

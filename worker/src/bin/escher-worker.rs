@@ -1,5 +1,5 @@
 //! `escher-worker`: runs a node agent that registers this machine with an escher head and runs
-//! the tasks it assigns (DESIGN §9).
+//! the tasks it assigns (docs/DESIGN.md §9).
 //!
 //! Thin by design: parse flags into [`WorkerArgs`], turn them into a validated
 //! [`WorkerConfig`], install tracing (`RUST_LOG`), and run the library's [`Worker`] until

@@ -1,4 +1,4 @@
-//! The web dashboard on `--dashboard HOST:PORT` (DESIGN §11): one page, its script and its
+//! The web dashboard on `--dashboard HOST:PORT` (docs/DESIGN.md §11): one page, its script and its
 //! style embedded in the binary, and a JSON API over the head's own `Cluster` service.
 //!
 //! The API is a gateway, not a second implementation: each route authenticates the bearer
