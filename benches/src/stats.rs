@@ -1,8 +1,10 @@
-//! Summaries of samples: percentiles (nearest rank), mean, min and max.
+//! Summaries of samples: percentiles, mean, min and max, from [`statrs`] (its quantile
+//! estimator, R-8; a median of an even count is the mean of the middle two).
 
 use std::time::Duration;
 
 use serde::Serialize;
+use statrs::statistics::{Data, Max, Median, Min, OrderStatistics, Statistics};
 
 /// The distribution of a set of samples, in the unit they were given in.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -37,16 +39,15 @@ impl Summary {
                 mean: 0.0,
             };
         }
-        let mut sorted = samples.to_vec();
-        sorted.sort_by(f64::total_cmp);
+        let mut data = Data::new(samples.to_vec());
         Summary {
-            count: sorted.len(),
-            min: sorted[0],
-            p50: percentile(&sorted, 0.50),
-            p95: percentile(&sorted, 0.95),
-            p99: percentile(&sorted, 0.99),
-            max: sorted[sorted.len() - 1],
-            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            count: samples.len(),
+            min: data.min(),
+            p50: data.median(),
+            p95: data.quantile(0.95),
+            p99: data.quantile(0.99),
+            max: data.max(),
+            mean: samples.mean(),
         }
     }
 
@@ -57,15 +58,12 @@ impl Summary {
     }
 }
 
-/// The nearest-rank percentile `p` (0..=1) of sorted, non-empty samples.
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let rank = (p * sorted.len() as f64).ceil() as usize;
-    sorted[rank.clamp(1, sorted.len()) - 1]
-}
-
 /// The median of samples (any order); 0 when there are none.
 pub fn median(samples: &[f64]) -> f64 {
-    Summary::of(samples).p50
+    if samples.is_empty() {
+        return 0.0;
+    }
+    Data::new(samples.to_vec()).median()
 }
 
 #[cfg(test)]
@@ -73,14 +71,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn nearest_rank_percentiles() {
+    fn percentiles() {
         let samples: Vec<f64> = (1..=100).rev().map(f64::from).collect();
         let s = Summary::of(&samples);
         assert_eq!((s.count, s.min, s.max), (100, 1.0, 100.0));
-        assert_eq!((s.p50, s.p95, s.p99), (50.0, 95.0, 99.0));
+        assert_eq!(s.p50, 50.5);
+        assert!((s.p95 - 95.65).abs() < 1e-9, "{}", s.p95);
+        assert!((s.p99 - 99.663_333).abs() < 1e-6, "{}", s.p99);
         assert_eq!(s.mean, 50.5);
         assert_eq!(Summary::of(&[7.0]).p99, 7.0);
         assert_eq!(Summary::of(&[]).count, 0);
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&[]), 0.0);
     }
 }

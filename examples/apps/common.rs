@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use escher::types::{ResourceSet, TaskId};
 use escher::{Client, Functions, LocalCluster, Task};
+use statrs::statistics::{Data, Median, OrderStatistics};
 
 /// The error type of the applications.
 pub type AnyResult<T> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
@@ -73,20 +74,20 @@ pub fn policy_lines(source: &str) -> usize {
         .count()
 }
 
-/// The `q`-quantile (0..=1) of `values`, nearest rank; 0 when empty.
+/// The `q`-quantile (0..=1) of `values` ([`statrs`]' estimator); 0 when empty.
 pub fn quantile(values: &[f64], q: f64) -> f64 {
     if values.is_empty() {
         return 0.0;
     }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((q * v.len() as f64).ceil() as usize).clamp(1, v.len());
-    v[rank - 1]
+    Data::new(values.to_vec()).quantile(q)
 }
 
-/// The median of `values`.
+/// The median of `values` (of an even count, the mean of the middle two); 0 when empty.
 pub fn median(values: &[f64]) -> f64 {
-    quantile(values, 0.5)
+    if values.is_empty() {
+        return 0.0;
+    }
+    Data::new(values.to_vec()).median()
 }
 
 /// Prints a check and fails when it does not hold.

@@ -19,6 +19,7 @@ use escher_head::replication::log::{DiskLog, LogIdentity, LogStore};
 use protobuf::Message as _;
 use raft::eraftpb::Entry;
 use redb::{Database, TableDefinition};
+use statrs::statistics::{Data, Median};
 
 const BATCHES: [u64; 4] = [1, 10, 100, 1_000];
 const DATA_BYTES: usize = 290;
@@ -126,9 +127,8 @@ fn run(root: &Path, budget: Duration) -> Vec<[Rate; 3]> {
         .collect()
 }
 
-fn median(mut xs: Vec<f64>) -> f64 {
-    xs.sort_by(f64::total_cmp);
-    xs[xs.len() / 2]
+fn median(xs: Vec<f64>) -> f64 {
+    Data::new(xs).median()
 }
 
 fn print(title: &str, rows: &[[Rate; 3]]) {

@@ -22,7 +22,7 @@ use super::Ctx;
 use super::w1_throughput::submit_per_task;
 use crate::cluster::{self, noop};
 use crate::report::{Figure, WorkloadReport};
-use crate::stats::Summary;
+use crate::stats::{Summary, median};
 
 /// The configurations, in run order: (id, description, authenticate, TLS).
 const CONFIGS: [(&str, &str, bool, bool); 3] = [
@@ -162,9 +162,4 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     }
     report.detail = json!(detail);
     Ok(report)
-}
-
-/// The median of a few rounds.
-fn median(values: &[f64]) -> f64 {
-    Summary::of(values).p50
 }
