@@ -506,6 +506,55 @@ async fn a_reader_reads_and_a_task_acts_in_its_own_namespace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_credential_is_refused_on_every_method_once_its_attempt_ends() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    // Written whole (through a rename), so the test never reads half of it.
+    let script = format!(
+        r#"printf %s "$ESCHER_TASK_TOKEN" > {0}.tmp && mv {0}.tmp {0} && sleep 60"#,
+        file.display()
+    );
+    let task = admin
+        .submit(Task::command(["sh", "-c", &script]))
+        .await
+        .unwrap();
+    running(&admin, &task).await;
+    let kept = common::eventually("the task's credential", || async {
+        std::fs::read_to_string(&file).ok()
+    })
+    .await;
+    let mut raw = rpc(&cluster, Some(&kept)).await;
+    // While its attempt runs, the credential reads what a status reader reads.
+    raw.gpus(wire::GpusRequest {}).await.unwrap();
+    raw.heads(wire::HeadsRequest {}).await.unwrap();
+    raw.cluster_status(wire::ClusterStatusRequest::default())
+        .await
+        .unwrap();
+    admin.cancel([task.id()]).await.unwrap();
+    assert_eq!(finished(&admin, &task).await.state, TaskState::Cancelled);
+    // Once it ended, every method refuses it, those that touch no task included.
+    let ended = |(code, message): (tonic::Code, String)| {
+        assert_eq!(code, tonic::Code::Unauthenticated, "{message}");
+        assert!(
+            message.contains("only while that attempt runs"),
+            "{message}"
+        );
+    };
+    ended(refused(raw.gpus(wire::GpusRequest {}).await));
+    ended(refused(raw.heads(wire::HeadsRequest {}).await));
+    ended(refused(
+        raw.cluster_status(wire::ClusterStatusRequest::default())
+            .await,
+    ));
+    ended(refused(raw.submit(submit(&["true"], &[])).await));
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oversized_small_requests_and_silent_connections_are_cut() {
     let config = HeadConfig {
         idle_timeout: Duration::from_secs(1),

@@ -1,4 +1,5 @@
-//! [`AuthLayer`]: the one place where every call is authenticated and its method allowed.
+//! [`AuthLayer`]: the one place where every call is authenticated and its method allowed, and
+//! where a task credential is refused once its attempt no longer runs.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -8,7 +9,7 @@ use std::task::{Context, Poll};
 use tonic::Status;
 use tonic::body::Body;
 
-use super::{Caller, Keys};
+use super::{Caller, Keys, RunningAttempts, check_attempt};
 use crate::runtime::Metrics;
 
 /// Which callers a method admits.
@@ -88,20 +89,24 @@ pub fn need(path: &str) -> Option<Need> {
 }
 
 /// Authenticates every request by its bearer token and refuses methods the caller's role may
-/// not call; puts the [`Caller`] in the request's extensions for the handler.
+/// not call, and calls by a task credential whose attempt no longer runs; puts the [`Caller`]
+/// in the request's extensions for the handler.
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     keys: Arc<Keys>,
     enforce: bool,
+    attempts: Option<Arc<dyn RunningAttempts>>,
     metrics: Option<Arc<Metrics>>,
 }
 
 impl AuthLayer {
-    /// A layer checking against `keys`.
-    pub fn new(keys: Arc<Keys>) -> AuthLayer {
+    /// A layer checking against `keys`, asking `attempts` whether a task credential's attempt
+    /// still runs.
+    pub fn new(keys: Arc<Keys>, attempts: Arc<dyn RunningAttempts>) -> AuthLayer {
         AuthLayer {
             keys,
             enforce: true,
+            attempts: Some(attempts),
             metrics: None,
         }
     }
@@ -118,6 +123,7 @@ impl AuthLayer {
         AuthLayer {
             keys,
             enforce: false,
+            attempts: None,
             metrics: None,
         }
     }
@@ -130,6 +136,7 @@ impl<S> tower::Layer<S> for AuthLayer {
             inner,
             keys: Arc::clone(&self.keys),
             enforce: self.enforce,
+            attempts: self.attempts.clone(),
             metrics: self.metrics.clone(),
         }
     }
@@ -141,6 +148,7 @@ pub struct Auth<S> {
     inner: S,
     keys: Arc<Keys>,
     enforce: bool,
+    attempts: Option<Arc<dyn RunningAttempts>>,
     metrics: Option<Arc<Metrics>>,
 }
 
@@ -303,6 +311,12 @@ where
         }
         match self.check(request.uri().path(), request.headers()) {
             Ok((caller, limit)) => {
+                // A task credential acts only while its attempt runs: asked of the state
+                // before the handler runs (other callers pass at once).
+                let check = match (&self.attempts, caller.task()) {
+                    (Some(attempts), Some(_)) => Some((Arc::clone(attempts), caller.clone())),
+                    _ => None,
+                };
                 request.extensions_mut().insert(caller);
                 if let Some(limit) = limit {
                     let method = request
@@ -317,9 +331,17 @@ where
                 // The clone is ready only if polled; the ready one (self.inner) serves this call.
                 let clone = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, clone);
-                let call = inner.call(request);
                 Box::pin(async move {
-                    let mut response = call.await?;
+                    if let Some((attempts, caller)) = check
+                        && let Err(status) = check_attempt(attempts.as_ref(), &caller).await
+                    {
+                        tracing::debug!(%path, code = ?status.code(), "call refused");
+                        if let Some(metrics) = &metrics {
+                            metrics.error(&path, status.code());
+                        }
+                        return Ok(status.into_http());
+                    }
+                    let mut response = inner.call(request).await?;
                     undecodable_is_invalid_argument(response.headers_mut());
                     // An error answered at once carries its status in the headers (a
                     // trailers-only response); a success, or a stream that fails later,

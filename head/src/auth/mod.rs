@@ -15,12 +15,15 @@
 //! - task credentials: `escher-task-<task>-<attempt>-<mac>[-<namespace>]`, where the mac is an
 //!   HMAC-SHA256 over the rest under the cluster's replicated task key. The leader signs one
 //!   for every assignment; any replica verifies it without a lookup. A task acts in its
-//!   namespace, and `NodeSpec::Local` means the node that runs it.
+//!   namespace, and `NodeSpec::Local` means the node that runs it, and only while the attempt
+//!   it was signed for runs: the layer asks the state at every call, through the
+//!   [`RunningAttempts`] the runtime gives it (`attempts.rs`).
 //!
 //! Tokens are compared by their SHA-256 (a hash map lookup; the time it takes says nothing
 //! about how much of a guess was right), task credentials with the constant-time comparison
 //! of the `hmac` crate.
 
+mod attempts;
 mod layer;
 
 use std::collections::HashMap;
@@ -33,6 +36,7 @@ use sha2::Sha256;
 use tonic::Status;
 
 use crate::state::{ClusterState, TokenHash};
+pub use attempts::{Running, RunningAttempts, check_attempt};
 pub(crate) use layer::authorize;
 pub use layer::{AuthLayer, Need, need};
 

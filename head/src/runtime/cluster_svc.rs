@@ -32,7 +32,7 @@ use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
 use super::watch::Filter;
-use crate::auth::{Caller, Keys};
+use crate::auth::{Caller, Keys, check_attempt};
 use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
 
@@ -61,41 +61,6 @@ pub(crate) struct ClusterService {
     pub(crate) peer_tls: Option<tonic::transport::ClientTlsConfig>,
     /// The telemetry running tasks reported to this replica.
     pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
-}
-
-impl ClusterService {
-    /// The request's caller, as the auth layer found it; a task's credential is good only
-    /// while its attempt runs (one stale read: the attempt that ended cannot come back).
-    async fn caller<T>(&self, request: &Request<T>) -> Result<Caller, Status> {
-        let caller = crate::auth::caller(request)?;
-        self.check_attempt(&caller).await?;
-        Ok(caller)
-    }
-
-    /// Refuses a task's credential once its attempt no longer runs (for a stream, checked
-    /// again for every request on it).
-    pub(crate) async fn check_attempt(&self, caller: &Caller) -> Result<(), Status> {
-        if let Some((task, attempt)) = caller.task() {
-            let running = self
-                .owner
-                .read(true, move |s| s.running_attempt(task, attempt).map(|_| ()))
-                .await?;
-            running.map_err(|err| {
-                let now = match err {
-                    ApplyError::CallerNotRunning { state, .. } => format!("the task is {state}"),
-                    ApplyError::AttemptEnded { current, .. } => {
-                        format!("the task is on attempt {current}")
-                    }
-                    other => other.to_string(),
-                };
-                Status::unauthenticated(format!(
-                    "this call carries the credential of task {task} attempt {attempt}, which \
-                     acts for the task only while that attempt runs, and {now}"
-                ))
-            })?;
-        }
-        Ok(())
-    }
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -158,7 +123,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let task_ids = self.submit_as(&caller, request.into_inner(), false).await?;
         Ok(Response::new(SubmitReply { task_ids }.into()))
     }
@@ -175,7 +140,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<Streaming<wire::SubmitRequest>>,
     ) -> Result<Response<Self::SubmitStreamStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let service = self.clone();
         let replies = request
             .into_inner()
@@ -197,7 +162,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<Streaming<wire::WaitStreamRequest>>,
     ) -> Result<Response<Self::WaitStreamStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let replies = self.wait_stream_for(caller, request.into_inner());
         Ok(Response::new(Box::pin(ReceiverStream::new(replies))))
     }
@@ -206,7 +171,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::RunRequest>,
     ) -> Result<Response<wire::RunReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let submit = request
             .submit
@@ -244,7 +209,7 @@ impl Cluster for ClusterService {
         request: Request<wire::WaitRequest>,
     ) -> Result<Response<wire::WaitReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let WaitRequest {
             task_ids,
             num_returns,
@@ -279,7 +244,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::CancelRequest>,
     ) -> Result<Response<wire::CancelReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let CancelRequest { task_ids } = request.into();
@@ -298,7 +263,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::RequeueRequest>,
     ) -> Result<Response<wire::RequeueReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let task = TaskId(request.task_id);
@@ -322,7 +287,7 @@ impl Cluster for ClusterService {
         request: Request<wire::DescribeTaskRequest>,
     ) -> Result<Response<wire::TaskInfo>, Status> {
         let stale = wants_stale(&request);
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let id: TaskId = request.into_inner().into();
         let info = self
             .owner
@@ -339,7 +304,7 @@ impl Cluster for ClusterService {
         request: Request<wire::ListTasksRequest>,
     ) -> Result<Response<wire::ListTasksReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let query: ListTasksRequest = request.into_inner().try_into()?;
         if let Some(ns) = &query.namespace
             && !caller.sees(Some(ns.as_str()))
@@ -367,7 +332,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let SetResourcesRequest {
@@ -399,7 +364,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ReserveRequest>,
     ) -> Result<Response<wire::ReserveReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let key = key(request.key)?;
         let ReserveRequest {
@@ -472,7 +437,7 @@ impl Cluster for ClusterService {
         request: Request<wire::ClusterStatusRequest>,
     ) -> Result<Response<wire::ClusterStatusReply>, Status> {
         let stale = wants_stale(&request);
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let counted = request.get_ref().task_counts;
         let mut status = self
             .owner
@@ -502,7 +467,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::TaskLogsRequest>,
     ) -> Result<Response<wire::TaskLogsReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let request: TaskLogsRequest = request.into_inner().try_into()?;
         let task = request.task_id;
         check_visible(&self.owner, &caller, &[task]).await?;
@@ -528,7 +493,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ReportTelemetryRequest>,
     ) -> Result<Response<wire::ReportTelemetryReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let Some((task, attempt)) = caller.task() else {
             return Err(Status::permission_denied(format!(
                 "ReportTelemetry is for running tasks, with the credential their worker gave \
@@ -549,7 +514,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::TelemetryRequest>,
     ) -> Result<Response<wire::TelemetryReply>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let tasks = escher_proto::convert::telemetry_tasks(request.get_ref())?;
         check_visible(&self.owner, &caller, &tasks).await?;
         let after = request.get_ref().after_ms;
@@ -668,7 +633,7 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let caller = self.caller(&request).await?;
+        let caller = crate::auth::caller(&request)?;
         let query: WatchRequest = request.into_inner().try_into()?;
         if let Some(ns) = &query.namespace
             && !caller.sees(Some(ns.as_str()))
@@ -702,7 +667,8 @@ impl ClusterService {
         caller: &Caller,
         request: wire::SubmitRequest,
     ) -> wire::SubmitStreamReply {
-        let submitted = match self.check_attempt(caller).await {
+        // The auth layer checked the stream's call; each request on it is checked again.
+        let submitted = match check_attempt(&self.owner, caller).await {
             Ok(()) => self.submit_as(caller, request, false).await,
             Err(status) => Err(status),
         };

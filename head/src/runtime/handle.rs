@@ -7,6 +7,7 @@ use tonic::Status;
 use tonic::metadata::MetadataValue;
 
 use super::owner::Msg;
+use crate::auth::{Running, RunningAttempts};
 use crate::replication::NotAccepted;
 use crate::state::{ApplyError, ClusterState, Command, Reply};
 
@@ -79,6 +80,19 @@ impl OwnerHandle {
     /// Sends a message that needs no reply.
     pub(crate) async fn tell(&self, msg: Msg) -> Result<(), Status> {
         self.tx.send(msg).await.map_err(|_| gone())
+    }
+}
+
+/// The auth layer asks the owner whether a task credential's attempt runs: one stale read
+/// (this replica's state as applied; the attempt that ended cannot come back).
+impl RunningAttempts for OwnerHandle {
+    fn running(&self, task: escher_proto::types::TaskId, attempt: u32) -> Running {
+        let owner = self.clone();
+        Box::pin(async move {
+            owner
+                .read(true, move |s| s.running_attempt(task, attempt).map(|_| ()))
+                .await
+        })
     }
 }
 

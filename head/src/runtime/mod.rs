@@ -61,7 +61,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tonic::transport::server::TcpIncoming;
 
-use crate::auth::{AuthLayer, Keys};
+use crate::auth::{AuthLayer, Keys, RunningAttempts};
 use crate::replication::{
     DiskLog, LogError, LogIdentity, MAX_RAFT_MESSAGE, MemLog, PeerAccess, Persistence, RaftService,
     Replica, ReplicationError, Transport,
@@ -305,6 +305,7 @@ async fn serve<S: crate::replication::LogStore>(
     let cluster = ClusterServer::new(cluster_svc)
         .max_decoding_message_size(max)
         .max_encoding_message_size(max);
+    let attempts: Arc<dyn RunningAttempts> = Arc::new(owner.clone());
     let link = WorkerLinkServer::new(link_svc::LinkService {
         owner,
         tracker: tracker.clone(),
@@ -337,7 +338,8 @@ async fn serve<S: crate::replication::LogStore>(
         move |conn| conn.map(|io| idle::Idle::new(io, idle_timeout)),
     );
     // Every call passes the auth layer: its token becomes a `Caller`, and a method the
-    // caller's role may not call is refused before any handler runs (docs/DESIGN.md §10).
+    // caller's role may not call, or a call by a task credential whose attempt ended, is
+    // refused before any handler runs (docs/DESIGN.md §10).
     let mut builder = tonic::transport::Server::builder();
     if let Some(tls) = &config.tls {
         builder = builder.tls_config(tls.server_config())?;
@@ -346,7 +348,7 @@ async fn serve<S: crate::replication::LogStore>(
         .http2_keepalive_interval(Some(idle_timeout / 3))
         .layer(
             if config.authenticate {
-                AuthLayer::new(Arc::clone(&keys))
+                AuthLayer::new(Arc::clone(&keys), attempts)
             } else {
                 tracing::warn!("this head does not authenticate its callers (a benchmark setting)");
                 AuthLayer::open(Arc::clone(&keys))

@@ -18,7 +18,7 @@ use tonic::{Status, Streaming};
 
 use super::cluster_svc::{ClusterService, check_visible};
 use super::owner::Msg;
-use crate::auth::Caller;
+use crate::auth::{Caller, check_attempt};
 
 /// The most tasks one stream waits for at once; a request beyond it is refused.
 pub(crate) const MAX_STREAM_WAITS: usize = 100_000;
@@ -95,7 +95,7 @@ impl ClusterService {
                 ids.len()
             )));
         }
-        self.check_attempt(caller).await?;
+        check_attempt(&self.owner, caller).await?;
         check_visible(&self.owner, caller, ids).await?;
         let mut started = Vec::with_capacity(ids.len());
         for &id in ids {

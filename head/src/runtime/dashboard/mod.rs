@@ -39,7 +39,7 @@ use escher_proto::wire::{self, cluster_server::Cluster};
 
 use super::cluster_svc::ClusterService;
 use super::handle::{READ_METADATA, STALE};
-use crate::auth::{Caller, Keys, authorize};
+use crate::auth::{Caller, Keys, authorize, check_attempt};
 
 /// The page.
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -149,10 +149,17 @@ type ApiResult<T> = Result<Json<T>, ApiError>;
 
 impl Dashboard {
     /// `message` as a call of `method` by the holder of the token in `headers`, if that
-    /// method admits them.
-    fn call<T>(&self, method: &str, headers: &HeaderMap, message: T) -> Result<Request<T>, Status> {
+    /// method admits them (and, for a task's credential, while its attempt runs), as the
+    /// auth layer would admit the gRPC call.
+    async fn call<T>(
+        &self,
+        method: &str,
+        headers: &HeaderMap,
+        message: T,
+    ) -> Result<Request<T>, Status> {
         let path = format!("/escher.v1.Cluster/{method}");
         let (caller, _) = authorize(&self.keys, self.enforce, &path, headers)?;
+        check_attempt(&self.svc.owner, &caller).await?;
         let mut request = Request::new(message);
         request.extensions_mut().insert(caller);
         // A page of views needs no linearizable read: this replica's state as applied, with no
@@ -189,7 +196,7 @@ struct WhoAmI {
 }
 
 async fn whoami(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<WhoAmI> {
-    let request = d.call("ClusterStatus", &headers, ())?;
+    let request = d.call("ClusterStatus", &headers, ()).await?;
     let caller = crate::auth::caller(&request)?;
     let (role, namespace) = match &caller {
         Caller::Admin => ("admin", None),
@@ -220,7 +227,7 @@ fn json_with<T: Serialize>(
 /// by workers) or ephemeral (created by applications), as the head's naming rules decide.
 async fn status(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
     let message = wire::ClusterStatusRequest { task_counts: true };
-    let request = d.call("ClusterStatus", &headers, message)?;
+    let request = d.call("ClusterStatus", &headers, message).await?;
     let status: ClusterStatus = domain(d.svc.cluster_status(request).await?)?;
     json_with(&status, |json| {
         let nodes = json["nodes"].as_array_mut().into_iter().flatten();
@@ -235,7 +242,7 @@ async fn status(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<ser
 
 /// Every node's GPUs; each says how many memory slices its MIG layout is drawn on.
 async fn gpus(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde_json::Value> {
-    let request = d.call("Gpus", &headers, wire::GpusRequest {})?;
+    let request = d.call("Gpus", &headers, wire::GpusRequest {}).await?;
     let reply: GpusReply = domain(d.svc.gpus(request).await?)?;
     json_with(&reply, |json| {
         let nodes = json["nodes"].as_array_mut().into_iter().flatten();
@@ -250,7 +257,7 @@ async fn gpus(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde
 }
 
 async fn heads(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<HeadsReply> {
-    let request = d.call("Heads", &headers, wire::HeadsRequest {})?;
+    let request = d.call("Heads", &headers, wire::HeadsRequest {}).await?;
     Ok(Json(domain(d.svc.heads(request).await?)?))
 }
 
@@ -339,7 +346,7 @@ async fn tasks(
     Query(query): Query<TasksQuery>,
 ) -> ApiResult<ListTasksReply> {
     let message = wire::ListTasksRequest::from(query.request()?);
-    let request = d.call("ListTasks", &headers, message)?;
+    let request = d.call("ListTasks", &headers, message).await?;
     Ok(Json(domain(d.svc.list_tasks(request).await?)?))
 }
 
@@ -354,11 +361,13 @@ async fn task(
     Path(id): Path<String>,
 ) -> ApiResult<TaskInfo> {
     let id = task_id(&id)?;
-    let request = d.call(
-        "DescribeTask",
-        &headers,
-        wire::DescribeTaskRequest::from(id),
-    )?;
+    let request = d
+        .call(
+            "DescribeTask",
+            &headers,
+            wire::DescribeTaskRequest::from(id),
+        )
+        .await?;
     Ok(Json(domain(d.svc.describe_task(request).await?)?))
 }
 
@@ -373,7 +382,7 @@ async fn telemetry(
         tasks: vec![id.0],
         after_ms: 0,
     };
-    let request = d.call("Telemetry", &headers, message)?;
+    let request = d.call("Telemetry", &headers, message).await?;
     let reply = d.svc.telemetry(request).await?.into_inner();
     let tasks = reply
         .tasks
@@ -448,7 +457,7 @@ async fn tail(
             max_bytes: 0,
             attempt: None,
         });
-        let request = d.call("TaskLogs", headers, message)?;
+        let request = d.call("TaskLogs", headers, message).await?;
         let chunk: LogChunk = match d.svc.task_logs(request).await.and_then(domain) {
             Ok(chunk) => chunk,
             Err(status)
@@ -497,26 +506,26 @@ async fn events(
     headers: HeaderMap,
     Query(query): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    let watch = |after: Option<u64>| {
+    let watch = async |after: Option<u64>| {
         let message = wire::WatchRequest::from(WatchRequest {
             after,
             ..WatchRequest::all()
         });
-        d.call("Watch", &headers, message)
+        d.call("Watch", &headers, message).await
     };
     let mut after = query.after;
     if let (None, Some(recent)) = (after, query.recent.filter(|n| *n > 0)) {
         // The first message of a feed from now says where now is.
-        let mut now = d.svc.watch(watch(None)?).await?.into_inner();
+        let mut now = d.svc.watch(watch(None).await?).await?.into_inner();
         if let Some(first) = now.next().await {
             after = Some(first?.revision.saturating_sub(recent));
         }
     }
-    let batches = match d.svc.watch(watch(after)?).await {
+    let batches = match d.svc.watch(watch(after).await?).await {
         // Further back than the history: from as far back as it goes is not known here, so
         // from now.
         Err(status) if status.code() == Code::OutOfRange && query.after.is_none() => {
-            d.svc.watch(watch(None)?).await?
+            d.svc.watch(watch(None).await?).await?
         }
         other => other?,
     }
@@ -578,12 +587,14 @@ async fn reservations(
         newest_first: true,
         ..ListTasksRequest::default()
     };
-    let request = d.call("ListTasks", &headers, wire::ListTasksRequest::from(query))?;
+    let request = d
+        .call("ListTasks", &headers, wire::ListTasksRequest::from(query))
+        .await?;
     let holders: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
     let mut by_name: BTreeMap<String, Vec<TaskSummary>> = BTreeMap::new();
     for holder in holders.tasks {
         let message = wire::DescribeTaskRequest::from(holder.id);
-        let request = d.call("DescribeTask", &headers, message)?;
+        let request = d.call("DescribeTask", &headers, message).await?;
         let info: TaskInfo = match d.svc.describe_task(request).await {
             Ok(reply) => domain(reply)?,
             // Evicted between the two reads.
