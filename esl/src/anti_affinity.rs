@@ -28,7 +28,8 @@
 //! the markers, so a member that fails and is retried returns to its own node.
 //!
 //! **Needs from the cluster.** `set_resource` with `Match`, ghost tasks, cancellation, and
-//! task status (to know when the ghosts are placed).
+//! the watch API with task status (to know when the ghosts are placed and the members have
+//! started: their events, not polling).
 //!
 //! **Limits.** Eligibility is decided once, at [`AntiAffinity::create`]: nodes that join later
 //! are not used; a group larger than the eligible set is refused, since its extra members
@@ -213,7 +214,7 @@ mod tests {
     use escher_proto::types::{NodeSpec, ResourceSet, ResourceUpdate, TaskSpec};
 
     use super::*;
-    use crate::policy::testing::{Rng, task};
+    use crate::policy::testing::{Counting, Rng, task};
     use crate::{InMemoryCluster, Mode};
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -436,5 +437,47 @@ mod tests {
             let unit = node.resource("aa-fixed").unwrap();
             assert_eq!(unit.available(), Some(Amount::ZERO), "held by its ghost");
         }
+    }
+
+    /// `settle` hears the ghosts and the members start: a few status reads per task however
+    /// long the members wait (polling read every one every few milliseconds).
+    #[tokio::test(start_paused = true)]
+    async fn settle_reads_statuses_per_event_not_per_interval() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        for _ in 0..2 {
+            cluster.inner.add_node("cpu=2");
+        }
+        // Every cpu is taken: the ghosts (which hold none) are placed, the members wait.
+        let blockers = cluster
+            .submit(vec![task("cpu=2", &ResourceSpec::new()); 2])
+            .await
+            .unwrap();
+        let mut group = AntiAffinity::create(cluster.clone(), "late", 2, Domain::All)
+            .await
+            .unwrap();
+        let mut specs = Vec::new();
+        for i in 0..2 {
+            specs.push(member_task(&group.spec_for(&i).await.unwrap(), 0));
+        }
+        let members = cluster.submit(specs).await.unwrap();
+        let later = async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            for b in &blockers {
+                cluster.inner.finish(*b, true);
+            }
+        };
+        let (settled, ()) = tokio::join!(group.settle(&members, Duration::from_secs(60)), later);
+        settled.unwrap();
+        assert_eq!(
+            cluster.inner.running().len(),
+            2,
+            "only the members still run"
+        );
+        // The ghosts: one read each; the members: one at first, one when each started.
+        assert!(
+            cluster.statuses() <= 2 + 2 * 2,
+            "{} status reads over 30 s: polling",
+            cluster.statuses()
+        );
     }
 }

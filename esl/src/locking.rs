@@ -20,7 +20,8 @@
 //! running inside keep what they hold until they end; waiting ones wait for a new lock).
 //!
 //! **Needs from the cluster.** Ghost tasks, `set_resource` (the site marker), cancellation,
-//! task status ([`Lock::wait_ready`]).
+//! the watch API with task status ([`Lock::wait_ready`] hears the ghost start or end; it
+//! does not poll).
 //!
 //! **Limits.** The bundle is an admission-control reservation: tasks inside it are not
 //! confined by the OS to its CPUs (thesis §4.5: Ray does not pin CPUs either; Kubernetes
@@ -205,7 +206,7 @@ mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
     use super::*;
-    use crate::policy::testing::{Rng, task};
+    use crate::policy::testing::{Counting, Rng, task};
     use crate::{InMemoryCluster, Mode};
 
     const WAIT: Duration = Duration::from_secs(5);
@@ -360,5 +361,52 @@ mod tests {
         let err = big.wait_ready(Duration::from_millis(30)).await.unwrap_err();
         assert!(matches!(err, EslError::Timeout { .. }), "{err}");
         big.release().await.unwrap();
+    }
+
+    /// Waiting for the bundle hears the ghost start: a few status reads however long it
+    /// waits (polling read it every few milliseconds).
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_the_bundle_reads_the_ghost_status_per_event_not_per_interval() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        let node = cluster.inner.add_node("cpu=4");
+        let busy = cluster
+            .submit(vec![task("cpu=4", &ResourceSpec::new())])
+            .await
+            .unwrap();
+        let lock = Lock::reserve(cluster.clone(), "late", set("cpu=4"), NodeSpec::Node(node))
+            .await
+            .unwrap();
+        let later = async {
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            cluster.inner.finish(busy[0], true);
+        };
+        let (ready, ()) = tokio::join!(lock.wait_ready(Duration::from_secs(60)), later);
+        assert_eq!(ready.unwrap(), node);
+        assert!(
+            cluster.statuses() <= 2,
+            "{} status reads over 30 s: polling",
+            cluster.statuses()
+        );
+    }
+
+    /// A ghost that ends before it holds the bundle is reported as before: its state and why.
+    #[tokio::test(start_paused = true)]
+    async fn a_ghost_that_ends_before_starting_is_reported_with_its_state() {
+        let cluster = InMemoryCluster::new(Mode::Manual);
+        let node = cluster.add_node("cpu=4");
+        let lock = Lock::reserve(cluster.clone(), "gone", set("cpu=16"), NodeSpec::Node(node))
+            .await
+            .unwrap();
+        let later = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cluster.cancel(vec![lock.ghost()]).await.unwrap();
+        };
+        let (ready, ()) = tokio::join!(lock.wait_ready(Duration::from_secs(60)), later);
+        let err = ready.unwrap_err();
+        assert!(
+            matches!(&err, EslError::Unsatisfiable(why)
+                if why.starts_with("the ghost of lock-gone is cancelled")),
+            "{err}"
+        );
     }
 }

@@ -13,8 +13,8 @@ use std::future::Future;
 use std::time::Duration;
 
 use escher_proto::types::{
-    CapacityOp, ClusterStatus, NodeId, NodeSpec, ResourceName, ResourceSet, ResourceUpdate, TaskId,
-    TaskState, TaskStatus,
+    CapacityOp, ClusterStatus, MAX_WATCH_TASKS, NodeId, NodeSpec, ResourceName, ResourceSet,
+    ResourceUpdate, TaskId, TaskState, TaskStatus, WatchKind, WatchRequest,
 };
 
 use crate::{ClusterApi, EslError, ResourceSpec};
@@ -140,10 +140,16 @@ pub(crate) fn has_started(status: &TaskStatus) -> bool {
     status.state != TaskState::Pending
 }
 
-/// Waits until every task in `tasks` has left `Pending` (it runs, or it ended), polling the
-/// cluster with a growing interval; their statuses. An ESL outside the cluster has no
-/// "task started" event (the thesis' soft-constraints ESL uses a heartbeat for the same
-/// reason, §4.4.2), so it polls.
+/// Waits until every task in `tasks` has left `Pending` (it runs, or it ended), or `timeout`
+/// passes; their statuses, in order. It learns of each start, end and return to pending from
+/// the cluster's events ([`ClusterApi::watch`]), not by polling: it subscribes first, then
+/// reads every status once, and reads a task's status again only when an event names it, so
+/// no change between the first reads and the subscription goes unseen, and a wait of any
+/// length costs one subscription and a few status reads per task.
+///
+/// Unlike [`await_started`](crate::api::await_started), a task that ended (before starting,
+/// or after) counts as having left `Pending`, and the wait goes on for the others: the caller
+/// judges the statuses (a ghost that is not running, a member that already finished).
 pub(crate) async fn wait_started<C: ClusterApi>(
     cluster: &C,
     tasks: &[TaskId],
@@ -151,36 +157,77 @@ pub(crate) async fn wait_started<C: ClusterApi>(
     timeout: Duration,
 ) -> Result<Vec<TaskStatus>, EslError> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut pause = Duration::from_millis(2);
+    let kinds = [WatchKind::Started, WatchKind::Finished, WatchKind::Pending];
+    // A filter names at most `MAX_WATCH_TASKS` tasks; past that, every task's events come and
+    // those of others are skipped here.
+    let request = if tasks.len() <= MAX_WATCH_TASKS {
+        WatchRequest::tasks(tasks.iter().copied()).kinds(kinds)
+    } else {
+        WatchRequest::all().kinds(kinds)
+    };
+    let mut events = cluster.watch(request.clone()).await?;
+    let mut statuses = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        statuses.push(cluster.status(*task).await?);
+    }
     loop {
-        let mut statuses = Vec::with_capacity(tasks.len());
-        for task in tasks {
-            statuses.push(cluster.status(*task).await?);
-        }
         if statuses.iter().all(has_started) {
             return Ok(statuses);
         }
-        let now = tokio::time::Instant::now();
-        if now >= deadline {
-            return Err(EslError::Timeout {
-                what: what.to_string(),
-                after: timeout,
-            });
+        let next = match tokio::time::timeout_at(deadline, events.next()).await {
+            Ok(next) => next,
+            Err(_) => {
+                return Err(EslError::Timeout {
+                    what: what.to_string(),
+                    after: timeout,
+                });
+            }
+        };
+        match next {
+            Some(Ok(event)) => {
+                let Some(task) = event.event.task() else {
+                    continue;
+                };
+                let pending_again = event.event.kind() == WatchKind::Pending;
+                for (status, t) in statuses.iter_mut().zip(tasks) {
+                    // A pending task whose reason changed is still pending: no read.
+                    if *t == task && (!pending_again || has_started(status)) {
+                        *status = cluster.status(task).await?;
+                    }
+                }
+            }
+            // The feed broke past resuming (the head no longer keeps the events after its
+            // last revision): subscribe again, then read every status afresh.
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "the event feed broke; subscribing again");
+                events = cluster.watch(request.clone()).await?;
+                for (status, task) in statuses.iter_mut().zip(tasks) {
+                    *status = cluster.status(*task).await?;
+                }
+            }
+            None => return Err(EslError::Refused("the cluster's event feed ended".into())),
         }
-        tokio::time::sleep(pause.min(deadline - now)).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! Helpers for the policies' unit tests: a seeded RNG (no `rand` in the workspace) and a
-    //! task builder.
+    //! Helpers for the policies' unit tests: a seeded RNG (no `rand` in the workspace), a
+    //! cluster that counts status reads, and a task builder.
+
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
 
     use escher_client::Task;
-    use escher_proto::types::TaskSpec;
+    use escher_proto::types::{
+        ClusterStatus, GangStrategy, MigChange, MigPlan, NodeGpus, NodeId, ReserveReply,
+        ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TaskTelemetry,
+        WatchRequest,
+    };
 
-    use crate::ResourceSpec;
+    use crate::api::Events;
+    use crate::{ClusterApi, EslError, InMemoryCluster, ResourceSpec};
 
     /// SplitMix64: small, seeded, good enough to shuffle test scenarios.
     #[derive(Debug, Clone)]
@@ -220,10 +267,242 @@ pub(crate) mod testing {
         }
     }
 
+    /// An [`InMemoryCluster`] that counts the status reads made through it (how a test
+    /// tells waiting on events from polling) and, when given, reports these GPUs instead of
+    /// the in-memory cluster's (which has none).
+    #[derive(Debug, Clone)]
+    pub(crate) struct Counting {
+        pub(crate) inner: InMemoryCluster,
+        statuses: Arc<AtomicUsize>,
+        gpus: Option<Vec<NodeGpus>>,
+    }
+
+    impl Counting {
+        pub(crate) fn new(inner: InMemoryCluster) -> Counting {
+            Counting {
+                inner,
+                statuses: Arc::default(),
+                gpus: None,
+            }
+        }
+
+        /// The same, reporting `gpus` as the cluster's GPUs.
+        pub(crate) fn with_gpus(mut self, gpus: Vec<NodeGpus>) -> Counting {
+            self.gpus = Some(gpus);
+            self
+        }
+
+        /// Status reads so far.
+        pub(crate) fn statuses(&self) -> usize {
+            self.statuses.load(Ordering::SeqCst)
+        }
+    }
+
+    impl ClusterApi for Counting {
+        async fn set_resources(
+            &self,
+            updates: Vec<ResourceUpdate>,
+        ) -> Result<Vec<Vec<NodeId>>, EslError> {
+            self.inner.set_resources(updates).await
+        }
+
+        async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
+            self.inner.cluster_status().await
+        }
+
+        async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+            self.inner.submit(tasks).await
+        }
+
+        async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
+            self.inner.cancel(tasks).await
+        }
+
+        async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
+            self.statuses.fetch_add(1, Ordering::SeqCst);
+            self.inner.status(task).await
+        }
+
+        async fn wait(
+            &self,
+            tasks: Vec<TaskId>,
+            num: usize,
+            timeout: Duration,
+        ) -> Result<Vec<TaskStatus>, EslError> {
+            self.inner.wait(tasks, num, timeout).await
+        }
+
+        async fn watch(&self, request: WatchRequest) -> Result<Events, EslError> {
+            self.inner.watch(request).await
+        }
+
+        async fn reserve(
+            &self,
+            name: ResourceName,
+            bundles: Vec<ResourceSet>,
+            strategy: GangStrategy,
+            timeout: Option<Duration>,
+        ) -> Result<ReserveReply, EslError> {
+            self.inner.reserve(name, bundles, strategy, timeout).await
+        }
+
+        async fn telemetry(
+            &self,
+            tasks: Vec<TaskId>,
+            after_ms: Option<u64>,
+        ) -> Result<Vec<TaskTelemetry>, EslError> {
+            self.inner.telemetry(tasks, after_ms).await
+        }
+
+        async fn requeue(
+            &self,
+            task: TaskId,
+            resources: ResourceSet,
+        ) -> Result<TaskStatus, EslError> {
+            self.inner.requeue(task, resources).await
+        }
+
+        async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
+            match &self.gpus {
+                Some(gpus) => Ok(gpus.clone()),
+                None => self.inner.gpus().await,
+            }
+        }
+
+        async fn change_mig(
+            &self,
+            node: NodeId,
+            gpu: u32,
+            change: MigChange,
+            drain: bool,
+        ) -> Result<MigPlan, EslError> {
+            self.inner.change_mig(node, gpu, change, drain).await
+        }
+    }
+
     /// A function task with these physical resources and this policy spec.
     pub(crate) fn task(resources: &str, spec: &ResourceSpec) -> TaskSpec {
         spec.apply(Task::function("work", Vec::new()).resources_str(resources))
             .build()
             .expect("a valid test task")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use escher_proto::types::{Amount, Capacity, NodeSpec, ResourceName, TaskState};
+
+    use super::testing::{Counting, task};
+    use super::*;
+    use crate::{InMemoryCluster, Mode, ResourceSpec};
+
+    /// `n` tasks that need `x`, which no node has yet.
+    async fn waiting(cluster: &Counting, n: usize) -> Vec<TaskId> {
+        let spec = ResourceSpec::new().require(x(), Amount::ONE).unwrap();
+        cluster.submit(vec![task("cpu=1", &spec); n]).await.unwrap()
+    }
+
+    fn x() -> ResourceName {
+        ResourceName::new("x").unwrap()
+    }
+
+    /// However long the wait, each task's status is read about once when the wait begins and
+    /// once when an event says it started: the wait hears the starts, it does not poll.
+    #[tokio::test(start_paused = true)]
+    async fn waiting_for_starts_reads_statuses_per_event_not_per_interval() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        let node = cluster.inner.add_node("cpu=8");
+        let tasks = waiting(&cluster, 4).await;
+        let later = async {
+            tokio::time::sleep(Duration::from_secs(20)).await;
+            cluster
+                .set_resource(x(), Capacity::Unbounded, NodeSpec::Node(node))
+                .await
+                .unwrap();
+        };
+        let (statuses, ()) = tokio::join!(
+            wait_started(&cluster, &tasks, "starting", Duration::from_secs(60)),
+            later
+        );
+        let statuses = statuses.unwrap();
+        assert!(statuses.iter().all(|s| s.state == TaskState::Running));
+        assert!(
+            cluster.statuses() <= 2 * tasks.len(),
+            "{} status reads for {} tasks over 20 s: polling",
+            cluster.statuses(),
+            tasks.len()
+        );
+    }
+
+    /// The timeout and its error are what they were: `what` and the time given.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_that_times_out_says_what_and_after_how_long() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        cluster.inner.add_node("cpu=8");
+        let tasks = waiting(&cluster, 3).await;
+        let err = wait_started(
+            &cluster,
+            &tasks,
+            "placing the ghosts",
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap_err();
+        match err {
+            EslError::Timeout { what, after } => {
+                assert_eq!(what, "placing the ghosts");
+                assert_eq!(after, Duration::from_secs(5));
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert_eq!(
+            cluster.statuses(),
+            tasks.len(),
+            "one read each, then events"
+        );
+    }
+
+    /// A task that ends before it starts has left `Pending` too: the wait goes on for the
+    /// others and returns every status, for the caller to judge.
+    #[tokio::test(start_paused = true)]
+    async fn a_task_that_ends_early_counts_as_no_longer_pending() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        let node = cluster.inner.add_node("cpu=8");
+        let tasks = waiting(&cluster, 2).await;
+        let later = async {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cluster.cancel(vec![tasks[0]]).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            cluster
+                .set_resource(x(), Capacity::Unbounded, NodeSpec::Node(node))
+                .await
+                .unwrap();
+        };
+        let (statuses, ()) = tokio::join!(
+            wait_started(&cluster, &tasks, "starting", Duration::from_secs(60)),
+            later
+        );
+        let states: Vec<TaskState> = statuses.unwrap().iter().map(|s| s.state).collect();
+        assert_eq!(states, vec![TaskState::Cancelled, TaskState::Running]);
+    }
+
+    /// Tasks that run already: one read each and no wait.
+    #[tokio::test(start_paused = true)]
+    async fn tasks_already_running_are_answered_at_once() {
+        let cluster = Counting::new(InMemoryCluster::new(Mode::Manual));
+        cluster.inner.add_node("cpu=8");
+        let tasks = cluster
+            .submit(vec![task("cpu=1", &ResourceSpec::new()); 3])
+            .await
+            .unwrap();
+        let start = tokio::time::Instant::now();
+        let statuses = wait_started(&cluster, &tasks, "starting", Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(statuses.iter().all(has_started));
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        assert_eq!(cluster.statuses(), 3);
     }
 }
