@@ -19,6 +19,21 @@
 //! (`iteration`, `mem_requested_gb`), `Drained` when a drained replica's task has ended, and a
 //! `Tick` each round.
 //!
+//! # Events, and what is still read each round
+//!
+//! The driver learns that its tasks (launched jobs, replicas) started or ended from the
+//! cluster's events ([`ClusterApi::watch`]), not by polling their status: it subscribes to
+//! task starts and ends when it is created, before it submits or launches anything, and reads
+//! a task's status only when an event names one of its tasks (for the attempt that runs, and
+//! the typed result of a failure), so a round with nothing new reads no status at all. If the
+//! feed breaks past resuming, it subscribes again and reads each of its tasks' status once.
+//!
+//! Two reads stay periodic, once per round, because the cluster has no event for them: the
+//! GPU's inventory ([`ClusterApi::gpus`]: slices appearing, the reconfiguration under way and
+//! its phases) and the launched tasks' telemetry ([`ClusterApi::telemetry`], samples a task
+//! reports while it runs). The round is also the policy's clock (its `Tick`) and the serving
+//! model's time step, so it stays.
+//!
 //! # Inference services
 //!
 //! An inference service ([`ClusterGpu::add_service`]) is a task of its own that never runs
@@ -52,11 +67,12 @@ use escher_proto::Amount;
 use escher_proto::mig::{GpuModel, Layout, Placement};
 use escher_proto::types::{
     GpuStatus, NodeId, ResourceName, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState,
-    mig_class, mig_identity,
+    WatchEvent, WatchKind, WatchRequest, mig_class, mig_identity,
 };
 
 use super::serving::{ServiceStats, Serving};
 use super::{Command, Event, GpuPolicy, GpuView, Instance, InstanceState, SeamError};
+use crate::api::Events;
 use crate::gpu::InferenceModel;
 use crate::{ClusterApi, EslError};
 
@@ -96,6 +112,10 @@ pub struct ClusterGpu<C: ClusterApi> {
     replicas: BTreeMap<u8, ReplicaTask>,
     /// When the replicas last served, ms of the policy's clock.
     served_until: u64,
+    /// The cluster's task starts and ends, subscribed to before anything was submitted.
+    events: Events,
+    /// Launched or replica tasks an event named since their status was last read.
+    stale: BTreeSet<TaskId>,
 }
 
 /// One replica of an inference service: a task holding one slice.
@@ -130,6 +150,9 @@ pub struct DriveReport {
 impl<C: ClusterApi> ClusterGpu<C> {
     /// GPU `gpu` of node `node`, as the cluster reports it now.
     pub async fn new(api: C, node: NodeId, gpu: u32) -> Result<ClusterGpu<C>, EslError> {
+        // Subscribed first: every start and end of a task this driver submits or launches
+        // comes after it.
+        let events = api.watch(task_events()).await?;
         let inventory = read(&api, node, gpu).await?;
         let Some(model) = inventory.info.model else {
             return Err(EslError::Refused(format!(
@@ -155,6 +178,8 @@ impl<C: ClusterApi> ClusterGpu<C> {
             services: BTreeMap::new(),
             replicas: BTreeMap::new(),
             served_until: 0,
+            events,
+            stale: BTreeSet::new(),
         };
         gpu.layout_now()?;
         Ok(gpu)
@@ -212,13 +237,22 @@ impl<C: ClusterApi> ClusterGpu<C> {
             if self.replicas.get(&on.start).is_some_and(|r| r.running) {
                 return Ok(());
             }
-            if Instant::now() >= deadline {
-                return Err(EslError::Timeout {
-                    what: format!("the replica of {task} on {on} starting"),
-                    after: timeout,
-                });
+            // Until the cluster says one of this GPU's tasks started or ended (the replica's
+            // start, or its end), nothing changes that this waits for.
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(EslError::Timeout {
+                        what: format!("the replica of {task} on {on} starting"),
+                        after: timeout,
+                    });
+                }
+                if let Ok(next) = tokio::time::timeout(left, self.events.next()).await
+                    && self.note(next).await?
+                {
+                    break;
+                }
             }
-            tokio::time::sleep(ROUND).await;
         }
     }
 
@@ -359,7 +393,13 @@ impl<C: ClusterApi> ClusterGpu<C> {
         }
         let mut failed = Vec::new();
         let ids: Vec<TaskId> = self.launched.keys().copied().collect();
-        for task in &ids {
+        self.take_events().await?;
+        let changed: Vec<TaskId> = ids
+            .iter()
+            .filter(|t| self.stale.remove(t))
+            .copied()
+            .collect();
+        for task in &changed {
             let status = self.api.status(*task).await?;
             match status.state {
                 TaskState::Running => {
@@ -445,7 +485,14 @@ impl<C: ClusterApi> ClusterGpu<C> {
         if !stop.is_empty() {
             self.api.cancel(stop).await?;
         }
-        let replicas: Vec<ReplicaTask> = self.replicas.values().copied().collect();
+        let replicas: Vec<ReplicaTask> = self
+            .replicas
+            .values()
+            .filter(|r| self.stale.contains(&r.task))
+            .copied()
+            .collect();
+        // What is left named tasks this GPU no longer tracks.
+        self.stale.clear();
         for r in replicas {
             let status = self.api.status(r.task).await?;
             match status.state {
@@ -475,6 +522,61 @@ impl<C: ClusterApi> ClusterGpu<C> {
             }
         }
         Ok(())
+    }
+
+    /// Whether `task` is one this GPU follows: a launched job or a replica.
+    fn tracks(&self, task: TaskId) -> bool {
+        self.launched.contains_key(&task) || self.replicas.values().any(|r| r.task == task)
+    }
+
+    /// Takes in one item of the event feed: a start or end of a tracked task marks it for a
+    /// status read. A broken feed is subscribed to again, and every tracked task marked (its
+    /// status read after the new subscription is in place: nothing goes unseen). Whether a
+    /// tracked task was marked.
+    async fn note(&mut self, next: Option<Result<WatchEvent, EslError>>) -> Result<bool, EslError> {
+        match next {
+            Some(Ok(event)) => match event.event.task() {
+                Some(task) if self.tracks(task) => {
+                    self.stale.insert(task);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            },
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "the event feed broke; subscribing again");
+                self.events = self.api.watch(task_events()).await?;
+                let tracked: Vec<TaskId> = self
+                    .launched
+                    .keys()
+                    .copied()
+                    .chain(self.replicas.values().map(|r| r.task))
+                    .collect();
+                let any = !tracked.is_empty();
+                self.stale.extend(tracked);
+                Ok(any)
+            }
+            None => Err(EslError::Refused("the cluster's event feed ended".into())),
+        }
+    }
+
+    /// Takes in every event the feed holds now, without waiting.
+    async fn take_events(&mut self) -> Result<(), EslError> {
+        loop {
+            let next = {
+                let waker = std::task::Waker::noop();
+                let mut cx = std::task::Context::from_waker(waker);
+                let mut next = std::pin::pin!(self.events.next());
+                match next.as_mut().poll(&mut cx) {
+                    std::task::Poll::Ready(next) => next,
+                    std::task::Poll::Pending => return Ok(()),
+                }
+            };
+            let broken = !matches!(next, Some(Ok(_)));
+            self.note(next).await?;
+            if broken {
+                return Ok(());
+            }
+        }
     }
 
     /// Sends the layout asked for, or waits for the reconfiguration under way.
@@ -719,6 +821,12 @@ async fn read<C: ClusterApi>(api: &C, node: NodeId, gpu: u32) -> Result<GpuStatu
         .ok_or_else(|| EslError::Refused(format!("node {node} has no GPU {gpu}")))
 }
 
+/// What the driver subscribes to: the starts and ends of the caller's tasks (it keeps those of
+/// its own).
+fn task_events() -> WatchRequest {
+    WatchRequest::all().kinds([WatchKind::Started, WatchKind::Finished])
+}
+
 /// What a job waits on while queued.
 fn queue_request() -> Result<ResourceSet, EslError> {
     let mut set = ResourceSet::new();
@@ -734,4 +842,145 @@ fn slice_request(on: Placement, uuid: &str) -> Result<ResourceSet, String> {
     set.insert(class, Amount::ONE);
     set.insert(identity, Amount::ONE);
     Ok(set)
+}
+
+#[cfg(test)]
+mod tests {
+    use escher_client::Task;
+    use escher_proto::types::{GpuInfo, MigDevice, NodeGpus};
+
+    use super::*;
+    use crate::policy::testing::Counting;
+    use crate::{InMemoryCluster, Mode};
+
+    /// Slices of the fake GPU: seven 1g.5gb instances of an A100-40GB.
+    const SLICES: u8 = 7;
+
+    /// A cluster with one node whose GPU is an A100-40GB cut in seven 1g.5gb slices, its
+    /// resources those the head would make of them; status reads counted.
+    fn cluster_with_a_gpu() -> (Counting, NodeId) {
+        let cluster = InMemoryCluster::new(Mode::Manual);
+        let mut resources = format!("cpu=8,mig.1g.5gb={SLICES}");
+        for i in 0..SLICES {
+            resources.push_str(&format!(",mig.MIG-t{i}=1"));
+        }
+        let node = cluster.add_node(&resources);
+        let slices = (0..SLICES)
+            .map(|i| MigDevice {
+                profile: "1g.5gb".into(),
+                start: i,
+                size: 1,
+                memory_mib: 4864,
+                uuid: format!("MIG-t{i}"),
+            })
+            .collect();
+        let gpu = GpuStatus {
+            info: GpuInfo {
+                index: 0,
+                uuid: "GPU-t".into(),
+                product: "NVIDIA A100-SXM4-40GB".into(),
+                model: Some(GpuModel::A100_40GB),
+                memory_mib: 40_960,
+                mig_enabled: true,
+                simulated: true,
+                slices,
+            },
+            holders: Vec::new(),
+            reconfiguring: None,
+            last_error: None,
+            last_reconfiguration: None,
+        };
+        let gpus = vec![NodeGpus {
+            node,
+            name: "sim".into(),
+            alive: true,
+            gpus: vec![gpu],
+        }];
+        (Counting::new(cluster).with_gpus(gpus), node)
+    }
+
+    /// Launches its jobs on idle slices at the first tick; done when each has ended.
+    struct LaunchAll {
+        jobs: Vec<TaskId>,
+        launched: bool,
+        ended: BTreeSet<TaskId>,
+    }
+
+    impl GpuPolicy for LaunchAll {
+        fn name(&self) -> String {
+            "launch-all".into()
+        }
+
+        fn on_event(&mut self, event: &Event, gpu: &GpuView, _now: u64, out: &mut Vec<Command>) {
+            match event {
+                Event::Tick if !self.launched => {
+                    for (task, on) in self.jobs.iter().zip(gpu.idle()) {
+                        out.push(Command::Launch { task: *task, on });
+                    }
+                    self.launched = true;
+                }
+                Event::Finished(task) | Event::OutOfMemory { task, .. } => {
+                    self.ended.insert(*task);
+                }
+                _ => {}
+            }
+        }
+
+        fn is_done(&self) -> bool {
+            self.ended.len() == self.jobs.len()
+        }
+    }
+
+    /// The driver hears its launched jobs start and end from the cluster's events: over many
+    /// rounds with every job running it reads no status, and in all about one per start and
+    /// one per end, where polling read every launched job's status every round.
+    #[tokio::test]
+    async fn drive_hears_starts_and_ends_from_events_not_by_polling_status() {
+        let (api, node) = cluster_with_a_gpu();
+        let mut gpu = ClusterGpu::new(api.clone(), node, 0).await.unwrap();
+        let n = SLICES as usize;
+        let jobs = gpu
+            .submit(vec![Task::function("work", Vec::new()).build().unwrap(); n])
+            .await
+            .unwrap();
+        let mut policy = LaunchAll {
+            jobs: jobs.clone(),
+            launched: false,
+            ended: BTreeSet::new(),
+        };
+        let cluster = api.inner.clone();
+        let outside = async {
+            while cluster.running().len() < n {
+                tokio::time::sleep(ROUND).await;
+            }
+            // Everything runs: let the driver go round and round.
+            let before = api.statuses();
+            tokio::time::sleep(ROUND * 20).await;
+            let during = api.statuses() - before;
+            for (i, job) in jobs.iter().enumerate() {
+                // One fails: the driver says why.
+                cluster.finish(*job, i != 0);
+            }
+            during
+        };
+        let (report, during) = tokio::join!(
+            drive(&mut policy, &mut gpu, Duration::from_secs(30)),
+            outside
+        );
+        let report = report.unwrap();
+        assert!(report.finished_at.is_some(), "{report:?}");
+        assert!(report.refused.is_empty(), "{report:?}");
+        assert_eq!(report.failed.len(), 1, "{report:?}");
+        assert_eq!(report.failed[0].0, jobs[0]);
+        assert_eq!(report.failed[0].1, "failed by the test");
+        assert!(
+            during <= 2 * n,
+            "{during} status reads in 20 rounds with {n} jobs running: polling"
+        );
+        assert!(
+            api.statuses() <= 2 * n,
+            "{} status reads for {n} jobs: more than one per start and end",
+            api.statuses()
+        );
+    }
 }
