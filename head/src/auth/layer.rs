@@ -10,7 +10,16 @@ use tonic::Status;
 use tonic::body::Body;
 
 use super::{Caller, Keys, RunningAttempts, check_attempt};
-use crate::runtime::Metrics;
+
+/// What the layer tells of every call, as it passes (the runtime's metrics count them): the
+/// layer sits below the runtime and knows it only through this.
+pub trait CallObserver: Send + Sync + std::fmt::Debug {
+    /// A call to `path` (`/escher.v1.Cluster/Submit`) arrived.
+    fn request(&self, path: &str);
+    /// A call to `path` was answered with `code` (not OK) at once: refused here, or by its
+    /// handler before any reply.
+    fn error(&self, path: &str, code: tonic::Code);
+}
 
 /// Which callers a method admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,7 +105,7 @@ pub struct AuthLayer {
     keys: Arc<Keys>,
     enforce: bool,
     attempts: Option<Arc<dyn RunningAttempts>>,
-    metrics: Option<Arc<Metrics>>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl AuthLayer {
@@ -107,13 +116,13 @@ impl AuthLayer {
             keys,
             enforce: true,
             attempts: Some(attempts),
-            metrics: None,
+            observer: None,
         }
     }
 
-    /// Counts every call by method in `metrics`.
-    pub(crate) fn counting(mut self, metrics: Arc<Metrics>) -> AuthLayer {
-        self.metrics = Some(metrics);
+    /// Tells `observer` of every call.
+    pub fn observed(mut self, observer: Arc<dyn CallObserver>) -> AuthLayer {
+        self.observer = Some(observer);
         self
     }
 
@@ -124,7 +133,7 @@ impl AuthLayer {
             keys,
             enforce: false,
             attempts: None,
-            metrics: None,
+            observer: None,
         }
     }
 }
@@ -137,7 +146,7 @@ impl<S> tower::Layer<S> for AuthLayer {
             keys: Arc::clone(&self.keys),
             enforce: self.enforce,
             attempts: self.attempts.clone(),
-            metrics: self.metrics.clone(),
+            observer: self.observer.clone(),
         }
     }
 }
@@ -149,7 +158,7 @@ pub struct Auth<S> {
     keys: Arc<Keys>,
     enforce: bool,
     attempts: Option<Arc<dyn RunningAttempts>>,
-    metrics: Option<Arc<Metrics>>,
+    observer: Option<Arc<dyn CallObserver>>,
 }
 
 impl<S> Auth<S> {
@@ -305,9 +314,9 @@ where
 
     fn call(&mut self, mut request: http::Request<Body>) -> Self::Future {
         let path = request.uri().path().to_owned();
-        let metrics = self.metrics.clone();
-        if let Some(metrics) = &metrics {
-            metrics.request(&path);
+        let observer = self.observer.clone();
+        if let Some(observer) = &observer {
+            observer.request(&path);
         }
         match self.check(request.uri().path(), request.headers()) {
             Ok((caller, limit)) => {
@@ -336,8 +345,8 @@ where
                         && let Err(status) = check_attempt(attempts.as_ref(), &caller).await
                     {
                         tracing::debug!(%path, code = ?status.code(), "call refused");
-                        if let Some(metrics) = &metrics {
-                            metrics.error(&path, status.code());
+                        if let Some(observer) = &observer {
+                            observer.error(&path, status.code());
                         }
                         return Ok(status.into_http());
                     }
@@ -346,7 +355,7 @@ where
                     // An error answered at once carries its status in the headers (a
                     // trailers-only response); a success, or a stream that fails later,
                     // carries it in the trailers, which are not counted.
-                    if let Some(metrics) = &metrics
+                    if let Some(observer) = &observer
                         && let Some(code) = response.headers().get("grpc-status")
                         && code.as_bytes() != b"0"
                     {
@@ -354,15 +363,15 @@ where
                         let code = code
                             .parse::<i32>()
                             .map_or(tonic::Code::Unknown, tonic::Code::from);
-                        metrics.error(&path, code);
+                        observer.error(&path, code);
                     }
                     Ok(response)
                 })
             }
             Err(status) => {
                 tracing::debug!(path = %request.uri().path(), code = ?status.code(), "call refused");
-                if let Some(metrics) = &metrics {
-                    metrics.error(&path, status.code());
+                if let Some(observer) = &observer {
+                    observer.error(&path, status.code());
                 }
                 Box::pin(async move { Ok(status.into_http()) })
             }

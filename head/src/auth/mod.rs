@@ -38,7 +38,7 @@ use tonic::Status;
 use crate::state::{ClusterState, TokenHash};
 pub use attempts::{Running, RunningAttempts, check_attempt};
 pub(crate) use layer::authorize;
-pub use layer::{AuthLayer, Need, need};
+pub use layer::{AuthLayer, CallObserver, Need, need};
 
 /// The prefix of a task credential.
 const TASK_PREFIX: &str = "escher-task-";

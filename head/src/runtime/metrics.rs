@@ -36,13 +36,35 @@ use rustc_hash::FxHashMap;
 
 use super::handle::OwnerHandle;
 use super::owner::{HeadsView, Msg};
-use crate::auth::{Caller, Keys};
+use crate::auth::{CallObserver, Caller, Keys};
 use crate::state::ClusterState;
 
 /// Labels of one series, in order.
 type Labels = Vec<(String, String)>;
 /// The one label of a per-command series: `command="submit"` (no allocation per command).
 type CommandLabel = [(&'static str, &'static str); 1];
+
+/// The auth layer tells the metrics of every call: counted by method, and its errors by
+/// method and code.
+impl CallObserver for Metrics {
+    fn request(&self, path: &str) {
+        let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        self.requests
+            .get_or_create(&vec![("method".to_string(), method)])
+            .inc();
+    }
+
+    fn error(&self, path: &str, code: tonic::Code) {
+        let method = path.rsplit('/').next().unwrap_or(path).to_string();
+        let code = format!("{code:?}");
+        self.errors
+            .get_or_create(&vec![
+                ("method".to_string(), method),
+                ("code".to_string(), code),
+            ])
+            .inc();
+    }
+}
 
 /// What accumulates between scrapes.
 #[derive(Debug)]
@@ -83,26 +105,6 @@ impl Metrics {
     /// A task was dispatched `waited_ms` after it was submitted.
     pub(crate) fn started(&self, waited_ms: u64) {
         self.submit_to_start.observe(waited_ms as f64 / 1000.0);
-    }
-
-    /// A gRPC call to `path` (`/escher.v1.Cluster/Submit`) arrived.
-    pub(crate) fn request(&self, path: &str) {
-        let method = path.rsplit('/').next().unwrap_or(path).to_string();
-        self.requests
-            .get_or_create(&vec![("method".to_string(), method)])
-            .inc();
-    }
-
-    /// A gRPC call to `path` was answered with `code` (not OK) at once.
-    pub(crate) fn error(&self, path: &str, code: tonic::Code) {
-        let method = path.rsplit('/').next().unwrap_or(path).to_string();
-        let code = format!("{code:?}");
-        self.errors
-            .get_or_create(&vec![
-                ("method".to_string(), method),
-                ("code".to_string(), code),
-            ])
-            .inc();
     }
 
     /// Applying one `command` (`submit` ...) to the state took `took`.

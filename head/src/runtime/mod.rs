@@ -68,7 +68,7 @@ use crate::replication::{
 };
 pub use config::{AddressFile, ConfigError, HeadConfig};
 pub use handle::{LEADER_METADATA, READ_METADATA, STALE};
-pub(crate) use metrics::Metrics;
+use metrics::Metrics;
 pub use tls::{TlsError, TlsIdentity};
 
 /// Why the head could not run.
@@ -353,7 +353,7 @@ async fn serve<S: crate::replication::LogStore>(
                 tracing::warn!("this head does not authenticate its callers (a benchmark setting)");
                 AuthLayer::open(Arc::clone(&keys))
             }
-            .counting(Arc::clone(&metrics)),
+            .observed(metrics.clone()),
         )
         .add_service(cluster)
         .add_service(link)
