@@ -21,30 +21,85 @@ use tokio::sync::mpsc;
 use crate::EslError;
 
 /// What an ESL may ask of a cluster.
+///
+/// Two kinds of types implement it:
+///
+/// - **a cluster** ([`Client`], [`InMemoryCluster`](crate::InMemoryCluster)) implements every
+///   *primitive*: the methods from `set_resources` to `change_mig`;
+/// - **a decorator** (a `ClusterApi` in front of another one: [`Journal`](crate::Journal),
+///   a test's recorder, a call counter) implements [`inner`](ClusterApi::inner), the cluster
+///   it decorates, and only the primitives it changes: every other one goes to `inner`.
+///
+/// The conveniences (`set_resource`, `adjust_resource`, `delete_resource`, `update`,
+/// `apply_mig_layout`) are built on the primitives *of the type itself*, so a decorator that
+/// overrides `set_resources` sees them too.
+///
+/// ```
+/// use escher_esl::{ClusterApi, EslError};
+/// use escher_proto::types::{TaskId, TaskSpec};
+///
+/// /// Refuses tasks without a name, passes everything else through.
+/// #[derive(Clone)]
+/// struct Named<C>(C);
+///
+/// impl<C: ClusterApi> ClusterApi for Named<C> {
+///     fn inner(&self) -> &impl ClusterApi {
+///         &self.0
+///     }
+///
+///     async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+///         if tasks.iter().any(|t| t.name.is_empty()) {
+///             return Err(EslError::Refused("every task needs a name".into()));
+///         }
+///         self.0.submit(tasks).await
+///     }
+/// }
+/// ```
+///
+/// A primitive that neither the type nor anything it decorates implements answers
+/// [`EslError::Refused`] naming it (the default `inner` is [`Unsupported`]): a test fake may
+/// implement only what its policy calls.
 pub trait ClusterApi: Clone + Send + Sync + 'static {
+    /// The cluster this one decorates: where the primitives it does not implement go. A
+    /// cluster of its own implements every primitive and leaves this as it is
+    /// ([`Unsupported`]). Policies call the methods, never this.
+    fn inner(&self) -> &impl ClusterApi {
+        &Unsupported
+    }
+
     /// Applies resource changes, all or none; for each, the nodes it changed.
     fn set_resources(
         &self,
         updates: Vec<ResourceUpdate>,
-    ) -> impl Future<Output = Result<Vec<Vec<NodeId>>, EslError>> + Send;
+    ) -> impl Future<Output = Result<Vec<Vec<NodeId>>, EslError>> + Send {
+        self.inner().set_resources(updates)
+    }
 
     /// Every node with its resources' totals and use.
-    fn cluster_status(&self) -> impl Future<Output = Result<ClusterStatus, EslError>> + Send;
+    fn cluster_status(&self) -> impl Future<Output = Result<ClusterStatus, EslError>> + Send {
+        self.inner().cluster_status()
+    }
 
     /// Submits tasks; their ids in order.
     fn submit(
         &self,
         tasks: Vec<TaskSpec>,
-    ) -> impl Future<Output = Result<Vec<TaskId>, EslError>> + Send;
+    ) -> impl Future<Output = Result<Vec<TaskId>, EslError>> + Send {
+        self.inner().submit(tasks)
+    }
 
     /// Cancels tasks; their statuses afterwards.
     fn cancel(
         &self,
         tasks: Vec<TaskId>,
-    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send {
+        self.inner().cancel(tasks)
+    }
 
     /// A task's status now.
-    fn status(&self, task: TaskId) -> impl Future<Output = Result<TaskStatus, EslError>> + Send;
+    fn status(&self, task: TaskId) -> impl Future<Output = Result<TaskStatus, EslError>> + Send {
+        self.inner().status(task)
+    }
 
     /// Waits until `num` of `tasks` are terminal, or `timeout`; the statuses of all of them.
     fn wait(
@@ -52,12 +107,18 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         tasks: Vec<TaskId>,
         num: usize,
         timeout: Duration,
-    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send;
+    ) -> impl Future<Output = Result<Vec<TaskStatus>, EslError>> + Send {
+        self.inner().wait(tasks, num, timeout)
+    }
 
     /// Subscribes to the cluster's events that `request` selects, from now on (docs/DESIGN.md §11):
     /// how a policy learns that a task started or ended without polling its status.
-    fn watch(&self, request: WatchRequest)
-    -> impl Future<Output = Result<Events, EslError>> + Send;
+    fn watch(
+        &self,
+        request: WatchRequest,
+    ) -> impl Future<Output = Result<Events, EslError>> + Send {
+        self.inner().watch(request)
+    }
 
     /// Reserves `bundles` all or nothing under `name` (head-native gang scheduling): one
     /// holder task per bundle, and whether all were placed at once. While bundle `i` is held
@@ -70,7 +131,9 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         bundles: Vec<ResourceSet>,
         strategy: GangStrategy,
         timeout: Option<Duration>,
-    ) -> impl Future<Output = Result<ReserveReply, EslError>> + Send;
+    ) -> impl Future<Output = Result<ReserveReply, EslError>> + Send {
+        self.inner().reserve(name, bundles, strategy, timeout)
+    }
 
     /// The samples `tasks` reported as task telemetry (memory used, iterations, performance),
     /// oldest first, for the tasks that reported any; with `after_ms`, only those received
@@ -80,7 +143,9 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         &self,
         tasks: Vec<TaskId>,
         after_ms: Option<u64>,
-    ) -> impl Future<Output = Result<Vec<TaskTelemetry>, EslError>> + Send;
+    ) -> impl Future<Output = Result<Vec<TaskTelemetry>, EslError>> + Send {
+        self.inner().telemetry(tasks, after_ms)
+    }
 
     /// Runs a pending, running or failed task again under its id with `resources` (see
     /// [`Client::requeue`]): how a GPU policy moves a job to a larger slice, keeping its
@@ -89,11 +154,15 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         &self,
         task: TaskId,
         resources: ResourceSet,
-    ) -> impl Future<Output = Result<TaskStatus, EslError>> + Send;
+    ) -> impl Future<Output = Result<TaskStatus, EslError>> + Send {
+        self.inner().requeue(task, resources)
+    }
 
     /// Every node's GPUs: MIG slices with their placements and UUIDs, who holds each device,
     /// and the reconfiguration under way.
-    fn gpus(&self) -> impl Future<Output = Result<Vec<NodeGpus>, EslError>> + Send;
+    fn gpus(&self) -> impl Future<Output = Result<Vec<NodeGpus>, EslError>> + Send {
+        self.inner().gpus()
+    }
 
     /// Asks for one change of one GPU's MIG instances (see [`Client::change_mig`]): a whole
     /// layout, one instance created or destroyed, or the steps toward a layout that leave busy
@@ -106,7 +175,9 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         gpu: u32,
         change: MigChange,
         drain: bool,
-    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send;
+    ) -> impl Future<Output = Result<MigPlan, EslError>> + Send {
+        self.inner().change_mig(node, gpu, change, drain)
+    }
 
     /// Asks for one GPU's whole MIG layout, atomically ([`ClusterApi::change_mig`] with
     /// [`MigChange::Layout`]).
@@ -266,6 +337,90 @@ impl ClusterApi for Client {
     }
 }
 
+/// The cluster underneath a cluster of its own (the default [`ClusterApi::inner`]): it has
+/// nothing, and answers every primitive with [`EslError::Refused`] naming it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Unsupported;
+
+impl Unsupported {
+    fn refuse<T>(what: &str) -> Result<T, EslError> {
+        Err(EslError::Refused(format!(
+            "this cluster does not implement ClusterApi::{what}"
+        )))
+    }
+}
+
+impl ClusterApi for Unsupported {
+    async fn set_resources(&self, _: Vec<ResourceUpdate>) -> Result<Vec<Vec<NodeId>>, EslError> {
+        Unsupported::refuse("set_resources")
+    }
+
+    async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
+        Unsupported::refuse("cluster_status")
+    }
+
+    async fn submit(&self, _: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+        Unsupported::refuse("submit")
+    }
+
+    async fn cancel(&self, _: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
+        Unsupported::refuse("cancel")
+    }
+
+    async fn status(&self, _: TaskId) -> Result<TaskStatus, EslError> {
+        Unsupported::refuse("status")
+    }
+
+    async fn wait(
+        &self,
+        _: Vec<TaskId>,
+        _: usize,
+        _: Duration,
+    ) -> Result<Vec<TaskStatus>, EslError> {
+        Unsupported::refuse("wait")
+    }
+
+    async fn watch(&self, _: WatchRequest) -> Result<Events, EslError> {
+        Unsupported::refuse("watch")
+    }
+
+    async fn reserve(
+        &self,
+        _: ResourceName,
+        _: Vec<ResourceSet>,
+        _: GangStrategy,
+        _: Option<Duration>,
+    ) -> Result<ReserveReply, EslError> {
+        Unsupported::refuse("reserve")
+    }
+
+    async fn telemetry(
+        &self,
+        _: Vec<TaskId>,
+        _: Option<u64>,
+    ) -> Result<Vec<TaskTelemetry>, EslError> {
+        Unsupported::refuse("telemetry")
+    }
+
+    async fn requeue(&self, _: TaskId, _: ResourceSet) -> Result<TaskStatus, EslError> {
+        Unsupported::refuse("requeue")
+    }
+
+    async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
+        Unsupported::refuse("gpus")
+    }
+
+    async fn change_mig(
+        &self,
+        _: NodeId,
+        _: u32,
+        _: MigChange,
+        _: bool,
+    ) -> Result<MigPlan, EslError> {
+        Unsupported::refuse("change_mig")
+    }
+}
+
 /// A policy's feed of cluster events ([`ClusterApi::watch`]), in revision order.
 #[derive(Debug)]
 pub struct Events(Feed);
@@ -370,4 +525,79 @@ async fn pending<C: ClusterApi>(
         }
     }
     Ok(Ok(waiting))
+}
+
+#[cfg(all(test, feature = "in-memory"))]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use escher_proto::types::{Amount, Capacity};
+
+    use super::*;
+    use crate::{InMemoryCluster, Mode};
+
+    /// Overrides `set_resources` alone, counting the batches.
+    #[derive(Debug, Clone)]
+    struct CountingSets {
+        inner: InMemoryCluster,
+        batches: Arc<AtomicUsize>,
+    }
+
+    impl ClusterApi for CountingSets {
+        fn inner(&self) -> &impl ClusterApi {
+            &self.inner
+        }
+
+        async fn set_resources(
+            &self,
+            updates: Vec<ResourceUpdate>,
+        ) -> Result<Vec<Vec<NodeId>>, EslError> {
+            self.batches.fetch_add(1, Ordering::SeqCst);
+            self.inner.set_resources(updates).await
+        }
+    }
+
+    /// Implements one primitive and decorates nothing.
+    #[derive(Debug, Clone)]
+    struct NoGpus;
+
+    impl ClusterApi for NoGpus {
+        async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
+            Ok(Vec::new())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_decorator_sees_the_conveniences_and_forwards_what_it_does_not_override() {
+        let inner = InMemoryCluster::new(Mode::Manual);
+        let node = inner.add_node("cpu=1");
+        let decorated = CountingSets {
+            inner: inner.clone(),
+            batches: Arc::default(),
+        };
+        let name = ResourceName::new("slots").unwrap();
+        let two = Capacity::Finite(Amount::units(2).unwrap());
+        decorated
+            .set_resource(name.clone(), two, NodeSpec::Node(node))
+            .await
+            .unwrap();
+        decorated
+            .delete_resource(name.clone(), NodeSpec::Node(node))
+            .await
+            .unwrap();
+        assert_eq!(decorated.batches.load(Ordering::SeqCst), 2);
+        // Forwarded: the status is the inner cluster's.
+        let status = decorated.cluster_status().await.unwrap();
+        assert_eq!(status.nodes.len(), 1);
+        assert!(status.nodes[0].resource("slots").is_none());
+    }
+
+    #[tokio::test]
+    async fn a_primitive_nothing_implements_is_refused_by_name() {
+        assert!(NoGpus.gpus().await.unwrap().is_empty());
+        let err = NoGpus.submit(Vec::new()).await.unwrap_err();
+        assert!(matches!(err, EslError::Refused(_)), "{err:?}");
+        assert!(err.to_string().contains("ClusterApi::submit"), "{err}");
+    }
 }

@@ -3,8 +3,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use escher_proto::types::{ReserveReply, ResourceSet, TaskStatus};
-
 use super::*;
 use crate::policy::testing::task;
 use crate::{InMemoryCluster, Mode};
@@ -20,33 +18,8 @@ struct Recording {
 }
 
 impl ClusterApi for Recording {
-    async fn requeue(&self, task: TaskId, r: ResourceSet) -> Result<TaskStatus, EslError> {
-        self.inner.requeue(task, r).await
-    }
-    async fn gpus(&self) -> Result<Vec<escher_proto::types::NodeGpus>, EslError> {
-        self.inner.gpus().await
-    }
-    async fn change_mig(
-        &self,
-        node: NodeId,
-        gpu: u32,
-        change: escher_proto::types::MigChange,
-        drain: bool,
-    ) -> Result<escher_proto::types::MigPlan, EslError> {
-        self.inner.change_mig(node, gpu, change, drain).await
-    }
-    async fn telemetry(
-        &self,
-        tasks: Vec<TaskId>,
-        after_ms: Option<u64>,
-    ) -> Result<Vec<escher_proto::types::TaskTelemetry>, EslError> {
-        self.inner.telemetry(tasks, after_ms).await
-    }
-    async fn set_resources(&self, u: Vec<ResourceUpdate>) -> Result<Vec<Vec<NodeId>>, EslError> {
-        self.inner.set_resources(u).await
-    }
-    async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
-        self.inner.cluster_status().await
+    fn inner(&self) -> &impl ClusterApi {
+        &self.inner
     }
     async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
         let bytes: Vec<Vec<u8>> = tasks
@@ -59,35 +32,6 @@ impl ClusterApi for Recording {
             .unwrap()
             .extend(ids.iter().copied().zip(bytes));
         Ok(ids)
-    }
-    async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
-        self.inner.cancel(tasks).await
-    }
-    async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
-        self.inner.status(task).await
-    }
-    async fn watch(
-        &self,
-        request: escher_proto::types::WatchRequest,
-    ) -> Result<crate::api::Events, EslError> {
-        self.inner.watch(request).await
-    }
-    async fn wait(
-        &self,
-        t: Vec<TaskId>,
-        n: usize,
-        d: Duration,
-    ) -> Result<Vec<TaskStatus>, EslError> {
-        self.inner.wait(t, n, d).await
-    }
-    async fn reserve(
-        &self,
-        name: ResourceName,
-        bundles: Vec<ResourceSet>,
-        strategy: escher_proto::types::GangStrategy,
-        timeout: Option<Duration>,
-    ) -> Result<ReserveReply, EslError> {
-        self.inner.reserve(name, bundles, strategy, timeout).await
     }
 }
 

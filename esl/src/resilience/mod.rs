@@ -53,10 +53,7 @@ pub use ledger::{Entry, Place, Recovery};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use escher_proto::types::{
-    ClusterStatus, GangStrategy, NodeId, ReserveReply, ResourceName, ResourceSet, ResourceUpdate,
-    TaskId, TaskSpec, TaskStatus,
-};
+use escher_proto::types::{NodeId, ResourceName, ResourceUpdate, TaskId, TaskSpec};
 
 use crate::periodic::Periodic;
 use crate::{ClusterApi, EslError};
@@ -176,31 +173,11 @@ impl<C: ClusterApi> Journal<C> {
     }
 }
 
+/// Only what the journal records is intercepted: `set_resources` (and the conveniences built
+/// on it) and `submit`; every other call goes to the cluster underneath.
 impl<C: ClusterApi> ClusterApi for Journal<C> {
-    async fn requeue(&self, task: TaskId, resources: ResourceSet) -> Result<TaskStatus, EslError> {
-        self.inner.requeue(task, resources).await
-    }
-
-    async fn gpus(&self) -> Result<Vec<escher_proto::types::NodeGpus>, EslError> {
-        self.inner.gpus().await
-    }
-
-    async fn change_mig(
-        &self,
-        node: NodeId,
-        gpu: u32,
-        change: escher_proto::types::MigChange,
-        drain: bool,
-    ) -> Result<escher_proto::types::MigPlan, EslError> {
-        self.inner.change_mig(node, gpu, change, drain).await
-    }
-
-    async fn telemetry(
-        &self,
-        tasks: Vec<TaskId>,
-        after_ms: Option<u64>,
-    ) -> Result<Vec<escher_proto::types::TaskTelemetry>, EslError> {
-        self.inner.telemetry(tasks, after_ms).await
+    fn inner(&self) -> &impl ClusterApi {
+        &self.inner
     }
 
     async fn set_resources(
@@ -232,10 +209,6 @@ impl<C: ClusterApi> ClusterApi for Journal<C> {
         Ok(changed)
     }
 
-    async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
-        self.inner.cluster_status().await
-    }
-
     async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
         {
             let mut ledger = guard(&self.ledger);
@@ -244,40 +217,6 @@ impl<C: ClusterApi> ClusterApi for Journal<C> {
             }
         }
         self.inner.submit(tasks).await
-    }
-
-    async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
-        self.inner.cancel(tasks).await
-    }
-
-    async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
-        self.inner.status(task).await
-    }
-
-    async fn watch(
-        &self,
-        request: escher_proto::types::WatchRequest,
-    ) -> Result<crate::api::Events, EslError> {
-        self.inner.watch(request).await
-    }
-
-    async fn wait(
-        &self,
-        tasks: Vec<TaskId>,
-        num: usize,
-        timeout: Duration,
-    ) -> Result<Vec<TaskStatus>, EslError> {
-        self.inner.wait(tasks, num, timeout).await
-    }
-
-    async fn reserve(
-        &self,
-        name: ResourceName,
-        bundles: Vec<ResourceSet>,
-        strategy: GangStrategy,
-        timeout: Option<Duration>,
-    ) -> Result<ReserveReply, EslError> {
-        self.inner.reserve(name, bundles, strategy, timeout).await
     }
 }
 
