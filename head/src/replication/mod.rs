@@ -82,6 +82,7 @@
 //! - `replica.rs`: `Replica`, the ready loop, proposals, reads, membership, snapshots;
 //! - `config.rs`: [`ReplicaConfig`] (`--id`, `--peers`, `--group`, `--join`, raft timing);
 //! - `transport.rs`: outbound raft messages, per-peer bounded queues, back-off;
+//! - `peers.rs`: the other replicas' statuses, asked for `escher heads`;
 //! - `service.rs`: the `Raft` gRPC service (inbound messages, a replica's status);
 //! - `codec.rs`: entries and snapshots as bytes;
 //! - `log_bridge.rs`: raft-rs's `slog` records into `tracing`;
@@ -92,6 +93,7 @@ mod codec;
 mod config;
 pub mod log;
 mod log_bridge;
+mod peers;
 mod replica;
 mod service;
 mod transport;
@@ -102,6 +104,7 @@ pub use config::{
     ReplicaConfig, ReplicaConfigError, SINGLE_GROUP, derived_group,
 };
 pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, MemLog};
+pub(crate) use peers::group_status;
 pub(crate) use replica::{Applied, NotAccepted, Output, Replica};
 pub use replica::{Persistence, ReplicationError};
 pub(crate) use service::{Inbound, RaftService};

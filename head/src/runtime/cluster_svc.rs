@@ -7,9 +7,7 @@
 
 use std::time::Duration;
 
-use escher_proto::access::Bearer;
-use escher_proto::types::{HeadChange, HeadReplica, HeadsReply, RequestKey};
-use escher_proto::wire::raft_client::RaftClient;
+use escher_proto::types::{HeadChange, HeadsReply, RequestKey};
 
 use escher_proto::types::{
     ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksRequest, ReserveReply,
@@ -33,6 +31,7 @@ use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
 use super::watch::Filter;
 use crate::auth::{Caller, Keys, check_attempt};
+use crate::replication::{PeerAccess, group_status};
 use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
 
@@ -42,9 +41,6 @@ const MAX_WAIT: Duration = Duration::from_secs(300);
 const STREAM_IN_FLIGHT: usize = 8;
 /// The most tasks one `ListTasks` call returns.
 const MAX_LIST: u32 = 10_000;
-
-/// How long `Heads` waits for each other replica's status.
-const PEER_STATUS_TIMEOUT: Duration = Duration::from_millis(1500);
 
 /// The idempotency key of a write request, checked.
 fn key(raw: Option<wire::RequestKey>) -> Result<Option<RequestKey>, Status> {
@@ -57,8 +53,8 @@ pub(crate) struct ClusterService {
     pub(crate) owner: OwnerHandle,
     pub(crate) log_fetch_timeout: Duration,
     pub(crate) keys: Arc<Keys>,
-    /// TLS to the other replicas, when the group speaks it.
-    pub(crate) peer_tls: Option<tonic::transport::ClientTlsConfig>,
+    /// How this replica reaches the others (`Heads` asks them how they are).
+    pub(crate) peers: PeerAccess,
     /// The telemetry running tasks reported to this replica.
     pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
 }
@@ -715,73 +711,7 @@ impl ClusterService {
     /// This replica's view of the group, with every other member asked for its own status.
     async fn heads_reply(&self) -> Result<HeadsReply, Status> {
         let HeadsView { group, me, members } = self.owner.ask(|reply| Msg::Heads { reply }).await?;
-        let mut asks = tokio::task::JoinSet::new();
-        for (id, address) in members.iter().filter(|(id, _)| **id != me.id) {
-            let bearer = Bearer::new(self.keys.peer_token());
-            let tls = self.peer_tls.clone();
-            asks.spawn(peer_status(
-                *id,
-                address.clone(),
-                group.clone(),
-                bearer,
-                tls,
-            ));
-        }
-        let mut replicas = vec![me];
-        while let Some(answer) = asks.join_next().await {
-            if let Ok(status) = answer {
-                replicas.push(status);
-            }
-        }
-        replicas.sort_by_key(|r| r.id);
+        let replicas = group_status(me, &members, &group, &self.peers).await;
         Ok(HeadsReply { group, replicas })
-    }
-}
-
-/// Asks replica `id` at `address` how it is; an answer that does not come says why.
-async fn peer_status(
-    id: u64,
-    address: String,
-    group: String,
-    bearer: Bearer,
-    tls: Option<tonic::transport::ClientTlsConfig>,
-) -> HeadReplica {
-    let unreachable = |address: String, error: String| HeadReplica {
-        id,
-        address,
-        role: None,
-        term: 0,
-        commit_index: 0,
-        applied_index: 0,
-        reachable: false,
-        error: Some(error),
-        leader: None,
-        in_memory: false,
-    };
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let endpoint = match tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}")) {
-        Ok(e) => e.connect_timeout(PEER_STATUS_TIMEOUT),
-        Err(e) => return unreachable(address, e.to_string()),
-    };
-    let endpoint = match tls {
-        Some(tls) => match endpoint.tls_config(tls) {
-            Ok(e) => e,
-            Err(e) => return unreachable(address, e.to_string()),
-        },
-        None => endpoint,
-    };
-    let ask = async {
-        let channel = endpoint.connect().await.map_err(|e| e.to_string())?;
-        let request = wire::ReplicaStatusRequest { group };
-        let reply = RaftClient::with_interceptor(channel, bearer)
-            .status(request)
-            .await
-            .map_err(|s| s.message().to_string())?;
-        HeadReplica::try_from(reply.into_inner()).map_err(|e| e.to_string())
-    };
-    match tokio::time::timeout(PEER_STATUS_TIMEOUT, ask).await {
-        Ok(Ok(status)) => status,
-        Ok(Err(why)) => unreachable(address, why),
-        Err(_) => unreachable(address, format!("no answer within {PEER_STATUS_TIMEOUT:?}")),
     }
 }

@@ -228,6 +228,10 @@ async fn serve<S: crate::replication::LogStore>(
     let (transport_tx, transport) = tokio::sync::mpsc::unbounded_channel();
     let replica_config = config.replica.clone();
     let keys = Keys::new(&config.access);
+    let peers = PeerAccess {
+        bearer: Bearer::new(keys.peer_token()),
+        tls: config.tls.as_ref().map(TlsIdentity::client_config),
+    };
     let transport_out = Transport::new(
         replica_config.id,
         &replica_config.group,
@@ -235,10 +239,7 @@ async fn serve<S: crate::replication::LogStore>(
         transport_tx,
         token.child_token(),
         tracker.clone(),
-        PeerAccess {
-            bearer: Bearer::new(keys.peer_token()),
-            tls: config.tls.as_ref().map(TlsIdentity::client_config),
-        },
+        peers.clone(),
     );
     let replica = Replica::open(
         replica_config.clone(),
@@ -289,7 +290,7 @@ async fn serve<S: crate::replication::LogStore>(
         owner: owner.clone(),
         log_fetch_timeout: config.log_fetch_timeout,
         keys: Arc::clone(&keys),
-        peer_tls: config.tls.as_ref().map(TlsIdentity::client_config),
+        peers,
         telemetry: Arc::default(),
     };
     if let Some(addr) = config.dashboard {
