@@ -167,10 +167,12 @@ impl Scheduler {
         let mut resources: Vec<ResourceView> = node
             .slots
             .iter()
-            .map(|(r, s)| ResourceView {
-                name: self.names.name(*r).clone(),
-                total: s.total,
-                used: s.used,
+            .filter_map(|(r, s)| {
+                Some(ResourceView {
+                    name: self.names.name(*r)?.clone(),
+                    total: s.total,
+                    used: s.used,
+                })
             })
             .collect();
         resources.sort_by(|a, b| a.name.cmp(&b.name));
@@ -337,7 +339,7 @@ impl Scheduler {
         let r = self.names.get(name.as_str());
         let mut plan = Vec::with_capacity(nodes.len());
         for id in &nodes {
-            let current = r.and_then(|r| self.nodes[id].slots.get(&r)).copied();
+            let current = r.and_then(|r| self.nodes.get(id)?.slots.get(&r)).copied();
             plan.push((*id, new_total(*id, name, current.map(|s| s.total), op)?));
         }
         let r = self.names.intern(name);
@@ -411,12 +413,7 @@ impl Scheduler {
             self.names.hold(*r);
         }
         let req: Req = req.into();
-        let (shape_id, _) = self.shapes.get_or_create(&req);
-        let shape = self
-            .shapes
-            .shapes
-            .get_mut(&shape_id)
-            .expect("shape was just looked up");
+        let (shape_id, shape) = self.shapes.get_or_create(&req);
         let seq = self.next_seq;
         self.next_seq += 1;
         shape.queue.push_back((task, seq));
@@ -550,7 +547,7 @@ impl Scheduler {
             self.deadlines.remove(&(at, id));
         }
         if let Some(s) = self.shapes.shapes.get_mut(&shape) {
-            s.live -= 1;
+            s.live = s.live.saturating_sub(1);
             if s.live == 0 {
                 self.shapes.remove(shape);
             }

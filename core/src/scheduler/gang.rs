@@ -291,11 +291,9 @@ impl Scheduler {
                 continue;
             }
             let reason = self.gang_infeasibility(&reqs, strategy);
-            let gang = self
-                .gangs
-                .gangs
-                .get_mut(&id)
-                .expect("gang is still pending");
+            let Some(gang) = self.gangs.gangs.get_mut(&id) else {
+                continue; // still pending: only a placement, above, removes it
+            };
             match (was_infeasible, reason) {
                 (false, Some(reason)) => {
                     let reason = Arc::new(reason);
@@ -424,7 +422,8 @@ impl Scheduler {
                     by_load.into_iter().find(|n| fits(*n, req, &taken))
                 }),
                 GangStrategy::StrictSpread => fresh().find(|n| fits(*n, req, &taken)),
-                GangStrategy::StrictPack => unreachable!("handled above"),
+                // Handled above, before the loop; were it reached, nothing is placed.
+                GangStrategy::StrictPack => None,
             }?;
             add(&mut taken, node, req);
             if !count.contains_key(&node) {
@@ -443,18 +442,14 @@ impl Scheduler {
         strategy: GangStrategy,
     ) -> Option<InfeasibleReason> {
         for (_, req) in reqs {
-            if !req.is_empty() && !self.candidates(req).any(|n| self.nodes[&n].could_hold(req)) {
-                return Some(self.explain(req));
+            if !req.is_empty() && !self.could_run_somewhere(req) {
+                return self.explain(req);
             }
         }
         if strategy == GangStrategy::StrictPack {
             let total = sum_of(reqs);
-            if !total.is_empty()
-                && !self
-                    .candidates(&total)
-                    .any(|n| self.nodes[&n].could_hold(&total))
-            {
-                return Some(self.explain(&total));
+            if !total.is_empty() && !self.could_run_somewhere(&total) {
+                return self.explain(&total);
             }
         }
         if strategy == GangStrategy::StrictSpread {
@@ -471,7 +466,7 @@ impl Scheduler {
             .iter()
             .map(|(_, req)| {
                 self.candidates(req)
-                    .filter(|n| self.nodes[n].could_hold(req))
+                    .filter(|n| self.nodes.get(n).is_some_and(|n| n.could_hold(req)))
                     .collect()
             })
             .collect();
@@ -488,7 +483,7 @@ impl Scheduler {
         let (resource, requested) = first
             .as_deref()
             .and_then(|r| r.first())
-            .map(|(r, a)| (self.names.name(*r).clone(), *a))?;
+            .and_then(|(r, a)| Some((self.names.name(*r)?.clone(), *a)))?;
         Some(InfeasibleReason {
             best_total: None,
             closest_nodes: nodes.iter().copied().take(3).collect(),

@@ -56,9 +56,13 @@ impl Interner {
             name: name.clone(),
             refs: 0,
         });
-        let id = match self.free.pop() {
-            Some(id) => {
-                self.entries[id.0 as usize] = entry;
+        let reused = self
+            .free
+            .pop()
+            .and_then(|id| Some((id, self.entries.get_mut(id.0 as usize)?)));
+        let id = match reused {
+            Some((id, slot)) => {
+                *slot = entry;
                 id
             }
             None => {
@@ -77,24 +81,33 @@ impl Interner {
         self.ids.get(name).copied()
     }
 
-    /// The name behind a live `id`.
-    pub(crate) fn name(&self, id: ResourceId) -> &ResourceName {
-        &self.live(id).name
+    /// The name behind a live `id`; `None` for a freed one, which no caller holds (the
+    /// reference counts guarantee it, `sanity_check` recounts them).
+    pub(crate) fn name(&self, id: ResourceId) -> Option<&ResourceName> {
+        Some(&self.live(id)?.name)
     }
 
     /// One more slot or task refers to `id`.
+    ///
+    /// A count at `u32::MAX` (four billion slots and tasks on one name: more than any head
+    /// holds in memory) stays there: the name is then never freed, which wastes one entry but
+    /// can never free a name in use, and no replica panics.
     pub(crate) fn hold(&mut self, id: ResourceId) {
-        let entry = self.live_mut(id);
-        entry.refs = entry
-            .refs
-            .checked_add(1)
-            .expect("fewer than 2^32 references");
+        if let Some(entry) = self.live_mut(id) {
+            entry.refs = entry.refs.saturating_add(1);
+        }
     }
 
-    /// One slot or task fewer refers to `id`.
+    /// One slot or task fewer refers to `id`. Releasing a freed id, or one whose count is
+    /// zero, or one pinned at `u32::MAX` (see [`hold`](Self::hold)), changes nothing.
     pub(crate) fn release(&mut self, id: ResourceId) {
-        let entry = self.live_mut(id);
-        entry.refs = entry.refs.checked_sub(1).expect("released more than held");
+        let Some(entry) = self.live_mut(id) else {
+            return;
+        };
+        if entry.refs == 0 || entry.refs == u32::MAX {
+            return;
+        }
+        entry.refs -= 1;
         if entry.refs == 0 {
             self.candidates.push(id);
         }
@@ -113,13 +126,12 @@ impl Interner {
         candidates.dedup();
         let mut freed = Vec::new();
         for id in candidates {
-            let Some(entry) = &self.entries[id.0 as usize] else {
+            let Some(slot) = self.entries.get_mut(id.0 as usize) else {
                 continue;
             };
-            if entry.refs > 0 {
+            let Some(entry) = slot.take_if(|e| e.refs == 0) else {
                 continue;
-            }
-            let entry = self.entries[id.0 as usize].take().expect("checked above");
+            };
             self.ids.remove(&entry.name);
             self.free.push(id);
             freed.push(id);
@@ -183,16 +195,12 @@ impl Interner {
         Ok(())
     }
 
-    fn live(&self, id: ResourceId) -> &Entry {
-        self.entries[id.0 as usize]
-            .as_ref()
-            .expect("a freed resource id is never used")
+    fn live(&self, id: ResourceId) -> Option<&Entry> {
+        self.entries.get(id.0 as usize)?.as_ref()
     }
 
-    fn live_mut(&mut self, id: ResourceId) -> &mut Entry {
-        self.entries[id.0 as usize]
-            .as_mut()
-            .expect("a freed resource id is never used")
+    fn live_mut(&mut self, id: ResourceId) -> Option<&mut Entry> {
+        self.entries.get_mut(id.0 as usize)?.as_mut()
     }
 }
 
@@ -241,7 +249,31 @@ mod tests {
         names.release(a);
         names.hold(a);
         assert!(names.sweep().is_empty());
-        assert_eq!(names.name(a).as_str(), "a");
+        assert_eq!(names.name(a).unwrap().as_str(), "a");
         names.check().unwrap();
+    }
+
+    /// Counts that a bug elsewhere would break (a release too many, a freed id used) change
+    /// nothing instead of panicking: the core runs on every replica of the head.
+    #[test]
+    fn a_broken_count_or_a_freed_id_changes_nothing_and_does_not_panic() {
+        let mut names = Interner::default();
+        let a = names.intern(&name("a"));
+        names.hold(a);
+        names.release(a);
+        names.release(a); // one too many: used to panic ("released more than held")
+        assert_eq!(names.sweep(), [a]);
+        assert_eq!(names.name(a), None); // used to panic ("a freed resource id ...")
+        names.hold(a);
+        names.release(a);
+        names.hold(ResourceId(7)); // never handed out
+        names.release(ResourceId(7));
+        assert!(names.sweep().is_empty());
+        names.check().unwrap();
+        assert_eq!(
+            names.intern(&name("b")),
+            a,
+            "the freed id is reused as before"
+        );
     }
 }

@@ -72,11 +72,9 @@ impl Scheduler {
                 }
                 return;
             }
-            self.shapes
-                .shapes
-                .get_mut(&id)
-                .expect("shape is live")
-                .infeasible = None;
+            if let Some(shape) = self.shapes.shapes.get_mut(&id) {
+                shape.infeasible = None; // live: only `examine` and a cancel remove shapes
+            }
             for task in self.pending_in(id) {
                 out.push(Decision::Feasible { task });
             }
@@ -95,12 +93,13 @@ impl Scheduler {
         if dispatched > 0 || req.is_empty() || !must_look || self.could_run_somewhere(&req) {
             return;
         }
-        let reason = Arc::new(self.explain(&req));
-        self.shapes
-            .shapes
-            .get_mut(&id)
-            .expect("shape is live")
-            .infeasible = Some(reason.clone());
+        let Some(reason) = self.explain(&req).map(Arc::new) else {
+            return;
+        };
+        let Some(shape) = self.shapes.shapes.get_mut(&id) else {
+            return; // live: it was looked up above and nothing removed it
+        };
+        shape.infeasible = Some(reason.clone());
         for task in self.pending_in(id) {
             out.push(Decision::Infeasible {
                 task,
@@ -111,7 +110,9 @@ impl Scheduler {
 
     /// Reports an infeasible shape's tasks infeasible again if the reason changed.
     fn refresh_reason(&mut self, id: ShapeId, req: &Req, out: &mut Vec<Decision>) {
-        let reason = self.explain(req);
+        let Some(reason) = self.explain(req) else {
+            return;
+        };
         let Some(shape) = self.shapes.shapes.get_mut(&id) else {
             return;
         };
@@ -129,8 +130,9 @@ impl Scheduler {
     }
 
     /// Whether some live node could hold `req` if it were idle.
-    fn could_run_somewhere(&self, req: &Req) -> bool {
-        self.candidates(req).any(|n| self.nodes[&n].could_hold(req))
+    pub(crate) fn could_run_somewhere(&self, req: &Req) -> bool {
+        self.candidates(req)
+            .any(|n| self.nodes.get(&n).is_some_and(|n| n.could_hold(req)))
     }
 
     /// Round-robin over the holders of the scarcest resource, starting after the node last
@@ -147,8 +149,7 @@ impl Scheduler {
                 break;
             };
             cursor = Some(node);
-            if self.fits_beside_hold(node, req) {
-                self.dispatch(task, id, node, req, out);
+            if self.fits_beside_hold(node, req) && self.dispatch(task, id, node, req, out) {
                 self.cursors.insert(key, node);
                 dispatched += 1;
                 misses = 0;
@@ -173,16 +174,19 @@ impl Scheduler {
                 let Some(task) = self.head(id) else {
                     return dispatched;
                 };
-                if !self.fits_beside_hold(*node, req) {
+                if !self.fits_beside_hold(*node, req) || !self.dispatch(task, id, *node, req, out) {
                     break;
                 }
-                self.dispatch(task, id, *node, req, out);
                 dispatched += 1;
             }
         }
         dispatched
     }
 
+    /// Places the head `task` of `shape` on `node_id`, which the caller found it fits.
+    /// Returns whether it did: every lookup is made before anything changes, so a caller that
+    /// broke those preconditions (a node that is not live, a task or shape the core does not
+    /// know) gets `false` and an unchanged core, never a panic.
     fn dispatch(
         &mut self,
         task: TaskId,
@@ -190,33 +194,35 @@ impl Scheduler {
         node_id: NodeId,
         req: &Req,
         out: &mut Vec<Decision>,
-    ) {
-        let node = self
-            .nodes
-            .get_mut(&node_id)
-            .expect("dispatch to a live node");
-        debug_assert!(node.fits(req), "safety: dispatch only where it fits");
+    ) -> bool {
+        let (Some(node), Some(entry), Some(s)) = (
+            self.nodes.get_mut(&node_id),
+            self.tasks.get_mut(&task),
+            self.shapes.shapes.get_mut(&shape),
+        ) else {
+            return false;
+        };
+        // Safety (and every slot of `req` exists on the node): dispatch only where it fits.
+        if !node.fits(req) {
+            return false;
+        }
         for (r, amount) in req.iter() {
-            let slot = node.slots.get_mut(r).expect("fits implies the slot exists");
-            slot.used = slot.used.checked_add(*amount).unwrap_or(Amount::MAX);
+            if let Some(slot) = node.slots.get_mut(r) {
+                slot.used = slot.used.checked_add(*amount).unwrap_or(Amount::MAX);
+            }
         }
         node.running.insert(task);
-        let entry = self.tasks.get_mut(&task).expect("head task is known");
         entry.place = Place::Running { node: node_id };
         if let Some(at) = entry.deadline {
             self.deadlines.remove(&(at, task));
         }
-        let s = self
-            .shapes
-            .shapes
-            .get_mut(&shape)
-            .expect("dispatching shape is live");
         s.queue.pop_front();
-        s.live -= 1;
+        s.live = s.live.saturating_sub(1);
         out.push(Decision::Dispatch {
             task,
             node: node_id,
         });
+        true
     }
 
     /// The oldest live task of a shape, dropping stale entries on the way.
@@ -300,25 +306,26 @@ impl Scheduler {
         }
     }
 
-    /// Why no live node could ever hold `req`.
-    pub(crate) fn explain(&self, req: &Req) -> InfeasibleReason {
+    /// Why no live node could ever hold `req`; `None` only for a requirement that asks for
+    /// nothing (which every live node could hold, so no caller asks).
+    pub(crate) fn explain(&self, req: &Req) -> Option<InfeasibleReason> {
         let reason = |r: ResourceId,
                       requested: Amount,
                       best_total: Option<Capacity>,
                       closest_nodes: Vec<NodeId>| {
-            let resource = self.names.name(r).clone();
+            let resource = self.names.name(r)?.clone();
             let near = best_total
                 .is_none()
                 .then(|| self.same_but_case(&resource))
                 .flatten();
             let message = describe(&resource, requested, best_total, &closest_nodes, near);
-            InfeasibleReason {
+            Some(InfeasibleReason {
                 resource,
                 requested,
                 best_total,
                 closest_nodes,
                 message,
-            }
+            })
         };
         // A resource no node has, or more of one than any node has in total.
         for (r, amount) in req.iter() {
@@ -332,8 +339,8 @@ impl Scheduler {
         let closest = self.closest(req, 3);
         let (r, amount) = closest
             .first()
-            .and_then(|n| self.nodes[n].missing(req).next())
-            .unwrap_or(req[0]);
+            .and_then(|n| self.nodes.get(n)?.missing(req).next())
+            .or_else(|| req.first().copied())?;
         reason(r, amount, self.best_total(r), closest)
     }
 
@@ -353,7 +360,7 @@ impl Scheduler {
         self.holders
             .get(&r)?
             .iter()
-            .filter_map(|n| self.nodes[n].slots.get(&r))
+            .filter_map(|n| self.nodes.get(n)?.slots.get(&r))
             .map(|s| s.total)
             .max_by(|a, b| match (a, b) {
                 (Capacity::Unbounded, Capacity::Unbounded) => std::cmp::Ordering::Equal,
@@ -373,7 +380,7 @@ impl Scheduler {
         }
         let mut ranked: Vec<(usize, NodeId)> = seen
             .into_iter()
-            .map(|n| (self.nodes[&n].missing(req).count(), n))
+            .filter_map(|n| Some((self.nodes.get(&n)?.missing(req).count(), n)))
             .collect();
         ranked.sort_unstable();
         ranked.into_iter().take(k).map(|(_, n)| n).collect()

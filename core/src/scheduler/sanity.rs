@@ -6,16 +6,15 @@ use std::collections::BTreeMap;
 use escher_proto::types::Amount;
 
 use super::core::{Place, Scheduler};
-use super::interner::ResourceId;
 use super::shape::Wake;
 
 impl Scheduler {
     /// Checks every invariant and describes the first one broken.
     ///
     /// - every slot's `used` is the sum of what the tasks running on that node hold;
-    /// - (safety itself is asserted where it can be broken: at each dispatch, the node has room
-    ///   for the whole allocation; a slot may hold more than its capacity only because the
-    ///   capacity was lowered after its holders were admitted);
+    /// - (safety itself is checked where it can be broken: a dispatch happens only if the node
+    ///   has room for the whole allocation; a slot may hold more than its capacity only because
+    ///   the capacity was lowered after its holders were admitted);
     /// - the resource-to-nodes index matches the nodes' slots exactly, and no dead slot remains;
     /// - every running task is on a live node that lists it, and every pending task sits in its
     ///   shape's queue; the shape counts and the resource-to-shapes index are exact;
@@ -111,7 +110,9 @@ impl Scheduler {
                 }
             }
             for (r, slot) in &node.slots {
-                let name = self.names.name(*r);
+                let Some(name) = self.names.name(*r) else {
+                    return Err(format!("node {node_id} has a slot of freed id {}", r.0));
+                };
                 let expect = held.remove(&(node_id.0, r.0)).unwrap_or_default();
                 if slot.used != expect {
                     return Err(format!(
@@ -128,9 +129,8 @@ impl Scheduler {
             }
         }
         if let Some(((node, r), _)) = held.into_iter().next() {
-            let name = self.names.name(ResourceId(r));
             return Err(format!(
-                "tasks hold {name} on node {node}, which has no such slot"
+                "tasks hold resource id {r} on node {node}, which has no such slot"
             ));
         }
         for (r, nodes) in &self.holders {

@@ -78,33 +78,35 @@ pub(crate) struct Shapes {
 }
 
 impl Shapes {
-    /// The shape for `req`, created (and woken everywhere) if new. Returns whether it is new.
-    pub(crate) fn get_or_create(&mut self, req: &Req) -> (ShapeId, bool) {
-        if let Some(id) = self.by_req.get(req) {
-            return (*id, false);
-        }
-        let id = ShapeId(self.next_id);
-        self.next_id += 1;
-        self.by_req.insert(req.clone(), id);
-        self.shapes.insert(
-            id,
-            Shape {
-                req: req.clone(),
-                queue: VecDeque::new(),
-                live: 0,
-                infeasible: None,
-                wake: Wake::All,
-                recheck: false,
-            },
-        );
-        if req.is_empty() {
-            self.empty = Some(id);
-        }
-        for (r, _) in req.iter() {
-            self.by_resource.entry(*r).or_default().push(id);
-        }
-        self.woken.insert(id);
-        (id, true)
+    /// The shape for `req`, created (and woken everywhere) if new.
+    pub(crate) fn get_or_create(&mut self, req: &Req) -> (ShapeId, &mut Shape) {
+        let id = match self.by_req.get(req) {
+            Some(id) => *id,
+            None => {
+                let id = ShapeId(self.next_id);
+                self.next_id += 1;
+                self.by_req.insert(req.clone(), id);
+                if req.is_empty() {
+                    self.empty = Some(id);
+                }
+                for (r, _) in req.iter() {
+                    self.by_resource.entry(*r).or_default().push(id);
+                }
+                self.woken.insert(id);
+                id
+            }
+        };
+        // `by_req` and `shapes` are kept together (`remove` drops both), so the entry exists
+        // for a known requirement; the type does not need that to hold.
+        let shape = self.shapes.entry(id).or_insert_with(|| Shape {
+            req: req.clone(),
+            queue: VecDeque::new(),
+            live: 0,
+            infeasible: None,
+            wake: Wake::All,
+            recheck: false,
+        });
+        (id, shape)
     }
 
     /// Forgets a shape with no live tasks.
