@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use escher_proto::types::{Namespace, NodeId, ResourceName, TaskId};
+use escher_proto::types::{Namespace, NodeId, ResourceName, TaskId, TaskState};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
@@ -185,7 +185,7 @@ impl ClusterState {
         let settled = self.retention.finished_len();
         let reply = match command {
             Command::RegisterNode { worker, secret } => {
-                Reply::Registered(self.register(worker, secret, now))
+                Reply::Registered(self.register(worker, secret, now)?)
             }
             Command::RejoinNode { worker, back } => {
                 Reply::Registered(self.rejoin(worker, back, now)?)
@@ -334,8 +334,11 @@ impl ClusterState {
     fn decide(&mut self, decision: Decision, now: Millis) {
         match decision {
             Decision::Dispatch { task, node } => self.dispatched(task, node, now),
+            // Decisions are acted on after the whole command: one about a task that a later
+            // step of the same command ended (a cancel of several gang members) is stale.
             Decision::Infeasible { task, reason } => {
                 if let Some(rec) = self.tasks.get_mut(&task)
+                    && rec.state == TaskState::Pending
                     && rec.pending_reason.as_deref() != Some(&*reason)
                 {
                     let text = reason.to_string();
@@ -345,40 +348,40 @@ impl ClusterState {
             }
             Decision::Feasible { task } => {
                 if let Some(rec) = self.tasks.get_mut(&task)
+                    && rec.state == TaskState::Pending
                     && rec.pending_reason.take().is_some()
                 {
                     self.record_pending(task, None, now);
                 }
             }
             Decision::DeadlinePassed { task } => {
-                let why = match self.tasks.get(&task).and_then(|r| r.spec.pending_deadline) {
+                let Some(rec) = self.tasks.get(&task) else {
+                    return;
+                };
+                if rec.state != TaskState::Pending {
+                    return; // stale: a later step of the same command ended it
+                }
+                let why = match rec.spec.pending_deadline {
                     Some(d) => {
                         format!("pending deadline of {d:?} passed before any node could run it")
                     }
                     None => "pending deadline passed".to_string(),
                 };
-                self.terminate(
-                    task,
-                    escher_proto::types::TaskState::Cancelled,
-                    Some(why),
-                    None,
-                    now,
-                );
+                self.terminate(task, TaskState::Cancelled, Some(why), None, now);
             }
             Decision::Lost { task, node } => {
                 let why = match self.nodes.get(&node).and_then(|n| n.gone_because.as_ref()) {
                     Some(reason) => format!("node {node} lost: {reason}"),
                     None => format!("node {node} lost"),
                 };
-                let holder = self.tasks.get(&task).map(|r| (r.native, r.state));
-                if let Some((true, state)) = holder {
-                    // A second holder on the same node: its reservation is placed again
-                    // already, itself included.
-                    if state == escher_proto::types::TaskState::Running {
-                        self.replace_reservation(task, &why, now);
-                    }
-                } else {
-                    self.failed_attempt(task, why, None, now);
+                match self.tasks.get(&task).map(|r| (r.native, r.state)) {
+                    // A second holder on the same node (its reservation is placed again
+                    // already, itself included), or a task a later step of the same command
+                    // ended: stale.
+                    None => {}
+                    Some((_, state)) if state != TaskState::Running => {}
+                    Some((true, _)) => self.replace_reservation(task, &why, now),
+                    Some((false, _)) => self.failed_attempt(task, why, None, now),
                 }
             }
         }

@@ -264,7 +264,9 @@ impl ClusterState {
         if plan.is_unchanged() {
             return Ok(plan);
         }
-        let rec = self.nodes.get_mut(&node).expect("checked above");
+        let Some(rec) = self.nodes.get_mut(&node) else {
+            return Err(ApplyError::UnknownNode(node)); // checked above: nothing changed yet
+        };
         rec.mig.insert(
             gpu,
             PendingMig {

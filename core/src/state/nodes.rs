@@ -82,7 +82,12 @@ pub struct Returning {
 
 impl ClusterState {
     /// A worker joins for the first time: a new node, never an id used before.
-    pub(crate) fn register(&mut self, worker: Joining, secret: SecretHash, now: Millis) -> NodeId {
+    pub(crate) fn register(
+        &mut self,
+        worker: Joining,
+        secret: SecretHash,
+        now: Millis,
+    ) -> Result<NodeId, ApplyError> {
         let id = NodeId(self.next_node);
         self.next_node += 1;
         self.nodes.insert(
@@ -104,9 +109,9 @@ impl ClusterState {
                 boot: worker.boot,
             },
         );
-        self.add_live(id, worker, now);
+        self.add_live(id, worker, now)?;
         self.record_node(id, NodeChange::Joined, None, now);
-        id
+        Ok(id)
     }
 
     /// A worker comes back with the id and secret of its first registration.
@@ -124,13 +129,14 @@ impl ClusterState {
                 ours: self.cluster_id.clone().unwrap_or_default(),
             });
         }
-        let record = self.nodes.get(&node).ok_or(ApplyError::UnknownNode(node))?;
+        let Some(record) = self.nodes.get_mut(&node) else {
+            return Err(ApplyError::UnknownNode(node));
+        };
         if record.secret != back.secret {
             return Err(ApplyError::WrongSecret(node));
         }
-        self.effects.push(Effect::Rejoined { node });
-        if record.alive && record.boot == worker.boot {
-            let record = self.nodes.get_mut(&node).expect("checked above");
+        let alive = record.alive;
+        if alive && record.boot == worker.boot {
             record.name = worker.name;
             record.address = worker.address;
             // What the state runs there before the reports: only these may need sending again
@@ -141,6 +147,7 @@ impl ClusterState {
                 .iter()
                 .map(|r| (r.task_id, r.attempt))
                 .collect();
+            self.effects.push(Effect::Rejoined { node });
             for report in back.finished {
                 reported.insert((report.task_id, report.attempt));
                 self.finished(report, now);
@@ -153,7 +160,8 @@ impl ClusterState {
             return Ok(node);
         }
         // A restarted worker, or one the head declared lost: what it ran is gone.
-        if record.alive {
+        self.effects.push(Effect::Rejoined { node });
+        if alive {
             let why = "its worker restarted and lost its tasks".to_string();
             self.remove_node(node, why, now)?;
             // Its tasks become failed attempts before the node is back.
@@ -168,33 +176,30 @@ impl ClusterState {
                 reason: format!("node {node} was declared lost; this attempt no longer counts"),
             });
         }
-        let record = self.nodes.get_mut(&node).expect("checked above");
-        record.boot = worker.boot;
-        self.add_live(node, worker, now);
+        // Nothing above drops the record (only retention does, after the command), so this
+        // cannot fail; were it to, the refusal is the same on every replica.
+        self.add_live(node, worker, now)?;
         self.record_node(node, NodeChange::Rejoined, None, now);
         Ok(node)
     }
 
-    /// Makes `id` a live node with what `worker` has.
-    fn add_live(&mut self, id: NodeId, worker: Joining, now: Millis) {
+    /// Makes `id`, whose record the caller made or found, a live node with what `worker`
+    /// has (its boot included).
+    fn add_live(&mut self, id: NodeId, worker: Joining, now: Millis) -> Result<(), ApplyError> {
+        let Some(record) = self.nodes.get_mut(&id) else {
+            return Err(ApplyError::UnknownNode(id));
+        };
         let capacities = worker
             .resources
             .iter()
             .map(|(n, a)| (n.clone(), Capacity::Finite(a)))
             .collect();
-        self.core_event(
-            Event::NodeAdded {
-                node: id,
-                resources: capacities,
-                labels: worker.labels.clone(),
-            },
-            now,
-        );
-        let record = self.nodes.get_mut(&id).expect("the caller made the record");
+        let labels = worker.labels.clone();
         record.name = worker.name;
         record.address = worker.address;
         record.labels = worker.labels;
         record.resources = worker.resources;
+        record.boot = worker.boot;
         record.alive = true;
         record.draining = false;
         record.gone_because = None;
@@ -202,9 +207,19 @@ impl ClusterState {
         record.gpus = Vec::new();
         record.mig.clear();
         record.mig_errors.clear();
+        // The core's decisions wait for `settle`, after the record is up to date.
+        self.core_event(
+            Event::NodeAdded {
+                node: id,
+                resources: capacities,
+                labels,
+            },
+            now,
+        );
         if let Err(err) = self.gpus_changed(id, worker.gpus, None, now) {
             tracing::warn!(node = %id, %err, "could not record the worker's GPUs");
         }
+        Ok(())
     }
 
     /// Settles what a reconnecting worker runs against what this state believes runs on its

@@ -188,13 +188,14 @@ impl ClusterState {
 
     /// Drops a terminal task's record and keeps its tombstone.
     fn evict(&mut self, id: TaskId) {
+        // Only finished tasks are queued for eviction (a reopened one leaves the queue); an
+        // unfinished one is kept rather than dropped, never a panic.
+        if self.tasks.get(&id).is_some_and(|r| !r.state.is_terminal()) {
+            return;
+        }
         let Some(record) = self.tasks.remove(&id) else {
             return;
         };
-        debug_assert!(
-            record.state.is_terminal(),
-            "only finished tasks are evicted"
-        );
         self.release_result_bytes(&record);
         let limit = self.config.retention.tombstones;
         if limit == 0 {
@@ -212,10 +213,13 @@ impl ClusterState {
 
     /// Shrinks a dead node's record to its tombstone.
     fn reclaim_node(&mut self, id: NodeId) {
+        // Only dead nodes are reclaimed (`retain` skips one that came back).
+        if self.nodes.get(&id).is_some_and(|n| n.alive) {
+            return;
+        }
         let Some(record) = self.nodes.remove(&id) else {
             return;
         };
-        debug_assert!(!record.alive, "only dead nodes are reclaimed");
         let limit = self.config.retention.node_tombstones;
         if limit == 0 {
             return;

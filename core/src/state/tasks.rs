@@ -57,10 +57,17 @@ impl ClusterState {
     }
 
     /// The core placed a task: record it, create what it declares, and send it to the worker.
+    ///
+    /// Decisions are acted on after the whole command, so one may be stale: a later step of
+    /// the same command ended the task (a cancel of several gang members), and the core no
+    /// longer runs it. It is ignored.
     pub(crate) fn dispatched(&mut self, id: TaskId, node: NodeId, now: Millis) {
         let Some(rec) = self.tasks.get_mut(&id) else {
             return;
         };
+        if rec.state != TaskState::Pending || self.core.running_on(id) != Some(node) {
+            return;
+        }
         rec.state = TaskState::Running;
         rec.node = Some(node);
         rec.attempt += 1;
@@ -520,8 +527,9 @@ impl ClusterState {
                 // (its registration after a broken stream re-derives it as well).
                 TaskState::Running => {
                     let (node, attempt) = (rec.node.unwrap_or(NodeId(0)), rec.attempt);
-                    let rec = self.tasks.get_mut(id).expect("checked above");
-                    rec.cancel_requested = true;
+                    if let Some(rec) = self.tasks.get_mut(id) {
+                        rec.cancel_requested = true;
+                    }
                     let reason = "cancelled by request".to_string();
                     self.effects.push(Effect::Cancel {
                         node,
@@ -533,10 +541,11 @@ impl ClusterState {
                 _ => {}
             }
         }
-        Ok(ids
-            .iter()
-            .map(|id| self.status(*id).expect("checked above"))
-            .collect())
+        // Every id was checked known above, and nothing in a command drops a record or a
+        // tombstone (retention runs after it): a status is always found.
+        ids.iter()
+            .map(|id| self.status(*id).ok_or_else(|| self.missing_task(*id)))
+            .collect()
     }
 
     /// Qualifies a spec's names with the namespace and checks what applications may not do.
