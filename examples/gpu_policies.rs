@@ -79,13 +79,7 @@ fn mix(small: usize, medium: usize, large: usize, full: usize, seed: u64) -> Vec
     jobs.extend(std::iter::repeat_n(JobModel::fixed(20.0, 3, 15.0), large));
     jobs.extend(std::iter::repeat_n(JobModel::fixed(20.0, 7, 30.0), full));
     // A fixed shuffle, so that scheme B sees a mixed arrival order.
-    let mut x = seed;
-    for i in (1..jobs.len()).rev() {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        jobs.swap(i, (x >> 33) as usize % (i + 1));
-    }
+    fastrand::Rng::with_seed(seed).shuffle(&mut jobs);
     jobs
 }
 

@@ -1130,22 +1130,18 @@ fn a_task_pending_past_its_deadline_is_cancelled() {
 
 // ---- 12. determinism and serializability ------------------------------------------------
 
-/// A small deterministic generator, so the list of entries is fixed.
-struct Lcg(u64);
+/// A seeded generator, so the list of entries is fixed: `next(n)` is in `0..n`.
+struct Seeded(fastrand::Rng);
 
-impl Lcg {
+impl Seeded {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
+        self.0.u64(..n)
     }
 }
 
 /// ~50 entries touching every command, some of them refused or stale.
 fn fixed_entries() -> Vec<Entry> {
-    let mut rng = Lcg(7);
+    let mut rng = Seeded(fastrand::Rng::with_seed(7));
     let mut now = T0;
     let mut entries = Vec::new();
     let mut push = |command: Command, now: u64| entries.push(Entry::new(now, command));

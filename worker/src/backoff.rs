@@ -2,8 +2,8 @@
 //!
 //! Delays start at `initial` and double up to `max`; each is jittered to between half and all
 //! of its nominal value, so that the workers of a cluster whose head restarted do not all
-//! knock at the same instant. The jitter comes from a small seeded generator (xorshift64*),
-//! so a test that fixes the seed gets fixed delays.
+//! knock at the same instant. The jitter comes from a seeded [`fastrand::Rng`], so a test that
+//! fixes the seed gets fixed delays.
 
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ pub(crate) struct Backoff {
     initial: Duration,
     max: Duration,
     next: Duration,
-    rng: u64,
+    rng: fastrand::Rng,
 }
 
 impl Backoff {
@@ -24,8 +24,7 @@ impl Backoff {
             initial,
             max: max.max(initial),
             next: initial,
-            // xorshift needs a non-zero state.
-            rng: seed | 1,
+            rng: fastrand::Rng::with_seed(seed),
         }
     }
 
@@ -36,31 +35,13 @@ impl Backoff {
         // Between half and all of the nominal delay.
         let half = nominal / 2;
         let spread = (nominal - half).as_nanos().max(1) as u64;
-        half + Duration::from_nanos(self.random() % spread)
+        half + Duration::from_nanos(self.rng.u64(..spread))
     }
 
     /// Starts again from `initial`, after a success.
     pub(crate) fn reset(&mut self) {
         self.next = self.initial;
     }
-
-    fn random(&mut self) -> u64 {
-        let mut x = self.rng;
-        x ^= x >> 12;
-        x ^= x << 25;
-        x ^= x >> 27;
-        self.rng = x;
-        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-}
-
-/// A seed that differs between processes and between calls.
-pub(crate) fn time_seed() -> u64 {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    nanos ^ (u64::from(std::process::id()) << 32)
 }
 
 #[cfg(test)]

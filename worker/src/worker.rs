@@ -17,7 +17,7 @@ use escher_proto::types::GpuInfo;
 use escher_proto::{Labels, NodeId, ResourceSet};
 use tokio::sync::watch;
 
-use crate::backoff::{Backoff, time_seed};
+use crate::backoff::Backoff;
 use crate::builder::WorkerBuilder;
 use crate::error::WorkerError;
 use crate::exec::LogRetention;
@@ -164,7 +164,7 @@ impl Worker {
             labels: self.labels,
         };
         let (initial, max) = self.reconnect;
-        let backoff = Backoff::new(initial, max, time_seed());
+        let backoff = Backoff::new(initial, max, fastrand::u64(..));
         tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, gpus = self.gpus.len(), log_dir = %env.log_dir.display(), "worker starting");
         let gpus = Gpus::new(&self.name, self.gpus, self.sim_mig_latency);
         let result = Runtime::new(

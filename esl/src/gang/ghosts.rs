@@ -54,7 +54,7 @@ impl Default for GhostConfig {
 pub struct GhostGangs<C> {
     cluster: C,
     config: GhostConfig,
-    rng: Mutex<u64>,
+    rng: Mutex<fastrand::Rng>,
     rollbacks: AtomicU64,
 }
 
@@ -63,7 +63,7 @@ impl<C: ClusterApi> GhostGangs<C> {
     pub fn new(cluster: C, config: GhostConfig) -> GhostGangs<C> {
         GhostGangs {
             cluster,
-            rng: Mutex::new(config.seed),
+            rng: Mutex::new(fastrand::Rng::with_seed(config.seed)),
             config,
             rollbacks: AtomicU64::new(0),
         }
@@ -97,21 +97,13 @@ impl<C: ClusterApi> GhostGangs<C> {
             .min(self.config.max_backoff);
         let half = cap / 2;
         let span = (cap - half).as_micros() as u64 + 1;
-        let draw = {
-            let mut state = self.rng.lock().unwrap_or_else(|p| p.into_inner());
-            split_mix(&mut state)
-        };
-        half + Duration::from_micros(draw % span)
+        let draw = self
+            .rng
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .u64(..span);
+        half + Duration::from_micros(draw)
     }
-}
-
-/// SplitMix64: a small, seeded generator, enough for jitter.
-fn split_mix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
 }
 
 impl<C: ClusterApi> GangScheduler for GhostGangs<C> {
