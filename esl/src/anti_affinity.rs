@@ -18,8 +18,8 @@
 //! ghost of the same group that is still pending can then be placed on that node and create
 //! its marker beside the first one: two members on one node. A ghost is pending at that
 //! moment whenever there are more members than free eligible nodes, a ghost is retried after
-//! a failure, a node joins, or several clients submit ghosts at once (see
-//! `shared/reference/escher.md` §A.6, "Implementation caveat (ours)", and the test
+//! a failure, a node joins, or several clients submit ghosts at once (the thesis does not
+//! discuss this case; see the test
 //! `the_naive_construction_puts_two_members_together`). The fix is a barrier: **the ghosts
 //! keep `aa-<group>` until every ghost of the group has been placed.** Here they keep it
 //! until [`AntiAffinity::settle`] (which waits until every ghost and every given member has

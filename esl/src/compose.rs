@@ -1,7 +1,7 @@
 //! Composition of policies: AND, OR, conflict resolution, and validation before launch
 //! (thesis §4.4.2 "Policy Composition", §4.3.3 "ESLs can protect applications from invalid
 //! specification of ephemeral resources by validating resource requests before launching
-//! tasks"; escher.md A.6 "Composition", A.7).
+//! tasks"; §4.6.1 composes the HFS ESLs with data locality by concatenation).
 //!
 //! **Policy.** A task may carry the specs of several policies at once, each named
 //! ([`Composition::with`]): fairness, anti-affinity, load balancing, locality... All must hold

@@ -1,5 +1,6 @@
 //! Objective functions through soft constraints: the α/β `obj` construction of thesis
-//! §4.4.2 (escher.md A.8), balancing CPU and memory utilisation.
+//! §4.4.2 ("Soft constraints with ESCHER", "Objective functions"), balancing CPU and memory
+//! utilisation.
 //!
 //! **Goal.** Balance the weighted utilisation `γ_n = α·M_n + β·C_n` of the nodes (memory and
 //! CPU utilisation in `[0, 1]`; the thesis phrases it as an extremum of `γ_n` over nodes): place

@@ -1,5 +1,5 @@
 //! Soft constraints: an ordered list of preferred requirement sets, of which the task gets
-//! the first that can be met (thesis §4.4.2, Fig. 4.4a; escher.md A.8).
+//! the first that can be met (thesis §4.4.2 "Soft constraints with ESCHER", Fig. 4.4a).
 //!
 //! The scheduler only knows hard requirements, so the preference is the ESL's doing. Two
 //! methods, chosen with [`Method`]:

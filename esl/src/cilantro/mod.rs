@@ -1,5 +1,5 @@
-//! Cilantro as an ESL: performance-aware allocation learned online (thesis chapter 3;
-//! escher.md C).
+//! Cilantro as an ESL: performance-aware allocation learned online (thesis chapter 3,
+//! "Performance-aware Scheduling with Cilantro").
 //!
 //! **Policy.** A fixed pool of one fungible resource (`cpu` by default) is shared by jobs
 //! that do not state demands. Each round, every job's performance with the allocation it had
@@ -8,10 +8,10 @@
 //! into the next allocations ([`Objective`]: NJC fairness, social or egalitarian welfare;
 //! resource-fair as the baseline), changing no job by more than `B` units a round.
 //!
-//! **Construction (escher.md C.5).** "Its resource allocator is essentially the HFS ESL with
-//! learned rather than weighted targets": each job has an ephemeral resource
-//! `cil-<instance>-<job>`, finite, spread over the nodes of the domain so that its capacities
-//! sum to the job's allocation and, on each node, all jobs together fit the node's total of
+//! **Construction (ours: the thesis does not build Cilantro on ESCHER).** Cilantro's resource
+//! allocator is essentially the HFS ESL (thesis §4.4.2) with learned rather than weighted
+//! targets: each job has an ephemeral resource `cil-<instance>-<job>`, finite, spread over the
+//! nodes of the domain so that its capacities sum to the job's allocation and, on each node, all jobs together fit the node's total of
 //! the pooled resource. A job's replicas request one unit of it (plus their physical needs,
 //! [`Cilantro::spec`]), so at most its allocation of them run. [`Cilantro::round`] decides and
 //! applies the new capacities in one all-or-none `set_resources` batch, keeping each job on

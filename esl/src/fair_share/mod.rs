@@ -1,5 +1,5 @@
 //! Hierarchical max-min fair sharing (HFS), a cluster-level policy (thesis §4.4.2 "Cluster
-//! Policy: Hierarchical Fair Sharing", §4.6.1 Fig. 4.5c; escher.md A.7, E2).
+//! Policy: Hierarchical Fair Sharing", §4.6.1 "Hierarchical max-min fair sharing", Fig. 4.5c).
 //!
 //! **Policy.** An [`Hfs`] instance shares a domain of nodes among users in proportion to their
 //! weights, with max-min fairness: a user that has no work lends its share to those that do,

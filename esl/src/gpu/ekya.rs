@@ -1,4 +1,4 @@
-//! Ekya's thief scheduler (thesis chapter 2, §2.4.2; escher.md B.2), on fractional GPU shares
+//! Ekya's thief scheduler (thesis chapter 2, §2.4.2, Algorithm 1), on fractional GPU shares
 //! (MPS-style, the `gpu` fraction resource) and rounded to MIG slices. It is both a policy of
 //! its own and one of MIGRator's baselines.
 //!

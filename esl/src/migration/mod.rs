@@ -1,5 +1,5 @@
 //! Migration, the EscherTune pattern (thesis §4.6.1 "Distributed Training", Fig. 4.6b;
-//! escher.md A.6 "dynamic bin packing / consolidation / migration", E4).
+//! "Bin packing (dynamic)", one of the four policies of §4.2.1 and Table 4.1).
 //!
 //! **Policy.** A *job* is a set of tasks that should run together on as few nodes as
 //! possible. When it cannot fit on one node it starts spread over several; as soon as one

@@ -1,4 +1,4 @@
-//! Fault tolerance for ephemeral resources (thesis §4.3.4; escher.md A.9).
+//! Fault tolerance for ephemeral resources (thesis §4.3.4 "Fault tolerance").
 //!
 //! **Policy.** Ephemeral resources live on nodes and die with them; the tasks that need them
 //! are retried (or wait) with unchanged requirements, which no live node can meet. The

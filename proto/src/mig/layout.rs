@@ -1,7 +1,7 @@
 //! [`Layout`]: the MIG instances on one GPU, kept legal at every step.
 //!
 //! A layout is a set of [`Placement`]s of one [`GpuModel`], listed by start. Every way in
-//! checks legality (NVIDIA's rules as in mig.md §1): each instance at one of its profile's
+//! checks legality (NVIDIA's rules, MIG User Guide): each instance at one of its profile's
 //! legal starts, no two instances sharing a memory slice, at most 7 GPCs in all, and no more
 //! instances of a profile than it allows (one `+me`). [`Layout::validate`] re-checks all of it
 //! and is what tests call after each step.

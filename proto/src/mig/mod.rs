@@ -4,7 +4,9 @@
 //!
 //! The worker uses it to validate and name the slices of real and simulated GPUs (`mig.1g.5gb`
 //! resources); the head and the MIG policies use it to plan reconfigurations. The sources are
-//! `reference/mig.md` and the two MIG papers behind it, MIGRator (P0) and MIGM (P2).
+//! NVIDIA's MIG User Guide and two MIG papers: MIGRator (P0; Wang et al., "Improving GPU
+//! Multi-Tenancy Through Dynamic Multi-Instance GPU Reconfiguration", 2024) and MIGM (P2;
+//! "Managing Multi Instance GPUs for High Throughput and Energy Savings").
 //!
 //! # The hardware model
 //!

@@ -3,8 +3,8 @@
 //! (`NVIDIA A100-SXM4-40GB`).
 //!
 //! Every model has 7 compute slices (GPCs) and 8 memory slices, as on the A100 and the H100
-//! (NVIDIA MIG User Guide; mig.md §1); the H200 shares this geometry, as read from its driver
-//! (see `tables.rs`).
+//! (NVIDIA MIG User Guide, "Supported MIG Profiles"); the H200 shares this geometry, as read
+//! from its driver (see `tables.rs`).
 
 use std::fmt;
 use std::str::FromStr;

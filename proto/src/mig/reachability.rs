@@ -8,8 +8,8 @@
 //! [`best_start`] does that, ties going to the lowest start.
 //!
 //! **Which profiles count.** MIGM's state machine knows only the base sizes (5, 10, 20, 40 GB
-//! on the A100-40GB), and so does the count of 19 maximal layouts (14 GPC multisets) that
-//! mig.md §1 derives from the placement table. So:
+//! on the A100-40GB), and so does our count of 19 maximal layouts (14 GPC multisets), found by
+//! enumerating NVIDIA's placement table (MIG User Guide, `nvidia-smi mig -lgipp`). So:
 //! - [`maximal_layouts`] enumerates over the model's five base profiles;
 //!   [`maximal_layouts_with`] takes any profile set (all seven A100-40GB profiles give 239).
 //! - [`reachable`] and [`reachability`] count over the profiles *in play*: the base profiles
@@ -24,7 +24,7 @@
 //! **MIGM's worked example**, for a 1g on an empty A100-40GB, scores the first slices 7 and
 //! the last 9, then says it places "on the second slice"; the counting rule is not stated.
 //! Counting maximal supersets as here gives 6 for starts 0 to 5 and 12 for start 6, so a lone
-//! 1g goes to start 6 (the last slice, which mig.md §5 also expects).
+//! 1g goes to start 6 (the last slice, which MIGM's own scores also rank highest).
 //!
 //! Enumeration is a depth-first search over the candidate placements (each profile at each
 //! legal start), taking or skipping each in turn; it visits every legal layout once, a few
@@ -203,8 +203,9 @@ mod tests {
             .collect();
         assert_eq!(multisets.len(), 14);
         let v = |m: &[&[u8]]| m.iter().map(|x| x.to_vec()).collect::<Vec<_>>();
-        // mig.md §1: {7}, {4,3}, {4,2,1}, {4,1,1,1}, {3,2,2}, {3,2,1,1}, {3,1,1,1,1},
-        // {2,2,2,1}, {2,2,1,1,1}, {2,1^5}, {1^7}; stranding one: {3,3}, {3,2,1}, {3,1,1,1}.
+        // Our enumeration of the placement table: {7}, {4,3}, {4,2,1}, {4,1,1,1}, {3,2,2},
+        // {3,2,1,1}, {3,1,1,1,1}, {2,2,2,1}, {2,2,1,1,1}, {2,1^5}, {1^7}; stranding one: {3,3},
+        // {3,2,1}, {3,1,1,1}.
         assert_eq!(
             full.into_iter().cloned().collect::<Vec<_>>(),
             v(&[

@@ -2,7 +2,7 @@
 //!
 //! Every table follows NVIDIA's conventions: profile ids as `nvidia-smi mig -lgip` prints
 //! them, placements as `nvidia-smi mig -lgipp` prints them (`{starts}:size` on 8 memory slices,
-//! not on the 7 compute slices). The figures are those gathered in `reference/mig.md` §1 and §5.2:
+//! not on the 7 compute slices). The figures come from these sources:
 //!
 //! - **A100-SXM4-40GB**: placements from the NVIDIA MIG User Guide's `-lgipp` output
 //!   (`19 {0..6}:1`, `20 {0..6}:1`, `15 {0,2,4,6}:2`, `14 {0,2,4}:2`, `9 {0,4}:4`, `5 {0}:4`,
@@ -18,12 +18,13 @@
 //!   `scripts/real-gpu-check.sh`): `escher-worker --detect` read the driver's table through NVML
 //!   and every id, GPC count, instance count and placement agreed with this one; memory in MiB
 //!   is the driver's from that reading.
-//! - **H200 141GB** (`NVIDIA H200`): the names from mig.md §1; **everything else read on a real
-//!   H200** (driver 580.159.04, 2026-11-26, `scripts/real-gpu-check.sh`, MIG mode off): ids,
-//!   GPCs, instance counts and placements are the H100's, memory in MiB is the driver's, and
-//!   the driver offers a `1g.18gb+me` (id 20) that the sources did not list. That reading
-//!   corrected two of our earlier assumptions: the `+me` profile exists, and `1g.18gb` has
-//!   16384 MiB, less than its name says (`nvidia-smi mig -lgip` prints 16.00 GiB).
+//! - **H200 141GB** (`NVIDIA H200`): the names from the NVIDIA MIG User Guide ("Supported MIG
+//!   Profiles"); **everything else read on a real H200** (driver 580.159.04, 2026-11-26,
+//!   `scripts/real-gpu-check.sh`, MIG mode off): ids, GPCs, instance counts and placements are
+//!   the H100's, memory in MiB is the driver's, and the driver offers a `1g.18gb+me` (id 20)
+//!   that the sources did not list. That reading corrected two of our earlier assumptions: the
+//!   `+me` profile exists, and `1g.18gb` has 16384 MiB, less than its name says
+//!   (`nvidia-smi mig -lgip` prints 16.00 GiB).
 //!
 //! Profiles are listed in `-lgip` order (small to large).
 

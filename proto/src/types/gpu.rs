@@ -3,7 +3,8 @@
 //!
 //! # Resource names
 //!
-//! NVIDIA's k8s device plugin "mixed" strategy (mig.md §5.1), written in escher's name grammar
+//! NVIDIA's k8s device plugin "mixed" strategy (NVIDIA/k8s-device-plugin, `--mig-strategy=mixed`:
+//! one `nvidia.com/mig-<profile>` resource per profile), written in escher's name grammar
 //! (segments of `[A-Za-z0-9._-]`, at most 63 bytes):
 //!
 //! | resource          | capacity on a node                  | what it is for                        |

@@ -1,5 +1,6 @@
 //! Two-tenant continual-learning workloads for MIGRator and its baselines, built from what P0
-//! gives (mig.md §2, §5) and, where it gives nothing, from stated assumptions.
+//! (MIGRator, Wang et al. 2024: §3's motivation figures, §4's design, §5's evaluation) gives
+//! and, where it gives nothing, from stated assumptions.
 //!
 //! **From P0.** Two tenants per GPU (Table 4), a 200 s retraining window, arrival peaks near
 //! 300 requests per second (Fig. 3), retraining about three times the inference cost of the
