@@ -503,16 +503,11 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     );
     assert!(err.contains("ESCHER_TOKEN"), "{err}");
     // The page is there.
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    use std::io::{Read, Write};
-    write!(
-        stream,
-        "GET / HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut page = String::new();
-    stream.read_to_string(&mut page).unwrap();
-    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    let mut response = ureq::get(format!("http://{addr}/"))
+        .call()
+        .expect("the dashboard answers");
+    assert_eq!(response.status(), 200);
+    let page = response.body_mut().read_to_string().unwrap();
     assert!(page.contains("<title>escher</title>"), "{page}");
 
     // Nothing there: said so, with the flag that fixes it.

@@ -5,8 +5,7 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 
 use common::{cluster, free_addr, within};
 use escher::types::{NodeSpec, TaskState};
@@ -15,22 +14,21 @@ use prometheus_parse::{Sample, Scrape, Value};
 
 /// `GET /metrics` with `token` (if any): the status code and the body.
 fn scrape(addr: SocketAddr, token: Option<&str>) -> (u16, String) {
-    let mut stream = TcpStream::connect(addr).expect("the metrics endpoint listens");
-    let auth = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
-    let code = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .expect("a status code");
-    (code, body.to_string())
+    let mut request = ureq::get(format!("http://{addr}/metrics"))
+        .config()
+        .http_status_as_error(false)
+        .build();
+    if let Some(t) = token {
+        request = request.header("Authorization", format!("Bearer {t}"));
+    }
+    let mut response = request.call().expect("the metrics endpoint answers");
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_string()
+        .expect("a text body");
+    (response.status().as_u16(), body)
 }
 
 /// The value of the one sample named `name` whose labels include `labels`.

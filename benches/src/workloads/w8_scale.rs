@@ -275,25 +275,21 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     Ok(report)
 }
 
-/// One `GET /metrics` over plain HTTP with the admin token: how long the whole response took,
-/// and its size.
+/// One `GET /metrics` over plain HTTP (a new connection) with the admin token: how long the
+/// whole response took, and the size of its body.
 fn scrape_metrics(addr: std::net::SocketAddr, token: &str) -> anyhow::Result<(Duration, usize)> {
-    use std::io::{Read, Write};
     let start = Instant::now();
-    let mut stream = std::net::TcpStream::connect(addr)?;
-    write!(
-        stream,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-         Connection: close\r\n\r\n"
-    )?;
-    let mut response = Vec::new();
-    stream.read_to_end(&mut response)?;
-    let took = start.elapsed();
-    if !response.starts_with(b"HTTP/1.1 200") {
-        let head = String::from_utf8_lossy(&response[..response.len().min(200)]).into_owned();
-        bail!("the metrics scrape failed: {head}");
-    }
-    Ok((took, response.len()))
+    let mut response = ureq::get(format!("http://{addr}/metrics"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .context("the metrics scrape failed")?;
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(u64::MAX)
+        .read_to_vec()
+        .context("reading the metrics")?;
+    Ok((start.elapsed(), body.len()))
 }
 
 /// Waits until the head reports `pending` pending and `running` running tasks.
