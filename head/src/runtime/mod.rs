@@ -16,7 +16,8 @@
 //!
 //! # Layout
 //!
-//! - `owner.rs`: the owner task and its loop; `proposals.rs`, `reads.rs`, `waiters.rs`,
+//! - `owner/`: the owner task and its loop (split by concern: messages, outputs, effects,
+//!   leadership, workers, logs); `proposals.rs`, `reads.rs`, `waiters.rs`,
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
 //!   links and the worker-report protocol);
 //! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;

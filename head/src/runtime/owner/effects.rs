@@ -1,0 +1,58 @@
+//! The effects of applied commands, performed by the leader: assignments (with the task's
+//! credential signed here) and cancellations sent to workers, MIG reconfigurations asked for,
+//! a rejoined worker's stale task messages forgotten.
+
+use escher_proto::types::{HeadMessage, NAMESPACE_LABEL};
+
+use super::Owner;
+use crate::replication::LogStore;
+use crate::state::Effect;
+
+impl<S: LogStore> Owner<S> {
+    pub(super) fn perform(&mut self, effects: Vec<Effect>) {
+        let state = self.replica.state();
+        for effect in effects {
+            match effect {
+                Effect::Assign {
+                    node,
+                    mut assignment,
+                } => {
+                    if let Some(rec) = state.task(assignment.task_id)
+                        && let Some(started) = rec.started_at
+                    {
+                        self.metrics
+                            .started(started.saturating_sub(rec.submitted_at));
+                    }
+                    let ns = assignment.spec.labels.get(NAMESPACE_LABEL);
+                    assignment.task_token = self
+                        .keys
+                        .sign_task(assignment.task_id, assignment.attempt, ns)
+                        .unwrap_or_default();
+                    self.workers
+                        .send(state, node, HeadMessage::Assign(*assignment));
+                }
+                Effect::Cancel {
+                    node,
+                    task,
+                    attempt,
+                    reason,
+                } => {
+                    let msg = HeadMessage::CancelTask {
+                        task_id: task,
+                        attempt,
+                        reason,
+                    };
+                    self.workers.send(state, node, msg);
+                }
+                // Waiters learn from `Applied::finished`, taken when the command applied.
+                Effect::Terminal { .. } => {}
+                Effect::ReconfigureMig { node, gpu, layout } => {
+                    tracing::info!(%node, gpu, %layout, "asking the worker to reconfigure MIG");
+                    self.workers
+                        .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
+                }
+                Effect::Rejoined { node } => self.workers.forget_task_messages(node),
+            }
+        }
+    }
+}

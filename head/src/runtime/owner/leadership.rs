@@ -1,0 +1,98 @@
+//! Leading: taking the lead (naming a new cluster), losing it (answering everything only a
+//! leader could answer), and the owner's periodic tick (the leader's heartbeat checks and
+//! timers; pruning on every replica).
+
+use std::time::Instant;
+
+use escher_proto::types::ReplicaRole;
+use tonic::Status;
+
+use super::{Owner, new_secret, now_ms};
+use crate::replication::LogStore;
+use crate::runtime::handle::not_accepted;
+use crate::runtime::proposals::Pending;
+use crate::state::Command;
+
+impl<S: LogStore> Owner<S> {
+    pub(super) fn on_role(&mut self, role: ReplicaRole, leader: Option<u64>) {
+        let leads = role == ReplicaRole::Leader;
+        tracing::info!(replica = self.replica.id(), %role, ?leader, "raft role changed");
+        self.metrics.leader_changed();
+        if leads && !self.leading {
+            self.workers.lead(self.replica.state());
+            if self.replica.state().cluster_id().is_none() {
+                let cluster_id = new_secret()[..32].to_string();
+                tracing::info!(%cluster_id, "naming this new cluster");
+                self.leading = true;
+                let task_key = new_secret();
+                let command = Command::Init {
+                    cluster_id,
+                    task_key,
+                };
+                self.propose(command, None, Pending::Quiet);
+            }
+            tracing::info!(
+                replica = self.replica.id(),
+                nodes = self.replica.state().live_nodes().len(),
+                "this replica leads the head group now; waiting for workers to attach"
+            );
+        }
+        if !leads && self.leading {
+            let status = not_accepted(self.replica.not_leader());
+            self.stop_leading(move || status.clone());
+        }
+        self.leading = leads;
+    }
+
+    /// Answers everything that only a leader could answer, and drops every worker stream.
+    pub(super) fn stop_leading(&mut self, status: impl Fn() -> Status) {
+        for p in self.batch.take().pending {
+            p.fail(status());
+        }
+        self.proposals.fail_all(&status);
+        self.reads.fail_all(&status);
+        let _ = self.replica.drop_reads();
+        self.waiters.fail_all(&status);
+        self.watch.end_all(&status);
+        self.workers.drop_all();
+        for (_, pending) in self.logs.drain() {
+            let _ = pending.reply.send(Err(status().message().to_string()));
+        }
+    }
+
+    pub(super) fn on_tick(&mut self) {
+        if self.leading {
+            self.workers.flush_acks();
+            self.workers.adopt(self.replica.state());
+            let timeout = self.config.heartbeat_timeout;
+            for node in self.workers.silent(self.replica.state(), timeout) {
+                tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
+                let reason = format!("no heartbeat for {timeout:?}");
+                self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+            }
+            // Pending deadlines, and finished tasks and dead nodes at the end of their
+            // retention.
+            if self
+                .replica
+                .state()
+                .next_timer()
+                .is_some_and(|d| d <= now_ms())
+            {
+                self.propose(Command::Tick, None, Pending::Quiet);
+            }
+        }
+        if self.last_prune.elapsed() > std::time::Duration::from_secs(1) {
+            self.waiters.prune();
+            self.watch.prune();
+            self.logs.retain(|_, p| !p.reply.is_closed());
+            self.last_prune = Instant::now();
+            tracing::trace!(
+                waiters = self.waiters.len(),
+                proposals = self.proposals.len(),
+                reads = self.reads.len(),
+                workers = self.workers.len(),
+                "pruned"
+            );
+        }
+    }
+}

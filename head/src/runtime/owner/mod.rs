@@ -1,0 +1,259 @@
+//! The one task that owns the head's replica (and through it the state). gRPC handlers send
+//! it [`Msg`]s and await replies; peers' raft traffic arrives on a channel of its own.
+//!
+//! Each turn of the loop takes everything that is waiting (client writes become proposals,
+//! reads join one ReadIndex batch, raft messages are stepped), then runs one ready cycle of
+//! the replica and acts on what it produced: proposals are answered once their entries are
+//! applied, effects are performed (on the leader only), reads run, waits resume. See
+//! `replication` for the cycle itself, the runtime's `proposals.rs`, `reads.rs` and
+//! `workers.rs` for the soft state kept here.
+//!
+//! # Layout
+//!
+//! - `mod.rs`: [`Owner`], its loop and the turn (drain, propose, cycle);
+//! - `msg.rs`: [`Msg`], what handlers ask, and where each is taken;
+//! - `outputs.rs`: what a ready cycle produced (applied entries, roles, reads, snapshots);
+//! - `effects.rs`: the effects of applied commands, performed by the leader;
+//! - `leadership.rs`: taking and losing the lead, and the periodic tick;
+//! - `workers.rs`: registration, attaching, and the messages workers report;
+//! - `logs.rs`: fetching a task's output from its worker or the kept tail.
+
+mod effects;
+mod leadership;
+mod logs;
+mod msg;
+mod outputs;
+mod workers;
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use escher_proto::types::RequestKey;
+use rustc_hash::FxHashMap;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use tonic::Status;
+
+use super::config::HeadConfig;
+use super::handle::not_accepted;
+use super::logs::PendingFetch;
+use super::metrics::Metrics;
+use super::proposals::{Batch, Pending, Proposals};
+use super::reads::Reads;
+use super::waiters::Waiters;
+use super::watch::Hub;
+use super::workers::Workers;
+use crate::auth::Keys;
+use crate::replication::{Inbound, LogStore, Replica, ReplicationError, TransportEvent};
+use crate::scheduler::Millis;
+use crate::state::Command;
+pub(crate) use msg::{HeadsView, Msg};
+
+/// The most messages of one channel taken in one turn, so that the others are not starved.
+const TURN: usize = 1024;
+
+/// Milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> Millis {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Millis)
+}
+
+/// The channels the owner serves.
+#[derive(Debug)]
+pub(crate) struct Inboxes {
+    pub(crate) requests: mpsc::Receiver<Msg>,
+    pub(crate) raft: mpsc::Receiver<Inbound>,
+    pub(crate) transport: mpsc::UnboundedReceiver<TransportEvent>,
+}
+
+/// The owner of the replica and the soft state around it.
+#[derive(Debug)]
+pub(crate) struct Owner<S: LogStore> {
+    /// Who may call: the owner publishes replicated tokens into it and signs task credentials.
+    keys: Arc<Keys>,
+    /// What the metrics endpoint reports between scrapes.
+    metrics: Arc<Metrics>,
+    replica: Replica<S>,
+    config: HeadConfig,
+    /// The commands of this turn, proposed together before the cycle.
+    batch: Batch,
+    proposals: Proposals,
+    workers: Workers,
+    waiters: Waiters,
+    reads: Reads,
+    logs: FxHashMap<u64, PendingFetch>,
+    next_log: u64,
+    /// The recent events and their watchers.
+    watch: Hub,
+    /// The events of this turn's applied commands, published together after the cycle.
+    events: Vec<crate::state::Recorded>,
+    last_prune: Instant,
+    leading: bool,
+}
+
+impl<S: LogStore> Owner<S> {
+    pub(crate) fn new(
+        replica: Replica<S>,
+        config: HeadConfig,
+        keys: Arc<Keys>,
+        metrics: Arc<Metrics>,
+    ) -> Owner<S> {
+        keys.publish(replica.state());
+        let watch = Hub::new(
+            config.watch_history,
+            config.watch_buffer,
+            replica.state().revision(),
+        );
+        Owner {
+            watch,
+            events: Vec::new(),
+            keys,
+            metrics,
+            replica,
+            config,
+            batch: Batch::default(),
+            proposals: Proposals::default(),
+            workers: Workers::default(),
+            waiters: Waiters::default(),
+            reads: Reads::default(),
+            logs: FxHashMap::default(),
+            next_log: 1,
+            last_prune: Instant::now(),
+            leading: false,
+        }
+    }
+
+    /// Serves until shutdown (or until the replica fails, which stops the head). Workers are
+    /// not told to stop: their streams end, and they wait for a head to come back.
+    pub(crate) async fn run(
+        mut self,
+        mut inboxes: Inboxes,
+        shutdown: CancellationToken,
+    ) -> Result<(), ReplicationError> {
+        let mut tick = tokio::time::interval(self.config.tick_interval);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut raft_tick = tokio::time::interval(self.config.replica.tick);
+        raft_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let result = loop {
+            tokio::select! {
+                biased;
+                () = shutdown.cancelled() => break Ok(()),
+                Some(inbound) = inboxes.raft.recv() => self.on_inbound(inbound),
+                Some(event) = inboxes.transport.recv() => self.replica.on_transport(event),
+                msg = inboxes.requests.recv() => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => break Ok(()),
+                },
+                _ = raft_tick.tick() => self.replica.tick(),
+                _ = tick.tick() => self.on_tick(),
+            }
+            self.drain(&mut inboxes);
+            self.flush();
+            if let Some(token) = self.reads.batch() {
+                self.replica.read_index(token);
+            }
+            if let Err(err) = self.cycle().await {
+                break Err(err);
+            }
+        };
+        if let Err(err) = &result {
+            tracing::error!(%err, "the replica failed; the head stops");
+        }
+        self.stop_leading(|| Status::unavailable("the head is shutting down"));
+        tracing::info!("head state owner stopped");
+        result
+    }
+
+    /// Takes what else is waiting, a bounded number per channel.
+    fn drain(&mut self, inboxes: &mut Inboxes) {
+        for _ in 0..TURN {
+            match inboxes.raft.try_recv() {
+                Ok(inbound) => self.on_inbound(inbound),
+                Err(_) => break,
+            }
+        }
+        while let Ok(event) = inboxes.transport.try_recv() {
+            self.replica.on_transport(event);
+        }
+        for _ in 0..TURN {
+            match inboxes.requests.try_recv() {
+                Ok(msg) => self.handle(msg),
+                Err(_) => break,
+            }
+        }
+    }
+
+    async fn cycle(&mut self) -> Result<(), ReplicationError> {
+        let mut out = Vec::new();
+        self.replica.cycle(&mut out).await?;
+        if !out.is_empty() {
+            // Tokens created or revoked, or a snapshot restored: callers are checked against
+            // the new table from now on.
+            self.keys.publish(self.replica.state());
+        }
+        for output in out {
+            self.on_output(output);
+        }
+        self.publish_events();
+        Ok(())
+    }
+
+    /// Hands this turn's events to the watch hub, in one batch.
+    fn publish_events(&mut self) {
+        if !self.events.is_empty() {
+            self.watch.publish(std::mem::take(&mut self.events));
+        }
+    }
+
+    fn on_inbound(&mut self, inbound: Inbound) {
+        match inbound {
+            Inbound::Messages {
+                from,
+                from_address,
+                messages,
+            } => self.replica.step(from, &from_address, messages),
+            Inbound::Status { reply } => {
+                let _ = reply.send(self.replica.status());
+            }
+        }
+    }
+
+    fn not_leader(&self) -> Status {
+        not_accepted(self.replica.not_leader())
+    }
+
+    /// Adds `command` to this turn's batch; `pending` is settled when its entry is applied.
+    fn propose(&mut self, command: Command, key: Option<RequestKey>, pending: Pending) {
+        if !self.leading {
+            pending.fail(self.not_leader());
+            return;
+        }
+        if self.batch.push(command, key, pending) {
+            self.flush();
+        }
+    }
+
+    /// Proposes this turn's batch as one raft entry.
+    fn flush(&mut self) {
+        if self.batch.is_empty() {
+            return;
+        }
+        let Batch { commands, pending } = self.batch.take();
+        match self.replica.propose(commands, now_ms()) {
+            Ok((index, term)) => self.proposals.insert(index, term, pending),
+            Err(why) => {
+                let status = not_accepted(why);
+                for p in pending {
+                    p.fail(status.clone());
+                }
+            }
+        }
+    }
+}
+
+/// A new node's secret: 32 random bytes, as hex.
+fn new_secret() -> String {
+    let bytes: [u8; 32] = rand::random();
+    hex::encode(bytes)
+}

@@ -1,0 +1,203 @@
+//! [`Msg`], what gRPC handlers ask of the owner, and [`Owner::handle`], where each is taken:
+//! a write joins this turn's batch, a read its ReadIndex batch (or runs at once when stale),
+//! the rest is answered from the soft state or handed to the file that keeps it.
+
+use escher_proto::types::{
+    HeadChange, HeadReplica, NodeId, RegisterReply, RegisterRequest, RequestKey, TaskId,
+    TaskLogsRequest, WaitReply, WorkerMessage,
+};
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use super::Owner;
+use crate::replication::LogStore;
+use crate::runtime::handle::{Query, not_accepted};
+use crate::runtime::logs::LogReply;
+use crate::runtime::proposals::Pending;
+use crate::runtime::reads::ReadJob;
+use crate::runtime::watch::{Filter, Subscription};
+use crate::state::{Command, Reply};
+
+/// A request to the owner.
+pub(crate) enum Msg {
+    /// Apply a command through the log.
+    Apply {
+        command: Command,
+        key: Option<RequestKey>,
+        reply: oneshot::Sender<Result<Reply, Status>>,
+    },
+    /// Run a read-only query.
+    Read { job: Query, stale: bool },
+    /// Answer when `num_returns` of `ids` are terminal.
+    Wait {
+        ids: Vec<TaskId>,
+        num_returns: usize,
+        reply: oneshot::Sender<Result<WaitReply, Status>>,
+    },
+    /// A worker registers.
+    Register {
+        request: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterReply, Status>>,
+    },
+    /// A worker's stream opened.
+    Attach {
+        node: NodeId,
+        secret: String,
+        conn: u64,
+        tx: crate::runtime::workers::LinkSender,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
+    /// A worker's stream closed.
+    Detach { node: NodeId, conn: u64 },
+    /// A worker sent a batch of messages (in order).
+    Worker {
+        node: NodeId,
+        msgs: Vec<WorkerMessage>,
+    },
+    /// Fetch a piece of a task's log from its worker.
+    Logs {
+        request: TaskLogsRequest,
+        reply: LogReply,
+    },
+    /// This replica's own status, the group's id and every member's address.
+    Heads { reply: oneshot::Sender<HeadsView> },
+    /// How many messages wait for each worker (on its stream, or until it attaches).
+    Outboxes {
+        reply: oneshot::Sender<Vec<(NodeId, usize)>>,
+    },
+    /// Change the group's membership.
+    ChangeHeads {
+        change: HeadChange,
+        reply: oneshot::Sender<Result<(), Status>>,
+    },
+    /// Subscribe to events after a revision (or from now).
+    Watch {
+        filter: Filter,
+        after: Option<u64>,
+        reply: oneshot::Sender<Result<Subscription, Status>>,
+    },
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Msg::Apply { .. } => "Apply",
+            Msg::Read { .. } => "Read",
+            Msg::Wait { .. } => "Wait",
+            Msg::Register { .. } => "Register",
+            Msg::Attach { .. } => "Attach",
+            Msg::Detach { .. } => "Detach",
+            Msg::Worker { .. } => "Worker",
+            Msg::Logs { .. } => "Logs",
+            Msg::Heads { .. } => "Heads",
+            Msg::Outboxes { .. } => "Outboxes",
+            Msg::ChangeHeads { .. } => "ChangeHeads",
+            Msg::Watch { .. } => "Watch",
+        })
+    }
+}
+
+/// What one replica knows of its group, for `escher heads`.
+#[derive(Debug, Clone)]
+pub(crate) struct HeadsView {
+    pub(crate) group: String,
+    pub(crate) me: HeadReplica,
+    pub(crate) members: std::collections::BTreeMap<u64, String>,
+}
+
+impl<S: LogStore> Owner<S> {
+    pub(super) fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Apply {
+                command,
+                key,
+                reply,
+            } => self.propose(command, key, Pending::Reply(reply)),
+            Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
+            Msg::Read { job, stale: false } => {
+                if self.leading {
+                    self.reads.push(ReadJob::Query(job));
+                } else {
+                    job(Err(self.not_leader()));
+                }
+            }
+            Msg::Wait {
+                ids,
+                num_returns,
+                reply,
+            } => {
+                if self.leading {
+                    self.reads.push(ReadJob::Wait {
+                        ids,
+                        num_returns,
+                        reply,
+                    });
+                } else {
+                    let _ = reply.send(Err(self.not_leader()));
+                }
+            }
+            Msg::Register { request, reply } => self.register(request, reply),
+            Msg::Attach {
+                node,
+                secret,
+                conn,
+                tx,
+                reply,
+            } => {
+                let _ = reply.send(self.attach(node, &secret, conn, tx));
+            }
+            Msg::Detach { node, conn } => {
+                if self.workers.detach(node, conn) {
+                    tracing::info!(%node, "worker detached");
+                    if self.leading && self.replica.state().node_draining(node) {
+                        // A drained worker said goodbye: no need to wait for its heartbeats.
+                        let reason = "worker shut down".to_string();
+                        self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+                        self.workers.forget(node);
+                    }
+                }
+            }
+            Msg::Worker { node, msgs } => {
+                for msg in msgs {
+                    self.on_worker_message(node, msg);
+                }
+            }
+            Msg::Logs { request, reply } => self.fetch_logs(request, reply),
+            Msg::Heads { reply } => {
+                let _ = reply.send(HeadsView {
+                    group: self.replica.group().to_string(),
+                    me: self.replica.status(),
+                    members: self.replica.members().clone(),
+                });
+            }
+            Msg::Outboxes { reply } => {
+                let _ = reply.send(self.workers.depths());
+            }
+            Msg::Watch {
+                filter,
+                after,
+                reply,
+            } => {
+                let answer = if self.leading {
+                    self.watch.subscribe(filter, after)
+                } else {
+                    Err(self.not_leader())
+                };
+                let _ = reply.send(answer);
+            }
+            Msg::ChangeHeads { change, reply } => {
+                // What came before it in this turn goes first.
+                self.flush();
+                match self.replica.propose_change(&change) {
+                    Ok((index, term)) => {
+                        self.proposals
+                            .insert(index, term, vec![Pending::Change(reply)]);
+                    }
+                    Err(why) => {
+                        let _ = reply.send(Err(not_accepted(why)));
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,155 @@
+//! What a ready cycle of the replica produced, acted on: proposals answered once their entries
+//! are applied ([`Owner::settle`]), effects performed and waits resumed on the leader, role
+//! changes, batched reads run, and the watch history restarted after a snapshot.
+
+use escher_proto::types::RegisterReply;
+use tonic::Status;
+
+use super::Owner;
+use super::workers::unknown_node;
+use crate::replication::{Applied, LogStore, NotAccepted, Output};
+use crate::runtime::handle::{not_accepted, to_status};
+use crate::runtime::proposals::Pending;
+use crate::runtime::reads::ReadJob;
+use crate::state::{ApplyError, Reply};
+
+impl<S: LogStore> Owner<S> {
+    pub(super) fn on_output(&mut self, output: Output) {
+        match output {
+            Output::Applied {
+                index,
+                term,
+                results,
+            } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                let mut pending = self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                    .into_iter();
+                for Applied {
+                    result,
+                    effects,
+                    finished,
+                    events,
+                    timing: (command, took),
+                } in results
+                {
+                    self.metrics.applied(command, took);
+                    self.events.extend(events);
+                    if self.leading {
+                        self.perform(effects);
+                        for status in finished {
+                            self.waiters.on_terminal(status);
+                        }
+                    }
+                    match pending.next() {
+                        Some(p) => self.settle(p, result),
+                        None => {
+                            if let Err(err) = result {
+                                tracing::debug!(index, %err, "a command was refused");
+                            }
+                        }
+                    }
+                }
+            }
+            Output::ConfChanged {
+                index,
+                term,
+                result,
+            } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    match p {
+                        Pending::Change(reply) => {
+                            let _ = reply.send(result.clone().map_err(Status::failed_precondition));
+                        }
+                        other => other.fail(Status::internal("a proposal met a membership change")),
+                    }
+                }
+            }
+            Output::Empty { index, term } => {
+                let overwritten = || not_accepted(NotAccepted::NotLeader(None));
+                for p in self
+                    .proposals
+                    .take(index, term, overwritten)
+                    .unwrap_or_default()
+                {
+                    p.fail(Status::aborted(
+                        "raft dropped the change: another membership change is still in \
+                         progress; try again once it is done (escher heads)",
+                    ));
+                }
+            }
+            Output::Role { role, leader } => self.on_role(role, leader),
+            Output::ReadReady { token } => {
+                for job in self.reads.ready(token) {
+                    if let Some(ReadJob::Wait {
+                        ids,
+                        num_returns,
+                        reply,
+                    }) = job.run(self.replica.state())
+                    {
+                        let state = self.replica.state();
+                        if let Some(err) = ids.iter().find_map(|id| state.check_known(*id).err()) {
+                            let _ = reply.send(Err(to_status(err)));
+                            continue;
+                        }
+                        self.waiters.add(state, ids, num_returns, reply);
+                    }
+                }
+            }
+            Output::Restored => {
+                self.proposals
+                    .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+                // What came before the snapshot goes first; the history starts again after it.
+                self.publish_events();
+                self.watch.restart(self.replica.state().revision());
+            }
+        }
+    }
+
+    /// Answers a proposal with what applying its entry returned.
+    fn settle(&mut self, pending: Pending, result: Result<Reply, ApplyError>) {
+        match pending {
+            Pending::Reply(reply) => {
+                let _ = reply.send(result.map_err(to_status));
+            }
+            Pending::Register { reply, secret } => {
+                let answer = match result {
+                    Ok(Reply::Registered(node_id)) => {
+                        self.workers.seen(node_id);
+                        tracing::info!(node = %node_id, new = secret.is_some(), "worker registered");
+                        let cluster = self.replica.state().cluster_id().unwrap_or_default();
+                        Ok(RegisterReply {
+                            node_id,
+                            heartbeat_interval: self.config.heartbeat_interval,
+                            heartbeat_timeout: Some(self.config.heartbeat_timeout),
+                            secret,
+                            group: cluster.to_string(),
+                        })
+                    }
+                    Ok(other) => Err(Status::internal(format!(
+                        "unexpected reply to a registration: {other:?}"
+                    ))),
+                    Err(ApplyError::UnknownNode(node)) => Err(unknown_node(node)),
+                    Err(err) => Err(to_status(err)),
+                };
+                let _ = reply.send(answer);
+            }
+            Pending::Report { node, report } => self.workers.ack(node, report),
+            Pending::Change(reply) => {
+                let _ = reply.send(Err(Status::internal("a membership change met an entry")));
+            }
+            Pending::Quiet => {
+                if let Err(err) = result {
+                    tracing::debug!(%err, "a runtime command was refused");
+                }
+            }
+        }
+    }
+}

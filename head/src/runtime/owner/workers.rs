@@ -1,0 +1,195 @@
+//! The owner's side of the worker link: registration (new or returning), a worker's stream
+//! attaching, and the messages it reports (heartbeats, task starts and ends, devices, GPU
+//! changes, log chunks), each checked against what the node holds before it becomes a command.
+
+use escher_proto::types::{
+    NodeId, RegisterReply, RegisterRequest, RunningTask, TaskId, WorkerMessage,
+};
+use tokio::sync::oneshot;
+use tonic::Status;
+
+use super::{Owner, new_secret};
+use crate::replication::LogStore;
+use crate::runtime::handle::to_status;
+use crate::runtime::proposals::Pending;
+use crate::state::{ApplyError, Command, Joining, Returning, SecretHash};
+
+impl<S: LogStore> Owner<S> {
+    pub(super) fn register(
+        &mut self,
+        request: RegisterRequest,
+        reply: oneshot::Sender<Result<RegisterReply, Status>>,
+    ) {
+        if !self.leading {
+            let _ = reply.send(Err(self.not_leader()));
+            return;
+        }
+        let worker = Joining {
+            name: request.name,
+            address: request.address,
+            resources: request.resources,
+            labels: request.labels,
+            gpus: request.gpus,
+            boot: request.boot_id,
+        };
+        match request.identity {
+            Some(identity) => {
+                let back = Returning {
+                    cluster: identity.group,
+                    node: identity.node_id,
+                    secret: SecretHash::of(&identity.secret),
+                    running: request.running,
+                    finished: request.finished,
+                };
+                let command = Command::RejoinNode { worker, back };
+                let pending = Pending::Register {
+                    reply,
+                    secret: None,
+                };
+                self.propose(command, None, pending);
+            }
+            None => {
+                let secret = new_secret();
+                let command = Command::RegisterNode {
+                    worker,
+                    secret: SecretHash::of(&secret),
+                };
+                let pending = Pending::Register {
+                    reply,
+                    secret: Some(secret),
+                };
+                self.propose(command, None, pending);
+            }
+        }
+    }
+
+    pub(super) fn attach(
+        &mut self,
+        node: NodeId,
+        secret: &str,
+        conn: u64,
+        tx: crate::runtime::workers::LinkSender,
+    ) -> Result<(), Status> {
+        if !self.leading {
+            return Err(self.not_leader());
+        }
+        let Some(record) = self.replica.state().node(node) else {
+            return Err(unknown_node(node));
+        };
+        if record.secret != SecretHash::of(secret) {
+            return Err(to_status(ApplyError::WrongSecret(node)));
+        }
+        if !record.alive {
+            return Err(Status::failed_precondition(format!(
+                "node {node} was declared lost; register again"
+            )));
+        }
+        self.workers.attach(node, conn, tx);
+        tracing::info!(%node, "worker attached");
+        Ok(())
+    }
+
+    pub(super) fn on_worker_message(&mut self, node: NodeId, msg: WorkerMessage) {
+        if !self.leading || !self.replica.state().node_alive(node) {
+            return; // not ours to handle, or declared lost: its tasks were retried already
+        }
+        self.workers.seen(node);
+        if let Some((task, attempt)) = msg.task_attempt()
+            && !self.holds(node, task, attempt)
+        {
+            // A worker reports only what it runs: anything else is refused (and a worker that
+            // keeps doing it is broken or hostile).
+            tracing::warn!(
+                %node,
+                %task,
+                attempt,
+                "refusing a report for a task attempt this node does not hold"
+            );
+            if matches!(msg, WorkerMessage::TaskFinished(_)) {
+                // Acknowledged so the worker forgets it; nothing is applied.
+                self.workers.ack(
+                    node,
+                    RunningTask {
+                        task_id: task,
+                        attempt,
+                    },
+                );
+            }
+            return;
+        }
+        let command = match msg {
+            WorkerMessage::Hello { .. } => return,
+            WorkerMessage::Heartbeat { metrics } => {
+                let draining = metrics
+                    .iter()
+                    .any(|m| m.name == "draining" && m.value > 0.0);
+                self.metrics.worker_reported(node, metrics);
+                if !draining || self.replica.state().node_draining(node) {
+                    return;
+                }
+                tracing::info!(%node, "worker is draining; admitting nothing new there");
+                Command::DrainNode { node }
+            }
+            WorkerMessage::TaskStarted { task_id, attempt } => Command::TaskStarted {
+                task: task_id,
+                attempt,
+            },
+            WorkerMessage::TaskFinished(report) => {
+                let pending = Pending::Report {
+                    node,
+                    report: RunningTask {
+                        task_id: report.task_id,
+                        attempt: report.attempt,
+                    },
+                };
+                self.propose(Command::TaskFinished(report), None, pending);
+                return;
+            }
+            WorkerMessage::Logs { request_id, result } => {
+                if let Some(pending) = self.logs.remove(&request_id) {
+                    pending.answer(result);
+                }
+                return;
+            }
+            WorkerMessage::TaskDevices {
+                task_id,
+                attempt,
+                devices,
+            } => Command::TaskDevices {
+                task: task_id,
+                attempt,
+                devices,
+            },
+            WorkerMessage::GpusChanged { gpus, done } => {
+                if let Some(done) = &done {
+                    match &done.error {
+                        None => tracing::info!(%node, gpu = done.gpu, "MIG reconfiguration done"),
+                        Some(why) => {
+                            tracing::warn!(%node, gpu = done.gpu, %why, "MIG reconfiguration failed")
+                        }
+                    }
+                }
+                Command::GpusChanged { node, gpus, done }
+            }
+        };
+        self.propose(command, None, Pending::Quiet);
+    }
+
+    /// Whether `node` runs (or just ran) attempt `attempt` of `task`: the task's latest
+    /// attempt was dispatched there.
+    fn holds(&self, node: NodeId, task: TaskId, attempt: u32) -> bool {
+        self.replica
+            .state()
+            .task(task)
+            .is_some_and(|rec| rec.node == Some(node) && rec.attempt == attempt)
+    }
+}
+
+/// The answer to a worker that presents a node id this group does not know.
+pub(super) fn unknown_node(node: NodeId) -> Status {
+    Status::not_found(format!(
+        "node {node} is not known to this head group (its state was lost, or the worker's \
+         state directory comes from another cluster): register as a new node (the worker does \
+         so by itself)"
+    ))
+}
