@@ -56,3 +56,23 @@ impl<S: LogStore> Owner<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+    use escher_proto::types::{NodeId, TaskId};
+
+    #[test]
+    fn an_effect_for_a_node_the_state_does_not_hold_is_dropped() {
+        let mut owner = test_owner();
+        let cancel = Effect::Cancel {
+            node: NodeId(9),
+            task: TaskId(1),
+            attempt: 1,
+            reason: "test".into(),
+        };
+        owner.perform(vec![cancel, Effect::Rejoined { node: NodeId(9) }]);
+        assert!(owner.workers.depths().is_empty());
+    }
+}

@@ -96,3 +96,45 @@ impl<S: LogStore> Owner<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+    use crate::runtime::owner::Msg;
+
+    #[test]
+    fn the_first_leader_names_the_cluster() {
+        let mut owner = test_owner();
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        assert!(owner.leading);
+        let batch = owner.batch.take();
+        assert!(
+            matches!(
+                &batch.commands[..],
+                [(Command::Init { cluster_id, task_key }, None)]
+                    if cluster_id.len() == 32 && task_key.len() == 64
+            ),
+            "{:?}",
+            batch.commands
+        );
+    }
+
+    #[test]
+    fn losing_the_lead_answers_what_waited_for_it() {
+        let mut owner = test_owner();
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.handle(Msg::Apply {
+            command: Command::Tick,
+            key: None,
+            reply,
+        });
+        assert!(rx.try_recv().is_err(), "waits in the batch");
+        owner.on_role(ReplicaRole::Follower, None);
+        assert!(!owner.leading);
+        assert!(owner.batch.is_empty());
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+    }
+}

@@ -67,3 +67,34 @@ impl<S: LogStore> Owner<S> {
         self.logs.insert(request_id, PendingFetch { reply, read });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+    use escher_proto::types::{LogStream, ReplicaRole, TaskId};
+
+    fn request(task: u64) -> TaskLogsRequest {
+        TaskLogsRequest {
+            task_id: TaskId(task),
+            stream: LogStream::Stdout,
+            offset: 0,
+            max_bytes: 0,
+            attempt: None,
+        }
+    }
+
+    #[test]
+    fn logs_are_fetched_by_the_leader_for_a_known_task() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.fetch_logs(request(5), reply);
+        let why = rx.try_recv().unwrap().unwrap_err();
+        assert!(why.contains("not the leader"), "{why}");
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.fetch_logs(request(5), reply);
+        assert_eq!(rx.try_recv().unwrap().unwrap_err(), "unknown task 5");
+        assert!(owner.logs.is_empty());
+    }
+}

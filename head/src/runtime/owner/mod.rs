@@ -257,3 +257,63 @@ fn new_secret() -> String {
     let bytes: [u8; 32] = rand::random();
     hex::encode(bytes)
 }
+
+/// An owner of a fresh group of one, in memory, that no cycle has run for (so raft has not
+/// made it leader): what the owner does with each message, tested without the runtime.
+#[cfg(test)]
+pub(super) fn test_owner() -> Owner<crate::replication::MemLog> {
+    use crate::replication::{PeerAccess, Persistence, Transport};
+    let config = HeadConfig {
+        replica: crate::replication::ReplicaConfig::single("127.0.0.1:1"),
+        ..HeadConfig::default()
+    };
+    let keys = Keys::new(&config.access);
+    let (events, _) = mpsc::unbounded_channel();
+    let transport = Transport::new(
+        config.replica.id,
+        &config.replica.group,
+        &config.replica.address,
+        events,
+        CancellationToken::new(),
+        tokio_util::task::TaskTracker::new(),
+        PeerAccess {
+            bearer: escher_proto::access::Bearer::new(keys.peer_token()),
+            tls: None,
+        },
+    );
+    let replica = Replica::open(
+        config.replica.clone(),
+        crate::replication::MemLog::new(),
+        config.state.clone(),
+        transport,
+        Persistence::Inline,
+        true,
+    )
+    .expect("a group of one opens in memory");
+    Owner::new(replica, config, keys, Arc::new(Metrics::default()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_64_hex_digits_and_never_the_same() {
+        let (a, b) = (new_secret(), new_secret());
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn a_replica_that_does_not_lead_proposes_nothing() {
+        let mut owner = test_owner();
+        assert!(!owner.leading);
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.propose(Command::Tick, None, Pending::Reply(reply));
+        assert!(owner.batch.is_empty());
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(status.message().contains("not the leader"), "{status:?}");
+    }
+}

@@ -201,3 +201,80 @@ impl<S: LogStore> Owner<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+
+    #[test]
+    fn a_stale_read_runs_at_once_and_a_linearizable_one_needs_the_leader() {
+        let mut owner = test_owner();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job: Query = Box::new(move |state| {
+            let _ = tx.send(state.map(|s| s.revision()).map_err(|s| s.code()));
+        });
+        owner.handle(Msg::Read { job, stale: true });
+        assert!(rx.try_recv().unwrap().is_ok());
+        let (tx, rx) = std::sync::mpsc::channel();
+        let job: Query = Box::new(move |state| {
+            let _ = tx.send(state.map(|s| s.revision()).map_err(|s| s.code()));
+        });
+        owner.handle(Msg::Read { job, stale: false });
+        assert_eq!(rx.try_recv().unwrap(), Err(tonic::Code::Unavailable));
+    }
+
+    #[test]
+    fn what_only_a_leader_answers_is_refused_by_a_follower() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = oneshot::channel();
+        owner.handle(Msg::Wait {
+            ids: vec![TaskId(1)],
+            num_returns: 1,
+            reply,
+        });
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        let (reply, mut rx) = oneshot::channel();
+        owner.handle(Msg::Apply {
+            command: Command::Tick,
+            key: None,
+            reply,
+        });
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(owner.batch.is_empty());
+    }
+
+    #[test]
+    fn heads_and_outboxes_are_answered_by_any_replica() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = oneshot::channel();
+        owner.handle(Msg::Heads { reply });
+        let view = rx.try_recv().unwrap();
+        assert_eq!(view.me.id, 1);
+        assert_eq!(
+            view.members.get(&1).map(String::as_str),
+            Some("127.0.0.1:1")
+        );
+        let (reply, mut rx) = oneshot::channel();
+        owner.handle(Msg::Outboxes { reply });
+        assert!(rx.try_recv().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_message_shows_its_kind_only() {
+        let (reply, _rx) = oneshot::channel();
+        let msg = Msg::Apply {
+            command: Command::Tick,
+            key: None,
+            reply,
+        };
+        assert_eq!(format!("{msg:?}"), "Apply");
+        let msg = Msg::Detach {
+            node: NodeId(3),
+            conn: 1,
+        };
+        assert_eq!(format!("{msg:?}"), "Detach");
+    }
+}

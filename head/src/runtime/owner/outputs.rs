@@ -153,3 +153,70 @@ impl<S: LogStore> Owner<S> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+
+    fn applied(result: Result<Reply, ApplyError>) -> Applied {
+        Applied {
+            result,
+            effects: Vec::new(),
+            finished: Vec::new(),
+            events: Vec::new(),
+            timing: ("tick", std::time::Duration::ZERO),
+        }
+    }
+
+    #[test]
+    fn a_proposal_is_answered_by_its_own_entry_only() {
+        let mut owner = test_owner();
+        let (reply, mut answered) = tokio::sync::oneshot::channel();
+        owner.proposals.insert(7, 2, vec![Pending::Reply(reply)]);
+        let (reply, mut overwritten) = tokio::sync::oneshot::channel();
+        owner.proposals.insert(8, 2, vec![Pending::Reply(reply)]);
+        owner.on_output(Output::Applied {
+            index: 7,
+            term: 2,
+            results: vec![applied(Ok(Reply::Done))],
+        });
+        assert!(matches!(answered.try_recv().unwrap(), Ok(Reply::Done)));
+        // Another leader's entry took index 8: its proposal learns it was not applied.
+        owner.on_output(Output::Applied {
+            index: 8,
+            term: 3,
+            results: vec![applied(Ok(Reply::Done))],
+        });
+        let status = overwritten.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert_eq!(owner.proposals.len(), 0);
+    }
+
+    #[test]
+    fn a_refused_command_is_answered_with_its_status_and_a_quiet_one_with_nothing() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner
+            .proposals
+            .insert(3, 1, vec![Pending::Reply(reply), Pending::Quiet]);
+        let unknown = ApplyError::UnknownTask(escher_proto::types::TaskId(4));
+        owner.on_output(Output::Applied {
+            index: 3,
+            term: 1,
+            results: vec![applied(Err(unknown)), applied(Ok(Reply::Done))],
+        });
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::NotFound);
+    }
+
+    #[test]
+    fn an_entry_dropped_by_raft_fails_its_membership_change() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.proposals.insert(5, 1, vec![Pending::Change(reply)]);
+        owner.on_output(Output::Empty { index: 5, term: 1 });
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Aborted);
+    }
+}

@@ -193,3 +193,56 @@ pub(super) fn unknown_node(node: NodeId) -> Status {
          so by itself)"
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_owner;
+    use super::*;
+    use escher_proto::types::ReplicaRole;
+
+    #[test]
+    fn only_a_leader_registers_and_attaches_known_nodes() {
+        let mut owner = test_owner();
+        let request = RegisterRequest {
+            name: "w".into(),
+            address: String::new(),
+            resources: Default::default(),
+            labels: Default::default(),
+            running: Vec::new(),
+            gpus: Vec::new(),
+            finished: Vec::new(),
+            identity: None,
+            boot_id: 1,
+        };
+        let (reply, mut rx) = oneshot::channel();
+        owner.register(request, reply);
+        assert_eq!(
+            rx.try_recv().unwrap().unwrap_err().code(),
+            tonic::Code::Unavailable
+        );
+        let (tx, _) = tokio::sync::mpsc::channel(1);
+        let refused = owner.attach(NodeId(9), "s", 1, tx.clone()).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unavailable);
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let unknown = owner.attach(NodeId(9), "s", 1, tx).unwrap_err();
+        assert_eq!(unknown.code(), tonic::Code::NotFound);
+        assert!(
+            unknown.message().contains("register as a new node"),
+            "{unknown:?}"
+        );
+    }
+
+    #[test]
+    fn a_node_the_state_does_not_hold_reports_nothing() {
+        let mut owner = test_owner();
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let _init = owner.batch.take();
+        let started = WorkerMessage::TaskStarted {
+            task_id: TaskId(1),
+            attempt: 1,
+        };
+        owner.on_worker_message(NodeId(9), started);
+        assert!(owner.batch.is_empty());
+        assert!(!owner.holds(NodeId(9), TaskId(1), 1));
+    }
+}
