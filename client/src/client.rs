@@ -24,6 +24,7 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use escher_proto::types::{KeyIssuer, Ticket};
 use escher_proto::{Namespace, ResourceSet, TaskId};
 use tokio::sync::mpsc;
@@ -370,7 +371,11 @@ impl Client {
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = tokio::time::Instant::now() + self.failover;
-        let mut pause = PAUSE_MIN;
+        let mut pauses = ExponentialBuilder::default()
+            .with_min_delay(PAUSE_MIN)
+            .with_max_delay(PAUSE_MAX)
+            .without_max_times()
+            .build();
         let mut redirects = 0u32;
         loop {
             let (rpc, url) = self.rpc();
@@ -419,8 +424,7 @@ impl Client {
             }
             redirects = 0;
             self.heads.rotate();
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(PAUSE_MAX);
+            tokio::time::sleep(pauses.next().unwrap_or(PAUSE_MAX)).await;
         }
     }
 

@@ -12,6 +12,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use escher_proto::types::{
     ClusterEvent, TaskState, WatchBatch, WatchEvent, WatchKind, WatchRequest,
 };
@@ -285,7 +286,12 @@ impl Feed {
         }
         tracing::debug!(code = ?status.code(), message = status.message(), "watch stream broke; resuming");
         let deadline = tokio::time::Instant::now() + self.client.failover_timeout();
-        let mut pause = Duration::from_millis(50);
+        let mut pauses = ExponentialBuilder::default()
+            .with_min_delay(Duration::from_millis(50))
+            .with_max_delay(Duration::from_secs(2))
+            .without_max_times()
+            .build();
+        let mut pause = pauses.next().unwrap_or_default();
         loop {
             self.request.after = Some(self.revision);
             match self.client.subscribe(&self.request).await {
@@ -294,7 +300,7 @@ impl Feed {
                     if transient(&error) && tokio::time::Instant::now() + pause < deadline =>
                 {
                     tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_secs(2));
+                    pause = pauses.next().unwrap_or(pause);
                 }
                 Err(error) => return Err(error),
             }

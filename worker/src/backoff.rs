@@ -2,45 +2,52 @@
 //!
 //! Delays start at `initial` and double up to `max`; each is jittered to between half and all
 //! of its nominal value, so that the workers of a cluster whose head restarted do not all
-//! knock at the same instant. The jitter comes from a seeded [`fastrand::Rng`], so a test that
+//! knock at the same instant. The delays are [`backon`]'s; its jitter is seeded, so a test that
 //! fixes the seed gets fixed delays.
 
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 /// Exponential back-off with jitter.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Backoff {
-    initial: Duration,
+    builder: ExponentialBuilder,
+    delays: ExponentialBackoff,
     max: Duration,
-    next: Duration,
-    rng: fastrand::Rng,
+    /// Seeds the jitter of each run of delays (a new one after every reset).
+    seeds: fastrand::Rng,
 }
 
 impl Backoff {
     /// Delays from `initial` doubling to `max`, jittered by a generator seeded with `seed`.
     pub(crate) fn new(initial: Duration, max: Duration, seed: u64) -> Backoff {
         let initial = initial.max(Duration::from_millis(1));
+        let max = max.max(initial);
+        // backon's jitter adds up to the delay again: half of each nominal delay, doubling to
+        // half of `max`, plus up to as much again is between half and all of the nominal one.
+        let builder = ExponentialBuilder::default()
+            .with_min_delay(initial / 2)
+            .with_max_delay(max / 2)
+            .without_max_times()
+            .with_jitter();
+        let mut seeds = fastrand::Rng::with_seed(seed);
         Backoff {
-            initial,
-            max: max.max(initial),
-            next: initial,
-            rng: fastrand::Rng::with_seed(seed),
+            builder,
+            delays: builder.with_jitter_seed(seeds.u64(..)).build(),
+            max,
+            seeds,
         }
     }
 
     /// The delay before the next attempt.
     pub(crate) fn next_delay(&mut self) -> Duration {
-        let nominal = self.next;
-        self.next = (self.next * 2).min(self.max);
-        // Between half and all of the nominal delay.
-        let half = nominal / 2;
-        let spread = (nominal - half).as_nanos().max(1) as u64;
-        half + Duration::from_nanos(self.rng.u64(..spread))
+        self.delays.next().unwrap_or(self.max)
     }
 
     /// Starts again from `initial`, after a success.
     pub(crate) fn reset(&mut self) {
-        self.next = self.initial;
+        self.delays = self.builder.with_jitter_seed(self.seeds.u64(..)).build();
     }
 }
 
@@ -51,15 +58,18 @@ mod tests {
     #[test]
     fn doubles_to_the_cap_with_jitter() {
         let ms = Duration::from_millis;
-        let mut b = Backoff::new(ms(50), ms(2000), 7);
-        let mut nominal = ms(50);
-        for _ in 0..10 {
+        for seed in 0..100 {
+            let mut b = Backoff::new(ms(50), ms(2000), seed);
+            let mut nominal = ms(50);
+            for _ in 0..10 {
+                let d = b.next_delay();
+                assert!(d >= nominal / 2 && d <= nominal, "{d:?} vs {nominal:?}");
+                nominal = (nominal * 2).min(ms(2000));
+            }
+            b.reset();
             let d = b.next_delay();
-            assert!(d >= nominal / 2 && d <= nominal, "{d:?} vs {nominal:?}");
-            nominal = (nominal * 2).min(ms(2000));
+            assert!(d >= ms(25) && d <= ms(50), "{d:?} after a reset");
         }
-        b.reset();
-        assert!(b.next_delay() <= ms(50));
     }
 
     #[test]

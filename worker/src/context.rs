@@ -12,6 +12,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use crate::head_conn::Authed;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use escher_proto::types::{SetResourceOutcome, SetResourcesReply, SetResourcesRequest};
 use escher_proto::wire;
 use escher_proto::wire::cluster_client::ClusterClient;
@@ -211,7 +212,11 @@ impl TaskContext {
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;
-        let mut pause = std::time::Duration::from_millis(20);
+        let mut pauses = ExponentialBuilder::default()
+            .with_min_delay(std::time::Duration::from_millis(20))
+            .with_max_delay(std::time::Duration::from_millis(500))
+            .without_max_times()
+            .build();
         loop {
             let status = match call(self.cluster_client()).await {
                 Ok(reply) => return Ok(reply),
@@ -227,8 +232,7 @@ impl TaskContext {
             }
             // No leader known (an election), or this replica is gone: try the next one.
             self.head.rotate();
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(std::time::Duration::from_millis(500));
+            tokio::time::sleep(pauses.next().unwrap_or_default()).await;
         }
     }
 }

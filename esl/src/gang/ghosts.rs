@@ -18,6 +18,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 use super::hold::{self, Held};
 use super::{Gang, GangRequest, GangScheduler};
 use crate::{ClusterApi, EslError};
@@ -54,7 +56,8 @@ impl Default for GhostConfig {
 pub struct GhostGangs<C> {
     cluster: C,
     config: GhostConfig,
-    rng: Mutex<fastrand::Rng>,
+    /// Seeds each acquire's back-off jitter.
+    seeds: Mutex<fastrand::Rng>,
     rollbacks: AtomicU64,
 }
 
@@ -63,7 +66,7 @@ impl<C: ClusterApi> GhostGangs<C> {
     pub fn new(cluster: C, config: GhostConfig) -> GhostGangs<C> {
         GhostGangs {
             cluster,
-            rng: Mutex::new(fastrand::Rng::with_seed(config.seed)),
+            seeds: Mutex::new(fastrand::Rng::with_seed(config.seed)),
             config,
             rollbacks: AtomicU64::new(0),
         }
@@ -87,32 +90,32 @@ impl<C: ClusterApi> GhostGangs<C> {
         held.map(|_| None)
     }
 
-    /// The pause after failed attempt `n` (from 0): "equal jitter", uniform in
-    /// `[cap / 2, cap]` with `cap = min(max_backoff, base_backoff * 2^n)`.
-    fn backoff(&self, n: u32) -> Duration {
-        let cap = self
-            .config
-            .base_backoff
-            .saturating_mul(1 << n.min(20))
-            .min(self.config.max_backoff);
-        let half = cap / 2;
-        let span = (cap - half).as_micros() as u64 + 1;
-        let draw = self
-            .rng
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .u64(..span);
-        half + Duration::from_micros(draw)
+    /// The pauses of one acquire, after each failed attempt: "equal jitter", the `n`th (from
+    /// 0) uniform in `[cap / 2, cap)` with `cap = min(max_backoff, base_backoff * 2^n)`
+    /// (backon's jitter adds up to the delay again to half of the cap).
+    fn backoff(&self) -> ExponentialBackoff {
+        let seed = self.seeds.lock().unwrap_or_else(|p| p.into_inner()).u64(..);
+        ExponentialBuilder::default()
+            .with_min_delay(self.config.base_backoff / 2)
+            .with_max_delay(self.config.max_backoff / 2)
+            .without_max_times()
+            .with_jitter()
+            .with_jitter_seed(seed)
+            .build()
     }
 }
 
 impl<C: ClusterApi> GangScheduler for GhostGangs<C> {
     async fn acquire(&self, req: &GangRequest) -> Result<Gang, EslError> {
         hold::prepare(&self.cluster, req).await?;
-        for n in 0..self.config.max_attempts {
+        let mut pauses = self.backoff();
+        for _ in 0..self.config.max_attempts {
             match self.attempt(req).await {
                 Ok(Some(gang)) => return Ok(gang),
-                Ok(None) => tokio::time::sleep(self.backoff(n)).await,
+                Ok(None) => {
+                    let pause = pauses.next().unwrap_or(self.config.max_backoff);
+                    tokio::time::sleep(pause).await;
+                }
                 Err(e) => {
                     let _ = hold::unprepare(&self.cluster, req).await;
                     return Err(e);
@@ -238,9 +241,11 @@ mod tests {
         let a = GhostGangs::new(cluster.clone(), config(10, 42));
         let b = GhostGangs::new(cluster.clone(), config(10, 42));
         let c = GhostGangs::new(cluster, config(10, 43));
-        let draws: Vec<Duration> = (0..8).map(|n| a.backoff(n)).collect();
-        assert_eq!(draws, (0..8).map(|n| b.backoff(n)).collect::<Vec<_>>());
-        assert_ne!(draws, (0..8).map(|n| c.backoff(n)).collect::<Vec<_>>());
+        let draws: Vec<Duration> = a.backoff().take(8).collect();
+        assert_eq!(draws, b.backoff().take(8).collect::<Vec<_>>());
+        assert_ne!(draws, c.backoff().take(8).collect::<Vec<_>>());
+        // The next acquire draws other pauses.
+        assert_ne!(draws, a.backoff().take(8).collect::<Vec<_>>());
         for (n, d) in draws.iter().enumerate() {
             let cap = Duration::from_millis(20 << n).min(Duration::from_secs(1));
             assert!(

@@ -19,6 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use backon::{BackoffBuilder, ExponentialBuilder};
 use escher_proto::access::Bearer;
 use escher_proto::wire::{self, raft_client::RaftClient};
 use protobuf::Message as _;
@@ -223,7 +224,11 @@ struct PeerSender {
 
 impl PeerSender {
     async fn run(mut self, mut rx: mpsc::Receiver<Message>, stop: CancellationToken) {
-        let mut backoff = BACKOFF_MIN;
+        let backoff = ExponentialBuilder::default()
+            .with_min_delay(BACKOFF_MIN)
+            .with_max_delay(BACKOFF_MAX)
+            .without_max_times();
+        let mut pauses = backoff.build();
         let mut held: Option<Message> = None;
         loop {
             let first = match held.take() {
@@ -262,16 +267,15 @@ impl PeerSender {
                 let _ = self.events.send(event);
             }
             match delivered {
-                Ok(()) => backoff = BACKOFF_MIN,
+                Ok(()) => pauses = backoff.build(),
                 Err(why) => {
                     tracing::debug!(to = self.to, %why, "raft messages lost");
                     let _ = self.events.send(TransportEvent::Unreachable(self.to));
                     tokio::select! {
                         biased;
                         () = stop.cancelled() => return,
-                        () = tokio::time::sleep(backoff) => {}
+                        () = tokio::time::sleep(pauses.next().unwrap_or(BACKOFF_MAX)) => {}
                     }
-                    backoff = (backoff * 2).min(BACKOFF_MAX);
                 }
             }
         }
