@@ -470,3 +470,36 @@ async fn resource_updates_that_queue_up_share_calls_and_fail_alone() {
     assert_eq!(cpu.total, cpu_before, "the physical resource is untouched");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_credential_reads_metrics_only_while_its_attempt_runs() {
+    let (cluster, addr) = with_metrics().await;
+    let admin = cluster.client().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    // Written whole (through a rename), so the test never reads half of it.
+    let script = format!(
+        r#"printf %s "$ESCHER_TASK_TOKEN" > {0}.tmp && mv {0}.tmp {0} && sleep 60"#,
+        file.display()
+    );
+    let task = admin
+        .submit(Task::command(["sh", "-c", &script]))
+        .await
+        .unwrap();
+    common::running(&admin, &task).await;
+    let kept = common::eventually("the task's credential", || async {
+        std::fs::read_to_string(&file).ok()
+    })
+    .await;
+    let (code, body) = scrape(addr, Some(&kept));
+    assert_eq!(code, 200, "{body}");
+    admin.cancel([task.id()]).await.unwrap();
+    assert_eq!(
+        common::finished(&admin, &task).await.state,
+        TaskState::Cancelled
+    );
+    let (code, body) = scrape(addr, Some(&kept));
+    assert_eq!(code, 401, "{body}");
+    assert!(body.contains("only while that attempt runs"), "{body}");
+    cluster.shutdown().await;
+}

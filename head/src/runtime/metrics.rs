@@ -36,7 +36,7 @@ use rustc_hash::FxHashMap;
 
 use super::handle::OwnerHandle;
 use super::owner::{HeadsView, Msg};
-use crate::auth::{CallObserver, Caller, Keys};
+use crate::auth::{CallObserver, Caller, Keys, check_attempt};
 use crate::state::ClusterState;
 
 /// Labels of one series, in order.
@@ -527,7 +527,13 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
                 let why = "a worker token cannot read metrics; use a reader token\n";
                 return (StatusCode::FORBIDDEN, why).into_response();
             }
-            Ok(_) => {}
+            Ok(caller) => {
+                // As on every gRPC method: a task's credential reads only while its attempt runs.
+                if let Err(status) = check_attempt(&s.owner, &caller).await {
+                    let why = format!("{}\n", status.message());
+                    return (StatusCode::UNAUTHORIZED, why).into_response();
+                }
+            }
             Err(status) => {
                 let why = format!("{}\n", status.message());
                 return (StatusCode::UNAUTHORIZED, why).into_response();
