@@ -229,41 +229,34 @@ pub(crate) mod testing {
     use crate::api::Events;
     use crate::{ClusterApi, EslError, InMemoryCluster, ResourceSpec};
 
-    /// SplitMix64: small, seeded, good enough to shuffle test scenarios.
+    /// The seeded generator of test scenarios: `fastrand`'s, with the few draws the tests use.
     #[derive(Debug, Clone)]
-    pub(crate) struct Rng(u64);
+    pub(crate) struct Rng(fastrand::Rng);
 
     impl Rng {
         pub(crate) fn new(seed: u64) -> Rng {
-            Rng(seed)
+            Rng(fastrand::Rng::with_seed(seed))
         }
 
         pub(crate) fn next_u64(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
+            self.0.u64(..)
         }
 
         /// Uniform in `lo..=hi`.
         pub(crate) fn range(&mut self, lo: u64, hi: u64) -> u64 {
-            lo + self.next_u64() % (hi - lo + 1)
+            self.0.u64(lo..=hi)
         }
 
         pub(crate) fn below(&mut self, n: usize) -> usize {
-            (self.next_u64() % n as u64) as usize
+            self.0.usize(..n)
         }
 
         pub(crate) fn chance(&mut self, percent: u64) -> bool {
-            self.next_u64() % 100 < percent
+            self.0.u64(..100) < percent
         }
 
         pub(crate) fn shuffle<T>(&mut self, items: &mut [T]) {
-            for i in (1..items.len()).rev() {
-                let j = self.below(i + 1);
-                items.swap(i, j);
-            }
+            self.0.shuffle(items);
         }
     }
 

@@ -59,4 +59,4 @@ pub use reachability::{
     best_start, maximal_layouts, maximal_layouts_with, reachability, reachable, reachable_with,
 };
 pub use reconfiguration::{LatencyModel, ReconfigurationCost, diff};
-pub use work::{InferenceModel, JobModel, MemoryModel, PowerModel, SpeedModel};
+pub use work::{InferenceModel, JobModel, MemoryModel, PowerModel, SpeedModel, unit};

@@ -68,13 +68,10 @@ impl MemoryModel {
     }
 }
 
-/// A uniform number in `[0, 1)` from a seed (SplitMix64).
-fn unit(seed: u64) -> f64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
+/// A uniform number in `[0, 1)`, a function of `seed` alone (the first draw of a generator
+/// seeded with it), so that a model's value at an iteration needs no state.
+pub fn unit(seed: u64) -> f64 {
+    fastrand::Rng::with_seed(seed).f64()
 }
 
 /// A batch job: how long, how parallel, how much memory.

@@ -23,17 +23,9 @@
 //!   [`wave_trace`]), both deterministic from a seed.
 
 use escher_proto::mig::GpuModel;
+use escher_proto::mig::unit;
 
 use super::problem::{Problem, Tenant};
-
-/// A uniform number in `[0, 1)`, SplitMix64 of the seed.
-fn unit(seed: u64) -> f64 {
-    let mut z = seed.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^= z >> 31;
-    (z >> 11) as f64 / (1u64 << 53) as f64
-}
 
 /// Per-second arrivals: `base` requests per second, with bursts of up to `burst` more that
 /// start with probability 4% each second and decay over about 8 s, and 10% noise.
