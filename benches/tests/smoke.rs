@@ -56,7 +56,10 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         stdout.contains("| workload | metric |"),
         "no table:\n{stdout}"
     );
-    assert!(stdout.contains("docs/DESIGN.md §8 target"), "no targets:\n{stdout}");
+    assert!(
+        stdout.contains("docs/DESIGN.md §8 target"),
+        "no targets:\n{stdout}"
+    );
 
     for id in WORKLOADS {
         let report = read_json(&out.path().join(format!("{id}.json")));

@@ -9,7 +9,16 @@ use std::process::Command;
 /// The crates (names only) in `package`'s normal dependency tree with its default features.
 fn tree(package: &str) -> BTreeSet<String> {
     let out = Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "--locked", "-e", "normal", "--prefix", "none", "-p"])
+        .args([
+            "tree",
+            "--offline",
+            "--locked",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "-p",
+        ])
         .arg(package)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
@@ -36,7 +45,10 @@ fn assert_none_of(package: &str, crates: &BTreeSet<String>, forbidden: &[&str]) 
 fn an_esl_author_compiles_the_client_and_the_core_only() {
     let crates = tree("escher-esl");
     for needed in ["escher-client", "escher-core", "escher-proto"] {
-        assert!(crates.contains(needed), "escher-esl no longer depends on {needed}");
+        assert!(
+            crates.contains(needed),
+            "escher-esl no longer depends on {needed}"
+        );
     }
     assert_none_of(
         "escher-esl",
@@ -68,6 +80,15 @@ fn the_core_has_no_runtime_transport_or_consensus() {
     assert_none_of(
         "escher-core",
         &crates,
-        &["tokio", "tonic", "prost", "raft", "protobuf", "axum", "hyper", "escher-client"],
+        &[
+            "tokio",
+            "tonic",
+            "prost",
+            "raft",
+            "protobuf",
+            "axum",
+            "hyper",
+            "escher-client",
+        ],
     );
 }
