@@ -212,21 +212,15 @@ pub(crate) async fn wait_started<C: ClusterApi>(
 
 #[cfg(test)]
 pub(crate) mod testing {
-    //! Helpers for the policies' unit tests: a seeded RNG (no `rand` in the workspace), a
-    //! cluster that counts status reads, and a task builder.
+    //! Helpers for the policies' unit tests: a seeded RNG, a cluster that counts status
+    //! reads, and a task builder.
 
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::time::Duration;
 
     use escher_client::Task;
-    use escher_proto::types::{
-        ClusterStatus, GangStrategy, MigChange, MigPlan, NodeGpus, NodeId, ReserveReply,
-        ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TaskTelemetry,
-        WatchRequest,
-    };
+    use escher_proto::types::{NodeGpus, TaskId, TaskSpec, TaskStatus};
 
-    use crate::api::Events;
     use crate::{ClusterApi, EslError, InMemoryCluster, ResourceSpec};
 
     /// The seeded generator of test scenarios: `fastrand`'s, with the few draws the tests use.
@@ -236,10 +230,6 @@ pub(crate) mod testing {
     impl Rng {
         pub(crate) fn new(seed: u64) -> Rng {
             Rng(fastrand::Rng::with_seed(seed))
-        }
-
-        pub(crate) fn next_u64(&mut self) -> u64 {
-            self.0.u64(..)
         }
 
         /// Uniform in `lo..=hi`.
@@ -292,23 +282,8 @@ pub(crate) mod testing {
     }
 
     impl ClusterApi for Counting {
-        async fn set_resources(
-            &self,
-            updates: Vec<ResourceUpdate>,
-        ) -> Result<Vec<Vec<NodeId>>, EslError> {
-            self.inner.set_resources(updates).await
-        }
-
-        async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
-            self.inner.cluster_status().await
-        }
-
-        async fn submit(&self, tasks: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
-            self.inner.submit(tasks).await
-        }
-
-        async fn cancel(&self, tasks: Vec<TaskId>) -> Result<Vec<TaskStatus>, EslError> {
-            self.inner.cancel(tasks).await
+        fn inner(&self) -> &impl ClusterApi {
+            &self.inner
         }
 
         async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
@@ -316,60 +291,11 @@ pub(crate) mod testing {
             self.inner.status(task).await
         }
 
-        async fn wait(
-            &self,
-            tasks: Vec<TaskId>,
-            num: usize,
-            timeout: Duration,
-        ) -> Result<Vec<TaskStatus>, EslError> {
-            self.inner.wait(tasks, num, timeout).await
-        }
-
-        async fn watch(&self, request: WatchRequest) -> Result<Events, EslError> {
-            self.inner.watch(request).await
-        }
-
-        async fn reserve(
-            &self,
-            name: ResourceName,
-            bundles: Vec<ResourceSet>,
-            strategy: GangStrategy,
-            timeout: Option<Duration>,
-        ) -> Result<ReserveReply, EslError> {
-            self.inner.reserve(name, bundles, strategy, timeout).await
-        }
-
-        async fn telemetry(
-            &self,
-            tasks: Vec<TaskId>,
-            after_ms: Option<u64>,
-        ) -> Result<Vec<TaskTelemetry>, EslError> {
-            self.inner.telemetry(tasks, after_ms).await
-        }
-
-        async fn requeue(
-            &self,
-            task: TaskId,
-            resources: ResourceSet,
-        ) -> Result<TaskStatus, EslError> {
-            self.inner.requeue(task, resources).await
-        }
-
         async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
             match &self.gpus {
                 Some(gpus) => Ok(gpus.clone()),
                 None => self.inner.gpus().await,
             }
-        }
-
-        async fn change_mig(
-            &self,
-            node: NodeId,
-            gpu: u32,
-            change: MigChange,
-            drain: bool,
-        ) -> Result<MigPlan, EslError> {
-            self.inner.change_mig(node, gpu, change, drain).await
         }
     }
 
