@@ -117,11 +117,23 @@ pub fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli)) {
         Ok(code) => code,
+        // The reader of stdout went away (`escher tasks | head -1`): it has what it wanted, so
+        // stop quietly, as `cat` and `grep` do, instead of printing an error about a pipe.
+        Err(e) if is_broken_pipe(&e) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// Whether `err` is (or was caused by) writing to a pipe whose reader has closed it.
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 /// Runs one parsed command line, writing results to stdout; the exit status on success, or
@@ -182,7 +194,11 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Drain(a) => a.run(ctx).await,
         Command::Completion(a) => {
             let mut command = <Cli as clap::CommandFactory>::command();
-            clap_complete::generate(a.shell, &mut command, "escher", ctx.out);
+            // Written whole from memory: clap_complete panics on a write error, and a reader
+            // that stops early (`| head -1`) is not one worth a panic.
+            let mut script = Vec::new();
+            clap_complete::generate(a.shell, &mut command, "escher", &mut script);
+            ctx.out.write_all(&script)?;
             Ok(ExitCode::SUCCESS)
         }
     }

@@ -60,3 +60,25 @@ fn no_head_listening_is_a_failure_that_says_where_it_looked_and_what_to_do() {
     assert!(text.contains(&url), "{text}");
     assert!(text.contains("ESCHER_HEAD"), "{text}");
 }
+
+#[test]
+fn a_reader_that_stops_early_ends_the_output_quietly() {
+    use std::io::Read;
+    use std::process::Stdio;
+    // `escher completion bash | head -c 16`: the reader takes 16 bytes and closes the pipe.
+    let mut child = escher(&home())
+        .args(["completion", "bash"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The pipe's read end is dropped here, before the script (tens of KB) is written whole.
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(String::from_utf8_lossy(&first).starts_with("_escher()"));
+}
