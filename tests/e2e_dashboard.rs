@@ -447,22 +447,18 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
 
     // A task's detail: its attempt and its output.
     page.show(&format!("tasks/{}", hello.id().0)).await;
+    // Both streams in one condition: the detail is drawn again when the task's events arrive,
+    // so a second look after the first could catch it between two drawings.
     page.until(
         "hello's output",
         &format!(
-            "({}) === 'hello-dashboard\\n' || ({}) === 'hello-dashboard'",
+            "(({0}) === 'hello-dashboard\\n' || ({0}) === 'hello-dashboard') && \
+             (({1}) || '').includes('to-stderr')",
             text_of("pre[data-stream=stdout]"),
-            text_of("pre[data-stream=stdout]")
+            text_of("pre[data-stream=stderr]")
         ),
     )
     .await;
-    assert!(
-        page.eval(&text_of("pre[data-stream=stderr]"))
-            .await
-            .as_str()
-            .unwrap()
-            .contains("to-stderr")
-    );
     let attempts = page
         .eval("document.querySelectorAll('#task-detail .attempts tbody tr').length")
         .await;
