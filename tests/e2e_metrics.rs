@@ -475,22 +475,7 @@ async fn resource_updates_that_queue_up_share_calls_and_fail_alone() {
 async fn a_task_credential_reads_metrics_only_while_its_attempt_runs() {
     let (cluster, addr) = with_metrics().await;
     let admin = cluster.client().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("token");
-    // Written whole (through a rename), so the test never reads half of it.
-    let script = format!(
-        r#"printf %s "$ESCHER_TASK_TOKEN" > {0}.tmp && mv {0}.tmp {0} && sleep 60"#,
-        file.display()
-    );
-    let task = admin
-        .submit(Task::command(["sh", "-c", &script]))
-        .await
-        .unwrap();
-    common::running(&admin, &task).await;
-    let kept = common::eventually("the task's credential", || async {
-        std::fs::read_to_string(&file).ok()
-    })
-    .await;
+    let (task, kept, _dir) = common::task_with_its_credential(&admin).await;
     let (code, body) = scrape(addr, Some(&kept));
     assert_eq!(code, 200, "{body}");
     admin.cancel([task.id()]).await.unwrap();

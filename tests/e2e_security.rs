@@ -511,22 +511,7 @@ async fn a_task_credential_is_refused_on_every_method_once_its_attempt_ends() {
         .await
         .unwrap();
     let admin = cluster.client().await.unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("token");
-    // Written whole (through a rename), so the test never reads half of it.
-    let script = format!(
-        r#"printf %s "$ESCHER_TASK_TOKEN" > {0}.tmp && mv {0}.tmp {0} && sleep 60"#,
-        file.display()
-    );
-    let task = admin
-        .submit(Task::command(["sh", "-c", &script]))
-        .await
-        .unwrap();
-    running(&admin, &task).await;
-    let kept = common::eventually("the task's credential", || async {
-        std::fs::read_to_string(&file).ok()
-    })
-    .await;
+    let (task, kept, _dir) = common::task_with_its_credential(&admin).await;
     let mut raw = rpc(&cluster, Some(&kept)).await;
     // While its attempt runs, the credential reads what a status reader reads.
     raw.gpus(wire::GpusRequest {}).await.unwrap();

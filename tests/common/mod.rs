@@ -213,3 +213,30 @@ pub fn free_addr() -> std::net::SocketAddr {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
     probe.local_addr().unwrap()
 }
+
+/// Submits a command task that hands its own credential (`ESCHER_TASK_TOKEN`) to the test and
+/// then sleeps for a minute; waits until it runs and returns it with the credential. The
+/// directory the credential passed through is returned too: keep it until the test ends.
+pub async fn task_with_its_credential(
+    client: &Client,
+) -> (escher::TaskRef, String, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let file = dir.path().join("token");
+    // Written whole (through a rename), so the test never reads half of it.
+    let script = format!(
+        r#"printf %s "$ESCHER_TASK_TOKEN" > {0}.tmp && mv {0}.tmp {0} && sleep 60"#,
+        file.display()
+    );
+    let task = within(
+        "submitting",
+        client.submit(escher::Task::command(["sh", "-c", &script])),
+    )
+    .await
+    .expect("the task is submitted");
+    running(client, &task).await;
+    let credential = eventually("the task's credential", || async {
+        std::fs::read_to_string(&file).ok()
+    })
+    .await;
+    (task, credential, dir)
+}
