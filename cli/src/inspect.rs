@@ -87,7 +87,7 @@ pub struct TasksArgs {
     pub after: Option<TaskId>,
 
     /// After the list, print each task event as it happens (submitted, started, finished,
-    /// pending reason changed), one line each (one JSON object each with --output json),
+    /// pending reason changed), one line each (one JSON object each with --json),
     /// until interrupted
     #[arg(long, short = 'w')]
     pub watch: bool,

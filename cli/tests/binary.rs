@@ -82,3 +82,17 @@ fn a_reader_that_stops_early_ends_the_output_quietly() {
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(String::from_utf8_lossy(&first).starts_with("_escher()"));
 }
+
+#[test]
+fn a_head_url_of_another_scheme_is_refused_before_any_connection() {
+    for url in ["htp://127.0.0.1:7600", "ftp://127.0.0.1:7600"] {
+        let out = escher(&home())
+            .args(["--head", url, "status"])
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let text = String::from_utf8(out.stderr).unwrap();
+        assert!(text.contains("http:// or https://"), "{text}");
+        assert!(!text.contains("connect"), "it tried to connect: {text}");
+    }
+}

@@ -100,6 +100,13 @@ pub fn normalise(url: &str) -> String {
 /// The endpoint of one URL with escher's connection settings; an `https://` URL speaks TLS
 /// with `tls` (the system's roots when `None`).
 pub fn endpoint(url: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, ReplicaError> {
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        let scheme = url.split_once("://").map_or(url, |(scheme, _)| scheme);
+        return Err(ReplicaError::InvalidUrl {
+            url: url.to_string(),
+            why: format!("a head speaks http:// or https://, not {scheme}://"),
+        });
+    }
     let mut endpoint =
         Endpoint::from_shared(url.to_string()).map_err(|e| ReplicaError::InvalidUrl {
             url: url.to_string(),
@@ -293,6 +300,15 @@ mod tests {
             Replicas::lazy("http://bad host:1", None),
             Err(ReplicaError::InvalidUrl { .. })
         ));
+        for typo in [
+            "htp://127.0.0.1:1",
+            "ftp://127.0.0.1:1",
+            "HTTP://127.0.0.1:1",
+        ] {
+            let err = Replicas::lazy(typo, None).unwrap_err().to_string();
+            assert!(err.contains("http:// or https://"), "{err}");
+            assert!(err.contains(typo), "{err}");
+        }
     }
 
     #[tokio::test]
