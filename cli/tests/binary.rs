@@ -39,6 +39,12 @@ fn version_and_help() {
             "--help does not name {command}:\n{text}"
         );
     }
+
+    // The flags a command's help names exist (`tasks --help` once named an `--output`).
+    let out = escher(&home).args(["tasks", "--help"]).output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("--json"), "{text}");
+    assert!(!text.contains("--output"), "{text}");
 }
 
 #[test]
