@@ -394,6 +394,20 @@ impl Scheduler {
         }
     }
 
+    /// A task's requirement as interned ids in id order, each name held (so that it stays
+    /// interned) until the task is forgotten.
+    fn hold_requirement(&mut self, resources: &ResourceSet) -> Vec<(ResourceId, Amount)> {
+        let mut req: Vec<(ResourceId, Amount)> = resources
+            .iter()
+            .map(|(n, a)| (self.names.intern(n), a))
+            .collect();
+        req.sort_unstable_by_key(|(r, _)| *r);
+        for (r, _) in &req {
+            self.names.hold(*r);
+        }
+        req
+    }
+
     fn submit(
         &mut self,
         task: TaskId,
@@ -404,14 +418,7 @@ impl Scheduler {
         if self.tasks.contains_key(&task) {
             return Err(CoreError::DuplicateTask(task));
         }
-        let mut req: Vec<(ResourceId, Amount)> = resources
-            .iter()
-            .map(|(n, a)| (self.names.intern(n), a))
-            .collect();
-        req.sort_unstable_by_key(|(r, _)| *r);
-        for (r, _) in &req {
-            self.names.hold(*r);
-        }
+        let req = self.hold_requirement(resources);
         let req: Req = req.into();
         let (shape_id, shape) = self.shapes.get_or_create(&req);
         let seq = self.next_seq;
@@ -496,14 +503,7 @@ impl Scheduler {
         }
         let members: Vec<TaskId> = tasks.iter().map(|(t, _)| *t).collect();
         for (task, resources) in tasks {
-            let mut req: Vec<(ResourceId, Amount)> = resources
-                .iter()
-                .map(|(n, a)| (self.names.intern(n), a))
-                .collect();
-            req.sort_unstable_by_key(|(r, _)| *r);
-            for (r, _) in &req {
-                self.names.hold(*r);
-            }
+            let req = self.hold_requirement(&resources);
             let place = Place::Gang { gang: first };
             self.tasks.insert(
                 task,
