@@ -428,6 +428,9 @@ impl LocalCluster {
             .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
             .discover_gpus(self.gpus.discover)
             .sim_mig_latency(scaled_latency(self.gpus.latency_scale))
+            // Everything of a local cluster runs in this process, as its user: there are no
+            // tenants to keep apart (`escher-worker` does that).
+            .task_users(escher_worker::exec::TaskUsers::Off)
             .functions(&self.functions);
         for gpu in spec.sim_gpus {
             builder = builder.sim_gpu(gpu);

@@ -32,9 +32,18 @@ struct RunLog {
 
 impl RunLog {
     /// A run log in `base` (a cluster's directory); `name` keeps two logs of one test apart.
+    /// The tasks write it as whichever user they run as (a user of their own when the workers
+    /// run as root, as in CI): `base` is opened for passing through, the log for writing.
     fn new(base: &Path, name: &str) -> RunLog {
+        use std::os::unix::fs::PermissionsExt;
         let dir = base.join(name);
         std::fs::create_dir_all(&dir).expect("the run log directory");
+        let mode = |path: &Path, mode| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+                .expect("the run log's mode")
+        };
+        mode(base, 0o711);
+        mode(&dir, 0o777);
         RunLog { dir }
     }
 

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::{ListTasksRequest, is_gpu_resource};
+use escher_proto::types::{ISOLATION_LABEL, ListTasksRequest, is_gpu_resource};
 use escher_proto::{
     Amount, Capacity, ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskState,
 };
@@ -125,6 +125,7 @@ pub fn render_nodes(
         ]);
     }
     let mut out = lines(&t);
+    out.push_str(&isolation_warning(shown.iter().copied()));
     if left > 0 && shown.len() < cluster.nodes.len() {
         out.push_str(&format!(
             "{left} node(s) left the cluster; --all shows them\n"
@@ -136,6 +137,24 @@ pub fn render_nodes(
         ));
     }
     out
+}
+
+/// A line naming the live nodes whose tasks share their worker's user (their worker says so in
+/// its [`ISOLATION_LABEL`]), or nothing when there are none.
+pub fn isolation_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) -> String {
+    let shared: Vec<&str> = nodes
+        .into_iter()
+        .filter(|n| n.alive && n.labels.get(ISOLATION_LABEL) == Some("none"))
+        .map(|n| n.name.as_str())
+        .collect();
+    if shared.is_empty() {
+        return String::new();
+    }
+    format!(
+        "tasks on {} share one user: tenants there are not isolated (run escher-worker as root \
+         for a user per namespace; --require-isolation refuses to start otherwise)\n",
+        shared.join(", ")
+    )
 }
 
 /// `used / total`, or `-` when the node has none.
@@ -216,6 +235,22 @@ mod tests {
             left_at_ms: None,
             left_because: None,
         }
+    }
+
+    #[test]
+    fn nodes_whose_tasks_share_a_user_are_named() {
+        let mut shared = node(1, true, vec![]);
+        shared.labels.insert(ISOLATION_LABEL, "none").unwrap();
+        let mut isolated = node(2, true, vec![]);
+        isolated.labels.insert(ISOLATION_LABEL, "uid").unwrap();
+        let mut gone = node(3, false, vec![]);
+        gone.labels.insert(ISOLATION_LABEL, "none").unwrap();
+        let text = isolation_warning([&shared, &isolated, &gone]);
+        assert!(
+            text.starts_with("tasks on w1 share one user: tenants there are not isolated"),
+            "{text}"
+        );
+        assert_eq!(isolation_warning([&isolated, &node(4, true, vec![])]), "");
     }
 
     #[test]

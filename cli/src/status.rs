@@ -90,6 +90,7 @@ pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String
     } else {
         out.push('\n');
         out.push_str(&render_nodes(cluster));
+        out.push_str(&crate::nodes::isolation_warning(&cluster.nodes));
         out.push('\n');
         out.push_str(&render_resources(cluster));
     }

@@ -17,10 +17,10 @@
 //! process's stdout and stderr, each worker's task logs and state directory (its node
 //! identity: a worker started again under the same name keeps its node id), `ESCHER_HOME`,
 //! and whatever the tests' tasks write.
-//! Every process the cluster starts, and every process those start (command tasks inherit
-//! their worker's environment), carries a marker in its environment, so dropping the cluster
-//! kills them all: the head and the workers with kill + wait, and the task processes that a
-//! SIGKILLed worker left behind by their marker. When a test panics, the processes' output is
+//! Every process the cluster starts, and every process those start (command tasks, to which
+//! the workers pass it on with `--pass-env`), carries a marker in its environment, so dropping
+//! the cluster kills them all: the head and the workers with kill + wait, and the task
+//! processes that a SIGKILLed worker left behind by their marker. When a test panics, the processes' output is
 //! printed to help whoever reads the failure.
 
 #![allow(dead_code)] // each test file uses a different part of the support
@@ -48,7 +48,7 @@ pub const WAIT: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(50);
 
 /// The environment variable that marks every process of one cluster.
-const MARKER_VAR: &str = "ESCHER_E2E_CLUSTER";
+const MARKER_VAR: &str = "E2E_CLUSTER_MARKER";
 
 /// Polls `probe` until it gives `Some`, at most `limit`; panics naming `what` if it never does.
 pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
@@ -84,7 +84,7 @@ fn bin_dir() -> PathBuf {
 }
 
 /// The path of binary `name`, or a panic that says how to build it.
-fn binary(name: &str) -> PathBuf {
+pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
     assert!(
         path.is_file(),
@@ -213,6 +213,7 @@ impl ProcessClusterBuilder {
             workers: Vec::new(),
             worker_proxy: None,
             spawned: 0,
+            worker_extra: WorkerExtra::default(),
         };
         cluster.plan_heads().await;
         for i in 0..cluster.heads.len() {
@@ -255,6 +256,20 @@ pub struct ProcessCluster {
     worker_proxy: Option<Proxy>,
     /// Processes started so far, to give each its own output files.
     spawned: u32,
+    /// What the next workers get besides the usual: environment, arguments, and a user to run
+    /// as (see [`ProcessCluster::next_workers`]).
+    worker_extra: WorkerExtra,
+}
+
+/// Environment, arguments and a user for the workers started from now on.
+#[derive(Debug, Clone, Default)]
+pub struct WorkerExtra {
+    /// Variables set in the worker's environment.
+    pub env: Vec<(String, String)>,
+    /// More `escher-worker` arguments.
+    pub args: Vec<String>,
+    /// The uid (also gid) to run the worker as; its state and log directories are given to it.
+    pub uid: Option<u32>,
 }
 
 impl ProcessCluster {
@@ -449,6 +464,11 @@ impl ProcessCluster {
             .unwrap_or_else(|e| panic!("the heads' access file: {e}"))
     }
 
+    /// Starts the workers started from now on with `extra`.
+    pub fn next_workers(&mut self, extra: WorkerExtra) {
+        self.worker_extra = extra;
+    }
+
     /// The state directory of the worker named `name` (its node id and secret).
     pub fn state_dir(&self, name: &str) -> PathBuf {
         self.dir().join(format!("{name}.state"))
@@ -481,6 +501,17 @@ impl ProcessCluster {
 
     /// Spawns one of the binaries with its output in files, marked as this cluster's.
     fn spawn(&mut self, label: &str, bin: &Path, args: &[String]) -> Proc {
+        self.spawn_as(label, bin, args, &[], None)
+    }
+
+    fn spawn_as(
+        &mut self,
+        label: &str,
+        bin: &Path,
+        args: &[String],
+        env: &[(String, String)],
+        uid: Option<u32>,
+    ) -> Proc {
         self.spawned += 1;
         let stdout = self.dir().join(format!("{label}.{}.stdout", self.spawned));
         let stderr = self.dir().join(format!("{label}.{}.stderr", self.spawned));
@@ -510,6 +541,11 @@ impl ProcessCluster {
             "ESCHER_RAFT_TICK_MS",
         ] {
             command.env_remove(var);
+        }
+        command.envs(env.iter().map(|(k, v)| (k, v)));
+        if let Some(uid) = uid {
+            use std::os::unix::process::CommandExt;
+            command.uid(uid).gid(uid);
         }
         let child = command
             .spawn()
@@ -656,7 +692,7 @@ impl ProcessCluster {
     fn spawn_worker_to(&mut self, name: &str, resources: &str, head_url: &str) {
         let log_dir = self.dir().join(format!("{name}.tasks"));
         let state_dir = self.state_dir(name);
-        let args = vec![
+        let mut args = vec![
             "--state-dir".to_string(),
             state_dir.display().to_string(),
             "--head".to_string(),
@@ -669,9 +705,25 @@ impl ProcessCluster {
             log_dir.display().to_string(),
             "--grace".to_string(),
             "1".to_string(),
+            // Tasks start with almost nothing of their worker's environment: the marker that
+            // lets the cluster find them is passed on purpose.
+            "--pass-env".to_string(),
+            MARKER_VAR.to_string(),
         ];
+        let extra = self.worker_extra.clone();
+        args.extend(extra.args.iter().cloned());
+        if let Some(uid) = extra.uid {
+            for dir in [&state_dir, &log_dir] {
+                std::fs::create_dir_all(dir).expect("a worker directory");
+                std::os::unix::fs::chown(dir, Some(uid), Some(uid)).expect("chown");
+            }
+            // The cluster's directory is 0700: let the worker reach its own.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(self.dir(), std::fs::Permissions::from_mode(0o711))
+                .expect("chmod");
+        }
         let worker_bin = self.worker_bin.clone();
-        let proc = self.spawn(name, &worker_bin, &args);
+        let proc = self.spawn_as(name, &worker_bin, &args, &extra.env, extra.uid);
         // Recorded before the wait, so a failed wait still kills it and shows its output.
         self.workers.push(WorkerProc {
             name: name.to_string(),
@@ -757,6 +809,28 @@ impl ProcessCluster {
     }
 
     /// Waits until the worker process named `name` has exited by itself; returns its status.
+    /// Starts a worker process that is expected not to get as far as registering; returns
+    /// how it exited and what it wrote.
+    pub async fn start_worker_expecting_exit(
+        &mut self,
+        name: &str,
+        resources: &str,
+    ) -> (ExitStatus, String) {
+        let url = self.head_url.clone();
+        self.spawn_worker_to(name, resources, &url);
+        let (stdout, stderr) = {
+            let proc = &self.worker(name).proc;
+            (proc.stdout.clone(), proc.stderr.clone())
+        };
+        let status = self.wait_worker_exit(name).await;
+        let text = [stdout, stderr]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (status, text)
+    }
+
     pub async fn wait_worker_exit(&mut self, name: &str) -> ExitStatus {
         let what = format!("worker process {name} to exit");
         let worker = self.worker_mut(name);

@@ -29,7 +29,7 @@ use crate::config::WorkerConfig;
 use crate::context::TaskContext;
 use crate::discovery::{self, hostname};
 use crate::error::WorkerError;
-use crate::exec::LogRetention;
+use crate::exec::{Isolation, LogRetention, TaskUsers};
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::worker::{LogDir, Worker};
 
@@ -107,6 +107,26 @@ impl WorkerBuilder {
     /// The node's labels.
     pub fn labels(mut self, labels: Labels) -> Self {
         self.config.labels = labels;
+        self
+    }
+
+    /// Whom command tasks run as (default [`TaskUsers::Auto`]: a user per namespace when the
+    /// worker may change user, else the worker's own).
+    pub fn task_users(mut self, users: TaskUsers) -> Self {
+        self.config.task_users = users;
+        self
+    }
+
+    /// Refuse to build unless command tasks run as users of their own.
+    pub fn require_isolation(mut self, require: bool) -> Self {
+        self.config.require_isolation = require;
+        self
+    }
+
+    /// Passes the worker's variable `name` to command tasks (their environment holds nothing
+    /// else of the worker's but [`PASSED_ENV`](crate::exec::PASSED_ENV)).
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        self.config.pass_env.push(name.into());
         self
     }
 
@@ -218,13 +238,34 @@ impl WorkerBuilder {
         let sims = config.sim_gpu_specs()?;
         let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
         let resources = config.resolve_resources(&discovered);
-        let labels = config.resolve_labels(&discovered);
+        let mut labels = config.resolve_labels(&discovered);
+        let isolation = Isolation::resolve(config.task_users, config.state_dir.as_deref())
+            .map_err(|why| WorkerError::config("task-uids", why))?;
+        if let Isolation::Shared { why } = &isolation
+            && config.require_isolation
+        {
+            return Err(WorkerError::config(
+                "require-isolation",
+                format!(
+                    "tasks on this node would share the worker's user ({why}); run the worker \
+                     as root, or drop --require-isolation"
+                ),
+            ));
+        }
+        // Both parts are valid label text.
+        let _ = labels.insert(escher_proto::types::ISOLATION_LABEL, isolation.label());
         let log_dir = match &config.log_dir {
             Some(dir) => {
-                std::fs::create_dir_all(dir).map_err(|source| WorkerError::LogDir {
-                    path: dir.clone(),
-                    source,
-                })?;
+                use std::os::unix::fs::PermissionsExt;
+                // Tasks read their output through the head, never from here.
+                std::fs::create_dir_all(dir)
+                    .and_then(|()| {
+                        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    })
+                    .map_err(|source| WorkerError::LogDir {
+                        path: dir.clone(),
+                        source,
+                    })?;
                 LogDir::Given(dir.clone())
             }
             None => {
@@ -249,6 +290,8 @@ impl WorkerBuilder {
             resources,
             labels,
             log_dir,
+            isolation,
+            pass_env: config.pass_env,
             log_retention: config.log_retention,
             token: config.token,
             tls_trust: config.tls_trust,

@@ -15,7 +15,7 @@ use tonic::transport::Uri;
 
 use crate::discovery::Discovered;
 use crate::error::WorkerError;
-use crate::exec::{DEFAULT_GRACE, LogRetention};
+use crate::exec::{DEFAULT_GRACE, LogRetention, TaskUsers};
 use crate::gpu::SimGpuSpec;
 
 /// Where the head is unless told otherwise (docs/DESIGN.md §9).
@@ -78,6 +78,14 @@ pub struct WorkerConfig {
     pub reconnect_initial: Duration,
     /// The longest delay between attempts to reach the head.
     pub reconnect_max: Duration,
+    /// Whom command tasks run as (`--task-uids`): a user per namespace when the worker may
+    /// change user, by default (see [`Isolation`](crate::exec::Isolation)).
+    pub task_users: TaskUsers,
+    /// Refuse to start unless tasks run as users of their own (`--require-isolation`).
+    pub require_isolation: bool,
+    /// Variables of the worker's environment passed to command tasks besides the usual few
+    /// (`--pass-env`; see [`PASSED_ENV`](crate::exec::PASSED_ENV)).
+    pub pass_env: Vec<String>,
 }
 
 impl Default for WorkerConfig {
@@ -101,6 +109,9 @@ impl Default for WorkerConfig {
             tls_trust: None,
             reconnect_initial: DEFAULT_RECONNECT_INITIAL,
             reconnect_max: DEFAULT_RECONNECT_MAX,
+            task_users: TaskUsers::Auto,
+            require_isolation: false,
+            pass_env: Vec::new(),
         }
     }
 }
@@ -119,6 +130,23 @@ impl WorkerConfig {
         }
         if let Some(name) = &self.name {
             check_name(name)?;
+        }
+        for var in &self.pass_env {
+            if var.is_empty() || var.contains('=') || var.contains('\0') {
+                return Err(WorkerError::config(
+                    "pass-env",
+                    format!("{var:?} is not an environment variable's name"),
+                ));
+            }
+            if var.starts_with("ESCHER_") {
+                return Err(WorkerError::config(
+                    "pass-env",
+                    format!(
+                        "{var} is one of escher's own variables: the worker's credentials stay \
+                         with the worker, and tasks get their own (ESCHER_TASK_TOKEN, ...)"
+                    ),
+                ));
+            }
         }
         for (field, value) in [("cpus", self.cpus), ("memory", self.memory_mib)] {
             if let Some(v) = value {
@@ -188,8 +216,10 @@ impl WorkerConfig {
     pub fn resolve_labels(&self, discovered: &Discovered) -> Labels {
         let mut labels = discovered.labels.clone();
         for (k, v) in self.labels.iter() {
-            // Both sides are valid labels already.
-            let _ = labels.insert(k, v);
+            // Both sides are valid labels already. The isolation label is the worker's to say.
+            if k != escher_proto::types::ISOLATION_LABEL {
+                let _ = labels.insert(k, v);
+            }
         }
         labels
     }

@@ -87,7 +87,11 @@ fn io(path: &Path) -> impl FnOnce(std::io::Error) -> StateDirError + '_ {
 impl IdentityStore {
     /// Opens (creating) and locks `dir`, reading the identity it holds.
     pub(crate) fn open(dir: &Path) -> Result<IdentityStore, StateDirError> {
-        std::fs::create_dir_all(dir).map_err(io(dir))?;
+        use std::os::unix::fs::PermissionsExt;
+        // The worker's own: tasks that run as other users reach nothing in it.
+        std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700)))
+            .map_err(io(dir))?;
         let lock_path = dir.join(LOCK_FILE);
         let file = File::options()
             .create(true)

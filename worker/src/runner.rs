@@ -16,6 +16,7 @@
 //! that a panic is caught as a `JoinError` and reported as the task's error, and so that
 //! cancelling it is dropping it. A ghost costs one small tokio task: no process, no thread.
 
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -29,7 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
 use crate::exec::{
-    AttemptLogs, CommandOutcome, CommandSpec, LaunchOptions, LogRetention, Stream, run_command,
+    AttemptLogs, CommandOutcome, CommandSpec, Isolation, LaunchOptions, LogRetention, Stream,
+    run_command,
 };
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
@@ -49,6 +51,10 @@ pub const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024 - 64 * 1024;
 pub(crate) struct RunEnv {
     /// Where command logs go.
     pub(crate) log_dir: PathBuf,
+    /// What of the worker's environment commands start with.
+    pub(crate) base_env: Vec<(String, String)>,
+    /// Whom commands run as.
+    pub(crate) isolation: Isolation,
     /// How long, and how much of, them to keep.
     pub(crate) log_retention: LogRetention,
     /// SIGTERM-to-SIGKILL time for commands.
@@ -91,6 +97,24 @@ pub(crate) async fn run_task(
                 env: vars,
                 cwd: cwd.map(PathBuf::from),
             };
+            let user = match env.isolation.user_for(namespace.as_deref()) {
+                Ok(user) => user,
+                Err(why) => {
+                    return TaskFinished {
+                        task_id: a.task_id,
+                        attempt: a.attempt,
+                        outcome: Err(format!("cannot run the task as its own user: {why}")),
+                        timed_out: false,
+                        output: None,
+                    };
+                }
+            };
+            let outcome_file = match &user {
+                Some(user) => user
+                    .home
+                    .join(format!(".escher-{}-{}.outcome", a.task_id.0, a.attempt)),
+                None => outcome_path(&env.log_dir, a.task_id.0, a.attempt),
+            };
             let mut opts = LaunchOptions::new(&env.log_dir)
                 .grace(env.grace)
                 .env("ESCHER_HEAD", env.head.list())
@@ -98,12 +122,15 @@ pub(crate) async fn run_task(
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
                 .env("ESCHER_ATTEMPT", a.attempt.to_string())
                 .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token)
-                .env(
-                    OUTCOME_FILE_ENV,
-                    outcome_path(&env.log_dir, a.task_id.0, a.attempt)
-                        .display()
-                        .to_string(),
-                );
+                .env(OUTCOME_FILE_ENV, outcome_file.display().to_string());
+            opts.base_env = env.base_env.clone();
+            if user.is_none() {
+                // Tasks share the worker's user, and so its home.
+                if let Some(home) = std::env::var_os("HOME") {
+                    opts = opts.env("HOME", home.to_string_lossy());
+                }
+            }
+            opts = opts.user(user);
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
             }
@@ -134,7 +161,7 @@ pub(crate) async fn run_task(
             let (outcome, logs) = command(a.task_id.0, a.attempt, &spec, &opts, cancel).await;
             // A command that could not start wrote nothing worth keeping.
             output = logs.map(output_tail);
-            stated_outcome(&env.log_dir, a.task_id.0, a.attempt, outcome).await
+            stated_outcome(outcome_file, outcome).await
         }
         TaskKind::Function { name, args } => {
             let ctx = TaskContext::new(
@@ -194,6 +221,12 @@ async fn output_tail(logs: AttemptLogs) -> OutputTail {
 
 type Outcome = (Result<TaskResult, String>, bool);
 
+/// `O_NOFOLLOW | O_NONBLOCK`, for opening a file a task could have replaced.
+fn libc_flags() -> i32 {
+    use nix::fcntl::OFlag;
+    (OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK).bits()
+}
+
 /// Where a command attempt may state its outcome ([`OUTCOME_FILE_ENV`]): beside its logs.
 fn outcome_path(log_dir: &Path, task_id: u64, attempt: u32) -> PathBuf {
     log_dir.join(format!("{task_id}-{attempt}.outcome"))
@@ -203,8 +236,7 @@ fn outcome_path(log_dir: &Path, task_id: u64, attempt: u32) -> PathBuf {
 /// (an out-of-memory failure), else as it was. The file is removed either way; only a failure
 /// pays for reading it (on a blocking thread), a success one `unlink` that usually finds
 /// nothing.
-async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Outcome) -> Outcome {
-    let path = outcome_path(log_dir, task_id, attempt);
+async fn stated_outcome(path: PathBuf, outcome: Outcome) -> Outcome {
     let failed = matches!(outcome.0, Ok(TaskResult::Exited { code }) if code != 0);
     if !failed {
         let _ = std::fs::remove_file(&path);
@@ -213,7 +245,17 @@ async fn stated_outcome(log_dir: &Path, task_id: u64, attempt: u32, outcome: Out
     let read = move || {
         use std::io::Read;
         let mut text = String::new();
-        let file = std::fs::File::open(&path).ok()?;
+        // The file is in a directory the task owns when it runs as its own user: follow no
+        // link it may have left there, and wait on no pipe.
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc_flags())
+            .open(&path)
+            .ok()?;
+        if !file.metadata().ok()?.is_file() {
+            let _ = std::fs::remove_file(&path);
+            return None;
+        }
         let _ = file
             .take(MAX_OUTCOME_BYTES as u64)
             .read_to_string(&mut text);

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use crate::backoff::Backoff;
 use crate::builder::WorkerBuilder;
 use crate::error::WorkerError;
-use crate::exec::LogRetention;
+use crate::exec::{Isolation, LogRetention};
 use crate::functions::FunctionRegistry;
 use crate::gpu::Gpus;
 use crate::handle::WorkerHandle;
@@ -56,6 +56,8 @@ pub struct Worker {
     pub(crate) resources: ResourceSet,
     pub(crate) labels: Labels,
     pub(crate) log_dir: LogDir,
+    pub(crate) isolation: Isolation,
+    pub(crate) pass_env: Vec<String>,
     pub(crate) log_retention: LogRetention,
     pub(crate) head: String,
     pub(crate) token: Option<String>,
@@ -148,8 +150,20 @@ impl Worker {
             Some((file.ca_cert?, file.tls_name))
         });
         let head = HeadConn::new(&self.head, &token, trust)?;
+        match &self.isolation {
+            Isolation::Shared { why } => tracing::warn!(
+                "tasks on this node share one user ({why}): tenants here are not isolated; run \
+                 the worker as root for a user per namespace (--task-uids)"
+            ),
+            Isolation::PerUser(pool) => tracing::info!(
+                uids = %pool.range(),
+                "each namespace's tasks run as a user of their own"
+            ),
+        }
         let env = Arc::new(RunEnv {
             log_dir: self.log_dir.path().to_path_buf(),
+            base_env: crate::exec::task_base_env(std::env::vars(), &self.pass_env),
+            isolation: self.isolation,
             log_retention: self.log_retention,
             grace: self.grace,
             head,

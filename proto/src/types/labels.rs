@@ -25,6 +25,12 @@ pub const RESERVATION_LABEL: &str = "escher.reservation";
 /// `strict-spread`, ...), so that a reservation that loses a node is placed again as it was.
 pub const STRATEGY_LABEL: &str = "escher.strategy";
 
+/// The node label that says whether the node's command tasks are kept apart by user: `uid`
+/// (each namespace's tasks run as a user of their own) or `none` (every task runs as the
+/// worker's user: tenants on this node are not isolated). The worker sets it; `--labels`
+/// cannot.
+pub const ISOLATION_LABEL: &str = "escher.isolation";
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

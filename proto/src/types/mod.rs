@@ -53,7 +53,9 @@ pub use gpu_status::{
 pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};
 pub use keys::{KeyIssuer, Ticket};
-pub use labels::{Labels, MAX_LABELS, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL};
+pub use labels::{
+    ISOLATION_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL,
+};
 pub use link::{
     Assignment, HeadMessage, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply,
     RegisterRequest, RunningTask, TaskFinished, WorkerMessage,

@@ -85,6 +85,24 @@ struct WorkerArgs {
     #[arg(long, value_name = "BYTES", default_value_t = LogRetention::default().max_bytes)]
     log_max_bytes: u64,
 
+    /// Whom command tasks run as: `auto` runs each namespace's tasks as a user of their own
+    /// (uids 300000-365535) when the worker may change user (root, or CAP_SETUID, CAP_SETGID
+    /// and CAP_CHOWN) and as the worker's user otherwise, with a warning; a range such as
+    /// `400000-400999` uses those uids and refuses to start without the privilege; `off` runs
+    /// every task as the worker's user.
+    #[arg(long, value_name = "auto|off|FIRST-LAST", default_value = "auto")]
+    task_uids: escher_worker::exec::TaskUsers,
+
+    /// Refuse to start unless tasks run as users of their own (tenants isolated on this node).
+    #[arg(long)]
+    require_isolation: bool,
+
+    /// A variable of the worker's environment to pass to command tasks (repeatable). Tasks get
+    /// only PATH, LANG, LANGUAGE, LC_*, TZ, TERM and TMPDIR of it otherwise; escher's own
+    /// variables (the worker's token among them) never pass.
+    #[arg(long, value_name = "NAME")]
+    pass_env: Vec<String>,
+
     /// Seconds a stopped command gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
@@ -172,6 +190,9 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             memory_mib: args.memory,
             labels: args.labels.unwrap_or_default(),
             log_dir: args.log_dir,
+            task_users: args.task_uids,
+            require_isolation: args.require_isolation,
+            pass_env: args.pass_env,
             log_retention: LogRetention {
                 max_age: args.log_retention.into(),
                 max_bytes: args.log_max_bytes,

@@ -3,9 +3,11 @@
 //! The child gets its own process group, `/dev/null` as stdin, and its stdout and stderr
 //! redirected straight into the attempt's log files (see [`log_path`](super::log_path)): files,
 //! not pipes, so a chatty child never blocks on a reader and its output survives the worker. It
-//! inherits the worker's environment, then the spec's `env`, then the worker's `extra_env`, the
-//! last winning, so that a spec cannot override what the worker sets (`ESCHER_TASK_ID`,
-//! `CUDA_VISIBLE_DEVICES`, ...).
+//! inherits nothing of the worker's environment: it gets the options' `base_env` (the few
+//! variables [`task_base_env`](super::task_base_env) keeps), then the spec's `env`, then the
+//! worker's `extra_env`, the last winning, so that a spec cannot override what the worker sets
+//! (`ESCHER_TASK_ID`, `CUDA_VISIBLE_DEVICES`, ...). Given a [`TaskUser`], it runs as that user,
+//! in that user's directory unless the spec names another.
 //!
 //! ```text
 //!   spawn ──► running ──exit──────────────────────────────► Exited(status)
@@ -30,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::error::ExecError;
 use super::group::ProcessGroup;
+use super::isolation::TaskUser;
 use super::logs::{AttemptLogs, CreatedLogs};
 use super::outcome::{CommandOutcome, ProcessExit};
 
@@ -89,8 +92,13 @@ impl std::fmt::Debug for OnSpawn {
 pub struct LaunchOptions {
     /// Directory for the log files; created if missing.
     pub log_dir: PathBuf,
+    /// The variables every command starts with, before the spec's (none of the worker's own
+    /// environment is passed otherwise).
+    pub base_env: Vec<(String, String)>,
     /// Environment variables set by the worker; they override the spec's.
     pub extra_env: Vec<(String, String)>,
+    /// The user to run as, `None` for the worker's own.
+    pub user: Option<TaskUser>,
     /// How long the command may run before it is stopped; `None` for no limit.
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when stopping the command.
@@ -100,11 +108,15 @@ pub struct LaunchOptions {
 }
 
 impl LaunchOptions {
-    /// Options that log into `log_dir`, add nothing, set no timeout and give [`DEFAULT_GRACE`].
+    /// Options that log into `log_dir`, start commands with the variables of the worker's
+    /// environment that [`task_base_env`](super::task_base_env) keeps, as the worker's user,
+    /// add nothing, set no timeout and give [`DEFAULT_GRACE`].
     pub fn new(log_dir: impl Into<PathBuf>) -> Self {
         LaunchOptions {
             log_dir: log_dir.into(),
+            base_env: super::task_base_env(std::env::vars(), &[]),
             extra_env: Vec::new(),
+            user: None,
             timeout: None,
             grace: DEFAULT_GRACE,
             on_spawn: None,
@@ -120,6 +132,12 @@ impl LaunchOptions {
     /// Adds an environment variable that overrides the spec's.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.extra_env.push((key.into(), value.into()));
+        self
+    }
+
+    /// Runs commands as `user`, in its directory unless the spec names another.
+    pub fn user(mut self, user: Option<TaskUser>) -> Self {
+        self.user = user;
         self
     }
 
@@ -167,6 +185,8 @@ pub async fn run_command(
     };
     command
         .args(args)
+        .env_clear()
+        .envs(opts.base_env.iter().map(|(k, v)| (k, v)))
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .envs(opts.extra_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -174,6 +194,14 @@ pub async fn run_command(
         .stderr(stderr)
         .process_group(0)
         .kill_on_drop(true);
+    if let Some(user) = &opts.user {
+        // The standard library drops the supplementary groups too (setgroups) before setuid.
+        command
+            .uid(user.uid)
+            .gid(user.uid)
+            .env("HOME", &user.home)
+            .current_dir(&user.home);
+    }
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
@@ -274,11 +302,13 @@ fn resolve_in_child_path(
         .iter()
         .rev()
         .chain(spec.env.iter().rev())
+        .chain(opts.base_env.iter().rev())
         .find(|(key, _)| key == "PATH")
         .map(|(_, value)| value)?;
-    let cwd = match &spec.cwd {
-        Some(cwd) => cwd.clone(),
-        None => std::env::current_dir().ok()?,
+    let cwd = match (&spec.cwd, &opts.user) {
+        (Some(cwd), _) => cwd.clone(),
+        (None, Some(user)) => user.home.clone(),
+        (None, None) => std::env::current_dir().ok()?,
     };
     which::which_in(program, Some(path), cwd).ok()
 }
@@ -486,12 +516,13 @@ mod tests {
         let cmdline = log(&opts, Stream::Stdout).await;
         assert!(cmdline.starts_with("sh -c "), "{cmdline}");
 
-        // Nothing overrides PATH, or the name has a slash: the standard library looks it up,
+        // No PATH for the child, or the name has a slash: the standard library looks it up,
         // and a program found nowhere is still the spawn error it was.
-        assert_eq!(
-            resolve_in_child_path("sh", &sh("true"), &LaunchOptions::new("/x")),
-            None
-        );
+        let no_path = LaunchOptions {
+            base_env: Vec::new(),
+            ..LaunchOptions::new("/x")
+        };
+        assert_eq!(resolve_in_child_path("sh", &sh("true"), &no_path), None);
         assert_eq!(resolve_in_child_path("./sh", &spec, &opts), None);
         let missing = CommandSpec::new(["escher-no-such-program"]).env("PATH", "/nowhere");
         assert!(matches!(
@@ -516,6 +547,73 @@ mod tests {
             log(&opts, Stream::Stdout).await,
             format!("s w 1\n{}\n", cwd.display())
         );
+    }
+
+    #[tokio::test]
+    async fn a_command_gets_its_base_env_and_nothing_else_of_the_workers() {
+        let (_dir, opts) = opts();
+        let opts = LaunchOptions {
+            base_env: vec![("PATH".into(), "/usr/bin:/bin".into())],
+            ..opts
+        }
+        .env("ESCHER_TASK_ID", "1");
+        // `env` lists the whole environment; the test process's own (CARGO_*, HOME, ...)
+        // must not be in it.
+        let outcome = run(&sh("env | cut -d= -f1 | sort"), &opts).await.unwrap();
+        assert!(outcome.success(), "{outcome}");
+        let names = log(&opts, Stream::Stdout).await;
+        // `sh` itself may add PWD (and dash SHLVL): those are the shell's, not the worker's.
+        let names: Vec<&str> = names
+            .lines()
+            .filter(|n| !matches!(*n, "PWD" | "SHLVL" | "_" | "OLDPWD"))
+            .collect();
+        assert_eq!(names, ["ESCHER_TASK_ID", "PATH"]);
+    }
+
+    /// As root (CI), the command runs as the given user in its directory and cannot read a
+    /// file of the worker's; without the privilege, starting it is refused by the kernel.
+    #[tokio::test]
+    async fn a_command_runs_as_its_user() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, opts) = opts();
+        let home = dir.path().join("home");
+        std::fs::create_dir(&home).unwrap();
+        let secret = dir.path().join("secret");
+        std::fs::write(&secret, "s").unwrap();
+        std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let root = nix::unistd::geteuid().is_root();
+        if root {
+            std::os::unix::fs::chown(&home, Some(300_200), Some(300_200)).unwrap();
+            // The test's temporary directory is 0700: let the user reach its home.
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        }
+        let opts = opts.user(Some(TaskUser {
+            uid: 300_200,
+            home: home.clone(),
+        }));
+        let script = format!(
+            r#"printf '%s %s %s %s\n' "$(id -u)" "$(id -g)" "$HOME" "$(pwd -P)"; cat {} || echo refused"#,
+            secret.display()
+        );
+        match run(&sh(&script), &opts).await {
+            Ok(outcome) => {
+                assert!(root, "a process without the privilege changed user");
+                assert!(outcome.success(), "{outcome}");
+                let home = home.canonicalize().unwrap();
+                assert_eq!(
+                    log(&opts, Stream::Stdout).await,
+                    format!(
+                        "300200 300200 {} {}\nrefused\n",
+                        home.display(),
+                        home.display()
+                    )
+                );
+            }
+            Err(e) => {
+                assert!(!root, "root could not start a command as another user: {e}");
+                assert!(matches!(e, ExecError::Spawn { .. }), "{e}");
+            }
+        }
     }
 
     #[tokio::test]

@@ -135,7 +135,10 @@ impl AttemptLogs {
     ) -> Result<CreatedLogs, ExecError> {
         // Read and write: the child writes through its copy, the worker reads the end.
         let open = |path: &Path| {
+            use std::os::unix::fs::OpenOptionsExt;
+            // Only the worker reads them: a task's output is its own.
             std::fs::OpenOptions::new()
+                .mode(0o600)
                 .read(true)
                 .write(true)
                 .create(true)

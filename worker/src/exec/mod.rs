@@ -6,6 +6,8 @@
 //! - [`read_log`] reads those logs back, [`AttemptLogs`] holds an attempt's files and reads
 //!   the end of their output, [`sweep_logs`] removes old ones (`logs.rs`).
 //! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended (`outcome.rs`).
+//! - [`Isolation`] keeps tasks apart: the environment they start with, the user they run as
+//!   (`isolation.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
 //! Unix only: it relies on process groups and signals.
@@ -13,11 +15,16 @@
 mod command;
 mod error;
 mod group;
+mod isolation;
 mod logs;
 mod outcome;
 
 pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, run_command};
 pub use error::ExecError;
+pub use isolation::{
+    DEFAULT_TASK_UIDS, Isolation, PASSED_ENV, TaskUser, TaskUsers, UidRange, UserPool,
+    task_base_env,
+};
 pub use logs::{
     AttemptLogs, CLUSTER_MARKER, LogChunk, LogRetention, MAX_LOG_CHUNK, Stream, Swept,
     claim_log_dir, log_path, read_log, sweep_logs,

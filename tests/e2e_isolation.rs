@@ -1,0 +1,160 @@
+//! The tenant boundary at the task, against real `escher-head` and `escher-worker` processes
+//! laid out as the README's tour lays them out (the worker beside the head, sharing its
+//! `ESCHER_HOME`, and given the join token in `ESCHER_TOKEN` as on another machine).
+//!
+//! A tenant's command task must reach nothing of its worker's (the admin's access file, the
+//! worker's identity and node secret, its join token, its logs) and nothing of another
+//! tenant's (their processes' environments, their secrets and task credentials among them).
+//! CI runs as root, so the workers there run each namespace's tasks as a user of their own; a
+//! worker without that privilege says its tasks are not isolated, and `--require-isolation`
+//! makes it refuse to start.
+
+mod procs;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use escher::types::{Grant, LogStream, Role, TaskState};
+use escher::{Client, Task};
+use escher_proto::types::ISOLATION_LABEL;
+use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
+
+/// A client of `namespace` with an app token for it.
+async fn tenant(cluster: &ProcessCluster, admin: &Client, namespace: &str) -> Client {
+    let grant = Grant::new(Role::App, Some(namespace.parse().unwrap())).unwrap();
+    let token = admin.create_token(grant, namespace).await.unwrap().token;
+    cluster.client().await.with_token(token)
+}
+
+/// The lines `key=value` a probe task printed, as a map.
+fn answers(stdout: &[u8]) -> BTreeMap<String, String> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_task_reaches_nothing_of_its_worker_or_of_other_tenants() {
+    let root = nix::unistd::geteuid().is_root();
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
+    // Started as the README says for another machine: the join token in ESCHER_TOKEN.
+    cluster.next_workers(WorkerExtra {
+        env: vec![("ESCHER_TOKEN".into(), access.worker_token.clone())],
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=4").await;
+    let admin = cluster.client().await;
+    let node = admin.cluster_status().await.unwrap().nodes.remove(0);
+    let isolated = node.labels.get(ISOLATION_LABEL) == Some("uid");
+    assert_eq!(isolated, root, "label {:?}", node.labels);
+
+    let a = tenant(&cluster, &admin, "appa").await;
+    let b = tenant(&cluster, &admin, "appb").await;
+    let secret = Task::command(["sleep", "60"])
+        .env("B_DB_PASSWORD", "hunter2")
+        .resources_str("cpu=1");
+    let b_task = b.submit(secret).await.unwrap().id();
+    eventually("tenant B's task to run", WAIT, || {
+        let b = b.clone();
+        async move {
+            let info = b.task_info(b_task).await.ok()?;
+            (info.status.state == TaskState::Running).then_some(())
+        }
+    })
+    .await;
+
+    let probe = format!(
+        r#"
+        printf 'worker_token=%s\n' "$(env | grep -c '^ESCHER_TOKEN=')"
+        printf 'worker_home=%s\n' "$(env | grep -c '^ESCHER_HOME=')"
+        printf 'access_file=%s\n' "$(cat {access} 2>/dev/null | grep -c admin_token)"
+        printf 'identity=%s\n' "$(cat {state}/identity.json 2>/dev/null | grep -c secret)"
+        printf 'worker_logs=%s\n' "$(ls {logs} 2>/dev/null | grep -c .)"
+        printf 'b_secret=%s\n' "$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c B_DB_PASSWORD)"
+        printf 'uid=%s\n' "$(id -u)"
+        printf 'home_mode=%s\n' "$(stat -c %a "$HOME")"
+        "#,
+        access = cluster.access_file().display(),
+        state = cluster.state_dir("w1").display(),
+        logs = cluster.dir().join("w1.tasks").display(),
+    );
+    let a_task = a
+        .submit(Task::command(["sh", "-c", &probe]).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let (done, _) = a
+        .wait([a_task.id()], 1, Some(Duration::from_secs(30)))
+        .await
+        .unwrap();
+    assert_eq!(done[0].state, TaskState::Succeeded, "{:?}", done[0]);
+    let said = answers(&a.logs(a_task.id(), LogStream::Stdout).await.unwrap());
+    // Whatever the user: the worker's own variables never reach a task.
+    assert_eq!(said["worker_token"], "0", "{said:?}");
+    assert_eq!(said["worker_home"], "0", "{said:?}");
+    if root {
+        // Tasks run as their namespace's user: the worker's files and tenant B's processes
+        // are closed to them.
+        assert_eq!(said["access_file"], "0", "{said:?}");
+        assert_eq!(said["identity"], "0", "{said:?}");
+        assert_eq!(said["worker_logs"], "0", "{said:?}");
+        assert_eq!(said["b_secret"], "0", "{said:?}");
+        assert!(said["uid"].parse::<u32>().unwrap() >= 300_000, "{said:?}");
+        assert_eq!(said["home_mode"], "700", "{said:?}");
+    } else {
+        // One user for every task: that is what the node's label says.
+        assert_eq!(said["b_secret"], "1", "{said:?}");
+    }
+    b.cancel([b_task]).await.unwrap();
+}
+
+/// A worker that cannot change user says its tenants are not isolated, and refuses to start
+/// when told to require isolation. As root, the test runs that worker as `nobody`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_cannot_isolate_says_so_or_refuses_to_start() {
+    let root = nix::unistd::geteuid().is_root();
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
+    let as_nobody = WorkerExtra {
+        args: vec!["--token".into(), access.worker_token.clone()],
+        uid: root.then_some(65_534),
+        ..WorkerExtra::default()
+    };
+    cluster.next_workers(as_nobody.clone());
+    cluster.start_worker("plain", "cpu=1").await;
+    let admin = cluster.client().await;
+    let status = admin.cluster_status().await.unwrap();
+    assert_eq!(
+        status.nodes[0].labels.get(ISOLATION_LABEL),
+        Some("none"),
+        "{:?}",
+        status.nodes[0].labels
+    );
+    // `escher nodes`, as an admin runs it on the head's machine.
+    let nodes = std::process::Command::new(procs::binary("escher"))
+        .arg("nodes")
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&nodes.stdout);
+    assert!(nodes.status.success(), "{nodes:?}");
+    assert!(
+        text.contains("tasks on plain share one user: tenants there are not isolated"),
+        "{text}"
+    );
+
+    let mut strict = as_nobody;
+    strict.args.push("--require-isolation".into());
+    cluster.next_workers(strict);
+    let exit = cluster.start_worker_expecting_exit("strict", "cpu=1").await;
+    assert!(!exit.0.success(), "{:?}", exit.0);
+    assert!(
+        exit.1.contains("--require-isolation") && exit.1.contains("share the worker's user"),
+        "{}",
+        exit.1
+    );
+}
