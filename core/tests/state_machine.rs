@@ -704,11 +704,16 @@ fn namespaces_keep_applications_apart() {
     assert_eq!(t.status(a).reason, None);
     assert_eq!(t.state.task_info(a).unwrap().pending_reason, None);
 
-    // Qualified names reach across: b waits for a's x, and a task of b's releases it.
+    // Qualified names reach across for reading: b waits for a's x. Writing is a's (or the
+    // admin's) alone: b cannot release it.
     let (ids, _) = t.submit_in(Some("b"), vec![task("a/x=1").build()]);
     assert_eq!(t.task_state(ids[0]), TaskState::Pending);
-    let out = t
+    let err = t
         .set_resources(Some("b"), vec![adjust("a/x", "+1", on(n2))])
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::OtherNamespace { .. }), "{err}");
+    let out = t
+        .set_resources(Some("a"), vec![adjust("a/x", "+1", on(n2))])
         .unwrap();
     assert_eq!(out.fx(), ["assign 2->2 #1"]);
     // Physical names are the same in every namespace.

@@ -10,8 +10,11 @@ mod state_support;
 use std::time::Duration;
 
 use escher_core::state::{ApplyError, Command, Reply, RetentionPolicy, StateConfig};
-use escher_proto::types::{GangStrategy, NAMESPACE_LABEL, TaskId, TaskResult, TaskState};
-use state_support::{TestState, name, ns, res, task};
+use escher_proto::types::{
+    GangStrategy, NAMESPACE_LABEL, NodeSpec, ResourceUpdate, TaskId, TaskResult, TaskState,
+};
+use proptest::prelude::*;
+use state_support::{TestState, adjust, name, ns, on, res, set, task};
 
 fn quota(n: u64) -> TestState {
     TestState::with_config(StateConfig {
@@ -207,4 +210,277 @@ fn resource_names_past_the_quota_are_refused_whole() {
         caller_task: None,
     });
     t.apply(set_in("a", &["z"]));
+}
+
+/// The capacity of every resource outside namespace `a` on every node: what an application of
+/// namespace `a` must never change, through any path.
+fn outside_a(t: &TestState) -> Vec<(u64, String, String)> {
+    let status = t.state.cluster_status();
+    let mut out = Vec::new();
+    for n in &status.nodes {
+        for r in &n.resources {
+            if r.name.namespace() != Some("a") {
+                out.push((n.id.0, r.name.to_string(), r.total.to_string()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A cluster with `b/pool` of 2 and `shared/lic` of 1 on one node, set by the admin.
+fn with_others_resources(config: StateConfig) -> (TestState, escher_proto::types::NodeId) {
+    let mut t = TestState::with_config(config);
+    let node = t.node("n", "cpu=8");
+    t.set_resources(
+        None,
+        vec![
+            set("b/pool", "2", on(node)),
+            set("shared/lic", "1", on(node)),
+        ],
+    )
+    .unwrap();
+    (t, node)
+}
+
+#[test]
+fn every_write_path_refuses_another_namespaces_names_with_one_rule() {
+    let (mut t, node) = with_others_resources(StateConfig::default());
+    let before = outside_a(&t);
+    let refused = |result: Result<_, ApplyError>, what: &str| match result {
+        Err(e @ ApplyError::OtherNamespace { .. }) => {
+            assert!(e.to_string().contains("namespace a cannot change"), "{e}");
+        }
+        other => panic!("{what}: {other:?}"),
+    };
+    for target in ["b/pool", "shared/lic"] {
+        refused(
+            t.set_resources(Some("a"), vec![set(target, "100000", on(node))])
+                .map(|_| ()),
+            "SetResources",
+        );
+        let hook = task("cpu=1").on_start(adjust(target, "+50", on(node)));
+        refused(
+            submit_specs(&mut t, Some("a"), vec![hook.build()]).map(|_| ()),
+            "an on_start hook",
+        );
+        let hook = task("cpu=1").on_success(adjust(target, "-1", on(node)));
+        refused(
+            submit_specs(&mut t, Some("a"), vec![hook.build()]).map(|_| ()),
+            "an on_success hook",
+        );
+        let ghost = task("cpu=1").ghost(&format!("{target}=7"));
+        refused(
+            submit_specs(&mut t, Some("a"), vec![ghost.build()]).map(|_| ()),
+            "a ghost's creates",
+        );
+        let reserve = t.try_apply(Command::Reserve {
+            name: name(target),
+            bundles: vec![res("cpu=1")],
+            strategy: GangStrategy::Pack,
+            timeout: None,
+            namespace: Some(ns("a")),
+        });
+        refused(reserve.map(|_| ()), "a reservation's name");
+    }
+    assert_eq!(outside_a(&t), before);
+    // Requiring them is reading, which is allowed; and the admin writes any.
+    submit_specs(&mut t, Some("a"), vec![task("shared/lic=1").build()]).unwrap();
+    t.set_resources(None, vec![set("b/pool", "3", on(node))])
+        .unwrap();
+}
+
+fn submit_specs(
+    t: &mut TestState,
+    namespace: Option<&str>,
+    specs: Vec<escher_proto::types::TaskSpec>,
+) -> Result<Vec<TaskId>, ApplyError> {
+    let out = t.try_apply(Command::Submit {
+        tasks: specs,
+        namespace: namespace.map(ns),
+    })?;
+    match out.reply {
+        Reply::Submitted(ids) => Ok(ids),
+        other => panic!("Submit replied {other:?}"),
+    }
+}
+
+#[test]
+fn hooks_and_ghosts_count_against_the_namespaces_resource_names() {
+    let (mut t, node) = with_others_resources(StateConfig {
+        namespace_resources: 1,
+        ..StateConfig::default()
+    });
+    // One hook creates a name (the quota's one), a second task's hook a second: refused and
+    // recorded on the task, not applied.
+    let first = task("cpu=1").on_start(set("x", "1", on(node)));
+    let second = task("cpu=1").on_start(set("y", "1", on(node)));
+    let ghost = task("cpu=1").ghost("z=1");
+    let ids = submit_specs(
+        &mut t,
+        Some("a"),
+        vec![first.build(), second.build(), ghost.build()],
+    )
+    .unwrap();
+    let held: Vec<String> = t.state.cluster_status().nodes[0]
+        .resources
+        .iter()
+        .filter(|r| r.name.namespace() == Some("a"))
+        .map(|r| r.name.to_string())
+        .collect();
+    assert_eq!(held, ["a/x"]);
+    for id in &ids[1..] {
+        let errors = &t.state.status(*id).unwrap().hook_errors;
+        assert!(
+            errors.iter().any(|e| e.contains("--namespace-resources")),
+            "{id}: {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn requeueing_a_failed_task_counts_against_the_unfinished_quota() {
+    let mut t = quota(1);
+    t.node("n", "cpu=1");
+    let id = submit(&mut t, Some("a"), 1).unwrap()[0];
+    t.finish_current(id, Ok(TaskResult::Exited { code: 1 }));
+    assert_eq!(t.task_state(id), TaskState::Failed);
+    // The one unfinished task the quota allows is taken by another; a requeue would be a
+    // second.
+    submit(&mut t, Some("a"), 1).unwrap();
+    let err = t
+        .try_apply(Command::Requeue {
+            task: id,
+            resources: res("cpu=1"),
+        })
+        .unwrap_err();
+    assert!(matches!(err, ApplyError::QuotaExceeded { .. }), "{err}");
+}
+
+/// One step of an application of namespace `a` trying every write path, or of the cluster
+/// moving on (tasks ending, a node joining or leaving).
+#[derive(Debug, Clone)]
+enum Step {
+    Set(usize, i64),
+    Hook(usize, bool, i64),
+    Ghost(usize, u64),
+    Reserve(usize),
+    Requeue(usize),
+    Finish(usize, bool),
+    NodeJoins,
+    NodeLeaves(usize),
+}
+
+/// The names an attacker in `a` writes: its own, another application's, the shared namespace's.
+const TARGETS: [&str; 4] = ["pool", "a/pool", "b/pool", "shared/lic"];
+
+fn step() -> impl Strategy<Value = Step> {
+    prop_oneof![
+        (0..TARGETS.len(), -3i64..5).prop_map(|(n, d)| Step::Set(n, d)),
+        (0..TARGETS.len(), any::<bool>(), -3i64..5).prop_map(|(n, s, d)| Step::Hook(n, s, d)),
+        (0..TARGETS.len(), 1u64..4).prop_map(|(n, a)| Step::Ghost(n, a)),
+        (0..TARGETS.len()).prop_map(Step::Reserve),
+        (0..8usize).prop_map(Step::Requeue),
+        (0..8usize, any::<bool>()).prop_map(|(i, ok)| Step::Finish(i, ok)),
+        Just(Step::NodeJoins),
+        (0..3usize).prop_map(Step::NodeLeaves),
+    ]
+}
+
+fn delta(target: &str, d: i64, node: escher_proto::types::NodeId) -> ResourceUpdate {
+    if d >= 0 {
+        adjust(target, &format!("+{d}"), on(node))
+    } else {
+        adjust(target, &format!("{d}"), on(node))
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Whatever an application does, through whichever path, nothing outside its namespace
+    /// changes and every quota holds after every step.
+    #[test]
+    fn an_application_changes_nothing_outside_its_namespace(steps in prop::collection::vec(step(), 1..40)) {
+        let config = StateConfig {
+            namespace_unfinished: 4,
+            namespace_resources: 2,
+            ..StateConfig::default()
+        };
+        let (mut t, first) = with_others_resources(config);
+        let mut nodes = vec![first];
+        let mut tasks: Vec<TaskId> = Vec::new();
+        let mut joined = 0;
+        for step in steps {
+            t.advance(1);
+            let before = outside_a(&t);
+            let node = nodes[0];
+            match step {
+                Step::Set(n, d) => {
+                    let _ = t.set_resources(Some("a"), vec![delta(TARGETS[n], d, node)]);
+                }
+                Step::Hook(n, start, d) => {
+                    let update = delta(TARGETS[n], d, escher_proto::types::NodeId(0));
+                    let update = ResourceUpdate { target: NodeSpec::Local, ..update };
+                    let spec = if start { task("cpu=1").on_start(update) } else { task("cpu=1").on_success(update) };
+                    if let Ok(ids) = submit_specs(&mut t, Some("a"), vec![spec.build()]) {
+                        tasks.extend(ids);
+                    }
+                }
+                Step::Ghost(n, amount) => {
+                    let spec = task("cpu=1").ghost(&format!("{}={amount}", TARGETS[n]));
+                    if let Ok(ids) = submit_specs(&mut t, Some("a"), vec![spec.build()]) {
+                        tasks.extend(ids);
+                    }
+                }
+                Step::Reserve(n) => {
+                    let _ = t.try_apply(Command::Reserve {
+                        name: name(TARGETS[n]),
+                        bundles: vec![res("cpu=1")],
+                        strategy: GangStrategy::Pack,
+                        timeout: None,
+                        namespace: Some(ns("a")),
+                    });
+                }
+                Step::Requeue(i) => {
+                    if let Some(&id) = tasks.get(i) {
+                        let _ = t.try_apply(Command::Requeue { task: id, resources: res("cpu=1") });
+                    }
+                }
+                Step::Finish(i, ok) => {
+                    if let Some(&id) = tasks.get(i)
+                        && t.task_state(id) == TaskState::Running
+                    {
+                        let code = if ok { 0 } else { 1 };
+                        t.finish_current(id, Ok(TaskResult::Exited { code }));
+                    }
+                }
+                Step::NodeJoins => {
+                    joined += 1;
+                    let id = t.node(&format!("m{joined}"), "cpu=2");
+                    nodes.push(id);
+                    // The admin gives the new node the others' resources too.
+                    t.set_resources(None, vec![set("b/pool", "2", on(id)), set("shared/lic", "1", on(id))]).unwrap();
+                    continue;
+                }
+                Step::NodeLeaves(i) => {
+                    if nodes.len() > 1 {
+                        let id = nodes.remove(1 + i % (nodes.len() - 1));
+                        t.remove_node(id);
+                    }
+                    // What the node held left with it, for everyone alike.
+                    continue;
+                }
+            }
+            prop_assert_eq!(outside_a(&t), before);
+            let unfinished = t.state.unfinished_by_namespace().get(&ns("a")).copied().unwrap_or(0);
+            prop_assert!(unfinished <= 4, "{} unfinished", unfinished);
+            let names: std::collections::BTreeSet<String> = t.state.cluster_status().nodes.iter()
+                .flat_map(|n| n.resources.iter())
+                .filter(|r| r.name.namespace() == Some("a"))
+                .map(|r| r.name.to_string())
+                .collect();
+            prop_assert!(names.len() <= 2, "{:?}", names);
+        }
+    }
 }

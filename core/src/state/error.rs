@@ -42,6 +42,18 @@ pub enum ApplyError {
          delete it (use a name of your own, e.g. my-{0})"
     )]
     Physical(ResourceName),
+    /// An application tried to write (set, resize, delete, create through a hook, a ghost or a
+    /// reservation) a name of another namespace, or of `shared`.
+    #[error(
+        "namespace {namespace} cannot change {name}: it belongs to another namespace (tasks may \
+         require shared and other namespaces' resources, but write only their own)"
+    )]
+    OtherNamespace {
+        /// The name.
+        name: ResourceName,
+        /// The writer's namespace.
+        namespace: Namespace,
+    },
     /// No node has this id.
     #[error("unknown node {0}")]
     UnknownNode(NodeId),

@@ -50,6 +50,11 @@ impl ClusterState {
             return Err(refuse("it is being cancelled".into()));
         }
         let ns = rec.namespace();
+        if rec.state == TaskState::Failed {
+            // A failed task that runs again is unfinished again: the quota counts it, as it
+            // counts a submit.
+            self.check_quota(ns.as_ref(), 1)?;
+        }
         let mut qualified = ResourceSet::new();
         for (name, amount) in resources.iter() {
             qualified.insert(self.qualify(name, ns.as_ref())?, amount);

@@ -24,6 +24,25 @@ impl ClusterState {
         Ok(ns.map_or_else(|| name.clone(), |ns| name.in_namespace(ns)))
     }
 
+    /// `name` qualified as for [`Self::qualify`], refused unless `ns` may write it
+    /// ([`ResourceName::writable_in`]): the check of every path that creates, resizes or
+    /// deletes a resource.
+    pub(crate) fn qualify_writable(
+        &self,
+        name: &ResourceName,
+        ns: Option<&Namespace>,
+    ) -> Result<ResourceName, ApplyError> {
+        let name = self.qualify(name, ns)?;
+        check_not_physical(&name)?;
+        match ns {
+            Some(ns) if !name.writable_in(Some(ns)) => Err(ApplyError::OtherNamespace {
+                name,
+                namespace: ns.clone(),
+            }),
+            _ => Ok(name),
+        }
+    }
+
     /// The target as the application in `ns` means it: the resource names a `Match` selects by
     /// are qualified like every other name.
     pub(crate) fn qualify_target(
@@ -59,9 +78,8 @@ impl ClusterState {
         updates
             .into_iter()
             .map(|mut u| {
-                u.name = self.qualify(&u.name, ns)?;
+                u.name = self.qualify_writable(&u.name, ns)?;
                 u.target = self.qualify_target(u.target, ns)?;
-                check_not_physical(&u.name)?;
                 if u.target == NodeSpec::Local {
                     u.target = NodeSpec::Node(self.caller_node(caller)?);
                 }
@@ -218,15 +236,26 @@ impl ClusterState {
                 h
             })
             .collect();
-        if let Err(err) = self.set_resources(&resolved, now) {
+        // Hooks count against the namespace's resource names as a SetResources call does.
+        let ns = self.tasks.get(&task).and_then(|r| r.namespace());
+        let applied = self
+            .check_resource_quota(ns.as_ref(), &resolved)
+            .and_then(|()| self.set_resources(&resolved, now).map(|_| ()));
+        if let Err(err) = applied {
             tracing::warn!(%task, %err, "a task hook could not be applied");
-            if let Some(rec) = self.tasks.get_mut(&task) {
-                if rec.hook_errors.len() == MAX_HOOK_ERRORS {
-                    rec.hook_errors.remove(0);
-                }
-                rec.hook_errors
-                    .push(format!("attempt {}: {err}", rec.attempt));
+            self.record_hook_error(task, &err);
+        }
+    }
+
+    /// Records on the task (its status lists them) why one of its hooks or ghost resources
+    /// could not be applied.
+    fn record_hook_error(&mut self, task: TaskId, err: &ApplyError) {
+        if let Some(rec) = self.tasks.get_mut(&task) {
+            if rec.hook_errors.len() == MAX_HOOK_ERRORS {
+                rec.hook_errors.remove(0);
             }
+            rec.hook_errors
+                .push(format!("attempt {}: {err}", rec.attempt));
         }
     }
 
@@ -239,6 +268,7 @@ impl ClusterState {
         if !self.core.has_node(node) {
             return;
         }
+        let ns = self.tasks.get(&task).and_then(|r| r.namespace());
         let updates: Vec<ResourceUpdate> = creates
             .iter()
             .map(|(name, cap)| {
@@ -258,6 +288,11 @@ impl ClusterState {
         for update in updates {
             // One at a time: if another party already removed one, the others still go.
             let single = std::slice::from_ref(&update);
+            // A ghost's names count against its namespace's quota as a SetResources call's do.
+            if start && let Err(err) = self.check_resource_quota(ns.as_ref(), single) {
+                self.record_hook_error(task, &err);
+                continue;
+            }
             if self.set_resources(single, now).is_err() && !start {
                 let delete = ResourceUpdate {
                     op: CapacityOp::Delete,

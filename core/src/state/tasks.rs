@@ -117,8 +117,7 @@ impl ClusterState {
         ns: Option<&Namespace>,
         now: Millis,
     ) -> Result<Vec<TaskId>, ApplyError> {
-        let name = self.qualify(&name, ns)?;
-        super::resources::check_not_physical(&name)?;
+        let name = self.qualify_writable(&name, ns)?;
         if self.reservations.contains_key(&name) {
             return Err(ApplyError::ReservationExists(name));
         }
@@ -576,9 +575,8 @@ impl ClusterState {
         }
         spec.resources = resources;
         for hook in spec.on_start.iter_mut().chain(spec.on_success.iter_mut()) {
-            hook.name = self.qualify(&hook.name, ns)?;
+            hook.name = self.qualify_writable(&hook.name, ns)?;
             hook.target = self.qualify_target(hook.target.clone(), ns)?;
-            super::resources::check_not_physical(&hook.name)?;
             if let NodeSpec::Match {
                 num_nodes: Some(0), ..
             } = hook.target
@@ -588,8 +586,7 @@ impl ClusterState {
         }
         if let TaskKind::Ghost { creates, .. } = &mut spec.kind {
             for (name, _) in creates.iter_mut() {
-                *name = self.qualify(name, ns)?;
-                super::resources::check_not_physical(name)?;
+                *name = self.qualify_writable(name, ns)?;
             }
         }
         Ok(spec)
@@ -603,7 +600,7 @@ pub(crate) fn millis(d: std::time::Duration) -> Millis {
 
 impl ClusterState {
     /// Refuses a batch of `n` tasks that would take `namespace` past its unfinished-task quota.
-    fn check_quota(&self, namespace: Option<&Namespace>, n: usize) -> Result<(), ApplyError> {
+    pub(crate) fn check_quota(&self, namespace: Option<&Namespace>, n: usize) -> Result<(), ApplyError> {
         let Some(ns) = namespace else {
             return Ok(());
         };

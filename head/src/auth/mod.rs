@@ -137,24 +137,11 @@ impl Caller {
     /// request: an unqualified name is qualified with the caller's namespace). Physical names
     /// are refused later, for everyone, by the state.
     pub fn may_change(&self, name: &ResourceName) -> bool {
-        match (self, name.namespace()) {
-            (
-                Caller::Admin
-                | Caller::Task {
-                    namespace: None, ..
-                },
-                _,
-            ) => true,
-            (
-                Caller::App(ns)
-                | Caller::Task {
-                    namespace: Some(ns),
-                    ..
-                },
-                Some(qualifier),
-            ) => qualifier == ns.as_str(),
-            (Caller::App(_) | Caller::Task { .. }, None) => true,
-            (Caller::Reader | Caller::Worker, _) => false,
+        match self {
+            Caller::Admin => true,
+            Caller::App(ns) => name.writable_in(Some(ns)),
+            Caller::Task { namespace, .. } => name.writable_in(namespace.as_ref()),
+            Caller::Reader | Caller::Worker => false,
         }
     }
 

@@ -114,7 +114,9 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         return status;
     }
     match err {
-        ApplyError::WrongSecret(_) => Status::permission_denied(message),
+        ApplyError::WrongSecret(_) | ApplyError::OtherNamespace { .. } => {
+            Status::permission_denied(message)
+        }
         ApplyError::Evicted(evicted) => evicted.into_status(),
         ApplyError::QuotaExceeded { .. } | ApplyError::ResourceQuotaExceeded { .. } => {
             Status::resource_exhausted(message)

@@ -161,6 +161,17 @@ impl ResourceName {
         self.0.split_once('/').map_or(&self.0, |(_, local)| local)
     }
 
+    /// Whether a caller of namespace `ns` may create, resize or delete this (qualified) name:
+    /// the admin (no namespace) any, an application only its own namespace's. Names of the
+    /// `shared` namespace and of other applications are for reading (requiring) only. The one
+    /// rule behind every write path: resource calls, hooks, ghosts, reservations.
+    pub fn writable_in(&self, ns: Option<&Namespace>) -> bool {
+        match ns {
+            None => true,
+            Some(ns) => self.namespace().is_none_or(|q| q == ns.as_str()),
+        }
+    }
+
     /// This name as seen by an application in `ns`: physical and already qualified names are
     /// unchanged, and an unqualified application name becomes `ns/name`. Always valid: both
     /// parts are segments of at most 63 bytes, so the result is at most 127.
