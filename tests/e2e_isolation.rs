@@ -14,7 +14,7 @@ mod procs;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use escher::types::{Grant, LogStream, Role, TaskState};
+use escher::types::{Grant, LogStream, Role, TaskState, WatchRequest};
 use escher::{Client, Task};
 use escher_proto::types::ISOLATION_LABEL;
 use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
@@ -156,5 +156,96 @@ async fn a_worker_that_cannot_isolate_says_so_or_refuses_to_start() {
         exit.1.contains("--require-isolation") && exit.1.contains("share the worker's user"),
         "{}",
         exit.1
+    );
+}
+
+/// The next item of `watch` within `limit`: `Ok(None)` when it ended, `Err` when it is still
+/// open and silent.
+async fn watch_end(watch: &mut escher::Watch, limit: Duration) -> Result<String, ()> {
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        match tokio::time::timeout_at(deadline, watch.next()).await {
+            Err(_) => return Err(()),
+            Ok(None) => return Ok("ended".into()),
+            Ok(Some(Err(e))) => return Ok(e.to_string()),
+            Ok(Some(Ok(_))) => {}
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_token_and_an_ended_attempt_close_their_open_streams() {
+    let cluster = ProcessCluster::builder().workers(1).start().await;
+    let admin = cluster.client().await;
+    let grant = Grant::new(Role::App, Some("appa".parse().unwrap())).unwrap();
+    let created = admin.create_token(grant, "appa").await.unwrap();
+    let app = cluster.client().await.with_token(created.token.clone());
+    let mut watch = app.watch(WatchRequest::all()).await.unwrap();
+    // Opens the client's SubmitStream, which stays open for later submits.
+    app.submit(Task::command(["true"]).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let tasks_before = admin
+        .list_tasks(Default::default(), None)
+        .await
+        .unwrap()
+        .len();
+
+    admin.revoke_token(created.info.id.clone()).await.unwrap();
+    let revoked = std::time::Instant::now();
+    // A submit on the stream opened before the revoke is refused, and nothing is created.
+    let err = app
+        .submit(Task::command(["true"]).resources_str("cpu=1"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("revoked"), "{err}");
+    let tasks_after = admin
+        .list_tasks(Default::default(), None)
+        .await
+        .unwrap()
+        .len();
+    assert_eq!(tasks_after, tasks_before);
+    // The watch opened before it ends, saying why, within a second or so.
+    let end = watch_end(&mut watch, Duration::from_secs(5))
+        .await
+        .expect("the revoked token's watch still open 5 s after the revoke");
+    assert!(
+        revoked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        revoked.elapsed()
+    );
+    assert!(end.contains("revoked"), "{end}");
+
+    // A task credential's watch ends with its attempt.
+    let task = admin
+        .submit(
+            Task::command(["sh", "-c", r#"echo "$ESCHER_TASK_TOKEN"; exec sleep 60"#])
+                .resources_str("cpu=1"),
+        )
+        .await
+        .unwrap()
+        .id();
+    let credential = eventually("the task to print its credential", WAIT, || {
+        let admin = admin.clone();
+        async move {
+            let out = admin.logs(task, LogStream::Stdout).await.ok()?;
+            let text = String::from_utf8(out).ok()?;
+            let line = text.lines().next()?.trim().to_string();
+            (!line.is_empty()).then_some(line)
+        }
+    })
+    .await;
+    let as_task = cluster.client().await.with_token(credential);
+    let mut watch = as_task.watch(WatchRequest::all()).await.unwrap();
+    admin.cancel([task]).await.unwrap();
+    let cancelled = std::time::Instant::now();
+    let end = watch_end(&mut watch, Duration::from_secs(10))
+        .await
+        .expect("a cancelled task's credential still watching 10 s later");
+    assert!(end.contains("only while that attempt runs"), "{end}");
+    assert!(
+        cancelled.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        cancelled.elapsed()
     );
 }

@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use tonic::Status;
 use tonic::body::Body;
 
+use super::revoke::{self, GuardedBody, RecheckedRequest, Revalidation};
 use super::{Caller, Keys, RunningAttempts, check_attempt};
 
 /// What the layer tells of every call, as it passes (the runtime's metrics count them): the
@@ -204,7 +205,7 @@ pub(crate) fn authorize(
 }
 
 /// The token of `authorization: Bearer <token>`.
-fn bearer(headers: &http::HeaderMap) -> Result<&str, Status> {
+pub(crate) fn bearer(headers: &http::HeaderMap) -> Result<&str, Status> {
     let missing = || {
         Status::unauthenticated(
             "this call carries no token (metadata `authorization: Bearer <token>`); the escher \
@@ -327,6 +328,22 @@ where
                     _ => None,
                 };
                 request.extensions_mut().insert(caller);
+                // A stream outlives the check above: its credential is checked again while it
+                // is open (see `revoke.rs`).
+                let path_now = request.uri().path();
+                let token = (self.enforce && revoke::streams(path_now))
+                    .then(|| bearer(request.headers()).ok().map(str::to_owned))
+                    .flatten();
+                let guard = token.as_deref().map(|token| {
+                    Revalidation::new(Arc::clone(&self.keys), token, self.attempts.clone())
+                });
+                if let Some(token) = &token
+                    && revoke::streams_requests(path_now)
+                {
+                    let keys = Arc::clone(&self.keys);
+                    request =
+                        request.map(|body| Body::new(RecheckedRequest::new(body, keys, token)));
+                }
                 if let Some(limit) = limit {
                     let method = request
                         .uri()
@@ -352,6 +369,9 @@ where
                     }
                     let mut response = inner.call(request).await?;
                     undecodable_is_invalid_argument(response.headers_mut());
+                    if let Some(guard) = guard {
+                        response = response.map(|body| Body::new(GuardedBody::new(body, guard)));
+                    }
                     // An error answered at once carries its status in the headers (a
                     // trailers-only response); a success, or a stream that fails later,
                     // carries it in the trailers, which are not counted.

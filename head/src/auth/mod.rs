@@ -25,6 +25,7 @@
 
 mod attempts;
 mod layer;
+mod revoke;
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
@@ -39,6 +40,8 @@ use crate::state::{ClusterState, TokenHash};
 pub use attempts::{Running, RunningAttempts, check_attempt};
 pub(crate) use layer::authorize;
 pub use layer::{AuthLayer, CallObserver, Need, need};
+pub(crate) use layer::bearer;
+pub use revoke::{GuardedStream, RECHECK, Revalidation};
 
 /// The prefix of a task credential.
 const TASK_PREFIX: &str = "escher-task-";

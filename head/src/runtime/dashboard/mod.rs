@@ -15,6 +15,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use axum::Json;
@@ -39,7 +40,7 @@ use escher_proto::wire::{self, cluster_server::Cluster};
 
 use super::cluster_svc::ClusterService;
 use super::handle::{READ_METADATA, STALE};
-use crate::auth::{Caller, Keys, authorize, check_attempt};
+use crate::auth::{Caller, GuardedStream, Keys, Revalidation, authorize, check_attempt};
 
 /// The page.
 const INDEX_HTML: &str = include_str!("assets/index.html");
@@ -547,6 +548,26 @@ async fn events(
         };
         Ok(event)
     });
+    // The feed ends when the token that opened it is revoked (or, for a task's credential,
+    // when its attempt ends), as a gRPC Watch does.
+    let guard = match crate::auth::bearer(&headers) {
+        Ok(token) if d.enforce => Some(Revalidation::new(
+            Arc::clone(&d.keys),
+            token,
+            Some(Arc::new(d.svc.owner.clone())),
+        )),
+        _ => None,
+    };
+    let events: Pin<Box<dyn Stream<Item = Result<Event, Infallible>> + Send>> = match guard {
+        Some(guard) => Box::pin(GuardedStream::new(events, guard, |status: Status| {
+            Ok(Event::default().event("end").data(format!(
+                "{:?}: {}",
+                status.code(),
+                status.message()
+            )))
+        })),
+        None => Box::pin(events),
+    };
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
 
