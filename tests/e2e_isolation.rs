@@ -249,3 +249,115 @@ async fn a_revoked_token_and_an_ended_attempt_close_their_open_streams() {
         cancelled.elapsed()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn task_specs_and_a_workers_queue_are_bounded_in_bytes() {
+    use escher::access::Bearer;
+    use escher::types::{RegisterRequest, WorkerMessage};
+    use escher_proto::wire::{self, worker_link_client::WorkerLinkClient};
+
+    let mut_args = [
+        "--max-task-bytes",
+        "1100000",
+        "--namespace-spec-bytes",
+        "4000000",
+    ];
+    let cluster = ProcessCluster::builder()
+        .workers(1)
+        .resources("cpu=64")
+        .head_args(&mut_args)
+        .start()
+        .await;
+    let admin = cluster.client().await;
+    let app = tenant(&cluster, &admin, "appa").await;
+    let big = |bytes: usize| Task::command(["true", &"x".repeat(bytes)]).resources_str("cpu=1");
+
+    // One task past the per-task limit is refused, naming the limit and its flag.
+    let err = app.submit(big(2 << 20)).await.unwrap_err();
+    assert!(err.to_string().contains("--max-task-bytes"), "{err}");
+    // Three of 1 MiB fit the namespace's 4,000,000 bytes; the fourth does not.
+    for _ in 0..3 {
+        app.submit(big(1 << 20)).await.unwrap();
+    }
+    let err = app.submit(big(1 << 20)).await.unwrap_err();
+    assert!(err.to_string().contains("--namespace-spec-bytes"), "{err}");
+
+    // A worker that never reads its stream is cut off once its queue holds 64 MiB, and its
+    // node is handled as lost: the head does not buffer for it without bound.
+    let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
+    let channel = tonic::transport::Endpoint::from_shared(cluster.head_url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut link = WorkerLinkClient::with_interceptor(channel, Bearer::new(&access.worker_token));
+    let request = RegisterRequest {
+        name: "sink".into(),
+        address: "127.0.0.1".into(),
+        resources: "cpu=1000,sink=1000".parse().unwrap(),
+        labels: Default::default(),
+        running: vec![],
+        gpus: vec![],
+        finished: vec![],
+        identity: None,
+        boot_id: 3,
+    };
+    let reply = link
+        .register(wire::RegisterRequest::from(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let reply = escher::types::RegisterReply::try_from(reply).unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(8);
+    let hello = WorkerMessage::Hello {
+        node_id: reply.node_id,
+        secret: reply.secret.unwrap(),
+        interned_names: false,
+    };
+    tx.send(wire::WorkerBatch {
+        messages: vec![hello.into()],
+    })
+    .await
+    .unwrap();
+    // Attached, and never read; but heartbeating, so that only the queue can give it away.
+    let _unread = link
+        .attach(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap();
+    let beats = tokio::spawn({
+        let tx = tx.clone();
+        async move {
+            loop {
+                let beat = WorkerMessage::Heartbeat { metrics: vec![] };
+                let batch = wire::WorkerBatch {
+                    messages: vec![beat.into()],
+                };
+                if tx.send(batch).await.is_err() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    });
+    for _ in 0..100 {
+        admin
+            .submit(Task::command(["true", &"x".repeat(1 << 20)]).resources_str("sink=1"))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "the head to give up on the worker that does not read",
+        WAIT,
+        || {
+            let admin = admin.clone();
+            async move {
+                let status = admin.cluster_status().await.ok()?;
+                let sink = status.nodes.iter().find(|n| n.name == "sink")?;
+                (!sink.alive).then_some(())
+            }
+        },
+    )
+    .await;
+    beats.abort();
+    drop(tx);
+}

@@ -1591,6 +1591,8 @@ proptest! {
             namespace_unfinished: 4,
             namespace_result_bytes: 48,
             namespace_resources: 6,
+            max_task_bytes: 4096,
+            namespace_spec_bytes: 2048,
         });
         let mut known = 0u64;
         for op in &ops {

@@ -484,3 +484,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn task_specs_are_bounded_in_bytes_per_task_and_per_namespace() {
+    let mut t = TestState::with_config(StateConfig {
+        max_task_bytes: 64 * 1024,
+        namespace_spec_bytes: 200 * 1024,
+        ..StateConfig::default()
+    });
+    t.node("n", "cpu=1");
+    let sized = |kib: usize| {
+        let mut spec = task("cpu=1").build();
+        if let escher_proto::types::TaskKind::Command { argv, .. } = &mut spec.kind {
+            argv.push("x".repeat(kib * 1024));
+        }
+        spec
+    };
+    // One task past the limit refuses its whole batch, from the admin too.
+    let err = submit_specs(&mut t, None, vec![sized(1), sized(65)]).unwrap_err();
+    assert!(
+        matches!(err, ApplyError::TaskTooLarge { index: 1, .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("--max-task-bytes"), "{err}");
+    // Three of 60 KiB fit the namespace's 200 KiB; a fourth does not, and says so.
+    submit_specs(&mut t, Some("a"), vec![sized(60), sized(60), sized(60)]).unwrap();
+    let err = submit_specs(&mut t, Some("a"), vec![sized(60)]).unwrap_err();
+    assert!(matches!(err, ApplyError::SpecBytesExceeded { .. }), "{err}");
+    assert!(err.to_string().contains("--namespace-spec-bytes"), "{err}");
+    // Another namespace has its own.
+    submit_specs(&mut t, Some("b"), vec![sized(60)]).unwrap();
+}

@@ -46,6 +46,8 @@ proptest! {
             namespace_unfinished: 3,
             namespace_result_bytes: 48,
             namespace_resources: 6,
+            max_task_bytes: 4096,
+            namespace_spec_bytes: 2048,
         };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());

@@ -30,6 +30,14 @@ pub struct StateConfig {
     /// The most resource names one application namespace may have on live nodes; a call that
     /// would create more is refused whole.
     pub namespace_resources: u64,
+    /// The largest task spec the head takes, in bytes (see
+    /// [`TaskSpec::stored_bytes`](escher_proto::types::TaskSpec::stored_bytes)), from any
+    /// caller; a batch holding a larger one is refused whole.
+    pub max_task_bytes: u64,
+    /// The most bytes of task specs one application namespace may have the head keep (its
+    /// unfinished tasks and the finished ones retention keeps); a batch past it is refused
+    /// whole.
+    pub namespace_spec_bytes: u64,
 }
 
 impl Default for StateConfig {
@@ -40,6 +48,8 @@ impl Default for StateConfig {
             namespace_unfinished: 1_000_000,
             namespace_result_bytes: 1024 * 1024 * 1024,
             namespace_resources: 100_000,
+            max_task_bytes: 4 * 1024 * 1024,
+            namespace_spec_bytes: 512 * 1024 * 1024,
         }
     }
 }
@@ -79,6 +89,10 @@ pub struct ClusterState {
     /// like `unfinished`.
     #[serde(skip)]
     pub(crate) result_bytes: BTreeMap<Namespace, u64>,
+    /// Bytes of task specs kept per namespace, for the quota; derived from `tasks` like
+    /// `unfinished`.
+    #[serde(skip)]
+    pub(crate) spec_bytes: BTreeMap<Namespace, u64>,
     /// Reservations in use, with their unfinished holders; a name is free again when the last
     /// ends. Derived from `tasks` like `unfinished`.
     #[serde(skip)]
@@ -118,6 +132,7 @@ impl ClusterState {
             retention: Retention::default(),
             unfinished: BTreeMap::new(),
             result_bytes: BTreeMap::new(),
+            spec_bytes: BTreeMap::new(),
             reservations: BTreeMap::new(),
             creators: BTreeMap::new(),
             effects: Vec::new(),
@@ -132,6 +147,7 @@ impl ClusterState {
         self.config = config;
         self.unfinished.clear();
         self.result_bytes.clear();
+        self.spec_bytes.clear();
         self.reservations.clear();
         self.creators.clear();
         for (id, rec) in &self.tasks {
@@ -151,6 +167,7 @@ impl ClusterState {
             if !rec.state.is_terminal() {
                 *self.unfinished.entry(ns.clone()).or_default() += 1;
             }
+            *self.spec_bytes.entry(ns.clone()).or_default() += rec.spec.stored_bytes();
             if let Some(bytes) = rec.result_bytes() {
                 *self.result_bytes.entry(ns).or_default() += bytes;
             }

@@ -36,6 +36,37 @@ pub enum ApplyError {
         /// The quota.
         limit: u64,
     },
+    /// One task of a batch is larger than a task may be; nothing was accepted.
+    #[error(
+        "task {index} of the batch takes {bytes} bytes (its command, arguments, environment and \
+         labels), past the limit of {limit} per task; pass large data another way (a file, a \
+         store), or ask the operator to raise escher-head --max-task-bytes"
+    )]
+    TaskTooLarge {
+        /// Its index in the batch.
+        index: usize,
+        /// Its size, as [`TaskSpec::stored_bytes`](escher_proto::types::TaskSpec::stored_bytes)
+        /// counts it.
+        bytes: u64,
+        /// The limit.
+        limit: u64,
+    },
+    /// A batch would take a namespace past the bytes of task specs it may keep in the head.
+    #[error(
+        "namespace {namespace} keeps {stored} bytes of task specs and the batch adds {asked}, \
+         past its quota of {limit}; wait for finished tasks to be released (retention), or ask \
+         the operator to raise escher-head --namespace-spec-bytes"
+    )]
+    SpecBytesExceeded {
+        /// The namespace.
+        namespace: Namespace,
+        /// Bytes of specs it keeps now.
+        stored: u64,
+        /// Bytes the batch adds.
+        asked: u64,
+        /// The quota.
+        limit: u64,
+    },
     /// An application tried to set, delete or create a worker-reported resource.
     #[error(
         "{0} is a physical resource reported by workers; applications cannot set, create or \

@@ -99,6 +99,11 @@ impl ClusterState {
         &self.creators
     }
 
+    /// The bytes of task specs each namespace has the head keep, as the quota counts them.
+    pub fn spec_bytes_by_namespace(&self) -> &BTreeMap<Namespace, u64> {
+        &self.spec_bytes
+    }
+
     /// The bytes of function results each namespace stores, as the quota counts them.
     pub fn result_bytes_by_namespace(&self) -> &BTreeMap<Namespace, u64> {
         &self.result_bytes

@@ -197,6 +197,7 @@ impl ClusterState {
             return;
         };
         self.release_result_bytes(&record);
+        self.count_spec_bytes(&record.spec, false);
         let limit = self.config.retention.tombstones;
         if limit == 0 {
             return;

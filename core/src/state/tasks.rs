@@ -26,13 +26,27 @@ impl ClusterState {
         now: Millis,
     ) -> Result<Vec<TaskId>, ApplyError> {
         let mut accepted = Vec::with_capacity(specs.len());
+        let mut bytes = 0u64;
         for (index, spec) in specs.into_iter().enumerate() {
-            accepted.push(self.qualify_spec(spec, namespace, index)?);
+            let spec = self.qualify_spec(spec, namespace, index)?;
+            let size = spec.stored_bytes();
+            let limit = self.config.max_task_bytes;
+            if size > limit {
+                return Err(ApplyError::TaskTooLarge {
+                    index,
+                    bytes: size,
+                    limit,
+                });
+            }
+            bytes = bytes.saturating_add(size);
+            accepted.push(spec);
         }
         self.check_quota(namespace, accepted.len())?;
+        self.check_spec_bytes(namespace, bytes)?;
         let mut ids = Vec::with_capacity(accepted.len());
         for spec in accepted {
             count_unfinished(&mut self.unfinished, namespace_of(&spec), true);
+            self.count_spec_bytes(&spec, true);
             let id = TaskId(self.next_task);
             self.next_task += 1;
             let resources = spec.resources.clone();
@@ -174,9 +188,12 @@ impl ClusterState {
         }
         let deadline = timeout.map(|d| now.saturating_add(millis(d)));
         self.check_quota(ns, specs.len())?;
+        let bytes = specs.iter().map(TaskSpec::stored_bytes).sum();
+        self.check_spec_bytes(ns, bytes)?;
         let mut members = Vec::with_capacity(specs.len());
         for spec in specs {
             count_unfinished(&mut self.unfinished, namespace_of(&spec), true);
+            self.count_spec_bytes(&spec, true);
             let id = TaskId(self.next_task);
             self.next_task += 1;
             members.push((id, spec.resources.clone()));
@@ -600,7 +617,11 @@ pub(crate) fn millis(d: std::time::Duration) -> Millis {
 
 impl ClusterState {
     /// Refuses a batch of `n` tasks that would take `namespace` past its unfinished-task quota.
-    pub(crate) fn check_quota(&self, namespace: Option<&Namespace>, n: usize) -> Result<(), ApplyError> {
+    pub(crate) fn check_quota(
+        &self,
+        namespace: Option<&Namespace>,
+        n: usize,
+    ) -> Result<(), ApplyError> {
         let Some(ns) = namespace else {
             return Ok(());
         };
@@ -619,6 +640,45 @@ impl ClusterState {
 }
 
 impl ClusterState {
+    /// Refuses a batch of specs of `bytes` that would take `namespace` past its quota of spec
+    /// bytes.
+    fn check_spec_bytes(
+        &self,
+        namespace: Option<&Namespace>,
+        bytes: u64,
+    ) -> Result<(), ApplyError> {
+        let Some(ns) = namespace else {
+            return Ok(());
+        };
+        let limit = self.config.namespace_spec_bytes;
+        let stored = self.spec_bytes.get(ns).copied().unwrap_or(0);
+        if stored.saturating_add(bytes) > limit {
+            return Err(ApplyError::SpecBytesExceeded {
+                namespace: ns.clone(),
+                stored,
+                asked: bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// Adds a kept spec to its namespace's bytes, or takes an evicted one out.
+    pub(crate) fn count_spec_bytes(&mut self, spec: &TaskSpec, add: bool) {
+        let Some(ns) = namespace_of(spec) else {
+            return;
+        };
+        let size = spec.stored_bytes();
+        if add {
+            *self.spec_bytes.entry(ns).or_default() += size;
+        } else if let Some(stored) = self.spec_bytes.get_mut(&ns) {
+            *stored = stored.saturating_sub(size);
+            if *stored == 0 {
+                self.spec_bytes.remove(&ns);
+            }
+        }
+    }
+
     /// Takes an evicted task's result out of its namespace's stored bytes.
     pub(crate) fn release_result_bytes(&mut self, rec: &TaskRecord) {
         let (Some(ns), Some(len)) = (rec.namespace(), rec.result_bytes()) else {

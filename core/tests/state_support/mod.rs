@@ -472,6 +472,7 @@ pub fn check_invariants(state: &ClusterState) {
     let mut pending = 0;
     let mut unfinished: BTreeMap<Namespace, u64> = BTreeMap::new();
     let mut result_bytes: BTreeMap<Namespace, u64> = BTreeMap::new();
+    let mut spec_bytes: BTreeMap<Namespace, u64> = BTreeMap::new();
     let mut creators: BTreeMap<ResourceName, BTreeSet<TaskId>> = BTreeMap::new();
     // Task ids are handed out from 1 without gaps; each one has its record, or retention
     // evicted it when it had finished (then the core has forgotten it too).
@@ -503,6 +504,7 @@ pub fn check_invariants(state: &ClusterState) {
             if !rec.state.is_terminal() {
                 *unfinished.entry(ns.clone()).or_default() += 1;
             }
+            *spec_bytes.entry(ns.clone()).or_default() += rec.spec.stored_bytes();
             if let Some(TaskResult::Returned(bytes)) = rec.result.as_deref() {
                 *result_bytes.entry(ns).or_default() += bytes.len() as u64;
             }
@@ -557,6 +559,11 @@ pub fn check_invariants(state: &ClusterState) {
         state.result_bytes_by_namespace(),
         &result_bytes,
         "the quota's stored result bytes are not the tasks'"
+    );
+    assert_eq!(
+        state.spec_bytes_by_namespace(),
+        &spec_bytes,
+        "the quota's spec bytes are not the tasks'"
     );
     assert_eq!(
         state.creators_by_name(),

@@ -79,6 +79,16 @@ struct HeadArgs {
     /// would create more is refused whole with RESOURCE_EXHAUSTED.
     #[arg(long, env = "ESCHER_NAMESPACE_RESOURCES", default_value_t = StateConfig::default().namespace_resources)]
     namespace_resources: u64,
+    /// The largest task the head takes, in bytes (its command, arguments, environment, labels
+    /// and hooks), from any caller; a submission holding a larger one is refused whole with
+    /// RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ESCHER_MAX_TASK_BYTES", default_value_t = StateConfig::default().max_task_bytes)]
+    max_task_bytes: u64,
+    /// The most bytes of task specs one application namespace may have the head keep (its
+    /// unfinished tasks and the finished ones retention keeps); a submission past it is
+    /// refused whole with RESOURCE_EXHAUSTED.
+    #[arg(long, env = "ESCHER_NAMESPACE_SPEC_BYTES", default_value_t = StateConfig::default().namespace_spec_bytes)]
+    namespace_spec_bytes: u64,
     /// Close a connection whose peer has sent nothing for this long (`30s`, `5m`); the head
     /// pings each connection three times per period, so live clients are never cut.
     #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
@@ -211,6 +221,8 @@ impl TryFrom<HeadArgs> for HeadConfig {
                 namespace_unfinished: args.namespace_unfinished_tasks,
                 namespace_result_bytes: args.namespace_result_bytes,
                 namespace_resources: args.namespace_resources,
+                max_task_bytes: args.max_task_bytes,
+                namespace_spec_bytes: args.namespace_spec_bytes,
                 retention: RetentionPolicy {
                     finished: args.retain_finished,
                     finished_for: args.retain_for.into(),

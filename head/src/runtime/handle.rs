@@ -118,7 +118,10 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
             Status::permission_denied(message)
         }
         ApplyError::Evicted(evicted) => evicted.into_status(),
-        ApplyError::QuotaExceeded { .. } | ApplyError::ResourceQuotaExceeded { .. } => {
+        ApplyError::QuotaExceeded { .. }
+        | ApplyError::ResourceQuotaExceeded { .. }
+        | ApplyError::TaskTooLarge { .. }
+        | ApplyError::SpecBytesExceeded { .. } => {
             Status::resource_exhausted(message)
         }
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),

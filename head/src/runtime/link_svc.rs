@@ -12,7 +12,7 @@ use escher_proto::batch::Batches;
 use escher_proto::convert::LinkEncoder;
 use escher_proto::types::{RegisterRequest, WorkerMessage};
 use escher_proto::wire::{self, worker_link_server::WorkerLink};
-use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
+use tokio_stream::{Stream, StreamExt};
 use tokio_util::task::TaskTracker;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -75,7 +75,7 @@ impl WorkerLink for LinkService {
             }
         };
         let conn = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = tokio::sync::mpsc::channel(super::workers::OUTBOX);
+        let (tx, rx) = super::workers::link_channel(super::workers::OUTBOX_BYTES);
         self.owner
             .ask(|reply| Msg::Attach {
                 node,
@@ -107,7 +107,7 @@ impl WorkerLink for LinkService {
         });
         // A worker that reads numbered names gets each resource name once on this stream.
         let mut names = LinkEncoder::new(interned_names);
-        let outbound = Batches::new(ReceiverStream::new(rx).map(move |msg| names.encode(msg)))
+        let outbound = Batches::new(rx.into_stream().map(move |msg| names.encode(msg)))
             .map(|messages| Ok(wire::HeadBatch { messages }));
         Ok(Response::new(Box::pin(outbound)))
     }

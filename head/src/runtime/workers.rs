@@ -16,8 +16,9 @@
 //! acknowledged report is committed, a committed report is never applied twice (a stale
 //! attempt is ignored), and a task that was running stays running through a failover.
 //!
-//! Back-pressure: each stream's queue holds at most [`OUTBOX`] messages. A worker that does not
-//! read its stream (stopped, or hostile) fills it; the head then drops the stream and treats the
+//! Back-pressure: each stream's queue holds at most [`OUTBOX`] messages and [`OUTBOX_BYTES`]
+//! bytes (an assignment counts its spec). A worker that does not read its stream (stopped, or
+//! hostile) fills it; the head then drops the stream and treats the
 //! node as silent, so the next heartbeat check declares it lost and its tasks are retried: its
 //! messages are never buffered without bound.
 //!
@@ -26,6 +27,8 @@
 //! leading drops every link, which ends the workers' streams and sends them looking for the
 //! new leader.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use escher_proto::types::{HeadMessage, NodeId, RunningTask};
@@ -40,8 +43,71 @@ pub(crate) const ACK_BATCH: usize = 1024;
 /// The most messages queued on one worker's stream.
 pub(crate) const OUTBOX: usize = 65_536;
 
-/// The sending end of a worker's stream.
-pub(crate) type LinkSender = mpsc::Sender<HeadMessage>;
+/// The most bytes of messages queued on one worker's stream (see
+/// [`HeadMessage::queued_bytes`]).
+pub(crate) const OUTBOX_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The sending end of a worker's stream: a queue bounded in messages and in bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct LinkSender {
+    tx: mpsc::Sender<HeadMessage>,
+    /// Bytes queued and not yet taken by the stream.
+    queued: Arc<AtomicU64>,
+    /// The most bytes it may hold.
+    limit: u64,
+}
+
+/// The receiving end of a worker's stream.
+#[derive(Debug)]
+pub(crate) struct LinkReceiver {
+    rx: mpsc::Receiver<HeadMessage>,
+    queued: Arc<AtomicU64>,
+}
+
+/// A worker's stream queue: at most [`OUTBOX`] messages and `limit` bytes ([`OUTBOX_BYTES`]).
+pub(crate) fn link_channel(limit: u64) -> (LinkSender, LinkReceiver) {
+    let (tx, rx) = mpsc::channel(OUTBOX);
+    let queued = Arc::new(AtomicU64::new(0));
+    (
+        LinkSender {
+            tx,
+            queued: Arc::clone(&queued),
+            limit,
+        },
+        LinkReceiver { rx, queued },
+    )
+}
+
+impl LinkSender {
+    /// Queues `msg`, or gives it back: `Full` when the queue holds its most messages or bytes.
+    /// (The error is as large as the message: it is the message, given back unboxed as
+    /// tokio's own `try_send` gives it.)
+    #[allow(clippy::result_large_err)]
+    fn try_send(&self, msg: HeadMessage) -> Result<(), mpsc::error::TrySendError<HeadMessage>> {
+        let size = msg.queued_bytes();
+        if self.queued.load(Ordering::Relaxed).saturating_add(size) > self.limit {
+            return Err(mpsc::error::TrySendError::Full(msg));
+        }
+        self.tx.try_send(msg)?;
+        self.queued.fetch_add(size, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn depth(&self) -> usize {
+        self.tx.max_capacity() - self.tx.capacity()
+    }
+}
+
+impl LinkReceiver {
+    /// The queued messages as a stream; each leaves the byte count as it is taken.
+    pub(crate) fn into_stream(self) -> impl tokio_stream::Stream<Item = HeadMessage> {
+        let LinkReceiver { rx, queued } = self;
+        tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), move |m| {
+            queued.fetch_sub(m.queued_bytes(), Ordering::Relaxed);
+            m
+        })
+    }
+}
 
 #[derive(Debug)]
 struct Link {
@@ -106,7 +172,7 @@ impl Workers {
         let mut depth: std::collections::BTreeMap<NodeId, usize> = self
             .links
             .iter()
-            .map(|(node, link)| (*node, link.tx.max_capacity() - link.tx.capacity()))
+            .map(|(node, link)| (*node, link.tx.depth()))
             .collect();
         for (node, queued) in &self.outbox {
             *depth.entry(*node).or_default() += queued.len();
@@ -135,6 +201,7 @@ impl Workers {
         tracing::warn!(
             %node,
             limit = OUTBOX,
+            limit_bytes = OUTBOX_BYTES,
             "the worker does not read its stream; disconnecting it, its node will be declared lost"
         );
         self.links.remove(&node);
@@ -231,5 +298,53 @@ impl Workers {
     /// How many workers are attached.
     pub(crate) fn len(&self) -> usize {
         self.links.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use escher_proto::types::{Assignment, TaskId, TaskKind, TaskSpec};
+    use tokio_stream::StreamExt;
+
+    fn assign(argv_bytes: usize) -> HeadMessage {
+        let spec = TaskSpec {
+            name: "t".into(),
+            kind: TaskKind::Command {
+                argv: vec!["x".repeat(argv_bytes)],
+                env: Vec::new(),
+                cwd: None,
+            },
+            resources: Default::default(),
+            labels: Default::default(),
+            max_retries: 0,
+            timeout: None,
+            pending_deadline: None,
+            on_start: Vec::new(),
+            on_success: Vec::new(),
+        };
+        HeadMessage::Assign(Assignment {
+            task_id: TaskId(1),
+            attempt: 1,
+            allocation: spec.resources.clone(),
+            spec,
+            task_token: String::new(),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_workers_queue_is_bounded_in_bytes_and_frees_what_it_sends() {
+        let (tx, rx) = link_channel(10_000);
+        tx.try_send(assign(4000)).unwrap();
+        tx.try_send(assign(4000)).unwrap();
+        // A third would pass 10,000 bytes: full, though far from the message bound.
+        assert!(matches!(
+            tx.try_send(assign(4000)),
+            Err(mpsc::error::TrySendError::Full(_))
+        ));
+        let mut stream = Box::pin(rx.into_stream());
+        stream.next().await.unwrap();
+        // What the stream took no longer counts.
+        tx.try_send(assign(4000)).unwrap();
     }
 }

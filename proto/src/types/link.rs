@@ -279,3 +279,15 @@ pub enum HeadMessage {
     /// The head committed these task reports: the worker may forget them.
     ReportsAcked(Vec<RunningTask>),
 }
+
+impl HeadMessage {
+    /// About how many bytes this message takes while it waits to be sent: an assignment its
+    /// spec's [`TaskSpec::stored_bytes`](super::TaskSpec::stored_bytes), anything else a small
+    /// fixed amount. What bounds a worker's outbox in bytes.
+    pub fn queued_bytes(&self) -> u64 {
+        match self {
+            HeadMessage::Assign(a) => a.spec.stored_bytes() + 64,
+            _ => 128,
+        }
+    }
+}

@@ -85,6 +85,35 @@ pub enum TaskState {
     Cancelled,
 }
 
+impl TaskSpec {
+    /// About how many bytes the head keeps for this spec: its strings, arguments, labels and
+    /// hooks, plus a fixed allowance for the rest (its resources, which a requeue may change,
+    /// are in the allowance: a spec's size never changes once submitted). What the per-task and per-namespace byte
+    /// limits count (`--max-task-bytes`, `--namespace-spec-bytes`).
+    pub fn stored_bytes(&self) -> u64 {
+        const FIXED: usize = 256;
+        let kind = match &self.kind {
+            TaskKind::Command { argv, env, cwd } => {
+                argv.iter().map(String::len).sum::<usize>()
+                    + env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+                    + cwd.as_ref().map_or(0, String::len)
+            }
+            TaskKind::Function { name, args } => name.len() + args.len(),
+            TaskKind::Ghost { creates, .. } => {
+                creates.iter().map(|(n, _)| n.as_str().len() + 16).sum()
+            }
+        };
+        let labels: usize = self.labels.iter().map(|(k, v)| k.len() + v.len()).sum();
+        let hooks: usize = self
+            .on_start
+            .iter()
+            .chain(&self.on_success)
+            .map(|h| h.name.as_str().len() + 32)
+            .sum();
+        (FIXED + self.name.len() + kind + labels + hooks) as u64
+    }
+}
+
 impl TaskState {
     /// Whether the task will never change state again.
     pub fn is_terminal(self) -> bool {

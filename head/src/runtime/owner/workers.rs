@@ -220,7 +220,7 @@ mod tests {
             rx.try_recv().unwrap().unwrap_err().code(),
             tonic::Code::Unavailable
         );
-        let (tx, _) = tokio::sync::mpsc::channel(1);
+        let (tx, _rx) = crate::runtime::workers::link_channel(1024);
         let refused = owner.attach(NodeId(9), "s", 1, tx.clone()).unwrap_err();
         assert_eq!(refused.code(), tonic::Code::Unavailable);
         owner.on_role(ReplicaRole::Leader, Some(1));
