@@ -510,6 +510,64 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     let page = response.body_mut().read_to_string().unwrap();
     assert!(page.contains("<title>escher</title>"), "{page}");
 
+    // Another cluster's dashboard cannot prove it knows this cluster's token: no address with
+    // the token is printed for it.
+    let other_addr = common::free_addr();
+    let other_config = escher_head::HeadConfig {
+        dashboard: Some(other_addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let other = within(
+        "starting",
+        common::cluster()
+            .workers(0)
+            .head_config(other_config)
+            .start(),
+    )
+    .await
+    .unwrap();
+    let (code, out, err) = escher(
+        &cluster,
+        &["dashboard", "--address", &other_addr.to_string()],
+    );
+    assert_eq!(code, 1, "{out}");
+    assert!(!out.contains("token="), "{out}");
+    assert!(
+        err.contains("could not prove that it belongs to the cluster this token is for"),
+        "{err}"
+    );
+    other.shutdown().await;
+    // Nor can any other program listening there.
+    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let squatted = squatter.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        // The CLI first only connects (is anything there?), then asks.
+        for stream in squatter.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0; 4096];
+                let _ = stream.read(&mut buf);
+                let body = r#"{"proof":"0000"}"#;
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    let (code, out, err) = escher(&cluster, &["dashboard", "--address", &squatted]);
+    assert_eq!(code, 1, "{out}");
+    assert!(err.contains("its proof does not match"), "{err}");
+    // A view the page does not have is refused.
+    let (code, out, err) = escher(
+        &cluster,
+        &["dashboard", "--address", &address, "--view", "nosuch"],
+    );
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("nosuch"), "{err}");
+
     // Nothing there: said so, with the flag that fixes it.
     let gone = common::free_addr().to_string();
     let (code, out, err) = escher(&cluster, &["dashboard", "--address", &gone]);

@@ -361,3 +361,150 @@ async fn task_specs_and_a_workers_queue_are_bounded_in_bytes() {
     beats.abort();
     drop(tx);
 }
+
+/// An idempotency key belongs to the credential that sent it: the same key from another caller
+/// is another write, never the first caller's reply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotency_key_is_scoped_to_its_caller() {
+    use escher::access::Bearer;
+    use escher_proto::wire::{self, cluster_client::ClusterClient};
+
+    let cluster = ProcessCluster::builder().workers(1).start().await;
+    let admin = cluster.client().await;
+    let mut tokens = Vec::new();
+    for ns in ["appa", "appb"] {
+        let grant = Grant::new(Role::App, Some(ns.parse().unwrap())).unwrap();
+        tokens.push(admin.create_token(grant, ns).await.unwrap().token);
+    }
+    let submit = |token: &str| {
+        let bearer = Bearer::new(token);
+        let url = cluster.head_url().to_string();
+        async move {
+            let channel = tonic::transport::Endpoint::from_shared(url)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut rpc = ClusterClient::with_interceptor(channel, bearer);
+            let task = Task::command(["true"])
+                .resources_str("cpu=1")
+                .build()
+                .unwrap();
+            let request = wire::SubmitRequest {
+                tasks: vec![task.into()],
+                namespace: String::new(),
+                key: Some(wire::RequestKey {
+                    client: 42,
+                    seq: 1,
+                    first_incomplete: 1,
+                }),
+            };
+            rpc.submit(request).await.unwrap().into_inner().task_ids
+        }
+    };
+    let a = submit(&tokens[0]).await;
+    // A retry by the same caller is answered as before: the same task, not a second one.
+    assert_eq!(submit(&tokens[0]).await, a);
+    // The same key from another caller is that caller's own write.
+    let b = submit(&tokens[1]).await;
+    assert_eq!(b.len(), 1);
+    assert_ne!(
+        b, a,
+        "another caller's key returned the first caller's reply"
+    );
+    let visible = cluster
+        .client()
+        .await
+        .with_token(tokens[1].clone())
+        .list_tasks(Default::default(), None)
+        .await
+        .unwrap();
+    assert_eq!(visible.len(), 1, "{visible:?}");
+}
+
+/// `escher ARGS` as the admin on the head's machine would run it, with `access` as the access
+/// file: (exit code, stdout, stderr).
+fn cli(cluster: &ProcessCluster, access: &std::path::Path, args: &[&str]) -> (i32, String, String) {
+    let out = std::process::Command::new(procs::binary("escher"))
+        .args(args)
+        .env("ESCHER_ACCESS_FILE", access)
+        .env("ESCHER_HOME", cluster.dir().join("no-such-home"))
+        .env("ESCHER_HEAD", cluster.head_url())
+        .env_remove("ESCHER_TOKEN")
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loose_access_files_weak_tokens_and_control_characters_are_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let access = cluster.access_file();
+    let (code, out, err) = cli(&cluster, &access, &["status"]);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // A copy open to others is refused, with the fix named.
+    let open = cluster.dir().join("open.json");
+    std::fs::copy(&access, &open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (code, _, err) = cli(&cluster, &open, &["status"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("mode 644") && err.contains("chmod 600"),
+        "{err}"
+    );
+
+    // A hand-written one-character token is refused as guessable.
+    let weak = cluster.dir().join("weak.json");
+    let mut file = escher_proto::access::AccessFile::read(&access).unwrap();
+    file.admin_token = "x".into();
+    escher_proto::access::write_credential_file(&weak, &file).unwrap();
+    let (code, _, err) = cli(&cluster, &weak, &["status"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("too easy to guess"), "{err}");
+
+    // A task name that would drive the terminal of whoever lists tasks is refused.
+    let admin = cluster.client().await;
+    let err = admin
+        .submit(Task::command(["true"]).name("\u{1b}]0;owned\u{7}\u{1b}[2J"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("control character"), "{err}");
+
+    // The README's layout for a worker on another machine: a worker-only credential file,
+    // never the admin's access file.
+    let credential = cluster.dir().join("worker.json");
+    let credential_arg = credential.display().to_string();
+    let (code, out, err) = cli(
+        &cluster,
+        &access,
+        &[
+            "token",
+            "create",
+            "--role",
+            "worker",
+            "--out",
+            &credential_arg,
+        ],
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("escher-worker --access-file"), "{out}");
+    let mode = std::fs::metadata(&credential).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let written = escher_proto::access::AccessFile::read(&credential).unwrap();
+    assert!(written.admin_token.is_empty() && !written.worker_token.is_empty());
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--access-file".into(), credential_arg.clone()],
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("remote", "cpu=1").await;
+    // It cannot act as an admin: the file holds no admin token.
+    let (code, _, err) = cli(&cluster, &credential, &["token", "list"]);
+    assert_ne!(code, 0, "{err}");
+}

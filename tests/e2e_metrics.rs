@@ -488,3 +488,22 @@ async fn a_task_credential_reads_metrics_only_while_its_attempt_runs() {
     assert!(body.contains("only while that attempt runs"), "{body}");
     cluster.shutdown().await;
 }
+
+/// The metrics show every namespace: an application's token is refused (it reads its own
+/// through the API), a reader's is enough.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_are_for_readers_and_admins_not_applications() {
+    use escher::types::{Grant, Role};
+    let (cluster, addr) = with_metrics().await;
+    let admin = cluster.client().await.unwrap();
+    let app = Grant::new(Role::App, Some("team".parse().unwrap())).unwrap();
+    let app = admin.create_token(app, "team").await.unwrap().token;
+    let (code, body) = scrape(addr, Some(&app));
+    assert_eq!(code, 403, "{body}");
+    assert!(body.contains("they show every namespace"), "{body}");
+    let reader = Grant::new(Role::Reader, None).unwrap();
+    let reader = admin.create_token(reader, "dash").await.unwrap().token;
+    let (code, body) = scrape(addr, Some(&reader));
+    assert_eq!(code, 200, "{body}");
+    cluster.shutdown().await;
+}

@@ -23,6 +23,12 @@ pub enum TokenCommand {
         /// Who or what the token is for (shown by `token list`)
         #[arg(long, default_value = "")]
         description: String,
+        /// Write the token to a new credential file instead of printing it: the access
+        /// file's format (0600) with this cluster's head URLs and TLS trust and this one token,
+        /// for `escher-worker --access-file FILE` (a worker token) or `ESCHER_ACCESS_FILE` (the
+        /// others). Give a worker on another machine this, never the admin's access file.
+        #[arg(long, value_name = "FILE")]
+        out: Option<std::path::PathBuf>,
     },
     /// List every token: the access file's bootstrap ones, then created ones (revoked
     /// included); tokens themselves are never shown again, only their ids
@@ -48,12 +54,53 @@ impl TokenCommand {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
         match self {
-            TokenCommand::Create { role, description } => {
+            TokenCommand::Create {
+                role,
+                description,
+                out,
+            } => {
                 // The global --namespace (or ESCHER_NAMESPACE) names an app token's namespace;
                 // other roles have none.
                 let namespace = (role == Role::App).then(|| ctx.namespace.clone()).flatten();
                 let grant = Grant::new(role, namespace)?;
                 let created = client.create_token(grant, description).await?;
+                if let Some(path) = out {
+                    let heads: Vec<String> = ctx
+                        .head
+                        .split(',')
+                        .map(|u| u.trim().to_string())
+                        .filter(|u| !u.is_empty())
+                        .collect();
+                    let credentials = ctx.credentials()?;
+                    let trust = credentials
+                        .trust()
+                        .map(|(ca, name)| (ca.to_string(), name.map(str::to_string)));
+                    let (admin_token, worker_token) = match role {
+                        Role::Worker => (String::new(), created.token.clone()),
+                        _ => (created.token.clone(), String::new()),
+                    };
+                    let file = escher_proto::access::AccessFile {
+                        version: escher_proto::access::VERSION,
+                        heads,
+                        admin_token,
+                        worker_token,
+                        ca_cert: trust.as_ref().map(|(ca, _)| ca.clone()),
+                        tls_name: trust.and_then(|(_, name)| name),
+                    };
+                    escher_proto::access::write_credential_file(&path, &file)?;
+                    ctx.emit(&format!(
+                        "wrote token {} ({}) to {} (mode 0600); on the machine that uses it: {}\n",
+                        created.info.id,
+                        created.info.grant,
+                        path.display(),
+                        match role {
+                            Role::Worker =>
+                                format!("escher-worker --access-file {}", path.display()),
+                            _ => format!("ESCHER_ACCESS_FILE={} escher ...", path.display()),
+                        }
+                    ))?;
+                    return Ok(ExitCode::SUCCESS);
+                }
                 if ctx.json {
                     #[derive(serde::Serialize)]
                     struct Created<'a> {

@@ -25,6 +25,71 @@ pub struct DashboardArgs {
     pub view: Option<String>,
 }
 
+/// Asks the dashboard at `address` to prove that its head knows `token` (HMAC over a fresh
+/// nonce, keyed with the token's hash: see `escher_proto::access::dashboard_proof`) before
+/// an address carrying the token is printed: a page served there by someone else (another
+/// cluster's dashboard, any program on that port) would receive the token.
+async fn proves_it_knows(address: std::net::SocketAddr, token: &str) -> anyhow::Result<()> {
+    let hash = escher_proto::access::token_hash(token);
+    let id = hash[..12].to_string();
+    let nonce: String = (0..32)
+        .map(|_| char::from_digit(fastrand::u32(..16), 16).expect("a hex digit"))
+        .collect();
+    let expected = escher_proto::access::dashboard_proof(&hash, &nonce);
+    let url = format!("http://{address}/api/prove?token={id}&nonce={nonce}");
+    let answer = tokio::task::spawn_blocking(move || -> Result<String, String> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(Duration::from_secs(5)))
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut response = agent.get(&url).call().map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .map_err(|e| e.to_string())?;
+        if !status.is_success() {
+            return Err(format!("it answered {status}: {}", body.trim()));
+        }
+        let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
+        Ok(json["proof"].as_str().unwrap_or_default().to_string())
+    })
+    .await?;
+    match answer {
+        Ok(proof) if proof == expected => Ok(()),
+        other => {
+            let why = match other {
+                Err(why) => why,
+                Ok(_) => "its proof does not match".to_string(),
+            };
+            anyhow::bail!(
+                "the dashboard at {address} could not prove that it belongs to the cluster this \
+                 token is for ({why}): it may be another cluster's, or another program on that \
+                 port; no address with your token is printed. Give --address the address your \
+                 head serves its dashboard on (its --dashboard)"
+            )
+        }
+    }
+}
+
+/// Refuses a view the page does not have.
+fn check_view(view: &str) -> anyhow::Result<()> {
+    let known = ["overview", "tasks", "reservations", "gpus", "heads"];
+    let task = view
+        .strip_prefix("tasks/")
+        .is_some_and(|id| id.trim_start_matches("task-").parse::<u64>().is_ok());
+    if known.contains(&view) || task {
+        return Ok(());
+    }
+    anyhow::bail!(
+        "--view {view:?}: the dashboard has overview, tasks, tasks/ID, reservations, gpus and \
+         heads"
+    )
+}
+
 /// What `escher dashboard --json` prints.
 #[derive(Debug, Serialize)]
 struct DashboardJson {
@@ -34,6 +99,9 @@ struct DashboardJson {
 
 impl DashboardArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        if let Some(view) = &self.view {
+            check_view(view.trim_start_matches('#'))?;
+        }
         let credentials = ctx.credentials()?;
         let Some(token) = credentials.secret() else {
             anyhow::bail!(
@@ -46,7 +114,9 @@ impl DashboardArgs {
             Duration::from_secs(2),
             tokio::net::TcpStream::connect(self.address),
         )
-        .await;
+        .await
+        .map(|connected| connected.map(drop));
+        // Only whether something answers: the connection itself is not used.
         if !matches!(reachable, Ok(Ok(_))) {
             anyhow::bail!(
                 "nothing answers at {}: start the head with --dashboard {} (or give this \
@@ -55,6 +125,7 @@ impl DashboardArgs {
                 self.address
             );
         }
+        proves_it_knows(self.address, &token).await?;
         let mut url = format!("http://{}/#token={token}", self.address);
         if let Some(view) = &self.view {
             url.push_str("&view=");

@@ -31,14 +31,35 @@ pub(crate) fn key_values(rows: &[(&str, String)]) -> String {
     lines(&t)
 }
 
-/// A table's text, each line with trailing spaces removed, ending with a newline.
+/// A table's text, each line with trailing spaces removed, ending with a newline. Control
+/// characters in its cells (an escape sequence in a task's name, from an older head that took
+/// them) are shown escaped, never sent to the terminal.
 pub(crate) fn lines(t: &Table) -> String {
     let mut out = String::new();
     for line in t.lines() {
-        out.push_str(line.trim_end());
+        out.push_str(&printable(line.trim_end()));
         out.push('\n');
     }
     out
+}
+
+/// `text` with every control character escaped (`\u{1b}`), so that a string someone else chose
+/// cannot drive the terminal it is printed on.
+pub(crate) fn printable(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.chars().any(char::is_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(
+        text.chars()
+            .map(|c| {
+                if c.is_control() {
+                    c.escape_unicode().to_string()
+                } else {
+                    c.to_string()
+                }
+            })
+            .collect(),
+    )
 }
 
 /// A node id, or `-` when there is none.
@@ -209,6 +230,15 @@ pub(crate) fn shell_word(arg: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_shown_escaped() {
+        assert_eq!(printable("plain"), "plain");
+        assert_eq!(printable("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        let mut t = table(&["NAME"]);
+        t.add_row(vec!["x\u{7}y"]);
+        assert!(lines(&t).contains("x\\u{7}y"), "{}", lines(&t));
+    }
 
     #[test]
     fn times_are_utc_iso8601() {

@@ -40,7 +40,7 @@ pub const ENV_HOME: &str = "ESCHER_HOME";
 pub const FILE_NAME: &str = "access.json";
 
 /// The version of the file's format this build writes and reads.
-const VERSION: u32 = 1;
+pub const VERSION: u32 = 1;
 
 /// What a head publishes to the machine it runs on.
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -148,6 +148,25 @@ impl AccessFile {
             path: path.to_path_buf(),
             why,
         };
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(path)
+                .map_err(|source| AccessError::Io {
+                    path: path.to_path_buf(),
+                    source,
+                })?
+                .permissions()
+                .mode();
+            if mode & 0o077 != 0 {
+                return Err(invalid(format!(
+                    "it is open to its group or others (mode {:o}) and it holds a token: anyone \
+                     on this machine could act with it; run `chmod 600 {}`",
+                    mode & 0o777,
+                    path.display()
+                )));
+            }
+        }
         let file: AccessFile = serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
         if file.version != VERSION {
             return Err(invalid(format!(
@@ -155,8 +174,17 @@ impl AccessFile {
                 file.version
             )));
         }
-        if file.admin_token.is_empty() || file.worker_token.is_empty() {
-            return Err(invalid("a token is empty".into()));
+        // A credential file (`escher token create --out`) holds one of the two.
+        if file.admin_token.is_empty() && file.worker_token.is_empty() {
+            return Err(invalid("it holds no token".into()));
+        }
+        for (field, token) in [
+            ("admin_token", &file.admin_token),
+            ("worker_token", &file.worker_token),
+        ] {
+            if !token.is_empty() {
+                check_strength(token).map_err(|why| invalid(format!("{field}: {why}")))?;
+            }
         }
         Ok(file)
     }
@@ -194,6 +222,14 @@ impl AccessFile {
             .map_err(io)?;
         lock.lock().map_err(io)?;
         let mut file = AccessFile::read(path)?;
+        if file.admin_token.is_empty() || file.worker_token.is_empty() {
+            return Err(AccessError::Invalid {
+                path: path.to_path_buf(),
+                why: "it is a credential file for one token (escher token create --out), not a \
+                      head's access file, which holds the admin and the worker join tokens"
+                    .into(),
+            });
+        }
         let mut changed = false;
         if !file.heads.iter().any(|h| h == url) {
             file.heads.push(url.to_string());
@@ -236,6 +272,40 @@ fn create_exclusive(path: &Path, file: &AccessFile) -> Result<bool, AccessError>
             source,
         }),
     }
+}
+
+/// The fewest characters a token may have.
+pub const MIN_TOKEN_CHARS: usize = 32;
+
+/// Refuses a token too short or too uniform to be a secret: at least [`MIN_TOKEN_CHARS`]
+/// characters, at least 12 of them distinct (a generated token has 64 random hex digits; `openssl
+/// rand -hex 32` makes a good one by hand).
+pub fn check_strength(token: &str) -> Result<(), String> {
+    let distinct = token
+        .chars()
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
+    if token.chars().count() < MIN_TOKEN_CHARS || distinct < 12 {
+        return Err(format!(
+            "a token of {} characters ({distinct} distinct) is too easy to guess; use at least \
+             {MIN_TOKEN_CHARS} random characters (the head generates them; `openssl rand -hex \
+             32` makes one)",
+            token.chars().count()
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `file` to `path` (replacing what is there), readable by its owner only, and syncs
+/// it: a credential file for one token (`escher token create --out`).
+pub fn write_credential_file(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
+    if path.exists() {
+        return Err(AccessError::Invalid {
+            path: path.to_path_buf(),
+            why: "it exists already; give a new path, or remove it first".into(),
+        });
+    }
+    write_private(path, file)
 }
 
 /// Writes `file` to a new file at `path`, readable by its owner only, and syncs it.
@@ -362,6 +432,25 @@ pub fn registered(url: &str) -> Option<AccessFile> {
     known.get(&url_key(url)).cloned()
 }
 
+/// The hash of `token` the head keeps (SHA-256, hex): tokens themselves are never stored.
+pub fn token_hash(token: &str) -> String {
+    use sha2::Digest as _;
+    hex::encode(sha2::Sha256::digest(token.as_bytes()))
+}
+
+/// The proof a head's dashboard gives that it knows the token whose hash is `token_hash`:
+/// HMAC-SHA256 keyed with the hash, over `nonce`. `escher dashboard` asks for it (with the
+/// token's id and a fresh nonce) before it prints an address carrying the token, so that a
+/// page served by someone else at that address never receives it.
+pub fn dashboard_proof(token_hash: &str, nonce: &str) -> String {
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(token_hash.as_bytes())
+        .expect("HMAC takes a key of any length");
+    mac.update(b"escher dashboard proof\0");
+    mac.update(nonce.as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -413,3 +502,4 @@ mod tests {
         assert_ne!(a, new_token("admin"));
     }
 }
+

@@ -28,8 +28,7 @@ pub struct TokenHash(pub String);
 impl TokenHash {
     /// The hash of `token`.
     pub fn of(token: &str) -> TokenHash {
-        use sha2::Digest as _;
-        TokenHash(hex::encode(sha2::Sha256::digest(token.as_bytes())))
+        TokenHash(escher_proto::access::token_hash(token))
     }
 
     /// The token's id: the hash's first 12 hex digits.

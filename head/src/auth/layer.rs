@@ -328,6 +328,12 @@ where
                     _ => None,
                 };
                 request.extensions_mut().insert(caller);
+                if self.enforce
+                    && let Ok(token) = bearer(request.headers())
+                {
+                    let scope = super::KeyScope::of(token);
+                    request.extensions_mut().insert(scope);
+                }
                 // A stream outlives the check above: its credential is checked again while it
                 // is open (see `revoke.rs`).
                 let path_now = request.uri().path();

@@ -39,8 +39,8 @@ use tonic::Status;
 use crate::state::{ClusterState, TokenHash};
 pub use attempts::{Running, RunningAttempts, check_attempt};
 pub(crate) use layer::authorize;
-pub use layer::{AuthLayer, CallObserver, Need, need};
 pub(crate) use layer::bearer;
+pub use layer::{AuthLayer, CallObserver, Need, need};
 pub use revoke::{GuardedStream, RECHECK, Revalidation};
 
 /// The prefix of a task credential.
@@ -181,6 +181,47 @@ impl Caller {
     }
 }
 
+/// Whose idempotency keys a call's are: a digest of the credential it carries. A request key
+/// names a client chosen by the caller; the head scopes it to the credential, so that a key
+/// another caller sends (guessed, or copied) is another key, never that caller's reply.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct KeyScope([u8; 16]);
+
+impl KeyScope {
+    /// The scope of calls carrying `token`.
+    pub fn of(token: &str) -> KeyScope {
+        use sha2::Digest as _;
+        let digest = Sha256::new()
+            .chain_update(b"escher idempotency scope\0")
+            .chain_update(token.as_bytes())
+            .finalize();
+        let mut scope = [0; 16];
+        scope.copy_from_slice(&digest[..16]);
+        KeyScope(scope)
+    }
+
+    /// The client id of `client`'s keys within this scope (the same for the same credential
+    /// and client on every replica).
+    pub fn client(&self, client: u64) -> u64 {
+        use sha2::Digest as _;
+        let digest = Sha256::new()
+            .chain_update(self.0)
+            .chain_update(client.to_le_bytes())
+            .finalize();
+        u64::from_le_bytes(digest[..8].try_into().expect("eight bytes"))
+    }
+}
+
+/// The key scope of a request, as the auth layer put it there (the default scope for a head
+/// that checks no tokens).
+pub fn key_scope<T>(request: &tonic::Request<T>) -> KeyScope {
+    request
+        .extensions()
+        .get::<KeyScope>()
+        .copied()
+        .unwrap_or_default()
+}
+
 /// The caller of a request, as the auth layer put it there.
 pub fn caller<T>(request: &tonic::Request<T>) -> Result<Caller, Status> {
     request
@@ -251,6 +292,26 @@ impl Keys {
             task_mac: key.map(|k| Hmac::new_from_slice(k).expect("HMAC takes any key length")),
             version: Some(version),
         };
+    }
+
+    /// The dashboard's proof ([`escher_proto::access::dashboard_proof`]) that this head knows
+    /// the live (not revoked) token with id `id`; `None` for a token it does not know.
+    pub fn dashboard_proof(&self, id: &str, nonce: &str) -> Option<String> {
+        let known = |hash: &TokenHash| hash.id() == id;
+        let hash = self
+            .bootstrap
+            .keys()
+            .find(|h| known(h))
+            .cloned()
+            .or_else(|| {
+                let published = self.published.read().unwrap_or_else(|e| e.into_inner());
+                published
+                    .tokens
+                    .iter()
+                    .find(|(h, (_, revoked))| known(h) && revoked.is_none())
+                    .map(|(h, _)| h.clone())
+            })?;
+        Some(escher_proto::access::dashboard_proof(&hash.0, nonce))
     }
 
     /// The bootstrap tokens, as `token list` shows them.

@@ -30,7 +30,7 @@ use super::handle::{OwnerHandle, to_status, wants_stale};
 use super::owner::{HeadsView, Msg};
 use super::waiters::snapshot;
 use super::watch::Filter;
-use crate::auth::{Caller, Keys, check_attempt};
+use crate::auth::{Caller, KeyScope, Keys, check_attempt};
 use crate::replication::{PeerAccess, group_status};
 use crate::state::{ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
@@ -43,8 +43,15 @@ const STREAM_IN_FLIGHT: usize = 8;
 const MAX_LIST: u32 = 10_000;
 
 /// The idempotency key of a write request, checked.
-fn key(raw: Option<wire::RequestKey>) -> Result<Option<RequestKey>, Status> {
-    Ok(raw.map(RequestKey::try_from).transpose()?)
+/// A request's idempotency key, its client scoped to the caller's credential (see
+/// [`KeyScope`]).
+fn key(scope: KeyScope, raw: Option<wire::RequestKey>) -> Result<Option<RequestKey>, Status> {
+    let Some(raw) = raw else {
+        return Ok(None);
+    };
+    let mut key = RequestKey::try_from(raw)?;
+    key.client = scope.client(key.client);
+    Ok(Some(key))
 }
 
 /// Serves applications, the CLI, ESLs and running tasks.
@@ -120,7 +127,10 @@ impl Cluster for ClusterService {
         request: Request<wire::SubmitRequest>,
     ) -> Result<Response<wire::SubmitReply>, Status> {
         let caller = crate::auth::caller(&request)?;
-        let task_ids = self.submit_as(&caller, request.into_inner(), false).await?;
+        let scope = crate::auth::key_scope(&request);
+        let task_ids = self
+            .submit_as(&caller, scope, request.into_inner(), false)
+            .await?;
         Ok(Response::new(SubmitReply { task_ids }.into()))
     }
 
@@ -137,6 +147,7 @@ impl Cluster for ClusterService {
         request: Request<Streaming<wire::SubmitRequest>>,
     ) -> Result<Response<Self::SubmitStreamStream>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let service = self.clone();
         let replies = request
             .into_inner()
@@ -144,7 +155,7 @@ impl Cluster for ClusterService {
             .filter_map(|next| std::future::ready(next.ok()))
             .map(move |request| {
                 let (service, caller) = (service.clone(), caller.clone());
-                async move { Ok(service.submit_streamed(&caller, request).await) }
+                async move { Ok(service.submit_streamed(&caller, scope, request).await) }
             })
             .buffered(STREAM_IN_FLIGHT);
         Ok(Response::new(Box::pin(replies)))
@@ -168,11 +179,12 @@ impl Cluster for ClusterService {
         request: Request<wire::RunRequest>,
     ) -> Result<Response<wire::RunReply>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
         let submit = request
             .submit
             .ok_or_else(|| Status::invalid_argument("Run needs `submit`, with one task"))?;
-        let task = match self.submit_as(&caller, submit, true).await?[..] {
+        let task = match self.submit_as(&caller, scope, submit, true).await?[..] {
             [task] => task,
             _ => return Err(Status::internal("one task submitted, not one id back")),
         };
@@ -241,8 +253,9 @@ impl Cluster for ClusterService {
         request: Request<wire::CancelRequest>,
     ) -> Result<Response<wire::CancelReply>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let CancelRequest { task_ids } = request.into();
         check_visible(&self.owner, &caller, &task_ids).await?;
         match self
@@ -260,8 +273,9 @@ impl Cluster for ClusterService {
         request: Request<wire::RequeueRequest>,
     ) -> Result<Response<wire::RequeueReply>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let task = TaskId(request.task_id);
         let resources = escher_proto::ResourceSet::try_from(request.resources)
             .map_err(|e| Status::invalid_argument(format!("resources: {e}")))?;
@@ -329,8 +343,9 @@ impl Cluster for ClusterService {
         request: Request<wire::SetResourcesRequest>,
     ) -> Result<Response<wire::SetResourcesReply>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let SetResourcesRequest {
             updates,
             namespace,
@@ -361,8 +376,9 @@ impl Cluster for ClusterService {
         request: Request<wire::ReserveRequest>,
     ) -> Result<Response<wire::ReserveReply>, Status> {
         let caller = crate::auth::caller(&request)?;
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let ReserveRequest {
             name,
             bundles,
@@ -406,8 +422,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::ApplyMigLayoutRequest>,
     ) -> Result<Response<wire::MigPlan>, Status> {
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let ApplyMigLayoutRequest {
             node,
             gpu,
@@ -548,8 +565,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::CreateTokenRequest>,
     ) -> Result<Response<wire::CreatedToken>, Status> {
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let CreateTokenRequest { grant, description } = request.try_into()?;
         let token = escher_proto::access::new_token(grant.role.as_str());
         let command = Command::CreateToken {
@@ -590,8 +608,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::RevokeTokenRequest>,
     ) -> Result<Response<wire::TokenInfo>, Status> {
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let id = request.id.trim().to_string();
         if self.keys.bootstrap_infos().iter().any(|t| t.id == id) {
             return Err(Status::failed_precondition(format!(
@@ -611,8 +630,9 @@ impl Cluster for ClusterService {
         &self,
         request: Request<wire::DrainRequest>,
     ) -> Result<Response<wire::DrainReply>, Status> {
+        let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let node = NodeId(request.node);
         match self.owner.apply(Command::DrainNode { node }, key).await? {
             Reply::Done => {
@@ -661,11 +681,12 @@ impl ClusterService {
     async fn submit_streamed(
         &self,
         caller: &Caller,
+        scope: KeyScope,
         request: wire::SubmitRequest,
     ) -> wire::SubmitStreamReply {
         // The auth layer checked the stream's call; each request on it is checked again.
         let submitted = match check_attempt(&self.owner, caller).await {
-            Ok(()) => self.submit_as(caller, request, false).await,
+            Ok(()) => self.submit_as(caller, scope, request, false).await,
             Err(status) => Err(status),
         };
         match submitted {
@@ -685,10 +706,11 @@ impl ClusterService {
     async fn submit_as(
         &self,
         caller: &Caller,
+        scope: KeyScope,
         request: wire::SubmitRequest,
         only_one: bool,
     ) -> Result<Vec<TaskId>, Status> {
-        let key = key(request.key)?;
+        let key = key(scope, request.key)?;
         let SubmitRequest { tasks, namespace } = request.try_into()?;
         if only_one && tasks.len() != 1 {
             return Err(Status::invalid_argument(format!(

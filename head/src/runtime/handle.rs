@@ -121,9 +121,7 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         ApplyError::QuotaExceeded { .. }
         | ApplyError::ResourceQuotaExceeded { .. }
         | ApplyError::TaskTooLarge { .. }
-        | ApplyError::SpecBytesExceeded { .. } => {
-            Status::resource_exhausted(message)
-        }
+        | ApplyError::SpecBytesExceeded { .. } => Status::resource_exhausted(message),
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
         ApplyError::ReservationExists(_) => Status::already_exists(message),
         e if e.is_not_found() => Status::not_found(message),

@@ -527,6 +527,21 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
                 let why = "a worker token cannot read metrics; use a reader token\n";
                 return (StatusCode::FORBIDDEN, why).into_response();
             }
+            // The metrics are the whole cluster's (every namespace's resources and task
+            // counts): an application, or its tasks, reads its own through the API instead.
+            Ok(
+                caller @ (Caller::App(_)
+                | Caller::Task {
+                    namespace: Some(_), ..
+                }),
+            ) => {
+                let why = format!(
+                    "{} cannot read metrics: they show every namespace; use a reader or admin \
+                     token (`escher token create --role reader`)\n",
+                    caller.describe()
+                );
+                return (StatusCode::FORBIDDEN, why).into_response();
+            }
             Ok(caller) => {
                 // As on every gRPC method: a task's credential reads only while its attempt runs.
                 if let Err(status) = check_attempt(&s.owner, &caller).await {

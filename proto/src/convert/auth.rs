@@ -1,7 +1,7 @@
 //! Conversions of the token calls: `CreateToken`, `ListTokens`, `RevokeToken`.
 
 use super::cluster::{namespace, namespace_to_wire};
-use super::{At as _, ConvertError, Problem, check_len, convert_required};
+use super::{At as _, ConvertError, Problem, check_len, check_printable, convert_required};
 use crate::types::{CreateTokenRequest, CreatedToken, Grant, Role, TokenInfo};
 use crate::wire;
 
@@ -59,6 +59,7 @@ impl TryFrom<wire::CreateTokenRequest> for CreateTokenRequest {
     type Error = ConvertError;
     fn try_from(w: wire::CreateTokenRequest) -> Result<Self, ConvertError> {
         check_len("description", &w.description, MAX_DESCRIPTION_BYTES)?;
+        check_printable("description", &w.description)?;
         super::check_no_nul("description", &w.description)?;
         Ok(CreateTokenRequest {
             grant: grant(w.role, w.namespace)?,

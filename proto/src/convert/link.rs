@@ -5,8 +5,8 @@ use super::gpu::{gpu_list, hold_list};
 use super::status::{log_stream, log_stream_to_wire};
 use super::{
     At, ConvertError, MAX_ADDRESS_BYTES, MAX_METRICS, MAX_NAME_BYTES, Problem, check_len,
-    check_name, convert_list, convert_required, duration_to_ms, ms_to_duration, non_empty,
-    required,
+    check_name, check_printable, convert_list, convert_required, duration_to_ms, ms_to_duration,
+    non_empty, required,
 };
 use crate::types::{
     Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, NodeIdentity,
@@ -50,6 +50,7 @@ impl TryFrom<wire::RegisterRequest> for RegisterRequest {
     type Error = ConvertError;
     fn try_from(w: wire::RegisterRequest) -> Result<Self, ConvertError> {
         check_name("name", &w.name, MAX_NAME_BYTES)?;
+        check_printable("name", &w.name)?;
         check_len("address", &w.address, MAX_ADDRESS_BYTES)?;
         Ok(RegisterRequest {
             name: w.name,

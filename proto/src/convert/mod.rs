@@ -145,6 +145,10 @@ pub enum Problem {
     /// A text contained a NUL byte, which a process argument or environment cannot hold.
     #[error("contains a NUL byte")]
     Nul,
+    /// A name or description held a control character (an escape sequence, a newline, ...),
+    /// which would reach someone's terminal.
+    #[error("contains the control character {0:?}; names and descriptions are printable text")]
+    Control(char),
     /// A value broke a rule of the message; the text says which.
     #[error("{0}")]
     Rule(&'static str),
@@ -302,6 +306,15 @@ pub(crate) fn check_name(field: &str, text: &str, max: usize) -> Result<(), Conv
         return Err(ConvertError::new(field, Problem::Empty));
     }
     check_len(field, text, max)
+}
+
+/// Fails if `text` holds a control character: names and descriptions that people read are
+/// printable.
+pub(crate) fn check_printable(field: &str, text: &str) -> Result<(), ConvertError> {
+    match text.chars().find(|c| c.is_control()) {
+        Some(c) => Err(ConvertError::new(field, Problem::Control(c))),
+        None => Ok(()),
+    }
 }
 
 /// Fails if `text` holds a NUL byte.

@@ -3,8 +3,9 @@
 
 use super::{
     At, ConvertError, MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_NAME_BYTES, MAX_RESOURCES,
-    MAX_TASK_NAME_BYTES, Problem, check_count, check_len, check_name, check_no_nul, convert_list,
-    convert_optional, duration_to_ms, key_segment, ms_to_duration, required,
+    MAX_TASK_NAME_BYTES, Problem, check_count, check_len, check_name, check_no_nul,
+    check_printable, convert_list, convert_optional, duration_to_ms, key_segment, ms_to_duration,
+    required,
 };
 use crate::types::{
     Capacity, Labels, NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskKind,
@@ -33,6 +34,7 @@ impl TryFrom<wire::TaskSpec> for TaskSpec {
     type Error = ConvertError;
     fn try_from(w: wire::TaskSpec) -> Result<Self, ConvertError> {
         check_len("name", &w.name, MAX_TASK_NAME_BYTES)?;
+        check_printable("name", &w.name)?;
         check_no_nul("name", &w.name)?;
         Ok(TaskSpec {
             name: w.name,

@@ -93,6 +93,7 @@ pub(crate) async fn serve(
         .route("/api/heads", get(heads))
         .route("/api/reservations", get(reservations))
         .route("/api/events", get(events))
+        .route("/api/prove", get(prove))
         .fallback(|| async { ApiError::from(Status::not_found("no such page")) })
         .with_state(Dashboard { svc, keys, enforce });
     tracing::info!(?addr, "serving the web dashboard");
@@ -194,6 +195,32 @@ struct WhoAmI {
     namespace: Option<String>,
     /// Whether it may list tasks (a reader may not).
     sees_tasks: bool,
+}
+
+/// `GET /api/prove?token=ID&nonce=N`: this head's proof that it knows the token with that id
+/// (see [`escher_proto::access::dashboard_proof`]); asked by `escher dashboard` before it
+/// prints an address carrying the token. Needs no token: it reveals nothing of one.
+#[derive(Debug, Deserialize)]
+struct ProveQuery {
+    token: String,
+    nonce: String,
+}
+
+async fn prove(State(d): State<Dashboard>, Query(q): Query<ProveQuery>) -> Response {
+    let nonce_ok =
+        (16..=128).contains(&q.nonce.len()) && q.nonce.bytes().all(|b| b.is_ascii_alphanumeric());
+    if !nonce_ok {
+        let why = "nonce: 16 to 128 letters and digits";
+        return (StatusCode::BAD_REQUEST, why).into_response();
+    }
+    match d.keys.dashboard_proof(&q.token, &q.nonce) {
+        Some(proof) => Json(serde_json::json!({ "proof": proof })).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            "this head knows no live token with that id",
+        )
+            .into_response(),
+    }
 }
 
 async fn whoami(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<WhoAmI> {
