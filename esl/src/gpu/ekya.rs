@@ -4,22 +4,111 @@
 //!
 //! **Algorithm 1, rebuilt from the text.** Start from a fair allocation (every inference and
 //! retraining job an equal share, in quanta of `delta`); each job in turn is the *thief* and
-//! steals one quantum from each other job; a theft is kept only if the window's average
-//! accuracy improves (here: the goodput of [`evaluate_shares`], which is served requests times
-//! accuracy); repeat until a whole round of thieves improves nothing. Ekya reallocates at the
-//! window start and **whenever a retraining job completes**, never during a retraining: a
-//! running retraining keeps its share, and a finished one's share goes back to the pool.
-//! A retraining that cannot finish in the window does not count (its share is wasted, so the
-//! thieves take it). Inference keeps at least one quantum. The micro-profiler's estimates are
-//! the [`Problem`]'s (forecasts, capability, retraining time, accuracies).
+//! steals one quantum from each other job; a theft is kept only if the window's estimated
+//! average accuracy improves; repeat until a whole round of thieves improves nothing. Ekya
+//! reallocates at the window start and **whenever a retraining job completes**, never during
+//! a retraining: a running retraining keeps its share, and a finished one's share goes back
+//! to the pool. A retraining that cannot finish in the window does not count (its share is
+//! wasted, so the thieves take it). Inference keeps at least one quantum. The
+//! micro-profiler's estimates (retraining time, accuracy after retraining, capability) are
+//! the [`Problem`]'s.
+//!
+//! **What it knows.** [`online`] is Ekya given only what Ekya knows, MIGRator's baseline:
+//! at each decision it estimates each stream's rate from the arrivals observed so far (the
+//! mean of the last [`LOOKBACK_S`] seconds, before the window and in it up to the decision;
+//! nothing later) and holds it for the rest of the window, and it scores a split by its own
+//! objective ([`ekya_estimate`]: the average over the streams of their accuracy over the rest
+//! of the window, each second's accuracy scaled by the fraction of the stream its inference
+//! keeps up with, every stream weighted equally), not MIGRator's goodput. What it is worth
+//! is evaluated with its share changes paying MIGRator's reconfiguration cost
+//! ([`evaluate_shares_paying`](super::shares::evaluate_shares_paying)).
+//!
+//! [`thief`] is the baseline as it was before (issue 34): it scores every theft with
+//! [`evaluate_shares`] over the window's **exact future arrivals**, which is MIGRator's own
+//! objective; it is kept as an upper bound of what the thief could do, not as Ekya.
 
 use super::migrator::problem::{Problem, Retraining, Schedule};
 use super::migrator::realize::realizable;
-use super::shares::{SharePlan, evaluate_shares, retrain_steps_at};
+use super::shares::{MPS_INTERFERENCE, SharePlan, capacity_at, evaluate_shares, retrain_steps_at};
 
-/// Ekya's allocation for a window: the thief scheduler at the window start and at each
-/// retraining completion, in quanta of `delta` (a fraction of the GPU, 0.1 in the thesis).
+/// Seconds of observed arrivals [`online`] averages into a stream's rate.
+pub const LOOKBACK_S: usize = 30;
+
+/// The thief over the window's exact future arrivals, scored by MIGRator's goodput: **not
+/// what Ekya knows** (see the module doc); [`online`] is Ekya.
 pub fn thief(problem: &Problem, delta: f64) -> SharePlan {
+    thief_by(problem, delta, |plan, _| {
+        evaluate_shares(problem, plan).goodput
+    })
+}
+
+/// Ekya given only what Ekya knows (see the module doc): `past[m]` is tenant `m`'s per-second
+/// arrivals observed before the window; within the window it reads `problem`'s arrivals
+/// (each tenant's `forecast`, here the real trace) only for the seconds before each decision.
+pub fn online(problem: &Problem, past: &[&[f64]], delta: f64) -> SharePlan {
+    thief_by(problem, delta, |plan, from| {
+        let seen = (from as f64 * problem.step_s).floor() as usize;
+        let rates: Vec<f64> = (0..problem.tenants.len())
+            .map(|m| observed_rate(past[m], &problem.tenants[m].forecast[..seen]))
+            .collect();
+        ekya_estimate(problem, plan, from, &rates)
+    })
+}
+
+/// The mean rate of the last [`LOOKBACK_S`] seconds of `past` followed by `now` (requests per
+/// second; 0 with nothing observed).
+pub fn observed_rate(past: &[f64], now: &[f64]) -> f64 {
+    let from_now = now.len().min(LOOKBACK_S);
+    let from_past = (LOOKBACK_S - from_now).min(past.len());
+    let seen = now[now.len() - from_now..]
+        .iter()
+        .chain(&past[past.len() - from_past..]);
+    let count = from_now + from_past;
+    if count == 0 {
+        0.0
+    } else {
+        seen.sum::<f64>() / count as f64
+    }
+}
+
+/// Ekya's objective for a split decided at step `from`, with each stream's rate estimated as
+/// `rates[m]` requests per second: the mean over the streams of their mean accuracy over
+/// steps `from..`, a step's accuracy being the model's (after retraining once it completes)
+/// times the fraction of the stream the inference share keeps up with.
+pub fn ekya_estimate(problem: &Problem, plan: &SharePlan, from: usize, rates: &[f64]) -> f64 {
+    let steps = problem.steps();
+    let n = problem.tenants.len();
+    let mut total = 0.0;
+    for (m, t) in problem.tenants.iter().enumerate() {
+        let done_at = plan.retraining[m]
+            .and_then(|(start, f)| retrain_steps_at(problem, m, f).map(|d| start + d));
+        let rate = rates[m] * problem.step_s;
+        let mut sum = 0.0;
+        for s in from..steps {
+            let cap = capacity_at(problem, m, plan.inference[m][s] * 7.0) * MPS_INTERFERENCE;
+            let kept = if rate > 1e-9 {
+                (cap / rate).min(1.0)
+            } else {
+                1.0
+            };
+            let acc = if done_at.is_some_and(|d| d <= s) {
+                t.acc_post
+            } else {
+                t.acc_pre
+            };
+            sum += acc * kept;
+        }
+        total += sum / steps.saturating_sub(from).max(1) as f64;
+    }
+    total / n.max(1) as f64
+}
+
+/// The thief scheduler with `score(plan, from)` judging a split decided at step `from`.
+fn thief_by(
+    problem: &Problem,
+    delta: f64,
+    mut score_of: impl FnMut(&SharePlan, usize) -> f64,
+) -> SharePlan {
     let n = problem.tenants.len();
     let steps = problem.steps();
     let quanta = (1.0 / delta).round() as i64;
@@ -42,10 +131,10 @@ pub fn thief(problem: &Problem, delta: f64) -> SharePlan {
             alloc[j] = pool / free_jobs.len() as i64
                 + i64::from((i as i64) < pool % free_jobs.len() as i64);
         }
-        let score = |alloc: &[i64]| -> f64 {
+        let mut score = |alloc: &[i64]| -> f64 {
             let mut p = plan.clone();
             apply(problem, &mut p, alloc, &running, from, quanta);
-            evaluate_shares(problem, &p).goodput
+            score_of(&p, from)
         };
         let mut best = score(&alloc);
         loop {
@@ -132,13 +221,22 @@ fn apply(
     }
 }
 
-/// Ekya's allocation rounded to MIG slices: each share becomes whole GPCs (retraining to
-/// one instance of at most 4), shrinking the largest inference while no layout realizes the
+/// [`thief`] (the exact-future baseline) rounded to MIG slices ([`on_mig`]).
+pub fn thief_on_mig(problem: &Problem, delta: f64) -> Schedule {
+    on_mig(problem, &thief(problem, delta))
+}
+
+/// Ekya given only what it knows ([`online`]) rounded to MIG slices ([`on_mig`]).
+pub fn online_on_mig(problem: &Problem, past: &[&[f64]], delta: f64) -> Schedule {
+    on_mig(problem, &online(problem, past, delta))
+}
+
+/// A share plan rounded to MIG slices: each share becomes whole GPCs (retraining to one
+/// instance of at most 4), shrinking the largest inference while no layout realizes the
 /// sizes; the retraining keeps its rounded size and start.
 // Steps index both the forecasts and each tenant's row of the plan.
 #[allow(clippy::needless_range_loop)]
-pub fn thief_on_mig(problem: &Problem, delta: f64) -> Schedule {
-    let shares = thief(problem, delta);
+pub fn on_mig(problem: &Problem, shares: &SharePlan) -> Schedule {
     let n = problem.tenants.len();
     let steps = problem.steps();
     let mut retraining = Vec::with_capacity(n);

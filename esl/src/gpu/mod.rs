@@ -23,14 +23,18 @@
 //!   predictor) and its partition manager;
 //! - [`migrator`]: [`Migrator`] (the per-window integer program, the timed plan with
 //!   pre-initialization, and its executor with drain-before-destroy and pinned retraining);
-//! - [`ekya`]: Ekya's thief scheduler on fractional shares ([`thief`]) and on MIG slices
-//!   ([`thief_on_mig`]);
+//! - [`ekya`]: Ekya's thief scheduler given only what Ekya knows ([`online`], and on MIG
+//!   slices [`online_on_mig`]), and the exact-future thief it replaced as MIGRator's baseline
+//!   ([`thief`], [`thief_on_mig`]);
+//! - [`compare`]: MIGRator (forecast and oracle) against its baselines over several windows of
+//!   a trace shape;
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
 //!   by compute intensity), [`astraea`] (dynamic SM shares without MIG);
 //! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan.
 
 pub mod baselines;
 pub mod cluster;
+pub mod compare;
 pub mod ekya;
 pub mod migm;
 pub mod migrator;
@@ -42,7 +46,7 @@ pub mod sim;
 
 pub use baselines::{Sequential, astraea, paris};
 pub use cluster::{ClusterGpu, DriveReport, drive, drive_with};
-pub use ekya::{thief, thief_on_mig};
+pub use ekya::{online, online_on_mig, thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};
 pub use policy::{GpuPolicy, RunReport, run, run_with};

@@ -4,8 +4,9 @@
 //! A share `f` of the GPU serves like `7 * f` GPCs of a MIG instance (the capability table
 //! interpolated), times an interference factor: MPS partitions SMs but not memory bandwidth
 //! or caches, which is why P0 finds Astraea's SLO attainment 6% below MIGRator's. The factor is
-//! **assumed**: 0.9 (10% slower when co-running), P0 gives no number. Changing shares costs
-//! nothing (Astraea's and Laius's process pools switch quotas in place). A retraining on a
+//! **assumed**: 0.9 (10% slower when co-running), P0 gives no number. In [`evaluate_shares`]
+//! changing shares costs nothing (Astraea's and Laius's process pools switch quotas in place);
+//! [`evaluate_shares_paying`] charges each change MIGRator's resize cost (Ekya's baseline). A retraining on a
 //! share `f` takes the time of a `7 * f`-GPC instance, over the interference factor.
 
 use super::migrator::problem::{Problem, concave_envelope};
@@ -81,14 +82,36 @@ pub fn retrain_steps_at(problem: &Problem, m: usize, share: f64) -> Option<usize
 
 /// What a fractional plan earns on `problem` (no reconfiguration cost, MPS interference).
 pub fn evaluate_shares(problem: &Problem, plan: &SharePlan) -> Outcome {
+    evaluate_shares_with(problem, plan, false)
+}
+
+/// What a fractional plan earns on `problem` when its share changes pay what MIGRator's
+/// resizes pay in [`evaluate_mig`]: a tenant whose inference share changes serves nothing for
+/// its `psi_s` (the window starting from the shares of `problem.initial`'s GPCs, as MIGRator's
+/// plans do). Ekya's baseline is evaluated so (issue 34: "its share changes paying the same
+/// costs").
+pub fn evaluate_shares_paying(problem: &Problem, plan: &SharePlan) -> Outcome {
+    evaluate_shares_with(problem, plan, true)
+}
+
+fn evaluate_shares_with(problem: &Problem, plan: &SharePlan, pay: bool) -> Outcome {
     let mut out = Outcome::default();
     let mut weighted = 0.0;
     for (m, t) in problem.tenants.iter().enumerate() {
         let done_at = plan.retraining[m]
             .and_then(|(start, f)| retrain_steps_at(problem, m, f).map(|d| start + d));
+        let mut prev = f64::from(problem.initial[m]) / 7.0;
+        let mut down_s = 0.0;
         for s in 0..problem.steps() {
+            let share = plan.inference[m][s];
+            if pay && (share - prev).abs() > 1e-9 {
+                down_s = t.psi_s;
+            }
+            prev = share;
+            let up = ((problem.step_s - down_s) / problem.step_s).clamp(0.0, 1.0);
+            down_s = (down_s - problem.step_s).max(0.0);
             let arrived = problem.arrivals(m, s);
-            let cap = capacity_at(problem, m, plan.inference[m][s] * 7.0) * MPS_INTERFERENCE;
+            let cap = capacity_at(problem, m, share * 7.0) * MPS_INTERFERENCE * up;
             let served = arrived.min(cap);
             let acc = if done_at.is_some_and(|d| d <= s) {
                 t.acc_post

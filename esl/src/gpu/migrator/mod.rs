@@ -23,6 +23,7 @@
 //! and accuracies are the application's (P0 uses an Informer forecaster and a short
 //! pre-training run); [`workload`] builds documented two-tenant examples.
 
+pub mod forecast;
 pub mod ilp;
 pub mod plan;
 pub mod problem;

@@ -22,6 +22,8 @@
 //!   bursts: [`bursty_trace`]), the second an Azure-LLM-like one (a slow wave with noise:
 //!   [`wave_trace`]), both deterministic from a seed.
 
+use std::f64::consts::PI;
+
 use escher_proto::mig::GpuModel;
 use escher_proto::mig::unit;
 
@@ -47,7 +49,21 @@ pub fn bursty_trace(seconds: usize, base: f64, burst: f64, seed: u64) -> Vec<f64
 /// Per-second arrivals: a wave between `low` and `high` with a period of `period_s`, and 10%
 /// noise.
 pub fn wave_trace(seconds: usize, low: f64, high: f64, period_s: f64, seed: u64) -> Vec<f64> {
-    let phase = unit(seed) * std::f64::consts::TAU;
+    wave_trace_at(
+        seconds,
+        (low, high, period_s),
+        unit(seed) * std::f64::consts::TAU,
+        seed,
+    )
+}
+
+/// [`wave_trace`] with its phase given (radians) and its noise drawn from `seed`.
+pub fn wave_trace_at(
+    seconds: usize,
+    (low, high, period_s): (f64, f64, f64),
+    phase: f64,
+    seed: u64,
+) -> Vec<f64> {
     (0..seconds)
         .map(|s| {
             let x = (s as f64 / period_s * std::f64::consts::TAU + phase).sin();
@@ -106,4 +122,145 @@ pub fn two_tenants(window: u64, window_s: u32, step_s: f64) -> Problem {
         step_s,
         initial: vec![3, 3],
     }
+}
+
+/// The shape of a workload's arrivals over many windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    /// P0's pairing (§5.1): the first tenant on an Alibaba-like bursty trace, the second on
+    /// an Azure-LLM-like wave (a 120 s period).
+    Paper,
+    /// Both tenants bursty (Alibaba-like, [`bursty_trace`]).
+    Bursty,
+    /// Both tenants diurnal: a day compressed to [`DAY_S`] seconds (four windows), low at
+    /// night and high in the day, with noise ([`wave_trace`]; the compression is assumed, so
+    /// that the load changes within a window and across the history).
+    Diurnal,
+}
+
+/// A compressed day, seconds (the diurnal shape's period; assumed, see [`Shape::Diurnal`]).
+pub const DAY_S: usize = 800;
+
+/// Windows of history before the first window a comparison plans (two compressed days: the
+/// forecaster needs two seasons).
+pub const HISTORY_WINDOWS: usize = 8;
+
+impl Shape {
+    /// Every shape, in the order reports print them.
+    pub const ALL: [Shape; 3] = [Shape::Paper, Shape::Bursty, Shape::Diurnal];
+
+    /// Its name in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Shape::Paper => "paper (bursty + wave)",
+            Shape::Bursty => "bursty",
+            Shape::Diurnal => "diurnal",
+        }
+    }
+
+    /// Its key in figure names.
+    pub fn key(self) -> &'static str {
+        match self {
+            Shape::Paper => "paper",
+            Shape::Bursty => "bursty",
+            Shape::Diurnal => "diurnal",
+        }
+    }
+
+    /// Each tenant's season, as its operator knows it (the forecaster's input), seconds.
+    pub fn seasons(self) -> [Option<usize>; 2] {
+        match self {
+            Shape::Paper => [None, Some(120)],
+            Shape::Bursty => [None, None],
+            Shape::Diurnal => [Some(DAY_S), Some(DAY_S)],
+        }
+    }
+}
+
+/// Both tenants' arrivals, per second, over `windows` windows of `window_s` seconds of one
+/// continuous trace of `shape` (so that a window's past is the windows before it).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Workload {
+    /// The shape.
+    pub shape: Shape,
+    /// Window length, seconds.
+    pub window_s: u32,
+    /// `arrivals[m][t]`: tenant `m`'s requests in second `t` of the trace.
+    pub arrivals: Vec<Vec<f64>>,
+}
+
+impl Workload {
+    /// `windows` windows of `shape`, from `seed`.
+    pub fn new(shape: Shape, windows: usize, window_s: u32, seed: u64) -> Workload {
+        let n = windows * window_s as usize;
+        let arrivals = match shape {
+            Shape::Paper => vec![
+                bursty_trace(n, 140.0, 160.0, 11 + seed),
+                wave_trace(n, 40.0, 160.0, 120.0, 23 + seed),
+            ],
+            Shape::Bursty => vec![
+                bursty_trace(n, 140.0, 160.0, 11 + seed),
+                bursty_trace(n, 70.0, 120.0, 37 + seed),
+            ],
+            Shape::Diurnal => {
+                // One day for both: the second tenant's peak lags the first's by 1/20 day.
+                let phase = unit(41 + seed) * std::f64::consts::TAU;
+                let day = DAY_S as f64;
+                vec![
+                    wave_trace_at(n, (60.0, 300.0, day), phase, 41 + seed),
+                    wave_trace_at(n, (30.0, 170.0, day), phase - 0.1 * PI, 53 + seed),
+                ]
+            }
+        };
+        Workload {
+            shape,
+            window_s,
+            arrivals,
+        }
+    }
+
+    /// The seconds before window `w`.
+    fn start(&self, w: usize) -> usize {
+        w * self.window_s as usize
+    }
+
+    /// Window `w` with its real arrivals as the tenants' "forecast": what the window is
+    /// evaluated on, and the oracle's input.
+    pub fn actual(&self, w: usize, step_s: f64) -> Problem {
+        let from = self.start(w);
+        let to = from + self.window_s as usize;
+        two_tenants_with(
+            self.arrivals.iter().map(|a| a[from..to].to_vec()).collect(),
+            self.window_s,
+            step_s,
+        )
+    }
+
+    /// What was observed before window `w` starts, per tenant.
+    pub fn past(&self, w: usize) -> Vec<&[f64]> {
+        let from = self.start(w);
+        self.arrivals.iter().map(|a| &a[..from]).collect()
+    }
+
+    /// Window `w` as MIGRator plans it: each tenant's arrivals forecast from [`Self::past`]
+    /// ([`forecast`](super::forecast::forecast)), with the forecasters' fits.
+    pub fn forecast(&self, w: usize, step_s: f64) -> (Problem, Vec<super::forecast::Fit>) {
+        let seasons = self.shape.seasons();
+        let (arrivals, fits): (Vec<Vec<f64>>, Vec<_>) = self
+            .past(w)
+            .iter()
+            .enumerate()
+            .map(|(m, past)| super::forecast::forecast(past, seasons[m], self.window_s as usize))
+            .unzip();
+        (two_tenants_with(arrivals, self.window_s, step_s), fits)
+    }
+}
+
+/// The two tenants of [`two_tenants`] with the given per-second arrivals.
+pub fn two_tenants_with(arrivals: Vec<Vec<f64>>, window_s: u32, step_s: f64) -> Problem {
+    let mut p = two_tenants(0, window_s, step_s);
+    for (t, a) in p.tenants.iter_mut().zip(arrivals) {
+        t.forecast = a;
+    }
+    p
 }
