@@ -25,6 +25,7 @@ use escher_client::{BlockingClient, Client, ClientError};
 use escher_head::replication::ReplicaConfig;
 use escher_head::{HeadConfig, HeadError};
 use escher_proto::types::{NodeId, ResourceSet};
+use escher_worker::exec::TaskUsers;
 use escher_worker::{Functions, Worker, WorkerError, scaled_latency};
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -95,6 +96,7 @@ pub struct LocalClusterBuilder {
     head: HeadConfig,
     grace: Duration,
     gpus: GpuSettings,
+    task_users: TaskUsers,
 }
 
 impl Default for LocalClusterBuilder {
@@ -110,6 +112,7 @@ impl Default for LocalClusterBuilder {
                 discover: false,
                 latency_scale: 0.01,
             },
+            task_users: TaskUsers::Off,
         }
     }
 }
@@ -210,6 +213,15 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Whom the workers run command tasks as. Off by default: everything of a local cluster
+    /// runs in this process, as its user, and there are no tenants to keep apart; a process
+    /// with the privilege may turn it on to try (or measure) per-namespace users
+    /// ([`TaskUsers::Auto`] or a range).
+    pub fn task_users(mut self, users: TaskUsers) -> Self {
+        self.task_users = users;
+        self
+    }
+
     /// Starts the head (or its replicas) and the workers and waits until every worker has
     /// registered.
     pub async fn start(self) -> Result<LocalCluster, LocalClusterError> {
@@ -275,6 +287,7 @@ impl LocalClusterBuilder {
             workers: Vec::new(),
             functions: self.functions.clone(),
             grace: self.grace,
+            task_users: self.task_users,
             gpus: self.gpus,
         };
         for spec in self.workers {
@@ -313,6 +326,7 @@ pub struct LocalCluster {
     functions: Functions,
     grace: Duration,
     gpus: GpuSettings,
+    task_users: TaskUsers,
 }
 
 /// How long a worker may take to register.
@@ -428,9 +442,7 @@ impl LocalCluster {
             .reconnect_backoff(Duration::from_millis(20), Duration::from_millis(500))
             .discover_gpus(self.gpus.discover)
             .sim_mig_latency(scaled_latency(self.gpus.latency_scale))
-            // Everything of a local cluster runs in this process, as its user: there are no
-            // tenants to keep apart (`escher-worker` does that).
-            .task_users(escher_worker::exec::TaskUsers::Off)
+            .task_users(self.task_users)
             .functions(&self.functions);
         for gpu in spec.sim_gpus {
             builder = builder.sim_gpu(gpu);

@@ -175,7 +175,7 @@ async fn a_durable_head_killed_at_random_points_keeps_everything_acknowledged() 
         .set_resource(COUNTER, 1, NodeSpec::Node(nodes[0]))
         .await
         .unwrap();
-    let file = cluster.dir().join("runs.log");
+    let file = cluster.shared_path("runs.log");
     let mut all_tasks: Vec<TaskId> = Vec::new();
     let mut acked_deltas = 0;
     let mut attempted_deltas = 0;
@@ -260,7 +260,7 @@ async fn a_three_replica_group_fails_over_under_load_and_loses_nothing() {
         .set_resource(COUNTER, 1, NodeSpec::Node(node))
         .await
         .unwrap();
-    let file = cluster.dir().join("runs.log");
+    let file = cluster.shared_path("runs.log");
     let stop = Arc::new(AtomicBool::new(false));
     let (acked, handles) = load(
         cluster.head_url(),
@@ -499,8 +499,8 @@ async fn a_head_stopped_gracefully_leaves_its_workers_running_their_tasks() {
         .await;
     let node = cluster.node("w1");
     let client = cluster.client().await;
-    let file = cluster.dir().join("runs.log");
-    let marker = cluster.dir().join("started");
+    let file = cluster.shared_path("runs.log");
+    let marker = cluster.shared_path("started");
     let task = client
         .submit(
             Task::command([

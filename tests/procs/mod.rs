@@ -464,6 +464,20 @@ impl ProcessCluster {
             .unwrap_or_else(|e| panic!("the heads' access file: {e}"))
     }
 
+    /// `name` in a directory every task may write, whatever user it runs as (the workers run
+    /// each namespace's tasks as a user of their own when the tests run as root, as in CI):
+    /// like /tmp, sticky and open to all.
+    pub fn shared_path(&self, name: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let shared = self.dir().join("shared");
+        std::fs::create_dir_all(&shared).expect("the shared directory");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777))
+            .expect("chmod");
+        std::fs::set_permissions(self.dir(), std::fs::Permissions::from_mode(0o711))
+            .expect("chmod");
+        shared.join(name)
+    }
+
     /// Starts the workers started from now on with `extra`.
     pub fn next_workers(&mut self, extra: WorkerExtra) {
         self.worker_extra = extra;

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use escher::Task;
+use escher::worker::exec::TaskUsers;
 use serde_json::json;
 
 use super::Ctx;
@@ -94,6 +95,39 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         ));
         detail["fenced_tasks_per_s"] = json!(fenced);
     }
+    // Each namespace's tasks as a user of their own (what an `escher-worker` started as root
+    // does), against the worker's own user, alternating three times on two clusters that
+    // differ only in that: what the task boundary costs. Only a process that may change user
+    // can measure it.
+    if nix_is_root() {
+        let users = CmdCluster::start_as(limit, TaskUsers::Auto).await?;
+        let (mut shared, mut own) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            shared.push(plain.run(n, limit).await?);
+            own.push(users.run(n, limit).await?);
+        }
+        users.shutdown().await;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (shared_rate, own_rate) = (median(&mut shared), median(&mut own));
+        report.figures.push(Figure::new(
+            "cmd.per_uid_tasks_per_s",
+            "the same, each namespace's tasks as a user of their own (median of 3, alternating \
+             with the worker's own user)",
+            "tasks/s",
+            own_rate,
+        ));
+        report.figures.push(Figure::new(
+            "cmd.per_uid_ratio",
+            "a user per namespace ÷ the worker's user (target ≥ 0.9)",
+            "×",
+            own_rate / shared_rate,
+        ));
+        detail["per_uid_runs_tasks_per_s"] = json!(own);
+        detail["shared_user_runs_tasks_per_s"] = json!(shared);
+    }
     // Now the files go: the clusters' logs, then the limit's.
     plain.shutdown().await;
     if let Some(cluster) = fenced_cluster {
@@ -113,7 +147,15 @@ struct CmdCluster {
 impl CmdCluster {
     /// Starts the cluster and runs 20 tasks through it.
     async fn start(limit: Duration) -> anyhow::Result<CmdCluster> {
-        let cluster = cluster::start(1, "cpu=8").await?;
+        CmdCluster::start_as(limit, TaskUsers::Off).await
+    }
+
+    /// The same, its worker running command tasks as `users` says.
+    async fn start_as(limit: Duration, users: TaskUsers) -> anyhow::Result<CmdCluster> {
+        let cluster = cluster::builder(1, "cpu=8")?
+            .task_users(users)
+            .start()
+            .await?;
         let client = cluster.client().await?;
         cluster::run_batch(&client, (0..20).map(|_| task()).collect(), limit).await?;
         Ok(CmdCluster { cluster, client })
@@ -131,6 +173,18 @@ impl CmdCluster {
         drop(self.client);
         self.cluster.shutdown().await;
     }
+}
+
+/// Whether this process runs as root (and so may run tasks as other users).
+fn nix_is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
 }
 
 /// The task: `true`, holding one CPU.
