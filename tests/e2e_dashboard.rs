@@ -360,6 +360,12 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
         "document.querySelectorAll('#nodes .node').length === 2",
     )
     .await;
+    // A local cluster's workers run every task as this process's user, and say so.
+    page.until(
+        "each node saying its tenants are not isolated",
+        "document.querySelectorAll('#nodes .node .isolation').length === 2",
+    )
+    .await;
     let dataset = format!(
         "[data-node=\"{}\"] [data-resource=\"dataset-7\"] .num",
         cluster_node_name(&client, gpu_box).await

@@ -508,3 +508,61 @@ async fn loose_access_files_weak_tokens_and_control_characters_are_refused() {
     let (code, _, err) = cli(&cluster, &credential, &["token", "list"]);
     assert_ne!(code, 0, "{err}");
 }
+
+/// Finding 4 against real processes: a tenant's hooks and ghosts cannot write another
+/// namespace's or a shared resource, which `resource set` refuses too; and a worker given a
+/// uid range it cannot use refuses to start, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hooks_and_ghosts_write_only_their_own_namespace() {
+    use escher::types::{NodeSpec, ResourceUpdate};
+    use escher_client::ResourceUpdateExt as _;
+    let mut cluster = ProcessCluster::builder().workers(1).start().await;
+    let admin = cluster.client().await;
+    let node = admin.cluster_status().await.unwrap().nodes[0].id;
+    admin
+        .set_resource("appb/pool", 2, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    admin
+        .set_resource("shared/lic", 1, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let a = tenant(&cluster, &admin, "appa").await;
+    for target in ["appb/pool", "shared/lic"] {
+        let raise = ResourceUpdate::adjust(target, 99_998, NodeSpec::Local).unwrap();
+        let hook = Task::command(["true"])
+            .resources_str("cpu=1")
+            .on_start(raise);
+        let err = a.submit(hook).await.unwrap_err();
+        assert!(
+            err.to_string().contains("belongs to another namespace"),
+            "{err}"
+        );
+        let ghost = Task::ghost().creates(target, 7).resources_str("cpu=1");
+        let err = a.submit(ghost).await.unwrap_err();
+        assert!(
+            err.to_string().contains("belongs to another namespace"),
+            "{err}"
+        );
+    }
+    let status = admin.cluster_status().await.unwrap();
+    let total = |name: &str| status.nodes[0].resource(name).unwrap().total.to_string();
+    assert_eq!(
+        (total("appb/pool"), total("shared/lic")),
+        ("2".into(), "1".into())
+    );
+
+    // A range holding the machine's own users is refused at start.
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--task-uids".into(), "0-1000".into()],
+        ..WorkerExtra::default()
+    });
+    let (status, text) = cluster
+        .start_worker_expecting_exit("badrange", "cpu=1")
+        .await;
+    assert!(!status.success());
+    assert!(
+        text.contains("--task-uids") && text.contains("system users"),
+        "{text}"
+    );
+}

@@ -655,3 +655,61 @@ fn a_replica_with_inconsistent_settings_refuses_to_start_and_says_why() {
     assert!(!status.success());
     assert!(text.contains("replica"), "{text}");
 }
+
+/// A forged raft heartbeat whose commit index is beyond a follower's log panics raft-rs
+/// inside the replica; replicas refuse such messages before raft-rs sees them, and the group
+/// goes on acknowledging writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
+    use escher::access::Bearer;
+    use escher_proto::wire::{self, raft_client::RaftClient};
+    use protobuf::Message as _;
+    use raft::eraftpb::{Message, MessageType};
+
+    let cluster = ProcessCluster::builder().heads(3).workers(1).start().await;
+    let client = cluster.client().await;
+    let heads = client.heads().await.unwrap();
+    let leader = heads.leader().expect("a leader").clone();
+    let token = cluster.credentials().secret().unwrap();
+    for follower in heads.replicas.iter().filter(|r| r.id != leader.id) {
+        let mut forged = Message::default();
+        forged.set_msg_type(MessageType::MsgHeartbeat);
+        forged.from = leader.id;
+        forged.to = follower.id;
+        forged.term = leader.term;
+        forged.commit = 1_000_000_000;
+        let batch = wire::RaftBatch {
+            group: heads.group.clone(),
+            from: leader.id,
+            from_address: leader.address.clone(),
+            to: follower.id,
+            messages: vec![forged.write_to_bytes().unwrap()],
+        };
+        let channel =
+            tonic::transport::Endpoint::from_shared(format!("http://{}", follower.address))
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+        let mut raft = RaftClient::with_interceptor(channel, Bearer::new(&token));
+        for _ in 0..3 {
+            raft.send(batch.clone()).await.unwrap();
+        }
+    }
+    // Every replica still runs and answers, and a write is acknowledged by the group.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let task = client
+        .submit(Task::command(["true"]).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let (done, _) = client.wait([task.id()], 1, Some(WAIT)).await.unwrap();
+    assert_eq!(done[0].state, TaskState::Succeeded);
+    let after = client.heads().await.unwrap();
+    for replica in &after.replicas {
+        assert!(
+            replica.reachable && replica.error.is_none(),
+            "replica {} after the forgery: {replica:?}",
+            replica.id
+        );
+    }
+}

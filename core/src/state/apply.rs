@@ -48,7 +48,7 @@ impl Default for StateConfig {
             namespace_unfinished: 1_000_000,
             namespace_result_bytes: 1024 * 1024 * 1024,
             namespace_resources: 100_000,
-            max_task_bytes: 4 * 1024 * 1024,
+            max_task_bytes: 16 * 1024 * 1024,
             namespace_spec_bytes: 512 * 1024 * 1024,
         }
     }

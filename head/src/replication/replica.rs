@@ -43,6 +43,10 @@ pub enum ReplicationError {
     /// A background write did not finish.
     #[error("a log write was interrupted: {0}")]
     Interrupted(String),
+    /// The replica's loop panicked (in raft-rs, or in escher): the process exits so that its
+    /// supervisor restarts it from its log.
+    #[error("the replica's loop panicked: {0}")]
+    Panicked(String),
 }
 
 /// Why a proposal was not accepted. The caller may retry elsewhere or later.
@@ -480,9 +484,64 @@ impl<S: LogStore> Replica<S> {
             self.refresh_peers();
         }
         for msg in messages {
+            if let Err(why) = self.check_message(from, &msg) {
+                tracing::warn!(
+                    from,
+                    %from_address,
+                    kind = ?msg.get_msg_type(),
+                    %why,
+                    "refused a raft message no replica of this group sends"
+                );
+                continue;
+            }
             if let Err(err) = self.node.step(msg) {
                 tracing::debug!(from, %err, "raft did not take a message");
             }
+        }
+    }
+
+    /// Refuses a message that raft-rs would take for the truth and could not survive: raft-rs
+    /// panics on a heartbeat whose commit index is beyond this log, or on entries that
+    /// contradict committed ones; a correct replica of this group never sends either (a
+    /// leader's heartbeat commits at most what the follower has matched, and committed entries
+    /// never change). So a message is stepped only if it is from the peer that sent it, to
+    /// this replica, and means something this log can hold.
+    fn check_message(&self, from: u64, msg: &Message) -> Result<(), String> {
+        use raft::eraftpb::MessageType;
+        if msg.from != from {
+            return Err(format!("it claims to be from {}", msg.from));
+        }
+        if msg.to != self.id() {
+            return Err(format!("it is for replica {}", msg.to));
+        }
+        let log = &self.node.raft.raft_log;
+        match msg.get_msg_type() {
+            MessageType::MsgHeartbeat if msg.commit > log.last_index() => Err(format!(
+                "a heartbeat commits to {} but this log ends at {}",
+                msg.commit,
+                log.last_index()
+            )),
+            MessageType::MsgAppend => {
+                for (expected, entry) in (msg.index + 1..).zip(msg.get_entries()) {
+                    if entry.index != expected {
+                        return Err(format!(
+                            "entry {} follows {} in an append",
+                            entry.index,
+                            expected - 1
+                        ));
+                    }
+                    if entry.index <= log.committed
+                        && log.term(entry.index).is_ok_and(|t| t != entry.term)
+                    {
+                        return Err(format!(
+                            "entry {} of term {} contradicts the committed one",
+                            entry.index, entry.term
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            _ => Ok(()),
         }
     }
 

@@ -265,15 +265,36 @@ async fn serve<S: crate::replication::LogStore>(
         transport,
     };
     let metrics = Arc::new(Metrics::default());
-    let owner_task = tracker.spawn(
-        owner::Owner::new(
-            replica,
-            config.clone(),
-            Arc::clone(&keys),
-            Arc::clone(&metrics),
-        )
-        .run(inboxes, token.clone()),
-    );
+    let owner_run = owner::Owner::new(
+        replica,
+        config.clone(),
+        Arc::clone(&keys),
+        Arc::clone(&metrics),
+    )
+    .run(inboxes, token.clone());
+    // A replica that cannot go on (its log failed, or its loop panicked) stops the whole head,
+    // which then exits non-zero with the reason: a process left answering "shutting down" to
+    // every call would keep its supervisor from restarting it.
+    let stop_all = token.clone();
+    let owner_task = tracker.spawn(async move {
+        use futures_util::FutureExt as _;
+        let result = match std::panic::AssertUnwindSafe(owner_run).catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let why = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_else(|| "no message".to_string());
+                tracing::error!(%why, "the replica's loop panicked; the head stops");
+                Err(ReplicationError::Panicked(why))
+            }
+        };
+        if result.is_err() {
+            stop_all.cancel();
+        }
+        result
+    });
     if let Some(addr) = config.metrics {
         let listener = TcpListener::bind(addr).await?;
         tracker.spawn(metrics::serve(

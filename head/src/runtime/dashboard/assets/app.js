@@ -117,9 +117,14 @@ function renderNode(n) {
   const physical = shown.filter((r) => r.physical);
   const ephemeral = shown.filter((r) => !r.physical);
   const state = n.alive ? 'alive' : 'dead';
+  // The worker says whether it runs each namespace's tasks as a user of their own.
+  const shared = (n.labels || {})['escher.isolation'] === 'none';
   return h('div', { class: `node ${state}`, 'data-node': n.name },
     h('h3', {}, n.name, h('span', { class: 'note' }, `node ${n.id}`), badge(state),
+      shared ? badge('not isolated', 'shared') : '',
       n.alive ? '' : h('span', { class: 'note' }, `${n.left_because || ''} ${ago(n.left_at_ms)}`)),
+    shared ? h('div', { class: 'isolation' }, 'tasks on this node share one user: tenants here ' +
+      'are not isolated (run escher-worker as root for a user per namespace)') : '',
     labels ? h('div', { class: 'labels' }, labels) : '',
     physical.length ? h('h4', {}, 'physical') : '', physical.map(bar),
     ephemeral.length ? h('h4', {}, 'ephemeral and custom') : '', ephemeral.map(bar));
