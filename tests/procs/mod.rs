@@ -471,8 +471,7 @@ impl ProcessCluster {
         use std::os::unix::fs::PermissionsExt;
         let shared = self.dir().join("shared");
         std::fs::create_dir_all(&shared).expect("the shared directory");
-        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777))
-            .expect("chmod");
+        std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o1777)).expect("chmod");
         std::fs::set_permissions(self.dir(), std::fs::Permissions::from_mode(0o711))
             .expect("chmod");
         shared.join(name)
