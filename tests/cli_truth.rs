@@ -580,3 +580,55 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     );
     cluster.shutdown().await;
 }
+
+/// A reader token runs what the README says it may: `status`, `nodes` and `top` (it sees no
+/// task, and the commands say so instead of failing).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_token_runs_status_nodes_and_top() {
+    use escher::types::{Grant, Role};
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    admin
+        .submit(escher::Task::command(["sleep", "30"]).resources_str("cpu=1000"))
+        .await
+        .unwrap();
+    let reader = admin
+        .create_token(Grant::new(Role::Reader, None).unwrap(), "dash")
+        .await
+        .unwrap()
+        .token;
+    for args in [
+        &["status"][..],
+        &["nodes"],
+        &["top", "--once"],
+        &["--json", "status"],
+    ] {
+        let mut command = admin_command(&cluster, args);
+        command
+            .env("ESCHER_TOKEN", &reader)
+            .env("ESCHER_HEAD", cluster.head_url());
+        let (code, out, err) = outcome(&mut command);
+        assert_eq!(code, 0, "escher {args:?} with a reader token: {out}{err}");
+    }
+    let mut command = admin_command(&cluster, &["status"]);
+    command
+        .env("ESCHER_TOKEN", &reader)
+        .env("ESCHER_HEAD", cluster.head_url());
+    let (_, out, _) = outcome(&mut command);
+    assert!(out.contains("a reader token sees no tasks"), "{out}");
+    cluster.shutdown().await;
+}
+
+/// `escher telemetry` of a task that never existed is an error, not an empty answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn telemetry_of_an_unknown_task_is_an_error() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let (code, out, err) = escher(&cluster, &["telemetry", "999999"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(err.contains("unknown task"), "{err}");
+    cluster.shutdown().await;
+}

@@ -34,17 +34,29 @@ pub struct NodesArgs {
 pub struct NodeRow<'a> {
     /// The node as the head reports it.
     pub node: &'a NodeStatus,
-    /// Tasks running there (a lower bound when `running_exact` is false).
-    pub running: u64,
+    /// Tasks running there (a lower bound when `running_exact` is false); absent for a
+    /// caller that sees no tasks.
+    pub running: Option<u64>,
     /// Whether `running` counts every running task.
     pub running_exact: bool,
+}
+
+impl<'a> NodeRow<'a> {
+    /// The row of `node`, with its count from `running`.
+    pub(crate) fn new(node: &'a NodeStatus, running: Option<&Running>) -> NodeRow<'a> {
+        NodeRow {
+            node,
+            running: running.map(|(counts, _)| counts.get(&node.id).copied().unwrap_or(0)),
+            running_exact: running.is_some_and(|(_, exact)| *exact),
+        }
+    }
 }
 
 impl NodesArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
         let cluster = client.cluster_status().await?;
-        let (running, exact) = running_per_node(&client).await?;
+        let running = running_per_node(&client).await?;
         let shown: Vec<&NodeStatus> = cluster
             .nodes
             .iter()
@@ -53,15 +65,11 @@ impl NodesArgs {
         if ctx.json {
             let rows: Vec<NodeRow<'_>> = shown
                 .iter()
-                .map(|n| NodeRow {
-                    node: n,
-                    running: running.get(&n.id).copied().unwrap_or(0),
-                    running_exact: exact,
-                })
+                .map(|n| NodeRow::new(n, running.as_ref()))
                 .collect();
             ctx.emit_json(&rows)?;
         } else {
-            ctx.emit(&render_nodes(&cluster, &shown, &running, exact))?;
+            ctx.emit(&render_nodes(&cluster, &shown, running.as_ref()))?;
         }
         Ok(ExitCode::SUCCESS)
     }
@@ -69,31 +77,41 @@ impl NodesArgs {
 
 /// How many tasks run on each node, and whether that counts all of them (one page of running
 /// tasks is read).
+pub(crate) type Running = (BTreeMap<NodeId, u64>, bool);
+
+/// How many tasks run on each node ([`Running`]); `None` for a caller that sees no tasks (a
+/// reader token).
 pub(crate) async fn running_per_node(
     client: &escher_client::Client,
-) -> Result<(BTreeMap<NodeId, u64>, bool), escher_client::ClientError> {
+) -> Result<Option<Running>, escher_client::ClientError> {
     let page = client
         .list_tasks_page(ListTasksRequest {
             state: Some(TaskState::Running),
             limit: RUNNING_PAGE,
             ..ListTasksRequest::default()
         })
-        .await?;
+        .await;
+    let page = match page {
+        Err(escher_client::ClientError::PermissionDenied(_)) => return Ok(None),
+        other => other?,
+    };
     let mut running: BTreeMap<NodeId, u64> = BTreeMap::new();
     for task in &page.tasks {
         if let Some(node) = task.node {
             *running.entry(node).or_default() += 1;
         }
     }
-    Ok((running, page.more == 0))
+    Ok(Some((running, page.more == 0)))
 }
+
+/// What a caller that sees no tasks is told instead of their counts.
+pub(crate) const NO_TASKS: &str = "a reader token sees no tasks: running counts are not shown\n";
 
 /// The text of `escher nodes`.
 pub fn render_nodes(
     cluster: &ClusterStatus,
     shown: &[&NodeStatus],
-    running: &BTreeMap<NodeId, u64>,
-    exact: bool,
+    running: Option<&Running>,
 ) -> String {
     let left = cluster.nodes.iter().filter(|n| !n.alive).count();
     if shown.is_empty() {
@@ -107,7 +125,11 @@ pub fn render_nodes(
         "NODE", "NAME", "ALIVE", "CPU", "MEMORY", "GPU", "OTHER", "RUNNING", "LABELS",
     ]);
     for n in shown {
-        let count = running.get(&n.id).copied().unwrap_or(0);
+        let count = match running {
+            Some((counts, true)) => counts.get(&n.id).copied().unwrap_or(0).to_string(),
+            Some((counts, false)) => format!("{}+", counts.get(&n.id).copied().unwrap_or(0)),
+            None => "-".to_string(),
+        };
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
@@ -116,11 +138,7 @@ pub fn render_nodes(
             use_of(n.resource("memory")) + mib(n.resource("memory")),
             gpus(n),
             others(n),
-            if exact {
-                count.to_string()
-            } else {
-                format!("{count}+")
-            },
+            count,
             n.labels.to_string(),
         ]);
     }
@@ -131,7 +149,10 @@ pub fn render_nodes(
             "{left} node(s) left the cluster; --all shows them\n"
         ));
     }
-    if !exact {
+    if running.is_none() {
+        out.push_str(NO_TASKS);
+    }
+    if let Some((_, false)) = running {
         out.push_str(&format!(
             "running counts come from the first {RUNNING_PAGE} running tasks: they are lower bounds\n"
         ));
@@ -277,8 +298,8 @@ mod tests {
             namespaces: Vec::new(),
         };
         let live: Vec<&NodeStatus> = cluster.nodes.iter().filter(|n| n.alive).collect();
-        let running = [(NodeId(1), 3)].into_iter().collect();
-        let text = render_nodes(&cluster, &live, &running, true);
+        let running: BTreeMap<NodeId, u64> = [(NodeId(1), 3)].into_iter().collect();
+        let text = render_nodes(&cluster, &live, Some(&(running.clone(), true)));
         let row = text.lines().nth(1).unwrap();
         for want in ["w1", "2 / 8", "0 / 1024 MiB", "MIG 1 / 3", " 1 ", " 3 "] {
             assert!(row.contains(want), "{want:?} missing from {row:?}");
@@ -288,13 +309,13 @@ mod tests {
             "{text}"
         );
         // Counts from a partial page are lower bounds, and say so.
-        let text = render_nodes(&cluster, &live, &running, false);
+        let text = render_nodes(&cluster, &live, Some(&(running.clone(), false)));
         assert!(
             text.contains("3+") && text.contains("lower bounds"),
             "{text}"
         );
         assert_eq!(
-            render_nodes(&cluster, &[], &running, true),
+            render_nodes(&cluster, &[], Some(&(running.clone(), true))),
             "no live nodes (1 left; --all shows them)\n"
         );
     }

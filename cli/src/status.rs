@@ -49,12 +49,21 @@ impl StatusArgs {
                 anyhow::bail!("the head knows no node {node}; `escher nodes --all` lists them");
             }
         }
+        // A reader sees the cluster, not its tasks: no pending list, and the status says so.
+        let mut sees_tasks = true;
         let pending = if self.pending == 0 || cluster.pending_tasks == 0 {
             Vec::new()
         } else {
-            client
+            match client
                 .list_tasks(Some(TaskState::Pending), Some(self.pending))
-                .await?
+                .await
+            {
+                Err(escher_client::ClientError::PermissionDenied(_)) => {
+                    sees_tasks = false;
+                    Vec::new()
+                }
+                other => other?,
+            }
         };
         // A head that predates replication has no replicas to show: leave the section out.
         let heads = client.heads().await.ok();
@@ -66,6 +75,9 @@ impl StatusArgs {
             })?;
         } else {
             let mut text = render_status(&cluster, &pending);
+            if !sees_tasks {
+                text.push_str("a reader token sees no tasks: the pending ones are not listed\n");
+            }
             if let Some(heads) = &heads {
                 text.push('\n');
                 text.push_str(&super::heads::render_heads(heads));

@@ -6,18 +6,17 @@
 //! screen is redrawn in place; otherwise frames follow one another. `--once` prints one frame
 //! and exits.
 
-use std::collections::BTreeMap;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
 use escher_proto::types::{TaskCounts, utc_seconds};
-use escher_proto::{ClusterStatus, NodeId, NodeStatus};
+use escher_proto::{ClusterStatus, NodeStatus};
 use serde::Serialize;
 
 use super::ctx::Ctx;
-use super::nodes::{NodeRow, render_nodes, running_per_node};
+use super::nodes::{NodeRow, Running, render_nodes, running_per_node};
 use super::render::{lines, table};
 
 /// Options of `escher top`.
@@ -59,7 +58,7 @@ impl TopArgs {
         let mut last: Option<Sample> = None;
         loop {
             let cluster = client.cluster_status_with_task_counts().await?;
-            let (running, exact) = running_per_node(&client).await?;
+            let running = running_per_node(&client).await?;
             let now = Sample {
                 at: Instant::now(),
                 pending: cluster.pending_tasks,
@@ -69,11 +68,7 @@ impl TopArgs {
                     .nodes
                     .iter()
                     .filter(|n| n.alive)
-                    .map(|n| NodeRow {
-                        node: n,
-                        running: running.get(&n.id).copied().unwrap_or(0),
-                        running_exact: exact,
-                    })
+                    .map(|n| NodeRow::new(n, running.as_ref()))
                     .collect();
                 ctx.emit_json(&TopJson {
                     namespaces: &cluster.namespaces,
@@ -82,7 +77,7 @@ impl TopArgs {
                     nodes,
                 })?;
             } else {
-                let frame = render_top(&cluster, &running, exact, last, now);
+                let frame = render_top(&cluster, running.as_ref(), last, now);
                 if terminal {
                     // Home, then clear: the frame is redrawn in place.
                     ctx.emit(&format!("\x1b[H\x1b[2J{frame}"))?;
@@ -105,8 +100,7 @@ impl TopArgs {
 /// One frame of `escher top`: `last` is the previous frame's queue, for the drain rate.
 fn render_top(
     cluster: &ClusterStatus,
-    running: &BTreeMap<NodeId, u64>,
-    exact: bool,
+    running: Option<&Running>,
     last: Option<Sample>,
     now: Sample,
 ) -> String {
@@ -151,7 +145,7 @@ fn render_top(
         out.push_str(&lines(&t));
     }
     out.push('\n');
-    out.push_str(&render_nodes(cluster, &live, running, exact));
+    out.push_str(&render_nodes(cluster, &live, running));
     out
 }
 
