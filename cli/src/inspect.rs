@@ -87,8 +87,8 @@ pub struct TasksArgs {
     pub after: Option<TaskId>,
 
     /// After the list, print each task event as it happens (submitted, started, finished,
-    /// pending reason changed), one line each (one JSON object each with --json),
-    /// until interrupted
+    /// pending reason changed), one line each, until interrupted. With --json every line is
+    /// one JSON object: first each listed task, then each event
     #[arg(long, short = 'w')]
     pub watch: bool,
 
@@ -176,7 +176,15 @@ impl TasksArgs {
                 .await?;
             (page.tasks, page.more)
         };
-        if ctx.json {
+        if ctx.json && watch.is_some() {
+            // One object per line throughout, the listed tasks and then the events: a reader of
+            // the stream never meets an array in the middle of it.
+            for task in &tasks {
+                let mut line = serde_json::to_string(task)?;
+                line.push('\n');
+                ctx.emit(&line)?;
+            }
+        } else if ctx.json {
             ctx.emit_json(&tasks)?;
         } else {
             let mut text = render_tasks(&tasks);
