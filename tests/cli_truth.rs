@@ -638,3 +638,25 @@ async fn telemetry_of_an_unknown_task_is_an_error() {
     assert!(err.contains("unknown task"), "{err}");
     cluster.shutdown().await;
 }
+
+/// Each binary's `--version` names the version and the commit it was built from.
+#[test]
+fn every_binary_prints_its_version_and_commit() {
+    let dir = escher_bin().parent().unwrap().to_path_buf();
+    for name in ["escher", "escher-head", "escher-worker"] {
+        let out = std::process::Command::new(dir.join(name))
+            .arg("--version")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let prefix = format!("{name} {} (commit ", env!("CARGO_PKG_VERSION"));
+        assert!(text.starts_with(&prefix), "{text}");
+        let commit = text[prefix.len()..].trim_end().trim_end_matches(')');
+        let hash = commit.trim_end_matches("+changes");
+        assert!(
+            hash == "unknown" || (hash.len() == 12 && hash.chars().all(|c| c.is_ascii_hexdigit())),
+            "{text}"
+        );
+    }
+}

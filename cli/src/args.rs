@@ -26,10 +26,18 @@ use super::top::TopArgs;
 use super::wait::{CancelArgs, GetArgs, RequeueArgs, WaitArgs};
 use escher_client::{DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE};
 
+/// The version `--version` prints: the package's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ESCHER_COMMIT"),
+    ")"
+);
+
 /// escher: submit tasks to an escher cluster, watch them, and shape scheduling with ephemeral
 /// resources.
 #[derive(Debug, Parser)]
-#[command(name = "escher", version, propagate_version = true)]
+#[command(name = "escher", version = VERSION, propagate_version = true)]
 pub struct Cli {
     /// The head to talk to; for a replicated head, every replica's URL, comma-separated
     /// [default: the heads of the access file, else http://127.0.0.1:7600]

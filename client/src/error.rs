@@ -327,13 +327,13 @@ impl ClientError {
             Code::PermissionDenied => ClientError::PermissionDenied(status.message().to_string()),
             Code::Unavailable => ClientError::Unavailable {
                 url: url.to_string(),
-                message: tls_hint(url, chain(&status)),
+                message: tls_hint(url, status_chain(&status)),
             },
             // A plain-text call to a head that speaks TLS is cut before any answer.
             Code::Unknown if url.starts_with("http://") && cut_short(status.message()) => {
                 ClientError::Unavailable {
                     url: url.to_string(),
-                    message: tls_hint(url, chain(&status)),
+                    message: tls_hint(url, status_chain(&status)),
                 }
             }
             _ => ClientError::Rpc(status),
@@ -385,6 +385,25 @@ fn tls_hint(url: &str, cause: String) -> String {
 
 /// An error and its sources, joined with `: `, skipping a source whose text the previous one
 /// already ends with.
+/// A status's message and the causes under it, each said once: a status's own `Display`
+/// carries the debug form of its source (`source: tonic::transport::Error(Transport, ...)`),
+/// which is no message for a person.
+fn status_chain(status: &tonic::Status) -> String {
+    let mut text = status.message().to_string();
+    let mut source = StdError::source(status);
+    while let Some(cause) = source {
+        let more = cause.to_string();
+        if !more.is_empty() && !text.contains(&more) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&more);
+        }
+        source = cause.source();
+    }
+    text
+}
+
 fn chain(error: &(dyn StdError + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -404,6 +423,23 @@ mod tests {
     use super::*;
 
     const URL: &str = "http://127.0.0.1:7600";
+
+    #[test]
+    fn an_unreachable_head_is_said_in_words_not_debug_text() {
+        let mut status = tonic::Status::unavailable("tcp connect error");
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        status.set_source(std::sync::Arc::new(refused));
+        let text = ClientError::from_status(status, URL).to_string();
+        assert!(
+            text.contains("tcp connect error: Connection refused"),
+            "{text}"
+        );
+        assert!(
+            !text.contains("source:") && !text.contains("code: '"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn head_statuses_map_to_typed_errors() {

@@ -17,6 +17,14 @@ use escher_head::runtime::{AddressFile, TlsIdentity};
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The version `--version` prints: the package's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ESCHER_COMMIT"),
+    ")"
+);
+
 /// Runs the head of an escher cluster: the resource table, the scheduler, and the API that
 /// clients and workers connect to.
 ///
@@ -25,7 +33,7 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// leader, which serves clients and workers, and any replica tells a caller where the leader
 /// is. Clients and workers take the list of every replica's URL (`--head URL1,URL2,URL3`).
 #[derive(Debug, Parser)]
-#[command(name = "escher-head", version)]
+#[command(name = "escher-head", version = VERSION)]
 struct HeadArgs {
     /// Address to listen on for clients and workers.
     #[arg(long, env = "ESCHER_HEAD_LISTEN", default_value = "127.0.0.1:7600")]

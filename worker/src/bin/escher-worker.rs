@@ -19,9 +19,17 @@ use escher_worker::{DEFAULT_HEAD, LogRetention, WorkerBuilder, WorkerConfig, sca
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
+/// The version `--version` prints: the package's, and the commit it was built from.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("ESCHER_COMMIT"),
+    ")"
+);
+
 /// Run an escher worker: register this machine's resources with the head and run its tasks.
 #[derive(Debug, Parser)]
-#[command(name = "escher-worker", version)]
+#[command(name = "escher-worker", version = VERSION)]
 struct WorkerArgs {
     /// The head's URL; for a replicated head, every replica's URL, comma-separated (the
     /// worker follows whichever leads).
