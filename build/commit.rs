@@ -18,7 +18,11 @@ fn emit_commit() {
         Some(hash) if !hash.is_empty() => {
             let changed = git(&["status", "--porcelain", "--untracked-files=no"])
                 .is_some_and(|s| !s.is_empty());
-            if changed { format!("{hash}+changes") } else { hash }
+            if changed {
+                format!("{hash}+changes")
+            } else {
+                hash
+            }
         }
         _ => "unknown".to_string(),
     };
