@@ -502,4 +502,3 @@ mod tests {
         assert_ne!(a, new_token("admin"));
     }
 }
-
