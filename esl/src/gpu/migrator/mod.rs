@@ -21,7 +21,10 @@
 //! the per-second arrival forecast, the retraining time per instance size, the accuracies
 //! before and after retraining and the reconfiguration overhead. The forecasts, capabilities
 //! and accuracies are the application's (P0 uses an Informer forecaster and a short
-//! pre-training run); [`workload`] builds documented two-tenant examples.
+//! pre-training run); [`forecast`] is a small forecaster of ours (Holt-Winters or exponential
+//! smoothing over the windows observed so far) that plans can be made from, and [`workload`]
+//! builds documented two-tenant examples, as single windows and as continuous traces of
+//! several shapes.
 
 pub mod forecast;
 pub mod ilp;

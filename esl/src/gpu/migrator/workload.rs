@@ -21,6 +21,11 @@
 //! - traces: the first tenant's arrivals follow an Alibaba-like pattern (a base rate with
 //!   bursts: [`bursty_trace`]), the second an Azure-LLM-like one (a slow wave with noise:
 //!   [`wave_trace`]), both deterministic from a seed.
+//!
+//! [`two_tenants`] draws each window independently. [`Workload`] is one continuous trace of a
+//! [`Shape`] (P0's bursty + wave pairing, both tenants bursty, both diurnal) cut into windows,
+//! so that a window has a past to forecast from; a window's real arrivals
+//! ([`Workload::actual`]) are what every plan is evaluated on.
 
 use std::f64::consts::PI;
 
