@@ -19,8 +19,9 @@
 //! nothing later) and holds it for the rest of the window, and it scores a split by its own
 //! objective ([`ekya_estimate`]: the average over the streams of their accuracy over the rest
 //! of the window, each second's accuracy scaled by the fraction of the stream its inference
-//! keeps up with, every stream weighted equally), not MIGRator's goodput. What it is worth
-//! is evaluated with its share changes paying MIGRator's reconfiguration cost
+//! keeps up with, every stream weighted equally), not MIGRator's goodput. Its estimate does
+//! not count the cost of changing shares (the thesis' thief does not model one); what it is
+//! worth is evaluated with its share changes paying MIGRator's reconfiguration cost
 //! ([`evaluate_shares_paying`](super::shares::evaluate_shares_paying)).
 //!
 //! [`thief`] is the baseline as it was before (issue 34): it scores every theft with
