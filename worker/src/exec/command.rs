@@ -175,13 +175,32 @@ pub async fn run_command(
     }
     let (logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
 
-    let mut command = match resolve_in_child_path(program, spec, opts) {
-        Some(resolved) => {
+    let switch = opts.user.as_ref().and_then(|u| Some((u.uid, u.switch.as_ref()?)));
+    let mut command = match (switch, resolve_in_child_path(program, spec, opts)) {
+        // Through `setpriv`, which changes user and executes the program: the program is found
+        // here first, so that one found nowhere is the spawn error it always was.
+        (Some((uid, setpriv)), resolved) => {
+            let target = match resolved {
+                Some(path) => path,
+                None if program.contains('/') => PathBuf::from(program),
+                None => which::which(program).map_err(|_| ExecError::Spawn {
+                    program: program.clone(),
+                    source: io::Error::from(io::ErrorKind::NotFound),
+                })?,
+            };
+            let mut command = Command::new(setpriv);
+            let id = uid.to_string();
+            command
+                .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+                .arg(target);
+            command
+        }
+        (None, Some(resolved)) => {
             let mut command = Command::new(resolved);
             command.arg0(program);
             command
         }
-        None => Command::new(program),
+        (None, None) => Command::new(program),
     };
     command
         .args(args)
@@ -195,12 +214,12 @@ pub async fn run_command(
         .process_group(0)
         .kill_on_drop(true);
     if let Some(user) = &opts.user {
-        // The standard library drops the supplementary groups too (setgroups) before setuid.
-        command
-            .uid(user.uid)
-            .gid(user.uid)
-            .env("HOME", &user.home)
-            .current_dir(&user.home);
+        if user.switch.is_none() {
+            // The standard library drops the supplementary groups too (setgroups) before
+            // setuid.
+            command.uid(user.uid).gid(user.uid);
+        }
+        command.env("HOME", &user.home).current_dir(&user.home);
     }
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
@@ -587,31 +606,41 @@ mod tests {
             // The test's temporary directory is 0700: let the user reach its home.
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
         }
-        let opts = opts.user(Some(TaskUser {
-            uid: 300_200,
-            home: home.clone(),
-        }));
         let script = format!(
-            r#"printf '%s %s %s %s\n' "$(id -u)" "$(id -g)" "$HOME" "$(pwd -P)"; cat {} || echo refused"#,
+            r#"printf '%s %s %s %s %s\n' "$(id -u)" "$(id -g)" "$(id -G)" "$HOME" "$(pwd -P)"; cat {} || echo refused"#,
             secret.display()
         );
-        match run(&sh(&script), &opts).await {
-            Ok(outcome) => {
-                assert!(root, "a process without the privilege changed user");
-                assert!(outcome.success(), "{outcome}");
-                let home = home.canonicalize().unwrap();
-                assert_eq!(
-                    log(&opts, Stream::Stdout).await,
-                    format!(
-                        "300200 300200 {} {}\nrefused\n",
-                        home.display(),
-                        home.display()
-                    )
-                );
-            }
-            Err(e) => {
-                assert!(!root, "root could not start a command as another user: {e}");
-                assert!(matches!(e, ExecError::Spawn { .. }), "{e}");
+        // Both ways of changing user: in a forked child, and through setpriv where this
+        // machine has it.
+        let switches = [None, which::which("setpriv").ok()];
+        for switch in switches.iter().cloned().collect::<std::collections::BTreeSet<_>>() {
+            let opts = opts.clone().user(Some(TaskUser {
+                uid: 300_200,
+                home: home.clone(),
+                switch: switch.clone(),
+            }));
+            match run(&sh(&script), &opts).await {
+                Ok(outcome) if root => {
+                    assert!(outcome.success(), "{switch:?}: {outcome}");
+                    let home = home.canonicalize().unwrap();
+                    assert_eq!(
+                        log(&opts, Stream::Stdout).await,
+                        format!(
+                            "300200 300200 300200 {} {}\nrefused\n",
+                            home.display(),
+                            home.display()
+                        ),
+                        "{switch:?}"
+                    );
+                }
+                // Without the privilege, setpriv starts and fails to change user.
+                Ok(outcome) => {
+                    assert!(switch.is_some() && !outcome.success(), "{outcome}");
+                }
+                Err(e) => {
+                    assert!(!root, "root could not start a command as another user: {e}");
+                    assert!(switch.is_none() && matches!(e, ExecError::Spawn { .. }), "{e}");
+                }
             }
         }
     }

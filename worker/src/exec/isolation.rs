@@ -151,6 +151,11 @@ pub struct TaskUser {
     pub uid: u32,
     /// Its directory: `HOME` and the default working directory, 0700 and its own.
     pub home: PathBuf,
+    /// `setpriv` (util-linux), when this machine has it: the command starts through it, which
+    /// changes user and then executes the program, so that the worker spawns with `vfork`
+    /// (posix_spawn) instead of copying its whole address space with `fork`, which the
+    /// standard library must do to change user itself. `None` changes user in a forked child.
+    pub switch: Option<PathBuf>,
 }
 
 /// How a worker keeps its command tasks apart.
@@ -228,6 +233,8 @@ pub struct UserPool {
     assigned: Mutex<BTreeMap<String, u32>>,
     /// Where `assigned` is kept, if anywhere.
     file: Option<PathBuf>,
+    /// `setpriv`, if found (see [`TaskUser::switch`]).
+    switch: Option<PathBuf>,
     /// The parent of the users' directories: 0711, so that each user reaches its own and lists
     /// none. Removed with the worker.
     homes: tempfile::TempDir,
@@ -262,6 +269,7 @@ impl UserPool {
             range,
             assigned: Mutex::new(assigned),
             file,
+            switch: which::which("setpriv").ok(),
             homes,
         })
     }
@@ -307,7 +315,11 @@ impl UserPool {
         chown(&home, Some(uid), Some(uid))
             .and_then(|()| std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)))
             .map_err(|e| format!("cannot give {} to uid {uid}: {e}", home.display()))?;
-        Ok(TaskUser { uid, home })
+        Ok(TaskUser {
+            uid,
+            home,
+            switch: self.switch.clone(),
+        })
     }
 }
 
