@@ -713,3 +713,39 @@ async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
         );
     }
 }
+
+/// A durable head alone snapshots and compacts its log as a group of three does: every commit
+/// of a group of one reaches the log after its cycle's writes, and compaction used to wait for
+/// a durable commit index that never came, so the log and a restart's memory grew forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_lone_head_snapshots_and_compacts_its_log() {
+    let mut cluster = ProcessCluster::builder()
+        .durable()
+        .workers(1)
+        .head_args(&["--snapshot-log-bytes", "100000"])
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let tasks: Vec<Task> = (0..1500)
+        .map(|_| Task::command(["true"]).resources_str("cpu=1"))
+        .collect();
+    let refs = client.submit_batch(tasks).await.unwrap();
+    let ids: Vec<TaskId> = refs.iter().map(|t| t.id()).collect();
+    all_terminal(&client, &ids).await;
+    eventually("the lone head to take a snapshot", WAIT, || {
+        let out = cluster.head_output(0);
+        async move { out.contains("snapshot taken; log compacted").then_some(()) }
+    })
+    .await;
+    // After a restart from the compacted log everything is still there, and ids go on.
+    cluster.kill_head();
+    cluster.restart_head().await;
+    let client = cluster.client().await;
+    let (done, _) = client
+        .wait(ids.iter().copied(), ids.len(), Some(WAIT))
+        .await
+        .unwrap();
+    assert_eq!(done.len(), ids.len());
+    let next = client.submit(Task::command(["true"])).await.unwrap();
+    assert!(next.id() > *ids.last().unwrap());
+}

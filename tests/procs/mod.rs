@@ -477,6 +477,18 @@ impl ProcessCluster {
         shared.join(name)
     }
 
+    /// What the running process of replica `index` has written so far (stdout and stderr).
+    pub fn head_output(&self, index: usize) -> String {
+        let Some(proc) = &self.heads[index].proc else {
+            return String::new();
+        };
+        [&proc.stdout, &proc.stderr]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// Starts the workers started from now on with `extra`.
     pub fn next_workers(&mut self, extra: WorkerExtra) {
         self.worker_extra = extra;

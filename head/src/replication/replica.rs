@@ -191,6 +191,10 @@ pub(crate) struct Replica<S: LogStore> {
     in_memory: bool,
     /// The commit index of the last hard state made durable.
     durable_commit: u64,
+    /// The commit index of a hard state written but not yet synced (a commit that raft
+    /// reported after the cycle's writes, as it does for every commit of a group of one): it
+    /// is durable once the next write syncs.
+    unsynced_commit: u64,
     /// The index of the latest local snapshot.
     snapshot_index: u64,
     /// The size of the latest snapshot's image, in bytes (0 until this replica takes or
@@ -284,6 +288,7 @@ impl<S: LogStore> Replica<S> {
             persistence,
             in_memory,
             durable_commit,
+            unsynced_commit: 0,
             snapshot_index,
             snapshot_len,
             membership_changed: false,
@@ -596,7 +601,11 @@ impl<S: LogStore> Replica<S> {
             sync: ready.must_sync() || snapshot.is_some(),
             ..Writes::default()
         };
+        let syncs = writes.sync;
         self.write(writes).await?;
+        if syncs {
+            self.durable_commit = self.durable_commit.max(self.unsynced_commit);
+        }
         if let Some(hs) = &hard_state {
             self.durable_commit = self.durable_commit.max(hs.commit);
         }
@@ -613,6 +622,8 @@ impl<S: LogStore> Replica<S> {
             self.store.set_hard_state(hs.clone())?;
             if self.persistence == Persistence::Inline {
                 self.durable_commit = hs.commit;
+            } else {
+                self.unsynced_commit = hs.commit;
             }
         }
         self.transport.send(light.take_messages());
@@ -794,7 +805,11 @@ impl<S: LogStore> Replica<S> {
             return Ok(());
         }
         let applied = self.node.raft.raft_log.applied;
-        if applied <= self.snapshot_index || applied > self.durable_commit {
+        // A commit written but not yet synced is made durable by this very write, before it
+        // compacts: a group of one, whose every commit is written after its cycle's sync,
+        // compacts too.
+        let durable = self.durable_commit.max(self.unsynced_commit);
+        if applied <= self.snapshot_index || applied > durable {
             return Ok(());
         }
         let started = std::time::Instant::now();
@@ -803,9 +818,11 @@ impl<S: LogStore> Replica<S> {
         let bytes = data.len();
         let writes = Writes {
             compact: Some((applied, conf, data)),
+            sync: true,
             ..Writes::default()
         };
         self.write(writes).await?;
+        self.durable_commit = durable;
         self.snapshot_index = applied;
         self.snapshot_len = bytes as u64;
         self.membership_changed = false;
