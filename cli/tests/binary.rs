@@ -26,7 +26,14 @@ fn version_and_help() {
     let out = escher(&home).arg("--version").output().unwrap();
     assert!(out.status.success());
     let text = String::from_utf8(out.stdout).unwrap();
-    assert_eq!(text.trim(), format!("escher {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        text.trim(),
+        format!(
+            "escher {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("ESCHER_COMMIT")
+        )
+    );
 
     let out = escher(&home).arg("--help").output().unwrap();
     assert!(out.status.success());

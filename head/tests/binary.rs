@@ -15,7 +15,11 @@ fn version_names_the_binary_and_the_crate_version() {
     let text = String::from_utf8(out.stdout).unwrap();
     assert_eq!(
         text.trim(),
-        format!("escher-head {}", env!("CARGO_PKG_VERSION"))
+        format!(
+            "escher-head {} (commit {})",
+            env!("CARGO_PKG_VERSION"),
+            env!("ESCHER_COMMIT")
+        )
     );
 }
 
