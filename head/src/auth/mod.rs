@@ -314,6 +314,13 @@ impl Keys {
         Some(escher_proto::access::dashboard_proof(&hash.0, nonce))
     }
 
+    /// The version of the replicated tokens last published: it changes whenever a token is
+    /// created or revoked, so that a stream re-checks its token only then.
+    pub fn tokens_version(&self) -> Option<u64> {
+        let published = self.published.read().unwrap_or_else(|e| e.into_inner());
+        published.version
+    }
+
     /// The bootstrap tokens, as `token list` shows them.
     pub fn bootstrap_infos(&self) -> Vec<TokenInfo> {
         let mut infos: Vec<TokenInfo> = self

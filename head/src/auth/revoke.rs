@@ -205,15 +205,20 @@ pub struct RecheckedRequest {
     inner: Body,
     keys: Arc<Keys>,
     token: Arc<str>,
+    /// The tokens' version the token was last found good at: it is checked again only when
+    /// a token has been created or revoked since (a frame costs a read of the version).
+    checked_at: Option<u64>,
 }
 
 impl RecheckedRequest {
     /// Checks `token` against `keys` for every frame of `inner`.
     pub fn new(inner: Body, keys: Arc<Keys>, token: &str) -> RecheckedRequest {
+        let checked_at = keys.tokens_version();
         RecheckedRequest {
             inner,
             keys,
             token: Arc::from(token),
+            checked_at,
         }
     }
 }
@@ -227,10 +232,14 @@ impl http_body::Body for RecheckedRequest {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<http_body::Frame<bytes::Bytes>, Status>>> {
         let frame = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(_))) = &frame
-            && let Err(status) = self.keys.authenticate(&self.token)
-        {
-            return Poll::Ready(Some(Err(status)));
+        if let Poll::Ready(Some(Ok(_))) = &frame {
+            let version = self.keys.tokens_version();
+            if version != self.checked_at {
+                if let Err(status) = self.keys.authenticate(&self.token) {
+                    return Poll::Ready(Some(Err(status)));
+                }
+                self.checked_at = version;
+            }
         }
         frame
     }

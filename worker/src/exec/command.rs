@@ -175,19 +175,33 @@ pub async fn run_command(
     }
     let (logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
 
-    let switch = opts.user.as_ref().and_then(|u| Some((u.uid, u.switch.as_ref()?)));
+    let switch = opts
+        .user
+        .as_ref()
+        .and_then(|u| Some((u.uid, u.switch.as_ref()?)));
     let mut command = match (switch, resolve_in_child_path(program, spec, opts)) {
         // Through `setpriv`, which changes user and executes the program: the program is found
         // here first, so that one found nowhere is the spawn error it always was.
         (Some((uid, setpriv)), resolved) => {
+            let spawn_error = |source| ExecError::Spawn {
+                program: program.clone(),
+                source,
+            };
             let target = match resolved {
                 Some(path) => path,
                 None if program.contains('/') => PathBuf::from(program),
-                None => which::which(program).map_err(|_| ExecError::Spawn {
-                    program: program.clone(),
-                    source: io::Error::from(io::ErrorKind::NotFound),
-                })?,
+                None => which::which(program)
+                    .map_err(|_| spawn_error(io::Error::from(io::ErrorKind::NotFound)))?,
             };
+            // What exec would refuse, refused here with the same error, rather than as
+            // setpriv's exit code.
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(&target).map_err(spawn_error)?;
+            if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+                return Err(spawn_error(io::Error::from(
+                    io::ErrorKind::PermissionDenied,
+                )));
+            }
             let mut command = Command::new(setpriv);
             let id = uid.to_string();
             command
@@ -613,7 +627,11 @@ mod tests {
         // Both ways of changing user: in a forked child, and through setpriv where this
         // machine has it.
         let switches = [None, which::which("setpriv").ok()];
-        for switch in switches.iter().cloned().collect::<std::collections::BTreeSet<_>>() {
+        for switch in switches
+            .iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+        {
             let opts = opts.clone().user(Some(TaskUser {
                 uid: 300_200,
                 home: home.clone(),
@@ -639,7 +657,10 @@ mod tests {
                 }
                 Err(e) => {
                     assert!(!root, "root could not start a command as another user: {e}");
-                    assert!(switch.is_none() && matches!(e, ExecError::Spawn { .. }), "{e}");
+                    assert!(
+                        switch.is_none() && matches!(e, ExecError::Spawn { .. }),
+                        "{e}"
+                    );
                 }
             }
         }
