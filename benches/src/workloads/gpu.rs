@@ -14,7 +14,7 @@
 //! for the in-memory simulator (same job models: 20 s on the whole GPU; small 4 GB / 1 GPC,
 //! medium 9 GB / 2, large 15 GB / 3, full 30 GB / 7; Ml3's 18 GB / 4), fewer jobs so that a
 //! run stays short. Each is printed with the ratio of its own jobs, and a run refuses a mix
-//! whose jobs are not the paper's mix of that name ([`check_mix`]).
+//! whose jobs are not the paper's mix of that name (`check_mix`).
 //! What the cluster adds to the simulator's figures is everything real: process starts, the
 //! scheduler's placement, the policy's polling round (25 ms), the reconfiguration round trip.
 //! Throughput and energy are normalised to the sequential baseline measured in the same run;
