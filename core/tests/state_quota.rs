@@ -25,14 +25,7 @@ fn quota(n: u64) -> TestState {
 
 fn submit(t: &mut TestState, namespace: Option<&str>, n: usize) -> Result<Vec<TaskId>, ApplyError> {
     let specs = (0..n).map(|_| task("cpu=1").build()).collect();
-    let out = t.try_apply(Command::Submit {
-        tasks: specs,
-        namespace: namespace.map(ns),
-    })?;
-    match out.reply {
-        Reply::Submitted(ids) => Ok(ids),
-        other => panic!("Submit replied {other:?}"),
-    }
+    submit_specs(t, namespace, specs)
 }
 
 fn reserve(t: &mut TestState, namespace: &str, bundles: usize) -> Result<Vec<TaskId>, ApplyError> {
