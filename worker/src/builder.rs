@@ -237,7 +237,10 @@ impl WorkerBuilder {
         let name = config.name.clone().unwrap_or_else(|| default_name(&host));
         let sims = config.sim_gpu_specs()?;
         let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
-        let resources = config.resolve_resources(&discovered);
+        let mut resources = config.resolve_resources(&discovered);
+        let mut functions = self.functions;
+        // Python function tasks, where ESCHER_PYTHON names an interpreter (python/mod.rs).
+        crate::python::install(&mut resources, &mut functions)?;
         let mut labels = config.resolve_labels(&discovered);
         let isolation = Isolation::resolve(config.task_users, config.state_dir.as_deref())
             .map_err(|why| WorkerError::config("task-uids", why))?;
@@ -299,7 +302,7 @@ impl WorkerBuilder {
             grace: config.grace,
             drain: config.drain,
             reconnect: (config.reconnect_initial, config.reconnect_max),
-            functions: self.functions,
+            functions,
             node_tx,
             gpus: discovered.gpus,
             sim_mig_latency: config.sim_mig_latency,

@@ -36,6 +36,8 @@ pub struct TaskContext {
     devices: Arc<[String]>,
     /// The task's credential (signed by the head for this attempt).
     token: escher_proto::access::Bearer,
+    /// The same credential as text, for the Python interpreters' task environment.
+    token_text: Arc<str>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -74,7 +76,18 @@ impl TaskContext {
             head,
             devices: devices.into(),
             token: escher_proto::access::Bearer::new(token),
+            token_text: Arc::from(token),
         }
+    }
+
+    /// The task's credential, as `ESCHER_TASK_TOKEN` gives it to a command task.
+    pub(crate) fn token_text(&self) -> &str {
+        &self.token_text
+    }
+
+    /// Every head replica's URL, as `ESCHER_HEAD` gives them to a command task.
+    pub(crate) fn head_list(&self) -> &str {
+        self.head.list()
     }
 
     /// The node this task runs on.

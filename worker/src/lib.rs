@@ -54,6 +54,7 @@ mod handle;
 mod head_conn;
 mod identity;
 mod link;
+mod python;
 mod runner;
 mod runtime;
 mod spawn_latency;
@@ -71,6 +72,10 @@ pub use gpu::{SimGpuError, SimGpuSpec, scaled_latency};
 pub use handle::WorkerHandle;
 pub use head_conn::Authed;
 pub use identity::{StateDirError, default_state_dir};
+pub use python::{
+    ENV_PYTHON, ENV_SLOTS as ENV_PYTHON_SLOTS, FUNCTION as PYTHON_FUNCTION,
+    RESOURCE as PYTHON_RESOURCE,
+};
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;
 

@@ -1,0 +1,592 @@
+//! Python function tasks: warm interpreters that run the functions of escher's Python package
+//! (`@escher.remote`), behind one built-in function named [`FUNCTION`].
+//!
+//! A worker offers Python when `ESCHER_PYTHON` names an interpreter (a path, a name found on
+//! `PATH`, or `auto` for `python3`): it then registers [`FUNCTION`] and advertises the
+//! resource [`RESOURCE`] (`python`), one slot per CPU unless `ESCHER_PYTHON_SLOTS` says how
+//! many. A worker without it has no `python` resource, so a Python task waits with the reason
+//! the head gives every task no node can hold: "resource python (requested 1) exists on no
+//! live node". The Python package's embedded cluster (`escher.init()`) sets `ESCHER_PYTHON` to
+//! its own interpreter.
+//!
+//! **Warm interpreters.** Each one is a child `python -u -c <runner.py>` in a process group of
+//! its own, started on the first task that needs one and kept for the next: a task does not
+//! pay an interpreter start. Interpreters are kept apart by namespace (a task never meets
+//! what another namespace's task left behind), and a function is unpickled once per
+//! interpreter (by its content hash). An interpreter runs one task at a time; when the task is
+//! cancelled or times out, the handler's future is dropped and, with it, the interpreter: its
+//! whole process group is killed (SIGKILL), as a command task's would be, and the next task
+//! starts a fresh one. An interpreter whose worker dies exits by itself (it watches its parent).
+//! Interpreters run as the worker's user, with the worker's `PATH`, locale, `TZ`, `TERM`,
+//! `TMPDIR`, `HOME`, `PYTHONPATH` and `VIRTUAL_ENV`; the task's own `ESCHER_*` variables are
+//! set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
+//! escher.Local)` act as the task).
+//!
+//! # Wire format
+//!
+//! A task's argument bytes (made by the Python package, little-endian integers):
+//!
+//! ```text
+//! "ESPY" version:u8=1 kind:u8
+//!   kind 2 (store): the cloudpickled function; the task returns these bytes unchanged, so its
+//!                   result holds the function for later calls (shipped once per hash)
+//!   kind 1 (call):  hash:[u8;32] (SHA-256 of the function's bytes)
+//!                   blob:u64 (the store task that holds the function, 0 when inline)
+//!                   fn_len:u32 fn:[u8;fn_len] (the function inline; fn_len 0 with a blob)
+//!                   ndeps:u32 dep:u64 × ndeps (tasks whose results are arguments)
+//!                   args: the rest (cloudpickled arguments, made by the package)
+//! ```
+//!
+//! The worker fetches the results of the `dep` tasks (and of the `blob` task, once per
+//! namespace and hash: a small cache) from the head with the task's own credential, then sends
+//! the interpreter one frame on its stdin (big-endian lengths):
+//!
+//! ```text
+//! len:u32 | hlen:u32 header:JSON[hlen] | fn_len:u32 fn[fn_len] | ndeps:u32 (len:u32 bytes)×ndeps | args
+//! ```
+//!
+//! The header carries the task's id, attempt, node, head, credential, namespace, the hash and
+//! the dependency ids; `fn_len` is 0 when this interpreter already holds the function. The
+//! interpreter answers on its stdout (the function's own prints go to stderr):
+//! `len:u32 status:u8 body`, where status 0 is a result (the cloudpickled return value), 1 an
+//! exception raised by the function (the text: `python exception MODULE.TYPE: message`, then
+//! the remote traceback) and 2 a failure to load the function or its arguments (the text).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use escher_proto::types::{Amount, TaskResult, TaskState, WaitReply, WaitRequest};
+use escher_proto::{ResourceName, ResourceSet, TaskId, wire};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+use crate::context::TaskContext;
+use crate::error::WorkerError;
+use crate::functions::{self, FunctionRegistry, FunctionResult};
+use crate::runner::MAX_RESULT_BYTES;
+
+/// The name of the built-in function that runs Python tasks.
+pub const FUNCTION: &str = "escher.python";
+/// The resource a worker with Python advertises, one unit per interpreter it may run at once.
+pub const RESOURCE: &str = "python";
+/// The interpreter a worker runs Python tasks with: a path, a name on `PATH`, or `auto`.
+pub const ENV_PYTHON: &str = "ESCHER_PYTHON";
+/// How many Python tasks a worker runs at once (default: its CPUs).
+pub const ENV_SLOTS: &str = "ESCHER_PYTHON_SLOTS";
+
+/// The interpreter's side of the protocol.
+const RUNNER: &str = include_str!("runner.py");
+/// The magic of a task's argument bytes.
+const MAGIC: &[u8; 4] = b"ESPY";
+/// How many bytes of functions the worker keeps (by namespace and hash) for later calls.
+const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
+/// How long the worker waits for the head to give it an argument's result.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Registers [`FUNCTION`] and adds the [`RESOURCE`] slots when `ESCHER_PYTHON` names an
+/// interpreter that exists; does nothing when it is unset. An interpreter it cannot find is an
+/// error that says so.
+pub(crate) fn install(
+    resources: &mut ResourceSet,
+    functions: &mut FunctionRegistry,
+) -> Result<(), WorkerError> {
+    let Some(exe) = configured_python()? else {
+        return Ok(());
+    };
+    let slots = match std::env::var(ENV_SLOTS) {
+        Ok(text) if !text.trim().is_empty() => text.trim().parse::<u64>().map_err(|_| {
+            WorkerError::config(
+                "python-slots",
+                format!("{ENV_SLOTS} is a whole number of interpreters, not {text:?}"),
+            )
+        })?,
+        _ => {
+            let cpu = resources.get("cpu").raw();
+            cpu.div_ceil(Amount::ONE.raw()).max(1)
+        }
+    };
+    let name = ResourceName::new(RESOURCE).expect("a valid resource name");
+    if resources.get(RESOURCE).is_zero() && slots > 0 {
+        let amount =
+            Amount::units(slots).map_err(|e| WorkerError::config("python-slots", e.to_string()))?;
+        resources.insert(name, amount);
+    }
+    let pool = Arc::new(Pool::new(exe));
+    functions.insert(
+        FUNCTION.to_string(),
+        functions::raw(move |ctx, args| {
+            let pool = Arc::clone(&pool);
+            async move { pool.run(ctx, args).await }
+        }),
+    )
+}
+
+/// The interpreter `ESCHER_PYTHON` names, if set.
+fn configured_python() -> Result<Option<PathBuf>, WorkerError> {
+    let Ok(text) = std::env::var(ENV_PYTHON) else {
+        return Ok(None);
+    };
+    let text = text.trim();
+    if text.is_empty() || text == "none" {
+        return Ok(None);
+    }
+    let wanted = if text == "auto" { "python3" } else { text };
+    let found = if Path::new(wanted).is_absolute() {
+        Path::new(wanted).is_file().then(|| PathBuf::from(wanted))
+    } else {
+        which::which(wanted).ok()
+    };
+    match found {
+        Some(path) => Ok(Some(path)),
+        None if text == "auto" => Ok(None),
+        None => Err(WorkerError::config(
+            "python",
+            format!(
+                "{ENV_PYTHON}={text:?} names no Python interpreter here; give a path to one, \
+                 `auto` (python3 on PATH, if any) or `none`"
+            ),
+        )),
+    }
+}
+
+/// A parsed task argument.
+#[derive(Debug)]
+enum Envelope {
+    /// Keep these function bytes as the task's result.
+    Store(Vec<u8>),
+    /// Run a function.
+    Call {
+        hash: [u8; 32],
+        blob: u64,
+        inline: Option<Bytes>,
+        deps: Vec<u64>,
+        args: Bytes,
+    },
+}
+
+/// Reads the envelope of a task's argument bytes.
+fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
+    let bad = |why: &str| {
+        format!(
+            "not a Python task's arguments ({why}): tasks of function {FUNCTION:?} are \
+             submitted by escher's Python package (`@escher.remote`)"
+        )
+    };
+    if bytes.len() < 6 || &bytes[..4] != MAGIC {
+        return Err(bad("no ESPY header"));
+    }
+    if bytes[4] != 1 {
+        return Err(bad(&format!(
+            "format version {}, this worker reads 1; upgrade the worker or the package",
+            bytes[4]
+        )));
+    }
+    match bytes[5] {
+        2 => Ok(Envelope::Store(bytes.split_off(6))),
+        1 => {
+            let all = Bytes::from(bytes);
+            let mut at = 6;
+            let mut take = |n: usize| -> Result<Bytes, String> {
+                if all.len() < at + n {
+                    return Err(bad("truncated"));
+                }
+                at += n;
+                Ok(all.slice(at - n..at))
+            };
+            let mut hash = [0u8; 32];
+            hash.copy_from_slice(&take(32)?);
+            let blob = u64::from_le_bytes(take(8)?.as_ref().try_into().expect("8 bytes"));
+            let fn_len = u32::from_le_bytes(take(4)?.as_ref().try_into().expect("4 bytes"));
+            let inline = take(fn_len as usize)?;
+            let ndeps = u32::from_le_bytes(take(4)?.as_ref().try_into().expect("4 bytes"));
+            let mut deps = Vec::with_capacity(ndeps.min(1024) as usize);
+            for _ in 0..ndeps {
+                deps.push(u64::from_le_bytes(
+                    take(8)?.as_ref().try_into().expect("8 bytes"),
+                ));
+            }
+            let args = all.slice(at..);
+            if fn_len == 0 && blob == 0 {
+                return Err(bad("neither a function nor the task that stores it"));
+            }
+            Ok(Envelope::Call {
+                hash,
+                blob,
+                inline: (fn_len > 0).then_some(inline),
+                deps,
+                args,
+            })
+        }
+        kind => Err(bad(&format!("unknown kind {kind}"))),
+    }
+}
+
+/// Function bytes by namespace and hash, and how many bytes they hold together.
+type Blobs = (HashMap<(String, [u8; 32]), Bytes>, usize);
+
+/// The warm interpreters of one worker, and the functions it has fetched.
+#[derive(Debug)]
+struct Pool {
+    exe: PathBuf,
+    /// Idle interpreters, by namespace ("" for none).
+    idle: Mutex<HashMap<String, Vec<Interpreter>>>,
+    /// Function bytes fetched from their store tasks, by namespace and hash, and their size.
+    blobs: Mutex<Blobs>,
+}
+
+impl Pool {
+    fn new(exe: PathBuf) -> Pool {
+        Pool {
+            exe,
+            idle: Mutex::default(),
+            blobs: Mutex::default(),
+        }
+    }
+
+    /// Runs one task's envelope to its end.
+    async fn run(&self, ctx: TaskContext, args: Vec<u8>) -> FunctionResult {
+        let (hash, blob, inline, deps, args) = match parse(args)? {
+            Envelope::Store(bytes) => return Ok(bytes),
+            Envelope::Call {
+                hash,
+                blob,
+                inline,
+                deps,
+                args,
+            } => (hash, blob, inline, deps, args),
+        };
+        let ns = ctx.namespace().map(|n| n.to_string()).unwrap_or_default();
+        let dep_results = results(&ctx, &deps, "argument").await?;
+        let header = serde_json::json!({
+            "task_id": ctx.task_id().0,
+            "attempt": ctx.attempt(),
+            "node_id": ctx.node_id().0,
+            "head": ctx.head_list(),
+            "token": ctx.token_text(),
+            "namespace": ns,
+            "hash": hex(&hash),
+            "deps": deps,
+        })
+        .to_string();
+        // An idle interpreter may have died meanwhile: then a fresh one gets the task.
+        for round in 0..2 {
+            let (mut interp, reused) = match self.take(&ns) {
+                Some(interp) => (interp, true),
+                None => (self.spawn()?, false),
+            };
+            let function = if interp.known.contains(&hash) {
+                Bytes::new()
+            } else if let Some(inline) = &inline {
+                inline.clone()
+            } else {
+                self.blob(&ctx, &ns, hash, blob).await?
+            };
+            if let Err(e) = interp
+                .send(header.as_bytes(), &function, &dep_results, &args)
+                .await
+            {
+                if reused && round == 0 {
+                    continue;
+                }
+                return Err(format!("cannot send the task to a Python interpreter: {e}"));
+            }
+            let (status, body) = interp.receive().await.map_err(|e| {
+                format!(
+                    "the Python interpreter ({}) ended before answering: {e}; a function that \
+                     exits the process or crashes it ends its task this way",
+                    self.exe.display()
+                )
+            })?;
+            if status != 2 {
+                interp.known.insert(hash);
+            }
+            self.give_back(&ns, interp);
+            return match status {
+                0 => Ok(body),
+                _ => Err(String::from_utf8_lossy(&body).into_owned()),
+            };
+        }
+        unreachable!("the second round returns")
+    }
+
+    fn take(&self, ns: &str) -> Option<Interpreter> {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.get_mut(ns).and_then(Vec::pop)
+    }
+
+    fn give_back(&self, ns: &str, interp: Interpreter) {
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        idle.entry(ns.to_string()).or_default().push(interp);
+    }
+
+    fn spawn(&self) -> Result<Interpreter, String> {
+        let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
+        let env = crate::exec::task_base_env(std::env::vars(), &pass);
+        let mut child = Command::new(&self.exe)
+            .arg("-u")
+            .arg("-c")
+            .arg(RUNNER)
+            .env_clear()
+            .envs(env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
+                format!(
+                    "cannot start the Python interpreter {} ({ENV_PYTHON}): {e}",
+                    self.exe.display()
+                )
+            })?;
+        let pid = child.id().map(|id| id as i32);
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = child.stdout.take().expect("piped");
+        Ok(Interpreter {
+            child,
+            pid,
+            stdin,
+            stdout,
+            known: HashSet::new(),
+        })
+    }
+
+    /// The function bytes stored by task `blob`, from the cache or the head.
+    async fn blob(
+        &self,
+        ctx: &TaskContext,
+        ns: &str,
+        hash: [u8; 32],
+        blob: u64,
+    ) -> Result<Bytes, String> {
+        let key = (ns.to_string(), hash);
+        if let Some(bytes) = self
+            .blobs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .0
+            .get(&key)
+        {
+            return Ok(bytes.clone());
+        }
+        let bytes = results(ctx, &[blob], "function").await?.remove(0);
+        let mut cache = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.1 + bytes.len() > BLOB_CACHE_BYTES {
+            cache.0.clear();
+            cache.1 = 0;
+        }
+        cache.1 += bytes.len();
+        cache.0.insert(key, bytes.clone());
+        Ok(bytes)
+    }
+}
+
+/// The results of the tasks `ids` (each one succeeded: the scheduler started this task only
+/// then), fetched from the head with the task's credential, in the order given.
+async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes>, String> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut unique: Vec<TaskId> = ids.iter().map(|id| TaskId(*id)).collect();
+    unique.sort();
+    unique.dedup();
+    let request = WaitRequest {
+        num_returns: unique.len() as u32,
+        task_ids: unique,
+        timeout: Some(FETCH_TIMEOUT),
+    };
+    let reply = ctx
+        .cluster_client()
+        .wait(wire::WaitRequest::from(request))
+        .await
+        .map_err(|s| {
+            format!(
+                "cannot fetch the {what} tasks' results from the head: {}",
+                s.message()
+            )
+        })?;
+    let reply = WaitReply::try_from(reply.into_inner())
+        .map_err(|e| format!("the head's answer about the {what} tasks is malformed: {e}"))?;
+    if let Some(id) = reply.not_ready.first() {
+        return Err(format!(
+            "{what} task {id} has not finished after {FETCH_TIMEOUT:?}; it should have before this \
+             task started"
+        ));
+    }
+    let by_id: HashMap<u64, _> = reply.ready.into_iter().map(|s| (s.id.0, s)).collect();
+    ids.iter()
+        .map(|id| {
+            let status = by_id
+                .get(id)
+                .ok_or_else(|| format!("the head did not answer for {what} task {id}"))?;
+            match (&status.state, &status.result) {
+                (TaskState::Succeeded, Some(TaskResult::Returned(bytes))) => Ok(bytes.clone()),
+                (TaskState::Succeeded, _) if status.evicted => Err(format!(
+                    "{what} task {id} was evicted by the head's retention with its result; \
+                     run it again"
+                )),
+                (state, _) => Err(format!(
+                    "{what} task {id} is {state:?} and returned no value{}",
+                    status
+                        .reason
+                        .as_deref()
+                        .map(|r| format!(": {r}"))
+                        .unwrap_or_default()
+                )),
+            }
+        })
+        .collect()
+}
+
+/// One warm interpreter: a child in a process group of its own, killed whole when dropped.
+#[derive(Debug)]
+struct Interpreter {
+    child: Child,
+    pid: Option<i32>,
+    stdin: ChildStdin,
+    stdout: ChildStdout,
+    /// The functions (by hash) it holds.
+    known: HashSet<[u8; 32]>,
+}
+
+impl Interpreter {
+    async fn send(
+        &mut self,
+        header: &[u8],
+        function: &[u8],
+        deps: &[Bytes],
+        args: &[u8],
+    ) -> std::io::Result<()> {
+        let too_big = || std::io::Error::other("the task's frame exceeds 4 GiB");
+        let len = |n: usize| u32::try_from(n).map_err(|_| too_big());
+        let body: usize = 4
+            + header.len()
+            + 4
+            + function.len()
+            + 4
+            + deps.iter().map(|d| 4 + d.len()).sum::<usize>()
+            + args.len();
+        let mut head = Vec::with_capacity(16 + header.len());
+        head.extend_from_slice(&len(body)?.to_be_bytes());
+        head.extend_from_slice(&len(header.len())?.to_be_bytes());
+        head.extend_from_slice(header);
+        head.extend_from_slice(&len(function.len())?.to_be_bytes());
+        self.stdin.write_all(&head).await?;
+        self.stdin.write_all(function).await?;
+        self.stdin
+            .write_all(&len(deps.len())?.to_be_bytes())
+            .await?;
+        for dep in deps {
+            self.stdin.write_all(&len(dep.len())?.to_be_bytes()).await?;
+            self.stdin.write_all(dep).await?;
+        }
+        self.stdin.write_all(args).await?;
+        self.stdin.flush().await
+    }
+
+    async fn receive(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+        let len = self.stdout.read_u32().await? as usize;
+        if len == 0 || len > MAX_RESULT_BYTES + 1 {
+            return Err(std::io::Error::other(format!(
+                "it answered with a frame of {len} bytes (at most {} are allowed)",
+                MAX_RESULT_BYTES + 1
+            )));
+        }
+        let status = self.stdout.read_u8().await?;
+        let mut body = vec![0; len - 1];
+        self.stdout.read_exact(&mut body).await?;
+        Ok((status, body))
+    }
+}
+
+impl Drop for Interpreter {
+    fn drop(&mut self) {
+        // The whole group: whatever the function started goes with it.
+        if let Some(pid) = self.pid {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+        let _ = self.child.start_kill();
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(fn_len: u32, blob: u64, deps: &[u64]) -> Vec<u8> {
+        let mut v = b"ESPY\x01\x01".to_vec();
+        v.extend_from_slice(&[7u8; 32]);
+        v.extend_from_slice(&blob.to_le_bytes());
+        v.extend_from_slice(&fn_len.to_le_bytes());
+        v.extend(std::iter::repeat_n(b'f', fn_len as usize));
+        v.extend_from_slice(&(deps.len() as u32).to_le_bytes());
+        for d in deps {
+            v.extend_from_slice(&d.to_le_bytes());
+        }
+        v.extend_from_slice(b"args");
+        v
+    }
+
+    #[test]
+    fn parses_calls_and_stores() {
+        match parse(call(3, 0, &[5, 9])).unwrap() {
+            Envelope::Call {
+                hash,
+                blob,
+                inline,
+                deps,
+                args,
+            } => {
+                assert_eq!(hash, [7u8; 32]);
+                assert_eq!(blob, 0);
+                assert_eq!(inline.as_deref(), Some(&b"fff"[..]));
+                assert_eq!(deps, vec![5, 9]);
+                assert_eq!(&args[..], b"args");
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse(call(0, 12, &[])).unwrap() {
+            Envelope::Call { blob, inline, .. } => assert_eq!((blob, inline), (12, None)),
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(b"ESPY\x01\x02abc".to_vec()).unwrap(),
+            Envelope::Store(b) if b == b"abc"
+        ));
+    }
+
+    #[test]
+    fn refuses_what_is_not_an_envelope() {
+        assert!(
+            parse(b"hello".to_vec())
+                .unwrap_err()
+                .contains("no ESPY header")
+        );
+        assert!(
+            parse(b"ESPY\x02\x01".to_vec())
+                .unwrap_err()
+                .contains("version 2")
+        );
+        assert!(
+            parse(b"ESPY\x01\x09".to_vec())
+                .unwrap_err()
+                .contains("unknown kind")
+        );
+        let mut short = call(3, 0, &[1]);
+        short.truncate(50);
+        assert!(parse(short).unwrap_err().contains("truncated"));
+        assert!(parse(call(0, 0, &[])).unwrap_err().contains("neither"));
+    }
+}

@@ -1,0 +1,151 @@
+# The Python side of a worker's warm interpreter (worker/src/python/mod.rs explains the frames).
+# Started as `python -u -c <this file>`; reads one task frame at a time on stdin, answers on
+# stdout. The function's own prints go to stderr, so they never mix with the answers.
+import json
+import os
+import pickle
+import struct
+import sys
+import threading
+import time
+import traceback
+
+MAX_MESSAGE = 16 * 1024
+
+
+def _watch_parent(parent):
+    # A worker killed outright cannot kill its interpreters: they leave when it does.
+    while True:
+        if os.getppid() != parent:
+            os._exit(1)
+        time.sleep(0.5)
+
+
+def _read_exact(stream, n):
+    chunks = []
+    while n:
+        chunk = stream.read(n)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        n -= len(chunk)
+    return b"".join(chunks)
+
+
+def _loads(data, what):
+    try:
+        return pickle.loads(data)
+    except ModuleNotFoundError as e:
+        raise _LoadError(
+            f"cannot load the {what} on this worker: module {e.name!r} is missing here "
+            f"({sys.executable}); install it on the worker (pip install {e.name}) or define "
+            f"the code in the calling script, which is shipped by value"
+        ) from None
+    except Exception as e:
+        raise _LoadError(f"cannot load the {what} on this worker: {type(e).__name__}: {e}") from None
+
+
+class _LoadError(Exception):
+    pass
+
+
+def _dumps(value):
+    try:
+        import cloudpickle
+
+        return cloudpickle.dumps(value)
+    except ImportError:
+        return pickle.dumps(value)
+
+
+def _exception_text(exc):
+    kind = type(exc)
+    tb = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    text = f"python exception {kind.__module__}.{kind.__qualname__}: {exc}\n\nRemote traceback:\n{tb}"
+    if len(text) > MAX_MESSAGE:
+        text = text[: MAX_MESSAGE // 2] + "\n...\n" + text[-MAX_MESSAGE // 2 :]
+    return text
+
+
+def _set_task_env(header):
+    env = {
+        "ESCHER_HEAD": header["head"],
+        "ESCHER_TASK_ID": str(header["task_id"]),
+        "ESCHER_ATTEMPT": str(header["attempt"]),
+        "ESCHER_NODE_ID": str(header["node_id"]),
+        "ESCHER_TASK_TOKEN": header["token"],
+    }
+    os.environ.update(env)
+    if header.get("namespace"):
+        os.environ["ESCHER_NAMESPACE"] = header["namespace"]
+    else:
+        os.environ.pop("ESCHER_NAMESPACE", None)
+
+
+def _run(frame, functions):
+    (hlen,) = struct.unpack_from(">I", frame, 0)
+    at = 4
+    header = json.loads(frame[at : at + hlen])
+    at += hlen
+    (flen,) = struct.unpack_from(">I", frame, at)
+    at += 4
+    fn_bytes = frame[at : at + flen]
+    at += flen
+    (ndeps,) = struct.unpack_from(">I", frame, at)
+    at += 4
+    deps = []
+    for _ in range(ndeps):
+        (dlen,) = struct.unpack_from(">I", frame, at)
+        at += 4
+        deps.append(frame[at : at + dlen])
+        at += dlen
+    args_bytes = frame[at:]
+    _set_task_env(header)
+    try:
+        key = header["hash"]
+        if flen:
+            functions[key] = _loads(fn_bytes, "function")
+        fn = functions.get(key)
+        if fn is None:
+            return 2, b"the worker sent no function and this interpreter holds none with its hash"
+        results = {tid: _loads(data, f"result of task {tid}") for tid, data in zip(header["deps"], deps)}
+        spec, kwargs = _loads(args_bytes, "arguments")
+        args = [results[value] if kind == "ref" else value for kind, value in spec]
+    except _LoadError as e:
+        return 2, str(e).encode()
+    try:
+        value = fn(*args, **kwargs)
+    except BaseException as e:  # the task reports whatever the function raised, SystemExit too
+        return 1, _exception_text(e).encode()
+    try:
+        return 0, _dumps(value)
+    except Exception as e:
+        return 1, (
+            f"python exception {type(e).__module__}.{type(e).__qualname__}: the value the function "
+            f"returned ({type(value).__name__}) cannot be pickled: {e}"
+        ).encode()
+
+
+def main():
+    proto_in = os.fdopen(os.dup(0), "rb", buffering=0)
+    proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(2, 1)
+    threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    functions = {}
+    while True:
+        head = _read_exact(proto_in, 4)
+        if head is None:
+            return
+        (length,) = struct.unpack(">I", head)
+        frame = _read_exact(proto_in, length)
+        if frame is None:
+            return
+        status, body = _run(frame, functions)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        proto_out.write(struct.pack(">IB", len(body) + 1, status) + body)
+
+
+main()
