@@ -1,0 +1,104 @@
+"""escher for Python: Ray-like remote functions, ephemeral resources and scheduling libraries,
+over escher's Rust client (the private native module ``escher._escher``).
+
+    import escher
+
+    escher.init()                      # a head and a worker in this process
+
+    @escher.remote
+    def square(x):
+        return x * x
+
+    refs = [square.remote(i) for i in range(4)]
+    print(escher.get(refs))            # [0, 1, 4, 9]
+    escher.set_resource("dataset-7", "unbounded", escher.Node(escher.nodes()[0]))
+
+``escher.init(address="http://head:7600", token=...)`` connects to a running cluster instead.
+"""
+
+from ._api import (
+    AuthError,
+    ClusterInfo,
+    ConnectError,
+    EscherError,
+    Events,
+    GetTimeoutError,
+    InvalidArgumentError,
+    Local,
+    Match,
+    Node,
+    NotFoundError,
+    NotInitializedError,
+    RemoteFunction,
+    Reservation,
+    TaskCancelledError,
+    TaskError,
+    TaskRef,
+    adjust_resource,
+    available_resources,
+    cancel,
+    cluster_resources,
+    cluster_status,
+    create_token,
+    delete_resource,
+    get,
+    init,
+    is_initialized,
+    logs,
+    remote,
+    report,
+    reserve,
+    set_resource,
+    shutdown,
+    submit,
+    telemetry,
+    wait,
+    watch,
+)
+
+
+def nodes() -> "list[int]":
+    """The ids of the live nodes."""
+    return [n["id"] for n in cluster_status()["nodes"] if n.get("alive")]
+
+
+__all__ = [
+    "AuthError",
+    "ClusterInfo",
+    "ConnectError",
+    "EscherError",
+    "Events",
+    "GetTimeoutError",
+    "InvalidArgumentError",
+    "Local",
+    "Match",
+    "Node",
+    "NotFoundError",
+    "NotInitializedError",
+    "RemoteFunction",
+    "Reservation",
+    "TaskCancelledError",
+    "TaskError",
+    "TaskRef",
+    "adjust_resource",
+    "available_resources",
+    "cancel",
+    "cluster_resources",
+    "cluster_status",
+    "create_token",
+    "delete_resource",
+    "get",
+    "init",
+    "is_initialized",
+    "logs",
+    "nodes",
+    "remote",
+    "report",
+    "reserve",
+    "set_resource",
+    "shutdown",
+    "submit",
+    "telemetry",
+    "wait",
+    "watch",
+]

@@ -1,0 +1,798 @@
+"""The session: ``init``, ``shutdown``, remote functions, ``TaskRef`` and the calls on tasks.
+
+Everything here goes through the private native module ``escher._escher`` (the Rust client);
+this file gives it the shape Ray users know.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import builtins
+import hashlib
+import importlib
+import itertools
+import os
+import pickle
+import struct
+import sys
+import threading
+import uuid
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from . import _escher
+from ._escher import (
+    AuthError,
+    ConnectError,
+    EscherError,
+    GetTimeoutError,
+    InvalidArgumentError,
+    NotFoundError,
+)
+
+Resources = Union[Dict[str, Union[int, float, str]], str, None]
+
+_lock = threading.RLock()
+_session: Optional[_escher.Session] = None
+# The session of the task running in this interpreter (by its credential), if any.
+_task_session: Optional[Tuple[str, _escher.Session]] = None
+_signal_prefix = "escher-py-" + uuid.uuid4().hex[:12]
+_signal_seq = itertools.count(1)
+
+
+class NotInitializedError(EscherError):
+    """A call that needs a cluster came before ``escher.init()``."""
+
+
+class TaskError(EscherError):
+    """A task failed, was cancelled, or raised an exception on its worker.
+
+    ``task_id`` names the task, ``state`` its final state (``failed``, ``cancelled``) and
+    ``remote_traceback`` the traceback of the exception raised remotely, if any.
+    """
+
+    def __init__(self, message: str, task_id: int = 0, state: str = "failed",
+                 remote_traceback: Optional[str] = None):
+        super().__init__(message)
+        self.task_id = task_id
+        self.state = state
+        self.remote_traceback = remote_traceback
+
+
+class TaskCancelledError(TaskError):
+    """The task was cancelled."""
+
+
+# ------------------------------------------------------------------------------------------
+# Connecting
+
+
+def init(address: Optional[str] = None, *, token: Optional[str] = None,
+         namespace: Optional[str] = None, num_workers: int = 1,
+         resources: Resources = None, ignore_reinit_error: bool = False) -> "ClusterInfo":
+    """Starts an embedded cluster, or connects to a running one.
+
+    With no ``address`` (and no ``ESCHER_HEAD``), starts a head and ``num_workers`` workers in
+    this process (each with ``resources``, default ``cpu=4,memory=4096``, and Python slots
+    that run remote functions in warm interpreters of this Python) and stops them at exit.
+    With an ``address`` (``http://HOST:7600``, or several, comma-separated, for a replicated
+    head) or ``ESCHER_HEAD``, connects to that cluster with ``token``, else ``ESCHER_TOKEN``,
+    else the access file the head wrote (``~/.escher/access.json``).
+    """
+    global _session
+    with _lock:
+        if _session is not None:
+            if ignore_reinit_error:
+                return ClusterInfo(_session)
+            raise EscherError(
+                "escher.init() was already called in this process; call escher.shutdown() "
+                "first, or pass ignore_reinit_error=True"
+            )
+        address = address or os.environ.get("ESCHER_HEAD") or None
+        if address is None:
+            if token is not None:
+                raise InvalidArgumentError(
+                    "a token is for connecting to a running cluster: pass address= too (an "
+                    "embedded cluster needs none)"
+                )
+            # The workers of the embedded cluster run Python tasks with this very interpreter.
+            os.environ.setdefault("ESCHER_PYTHON", sys.executable)
+            _session = _escher.start_local(num_workers, _resources_text(resources))
+        else:
+            _session = _escher.connect(address, token, namespace)
+        return ClusterInfo(_session)
+
+
+def is_initialized() -> bool:
+    """Whether ``init`` was called (and ``shutdown`` not since)."""
+    return _session is not None
+
+
+def shutdown() -> None:
+    """Disconnects, and stops the embedded cluster if ``init`` started one."""
+    global _session
+    with _lock:
+        session, _session = _session, None
+    if session is not None:
+        session.shutdown()
+
+
+atexit.register(shutdown)
+
+
+class ClusterInfo:
+    """What ``init`` connected to."""
+
+    def __init__(self, session: _escher.Session):
+        self.head_url: str = session.head_url
+        self.nodes: List[int] = list(session.nodes)
+        self.admin_token: Optional[str] = session.admin_token
+        self.namespace: Optional[str] = session.namespace
+
+    def __repr__(self) -> str:
+        return f"ClusterInfo(head_url={self.head_url!r}, nodes={self.nodes!r})"
+
+
+def _in_task_session() -> Optional[_escher.Session]:
+    """The session of the task running in this interpreter (a warm interpreter of a worker
+    runs one task at a time; each has its own credential)."""
+    global _task_session
+    token = os.environ.get("ESCHER_TASK_TOKEN")
+    if not token:
+        return None
+    with _lock:
+        if _task_session is None or _task_session[0] != token:
+            _task_session = (token, _escher.connect(os.environ.get("ESCHER_HEAD"), token, None))
+        return _task_session[1]
+
+
+def _current() -> _escher.Session:
+    session = _session
+    if session is not None:
+        return session
+    task = _in_task_session()
+    if task is not None:
+        return task
+    raise NotInitializedError(
+        "escher is not initialized: call escher.init() first (no argument starts a cluster in "
+        "this process; escher.init(address=...) connects to a running one)"
+    )
+
+
+# ------------------------------------------------------------------------------------------
+# Resources and node targets
+
+
+class _Target:
+    kind = ""
+
+    def _args(self) -> Tuple[str, Optional[int], Optional[str], Optional[int]]:
+        raise NotImplementedError
+
+
+class _Local(_Target):
+    """The node of the calling task (inside a task only)."""
+
+    kind = "local"
+
+    def _args(self):
+        return ("local", None, None, None)
+
+    def __repr__(self) -> str:
+        return "Local"
+
+
+Local = _Local()
+
+
+class Node(_Target):
+    """Exactly this node."""
+
+    kind = "node"
+
+    def __init__(self, node_id: int):
+        self.node_id = int(node_id)
+
+    def _args(self):
+        return ("node", self.node_id, None, None)
+
+    def __repr__(self) -> str:
+        return f"Node({self.node_id})"
+
+
+class Match(_Target):
+    """Every live node whose available resources contain ``resources`` (all live nodes when
+    empty), or at most ``num_nodes`` of them."""
+
+    kind = "match"
+
+    def __init__(self, resources: Resources = None, num_nodes: Optional[int] = None):
+        self.resources = _resources_text(resources)
+        self.num_nodes = num_nodes
+
+    def _args(self):
+        return ("match", None, self.resources, self.num_nodes)
+
+    def __repr__(self) -> str:
+        return f"Match({self.resources!r}, num_nodes={self.num_nodes!r})"
+
+
+def _target(node: Any) -> Tuple[str, Optional[int], Optional[str], Optional[int]]:
+    if isinstance(node, _Target):
+        return node._args()
+    if isinstance(node, int) and not isinstance(node, bool):
+        return ("node", node, None, None)
+    raise InvalidArgumentError(
+        f"a node target is escher.Local, escher.Node(id), escher.Match(...) or a node id, "
+        f"not {node!r}"
+    )
+
+
+def _resources_text(resources: Resources) -> Optional[str]:
+    if resources is None:
+        return None
+    if isinstance(resources, str):
+        return resources
+    if isinstance(resources, dict):
+        return ",".join(f"{k}={v}" for k, v in resources.items())
+    raise InvalidArgumentError(
+        f"resources are a dict such as {{'cpu': 1}} or a text such as 'cpu=1', not {resources!r}"
+    )
+
+
+def set_resource(name: str, capacity: Union[int, float, str], node: Any) -> List[int]:
+    """Creates or resizes resource ``name`` with ``capacity`` (a number or ``"unbounded"``;
+    0 deletes it) on the nodes ``node`` selects; returns the nodes changed."""
+    return _current().set_resource(name, str(capacity), *_target(node))
+
+
+def adjust_resource(name: str, delta: Union[int, float, str], node: Any) -> List[int]:
+    """Changes resource ``name`` by ``delta`` (``2``, ``-1``, ``"+0.5"``) on the nodes
+    ``node`` selects; concurrent adjustments never lose each other."""
+    text = str(delta)
+    if not text.startswith(("+", "-")):
+        text = "+" + text
+    return _current().adjust_resource(name, text, *_target(node))
+
+
+def delete_resource(name: str, node: Any) -> List[int]:
+    """Deletes resource ``name`` on the nodes ``node`` selects."""
+    return _current().delete_resource(name, *_target(node))
+
+
+def cluster_status() -> Dict[str, Any]:
+    """Every node (id, name, liveness, labels, and each resource's total and available
+    amounts), and how many tasks are pending and running."""
+    import json
+
+    return json.loads(_current().cluster_status())
+
+
+def available_resources() -> Dict[str, float]:
+    """The available amount of each resource, summed over the live nodes."""
+    return _sum_resources("available")
+
+
+def cluster_resources() -> Dict[str, float]:
+    """The total amount of each resource, summed over the live nodes."""
+    return _sum_resources("total")
+
+
+def _amount(value: Any) -> float:
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        return float("inf") if value == "unbounded" else float(value)
+    if isinstance(value, dict):  # a capacity: {"Finite": ...} or "Unbounded"
+        for v in value.values():
+            return _amount(v)
+    return float("inf")
+
+
+def _sum_resources(field: str) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    for node in cluster_status()["nodes"]:
+        if not node.get("alive"):
+            continue
+        for res in node.get("resources", []):
+            out[res["name"]] = out.get(res["name"], 0.0) + _amount(res.get(field))
+    return out
+
+
+# ------------------------------------------------------------------------------------------
+# Tasks
+
+
+class TaskRef:
+    """A submitted task: ``escher.get(ref)``, ``ref.result()``, ``await ref``, or pass it as
+    an argument to another remote function, which then waits for its success and receives
+    its result."""
+
+    __slots__ = ("id", "_signal", "_deps", "_kind")
+
+    def __init__(self, task_id: int, signal: Optional[str] = None,
+                 deps: Sequence["TaskRef"] = (), kind: str = "python"):
+        self.id = int(task_id)
+        self._signal = signal
+        self._deps = tuple(deps)
+        self._kind = kind
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        """Waits for the task and returns its value (a command task: its exit code); raises
+        the remote exception (or ``TaskError``) if it failed."""
+        return get(self, timeout=timeout)
+
+    def cancel(self) -> None:
+        """Cancels the task."""
+        cancel(self)
+
+    def __await__(self):
+        return _async_get(self).__await__()
+
+    def __repr__(self) -> str:
+        return f"TaskRef({self.id})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TaskRef) and other.id == self.id
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+    def __reduce__(self):
+        return (TaskRef, (self.id, self._signal, (), self._kind))
+
+
+def _status_value(status: tuple, kind: str) -> Any:
+    task_id, state, value, reason, code, _node, _attempt = status
+    if state == "succeeded":
+        if kind == "command":
+            return code
+        if value is None:
+            return None
+        return pickle.loads(value)
+    raise _failure(task_id, state, reason or "")
+
+
+_PY_EXC = "python exception "
+
+
+def _failure(task_id: int, state: str, reason: str) -> TaskError:
+    """The exception for a task that failed: the remote exception's own type where it can be
+    found here (an instance of both it and ``TaskError``), else ``TaskError``."""
+    if state == "cancelled":
+        return TaskCancelledError(f"task {task_id} was cancelled: {reason}", task_id, state)
+    idx = reason.find(_PY_EXC)
+    if idx < 0:
+        return TaskError(f"task {task_id} {state}: {reason}", task_id, state)
+    text = reason[idx + len(_PY_EXC):]
+    head, _, rest = text.partition(": ")
+    message, _, tb = rest.partition("\n\nRemote traceback:\n")
+    module, _, qualname = head.rpartition(".")
+    full = f"task {task_id} raised {head}: {message}\n\nRemote traceback:\n{tb}"
+    cls = _find_exception(module, qualname)
+    if cls is None:
+        return TaskError(full, task_id, state, tb)
+    try:
+        derived = type(cls.__name__, (TaskError, cls), {
+            "__init__": lambda self, *a: BaseException.__init__(self, *a),
+            "__str__": lambda self: full,
+        })
+        err = derived(full)
+        err.task_id, err.state, err.remote_traceback = task_id, state, tb
+        err.cause = message
+        return err
+    except TypeError:
+        return TaskError(full, task_id, state, tb)
+
+
+def _find_exception(module: str, qualname: str):
+    try:
+        obj: Any = builtins if module == "builtins" else importlib.import_module(module)
+        for part in qualname.split("."):
+            obj = getattr(obj, part)
+    except Exception:
+        return None
+    if isinstance(obj, type) and issubclass(obj, Exception):
+        return obj
+    return None
+
+
+def _ids(refs: Iterable[TaskRef]) -> List[int]:
+    out = []
+    for r in refs:
+        if not isinstance(r, TaskRef):
+            raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {r!r}")
+        out.append(r.id)
+    return out
+
+
+def get(refs: Union[TaskRef, Sequence[TaskRef]], *, timeout: Optional[float] = None) -> Any:
+    """Waits for one task or a list of tasks and returns their values, in order. Raises the
+    remote exception (or ``TaskError``) of the first that failed, and ``GetTimeoutError``
+    if they are not all done within ``timeout`` seconds. A task whose argument task failed
+    is cancelled, and its ``get`` raises that failure."""
+    if isinstance(refs, TaskRef):
+        return _get_one(refs, timeout)
+    if not isinstance(refs, (list, tuple)):
+        raise InvalidArgumentError(f"escher.get takes a TaskRef or a list of them, not {refs!r}")
+    return [_get_one(r, timeout) for r in refs]
+
+
+def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
+    if not isinstance(ref, TaskRef):
+        raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {ref!r}")
+    session = _current()
+    if ref._deps:
+        _check_deps(session, ref, timeout)
+    return _status_value(session.get(ref.id, timeout), ref._kind)
+
+
+def _check_deps(session: _escher.Session, ref: TaskRef, timeout: Optional[float]) -> None:
+    """Waits until ``ref`` or one of its argument tasks ends; if an argument task failed,
+    ``ref`` will never start: it is cancelled and the failure raised."""
+    deps = {d.id: d for d in _all_deps(ref)}
+    pending = [ref.id] + list(deps)
+    while True:
+        ready, _not_ready = session.wait(pending, 1, timeout)
+        if not ready:
+            raise GetTimeoutError(f"task {ref.id} did not finish within {timeout} s")
+        for status in ready:
+            if status[0] == ref.id:
+                return
+            if status[1] != "succeeded":
+                session.cancel([ref.id])
+                dep = deps[status[0]]
+                raise _failure(dep.id, status[1], status[3] or "")
+            pending.remove(status[0])
+
+
+def _all_deps(ref: TaskRef) -> List[TaskRef]:
+    seen: Dict[int, TaskRef] = {}
+    stack = list(ref._deps)
+    while stack:
+        d = stack.pop()
+        if d.id not in seen:
+            seen[d.id] = d
+            stack.extend(d._deps)
+    return list(seen.values())
+
+
+async def _async_get(ref: TaskRef, timeout: Optional[float] = None) -> Any:
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(None, lambda: _get_one(ref, timeout))
+
+
+def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
+         timeout: Optional[float] = None) -> Tuple[List[TaskRef], List[TaskRef]]:
+    """Ray's ``wait``: returns ``(ready, not_ready)`` once ``num_returns`` of ``refs`` have
+    finished (succeeded or not), or when ``timeout`` seconds have passed."""
+    refs = list(refs)
+    ids = _ids(refs)
+    if not ids:
+        return [], []
+    ready, not_ready = _current().wait(ids, num_returns, timeout)
+    done = {s[0] for s in ready}
+    by_id = {r.id: r for r in refs}
+    return [by_id[i] for i in ids if i in done], [by_id[i] for i in not_ready]
+
+
+def cancel(refs: Union[TaskRef, Sequence[TaskRef]]) -> List[str]:
+    """Cancels tasks (a pending one at once, a running one is stopped); their states."""
+    if isinstance(refs, TaskRef):
+        refs = [refs]
+    return [s[1] for s in _current().cancel(_ids(refs))]
+
+
+# ------------------------------------------------------------------------------------------
+# Remote functions
+
+
+def _pickler():
+    try:
+        import cloudpickle
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise EscherError(
+            "escher needs cloudpickle to ship functions: pip install cloudpickle"
+        ) from None
+    return cloudpickle
+
+
+def _by_value(fn: Callable) -> None:
+    """Functions of the application's own modules travel by value (a worker cannot import
+    them); those of installed packages by reference."""
+    cloudpickle = _pickler()
+    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    if module is None or module.__name__ == "__main__":
+        return
+    path = getattr(module, "__file__", None) or ""
+    if "site-packages" in path or "dist-packages" in path or path.startswith(sys.base_prefix):
+        return
+    top = module.__name__.split(".")[0]
+    if top == "escher":
+        return
+    try:
+        cloudpickle.register_pickle_by_value(sys.modules[top])
+    except Exception:
+        pass
+
+
+def _dumps(value: Any, what: str) -> bytes:
+    cloudpickle = _pickler()
+    try:
+        return cloudpickle.dumps(value)
+    except Exception as e:
+        raise InvalidArgumentError(
+            f"cannot pickle {what}: {type(e).__name__}: {e}. Pass values cloudpickle can "
+            f"serialize (open files, sockets, locks and generators cannot be), or create them "
+            f"inside the remote function"
+        ) from None
+
+
+class RemoteFunction:
+    """A function that runs on the cluster: ``f.remote(*args)`` returns a ``TaskRef``."""
+
+    def __init__(self, fn: Callable, resources: Resources = None, retries: int = 0,
+                 timeout: Optional[float] = None, name: Optional[str] = None):
+        if not callable(fn):
+            raise InvalidArgumentError(f"escher.remote needs a function, not {fn!r}")
+        self._fn = fn
+        self._resources = resources
+        self._retries = int(retries)
+        self._timeout = timeout
+        self._name = name or getattr(fn, "__qualname__", None) or "python"
+        self._pickled: Optional[Tuple[bytes, bytes]] = None
+        # The task that stores the function, per session (shipped once per content hash).
+        self._stored: Dict[int, Tuple[int, str]] = {}
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__name__ = getattr(fn, "__name__", "remote")
+        self.__wrapped__ = fn
+
+    def __call__(self, *args, **kwargs):
+        raise EscherError(
+            f"remote function {self._name} cannot be called directly: use "
+            f"{self.__name__}.remote(...), which returns a TaskRef"
+        )
+
+    def options(self, *, resources: Resources = None, retries: Optional[int] = None,
+                timeout: Optional[float] = None, name: Optional[str] = None) -> "RemoteFunction":
+        """The same function with other options."""
+        other = RemoteFunction(
+            self._fn,
+            resources if resources is not None else self._resources,
+            self._retries if retries is None else retries,
+            self._timeout if timeout is None else timeout,
+            name or self._name,
+        )
+        other._pickled = self._pickled
+        other._stored = self._stored
+        return other
+
+    def _function_bytes(self) -> Tuple[bytes, bytes]:
+        if self._pickled is None:
+            _by_value(self._fn)
+            data = _dumps(self._fn, f"function {self._name}")
+            self._pickled = (data, hashlib.sha256(data).digest())
+        return self._pickled
+
+    def _task_resources(self, extra: Sequence[str]) -> str:
+        base = _resources_text(self._resources)
+        parts = [base if base is not None else "cpu=1"]
+        if "python" not in (base or ""):
+            parts.append("python=1")
+        parts.extend(f"{s}=1" for s in extra)
+        return ",".join(p for p in parts if p)
+
+    def _store(self, session: _escher.Session, data: bytes, digest: bytes) -> Tuple[int, str]:
+        key = id(session)
+        stored = self._stored.get(key)
+        if stored is None:
+            signal = _new_signal()
+            envelope = b"ESPY\x01\x02" + data
+            tid = session.submit_python(envelope, "python=1", 0, None,
+                                        f"{self._name} (function)", signal)
+            stored = (tid, signal)
+            self._stored[key] = stored
+        return stored
+
+    def remote(self, *args, **kwargs) -> TaskRef:
+        """Submits one call; returns its ``TaskRef`` at once."""
+        session = _current()
+        data, digest = self._function_bytes()
+        deps: List[TaskRef] = []
+        spec = []
+        for a in args:
+            if isinstance(a, TaskRef):
+                if a._kind != "python" or a._signal is None:
+                    raise InvalidArgumentError(
+                        f"{a!r} is not a remote function's task: only those can be passed as "
+                        f"arguments (get its result with escher.get first)"
+                    )
+                deps.append(a)
+                spec.append(("ref", a.id))
+            else:
+                spec.append(("val", a))
+        for k, v in kwargs.items():
+            if isinstance(v, TaskRef):
+                raise InvalidArgumentError(
+                    f"TaskRef argument {k}= must be passed by position to wait for it"
+                )
+        payload = _dumps((spec, kwargs), f"the arguments of {self._name}")
+        waits = [d._signal for d in deps]
+        # A large function travels once, in a task of its own, and is fetched by the workers;
+        # a small one travels with each call.
+        if len(data) > 8 * 1024:
+            blob, blob_signal = self._store(session, data, digest)
+            waits.append(blob_signal)
+            inline = b""
+        else:
+            blob, inline = 0, data
+        dep_ids = [d.id for d in deps]
+        envelope = b"".join([
+            b"ESPY\x01\x01",
+            digest,
+            struct.pack("<Q", blob),
+            struct.pack("<I", len(inline)),
+            inline,
+            struct.pack("<I", len(dep_ids)),
+            b"".join(struct.pack("<Q", i) for i in dep_ids),
+            payload,
+        ])
+        signal = _new_signal()
+        tid = session.submit_python(envelope, self._task_resources(sorted(set(waits))),
+                                    self._retries, self._timeout, self._name, signal)
+        return TaskRef(tid, signal, deps)
+
+
+def _new_signal() -> str:
+    return f"{_signal_prefix}-{next(_signal_seq)}"
+
+
+def remote(*args, resources: Resources = None, retries: int = 0,
+           timeout: Optional[float] = None, name: Optional[str] = None):
+    """Makes a function remote: ``@escher.remote`` or ``@escher.remote(resources={"cpu": 2},
+    retries=3, timeout=60)``. Its calls request ``cpu=1`` unless ``resources`` say otherwise,
+    and one Python slot."""
+    if len(args) == 1 and callable(args[0]) and resources is None and not retries \
+            and timeout is None and name is None:
+        return RemoteFunction(args[0])
+    if args:
+        raise InvalidArgumentError(
+            "use @escher.remote or @escher.remote(resources=..., retries=..., timeout=...)"
+        )
+
+    def wrap(fn: Callable) -> RemoteFunction:
+        return RemoteFunction(fn, resources, retries, timeout, name)
+
+    return wrap
+
+
+# ------------------------------------------------------------------------------------------
+# Command tasks, reservations, logs, telemetry, events, tokens
+
+
+def submit(argv: Sequence[str], *, resources: Resources = None, env: Optional[Dict[str, str]] = None,
+           cwd: Optional[str] = None, retries: int = 0, timeout: Optional[float] = None,
+           name: Optional[str] = None) -> TaskRef:
+    """Submits a command task (a child process on a worker); ``get`` returns its exit code
+    when it succeeded (exit code 0), and raises ``TaskError`` otherwise."""
+    if isinstance(argv, str):
+        raise InvalidArgumentError(
+            f"argv is a list of strings such as ['echo', 'hello'], not the string {argv!r}"
+        )
+    session = _current()
+    tid = session.submit_command([str(a) for a in argv], sorted((env or {}).items()), cwd,
+                                 _resources_text(resources), retries, timeout, name, None)
+    return TaskRef(tid, None, (), "command")
+
+
+def logs(ref: TaskRef, stream: str = "stdout") -> str:
+    """What a command task wrote to ``stream`` (``stdout`` or ``stderr``) so far."""
+    return _current().logs(_ids([ref])[0], stream).decode("utf-8", errors="replace")
+
+
+def report(**samples: float) -> int:
+    """Inside a task: reports samples of its progress (``escher.report(loss=0.3, step=40)``);
+    whoever may see the task reads them with ``escher.telemetry``."""
+    session = _in_task_session()
+    if session is None:
+        raise EscherError(
+            "escher.report() reports as the running task, so it works only inside a task (no "
+            "ESCHER_TASK_TOKEN is set here)"
+        )
+    return session.report([(k, float(v)) for k, v in samples.items()])
+
+
+def telemetry(refs: Union[TaskRef, Sequence[TaskRef]], after_ms: Optional[int] = None) -> Dict[int, List[Dict[str, Any]]]:
+    """The samples tasks reported, oldest first: ``{task_id: [{"key": ..., "value": ...,
+    ...}, ...]}``."""
+    import json
+
+    if isinstance(refs, TaskRef):
+        refs = [refs]
+    found = json.loads(_current().telemetry(_ids(refs), after_ms))
+    out: Dict[int, List[Dict[str, Any]]] = {}
+    for entry in found:
+        task = entry.get("task")
+        out[int(task if not isinstance(task, dict) else list(task.values())[0])] = entry.get("samples", [])
+    return out
+
+
+class Reservation:
+    """Bundles of resources held all or nothing (the placement-group analogue); tasks run
+    inside with the reservation's resources (``NAME.cpu``, or ``NAME-I.cpu`` for bundle I)."""
+
+    def __init__(self, name: str, holders: List[int], resources: List[str]):
+        self.name = name
+        self.holders = holders
+        self.resources = resources
+
+    def bundle_resource(self, index: int, resource: str) -> str:
+        """The resource a task requests to run in bundle ``index``: ``NAME-I.resource``."""
+        return f"{self.name}-{index}.{resource}"
+
+    def resource(self, resource: str) -> str:
+        """The resource a task requests to run in any bundle: ``NAME.resource``."""
+        return f"{self.name}.{resource}"
+
+    def release(self) -> None:
+        """Frees the bundles (tasks running inside keep what they hold until they end)."""
+        _current().cancel(self.holders)
+
+    def __repr__(self) -> str:
+        return f"Reservation({self.name!r}, holders={self.holders!r})"
+
+
+def reserve(name: str, bundles: Sequence[Resources], *, strategy: str = "pack",
+            timeout: Optional[float] = None) -> Reservation:
+    """Reserves ``bundles`` all or nothing (``strategy``: ``pack``, ``spread``,
+    ``strict-pack``, ``strict-spread``) and waits until every bundle is held."""
+    texts = [_resources_text(b) or "" for b in bundles]
+    holders, resources = _current().reserve(name, texts, strategy.replace("_", "-"), timeout)
+    return Reservation(name, holders, resources)
+
+
+class Events:
+    """Task events as they happen: an iterator (``for event in escher.watch(): ...``) and an
+    async iterator (``async for event in escher.watch(): ...``). Each event is a dict."""
+
+    def __init__(self, stream: _escher.EventStream, timeout: Optional[float]):
+        self._stream = stream
+        self._timeout = timeout
+
+    def next(self, timeout: Optional[float] = None) -> Optional[Dict[str, Any]]:
+        """The next event, or ``None`` after ``timeout`` seconds without one."""
+        import json
+
+        text = self._stream.next_event(timeout)
+        return None if text is None else json.loads(text)
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> Dict[str, Any]:
+        event = self.next(self._timeout)
+        if event is None:
+            raise StopIteration
+        return event
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self) -> Dict[str, Any]:
+        loop = asyncio.get_running_loop()
+        event = await loop.run_in_executor(None, lambda: self.next(self._timeout))
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+
+def watch(refs: Optional[Sequence[TaskRef]] = None, *, timeout: Optional[float] = None) -> Events:
+    """Watches the events of ``refs`` (or of every task this session may see). Iteration
+    ends after ``timeout`` seconds without an event (``None``: never)."""
+    return Events(_current().watch(_ids(refs or [])), timeout)
+
+
+def create_token(role: str, namespace: Optional[str] = None, description: str = "") -> str:
+    """Creates a token (``role``: ``admin``, ``app``, ``reader``, ``worker``; an ``app`` token
+    is bound to ``namespace``); needs an admin session. The token is shown this once."""
+    return _current().create_token(role, namespace, description)

@@ -1,0 +1,561 @@
+//! [`Session`]: a connected client, and the embedded cluster it owns when `escher.init()` was
+//! called with no address. One method per client call; the package's Python code gives them
+//! their Python shape (`TaskRef`, `Local`, `Node`, `Match`, exceptions with remote
+//! tracebacks).
+
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use escher::LocalCluster;
+use escher_client::{Client, ClientError, Credentials, ResourceUpdateExt, Task};
+use escher_proto::Namespace;
+use escher_proto::types::{
+    Capacity, GangStrategy, Grant, LogStream, NodeId, NodeSpec, ResourceSet, ResourceUpdate, Role,
+    TaskId, TaskResult, TaskStatus, WatchRequest,
+};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::watch::EventStream;
+use crate::{InvalidArgumentError, error, seconds, wait_for};
+
+/// A task's final (or current) status, as Python gets it: `(id, state, value, reason,
+/// exit_code, node, attempt)`; `value` is what a function returned.
+type StatusTuple = (
+    u64,
+    String,
+    Option<Py<PyBytes>>,
+    Option<String>,
+    Option<i32>,
+    Option<u64>,
+    u32,
+);
+
+/// A connected client of an escher cluster.
+#[pyclass(module = "escher._escher", frozen)]
+#[derive(Debug)]
+pub(crate) struct Session {
+    client: Client,
+    cluster: Mutex<Option<LocalCluster>>,
+    nodes: Vec<u64>,
+}
+
+fn parse_set(text: &str, what: &str) -> PyResult<ResourceSet> {
+    ResourceSet::from_str(text).map_err(|e| {
+        InvalidArgumentError::new_err(format!(
+            "{what} {text:?}: {e} (write it as name=amount,...)"
+        ))
+    })
+}
+
+/// Starts an embedded cluster (a head and `workers` workers in this process) and connects.
+#[pyfunction]
+#[pyo3(signature = (workers=1, resources=None))]
+pub(crate) fn start_local(
+    py: Python<'_>,
+    workers: usize,
+    resources: Option<String>,
+) -> PyResult<Session> {
+    if workers == 0 {
+        return Err(InvalidArgumentError::new_err(
+            "an embedded cluster needs at least one worker (num_workers=1 or more)",
+        ));
+    }
+    let set = match resources.as_deref() {
+        Some(text) if !text.trim().is_empty() => parse_set(text, "worker resources")?,
+        _ => ResourceSet::new(),
+    };
+    let started = wait_for(py, async move {
+        let mut builder = LocalCluster::builder().no_workers();
+        for _ in 0..workers {
+            builder = builder.worker(set.clone());
+        }
+        let cluster = builder
+            .start()
+            .await
+            .map_err(|e| format!("cannot start the embedded cluster: {e}"))?;
+        let client = cluster.client().await.map_err(|e| e.to_string())?;
+        Ok::<_, String>((cluster, client))
+    })?;
+    let (cluster, client) = started.map_err(crate::EscherError::new_err)?;
+    let nodes = cluster.nodes().iter().map(|n| n.0).collect();
+    Ok(Session {
+        client,
+        cluster: Mutex::new(Some(cluster)),
+        nodes,
+    })
+}
+
+/// Connects to a running cluster at `address` (else `ESCHER_HEAD`, else the default), with
+/// `token` (else the task credential, `ESCHER_TOKEN` or the access file), in `namespace`, and
+/// checks the token with one call.
+#[pyfunction]
+#[pyo3(signature = (address=None, token=None, namespace=None))]
+pub(crate) fn connect(
+    py: Python<'_>,
+    address: Option<String>,
+    token: Option<String>,
+    namespace: Option<String>,
+) -> PyResult<Session> {
+    let url = address
+        .filter(|a| !a.trim().is_empty())
+        .or_else(|| {
+            std::env::var("ESCHER_HEAD")
+                .ok()
+                .filter(|a| !a.trim().is_empty())
+        })
+        .unwrap_or_else(|| escher_client::DEFAULT_HEAD_URL.to_string());
+    let namespace = match namespace.or_else(|| std::env::var("ESCHER_NAMESPACE").ok()) {
+        Some(ns) if !ns.trim().is_empty() => Some(
+            Namespace::new(ns.trim()).map_err(|e| InvalidArgumentError::new_err(e.to_string()))?,
+        ),
+        _ => None,
+    };
+    let client = wait_for(py, async move {
+        let client = match token {
+            Some(token) => {
+                let urls: Vec<String> = url.split(',').map(|u| u.trim().to_string()).collect();
+                let credentials =
+                    Credentials::discover(&urls).with_token(token, "escher.init(token=...)");
+                Client::connect_with(&url, credentials).await?
+            }
+            None => Client::connect(&url).await?,
+        };
+        let client = match namespace {
+            Some(ns) => client.with_namespace(ns),
+            None => client,
+        };
+        client.cluster_status().await?;
+        Ok::<_, ClientError>(client)
+    })?
+    .map_err(error)?;
+    Ok(Session {
+        client,
+        cluster: Mutex::new(None),
+        nodes: Vec::new(),
+    })
+}
+
+/// The node target of a resource call: `("local",)`, `("node", id)` or `("match", "cpu=1",
+/// num_nodes)`, flattened.
+fn target(
+    kind: &str,
+    node: Option<u64>,
+    resources: Option<&str>,
+    num_nodes: Option<u32>,
+) -> PyResult<NodeSpec> {
+    match kind {
+        "local" => Ok(NodeSpec::Local),
+        "node" => node
+            .map(|n| NodeSpec::Node(NodeId(n)))
+            .ok_or_else(|| InvalidArgumentError::new_err("Node(...) needs a node id")),
+        "match" => Ok(NodeSpec::Match {
+            resources: match resources {
+                Some(text) if !text.trim().is_empty() => parse_set(text, "Match resources")?,
+                _ => ResourceSet::new(),
+            },
+            num_nodes,
+        }),
+        other => Err(InvalidArgumentError::new_err(format!(
+            "a node target is escher.Local, escher.Node(id) or escher.Match(...), not {other:?}"
+        ))),
+    }
+}
+
+fn state_text(status: &TaskStatus) -> String {
+    status.state.to_string()
+}
+
+fn to_tuple(py: Python<'_>, status: TaskStatus) -> StatusTuple {
+    let (value, code) = match &status.result {
+        Some(TaskResult::Returned(bytes)) => (Some(PyBytes::new(py, bytes).unbind()), None),
+        Some(TaskResult::Exited { code }) => (None, Some(*code)),
+        _ => (None, None),
+    };
+    let reason = match (&status.reason, &status.result) {
+        (Some(r), _) => Some(r.clone()),
+        (
+            None,
+            Some(TaskResult::OutOfMemory {
+                used_mib,
+                limit_mib,
+            }),
+        ) => Some(format!(
+            "out of memory: used {used_mib} MiB of {limit_mib} MiB"
+        )),
+        _ => None,
+    };
+    (
+        status.id.0,
+        state_text(&status),
+        value,
+        reason,
+        code,
+        status.node.map(|n| n.0),
+        status.attempt,
+    )
+}
+
+/// What both kinds of task share: resources, retries, timeout, name, the signal raised on
+/// success (dataflow) and the labels.
+fn common(
+    mut task: Task,
+    resources: Option<&str>,
+    retries: u32,
+    timeout: Option<f64>,
+    name: Option<String>,
+    signal: Option<String>,
+) -> PyResult<Task> {
+    if let Some(text) = resources {
+        task = task.resources(parse_set(text, "resources")?);
+    }
+    task = task.max_retries(retries);
+    if let Some(limit) = seconds(timeout, "timeout")? {
+        task = task.timeout(limit);
+    }
+    if let Some(name) = name {
+        task = task.name(name);
+    }
+    if let Some(signal) = signal {
+        // P2: on success, the signal appears (unbounded) on every live node, so that the
+        // tasks waiting for this one may run anywhere.
+        let every = NodeSpec::Match {
+            resources: ResourceSet::new(),
+            num_nodes: None,
+        };
+        let update = ResourceUpdate::set(signal.as_str(), Capacity::Unbounded, every)
+            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        task = task.on_success(update);
+    }
+    Ok(task)
+}
+
+#[pymethods]
+impl Session {
+    /// The head's URL(s).
+    #[getter]
+    fn head_url(&self) -> String {
+        self.client.head_url().to_string()
+    }
+
+    /// The embedded cluster's nodes (empty when connected to a running cluster).
+    #[getter]
+    fn nodes(&self) -> Vec<u64> {
+        self.nodes.clone()
+    }
+
+    /// The admin token of the embedded cluster, if this session owns one.
+    #[getter]
+    fn admin_token(&self) -> Option<String> {
+        let cluster = self.cluster.lock().unwrap_or_else(|p| p.into_inner());
+        cluster.as_ref().map(|c| c.admin_token().to_string())
+    }
+
+    /// The namespace this session acts in.
+    #[getter]
+    fn namespace(&self) -> Option<String> {
+        self.client.namespace().map(|n| n.to_string())
+    }
+
+    /// Submits a Python function task (its argument bytes made by the package).
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, signal=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_python(
+        &self,
+        py: Python<'_>,
+        args: &[u8],
+        resources: &str,
+        retries: u32,
+        timeout: Option<f64>,
+        name: Option<String>,
+        signal: Option<String>,
+    ) -> PyResult<u64> {
+        let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
+        let task = common(task, Some(resources), retries, timeout, name, signal)?;
+        self.submit(py, task)
+    }
+
+    /// Submits a command task.
+    #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None, signal=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_command(
+        &self,
+        py: Python<'_>,
+        argv: Vec<String>,
+        env: Vec<(String, String)>,
+        cwd: Option<String>,
+        resources: Option<&str>,
+        retries: u32,
+        timeout: Option<f64>,
+        name: Option<String>,
+        signal: Option<String>,
+    ) -> PyResult<u64> {
+        if argv.is_empty() {
+            return Err(InvalidArgumentError::new_err(
+                "a command task needs a program: argv is empty",
+            ));
+        }
+        let mut task = Task::command(argv);
+        for (k, v) in env {
+            task = task.env(k, v);
+        }
+        if let Some(cwd) = cwd {
+            task = task.cwd(cwd);
+        }
+        let task = common(task, resources, retries, timeout, name, signal)?;
+        self.submit(py, task)
+    }
+
+    /// Waits for one task to finish (at most `timeout` seconds) and returns its status.
+    #[pyo3(signature = (id, timeout=None))]
+    fn get(&self, py: Python<'_>, id: u64, timeout: Option<f64>) -> PyResult<StatusTuple> {
+        let timeout = seconds(timeout, "timeout")?;
+        let client = self.client.clone();
+        let status =
+            wait_for(py, async move { client.get(TaskId(id), timeout).await })?.map_err(error)?;
+        Ok(to_tuple(py, status))
+    }
+
+    /// Ray's `wait`: the statuses of the finished tasks and the ids of the others.
+    #[pyo3(signature = (ids, num_returns, timeout=None))]
+    fn wait(
+        &self,
+        py: Python<'_>,
+        ids: Vec<u64>,
+        num_returns: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<(Vec<StatusTuple>, Vec<u64>)> {
+        let timeout = seconds(timeout, "timeout")?;
+        let client = self.client.clone();
+        let tasks: Vec<TaskId> = ids.into_iter().map(TaskId).collect();
+        let (ready, not_ready) =
+            wait_for(
+                py,
+                async move { client.wait(tasks, num_returns, timeout).await },
+            )?
+            .map_err(error)?;
+        let ready = ready.into_iter().map(|s| to_tuple(py, s)).collect();
+        Ok((ready, not_ready.into_iter().map(|t| t.0).collect()))
+    }
+
+    /// Cancels tasks; their states afterwards.
+    fn cancel(&self, py: Python<'_>, ids: Vec<u64>) -> PyResult<Vec<StatusTuple>> {
+        let client = self.client.clone();
+        let tasks: Vec<TaskId> = ids.into_iter().map(TaskId).collect();
+        let statuses = wait_for(py, async move { client.cancel(tasks).await })?.map_err(error)?;
+        Ok(statuses.into_iter().map(|s| to_tuple(py, s)).collect())
+    }
+
+    /// Creates or resizes a resource (`capacity`: a number or `unbounded`); the nodes changed.
+    #[pyo3(signature = (name, capacity, kind, node=None, resources=None, num_nodes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn set_resource(
+        &self,
+        py: Python<'_>,
+        name: String,
+        capacity: String,
+        kind: &str,
+        node: Option<u64>,
+        resources: Option<&str>,
+        num_nodes: Option<u32>,
+    ) -> PyResult<Vec<u64>> {
+        let spec = target(kind, node, resources, num_nodes)?;
+        let client = self.client.clone();
+        let nodes = wait_for(py, async move {
+            client
+                .set_resource(name.as_str(), capacity.as_str(), spec)
+                .await
+        })?
+        .map_err(error)?;
+        Ok(nodes.into_iter().map(|n| n.0).collect())
+    }
+
+    /// Changes a resource by `delta` (`"+2"`, `"-1"`); the nodes changed.
+    #[pyo3(signature = (name, delta, kind, node=None, resources=None, num_nodes=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn adjust_resource(
+        &self,
+        py: Python<'_>,
+        name: String,
+        delta: String,
+        kind: &str,
+        node: Option<u64>,
+        resources: Option<&str>,
+        num_nodes: Option<u32>,
+    ) -> PyResult<Vec<u64>> {
+        let spec = target(kind, node, resources, num_nodes)?;
+        let client = self.client.clone();
+        let nodes = wait_for(py, async move {
+            client
+                .adjust_resource(name.as_str(), delta.as_str(), spec)
+                .await
+        })?
+        .map_err(error)?;
+        Ok(nodes.into_iter().map(|n| n.0).collect())
+    }
+
+    /// Deletes a resource; the nodes changed.
+    #[pyo3(signature = (name, kind, node=None, resources=None, num_nodes=None))]
+    fn delete_resource(
+        &self,
+        py: Python<'_>,
+        name: String,
+        kind: &str,
+        node: Option<u64>,
+        resources: Option<&str>,
+        num_nodes: Option<u32>,
+    ) -> PyResult<Vec<u64>> {
+        let spec = target(kind, node, resources, num_nodes)?;
+        let client = self.client.clone();
+        let nodes = wait_for(py, async move {
+            client.delete_resource(name.as_str(), spec).await
+        })?
+        .map_err(error)?;
+        Ok(nodes.into_iter().map(|n| n.0).collect())
+    }
+
+    /// Every node with its resources, as JSON.
+    fn cluster_status(&self, py: Python<'_>) -> PyResult<String> {
+        let client = self.client.clone();
+        let status = wait_for(py, async move { client.cluster_status().await })?.map_err(error)?;
+        serde_json::to_string(&status).map_err(|e| crate::EscherError::new_err(e.to_string()))
+    }
+
+    /// What a command task wrote to `stream` (`stdout` or `stderr`) so far.
+    fn logs<'py>(&self, py: Python<'py>, id: u64, stream: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let stream = match stream {
+            "stdout" => LogStream::Stdout,
+            "stderr" => LogStream::Stderr,
+            other => {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "a log stream is \"stdout\" or \"stderr\", not {other:?}"
+                )));
+            }
+        };
+        let client = self.client.clone();
+        let bytes =
+            wait_for(py, async move { client.logs(TaskId(id), stream).await })?.map_err(error)?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// Reports samples of the calling task's progress (inside a task only).
+    fn report(&self, py: Python<'_>, samples: Vec<(String, f64)>) -> PyResult<usize> {
+        let client = self.client.clone();
+        wait_for(py, async move {
+            let pairs: Vec<(&str, f64)> = samples.iter().map(|(k, v)| (k.as_str(), *v)).collect();
+            client.report(&pairs).await
+        })?
+        .map_err(error)
+    }
+
+    /// The samples the tasks reported, as JSON.
+    #[pyo3(signature = (ids, after_ms=None))]
+    fn telemetry(&self, py: Python<'_>, ids: Vec<u64>, after_ms: Option<u64>) -> PyResult<String> {
+        let client = self.client.clone();
+        let found = wait_for(py, async move {
+            client
+                .telemetry(ids.into_iter().map(TaskId), after_ms)
+                .await
+        })?
+        .map_err(error)?;
+        serde_json::to_string(&found).map_err(|e| crate::EscherError::new_err(e.to_string()))
+    }
+
+    /// Watches task events (of `tasks`, or of everything this session may see).
+    #[pyo3(signature = (tasks=Vec::new()))]
+    fn watch(&self, py: Python<'_>, tasks: Vec<u64>) -> PyResult<EventStream> {
+        let request = if tasks.is_empty() {
+            WatchRequest::all()
+        } else {
+            WatchRequest::tasks(tasks.into_iter().map(TaskId))
+        };
+        let client = self.client.clone();
+        let watch = wait_for(py, async move { client.watch(request).await })?.map_err(error)?;
+        Ok(EventStream::new(watch))
+    }
+
+    /// Reserves bundles all or nothing (`strategy`: pack, spread, strict-pack, strict-spread);
+    /// `(holder task ids, resource names)`.
+    #[pyo3(signature = (name, bundles, strategy="pack", timeout=None))]
+    fn reserve(
+        &self,
+        py: Python<'_>,
+        name: String,
+        bundles: Vec<String>,
+        strategy: &str,
+        timeout: Option<f64>,
+    ) -> PyResult<(Vec<u64>, Vec<String>)> {
+        let strategy = GangStrategy::from_str(strategy)
+            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        let bundles = bundles
+            .iter()
+            .map(|b| parse_set(b, "bundle"))
+            .collect::<PyResult<Vec<_>>>()?;
+        let timeout = seconds(timeout, "timeout")?;
+        let client = self.client.clone();
+        let reservation = wait_for(py, async move {
+            let r = client
+                .reserve(name.as_str(), bundles, strategy, None)
+                .await?;
+            r.ready(&client, timeout).await?;
+            Ok::<_, ClientError>(r)
+        })?
+        .map_err(error)?;
+        Ok((
+            reservation.tasks().iter().map(|t| t.0).collect(),
+            reservation
+                .resources()
+                .iter()
+                .map(|r| r.to_string())
+                .collect(),
+        ))
+    }
+
+    /// Creates a token (`role`: admin, app, reader, worker); an app token needs a namespace.
+    #[pyo3(signature = (role, namespace=None, description=String::new()))]
+    fn create_token(
+        &self,
+        py: Python<'_>,
+        role: &str,
+        namespace: Option<String>,
+        description: String,
+    ) -> PyResult<String> {
+        let role =
+            Role::from_str(role).map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        let namespace = namespace
+            .map(|ns| Namespace::new(&ns))
+            .transpose()
+            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        let grant = Grant::new(role, namespace)
+            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+        let client = self.client.clone();
+        let created = wait_for(
+            py,
+            async move { client.create_token(grant, description).await },
+        )?
+        .map_err(error)?;
+        Ok(created.token)
+    }
+
+    /// Stops the embedded cluster, if this session owns one.
+    fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let cluster = self
+            .cluster
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(cluster) = cluster {
+            wait_for(py, cluster.shutdown())?;
+        }
+        Ok(())
+    }
+}
+
+impl Session {
+    fn submit(&self, py: Python<'_>, task: Task) -> PyResult<u64> {
+        let client = self.client.clone();
+        let task = task.build().map_err(error)?;
+        let submitted = wait_for(py, async move { client.submit(task).await })?.map_err(error)?;
+        Ok(submitted.id().0)
+    }
+}
