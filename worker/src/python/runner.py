@@ -60,7 +60,9 @@ def _dumps(value):
 
 def _exception_text(exc):
     kind = type(exc)
-    tb = "".join(traceback.format_exception(kind, exc, exc.__traceback__))
+    # Without the runner's own frame: the traceback starts in the function.
+    frames = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+    tb = "".join(traceback.format_exception(kind, exc, frames))
     text = f"python exception {kind.__module__}.{kind.__qualname__}: {exc}\n\nRemote traceback:\n{tb}"
     if len(text) > MAX_MESSAGE:
         text = text[: MAX_MESSAGE // 2] + "\n...\n" + text[-MAX_MESSAGE // 2 :]

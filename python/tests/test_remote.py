@@ -1,0 +1,204 @@
+"""Remote functions: values, dataflow through TaskRef arguments, remote exceptions, retries,
+timeouts, cancellation, asyncio and warm interpreters."""
+
+import asyncio
+import os
+import threading
+import time
+
+import pytest
+
+import escher
+
+
+@escher.remote
+def square(x):
+    return x * x
+
+
+@escher.remote
+def add(a, b, scale=1):
+    return (a + b) * scale
+
+
+@escher.remote
+def fail(message):
+    raise ValueError(message)
+
+
+@escher.remote
+def pid():
+    return os.getpid()
+
+
+def test_remote_functions_return_their_values(cluster):
+    refs = [square.remote(i) for i in range(20)]
+    assert escher.get(refs) == [i * i for i in range(20)]
+    assert refs[3].result() == 9
+    assert add.remote(1, 2, scale=10).result() == 30
+
+
+def test_taskref_arguments_wait_for_their_tasks_and_pass_their_results(cluster):
+    a, b = square.remote(3), square.remote(4)
+    total = add.remote(a, b)
+    assert escher.get(total) == 25
+    chain = square.remote(add.remote(total, 0))
+    assert chain.result(timeout=60) == 625
+
+
+def test_a_task_whose_argument_failed_is_cancelled_and_raises_that_failure(cluster):
+    bad = fail.remote("upstream broke")
+    downstream = square.remote(bad)
+    with pytest.raises(ValueError, match="upstream broke"):
+        escher.get(downstream, timeout=60)
+    with pytest.raises(escher.TaskCancelledError):
+        escher.get(downstream, timeout=60)
+
+
+def test_remote_exceptions_come_back_with_their_type_and_traceback(cluster):
+    ref = fail.remote("bad input 7")
+    with pytest.raises(ValueError) as caught:
+        escher.get(ref)
+    err = caught.value
+    assert isinstance(err, escher.TaskError)
+    assert err.task_id == ref.id
+    assert "bad input 7" in str(err)
+    assert "Remote traceback" in str(err)
+    assert "in fail" in err.remote_traceback
+    assert "_run" not in err.remote_traceback, "the runner's own frame is left out"
+
+
+class CustomError(Exception):
+    pass
+
+
+@escher.remote
+def fail_custom():
+    raise CustomError("custom")
+
+
+def test_an_exception_of_the_applications_own_type_is_re_raised_as_that_type(cluster):
+    with pytest.raises(CustomError, match="custom"):
+        fail_custom.remote().result()
+
+
+def test_retries_run_a_failed_function_again(cluster, tmp_path):
+    counter = tmp_path / "attempts"
+
+    @escher.remote(retries=2)
+    def flaky(path):
+        with open(path, "a") as f:
+            f.write("x")
+        if len(open(path).read()) < 2:
+            raise RuntimeError("first attempt fails")
+        return "ok"
+
+    assert flaky.remote(str(counter)).result(timeout=60) == "ok"
+    assert counter.read_text() == "xx"
+
+    once = tmp_path / "once"
+    with pytest.raises(RuntimeError, match="first attempt fails"):
+        flaky.options(retries=0).remote(str(once)).result(timeout=60)
+    assert once.read_text() == "x"
+
+
+def _gone(process_id: int) -> bool:
+    try:
+        os.kill(process_id, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+def test_cancelling_a_running_function_kills_its_interpreter(cluster, tmp_path):
+    started = tmp_path / "pid"
+
+    @escher.remote
+    def sleeper(path):
+        with open(path, "w") as f:
+            f.write(str(os.getpid()))
+        time.sleep(300)
+
+    ref = sleeper.remote(str(started))
+    deadline = time.time() + 60
+    while not started.exists() or not started.read_text():
+        assert time.time() < deadline, "the function never started"
+        time.sleep(0.05)
+    interpreter = int(started.read_text())
+    escher.cancel(ref)
+    with pytest.raises(escher.TaskCancelledError):
+        escher.get(ref, timeout=60)
+    deadline = time.time() + 30
+    while not _gone(interpreter):
+        assert time.time() < deadline, "the cancelled task's interpreter still runs"
+        time.sleep(0.05)
+    # The next call gets a fresh interpreter.
+    assert square.remote(5).result(timeout=60) == 25
+
+
+def test_a_function_past_its_timeout_fails(cluster):
+    @escher.remote(timeout=0.5)
+    def slow():
+        time.sleep(60)
+
+    with pytest.raises(escher.TaskError, match="timed out"):
+        slow.remote().result(timeout=60)
+
+
+def test_get_with_a_timeout_raises_get_timeout_error(cluster):
+    @escher.remote
+    def slow():
+        time.sleep(5)
+
+    ref = slow.remote()
+    with pytest.raises(escher.GetTimeoutError):
+        escher.get(ref, timeout=0.2)
+    escher.cancel(ref)
+
+
+def test_wait_returns_the_ready_and_the_others(cluster):
+    @escher.remote
+    def nap(seconds):
+        time.sleep(seconds)
+        return seconds
+
+    fast, slow = nap.remote(0), nap.remote(30)
+    ready, not_ready = escher.wait([fast, slow], num_returns=1, timeout=20)
+    assert ready == [fast] and not_ready == [slow]
+    escher.cancel(slow)
+
+
+def test_taskrefs_are_awaitable(cluster):
+    async def main():
+        return await asyncio.gather(square.remote(6), add.remote(1, 1))
+
+    assert asyncio.run(main()) == [36, 2]
+
+
+def test_interpreters_stay_warm_between_tasks(cluster):
+    first = pid.remote().result(timeout=60)
+    again = [pid.remote().result(timeout=60) for _ in range(3)]
+    assert first in again, "sequential tasks should reuse a warm interpreter"
+    assert first != os.getpid()
+
+
+def test_a_large_function_travels_once_and_runs_every_call(cluster):
+    table = list(range(5000))  # about 20 KiB pickled: shipped through a store task
+
+    @escher.remote
+    def lookup(i):
+        return table[i]
+
+    assert escher.get([lookup.remote(i) for i in (1, 10, 4999)]) == [1, 10, 4999]
+
+
+def test_an_unpicklable_argument_is_refused_before_anything_is_submitted(cluster):
+    before = len(escher.cluster_status()["nodes"])
+    with pytest.raises(escher.InvalidArgumentError, match="cannot pickle"):
+        square.remote(threading.Lock())
+    assert len(escher.cluster_status()["nodes"]) == before
+
+
+def test_calling_a_remote_function_directly_says_what_to_do(cluster):
+    with pytest.raises(escher.EscherError, match=r"square.remote\(...\)"):
+        square(3)
