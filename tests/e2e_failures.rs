@@ -654,16 +654,36 @@ fn alive(pid: i32) -> bool {
         .unwrap_or(false)
 }
 
-/// Fencing (docs/DESIGN.md §13): a worker SIGKILLed, or SIGSTOPped past the head's heartbeat
-/// timeout, leaves no task process running when the head retries its tasks elsewhere: every task
-/// runs its second attempt on the survivor, and no second attempt ever meets the first one alive.
-async fn fenced(freeze: bool) {
+/// How the worker of [`fenced`] is taken away.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fault {
+    /// SIGKILL.
+    Kill,
+    /// SIGSTOP, past the head's heartbeat timeout.
+    Freeze,
+    /// Its network to the head cut both ways, the worker still running.
+    Partition,
+}
+
+/// Fencing (docs/DESIGN.md §13): a worker SIGKILLed, SIGSTOPped past the head's heartbeat
+/// timeout, or cut off from the head, leaves no task process running when the head retries its
+/// tasks elsewhere: every task runs its second attempt on the survivor, and no second attempt
+/// ever meets the first one alive.
+async fn fenced(fault: Fault) {
     let mut cluster = ProcessCluster::builder()
         .resources("cpu=20,memory=512")
+        .workers(usize::from(fault != Fault::Partition))
         .start()
         .await;
     let client = cluster.client().await;
-    let victim = cluster.node("w1");
+    let victim = match fault {
+        Fault::Partition => {
+            cluster
+                .start_worker_behind_proxy("w1", "cpu=20,memory=512")
+                .await
+        }
+        Fault::Kill | Fault::Freeze => cluster.node("w1"),
+    };
     let runs = RunLog::new(cluster.dir(), "runs");
     let tasks = client
         .submit_batch((0..20).map(|_| fenced_task(&runs)))
@@ -677,10 +697,10 @@ async fn fenced(freeze: bool) {
         pids.push(runs.wait_pid(task.id()).await);
     }
     let survivor = cluster.start_worker("w2", "cpu=20,memory=512").await;
-    if freeze {
-        cluster.freeze_worker("w1", true);
-    } else {
-        cluster.kill_worker("w1");
+    match fault {
+        Fault::Kill => cluster.kill_worker("w1"),
+        Fault::Freeze => cluster.freeze_worker("w1", true),
+        Fault::Partition => cluster.cut_worker_links(true),
     }
     let statuses = wait_all(&client, &tasks).await;
     for task in &tasks {
@@ -698,10 +718,14 @@ async fn fenced(freeze: bool) {
     for pid in pids {
         assert!(!alive(pid), "the first attempt's process {pid} still runs");
     }
-    if freeze {
-        // Thawed, the worker finds its node lost and its tasks gone; nothing runs again.
-        cluster.freeze_worker("w1", false);
-        tokio::time::sleep(Duration::from_secs(1)).await;
+    if fault != Fault::Kill {
+        // Thawed or reconnected, the worker finds its node lost and its tasks gone; nothing
+        // runs again.
+        match fault {
+            Fault::Freeze => cluster.freeze_worker("w1", false),
+            _ => cluster.cut_worker_links(false),
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
         for task in &tasks {
             assert_eq!(runs.runs(task.id()).len(), 2);
         }
@@ -710,12 +734,52 @@ async fn fenced(freeze: bool) {
 
 #[tokio::test]
 async fn a_killed_workers_tasks_are_gone_before_they_are_retried() {
-    fenced(false).await;
+    fenced(Fault::Kill).await;
 }
 
 #[tokio::test]
 async fn a_stopped_workers_tasks_are_gone_before_they_are_retried() {
-    fenced(true).await;
+    fenced(Fault::Freeze).await;
+}
+
+/// A partition (the worker runs on, the network to the head drops everything both ways): the
+/// worker cannot renew its lease, the fence stops its tasks, and only then, a heartbeat timeout
+/// after the worker's last heartbeat, does the head retry them.
+#[tokio::test]
+async fn a_partitioned_workers_tasks_are_gone_before_they_are_retried() {
+    fenced(Fault::Partition).await;
+}
+
+/// A worker stalled longer than its lease but shorter than the head's heartbeat timeout: the
+/// fence has stopped its tasks, its node is not lost, and the task's report says the fence
+/// stopped it and why, not "exited with code 137".
+#[tokio::test]
+async fn a_task_the_fence_stopped_says_so() {
+    let mut cluster = ProcessCluster::builder()
+        .heartbeat_timeout_ms(8_000)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let task = client.submit(runs.sleeping_task(600)).await.unwrap();
+    runs.wait_runs(task.id(), 1).await;
+    cluster.freeze_worker("w1", true);
+    // The lease is 4 s; the head waits 8 s.
+    tokio::time::sleep(Duration::from_millis(5_500)).await;
+    cluster.freeze_worker("w1", false);
+    let done = client.get(task.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(done.state, TaskState::Failed, "{done:?}");
+    let reason = done.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("stopped by the fence") && reason.contains("stalled"),
+        "{done:?}"
+    );
+    assert_eq!(done.attempt, 1, "{done:?}");
+    let status = cluster.status().await;
+    assert!(
+        status.nodes.iter().any(|n| n.name == "w1" && n.alive),
+        "the node was not lost: {status:?}"
+    );
 }
 
 /// Logs are per attempt, and outlive their worker: each attempt's output is read by its

@@ -328,7 +328,10 @@ async fn task_specs_and_a_workers_queue_are_bounded_in_bytes() {
         let tx = tx.clone();
         async move {
             loop {
-                let beat = WorkerMessage::Heartbeat { metrics: vec![] };
+                let beat = WorkerMessage::Heartbeat {
+                    metrics: vec![],
+                    seq: 0,
+                };
                 let batch = wire::WorkerBatch {
                     messages: vec![beat.into()],
                 };

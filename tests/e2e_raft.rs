@@ -310,6 +310,76 @@ async fn a_three_replica_group_fails_over_under_load_and_loses_nothing() {
     );
 }
 
+/// Leases (DESIGN §13): a failover shorter than a worker's lease stops nothing. The leader is
+/// frozen (SIGSTOP: its connections stay open and silent, the worst case for a worker and a
+/// client); the workers leave it for the new leader before their lease runs out, so every task
+/// that was running finishes its first attempt; a client call made meanwhile is answered by
+/// the new leader within a few seconds, not after TCP's timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failover_shorter_than_the_lease_stops_nothing() {
+    let mut cluster = ProcessCluster::builder()
+        .heads(3)
+        .workers(2)
+        .resources("cpu=4,memory=512")
+        .heartbeat_timeout_ms(12_000)
+        .start()
+        .await;
+    let leader = cluster.wait_leader().await;
+    let client = cluster.client().await;
+    let file = cluster.shared_path("runs.log");
+    let sleeper = |secs: u32| {
+        let script = format!(
+            r#"echo "$ESCHER_TASK_ID $ESCHER_ATTEMPT $ESCHER_NODE_ID" >> "$RUNS"; sleep {secs}"#
+        );
+        Task::command(["sh", "-c", &script])
+            .env("RUNS", file.display().to_string())
+            .resources_str("cpu=1")
+            .max_retries(2)
+    };
+    let tasks = client
+        .submit_batch((0..6).map(|_| sleeper(9)))
+        .await
+        .unwrap();
+    let ids: Vec<TaskId> = tasks.iter().map(|t| t.id()).collect();
+    let want = ids.len();
+    eventually("every task to start", WAIT, || {
+        let started = runs(&file).len();
+        async move { (started == want).then_some(()) }
+    })
+    .await;
+    cluster.freeze_head_at(leader, true);
+    let frozen_at = Instant::now();
+    // A new call, with the frozen replica possibly first in its list.
+    let client = cluster.client().await;
+    let probe = client.submit(sleeper(0)).await.unwrap();
+    let answered = frozen_at.elapsed();
+    eprintln!("a submit was answered {answered:?} after the leader froze");
+    let statuses = all_terminal(&client, &ids).await;
+    cluster.freeze_head_at(leader, false);
+    for (id, state) in &statuses {
+        assert_eq!(*state, TaskState::Succeeded, "task {id}");
+    }
+    let lines = runs(&file);
+    for id in &ids {
+        let attempts: Vec<u32> = lines
+            .iter()
+            .filter(|(t, _, _)| *t == id.0)
+            .map(|(_, a, _)| *a)
+            .collect();
+        assert_eq!(
+            attempts,
+            vec![1],
+            "task {id} ran once, its first attempt not stopped"
+        );
+    }
+    assert!(
+        answered < Duration::from_secs(12),
+        "a call made while the leader was frozen waited {answered:?}"
+    );
+    let done = client.get(probe.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_isolated_leader_stops_acknowledging_and_the_majority_goes_on() {
     let mut cluster = ProcessCluster::builder()

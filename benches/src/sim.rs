@@ -231,14 +231,19 @@ impl SimNode {
                             }));
                         }
                         // Simulated nodes keep no reports to acknowledge.
-                        HeadMessage::FetchLogs { .. } | HeadMessage::ReportsAcked(_) => {}
+                        HeadMessage::FetchLogs { .. }
+                        | HeadMessage::ReportsAcked(_)
+                        | HeadMessage::LeaseRenewed { .. } => {}
                         // Simulated nodes report no GPUs.
                         HeadMessage::ReconfigureMig { .. } => {}
                     }
                     }
                 }
                 _ = heartbeat.tick() => {
-                    send(WorkerMessage::Heartbeat { metrics: Vec::new() });
+                    send(WorkerMessage::Heartbeat {
+                        metrics: Vec::new(),
+                        seq: 0,
+                    });
                 }
             }
         }

@@ -65,6 +65,12 @@ pub struct SubmitArgs {
     #[arg(long)]
     pub wait: bool,
 
+    /// Submit under this idempotency key (CLIENT-SEQ), the one an "may or may not have been
+    /// applied" error printed: the head applies a submit at most once per key (for ten minutes
+    /// after the client's last write), so retrying with it never runs the tasks twice
+    #[arg(long, value_name = "KEY")]
+    pub key: Option<String>,
+
     /// The command and its arguments: everything after the first word that is not an option
     /// of `submit` (or after `--`) is the command's; an unknown option before it is refused
     #[arg(required = true, trailing_var_arg = true, value_name = "CMD")]
@@ -110,6 +116,10 @@ impl SubmitArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let spec = self.task().build()?;
         let client = ctx.client().await?;
+        let client = match &self.key {
+            Some(key) => client.with_idempotency_key(key)?,
+            None => client,
+        };
         let shows_progress = !ctx.json && std::io::stderr().is_terminal();
         if self.wait && self.count == 1 && !shows_progress {
             // Nothing to show while it runs: submit and wait in one round trip.

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use escher_proto::types::{KeyIssuer, Ticket};
+use escher_proto::types::{KeyIssuer, RequestKey, Ticket, key_text};
 use escher_proto::{Namespace, ResourceSet, TaskId};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
@@ -304,6 +304,16 @@ impl Client {
         self
     }
 
+    /// The same client, whose next write is sent under the idempotency key `key` (`CLIENT-SEQ`,
+    /// as [`ClientError::UnknownOutcome`] prints it) and later ones under the keys that follow
+    /// it: a write whose outcome was unknown, retried so, is applied at most once. The result
+    /// shares the connections but not the keys or the background streams of `self`.
+    pub fn with_idempotency_key(mut self, key: &str) -> Result<Client, ClientError> {
+        self.keys = KeyIssuer::resuming(key).map_err(ClientError::Usage)?;
+        self.background = Arc::default();
+        Ok(self)
+    }
+
     /// The same client, whose reads (`get`, `wait`, `describe`, `list_tasks`, `cluster_status`,
     /// `gpus`) accept a possibly stale answer from any replica instead of a linearizable one
     /// from the leader. Writes always go to the leader.
@@ -365,7 +375,51 @@ impl Client {
     /// Runs one call against the leader, following it through elections and leader changes
     /// (see `heads.rs`): `call` is made again, with the same request, until it gets an answer
     /// that is not "not leader" (or the failover timeout passes).
-    pub(crate) async fn call<T, F, Fut>(&self, mut call: F) -> Result<T, ClientError>
+    pub(crate) async fn call<T, F, Fut>(&self, call: F) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterRpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        self.call_tracked(call, &mut false).await
+    }
+
+    /// [`call`](Self::call) for a write under idempotency key `key`: a failure after any
+    /// attempt that may have reached a replica (`sent` says whether one already did, on a
+    /// stream, before this call) is [`ClientError::UnknownOutcome`], never a plain failure, so
+    /// that no caller takes an applied write for a failed one and submits it again under a
+    /// new key.
+    pub(crate) async fn call_write<T, F, Fut>(
+        &self,
+        call_name: &'static str,
+        key: Option<RequestKey>,
+        sent: bool,
+        call: F,
+    ) -> Result<T, ClientError>
+    where
+        F: FnMut(ClusterRpc) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let mut maybe_applied = sent;
+        match self.call_tracked(call, &mut maybe_applied).await {
+            Err(error) if maybe_applied && !error.is_refusal() => {
+                Err(ClientError::UnknownOutcome {
+                    call: call_name,
+                    key: key.map_or_else(|| "(none)".to_string(), key_text),
+                    cause: error.to_string(),
+                })
+            }
+            other => other,
+        }
+    }
+
+    /// The loop of [`call`](Self::call); sets `maybe_applied` when an attempt failed in a way
+    /// that leaves open whether the replica applied it (the connection broke after the request
+    /// went out).
+    async fn call_tracked<T, F, Fut>(
+        &self,
+        mut call: F,
+        maybe_applied: &mut bool,
+    ) -> Result<T, ClientError>
     where
         F: FnMut(ClusterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
@@ -383,6 +437,19 @@ impl Client {
                 Ok(reply) => return Ok(reply.into_inner()),
                 Err(status) => status,
             };
+            if answer(&status) == Answer::Other
+                && matches!(
+                    status.code(),
+                    tonic::Code::Unavailable
+                        | tonic::Code::Unknown
+                        | tonic::Code::Cancelled
+                        | tonic::Code::DeadlineExceeded
+                        | tonic::Code::Internal
+                )
+                && !crate::error::never_sent(&status)
+            {
+                *maybe_applied = true;
+            }
             let expired = tokio::time::Instant::now() >= deadline;
             match answer(&status) {
                 Answer::Leader(leader) if !expired && redirects < 8 => {
@@ -426,6 +493,11 @@ impl Client {
             self.heads.rotate();
             tokio::time::sleep(pauses.next().unwrap_or(PAUSE_MAX)).await;
         }
+    }
+
+    /// Believes the next replica leads (the one believed to lead does not answer).
+    pub(crate) fn rotate(&self) {
+        self.heads.rotate();
     }
 
     /// A client of the replica believed to lead, and its URL.

@@ -114,6 +114,24 @@ pub enum ClientError {
         /// How long the caller waited.
         after: Duration,
     },
+    /// A write may or may not have been applied: a request reached (or may have reached) a
+    /// head replica, and then the connection broke, the replica stopped answering, or no
+    /// leader answered within the failover timeout. Retrying under the same idempotency key
+    /// applies it at most once (`escher submit --key KEY`, within the ten minutes a head
+    /// remembers a client's writes).
+    #[error(
+        "the {call} may or may not have been applied: {cause}; retry it under the same \
+         idempotency key to apply it at most once (escher submit --key {key} ...)"
+    )]
+    UnknownOutcome {
+        /// Which call (`submit`).
+        call: &'static str,
+        /// The write's idempotency key, as `--key` takes it (`CLIENT-SEQ`, hexadecimal client
+        /// id).
+        key: String,
+        /// The last failure.
+        cause: String,
+    },
     /// The head refused a MIG change; `refusal` says why for a program that acts on it, the
     /// message (the head's, verbatim) says the rest and what to do.
     #[error("{message}")]
@@ -213,6 +231,8 @@ impl ClientError {
             | ClientError::Unauthenticated { .. }
             | ClientError::PermissionDenied(_)
             | ClientError::Protocol(_) => false,
+            // Not unchanged: a new call carries a new key. Retry under the key it names.
+            ClientError::UnknownOutcome { .. } => false,
         }
     }
 
@@ -293,6 +313,11 @@ impl ClientError {
                 refusal: *refusal,
                 message: message.clone(),
             },
+            ClientError::UnknownOutcome { call, key, cause } => ClientError::UnknownOutcome {
+                call,
+                key: key.clone(),
+                cause: cause.clone(),
+            },
             other => ClientError::Usage(other.to_string()),
         }
     }
@@ -351,6 +376,15 @@ impl ClientError {
 
 /// Whether a call's failure reads like a connection cut before any answer (what a head that
 /// speaks TLS does to a plain-text call).
+/// Whether a failed call never left this machine: the connection to the replica could not be
+/// made, so the replica cannot have applied anything.
+pub(crate) fn never_sent(status: &tonic::Status) -> bool {
+    let chain = status_chain(status);
+    chain.contains("tcp connect error")
+        || chain.contains("Connection refused")
+        || chain.contains("error trying to connect")
+}
+
 fn cut_short(message: &str) -> bool {
     [
         "transport error",

@@ -39,6 +39,11 @@ pub(crate) const PAUSE_MIN: Duration = Duration::from_millis(20);
 /// The longest pause between attempts.
 pub(crate) const PAUSE_MAX: Duration = Duration::from_millis(500);
 
+/// How long a replica may take to open a stream (submissions, results) before the call goes
+/// to the next replica as a unary call: a live replica opens one at once, a frozen one never
+/// (its connection stays open and silent until the keep-alive gives up).
+pub(crate) const STREAM_OPEN_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// How long a replica that would not open a stream (submissions, results) is sent calls
 /// instead before it is asked again.
 pub(crate) const REOPEN_AFTER: Duration = Duration::from_secs(1);

@@ -159,7 +159,19 @@ async fn open(
     }
     let (requests, rx) = mpsc::unbounded_channel();
     let _ = requests.send(first);
-    match rpc.wait_stream(UnboundedReceiverStream::new(rx)).await {
+    let opening = rpc.wait_stream(UnboundedReceiverStream::new(rx));
+    let opened = match tokio::time::timeout(crate::heads::STREAM_OPEN_TIMEOUT, opening).await {
+        Ok(opened) => opened,
+        Err(_) => {
+            // Frozen, or its connection is: the unary path goes to the next replica.
+            client.rotate();
+            Err(tonic::Status::unavailable(format!(
+                "the replica did not open a result stream within {:?}",
+                crate::heads::STREAM_OPEN_TIMEOUT
+            )))
+        }
+    };
+    match opened {
         Ok(replies) => {
             refused.opened();
             Some(Stream {

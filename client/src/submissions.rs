@@ -37,7 +37,7 @@ use tokio::task::JoinSet;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
 
-use crate::heads::{Answer, ClusterRpc, StreamRefusal, answer};
+use crate::heads::{Answer, ClusterRpc, STREAM_OPEN_TIMEOUT, StreamRefusal, answer};
 use crate::{Client, ClientError};
 
 /// The most tasks one coalesced request carries.
@@ -124,7 +124,7 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
                     // unary calls find.
                     stream = None;
                     for request in in_flight.drain(..) {
-                        unary.spawn(send_unary(client.clone(), request));
+                        unary.spawn(send_unary(client.clone(), request, true));
                     }
                 }
             }
@@ -137,7 +137,7 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
                 if stream.is_none() {
                     let (rpc, url) = client.rpc();
                     if refused.may_ask(&url) {
-                        match open(rpc).await {
+                        match open(&client, rpc).await {
                             Ok(opened) => {
                                 stream = Some(opened);
                                 refused.opened();
@@ -156,7 +156,7 @@ async fn run(client: Client, mut jobs: mpsc::UnboundedReceiver<Job>) {
                         in_flight.push_back(request);
                     }
                     _ => {
-                        unary.spawn(send_unary(client.clone(), request));
+                        unary.spawn(send_unary(client.clone(), request, false));
                     }
                 }
             }
@@ -185,13 +185,19 @@ async fn next_reply(stream: &mut Option<Stream>) -> Option<SubmitStreamReply> {
     }
 }
 
-/// Opens a stream with `rpc`.
-async fn open(mut rpc: ClusterRpc) -> Result<Stream, tonic::Status> {
+/// Opens a stream with `rpc`; a replica that does not open it in time is left for the next.
+async fn open(client: &Client, mut rpc: ClusterRpc) -> Result<Stream, tonic::Status> {
     let (requests, rx) = mpsc::channel(MAX_IN_FLIGHT);
-    let replies = rpc
-        .submit_stream(ReceiverStream::new(rx))
-        .await?
-        .into_inner();
+    let opening = rpc.submit_stream(ReceiverStream::new(rx));
+    let replies = match tokio::time::timeout(STREAM_OPEN_TIMEOUT, opening).await {
+        Ok(opened) => opened?.into_inner(),
+        Err(_) => {
+            client.rotate();
+            return Err(tonic::Status::unavailable(format!(
+                "the replica did not open a submission stream within {STREAM_OPEN_TIMEOUT:?}"
+            )));
+        }
+    };
     Ok(Stream { requests, replies })
 }
 
@@ -281,9 +287,10 @@ fn answered(
             let leads = answer(&status) == Answer::Other;
             let error = client.error_from(status);
             if !error.refused_as_a_whole() {
-                // Not the leader, shutting down, ...: the outcome is unknown, and the unary
-                // path follows the leader and retries under the same key.
-                unary.spawn(send_unary(client.clone(), request));
+                // Not the leader, shutting down, ...: the outcome is unknown (unless the
+                // replica said it does not lead), and the unary path follows the leader and
+                // retries under the same key.
+                unary.spawn(send_unary(client.clone(), request, leads));
                 return leads;
             }
             Err(error)
@@ -293,19 +300,26 @@ fn answered(
     true
 }
 
-/// Sends `request` as a unary `Submit` (under its key) and hands its callers the outcome.
-async fn send_unary(client: Client, request: Request) {
-    let outcome = submit_unary(&client, &request.wire).await;
+/// Sends `request` as a unary `Submit` (under its key) and hands its callers the outcome;
+/// `sent`: it may have been applied already (it went out on a stream that broke).
+async fn send_unary(client: Client, request: Request, sent: bool) {
+    let outcome = submit_unary(&client, &request.wire, sent).await;
     deliver(&client, request, outcome);
 }
 
-/// One unary `Submit` of `request`, following the leader (see [`Client::call`]).
+/// One unary `Submit` of `request`, following the leader (see [`Client::call`]); a failure
+/// that leaves open whether it was applied (`sent`: it may have been, before this call) is
+/// [`ClientError::UnknownOutcome`].
 pub(crate) async fn submit_unary(
     client: &Client,
     request: &wire::SubmitRequest,
+    sent: bool,
 ) -> Result<Vec<TaskId>, ClientError> {
+    let key = request
+        .key
+        .and_then(|k| escher_proto::types::RequestKey::try_from(k).ok());
     let reply = client
-        .call(|mut rpc| {
+        .call_write("submit", key, sent, |mut rpc| {
             let request = request.clone();
             async move { rpc.submit(request).await }
         })
@@ -357,7 +371,7 @@ fn deliver_tasks(
             tokio::spawn(async move {
                 for (task, reply) in wire.tasks.into_iter().zip(waiting) {
                     let (alone, _ticket) = keyed(&client, vec![task], namespace.clone());
-                    let outcome = submit_unary(&client, &alone).await;
+                    let outcome = submit_unary(&client, &alone, false).await;
                     let _ = reply.send(outcome.map(|ids| ids[0]));
                 }
             });

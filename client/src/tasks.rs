@@ -98,7 +98,7 @@ impl Client {
                 let Job::Batch { request, .. } = job else {
                     unreachable!("a batch was sent")
                 };
-                submit_unary(self, &request).await?
+                submit_unary(self, &request, false).await?
             }
         };
         Ok(refs
@@ -145,7 +145,7 @@ impl Client {
         };
         self.check_size("run", &request)?;
         let reply = self
-            .call(|mut rpc| {
+            .call_write("submit", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.run(request).await }
             })

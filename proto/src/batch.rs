@@ -100,6 +100,7 @@ mod tests {
         };
         wire::WorkerMessage {
             body: Some(wire::worker_message::Body::Heartbeat(wire::Heartbeat {
+                seq: 1,
                 metrics: vec![metric; metrics],
             })),
         }

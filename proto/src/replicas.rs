@@ -23,11 +23,14 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 pub const LEADER_METADATA: &str = "escher-leader";
 
 /// How long a connection attempt may take.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// How often an idle connection is pinged.
-pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(10);
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// How often a connection is pinged: a replica that froze (SIGSTOP, a stalled machine, a
+/// network that drops everything) fails the calls and streams on it within
+/// `KEEP_ALIVE_INTERVAL + KEEP_ALIVE_TIMEOUT`, and they go to another replica, instead of
+/// waiting for the operating system's TCP timeouts.
+pub const KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(1);
 /// How long a ping may go unanswered before the connection counts as broken.
-pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+pub const KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What a failed call tells about the head group.
 #[derive(Debug, Clone, PartialEq, Eq)]

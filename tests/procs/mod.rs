@@ -274,13 +274,13 @@ pub struct WorkerExtra {
 
 impl ProcessCluster {
     /// Settings: one worker with `cpu=2,memory=512`, heartbeats every 100 ms, a node lost after
-    /// 600 ms of silence.
+    /// 1.2 s of silence (a worker's lease: 600 ms).
     pub fn builder() -> ProcessClusterBuilder {
         ProcessClusterBuilder {
             workers: 1,
             resources: "cpu=2,memory=512".to_string(),
             heartbeat_interval_ms: 100,
-            heartbeat_timeout_ms: 600,
+            heartbeat_timeout_ms: 1_200,
             heads: 1,
             durable: false,
             proxied: false,
@@ -432,6 +432,17 @@ impl ProcessCluster {
         if let Some(mut p) = self.heads[index].proc.take() {
             p.kill();
         }
+    }
+
+    /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) replica `index`.
+    pub fn freeze_head_at(&mut self, index: usize, frozen: bool) {
+        let head = self.heads[index].proc.as_ref().expect("the replica runs");
+        let signal = if frozen {
+            Signal::SIGSTOP
+        } else {
+            Signal::SIGCONT
+        };
+        kill(head.pid(), signal).expect("SIGSTOP/SIGCONT to a head");
     }
 
     /// Starts replica `index` again with the same flags (port, peers, data directory).

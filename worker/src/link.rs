@@ -28,8 +28,10 @@ use tonic::{Code, Status, Streaming};
 
 use crate::head_conn::{HeadConn, leader_hint};
 
-/// How long `Register` may take before the attempt counts as failed.
-const REGISTER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long `Register`, and then `Attach`, may take before the attempt counts as failed and
+/// the next replica is tried: well under a lease, so that a worker whose replica froze finds
+/// the new leader before its lease runs out.
+const REGISTER_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The largest message the worker accepts from the head (an assignment with large function
 /// arguments), above gRPC's default of 4 MiB.
@@ -64,6 +66,10 @@ pub(crate) struct Link {
     pub(crate) names: LinkDecoder,
     /// When to send the next heartbeat.
     pub(crate) heartbeat: Interval,
+    /// When the registration was sent: the lease runs from then.
+    pub(crate) registered_at: std::time::Instant,
+    /// The lease period the head grants (half its heartbeat timeout), if it said.
+    pub(crate) lease: Option<Duration>,
 }
 
 impl Link {
@@ -102,6 +108,7 @@ pub(crate) async fn connect(
     delay: Duration,
 ) -> Result<Link, ConnectError> {
     tokio::time::sleep(delay).await;
+    let registered_at = std::time::Instant::now();
     let mut client = head
         .link_client()
         .max_decoding_message_size(MAX_HEAD_MESSAGE);
@@ -129,13 +136,20 @@ pub(crate) async fn connect(
     let _ = tx.send(hello.into());
     let outbound = Batches::new(UnboundedReceiverStream::new(rx))
         .map(|messages| wire::WorkerBatch { messages });
-    let inbound = match client.attach(outbound).await {
-        Ok(response) => response.into_inner(),
-        Err(status) => return Err(failed(&head, "attach", status)),
+    let inbound = match tokio::time::timeout(REGISTER_TIMEOUT, client.attach(outbound)).await {
+        Err(_) => {
+            head.rotate();
+            return Err(ConnectError::Retry(format!(
+                "attach: no answer within {REGISTER_TIMEOUT:?}"
+            )));
+        }
+        Ok(Ok(response)) => response.into_inner(),
+        Ok(Err(status)) => return Err(failed(&head, "attach", status)),
     };
     if let Some(timeout) = reply.heartbeat_timeout {
         crate::fence::set_timeout(timeout);
     }
+    let lease = reply.heartbeat_timeout.map(crate::fence::lease_of);
     let interval = reply.heartbeat_interval;
     let mut heartbeat = tokio::time::interval_at(Instant::now() + interval, interval);
     heartbeat.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -146,6 +160,8 @@ pub(crate) async fn connect(
         inbound,
         names: LinkDecoder::new(),
         heartbeat,
+        registered_at,
+        lease,
     })
 }
 

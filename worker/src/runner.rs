@@ -277,7 +277,17 @@ async fn command(
     opts: &LaunchOptions,
     cancel: CancellationToken,
 ) -> (Outcome, Option<AttemptLogs>) {
+    let started = std::time::Instant::now();
     match run_command(task_id, attempt, spec, opts, cancel).await {
+        Ok((CommandOutcome::Exited(exit), logs)) if exit.signal == Some(libc_sigkill()) => {
+            // SIGKILLed by no one the worker knows of: the fence, if it stopped the tasks
+            // since this one started, says why.
+            let outcome = match crate::fence::stopped_since(started) {
+                Some(why) => Err(format!("stopped by the fence: {why}")),
+                None => Ok(TaskResult::Exited { code: exit.code }),
+            };
+            ((outcome, false), Some(logs))
+        }
         Ok((outcome, logs)) => {
             let code = outcome.exit().code;
             let timed_out = matches!(outcome, CommandOutcome::TimedOut(_));
@@ -285,6 +295,11 @@ async fn command(
         }
         Err(e) => ((Err(e.to_string()), false), None),
     }
+}
+
+/// SIGKILL's number.
+fn libc_sigkill() -> i32 {
+    nix::sys::signal::Signal::SIGKILL as i32
 }
 
 async fn function(

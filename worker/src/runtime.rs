@@ -191,7 +191,16 @@ pub(crate) struct Runtime {
     fatal: Option<WorkerError>,
     /// When to apply the log retention rule next.
     sweep: tokio::time::Interval,
+    /// The number of the last heartbeat sent (counted across streams).
+    heartbeat_seq: u64,
+    /// Heartbeats sent and not yet renewed by the leader, with when they were sent.
+    beats: std::collections::VecDeque<(u64, Instant)>,
+    /// When the leader last renewed the lease (or the registration was sent).
+    renewed_at: Option<Instant>,
 }
+
+/// The most heartbeats remembered while waiting for the leader to renew the lease.
+const BEATS_KEPT: usize = 256;
 
 impl Runtime {
     pub(crate) fn new(
@@ -239,6 +248,9 @@ impl Runtime {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 every
             },
+            heartbeat_seq: 0,
+            beats: std::collections::VecDeque::new(),
+            renewed_at: None,
         }
     }
 
@@ -385,9 +397,15 @@ impl Runtime {
     fn attached(&mut self, link: Link) {
         let node_id = link.node_id;
         // The registration committed the reports it carried.
-        for key in std::mem::take(&mut self.registering) {
-            self.unacked.remove(&key);
+        let carried: HashSet<(TaskId, u32)> =
+            std::mem::take(&mut self.registering).into_iter().collect();
+        for key in &carried {
+            self.unacked.remove(key);
         }
+        // The leader answered: the lease runs from when the registration was sent.
+        crate::fence::renewed(link.registered_at);
+        self.renewed_at = Some(link.registered_at);
+        self.beats.clear();
         if let Some(secret) = &link.reply.secret {
             let identity = escher_proto::types::NodeIdentity {
                 node_id,
@@ -409,6 +427,17 @@ impl Runtime {
         self.failures = 0;
         for msg in std::mem::take(&mut self.unsent) {
             self.send(msg);
+        }
+        // Tasks that ended while the registration was under way are not in it: their reports
+        // go now, on the new stream, so that none waits for the next failover.
+        let late: Vec<TaskFinished> = self
+            .unacked
+            .iter()
+            .filter(|(key, _)| !carried.contains(key))
+            .map(|(_, report)| report.clone())
+            .collect();
+        for report in late {
+            self.send(WorkerMessage::TaskFinished(report));
         }
     }
 
@@ -451,8 +480,43 @@ impl Runtime {
         ];
         metrics.extend(self.gpus.metrics());
         metrics.extend(self.env.spawn_latency.metrics());
-        if self.link.is_some() {
-            self.send(WorkerMessage::Heartbeat { metrics });
+        let Some(link) = &self.link else {
+            return;
+        };
+        // A replica that stopped renewing the lease (frozen, cut off, no longer leading without
+        // saying so) is left before the lease runs out: another replica leads, or will.
+        if let (Some(lease), Some(renewed)) = (link.lease, self.renewed_at)
+            && renewed.elapsed() > lease / 2
+        {
+            let silent = renewed.elapsed();
+            self.env.head.rotate();
+            self.lost_link(format!(
+                "the head has not renewed this worker's lease for {:.1}s (the lease is {:.1}s)",
+                silent.as_secs_f64(),
+                lease.as_secs_f64()
+            ));
+            return;
+        }
+        self.heartbeat_seq += 1;
+        let seq = self.heartbeat_seq;
+        if self.beats.len() == BEATS_KEPT {
+            self.beats.pop_front();
+        }
+        self.beats.push_back((seq, Instant::now()));
+        self.send(WorkerMessage::Heartbeat { metrics, seq });
+    }
+
+    /// The leader heard heartbeat `seq`: the lease runs from when it was sent.
+    fn lease_renewed(&mut self, seq: u64) {
+        while let Some(&(sent_seq, sent_at)) = self.beats.front() {
+            if sent_seq > seq {
+                break;
+            }
+            self.beats.pop_front();
+            if sent_seq == seq {
+                crate::fence::renewed(sent_at);
+                self.renewed_at = Some(self.renewed_at.map_or(sent_at, |r| r.max(sent_at)));
+            }
         }
     }
 
@@ -497,6 +561,7 @@ impl Runtime {
                     self.unacked.remove(&(r.task_id, r.attempt));
                 }
             }
+            Ok(HeadMessage::LeaseRenewed { seq }) => self.lease_renewed(seq),
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");

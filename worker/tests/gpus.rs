@@ -103,7 +103,7 @@ async fn registers_its_gpus_and_reports_devices_per_task() {
     started(&mut head, 2).await;
     // Heartbeats carry the simulated GPUs' figures: 1 of 7 GPCs, half of the H100.
     let metrics = loop {
-        if let (_, WorkerMessage::Heartbeat { metrics }) = head.message().await {
+        if let (_, WorkerMessage::Heartbeat { metrics, .. }) = head.message().await {
             break metrics;
         }
     };

@@ -89,7 +89,7 @@ async fn sends_heartbeats_at_the_interval_the_head_asked_for() {
     attached(&mut head).await;
     for _ in 0..3 {
         match head.message().await {
-            (1, WorkerMessage::Heartbeat { metrics }) => {
+            (1, WorkerMessage::Heartbeat { metrics, .. }) => {
                 let running = metrics.iter().find(|m| m.name == "running_tasks");
                 assert_eq!(running.map(|m| m.value), Some(0.0));
             }
@@ -307,7 +307,7 @@ async fn draining_lets_tasks_finish_and_refuses_new_ones() {
     // The worker says it is draining.
     bounded("a draining heartbeat", async {
         loop {
-            if let (_, WorkerMessage::Heartbeat { metrics }) = head.message().await
+            if let (_, WorkerMessage::Heartbeat { metrics, .. }) = head.message().await
                 && metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value == 1.0)

@@ -115,8 +115,9 @@ pub enum ConfigError {
     IdleTimeout(Duration),
     /// The heartbeat timeout must leave room for a few heartbeats.
     #[error(
-        "heartbeat timeout ({timeout:?}) must be at least twice the heartbeat interval \
-         ({interval:?})"
+        "heartbeat timeout ({timeout:?}) must be at least three times the heartbeat interval \
+         ({interval:?}): a worker's lease, half the timeout, must outlast more than one \
+         heartbeat"
     )]
     HeartbeatTimeout {
         /// The timeout.
@@ -182,7 +183,7 @@ impl HeadConfig {
                 "how long finished tasks are kept (--retain-for)",
             ));
         }
-        if self.heartbeat_timeout < self.heartbeat_interval * 2 {
+        if self.heartbeat_timeout < self.heartbeat_interval * 3 {
             return Err(ConfigError::HeartbeatTimeout {
                 timeout: self.heartbeat_timeout,
                 interval: self.heartbeat_interval,

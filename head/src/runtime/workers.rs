@@ -16,11 +16,21 @@
 //! acknowledged report is committed, a committed report is never applied twice (a stale
 //! attempt is ignored), and a task that was running stays running through a failover.
 //!
+//! # Leases (DESIGN §13)
+//!
+//! Each heartbeat the leader hears is answered with `LeaseRenewed`: the worker's lease runs for
+//! half the heartbeat timeout from when it sent that heartbeat, and a worker whose lease ran
+//! out stops its tasks. A node is declared lost, and its tasks retried, only after a full
+//! heartbeat timeout without a heartbeat, on this replica's own clock: at least half a timeout
+//! after any lease it was granted expired. A new leader starts every node's clock when it
+//! takes over, so it honours the leases its predecessor granted (which stopped granting when
+//! it lost its quorum); a failover shorter than the lease stops nothing.
+//!
 //! Back-pressure: each stream's queue holds at most [`OUTBOX`] messages and [`OUTBOX_BYTES`]
 //! bytes (an assignment counts its spec). A worker that does not read its stream (stopped, or
-//! hostile) fills it; the head then drops the stream and treats the
-//! node as silent, so the next heartbeat check declares it lost and its tasks are retried: its
-//! messages are never buffered without bound.
+//! hostile) fills it; the head then drops the stream, renews its lease no more, and declares
+//! the node lost a heartbeat timeout later unless it attaches again: its messages are never
+//! buffered without bound, and its tasks are retried only once its lease surely expired.
 //!
 //! Everything here is soft: a new leader starts with no links, gives every live node a fresh
 //! heartbeat deadline, and learns the rest as workers re-register. A replica that stops
@@ -124,8 +134,9 @@ pub(crate) struct Workers {
     last_seen: FxHashMap<NodeId, Instant>,
     /// Reports committed in this cycle, by node, to acknowledge.
     acks: FxHashMap<NodeId, Vec<RunningTask>>,
-    /// Nodes whose stream filled up: the next heartbeat check declares them lost.
-    overflowed: Vec<NodeId>,
+    /// Nodes whose stream filled up, and when: declared lost a heartbeat timeout later
+    /// unless they attach again.
+    overflowed: FxHashMap<NodeId, Instant>,
 }
 
 impl Workers {
@@ -136,6 +147,7 @@ impl Workers {
         }
         self.links.insert(node, Link { conn, tx });
         self.last_seen.insert(node, Instant::now());
+        self.overflowed.remove(&node);
     }
 
     /// A worker's stream closed; whether it was the node's current one.
@@ -195,8 +207,9 @@ impl Workers {
         }
     }
 
-    /// A worker's stream is full: it does not read. Its stream is dropped and the node is
-    /// declared lost at the next heartbeat check.
+    /// A worker's stream is full: it does not read. Its stream is dropped (its lease is renewed
+    /// no more) and the node is declared lost a heartbeat timeout later unless it attaches
+    /// again.
     fn overflow(&mut self, node: NodeId) {
         tracing::warn!(
             %node,
@@ -205,7 +218,7 @@ impl Workers {
             "the worker does not read its stream; disconnecting it, its node will be declared lost"
         );
         self.links.remove(&node);
-        self.overflowed.push(node);
+        self.overflowed.entry(node).or_insert_with(Instant::now);
     }
 
     /// A worker re-registered: queued assignments and cancellations are superseded by the
@@ -228,9 +241,11 @@ impl Workers {
         self.outbox.remove(&node);
         self.last_seen.remove(&node);
         self.acks.remove(&node);
+        self.overflowed.remove(&node);
     }
 
-    /// Live nodes silent for longer than `timeout`; each is forgotten as it is returned.
+    /// Live nodes silent for longer than `timeout`, or whose stream overflowed longer ago
+    /// than that; each is forgotten as it is returned.
     pub(crate) fn silent(&mut self, state: &ClusterState, timeout: Duration) -> Vec<NodeId> {
         let mut silent: Vec<NodeId> = self
             .last_seen
@@ -238,11 +253,15 @@ impl Workers {
             .filter(|(n, seen)| seen.elapsed() > timeout && state.node_alive(**n))
             .map(|(n, _)| *n)
             .collect();
-        for node in std::mem::take(&mut self.overflowed) {
-            if state.node_alive(node) && !silent.contains(&node) {
-                silent.push(node);
+        self.overflowed.retain(|node, since| {
+            if since.elapsed() <= timeout {
+                return true;
             }
-        }
+            if state.node_alive(*node) && !silent.contains(node) {
+                silent.push(*node);
+            }
+            false
+        });
         for node in &silent {
             self.forget(*node);
         }

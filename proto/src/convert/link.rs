@@ -157,7 +157,8 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                 secret,
                 interned_names,
             }),
-            WorkerMessage::Heartbeat { metrics } => Body::Heartbeat(wire::Heartbeat {
+            WorkerMessage::Heartbeat { metrics, seq } => Body::Heartbeat(wire::Heartbeat {
+                seq,
                 metrics: metrics
                     .into_iter()
                     .map(|m| wire::Metric {
@@ -227,6 +228,7 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
             }
             Body::Heartbeat(h) => WorkerMessage::Heartbeat {
                 metrics: convert_list(h.metrics, "metrics", MAX_METRICS, metric).at("heartbeat")?,
+                seq: h.seq,
             },
             Body::TaskStarted(s) => WorkerMessage::TaskStarted {
                 task_id: TaskId(s.task_id),
@@ -404,6 +406,7 @@ impl From<HeadMessage> for wire::HeadMessage {
                     })
                     .collect(),
             }),
+            HeadMessage::LeaseRenewed { seq } => Body::LeaseRenewed(wire::LeaseRenewed { seq }),
         };
         wire::HeadMessage { body: Some(body) }
     }
@@ -445,6 +448,7 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                     })
                     .collect(),
             ),
+            Body::LeaseRenewed(l) => HeadMessage::LeaseRenewed { seq: l.seq },
         })
     }
 }
@@ -564,8 +568,12 @@ mod tests {
                 secret: "s".into(),
                 interned_names: true,
             },
-            WorkerMessage::Heartbeat { metrics: vec![] },
             WorkerMessage::Heartbeat {
+                metrics: vec![],
+                seq: 0,
+            },
+            WorkerMessage::Heartbeat {
+                seq: 9,
                 metrics: vec![Metric {
                     name: "load".into(),
                     value: 0.25,
@@ -702,7 +710,10 @@ mod tests {
             },
         ];
         let w = wire::WorkerMessage {
-            body: Some(worker_message::Body::Heartbeat(wire::Heartbeat { metrics })),
+            body: Some(worker_message::Body::Heartbeat(wire::Heartbeat {
+                metrics,
+                seq: 1,
+            })),
         };
         assert_eq!(
             WorkerMessage::try_from(w).unwrap_err().path(),
@@ -746,6 +757,7 @@ mod tests {
                 gpu: 0,
                 layout: "4g.20gb@0,3g.20gb@4".into(),
             },
+            HeadMessage::LeaseRenewed { seq: 41 },
         ]);
         let mut spec = sample_specs().remove(0);
         spec.resources = set("cpu=1,mig.1g.5gb=1");

@@ -64,6 +64,38 @@ impl KeyIssuer {
     }
 }
 
+impl KeyIssuer {
+    /// Keys that continue from the write `text` names (`CLIENT-SEQ`, as [`key_text`] writes
+    /// it): the next write is sent under that very key, so that a write whose outcome was
+    /// unknown can be retried by another process and applied at most once.
+    pub fn resuming(text: &str) -> Result<KeyIssuer, String> {
+        let bad = || {
+            format!(
+                "{text:?} is not an idempotency key: expected CLIENT-SEQ, a hexadecimal client \
+                 id and a decimal sequence number, as an \"unknown outcome\" error prints it"
+            )
+        };
+        let (client, seq) = text.trim().split_once('-').ok_or_else(bad)?;
+        let client = u64::from_str_radix(client, 16).map_err(|_| bad())?;
+        let seq: u64 = seq.parse().map_err(|_| bad())?;
+        if client == 0 || seq == 0 {
+            return Err(bad());
+        }
+        Ok(KeyIssuer {
+            client,
+            issued: Arc::new(Mutex::new(Issued {
+                next: seq,
+                open: BTreeSet::new(),
+            })),
+        })
+    }
+}
+
+/// A write's key as a person passes it on: `CLIENT-SEQ` (the client id in hexadecimal).
+pub fn key_text(key: RequestKey) -> String {
+    format!("{:x}-{}", key.client, key.seq)
+}
+
 impl Ticket {
     /// The key to send, the same on every retry.
     pub fn key(&self) -> RequestKey {
@@ -81,6 +113,22 @@ impl Drop for Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_printed_key_resumes_as_the_same_key() {
+        let keys = KeyIssuer::new(0xabc);
+        let _first = keys.issue();
+        let second = keys.issue();
+        let text = key_text(second.key());
+        assert_eq!(text, "abc-2");
+        let again = KeyIssuer::resuming(&text).unwrap().issue();
+        assert_eq!(again.key().client, second.key().client);
+        assert_eq!(again.key().seq, second.key().seq);
+        for bad in ["", "abc", "0-1", "abc-0", "xyz-1", "abc-1-2", "-1"] {
+            let err = KeyIssuer::resuming(bad).unwrap_err();
+            assert!(err.contains("CLIENT-SEQ"), "{bad}: {err}");
+        }
+    }
 
     #[test]
     fn first_incomplete_follows_the_oldest_open_write() {

@@ -165,6 +165,9 @@ pub enum WorkerMessage {
     Heartbeat {
         /// Live figures (may be empty).
         metrics: Vec<Metric>,
+        /// Numbers the heartbeat for [`HeadMessage::LeaseRenewed`] (from 1 on each stream; 0
+        /// asks for no lease).
+        seq: u64,
     },
     /// A task started.
     TaskStarted {
@@ -278,6 +281,12 @@ pub enum HeadMessage {
     },
     /// The head committed these task reports: the worker may forget them.
     ReportsAcked(Vec<RunningTask>),
+    /// The leading replica heard heartbeat `seq` on this stream: the worker's lease runs for a
+    /// lease period from when it sent that heartbeat (DESIGN §13).
+    LeaseRenewed {
+        /// The heartbeat's number.
+        seq: u64,
+    },
 }
 
 impl HeadMessage {

@@ -52,7 +52,7 @@ pub use gpu_status::{
 };
 pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};
-pub use keys::{KeyIssuer, Ticket};
+pub use keys::{KeyIssuer, Ticket, key_text};
 pub use labels::{
     ISOLATION_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL,
 };

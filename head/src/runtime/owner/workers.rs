@@ -119,7 +119,14 @@ impl<S: LogStore> Owner<S> {
         }
         let command = match msg {
             WorkerMessage::Hello { .. } => return,
-            WorkerMessage::Heartbeat { metrics } => {
+            WorkerMessage::Heartbeat { metrics, seq } => {
+                // The leader heard the worker: its lease runs on from when it sent this
+                // heartbeat (DESIGN §13). Only a leader gets here, and a leader that loses its
+                // quorum steps down (check-quorum) and drops every stream.
+                if seq > 0 {
+                    self.workers
+                        .send_now(node, escher_proto::types::HeadMessage::LeaseRenewed { seq });
+                }
                 let draining = metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value > 0.0);
