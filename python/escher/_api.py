@@ -32,6 +32,8 @@ from ._escher import (
 
 Resources = Union[Dict[str, Union[int, float, str]], str, None]
 
+# The resource of a worker's Python slots (worker/src/python/mod.rs).
+_PYTHON_SLOT = _escher.PYTHON_RESOURCE
 _lock = threading.RLock()
 _session: Optional[_escher.Session] = None
 # The session of the task running in this interpreter (by its credential), if any.
@@ -282,10 +284,7 @@ def _amount(value: Any) -> float:
     if isinstance(value, (int, float)):
         return float(value)
     if isinstance(value, str):
-        return float("inf") if value == "unbounded" else float(value)
-    if isinstance(value, dict):  # a capacity: {"Finite": ...} or "Unbounded"
-        for v in value.values():
-            return _amount(v)
+        return float("inf") if value.lower() == "unbounded" else float(value)
     return float("inf")
 
 
@@ -295,7 +294,9 @@ def _sum_resources(field: str) -> Dict[str, float]:
         if not node.get("alive"):
             continue
         for res in node.get("resources", []):
-            out[res["name"]] = out.get(res["name"], 0.0) + _amount(res.get(field))
+            total = _amount(res.get("total"))
+            value = total if field == "total" else max(total - _amount(res.get("used", 0)), 0.0)
+            out[res["name"]] = out.get(res["name"], 0.0) + value
     return out
 
 
@@ -577,8 +578,8 @@ class RemoteFunction:
     def _task_resources(self, extra: Sequence[str]) -> str:
         base = _resources_text(self._resources)
         parts = [base if base is not None else "cpu=1"]
-        if "python" not in (base or ""):
-            parts.append("python=1")
+        if _PYTHON_SLOT not in (base or ""):
+            parts.append(f"{_PYTHON_SLOT}=1")
         parts.extend(f"{s}=1" for s in extra)
         return ",".join(p for p in parts if p)
 
@@ -588,7 +589,7 @@ class RemoteFunction:
         if stored is None:
             signal = _new_signal()
             envelope = b"ESPY\x01\x02" + data
-            tid = session.submit_python(envelope, "python=1", 0, None,
+            tid = session.submit_python(envelope, f"{_PYTHON_SLOT}=1", 0, None,
                                         f"{self._name} (function)", signal)
             stored = (tid, signal)
             self._stored[key] = stored

@@ -150,6 +150,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("GetTimeoutError", py.get_type::<GetTimeoutError>())?;
     m.add("PYTHON_FUNCTION", escher::worker::PYTHON_FUNCTION)?;
+    m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
     m.add_class::<session::Session>()?;
     m.add_class::<watch::EventStream>()?;
     m.add_function(wrap_pyfunction!(session::start_local, m)?)?;

@@ -3,10 +3,11 @@
 //!
 //! A worker offers Python when `ESCHER_PYTHON` names an interpreter (a path, a name found on
 //! `PATH`, or `auto` for `python3`): it then registers [`FUNCTION`] and advertises the
-//! resource [`RESOURCE`] (`python`), one slot per CPU unless `ESCHER_PYTHON_SLOTS` says how
-//! many. A worker without it has no `python` resource, so a Python task waits with the reason
-//! the head gives every task no node can hold: "resource python (requested 1) exists on no
-//! live node". The Python package's embedded cluster (`escher.init()`) sets `ESCHER_PYTHON` to
+//! resource [`RESOURCE`] (`shared/python`: in the `shared` namespace, so that every
+//! application's tasks request the same name), one slot per CPU unless `ESCHER_PYTHON_SLOTS`
+//! says how many. A worker without it has no such resource, so a Python task waits with the
+//! reason the head gives every task no node can hold: "resource shared/python (requested 1)
+//! exists on no live node". The Python package's embedded cluster (`escher.init()`) sets `ESCHER_PYTHON` to
 //! its own interpreter.
 //!
 //! **Warm interpreters.** Each one is a child `python -u -c <runner.py>` in a process group of
@@ -72,7 +73,7 @@ use crate::runner::MAX_RESULT_BYTES;
 /// The name of the built-in function that runs Python tasks.
 pub const FUNCTION: &str = "escher.python";
 /// The resource a worker with Python advertises, one unit per interpreter it may run at once.
-pub const RESOURCE: &str = "python";
+pub const RESOURCE: &str = "shared/python";
 /// The interpreter a worker runs Python tasks with: a path, a name on `PATH`, or `auto`.
 pub const ENV_PYTHON: &str = "ESCHER_PYTHON";
 /// How many Python tasks a worker runs at once (default: its CPUs).
