@@ -1,0 +1,241 @@
+//! The recorded history of a run: what the clients asked and were told, what the tasks did,
+//! and what the head said about each task once everything healed.
+//!
+//! Times are microseconds since the Unix epoch on the one clock every namespace shares (they
+//! are namespaces of one kernel), so the clients' invocation and completion times and the
+//! tasks' own records compare directly.
+//!
+//! An operation's [`Outcome`] follows Jepsen's: `Ok` (the write happened, with its reply),
+//! `Fail` (the client was told it did not happen) and `Unknown` (the client cannot tell: a
+//! timeout of ours, or an error that says the outcome is unknown). A failed write that
+//! happened anyway is an anomaly; an unknown one may or may not have happened.
+//!
+//! Executions come from the tasks: each attempt of a command task appends `start`, then a
+//! `beat` every 200 ms, then `end` lines (`KIND TASK ATTEMPT NODE EPOCH-SECONDS.MICROS`) to
+//! one log shared by every host, each line one `O_APPEND` write. An attempt killed outright
+//! writes no `end`; its last `beat` bounds from below how long it ran, so the intervals the
+//! checker compares are never longer than what really ran.
+
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Microseconds since the Unix epoch.
+pub type Micros = u64;
+
+/// Now, in microseconds since the Unix epoch.
+pub fn now_us() -> Micros {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .expect("a clock after 1970")
+        .as_micros() as Micros
+}
+
+/// What a client was told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome<T> {
+    /// It happened; the reply.
+    Ok(T),
+    /// The client was told it did not happen.
+    Fail(String),
+    /// The client cannot tell whether it happened.
+    Unknown(String),
+}
+
+impl<T> Outcome<T> {
+    /// Whether the operation was acknowledged.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Outcome::Ok(_))
+    }
+}
+
+/// A submit of one task, under the client's key: the task's name, unique in the run, which
+/// is how the checker finds a task whose submit was not acknowledged.
+#[derive(Debug, Clone)]
+pub struct Submit {
+    /// The client that made it.
+    pub client: u32,
+    /// The key (task name) it carried.
+    pub key: String,
+    /// When it was called.
+    pub invoke: Micros,
+    /// When it returned.
+    pub complete: Micros,
+    /// The id the head gave, or the error.
+    pub outcome: Outcome<u64>,
+    /// What the task requires, per resource, in whole units.
+    pub requires: BTreeMap<String, u64>,
+}
+
+/// What an operation on a counter did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CounterAction {
+    /// Set it to this value.
+    Set(i64),
+    /// Add this (an `adjust_resource` delta).
+    Add(i64),
+    /// Read it; the value is the outcome's.
+    Read,
+}
+
+/// One operation on a counter (a resource's capacity on one node).
+#[derive(Debug, Clone)]
+pub struct CounterOp {
+    /// The client that made it.
+    pub client: u32,
+    /// The counter (the resource's name).
+    pub counter: String,
+    /// What it did.
+    pub action: CounterAction,
+    /// When it was called.
+    pub invoke: Micros,
+    /// When it returned.
+    pub complete: Micros,
+    /// For a read, the value read (`0` when the resource was absent); nothing for a write.
+    pub outcome: Outcome<i64>,
+}
+
+/// A finished task's status as a client read it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultRead {
+    /// The task.
+    pub task: u64,
+    /// When it was read.
+    pub at: Micros,
+    /// Its state, as the head names it (`Succeeded`, `Failed`, ...).
+    pub state: String,
+    /// The attempt the status is of.
+    pub attempt: u32,
+    /// That attempt's node.
+    pub node: Option<u64>,
+    /// Its result (`Exited { code: 0 }`), as text.
+    pub result: Option<String>,
+}
+
+/// What an execution line says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExecKind {
+    /// The attempt's process started.
+    Start,
+    /// It is still running.
+    Beat,
+    /// It finished its work and is about to exit 0.
+    End,
+}
+
+/// One line of the execution log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Exec {
+    /// What happened.
+    pub kind: ExecKind,
+    /// The task.
+    pub task: u64,
+    /// Its attempt.
+    pub attempt: u32,
+    /// The node the attempt ran on.
+    pub node: u64,
+    /// When.
+    pub at: Micros,
+}
+
+/// Parses the execution log; a torn or foreign line is an error naming it.
+pub fn parse_exec_log(text: &str) -> anyhow::Result<Vec<Exec>> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if line.trim().is_empty() {
+            continue;
+        }
+        let bad = || anyhow::anyhow!("execution log line {}: {line:?} is malformed", n + 1);
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        let [kind, task, attempt, node, at] = parts[..] else {
+            return Err(bad());
+        };
+        let kind = match kind {
+            "start" => ExecKind::Start,
+            "beat" => ExecKind::Beat,
+            "end" => ExecKind::End,
+            _ => return Err(bad()),
+        };
+        let (secs, micros) = at.split_once(['.', ',']).ok_or_else(bad)?;
+        let secs: u64 = secs.parse().map_err(|_| bad())?;
+        let micros: u64 = format!("{micros:0<6}")[..6].parse().map_err(|_| bad())?;
+        out.push(Exec {
+            kind,
+            task: task.parse().map_err(|_| bad())?,
+            attempt: attempt.parse().map_err(|_| bad())?,
+            node: node.parse().map_err(|_| bad())?,
+            at: secs * 1_000_000 + micros,
+        });
+    }
+    Ok(out)
+}
+
+/// The shell script of the command tasks: records its attempt as described in the module
+/// documentation, works for `$WORK_MS` milliseconds, and exits 0.
+pub const TASK_SCRIPT: &str = r#"
+rec() { echo "$1 $ESCHER_TASK_ID $ESCHER_ATTEMPT $ESCHER_NODE_ID $EPOCHREALTIME" >> "$NEMLOG"; }
+rec start
+left=$WORK_MS
+while [ "$left" -gt 0 ]; do
+  step=200; [ "$left" -lt 200 ] && step=$left
+  sleep "$(printf '%d.%03d' $((step / 1000)) $((step % 1000)))"
+  left=$((left - step))
+  if [ "$left" -gt 0 ]; then rec beat; fi
+done
+rec end
+"#;
+
+/// A task as the head reports it once the nemeses healed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FinalTask {
+    /// Its id.
+    pub id: u64,
+    /// Its name: the key of the submit that created it.
+    pub key: String,
+    /// Its state (`Succeeded`, `Failed`, `Pending`, `Running`, ...).
+    pub state: String,
+    /// Why it is pending, failed or was cancelled.
+    pub reason: Option<String>,
+}
+
+impl FinalTask {
+    /// Whether it reached an end (succeeded, failed, cancelled).
+    pub fn ended(&self) -> bool {
+        matches!(self.state.as_str(), "Succeeded" | "Failed" | "Cancelled")
+    }
+}
+
+/// Everything the checker looks at.
+#[derive(Debug, Clone, Default)]
+pub struct History {
+    /// Every submit.
+    pub submits: Vec<Submit>,
+    /// Every operation on a counter.
+    pub counters: Vec<CounterOp>,
+    /// Every finished status a client read.
+    pub reads: Vec<ResultRead>,
+    /// The execution log.
+    pub execs: Vec<Exec>,
+    /// Every task the head knows once healed (read after the run), by id.
+    pub tasks: BTreeMap<u64, FinalTask>,
+    /// Each node's capacity per resource, in whole units.
+    pub capacity: BTreeMap<u64, BTreeMap<String, u64>>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_execution_log_parses_and_refuses_a_torn_line() {
+        let log = "start 7 1 2 1700000000.123456\nbeat 7 1 2 1700000000.5\nend 7 1 2 1700000001,000001\n";
+        let execs = parse_exec_log(log).unwrap();
+        assert_eq!(execs.len(), 3);
+        assert_eq!(execs[0].at, 1_700_000_000_123_456);
+        assert_eq!(execs[1].at, 1_700_000_000_500_000);
+        assert_eq!(execs[2].kind, ExecKind::End);
+        assert_eq!(execs[2].at, 1_700_000_001_000_001);
+        let err = parse_exec_log("start 7 1 2 17000").unwrap_err();
+        assert!(err.to_string().contains("line 1"), "{err}");
+        assert!(parse_exec_log("stop 7 1 2 1.0").is_err());
+    }
+}
