@@ -819,3 +819,86 @@ async fn a_durable_lone_head_snapshots_and_compacts_its_log() {
     let next = client.submit(Task::command(["true"])).await.unwrap();
     assert!(next.id() > *ids.last().unwrap());
 }
+
+/// A submit whose outcome the client cannot learn (a lone head; the connection broke with the
+/// reply on its way back) is reported as such, with its idempotency key, never as a plain
+/// failure that a retry would double; `escher submit --key KEY` retried under that key applies
+/// nothing twice and prints the ids the head recorded.
+#[tokio::test]
+async fn a_submit_whose_reply_is_lost_is_unknown_and_its_key_retries_it_once() {
+    let cluster = ProcessCluster::builder()
+        .workers(1)
+        .heartbeat_timeout_ms(20_000)
+        .start()
+        .await;
+    let target = cluster
+        .head_url()
+        .trim_start_matches("http://")
+        .parse()
+        .unwrap();
+    let proxy = Proxy::start(target).await;
+    let client = Client::connect(format!("http://{}", proxy.addr()))
+        .await
+        .unwrap()
+        .with_credentials(cluster.credentials());
+    client.cluster_status().await.unwrap();
+    // The reply, and the reply to the client's own retry under the same key.
+    proxy.drop_replies(2);
+    let batch = vec![Task::command(["true"]).resources_str("cpu=0.1"); 3];
+    let err = client.submit_batch(batch).await.unwrap_err();
+    let escher::ClientError::UnknownOutcome { key, .. } = &err else {
+        panic!("not an unknown outcome: {err}");
+    };
+    let text = err.to_string();
+    assert!(
+        text.contains("may or may not have been applied") && text.contains(&format!("--key {key}")),
+        "{text}"
+    );
+    let direct = cluster.client().await;
+    let applied: Vec<TaskId> = direct
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert!(
+        applied.is_empty() || applied.len() == 3,
+        "all or nothing: {applied:?}"
+    );
+
+    let retry = std::process::Command::new(procs::binary("escher"))
+        .args(["submit", "--count", "3", "-r", "cpu=0.1", "--key", key, "true"])
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .output()
+        .unwrap();
+    assert!(retry.status.success(), "{retry:?}");
+    let printed: Vec<TaskId> = String::from_utf8_lossy(&retry.stdout)
+        .split_whitespace()
+        .map(|id| id.parse().expect("a task id"))
+        .collect();
+    assert_eq!(printed.len(), 3, "{printed:?}");
+    if !applied.is_empty() {
+        assert_eq!(printed, applied, "the retry answers with the recorded ids");
+    }
+    let after: Vec<TaskId> = direct
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    assert_eq!(after, printed, "applied once, under its key: {after:?}");
+
+    let bad = std::process::Command::new(procs::binary("escher"))
+        .args(["submit", "--key", "not-a-key", "true"])
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    let said = String::from_utf8_lossy(&bad.stderr);
+    assert!(said.contains("CLIENT-SEQ"), "{said}");
+    assert_eq!(direct.list_tasks(None, None).await.unwrap().len(), 3);
+}

@@ -15,7 +15,8 @@ use tokio_util::sync::CancellationToken;
 #[derive(Debug, Default)]
 struct Control {
     blocked: AtomicBool,
-    drop_reply: AtomicBool,
+    /// How many of the next replies to drop.
+    drop_replies: AtomicU64,
     dropped_replies: AtomicU64,
     /// Cancelled to cut every live connection.
     epoch: Mutex<CancellationToken>,
@@ -79,7 +80,12 @@ impl Proxy {
 
     /// Drops the next bytes the target sends back (a reply) and cuts that connection.
     pub fn drop_next_reply(&self) {
-        self.control.drop_reply.store(true, Ordering::SeqCst);
+        self.drop_replies(1);
+    }
+
+    /// Drops the next `n` replies, each on its connection, and cuts each of those connections.
+    pub fn drop_replies(&self, n: u64) {
+        self.control.drop_replies.store(n, Ordering::SeqCst);
     }
 
     /// How many replies were dropped so far.
@@ -119,7 +125,11 @@ async fn relay(
         loop {
             match server_rd.read(&mut buf).await {
                 Ok(n) if n > 0 => {
-                    if control.drop_reply.swap(false, Ordering::SeqCst) {
+                    let dropping = control
+                        .drop_replies
+                        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                        .is_ok();
+                    if dropping {
                         control.dropped_replies.fetch_add(1, Ordering::SeqCst);
                         return;
                     }
