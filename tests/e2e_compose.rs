@@ -1,0 +1,581 @@
+//! The compose cluster of `deploy/` started for real: the base image (`deploy/make-base-image`,
+//! nothing pulled), the escher image on it with the binaries cargo built for this test
+//! (`deploy/build-image`, the Dockerfile's `prebuilt` target), then `deploy/compose.yaml` under a
+//! project name of its own: three durable head replicas and three workers (one with a
+//! simulated A100). Against it, the README's multi-machine commands, run in a head's
+//! container as an operator would (`escher heads`, `status`, `nodes`, `submit --wait`, `logs`);
+//! what the workers were given (a worker-only credential, never the admin's file); tasks run
+//! as users of their own; a failover of the leader; and `down` then `up` again keeping every
+//! task (the named volumes). Everything it creates (containers, the network, the volumes, both
+//! images) is removed at the end, also when it fails, and the containers' logs are printed
+//! then.
+//!
+//! It needs a Docker engine and `docker-compose` (1.29, as CI has), and the binaries
+//! `cargo test --workspace` builds beside this test. It prints the image's size and the time
+//! from `docker-compose up` to the first task's end (BENCHMARKS.md).
+
+mod procs;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The repository's root.
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs `command` to its end or for at most `limit` (then kills it and panics), and returns
+/// its output.
+fn run_for(command: &mut Command, limit: Duration) -> Output {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    // Read both pipes on threads, so that a command that writes much never blocks.
+    let mut stdout = child.stdout.take().expect("piped stdout");
+    let mut stderr = child.stderr.take().expect("piped stderr");
+    let out = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stdout, &mut buf);
+        buf
+    });
+    let err = std::thread::spawn(move || {
+        let mut buf = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut buf);
+        buf
+    });
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for a child") {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().expect("the stdout reader"),
+        stderr: err.join().expect("the stderr reader"),
+    }
+}
+
+/// `output`'s stdout, or a panic with everything it printed if it failed.
+fn ok(what: &str, output: Output) -> String {
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "{what} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The images and the compose project of one test, removed when dropped.
+struct Deployment {
+    project: String,
+    base: String,
+    image: String,
+    compose_file: PathBuf,
+    /// Container ids by service, as of the last `up`.
+    containers: BTreeMap<String, String>,
+}
+
+impl Deployment {
+    fn compose(&self, args: &[&str]) -> Command {
+        let mut command = Command::new("docker-compose");
+        command
+            .args(["--ansi", "never"])
+            .arg("-p")
+            .arg(&self.project)
+            .arg("-f")
+            .arg(&self.compose_file)
+            .args(args)
+            .env("ESCHER_IMAGE", &self.image);
+        command
+    }
+
+    /// Starts the project (or starts it again) and learns its containers' ids.
+    fn up(&mut self) {
+        ok(
+            "docker-compose up",
+            run_for(&mut self.compose(&["up", "-d"]), Duration::from_secs(300)),
+        );
+        self.containers.clear();
+        for service in SERVICES {
+            let id = ok(
+                "docker-compose ps -q",
+                run_for(
+                    &mut self.compose(&["ps", "-q", service]),
+                    Duration::from_secs(60),
+                ),
+            );
+            let id = id.trim();
+            assert!(!id.is_empty(), "service {service} has no container");
+            self.containers.insert(service.to_string(), id.to_string());
+        }
+    }
+
+    /// `docker exec` in `service`'s container (faster than `docker-compose exec`).
+    fn exec(&self, service: &str, args: &[&str]) -> Output {
+        let id = &self.containers[service];
+        run_for(
+            Command::new("docker").arg("exec").arg(id).args(args),
+            Duration::from_secs(120),
+        )
+    }
+
+    /// The escher CLI in a head's container, with the admin's access file there.
+    fn escher(&self, head: &str, args: &[&str]) -> Output {
+        let mut all = vec!["escher"];
+        all.extend_from_slice(args);
+        self.exec(head, &all)
+    }
+
+    /// Like [`Deployment::escher`], with its JSON output parsed; panics if it fails.
+    fn escher_json(&self, head: &str, args: &[&str]) -> Value {
+        let mut all = vec!["--json"];
+        all.extend_from_slice(args);
+        let text = ok(&format!("escher {args:?}"), self.escher(head, &all));
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("escher {args:?}: {e}: {text}"))
+    }
+
+    /// Retries `escher ARGS` in `head` until it succeeds, for at most `limit`.
+    fn escher_eventually(&self, head: &str, args: &[&str], limit: Duration) -> String {
+        let deadline = Instant::now() + limit;
+        loop {
+            let out = self.escher(head, args);
+            if out.status.success() {
+                return String::from_utf8_lossy(&out.stdout).into_owned();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "escher {args:?} kept failing for {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+}
+
+impl Drop for Deployment {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let logs = run_for(
+                &mut self.compose(&["logs", "--no-color", "--tail", "60"]),
+                Duration::from_secs(60),
+            );
+            eprintln!(
+                "--- the compose project's logs ---\n{}{}",
+                String::from_utf8_lossy(&logs.stdout),
+                String::from_utf8_lossy(&logs.stderr)
+            );
+        }
+        let down = run_for(
+            &mut self.compose(&["down", "--volumes", "--remove-orphans", "--timeout", "5"]),
+            Duration::from_secs(180),
+        );
+        if !down.status.success() {
+            eprintln!(
+                "docker-compose down failed: {}",
+                String::from_utf8_lossy(&down.stderr)
+            );
+        }
+        for image in [&self.image, &self.base] {
+            let _ = run_for(
+                Command::new("docker").args(["rmi", "--force", image]),
+                Duration::from_secs(60),
+            );
+        }
+    }
+}
+
+/// Every service of deploy/compose.yaml that keeps running.
+const SERVICES: [&str; 6] = [
+    "head-1",
+    "head-2",
+    "head-3",
+    "worker-gpu",
+    "worker-cpu-1",
+    "worker-cpu-2",
+];
+
+/// The name of the replica that leads, from `escher heads --json`.
+fn leader(heads: &Value) -> u64 {
+    let replicas = heads["replicas"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no replicas in {heads}"));
+    let leaders: Vec<u64> = replicas
+        .iter()
+        .filter(|r| {
+            r["role"]
+                .as_str()
+                .is_some_and(|role| role.eq_ignore_ascii_case("leader"))
+        })
+        .map(|r| r["id"].as_u64().expect("a replica id"))
+        .collect();
+    assert_eq!(leaders.len(), 1, "one leader in {heads}");
+    leaders[0]
+}
+
+/// The id `escher submit` printed (its first line).
+fn task_id(submitted: &str) -> String {
+    let id = submitted
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_string();
+    assert!(
+        !id.is_empty() && id.chars().all(|c| c.is_ascii_digit()),
+        "escher submit printed no task id: {submitted}"
+    );
+    id
+}
+
+#[test]
+fn the_compose_cluster_runs_the_readme_tour() {
+    let bins = procs::binary("escher-head")
+        .parent()
+        .expect("a binary's directory")
+        .to_path_buf();
+    for name in ["escher-worker", "escher"] {
+        procs::binary(name);
+    }
+    let unique = format!(
+        "escher-e2e-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("after 1970")
+            .subsec_nanos()
+    );
+    let mut deployment = Deployment {
+        project: unique.replace('-', ""),
+        base: format!("{unique}-base:test"),
+        image: format!("{unique}:test"),
+        compose_file: root().join("deploy/compose.yaml"),
+        containers: BTreeMap::new(),
+    };
+
+    // The base, made of this machine's files: nothing is pulled.
+    let started = Instant::now();
+    let bin = |name: &str| bins.join(name).display().to_string();
+    ok(
+        "deploy/make-base-image",
+        run_for(
+            Command::new(root().join("deploy/make-base-image"))
+                .args(["--tag", &deployment.base])
+                .args([bin("escher-head"), bin("escher-worker"), bin("escher")]),
+            Duration::from_secs(300),
+        ),
+    );
+    let base_took = started.elapsed();
+    let started = Instant::now();
+    ok(
+        "deploy/build-image",
+        run_for(
+            Command::new(root().join("deploy/build-image"))
+                .arg("--bin-dir")
+                .arg(&bins)
+                .args(["--base", &deployment.base, "--tag", &deployment.image]),
+            Duration::from_secs(600),
+        ),
+    );
+    let image_took = started.elapsed();
+    let size = |image: &str| -> u64 {
+        let out = run_for(
+            Command::new("docker").args(["image", "inspect", "--format", "{{.Size}}", image]),
+            Duration::from_secs(60),
+        );
+        ok("docker image inspect", out)
+            .trim()
+            .parse()
+            .expect("an image size in bytes")
+    };
+    let (base_size, image_size) = (size(&deployment.base), size(&deployment.image));
+    println!(
+        "base image: {:.1} MB in {base_took:.1?}; escher image: {:.1} MB in {image_took:.1?} \
+         (binaries of {})",
+        base_size as f64 / 1e6,
+        image_size as f64 / 1e6,
+        bins.display()
+    );
+    // The image is the base and the three binaries, nothing else.
+    let binaries: u64 = ["escher-head", "escher-worker", "escher"]
+        .iter()
+        .map(|b| std::fs::metadata(bins.join(b)).expect("a binary").len())
+        .sum();
+    assert!(
+        image_size >= base_size + binaries && image_size < base_size + binaries + 1_000_000,
+        "the image ({image_size} bytes) should be the base ({base_size}) and the binaries \
+         ({binaries})"
+    );
+
+    // `up`, then the README's first task: from `up` to its end.
+    let up_at = Instant::now();
+    deployment.up();
+    let up_took = up_at.elapsed();
+    deployment.escher_eventually("head-1", &["status"], Duration::from_secs(60));
+    let leader_after = up_at.elapsed();
+    let submitted = ok(
+        "the first task",
+        deployment.escher(
+            "head-1",
+            &[
+                "submit",
+                "--resources",
+                "cpu=1",
+                "--wait",
+                "--",
+                "echo",
+                "hello",
+            ],
+        ),
+    );
+    let first_task_after = up_at.elapsed();
+    println!(
+        "from docker-compose up to the first task's end: {first_task_after:.2?} (`up -d` \
+         returned after {up_took:.2?}, `escher status` answered after {leader_after:.2?})"
+    );
+    let first = task_id(&submitted);
+
+    // Three replicas, one leader, every one reachable; the same answer from every replica.
+    let heads = deployment.escher_json("head-2", &["heads"]);
+    let replicas = heads["replicas"].as_array().expect("replicas");
+    assert_eq!(replicas.len(), 3, "{heads}");
+    assert!(
+        replicas
+            .iter()
+            .all(|r| r["reachable"] == true && r["in_memory"] == false),
+        "{heads}"
+    );
+    let lead = leader(&heads);
+    assert_eq!(leader(&deployment.escher_json("head-3", &["heads"])), lead);
+    // `escher logs` in the leader's container: through a follower it fails today ("this head
+    // replica is not the leader") where every other command follows the leader.
+    let leader_service = format!("head-{lead}");
+    let logs = ok(
+        "escher logs",
+        deployment.escher(&leader_service, &["logs", &first]),
+    );
+    assert_eq!(logs.trim(), "hello");
+
+    // Three workers, named as in the compose file, the GPU on gpu-box.
+    let nodes_before = deployment.escher_json("head-1", &["nodes"]);
+    let nodes = nodes_before.as_array().expect("a list of nodes");
+    let mut by_name = BTreeMap::new();
+    for row in nodes {
+        let node = &row["node"];
+        by_name.insert(
+            node["name"].as_str().expect("a node name").to_string(),
+            node.clone(),
+        );
+    }
+    assert_eq!(
+        by_name.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["cpu-box-1", "cpu-box-2", "gpu-box"],
+        "{nodes:?}"
+    );
+    let status = ok("escher status", deployment.escher("head-1", &["status"]));
+    assert!(status.contains("gpu-box"), "{status}");
+    assert!(!status.contains("share one user"), "{status}");
+
+    // A GPU task runs on the worker with the (simulated) GPU.
+    let gpu_node = by_name["gpu-box"]["id"].as_u64().expect("a node id");
+    let submitted = ok(
+        "a GPU task",
+        deployment.escher(
+            "head-1",
+            &[
+                "submit",
+                "--resources",
+                "gpu=1",
+                "--wait",
+                "--",
+                "sh",
+                "-c",
+                "echo on node $ESCHER_NODE_ID",
+            ],
+        ),
+    );
+    let gpu_task = task_id(&submitted);
+    let logs = ok(
+        "escher logs",
+        deployment.escher(&leader_service, &["logs", &gpu_task]),
+    );
+    assert_eq!(logs.trim(), format!("on node {gpu_node}"));
+
+    // Tasks run as a user of their own, not as the worker's root.
+    let submitted = ok(
+        "a task that prints its uid",
+        deployment.escher(
+            "head-1",
+            &["submit", "--resources", "cpu=1", "--wait", "--", "id", "-u"],
+        ),
+    );
+    let uid_task = task_id(&submitted);
+    let uid: u32 = ok(
+        "escher logs",
+        deployment.escher(&leader_service, &["logs", &uid_task]),
+    )
+    .trim()
+    .parse()
+    .expect("a uid");
+    assert!(
+        (300_000..=365_535).contains(&uid),
+        "the task ran as uid {uid}"
+    );
+
+    // The workers hold a worker-only credential, and nothing of the admin's.
+    let access: Value = serde_json::from_str(&ok(
+        "reading the heads' access file",
+        deployment.exec("head-1", &["cat", "/var/lib/escher/access/access.json"]),
+    ))
+    .expect("the access file is JSON");
+    let admin_token = access["admin_token"].as_str().expect("an admin token");
+    assert!(admin_token.starts_with("escher-admin-"), "{admin_token}");
+    for worker in ["worker-gpu", "worker-cpu-1", "worker-cpu-2"] {
+        let credential: Value = serde_json::from_str(&ok(
+            "reading a worker's credential",
+            deployment.exec(worker, &["cat", "/var/lib/escher/credential/worker.json"]),
+        ))
+        .expect("the worker's credential is JSON");
+        assert_eq!(
+            credential["admin_token"], "",
+            "{worker} holds an admin token"
+        );
+        let token = credential["worker_token"].as_str().expect("a worker token");
+        assert!(token.starts_with("escher-worker-"), "{token}");
+        assert_ne!(
+            token, access["worker_token"],
+            "the join token of the heads' file"
+        );
+        let listed = deployment.exec(worker, &["ls", "/var/lib/escher/access"]);
+        assert!(
+            !listed.status.success(),
+            "{worker} sees the heads' access directory"
+        );
+        let inspect = ok(
+            "docker inspect",
+            run_for(
+                Command::new("docker").args(["inspect", &deployment.containers[worker]]),
+                Duration::from_secs(60),
+            ),
+        );
+        assert!(
+            !inspect.contains(admin_token),
+            "{worker}'s configuration holds the admin token"
+        );
+    }
+
+    // The leader's container stops: another replica leads, and tasks still run.
+    let other = if lead == 1 { "head-2" } else { "head-1" };
+    ok(
+        "docker-compose stop",
+        run_for(
+            &mut deployment.compose(&["stop", "--timeout", "5", &leader_service]),
+            Duration::from_secs(120),
+        ),
+    );
+    let submitted = ok(
+        "a task after the leader stopped",
+        deployment.escher(
+            other,
+            &[
+                "submit",
+                "--resources",
+                "cpu=1",
+                "--wait",
+                "--",
+                "echo",
+                "after failover",
+            ],
+        ),
+    );
+    let after_failover = task_id(&submitted);
+    let heads = deployment.escher_json(other, &["heads"]);
+    assert_ne!(leader(&heads), lead, "{heads}");
+    ok(
+        "docker-compose start",
+        run_for(
+            &mut deployment.compose(&["start", &leader_service]),
+            Duration::from_secs(120),
+        ),
+    );
+
+    // `down` and `up` again (the volumes kept): every task is there, with its result, and the
+    // workers come back as the same nodes.
+    ok(
+        "docker-compose down",
+        run_for(
+            &mut deployment.compose(&["down", "--timeout", "10"]),
+            Duration::from_secs(180),
+        ),
+    );
+    deployment.up();
+    let restarted_at = Instant::now();
+    for id in [&first, &after_failover] {
+        let task = loop {
+            let out = deployment.escher("head-1", &["--json", "get", id]);
+            if out.status.success() {
+                break serde_json::from_slice::<Value>(&out.stdout).expect("JSON");
+            }
+            assert!(
+                restarted_at.elapsed() < Duration::from_secs(120),
+                "escher get {id} after the restart: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        };
+        assert_eq!(
+            task["state"], "Succeeded",
+            "task {id} after the restart: {task}"
+        );
+    }
+    let heads = deployment.escher_json("head-1", &["heads"]);
+    let leader_service = format!("head-{}", leader(&heads));
+    let logs = ok(
+        "escher logs after the restart",
+        deployment.escher(&leader_service, &["logs", &after_failover]),
+    );
+    assert_eq!(logs.trim(), "after failover");
+    // The workers come back as the nodes they were.
+    let ids = |nodes: &Value| -> BTreeMap<String, u64> {
+        nodes
+            .as_array()
+            .expect("a list of nodes")
+            .iter()
+            .map(|row| {
+                (
+                    row["node"]["name"].as_str().expect("a name").to_string(),
+                    row["node"]["id"].as_u64().expect("an id"),
+                )
+            })
+            .collect()
+    };
+    let before = ids(&nodes_before);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = ids(&deployment.escher_json("head-1", &["nodes"]));
+        if now == before {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the workers did not come back as the same nodes: {before:?} then {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
