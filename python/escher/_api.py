@@ -309,12 +309,10 @@ class TaskRef:
     an argument to another remote function, which then waits for its success and receives
     its result."""
 
-    __slots__ = ("id", "_signal", "_deps", "_kind")
+    __slots__ = ("id", "_deps", "_kind")
 
-    def __init__(self, task_id: int, signal: Optional[str] = None,
-                 deps: Sequence["TaskRef"] = (), kind: str = "python"):
+    def __init__(self, task_id: int, deps: Sequence["TaskRef"] = (), kind: str = "python"):
         self.id = int(task_id)
-        self._signal = signal
         self._deps = tuple(deps)
         self._kind = kind
 
@@ -340,7 +338,7 @@ class TaskRef:
         return hash(self.id)
 
     def __reduce__(self):
-        return (TaskRef, (self.id, self._signal, (), self._kind))
+        return (TaskRef, (self.id, (), self._kind))
 
 
 def _status_value(status: tuple, kind: str) -> Any:
@@ -430,21 +428,25 @@ def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
 
 def _check_deps(session: _escher.Session, ref: TaskRef, timeout: Optional[float]) -> None:
     """Waits until ``ref`` or one of its argument tasks ends; if an argument task failed,
-    ``ref`` will never start: it is cancelled and the failure raised."""
+    ``ref`` never starts (the client cancels it): that failure is raised."""
     deps = {d.id: d for d in _all_deps(ref)}
     pending = [ref.id] + list(deps)
     while True:
         ready, _not_ready = session.wait(pending, 1, timeout)
         if not ready:
             raise GetTimeoutError(f"task {ref.id} did not finish within {timeout} s")
-        for status in ready:
-            if status[0] == ref.id:
-                return
-            if status[1] != "succeeded":
+        ended = {s[0]: s for s in ready}
+        if ref.id in ended and ended[ref.id][1] == "cancelled":
+            # Cancelled because an argument failed? Then that failure is the answer.
+            done, _ = session.wait(list(deps), len(deps), 0)
+            ended.update({s[0]: s for s in done})
+        for status in ended.values():
+            if status[0] != ref.id and status[1] != "succeeded":
                 session.cancel([ref.id])
-                dep = deps[status[0]]
-                raise _failure(dep.id, status[1], status[3] or "")
-            pending.remove(status[0])
+                raise _failure(status[0], status[1], status[3] or "")
+        if ref.id in ended:
+            return
+        pending = [i for i in pending if i not in ended]
 
 
 def _all_deps(ref: TaskRef) -> List[TaskRef]:
@@ -543,7 +545,7 @@ class RemoteFunction:
         self._name = name or getattr(fn, "__qualname__", None) or "python"
         self._pickled: Optional[Tuple[bytes, bytes]] = None
         # The task that stores the function, per session (shipped once per content hash).
-        self._stored: Dict[int, Tuple[int, str]] = {}
+        self._stored: Dict[int, int] = {}
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__name__ = getattr(fn, "__name__", "remote")
         self.__wrapped__ = fn
@@ -583,15 +585,16 @@ class RemoteFunction:
         parts.extend(f"{s}=1" for s in extra)
         return ",".join(p for p in parts if p)
 
-    def _store(self, session: _escher.Session, data: bytes, digest: bytes) -> Tuple[int, str]:
+    def _store(self, session: _escher.Session, data: bytes) -> int:
+        """The task whose result holds the function: submitted and waited for at the first
+        call in this session, then named by every call."""
         key = id(session)
         stored = self._stored.get(key)
         if stored is None:
-            signal = _new_signal()
             envelope = b"ESPY\x01\x02" + data
-            tid = session.submit_python(envelope, f"{_PYTHON_SLOT}=1", 0, None,
-                                        f"{self._name} (function)", signal)
-            stored = (tid, signal)
+            stored = session.submit_python(envelope, f"{_PYTHON_SLOT}=1", 0, None,
+                                           f"{self._name} (function)")
+            _status_value(session.get(stored, None), "python")
             self._stored[key] = stored
         return stored
 
@@ -603,7 +606,7 @@ class RemoteFunction:
         spec = []
         for a in args:
             if isinstance(a, TaskRef):
-                if a._kind != "python" or a._signal is None:
+                if a._kind != "python":
                     raise InvalidArgumentError(
                         f"{a!r} is not a remote function's task: only those can be passed as "
                         f"arguments (get its result with escher.get first)"
@@ -618,15 +621,14 @@ class RemoteFunction:
                     f"TaskRef argument {k}= must be passed by position to wait for it"
                 )
         payload = _dumps((spec, kwargs), f"the arguments of {self._name}")
-        waits = [d._signal for d in deps]
         # A large function travels once, in a task of its own, and is fetched by the workers;
         # a small one travels with each call.
         if len(data) > 8 * 1024:
-            blob, blob_signal = self._store(session, data, digest)
-            waits.append(blob_signal)
-            inline = b""
+            blob, inline = self._store(session, data), b""
         else:
             blob, inline = 0, data
+        # Each argument task raises a signal of this call's own once it has succeeded.
+        signals = [(d.id, _new_signal()) for d in deps]
         dep_ids = [d.id for d in deps]
         envelope = b"".join([
             b"ESPY\x01\x01",
@@ -638,10 +640,11 @@ class RemoteFunction:
             b"".join(struct.pack("<Q", i) for i in dep_ids),
             payload,
         ])
-        signal = _new_signal()
-        tid = session.submit_python(envelope, self._task_resources(sorted(set(waits))),
-                                    self._retries, self._timeout, self._name, signal)
-        return TaskRef(tid, signal, deps)
+        tid = session.submit_python(envelope, self._task_resources([s for _, s in signals]),
+                                    self._retries, self._timeout, self._name)
+        for dep, signal in signals:
+            session.raise_after(dep, signal, [tid])
+        return TaskRef(tid, deps)
 
 
 def _new_signal() -> str:
@@ -682,8 +685,8 @@ def submit(argv: Sequence[str], *, resources: Resources = None, env: Optional[Di
         )
     session = _current()
     tid = session.submit_command([str(a) for a in argv], sorted((env or {}).items()), cwd,
-                                 _resources_text(resources), retries, timeout, name, None)
-    return TaskRef(tid, None, (), "command")
+                                 _resources_text(resources), retries, timeout, name)
+    return TaskRef(tid, (), "command")
 
 
 def logs(ref: TaskRef, stream: str = "stdout") -> str:

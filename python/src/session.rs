@@ -7,11 +7,11 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use escher::LocalCluster;
-use escher_client::{Client, ClientError, Credentials, ResourceUpdateExt, Task};
+use escher_client::{Client, ClientError, Credentials, Task};
 use escher_proto::Namespace;
 use escher_proto::types::{
-    Capacity, GangStrategy, Grant, LogStream, NodeId, NodeSpec, ResourceSet, ResourceUpdate, Role,
-    TaskId, TaskResult, TaskStatus, WatchRequest,
+    Capacity, GangStrategy, Grant, LogStream, NodeId, NodeSpec, ResourceSet, Role, TaskId,
+    TaskResult, TaskState, TaskStatus, WatchRequest,
 };
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -196,15 +196,13 @@ fn to_tuple(py: Python<'_>, status: TaskStatus) -> StatusTuple {
     )
 }
 
-/// What both kinds of task share: resources, retries, timeout, name, the signal raised on
-/// success (dataflow) and the labels.
+/// What both kinds of task share: resources, retries, timeout and name.
 fn common(
     mut task: Task,
     resources: Option<&str>,
     retries: u32,
     timeout: Option<f64>,
     name: Option<String>,
-    signal: Option<String>,
 ) -> PyResult<Task> {
     if let Some(text) = resources {
         task = task.resources(parse_set(text, "resources")?);
@@ -215,17 +213,6 @@ fn common(
     }
     if let Some(name) = name {
         task = task.name(name);
-    }
-    if let Some(signal) = signal {
-        // P2: on success, the signal appears (unbounded) on every live node, so that the
-        // tasks waiting for this one may run anywhere.
-        let every = NodeSpec::Match {
-            resources: ResourceSet::new(),
-            num_nodes: None,
-        };
-        let update = ResourceUpdate::set(signal.as_str(), Capacity::Unbounded, every)
-            .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
-        task = task.on_success(update);
     }
     Ok(task)
 }
@@ -258,8 +245,7 @@ impl Session {
     }
 
     /// Submits a Python function task (its argument bytes made by the package).
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, signal=None))]
-    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None))]
     fn submit_python(
         &self,
         py: Python<'_>,
@@ -268,15 +254,14 @@ impl Session {
         retries: u32,
         timeout: Option<f64>,
         name: Option<String>,
-        signal: Option<String>,
     ) -> PyResult<u64> {
         let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
-        let task = common(task, Some(resources), retries, timeout, name, signal)?;
+        let task = common(task, Some(resources), retries, timeout, name)?;
         self.submit(py, task)
     }
 
     /// Submits a command task.
-    #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None, signal=None))]
+    #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit_command(
         &self,
@@ -288,7 +273,6 @@ impl Session {
         retries: u32,
         timeout: Option<f64>,
         name: Option<String>,
-        signal: Option<String>,
     ) -> PyResult<u64> {
         if argv.is_empty() {
             return Err(InvalidArgumentError::new_err(
@@ -302,8 +286,39 @@ impl Session {
         if let Some(cwd) = cwd {
             task = task.cwd(cwd);
         }
-        let task = common(task, resources, retries, timeout, name, signal)?;
+        let task = common(task, resources, retries, timeout, name)?;
         self.submit(py, task)
+    }
+
+    /// Dataflow (P2, raised by this client): once task `dep` has succeeded, creates the signal
+    /// `signal` (unbounded, on every live node) that `dependents` request, and deletes it when
+    /// they have all finished; if `dep` fails or is cancelled, cancels them (they could never
+    /// start). Returns at once; the rest happens on the module's runtime.
+    fn raise_after(&self, dep: u64, signal: String, dependents: Vec<u64>) {
+        let client = self.client.clone();
+        crate::runtime().spawn(async move {
+            let every = || NodeSpec::Match {
+                resources: ResourceSet::new(),
+                num_nodes: None,
+            };
+            let ids: Vec<TaskId> = dependents.into_iter().map(TaskId).collect();
+            match client.get(TaskId(dep), None).await {
+                Ok(status) if status.state == TaskState::Succeeded => {
+                    let raised = client
+                        .set_resource(signal.as_str(), Capacity::Unbounded, every())
+                        .await;
+                    if raised.is_ok() {
+                        let _ = client.wait(ids.clone(), ids.len(), None).await;
+                        let _ = client.delete_resource(signal.as_str(), every()).await;
+                    }
+                }
+                Ok(_) => {
+                    let _ = client.cancel(ids).await;
+                }
+                // The session ended, or the head is gone: nothing left to do.
+                Err(_) => {}
+            }
+        });
     }
 
     /// Waits for one task to finish (at most `timeout` seconds) and returns its status.

@@ -1,0 +1,93 @@
+//! The Python package's suite (`python/tests`, pytest) and its examples (`python/examples`),
+//! run by `cargo test --workspace` as the README installs the package: a fresh virtual
+//! environment in a temporary directory, `pip install ./python` (maturin builds the native
+//! module, abi3, once, with the dev profile in `target/python` so that it never waits for the
+//! build lock of the `cargo test` that runs this) and pytest from PyPI. Fails if pytest fails.
+//!
+//! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
+//! names another interpreter.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+
+/// How long installing the package (building the module) and running the suite may take.
+const INSTALL_LIMIT: Duration = Duration::from_secs(40 * 60);
+const SUITE_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Waits for `child` at most `limit`; kills it (it is ours) past that.
+fn finish(mut child: Child, limit: Duration, what: &str) -> Result<()> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(status) = child.try_wait()? {
+            if status.success() {
+                return Ok(());
+            }
+            bail!("{what} failed: {status}");
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("{what} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn run(cmd: &mut Command, limit: Duration, what: &str) -> Result<()> {
+    let child = cmd
+        .stdin(Stdio::null())
+        .spawn()
+        .with_context(|| format!("cannot start {what}: {cmd:?}"))?;
+    finish(child, limit, what)
+}
+
+/// A virtual environment with the package, pytest and cloudpickle installed.
+fn venv(dir: &Path) -> Result<PathBuf> {
+    let python = std::env::var("ESCHER_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let venv = dir.join("venv");
+    run(
+        Command::new(&python).args(["-m", "venv"]).arg(&venv),
+        Duration::from_secs(300),
+        "creating a virtual environment (python3 -m venv; on Debian: apt-get install python3-venv)",
+    )?;
+    let py = venv.join("bin").join("python");
+    run(
+        Command::new(&py)
+            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .arg("./python")
+            .arg("pytest")
+            .current_dir(root())
+            // The README's install, built with the dev profile in a target directory of its
+            // own (the workspace's is locked by the cargo that runs this test).
+            .env("MATURIN_PEP517_ARGS", "--profile dev")
+            .env("CARGO_TARGET_DIR", root().join("target").join("python")),
+        INSTALL_LIMIT,
+        "pip install ./python pytest",
+    )?;
+    Ok(py)
+}
+
+#[test]
+fn python_suite_and_examples_pass() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let py = venv(dir.path())?;
+    let mut pytest = Command::new(&py);
+    pytest
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg(root().join("python").join("tests"))
+        // From the temporary directory: the package comes from the environment, never from
+        // the source tree.
+        .current_dir(dir.path())
+        .env_remove("ESCHER_HEAD")
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_PYTHON")
+        .env_remove("ESCHER_NAMESPACE");
+    run(&mut pytest, SUITE_LIMIT, "the Python suite (pytest python/tests)")
+}
