@@ -492,7 +492,7 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]]) -> List[str]:
 
 def _pickler():
     try:
-        import cloudpickle
+        import cloudpickle  # type: ignore[import-untyped]
     except ImportError:  # pragma: no cover - a dependency of the package
         raise EscherError(
             "escher needs cloudpickle to ship functions: pip install cloudpickle"
