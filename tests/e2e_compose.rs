@@ -480,6 +480,39 @@ fn the_compose_cluster_runs_the_readme_tour() {
         );
     }
 
+    // The heads' health check passes (their `escher status`), and the dashboard, on each head's
+    // loopback, answers `escher dashboard` there.
+    let deadline = Instant::now() + Duration::from_secs(90);
+    for head in ["head-1", "head-2", "head-3"] {
+        loop {
+            let health = ok(
+                "docker inspect",
+                run_for(
+                    Command::new("docker").args([
+                        "inspect",
+                        "--format",
+                        "{{.State.Health.Status}}",
+                        &deployment.containers[head],
+                    ]),
+                    Duration::from_secs(60),
+                ),
+            );
+            if health.trim() == "healthy" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{head} is {health}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+    let dashboard = ok(
+        "escher dashboard",
+        deployment.escher(&leader_service, &["dashboard"]),
+    );
+    assert!(
+        dashboard.contains("http://127.0.0.1:8265/#token="),
+        "{dashboard}"
+    );
+
     // The leader's container stops: another replica leads, and tasks still run.
     let other = if lead == 1 { "head-2" } else { "head-1" };
     ok(
