@@ -162,10 +162,21 @@ pub fn ends(h: &History) -> Vec<Anomaly> {
                 .iter()
                 .filter(|e| e.task == t.id)
                 .max_by_key(|e| e.at)
-                .map(|e| format!("{:?} of attempt {} on node {} at {}", e.kind, e.attempt, e.node, e.at));
+                .map(|e| {
+                    format!(
+                        "{:?} of attempt {} on node {} at {}",
+                        e.kind, e.attempt, e.node, e.at
+                    )
+                });
             out.push(Anomaly {
                 rule: Rule::TaskNotEnded,
-                at: h.execs.iter().filter(|e| e.task == t.id).map(|e| e.at).max().unwrap_or(0),
+                at: h
+                    .execs
+                    .iter()
+                    .filter(|e| e.task == t.id)
+                    .map(|e| e.at)
+                    .max()
+                    .unwrap_or(0),
                 detail: format!(
                     "task {} ({}) is {} ({}) after the run healed; its last execution record: {}",
                     t.id,
@@ -275,8 +286,17 @@ pub fn results(h: &History) -> Vec<Anomaly> {
                     detail: format!(
                         "task {}: read {} of attempt {} on node {:?} ({:?}) at {}, later {} of \
                          attempt {} on node {:?} ({:?}) at {}",
-                        r.task, f.state, f.attempt, f.node, f.result, f.at, r.state, r.attempt,
-                        r.node, r.result, r.at
+                        r.task,
+                        f.state,
+                        f.attempt,
+                        f.node,
+                        f.result,
+                        f.at,
+                        r.state,
+                        r.attempt,
+                        r.node,
+                        r.result,
+                        r.at
                     ),
                 });
             }
@@ -289,7 +309,12 @@ pub fn results(h: &History) -> Vec<Anomaly> {
                 let ran: Vec<String> = spans(h)
                     .iter()
                     .filter(|s| s.task == r.task)
-                    .map(|s| format!("attempt {} on node {} (ended: {})", s.attempt, s.node, s.ended))
+                    .map(|s| {
+                        format!(
+                            "attempt {} on node {} (ended: {})",
+                            s.attempt, s.node, s.ended
+                        )
+                    })
                     .collect();
                 out.push(Anomaly {
                     rule: Rule::ResultNotWinner,
@@ -425,9 +450,7 @@ pub fn counters(h: &History, initial: i64) -> Vec<Anomaly> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::history::{
-        CounterOp, Exec, ExecKind, FinalTask, ResultRead, Submit,
-    };
+    use super::super::history::{CounterOp, Exec, ExecKind, FinalTask, ResultRead, Submit};
     use super::*;
 
     fn submit(key: &str, outcome: Outcome<u64>) -> Submit {
@@ -504,7 +527,10 @@ mod tests {
     #[test]
     fn a_failed_submit_that_created_a_task_is_caught_and_an_unknown_one_is_not() {
         let mut h = clean();
-        h.submits.push(submit("nem-1-2", Outcome::Fail("connection refused".into())));
+        h.submits.push(submit(
+            "nem-1-2",
+            Outcome::Fail("connection refused".into()),
+        ));
         h.tasks.insert(2, task(2, "nem-1-2", "Succeeded"));
         assert_eq!(rules(&submits(&h)), vec![Rule::FailedSubmitCommitted]);
         h.submits[1].outcome = Outcome::Unknown("timed out".into());
@@ -588,7 +614,12 @@ mod tests {
         assert_eq!(capacity(&h), vec![]);
     }
 
-    fn counter(action: CounterAction, invoke: u64, complete: u64, outcome: Outcome<i64>) -> CounterOp {
+    fn counter(
+        action: CounterAction,
+        invoke: u64,
+        complete: u64,
+        outcome: Outcome<i64>,
+    ) -> CounterOp {
         CounterOp {
             client: 1,
             counter: "c".into(),

@@ -77,7 +77,9 @@ impl NetCluster {
     /// Makes the hosts and starts the heads (waiting for a leader), then the workers (waiting
     /// until each is a live node).
     pub async fn start(settings: &Settings) -> anyhow::Result<NetCluster> {
-        let dir = tempfile::Builder::new().prefix("escher-nemesis-").tempdir()?;
+        let dir = tempfile::Builder::new()
+            .prefix("escher-nemesis-")
+            .tempdir()?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
@@ -110,15 +112,22 @@ impl NetCluster {
             std::fs::create_dir_all(&data)?;
             if settings.small_disk == Some(i) {
                 let data_s = data.display().to_string();
-                sh("mount", &["-t", "tmpfs", "-o", "size=48m", "nemesis-disk", &data_s])
-                    .context("a tmpfs for the full-disk nemesis")?;
+                sh(
+                    "mount",
+                    &["-t", "tmpfs", "-o", "size=48m", "nemesis-disk", &data_s],
+                )
+                .context("a tmpfs for the full-disk nemesis")?;
                 cluster.mounts.push(data.clone());
             }
             let args = vec![
                 "--listen".to_string(),
                 format!("{}:{HEAD_PORT}", host.ip),
                 "--address-file".to_string(),
-                cluster.dir().join(format!("head-{id}.url")).display().to_string(),
+                cluster
+                    .dir()
+                    .join(format!("head-{id}.url"))
+                    .display()
+                    .to_string(),
                 "--heartbeat-interval-ms".to_string(),
                 settings.heartbeat_interval_ms.to_string(),
                 "--heartbeat-timeout-ms".to_string(),
@@ -203,7 +212,10 @@ impl NetCluster {
 
     /// The admin credentials of the heads' access file.
     pub fn credentials(&self) -> anyhow::Result<Credentials> {
-        let file = self.dir().join("escher-home").join(escher::access::FILE_NAME);
+        let file = self
+            .dir()
+            .join("escher-home")
+            .join(escher::access::FILE_NAME);
         Credentials::from_access_file(&file).context("the heads' access file")
     }
 
@@ -224,7 +236,10 @@ impl NetCluster {
 
     /// The index of the replica that leads, by the group's account, asked with a bound.
     pub async fn leader(&self) -> Option<usize> {
-        let client = self.client().ok()?.with_failover_timeout(Duration::from_secs(2));
+        let client = self
+            .client()
+            .ok()?
+            .with_failover_timeout(Duration::from_secs(2));
         let heads = tokio::time::timeout(Duration::from_secs(3), client.heads())
             .await
             .ok()?
@@ -241,7 +256,10 @@ impl NetCluster {
                 return Ok(i);
             }
             if tokio::time::Instant::now() > deadline {
-                bail!("no head replica led within {START_WAIT:?}\n{}", self.outputs());
+                bail!(
+                    "no head replica led within {START_WAIT:?}\n{}",
+                    self.outputs()
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -264,7 +282,12 @@ impl NetCluster {
             if let Ok(Ok(reply)) =
                 tokio::time::timeout(Duration::from_secs(3), client.heads()).await
             {
-                let commit = reply.replicas.iter().map(|r| r.commit_index).max().unwrap_or(0);
+                let commit = reply
+                    .replicas
+                    .iter()
+                    .map(|r| r.commit_index)
+                    .max()
+                    .unwrap_or(0);
                 let goal = *target.get_or_insert(commit);
                 behind = reply
                     .replicas
@@ -334,7 +357,10 @@ impl NetCluster {
                 return Ok(node);
             }
             if tokio::time::Instant::now() > deadline {
-                bail!("worker {name} was not a live node within {START_WAIT:?}\n{}", self.outputs());
+                bail!(
+                    "worker {name} was not a live node within {START_WAIT:?}\n{}",
+                    self.outputs()
+                );
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
@@ -355,7 +381,10 @@ impl NetCluster {
         let mut member = member;
         self.spawned += 1;
         let out = |kind: &str| {
-            std::fs::File::create(self.dir().join(format!("{}.{}.{kind}", member.name, self.spawned)))
+            std::fs::File::create(
+                self.dir()
+                    .join(format!("{}.{}.{kind}", member.name, self.spawned)),
+            )
         };
         let mut command = Command::new("ip");
         command
@@ -415,25 +444,36 @@ impl NetCluster {
         let url = self.dir().join(format!("head-{}.url", index + 1));
         let _ = std::fs::remove_file(&url);
         self.spawn_head(index)?;
-        self.wait(&format!("replica {} to listen again", index + 1), || url.exists())
-            .await
+        self.wait(&format!("replica {} to listen again", index + 1), || {
+            url.exists()
+        })
+        .await
     }
 
     /// Whether replica `index` has exited (and how), without waiting.
     pub fn head_exited(&mut self, index: usize) -> Option<std::process::ExitStatus> {
-        self.heads[index].child.as_mut().and_then(|c| c.try_wait().ok().flatten())
+        self.heads[index]
+            .child
+            .as_mut()
+            .and_then(|c| c.try_wait().ok().flatten())
     }
 
     /// Sends `signal` to replica `index`'s process.
     pub fn signal_head(&self, index: usize, signal: Signal) -> anyhow::Result<()> {
-        let child = self.heads[index].child.as_ref().context("the replica runs")?;
+        let child = self.heads[index]
+            .child
+            .as_ref()
+            .context("the replica runs")?;
         kill(Pid::from_raw(child.id() as i32), signal)?;
         Ok(())
     }
 
     /// Sends `signal` to worker `index`'s main process.
     pub fn signal_worker(&self, index: usize, signal: Signal) -> anyhow::Result<()> {
-        let child = self.workers[index].child.as_ref().context("the worker runs")?;
+        let child = self.workers[index]
+            .child
+            .as_ref()
+            .context("the worker runs")?;
         kill(Pid::from_raw(child.id() as i32), signal)?;
         Ok(())
     }
@@ -454,8 +494,7 @@ impl NetCluster {
         let mut killed = 0;
         for pid in self.net.pids(&host) {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "escher-worker" && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok()
-            {
+            if comm.trim() == "escher-worker" && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
                 killed += 1;
             }
         }
@@ -509,7 +548,10 @@ impl NetCluster {
         let mut files: Vec<PathBuf> = std::fs::read_dir(self.dir())
             .map(|rd| rd.filter_map(|e| e.ok().map(|e| e.path())).collect())
             .unwrap_or_default();
-        files.retain(|p| p.extension().is_some_and(|e| e == "stdout" || e == "stderr"));
+        files.retain(|p| {
+            p.extension()
+                .is_some_and(|e| e == "stdout" || e == "stderr")
+        });
         files.sort();
         let mut text = String::new();
         for path in files {
@@ -549,7 +591,10 @@ impl Drop for NetCluster {
             }
         }
         if std::thread::panicking() {
-            eprintln!("the nemesis run failed; its processes wrote:\n{}", self.outputs());
+            eprintln!(
+                "the nemesis run failed; its processes wrote:\n{}",
+                self.outputs()
+            );
         }
     }
 }
@@ -576,7 +621,11 @@ fn kill_marked(marker: &str) {
         return;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
             continue;
         };
         if pid == me {

@@ -227,7 +227,8 @@ mod tests {
 
     #[test]
     fn the_execution_log_parses_and_refuses_a_torn_line() {
-        let log = "start 7 1 2 1700000000.123456\nbeat 7 1 2 1700000000.5\nend 7 1 2 1700000001,000001\n";
+        let log =
+            "start 7 1 2 1700000000.123456\nbeat 7 1 2 1700000000.5\nend 7 1 2 1700000001,000001\n";
         let execs = parse_exec_log(log).unwrap();
         assert_eq!(execs.len(), 3);
         assert_eq!(execs[0].at, 1_700_000_000_123_456);

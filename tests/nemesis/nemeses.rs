@@ -199,7 +199,10 @@ pub async fn inject(
         }
         Nemesis::KillWorkerProcesses => {
             let n = cluster.kill_worker_processes(worker);
-            format!("worker w{}: {n} escher-worker process(es) killed (-9)", worker + 1)
+            format!(
+                "worker w{}: {n} escher-worker process(es) killed (-9)",
+                worker + 1
+            )
         }
         Nemesis::DiskFull => {
             let bytes = cluster.fill_disk()?;
@@ -291,9 +294,10 @@ pub async fn heal(cluster: &mut NetCluster, injected: &Injected) -> anyhow::Resu
 async fn restart_exited(cluster: &mut NetCluster, healed: &mut Healed) -> anyhow::Result<()> {
     for i in 0..cluster.head_hosts().len() {
         if let Some(status) = cluster.head_exited(i) {
-            healed
-                .note
-                .push_str(&format!("replica h{} had exited ({status}); restarted. ", i + 1));
+            healed.note.push_str(&format!(
+                "replica h{} had exited ({status}); restarted. ",
+                i + 1
+            ));
             cluster.restart_head(i).await?;
         }
     }

@@ -107,12 +107,22 @@ impl Network {
         sh("ip", &["netns", "add", &net.bridge_ns])
             .context("network namespaces are needed (run as root)")?;
         in_ns(&net.bridge_ns, &["ip", "link", "set", "lo", "up"])?;
-        in_ns(&net.bridge_ns, &["ip", "link", "add", "br0", "type", "bridge"])?;
+        in_ns(
+            &net.bridge_ns,
+            &["ip", "link", "add", "br0", "type", "bridge"],
+        )?;
         in_ns(&net.bridge_ns, &["ip", "link", "set", "br0", "up"])?;
         sh(
             "ip",
             &[
-                "link", "add", &net.root_if, "type", "veth", "peer", "name", "root-b",
+                "link",
+                "add",
+                &net.root_if,
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "root-b",
             ],
         )?;
         sh("ip", &["link", "set", "root-b", "netns", &net.bridge_ns])?;
@@ -154,9 +164,14 @@ impl Network {
         in_ns(&host.ns, &["ip", "link", "set", "lo", "up"])?;
         in_ns(
             &host.ns,
-            &["ip", "link", "add", "eth0", "type", "veth", "peer", "name", &port],
+            &[
+                "ip", "link", "add", "eth0", "type", "veth", "peer", "name", &port,
+            ],
         )?;
-        in_ns(&host.ns, &["ip", "link", "set", &port, "netns", &self.bridge_ns])?;
+        in_ns(
+            &host.ns,
+            &["ip", "link", "set", &port, "netns", &self.bridge_ns],
+        )?;
         in_ns(
             &self.bridge_ns,
             &["ip", "link", "set", &port, "master", "br0", "up"],
@@ -176,23 +191,38 @@ impl Network {
     /// enforced at `host`).
     pub fn cut(&self, host: &Host, peer: Ipv4Addr) -> anyhow::Result<()> {
         let peer = peer.to_string();
-        in_ns(&host.ns, &["iptables", "-A", "NEM-IN", "-s", &peer, "-j", "DROP"])?;
-        in_ns(&host.ns, &["iptables", "-A", "NEM-OUT", "-d", &peer, "-j", "DROP"])?;
+        in_ns(
+            &host.ns,
+            &["iptables", "-A", "NEM-IN", "-s", &peer, "-j", "DROP"],
+        )?;
+        in_ns(
+            &host.ns,
+            &["iptables", "-A", "NEM-OUT", "-d", &peer, "-j", "DROP"],
+        )?;
         Ok(())
     }
 
     /// Drops every packet `host` sends to `peer`; what `peer` sends arrives (one-way loss).
     pub fn cut_outgoing(&self, host: &Host, peer: Ipv4Addr) -> anyhow::Result<()> {
         let peer = peer.to_string();
-        in_ns(&host.ns, &["iptables", "-A", "NEM-OUT", "-d", &peer, "-j", "DROP"])?;
+        in_ns(
+            &host.ns,
+            &["iptables", "-A", "NEM-OUT", "-d", &peer, "-j", "DROP"],
+        )?;
         Ok(())
     }
 
     /// Cuts `host` from every other host and from the test's clients.
     pub fn isolate(&self, host: &Host) -> anyhow::Result<()> {
         let cidr = self.cidr();
-        in_ns(&host.ns, &["iptables", "-A", "NEM-IN", "-s", &cidr, "-j", "DROP"])?;
-        in_ns(&host.ns, &["iptables", "-A", "NEM-OUT", "-d", &cidr, "-j", "DROP"])?;
+        in_ns(
+            &host.ns,
+            &["iptables", "-A", "NEM-IN", "-s", &cidr, "-j", "DROP"],
+        )?;
+        in_ns(
+            &host.ns,
+            &["iptables", "-A", "NEM-OUT", "-d", &cidr, "-j", "DROP"],
+        )?;
         Ok(())
     }
 
@@ -216,8 +246,17 @@ impl Network {
                     in_ns(
                         &host.ns,
                         &[
-                            "iptables", "-A", chain, "-m", "statistic", "--mode", "random",
-                            "--probability", &p, "-j", "DROP",
+                            "iptables",
+                            "-A",
+                            chain,
+                            "-m",
+                            "statistic",
+                            "--mode",
+                            "random",
+                            "--probability",
+                            &p,
+                            "-j",
+                            "DROP",
                         ],
                     )?;
                 }

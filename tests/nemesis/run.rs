@@ -21,8 +21,8 @@ use tokio_util::sync::CancellationToken;
 use super::checker::{self, Anomaly, spans};
 use super::cluster::{NetCluster, Settings};
 use super::history::{
-    CounterAction, CounterOp, FinalTask, History, Micros, Outcome, ResultRead, Submit,
-    TASK_SCRIPT, now_us, parse_exec_log,
+    CounterAction, CounterOp, FinalTask, History, Micros, Outcome, ResultRead, Submit, TASK_SCRIPT,
+    now_us, parse_exec_log,
 };
 use super::nemeses::{self, Nemesis};
 
@@ -164,9 +164,7 @@ fn classify<T>(error: &ClientError) -> Outcome<T> {
     }
 }
 
-async fn bounded<T>(
-    call: impl std::future::Future<Output = Result<T, ClientError>>,
-) -> Outcome<T> {
+async fn bounded<T>(call: impl std::future::Future<Output = Result<T, ClientError>>) -> Outcome<T> {
     match tokio::time::timeout(OP_TIMEOUT, call).await {
         Ok(Ok(v)) => Outcome::Ok(v),
         Ok(Err(e)) => classify(&e),
@@ -374,16 +372,38 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
     let mut load = Vec::new();
     for k in 1..=3 {
         let c = cluster.client()?;
-        load.push(tokio::spawn(submitter(k, c, Arc::clone(&rec), cancel.clone(), log_s.clone())));
+        load.push(tokio::spawn(submitter(
+            k,
+            c,
+            Arc::clone(&rec),
+            cancel.clone(),
+            log_s.clone(),
+        )));
     }
     for k in 11..=12 {
         let c = cluster.client()?;
-        load.push(tokio::spawn(counter_writer(k, c, anchor, Arc::clone(&rec), cancel.clone())));
+        load.push(tokio::spawn(counter_writer(
+            k,
+            c,
+            anchor,
+            Arc::clone(&rec),
+            cancel.clone(),
+        )));
     }
     let c = cluster.client()?;
-    load.push(tokio::spawn(counter_reader(21, c, anchor, Arc::clone(&rec), cancel.clone())));
+    load.push(tokio::spawn(counter_reader(
+        21,
+        c,
+        anchor,
+        Arc::clone(&rec),
+        cancel.clone(),
+    )));
     let c = cluster.client()?;
-    load.push(tokio::spawn(result_reader(c, Arc::clone(&rec), cancel.clone())));
+    load.push(tokio::spawn(result_reader(
+        c,
+        Arc::clone(&rec),
+        cancel.clone(),
+    )));
 
     tokio::time::sleep(schedule.rest).await;
     let mut windows = Vec::new();
@@ -403,7 +423,12 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
         let healed = nemeses::heal(&mut cluster, &injected)
             .await
             .with_context(|| format!("healing {}", nemesis.name()))?;
-        eprintln!("[nemesis] {} healed. {} {:?}", nemesis.name(), healed.note, healed.findings);
+        eprintln!(
+            "[nemesis] {} healed. {} {:?}",
+            nemesis.name(),
+            healed.note,
+            healed.findings
+        );
         findings.extend(healed.findings.iter().cloned());
         windows.push(Window {
             nemesis: *nemesis,
@@ -540,7 +565,11 @@ fn attribute(windows: &[Window], at: Micros) -> String {
         .rev()
         .find(|w| w.inject <= at)
         .map_or("before any fault".into(), |w| {
-            format!("{} injected {:.1} s before", w.nemesis.name(), (at - w.inject) as f64 / 1e6)
+            format!(
+                "{} injected {:.1} s before",
+                w.nemesis.name(),
+                (at - w.inject) as f64 / 1e6
+            )
         })
 }
 
@@ -556,22 +585,29 @@ fn longest_gap(acks: &[Micros], from: Micros, to: Micros) -> f64 {
     gap as f64 / 1e6
 }
 
-/// For a worker nemesis: from its injection to the start of the next attempt of each task
-/// that was running on the worker's node then, in seconds.
-fn retry_delays(h: &History, w: &Window) -> Vec<f64> {
+/// For a worker nemesis, per task that was running on the worker's node when it was
+/// injected and ran again elsewhere: the seconds from the injection to the next attempt's
+/// start, and from the fenced attempt's last record to that start (negative: they overlapped).
+fn retry_delays(h: &History, w: &Window) -> Vec<(f64, f64)> {
     let Some(node) = w.node else {
         return Vec::new();
     };
     let all = spans(h);
     let mut out = Vec::new();
-    for s in all.iter().filter(|s| s.node == node && s.start <= w.inject && s.last >= w.inject.saturating_sub(400_000)) {
+    let running = |s: &&super::checker::Span| {
+        s.node == node && s.start <= w.inject && s.last + 400_000 >= w.inject
+    };
+    for s in all.iter().filter(running) {
         let next = all
             .iter()
             .filter(|o| o.task == s.task && o.attempt > s.attempt)
             .map(|o| o.start)
             .min();
         if let Some(next) = next {
-            out.push(next.saturating_sub(w.inject) as f64 / 1e6);
+            out.push((
+                (next as f64 - w.inject as f64) / 1e6,
+                (next as f64 - s.last as f64) / 1e6,
+            ));
         }
     }
     out
@@ -651,7 +687,14 @@ fn table(
         t,
         "operations: submits {} ok / {} failed / {} unknown; counter writes {} / {} / {}; \
          counter reads {} / {} / {}; results read {}; task attempts executed {attempts}",
-        submits.0, submits.1, submits.2, writes.0, writes.1, writes.2, reads.0, reads.1,
+        submits.0,
+        submits.1,
+        submits.2,
+        writes.0,
+        writes.1,
+        writes.2,
+        reads.0,
+        reads.1,
         reads.2,
         h.reads.len()
     );
@@ -669,8 +712,11 @@ fn table(
     names.sort();
     names.dedup();
     for n in names {
-        let mine: Vec<(usize, &Window)> =
-            windows.iter().enumerate().filter(|(_, w)| w.nemesis == n).collect();
+        let mine: Vec<(usize, &Window)> = windows
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.nemesis == n)
+            .collect();
         let mut gap: f64 = 0.0;
         let mut delays = Vec::new();
         let mut found = 0;
@@ -688,9 +734,13 @@ fn table(
         } else if delays.is_empty() {
             "no retry".to_string()
         } else {
-            let min = delays.iter().cloned().fold(f64::MAX, f64::min);
-            let max = delays.iter().cloned().fold(0.0, f64::max);
-            format!("{min:.1}–{max:.1} ({} tasks)", delays.len())
+            let min = delays.iter().map(|d| d.0).fold(f64::MAX, f64::min);
+            let max = delays.iter().map(|d| d.0).fold(f64::MIN, f64::max);
+            let margin = delays.iter().map(|d| d.1).fold(f64::MAX, f64::min);
+            format!(
+                "{min:.1}–{max:.1} ({} tasks; the fenced attempt's last record ≥ {margin:.1} s before)",
+                delays.len()
+            )
         };
         let _ = writeln!(
             t,
