@@ -16,6 +16,7 @@ over escher's Rust client (the private native module ``escher._escher``).
 ``escher.init(address="http://head:7600", token=...)`` connects to a running cluster instead.
 """
 
+from . import esl
 from ._api import (
     AuthError,
     ClusterInfo,
@@ -87,6 +88,7 @@ __all__ = [
     "cluster_status",
     "create_token",
     "delete_resource",
+    "esl",
     "get",
     "init",
     "is_initialized",

@@ -535,7 +535,8 @@ class RemoteFunction:
     """A function that runs on the cluster: ``f.remote(*args)`` returns a ``TaskRef``."""
 
     def __init__(self, fn: Callable, resources: Resources = None, retries: int = 0,
-                 timeout: Optional[float] = None, name: Optional[str] = None):
+                 timeout: Optional[float] = None, name: Optional[str] = None,
+                 spec: Optional[Any] = None):
         if not callable(fn):
             raise InvalidArgumentError(f"escher.remote needs a function, not {fn!r}")
         self._fn = fn
@@ -543,6 +544,7 @@ class RemoteFunction:
         self._retries = int(retries)
         self._timeout = timeout
         self._name = name or getattr(fn, "__qualname__", None) or "python"
+        self._spec = spec
         self._pickled: Optional[Tuple[bytes, bytes]] = None
         # The task that stores the function, per session (shipped once per content hash).
         self._stored: Dict[int, int] = {}
@@ -557,14 +559,17 @@ class RemoteFunction:
         )
 
     def options(self, *, resources: Resources = None, retries: Optional[int] = None,
-                timeout: Optional[float] = None, name: Optional[str] = None) -> "RemoteFunction":
-        """The same function with other options."""
+                timeout: Optional[float] = None, name: Optional[str] = None,
+                spec: Optional[Any] = None) -> "RemoteFunction":
+        """The same function with other options; ``spec`` is what a scheduling library
+        (``escher.esl``) asks of the task, added to its resources."""
         other = RemoteFunction(
             self._fn,
             resources if resources is not None else self._resources,
             self._retries if retries is None else retries,
             self._timeout if timeout is None else timeout,
             name or self._name,
+            spec if spec is not None else self._spec,
         )
         other._pickled = self._pickled
         other._stored = self._stored
@@ -641,7 +646,7 @@ class RemoteFunction:
             payload,
         ])
         tid = session.submit_python(envelope, self._task_resources([s for _, s in signals]),
-                                    self._retries, self._timeout, self._name)
+                                    self._retries, self._timeout, self._name, self._spec)
         for dep, signal in signals:
             session.raise_after(dep, signal, [tid])
         return TaskRef(tid, deps)
@@ -652,12 +657,13 @@ def _new_signal() -> str:
 
 
 def remote(*args, resources: Resources = None, retries: int = 0,
-           timeout: Optional[float] = None, name: Optional[str] = None):
+           timeout: Optional[float] = None, name: Optional[str] = None,
+           spec: Optional[Any] = None):
     """Makes a function remote: ``@escher.remote`` or ``@escher.remote(resources={"cpu": 2},
     retries=3, timeout=60)``. Its calls request ``cpu=1`` unless ``resources`` say otherwise,
     and one Python slot."""
     if len(args) == 1 and callable(args[0]) and resources is None and not retries \
-            and timeout is None and name is None:
+            and timeout is None and name is None and spec is None:
         return RemoteFunction(args[0])
     if args:
         raise InvalidArgumentError(
@@ -665,7 +671,7 @@ def remote(*args, resources: Resources = None, retries: int = 0,
         )
 
     def wrap(fn: Callable) -> RemoteFunction:
-        return RemoteFunction(fn, resources, retries, timeout, name)
+        return RemoteFunction(fn, resources, retries, timeout, name, spec)
 
     return wrap
 
@@ -676,7 +682,7 @@ def remote(*args, resources: Resources = None, retries: int = 0,
 
 def submit(argv: Sequence[str], *, resources: Resources = None, env: Optional[Dict[str, str]] = None,
            cwd: Optional[str] = None, retries: int = 0, timeout: Optional[float] = None,
-           name: Optional[str] = None) -> TaskRef:
+           name: Optional[str] = None, spec: Optional[Any] = None) -> TaskRef:
     """Submits a command task (a child process on a worker); ``get`` returns its exit code
     when it succeeded (exit code 0), and raises ``TaskError`` otherwise."""
     if isinstance(argv, str):
@@ -684,8 +690,11 @@ def submit(argv: Sequence[str], *, resources: Resources = None, env: Optional[Di
             f"argv is a list of strings such as ['echo', 'hello'], not the string {argv!r}"
         )
     session = _current()
+    text = _resources_text(resources)
+    if text is None and spec is not None:
+        text = "cpu=1"  # the default, which a spec's requirements add to
     tid = session.submit_command([str(a) for a in argv], sorted((env or {}).items()), cwd,
-                                 _resources_text(resources), retries, timeout, name)
+                                 text, retries, timeout, name, spec)
     return TaskRef(tid, (), "command")
 
 

@@ -7,7 +7,9 @@
 //! - this file: the module, its exceptions, and the one tokio runtime every call runs on;
 //! - `session.rs`: [`session::Session`], a connected client (and, for `escher.init()` with no
 //!   address, the embedded cluster it owns), with one method per client call;
-//! - `watch.rs`: [`watch::EventStream`], the events of a watch, one at a time.
+//! - `watch.rs`: [`watch::EventStream`], the events of a watch, one at a time;
+//! - `esl.rs`: bindings over the Rust ESLs (locality, affinity, native gangs, hierarchical
+//!   fair share, queues), whose policies hand tasks an [`esl::Spec`].
 //!
 //! Every call that waits releases the GIL (`Python::detach`) and waits in slices, checking for
 //! signals between them, so that Ctrl-C interrupts a long `get`. Results that are records
@@ -21,6 +23,7 @@ use escher_client::ClientError;
 use pyo3::exceptions::{PyException, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod esl;
 mod session;
 mod watch;
 
@@ -153,6 +156,13 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
     m.add_class::<session::Session>()?;
     m.add_class::<watch::EventStream>()?;
+    m.add_class::<esl::Spec>()?;
+    m.add_class::<esl::DataLocality>()?;
+    m.add_class::<esl::Affinity>()?;
+    m.add_class::<esl::Gangs>()?;
+    m.add_class::<esl::Gang>()?;
+    m.add_class::<esl::Hfs>()?;
+    m.add_class::<esl::Queue>()?;
     m.add_function(wrap_pyfunction!(session::start_local, m)?)?;
     m.add_function(wrap_pyfunction!(session::connect, m)?)?;
     Ok(())

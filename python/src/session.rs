@@ -16,6 +16,7 @@ use escher_proto::types::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::esl::Spec;
 use crate::watch::EventStream;
 use crate::{InvalidArgumentError, error, seconds, wait_for};
 
@@ -196,16 +197,20 @@ fn to_tuple(py: Python<'_>, status: TaskStatus) -> StatusTuple {
     )
 }
 
-/// What both kinds of task share: resources, retries, timeout and name.
+/// What both kinds of task share: resources, an ESL's spec, retries, timeout and name.
 fn common(
     mut task: Task,
     resources: Option<&str>,
+    spec: Option<&Spec>,
     retries: u32,
     timeout: Option<f64>,
     name: Option<String>,
 ) -> PyResult<Task> {
     if let Some(text) = resources {
         task = task.resources(parse_set(text, "resources")?);
+    }
+    if let Some(spec) = spec {
+        task = spec.inner.apply(task);
     }
     task = task.max_retries(retries);
     if let Some(limit) = seconds(timeout, "timeout")? {
@@ -245,7 +250,8 @@ impl Session {
     }
 
     /// Submits a Python function task (its argument bytes made by the package).
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[allow(clippy::too_many_arguments)]
     fn submit_python(
         &self,
         py: Python<'_>,
@@ -254,14 +260,22 @@ impl Session {
         retries: u32,
         timeout: Option<f64>,
         name: Option<String>,
+        spec: Option<PyRef<'_, Spec>>,
     ) -> PyResult<u64> {
         let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
-        let task = common(task, Some(resources), retries, timeout, name)?;
+        let task = common(
+            task,
+            Some(resources),
+            spec.as_deref(),
+            retries,
+            timeout,
+            name,
+        )?;
         self.submit(py, task)
     }
 
     /// Submits a command task.
-    #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None))]
+    #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None, spec=None))]
     #[allow(clippy::too_many_arguments)]
     fn submit_command(
         &self,
@@ -273,6 +287,7 @@ impl Session {
         retries: u32,
         timeout: Option<f64>,
         name: Option<String>,
+        spec: Option<PyRef<'_, Spec>>,
     ) -> PyResult<u64> {
         if argv.is_empty() {
             return Err(InvalidArgumentError::new_err(
@@ -286,7 +301,7 @@ impl Session {
         if let Some(cwd) = cwd {
             task = task.cwd(cwd);
         }
-        let task = common(task, resources, retries, timeout, name)?;
+        let task = common(task, resources, spec.as_deref(), retries, timeout, name)?;
         self.submit(py, task)
     }
 
@@ -567,6 +582,11 @@ impl Session {
 }
 
 impl Session {
+    /// The session's client (the ESL bindings run their policies on it).
+    pub(crate) fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     fn submit(&self, py: Python<'_>, task: Task) -> PyResult<u64> {
         let client = self.client.clone();
         let task = task.build().map_err(error)?;
