@@ -726,9 +726,10 @@ fn a_replica_with_inconsistent_settings_refuses_to_start_and_says_why() {
     assert!(text.contains("replica"), "{text}");
 }
 
-/// A forged raft heartbeat whose commit index is beyond a follower's log panics raft-rs
-/// inside the replica; replicas refuse such messages before raft-rs sees them, and the group
-/// goes on acknowledging writes.
+/// Replicas accept raft messages only with their peer token: the admin token is refused. And a
+/// forged raft heartbeat whose commit index is beyond a follower's log (which panics raft-rs
+/// inside the replica), sent with the peer token, is refused before raft-rs sees it, and the
+/// group goes on acknowledging writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
     use escher::access::Bearer;
@@ -740,7 +741,11 @@ async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
     let client = cluster.client().await;
     let heads = client.heads().await.unwrap();
     let leader = heads.leader().expect("a leader").clone();
-    let token = cluster.credentials().secret().unwrap();
+    let admin = cluster.credentials().secret().unwrap();
+    let access = escher::access::AccessFile::read(&cluster.access_file()).unwrap();
+    let (token, derived) = access.peer_token();
+    assert!(!derived, "a new access file has a peer token of its own");
+    assert_ne!(token, admin);
     for follower in heads.replicas.iter().filter(|r| r.id != leader.id) {
         let mut forged = Message::default();
         forged.set_msg_type(MessageType::MsgHeartbeat);
@@ -761,6 +766,10 @@ async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
                 .connect()
                 .await
                 .unwrap();
+        let mut as_admin = RaftClient::with_interceptor(channel.clone(), Bearer::new(&admin));
+        let refused = as_admin.send(batch.clone()).await.unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+        assert!(refused.message().contains("peer token"), "{refused:?}");
         let mut raft = RaftClient::with_interceptor(channel, Bearer::new(&token));
         for _ in 0..3 {
             raft.send(batch.clone()).await.unwrap();
@@ -868,7 +877,9 @@ async fn a_submit_whose_reply_is_lost_is_unknown_and_its_key_retries_it_once() {
     );
 
     let retry = std::process::Command::new(procs::binary("escher"))
-        .args(["submit", "--count", "3", "-r", "cpu=0.1", "--key", key, "true"])
+        .args([
+            "submit", "--count", "3", "-r", "cpu=0.1", "--key", key, "true",
+        ])
         .env("ESCHER_HOME", cluster.dir().join("escher-home"))
         .env_remove("ESCHER_HEAD")
         .output()

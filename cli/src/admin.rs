@@ -84,6 +84,7 @@ impl TokenCommand {
                         heads,
                         admin_token,
                         worker_token,
+                        peer_token: None,
                         ca_cert: trust.as_ref().map(|(ca, _)| ca.clone()),
                         tls_name: trust.and_then(|(_, name)| name),
                     };

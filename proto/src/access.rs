@@ -53,6 +53,12 @@ pub struct AccessFile {
     pub admin_token: String,
     /// The worker join token (`worker` role).
     pub worker_token: String,
+    /// The token the head's replicas present to each other (and accept only from each other:
+    /// the `Raft` service refuses every other token, the admin's included). Only a head's own
+    /// access file holds it; `None` in a credential file, and in an access file written before
+    /// this field existed (then [`AccessFile::peer_token`] derives one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer_token: Option<String>,
     /// The PEM certificate a client trusts for the head's TLS, when the head speaks TLS.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_cert: Option<String>,
@@ -133,6 +139,7 @@ impl AccessFile {
             heads,
             admin_token: new_token("admin"),
             worker_token: new_token("worker"),
+            peer_token: Some(new_token("peer")),
             ca_cert: None,
             tls_name: None,
         }
@@ -181,6 +188,10 @@ impl AccessFile {
         for (field, token) in [
             ("admin_token", &file.admin_token),
             ("worker_token", &file.worker_token),
+            (
+                "peer_token",
+                file.peer_token.as_ref().unwrap_or(&String::new()),
+            ),
         ] {
             if !token.is_empty() {
                 check_strength(token).map_err(|why| invalid(format!("{field}: {why}")))?;
@@ -245,6 +256,25 @@ impl AccessFile {
         }
         drop(lock);
         Ok((file, false))
+    }
+
+    /// The token this group's replicas present to each other, and whether it was derived: an
+    /// access file written before peer tokens existed has none, and every replica of its
+    /// group derives the same one from the admin token (so that a group upgraded one replica
+    /// at a time keeps talking; anyone with the admin token could derive it too, so such a
+    /// group should be given a fresh access file).
+    pub fn peer_token(&self) -> (String, bool) {
+        if let Some(token) = self.peer_token.as_ref().filter(|t| !t.is_empty()) {
+            return (token.clone(), false);
+        }
+        use hmac::Mac as _;
+        let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(self.admin_token.as_bytes())
+            .expect("HMAC takes a key of any length");
+        mac.update(b"escher peer token\0");
+        (
+            format!("escher-peer-{}", hex::encode(mac.finalize().into_bytes())),
+            true,
+        )
     }
 
     /// Replaces the file at `path` with this one (written aside, then renamed over it).
@@ -475,6 +505,29 @@ mod tests {
         assert_eq!(second.heads.len(), 2);
         assert_eq!(AccessFile::read(&path).unwrap(), second);
         assert!(!format!("{second:?}").contains(&second.admin_token));
+        assert_eq!(
+            second.peer_token, first.peer_token,
+            "one peer token per group"
+        );
+    }
+
+    #[test]
+    fn the_peer_token_is_the_files_own_or_derived_the_same_by_every_replica() {
+        let fresh = AccessFile::generate(vec!["http://127.0.0.1:7600".into()]);
+        let (token, derived) = fresh.peer_token();
+        assert!(!derived && token.starts_with("escher-peer-"));
+        assert_ne!(token, fresh.admin_token);
+        // A file written before peer tokens: every replica derives the same one, not the
+        // admin token itself.
+        let text = serde_json::to_string(&fresh).unwrap();
+        let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+        old.as_object_mut().unwrap().remove("peer_token");
+        let old: AccessFile = serde_json::from_value(old).unwrap();
+        let (a, derived) = old.peer_token();
+        assert!(derived);
+        assert_eq!(a, old.clone().peer_token().0);
+        assert_ne!(a, old.admin_token);
+        check_strength(&a).unwrap();
     }
 
     #[test]

@@ -25,8 +25,11 @@ pub trait CallObserver: Send + Sync + std::fmt::Debug {
 /// Which callers a method admits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Admins only (tokens, MIG, heads, draining, and replicas talking to each other).
+    /// Admins only (tokens, MIG, heads, draining).
     Admin,
+    /// The group's replicas, talking to each other (the peer token): no one else, not even an
+    /// admin, may send raft messages.
+    Peer,
     /// Those that own tasks and resources: admin, app, task.
     Write,
     /// Status readers: admin, app, task, reader.
@@ -39,7 +42,10 @@ impl Need {
     fn admits(self, caller: &Caller) -> bool {
         matches!(
             (self, caller),
-            (_, Caller::Admin)
+            (
+                Need::Admin | Need::Write | Need::Status | Need::Join,
+                Caller::Admin
+            ) | (Need::Peer, Caller::Peer)
                 | (Need::Write, Caller::App(_) | Caller::Task { .. })
                 | (
                     Need::Status,
@@ -55,6 +61,7 @@ impl Need {
             Need::Write => "an admin or app token (or a running task's credential)",
             Need::Status => "an admin, app or reader token",
             Need::Join => "the worker join token (or an admin token)",
+            Need::Peer => "the replicas' peer token (only a replica of this group has it)",
         }
     }
 }
@@ -93,7 +100,7 @@ pub fn need(path: &str) -> Option<Need> {
             | "Drain",
         ) => Need::Admin,
         ("escher.v1.WorkerLink", "Register" | "Attach") => Need::Join,
-        ("escher.v1.Raft", "Send" | "Status") => Need::Admin,
+        ("escher.v1.Raft", "Send" | "Status") => Need::Peer,
         _ => return None,
     })
 }
@@ -444,5 +451,14 @@ mod tests {
                 .iter()
                 .all(|n| n.admits(&Caller::Admin))
         );
+        // Raft messages: the replicas' peer token only, not even an admin's; and the peer
+        // token opens nothing else.
+        assert!(Need::Peer.admits(&Caller::Peer) && !Need::Peer.admits(&Caller::Admin));
+        assert!(
+            [Need::Admin, Need::Write, Need::Status, Need::Join]
+                .iter()
+                .all(|n| !n.admits(&Caller::Peer))
+        );
+        assert_eq!(need("/escher.v1.Raft/Send"), Some(Need::Peer));
     }
 }

@@ -57,6 +57,9 @@ pub enum Caller {
     Reader,
     /// A worker joining (the join token).
     Worker,
+    /// Another replica of this head's group (the peer token): the `Raft` service, and nothing
+    /// else.
+    Peer,
     /// A running task, by its credential.
     Task {
         /// The task.
@@ -87,6 +90,7 @@ impl Caller {
             Caller::App(ns) => format!("an app token of namespace {ns}"),
             Caller::Reader => "a reader token".into(),
             Caller::Worker => "a worker join token".into(),
+            Caller::Peer => "the replicas' peer token".into(),
             Caller::Task { task, .. } => format!("the credential of task {task}"),
         }
     }
@@ -104,7 +108,7 @@ impl Caller {
                 namespace: Some(ns),
                 ..
             } => ns,
-            Caller::Reader | Caller::Worker => {
+            Caller::Reader | Caller::Worker | Caller::Peer => {
                 return Err(Status::permission_denied(format!(
                     "{} cannot act in a namespace",
                     self.describe()
@@ -132,7 +136,7 @@ impl Caller {
                 namespace: Some(ns),
                 ..
             } => task_ns == Some(ns.as_str()),
-            Caller::Reader | Caller::Worker => false,
+            Caller::Reader | Caller::Worker | Caller::Peer => false,
         }
     }
 
@@ -144,7 +148,7 @@ impl Caller {
             Caller::Admin => true,
             Caller::App(ns) => name.writable_in(Some(ns)),
             Caller::Task { namespace, .. } => name.writable_in(namespace.as_ref()),
-            Caller::Reader | Caller::Worker => false,
+            Caller::Reader | Caller::Worker | Caller::Peer => false,
         }
     }
 
@@ -247,7 +251,8 @@ struct Published {
 #[derive(Debug)]
 pub struct Keys {
     bootstrap: HashMap<TokenHash, Grant>,
-    admin: String,
+    /// The peer token replicas present to each other, and its hash.
+    peer: (String, TokenHash),
     published: RwLock<Published>,
 }
 
@@ -258,16 +263,26 @@ impl Keys {
         bootstrap.insert(TokenHash::of(&access.admin_token), Grant::admin());
         let worker = Grant::new(Role::Worker, None).expect("a worker grant");
         bootstrap.insert(TokenHash::of(&access.worker_token), worker);
+        let (peer, derived) = access.peer_token();
+        if derived {
+            tracing::warn!(
+                "the access file has no peer token (it was written by an earlier release): the \
+                 replicas derive theirs from the admin token; give the group a fresh access file \
+                 so that holding the admin token does not make one a replica"
+            );
+        }
+        let peer_hash = TokenHash::of(&peer);
         Arc::new(Keys {
             bootstrap,
-            admin: access.admin_token.clone(),
+            peer: (peer, peer_hash),
             published: RwLock::default(),
         })
     }
 
-    /// The token replicas present to each other (the group's admin token).
+    /// The token replicas present to each other: the group's peer token, which no other call
+    /// accepts.
     pub fn peer_token(&self) -> &str {
-        &self.admin
+        &self.peer.0
     }
 
     /// Takes the replicated tokens and the task key from `state` if they changed.
@@ -345,6 +360,9 @@ impl Keys {
             return self.task_caller(rest);
         }
         let hash = TokenHash::of(token);
+        if hash == self.peer.1 {
+            return Ok(Caller::Peer);
+        }
         if let Some(grant) = self.bootstrap.get(&hash) {
             return Ok(Caller::from_grant(grant));
         }

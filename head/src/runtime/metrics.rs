@@ -523,8 +523,8 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
             return (StatusCode::UNAUTHORIZED, why).into_response();
         };
         match s.keys.authenticate(token) {
-            Ok(Caller::Worker) => {
-                let why = "a worker token cannot read metrics; use a reader token\n";
+            Ok(Caller::Worker | Caller::Peer) => {
+                let why = "a worker or peer token cannot read metrics; use a reader token\n";
                 return (StatusCode::FORBIDDEN, why).into_response();
             }
             // The metrics are the whole cluster's (every namespace's resources and task

@@ -232,6 +232,7 @@ async fn whoami(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<Who
         Caller::Reader => ("reader", None),
         Caller::Task { namespace, .. } => ("task", namespace.as_ref().map(|n| n.to_string())),
         Caller::Worker => ("worker", None),
+        Caller::Peer => ("peer", None),
     };
     Ok(Json(WhoAmI {
         caller: caller.describe(),
