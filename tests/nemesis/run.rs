@@ -147,20 +147,14 @@ struct Recorder {
 
 type Rec = Arc<Mutex<Recorder>>;
 
-/// What the client was told, as an outcome: an error that says its outcome is unknown is
-/// `Unknown`; every other error tells the caller the call failed, and is taken at its word
-/// (a write it reported failed that happened anyway is an anomaly).
+/// What the client was told, as an outcome: [`ClientError::UnknownOutcome`] (the client says
+/// the write may or may not have been applied) is `Unknown`; every other error is taken at its
+/// word as a failure, so that a write reported failed that happened anyway is an anomaly
+/// (issue 31: a client that cannot learn whether a write committed must say so).
 fn classify<T>(error: &ClientError) -> Outcome<T> {
-    let text = error.to_string();
-    let lower = text.to_lowercase();
-    if lower.contains("unknown outcome")
-        || lower.contains("outcome is unknown")
-        || lower.contains("may have been committed")
-        || lower.contains("may or may not")
-    {
-        Outcome::Unknown(text)
-    } else {
-        Outcome::Fail(text)
+    match error {
+        ClientError::UnknownOutcome { .. } => Outcome::Unknown(error.to_string()),
+        _ => Outcome::Fail(error.to_string()),
     }
 }
 
