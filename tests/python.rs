@@ -60,7 +60,13 @@ fn venv(dir: &Path) -> Result<PathBuf> {
     let py = venv.join("bin").join("python");
     run(
         Command::new(&py)
-            .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
             .arg("./python")
             .arg("pytest")
             .current_dir(root())
@@ -89,5 +95,9 @@ fn python_suite_and_examples_pass() -> Result<()> {
         .env_remove("ESCHER_TOKEN")
         .env_remove("ESCHER_PYTHON")
         .env_remove("ESCHER_NAMESPACE");
-    run(&mut pytest, SUITE_LIMIT, "the Python suite (pytest python/tests)")
+    run(
+        &mut pytest,
+        SUITE_LIMIT,
+        "the Python suite (pytest python/tests)",
+    )
 }

@@ -5,11 +5,11 @@
 //! # Layout
 //!
 //! - this file: the module, its exceptions, and the one tokio runtime every call runs on;
-//! - `session.rs`: [`session::Session`], a connected client (and, for `escher.init()` with no
+//! - `session.rs`: `Session`, a connected client (and, for `escher.init()` with no
 //!   address, the embedded cluster it owns), with one method per client call;
-//! - `watch.rs`: [`watch::EventStream`], the events of a watch, one at a time;
+//! - `watch.rs`: `EventStream`, the events of a watch, one at a time;
 //! - `esl.rs`: bindings over the Rust ESLs (locality, affinity, native gangs, hierarchical
-//!   fair share, queues), whose policies hand tasks an [`esl::Spec`].
+//!   fair share, queues), whose policies hand tasks an `Spec`.
 //!
 //! Every call that waits releases the GIL (`Python::detach`) and waits in slices, checking for
 //! signals between them, so that Ctrl-C interrupts a long `get`. Results that are records
