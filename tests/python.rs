@@ -5,7 +5,8 @@
 //! build lock of the `cargo test` that runs this) and pytest from PyPI. Fails if pytest fails.
 //!
 //! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
-//! names another interpreter.
+//! names another interpreter. `python/tests/test_processes.py` runs this build's `escher-head`
+//! and `escher-worker`, which `cargo test --workspace` builds.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -46,6 +47,17 @@ fn run(cmd: &mut Command, limit: Duration, what: &str) -> Result<()> {
         .spawn()
         .with_context(|| format!("cannot start {what}: {cmd:?}"))?;
     finish(child, limit, what)
+}
+
+/// Where cargo put the workspace's binaries (`escher-head`, `escher-worker`): the directory
+/// above the test executable's `deps/`.
+fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test executable's path");
+    let deps = exe.parent().expect("the test executable is in a directory");
+    match deps.file_name() {
+        Some(name) if name == "deps" => deps.parent().unwrap_or(deps).to_path_buf(),
+        _ => deps.to_path_buf(),
+    }
 }
 
 /// A virtual environment with the package, pytest and cloudpickle installed.
@@ -91,6 +103,8 @@ fn python_suite_and_examples_pass() -> Result<()> {
         // From the temporary directory: the package comes from the environment, never from
         // the source tree.
         .current_dir(dir.path())
+        // The binaries test_processes.py runs: those of this build (beside `deps/`).
+        .env("ESCHER_TEST_BIN_DIR", bin_dir())
         .env_remove("ESCHER_HEAD")
         .env_remove("ESCHER_TOKEN")
         .env_remove("ESCHER_PYTHON")
