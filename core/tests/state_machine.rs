@@ -1656,3 +1656,21 @@ proptest! {
         }
     }
 }
+
+/// `SkipIds`: after a log lost a write that may have been acknowledged, the ids it may have
+/// given out are never given again, for tasks and for nodes.
+#[test]
+fn skipped_ids_are_never_given_out() {
+    let mut t = TestState::new();
+    assert_eq!(t.node("w1", "cpu=4,memory=1024"), NodeId(1));
+    let (first, _) = t.submit(task("cpu=1"));
+    assert_eq!(first, TaskId(1));
+    let out = t.apply(Command::SkipIds {
+        count: 500,
+        why: "a test".into(),
+    });
+    assert_eq!(out.reply, Reply::Done);
+    let (next, _) = t.submit(task("cpu=1"));
+    assert_eq!(next, TaskId(502));
+    assert_eq!(t.node("w2", "cpu=4,memory=1024"), NodeId(502));
+}

@@ -274,6 +274,18 @@ impl ClusterState {
                 self.core_event(Event::Tick, now);
                 Reply::Done
             }
+            Command::SkipIds { count, why } => {
+                self.next_task = self.next_task.saturating_add(count);
+                self.next_node = self.next_node.saturating_add(count);
+                tracing::warn!(
+                    count,
+                    %why,
+                    next_task = self.next_task,
+                    next_node = self.next_node,
+                    "skipped task and node ids that lost log records may have given out"
+                );
+                Reply::Done
+            }
             Command::TaskDevices {
                 task,
                 attempt,

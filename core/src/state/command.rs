@@ -170,6 +170,15 @@ pub enum Command {
         /// Its resources from now on, as the caller names them.
         resources: ResourceSet,
     },
+    /// Never give out the next `count` task ids and node ids: a replica recovered a log whose
+    /// last write was damaged after it was written whole (it may have been acknowledged, with
+    /// ids that the lost records gave out), and it leads.
+    SkipIds {
+        /// How many ids of each kind to skip: at least as many as the lost records could hold.
+        count: u64,
+        /// Why, for the log.
+        why: String,
+    },
 }
 
 impl Command {
@@ -194,6 +203,7 @@ impl Command {
             Command::GpusChanged { .. } => "gpus_changed",
             Command::ApplyMigLayout { .. } => "apply_mig_layout",
             Command::Requeue { .. } => "requeue",
+            Command::SkipIds { .. } => "skip_ids",
         }
     }
 }

@@ -312,6 +312,11 @@ impl<S: LogStore> Replica<S> {
         Ok(replica)
     }
 
+    /// The last write of the log, if it was lost at open though it may have been acknowledged.
+    pub(crate) fn lost_tail(&self) -> Option<super::LostTail> {
+        self.store.lost_tail()
+    }
+
     /// The replicated state.
     pub(crate) fn state(&self) -> &ClusterState {
         &self.state

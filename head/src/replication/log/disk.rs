@@ -28,7 +28,7 @@ use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use super::files::{remove_stale, sync_dir};
 use super::format::{self, SnapshotRecord};
 use super::log_core::LogCore;
-use super::recover::{self, SegmentMeta};
+use super::recover::{self, LostTail, SegmentMeta};
 use super::segment::{self, ActiveSegment};
 use super::{LogError, LogIdentity, LogStore, snapshot_file};
 
@@ -63,6 +63,8 @@ struct Inner {
     core: RwLock<LogCore>,
     /// Why the log stopped taking writes.
     failure: OnceLock<String>,
+    /// The last write, damaged after it was written whole and cut off at open.
+    lost_tail: Option<LostTail>,
     _lock: Flock<File>,
 }
 
@@ -166,6 +168,7 @@ impl DiskLog {
                 pending: Mutex::new(pending),
                 core: RwLock::new(r.core),
                 failure: OnceLock::new(),
+                lost_tail: r.lost_tail,
                 _lock: r.lock,
             }),
         })
@@ -271,6 +274,10 @@ impl fmt::Debug for DiskLog {
 super::log_core::storage_from_core!(DiskLog);
 
 impl LogStore for DiskLog {
+    fn lost_tail(&self) -> Option<LostTail> {
+        self.inner.lost_tail.clone()
+    }
+
     fn append(&self, entries: &[Entry]) -> Result<(), LogError> {
         let Some(last) = entries.last() else {
             return Ok(());

@@ -13,7 +13,7 @@
 //! 6. the hard state must not commit past the last entry.
 
 use std::fs::{self, File, OpenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
@@ -46,6 +46,21 @@ pub(super) struct Recovered {
     pub(super) active: ActiveSegment,
     /// The index of the snapshot file on disk, if there is one.
     pub(super) snapshot_index: Option<u64>,
+    /// A last write that was damaged after it was written whole, and cut off.
+    pub(super) lost_tail: Option<LostTail>,
+}
+
+/// The last write of a log, damaged after it was written whole and cut off at open: it may have
+/// been synced and acknowledged, so what it held (entries, and the ids they gave out) is lost
+/// to this replica.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LostTail {
+    /// The segment file.
+    pub path: PathBuf,
+    /// Where the damage starts.
+    pub offset: u64,
+    /// How many bytes were cut.
+    pub bytes: u64,
 }
 
 /// Opens (or creates) the log in `dir`.
@@ -89,6 +104,7 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
 
     let mut segments = Vec::with_capacity(seqs.len());
     let mut active_len = 0;
+    let mut lost_tail = None;
     for (i, &seq) in seqs.iter().enumerate() {
         let path = dir.join(segment::file_name(seq));
         let bytes = fs::read(&path).map_err(LogError::io("read", &path))?;
@@ -113,13 +129,32 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
             }
         })?;
         if let Some(why) = scanned.torn_why {
-            tracing::warn!(
-                path = %path.display(),
-                offset = scanned.valid_len,
-                dropped_bytes = scanned.torn,
-                why = %why.describe(),
-                "cut a torn write off the end of the raft log (it was never synced)"
-            );
+            if scanned.written_whole {
+                tracing::error!(
+                    path = %path.display(),
+                    offset = scanned.valid_len,
+                    dropped_bytes = scanned.torn,
+                    why = %why.describe(),
+                    "the last write of the raft log was damaged after it was written whole (its \
+                     sync marker is intact): it may have been acknowledged, and what it held is \
+                     lost to this replica; cut it off (a replica of a group gets it back from the \
+                     leader; a lone head skips the ids it may have given out)"
+                );
+                lost_tail = Some(LostTail {
+                    path: path.clone(),
+                    offset: scanned.valid_len,
+                    bytes: scanned.torn,
+                });
+            } else {
+                tracing::warn!(
+                    path = %path.display(),
+                    offset = scanned.valid_len,
+                    dropped_bytes = scanned.torn,
+                    why = %why.describe(),
+                    "cut a write that never finished off the end of the raft log (its sync \
+                     marker is missing, so it was never acknowledged)"
+                );
+            }
         }
         if scanned.valid_len == 0 {
             // Not even the header made it: the segment was being created.
@@ -165,6 +200,7 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
         segments,
         active,
         snapshot_index,
+        lost_tail,
     })
 }
 

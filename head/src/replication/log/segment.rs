@@ -41,6 +41,11 @@ pub(super) struct Scanned {
     pub(super) torn: u64,
     /// Why the tail was cut, when it was.
     pub(super) torn_why: Option<BadRecord>,
+    /// Whether the cut write had been written whole (its sync marker is intact after the
+    /// damage): then it was damaged after it was written, it may have been synced and
+    /// acknowledged, and what it held is lost. Otherwise the write never finished, so it was
+    /// never acknowledged.
+    pub(super) written_whole: bool,
 }
 
 /// Reads the segment at `path`, whose contents are `bytes`, handing every record but the `Sync`
@@ -63,6 +68,7 @@ pub(super) fn scan(
                 valid_len: 0,
                 torn: bytes.len() as u64,
                 torn_why: Some(BadRecord::Incomplete),
+                written_whole: sync_marker_after(bytes, 0),
             }),
             proof => Err(corrupt(0, with_proof("a damaged segment header", proof))),
         };
@@ -75,6 +81,7 @@ pub(super) fn scan(
                     valid_len: at as u64,
                     torn: 0,
                     torn_why: None,
+                    written_whole: false,
                 });
             }
             Ok(Some(record)) => {
@@ -89,6 +96,7 @@ pub(super) fn scan(
                         valid_len: at as u64,
                         torn: (bytes.len() - at) as u64,
                         torn_why: Some(bad),
+                        written_whole: sync_marker_after(bytes, at + 1),
                     }),
                     proof => Err(corrupt(at, with_proof(&bad.describe(), proof))),
                 };
@@ -102,6 +110,19 @@ fn with_proof(what: &str, proof: Option<usize>) -> String {
         Some(at) => format!("{what}, followed by intact records of later writes (at byte {at})"),
         None => format!("{what} in a segment that is not the newest"),
     }
+}
+
+/// Whether an intact `Sync` marker lies after `from`: the damaged write's own, so that write was
+/// written whole.
+fn sync_marker_after(bytes: &[u8], from: usize) -> bool {
+    let mut at = from;
+    while let Some((_, record)) = format::next_intact_record(bytes, at) {
+        if record.kind == RecordKind::Sync {
+            return true;
+        }
+        at = record.end;
+    }
+    false
 }
 
 /// Whether the bytes from `from` on show a write that completed after the one that was damaged:

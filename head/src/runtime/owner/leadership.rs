@@ -31,6 +31,19 @@ impl<S: LogStore> Owner<S> {
                 };
                 self.propose(command, None, Pending::Quiet);
             }
+            if let Some(lost) = self.lost_tail.take() {
+                // The lost records held at most one id per byte.
+                let why = format!(
+                    "the raft log's last write ({} bytes at offset {} of {}) was damaged after \
+                     it was written whole and may have been acknowledged",
+                    lost.bytes,
+                    lost.offset,
+                    lost.path.display()
+                );
+                let count = lost.bytes.max(1);
+                self.leading = true;
+                self.propose(Command::SkipIds { count, why }, None, Pending::Quiet);
+            }
             tracing::info!(
                 replica = self.replica.id(),
                 nodes = self.replica.state().live_nodes().len(),
@@ -118,6 +131,27 @@ mod tests {
             "{:?}",
             batch.commands
         );
+    }
+
+    #[test]
+    fn a_leader_whose_log_lost_a_written_tail_skips_the_ids_it_may_have_given_out() {
+        let mut owner = test_owner();
+        owner.lost_tail = Some(crate::replication::LostTail {
+            path: "/data/00000000000000000001.log".into(),
+            offset: 4096,
+            bytes: 300,
+        });
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let batch = owner.batch.take();
+        assert!(
+            batch.commands.iter().any(|(c, _)| matches!(
+                c,
+                Command::SkipIds { count: 300, why } if why.contains("offset 4096")
+            )),
+            "{:?}",
+            batch.commands
+        );
+        assert!(owner.lost_tail.is_none(), "once");
     }
 
     #[test]

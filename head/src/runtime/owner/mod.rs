@@ -90,6 +90,9 @@ pub(crate) struct Owner<S: LogStore> {
     events: Vec<crate::state::Recorded>,
     last_prune: Instant,
     leading: bool,
+    /// The log lost a write that may have been acknowledged (see [`LogStore::lost_tail`]): the
+    /// ids it may have given out are skipped when this replica first leads.
+    lost_tail: Option<crate::replication::LostTail>,
 }
 
 impl<S: LogStore> Owner<S> {
@@ -110,7 +113,6 @@ impl<S: LogStore> Owner<S> {
             events: Vec::new(),
             keys,
             metrics,
-            replica,
             config,
             batch: Batch::default(),
             proposals: Proposals::default(),
@@ -121,6 +123,8 @@ impl<S: LogStore> Owner<S> {
             next_log: 1,
             last_prune: Instant::now(),
             leading: false,
+            lost_tail: replica.lost_tail(),
+            replica,
         }
     }
 

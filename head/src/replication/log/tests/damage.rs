@@ -87,6 +87,11 @@ fn a_file_cut_mid_record_loses_only_that_write_and_it_is_never_replayed() {
         last_write,
         "the torn write is cut off"
     );
+    assert_eq!(
+        log.lost_tail(),
+        None,
+        "its sync marker never landed: it was never acknowledged, nothing is lost"
+    );
 
     // A different entry 10 takes its place, and survives another reopen.
     log.append(&[entry_with_data(10, 2)]).unwrap();
@@ -105,9 +110,20 @@ fn a_flipped_byte_in_the_last_record_is_cut_not_replayed() {
     ten_writes(dir.path(), ONE_SEGMENT);
     let path = segment_path(dir.path(), 1);
     let last_write = *entry_records(&path).last().unwrap();
+    let len = fs::metadata(&path).unwrap().len();
     flip(&path, last_write + 20);
-    assert_eq!(last_index(dir.path()), 9);
+    let log = open_small(dir.path(), ONE_SEGMENT);
+    assert_eq!(log.last_index(), Ok(9));
     assert_eq!(fs::metadata(&path).unwrap().len(), last_write as u64);
+    // Its sync marker is intact: it was written whole, may have been acknowledged, and the
+    // log says it lost it (a lone head then skips the ids it may have given out).
+    let lost = log.lost_tail().expect("a lost tail");
+    assert_eq!(lost.path, path);
+    assert_eq!(lost.offset, last_write as u64);
+    assert_eq!(lost.bytes, len - last_write as u64);
+    drop(log);
+    // Reopened, the log is whole again: nothing more is lost.
+    assert_eq!(open_small(dir.path(), ONE_SEGMENT).lost_tail(), None);
 }
 
 #[test]
