@@ -698,9 +698,34 @@ def submit(argv: Sequence[str], *, resources: Resources = None, env: Optional[Di
     return TaskRef(tid, (), "command")
 
 
-def logs(ref: TaskRef, stream: str = "stdout") -> str:
-    """What a command task wrote to ``stream`` (``stdout`` or ``stderr``) so far."""
-    return _current().logs(_ids([ref])[0], stream).decode("utf-8", errors="replace")
+def logs(ref: TaskRef, stream: str = "stdout", *, follow: bool = False):
+    """What a command task wrote to ``stream`` (``stdout`` or ``stderr``) so far; with
+    ``follow=True``, an iterator of what it writes, piece by piece, as it runs, that ends once
+    the task has finished (``escher logs -f``)."""
+    task = _ids([ref])[0]
+    if follow:
+        return _follow(_current().follow_logs(task, stream))
+    return _current().logs(task, stream).decode("utf-8", errors="replace")
+
+
+def _follow(tail: Any):
+    import codecs
+    import time
+
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    while True:
+        chunk = tail.next_chunk()
+        if chunk is None:
+            rest = decoder.decode(b"", final=True)
+            if rest:
+                yield rest
+            return
+        if chunk:
+            text = decoder.decode(chunk)
+            if text:
+                yield text
+        else:
+            time.sleep(0.1)
 
 
 def report(**samples: float) -> int:

@@ -156,6 +156,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
     m.add_class::<session::Session>()?;
     m.add_class::<watch::EventStream>()?;
+    m.add_class::<watch::LogTail>()?;
     m.add_class::<esl::Spec>()?;
     m.add_class::<esl::DataLocality>()?;
     m.add_class::<esl::Affinity>()?;

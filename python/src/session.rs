@@ -17,7 +17,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use crate::esl::Spec;
-use crate::watch::EventStream;
+use crate::watch::{EventStream, LogTail};
 use crate::{InvalidArgumentError, error, seconds, wait_for};
 
 /// A task's final (or current) status, as Python gets it: `(id, state, value, reason,
@@ -466,6 +466,20 @@ impl Session {
         let bytes =
             wait_for(py, async move { client.logs(TaskId(id), stream).await })?.map_err(error)?;
         Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A reader of what a command task writes to `stream`, piece by piece.
+    fn follow_logs(&self, id: u64, stream: &str) -> PyResult<LogTail> {
+        let stream = match stream {
+            "stdout" => LogStream::Stdout,
+            "stderr" => LogStream::Stderr,
+            other => {
+                return Err(InvalidArgumentError::new_err(format!(
+                    "a log stream is \"stdout\" or \"stderr\", not {other:?}"
+                )));
+            }
+        };
+        Ok(LogTail::new(self.client.log_reader(TaskId(id), stream)))
     }
 
     /// Reports samples of the calling task's progress (inside a task only).

@@ -1,11 +1,13 @@
 //! [`EventStream`]: the events of a watch, one at a time, as JSON text (the package turns them
-//! into dicts, and into an iterator and an async iterator).
+//! into dicts, and into an iterator and an async iterator); [`LogTail`]: a command task's
+//! output as it is written.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use escher_client::Watch;
 use pyo3::prelude::*;
+use pyo3::types::PyBytes;
 use tokio::sync::Mutex;
 
 use crate::{error, seconds, wait_for};
@@ -52,5 +54,33 @@ impl EventStream {
     fn revision(&self, py: Python<'_>) -> PyResult<u64> {
         let watch = Arc::clone(&self.watch);
         wait_for(py, async move { watch.lock().await.revision() })
+    }
+}
+
+/// A command task's output, read piece by piece as it is written (`escher.logs(ref,
+/// follow=True)`).
+#[pyclass(module = "escher._escher", frozen)]
+#[derive(Debug)]
+pub(crate) struct LogTail {
+    reader: Arc<Mutex<escher_client::LogReader>>,
+}
+
+impl LogTail {
+    pub(crate) fn new(reader: escher_client::LogReader) -> LogTail {
+        LogTail {
+            reader: Arc::new(Mutex::new(reader)),
+        }
+    }
+}
+
+#[pymethods]
+impl LogTail {
+    /// What was written since the last call (empty when nothing new yet); `None` once the
+    /// task has finished and everything was read.
+    fn next_chunk<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let reader = Arc::clone(&self.reader);
+        let chunk =
+            wait_for(py, async move { reader.lock().await.next_chunk().await })?.map_err(error)?;
+        Ok(chunk.map(|bytes| PyBytes::new(py, &bytes)))
     }
 }

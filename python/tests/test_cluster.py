@@ -182,3 +182,11 @@ def test_init_twice_is_an_error_unless_asked(cluster):
     with pytest.raises(escher.EscherError, match="already"):
         escher.init()
     assert escher.init(ignore_reinit_error=True).head_url == cluster.head_url
+
+
+def test_following_a_command_tasks_output_as_it_runs(cluster):
+    ref = escher.submit(["sh", "-c", "for i in 1 2 3; do echo line $i; sleep 0.2; done"])
+    text = "".join(escher.logs(ref, follow=True))
+    assert text == "line 1\nline 2\nline 3\n"
+    with pytest.raises(escher.InvalidArgumentError, match="stdout"):
+        escher.logs(ref, "stdlog")

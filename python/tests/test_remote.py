@@ -207,3 +207,32 @@ def test_an_unpicklable_argument_is_refused_before_anything_is_submitted(cluster
 def test_calling_a_remote_function_directly_says_what_to_do(cluster):
     with pytest.raises(escher.EscherError, match=r"square.remote\(...\)"):
         square(3)
+
+
+@escher.remote
+def fan_out(n):
+    # Inside a task, escher acts as the task (its credential): it may submit tasks of its own.
+    return sum(escher.get([square.remote(i) for i in range(n)]))
+
+
+def test_a_task_submits_tasks_of_its_own(cluster):
+    assert fan_out.remote(4).result(timeout=60) == 0 + 1 + 4 + 9
+
+
+def test_a_function_whose_module_is_missing_on_the_worker_says_so(cluster, tmp_path):
+    import importlib
+    import sys
+
+    # A module that seems installed (under site-packages) on the caller only: its functions
+    # travel by reference, and the worker's interpreter cannot import it.
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    (site / "only_here_mod.py").write_text("def double(x):\n    return 2 * x\n")
+    sys.path.insert(0, str(site))
+    try:
+        mod = importlib.import_module("only_here_mod")
+        with pytest.raises(escher.TaskError, match="only_here_mod.*missing"):
+            escher.remote(mod.double).remote(2).result(timeout=60)
+    finally:
+        sys.path.remove(str(site))
+        sys.modules.pop("only_here_mod", None)
