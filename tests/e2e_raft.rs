@@ -913,3 +913,37 @@ async fn a_submit_whose_reply_is_lost_is_unknown_and_its_key_retries_it_once() {
     assert!(said.contains("CLIENT-SEQ"), "{said}");
     assert_eq!(direct.list_tasks(None, None).await.unwrap().len(), 3);
 }
+
+/// With no majority up, a call says so once its failover timeout passes, listing what each
+/// replica answered, instead of naming one dead replica's "Connection refused".
+#[tokio::test]
+async fn with_no_majority_the_error_says_so_and_what_each_replica_answered() {
+    let mut cluster = ProcessCluster::builder()
+        .heads(3)
+        .workers(0)
+        .heartbeat_timeout_ms(20_000)
+        .start()
+        .await;
+    let leader = cluster.wait_leader().await;
+    let survivor = (leader + 1) % 3;
+    for i in (0..3).filter(|i| *i != survivor) {
+        cluster.kill_head_at(i);
+    }
+    let client = Client::connect(cluster.head_url())
+        .await
+        .unwrap()
+        .with_credentials(cluster.credentials())
+        .with_failover_timeout(Duration::from_secs(3));
+    let err = client
+        .submit(Task::command(["true"]))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("no head replica answered as the leader"),
+        "{err}"
+    );
+    assert!(err.contains("majority"), "{err}");
+    assert!(err.contains("up, no leader known"), "{err}");
+    assert!(err.contains("down (the connection was refused)"), "{err}");
+}

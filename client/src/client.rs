@@ -431,6 +431,8 @@ impl Client {
             .without_max_times()
             .build();
         let mut redirects = 0u32;
+        // What each replica answered last, for the error if none leads in time.
+        let mut seen: std::collections::BTreeMap<String, String> = Default::default();
         loop {
             let (rpc, url) = self.rpc();
             let status = match call(rpc).await {
@@ -451,6 +453,7 @@ impl Client {
                 *maybe_applied = true;
             }
             let expired = tokio::time::Instant::now() >= deadline;
+            seen.insert(url.to_string(), summary(&status));
             match answer(&status) {
                 Answer::Leader(leader) if !expired && redirects < 8 => {
                     // Replicas that disagree about the leader (mid-election) must not make a
@@ -475,13 +478,34 @@ impl Client {
                         )
                         && self.heads.len() > 1 => {}
                 _ => {
-                    if expired && matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader) {
+                    let retried = matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader)
+                        || matches!(
+                            status.code(),
+                            tonic::Code::Unavailable
+                                | tonic::Code::Unknown
+                                | tonic::Code::Cancelled
+                        );
+                    let leaderless =
+                        matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader);
+                    if expired && retried && (leaderless || self.heads.len() > 1) {
+                        // Say what each replica answered: no leader is usually no majority.
+                        let answers: Vec<String> = seen
+                            .iter()
+                            .map(|(url, what)| format!("{url}: {what}"))
+                            .collect();
+                        let no_leader = seen.values().any(|w| w.starts_with("up, no leader"));
+                        let hint = if no_leader {
+                            " (fewer than a majority of the replicas can reach each other: start \
+                             or reconnect the ones that are down)"
+                        } else {
+                            ""
+                        };
                         return Err(ClientError::Unavailable {
                             url: self.url.to_string(),
                             message: format!(
-                                "no head replica answered as the leader within {:?}: {}",
+                                "no head replica answered as the leader within {:?}{hint}; {}",
                                 self.failover,
-                                status.message()
+                                answers.join("; ")
                             ),
                         });
                     }
@@ -548,6 +572,22 @@ impl Client {
 /// a tool refuse such an update before it connects.
 pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
     Caller::from_env().require()
+}
+
+/// What a replica's failed answer says, in a few words, for an error that lists them.
+fn summary(status: &tonic::Status) -> String {
+    match answer(status) {
+        Answer::Leader(leader) => format!("up, not the leader (it names {leader})"),
+        Answer::NoLeader => "up, no leader known (an election, or no majority)".to_string(),
+        Answer::Other => {
+            let text = status.message();
+            if crate::error::never_sent(status) {
+                "down (the connection was refused)".to_string()
+            } else {
+                format!("{:?}: {text}", status.code())
+            }
+        }
+    }
 }
 
 #[cfg(test)]
