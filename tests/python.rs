@@ -8,6 +8,7 @@
 //! names another interpreter. `python/tests/test_processes.py` runs this build's `escher-head`
 //! and `escher-worker`, which `cargo test --workspace` builds.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -95,6 +96,9 @@ fn venv(dir: &Path) -> Result<PathBuf> {
 #[test]
 fn python_suite_and_examples_pass() -> Result<()> {
     let dir = tempfile::tempdir()?;
+    // Readable by others: a worker run as root runs Python tasks as users of their own, with
+    // this environment's interpreter (test_processes.py).
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))?;
     let py = venv(dir.path())?;
     let mut pytest = Command::new(&py);
     pytest

@@ -1,15 +1,19 @@
 """A cluster of real processes (``escher-head`` and two ``escher-worker``s, the binaries of this
 repository), driven from Python by a client that connects with the access file: remote
 functions on workers that run Python tasks because ``ESCHER_PYTHON`` says so, a worker killed
-under a running Python task (the task is retried elsewhere, never run twice at once), and a
-result past its namespace's quota."""
+under a running Python task (the task is retried elsewhere, never run twice at once; run as
+root, the interpreters run as the namespace's own user, so this interpreter and its packages
+must be readable by others, as a Debian python3 and a virtual environment made by
+tests/python.rs are), and a result past its namespace's quota."""
 
 import json
 import os
 import pathlib
 import signal
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 import pytest
@@ -101,7 +105,8 @@ def long_task(path):
     attempt = int(os.environ["ESCHER_ATTEMPT"])
     with open(path, "a") as f:
         f.write(json.dumps({"attempt": attempt, "node": int(os.environ["ESCHER_NODE_ID"]),
-                            "pid": os.getpid(), "at": time.time()}) + "\n")
+                            "pid": os.getpid(), "uid": os.getuid(),
+                            "at": time.time()}) + "\n")
     if attempt == 1:
         time.sleep(600)
     return attempt
@@ -133,15 +138,26 @@ def alive(pid):
     return fields[0] != "Z"
 
 assert not alive(first["pid"]), "the killed worker's interpreter outlived it"
+# A worker that may change user runs a namespace's Python tasks as that namespace's user, as it
+# runs its command tasks: never as root.
+if os.getuid() == 0:
+    assert first["uid"] != 0 and second["uid"] == first["uid"], attempts
+else:
+    assert first["uid"] == os.getuid(), attempts
 print("retried on node", second["node"], "after node", first["node"], "was killed")
 '''
 
 
-def test_a_process_cluster_runs_python_tasks_and_retries_a_killed_workers_task(processes,
-                                                                                tmp_path):
+def test_a_process_cluster_runs_python_tasks_and_retries_a_killed_workers_task(processes):
     pids = {name: proc.pid for name, proc in processes["workers"].items()}
-    done = run_python(DRIVER, ESCHER_HEAD=processes["url"], ESCHER_HOME=processes["home"],
-                      TRACE=str(tmp_path / "trace"), WORKER_PIDS=json.dumps(pids))
+    # Where the tasks write, whichever user they run as.
+    shared = tempfile.mkdtemp(prefix="escher-py-trace-")
+    os.chmod(shared, 0o777)
+    try:
+        done = run_python(DRIVER, ESCHER_HEAD=processes["url"], ESCHER_HOME=processes["home"],
+                          TRACE=os.path.join(shared, "trace"), WORKER_PIDS=json.dumps(pids))
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
     logs = "".join(p.read_text(errors="replace")[-3000:]
                    for p in processes["logs"].glob("*.log"))
     assert done.returncode == 0, done.stdout + done.stderr + logs

@@ -238,13 +238,14 @@ impl WorkerBuilder {
         let sims = config.sim_gpu_specs()?;
         let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
         let mut resources = config.resolve_resources(&discovered);
-        let mut functions = self.functions;
-        // Python function tasks, where ESCHER_PYTHON names an interpreter (python/mod.rs).
-        crate::python::install(&mut resources, &mut functions)?;
         let mut labels = config.resolve_labels(&discovered);
         let isolation = Isolation::resolve(config.task_users, config.state_dir.as_deref())
             .map_err(|why| WorkerError::config("task-uids", why))?;
-        if let Isolation::Shared { why } = &isolation
+        let isolation = Arc::new(isolation);
+        let mut functions = self.functions;
+        // Python function tasks, where ESCHER_PYTHON names an interpreter (python/mod.rs).
+        crate::python::install(&mut resources, &mut functions, Arc::clone(&isolation))?;
+        if let Isolation::Shared { why } = &*isolation
             && config.require_isolation
         {
             return Err(WorkerError::config(

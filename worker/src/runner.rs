@@ -54,7 +54,7 @@ pub(crate) struct RunEnv {
     /// What of the worker's environment commands start with.
     pub(crate) base_env: Vec<(String, String)>,
     /// Whom commands run as.
-    pub(crate) isolation: Isolation,
+    pub(crate) isolation: Arc<Isolation>,
     /// How long, and how much of, them to keep.
     pub(crate) log_retention: LogRetention,
     /// SIGTERM-to-SIGKILL time for commands.
@@ -67,6 +67,8 @@ pub(crate) struct RunEnv {
     pub(crate) worker_name: Arc<str>,
     /// How long tasks take to start, for heartbeats.
     pub(crate) spawn_latency: Arc<SpawnLatency>,
+    /// Where each command gets a cgroup of its own (`None`: its process group only).
+    pub(crate) cgroups: Option<Arc<crate::exec::TaskCgroups>>,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -116,6 +118,7 @@ pub(crate) async fn run_task(
                 None => outcome_path(&env.log_dir, a.task_id.0, a.attempt),
             };
             let mut opts = LaunchOptions::new(&env.log_dir)
+                .cgroups(env.cgroups.clone())
                 .grace(env.grace)
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())

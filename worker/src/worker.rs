@@ -56,7 +56,7 @@ pub struct Worker {
     pub(crate) resources: ResourceSet,
     pub(crate) labels: Labels,
     pub(crate) log_dir: LogDir,
-    pub(crate) isolation: Isolation,
+    pub(crate) isolation: Arc<Isolation>,
     pub(crate) pass_env: Vec<String>,
     pub(crate) log_retention: LogRetention,
     pub(crate) head: String,
@@ -150,7 +150,7 @@ impl Worker {
             Some((file.ca_cert?, file.tls_name))
         });
         let head = HeadConn::new(&self.head, &token, trust)?;
-        match &self.isolation {
+        match &*self.isolation {
             Isolation::Shared { why } => tracing::warn!(
                 "tasks on this node share one user ({why}): tenants here are not isolated; run \
                  the worker as root for a user per namespace (--task-uids)"
@@ -160,7 +160,18 @@ impl Worker {
                 "each namespace's tasks run as a user of their own"
             ),
         }
+        let cgroups = match crate::exec::TaskCgroups::discover() {
+            Ok(cgroups) => {
+                tracing::info!(root = %cgroups.root().display(), "each command task runs in a cgroup of its own");
+                Some(Arc::new(cgroups))
+            }
+            Err(why) => {
+                tracing::warn!(%why, "no cgroup for tasks: a task that leaves its process group (setsid) escapes the fence; run the worker as root, or delegate it a cgroup v2 subtree");
+                None
+            }
+        };
         let env = Arc::new(RunEnv {
+            cgroups,
             log_dir: self.log_dir.path().to_path_buf(),
             base_env: crate::exec::task_base_env(std::env::vars(), &self.pass_env),
             isolation: self.isolation,

@@ -18,9 +18,11 @@
 //! cancelled or times out, the handler's future is dropped and, with it, the interpreter: its
 //! whole process group is killed (SIGKILL), as a command task's would be, and the next task
 //! starts a fresh one. An interpreter whose worker dies exits by itself (it watches its parent).
-//! Interpreters run as the worker's user, with the worker's `PATH`, locale, `TZ`, `TERM`,
-//! `TMPDIR`, `HOME`, `PYTHONPATH` and `VIRTUAL_ENV`; the task's own `ESCHER_*` variables are
-//! set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
+//! Interpreters run as the user the worker gives the namespace's command tasks (a user of its
+//! own, in its own home directory, where the worker may change user; the worker's otherwise),
+//! with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR`, `PYTHONPATH` and `VIRTUAL_ENV`
+//! (so the interpreter and its packages must be readable by that user); the task's own
+//! `ESCHER_*` variables are set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
 //! escher.Local)` act as the task).
 //!
 //! # Wire format
@@ -67,6 +69,7 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::context::TaskContext;
 use crate::error::WorkerError;
+use crate::exec::Isolation;
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::runner::MAX_RESULT_BYTES;
 
@@ -94,6 +97,7 @@ const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 pub(crate) fn install(
     resources: &mut ResourceSet,
     functions: &mut FunctionRegistry,
+    isolation: Arc<Isolation>,
 ) -> Result<(), WorkerError> {
     let Some(exe) = configured_python()? else {
         return Ok(());
@@ -116,7 +120,7 @@ pub(crate) fn install(
             Amount::units(slots).map_err(|e| WorkerError::config("python-slots", e.to_string()))?;
         resources.insert(name, amount);
     }
-    let pool = Arc::new(Pool::new(exe));
+    let pool = Arc::new(Pool::new(exe, isolation));
     functions.insert(
         FUNCTION.to_string(),
         functions::raw(move |ctx, args| {
@@ -233,6 +237,8 @@ type Blobs = (HashMap<(String, [u8; 32]), Bytes>, usize);
 #[derive(Debug)]
 struct Pool {
     exe: PathBuf,
+    /// Whom interpreters run as: each namespace's own user, as its command tasks do.
+    isolation: Arc<Isolation>,
     /// Idle interpreters, by namespace ("" for none).
     idle: Mutex<HashMap<String, Vec<Interpreter>>>,
     /// Function bytes fetched from their store tasks, by namespace and hash, and their size.
@@ -240,9 +246,10 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(exe: PathBuf) -> Pool {
+    fn new(exe: PathBuf, isolation: Arc<Isolation>) -> Pool {
         Pool {
             exe,
+            isolation,
             idle: Mutex::default(),
             blobs: Mutex::default(),
         }
@@ -277,7 +284,7 @@ impl Pool {
         for round in 0..2 {
             let (mut interp, reused) = match self.take(&ns) {
                 Some(interp) => (interp, true),
-                None => (self.spawn()?, false),
+                None => (self.spawn(&ns)?, false),
             };
             let function = if interp.known.contains(&hash) {
                 Bytes::new()
@@ -324,15 +331,30 @@ impl Pool {
         idle.entry(ns.to_string()).or_default().push(interp);
     }
 
-    fn spawn(&self) -> Result<Interpreter, String> {
+    /// A fresh interpreter for the tasks of namespace `ns` (`""`: an admin's), as that
+    /// namespace's user where the worker gives each one its own.
+    fn spawn(&self, ns: &str) -> Result<Interpreter, String> {
+        let user = self
+            .isolation
+            .user_for((!ns.is_empty()).then_some(ns))
+            .map_err(|why| format!("cannot run the task as its own user: {why}"))?;
         let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
         let env = crate::exec::task_base_env(std::env::vars(), &pass);
-        let mut child = Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        command
             .arg("-u")
             .arg("-c")
             .arg(RUNNER)
             .env_clear()
-            .envs(env)
+            .envs(env);
+        if let Some(user) = &user {
+            command
+                .uid(user.uid)
+                .gid(user.uid)
+                .env("HOME", &user.home)
+                .current_dir(&user.home);
+        }
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
