@@ -96,28 +96,39 @@ def test_telemetry_reported_inside_a_task_is_read_outside(cluster):
         escher.report(progress=1)
 
 
-def test_watching_a_task_sees_it_start_and_finish(cluster):
+def _of_task(event, task_id):
+    """The kind of a task event (``Submitted``, ``Started``, ``Finished``) if it is one of
+    task ``task_id``'s, else None."""
+    (kind, body), = event["event"].items()
+    return kind if isinstance(body, dict) and body.get("task") == task_id else None
+
+
+def test_watching_sees_a_task_start_and_finish(cluster):
+    events = escher.watch(timeout=30)  # everything, from now on
     ref = escher.submit(["sleep", "0.2"])
-    events = escher.watch([ref], timeout=30)
     seen = []
     for event in events:
-        seen.append(json.dumps(event))
-        if "finished" in seen[-1].lower() or "succeeded" in seen[-1].lower():
-            break
-    assert any(str(ref.id) in s for s in seen), seen
-    assert any("succeeded" in s.lower() for s in seen), seen
+        kind = _of_task(event, ref.id)
+        if kind:
+            seen.append(kind)
+            if kind == "Finished":
+                assert event["event"]["Finished"]["state"] == "Succeeded", event
+                break
+    assert seen == ["Submitted", "Started", "Finished"], seen
 
 
 def test_watching_works_as_an_async_iterator(cluster):
     import asyncio
 
-    ref = escher.submit(["true"])
+    async def finished():
+        events = escher.watch(timeout=30)
+        ref = escher.submit(["true"])
+        async for event in events:
+            if _of_task(event, ref.id) == "Finished":
+                return event
+        return None
 
-    async def first_event():
-        async for event in escher.watch([ref], timeout=30):
-            return event
-
-    assert asyncio.run(first_event()) is not None
+    assert asyncio.run(finished()) is not None
 
 
 def test_a_reservation_holds_bundles_and_tasks_run_inside(cluster):
