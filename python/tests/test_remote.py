@@ -236,3 +236,18 @@ def test_a_function_whose_module_is_missing_on_the_worker_says_so(cluster, tmp_p
     finally:
         sys.path.remove(str(site))
         sys.modules.pop("only_here_mod", None)
+
+
+def test_an_unpicklable_function_and_bad_resources_are_refused_before_submitting(cluster):
+    lock = threading.Lock()
+
+    @escher.remote
+    def holds_a_lock():
+        return lock.locked()
+
+    with pytest.raises(escher.InvalidArgumentError, match="cannot pickle function"):
+        holds_a_lock.remote()
+    with pytest.raises(escher.InvalidArgumentError, match="resources"):
+        square.options(resources={"cpu": "lots"}).remote(1)
+    with pytest.raises(escher.InvalidArgumentError, match="TaskRef"):
+        escher.get(42)
