@@ -525,3 +525,175 @@ fn the_slurm_example_starts_one_worker_per_node_with_the_allocation() {
     assert_eq!(after("--labels"), "slurm-job=4242,slurm-node=node7");
     assert!(after("--state-dir").starts_with(&dir.path().join("1").display().to_string()));
 }
+
+/// The capabilities a unit's `CapabilityBoundingSet=` line names, lower case without `CAP_`
+/// (as setpriv and Kubernetes spell them, up to case).
+fn unit_capabilities(unit: &str) -> Vec<String> {
+    unit.lines()
+        .find_map(|l| l.strip_prefix("CapabilityBoundingSet="))
+        .expect("a CapabilityBoundingSet= line")
+        .split_whitespace()
+        .map(|c| c.trim_start_matches("CAP_").to_ascii_lowercase())
+        .collect()
+}
+
+/// The processes running `program` (by its file name: the worker starts it by its full path)
+/// with the arguments `args`.
+fn processes_running(program: &str, args: &[&str]) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| {
+            let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+                return false;
+            };
+            let words: Vec<&[u8]> = cmdline
+                .split(|b| *b == 0)
+                .filter(|w| !w.is_empty())
+                .collect();
+            words.len() == args.len() + 1
+                && Path::new(std::str::from_utf8(words[0]).unwrap_or_default())
+                    .file_name()
+                    .is_some_and(|name| name == program)
+                && words[1..].iter().zip(args).all(|(w, a)| *w == a.as_bytes())
+        })
+        .collect()
+}
+
+#[test]
+fn the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "this test starts a worker as root with only the unit's capabilities: run it as root"
+    );
+    let unit = std::fs::read_to_string(deploy("systemd/escher-worker.service")).expect("unit");
+    let caps = unit_capabilities(&unit);
+    // The DaemonSet adds the same ones.
+    let daemonset = std::fs::read_to_string(deploy("kubernetes/worker.yaml")).expect("manifest");
+    let added = daemonset
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("add: "))
+        .expect("the DaemonSet's added capabilities");
+    let mut k8s: Vec<String> = added
+        .trim_matches(|c| c == '[' || c == ']')
+        .split(',')
+        .map(|c| c.trim().trim_matches('"').to_ascii_lowercase())
+        .collect();
+    let mut sorted = caps.clone();
+    sorted.sort();
+    k8s.sort();
+    assert_eq!(
+        sorted, k8s,
+        "the unit and the DaemonSet give the worker different capabilities"
+    );
+
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let home = dir.path().join("home");
+    let address = dir.path().join("address");
+    let _head = Killed(
+        Command::new(procs::binary("escher-head"))
+            .args(["--listen", "127.0.0.1:0"])
+            .arg("--address-file")
+            .arg(&address)
+            .env("ESCHER_HOME", &home)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("escher-head"),
+    );
+    let deadline = Instant::now() + procs::WAIT;
+    let url = loop {
+        if let Ok(url) = std::fs::read_to_string(&address)
+            && !url.trim().is_empty()
+        {
+            break url.trim().to_string();
+        }
+        assert!(Instant::now() < deadline, "the head did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    // As systemd starts it: root, the unit's bounding set, no new privileges.
+    let bounding = format!(
+        "-all,{}",
+        caps.iter()
+            .map(|c| format!("+{c}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let worker_log = dir.path().join("worker.log");
+    let _worker = Killed(
+        Command::new("setpriv")
+            .args(["--bounding-set", &bounding, "--no-new-privs"])
+            .arg(procs::binary("escher-worker"))
+            .args([
+                "--head",
+                &url,
+                "--name",
+                "unit-caps",
+                "--no-nvml",
+                "--grace",
+                "1",
+            ])
+            .args(["--task-uids", "364900-364999", "--require-isolation"])
+            .arg("--state-dir")
+            .arg(dir.path().join("state"))
+            .arg("--log-dir")
+            .arg(dir.path().join("logs"))
+            .env("ESCHER_HOME", &home)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&worker_log).expect("a log file"))
+            .spawn()
+            .expect("setpriv"),
+    );
+    let escher = |args: &[&str]| {
+        let out = run(Command::new(procs::binary("escher"))
+            .arg("--head")
+            .arg(&url)
+            .args(args)
+            .env("ESCHER_HOME", &home)
+            .env_remove("ESCHER_TOKEN"));
+        assert!(
+            out.status.success(),
+            "escher {args:?}: {}\nthe worker's log:\n{}",
+            text(&out),
+            std::fs::read_to_string(&worker_log).unwrap_or_default()
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let submitted = escher(&["submit", "--wait", "--", "id", "-u"]);
+    let id = submitted.lines().next().expect("an id").trim().to_string();
+    let uid: u32 = escher(&["logs", &id]).trim().parse().expect("a uid");
+    assert!(
+        (364_900..=364_999).contains(&uid),
+        "the task ran as uid {uid}"
+    );
+
+    // A task of another user is stopped when cancelled: nothing of it is left running.
+    let marker = ["3600.364"];
+    let submitted = escher(&["submit", "--", "sleep", marker[0]]);
+    let id = submitted.lines().next().expect("an id").trim().to_string();
+    let deadline = Instant::now() + procs::WAIT;
+    while processes_running("sleep", &marker).is_empty() {
+        assert!(Instant::now() < deadline, "the task never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    escher(&["cancel", &id]);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = processes_running("sleep", &marker);
+        if left.is_empty() {
+            break;
+        }
+        if Instant::now() > deadline {
+            for pid in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(*pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            panic!(
+                "the cancelled task's process is still running ({left:?}): the unit's capabilities cannot stop it"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
