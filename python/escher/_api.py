@@ -465,6 +465,14 @@ async def _async_get(ref: TaskRef, timeout: Optional[float] = None) -> Any:
     return await loop.run_in_executor(None, lambda: _get_one(ref, timeout))
 
 
+def task_info(ref: TaskRef) -> Dict[str, Any]:
+    """A task's state now: ``{"state", "reason", "node", "attempt"}``; ``reason`` says why a
+    pending task waits (a resource no live node has, which one and how much) or why a
+    finished one failed."""
+    state, reason, node, attempt = _current().task_info(_ids([ref])[0])
+    return {"state": state, "reason": reason, "node": node, "attempt": attempt}
+
+
 def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
          timeout: Optional[float] = None) -> Tuple[List[TaskRef], List[TaskRef]]:
     """Ray's ``wait``: returns ``(ready, not_ready)`` once ``num_returns`` of ``refs`` have

@@ -346,6 +346,29 @@ impl Session {
         Ok(to_tuple(py, status))
     }
 
+    /// A task's state now: `(state, reason, node, attempt)`, where `reason` says why a
+    /// pending task waits (or why a finished one failed).
+    fn task_info(
+        &self,
+        py: Python<'_>,
+        id: u64,
+    ) -> PyResult<(String, Option<String>, Option<u64>, u32)> {
+        let client = self.client.clone();
+        let info =
+            wait_for(py, async move { client.task_info(TaskId(id)).await })?.map_err(error)?;
+        let reason = info
+            .pending_reason
+            .as_ref()
+            .map(ToString::to_string)
+            .or(info.status.reason.clone());
+        Ok((
+            state_text(&info.status),
+            reason,
+            info.status.node.map(|n| n.0),
+            info.status.attempt,
+        ))
+    }
+
     /// Ray's `wait`: the statuses of the finished tasks and the ids of the others.
     #[pyo3(signature = (ids, num_returns, timeout=None))]
     fn wait(

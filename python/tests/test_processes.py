@@ -43,8 +43,8 @@ def wait_until(probe, what: str, limit: float = 60):
         time.sleep(0.05)
 
 
-@pytest.fixture
-def processes(tmp_path):
+@pytest.fixture(params=["two-workers"])
+def processes(request, tmp_path):
     """A head and two workers; every process is killed at the end."""
     home = tmp_path / "home"
     home.mkdir()
@@ -66,10 +66,14 @@ def processes(tmp_path):
            "--namespace-result-bytes", "100000"], "head")
     url = wait_until(lambda: address.exists() and address.read_text().strip(), "the head")
     workers = {}
-    for name in ("wa", "wb"):
-        workers[name] = start(
-            [binary("escher-worker"), "--head", url, "--name", name, "--resources", "cpu=2"],
-            name, {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"})
+    if request.param == "one-without-python":
+        workers["nopy"] = start([binary("escher-worker"), "--head", url, "--name", "nopy",
+                                 "--resources", "cpu=2"], "nopy", {"ESCHER_PYTHON": "none"})
+    else:
+        for name in ("wa", "wb"):
+            workers[name] = start(
+                [binary("escher-worker"), "--head", url, "--name", name, "--resources",
+                 "cpu=2"], name, {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"})
     access = json.loads((home / "access.json").read_text())
     yield {"url": url, "home": str(home), "admin": access["admin_token"], "workers": workers,
            "logs": tmp_path}
@@ -84,7 +88,7 @@ import json, os, pathlib, signal, sys, time
 import escher
 
 info = escher.init()  # ESCHER_HEAD and the access file in ESCHER_HOME
-wait = lambda: len(escher.nodes()) == 2
+wait = lambda: len(escher.nodes()) >= 2
 deadline = time.time() + 60
 while not wait():
     assert time.time() < deadline, "the workers never joined"
@@ -186,3 +190,32 @@ def test_a_result_past_the_namespace_quota_fails_its_task_saying_so(processes):
     done = run_python(code, ESCHER_HOME=processes["home"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "refused:" in done.stdout and "quota" in done.stdout.lower(), done.stdout
+
+
+@pytest.mark.parametrize("processes", ["one-without-python"], indirect=True)
+def test_a_python_task_on_a_cluster_without_python_waits_saying_so(processes):
+    code = (
+        "import escher, time\n"
+        f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
+        "deadline = time.time() + 60\n"
+        "while len(escher.nodes()) < 1:\n"
+        "    assert time.time() < deadline\n"
+        "    time.sleep(0.1)\n"
+        "@escher.remote\n"
+        "def here():\n"
+        "    return 1\n"
+        "ref = here.remote()\n"
+        "deadline = time.time() + 30\n"
+        "while not (escher.task_info(ref)['reason'] or ''):\n"
+        "    assert time.time() < deadline\n"
+        "    time.sleep(0.1)\n"
+        "info = escher.task_info(ref)\n"
+        "print(info['state'], '|', info['reason'])\n"
+        "command = escher.submit(['true'])\n"
+        "print('command', escher.get(command, timeout=60))\n"
+    )
+    done = run_python(code, ESCHER_HOME=processes["home"])
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "pending |" in done.stdout, done.stdout
+    assert "shared/python" in done.stdout and "no live node" in done.stdout, done.stdout
+    assert "command 0" in done.stdout
