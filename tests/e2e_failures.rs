@@ -750,6 +750,89 @@ async fn a_partitioned_workers_tasks_are_gone_before_they_are_retried() {
     fenced(Fault::Partition).await;
 }
 
+/// Task processes are contained by a cgroup of their own (DESIGN §13): a process that leaves
+/// the task's process group (`setsid`) is killed when the task ends; and `pkill -9
+/// escher-worker` (every process of that name) leaves the fence supervisor, which goes by
+/// another name, to kill the task's processes, escaped ones included, before the head retries
+/// the task elsewhere.
+#[tokio::test]
+async fn processes_that_leave_their_group_are_fenced_by_the_tasks_cgroup() {
+    let mut cluster = ProcessCluster::builder().start().await;
+    let client = cluster.client().await;
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let escaping = |name: &str, then: &str| {
+        let script = format!(
+            r#"
+            if [ "$ESCHER_ATTEMPT" != 1 ]; then
+                p=$(cat "$RUNS/{name}")
+                if [ -e "/proc/$p/stat" ] && ! grep -q ') Z' "/proc/$p/stat"; then
+                    echo "attempt $ESCHER_ATTEMPT met pid $p" >> "$RUNS/{name}.overlap"
+                fi
+                exit 0
+            fi
+            setsid sh -c 'echo $$ > "$RUNS/{name}.tmp"; mv "$RUNS/{name}.tmp" "$RUNS/{name}"; exec sleep 600' &
+            {then}
+            "#
+        );
+        Task::command(["sh", "-c", &script])
+            .env("RUNS", runs.dir.display().to_string())
+            .resources_str("cpu=1")
+            .max_retries(1)
+    };
+    let escaped_pid = |name: &str| {
+        let file = runs.dir.join(name);
+        async move {
+            eventually(
+                &format!("{} to record its pid", file.display()),
+                WAIT,
+                || {
+                    let pid = std::fs::read_to_string(&file)
+                        .ok()
+                        .and_then(|t| t.trim().parse::<i32>().ok());
+                    async move { pid }
+                },
+            )
+            .await
+        }
+    };
+
+    // The task ends; what it left behind outside its group goes with it.
+    let done = client
+        .run(escaping("left", "sleep 0.5"), Some(WAIT))
+        .await
+        .unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    let left = escaped_pid("left").await;
+    eventually("the escaped process to be killed", WAIT, || {
+        let gone = !alive(left);
+        async move { gone.then_some(()) }
+    })
+    .await;
+
+    // pkill -9 escher-worker: the supervisor survives it and fences the task's cgroup.
+    let task = client
+        .submit(escaping("killed", "exec sleep 600"))
+        .await
+        .unwrap();
+    let escaped = escaped_pid("killed").await;
+    let survivor = cluster.start_worker("w2", "cpu=2,memory=512").await;
+    let killed = cluster.kill_worker_by_name("w1");
+    assert_eq!(
+        killed, 1,
+        "only the worker goes by its name; the supervisor does not"
+    );
+    let done = client.get(task.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    assert_eq!((done.node, done.attempt), (Some(survivor), 2), "{done:?}");
+    let overlap = runs.dir.join("killed.overlap");
+    assert!(
+        !overlap.exists(),
+        "the escaped process of attempt 1 ran beside attempt 2: {}",
+        std::fs::read_to_string(&overlap).unwrap_or_default()
+    );
+    assert!(!alive(escaped), "the escaped process {escaped} still runs");
+}
+
 /// A worker stalled longer than its lease but shorter than the head's heartbeat timeout: the
 /// fence has stopped its tasks, its node is not lost, and the task's report says the fence
 /// stopped it and why, not "exited with code 137".

@@ -827,6 +827,33 @@ impl ProcessCluster {
         self.workers.retain(|w| w.name != name);
     }
 
+    /// What `pkill -9 escher-worker` does to the worker named `name`: SIGKILLs its process and
+    /// every child of it whose process name is `escher-worker` too (so its fence supervisor, if
+    /// it still went by that name); returns how many processes it killed.
+    pub fn kill_worker_by_name(&mut self, name: &str) -> usize {
+        let pid = self.worker(name).proc.pid().as_raw();
+        let mut victims = vec![pid];
+        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+                continue;
+            };
+            // PID (COMM) STATE PPID ...
+            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+                continue;
+            };
+            let comm = &stat[open + 1..close];
+            let ppid = stat[close + 1..].split_whitespace().nth(1);
+            if comm == "escher-worker" && ppid == Some(&pid.to_string()) {
+                victims.extend(stat[..open].trim().parse::<i32>());
+            }
+        }
+        for victim in &victims {
+            let _ = kill(Pid::from_raw(*victim), Signal::SIGKILL);
+        }
+        let _ = self.worker_mut(name).proc.child.wait();
+        victims.len()
+    }
+
     /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) the worker process named `name`.
     pub fn freeze_worker(&mut self, name: &str, frozen: bool) {
         let pid = self.worker(name).proc.pid();

@@ -202,6 +202,26 @@ pub(crate) fn release(pgid: i32) {
     send(format_args!("-{pgid}"));
 }
 
+/// A task's cgroup, held by the fence while the task runs: the supervisor kills it whole with
+/// the process groups; released (and the cgroup killed and removed) when dropped.
+#[derive(Debug)]
+pub(crate) struct HeldCgroup(crate::exec::TaskCgroup);
+
+impl HeldCgroup {
+    pub(crate) fn new(cgroup: crate::exec::TaskCgroup) -> HeldCgroup {
+        send(format_args!("c{}", cgroup.path().display()));
+        HeldCgroup(cgroup)
+    }
+}
+
+impl Drop for HeldCgroup {
+    fn drop(&mut self) {
+        // Killed (by the `TaskCgroup`'s drop, next) before the supervisor lets go of it.
+        self.0.kill();
+        send(format_args!("d{}", self.0.path().display()));
+    }
+}
+
 /// The leading head renewed the lease with a heartbeat (or a registration) sent at `sent`:
 /// it runs for a lease period from then.
 pub(crate) fn renewed(sent: Instant) {
@@ -260,7 +280,11 @@ pub fn supervise() {
             }
         }
     });
+    // The supervisor is the same program as the worker: renamed, so that `pkill escher-worker`
+    // (which matches the process name) leaves it to do its job.
+    let _ = nix::sys::prctl::set_name(c"escher-fence");
     let mut groups: BTreeSet<i32> = BTreeSet::new();
+    let mut cgroups: BTreeSet<std::path::PathBuf> = BTreeSet::new();
     let mut lease: Option<Duration> = None;
     // How long the supervisor waits for the next line before it kills.
     let mut wait: Option<Duration> = None;
@@ -278,6 +302,12 @@ pub fn supervise() {
                     if let Ok(pgid) = pgid.parse::<i32>() {
                         groups.remove(&pgid);
                     }
+                }
+                Some(("c", path)) => {
+                    cgroups.insert(path.into());
+                }
+                Some(("d", path)) => {
+                    cgroups.remove(std::path::Path::new(path));
                 }
                 Some(("l", ms)) => {
                     lease = ms.parse().ok().map(Duration::from_millis);
@@ -304,7 +334,7 @@ pub fn supervise() {
                         groups.len()
                     );
                 }
-                kill_all(&mut groups);
+                kill_all(&mut groups, &mut cgroups);
                 // Until the next line: a process group that starts then is held, not killed.
                 wait = lease;
             }
@@ -315,15 +345,19 @@ pub fn supervise() {
                         groups.len()
                     );
                 }
-                kill_all(&mut groups);
+                kill_all(&mut groups, &mut cgroups);
                 return;
             }
         }
     }
 }
 
-fn kill_all(groups: &mut BTreeSet<i32>) {
+fn kill_all(groups: &mut BTreeSet<i32>, cgroups: &mut BTreeSet<std::path::PathBuf>) {
     for pgid in std::mem::take(groups) {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+    // What left its process group is still in its cgroup.
+    for cgroup in std::mem::take(cgroups) {
+        crate::exec::kill_cgroup(&cgroup);
     }
 }

@@ -105,6 +105,9 @@ pub struct LaunchOptions {
     pub grace: Duration,
     /// Called once the process is spawned.
     pub on_spawn: Option<OnSpawn>,
+    /// Where each command gets a cgroup of its own, killed whole; `None`: the process group
+    /// only.
+    pub cgroups: Option<Arc<super::TaskCgroups>>,
 }
 
 impl LaunchOptions {
@@ -120,7 +123,14 @@ impl LaunchOptions {
             timeout: None,
             grace: DEFAULT_GRACE,
             on_spawn: None,
+            cgroups: None,
         }
+    }
+
+    /// Gives each command a cgroup of its own under `cgroups`.
+    pub fn cgroups(mut self, cgroups: Option<Arc<super::TaskCgroups>>) -> Self {
+        self.cgroups = cgroups;
+        self
     }
 
     /// Calls `f` once the process is spawned.
@@ -238,10 +248,40 @@ pub async fn run_command(
     if let Some(cwd) = &spec.cwd {
         command.current_dir(cwd);
     }
+    // Made before the spawn, so that a task is never started uncontained by a cgroup that
+    // could not be made.
+    let cgroup = match &opts.cgroups {
+        Some(cgroups) => {
+            Some(
+                cgroups
+                    .create(task_id, attempt)
+                    .map_err(|source| ExecError::Cgroup {
+                        path: cgroups.root().to_path_buf(),
+                        source,
+                    })?,
+            )
+        }
+        None => None,
+    };
     let mut child = command.spawn().map_err(|source| ExecError::Spawn {
         program: program.clone(),
         source,
     })?;
+    // Into its cgroup before it can have started anything (see `cgroup.rs`); the fence holds
+    // the cgroup from now on.
+    let _cgroup = match (cgroup, child.id()) {
+        (Some(cgroup), Some(pid)) => {
+            if let Err(source) = cgroup.enter(pid) {
+                let _ = child.start_kill();
+                return Err(ExecError::Cgroup {
+                    path: cgroup.path().to_path_buf(),
+                    source,
+                });
+            }
+            Some(crate::fence::HeldCgroup::new(cgroup))
+        }
+        _ => None,
+    };
     // The child has its copies of the log files; the worker keeps only `logs`' while it runs.
     drop(command);
     if let Some(OnSpawn(f)) = &opts.on_spawn {

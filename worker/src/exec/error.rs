@@ -44,6 +44,19 @@ pub enum ExecError {
         source: io::Error,
     },
 
+    /// The task's cgroup could not be made, or its process not moved into it.
+    #[error(
+        "cannot contain the task in a cgroup of its own at {path}: {source}; the worker holds \
+         every command in one (a cgroup v2 hierarchy it may write to)"
+    )]
+    Cgroup {
+        /// The cgroup (or the worker's directory of them).
+        path: PathBuf,
+        /// The operating system's reason.
+        #[source]
+        source: io::Error,
+    },
+
     /// The log directory could not be created.
     #[error(
         "cannot create log directory {path}: {source}; check the worker's --log-dir and its permissions"

@@ -12,6 +12,7 @@
 //!
 //! Unix only: it relies on process groups and signals.
 
+mod cgroup;
 mod command;
 mod error;
 mod group;
@@ -19,6 +20,7 @@ mod isolation;
 mod logs;
 mod outcome;
 
+pub use cgroup::{CgroupUsage, TaskCgroup, TaskCgroups, kill_cgroup};
 pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, run_command};
 pub use error::ExecError;
 pub use isolation::{

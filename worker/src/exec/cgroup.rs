@@ -1,0 +1,294 @@
+//! [`TaskCgroups`]: a kernel container (a cgroup v2) per command task, killed whole.
+//!
+//! A process group holds a task only while its processes stay in it: `setsid`, `setpgid` or a
+//! double fork leaves it, and then no `killpg` reaches them. A cgroup holds every descendant
+//! whatever it does, and `cgroup.kill` (Linux 5.14) SIGKILLs all of them at once. So each command
+//! task gets a cgroup of its own, `task-ID-ATTEMPT`, under one directory per worker,
+//! `escher-worker-PID-N` (N counts the workers of one process), created inside the worker's own cgroup in the unified (v2) hierarchy (on
+//! a host that mounts cgroup v1 controllers too, the unified hierarchy beside them). When the
+//! task ends, its cgroup is killed and removed; the fence supervisor (`crate::fence`) kills the
+//! cgroups it holds when the worker dies or loses its lease; and a worker that starts kills and
+//! removes what is left of workers on this host that died with their supervisor (a
+//! `kill -9` of every process of theirs), before it takes any task.
+//!
+//! The task's main process is moved into its cgroup as soon as it is spawned (the worker's next
+//! step), and then every process it has started already, walking the process tree down from it
+//! (a process forked after its parent moved is born in the cgroup). The standard library could
+//! only move the child before it runs its program with a `pre_exec` hook, which makes it fork
+//! instead of using `posix_spawn`, the cost of every command task.
+//!
+//! Without a writable cgroup v2 hierarchy (a worker that is not root and was not delegated a
+//! subtree, or a host without cgroup v2) tasks are held by their process group only, as the
+//! worker's log says at start. The cgroup also measures what the task used: CPU time from
+//! `cpu.stat` (always there) and memory from `memory.peak` / `memory.current` where the memory
+//! controller is enabled for it.
+
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+
+/// The prefix of a worker process's directory of task cgroups.
+const WORKER_PREFIX: &str = "escher-worker-";
+
+/// The cgroups of one worker process's tasks.
+#[derive(Debug)]
+pub struct TaskCgroups {
+    /// `<cgroup2 mount>/<the worker's cgroup>/escher-worker-PID-N`.
+    root: PathBuf,
+}
+
+/// What a task's cgroup measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CgroupUsage {
+    /// CPU time of every process the task ran (user and system).
+    pub cpu: Duration,
+    /// The most memory it used at once, where the kernel counts it for this cgroup.
+    pub peak_memory: Option<u64>,
+}
+
+impl TaskCgroups {
+    /// The task cgroups of this worker process, or why there are none (the worker then holds
+    /// its tasks by process group only). Kills and removes the leftovers of dead workers.
+    pub fn discover() -> Result<TaskCgroups, String> {
+        let mount = cgroup2_mount()?;
+        let own = own_cgroup()?;
+        let parent = mount.join(own.trim_start_matches('/'));
+        sweep_dead_workers(&parent);
+        static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let n = WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let root = parent.join(format!("{WORKER_PREFIX}{}-{n}", std::process::id()));
+        match fs::create_dir(&root) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
+        }
+        Ok(TaskCgroups { root })
+    }
+
+    /// The directory the task cgroups live in.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A new cgroup for attempt `attempt` of task `task_id`.
+    pub fn create(&self, task_id: u64, attempt: u32) -> io::Result<TaskCgroup> {
+        let path = self.root.join(format!("task-{task_id}-{attempt}"));
+        match fs::create_dir(&path) {
+            Ok(()) => {}
+            // Left by an earlier run of the same attempt in this process (it cannot run
+            // twice here, but a cgroup outlives a kill until it is empty): empty it first.
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => kill_cgroup(&path),
+            Err(e) => return Err(e),
+        }
+        Ok(TaskCgroup { path })
+    }
+}
+
+impl Drop for TaskCgroups {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir(&self.root);
+    }
+}
+
+/// One task's cgroup: killed and removed when dropped.
+#[derive(Debug)]
+pub struct TaskCgroup {
+    path: PathBuf,
+}
+
+impl TaskCgroup {
+    /// Its directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Moves process `pid` into the cgroup, then every descendant it has already started (a
+    /// process forked after its parent moved is born inside).
+    pub fn enter(&self, pid: u32) -> io::Result<()> {
+        let procs = self.path.join("cgroup.procs");
+        fs::write(&procs, pid.to_string())?;
+        let mut parents = vec![pid];
+        let mut moved = 0;
+        while let Some(parent) = parents.pop() {
+            for child in children(parent) {
+                // Gone already, or moved: either way it is not left outside.
+                if fs::write(&procs, child.to_string()).is_ok() {
+                    moved += 1;
+                }
+                parents.push(child);
+            }
+            if moved > 4096 {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    /// What the task's processes used so far.
+    pub fn usage(&self) -> CgroupUsage {
+        let cpu = fs::read_to_string(self.path.join("cpu.stat"))
+            .ok()
+            .and_then(|stat| {
+                stat.lines()
+                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+            })
+            .map(Duration::from_micros)
+            .unwrap_or_default();
+        let peak_memory = ["memory.peak", "memory.current"].iter().find_map(|file| {
+            fs::read_to_string(self.path.join(file))
+                .ok()?
+                .trim()
+                .parse()
+                .ok()
+        });
+        CgroupUsage { cpu, peak_memory }
+    }
+
+    /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
+    pub fn kill(&self) {
+        kill_cgroup(&self.path);
+    }
+}
+
+impl Drop for TaskCgroup {
+    fn drop(&mut self) {
+        kill_cgroup(&self.path);
+        remove(&self.path);
+    }
+}
+
+/// SIGKILLs every process in the cgroup at `path`: `cgroup.kill` where the kernel has it, else
+/// each process it lists, until none is left.
+pub fn kill_cgroup(path: &Path) {
+    if fs::write(path.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    for _ in 0..64 {
+        let Ok(procs) = fs::read_to_string(path.join("cgroup.procs")) else {
+            return;
+        };
+        let pids: Vec<i32> = procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect();
+        if pids.is_empty() {
+            return;
+        }
+        for pid in pids {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// The children of process `pid`, from every one of its threads.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(threads) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|t| fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| {
+            text.split_whitespace()
+                .filter_map(|c| c.parse().ok())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// Removes the (killed) cgroup at `path`: it can be removed once its processes are gone,
+/// which takes the kernel a moment after the kill.
+fn remove(path: &Path) {
+    for wait_us in [0, 100, 1_000, 10_000, 50_000] {
+        std::thread::sleep(Duration::from_micros(wait_us));
+        match fs::remove_dir(path) {
+            Ok(()) => return,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return,
+            Err(_) => {}
+        }
+    }
+    tracing::debug!(path = %path.display(), "a task cgroup is still busy; left for later");
+}
+
+/// Kills and removes the task cgroups of worker processes that are gone: a worker SIGKILLed
+/// together with its fence supervisor leaves its tasks running in them.
+fn sweep_dead_workers(parent: &Path) {
+    let Ok(entries) = fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(WORKER_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        let dir = entry.path();
+        let Ok(tasks) = fs::read_dir(&dir) else {
+            continue;
+        };
+        let mut killed = 0;
+        for task in tasks.flatten() {
+            if task.path().is_dir() {
+                kill_cgroup(&task.path());
+                remove(&task.path());
+                killed += 1;
+            }
+        }
+        let _ = fs::remove_dir(&dir);
+        if killed > 0 {
+            tracing::warn!(
+                dead_worker = pid,
+                tasks = killed,
+                "killed the tasks a dead worker left running (it died with its fence supervisor)"
+            );
+        }
+    }
+}
+
+/// Where the unified (cgroup v2) hierarchy is mounted.
+fn cgroup2_mount() -> Result<PathBuf, String> {
+    let info = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    info.lines()
+        .find_map(|line| {
+            // ID PARENT MAJ:MIN ROOT MOUNT OPTIONS... - FSTYPE SOURCE SUPER
+            let (fields, rest) = line.split_once(" - ")?;
+            (rest.split_whitespace().next()? == "cgroup2")
+                .then(|| fields.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .ok_or_else(|| "no cgroup v2 hierarchy is mounted".to_string())
+}
+
+/// This process's cgroup in the unified hierarchy (`0::/path` in `/proc/self/cgroup`).
+fn own_cgroup() -> Result<String, String> {
+    let text = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("0::").map(str::to_string))
+        .ok_or_else(|| "this process is in no cgroup v2".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_unified_hierarchy_and_this_processs_cgroup_are_found() {
+        // Every Linux machine escher runs on mounts cgroup v2 (alone, or beside v1).
+        let mount = cgroup2_mount().unwrap();
+        assert!(mount.join("cgroup.controllers").exists(), "{mount:?}");
+        let own = own_cgroup().unwrap();
+        assert!(own.starts_with('/'), "{own}");
+    }
+}
