@@ -1,8 +1,8 @@
 //! The Python package's suite (`python/tests`, pytest) and its examples (`python/examples`),
 //! run by `cargo test --workspace` as the README installs the package: a fresh virtual
 //! environment in a temporary directory, `pip install ./python` (maturin builds the native
-//! module, abi3, once, with the dev profile in `target/python` so that it never waits for the
-//! build lock of the `cargo test` that runs this) and pytest from PyPI. Fails if pytest fails.
+//! module, abi3, once, with the dev profile, reusing what `cargo test` built) and pytest from
+//! PyPI. Fails if pytest fails.
 //!
 //! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
 //! names another interpreter. `python/tests/test_processes.py` runs this build's `escher-head`
@@ -61,6 +61,12 @@ fn bin_dir() -> PathBuf {
     }
 }
 
+/// The target directory of the cargo that built this test (`bin_dir()` is its `debug/`).
+fn target_dir() -> PathBuf {
+    let bins = bin_dir();
+    bins.parent().map(Path::to_path_buf).unwrap_or(bins)
+}
+
 /// A virtual environment with the package, pytest and cloudpickle installed.
 fn venv(dir: &Path) -> Result<PathBuf> {
     let python = std::env::var("ESCHER_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
@@ -83,10 +89,11 @@ fn venv(dir: &Path) -> Result<PathBuf> {
             .arg("./python")
             .arg("pytest")
             .current_dir(root())
-            // The README's install, built with the dev profile in a target directory of its
-            // own (the workspace's is locked by the cargo that runs this test).
+            // The README's install, built with the dev profile in the workspace's target
+            // directory, beside what `cargo test` built (cargo holds no lock on it while
+            // tests run).
             .env("MATURIN_PEP517_ARGS", "--profile dev")
-            .env("CARGO_TARGET_DIR", root().join("target").join("python")),
+            .env("CARGO_TARGET_DIR", target_dir()),
         INSTALL_LIMIT,
         "pip install ./python pytest",
     )?;

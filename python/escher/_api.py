@@ -614,6 +614,31 @@ class RemoteFunction:
     def remote(self, *args, **kwargs) -> TaskRef:
         """Submits one call; returns its ``TaskRef`` at once."""
         session = _current()
+        call = self._prepare(session, args, kwargs)
+        tid = session.submit_python(call[0], call[1], self._retries, self._timeout, self._name,
+                                    self._spec)
+        return self._submitted(session, tid, call)
+
+    def map(self, calls: Iterable[Any]) -> List[TaskRef]:
+        """Submits many calls in one request (much faster than as many ``remote`` calls): each
+        item is the argument of one call, or a tuple of its arguments."""
+        session = _current()
+        prepared = []
+        for item in calls:
+            args = item if isinstance(item, tuple) else (item,)
+            prepared.append(self._prepare(session, args, {}))
+        if not prepared:
+            return []
+        ids = session.submit_python_batch([c[0] for c in prepared], [c[1] for c in prepared],
+                                          self._retries, self._timeout, self._name, self._spec)
+        return [self._submitted(session, tid, call) for tid, call in zip(ids, prepared)]
+
+    def _prepare(self, session: _escher.Session, args: Sequence[Any],
+                 kwargs: Dict[str, Any]) -> Tuple[bytes, str, List[Tuple[int, str]],
+                                                  List[TaskRef]]:
+        """One call's envelope (worker/src/python/mod.rs), its resources, the signals of its
+        argument tasks and those tasks. Nothing is submitted here but, the first time, a large
+        function's store task."""
         data, digest = self._function_bytes()
         deps: List[TaskRef] = []
         spec = []
@@ -642,22 +667,23 @@ class RemoteFunction:
             blob, inline = 0, data
         # Each argument task raises a signal of this call's own once it has succeeded.
         signals = [(d.id, _new_signal()) for d in deps]
-        dep_ids = [d.id for d in deps]
         envelope = b"".join([
             b"ESPY\x01\x01",
             digest,
             struct.pack("<Q", blob),
             struct.pack("<I", len(inline)),
             inline,
-            struct.pack("<I", len(dep_ids)),
-            b"".join(struct.pack("<Q", i) for i in dep_ids),
+            struct.pack("<I", len(deps)),
+            b"".join(struct.pack("<Q", d.id) for d in deps),
             payload,
         ])
-        tid = session.submit_python(envelope, self._task_resources([s for _, s in signals]),
-                                    self._retries, self._timeout, self._name, self._spec)
-        for dep, signal in signals:
+        return envelope, self._task_resources([sig for _, sig in signals]), signals, deps
+
+    def _submitted(self, session: _escher.Session, tid: int,
+                   call: Tuple[bytes, str, List[Tuple[int, str]], List[TaskRef]]) -> TaskRef:
+        for dep, signal in call[2]:
             session.raise_after(dep, signal, [tid])
-        return TaskRef(tid, deps)
+        return TaskRef(tid, call[3])
 
 
 def _new_signal() -> str:
@@ -712,17 +738,28 @@ def logs(ref: TaskRef, stream: str = "stdout", *, follow: bool = False):
     the task has finished (``escher logs -f``)."""
     task = _ids([ref])[0]
     if follow:
-        return _follow(_current().follow_logs(task, stream))
+        session = _current()
+        return _follow(session, task, session.follow_logs(task, stream))
     return _current().logs(task, stream).decode("utf-8", errors="replace")
 
 
-def _follow(tail: Any):
+def _follow(session: _escher.Session, task: int, tail: Any):
     import codecs
     import time
 
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    unready_until = time.time() + 30
     while True:
-        chunk = tail.next_chunk()
+        try:
+            chunk = tail.next_chunk()
+        except InvalidArgumentError:
+            # Not started yet, or started a moment ago and its log not created yet: wait for
+            # it (for a pending task, as long as it waits).
+            state = session.task_info(task)[0]
+            if state == "pending" or (state == "running" and time.time() < unready_until):
+                time.sleep(0.1)
+                continue
+            raise
         if chunk is None:
             rest = decoder.decode(b"", final=True)
             if rest:

@@ -40,6 +40,15 @@ class Session:
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
     ) -> int: ...
+    def submit_python_batch(
+        self,
+        args: List[bytes],
+        resources: List[str],
+        retries: int = 0,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+        spec: Optional[Spec] = None,
+    ) -> List[int]: ...
     def submit_command(
         self,
         argv: List[str],

@@ -274,6 +274,48 @@ impl Session {
         self.submit(py, task)
     }
 
+    /// Submits many Python function tasks in one request; `args[i]` requests `resources[i]`.
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_python_batch(
+        &self,
+        py: Python<'_>,
+        args: Vec<Vec<u8>>,
+        resources: Vec<String>,
+        retries: u32,
+        timeout: Option<f64>,
+        name: Option<String>,
+        spec: Option<PyRef<'_, Spec>>,
+    ) -> PyResult<Vec<u64>> {
+        if args.len() != resources.len() {
+            return Err(InvalidArgumentError::new_err(format!(
+                "{} calls and {} resource sets",
+                args.len(),
+                resources.len()
+            )));
+        }
+        let tasks = args
+            .into_iter()
+            .zip(&resources)
+            .map(|(bytes, res)| {
+                let task = Task::function(escher::worker::PYTHON_FUNCTION, bytes);
+                common(
+                    task,
+                    Some(res),
+                    spec.as_deref(),
+                    retries,
+                    timeout,
+                    name.clone(),
+                )?
+                .build()
+                .map_err(error)
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let client = self.client.clone();
+        let refs = wait_for(py, async move { client.submit_batch(tasks).await })?.map_err(error)?;
+        Ok(refs.into_iter().map(|r| r.id().0).collect())
+    }
+
     /// Submits a command task.
     #[pyo3(signature = (argv, env=Vec::new(), cwd=None, resources=None, retries=0, timeout=None, name=None, spec=None))]
     #[allow(clippy::too_many_arguments)]

@@ -251,3 +251,10 @@ def test_an_unpicklable_function_and_bad_resources_are_refused_before_submitting
         square.options(resources={"cpu": "lots"}).remote(1)
     with pytest.raises(escher.InvalidArgumentError, match="TaskRef"):
         escher.get(42)
+
+
+def test_map_submits_many_calls_at_once(cluster):
+    refs = square.map(range(50))
+    assert escher.get(refs) == [i * i for i in range(50)]
+    assert escher.get(add.map([(1, 2), (square.remote(2), 1)])) == [3, 5]
+    assert square.map([]) == []
