@@ -77,6 +77,7 @@ impl NetCluster {
     /// Makes the hosts and starts the heads (waiting for a leader), then the workers (waiting
     /// until each is a live node).
     pub async fn start(settings: &Settings) -> anyhow::Result<NetCluster> {
+        remove_stale_runs();
         let dir = tempfile::Builder::new()
             .prefix("escher-nemesis-")
             .tempdir()?;
@@ -486,16 +487,17 @@ impl NetCluster {
         }
     }
 
-    /// SIGKILLs every `escher-worker` process in worker `index`'s host, the worker and its
-    /// fence supervisor alike, as `pkill -9 escher-worker` on that machine would; returns how
-    /// many. The tasks, not being `escher-worker`s, are left to whatever fences them.
-    pub fn kill_worker_processes(&mut self, index: usize) -> usize {
+    /// SIGKILLs every escher process in worker `index`'s host (`escher-worker` and its fence
+    /// supervisor, whatever its process name), as `pkill -9 escher` on that machine would;
+    /// returns their names. The tasks, not being escher's, are left to whatever contains them.
+    pub fn kill_worker_processes(&mut self, index: usize) -> Vec<String> {
         let host = self.workers[index].host.clone();
-        let mut killed = 0;
+        let mut killed = Vec::new();
         for pid in self.net.pids(&host) {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            if comm.trim() == "escher-worker" && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
-                killed += 1;
+            let comm = comm.trim();
+            if comm.starts_with("escher") && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+                killed.push(comm.to_string());
             }
         }
         if let Some(mut child) = self.workers[index].child.take() {
@@ -638,5 +640,56 @@ fn kill_marked(marker: &str) {
             let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
         }
+    }
+}
+
+/// What an earlier run of this harness left when its process died without dropping its
+/// cluster (a SIGKILL, an abort): its processes (found by their marker, whose pid is gone)
+/// are killed, its tmpfs unmounted and its directory removed. Its namespaces go with
+/// [`Network::new`].
+fn remove_stale_runs() {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let mut dirs = std::collections::BTreeSet::new();
+    for entry in entries.flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+            continue;
+        };
+        let prefix = format!("{MARKER_VAR}=");
+        let Some(marker) = environ
+            .split(|b| *b == 0)
+            .filter_map(|v| std::str::from_utf8(v).ok())
+            .find_map(|v| v.strip_prefix(prefix.as_str()))
+        else {
+            continue;
+        };
+        let Some((owner, dir)) = marker.split_once(':') else {
+            continue;
+        };
+        let alive = Path::new(&format!("/proc/{owner}")).exists();
+        if !alive && dir.contains("escher-nemesis-") {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGCONT);
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+            dirs.insert(dir.to_string());
+        }
+    }
+    let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+    for dir in dirs {
+        for line in mounts.lines() {
+            if let Some(point) = line.split_whitespace().nth(1)
+                && point.starts_with(&format!("{dir}/"))
+            {
+                let _ = sh("umount", &["-l", point]);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -63,93 +63,114 @@ pub fn check_counter(ops: &[CounterOp], initial: i64) -> Result<(), NotLineariza
     }
     entries.sort_by_key(|e| (e.invoke, e.complete));
     let required = entries.iter().filter(|e| e.complete != Micros::MAX).count();
-    let mut search = Search {
-        entries: &entries,
-        done: vec![false; entries.len()],
-        seen: HashSet::new(),
-        best: 0,
-        best_stuck: Vec::new(),
-        required,
-    };
-    if search.dfs(initial, 0) {
-        Ok(())
-    } else {
-        Err(NotLinearizable {
-            placed: search.best,
-            required,
-            stuck_at: search.best_stuck,
-        })
-    }
+    search(&entries, initial, required)
 }
 
-struct Search<'a> {
-    entries: &'a [Entry],
-    done: Vec<bool>,
-    seen: HashSet<(Vec<u64>, i64)>,
-    best: usize,
-    best_stuck: Vec<(usize, i64)>,
-    required: usize,
+/// One step of the search: the counter's value after `placed` known-outcome operations, how
+/// far its scan of the candidates got, and the operation that led here.
+#[derive(Debug)]
+struct Frame {
+    value: i64,
+    placed: usize,
+    horizon: Micros,
+    scan: usize,
+    via: Option<usize>,
+    stuck: Vec<(usize, i64)>,
 }
 
-impl Search<'_> {
-    fn key(&self) -> Vec<u64> {
-        let mut words = vec![0u64; self.done.len().div_ceil(64)];
-        for (i, d) in self.done.iter().enumerate() {
+/// The search, with an explicit stack (a history has thousands of operations: recursion
+/// would overflow the thread's stack).
+fn search(entries: &[Entry], initial: i64, required: usize) -> Result<(), NotLinearizable> {
+    let mut done = vec![false; entries.len()];
+    let mut seen: HashSet<(Vec<u64>, i64)> = HashSet::new();
+    let key = |done: &[bool]| {
+        let mut words = vec![0u64; done.len().div_ceil(64)];
+        for (i, d) in done.iter().enumerate() {
             if *d {
                 words[i / 64] |= 1 << (i % 64);
             }
         }
         words
-    }
-
-    /// Places the rest after `placed` known-outcome operations, the counter at `value`.
-    fn dfs(&mut self, value: i64, placed: usize) -> bool {
-        if placed == self.required {
-            return true;
-        }
-        if !self.seen.insert((self.key(), value)) {
-            return false;
-        }
-        // The earliest completion among the operations not placed yet bounds which may go next.
-        let horizon = self
-            .entries
+    };
+    // The earliest completion among the operations not placed yet bounds which may go next.
+    let horizon = |done: &[bool]| {
+        entries
             .iter()
-            .zip(&self.done)
+            .zip(done)
             .filter(|(_, d)| !**d)
             .map(|(e, _)| e.complete)
             .min()
-            .unwrap_or(Micros::MAX);
-        let mut stuck = Vec::new();
-        for i in 0..self.entries.len() {
-            let e = self.entries[i];
-            if self.done[i] {
+            .unwrap_or(Micros::MAX)
+    };
+    let (mut best, mut best_stuck) = (0, Vec::new());
+    seen.insert((key(&done), initial));
+    let mut stack = vec![Frame {
+        value: initial,
+        placed: 0,
+        horizon: horizon(&done),
+        scan: 0,
+        via: None,
+        stuck: Vec::new(),
+    }];
+    while let Some(top) = stack.last_mut() {
+        if top.placed == required {
+            return Ok(());
+        }
+        let mut child = None;
+        while top.scan < entries.len() {
+            let i = top.scan;
+            top.scan += 1;
+            let e = entries[i];
+            if done[i] {
                 continue;
             }
-            if e.invoke > horizon {
-                break; // sorted by invocation: no later one may go either
+            if e.invoke > top.horizon {
+                top.scan = entries.len(); // sorted by invocation: no later one may go either
+                break;
             }
             let next = match e.action {
-                CounterAction::Set(v) => Some(v),
-                CounterAction::Add(d) => Some(value + d),
-                CounterAction::Read => (e.read == value).then_some(value),
+                CounterAction::Set(v) => v,
+                CounterAction::Add(d) => top.value + d,
+                CounterAction::Read if e.read == top.value => top.value,
+                CounterAction::Read => {
+                    top.stuck.push((e.index, top.value));
+                    continue;
+                }
             };
-            let Some(next) = next else {
-                stuck.push((e.index, value));
-                continue;
-            };
-            self.done[i] = true;
-            let counted = usize::from(e.complete != Micros::MAX);
-            if self.dfs(next, placed + counted) {
-                return true;
+            done[i] = true;
+            if seen.insert((key(&done), next)) {
+                let counted = usize::from(e.complete != Micros::MAX);
+                child = Some(Frame {
+                    value: next,
+                    placed: top.placed + counted,
+                    horizon: horizon(&done),
+                    scan: 0,
+                    via: Some(i),
+                    stuck: Vec::new(),
+                });
+                break;
             }
-            self.done[i] = false;
+            done[i] = false;
         }
-        if placed >= self.best {
-            self.best = placed;
-            self.best_stuck = stuck;
+        match child {
+            Some(frame) => stack.push(frame),
+            None => {
+                let frame = stack.pop().expect("the top frame");
+                if frame.placed >= best {
+                    best = frame.placed;
+                    best_stuck = frame.stuck;
+                }
+                if let Some(i) = frame.via {
+                    done[i] = false;
+                }
+            }
         }
-        false
     }
+    Err(NotLinearizable {
+        placed: best,
+        required,
+        stuck_at: best_stuck,
+    })
 }
 
 #[cfg(test)]
@@ -222,6 +243,21 @@ mod tests {
             op(Read, 30, 35, Outcome::Ok(5)),
         ];
         assert!(check_counter(&failed, 0).is_err());
+    }
+
+    #[test]
+    fn a_history_of_thousands_of_operations_does_not_overflow_the_stack() {
+        // A soak run's counter sees thousands of operations; the search must not recurse.
+        let mut ops = Vec::new();
+        for i in 0..6000u64 {
+            ops.push(op(Add(1), i * 10, i * 10 + 5, Outcome::Ok(0)));
+        }
+        ops.push(op(Read, 70_000, 70_005, Outcome::Ok(6000)));
+        let run = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || check_counter(&ops, 0))
+            .unwrap();
+        assert_eq!(run.join().unwrap(), Ok(()));
     }
 
     #[test]

@@ -33,8 +33,8 @@ pub enum Nemesis {
     PauseWorker,
     /// kill -9 of a worker's process, restarted (same node) on healing.
     KillWorker,
-    /// kill -9 of every `escher-worker` process of a worker's host (`pkill -9
-    /// escher-worker`), restarted on healing.
+    /// kill -9 of every escher process of a worker's host, the worker and its fence
+    /// supervisor alike (`pkill -9 escher`), restarted on healing.
     KillWorkerProcesses,
     /// The data directory's file system of replica 3 filled; emptied on healing (and the
     /// replica restarted if it exited).
@@ -198,9 +198,9 @@ pub async fn inject(
             format!("worker w{} killed (-9, its process only)", worker + 1)
         }
         Nemesis::KillWorkerProcesses => {
-            let n = cluster.kill_worker_processes(worker);
+            let killed = cluster.kill_worker_processes(worker);
             format!(
-                "worker w{}: {n} escher-worker process(es) killed (-9)",
+                "worker w{}: every escher process killed (-9): {killed:?}",
                 worker + 1
             )
         }
