@@ -1,8 +1,8 @@
 //! The Python package's suite (`python/tests`, pytest) and its examples (`python/examples`),
 //! run by `cargo test --workspace` as the README installs the package: a fresh virtual
 //! environment in a temporary directory, `pip install ./python` (maturin builds the native
-//! module, abi3, once, with the dev profile, reusing what `cargo test` built) and pytest from
-//! PyPI. Fails if pytest fails.
+//! module, abi3, once, with the dev profile, reusing what `cargo test` built), pytest and mypy
+//! from PyPI. Fails if pytest fails.
 //!
 //! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
 //! names another interpreter. `python/tests/test_processes.py` runs this build's `escher-head`
@@ -87,7 +87,7 @@ fn venv(dir: &Path) -> Result<PathBuf> {
                 "--disable-pip-version-check",
             ])
             .arg("./python")
-            .arg("pytest")
+            .args(["pytest", "mypy"])
             .current_dir(root())
             // The README's install, built with the dev profile in the workspace's target
             // directory, beside what `cargo test` built (cargo holds no lock on it while
@@ -95,7 +95,7 @@ fn venv(dir: &Path) -> Result<PathBuf> {
             .env("MATURIN_PEP517_ARGS", "--profile dev")
             .env("CARGO_TARGET_DIR", target_dir()),
         INSTALL_LIMIT,
-        "pip install ./python pytest",
+        "pip install ./python pytest mypy",
     )?;
     Ok(py)
 }
