@@ -55,9 +55,15 @@ pub enum StateDirError {
     },
 }
 
+/// The format of `identity.json` this build writes and the newest it reads (a file without a
+/// `version`, as earlier releases wrote it, is version 1).
+const IDENTITY_VERSION: u32 = 1;
+
 /// The identity as written to disk.
 #[derive(Serialize, Deserialize)]
 struct Stored {
+    #[serde(default = "first_version")]
+    version: u32,
     node_id: u64,
     secret: String,
     cluster: String,
@@ -149,11 +155,29 @@ impl IdentityStore {
     }
 }
 
+fn first_version() -> u32 {
+    1
+}
+
 fn parse(path: &Path, bytes: &[u8]) -> Result<NodeIdentity, StateDirError> {
     let corrupt = |why: String| StateDirError::Corrupt {
         path: path.to_path_buf(),
         why,
     };
+    // The version first, so that a newer file is refused for what it is, whatever it holds.
+    #[derive(Deserialize)]
+    struct Version {
+        #[serde(default = "first_version")]
+        version: u32,
+    }
+    if let Ok(Version { version }) = serde_json::from_slice(bytes)
+        && version > IDENTITY_VERSION
+    {
+        return Err(corrupt(format!(
+            "it is in format {version}, newer than this escher-worker reads (format \
+             {IDENTITY_VERSION}): run the release that wrote it, or a later one"
+        )));
+    }
     let stored: Stored = serde_json::from_slice(bytes).map_err(|e| corrupt(e.to_string()))?;
     if stored.node_id == 0 || stored.secret.is_empty() || stored.cluster.is_empty() {
         return Err(corrupt("a field is empty".into()));
@@ -168,6 +192,7 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<NodeIdentity, StateDirError> {
 /// Writes the identity to a temporary file (mode 0600), syncs it, and renames it into place.
 fn write(path: &Path, id: &NodeIdentity) -> Result<(), StateDirError> {
     let stored = Stored {
+        version: IDENTITY_VERSION,
         node_id: id.node_id.0,
         secret: id.secret.clone(),
         cluster: id.group.clone(),
@@ -267,6 +292,27 @@ mod tests {
         let err = IdentityStore::open(dir.path()).unwrap_err().to_string();
         assert!(
             err.contains("remove it to join the cluster as a new node"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn an_identity_of_an_earlier_release_is_read_and_a_newer_one_refused() {
+        // As releases before the version field wrote it.
+        let dir = tempfile::tempdir().unwrap();
+        let old = br#"{"node_id": 7, "secret": "s3cret", "cluster": "c1"}"#;
+        std::fs::write(dir.path().join(IDENTITY_FILE), old).unwrap();
+        let store = IdentityStore::open(dir.path()).unwrap();
+        assert_eq!(store.get().unwrap().node_id, NodeId(7));
+        drop(store);
+
+        let dir = tempfile::tempdir().unwrap();
+        let newer =
+            br#"{"version": 2, "node_id": 7, "secret": "s3cret", "cluster": "c1", "more": 1}"#;
+        std::fs::write(dir.path().join(IDENTITY_FILE), newer).unwrap();
+        let err = IdentityStore::open(dir.path()).unwrap_err().to_string();
+        assert!(
+            err.contains("format 2") && err.contains("format 1"),
             "{err}"
         );
     }

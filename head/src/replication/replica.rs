@@ -38,7 +38,7 @@ pub enum ReplicationError {
     #[error("raft: {0}")]
     Raft(#[from] raft::Error),
     /// A log entry or snapshot could not be read back.
-    #[error("{0}; the log or snapshot was written by another version or is damaged")]
+    #[error("{0}")]
     Codec(#[from] CodecError),
     /// A background write did not finish.
     #[error("a log write was interrupted: {0}")]
