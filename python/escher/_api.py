@@ -39,6 +39,8 @@ _session: Optional[_escher.Session] = None
 # The session of the task running in this interpreter (by its credential), if any.
 _task_session: Optional[Tuple[str, _escher.Session]] = None
 _signal_prefix = "escher-py-" + uuid.uuid4().hex[:12]
+# Counts the sessions init() opened, so that what one session stored is never used in another.
+_generation = 0
 _signal_seq = itertools.count(1)
 
 
@@ -81,7 +83,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
     head) or ``ESCHER_HEAD``, connects to that cluster with ``token``, else ``ESCHER_TOKEN``,
     else the access file the head wrote (``~/.escher/access.json``).
     """
-    global _session
+    global _session, _generation
     with _lock:
         if _session is not None:
             if ignore_reinit_error:
@@ -91,6 +93,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
                 "first, or pass ignore_reinit_error=True"
             )
         address = address or os.environ.get("ESCHER_HEAD") or None
+        _generation += 1
         if address is None:
             if token is not None:
                 raise InvalidArgumentError(
@@ -555,7 +558,7 @@ class RemoteFunction:
         self._spec = spec
         self._pickled: Optional[Tuple[bytes, bytes]] = None
         # The task that stores the function, per session (shipped once per content hash).
-        self._stored: Dict[int, int] = {}
+        self._stored: Dict[Tuple[int, str, Optional[str]], int] = {}
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__name__ = getattr(fn, "__name__", "remote")
         self.__wrapped__ = fn
@@ -601,7 +604,7 @@ class RemoteFunction:
     def _store(self, session: _escher.Session, data: bytes) -> int:
         """The task whose result holds the function: submitted and waited for at the first
         call in this session, then named by every call."""
-        key = id(session)
+        key = (_generation, session.head_url, os.environ.get("ESCHER_TASK_TOKEN"))
         stored = self._stored.get(key)
         if stored is None:
             envelope = b"ESPY\x01\x02" + data

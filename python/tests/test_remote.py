@@ -258,3 +258,21 @@ def test_map_submits_many_calls_at_once(cluster):
     assert escher.get(refs) == [i * i for i in range(50)]
     assert escher.get(add.map([(1, 2), (square.remote(2), 1)])) == [3, 5]
     assert square.map([]) == []
+
+
+def test_a_new_session_ships_a_large_function_again():
+    from conftest import run_python
+
+    done = run_python(
+        "import escher\n"
+        "table = list(range(5000))\n"
+        "@escher.remote\n"
+        "def lookup(i):\n"
+        "    return table[i]\n"
+        "for _ in range(2):\n"
+        "    escher.init()\n"
+        "    print(lookup.remote(4999).result(timeout=60))\n"
+        "    escher.shutdown()\n"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["4999", "4999"]
