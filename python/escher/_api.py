@@ -312,12 +312,23 @@ class TaskRef:
     an argument to another remote function, which then waits for its success and receives
     its result."""
 
-    __slots__ = ("id", "_deps", "_kind")
+    __slots__ = ("_id", "_pending", "_deps", "_kind")
 
-    def __init__(self, task_id: int, deps: Sequence["TaskRef"] = (), kind: str = "python"):
-        self.id = int(task_id)
+    def __init__(self, task_id: Optional[int], deps: Sequence["TaskRef"] = (),
+                 kind: str = "python", pending: Any = None):
+        self._id = None if task_id is None else int(task_id)
+        self._pending = pending
         self._deps = tuple(deps)
         self._kind = kind
+
+    @property
+    def id(self) -> int:
+        """The task's id (for a call sent without waiting, known once the head answered: the
+        first read waits for it, and raises if the head refused the task)."""
+        if self._id is None:
+            self._id = int(self._pending.id())
+            self._pending = None
+        return self._id
 
     def result(self, timeout: Optional[float] = None) -> Any:
         """Waits for the task and returns its value (a command task: its exit code); raises
@@ -333,6 +344,7 @@ class TaskRef:
 
     def __repr__(self) -> str:
         return f"TaskRef({self.id})"
+
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TaskRef) and other.id == self.id
@@ -618,9 +630,16 @@ class RemoteFunction:
         """Submits one call; returns its ``TaskRef`` at once."""
         session = _current()
         call = self._prepare(session, args, kwargs)
-        tid = session.submit_python(call[0], call[1], self._retries, self._timeout, self._name,
-                                    self._spec)
-        return self._submitted(session, tid, call)
+        if call[2]:
+            # Its argument tasks' signals are raised for its id: wait for it.
+            tid = session.submit_python(call[0], call[1], self._retries, self._timeout,
+                                        self._name, self._spec)
+            return self._submitted(session, tid, call)
+        # Sent without waiting for the head's answer: a loop of .remote() calls shares
+        # requests; the id is known when first needed.
+        pending = session.submit_python_nowait(call[0], call[1], self._retries, self._timeout,
+                                               self._name, self._spec)
+        return TaskRef(None, (), "python", pending)
 
     def map(self, calls: Iterable[Any]) -> List[TaskRef]:
         """Submits many calls in one request (much faster than as many ``remote`` calls): each

@@ -22,6 +22,9 @@ class EventStream:
 class LogTail:
     def next_chunk(self) -> Optional[bytes]: ...
 
+class Pending:
+    def id(self) -> int: ...
+
 class Session:
     @property
     def head_url(self) -> str: ...
@@ -40,6 +43,15 @@ class Session:
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
     ) -> int: ...
+    def submit_python_nowait(
+        self,
+        args: bytes,
+        resources: str,
+        retries: int = 0,
+        timeout: Optional[float] = None,
+        name: Optional[str] = None,
+        spec: Optional[Spec] = None,
+    ) -> Pending: ...
     def submit_python_batch(
         self,
         args: List[bytes],

@@ -112,6 +112,11 @@ where
 
 /// The Python exception for a client error.
 pub(crate) fn error(e: ClientError) -> PyErr {
+    error_ref(&e)
+}
+
+/// The Python exception for a client error kept for several callers.
+pub(crate) fn error_ref(e: &ClientError) -> PyErr {
     let text = e.to_string();
     match e {
         ClientError::Connect { .. } | ClientError::Unavailable { .. } => {
@@ -155,6 +160,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("PYTHON_FUNCTION", escher::worker::PYTHON_FUNCTION)?;
     m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
     m.add_class::<session::Session>()?;
+    m.add_class::<session::Pending>()?;
     m.add_class::<watch::EventStream>()?;
     m.add_class::<watch::LogTail>()?;
     m.add_class::<esl::Spec>()?;

@@ -4,7 +4,7 @@
 //! tracebacks).
 
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use escher::LocalCluster;
 use escher_client::{Client, ClientError, Credentials, Task};
@@ -272,6 +272,41 @@ impl Session {
             name,
         )?;
         self.submit(py, task)
+    }
+
+    /// Submits a Python function task without waiting for the head's answer: the task is
+    /// checked here (a bad spec raises at once), sent on the module's runtime (concurrent
+    /// submissions share requests), and its id is known when [`Pending::id`] is first asked.
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn submit_python_nowait(
+        &self,
+        args: &[u8],
+        resources: &str,
+        retries: u32,
+        timeout: Option<f64>,
+        name: Option<String>,
+        spec: Option<PyRef<'_, Spec>>,
+    ) -> PyResult<Pending> {
+        let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
+        let task = common(
+            task,
+            Some(resources),
+            spec.as_deref(),
+            retries,
+            timeout,
+            name,
+        )?
+        .build()
+        .map_err(error)?;
+        let client = self.client.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::runtime().spawn(async move {
+            let _ = tx.send(client.submit(task).await.map(|r| r.id().0));
+        });
+        Ok(Pending {
+            state: Arc::new(tokio::sync::Mutex::new(Submission::Sent(rx))),
+        })
     }
 
     /// Submits many Python function tasks in one request; `args[i]` requests `resources[i]`.
@@ -671,5 +706,49 @@ impl Session {
         let task = task.build().map_err(error)?;
         let submitted = wait_for(py, async move { client.submit(task).await })?.map_err(error)?;
         Ok(submitted.id().0)
+    }
+}
+
+/// A task submitted without waiting: its id once the head has answered.
+#[pyclass(module = "escher._escher", frozen)]
+#[derive(Debug)]
+pub(crate) struct Pending {
+    state: Arc<tokio::sync::Mutex<Submission>>,
+}
+
+/// Where a submission made without waiting stands.
+#[derive(Debug)]
+enum Submission {
+    /// Sent; the head's answer comes on this channel.
+    Sent(tokio::sync::oneshot::Receiver<Result<u64, ClientError>>),
+    /// Answered: the task's id, or why it was refused.
+    Answered(Result<u64, Arc<ClientError>>),
+}
+
+#[pymethods]
+impl Pending {
+    /// The task's id, waiting for the head's answer the first time; the submission's error if
+    /// the head refused it.
+    fn id(&self, py: Python<'_>) -> PyResult<u64> {
+        let state = Arc::clone(&self.state);
+        let answer = wait_for(py, async move {
+            let mut state = state.lock().await;
+            if let Submission::Sent(rx) = &mut *state {
+                let answer = match rx.await {
+                    Ok(answer) => answer.map_err(Arc::new),
+                    Err(_) => Err(Arc::new(ClientError::Usage(
+                        "the submission was dropped before the head answered (the session \
+                         ended)"
+                            .into(),
+                    ))),
+                };
+                *state = Submission::Answered(answer);
+            }
+            match &*state {
+                Submission::Answered(answer) => answer.clone(),
+                Submission::Sent(_) => unreachable!("answered above"),
+            }
+        })?;
+        answer.map_err(|e| crate::error_ref(&e))
     }
 }
