@@ -38,6 +38,7 @@ pub mod compare;
 pub mod ekya;
 pub mod migm;
 pub mod migrator;
+pub mod oltunes;
 mod policy;
 mod seam;
 pub mod serving;
