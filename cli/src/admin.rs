@@ -41,6 +41,62 @@ pub enum TokenCommand {
     },
 }
 
+/// What an admin does to the head group as a whole.
+#[derive(Debug, Clone, Subcommand)]
+pub enum AdminCommand {
+    /// Backups of the head group's state
+    #[command(subcommand)]
+    Snapshot(SnapshotCommand),
+}
+
+/// `escher admin snapshot ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum SnapshotCommand {
+    /// Save the head group's whole state (tasks, results, nodes, resources, tokens) to a new
+    /// file (0600), as of now: every write acknowledged before it is in it. Start a new group
+    /// from it with `escher-head --restore FILE --data-dir EMPTY_DIR`
+    Save {
+        /// The file to write (never overwritten)
+        #[arg(value_name = "FILE")]
+        file: std::path::PathBuf,
+    },
+}
+
+impl AdminCommand {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let AdminCommand::Snapshot(SnapshotCommand::Save { file }) = self;
+        let client = ctx.client().await?;
+        let backup = client.backup().await?;
+        let taken_at_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        let header = escher_proto::backup::BackupHeader {
+            version: escher_proto::backup::BACKUP_VERSION,
+            data_format: backup.data_format,
+            cluster_id: backup.cluster_id.clone(),
+            revision: backup.revision,
+            taken_at_ms,
+            total_bytes: 0,
+            sha256: String::new(),
+        };
+        let header = escher_proto::backup::write_backup(&file, header, &backup.image)?;
+        if ctx.json {
+            ctx.emit_json(&header)?;
+        } else {
+            ctx.emit(&format!(
+                "saved the state of cluster {} at revision {} ({} bytes) to {}; start a new \
+                 group from it with: escher-head --restore {} --data-dir EMPTY_DIR\n",
+                header.cluster_id,
+                header.revision,
+                header.total_bytes,
+                file.display(),
+                file.display()
+            ))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
 /// Options of `escher drain`.
 #[derive(Debug, Clone, Args)]
 pub struct DrainArgs {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
-use super::admin::{DrainArgs, TokenCommand};
+use super::admin::{AdminCommand, DrainArgs, TokenCommand};
 use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
@@ -126,6 +126,9 @@ pub enum Command {
     Token(TokenCommand),
     /// Stop admitting new tasks on a node; running tasks finish (admin)
     Drain(DrainArgs),
+    /// Back up the head group's state (admin): `escher admin snapshot save FILE`
+    #[command(subcommand)]
+    Admin(AdminCommand),
     /// Print a shell completion script: `escher completion bash > /etc/bash_completion.d/escher`
     Completion(CompletionArgs),
 }

@@ -30,6 +30,41 @@ impl Client {
         Ok(CreatedToken::try_from(reply)?)
     }
 
+    /// A backup of the head group's whole replicated state, as of a linearizable read: every
+    /// write acknowledged before the call is in it. Write it with
+    /// [`escher_proto::backup::write_backup`] (`escher admin snapshot save FILE`); `escher-head
+    /// --restore FILE` starts a new group from it.
+    pub async fn backup(&self) -> Result<Backup, ClientError> {
+        let mut stream = self
+            .call(|mut rpc| async move { rpc.backup(wire::BackupRequest {}).await })
+            .await?;
+        let mut backup = Backup::default();
+        let mut first = true;
+        while let Some(chunk) = stream.message().await.map_err(|s| self.error_from(s))? {
+            if std::mem::take(&mut first) {
+                backup.data_format = chunk.data_format;
+                backup.cluster_id = chunk.cluster_id;
+                backup.revision = chunk.revision;
+                backup
+                    .image
+                    .reserve(usize::try_from(chunk.total_bytes).unwrap_or(0));
+                backup.total_bytes = chunk.total_bytes;
+            }
+            backup.image.extend_from_slice(&chunk.data);
+        }
+        if first || backup.image.len() as u64 != backup.total_bytes {
+            return Err(ClientError::Unavailable {
+                url: self.leader_url(),
+                message: format!(
+                    "the backup ended after {} of its {} bytes",
+                    backup.image.len(),
+                    backup.total_bytes
+                ),
+            });
+        }
+        Ok(backup)
+    }
+
     /// Every token: the access file's bootstrap tokens, then those created, revoked ones
     /// included.
     pub async fn list_tokens(&self) -> Result<Vec<TokenInfo>, ClientError> {
@@ -68,4 +103,19 @@ impl Client {
             .await?;
         Ok(())
     }
+}
+
+/// A backup of the head group's state ([`Client::backup`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backup {
+    /// The state, encoded as a snapshot image in data format `data_format`.
+    pub image: Vec<u8>,
+    /// The data format of the image.
+    pub data_format: u32,
+    /// The cluster it belongs to.
+    pub cluster_id: String,
+    /// Its event revision: every change up to it is in it.
+    pub revision: u64,
+    /// The image's length, as the head announced it.
+    pub total_bytes: u64,
 }

@@ -84,6 +84,7 @@ mod telemetry;
 mod update;
 mod watch;
 
+pub use admin::Backup;
 pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
 pub use blocking::BlockingClient;
 pub use builder::{DEFAULT_RESOURCES, IntoTaskSpec, Task};

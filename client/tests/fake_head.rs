@@ -813,6 +813,17 @@ impl Cluster for FakeHead {
 
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
 
+    type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;
+
+    async fn backup(
+        &self,
+        _request: Request<wire::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        Err(Status::unimplemented(
+            "the fake head keeps no state to back up",
+        ))
+    }
+
     async fn watch(
         &self,
         _request: Request<wire::WatchRequest>,

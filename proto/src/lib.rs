@@ -34,6 +34,7 @@
 #![warn(missing_docs)]
 
 pub mod access;
+pub mod backup;
 #[cfg(feature = "grpc")]
 pub mod batch;
 pub mod codec;

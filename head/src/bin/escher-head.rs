@@ -128,6 +128,11 @@ struct HeadArgs {
     /// another group or replica is refused.
     #[arg(long, env = "ESCHER_HEAD_DATA_DIR", value_name = "DIR")]
     data_dir: Option<std::path::PathBuf>,
+    /// Start a new head group from this backup (`escher admin snapshot save FILE`): tasks,
+    /// results, nodes, resources and tokens as they were when it was taken. Only into an empty
+    /// --data-dir; give every replica of the new group the same file.
+    #[arg(long, value_name = "FILE")]
+    restore: Option<std::path::PathBuf>,
     /// This head's replica id in its group (with --peers, or --join).
     #[arg(long, env = "ESCHER_HEAD_ID", default_value_t = 1, value_name = "N")]
     id: u64,
@@ -243,6 +248,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             },
             replica,
             data_dir: args.data_dir,
+            restore: args.restore,
             ..HeadConfig::default()
         };
         config.validate()?;

@@ -142,6 +142,17 @@ pub(crate) fn encode_image(
     })
 }
 
+/// Encodes a backup of `state`: a snapshot image with no replica addresses (the group that is
+/// restored from it names its own).
+pub fn encode_backup(state: &ClusterState) -> Result<Vec<u8>, CodecError> {
+    encode_image(state, &BTreeMap::new())
+}
+
+/// Decodes a backup image (see [`encode_backup`]) into a state that applies `config`.
+pub fn decode_backup(bytes: &[u8], config_: StateConfig) -> Result<ClusterState, CodecError> {
+    decode_image(bytes, config_).map(|(state, _)| state)
+}
+
 /// Decodes a snapshot into a state that applies `config`, and the replica addresses.
 pub(crate) fn decode_image(
     bytes: &[u8],

@@ -98,7 +98,7 @@ mod replica;
 mod service;
 mod transport;
 
-pub use codec::CodecError;
+pub use codec::{CodecError, DATA_FORMAT, decode_backup, encode_backup};
 pub use config::{
     DEFAULT_ELECTION_TICKS, DEFAULT_HEARTBEAT_TICKS, DEFAULT_SNAPSHOT_BYTES, DEFAULT_TICK,
     ReplicaConfig, ReplicaConfigError, SINGLE_GROUP, derived_group,

@@ -43,6 +43,9 @@ pub enum ReplicationError {
     /// A background write did not finish.
     #[error("a log write was interrupted: {0}")]
     Interrupted(String),
+    /// A backup cannot be restored here.
+    #[error("{0}")]
+    Restore(String),
     /// The replica's loop panicked (in raft-rs, or in escher): the process exits so that its
     /// supervisor restarts it from its log.
     #[error("the replica's loop panicked: {0}")]
@@ -239,11 +242,18 @@ impl<S: LogStore> Replica<S> {
         transport: Transport,
         persistence: Persistence,
         in_memory: bool,
+        restore: Option<ClusterState>,
     ) -> Result<Replica<S>, ReplicationError> {
         let initial = store.initial_state()?;
         let fresh = !initial.initialized() && store.last_index()? == 0;
+        if restore.is_some() && (!fresh || config.join) {
+            return Err(ReplicationError::Restore(
+                "a backup starts a new group: give --restore an empty --data-dir (and no --join)"
+                    .into(),
+            ));
+        }
         if fresh && !config.join {
-            bootstrap(&config, &store, &state_config)?;
+            bootstrap(&config, &store, &state_config, restore)?;
         }
         let snapshot_index = store.first_index()?.saturating_sub(1);
         let mut snapshot_len = 0;
@@ -850,9 +860,12 @@ fn bootstrap(
     config: &ReplicaConfig,
     store: &impl LogStore,
     state_config: &StateConfig,
+    restore: Option<ClusterState>,
 ) -> Result<(), ReplicationError> {
     let members = config.initial_members();
-    let data = codec::encode_image(&ClusterState::new(state_config.clone()), &members)?;
+    let restored = restore.is_some();
+    let state = restore.unwrap_or_else(|| ClusterState::new(state_config.clone()));
+    let data = codec::encode_image(&state, &members)?;
     let mut conf = ConfState::default();
     conf.set_voters(config.initial_voters());
     let mut snap = Snapshot::default();
@@ -874,6 +887,7 @@ fn bootstrap(
         group = %config.group,
         replica = config.id,
         voters = ?config.initial_voters(),
+        restored,
         "created a new head group"
     );
     Ok(())

@@ -684,6 +684,56 @@ impl Cluster for ClusterService {
         tokio::spawn(super::watch::forward(subscription, tx));
         Ok(Response::new(ReceiverStream::new(rx)))
     }
+
+    type BackupStream = ReceiverStream<Result<wire::BackupChunk, Status>>;
+
+    /// The state as of a linearizable read (every write acknowledged before the call is in
+    /// it), encoded as a snapshot image without the group's addresses (a restore names its own
+    /// replicas), sent in pieces.
+    async fn backup(
+        &self,
+        _request: Request<wire::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        let (image, cluster_id, revision) = self
+            .owner
+            .read(false, |s| {
+                let image = crate::replication::encode_backup(s);
+                (
+                    image,
+                    s.cluster_id().unwrap_or_default().to_string(),
+                    s.revision(),
+                )
+            })
+            .await?;
+        let image = image.map_err(|e| Status::internal(e.to_string()))?;
+        let total = image.len() as u64;
+        tracing::info!(bytes = total, revision, "backup taken");
+        let (tx, rx) = tokio::sync::mpsc::channel(4);
+        tokio::spawn(async move {
+            const CHUNK: usize = 1 << 20;
+            let mut pieces = image.chunks(CHUNK).peekable();
+            let mut first = true;
+            if pieces.peek().is_none() {
+                return;
+            }
+            for piece in pieces {
+                let mut chunk = wire::BackupChunk {
+                    data: piece.to_vec(),
+                    ..Default::default()
+                };
+                if std::mem::take(&mut first) {
+                    chunk.data_format = u32::from(crate::replication::DATA_FORMAT);
+                    chunk.cluster_id = cluster_id.clone();
+                    chunk.revision = revision;
+                    chunk.total_bytes = total;
+                }
+                if tx.send(Ok(chunk)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
 }
 
 impl ClusterService {

@@ -33,6 +33,9 @@ pub struct HeadConfig {
     pub replica: ReplicaConfig,
     /// Where the raft log lives (`--data-dir`); `None` keeps it in memory.
     pub data_dir: Option<PathBuf>,
+    /// A backup to start a new group from (`--restore FILE`, `escher admin snapshot save`):
+    /// only into an empty log.
+    pub restore: Option<PathBuf>,
     /// The group's access file: the bootstrap admin and worker join tokens every call is
     /// checked against (docs/DESIGN.md §10). The default has fresh random tokens, so a head built
     /// from defaults admits nobody who was not given them (`escher_proto::access::registered`
@@ -72,6 +75,7 @@ impl Default for HeadConfig {
             state: StateConfig::default(),
             replica: ReplicaConfig::single(""),
             data_dir: None,
+            restore: None,
             access: AccessFile::generate(Vec::new()),
             tls: None,
             metrics: None,

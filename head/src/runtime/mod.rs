@@ -95,6 +95,14 @@ pub enum HeadError {
     /// The gRPC server failed.
     #[error("gRPC server failed: {0}")]
     Transport(#[from] tonic::transport::Error),
+    /// The backup to restore from cannot be used.
+    #[error("cannot restore from {path}: {why}")]
+    Restore {
+        /// The backup file.
+        path: std::path::PathBuf,
+        /// Why.
+        why: String,
+    },
     /// The address file could not be written.
     #[error("cannot write the address file {path}: {source}")]
     AddressFile {
@@ -103,6 +111,29 @@ pub enum HeadError {
         /// Why.
         source: std::io::Error,
     },
+}
+
+/// The state a backup file holds, checked (format, length, checksum, data format).
+fn read_restore(
+    path: &std::path::Path,
+    config: &HeadConfig,
+) -> Result<crate::state::ClusterState, HeadError> {
+    let failed = |why: String| HeadError::Restore {
+        path: path.to_path_buf(),
+        why,
+    };
+    let (header, image) =
+        escher_proto::backup::read_backup(path).map_err(|e| failed(e.to_string()))?;
+    let state = crate::replication::decode_backup(&image, config.state.clone())
+        .map_err(|e| failed(e.to_string()))?;
+    tracing::info!(
+        path = %path.display(),
+        cluster = %header.cluster_id,
+        revision = header.revision,
+        bytes = header.total_bytes,
+        "restoring the head group's state from a backup"
+    );
+    Ok(state)
 }
 
 /// Writes `url` to `path` through a temporary file and a rename.
@@ -242,6 +273,10 @@ async fn serve<S: crate::replication::LogStore>(
         tracker.clone(),
         peers.clone(),
     );
+    let restore = match &config.restore {
+        Some(path) => Some(read_restore(path, &config)?),
+        None => None,
+    };
     let replica = Replica::open(
         replica_config.clone(),
         store,
@@ -249,7 +284,15 @@ async fn serve<S: crate::replication::LogStore>(
         transport_out,
         persistence,
         in_memory,
-    )?;
+        restore,
+    )
+    .map_err(|e| match (&config.restore, e) {
+        (Some(path), ReplicationError::Restore(why)) => HeadError::Restore {
+            path: path.clone(),
+            why,
+        },
+        (_, e) => e.into(),
+    })?;
     if let Some(file) = &config.address_file {
         // Only now, with the log open and its identity checked; write then rename, so a
         // reader never sees a half-written file.

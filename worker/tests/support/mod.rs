@@ -339,6 +339,13 @@ impl WorkerLink for Services {
 #[tonic::async_trait]
 impl Cluster for Services {
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
+    type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;
+    async fn backup(
+        &self,
+        _: Request<wire::BackupRequest>,
+    ) -> Result<Response<Self::BackupStream>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     type SubmitStreamStream = tokio_stream::Empty<Result<wire::SubmitStreamReply, Status>>;
     async fn submit_stream(
         &self,

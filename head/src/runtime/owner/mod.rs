@@ -292,6 +292,7 @@ pub(super) fn test_owner() -> Owner<crate::replication::MemLog> {
         transport,
         Persistence::Inline,
         true,
+        None,
     )
     .expect("a group of one opens in memory");
     Owner::new(replica, config, keys, Arc::new(Metrics::default()))
