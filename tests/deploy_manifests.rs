@@ -38,6 +38,27 @@ fn run(command: &mut Command) -> Output {
         .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"))
 }
 
+/// Like [`run`], killing the command (and failing) if it runs longer than `limit`.
+fn run_for(command: &mut Command, limit: Duration) -> Output {
+    let shown = format!("{command:?}");
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {shown}: {e}"));
+    let deadline = Instant::now() + limit;
+    while child.try_wait().expect("waiting for a child").is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{shown} did not finish within {limit:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().expect("the output of a child")
+}
+
 fn text(output: &Output) -> String {
     format!(
         "{}{}",
@@ -412,10 +433,13 @@ fn make_access_writes_secrets_a_head_and_a_worker_use() {
             .expect("escher-worker"),
     );
     loop {
-        let out = run(Command::new(procs::binary("escher"))
-            .args(["--head", &url, "nodes"])
-            .env("ESCHER_ACCESS_FILE", replica.join("access.json"))
-            .env_remove("ESCHER_TOKEN"));
+        let out = run_for(
+            &mut Command::new(procs::binary("escher"))
+                .args(["--head", &url, "nodes"])
+                .env("ESCHER_ACCESS_FILE", replica.join("access.json"))
+                .env_remove("ESCHER_TOKEN"),
+            procs::WAIT,
+        );
         if out.status.success() && text(&out).contains("made-access") {
             break;
         }
@@ -427,10 +451,13 @@ fn make_access_writes_secrets_a_head_and_a_worker_use() {
         std::thread::sleep(Duration::from_millis(100));
     }
     // The worker's file is no admin credential.
-    let out = run(Command::new(procs::binary("escher"))
-        .args(["--head", &url, "token", "list"])
-        .env("ESCHER_ACCESS_FILE", secrets.join("worker.json"))
-        .env_remove("ESCHER_TOKEN"));
+    let out = run_for(
+        &mut Command::new(procs::binary("escher"))
+            .args(["--head", &url, "token", "list"])
+            .env("ESCHER_ACCESS_FILE", secrets.join("worker.json"))
+            .env_remove("ESCHER_TOKEN"),
+        procs::WAIT,
+    );
     assert!(
         !out.status.success(),
         "the worker's file listed tokens: {}",
@@ -620,7 +647,7 @@ fn the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
             .join(",")
     );
     let worker_log = dir.path().join("worker.log");
-    let _worker = Killed(
+    let mut worker = Killed(
         Command::new("setpriv")
             .args(["--bounding-set", &bounding, "--no-new-privs"])
             .arg(procs::binary("escher-worker"))
@@ -645,12 +672,15 @@ fn the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
             .expect("setpriv"),
     );
     let escher = |args: &[&str]| {
-        let out = run(Command::new(procs::binary("escher"))
-            .arg("--head")
-            .arg(&url)
-            .args(args)
-            .env("ESCHER_HOME", &home)
-            .env_remove("ESCHER_TOKEN"));
+        let out = run_for(
+            Command::new(procs::binary("escher"))
+                .arg("--head")
+                .arg(&url)
+                .args(args)
+                .env("ESCHER_HOME", &home)
+                .env_remove("ESCHER_TOKEN"),
+            procs::WAIT,
+        );
         assert!(
             out.status.success(),
             "escher {args:?}: {}\nthe worker's log:\n{}",
@@ -659,6 +689,19 @@ fn the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
+    // The worker starts (it refuses to, with --require-isolation, if it cannot change user)
+    // and joins.
+    let deadline = Instant::now() + procs::WAIT;
+    while !escher(&["nodes"]).contains("unit-caps") {
+        if let Some(status) = worker.0.try_wait().expect("the worker's status") {
+            panic!(
+                "the worker exited ({status}) under the unit's capabilities {caps:?}:\n{}",
+                std::fs::read_to_string(&worker_log).unwrap_or_default()
+            );
+        }
+        assert!(Instant::now() < deadline, "the worker did not join");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let submitted = escher(&["submit", "--wait", "--", "id", "-u"]);
     let id = submitted.lines().next().expect("an id").trim().to_string();
     let uid: u32 = escher(&["logs", &id]).trim().parse().expect("a uid");
