@@ -105,6 +105,32 @@ pub(crate) enum Output {
     },
     /// A leader's snapshot replaced the whole state.
     Restored,
+    /// The log's disk is full (`Some`, why): this replica's raft is stalled until its queued
+    /// writes go through, which they do by themselves once space is freed (`None`).
+    DiskFull(Option<String>),
+}
+
+/// A cycle whose writes wait for disk space: its `Ready`, and what the rest of the cycle needs.
+/// The records are queued in the log store; only its sync is tried again.
+struct Stalled {
+    ready: raft::Ready,
+    hard_state: Option<HardState>,
+    snapshot: Option<Snapshot>,
+    syncs: bool,
+    since: std::time::Instant,
+    /// When the sync was last tried.
+    tried: std::time::Instant,
+}
+
+/// How often a stalled replica tries its queued writes again.
+const RETRY_FULL_DISK: std::time::Duration = std::time::Duration::from_millis(250);
+
+impl std::fmt::Debug for Stalled {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stalled")
+            .field("since", &self.since)
+            .finish_non_exhaustive()
+    }
 }
 
 /// One command of an applied raft entry.
@@ -209,6 +235,8 @@ pub(crate) struct Replica<S: LogStore> {
     /// taken after its addition (with the first threshold of 64 MiB, adding a replica to a
     /// group that had not compacted since looped on "not in the ConfState").
     membership_changed: bool,
+    /// A cycle waiting for disk space (see [`Output::DiskFull`]).
+    stalled: Option<Stalled>,
     /// Read tokens waiting for their index to be applied: `(index, token)`.
     reads: BTreeSet<(u64, u64)>,
     role: StateRole,
@@ -303,6 +331,7 @@ impl<S: LogStore> Replica<S> {
             snapshot_len,
             membership_changed: false,
             reads: BTreeSet::new(),
+            stalled: None,
             role: StateRole::Follower,
             leader: 0,
             clock: 0,
@@ -594,8 +623,71 @@ impl<S: LogStore> Replica<S> {
     /// are applied; the commit index learned on the way is written before the next sync and
     /// no snapshot is ever taken above a durable commit index.
     pub(crate) async fn cycle(&mut self, out: &mut Vec<Output>) -> Result<(), ReplicationError> {
+        let (ready, hard_state, snapshot, syncs) = match self.stalled.take() {
+            Some(stalled) if stalled.tried.elapsed() < RETRY_FULL_DISK => {
+                self.stalled = Some(stalled);
+                return Ok(());
+            }
+            Some(mut stalled) => match self.sync_again().await {
+                Ok(()) => {
+                    tracing::info!(
+                        stalled_for = ?stalled.since.elapsed(),
+                        "the raft log's disk has space again: its writes went through"
+                    );
+                    out.push(Output::DiskFull(None));
+                    (
+                        stalled.ready,
+                        stalled.hard_state,
+                        stalled.snapshot,
+                        stalled.syncs,
+                    )
+                }
+                Err(ReplicationError::Log(LogError::NoSpace { .. })) => {
+                    stalled.tried = std::time::Instant::now();
+                    self.stalled = Some(stalled);
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            },
+            None => match self.start_cycle(out).await? {
+                Some(started) => started,
+                None => return Ok(()),
+            },
+        };
+        self.finish_cycle(ready, hard_state, snapshot, syncs, out)
+            .await
+    }
+
+    /// Whether the log's disk is full and raft waits for it.
+    pub(crate) fn stalled(&self) -> bool {
+        self.stalled.is_some()
+    }
+
+    /// Makes the queued writes durable again, after the disk was full.
+    async fn sync_again(&self) -> Result<(), ReplicationError> {
+        match self.persistence {
+            Persistence::Inline => self.store.sync()?,
+            Persistence::Blocking => {
+                let store = self.store.clone();
+                tokio::task::spawn_blocking(move || store.sync())
+                    .await
+                    .map_err(|e| ReplicationError::Interrupted(e.to_string()))??;
+            }
+        }
+        Ok(())
+    }
+
+    /// The first half of a cycle: takes raft's `Ready`, sends what may go before the writes,
+    /// and writes; `None` when there is nothing to do or the disk is full (then the cycle is
+    /// kept in `stalled`).
+    #[allow(clippy::type_complexity)]
+    async fn start_cycle(
+        &mut self,
+        out: &mut Vec<Output>,
+    ) -> Result<Option<(raft::Ready, Option<HardState>, Option<Snapshot>, bool)>, ReplicationError>
+    {
         if !self.node.has_ready() {
-            return Ok(());
+            return Ok(None);
         }
         let mut ready = self.node.ready();
         if let Some(ss) = ready.ss() {
@@ -617,7 +709,36 @@ impl<S: LogStore> Replica<S> {
             ..Writes::default()
         };
         let syncs = writes.sync;
-        self.write(writes).await?;
+        match self.write(writes).await {
+            Ok(()) => {}
+            Err(ReplicationError::Log(e @ LogError::NoSpace { .. })) => {
+                tracing::error!(error = %e, "the raft log's disk is full: this replica refuses writes until space is freed");
+                out.push(Output::DiskFull(Some(e.to_string())));
+                self.stalled = Some(Stalled {
+                    ready,
+                    hard_state,
+                    snapshot,
+                    syncs,
+                    since: std::time::Instant::now(),
+                    tried: std::time::Instant::now(),
+                });
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        }
+        Ok(Some((ready, hard_state, snapshot, syncs)))
+    }
+
+    /// The second half of a cycle, once its writes are durable: applies what committed,
+    /// answers reads, compacts.
+    async fn finish_cycle(
+        &mut self,
+        mut ready: raft::Ready,
+        hard_state: Option<HardState>,
+        snapshot: Option<Snapshot>,
+        syncs: bool,
+        out: &mut Vec<Output>,
+    ) -> Result<(), ReplicationError> {
         if syncs {
             self.durable_commit = self.durable_commit.max(self.unsynced_commit);
         }

@@ -222,8 +222,28 @@ impl DiskLog {
             files.spare = batch.buf;
             return Ok(());
         }
+        let records = batch.buf.len();
         format::push_sync(&mut batch.buf)?;
-        files.active.write(&batch.buf).map_err(|e| self.fail(e))?;
+        if let Err(e) = files.active.write(&batch.buf) {
+            if !is_no_space(&e) {
+                return Err(self.fail(e));
+            }
+            // Nothing of this write counts: the bytes that made it are cut off, and the batch
+            // goes back in front of what was queued since, to be written when space returns.
+            // (An error of fsync itself is never retried: the kernel may have dropped the
+            // pages it could not write.)
+            files.active.truncate_to_len().map_err(|t| self.fail(t))?;
+            batch.buf.truncate(records);
+            let mut pending = lock(&self.inner.pending);
+            batch.buf.append(&mut pending.buf);
+            pending.buf = batch.buf;
+            pending.max_index = pending.max_index.max(batch.max_index);
+            tracing::warn!(dir = %self.inner.dir.display(), error = %e, "the raft log's disk is full: the write is kept and tried again");
+            return Err(LogError::NoSpace {
+                dir: self.inner.dir.clone(),
+                cause: e.to_string(),
+            });
+        }
         let active = files
             .segments
             .last_mut()
@@ -257,6 +277,23 @@ impl DiskLog {
             tracing::warn!(error = %e, "cannot make the removal of old raft log files durable");
         }
     }
+}
+
+/// Whether `e` is a write that failed for want of space (the disk, or the user's quota).
+fn is_no_space(e: &LogError) -> bool {
+    matches!(
+        e,
+        LogError::Io { action: "write", source, .. }
+            if matches!(source.raw_os_error(), Some(code) if code == libc_enospc() || code == libc_edquot())
+    )
+}
+
+fn libc_enospc() -> i32 {
+    nix::errno::Errno::ENOSPC as i32
+}
+
+fn libc_edquot() -> i32 {
+    nix::errno::Errno::EDQUOT as i32
 }
 
 impl fmt::Debug for DiskLog {

@@ -80,6 +80,20 @@ pub enum LogError {
         /// The replica id of this head.
         expected: u64,
     },
+    /// The disk (or quota) of the log is full: the write that failed is kept, nothing of it
+    /// counts, and it is written when space returns. The head refuses writes meanwhile and
+    /// serves reads.
+    #[error(
+        "no space left for the raft log in {}: {cause}; writes are refused until space is freed \
+         there (reads go on), then resume by themselves",
+        dir.display()
+    )]
+    NoSpace {
+        /// The log directory.
+        dir: PathBuf,
+        /// The operating system's error.
+        cause: String,
+    },
     /// A file was written by a format this build does not know.
     #[error(
         "{} is in raft log format {found}, but this escher-head reads format {supported}; run \

@@ -207,6 +207,13 @@ impl ActiveSegment {
         Ok(())
     }
 
+    /// Cuts the file back to the bytes written whole (after a write that failed part way).
+    pub(super) fn truncate_to_len(&mut self) -> Result<(), LogError> {
+        self.file
+            .set_len(self.len)
+            .map_err(LogError::io("truncate", &self.path))
+    }
+
     pub(super) fn seq(&self) -> u64 {
         self.seq
     }

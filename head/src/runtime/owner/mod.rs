@@ -93,6 +93,8 @@ pub(crate) struct Owner<S: LogStore> {
     /// The log lost a write that may have been acknowledged (see [`LogStore::lost_tail`]): the
     /// ids it may have given out are skipped when this replica first leads.
     lost_tail: Option<crate::replication::LostTail>,
+    /// Why the log cannot be written now (its disk is full): writes are refused meanwhile.
+    disk_full: Option<String>,
 }
 
 impl<S: LogStore> Owner<S> {
@@ -124,6 +126,7 @@ impl<S: LogStore> Owner<S> {
             last_prune: Instant::now(),
             leading: false,
             lost_tail: replica.lost_tail(),
+            disk_full: None,
             replica,
         }
     }
@@ -231,6 +234,13 @@ impl<S: LogStore> Owner<S> {
     fn propose(&mut self, command: Command, key: Option<RequestKey>, pending: Pending) {
         if !self.leading {
             pending.fail(self.not_leader());
+            return;
+        }
+        if let Some(why) = &self.disk_full {
+            let replica = self.replica.id();
+            pending.fail(Status::resource_exhausted(format!(
+                "head replica {replica} refuses writes: {why}"
+            )));
             return;
         }
         if self.batch.push(command, key, pending) {

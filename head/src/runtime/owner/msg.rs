@@ -114,11 +114,31 @@ impl<S: LogStore> Owner<S> {
                 reply,
             } => self.propose(command, key, Pending::Reply(reply)),
             Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
+            // A lone head whose disk is full still answers reads: its state holds every write
+            // it acknowledged, and no other replica can have acknowledged more.
+            Msg::Read { job, stale: false }
+                if self.leading && self.replica.stalled() && self.replica.members().len() <= 1 =>
+            {
+                job(Ok(self.replica.state()));
+            }
             Msg::Read { job, stale: false } => {
                 if self.leading {
                     self.reads.push(ReadJob::Query(job));
                 } else {
                     job(Err(self.not_leader()));
+                }
+            }
+            Msg::Wait {
+                ids,
+                num_returns,
+                reply,
+            } if self.leading && self.replica.stalled() && self.replica.members().len() <= 1 => {
+                let state = self.replica.state();
+                match ids.iter().find_map(|id| state.check_known(*id).err()) {
+                    Some(err) => {
+                        let _ = reply.send(Err(crate::runtime::handle::to_status(err)));
+                    }
+                    None => self.waiters.add(state, ids, num_returns, reply),
                 }
             }
             Msg::Wait {

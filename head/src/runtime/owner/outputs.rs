@@ -103,6 +103,9 @@ impl<S: LogStore> Owner<S> {
                     }
                 }
             }
+            Output::DiskFull(why) => {
+                self.disk_full = why;
+            }
             Output::Restored => {
                 self.proposals
                     .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));

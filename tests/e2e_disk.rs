@@ -1,0 +1,228 @@
+//! A full disk (DESIGN §13): a lone durable head whose data directory's file system fills up
+//! refuses writes with a clear error, keeps answering reads, and resumes by itself once space
+//! is freed, without losing a write it acknowledged; the process stays up throughout.
+//!
+//! The file system is a small tmpfs the test mounts (and unmounts) itself, so the test runs as
+//! root, as CI does.
+
+mod procs;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use escher::types::TaskId;
+use escher::{Client, ClientError, Task};
+use procs::{WAIT, binary, eventually};
+
+/// A tmpfs mounted at a temporary directory; unmounted when dropped.
+struct Tmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    fn mount(bytes: u64) -> Tmpfs {
+        let dir = tempfile::tempdir().unwrap();
+        let status = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .status()
+            .expect("mount (the test mounts a tmpfs: it runs as root)");
+        assert!(
+            status.success(),
+            "mount -t tmpfs failed: the test runs as root"
+        );
+        Tmpfs { dir }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+/// Writes zeros to `path` until the file system is full.
+fn fill(path: &Path) {
+    use std::io::Write;
+    let mut file = std::fs::File::create(path).unwrap();
+    let chunk = vec![0u8; 64 * 1024];
+    loop {
+        if file.write_all(&chunk).is_err() {
+            break;
+        }
+    }
+    // What is left of a page: a byte at a time.
+    while file.write_all(&[0]).is_ok() {}
+    let _ = file.sync_all();
+}
+
+struct Head {
+    child: Child,
+}
+
+impl Drop for Head {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start(data: &Path, home: &Path) -> (Head, Client) {
+    let address = home.join("address");
+    let _ = std::fs::remove_file(&address);
+    let child = Command::new(binary("escher-head"))
+        .arg("--listen")
+        .arg("127.0.0.1:0")
+        .arg("--address-file")
+        .arg(&address)
+        .arg("--access-file")
+        .arg(home.join("access.json"))
+        .arg("--data-dir")
+        .arg(data)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let head = Head { child };
+    let url = eventually("the head to write its address", WAIT, || {
+        let text = std::fs::read_to_string(&address).ok();
+        async move { text.filter(|t| !t.trim().is_empty()) }
+    })
+    .await;
+    let url = match url.trim() {
+        u if u.starts_with("http") => u.to_string(),
+        u => format!("http://{u}"),
+    };
+    let access = escher::access::AccessFile::read(&home.join("access.json")).unwrap();
+    let client = eventually("the head to answer", WAIT, || {
+        let (url, token) = (url.clone(), access.admin_token.clone());
+        async move {
+            let client = Client::connect(&url).await.ok()?.with_token(token);
+            client.cluster_status().await.ok()?;
+            Some(client)
+        }
+    })
+    .await;
+    (head, client)
+}
+
+/// Another client of the same head, with the same credentials.
+async fn fresh(client: &Client) -> Client {
+    Client::connect(client.leader_url())
+        .await
+        .unwrap()
+        .with_credentials(client.credentials().clone())
+}
+
+fn pending_task(i: usize) -> Task {
+    // No worker: every task stays pending, and each submit is one write.
+    Task::command(["true"])
+        .name(format!("t{i}"))
+        .resources_str("cpu=1")
+}
+
+#[tokio::test]
+async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
+    let disk = Tmpfs::mount(2 * 1024 * 1024);
+    let home = tempfile::tempdir().unwrap();
+    let data: PathBuf = disk.path().join("data");
+    let (mut head, client) = start(&data, home.path()).await;
+
+    let mut acknowledged: Vec<TaskId> = Vec::new();
+    for i in 0..5 {
+        acknowledged.push(client.submit(pending_task(i)).await.unwrap().id());
+    }
+    fill(&disk.path().join("filler"));
+
+    // The next writes: those that still fit in the file's last page are acknowledged, the
+    // first that does not waits in the stalled log (acknowledged once space returns), and every
+    // later one is refused at once, saying why. (Each from a client of its own: one client's
+    // submissions are answered in order.)
+    let mut in_limbo = Vec::new();
+    let mut refusal = None;
+    for i in 5..200 {
+        let c = fresh(&client).await;
+        let mut submit = tokio::spawn(async move { c.submit(pending_task(i)).await });
+        match tokio::time::timeout(Duration::from_secs(2), &mut submit).await {
+            Ok(Ok(Ok(task))) => acknowledged.push(task.id()),
+            Ok(Ok(Err(err))) => {
+                refusal = Some(err);
+                break;
+            }
+            Ok(Err(join)) => panic!("{join}"),
+            Err(_) => in_limbo.push(submit),
+        }
+    }
+    eprintln!(
+        "acknowledged {}, waiting for space {}",
+        acknowledged.len(),
+        in_limbo.len()
+    );
+    let refusal = refusal.expect("a write refused while the disk is full");
+    let text = refusal.to_string();
+    assert!(text.contains("no space left for the raft log"), "{text}");
+    assert!(text.contains("reads go on"), "{text}");
+    assert!(
+        !matches!(refusal, ClientError::UnknownOutcome { .. }),
+        "a refusal is not an unknown outcome: {text}"
+    );
+    assert!(
+        matches!(head.child.try_wait(), Ok(None)),
+        "the head stays up"
+    );
+
+    // Reads go on, with everything acknowledged.
+    let listed: Vec<TaskId> = client
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    for id in &acknowledged {
+        assert!(listed.contains(id), "{id} in {listed:?}");
+    }
+    client.cluster_status().await.unwrap();
+
+    // Space returns: writes resume by themselves.
+    std::fs::remove_file(disk.path().join("filler")).unwrap();
+    let resumed = eventually("a write to be acknowledged again", WAIT, || {
+        let client = client.clone();
+        async move { client.submit(pending_task(99)).await.ok() }
+    })
+    .await;
+    acknowledged.push(resumed.id());
+    // What waited in the stalled log is acknowledged now.
+    for waiting in in_limbo {
+        let task = tokio::time::timeout(WAIT, waiting)
+            .await
+            .expect("a write that waited for space is answered")
+            .unwrap()
+            .expect("and acknowledged");
+        acknowledged.push(task.id());
+    }
+
+    // Everything acknowledged is on disk: a restart has it.
+    let _ = head.child.kill();
+    let _ = head.child.wait();
+    drop(head);
+    let (_head, client) = start(&data, home.path()).await;
+    let listed: Vec<TaskId> = client
+        .list_tasks(None, None)
+        .await
+        .unwrap()
+        .iter()
+        .map(|t| t.id)
+        .collect();
+    for id in &acknowledged {
+        assert!(
+            listed.contains(id),
+            "{id} lost after the restart: {listed:?}"
+        );
+    }
+}
