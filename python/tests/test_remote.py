@@ -276,3 +276,35 @@ def test_a_new_session_ships_a_large_function_again():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.split() == ["4999", "4999"]
+
+
+def test_a_function_that_ends_its_interpreter_fails_saying_so(cluster):
+    @escher.remote
+    def leave():
+        os._exit(3)
+
+    with pytest.raises(escher.TaskError, match="ended before answering"):
+        leave.remote().result(timeout=60)
+    # The next call gets a fresh interpreter.
+    assert square.remote(3).result(timeout=60) == 9
+
+
+def test_ctrl_c_interrupts_a_get_that_waits():
+    from conftest import run_python
+
+    done = run_python(
+        "import _thread, threading, time, escher\n"
+        "escher.init()\n"
+        "@escher.remote\n"
+        "def forever():\n"
+        "    time.sleep(600)\n"
+        "ref = forever.remote()\n"
+        "threading.Timer(1.0, _thread.interrupt_main).start()\n"
+        "try:\n"
+        "    escher.get(ref)\n"
+        "except KeyboardInterrupt:\n"
+        "    print('interrupted')\n"
+        "    escher.cancel(ref)\n"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "interrupted" in done.stdout
