@@ -73,10 +73,12 @@ class TaskCancelledError(TaskError):
 
 def init(address: Optional[str] = None, *, token: Optional[str] = None,
          namespace: Optional[str] = None, num_workers: int = 1,
-         resources: Resources = None, ignore_reinit_error: bool = False) -> "ClusterInfo":
+         resources: Resources = None, num_heads: int = 1,
+         ignore_reinit_error: bool = False) -> "ClusterInfo":
     """Starts an embedded cluster, or connects to a running one.
 
-    With no ``address`` (and no ``ESCHER_HEAD``), starts a head and ``num_workers`` workers in
+    With no ``address`` (and no ``ESCHER_HEAD``), starts a head (a raft group of
+    ``num_heads`` replicas, whose leader the client follows) and ``num_workers`` workers in
     this process (each with ``resources``, default ``cpu=4,memory=4096``, and Python slots
     that run remote functions in warm interpreters of this Python) and stops them at exit.
     With an ``address`` (``http://HOST:7600``, or several, comma-separated, for a replicated
@@ -102,7 +104,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
                 )
             # The workers of the embedded cluster run Python tasks with this very interpreter.
             os.environ.setdefault("ESCHER_PYTHON", sys.executable)
-            _session = _escher.start_local(num_workers, _resources_text(resources))
+            _session = _escher.start_local(num_workers, _resources_text(resources), num_heads)
         else:
             _session = _escher.connect(address, token, namespace)
         return ClusterInfo(_session)

@@ -49,14 +49,21 @@ fn parse_set(text: &str, what: &str) -> PyResult<ResourceSet> {
     })
 }
 
-/// Starts an embedded cluster (a head and `workers` workers in this process) and connects.
+/// Starts an embedded cluster (a head, or a raft group of `heads` replicas, and `workers`
+/// workers in this process) and connects.
 #[pyfunction]
-#[pyo3(signature = (workers=1, resources=None))]
+#[pyo3(signature = (workers=1, resources=None, heads=1))]
 pub(crate) fn start_local(
     py: Python<'_>,
     workers: usize,
     resources: Option<String>,
+    heads: usize,
 ) -> PyResult<Session> {
+    if heads == 0 {
+        return Err(InvalidArgumentError::new_err(
+            "an embedded cluster needs at least one head replica (num_heads=1 or more)",
+        ));
+    }
     if workers == 0 {
         return Err(InvalidArgumentError::new_err(
             "an embedded cluster needs at least one worker (num_workers=1 or more)",
@@ -67,7 +74,7 @@ pub(crate) fn start_local(
         _ => ResourceSet::new(),
     };
     let started = wait_for(py, async move {
-        let mut builder = LocalCluster::builder().no_workers();
+        let mut builder = LocalCluster::builder().heads(heads).no_workers();
         for _ in 0..workers {
             builder = builder.worker(set.clone());
         }

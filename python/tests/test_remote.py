@@ -308,3 +308,19 @@ def test_ctrl_c_interrupts_a_get_that_waits():
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "interrupted" in done.stdout
+
+
+def test_an_embedded_replicated_head_runs_remote_functions():
+    from conftest import run_python
+
+    done = run_python(
+        "import escher\n"
+        "info = escher.init(num_heads=3, num_workers=1)\n"
+        "print(len(info.head_url.split(',')))\n"
+        "@escher.remote\n"
+        "def double(x):\n"
+        "    return 2 * x\n"
+        "print(escher.get([double.remote(i) for i in range(3)]))\n"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split("\n")[:2] == ["3", "[0, 2, 4]"], done.stdout
