@@ -434,7 +434,7 @@ fn make_access_writes_secrets_a_head_and_a_worker_use() {
     );
     loop {
         let out = run_for(
-            &mut Command::new(procs::binary("escher"))
+            Command::new(procs::binary("escher"))
                 .args(["--head", &url, "nodes"])
                 .env("ESCHER_ACCESS_FILE", replica.join("access.json"))
                 .env_remove("ESCHER_TOKEN"),
@@ -452,7 +452,7 @@ fn make_access_writes_secrets_a_head_and_a_worker_use() {
     }
     // The worker's file is no admin credential.
     let out = run_for(
-        &mut Command::new(procs::binary("escher"))
+        Command::new(procs::binary("escher"))
             .args(["--head", &url, "token", "list"])
             .env("ESCHER_ACCESS_FILE", secrets.join("worker.json"))
             .env_remove("ESCHER_TOKEN"),
