@@ -141,14 +141,11 @@ impl Scheduler for Orion {
             let model = &self.models[task.model];
             let mem = model.memory_gb(default_batch(task));
             let complementary = |g: &GpuState| {
-                g.running.iter().all(|r| {
-                    self.models[r.model].compute_intensive() != model.compute_intensive()
-                })
+                g.running
+                    .iter()
+                    .all(|r| self.models[r.model].compute_intensive() != model.compute_intensive())
             };
-            let Some(gpu) = view
-                .iter()
-                .position(|g| g.fits(mem) && complementary(g))
-            else {
+            let Some(gpu) = view.iter().position(|g| g.fits(mem) && complementary(g)) else {
                 break;
             };
             let task = self.be.pop_front().expect("front");

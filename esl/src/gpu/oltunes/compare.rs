@@ -12,7 +12,7 @@ use super::baselines::{Mlaas, Orion};
 use super::predictor::{Predictor, Retrain, Sample, accuracy};
 use super::sched::OlTunes;
 use super::sim::{Scheduler, Trace, simulate};
-use super::task::{GpuType, Model, Pattern, Task, models, testbed, workload};
+use super::task::{GpuType, Model, Pattern, Task, models, testbed, workload_at};
 
 /// Seconds the schedulers get after the last arrival to finish; a task unfinished by then
 /// counts as an SLO violation (Orion's "indefinite waiting").
@@ -170,9 +170,14 @@ fn metrics(name: &str, trace: &Trace, tasks: &[Task], models: &[Model]) -> Metri
 /// Runs OLTunes, MLaaS and Orion on the paper's testbed (Table 5) over `secs` seconds of
 /// `pattern` (Table 7's rates), seeded; in that order.
 pub fn compare(pattern: Pattern, secs: u64, seed: u64) -> Vec<Metrics> {
+    compare_at(pattern, secs, seed, 1.0)
+}
+
+/// [`compare`] at `load` times Table 7's rates.
+pub fn compare_at(pattern: Pattern, secs: u64, seed: u64, load: f64) -> Vec<Metrics> {
     let models = models();
     let gpus = testbed();
-    let tasks = workload(pattern, secs, seed);
+    let tasks = workload_at(pattern, secs, seed, load);
     let horizon = (secs + DRAIN_S) * 1000;
     let mut schedulers: Vec<Box<dyn Scheduler>> = vec![
         Box::new(OlTunes::new(
@@ -277,4 +282,36 @@ pub fn predictor_accuracy(train: usize, test: usize, seed: u64) -> (f64, f64, f6
         / test as f64)
         .sqrt();
     (rmse, r2, mean_rmse)
+}
+
+/// One run of [`compare_at`]: its workload and the three schedulers' metrics.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    /// Arrival pattern.
+    pub pattern: Pattern,
+    /// Times Table 7's rates.
+    pub load: f64,
+    /// Seed.
+    pub seed: u64,
+    /// OLTunes, MLaaS, Orion.
+    pub rows: Vec<Metrics>,
+}
+
+/// What the benchmark harness runs: every pattern at each of `loads`, for each of `seeds`,
+/// `secs` seconds of arrivals each.
+pub fn runs(loads: &[f64], seeds: &[u64], secs: u64) -> Vec<Run> {
+    let mut out = Vec::new();
+    for pattern in [Pattern::Uniform, Pattern::Poisson, Pattern::Bursty] {
+        for &load in loads {
+            for &seed in seeds {
+                out.push(Run {
+                    pattern,
+                    load,
+                    seed,
+                    rows: compare_at(pattern, secs, seed, load),
+                });
+            }
+        }
+    }
+    out
 }

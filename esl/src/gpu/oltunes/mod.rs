@@ -46,6 +46,6 @@ pub mod tuner;
 #[cfg(test)]
 mod tests;
 
-pub use compare::{Metrics, compare, table};
+pub use compare::{Metrics, Run, compare, compare_at, runs, table};
 pub use sched::OlTunes;
 pub use task::{Class, GpuType, Pattern, Task};

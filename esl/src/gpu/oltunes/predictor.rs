@@ -215,7 +215,10 @@ impl Encoder {
         let mut x = Vec::with_capacity(8);
         x.push((i + model, 1.0));
         i += self.models.len();
-        let b = BATCHES.iter().position(|v| *v >= batch).unwrap_or(BATCHES.len() - 1);
+        let b = BATCHES
+            .iter()
+            .position(|v| *v >= batch)
+            .unwrap_or(BATCHES.len() - 1);
         x.push((i + b, 1.0));
         i += BATCHES.len();
         let bin = |gb: f64| ((gb / 2.0).round() as usize).min(MEM_BINS - 1);

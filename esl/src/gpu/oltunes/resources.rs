@@ -13,7 +13,9 @@
 //!
 //! **Needs from the cluster.** `set_resources`.
 
-use escher_proto::types::{Amount, Capacity, CapacityOp, NodeId, NodeSpec, ResourceName, ResourceUpdate};
+use escher_proto::types::{
+    Amount, Capacity, CapacityOp, NodeId, NodeSpec, ResourceName, ResourceUpdate,
+};
 
 use super::task::GpuType;
 use crate::policy::er_name;
@@ -142,7 +144,10 @@ mod tests {
             .filter(|t| running.iter().any(|(r, _)| r == *t))
             .collect();
         assert_eq!(started.len(), 2, "{running:?}");
-        assert!(running.iter().all(|(_, n)| *n == a), "pinned to the A30's node");
+        assert!(
+            running.iter().all(|(_, n)| *n == a),
+            "pinned to the A30's node"
+        );
         // SM% binds too: two tasks of 60% on the A100 (40 GB) cannot co-run.
         let big_sm = res.spec(1, 5.0, 60.0).unwrap();
         let ids = cluster
@@ -150,7 +155,10 @@ mod tests {
             .await
             .unwrap();
         let running = cluster.running();
-        let on_b = ids.iter().filter(|t| running.iter().any(|(r, _)| r == *t)).count();
+        let on_b = ids
+            .iter()
+            .filter(|t| running.iter().any(|(r, _)| r == *t))
+            .count();
         assert_eq!(on_b, 1);
         assert!(res.spec(2, 1.0, 1.0).is_err());
         res.dissolve().await.unwrap();

@@ -92,7 +92,7 @@ pub struct OlTunes {
     main: Vec<Task>,
     q_lc: Vec<Queued>,
     q_to: Vec<Queued>,
-    group: Option<Group>,
+    groups: Vec<Group>,
     /// `W_time`, ms.
     pub w_time: u64,
     /// `batch_size_max`.
@@ -124,7 +124,7 @@ impl OlTunes {
             main: Vec::new(),
             q_lc: Vec::new(),
             q_to: Vec::new(),
-            group: None,
+            groups: Vec::new(),
             w_time: W_MIN_MS,
             batch_size_max: MAX_COLOCATED,
             t_last_batch: 0,
@@ -180,22 +180,29 @@ impl OlTunes {
         self.q_to.sort_by(key);
     }
 
-    /// `getResources` (Algorithm 3, lines 1–6): empty GPUs, else those more than 80% free or
-    /// whose longest task is more than 80% done; the lowest utilization. Ours: only GPUs of a
-    /// type some queued task has in its top-2 (otherwise an idle GPU no task wants would hold
-    /// the loop for a whole window).
-    fn target(&self, gpus: &[GpuState], claimed: &[usize]) -> Option<usize> {
-        let wanted = |g: &GpuState| {
-            self.q_lc
-                .iter()
-                .chain(&self.q_to)
-                .any(|q| q.cands.top.contains(&g.ty))
-        };
+    /// Tasks and GB of the open groups on GPU `gpu`, other than group `except`.
+    fn pending(&self, gpu: usize, except: Option<usize>) -> (usize, f64) {
+        self.groups
+            .iter()
+            .enumerate()
+            .filter(|(i, g)| g.gpu == gpu && Some(*i) != except)
+            .flat_map(|(_, g)| &g.members)
+            .fold((0, 0.0), |(n, m), (_, r)| (n + 1, m + r.mem_gb))
+    }
+
+    /// `getResources` (Algorithm 3, lines 1–6) for a task: empty GPUs, else those more than
+    /// 80% free or whose longest task is more than 80% done; the lowest utilization. Ours: only
+    /// GPUs of a type in the task's top-2 (the paper picks the GPU first and then the tasks
+    /// that list it; an idle GPU no queued task lists would then hold the loop for a whole
+    /// window), with room for one more task besides the open groups bound there.
+    fn target(&self, task: &Queued, gpus: &[GpuState]) -> Option<usize> {
         let pick = |ok: &dyn Fn(&GpuState) -> bool| {
             gpus.iter()
                 .enumerate()
                 .filter(|(i, g)| {
-                    ok(g) && wanted(g) && g.running.len() < MAX_COLOCATED && !claimed.contains(i)
+                    ok(g)
+                        && task.cands.top.contains(&g.ty)
+                        && g.running.len() + self.pending(*i, None).0 < MAX_COLOCATED
                 })
                 .min_by(|(_, a), (_, b)| a.utilization().total_cmp(&b.utilization()))
                 .map(|(i, _)| i)
@@ -203,60 +210,87 @@ impl OlTunes {
         pick(&|g| g.running.is_empty()).or_else(|| {
             pick(&|g| {
                 g.free_gb() > AVAILABLE_SHARE * g.ty.memory_gb()
-                    || g
-                        .running
-                        .iter()
-                        .map(|r| r.progress())
-                        .fold(1.0, f64::min)
-                        > AVAILABLE_SHARE
+                    || g.running.iter().map(|r| r.progress()).fold(1.0, f64::min) > AVAILABLE_SHARE
             })
         })
     }
 
-    /// Fills the current group from `Q_LC`, then `Q_TO` (Algorithm 2, lines 12–20).
-    fn fill(&mut self, now: u64, gpus: &[GpuState]) {
-        let Some(group) = self.group.as_mut() else {
-            return;
-        };
-        let ty = gpus[group.gpu].ty;
-        let room = MAX_COLOCATED - gpus[group.gpu].running.len();
-        for q in [&mut self.q_lc, &mut self.q_to] {
-            let mut i = 0;
-            while i < q.len() {
-                let mem_curr: f64 = group.members.iter().map(|(_, r)| r.mem_gb).sum();
-                if now.saturating_sub(self.t_last_batch) >= self.w_time
-                    && !group.members.is_empty()
-                    || group.members.len() >= self.batch_size_max.min(room)
-                {
-                    return;
-                }
-                let cand = &q[i];
-                let record = cand.cands.best_on(ty);
-                let fits = record.is_some_and(|r| {
-                    group.limit_gb - mem_curr - r.mem_gb > MIN_MEM_GB && {
-                        let ms: Vec<&Model> = group
-                            .members
-                            .iter()
-                            .map(|(m, _)| &self.models[m.task.model])
-                            .collect();
-                        is_affinity_high(&self.models[cand.task.model], &ms)
-                    }
+    /// Whether `q` may join `group` (Algorithm 2 line 16 and `fitForBatch`): memory left over
+    /// `min_mem`, fewer than `batch_size_max` tasks, the GPU in its top-2, high affinity.
+    fn fits(
+        &self,
+        q: &Queued,
+        group: &Group,
+        index: Option<usize>,
+        gpus: &[GpuState],
+    ) -> Option<Record> {
+        let g = &gpus[group.gpu];
+        let room = MAX_COLOCATED.saturating_sub(g.running.len() + self.pending(group.gpu, index).0);
+        if group.members.len() >= self.batch_size_max.min(room) {
+            return None;
+        }
+        let r = q.cands.best_on(g.ty)?;
+        let mem_curr: f64 = group.members.iter().map(|(_, r)| r.mem_gb).sum();
+        if group.limit_gb - mem_curr - r.mem_gb <= MIN_MEM_GB {
+            return None;
+        }
+        let ms: Vec<&Model> = group
+            .members
+            .iter()
+            .map(|(m, _)| &self.models[m.task.model])
+            .collect();
+        is_affinity_high(&self.models[q.task.model], &ms).then_some(r)
+    }
+
+    fn full(&self, group: &Group, index: usize, gpus: &[GpuState]) -> bool {
+        let room = MAX_COLOCATED
+            .saturating_sub(gpus[group.gpu].running.len() + self.pending(group.gpu, Some(index)).0);
+        let mem_curr: f64 = group.members.iter().map(|(_, r)| r.mem_gb).sum();
+        group.members.len() >= self.batch_size_max.min(room)
+            || group.limit_gb - mem_curr <= 2.0 * MIN_MEM_GB
+    }
+
+    /// Fills the window's groups from `Q_LC`, then `Q_TO` (Algorithm 2, lines 12–20): each
+    /// task, by priority, joins the first open group it fits, or opens one on its target GPU.
+    fn fill(&mut self, gpus: &[GpuState]) {
+        for lc in [true, false] {
+            let mut queue = std::mem::take(if lc { &mut self.q_lc } else { &mut self.q_to });
+            let mut left = Vec::with_capacity(queue.len());
+            for q in queue.drain(..) {
+                let joined = (0..self.groups.len()).find_map(|i| {
+                    self.fits(&q, &self.groups[i], Some(i), gpus)
+                        .map(|r| (i, r))
                 });
-                match (fits, record) {
-                    (true, Some(r)) => {
-                        let q = q.remove(i);
-                        group.members.push((q, r));
-                    }
-                    _ => i += 1,
+                if let Some((i, r)) = joined {
+                    self.groups[i].members.push((q, r));
+                    continue;
                 }
+                let opened = self.target(&q, gpus).and_then(|gpu| {
+                    let group = Group {
+                        gpu,
+                        limit_gb: gpus[gpu].free_gb() - self.pending(gpu, None).1,
+                        members: Vec::new(),
+                    };
+                    self.fits(&q, &group, None, gpus).map(|r| (group, r))
+                });
+                match opened {
+                    Some((mut group, r)) => {
+                        group.members.push((q, r));
+                        self.groups.push(group);
+                    }
+                    None => left.push(q),
+                }
+            }
+            if lc {
+                self.q_lc = left;
+            } else {
+                self.q_to = left;
             }
         }
     }
 
-    fn submit(&mut self, gpus: &[GpuState], out: &mut Vec<Launch>) {
-        let Some(group) = self.group.take() else {
-            return;
-        };
+    /// Auto-tunes a group (if memory is left) and assigns it.
+    fn submit(&mut self, group: Group, gpus: &[GpuState], out: &mut Vec<Launch>) {
         let ty = gpus[group.gpu].ty;
         let mem_curr: f64 = group.members.iter().map(|(_, r)| r.mem_gb).sum();
         let mut tuning: Vec<(bool, &Candidates, Record)> = group
@@ -291,44 +325,39 @@ impl Scheduler for OlTunes {
         self.main.push(task.clone());
     }
 
+    /// One pass of Algorithm 2's loop: queues sorted, groups filled; a full group is
+    /// assigned at once (Fig. 9's b4), the others when the window `W_time` since the last
+    /// submission ends (Fig. 9's "Submit"), after which the window is adjusted to the load.
     fn step(&mut self, now: u64, gpus: &[GpuState], out: &mut Vec<Launch>) {
         self.dispatch_main();
-        let mut claimed = Vec::new();
-        loop {
-            if self.group.is_none() {
-                let Some(gpu) = self.target(gpus, &claimed) else {
-                    break;
-                };
-                self.group = Some(Group {
-                    gpu,
-                    limit_gb: gpus[gpu].free_gb(),
-                    members: Vec::new(),
-                });
-            }
-            self.fill(now, gpus);
-            let group = self.group.as_ref().expect("set above");
-            let room = MAX_COLOCATED - gpus[group.gpu].running.len();
-            let full = group.members.len() >= self.batch_size_max.min(room);
-            let expired = now.saturating_sub(self.t_last_batch) >= self.w_time;
-            if group.members.is_empty() {
-                if expired {
-                    // Nothing fit this GPU within the window: choose again next tick.
-                    self.group = None;
-                }
-                break;
-            }
-            if !(full || expired) {
-                break;
-            }
-            claimed.push(group.gpu);
-            self.submit(gpus, out);
-            self.t_last_batch = now;
+        self.fill(gpus);
+        let expired = now.saturating_sub(self.t_last_batch) >= self.w_time;
+        let ready: Vec<bool> = (0..self.groups.len())
+            .map(|i| expired || self.full(&self.groups[i], i, gpus))
+            .collect();
+        let (go, wait): (Vec<(Group, bool)>, Vec<(Group, bool)>) = std::mem::take(&mut self.groups)
+            .into_iter()
+            .zip(ready)
+            .partition(|(_, r)| *r);
+        self.groups = wait.into_iter().map(|(g, _)| g).collect();
+        let go: Vec<Group> = go.into_iter().map(|(g, _)| g).collect();
+        for group in go {
+            self.submit(group, gpus, out);
             self.batch_size_max = (self.batch_size_max + 1).min(MAX_COLOCATED);
-            if self.q_lc.is_empty() && self.q_to.is_empty() {
-                break;
-            }
         }
-        self.w_time = adjust_window(self.q_lc.len(), self.q_to.len(), self.w_time);
+        if expired {
+            // The load: LC and TO tasks waiting, in the queues and in open groups (ours: the
+            // paper counts the queues, which hold every waiting task in its loop).
+            let grouped = self.groups.iter().flat_map(|g| &g.members);
+            let lc = self.q_lc.len()
+                + grouped
+                    .clone()
+                    .filter(|(q, _)| q.task.class() == Class::Lc)
+                    .count();
+            let to = self.q_to.len() + grouped.filter(|(q, _)| q.task.class() == Class::To).count();
+            self.t_last_batch = now;
+            self.w_time = adjust_window(lc, to, self.w_time);
+        }
     }
 
     /// `feedback` (Algorithm 3, lines 20–22): the task goes back to `Q_LC` with a higher

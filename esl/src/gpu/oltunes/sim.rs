@@ -206,10 +206,8 @@ pub fn simulate(
             let ms: Vec<&Model> = g.running.iter().map(|r| &models[r.model]).collect();
             let factors: Vec<f64> = (0..ms.len())
                 .map(|i| {
-                    let others: Vec<&Model> = (0..ms.len())
-                        .filter(|j| *j != i)
-                        .map(|j| ms[j])
-                        .collect();
+                    let others: Vec<&Model> =
+                        (0..ms.len()).filter(|j| *j != i).map(|j| ms[j]).collect();
                     interference(ms[i], &others)
                 })
                 .collect();
