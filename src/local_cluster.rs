@@ -97,6 +97,7 @@ pub struct LocalClusterBuilder {
     grace: Duration,
     gpus: GpuSettings,
     task_users: TaskUsers,
+    task_cgroups: bool,
 }
 
 impl Default for LocalClusterBuilder {
@@ -113,6 +114,7 @@ impl Default for LocalClusterBuilder {
                 latency_scale: 0.01,
             },
             task_users: TaskUsers::Off,
+            task_cgroups: true,
         }
     }
 }
@@ -222,6 +224,13 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Whether the workers give each command task a cgroup of its own where they may create
+    /// one (default: yes; see `escher-worker --no-task-cgroups`).
+    pub fn task_cgroups(mut self, on: bool) -> Self {
+        self.task_cgroups = on;
+        self
+    }
+
     /// Starts the head (or its replicas) and the workers and waits until every worker has
     /// registered.
     pub async fn start(self) -> Result<LocalCluster, LocalClusterError> {
@@ -288,6 +297,7 @@ impl LocalClusterBuilder {
             functions: self.functions.clone(),
             grace: self.grace,
             task_users: self.task_users,
+            task_cgroups: self.task_cgroups,
             gpus: self.gpus,
         };
         for spec in self.workers {
@@ -327,6 +337,7 @@ pub struct LocalCluster {
     grace: Duration,
     gpus: GpuSettings,
     task_users: TaskUsers,
+    task_cgroups: bool,
 }
 
 /// How long a worker may take to register.
@@ -443,6 +454,7 @@ impl LocalCluster {
             .discover_gpus(self.gpus.discover)
             .sim_mig_latency(scaled_latency(self.gpus.latency_scale))
             .task_users(self.task_users)
+            .task_cgroups(self.task_cgroups)
             .functions(&self.functions);
         for gpu in spec.sim_gpus {
             builder = builder.sim_gpu(gpu);

@@ -117,6 +117,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Whether each command task gets a cgroup of its own where the worker may create one
+    /// (default: yes).
+    pub fn task_cgroups(mut self, on: bool) -> Self {
+        self.config.task_cgroups = on;
+        self
+    }
+
     /// Refuse to build unless command tasks run as users of their own.
     pub fn require_isolation(mut self, require: bool) -> Self {
         self.config.require_isolation = require;
@@ -295,6 +302,7 @@ impl WorkerBuilder {
             labels,
             log_dir,
             isolation,
+            task_cgroups: config.task_cgroups,
             pass_env: config.pass_env,
             log_retention: config.log_retention,
             token: config.token,

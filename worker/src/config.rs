@@ -83,6 +83,9 @@ pub struct WorkerConfig {
     pub task_users: TaskUsers,
     /// Refuse to start unless tasks run as users of their own (`--require-isolation`).
     pub require_isolation: bool,
+    /// Give each command task a cgroup of its own, killed whole, where the worker may create
+    /// one (`--no-task-cgroups` turns it off; see `exec/cgroup.rs`).
+    pub task_cgroups: bool,
     /// Variables of the worker's environment passed to command tasks besides the usual few
     /// (`--pass-env`; see [`PASSED_ENV`](crate::exec::PASSED_ENV)).
     pub pass_env: Vec<String>,
@@ -111,6 +114,7 @@ impl Default for WorkerConfig {
             reconnect_max: DEFAULT_RECONNECT_MAX,
             task_users: TaskUsers::Auto,
             require_isolation: false,
+            task_cgroups: true,
             pass_env: Vec::new(),
         }
     }

@@ -70,6 +70,7 @@ pub struct Worker {
     pub(crate) gpus: Vec<GpuInfo>,
     pub(crate) sim_mig_latency: LatencyModel,
     pub(crate) identity: IdentityStore,
+    pub(crate) task_cgroups: bool,
 }
 
 impl fmt::Debug for Worker {
@@ -160,7 +161,11 @@ impl Worker {
                 "each namespace's tasks run as a user of their own"
             ),
         }
-        let cgroups = match crate::exec::TaskCgroups::discover() {
+        let cgroups = match self
+            .task_cgroups
+            .then(crate::exec::TaskCgroups::discover)
+            .unwrap_or_else(|| Err("turned off (--no-task-cgroups)".into()))
+        {
             Ok(cgroups) => {
                 tracing::info!(root = %cgroups.root().display(), "each command task runs in a cgroup of its own");
                 Some(Arc::new(cgroups))

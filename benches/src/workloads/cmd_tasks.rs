@@ -128,6 +128,31 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         detail["per_uid_runs_tasks_per_s"] = json!(own);
         detail["shared_user_runs_tasks_per_s"] = json!(shared);
     }
+    // A cgroup per command task (what a worker that may create cgroups does, as root does)
+    // against the process group alone, alternating three times on two clusters that differ
+    // only in that: what kernel containment costs.
+    if nix_is_root() {
+        let bare = CmdCluster::start_with(limit, TaskUsers::Off, false).await?;
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            without.push(bare.run(n, limit).await?);
+            with.push(plain.run(n, limit).await?);
+        }
+        bare.shutdown().await;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (without_rate, with_rate) = (median(&mut without), median(&mut with));
+        report.figures.push(Figure::new(
+            "cmd.cgroup_ratio",
+            "a cgroup per task ÷ its process group only (median of 3, alternating)",
+            "×",
+            with_rate / without_rate,
+        ));
+        detail["cgroup_runs_tasks_per_s"] = json!(with);
+        detail["no_cgroup_runs_tasks_per_s"] = json!(without);
+    }
     // Now the files go: the clusters' logs, then the limit's.
     plain.shutdown().await;
     if let Some(cluster) = fenced_cluster {
@@ -152,8 +177,18 @@ impl CmdCluster {
 
     /// The same, its worker running command tasks as `users` says.
     async fn start_as(limit: Duration, users: TaskUsers) -> anyhow::Result<CmdCluster> {
+        CmdCluster::start_with(limit, users, true).await
+    }
+
+    /// The same, with or without a cgroup per command task.
+    async fn start_with(
+        limit: Duration,
+        users: TaskUsers,
+        cgroups: bool,
+    ) -> anyhow::Result<CmdCluster> {
         let cluster = cluster::builder(1, "cpu=8")?
             .task_users(users)
+            .task_cgroups(cgroups)
             .start()
             .await?;
         let client = cluster.client().await?;

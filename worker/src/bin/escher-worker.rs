@@ -105,6 +105,12 @@ struct WorkerArgs {
     #[arg(long)]
     require_isolation: bool,
 
+    /// Hold command tasks by their process group only, without a cgroup of their own (by
+    /// default each gets one where the worker may create it, so that a process that leaves the
+    /// task's process group is still killed with it)
+    #[arg(long)]
+    no_task_cgroups: bool,
+
     /// A variable of the worker's environment to pass to command tasks (repeatable). Tasks get
     /// only PATH, LANG, LANGUAGE, LC_*, TZ, TERM and TMPDIR of it otherwise; escher's own
     /// variables (the worker's token among them) never pass.
@@ -200,6 +206,7 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             log_dir: args.log_dir,
             task_users: args.task_uids,
             require_isolation: args.require_isolation,
+            task_cgroups: !args.no_task_cgroups,
             pass_env: args.pass_env,
             log_retention: LogRetention {
                 max_age: args.log_retention.into(),
