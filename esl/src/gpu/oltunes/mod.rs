@@ -18,7 +18,7 @@
 //! **Construction.** The decisions are pure and run on a simulated heterogeneous cluster
 //! ([`sim`]: the paper's 5 A100, 2 A30 and one RTX 4090; MPS co-location slowed by Table 1's
 //! interference), deterministic for a seed, against the paper's baselines ([`baselines`]:
-//! MLaaS' reserving-and-packing, Orion) in [`compare`]. On an escher cluster a group's
+//! MLaaS' reserving-and-packing, Orion) in [`compare`](mod@compare). On an escher cluster a group's
 //! placement is expressed with ephemeral resources ([`resources`]): each GPU is a pair of
 //! finite resources (its memory in GB and its SM%) on its node, and a task of a group
 //! requests its share of both on the GPU it was assigned, so the core admission-controls what

@@ -335,12 +335,14 @@ impl Scheduler for OlTunes {
         let ready: Vec<bool> = (0..self.groups.len())
             .map(|i| expired || self.full(&self.groups[i], i, gpus))
             .collect();
-        let (go, wait): (Vec<(Group, bool)>, Vec<(Group, bool)>) = std::mem::take(&mut self.groups)
-            .into_iter()
-            .zip(ready)
-            .partition(|(_, r)| *r);
-        self.groups = wait.into_iter().map(|(g, _)| g).collect();
-        let go: Vec<Group> = go.into_iter().map(|(g, _)| g).collect();
+        let mut go = Vec::new();
+        for (group, ready) in std::mem::take(&mut self.groups).into_iter().zip(ready) {
+            if ready {
+                go.push(group);
+            } else {
+                self.groups.push(group);
+            }
+        }
         for group in go {
             self.submit(group, gpus, out);
             self.batch_size_max = (self.batch_size_max + 1).min(MAX_COLOCATED);

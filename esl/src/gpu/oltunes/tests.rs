@@ -296,3 +296,24 @@ fn oltunes_beats_its_baselines_in_the_papers_direction() {
     // Q_LC by feedback and finish.
     assert_eq!(olt.all.unfinished, 0);
 }
+
+/// Three seeds of every pattern at Table 7's rates and at 4× them (the numbers README.md
+/// quotes): at 4× OLTunes violates fewer SLOs than both baselines on every seed and pattern,
+/// and no baseline launch is ever refused. Slow in a debug build, hence ignored; run it with
+/// `cargo test -p escher-esl --lib oltunes::tests::every_pattern -- --ignored --nocapture`.
+#[test]
+#[ignore = "about a minute in a debug build"]
+fn every_pattern_three_seeds() {
+    for run in super::compare::runs(&[1.0, 4.0], &[42, 7, 1], 20) {
+        println!("load {}x, seed {}", run.load, run.seed);
+        println!("{}", table(run.pattern, &run.rows));
+        let (olt, mlaas, orion) = (&run.rows[0], &run.rows[1], &run.rows[2]);
+        assert_eq!(mlaas.refused + orion.refused, 0);
+        if run.load >= 4.0 {
+            assert!(
+                olt.all.slo_violation < mlaas.all.slo_violation.min(orion.all.slo_violation),
+                "{run:#?}"
+            );
+        }
+    }
+}
