@@ -947,3 +947,35 @@ async fn with_no_majority_the_error_says_so_and_what_each_replica_answered() {
     assert!(err.contains("up, no leader known"), "{err}");
     assert!(err.contains("down (the connection was refused)"), "{err}");
 }
+
+/// A task's logs are read through any replica: one that does not lead names the leader, which
+/// the client follows, as for every other call.
+#[tokio::test]
+async fn logs_are_read_through_a_replica_that_does_not_lead() {
+    let cluster = ProcessCluster::builder()
+        .heads(3)
+        .workers(1)
+        .heartbeat_timeout_ms(20_000)
+        .start()
+        .await;
+    let leader = cluster.wait_leader().await;
+    let client = cluster.client().await;
+    let done = client
+        .run(Task::command(["echo", "hello from a task"]), Some(WAIT))
+        .await
+        .unwrap();
+    let follower = (leader + 1) % 3;
+    let urls: Vec<String> = std::iter::once(follower)
+        .chain((0..3).filter(|i| *i != follower))
+        .map(|i| cluster.head_url_of(i))
+        .collect();
+    let through = Client::connect(urls.join(","))
+        .await
+        .unwrap()
+        .with_credentials(cluster.credentials());
+    let out = through
+        .logs(done.id, escher::types::LogStream::Stdout)
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "hello from a task\n");
+}

@@ -26,7 +26,7 @@
 //! retries a lost node's tasks only after a whole heartbeat timeout without a heartbeat, twice
 //! the lease, the task processes are gone first. A worker that resumes or reconnects finds its
 //! tasks killed and reports them as stopped by the fence, with the reason
-//! ([`stopped_since`]); the head counts such an attempt as failed (retried under
+//! (`stopped_since`); the head counts such an attempt as failed (retried under
 //! `max_retries`) or, if it already declared the node lost, ignores the report.
 //!
 //! What this does not cover: a task that leaves its process group (`setsid`) escapes the kill;

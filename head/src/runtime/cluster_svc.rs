@@ -493,6 +493,9 @@ impl Cluster for ClusterService {
         let caller = crate::auth::caller(&request)?;
         let request: TaskLogsRequest = request.into_inner().try_into()?;
         let task = request.task_id;
+        // Only the leader reaches workers' logs: a replica that does not lead answers "not
+        // leader" with the leader's address, which clients follow, as for every other call.
+        self.owner.read(false, |_| ()).await?;
         check_visible(&self.owner, &caller, &[task]).await?;
         let (reply, rx) = tokio::sync::oneshot::channel();
         self.owner.tell(Msg::Logs { request, reply }).await?;
