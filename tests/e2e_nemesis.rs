@@ -19,9 +19,9 @@ mod procs;
 use nemesis::nemeses::Nemesis;
 use nemesis::run::{Schedule, run};
 
-/// The nemeses the CI schedule injects: those escher is expected to survive today with a
-/// clean history. The others run in the soak schedule only, until the fixes of issue 31
-/// land; each is named here with the anomaly it produces (see docs/RELIABILITY.md).
+/// The nemeses the CI schedule injects: those escher survives today with a clean history.
+/// The others run in the soak schedule only, until the fixes of issue 31 land; each is named
+/// here with the anomaly it produces (see docs/RELIABILITY.md).
 const CI_NEMESES: &[Nemesis] = &[
     Nemesis::PartitionWorker,
     Nemesis::PartitionLeader,
@@ -33,8 +33,17 @@ const CI_NEMESES: &[Nemesis] = &[
     Nemesis::PauseLeader,
     Nemesis::PauseWorker,
     Nemesis::KillWorker,
-    Nemesis::KillWorkerProcesses,
-    Nemesis::DiskFull,
+    Nemesis::PkillWorker,
+    // Not yet: Nemesis::KillWorkerAndFence. Killing the worker and its fence supervisor
+    // together (`pkill -9 escher`) leaves the worker's tasks running unfenced while the head
+    // retries them elsewhere after the heartbeat timeout: AttemptsOverlap (soak run of
+    // docs/RELIABILITY.md: a 6.7 s task ran 3.2 s beside its retry). It needs the kernel
+    // container per task of issue 31 (a cgroup killed whole); the soak schedule keeps it.
+    //
+    // Not yet: Nemesis::DiskFull. Once in six soak injections, while replica 3's disk was full
+    // (11.3 s after), a linearizable `cluster_status` read showed the anchor node without the
+    // counter (read 0 while it stood at 2435; the reads before and after agree with the
+    // writes): CounterNotLinearizable. Writes also stalled up to 14.8 s. The soak keeps it.
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

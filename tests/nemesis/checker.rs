@@ -399,6 +399,10 @@ pub fn capacity(h: &History) -> Vec<Anomaly> {
     out
 }
 
+/// How many anomalies one counter may report: after each, the reads that could not be placed
+/// are set aside and the rest checked again, so that one bad read does not hide the next.
+const MAX_COUNTER_ANOMALIES: usize = 10;
+
 /// Every counter's history is linearizable from `initial`.
 pub fn counters(h: &History, initial: i64) -> Vec<Anomaly> {
     let mut by: BTreeMap<&str, Vec<super::history::CounterOp>> = BTreeMap::new();
@@ -406,8 +410,11 @@ pub fn counters(h: &History, initial: i64) -> Vec<Anomaly> {
         by.entry(op.counter.as_str()).or_default().push(op.clone());
     }
     let mut out = Vec::new();
-    for (name, ops) in by {
-        if let Err(e) = check_counter(&ops, initial) {
+    for (name, mut ops) in by {
+        for _ in 0..MAX_COUNTER_ANOMALIES {
+            let Err(e) = check_counter(&ops, initial) else {
+                break;
+            };
             let stuck: Vec<String> = e
                 .stuck_at
                 .iter()
@@ -443,6 +450,17 @@ pub fn counters(h: &History, initial: i64) -> Vec<Anomaly> {
                     e.required
                 ),
             });
+            // Set the unexplained reads aside and look for the next anomaly.
+            let unexplained: BTreeSet<usize> = e.stuck_at.iter().map(|(i, _)| *i).collect();
+            if unexplained.is_empty() {
+                break;
+            }
+            ops = ops
+                .into_iter()
+                .enumerate()
+                .filter(|(i, _)| !unexplained.contains(i))
+                .map(|(_, op)| op)
+                .collect();
         }
     }
     out
@@ -642,5 +660,16 @@ mod tests {
         assert_eq!(rules(&counters(&h, 0)), vec![Rule::CounterNotLinearizable]);
         h.counters[3].outcome = Outcome::Ok(6);
         assert_eq!(counters(&h, 0), vec![]);
+        // One bad read does not hide a second one later.
+        h.counters
+            .push(counter(CounterAction::Read, 70, 80, Outcome::Ok(0)));
+        h.counters
+            .push(counter(CounterAction::Read, 90, 95, Outcome::Ok(6)));
+        h.counters
+            .push(counter(CounterAction::Read, 100, 110, Outcome::Ok(99)));
+        let found = counters(&h, 0);
+        assert_eq!(found.len(), 2, "{found:#?}");
+        assert!(found[0].detail.contains("read 0"), "{found:#?}");
+        assert!(found[1].detail.contains("read 99"), "{found:#?}");
     }
 }

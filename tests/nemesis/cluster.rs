@@ -487,16 +487,22 @@ impl NetCluster {
         }
     }
 
-    /// SIGKILLs every escher process in worker `index`'s host (`escher-worker` and its fence
-    /// supervisor, whatever its process name), as `pkill -9 escher` on that machine would;
-    /// returns their names. The tasks, not being escher's, are left to whatever contains them.
-    pub fn kill_worker_processes(&mut self, index: usize) -> Vec<String> {
+    /// SIGKILLs the processes named `escher-worker` in worker `index`'s host, as `pkill -9
+    /// escher-worker` there would, or with `all` every escher process (its fence supervisor,
+    /// `escher-fence`, too: `pkill -9 escher`); returns their names. The tasks, not being
+    /// escher's, are left to whatever contains them.
+    pub fn kill_worker_processes(&mut self, index: usize, all: bool) -> Vec<String> {
         let host = self.workers[index].host.clone();
         let mut killed = Vec::new();
         for pid in self.net.pids(&host) {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
             let comm = comm.trim();
-            if comm.starts_with("escher") && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
+            let hit = if all {
+                comm.starts_with("escher")
+            } else {
+                comm == "escher-worker"
+            };
+            if hit && kill(Pid::from_raw(pid), Signal::SIGKILL).is_ok() {
                 killed.push(comm.to_string());
             }
         }

@@ -33,9 +33,13 @@ pub enum Nemesis {
     PauseWorker,
     /// kill -9 of a worker's process, restarted (same node) on healing.
     KillWorker,
+    /// `pkill -9 escher-worker` on a worker's host: every process named `escher-worker`
+    /// (the worker; its fence supervisor is named `escher-fence`), restarted on healing.
+    PkillWorker,
     /// kill -9 of every escher process of a worker's host, the worker and its fence
-    /// supervisor alike (`pkill -9 escher`), restarted on healing.
-    KillWorkerProcesses,
+    /// supervisor alike (`pkill -9 escher`), restarted on healing. Only a kernel container
+    /// per task (a cgroup, issue 31) stops the tasks then.
+    KillWorkerAndFence,
     /// The data directory's file system of replica 3 filled; emptied on healing (and the
     /// replica restarted if it exited).
     DiskFull,
@@ -43,7 +47,7 @@ pub enum Nemesis {
 
 impl Nemesis {
     /// Every nemesis.
-    pub const ALL: [Nemesis; 12] = [
+    pub const ALL: [Nemesis; 13] = [
         Nemesis::PartitionWorker,
         Nemesis::PartitionLeader,
         Nemesis::WorkerFromLeader,
@@ -54,7 +58,8 @@ impl Nemesis {
         Nemesis::PauseLeader,
         Nemesis::PauseWorker,
         Nemesis::KillWorker,
-        Nemesis::KillWorkerProcesses,
+        Nemesis::PkillWorker,
+        Nemesis::KillWorkerAndFence,
         Nemesis::DiskFull,
     ];
 
@@ -66,7 +71,8 @@ impl Nemesis {
                 | Nemesis::WorkerFromLeader
                 | Nemesis::PauseWorker
                 | Nemesis::KillWorker
-                | Nemesis::KillWorkerProcesses
+                | Nemesis::PkillWorker
+                | Nemesis::KillWorkerAndFence
         )
     }
 
@@ -83,7 +89,8 @@ impl Nemesis {
             Nemesis::PauseLeader => "pause-leader",
             Nemesis::PauseWorker => "pause-worker",
             Nemesis::KillWorker => "kill-worker",
-            Nemesis::KillWorkerProcesses => "pkill-worker",
+            Nemesis::PkillWorker => "pkill-worker",
+            Nemesis::KillWorkerAndFence => "kill-worker-and-fence",
             Nemesis::DiskFull => "disk-full",
         }
     }
@@ -113,15 +120,15 @@ pub struct Injected {
     target_worker: Option<usize>,
 }
 
-/// Injects `nemesis`; `turn` picks the worker (among all but the anchor).
+/// Injects `nemesis`; a worker nemesis strikes worker `worker` (an index, never the anchor's).
 pub async fn inject(
     cluster: &mut NetCluster,
     nemesis: Nemesis,
-    turn: usize,
+    worker: usize,
 ) -> anyhow::Result<Injected> {
     let heads = cluster.head_hosts();
     let workers = cluster.worker_hosts();
-    let worker = turn % (workers.len() - 1).max(1);
+    anyhow::ensure!(worker + 1 < workers.len(), "worker {worker} is the anchor");
     let leader = if matches!(nemesis, Nemesis::DiskFull) {
         2
     } else {
@@ -197,8 +204,12 @@ pub async fn inject(
             cluster.kill_worker(worker);
             format!("worker w{} killed (-9, its process only)", worker + 1)
         }
-        Nemesis::KillWorkerProcesses => {
-            let killed = cluster.kill_worker_processes(worker);
+        Nemesis::PkillWorker => {
+            let killed = cluster.kill_worker_processes(worker, false);
+            format!("worker w{}: pkill -9 escher-worker: {killed:?}", worker + 1)
+        }
+        Nemesis::KillWorkerAndFence => {
+            let killed = cluster.kill_worker_processes(worker, true);
             format!(
                 "worker w{}: every escher process killed (-9): {killed:?}",
                 worker + 1
@@ -243,7 +254,7 @@ pub async fn heal(cluster: &mut NetCluster, injected: &Injected) -> anyhow::Resu
             let i = injected.target_worker.expect("a worker target");
             cluster.signal_worker(i, Signal::SIGCONT)?;
         }
-        Nemesis::KillWorker | Nemesis::KillWorkerProcesses => {
+        Nemesis::KillWorker | Nemesis::PkillWorker | Nemesis::KillWorkerAndFence => {
             let i = injected.target_worker.expect("a worker target");
             cluster.restart_worker(i).await?;
         }

@@ -403,7 +403,13 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
     let mut windows = Vec::new();
     let mut findings = Vec::new();
     for (turn, nemesis) in schedule.steps.iter().enumerate() {
-        let injected = nemeses::inject(&mut cluster, *nemesis, turn).await;
+        let mut worker = turn % (settings.workers - 1);
+        if nemesis.targets_worker()
+            && let Some(busy) = busy_worker(&cluster, &log, settings.workers - 1).await
+        {
+            worker = busy;
+        }
+        let injected = nemeses::inject(&mut cluster, *nemesis, worker).await;
         let injected = match injected {
             Ok(i) => i,
             Err(e) => {
@@ -547,6 +553,53 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
         findings,
         table,
     })
+}
+
+/// The worker (index, among the first `candidates`) running the most long attempts now (in
+/// their second second or later, still beating), so that a worker fault finds tasks to fence;
+/// waits a few seconds for one, else `None`.
+async fn busy_worker(
+    cluster: &NetCluster,
+    log: &std::path::Path,
+    candidates: usize,
+) -> Option<usize> {
+    let mut nodes = Vec::new();
+    for i in 0..candidates {
+        nodes.push(
+            cluster
+                .node_named(cluster.worker_name(i))
+                .await
+                .ok()
+                .map(|n| n.0),
+        );
+    }
+    for _ in 0..24 {
+        let execs = parse_exec_log(&std::fs::read_to_string(log).ok()?).ok()?;
+        let history = History {
+            execs,
+            ..History::default()
+        };
+        let all = spans(&history);
+        let now = now_us();
+        let mut busiest = (0, None);
+        for (i, node) in nodes.iter().enumerate() {
+            let long = all
+                .iter()
+                .filter(|s| Some(s.node) == *node && !s.ended)
+                .filter(|s| {
+                    now.saturating_sub(s.last) < 600_000 && now.saturating_sub(s.start) > 1_500_000
+                })
+                .count();
+            if long > busiest.0 {
+                busiest = (long, Some(i));
+            }
+        }
+        if busiest.1.is_some() {
+            return busiest.1;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    None
 }
 
 /// The nemesis in force (or last injected) when `at` happened.
