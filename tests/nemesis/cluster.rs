@@ -269,8 +269,9 @@ impl NetCluster {
     /// Waits at most `limit` until the group is whole again: every replica answers with a
     /// role, and every one has applied at least what the group had committed when the wait
     /// began (so a replica that answers but no longer applies anything does not pass).
-    /// Returns the replicas (indexes) that did not get there, with what was seen last.
-    pub async fn wait_group_whole(&self, limit: Duration) -> Result<(), (Vec<usize>, String)> {
+    /// Returns the replicas (indexes) that did not get there, with what was seen last; returns
+    /// at once when a replica's process has exited (to be restarted).
+    pub async fn wait_group_whole(&mut self, limit: Duration) -> Result<(), (Vec<usize>, String)> {
         let deadline = tokio::time::Instant::now() + limit;
         let client = self
             .client()
@@ -313,6 +314,12 @@ impl NetCluster {
                 if behind.is_empty() {
                     return Ok(());
                 }
+            }
+            let exited: Vec<usize> = (0..self.heads.len())
+                .filter(|i| self.head_exited(*i).is_some())
+                .collect();
+            if !exited.is_empty() {
+                return Err((exited, format!("{last}; exited")));
             }
             if tokio::time::Instant::now() > deadline {
                 return Err((behind, last));

@@ -263,8 +263,13 @@ pub async fn heal(cluster: &mut NetCluster, injected: &Injected) -> anyhow::Resu
         }
         _ => {}
     }
+    let healing = std::time::Instant::now();
     restart_exited(cluster, &mut healed).await?;
     if let Err((behind, seen)) = cluster.wait_group_whole(RECOVERY).await {
+        healed.note.push_str(&format!(
+            "{:.1} s after healing: ",
+            healing.elapsed().as_secs_f64()
+        ));
         // An exit during the wait is a clean death, restarted as a supervisor would.
         restart_exited(cluster, &mut healed).await?;
         if cluster.wait_group_whole(RECOVERY).await.is_err() {
