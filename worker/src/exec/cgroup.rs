@@ -3,7 +3,7 @@
 //! A process group holds a task only while its processes stay in it: `setsid`, `setpgid` or a
 //! double fork leaves it, and then no `killpg` reaches them. A cgroup holds every descendant
 //! whatever it does, and `cgroup.kill` (Linux 5.14) SIGKILLs all of them at once. So each command
-//! task gets a cgroup of its own, `task-ID-ATTEMPT`, under one directory per worker,
+//! task gets a cgroup of its own, `slot-K`, under one directory per worker,
 //! `escher-worker-PID-N` (N counts the workers of one process), created inside the worker's own cgroup in the unified (v2) hierarchy (on
 //! a host that mounts cgroup v1 controllers too, the unified hierarchy beside them). When the
 //! task ends, its cgroup is killed and removed; the fence supervisor (`crate::fence`) kills the
@@ -39,6 +39,10 @@ const WORKER_PREFIX: &str = "escher-worker-";
 pub struct TaskCgroups {
     /// `<cgroup2 mount>/<the worker's cgroup>/escher-worker-PID-N`.
     root: PathBuf,
+    /// Empty cgroups, ready for the next task.
+    free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// The number of the next new one.
+    next: std::sync::atomic::AtomicU64,
 }
 
 /// What a task's cgroup measured.
@@ -46,7 +50,8 @@ pub struct TaskCgroups {
 pub struct CgroupUsage {
     /// CPU time of every process the task ran (user and system).
     pub cpu: Duration,
-    /// The most memory it used at once, where the kernel counts it for this cgroup.
+    /// The memory its processes hold, where the kernel counts it for this cgroup (the memory
+    /// controller enabled for it).
     pub peak_memory: Option<u64>,
 }
 
@@ -66,7 +71,11 @@ impl TaskCgroups {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
         }
-        Ok(TaskCgroups { root })
+        Ok(TaskCgroups {
+            root,
+            free: std::sync::Arc::default(),
+            next: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// The directory the task cgroups live in.
@@ -74,30 +83,53 @@ impl TaskCgroups {
         &self.root
     }
 
-    /// A new cgroup for attempt `attempt` of task `task_id`.
-    pub fn create(&self, task_id: u64, attempt: u32) -> io::Result<TaskCgroup> {
-        let path = self.root.join(format!("task-{task_id}-{attempt}"));
-        match fs::create_dir(&path) {
-            Ok(()) => {}
-            // Left by an earlier run of the same attempt in this process (it cannot run
-            // twice here, but a cgroup outlives a kill until it is empty): empty it first.
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => kill_cgroup(&path),
-            Err(e) => return Err(e),
-        }
-        Ok(TaskCgroup { path })
+    /// An empty cgroup for one task: one from the pool, or a new one.
+    pub fn create(&self) -> io::Result<TaskCgroup> {
+        let reused = self
+            .free
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .pop();
+        let path = match reused {
+            Some(path) => path,
+            None => {
+                let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let path = self.root.join(format!("slot-{n}"));
+                fs::create_dir(&path)?;
+                path
+            }
+        };
+        let cpu_before = cpu_usage(&path);
+        Ok(TaskCgroup {
+            path,
+            cpu_before,
+            free: std::sync::Arc::clone(&self.free),
+        })
     }
 }
 
 impl Drop for TaskCgroups {
     fn drop(&mut self) {
+        let free = std::mem::take(
+            &mut *self
+                .free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        );
+        for path in free {
+            let _ = fs::remove_dir(path);
+        }
         let _ = fs::remove_dir(&self.root);
     }
 }
 
-/// One task's cgroup: killed and removed when dropped.
+/// One task's cgroup: killed when dropped, and back in its pool once empty.
 #[derive(Debug)]
 pub struct TaskCgroup {
     path: PathBuf,
+    /// Its CPU time when the task got it.
+    cpu_before: Duration,
+    free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
 }
 
 impl TaskCgroup {
@@ -128,37 +160,58 @@ impl TaskCgroup {
         Ok(())
     }
 
-    /// What the task's processes used so far.
+    /// What the task's processes used so far: CPU time, and the memory they hold now where
+    /// the kernel counts it for this cgroup.
     pub fn usage(&self) -> CgroupUsage {
-        let cpu = fs::read_to_string(self.path.join("cpu.stat"))
+        let cpu = cpu_usage(&self.path).saturating_sub(self.cpu_before);
+        let peak_memory = fs::read_to_string(self.path.join("memory.current"))
             .ok()
-            .and_then(|stat| {
-                stat.lines()
-                    .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-            })
-            .map(Duration::from_micros)
-            .unwrap_or_default();
-        let peak_memory = ["memory.peak", "memory.current"].iter().find_map(|file| {
-            fs::read_to_string(self.path.join(file))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()
-        });
+            .and_then(|text| text.trim().parse().ok());
         CgroupUsage { cpu, peak_memory }
     }
 
     /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
     pub fn kill(&self) {
-        kill_cgroup(&self.path);
+        if populated(&self.path) != Some(false) {
+            kill_cgroup(&self.path);
+        }
     }
 }
 
 impl Drop for TaskCgroup {
     fn drop(&mut self) {
-        kill_cgroup(&self.path);
+        self.kill();
+        if populated(&self.path) == Some(false) {
+            self.free
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(std::mem::take(&mut self.path));
+            return;
+        }
+        // Its processes are still dying: never reused, removed once empty.
         remove(&self.path);
     }
+}
+
+/// Whether the cgroup at `path` holds a process (`cgroup.events`); `None` if unreadable.
+fn populated(path: &Path) -> Option<bool> {
+    let events = fs::read_to_string(path.join("cgroup.events")).ok()?;
+    events
+        .lines()
+        .find_map(|l| l.strip_prefix("populated "))
+        .map(|v| v.trim() != "0")
+}
+
+/// The CPU time of every process that ever ran in the cgroup at `path`.
+fn cpu_usage(path: &Path) -> Duration {
+    fs::read_to_string(path.join("cpu.stat"))
+        .ok()
+        .and_then(|stat| {
+            stat.lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+        })
+        .map(Duration::from_micros)
+        .unwrap_or_default()
 }
 
 /// SIGKILLs every process in the cgroup at `path`: `cgroup.kill` where the kernel has it, else
@@ -240,6 +293,7 @@ fn sweep_dead_workers(parent: &Path) {
         let mut killed = 0;
         for task in tasks.flatten() {
             if task.path().is_dir() {
+                // A slot, busy or free: whatever is in it is a dead worker's.
                 kill_cgroup(&task.path());
                 remove(&task.path());
                 killed += 1;

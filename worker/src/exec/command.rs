@@ -251,16 +251,10 @@ pub async fn run_command(
     // Made before the spawn, so that a task is never started uncontained by a cgroup that
     // could not be made.
     let cgroup = match &opts.cgroups {
-        Some(cgroups) => {
-            Some(
-                cgroups
-                    .create(task_id, attempt)
-                    .map_err(|source| ExecError::Cgroup {
-                        path: cgroups.root().to_path_buf(),
-                        source,
-                    })?,
-            )
-        }
+        Some(cgroups) => Some(cgroups.create().map_err(|source| ExecError::Cgroup {
+            path: cgroups.root().to_path_buf(),
+            source,
+        })?),
         None => None,
     };
     let mut child = command.spawn().map_err(|source| ExecError::Spawn {
