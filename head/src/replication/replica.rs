@@ -59,6 +59,9 @@ pub enum NotAccepted {
     NotLeader(Option<String>),
     /// The membership change makes no sense (the text says why).
     Membership(String),
+    /// The log's disk is full: nothing new goes into raft until its queued writes are durable
+    /// (the text says why).
+    DiskFull(String),
 }
 
 /// What a cycle produced, in order, for the runtime.
@@ -429,6 +432,7 @@ impl<S: LogStore> Replica<S> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
+        self.refuse_while_stalled()?;
         self.clock = self.clock.max(now);
         let entries: Vec<Entry> = commands
             .into_iter()
@@ -480,6 +484,7 @@ impl<S: LogStore> Replica<S> {
         if !self.is_leader() {
             return Err(self.not_leader());
         }
+        self.refuse_while_stalled()?;
         let (id, kind, context) = match change {
             HeadChange::Add { id, address } => {
                 if self.members.contains_key(id) {
@@ -520,12 +525,34 @@ impl<S: LogStore> Replica<S> {
     /// Asks raft to confirm leadership for the reads under `token` (ReadIndex); a
     /// [`Output::ReadReady`] follows once confirmed and applied.
     pub(crate) fn read_index(&mut self, token: u64) {
+        // Stalled, raft takes nothing new (see `refuse_while_stalled`); the read is asked for
+        // again by nobody, so it waits for the next leader's answer or the client's timeout.
+        if self.stalled.is_some() {
+            return;
+        }
         self.node.read_index(token.to_be_bytes().to_vec());
+    }
+
+    /// While the disk is full, raft must not change: the cycle that waits holds raft's
+    /// `Ready`, and raft checks on `advance` that its unstable log is what that `Ready` gave
+    /// out. So proposals are refused, and ticks and peers' messages are dropped (the leader
+    /// sends again; a stalled leader stops heartbeating and the others elect a new one).
+    fn refuse_while_stalled(&self) -> Result<(), NotAccepted> {
+        match &self.stalled {
+            Some(stalled) => Err(NotAccepted::DiskFull(format!(
+                "the raft log's disk has been full for {:.1}s",
+                stalled.since.elapsed().as_secs_f64()
+            ))),
+            None => Ok(()),
+        }
     }
 
     /// Hands raft messages from a peer to the node. `from_address` teaches the address of a
     /// sender not yet known as a member (a replica being added).
     pub(crate) fn step(&mut self, from: u64, from_address: &str, messages: Vec<Message>) {
+        if self.stalled.is_some() {
+            return;
+        }
         if !self.members.contains_key(&from)
             && self.learned.get(&from).map(String::as_str) != Some(from_address)
         {
@@ -596,6 +623,9 @@ impl<S: LogStore> Replica<S> {
 
     /// One raft tick.
     pub(crate) fn tick(&mut self) {
+        if self.stalled.is_some() {
+            return;
+        }
         self.node.tick();
     }
 

@@ -238,7 +238,8 @@ impl DiskLog {
             batch.buf.append(&mut pending.buf);
             pending.buf = batch.buf;
             pending.max_index = pending.max_index.max(batch.max_index);
-            tracing::warn!(dir = %self.inner.dir.display(), error = %e, "the raft log's disk is full: the write is kept and tried again");
+            // Logged once by the replica as it stalls; every retry would repeat it.
+            tracing::debug!(dir = %self.inner.dir.display(), error = %e, "the raft log's disk is full: the write is kept and tried again");
             return Err(LogError::NoSpace {
                 dir: self.inner.dir.clone(),
                 cause: e.to_string(),

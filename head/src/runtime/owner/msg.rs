@@ -106,6 +106,15 @@ pub(crate) struct HeadsView {
 }
 
 impl<S: LogStore> Owner<S> {
+    /// The answer to a linearizable read on a leader whose disk is full, in a group.
+    fn stalled_status(&self) -> tonic::Status {
+        tonic::Status::unavailable(format!(
+            "head replica {} cannot confirm it leads while its disk is full; another replica \
+             will lead shortly",
+            self.replica.id()
+        ))
+    }
+
     pub(super) fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Apply {
@@ -116,10 +125,14 @@ impl<S: LogStore> Owner<S> {
             Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
             // A lone head whose disk is full still answers reads: its state holds every write
             // it acknowledged, and no other replica can have acknowledged more.
-            Msg::Read { job, stale: false }
-                if self.leading && self.replica.stalled() && self.replica.members().len() <= 1 =>
-            {
-                job(Ok(self.replica.state()));
+            Msg::Read { job, stale: false } if self.leading && self.replica.stalled() => {
+                if self.replica.members().len() <= 1 {
+                    job(Ok(self.replica.state()));
+                } else {
+                    // Raft cannot confirm the lead now; the others elect a new leader, which
+                    // the client finds.
+                    job(Err(self.stalled_status()));
+                }
             }
             Msg::Read { job, stale: false } => {
                 if self.leading {
@@ -132,7 +145,11 @@ impl<S: LogStore> Owner<S> {
                 ids,
                 num_returns,
                 reply,
-            } if self.leading && self.replica.stalled() && self.replica.members().len() <= 1 => {
+            } if self.leading && self.replica.stalled() => {
+                if self.replica.members().len() > 1 {
+                    let _ = reply.send(Err(self.stalled_status()));
+                    return;
+                }
                 let state = self.replica.state();
                 match ids.iter().find_map(|id| state.check_known(*id).err()) {
                     Some(err) => {
