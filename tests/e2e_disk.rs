@@ -89,25 +89,7 @@ async fn start(data: &Path, home: &Path) -> (Head, Client) {
         .spawn()
         .unwrap();
     let head = Head { child };
-    let url = eventually("the head to write its address", WAIT, || {
-        let text = std::fs::read_to_string(&address).ok();
-        async move { text.filter(|t| !t.trim().is_empty()) }
-    })
-    .await;
-    let url = match url.trim() {
-        u if u.starts_with("http") => u.to_string(),
-        u => format!("http://{u}"),
-    };
-    let access = escher::access::AccessFile::read(&home.join("access.json")).unwrap();
-    let client = eventually("the head to answer", WAIT, || {
-        let (url, token) = (url.clone(), access.admin_token.clone());
-        async move {
-            let client = Client::connect(&url).await.ok()?.with_token(token);
-            client.cluster_status().await.ok()?;
-            Some(client)
-        }
-    })
-    .await;
+    let client = procs::admin_client_of(&address, &home.join("access.json")).await;
     (head, client)
 }
 

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use escher::types::{NodeSpec, TaskState};
 use escher::{Client, Task};
-use procs::{WAIT, binary, eventually};
+use procs::{WAIT, binary};
 
 /// A head started on a copy of a fixture; killed when dropped.
 struct Head {
@@ -87,25 +87,7 @@ async fn start_head(dir: &Path, extra: &[&std::ffi::OsStr]) -> (Head, Client) {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let url = eventually("the head to write its address", WAIT, || {
-        let text = std::fs::read_to_string(&address).ok();
-        async move { text.filter(|t| !t.trim().is_empty()) }
-    })
-    .await;
-    let url = match url.trim() {
-        u if u.starts_with("http") => u.to_string(),
-        u => format!("http://{u}"),
-    };
-    let file = escher::access::AccessFile::read(&access).unwrap();
-    let client = eventually("the head to answer", WAIT, || {
-        let (url, token) = (url.clone(), file.admin_token.clone());
-        async move {
-            let client = Client::connect(&url).await.ok()?.with_token(token);
-            client.cluster_status().await.ok()?;
-            Some(client)
-        }
-    })
-    .await;
+    let client = procs::admin_client_of(&address, &access).await;
     let head = Head { child, _dir: None };
     (head, client)
 }

@@ -83,6 +83,30 @@ fn bin_dir() -> PathBuf {
     dir.to_path_buf()
 }
 
+/// A client of the lone head that writes its URL to `address_file` (`--address-file`), with
+/// the admin token of `access_file`, once the head answers.
+pub async fn admin_client_of(address_file: &Path, access_file: &Path) -> Client {
+    let url = eventually("the head to write its address", WAIT, || {
+        let text = std::fs::read_to_string(address_file).ok();
+        async move { text.filter(|t| !t.trim().is_empty()) }
+    })
+    .await;
+    let url = match url.trim() {
+        u if u.starts_with("http") => u.to_string(),
+        u => format!("http://{u}"),
+    };
+    let access = escher::access::AccessFile::read(access_file).expect("the head's access file");
+    eventually("the head to answer", WAIT, || {
+        let (url, token) = (url.clone(), access.admin_token.clone());
+        async move {
+            let client = Client::connect(&url).await.ok()?.with_token(token);
+            client.cluster_status().await.ok()?;
+            Some(client)
+        }
+    })
+    .await
+}
+
 /// The path of binary `name`, or a panic that says how to build it.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);
