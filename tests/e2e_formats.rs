@@ -237,3 +237,163 @@ async fn a_backup_of_a_running_head_starts_a_new_group() {
     let said = String::from_utf8_lossy(&refused.stderr);
     assert!(said.contains("damaged"), "{said}");
 }
+
+/// The test seam that makes a replica act as the next release, reading and writing one data
+/// format more than this build (`escher_head::replication::ENV_NEXT_FORMAT`).
+const NEXT_RELEASE: (&str, &str) = ("ESCHER_TEST_NEXT_DATA_FORMAT", "1");
+
+/// Each replica's (newest format read, format written), by id, as `escher heads` reports them
+/// (`None` for one that did not answer).
+async fn formats(client: &Client) -> std::collections::BTreeMap<u64, Option<(u16, u16)>> {
+    let heads = client.heads().await.expect("escher heads");
+    heads
+        .replicas
+        .iter()
+        .map(|r| {
+            let formats = r.data_format.zip(r.writes_data_format);
+            (r.id, r.reachable.then_some(formats).flatten())
+        })
+        .collect()
+}
+
+/// A rolling upgrade to a release with a new data format (DESIGN §14), one replica at a time,
+/// under a submit loop: while any replica reads only the old format the group writes the old
+/// one (every replica keeps replicating), once all read the new one it moves to it, and no
+/// acknowledged task is lost. A replica then started again on the old release refuses the
+/// group's data, naming both formats, instead of misreading it. "The next release" is this
+/// build under the seam [`NEXT_RELEASE`].
+#[tokio::test(flavor = "multi_thread")]
+async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_nothing() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::{Duration, Instant};
+
+    let mut cluster = procs::ProcessCluster::builder()
+        .heads(3)
+        .durable()
+        .head_args(&["--snapshot-log-bytes", "20000"])
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let before = formats(&client).await;
+    assert!(
+        before.values().all(|f| *f == Some((1, 1))),
+        "before: {before:?}"
+    );
+
+    // The load: one submitter, each acknowledged task and when.
+    let stop = Arc::new(AtomicBool::new(false));
+    let acked = Arc::new(std::sync::Mutex::new(
+        Vec::<(escher::types::TaskId, Instant)>::new(),
+    ));
+    let loader = {
+        let (stop, acked) = (Arc::clone(&stop), Arc::clone(&acked));
+        let client = Client::connect_lazy(cluster.head_url())
+            .unwrap()
+            .with_credentials(cluster.credentials())
+            .with_failover_timeout(Duration::from_secs(30));
+        tokio::spawn(async move {
+            let mut n = 0;
+            while !stop.load(Ordering::SeqCst) {
+                n += 1;
+                // Retried: a task whose node is declared lost while the leader changes runs again.
+                let task = Task::command(["true"])
+                    .name(format!("upgrade-{n}"))
+                    .max_retries(3);
+                if let Ok(handle) = client.submit(task).await {
+                    acked.lock().unwrap().push((handle.id(), Instant::now()));
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    let acked_now = || acked.lock().unwrap().len();
+
+    for index in 0..3 {
+        let id = index as u64 + 1;
+        let count = acked_now();
+        let status = cluster.terminate_head_at(index).await;
+        assert!(status.success(), "replica {id} stopped with {status}");
+        cluster.set_head_env(index, &[NEXT_RELEASE]);
+        cluster.restart_head_at(index).await;
+        // It runs the next release, and the group goes on acknowledging.
+        procs::eventually(
+            &format!("replica {id} to rejoin on the next release"),
+            WAIT,
+            || {
+                let client = &client;
+                async move {
+                    let f = formats(client).await;
+                    f[&id].is_some_and(|(reads, _)| reads == 2).then_some(())
+                }
+            },
+        )
+        .await;
+        procs::eventually("writes acknowledged again", WAIT, || {
+            let done = acked_now() > count + 20;
+            async move { done.then_some(()) }
+        })
+        .await;
+        let now = formats(&client).await;
+        if index < 2 {
+            // Someone still reads only format 1: nobody writes format 2.
+            assert!(
+                now.values()
+                    .all(|f| f.is_some_and(|(_, writes)| writes == 1)),
+                "with {} replica(s) upgraded: {now:?}",
+                index + 1
+            );
+        }
+    }
+    // Every replica reads format 2: the group writes it, and every replica applies it.
+    procs::eventually("the group to write format 2", WAIT, || {
+        let client = &client;
+        async move {
+            let f = formats(client).await;
+            f.values().all(|f| *f == Some((2, 2))).then_some(())
+        }
+    })
+    .await;
+    let count = acked_now();
+    procs::eventually("writes acknowledged in format 2", WAIT, || {
+        let done = acked_now() > count + 50;
+        async move { done.then_some(()) }
+    })
+    .await;
+    stop.store(true, Ordering::SeqCst);
+    loader.await.unwrap();
+
+    // Nothing acknowledged was lost, and the longest wait between two acknowledgements.
+    let acked = acked.lock().unwrap().clone();
+    let mut gap = Duration::ZERO;
+    for pair in acked.windows(2) {
+        gap = gap.max(pair[1].1 - pair[0].1);
+    }
+    println!(
+        "rolling upgrade of three replicas: {} submits acknowledged, longest gap between two: \
+         {gap:.2?}",
+        acked.len()
+    );
+    let ids: Vec<escher::types::TaskId> = acked.iter().map(|(id, _)| *id).collect();
+    for chunk in ids.chunks(500) {
+        let (ready, not_ready) = client
+            .wait(chunk.iter().copied(), chunk.len(), Some(WAIT))
+            .await
+            .expect("every acknowledged task is known");
+        assert!(not_ready.is_empty(), "not finished: {not_ready:?}");
+        assert!(
+            ready.iter().all(|s| s.state == TaskState::Succeeded),
+            "{ready:?}"
+        );
+    }
+
+    // Back to the old release: the replica refuses the group's data and says why.
+    cluster.terminate_head_at(2).await;
+    cluster.set_head_env(2, &[]);
+    let (status, said) = cluster.start_head_expecting_exit(2).await;
+    assert!(!status.success(), "the old release ran on format 2: {said}");
+    assert!(
+        said.contains("data format 2") && said.contains("formats 1 to 1"),
+        "{said}"
+    );
+}

@@ -759,6 +759,7 @@ async fn forged_raft_messages_are_refused_and_the_group_goes_on() {
             from_address: leader.address.clone(),
             to: follower.id,
             messages: vec![forged.write_to_bytes().unwrap()],
+            data_format: 1,
         };
         let channel =
             tonic::transport::Endpoint::from_shared(format!("http://{}", follower.address))

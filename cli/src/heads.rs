@@ -1,5 +1,5 @@
-//! `escher heads`: every replica of the head group (role, term, commit and applied index,
-//! reachable or not), and `escher heads add ID=HOST:PORT` / `escher heads remove ID`, the raft
+//! `escher heads`: every replica of the head group (role, term, commit and applied index, data
+//! format, reachable or not), and `escher heads add ID=HOST:PORT` / `escher heads remove ID`, the raft
 //! membership changes an operator uses to replace a machine.
 
 use std::process::ExitCode;
@@ -72,6 +72,16 @@ impl HeadsArgs {
     }
 }
 
+/// A replica's data formats (DESIGN §14): the one it writes, and the newest it reads where that
+/// is newer (a group part-way through an upgrade writes the older one).
+fn data_format(r: &escher_proto::types::HeadReplica) -> String {
+    match (r.writes_data_format, r.data_format) {
+        (Some(writes), Some(reads)) if reads > writes => format!("{writes} (reads {reads})"),
+        (Some(writes), _) => writes.to_string(),
+        (None, _) => "-".into(),
+    }
+}
+
 /// The text of `escher heads` (and of the head section of `escher status`).
 pub fn render_heads(heads: &HeadsReply) -> String {
     let leader = heads.leader().map(|r| r.id);
@@ -94,6 +104,7 @@ pub fn render_heads(heads: &HeadsReply) -> String {
         "TERM",
         "COMMIT",
         "APPLIED",
+        "FORMAT",
         "REACHABLE",
         "NOTE",
     ]);
@@ -118,6 +129,7 @@ pub fn render_heads(heads: &HeadsReply) -> String {
             known(r.term),
             known(r.commit_index),
             known(r.applied_index),
+            data_format(r),
             if r.reachable { "yes" } else { "no" }.to_string(),
             note,
         ]);
@@ -145,6 +157,8 @@ mod tests {
             error: role.is_none().then(|| "connection refused".to_string()),
             leader: Some(1),
             in_memory: false,
+            data_format: role.map(|_| 1),
+            writes_data_format: role.map(|_| 1),
         };
         let heads = HeadsReply {
             group: "g".into(),

@@ -868,6 +868,8 @@ fn fake_heads(n: u64) -> HeadsReply {
                 error: None,
                 leader: Some(1),
                 in_memory: true,
+                data_format: Some(1),
+                writes_data_format: Some(1),
             })
             .collect(),
     }

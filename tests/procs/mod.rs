@@ -149,6 +149,8 @@ struct HeadProc {
     listen: Option<String>,
     /// Its flags, less `--listen`.
     args: Vec<String>,
+    /// Variables set in its environment (see [`ProcessCluster::set_head_env`]).
+    env: Vec<(String, String)>,
     proc: Option<Proc>,
 }
 
@@ -352,6 +354,7 @@ impl ProcessCluster {
                 id: 1,
                 listen: None,
                 args: common,
+                env: Vec::new(),
                 proc: None,
             });
             return;
@@ -400,6 +403,7 @@ impl ProcessCluster {
                 id,
                 listen: Some(address.clone()),
                 args,
+                env: Vec::new(),
                 proc: None,
             });
         }
@@ -476,6 +480,43 @@ impl ProcessCluster {
             "kill the replica before restarting it"
         );
         self.start_head_at(index).await;
+    }
+
+    /// Sets the environment replica `index` gets from its next start on.
+    pub fn set_head_env(&mut self, index: usize, env: &[(&str, &str)]) {
+        self.heads[index].env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+
+    /// Starts replica `index` (stopped) again with its flags and environment, expecting it to
+    /// exit by itself; returns its exit status and everything it printed.
+    pub async fn start_head_expecting_exit(&mut self, index: usize) -> (ExitStatus, String) {
+        assert!(
+            self.heads[index].proc.is_none(),
+            "stop the replica before starting it again"
+        );
+        let id = self.heads[index].id;
+        let listen = self.heads[index]
+            .listen
+            .clone()
+            .expect("a replica that ran");
+        let mut args = vec!["--listen".to_string(), listen];
+        args.extend(self.heads[index].args.iter().cloned());
+        let (head_bin, env) = (self.head_bin.clone(), self.heads[index].env.clone());
+        let mut proc = self.spawn_as(&format!("head{id}"), &head_bin, &args, &env, None);
+        let status = eventually("the replica to exit by itself", WAIT, || {
+            let exited = proc.child.try_wait().expect("try_wait on a head");
+            async move { exited }
+        })
+        .await;
+        let text = [&proc.stdout, &proc.stderr]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        (status, text)
     }
 
     /// A new client of the head.
@@ -638,7 +679,8 @@ impl ProcessCluster {
             ];
             args.extend(self.heads[index].args.iter().cloned());
             let head_bin = self.head_bin.clone();
-            let proc = self.spawn(&format!("head{id}"), &head_bin, &args);
+            let env = self.heads[index].env.clone();
+            let proc = self.spawn_as(&format!("head{id}"), &head_bin, &args, &env, None);
             self.heads[index].proc = Some(proc);
             let file = address_file.clone();
             let head = self.heads[index].proc.as_mut().expect("just started");

@@ -73,16 +73,42 @@ pub const DATA_FORMAT: u16 = 1;
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
 
+/// A test seam (named so): `ESCHER_TEST_NEXT_DATA_FORMAT=1` in a replica's environment makes it
+/// behave as the next release would, reading and writing data format `DATA_FORMAT + 1`, whose
+/// layout is this build's behind the envelope. A replica without it refuses those bytes as a
+/// release of today refuses a later one's, so the rolling-upgrade tests replace the replicas of
+/// a group one by one with "the next release" without building a second escher-head.
+pub const ENV_NEXT_FORMAT: &str = "ESCHER_TEST_NEXT_DATA_FORMAT";
+
+/// The newest data format this replica reads: [`DATA_FORMAT`], or one more under the test
+/// seam [`ENV_NEXT_FORMAT`].
+pub fn newest_readable() -> u16 {
+    static NEWEST: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    *NEWEST.get_or_init(|| {
+        if std::env::var_os(ENV_NEXT_FORMAT).is_some_and(|v| v == "1") {
+            tracing::warn!(
+                "{ENV_NEXT_FORMAT}=1: this replica acts as the next release (data format {}), \
+                 a test seam",
+                DATA_FORMAT + 1
+            );
+            DATA_FORMAT + 1
+        } else {
+            DATA_FORMAT
+        }
+    })
+}
+
 /// The data format of `bytes` and the encoded value after its envelope, if it has one.
 fn unwrap<'a>(bytes: &'a [u8], what: &'static str) -> Result<(u16, &'a [u8]), CodecError> {
     match bytes {
         [a, b, lo, hi, rest @ ..] if [*a, *b] == ENVELOPE => {
             let found = u16::from_le_bytes([*lo, *hi]);
-            if found > DATA_FORMAT {
+            let supported = newest_readable();
+            if found > supported {
                 return Err(CodecError::Newer {
                     what,
                     found,
-                    supported: DATA_FORMAT,
+                    supported,
                 });
             }
             Ok((found, rest))
@@ -91,24 +117,40 @@ fn unwrap<'a>(bytes: &'a [u8], what: &'static str) -> Result<(u16, &'a [u8]), Co
     }
 }
 
+/// `body` (this build's layout) as data format `format`: bare for format 1, behind the envelope
+/// after it.
+fn wrap(format: u16, body: Vec<u8>) -> Vec<u8> {
+    if format <= 1 {
+        return body;
+    }
+    let mut out = Vec::with_capacity(body.len() + 4);
+    out.extend_from_slice(&ENVELOPE);
+    out.extend_from_slice(&format.to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
 fn config() -> bincode::config::Configuration {
     bincode::config::standard()
 }
 
-/// Encodes the entries of one raft log entry.
-pub(crate) fn encode_batch(entries: &[Entry]) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_to_vec(entries, config()).map_err(|source| CodecError::Encode {
-        what: "a log entry",
-        source,
-    })
+/// Encodes the entries of one raft log entry in data format `format` (one this build reads).
+pub(crate) fn encode_batch(entries: &[Entry], format: u16) -> Result<Vec<u8>, CodecError> {
+    bincode::serde::encode_to_vec(entries, config())
+        .map(|body| wrap(format, body))
+        .map_err(|source| CodecError::Encode {
+            what: "a log entry",
+            source,
+        })
 }
 
-/// Decodes the entries of one raft log entry, of any data format this build reads.
-pub(crate) fn decode_batch(bytes: &[u8]) -> Result<Vec<Entry>, CodecError> {
+/// Decodes the entries of one raft log entry, of any data format this build reads, and tells
+/// which format it was.
+pub(crate) fn decode_batch(bytes: &[u8]) -> Result<(u16, Vec<Entry>), CodecError> {
     // Format 1 is the only layout so far: every version decodes alike.
-    let (_format, bytes) = unwrap(bytes, "a log entry")?;
+    let (format, bytes) = unwrap(bytes, "a log entry")?;
     bincode::serde::decode_from_slice(bytes, config())
-        .map(|(entries, _)| entries)
+        .map(|(entries, _)| (format, entries))
         .map_err(|source| CodecError::Decode {
             what: "a log entry",
             source,
@@ -129,36 +171,37 @@ struct Image {
     members: BTreeMap<u64, String>,
 }
 
-/// Encodes a snapshot of `state` and the group's replica addresses.
+/// Encodes a snapshot of `state` and the group's replica addresses in data format `format`.
 pub(crate) fn encode_image(
     state: &ClusterState,
     members: &BTreeMap<u64, String>,
+    format: u16,
 ) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_to_vec(ImageRef { state, members }, config()).map_err(|source| {
-        CodecError::Encode {
+    bincode::serde::encode_to_vec(ImageRef { state, members }, config())
+        .map(|body| wrap(format, body))
+        .map_err(|source| CodecError::Encode {
             what: "a snapshot",
             source,
-        }
-    })
+        })
 }
 
 /// Encodes a backup of `state`: a snapshot image with no replica addresses (the group that is
-/// restored from it names its own).
+/// restored from it names its own), in data format 1, which every release reads.
 pub fn encode_backup(state: &ClusterState) -> Result<Vec<u8>, CodecError> {
-    encode_image(state, &BTreeMap::new())
+    encode_image(state, &BTreeMap::new(), 1)
 }
 
 /// Decodes a backup image (see [`encode_backup`]) into a state that applies `config`.
 pub fn decode_backup(bytes: &[u8], config_: StateConfig) -> Result<ClusterState, CodecError> {
-    decode_image(bytes, config_).map(|(state, _)| state)
+    decode_image(bytes, config_).map(|(state, _, _)| state)
 }
 
+/// A decoded snapshot: the state, the replica addresses, and the data format it was written in.
+pub(crate) type Decoded = (ClusterState, BTreeMap<u64, String>, u16);
+
 /// Decodes a snapshot into a state that applies `config`, and the replica addresses.
-pub(crate) fn decode_image(
-    bytes: &[u8],
-    config_: StateConfig,
-) -> Result<(ClusterState, BTreeMap<u64, String>), CodecError> {
-    let (_format, bytes) = unwrap(bytes, "a snapshot")?;
+pub(crate) fn decode_image(bytes: &[u8], config_: StateConfig) -> Result<Decoded, CodecError> {
+    let (format, bytes) = unwrap(bytes, "a snapshot")?;
     let (image, _): (Image, usize) =
         bincode::serde::decode_from_slice(bytes, config()).map_err(|source| {
             CodecError::Decode {
@@ -166,7 +209,7 @@ pub(crate) fn decode_image(
                 source,
             }
         })?;
-    Ok((image.state.restore(config_), image.members))
+    Ok((image.state.restore(config_), image.members, format))
 }
 
 #[cfg(test)]
@@ -177,24 +220,29 @@ mod tests {
     #[test]
     fn entries_and_images_round_trip() {
         let batch = vec![Entry::new(42, Command::Tick), Entry::new(42, Command::Tick)];
-        assert_eq!(decode_batch(&encode_batch(&batch).unwrap()).unwrap(), batch);
+        assert_eq!(
+            decode_batch(&encode_batch(&batch, 1).unwrap()).unwrap(),
+            (1, batch)
+        );
         assert!(decode_batch(&[0xff, 0xff, 0xff]).is_err());
         let state = ClusterState::new(StateConfig::default());
         let members = BTreeMap::from([(1, "127.0.0.1:7600".to_string())]);
-        let bytes = encode_image(&state, &members).unwrap();
-        let (back, m) = decode_image(&bytes, StateConfig::default()).unwrap();
-        assert_eq!(m, members);
-        assert_eq!(encode_image(&back, &m).unwrap(), bytes);
+        let bytes = encode_image(&state, &members, 1).unwrap();
+        let (back, m, format) = decode_image(&bytes, StateConfig::default()).unwrap();
+        assert_eq!((&m, format), (&members, 1));
+        assert_eq!(encode_image(&back, &m, 1).unwrap(), bytes);
     }
 
     #[test]
     fn format_one_is_written_bare_read_in_an_envelope_too_and_a_newer_one_is_refused() {
         let batch = vec![Entry::new(7, Command::Tick)];
-        let bare = encode_batch(&batch).unwrap();
+        let bare = encode_batch(&batch, 1).unwrap();
         assert_ne!(bare[0], 0xFF, "format 1 is written without an envelope");
         let mut wrapped = vec![0xFF, b'E', 1, 0];
         wrapped.extend_from_slice(&bare);
-        assert_eq!(decode_batch(&wrapped).unwrap(), batch);
+        assert_eq!(decode_batch(&wrapped).unwrap(), (1, batch.clone()));
+        // What the next release writes (its envelope) is what this one refuses.
+        assert_eq!(encode_batch(&batch, 2).unwrap()[..4], [0xFF, b'E', 2, 0]);
 
         let mut newer = vec![0xFF, b'E', 2, 0];
         newer.extend_from_slice(&bare);
@@ -214,7 +262,7 @@ mod tests {
         );
         let state = ClusterState::new(StateConfig::default());
         let mut image = vec![0xFF, b'E', 9, 0];
-        image.extend(encode_image(&state, &BTreeMap::new()).unwrap());
+        image.extend(encode_image(&state, &BTreeMap::new(), 1).unwrap());
         let err = decode_image(&image, StateConfig::default()).unwrap_err();
         assert!(err.to_string().contains("data format 9"), "{err}");
     }

@@ -91,6 +91,7 @@
 
 mod codec;
 mod config;
+mod formats;
 pub mod log;
 mod log_bridge;
 mod peers;
@@ -98,7 +99,9 @@ mod replica;
 mod service;
 mod transport;
 
-pub use codec::{CodecError, DATA_FORMAT, decode_backup, encode_backup};
+pub use codec::{
+    CodecError, DATA_FORMAT, ENV_NEXT_FORMAT, decode_backup, encode_backup, newest_readable,
+};
 pub use config::{
     DEFAULT_ELECTION_TICKS, DEFAULT_HEARTBEAT_TICKS, DEFAULT_SNAPSHOT_BYTES, DEFAULT_TICK,
     ReplicaConfig, ReplicaConfigError, SINGLE_GROUP, derived_group,

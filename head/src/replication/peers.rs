@@ -53,6 +53,8 @@ fn unreachable(id: u64, address: String, error: String) -> HeadReplica {
         error: Some(error),
         leader: None,
         in_memory: false,
+        data_format: None,
+        writes_data_format: None,
     }
 }
 

@@ -20,6 +20,7 @@ use thiserror::Error;
 
 use super::codec::{self, CodecError};
 use super::config::ReplicaConfig;
+use super::formats::Formats;
 use super::transport::{Transport, TransportEvent};
 use super::{LogError, LogStore};
 use crate::scheduler::Millis;
@@ -249,6 +250,8 @@ pub(crate) struct Replica<S: LogStore> {
     /// The commands of this replica's own proposals, by (index, term), so that the leader
     /// applies them without decoding what it encoded (followers decode).
     proposed: std::collections::VecDeque<(u64, u64, Vec<Entry>)>,
+    /// The data formats of the group's replicas, and so the one this replica writes.
+    formats: Formats,
 }
 
 impl<S: LogStore> std::fmt::Debug for Replica<S> {
@@ -288,10 +291,13 @@ impl<S: LogStore> Replica<S> {
         }
         let snapshot_index = store.first_index()?.saturating_sub(1);
         let mut snapshot_len = 0;
+        let mut formats = Formats::new(codec::newest_readable());
         let (state, members) = if snapshot_index > 0 {
             let snap = store.snapshot(snapshot_index, config.id)?;
             snapshot_len = snap.data.len() as u64;
-            codec::decode_image(&snap.data, state_config.clone())?
+            let (state, members, format) = codec::decode_image(&snap.data, state_config.clone())?;
+            formats.saw_written(format);
+            (state, members)
         } else {
             (ClusterState::new(state_config.clone()), BTreeMap::new())
         };
@@ -339,6 +345,7 @@ impl<S: LogStore> Replica<S> {
             leader: 0,
             clock: 0,
             proposed: std::collections::VecDeque::new(),
+            formats,
             config,
         };
         if replica.members.is_empty() {
@@ -418,6 +425,11 @@ impl<S: LogStore> Replica<S> {
             error: None,
             leader: (raft.leader_id != 0).then_some(raft.leader_id),
             in_memory: self.in_memory,
+            data_format: Some(self.formats.newest()),
+            writes_data_format: Some(
+                self.formats
+                    .writable(self.config.id, self.members.keys().copied()),
+            ),
         }
     }
 
@@ -442,7 +454,9 @@ impl<S: LogStore> Replica<S> {
                 key,
             })
             .collect();
-        let data = match codec::encode_batch(&entries) {
+        let format = self.format_to_write();
+        self.formats.saw_written(format);
+        let data = match codec::encode_batch(&entries, format) {
             Ok(data) => data,
             Err(err) => {
                 // Every command is encodable; refuse rather than panic if one is not.
@@ -473,7 +487,15 @@ impl<S: LogStore> Replica<S> {
                 return Ok(entries);
             }
         }
-        codec::decode_batch(data)
+        let (format, entries) = codec::decode_batch(data)?;
+        self.formats.saw_written(format);
+        Ok(entries)
+    }
+
+    /// The data format this replica writes now: the newest every member of its group reads.
+    fn format_to_write(&mut self) -> u16 {
+        let me = self.config.id;
+        self.formats.to_write(me, self.members.keys().copied())
     }
 
     /// Proposes a membership change.
@@ -549,10 +571,18 @@ impl<S: LogStore> Replica<S> {
 
     /// Hands raft messages from a peer to the node. `from_address` teaches the address of a
     /// sender not yet known as a member (a replica being added).
-    pub(crate) fn step(&mut self, from: u64, from_address: &str, messages: Vec<Message>) {
+    /// `data_format` is the newest data format the sender reads.
+    pub(crate) fn step(
+        &mut self,
+        from: u64,
+        from_address: &str,
+        data_format: u32,
+        messages: Vec<Message>,
+    ) {
         if self.stalled.is_some() {
             return;
         }
+        self.formats.heard(from, data_format);
         if !self.members.contains_key(&from)
             && self.learned.get(&from).map(String::as_str) != Some(from_address)
         {
@@ -839,7 +869,8 @@ impl<S: LogStore> Replica<S> {
 
     /// Replaces the state with a leader's snapshot (already written to the log).
     fn install(&mut self, snap: &Snapshot, out: &mut Vec<Output>) -> Result<(), ReplicationError> {
-        let (state, members) = codec::decode_image(&snap.data, self.state_config.clone())?;
+        let (state, members, format) = codec::decode_image(&snap.data, self.state_config.clone())?;
+        self.formats.saw_written(format);
         self.state = state;
         if !members.is_empty() {
             self.members = members;
@@ -979,7 +1010,9 @@ impl<S: LogStore> Replica<S> {
             return Ok(());
         }
         let started = std::time::Instant::now();
-        let data = codec::encode_image(&self.state, &self.members)?;
+        let format = self.format_to_write();
+        self.formats.saw_written(format);
+        let data = codec::encode_image(&self.state, &self.members, format)?;
         let conf = self.node.raft.prs().conf().to_conf_state();
         let bytes = data.len();
         let writes = Writes {
@@ -1016,7 +1049,8 @@ fn bootstrap(
     let members = config.initial_members();
     let restored = restore.is_some();
     let state = restore.unwrap_or_else(|| ClusterState::new(state_config.clone()));
-    let data = codec::encode_image(&state, &members)?;
+    // A new group writes format 1 until its replicas have told one another what they read.
+    let data = codec::encode_image(&state, &members, 1)?;
     let mut conf = ConfState::default();
     conf.set_voters(config.initial_voters());
     let mut snap = Snapshot::default();

@@ -23,6 +23,8 @@ pub(crate) enum Inbound {
         from: u64,
         /// The sender's address.
         from_address: String,
+        /// The newest data format the sender reads (0: it did not say).
+        data_format: u32,
         /// The messages, in order.
         messages: Vec<Message>,
     },
@@ -105,6 +107,7 @@ impl Raft for RaftService {
         let inbound = Inbound::Messages {
             from: batch.from,
             from_address: batch.from_address,
+            data_format: batch.data_format,
             messages,
         };
         self.tx.send(inbound).await.map_err(|_| gone())?;

@@ -292,6 +292,7 @@ impl PeerSender {
             from_address: self.me.address.to_string(),
             to: self.to,
             messages,
+            data_format: u32::from(super::codec::newest_readable()),
         };
         let limit = if snapshot {
             SNAPSHOT_TIMEOUT

@@ -25,6 +25,12 @@ fn role(raw: i32) -> Option<ReplicaRole> {
     }
 }
 
+/// A data format as the wire carries it: 0 (a release that did not tell) or out of range is
+/// unknown.
+fn format(raw: u32) -> Option<u16> {
+    u16::try_from(raw).ok().filter(|f| *f > 0)
+}
+
 impl From<HeadReplica> for wire::HeadReplica {
     fn from(r: HeadReplica) -> Self {
         wire::HeadReplica {
@@ -38,6 +44,8 @@ impl From<HeadReplica> for wire::HeadReplica {
             error: r.error,
             leader: r.leader,
             in_memory: r.in_memory,
+            data_format: r.data_format.map_or(0, u32::from),
+            writes_data_format: r.writes_data_format.map_or(0, u32::from),
         }
     }
 }
@@ -58,6 +66,8 @@ impl TryFrom<wire::HeadReplica> for HeadReplica {
             error: w.error,
             leader: w.leader,
             in_memory: w.in_memory,
+            data_format: format(w.data_format),
+            writes_data_format: format(w.writes_data_format),
         })
     }
 }
@@ -151,6 +161,8 @@ mod tests {
                     error: None,
                     leader: Some(1),
                     in_memory: false,
+                    data_format: Some(2),
+                    writes_data_format: Some(1),
                 },
                 HeadReplica {
                     id: 2,
@@ -163,6 +175,8 @@ mod tests {
                     error: Some("connection refused".into()),
                     leader: None,
                     in_memory: true,
+                    data_format: None,
+                    writes_data_format: None,
                 },
             ],
         };

@@ -50,6 +50,11 @@ pub struct HeadReplica {
     pub leader: Option<u64>,
     /// Whether its log lives in memory only.
     pub in_memory: bool,
+    /// The newest data format it reads (DESIGN §14); `None` when unreachable, or from a
+    /// release before replicas told their formats.
+    pub data_format: Option<u16>,
+    /// The data format it writes: the newest one every replica of its group reads.
+    pub writes_data_format: Option<u16>,
 }
 
 impl HeadReplica {

@@ -218,8 +218,11 @@ impl<S: LogStore> Owner<S> {
             Inbound::Messages {
                 from,
                 from_address,
+                data_format,
                 messages,
-            } => self.replica.step(from, &from_address, messages),
+            } => self
+                .replica
+                .step(from, &from_address, data_format, messages),
             Inbound::Status { reply } => {
                 let _ = reply.send(self.replica.status());
             }
