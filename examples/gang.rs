@@ -154,7 +154,12 @@ async fn main() -> AnyResult<()> {
         ),
         other => return Err(format!("expected a timeout, got {other:?}").into()),
     }
+    // A running task ends when its worker confirms it has stopped, which a cancel does not wait
+    // for: wait for it before counting what is free.
     client.cancel([&blocker]).await?;
+    client
+        .wait([&blocker], 1, Some(Duration::from_secs(30)))
+        .await?;
     check_clean(&client).await?;
     let made = std::sync::Mutex::new(Vec::new());
     compete(&client, "app", |i| {
