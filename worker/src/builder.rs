@@ -124,6 +124,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
+    /// none (default: it does not; `escher-worker` does).
+    pub fn python(mut self, detection: crate::python::PythonDetection) -> Self {
+        self.config.python = detection;
+        self
+    }
+
     /// Refuse to build unless command tasks run as users of their own.
     pub fn require_isolation(mut self, require: bool) -> Self {
         self.config.require_isolation = require;
@@ -250,8 +257,13 @@ impl WorkerBuilder {
             .map_err(|why| WorkerError::config("task-uids", why))?;
         let isolation = Arc::new(isolation);
         let mut functions = self.functions;
-        // Python function tasks, where ESCHER_PYTHON names an interpreter (python/mod.rs).
-        crate::python::install(&mut resources, &mut functions, Arc::clone(&isolation))?;
+        // Python function tasks, where the worker has a usable interpreter (python/mod.rs).
+        crate::python::install(
+            config.python,
+            &mut resources,
+            &mut functions,
+            Arc::clone(&isolation),
+        )?;
         if let Isolation::Shared { why } = &*isolation
             && config.require_isolation
         {

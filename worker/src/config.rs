@@ -86,6 +86,9 @@ pub struct WorkerConfig {
     /// Give each command task a cgroup of its own, killed whole, where the worker may create
     /// one (`--no-task-cgroups` turns it off; see `exec/cgroup.rs`).
     pub task_cgroups: bool,
+    /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
+    /// none (`escher-worker` does; `--no-python` turns Python off; see `python/detect.rs`).
+    pub python: crate::python::PythonDetection,
     /// Variables of the worker's environment passed to command tasks besides the usual few
     /// (`--pass-env`; see [`PASSED_ENV`](crate::exec::PASSED_ENV)).
     pub pass_env: Vec<String>,
@@ -115,6 +118,7 @@ impl Default for WorkerConfig {
             task_users: TaskUsers::Auto,
             require_isolation: false,
             task_cgroups: true,
+            python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
         }
     }

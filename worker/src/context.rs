@@ -38,6 +38,8 @@ pub struct TaskContext {
     token: escher_proto::access::Bearer,
     /// The same credential as text, for the Python interpreters' task environment.
     token_text: Arc<str>,
+    /// The worker's task cgroups, where the Python interpreters it starts go too.
+    cgroups: Option<Arc<crate::exec::TaskCgroups>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -77,7 +79,19 @@ impl TaskContext {
             devices: devices.into(),
             token: escher_proto::access::Bearer::new(token),
             token_text: Arc::from(token),
+            cgroups: None,
         }
+    }
+
+    /// The same context, whose Python interpreters go into cgroups of `cgroups`.
+    pub(crate) fn with_cgroups(mut self, cgroups: Option<Arc<crate::exec::TaskCgroups>>) -> Self {
+        self.cgroups = cgroups;
+        self
+    }
+
+    /// The worker's task cgroups, if it has them.
+    pub(crate) fn cgroups(&self) -> Option<&Arc<crate::exec::TaskCgroups>> {
+        self.cgroups.as_ref()
     }
 
     /// The task's credential, as `ESCHER_TASK_TOKEN` gives it to a command task.

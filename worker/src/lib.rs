@@ -73,7 +73,7 @@ pub use handle::WorkerHandle;
 pub use head_conn::Authed;
 pub use identity::{StateDirError, default_state_dir};
 pub use python::{
-    ENV_PYTHON, ENV_SLOTS as ENV_PYTHON_SLOTS, FUNCTION as PYTHON_FUNCTION,
+    ENV_PYTHON, ENV_SLOTS as ENV_PYTHON_SLOTS, FUNCTION as PYTHON_FUNCTION, PythonDetection,
     RESOURCE as PYTHON_RESOURCE,
 };
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};

@@ -176,7 +176,8 @@ pub(crate) async fn run_task(
                 env.head.clone(),
                 devices.unwrap_or_default(),
                 &a.task_token,
-            );
+            )
+            .with_cgroups(env.cgroups.clone());
             env.spawn_latency.observe(assigned.elapsed());
             function(&env, &name, ctx, args.into(), timeout, cancel).await
         }

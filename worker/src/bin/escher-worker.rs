@@ -111,6 +111,15 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_cgroups: bool,
 
+    /// Offer no Python slots. By default the worker runs Python tasks (`@escher.remote`
+    /// functions of the `escher` package) when it has a usable interpreter, CPython 3.9 or later
+    /// that imports cloudpickle: the one ESCHER_PYTHON names (a path or a name on PATH; `auto`
+    /// for python3, `off` for none), else python3 on PATH. It checks once, at start, and logs
+    /// what it found or why it offers none; a worker without Python has no `shared/python`
+    /// resource, so Python tasks wait for a worker that has one
+    #[arg(long)]
+    no_python: bool,
+
     /// A variable of the worker's environment to pass to command tasks (repeatable). Tasks get
     /// only PATH, LANG, LANGUAGE, LC_*, TZ, TERM and TMPDIR of it otherwise; escher's own
     /// variables (the worker's token among them) never pass.
@@ -207,6 +216,11 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             task_users: args.task_uids,
             require_isolation: args.require_isolation,
             task_cgroups: !args.no_task_cgroups,
+            python: if args.no_python {
+                escher_worker::PythonDetection::Off
+            } else {
+                escher_worker::PythonDetection::Detect
+            },
             pass_env: args.pass_env,
             log_retention: LogRetention {
                 max_age: args.log_retention.into(),

@@ -1,23 +1,35 @@
 //! Python function tasks: warm interpreters that run the functions of escher's Python package
 //! (`@escher.remote`), behind one built-in function named [`FUNCTION`].
 //!
-//! A worker offers Python when `ESCHER_PYTHON` names an interpreter (a path, a name found on
-//! `PATH`, or `auto` for `python3`): it then registers [`FUNCTION`] and advertises the
+//! A worker offers Python when it has a usable interpreter (CPython 3.9 or later that imports
+//! `cloudpickle`, checked once at start by running it briefly: `detect.rs`): the one
+//! `ESCHER_PYTHON` names (a path, or a name found on `PATH`; `auto` for `python3`, `off` for
+//! none), else, for `escher-worker` ([`PythonDetection::Detect`]), `python3` on `PATH`;
+//! `escher-worker --no-python` turns it off. It then registers [`FUNCTION`] and advertises the
 //! resource [`RESOURCE`] (`shared/python`: in the `shared` namespace, so that every
 //! application's tasks request the same name), one slot per CPU unless `ESCHER_PYTHON_SLOTS`
-//! says how many. A worker without it has no such resource, so a Python task waits with the
-//! reason the head gives every task no node can hold: "resource shared/python (requested 1)
-//! exists on no live node". The Python package's embedded cluster (`escher.init()`) sets `ESCHER_PYTHON` to
-//! its own interpreter.
+//! says how many. A worker without one has no such resource (its log says why), so a Python
+//! task waits with the reason the head gives every task no node can hold: "resource
+//! shared/python (requested 1) exists on no live node". The Python package's embedded cluster
+//! (`escher.init()`) sets `ESCHER_PYTHON` to its own interpreter; a worker embedded otherwise
+//! (a Rust `LocalCluster`) offers Python only when `ESCHER_PYTHON` asks.
 //!
 //! **Warm interpreters.** Each one is a child `python -u -c <runner.py>` in a process group of
-//! its own, started on the first task that needs one and kept for the next: a task does not
-//! pay an interpreter start. Interpreters are kept apart by namespace (a task never meets
-//! what another namespace's task left behind), and a function is unpickled once per
-//! interpreter (by its content hash). An interpreter runs one task at a time; when the task is
-//! cancelled or times out, the handler's future is dropped and, with it, the interpreter: its
-//! whole process group is killed (SIGKILL), as a command task's would be, and the next task
-//! starts a fresh one. An interpreter whose worker dies exits by itself (it watches its parent).
+//! its own and, where the worker gives command tasks cgroups (`exec/cgroup.rs`; not with
+//! `--no-task-cgroups`), in a cgroup of the worker's pool of its own, started on the first task
+//! that needs one and kept for the next: a task does not pay an interpreter start.
+//! Interpreters are kept apart by namespace (a task never meets what another namespace's task
+//! left behind), and a function is unpickled once per interpreter (by its content hash). An
+//! interpreter runs one task at a time; when the task is cancelled or times out, the handler's
+//! future is dropped and, with it, the interpreter: its whole process group and its cgroup are
+//! killed (SIGKILL), as a command task's would be, so that what the function started goes too,
+//! even a process that left the group (`setsid`); the next task starts a fresh one. What a
+//! function started and left running when it returned stays in the interpreter's cgroup until
+//! the interpreter goes. The fence supervisor holds each interpreter's group and cgroup like a
+//! command task's (`crate::fence`): it kills them when the worker dies, stalls or loses its
+//! lease; a worker SIGKILLed together with its supervisor leaves them to the next worker that
+//! starts on the host, which kills what is left in dead workers' cgroups. An interpreter whose
+//! worker dies also exits by itself (it watches its parent).
 //! Interpreters run as the user the worker gives the namespace's command tasks (a user of its
 //! own, in its own home directory, where the worker may change user; the worker's otherwise),
 //! with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR`, `PYTHONPATH` and `VIRTUAL_ENV`
@@ -56,7 +68,7 @@
 //! the remote traceback) and 2 a failure to load the function or its arguments (the text).
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -73,11 +85,16 @@ use crate::exec::Isolation;
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::runner::MAX_RESULT_BYTES;
 
+mod detect;
+
+pub use detect::PythonDetection;
+
 /// The name of the built-in function that runs Python tasks.
 pub const FUNCTION: &str = "escher.python";
 /// The resource a worker with Python advertises, one unit per interpreter it may run at once.
 pub const RESOURCE: &str = "shared/python";
-/// The interpreter a worker runs Python tasks with: a path, a name on `PATH`, or `auto`.
+/// The interpreter a worker runs Python tasks with: a path, a name on `PATH`, `auto`
+/// (`python3` on `PATH`, if usable) or `off`.
 pub const ENV_PYTHON: &str = "ESCHER_PYTHON";
 /// How many Python tasks a worker runs at once (default: its CPUs).
 pub const ENV_SLOTS: &str = "ESCHER_PYTHON_SLOTS";
@@ -91,17 +108,20 @@ const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// How long the worker waits for the head to give it an argument's result.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Registers [`FUNCTION`] and adds the [`RESOURCE`] slots when `ESCHER_PYTHON` names an
-/// interpreter that exists; does nothing when it is unset. An interpreter it cannot find is an
-/// error that says so.
+/// Registers [`FUNCTION`] and adds the [`RESOURCE`] slots when this worker has a usable
+/// interpreter ([`detect::resolve`]: the one `ESCHER_PYTHON` names, or, as `mode` says,
+/// `python3` on `PATH`); does nothing otherwise. An interpreter `ESCHER_PYTHON` names that
+/// cannot run Python tasks is an error that says why.
 pub(crate) fn install(
+    mode: PythonDetection,
     resources: &mut ResourceSet,
     functions: &mut FunctionRegistry,
     isolation: Arc<Isolation>,
 ) -> Result<(), WorkerError> {
-    let Some(exe) = configured_python()? else {
+    let Some(found) = detect::resolve(mode)? else {
         return Ok(());
     };
+    let exe = found.exe;
     let slots = match std::env::var(ENV_SLOTS) {
         Ok(text) if !text.trim().is_empty() => text.trim().parse::<u64>().map_err(|_| {
             WorkerError::config(
@@ -128,34 +148,6 @@ pub(crate) fn install(
             async move { pool.run(ctx, args).await }
         }),
     )
-}
-
-/// The interpreter `ESCHER_PYTHON` names, if set.
-fn configured_python() -> Result<Option<PathBuf>, WorkerError> {
-    let Ok(text) = std::env::var(ENV_PYTHON) else {
-        return Ok(None);
-    };
-    let text = text.trim();
-    if text.is_empty() || text == "none" {
-        return Ok(None);
-    }
-    let wanted = if text == "auto" { "python3" } else { text };
-    let found = if Path::new(wanted).is_absolute() {
-        Path::new(wanted).is_file().then(|| PathBuf::from(wanted))
-    } else {
-        which::which(wanted).ok()
-    };
-    match found {
-        Some(path) => Ok(Some(path)),
-        None if text == "auto" => Ok(None),
-        None => Err(WorkerError::config(
-            "python",
-            format!(
-                "{ENV_PYTHON}={text:?} names no Python interpreter here; give a path to one, \
-                 `auto` (python3 on PATH, if any) or `none`"
-            ),
-        )),
-    }
 }
 
 /// A parsed task argument.
@@ -280,11 +272,12 @@ impl Pool {
             "deps": deps,
         })
         .to_string();
+        let started = std::time::Instant::now();
         // An idle interpreter may have died meanwhile: then a fresh one gets the task.
         for round in 0..2 {
             let (mut interp, reused) = match self.take(&ns) {
                 Some(interp) => (interp, true),
-                None => (self.spawn(&ns)?, false),
+                None => (self.spawn(&ns, ctx.cgroups())?, false),
             };
             let function = if interp.known.contains(&hash) {
                 Bytes::new()
@@ -303,6 +296,10 @@ impl Pool {
                 return Err(format!("cannot send the task to a Python interpreter: {e}"));
             }
             let (status, body) = interp.receive().await.map_err(|e| {
+                // Killed with the worker's other tasks when it stalled or lost its lease.
+                if let Some(why) = crate::fence::stopped_since(started) {
+                    return format!("stopped by the fence: {why}");
+                }
                 format!(
                     "the Python interpreter ({}) ended before answering: {e}; a function that \
                      exits the process or crashes it ends its task this way",
@@ -332,8 +329,13 @@ impl Pool {
     }
 
     /// A fresh interpreter for the tasks of namespace `ns` (`""`: an admin's), as that
-    /// namespace's user where the worker gives each one its own.
-    fn spawn(&self, ns: &str) -> Result<Interpreter, String> {
+    /// namespace's user where the worker gives each one its own, in a cgroup of its own from
+    /// `cgroups` where the worker has them.
+    fn spawn(
+        &self,
+        ns: &str,
+        cgroups: Option<&Arc<crate::exec::TaskCgroups>>,
+    ) -> Result<Interpreter, String> {
         let user = self
             .isolation
             .user_for((!ns.is_empty()).then_some(ns))
@@ -354,6 +356,17 @@ impl Pool {
                 .env("HOME", &user.home)
                 .current_dir(&user.home);
         }
+        // Made before the spawn, so that an interpreter is never started uncontained by a
+        // cgroup that could not be made.
+        let cgroup = match cgroups {
+            Some(cgroups) => Some(cgroups.create().map_err(|e| {
+                format!(
+                    "cannot create a cgroup for a Python interpreter under {}: {e}",
+                    cgroups.root().display()
+                )
+            })?),
+            None => None,
+        };
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -367,7 +380,25 @@ impl Pool {
                     self.exe.display()
                 )
             })?;
+        // Into its cgroup before it runs a task (see `exec/cgroup.rs`); the fence holds the
+        // cgroup, and the process group, from now on.
+        let cgroup = match (cgroup, child.id()) {
+            (Some(cgroup), Some(pid)) => {
+                if let Err(e) = cgroup.enter(pid) {
+                    let _ = child.start_kill();
+                    return Err(format!(
+                        "cannot move a Python interpreter into its cgroup {}: {e}",
+                        cgroup.path().display()
+                    ));
+                }
+                Some(crate::fence::HeldCgroup::new(cgroup))
+            }
+            _ => None,
+        };
         let pid = child.id().map(|id| id as i32);
+        if let Some(pid) = pid {
+            crate::fence::hold(pid);
+        }
         let stdin = child.stdin.take().expect("piped");
         let stdout = child.stdout.take().expect("piped");
         Ok(Interpreter {
@@ -376,6 +407,7 @@ impl Pool {
             stdin,
             stdout,
             known: HashSet::new(),
+            _cgroup: cgroup,
         })
     }
 
@@ -466,7 +498,8 @@ async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes
         .collect()
 }
 
-/// One warm interpreter: a child in a process group of its own, killed whole when dropped.
+/// One warm interpreter: a child in a process group of its own and, where the worker has task
+/// cgroups, in a cgroup of its own too; both killed whole when it is dropped.
 #[derive(Debug)]
 struct Interpreter {
     child: Child,
@@ -475,6 +508,9 @@ struct Interpreter {
     stdout: ChildStdout,
     /// The functions (by hash) it holds.
     known: HashSet<[u8; 32]>,
+    /// Its cgroup (killed, and back in the worker's pool, when dropped after the process
+    /// group): what the functions it ran started is in it, whatever process group it left.
+    _cgroup: Option<crate::fence::HeldCgroup>,
 }
 
 impl Interpreter {
@@ -529,12 +565,14 @@ impl Interpreter {
 
 impl Drop for Interpreter {
     fn drop(&mut self) {
-        // The whole group: whatever the function started goes with it.
+        // The whole group: whatever the function started goes with it (and, with the cgroup
+        // next, what left the group).
         if let Some(pid) = self.pid {
             let _ = nix::sys::signal::killpg(
                 nix::unistd::Pid::from_raw(pid),
                 nix::sys::signal::Signal::SIGKILL,
             );
+            crate::fence::release(pid);
         }
         let _ = self.child.start_kill();
     }
