@@ -275,6 +275,15 @@ def cluster_status() -> Dict[str, Any]:
     return json.loads(_current().cluster_status())
 
 
+def heads() -> Dict[str, Any]:
+    """The head's replicas (``group`` and ``replicas``: each one's ``id``, ``address``,
+    ``role`` (``Leader``, ``Follower``, ...; ``None`` when it did not answer), ``term`` and
+    ``reachable``); one replica for a lone head."""
+    import json
+
+    return json.loads(_current().heads())
+
+
 def available_resources() -> Dict[str, float]:
     """The available amount of each resource, summed over the live nodes."""
     return _sum_resources("available")

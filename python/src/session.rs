@@ -558,6 +558,14 @@ impl Session {
         serde_json::to_string(&status).map_err(|e| crate::EscherError::new_err(e.to_string()))
     }
 
+    /// The replicas of the head group (one for a lone head), each with its role, term and
+    /// whether it answered, as JSON.
+    fn heads(&self, py: Python<'_>) -> PyResult<String> {
+        let client = self.client.clone();
+        let heads = wait_for(py, async move { client.heads().await })?.map_err(error)?;
+        serde_json::to_string(&heads).map_err(|e| crate::EscherError::new_err(e.to_string()))
+    }
+
     /// What a command task wrote to `stream` (`stdout` or `stderr`) so far.
     fn logs<'py>(&self, py: Python<'py>, id: u64, stream: &str) -> PyResult<Bound<'py, PyBytes>> {
         let stream = match stream {

@@ -55,13 +55,37 @@ def others_can_run(program: str) -> bool:
     return bool(os.stat(real).st_mode & stat.S_IROTH)
 
 
+# How each parametrization of ``processes`` starts its workers: (names, extra environment,
+# extra arguments); ``None`` in the environment removes the variable. Where ``PATH`` is
+# ``"{bin}"`` it is the folder of a python3 made for the case (see ``python3_folder``).
+NO_PYTHON_CASES = ["one-without-python", "no-python3-on-path", "python3-without-cloudpickle"]
+
+
+def python3_folder(tmp_path: pathlib.Path, case: str) -> str:
+    """A folder for ``PATH`` with (or without) a ``python3``: this interpreter's own folder
+    (a virtual environment's ``bin``, with cloudpickle), an empty one, or one whose
+    ``python3`` runs this interpreter without its site packages (so without cloudpickle)."""
+    if case == "python3-on-path":
+        return os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    folder = tmp_path / f"path-{case}"
+    folder.mkdir()
+    if case == "python3-without-cloudpickle":
+        script = folder / "python3"
+        script.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+        script.chmod(0o755)
+    return str(folder)
+
+
 @pytest.fixture(params=["two-workers"])
 def processes(request, tmp_path):
-    """A head and two workers; every process is killed at the end."""
+    """A head and workers (two with ESCHER_PYTHON by default; see ``NO_PYTHON_CASES`` and
+    ``python3-on-path`` for one worker that finds, or does not find, Python by itself); every
+    process is killed at the end. ``start_worker(name, env, args)`` starts one more."""
     home = tmp_path / "home"
     home.mkdir()
     env = dict(os.environ, ESCHER_HOME=str(home))
-    for key in ("ESCHER_HEAD", "ESCHER_TOKEN", "ESCHER_TASK_TOKEN", "ESCHER_NAMESPACE"):
+    for key in ("ESCHER_HEAD", "ESCHER_TOKEN", "ESCHER_TASK_TOKEN", "ESCHER_NAMESPACE",
+                "ESCHER_PYTHON"):
         env.pop(key, None)
     started = []
 
@@ -77,27 +101,41 @@ def processes(request, tmp_path):
            "--heartbeat-interval-ms", "200", "--heartbeat-timeout-ms", "2000",
            "--namespace-result-bytes", "100000"], "head")
     url = wait_until(lambda: address.exists() and address.read_text().strip(), "the head")
+    # As root, workers run each namespace's tasks as a user of their own, which must be able
+    # to run this interpreter; where it cannot (a Python under /root), they run tasks as
+    # themselves, and the driver checks that instead.
+    users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
+    with_python = {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"}
+
+    def start_worker(name, extra=None, args=()):
+        return start([binary("escher-worker"), "--head", url, "--name", name, "--resources",
+                      "cpu=2", *users, *args], name, extra)
+
     workers = {}
-    if request.param == "one-without-python":
-        workers["nopy"] = start([binary("escher-worker"), "--head", url, "--name", "nopy",
-                                 "--resources", "cpu=2"], "nopy", {"ESCHER_PYTHON": "none"})
+    case = request.param
+    if case == "one-without-python":
+        workers["nopy"] = start_worker("nopy", {"ESCHER_PYTHON": "none"})
+    elif case in NO_PYTHON_CASES or case == "python3-on-path":
+        # No ESCHER_PYTHON: the worker looks for python3 on PATH by itself.
+        workers["auto"] = start_worker("auto", {"PATH": python3_folder(tmp_path, case)})
+    elif case == "one-worker-without-cgroups":
+        workers["nocg"] = start_worker("nocg", with_python, ["--no-task-cgroups"])
+    elif case == "one-worker":
+        workers["w1"] = start_worker("w1", with_python)
     else:
-        # As root, workers run each namespace's tasks as a user of their own, which must be
-        # able to run this interpreter; where it cannot (a Python under /root), they run tasks
-        # as themselves, and the driver checks that instead.
-        users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
         for name in ("wa", "wb"):
-            workers[name] = start(
-                [binary("escher-worker"), "--head", url, "--name", name, "--resources",
-                 "cpu=2", *users], name,
-                {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"})
+            workers[name] = start_worker(name, with_python)
     access = json.loads((home / "access.json").read_text())
     yield {"url": url, "home": str(home), "admin": access["admin_token"], "workers": workers,
-           "logs": tmp_path}
+           "logs": tmp_path, "case": case, "start_worker": lambda name: start_worker(name, with_python)}
     for proc in started:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+
+
+def worker_log(processes, name: str) -> str:
+    return (processes["logs"] / f"{name}.log").read_text(errors="replace")
 
 
 DRIVER = r'''
@@ -211,8 +249,12 @@ def test_a_result_past_the_namespace_quota_fails_its_task_saying_so(processes):
     assert "refused:" in done.stdout and "quota" in done.stdout.lower(), done.stdout
 
 
-@pytest.mark.parametrize("processes", ["one-without-python"], indirect=True)
+@pytest.mark.parametrize("processes", NO_PYTHON_CASES, indirect=True)
 def test_a_python_task_on_a_cluster_without_python_waits_saying_so(processes):
+    """A worker told to offer no Python, one with no python3 on its PATH and one whose python3
+    cannot import cloudpickle offer no Python slots (their logs say why); a Python task waits
+    with a reason that says so, and command tasks run."""
+    true = shutil.which("true")
     code = (
         "import escher, time\n"
         f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
@@ -230,11 +272,220 @@ def test_a_python_task_on_a_cluster_without_python_waits_saying_so(processes):
         "    time.sleep(0.1)\n"
         "info = escher.task_info(ref)\n"
         "print(info['state'], '|', info['reason'])\n"
-        "command = escher.submit(['true'])\n"
+        "names = [r['name'] for n in escher.cluster_status()['nodes'] for r in n['resources']]\n"
+        "print('resources', names)\n"
+        f"command = escher.submit([{true!r}])\n"
         "print('command', escher.get(command, timeout=60))\n"
     )
     done = run_python(code, ESCHER_HOME=processes["home"])
     assert done.returncode == 0, done.stdout + done.stderr
     assert "pending |" in done.stdout, done.stdout
     assert "shared/python" in done.stdout and "no live node" in done.stdout, done.stdout
+    assert "'shared/python'" not in done.stdout.split("resources", 1)[1], done.stdout
     assert "command 0" in done.stdout
+    name, = processes["workers"]
+    log = worker_log(processes, name)
+    why = {
+        "one-without-python": "ESCHER_PYTHON turns them off",
+        "no-python3-on-path": "no python3 on PATH",
+        "python3-without-cloudpickle": "cannot import cloudpickle",
+    }[processes["case"]]
+    assert "no Python tasks on this worker" in log and why in log, log[-3000:]
+
+
+@pytest.mark.parametrize("processes", ["python3-on-path"], indirect=True)
+def test_a_worker_finds_python3_on_its_path_by_itself(processes):
+    """Without ESCHER_PYTHON, a worker whose PATH has a python3 that can import cloudpickle
+    offers Python slots (one per CPU) and runs remote functions with it."""
+    code = (
+        "import escher, time\n"
+        f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
+        "deadline = time.time() + 60\n"
+        "while len(escher.nodes()) < 1:\n"
+        "    assert time.time() < deadline\n"
+        "    time.sleep(0.1)\n"
+        "node, = escher.cluster_status()['nodes']\n"
+        "print('slots', {r['name']: r['total'] for r in node['resources']}['shared/python'])\n"
+        "@escher.remote\n"
+        "def where():\n"
+        "    import sys\n"
+        "    return sys.prefix\n"
+        "print('prefix', where.remote().result(timeout=60))\n"
+    )
+    done = run_python(code, ESCHER_HOME=processes["home"])
+    log = worker_log(processes, "auto")
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    assert "slots 2" in done.stdout, done.stdout
+    assert f"prefix {sys.prefix}" in done.stdout, done.stdout
+    assert "Python tasks run with the python3 found on PATH" in log, log[-3000:]
+
+
+ESCAPER = r'''
+import json, os, pathlib, signal, sys, time
+import escher
+
+escher.init()  # ESCHER_HEAD and the access file in ESCHER_HOME
+deadline = time.time() + 60
+while len(escher.nodes()) < 1:
+    assert time.time() < deadline, "the worker never joined"
+    time.sleep(0.1)
+shared = pathlib.Path(os.environ["SHARED"])
+
+@escher.remote
+def escape(path):
+    """Starts a process in a session (and process group) of its own, then sleeps."""
+    import os, subprocess, time
+    child = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    record = {"child": child.pid, "interpreter": os.getpid(),
+              "attempt": int(os.environ["ESCHER_ATTEMPT"])}
+    with open(path + ".tmp", "w") as f:
+        f.write(json.dumps(record))
+    os.rename(path + ".tmp", path)
+    time.sleep(600)
+
+def alive(pid):
+    # An exited process that nobody reaped yet (a zombie) does not run.
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+def started(name, ref):
+    path = shared / name
+    deadline = time.time() + 60
+    while not path.exists():
+        assert time.time() < deadline, f"{name} never started: {escher.task_info(ref)}"
+        time.sleep(0.05)
+    return json.loads(path.read_text())
+
+def gone(pid, what, limit=30):
+    deadline = time.time() + limit
+    while alive(pid):
+        assert time.time() < deadline, f"{what} (pid {pid}) still runs"
+        time.sleep(0.05)
+
+# Cancelled: the interpreter goes, and with it what it started, outside its group too.
+ref = escape.remote(str(shared / "cancelled"))
+run = started("cancelled", ref)
+child = run["child"]
+assert alive(child) and os.getsid(child) != os.getsid(run["interpreter"]), run
+escher.cancel(ref)
+gone(run["interpreter"], "the cancelled task's interpreter")
+if os.environ["CGROUPS"] == "yes":
+    gone(child, "the process the cancelled task started in a session of its own")
+    print("cancel killed the escaped process")
+else:
+    # Held by its process group only: what left the group is beyond reach (the worker's log
+    # says so at start).
+    assert alive(child)
+    os.kill(child, signal.SIGKILL)
+    print("without cgroups, cancel killed the interpreter")
+    sys.exit(0)
+
+# The worker and its fence supervisor SIGKILLed together: the next worker that starts on the
+# host kills what the dead one left in its cgroups.
+ref = escape.remote(str(shared / "killed"))
+run = started("killed", ref)
+child = run["child"]
+assert alive(child), run
+print(json.dumps({"kill": True}), flush=True)
+line = sys.stdin.readline()  # the test killed the worker and its supervisor, and started one
+gone(child, "the process a task of the SIGKILLed worker started in a session of its own")
+print("the next worker killed what the dead one left")
+'''
+
+
+def supervisor_of(pid: int) -> int:
+    """The fence supervisor (``escher-fence``) the worker ``pid`` started."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = pathlib.Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        if ppid == pid and name == "escher-fence":
+            return int(entry)
+    raise AssertionError(f"worker {pid} has no escher-fence supervisor")
+
+
+def alive(pid: int) -> bool:
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return False
+    return fields[0] != "Z"
+
+
+def run_escaper(processes, cgroups: bool) -> subprocess.Popen:
+    shared = tempfile.mkdtemp(prefix="escher-py-escape-")
+    os.chmod(shared, 0o777)
+    env = dict(os.environ, ESCHER_HEAD=processes["url"], ESCHER_HOME=processes["home"],
+               SHARED=shared, CGROUPS="yes" if cgroups else "no")
+    for key in ("ESCHER_TOKEN", "ESCHER_TASK_TOKEN", "ESCHER_NAMESPACE"):
+        env.pop(key, None)
+    driver = subprocess.Popen([sys.executable, "-c", ESCAPER], env=env, text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE)
+    driver.shared = shared  # type: ignore[attr-defined]
+    return driver
+
+
+@pytest.mark.parametrize("processes", ["one-worker"], indirect=True)
+def test_what_a_python_task_starts_outside_its_group_dies_with_it(processes):
+    """A Python task's interpreter is in a cgroup of the worker's: a process it started in a
+    session of its own (``setsid``) is killed when the task is cancelled, and, when the worker
+    is SIGKILLed together with its fence supervisor, by the next worker that starts."""
+    wait_until(lambda: "cgroup of its own" in worker_log(processes, "w1"),
+               "the worker to say that its tasks run in cgroups")
+    worker = processes["workers"]["w1"]
+    driver = run_escaper(processes, cgroups=True)
+    try:
+        assert driver.stdout is not None and driver.stdin is not None
+        line = driver.stdout.readline()
+        assert "cancel killed the escaped process" in line, line + driver.stderr.read()
+        line = driver.stdout.readline()
+        assert '"kill"' in line, line + driver.stderr.read()
+        fence = supervisor_of(worker.pid)
+        os.kill(fence, signal.SIGKILL)
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.wait()
+        wait_until(lambda: not alive(fence), "the supervisor to die")
+        # Nobody is left to kill the task's processes until a worker starts.
+        time.sleep(1)
+        escaped = json.loads(pathlib.Path(driver.shared, "killed").read_text())["child"]
+        assert alive(escaped), "the escaped process died before a new worker started"
+        processes["start_worker"]("w2")
+        driver.stdin.write("started\n")
+        driver.stdin.flush()
+        out, err = driver.communicate(timeout=120)
+        log = worker_log(processes, "w2")
+        assert driver.returncode == 0, out + err + log[-3000:]
+        assert "the next worker killed what the dead one left" in out, out + err
+        assert "killed the tasks a dead worker left running" in log, log[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+        shutil.rmtree(driver.shared, ignore_errors=True)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("processes", ["one-worker-without-cgroups"], indirect=True)
+def test_without_task_cgroups_a_cancelled_python_tasks_interpreter_still_goes(processes):
+    """``--no-task-cgroups``: Python tasks run, and cancelling one kills its interpreter (its
+    process group), though not what left the group."""
+    driver = run_escaper(processes, cgroups=False)
+    try:
+        out, err = driver.communicate(timeout=120)
+        log = worker_log(processes, "nocg")
+        assert driver.returncode == 0, out + err + log[-3000:]
+        assert "without cgroups, cancel killed the interpreter" in out, out + err
+        assert "no cgroup for tasks" in log, log[-3000:]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+        driver.wait()
+        shutil.rmtree(driver.shared, ignore_errors=True)  # type: ignore[attr-defined]
