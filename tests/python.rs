@@ -5,8 +5,11 @@
 //! from PyPI. Fails if pytest fails.
 //!
 //! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
-//! names another interpreter. `python/tests/test_processes.py` runs this build's `escher-head`
-//! and `escher-worker`, which `cargo test --workspace` builds.
+//! names another interpreter. `python/tests/test_processes.py` and `test_failover.py` run this
+//! build's `escher-head` and `escher-worker` (which `cargo test --workspace` builds): workers
+//! that find Python by themselves or say why not, Python tasks' processes held by task cgroups
+//! (a worker SIGKILLed with its fence included), and a head of three replicas whose leader is
+//! SIGKILLed under a Python driver.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
