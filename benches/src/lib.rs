@@ -2,7 +2,7 @@
 //! escher and runs Ray and HyperQueue side by side in the same invocation.
 //!
 //! ```text
-//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention|..|gpu|thesis]... [--size tiny|small|full]
+//! cargo run --release -p escher-bench -- [all|w1|..|w10|cmd|retention|..|gpu|thesis|python]... [--size tiny|small|full]
 //!                                        [--peers] [--out bench-results/]
 //! cargo run --release -p escher-bench -- compare OLD NEW [--threshold 0.1] [--fail-on-worse]
 //! ```
@@ -131,6 +131,9 @@ pub enum Selection {
     Gpu,
     /// The thesis' application experiments: E1–E4 and Cilantro.
     Thesis,
+    /// Python remote functions from one Python driver, escher beside Ray (not in `all`: it
+    /// needs PyPI and builds the package).
+    Python,
 }
 
 impl Options {
@@ -186,6 +189,7 @@ impl Selection {
             Selection::E4 => Some(Workload::E4),
             Selection::Cilantro => Some(Workload::Cilantro),
             Selection::Gpu => Some(Workload::Gpu),
+            Selection::Python => Some(Workload::Python),
         }
     }
 }

@@ -14,7 +14,7 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
             .filter(|f| f.id.starts_with(prefix))
             .max_by_key(|f| f.id.rsplit('.').next().and_then(|n| n.parse::<u64>().ok()))
     };
-    vec![
+    let mut checks = vec![
         throughput(last("w1.per_task."), last("w1.batched.")),
         round_trip(
             find("w2.run.p50").or(find("w2.p50")),
@@ -40,7 +40,10 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
             find("w9.replicas3.per_task_ratio"),
         ),
         failover(find("w10.p50"), find("w10.max")),
-    ]
+    ];
+    // Issue 33's, where `python` ran.
+    checks.extend(crate::workloads::python::targets(&figs));
+    checks
 }
 
 fn replicated(batched: Option<&Figure>, per_task: Option<&Figure>) -> TargetCheck {

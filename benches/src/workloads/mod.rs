@@ -12,6 +12,7 @@ use crate::size::{Params, Size};
 pub mod cmd_tasks;
 pub mod esl;
 pub mod gpu;
+pub mod python;
 pub mod retention;
 pub mod security;
 pub mod thesis;
@@ -94,10 +95,13 @@ pub enum Workload {
     /// The GPU policies end to end: MIGM A and B against the sequential full GPU, MIGRator's
     /// pre-initialization, one MIGRator window against Ekya and PARIS.
     Gpu,
+    /// Python remote functions from one Python driver, escher beside Ray (not in `all`).
+    Python,
 }
 
 impl Workload {
-    /// Every workload, in run order.
+    /// Every workload `all` runs, in run order (`python`, which needs PyPI and builds the
+    /// package, only when named).
     pub const ALL: [Workload; 21] = [
         Workload::W1,
         Workload::W2,
@@ -146,6 +150,7 @@ impl Workload {
             Workload::E4 => "e4",
             Workload::Cilantro => "cilantro",
             Workload::Gpu => "gpu",
+            Workload::Python => "python",
         }
     }
 
@@ -173,6 +178,7 @@ impl Workload {
             Workload::E4 => thesis::e4(ctx).await,
             Workload::Cilantro => thesis::cilantro(ctx).await,
             Workload::Gpu => gpu::run(ctx).await,
+            Workload::Python => python::run(ctx).await,
         }
     }
 }
