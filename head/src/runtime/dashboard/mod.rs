@@ -12,11 +12,22 @@
 //! per batch the head sends, JSON), which the page reads with `fetch` so that the token
 //! travels in a header, never in a URL. The page itself and its assets carry no data and are
 //! served to anyone who can reach the (loopback) port; everything else needs a token.
+//!
+//! One feed per browser: a browser opens at most six HTTP/1.1 connections to one host, and a
+//! feed holds one for as long as its tab is open, so the page does not open its own. A
+//! `SharedWorker` (`/events-worker.js`) holds one feed per token for all the tabs of the
+//! browser and passes each batch to every tab over its `MessagePort`; a browser without
+//! `SharedWorker` opens a feed per tab, as before. Each event carries `at_ms`, when the leader
+//! committed it (the watch API's own timestamp, not one stamped here), which the page shows.
+//!
+//! Utilisation over time: the head samples its own cluster status every few seconds into a
+//! bounded ring ([`history`]), served by `GET /api/history` with the same check as
+//! `/api/status`.
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
@@ -38,6 +49,9 @@ use escher_proto::types::{
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 
+mod history;
+
+use self::history::{History, HistoryReply};
 use super::cluster_svc::ClusterService;
 use super::handle::{READ_METADATA, STALE};
 use crate::auth::{Caller, GuardedStream, Keys, Revalidation, authorize, check_attempt};
@@ -48,6 +62,8 @@ const INDEX_HTML: &str = include_str!("assets/index.html");
 const APP_JS: &str = include_str!("assets/app.js");
 /// Its style.
 const STYLE_CSS: &str = include_str!("assets/style.css");
+/// The shared worker that holds one live feed for all the browser's tabs.
+const EVENTS_WORKER_JS: &str = include_str!("assets/events-worker.js");
 
 /// The most bytes of a task's output the log tail shows.
 const LOG_TAIL_BYTES: usize = 64 * 1024;
@@ -62,6 +78,7 @@ struct Dashboard {
     svc: ClusterService,
     keys: Arc<Keys>,
     enforce: bool,
+    history: Arc<Mutex<History>>,
 }
 
 /// Serves the dashboard on `listener` until `stop` is cancelled.
@@ -73,6 +90,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) {
     let addr = listener.local_addr().ok();
+    let history = Arc::new(Mutex::new(History::new(history::SAMPLES_KEPT)));
     let app = axum::Router::new()
         .route("/", get(|| asset("text/html; charset=utf-8", INDEX_HTML)))
         .route(
@@ -83,6 +101,10 @@ pub(crate) async fn serve(
             "/style.css",
             get(|| asset("text/css; charset=utf-8", STYLE_CSS)),
         )
+        .route(
+            "/events-worker.js",
+            get(|| asset("text/javascript; charset=utf-8", EVENTS_WORKER_JS)),
+        )
         .route("/api/whoami", get(whoami))
         .route("/api/status", get(status))
         .route("/api/tasks", get(tasks))
@@ -91,18 +113,28 @@ pub(crate) async fn serve(
         .route("/api/tasks/{id}/telemetry", get(telemetry))
         .route("/api/gpus", get(gpus))
         .route("/api/heads", get(heads))
+        .route("/api/history", get(utilisation))
         .route("/api/reservations", get(reservations))
         .route("/api/events", get(events))
         .route("/api/prove", get(prove))
         .fallback(|| async { ApiError::from(Status::not_found("no such page")) })
-        .with_state(Dashboard { svc, keys, enforce });
+        .with_state(Dashboard {
+            svc: svc.clone(),
+            keys,
+            enforce,
+            history: Arc::clone(&history),
+        });
     tracing::info!(?addr, "serving the web dashboard");
-    let served = axum::serve(listener, app)
-        .with_graceful_shutdown(async move { stop.cancelled().await })
-        .await;
-    if let Err(err) = served {
-        tracing::error!(%err, "the dashboard failed");
-    }
+    let serving = async {
+        let served = axum::serve(listener, app)
+            .with_graceful_shutdown(stop.clone().cancelled_owned())
+            .await;
+        if let Err(err) = served {
+            tracing::error!(%err, "the dashboard failed");
+        }
+    };
+    // The sampler lives exactly as long as the dashboard: both end on `stop`.
+    tokio::join!(serving, history::sample(svc, history, stop.clone()));
 }
 
 async fn asset(content_type: &'static str, body: &'static str) -> Response {
@@ -288,6 +320,18 @@ async fn gpus(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde
 async fn heads(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<HeadsReply> {
     let request = d.call("Heads", &headers, wire::HeadsRequest {}).await?;
     Ok(Json(domain(d.svc.heads(request).await?)?))
+}
+
+/// The utilisation history, oldest first: what a caller who may read the cluster status may
+/// read (the same figures, over time).
+async fn utilisation(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<HistoryReply> {
+    d.call("ClusterStatus", &headers, ()).await?;
+    let samples = d.history.lock().expect("history lock").samples();
+    Ok(Json(HistoryReply {
+        interval_ms: history::SAMPLE_EVERY.as_millis() as u64,
+        capacity: history::SAMPLES_KEPT,
+        samples,
+    }))
 }
 
 /// The task table's filters, as query parameters.

@@ -1,6 +1,13 @@
 // The escher dashboard: one page over the head's JSON API (`/api/...`), live through the watch
 // API as server-sent events. Every text from the cluster goes into the page as text, never as
-// markup. The token stays in this tab's sessionStorage and travels in a header only.
+// markup. The token stays in this tab's sessionStorage and travels in a header only: a token
+// given in the address (`#token=...`, as `escher dashboard` prints it) is moved into storage
+// and out of the address bar and the tab's history, on load and whenever the address changes.
+//
+// The live feed is one per browser, not one per tab: a SharedWorker (`/events-worker.js`) holds
+// it and passes each batch to every tab (a browser gives a host six connections, and a feed per
+// tab would leave the seventh tab none). Where SharedWorker is missing, the tab reads a feed of
+// its own.
 'use strict';
 
 const $ = (id) => document.getElementById(id);
@@ -28,7 +35,8 @@ const S = {
   selected: null,        // the task shown in detail
   revision: null,        // the last watch revision seen
   events: [],            // recent events, newest first
-  abort: null,           // stops the live feed
+  logNode: null,         // the node whose tasks the log browser lists
+  logTask: null,         // the task whose output it shows
   refreshing: false,
   again: false,
 };
@@ -50,7 +58,7 @@ async function api(path) {
 // ---- formatting -------------------------------------------------------------------------
 
 const num = (text) => (text === 'unbounded' ? Infinity : Number(text));
-const fmtNum = (n) => (n === Infinity ? '∞' : Number.isInteger(n) ? String(n) : n.toFixed(2));
+const fmtNum = (n) => (n === Infinity ? '∞' : Number.isInteger(n) ? String(n) : String(Number(n.toFixed(2))));
 function ago(ms) {
   if (!ms) return '';
   const s = Math.max(0, (Date.now() - ms) / 1000);
@@ -64,23 +72,39 @@ function span(ms) {
   if (ms < 60000) return `${(ms / 1000).toFixed(1)} s`;
   return `${(ms / 60000).toFixed(1)} min`;
 }
+const pad = (n) => String(n).padStart(2, '0');
+/** The time of day of `ms` (local, 24 h), as the event list shows it. */
+function clock(ms) {
+  const d = new Date(ms);
+  return `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+/** A serde `Duration` ({secs, nanos}) as text. */
+const duration = (d) => (d ? span(d.secs * 1000 + Math.round((d.nanos || 0) / 1e6)) : '');
 const badge = (text, cls) => h('span', { class: `state ${cls || text}` }, text);
 const resources = (set) => Object.entries(set || {}).map(([k, v]) => `${k}=${v}`).join(', ');
 const nodeName = (id) => (S.nodes && S.nodes.get(id)) || (id === null || id === undefined ? '' : `node ${id}`);
 
-/** One resource as a row: name, a bar of used over total, and the figures. */
+/** One resource as a row: name, a bar of used over total, and the figures. A capacity that
+ *  shrank below what running tasks hold is drawn as a full warning bar, saying by how much. */
 function bar(r) {
   const total = num(r.total);
   const used = num(r.used);
   const unbounded = total === Infinity;
-  const share = unbounded || total === 0 ? 0 : Math.min(100, (100 * used) / total);
-  const cls = ['bar', r.physical ? '' : 'ephemeral', unbounded ? 'unbounded' : ''].join(' ');
+  const over = !unbounded && used > total;
+  const share = over ? 100 : unbounded || total === 0 ? 0 : Math.min(100, (100 * used) / total);
+  const cls = ['bar', r.physical ? '' : 'ephemeral', unbounded ? 'unbounded' : '', over ? 'over' : ''].join(' ');
   const free = unbounded ? '∞' : fmtNum(Math.max(0, total - used));
-  return h('div', { class: 'res', 'data-resource': r.name },
+  const figures = over
+    ? `${fmtNum(used)} / ${fmtNum(total)} (over capacity by ${fmtNum(used - total)})`
+    : `${fmtNum(used)} / ${fmtNum(total)} (${free} free)`;
+  const title = over
+    ? `${fmtNum(used)} held by running tasks, capacity now ${fmtNum(total)}: it shrank below what ` +
+      'they hold; nothing new is placed here until they release it'
+    : `${fmtNum(used)} used of ${fmtNum(total)}`;
+  return h('div', { class: 'res' + (over ? ' over' : ''), 'data-resource': r.name },
     h('span', { class: 'name', title: r.name }, r.name),
-    h('div', { class: cls, title: `${fmtNum(used)} used of ${fmtNum(total)}` },
-      h('div', { style: `width:${share}%` })),
-    h('span', { class: 'num' }, `${fmtNum(used)} / ${fmtNum(total)} (${free} free)`));
+    h('div', { class: cls, title }, h('div', { style: `width:${share}%` })),
+    h('span', { class: 'num', title }, figures));
 }
 
 function table(el, head, rows) {
@@ -107,6 +131,80 @@ async function renderOverview() {
       h('td', {}, c.succeeded), h('td', {}, c.failed), h('td', {}, c.cancelled))));
   $('nodes').replaceChildren(...status.nodes.map(renderNode));
   renderEvents();
+  await renderCharts();
+}
+
+// ---- utilisation over time --------------------------------------------------------------
+
+const CHART_W = 320;
+const CHART_H = 90;
+
+/** An inline SVG chart of `series` ([{key, label, cls, values}]) over the samples' times. */
+function chart(name, title, samples, series, unit) {
+  const ns = 'http://www.w3.org/2000/svg';
+  const svg = (tag, attrs) => {
+    const el = document.createElementNS(ns, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
+    return el;
+  };
+  const times = samples.map((s) => s.at_ms);
+  const t0 = times[0];
+  const t1 = times[times.length - 1];
+  const top = Math.max(1, ...series.flatMap((s) => s.values));
+  const x = (t) => (t1 === t0 ? CHART_W : ((t - t0) / (t1 - t0)) * CHART_W);
+  const y = (v) => CHART_H - (v / top) * (CHART_H - 4);
+  const root = svg('svg', {
+    viewBox: `0 0 ${CHART_W} ${CHART_H}`, width: CHART_W, height: CHART_H,
+    class: 'chart', 'data-chart': name, role: 'img', 'aria-label': title,
+  });
+  for (const frac of [0.5, 1]) {
+    root.append(svg('line', { x1: 0, x2: CHART_W, y1: y(top * frac), y2: y(top * frac), class: 'grid' }));
+  }
+  for (const s of series) {
+    const points = s.values.map((v, i) => `${x(times[i]).toFixed(1)},${y(v).toFixed(1)}`).join(' ');
+    if (s.area && s.values.length) {
+      root.append(svg('polygon', {
+        points: `${x(t0).toFixed(1)},${CHART_H} ${points} ${x(t1).toFixed(1)},${CHART_H}`,
+        class: `area ${s.cls}`,
+      }));
+    }
+    root.append(svg('polyline', { points, class: `line ${s.cls}`, 'data-series': s.key }));
+  }
+  const last = (s) => fmtNum(s.values.length ? s.values[s.values.length - 1] : 0);
+  const legend = h('div', { class: 'legend' }, series.map((s) =>
+    h('span', { class: `key ${s.cls}` }, `${s.label} ${last(s)}${unit ? ' ' + unit : ''}`)));
+  return h('figure', { class: 'chart-box' }, h('figcaption', {}, title), root, legend);
+}
+
+/** CPU, memory and GPU used against total, and tasks running and pending, from the head's
+ *  history (`/api/history`: a sample every few seconds, the last hour). */
+async function renderCharts() {
+  const box = $('charts');
+  const reply = await api('/api/history');
+  const samples = reply.samples;
+  if (samples.length < 2) {
+    box.replaceChildren(h('p', { class: 'note' }, 'collecting: the head samples the cluster every ' +
+      `${reply.interval_ms / 1000} s`));
+    return;
+  }
+  const pick = (key) => samples.map((s) => s[key]);
+  const used = (key) => [
+    { key: 'total', label: 'total', cls: 'total', values: pick(`${key}_total`) },
+    { key: 'used', label: 'used', cls: 'used', values: pick(`${key}_used`), area: true },
+  ];
+  const minutes = (samples[samples.length - 1].at_ms - samples[0].at_ms) / 60000;
+  const charts = [
+    chart('cpu', 'CPU (cores)', samples, used('cpu')),
+    chart('memory', 'memory (MiB)', samples, used('memory')),
+  ];
+  if (samples.some((s) => s.gpu_total > 0)) charts.push(chart('gpu', 'GPUs (whole or fractional; MIG in the GPU view)', samples, used('gpu')));
+  charts.push(chart('tasks', 'tasks', samples, [
+    { key: 'running', label: 'running', cls: 'used', values: pick('running'), area: true },
+    { key: 'pending', label: 'pending', cls: 'pending', values: pick('pending') },
+  ]));
+  box.replaceChildren(...charts, h('p', { class: 'note span' },
+    `the last ${minutes < 1 ? `${Math.round(minutes * 60)} s` : `${minutes.toFixed(1)} min`}, a sample every ` +
+    `${reply.interval_ms / 1000} s (the head keeps ${Math.round((reply.capacity * reply.interval_ms) / 60000)} min)`));
 }
 
 function renderNode(n) {
@@ -127,12 +225,17 @@ function renderNode(n) {
       'are not isolated (run escher-worker as root for a user per namespace)') : '',
     labels ? h('div', { class: 'labels' }, labels) : '',
     physical.length ? h('h4', {}, 'physical') : '', physical.map(bar),
-    ephemeral.length ? h('h4', {}, 'ephemeral and custom') : '', ephemeral.map(bar));
+    ephemeral.length ? h('h4', {}, 'ephemeral and custom') : '', ephemeral.map(bar),
+    h('a', { class: 'node-logs', href: `#logs/${n.id}` }, 'tasks and logs →'));
 }
 
+/** The recent events, newest first, each with the time the head committed it (`at_ms`, from
+ *  the watch API itself). */
 function renderEvents() {
   $('events').replaceChildren(...S.events.slice(0, 50).map((e) =>
-    h('li', { 'data-kind': e.kind }, h('span', { class: 'rev' }, `#${e.revision}`), e.text)));
+    h('li', { 'data-kind': e.kind },
+      e.at_ms ? h('time', { class: 'at', datetime: new Date(e.at_ms).toISOString(), title: new Date(e.at_ms).toLocaleString() }, clock(e.at_ms)) : '',
+      h('span', { class: 'rev' }, `#${e.revision}`), e.text)));
 }
 
 function taskQuery() {
@@ -164,8 +267,26 @@ async function renderTasks() {
     h('td', {}, t.started_at_ms ? span((t.finished_at_ms || Date.now()) - t.started_at_ms) : ''),
     h('td', { class: 'reason' }, t.reason || ''))));
   if (S.selected !== null) await renderTaskDetail(S.selected);
-  else $('task-detail').hidden = true;
+  else closePanel($('task-detail'));
 }
+
+/** Shows `panel` (a side panel: fixed beside the list, wherever the list is scrolled to). */
+function openPanel(panel, ...children) {
+  panel.hidden = false;
+  panel.parentElement.classList.add('with-panel');
+  panel.replaceChildren(...children);
+}
+
+function closePanel(panel) {
+  panel.hidden = true;
+  panel.parentElement.classList.remove('with-panel');
+}
+
+/** The button that closes a panel by going to `hash`. */
+const closer = (hash) => h('button', {
+  class: 'close', title: 'close (Esc)', 'aria-label': 'close',
+  onclick: () => { location.hash = hash; },
+}, '×');
 
 async function ensureNodes() {
   if (S.nodes) return;
@@ -188,49 +309,76 @@ function describeResult(result) {
   return `${name}${body && typeof body === 'object' ? ' ' + Object.entries(body).map(([k, v]) => `${k}: ${typeof v === 'object' ? JSON.stringify(v) : v}`).join(', ') : ''}`;
 }
 
+/** Why a pending task waits, as rows: the head's sentence, the resource it is short of, how
+ *  much it asks and the most any live node has, the nodes closest to fitting, and for how long
+ *  it may wait. */
+function pendingRows(info) {
+  if (info.status.state !== 'Pending') return [];
+  const p = info.pending_reason;
+  const rows = [];
+  if (p) {
+    rows.push(['waits for', h('span', { class: 'waits' }, p.message)]);
+    rows.push(['short of', `${p.resource}: asks ${p.requested}`]);
+    rows.push(['most on a live node', p.best_total === null || p.best_total === undefined
+      ? `no live node has ${p.resource}` : `${p.resource}=${p.best_total}`]);
+    rows.push(['closest nodes', p.closest_nodes.length ? p.closest_nodes.map(nodeName).join(', ') : 'none']);
+  } else {
+    rows.push(['waits for', h('span', { class: 'waits' }, info.status.reason ||
+      'room on a node: the cluster could run it, and it runs when running tasks release enough')]);
+  }
+  rows.push(['waiting', span(Date.now() - info.submitted_at_ms)]);
+  if (info.spec.pending_deadline) rows.push(['gives up after', duration(info.spec.pending_deadline)]);
+  return rows;
+}
+
 async function renderTaskDetail(id) {
   const detail = $('task-detail');
   let info;
   try {
     info = await api(`/api/tasks/${id}`);
   } catch (err) {
-    detail.hidden = false;
-    detail.replaceChildren(h('p', { class: 'error' }, `task ${id}: ${err.message}`));
+    openPanel(detail, closer('#tasks'), h('p', { class: 'error' }, `task ${id}: ${err.message}`));
     return;
   }
   const [kind, what] = describeKind(info.spec.kind);
-  const pending = info.pending_reason;
+  const pending = pendingRows(info);
   const labels = Object.entries(info.spec.labels || {}).map(([k, v]) => `${k}=${v}`).join(', ');
   const rows = [
     ['state', badge(info.status.state)],
     ['name', info.spec.name],
     [kind, h('code', {}, what)],
-    ['resources', resources(info.spec.resources)],
+    ['requires', resources(info.spec.resources) || 'nothing'],
     labels ? ['labels', labels] : null,
     info.status.node !== null ? ['node', nodeName(info.status.node)] : null,
-    info.status.reason ? ['why', info.status.reason] : null,
-    pending ? ['pending', JSON.stringify(pending)] : null,
+    info.status.reason && !pending.length ? ['why', info.status.reason] : null,
+    ...pending,
     info.status.result ? ['result', describeResult(info.status.result)] : null,
     ['submitted', new Date(info.submitted_at_ms).toLocaleString()],
+    info.spec.timeout ? ['time limit', duration(info.spec.timeout)] : null,
     info.spec.max_retries ? ['retries allowed', info.spec.max_retries] : null,
   ].filter(Boolean);
-  const attempts = h('table', { class: 'attempts' },
+  const attempts = !info.attempts.length ? h('p', { class: 'note' }, 'none yet') : h('table', { class: 'attempts' },
     h('thead', {}, h('tr', {}, ['attempt', 'node', 'started', 'ended'].map((c) => h('th', {}, c)))),
     h('tbody', {}, info.attempts.map((a) => h('tr', {},
       h('td', {}, a.attempt), h('td', {}, nodeName(a.node)),
       h('td', {}, new Date(a.started_at_ms).toLocaleTimeString()), h('td', {}, a.ended || 'running')))));
   const logs = h('div', { id: 'task-logs' }, h('p', { class: 'note' }, 'reading the output…'));
   const telemetry = h('div', { id: 'task-telemetry' });
-  detail.hidden = false;
-  detail.replaceChildren(
+  openPanel(detail, closer('#tasks'),
     h('h3', {}, `task ${info.status.id}`),
     h('dl', {}, rows.map(([k, v]) => [h('dt', {}, k), h('dd', {}, v)])),
     h('h4', {}, 'attempts'), attempts,
     h('h4', {}, 'telemetry'), telemetry,
     h('h4', {}, 'output (tail)'), logs);
   renderTelemetry(id, telemetry);
-  if (!info.attempts.length) {
-    logs.replaceChildren(h('p', { class: 'note' }, 'no attempt yet: no output'));
+  await renderLogs(id, info.attempts.length, logs);
+}
+
+/** The tail of a task's stdout and stderr into `box` (`/api/tasks/ID/logs`, which reads them
+ *  from the worker, or from the head when it kept them). */
+async function renderLogs(id, attempts, box) {
+  if (!attempts) {
+    box.replaceChildren(h('p', { class: 'note' }, 'no attempt yet: no output'));
     return;
   }
   try {
@@ -238,10 +386,54 @@ async function renderTaskDetail(id) {
     const stream = (name, t) => [
       h('div', { class: 'note' }, name, t.truncated ? ' (last 64 KiB)' : '', t.notice ? ` — ${t.notice}` : ''),
       t.error ? h('p', { class: 'error' }, t.error) : h('pre', { 'data-stream': name }, t.text || '(empty)')];
-    logs.replaceChildren(...stream('stdout', tail.stdout), ...stream('stderr', tail.stderr));
+    box.replaceChildren(...stream('stdout', tail.stdout), ...stream('stderr', tail.stderr));
   } catch (err) {
-    logs.replaceChildren(h('p', { class: 'error' }, err.message));
+    box.replaceChildren(h('p', { class: 'error' }, err.message));
   }
+}
+
+// ---- the log browser: a node's tasks and their output -------------------------------------
+
+async function renderLogBrowser() {
+  const status = await api('/api/status');
+  S.nodes = new Map(status.nodes.map((n) => [n.id, n.name]));
+  if (S.logNode === null && status.nodes.length) S.logNode = status.nodes[0].id;
+  $('log-nodes').replaceChildren(...status.nodes.map((n) => h('a', {
+    href: `#logs/${n.id}`, 'data-log-node': n.id,
+    class: 'node-pick' + (n.id === S.logNode ? ' active' : '') + (n.alive ? '' : ' dead'),
+  }, n.name, h('span', { class: 'note' }, ` node ${n.id}`))));
+  const panel = $('log-detail');
+  if (!S.who.sees_tasks) {
+    $('log-note').textContent = `${S.who.caller} sees no task, so no output: use an app or admin token.`;
+    $('log-tasks').replaceChildren();
+    closePanel(panel);
+    return;
+  }
+  if (S.logNode === null) {
+    $('log-note').textContent = 'no node yet';
+    $('log-tasks').replaceChildren();
+    return;
+  }
+  const reply = await api(`/api/tasks?node=${S.logNode}`);
+  $('log-note').textContent = `${reply.tasks.length} task(s) whose latest attempt ran on ` +
+    `${nodeName(S.logNode)}, newest first` + (reply.more ? `; ${reply.more} more` : '') +
+    '; pick one for its stdout and stderr';
+  table($('log-tasks'), ['id', 'name', 'state', 'attempt', 'started', 'ran'],
+    reply.tasks.map((t) => h('tr', {
+      class: 'clickable' + (S.logTask === t.id ? ' selected' : ''), 'data-task': t.id,
+      onclick: () => { location.hash = `#logs/${S.logNode}/${t.id}`; },
+    },
+    h('td', {}, t.id), h('td', {}, t.name), h('td', {}, badge(t.state)), h('td', {}, t.attempt || ''),
+    h('td', {}, ago(t.started_at_ms)),
+    h('td', {}, t.started_at_ms ? span((t.finished_at_ms || Date.now()) - t.started_at_ms) : ''))));
+  if (S.logTask === null) { closePanel(panel); return; }
+  const shown = reply.tasks.find((t) => t.id === S.logTask);
+  const logs = h('div', { class: 'log-streams' }, h('p', { class: 'note' }, 'reading the output…'));
+  openPanel(panel, closer(`#logs/${S.logNode}`),
+    h('h3', {}, `task ${S.logTask}`, shown && shown.name ? ` (${shown.name})` : '', ' on ', nodeName(S.logNode)),
+    h('p', {}, h('a', { href: `#tasks/${S.logTask}` }, 'the task\'s detail →')),
+    logs);
+  await renderLogs(S.logTask, shown ? shown.attempt : 1, logs);
 }
 
 // What the task reported of its progress (`ctx.report`, `escher report`): per key, the latest
@@ -310,11 +502,25 @@ async function renderGpus() {
 function renderGpu(node, g) {
   const info = g.info;
   const slots = info.memory_slices || 8;
+  // Per device: its holders' tasks and how much of it they hold together (a task may hold a
+  // fraction: gpu=0.5).
   const held = new Map();
+  const share = new Map();
   for (const d of g.holders) {
     if (!held.has(d.uuid)) held.set(d.uuid, []);
-    held.get(d.uuid).push(d.task);
+    held.get(d.uuid).push(Number(d.amount) < 1 ? `${d.task} (${d.amount})` : d.task);
+    share.set(d.uuid, (share.get(d.uuid) || 0) + Number(d.amount || 1));
   }
+  // A device's drawing: busy when held whole, partly filled when fractions of it are held.
+  const occupancy = (uuid) => {
+    const used = share.get(uuid) || 0;
+    return {
+      used,
+      cls: used >= 1 ? 'busy' : used > 0 ? 'partial' : 'idle',
+      fill: used > 0 && used < 1 ? h('div', { class: 'fill', style: `width:${Math.round(used * 100)}%` }) : '',
+      text: used > 0 && used < 1 ? `${fmtNum(used)} of 1 held` : '',
+    };
+  };
   const retiring = new Set(g.reconfiguring ? g.reconfiguring.retiring : []);
   const title = `${node.name} · GPU ${info.index} · ${info.product} · ${(info.memory_mib / 1024).toFixed(0)} GiB` +
     (info.simulated ? ' · simulated' : '');
@@ -324,12 +530,15 @@ function renderGpu(node, g) {
     const cells = info.slices.map((s) => {
       for (let i = s.start; i < s.start + s.size; i++) used.add(i);
       const tasks = held.get(s.uuid) || [];
-      const cls = retiring.has(s.uuid) ? 'retiring' : tasks.length ? 'busy' : 'idle';
+      const o = occupancy(s.uuid);
+      const cls = retiring.has(s.uuid) ? 'retiring' : o.cls;
       return h('div', {
-        class: `slot ${cls}`, 'data-profile': s.profile, 'data-uuid': s.uuid,
+        class: `slot ${cls}`, 'data-profile': s.profile, 'data-uuid': s.uuid, 'data-used': fmtNum(o.used),
         style: `grid-column: ${s.start + 1} / span ${s.size}`,
         title: `${s.profile} at slot ${s.start} · ${s.uuid}` + (tasks.length ? ` · task ${tasks.join(', ')}` : ' · idle'),
-      }, h('b', {}, s.profile), h('br'), tasks.length ? `task ${tasks.join(', ')}` : retiring.has(s.uuid) ? 'retiring' : 'idle');
+      }, o.fill, h('b', {}, s.profile), h('br'),
+      h('span', {}, tasks.length ? `task ${tasks.join(', ')}` : retiring.has(s.uuid) ? 'retiring' : 'idle'),
+      o.text ? h('span', { class: 'share' }, ` · ${o.text}`) : '');
     });
     for (let i = 0; i < slots; i++) {
       if (!used.has(i)) cells.push(h('div', { class: 'slot free', style: `grid-column: ${i + 1} / span 1` }, 'free'));
@@ -341,9 +550,12 @@ function renderGpu(node, g) {
     ];
   } else {
     const tasks = held.get(info.uuid) || [];
+    const o = occupancy(info.uuid);
     drawing = h('div', { class: 'slots', style: 'grid-template-columns: 1fr' },
-      h('div', { class: `slot ${tasks.length ? 'busy' : 'idle'}` }, h('b', {}, 'whole GPU (MIG off)'), h('br'),
-        tasks.length ? `task ${tasks.join(', ')}` : 'idle'));
+      h('div', { class: `slot ${o.cls}`, 'data-uuid': info.uuid, 'data-used': fmtNum(o.used) },
+        o.fill, h('b', {}, 'whole GPU (MIG off)'), h('br'),
+        h('span', {}, tasks.length ? `task ${tasks.join(', ')}` : 'idle'),
+        o.text ? h('span', { class: 'share' }, ` · ${o.text}`) : ''));
   }
   return h('div', { class: 'gpu', 'data-gpu': `${node.name}/${info.index}` },
     h('h3', {}, title, ' ', node.alive ? '' : badge('dead')),
@@ -370,6 +582,7 @@ const VIEWS = {
   reservations: renderReservations,
   gpus: renderGpus,
   heads: renderHeads,
+  logs: renderLogBrowser,
 };
 
 /** Draws the current view from fresh data; calls that arrive meanwhile run once after it. */
@@ -401,9 +614,13 @@ function refreshSoon() {
 }
 
 function route() {
-  const [view, id] = (location.hash.slice(1) || 'overview').split('/');
+  const [view, id, sub] = (location.hash.slice(1) || 'overview').split('/');
   S.view = VIEWS[view] ? view : 'overview';
   S.selected = S.view === 'tasks' && id ? Number(id) : null;
+  if (S.view === 'logs') {
+    S.logNode = id ? Number(id) : S.logNode;
+    S.logTask = sub ? Number(sub) : null;
+  }
   for (const a of document.querySelectorAll('#tabs a')) a.classList.toggle('active', a.dataset.view === S.view);
   for (const name of Object.keys(VIEWS)) $(`view-${name}`).hidden = name !== S.view;
   refresh();
@@ -427,10 +644,73 @@ function onBatch(batch) {
   refreshSoon();
 }
 
-async function live() {
-  while (S.token) {
+/** The feed this tab reads: through the browser's shared worker (`port`), or its own
+ *  (`abort` stops it); `generation` ends a feed of its own that a newer one replaced. */
+const Live = { port: null, abort: null, generation: 0 };
+
+/** Starts reading the live feed for `S.token`, replacing any feed this tab read before. */
+function live() {
+  stopLive();
+  if (typeof SharedWorker === 'function') {
+    try {
+      liveShared();
+      return;
+    } catch (err) {
+      console.warn('no shared live feed, reading one for this tab:', err);
+    }
+  }
+  liveOwn();
+}
+
+function stopLive() {
+  Live.generation += 1;
+  if (Live.port) {
+    try { Live.port.postMessage({ type: 'stop' }); } catch { /* gone */ }
+    Live.port.close();
+    Live.port = null;
+  }
+  if (Live.abort) { Live.abort.abort(); Live.abort = null; }
+}
+
+/** The feed the browser's tabs share (see events-worker.js). */
+function liveShared() {
+  const worker = new SharedWorker('/events-worker.js', { name: 'escher-live' });
+  const port = worker.port;
+  Live.port = port;
+  $('live').dataset.feed = 'shared';
+  worker.addEventListener('error', () => {
+    // The worker could not start: this tab reads a feed of its own.
+    if (Live.port !== port) return;
+    Live.port = null;
+    liveOwn();
+  });
+  port.addEventListener('message', (m) => {
+    if (Live.port !== port) return;
+    const message = m.data || {};
+    if (message.type === 'recent') {
+      S.revision = message.revision;
+      S.events = message.events.slice(0, MAX_EVENTS);
+      refreshSoon();
+    } else if (message.type === 'batch') {
+      onBatch(message.batch);
+    } else if (message.type === 'live') {
+      setLive(message.on, message.why);
+    } else if (message.type === 'resync') {
+      S.revision = null;
+      refreshSoon();
+    }
+  });
+  port.start();
+  port.postMessage({ type: 'watch', token: S.token });
+}
+
+/** A feed of this tab's own, where there is no SharedWorker. */
+async function liveOwn() {
+  const generation = ++Live.generation;
+  $('live').dataset.feed = 'tab';
+  while (S.token && Live.generation === generation) {
     const abort = new AbortController();
-    S.abort = abort;
+    Live.abort = abort;
     try {
       // The first time, the last events too, so the overview starts with some history.
       const after = S.revision === null ? `?recent=${RECENT}` : `?after=${S.revision}`;
@@ -470,12 +750,27 @@ async function live() {
       if (abort.signal.aborted) return;
       setLive(false, err.message);
     }
+    if (Live.generation !== generation) return;
     setLive(false, 'reconnecting');
     await new Promise((resolve) => setTimeout(resolve, 1000));
   }
 }
 
 // ---- signing in ---------------------------------------------------------------------------
+
+/** Moves a token given in the address (`#token=T&view=V`, as `escher dashboard` prints it)
+ *  into this tab's storage, and replaces the address, in the bar and in the tab's history,
+ *  with the view alone. Returns the token, or null when the address carries none. */
+function takeToken() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const given = fragment.get('token');
+  if (given === null) return null;
+  const view = fragment.get('view') || 'overview';
+  history.replaceState(null, '', location.pathname + location.search + '#' + view);
+  const token = given.trim();
+  if (token) sessionStorage.setItem('escher.token', token);
+  return token || null;
+}
 
 async function signIn(token) {
   S.token = token;
@@ -485,6 +780,7 @@ async function signIn(token) {
     signOut(err.message);
     return;
   }
+  if (S.token !== token) return;  // another sign-in began meanwhile
   sessionStorage.setItem('escher.token', token);
   $('who').textContent = S.who.caller;
   $('sign-in').hidden = true;
@@ -495,10 +791,12 @@ async function signIn(token) {
 }
 
 function signOut(why) {
-  if (S.abort) S.abort.abort();
+  stopLive();
   S.token = null;
   S.who = null;
   S.revision = null;
+  S.events = [];
+  S.nodes = null;
   sessionStorage.removeItem('escher.token');
   $('main').hidden = true;
   $('sign-out').hidden = true;
@@ -508,14 +806,24 @@ function signOut(why) {
   setLive(false);
 }
 
-function start() {
-  const fragment = new URLSearchParams(location.hash.slice(1));
-  const given = fragment.get('token');
-  if (given) {
-    S.token = given;
-    const view = fragment.get('view') || 'overview';
-    history.replaceState(null, '', location.pathname + location.search + '#' + view);
+/** A new address: a token in it signs this tab in with it (and leaves the address at once);
+ *  otherwise it names a view. */
+function onAddress() {
+  const given = takeToken();
+  if (given && given !== S.token) {
+    stopLive();
+    S.revision = null;
+    S.events = [];
+    S.nodes = null;
+    signIn(given);
+  } else if (S.token) {
+    route();
   }
+}
+
+function start() {
+  const given = takeToken();
+  if (given) S.token = given;
   $('sign-in-form').addEventListener('submit', (e) => {
     e.preventDefault();
     signIn($('token').value.trim());
@@ -523,8 +831,24 @@ function start() {
   $('sign-out').addEventListener('click', () => signOut());
   $('filters').addEventListener('submit', (e) => { e.preventDefault(); refresh(); });
   $('filters').addEventListener('reset', () => setTimeout(refresh, 0));
-  window.addEventListener('hashchange', route);
+  window.addEventListener('hashchange', onAddress);
+  document.addEventListener('keydown', (e) => {
+    if (e.key !== 'Escape') return;
+    if (S.view === 'tasks' && S.selected !== null) location.hash = '#tasks';
+    else if (S.view === 'logs' && S.logTask !== null) location.hash = `#logs/${S.logNode}`;
+  });
+  // A closing tab leaves the shared feed (the last one to leave ends it); one restored from
+  // the back-forward cache joins it again.
+  window.addEventListener('pagehide', stopLive);
+  window.addEventListener('pageshow', (e) => { if (e.persisted && S.token && S.who) live(); });
+  // The side panels start below the header, however tall it wraps.
+  const headerHeight = () => document.documentElement.style.setProperty(
+    '--header', `${document.querySelector('header').offsetHeight}px`);
+  headerHeight();
+  window.addEventListener('resize', headerHeight);
   setInterval(() => { if (S.token && S.view === 'heads') refresh(); }, 3000);
+  // The charts follow the head's samples even when no event arrives.
+  setInterval(() => { if (S.token && S.who && S.view === 'overview' && !document.hidden) renderCharts().catch(() => {}); }, 5000);
   if (S.token) signIn(S.token);
   else signOut();
 }
