@@ -574,16 +574,32 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("nosuch"), "{err}");
 
-    // Nothing there: said so, with the flag that fixes it.
+    // No dashboard there (the head serves none at that address, here the one the environment
+    // names, as the default would be): no address printed, a failure saying so, and how to
+    // start one.
     let gone = common::free_addr().to_string();
-    let (code, out, err) = escher(&cluster, &["dashboard", "--address", &gone]);
-    assert_eq!(code, 1, "{out}");
-    assert!(
-        err.contains(&format!(
-            "nothing answers at {gone}: start the head with --dashboard"
-        )),
-        "{err}"
-    );
+    for named in [
+        admin_command(&cluster, &["dashboard", "--address", &gone]),
+        {
+            let mut command = admin_command(&cluster, &["dashboard"]);
+            command.env("ESCHER_DASHBOARD", &gone);
+            command
+        },
+    ] {
+        let mut command = named;
+        command.env("ESCHER_HEAD", cluster.head_url());
+        let (code, out, err) = outcome(&mut command);
+        assert_eq!(code, 1, "{out}");
+        assert_eq!(out, "", "no address is printed");
+        assert!(
+            err.contains(&format!("the head serves no dashboard at {gone}")),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("`escher-head --dashboard {gone}`")),
+            "{err}"
+        );
+    }
     cluster.shutdown().await;
 }
 

@@ -20,7 +20,8 @@ pub struct DashboardArgs {
     #[arg(long, env = "ESCHER_DASHBOARD", value_name = "HOST:PORT", default_value = DEFAULT_DASHBOARD)]
     pub address: std::net::SocketAddr,
 
-    /// Open this view first: overview, tasks, tasks/ID, reservations, gpus or heads
+    /// Open this view first: overview, tasks, tasks/ID, reservations, gpus, heads, logs or
+    /// logs/NODE
     #[arg(long, value_name = "VIEW")]
     pub view: Option<String>,
 }
@@ -77,16 +78,19 @@ async fn proves_it_knows(address: std::net::SocketAddr, token: &str) -> anyhow::
 
 /// Refuses a view the page does not have.
 fn check_view(view: &str) -> anyhow::Result<()> {
-    let known = ["overview", "tasks", "reservations", "gpus", "heads"];
+    let known = ["overview", "tasks", "reservations", "gpus", "heads", "logs"];
     let task = view
         .strip_prefix("tasks/")
         .is_some_and(|id| id.trim_start_matches("task-").parse::<u64>().is_ok());
-    if known.contains(&view) || task {
+    let node = view
+        .strip_prefix("logs/")
+        .is_some_and(|id| id.trim_start_matches("node-").parse::<u64>().is_ok());
+    if known.contains(&view) || task || node {
         return Ok(());
     }
     anyhow::bail!(
-        "--view {view:?}: the dashboard has overview, tasks, tasks/ID, reservations, gpus and \
-         heads"
+        "--view {view:?}: the dashboard has overview, tasks, tasks/ID, reservations, gpus, \
+         heads, logs and logs/NODE"
     )
 }
 
@@ -119,10 +123,11 @@ impl DashboardArgs {
         // Only whether something answers: the connection itself is not used.
         if !matches!(reachable, Ok(Ok(_))) {
             anyhow::bail!(
-                "nothing answers at {}: start the head with --dashboard {} (or give this \
-                 command the --address the head serves its dashboard on)",
-                self.address,
-                self.address
+                "the head serves no dashboard at {addr} (nothing answers there): a head serves \
+                 one only when started with `escher-head --dashboard {addr}` (or another \
+                 HOST:PORT); if yours serves it elsewhere, give this command that address \
+                 with --address or ESCHER_DASHBOARD",
+                addr = self.address,
             );
         }
         proves_it_knows(self.address, &token).await?;
