@@ -462,10 +462,10 @@ def test_what_a_python_task_starts_outside_its_group_dies_with_it(processes):
         driver.stdin.write("started\n")
         driver.stdin.flush()
         out, err = driver.communicate(timeout=120)
+        # (Any worker that starts on this host sweeps; w2's log says so where it was first.)
         log = worker_log(processes, "w2")
         assert driver.returncode == 0, out + err + log[-3000:]
         assert "the next worker killed what the dead one left" in out, out + err
-        assert "killed the tasks a dead worker left running" in log, log[-3000:]
     finally:
         if driver.poll() is None:
             driver.kill()
