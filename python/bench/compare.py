@@ -7,7 +7,9 @@ escher: one embedded worker with ``cpu=4``, so 4 Python slots). One JSON line pe
     python python/bench/compare.py [--tasks 2000] [--runs 3] [--systems escher,ray]
 
 Needs escher installed (``pip install ./python``; a release build for numbers worth quoting)
-and, for the comparison, ``pip install ray``.
+and, for the comparison, ``pip install ray``. ``escher-bench python`` runs it (``--one`` per
+system) in the harness' own virtual environment, installing both, and reports its figures
+beside the other workloads' with issue 33's targets.
 """
 
 import argparse
