@@ -5,14 +5,16 @@
 //! simulated A100). Against it, the README's multi-machine commands, run in a head's
 //! container as an operator would (`escher heads`, `status`, `nodes`, `submit --wait`, `logs`);
 //! what the workers were given (a worker-only credential, never the admin's file); tasks run
-//! as users of their own; a failover of the leader; and `down` then `up` again keeping every
-//! task (the named volumes). Everything it creates (containers, the network, the volumes, both
-//! images) is removed at the end, also when it fails, and the containers' logs are printed
-//! then.
+//! as users of their own; a failover of the leader; `down` then `up` again keeping every task
+//! (the named volumes); and a rolling upgrade to a release with a new data format, replica by
+//! replica under load (see [`rolling_upgrade`]). Everything it creates (containers, the
+//! network, the volumes, the images) is removed at the end, also when it fails, and the
+//! containers' logs are printed then.
 //!
 //! It needs a Docker engine and `docker-compose` (1.29, as CI has), and the binaries
-//! `cargo test --workspace` builds beside this test. It prints the image's size and the time
-//! from `docker-compose up` to the first task's end (BENCHMARKS.md).
+//! `cargo test --workspace` builds beside this test. It prints the image's size, the time from
+//! `docker-compose up` to the first task's end, and the rolling upgrade's longest gap between
+//! two acknowledged submits (BENCHMARKS.md).
 
 mod procs;
 
@@ -90,20 +92,43 @@ struct Deployment {
     compose_file: PathBuf,
     /// Container ids by service, as of the last `up`.
     containers: BTreeMap<String, String>,
+    /// Images and containers the test made beside the project (removed with it).
+    extra_images: Vec<String>,
+    extra_containers: Vec<String>,
 }
 
 impl Deployment {
     fn compose(&self, args: &[&str]) -> Command {
+        self.compose_over(&[], args)
+    }
+
+    /// `docker-compose` with `overrides` (compose files) read after deploy/compose.yaml.
+    fn compose_over(&self, overrides: &[PathBuf], args: &[&str]) -> Command {
         let mut command = Command::new("docker-compose");
         command
             .args(["--ansi", "never"])
             .arg("-p")
             .arg(&self.project)
             .arg("-f")
-            .arg(&self.compose_file)
-            .args(args)
-            .env("ESCHER_IMAGE", &self.image);
+            .arg(&self.compose_file);
+        for file in overrides {
+            command.arg("-f").arg(file);
+        }
+        command.args(args).env("ESCHER_IMAGE", &self.image);
         command
+    }
+
+    /// Learns `service`'s container id again (after it was recreated).
+    fn learn_container(&mut self, service: &str) {
+        let id = ok(
+            "docker-compose ps -q",
+            run_for(
+                &mut self.compose(&["ps", "-q", service]),
+                Duration::from_secs(60),
+            ),
+        );
+        self.containers
+            .insert(service.to_string(), id.trim().to_string());
     }
 
     /// Starts the project (or starts it again) and learns its containers' ids.
@@ -182,6 +207,12 @@ impl Drop for Deployment {
                 String::from_utf8_lossy(&logs.stderr)
             );
         }
+        for container in &self.extra_containers {
+            let _ = run_for(
+                Command::new("docker").args(["rm", "--force", container]),
+                Duration::from_secs(60),
+            );
+        }
         let down = run_for(
             &mut self.compose(&["down", "--volumes", "--remove-orphans", "--timeout", "5"]),
             Duration::from_secs(180),
@@ -192,7 +223,7 @@ impl Drop for Deployment {
                 String::from_utf8_lossy(&down.stderr)
             );
         }
-        for image in [&self.image, &self.base] {
+        for image in self.extra_images.iter().chain([&self.image, &self.base]) {
             let _ = run_for(
                 Command::new("docker").args(["rmi", "--force", image]),
                 Duration::from_secs(60),
@@ -267,6 +298,8 @@ fn the_compose_cluster_runs_the_readme_tour() {
         image: format!("{unique}:test"),
         compose_file: root().join("deploy/compose.yaml"),
         containers: BTreeMap::new(),
+        extra_images: Vec::new(),
+        extra_containers: Vec::new(),
     };
 
     // The base, made of this machine's files: nothing is pulled.
@@ -610,5 +643,255 @@ fn the_compose_cluster_runs_the_readme_tour() {
             "the workers did not come back as the same nodes: {before:?} then {now:?}"
         );
         std::thread::sleep(Duration::from_millis(250));
+    }
+
+    rolling_upgrade(&mut deployment, &unique);
+}
+
+/// Each replica's (newest data format read, format written) from `escher heads --json` in
+/// `head`'s container (`None` for one that did not answer), and the replica that leads.
+fn formats(deployment: &Deployment, head: &str) -> (BTreeMap<u64, Option<(u64, u64)>>, u64) {
+    let heads = deployment.escher_json(head, &["heads"]);
+    let replicas = heads["replicas"].as_array().expect("replicas");
+    let formats = replicas
+        .iter()
+        .map(|r| {
+            let id = r["id"].as_u64().expect("an id");
+            let known = (r["reachable"] == true)
+                .then(|| {
+                    r["data_format"]
+                        .as_u64()
+                        .zip(r["writes_data_format"].as_u64())
+                })
+                .flatten();
+            (id, known)
+        })
+        .collect();
+    (formats, leader(&heads))
+}
+
+/// A rolling upgrade on the compose cluster (the README's procedure): each head replica's
+/// container is replaced by one of "the next release" (this image under the test seam
+/// `ESCHER_TEST_NEXT_DATA_FORMAT=1`, one data format more), followers first and the leader last,
+/// while a container of its own on the project's network submits tasks in a loop (each under
+/// an idempotency key, retried under it until acknowledged). The group keeps writing format 1
+/// until every replica reads format 2, then writes format 2; every acknowledged task runs; the
+/// longest time between two acknowledgements is printed (BENCHMARKS.md).
+fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
+    // The next release's image: this one with the seam set.
+    let next = format!("{unique}-next:test");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::write(
+        dir.path().join("Dockerfile"),
+        format!(
+            "FROM {}\nENV ESCHER_TEST_NEXT_DATA_FORMAT=1\n",
+            deployment.image
+        ),
+    )
+    .expect("a Dockerfile");
+    deployment.extra_images.push(next.clone());
+    ok(
+        "docker build (the next release)",
+        run_for(
+            Command::new("docker")
+                .args(["build", "--quiet", "--tag", &next])
+                .arg(dir.path()),
+            Duration::from_secs(300),
+        ),
+    );
+    let (before, _) = formats(deployment, "head-1");
+    assert!(
+        before.values().all(|f| *f == Some((1, 1))),
+        "before the upgrade: {before:?}"
+    );
+
+    // The load, in a container on the project's network with the admin's access file.
+    let loader = format!("{unique}-load");
+    deployment.extra_containers.push(loader.clone());
+    let script = r#"
+        # One client id for the loop (hexadecimal: the seconds' digits are hex digits too),
+        # one sequence number per task: CLIENT-SEQ, the form of `escher submit --key`.
+        client=$(date +%s)
+        i=0
+        while [ ! -e /tmp/stop ]; do
+            i=$((i + 1))
+            tries=0
+            until out=$(escher submit --key "$client-$i" --name "upgrade-$i" \
+                            --resources cpu=0.1 -- true 2>&1); do
+                tries=$((tries + 1))
+                if [ $tries -ge 600 ]; then echo "failed $i $out"; exit 1; fi
+                sleep 0.05
+            done
+            echo "ok $i $(date +%s%N) $(echo "$out" | head -1) $tries"
+            sleep 0.02
+        done
+        echo done
+    "#;
+    ok(
+        "docker run (the load)",
+        run_for(
+            Command::new("docker")
+                .args(["run", "--detach", "--name", &loader])
+                .args(["--network", &format!("{}_default", deployment.project)])
+                .args([
+                    "--volume",
+                    &format!(
+                        "{}_head-access:/var/lib/escher/access:ro",
+                        deployment.project
+                    ),
+                ])
+                .args([
+                    "--env",
+                    "ESCHER_ACCESS_FILE=/var/lib/escher/access/access.json",
+                    "--env",
+                    "ESCHER_HEAD=https://head-1:7600,https://head-2:7600,https://head-3:7600",
+                ])
+                .args([&deployment.image, "sh", "-c", script]),
+            Duration::from_secs(120),
+        ),
+    );
+    // (loop number, when acknowledged in ns, task id, failed tries before it).
+    let acknowledged = || -> Vec<(u64, u128, String, u32)> {
+        let logs = ok(
+            "docker logs (the load)",
+            run_for(
+                Command::new("docker").args(["logs", &loader]),
+                Duration::from_secs(60),
+            ),
+        );
+        assert!(!logs.contains("failed "), "the load gave up: {logs}");
+        logs.lines()
+            .filter_map(|line| {
+                let mut words = line.split_whitespace();
+                (words.next()? == "ok").then_some(())?;
+                let n = words.next()?.parse().ok()?;
+                let at = words.next()?.parse().ok()?;
+                let id = words.next()?.to_string();
+                Some((n, at, id, words.next()?.parse().ok()?))
+            })
+            .collect()
+    };
+    let wait_for_more = |what: &str, more: usize| {
+        let count = acknowledged().len();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while acknowledged().len() < count + more {
+            assert!(Instant::now() < deadline, "no writes acknowledged {what}");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    wait_for_more("before the upgrade", 10);
+
+    // Followers first, the leader last.
+    let (_, lead) = formats(deployment, "head-1");
+    let mut order: Vec<u64> = (1..=3).filter(|id| *id != lead).collect();
+    order.push(lead);
+    let mut upgraded = Vec::new();
+    for (step, id) in order.iter().enumerate() {
+        let service = format!("head-{id}");
+        upgraded.push(service.clone());
+        let override_file = dir.path().join(format!("upgrade-{step}.yaml"));
+        let mut yaml = String::from("services:\n");
+        for service in &upgraded {
+            yaml.push_str(&format!("  {service}:\n    image: {next}\n"));
+        }
+        std::fs::write(&override_file, yaml).expect("an override file");
+        let started = Instant::now();
+        ok(
+            "docker-compose up (one replica on the next release)",
+            run_for(
+                &mut deployment
+                    .compose_over(&[override_file], &["up", "--detach", "--no-deps", &service]),
+                Duration::from_secs(180),
+            ),
+        );
+        deployment.learn_container(&service);
+        // It runs the next release and has caught up; the group goes on.
+        let other = format!("head-{}", order.iter().find(|o| *o != id).expect("another"));
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let (now, _) = formats(deployment, &other);
+            if now[id].is_some_and(|(reads, _)| reads == 2) {
+                if step < 2 {
+                    assert!(
+                        now.values()
+                            .all(|f| f.is_some_and(|(_, writes)| writes == 1)),
+                        "with {} replica(s) upgraded: {now:?}",
+                        step + 1
+                    );
+                }
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "replica {id} did not come back on the next release: {now:?}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+        println!(
+            "replica {id} replaced by the next release and answering after {:.2?}",
+            started.elapsed()
+        );
+        wait_for_more(&format!("after replica {id} was replaced"), 20);
+    }
+    // Every replica reads format 2: the group writes it.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (now, _) = formats(deployment, "head-1");
+        if now.values().all(|f| *f == Some((2, 2))) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the group did not move to format 2: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    wait_for_more("in format 2", 20);
+    ok(
+        "stopping the load",
+        run_for(
+            Command::new("docker").args(["exec", &loader, "sh", "-c", ": > /tmp/stop"]),
+            Duration::from_secs(60),
+        ),
+    );
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !ok(
+        "docker logs (the load)",
+        run_for(
+            Command::new("docker").args(["logs", &loader]),
+            Duration::from_secs(60),
+        ),
+    )
+    .contains("\ndone")
+    {
+        assert!(Instant::now() < deadline, "the load did not stop");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+
+    // Every acknowledged task ran, once per key, and the longest wait between two.
+    let acked = acknowledged();
+    let gap = acked
+        .windows(2)
+        .map(|pair| pair[1].1.saturating_sub(pair[0].1))
+        .max()
+        .unwrap_or(0);
+    let retried = acked.iter().filter(|(_, _, _, tries)| *tries > 0).count();
+    println!(
+        "rolling upgrade of the compose cluster's three replicas: {} submits acknowledged \
+         ({retried} of them after a failed try), longest gap between two acknowledgements: \
+         {:.2} s",
+        acked.len(),
+        gap as f64 / 1e9
+    );
+    let ids: Vec<String> = acked.iter().map(|(_, _, id, _)| id.clone()).collect();
+    let unique_ids: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(unique_ids.len(), ids.len(), "a key gave two tasks: {ids:?}");
+    for chunk in ids.chunks(200) {
+        let mut args = vec!["wait", "--timeout", "120"];
+        args.extend(chunk.iter().map(String::as_str));
+        ok(
+            "escher wait (every acknowledged task)",
+            deployment.escher("head-1", &args),
+        );
     }
 }
