@@ -29,9 +29,13 @@
 //! - [`compare`]: MIGRator (forecast and oracle) against its baselines over several windows of
 //!   a trace shape;
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
-//!   by compute intensity), [`astraea`] (dynamic SM shares without MIG);
-//! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan.
+//!   by compute intensity), [`fn@astraea`] (MIGRator's Astraea-style baseline: dynamic SM shares
+//!   without MIG);
+//! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan;
+//! - [`mod@astraea`]: Astraea itself (multi-stage services on MPS shares, its allocation and
+//!   placement, on a cluster through ephemeral resources) against its paper's baselines.
 
+pub mod astraea;
 pub mod baselines;
 pub mod cluster;
 pub mod compare;

@@ -1,0 +1,279 @@
+//! Astraea against its paper's baselines (§8.1) on the same services and GPUs, by the paper's
+//! metric: the peak load sustained with the p99 latency within the QoS target (§8.2).
+//!
+//! - **Astraea**: Eq. 2 by epsilon-greedy search with all five constraints, placed by
+//!   Algorithm 1 and the intra-node rules, over its channels (IPC on a GPU, NVLink between
+//!   GPUs).
+//! - **FIRM** (as the paper adapts it): the best allocation of instances and SM shares found
+//!   by brute force (every `(N_i, p_i)` pair for two stages; the same search as Astraea's for
+//!   more) without the bandwidth constraint, then placed at random (Kubernetes' default spread),
+//!   every edge copied through the host.
+//! - **Laius** (as the paper adapts it): no scale-out; two stages per GPU, one copy of the
+//!   pipeline per GPU pair, the stage with the lower throughput best-effort: the other gets the
+//!   smallest SM share that keeps the latency within the target and the best-effort stage the
+//!   rest; edges through the host.
+//!
+//! **The same information for every policy.** Each plans to a latency target `budget × QoS`
+//! (the room left for queueing) and each gets the budget of [`BUDGETS`] under which its own
+//! deployment sustains the most load in the simulation, so no policy is tuned and another not.
+
+use fastrand::Rng;
+
+use super::alloc::{Search, allocate, feasible};
+use super::place::{Allocation, Instance, Topology, place_randomly};
+use super::service::{Links, Service};
+use super::sim::Deployment;
+
+/// The latency targets each policy is tried at, as fractions of the QoS target (ours).
+pub const BUDGETS: [f64; 6] = [0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+
+/// The policies compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Policy {
+    /// Astraea.
+    Astraea,
+    /// Astraea without the bandwidth constraint (the paper's Astraea-NC ablation, §8.3).
+    AstraeaNc,
+    /// FIRM, adapted as the paper does.
+    Firm,
+    /// Laius, adapted as the paper does.
+    Laius,
+}
+
+impl Policy {
+    /// Its name as printed.
+    pub fn name(self) -> &'static str {
+        match self {
+            Policy::Astraea => "Astraea",
+            Policy::AstraeaNc => "Astraea-NC",
+            Policy::Firm => "FIRM",
+            Policy::Laius => "Laius",
+        }
+    }
+
+    /// Whether its edges go over Astraea's channels.
+    pub fn astraea_channels(self) -> bool {
+        matches!(self, Policy::Astraea | Policy::AstraeaNc)
+    }
+
+    /// Whether it accounts memory bandwidth (and so requests it on a cluster).
+    pub fn accounts_bandwidth(self) -> bool {
+        self == Policy::Astraea
+    }
+}
+
+/// A policy's deployment plan.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    /// The policy.
+    pub policy: Policy,
+    /// The latency budget it planned to.
+    pub budget: f64,
+    /// `(N_i, p_i)` per stage.
+    pub alloc: Allocation,
+    /// The instances, placed.
+    pub instances: Vec<Instance>,
+}
+
+/// `policy`'s plan for `service` on `topo` at latency budget `budget`; `None` if it finds
+/// none.
+pub fn plan(
+    policy: Policy,
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    budget: f64,
+    seed: u64,
+) -> Option<Planned> {
+    let (alloc, instances) = match policy {
+        Policy::Astraea | Policy::AstraeaNc => {
+            let search = Search {
+                bandwidth: policy == Policy::Astraea,
+                budget,
+                seed,
+                ..Search::default()
+            };
+            let a = allocate(service, topo, links, &search)?;
+            (a.alloc, a.instances)
+        }
+        Policy::Firm => {
+            let search = Search {
+                bandwidth: false,
+                transfers: Some(false),
+                budget,
+                seed,
+                ..Search::default()
+            };
+            let alloc = if service.stages.len() <= 2 {
+                brute_force(service, topo, links, &search)?
+            } else {
+                allocate(service, topo, links, &search)?.alloc
+            };
+            let mut rng = Rng::with_seed(seed);
+            let instances = place_randomly(service, &alloc, topo, &mut rng)?;
+            (alloc, instances)
+        }
+        Policy::Laius => laius(service, topo, links, budget)?,
+    };
+    Some(Planned {
+        policy,
+        budget,
+        alloc,
+        instances,
+    })
+}
+
+/// FIRM's offline brute force over every `(N_i, p_i)` of up to two stages (shares in 10%
+/// steps, `N_i p_i` at most the GPUs), by Eq. 2's objective under `search`'s constraints.
+pub fn brute_force(
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    search: &Search,
+) -> Option<Allocation> {
+    let n = topo.gpus.len() as f64;
+    let steps = (1.0 / search.granularity).round() as u32;
+    let per_stage: Vec<(u32, f64)> = (1..=steps)
+        .flat_map(|k| {
+            let p = f64::from(k) * search.granularity;
+            (1..=((n / p + 1e-9).floor() as u32)).map(move |c| (c, p))
+        })
+        .collect();
+    let mut best: Option<(f64, f64, Allocation)> = None;
+    let mut consider = |alloc: Allocation| {
+        if let Some(a) = feasible(service, topo, links, &alloc, search) {
+            let sm: f64 = alloc.iter().map(|&(c, p)| f64::from(c) * p).sum();
+            if best.as_ref().is_none_or(|(o, s, _)| {
+                a.objective > *o + 1e-9 || ((a.objective - o).abs() <= 1e-9 && sm < *s)
+            }) {
+                best = Some((a.objective, sm, alloc));
+            }
+        }
+    };
+    match service.stages.len() {
+        1 => per_stage.iter().for_each(|&x| consider(vec![x])),
+        2 => {
+            for &a in &per_stage {
+                for &b in &per_stage {
+                    consider(vec![a, b]);
+                }
+            }
+        }
+        _ => return None,
+    }
+    best.map(|(_, _, a)| a)
+}
+
+/// Laius' plan (see the module doc): stages paired in order, two per GPU, one copy of the
+/// pipeline per group of GPUs; in a pair, the stage with the higher throughput on the whole
+/// GPU is the QoS stage, given the smallest share (10% steps) that keeps the pair within its
+/// part of the latency target (the pair's share of the solo latency), the other the rest.
+fn laius(
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    budget: f64,
+) -> Option<(Allocation, Vec<Instance>)> {
+    let m = service.stages.len();
+    let per_copy = m.div_ceil(2);
+    let copies = topo.gpus.len() / per_copy;
+    if copies == 0 {
+        return None;
+    }
+    let target = budget * service.qos_ms(links);
+    let solo = service.solo_ms(links);
+    let mut shares = vec![1.0; m];
+    for pair in 0..per_copy {
+        let a = 2 * pair;
+        let b = a + 1;
+        if b >= m {
+            shares[a] = 1.0;
+            continue;
+        }
+        let sa = &service.stages[a];
+        let sb = &service.stages[b];
+        let edge = links.host_copy_ms(service.traffic(a, b));
+        let part = target * (sa.latency_ms(1.0) + sb.latency_ms(1.0) + edge) / solo;
+        let (qos, be) = if sa.throughput(1.0) >= sb.throughput(1.0) {
+            (a, b)
+        } else {
+            (b, a)
+        };
+        let found = (1..10).map(|k| f64::from(k) * 0.1).find(|&p| {
+            service.stages[qos].latency_ms(p) + service.stages[be].latency_ms(1.0 - p) + edge
+                <= part
+        })?;
+        shares[qos] = found;
+        shares[be] = 1.0 - found;
+    }
+    let mut instances = Vec::new();
+    for c in 0..copies {
+        for (s, &share) in shares.iter().enumerate() {
+            instances.push(Instance {
+                stage: s,
+                gpu: c * per_copy + s / 2,
+                share,
+            });
+        }
+    }
+    let alloc = shares.iter().map(|&p| (copies as u32, p)).collect();
+    Some((alloc, instances))
+}
+
+/// A policy's best plan over [`BUDGETS`] by the peak load its deployment sustains, with that
+/// peak (queries per second) and the p99 there.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tuned {
+    /// The plan.
+    pub plan: Planned,
+    /// Its peak load, queries per second.
+    pub peak: f64,
+    /// The p99 at the peak, ms.
+    pub p99_ms: f64,
+}
+
+/// `policy` tuned over [`BUDGETS`] (see the module doc).
+pub fn tuned(
+    policy: Policy,
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    seed: u64,
+) -> Option<Tuned> {
+    let qos = service.qos_ms(links);
+    let mut best: Option<Tuned> = None;
+    for budget in BUDGETS {
+        let Some(p) = plan(policy, service, topo, links, budget, seed) else {
+            continue;
+        };
+        let (peak, p99) = peak_of(service, topo, links, policy, &p.instances, qos, seed);
+        if best.as_ref().is_none_or(|b| peak > b.peak) {
+            best = Some(Tuned {
+                plan: p,
+                peak,
+                p99_ms: p99,
+            });
+        }
+    }
+    best
+}
+
+/// The peak load of `instances` served with `policy`'s channels.
+pub fn peak_of(
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    policy: Policy,
+    instances: &[Instance],
+    qos_ms: f64,
+    seed: u64,
+) -> (f64, f64) {
+    Deployment {
+        service,
+        topo,
+        instances,
+        links,
+        astraea_channels: policy.astraea_channels(),
+    }
+    .peak_load(qos_ms, seed)
+}
