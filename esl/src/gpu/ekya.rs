@@ -110,6 +110,39 @@ fn thief_by(
     delta: f64,
     mut score_of: impl FnMut(&SharePlan, usize) -> f64,
 ) -> SharePlan {
+    thief_configured(
+        problem,
+        delta,
+        |_, _, _| None,
+        |_, plan, from| score_of(plan, from),
+    )
+    .0
+}
+
+/// A retraining configuration as the thief sees it: its retraining time on `k` GPCs
+/// (`retrain_s`, as [`Tenant`](super::migrator::problem::Tenant)'s) and the accuracy after it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Configured {
+    /// Which configuration (an index the picker defines).
+    pub index: usize,
+    /// Retraining time on one instance of `k` GPCs, seconds.
+    pub retrain_s: [f64; 8],
+    /// Accuracy after retraining.
+    pub acc_post: f64,
+}
+
+/// The thief scheduler (see the module doc) with a configuration picker: for every split it
+/// tries, `pick(m, share, from)` chooses tenant `m`'s retraining configuration for a retraining
+/// share `share` decided at step `from` (PickConfigs, thesis Algorithm 2; `None`: the tenant's
+/// own), and `score(problem, plan, from)` judges the split on the problem with the chosen
+/// configurations. A retraining keeps the configuration it was launched with. Returns the plan
+/// and each tenant's configuration.
+pub fn thief_configured(
+    problem: &Problem,
+    delta: f64,
+    mut pick: impl FnMut(usize, f64, usize) -> Option<Configured>,
+    mut score_of: impl FnMut(&Problem, &SharePlan, usize) -> f64,
+) -> (SharePlan, Vec<Option<Configured>>) {
     let n = problem.tenants.len();
     let steps = problem.steps();
     let quanta = (1.0 / delta).round() as i64;
@@ -121,6 +154,24 @@ fn thief_by(
     let mut from = 0;
     let mut running: Vec<Option<(usize, i64, usize)>> = vec![None; n]; // (start, quanta, end)
     let mut done = vec![false; n];
+    let mut chosen: Vec<Option<Configured>> = vec![None; n];
+    let mut configured = |alloc: &[i64],
+                          running: &[Option<(usize, i64, usize)>],
+                          chosen: &[Option<Configured>],
+                          from: usize| {
+        let mut p = problem.clone();
+        let mut now = chosen.to_vec();
+        for m in 0..n {
+            if running[m].is_none() && alloc[n + m] > 0 {
+                now[m] = pick(m, alloc[n + m] as f64 / quanta as f64, from).or(chosen[m]);
+            }
+            if let Some(c) = now[m] {
+                p.tenants[m].retrain_s = c.retrain_s;
+                p.tenants[m].acc_post = c.acc_post;
+            }
+        }
+        (p, now)
+    };
     loop {
         let pinned: i64 = running.iter().flatten().map(|r| r.1).sum();
         let free_jobs: Vec<usize> = (0..2 * n)
@@ -133,9 +184,10 @@ fn thief_by(
                 + i64::from((i as i64) < pool % free_jobs.len() as i64);
         }
         let mut score = |alloc: &[i64]| -> f64 {
+            let (p_now, _) = configured(alloc, &running, &chosen, from);
             let mut p = plan.clone();
-            apply(problem, &mut p, alloc, &running, from, quanta);
-            score_of(&p, from)
+            apply(&p_now, &mut p, alloc, &running, from, quanta);
+            score_of(&p_now, &p, from)
         };
         let mut best = score(&alloc);
         loop {
@@ -161,14 +213,16 @@ fn thief_by(
                 break;
             }
         }
-        apply(problem, &mut plan, &alloc, &running, from, quanta);
-        // Retrainings launched now.
+        let (p_now, now) = configured(&alloc, &running, &chosen, from);
+        apply(&p_now, &mut plan, &alloc, &running, from, quanta);
+        // Retrainings launched now, with the configuration picked for their share.
         for m in 0..n {
             if running[m].is_none() && !done[m] && alloc[n + m] > 0 {
                 let share = alloc[n + m] as f64 / quanta as f64;
-                match retrain_steps_at(problem, m, share) {
+                match retrain_steps_at(&p_now, m, share) {
                     Some(d) if from + d <= steps => {
-                        running[m] = Some((from, alloc[n + m], from + d))
+                        running[m] = Some((from, alloc[n + m], from + d));
+                        chosen[m] = now[m];
                     }
                     _ => {}
                 }
@@ -196,7 +250,13 @@ fn thief_by(
             plan.retraining[m] = Some((*start, *q as f64 / quanta as f64));
         }
     }
-    plan
+    // A retraining that never launched keeps no configuration.
+    for m in 0..n {
+        if plan.retraining[m].is_none() {
+            chosen[m] = None;
+        }
+    }
+    (plan, chosen)
 }
 
 /// Writes `alloc` into `plan` from step `from` on: inference shares, and the retraining

@@ -26,6 +26,8 @@
 //! - [`ekya`]: Ekya's thief scheduler given only what Ekya knows ([`online`], and on MIG
 //!   slices [`online_on_mig`]), and the exact-future thief it replaced as MIGRator's baseline
 //!   ([`thief`], [`thief_on_mig`]);
+//! - [`ekya_profiler`]: Ekya's micro-profiler (retraining configurations' accuracy and cost
+//!   profiles, curve fit, pruning) and its configuration choice inside the thief;
 //! - [`compare`]: MIGRator (forecast and oracle) against its baselines over several windows of
 //!   a trace shape;
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
@@ -40,6 +42,7 @@ pub mod baselines;
 pub mod cluster;
 pub mod compare;
 pub mod ekya;
+pub mod ekya_profiler;
 pub mod migm;
 pub mod migrator;
 pub mod oltunes;
