@@ -4,8 +4,13 @@
 //! Every policy is evaluated on the window's real arrivals. What each one plans from:
 //!
 //! - **MIGRator (forecast)**, as P0 runs it: the arrivals forecast from the windows before
-//!   ([`forecast`](super::migrator::forecast));
-//! - **MIGRator (oracle)**: the window's exact arrivals, an upper bound no deployment has;
+//!   ([`forecast`](super::migrator::forecast)), its program's `Ψ` each tenant's mean
+//!   reconfiguration overhead measured in its previous window (P0's definition; before the
+//!   first, a resize's cost without pre-initialization), its plan carried out with
+//!   pre-initialization and every resize charged per model and per phase, nothing for one built
+//!   ahead ([`reconfig`](super::migrator::reconfig));
+//! - **MIGRator (oracle)**: the window's exact arrivals, an upper bound no deployment has,
+//!   planned and charged the same way;
 //! - **Ekya**: only what Ekya knows ([`online`]: the rates observed so far, its own objective),
 //!   its share changes paying MIGRator's resize cost ([`evaluate_shares_paying`]);
 //! - **Ekya (exact future, free changes)**: the baseline as it was before issue 34
@@ -19,7 +24,11 @@ use std::time::Duration;
 use super::baselines::{astraea, paris};
 use super::ekya::{online, thief};
 use super::migrator::forecast::mape;
+use escher_proto::mig::Layout;
+
 use super::migrator::ilp::{PlanError, solve};
+use super::migrator::plan::build_plan;
+use super::migrator::reconfig::{evaluate_credited, lead_steps, phases};
 use super::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
 use super::shares::{Outcome, evaluate_mig, evaluate_shares, evaluate_shares_paying};
 
@@ -46,6 +55,33 @@ pub struct Comparison {
     pub forecast_mape: Vec<f64>,
     /// MIGRator's solve time per window (forecast plan).
     pub solve_times: Vec<Duration>,
+    /// What pre-initialization saved MIGRator's forecast plans over the windows.
+    pub preinit: Preinit,
+}
+
+/// Reconfiguration overhead along MIGRator's plans, with and without pre-initialization
+/// ([`reconfig::evaluate_credited`](super::migrator::reconfig::evaluate_credited)).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Preinit {
+    /// Inference resizes.
+    pub resizes: usize,
+    /// Of those, built ahead.
+    pub preinitialized: usize,
+    /// Service lost to reconfiguration, seconds.
+    pub lost_s: f64,
+    /// The same resizes' overhead had none been built ahead, seconds.
+    pub lost_without_s: f64,
+}
+
+impl Preinit {
+    /// The share of the reconfiguration overhead pre-initialization took off (P0 §5: 83%).
+    pub fn reduction(&self) -> f64 {
+        if self.lost_without_s > 0.0 {
+            1.0 - self.lost_s / self.lost_without_s
+        } else {
+            0.0
+        }
+    }
 }
 
 /// MIGRator and its baselines on `windows` windows of `shape` (seeded by `seed`), planned at
@@ -60,20 +96,57 @@ pub fn compare(
     let mut rows = vec![Outcome::default(); POLICIES.len()];
     let mut errors = vec![0.0; 2];
     let mut solve_times = Vec::new();
+    let mut preinit = Preinit::default();
+    // Ψ per tenant for the forecast and the oracle plans: measured in their previous window
+    // (P0's definition); before the first, what a resize costs without pre-initialization.
+    let mut psi: [Option<Vec<f64>>; 2] = [None, None];
     for w in HISTORY_WINDOWS..HISTORY_WINDOWS + windows {
         let actual = workload.actual(w, step_s);
-        let (forecast, _) = workload.forecast(w, step_s);
+        let (mut forecast, _) = workload.forecast(w, step_s);
         for (m, e) in errors.iter_mut().enumerate() {
             *e += mape(&forecast.tenants[m].forecast, &actual.tenants[m].forecast) / windows as f64;
         }
+        let mut oracle_problem = actual.clone();
+        for (problem, psi) in [&mut forecast, &mut oracle_problem].into_iter().zip(&psi) {
+            for (m, t) in problem.tenants.iter_mut().enumerate() {
+                t.psi_s = match psi {
+                    Some(v) => v[m],
+                    None => phases(&t.name, 7).on_path(true),
+                };
+            }
+        }
         let planned = solve(&forecast)?;
         solve_times.push(planned.solve_time);
-        let oracle = solve(&actual)?;
+        let oracle = solve(&oracle_problem)?;
         let past = workload.past(w);
+        let start = Layout::new(actual.model);
+        let lead = lead_steps(&actual);
+        let mut migrator = Vec::new();
+        for (i, schedule) in [&planned.schedule, &oracle.schedule]
+            .into_iter()
+            .enumerate()
+        {
+            let plan = build_plan(&actual, schedule, &start, lead)?;
+            let charged = evaluate_credited(&actual, schedule, &plan);
+            if i == 0 {
+                preinit.resizes += charged.resizes;
+                preinit.preinitialized += charged.preinitialized;
+                preinit.lost_s += charged.lost_s;
+                preinit.lost_without_s += charged.lost_without_s;
+            }
+            psi[i] = Some(charged.psi_next.clone());
+            migrator.push(charged.outcome);
+        }
+        // Ekya's share changes pay a full reconfiguration's phases (it has no
+        // pre-initialization), as MIGRator's resizes that were not built ahead do.
+        let mut paying = actual.clone();
+        for t in &mut paying.tenants {
+            t.psi_s = phases(&t.name, 7).on_path(true);
+        }
         let outcomes = [
-            evaluate_mig(&actual, &planned.schedule),
-            evaluate_mig(&actual, &oracle.schedule),
-            evaluate_shares_paying(&actual, &online(&actual, &past, 0.1)),
+            migrator[0],
+            migrator[1],
+            evaluate_shares_paying(&paying, &online(&actual, &past, 0.1)),
             evaluate_shares(&actual, &thief(&actual, 0.1)),
             evaluate_shares(&actual, &astraea(&actual)),
             evaluate_mig(&actual, &paris(&actual)),
@@ -88,6 +161,7 @@ pub fn compare(
         rows,
         forecast_mape: errors,
         solve_times,
+        preinit,
     })
 }
 

@@ -34,7 +34,11 @@
 //! chunks of [`CHUNK_STEPS`] with the retraining fixed, each chunk starting from the size the
 //! previous one ended with. Each stage is a real integer program; the split is a rolling
 //! horizon, so the result can fall short of the monolithic optimum (`solve_monolithic` is the
-//! exact one, and what the optimality test checks against brute force).
+//! exact one, and what the optimality test checks against brute force). The first stage's
+//! answer held at the fine step is a fine schedule as well, and [`solve`] returns whichever of
+//! the two the fine objective prefers: a 1 s plan then never loses, on its own objective, to
+//! the 10 s plan it had in hand (issue 34: the 1 s and 10 s plans compared with the same
+//! information and the same programs).
 
 use std::time::{Duration, Instant};
 
@@ -119,11 +123,34 @@ pub fn solve(problem: &Problem) -> Result<Solved, PlanError> {
         programs += 1;
         from = to;
     }
-    let schedule = Schedule {
+    let refined = Schedule {
         inference,
+        retraining: retraining.clone(),
+    };
+    problem.check(&refined).map_err(PlanError::Infeasible)?;
+    // The coarse plan itself, held at the fine step, is a fine schedule too: the two-stage
+    // answer is kept only where it does better by the fine problem's own objective, so a
+    // fine plan never loses to the coarse one it was refined from (the same information and
+    // the same programs solved).
+    let ratio_steps = (coarse.step_s / problem.step_s).round().max(1.0) as usize;
+    let held = Schedule {
+        inference: first
+            .inference
+            .iter()
+            .map(|v| {
+                (0..steps)
+                    .map(|s| v[(s / ratio_steps).min(v.len() - 1)])
+                    .collect()
+            })
+            .collect(),
         retraining,
     };
-    problem.check(&schedule).map_err(PlanError::Infeasible)?;
+    let schedule =
+        if problem.check(&held).is_ok() && problem.objective(&held) > problem.objective(&refined) {
+            held
+        } else {
+            refined
+        };
     Ok(Solved {
         objective: problem.objective(&schedule),
         schedule,

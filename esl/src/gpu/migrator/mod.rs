@@ -24,13 +24,15 @@
 //! pre-training run); [`forecast`] is a small forecaster of ours (Holt-Winters or exponential
 //! smoothing over the windows observed so far) that plans can be made from, and [`workload`]
 //! builds documented two-tenant examples, as single windows and as continuous traces of
-//! several shapes.
+//! several shapes. [`reconfig`] prices a reconfiguration per model and per phase and credits
+//! pre-initialization as P0 does, through the next window's `Ψ`.
 
 pub mod forecast;
 pub mod ilp;
 pub mod plan;
 pub mod problem;
 pub mod realize;
+pub mod reconfig;
 pub mod workload;
 
 use escher_proto::mig::{Layout, Placement};
