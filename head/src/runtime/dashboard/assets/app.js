@@ -37,6 +37,7 @@ const S = {
   events: [],            // recent events, newest first
   logNode: null,         // the node whose tasks the log browser lists
   logTask: null,         // the task whose output it shows
+  chartsAt: 0,           // when the charts were drawn last
   refreshing: false,
   again: false,
 };
@@ -131,7 +132,9 @@ async function renderOverview() {
       h('td', {}, c.succeeded), h('td', {}, c.failed), h('td', {}, c.cancelled))));
   $('nodes').replaceChildren(...status.nodes.map(renderNode));
   renderEvents();
-  await renderCharts();
+  // The charts change with the head's samples (every few seconds), not with each event: drawn
+  // here when stale, and by their own timer (see start).
+  if (Date.now() - S.chartsAt > 4000) await renderCharts();
 }
 
 // ---- utilisation over time --------------------------------------------------------------
@@ -140,7 +143,7 @@ const CHART_W = 320;
 const CHART_H = 90;
 
 /** An inline SVG chart of `series` ([{key, label, cls, values}]) over the samples' times. */
-function chart(name, title, samples, series, unit) {
+function chart(name, title, samples, series) {
   const ns = 'http://www.w3.org/2000/svg';
   const svg = (tag, attrs) => {
     const el = document.createElementNS(ns, tag);
@@ -172,7 +175,7 @@ function chart(name, title, samples, series, unit) {
   }
   const last = (s) => fmtNum(s.values.length ? s.values[s.values.length - 1] : 0);
   const legend = h('div', { class: 'legend' }, series.map((s) =>
-    h('span', { class: `key ${s.cls}` }, `${s.label} ${last(s)}${unit ? ' ' + unit : ''}`)));
+    h('span', { class: `key ${s.cls}` }, `${s.label} ${last(s)}`)));
   return h('figure', { class: 'chart-box' }, h('figcaption', {}, title), root, legend);
 }
 
@@ -180,6 +183,7 @@ function chart(name, title, samples, series, unit) {
  *  history (`/api/history`: a sample every few seconds, the last hour). */
 async function renderCharts() {
   const box = $('charts');
+  S.chartsAt = Date.now();
   const reply = await api('/api/history');
   const samples = reply.samples;
   if (samples.length < 2) {
@@ -792,6 +796,7 @@ async function signIn(token) {
 
 function signOut(why) {
   stopLive();
+  S.chartsAt = 0;
   S.token = null;
   S.who = null;
   S.revision = null;
