@@ -677,12 +677,14 @@ async fn a_reader_sees_the_cluster_but_no_task_and_a_bad_token_signs_in_again() 
 /// The whole, non-MIG GPU's drawing in the GPU view.
 const WHOLE_GPU: &str = ".slot[data-uuid]:not([data-profile])";
 
-/// Whether the element `selector` matches lies inside the viewport, top and bottom.
+/// `true` when the element `selector` matches lies inside the viewport, top and bottom (to a
+/// pixel); otherwise where it is, as text.
 fn in_viewport(selector: &str) -> String {
     format!(
-        "(el => {{ if (!el || el.closest('[hidden]')) return false; \
+        "(el => {{ if (!el || el.closest('[hidden]')) return 'not shown'; \
          const r = el.getBoundingClientRect(); \
-         return r.height > 0 && r.top >= 0 && r.bottom <= window.innerHeight; }})\
+         return (r.height > 0 && r.top >= -1 && r.bottom <= window.innerHeight + 1) || \
+           `from ${{r.top}} to ${{r.bottom}} px in a window ${{window.innerHeight}} px high`; }})\
          (document.querySelector({}))",
         json!(selector)
     )
