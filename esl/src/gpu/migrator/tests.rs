@@ -256,3 +256,37 @@ fn the_executed_plan_drains_before_destroying_and_never_moves_retraining() {
         }
     }
 }
+
+#[test]
+fn the_1s_plan_never_loses_to_the_10s_plan_on_its_own_objective() {
+    // Issue 34: the 1 s plan came from a two-stage solve that could land below the 10 s plan.
+    // Both now have the same information (the window's arrivals) and the same programs: the
+    // 10 s program is the 1 s solve's first stage, and its answer held at 1 s is kept when the
+    // 1 s objective prefers it.
+    let mut compared = 0;
+    for window in 0..3 {
+        let fine = two_tenants(window, 200, 1.0);
+        let coarse = two_tenants(window, 200, 10.0);
+        let one = solve(&fine).unwrap();
+        let ten = solve(&coarse).unwrap();
+        let held = super::problem::Schedule {
+            inference: ten
+                .schedule
+                .inference
+                .iter()
+                .map(|v| (0..200).map(|s| v[s / 10]).collect())
+                .collect(),
+            retraining: one.schedule.retraining.clone(),
+        };
+        if fine.check(&held).is_ok() {
+            compared += 1;
+            assert!(
+                one.objective >= fine.objective(&held) - 1e-6,
+                "window {window}: 1 s {} < 10 s held {}",
+                one.objective,
+                fine.objective(&held)
+            );
+        }
+    }
+    assert!(compared > 0, "no window's 10 s plan was a legal 1 s schedule");
+}
