@@ -11,7 +11,10 @@
 //! detail opens where the user is, however long the list; a second link with a token leaves no
 //! token in the address bar or the tab's history; a fraction of a GPU is drawn as a fraction and
 //! a shrunk resource as over capacity; a pending task's detail reads as fields; the overview's
-//! utilisation charts, the log browser per node and the events' timestamps.
+//! utilisation charts, the log browser per node and the events' timestamps. The seven tabs run
+//! against real `escher-head --dashboard` and `escher-worker` processes (`procs`: the binaries
+//! cargo built, which `cargo test --workspace` builds and `cargo test --test e2e_dashboard`
+//! alone does not); the others against an in-process cluster.
 //!
 //! Chromium comes from Debian's `chromium` package. When it is missing the test installs it
 //! with `apt-get` (which works as root, as in CI); when that cannot be done the tests fail,
@@ -19,6 +22,7 @@
 //! is saved under `target/tmp/dashboard/` as the test's artefact.
 
 mod common;
+mod procs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -32,6 +36,7 @@ use common::{cluster, free_addr, within};
 use escher::types::{GangStrategy, Grant, NodeSpec, ResourceSet, Role};
 use escher::{LocalCluster, Task};
 use futures_util::{SinkExt, StreamExt};
+use procs::ProcessCluster;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::net::TcpStream;
@@ -693,13 +698,20 @@ fn in_viewport(selector: &str) -> String {
 /// A browser gives one host six connections. A live feed per tab held them all with six tabs
 /// open, and the seventh could not even ask who its token was: here seven tabs render, each
 /// is live, and each shows a task submitted afterwards, through the one feed they share; the
-/// events carry the time the head committed them.
+/// events carry the time the head committed them. Against real processes: `escher-head
+/// --dashboard` and two `escher-worker`s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn seven_tabs_render_and_stay_live_on_one_shared_feed() {
     let chromium = chromium();
-    let (cluster, addr) = dashboard_cluster().await;
-    let client = cluster.client().await.unwrap();
-    let url = format!("http://{addr}/#token={}", cluster.admin_token());
+    let addr = free_addr();
+    let cluster = ProcessCluster::builder()
+        .workers(2)
+        .head_args(&["--dashboard", &addr.to_string()])
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let token = cluster.credentials().secret().expect("the admin token");
+    let url = format!("http://{addr}/#token={token}");
     let mut browser = Browser::open(&chromium, &url).await;
     let mut tabs = vec![browser.session.clone()];
     for _ in 1..7 {
@@ -767,7 +779,7 @@ async fn seven_tabs_render_and_stay_live_on_one_shared_feed() {
     );
     browser.screenshot("seventh-tab").await;
     assert!(browser.exceptions.is_empty(), "{:?}", browser.exceptions);
-    cluster.shutdown().await;
+    drop(cluster);
 }
 
 /// With a long task list, a task's detail opens where the user is (a panel beside the list),
