@@ -610,6 +610,62 @@ async fn a_head_stopped_gracefully_leaves_its_workers_running_their_tasks() {
     assert!(cluster.worker_running("w1"));
 }
 
+/// A leader stopped for a planned restart (SIGTERM) hands leadership to the most up-to-date
+/// follower before it stops serving, as etcd's does, so the others need not wait out an
+/// election timeout: the replica it names leads once it has exited, in the next term, and
+/// writes go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_stopped_gracefully_hands_leadership_over() {
+    let mut cluster = ProcessCluster::builder().heads(3).durable().start().await;
+    let client = cluster.client().await;
+    client.submit(Task::command(["true"])).await.unwrap();
+    let leader = cluster.wait_leader().await;
+    let term = client
+        .heads()
+        .await
+        .unwrap()
+        .leader()
+        .expect("a leader")
+        .term;
+    let exit = cluster.terminate_head_at(leader).await;
+    assert!(
+        exit.success(),
+        "the leader exits cleanly on SIGTERM: {exit}"
+    );
+    let said = cluster.exited_head_output(leader);
+    let line = said
+        .lines()
+        .find(|l| l.contains("leadership handed over"))
+        .unwrap_or_else(|| panic!("the leader did not hand over:\n{said}"));
+    let to: u64 = line
+        .split("to=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|id| id.parse().ok())
+        .unwrap_or_else(|| panic!("no replica named in {line:?}"));
+    let heads = eventually("a new leader", WAIT, || {
+        let client = &client;
+        async move {
+            let heads = client.heads().await.ok()?;
+            heads.leader().is_some().then_some(heads)
+        }
+    })
+    .await;
+    let now = heads.leader().expect("a leader");
+    assert_eq!(now.id, to, "{heads:?}");
+    assert_eq!(
+        now.term,
+        term + 1,
+        "one term more, no other election: {heads:?}"
+    );
+    // It campaigned because the old leader told it to (raft's MsgTimeoutNow), not because its
+    // election timeout ran out.
+    let index = usize::try_from(to - 1).unwrap();
+    let its_log = cluster.head_output(index);
+    assert!(its_log.contains("MsgTimeoutNow"), "{its_log}");
+    client.submit(Task::command(["true"])).await.unwrap();
+}
+
 /// Runs `escher-head` with `args` until it exits by itself (bounded); returns its status and
 /// what it printed.
 fn head_refuses(args: &[&str]) -> (std::process::ExitStatus, String) {

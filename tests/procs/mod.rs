@@ -151,6 +151,8 @@ struct HeadProc {
     args: Vec<String>,
     /// Variables set in its environment (see [`ProcessCluster::set_head_env`]).
     env: Vec<(String, String)>,
+    /// What it wrote before it last exited by SIGTERM.
+    last_output: String,
     proc: Option<Proc>,
 }
 
@@ -355,6 +357,7 @@ impl ProcessCluster {
                 listen: None,
                 args: common,
                 env: Vec::new(),
+                last_output: String::new(),
                 proc: None,
             });
             return;
@@ -404,6 +407,7 @@ impl ProcessCluster {
                 listen: Some(address.clone()),
                 args,
                 env: Vec::new(),
+                last_output: String::new(),
                 proc: None,
             });
         }
@@ -446,8 +450,19 @@ impl ProcessCluster {
             async move { exited }
         })
         .await;
-        self.heads[index].proc = None;
+        let proc = self.heads[index].proc.take().expect("the replica ran");
+        self.heads[index].last_output = [&proc.stdout, &proc.stderr]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
         status
+    }
+
+    /// What replica `index` wrote (stdout and stderr) before it last exited through
+    /// [`ProcessCluster::terminate_head_at`].
+    pub fn exited_head_output(&self, index: usize) -> &str {
+        &self.heads[index].last_output
     }
 
     /// Whether the worker process named `name` is still running.

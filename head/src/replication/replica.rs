@@ -401,6 +401,28 @@ impl<S: LogStore> Replica<S> {
             })
     }
 
+    /// Starts handing leadership to the most up-to-date other voter, before this replica stops
+    /// for a planned restart (an upgrade, a move): the others then need not wait out an
+    /// election timeout to go on. Returns the replica chosen, or `None` when this one does not
+    /// lead or leads alone.
+    pub(crate) fn hand_over(&mut self) -> Option<u64> {
+        if !self.is_leader() {
+            return None;
+        }
+        let me = self.config.id;
+        let voters = self.node.raft.prs().conf().to_conf_state().voters;
+        let target = self
+            .node
+            .raft
+            .prs()
+            .iter()
+            .filter(|(id, p)| **id != me && voters.contains(id) && p.recent_active)
+            .max_by_key(|(_, p)| p.matched)
+            .map(|(id, _)| *id)?;
+        self.node.transfer_leader(target);
+        Some(target)
+    }
+
     /// Why a proposal here is refused: this replica does not lead.
     pub(crate) fn not_leader(&self) -> NotAccepted {
         NotAccepted::NotLeader(self.leader_url())

@@ -308,13 +308,14 @@ async fn serve<S: crate::replication::LogStore>(
         transport,
     };
     let metrics = Arc::new(Metrics::default());
+    let handover = owner::Handover::default();
     let owner_run = owner::Owner::new(
         replica,
         config.clone(),
         Arc::clone(&keys),
         Arc::clone(&metrics),
     )
-    .run(inboxes, token.clone());
+    .run(inboxes, token.clone(), handover.clone());
     // A replica that cannot go on (its log failed, or its loop panicked) stops the whole head,
     // which then exits non-zero with the reason: a process left answering "shutting down" to
     // every call would keep its supervisor from restarting it.
@@ -426,7 +427,15 @@ async fn serve<S: crate::replication::LogStore>(
         .add_service(raft_service)
         .serve_with_incoming_shutdown(incoming, async move {
             tokio::select! {
-                () = shutdown => {}
+                // A planned stop: a leader hands leadership over first, serving meanwhile so
+                // that clients are told where the new leader is.
+                () = shutdown => {
+                    handover.asked.cancel();
+                    tokio::select! {
+                        () = handover.done.cancelled() => {}
+                        () = stop.cancelled() => {}
+                    }
+                }
                 () = stop.cancelled() => {}
             }
             stop.cancel();

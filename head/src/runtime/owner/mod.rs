@@ -67,6 +67,15 @@ pub(crate) struct Inboxes {
     pub(crate) transport: mpsc::UnboundedReceiver<TransportEvent>,
 }
 
+/// A planned stop's hand-over of leadership: the server, told to stop, cancels `asked`; the
+/// owner hands leadership to another replica (if it leads a group) and cancels `done` once
+/// another leads or the transfer's time is up; only then does the server stop serving.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Handover {
+    pub(crate) asked: CancellationToken,
+    pub(crate) done: CancellationToken,
+}
+
 /// The owner of the replica and the soft state around it.
 #[derive(Debug)]
 pub(crate) struct Owner<S: LogStore> {
@@ -137,15 +146,28 @@ impl<S: LogStore> Owner<S> {
         mut self,
         mut inboxes: Inboxes,
         shutdown: CancellationToken,
+        handover: Handover,
     ) -> Result<(), ReplicationError> {
         let mut tick = tokio::time::interval(self.config.tick_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut raft_tick = tokio::time::interval(self.config.replica.tick);
         raft_tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // Until when a hand-over of leadership may take (raft-rs gives up a transfer after an
+        // election timeout too).
+        let mut handing: Option<Instant> = None;
         let result = loop {
             tokio::select! {
                 biased;
                 () = shutdown.cancelled() => break Ok(()),
+                () = handover.asked.cancelled(), if handing.is_none() => {
+                    let election = self.config.replica.tick
+                        * u32::try_from(self.config.replica.election_ticks).unwrap_or(u32::MAX);
+                    handing = Some(Instant::now() + election);
+                    match self.replica.hand_over() {
+                        Some(to) => tracing::info!(to, "stopping: leadership handed over"),
+                        None => handover.done.cancel(),
+                    }
+                }
                 Some(inbound) = inboxes.raft.recv() => self.on_inbound(inbound),
                 Some(event) = inboxes.transport.recv() => self.replica.on_transport(event),
                 msg = inboxes.requests.recv() => match msg {
@@ -162,6 +184,12 @@ impl<S: LogStore> Owner<S> {
             }
             if let Err(err) = self.cycle().await {
                 break Err(err);
+            }
+            if let Some(until) = handing
+                && !handover.done.is_cancelled()
+                && (!self.replica.is_leader() || Instant::now() >= until)
+            {
+                handover.done.cancel();
             }
         };
         if let Err(err) = &result {
