@@ -20,7 +20,7 @@ pub(crate) struct Formats {
     written: u16,
     /// The newest format each peer said it reads.
     peers: BTreeMap<u64, u16>,
-    /// What [`Formats::to_write`] said last, to log a change once.
+    /// What [`Formats::pick`] said last, to log a change once.
     last: u16,
 }
 
@@ -63,8 +63,8 @@ impl Formats {
         readable.max(self.written).min(self.newest)
     }
 
-    /// [`Formats::writable`], logging when it changes.
-    pub(crate) fn to_write(&mut self, me: u64, members: impl IntoIterator<Item = u64>) -> u16 {
+    /// [`Formats::writable`], logging when it changes (the format to write now).
+    pub(crate) fn pick(&mut self, me: u64, members: impl IntoIterator<Item = u64>) -> u16 {
         let format = self.writable(me, members);
         if format != self.last {
             tracing::info!(
@@ -86,22 +86,22 @@ mod tests {
     fn a_group_writes_what_its_every_member_reads_and_never_goes_back() {
         let mut f = Formats::new(2);
         // Nothing heard yet: format 1, which every release reads.
-        assert_eq!(f.to_write(1, [1, 2, 3]), 1);
+        assert_eq!(f.pick(1, [1, 2, 3]), 1);
         f.heard(2, 2);
-        assert_eq!(f.to_write(1, [1, 2, 3]), 1, "replica 3 is not heard from");
+        assert_eq!(f.pick(1, [1, 2, 3]), 1, "replica 3 is not heard from");
         f.heard(3, 0);
-        assert_eq!(f.to_write(1, [1, 2, 3]), 1, "replica 3 predates formats");
+        assert_eq!(f.pick(1, [1, 2, 3]), 1, "replica 3 predates formats");
         f.heard(3, 2);
-        assert_eq!(f.to_write(1, [1, 2, 3]), 2);
+        assert_eq!(f.pick(1, [1, 2, 3]), 2);
         // A member reads a format newer than this replica: this replica's is the limit.
         f.heard(3, 5);
-        assert_eq!(f.to_write(1, [1, 2, 3]), 2);
+        assert_eq!(f.pick(1, [1, 2, 3]), 2);
         // Once written, a member coming back on an older release does not take the group back.
         f.saw_written(2);
         f.heard(3, 1);
-        assert_eq!(f.to_write(1, [1, 2, 3]), 2);
+        assert_eq!(f.pick(1, [1, 2, 3]), 2);
         // A lone replica writes its newest.
-        assert_eq!(Formats::new(2).to_write(1, [1]), 2);
-        assert_eq!(Formats::new(1).to_write(1, [1]), 1);
+        assert_eq!(Formats::new(2).pick(1, [1]), 2);
+        assert_eq!(Formats::new(1).pick(1, [1]), 1);
     }
 }

@@ -517,7 +517,7 @@ impl<S: LogStore> Replica<S> {
     /// The data format this replica writes now: the newest every member of its group reads.
     fn format_to_write(&mut self) -> u16 {
         let me = self.config.id;
-        self.formats.to_write(me, self.members.keys().copied())
+        self.formats.pick(me, self.members.keys().copied())
     }
 
     /// Proposes a membership change.
