@@ -750,6 +750,44 @@ async fn a_partitioned_workers_tasks_are_gone_before_they_are_retried() {
     fenced(Fault::Partition).await;
 }
 
+/// The cgroup that contains a command task measures it too: a task that runs for longer than
+/// the worker's sampling interval has its CPU time and memory in its telemetry (reported with
+/// the attempt's credential, as `escher report` would), and a short one reports nothing.
+#[tokio::test]
+async fn a_command_tasks_cgroup_reports_its_cpu_and_memory_as_telemetry() {
+    let cluster = ProcessCluster::builder().start().await;
+    let client = cluster.client().await;
+    // ~48 MB held in a shell variable, then 7 s of forks and a busy loop.
+    let script = r#"
+        x=$(head -c 48000000 /dev/zero | tr '\0' a)
+        end=$(( $(date +%s) + 7 ))
+        while [ "$(date +%s)" -lt "$end" ]; do i=0; while [ $i -lt 2000 ]; do i=$((i+1)); done; done
+        echo ${#x}
+    "#;
+    let long = client
+        .run(Task::command(["sh", "-c", script]), Some(WAIT))
+        .await
+        .unwrap();
+    assert_eq!(long.state, TaskState::Succeeded, "{long:?}");
+    let short = client
+        .run(Task::command(["true"]), Some(WAIT))
+        .await
+        .unwrap();
+    let reported = client.telemetry([long.id, short.id], None).await.unwrap();
+    let of = |id: TaskId| reported.iter().find(|t| t.task == id);
+    let long_use = of(long.id).unwrap_or_else(|| panic!("nothing reported: {reported:?}"));
+    let cpu = long_use.latest("escher.cpu_seconds").expect("CPU time");
+    assert!(cpu >= 1.0, "{long_use:?}");
+    let peak = long_use
+        .latest("escher.memory_peak_bytes")
+        .expect("the memory peak");
+    assert!(peak >= 40e6, "{long_use:?}");
+    assert!(
+        of(short.id).is_none_or(|t| t.samples.is_empty()),
+        "{reported:?}"
+    );
+}
+
 /// Task processes are contained by a cgroup of their own (DESIGN §13): a process that leaves
 /// the task's process group (`setsid`) is killed when the task ends; and `pkill -9
 /// escher-worker` (every process of that name) leaves the fence supervisor, which goes by

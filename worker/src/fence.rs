@@ -212,6 +212,11 @@ impl HeldCgroup {
         send(format_args!("c{}", cgroup.path().display()));
         HeldCgroup(cgroup)
     }
+
+    /// What the task's processes have used so far.
+    pub(crate) fn usage(&self) -> crate::exec::CgroupUsage {
+        self.0.usage()
+    }
 }
 
 impl Drop for HeldCgroup {

@@ -30,8 +30,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
 use crate::exec::{
-    AttemptLogs, CommandOutcome, CommandSpec, Isolation, LaunchOptions, LogRetention, Stream,
-    run_command,
+    AttemptLogs, CgroupUsage, CommandOutcome, CommandSpec, Isolation, LaunchOptions, LogRetention,
+    Stream, UsageSend, UsageSink, run_command,
 };
 use crate::functions::FunctionRegistry;
 use crate::head_conn::HeadConn;
@@ -127,6 +127,25 @@ pub(crate) async fn run_task(
                 .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token)
                 .env(OUTCOME_FILE_ENV, outcome_file.display().to_string());
             opts.base_env = env.base_env.clone();
+            if env.cgroups.is_some() {
+                // What its cgroup uses, reported as the task's telemetry with its credential
+                // (made at the first sample: a short command reports nothing).
+                let (head, worker_name) = (env.head.clone(), Arc::clone(&env.worker_name));
+                let (task_id, attempt, token) = (a.task_id, a.attempt, a.task_token.clone());
+                let ns = namespace.clone();
+                opts = opts.usage(Some(usage_reports(move || {
+                    TaskContext::new(
+                        node_id,
+                        task_id,
+                        attempt,
+                        ns.as_deref().and_then(|ns| Namespace::new(ns).ok()),
+                        Arc::clone(&worker_name),
+                        head.clone(),
+                        Vec::new(),
+                        &token,
+                    )
+                })));
+            }
             if user.is_none() {
                 // Tasks share the worker's user, and so its home.
                 if let Some(home) = std::env::var_os("HOME") {
@@ -193,6 +212,54 @@ pub(crate) async fn run_task(
         outcome,
         timed_out,
         output,
+    }
+}
+
+/// How often a command task's cgroup is sampled for its telemetry.
+pub const USAGE_EVERY: Duration = Duration::from_secs(5);
+
+/// The telemetry key of a command task's CPU time so far, in seconds (every process it ran).
+pub const CPU_SECONDS: &str = "escher.cpu_seconds";
+/// The telemetry key of the memory a command task's processes hold, in bytes.
+pub const MEMORY_BYTES: &str = "escher.memory_bytes";
+/// The telemetry key of the most memory a command task's processes were seen to hold, in
+/// bytes (of the samples so far).
+pub const MEMORY_PEAK_BYTES: &str = "escher.memory_peak_bytes";
+
+/// A command's cgroup samples, reported as its task's telemetry through the context `make`
+/// builds (with the attempt's credential) at the first sample: [`CPU_SECONDS`],
+/// [`MEMORY_BYTES`] and [`MEMORY_PEAK_BYTES`] every [`USAGE_EVERY`], and the totals when it
+/// ends. A report the head does not take within two seconds is dropped: telemetry never holds
+/// a task up.
+fn usage_reports(make: impl Fn() -> TaskContext + Send + Sync + 'static) -> UsageSink {
+    let context = Arc::new(std::sync::OnceLock::<TaskContext>::new());
+    let peak = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let send: UsageSend = Arc::new(move |usage: CgroupUsage, last: bool| {
+        let context = context.get_or_init(&make).clone();
+        use std::sync::atomic::Ordering::Relaxed;
+        let peak = match usage.memory {
+            Some(now) => peak.fetch_max(now, Relaxed).max(now),
+            None => peak.load(Relaxed),
+        };
+        Box::pin(async move {
+            let mut samples = vec![(CPU_SECONDS, usage.cpu.as_secs_f64())];
+            if let (Some(now), false) = (usage.memory, last) {
+                samples.push((MEMORY_BYTES, now as f64));
+            }
+            if peak > 0 {
+                samples.push((MEMORY_PEAK_BYTES, peak as f64));
+            }
+            let sent = tokio::time::timeout(Duration::from_secs(2), context.report(&samples));
+            match sent.await {
+                Ok(Ok(_)) => {}
+                Ok(Err(err)) => tracing::debug!(%err, "a task's resource use was not reported"),
+                Err(_) => tracing::debug!("a task's resource use was not reported in time"),
+            }
+        })
+    });
+    UsageSink {
+        every: USAGE_EVERY,
+        send,
     }
 }
 

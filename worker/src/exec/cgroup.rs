@@ -50,9 +50,9 @@ pub struct TaskCgroups {
 pub struct CgroupUsage {
     /// CPU time of every process the task ran (user and system).
     pub cpu: Duration,
-    /// The memory its processes hold, where the kernel counts it for this cgroup (the memory
-    /// controller enabled for it).
-    pub peak_memory: Option<u64>,
+    /// The memory its processes hold now: the cgroup's `memory.current` where the memory
+    /// controller counts it, else the sum of its processes' resident sets.
+    pub memory: Option<u64>,
 }
 
 impl TaskCgroups {
@@ -164,10 +164,11 @@ impl TaskCgroup {
     /// the kernel counts it for this cgroup.
     pub fn usage(&self) -> CgroupUsage {
         let cpu = cpu_usage(&self.path).saturating_sub(self.cpu_before);
-        let peak_memory = fs::read_to_string(self.path.join("memory.current"))
+        let memory = fs::read_to_string(self.path.join("memory.current"))
             .ok()
-            .and_then(|text| text.trim().parse().ok());
-        CgroupUsage { cpu, peak_memory }
+            .and_then(|text| text.trim().parse().ok())
+            .or_else(|| resident_memory(&self.path));
+        CgroupUsage { cpu, memory }
     }
 
     /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
@@ -212,6 +213,26 @@ fn cpu_usage(path: &Path) -> Duration {
         })
         .map(Duration::from_micros)
         .unwrap_or_default()
+}
+
+/// The resident memory of every process in the cgroup at `path` (`/proc/PID/statm`), for a
+/// cgroup the memory controller does not count (a host whose memory controller is on cgroup
+/// v1); `None` if its processes cannot be listed.
+fn resident_memory(path: &Path) -> Option<u64> {
+    let procs = fs::read_to_string(path.join("cgroup.procs")).ok()?;
+    let page = nix::unistd::sysconf(nix::unistd::SysconfVar::PAGE_SIZE)
+        .ok()
+        .flatten()
+        .and_then(|p| u64::try_from(p).ok())
+        .unwrap_or(4096);
+    let pages: u64 = procs
+        .lines()
+        .filter_map(|pid| {
+            let statm = fs::read_to_string(format!("/proc/{}/statm", pid.trim())).ok()?;
+            statm.split_whitespace().nth(1)?.parse::<u64>().ok()
+        })
+        .sum();
+    Some(pages * page)
 }
 
 /// SIGKILLs every process in the cgroup at `path`: `cgroup.kill` where the kernel has it, else

@@ -108,6 +108,35 @@ pub struct LaunchOptions {
     /// Where each command gets a cgroup of its own, killed whole; `None`: the process group
     /// only.
     pub cgroups: Option<Arc<super::TaskCgroups>>,
+    /// Where what a command in a cgroup uses is sent while it runs; `None`: nowhere.
+    pub usage: Option<UsageSink>,
+}
+
+/// What a command's processes used so far, sent while it runs (see [`UsageSink`]).
+pub type UsageSend = Arc<
+    dyn Fn(super::CgroupUsage, bool) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// Where the resource use of a command in a cgroup is sent: every `every` while it runs, and
+/// once more when it ends (`true`; awaited before the command's outcome is returned, so that it
+/// reaches the head while the attempt still runs), for a command that ran at least `every`: a
+/// short command sends nothing.
+#[derive(Clone)]
+pub struct UsageSink {
+    /// Between two samples.
+    pub every: Duration,
+    /// Sends one sample (`true`: the last).
+    pub send: UsageSend,
+}
+
+impl std::fmt::Debug for UsageSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UsageSink")
+            .field("every", &self.every)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LaunchOptions {
@@ -124,7 +153,14 @@ impl LaunchOptions {
             grace: DEFAULT_GRACE,
             on_spawn: None,
             cgroups: None,
+            usage: None,
         }
+    }
+
+    /// Sends what each command in a cgroup uses to `sink` while it runs.
+    pub fn usage(mut self, sink: Option<UsageSink>) -> Self {
+        self.usage = sink;
+        self
     }
 
     /// Gives each command a cgroup of its own under `cgroups`.
@@ -290,20 +326,54 @@ pub async fn run_command(
             None => std::future::pending().await,
         }
     };
+    // Samples of what its cgroup uses, while it runs.
+    let sink = opts.usage.as_ref().zip(_cgroup.as_ref());
+    let mut samples = sink.map(|(sink, _)| {
+        let mut timer = tokio::time::interval(sink.every);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.reset();
+        timer
+    });
+    let mut sampled = false;
+    tokio::pin!(deadline);
     // An exit that is already there wins over a cancellation or timeout that is too.
-    let stop_as: fn(ProcessExit) -> CommandOutcome = tokio::select! {
-        biased;
-        status = child.wait() => {
-            let exit = reaped(status, task_id, &mut group)?;
-            tracing::debug!(%exit, "command exited");
-            return Ok((CommandOutcome::Exited(exit), logs));
+    let stop_as: fn(ProcessExit) -> CommandOutcome = loop {
+        tokio::select! {
+            biased;
+            status = child.wait() => {
+                let exit = reaped(status, task_id, &mut group)?;
+                tracing::debug!(%exit, "command exited");
+                if let (Some((sink, cgroup)), true) = (sink, sampled) {
+                    (sink.send)(cgroup.usage(), true).await;
+                }
+                return Ok((CommandOutcome::Exited(exit), logs));
+            }
+            () = cancel.cancelled() => break CommandOutcome::Cancelled,
+            () = &mut deadline => break CommandOutcome::TimedOut,
+            () = next_sample(&mut samples), if samples.is_some() => {
+                if let Some((sink, cgroup)) = sink {
+                    sampled = true;
+                    tokio::spawn((sink.send)(cgroup.usage(), false));
+                }
+            }
         }
-        () = cancel.cancelled() => CommandOutcome::Cancelled,
-        () = deadline => CommandOutcome::TimedOut,
     };
     let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
+    if let (Some((sink, cgroup)), true) = (sink, sampled) {
+        (sink.send)(cgroup.usage(), true).await;
+    }
     tracing::debug!(%outcome, "command stopped");
     Ok((outcome, logs))
+}
+
+/// Waits for the next sample's time (never, without a timer).
+async fn next_sample(timer: &mut Option<tokio::time::Interval>) {
+    match timer {
+        Some(timer) => {
+            timer.tick().await;
+        }
+        None => std::future::pending().await,
+    }
 }
 
 /// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first.

@@ -21,7 +21,9 @@ mod logs;
 mod outcome;
 
 pub use cgroup::{CgroupUsage, TaskCgroup, TaskCgroups, kill_cgroup};
-pub use command::{CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, run_command};
+pub use command::{
+    CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, UsageSend, UsageSink, run_command,
+};
 pub use error::ExecError;
 pub use isolation::{
     DEFAULT_TASK_UIDS, Isolation, PASSED_ENV, TaskUser, TaskUsers, UidRange, UserPool,
