@@ -42,14 +42,15 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Starts `escher-head` on a copy of fixture `name` (its data directory and access file).
-async fn head_on(name: &str) -> (Head, Client) {
+/// Starts `escher-head` on a copy of fixture `name` (its data directory and access file), with
+/// `env` in its environment.
+async fn head_on(name: &str, env: &[(&str, &str)]) -> (Head, Client) {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/fixtures")
         .join(name);
     let dir = tempfile::tempdir().unwrap();
     copy_dir(&fixture, dir.path());
-    let (mut head, client) = start_head(dir.path(), &[]).await;
+    let (mut head, client) = start_head_with(dir.path(), &[], env).await;
     head._dir = Some(dir);
     (head, client)
 }
@@ -79,10 +80,20 @@ fn head_command(dir: &Path, extra: &[&std::ffi::OsStr]) -> Command {
 
 /// Starts `escher-head` on `dir` (see [`head_command`]) and a client of it.
 async fn start_head(dir: &Path, extra: &[&std::ffi::OsStr]) -> (Head, Client) {
+    start_head_with(dir, extra, &[]).await
+}
+
+/// [`start_head`] with `env` in the head's environment.
+async fn start_head_with(
+    dir: &Path,
+    extra: &[&std::ffi::OsStr],
+    env: &[(&str, &str)],
+) -> (Head, Client) {
     let access = dir.join("access.json");
     let address = dir.join("address");
     let _ = std::fs::remove_file(&address);
     let child = head_command(dir, extra)
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -94,7 +105,21 @@ async fn start_head(dir: &Path, extra: &[&std::ffi::OsStr]) -> (Head, Client) {
 
 #[tokio::test]
 async fn a_data_directory_of_format_1_opens_and_goes_on() {
-    let (head, client) = head_on("data-format-1").await;
+    opens_and_goes_on(&[]).await;
+}
+
+/// What today's release wrote, the next one (with a new data format) reads: the format-1
+/// fixture opened by this build under the seam that makes it the next release, which then
+/// writes its own format on top.
+#[tokio::test]
+async fn the_next_release_opens_a_data_directory_of_format_1() {
+    opens_and_goes_on(&[NEXT_RELEASE]).await;
+}
+
+/// Opens the format-1 fixture with `env` in the head's environment, checks everything it
+/// holds, and writes on.
+async fn opens_and_goes_on(env: &[(&str, &str)]) {
+    let (head, client) = head_on("data-format-1", env).await;
 
     let tasks = client.list_tasks(None, None).await.unwrap();
     let done: Vec<_> = tasks
