@@ -78,3 +78,51 @@ async fn the_nemesis_schedule_under_load_leaves_a_history_the_checker_finds_clea
         report.table
     );
 }
+
+/// The slow-disk nemesis' shim (`nemesis/slowdisk.c`), preloaded into a process, makes each of
+/// its syncs wait for as long as its file says, and none once the file says 0: checked on
+/// `dd conv=fsync`, which writes one byte and fsyncs it.
+#[test]
+fn the_slow_disk_shim_delays_syncs_by_what_its_file_says() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let shim = dir.path().join("slowdisk.so");
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nemesis/slowdisk.c");
+    let cc = std::process::Command::new("cc")
+        .args(["-shared", "-fPIC", "-O2", "-o"])
+        .arg(&shim)
+        .arg(&source)
+        .arg("-ldl")
+        .output()
+        .expect("cc");
+    assert!(
+        cc.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let control = dir.path().join("delay");
+    let synced = |ms: u64| {
+        std::fs::write(&control, ms.to_string()).unwrap();
+        let started = std::time::Instant::now();
+        let out = std::process::Command::new("dd")
+            .args(["if=/dev/zero", "bs=1", "count=1", "conv=fsync"])
+            .arg(format!("of={}", dir.path().join("file").display()))
+            .env("LD_PRELOAD", &shim)
+            .env("NEMESIS_SLOW_DISK_FILE", &control)
+            .output()
+            .expect("dd");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        started.elapsed()
+    };
+    let slow = synced(nemesis::nemeses::SLOW_DISK_MS);
+    assert!(
+        slow >= std::time::Duration::from_millis(nemesis::nemeses::SLOW_DISK_MS),
+        "a slowed sync took {slow:?}"
+    );
+    // Healed: no wait is added (what is left is dd's own time, far under the delay).
+    let fast = synced(0);
+    assert!(fast < slow, "{fast:?} then {slow:?}");
+}

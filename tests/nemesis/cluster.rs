@@ -57,6 +57,8 @@ struct Member {
     name: String,
     bin: PathBuf,
     args: Vec<String>,
+    /// Variables set in its environment.
+    env: Vec<(String, String)>,
     child: Option<Child>,
 }
 
@@ -107,6 +109,21 @@ impl NetCluster {
             spawned: 0,
             net,
         };
+        // The slow-disk shim every replica is started with (idle until its file says a delay).
+        let shim = cluster.dir().join("slowdisk.so");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/nemesis/slowdisk.c");
+        let cc = Command::new("cc")
+            .args(["-shared", "-fPIC", "-O2", "-o"])
+            .arg(&shim)
+            .arg(&source)
+            .arg("-ldl")
+            .output()
+            .context("cc, to build the slow-disk shim (tests/nemesis/slowdisk.c)")?;
+        anyhow::ensure!(
+            cc.status.success(),
+            "cc could not build the slow-disk shim: {}",
+            String::from_utf8_lossy(&cc.stderr)
+        );
         for (i, host) in heads_hosts.into_iter().enumerate() {
             let id = i + 1;
             let data = cluster.dir().join(format!("head-{id}.data"));
@@ -144,11 +161,19 @@ impl NetCluster {
                 "--data-dir".to_string(),
                 data.display().to_string(),
             ];
+            let slow = cluster.dir().join(format!("head-{id}.slow-disk"));
             cluster.heads.push(Member {
                 host,
                 name: format!("h{id}"),
                 bin: head_bin.clone(),
                 args,
+                env: vec![
+                    ("LD_PRELOAD".to_string(), shim.display().to_string()),
+                    (
+                        "NEMESIS_SLOW_DISK_FILE".to_string(),
+                        slow.display().to_string(),
+                    ),
+                ],
                 child: None,
             });
         }
@@ -189,6 +214,7 @@ impl NetCluster {
                 name: name.clone(),
                 bin: worker_bin.clone(),
                 args,
+                env: Vec::new(),
                 child: None,
             });
             cluster.spawn_worker(i - 1)?;
@@ -411,6 +437,7 @@ impl NetCluster {
             }
         }
         command.env("ESCHER_HOME", self.dir().join("escher-home"));
+        command.envs(member.env.iter().map(|(k, v)| (k, v)));
         member.child = Some(
             command
                 .spawn()
@@ -551,6 +578,13 @@ impl NetCluster {
         Ok(written)
     }
 
+    /// Makes every fsync and fdatasync of replica `index` wait `ms` milliseconds first (0: none),
+    /// through the shim it was started with (`slowdisk.c`).
+    pub fn slow_disk(&self, index: usize, ms: u64) -> anyhow::Result<()> {
+        let file = self.dir().join(format!("head-{}.slow-disk", index + 1));
+        std::fs::write(&file, ms.to_string()).with_context(|| format!("writing {}", file.display()))
+    }
+
     /// Frees the small disk again.
     pub fn free_disk(&self) -> anyhow::Result<()> {
         let mount = self.mounts.first().context("no small disk")?;
@@ -624,6 +658,7 @@ fn placeholder() -> Member {
         name: String::new(),
         bin: PathBuf::new(),
         args: Vec::new(),
+        env: Vec::new(),
         child: None,
     }
 }

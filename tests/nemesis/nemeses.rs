@@ -43,11 +43,18 @@ pub enum Nemesis {
     /// The data directory's file system of replica 3 filled; emptied on healing (and the
     /// replica restarted if it exited).
     DiskFull,
+    /// The leader's disk made slow: every fsync and fdatasync of its process waits
+    /// [`SLOW_DISK_MS`] first (the shim `slowdisk.c`); fast again on healing.
+    SlowDisk,
 }
+
+/// How long each sync of a slowed disk waits, in milliseconds: a disk a hundred times slower to
+/// sync than a datacentre SSD, slower than the heartbeat interval.
+pub const SLOW_DISK_MS: u64 = 250;
 
 impl Nemesis {
     /// Every nemesis.
-    pub const ALL: [Nemesis; 13] = [
+    pub const ALL: [Nemesis; 14] = [
         Nemesis::PartitionWorker,
         Nemesis::PartitionLeader,
         Nemesis::WorkerFromLeader,
@@ -61,6 +68,7 @@ impl Nemesis {
         Nemesis::PkillWorker,
         Nemesis::KillWorkerAndFence,
         Nemesis::DiskFull,
+        Nemesis::SlowDisk,
     ];
 
     /// Whether it targets a worker (and so fences that worker's tasks).
@@ -92,6 +100,7 @@ impl Nemesis {
             Nemesis::PkillWorker => "pkill-worker",
             Nemesis::KillWorkerAndFence => "kill-worker-and-fence",
             Nemesis::DiskFull => "disk-full",
+            Nemesis::SlowDisk => "slow-disk",
         }
     }
 
@@ -219,6 +228,13 @@ pub async fn inject(
             let bytes = cluster.fill_disk()?;
             format!("replica h3's data file system filled ({} MiB)", bytes >> 20)
         }
+        Nemesis::SlowDisk => {
+            cluster.slow_disk(leader, SLOW_DISK_MS)?;
+            format!(
+                "leader h{}'s disk slowed: {SLOW_DISK_MS} ms before every sync",
+                leader + 1
+            )
+        }
     };
     Ok(out)
 }
@@ -260,6 +276,10 @@ pub async fn heal(cluster: &mut NetCluster, injected: &Injected) -> anyhow::Resu
         }
         Nemesis::DiskFull => {
             cluster.free_disk()?;
+        }
+        Nemesis::SlowDisk => {
+            let i = injected.target_head.expect("a head target");
+            cluster.slow_disk(i, 0)?;
         }
         _ => {}
     }
