@@ -251,9 +251,9 @@ pub fn thief_configured(
         }
     }
     // A retraining that never launched keeps no configuration.
-    for m in 0..n {
-        if plan.retraining[m].is_none() {
-            chosen[m] = None;
+    for (c, r) in chosen.iter_mut().zip(&plan.retraining) {
+        if r.is_none() {
+            *c = None;
         }
     }
     (plan, chosen)

@@ -19,7 +19,7 @@
 
 use fastrand::Rng;
 
-use super::alloc::{Search, allocate, feasible};
+use super::alloc::{Search, allocate, critical_path, feasible};
 use super::place::{Allocation, Instance, Topology, place_randomly};
 use super::service::{Links, Service};
 use super::sim::Deployment;
@@ -165,9 +165,12 @@ pub fn brute_force(
 }
 
 /// Laius' plan (see the module doc): stages paired in order, two per GPU, one copy of the
-/// pipeline per group of GPUs; in a pair, the stage with the higher throughput on the whole
-/// GPU is the QoS stage, given the smallest share (10% steps) that keeps the pair within its
-/// part of the latency target (the pair's share of the solo latency), the other the rest.
+/// pipeline per group of GPUs (a copy's GPUs consecutive, so on as few nodes as they fit); in
+/// each pair the stage with the higher throughput on the whole GPU is the QoS stage and the
+/// other best-effort. The QoS stages' shares (10% steps, the rest of each GPU to its
+/// best-effort stage) are the combination whose critical path, edges through the host, stays
+/// within the latency target with the most throughput for the slowest best-effort stage: for
+/// one pair, the QoS stage's smallest share that meets the target.
 fn laius(
     service: &Service,
     topo: &Topology,
@@ -181,43 +184,63 @@ fn laius(
         return None;
     }
     let target = budget * service.qos_ms(links);
-    let solo = service.solo_ms(links);
-    let mut shares = vec![1.0; m];
-    for pair in 0..per_copy {
-        let a = 2 * pair;
-        let b = a + 1;
-        if b >= m {
-            shares[a] = 1.0;
+    let pairs: Vec<(usize, Option<usize>)> = (0..per_copy)
+        .map(|j| {
+            let (a, b) = (2 * j, 2 * j + 1);
+            if b >= m {
+                (a, None)
+            } else if service.stages[a].throughput(1.0) >= service.stages[b].throughput(1.0) {
+                (a, Some(b))
+            } else {
+                (b, Some(a))
+            }
+        })
+        .collect();
+    let place = |shares: &[f64]| -> Vec<Instance> {
+        let mut out = Vec::new();
+        for c in 0..copies {
+            for (s, &share) in shares.iter().enumerate() {
+                out.push(Instance {
+                    stage: s,
+                    gpu: c * per_copy + s / 2,
+                    share,
+                });
+            }
+        }
+        out
+    };
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    let combos = 9usize.pow(pairs.iter().filter(|p| p.1.is_some()).count() as u32);
+    for code in 0..combos {
+        let mut shares = vec![1.0; m];
+        let mut rest = code;
+        for &(qos, be) in &pairs {
+            if let Some(be) = be {
+                let p = (rest % 9 + 1) as f64 * 0.1;
+                rest /= 9;
+                shares[qos] = p;
+                shares[be] = 1.0 - p;
+            }
+        }
+        let alloc: Allocation = shares.iter().map(|&p| (copies as u32, p)).collect();
+        // The latency of one copy (a query stays within the copy it enters).
+        let one: Vec<Instance> = place(&shares).into_iter().take(m).collect();
+        let cp = critical_path(service, topo, links, &alloc, &one, Some(false));
+        if cp > target {
             continue;
         }
-        let sa = &service.stages[a];
-        let sb = &service.stages[b];
-        let edge = links.host_copy_ms(service.traffic(a, b));
-        let part = target * (sa.latency_ms(1.0) + sb.latency_ms(1.0) + edge) / solo;
-        let (qos, be) = if sa.throughput(1.0) >= sb.throughput(1.0) {
-            (a, b)
-        } else {
-            (b, a)
-        };
-        let found = (1..10).map(|k| f64::from(k) * 0.1).find(|&p| {
-            service.stages[qos].latency_ms(p) + service.stages[be].latency_ms(1.0 - p) + edge
-                <= part
-        })?;
-        shares[qos] = found;
-        shares[be] = 1.0 - found;
-    }
-    let mut instances = Vec::new();
-    for c in 0..copies {
-        for (s, &share) in shares.iter().enumerate() {
-            instances.push(Instance {
-                stage: s,
-                gpu: c * per_copy + s / 2,
-                share,
-            });
+        let be_throughput = pairs
+            .iter()
+            .filter_map(|&(_, be)| be)
+            .map(|be| service.stages[be].throughput(shares[be]))
+            .fold(f64::INFINITY, f64::min);
+        if best.as_ref().is_none_or(|b| be_throughput > b.0 + 1e-9) {
+            best = Some((be_throughput, shares));
         }
     }
+    let (_, shares) = best?;
     let alloc = shares.iter().map(|&p| (copies as u32, p)).collect();
-    Some((alloc, instances))
+    Some((alloc, place(&shares)))
 }
 
 /// A policy's best plan over [`BUDGETS`] by the peak load its deployment sustains, with that

@@ -10,7 +10,7 @@
 //! epsilon-greedy search; [`alloc`]), clusters the stages onto as few nodes as hold them by
 //! Balanced-Kmeans++ on the min-cut of the stage graph (Algorithm 1), and places the instances
 //! of each node next to their heavy neighbours, next to their own stage's other instances, and
-//! on the fullest GPU that fits ([`place`]). Its channels pass a CUDA IPC handle on one GPU and
+//! on the fullest GPU that fits ([`mod@place`]). Its channels pass a CUDA IPC handle on one GPU and
 //! use NVLink between GPUs (§7).
 //!
 //! **Construction.** The decisions are pure functions of the service and the GPUs. On an

@@ -252,12 +252,8 @@ mod tests {
             initial: vec![2, 3],
         };
         let mut inference = vec![vec![2u8; 20], vec![3u8; 20]];
-        for s in 10..20 {
-            inference[0][s] = 4;
-        }
-        for s in 5..20 {
-            inference[1][s] = 1;
-        }
+        inference[0][10..].fill(4);
+        inference[1][5..].fill(1);
         // Each retraining runs in the last step only, on one GPC, out of the way.
         let schedule = Schedule {
             inference,
