@@ -129,10 +129,14 @@ fn named_interpreter(named: &str) -> Result<Found, WorkerError> {
     Ok(found)
 }
 
-/// Runs `exe` briefly: a usable interpreter, or why it is not one.
+/// Runs `exe` briefly: a usable interpreter, or why it is not one. With the environment the
+/// interpreters get (`Pool::spawn`), not the worker's (its token never reaches Python).
 pub(crate) fn probe(exe: &Path) -> Result<Found, String> {
+    let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
     let mut child = Command::new(exe)
         .args(["-c", PROBE])
+        .env_clear()
+        .envs(crate::exec::task_base_env(std::env::vars(), &pass))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
