@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use escher::types::TaskId;
+use escher::types::{NodeSpec, TaskId};
 use escher::{Client, ClientError, Task};
 use procs::{WAIT, binary, eventually};
 
@@ -207,4 +207,91 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
             "{id} lost after the restart: {listed:?}"
         );
     }
+}
+
+/// A full disk under the leader of a group (DESIGN §13). A stalled replica takes no raft tick,
+/// so it would go on believing it leads (check-quorum never runs) while the others elect
+/// another: renewing its workers' leases meanwhile let the new leader declare their nodes lost
+/// (what the nemesis harness found: a counter resource on a worker's node read 0 while it stood
+/// at 176). The stalled leader lets its workers go at once, takes none back and renews no
+/// lease, so they attach to the new leader before it declares them lost: the node stays the
+/// same live node with its ephemeral resources, and writes go on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on() {
+    let mut cluster = procs::ProcessCluster::builder()
+        .heads(3)
+        .durable()
+        .small_disks(16 * 1024 * 1024)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let node = cluster.node("w1");
+    let counter = |status: &escher::types::ClusterStatus| {
+        status
+            .node(node)
+            .filter(|n| n.alive)
+            .and_then(|n| n.resource("kept"))
+            .map(|r| r.total.to_string())
+    };
+    client
+        .set_resource("kept", 5, NodeSpec::Node(node))
+        .await
+        .unwrap();
+    let leader = cluster.wait_leader().await;
+    fill(&cluster.head_data_dir(leader).join("filler"));
+
+    // Writes until the leader's log has used what it had preallocated and stalls, and another
+    // leads; each +1 counted as acknowledged or only tried (an unknown outcome may have
+    // applied).
+    let (mut acked, mut tried) = (0u64, 0u64);
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        tried += 1;
+        if client
+            .adjust_resource("kept", 1, NodeSpec::Node(node))
+            .await
+            .is_ok()
+        {
+            acked += 1;
+        }
+        // The stalled replica still calls itself the leader (it takes no raft message, so it
+        // learns of no newer term): another one must.
+        let heads = client.heads().await.ok();
+        let other = heads.iter().flat_map(|h| &h.replicas).any(|r| {
+            r.role == Some(escher::types::ReplicaRole::Leader) && r.id != leader as u64 + 1
+        });
+        if other {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the full disk never moved the lead ({acked} of {tried} writes acknowledged)"
+        );
+    }
+    // Writes go on through the new leader, and the node was never lost: its resource holds
+    // every acknowledged +1.
+    let client = &client;
+    eventually("a write through the new leader", WAIT, || async move {
+        client
+            .adjust_resource("kept", 1, NodeSpec::Node(node))
+            .await
+            .ok()
+    })
+    .await;
+    let status = client.cluster_status().await.unwrap();
+    let kept: u64 = counter(&status)
+        .unwrap_or_else(|| panic!("node {node} lost its resource: {status:?}"))
+        .parse()
+        .expect("a whole number");
+    assert!(
+        (6 + acked..=6 + tried).contains(&kept),
+        "the resource is {kept}; 5, then {acked} of {tried} +1s acknowledged and one more"
+    );
+    // The worker is the same live node, attached to the new leader: a task runs there.
+    let ran = client
+        .run(Task::command(["true"]), Some(WAIT))
+        .await
+        .unwrap();
+    assert_eq!(ran.node, Some(node), "{ran:?}");
+    let _ = std::fs::remove_file(cluster.head_data_dir(leader).join("filler"));
 }

@@ -176,6 +176,8 @@ pub struct ProcessClusterBuilder {
     proxied: bool,
     raft_tick_ms: u64,
     head_args: Vec<String>,
+    /// With `durable`: each replica's data directory a tmpfs of this many bytes.
+    small_disks: Option<u64>,
 }
 
 impl ProcessClusterBuilder {
@@ -206,6 +208,14 @@ impl ProcessClusterBuilder {
     /// Heads keep their raft logs on disk (`--data-dir`), in the cluster's directory.
     pub fn durable(mut self) -> Self {
         self.durable = true;
+        self
+    }
+
+    /// With [`ProcessClusterBuilder::durable`]: each replica's data directory is a tmpfs of
+    /// `bytes` the cluster mounts (and unmounts when dropped), so that a test can fill one (see
+    /// [`ProcessCluster::head_data_dir`]). Needs root, as CI runs.
+    pub fn small_disks(mut self, bytes: u64) -> Self {
+        self.small_disks = Some(bytes);
         self
     }
 
@@ -241,6 +251,7 @@ impl ProcessClusterBuilder {
             workers: Vec::new(),
             worker_proxy: None,
             spawned: 0,
+            mounts: Vec::new(),
             worker_extra: WorkerExtra::default(),
         };
         cluster.plan_heads().await;
@@ -284,6 +295,8 @@ pub struct ProcessCluster {
     worker_proxy: Option<Proxy>,
     /// Processes started so far, to give each its own output files.
     spawned: u32,
+    /// The tmpfs data directories of [`ProcessClusterBuilder::small_disks`], unmounted on drop.
+    mounts: Vec<PathBuf>,
     /// What the next workers get besides the usual: environment, arguments, and a user to run
     /// as (see [`ProcessCluster::next_workers`]).
     worker_extra: WorkerExtra,
@@ -314,6 +327,7 @@ impl ProcessCluster {
             proxied: false,
             raft_tick_ms: 50,
             head_args: Vec::new(),
+            small_disks: None,
         }
     }
 
@@ -394,13 +408,19 @@ impl ProcessCluster {
                 "e2e".to_string(),
             ]);
             if self.settings.durable {
+                let data = self.dir().join(format!("head-{id}.data"));
+                if let Some(bytes) = self.settings.small_disks {
+                    std::fs::create_dir_all(&data).expect("a data directory");
+                    let status = Command::new("mount")
+                        .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+                        .arg(&data)
+                        .status()
+                        .expect("mount (small disks need root)");
+                    assert!(status.success(), "mount -t tmpfs {}", data.display());
+                    self.mounts.push(data.clone());
+                }
                 args.push("--data-dir".into());
-                args.push(
-                    self.dir()
-                        .join(format!("head-{id}.data"))
-                        .display()
-                        .to_string(),
-                );
+                args.push(data.display().to_string());
             }
             self.heads.push(HeadProc {
                 id,
@@ -532,6 +552,12 @@ impl ProcessCluster {
             .collect::<Vec<_>>()
             .join("\n");
         (status, text)
+    }
+
+    /// Replica `index`'s data directory (with [`ProcessClusterBuilder::durable`]).
+    pub fn head_data_dir(&self, index: usize) -> PathBuf {
+        self.dir()
+            .join(format!("head-{}.data", self.heads[index].id))
     }
 
     /// A new client of the head.
@@ -1044,6 +1070,9 @@ impl ProcessCluster {
 impl Drop for ProcessCluster {
     fn drop(&mut self) {
         self.kill_all();
+        for mount in &self.mounts {
+            let _ = Command::new("umount").arg(mount).status();
+        }
         if std::thread::panicking() {
             eprintln!(
                 "the test failed; the cluster's processes wrote:\n{}",

@@ -74,7 +74,9 @@ impl<S: LogStore> Owner<S> {
     }
 
     pub(super) fn on_tick(&mut self) {
-        if self.leading {
+        // A stalled replica of a group is about to lose the lead: it declares nothing (its
+        // workers went to the next leader, whose clocks count for them).
+        if self.leading && !self.cannot_lead_now() {
             self.workers.flush_acks();
             self.workers.adopt(self.replica.state());
             let timeout = self.config.heartbeat_timeout;

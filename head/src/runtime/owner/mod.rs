@@ -267,6 +267,12 @@ impl<S: LogStore> Owner<S> {
             pending.fail(self.not_leader());
             return;
         }
+        if self.cannot_lead_now() {
+            // In a group, another replica will lead: the caller goes there (a lone head has no
+            // other, and says why it refuses, next).
+            pending.fail(self.stalled_status());
+            return;
+        }
         if let Some(why) = &self.disk_full {
             let replica = self.replica.id();
             pending.fail(Status::resource_exhausted(format!(

@@ -107,7 +107,14 @@ pub(crate) struct HeadsView {
 
 impl<S: LogStore> Owner<S> {
     /// The answer to a linearizable read on a leader whose disk is full, in a group.
-    fn stalled_status(&self) -> tonic::Status {
+    /// Whether this replica, leading a group of several, is stalled (its disk full): raft can
+    /// confirm nothing it does, and the others will elect another leader, so it answers no
+    /// linearizable read, takes no worker, and renews no lease.
+    pub(super) fn cannot_lead_now(&self) -> bool {
+        self.replica.stalled() && self.replica.members().len() > 1
+    }
+
+    pub(super) fn stalled_status(&self) -> tonic::Status {
         tonic::Status::unavailable(format!(
             "head replica {} cannot confirm it leads while its disk is full; another replica \
              will lead shortly",

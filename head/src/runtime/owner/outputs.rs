@@ -104,7 +104,28 @@ impl<S: LogStore> Owner<S> {
                 }
             }
             Output::DiskFull(why) => {
+                let stalls = why.is_some() && self.disk_full.is_none();
+                let resumes = why.is_none() && self.disk_full.is_some();
                 self.disk_full = why;
+                if resumes && self.leading && self.replica.members().len() > 1 {
+                    // Still leading after the stall (nobody else was elected): its workers,
+                    // let go meanwhile, get a whole heartbeat timeout to come back, as under a
+                    // new leader.
+                    self.workers.lead(self.replica.state());
+                }
+                if stalls && self.leading && self.cannot_lead_now() {
+                    // As if it had lost the lead, which it will (see `cannot_lead_now`): its
+                    // workers go to the replica the others elect now rather than when their
+                    // leases run out, and what waits on it (proposals, reads, waits, streams) is
+                    // answered UNAVAILABLE instead of waiting for space; a write in flight may
+                    // yet commit under the new leader, and its key makes a retry apply it once.
+                    tracing::warn!(
+                        "the disk is full: this replica lets its workers and callers go to the \
+                         replica the others elect"
+                    );
+                    let status = self.stalled_status();
+                    self.stop_leading(move || status.clone());
+                }
             }
             Output::Restored => {
                 self.proposals

@@ -24,6 +24,10 @@ impl<S: LogStore> Owner<S> {
             let _ = reply.send(Err(self.not_leader()));
             return;
         }
+        if self.cannot_lead_now() {
+            let _ = reply.send(Err(self.stalled_status()));
+            return;
+        }
         let worker = Joining {
             name: request.name,
             address: request.address,
@@ -72,6 +76,9 @@ impl<S: LogStore> Owner<S> {
     ) -> Result<(), Status> {
         if !self.leading {
             return Err(self.not_leader());
+        }
+        if self.cannot_lead_now() {
+            return Err(self.stalled_status());
         }
         let Some(record) = self.replica.state().node(node) else {
             return Err(unknown_node(node));
@@ -122,8 +129,12 @@ impl<S: LogStore> Owner<S> {
             WorkerMessage::Heartbeat { metrics, seq } => {
                 // The leader heard the worker: its lease runs on from when it sent this
                 // heartbeat (DESIGN §13). Only a leader gets here, and a leader that loses its
-                // quorum steps down (check-quorum) and drops every stream.
-                if seq > 0 {
+                // quorum steps down (check-quorum) and drops every stream. A leader whose disk
+                // is full does not: it takes no raft tick while stalled, so it would go on
+                // believing it leads while the others elect another, which would then declare
+                // this worker's node lost and retry its tasks while this lease kept them
+                // running. So a stalled replica of a group renews no lease.
+                if seq > 0 && !self.cannot_lead_now() {
                     self.workers
                         .send_now(node, escher_proto::types::HeadMessage::LeaseRenewed { seq });
                 }
