@@ -288,5 +288,8 @@ fn the_1s_plan_never_loses_to_the_10s_plan_on_its_own_objective() {
             );
         }
     }
-    assert!(compared > 0, "no window's 10 s plan was a legal 1 s schedule");
+    assert!(
+        compared > 0,
+        "no window's 10 s plan was a legal 1 s schedule"
+    );
 }
