@@ -218,7 +218,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
 /// same live node with its ephemeral resources, and writes go on.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on() {
-    let mut cluster = procs::ProcessCluster::builder()
+    let cluster = procs::ProcessCluster::builder()
         .heads(3)
         .durable()
         .small_disks(16 * 1024 * 1024)
