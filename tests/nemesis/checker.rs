@@ -354,17 +354,28 @@ pub fn capacity(h: &History) -> Vec<Anomaly> {
         let Some(cap) = h.capacity.get(&node) else {
             continue;
         };
-        // (time, +1 start / -1 end); ends sort before starts at one instant.
-        let mut events: Vec<(Micros, i8, usize)> = Vec::new();
+        // At one instant, spans that end there leave before spans that start there arrive,
+        // so back-to-back attempts do not count as running together. A span of one record
+        // (an attempt killed before it beat) starts and ends at one instant: it is counted
+        // at that instant and then leaves, which needs its end sorted after its start.
+        const END: u8 = 0;
+        const START: u8 = 1;
+        const END_OF_INSTANT: u8 = 2;
+        let mut events: Vec<(Micros, u8, usize)> = Vec::new();
         for (i, s) in spans.iter().enumerate() {
-            events.push((s.start, 1, i));
-            events.push((s.last, -1, i));
+            events.push((s.start, START, i));
+            let end = if s.last > s.start {
+                END
+            } else {
+                END_OF_INSTANT
+            };
+            events.push((s.last, end, i));
         }
         events.sort();
         let mut running: BTreeSet<usize> = BTreeSet::new();
         let mut reported: BTreeSet<String> = BTreeSet::new();
         for (at, kind, i) in events {
-            if kind < 0 {
+            if kind != START {
                 running.remove(&i);
                 continue;
             }
@@ -383,7 +394,13 @@ pub fn capacity(h: &History) -> Vec<Anomaly> {
                 if used > *total && reported.insert(resource.clone()) {
                     let who: Vec<String> = running
                         .iter()
-                        .map(|j| format!("task {} attempt {}", spans[*j].task, spans[*j].attempt))
+                        .map(|j| {
+                            let s = &spans[*j];
+                            format!(
+                                "task {} attempt {} ({}..{})",
+                                s.task, s.attempt, s.start, s.last
+                            )
+                        })
                         .collect();
                     out.push(Anomaly {
                         rule: Rule::OverCapacity,
@@ -630,6 +647,24 @@ mod tests {
         h.execs.push(exec(ExecKind::Start, 2, 1, 1, 500));
         h.execs.push(exec(ExecKind::End, 2, 1, 1, 800));
         assert_eq!(capacity(&h), vec![]);
+    }
+
+    #[test]
+    fn an_attempt_of_one_record_counts_at_its_instant_and_then_leaves_the_node() {
+        // Attempt 1 of task 2 was killed after its start record and before any beat; its
+        // retry runs on the same node later. The node ran one task at a time.
+        let mut h = clean();
+        h.submits.push(submit("nem-1-2", Outcome::Ok(2)));
+        h.tasks.insert(2, task(2, "nem-1-2", "Succeeded"));
+        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 600));
+        h.execs.push(exec(ExecKind::Start, 2, 2, 1, 700));
+        h.execs.push(exec(ExecKind::End, 2, 2, 1, 900));
+        assert_eq!(capacity(&h), vec![]);
+        assert_eq!(overlaps(&h), vec![]);
+        // The same one-record attempt while task 1 runs is one task too many.
+        h.execs.retain(|e| (e.task, e.attempt) != (2, 1));
+        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 300));
+        assert_eq!(rules(&capacity(&h)), vec![Rule::OverCapacity]);
     }
 
     fn counter(
