@@ -293,5 +293,37 @@ async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on()
         .await
         .unwrap();
     assert_eq!(ran.node, Some(node), "{ran:?}");
+    // `escher heads` says which replica is stalled and why, and names the new leader as the
+    // one that leads.
+    let filled = leader as u64 + 1;
+    let heads = eventually("the filled replica to say it is stalled", WAIT, || async move {
+        let heads = client.heads().await.ok()?;
+        heads
+            .replicas
+            .iter()
+            .any(|r| r.id == filled && r.stalled.is_some())
+            .then_some(heads)
+    })
+    .await;
+    let why = heads.replicas.iter().find(|r| r.id == filled).unwrap();
+    assert!(
+        why.stalled.as_deref().unwrap().contains("disk has been full"),
+        "{heads:?}"
+    );
+    assert_ne!(heads.leader().map(|r| r.id), Some(filled), "{heads:?}");
+    // Space back: the replica goes on, learns of the newer term and follows.
     let _ = std::fs::remove_file(cluster.head_data_dir(leader).join("filler"));
+    eventually("the filled replica to follow again", WAIT, || async move {
+        let heads = client.heads().await.ok()?;
+        heads
+            .replicas
+            .iter()
+            .any(|r| {
+                r.id == filled
+                    && r.stalled.is_none()
+                    && r.role == Some(escher::types::ReplicaRole::Follower)
+            })
+            .then_some(())
+    })
+    .await;
 }

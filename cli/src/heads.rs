@@ -109,10 +109,11 @@ pub fn render_heads(heads: &HeadsReply) -> String {
         "NOTE",
     ]);
     for r in &heads.replicas {
-        let note = match (&r.error, r.in_memory) {
-            (Some(e), _) => e.clone(),
-            (None, true) => "log in memory only".to_string(),
-            (None, false) => String::new(),
+        let note = match (&r.error, &r.stalled, r.in_memory) {
+            (Some(e), _, _) => e.clone(),
+            (None, Some(why), _) => format!("stalled: {why}"),
+            (None, None, true) => "log in memory only".to_string(),
+            (None, None, false) => String::new(),
         };
         let known = |n: u64| {
             if r.reachable {
@@ -159,6 +160,7 @@ mod tests {
             in_memory: false,
             data_format: role.map(|_| 1),
             writes_data_format: role.map(|_| 1),
+            stalled: None,
         };
         let heads = HeadsReply {
             group: "g".into(),
@@ -178,6 +180,18 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("connection refused"), "{text}");
+        // A leader whose disk filled says so until another is elected, and is not the one
+        // named as leading once another leads.
+        let mut stalled = heads.clone();
+        stalled.replicas[0].stalled = Some("the raft log's disk has been full for 2.5s".into());
+        stalled.replicas[1].role = Some(ReplicaRole::Leader);
+        stalled.replicas[1].term = 4;
+        let text = render_heads(&stalled);
+        assert!(text.contains("replica 2 leads"), "{text}");
+        assert!(
+            text.contains("stalled: the raft log's disk has been full for 2.5s"),
+            "{text}"
+        );
         assert_eq!(
             parse_replica("4=10.0.0.4:7600").unwrap(),
             (4, "10.0.0.4:7600".into())

@@ -870,6 +870,7 @@ fn fake_heads(n: u64) -> HeadsReply {
                 in_memory: true,
                 data_format: Some(1),
                 writes_data_format: Some(1),
+                stalled: None,
             })
             .collect(),
     }

@@ -55,6 +55,7 @@ fn unreachable(id: u64, address: String, error: String) -> HeadReplica {
         in_memory: false,
         data_format: None,
         writes_data_format: None,
+        stalled: None,
     }
 }
 

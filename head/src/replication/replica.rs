@@ -452,6 +452,7 @@ impl<S: LogStore> Replica<S> {
                 self.formats
                     .writable(self.config.id, self.members.keys().copied()),
             ),
+            stalled: self.stalled_why(),
         }
     }
 
@@ -582,13 +583,20 @@ impl<S: LogStore> Replica<S> {
     /// out. So proposals are refused, and ticks and peers' messages are dropped (the leader
     /// sends again; a stalled leader stops heartbeating and the others elect a new one).
     fn refuse_while_stalled(&self) -> Result<(), NotAccepted> {
-        match &self.stalled {
-            Some(stalled) => Err(NotAccepted::DiskFull(format!(
-                "the raft log's disk has been full for {:.1}s",
-                stalled.since.elapsed().as_secs_f64()
-            ))),
+        match self.stalled_why() {
+            Some(why) => Err(NotAccepted::DiskFull(why)),
             None => Ok(()),
         }
+    }
+
+    /// Why raft is stalled here, if it is.
+    fn stalled_why(&self) -> Option<String> {
+        self.stalled.as_ref().map(|stalled| {
+            format!(
+                "the raft log's disk has been full for {:.1}s",
+                stalled.since.elapsed().as_secs_f64()
+            )
+        })
     }
 
     /// Hands raft messages from a peer to the node. `from_address` teaches the address of a

@@ -46,6 +46,7 @@ impl From<HeadReplica> for wire::HeadReplica {
             in_memory: r.in_memory,
             data_format: r.data_format.map_or(0, u32::from),
             writes_data_format: r.writes_data_format.map_or(0, u32::from),
+            stalled: r.stalled,
         }
     }
 }
@@ -68,6 +69,7 @@ impl TryFrom<wire::HeadReplica> for HeadReplica {
             in_memory: w.in_memory,
             data_format: format(w.data_format),
             writes_data_format: format(w.writes_data_format),
+            stalled: w.stalled,
         })
     }
 }
@@ -163,6 +165,7 @@ mod tests {
                     in_memory: false,
                     data_format: Some(2),
                     writes_data_format: Some(1),
+                    stalled: None,
                 },
                 HeadReplica {
                     id: 2,
@@ -177,11 +180,26 @@ mod tests {
                     in_memory: true,
                     data_format: None,
                     writes_data_format: None,
+                    stalled: None,
                 },
             ],
         };
         round_trip::<_, wire::HeadsReply>(reply.clone());
         assert_eq!(reply.leader().map(|r| r.id), Some(1));
+        // A stalled leader that has not yet heard of its successor is not the one to follow.
+        let mut two = reply.clone();
+        two.replicas[0].stalled = Some("the raft log's disk has been full for 3.0s".into());
+        two.replicas[1] = HeadReplica {
+            role: Some(ReplicaRole::Leader),
+            term: 4,
+            reachable: true,
+            error: None,
+            ..two.replicas[0].clone()
+        };
+        two.replicas[1].id = 2;
+        two.replicas[1].stalled = None;
+        round_trip::<_, wire::HeadsReply>(two.clone());
+        assert_eq!(two.leader().map(|r| r.id), Some(2));
         assert_eq!(reply.replicas[1].url(), "http://127.0.0.1:7601");
     }
 

@@ -55,6 +55,10 @@ pub struct HeadReplica {
     pub data_format: Option<u16>,
     /// The data format it writes: the newest one every replica of its group reads.
     pub writes_data_format: Option<u16>,
+    /// Why it cannot make progress now (its raft log's disk is full); `None` when it can. A
+    /// stalled leader keeps its role until the others elect another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stalled: Option<String>,
 }
 
 impl HeadReplica {
@@ -74,11 +78,14 @@ pub struct HeadsReply {
 }
 
 impl HeadsReply {
-    /// The replica that leads, if one does by its own account.
+    /// The replica that leads, if one does by its own account: of several that say so (a
+    /// stalled or cut-off leader that has not yet heard of its successor), one that is not
+    /// stalled, in the highest term.
     pub fn leader(&self) -> Option<&HeadReplica> {
         self.replicas
             .iter()
-            .find(|r| r.role == Some(ReplicaRole::Leader))
+            .filter(|r| r.role == Some(ReplicaRole::Leader))
+            .max_by_key(|r| (r.stalled.is_none(), r.term))
     }
 }
 
