@@ -513,6 +513,8 @@ fn the_compose_cluster_runs_the_readme_tour() {
         );
     }
 
+    every_escher_process_of_a_worker_killed(&deployment, &unique, &by_name);
+
     // The heads' health check passes (their `escher status`), and the dashboard, on each head's
     // loopback, answers `escher dashboard` there.
     let deadline = Instant::now() + Duration::from_secs(90);
@@ -646,6 +648,203 @@ fn the_compose_cluster_runs_the_readme_tour() {
     }
 
     rolling_upgrade(&mut deployment, &unique);
+}
+
+/// The host pids of the processes whose command line contains `marker`.
+fn processes_with(marker: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(marker) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// The host pids of the processes descended from `root` (itself included) whose name starts
+/// with `escher`.
+fn escher_processes_under(root: i32) -> Vec<i32> {
+    let mut parent_of = BTreeMap::new();
+    let mut name_of = BTreeMap::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|p| p.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // PID (COMM) STATE PPID ...; COMM may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.insert(pid, ppid);
+            name_of.insert(pid, stat[open + 1..close].to_string());
+        }
+    }
+    let under = |mut pid: i32| loop {
+        if pid == root {
+            return true;
+        }
+        match parent_of.get(&pid) {
+            Some(&ppid) if ppid > 0 && ppid != pid => pid = ppid,
+            _ => return false,
+        }
+    };
+    name_of
+        .iter()
+        .filter(|(pid, name)| name.starts_with("escher") && under(**pid))
+        .map(|(pid, _)| *pid)
+        .collect()
+}
+
+/// `kill -9` of every escher process of a worker's container at once, the worker and its fence
+/// supervisor together (the `kill-worker-and-fence` nemesis, which on a bare host leaves the
+/// tasks running until the worker is back, docs/RELIABILITY.md): in a container the runtime
+/// is the supervisor. The container's init sees its child die and exits, and the kernel ends
+/// every process of the container's PID namespace with it, a task's process that left its
+/// process group with `setsid` too, at once, long before the head retries the task; the
+/// container restarts (`restart: unless-stopped`) and the task's retry runs.
+fn every_escher_process_of_a_worker_killed(
+    deployment: &Deployment,
+    unique: &str,
+    by_name: &BTreeMap<String, Value>,
+) {
+    let marker = format!("{unique}-fenced");
+    let script = format!(
+        r#"if [ "$ESCHER_ATTEMPT" -gt 1 ]; then echo retried; exit 0; fi; setsid sh -c 'sleep 600; :' {marker} & sleep 600; :"#
+    );
+    let submitted = ok(
+        "a long task",
+        deployment.escher(
+            "head-1",
+            &[
+                "submit",
+                "--resources",
+                "cpu=1",
+                "--retries",
+                "1",
+                "--",
+                "sh",
+                "-c",
+                &script,
+                &marker,
+            ],
+        ),
+    );
+    let long = task_id(&submitted);
+    // Running, with both its shell and the shell it left behind with `setsid`.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let node = loop {
+        let info = deployment.escher_json("head-1", &["info", &long]);
+        let node = info["status"]["node"].as_u64();
+        if info["status"]["state"] == "Running"
+            && let Some(node) = node
+            && processes_with(&marker).len() >= 2
+        {
+            break node;
+        }
+        if Instant::now() > deadline {
+            let top: Vec<String> = deployment
+                .containers
+                .keys()
+                .filter(|s| s.starts_with("worker"))
+                .map(|s| {
+                    let out = Command::new("docker")
+                        .args(["top", &deployment.containers[s], "-eo", "pid,args"])
+                        .output()
+                        .expect("docker top");
+                    format!("{s}: {}", String::from_utf8_lossy(&out.stdout))
+                })
+                .collect();
+            panic!(
+                "the long task never ran with its two processes (found {:?}): {info}\n{}",
+                processes_with(&marker),
+                top.join("\n")
+            );
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let name = by_name
+        .iter()
+        .find(|(_, n)| n["id"].as_u64() == Some(node))
+        .map(|(name, _)| name.clone())
+        .expect("the task's node is one of the three");
+    let service = match name.as_str() {
+        "gpu-box" => "worker-gpu".to_string(),
+        other => other.replace("cpu-box", "worker-cpu"),
+    };
+    let init: i32 = ok(
+        "docker inspect",
+        run_for(
+            Command::new("docker").args([
+                "inspect",
+                "--format",
+                "{{.State.Pid}}",
+                &deployment.containers[&service],
+            ]),
+            Duration::from_secs(60),
+        ),
+    )
+    .trim()
+    .parse()
+    .expect("the container's init pid");
+    let escher = escher_processes_under(init);
+    assert!(
+        escher.len() >= 2,
+        "the worker and its fence supervisor in {service}: {escher:?}"
+    );
+    let killed_at = Instant::now();
+    for pid in &escher {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(*pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    // Gone within a few seconds, where the head retries only after its heartbeat timeout.
+    loop {
+        let left = processes_with(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(5),
+            "the task's processes {left:?} outlived every escher process of {service} by \
+             {:.1?}",
+            killed_at.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    println!(
+        "every escher process of {service} killed: the task's processes, the one it left with \
+         setsid included, gone after {:.2?}",
+        killed_at.elapsed()
+    );
+    // The container comes back, and the task's retry runs to its end.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let info = deployment.escher_json("head-1", &["info", &long]);
+        if info["status"]["state"] == "Succeeded" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the long task was not retried to its end: {info}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 /// Each replica's (newest data format read, format written) from `escher heads --json` in
