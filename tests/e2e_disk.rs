@@ -296,18 +296,25 @@ async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on()
     // `escher heads` says which replica is stalled and why, and names the new leader as the
     // one that leads.
     let filled = leader as u64 + 1;
-    let heads = eventually("the filled replica to say it is stalled", WAIT, || async move {
-        let heads = client.heads().await.ok()?;
-        heads
-            .replicas
-            .iter()
-            .any(|r| r.id == filled && r.stalled.is_some())
-            .then_some(heads)
-    })
+    let heads = eventually(
+        "the filled replica to say it is stalled",
+        WAIT,
+        || async move {
+            let heads = client.heads().await.ok()?;
+            heads
+                .replicas
+                .iter()
+                .any(|r| r.id == filled && r.stalled.is_some())
+                .then_some(heads)
+        },
+    )
     .await;
     let why = heads.replicas.iter().find(|r| r.id == filled).unwrap();
     assert!(
-        why.stalled.as_deref().unwrap().contains("disk has been full"),
+        why.stalled
+            .as_deref()
+            .unwrap()
+            .contains("disk has been full"),
         "{heads:?}"
     );
     assert_ne!(heads.leader().map(|r| r.id), Some(filled), "{heads:?}");
