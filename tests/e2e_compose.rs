@@ -652,17 +652,13 @@ fn the_compose_cluster_runs_the_readme_tour() {
 
 /// The host pids of the processes whose command line contains `marker`.
 fn processes_with(marker: &str) -> Vec<i32> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(marker) {
-            found.push(pid);
-        }
-    }
-    found
+    procs::processes()
+        .filter(|(_, dir)| {
+            let cmdline = std::fs::read(dir.join("cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains(marker)
+        })
+        .map(|(pid, _)| pid)
+        .collect()
 }
 
 /// The host pids of the processes descended from `root` (itself included) whose name starts
@@ -670,15 +666,8 @@ fn processes_with(marker: &str) -> Vec<i32> {
 fn escher_processes_under(root: i32) -> Vec<i32> {
     let mut parent_of = BTreeMap::new();
     let mut name_of = BTreeMap::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|p| p.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+    for (pid, dir) in procs::processes() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
             continue;
         };
         // PID (COMM) STATE PPID ...; COMM may hold spaces and parentheses.

@@ -696,19 +696,9 @@ fn kill_marked(marker: &str) {
 /// are killed, its tmpfs unmounted and its directory removed. Its namespaces go with
 /// [`Network::new`].
 fn remove_stale_runs() {
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
     let mut dirs = std::collections::BTreeSet::new();
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+    for (pid, dir) in crate::procs::processes() {
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
             continue;
         };
         let prefix = format!("{MARKER_VAR}=");

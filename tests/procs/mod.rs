@@ -1084,27 +1084,29 @@ impl Drop for ProcessCluster {
     }
 }
 
+/// Every process of this machine (of this PID namespace): its pid and its `/proc` directory.
+pub fn processes() -> impl Iterator<Item = (i32, PathBuf)> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            Some((pid, entry.path()))
+        })
+}
+
 /// SIGKILLs every process whose environment carries this cluster's marker (task processes
 /// whose worker was killed and that no one else will stop).
 fn kill_marked(marker: &str) {
     let needle = format!("{MARKER_VAR}={marker}");
     let me = std::process::id();
-    let Ok(entries) = std::fs::read_dir("/proc") else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<i32>().ok())
-        else {
-            continue;
-        };
+    for (pid, dir) in processes() {
         if pid as u32 == me {
             continue;
         }
         // Other users' processes are unreadable and skipped.
-        let Ok(environ) = std::fs::read(entry.path().join("environ")) else {
+        let Ok(environ) = std::fs::read(dir.join("environ")) else {
             continue;
         };
         if environ
