@@ -795,7 +795,33 @@ async fn a_command_tasks_cgroup_reports_its_cpu_and_memory_as_telemetry() {
 /// the task elsewhere.
 #[tokio::test]
 async fn processes_that_leave_their_group_are_fenced_by_the_tasks_cgroup() {
-    let mut cluster = ProcessCluster::builder().start().await;
+    fenced_by_the_tasks_cgroup("v2").await;
+}
+
+/// The same in the cgroup v1 freezer hierarchy, for hosts that mount only cgroup v1 (the CI
+/// machines mount v1 controllers beside the unified hierarchy): a kill freezes the cgroup, so
+/// that nothing in it forks while its processes are SIGKILLed.
+#[tokio::test]
+async fn processes_that_leave_their_group_are_fenced_by_a_v1_freezer_cgroup_too() {
+    fenced_by_the_tasks_cgroup("v1").await;
+}
+
+async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    cluster.next_workers(procs::WorkerExtra {
+        args: vec!["--task-cgroup-hierarchy".into(), hierarchy.into()],
+        ..procs::WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=2,memory=512").await;
+    let expected = match hierarchy {
+        "v1" => "cgroup v1 freezer",
+        _ => "cgroup v2",
+    };
+    let log = cluster.worker_output("w1");
+    assert!(
+        log.contains("each command task runs in a cgroup of its own") && log.contains(expected),
+        "the worker did not say it uses {expected}: {log}"
+    );
     let client = cluster.client().await;
     let runs = RunLog::new(cluster.dir(), "runs");
     let escaping = |name: &str, then: &str| {

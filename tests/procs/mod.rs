@@ -594,6 +594,19 @@ impl ProcessCluster {
         shared.join(name)
     }
 
+    /// What the worker named `name` (its latest process) has written so far (stdout and
+    /// stderr).
+    pub fn worker_output(&self, name: &str) -> String {
+        let Some(worker) = self.workers.iter().rev().find(|w| w.name == name) else {
+            return String::new();
+        };
+        [&worker.proc.stdout, &worker.proc.stderr]
+            .iter()
+            .map(|p| std::fs::read_to_string(p).unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// What the running process of replica `index` has written so far (stdout and stderr).
     pub fn head_output(&self, index: usize) -> String {
         let Some(proc) = &self.heads[index].proc else {

@@ -124,6 +124,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Which cgroup hierarchy holds the task cgroups (default: the unified one where the
+    /// worker may create cgroups, else the v1 freezer).
+    pub fn task_cgroup_hierarchy(mut self, hierarchy: crate::exec::Hierarchy) -> Self {
+        self.config.task_cgroup_hierarchy = hierarchy;
+        self
+    }
+
     /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
     /// none (default: it does not; `escher-worker` does).
     pub fn python(mut self, detection: crate::python::PythonDetection) -> Self {
@@ -315,6 +322,7 @@ impl WorkerBuilder {
             log_dir,
             isolation,
             task_cgroups: config.task_cgroups,
+            task_cgroup_hierarchy: config.task_cgroup_hierarchy,
             pass_env: config.pass_env,
             log_retention: config.log_retention,
             token: config.token,

@@ -86,6 +86,9 @@ pub struct WorkerConfig {
     /// Give each command task a cgroup of its own, killed whole, where the worker may create
     /// one (`--no-task-cgroups` turns it off; see `exec/cgroup.rs`).
     pub task_cgroups: bool,
+    /// Which cgroup hierarchy holds them (`--task-cgroup-hierarchy`): the unified one where
+    /// the worker may create cgroups, else the v1 freezer, by default.
+    pub task_cgroup_hierarchy: crate::exec::Hierarchy,
     /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
     /// none (`escher-worker` does; `--no-python` turns Python off; see `python/detect.rs`).
     pub python: crate::python::PythonDetection,
@@ -118,6 +121,7 @@ impl Default for WorkerConfig {
             task_users: TaskUsers::Auto,
             require_isolation: false,
             task_cgroups: true,
+            task_cgroup_hierarchy: crate::exec::Hierarchy::Auto,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
         }

@@ -71,6 +71,7 @@ pub struct Worker {
     pub(crate) sim_mig_latency: LatencyModel,
     pub(crate) identity: IdentityStore,
     pub(crate) task_cgroups: bool,
+    pub(crate) task_cgroup_hierarchy: crate::exec::Hierarchy,
 }
 
 impl fmt::Debug for Worker {
@@ -163,15 +164,20 @@ impl Worker {
         }
         let cgroups = match self
             .task_cgroups
-            .then(crate::exec::TaskCgroups::discover)
+            .then(|| crate::exec::TaskCgroups::discover(self.task_cgroup_hierarchy))
             .unwrap_or_else(|| Err("turned off (--no-task-cgroups)".into()))
         {
             Ok(cgroups) => {
-                tracing::info!(root = %cgroups.root().display(), "each command task runs in a cgroup of its own");
+                let hierarchy = if cgroups.is_freezer() {
+                    "cgroup v1 freezer"
+                } else {
+                    "cgroup v2"
+                };
+                tracing::info!(root = %cgroups.root().display(), hierarchy, "each command task runs in a cgroup of its own");
                 Some(Arc::new(cgroups))
             }
             Err(why) => {
-                tracing::warn!(%why, "no cgroup for tasks: a task that leaves its process group (setsid) escapes the fence; run the worker as root, or delegate it a cgroup v2 subtree");
+                tracing::warn!(%why, "no cgroup for tasks: a task that leaves its process group (setsid) escapes the fence; run the worker as root, or delegate it a cgroup subtree");
                 None
             }
         };

@@ -111,6 +111,12 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_cgroups: bool,
 
+    /// Which cgroup hierarchy holds the task cgroups: `v2` (the unified hierarchy), `v1` (the
+    /// cgroup v1 freezer, for hosts that mount only v1), or `auto`: v2 where the worker may
+    /// create cgroups there, else v1
+    #[arg(long, value_name = "auto|v2|v1", default_value = "auto")]
+    task_cgroup_hierarchy: escher_worker::exec::Hierarchy,
+
     /// Offer no Python slots. By default the worker runs Python tasks (`@escher.remote`
     /// functions of the `escher` package) when it has a usable interpreter, CPython 3.9 or later
     /// that imports cloudpickle: the one ESCHER_PYTHON names (a path or a name on PATH; `auto`
@@ -216,6 +222,7 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             task_users: args.task_uids,
             require_isolation: args.require_isolation,
             task_cgroups: !args.no_task_cgroups,
+            task_cgroup_hierarchy: args.task_cgroup_hierarchy,
             python: if args.no_python {
                 escher_worker::PythonDetection::Off
             } else {

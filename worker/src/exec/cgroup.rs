@@ -17,11 +17,18 @@
 //! only move the child before it runs its program with a `pre_exec` hook, which makes it fork
 //! instead of using `posix_spawn`, the cost of every command task.
 //!
-//! Without a writable cgroup v2 hierarchy (a worker that is not root and was not delegated a
-//! subtree, or a host without cgroup v2) tasks are held by their process group only, as the
-//! worker's log says at start. The cgroup also measures what the task used: CPU time from
-//! `cpu.stat` (always there) and memory from `memory.peak` / `memory.current` where the memory
-//! controller is enabled for it.
+//! A host without a writable cgroup v2 hierarchy (one that mounts only cgroup v1, as older
+//! distributions and Kubernetes nodes do) gets the same containers in the v1 **freezer**
+//! hierarchy ([`Hierarchy`]): there is no `cgroup.kill`, so a kill freezes the cgroup first
+//! (`freezer.state`), so that no process in it can fork while they are listed and SIGKILLed,
+//! and thaws it, letting them die. Without either (a worker that is not root and was not
+//! delegated a subtree) tasks are held by their process group only, as the worker's log says at
+//! start.
+//!
+//! The cgroup also measures what the task used: CPU time from `cpu.stat` (always there in v2)
+//! and memory from `memory.peak` / `memory.current` where the memory controller is enabled for
+//! it. A freezer cgroup counts neither: there the CPU time and memory are those of the
+//! processes it holds at the moment (`/proc/PID/stat`, `statm`).
 
 use std::fs;
 use std::io;
@@ -33,6 +40,32 @@ use nix::unistd::Pid;
 
 /// The prefix of a worker process's directory of task cgroups.
 const WORKER_PREFIX: &str = "escher-worker-";
+
+/// Which cgroup hierarchy holds the task cgroups (`escher-worker --task-cgroup-hierarchy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Hierarchy {
+    /// The unified (v2) hierarchy where the worker may create cgroups, else the v1 freezer.
+    #[default]
+    Auto,
+    /// The unified (cgroup v2) hierarchy only.
+    Unified,
+    /// The cgroup v1 freezer hierarchy only.
+    Freezer,
+}
+
+impl std::str::FromStr for Hierarchy {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "auto" => Ok(Hierarchy::Auto),
+            "v2" => Ok(Hierarchy::Unified),
+            "v1" => Ok(Hierarchy::Freezer),
+            other => Err(format!(
+                "{other:?} is not a cgroup hierarchy: auto, v2 (unified) or v1 (the freezer)"
+            )),
+        }
+    }
+}
 
 /// The cgroups of one worker process's tasks.
 #[derive(Debug)]
@@ -56,16 +89,39 @@ pub struct CgroupUsage {
 }
 
 impl TaskCgroups {
-    /// The task cgroups of this worker process, or why there are none (the worker then holds
-    /// its tasks by process group only). Kills and removes the leftovers of dead workers.
-    pub fn discover() -> Result<TaskCgroups, String> {
-        let mount = cgroup2_mount()?;
-        let own = own_cgroup()?;
-        let parent = mount.join(own.trim_start_matches('/'));
-        sweep_dead_workers(&parent);
+    /// The task cgroups of this worker process in `hierarchy`, or why there are none (the
+    /// worker then holds its tasks by process group only). Kills and removes the leftovers of
+    /// dead workers.
+    pub fn discover(hierarchy: Hierarchy) -> Result<TaskCgroups, String> {
+        let unified = || {
+            let mount = cgroup2_mount()?;
+            let own = own_cgroup()?;
+            TaskCgroups::under(&mount.join(own.trim_start_matches('/')))
+        };
+        let freezer = || {
+            let mount = cgroup1_mount("freezer")?;
+            let own = own_cgroup1("freezer")?;
+            TaskCgroups::under(&mount.join(own.trim_start_matches('/')))
+        };
+        match hierarchy {
+            Hierarchy::Unified => unified(),
+            Hierarchy::Freezer => freezer(),
+            Hierarchy::Auto => unified().or_else(|v2| {
+                freezer().map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))
+            }),
+        }
+    }
+
+    /// The task cgroups of this worker process in a directory of its own under `parent`, the
+    /// worker's own cgroup.
+    fn under(parent: &Path) -> Result<TaskCgroups, String> {
+        sweep_dead_workers(parent);
         static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let root = parent.join(format!("{WORKER_PREFIX}{}-{n}", std::process::id()));
+        if !parent.join("cgroup.procs").exists() {
+            return Err(format!("{} is not a cgroup", parent.display()));
+        }
         match fs::create_dir(&root) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -81,6 +137,11 @@ impl TaskCgroups {
     /// The directory the task cgroups live in.
     pub fn root(&self) -> &Path {
         &self.root
+    }
+
+    /// Whether they are cgroup v1 freezer cgroups (else cgroup v2).
+    pub fn is_freezer(&self) -> bool {
+        is_freezer(&self.root)
     }
 
     /// An empty cgroup for one task: one from the pool, or a new one.
@@ -194,25 +255,64 @@ impl Drop for TaskCgroup {
     }
 }
 
-/// Whether the cgroup at `path` holds a process (`cgroup.events`); `None` if unreadable.
-fn populated(path: &Path) -> Option<bool> {
-    let events = fs::read_to_string(path.join("cgroup.events")).ok()?;
-    events
-        .lines()
-        .find_map(|l| l.strip_prefix("populated "))
-        .map(|v| v.trim() != "0")
+/// Whether the cgroup at `path` belongs to the cgroup v1 freezer hierarchy.
+fn is_freezer(path: &Path) -> bool {
+    path.join("freezer.self_freezing").exists() || path.join("freezer.state").exists()
 }
 
-/// The CPU time of every process that ever ran in the cgroup at `path`.
+/// Whether the cgroup at `path` holds a process (`cgroup.events` in v2, `cgroup.procs` in v1);
+/// `None` if unreadable.
+fn populated(path: &Path) -> Option<bool> {
+    if let Ok(events) = fs::read_to_string(path.join("cgroup.events")) {
+        return events
+            .lines()
+            .find_map(|l| l.strip_prefix("populated "))
+            .map(|v| v.trim() != "0");
+    }
+    Some(!processes(path)?.is_empty())
+}
+
+/// The processes in the cgroup at `path`; `None` if unreadable.
+fn processes(path: &Path) -> Option<Vec<i32>> {
+    let procs = fs::read_to_string(path.join("cgroup.procs")).ok()?;
+    Some(
+        procs
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect(),
+    )
+}
+
+/// The CPU time of every process that ever ran in the cgroup at `path` (v2), or of those in it
+/// now (v1, whose freezer cgroup does not count CPU time).
 fn cpu_usage(path: &Path) -> Duration {
-    fs::read_to_string(path.join("cpu.stat"))
+    if let Ok(stat) = fs::read_to_string(path.join("cpu.stat")) {
+        return stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
+            .map(Duration::from_micros)
+            .unwrap_or_default();
+    }
+    let ticks = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
-        .and_then(|stat| {
-            stat.lines()
-                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())
-        })
-        .map(Duration::from_micros)
+        .flatten()
+        .and_then(|t| u64::try_from(t).ok())
+        .filter(|t| *t > 0)
+        .unwrap_or(100);
+    let used: u64 = processes(path)
         .unwrap_or_default()
+        .into_iter()
+        .filter_map(|pid| {
+            let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+            // PID (COMM) STATE ...: utime and stime are the 12th and 13th fields after COMM.
+            let rest = &stat[stat.rfind(')')? + 1..];
+            let mut fields = rest.split_whitespace().skip(11);
+            let utime: u64 = fields.next()?.parse().ok()?;
+            let stime: u64 = fields.next()?.parse().ok()?;
+            Some(utime + stime)
+        })
+        .sum();
+    Duration::from_micros(used * 1_000_000 / ticks)
 }
 
 /// The resident memory of every process in the cgroup at `path` (`/proc/PID/statm`), for a
@@ -235,10 +335,15 @@ fn resident_memory(path: &Path) -> Option<u64> {
     Some(pages * page)
 }
 
-/// SIGKILLs every process in the cgroup at `path`: `cgroup.kill` where the kernel has it, else
-/// each process it lists, until none is left.
+/// SIGKILLs every process in the cgroup at `path`: `cgroup.kill` where the kernel has it; in
+/// a freezer cgroup (v1), each process it lists while it is frozen, so that none forks in
+/// between; else each process it lists, until none is left.
 pub fn kill_cgroup(path: &Path) {
     if fs::write(path.join("cgroup.kill"), "1").is_ok() {
+        return;
+    }
+    if is_freezer(path) {
+        freeze_and_kill(path);
         return;
     }
     for _ in 0..64 {
@@ -254,6 +359,39 @@ pub fn kill_cgroup(path: &Path) {
         }
         for pid in pids {
             let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+    }
+}
+
+/// Freezes the v1 freezer cgroup at `path`, SIGKILLs every process in it, and thaws it: a
+/// frozen process cannot fork, and a killed one dies as it thaws.
+fn freeze_and_kill(path: &Path) {
+    let state = path.join("freezer.state");
+    for _ in 0..16 {
+        if fs::write(&state, "FROZEN").is_err() {
+            return;
+        }
+        // The kernel freezes each process in turn (FREEZING until all are).
+        for wait_us in [0, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000] {
+            std::thread::sleep(Duration::from_micros(wait_us));
+            if fs::read_to_string(&state).is_ok_and(|s| s.trim() == "FROZEN") {
+                break;
+            }
+        }
+        let pids = processes(path).unwrap_or_default();
+        for pid in &pids {
+            let _ = kill(Pid::from_raw(*pid), Signal::SIGKILL);
+        }
+        let _ = fs::write(&state, "THAWED");
+        if pids.is_empty() {
+            return;
+        }
+        // They leave the cgroup as they die.
+        for wait_us in [100, 1_000, 10_000] {
+            std::thread::sleep(Duration::from_micros(wait_us));
+            if processes(path).is_none_or(|p| p.is_empty()) {
+                return;
+            }
         }
     }
 }
@@ -345,6 +483,40 @@ fn cgroup2_mount() -> Result<PathBuf, String> {
         .ok_or_else(|| "no cgroup v2 hierarchy is mounted".to_string())
 }
 
+/// Where the cgroup v1 hierarchy of `controller` is mounted.
+fn cgroup1_mount(controller: &str) -> Result<PathBuf, String> {
+    let info = fs::read_to_string("/proc/self/mountinfo")
+        .map_err(|e| format!("cannot read /proc/self/mountinfo: {e}"))?;
+    info.lines()
+        .find_map(|line| {
+            // ID PARENT MAJ:MIN ROOT MOUNT OPTIONS... - cgroup SOURCE rw,freezer
+            let (fields, rest) = line.split_once(" - ")?;
+            let mut rest = rest.split_whitespace();
+            let fstype = rest.next()?;
+            let options = rest.nth(1)?;
+            (fstype == "cgroup" && options.split(',').any(|o| o == controller))
+                .then(|| fields.split_whitespace().nth(4).map(PathBuf::from))?
+        })
+        .ok_or_else(|| format!("no cgroup v1 {controller} hierarchy is mounted"))
+}
+
+/// This process's cgroup in the cgroup v1 hierarchy of `controller` (`N:CONTROLLERS:/path` in
+/// `/proc/self/cgroup`).
+fn own_cgroup1(controller: &str) -> Result<String, String> {
+    let text = fs::read_to_string("/proc/self/cgroup")
+        .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+    text.lines()
+        .find_map(|l| {
+            let mut parts = l.splitn(3, ':');
+            let (_, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            controllers
+                .split(',')
+                .any(|c| c == controller)
+                .then(|| path.to_string())
+        })
+        .ok_or_else(|| format!("this process is in no cgroup v1 {controller} hierarchy"))
+}
+
 /// This process's cgroup in the unified hierarchy (`0::/path` in `/proc/self/cgroup`).
 fn own_cgroup() -> Result<String, String> {
     let text = fs::read_to_string("/proc/self/cgroup")
@@ -365,5 +537,64 @@ mod tests {
         assert!(mount.join("cgroup.controllers").exists(), "{mount:?}");
         let own = own_cgroup().unwrap();
         assert!(own.starts_with('/'), "{own}");
+    }
+
+    #[test]
+    fn a_hierarchy_is_named_auto_v2_or_v1() {
+        assert_eq!("auto".parse(), Ok(Hierarchy::Auto));
+        assert_eq!("v2".parse(), Ok(Hierarchy::Unified));
+        assert_eq!("v1".parse(), Ok(Hierarchy::Freezer));
+        let err = "v3".parse::<Hierarchy>().unwrap_err();
+        assert!(err.contains("auto, v2 (unified) or v1 (the freezer)"), "{err}");
+    }
+
+    /// On a host that mounts the cgroup v1 freezer (the CI machines mount v1 controllers beside
+    /// the unified hierarchy), as root: a task's process that left its process group with
+    /// `setsid` is killed with the task's freezer cgroup, and the cgroup is reused once empty.
+    #[test]
+    fn a_freezer_cgroup_kills_what_left_the_tasks_process_group() {
+        use std::io::BufRead;
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test creates cgroups: run it as root (CI does)"
+        );
+        let cgroups = TaskCgroups::discover(Hierarchy::Freezer).unwrap();
+        assert!(cgroups.is_freezer(), "{:?}", cgroups.root());
+        let cgroup = cgroups.create().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 600 & echo $!; exec sleep 600"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let escaped: i32 = line.trim().parse().unwrap();
+        cgroup.enter(child.id()).unwrap();
+        let inside = processes(cgroup.path()).unwrap();
+        assert!(
+            inside.contains(&escaped) && inside.contains(&(child.id() as i32)),
+            "{inside:?}"
+        );
+        assert_eq!(populated(cgroup.path()), Some(true));
+        let path = cgroup.path().to_path_buf();
+        drop(cgroup);
+        child.wait().unwrap();
+        let gone = |pid: i32| {
+            fs::read_to_string(format!("/proc/{pid}/stat"))
+                .map_or(true, |s| s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+        };
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !gone(escaped) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the escaped process {escaped} outlived its cgroup"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Empty again, so the next task gets it.
+        assert_eq!(populated(&path), Some(false));
+        assert_eq!(cgroups.create().unwrap().path(), path);
     }
 }

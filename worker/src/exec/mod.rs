@@ -20,7 +20,7 @@ mod isolation;
 mod logs;
 mod outcome;
 
-pub use cgroup::{CgroupUsage, TaskCgroup, TaskCgroups, kill_cgroup};
+pub use cgroup::{CgroupUsage, Hierarchy, TaskCgroup, TaskCgroups, kill_cgroup};
 pub use command::{
     CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, UsageSend, UsageSink, run_command,
 };
