@@ -310,12 +310,12 @@ async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on()
     )
     .await;
     let why = heads.replicas.iter().find(|r| r.id == filled).unwrap();
+    let why = why.stalled.as_deref().unwrap();
     assert!(
-        why.stalled
-            .as_deref()
-            .unwrap()
-            .contains("disk has been full"),
-        "{heads:?}"
+        why.contains(&format!("replica {filled}'s raft log"))
+            && why.contains(&cluster.head_data_dir(leader).display().to_string())
+            && why.contains("has been full"),
+        "{why}"
     );
     assert_ne!(heads.leader().map(|r| r.id), Some(filled), "{heads:?}");
     // Space back: the replica goes on, learns of the newer term and follows.

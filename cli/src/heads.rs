@@ -183,13 +183,15 @@ mod tests {
         // A leader whose disk filled says so until another is elected, and is not the one
         // named as leading once another leads.
         let mut stalled = heads.clone();
-        stalled.replicas[0].stalled = Some("the raft log's disk has been full for 2.5s".into());
+        stalled.replicas[0].stalled = Some(
+            "the disk of replica 1's raft log (/var/lib/escher/head) has been full for 2.5s".into(),
+        );
         stalled.replicas[1].role = Some(ReplicaRole::Leader);
         stalled.replicas[1].term = 4;
         let text = render_heads(&stalled);
         assert!(text.contains("replica 2 leads"), "{text}");
         assert!(
-            text.contains("stalled: the raft log's disk has been full for 2.5s"),
+            text.contains("stalled: the disk of replica 1's raft log (/var/lib/escher/head) has been full for 2.5s"),
             "{text}"
         );
         assert_eq!(

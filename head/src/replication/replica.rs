@@ -124,6 +124,8 @@ struct Stalled {
     since: std::time::Instant,
     /// When the sync was last tried.
     tried: std::time::Instant,
+    /// The directory whose file system is full.
+    dir: std::path::PathBuf,
 }
 
 /// How often a stalled replica tries its queued writes again.
@@ -593,7 +595,9 @@ impl<S: LogStore> Replica<S> {
     fn stalled_why(&self) -> Option<String> {
         self.stalled.as_ref().map(|stalled| {
             format!(
-                "the raft log's disk has been full for {:.1}s",
+                "the disk of replica {}'s raft log ({}) has been full for {:.1}s",
+                self.config.id,
+                stalled.dir.display(),
                 stalled.since.elapsed().as_secs_f64()
             )
         })
@@ -801,10 +805,15 @@ impl<S: LogStore> Replica<S> {
         let syncs = writes.sync;
         match self.write(writes).await {
             Ok(()) => {}
-            Err(ReplicationError::Log(e @ LogError::NoSpace { .. })) => {
+            Err(ReplicationError::Log(LogError::NoSpace { dir, cause })) => {
+                let e = LogError::NoSpace {
+                    dir: dir.clone(),
+                    cause,
+                };
                 tracing::error!(error = %e, "the raft log's disk is full: this replica refuses writes until space is freed");
                 out.push(Output::DiskFull(Some(e.to_string())));
                 self.stalled = Some(Stalled {
+                    dir,
                     ready,
                     hard_state,
                     snapshot,
