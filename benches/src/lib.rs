@@ -63,8 +63,8 @@ const WORKLOAD_LIMIT: Duration = Duration::from_secs(1_800);
     about = "escher's benchmark harness: the thesis' microbenchmarks, with Ray and HyperQueue side by side"
 )]
 pub struct Options {
-    /// Workloads to run: `all` (the default), or any of w1..w10, cmd and retention.
-    #[arg(value_name = "WORKLOAD")]
+    /// Workloads to run: `all` (the default), `thesis`, or any of the workloads by name.
+    #[arg(value_name = "WORKLOAD", value_enum)]
     pub workloads: Vec<Selection>,
     /// How big: tiny (seconds, for CI), small, or full (the scale of docs/DESIGN.md §8 and the
     /// thesis).
@@ -81,59 +81,41 @@ pub struct Options {
     pub head_bin: Option<PathBuf>,
 }
 
-/// A workload on the command line.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+/// A workload on the command line: every one, the thesis' group, or one by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selection {
-    /// Every workload.
+    /// Every workload of `all` ([`Workload::ALL`]).
     All,
-    /// W1.
-    W1,
-    /// W2.
-    W2,
-    /// W3.
-    W3,
-    /// W4.
-    W4,
-    /// W5.
-    W5,
-    /// W6.
-    W6,
-    /// W7.
-    W7,
-    /// W8.
-    W8,
-    /// W9.
-    W9,
-    /// W10.
-    W10,
-    /// Command tasks (the HyperQueue comparison).
-    Cmd,
-    /// Head memory under a stream of short tasks, with and without retention.
-    Retention,
-    /// The cost of authentication and TLS.
-    Sec,
-    /// The cost of watching (W1 with 0 and 10 watchers).
-    Watch,
-    /// What the ESLs ask of the head.
-    Esl,
-    /// E1: WordCount with data locality.
-    E1,
-    /// E2: hierarchical fair sharing at 100 nodes.
-    E2,
-    /// E3: AlphaZero-style co-location.
-    E3,
-    /// E4: EscherTune migration.
-    E4,
-    /// Cilantro's synthetic 5-user experiment.
-    Cilantro,
-    /// The GPU policies end to end: MIGM A and B against the sequential full GPU, MIGRator's
-    /// pre-initialization, one MIGRator window against Ekya and PARIS.
-    Gpu,
     /// The thesis' application experiments: E1–E4 and Cilantro.
     Thesis,
-    /// Python remote functions from one Python driver, escher beside Ray (not in `all`: it
-    /// needs PyPI and builds the package).
-    Python,
+    /// One workload.
+    One(Workload),
+}
+
+impl clap::ValueEnum for Selection {
+    fn value_variants<'a>() -> &'a [Self] {
+        static VARIANTS: std::sync::LazyLock<Vec<Selection>> = std::sync::LazyLock::new(|| {
+            let mut all = vec![Selection::All, Selection::Thesis];
+            all.extend(
+                <Workload as clap::ValueEnum>::value_variants()
+                    .iter()
+                    .map(|w| Selection::One(*w)),
+            );
+            all
+        });
+        &VARIANTS
+    }
+
+    fn to_possible_value(&self) -> Option<clap::builder::PossibleValue> {
+        match self {
+            Selection::All => Some(clap::builder::PossibleValue::new("all").help("Every workload")),
+            Selection::Thesis => Some(
+                clap::builder::PossibleValue::new("thesis")
+                    .help("The thesis' application experiments: E1–E4 and Cilantro"),
+            ),
+            Selection::One(w) => w.to_possible_value(),
+        }
+    }
 }
 
 impl Options {
@@ -142,55 +124,24 @@ impl Options {
         if self.workloads.is_empty() || self.workloads.contains(&Selection::All) {
             return Workload::ALL.to_vec();
         }
-        let thesis = [
-            Workload::E1,
-            Workload::E2,
-            Workload::E3,
-            Workload::E4,
-            Workload::Cilantro,
-        ];
         let mut v: Vec<Workload> = self
             .workloads
             .iter()
             .flat_map(|s| match s {
-                Selection::Thesis => thesis.to_vec(),
-                other => other.single().into_iter().collect(),
+                Selection::All => Workload::ALL.to_vec(),
+                Selection::Thesis => vec![
+                    Workload::E1,
+                    Workload::E2,
+                    Workload::E3,
+                    Workload::E4,
+                    Workload::Cilantro,
+                ],
+                Selection::One(w) => vec![*w],
             })
             .collect();
         v.sort();
         v.dedup();
         v
-    }
-}
-
-impl Selection {
-    /// The one workload this selects, if it selects one.
-    fn single(self) -> Option<Workload> {
-        match self {
-            Selection::All | Selection::Thesis => None,
-            Selection::W1 => Some(Workload::W1),
-            Selection::W2 => Some(Workload::W2),
-            Selection::W3 => Some(Workload::W3),
-            Selection::W4 => Some(Workload::W4),
-            Selection::W5 => Some(Workload::W5),
-            Selection::W6 => Some(Workload::W6),
-            Selection::W7 => Some(Workload::W7),
-            Selection::W8 => Some(Workload::W8),
-            Selection::W9 => Some(Workload::W9),
-            Selection::W10 => Some(Workload::W10),
-            Selection::Cmd => Some(Workload::Cmd),
-            Selection::Retention => Some(Workload::Retention),
-            Selection::Sec => Some(Workload::Sec),
-            Selection::Watch => Some(Workload::Watch),
-            Selection::Esl => Some(Workload::Esl),
-            Selection::E1 => Some(Workload::E1),
-            Selection::E2 => Some(Workload::E2),
-            Selection::E3 => Some(Workload::E3),
-            Selection::E4 => Some(Workload::E4),
-            Selection::Cilantro => Some(Workload::Cilantro),
-            Selection::Gpu => Some(Workload::Gpu),
-            Selection::Python => Some(Workload::Python),
-        }
     }
 }
 
@@ -405,5 +356,29 @@ mod tests {
             let options = Options::parse_from(["escher-bench", workload.id()]);
             assert_eq!(options.selected(), [workload], "{selection:?}");
         }
+        let python = Options::parse_from(["escher-bench", "python"]);
+        assert_eq!(python.selected(), [Workload::Python]);
+    }
+
+    #[test]
+    fn all_thesis_and_several_names_select_their_workloads_once_in_run_order() {
+        let selected = |args: &[&str]| {
+            Options::parse_from(std::iter::once("escher-bench").chain(args.iter().copied()))
+                .selected()
+        };
+        assert_eq!(selected(&[]), Workload::ALL);
+        assert_eq!(selected(&["all", "w2"]), Workload::ALL);
+        assert_eq!(
+            selected(&["e4", "thesis", "w1"]),
+            [
+                Workload::W1,
+                Workload::E1,
+                Workload::E2,
+                Workload::E3,
+                Workload::E4,
+                Workload::Cilantro
+            ]
+        );
+        assert!(Options::try_parse_from(["escher-bench", "w11"]).is_err());
     }
 }
