@@ -106,9 +106,8 @@ impl TaskCgroups {
         match hierarchy {
             Hierarchy::Unified => unified(),
             Hierarchy::Freezer => freezer(),
-            Hierarchy::Auto => unified().or_else(|v2| {
-                freezer().map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))
-            }),
+            Hierarchy::Auto => unified()
+                .or_else(|v2| freezer().map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))),
         }
     }
 
@@ -545,7 +544,10 @@ mod tests {
         assert_eq!("v2".parse(), Ok(Hierarchy::Unified));
         assert_eq!("v1".parse(), Ok(Hierarchy::Freezer));
         let err = "v3".parse::<Hierarchy>().unwrap_err();
-        assert!(err.contains("auto, v2 (unified) or v1 (the freezer)"), "{err}");
+        assert!(
+            err.contains("auto, v2 (unified) or v1 (the freezer)"),
+            "{err}"
+        );
     }
 
     /// On a host that mounts the cgroup v1 freezer (the CI machines mount v1 controllers beside
@@ -582,8 +584,9 @@ mod tests {
         drop(cgroup);
         child.wait().unwrap();
         let gone = |pid: i32| {
-            fs::read_to_string(format!("/proc/{pid}/stat"))
-                .map_or(true, |s| s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z'))
+            fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z')
+            })
         };
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         while !gone(escaped) {
