@@ -664,38 +664,10 @@ fn processes_with(marker: &str) -> Vec<i32> {
 /// The host pids of the processes descended from `root` (itself included) whose name starts
 /// with `escher`.
 fn escher_processes_under(root: i32) -> Vec<i32> {
-    let mut parent_of = BTreeMap::new();
-    let mut name_of = BTreeMap::new();
-    for (pid, dir) in procs::processes() {
-        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
-            continue;
-        };
-        // PID (COMM) STATE PPID ...; COMM may hold spaces and parentheses.
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let ppid = stat[close + 1..]
-            .split_whitespace()
-            .nth(1)
-            .and_then(|p| p.parse::<i32>().ok());
-        if let Some(ppid) = ppid {
-            parent_of.insert(pid, ppid);
-            name_of.insert(pid, stat[open + 1..close].to_string());
-        }
-    }
-    let under = |mut pid: i32| loop {
-        if pid == root {
-            return true;
-        }
-        match parent_of.get(&pid) {
-            Some(&ppid) if ppid > 0 && ppid != pid => pid = ppid,
-            _ => return false,
-        }
-    };
-    name_of
-        .iter()
-        .filter(|(pid, name)| name.starts_with("escher") && under(**pid))
-        .map(|(pid, _)| *pid)
+    procs::process_tree(root)
+        .into_iter()
+        .filter(|(_, name)| name.starts_with("escher"))
+        .map(|(pid, _)| pid)
         .collect()
 }
 

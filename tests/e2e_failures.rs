@@ -47,11 +47,13 @@ impl RunLog {
         RunLog { dir }
     }
 
-    /// A command task (1 CPU) that records its attempt and its process id, then, if
-    /// `sleep_first` and this is its first attempt, sleeps far longer than any test runs.
+    /// A command task (1 CPU) that records its attempt and its process (pid and PID
+    /// namespace), then, if `sleep_first` and this is its first attempt, sleeps far longer than
+    /// any test runs.
     fn task(&self, sleep_first: bool) -> Task {
-        let mut script = String::from(
-            r#"echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"; echo $$ > "$RUNS/$ESCHER_TASK_ID.pid""#,
+        let mut script = format!(
+            r#"echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"; {} > "$RUNS/$ESCHER_TASK_ID.pid""#,
+            procs::RECORD_PID
         );
         if sleep_first {
             script.push_str(r#"; if [ "$ESCHER_ATTEMPT" = 1 ]; then exec sleep 600; fi"#);
@@ -87,18 +89,19 @@ impl RunLog {
             .collect()
     }
 
-    /// Waits until the latest attempt of `task` has recorded its process id, and returns it.
-    /// The script writes its run line first and its pid after, so a test that saw the run
-    /// must still wait for the pid.
-    async fn wait_pid(&self, task: TaskId) -> i32 {
+    /// Waits until the latest attempt of `task` has recorded its process, and returns its pid
+    /// on the host, or `None` if it has ended already. The script writes its run line first
+    /// and its pid after, so a test that saw the run must still wait for the pid.
+    async fn wait_pid(&self, task: TaskId) -> Option<i32> {
         let file = self.dir.join(format!("{}.pid", task.0));
-        eventually(&format!("task {task} to record its pid"), WAIT, || {
-            let pid = std::fs::read_to_string(&file)
+        let recorded = eventually(&format!("task {task} to record its pid"), WAIT, || {
+            let text = std::fs::read_to_string(&file)
                 .ok()
-                .and_then(|text| text.trim().parse().ok());
-            async move { pid }
+                .filter(|t| t.ends_with('\n'));
+            async move { text }
         })
-        .await
+        .await;
+        procs::host_pid(&recorded)
     }
 
     /// Waits until `task` has recorded `n` attempts.
@@ -403,7 +406,10 @@ async fn a_worker_survives_a_head_restart_and_runs_the_new_heads_tasks() {
 
     let old_task = client.submit(before.task(true)).await.unwrap();
     before.wait_runs(old_task.id(), 1).await;
-    let old_pid = before.wait_pid(old_task.id()).await;
+    let old_pid = before
+        .wait_pid(old_task.id())
+        .await
+        .expect("the old head's task runs");
     assert!(task_process_alive(old_pid, &before));
 
     cluster.kill_head();
@@ -595,7 +601,7 @@ async fn a_cancel_sent_while_the_workers_stream_is_down_reaches_the_task() {
     let runs = RunLog::new(cluster.dir(), "runs");
     let task = client.submit(runs.task(true)).await.unwrap();
     runs.wait_runs(task.id(), 1).await;
-    let pid = runs.wait_pid(task.id()).await;
+    let pid = runs.wait_pid(task.id()).await.expect("the task runs");
 
     cluster.cut_worker_links(true);
     let after = client.cancel([&task]).await.unwrap();
@@ -628,20 +634,25 @@ async fn a_cancel_sent_while_the_workers_stream_is_down_reaches_the_task() {
 
 /// A command task that records its attempts and, from its second attempt on, whether the
 /// process of its previous attempt was still alive when it started (an `overlap` file): the
-/// property fencing guarantees is that it never is. The first attempt sleeps.
+/// property fencing guarantees is that it never is. The first attempt sleeps holding a lock
+/// (`flock`) that only its death releases, taken before it records its process; a later
+/// attempt that cannot take the lock at once met it alive. (Attempts on two workers live in
+/// two PID namespaces, so a pid would not do.)
 fn fenced_task(runs: &RunLog) -> Task {
-    let script = r#"
+    let script = format!(
+        r#"
         echo "$ESCHER_NODE_ID $ESCHER_ATTEMPT" >> "$RUNS/$ESCHER_TASK_ID"
         if [ "$ESCHER_ATTEMPT" != 1 ]; then
-            p=$(cat "$RUNS/$ESCHER_TASK_ID.pid" 2>/dev/null)
-            if [ -n "$p" ] && [ -e "/proc/$p/stat" ] && ! grep -q ') Z' "/proc/$p/stat"; then
-                echo "attempt $ESCHER_ATTEMPT met pid $p" >> "$RUNS/$ESCHER_TASK_ID.overlap"
+            if ! flock -n "$RUNS/$ESCHER_TASK_ID.lock" true; then
+                echo "attempt $ESCHER_ATTEMPT met attempt 1 alive" >> "$RUNS/$ESCHER_TASK_ID.overlap"
             fi
+            exit 0
         fi
-        echo $$ > "$RUNS/$ESCHER_TASK_ID.pid"
-        if [ "$ESCHER_ATTEMPT" = 1 ]; then exec sleep 600; fi
-    "#;
-    Task::command(["sh", "-c", script])
+        exec flock "$RUNS/$ESCHER_TASK_ID.lock" sh -c '{} > "$RUNS/$ESCHER_TASK_ID.pid"; exec sleep 600'
+    "#,
+        procs::RECORD_PID
+    );
+    Task::command(["sh", "-c", &script])
         .env("RUNS", runs.dir.display().to_string())
         .resources_str("cpu=1")
         .max_retries(1)
@@ -715,7 +726,7 @@ async fn fenced(fault: Fault) {
             std::fs::read_to_string(&overlap).unwrap_or_default()
         );
     }
-    for pid in pids {
+    for pid in pids.into_iter().flatten() {
         assert!(!alive(pid), "the first attempt's process {pid} still runs");
     }
     if fault != Fault::Kill {
@@ -808,8 +819,14 @@ async fn processes_that_leave_their_group_are_fenced_by_a_v1_freezer_cgroup_too(
 
 async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
     let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    // The host's PID namespace: the cgroup alone fences (in a namespace of its own, killing
+    // the worker ends the namespace, and its tasks with it, before any cgroup is needed).
     cluster.next_workers(procs::WorkerExtra {
-        args: vec!["--task-cgroup-hierarchy".into(), hierarchy.into()],
+        args: vec![
+            "--task-cgroup-hierarchy".into(),
+            hierarchy.into(),
+            "--no-pid-namespace".into(),
+        ],
         ..procs::WorkerExtra::default()
     });
     cluster.start_worker("w1", "cpu=2,memory=512").await;
@@ -824,38 +841,14 @@ async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
     );
     let client = cluster.client().await;
     let runs = RunLog::new(cluster.dir(), "runs");
-    let escaping = |name: &str, then: &str| {
-        let script = format!(
-            r#"
-            if [ "$ESCHER_ATTEMPT" != 1 ]; then
-                p=$(cat "$RUNS/{name}")
-                if [ -e "/proc/$p/stat" ] && ! grep -q ') Z' "/proc/$p/stat"; then
-                    echo "attempt $ESCHER_ATTEMPT met pid $p" >> "$RUNS/{name}.overlap"
-                fi
-                exit 0
-            fi
-            setsid sh -c 'echo $$ > "$RUNS/{name}.tmp"; mv "$RUNS/{name}.tmp" "$RUNS/{name}"; exec sleep 600' &
-            {then}
-            "#
-        );
-        Task::command(["sh", "-c", &script])
-            .env("RUNS", runs.dir.display().to_string())
-            .resources_str("cpu=1")
-            .max_retries(1)
-    };
-    let escaped_pid = |name: &str| {
-        let file = runs.dir.join(name);
+    let escaping = |name: &str, then: &str| escaping_task(&runs, name, then);
+    let started = |name: &str| {
+        let file = runs.dir.join(format!("{name}.started"));
         async move {
-            eventually(
-                &format!("{} to record its pid", file.display()),
-                WAIT,
-                || {
-                    let pid = std::fs::read_to_string(&file)
-                        .ok()
-                        .and_then(|t| t.trim().parse::<i32>().ok());
-                    async move { pid }
-                },
-            )
+            eventually(&format!("{} to start", file.display()), WAIT, || {
+                let there = file.exists();
+                async move { there.then_some(()) }
+            })
             .await
         }
     };
@@ -866,9 +859,10 @@ async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
         .await
         .unwrap();
     assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
-    let left = escaped_pid("left").await;
+    started("left").await;
+    let lock = runs.dir.join("left.lock");
     eventually("the escaped process to be killed", WAIT, || {
-        let gone = !alive(left);
+        let gone = !lock_held(&lock);
         async move { gone.then_some(()) }
     })
     .await;
@@ -878,7 +872,7 @@ async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
         .submit(escaping("killed", "exec sleep 600"))
         .await
         .unwrap();
-    let escaped = escaped_pid("killed").await;
+    started("killed").await;
     let survivor = cluster.start_worker("w2", "cpu=2,memory=512").await;
     let killed = cluster.kill_worker_by_name("w1");
     assert_eq!(
@@ -894,7 +888,90 @@ async fn fenced_by_the_tasks_cgroup(hierarchy: &str) {
         "the escaped process of attempt 1 ran beside attempt 2: {}",
         std::fs::read_to_string(&overlap).unwrap_or_default()
     );
-    assert!(!alive(escaped), "the escaped process {escaped} still runs");
+    assert!(
+        !lock_held(&runs.dir.join("killed.lock")),
+        "the escaped process still runs"
+    );
+}
+
+/// A command task whose first attempt leaves its process group (`setsid`) with a process that
+/// holds the lock `RUNS/NAME.lock` while it lives (`NAME.started` once it does), then runs
+/// `then`; a later attempt that finds the lock held writes `NAME.overlap`. (A lock, not a
+/// pid: the attempts may live in two PID namespaces.)
+fn escaping_task(runs: &RunLog, name: &str, then: &str) -> Task {
+    let script = format!(
+        r#"
+        if [ "$ESCHER_ATTEMPT" != 1 ]; then
+            if ! flock -n "$RUNS/{name}.lock" true; then
+                echo "attempt $ESCHER_ATTEMPT met the escaped process alive" >> "$RUNS/{name}.overlap"
+            fi
+            exit 0
+        fi
+        setsid flock "$RUNS/{name}.lock" sh -c 'touch "$RUNS/{name}.started"; exec sleep 600' &
+        while [ ! -e "$RUNS/{name}.started" ]; do sleep 0.05; done
+        {then}
+        "#
+    );
+    Task::command(["sh", "-c", &script])
+        .env("RUNS", runs.dir.display().to_string())
+        .resources_str("cpu=1")
+        .max_retries(1)
+}
+
+/// Whether some process holds the lock at `path` (`flock`, as the tasks take it).
+fn lock_held(path: &Path) -> bool {
+    !std::process::Command::new("flock")
+        .arg("-n")
+        .arg(path)
+        .arg("true")
+        .status()
+        .expect("flock (util-linux)")
+        .success()
+}
+
+/// A worker run as root lives with its tasks in a PID namespace of its own: a kill of every
+/// escher process of its host at once (the worker, the namespace's init, the fence
+/// supervisor) ends its tasks, one that left its process group included, at once, long before
+/// the head retries them elsewhere; the retry meets nothing of the first attempt.
+#[tokio::test]
+async fn every_escher_process_killed_at_once_ends_the_tasks_with_their_pid_namespace() {
+    let mut cluster = ProcessCluster::builder().start().await;
+    let log = cluster.worker_output("w1");
+    assert!(
+        log.contains("run in a PID namespace of their own"),
+        "the worker runs as root in CI and so in a PID namespace of its own: {log}"
+    );
+    let client = cluster.client().await;
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let task = client
+        .submit(escaping_task(&runs, "all", "exec sleep 600"))
+        .await
+        .unwrap();
+    let started = runs.dir.join("all.started");
+    eventually("the task to start", WAIT, || {
+        let there = started.exists();
+        async move { there.then_some(()) }
+    })
+    .await;
+    let survivor = cluster.start_worker("w2", "cpu=2,memory=512").await;
+    let killed = cluster.kill_every_escher_process_of("w1");
+    assert!(
+        killed.iter().any(|n| n == "escher-fence") && killed.iter().any(|n| n == "escher-init"),
+        "{killed:?}"
+    );
+    let lock = runs.dir.join("all.lock");
+    let at = std::time::Instant::now();
+    while lock_held(&lock) {
+        assert!(
+            at.elapsed() < Duration::from_secs(2),
+            "the escaped process outlived every escher process of its worker"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let done = client.get(task.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    assert_eq!((done.node, done.attempt), (Some(survivor), 2), "{done:?}");
+    assert!(!runs.dir.join("all.overlap").exists());
 }
 
 /// A worker stalled longer than its lease but shorter than the head's heartbeat timeout: the

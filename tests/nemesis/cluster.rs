@@ -504,16 +504,24 @@ impl NetCluster {
     }
 
     /// Sends `signal` to worker `index`'s main process.
+    /// In a PID namespace of its own (a worker run as root), the worker is a descendant of the
+    /// process started, which only waits: both get it.
     pub fn signal_worker(&self, index: usize, signal: Signal) -> anyhow::Result<()> {
         let child = self.workers[index]
             .child
             .as_ref()
             .context("the worker runs")?;
-        kill(Pid::from_raw(child.id() as i32), signal)?;
+        for (pid, comm) in crate::procs::process_tree(child.id() as i32) {
+            if comm == "escher-worker" {
+                kill(Pid::from_raw(pid), signal)?;
+            }
+        }
         Ok(())
     }
 
-    /// SIGKILLs worker `index`'s main process only (its fence supervisor and tasks live on).
+    /// SIGKILLs worker `index`'s main process (the process started). In a PID namespace of
+    /// its own, the namespace's init dies with it, and so everything in the namespace: the
+    /// worker, its fence supervisor and its tasks.
     pub fn kill_worker(&mut self, index: usize) {
         if let Some(mut child) = self.workers[index].child.take() {
             let _ = child.kill();

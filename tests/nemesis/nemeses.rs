@@ -34,11 +34,12 @@ pub enum Nemesis {
     /// kill -9 of a worker's process, restarted (same node) on healing.
     KillWorker,
     /// `pkill -9 escher-worker` on a worker's host: every process named `escher-worker`
-    /// (the worker; its fence supervisor is named `escher-fence`), restarted on healing.
+    /// (the process started and the worker in its PID namespace; the namespace's init is
+    /// `escher-init`, the fence supervisor `escher-fence`), restarted on healing.
     PkillWorker,
-    /// kill -9 of every escher process of a worker's host, the worker and its fence
-    /// supervisor alike (`pkill -9 escher`), restarted on healing. Only a kernel container
-    /// per task (a cgroup, issue 31) stops the tasks then.
+    /// kill -9 of every escher process of a worker's host, the worker, the init of its PID
+    /// namespace and its fence supervisor alike (`pkill -9 escher`), restarted on healing:
+    /// the end of the namespace ends the tasks.
     KillWorkerAndFence,
     /// The data directory's file system of replica 3 filled; emptied on healing (and the
     /// replica restarted if it exited).

@@ -948,41 +948,53 @@ impl ProcessCluster {
     }
 
     /// What `pkill -9 escher-worker` does to the worker named `name`: SIGKILLs its process and
-    /// every child of it whose process name is `escher-worker` too (so its fence supervisor, if
-    /// it still went by that name); returns how many processes it killed.
+    /// every descendant whose process name is `escher-worker` too (the worker inside its PID
+    /// namespace; its fence supervisor, if it still went by that name); returns how many
+    /// processes it killed.
     pub fn kill_worker_by_name(&mut self, name: &str) -> usize {
-        let pid = self.worker(name).proc.pid().as_raw();
-        let mut victims = vec![pid];
-        for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-            let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-                continue;
-            };
-            // PID (COMM) STATE PPID ...
-            let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-                continue;
-            };
-            let comm = &stat[open + 1..close];
-            let ppid = stat[close + 1..].split_whitespace().nth(1);
-            if comm == "escher-worker" && ppid == Some(&pid.to_string()) {
-                victims.extend(stat[..open].trim().parse::<i32>());
-            }
-        }
-        for victim in &victims {
-            let _ = kill(Pid::from_raw(*victim), Signal::SIGKILL);
-        }
-        let _ = self.worker_mut(name).proc.child.wait();
-        victims.len()
+        self.signal_worker_tree(name, Signal::SIGKILL, |comm| comm == "escher-worker")
+            .len()
     }
 
-    /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) the worker process named `name`.
+    /// SIGKILLs every escher process of the worker named `name` at once: the process started,
+    /// and in a PID namespace of its own the namespace's init and the worker in it, and the
+    /// fence supervisor. Returns their names.
+    pub fn kill_every_escher_process_of(&mut self, name: &str) -> Vec<String> {
+        self.signal_worker_tree(name, Signal::SIGKILL, |comm| comm.starts_with("escher"))
+    }
+
+    /// Sends `signal` to the processes of the worker named `name` (the one started and its
+    /// descendants) whose name `pick` accepts; returns their names. A SIGKILL reaps the one
+    /// started.
+    fn signal_worker_tree(
+        &mut self,
+        name: &str,
+        signal: Signal,
+        pick: impl Fn(&str) -> bool,
+    ) -> Vec<String> {
+        let root = self.worker(name).proc.pid().as_raw();
+        let mut hit = Vec::new();
+        for (pid, comm) in process_tree(root) {
+            if pick(&comm) && kill(Pid::from_raw(pid), signal).is_ok() {
+                hit.push(comm);
+            }
+        }
+        if signal == Signal::SIGKILL {
+            let _ = self.worker_mut(name).proc.child.wait();
+        }
+        hit
+    }
+
+    /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) the worker named `name`: its process, and
+    /// in a PID namespace of its own the worker inside (the process started only waits).
     pub fn freeze_worker(&mut self, name: &str, frozen: bool) {
-        let pid = self.worker(name).proc.pid();
         let signal = if frozen {
             Signal::SIGSTOP
         } else {
             Signal::SIGCONT
         };
-        kill(pid, signal).expect("SIGSTOP/SIGCONT to a worker");
+        let hit = self.signal_worker_tree(name, signal, |comm| comm == "escher-worker");
+        assert!(!hit.is_empty(), "no worker process named {name} to signal");
     }
 
     /// Sends SIGTERM to the worker process named `name`: it drains and exits by itself.
@@ -1097,6 +1109,42 @@ impl Drop for ProcessCluster {
     }
 }
 
+/// `root` and every process descended from it, with their names (`comm`), by pid.
+pub fn process_tree(root: i32) -> Vec<(i32, String)> {
+    let mut parent_of = BTreeMap::new();
+    let mut name_of = BTreeMap::new();
+    for (pid, dir) in processes() {
+        let Ok(stat) = std::fs::read_to_string(dir.join("stat")) else {
+            continue;
+        };
+        // PID (COMM) STATE PPID ...; COMM may hold spaces and parentheses.
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let ppid = stat[close + 1..]
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse::<i32>().ok());
+        if let Some(ppid) = ppid {
+            parent_of.insert(pid, ppid);
+            name_of.insert(pid, stat[open + 1..close].to_string());
+        }
+    }
+    let under = |mut pid: i32| {
+        for _ in 0..64 {
+            if pid == root {
+                return true;
+            }
+            match parent_of.get(&pid) {
+                Some(&ppid) if ppid > 0 && ppid != pid => pid = ppid,
+                _ => return false,
+            }
+        }
+        false
+    };
+    name_of.into_iter().filter(|(pid, _)| under(*pid)).collect()
+}
+
 /// Every process of this machine (of this PID namespace): its pid and its `/proc` directory.
 pub fn processes() -> impl Iterator<Item = (i32, PathBuf)> {
     std::fs::read_dir("/proc")
@@ -1107,6 +1155,33 @@ pub fn processes() -> impl Iterator<Item = (i32, PathBuf)> {
             let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
             Some((pid, entry.path()))
         })
+}
+
+/// What a task's shell writes to say which process it is: its pid and its PID namespace (a
+/// worker run as root gives its tasks a PID namespace of their own, so `$$` alone does not name
+/// a process of the host). [`host_pid`] reads it back.
+pub const RECORD_PID: &str = r#"echo $$ $(readlink /proc/self/ns/pid)"#;
+
+/// The host's pid of the live process a task recorded with [`RECORD_PID`] (`PID pid:[INODE]`);
+/// `None` if none lives (gone, or a zombie).
+pub fn host_pid(recorded: &str) -> Option<i32> {
+    let (pid, ns) = recorded.trim().split_once(' ')?;
+    let pid: i32 = pid.parse().ok()?;
+    processes()
+        .find(|(_, dir)| {
+            let same_ns =
+                std::fs::read_link(dir.join("ns/pid")).is_ok_and(|link| link.to_str() == Some(ns));
+            let status = std::fs::read_to_string(dir.join("status")).unwrap_or_default();
+            let inner = status
+                .lines()
+                .find_map(|l| l.strip_prefix("NSpid:"))
+                .and_then(|ids| ids.split_whitespace().last()?.parse::<i32>().ok());
+            let zombie = status
+                .lines()
+                .any(|l| l.starts_with("State:") && l.contains("zombie"));
+            same_ns && inner == Some(pid) && !zombie
+        })
+        .map(|(host, _)| host)
 }
 
 /// SIGKILLs every process whose environment carries this cluster's marker (task processes

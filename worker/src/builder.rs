@@ -342,7 +342,7 @@ impl WorkerBuilder {
 
 /// `{hostname}-{pid}`, with `-{n}` from the second default-named worker of the process on.
 fn default_name(host: &str) -> String {
-    let pid = std::process::id();
+    let pid = crate::pidns::host_pid();
     match DEFAULT_NAMES.fetch_add(1, Ordering::Relaxed) {
         0 => format!("{host}-{pid}"),
         n => format!("{host}-{pid}-{}", n + 1),

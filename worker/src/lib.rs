@@ -54,6 +54,7 @@ mod handle;
 mod head_conn;
 mod identity;
 mod link;
+pub mod pidns;
 mod python;
 mod runner;
 mod runtime;

@@ -162,11 +162,12 @@ impl Worker {
                 "each namespace's tasks run as a user of their own"
             ),
         }
-        let cgroups = match self
-            .task_cgroups
-            .then(|| crate::exec::TaskCgroups::discover(self.task_cgroup_hierarchy))
-            .unwrap_or_else(|| Err("turned off (--no-task-cgroups)".into()))
-        {
+        let discovered = if self.task_cgroups {
+            crate::exec::TaskCgroups::discover(self.task_cgroup_hierarchy)
+        } else {
+            Err("turned off (--no-task-cgroups)".into())
+        };
+        let cgroups = match discovered {
             Ok(cgroups) => {
                 let hierarchy = if cgroups.is_freezer() {
                     "cgroup v1 freezer"

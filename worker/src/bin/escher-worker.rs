@@ -111,6 +111,12 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_cgroups: bool,
 
+    /// Run in the host's PID namespace. By default a worker that may (root) runs itself and
+    /// its tasks in a PID namespace of their own, so that no task outlives the worker, not
+    /// even a kill of every escher process at once; its tasks then see their own `/proc`
+    #[arg(long)]
+    no_pid_namespace: bool,
+
     /// Which cgroup hierarchy holds the task cgroups: `v2` (the unified hierarchy), `v1` (the
     /// cgroup v1 freezer, for hosts that mount only v1), or `auto`: v2 where the worker may
     /// create cgroups there, else v1
@@ -278,8 +284,7 @@ async fn shutdown_signal() {
     }
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> anyhow::Result<()> {
     if std::env::args().nth(1).as_deref() == Some(escher_worker::fence::SUPERVISOR_ARG) {
         escher_worker::fence::supervise();
         return Ok(());
@@ -291,6 +296,21 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .init();
+    // While this process has one thread: the tasks' PID namespace (the launcher and the
+    // namespace's init never return from it).
+    let pid_namespace = if args.detect || args.no_pid_namespace {
+        Err("turned off (--no-pid-namespace)".to_string())
+    } else {
+        escher_worker::pidns::enter()
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the runtime")?
+        .block_on(run(args, pid_namespace))
+}
+
+async fn run(args: WorkerArgs, pid_namespace: Result<(), String>) -> anyhow::Result<()> {
     if args.detect {
         let name = args
             .name
@@ -307,6 +327,18 @@ async fn main() -> anyhow::Result<()> {
             escher_worker::discovery::detect(!args.no_nvml, &sim, &name)
         );
         return Ok(());
+    }
+    match pid_namespace {
+        Ok(()) => tracing::info!(
+            launcher = escher_worker::pidns::host_pid(),
+            "the worker and its tasks run in a PID namespace of their own: no task outlives it"
+        ),
+        Err(why) => tracing::warn!(
+            %why,
+            "tasks share the host's PID namespace: if every escher process of this host is \
+             killed at once, its tasks run on until the worker is back (unless a service \
+             manager ends them)"
+        ),
     }
     let config = WorkerConfig::try_from(args)?;
     // Tasks die with this process, or when it stops answering (see `fence`).

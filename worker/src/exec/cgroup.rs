@@ -117,7 +117,7 @@ impl TaskCgroups {
         sweep_dead_workers(parent);
         static WORKERS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let n = WORKERS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let root = parent.join(format!("{WORKER_PREFIX}{}-{n}", std::process::id()));
+        let root = parent.join(format!("{WORKER_PREFIX}{}-{n}", crate::pidns::host_pid()));
         if !parent.join("cgroup.procs").exists() {
             return Err(format!("{} is not a cgroup", parent.display()));
         }
@@ -441,7 +441,7 @@ fn sweep_dead_workers(parent: &Path) {
         else {
             continue;
         };
-        if pid == std::process::id() || Path::new(&format!("/proc/{pid}")).exists() {
+        if pid == crate::pidns::host_pid() || crate::pidns::host_process_alive(pid) {
             continue;
         }
         let dir = entry.path();
