@@ -59,6 +59,8 @@ def others_can_run(program: str) -> bool:
 # extra arguments); ``None`` in the environment removes the variable. Where ``PATH`` is
 # ``"{bin}"`` it is the folder of a python3 made for the case (see ``python3_folder``).
 NO_PYTHON_CASES = ["one-without-python", "no-python3-on-path", "python3-without-cloudpickle"]
+# Cases whose workers run in the host's PID namespace (`--no-pid-namespace`).
+HOST_PID_CASES = ("one-worker", "one-worker-without-cgroups")
 
 
 def python3_folder(tmp_path: pathlib.Path, case: str) -> str:
@@ -106,13 +108,17 @@ def processes(request, tmp_path):
     # themselves, and the driver checks that instead.
     users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
     with_python = {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"}
+    case = request.param
+    # The cases that check what fences tasks in the host's PID namespace (the cgroups, their
+    # sweep by the next worker, process groups) run there; the others in the PID namespace a
+    # worker run as root gives itself by default.
+    host_pids = ["--no-pid-namespace"] if case in HOST_PID_CASES else []
 
     def start_worker(name, extra=None, args=()):
         return start([binary("escher-worker"), "--head", url, "--name", name, "--resources",
-                      "cpu=2", *users, *args], name, extra)
+                      "cpu=2", *users, *host_pids, *args], name, extra)
 
     workers = {}
-    case = request.param
     if case == "one-without-python":
         workers["nopy"] = start_worker("nopy", {"ESCHER_PYTHON": "none"})
     elif case in NO_PYTHON_CASES or case == "python3-on-path":
@@ -164,7 +170,8 @@ def long_task(path):
     attempt = int(os.environ["ESCHER_ATTEMPT"])
     with open(path, "a") as f:
         f.write(json.dumps({"attempt": attempt, "node": int(os.environ["ESCHER_NODE_ID"]),
-                            "pid": os.getpid(), "uid": os.getuid(),
+                            "pid": os.getpid(), "pidns": os.readlink("/proc/self/ns/pid"),
+                            "uid": os.getuid(),
                             "at": time.time()}) + "\n")
     if attempt == 1:
         time.sleep(600)
@@ -188,15 +195,23 @@ assert [a["attempt"] for a in attempts] == [1, 2], attempts
 second = attempts[1]
 assert second["node"] != first["node"], attempts
 assert second["at"] > killed_at, attempts
-def alive(pid):
-    # An exited process that nobody reaped yet (a zombie) does not run.
-    try:
-        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return False
-    return fields[0] != "Z"
+def alive(pid, pidns):
+    # The task's pid is its PID namespace's (a worker run as root has one of its own): find
+    # the host's process of that namespace and pid. A zombie does not run.
+    for proc in pathlib.Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or os.readlink(proc / "ns" / "pid") != pidns:
+                continue
+            status = (proc / "status").read_text()
+        except OSError:
+            continue
+        nspid = next(l for l in status.splitlines() if l.startswith("NSpid:")).split()[-1]
+        state = next(l for l in status.splitlines() if l.startswith("State:"))
+        if int(nspid) == pid and "zombie" not in state:
+            return True
+    return False
 
-assert not alive(first["pid"]), "the killed worker's interpreter outlived it"
+assert not alive(first["pid"], first["pidns"]), "the killed worker's interpreter outlived it"
 # A worker that may change user runs a namespace's Python tasks as that namespace's user, as it
 # runs its command tasks: never as root.
 if os.environ["ISOLATED"] == "yes":
