@@ -19,35 +19,12 @@ mod procs;
 use nemesis::nemeses::Nemesis;
 use nemesis::run::{Schedule, run};
 
-/// The nemeses the CI schedule injects: those escher survives today with a clean history.
-/// The others run in the soak schedule only, until the fixes of issue 31 land; each is named
-/// here with the anomaly it produces (see docs/RELIABILITY.md).
-const CI_NEMESES: &[Nemesis] = &[
-    Nemesis::PartitionWorker,
-    Nemesis::PartitionLeader,
-    // Its one OverCapacity was the checker's (an attempt killed before its first beat stayed
-    // counted as running; docs/RELIABILITY.md).
-    Nemesis::WorkerFromLeader,
-    Nemesis::LeaderFromFollowers,
-    Nemesis::OneWayLeaderLoss,
-    Nemesis::SlowLossyLeader,
-    Nemesis::KillLeader,
-    Nemesis::PauseLeader,
-    Nemesis::PauseWorker,
-    Nemesis::KillWorker,
-    Nemesis::PkillWorker,
-    // Not yet: Nemesis::KillWorkerAndFence. Killing the worker and its fence supervisor
-    // together (`pkill -9 escher`) leaves the worker's tasks running unfenced while the head
-    // retries them elsewhere after the heartbeat timeout: AttemptsOverlap (soak run of
-    // docs/RELIABILITY.md: a 6.7 s task ran 3.2 s beside its retry). It needs the kernel
-    // container per task of issue 31 (a cgroup killed whole); the soak schedule keeps it.
-    //
-    // The leader's syncs made to wait 250 ms each: clean in six soak injections (two runs).
-    Nemesis::SlowDisk,
-    // Replica h3's data file system filled, then freed: clean in every soak injection since a
-    // stalled leader stopped renewing leases (docs/RELIABILITY.md).
-    Nemesis::DiskFull,
-];
+/// The nemeses the CI schedule injects: every one, each once. Those that once found anomalies
+/// (docs/RELIABILITY.md): `worker-from-leader`'s OverCapacity was the checker's (an attempt
+/// killed before its first beat stayed counted as running); `disk-full` is clean since a
+/// stalled leader stopped renewing leases; `kill-worker-and-fence` since the worker's PID
+/// namespace ends its tasks with it.
+const CI_NEMESES: &[Nemesis] = &Nemesis::ALL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_nemesis_schedule_under_load_leaves_a_history_the_checker_finds_clean() {
