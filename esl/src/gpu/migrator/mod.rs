@@ -12,6 +12,13 @@
 //! - **drain before destroy**: an instance serving inference that the step no longer wants
 //!   is drained (no new requests; it finishes those it holds) and destroyed only once idle, so
 //!   no request is lost;
+//! - **serve until replaced**: that drain waits until the tenant's replicas of the step are
+//!   bound and warm (P0 §4.2: the old instances serve while the new ones are initialized),
+//!   unless the old instance is in the way: it overlaps an instance the step still has to
+//!   create, or the step's retraining runs on it, or the tenant's new replicas wait for another
+//!   tenant's instance that waits, in turn, for this one. Only then does the tenant go without a
+//!   replica, for drain, creation and initialization; the plan says where
+//!   ([`Plan::exposed`](plan::Plan::exposed));
 //! - **pinned retraining**: a retraining instance is launched once and never destroyed while
 //!   its task runs (the plan keeps its placement; the executor destroys only idle instances);
 //! - **create when free**: an instance is created as soon as nothing overlaps it, and bound
@@ -34,6 +41,8 @@ pub mod problem;
 pub mod realize;
 pub mod reconfig;
 pub mod workload;
+
+use std::collections::BTreeMap;
 
 use escher_proto::mig::{Layout, Placement};
 use escher_proto::types::TaskId;
@@ -65,7 +74,15 @@ pub struct Migrator {
     end_ms: u64,
     launched: Vec<bool>,
     finished: Vec<bool>,
+    /// The replicas this executor bound, and when (ms): each serves [`WARM_MS`] later.
+    bound_at: BTreeMap<Placement, u64>,
 }
+
+/// How long a newly bound replica takes to serve, ms: the library and model load of
+/// [`LatencyModel`](escher_proto::mig::LatencyModel)'s defaults. On a cluster the worker's
+/// reconfiguration does that work and a replica serves from its task's start; waiting this
+/// long there only keeps the old replica a little longer.
+pub const WARM_MS: u64 = 4_000;
 
 impl Migrator {
     /// Plans the window of `problem` starting at `now` (ms) from the GPU's current `layout`,
@@ -117,6 +134,7 @@ impl Migrator {
             end_ms: now + u64::from(problem.window_s) * 1000,
             launched: vec![false; n],
             finished: vec![false; n],
+            bound_at: BTreeMap::new(),
         })
     }
 
@@ -145,6 +163,57 @@ impl Migrator {
                 .inference_of(p)
                 .or_else(|| step.warming.iter().find(|w| w.0 == *p).and_then(|w| w.1))
         };
+        // In the way: overlapping an instance still to create, or the step's retraining's.
+        let to_create: Vec<Placement> = target
+            .layout
+            .placements()
+            .iter()
+            .filter(|p| !gpu.layout.contains(p))
+            .copied()
+            .collect();
+        let in_way = |p: &Placement| {
+            target.retraining_of(p).is_some() || to_create.iter().any(|q| q.overlap(p).is_some())
+        };
+        // Whether tenant `m`'s replicas of this step all serve (bound, and warm).
+        let serving = |m: usize| {
+            target.inference[m].iter().all(|q| {
+                gpu.at(q.start).is_some_and(|i| {
+                    i.placement == *q && i.state == InstanceState::Busy(self.tasks[m].inference)
+                }) && self.bound_at.get(q).is_none_or(|t| now >= t + WARM_MS)
+            })
+        };
+        // Tenant `m` waits for `n` when one of its replicas of this step is `n`'s now; a tenant
+        // on a cycle of waits (two swapping instances) holds nothing back.
+        let n = self.tasks.len();
+        let waits: Vec<Vec<bool>> = (0..n)
+            .map(|m| {
+                (0..n)
+                    .map(|k| {
+                        k != m
+                            && target.inference[m].iter().any(|q| {
+                                gpu.at(q.start).is_some_and(|i| {
+                                    i.placement == *q
+                                        && matches!(i.state, InstanceState::Busy(t) | InstanceState::Draining(t)
+                                            if t == self.tasks[k].inference)
+                                })
+                            })
+                    })
+                    .collect()
+            })
+            .collect();
+        let on_cycle = |m: usize| {
+            let mut seen = vec![false; n];
+            let mut stack: Vec<usize> = (0..n).filter(|&k| waits[m][k]).collect();
+            while let Some(k) = stack.pop() {
+                if k == m {
+                    return true;
+                }
+                if !std::mem::replace(&mut seen[k], true) {
+                    stack.extend((0..n).filter(|&j| waits[k][j]));
+                }
+            }
+            false
+        };
         let mut layout = gpu.layout.clone();
         for inst in &gpu.instances {
             let p = inst.placement;
@@ -157,6 +226,7 @@ impl Migrator {
                 InstanceState::Busy(task) => {
                     if let Some(m) = self.tenant_of_inference(task)
                         && (!keep || wanted_for(&p) != Some(m))
+                        && (in_way(&p) || serving(m) || on_cycle(m))
                     {
                         out.push(Command::Drain { task, on: p });
                     }
@@ -183,6 +253,7 @@ impl Migrator {
                     });
                 }
             } else if let Some(m) = wanted_for(&p) {
+                self.bound_at.insert(p, now);
                 out.push(Command::Bind {
                     task: self.tasks[m].inference,
                     on: p,

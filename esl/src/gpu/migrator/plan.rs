@@ -13,6 +13,12 @@
 //!    instances give way, so no running task is disturbed): its creation and model load
 //!    overlap with serving, and the step it is needed in finds it ready. It is created up to
 //!    `lead` steps ahead (the reconfiguration time over the step length).
+//! 4. **Exposed resizes.** The executor keeps a tenant's old replicas serving until its new
+//!    ones are bound and warm, unless an old one is in the way (it overlaps an instance the
+//!    step creates, or the step's retraining runs on it). A resize whose new instances were not
+//!    all built ahead and whose old instances are all in the way leaves the tenant without a
+//!    replica for drain, creation and initialization: [`Plan::exposed`] lists those, with
+//!    their cost ([`super::reconfig::phases`]), so that the plan says what it will cost.
 
 use std::collections::BTreeMap;
 
@@ -45,9 +51,34 @@ pub struct Plan {
     pub preinitialized: usize,
     /// Instances created in all (each creation of an instance counts once).
     pub created: usize,
+    /// The resizes that leave their tenant without a replica (see the module doc), in order.
+    pub exposed: Vec<Exposed>,
+}
+
+/// A resize that leaves its tenant without a replica: no non-overlapping placement let the
+/// old instances serve while the new ones came up.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Exposed {
+    /// The step it takes effect in.
+    pub step: usize,
+    /// The tenant.
+    pub tenant: usize,
+    /// Seconds without a replica: the new instance's creation and loads, and the destruction
+    /// of the old one it overlaps ([`super::reconfig::Phases::on_path`]; the drain of the
+    /// requests the old replica holds comes on top).
+    pub seconds: f64,
 }
 
 impl Plan {
+    /// The longest time the plan leaves tenant `m` without a replica, seconds (0: never).
+    pub fn exposed_s(&self, m: usize) -> f64 {
+        self.exposed
+            .iter()
+            .filter(|e| e.tenant == m)
+            .map(|e| e.seconds)
+            .fold(0.0, f64::max)
+    }
+
     /// The step in force `elapsed_ms` into the window (the last one after it ends).
     pub fn step_at(&self, elapsed_ms: u64) -> &PlanStep {
         let i = (elapsed_ms / self.step_ms.max(1)) as usize;
@@ -107,12 +138,83 @@ pub fn build_plan(
     }
     let created = count_created(current, &out);
     let preinitialized = preinitialize(&mut out, lead);
+    let names: Vec<&str> = problem.tenants.iter().map(|t| t.name.as_str()).collect();
+    let exposed = exposed(&out, &names);
     Ok(Plan {
         step_ms: (problem.step_s * 1000.0).round() as u64,
         steps: out,
         preinitialized,
         created,
+        exposed,
     })
+}
+
+/// The resizes along `steps` that leave their tenant without a replica (see the module doc);
+/// `names` are the tenants' models, for the phases' costs.
+fn exposed(steps: &[PlanStep], names: &[&str]) -> Vec<Exposed> {
+    let mut out = Vec::new();
+    let n = names.len();
+    for s in 1..steps.len() {
+        let before = &steps[s - 1].assignment;
+        let now = &steps[s].assignment;
+        let created: Vec<Placement> = escher_proto::mig::diff(&before.layout, &now.layout).1;
+        let in_way = |p: &Placement| {
+            now.retraining_of(p).is_some() || created.iter().any(|q| q.overlap(p).is_some())
+        };
+        // As the executor finds them at the step's start: `m` waits for `k` when one of its
+        // new replicas is `k`'s old one; a tenant on a cycle of waits holds nothing back.
+        let waits = |m: usize, k: usize| {
+            k != m
+                && now.inference[m]
+                    .iter()
+                    .any(|p| before.inference[k].contains(p))
+        };
+        let on_cycle = |m: usize| {
+            let mut seen = vec![false; n];
+            let mut stack: Vec<usize> = (0..n).filter(|&k| waits(m, k)).collect();
+            while let Some(k) = stack.pop() {
+                if k == m {
+                    return true;
+                }
+                if !std::mem::replace(&mut seen[k], true) {
+                    stack.extend((0..n).filter(|&j| waits(k, j)));
+                }
+            }
+            false
+        };
+        for (m, name) in names.iter().enumerate() {
+            let old = &before.inference[m];
+            // Not serving at the step's start: every new replica not bound ahead for `m`.
+            let late: Vec<Placement> = now.inference[m]
+                .iter()
+                .filter(|p| {
+                    !old.contains(p) && !steps[s - 1].warming.iter().any(|w| w == &(**p, Some(m)))
+                })
+                .copied()
+                .collect();
+            let kept = old.iter().any(|p| now.inference[m].contains(p));
+            if late.is_empty() || kept || !(on_cycle(m) || old.iter().all(in_way)) {
+                continue;
+            }
+            let seconds = late
+                .iter()
+                .map(|p| {
+                    let phases = super::reconfig::phases(name, p.profile.compute);
+                    if created.contains(p) {
+                        phases.on_path(old.iter().any(|q| q.overlap(p).is_some()))
+                    } else {
+                        phases.library_s + phases.model_s
+                    }
+                })
+                .fold(0.0, f64::max);
+            out.push(Exposed {
+                step: s,
+                tenant: m,
+                seconds,
+            });
+        }
+    }
+    out
 }
 
 /// Instance creations along the plan.
@@ -310,6 +412,37 @@ mod tests {
         let mut busy = vec![step(&a1), step(&a2)];
         busy[0].assignment.inference[1].push(pl("2g.10gb", 2));
         assert_eq!(preinitialize(&mut busy, 1), 0);
+    }
+
+    #[test]
+    fn a_resize_whose_old_instance_is_in_the_way_is_exposed_at_its_phases() {
+        // Tenant 1 grows from a 1g at 4 to the 2g at 4, the only room: the 2g overlaps the 1g,
+        // so the 1g drains first and the tenant goes without a replica for ResNet50's creation
+        // and the 1g's destruction: 0.4 + 1.2 + 0.05 x 2 + 1.6 + 2.6 = 5.9 s. Growing into the
+        // idle 1g at 5 instead keeps the 1g at 4 serving: nothing exposed.
+        let m = escher_proto::mig::GpuModel::A100_40GB;
+        let l = |t: &str| Layout::parse(m, t).unwrap();
+        let pl = |name: &str, s: u8| Placement::new(m.profile(name).unwrap(), s);
+        let step = |layout: &str, t1: Vec<Placement>| PlanStep {
+            assignment: Assignment {
+                layout: l(layout),
+                inference: vec![vec![pl("4g.20gb", 0)], t1],
+                retraining: vec![None, None],
+            },
+            warming: Vec::new(),
+        };
+        let before = step("4g.20gb@0,1g.5gb@4,1g.5gb@5", vec![pl("1g.5gb", 4)]);
+        let names = ["resnet50", "resnet50"];
+        let into = step("4g.20gb@0,2g.10gb@4", vec![pl("2g.10gb", 4)]);
+        let e = exposed(&[before.clone(), into], &names);
+        assert_eq!(e.len(), 1, "{e:?}");
+        assert_eq!((e[0].step, e[0].tenant), (1, 1));
+        assert!((e[0].seconds - 5.9).abs() < 1e-9, "{e:?}");
+        let beside = step(
+            "4g.20gb@0,1g.5gb@4,1g.5gb@5",
+            vec![pl("1g.5gb", 4), pl("1g.5gb", 5)],
+        );
+        assert!(exposed(&[before, beside], &names).is_empty());
     }
 
     #[test]

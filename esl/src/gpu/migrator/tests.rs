@@ -293,3 +293,171 @@ fn the_1s_plan_never_loses_to_the_10s_plan_on_its_own_objective() {
         "no window's 10 s plan was a legal 1 s schedule"
     );
 }
+
+/// Two ResNet50 tenants over 20 one-second steps, the diurnal window's step 50 in small: tenant
+/// 0 retrains on a 3-GPC instance until step 5; at step 10 tenant 1's retraining starts on one
+/// GPC, tenant 0 grows from 3 to 4 GPCs and tenant 1 from 1 to 2, tenant 0 taking tenant 1's
+/// 1-GPC instance and tenant 1 moving to a 2-GPC instance where the first retraining was, which
+/// overlaps none of its own.
+fn resize_window() -> (Problem, super::problem::Schedule) {
+    use super::problem::Tenant;
+    let tenant = |retrain_s: [f64; 8]| Tenant {
+        name: "resnet50".into(),
+        min_gpcs: 1,
+        capability: [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0],
+        forecast: vec![100.0; 20],
+        retrain_s,
+        acc_pre: 0.5,
+        acc_post: 0.8,
+        psi_s: 6.0,
+    };
+    let inf = f64::INFINITY;
+    let p = Problem {
+        model: escher_proto::mig::GpuModel::A100_40GB,
+        tenants: vec![
+            tenant([inf, inf, inf, 5.0, inf, inf, inf, inf]),
+            tenant([inf, 3.0, inf, inf, inf, inf, inf, inf]),
+        ],
+        window_s: 20,
+        step_s: 1.0,
+        initial: vec![3, 1],
+    };
+    let mut inference = vec![vec![3u8; 20], vec![1u8; 20]];
+    inference[0][10..].fill(4);
+    inference[1][10..].fill(2);
+    let schedule = super::problem::Schedule {
+        inference,
+        retraining: vec![
+            Retraining {
+                start: 0,
+                gpcs: 3,
+                steps: 5,
+            },
+            Retraining {
+                start: 10,
+                gpcs: 1,
+                steps: 3,
+            },
+        ],
+    };
+    (p, schedule)
+}
+
+/// Runs `schedule` under MIGRator's executor on the simulated GPU, every tenant overloaded
+/// throughout; the plan and, per tenant, the longest time it served nothing (s).
+fn longest_unserved(
+    p: &Problem,
+    schedule: &super::problem::Schedule,
+    preinitialize: bool,
+) -> (super::plan::Plan, Vec<f64>) {
+    use crate::gpu::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
+    use escher_proto::mig::Layout;
+    use escher_proto::types::TaskId;
+
+    let tasks: Vec<super::TenantTasks> = (0..p.tenants.len() as u64)
+        .map(|m| super::TenantTasks {
+            inference: TaskId(10 + m),
+            retraining: TaskId(20 + m),
+        })
+        .collect();
+    let solved = || super::ilp::Solved {
+        schedule: schedule.clone(),
+        objective: 0.0,
+        solve_time: std::time::Duration::ZERO,
+        programs: 0,
+    };
+    let cold = Layout::new(p.model);
+    let first = super::Migrator::execute("x", p, solved(), tasks.clone(), &cold, 0, preinitialize)
+        .unwrap()
+        .plan()
+        .steps[0]
+        .assignment
+        .clone();
+    let mut gpu = SimGpu::new(first.layout.clone(), 100);
+    let mut migrator = super::Migrator::execute(
+        "x",
+        p,
+        solved(),
+        tasks.clone(),
+        &first.layout,
+        0,
+        preinitialize,
+    )
+    .unwrap();
+    for (m, t) in tasks.iter().enumerate() {
+        gpu.add_task(
+            t.inference,
+            TaskModel::Inference(InferenceModel {
+                per_gpc_rps: p.tenants[m].capability[1],
+                slo_ms: 1000,
+            }),
+        );
+        let r = schedule.retraining[m];
+        let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
+        gpu.add_task(
+            t.retraining,
+            TaskModel::Batch(JobModel::fixed(work, 7, 2.0)),
+        );
+        for on in &first.inference[m] {
+            gpu.bind_loaded(t.inference, *on).unwrap();
+        }
+    }
+    let tick_s = gpu.tick_ms() as f64 / 1000.0;
+    let mut served = vec![0.0; tasks.len()];
+    let mut since = vec![0u64; tasks.len()];
+    let mut longest = vec![0.0f64; tasks.len()];
+    let report = run_with(
+        &mut migrator,
+        &mut gpu,
+        u64::from(p.window_s) * 1000,
+        |gpu| {
+            let now = gpu.now();
+            for (m, t) in tasks.iter().enumerate() {
+                gpu.arrive(t.inference, p.tenants[m].forecast[0] * tick_s);
+                let s = gpu.stats(t.inference).map_or(0.0, |s| s.served);
+                if s > served[m] + 1e-9 {
+                    served[m] = s;
+                    since[m] = now;
+                }
+                longest[m] = longest[m].max((now - since[m]) as f64 / 1000.0);
+            }
+        },
+    );
+    assert!(report.refused.is_empty(), "refused: {:?}", report.refused);
+    (migrator.plan().clone(), longest)
+}
+
+#[test]
+fn a_resize_keeps_the_old_replica_serving_until_the_new_one_does() {
+    // Issue 34: at the diurnal window's step 50, tenant 1's 1-GPC replica was drained at the
+    // step's start for tenant 0 while its new 2-GPC instance was still being created, and it
+    // served nothing for 5.4-5.8 s. Its new instance overlaps none of its old ones, so the old
+    // one serves until the new one does, and the plan counts no time without a replica.
+    let (p, schedule) = resize_window();
+    for preinitialize in [false, true] {
+        let (plan, longest) = longest_unserved(&p, &schedule, preinitialize);
+        let s10 = &plan.steps[10].assignment;
+        let moved = &s10.inference[1];
+        assert!(
+            plan.steps[9].assignment.inference[1]
+                .iter()
+                .all(|o| !s10.inference[1].contains(o)
+                    && moved.iter().all(|n| n.overlap(o).is_none())),
+            "tenant 1 moves to a placement overlapping none of its own: {:?}",
+            plan.steps[9..11]
+                .iter()
+                .map(|s| &s.assignment)
+                .collect::<Vec<_>>()
+        );
+        assert!(plan.exposed.is_empty(), "{:?}", plan.exposed);
+        for (m, gap) in longest.iter().enumerate() {
+            // A tick and the requests a replica holds (at most its 1 s SLO) aside.
+            assert!(
+                *gap <= plan.exposed_s(m) + 0.2,
+                "preinitialize {preinitialize}: tenant {m} served nothing for {gap} s, the plan \
+                 says {} s",
+                plan.exposed_s(m)
+            );
+        }
+    }
+}
