@@ -3,8 +3,14 @@
 //! a policy's requests are counted the same way on both.
 //!
 //! An inference service has replicas, each one MIG instance bound to it. Requests arrive for
-//! the service and go to the replica with the shortest queue for its size (or wait in the
-//! service's backlog while it has none that takes requests). A replica serves its queue first
+//! the service and go to the replicas that serve, each request to the one whose queue for its
+//! size is the shortest, as a dispatcher deciding per request does: a batch that arrives at
+//! once is spread so that every replica's queue takes the same time to serve
+//! ([`spread`]), not sent whole to one (a driver hands requests over once per round, and a
+//! 1-GPC replica given a round's requests of a 5-GPC tenant would shed most of them). A
+//! replica still loading its model takes none (a load balancer routes only to replicas that
+//! are ready); while a service has no replica that serves, its requests wait in its backlog,
+//! which the first ones that serve take. A replica serves its queue first
 //! come first served, `per_gpc_rps` requests per second per GPC of its instance, once it is
 //! ready (`serving_from`); a request still waiting when its SLO has passed is shed, as a
 //! serving system with deadlines does, so a burst does not make every later request late. A
@@ -51,6 +57,47 @@ struct Replica {
     draining: bool,
 }
 
+impl Replica {
+    /// Whether it takes new requests of `task` at `now`: its own, not draining, serving.
+    fn takes(&self, task: TaskId, now: u64) -> bool {
+        self.service == task && !self.draining && now >= self.serving_from
+    }
+
+    /// Requests in its queue.
+    fn queued(&self) -> f64 {
+        self.queue.iter().map(|q| q.1).sum()
+    }
+}
+
+/// `count` requests arrived at `at` spread over `replicas` (one service's, all serving) as a
+/// dispatcher sending each to the replica whose queue for its size is the shortest would:
+/// the emptiest fill first, until every replica that takes some has the same queue per GPC.
+fn spread(replicas: &mut [&mut Replica], at: u64, count: f64) {
+    let gpcs = |r: &Replica| f64::from(r.placement.profile.compute.max(1));
+    replicas.sort_by(|a, b| (a.queued() / gpcs(a)).total_cmp(&(b.queued() / gpcs(b))));
+    // The level (queue per GPC) the first `j` replicas reach together.
+    let (mut queued, mut size, mut level) = (0.0, 0.0, 0.0);
+    let mut j = 0;
+    while j < replicas.len() {
+        queued += replicas[j].queued();
+        size += gpcs(replicas[j]);
+        level = (count + queued) / size;
+        j += 1;
+        if replicas
+            .get(j)
+            .is_none_or(|next| level <= next.queued() / gpcs(next))
+        {
+            break;
+        }
+    }
+    for r in replicas.iter_mut().take(j) {
+        let share = level * gpcs(r) - r.queued();
+        if share > 1e-12 {
+            r.queue.push_back((at, share));
+        }
+    }
+}
+
 /// The inference services of one GPU and their replicas (see the module doc).
 #[derive(Debug, Clone, Default)]
 pub struct Serving {
@@ -85,17 +132,15 @@ impl Serving {
             return;
         };
         service.stats.arrived += count;
-        let load = |r: &Replica| {
-            r.queue.iter().map(|q| q.1).sum::<f64>() / f64::from(r.placement.profile.compute)
-        };
-        let target = self
+        let mut ready: Vec<&mut Replica> = self
             .replicas
             .values_mut()
-            .filter(|r| r.service == task && !r.draining)
-            .min_by(|a, b| load(a).total_cmp(&load(b)));
-        match target {
-            Some(replica) => replica.queue.push_back((now, count)),
-            None => service.backlog.push_back((now, count)),
+            .filter(|r| r.takes(task, now))
+            .collect();
+        if ready.is_empty() {
+            service.backlog.push_back((now, count));
+        } else {
+            spread(&mut ready, now, count);
         }
     }
 
@@ -157,14 +202,27 @@ impl Serving {
     /// its SLO and serve their queues. Returns the draining replicas that ran dry (they are no
     /// replicas any more).
     pub fn serve(&mut self, now: u64, dt: f64) -> Vec<Placement> {
+        for (task, service) in &mut self.services {
+            if service.backlog.is_empty() {
+                continue;
+            }
+            let mut ready: Vec<&mut Replica> = self
+                .replicas
+                .values_mut()
+                .filter(|r| r.takes(*task, now))
+                .collect();
+            if ready.is_empty() {
+                continue;
+            }
+            for (at, count) in service.backlog.drain(..) {
+                spread(&mut ready, at, count);
+            }
+        }
         let mut drained = Vec::new();
         for replica in self.replicas.values_mut() {
             let Some(service) = self.services.get_mut(&replica.service) else {
                 continue;
             };
-            if !replica.draining {
-                replica.queue.extend(service.backlog.drain(..));
-            }
             let slo = service.model.slo_ms;
             while let Some(front) = replica.queue.front() {
                 if now.saturating_sub(front.0) <= slo {
@@ -300,5 +358,52 @@ mod tests {
         s.remove(two);
         let st = s.stats(task).unwrap();
         assert!((st.served + st.expired - st.arrived).abs() < 1e-9, "{st:?}");
+    }
+
+    #[test]
+    fn a_batch_is_spread_over_the_replicas_by_size_not_sent_whole_to_one() {
+        // A 4g and a 1g serve 40 and 10 requests a second. 50 arriving at once (one round's
+        // worth) go 40 and 10, so each replica's share takes 1 s and all are on time; sent
+        // whole to the 4g (the emptier queue for its size when the batch came), 10 would wait
+        // past the 1 s SLO.
+        let (mut s, task) = service();
+        let (four, one) = (placement("4g.20gb@0"), placement("1g.5gb@4"));
+        s.bind(task, four, 0);
+        s.bind(task, one, 0);
+        s.arrive(task, 50.0, 0);
+        s.serve(1000, 1.0);
+        let st = s.stats(task).unwrap();
+        assert!((st.on_time - 50.0).abs() < 1e-9, "{st:?}");
+        // 10 more go 8 and 2. With the 1g's 2 gone and 8 queued on the 4g (0.2 s of work),
+        // the next 20 go 14.4 and 5.6: both queues then take 0.56 s.
+        s.arrive(task, 10.0, 1000);
+        let q = |s: &Serving, p: Placement| s.replicas[&p.start].queued();
+        assert!((q(&s, four) - 8.0).abs() < 1e-9 && (q(&s, one) - 2.0).abs() < 1e-9);
+        s.replicas.get_mut(&one.start).unwrap().queue.clear();
+        s.arrive(task, 20.0, 1000);
+        assert!((q(&s, four) - 22.4).abs() < 1e-9 && (q(&s, one) - 5.6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_replica_still_loading_takes_no_requests_while_another_serves() {
+        // The 1g at 0 is bound but loads its model until 5 s; the 2g at 4 serves. Requests go
+        // to the 2g and are served on time, not queued on the 1g to wait past their SLO.
+        let (mut s, task) = service();
+        let (loading, ready) = (placement("1g.5gb@0"), placement("2g.10gb@4"));
+        s.bind(task, loading, 5000);
+        s.bind(task, ready, 0);
+        s.arrive(task, 10.0, 0);
+        s.serve(1000, 1.0);
+        let st = s.stats(task).unwrap();
+        assert!((st.on_time - 10.0).abs() < 1e-9, "{st:?}");
+        assert_eq!(st.expired, 0.0);
+        // With no replica serving, requests wait in the backlog for the first that does.
+        s.drain(ready);
+        s.serve(1100, 0.1);
+        s.arrive(task, 5.0, 4500);
+        s.serve(5000, 0.5);
+        s.serve(5500, 0.5);
+        let st = s.stats(task).unwrap();
+        assert!((st.on_time - 15.0).abs() < 1e-9, "{st:?}");
     }
 }
