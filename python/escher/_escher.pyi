@@ -1,6 +1,6 @@
 """Type stubs of the private native module (python/src): the package's Python code is the API."""
 
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 PYTHON_FUNCTION: str
 PYTHON_RESOURCE: str
@@ -74,6 +74,9 @@ class Session:
     ) -> int: ...
     def raise_after(self, dep: int, signal: str, dependents: List[int]) -> None: ...
     def get(self, id: int, timeout: Optional[float] = None) -> _Status: ...
+    def get_many(
+        self, items: List[Union[int, Pending]], timeout: Optional[float] = None
+    ) -> Tuple[List[int], List[_Status], Optional[BaseException]]: ...
     def task_info(self, id: int) -> Tuple[str, Optional[str], Optional[int], int]: ...
     def wait(
         self, ids: List[int], num_returns: int, timeout: Optional[float] = None

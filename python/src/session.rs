@@ -430,6 +430,69 @@ impl Session {
         Ok(to_tuple(py, status))
     }
 
+    /// Waits for several tasks in order, in one call (within `timeout` seconds for all): each
+    /// item is a task id or a [`Pending`] submission. Returns the ids and statuses of the items
+    /// it got to, up to and including the first task that did not succeed (what follows it is
+    /// not waited for, as with one `get` per task), and the error that stopped it at the next
+    /// item (a refused submission, the timeout), if any.
+    #[pyo3(signature = (items, timeout=None))]
+    fn get_many(
+        &self,
+        py: Python<'_>,
+        items: Vec<Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<(Vec<u64>, Vec<StatusTuple>, Option<Py<PyAny>>)> {
+        let timeout = seconds(timeout, "timeout")?;
+        let items = items
+            .iter()
+            .map(|item| match item.cast::<Pending>() {
+                Ok(pending) => Ok(Item::Pending(Arc::clone(&pending.get().state))),
+                Err(_) => item.extract::<u64>().map(Item::Id).map_err(|_| {
+                    InvalidArgumentError::new_err(format!(
+                        "expected a task id or a pending submission, not {item}"
+                    ))
+                }),
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        let client = self.client.clone();
+        let (statuses, stopped) = wait_for(py, async move {
+            let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+            let mut statuses = Vec::with_capacity(items.len());
+            for item in items {
+                let id = match item {
+                    Item::Id(id) => id,
+                    Item::Pending(state) => match answer(&state).await {
+                        Ok(id) => id,
+                        Err(e) => return (statuses, Some(Stop::Refused(e))),
+                    },
+                };
+                let left =
+                    deadline.map(|d| d.saturating_duration_since(tokio::time::Instant::now()));
+                match client.get(TaskId(id), left).await {
+                    // The first task that did not succeed is the answer: what follows it is
+                    // not waited for.
+                    Ok(status) if status.state != TaskState::Succeeded => {
+                        statuses.push(status);
+                        return (statuses, None);
+                    }
+                    Ok(status) => statuses.push(status),
+                    Err(e) => return (statuses, Some(Stop::Client(e))),
+                }
+            }
+            (statuses, None)
+        })?;
+        let ids = statuses.iter().map(|s| s.id.0).collect();
+        let statuses = statuses.into_iter().map(|s| to_tuple(py, s)).collect();
+        let stopped = stopped.map(|stop| {
+            let err = match stop {
+                Stop::Refused(e) => crate::error_ref(&e),
+                Stop::Client(e) => error(e),
+            };
+            err.into_value(py).into_any()
+        });
+        Ok((ids, statuses, stopped))
+    }
+
     /// A task's state now: `(state, reason, node, attempt)`, where `reason` says why a
     /// pending task waits (or why a finished one failed).
     fn task_info(
@@ -745,25 +808,44 @@ impl Pending {
     /// The task's id, waiting for the head's answer the first time; the submission's error if
     /// the head refused it.
     fn id(&self, py: Python<'_>) -> PyResult<u64> {
+        // Answered already: no trip through the runtime.
+        if let Ok(state) = self.state.try_lock()
+            && let Submission::Answered(answer) = &*state
+        {
+            return answer.clone().map_err(|e| crate::error_ref(&e));
+        }
         let state = Arc::clone(&self.state);
-        let answer = wait_for(py, async move {
-            let mut state = state.lock().await;
-            if let Submission::Sent(rx) = &mut *state {
-                let answer = match rx.await {
-                    Ok(answer) => answer.map_err(Arc::new),
-                    Err(_) => Err(Arc::new(ClientError::Usage(
-                        "the submission was dropped before the head answered (the session \
-                         ended)"
-                            .into(),
-                    ))),
-                };
-                *state = Submission::Answered(answer);
-            }
-            match &*state {
-                Submission::Answered(answer) => answer.clone(),
-                Submission::Sent(_) => unreachable!("answered above"),
-            }
-        })?;
+        let answer = wait_for(py, async move { answer(&state).await })?;
         answer.map_err(|e| crate::error_ref(&e))
     }
+}
+
+/// The head's answer to a submission sent without waiting, waiting for it the first time.
+async fn answer(state: &tokio::sync::Mutex<Submission>) -> Result<u64, Arc<ClientError>> {
+    let mut state = state.lock().await;
+    if let Submission::Sent(rx) = &mut *state {
+        let answer = match rx.await {
+            Ok(answer) => answer.map_err(Arc::new),
+            Err(_) => Err(Arc::new(ClientError::Usage(
+                "the submission was dropped before the head answered (the session ended)".into(),
+            ))),
+        };
+        *state = Submission::Answered(answer);
+    }
+    match &*state {
+        Submission::Answered(answer) => answer.clone(),
+        Submission::Sent(_) => unreachable!("answered above"),
+    }
+}
+
+/// One item of [`Session::get_many`].
+enum Item {
+    Id(u64),
+    Pending(Arc<tokio::sync::Mutex<Submission>>),
+}
+
+/// Why [`Session::get_many`] stopped before the end.
+enum Stop {
+    Refused(Arc<ClientError>),
+    Client(ClientError),
 }

@@ -161,6 +161,45 @@ def test_get_with_a_timeout_raises_get_timeout_error(cluster):
     escher.cancel(ref)
 
 
+def test_get_of_a_list_keeps_its_order_whatever_the_refs_are(cluster):
+    """One call waits for the whole list: refs sent without waiting (whose ids are not known
+    yet), refs whose ids are known (``map``, a ref read before), and the same ref twice."""
+    sent = [square.remote(i) for i in range(30)]
+    mapped = square.map(range(30, 40))
+    known = square.remote(7)
+    assert known.id > 0
+    refs = [known] + sent + mapped + [sent[0]]
+    assert escher.get(refs) == [49] + [i * i for i in range(40)] + [0]
+    assert all(r.id > 0 for r in refs)
+
+
+def test_get_of_a_list_raises_the_first_failure_without_waiting_for_the_rest(cluster):
+    @escher.remote
+    def slow():
+        time.sleep(60)
+
+    tail = slow.remote()
+    start = time.time()
+    with pytest.raises(ValueError, match="second of three"):
+        escher.get([square.remote(2), fail.remote("second of three"), tail], timeout=30)
+    assert time.time() - start < 20
+    escher.cancel(tail)
+
+
+def test_get_of_a_list_has_one_timeout_for_all(cluster):
+    @escher.remote
+    def nap(seconds):
+        time.sleep(seconds)
+
+    # Each within 3 s of the one before it, but not all within 3 s of the call.
+    naps = [nap.remote(2), nap.remote(4), nap.remote(6)]
+    start = time.time()
+    with pytest.raises(escher.GetTimeoutError):
+        escher.get(naps, timeout=3)
+    assert time.time() - start < 5.5
+    escher.cancel(naps)
+
+
 def test_wait_returns_the_ready_and_the_others(cluster):
     @escher.remote
     def nap(seconds):
