@@ -19,7 +19,13 @@
 //!   in the previous step's layout): its initialization and loads overlapped with serving, and
 //!   the old instance's destruction is off the path;
 //! - otherwise the largest new instance's initialization, library and model load, plus the
-//!   destruction of the instances it replaces when it overlaps them.
+//!   destruction of the instances it replaces when it overlaps them; for that long, the
+//!   tenant serves on what it keeps and on its old replicas that are not in the way (the
+//!   executor keeps a tenant's old replica serving until its new ones serve, unless the old
+//!   instance overlaps one the step creates or the step's retraining runs on it, and unless
+//!   the plan lists the resize as exposed, [`Plan::exposed`]). So a resize costs its tenant
+//!   only the capacity its new size adds over what serves on: a shrink whose old replica
+//!   serves on costs nothing, a growth from 2 to 4 GPCs half of its new capacity.
 //!
 //! [`evaluate_credited`] counts goodput so (as [`evaluate_mig`](crate::gpu::shares::evaluate_mig)
 //! does with a flat `psi_s`), and reports each tenant's mean overhead per resize, the `Ψ` its
@@ -84,7 +90,8 @@ pub struct Charged {
     pub preinitialized: usize,
     /// Service lost to reconfiguration, seconds, summed over the tenants.
     pub lost_s: f64,
-    /// The same resizes with no pre-initialization, seconds.
+    /// The same resizes with no pre-initialization, seconds (both counted as the share of
+    /// the new size's capacity missing, times how long).
     pub lost_without_s: f64,
     /// Each tenant's mean overhead per resize in this window (its `Ψ` for the next window;
     /// the window's own `psi_s` if it was never resized).
@@ -93,6 +100,26 @@ pub struct Charged {
 
 fn overlaps_any(p: &Placement, old: &[Placement]) -> bool {
     old.iter().any(|q| q.overlap(p).is_some())
+}
+
+/// GPCs of tenant `m` that serve on through the resize at step `s > 0` of `plan` while its
+/// new instances come up: the replicas it keeps, and its old ones not in the way (see the
+/// module doc); none when the plan lists the resize as exposed.
+fn serving_on(plan: &Plan, s: usize, m: usize) -> u8 {
+    if plan.exposed.iter().any(|e| e.step == s && e.tenant == m) {
+        return 0;
+    }
+    let before = &plan.steps[s - 1].assignment;
+    let now = &plan.steps[s].assignment;
+    let created = escher_proto::mig::diff(&before.layout, &now.layout).1;
+    before.inference[m]
+        .iter()
+        .filter(|p| {
+            now.inference[m].contains(p)
+                || !(now.retraining_of(p).is_some() || overlaps_any(p, &created))
+        })
+        .map(|p| p.profile.compute)
+        .sum()
 }
 
 /// `schedule` as carried out by `plan` on `problem`, each resize charged as the module doc
@@ -109,6 +136,8 @@ pub fn evaluate_credited(problem: &Problem, schedule: &Schedule, plan: &Plan) ->
     for (m, t) in problem.tenants.iter().enumerate() {
         let mut prev = problem.initial[m];
         let mut down_s: f64 = 0.0;
+        // GPCs serving on while the tenant is resized.
+        let mut down_gpcs = 0u8;
         let mut charged = Vec::new();
         for s in 0..problem.steps() {
             let k = schedule.inference[m][s];
@@ -145,22 +174,38 @@ pub fn evaluate_credited(problem: &Problem, schedule: &Schedule, plan: &Plan) ->
                     && new
                         .iter()
                         .all(|p| plan.steps[s - 1].assignment.layout.contains(p));
+                let on = if s == 0 { 0 } else { serving_on(plan, s, m) };
+                // The share of the new capacity missing while the new instances come up.
+                let missing = |on: u8| {
+                    let new_cap = problem.capacity(m, k);
+                    if new_cap > 0.0 {
+                        (1.0 - problem.capacity(m, on) / new_cap).clamp(0.0, 1.0)
+                    } else {
+                        0.0
+                    }
+                };
                 let cost = if built_ahead {
                     pre += 1;
                     0.0
                 } else {
-                    full
+                    full * missing(on)
                 };
                 lost += cost;
-                lost_without += full;
+                lost_without += full * missing(on);
                 charged.push(cost);
-                down_s = down_s.max(cost);
+                if !built_ahead && full > 0.0 {
+                    down_s = full;
+                    down_gpcs = on;
+                }
             }
             prev = k;
             let up = ((problem.step_s - down_s) / problem.step_s).clamp(0.0, 1.0);
             down_s = (down_s - problem.step_s).max(0.0);
             let arrived = problem.arrivals(m, s);
-            let served = arrived.min(problem.capacity(m, k) * up);
+            // While it is resized, what serves on, counted up to its new size.
+            let capacity =
+                problem.capacity(m, k) * up + problem.capacity(m, down_gpcs.min(k)) * (1.0 - up);
+            let served = arrived.min(capacity);
             let acc = if schedule.retraining[m].done_by(s) {
                 t.acc_post
             } else {
@@ -207,8 +252,9 @@ pub fn lead_steps(problem: &Problem) -> usize {
 mod tests {
     use escher_proto::mig::{GpuModel, Layout};
 
-    use super::super::plan::build_plan;
+    use super::super::plan::{PlanStep, build_plan};
     use super::super::problem::{Retraining, Tenant};
+    use super::super::realize::Assignment;
     use super::*;
 
     #[test]
@@ -279,13 +325,76 @@ mod tests {
         // What is lost without pre-initialization is the same either way.
         assert!((a.lost_without_s - b.lost_without_s).abs() < 1e-9);
         assert!((a.lost_s - a.lost_without_s).abs() < 1e-9);
-        // Ψ for the next window: the mean per resize (tenant 1's shrink into a 1g: its
-        // creation, 1.25 + 1.6 + 2.6 = 5.45 s, plus the destruction when it overlaps the 3g).
-        assert!(
-            a.psi_next.iter().all(|&p| p > 5.4 && p <= 6.0 + 1e-9),
-            "{:?}",
-            a.psi_next
-        );
+        // Ψ for the next window: the mean per resize, counted as the share of the new size's
+        // capacity missing. Tenant 0 moves onto a 3g and a 1g while its old 2g, out of their
+        // way, serves on: half of its 4 GPCs' capacity is missing for the 3g's creation,
+        // (1.35 + 1.6 + 2.6) / 2 = 2.775 s. Tenant 1's old 3g serves on while its 1g comes up:
+        // nothing is missing.
+        assert!((a.psi_next[0] - 2.775).abs() < 1e-9, "{:?}", a.psi_next);
+        assert_eq!(a.psi_next[1], 0.0);
         assert!(b.psi_next[0] < a.psi_next[0]);
+    }
+
+    /// One tenant growing from a 2g to a 4g at step 10 of 20, by a plan made by hand, with
+    /// the old 2g at `old_start`.
+    fn growth(old_start: u8) -> Charged {
+        let model = GpuModel::A100_40GB;
+        let problem = Problem {
+            model,
+            tenants: vec![tenant("resnet50")],
+            window_s: 20,
+            step_s: 1.0,
+            initial: vec![2],
+        };
+        let mut inference = vec![2u8; 20];
+        inference[10..].fill(4);
+        let schedule = Schedule {
+            inference: vec![inference],
+            retraining: vec![Retraining {
+                start: 19,
+                gpcs: 1,
+                steps: 1,
+            }],
+        };
+        let step = |text: &str| {
+            let layout = Layout::parse(model, text).unwrap();
+            PlanStep {
+                assignment: Assignment {
+                    inference: vec![layout.placements().to_vec()],
+                    retraining: vec![None],
+                    layout,
+                },
+                warming: Vec::new(),
+            }
+        };
+        let old = format!("2g.10gb@{old_start}");
+        let mut steps = vec![step(&old); 10];
+        steps.extend(vec![step("4g.20gb@0"); 10]);
+        let plan = Plan {
+            step_ms: 1000,
+            steps,
+            preinitialized: 0,
+            created: 1,
+            exposed: Vec::new(),
+        };
+        evaluate_credited(&problem, &schedule, &plan)
+    }
+
+    #[test]
+    fn an_old_replica_out_of_the_way_serves_on_through_its_tenant_s_resize() {
+        // 100 requests/s arrive, 10/s per GPC served. The 4g's creation and loads take
+        // 1.2 + 0.2 + 1.6 + 2.6 = 5.6 s. The old 2g at 4 overlaps nothing created, so it serves
+        // its 20/s meanwhile: 5.6 s × 20/s are lost, not 5.6 s × 40/s, and the resize costs
+        // 5.6 × (1 - 20/40) = 2.8 s of the new size's service.
+        let out_of_way = growth(4);
+        assert_eq!(out_of_way.resizes, 1);
+        assert!((out_of_way.lost_s - 2.8).abs() < 1e-9, "{out_of_way:?}");
+        assert!((out_of_way.outcome.on_time - (200.0 + 400.0 - 112.0)).abs() < 1e-6);
+        assert!((out_of_way.psi_next[0] - 2.8).abs() < 1e-9);
+        // The 2g at 0 is in the 4g's way: drained, destroyed (0.4 s), then the 4g comes up,
+        // 6.0 s with nothing serving.
+        let in_way = growth(0);
+        assert!((in_way.lost_s - 6.0).abs() < 1e-9, "{in_way:?}");
+        assert!((in_way.outcome.on_time - (200.0 + 400.0 - 240.0)).abs() < 1e-6);
     }
 }
