@@ -41,6 +41,8 @@ use serde_json::json;
 
 #[path = "gpu_astraea.rs"]
 mod astraea;
+#[path = "gpu_ekya.rs"]
+mod ekya_profile;
 
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
@@ -501,6 +503,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     detail.push(preinitialization(scale, &mut report).await?);
     detail.push(migrator_in_memory(ctx, &mut report)?);
     detail.push(oltunes_in_memory(ctx, &mut report));
+    detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
     detail.push(migrator_on_cluster(ctx, &mut report).await?);
     detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
     report.notes.push(
@@ -756,6 +759,27 @@ struct Served {
     /// The longest time the plan leaves each tenant without a replica, simulated s: its
     /// resizes whose old instances are in the way of the new ones (`Plan::exposed`).
     planned_unserved: Vec<f64>,
+    /// Each tenant's requests shed past their SLO.
+    expired: Vec<f64>,
+    /// Per tenant, per 10 simulated seconds: what was measured against what the plan's
+    /// evaluation counts (`min(arrivals, capacity)` per step, no resize charged), to locate
+    /// where the cluster falls short of its plan.
+    buckets: Vec<Vec<Bucket>>,
+}
+
+/// One tenant's 10 simulated seconds of a window on the cluster (see [`Served::buckets`]).
+#[derive(Debug, Clone, Default, serde::Serialize)]
+struct Bucket {
+    /// Requests that arrived (the trace's).
+    arrived: f64,
+    /// Requests served within the SLO, measured.
+    on_time: f64,
+    /// `min(arrivals, capacity)` summed over the plan's steps.
+    planned: f64,
+    /// The most inference replicas the plan gives the tenant in a step of the bucket.
+    replicas: usize,
+    /// Whether the tenant's inference changes size in a step of the bucket.
+    resized: bool,
 }
 
 /// The schedules a window is run with on the cluster: MIGRator planning from its forecast and
@@ -1312,7 +1336,9 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         }
     }
     let t0 = gpu.now();
+    let schedule = solved.schedule.clone();
     let mut executor = Migrator::execute(name, p, solved, tasks, &start, t0, true)?;
+    let plan = executor.plan().clone();
     let planned_unserved: Vec<f64> = (0..p.tenants.len())
         .map(|m| executor.plan().exposed_s(m))
         .collect();
@@ -1367,12 +1393,30 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         ..Served::default()
     };
     let mut buckets = vec![0.0; p.window_s.div_ceil(10) as usize + 1];
+    let n_buckets = p.window_s.div_ceil(10) as usize;
     for (m, service) in services.iter().enumerate() {
         let st = gpu
             .service_stats(*service)
             .ok_or_else(|| anyhow::anyhow!("no service {service}"))?;
         served.arrived += st.arrived;
         served.on_time += st.on_time;
+        served.expired.push(st.expired);
+        let mut mine = vec![Bucket::default(); n_buckets];
+        for s in 0..p.steps() {
+            let b = &mut mine[((s as f64 * p.step_s / 10.0) as usize).min(n_buckets - 1)];
+            let k = schedule.inference[m][s];
+            b.arrived += p.arrivals(m, s);
+            b.planned += p.arrivals(m, s).min(p.capacity(m, k));
+            b.replicas = b.replicas.max(plan.steps[s].assignment.inference[m].len());
+            b.resized |= s > 0 && schedule.inference[m][s - 1] != k;
+        }
+        let mut before = 0.0;
+        for (at, on_time) in &samples {
+            let i = (at.saturating_sub(t0) / 10_000) as usize;
+            mine[i.min(n_buckets - 1)].on_time += on_time[m] - before;
+            before = on_time[m];
+        }
+        served.buckets.push(mine);
         let retrained = timed
             .finished
             .get(&retraining[m])
