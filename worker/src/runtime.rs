@@ -13,7 +13,10 @@
 //! Rules the head relies on (the worker side of the report protocol; the head side is in the
 //! head's `runtime/workers.rs` and `state/nodes.rs`):
 //! - `TaskStarted` is sent when an assignment is accepted, `TaskFinished` when its runner ends,
-//!   whether it ended by itself, timed out or was cancelled.
+//!   whether it ended by itself, timed out or was cancelled. A start is reported after
+//!   [`START_REPORT_DELAY`], or with the task's end if that comes sooner: `TaskStarted` then
+//!   `TaskFinished` in one batch, which the head commits as one entry (a short task costs the
+//!   head one raft entry and the stream one frame, not two).
 //! - Every `TaskFinished` is kept until the head acknowledges it (`ReportsAcked`, sent once
 //!   the report is committed). When the stream breaks (a head failover, a restart), running
 //!   tasks go on, and the worker registers again (with the leader of its head group) with its
@@ -80,6 +83,10 @@ const LOG_SWEEP_EVERY: Duration = Duration::from_secs(60);
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// How many ended attempts a worker remembers, to refuse running one again.
 pub(crate) const RECENT_ATTEMPTS: usize = 65_536;
+/// How long a task's start waits to be reported, so that a task that ends sooner has its
+/// start and its end reported together. The head's record of the start is the dispatch's
+/// until then, so a start reported this much later changes no decision.
+pub(crate) const START_REPORT_DELAY: Duration = Duration::from_millis(2);
 
 /// The attempts this worker process ran most recently, oldest first.
 #[derive(Debug, Default)]
@@ -168,6 +175,9 @@ pub(crate) struct Runtime {
     boot_id: u64,
     /// Task reports the head has not acknowledged yet.
     unacked: BTreeMap<(TaskId, u32), TaskFinished>,
+    /// Attempts that started and whose start is not reported yet, and when it will be.
+    starts: std::collections::VecDeque<((TaskId, u32), tokio::time::Instant)>,
+    starts_due: Option<Pin<Box<Sleep>>>,
     /// The reports the registration under way carries: its reply acknowledges them.
     registering: Vec<(TaskId, u32)>,
     /// Attempts this process ran, to refuse running one twice.
@@ -228,6 +238,8 @@ impl Runtime {
             identity: store,
             boot_id: rand::random::<u64>().max(1),
             unacked: BTreeMap::new(),
+            starts: std::collections::VecDeque::new(),
+            starts_due: None,
             registering: Vec::new(),
             recent: Recent::default(),
             link: None,
@@ -275,6 +287,7 @@ impl Runtime {
                 }
                 () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
+                () = until(&mut self.starts_due) => self.report_starts(),
                 Some(done) = self.mig_rx.recv() => self.on_reconfigured(done),
                 _ = self.sweep.tick(), if !self.stopping => self.sweep_logs(),
                 event = next_link_event(&mut self.link) => match event {
@@ -689,8 +702,44 @@ impl Runtime {
         self.report(report);
     }
 
-    /// Reports the end of an attempt, keeping the report until the head acknowledges it.
+    /// Reports that an attempt started, after [`START_REPORT_DELAY`] or with its end.
+    pub(super) fn report_start(&mut self, task_id: TaskId, attempt: u32) {
+        let due = tokio::time::Instant::now() + START_REPORT_DELAY;
+        self.starts.push_back(((task_id, attempt), due));
+        if self.starts_due.is_none() {
+            self.starts_due = Some(Box::pin(tokio::time::sleep_until(due)));
+        }
+    }
+
+    /// Sends the starts that waited [`START_REPORT_DELAY`], and waits for the next one's turn.
+    fn report_starts(&mut self) {
+        let now = tokio::time::Instant::now();
+        while let Some(&((task_id, attempt), due)) = self.starts.front()
+            && due <= now
+        {
+            self.starts.pop_front();
+            self.send(WorkerMessage::TaskStarted { task_id, attempt });
+        }
+        self.starts_due = self
+            .starts
+            .front()
+            .map(|&(_, due)| Box::pin(tokio::time::sleep_until(due)));
+    }
+
+    /// Reports the end of an attempt, keeping the report until the head acknowledges it; its
+    /// start first, if that is not reported yet.
     fn report(&mut self, report: TaskFinished) {
+        let key = (report.task_id, report.attempt);
+        if let Some(i) = self.starts.iter().position(|(s, _)| *s == key) {
+            self.starts.remove(i);
+            if self.starts.is_empty() {
+                self.starts_due = None;
+            }
+            self.send(WorkerMessage::TaskStarted {
+                task_id: key.0,
+                attempt: key.1,
+            });
+        }
         self.unacked
             .insert((report.task_id, report.attempt), report.clone());
         self.send(WorkerMessage::TaskFinished(report));

@@ -399,9 +399,23 @@ async fn a_batch_is_handled_in_order_and_reports_go_back_in_batches() {
         assign(2, ghost(None)),
         cancel(1),
     ]);
-    started(&mut head, 1).await;
-    started(&mut head, 2).await;
-    let done = finished(&mut head, 1).await;
+    // Both start; the first's end may come before the second's start is reported (a start
+    // waits a little, to go with an end that comes soon), never before its own start.
+    let mut reports = Vec::new();
+    for _ in 0..3 {
+        reports.push(head.report().await);
+    }
+    let at = |want: &dyn Fn(&WorkerMessage) -> bool| reports.iter().position(want);
+    let started_1 =
+        at(&|m| matches!(m, WorkerMessage::TaskStarted { task_id, .. } if task_id.0 == 1));
+    let started_2 =
+        at(&|m| matches!(m, WorkerMessage::TaskStarted { task_id, .. } if task_id.0 == 2));
+    let finished_1 = at(&|m| matches!(m, WorkerMessage::TaskFinished(f) if f.task_id.0 == 1));
+    assert!(started_2.is_some(), "{reports:?}");
+    assert!(started_1.is_some() && started_1 < finished_1, "{reports:?}");
+    let Some(WorkerMessage::TaskFinished(done)) = finished_1.map(|i| &reports[i]) else {
+        panic!("{reports:?}");
+    };
     assert_eq!(done.outcome, Ok(TaskResult::Released));
     // Hundreds of assignments in one batch are started in one turn of the worker's loop: their
     // reports leave together, not one message per batch.

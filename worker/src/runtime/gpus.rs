@@ -24,7 +24,7 @@ impl Runtime {
                 devices: holds.to_vec(),
             });
         }
-        self.send(WorkerMessage::TaskStarted { task_id, attempt });
+        self.report_start(task_id, attempt);
         self.gpus.visible(holds)
     }
 
