@@ -32,6 +32,10 @@ type StatusTuple = (
     u32,
 );
 
+/// What [`Session::get_many`] returns: the ids and statuses of the items it got to, and the
+/// exception that stopped it, if one did.
+type Gotten = (Vec<u64>, Vec<StatusTuple>, Option<Py<PyAny>>);
+
 /// A connected client of an escher cluster.
 #[pyclass(module = "escher._escher", frozen)]
 #[derive(Debug)]
@@ -441,7 +445,7 @@ impl Session {
         py: Python<'_>,
         items: Vec<Bound<'_, PyAny>>,
         timeout: Option<f64>,
-    ) -> PyResult<(Vec<u64>, Vec<StatusTuple>, Option<Py<PyAny>>)> {
+    ) -> PyResult<Gotten> {
         let timeout = seconds(timeout, "timeout")?;
         let items = items
             .iter()
