@@ -868,7 +868,9 @@ fn oltunes_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> serde_json::Valu
          (inputs assumed from its tables, see esl/src/gpu/oltunes/README.md); the paper's \
          direction (fewer SLO violations than MLaaS and Orion) holds at 4x Table 7's rates and \
          on bursty arrivals, not at 1x with uniform or Poisson arrivals, where the simulated \
-         cluster is mostly idle and OLTunes' batching window only adds queueing."
+         cluster is mostly idle; a violation is an execution longer than the deadline \
+         (queueing is not counted), so the batching window's queueing is not why: not \
+         investigated (co-location interference is a candidate)."
             .into(),
     );
     json!({"mix": "oltunes", "runs": out})
