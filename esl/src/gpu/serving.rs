@@ -6,7 +6,7 @@
 //! the service and go to the replicas that serve, each request to the one whose queue for its
 //! size is the shortest, as a dispatcher deciding per request does: a batch that arrives at
 //! once is spread so that every replica's queue takes the same time to serve
-//! ([`spread`]), not sent whole to one (a driver hands requests over once per round, and a
+//! (`spread`), not sent whole to one (a driver hands requests over once per round, and a
 //! 1-GPC replica given a round's requests of a 5-GPC tenant would shed most of them). A
 //! replica still loading its model takes none (a load balancer routes only to replicas that
 //! are ready); while a service has no replica that serves, its requests wait in its backlog,
