@@ -55,10 +55,20 @@ pub fn is_affinity_high(new: &Model, group: &[&Model]) -> bool {
     affinity(new, group) >= AFFINITY_THRESHOLD
 }
 
-/// `adjustTimeWindow` (Algorithm 3, lines 11–19).
+/// `adjustTimeWindow` (Algorithm 3, lines 11–19): shrink `W_time` by `w` while LC tasks are
+/// more than ρ_lc of the waiting tasks, else grow it. With no task waiting, the paper's
+/// `len(Q_lc) / (len(Q_lc) + len(Q_to))` is 0/0 and says nothing of the load (§3.4.4: the
+/// window follows "the ratio of LC tasks"); `W_time` is then left as it is (ours). Growing it
+/// there instead, as this function did before, made the window climb by `w` after every
+/// window that drained the queues: from 50 to 780 ms within every 30 s run at Table 7's rates,
+/// where groups then filled to `batch_size_max` and co-started (README.md, "At Table 7's
+/// rates").
 pub fn adjust_window(lc: usize, to: usize, w: u64) -> u64 {
     let total = lc + to;
-    if total > 0 && lc as f64 / total as f64 > RHO_LC {
+    if total == 0 {
+        return w;
+    }
+    if lc as f64 / total as f64 > RHO_LC {
         w.saturating_sub(W_STEP_MS).max(W_MIN_MS)
     } else {
         (w + W_STEP_MS).min(W_MAX_MS)
@@ -195,21 +205,29 @@ impl OlTunes {
     /// GPUs of a type in the task's top-2 (the paper picks the GPU first and then the tasks
     /// that list it; an idle GPU no queued task lists would then hold the loop for a whole
     /// window), with room for one more task besides the open groups bound there.
+    ///
+    /// A GPU an open group is bound to is not empty: Algorithm 2 forms one batch for its
+    /// `target_gpu` (lines 9–20) and only then picks the next target (line 9 of the next
+    /// pass), so while a GPU is fully empty elsewhere, every task that co-starts on a GPU has
+    /// passed `isAffinityHigh` against the others (Algorithm 3 line 10, §3.4.2). Only when no
+    /// GPU of its top-2 is empty does a task open a second group beside a running or forming
+    /// one, under §3.4.1's rule for occupied GPUs ("more than 80% available capacity", the
+    /// open groups' memory counted, or "soon-to-be-ready").
     fn target(&self, task: &Queued, gpus: &[GpuState]) -> Option<usize> {
-        let pick = |ok: &dyn Fn(&GpuState) -> bool| {
+        let pick = |ok: &dyn Fn(usize, &GpuState) -> bool| {
             gpus.iter()
                 .enumerate()
                 .filter(|(i, g)| {
-                    ok(g)
+                    ok(*i, g)
                         && task.cands.top.contains(&g.ty)
                         && g.running.len() + self.pending(*i, None).0 < MAX_COLOCATED
                 })
                 .min_by(|(_, a), (_, b)| a.utilization().total_cmp(&b.utilization()))
                 .map(|(i, _)| i)
         };
-        pick(&|g| g.running.is_empty()).or_else(|| {
-            pick(&|g| {
-                g.free_gb() > AVAILABLE_SHARE * g.ty.memory_gb()
+        pick(&|i, g| g.running.is_empty() && self.pending(i, None).0 == 0).or_else(|| {
+            pick(&|i, g| {
+                g.free_gb() - self.pending(i, None).1 > AVAILABLE_SHARE * g.ty.memory_gb()
                     || g.running.iter().map(|r| r.progress()).fold(1.0, f64::min) > AVAILABLE_SHARE
             })
         })
