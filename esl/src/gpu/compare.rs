@@ -5,8 +5,8 @@
 //!
 //! - **MIGRator (forecast)**, as P0 runs it: the arrivals forecast from the windows before
 //!   ([`forecast`](super::migrator::forecast)), its program's `Ψ` each tenant's mean
-//!   reconfiguration overhead measured in its previous window (P0's definition; before the
-//!   first, a resize's cost without pre-initialization), its plan carried out with
+//!   reconfiguration overhead measured in its previous window (P0's definition; for the
+//!   first, along its plan for the last window of history, [`psi_for`]), its plan carried out with
 //!   pre-initialization and every resize charged per model and per phase, nothing for one built
 //!   ahead ([`reconfig`](super::migrator::reconfig));
 //! - **MIGRator (oracle)**: the window's exact arrivals, an upper bound no deployment has,
@@ -26,9 +26,11 @@ use super::ekya::{online, thief};
 use super::migrator::forecast::mape;
 use escher_proto::mig::Layout;
 
-use super::migrator::ilp::{PlanError, solve};
+use super::migrator::ilp::PlanError;
 use super::migrator::plan::build_plan;
+use super::migrator::problem::Problem;
 use super::migrator::reconfig::{evaluate_credited, lead_steps, phases};
+use super::migrator::solve_priced;
 use super::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
 use super::shares::{Outcome, evaluate_mig, evaluate_shares, evaluate_shares_paying};
 
@@ -98,8 +100,11 @@ pub fn compare(
     let mut solve_times = Vec::new();
     let mut preinit = Preinit::default();
     // Ψ per tenant for the forecast and the oracle plans: measured in their previous window
-    // (P0's definition); before the first, what a resize costs without pre-initialization.
-    let mut psi: [Option<Vec<f64>>; 2] = [None, None];
+    // (P0's definition), the last window of history for the first.
+    let mut psi = [
+        psi_for(&workload, HISTORY_WINDOWS, step_s, false)?,
+        psi_for(&workload, HISTORY_WINDOWS, step_s, true)?,
+    ];
     for w in HISTORY_WINDOWS..HISTORY_WINDOWS + windows {
         let actual = workload.actual(w, step_s);
         let (mut forecast, _) = workload.forecast(w, step_s);
@@ -108,41 +113,39 @@ pub fn compare(
         }
         let mut oracle_problem = actual.clone();
         for (problem, psi) in [&mut forecast, &mut oracle_problem].into_iter().zip(&psi) {
-            for (m, t) in problem.tenants.iter_mut().enumerate() {
-                t.psi_s = match psi {
-                    Some(v) => v[m],
-                    None => phases(&t.name, 7).on_path(true),
-                };
+            for (t, psi) in problem.tenants.iter_mut().zip(psi) {
+                t.psi_s = *psi;
             }
         }
-        let planned = solve(&forecast)?;
-        solve_times.push(planned.solve_time);
-        let oracle = solve(&oracle_problem)?;
-        let past = workload.past(w);
         let start = Layout::new(actual.model);
         let lead = lead_steps(&actual);
+        let planned = solve_priced(&forecast, &start, lead)?.solved;
+        solve_times.push(planned.solve_time);
+        let oracle = solve_priced(&oracle_problem, &start, lead)?.solved;
+        let past = workload.past(w);
+        // A tenant never resized in this window keeps a resize's full cost as its next `Ψ`.
+        let mut charged_on = actual.clone();
+        charge_in_full(&mut charged_on);
         let mut migrator = Vec::new();
         for (i, schedule) in [&planned.schedule, &oracle.schedule]
             .into_iter()
             .enumerate()
         {
             let plan = build_plan(&actual, schedule, &start, lead)?;
-            let charged = evaluate_credited(&actual, schedule, &plan);
+            let charged = evaluate_credited(&charged_on, schedule, &plan);
             if i == 0 {
                 preinit.resizes += charged.resizes;
                 preinit.preinitialized += charged.preinitialized;
                 preinit.lost_s += charged.lost_s;
                 preinit.lost_without_s += charged.lost_without_s;
             }
-            psi[i] = Some(charged.psi_next.clone());
+            psi[i] = charged.psi_next.clone();
             migrator.push(charged.outcome);
         }
         // Ekya's share changes pay a full reconfiguration's phases (it has no
         // pre-initialization), as MIGRator's resizes that were not built ahead do.
         let mut paying = actual.clone();
-        for t in &mut paying.tenants {
-            t.psi_s = phases(&t.name, 7).on_path(true);
-        }
+        charge_in_full(&mut paying);
         let outcomes = [
             migrator[0],
             migrator[1],
@@ -163,6 +166,74 @@ pub fn compare(
         solve_times,
         preinit,
     })
+}
+
+impl Comparison {
+    /// Several runs of one shape (other seeds) as one: outcomes and pre-initialization summed,
+    /// forecast errors averaged, solve times one after the other.
+    pub fn pool(runs: &[Comparison]) -> Option<Comparison> {
+        let (first, rest) = runs.split_first()?;
+        let mut out = first.clone();
+        for c in rest {
+            out.windows += c.windows;
+            for (row, o) in out.rows.iter_mut().zip(&c.rows) {
+                row.add(*o);
+            }
+            for (e, other) in out.forecast_mape.iter_mut().zip(&c.forecast_mape) {
+                *e += other;
+            }
+            out.solve_times.extend(&c.solve_times);
+            out.preinit.resizes += c.preinit.resizes;
+            out.preinit.preinitialized += c.preinit.preinitialized;
+            out.preinit.lost_s += c.preinit.lost_s;
+            out.preinit.lost_without_s += c.preinit.lost_without_s;
+        }
+        for e in &mut out.forecast_mape {
+            *e /= runs.len() as f64;
+        }
+        Some(out)
+    }
+}
+
+/// Sets every tenant's `Ψ` to what a resize costs it without pre-initialization: its model's
+/// four phases on a whole-GPU instance that replaces the one it overlaps.
+pub fn charge_in_full(problem: &mut Problem) {
+    for t in &mut problem.tenants {
+        t.psi_s = phases(&t.name, 7).on_path(true);
+    }
+}
+
+/// Each tenant's `Ψ` for window `w` of `workload`, as P0 defines it (Table 1: "the average
+/// reconfiguration overhead of task (m, i) in seconds during the last retraining window"):
+/// MIGRator's plan for window `w - 1`, made from that window's forecast (`oracle`: from its
+/// exact arrivals) with every resize charged in full ([`charge_in_full`]), carried out with
+/// pre-initialization and charged by [`evaluate_credited`]. A deployment that ran window
+/// `w - 1` knows this before window `w` starts; only window 0, with no window before it,
+/// plans with the full cost.
+pub fn psi_for(
+    workload: &Workload,
+    w: usize,
+    step_s: f64,
+    oracle: bool,
+) -> Result<Vec<f64>, PlanError> {
+    let mut previous = if w == 0 {
+        workload.actual(0, step_s)
+    } else if oracle {
+        workload.actual(w - 1, step_s)
+    } else {
+        workload.forecast(w - 1, step_s).0
+    };
+    charge_in_full(&mut previous);
+    if w == 0 {
+        return Ok(previous.tenants.iter().map(|t| t.psi_s).collect());
+    }
+    let actual = workload.actual(w - 1, step_s);
+    let (start, lead) = (Layout::new(actual.model), lead_steps(&actual));
+    let schedule = solve_priced(&previous, &start, lead)?.solved.schedule;
+    let plan = build_plan(&actual, &schedule, &start, lead)?;
+    let mut charged_on = actual;
+    charge_in_full(&mut charged_on);
+    Ok(evaluate_credited(&charged_on, &schedule, &plan).psi_next)
 }
 
 #[cfg(test)]
@@ -273,6 +344,39 @@ mod tests {
             }
             assert_ne!(earlier.forecast(window, 10.0).0, fa, "{shape:?}");
         }
+    }
+
+    #[test]
+    fn psi_is_measured_on_the_window_before_and_reads_nothing_of_the_window_it_plans() {
+        for shape in Shape::ALL {
+            let w = Workload::new(shape, HISTORY_WINDOWS + 1, 200, 4);
+            let window = HISTORY_WINDOWS;
+            let other = changed_after(&w, window * 200);
+            for oracle in [false, true] {
+                let psi = psi_for(&w, window, 10.0, oracle).unwrap();
+                assert_eq!(
+                    psi,
+                    psi_for(&other, window, 10.0, oracle).unwrap(),
+                    "{shape:?}"
+                );
+                // No tenant's overhead per resize exceeds a resize's full cost.
+                let mut full = w.actual(window, 10.0);
+                charge_in_full(&mut full);
+                for (p, t) in psi.iter().zip(&full.tenants) {
+                    assert!(
+                        *p >= 0.0 && *p <= t.psi_s + 1e-9,
+                        "{shape:?}: {p} > {}",
+                        t.psi_s
+                    );
+                }
+            }
+        }
+        // The first window has no window before it: a resize's full cost.
+        let w = Workload::new(Shape::Bursty, 1, 200, 4);
+        let mut full = w.actual(0, 10.0);
+        charge_in_full(&mut full);
+        let expected: Vec<f64> = full.tenants.iter().map(|t| t.psi_s).collect();
+        assert_eq!(psi_for(&w, 0, 10.0, false).unwrap(), expected);
     }
 
     #[test]

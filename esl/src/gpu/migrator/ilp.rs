@@ -296,15 +296,22 @@ fn build(
             for (j, (k, v)) in levels.iter().enumerate() {
                 let g = arrivals.min(problem.capacity(m, *k));
                 served += g * *v;
-                // Entering size k at this step costs psi seconds of service at size k.
+                // Entering size k at this step costs psi seconds of service at size k: where
+                // that is nothing (`Ψ` = 0 carried over from a window whose every resize was
+                // built ahead, or no arrivals), there is nothing to count, and an indicator
+                // with no cost and no bound makes `microlp` call the program unbounded.
+                let cost = psi_steps * t.acc_pre * g;
+                if cost <= 0.0 {
+                    continue;
+                }
                 let was: Expression = if s == 0 {
                     Expression::from(if initial[m] == *k { 1.0 } else { 0.0 })
                 } else {
                     Expression::from(x[m][s - 1][j].1)
                 };
-                let inn = vars.add(variable().min(0));
+                let inn = vars.add(variable().min(0).max(1));
                 constraints.push(constraint!(inn >= *v - was));
-                objective -= psi_steps * t.acc_pre * g * inn;
+                objective -= cost * inn;
             }
             let w = vars.add(variable().min(0));
             constraints.push(constraint!(w <= served.clone()));

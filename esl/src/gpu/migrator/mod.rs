@@ -84,9 +84,75 @@ pub struct Migrator {
 /// long there only keeps the old replica a little longer.
 pub const WARM_MS: u64 = 4_000;
 
+/// At most this many times [`solve_priced`] solves one window.
+pub const MAX_PRICINGS: usize = 4;
+
+/// A schedule whose resizes its program priced no lower than its own plan makes them cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Priced {
+    /// The schedule, with the time and programs of every solve it took.
+    pub solved: Solved,
+    /// Each tenant's `Ψ` the last solve was made with.
+    pub psi_s: Vec<f64>,
+    /// Solves of the window (1: the first schedule's plan cost no more than its `Ψ`).
+    pub solves: usize,
+}
+
+/// Solves `problem`, then checks its schedule against the plan it makes from `layout` (with
+/// pre-initialization `lead` steps ahead): where a tenant's resizes cost it more on average
+/// ([`reconfig::evaluate_credited`] on `problem` itself, so nothing the planner does not
+/// know is read) than the `Ψ` its program charged, that tenant's `Ψ` is raised to that cost
+/// and the window solved again, at most [`MAX_PRICINGS`] times.
+///
+/// `Ψ` carried over from the window before can be far below what this window's resizes
+/// cost: a tenant whose every resize was built ahead then plans with `Ψ` = 0, and a resize
+/// that leaves it without a replica for seconds (its old instance in the way of the new one,
+/// [`Plan::exposed`](plan::Plan::exposed)) looks free to the program. `Ψ` only rises here
+/// and is bounded by a resize's full cost, so the loop ends.
+pub fn solve_priced(problem: &Problem, layout: &Layout, lead: usize) -> Result<Priced, PlanError> {
+    let mut priced = problem.clone();
+    let (mut solves, mut time, mut programs) = (0, std::time::Duration::ZERO, 0);
+    loop {
+        let used: Vec<f64> = priced.tenants.iter().map(|t| t.psi_s).collect();
+        let mut solved = solve(&priced)?;
+        solves += 1;
+        time += solved.solve_time;
+        programs += solved.programs;
+        let plan = build_plan(&priced, &solved.schedule, layout, lead)?;
+        let cost = reconfig::evaluate_credited(&priced, &solved.schedule, &plan).psi_next;
+        let mut raised = false;
+        for (t, cost) in priced.tenants.iter_mut().zip(cost) {
+            if cost > t.psi_s + 1e-6 {
+                t.psi_s = cost;
+                raised = true;
+            }
+        }
+        if !raised || solves == MAX_PRICINGS {
+            solved.solve_time = time;
+            solved.programs = programs;
+            return Ok(Priced {
+                solved,
+                psi_s: used,
+                solves,
+            });
+        }
+    }
+}
+
+/// The pre-initialization lead of [`Migrator::execute`], in steps: creating an instance and
+/// loading a model take about 5.5 s (`LatencyModel`'s defaults).
+fn execution_lead(problem: &Problem, preinitialize: bool) -> usize {
+    if preinitialize {
+        (5.5 / problem.step_s).ceil() as usize + 1
+    } else {
+        0
+    }
+}
+
 impl Migrator {
     /// Plans the window of `problem` starting at `now` (ms) from the GPU's current `layout`,
-    /// with pre-initialization on or off.
+    /// with pre-initialization on or off, its resizes priced by its own plan
+    /// ([`solve_priced`]).
     pub fn plan_window(
         problem: &Problem,
         tasks: Vec<TenantTasks>,
@@ -94,11 +160,12 @@ impl Migrator {
         now: u64,
         preinitialize: bool,
     ) -> Result<Migrator, PlanError> {
-        let solved = solve(problem)?;
+        let lead = execution_lead(problem, preinitialize);
+        let priced = solve_priced(problem, layout, lead)?;
         Migrator::execute(
             "MIGRator",
             problem,
-            solved,
+            priced.solved,
             tasks,
             layout,
             now,
@@ -117,13 +184,12 @@ impl Migrator {
         now: u64,
         preinitialize: bool,
     ) -> Result<Migrator, PlanError> {
-        // Creating an instance and loading a model: about 5.5 s (LatencyModel's defaults).
-        let lead = if preinitialize {
-            (5.5 / problem.step_s).ceil() as usize + 1
-        } else {
-            0
-        };
-        let plan = build_plan(problem, &solved.schedule, layout, lead)?;
+        let plan = build_plan(
+            problem,
+            &solved.schedule,
+            layout,
+            execution_lead(problem, preinitialize),
+        )?;
         let n = tasks.len();
         Ok(Migrator {
             name: name.to_string(),

@@ -461,3 +461,56 @@ fn a_resize_keeps_the_old_replica_serving_until_the_new_one_does() {
         }
     }
 }
+
+#[test]
+fn a_window_planned_with_no_resize_cost_is_priced_by_its_own_plan() {
+    use super::reconfig::{evaluate_credited, lead_steps};
+    use super::workload::{HISTORY_WINDOWS, Shape, Workload};
+    use super::{MAX_PRICINGS, solve_priced};
+    use crate::gpu::migrator::plan::build_plan;
+    use escher_proto::mig::Layout;
+
+    let mut underpriced = 0;
+    for shape in Shape::ALL {
+        for seed in 0..3 {
+            let w = Workload::new(shape, HISTORY_WINDOWS + 1, 200, seed);
+            // Ψ = 0 carried over, as from a window whose every resize was built ahead.
+            let mut p = w.actual(HISTORY_WINDOWS, 10.0);
+            for t in &mut p.tenants {
+                t.psi_s = 0.0;
+            }
+            let (start, lead) = (Layout::new(p.model), lead_steps(&p));
+            let cost = |schedule| {
+                let plan = build_plan(&p, schedule, &start, lead).unwrap();
+                evaluate_credited(&p, schedule, &plan).psi_next
+            };
+            // Solved as it comes, some window's resizes cost more than the program charged.
+            let plain = solve(&p).unwrap().schedule;
+            underpriced += usize::from(cost(&plain).iter().any(|c| *c > 1e-6));
+            let priced = solve_priced(&p, &start, lead).unwrap();
+            assert!(priced.psi_s.iter().all(|psi| *psi >= 0.0));
+            if priced.solves < MAX_PRICINGS {
+                // What each tenant's resizes cost along the plan is at most what its
+                // program charged for them.
+                for (c, psi) in cost(&priced.solved.schedule).iter().zip(&priced.psi_s) {
+                    assert!(c <= &(psi + 1e-6), "{shape:?} seed {seed}: {c} > {psi}");
+                }
+            }
+            assert_eq!(
+                priced.solved.schedule,
+                solve(&with_psi(&p, &priced.psi_s)).unwrap().schedule,
+                "the schedule is the program's at the Ψ it reports"
+            );
+        }
+    }
+    assert!(underpriced > 0, "no window's plan cost more than Ψ = 0");
+}
+
+/// `p` with each tenant's `Ψ` set.
+fn with_psi(p: &Problem, psi: &[f64]) -> Problem {
+    let mut p = p.clone();
+    for (t, psi) in p.tenants.iter_mut().zip(psi) {
+        t.psi_s = *psi;
+    }
+    p
+}
