@@ -32,7 +32,9 @@
 //! smoothing over the windows observed so far) that plans can be made from, and [`workload`]
 //! builds documented two-tenant examples, as single windows and as continuous traces of
 //! several shapes. [`reconfig`] prices a reconfiguration per model and per phase and credits
-//! pre-initialization as P0 does, through the next window's `Ψ`.
+//! pre-initialization as P0 does, through the next window's `Ψ`; [`solve_priced`] raises a
+//! tenant's `Ψ` where the window's own plan makes its resizes cost more than the `Ψ` carried
+//! over, and solves again.
 
 pub mod forecast;
 pub mod ilp;
