@@ -71,6 +71,16 @@ async fn hierarchical_fair_shares_converge_to_the_weights_and_stay() -> Result {
         out.local, out.tasks,
         "fairness AND locality: every map on its chunk's node"
     );
+    // B's and C's arrivals take nodes from A and then from A and B, which withdraw what they
+    // had queued there: found with one read of their pending tasks per step, not a call per
+    // task (a call per task kept the drivers from their own nodes at 100 nodes).
+    assert!(out.withdrawn > 0, "{out:?}");
+    assert!(
+        out.lookups < out.withdrawn,
+        "{} reads to withdraw {} tasks",
+        out.lookups,
+        out.withdrawn
+    );
     Ok(())
 }
 
