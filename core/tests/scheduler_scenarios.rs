@@ -465,3 +465,32 @@ fn p4_ghost_bundle_locks_resources_for_its_tasks() {
     assert_eq!(env.finish(1), dispatches(&[(5, 1)]));
     assert_eq!(env.slot(1, "cpu"), Some(("4".into(), "4".into())));
 }
+
+/// E2's situation: a user's fair-share resource leaves node 1 while a task of its waits there
+/// for node 1's chunk. Tasks that end beside it free capacity, which can neither make it
+/// feasible nor change why it is not (the scheduler no longer looks at it again for that):
+/// nothing is reported. Its resource back on node 1 runs it.
+#[test]
+fn a_release_leaves_an_infeasible_task_alone_and_a_new_capacity_runs_it() {
+    let mut env = TestEnv::new();
+    env.node(1, "org=inf,fs-a=inf,chunk-1=1");
+    env.node(2, "org=inf,fs-a=inf,chunk-2=1");
+    assert_eq!(
+        env.submit(1, "org=1,fs-a=1,chunk-1=1"),
+        dispatches(&[(1, 1)])
+    );
+    assert_eq!(
+        env.submit(2, "org=1,fs-a=1,chunk-2=1"),
+        dispatches(&[(2, 2)])
+    );
+    assert!(env.submit(3, "org=1,fs-a=1,chunk-1=1").is_empty());
+    let deleted = env.delete(1, "fs-a");
+    assert_eq!(deleted.len(), 1, "{deleted:?}");
+    assert!(deleted[0].starts_with("infeasible 3"), "{deleted:?}");
+    assert!(env.finish(2).is_empty(), "org freed on node 2");
+    assert!(
+        env.finish(1).is_empty(),
+        "node 1's chunk freed, fs-a gone with its holder"
+    );
+    assert_eq!(env.set(1, "fs-a", "inf"), ["feasible 3", "dispatch 3->1"]);
+}

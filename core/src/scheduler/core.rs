@@ -582,7 +582,7 @@ impl Scheduler {
                     continue;
                 }
             }
-            self.shapes.wake_at(*r, node_id);
+            self.shapes.wake_feasible_at(*r, node_id);
             self.gangs.wake(*r);
         }
     }
