@@ -1227,6 +1227,44 @@ fn window_figures(shape: Shape, step_s: f64, windows: &[SeedWindow], report: &mu
             x_log: false,
         },
     });
+    // SLO attainment and accuracy per 10 s, as the paper plots them beside goodput (§5.2,
+    // Fig. 8a and 8b): the requests each 10 s served on time over those that arrived in it, and
+    // the accuracy of those served on time (the 5 s of draining after the window counted in
+    // its last 10 s, as `Served::buckets` counts them).
+    for (what, label, unit) in [
+        (
+            "slo",
+            "SLO attainment",
+            "requests served on time / arrived, %",
+        ),
+        (
+            "accuracy",
+            "accuracy of what was served on time",
+            "accuracy, %",
+        ),
+    ] {
+        report.plots.push(Plot {
+            file: format!("gpu-window-{what}-{sk}.png"),
+            title: format!(
+                "One two-tenant window ({}, seed {}) on a cluster's A100: {label} per 10 s, per policy",
+                shape.name(),
+                first.seed
+            ),
+            x_label: "simulated seconds".into(),
+            y_label: unit.into(),
+            data: PlotData::Lines {
+                lines: WINDOW_POLICIES
+                    .iter()
+                    .zip(&first.runs)
+                    .map(|((_, name), (_, s))| Line {
+                        name: (*name).into(),
+                        points: per_bucket(s, what == "slo"),
+                    })
+                    .collect(),
+                x_log: false,
+            },
+        });
+    }
     let series = |i: usize, name: &str| Line {
         name: name.into(),
         points: first.runs[0]
@@ -1375,6 +1413,32 @@ fn window_figures(shape: Shape, step_s: f64, windows: &[SeedWindow], report: &mu
             }
         }
     }
+}
+
+/// `served`'s SLO attainment (`slo`) or accuracy per 10 simulated seconds, %: (end of the 10 s,
+/// value), over both tenants, the draining after the window counted in the last 10 s.
+fn per_bucket(served: &Served, slo: bool) -> Vec<(f64, f64)> {
+    let n = served.buckets.first().map_or(0, Vec::len);
+    (0..n)
+        .filter_map(|i| {
+            let on_time: f64 = served.buckets.iter().map(|b| b[i].on_time).sum();
+            let value = if slo {
+                let arrived: f64 = served.buckets.iter().map(|b| b[i].arrived).sum();
+                (arrived > 0.0).then(|| 100.0 * on_time / arrived)
+            } else {
+                // Goodput per 10 s (requests/s): the draining 10 s folded into the last.
+                let goodput: f64 = served
+                    .goodput_series
+                    .iter()
+                    .skip(i)
+                    .take(if i + 1 == n { usize::MAX } else { 1 })
+                    .map(|(_, g)| 10.0 * g)
+                    .sum();
+                (on_time > 0.0).then(|| 100.0 * goodput / on_time)
+            };
+            value.map(|v| (10.0 * (i + 1) as f64, v))
+        })
+        .collect()
 }
 
 /// The tenant that went longest without an inference slice in `allocation` (per round: the
@@ -1658,5 +1722,27 @@ mod tests {
         ];
         assert_eq!(longest_without_inference(&allocation), (1, 18.0));
         assert_eq!(longest_without_inference(&[]), (0, 0.0));
+    }
+
+    #[test]
+    fn slo_attainment_and_accuracy_per_10_s_are_over_both_tenants() {
+        let bucket = |arrived, on_time| Bucket {
+            arrived,
+            on_time,
+            ..Bucket::default()
+        };
+        // Two 10 s buckets and the 5 s of draining after them (goodput, requests/s).
+        let served = Served {
+            buckets: vec![
+                vec![bucket(100.0, 90.0), bucket(50.0, 50.0)],
+                vec![bucket(100.0, 70.0), bucket(0.0, 10.0)],
+            ],
+            goodput_series: vec![(10.0, 12.0), (20.0, 4.0), (30.0, 0.5)],
+            ..Served::default()
+        };
+        // 160 of 200 on time, then 60 of 50 (the last 10 s serves what queued before).
+        assert_eq!(per_bucket(&served, true), vec![(10.0, 80.0), (20.0, 120.0)]);
+        // 120 of accuracy-weighted goodput over 160 on time; then (40 + 5) over 60.
+        assert_eq!(per_bucket(&served, false), vec![(10.0, 75.0), (20.0, 75.0)]);
     }
 }
