@@ -1206,47 +1206,37 @@ async fn migrator_on_cluster(
 fn window_figures(shape: Shape, step_s: f64, windows: &[SeedWindow], report: &mut WorkloadReport) {
     let sk = shape.key();
     let first = &windows[0];
-    report.plots.push(Plot {
-        file: format!("gpu-window-goodput-{sk}.png"),
-        title: format!(
-            "One two-tenant window ({}, seed {}) on a cluster's A100: goodput per policy (requests/s on time, at the accuracy of the moment)",
-            shape.name(),
-            first.seed
+    // Goodput, SLO attainment and accuracy over the window, as the paper plots them (§5.2,
+    // Fig. 7, 8a and 8b). Per 10 s: goodput in requests/s on time at the accuracy of the moment;
+    // the requests served on time over those that arrived; the accuracy of those served on time
+    // (the 5 s of draining after the window counted in its last 10 s, as `Served::buckets`
+    // counts them).
+    type Series = fn(&Served) -> Vec<(f64, f64)>;
+    let kinds: [(&str, &str, &str, Series); 3] = [
+        (
+            "goodput",
+            "goodput (requests/s on time, at the accuracy of the moment)",
+            "goodput (requests/s)",
+            |s| s.goodput_series.clone(),
         ),
-        x_label: "simulated seconds".into(),
-        y_label: "goodput (requests/s)".into(),
-        data: PlotData::Lines {
-            lines: WINDOW_POLICIES
-                .iter()
-                .zip(&first.runs)
-                .map(|((_, name), (_, s))| Line {
-                    name: (*name).into(),
-                    points: s.goodput_series.clone(),
-                })
-                .collect(),
-            x_log: false,
-        },
-    });
-    // SLO attainment and accuracy per 10 s, as the paper plots them beside goodput (§5.2,
-    // Fig. 8a and 8b): the requests each 10 s served on time over those that arrived in it, and
-    // the accuracy of those served on time (the 5 s of draining after the window counted in
-    // its last 10 s, as `Served::buckets` counts them).
-    for (what, label, unit) in [
         (
             "slo",
-            "SLO attainment",
+            "SLO attainment per 10 s",
             "requests served on time / arrived, %",
+            |s| per_bucket(s, true),
         ),
         (
             "accuracy",
-            "accuracy of what was served on time",
+            "accuracy of what was served on time per 10 s",
             "accuracy, %",
+            |s| per_bucket(s, false),
         ),
-    ] {
+    ];
+    for (what, label, unit, points) in kinds {
         report.plots.push(Plot {
             file: format!("gpu-window-{what}-{sk}.png"),
             title: format!(
-                "One two-tenant window ({}, seed {}) on a cluster's A100: {label} per 10 s, per policy",
+                "One two-tenant window ({}, seed {}) on a cluster's A100: {label}, per policy",
                 shape.name(),
                 first.seed
             ),
@@ -1258,7 +1248,7 @@ fn window_figures(shape: Shape, step_s: f64, windows: &[SeedWindow], report: &mu
                     .zip(&first.runs)
                     .map(|((_, name), (_, s))| Line {
                         name: (*name).into(),
-                        points: per_bucket(s, what == "slo"),
+                        points: points(s),
                     })
                     .collect(),
                 x_log: false,
