@@ -109,8 +109,8 @@ pub struct Priced {
 /// `Ψ` carried over from the window before can be far below what this window's resizes
 /// cost: a tenant whose every resize was built ahead then plans with `Ψ` = 0, and a resize
 /// that leaves it without a replica for seconds (its old instance in the way of the new one,
-/// [`Plan::exposed`](plan::Plan::exposed)) looks free to the program. `Ψ` only rises here
-/// and is bounded by a resize's full cost, so the loop ends.
+/// [`Plan::exposed`](plan::Plan::exposed)) looks free to the program. `Ψ` only rises here,
+/// and at most [`MAX_PRICINGS`] solves are made.
 pub fn solve_priced(problem: &Problem, layout: &Layout, lead: usize) -> Result<Priced, PlanError> {
     let mut priced = problem.clone();
     let (mut solves, mut time, mut programs) = (0, std::time::Duration::ZERO, 0);

@@ -18,8 +18,10 @@
 //! - nothing, if every instance it moves onto was built ahead by pre-initialization (present
 //!   in the previous step's layout): its initialization and loads overlapped with serving, and
 //!   the old instance's destruction is off the path;
-//! - otherwise the largest new instance's initialization, library and model load, plus the
-//!   destruction of the instances it replaces when it overlaps them; for that long, the
+//! - otherwise until its last new instance is ready: as the worker makes them ([`ready_s`]),
+//!   one reconfiguration at a time and every instance of it one after another, so a new
+//!   instance waits for the others the step creates with it (its initialization, library and
+//!   model load, theirs, and the destruction of the instances they replace); for that long, the
 //!   tenant serves on what it keeps and on its old replicas that are not in the way (the
 //!   executor keeps a tenant's old replica serving until its new ones serve, unless the old
 //!   instance overlaps one the step creates or the step's retraining runs on it, and unless
@@ -33,8 +35,9 @@
 
 use escher_proto::mig::Placement;
 
-use super::plan::Plan;
+use super::plan::{Plan, PlanStep};
 use super::problem::{Problem, Schedule};
+use super::realize::Assignment;
 use crate::gpu::shares::Outcome;
 
 /// One reconfiguration's four phases, seconds.
@@ -77,6 +80,67 @@ pub fn phases(model: &str, gpcs: u8) -> Phases {
         library_s: 1.6,
         model_s,
     }
+}
+
+/// When each instance that step `now` creates (over the layout of `before`, the step before
+/// it) is ready to serve, seconds after the step starts, with `names` the tenants' models.
+///
+/// This is how the executor ([`Migrator`](super::Migrator)) and the worker carry a step out,
+/// so that the plan tells what the cluster will take. The worker makes one reconfiguration
+/// at a time, every phase of every instance one after another (`escher_proto::mig::
+/// LatencyModel::cost`), and an instance serves only once its whole reconfiguration is done.
+/// The executor sends what it can at once: the new instances that overlap no instance still
+/// held (the idle ones it removes are destroyed in the same reconfiguration). The rest wait
+/// for the replicas in their way to drain and for that first reconfiguration to end, then go
+/// in a second one with the destruction of those replicas' instances. So an instance created
+/// beside others is ready only after all of them: a step that replaces two tenants' replicas
+/// in each other's way takes two destructions and two creations, twice one replacement.
+///
+/// Each phase is [`phases`]' for the model the instance is made for (its inference tenant,
+/// its retraining, or the tenant it is built ahead for; ResNet50's for an instance made for
+/// none). Busy instances not in the way of a new one are destroyed later, after their
+/// tenant's new replicas serve, and delay nothing of this step.
+pub fn ready_s(before: &Assignment, now: &PlanStep, names: &[&str]) -> Vec<(Placement, f64)> {
+    let (removed, created) = escher_proto::mig::diff(&before.layout, &now.assignment.layout);
+    let held: Vec<Placement> = removed
+        .iter()
+        .filter(|p| !before.is_idle(p))
+        .copied()
+        .collect();
+    let model_of = |p: &Placement| {
+        let a = &now.assignment;
+        a.inference_of(p)
+            .or_else(|| a.retraining_of(p))
+            .or_else(|| now.warming.iter().find(|w| w.0 == *p).and_then(|w| w.1))
+            .map_or("", |m| names[m])
+    };
+    let make = |p: &Placement| {
+        let f = phases(model_of(p), p.profile.compute);
+        f.init_s + f.library_s + f.model_s
+    };
+    // Destruction does not depend on the model.
+    let destroy = |_: &Placement| phases("", 1).destroy_s;
+    let (second, first): (Vec<Placement>, Vec<Placement>) = created
+        .iter()
+        .partition(|p| held.iter().any(|q| q.overlap(p).is_some()));
+    let first_s: f64 = removed
+        .iter()
+        .filter(|p| before.is_idle(p))
+        .map(destroy)
+        .chain(first.iter().map(make))
+        .sum();
+    let second_s: f64 = first_s
+        + held
+            .iter()
+            .filter(|q| second.iter().any(|p| q.overlap(p).is_some()))
+            .map(destroy)
+            .chain(second.iter().map(make))
+            .sum::<f64>();
+    first
+        .into_iter()
+        .map(|p| (p, first_s))
+        .chain(second.into_iter().map(|p| (p, second_s)))
+        .collect()
 }
 
 /// What [`evaluate_credited`] found.
@@ -133,6 +197,7 @@ pub fn evaluate_credited(problem: &Problem, schedule: &Schedule, plan: &Plan) ->
     let mut lost = 0.0;
     let mut lost_without = 0.0;
     let mut psi_next = Vec::new();
+    let names: Vec<&str> = problem.tenants.iter().map(|t| t.name.as_str()).collect();
     for (m, t) in problem.tenants.iter().enumerate() {
         let mut prev = problem.initial[m];
         let mut down_s: f64 = 0.0;
@@ -159,9 +224,19 @@ pub fn evaluate_credited(problem: &Problem, schedule: &Schedule, plan: &Plan) ->
                 } else {
                     plan.steps[s - 1].assignment.inference[m].clone()
                 };
+                // After the first step, an instance the step creates is ready when its
+                // reconfiguration is ([`ready_s`]); one it already holds takes its loads.
+                let ready = if s == 0 {
+                    Vec::new()
+                } else {
+                    ready_s(&plan.steps[s - 1].assignment, &plan.steps[s], &names)
+                };
                 let full = new
                     .iter()
-                    .map(|p| phases(&t.name, p.profile.compute).on_path(overlaps_any(p, &old)))
+                    .map(|p| match ready.iter().find(|r| r.0 == *p) {
+                        Some(r) => r.1,
+                        None => phases(&t.name, p.profile.compute).on_path(overlaps_any(p, &old)),
+                    })
                     .fold(0.0, f64::max)
                     .max(if new.is_empty() {
                         // Shrinking by dropping a replica: its neighbours keep serving.
