@@ -245,6 +245,9 @@ pub(crate) struct Replica<S: LogStore> {
     stalled: Option<Stalled>,
     /// Read tokens waiting for their index to be applied: `(index, token)`.
     reads: BTreeSet<(u64, u64)>,
+    /// Read tokens raft would drop if asked now, asked once it can answer them (see
+    /// [`Replica::read_index`]).
+    held_reads: Vec<u64>,
     role: StateRole,
     leader: u64,
     /// The latest `now` stamped on an entry: entries never go back in time.
@@ -342,6 +345,7 @@ impl<S: LogStore> Replica<S> {
             snapshot_len,
             membership_changed: false,
             reads: BTreeSet::new(),
+            held_reads: Vec::new(),
             stalled: None,
             role: StateRole::Follower,
             leader: 0,
@@ -571,13 +575,35 @@ impl<S: LogStore> Replica<S> {
 
     /// Asks raft to confirm leadership for the reads under `token` (ReadIndex); a
     /// [`Output::ReadReady`] follows once confirmed and applied.
+    ///
+    /// Raft drops a ReadIndex, without a word, that a leader receives before it has committed
+    /// an entry of its own term (raft-rs's `step_leader`): for the first round trip after an
+    /// election the request would never be answered, and its callers would wait until the
+    /// next change of leader. Stalled on a full disk, raft takes nothing new (see
+    /// `refuse_while_stalled`). In both cases the token is held and asked for at the start of
+    /// the first cycle that can answer it ([`Replica::ask_held_reads`]); a lost leadership
+    /// forgets it with the others ([`Replica::drop_reads`]).
     pub(crate) fn read_index(&mut self, token: u64) {
-        // Stalled, raft takes nothing new (see `refuse_while_stalled`); the read is asked for
-        // again by nobody, so it waits for the next leader's answer or the client's timeout.
-        if self.stalled.is_some() {
+        if !self.can_read_now() {
+            self.held_reads.push(token);
             return;
         }
         self.node.read_index(token.to_be_bytes().to_vec());
+    }
+
+    /// Whether raft would take a ReadIndex now: not stalled, and, leading, with an entry of
+    /// its term committed.
+    fn can_read_now(&self) -> bool {
+        self.stalled.is_none() && (!self.is_leader() || self.node.raft.commit_to_current_term())
+    }
+
+    /// Asks raft for the reads [`Replica::read_index`] held, once it can answer them.
+    fn ask_held_reads(&mut self) {
+        if !self.held_reads.is_empty() && self.can_read_now() {
+            for token in std::mem::take(&mut self.held_reads) {
+                self.node.read_index(token.to_be_bytes().to_vec());
+            }
+        }
     }
 
     /// While the disk is full, raft must not change: the cycle that waits holds raft's
@@ -743,10 +769,13 @@ impl<S: LogStore> Replica<S> {
                 }
                 Err(e) => return Err(e),
             },
-            None => match self.start_cycle(out).await? {
-                Some(started) => started,
-                None => return Ok(()),
-            },
+            None => {
+                self.ask_held_reads();
+                match self.start_cycle(out).await? {
+                    Some(started) => started,
+                    None => return Ok(()),
+                }
+            }
         };
         self.finish_cycle(ready, hard_state, snapshot, syncs, out)
             .await
@@ -882,11 +911,13 @@ impl<S: LogStore> Replica<S> {
         self.maybe_compact().await
     }
 
-    /// Forgets reads that will never be answered here (leadership was lost).
+    /// Forgets reads that will never be answered here (leadership was lost), the held ones
+    /// too.
     pub(crate) fn drop_reads(&mut self) -> Vec<u64> {
         std::mem::take(&mut self.reads)
             .into_iter()
             .map(|(_, t)| t)
+            .chain(std::mem::take(&mut self.held_reads))
             .collect()
     }
 

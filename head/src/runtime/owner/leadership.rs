@@ -156,6 +156,34 @@ mod tests {
         assert!(owner.lost_tail.is_none(), "once");
     }
 
+    #[tokio::test]
+    async fn a_read_asked_before_the_new_leader_commits_in_its_term_is_answered_once_it_does() {
+        // A group of one campaigns as it opens: it leads at once, before the entry of its
+        // term is committed, when raft drops a ReadIndex without a word. The read is held and
+        // asked once the entry commits, so it is answered, not left waiting for the next
+        // election.
+        let mut owner = test_owner();
+        assert!(owner.replica.is_leader());
+        owner.replica.read_index(7);
+        let mut answered = false;
+        for _ in 0..10 {
+            let mut out = Vec::new();
+            owner.replica.cycle(&mut out).await.unwrap();
+            if out
+                .iter()
+                .any(|o| matches!(o, crate::replication::Output::ReadReady { token: 7 }))
+            {
+                answered = true;
+                break;
+            }
+        }
+        assert!(answered, "the read was dropped");
+        // Held reads go with the others when the lead is lost.
+        let mut owner = test_owner();
+        owner.replica.read_index(8);
+        assert_eq!(owner.replica.drop_reads(), vec![8]);
+    }
+
     #[test]
     fn losing_the_lead_answers_what_waited_for_it() {
         let mut owner = test_owner();
