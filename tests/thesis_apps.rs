@@ -37,6 +37,8 @@ async fn wordcount_locality_reads_every_chunk_where_it_lies() -> Result {
     );
     assert!(unaware.local_maps < 12, "{unaware:?}");
     assert!(unaware.transfer_share > esl.transfer_share, "{unaware:?}");
+    // One job per placement: its makespan is the only one.
+    assert_eq!(esl.makespans_s, [esl.makespan_s]);
     wc.shutdown().await;
     Ok(())
 }

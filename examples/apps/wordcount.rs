@@ -108,6 +108,9 @@ pub struct Outcome {
     pub local_maps: usize,
     /// Maps in the job.
     pub maps: usize,
+    /// Every job's makespan of this placement, simulated seconds, in the order they ran (one
+    /// job: its own; [`WordCount::compare`]: all `reps`, the run-to-run spread).
+    pub makespans_s: Vec<f64>,
 }
 
 impl Outcome {
@@ -351,10 +354,12 @@ impl WordCount {
         }
         let transfer: f64 = outs.iter().map(|o| o.transfer_s).sum();
         let total: f64 = outs.iter().map(|o| o.total_s).sum();
+        let makespan_s = self.costs.clock.simulated(makespan);
         Ok(Outcome {
             placement,
             chunk_mb,
-            makespan_s: self.costs.clock.simulated(makespan),
+            makespan_s,
+            makespans_s: vec![makespan_s],
             transfer_share: if total > 0.0 { transfer / total } else { 0.0 },
             local_maps: outs.iter().filter(|o| o.local).count(),
             maps: outs.len(),
@@ -362,7 +367,7 @@ impl WordCount {
     }
 
     /// Runs `reps` jobs of each placement at `chunk_mb`, interleaved; per placement the job of
-    /// median makespan.
+    /// median makespan, with every job's makespan in [`Outcome::makespans_s`].
     pub async fn compare(&self, chunk_mb: f64, reps: usize) -> AnyResult<Vec<Outcome>> {
         let mut runs: BTreeMap<Placement, Vec<Outcome>> = BTreeMap::new();
         for _ in 0..reps.max(1) {
@@ -375,9 +380,13 @@ impl WordCount {
         Ok(runs
             .into_values()
             .map(|mut v| {
-                let m = median(&v.iter().map(|o| o.makespan_s).collect::<Vec<_>>());
+                let all: Vec<f64> = v.iter().map(|o| o.makespan_s).collect();
+                let m = median(&all);
                 let i = v.iter().position(|o| o.makespan_s == m).unwrap_or(0);
-                v.swap_remove(i)
+                Outcome {
+                    makespans_s: all,
+                    ..v.swap_remove(i)
+                }
             })
             .collect())
     }
