@@ -449,9 +449,13 @@ impl Client {
                         | tonic::Code::Internal
                 )
                 && !crate::error::never_sent(&status)
+                && !crate::error::going_away(&status)
             {
                 *maybe_applied = true;
             }
+            // A replica stopping gracefully refuses what it will not process; another may
+            // lead (or will, once this one has handed over).
+            let going_away = crate::error::going_away(&status);
             let expired = tokio::time::Instant::now() >= deadline;
             seen.insert(url.to_string(), summary(&status));
             match answer(&status) {
@@ -470,15 +474,17 @@ impl Client {
                 // gets its recorded reply.
                 Answer::Other
                     if !expired
-                        && matches!(
-                            status.code(),
-                            tonic::Code::Unavailable
-                                | tonic::Code::Unknown
-                                | tonic::Code::Cancelled
-                        )
+                        && (going_away
+                            || matches!(
+                                status.code(),
+                                tonic::Code::Unavailable
+                                    | tonic::Code::Unknown
+                                    | tonic::Code::Cancelled
+                            ))
                         && self.heads.len() > 1 => {}
                 _ => {
                     let retried = matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader)
+                        || going_away
                         || matches!(
                             status.code(),
                             tonic::Code::Unavailable

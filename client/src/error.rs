@@ -374,8 +374,6 @@ impl ClientError {
     }
 }
 
-/// Whether a call's failure reads like a connection cut before any answer (what a head that
-/// speaks TLS does to a plain-text call).
 /// Whether a failed call never left this machine: the connection to the replica could not be
 /// made, so the replica cannot have applied anything.
 pub(crate) fn never_sent(status: &tonic::Status) -> bool {
@@ -385,6 +383,23 @@ pub(crate) fn never_sent(status: &tonic::Status) -> bool {
         || chain.contains("error trying to connect")
 }
 
+/// Whether the replica refused the call because it is going away: an HTTP/2 GOAWAY without
+/// an error, which a replica stopping gracefully sends on its connections. HTTP/2 refuses
+/// every stream the GOAWAY does not cover, so the replica did not process the call, and
+/// another may take it. (tonic reports it as INTERNAL.)
+pub(crate) fn going_away(status: &tonic::Status) -> bool {
+    let mut source = StdError::source(status);
+    while let Some(cause) = source {
+        if let Some(h2) = cause.downcast_ref::<h2::Error>() {
+            return h2.is_go_away() && h2.reason() == Some(h2::Reason::NO_ERROR);
+        }
+        source = cause.source();
+    }
+    false
+}
+
+/// Whether a call's failure reads like a connection cut before any answer (what a head that
+/// speaks TLS does to a plain-text call).
 fn cut_short(message: &str) -> bool {
     [
         "transport error",

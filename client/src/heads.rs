@@ -8,8 +8,9 @@
 //! leader at once (adding a URL it did not know), and otherwise tries the next replica after a
 //! pause that doubles from 20 ms to 500 ms, for at most the client's failover timeout (15 s by
 //! default). An UNAVAILABLE without that entry (a replica that is down, a broken connection;
-//! tonic reports a connection cut mid-call as UNKNOWN, which is treated alike) is retried the
-//! same way when more than one replica is known; with one, it is the caller's error at once,
+//! tonic reports a connection cut mid-call as UNKNOWN, and a call refused by a replica stopping
+//! gracefully, an HTTP/2 GOAWAY, as INTERNAL, which are treated alike) is retried the same way
+//! when more than one replica is known; with one, it is the caller's error at once,
 //! as it always was. Nothing else is retried here. A transient "not leader" is
 //! never surfaced: the caller sees a success, its own error, or, after the failover timeout,
 //! [`ClientError::Unavailable`].
