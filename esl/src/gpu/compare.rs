@@ -32,7 +32,7 @@ use super::migrator::problem::Problem;
 use super::migrator::reconfig::{evaluate_credited, lead_steps, phases};
 use super::migrator::solve_priced;
 use super::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
-use super::shares::{Outcome, evaluate_mig, evaluate_shares, evaluate_shares_paying};
+use super::shares::{Outcome, capacity_at, evaluate_mig, evaluate_shares, evaluate_shares_paying};
 
 /// The policies compared, in the order of [`Comparison::rows`].
 pub const POLICIES: [&str; 6] = [
@@ -59,6 +59,48 @@ pub struct Comparison {
     pub solve_times: Vec<Duration>,
     /// What pre-initialization saved MIGRator's forecast plans over the windows.
     pub preinit: Preinit,
+    /// The most any schedule could serve on time over the windows ([`slo_bound`]; its
+    /// `goodput` and `accuracy` are 0).
+    pub bound: Outcome,
+}
+
+/// The most requests any schedule could serve on time in `problem`'s window, as every policy
+/// here is evaluated (`min(arrivals, capacity)` per step): at each step, the split of the
+/// GPU's seven GPCs between the tenants' inference that serves the most, in hundredths of a
+/// GPC, with no retraining, no resize cost and no MIG placement rule. An upper bound on every
+/// policy's SLO attainment, so on what a schedule can gain from it.
+///
+/// Each tenant's on-time count is concave in its share (capacity is the concave envelope of
+/// its capability, capped by its arrivals), so the split that hands each hundredth to the
+/// tenant it helps most is the best one.
+pub fn slo_bound(problem: &Problem) -> Outcome {
+    const UNITS: usize = 700;
+    let n = problem.tenants.len();
+    let capacity: Vec<Vec<f64>> = (0..n)
+        .map(|m| {
+            (0..=UNITS)
+                .map(|u| capacity_at(problem, m, u as f64 / 100.0))
+                .collect()
+        })
+        .collect();
+    let mut out = Outcome::default();
+    for s in 0..problem.steps() {
+        let arrived: Vec<f64> = (0..n).map(|m| problem.arrivals(m, s)).collect();
+        let served = |m: usize, u: usize| arrived[m].min(capacity[m][u]);
+        let mut units = vec![0usize; n];
+        for _ in 0..UNITS {
+            let best = (0..n)
+                .map(|m| (m, served(m, units[m] + 1) - served(m, units[m])))
+                .max_by(|a, b| a.1.total_cmp(&b.1));
+            match best {
+                Some((m, gain)) if gain > 0.0 => units[m] += 1,
+                _ => break,
+            }
+        }
+        out.arrived += arrived.iter().sum::<f64>();
+        out.on_time += (0..n).map(|m| served(m, units[m])).sum::<f64>();
+    }
+    out
 }
 
 /// Reconfiguration overhead along MIGRator's plans, with and without pre-initialization
@@ -99,6 +141,7 @@ pub fn compare(
     let mut errors = vec![0.0; 2];
     let mut solve_times = Vec::new();
     let mut preinit = Preinit::default();
+    let mut bound = Outcome::default();
     // Ψ per tenant for the forecast and the oracle plans: measured in their previous window
     // (P0's definition), the last window of history for the first.
     let mut psi = [
@@ -107,6 +150,7 @@ pub fn compare(
     ];
     for w in HISTORY_WINDOWS..HISTORY_WINDOWS + windows {
         let actual = workload.actual(w, step_s);
+        bound.add(slo_bound(&actual));
         let (mut forecast, _) = workload.forecast(w, step_s);
         for (m, e) in errors.iter_mut().enumerate() {
             *e += mape(&forecast.tenants[m].forecast, &actual.tenants[m].forecast) / windows as f64;
@@ -165,6 +209,7 @@ pub fn compare(
         forecast_mape: errors,
         solve_times,
         preinit,
+        bound,
     })
 }
 
@@ -187,6 +232,7 @@ impl Comparison {
             out.preinit.preinitialized += c.preinit.preinitialized;
             out.preinit.lost_s += c.preinit.lost_s;
             out.preinit.lost_without_s += c.preinit.lost_without_s;
+            out.bound.add(c.bound);
         }
         for e in &mut out.forecast_mape {
             *e /= runs.len() as f64;
@@ -241,6 +287,50 @@ mod tests {
     use super::super::ekya::{online, online_on_mig};
     use super::super::migrator::ilp::solve;
     use super::*;
+
+    #[test]
+    fn the_slo_bound_splits_the_gpu_where_it_serves_most_and_no_policy_passes_it() {
+        use super::super::migrator::problem::Tenant;
+        // Two tenants serving 10 requests/s per GPC: 30/s and 50/s arrive for 10 s, then
+        // 80/s and 0. The seven GPCs serve 70 of the first 80 per second, then 70 of 80.
+        let tenant = |forecast: Vec<f64>| Tenant {
+            name: "resnet50".into(),
+            min_gpcs: 1,
+            capability: [0.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0],
+            forecast,
+            retrain_s: [f64::INFINITY, 50.0, 30.0, 20.0, 15.0, 12.0, 10.0, 9.0],
+            acc_pre: 0.5,
+            acc_post: 0.8,
+            psi_s: 6.0,
+        };
+        let mut first = vec![30.0; 10];
+        first.extend([80.0; 10]);
+        let mut second = vec![50.0; 10];
+        second.extend([0.0; 10]);
+        let problem = Problem {
+            model: escher_proto::mig::GpuModel::A100_40GB,
+            tenants: vec![tenant(first), tenant(second)],
+            window_s: 20,
+            step_s: 1.0,
+            initial: vec![3, 4],
+        };
+        let bound = slo_bound(&problem);
+        assert!((bound.arrived - 1600.0).abs() < 1e-6, "{bound:?}");
+        assert!((bound.on_time - 1400.0).abs() < 1e-6, "{bound:?}");
+        // Every policy of a comparison stays under it.
+        let c = compare(Shape::Bursty, 1, 10.0, 4).unwrap();
+        for (name, row) in POLICIES.iter().zip(&c.rows) {
+            assert!(
+                (row.arrived - c.bound.arrived).abs() < 1e-6 * row.arrived,
+                "{name}"
+            );
+            assert!(
+                row.on_time <= c.bound.on_time + 1e-6,
+                "{name}: {row:?} {:?}",
+                c.bound
+            );
+        }
+    }
 
     /// `workload` with every arrival from second `t` on changed (doubled plus 50).
     fn changed_after(workload: &Workload, t: usize) -> Workload {
