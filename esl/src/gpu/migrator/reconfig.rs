@@ -224,8 +224,9 @@ pub fn evaluate_credited(problem: &Problem, schedule: &Schedule, plan: &Plan) ->
                 } else {
                     plan.steps[s - 1].assignment.inference[m].clone()
                 };
-                // After the first step, an instance the step creates is ready when its
-                // reconfiguration is ([`ready_s`]); one it already holds takes its loads.
+                // An instance the step creates is ready when its reconfiguration is
+                // ([`ready_s`]); at step 0 (no layout before it in the plan) and for an
+                // instance that exists already, its own phases count, as before.
                 let ready = if s == 0 {
                     Vec::new()
                 } else {

@@ -106,7 +106,6 @@ pub(crate) struct HeadsView {
 }
 
 impl<S: LogStore> Owner<S> {
-    /// The answer to a linearizable read on a leader whose disk is full, in a group.
     /// Whether this replica, leading a group of several, is stalled (its disk full): raft can
     /// confirm nothing it does, and the others will elect another leader, so it answers no
     /// linearizable read, takes no worker, and renews no lease.
