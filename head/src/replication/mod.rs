@@ -106,7 +106,9 @@ pub use config::{
     DEFAULT_ELECTION_TICKS, DEFAULT_HEARTBEAT_TICKS, DEFAULT_SNAPSHOT_BYTES, DEFAULT_TICK,
     ReplicaConfig, ReplicaConfigError, SINGLE_GROUP, derived_group,
 };
-pub use log::{DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, LostTail, MemLog};
+pub use log::{
+    CUT_TAIL_IDS, DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, LostTail, MemLog,
+};
 pub(crate) use peers::group_status;
 pub(crate) use replica::{Applied, NotAccepted, Output, Replica};
 pub use replica::{Persistence, ReplicationError};

@@ -105,7 +105,7 @@ pub use disk::{DiskLog, DiskLogOptions};
 pub use error::LogError;
 pub use identity::LogIdentity;
 pub use mem::MemLog;
-pub use recover::LostTail;
+pub use recover::{CUT_TAIL_IDS, LostTail};
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
@@ -131,8 +131,8 @@ pub trait LogStore: raft::Storage + Clone + Send + Sync + 'static {
     /// Bytes of log written since the last snapshot: the encoded size of the entries above it,
     /// the compaction trigger.
     fn bytes_since_snapshot(&self) -> u64;
-    /// The last write, if it was damaged after it was written whole and cut off when the log
-    /// was opened (it may have been acknowledged); `None` for a log that lost nothing.
+    /// The last write, if it was torn or damaged and cut off when the log was opened (it may
+    /// have been acknowledged: see [`LostTail`]); `None` for a log that lost nothing.
     fn lost_tail(&self) -> Option<LostTail> {
         None
     }

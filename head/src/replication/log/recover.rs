@@ -9,7 +9,8 @@
 //!    newest, segments before the newest snapshot's first segment;
 //! 4. the newest snapshot file gives the starting snapshot, hard state and conf state; the
 //!    segments from its first segment on must be consecutive, and are replayed record by record;
-//! 5. only the newest segment may end in a torn write, which is cut off (and the cut fsync'd);
+//! 5. only the newest segment may end in a torn write, which is cut off (and the cut fsync'd)
+//!    and reported as a [`LostTail`]: whether it was ever acknowledged is not always known;
 //! 6. the hard state must not commit past the last entry.
 
 use std::fs::{self, File, OpenOptions};
@@ -46,13 +47,21 @@ pub(super) struct Recovered {
     pub(super) active: ActiveSegment,
     /// The index of the snapshot file on disk, if there is one.
     pub(super) snapshot_index: Option<u64>,
-    /// A last write that was damaged after it was written whole, and cut off.
+    /// A last write that was torn or damaged, and cut off.
     pub(super) lost_tail: Option<LostTail>,
 }
 
-/// The last write of a log, damaged after it was written whole and cut off at open: it may have
-/// been synced and acknowledged, so what it held (entries, and the ids they gave out) is lost
-/// to this replica.
+/// The last write of a log, cut off at open because it was torn or damaged. It may have been
+/// synced and acknowledged, so what it held (entries, and the ids they gave out) may be lost to
+/// this replica:
+///
+/// - **written whole** (its sync marker is intact after the damage): a disk that lost or
+///   flipped bytes it had synced. The write may have been acknowledged, and it held at most
+///   [`bytes`](Self::bytes) bytes.
+/// - **unfinished** (no sync marker after it): either the process or the machine stopped while
+///   writing it (then it was never acknowledged), or the file lost its end after the write was
+///   synced (a cut tail: then it may have been acknowledged, and the cut may have taken later
+///   writes with it). The bytes cannot tell the two apart, nor how much a cut took.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LostTail {
     /// The segment file.
@@ -61,6 +70,49 @@ pub struct LostTail {
     pub offset: u64,
     /// How many bytes were cut.
     pub bytes: u64,
+    /// Whether the write's sync marker was intact (see above).
+    pub written_whole: bool,
+}
+
+/// How many ids a cut tail may have held beyond the bytes that are left of it: as if up to
+/// 1 MiB of writes had been cut off after them (the head cannot know how much a cut took).
+pub const CUT_TAIL_IDS: u64 = 1 << 20;
+
+impl LostTail {
+    /// The most task (and node) ids the lost write or writes may have given out: one per byte
+    /// of a write damaged after it was written whole; for an unfinished write, one per byte
+    /// left of it plus [`CUT_TAIL_IDS`].
+    pub fn ids_at_risk(&self) -> u64 {
+        if self.written_whole {
+            self.bytes.max(1)
+        } else {
+            self.bytes.saturating_add(CUT_TAIL_IDS)
+        }
+    }
+
+    /// What the head knows and cannot know about the lost write, for its warnings.
+    pub fn describe(&self) -> String {
+        let at = format!(
+            "{} bytes at offset {} of {}",
+            self.bytes,
+            self.offset,
+            self.path.display()
+        );
+        if self.written_whole {
+            format!(
+                "the raft log's last write ({at}) was damaged after it was written whole and \
+                 may have been acknowledged"
+            )
+        } else {
+            format!(
+                "the raft log ends in a write without its sync marker ({at}): either the head \
+                 stopped while writing it (then it was never acknowledged) or the file lost its \
+                 end after the write was synced (then it, and any later write the cut took, \
+                 may have been acknowledged); the log cannot tell which, nor how many bytes a \
+                 cut took"
+            )
+        }
+    }
 }
 
 /// Opens (or creates) the log in `dir`.
@@ -129,7 +181,13 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
             }
         })?;
         if let Some(why) = scanned.torn_why {
-            if scanned.written_whole {
+            let lost = LostTail {
+                path: path.clone(),
+                offset: scanned.valid_len,
+                bytes: scanned.torn,
+                written_whole: scanned.written_whole,
+            };
+            if lost.written_whole {
                 tracing::error!(
                     path = %path.display(),
                     offset = scanned.valid_len,
@@ -140,21 +198,22 @@ pub(super) fn recover(dir: &Path, identity: &LogIdentity) -> Result<Recovered, L
                      lost to this replica; cut it off (a replica of a group gets it back from the \
                      leader; a lone head skips the ids it may have given out)"
                 );
-                lost_tail = Some(LostTail {
-                    path: path.clone(),
-                    offset: scanned.valid_len,
-                    bytes: scanned.torn,
-                });
             } else {
                 tracing::warn!(
                     path = %path.display(),
                     offset = scanned.valid_len,
                     dropped_bytes = scanned.torn,
                     why = %why.describe(),
-                    "cut a write that never finished off the end of the raft log (its sync \
-                     marker is missing, so it was never acknowledged)"
+                    ids_skipped = lost.ids_at_risk(),
+                    "cut a write without its sync marker off the end of the raft log: the head \
+                     stopped while writing it (never acknowledged), or the file lost its end \
+                     after it was synced (it, and later writes the cut took, may have been \
+                     acknowledged); the log cannot tell which, so it counts what it held as \
+                     lost (a replica of a group gets it back from the leader; a lone head skips \
+                     the ids it may have given out)"
                 );
             }
+            lost_tail = Some(lost);
         }
         if scanned.valid_len == 0 {
             // Not even the header made it: the segment was being created.

@@ -32,15 +32,7 @@ impl<S: LogStore> Owner<S> {
                 self.propose(command, None, Pending::Quiet);
             }
             if let Some(lost) = self.lost_tail.take() {
-                // The lost records held at most one id per byte.
-                let why = format!(
-                    "the raft log's last write ({} bytes at offset {} of {}) was damaged after \
-                     it was written whole and may have been acknowledged",
-                    lost.bytes,
-                    lost.offset,
-                    lost.path.display()
-                );
-                let count = lost.bytes.max(1);
+                let (count, why) = (lost.ids_at_risk(), lost.describe());
                 self.leading = true;
                 self.propose(Command::SkipIds { count, why }, None, Pending::Quiet);
             }
@@ -142,6 +134,7 @@ mod tests {
             path: "/data/00000000000000000001.log".into(),
             offset: 4096,
             bytes: 300,
+            written_whole: true,
         });
         owner.on_role(ReplicaRole::Leader, Some(1));
         let batch = owner.batch.take();
@@ -154,6 +147,30 @@ mod tests {
             batch.commands
         );
         assert!(owner.lost_tail.is_none(), "once");
+    }
+
+    #[test]
+    fn a_leader_whose_log_lost_a_cut_tail_skips_more_than_the_bytes_left_and_says_what_it_cannot_know()
+     {
+        // A write without its sync marker: a head stopped while writing it, or a file that lost
+        // its end after it was synced. The bytes left say nothing of how much a cut took.
+        let mut owner = test_owner();
+        owner.lost_tail = Some(crate::replication::LostTail {
+            path: "/data/00000000000000000001.log".into(),
+            offset: 4096,
+            bytes: 40,
+            written_whole: false,
+        });
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let batch = owner.batch.take();
+        let skipped = batch.commands.iter().find_map(|(c, _)| match c {
+            Command::SkipIds { count, why } => Some((*count, why.clone())),
+            _ => None,
+        });
+        let (count, why) = skipped.expect("ids skipped");
+        assert_eq!(count, 40 + crate::replication::CUT_TAIL_IDS);
+        assert!(why.contains("cannot tell"), "{why}");
+        assert!(!why.contains("never acknowledged,"), "{why}");
     }
 
     #[tokio::test]
