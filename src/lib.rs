@@ -43,3 +43,8 @@ pub use local_cluster::{LocalCluster, LocalClusterBuilder, LocalClusterError};
 #[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
+
+/// The client API page's Rust example, compiled as a doctest for the same reason.
+#[doc = include_str!("../docs/client.md")]
+#[cfg(doctest)]
+pub struct ClientPageDoctests;

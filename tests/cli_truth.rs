@@ -603,7 +603,7 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     cluster.shutdown().await;
 }
 
-/// A reader token runs what the README says it may: `status`, `nodes` and `top` (it sees no
+/// A reader token runs what docs/security.md says it may: `status`, `nodes` and `top` (it sees no
 /// task, and the commands say so instead of failing).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_token_runs_status_nodes_and_top() {

@@ -2,7 +2,7 @@
 //! nothing pulled), the escher image on it with the binaries cargo built for this test
 //! (`deploy/build-image`, the Dockerfile's `prebuilt` target), then `deploy/compose.yaml` under a
 //! project name of its own: three durable head replicas and three workers (one with a
-//! simulated A100). Against it, the README's multi-machine commands, run in a head's
+//! simulated A100). Against it, docs/operations.md's multi-machine commands, run in a head's
 //! container as an operator would (`escher heads`, `status`, `nodes`, `submit --wait`, `logs`);
 //! what the workers were given (a worker-only credential, never the admin's file); tasks run
 //! as users of their own; a failover of the leader; `down` then `up` again keeping every task
@@ -356,7 +356,7 @@ fn the_compose_cluster_runs_the_readme_tour() {
          ({binaries})"
     );
 
-    // `up`, then the README's first task: from `up` to its end.
+    // `up`, then docs/operations.md's first task: from `up` to its end.
     let up_at = Instant::now();
     deployment.up();
     let up_took = up_at.elapsed();
@@ -830,8 +830,8 @@ fn formats(deployment: &Deployment, head: &str) -> (BTreeMap<u64, Option<(u64, u
     (formats, leader(&heads))
 }
 
-/// A rolling upgrade on the compose cluster (the README's procedure): each head replica's
-/// container is replaced by one of "the next release" (this image under the test seam
+/// A rolling upgrade on the compose cluster (docs/data-directory.md's procedure): each head
+/// replica's container is replaced by one of "the next release" (this image under the test seam
 /// `ESCHER_TEST_NEXT_DATA_FORMAT=1`, one data format more), followers first and the leader last,
 /// while a container of its own on the project's network submits tasks in a loop (each under
 /// an idempotency key, retried under it until acknowledged). The group keeps writing format 1

@@ -40,7 +40,7 @@ async fn a_tenants_task_reaches_nothing_of_its_worker_or_of_other_tenants() {
     let root = nix::unistd::geteuid().is_root();
     let mut cluster = ProcessCluster::builder().workers(0).start().await;
     let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
-    // Started as the README says for another machine: the join token in ESCHER_TOKEN.
+    // Started as docs/security.md says for another machine: the join token in ESCHER_TOKEN.
     cluster.next_workers(WorkerExtra {
         env: vec![("ESCHER_TOKEN".into(), access.worker_token.clone())],
         ..WorkerExtra::default()
@@ -480,7 +480,7 @@ async fn loose_access_files_weak_tokens_and_control_characters_are_refused() {
         .unwrap_err();
     assert!(err.to_string().contains("control character"), "{err}");
 
-    // The README's layout for a worker on another machine: a worker-only credential file,
+    // docs/security.md's layout for a worker on another machine: a worker-only credential file,
     // never the admin's access file.
     let credential = cluster.dir().join("worker.json");
     let credential_arg = credential.display().to_string();

@@ -1,5 +1,5 @@
 //! The Python package's suite (`python/tests`, pytest) and its examples (`python/examples`),
-//! run by `cargo test --workspace` as the README installs the package: a fresh virtual
+//! run by `cargo test --workspace` as docs/python.md installs the package: a fresh virtual
 //! environment in a temporary directory, `pip install ./python` (maturin builds the native
 //! module, abi3, once, with the dev profile, reusing what `cargo test` built), pytest and mypy
 //! from PyPI. Fails if pytest fails.
@@ -92,7 +92,7 @@ fn venv(dir: &Path) -> Result<PathBuf> {
             .arg("./python")
             .args(["pytest", "mypy"])
             .current_dir(root())
-            // The README's install, built with the dev profile in the workspace's target
+            // docs/python.md's install, built with the dev profile in the workspace's target
             // directory, beside what `cargo test` built (cargo holds no lock on it while
             // tests run).
             .env("MATURIN_PEP517_ARGS", "--profile dev")

@@ -1,5 +1,5 @@
 """escher's scheduling libraries (ESLs) from Python: bindings over the Rust ESLs, with the same
-semantics (docs: the README's "Scheduling libraries"). Each policy works on the session
+semantics (docs: docs/esls.md). Each policy works on the session
 ``escher.init()`` opened and hands out ``Spec``s, which tasks take with
 ``f.options(spec=...)`` or ``escher.submit(..., spec=...)``; ``a.and_(b)`` composes two.
 
