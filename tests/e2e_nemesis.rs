@@ -1,5 +1,5 @@
 //! Faults at the network, the processes and the disk, checked against a recorded history
-//! (issue 31; docs/RELIABILITY.md): three durable head replicas and four workers, each in a
+//! (docs/RELIABILITY.md): three durable head replicas and four workers, each in a
 //! network namespace of its own, under load from several recording clients, with each
 //! nemesis of the short schedule injected once and healed; then the checker's rules over the
 //! whole history must find nothing.

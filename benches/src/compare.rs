@@ -5,7 +5,7 @@
 //!
 //! Figures are matched by their stable id (`w1.throughput.100000`); a figure in only one run
 //! is listed apart. A ratio within the threshold (10% by default) is "same": one run on a
-//! 2-core machine moves that much by itself (BENCHMARKS.md, "Run to run").
+//! 2-core machine moves that much by itself (docs/benchmarks-history.md, "Run to run").
 
 use std::path::{Path, PathBuf};
 

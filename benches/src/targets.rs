@@ -41,7 +41,7 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
         ),
         failover(find("w10.p50"), find("w10.max")),
     ];
-    // Issue 33's, where `python` ran.
+    // The Python package's, where `python` ran.
     checks.extend(crate::workloads::python::targets(&figs));
     checks
 }

@@ -150,7 +150,7 @@ type Rec = Arc<Mutex<Recorder>>;
 /// What the client was told, as an outcome: [`ClientError::UnknownOutcome`] (the client says
 /// the write may or may not have been applied) is `Unknown`; every other error is taken at its
 /// word as a failure, so that a write reported failed that happened anyway is an anomaly
-/// (issue 31: a client that cannot learn whether a write committed must say so).
+/// (a client that cannot learn whether a write committed must say so, never report a failure).
 fn classify<T>(error: &ClientError) -> Outcome<T> {
     match error {
         ClientError::UnknownOutcome { .. } => Outcome::Unknown(error.to_string()),

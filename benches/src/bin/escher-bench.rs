@@ -8,7 +8,7 @@ use escher_bench::{Options, markdown, run};
 
 /// The same allocator as the binaries it measures (the in-process clusters' heads and workers
 /// allocate from many threads at once). jemalloc's per-thread caches serve that better than glibc's
-/// locked arenas (BENCHMARKS.md, "The allocator").
+/// locked arenas (docs/benchmarks-history.md, "The allocator").
 #[global_allocator]
 static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 

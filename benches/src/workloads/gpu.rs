@@ -852,8 +852,8 @@ const WINDOW_POLICIES: [(&str, &str); 4] = [
     ("paris", "PARIS"),
 ];
 
-/// The trace shapes a window is run with on the cluster (the brief of issue 34: bursty and
-/// diurnal, as the paper's workloads).
+/// The trace shapes a window is run with on the cluster: bursty and diurnal, the two kinds of
+/// load the paper's workloads put on a tenant.
 const WINDOW_SHAPES: [Shape; 2] = [Shape::Bursty, Shape::Diurnal];
 
 /// P0's gains over each baseline (§5.2, averages over W1-W16): goodput (Fig. 7), SLO
@@ -1164,7 +1164,8 @@ fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<
 }
 
 /// The seeds each MIGRator comparison runs, in memory and on the cluster: three at full size
-/// (issue 34: "three seeds each"), fewer at the smaller sizes.
+/// (other bursts and noise of the same shape, so that no one draw decides a gain), fewer at
+/// the smaller sizes.
 fn window_seeds(ctx: &Ctx) -> Vec<u64> {
     (0..ctx.size.pick(1, 1, 3)).collect()
 }

@@ -1,5 +1,5 @@
-//! Python: escher beside Ray, each from one Python driver of its own, in the same run (issue
-//! 33's measurements): no-op remote functions submitted one `.remote()` at a time (tasks/s;
+//! Python: escher beside Ray, each from one Python driver of its own, in the same run:
+//! no-op remote functions submitted one `.remote()` at a time (tasks/s;
 //! target ≥ 3× Ray's), escher's batched `f.map` (no Ray figure: Ray has no batch submit), the
 //! `f.remote()` then `get` round trip (p50; target ≤ ½ of Ray's) and remote functions given a
 //! 1 MiB argument (tasks/s).
@@ -240,7 +240,7 @@ async fn one(
     Ok(serde_json::from_str(line)?)
 }
 
-/// Issue 33's targets, checked where the workload ran (none otherwise): no-op remote
+/// The Python targets, checked where the workload ran (none otherwise): no-op remote
 /// functions from one client ≥ 3× Ray's, and the round trip's p50 ≤ ½ of Ray's.
 pub fn targets(figs: &[&Figure]) -> Vec<TargetCheck> {
     let find = |id: &str| figs.iter().copied().find(|f| f.id == id);

@@ -13,8 +13,8 @@
 //!   planned and charged the same way;
 //! - **Ekya**: only what Ekya knows ([`online`]: the rates observed so far, its own objective),
 //!   its share changes paying MIGRator's resize cost ([`evaluate_shares_paying`]);
-//! - **Ekya (exact future, free changes)**: the baseline as it was before issue 34
-//!   ([`thief`]), printed so that the difference shows;
+//! - **Ekya (exact future, free changes)**: the baseline as it was before Ekya was given only
+//!   what it knows ([`thief`]), printed so that the difference shows;
 //! - **Astraea** and **PARIS** as before: Astraea reads each step's arrivals as they come
 //!   (its shares follow the load at no cost), PARIS the window's mean arrivals (its static
 //!   split); neither is given a forecaster here.

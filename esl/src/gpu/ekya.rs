@@ -24,9 +24,10 @@
 //! worth is evaluated with its share changes paying MIGRator's reconfiguration cost
 //! ([`evaluate_shares_paying`](super::shares::evaluate_shares_paying)).
 //!
-//! [`thief`] is the baseline as it was before (issue 34): it scores every theft with
-//! [`evaluate_shares`] over the window's **exact future arrivals**, which is MIGRator's own
-//! objective; it is kept as an upper bound of what the thief could do, not as Ekya.
+//! [`thief`] is the baseline as it was before Ekya was given only what it knows: it scores
+//! every theft with [`evaluate_shares`] over the window's **exact future arrivals**, which is
+//! MIGRator's own objective; it is kept as an upper bound of what the thief could do, not as
+//! Ekya.
 
 use super::migrator::problem::{Problem, Retraining, Schedule};
 use super::migrator::realize::realizable;

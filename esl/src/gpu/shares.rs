@@ -88,8 +88,8 @@ pub fn evaluate_shares(problem: &Problem, plan: &SharePlan) -> Outcome {
 /// What a fractional plan earns on `problem` when its share changes pay what MIGRator's
 /// resizes pay in [`evaluate_mig`]: a tenant whose inference share changes serves nothing for
 /// its `psi_s` (the window starting from the shares of `problem.initial`'s GPCs, as MIGRator's
-/// plans do). Ekya's baseline is evaluated so (issue 34: "its share changes paying the same
-/// costs").
+/// plans do). Ekya's baseline is evaluated so: a share change costs it what a resize costs
+/// MIGRator, so that neither policy's changes are free in the comparison.
 pub fn evaluate_shares_paying(problem: &Problem, plan: &SharePlan) -> Outcome {
     evaluate_shares_with(problem, plan, true)
 }

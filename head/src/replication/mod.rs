@@ -73,9 +73,10 @@
 //! system `protoc` at build time). The `protobuf` 2.28 crate carries RUSTSEC-2024-0437
 //! (unbounded recursion while parsing a crafted message can overflow the stack). It is
 //! acceptable here because the only bytes this head parses with it are `RaftBatch` messages
-//! from its peers: the `Raft` service is reachable only on the head's own port, which, once
-//! security (docs/DESIGN.md §10) lands, admits only authenticated peers; nothing a client or worker
-//! sends reaches that parser.
+//! from its peers: the auth layer in front of the head's port admits a `Raft` call only with
+//! the group's peer token (the access file's `peer_token`; no client's or worker's token, not
+//! even an admin's: `head/src/auth/layer.rs`, docs/DESIGN.md §10), so nothing a client or
+//! worker sends reaches that parser.
 //!
 //! # Layout
 //!

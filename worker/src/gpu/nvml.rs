@@ -28,7 +28,8 @@
 //! returns an empty list (the vector's length is never set); escher's MIG model has the
 //! placements anyway. Creating an instance takes the driver's profile id, read with the wrapped
 //! `profile_info` (`nvmlDeviceGetGpuInstanceProfileInfo`); destroying finds the instance by
-//! its placement. This module is the only place in the workspace that allows `unsafe`.
+//! its placement. The workspace denies `unsafe` code; this module allows it for these calls,
+//! as a few others do for theirs, each saying why in its module doc.
 //!
 //! None of this runs on a machine without an NVIDIA driver; the tests here cover the no-driver
 //! path and the pure helpers. `escher-worker --detect` prints what this module reads, and

@@ -37,8 +37,8 @@
 //! exact one, and what the optimality test checks against brute force). The first stage's
 //! answer held at the fine step is a fine schedule as well, and [`solve`] returns whichever of
 //! the two the fine objective prefers: a 1 s plan then never loses, on its own objective, to
-//! the 10 s plan it had in hand (issue 34: the 1 s and 10 s plans compared with the same
-//! information and the same programs).
+//! the 10 s plan it had in hand, so that the two plans compare with the same information and
+//! the same programs.
 
 use std::time::{Duration, Instant};
 

@@ -259,7 +259,7 @@ fn the_executed_plan_drains_before_destroying_and_never_moves_retraining() {
 
 #[test]
 fn the_1s_plan_never_loses_to_the_10s_plan_on_its_own_objective() {
-    // Issue 34: the 1 s plan came from a two-stage solve that could land below the 10 s plan.
+    // The 1 s plan came from a two-stage solve that could land below the 10 s plan.
     // Both now have the same information (the window's arrivals) and the same programs: the
     // 10 s program is the 1 s solve's first stage, and its answer held at 1 s is kept when the
     // 1 s objective prefers it.
@@ -429,9 +429,9 @@ fn longest_unserved(
 
 #[test]
 fn a_resize_keeps_the_old_replica_serving_until_the_new_one_does() {
-    // Issue 34: at the diurnal window's step 50, tenant 1's 1-GPC replica was drained at the
-    // step's start for tenant 0 while its new 2-GPC instance was still being created, and it
-    // served nothing for 5.4-5.8 s. Its new instance overlaps none of its old ones, so the old
+    // At the diurnal window's step 50, tenant 1's 1-GPC replica was drained at the step's
+    // start for tenant 0 while its new 2-GPC instance was still being created, and it served
+    // nothing for 5.4-5.8 s. Its new instance overlaps none of its old ones, so the old
     // one serves until the new one does, and the plan counts no time without a replica.
     let (p, schedule) = resize_window();
     for preinitialize in [false, true] {

@@ -103,10 +103,10 @@ fn a_file_cut_mid_record_loses_only_that_write_and_it_is_never_replayed() {
     assert_eq!(ents, vec![entry_with_data(9, 1), entry_with_data(10, 2)]);
 }
 
-/// The newest segment cut 10 bytes short (issue 46): the last write, which may have been
-/// synced and acknowledged before the cut, is lost, and the log does not claim it was never
-/// acknowledged; the ids a lone head skips for it cover the whole write and more, since a cut
-/// may take later writes too.
+/// The newest segment cut 10 bytes short, as a file that lost its end after it was synced
+/// would be: the last write, which may have been synced and acknowledged before the cut, is
+/// lost, and the log does not claim it was never acknowledged; the ids a lone head skips for it
+/// cover the whole write and more, since a cut may take later writes too.
 #[test]
 fn a_tail_cut_10_bytes_short_is_reported_lost_with_the_ids_it_may_have_held() {
     let dir = tempfile::tempdir().unwrap();
