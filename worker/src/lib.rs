@@ -36,6 +36,7 @@
 //! - `gpu/`: GPUs: NVML and simulated discovery ([`SimGpuSpec`]), the device allocator, MIG
 //!   reconfiguration jobs.
 //! - [`exec`]: the command executor (processes, signals, log files).
+//! - [`objects`]: the node's object store (tmpfs files, memory-mapped, spilled to disk).
 //! - [`WorkerError`] (`error.rs`).
 //! - `bin/escher-worker.rs`: the binary.
 #![warn(missing_docs)]
@@ -54,6 +55,7 @@ mod handle;
 mod head_conn;
 mod identity;
 mod link;
+pub mod objects;
 pub mod pidns;
 mod python;
 mod runner;
