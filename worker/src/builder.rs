@@ -268,6 +268,7 @@ impl WorkerBuilder {
         crate::python::install(
             config.python,
             &mut resources,
+            &mut labels,
             &mut functions,
             Arc::clone(&isolation),
         )?;

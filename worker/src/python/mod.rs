@@ -2,7 +2,8 @@
 //! (`@escher.remote`), behind one built-in function named [`FUNCTION`].
 //!
 //! A worker offers Python when it has a usable interpreter (CPython 3.9 or later that imports
-//! `cloudpickle`, checked once at start by running it briefly: `detect.rs`): the one
+//! `cloudpickle`, checked once at start by running it briefly as its tasks would run it, as
+//! their user: `detect.rs`; the node's label [`LABEL`] says which, or why none): the one
 //! `ESCHER_PYTHON` names (a path, or a name found on `PATH`; `auto` for `python3`, `off` for
 //! none), else, for `escher-worker` ([`PythonDetection::Detect`]), `python3` on `PATH`;
 //! `escher-worker --no-python` turns it off. It then registers [`FUNCTION`] and advertises the
@@ -42,17 +43,22 @@
 //! A task's argument bytes (made by the Python package, little-endian integers):
 //!
 //! ```text
-//! "ESPY" version:u8=1 kind:u8
+//! "ESPY" version:u8=2 kind:u8
 //!   kind 2 (store): the cloudpickled function; the task returns these bytes unchanged, so its
 //!                   result holds the function for later calls (shipped once per hash)
-//!   kind 1 (call):  hash:[u8;32] (SHA-256 of the function's bytes)
+//!   kind 1 (call):  vlen:u8 versions:[u8;vlen] (the driver's Python and cloudpickle,
+//!                   "3.11.7 3.1.1"; not in version 1, which the worker still reads)
+//!                   hash:[u8;32] (SHA-256 of the function's bytes)
 //!                   blob:u64 (the store task that holds the function, 0 when inline)
 //!                   fn_len:u32 fn:[u8;fn_len] (the function inline; fn_len 0 with a blob)
 //!                   ndeps:u32 dep:u64 × ndeps (tasks whose results are arguments)
 //!                   args: the rest (cloudpickled arguments, made by the package)
 //! ```
 //!
-//! The worker fetches the results of the `dep` tasks (and of the `blob` task, once per
+//! Before anything else, the worker compares the driver's versions with its interpreter's
+//! (`versions.rs`): a call whose Python or cloudpickle differ in major or minor version fails
+//! with a text that names both, never with what unpickling would have raised. The worker
+//! fetches the results of the `dep` tasks (and of the `blob` task, once per
 //! namespace and hash: a small cache) from the head with the task's own credential, then sends
 //! the interpreter one frame on its stdin (big-endian lengths):
 //!
@@ -68,12 +74,13 @@
 //! the remote traceback) and 2 a failure to load the function or its arguments (the text).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::Path;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use escher_proto::types::Labels;
 use escher_proto::types::{Amount, TaskResult, TaskState, WaitReply, WaitRequest};
 use escher_proto::{ResourceName, ResourceSet, TaskId, wire};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -81,11 +88,12 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::context::TaskContext;
 use crate::error::WorkerError;
-use crate::exec::Isolation;
+use crate::exec::{Isolation, TaskUser};
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::runner::MAX_RESULT_BYTES;
 
 mod detect;
+mod versions;
 
 pub use detect::PythonDetection;
 
@@ -108,20 +116,34 @@ const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// How long the worker waits for the head to give it an argument's result.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// The node label that says whether, and with which Python, the worker runs Python tasks:
+/// its version (`3.11.2`), or `none:CAUSE` (`none:closed-to-task-users:/root`,
+/// `none:no-cloudpickle`, `none:no-python3-on-path`, `none:turned-off`; the worker's log says
+/// the whole story). Set by `escher-worker`, and by any worker asked for Python.
+pub const LABEL: &str = "escher.python";
+/// The node label with the cloudpickle version of a worker that runs Python tasks.
+pub const CLOUDPICKLE_LABEL: &str = "escher.cloudpickle";
+
 /// Registers [`FUNCTION`] and adds the [`RESOURCE`] slots when this worker has a usable
 /// interpreter ([`detect::resolve`]: the one `ESCHER_PYTHON` names, or, as `mode` says,
-/// `python3` on `PATH`); does nothing otherwise. An interpreter `ESCHER_PYTHON` names that
-/// cannot run Python tasks is an error that says why.
+/// `python3` on `PATH`, checked as `isolation` runs tasks); does nothing otherwise. Either way,
+/// where Python was asked for, `labels` gets [`LABEL`]. An interpreter `ESCHER_PYTHON` names
+/// that cannot run Python tasks is an error that says why.
 pub(crate) fn install(
     mode: PythonDetection,
     resources: &mut ResourceSet,
+    labels: &mut Labels,
     functions: &mut FunctionRegistry,
     isolation: Arc<Isolation>,
 ) -> Result<(), WorkerError> {
-    let Some(found) = detect::resolve(mode)? else {
+    let offer = detect::resolve(mode, &isolation)?;
+    for (key, value) in offer.labels() {
+        // Valid label text by construction (`Offer::labels`).
+        let _ = labels.insert(key, &value);
+    }
+    let detect::Offer::Serve(found) = offer else {
         return Ok(());
     };
-    let exe = found.exe;
     let slots = match std::env::var(ENV_SLOTS) {
         Ok(text) if !text.trim().is_empty() => text.trim().parse::<u64>().map_err(|_| {
             WorkerError::config(
@@ -140,7 +162,7 @@ pub(crate) fn install(
             Amount::units(slots).map_err(|e| WorkerError::config("python-slots", e.to_string()))?;
         resources.insert(name, amount);
     }
-    let pool = Arc::new(Pool::new(exe, isolation));
+    let pool = Arc::new(Pool::new(found, isolation));
     functions.insert(
         FUNCTION.to_string(),
         functions::raw(move |ctx, args| {
@@ -150,6 +172,28 @@ pub(crate) fn install(
     )
 }
 
+/// The command that starts `exe` as a task would: with the tasks' environment (the worker's
+/// harmless variables and `HOME`, `PYTHONPATH`, `VIRTUAL_ENV`; never its token) and, where
+/// tasks run as users of their own, as `user`, in its home. The check at start
+/// (`detect.rs`) and the warm interpreters use it, so that what the check found is what tasks
+/// get.
+fn interpreter_command(exe: &Path, user: Option<&TaskUser>) -> std::process::Command {
+    use std::os::unix::process::CommandExt;
+    let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
+    let mut command = std::process::Command::new(exe);
+    command
+        .env_clear()
+        .envs(crate::exec::task_base_env(std::env::vars(), &pass));
+    if let Some(user) = user {
+        command
+            .uid(user.uid)
+            .gid(user.uid)
+            .env("HOME", &user.home)
+            .current_dir(&user.home);
+    }
+    command
+}
+
 /// A parsed task argument.
 #[derive(Debug)]
 enum Envelope {
@@ -157,6 +201,8 @@ enum Envelope {
     Store(Vec<u8>),
     /// Run a function.
     Call {
+        /// The driver's Python and cloudpickle (format 2; format 1 does not say).
+        driver: Option<versions::Versions>,
         hash: [u8; 32],
         blob: u64,
         inline: Option<Bytes>,
@@ -176,10 +222,11 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
     if bytes.len() < 6 || &bytes[..4] != MAGIC {
         return Err(bad("no ESPY header"));
     }
-    if bytes[4] != 1 {
+    let format = bytes[4];
+    if format != 1 && format != 2 {
         return Err(bad(&format!(
-            "format version {}, this worker reads 1; upgrade the worker or the package",
-            bytes[4]
+            "format version {format}, this worker reads 1 and 2; upgrade the worker or the \
+             package"
         )));
     }
     match bytes[5] {
@@ -193,6 +240,18 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
                 }
                 at += n;
                 Ok(all.slice(at - n..at))
+            };
+            let driver = if format >= 2 {
+                let len = take(1)?[0] as usize;
+                let text = take(len)?;
+                Some(
+                    std::str::from_utf8(&text)
+                        .ok()
+                        .and_then(versions::Versions::parse)
+                        .ok_or_else(|| bad("the driver's versions are unreadable"))?,
+                )
+            } else {
+                None
             };
             let mut hash = [0u8; 32];
             hash.copy_from_slice(&take(32)?);
@@ -211,6 +270,7 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
                 return Err(bad("neither a function nor the task that stores it"));
             }
             Ok(Envelope::Call {
+                driver,
                 hash,
                 blob,
                 inline: (fn_len > 0).then_some(inline),
@@ -228,7 +288,8 @@ type Blobs = (HashMap<(String, [u8; 32]), Bytes>, usize);
 /// The warm interpreters of one worker, and the functions it has fetched.
 #[derive(Debug)]
 struct Pool {
-    exe: PathBuf,
+    /// The interpreter, and its Python's and cloudpickle's versions.
+    found: detect::Found,
     /// Whom interpreters run as: each namespace's own user, as its command tasks do.
     isolation: Arc<Isolation>,
     /// Idle interpreters, by namespace ("" for none).
@@ -238,9 +299,9 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(exe: PathBuf, isolation: Arc<Isolation>) -> Pool {
+    fn new(found: detect::Found, isolation: Arc<Isolation>) -> Pool {
         Pool {
-            exe,
+            found,
             isolation,
             idle: Mutex::default(),
             blobs: Mutex::default(),
@@ -249,16 +310,24 @@ impl Pool {
 
     /// Runs one task's envelope to its end.
     async fn run(&self, ctx: TaskContext, args: Vec<u8>) -> FunctionResult {
-        let (hash, blob, inline, deps, args) = match parse(args)? {
+        let (driver, hash, blob, inline, deps, args) = match parse(args)? {
             Envelope::Store(bytes) => return Ok(bytes),
             Envelope::Call {
+                driver,
                 hash,
                 blob,
                 inline,
                 deps,
                 args,
-            } => (hash, blob, inline, deps, args),
+            } => (driver, hash, blob, inline, deps, args),
         };
+        // Before anything is unpickled: what one Python or cloudpickle pickled, another may
+        // not load (or load wrongly).
+        if let Some(driver) = &driver
+            && let Some(why) = versions::mismatch(driver, &self.found)
+        {
+            return Err(why);
+        }
         let ns = ctx.namespace().map(|n| n.to_string()).unwrap_or_default();
         let dep_results = results(&ctx, &deps, "argument").await?;
         let header = serde_json::json!({
@@ -303,7 +372,7 @@ impl Pool {
                 format!(
                     "the Python interpreter ({}) ended before answering: {e}; a function that \
                      exits the process or crashes it ends its task this way",
-                    self.exe.display()
+                    self.found.exe.display()
                 )
             })?;
             if status != 2 {
@@ -312,6 +381,12 @@ impl Pool {
             self.give_back(&ns, interp);
             return match status {
                 0 => Ok(body),
+                // The function or its arguments could not be loaded: say which versions met.
+                2 => Err(versions::load_failure(
+                    &String::from_utf8_lossy(&body),
+                    driver.as_ref(),
+                    &self.found,
+                )),
                 _ => Err(String::from_utf8_lossy(&body).into_owned()),
             };
         }
@@ -340,22 +415,8 @@ impl Pool {
             .isolation
             .user_for((!ns.is_empty()).then_some(ns))
             .map_err(|why| format!("cannot run the task as its own user: {why}"))?;
-        let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
-        let env = crate::exec::task_base_env(std::env::vars(), &pass);
-        let mut command = Command::new(&self.exe);
-        command
-            .arg("-u")
-            .arg("-c")
-            .arg(RUNNER)
-            .env_clear()
-            .envs(env);
-        if let Some(user) = &user {
-            command
-                .uid(user.uid)
-                .gid(user.uid)
-                .env("HOME", &user.home)
-                .current_dir(&user.home);
-        }
+        let mut command = Command::from(interpreter_command(&self.found.exe, user.as_ref()));
+        command.arg("-u").arg("-c").arg(RUNNER);
         // Made before the spawn, so that an interpreter is never started uncontained by a
         // cgroup that could not be made.
         let cgroup = match cgroups {
@@ -377,7 +438,7 @@ impl Pool {
             .map_err(|e| {
                 format!(
                     "cannot start the Python interpreter {} ({ENV_PYTHON}): {e}",
-                    self.exe.display()
+                    self.found.exe.display()
                 )
             })?;
         // Into its cgroup before it runs a task (see `exec/cgroup.rs`); the fence holds the
@@ -588,7 +649,20 @@ mod tests {
     use super::*;
 
     fn call(fn_len: u32, blob: u64, deps: &[u64]) -> Vec<u8> {
-        let mut v = b"ESPY\x01\x01".to_vec();
+        call_from(None, fn_len, blob, deps)
+    }
+
+    /// A call in format 1 (`versions` `None`) or 2.
+    fn call_from(versions: Option<&str>, fn_len: u32, blob: u64, deps: &[u64]) -> Vec<u8> {
+        let mut v = match versions {
+            None => b"ESPY\x01\x01".to_vec(),
+            Some(text) => {
+                let mut v = b"ESPY\x02\x01".to_vec();
+                v.push(text.len() as u8);
+                v.extend_from_slice(text.as_bytes());
+                v
+            }
+        };
         v.extend_from_slice(&[7u8; 32]);
         v.extend_from_slice(&blob.to_le_bytes());
         v.extend_from_slice(&fn_len.to_le_bytes());
@@ -605,12 +679,14 @@ mod tests {
     fn parses_calls_and_stores() {
         match parse(call(3, 0, &[5, 9])).unwrap() {
             Envelope::Call {
+                driver,
                 hash,
                 blob,
                 inline,
                 deps,
                 args,
             } => {
+                assert_eq!(driver, None);
                 assert_eq!(hash, [7u8; 32]);
                 assert_eq!(blob, 0);
                 assert_eq!(inline.as_deref(), Some(&b"fff"[..]));
@@ -630,6 +706,34 @@ mod tests {
     }
 
     #[test]
+    fn format_2_carries_the_drivers_versions() {
+        match parse(call_from(Some("3.12.3 3.1.1"), 3, 0, &[5])).unwrap() {
+            Envelope::Call {
+                driver,
+                inline,
+                deps,
+                args,
+                ..
+            } => {
+                let driver = driver.expect("versions");
+                assert_eq!(
+                    (driver.python.as_str(), driver.cloudpickle.as_str()),
+                    ("3.12.3", "3.1.1")
+                );
+                assert_eq!(inline.as_deref(), Some(&b"fff"[..]));
+                assert_eq!((deps, &args[..]), (vec![5], &b"args"[..]));
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            parse(b"ESPY\x02\x02abc".to_vec()).unwrap(),
+            Envelope::Store(b) if b == b"abc"
+        ));
+        let e = parse(call_from(Some("3.12.3"), 3, 0, &[])).unwrap_err();
+        assert!(e.contains("versions are unreadable"), "{e}");
+    }
+
+    #[test]
     fn refuses_what_is_not_an_envelope() {
         assert!(
             parse(b"hello".to_vec())
@@ -637,9 +741,9 @@ mod tests {
                 .contains("no ESPY header")
         );
         assert!(
-            parse(b"ESPY\x02\x01".to_vec())
+            parse(b"ESPY\x03\x01".to_vec())
                 .unwrap_err()
-                .contains("version 2")
+                .contains("version 3")
         );
         assert!(
             parse(b"ESPY\x01\x09".to_vec())

@@ -75,6 +75,15 @@ def _exception_text(exc):
     return text
 
 
+def _await(awaitable):
+    import asyncio
+
+    async def wait():
+        return await awaitable
+
+    return asyncio.run(wait())
+
+
 def _set_task_env(header):
     env = {
         "ESCHER_HEAD": header["head"],
@@ -123,6 +132,9 @@ def _run(frame, functions):
         return 2, str(e).encode()
     try:
         value = fn(*args, **kwargs)
+        if hasattr(value, "__await__"):
+            # An `async def` function: awaited here, on an event loop of its own.
+            value = _await(value)
     except BaseException as e:  # the task reports whatever the function raised, SystemExit too
         return 1, _exception_text(e).encode()
     try:
