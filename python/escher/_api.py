@@ -451,17 +451,44 @@ def get(refs: Union[TaskRef, Sequence[TaskRef]], *, timeout: Optional[float] = N
             ref._id, ref._pending = tid, None
     values = [_status_value(status, ref._kind) for ref, status in zip(refs, statuses)]
     if stopped is not None:
+        if isinstance(stopped, GetTimeoutError):
+            # The first ref without a status is the one that timed out.
+            raise _why_waiting(stopped, [r.id for r in refs[len(statuses):len(statuses) + 1]])
         raise stopped
     return values
+
+
+def _why_waiting(error: GetTimeoutError, ids: Sequence[int]) -> GetTimeoutError:
+    """``error`` with why the first of ``ids`` that has not finished still waits: the reason
+    the head gives a pending task (a resource no live node has, which one and how much), or
+    the node a running one runs on."""
+    for task_id in ids:
+        try:
+            state, reason, node, _attempt = _current().task_info(task_id)
+        except EscherError:
+            continue
+        if state == "pending":
+            why = f"task {task_id} is still pending: {reason}" if reason else \
+                f"task {task_id} is still pending (waiting for a node with room for it)"
+        elif state == "running":
+            why = f"task {task_id} is still running on node {node}"
+        else:
+            continue
+        return GetTimeoutError(f"{error}; {why}")
+    return error
 
 
 def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
     if not isinstance(ref, TaskRef):
         raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {ref!r}")
     session = _current()
-    if ref._deps:
-        _check_deps(session, ref, timeout)
-    return _status_value(session.get(ref.id, timeout), ref._kind)
+    try:
+        if ref._deps:
+            _check_deps(session, ref, timeout)
+        status = session.get(ref.id, timeout)
+    except GetTimeoutError as e:
+        raise _why_waiting(e, [ref.id]) from None
+    return _status_value(status, ref._kind)
 
 
 def _check_deps(session: _escher.Session, ref: TaskRef, timeout: Optional[float]) -> None:
@@ -577,14 +604,28 @@ def _dumps(value: Any, what: str) -> bytes:
         ) from None
 
 
+_VERSIONS: Optional[bytes] = None
+
+
+def _versions() -> bytes:
+    """This driver's Python and cloudpickle, as a call's envelope carries them (``len:u8`` then
+    ``"3.11.7 3.1.1"``): the worker refuses a call whose versions its interpreter cannot load,
+    naming both."""
+    global _VERSIONS
+    if _VERSIONS is None:
+        v = sys.version_info
+        text = f"{v[0]}.{v[1]}.{v[2]} {getattr(_pickler(), '__version__', '?')}".encode()
+        _VERSIONS = bytes([len(text)]) + text
+    return _VERSIONS
+
+
 class RemoteFunction:
     """A function that runs on the cluster: ``f.remote(*args)`` returns a ``TaskRef``."""
 
     def __init__(self, fn: Callable, resources: Resources = None, retries: int = 0,
                  timeout: Optional[float] = None, name: Optional[str] = None,
                  spec: Optional[Any] = None):
-        if not callable(fn):
-            raise InvalidArgumentError(f"escher.remote needs a function, not {fn!r}")
+        _check_remotable(fn)
         self._fn = fn
         self._resources = resources
         self._retries = int(retries)
@@ -606,9 +647,12 @@ class RemoteFunction:
 
     def options(self, *, resources: Resources = None, retries: Optional[int] = None,
                 timeout: Optional[float] = None, name: Optional[str] = None,
-                spec: Optional[Any] = None) -> "RemoteFunction":
+                spec: Optional[Any] = None, **ray: Any) -> "RemoteFunction":
         """The same function with other options; ``spec`` is what a scheduling library
-        (``escher.esl``) asks of the task, added to its resources."""
+        (``escher.esl``) asks of the task, added to its resources. Ray's ``num_cpus``,
+        ``num_gpus`` and ``max_retries`` are accepted as in ``escher.remote``."""
+        if ray:
+            resources, retries = _ray_keywords(ray, resources, retries, "options")
         other = RemoteFunction(
             self._fn,
             resources if resources is not None else self._resources,
@@ -642,7 +686,7 @@ class RemoteFunction:
         key = (_generation, session.head_url, os.environ.get("ESCHER_TASK_TOKEN"))
         stored = self._stored.get(key)
         if stored is None:
-            envelope = b"ESPY\x01\x02" + data
+            envelope = b"ESPY\x02\x02" + data
             stored = session.submit_python(envelope, f"{_PYTHON_SLOT}=1", 0, None,
                                            f"{self._name} (function)")
             _status_value(session.get(stored, None), "python")
@@ -713,7 +757,8 @@ class RemoteFunction:
         # Each argument task raises a signal of this call's own once it has succeeded.
         signals = [(d.id, _new_signal()) for d in deps]
         envelope = b"".join([
-            b"ESPY\x01\x01",
+            b"ESPY\x02\x01",
+            _versions(),
             digest,
             struct.pack("<Q", blob),
             struct.pack("<I", len(inline)),
@@ -737,22 +782,121 @@ def _new_signal() -> str:
 
 def remote(*args, resources: Resources = None, retries: int = 0,
            timeout: Optional[float] = None, name: Optional[str] = None,
-           spec: Optional[Any] = None):
+           spec: Optional[Any] = None, **ray: Any):
     """Makes a function remote: ``@escher.remote`` or ``@escher.remote(resources={"cpu": 2},
     retries=3, timeout=60)``. Its calls request ``cpu=1`` unless ``resources`` say otherwise,
-    and one Python slot."""
+    and one Python slot. Ray's ``num_cpus=N``, ``num_gpus=N`` and ``max_retries=N`` mean the
+    same here (``cpu=N``, ``gpu=N`` and ``retries=N``); Ray's keywords that escher spells
+    differently are refused with escher's spelling. An ``async def`` function is awaited on
+    the worker. Classes (actors) are not supported yet: a class is refused."""
     if len(args) == 1 and callable(args[0]) and resources is None and not retries \
-            and timeout is None and name is None and spec is None:
+            and timeout is None and name is None and spec is None and not ray:
         return RemoteFunction(args[0])
     if args:
         raise InvalidArgumentError(
             "use @escher.remote or @escher.remote(resources=..., retries=..., timeout=...)"
         )
+    if ray:
+        resources, folded = _ray_keywords(ray, resources, retries, "remote")
+        retries = folded or 0
 
     def wrap(fn: Callable) -> RemoteFunction:
         return RemoteFunction(fn, resources, retries, timeout, name, spec)
 
     return wrap
+
+
+# Ray's keywords that escher spells differently, and how it spells them.
+_RAY_ELSEWHERE = {
+    "num_returns": "an escher task has one result: return a tuple and index it after get",
+    "scheduling_strategy": "reserve resources with escher.reserve(...) and request "
+                           "reservation.resource('cpu'), or use a scheduling library "
+                           "(spec=escher.esl...)",
+    "placement_group": "use escher.reserve(...) and request reservation.resource('cpu')",
+    "runtime_env": "install the packages the function needs on the workers",
+    "retry_exceptions": "retries=N retries a task whatever made it fail",
+    "max_calls": "escher keeps its interpreters warm; a function that leaks should clean up",
+    "accelerator_type": "request the device's own resource (a MIG slice's name, say) in "
+                        "resources=",
+}
+
+
+def _ray_keywords(ray: Dict[str, Any], resources: Resources, retries: Optional[int],
+                  where: str) -> Tuple[Resources, Optional[int]]:
+    """Ray's ``num_cpus``, ``num_gpus``, ``max_retries`` (and ``memory``, refused: Ray counts
+    bytes, escher MiB) folded into escher's ``resources`` and ``retries``."""
+    text = _resources_text(resources)
+    parts = [p for p in (text or "").split(",") if p.strip()] if text is not None else None
+    named = {p.split("=", 1)[0].strip() for p in parts or []}
+    for key, value in ray.items():
+        if key in ("num_cpus", "num_gpus"):
+            resource = "cpu" if key == "num_cpus" else "gpu"
+            if resource in named:
+                raise InvalidArgumentError(
+                    f"{key}={value!r} and resources={text!r} both ask for {resource}: give it "
+                    f"once (escher spells it resources={{'{resource}': {value!r}}})"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise InvalidArgumentError(f"{key} is a number of {resource}s, not {value!r}")
+            if parts is None:
+                # Ray's num_gpus alone still takes one cpu, as escher's default does.
+                parts = ["cpu=1"] if resource == "gpu" and "num_cpus" not in ray else []
+                named = {p.split("=", 1)[0] for p in parts}
+            if value:
+                parts.append(f"{resource}={value:g}")
+                named.add(resource)
+        elif key == "max_retries":
+            if retries:
+                raise InvalidArgumentError(
+                    f"max_retries={value!r} and retries={retries!r} say the same thing: give "
+                    f"escher's retries= only"
+                )
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(
+                    f"max_retries is how many times a failed task runs again (0 or more; "
+                    f"escher has no unlimited retries, Ray's -1), not {value!r}: write "
+                    f"retries=N"
+                )
+            retries = value
+        elif key == "memory":
+            mib = -(-int(value) // (1024 * 1024)) if isinstance(value, (int, float)) else "MIB"
+            raise InvalidArgumentError(
+                f"memory= is Ray's, in bytes; escher's memory is a resource counted in MiB: "
+                f"write resources={{'memory': {mib}}}"
+            )
+        elif key in _RAY_ELSEWHERE:
+            raise InvalidArgumentError(
+                f"escher.{where}() has no {key}= (a Ray keyword): {_RAY_ELSEWHERE[key]}"
+            )
+        else:
+            raise TypeError(
+                f"escher.{where}() got an unexpected keyword argument {key!r} (escher's are "
+                f"resources=, retries=, timeout=, name=, spec=; Ray's num_cpus=, num_gpus=, "
+                f"max_retries= are accepted too)"
+            )
+    return (",".join(parts) if parts is not None else resources), retries
+
+
+def _check_remotable(fn: Any) -> None:
+    """Refuses at decoration what cannot run as a remote function, saying why."""
+    import inspect
+
+    if isinstance(fn, type):
+        raise TypeError(
+            f"escher.remote was given the class {fn.__qualname__}: remote classes (actors) are "
+            f"not supported in this version of escher yet, and a class never runs as a task. "
+            f"Make a remote function that builds the object and calls its method, or keep the "
+            f"state outside (a file, a database)"
+        )
+    if not callable(fn):
+        raise InvalidArgumentError(f"escher.remote needs a function, not {fn!r}")
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        kind = "an async generator" if inspect.isasyncgenfunction(fn) else "a generator"
+        raise TypeError(
+            f"escher.remote was given {kind} function, {getattr(fn, '__qualname__', fn)}: a "
+            f"remote function returns one value, and a generator cannot be sent back; return a "
+            f"list instead"
+        )
 
 
 # ------------------------------------------------------------------------------------------

@@ -63,19 +63,67 @@ NO_PYTHON_CASES = ["one-without-python", "no-python3-on-path", "python3-without-
 HOST_PID_CASES = ("one-worker", "one-worker-without-cgroups")
 
 
-def python3_folder(tmp_path: pathlib.Path, case: str) -> str:
+def open_folder(prefix: str) -> pathlib.Path:
+    """A new folder every user may pass (pytest's own are private): what a worker run as root
+    checks as its tasks' user must be reachable by that user."""
+    folder = pathlib.Path(tempfile.mkdtemp(prefix=prefix))
+    folder.chmod(0o755)
+    return folder
+
+
+def python3_folder(tmp_path: pathlib.Path, case: str, made: list) -> str:
     """A folder for ``PATH`` with (or without) a ``python3``: this interpreter's own folder
-    (a virtual environment's ``bin``, with cloudpickle), an empty one, or one whose
-    ``python3`` runs this interpreter without its site packages (so without cloudpickle)."""
+    (a virtual environment's ``bin``, with cloudpickle), an empty one, one whose ``python3``
+    runs this interpreter without its site packages (so without cloudpickle). What it creates
+    goes into ``made``, for the fixture to remove."""
     if case == "python3-on-path":
         return os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
-    folder = tmp_path / f"path-{case}"
-    folder.mkdir()
+    folder = open_folder(f"escher-path-{case}-")
+    made.append(folder)
     if case == "python3-without-cloudpickle":
         script = folder / "python3"
         script.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
         script.chmod(0o755)
     return str(folder)
+
+
+def private_venv(made: list) -> pathlib.Path:
+    """A virtual environment of this Python, with cloudpickle (a ``.pth`` naming this
+    environment's packages), under a directory only its owner may enter (0700), itself in one
+    every user may pass: as one made under a private home is (pyenv's or conda's under
+    ``/root``)."""
+    outer = open_folder("escher-private-")
+    made.append(outer)
+    home = outer / "private-home"
+    home.mkdir()
+    home.chmod(0o700)
+    venv = home / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    import cloudpickle
+
+    site, = venv.glob("lib/python*/site-packages")
+    packages = os.path.dirname(os.path.dirname(os.path.abspath(cloudpickle.__file__)))
+    (site / "driver-packages.pth").write_text(packages + "\n")
+    return venv
+
+
+def other_cloudpickle() -> str:
+    """A cloudpickle release whose major or minor version differs from this driver's."""
+    import cloudpickle
+
+    return "3.0.0" if cloudpickle.__version__.startswith("3.1.") else "3.1.1"
+
+
+def venv_with_cloudpickle(version: str) -> pathlib.Path:
+    """A virtual environment of this Python, in a folder every user may pass, with only
+    cloudpickle ``version`` installed (from PyPI)."""
+    venv = open_folder("escher-other-cloudpickle-") / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                    "--disable-pip-version-check", f"cloudpickle=={version}"], check=True,
+                   timeout=600)
+    return venv
 
 
 @pytest.fixture(params=["two-workers"])
@@ -109,6 +157,10 @@ def processes(request, tmp_path):
     users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
     with_python = {"ESCHER_PYTHON": sys.executable, "ESCHER_PYTHON_SLOTS": "2"}
     case = request.param
+    if case == "private-venv":
+        # What a new user runs: a root worker that gives each namespace a user of its own.
+        users = []
+    made = []
     # The cases that check what fences tasks in the host's PID namespace (the cgroups, their
     # sweep by the next worker, process groups) run there; the others in the PID namespace a
     # worker run as root gives itself by default.
@@ -123,21 +175,33 @@ def processes(request, tmp_path):
         workers["nopy"] = start_worker("nopy", {"ESCHER_PYTHON": "none"})
     elif case in NO_PYTHON_CASES or case == "python3-on-path":
         # No ESCHER_PYTHON: the worker looks for python3 on PATH by itself.
-        workers["auto"] = start_worker("auto", {"PATH": python3_folder(tmp_path, case)})
+        workers["auto"] = start_worker("auto", {"PATH": python3_folder(tmp_path, case, made)})
+    elif case == "private-venv":
+        venv = private_venv(made)
+        path = str(venv / "bin") + os.pathsep + os.environ.get("PATH", "")
+        workers["auto"] = start_worker("auto", {"PATH": path})
     elif case == "one-worker-without-cgroups":
         workers["nocg"] = start_worker("nocg", with_python, ["--no-task-cgroups"])
     elif case == "one-worker":
         workers["w1"] = start_worker("w1", with_python)
+    elif case == "other-cloudpickle":
+        venv = venv_with_cloudpickle(other_cloudpickle())
+        made.append(venv.parent)
+        workers["other"] = start_worker("other", {"ESCHER_PYTHON": str(venv / "bin" / "python"),
+                                                  "ESCHER_PYTHON_SLOTS": "1"})
     else:
         for name in ("wa", "wb"):
             workers[name] = start_worker(name, with_python)
     access = json.loads((home / "access.json").read_text())
     yield {"url": url, "home": str(home), "admin": access["admin_token"], "workers": workers,
-           "logs": tmp_path, "case": case, "start_worker": lambda name: start_worker(name, with_python)}
+           "logs": tmp_path, "case": case, "made": made,
+           "start_worker": lambda name, extra=with_python: start_worker(name, extra)}
     for proc in started:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+    for folder in made:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def worker_log(processes, name: str) -> str:
@@ -506,3 +570,94 @@ def test_without_task_cgroups_a_cancelled_python_tasks_interpreter_still_goes(pr
             driver.kill()
         driver.wait()
         shutil.rmtree(driver.shared, ignore_errors=True)  # type: ignore[attr-defined]
+
+
+NODE_LABEL = r'''
+import escher, json, time
+deadline = time.time() + 60
+while len(escher.nodes()) < 1:
+    assert time.time() < deadline, "the worker never joined"
+    time.sleep(0.1)
+node, = escher.cluster_status()["nodes"]
+print("label", json.dumps(node["labels"].get("escher.python")),
+      json.dumps(node["labels"].get("escher.cloudpickle")))
+'''
+
+
+@pytest.mark.parametrize("processes", ["private-venv"], indirect=True)
+def test_a_root_worker_refuses_an_interpreter_its_tasks_users_cannot_run(processes):
+    """A worker run as root runs each namespace's tasks as a user of its own. Its python3 (a
+    virtual environment under a 0700 directory, as one made under pyenv or conda in /root is)
+    runs as root but not as those users: the worker checks it as they would run it and offers
+    no Python slots, saying why in its log and its node's ``escher.python`` label; a remote
+    function waits with the reason every unplaceable task gets, instead of failing with
+    ``Permission denied``. Named by ``ESCHER_PYTHON``, the same interpreter stops the worker
+    at start, saying why. (Not as root, tasks run as the worker's user, who may run it.)"""
+    private = str(processes["made"][0] / "private-home")
+    code = (
+        "import escher, time\n"
+        f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
+        + NODE_LABEL +
+        "@escher.remote\n"
+        "def where():\n"
+        "    import sys\n"
+        "    return sys.prefix\n"
+        "ref = where.remote()\n"
+        "try:\n"
+        "    print('ran in', ref.result(timeout=5))\n"
+        "except escher.GetTimeoutError as e:\n"
+        "    print('waits |', e)\n"
+    )
+    done = run_python(code, ESCHER_HOME=processes["home"])
+    log = worker_log(processes, "auto")
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    named = processes["start_worker"](
+        "named", {"ESCHER_PYTHON": os.path.join(private, "venv", "bin", "python")})
+    if os.getuid() != 0:
+        assert "ran in " + os.path.join(private, "venv") in done.stdout, done.stdout
+        assert 'label "3.' in done.stdout, done.stdout
+        return
+    assert "waits |" in done.stdout and "shared/python" in done.stdout, done.stdout
+    assert "no live node" in done.stdout, done.stdout
+    assert "Permission denied" not in done.stdout, done.stdout
+    assert f'label "none:closed-to-task-users:{private}" null' in done.stdout, done.stdout
+    assert "no Python tasks on this worker" in log, log[-3000:]
+    assert f"{private} (mode 700) is closed to it" in log, log[-3000:]
+    assert "--task-uids off" in log, log[-3000:]
+    assert named.wait(timeout=60) != 0
+    log = worker_log(processes, "named")
+    assert "cannot run Python tasks" in log and f"{private} (mode 700)" in log, log[-3000:]
+
+
+@pytest.mark.parametrize("processes", ["other-cloudpickle"], indirect=True)
+def test_a_worker_with_another_cloudpickle_says_so_naming_both_versions(processes):
+    """A worker whose interpreter has another cloudpickle than the driver's (pinned from PyPI
+    in a virtual environment of its own) fails the driver's calls with a message that names
+    both versions and what to do, before anything is unpickled: never with what unpickling a
+    function of one cloudpickle with another raises (``AttributeError: Can't get attribute
+    '_function_setstate'``)."""
+    import cloudpickle
+
+    theirs = other_cloudpickle()
+    code = (
+        "import escher, time\n"
+        f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
+        + NODE_LABEL +
+        "@escher.remote\n"
+        "def double(x):\n"
+        "    return 2 * x\n"
+        "try:\n"
+        "    print('ran', double.remote(2).result(timeout=60))\n"
+        "except escher.TaskError as e:\n"
+        "    print('failed |', str(e).replace('\\n', ' '))\n"
+    )
+    done = run_python(code, ESCHER_HOME=processes["home"])
+    log = worker_log(processes, "other")
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    assert f'"{theirs}"' in done.stdout.split("label ", 1)[1].splitlines()[0], done.stdout
+    failed = done.stdout.split("failed |", 1)[-1]
+    assert "failed |" in done.stdout, done.stdout
+    assert f"cloudpickle {cloudpickle.__version__}" in failed, failed
+    assert f"cloudpickle {theirs}" in failed, failed
+    assert f"pip install cloudpickle=={theirs}" in failed, failed
+    assert "AttributeError" not in failed, failed
