@@ -17,7 +17,7 @@ struct Fixture {
 
 fn fixture(capacity: u64) -> Fixture {
     let memory_root = tempfile::tempdir_in("/dev/shm").unwrap();
-    let spill_root = tempfile::tempdir_in(DEFAULT_SPILL_ROOT).unwrap();
+    let spill_root = tempfile::tempdir().unwrap();
     let store = ObjectStore::open(StoreConfig {
         capacity,
         memory_root: memory_root.path().to_path_buf(),
@@ -381,7 +381,7 @@ fn bad_input_is_refused_naming_the_object_and_leaves_nothing() {
 fn a_full_memory_filesystem_refuses_the_object() {
     // A capacity larger than /dev/shm, as in a container with a small --shm-size.
     let memory_root = tempfile::tempdir_in("/dev/shm").unwrap();
-    let spill_root = tempfile::tempdir_in(DEFAULT_SPILL_ROOT).unwrap();
+    let spill_root = tempfile::tempdir().unwrap();
     let stat = nix::sys::statvfs::statvfs(memory_root.path()).unwrap();
     let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
     let store = ObjectStore::open(StoreConfig {
@@ -426,7 +426,7 @@ fn a_dropped_store_removes_its_directories_after_its_last_reader() {
 #[test]
 fn stores_left_by_dead_workers_are_swept_at_open() {
     let memory_root = tempfile::tempdir_in("/dev/shm").unwrap();
-    let spill_root = tempfile::tempdir_in(DEFAULT_SPILL_ROOT).unwrap();
+    let spill_root = tempfile::tempdir().unwrap();
     // No process has pid 4000000000 (pid_max is at most 2^22).
     let dead = memory_root.path().join("escher-objects-4000000000-0");
     let dead_spill = spill_root.path().join("escher-spill-4000000000-3");
@@ -465,7 +465,7 @@ fn an_unusable_root_is_refused() {
     let e = ObjectStore::open(StoreConfig {
         capacity: MIB,
         memory_root: "/nonexistent/escher".into(),
-        spill_root: DEFAULT_SPILL_ROOT.into(),
+        spill_root: std::env::temp_dir(),
     })
     .unwrap_err();
     assert!(
@@ -510,4 +510,12 @@ fn concurrent_writers_and_readers_keep_the_store_consistent() {
             ..StoreUsage::default()
         }
     );
+}
+
+#[test]
+fn handles_cross_threads() {
+    fn shared<T: Send + Sync>() {}
+    shared::<ObjectStore>();
+    shared::<ObjectWriter>();
+    shared::<ObjectView>();
 }
