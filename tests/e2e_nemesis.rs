@@ -10,8 +10,9 @@
 //!
 //! `scripts/nemesis-soak` runs the same test with the long schedule
 //! (`ESCHER_NEMESIS_SCHEDULE=long`), every nemesis included. The checker's own tests (each
-//! rule fails on a history that breaks it) are in `nemesis/checker.rs` and
-//! `nemesis/linear.rs` and run with this file's tests.
+//! rule fails on a hand-made history that breaks it) are in `nemesis/checker.rs`,
+//! `nemesis/checker/` and `nemesis/linear.rs`, and run with this file's tests, or alone and
+//! without a cluster: `cargo test --test e2e_nemesis nemesis::`.
 
 mod nemesis;
 mod procs;
@@ -46,6 +47,15 @@ async fn the_nemesis_schedule_under_load_leaves_a_history_the_checker_finds_clea
     assert!(
         !report.history.execs.is_empty(),
         "no task recorded an execution: the tasks did not run"
+    );
+    assert!(
+        report.history.tasks.values().all(|t| t.attempts.is_some()),
+        "the head's attempts were not read for every task: the executions were not checked \
+         against them"
+    );
+    assert!(
+        !report.history.capacity.is_empty(),
+        "no status read recorded a capacity: the capacity rule had nothing to go by"
     );
     assert!(
         report.anomalies.is_empty() && report.findings.is_empty(),

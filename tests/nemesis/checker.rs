@@ -9,17 +9,32 @@
 //! | [`Rule::IdReused`] | no id was given to two submits |
 //! | [`Rule::TaskNotEnded`] | every task ended, or is pending with a stated reason |
 //! | [`Rule::AttemptsOverlap`] | no two attempts of one task ran at the same time |
+//! | [`Rule::AttemptRanTwice`] | each attempt ran in one process: never two, at once or one after the other |
+//! | [`Rule::RanAfterSuccess`] | no execution of a task started after an attempt of it ran to its end, unless the head recorded that attempt as lost (its success never reached the head) |
+//! | [`Rule::ExecutionNotAssigned`] | every execution is of a task the head has, of an attempt it sent to that node, started after the head sent it and before the head gave it up or recorded the task's end |
 //! | [`Rule::ResultNotWinner`] | a succeeded task read is the attempt that ran to its end there, and every read of it agrees |
-//! | [`Rule::OverCapacity`] | no node ran more than its capacity of a resource at any instant |
+//! | [`Rule::OverCapacity`] | when an execution started, its node ran no more of any resource than the node had then |
 //! | [`Rule::CounterNotLinearizable`] | every counter's history is linearizable (no acknowledged write lost, concurrent deltas exact) |
 //!
-//! Each rule has a test below on a hand-made history that breaks it and one that keeps it.
+//! An execution is one process's run of an attempt (its records carry the process's identity);
+//! the rules on executions against each other and against the head's records are in
+//! [`reruns`], the capacity rule in [`capacity`]. Each rule has a test on a hand-made history
+//! that breaks it and one that keeps it (`fixtures` builds them): `cargo test --test
+//! e2e_nemesis nemesis::checker` runs them all, with no cluster.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
-use super::history::{CounterAction, ExecKind, History, Micros, Outcome};
+use super::history::{CounterAction, ExecKind, History, Micros, Outcome, Process};
 use super::linear::check_counter;
+
+pub mod capacity;
+#[cfg(test)]
+mod fixtures;
+pub mod reruns;
+
+pub use capacity::capacity;
+pub use reruns::{attempts_ran_twice, not_assigned, ran_after_success};
 
 /// The rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -36,6 +51,14 @@ pub enum Rule {
     TaskNotEnded,
     /// Two attempts of one task ran at once.
     AttemptsOverlap,
+    /// One attempt ran in two processes, at once or one after the other.
+    AttemptRanTwice,
+    /// A task ran again after an attempt of it ran to its end.
+    RanAfterSuccess,
+    /// An execution the head never assigned: of a task it does not have, of an attempt it did
+    /// not send to that node, or started before it sent it, after it gave the attempt up, or
+    /// after it recorded the task's end.
+    ExecutionNotAssigned,
     /// A result read is not its winning attempt's, or reads disagree.
     ResultNotWinner,
     /// A node ran more than its capacity.
@@ -67,6 +90,9 @@ pub fn check(h: &History) -> Vec<Anomaly> {
     out.extend(submits(h));
     out.extend(ends(h));
     out.extend(overlaps(h));
+    out.extend(attempts_ran_twice(h));
+    out.extend(ran_after_success(h));
+    out.extend(not_assigned(h));
     out.extend(results(h));
     out.extend(capacity(h));
     out.extend(counters(h, 0));
@@ -191,7 +217,8 @@ pub fn ends(h: &History) -> Vec<Anomaly> {
     out
 }
 
-/// One attempt's observed run: from its start to its last record, on its node.
+/// One execution: a process's run of an attempt, from its start to its last record, on its
+/// node.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Span {
     /// The task.
@@ -200,6 +227,8 @@ pub struct Span {
     pub attempt: u32,
     /// The node.
     pub node: u64,
+    /// The process.
+    pub process: Process,
     /// Its start.
     pub start: Micros,
     /// Its last record (beat or end).
@@ -208,15 +237,50 @@ pub struct Span {
     pub ended: bool,
 }
 
-/// Every attempt's span, by (task, attempt). An attempt that records two nodes is split per
-/// node (it would be a bug of its own, and shows as an overlap).
+impl Span {
+    /// How long `self` and `other` ran at the same time, if they did: their runs share more
+    /// than an end point, or one is a single record (killed before it beat) strictly inside
+    /// the other's run (0). Back to back, one's last record at the other's start, is not at
+    /// once.
+    pub fn at_once(&self, other: &Span) -> Option<Micros> {
+        let (from, to) = (self.start.max(other.start), self.last.min(other.last));
+        let inside = |point: &Span, run: &Span| {
+            point.start == point.last && run.start < point.start && point.start < run.last
+        };
+        if from < to {
+            Some(to - from)
+        } else if inside(self, other) || inside(other, self) {
+            Some(0)
+        } else {
+            None
+        }
+    }
+
+    /// The execution in words: which attempt, where, which process, when.
+    pub fn describe(&self) -> String {
+        let how = if self.ended {
+            "to its end"
+        } else {
+            "with no end recorded"
+        };
+        format!(
+            "attempt {} on node {} in {} ran {}..{} {how}",
+            self.attempt, self.node, self.process, self.start, self.last
+        )
+    }
+}
+
+/// Every execution's span, in (task, attempt, node, process) order: one per process that
+/// recorded an attempt.
 pub fn spans(h: &History) -> Vec<Span> {
-    let mut by: BTreeMap<(u64, u32, u64), Span> = BTreeMap::new();
+    let mut by: BTreeMap<(u64, u32, u64, Process), Span> = BTreeMap::new();
     for e in &h.execs {
-        let s = by.entry((e.task, e.attempt, e.node)).or_insert(Span {
+        let key = (e.task, e.attempt, e.node, e.process);
+        let s = by.entry(key).or_insert(Span {
             task: e.task,
             attempt: e.attempt,
             node: e.node,
+            process: e.process,
             start: e.at,
             last: e.at,
             ended: false,
@@ -228,7 +292,8 @@ pub fn spans(h: &History) -> Vec<Span> {
     by.into_values().collect()
 }
 
-/// No two attempts of one task overlap in time.
+/// No two attempts of one task ran at the same time ([`Span::at_once`]; two runs of one
+/// attempt are [`attempts_ran_twice`]'s).
 pub fn overlaps(h: &History) -> Vec<Anomaly> {
     let mut by_task: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
     for s in spans(h) {
@@ -237,23 +302,15 @@ pub fn overlaps(h: &History) -> Vec<Anomaly> {
     let mut out = Vec::new();
     for (task, spans) in by_task {
         for (i, a) in spans.iter().enumerate() {
-            for b in &spans[i + 1..] {
-                let overlap = a.last.min(b.last) as i64 - a.start.max(b.start) as i64;
-                if overlap > 0 {
+            for b in spans[i + 1..].iter().filter(|b| b.attempt != a.attempt) {
+                if let Some(overlap) = a.at_once(b) {
                     out.push(Anomaly {
                         rule: Rule::AttemptsOverlap,
                         at: a.start.max(b.start),
                         detail: format!(
-                            "task {task}: attempt {} on node {} ran {}..{} and attempt {} on \
-                             node {} ran {}..{}: {:.2} s at once",
-                            a.attempt,
-                            a.node,
-                            a.start,
-                            a.last,
-                            b.attempt,
-                            b.node,
-                            b.start,
-                            b.last,
+                            "task {task}: {} and {}: {:.2} s at once",
+                            a.describe(),
+                            b.describe(),
                             overlap as f64 / 1e6
                         ),
                     });
@@ -331,91 +388,6 @@ pub fn results(h: &History) -> Vec<Anomaly> {
     out
 }
 
-/// No node ran more than its capacity of any resource at any instant: a sweep over the
-/// attempts' spans with the resources their tasks require.
-pub fn capacity(h: &History) -> Vec<Anomaly> {
-    let requires: BTreeMap<u64, &BTreeMap<String, u64>> = h
-        .submits
-        .iter()
-        .filter_map(|s| {
-            let id = match &s.outcome {
-                Outcome::Ok(id) => Some(*id),
-                _ => h.tasks.values().find(|t| t.key == s.key).map(|t| t.id),
-            };
-            id.map(|id| (id, &s.requires))
-        })
-        .collect();
-    let mut by_node: BTreeMap<u64, Vec<Span>> = BTreeMap::new();
-    for s in spans(h) {
-        by_node.entry(s.node).or_default().push(s);
-    }
-    let mut out = Vec::new();
-    for (node, spans) in by_node {
-        let Some(cap) = h.capacity.get(&node) else {
-            continue;
-        };
-        // At one instant, spans that end there leave before spans that start there arrive,
-        // so back-to-back attempts do not count as running together. A span of one record
-        // (an attempt killed before it beat) starts and ends at one instant: it is counted
-        // at that instant and then leaves, which needs its end sorted after its start.
-        const END: u8 = 0;
-        const START: u8 = 1;
-        const END_OF_INSTANT: u8 = 2;
-        let mut events: Vec<(Micros, u8, usize)> = Vec::new();
-        for (i, s) in spans.iter().enumerate() {
-            events.push((s.start, START, i));
-            let end = if s.last > s.start {
-                END
-            } else {
-                END_OF_INSTANT
-            };
-            events.push((s.last, end, i));
-        }
-        events.sort();
-        let mut running: BTreeSet<usize> = BTreeSet::new();
-        let mut reported: BTreeSet<String> = BTreeSet::new();
-        for (at, kind, i) in events {
-            if kind != START {
-                running.remove(&i);
-                continue;
-            }
-            running.insert(i);
-            for (resource, total) in cap {
-                let used: u64 = running
-                    .iter()
-                    .map(|j| {
-                        requires
-                            .get(&spans[*j].task)
-                            .and_then(|r| r.get(resource))
-                            .copied()
-                            .unwrap_or(0)
-                    })
-                    .sum();
-                if used > *total && reported.insert(resource.clone()) {
-                    let who: Vec<String> = running
-                        .iter()
-                        .map(|j| {
-                            let s = &spans[*j];
-                            format!(
-                                "task {} attempt {} ({}..{})",
-                                s.task, s.attempt, s.start, s.last
-                            )
-                        })
-                        .collect();
-                    out.push(Anomaly {
-                        rule: Rule::OverCapacity,
-                        at,
-                        detail: format!(
-                            "node {node} ran {used} {resource} of its {total} at {at}: {who:?}"
-                        ),
-                    });
-                }
-            }
-        }
-    }
-    out
-}
-
 /// How many anomalies one counter may report: after each, the reads that could not be placed
 /// are set aside and the rest checked again, so that one bad read does not hide the next.
 const MAX_COUNTER_ANOMALIES: usize = 10;
@@ -485,64 +457,9 @@ pub fn counters(h: &History, initial: i64) -> Vec<Anomaly> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::history::{CounterOp, Exec, ExecKind, FinalTask, ResultRead, Submit};
+    use super::super::history::{CounterOp, ExecKind};
+    use super::fixtures::{clean, exec, rules, submit, task};
     use super::*;
-
-    fn submit(key: &str, outcome: Outcome<u64>) -> Submit {
-        Submit {
-            client: 1,
-            key: key.into(),
-            invoke: 10,
-            complete: 20,
-            outcome,
-            requires: [("cpu".to_string(), 1)].into(),
-        }
-    }
-
-    fn task(id: u64, key: &str, state: &str) -> FinalTask {
-        FinalTask {
-            id,
-            key: key.into(),
-            state: state.into(),
-            reason: None,
-        }
-    }
-
-    fn exec(kind: ExecKind, task: u64, attempt: u32, node: u64, at: u64) -> Exec {
-        Exec {
-            kind,
-            task,
-            attempt,
-            node,
-            at,
-        }
-    }
-
-    fn rules(found: &[Anomaly]) -> Vec<Rule> {
-        found.iter().map(|a| a.rule).collect()
-    }
-
-    /// One task submitted, run once to its end on node 1, read as that attempt.
-    fn clean() -> History {
-        let mut h = History::default();
-        h.submits.push(submit("nem-1-1", Outcome::Ok(1)));
-        h.tasks.insert(1, task(1, "nem-1-1", "Succeeded"));
-        h.execs = vec![
-            exec(ExecKind::Start, 1, 1, 1, 100),
-            exec(ExecKind::Beat, 1, 1, 1, 300),
-            exec(ExecKind::End, 1, 1, 1, 500),
-        ];
-        h.reads.push(ResultRead {
-            task: 1,
-            at: 600,
-            state: "Succeeded".into(),
-            attempt: 1,
-            node: Some(1),
-            result: Some("Exited { code: 0 }".into()),
-        });
-        h.capacity.insert(1, [("cpu".to_string(), 1)].into());
-        h
-    }
 
     #[test]
     fn a_clean_history_passes_every_rule() {
@@ -618,6 +535,31 @@ mod tests {
     }
 
     #[test]
+    fn an_attempt_of_one_record_inside_another_attempts_run_is_caught() {
+        // Seen in a real run (pause-worker): the stopped worker, continued, started the
+        // attempt the head had given up while the next attempt ran elsewhere, and its fence
+        // killed it before its first beat. Its span is one instant, inside attempt 2's run.
+        let mut h = clean();
+        h.execs.push(exec(ExecKind::Start, 1, 2, 2, 200));
+        h.execs.push(exec(ExecKind::End, 1, 2, 2, 700));
+        h.execs.retain(|e| e.attempt != 1);
+        h.execs.push(exec(ExecKind::Start, 1, 1, 1, 400));
+        let found = overlaps(&h);
+        assert_eq!(rules(&found), vec![Rule::AttemptsOverlap]);
+        assert!(
+            found[0].detail.contains("0.00 s at once"),
+            "{}",
+            found[0].detail
+        );
+        // At either end of the other's run it is back to back, not at once.
+        for at in [200, 700] {
+            h.execs.retain(|e| e.attempt != 1);
+            h.execs.push(exec(ExecKind::Start, 1, 1, 1, at));
+            assert_eq!(overlaps(&h), vec![], "a single record at {at}");
+        }
+    }
+
+    #[test]
     fn a_result_of_an_attempt_that_never_ended_or_reads_that_disagree_are_caught() {
         let mut h = clean();
         h.reads[0].attempt = 2; // attempt 2 never ran
@@ -632,39 +574,6 @@ mod tests {
         h.reads.push(later);
         assert_eq!(rules(&results(&h)), vec![Rule::ResultNotWinner]);
         assert_eq!(results(&clean()), vec![]);
-    }
-
-    #[test]
-    fn a_node_running_more_than_its_capacity_is_caught() {
-        let mut h = clean();
-        h.submits.push(submit("nem-1-2", Outcome::Ok(2)));
-        h.tasks.insert(2, task(2, "nem-1-2", "Succeeded"));
-        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 400));
-        h.execs.push(exec(ExecKind::End, 2, 1, 1, 800));
-        assert_eq!(rules(&capacity(&h)), vec![Rule::OverCapacity]);
-        // One after the other on the node is within its capacity.
-        h.execs.retain(|e| e.task != 2);
-        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 500));
-        h.execs.push(exec(ExecKind::End, 2, 1, 1, 800));
-        assert_eq!(capacity(&h), vec![]);
-    }
-
-    #[test]
-    fn an_attempt_of_one_record_counts_at_its_instant_and_then_leaves_the_node() {
-        // Attempt 1 of task 2 was killed after its start record and before any beat; its
-        // retry runs on the same node later. The node ran one task at a time.
-        let mut h = clean();
-        h.submits.push(submit("nem-1-2", Outcome::Ok(2)));
-        h.tasks.insert(2, task(2, "nem-1-2", "Succeeded"));
-        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 600));
-        h.execs.push(exec(ExecKind::Start, 2, 2, 1, 700));
-        h.execs.push(exec(ExecKind::End, 2, 2, 1, 900));
-        assert_eq!(capacity(&h), vec![]);
-        assert_eq!(overlaps(&h), vec![]);
-        // The same one-record attempt while task 1 runs is one task too many.
-        h.execs.retain(|e| (e.task, e.attempt) != (2, 1));
-        h.execs.push(exec(ExecKind::Start, 2, 1, 1, 300));
-        assert_eq!(rules(&capacity(&h)), vec![Rule::OverCapacity]);
     }
 
     fn counter(

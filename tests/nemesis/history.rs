@@ -10,13 +10,22 @@
 //! timeout of ours, or an error that says the outcome is unknown). A failed write that
 //! happened anyway is an anomaly; an unknown one may or may not have happened.
 //!
-//! Executions come from the tasks: each attempt of a command task appends `start`, then a
-//! `beat` every 200 ms, then `end` lines (`KIND TASK ATTEMPT NODE EPOCH-SECONDS.MICROS`) to
-//! one log shared by every host, each line one `O_APPEND` write. An attempt killed outright
-//! writes no `end`; its last `beat` bounds from below how long it ran, so the intervals the
-//! checker compares are never longer than what really ran.
+//! Executions come from the tasks: each process that runs an attempt of a command task appends
+//! `start`, then a `beat` every 200 ms, then `end` lines
+//! (`KIND TASK ATTEMPT NODE PID RUN EPOCH-SECONDS.MICROS`) to one log shared by every host,
+//! each line one `O_APPEND` write. `PID` and `RUN` are the process's identity, written by the
+//! process itself: its pid (`$$`) and a random id it draws from the kernel when it starts
+//! (`/proc/sys/kernel/random/uuid`), so two runs of one attempt stay apart even on one node
+//! with a reused pid. An attempt killed outright writes no `end`; its last `beat` bounds from
+//! below how long it ran, so the intervals the checker compares are never longer than what
+//! really ran.
+//!
+//! What the head believed comes from it: every task it has once the run healed, with each
+//! attempt it sent (node, when, how it ended), and each node's capacity as the status reads
+//! of the run saw it, over time.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Microseconds since the Unix epoch.
@@ -122,6 +131,22 @@ pub enum ExecKind {
     End,
 }
 
+/// Which process ran an attempt, as the process itself wrote it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Process {
+    /// Its pid, as it saw it (in its worker's PID namespace).
+    pub pid: u32,
+    /// The random id it drew when it started.
+    pub run: u128,
+}
+
+impl fmt::Display for Process {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // The first 8 hex digits tell the runs of one history apart.
+        write!(f, "process {} (run {:08x})", self.pid, self.run >> 96)
+    }
+}
+
 /// One line of the execution log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Exec {
@@ -133,6 +158,8 @@ pub struct Exec {
     pub attempt: u32,
     /// The node the attempt ran on.
     pub node: u64,
+    /// The process that wrote the line.
+    pub process: Process,
     /// When.
     pub at: Micros,
 }
@@ -146,7 +173,7 @@ pub fn parse_exec_log(text: &str) -> anyhow::Result<Vec<Exec>> {
         }
         let bad = || anyhow::anyhow!("execution log line {}: {line:?} is malformed", n + 1);
         let parts: Vec<&str> = line.split_whitespace().collect();
-        let [kind, task, attempt, node, at] = parts[..] else {
+        let [kind, task, attempt, node, pid, run, at] = parts[..] else {
             return Err(bad());
         };
         let kind = match kind {
@@ -163,6 +190,10 @@ pub fn parse_exec_log(text: &str) -> anyhow::Result<Vec<Exec>> {
             task: task.parse().map_err(|_| bad())?,
             attempt: attempt.parse().map_err(|_| bad())?,
             node: node.parse().map_err(|_| bad())?,
+            process: Process {
+                pid: pid.parse().map_err(|_| bad())?,
+                run: u128::from_str_radix(&run.replace('-', ""), 16).map_err(|_| bad())?,
+            },
             at: secs * 1_000_000 + micros,
         });
     }
@@ -172,7 +203,8 @@ pub fn parse_exec_log(text: &str) -> anyhow::Result<Vec<Exec>> {
 /// The shell script of the command tasks: records its attempt as described in the module
 /// documentation, works for `$WORK_MS` milliseconds, and exits 0.
 pub const TASK_SCRIPT: &str = r#"
-rec() { echo "$1 $ESCHER_TASK_ID $ESCHER_ATTEMPT $ESCHER_NODE_ID $EPOCHREALTIME" >> "$NEMLOG"; }
+read -r run < /proc/sys/kernel/random/uuid
+rec() { echo "$1 $ESCHER_TASK_ID $ESCHER_ATTEMPT $ESCHER_NODE_ID $$ $run $EPOCHREALTIME" >> "$NEMLOG"; }
 rec start
 left=$WORK_MS
 while [ "$left" -gt 0 ]; do
@@ -195,9 +227,39 @@ pub struct FinalTask {
     pub state: String,
     /// Why it is pending, failed or was cancelled.
     pub reason: Option<String>,
+    /// Its latest attempt, from 1 (0: it never started).
+    pub attempt: u32,
+    /// When the head recorded its final state, once it had.
+    pub finished_at: Option<Micros>,
+    /// The attempts the head sent, oldest first (the last 16 it keeps); `None` when retention
+    /// dropped the task's record and only its final state is known.
+    pub attempts: Option<Vec<HeadAttempt>>,
+}
+
+/// One attempt of a task as the head recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeadAttempt {
+    /// Its number, from 1.
+    pub attempt: u32,
+    /// The node the head sent it to.
+    pub node: u64,
+    /// When the head sent it (millisecond precision: the head's record is in milliseconds).
+    pub sent_at: Micros,
+    /// How it ended, in the head's words; `None` while it runs.
+    pub ended: Option<String>,
 }
 
 impl FinalTask {
+    /// The attempt the head recorded as its success, if it succeeded.
+    pub fn winner(&self) -> Option<u32> {
+        (self.state == "Succeeded").then_some(self.attempt)
+    }
+
+    /// The head's record of attempt `a`, if it keeps one.
+    pub fn head_attempt(&self, a: u32) -> Option<&HeadAttempt> {
+        self.attempts.as_ref()?.iter().find(|h| h.attempt == a)
+    }
+
     /// Whether it reached an end (succeeded, failed, cancelled).
     pub fn ended(&self) -> bool {
         matches!(self.state.as_str(), "Succeeded" | "Failed" | "Cancelled")
@@ -217,8 +279,22 @@ pub struct History {
     pub execs: Vec<Exec>,
     /// Every task the head knows once healed (read after the run), by id.
     pub tasks: BTreeMap<u64, FinalTask>,
-    /// Each node's capacity per resource, in whole units.
-    pub capacity: BTreeMap<u64, BTreeMap<String, u64>>,
+    /// Every node's capacity as each status read of the run saw it.
+    pub capacity: Vec<CapacitySample>,
+}
+
+/// One node's capacity as one status read saw it: in force at some instant between the read's
+/// call and its return.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacitySample {
+    /// The node.
+    pub node: u64,
+    /// When the read was called.
+    pub invoke: Micros,
+    /// When it returned.
+    pub complete: Micros,
+    /// Its capacity per resource, in whole units (`u64::MAX`: unbounded).
+    pub totals: BTreeMap<String, u64>,
 }
 
 #[cfg(test)]
@@ -227,16 +303,25 @@ mod tests {
 
     #[test]
     fn the_execution_log_parses_and_refuses_a_torn_line() {
-        let log =
-            "start 7 1 2 1700000000.123456\nbeat 7 1 2 1700000000.5\nend 7 1 2 1700000001,000001\n";
-        let execs = parse_exec_log(log).unwrap();
+        let run = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0";
+        let log = format!(
+            "start 7 1 2 41 {run} 1700000000.123456\nbeat 7 1 2 41 {run} 1700000000.5\n\
+             end 7 1 2 41 {run} 1700000001,000001\n"
+        );
+        let execs = parse_exec_log(&log).unwrap();
         assert_eq!(execs.len(), 3);
+        assert_eq!(execs[0].process.pid, 41);
+        assert_eq!(execs[0].process.run, 0x0f1e2d3c_4b5a_6978_8796_a5b4c3d2e1f0);
+        assert_eq!(execs[0].process.to_string(), "process 41 (run 0f1e2d3c)");
         assert_eq!(execs[0].at, 1_700_000_000_123_456);
         assert_eq!(execs[1].at, 1_700_000_000_500_000);
         assert_eq!(execs[2].kind, ExecKind::End);
         assert_eq!(execs[2].at, 1_700_000_001_000_001);
-        let err = parse_exec_log("start 7 1 2 17000").unwrap_err();
+        let err = parse_exec_log(&format!("start 7 1 2 41 {run} 17000")).unwrap_err();
         assert!(err.to_string().contains("line 1"), "{err}");
-        assert!(parse_exec_log("stop 7 1 2 1.0").is_err());
+        assert!(parse_exec_log(&format!("stop 7 1 2 41 {run} 1.0")).is_err());
+        // A line without the process's identity (the log's old form) is refused.
+        assert!(parse_exec_log("start 7 1 2 1700000000.123456").is_err());
+        assert!(parse_exec_log("start 7 1 2 41 not-hex 1700000000.123456").is_err());
     }
 }

@@ -10,7 +10,10 @@
 //! - [`cluster`]: the head replicas and workers in those hosts, and the process and disk faults.
 //! - [`nemeses`]: each fault as a nemesis that injects and heals.
 //! - [`history`]: what is recorded, and the tasks' execution log.
-//! - [`checker`]: the rules, each with its tests; [`linear`]: the counter's linearizability.
+//! - [`checker`]: the rules, each with its tests on hand-made histories (its
+//!   [`reruns`](checker::reruns): an attempt run twice, a task run again after its end, an
+//!   execution the head never assigned; its [`capacity`](checker::capacity): each node's
+//!   capacity over time); [`linear`]: the counter's linearizability.
 //! - [`run`]: a schedule under load, the check, and the table of measurements.
 
 pub mod checker;

@@ -6,7 +6,9 @@
 //! `cpu=1`, up to 20 retries) under keys of their own (the task's name), two add small deltas to a counter (a
 //! resource on the anchor worker's node, a worker no nemesis touches) while a third reads
 //! it, and one reads the results of finished tasks. Every call is bounded by [`OP_TIMEOUT`];
-//! a call that hits that bound has an unknown outcome.
+//! a call that hits that bound has an unknown outcome. Each status read (the counter's reader
+//! reads it every 250 ms) also records every node's capacity, so that the checker knows what
+//! each node had over time; once the run healed, the head is asked for every task's attempts.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -14,15 +16,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
-use escher::types::{Capacity, NodeId, NodeSpec, TaskId, TaskStatus};
+use escher::types::{Capacity, ClusterStatus, NodeId, NodeSpec, TaskId, TaskStatus};
 use escher::{Client, ClientError, Task};
 use tokio_util::sync::CancellationToken;
 
+use super::checker::reruns::runs_after_an_end;
 use super::checker::{self, Anomaly, spans};
 use super::cluster::{NetCluster, Settings};
 use super::history::{
-    CounterAction, CounterOp, FinalTask, History, Micros, Outcome, ResultRead, Submit, TASK_SCRIPT,
-    now_us, parse_exec_log,
+    CapacitySample, CounterAction, CounterOp, FinalTask, HeadAttempt, History, Micros, Outcome,
+    ResultRead, Submit, TASK_SCRIPT, now_us, parse_exec_log,
 };
 use super::nemeses::{self, Nemesis};
 
@@ -143,6 +146,7 @@ struct Recorder {
     submits: Vec<Submit>,
     counters: Vec<CounterOp>,
     reads: Vec<ResultRead>,
+    capacity: Vec<CapacitySample>,
 }
 
 type Rec = Arc<Mutex<Recorder>>;
@@ -251,27 +255,67 @@ fn counter_value(status: &escher::types::ClusterStatus, node: NodeId) -> Outcome
     }
 }
 
-async fn read_counter(k: u32, client: &Client, node: NodeId) -> CounterOp {
+/// Every node's capacity in a status read called at `invoke` that returned at `complete`, in
+/// whole units (rounded down: the tasks require whole units).
+fn capacity_samples(
+    status: &ClusterStatus,
+    invoke: Micros,
+    complete: Micros,
+) -> Vec<CapacitySample> {
+    status
+        .nodes
+        .iter()
+        .map(|n| CapacitySample {
+            node: n.id.0,
+            invoke,
+            complete,
+            totals: n
+                .resources
+                .iter()
+                .map(|r| {
+                    let total = match r.total {
+                        Capacity::Finite(a) => a.raw() / 10_000,
+                        Capacity::Unbounded => u64::MAX,
+                    };
+                    (r.name.as_str().to_string(), total)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// A read of the counter, and every node's capacity in the status it read.
+async fn read_counter(k: u32, client: &Client, node: NodeId) -> (CounterOp, Vec<CapacitySample>) {
     let invoke = now_us();
-    let outcome = match bounded(client.cluster_status()).await {
-        Outcome::Ok(status) => counter_value(&status, node),
-        Outcome::Fail(e) => Outcome::Fail(e),
-        Outcome::Unknown(e) => Outcome::Unknown(e),
+    let status = bounded(client.cluster_status()).await;
+    let complete = now_us();
+    let (outcome, capacity) = match status {
+        Outcome::Ok(status) => (
+            counter_value(&status, node),
+            capacity_samples(&status, invoke, complete),
+        ),
+        Outcome::Fail(e) => (Outcome::Fail(e), Vec::new()),
+        Outcome::Unknown(e) => (Outcome::Unknown(e), Vec::new()),
     };
-    CounterOp {
+    let op = CounterOp {
         client: k,
         counter: COUNTER.into(),
         action: CounterAction::Read,
         invoke,
-        complete: now_us(),
+        complete,
         outcome,
-    }
+    };
+    (op, capacity)
 }
 
 async fn counter_reader(k: u32, client: Client, node: NodeId, rec: Rec, cancel: CancellationToken) {
     while !cancel.is_cancelled() {
-        let op = read_counter(k, &client, node).await;
-        rec.lock().unwrap().counters.push(op);
+        let (op, capacity) = read_counter(k, &client, node).await;
+        {
+            let mut r = rec.lock().unwrap();
+            r.counters.push(op);
+            r.capacity.extend(capacity);
+        }
         if pause(&cancel, 250).await {
             break;
         }
@@ -345,8 +389,16 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
     let anchor = cluster.node_of(&anchor_name).await?;
     let rec: Rec = Arc::default();
 
-    // The counter starts at 1 (a capacity of 0 would delete the resource).
+    // What every node has before any task runs.
     let setup = cluster.client()?;
+    let invoke = now_us();
+    let status = match bounded(setup.cluster_status()).await {
+        Outcome::Ok(status) => status,
+        Outcome::Fail(e) | Outcome::Unknown(e) => anyhow::bail!("the first status read: {e}"),
+    };
+    rec.lock().unwrap().capacity = capacity_samples(&status, invoke, now_us());
+
+    // The counter starts at 1 (a capacity of 0 would delete the resource).
     let invoke = now_us();
     let outcome = match bounded(setup.set_resource(COUNTER, 1u64, NodeSpec::Node(anchor))).await {
         Outcome::Ok(_) => Outcome::Ok(0),
@@ -466,6 +518,9 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
                         key: t.name,
                         state: format!("{:?}", t.state),
                         reason: t.reason,
+                        attempt: t.attempt,
+                        finished_at: t.finished_at_ms.map(|ms| ms * 1_000),
+                        attempts: None,
                     };
                     (f.id, f)
                 })
@@ -500,21 +555,17 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
             }
         }
     }
-    let final_read = read_counter(0, &client, anchor).await;
-    rec.lock().unwrap().counters.push(final_read);
+    let (final_read, capacity) = read_counter(0, &client, anchor).await;
+    {
+        let mut r = rec.lock().unwrap();
+        r.counters.push(final_read);
+        r.capacity.extend(capacity);
+    }
+    for t in tasks.values_mut() {
+        head_record(&client, t).await?;
+    }
 
     let status = cluster.status().await?;
-    let cpus: u64 = settings
-        .resources
-        .split(',')
-        .find_map(|kv| kv.strip_prefix("cpu="))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0);
-    let capacity = status
-        .nodes
-        .iter()
-        .map(|n| (n.id.0, [("cpu".to_string(), cpus)].into()))
-        .collect();
     let anchor_left = status
         .node(anchor)
         .and_then(|n| n.left_because.clone())
@@ -527,7 +578,7 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
         reads: recorded.reads,
         execs,
         tasks,
-        capacity,
+        capacity: recorded.capacity,
     };
     let anomalies = checker::check(&history);
     let mut table = table(schedule, &history, &windows, &anomalies, load_end);
@@ -553,6 +604,42 @@ pub async fn run(schedule: &Schedule) -> anyhow::Result<Report> {
         findings,
         table,
     })
+}
+
+/// Task `t` as the head records it now, with every attempt it sent: one status, so that its
+/// state, attempts and times agree. A few tries (the cluster healed, but a leader may still
+/// move); then the run fails, naming the task.
+async fn head_record(client: &Client, t: &mut FinalTask) -> anyhow::Result<()> {
+    let mut tries = 0;
+    let info = loop {
+        match bounded(client.task_info(TaskId(t.id))).await {
+            Outcome::Ok(info) => break info,
+            Outcome::Fail(e) | Outcome::Unknown(e) => {
+                tries += 1;
+                if tries == 5 {
+                    anyhow::bail!("asking the head for task {}'s attempts: {e}", t.id);
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    };
+    let status = &info.status;
+    t.state = format!("{:?}", status.state);
+    t.reason = status.reason.clone().or(t.reason.take());
+    t.attempt = status.attempt;
+    t.finished_at = status.finished_at_ms.map(|ms| ms * 1_000);
+    t.attempts = (!status.evicted).then(|| {
+        info.attempts
+            .iter()
+            .map(|a| HeadAttempt {
+                attempt: a.attempt,
+                node: a.node.0,
+                sent_at: a.started_at_ms * 1_000,
+                ended: a.ended.clone(),
+            })
+            .collect()
+    });
+    Ok(())
 }
 
 /// The worker (index, among the first `candidates`) running the most long attempts now (in
@@ -750,6 +837,31 @@ fn table(
         *by_rule.entry(format!("{:?}", a.rule)).or_default() += 1;
     }
     let _ = writeln!(t, "anomalies: {} {by_rule:?}", anomalies.len());
+    let lost: Vec<String> = runs_after_an_end(h)
+        .into_iter()
+        .filter_map(|r| {
+            let how = r.lost_as?;
+            Some(format!(
+                "task {} attempt {} ended at {} on node {}, recorded as {how:?}; attempt {} on \
+                 node {} from {}",
+                r.ended.task,
+                r.ended.attempt,
+                r.ended.last,
+                r.ended.node,
+                r.again.attempt,
+                r.again.node,
+                r.again.start
+            ))
+        })
+        .collect();
+    let _ = writeln!(
+        t,
+        "runs again after an end whose report the head never had (at-least-once, allowed): {}",
+        lost.len()
+    );
+    for l in &lost {
+        let _ = writeln!(t, "  {l}");
+    }
     let _ = writeln!(
         t,
         "| nemesis | faults | anomalies | longest window without an acknowledged write (s) | fault to fenced tasks' retry (s) |"
