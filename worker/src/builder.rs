@@ -124,6 +124,27 @@ impl WorkerBuilder {
         self
     }
 
+    /// The processes (threads included) each command task may have at once (default
+    /// [`DEFAULT_TASK_PIDS_MAX`](crate::exec::DEFAULT_TASK_PIDS_MAX)).
+    pub fn task_pids_max(mut self, max: u64) -> Self {
+        self.config.task_pids_max = max;
+        self
+    }
+
+    /// The most bytes of each output stream a command task's log keeps (default
+    /// [`DEFAULT_TASK_LOG_BYTES`](crate::exec::DEFAULT_TASK_LOG_BYTES)).
+    pub fn task_log_bytes(mut self, bytes: u64) -> Self {
+        self.config.task_log_bytes = bytes;
+        self
+    }
+
+    /// Refuse to start unless every limit is held in the tasks' cgroups (default: start, and
+    /// say which are not in a warning and the node's labels).
+    pub fn require_limits(mut self, on: bool) -> Self {
+        self.config.require_limits = on;
+        self
+    }
+
     /// Which cgroup hierarchy holds the task cgroups (default: the unified one where the
     /// worker may create cgroups, else the v1 freezer).
     pub fn task_cgroup_hierarchy(mut self, hierarchy: crate::exec::Hierarchy) -> Self {
@@ -259,6 +280,17 @@ impl WorkerBuilder {
         let sims = config.sim_gpu_specs()?;
         let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
         let mut resources = config.resolve_resources(&discovered);
+        let (told, has) = (resources.get("memory"), discovered.resources.get("memory"));
+        if !has.is_zero() && told > has {
+            return Err(WorkerError::config(
+                "memory",
+                format!(
+                    "{told} MiB is more than this machine has ({has} MiB): tasks would be \
+                     promised memory that is not there; give at most {has} (--memory, or \
+                     memory= in --resources)"
+                ),
+            ));
+        }
         let mut labels = config.resolve_labels(&discovered);
         let isolation = Isolation::resolve(config.task_users, config.state_dir.as_deref())
             .map_err(|why| WorkerError::config("task-uids", why))?;
@@ -324,6 +356,9 @@ impl WorkerBuilder {
             isolation,
             task_cgroups: config.task_cgroups,
             task_cgroup_hierarchy: config.task_cgroup_hierarchy,
+            task_pids_max: config.task_pids_max,
+            task_log_bytes: config.task_log_bytes,
+            require_limits: config.require_limits,
             pass_env: config.pass_env,
             log_retention: config.log_retention,
             token: config.token,

@@ -89,6 +89,15 @@ pub struct WorkerConfig {
     /// Which cgroup hierarchy holds them (`--task-cgroup-hierarchy`): the unified one where
     /// the worker may create cgroups, else the v1 freezer, by default.
     pub task_cgroup_hierarchy: crate::exec::Hierarchy,
+    /// The processes (threads included) each command task may have at once
+    /// (`--task-pids-max`; see `exec/limits.rs`).
+    pub task_pids_max: u64,
+    /// The most bytes of each output stream a command task's log keeps (`--task-log-bytes`);
+    /// past it, output is dropped with one line that says so.
+    pub task_log_bytes: u64,
+    /// Refuse to start unless every limit (CPU, memory, processes) is held in the tasks'
+    /// cgroups (`--require-limits`).
+    pub require_limits: bool,
     /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
     /// none (`escher-worker` does; `--no-python` turns Python off; see `python/detect.rs`).
     pub python: crate::python::PythonDetection,
@@ -122,6 +131,9 @@ impl Default for WorkerConfig {
             require_isolation: false,
             task_cgroups: true,
             task_cgroup_hierarchy: crate::exec::Hierarchy::Auto,
+            task_pids_max: crate::exec::DEFAULT_TASK_PIDS_MAX,
+            task_log_bytes: crate::exec::DEFAULT_TASK_LOG_BYTES,
+            require_limits: false,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
         }
@@ -164,6 +176,27 @@ impl WorkerConfig {
             if let Some(v) = value {
                 Amount::units(v).map_err(|e| WorkerError::config(field, e.to_string()))?;
             }
+        }
+        if self.task_pids_max == 0 {
+            return Err(WorkerError::config(
+                "task-pids-max",
+                "0 processes would let no task start; give at least 1 (the default is \
+                 4096)",
+            ));
+        }
+        if self.task_log_bytes == 0 {
+            return Err(WorkerError::config(
+                "task-log-bytes",
+                "0 bytes would keep no output at all; give a positive number of bytes (the \
+                 default is 67108864, 64 MiB)",
+            ));
+        }
+        if self.require_limits && !self.task_cgroups {
+            return Err(WorkerError::config(
+                "require-limits",
+                "limits are held in the tasks' cgroups, which --no-task-cgroups turns off; \
+                 drop one of the two",
+            ));
         }
         self.sim_gpu_specs()?;
         if let Some((name, _)) = self
@@ -228,8 +261,14 @@ impl WorkerConfig {
     pub fn resolve_labels(&self, discovered: &Discovered) -> Labels {
         let mut labels = discovered.labels.clone();
         for (k, v) in self.labels.iter() {
-            // Both sides are valid labels already. The isolation label is the worker's to say.
-            if k != escher_proto::types::ISOLATION_LABEL {
+            // Both sides are valid labels already. The isolation and limits labels are the
+            // worker's to say.
+            let workers = [
+                escher_proto::types::ISOLATION_LABEL,
+                crate::exec::LIMITS_LABEL,
+                crate::exec::LIMITS_MISSING_LABEL,
+            ];
+            if !workers.contains(&k) {
                 let _ = labels.insert(k, v);
             }
         }
@@ -330,6 +369,22 @@ mod tests {
             ..Default::default()
         };
         assert!(err(cpus).contains("cpus"));
+        let pids = WorkerConfig {
+            task_pids_max: 0,
+            ..Default::default()
+        };
+        assert!(err(pids).contains("task-pids-max: 0 processes"));
+        let logs = WorkerConfig {
+            task_log_bytes: 0,
+            ..Default::default()
+        };
+        assert!(err(logs).contains("task-log-bytes"));
+        let both = WorkerConfig {
+            require_limits: true,
+            task_cgroups: false,
+            ..Default::default()
+        };
+        assert!(err(both).contains("--no-task-cgroups"));
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //!
 //! A command that exits with a code other than 0 after stating `out_of_memory used_mib=..
 //! limit_mib=..` in its outcome file (`ESCHER_OUTCOME_FILE`, beside its logs) ends with
-//! `OutOfMemory { used_mib, limit_mib }` instead of its exit code.
+//! `OutOfMemory { used_mib, limit_mib }` instead of its exit code. A command is held to the
+//! limits its request gives ([`LimitPolicy`](crate::exec::LimitPolicy)), and one that failed
+//! after the kernel's OOM killer killed a process of it in its memory cgroup ends with the
+//! error "exceeded its memory request of N".
 //!
 //! Every kind honours the task's `timeout` (`timed_out: true`) and the cancellation token (the
 //! head's `CancelTask`, or the worker shutting down). A handler runs in a task of its own so
@@ -69,6 +72,10 @@ pub(crate) struct RunEnv {
     pub(crate) spawn_latency: Arc<SpawnLatency>,
     /// Where each command gets a cgroup of its own (`None`: its process group only).
     pub(crate) cgroups: Option<Arc<crate::exec::TaskCgroups>>,
+    /// How a command's request becomes the limits its cgroup holds it to.
+    pub(crate) limits: crate::exec::LimitPolicy,
+    /// The most bytes of each output stream a command's log keeps.
+    pub(crate) log_bytes: u64,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -117,8 +124,12 @@ pub(crate) async fn run_task(
                     .join(format!(".escher-{}-{}.outcome", a.task_id.0, a.attempt)),
                 None => outcome_path(&env.log_dir, a.task_id.0, a.attempt),
             };
+            // Its hold on the node's memory lasts until it ends.
+            let (limits, _memory) = env.limits.task(&a.spec.resources);
             let mut opts = LaunchOptions::new(&env.log_dir)
                 .cgroups(env.cgroups.clone())
+                .limits(limits)
+                .log_bytes(Some(env.log_bytes))
                 .grace(env.grace)
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
@@ -358,6 +369,9 @@ async fn command(
                 None => Ok(TaskResult::Exited { code: exit.code }),
             };
             ((outcome, false), Some(logs))
+        }
+        Ok((outcome @ CommandOutcome::MemoryExceeded { .. }, logs)) => {
+            ((Err(outcome.to_string()), false), Some(logs))
         }
         Ok((outcome, logs)) => {
             let code = outcome.exit().code;

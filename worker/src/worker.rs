@@ -72,6 +72,9 @@ pub struct Worker {
     pub(crate) identity: IdentityStore,
     pub(crate) task_cgroups: bool,
     pub(crate) task_cgroup_hierarchy: crate::exec::Hierarchy,
+    pub(crate) task_pids_max: u64,
+    pub(crate) task_log_bytes: u64,
+    pub(crate) require_limits: bool,
 }
 
 impl fmt::Debug for Worker {
@@ -167,7 +170,7 @@ impl Worker {
         } else {
             Err("turned off (--no-task-cgroups)".into())
         };
-        let cgroups = match discovered {
+        let (cgroups, enforcement) = match discovered {
             Ok(cgroups) => {
                 let hierarchy = if cgroups.is_freezer() {
                     "cgroup v1 freezer"
@@ -175,15 +178,54 @@ impl Worker {
                     "cgroup v2"
                 };
                 tracing::info!(root = %cgroups.root().display(), hierarchy, "each command task runs in a cgroup of its own");
-                Some(Arc::new(cgroups))
+                let enforcement = cgroups.enforcement().clone();
+                (Some(Arc::new(cgroups)), enforcement)
             }
             Err(why) => {
                 tracing::warn!(%why, "no cgroup for tasks: a task that leaves its process group (setsid) escapes the fence; run the worker as root, or delegate it a cgroup subtree");
-                None
+                let enforcement =
+                    crate::exec::Enforcement::nothing(&format!("no cgroup for tasks ({why})"));
+                (None, enforcement)
             }
+        };
+        if !enforcement.complete() {
+            if self.require_limits {
+                return Err(WorkerError::config(
+                    "require-limits",
+                    format!(
+                        "this node cannot hold its tasks to every limit ({}); fix that, or \
+                         drop --require-limits to run with what it can hold (named in the \
+                         node's {} label)",
+                        enforcement.why_missing(),
+                        crate::exec::LIMITS_MISSING_LABEL
+                    ),
+                ));
+            }
+            tracing::warn!(
+                enforced = %enforcement.label(),
+                missing = %enforcement.why_missing(),
+                "tasks on this node are not held to every limit they ask for: a task can use more \
+                 than it asked of what is missing (the node's {} label names it)",
+                crate::exec::LIMITS_MISSING_LABEL
+            );
+        } else {
+            tracing::info!(limits = %enforcement.label(), "each command task is held to its CPU, memory and process limits");
+        }
+        let mut labels = self.labels;
+        // Both are valid label text.
+        let _ = labels.insert(crate::exec::LIMITS_LABEL, &enforcement.label());
+        if let Some(missing) = enforcement.missing_label() {
+            let _ = labels.insert(crate::exec::LIMITS_MISSING_LABEL, &missing);
+        }
+        let node_memory = self.resources.get("memory").raw() / escher_proto::Amount::ONE.raw();
+        let limits = crate::exec::LimitPolicy {
+            pids_max: self.task_pids_max,
+            memory: crate::exec::MemoryLedger::new(node_memory.saturating_mul(1 << 20)),
         };
         let env = Arc::new(RunEnv {
             cgroups,
+            limits,
+            log_bytes: self.task_log_bytes,
             log_dir: self.log_dir.path().to_path_buf(),
             base_env: crate::exec::task_base_env(std::env::vars(), &self.pass_env),
             isolation: self.isolation,
@@ -198,7 +240,7 @@ impl Worker {
             name: self.name.to_string(),
             address: self.address,
             resources: self.resources,
-            labels: self.labels,
+            labels,
         };
         let (initial, max) = self.reconnect;
         let backoff = Backoff::new(initial, max, fastrand::u64(..));

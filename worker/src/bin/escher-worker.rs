@@ -111,6 +111,25 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_cgroups: bool,
 
+    /// The processes (threads included) each command task may have at once, held by the
+    /// `pids` controller in the task's cgroup: a fork bomb fills its own cgroup, not the node
+    #[arg(long, value_name = "N", default_value_t = escher_worker::exec::DEFAULT_TASK_PIDS_MAX)]
+    task_pids_max: u64,
+
+    /// The most bytes of each output stream (stdout, stderr) a command task's log keeps; past
+    /// it, output is dropped and the log ends with one line that says so. Checked every 100 ms
+    /// while the task runs, and when it ends
+    #[arg(long, value_name = "BYTES", default_value_t = escher_worker::exec::DEFAULT_TASK_LOG_BYTES)]
+    task_log_bytes: u64,
+
+    /// Refuse to start unless this node holds every command task to its limits: `cpu` as a
+    /// CPU quota, `memory` as a memory limit (a task that asked for none gets what no running
+    /// task asked for of the node's memory, at least 64 MiB), and --task-pids-max. Without it,
+    /// a worker that cannot hold one (no cgroup, no such controller, a read-only hierarchy)
+    /// starts, warns, and names what it does not hold in its `escher.limits.missing` label
+    #[arg(long)]
+    require_limits: bool,
+
     /// Run in the host's PID namespace. By default a worker that may (root) runs itself and
     /// its tasks in a PID namespace of their own, so that no task outlives the worker, not
     /// even a kill of every escher process at once; its tasks then see their own `/proc`
@@ -229,6 +248,9 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             require_isolation: args.require_isolation,
             task_cgroups: !args.no_task_cgroups,
             task_cgroup_hierarchy: args.task_cgroup_hierarchy,
+            task_pids_max: args.task_pids_max,
+            task_log_bytes: args.task_log_bytes,
+            require_limits: args.require_limits,
             python: if args.no_python {
                 escher_worker::PythonDetection::Off
             } else {
@@ -390,8 +412,17 @@ mod tests {
             "2h",
             "--log-max-bytes",
             "1000",
+            "--task-pids-max",
+            "64",
+            "--task-log-bytes",
+            "4096",
+            "--require-limits",
         ])
         .unwrap();
+        assert_eq!(
+            (c.task_pids_max, c.task_log_bytes, c.require_limits),
+            (64, 4096, true)
+        );
         assert_eq!(c.head, "http://10.0.0.1:7600");
         assert_eq!(c.log_retention.max_age, Duration::from_secs(7200));
         assert_eq!(c.log_retention.max_bytes, 1000);
@@ -424,6 +455,12 @@ mod tests {
         assert!(layout.contains("at most 1 instance(s)"), "{layout}");
         let scale = parse(&["--sim-mig-latency-scale=-1"]).unwrap_err();
         assert!(scale.contains("--sim-mig-latency-scale"), "{scale}");
+        let pids = parse(&["--task-pids-max", "0"]).unwrap_err();
+        assert!(pids.contains("task-pids-max: 0 processes"), "{pids}");
+        let logs = parse(&["--task-log-bytes", "0"]).unwrap_err();
+        assert!(logs.contains("task-log-bytes"), "{logs}");
+        let off = parse(&["--require-limits", "--no-task-cgroups"]).unwrap_err();
+        assert!(off.contains("--no-task-cgroups"), "{off}");
     }
 
     #[test]

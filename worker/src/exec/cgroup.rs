@@ -25,6 +25,13 @@
 //! delegated a subtree) tasks are held by their process group only, as the worker's log says at
 //! start.
 //!
+//! The same cgroup holds the task to its limits ([`TaskLimits`]: a CPU quota, a memory limit, a
+//! process limit) where the unified hierarchy has those controllers; where they are cgroup v1
+//! hierarchies instead (all of them on a v1 host, and on many hybrid hosts whose unified
+//! hierarchy has no controller), the task also gets a cgroup of the same name, `slot-K`, under
+//! `escher-worker-PID-N` in each of those hierarchies, entered with it and given its limits
+//! (see `limits.rs`). The kill stays the unified or freezer cgroup's.
+//!
 //! The cgroup also measures what the task used: CPU time from `cpu.stat` (always there in v2)
 //! and memory from `memory.peak` / `memory.current` where the memory controller is enabled for
 //! it. A freezer cgroup counts neither: there the CPU time and memory are those of the
@@ -37,6 +44,8 @@ use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+
+use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills};
 
 /// The prefix of a worker process's directory of task cgroups.
 const WORKER_PREFIX: &str = "escher-worker-";
@@ -76,6 +85,21 @@ pub struct TaskCgroups {
     free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
     /// The number of the next new one.
     next: std::sync::atomic::AtomicU64,
+    /// Where each enforced limit is written.
+    places: Vec<Place>,
+    /// Which limits are held, and why the others are not.
+    enforcement: Enforcement,
+}
+
+/// The worker's directory of task cgroups in one hierarchy that holds limits, and the
+/// controllers it holds them with.
+#[derive(Debug)]
+struct Place {
+    /// `<mount>/<the worker's cgroup there>/escher-worker-PID-N`; the task cgroups' own root
+    /// for the unified hierarchy.
+    root: PathBuf,
+    version: Version,
+    controllers: Vec<Controller>,
 }
 
 /// What a task's cgroup measured.
@@ -103,12 +127,57 @@ impl TaskCgroups {
             let own = own_cgroup1("freezer")?;
             TaskCgroups::under(&mount.join(own.trim_start_matches('/')))
         };
-        match hierarchy {
+        let mut cgroups = match hierarchy {
             Hierarchy::Unified => unified(),
             Hierarchy::Freezer => freezer(),
             Hierarchy::Auto => unified()
                 .or_else(|v2| freezer().map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))),
+        }?;
+        cgroups.place_limits();
+        Ok(cgroups)
+    }
+
+    /// Finds where each limit can be held: the unified hierarchy where its controller can be
+    /// enabled for the task cgroups, else the controller's own v1 hierarchy.
+    fn place_limits(&mut self) {
+        let mut enforcement = Enforcement::default();
+        let mut places: Vec<Place> = Vec::new();
+        let name = self.root.file_name().map(PathBuf::from).unwrap_or_default();
+        for controller in Controller::ALL {
+            let unified = if self.is_freezer() {
+                Err("the task cgroups are v1 freezer cgroups".to_string())
+            } else {
+                enable_unified(&self.root, controller)
+            };
+            let placed = unified
+                .map(|()| (self.root.clone(), Version::V2))
+                .or_else(|v2| {
+                    v1_root(controller, &name)
+                        .map(|root| (root, Version::V1))
+                        .map_err(|v1| format!("cgroup v2: {v2}; cgroup v1: {v1}"))
+                });
+            match placed {
+                Ok((root, version)) => {
+                    enforcement.enforced.insert(controller);
+                    match places.iter_mut().find(|p| p.root == root) {
+                        Some(place) => place.controllers.push(controller),
+                        None => places.push(Place {
+                            root,
+                            version,
+                            controllers: vec![controller],
+                        }),
+                    }
+                }
+                Err(why) => enforcement.missing.push((controller, why)),
+            }
         }
+        self.places = places;
+        self.enforcement = enforcement;
+    }
+
+    /// Which limits the task cgroups hold, and why the others are not held.
+    pub fn enforcement(&self) -> &Enforcement {
+        &self.enforcement
     }
 
     /// The task cgroups of this worker process in a directory of its own under `parent`, the
@@ -130,6 +199,8 @@ impl TaskCgroups {
             root,
             free: std::sync::Arc::default(),
             next: std::sync::atomic::AtomicU64::new(0),
+            places: Vec::new(),
+            enforcement: Enforcement::default(),
         })
     }
 
@@ -143,8 +214,15 @@ impl TaskCgroups {
         is_freezer(&self.root)
     }
 
-    /// An empty cgroup for one task: one from the pool, or a new one.
+    /// An empty cgroup for one task, with no limit: one from the pool, or a new one.
     pub fn create(&self) -> io::Result<TaskCgroup> {
+        self.create_limited(&TaskLimits::none())
+    }
+
+    /// An empty cgroup for one task, holding it to `limits` (those this host enforces, see
+    /// [`TaskCgroups::enforcement`]): one from the pool, or a new one. Fails, and the task
+    /// must not start, when a limit cannot be written.
+    pub fn create_limited(&self, limits: &TaskLimits) -> io::Result<TaskCgroup> {
         let reused = self
             .free
             .lock()
@@ -160,11 +238,43 @@ impl TaskCgroups {
             }
         };
         let cpu_before = cpu_usage(&path);
-        Ok(TaskCgroup {
+        let mut cgroup = TaskCgroup {
+            limit_dirs: Vec::new(),
             path,
             cpu_before,
+            oom_before: 0,
+            memory_limit: limits.memory,
             free: std::sync::Arc::clone(&self.free),
-        })
+        };
+        // Dropped on error: back in the pool, empty.
+        let name = cgroup
+            .path
+            .file_name()
+            .map(PathBuf::from)
+            .unwrap_or_default();
+        for place in &self.places {
+            let dir = if place.root == self.root {
+                cgroup.path.clone()
+            } else {
+                let dir = place.root.join(&name);
+                match fs::create_dir(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+                dir
+            };
+            for controller in &place.controllers {
+                limits.write(&dir, place.version, *controller)?;
+            }
+            cgroup.limit_dirs.push(LimitDir {
+                path: dir,
+                version: place.version,
+                controllers: place.controllers.clone(),
+            });
+        }
+        cgroup.oom_before = cgroup.oom_kills().unwrap_or(0);
+        Ok(cgroup)
     }
 }
 
@@ -177,7 +287,15 @@ impl Drop for TaskCgroups {
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
         for path in free {
+            if let Some(name) = path.file_name() {
+                for place in &self.places {
+                    let _ = fs::remove_dir(place.root.join(name));
+                }
+            }
             let _ = fs::remove_dir(path);
+        }
+        for place in &self.places {
+            let _ = fs::remove_dir(&place.root);
         }
         let _ = fs::remove_dir(&self.root);
     }
@@ -187,9 +305,44 @@ impl Drop for TaskCgroups {
 #[derive(Debug)]
 pub struct TaskCgroup {
     path: PathBuf,
+    /// The cgroups that hold its limits (`path` itself among them, for the unified hierarchy).
+    limit_dirs: Vec<LimitDir>,
     /// Its CPU time when the task got it.
     cpu_before: Duration,
+    /// The OOM kills its memory cgroup had counted when the task got it.
+    oom_before: u64,
+    /// The task's memory limit, in bytes.
+    memory_limit: Option<u64>,
     free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+}
+
+/// Whether the kernel's OOM killer killed a process of one task's memory cgroup (see
+/// [`TaskCgroup::oom_watch`]).
+#[derive(Debug, Clone)]
+pub struct OomWatch {
+    dir: PathBuf,
+    version: Version,
+    /// The kills the cgroup had counted when the task got it.
+    before: u64,
+    /// The task's memory limit, in bytes.
+    limit: u64,
+}
+
+impl OomWatch {
+    /// The task's memory limit, when the kernel's OOM killer has killed one of its processes
+    /// since it got its cgroup: the task went past its memory request. Read before the cgroup
+    /// goes back to the pool.
+    pub fn exceeded(&self) -> Option<u64> {
+        (oom_kills(&self.dir, self.version)? > self.before).then_some(self.limit)
+    }
+}
+
+/// One of a task's cgroups that hold its limits.
+#[derive(Debug)]
+struct LimitDir {
+    path: PathBuf,
+    version: Version,
+    controllers: Vec<Controller>,
 }
 
 impl TaskCgroup {
@@ -200,16 +353,29 @@ impl TaskCgroup {
 
     /// Moves process `pid` into the cgroup, then every descendant it has already started (a
     /// process forked after its parent moved is born inside).
+    /// So are the cgroups that hold its limits in v1 hierarchies.
     pub fn enter(&self, pid: u32) -> io::Result<()> {
-        let procs = self.path.join("cgroup.procs");
-        fs::write(&procs, pid.to_string())?;
+        let procs: Vec<PathBuf> = std::iter::once(self.path.as_path())
+            .chain(
+                self.limit_dirs
+                    .iter()
+                    .map(|d| d.path.as_path())
+                    .filter(|d| *d != self.path),
+            )
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect();
+        for file in &procs {
+            fs::write(file, pid.to_string())?;
+        }
         let mut parents = vec![pid];
         let mut moved = 0;
         while let Some(parent) = parents.pop() {
             for child in children(parent) {
                 // Gone already, or moved: either way it is not left outside.
-                if fs::write(&procs, child.to_string()).is_ok() {
-                    moved += 1;
+                for file in &procs {
+                    if fs::write(file, child.to_string()).is_ok() {
+                        moved += 1;
+                    }
                 }
                 parents.push(child);
             }
@@ -224,11 +390,45 @@ impl TaskCgroup {
     /// the kernel counts it for this cgroup.
     pub fn usage(&self) -> CgroupUsage {
         let cpu = cpu_usage(&self.path).saturating_sub(self.cpu_before);
-        let memory = fs::read_to_string(self.path.join("memory.current"))
-            .ok()
-            .and_then(|text| text.trim().parse().ok())
+        let counted = |file: &str, dir: &Path| {
+            fs::read_to_string(dir.join(file))
+                .ok()
+                .and_then(|text| text.trim().parse().ok())
+        };
+        let memory = counted("memory.current", &self.path)
+            .or_else(|| {
+                let (dir, _) = self.memory_dir()?;
+                counted("memory.usage_in_bytes", dir)
+            })
             .or_else(|| resident_memory(&self.path));
         CgroupUsage { cpu, memory }
+    }
+
+    /// The cgroup that holds its memory limit, and its interface.
+    fn memory_dir(&self) -> Option<(&Path, Version)> {
+        self.limit_dirs
+            .iter()
+            .find(|d| d.controllers.contains(&Controller::Memory))
+            .map(|d| (d.path.as_path(), d.version))
+    }
+
+    /// How many times the kernel's OOM killer has killed one of its processes, in all (the
+    /// count of its memory cgroup); `None` where no memory cgroup counts them.
+    fn oom_kills(&self) -> Option<u64> {
+        let (dir, version) = self.memory_dir()?;
+        oom_kills(dir, version)
+    }
+
+    /// What tells, once the task has ended, whether it went past its memory limit; `None`
+    /// where it has none or no memory cgroup counts OOM kills.
+    pub fn oom_watch(&self) -> Option<OomWatch> {
+        let (dir, version) = self.memory_dir()?;
+        Some(OomWatch {
+            dir: dir.to_path_buf(),
+            version,
+            before: self.oom_before,
+            limit: self.memory_limit?,
+        })
     }
 
     /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
@@ -251,6 +451,11 @@ impl Drop for TaskCgroup {
         }
         // Its processes are still dying: never reused, removed once empty.
         remove(&self.path);
+        for dir in &self.limit_dirs {
+            if dir.path != self.path {
+                remove(&dir.path);
+            }
+        }
     }
 }
 
@@ -465,6 +670,59 @@ fn sweep_dead_workers(parent: &Path) {
                 "killed the tasks a dead worker left running (it died with its fence supervisor)"
             );
         }
+    }
+}
+
+/// Enables `controller` for the task cgroups under `root`, in the unified hierarchy: in the
+/// worker's own cgroup (`root`'s parent) and in `root`. The kernel refuses it for a cgroup that
+/// holds processes itself, other than the hierarchy's root: the worker's own, unless the
+/// worker runs in the root cgroup or a service manager delegated it a subtree it has left.
+fn enable_unified(root: &Path, controller: Controller) -> Result<(), String> {
+    let name = controller.name();
+    let parent = root
+        .parent()
+        .ok_or_else(|| format!("{} has no parent", root.display()))?;
+    let listed = |dir: &Path, file: &str| {
+        fs::read_to_string(dir.join(file))
+            .is_ok_and(|text| text.split_whitespace().any(|c| c == name))
+    };
+    if !listed(parent, "cgroup.controllers") {
+        return Err(format!(
+            "the {name} controller is not available in the unified hierarchy at {}",
+            parent.display()
+        ));
+    }
+    for dir in [parent, root] {
+        if listed(dir, "cgroup.subtree_control") {
+            continue;
+        }
+        fs::write(dir.join("cgroup.subtree_control"), format!("+{name}")).map_err(|e| {
+            format!(
+                "cannot enable the {name} controller for {} ({e}); run the worker in a cgroup \
+                 of its own whose controllers it may enable (systemd: Delegate=yes)",
+                dir.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// The worker's directory of task cgroups named `name` in the cgroup v1 hierarchy of
+/// `controller`, created (with the leftovers of dead workers there swept first).
+fn v1_root(controller: Controller, name: &Path) -> Result<PathBuf, String> {
+    let mount = cgroup1_mount(controller.name())?;
+    let own = own_cgroup1(controller.name())?;
+    let parent = mount.join(own.trim_start_matches('/'));
+    sweep_dead_workers(&parent);
+    let root = parent.join(name);
+    match fs::create_dir(&root) {
+        Ok(()) => Ok(root),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(root),
+        Err(e) => Err(format!(
+            "cannot create {} ({e}); run the worker as root, with the cgroup hierarchies \
+             mounted writable",
+            root.display()
+        )),
     }
 }
 

@@ -19,6 +19,17 @@
 //!
 //! Whichever way the main process ends, what it left running in its group is then SIGKILLed,
 //! and dropping the future before the end SIGKILLs the whole group (see `group.rs`).
+//!
+//! Its cgroup holds it to the options' [`TaskLimits`]; a command whose process the kernel's
+//! OOM killer killed there ends as [`CommandOutcome::MemoryExceeded`]. Each log stream is held
+//! to `log_bytes` ([`AttemptLogs::cap`], checked every [`LOG_CAP_EVERY`] and at the end).
+//!
+//! Every command runs with `no_new_privs`: no exec of its can gain privileges (a set-uid or
+//! set-gid program, file capabilities). The flag is a thread's, inherited by what it spawns,
+//! so the thread that spawns sets it on itself first, once ([`no_new_privs`]), and the
+//! standard library keeps spawning with `posix_spawn` (a `pre_exec` hook would make it fork).
+//! The worker's threads never exec to gain privileges themselves: root changes user with
+//! `setuid` (or `setpriv`, which does the same), which the flag does not touch.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -33,11 +44,16 @@ use tokio_util::sync::CancellationToken;
 use super::error::ExecError;
 use super::group::ProcessGroup;
 use super::isolation::TaskUser;
+use super::limits::TaskLimits;
 use super::logs::{AttemptLogs, CreatedLogs};
 use super::outcome::{CommandOutcome, ProcessExit};
 
 /// How long a command gets between SIGTERM and SIGKILL, unless told otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
+
+/// How often a running command's logs are held to their cap: what a task writes in this time
+/// past the cap is on the disk until the next check cuts it.
+pub const LOG_CAP_EVERY: Duration = Duration::from_millis(100);
 
 /// What to run: the command part of a task spec.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -110,6 +126,10 @@ pub struct LaunchOptions {
     pub cgroups: Option<Arc<super::TaskCgroups>>,
     /// Where what a command in a cgroup uses is sent while it runs; `None`: nowhere.
     pub usage: Option<UsageSink>,
+    /// What the command may use, written into its cgroup (without cgroups, nothing holds it).
+    pub limits: TaskLimits,
+    /// The most bytes each of its log streams keeps; `None` for no cap.
+    pub log_bytes: Option<u64>,
 }
 
 /// What a command's processes used so far, sent while it runs (see [`UsageSink`]).
@@ -154,7 +174,21 @@ impl LaunchOptions {
             on_spawn: None,
             cgroups: None,
             usage: None,
+            limits: TaskLimits::none(),
+            log_bytes: None,
         }
+    }
+
+    /// Holds each command to `limits` in its cgroup.
+    pub fn limits(mut self, limits: TaskLimits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// Keeps at most `bytes` of each of a command's log streams (`None`: all of them).
+    pub fn log_bytes(mut self, bytes: Option<u64>) -> Self {
+        self.log_bytes = bytes;
+        self
     }
 
     /// Sends what each command in a cgroup uses to `sink` while it runs.
@@ -219,7 +253,7 @@ pub async fn run_command(
     if let Some(cwd) = &spec.cwd {
         check_cwd(cwd).await?;
     }
-    let (logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
+    let (mut logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
 
     let switch = opts
         .user
@@ -287,12 +321,23 @@ pub async fn run_command(
     // Made before the spawn, so that a task is never started uncontained by a cgroup that
     // could not be made.
     let cgroup = match &opts.cgroups {
-        Some(cgroups) => Some(cgroups.create().map_err(|source| ExecError::Cgroup {
-            path: cgroups.root().to_path_buf(),
-            source,
-        })?),
+        Some(cgroups) => {
+            Some(
+                cgroups
+                    .create_limited(&opts.limits)
+                    .map_err(|source| ExecError::Cgroup {
+                        path: cgroups.root().to_path_buf(),
+                        source,
+                    })?,
+            )
+        }
         None => None,
     };
+    let oom = cgroup.as_ref().and_then(super::TaskCgroup::oom_watch);
+    no_new_privs().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
     let mut child = command.spawn().map_err(|source| ExecError::Spawn {
         program: program.clone(),
         source,
@@ -335,6 +380,12 @@ pub async fn run_command(
         timer
     });
     let mut sampled = false;
+    let mut log_checks = opts.log_bytes.map(|_| {
+        let mut timer = tokio::time::interval(LOG_CAP_EVERY);
+        timer.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        timer.reset();
+        timer
+    });
     tokio::pin!(deadline);
     // An exit that is already there wins over a cancellation or timeout that is too.
     let stop_as: fn(ProcessExit) -> CommandOutcome = loop {
@@ -346,7 +397,13 @@ pub async fn run_command(
                 if let (Some((sink, cgroup)), true) = (sink, sampled) {
                     (sink.send)(cgroup.usage(), true).await;
                 }
-                return Ok((CommandOutcome::Exited(exit), logs));
+                // Read while the task still holds its cgroup.
+                let outcome = match oom.as_ref().and_then(super::OomWatch::exceeded) {
+                    Some(limit) if !exit.success() => CommandOutcome::MemoryExceeded { exit, limit },
+                    _ => CommandOutcome::Exited(exit),
+                };
+                cap_logs(&mut logs, opts.log_bytes);
+                return Ok((outcome, logs));
             }
             () = cancel.cancelled() => break CommandOutcome::Cancelled,
             () = &mut deadline => break CommandOutcome::TimedOut,
@@ -356,14 +413,42 @@ pub async fn run_command(
                     tokio::spawn((sink.send)(cgroup.usage(), false));
                 }
             }
+            () = next_sample(&mut log_checks), if log_checks.is_some() => {
+                cap_logs(&mut logs, opts.log_bytes);
+            }
         }
     };
     let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
+    cap_logs(&mut logs, opts.log_bytes);
     if let (Some((sink, cgroup)), true) = (sink, sampled) {
         (sink.send)(cgroup.usage(), true).await;
     }
     tracing::debug!(%outcome, "command stopped");
     Ok((outcome, logs))
+}
+
+/// Holds the logs to `max` bytes a stream, if there is a cap. A failure is logged: the output
+/// is the task's, the cap the worker's disk's, and neither is a reason to stop the task.
+fn cap_logs(logs: &mut AttemptLogs, max: Option<u64>) {
+    if let Some(max) = max
+        && let Err(error) = logs.cap(max)
+    {
+        tracing::warn!(%error, max, "cannot hold a task's log to its cap");
+    }
+}
+
+/// Sets `no_new_privs` on the calling thread, once: every process it spawns from now on
+/// inherits it, and no exec of theirs gains privileges (see the module's doc).
+pub(super) fn no_new_privs() -> io::Result<()> {
+    thread_local! {
+        static SET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    }
+    if SET.get() {
+        return Ok(());
+    }
+    nix::sys::prctl::set_no_new_privs().map_err(io::Error::from)?;
+    SET.set(true);
+    Ok(())
 }
 
 /// Waits for the next sample's time (never, without a timer).

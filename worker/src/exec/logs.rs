@@ -6,7 +6,8 @@
 //! caller can page through a large log, or follow a running task's log by asking again from
 //! `next_offset`. [`AttemptLogs`] holds an attempt's two files from their creation and reads the
 //! end of a stream (what the worker reports to the head when an attempt ends, so that it
-//! outlives the worker), and [`sweep_logs`] applies the worker's retention rule: files older
+//! outlives the worker) and holds each stream to the worker's cap ([`AttemptLogs::cap`],
+//! `--task-log-bytes`), and [`sweep_logs`] applies the worker's retention rule: files older
 //! than an age go, then the oldest while the directory holds more than a byte budget; the logs
 //! of running attempts always stay.
 
@@ -18,6 +19,9 @@ use std::time::{Duration, SystemTime};
 use tokio::io::{AsyncReadExt, AsyncSeekExt};
 
 use super::error::ExecError;
+
+/// The most bytes of each stream a task's log keeps, unless `--task-log-bytes` says (64 MiB).
+pub const DEFAULT_TASK_LOG_BYTES: u64 = 64 * 1024 * 1024;
 
 /// The most bytes one [`read_log`] call returns, whatever the caller asks for (4 MiB).
 pub const MAX_LOG_CHUNK: u32 = 4 * 1024 * 1024;
@@ -120,6 +124,8 @@ pub async fn read_log(
 pub struct AttemptLogs {
     stdout: std::fs::File,
     stderr: std::fs::File,
+    /// Whether each stream (stdout, stderr) reached the cap and ends with the marker line.
+    capped: [bool; 2],
 }
 
 /// What [`AttemptLogs::create`] gives: the worker's handles, and the files the child writes.
@@ -137,8 +143,11 @@ impl AttemptLogs {
         let open = |path: &Path| {
             use std::os::unix::fs::OpenOptionsExt;
             // Only the worker reads them: a task's output is its own.
+            // Appending: the child's writes go to the end wherever the worker cut the file
+            // (`cap`), never at an offset past it.
             std::fs::OpenOptions::new()
                 .mode(0o600)
+                .custom_flags(nix::fcntl::OFlag::O_APPEND.bits())
                 .read(true)
                 .write(true)
                 .create(true)
@@ -170,7 +179,46 @@ impl AttemptLogs {
         };
         let (stdout, child_stdout) = create(Stream::Stdout)?;
         let (stderr, child_stderr) = create(Stream::Stderr)?;
-        Ok((AttemptLogs { stdout, stderr }, child_stdout, child_stderr))
+        let logs = AttemptLogs {
+            stdout,
+            stderr,
+            capped: [false; 2],
+        };
+        Ok((logs, child_stdout, child_stderr))
+    }
+
+    /// Holds each stream to `max` bytes: a stream that went past is cut back to `max`, followed
+    /// by one line that says the rest was dropped; whatever the task appended after that line
+    /// is cut again. The worker calls it while the task runs (so the disk holds at most what
+    /// the task writes between two calls past the cap) and once after it ended. Blocking.
+    pub fn cap(&mut self, max: u64) -> io::Result<()> {
+        for (i, file) in [&self.stdout, &self.stderr].into_iter().enumerate() {
+            let marker = cap_marker(max);
+            let len = file.metadata()?.len();
+            if self.capped[i] {
+                let kept = max + marker.len() as u64;
+                if len > kept {
+                    file.set_len(kept)?;
+                }
+                continue;
+            }
+            if len <= max {
+                continue;
+            }
+            file.set_len(max)?;
+            // Written at `max` through a description of its own: the child's (and the
+            // worker's) is in append mode, where a positioned write goes to the end.
+            use std::os::fd::AsRawFd;
+            use std::os::unix::fs::FileExt;
+            let at = std::fs::OpenOptions::new()
+                .write(true)
+                .open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+            at.write_all_at(marker.as_bytes(), max)?;
+            // What the task appended between the cut and the marker.
+            file.set_len(max + marker.len() as u64)?;
+            self.capped[i] = true;
+        }
+        Ok(())
     }
 
     /// How many bytes each stream holds so far: (stdout, stderr).
@@ -199,6 +247,14 @@ impl AttemptLogs {
         data.truncate(read);
         Ok((data, len))
     }
+}
+
+/// The line that ends a stream cut at `max` bytes.
+fn cap_marker(max: u64) -> String {
+    format!(
+        "\n[escher: output past {max} bytes dropped: the task reached its log cap, the worker's \
+         --task-log-bytes]\n"
+    )
 }
 
 /// How long a worker keeps command logs, and how much of them.

@@ -8,6 +8,8 @@
 //! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended (`outcome.rs`).
 //! - [`Isolation`] keeps tasks apart: the environment they start with, the user they run as
 //!   (`isolation.rs`).
+//! - [`TaskLimits`] is what a command may use (CPU, memory, processes), held in its cgroups;
+//!   [`Enforcement`] says which of them this host holds (`limits.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
 //! Unix only: it relies on process groups and signals.
@@ -17,20 +19,26 @@ mod command;
 mod error;
 mod group;
 mod isolation;
+mod limits;
 mod logs;
 mod outcome;
 
-pub use cgroup::{CgroupUsage, Hierarchy, TaskCgroup, TaskCgroups, kill_cgroup};
+pub use cgroup::{CgroupUsage, Hierarchy, OomWatch, TaskCgroup, TaskCgroups, kill_cgroup};
 pub use command::{
-    CommandSpec, DEFAULT_GRACE, LaunchOptions, OnSpawn, UsageSend, UsageSink, run_command,
+    CommandSpec, DEFAULT_GRACE, LOG_CAP_EVERY, LaunchOptions, OnSpawn, UsageSend, UsageSink,
+    run_command,
 };
 pub use error::ExecError;
 pub use isolation::{
     DEFAULT_TASK_UIDS, Isolation, PASSED_ENV, TaskUser, TaskUsers, UidRange, UserPool,
     task_base_env,
 };
+pub use limits::{
+    Controller, DEFAULT_TASK_PIDS_MAX, Enforcement, LIMITS_LABEL, LIMITS_MISSING_LABEL,
+    LimitPolicy, MIN_UNREQUESTED_MEMORY, MemoryHeld, MemoryLedger, TaskLimits,
+};
 pub use logs::{
-    AttemptLogs, CLUSTER_MARKER, LogChunk, LogRetention, MAX_LOG_CHUNK, Stream, Swept,
-    claim_log_dir, log_path, read_log, sweep_logs,
+    AttemptLogs, CLUSTER_MARKER, DEFAULT_TASK_LOG_BYTES, LogChunk, LogRetention, MAX_LOG_CHUNK,
+    Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
 pub use outcome::{CommandOutcome, ProcessExit};

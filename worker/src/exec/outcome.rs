@@ -77,6 +77,14 @@ pub enum CommandOutcome {
     TimedOut(ProcessExit),
     /// The task was cancelled; the executor stopped the process group.
     Cancelled(ProcessExit),
+    /// The process failed after the kernel's OOM killer killed a process of the task in its
+    /// memory cgroup: the task went past its memory limit, `limit` bytes.
+    MemoryExceeded {
+        /// How the main process ended.
+        exit: ProcessExit,
+        /// The task's memory limit, in bytes.
+        limit: u64,
+    },
 }
 
 impl CommandOutcome {
@@ -85,7 +93,8 @@ impl CommandOutcome {
         match *self {
             CommandOutcome::Exited(e)
             | CommandOutcome::TimedOut(e)
-            | CommandOutcome::Cancelled(e) => e,
+            | CommandOutcome::Cancelled(e)
+            | CommandOutcome::MemoryExceeded { exit: e, .. } => e,
         }
     }
 
@@ -101,7 +110,23 @@ impl fmt::Display for CommandOutcome {
             CommandOutcome::Exited(e) => write!(f, "{e}"),
             CommandOutcome::TimedOut(e) => write!(f, "timed out, {e}"),
             CommandOutcome::Cancelled(e) => write!(f, "cancelled, {e}"),
+            CommandOutcome::MemoryExceeded { exit, limit } => write!(
+                f,
+                "exceeded its memory request of {}: the kernel's out-of-memory killer ended it \
+                 in its cgroup ({exit}); ask for more memory",
+                bytes(*limit)
+            ),
         }
+    }
+}
+
+/// `n` bytes as a person reads them: whole MiB or GiB where they are, else bytes.
+fn bytes(n: u64) -> String {
+    const MIB: u64 = 1024 * 1024;
+    match n {
+        n if n >= 1024 * MIB && n % (1024 * MIB) == 0 => format!("{} GiB", n / (1024 * MIB)),
+        n if n >= MIB && n % MIB == 0 => format!("{} MiB", n / MIB),
+        n => format!("{n} bytes"),
     }
 }
 
@@ -138,5 +163,17 @@ mod tests {
             CommandOutcome::TimedOut(ProcessExit::killed_by(15)).to_string(),
             "timed out, killed by SIGTERM (exit code 143)"
         );
+        let oom = CommandOutcome::MemoryExceeded {
+            exit: ProcessExit::killed_by(9),
+            limit: 64 * 1024 * 1024,
+        };
+        assert!(!oom.success());
+        assert_eq!(
+            oom.to_string(),
+            "exceeded its memory request of 64 MiB: the kernel's out-of-memory killer ended it \
+             in its cgroup (killed by SIGKILL (exit code 137)); ask for more memory"
+        );
+        assert_eq!(bytes(3 * 1024 * 1024 * 1024), "3 GiB");
+        assert_eq!(bytes(1000), "1000 bytes");
     }
 }
