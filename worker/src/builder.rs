@@ -332,8 +332,11 @@ impl WorkerBuilder {
                 LogDir::Given(dir.clone())
             }
             None => {
+                use std::os::unix::fs::PermissionsExt;
+                // Private, as a given one is made: tempfile makes it as the umask says.
                 let dir = tempfile::Builder::new()
                     .prefix("escher-worker-")
+                    .permissions(std::fs::Permissions::from_mode(0o700))
                     .tempdir()
                     .map_err(|source| WorkerError::LogDir {
                         path: std::env::temp_dir(),
@@ -401,6 +404,33 @@ mod tests {
             bad,
             Err(WorkerError::InvalidConfig { field: "head", .. })
         ));
+    }
+
+    #[test]
+    fn the_log_directory_is_the_workers_alone() {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |w: &Worker| std::fs::metadata(w.log_dir()).unwrap().permissions().mode();
+        let temporary = Worker::builder().build().unwrap();
+        assert_eq!(mode(&temporary) & 0o777, 0o700);
+        let dir = tempfile::tempdir().unwrap();
+        let given = Worker::builder()
+            .log_dir(dir.path().join("logs"))
+            .build()
+            .unwrap();
+        assert_eq!(mode(&given) & 0o777, 0o700);
+    }
+
+    #[test]
+    fn build_refuses_more_memory_than_the_machine_has() {
+        let err = Worker::builder()
+            .memory_mib(1 << 40)
+            .build()
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("memory: 1099511627776 MiB is more than this machine has"),
+            "{err}"
+        );
     }
 
     #[test]
