@@ -1,4 +1,4 @@
-//! The node-local object store (issue 44; docs/ARCHITECTURE.md, "Objects").
+//! The node-local object store (docs/ARCHITECTURE.md, "Objects").
 //!
 //! Each worker holds one [`ObjectStore`]: the bytes of the objects this node holds a copy of,
 //! one file per object in a directory of its own on tmpfs, written once, sealed read-only and
