@@ -42,6 +42,8 @@ _signal_prefix = "escher-py-" + uuid.uuid4().hex[:12]
 # Counts the sessions init() opened, so that what one session stored is never used in another.
 _generation = 0
 _signal_seq = itertools.count(1)
+# The runtime environment init() gave: what remote functions without their own run with.
+_session_runtime_env: Optional[Dict[str, Any]] = None
 
 
 class NotInitializedError(EscherError):
@@ -74,7 +76,8 @@ class TaskCancelledError(TaskError):
 def init(address: Optional[str] = None, *, token: Optional[str] = None,
          namespace: Optional[str] = None, num_workers: int = 1,
          resources: Resources = None, num_heads: int = 1,
-         ignore_reinit_error: bool = False) -> "ClusterInfo":
+         ignore_reinit_error: bool = False,
+         runtime_env: Optional[Dict[str, Any]] = None) -> "ClusterInfo":
     """Starts an embedded cluster, or connects to a running one.
 
     With no ``address`` (and no ``ESCHER_HEAD``), starts a head (a raft group of
@@ -83,9 +86,11 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
     that run remote functions in warm interpreters of this Python) and stops them at exit.
     With an ``address`` (``http://HOST:7600``, or several, comma-separated, for a replicated
     head) or ``ESCHER_HEAD``, connects to that cluster with ``token``, else ``ESCHER_TOKEN``,
-    else the access file the head wrote (``~/.escher/access.json``).
+    else the access file the head wrote (``~/.escher/access.json``). ``runtime_env``
+    (``{"env_vars": {...}, "working_dir": "path"}``) is what every remote function's calls run
+    with, unless the function has one of its own.
     """
-    global _session, _generation
+    global _session, _generation, _session_runtime_env
     with _lock:
         if _session is not None:
             if ignore_reinit_error:
@@ -95,6 +100,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
                 "first, or pass ignore_reinit_error=True"
             )
         address = address or os.environ.get("ESCHER_HEAD") or None
+        _session_runtime_env = _check_runtime_env(runtime_env)
         _generation += 1
         if address is None:
             if token is not None:
@@ -117,9 +123,10 @@ def is_initialized() -> bool:
 
 def shutdown() -> None:
     """Disconnects, and stops the embedded cluster if ``init`` started one."""
-    global _session
+    global _session, _session_runtime_env
     with _lock:
         session, _session = _session, None
+        _session_runtime_env = None
     if session is not None:
         session.shutdown()
 
@@ -624,17 +631,19 @@ class RemoteFunction:
 
     def __init__(self, fn: Callable, resources: Resources = None, retries: int = 0,
                  timeout: Optional[float] = None, name: Optional[str] = None,
-                 spec: Optional[Any] = None):
+                 spec: Optional[Any] = None, runtime_env: Optional[Dict[str, Any]] = None):
         _check_remotable(fn)
+        self._runtime_env = _check_runtime_env(runtime_env)
         self._fn = fn
         self._resources = resources
         self._retries = int(retries)
         self._timeout = timeout
         self._name = name or getattr(fn, "__qualname__", None) or "python"
         self._spec = spec
-        self._pickled: Optional[Tuple[bytes, bytes]] = None
-        # The task that stores the function, per session (shipped once per content hash).
-        self._stored: Dict[Tuple[int, str, Optional[str]], int] = {}
+        # The function's bytes and their hash, for the runtime environment they were made with.
+        self._pickled: Optional[Tuple[Any, bytes, bytes]] = None
+        # The task that stores the function, per session and hash (shipped once per hash).
+        self._stored: Dict[Tuple[int, str, Optional[str], bytes], int] = {}
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__name__ = getattr(fn, "__name__", "remote")
         self.__wrapped__ = fn
@@ -647,10 +656,12 @@ class RemoteFunction:
 
     def options(self, *, resources: Resources = None, retries: Optional[int] = None,
                 timeout: Optional[float] = None, name: Optional[str] = None,
-                spec: Optional[Any] = None, **ray: Any) -> "RemoteFunction":
+                spec: Optional[Any] = None, runtime_env: Optional[Dict[str, Any]] = None,
+                **ray: Any) -> "RemoteFunction":
         """The same function with other options; ``spec`` is what a scheduling library
         (``escher.esl``) asks of the task, added to its resources. Ray's ``num_cpus``,
-        ``num_gpus`` and ``max_retries`` are accepted as in ``escher.remote``."""
+        ``num_gpus`` and ``max_retries`` are accepted as in ``escher.remote``; a
+        ``runtime_env`` replaces the function's."""
         if ray:
             resources, retries = _ray_keywords(ray, resources, retries, "options")
         other = RemoteFunction(
@@ -660,17 +671,24 @@ class RemoteFunction:
             self._timeout if timeout is None else timeout,
             name or self._name,
             spec if spec is not None else self._spec,
+            runtime_env if runtime_env is not None else self._runtime_env,
         )
         other._pickled = self._pickled
         other._stored = self._stored
         return other
 
     def _function_bytes(self) -> Tuple[bytes, bytes]:
-        if self._pickled is None:
+        """The function as it travels (wrapped with its runtime environment, if any: its own,
+        else the one ``init`` gave), and its SHA-256; made again when that environment
+        changed."""
+        env = self._runtime_env if self._runtime_env is not None else _session_runtime_env
+        key = repr(env)
+        if self._pickled is None or self._pickled[0] != key:
             _by_value(self._fn)
-            data = _dumps(self._fn, f"function {self._name}")
-            self._pickled = (data, hashlib.sha256(data).digest())
-        return self._pickled
+            shipped = self._fn if env is None else _with_env(self._fn, env, self._name)
+            data = _dumps(shipped, f"function {self._name}")
+            self._pickled = (key, data, hashlib.sha256(data).digest())
+        return self._pickled[1], self._pickled[2]
 
     def _task_resources(self, extra: Sequence[str]) -> str:
         base = _resources_text(self._resources)
@@ -680,10 +698,10 @@ class RemoteFunction:
         parts.extend(f"{s}=1" for s in extra)
         return ",".join(p for p in parts if p)
 
-    def _store(self, session: _escher.Session, data: bytes) -> int:
+    def _store(self, session: _escher.Session, data: bytes, digest: bytes) -> int:
         """The task whose result holds the function: submitted and waited for at the first
         call in this session, then named by every call."""
-        key = (_generation, session.head_url, os.environ.get("ESCHER_TASK_TOKEN"))
+        key = (_generation, session.head_url, os.environ.get("ESCHER_TASK_TOKEN"), digest)
         stored = self._stored.get(key)
         if stored is None:
             envelope = b"ESPY\x02\x02" + data
@@ -751,7 +769,7 @@ class RemoteFunction:
         # A large function travels once, in a task of its own, and is fetched by the workers;
         # a small one travels with each call.
         if len(data) > 8 * 1024:
-            blob, inline = self._store(session, data), b""
+            blob, inline = self._store(session, data, digest), b""
         else:
             blob, inline = 0, data
         # Each argument task raises a signal of this call's own once it has succeeded.
@@ -782,15 +800,19 @@ def _new_signal() -> str:
 
 def remote(*args, resources: Resources = None, retries: int = 0,
            timeout: Optional[float] = None, name: Optional[str] = None,
-           spec: Optional[Any] = None, **ray: Any):
+           spec: Optional[Any] = None, runtime_env: Optional[Dict[str, Any]] = None,
+           **ray: Any):
     """Makes a function remote: ``@escher.remote`` or ``@escher.remote(resources={"cpu": 2},
     retries=3, timeout=60)``. Its calls request ``cpu=1`` unless ``resources`` say otherwise,
     and one Python slot. Ray's ``num_cpus=N``, ``num_gpus=N`` and ``max_retries=N`` mean the
     same here (``cpu=N``, ``gpu=N`` and ``retries=N``); Ray's keywords that escher spells
     differently are refused with escher's spelling. An ``async def`` function is awaited on
-    the worker. Classes (actors) are not supported yet: a class is refused."""
+    the worker. Classes (actors) are not supported yet: a class is refused. ``runtime_env``
+    (``{"env_vars": {...}, "working_dir": "path"}``) is what its calls run with, over the one
+    ``init`` gave."""
     if len(args) == 1 and callable(args[0]) and resources is None and not retries \
-            and timeout is None and name is None and spec is None and not ray:
+            and timeout is None and name is None and spec is None and runtime_env is None \
+            and not ray:
         return RemoteFunction(args[0])
     if args:
         raise InvalidArgumentError(
@@ -800,8 +822,10 @@ def remote(*args, resources: Resources = None, retries: int = 0,
         resources, folded = _ray_keywords(ray, resources, retries, "remote")
         retries = folded or 0
 
+    _check_runtime_env(runtime_env)
+
     def wrap(fn: Callable) -> RemoteFunction:
-        return RemoteFunction(fn, resources, retries, timeout, name, spec)
+        return RemoteFunction(fn, resources, retries, timeout, name, spec, runtime_env)
 
     return wrap
 
@@ -813,7 +837,6 @@ _RAY_ELSEWHERE = {
                            "reservation.resource('cpu'), or use a scheduling library "
                            "(spec=escher.esl...)",
     "placement_group": "use escher.reserve(...) and request reservation.resource('cpu')",
-    "runtime_env": "install the packages the function needs on the workers",
     "retry_exceptions": "retries=N retries a task whatever made it fail",
     "max_calls": "escher keeps its interpreters warm; a function that leaks should clean up",
     "accelerator_type": "request the device's own resource (a MIG slice's name, say) in "
@@ -875,6 +898,68 @@ def _ray_keywords(ray: Dict[str, Any], resources: Resources, retries: Optional[i
                 f"max_retries= are accepted too)"
             )
     return (",".join(parts) if parts is not None else resources), retries
+
+
+def _check_runtime_env(env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``env`` checked (``env_vars``: names to texts; ``working_dir``: a directory here), as a
+    plain dict; what escher does not do yet (``pip``, ``conda``, ``py_modules``, ...) is refused
+    saying what to do instead."""
+    if env is None:
+        return None
+    if not isinstance(env, dict):
+        raise InvalidArgumentError(
+            f"runtime_env is a dict such as {{'env_vars': {{'K': 'v'}}, 'working_dir': '.'}}, "
+            f"not {env!r}"
+        )
+    out: Dict[str, Any] = {}
+    for key, value in env.items():
+        if key == "env_vars":
+            if not isinstance(value, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+                raise InvalidArgumentError(
+                    f"runtime_env's env_vars maps names to texts, such as {{'OMP_NUM_THREADS': "
+                    f"'1'}}, not {value!r}"
+                )
+            for name in value:
+                if not name or "=" in name or "\0" in name or name.startswith("ESCHER_"):
+                    raise InvalidArgumentError(
+                        f"runtime_env's env_vars cannot set {name!r}: names are non-empty, "
+                        f"without '=', and ESCHER_* are the task's own"
+                    )
+            out["env_vars"] = dict(value)
+        elif key == "working_dir":
+            if not isinstance(value, (str, os.PathLike)) or not os.path.isdir(value):
+                raise InvalidArgumentError(
+                    f"runtime_env's working_dir is a directory on this machine, and {value!r} "
+                    f"is not one"
+                )
+            out["working_dir"] = os.path.abspath(value)
+        elif key in ("pip", "conda", "uv", "py_modules", "container", "image_uri"):
+            raise InvalidArgumentError(
+                f"runtime_env's {key} is not supported yet: install what the function needs "
+                f"on the workers (in the interpreter their escher.python label names), or ship "
+                f"your own modules in working_dir"
+            )
+        else:
+            raise InvalidArgumentError(
+                f"runtime_env has no {key!r}; it takes env_vars and working_dir"
+            )
+    return out
+
+
+def _with_env(fn: Callable, env: Dict[str, Any], name: str) -> Any:
+    """``fn`` wrapped with what its calls run with (``_runtime_env.py``), that module pickled
+    by value so that a worker needs only cloudpickle."""
+    from . import _runtime_env
+
+    archive, digest = None, None
+    if "working_dir" in env:
+        try:
+            archive, digest = _runtime_env.pack(env["working_dir"])
+        except (OSError, ValueError) as e:
+            raise InvalidArgumentError(f"cannot ship the working_dir of {name}: {e}") from None
+    _pickler().register_pickle_by_value(_runtime_env)
+    return _runtime_env._WithEnv(fn, env.get("env_vars", {}), archive, digest)
 
 
 def _check_remotable(fn: Any) -> None:

@@ -184,8 +184,11 @@ def processes(request, tmp_path):
         workers["nocg"] = start_worker("nocg", with_python, ["--no-task-cgroups"])
     elif case == "one-worker":
         workers["w1"] = start_worker("w1", with_python)
-    elif case == "other-cloudpickle":
-        venv = venv_with_cloudpickle(other_cloudpickle())
+    elif case in ("other-cloudpickle", "bare-interpreter"):
+        import cloudpickle
+
+        version = other_cloudpickle() if case == "other-cloudpickle" else cloudpickle.__version__
+        venv = venv_with_cloudpickle(version)
         made.append(venv.parent)
         workers["other"] = start_worker("other", {"ESCHER_PYTHON": str(venv / "bin" / "python"),
                                                   "ESCHER_PYTHON_SLOTS": "1"})
@@ -661,3 +664,35 @@ def test_a_worker_with_another_cloudpickle_says_so_naming_both_versions(processe
     assert f"cloudpickle {theirs}" in failed, failed
     assert f"pip install cloudpickle=={theirs}" in failed, failed
     assert "AttributeError" not in failed, failed
+
+
+@pytest.mark.parametrize("processes", ["bare-interpreter"], indirect=True)
+def test_a_runtime_env_reaches_a_worker_whose_python_has_only_cloudpickle(processes, tmp_path):
+    """``runtime_env`` (environment variables and a working directory) travels with the
+    function: a worker whose interpreter has cloudpickle only (the driver's version, from
+    PyPI), no escher package, runs the calls in the shipped directory with the variables set,
+    and its next task without them."""
+    work = open_folder("escher-working-dir-")
+    processes["made"].append(work)
+    (work / "shipped_helpers.py").write_text("def greet(name):\n    return 'hello ' + name\n")
+    code = (
+        "import escher, time\n"
+        f"escher.init({processes['url']!r}, token={processes['admin']!r})\n"
+        + NODE_LABEL +
+        f"env = {{'working_dir': {str(work)!r}, 'env_vars': {{'GREETED': 'world'}}}}\n"
+        "@escher.remote(runtime_env=env)\n"
+        "def greet():\n"
+        "    import os, sys, shipped_helpers\n"
+        "    return shipped_helpers.greet(os.environ['GREETED']), 'escher' in sys.modules\n"
+        "@escher.remote\n"
+        "def after():\n"
+        "    import os\n"
+        "    return os.environ.get('GREETED')\n"
+        "print('greeted', greet.remote().result(timeout=60))\n"
+        "print('after', after.remote().result(timeout=60))\n"
+    )
+    done = run_python(code, ESCHER_HOME=processes["home"])
+    log = worker_log(processes, "other")
+    assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
+    assert "greeted ('hello world', False)" in done.stdout, done.stdout
+    assert "after None" in done.stdout, done.stdout

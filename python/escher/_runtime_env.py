@@ -1,0 +1,119 @@
+"""Runtime environments (``runtime_env=``): environment variables and a working directory that
+a remote function's calls run with, shipped with the function.
+
+The driver packs the working directory once (a zip made the same way every time, so its
+SHA-256 names its content) and wraps the function in a :class:`_WithEnv` that holds the archive;
+the pair travels as the function does (cloudpickled; over 8 KiB, once per content hash in a task
+of its own whose result the workers fetch and keep), and each warm interpreter loads it once.
+This module is pickled by value (``cloudpickle.register_pickle_by_value``): a worker needs no
+escher package, only cloudpickle. On the worker, the archive is unpacked once per hash under the
+task user's home (or the temporary directory), and each call runs with the variables set, in the
+directory and with it first on ``sys.path``; all three are put back when the call ends, so the
+next task of the interpreter starts as it would have. Modules imported from a working directory
+stay imported in that interpreter (interpreters are never shared between namespaces).
+
+Imports nothing of escher's.
+"""
+
+import hashlib
+import io
+import os
+import sys
+import zipfile
+
+# The most bytes of a working directory's archive: more belongs in a package on the workers.
+MAX_ARCHIVE = 64 * 1024 * 1024
+# What is never packed.
+_SKIPPED = {".git", "__pycache__", ".mypy_cache", ".pytest_cache", ".venv", "venv"}
+
+
+def pack(path):
+    """The working directory ``path`` as zip bytes that are the same for the same content (sorted
+    names, fixed times), and their SHA-256 hex; refuses one larger than ``MAX_ARCHIVE``."""
+    buffer = io.BytesIO()
+    total = 0
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        for folder, dirs, files in os.walk(path):
+            dirs[:] = sorted(d for d in dirs if d not in _SKIPPED)
+            for name in sorted(files):
+                full = os.path.join(folder, name)
+                if not os.path.isfile(full):
+                    continue
+                total += os.path.getsize(full)
+                if total > MAX_ARCHIVE:
+                    raise ValueError(
+                        f"working_dir {path!r} holds more than {MAX_ARCHIVE // (1024 * 1024)} MiB; "
+                        f"ship less (data belongs in storage the workers read, packages "
+                        f"installed on the workers)"
+                    )
+                info = zipfile.ZipInfo(os.path.relpath(full, path), date_time=(1980, 1, 1, 0, 0, 0))
+                info.external_attr = (os.stat(full).st_mode & 0o777 | 0o400) << 16
+                info.compress_type = zipfile.ZIP_DEFLATED
+                with open(full, "rb") as f:
+                    archive.writestr(info, f.read())
+    data = buffer.getvalue()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _unpacked(archive, digest):
+    """The folder that holds ``archive`` unpacked (once per content hash), under the task
+    user's home or the temporary directory."""
+    import tempfile
+
+    base = os.environ.get("HOME") or tempfile.gettempdir()
+    root = os.path.join(base, ".escher", "working-dirs")
+    folder = os.path.join(root, digest)
+    if os.path.isdir(folder):
+        return folder
+    os.makedirs(root, mode=0o700, exist_ok=True)
+    partial = tempfile.mkdtemp(prefix=digest + ".", dir=root)
+    with zipfile.ZipFile(io.BytesIO(archive)) as z:
+        z.extractall(partial)
+    try:
+        os.rename(partial, folder)
+    except OSError:  # another interpreter unpacked it first
+        import shutil
+
+        shutil.rmtree(partial, ignore_errors=True)
+    return folder
+
+
+class _WithEnv:
+    """A function and the runtime environment its calls run with."""
+
+    def __init__(self, fn, env_vars, archive, digest):
+        self.fn = fn
+        self.env_vars = dict(env_vars)
+        self.archive = archive
+        self.digest = digest
+
+    def __call__(self, *args, **kwargs):
+        saved = {k: os.environ.get(k) for k in self.env_vars}
+        cwd = os.getcwd()
+        folder = None
+        try:
+            os.environ.update(self.env_vars)
+            if self.archive is not None:
+                folder = _unpacked(self.archive, self.digest)
+                os.chdir(folder)
+                sys.path.insert(0, folder)
+            value = self.fn(*args, **kwargs)
+            if hasattr(value, "__await__"):
+                # Awaited here, while the environment holds.
+                import asyncio
+
+                async def wait():
+                    return await value
+
+                value = asyncio.run(wait())
+            return value
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            if folder is not None:
+                os.chdir(cwd)
+                if folder in sys.path:
+                    sys.path.remove(folder)

@@ -1,0 +1,97 @@
+"""Runtime environments: environment variables and a working directory that a remote
+function's calls run with (``runtime_env=`` on ``remote``, ``options`` and ``init``), put back
+after each call so the next task of a warm interpreter starts as before; what escher does not
+do yet (``pip``) and bad values refused before anything is submitted."""
+
+import os
+
+import pytest
+
+import escher
+
+
+@escher.remote
+def env_of(name):
+    import os
+
+    return os.environ.get(name)
+
+
+def test_env_vars_hold_for_the_call_only(cluster):
+    with_env = env_of.options(runtime_env={"env_vars": {"SP43_COLOR": "blue"}})
+    assert with_env.remote("SP43_COLOR").result(timeout=60) == "blue"
+    # The same warm interpreters, without the variable.
+    assert escher.get([env_of.remote("SP43_COLOR") for _ in range(4)]) == [None] * 4
+
+
+def test_a_working_dir_is_shipped_and_importable(cluster, tmp_path):
+    (tmp_path / "helpers_sp43.py").write_text("def triple(x):\n    return 3 * x\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "numbers.txt").write_text("1 2 3\n")
+    (tmp_path / "big.bin").write_bytes(os.urandom(64 * 1024))  # the function travels once
+
+    @escher.remote(runtime_env={"working_dir": str(tmp_path), "env_vars": {"SCALE": "2"}})
+    def use_it(x):
+        import os
+
+        import helpers_sp43
+
+        numbers = [int(n) for n in open("data/numbers.txt").read().split()]
+        return helpers_sp43.triple(x) * int(os.environ["SCALE"]), sum(numbers), os.getcwd()
+
+    results = escher.get([use_it.remote(i) for i in range(3)])
+    assert [r[:2] for r in results] == [(0, 6), (6, 6), (12, 6)]
+    # Unpacked once, in a folder named by the archive's content hash.
+    from escher import _runtime_env
+
+    folder = results[0][2]
+    assert {r[2] for r in results} == {folder}, results
+    assert os.path.basename(folder) == _runtime_env.pack(str(tmp_path))[1], folder
+    assert os.path.basename(os.path.dirname(folder)) == "working-dirs", folder
+
+    @escher.remote
+    def cwd():
+        import os
+        import sys
+
+        return os.getcwd(), folder in sys.path
+
+    # Put back: the next call of another function is not in the working directory.
+    assert all(c != folder and not on_path for c, on_path in escher.get([cwd.remote() for _ in range(4)]))
+
+
+def test_init_gives_every_function_its_runtime_env():
+    import subprocess
+    import sys
+
+    code = (
+        "import escher\n"
+        "escher.init(runtime_env={'env_vars': {'FROM_INIT': 'yes'}})\n"
+        "@escher.remote\n"
+        "def read():\n"
+        "    import os\n"
+        "    return os.environ.get('FROM_INIT')\n"
+        "own = read.options(runtime_env={'env_vars': {'FROM_INIT': 'own'}})\n"
+        "print(read.remote().result(timeout=60), own.remote().result(timeout=60))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.split() == ["yes", "own"], done.stdout
+
+
+def test_what_escher_does_not_do_and_bad_values_are_refused(tmp_path):
+    for env, says in [
+        ({"pip": ["requests"]}, "not supported yet"),
+        ({"conda": "env.yaml"}, "not supported yet"),
+        ({"env_vars": {"A": 1}}, "maps names to texts"),
+        ({"env_vars": {"ESCHER_TOKEN": "x"}}, "ESCHER_"),
+        ({"working_dir": str(tmp_path / "missing")}, "is not one"),
+        ({"excludes": []}, "takes env_vars and working_dir"),
+        ("env", "is a dict"),
+    ]:
+        with pytest.raises(escher.InvalidArgumentError) as refused:
+            escher.remote(runtime_env=env)
+        assert says in str(refused.value), (env, str(refused.value))
+    with pytest.raises(escher.InvalidArgumentError, match="not supported yet"):
+        env_of.options(runtime_env={"pip": ["requests"]})
