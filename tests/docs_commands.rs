@@ -13,7 +13,9 @@
 //! metadata`); what a `cargo` command does is not run. The documents' `python` blocks run in
 //! `python/tests/test_docs.py` and their `rust` blocks as doctests of the root crate.
 //! docs/benchmarks-history.md is a record of commands as they were run and is not checked, nor
-//! is docs/writing-an-esl.md's `cargo`, whose commands run in an author's own crate.
+//! is docs/writing-an-esl.md's `cargo`, whose commands run in an author's own crate. And every
+//! relative link of the repository's Markdown leads to a file that exists and, with an anchor,
+//! to a heading of it, so that moving a section between pages cannot leave a link behind.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -535,6 +537,154 @@ fn command_lines_are_found_in_sh_blocks_only() {
             (2, "escher status   # a comment".to_string()),
             (3, "ESCHER_HEAD=x escher nodes &".to_string()),
             (10, "escher-worker --name a &".to_string()),
+        ]
+    );
+}
+
+/// Every Markdown file of the repository, outside build output and virtual environments.
+fn markdown_files(dir: &Path, found: &mut Vec<PathBuf>) -> Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() {
+            if !(name.starts_with('.') || name == "target" || name == "node_modules") {
+                markdown_files(&path, found)?;
+            }
+        } else if name.ends_with(".md") {
+            found.push(path);
+        }
+    }
+    Ok(())
+}
+
+/// The anchors of `text`'s headings as GitHub makes them: lower case, spaces to hyphens, every
+/// character but letters, digits, `_` and `-` dropped; a repeated one gets `-1`, `-2`, ...
+fn anchors(text: &str) -> BTreeSet<String> {
+    let mut anchors = BTreeSet::new();
+    let mut in_block = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+        }
+        let heading = line.trim_start_matches('#');
+        if in_block || heading.len() == line.len() || !heading.starts_with(' ') {
+            continue;
+        }
+        let slug: String = heading
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let mut unique = slug.clone();
+        let mut n = 0;
+        while !anchors.insert(unique.clone()) {
+            n += 1;
+            unique = format!("{slug}-{n}");
+        }
+    }
+    anchors
+}
+
+/// The targets of `text`'s links (`[text](target)`) outside code blocks and code spans, with
+/// their line numbers.
+fn links(text: &str) -> Vec<(usize, String)> {
+    let mut links = Vec::new();
+    let mut in_block = false;
+    for (index, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with("```") {
+            in_block = !in_block;
+            continue;
+        }
+        if in_block {
+            continue;
+        }
+        for (i, piece) in line.split('`').enumerate() {
+            if i % 2 == 1 {
+                continue;
+            }
+            for (at, _) in piece.match_indices("](") {
+                let target: String = piece[at + 2..]
+                    .chars()
+                    .take_while(|c| *c != ')' && !c.is_whitespace())
+                    .collect();
+                links.push((index + 1, target));
+            }
+        }
+    }
+    links
+}
+
+#[test]
+fn every_relative_link_of_the_markdown_leads_somewhere() -> Result<()> {
+    let mut files = Vec::new();
+    markdown_files(&root(), &mut files)?;
+    assert!(
+        files.len() >= 15,
+        "found only {} Markdown files",
+        files.len()
+    );
+    let mut broken = Vec::new();
+    let mut checked = 0;
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        let name = file.strip_prefix(root())?.display();
+        for (line, target) in links(&text) {
+            if target.contains("://") || target.starts_with("mailto:") {
+                continue;
+            }
+            checked += 1;
+            let (path, anchor) = target.split_once('#').unwrap_or((&target, ""));
+            let dest = if path.is_empty() {
+                file.clone()
+            } else {
+                file.parent().context("a file's directory")?.join(path)
+            };
+            if !dest.exists() {
+                broken.push(format!("{name}:{line}: {target}: no such file"));
+            } else if !anchor.is_empty()
+                && dest.extension().is_some_and(|e| e == "md")
+                && !anchors(&std::fs::read_to_string(&dest)?).contains(anchor)
+            {
+                broken.push(format!("{name}:{line}: {target}: no such heading"));
+            }
+        }
+    }
+    assert!(checked >= 50, "only {checked} relative links found");
+    assert!(
+        broken.is_empty(),
+        "{} of {checked} relative links are broken:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+    Ok(())
+}
+
+#[test]
+fn anchors_and_links_are_read_as_github_reads_them() {
+    let page = "# escher\n## The docs/DESIGN.md §8 targets\n```sh\n# not a heading\n```\n\
+                ## Astraea on a cluster: `gpu` (`gpu.astraea.*`)\n## Run\n## Run\n#no\n";
+    assert_eq!(
+        anchors(page),
+        BTreeSet::from(
+            [
+                "escher",
+                "the-docsdesignmd-8-targets",
+                "astraea-on-a-cluster-gpu-gpuastraea",
+                "run",
+                "run-1",
+            ]
+            .map(String::from)
+        )
+    );
+    let text = "See [a](a.md#x) and `[b](b.md)`,\n```\n[c](c.md)\n```\n[d](https://e) [f](#g).";
+    assert_eq!(
+        links(text),
+        [
+            (1, "a.md#x".to_string()),
+            (5, "https://e".to_string()),
+            (5, "#g".to_string()),
         ]
     );
 }
