@@ -230,7 +230,8 @@ fn check(exe: &Path, isolation: &Isolation) -> Result<Found, Unusable> {
         let cause = match (&closed, worker_can) {
             (Some((dir, _)), _) => format!("closed-to-task-users:{}", dir.display()),
             (None, true) => "task-users-cannot-run-it".into(),
-            (None, false) => cause,
+            // Unusable whoever runs it: no word about users.
+            (None, false) => return Unusable { cause, why },
         };
         let closed = closed
             .map(|(dir, mode)| {
