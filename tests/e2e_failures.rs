@@ -674,6 +674,9 @@ enum Fault {
     Freeze,
     /// Its network to the head cut both ways, the worker still running.
     Partition,
+    /// SIGKILL of its fence supervisor alone, then SIGSTOP of the worker past the head's
+    /// heartbeat timeout.
+    FenceKilledThenFreeze,
 }
 
 /// Fencing (docs/DESIGN.md §13): a worker SIGKILLed, SIGSTOPped past the head's heartbeat
@@ -693,7 +696,7 @@ async fn fenced(fault: Fault) {
                 .start_worker_behind_proxy("w1", "cpu=20,memory=512")
                 .await
         }
-        Fault::Kill | Fault::Freeze => cluster.node("w1"),
+        Fault::Kill | Fault::Freeze | Fault::FenceKilledThenFreeze => cluster.node("w1"),
     };
     let runs = RunLog::new(cluster.dir(), "runs");
     let tasks = client
@@ -712,6 +715,10 @@ async fn fenced(fault: Fault) {
         Fault::Kill => cluster.kill_worker("w1"),
         Fault::Freeze => cluster.freeze_worker("w1", true),
         Fault::Partition => cluster.cut_worker_links(true),
+        Fault::FenceKilledThenFreeze => {
+            kill_the_fence_alone(&cluster, "w1").await;
+            cluster.freeze_worker("w1", true);
+        }
     }
     let statuses = wait_all(&client, &tasks).await;
     for task in &tasks {
@@ -733,7 +740,7 @@ async fn fenced(fault: Fault) {
         // Thawed or reconnected, the worker finds its node lost and its tasks gone; nothing
         // runs again.
         match fault {
-            Fault::Freeze => cluster.freeze_worker("w1", false),
+            Fault::Freeze | Fault::FenceKilledThenFreeze => cluster.freeze_worker("w1", false),
             _ => cluster.cut_worker_links(false),
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
@@ -741,6 +748,115 @@ async fn fenced(fault: Fault) {
             assert_eq!(runs.runs(task.id()).len(), 2);
         }
     }
+    if fault == Fault::FenceKilledThenFreeze {
+        // Back, the worker says what became of its fence, and its node shows it.
+        cluster
+            .wait_status("w1 to show that its fence was restarted", |s| {
+                let w1 = s.nodes.iter().find(|n| n.name == "w1" && n.alive)?;
+                let report = w1.fence.as_deref()?;
+                report
+                    .starts_with("restarted 1 time(s): the last supervisor was killed by SIGKILL")
+                    .then_some(())
+            })
+            .await;
+    }
+}
+
+/// A worker that cannot start another fence supervisor (its binary was removed, as an upgrade
+/// might) when its supervisor dies runs nothing unfenced: it SIGKILLs its tasks itself, whose
+/// reports say why, takes no new ones (its node drains), stays attached, and its node says that
+/// its fence is down.
+#[tokio::test]
+async fn a_worker_that_cannot_restart_its_fence_stops_its_tasks_and_takes_no_new_ones() {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let copy = cluster.dir().join("escher-worker-copy");
+    std::fs::copy(procs::binary("escher-worker"), &copy).expect("a copy of escher-worker");
+    cluster.next_workers(procs::WorkerExtra {
+        binary: Some(copy.clone()),
+        ..procs::WorkerExtra::default()
+    });
+    let node = cluster.start_worker("w1", "cpu=2,memory=512").await;
+    let client = cluster.client().await;
+    let runs = RunLog::new(cluster.dir(), "runs");
+    let task = client
+        .submit(runs.sleeping_task(600).max_retries(0))
+        .await
+        .unwrap();
+    runs.wait_runs(task.id(), 1).await;
+    std::fs::remove_file(&copy).expect("removing the copy");
+    let fences = cluster.fence_pids("w1");
+    assert_eq!(fences.len(), 1, "{fences:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(fences[0]),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL to the fence supervisor");
+
+    let done = client.get(task.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(done.state, TaskState::Failed, "{done:?}");
+    let reason = done.reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("stopped by the fence")
+            && reason.contains("another could not be started")
+            && reason.contains("takes no new ones"),
+        "{done:?}"
+    );
+    // The node stays, drained (nothing new is placed there), and says why.
+    cluster
+        .wait_status("w1 to be drained and to say its fence is down", |s| {
+            let w1 = s.node(node)?;
+            // A drained node offers nothing.
+            let drained = w1
+                .resource("cpu")
+                .is_none_or(|r| r.available() == Some(escher::types::Amount::ZERO));
+            let down = w1
+                .fence
+                .as_deref()?
+                .starts_with("down: the fence supervisor was killed by SIGKILL");
+            (w1.alive && drained && down).then_some(())
+        })
+        .await;
+    assert!(cluster.fence_pids("w1").is_empty());
+    let log = cluster.worker_output("w1");
+    assert!(
+        log.contains("the worker's tasks can no longer be fenced"),
+        "{log}"
+    );
+}
+
+/// SIGKILLs the fence supervisor of the worker named `name`, and nothing else, and waits for
+/// the worker to have started another (it does at once).
+async fn kill_the_fence_alone(cluster: &ProcessCluster, name: &str) {
+    let fences = cluster.fence_pids(name);
+    assert_eq!(
+        fences.len(),
+        1,
+        "one fence supervisor under {name}: {fences:?}"
+    );
+    let killed = fences[0];
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(killed),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("SIGKILL to the fence supervisor");
+    eventually(
+        "the worker to start another fence supervisor",
+        Duration::from_secs(5),
+        || {
+            let next = cluster.fence_pids(name);
+            async move { next.iter().any(|pid| *pid != killed).then_some(()) }
+        },
+    )
+    .await;
+}
+
+/// The fence supervisor killed alone (by hand, or by the OOM killer), then the worker stopped
+/// past the head's heartbeat timeout: the worker started another supervisor at once and told
+/// it what the dead one held, so the tasks are gone before the head retries them; and the node
+/// says that its fence was restarted, and how the last one died.
+#[tokio::test]
+async fn a_worker_whose_fence_was_killed_still_fences_its_tasks() {
+    fenced(Fault::FenceKilledThenFreeze).await;
 }
 
 #[tokio::test]

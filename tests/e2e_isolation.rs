@@ -331,6 +331,7 @@ async fn task_specs_and_a_workers_queue_are_bounded_in_bytes() {
                 let beat = WorkerMessage::Heartbeat {
                     metrics: vec![],
                     seq: 0,
+                    fence: None,
                 };
                 let batch = wire::WorkerBatch {
                     messages: vec![beat.into()],

@@ -243,6 +243,7 @@ impl SimNode {
                     send(WorkerMessage::Heartbeat {
                         metrics: Vec::new(),
                         seq: 0,
+                        fence: None,
                     });
                 }
             }

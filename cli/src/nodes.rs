@@ -9,7 +9,9 @@ use std::collections::BTreeMap;
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::{ISOLATION_LABEL, ListTasksRequest, is_gpu_resource};
+use escher_proto::types::{
+    ISOLATION_LABEL, LIMITS_MISSING_LABEL, ListTasksRequest, is_gpu_resource,
+};
 use escher_proto::{
     Amount, Capacity, ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskState,
 };
@@ -144,6 +146,7 @@ pub fn render_nodes(
     }
     let mut out = lines(&t);
     out.push_str(&isolation_warning(shown.iter().copied()));
+    out.push_str(&limits_warning(shown.iter().copied()));
     if left > 0 && shown.len() < cluster.nodes.len() {
         out.push_str(&format!(
             "{left} node(s) left the cluster; --all shows them\n"
@@ -175,6 +178,31 @@ pub fn isolation_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) ->
         "tasks on {} share one user: tenants there are not isolated (run escher-worker as root \
          for a user per namespace; --require-isolation refuses to start otherwise)\n",
         shared.join(", ")
+    )
+}
+
+/// A line naming the live nodes that cannot hold their command tasks to every limit they ask
+/// for, with the limits each lacks (its worker names them in its [`LIMITS_MISSING_LABEL`]),
+/// or nothing when there are none.
+pub fn limits_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) -> String {
+    let lacking: Vec<String> = nodes
+        .into_iter()
+        .filter(|n| n.alive)
+        .filter_map(|n| {
+            Some(format!(
+                "{} ({})",
+                n.name,
+                n.labels.get(LIMITS_MISSING_LABEL)?
+            ))
+        })
+        .collect();
+    if lacking.is_empty() {
+        return String::new();
+    }
+    format!(
+        "tasks on {} are not held to these limits: a task there can use more than it asked for \
+         (escher-worker --require-limits refuses to start otherwise; its log says why)\n",
+        lacking.join(", ")
     )
 }
 
@@ -272,6 +300,23 @@ mod tests {
             "{text}"
         );
         assert_eq!(isolation_warning([&isolated, &node(4, true, vec![])]), "");
+    }
+
+    #[test]
+    fn nodes_that_do_not_hold_every_limit_are_named() {
+        let mut lacking = node(1, true, vec![]);
+        lacking
+            .labels
+            .insert(LIMITS_MISSING_LABEL, "cpu+memory")
+            .unwrap();
+        let mut gone = node(2, false, vec![]);
+        gone.labels.insert(LIMITS_MISSING_LABEL, "pids").unwrap();
+        let text = limits_warning([&lacking, &gone, &node(3, true, vec![])]);
+        assert!(
+            text.starts_with("tasks on w1 (cpu+memory) are not held to these limits"),
+            "{text}"
+        );
+        assert_eq!(limits_warning([&node(4, true, vec![])]), "");
     }
 
     #[test]

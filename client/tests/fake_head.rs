@@ -516,6 +516,7 @@ impl Cluster for FakeHead {
                 }],
                 left_at_ms: None,
                 left_because: None,
+                fence: None,
             }],
             pending_tasks: 0,
             running_tasks: 1,

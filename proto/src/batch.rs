@@ -102,6 +102,7 @@ mod tests {
             body: Some(wire::worker_message::Body::Heartbeat(wire::Heartbeat {
                 seq: 1,
                 metrics: vec![metric; metrics],
+                fence: String::new(),
             })),
         }
     }

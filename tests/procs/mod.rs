@@ -311,6 +311,8 @@ pub struct WorkerExtra {
     pub args: Vec<String>,
     /// The uid (also gid) to run the worker as; its state and log directories are given to it.
     pub uid: Option<u32>,
+    /// Another `escher-worker` binary to run instead of the one built (a copy a test removes).
+    pub binary: Option<PathBuf>,
 }
 
 impl ProcessCluster {
@@ -878,7 +880,10 @@ impl ProcessCluster {
             std::fs::set_permissions(self.dir(), std::fs::Permissions::from_mode(0o711))
                 .expect("chmod");
         }
-        let worker_bin = self.worker_bin.clone();
+        let worker_bin = extra
+            .binary
+            .clone()
+            .unwrap_or_else(|| self.worker_bin.clone());
         let proc = self.spawn_as(name, &worker_bin, &args, &extra.env, extra.uid);
         // Recorded before the wait, so a failed wait still kills it and shows its output.
         self.workers.push(WorkerProc {
@@ -983,6 +988,16 @@ impl ProcessCluster {
             let _ = self.worker_mut(name).proc.child.wait();
         }
         hit
+    }
+
+    /// The pids of the fence supervisors (`escher-fence`) of the worker named `name`.
+    pub fn fence_pids(&self, name: &str) -> Vec<i32> {
+        let root = self.worker(name).proc.pid().as_raw();
+        process_tree(root)
+            .into_iter()
+            .filter(|(_, comm)| comm == "escher-fence")
+            .map(|(pid, _)| pid)
+            .collect()
     }
 
     /// Freezes (SIGSTOP, `true`) or thaws (SIGCONT) the worker named `name`: its process, and

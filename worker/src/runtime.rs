@@ -40,6 +40,10 @@
 //!   are gone the reconfiguration runs off the loop, and its end is reported with
 //!   `GpusChanged { done }` (kept for the next stream if none is attached). Every registration
 //!   carries the GPUs as they are (less slices being rebuilt).
+//! - A worker whose fence supervisor is gone for good (`fence/`) has stopped its tasks: it
+//!   answers each assignment with a `TaskFinished` error and never starts it, and its
+//!   heartbeats say `draining = 1`, so that the head admits nothing new on its node; every
+//!   heartbeat carries what happened to the fence (`Heartbeat.fence`).
 //! - On shutdown (the caller's shutdown future, or the head's `Shutdown`) the worker stops
 //!   taking assignments (each one that still arrives is answered at once with a `TaskFinished`
 //!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
@@ -487,9 +491,16 @@ impl Runtime {
             name: name.to_string(),
             value,
         };
+        // A worker whose fence is gone drains: the head admits nothing new there.
+        let unfenced = crate::fence::down().is_some();
         let mut metrics = vec![
             metric("running_tasks", self.tasks.len() as f64),
-            metric("draining", if self.stopping { 1.0 } else { 0.0 }),
+            metric(
+                "draining",
+                if self.stopping || unfenced { 1.0 } else { 0.0 },
+            ),
+            metric("fence_down", if unfenced { 1.0 } else { 0.0 }),
+            metric("fence_restarts", f64::from(crate::fence::restarts())),
         ];
         metrics.extend(self.gpus.metrics());
         metrics.extend(self.env.spawn_latency.metrics());
@@ -516,7 +527,11 @@ impl Runtime {
             self.beats.pop_front();
         }
         self.beats.push_back((seq, Instant::now()));
-        self.send(WorkerMessage::Heartbeat { metrics, seq });
+        self.send(WorkerMessage::Heartbeat {
+            metrics,
+            seq,
+            fence: crate::fence::report(),
+        });
     }
 
     /// The leader heard heartbeat `seq`: the lease runs from when it was sent.
@@ -603,6 +618,19 @@ impl Runtime {
                 attempt: a.attempt,
                 outcome: Err(format!(
                     "worker {} is shutting down; the task was not started",
+                    self.me.name
+                )),
+                timed_out: false,
+                output: None,
+            });
+            return;
+        }
+        if let Some(why) = crate::fence::down() {
+            self.report(TaskFinished {
+                task_id: a.task_id,
+                attempt: a.attempt,
+                outcome: Err(format!(
+                    "worker {} cannot fence tasks, so the task was not started: {why}",
                     self.me.name
                 )),
                 timed_out: false,

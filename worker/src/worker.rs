@@ -222,6 +222,13 @@ impl Worker {
             pids_max: self.task_pids_max,
             memory: crate::exec::MemoryLedger::new(node_memory.saturating_mul(1 << 20)),
         };
+        if !crate::fence::running() {
+            tracing::warn!(
+                "no fence supervisor: this worker runs inside another program, so if that \
+                 program stalls or loses the head its tasks run on while the head retries them \
+                 elsewhere; run escher-worker for a fenced node (escher nodes says so too)"
+            );
+        }
         let env = Arc::new(RunEnv {
             cgroups,
             limits,

@@ -89,9 +89,15 @@ async fn sends_heartbeats_at_the_interval_the_head_asked_for() {
     attached(&mut head).await;
     for _ in 0..3 {
         match head.message().await {
-            (1, WorkerMessage::Heartbeat { metrics, .. }) => {
+            (1, WorkerMessage::Heartbeat { metrics, fence, .. }) => {
                 let running = metrics.iter().find(|m| m.name == "running_tasks");
                 assert_eq!(running.map(|m| m.value), Some(0.0));
+                // A worker embedded in this test has no fence supervisor, and says so.
+                let fence = fence.unwrap_or_default();
+                assert!(
+                    fence.starts_with("none: this worker runs inside another program"),
+                    "{fence}"
+                );
             }
             other => panic!("expected a heartbeat, got {other:?}"),
         }

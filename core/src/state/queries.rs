@@ -240,6 +240,7 @@ impl ClusterState {
                     resources,
                     left_at_ms: rec.left_at,
                     left_because: rec.gone_because.clone(),
+                    fence: None,
                 }
             })
             .collect();
@@ -253,6 +254,7 @@ impl ClusterState {
                 resources: Vec::new(),
                 left_at_ms: Some(t.left_at),
                 left_because: t.because.clone(),
+                fence: None,
             }));
             nodes.sort_by_key(|n| n.id);
         }

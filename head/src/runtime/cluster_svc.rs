@@ -64,6 +64,8 @@ pub(crate) struct ClusterService {
     pub(crate) peers: PeerAccess,
     /// The telemetry running tasks reported to this replica.
     pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
+    /// What workers said about their fences, shown with their nodes.
+    pub(crate) fences: Arc<super::fences::FenceReports>,
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -483,6 +485,7 @@ impl Cluster for ClusterService {
                     .retain(|r| r.name.namespace().is_none_or(visible));
             }
         }
+        self.fences.show(&mut status);
         Ok(Response::new(status.into()))
     }
 

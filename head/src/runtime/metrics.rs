@@ -82,6 +82,9 @@ pub(crate) struct Metrics {
     apply: Family<CommandLabel, Histogram, fn() -> Histogram>,
     /// Each worker's figures, as its last heartbeat sent them.
     workers: Mutex<FxHashMap<NodeId, Vec<Metric>>>,
+    /// What each worker's last heartbeat said about its fence (shown in status replies, not
+    /// scraped).
+    pub(crate) fences: Arc<super::fences::FenceReports>,
 }
 
 impl Default for Metrics {
@@ -97,6 +100,7 @@ impl Default for Metrics {
                 Histogram::new(exponential_buckets(0.000_001, 4.0, 12))
             }),
             workers: Mutex::default(),
+            fences: Arc::default(),
         }
     }
 }

@@ -24,6 +24,7 @@
 //! - `watch.rs`: the watch API's history of recent events and its watchers (bounded, never
 //!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
+//!   `fences.rs`: what each worker last said about its fence supervisor, shown with its node;
 //! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
 //!   `Cluster` service with the same authentication);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
@@ -33,6 +34,7 @@
 mod cluster_svc;
 mod config;
 mod dashboard;
+mod fences;
 mod handle;
 mod idle;
 mod link_svc;
@@ -358,6 +360,7 @@ async fn serve<S: crate::replication::LogStore>(
         keys: Arc::clone(&keys),
         peers,
         telemetry: Arc::default(),
+        fences: Arc::clone(&metrics.fences),
     };
     if let Some(addr) = config.dashboard {
         let listener = TcpListener::bind(addr).await?;

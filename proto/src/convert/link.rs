@@ -80,6 +80,9 @@ pub const MAX_REPORTS: usize = 1_000_000;
 /// The longest node secret, in bytes.
 const MAX_SECRET_BYTES: usize = 256;
 
+/// The longest `Heartbeat.fence`.
+const MAX_FENCE_BYTES: usize = 1024;
+
 fn identity(w: wire::NodeIdentity) -> Result<NodeIdentity, ConvertError> {
     if w.node_id == 0 {
         return Err(ConvertError::new("node_id", Problem::Rule("must not be 0")));
@@ -157,8 +160,13 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                 secret,
                 interned_names,
             }),
-            WorkerMessage::Heartbeat { metrics, seq } => Body::Heartbeat(wire::Heartbeat {
+            WorkerMessage::Heartbeat {
+                metrics,
                 seq,
+                fence,
+            } => Body::Heartbeat(wire::Heartbeat {
+                seq,
+                fence: fence.unwrap_or_default(),
                 metrics: metrics
                     .into_iter()
                     .map(|m| wire::Metric {
@@ -226,10 +234,15 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                     interned_names: h.interned_names,
                 }
             }
-            Body::Heartbeat(h) => WorkerMessage::Heartbeat {
-                metrics: convert_list(h.metrics, "metrics", MAX_METRICS, metric).at("heartbeat")?,
-                seq: h.seq,
-            },
+            Body::Heartbeat(h) => {
+                check_len("fence", &h.fence, MAX_FENCE_BYTES).at("heartbeat")?;
+                WorkerMessage::Heartbeat {
+                    metrics: convert_list(h.metrics, "metrics", MAX_METRICS, metric)
+                        .at("heartbeat")?,
+                    seq: h.seq,
+                    fence: Some(h.fence).filter(|f| !f.is_empty()),
+                }
+            }
             Body::TaskStarted(s) => WorkerMessage::TaskStarted {
                 task_id: TaskId(s.task_id),
                 attempt: s.attempt,
@@ -571,9 +584,11 @@ mod tests {
             WorkerMessage::Heartbeat {
                 metrics: vec![],
                 seq: 0,
+                fence: None,
             },
             WorkerMessage::Heartbeat {
                 seq: 9,
+                fence: Some("restarted 1 time(s)".into()),
                 metrics: vec![Metric {
                     name: "load".into(),
                     value: 0.25,
@@ -713,11 +728,23 @@ mod tests {
             body: Some(worker_message::Body::Heartbeat(wire::Heartbeat {
                 metrics,
                 seq: 1,
+                fence: String::new(),
             })),
         };
         assert_eq!(
             WorkerMessage::try_from(w).unwrap_err().path(),
             "heartbeat.metrics[1].value"
+        );
+        let w = wire::WorkerMessage {
+            body: Some(worker_message::Body::Heartbeat(wire::Heartbeat {
+                metrics: Vec::new(),
+                seq: 1,
+                fence: "x".repeat(MAX_FENCE_BYTES + 1),
+            })),
+        };
+        assert_eq!(
+            WorkerMessage::try_from(w).unwrap_err().path(),
+            "heartbeat.fence"
         );
     }
 

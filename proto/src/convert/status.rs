@@ -46,6 +46,7 @@ impl From<NodeStatus> for wire::NodeStatus {
             resources: n.resources.into_iter().map(Into::into).collect(),
             left_at_ms: n.left_at_ms,
             left_because: n.left_because,
+            fence: n.fence,
         }
     }
 }
@@ -62,6 +63,7 @@ impl TryFrom<wire::NodeStatus> for NodeStatus {
             resources: convert_list(w.resources, "resources", usize::MAX, TryFrom::try_from)?,
             left_at_ms: w.left_at_ms,
             left_because: w.left_because,
+            fence: w.fence,
         })
     }
 }
@@ -276,6 +278,7 @@ mod tests {
             ],
             left_at_ms: None,
             left_because: None,
+            fence: Some("restarted 1 time(s)".into()),
         }
     }
 

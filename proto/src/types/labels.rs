@@ -31,6 +31,15 @@ pub const STRATEGY_LABEL: &str = "escher.strategy";
 /// cannot.
 pub const ISOLATION_LABEL: &str = "escher.isolation";
 
+/// The node label that lists the limits the node holds its command tasks to, in their
+/// cgroups: `cpu+memory+pids`, fewer, or `none`. The worker sets it; `--labels` cannot.
+pub const LIMITS_LABEL: &str = "escher.limits";
+
+/// The node label, present only when some are missing, that lists the limits the node cannot
+/// hold its command tasks to (`cpu+memory`, ...): a task there can use more than it asked for
+/// of those. The worker sets it; `--labels` cannot.
+pub const LIMITS_MISSING_LABEL: &str = "escher.limits.missing";
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

@@ -168,6 +168,8 @@ pub enum WorkerMessage {
         /// Numbers the heartbeat for [`HeadMessage::LeaseRenewed`] (from 1 on each stream; 0
         /// asks for no lease).
         seq: u64,
+        /// What happened to the worker's fence supervisor, if anything (`Heartbeat.fence`).
+        fence: Option<String>,
     },
     /// A task started.
     TaskStarted {

@@ -54,7 +54,8 @@ pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};
 pub use keys::{KeyIssuer, Ticket, key_text};
 pub use labels::{
-    ISOLATION_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL,
+    ISOLATION_LABEL, LIMITS_LABEL, LIMITS_MISSING_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL,
+    RESERVATION_LABEL, STRATEGY_LABEL,
 };
 pub use link::{
     Assignment, HeadMessage, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply,

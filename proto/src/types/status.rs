@@ -85,6 +85,10 @@ pub struct NodeStatus {
     pub left_at_ms: Option<u64>,
     /// Why it left, if it is no longer live.
     pub left_because: Option<String>,
+    /// What its worker last said about its fence supervisor, if anything happened to it
+    /// (restarted, down or none; DESIGN §13). Shown by the leading replica only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fence: Option<String>,
 }
 
 impl NodeStatus {
@@ -282,6 +286,7 @@ mod tests {
             resources: vec![res("cpu", "4", "0")],
             left_at_ms: None,
             left_because: None,
+            fence: None,
         };
         assert!(node.resource("cpu").is_some());
         assert!(node.resource("gpu").is_none());

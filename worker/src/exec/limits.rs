@@ -30,12 +30,7 @@ pub const DEFAULT_TASK_PIDS_MAX: u64 = 4096;
 /// The least memory a task that asked for none gets, even when running tasks asked for all of
 /// the node's (64 MiB).
 pub const MIN_UNREQUESTED_MEMORY: u64 = 64 * 1024 * 1024;
-/// The node label that lists the limits the worker holds its tasks to (`cpu+memory+pids`, or
-/// `none`). The worker sets it; `--labels` cannot.
-pub const LIMITS_LABEL: &str = "escher.limits";
-/// The node label, present only when some are missing, that lists the limits this node cannot
-/// hold its tasks to (`cpu+memory`, ...). The worker sets it; `--labels` cannot.
-pub const LIMITS_MISSING_LABEL: &str = "escher.limits.missing";
+pub use escher_proto::types::{LIMITS_LABEL, LIMITS_MISSING_LABEL};
 
 /// The CFS period the CPU quota is given over (100 ms, the kernel's default).
 const CPU_PERIOD_US: u64 = 100_000;

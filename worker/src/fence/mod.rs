@@ -29,21 +29,38 @@
 //! (`stopped_since`); the head counts such an attempt as failed (retried under
 //! `max_retries`) or, if it already declared the node lost, ignores the report.
 //!
+//! If the supervisor dies (killed by hand, or by the OOM killer, which it asks never to pick
+//! it), the worker's watch thread (`watch.rs`) sees it at once and starts another, which it
+//! tells everything the dead one held (the lease, what is left of it, every process group and
+//! cgroup): the tasks stay fenced. A supervisor that cannot be started, or that dies more than
+//! [`MAX_RESTARTS`] times in [`RESTART_WINDOW`], leaves the worker without a fence: it then
+//! SIGKILLs its tasks itself, takes no new ones (it answers each assignment with the reason
+//! and asks the head to drain its node), and stays attached so that its reports reach the head.
+//! Every heartbeat says what happened to the fence (`Heartbeat.fence`, see [`report`]), and
+//! `escher nodes` shows it.
+//!
 //! What this does not cover: a task that leaves its process group (`setsid`) escapes the kill;
 //! and the instant between a task's spawn and its `+PGID` line (if the worker dies exactly
 //! then). A worker embedded in another process (a `LocalCluster`, the library) starts no
 //! supervisor: its tasks live and die with that process's runtime, which holds the head too.
 
+mod supervisor;
+mod watch;
+
 use std::collections::BTreeSet;
-use std::io::{BufRead, Write};
+use std::io::Write;
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+
+pub use supervisor::supervise;
+pub use watch::{MAX_RESTARTS, RESTART_WINDOW};
 
 /// The argument that makes `escher-worker` the supervisor.
 pub const SUPERVISOR_ARG: &str = "__escher-fence";
@@ -51,57 +68,138 @@ pub const SUPERVISOR_ARG: &str = "__escher-fence";
 /// How often the worker beats at most (a lease of a few seconds gets several beats).
 const MAX_BEAT: Duration = Duration::from_millis(500);
 
-/// The worker's end of the pipe.
+/// How long a new supervisor must live before the worker counts it as started.
+const STARTED_WITHIN: Duration = Duration::from_millis(50);
+
+/// What a worker without a supervisor (one embedded in another program) tells the head.
+const NO_SUPERVISOR: &str = "none: this worker runs inside another program without a fence \
+    supervisor; its tasks are not stopped when it stalls or loses the head";
+
+/// The worker's end of the fence.
 struct Fence {
-    stdin: Mutex<ChildStdin>,
-    /// The supervisor; kept so that it is not reaped as a zombie while the worker runs.
-    _child: Mutex<Child>,
+    /// The program the supervisor runs (this worker's own binary).
+    program: PathBuf,
+    /// The supervisor now running and what it holds.
+    pipe: Mutex<Pipe>,
     /// The lease in milliseconds (0 until the first registration).
     lease_ms: AtomicU64,
     /// When the lease runs out, in milliseconds since [`Fence::epoch`] (0: no lease yet).
     lease_until_ms: AtomicU64,
     /// The clock of `lease_until_ms`.
     epoch: Instant,
-    /// How many process groups the supervisor holds.
-    held: AtomicUsize,
     /// When the last beat went out, on the clock of `lease_until_ms`.
     last_beat_ms: AtomicU64,
     /// When the fence last stopped (or was about to stop) the tasks, and why.
     stopped: Mutex<Option<(Instant, String)>>,
 }
 
+/// The pipe to the supervisor that runs now, what it holds, and what became of the earlier
+/// ones: under one lock, so that a new supervisor is told everything the dead one held and no
+/// line falls in between.
+#[derive(Debug, Default)]
+struct Pipe {
+    /// The supervisor's stdin; `None` while it is replaced, and for good once there is none.
+    stdin: Option<ChildStdin>,
+    /// The task process groups it holds.
+    groups: BTreeSet<i32>,
+    /// The task cgroups it holds.
+    cgroups: BTreeSet<PathBuf>,
+    /// Whether a line this supervisor did not take was logged already.
+    broken: bool,
+    /// How many supervisors were started after one died.
+    restarts: u32,
+    /// How the last supervisor that died ended.
+    last_death: Option<String>,
+    /// Why no supervisor runs any more (and the worker stopped its tasks): set for good.
+    down: Option<String>,
+}
+
+impl Pipe {
+    /// Writes one line to the supervisor; a supervisor that is gone is the watch thread's to
+    /// replace, and is logged once.
+    fn write(&mut self, line: std::fmt::Arguments<'_>) {
+        let Some(stdin) = &mut self.stdin else {
+            return;
+        };
+        if let Err(error) = stdin.write_fmt(format_args!("{line}\n"))
+            && !std::mem::replace(&mut self.broken, true)
+        {
+            tracing::error!(%error, "the fence supervisor does not read its pipe (it died?)");
+        }
+    }
+
+    /// Whether it holds a task.
+    fn holds(&self) -> bool {
+        !self.groups.is_empty() || !self.cgroups.is_empty()
+    }
+}
+
 static FENCE: OnceLock<Fence> = OnceLock::new();
 
-/// Starts the supervisor, running `program` (this worker's own binary), and the heartbeat
-/// task on the current tokio runtime. Does nothing if it runs already.
-pub fn start(program: &std::path::Path) -> std::io::Result<()> {
-    if FENCE.get().is_some() {
-        return Ok(());
-    }
+/// Starts a supervisor running `program` (this worker's binary), in a process group of its own
+/// (a Ctrl-C meant for the worker does not stop it first).
+fn spawn(program: &Path) -> std::io::Result<(Child, ChildStdin)> {
     let mut child = Command::new(program)
         .arg(SUPERVISOR_ARG)
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
-        // Its own group: a Ctrl-C meant for the worker does not stop the supervisor first.
         .process_group(0)
         .spawn()?;
-    let stdin = child.stdin.take().expect("stdin was piped");
+    match child.stdin.take() {
+        Some(stdin) => Ok((child, stdin)),
+        None => Err(std::io::Error::other(
+            "the supervisor's stdin was not piped",
+        )),
+    }
+}
+
+/// Starts the supervisor, running `program` (this worker's own binary), the thread that
+/// replaces it if it dies, and the heartbeat task on the current tokio runtime. Does nothing
+/// if it runs already.
+pub fn start(program: &Path) -> std::io::Result<()> {
+    if FENCE.get().is_some() {
+        return Ok(());
+    }
+    let (mut child, stdin) = spawn(program).map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!(
+                "cannot run {} {SUPERVISOR_ARG} ({error}); the worker runs no task unfenced: \
+                 check that this program is still installed where it was started from",
+                program.display()
+            ),
+        )
+    })?;
+    // A supervisor that cannot run (a binary replaced by an incompatible one) ends at once.
+    std::thread::sleep(STARTED_WITHIN);
+    if let Some(status) = child.try_wait()? {
+        return Err(std::io::Error::other(format!(
+            "{} {SUPERVISOR_ARG} ended as soon as it started ({status}); the worker runs no \
+             task unfenced: run that command by hand to see why (it should wait for input)",
+            program.display()
+        )));
+    }
     let fence = Fence {
-        stdin: Mutex::new(stdin),
-        _child: Mutex::new(child),
+        program: program.to_path_buf(),
+        pipe: Mutex::new(Pipe {
+            stdin: Some(stdin),
+            ..Pipe::default()
+        }),
         lease_ms: AtomicU64::new(0),
         lease_until_ms: AtomicU64::new(0),
         epoch: Instant::now(),
-        held: AtomicUsize::new(0),
         last_beat_ms: AtomicU64::new(0),
         stopped: Mutex::new(None),
     };
     if FENCE.set(fence).is_err() {
         return Ok(());
     }
-    tokio::spawn(async {
-        let Some(fence) = FENCE.get() else { return };
+    let Some(fence) = FENCE.get() else {
+        return Ok(());
+    };
+    watch::watch(fence, child)?;
+    tokio::spawn(async move {
         loop {
             fence.beat();
             let lease = Duration::from_millis(fence.lease_ms.load(Ordering::Relaxed));
@@ -117,28 +215,93 @@ pub fn start(program: &std::path::Path) -> std::io::Result<()> {
 }
 
 impl Fence {
+    fn pipe(&self) -> MutexGuard<'_, Pipe> {
+        self.pipe.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     /// One beat: what is left of the lease goes to the supervisor, and a stall or a lease run
     /// out is remembered as the reason the tasks stop.
     fn beat(&self) {
-        let lease_ms = self.lease_ms.load(Ordering::Relaxed);
-        if lease_ms == 0 || self.lease_until_ms.load(Ordering::Relaxed) == 0 {
-            // No lease yet (not registered): the supervisor waits for one.
-            self.last_beat_ms.store(self.now_ms(), Ordering::Relaxed);
-            send(format_args!("h"));
-            return;
-        }
-        if self.held.load(Ordering::Relaxed) > 0
+        let mut pipe = self.pipe();
+        let now = self.now_ms();
+        if pipe.holds()
             && let Some(why) = self.verdict()
         {
             tracing::warn!(%why, "the fence stops this worker's tasks");
-            let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
-            *stopped = Some((Instant::now(), why));
+            self.stop_because(why);
         }
-        let now = self.now_ms();
         self.last_beat_ms.store(now, Ordering::Relaxed);
+        self.write_left(&mut pipe);
+    }
+
+    /// Tells the supervisor what is left of the lease (`h` alone before the first one).
+    fn write_left(&self, pipe: &mut Pipe) {
+        let lease_ms = self.lease_ms.load(Ordering::Relaxed);
         let until = self.lease_until_ms.load(Ordering::Relaxed);
-        let left = until.saturating_sub(now).min(lease_ms);
-        send(format_args!("h{left}"));
+        if lease_ms == 0 || until == 0 {
+            // No lease yet (not registered): the supervisor waits for one.
+            pipe.write(format_args!("h"));
+            return;
+        }
+        let left = until.saturating_sub(self.now_ms()).min(lease_ms);
+        pipe.write(format_args!("h{left}"));
+    }
+
+    /// Remembers why the tasks stop, for their reports ([`stopped_since`]).
+    fn stop_because(&self, why: String) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|e| e.into_inner());
+        *stopped = Some((Instant::now(), why));
+    }
+
+    /// A supervisor died (`how`): starts another and tells it everything the dead one held.
+    /// Called by the watch thread.
+    fn restart(&self, how: &str) -> std::io::Result<Child> {
+        let mut pipe = self.pipe();
+        pipe.stdin = None;
+        let (child, stdin) = spawn(&self.program)?;
+        pipe.stdin = Some(stdin);
+        pipe.broken = false;
+        let lease = self.lease_ms.load(Ordering::Relaxed);
+        if lease > 0 {
+            pipe.write(format_args!("l{lease}"));
+        }
+        let groups: Vec<i32> = pipe.groups.iter().copied().collect();
+        for pgid in &groups {
+            pipe.write(format_args!("+{pgid}"));
+        }
+        let cgroups: Vec<PathBuf> = pipe.cgroups.iter().cloned().collect();
+        for cgroup in &cgroups {
+            pipe.write(format_args!("c{}", cgroup.display()));
+        }
+        self.write_left(&mut pipe);
+        pipe.restarts += 1;
+        pipe.last_death = Some(how.to_string());
+        tracing::warn!(
+            supervisor = child.id(),
+            restarts = pipe.restarts,
+            groups = groups.len(),
+            cgroups = cgroups.len(),
+            "the fence supervisor {how}; a new one holds this worker's tasks"
+        );
+        Ok(child)
+    }
+
+    /// No supervisor can run: the worker SIGKILLs what the supervisor held, itself, and from
+    /// now on every task it is handed (the runtime takes none: see [`down`]).
+    fn give_up(&self, why: &str) {
+        let mut pipe = self.pipe();
+        pipe.stdin = None;
+        let held = pipe.groups.len() + pipe.cgroups.len();
+        let Pipe {
+            groups, cgroups, ..
+        } = &mut *pipe;
+        supervisor::kill_all(groups, cgroups);
+        let why = format!(
+            "{why}: this worker stopped its tasks and takes no new ones until it is restarted"
+        );
+        tracing::error!(%why, held, "the worker's tasks can no longer be fenced");
+        self.stop_because(why.clone());
+        pipe.down = Some(why);
     }
 
     /// Why the supervisor has killed, or is about to kill, the tasks now: the worker was
@@ -174,32 +337,63 @@ impl Fence {
     }
 }
 
-fn send(line: std::fmt::Arguments<'_>) {
+/// A command task's process group started. With no supervisor left, it is killed at once.
+pub(crate) fn hold(pgid: i32) {
     let Some(fence) = FENCE.get() else {
         return;
     };
-    let mut stdin = fence.stdin.lock().unwrap_or_else(|e| e.into_inner());
-    if let Err(error) = stdin.write_fmt(format_args!("{line}\n")) {
-        tracing::error!(%error, "the fence supervisor is gone; tasks are no longer fenced");
+    let mut pipe = fence.pipe();
+    if pipe.down.is_some() {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+        return;
     }
-}
-
-/// A command task's process group started.
-pub(crate) fn hold(pgid: i32) {
-    if let Some(fence) = FENCE.get() {
-        fence.held.fetch_add(1, Ordering::Relaxed);
-    }
-    send(format_args!("+{pgid}"));
+    pipe.groups.insert(pgid);
+    pipe.write(format_args!("+{pgid}"));
 }
 
 /// A command task's process group is gone.
 pub(crate) fn release(pgid: i32) {
-    if let Some(fence) = FENCE.get() {
-        let _ = fence
-            .held
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+    let Some(fence) = FENCE.get() else {
+        return;
+    };
+    let mut pipe = fence.pipe();
+    pipe.groups.remove(&pgid);
+    pipe.write(format_args!("-{pgid}"));
+}
+
+/// Why this worker has no fence supervisor any more, if so: it stopped its tasks and takes no
+/// new ones.
+pub(crate) fn down() -> Option<String> {
+    FENCE.get()?.pipe().down.clone()
+}
+
+/// Whether this process started a supervisor ([`start`]): a worker embedded in another
+/// program has none.
+pub(crate) fn running() -> bool {
+    FENCE.get().is_some()
+}
+
+/// How many supervisors were started after one died.
+pub(crate) fn restarts() -> u32 {
+    FENCE.get().map_or(0, |fence| fence.pipe().restarts)
+}
+
+/// What the head is told about this worker's fence (`Heartbeat.fence`, shown by `escher
+/// nodes`): nothing while the first supervisor runs; how many were restarted and how the last
+/// one died; that there is none left, and why; or that this worker never had one.
+pub(crate) fn report() -> Option<String> {
+    let Some(fence) = FENCE.get() else {
+        return Some(NO_SUPERVISOR.to_string());
+    };
+    let pipe = fence.pipe();
+    if let Some(why) = &pipe.down {
+        return Some(format!("down: {why}"));
     }
-    send(format_args!("-{pgid}"));
+    let how = pipe.last_death.as_ref()?;
+    Some(format!(
+        "restarted {} time(s): the last supervisor {how}; the tasks stayed fenced",
+        pipe.restarts
+    ))
 }
 
 /// A task's cgroup, held by the fence while the task runs: the supervisor kills it whole with
@@ -208,8 +402,17 @@ pub(crate) fn release(pgid: i32) {
 pub(crate) struct HeldCgroup(crate::exec::TaskCgroup);
 
 impl HeldCgroup {
+    /// With no supervisor left, the cgroup is killed at once.
     pub(crate) fn new(cgroup: crate::exec::TaskCgroup) -> HeldCgroup {
-        send(format_args!("c{}", cgroup.path().display()));
+        if let Some(fence) = FENCE.get() {
+            let mut pipe = fence.pipe();
+            if pipe.down.is_some() {
+                cgroup.kill();
+            } else {
+                pipe.cgroups.insert(cgroup.path().to_path_buf());
+                pipe.write(format_args!("c{}", cgroup.path().display()));
+            }
+        }
         HeldCgroup(cgroup)
     }
 
@@ -223,7 +426,11 @@ impl Drop for HeldCgroup {
     fn drop(&mut self) {
         // Killed (by the `TaskCgroup`'s drop, next) before the supervisor lets go of it.
         self.0.kill();
-        send(format_args!("d{}", self.0.path().display()));
+        if let Some(fence) = FENCE.get() {
+            let mut pipe = fence.pipe();
+            pipe.cgroups.remove(self.0.path());
+            pipe.write(format_args!("d{}", self.0.path().display()));
+        }
     }
 }
 
@@ -245,14 +452,18 @@ pub(crate) fn renewed(sent: Instant) {
 /// SIGKILLed started): its report then says so instead of "exited with code 137".
 pub(crate) fn stopped_since(started: Instant) -> Option<String> {
     let fence = FENCE.get()?;
-    let stopped = fence.stopped.lock().unwrap_or_else(|e| e.into_inner());
-    // Recorded by a beat since the task started, or true now (the task's end may be seen
-    // before the first beat after a stall).
-    stopped
+    // Not held while the pipe is locked (`down`): the pipe's lock comes first elsewhere.
+    let recorded = fence
+        .stopped
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
         .as_ref()
         .filter(|(at, _)| *at >= started)
-        .map(|(_, why)| why.clone())
-        .or_else(|| fence.verdict())
+        .map(|(_, why)| why.clone());
+    // Recorded by a beat since the task started, or true now (the task's end may be seen
+    // before the first beat after a stall, and a task handed over once no supervisor is left
+    // is killed at once).
+    recorded.or_else(|| fence.verdict()).or_else(down)
 }
 
 /// The lease that goes with the head's heartbeat timeout: half of it.
@@ -268,101 +479,8 @@ pub(crate) fn set_timeout(head_timeout: Duration) {
     };
     let lease = lease_of(head_timeout);
     let ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    // Under the pipe's lock: a supervisor started meanwhile is told the same lease.
+    let mut pipe = fence.pipe();
     fence.lease_ms.store(ms, Ordering::Relaxed);
-    send(format_args!("l{ms}"));
-}
-
-/// The supervisor: reads the worker's lines until the pipe closes, killing every process group
-/// it holds when the worker has been silent for a lease, and when the pipe closes.
-pub fn supervise() {
-    let (tx, rx) = mpsc::channel::<String>();
-    std::thread::spawn(move || {
-        let stdin = std::io::stdin();
-        for line in stdin.lock().lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    // The supervisor is the same program as the worker: renamed, so that `pkill escher-worker`
-    // (which matches the process name) leaves it to do its job.
-    let _ = nix::sys::prctl::set_name(c"escher-fence");
-    let mut groups: BTreeSet<i32> = BTreeSet::new();
-    let mut cgroups: BTreeSet<std::path::PathBuf> = BTreeSet::new();
-    let mut lease: Option<Duration> = None;
-    // How long the supervisor waits for the next line before it kills.
-    let mut wait: Option<Duration> = None;
-    loop {
-        let next = match wait {
-            Some(wait) => rx.recv_timeout(wait),
-            None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
-        };
-        match next {
-            Ok(line) => match line.split_at_checked(1) {
-                Some(("+", pgid)) => {
-                    groups.extend(pgid.parse::<i32>().ok().filter(|p| *p > 1));
-                }
-                Some(("-", pgid)) => {
-                    if let Ok(pgid) = pgid.parse::<i32>() {
-                        groups.remove(&pgid);
-                    }
-                }
-                Some(("c", path)) => {
-                    cgroups.insert(path.into());
-                }
-                Some(("d", path)) => {
-                    cgroups.remove(std::path::Path::new(path));
-                }
-                Some(("l", ms)) => {
-                    lease = ms.parse().ok().map(Duration::from_millis);
-                    wait = lease;
-                }
-                Some(("h", "")) => wait = lease,
-                Some(("h", ms)) => {
-                    // What is left of the worker's lease, never more than a lease of silence.
-                    let left = ms.parse().ok().map(Duration::from_millis);
-                    wait = match (left, lease) {
-                        (Some(left), Some(lease)) => Some(left.min(lease)),
-                        (left, lease) => left.or(lease),
-                    };
-                }
-                _ => {}
-            },
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                if !groups.is_empty() {
-                    eprintln!(
-                        "escher fence: the worker's lease ran out, or it has been silent for \
-                         {:?}; killing its {} task process group(s) before the head retries \
-                         them elsewhere",
-                        wait.unwrap_or_default(),
-                        groups.len()
-                    );
-                }
-                kill_all(&mut groups, &mut cgroups);
-                // Until the next line: a process group that starts then is held, not killed.
-                wait = lease;
-            }
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                if !groups.is_empty() {
-                    eprintln!(
-                        "escher fence: the worker is gone; killing its {} task process group(s)",
-                        groups.len()
-                    );
-                }
-                kill_all(&mut groups, &mut cgroups);
-                return;
-            }
-        }
-    }
-}
-
-fn kill_all(groups: &mut BTreeSet<i32>, cgroups: &mut BTreeSet<std::path::PathBuf>) {
-    for pgid in std::mem::take(groups) {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
-    // What left its process group is still in its cgroup.
-    for cgroup in std::mem::take(cgroups) {
-        crate::exec::kill_cgroup(&cgroup);
-    }
+    pipe.write(format_args!("l{ms}"));
 }

@@ -197,6 +197,7 @@ mod tests {
                 .collect(),
             left_at_ms: None,
             left_because: None,
+            fence: None,
         }
     }
 

@@ -126,7 +126,11 @@ impl<S: LogStore> Owner<S> {
         }
         let command = match msg {
             WorkerMessage::Hello { .. } => return,
-            WorkerMessage::Heartbeat { metrics, seq } => {
+            WorkerMessage::Heartbeat {
+                metrics,
+                seq,
+                fence,
+            } => {
                 // The leader heard the worker: its lease runs on from when it sent this
                 // heartbeat (DESIGN §13). Only a leader gets here, and a leader that loses its
                 // quorum steps down (check-quorum) and drops every stream. A leader whose disk
@@ -142,6 +146,7 @@ impl<S: LogStore> Owner<S> {
                     .iter()
                     .any(|m| m.name == "draining" && m.value > 0.0);
                 self.metrics.worker_reported(node, metrics);
+                self.metrics.fences.reported(node, fence);
                 if !draining || self.replica.state().node_draining(node) {
                     return;
                 }
