@@ -147,6 +147,7 @@ pub fn render_nodes(
     let mut out = lines(&t);
     out.push_str(&isolation_warning(shown.iter().copied()));
     out.push_str(&limits_warning(shown.iter().copied()));
+    out.push_str(&fence_warning(shown.iter().copied()));
     if left > 0 && shown.len() < cluster.nodes.len() {
         out.push_str(&format!(
             "{left} node(s) left the cluster; --all shows them\n"
@@ -204,6 +205,24 @@ pub fn limits_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) -> St
          (escher-worker --require-limits refuses to start otherwise; its log says why)\n",
         lacking.join(", ")
     )
+}
+
+/// A line per live node whose worker reports trouble with its fence supervisor
+/// ([`NodeStatus::fence`]: restarted, down, or none), or nothing when there are none.
+pub fn fence_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) -> String {
+    let mut out = String::new();
+    for n in nodes.into_iter().filter(|n| n.alive) {
+        let Some(report) = &n.fence else {
+            continue;
+        };
+        let what = if report.starts_with("restarted") {
+            "its fence supervisor died and another took over its tasks"
+        } else {
+            "its tasks are NOT fenced"
+        };
+        out.push_str(&format!("fence of {}: {what} ({report})\n", n.name));
+    }
+    out
 }
 
 /// `used / total`, or `-` when the node has none.
@@ -283,6 +302,7 @@ mod tests {
             resources,
             left_at_ms: None,
             left_because: None,
+            fence: None,
         }
     }
 
@@ -317,6 +337,22 @@ mod tests {
             "{text}"
         );
         assert_eq!(limits_warning([&node(4, true, vec![])]), "");
+    }
+
+    #[test]
+    fn nodes_whose_fence_died_are_named() {
+        let mut restarted = node(1, true, vec![]);
+        restarted.fence = Some("restarted 1 time(s): the last supervisor was killed".into());
+        let mut down = node(2, true, vec![]);
+        down.fence = Some("down: the fence supervisor exited".into());
+        let text = fence_warning([&restarted, &down, &node(3, true, vec![])]);
+        assert_eq!(
+            text,
+            "fence of w1: its fence supervisor died and another took over its tasks (restarted 1 \
+             time(s): the last supervisor was killed)\nfence of w2: its tasks are NOT fenced \
+             (down: the fence supervisor exited)\n"
+        );
+        assert_eq!(fence_warning([&node(4, true, vec![])]), "");
     }
 
     #[test]

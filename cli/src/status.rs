@@ -246,6 +246,7 @@ mod tests {
                     ],
                     left_at_ms: None,
                     left_because: None,
+                    fence: None,
                 },
                 NodeStatus {
                     id: NodeId(2),
@@ -256,6 +257,7 @@ mod tests {
                     resources: vec![res("cpu", "2", "0")],
                     left_at_ms: Some(1_700_000_000_000),
                     left_because: Some("no heartbeat for 10s".into()),
+                    fence: None,
                 },
             ],
             pending_tasks: 3,
