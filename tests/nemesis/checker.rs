@@ -190,8 +190,8 @@ pub fn ends(h: &History) -> Vec<Anomaly> {
                 .max_by_key(|e| e.at)
                 .map(|e| {
                     format!(
-                        "{:?} of attempt {} on node {} at {}",
-                        e.kind, e.attempt, e.node, e.at
+                        "{:?} of attempt {} on node {} by {} at {}",
+                        e.kind, e.attempt, e.node, e.process, e.at
                     )
                 });
             out.push(Anomaly {
@@ -366,12 +366,7 @@ pub fn results(h: &History) -> Vec<Anomaly> {
                 let ran: Vec<String> = spans(h)
                     .iter()
                     .filter(|s| s.task == r.task)
-                    .map(|s| {
-                        format!(
-                            "attempt {} on node {} (ended: {})",
-                            s.attempt, s.node, s.ended
-                        )
-                    })
+                    .map(Span::describe)
                     .collect();
                 out.push(Anomaly {
                     rule: Rule::ResultNotWinner,
@@ -510,7 +505,15 @@ mod tests {
     fn a_task_still_running_after_healing_is_caught_and_a_stated_wait_is_not() {
         let mut h = clean();
         h.tasks.get_mut(&1).unwrap().state = "Running".into();
-        assert_eq!(rules(&ends(&h)), vec![Rule::TaskNotEnded]);
+        let found = ends(&h);
+        assert_eq!(rules(&found), vec![Rule::TaskNotEnded]);
+        assert!(
+            found[0]
+                .detail
+                .contains("End of attempt 1 on node 1 by process 111 (run 0000006f) at 500"),
+            "{}",
+            found[0].detail
+        );
         let t = h.tasks.get_mut(&1).unwrap();
         t.state = "Pending".into();
         assert_eq!(rules(&ends(&h)), vec![Rule::TaskNotEnded]);
@@ -566,7 +569,13 @@ mod tests {
         assert_eq!(rules(&results(&h)), vec![Rule::ResultNotWinner]);
         let mut h = clean();
         h.reads[0].node = Some(2); // attempt 1 ended on node 1, not 2
-        assert_eq!(rules(&results(&h)), vec![Rule::ResultNotWinner]);
+        let found = results(&h);
+        assert_eq!(rules(&found), vec![Rule::ResultNotWinner]);
+        let d = &found[0].detail;
+        assert!(
+            d.contains("attempt 1 on node 1 in process 111 (run 0000006f) ran 100..500 to its end"),
+            "{d}"
+        );
         let mut h = clean();
         let mut later = h.reads[0].clone();
         later.at = 900;
