@@ -519,6 +519,27 @@ impl ProcessCluster {
         self.start_head_at(index).await;
     }
 
+    /// Starts replica `index` (stopped) again from the backup `file` (`escher-head --restore`)
+    /// on its address, in a new, empty data directory (`head-N.restored`, kept from now on).
+    pub async fn restore_head_at(&mut self, index: usize, file: &Path) {
+        assert!(
+            self.heads[index].proc.is_none(),
+            "stop the replica before restoring it"
+        );
+        let id = self.heads[index].id;
+        let fresh = self.dir().join(format!("head-{id}.restored"));
+        let args = &mut self.heads[index].args;
+        let at = args
+            .iter()
+            .position(|a| a == "--data-dir")
+            .expect("a durable replica");
+        args[at + 1] = fresh.display().to_string();
+        args.extend(["--restore".to_string(), file.display().to_string()]);
+        self.start_head_at(index).await;
+        let args = &mut self.heads[index].args;
+        args.truncate(args.len() - 2);
+    }
+
     /// Sets the environment replica `index` gets from its next start on.
     pub fn set_head_env(&mut self, index: usize, env: &[(&str, &str)]) {
         self.heads[index].env = env

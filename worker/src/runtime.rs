@@ -25,7 +25,10 @@
 //!   worker process keeps its node and its tasks; an assignment it never received is sent
 //!   again with the same attempt.
 //! - An attempt runs at most once per worker process: an assignment of a (task, attempt) this
-//!   process is running, has reported, or ran recently ([`RECENT_ATTEMPTS`]) is ignored.
+//!   process is running, has reported, or ran recently ([`RECENT_ATTEMPTS`]) is ignored. A head
+//!   whose state was restored from a backup says so (`RegisterReply.incarnation` changes): the
+//!   attempts that ended are forgotten, as the restored head never sends again one that ran
+//!   after the backup (it counts those as failed and numbers the retry past them).
 //! - A head group that does not know the identity (its state started over, or the identity is
 //!   another cluster's) answers NOT_FOUND: the worker forgets the identity, cancels what it
 //!   runs (no head knows those tasks), drops their reports, and registers as a new node. A
@@ -186,6 +189,9 @@ pub(crate) struct Runtime {
     registering: Vec<(TaskId, u32)>,
     /// Attempts this process ran, to refuse running one twice.
     recent: Recent,
+    /// The incarnation of the head's state this process last attached to
+    /// (`RegisterReply.incarnation`): when it changes, `recent` is the old incarnation's.
+    incarnation: u64,
     link: Option<Link>,
     connecting: Option<BoxFuture<Result<Link, ConnectError>>>,
     failures: u32,
@@ -246,6 +252,7 @@ impl Runtime {
             starts_due: None,
             registering: Vec::new(),
             recent: Recent::default(),
+            incarnation: 0,
             link: None,
             connecting: None,
             failures: 0,
@@ -433,6 +440,16 @@ impl Runtime {
                 // It still runs as this node; after a restart it would join as a new one.
                 tracing::error!(%err, "cannot keep the worker's identity");
             }
+        }
+        if link.reply.incarnation != self.incarnation {
+            // The head's state was restored from a backup: it numbers attempts from what the
+            // backup knew, and never sends again one this process ran after the backup.
+            tracing::warn!(
+                incarnation = link.reply.incarnation,
+                "the head's state was restored from a backup; forgetting which attempts ran"
+            );
+            self.incarnation = link.reply.incarnation;
+            self.recent = Recent::default();
         }
         tracing::info!(%node_id, head = %self.env.head.url(), "attached to the head");
         self.claim_logs(link.reply.group.clone());

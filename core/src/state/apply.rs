@@ -113,6 +113,11 @@ pub struct ClusterState {
     /// Scratch buffer for the core's decisions (empty between entries).
     #[serde(skip)]
     pub(crate) decisions: Vec<Decision>,
+    /// Which life of the cluster this is (`incarnation.rs`). Part of a snapshot, but written
+    /// after the state's other fields by the head's codec (so images from before it still
+    /// read), hence skipped here.
+    #[serde(skip)]
+    pub(crate) incarnation: super::incarnation::Incarnation,
 }
 
 impl ClusterState {
@@ -139,6 +144,7 @@ impl ClusterState {
             revision: 0,
             events: Vec::new(),
             decisions: Vec::new(),
+            incarnation: super::incarnation::Incarnation::default(),
         }
     }
 
@@ -179,7 +185,11 @@ impl ClusterState {
     ///
     /// An entry with an idempotency key that was applied before is answered with the reply it
     /// got then, and changes nothing (see `sessions.rs`).
+    ///
+    /// The first entry a state restored from a backup applies begins its new incarnation
+    /// first (`incarnation.rs`), whatever becomes of the entry.
     pub fn apply(&mut self, entry: Entry) -> Result<Reply, ApplyError> {
+        self.begin_incarnation(entry.now);
         let revision = self.revision;
         let Some(key) = entry.key else {
             return self

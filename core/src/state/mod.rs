@@ -26,6 +26,10 @@
 //! finished or blocked, a resource resized, a node joined or lost, a reservation placed) is
 //! recorded with the next revision of the replicated counter, for the watch API.
 //!
+//! Incarnations (`incarnation.rs`): a state restored from a backup begins a new life of its
+//! cluster at its first entry: ids given out after the backup are skipped, and returning
+//! workers are reconciled strictly.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -34,6 +38,7 @@ mod command;
 mod error;
 mod events;
 mod gpus;
+mod incarnation;
 mod nodes;
 mod queries;
 mod record;
@@ -49,6 +54,9 @@ pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;
 pub use events::Recorded;
 pub use gpus::PendingMig;
+pub use incarnation::{
+    CLOCK_MARGIN_MS, Incarnation, NODE_IDS_PER_SECOND, TASK_IDS_PER_SECOND, ids_to_skip,
+};
 pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};
 pub use retention::{NodeTombstone, RetentionPolicy};

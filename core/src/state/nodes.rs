@@ -14,7 +14,10 @@
 //!   this state believes runs there (see [`ClusterState::reconcile`]);
 //! - **another boot**, or a node that was declared lost, is a worker that lost its tasks: the
 //!   node is removed (its running tasks become failed attempts, retried under `max_retries`)
-//!   and added again under the same id with what the worker has now.
+//!   and added again under the same id with what the worker has now;
+//! - the **first return after a restore** from a backup (`incarnation.rs`) of a node that was
+//!   live in the backup is reconciled strictly: what the backup believes runs there and the
+//!   worker neither runs nor reported is a failed attempt, never sent again.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -136,6 +139,8 @@ impl ClusterState {
             return Err(ApplyError::WrongSecret(node));
         }
         let alive = record.alive;
+        // Its first return since a restore: the state's picture of the node is the backup's.
+        let restored = self.incarnation.unreconciled.remove(&node);
         if alive && record.boot == worker.boot {
             record.name = worker.name;
             record.address = worker.address;
@@ -152,7 +157,7 @@ impl ClusterState {
                 reported.insert((report.task_id, report.attempt));
                 self.finished(report, now);
             }
-            self.reconcile(node, &placed, &reported, &back.running, now);
+            self.reconcile(node, &placed, &reported, &back.running, restored, now);
             if let Err(err) = self.gpus_changed(node, worker.gpus, None, now) {
                 tracing::warn!(%node, %err, "could not record the worker's GPUs");
             }
@@ -226,13 +231,21 @@ impl ClusterState {
     /// node. A task the state runs there that the worker neither runs nor reported was never
     /// delivered (the `Assign` was lost with a stream or a leader): it is sent again, same
     /// attempt (the worker runs an attempt at most once). A task whose cancel was asked for is
-    /// cancelled again, or ends now if the worker never got it.
+    /// cancelled again, or ends now if the worker never got it. What the worker runs that the
+    /// state does not run there is cancelled.
+    ///
+    /// `restored`: the node's first return since this state was restored from a backup
+    /// (`incarnation.rs`). Then an attempt the worker neither runs nor reported may have run
+    /// and ended after the backup: it is a failed attempt, with the reason, retried under
+    /// `max_retries`. A task that waits while the worker runs a later attempt of it numbers
+    /// its next attempt past that one.
     fn reconcile(
         &mut self,
         node: NodeId,
         placed: &[(TaskId, u32)],
         reported: &BTreeSet<(TaskId, u32)>,
         running: &[RunningTask],
+        restored: bool,
         now: Millis,
     ) {
         for &(task, attempt) in placed {
@@ -268,6 +281,12 @@ impl ClusterState {
                     let why = Some("cancelled by request before it started".to_string());
                     self.terminate(task, TaskState::Cancelled, why, None, now);
                 }
+                (false, false) if restored => {
+                    let why = self.restored_attempt_lost(node);
+                    self.ghost_resources(task, node, false, now);
+                    self.core_event(Event::TaskFinished { task }, now);
+                    self.failed_attempt(task, why, None, now);
+                }
                 (false, false) => {
                     let assignment = Box::new(Assignment {
                         task_id: task,
@@ -286,12 +305,24 @@ impl ClusterState {
                     && rec.node == Some(node)
                     && rec.attempt == r.attempt
             });
+            if restored
+                && let Some(rec) = self.tasks.get_mut(&r.task_id)
+                && rec.state == TaskState::Pending
+            {
+                // That attempt was dispatched after the backup: the next one goes past it.
+                rec.attempt = rec.attempt.max(r.attempt);
+            }
             if !current {
                 self.effects.push(Effect::Cancel {
                     node,
                     task: r.task_id,
                     attempt: r.attempt,
-                    reason: "the head no longer runs this attempt here".into(),
+                    reason: if restored {
+                        "the head was restored from a backup that does not run this attempt here"
+                    } else {
+                        "the head no longer runs this attempt here"
+                    }
+                    .into(),
                 });
             }
         }
@@ -309,6 +340,8 @@ impl ClusterState {
         if !record.alive {
             return Ok(());
         }
+        // Its tasks become failed attempts now: nothing is left to reconcile when it returns.
+        self.incarnation.unreconciled.remove(&id);
         record.alive = false;
         record.gone_because = Some(reason.clone());
         record.left_at = Some(now);

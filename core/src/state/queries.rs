@@ -69,6 +69,11 @@ impl ClusterState {
         &self.unfinished
     }
 
+    /// The id of every task record retention keeps, in order.
+    pub fn task_ids(&self) -> impl Iterator<Item = TaskId> + '_ {
+        self.tasks.keys().copied()
+    }
+
     /// Every task record retention keeps, with its namespace (empty for none).
     pub fn task_records(&self) -> impl Iterator<Item = (String, &TaskRecord)> {
         self.tasks.values().map(|rec| {

@@ -130,7 +130,10 @@ struct HeadArgs {
     data_dir: Option<std::path::PathBuf>,
     /// Start a new head group from this backup (`escher admin snapshot save FILE`): tasks,
     /// results, nodes, resources and tokens as they were when it was taken. Only into an empty
-    /// --data-dir; give every replica of the new group the same file.
+    /// --data-dir; give every replica of the new group the same file. It is a new incarnation
+    /// of the cluster: ids given out after the backup are never given out again (new ids start
+    /// far above them), and returning workers are reconciled with the backup (attempts that
+    /// may have ended after it run again; what it does not know is stopped).
     #[arg(long, value_name = "FILE")]
     restore: Option<std::path::PathBuf>,
     /// This head's replica id in its group (with --peers, or --join).

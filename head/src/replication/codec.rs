@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::state::{ClusterState, Entry, StateConfig};
+use crate::state::{ClusterState, Entry, Incarnation, StateConfig};
 
 /// A replicated value could not be encoded or decoded.
 #[derive(Debug, Error)]
@@ -172,17 +172,28 @@ struct Image {
 }
 
 /// Encodes a snapshot of `state` and the group's replica addresses in data format `format`.
+///
+/// The state's incarnation (`escher_core::state::Incarnation`) follows the image, when the
+/// state was ever restored from a backup: a reader decodes the image and then, if bytes are
+/// left, the incarnation. So an image without it (every image before it existed) reads as the
+/// first incarnation, and a reader that knows nothing of it reads the image and ignores what
+/// follows (bincode reads a value and says how many bytes it took).
 pub(crate) fn encode_image(
     state: &ClusterState,
     members: &BTreeMap<u64, String>,
     format: u16,
 ) -> Result<Vec<u8>, CodecError> {
-    bincode::serde::encode_to_vec(ImageRef { state, members }, config())
-        .map(|body| wrap(format, body))
-        .map_err(|source| CodecError::Encode {
-            what: "a snapshot",
-            source,
-        })
+    let encode_error = |source| CodecError::Encode {
+        what: "a snapshot",
+        source,
+    };
+    let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
+        .map_err(encode_error)?;
+    let incarnation = state.incarnation();
+    if *incarnation != Incarnation::default() {
+        body.extend(bincode::serde::encode_to_vec(incarnation, config()).map_err(encode_error)?);
+    }
+    Ok(wrap(format, body))
 }
 
 /// Encodes a backup of `state`: a snapshot image with no replica addresses (the group that is
@@ -202,14 +213,19 @@ pub(crate) type Decoded = (ClusterState, BTreeMap<u64, String>, u16);
 /// Decodes a snapshot into a state that applies `config`, and the replica addresses.
 pub(crate) fn decode_image(bytes: &[u8], config_: StateConfig) -> Result<Decoded, CodecError> {
     let (format, bytes) = unwrap(bytes, "a snapshot")?;
-    let (image, _): (Image, usize) =
-        bincode::serde::decode_from_slice(bytes, config()).map_err(|source| {
-            CodecError::Decode {
-                what: "a snapshot",
-                source,
-            }
-        })?;
-    Ok((image.state.restore(config_), image.members, format))
+    let decode_error = |source| CodecError::Decode {
+        what: "a snapshot",
+        source,
+    };
+    let (image, read): (Image, usize) =
+        bincode::serde::decode_from_slice(bytes, config()).map_err(decode_error)?;
+    let mut state = image.state.restore(config_);
+    if let Some(rest) = bytes.get(read..).filter(|rest| !rest.is_empty()) {
+        let (incarnation, _): (Incarnation, usize) =
+            bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
+        state.set_incarnation(incarnation);
+    }
+    Ok((state, image.members, format))
 }
 
 #[cfg(test)]
@@ -231,6 +247,41 @@ mod tests {
         let (back, m, format) = decode_image(&bytes, StateConfig::default()).unwrap();
         assert_eq!((&m, format), (&members, 1));
         assert_eq!(encode_image(&back, &m, 1).unwrap(), bytes);
+    }
+
+    #[test]
+    fn an_image_keeps_a_restored_states_incarnation_and_one_without_reads_as_the_first() {
+        let mut state = ClusterState::new(StateConfig::default());
+        state
+            .apply(Entry::new(
+                1,
+                Command::Init {
+                    cluster_id: "c".into(),
+                    task_key: "k".into(),
+                },
+            ))
+            .unwrap();
+        let plain = encode_image(&state, &BTreeMap::new(), 1).unwrap();
+        let state = decode_backup(&plain, StateConfig::default())
+            .unwrap()
+            .restored_from_backup(1_000);
+        let pending = encode_image(&state, &BTreeMap::new(), 1).unwrap();
+        assert!(
+            pending.len() > plain.len(),
+            "the incarnation follows the image"
+        );
+        let mut back = decode_backup(&pending, StateConfig::default()).unwrap();
+        assert_eq!(back.incarnation().pending, Some(1_000));
+        back.apply(Entry::new(2_000, Command::Tick)).unwrap();
+        let begun = back.incarnation().clone();
+        assert_eq!((begun.number, begun.pending), (1, None));
+        let again = encode_image(&back, &BTreeMap::new(), 1).unwrap();
+        let read = decode_backup(&again, StateConfig::default()).unwrap();
+        assert_eq!(read.incarnation(), &begun);
+        assert_eq!(read.next_task_id(), back.next_task_id());
+        // An image from before incarnations: the first one.
+        let old = decode_backup(&plain, StateConfig::default()).unwrap();
+        assert_eq!(old.incarnation(), &Incarnation::default());
     }
 
     #[test]

@@ -135,7 +135,10 @@ fn read_restore(
         bytes = header.total_bytes,
         "restoring the head group's state from a backup"
     );
-    Ok(state)
+    // A new incarnation of the cluster begins with the first entry applied: the ids given out
+    // after the backup are skipped, and returning workers are reconciled strictly. Every
+    // replica given this file starts alike, so the group agrees on it.
+    Ok(state.restored_from_backup(header.taken_at_ms))
 }
 
 /// Writes `url` to `path` through a temporary file and a rename.

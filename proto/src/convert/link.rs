@@ -104,6 +104,7 @@ impl From<RegisterReply> for wire::RegisterReply {
             secret: r.secret,
             group: r.group,
             heartbeat_timeout_ms: r.heartbeat_timeout.map_or(0, duration_to_ms),
+            incarnation: r.incarnation,
         }
     }
 }
@@ -129,6 +130,7 @@ impl TryFrom<wire::RegisterReply> for RegisterReply {
                 .then(|| ms_to_duration(w.heartbeat_timeout_ms)),
             secret: w.secret,
             group: w.group,
+            incarnation: w.incarnation,
         })
     }
 }
@@ -549,6 +551,7 @@ mod tests {
             heartbeat_timeout: Some(Duration::from_secs(10)),
             secret: Some("s3cret".into()),
             group: "g-1".into(),
+            incarnation: 1_600_000_035,
         };
         round_trip::<_, wire::RegisterReply>(reply);
         let zero = wire::RegisterReply {
@@ -557,6 +560,7 @@ mod tests {
             secret: None,
             group: "g".into(),
             heartbeat_timeout_ms: 0,
+            incarnation: 0,
         };
         assert_eq!(
             RegisterReply::try_from(zero).unwrap_err().path(),

@@ -82,6 +82,9 @@ pub struct RegisterReply {
     pub secret: Option<String>,
     /// The head group's id.
     pub group: String,
+    /// Which life of the cluster the head's state is in (`RegisterReply.incarnation`): 0 until
+    /// it is first restored from a backup.
+    pub incarnation: u64,
 }
 
 impl std::fmt::Debug for RegisterReply {
@@ -91,6 +94,7 @@ impl std::fmt::Debug for RegisterReply {
             .field("heartbeat_interval", &self.heartbeat_interval)
             .field("new_secret", &self.secret.is_some())
             .field("group", &self.group)
+            .field("incarnation", &self.incarnation)
             .finish()
     }
 }

@@ -288,6 +288,7 @@ impl WorkerLink for Services {
                 secret,
                 group: state.cluster.clone(),
                 heartbeat_timeout_ms: 0,
+                incarnation: 0,
             }
         };
         let _ = self.registrations.send(req);

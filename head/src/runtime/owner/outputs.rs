@@ -148,13 +148,15 @@ impl<S: LogStore> Owner<S> {
                     Ok(Reply::Registered(node_id)) => {
                         self.workers.seen(node_id);
                         tracing::info!(node = %node_id, new = secret.is_some(), "worker registered");
-                        let cluster = self.replica.state().cluster_id().unwrap_or_default();
+                        let state = self.replica.state();
+                        let cluster = state.cluster_id().unwrap_or_default();
                         Ok(RegisterReply {
                             node_id,
                             heartbeat_interval: self.config.heartbeat_interval,
                             heartbeat_timeout: Some(self.config.heartbeat_timeout),
                             secret,
                             group: cluster.to_string(),
+                            incarnation: state.incarnation().id(),
                         })
                     }
                     Ok(other) => Err(Status::internal(format!(

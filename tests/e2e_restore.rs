@@ -1,0 +1,178 @@
+//! A restore with live workers (issue 46): a backup taken while tasks run, more tasks after it,
+//! the head stopped and started again from the backup on its address, the worker coming back
+//! by itself. The restored head is a new incarnation of the cluster
+//! (`core/src/state/incarnation.rs`): every task ends, no id given out before the restore is
+//! given out again, `escher logs` of a new task shows its own output, what the worker ran that
+//! the backup did not know is stopped, and the node's capacity is free again.
+
+mod procs;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use escher::types::{Amount, TaskId, TaskState};
+use escher::{Client, Task};
+use procs::{ProcessCluster, WAIT, binary, eventually};
+
+/// `escher ARGS` with the cluster's access file.
+fn escher(cluster: &ProcessCluster, args: &[&str]) -> std::process::Output {
+    Command::new(binary("escher"))
+        .args(args)
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_ACCESS_FILE")
+        .output()
+        .expect("the escher CLI runs")
+}
+
+/// A task that prints `word`, then sleeps `secs`; retried once.
+fn printing(word: &str, secs: u32) -> Task {
+    Task::command(["sh", "-c", &format!("echo {word}; sleep {secs}")])
+        .resources_str("cpu=1")
+        .max_retries(1)
+}
+
+/// Waits until `id` runs.
+async fn running(client: &Client, id: TaskId) {
+    eventually(&format!("task {id} to run"), WAIT, || async move {
+        let info = client.task_info(id).await.ok()?;
+        (info.status.state == TaskState::Running).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_restore_with_a_live_worker_ends_every_task_and_never_gives_out_an_id_again() {
+    // A long heartbeat timeout: the worker's lease outlives the head's stop and restart, so
+    // its tasks go on running meanwhile, as they would with a quick restore.
+    let mut cluster = ProcessCluster::builder()
+        .durable()
+        .resources("cpu=4,memory=512")
+        .heartbeat_timeout_ms(60_000)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let node = cluster.node("w1");
+
+    // Four tasks run when the backup is taken: three end soon after it, one outlives the
+    // restore.
+    let mut before = Vec::new();
+    for i in 0..3 {
+        before.push(
+            client
+                .submit(printing(&format!("before-{i}"), 3))
+                .await
+                .unwrap()
+                .id(),
+        );
+    }
+    let outliving = client.submit(printing("outliving", 20)).await.unwrap().id();
+    for &id in before.iter().chain([&outliving]) {
+        running(&client, id).await;
+    }
+    let backups = tempfile::tempdir().unwrap();
+    let file = backups.path().join("cluster.backup");
+    let save = escher(
+        &cluster,
+        &["admin", "snapshot", "save", file.to_str().unwrap()],
+    );
+    assert!(save.status.success(), "{save:?}");
+
+    // After the backup: the three end, five more tasks run and end, and one more task is still
+    // running when the head stops (the restored head never heard of it).
+    for &id in &before {
+        let status = client.get(id, Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    }
+    let mut after = Vec::new();
+    for i in 0..5 {
+        let task = Task::command(["sh", "-c", &format!("echo lost-{i}")]).resources_str("cpu=1");
+        let status = client.run(task, Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        after.push(status.id);
+    }
+    let marker = cluster.shared_path("unknown-task-finished");
+    let unknown = Task::command([
+        "sh",
+        "-c",
+        &format!("echo unknown; sleep 8; touch {}", marker.display()),
+    ])
+    .resources_str("cpu=1");
+    let unknown = client.submit(unknown).await.unwrap().id();
+    running(&client, unknown).await;
+    let given_out: Vec<TaskId> = before
+        .iter()
+        .chain([&outliving])
+        .chain(&after)
+        .chain([&unknown])
+        .copied()
+        .collect();
+    drop(client);
+
+    // The head stops and starts again from the backup, on its address, in a new directory.
+    cluster.terminate_head_at(0).await;
+    cluster.restore_head_at(0, &file).await;
+    let client = cluster.client().await;
+
+    // Every task the backup knew ends: what ended after the backup ran again (the restored
+    // head could not know its outcome), what ran on both sides ran to its end once.
+    for &id in &before {
+        let status = client.get(id, Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        assert_eq!(status.attempt, 2, "{status:?}");
+        let info = client.task_info(id).await.unwrap();
+        let first = info.attempts.first().expect("attempts kept");
+        let ended = first.ended.as_deref().unwrap_or_default();
+        assert!(ended.contains("restored from a backup"), "{info:?}");
+    }
+    let status = client.get(outliving, Some(WAIT)).await.unwrap();
+    assert_eq!(
+        (status.state, status.attempt),
+        (TaskState::Succeeded, 1),
+        "{status:?}"
+    );
+
+    // New tasks: ids never given out before, their own output in `escher logs`.
+    let mut new = Vec::new();
+    for i in 0..5 {
+        let task = Task::command(["sh", "-c", &format!("echo fresh-{i}")]).resources_str("cpu=1");
+        let status = client.run(task, Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        assert!(
+            given_out.iter().all(|old| *old < status.id),
+            "{} given out again ({given_out:?})",
+            status.id
+        );
+        new.push(status.id);
+    }
+    for (i, id) in new.iter().enumerate() {
+        let logs = escher(&cluster, &["logs", &id.to_string()]);
+        assert!(logs.status.success(), "{logs:?}");
+        let text = String::from_utf8_lossy(&logs.stdout);
+        assert!(text.contains(&format!("fresh-{i}")), "logs of {id}: {text}");
+        assert!(!text.contains("lost-"), "logs of {id}: {text}");
+    }
+
+    // The task the restored head never knew was stopped: it never finished its work, and the
+    // node's CPUs are all free again.
+    let free = eventually("the node's CPUs to be free", WAIT, || {
+        let client = client.clone();
+        async move {
+            let status = client.cluster_status().await.ok()?;
+            let n = status.nodes.into_iter().find(|n| n.id == node)?;
+            let cpu = n.resources.into_iter().find(|r| r.name.as_str() == "cpu")?;
+            (cpu.used == Amount::ZERO).then_some(cpu)
+        }
+    })
+    .await;
+    assert_eq!(free.total.to_string(), "4");
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(
+        !Path::new(&marker).exists(),
+        "task {unknown}, unknown to the restored head, ran to its end"
+    );
+    let said = cluster.worker_output("w1");
+    assert!(said.contains("restored from a backup"), "{said}");
+}
