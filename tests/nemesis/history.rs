@@ -324,4 +324,36 @@ mod tests {
         assert!(parse_exec_log("start 7 1 2 1700000000.123456").is_err());
         assert!(parse_exec_log("start 7 1 2 41 not-hex 1700000000.123456").is_err());
     }
+
+    #[test]
+    fn the_task_script_records_the_identity_of_its_own_process() {
+        use ExecKind::{Beat, End, Start};
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("exec.log");
+        let mut pids = Vec::new();
+        for _ in 0..2 {
+            let child = std::process::Command::new("bash")
+                .args(["-c", TASK_SCRIPT])
+                .env("NEMLOG", &log)
+                .env("WORK_MS", "250")
+                .env("ESCHER_TASK_ID", "7")
+                .env("ESCHER_ATTEMPT", "1")
+                .env("ESCHER_NODE_ID", "2")
+                .spawn()
+                .unwrap();
+            pids.push(child.id());
+            let out = child.wait_with_output().unwrap();
+            assert!(out.status.success());
+        }
+        let execs = parse_exec_log(&std::fs::read_to_string(&log).unwrap()).unwrap();
+        let kinds: Vec<ExecKind> = execs.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [Start, Beat, End, Start, Beat, End]);
+        // Each run's records carry its own pid and one run id, and the two runs' ids differ.
+        for (run, pid) in execs.chunks(3).zip(&pids) {
+            assert!(run.iter().all(|e| e.process == run[0].process), "{run:?}");
+            assert_eq!(run[0].process.pid, *pid);
+            assert_eq!((run[0].task, run[0].attempt, run[0].node), (7, 1, 2));
+        }
+        assert_ne!(execs[0].process.run, execs[3].process.run);
+    }
 }
