@@ -101,6 +101,43 @@ async fn the_node_says_which_limits_it_holds() {
     w.stop().await.unwrap();
 }
 
+/// Where the cgroup v1 hierarchy of `controller` is mounted.
+fn v1_mount(controller: &str) -> String {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    info.lines()
+        .find_map(|line| {
+            let (fields, rest) = line.split_once(" - ")?;
+            let mut rest = rest.split_whitespace();
+            let (fstype, options) = (rest.next()?, rest.nth(1)?);
+            (fstype == "cgroup" && options.split(',').any(|o| o == controller))
+                .then(|| fields.split_whitespace().nth(4).map(str::to_string))?
+        })
+        .unwrap_or_else(|| panic!("a cgroup v1 {controller} hierarchy is mounted"))
+}
+
+/// Each task's limits are written for it (on this host, into its v1 `cpu`, `memory` and
+/// `pids` cgroups), and a cgroup a task leaves behind forgets that task's: the next task in it
+/// has no CPU quota, the node's memory and the worker's process limit.
+#[tokio::test]
+async fn each_task_gets_its_own_limits_and_none_of_the_last_ones() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(limited(&head));
+    attached(&mut head).await;
+    let script = format!(
+        r#"sleep 0.3
+dir() {{ echo "$1$(awk -F: -v c="$2" '{{n=split($2,a,","); for(i=1;i<=n;i++) if(a[i]==c) print $3}}' /proc/$$/cgroup)"; }}
+echo $(cat "$(dir {} cpu)/cpu.cfs_quota_us" "$(dir {} memory)/memory.limit_in_bytes" "$(dir {} pids)/pids.max")"#,
+        v1_mount("cpu"),
+        v1_mount("memory"),
+        v1_mount("pids")
+    );
+    let first = run_all(&mut head, vec![(1, asking("cpu=0.5,memory=100", &script))]).await;
+    assert_eq!(stdout(&first[&1]), format!("50000 {} 64\n", 100 << 20));
+    let next = run_all(&mut head, vec![(2, sh(&script))]).await;
+    assert_eq!(stdout(&next[&2]), format!("-1 {} 64\n", 1u64 << 30));
+    w.stop().await.unwrap();
+}
+
 /// A hog asking for a tenth of a CPU burns for two seconds; its cgroup's own counter
 /// (`usage_usec` of its unified cgroup, which counts every process it ran) says how much CPU it
 /// got. Without a quota it gets a whole CPU, or near it on a loaded machine.
