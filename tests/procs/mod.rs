@@ -1001,7 +1001,14 @@ impl ProcessCluster {
         let root = self.worker(name).proc.pid().as_raw();
         let mut hit = Vec::new();
         for (pid, comm) in process_tree(root) {
-            if pick(&comm) && kill(Pid::from_raw(pid), signal).is_ok() {
+            // A process gone since the listing counts: it died as another did and was reaped
+            // at once (a namespace's init takes its processes with it; a worker reaps its fence
+            // supervisor as soon as it dies, to start another).
+            if !pick(&comm) {
+                continue;
+            }
+            let sent = kill(Pid::from_raw(pid), signal);
+            if matches!(sent, Ok(()) | Err(nix::errno::Errno::ESRCH)) {
                 hit.push(comm);
             }
         }
