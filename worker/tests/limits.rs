@@ -117,7 +117,8 @@ fn v1_mount(controller: &str) -> String {
 
 /// Each task's limits are written for it (on this host, into its v1 `cpu`, `memory` and
 /// `pids` cgroups), and a cgroup a task leaves behind forgets that task's: the next task in it
-/// has no CPU quota, the node's memory and the worker's process limit.
+/// has no CPU quota, the node's memory and the worker's process limit (and a task asking what
+/// the last one in its cgroup asked for finds them there, unwritten).
 #[tokio::test]
 async fn each_task_gets_its_own_limits_and_none_of_the_last_ones() {
     let mut head = FakeHead::start(HEARTBEAT).await;
@@ -135,6 +136,11 @@ echo $(cat "$(dir {} cpu)/cpu.cfs_quota_us" "$(dir {} memory)/memory.limit_in_by
     assert_eq!(stdout(&first[&1]), format!("50000 {} 64\n", 100 << 20));
     let next = run_all(&mut head, vec![(2, sh(&script))]).await;
     assert_eq!(stdout(&next[&2]), format!("-1 {} 64\n", 1u64 << 30));
+    // The same request again: its cgroup holds what was written for the one before.
+    for task in [3, 4] {
+        let again = run_all(&mut head, vec![(task, sh(&script))]).await;
+        assert_eq!(stdout(&again[&task]), format!("-1 {} 64\n", 1u64 << 30));
+    }
     w.stop().await.unwrap();
 }
 

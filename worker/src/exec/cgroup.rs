@@ -82,7 +82,7 @@ pub struct TaskCgroups {
     /// `<cgroup2 mount>/<the worker's cgroup>/escher-worker-PID-N`.
     root: PathBuf,
     /// Empty cgroups, ready for the next task.
-    free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    free: Pool,
     /// The number of the next new one.
     next: std::sync::atomic::AtomicU64,
     /// Where each enforced limit is written.
@@ -90,6 +90,10 @@ pub struct TaskCgroups {
     /// Which limits are held, and why the others are not.
     enforcement: Enforcement,
 }
+
+/// Empty task cgroups, each with the limits written into it (`None`: not known), so that a
+/// task asking what the last one there asked for costs no write.
+type Pool = std::sync::Arc<std::sync::Mutex<Vec<(PathBuf, Option<TaskLimits>)>>>;
 
 /// The worker's directory of task cgroups in one hierarchy that holds limits, and the
 /// controllers it holds them with.
@@ -228,15 +232,17 @@ impl TaskCgroups {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .pop();
-        let path = match reused {
-            Some(path) => path,
+        let (path, written) = match reused {
+            Some(slot) => slot,
             None => {
                 let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 let path = self.root.join(format!("slot-{n}"));
                 fs::create_dir(&path)?;
-                path
+                (path, None)
             }
         };
+        // Its cgroups in the other hierarchies exist already, holding these limits.
+        let unchanged = written.as_ref() == Some(limits);
         let cpu_before = cpu_usage(&path);
         let mut cgroup = TaskCgroup {
             limit_dirs: Vec::new(),
@@ -244,6 +250,7 @@ impl TaskCgroups {
             cpu_before,
             oom_before: 0,
             memory_limit: limits.memory,
+            written: None,
             free: std::sync::Arc::clone(&self.free),
         };
         // Dropped on error: back in the pool, empty.
@@ -257,15 +264,19 @@ impl TaskCgroups {
                 cgroup.path.clone()
             } else {
                 let dir = place.root.join(&name);
-                match fs::create_dir(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                    Err(e) => return Err(e),
+                if !unchanged {
+                    match fs::create_dir(&dir) {
+                        Ok(()) => {}
+                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                        Err(e) => return Err(e),
+                    }
                 }
                 dir
             };
-            for controller in &place.controllers {
-                limits.write(&dir, place.version, *controller)?;
+            if !unchanged {
+                for controller in &place.controllers {
+                    limits.write(&dir, place.version, *controller)?;
+                }
             }
             cgroup.limit_dirs.push(LimitDir {
                 path: dir,
@@ -273,6 +284,7 @@ impl TaskCgroups {
                 controllers: place.controllers.clone(),
             });
         }
+        cgroup.written = Some(*limits);
         cgroup.oom_before = cgroup.oom_kills().unwrap_or(0);
         Ok(cgroup)
     }
@@ -286,7 +298,7 @@ impl Drop for TaskCgroups {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner),
         );
-        for path in free {
+        for (path, _) in free {
             if let Some(name) = path.file_name() {
                 for place in &self.places {
                     let _ = fs::remove_dir(place.root.join(name));
@@ -313,7 +325,9 @@ pub struct TaskCgroup {
     oom_before: u64,
     /// The task's memory limit, in bytes.
     memory_limit: Option<u64>,
-    free: std::sync::Arc<std::sync::Mutex<Vec<PathBuf>>>,
+    /// The limits written into its cgroups, once all were.
+    written: Option<TaskLimits>,
+    free: Pool,
 }
 
 /// Whether the kernel's OOM killer killed a process of one task's memory cgroup (see
@@ -446,7 +460,7 @@ impl Drop for TaskCgroup {
             self.free
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push(std::mem::take(&mut self.path));
+                .push((std::mem::take(&mut self.path), self.written));
             return;
         }
         // Its processes are still dying: never reused, removed once empty.
