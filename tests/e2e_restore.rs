@@ -3,7 +3,8 @@
 //! by itself. The restored head is a new incarnation of the cluster
 //! (`core/src/state/incarnation.rs`): every task ends, no id given out before the restore is
 //! given out again, `escher logs` of a new task shows its own output, what the worker ran that
-//! the backup did not know is stopped, and the node's capacity is free again.
+//! the backup did not know is stopped, and the node's capacity is free again. And a lone head
+//! whose log tail was cut never gives out again an id the cut write may have held.
 
 mod procs;
 
@@ -175,4 +176,50 @@ async fn a_restore_with_a_live_worker_ends_every_task_and_never_gives_out_an_id_
     );
     let said = cluster.worker_output("w1");
     assert!(said.contains("restored from a backup"), "{said}");
+}
+
+/// The newest log segment of a lone durable head cut 10 bytes short while it was stopped
+/// (issue 46): the head cannot tell a write it never finished from one a cut took after it
+/// was acknowledged, so it never gives out again an id that write may have held, and says so
+/// without calling the write "never acknowledged".
+#[tokio::test]
+async fn a_lone_head_whose_log_tail_was_cut_skips_the_ids_the_cut_may_have_held() {
+    let mut cluster = ProcessCluster::builder().durable().start().await;
+    let client = cluster.client().await;
+    let mut given_out = Vec::new();
+    for i in 0..3 {
+        let task = Task::command(["sh", "-c", &format!("echo kept-{i}")]);
+        given_out.push(client.run(task, Some(WAIT)).await.unwrap().id);
+    }
+    // The last one, acknowledged, whose entry may be in the last write.
+    given_out.push(client.submit(Task::command(["true"])).await.unwrap().id());
+    drop(client);
+    cluster.kill_head();
+
+    let data = cluster.head_data_dir(0);
+    let mut segments: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segments.sort();
+    let newest = segments.last().expect("a log segment");
+    let len = std::fs::metadata(newest).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(newest)
+        .unwrap()
+        .set_len(len - 10)
+        .unwrap();
+
+    cluster.restart_head().await;
+    let client = cluster.client().await;
+    let next = client.submit(Task::command(["true"])).await.unwrap().id();
+    let newest_id = *given_out.iter().max().unwrap();
+    assert!(
+        next.0 > newest_id.0 + escher_head::replication::CUT_TAIL_IDS,
+        "{next} after {newest_id}: the ids the cut write may have held were given out again"
+    );
+    let said = cluster.head_output(0);
+    assert!(said.contains("cannot tell"), "{said}");
 }
