@@ -1,8 +1,9 @@
 //! The watch thread: it waits on the supervisor process, and when it dies (SIGKILLed by hand,
 //! by the OOM killer, or crashed) starts another at once, which the worker tells everything
 //! the dead one held ([`Fence::restart`]). The tasks are unfenced only between the death and
-//! the new supervisor's first lines, a fork and an exec later; a worker stopped in exactly that
-//! window is the one case this cannot cover.
+//! the new supervisor's first lines, a fork and an exec later. What this cannot cover is a
+//! supervisor that dies while the worker is already stopped or wedged (nothing of the worker
+//! runs to replace it), or a worker stopped in that window: both faults at once.
 //!
 //! A supervisor that cannot be started, or that keeps dying (more than [`MAX_RESTARTS`] times
 //! in [`RESTART_WINDOW`]: a broken binary, a host that kills it as soon as it runs), is given
