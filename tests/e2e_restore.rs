@@ -1,4 +1,4 @@
-//! A restore with live workers (issue 46): a backup taken while tasks run, more tasks after it,
+//! A restore with live workers: a backup taken while tasks run, more tasks after it,
 //! the head stopped and started again from the backup on its address, the worker coming back
 //! by itself. The restored head is a new incarnation of the cluster
 //! (`core/src/state/incarnation.rs`): every task ends, no id given out before the restore is
@@ -178,8 +178,8 @@ async fn a_restore_with_a_live_worker_ends_every_task_and_never_gives_out_an_id_
     assert!(said.contains("restored from a backup"), "{said}");
 }
 
-/// The newest log segment of a lone durable head cut 10 bytes short while it was stopped
-/// (issue 46): the head cannot tell a write it never finished from one a cut took after it
+/// The newest log segment of a lone durable head cut 10 bytes short while it was stopped:
+/// the head cannot tell a write it never finished from one a cut took after it
 /// was acknowledged, so it never gives out again an id that write may have held, and says so
 /// without calling the write "never acknowledged".
 #[tokio::test]

@@ -1,7 +1,7 @@
 //! A state restored from a backup begins a new incarnation (`core/src/state/incarnation.rs`):
 //! no id given out before the restore is given out again, those the cluster gave out after the
 //! backup included, and a worker that returns still running what it ran is reconciled with what
-//! the backup believed it ran (issue 46).
+//! the backup believed it ran.
 
 mod state_support;
 
