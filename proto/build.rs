@@ -27,6 +27,9 @@ fn generate() -> Result<(), Box<dyn Error>> {
         ".escher.v1.FunctionTask.args",
         ".escher.v1.TaskResult.returned",
         ".escher.v1.TaskFinished.returned",
+        ".escher.v1.ActorTask.args",
+        ".escher.v1.ActorCall.args",
+        ".escher.v1.ActorReply.returned",
     ]);
     // Written by hand so that a head encodes each watch event once for all its watchers
     // (src/wire_watch.rs); the same bytes on the wire.

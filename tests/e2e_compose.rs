@@ -23,6 +23,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use escher_head::replication::DATA_FORMAT;
 use serde_json::Value;
 
 /// The repository's root.
@@ -834,8 +835,8 @@ fn formats(deployment: &Deployment, head: &str) -> (BTreeMap<u64, Option<(u64, u
 /// replica's container is replaced by one of "the next release" (this image under the test seam
 /// `ESCHER_TEST_NEXT_DATA_FORMAT=1`, one data format more), followers first and the leader last,
 /// while a container of its own on the project's network submits tasks in a loop (each under
-/// an idempotency key, retried under it until acknowledged). The group keeps writing format 1
-/// until every replica reads format 2, then writes format 2; every acknowledged task runs; the
+/// an idempotency key, retried under it until acknowledged). The group keeps writing this
+/// release's format until every replica reads the next, then writes that; every acknowledged task runs; the
 /// longest time between two acknowledgements is printed (BENCHMARKS.md).
 fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
     // The next release's image: this one with the seam set.
@@ -859,9 +860,11 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
             Duration::from_secs(300),
         ),
     );
+    // This release's data format, and the next release's.
+    let (this, next) = (u64::from(DATA_FORMAT), u64::from(DATA_FORMAT) + 1);
     let (before, _) = formats(deployment, "head-1");
     assert!(
-        before.values().all(|f| *f == Some((1, 1))),
+        before.values().all(|f| *f == Some((this, this))),
         "before the upgrade: {before:?}"
     );
 
@@ -970,11 +973,11 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
         let deadline = Instant::now() + Duration::from_secs(120);
         loop {
             let (now, _) = formats(deployment, &other);
-            if now[id].is_some_and(|(reads, _)| reads == 2) {
+            if now[id].is_some_and(|(reads, _)| reads == next) {
                 if step < 2 {
                     assert!(
                         now.values()
-                            .all(|f| f.is_some_and(|(_, writes)| writes == 1)),
+                            .all(|f| f.is_some_and(|(_, writes)| writes == this)),
                         "with {} replica(s) upgraded: {now:?}",
                         step + 1
                     );
@@ -993,20 +996,20 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
         );
         wait_for_more(&format!("after replica {id} was replaced"), 20);
     }
-    // Every replica reads format 2: the group writes it.
+    // Every replica reads the next format: the group writes it.
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
         let (now, _) = formats(deployment, "head-1");
-        if now.values().all(|f| *f == Some((2, 2))) {
+        if now.values().all(|f| *f == Some((next, next))) {
             break;
         }
         assert!(
             Instant::now() < deadline,
-            "the group did not move to format 2: {now:?}"
+            "the group did not move to format {next}: {now:?}"
         );
         std::thread::sleep(Duration::from_millis(500));
     }
-    wait_for_more("in format 2", 20);
+    wait_for_more(&format!("in format {next}"), 20);
     ok(
         "stopping the load",
         run_for(

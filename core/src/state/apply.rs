@@ -102,6 +102,10 @@ pub struct ClusterState {
     /// `tasks` like `unfinished`.
     #[serde(skip)]
     pub(crate) creators: BTreeMap<ResourceName, BTreeSet<TaskId>>,
+    /// The live (unfinished) named actors, by namespace and name: a name is free again when its
+    /// actor's task ends. Derived from `tasks` like `unfinished`.
+    #[serde(skip)]
+    pub(crate) actor_names: BTreeMap<(Option<Namespace>, String), TaskId>,
     /// Effects produced by `apply`, drained by the runtime.
     #[serde(skip)]
     pub(crate) effects: Vec<Effect>,
@@ -140,6 +144,7 @@ impl ClusterState {
             spec_bytes: BTreeMap::new(),
             reservations: BTreeMap::new(),
             creators: BTreeMap::new(),
+            actor_names: BTreeMap::new(),
             effects: Vec::new(),
             revision: 0,
             events: Vec::new(),
@@ -156,7 +161,13 @@ impl ClusterState {
         self.spec_bytes.clear();
         self.reservations.clear();
         self.creators.clear();
+        self.actor_names.clear();
         for (id, rec) in &self.tasks {
+            if !rec.state.is_terminal()
+                && let Some(key) = rec.actor_name()
+            {
+                self.actor_names.insert(key, *id);
+            }
             if !rec.state.is_terminal() {
                 for name in rec.created_names() {
                     self.creators.entry(name).or_default().insert(*id);

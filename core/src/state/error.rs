@@ -36,6 +36,18 @@ pub enum ApplyError {
         /// The quota.
         limit: u64,
     },
+    /// An actor of a batch asks for a name a live actor of its namespace has; nothing was
+    /// accepted.
+    #[error(
+        "the actor name {name:?} is taken in this namespace by actor {holder} (live actors' names \
+         are unique per namespace); find it with get_actor, kill it first, or choose another name"
+    )]
+    ActorNameTaken {
+        /// The name.
+        name: String,
+        /// The live actor that has it.
+        holder: TaskId,
+    },
     /// One task of a batch is larger than a task may be; nothing was accepted.
     #[error(
         "task {index} of the batch takes {bytes} bytes (its command, arguments, environment and \
@@ -91,6 +103,15 @@ pub enum ApplyError {
     /// No task has this id.
     #[error("unknown task {0}")]
     UnknownTask(TaskId),
+    /// No live actor of the caller's namespace has this name.
+    #[error(
+        "no live actor is named {0:?} in this namespace (names are per namespace, and freed when \
+         the actor ends)"
+    )]
+    UnknownActorName(String),
+    /// The task is not an actor.
+    #[error("task {0} is not an actor")]
+    NotAnActor(TaskId),
     /// The task finished long enough ago that retention dropped its record.
     #[error(transparent)]
     Evicted(Evicted),
@@ -332,6 +353,8 @@ impl ApplyError {
             self,
             ApplyError::UnknownNode(_)
                 | ApplyError::UnknownTask(_)
+                | ApplyError::UnknownActorName(_)
+                | ApplyError::NotAnActor(_)
                 | ApplyError::UnknownToken(_)
                 | ApplyError::NoSuchGpu { .. }
                 | ApplyError::NoSuchInstance { .. }

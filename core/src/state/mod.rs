@@ -33,6 +33,7 @@
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
+mod actors;
 mod apply;
 mod command;
 mod error;
@@ -49,6 +50,7 @@ mod sessions;
 mod tasks;
 mod tokens;
 
+pub use actors::ActorSelector;
 pub use apply::{ClusterState, StateConfig};
 pub use command::{Command, Effect, Entry, Reply};
 pub use error::ApplyError;

@@ -224,6 +224,11 @@ impl TaskRecord {
         namespace_of(&self.spec)
     }
 
+    /// The namespace and name of a named actor, the key of the live actors' names.
+    pub(crate) fn actor_name(&self) -> Option<(Option<Namespace>, String)> {
+        actor_name_of(&self.spec)
+    }
+
     /// The reservation a head-native bundle holder belongs to.
     pub(crate) fn reservation(&self) -> Option<ResourceName> {
         if !self.native {
@@ -269,6 +274,17 @@ pub const WAITING_FOR_CAPACITY: &str =
     "waiting for capacity: some live node could run it, none has its resources free now";
 
 /// The namespace a (qualified) task spec belongs to.
+/// The namespace and name of a named actor's task, the key of the live actors' names.
+pub(crate) fn actor_name_of(spec: &TaskSpec) -> Option<(Option<Namespace>, String)> {
+    match &spec.kind {
+        escher_proto::types::TaskKind::Actor(actor) => actor
+            .name
+            .as_ref()
+            .map(|name| (namespace_of(spec), name.clone())),
+        _ => None,
+    }
+}
+
 pub(crate) fn namespace_of(spec: &TaskSpec) -> Option<Namespace> {
     let label = spec.labels.get(NAMESPACE_LABEL)?;
     Namespace::new(label).ok()

@@ -14,7 +14,7 @@ use escher_proto::types::{
 use super::apply::ClusterState;
 use super::command::Effect;
 use super::error::ApplyError;
-use super::record::{TaskRecord, namespace_of};
+use super::record::{TaskRecord, actor_name_of, namespace_of};
 use crate::scheduler::{Event, Millis};
 
 impl ClusterState {
@@ -27,8 +27,14 @@ impl ClusterState {
     ) -> Result<Vec<TaskId>, ApplyError> {
         let mut accepted = Vec::with_capacity(specs.len());
         let mut bytes = 0u64;
+        let mut names = Vec::new();
         for (index, spec) in specs.into_iter().enumerate() {
             let spec = self.qualify_spec(spec, namespace, index)?;
+            if let Some(key) = actor_name_of(&spec) {
+                self.check_actor_name(&key, &names)?;
+                // Ids are given in the order of the batch, so this actor's will be this one.
+                names.push((key, TaskId(self.next_task + accepted.len() as u64)));
+            }
             let size = spec.stored_bytes();
             let limit = self.config.max_task_bytes;
             if size > limit {
@@ -55,6 +61,9 @@ impl ClusterState {
             for name in rec.created_names() {
                 self.creators.entry(name).or_default().insert(id);
             }
+            if let Some(key) = rec.actor_name() {
+                self.actor_names.insert(key, id);
+            }
             self.tasks.insert(id, Box::new(rec));
             self.record_submitted(id, now);
             self.core_event(
@@ -68,6 +77,30 @@ impl ClusterState {
             ids.push(id);
         }
         Ok(ids)
+    }
+
+    /// Refuses an actor name that a live actor of its namespace has, or that an earlier actor
+    /// of the same batch (`batch`) asks for.
+    fn check_actor_name(
+        &self,
+        key: &(Option<Namespace>, String),
+        batch: &[((Option<Namespace>, String), TaskId)],
+    ) -> Result<(), ApplyError> {
+        let earlier = batch.iter().find(|(k, _)| k == key).map(|(_, id)| id);
+        match self.actor_names.get(key).or(earlier) {
+            Some(holder) => Err(ApplyError::ActorNameTaken {
+                name: key.1.clone(),
+                holder: *holder,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// The live actor named `name` in `namespace`, if any.
+    pub fn actor_named(&self, namespace: Option<&Namespace>, name: &str) -> Option<TaskId> {
+        self.actor_names
+            .get(&(namespace.cloned(), name.to_string()))
+            .copied()
     }
 
     /// The core placed a task: record it, create what it declares, and send it to the worker.
@@ -445,6 +478,11 @@ impl ClusterState {
             if let Some(name) = rec.reservation() {
                 release_holder(&mut self.reservations, name.clone());
                 released = Some(name).filter(|n| !self.reservations.contains_key(n));
+            }
+            if let Some(key) = rec.actor_name()
+                && self.actor_names.get(&key) == Some(&id)
+            {
+                self.actor_names.remove(&key);
             }
         }
         let (mut state, mut reason, mut result) = (state, reason, result);

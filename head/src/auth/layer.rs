@@ -91,7 +91,7 @@ pub fn need(path: &str) -> Option<Need> {
             "escher.v1.Cluster",
             "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
-            | "ReportTelemetry" | "Telemetry",
+            | "ReportTelemetry" | "Telemetry" | "ResolveActor",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
         (
@@ -101,6 +101,9 @@ pub fn need(path: &str) -> Option<Need> {
         ) => Need::Admin,
         ("escher.v1.WorkerLink", "Register" | "Attach") => Need::Join,
         ("escher.v1.Raft", "Send" | "Status") => Need::Peer,
+        // Served by workers, not by the head: a call stream carries the data ticket the head
+        // signed for it (`ResolveActor`, itself `Write`), which the worker checks.
+        ("escher.v1.Actors", "Calls") => Need::Write,
         _ => return None,
     })
 }

@@ -68,7 +68,16 @@ pub enum CodecError {
 
 /// The newest data format this build reads (and, while its group reads no newer one, the one it
 /// writes; see the module documentation).
-pub const DATA_FORMAT: u16 = 1;
+///
+/// | format | what changed |
+/// |---|---|
+/// | 1 | the first: the bincode of the types, unprefixed |
+/// | 2 | the same layout, behind the envelope; entries may hold actor tasks (`TaskKind::Actor`, the last variant, which a format-1 release cannot decode), so a group records actors only once every replica reads format 2 ([`ACTORS_FORMAT`]) |
+pub const DATA_FORMAT: u16 = 2;
+
+/// The first data format whose entries may hold actors: a group accepts an actor only when it
+/// writes this format or a later one.
+pub const ACTORS_FORMAT: u16 = 2;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
@@ -292,23 +301,25 @@ mod tests {
         let mut wrapped = vec![0xFF, b'E', 1, 0];
         wrapped.extend_from_slice(&bare);
         assert_eq!(decode_batch(&wrapped).unwrap(), (1, batch.clone()));
-        // What the next release writes (its envelope) is what this one refuses.
-        assert_eq!(encode_batch(&batch, 2).unwrap()[..4], [0xFF, b'E', 2, 0]);
+        // This release's format is written in its envelope, and read.
+        let this = encode_batch(&batch, DATA_FORMAT).unwrap();
+        assert_eq!(this[..4], [0xFF, b'E', DATA_FORMAT.to_le_bytes()[0], 0]);
+        assert_eq!(decode_batch(&this).unwrap(), (DATA_FORMAT, batch.clone()));
 
-        let mut newer = vec![0xFF, b'E', 2, 0];
+        // What the next release writes (its envelope) is what this one refuses.
+        let next = DATA_FORMAT + 1;
+        let mut newer = vec![0xFF, b'E'];
+        newer.extend_from_slice(&next.to_le_bytes());
         newer.extend_from_slice(&bare);
         let err = decode_batch(&newer).unwrap_err();
         assert!(matches!(
             err,
-            CodecError::Newer {
-                found: 2,
-                supported: DATA_FORMAT,
-                ..
-            }
+            CodecError::Newer { found, supported: DATA_FORMAT, .. } if found == next
         ));
         let text = err.to_string();
         assert!(
-            text.contains("data format 2") && text.contains("formats 1 to 1"),
+            text.contains(&format!("data format {next}"))
+                && text.contains(&format!("formats 1 to {DATA_FORMAT}")),
             "{text}"
         );
         let state = ClusterState::new(StateConfig::default());

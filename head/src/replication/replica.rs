@@ -521,6 +521,11 @@ impl<S: LogStore> Replica<S> {
         Ok(entries)
     }
 
+    /// The data format this replica writes now (see [`formats`](super::formats)).
+    pub(crate) fn writes_format(&mut self) -> u16 {
+        self.format_to_write()
+    }
+
     /// The data format this replica writes now: the newest every member of its group reads.
     fn format_to_write(&mut self) -> u16 {
         let me = self.config.id;

@@ -32,7 +32,7 @@ use super::waiters::snapshot;
 use super::watch::Filter;
 use crate::auth::{Caller, KeyScope, Keys, check_attempt};
 use crate::replication::{PeerAccess, group_status};
-use crate::state::{ApplyError, ClusterState, TokenHash};
+use crate::state::{ActorSelector, ApplyError, ClusterState, TokenHash};
 use crate::state::{Command, Reply};
 
 /// The longest a single `Wait` call blocks; clients wanting longer call again.
@@ -692,6 +692,36 @@ impl Cluster for ClusterService {
     }
 
     type BackupStream = ReceiverStream<Result<wire::BackupChunk, Status>>;
+
+    /// Where an actor is and a data ticket for its serving incarnation: a read of the state
+    /// (linearizable unless the caller asks for a stale one), signed with the hosting node's
+    /// ticket key (docs/ARCHITECTURE.md "Actors and objects").
+    async fn resolve_actor(
+        &self,
+        request: Request<wire::ResolveActorRequest>,
+    ) -> Result<Response<wire::ResolveActorReply>, Status> {
+        let stale = wants_stale(&request);
+        let caller = crate::auth::caller(&request)?;
+        let selector = match request.into_inner().actor {
+            Some(wire::resolve_actor_request::Actor::Id(id)) => ActorSelector::Id(TaskId(id)),
+            Some(wire::resolve_actor_request::Actor::Name(name)) => ActorSelector::Name(name),
+            None => {
+                return Err(Status::invalid_argument(
+                    "name an actor: its id or its name",
+                ));
+            }
+        };
+        let namespace = caller.namespace(None)?;
+        let everything = caller.sees_everything();
+        let expiry = super::owner::now_ms().saturating_add(escher_proto::types::TICKET_MILLIS);
+        let view = self
+            .owner
+            .read(stale, move |s| {
+                s.resolve_actor(&selector, namespace.as_ref(), everything, expiry)
+            })
+            .await?;
+        Ok(Response::new(view.map_err(to_status)?.into()))
+    }
 
     /// The state as of a linearizable read (every write acknowledged before the call is in
     /// it), encoded as a snapshot image without the group's addresses (a restore names its own

@@ -123,7 +123,9 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         | ApplyError::TaskTooLarge { .. }
         | ApplyError::SpecBytesExceeded { .. } => Status::resource_exhausted(message),
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
-        ApplyError::ReservationExists(_) => Status::already_exists(message),
+        ApplyError::ReservationExists(_) | ApplyError::ActorNameTaken { .. } => {
+            Status::already_exists(message)
+        }
         e if e.is_not_found() => Status::not_found(message),
         e if e.is_precondition() => Status::failed_precondition(message),
         _ => Status::invalid_argument(message),

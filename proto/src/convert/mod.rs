@@ -38,6 +38,7 @@ use thiserror::Error;
 
 use crate::types::TypeError;
 
+mod actor;
 mod auth;
 mod cluster;
 mod gpu;

@@ -8,8 +8,8 @@ use super::{
     required,
 };
 use crate::types::{
-    Capacity, Labels, NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskKind,
-    TaskResult, TaskSpec, TaskState, TaskStatus, TypeError,
+    ActorSpec, Capacity, Labels, Lifetime, NodeId, ResourceName, ResourceSet, ResourceUpdate,
+    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus, TypeError,
 };
 use crate::wire;
 use crate::wire::{task_result, task_spec};
@@ -78,6 +78,24 @@ impl From<TaskKind> for task_spec::Kind {
                     .collect(),
                 ttl_ms: ttl.map(duration_to_ms),
             }),
+            TaskKind::Actor(actor) => {
+                let ActorSpec {
+                    class,
+                    args,
+                    max_concurrency,
+                    max_task_retries,
+                    name,
+                    lifetime,
+                } = *actor;
+                task_spec::Kind::Actor(wire::ActorTask {
+                    class,
+                    args,
+                    max_concurrency,
+                    max_task_retries,
+                    name: name.unwrap_or_default(),
+                    detached: lifetime == Lifetime::Detached,
+                })
+            }
         }
     }
 }
@@ -97,8 +115,36 @@ impl TryFrom<task_spec::Kind> for TaskKind {
                 })
             }
             task_spec::Kind::Ghost(g) => ghost(g).at("ghost"),
+            task_spec::Kind::Actor(a) => actor(a).at("actor"),
         }
     }
+}
+
+fn actor(a: wire::ActorTask) -> Result<TaskKind, ConvertError> {
+    check_name("class", &a.class, MAX_NAME_BYTES)?;
+    if a.max_concurrency == 0 || a.max_concurrency > crate::types::MAX_CONCURRENCY {
+        return Err(ConvertError::new(
+            "max_concurrency",
+            Problem::Rule("must be 1 to 1024: how many calls the actor may run at once"),
+        ));
+    }
+    if !a.name.is_empty() {
+        check_len("name", &a.name, crate::types::MAX_ACTOR_NAME_BYTES)?;
+        check_printable("name", &a.name)?;
+        check_no_nul("name", &a.name)?;
+    }
+    Ok(TaskKind::Actor(Box::new(ActorSpec {
+        class: a.class,
+        args: super::kept(a.args),
+        max_concurrency: a.max_concurrency,
+        max_task_retries: a.max_task_retries,
+        name: (!a.name.is_empty()).then_some(a.name),
+        lifetime: if a.detached {
+            Lifetime::Detached
+        } else {
+            Lifetime::Owned
+        },
+    })))
 }
 
 fn command(c: wire::CommandTask) -> Result<TaskKind, ConvertError> {

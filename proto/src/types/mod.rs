@@ -9,6 +9,7 @@
 //! (and the resource names they become), and `gpu_status` what the GPU calls report, `heads` the replicas of a head group; [`crate::convert`] maps each to and from its
 //! wire message.
 
+mod actor;
 mod amount;
 mod api;
 mod auth;
@@ -32,6 +33,10 @@ mod task;
 mod telemetry;
 mod watch;
 
+pub use actor::{
+    ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime, MAX_ACTOR_NAME_BYTES,
+    MAX_CONCURRENCY, TICKET_MILLIS, ticket_key,
+};
 pub use amount::{Amount, Capacity};
 pub use api::{
     CancelReply, CancelRequest, ListTasksReply, ListTasksRequest, LogChunk, MAX_LABEL_SELECTORS,

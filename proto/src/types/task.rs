@@ -5,7 +5,9 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use super::{Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId};
+use super::{
+    ActorSpec, Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
+};
 
 /// Everything the head needs to run a task. Built with the client's builders.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -30,7 +32,7 @@ pub struct TaskSpec {
     pub on_success: Vec<ResourceUpdate>,
 }
 
-/// The three kinds of task (docs/DESIGN.md §4).
+/// The four kinds of task (docs/DESIGN.md §4 and §17).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum TaskKind {
     /// A child process.
@@ -57,6 +59,11 @@ pub enum TaskKind {
         /// End by itself after this long; `None` lives until cancelled or released.
         ttl: Option<Duration>,
     },
+    /// An actor: an instance of a class a worker registered, that holds the task's resources
+    /// from start to exit and answers method calls (see [`ActorSpec`]). Its incarnations are
+    /// the task's attempts. Last of the variants: a data format written before actors existed
+    /// reads the same.
+    Actor(Box<ActorSpec>),
 }
 
 /// One change to one resource: the body of `set_resource`, and of task hooks.
@@ -101,6 +108,9 @@ impl TaskSpec {
             TaskKind::Function { name, args } => name.len() + args.len(),
             TaskKind::Ghost { creates, .. } => {
                 creates.iter().map(|(n, _)| n.as_str().len() + 16).sum()
+            }
+            TaskKind::Actor(actor) => {
+                actor.class.len() + actor.args.len() + actor.name.as_ref().map_or(0, String::len)
             }
         };
         let labels: usize = self.labels.iter().map(|(k, v)| k.len() + v.len()).sum();

@@ -52,6 +52,13 @@ pub(crate) use msg::{HeadsView, Msg};
 /// The most messages of one channel taken in one turn, so that the others are not starved.
 const TURN: usize = 1024;
 
+/// Whether `command` submits an actor (which only a group writing
+/// [`ACTORS_FORMAT`](crate::replication::ACTORS_FORMAT) may record).
+fn holds_actors(command: &Command) -> bool {
+    matches!(command, Command::Submit { tasks, .. }
+        if tasks.iter().any(|t| matches!(t.kind, escher_proto::TaskKind::Actor(_))))
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> Millis {
     SystemTime::now()
@@ -279,6 +286,19 @@ impl<S: LogStore> Owner<S> {
                 "head replica {replica} refuses writes: {why}"
             )));
             return;
+        }
+        if holds_actors(&command) {
+            let writes = self.replica.writes_format();
+            if writes < crate::replication::ACTORS_FORMAT {
+                pending.fail(Status::failed_precondition(format!(
+                    "the head group cannot record actors yet: it writes data format {writes}, \
+                     and actors need format {} (a replica runs a release without actors, or \
+                     has not been heard from since this one started); upgrade every replica, \
+                     or try again in a moment",
+                    crate::replication::ACTORS_FORMAT
+                )));
+                return;
+            }
         }
         if self.batch.push(command, key, pending) {
             self.flush();
