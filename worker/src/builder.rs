@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::watch;
 
+use crate::actors::ActorClass;
 use crate::config::WorkerConfig;
 use crate::context::TaskContext;
 use crate::discovery::{self, hostname};
@@ -41,6 +42,8 @@ static DEFAULT_NAMES: AtomicU32 = AtomicU32::new(0);
 pub struct WorkerBuilder {
     config: WorkerConfig,
     functions: FunctionRegistry,
+    actors: std::collections::BTreeMap<String, ActorClass>,
+    data_listen: Option<std::net::SocketAddr>,
     /// The first error met while registering functions, reported by `build`.
     error: Option<WorkerError>,
 }
@@ -57,6 +60,30 @@ impl WorkerBuilder {
             config,
             ..WorkerBuilder::default()
         }
+    }
+
+    /// Hosts actors of `class` (see [`ActorClass`]); a class name is registered once.
+    pub fn actor(mut self, class: ActorClass) -> Self {
+        let name = class.name().to_string();
+        if name.is_empty() || name.len() > escher_proto::convert::MAX_NAME_BYTES {
+            self.error.get_or_insert(WorkerError::config(
+                "actor",
+                format!("an actor class name is 1 to 256 bytes, not {name:?}"),
+            ));
+        } else if self.actors.insert(name.clone(), class).is_some() {
+            self.error.get_or_insert(WorkerError::config(
+                "actor",
+                format!("the actor class {name:?} is registered twice"),
+            ));
+        }
+        self
+    }
+
+    /// Where the data plane (callers' actor calls) listens, instead of the default: loopback
+    /// when every head replica is on loopback, else every interface (`--data-listen`).
+    pub fn data_listen(mut self, addr: std::net::SocketAddr) -> Self {
+        self.data_listen = Some(addr);
+        self
     }
 
     /// The head's URL (default `http://127.0.0.1:7600`).
@@ -258,6 +285,9 @@ impl WorkerBuilder {
         for (name, handler) in functions.entries() {
             self.register(name, handler);
         }
+        for class in functions.actor_classes() {
+            self = self.actor(class.clone());
+        }
         self
     }
 
@@ -351,6 +381,8 @@ impl WorkerBuilder {
         };
         let (node_tx, _) = watch::channel(None);
         Ok(Worker {
+            actors: Arc::new(crate::actors::ActorHost::new(self.actors)),
+            data_listen: self.data_listen,
             name: Arc::from(name.as_str()),
             address: host,
             resources,

@@ -149,17 +149,19 @@ mod tests {
     }
 }
 
-/// A set of named handlers to give to several workers (every worker of a `LocalCluster`,
+/// A set of named handlers and actor classes to give to several workers (every worker of a `LocalCluster`,
 /// say). Cheap to clone: handlers are shared.
 #[derive(Clone, Default)]
 pub struct Functions {
     handlers: Vec<(String, Handler)>,
+    actors: Vec<crate::actors::ActorClass>,
 }
 
 impl fmt::Debug for Functions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_set()
             .entries(self.handlers.iter().map(|(n, _)| n))
+            .entries(self.actors.iter().map(|c| c.name()))
             .finish()
     }
 }
@@ -195,9 +197,19 @@ impl Functions {
         self
     }
 
-    /// The registered names, in the order they were added.
+    /// Adds an actor class (see [`WorkerBuilder::actor`](crate::WorkerBuilder::actor)).
+    pub fn actor(mut self, class: crate::actors::ActorClass) -> Self {
+        self.actors.push(class);
+        self
+    }
+
+    /// The registered function names, in the order they were added.
     pub fn names(&self) -> impl Iterator<Item = &str> + '_ {
         self.handlers.iter().map(|(n, _)| n.as_str())
+    }
+
+    pub(crate) fn actor_classes(&self) -> impl Iterator<Item = &crate::actors::ActorClass> + '_ {
+        self.actors.iter()
     }
 
     pub(crate) fn entries(&self) -> impl Iterator<Item = (String, Handler)> + '_ {

@@ -41,6 +41,7 @@
 //! - `bin/escher-worker.rs`: the binary.
 #![warn(missing_docs)]
 
+mod actors;
 mod backoff;
 mod builder;
 mod config;
@@ -63,6 +64,9 @@ mod runtime;
 mod spawn_latency;
 mod worker;
 
+pub use actors::{
+    ActorClass, ActorHost, ActorService, DATA_PLANE_LABEL, DynamicActor, DynamicConstructor,
+};
 pub use builder::WorkerBuilder;
 pub use config::{
     DEFAULT_DRAIN, DEFAULT_HEAD, DEFAULT_RECONNECT_INITIAL, DEFAULT_RECONNECT_MAX, WorkerConfig,

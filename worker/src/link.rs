@@ -70,6 +70,9 @@ pub(crate) struct Link {
     pub(crate) registered_at: std::time::Instant,
     /// The lease period the head grants (half its heartbeat timeout), if it said.
     pub(crate) lease: Option<Duration>,
+    /// The node's secret, as `Hello` presented it: the key of its data tickets derives from
+    /// it.
+    pub(crate) secret: String,
 }
 
 impl Link {
@@ -127,9 +130,10 @@ pub(crate) async fn connect(
         .map_err(|e| ConnectError::Retry(format!("register: invalid reply: {e}")))?;
 
     let (tx, rx) = mpsc::unbounded_channel();
+    let secret = reply.secret.clone().or(secret).unwrap_or_default();
     let hello = WorkerMessage::Hello {
         node_id: reply.node_id,
-        secret: reply.secret.clone().or(secret).unwrap_or_default(),
+        secret: secret.clone(),
         interned_names: true,
     };
     // The receiver is alive: it is right here.
@@ -162,6 +166,7 @@ pub(crate) async fn connect(
         heartbeat,
         registered_at,
         lease,
+        secret,
     })
 }
 

@@ -76,6 +76,8 @@ pub(crate) struct RunEnv {
     pub(crate) limits: crate::exec::LimitPolicy,
     /// The most bytes of each output stream a command's log keeps.
     pub(crate) log_bytes: u64,
+    /// The actors this worker hosts.
+    pub(crate) actors: Arc<crate::actors::ActorHost>,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -212,6 +214,23 @@ pub(crate) async fn run_task(
             function(&env, &name, ctx, args.into(), timeout, cancel).await
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
+        TaskKind::Actor(actor) => {
+            let ctx = TaskContext::new(
+                node_id,
+                a.task_id,
+                a.attempt,
+                namespace.and_then(|ns| Namespace::new(&ns).ok()),
+                Arc::clone(&env.worker_name),
+                env.head.clone(),
+                devices.unwrap_or_default(),
+                &a.task_token,
+            )
+            .with_cgroups(env.cgroups.clone());
+            env.spawn_latency.observe(assigned.elapsed());
+            env.actors
+                .run(ctx, &actor, &env.worker_name, timeout, cancel)
+                .await
+        }
     };
     let output = match output {
         Some(tail) => Some(tail.await),

@@ -454,6 +454,7 @@ impl Runtime {
         tracing::info!(%node_id, head = %self.env.head.url(), "attached to the head");
         self.claim_logs(link.reply.group.clone());
         self.node_id = Some(node_id);
+        self.env.actors.attached(node_id, &link.secret);
         self.node_tx.send_replace(Some(node_id));
         self.link = Some(link);
         // The back-off restarts once the stream has carried something (see `run`), so that a

@@ -51,6 +51,8 @@ impl LogDir {
 /// A node agent: registers this machine's resources with the head and runs the tasks the head
 /// assigns to it.
 pub struct Worker {
+    pub(crate) actors: Arc<crate::actors::ActorHost>,
+    pub(crate) data_listen: Option<std::net::SocketAddr>,
     pub(crate) name: Arc<str>,
     pub(crate) address: String,
     pub(crate) resources: ResourceSet,
@@ -229,7 +231,25 @@ impl Worker {
                  elsewhere; run escher-worker for a fenced node (escher nodes says so too)"
             );
         }
+        let data_plane = crate::actors::DataPlane::bind(self.data_listen, &self.head)
+            .await
+            .map_err(|e| {
+                WorkerError::config(
+                    "data-listen",
+                    format!("cannot listen for actor calls: {e}; give another --data-listen"),
+                )
+            })?;
+        // Both are valid label text: an address and a word.
+        let _ = labels.insert(
+            escher_proto::types::DATA_ADDRESS_LABEL,
+            data_plane.advertised(),
+        );
+        let _ = labels.insert(crate::actors::DATA_PLANE_LABEL, data_plane.transport());
+        let stop_data_plane = tokio_util::sync::CancellationToken::new();
+        data_plane.serve(Arc::clone(&self.actors), stop_data_plane.clone());
+        let _stop_data_plane = stop_data_plane.drop_guard();
         let env = Arc::new(RunEnv {
+            actors: Arc::clone(&self.actors),
             cgroups,
             limits,
             log_bytes: self.task_log_bytes,

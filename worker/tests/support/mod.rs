@@ -347,6 +347,12 @@ impl Cluster for Services {
     ) -> Result<Response<Self::BackupStream>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn resolve_actor(
+        &self,
+        _: Request<wire::ResolveActorRequest>,
+    ) -> Result<Response<wire::ResolveActorReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     type SubmitStreamStream = tokio_stream::Empty<Result<wire::SubmitStreamReply, Status>>;
     async fn submit_stream(
         &self,

@@ -1,0 +1,397 @@
+//! [`ActorHost`]: the actors a worker hosts now, and the one loop each incarnation runs.
+//!
+//! An actor task's runner ([`ActorHost::run`]) makes the instance with its class's constructor,
+//! then gives it a thread of its own that takes calls from a queue, one at a time, in the order
+//! they were queued. The queue is filled by the `Actors` service (`service.rs`), one caller's
+//! calls in the order that caller sent them. The incarnation ends when its task is cancelled
+//! (`kill`), times out, or a method panics; every call queued or in flight then fails with
+//! [`CallOutcome::Died`] and the reason (a method cannot be interrupted: one that runs when
+//! its incarnation ends finishes, and its answer is replaced by the reason), and once the
+//! instance's thread is done the runner reports the end to the head, which restarts the actor
+//! if it may (a restart is its task's retry).
+//!
+//! The host also keeps this worker's ticket key, set whenever the worker attaches to the head
+//! (`attached`): the key that checks the data tickets callers present.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use bytes::Bytes;
+use escher_proto::types::{ActorSpec, ticket_key};
+use escher_proto::{NodeId, TaskId, TaskResult};
+use sha2::{Digest as _, Sha256};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::class::{ActorClass, DynamicActor, Kind};
+use crate::context::TaskContext;
+use crate::functions::BoxFuture;
+
+/// How a call ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum CallOutcome {
+    /// The method returned these bytes.
+    Returned(Bytes),
+    /// The method failed; the actor lives on.
+    Error(String),
+    /// The incarnation ended before the call was answered: why.
+    Died(String),
+}
+
+/// One queued call.
+#[derive(Debug)]
+pub(crate) struct Call {
+    pub(crate) method: String,
+    pub(crate) args: Bytes,
+    pub(crate) reply: oneshot::Sender<CallOutcome>,
+}
+
+/// One live incarnation, as the service reaches it.
+#[derive(Debug, Clone)]
+pub(crate) struct Live {
+    /// Its task's attempt.
+    pub(crate) incarnation: u32,
+    /// Its task's namespace.
+    pub(crate) namespace: Option<String>,
+    /// Its queue of calls.
+    pub(crate) calls: mpsc::UnboundedSender<Call>,
+    /// Cancelled when the incarnation has ended.
+    pub(crate) ended: CancellationToken,
+    /// Why it ended, once it has.
+    pub(crate) why: Arc<Mutex<Option<String>>>,
+}
+
+impl Live {
+    /// Why it ended ("ended" until the reason is known).
+    pub(crate) fn why(&self) -> String {
+        lock(&self.why)
+            .clone()
+            .unwrap_or_else(|| "the actor ended".to_string())
+    }
+
+    fn end(&self, why: String) {
+        lock(&self.why).get_or_insert(why);
+        self.ended.cancel();
+    }
+}
+
+/// The classes a worker can host, the incarnations it hosts now, and its ticket key.
+#[derive(Debug, Default)]
+pub struct ActorHost {
+    classes: BTreeMap<String, ActorClass>,
+    live: Mutex<HashMap<TaskId, Live>>,
+    key: RwLock<Option<(NodeId, [u8; 32])>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ActorHost {
+    /// A host of `classes`.
+    pub(crate) fn new(classes: BTreeMap<String, ActorClass>) -> ActorHost {
+        ActorHost {
+            classes,
+            ..ActorHost::default()
+        }
+    }
+
+    /// The worker attached as node `node` with `secret`: tickets are checked with the key
+    /// derived from them from now on.
+    pub(crate) fn attached(&self, node: NodeId, secret: &str) {
+        let hash: [u8; 32] = Sha256::digest(secret.as_bytes()).into();
+        *self.key.write().unwrap_or_else(|e| e.into_inner()) = Some((node, ticket_key(&hash)));
+    }
+
+    /// This node's id and ticket key, once attached.
+    pub(crate) fn key(&self) -> Option<(NodeId, [u8; 32])> {
+        *self.key.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The live incarnation of `actor`, if this worker hosts one.
+    pub(crate) fn live(&self, actor: TaskId) -> Option<Live> {
+        lock(&self.live).get(&actor).cloned()
+    }
+
+    /// Whether a class is registered (the worker offers actors of that class).
+    pub fn has_class(&self, class: &str) -> bool {
+        self.classes.contains_key(class)
+    }
+
+    /// Runs one incarnation of an actor to its end: construction, then calls until it is
+    /// cancelled, times out or a method panics. The result a runner reports.
+    pub(crate) async fn run(
+        &self,
+        ctx: TaskContext,
+        spec: &ActorSpec,
+        worker: &str,
+        timeout: Option<Duration>,
+        cancel: CancellationToken,
+    ) -> (Result<TaskResult, String>, bool) {
+        let Some(class) = self.classes.get(&spec.class).cloned() else {
+            let known: Vec<&str> = self.classes.keys().map(String::as_str).collect();
+            return (
+                Err(format!(
+                    "no actor class {:?} is registered on worker {worker}; registered: {}",
+                    spec.class,
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                )),
+                false,
+            );
+        };
+        let (actor, incarnation) = (ctx.task_id(), ctx.attempt());
+        let namespace = ctx.namespace().map(|ns| ns.as_str().to_owned());
+        let (tx, rx) = mpsc::unbounded_channel();
+        let live = Live {
+            incarnation,
+            namespace,
+            calls: tx,
+            ended: CancellationToken::new(),
+            why: Arc::default(),
+        };
+        let args = spec.args.to_vec();
+        // Made, and its calls served until `live` ends: `done` resolves once nothing of the
+        // instance runs any more.
+        let done: BoxFuture<()> = match &class.kind {
+            Kind::Typed { construct, .. } => {
+                if spec.max_concurrency != 1 {
+                    return (
+                        Err(format!(
+                            "actor class {:?} is a Rust type whose methods take &mut self: it \
+                             runs one call at a time, so max_concurrency must be 1, not {}",
+                            spec.class, spec.max_concurrency
+                        )),
+                        false,
+                    );
+                }
+                let made = tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return (Err("killed while its constructor ran".into()), false),
+                    made = construct(ctx, args) => made,
+                };
+                let instance = match made {
+                    Ok(instance) => instance,
+                    Err(why) => return (constructor_failed(&spec.class, &why), false),
+                };
+                match serve_on_thread(actor, class.clone(), instance, rx, live.clone()) {
+                    Ok(done) => done,
+                    Err(e) => return (Err(format!("cannot start the actor's thread: {e}")), false),
+                }
+            }
+            Kind::Dynamic(construct) => {
+                let made = tokio::select! {
+                    biased;
+                    () = cancel.cancelled() => return (Err("killed while its constructor ran".into()), false),
+                    made = construct(ctx, args, spec.max_concurrency) => made,
+                };
+                let instance = match made {
+                    Ok(instance) => instance,
+                    Err(why) => return (constructor_failed(&spec.class, &why), false),
+                };
+                serve_dynamic(instance, spec.max_concurrency, rx, live.clone())
+            }
+        };
+        lock(&self.live).insert(actor, live.clone());
+        let (outcome, timed_out) = tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                live.end("the actor was killed".to_string());
+                (Err("the actor was killed".to_string()), false)
+            }
+            () = live.ended.cancelled() => (Err(live.why()), false),
+            () = sleep_or_forever(timeout) => {
+                let why = format!("the actor's task timed out after {:?}", timeout.unwrap_or_default());
+                live.end(why.clone());
+                (Err(why), true)
+            }
+        };
+        {
+            let mut hosted = lock(&self.live);
+            if hosted
+                .get(&actor)
+                .is_some_and(|l| l.incarnation == incarnation)
+            {
+                hosted.remove(&actor);
+            }
+        }
+        // The end is reported only once nothing of the instance runs (a Rust method that runs is
+        // not interrupted; the actor holds its resources until it returns; a dynamic instance
+        // is stopped first), so that the next incarnation never runs beside this one.
+        done.await;
+        (outcome, timed_out)
+    }
+}
+
+fn constructor_failed(class: &str, why: &str) -> Result<TaskResult, String> {
+    Err(format!(
+        "the constructor of actor class {class:?} failed: {why}"
+    ))
+}
+
+/// Serves a Rust instance's calls on a thread of its own; the future resolves when the thread
+/// is done.
+fn serve_on_thread(
+    actor: TaskId,
+    class: ActorClass,
+    instance: super::class::Instance,
+    rx: mpsc::UnboundedReceiver<Call>,
+    live: Live,
+) -> std::io::Result<BoxFuture<()>> {
+    let runtime = tokio::runtime::Handle::current();
+    let (exited_tx, exited) = oneshot::channel::<()>();
+    std::thread::Builder::new()
+        .name(format!("actor-{actor}"))
+        .spawn(move || {
+            serve(runtime, class, instance, rx, live);
+            let _ = exited_tx.send(());
+        })?;
+    Ok(Box::pin(async move {
+        let _ = exited.await;
+    }))
+}
+
+/// Serves a dynamic instance: calls are started in their queue's order with at most
+/// `max_concurrency` unanswered; when the incarnation ends (or the instance ends by itself)
+/// the instance is stopped and every call left is answered with why. The future resolves once
+/// the instance has stopped.
+fn serve_dynamic(
+    instance: Arc<dyn DynamicActor>,
+    max_concurrency: u32,
+    mut calls: mpsc::UnboundedReceiver<Call>,
+    live: Live,
+) -> BoxFuture<()> {
+    let slots = Arc::new(tokio::sync::Semaphore::new(max_concurrency.max(1) as usize));
+    let watcher = {
+        let (instance, live) = (Arc::clone(&instance), live.clone());
+        tokio::spawn(async move {
+            tokio::select! {
+                why = instance.ended() => live.end(why),
+                () = live.ended.cancelled() => {}
+            }
+        })
+    };
+    let dispatch = tokio::spawn(async move {
+        loop {
+            let call = tokio::select! {
+                biased;
+                () = live.ended.cancelled() => break,
+                call = calls.recv() => match call { Some(call) => call, None => break },
+            };
+            let slot = tokio::select! {
+                biased;
+                () = live.ended.cancelled() => {
+                    let _ = call.reply.send(CallOutcome::Died(live.why()));
+                    break;
+                }
+                slot = Arc::clone(&slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break,
+                },
+            };
+            let answer = instance.call(call.method, call.args);
+            let live = live.clone();
+            tokio::spawn(async move {
+                let outcome = match answer.await {
+                    _ if live.ended.is_cancelled() => CallOutcome::Died(live.why()),
+                    Ok(bytes) => CallOutcome::Returned(bytes.into()),
+                    Err(why) => CallOutcome::Error(why),
+                };
+                drop(slot);
+                let _ = call.reply.send(outcome);
+            });
+        }
+        live.ended.cancelled().await;
+        instance.stop().await;
+        let why = live.why();
+        calls.close();
+        while let Ok(call) = calls.try_recv() {
+            let _ = call.reply.send(CallOutcome::Died(why.clone()));
+        }
+        watcher.abort();
+    });
+    Box::pin(async move {
+        let _ = dispatch.await;
+    })
+}
+
+async fn sleep_or_forever(limit: Option<Duration>) {
+    match limit {
+        Some(d) => tokio::time::sleep(d).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The instance's thread: one call at a time until the incarnation ends; then every call left
+/// in the queue is answered with why it ended.
+fn serve(
+    runtime: tokio::runtime::Handle,
+    class: ActorClass,
+    mut instance: super::class::Instance,
+    mut calls: mpsc::UnboundedReceiver<Call>,
+    live: Live,
+) {
+    loop {
+        let next = runtime.block_on(async {
+            tokio::select! {
+                biased;
+                () = live.ended.cancelled() => None,
+                call = calls.recv() => call,
+            }
+        });
+        let Some(call) = next else { break };
+        let Some(method) = class.method_named(&call.method) else {
+            let _ = call
+                .reply
+                .send(CallOutcome::Error(class.unknown_method(&call.method)));
+            continue;
+        };
+        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            method(&mut instance, &call.args)
+        }));
+        if live.ended.is_cancelled() && ran.is_ok() {
+            // The incarnation ended while the method ran (a method cannot be interrupted): its
+            // answer is not the answer of a live actor.
+            let _ = call.reply.send(CallOutcome::Died(live.why()));
+            break;
+        }
+        match ran {
+            Ok(Ok(bytes)) => {
+                let _ = call.reply.send(CallOutcome::Returned(bytes.into()));
+            }
+            Ok(Err(why)) => {
+                let _ = call.reply.send(CallOutcome::Error(why));
+            }
+            Err(payload) => {
+                let why = format!(
+                    "method {}.{} panicked: {}",
+                    class.name(),
+                    call.method,
+                    panic_text(payload.as_ref())
+                );
+                live.end(why.clone());
+                let _ = call.reply.send(CallOutcome::Died(why));
+                break;
+            }
+        }
+    }
+    let why = live.why();
+    calls.close();
+    while let Ok(call) = calls.try_recv() {
+        let _ = call.reply.send(CallOutcome::Died(why.clone()));
+    }
+}
+
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
+    }
+}

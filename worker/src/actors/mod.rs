@@ -1,0 +1,16 @@
+//! Actors on a worker (docs/DESIGN.md §17, docs/ARCHITECTURE.md "Actors and objects"): the
+//! classes it can host ([`ActorClass`], `class.rs`), the incarnations it hosts now and the loop
+//! each runs ([`ActorHost`], `host.rs`), and the `Actors` service that takes callers' method
+//! calls on the worker's data-plane listener ([`ActorService`], `service.rs`; the listener in
+//! `listener.rs`).
+
+mod class;
+mod host;
+mod listener;
+mod service;
+
+pub use class::{ActorClass, DynamicActor, DynamicConstructor};
+pub use host::ActorHost;
+pub use listener::DATA_PLANE_LABEL;
+pub(crate) use listener::DataPlane;
+pub use service::ActorService;

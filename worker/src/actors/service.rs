@@ -1,0 +1,223 @@
+//! The `Actors` service on the worker's data-plane listener: callers' streams of method calls,
+//! checked against the data ticket the head signed, queued to the incarnation in the order
+//! each caller sent them, answered as they end (docs/ARCHITECTURE.md "The path of a call").
+//!
+//! A stream opens with the actor, its incarnation and a ticket. The ticket must be signed
+//! with this node's ticket key, name this node, this actor and this incarnation, be unexpired
+//! and belong to the incarnation's namespace: otherwise the stream is refused (UNAUTHENTICATED
+//! for a ticket that does not verify, NOT_FOUND for an actor this worker does not host in that
+//! incarnation, so that the caller resolves it again). Calls are then queued at once, in
+//! order, without waiting for earlier ones to end (pipelining); answers go back in batches of
+//! whatever has ended.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use escher_proto::TaskId;
+use escher_proto::types::DataTicket;
+use escher_proto::wire::{self, actor_reply, actors_server::Actors};
+use futures_util::stream::FuturesUnordered;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::host::{ActorHost, Call, CallOutcome, Live};
+
+/// The most calls one stream may have queued and unanswered; past it, the stream's calls wait
+/// to be read (HTTP/2 flow control pushes back on the caller).
+const MAX_IN_FLIGHT: usize = 4096;
+
+/// The `Actors` service of one worker.
+#[derive(Debug, Clone)]
+pub struct ActorService {
+    host: Arc<ActorHost>,
+}
+
+impl ActorService {
+    /// The service over `host`.
+    pub fn new(host: Arc<ActorHost>) -> ActorService {
+        ActorService { host }
+    }
+
+    /// The live incarnation `open` may call, or why not.
+    fn admit(&self, open: &wire::ActorCallOpen) -> Result<Live, Status> {
+        let Some((node, key)) = self.host.key() else {
+            return Err(Status::unavailable(
+                "this worker is not attached to the head yet; resolve the actor again",
+            ));
+        };
+        let ticket = DataTicket::verify(&open.ticket, &key).ok_or_else(|| {
+            Status::unauthenticated(
+                "the data ticket is not valid on this worker (it was signed for another node, \
+                 or has been changed); resolve the actor again for a fresh one",
+            )
+        })?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        if ticket.node != node
+            || ticket.actor.0 != open.actor
+            || ticket.incarnation != open.incarnation
+        {
+            return Err(Status::unauthenticated(
+                "the data ticket is for another actor, incarnation or node than the stream \
+                 names; resolve the actor again",
+            ));
+        }
+        if ticket.expiry_ms < now {
+            return Err(Status::unauthenticated(
+                "the data ticket has expired; resolve the actor again for a fresh one",
+            ));
+        }
+        let live = self
+            .host
+            .live(TaskId(open.actor))
+            .filter(|l| l.incarnation == open.incarnation)
+            .ok_or_else(|| {
+                Status::not_found(format!(
+                    "actor {} incarnation {} is not served here (it ended or moved); resolve \
+                     it again",
+                    open.actor, open.incarnation
+                ))
+            })?;
+        if live.namespace != ticket.namespace {
+            return Err(Status::unauthenticated(
+                "the data ticket is for another namespace than the actor's",
+            ));
+        }
+        Ok(live)
+    }
+}
+
+type ReplyStream = Pin<Box<dyn Stream<Item = Result<wire::ActorReplyBatch, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Actors for ActorService {
+    type CallsStream = ReplyStream;
+
+    async fn calls(
+        &self,
+        request: Request<Streaming<wire::ActorCallBatch>>,
+    ) -> Result<Response<Self::CallsStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = match inbound.next().await {
+            Some(Ok(batch)) => batch,
+            Some(Err(status)) => return Err(status),
+            None => {
+                return Err(Status::invalid_argument(
+                    "the call stream ended before it opened",
+                ));
+            }
+        };
+        let open = first.open.as_ref().ok_or_else(|| {
+            Status::invalid_argument(
+                "the first message of a call stream names the actor and carries its ticket",
+            )
+        })?;
+        let live = self.admit(open)?;
+        let (out_tx, out_rx) = mpsc::channel::<Result<wire::ActorReplyBatch, Status>>(64);
+        tokio::spawn(pump(live, first, inbound, out_tx));
+        let stream = tokio_stream::wrappers::ReceiverStream::new(out_rx);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}
+
+/// Queues the stream's calls in order and sends their answers as they end, until the caller
+/// closes the stream and every call has been answered, or the incarnation ends.
+async fn pump(
+    live: Live,
+    first: wire::ActorCallBatch,
+    mut inbound: Streaming<wire::ActorCallBatch>,
+    out: mpsc::Sender<Result<wire::ActorReplyBatch, Status>>,
+) {
+    let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
+    let mut open = true;
+    let mut last_seq = 0u64;
+    let enqueue = |calls: Vec<wire::ActorCall>, last_seq: &mut u64| {
+        let mut waits: Vec<Wait> = Vec::with_capacity(calls.len());
+        for call in calls {
+            let seq = call.seq;
+            if seq <= *last_seq {
+                let outcome = CallOutcome::Error(format!(
+                    "call {seq} came after call {}: calls on a stream are numbered in the order \
+                     sent",
+                    *last_seq
+                ));
+                waits.push(answered(seq, outcome));
+                continue;
+            }
+            *last_seq = seq;
+            let (tx, rx) = oneshot::channel();
+            let queued = Call {
+                method: call.method,
+                args: call.args,
+                reply: tx,
+            };
+            if live.calls.send(queued).is_err() {
+                waits.push(answered(seq, CallOutcome::Died(live.why())));
+                continue;
+            }
+            let why = Arc::clone(&live.why);
+            waits.push(Box::pin(async move {
+                let outcome = rx.await.unwrap_or_else(|_| {
+                    CallOutcome::Died(
+                        why.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .clone()
+                            .unwrap_or_else(|| "the actor ended".into()),
+                    )
+                });
+                (seq, outcome)
+            }));
+        }
+        waits
+    };
+    for wait in enqueue(first.calls, &mut last_seq) {
+        pending.push(wait);
+    }
+    loop {
+        if !open && pending.is_empty() {
+            break;
+        }
+        tokio::select! {
+            batch = inbound.next(), if open && pending.len() < MAX_IN_FLIGHT => match batch {
+                Some(Ok(batch)) => {
+                    for wait in enqueue(batch.calls, &mut last_seq) {
+                        pending.push(wait);
+                    }
+                }
+                // The caller closed its side, or went away: answer what is queued.
+                Some(Err(_)) | None => open = false,
+            },
+            Some((seq, outcome)) = pending.next(), if !pending.is_empty() => {
+                let mut replies = vec![reply(seq, outcome)];
+                // Whatever else has ended goes in the same batch.
+                while let Some(Some((seq, outcome))) = futures_util::FutureExt::now_or_never(pending.next()) {
+                    replies.push(reply(seq, outcome));
+                }
+                if out.send(Ok(wire::ActorReplyBatch { replies })).await.is_err() {
+                    // The caller is gone: nobody reads the answers.
+                    return;
+                }
+            }
+        }
+    }
+}
+
+type Wait = Pin<Box<dyn std::future::Future<Output = (u64, CallOutcome)> + Send>>;
+
+fn answered(seq: u64, outcome: CallOutcome) -> Wait {
+    Box::pin(async move { (seq, outcome) })
+}
+
+fn reply(seq: u64, outcome: CallOutcome) -> wire::ActorReply {
+    let outcome = match outcome {
+        CallOutcome::Returned(bytes) => actor_reply::Outcome::Returned(bytes),
+        CallOutcome::Error(why) => actor_reply::Outcome::Error(why),
+        CallOutcome::Died(why) => actor_reply::Outcome::Died(why),
+    };
+    wire::ActorReply {
+        seq,
+        outcome: Some(outcome),
+    }
+}
