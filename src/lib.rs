@@ -30,13 +30,15 @@
 mod local_cluster;
 
 pub use escher_client as client;
-pub use escher_client::{BlockingClient, Client, ClientError, Credentials, Task, TaskRef, Watch};
+pub use escher_client::{
+    ActorHandle, BlockingClient, Client, ClientError, Credentials, Task, TaskRef, Watch,
+};
 pub use escher_esl as esl;
 pub use escher_proto::access;
 pub use escher_proto::codec;
 pub use escher_proto::types;
 pub use escher_worker as worker;
-pub use escher_worker::{Functions, TaskContext};
+pub use escher_worker::{ActorClass, Functions, TaskContext};
 pub use local_cluster::{LocalCluster, LocalClusterBuilder, LocalClusterError};
 
 /// The README's Rust example, compiled as a doctest so the README cannot drift from the API.

@@ -367,6 +367,16 @@ pub fn render_info(info: &TaskInfo) -> String {
             rows.push(("ghost", format!("creates {creates}")));
             rows.push(("ttl", duration(*ttl)));
         }
+        TaskKind::Actor(actor) => {
+            rows.push(("actor", actor.class.clone()));
+            if let Some(name) = &actor.name {
+                rows.push(("actor name", name.clone()));
+            }
+            rows.push(("lifetime", actor.lifetime.as_str().to_string()));
+            rows.push(("max concurrency", actor.max_concurrency.to_string()));
+            rows.push(("max task retries", actor.max_task_retries.to_string()));
+            rows.push(("arguments", render::hex_preview(&actor.args)));
+        }
     }
     rows.push(("resources", none_if_empty(spec.resources.to_string())));
     if !spec.labels.is_empty() {

@@ -29,6 +29,7 @@ use escher_proto::convert::{
     MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_LABELS, MAX_NAME_BYTES, MAX_RESOURCES,
     MAX_TASK_NAME_BYTES,
 };
+use escher_proto::types::{ActorSpec, Lifetime};
 use escher_proto::{Labels, ResourceSet, ResourceUpdate, TaskKind, TaskSpec, codec};
 use serde::Serialize;
 
@@ -119,6 +120,84 @@ impl Task {
         })
     }
 
+    /// An actor (docs/DESIGN.md §17): an instance of the class a worker registered as
+    /// `class` ([`ActorClass`](https://docs.rs/escher-worker) in the worker library), made with
+    /// these constructor argument bytes, that holds the task's resources from start to exit and
+    /// answers method calls. Create it with [`Client::create_actor`](crate::Client::create_actor).
+    pub fn actor(class: impl Into<String>, args: Vec<u8>) -> Task {
+        Task::new(TaskKind::Actor(Box::new(ActorSpec {
+            class: class.into(),
+            args: args.into(),
+            max_concurrency: 1,
+            max_task_retries: 0,
+            name: None,
+            lifetime: Lifetime::Owned,
+        })))
+    }
+
+    /// An actor whose constructor's arguments are `args` encoded with [`escher_proto::codec`].
+    pub fn actor_typed<A: Serialize + ?Sized>(class: impl Into<String>, args: &A) -> Task {
+        match codec::encode(args) {
+            Ok(bytes) => Task::actor(class, bytes),
+            Err(e) => Task::actor(class, Vec::new()).problem(format!("arguments: {e}")),
+        }
+    }
+
+    fn actor_spec(&mut self, option: &str) -> Result<&mut ActorSpec, String> {
+        let kind = self.kind_name();
+        match &mut self.kind {
+            TaskKind::Actor(actor) => Ok(actor),
+            _ => Err(format!("{option} applies only to actors, not {kind}")),
+        }
+    }
+
+    fn with_actor(mut self, option: &str, change: impl FnOnce(&mut ActorSpec)) -> Task {
+        match self.actor_spec(option) {
+            Ok(actor) => {
+                change(actor);
+                self
+            }
+            Err(why) => self.problem(why),
+        }
+    }
+
+    /// Restarts an actor up to `n` times after its process or node dies (its constructor runs
+    /// again; its state is lost): the actor's task's [`max_retries`](Task::max_retries).
+    pub fn max_restarts(self, n: u32) -> Task {
+        let kind = self.kind_name();
+        if !matches!(self.kind, TaskKind::Actor(_)) {
+            return self.problem(format!(
+                "max_restarts applies only to actors, not {kind} (use max_retries)"
+            ));
+        }
+        self.max_retries(n)
+    }
+
+    /// How many calls an actor may run at once (1, the default: one after another, in the
+    /// order each caller sent them).
+    pub fn max_concurrency(self, n: u32) -> Task {
+        self.with_actor("max_concurrency", |a| a.max_concurrency = n)
+    }
+
+    /// How many times a call in flight when an actor's incarnation died is sent again to the
+    /// next incarnation (0, the default: it fails with the reason).
+    pub fn max_task_retries(self, n: u32) -> Task {
+        self.with_actor("max_task_retries", |a| a.max_task_retries = n)
+    }
+
+    /// Names an actor, so that any caller of its namespace finds it with
+    /// [`Client::actor_named`](crate::Client::actor_named); live actors' names are unique per
+    /// namespace.
+    pub fn actor_name(self, name: impl Into<String>) -> Task {
+        let name = name.into();
+        self.with_actor("actor_name", |a| a.name = Some(name))
+    }
+
+    /// Makes an actor live until it is killed, whatever happens to the handles of its creator.
+    pub fn detached(self) -> Task {
+        self.with_actor("detached", |a| a.lifetime = Lifetime::Detached)
+    }
+
     fn problem(mut self, text: String) -> Task {
         self.problems.push(text);
         self
@@ -129,6 +208,7 @@ impl Task {
             TaskKind::Command { .. } => "a command task",
             TaskKind::Function { .. } => "a function task",
             TaskKind::Ghost { .. } => "a ghost task",
+            TaskKind::Actor(_) => "an actor",
         }
     }
 
@@ -344,6 +424,7 @@ fn default_name(kind: &TaskKind) -> String {
             .unwrap_or("command"),
         TaskKind::Function { name, .. } => name,
         TaskKind::Ghost { .. } => "ghost",
+        TaskKind::Actor(actor) => actor.name.as_deref().unwrap_or(&actor.class),
     };
     let mut end = name.len().min(MAX_TASK_NAME_BYTES);
     while !name.is_char_boundary(end) {
@@ -411,6 +492,17 @@ fn check_kind(kind: &TaskKind, problems: &mut Vec<String>) {
                     "the ghost creates {} resources; the limit is {MAX_RESOURCES}",
                     creates.len()
                 ));
+            }
+        }
+        TaskKind::Actor(actor) => {
+            if actor.class.is_empty() || actor.class.len() > MAX_NAME_BYTES {
+                problems.push(format!(
+                    "an actor class name is 1 to {MAX_NAME_BYTES} bytes, not {}",
+                    actor.class.len()
+                ));
+            }
+            if let Some(problem) = actor.problem() {
+                problems.push(problem);
             }
         }
     }

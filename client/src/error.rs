@@ -161,6 +161,26 @@ pub enum ClientError {
         /// Why, as the head reported it.
         reason: String,
     },
+    /// An actor's incarnation ended before it answered a call (and the call was not, or could
+    /// no longer be, sent to a later incarnation), or the actor has ended: why.
+    #[error("actor {actor} died: {reason}")]
+    ActorDied {
+        /// The actor.
+        actor: TaskId,
+        /// Why, as the worker or the head said (`the actor was killed`, `method X.y
+        /// panicked: ...`, `node 3 lost`).
+        reason: String,
+    },
+    /// An actor's method failed (the actor lives on): what it said.
+    #[error("actor {actor}: {method} failed: {message}")]
+    ActorCall {
+        /// The actor.
+        actor: TaskId,
+        /// The method.
+        method: String,
+        /// Why, as the method said.
+        message: String,
+    },
     /// A task succeeded but its result is not of the kind asked for (for example a typed value
     /// was asked of a command task, which only has an exit code).
     #[error("task {id} ended with {found}, not a function's return value")]
@@ -225,6 +245,8 @@ impl ClientError {
             | ClientError::Usage(_)
             | ClientError::MessageTooLarge { .. }
             | ClientError::TaskFailed { .. }
+            | ClientError::ActorDied { .. }
+            | ClientError::ActorCall { .. }
             | ClientError::WrongResultKind { .. }
             | ClientError::Decode { .. }
             | ClientError::MigFailed { .. }
@@ -259,7 +281,7 @@ impl ClientError {
                 | ClientError::Unauthenticated { .. }
                 | ClientError::PermissionDenied(_)
                 | ClientError::MigRefused { .. }
-        )
+        ) || matches!(self, ClientError::Rpc(status) if status.code() == Code::AlreadyExists)
     }
 
     /// Whether a call of several writes failed as a whole with nothing applied, so that each

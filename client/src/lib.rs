@@ -49,6 +49,8 @@
 //!   release one.
 //! - [`BlockingClient`] (`blocking.rs`): the same methods for code without a runtime.
 //! - [`Task`] (`builder.rs`): the builder of task specs, reporting misuse at `build`.
+//! - [`ActorHandle`] (`actors.rs`): `Client::actor` creates an actor, `Client::actor_named`
+//!   finds one; its method calls go straight to the worker that hosts it.
 //! - [`TaskRef`] and [`TypedTaskRef`] (`task_ref.rs`): handles to submitted tasks.
 //! - [`ResourceUpdateExt`] (`update.rs`): `ResourceUpdate::set / adjust / delete`.
 //! - [`LogReader`] (`logs.rs`): reads and follows a task's output.
@@ -62,6 +64,7 @@
 //! are used here as they are.
 #![warn(missing_docs)]
 
+mod actors;
 mod admin;
 mod args;
 mod blocking;
@@ -84,6 +87,7 @@ mod telemetry;
 mod update;
 mod watch;
 
+pub use actors::ActorHandle;
 pub use admin::Backup;
 pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
 pub use blocking::BlockingClient;

@@ -26,6 +26,8 @@ pub enum TaskKindTag {
     Function,
     /// A ghost task.
     Ghost,
+    /// An actor.
+    Actor,
 }
 
 impl TaskKindTag {
@@ -35,15 +37,17 @@ impl TaskKindTag {
             TaskKind::Command { .. } => TaskKindTag::Command,
             TaskKind::Function { .. } => TaskKindTag::Function,
             TaskKind::Ghost { .. } => TaskKindTag::Ghost,
+            TaskKind::Actor(_) => TaskKindTag::Actor,
         }
     }
 
-    /// `command`, `function` or `ghost`.
+    /// `command`, `function`, `ghost` or `actor`.
     pub fn as_str(self) -> &'static str {
         match self {
             TaskKindTag::Command => "command",
             TaskKindTag::Function => "function",
             TaskKindTag::Ghost => "ghost",
+            TaskKindTag::Actor => "actor",
         }
     }
 }

@@ -120,7 +120,7 @@ impl FakeHead {
                     Some(TaskResult::Returned(bytes.into())),
                 )
             }
-            TaskKind::Ghost { .. } => (TaskState::Running, None),
+            TaskKind::Ghost { .. } | TaskKind::Actor(_) => (TaskState::Running, None),
         };
         TaskStatus {
             id: TaskId(id),
@@ -815,6 +815,13 @@ impl Cluster for FakeHead {
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
 
     type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;
+
+    async fn resolve_actor(
+        &self,
+        _request: Request<wire::ResolveActorRequest>,
+    ) -> Result<Response<wire::ResolveActorReply>, Status> {
+        Err(Status::unimplemented("the fake head hosts no actors"))
+    }
 
     async fn backup(
         &self,
