@@ -1,0 +1,621 @@
+//! End to end: Rust actors on a real [`LocalCluster`] (a real head and real workers talking
+//! gRPC on loopback; calls go from the client to the hosting worker's data plane).
+//!
+//! Topics, in order: state and the order of calls, resources held from start to exit, names,
+//! restarts (the constructor re-run, calls in flight failed or retried), bad input, and
+//! namespaces and roles.
+//!
+//! [`LocalCluster`]: escher::LocalCluster
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cluster, eventually, resource, status, within};
+use escher::types::{Grant, NodeId, Role, TaskState};
+use escher::{ActorClass, Client, ClientError, LocalCluster, Task};
+
+/// A counter: `Counter(start)`; `add(n)` returns the new count, `get()` the count, `slow(ms)`
+/// sleeps then returns the count, `panic()` panics, `fail(why)` returns an error.
+fn counter() -> ActorClass {
+    struct Counter {
+        n: u64,
+    }
+    ActorClass::new("Counter", |_ctx, start: u64| async move {
+        Ok(Counter { n: start })
+    })
+    .method("add", |c: &mut Counter, by: u64| {
+        c.n += by;
+        Ok(c.n)
+    })
+    .method("get", |c: &mut Counter, (): ()| Ok(c.n))
+    .method("slow", |c: &mut Counter, ms: u64| {
+        std::thread::sleep(Duration::from_millis(ms));
+        Ok(c.n)
+    })
+    .method("panic", |_c: &mut Counter, (): ()| -> Result<(), String> {
+        panic!("asked to panic")
+    })
+    .method(
+        "fail",
+        |_c: &mut Counter, why: String| -> Result<(), String> { Err(why) },
+    )
+}
+
+/// A class whose constructor fails when its argument is empty.
+fn picky() -> ActorClass {
+    ActorClass::new("Picky", |_ctx, word: String| async move {
+        if word.is_empty() {
+            Err("the word is empty".to_string())
+        } else {
+            Ok(word)
+        }
+    })
+    .method("word", |w: &mut String, (): ()| Ok(w.clone()))
+}
+
+async fn start(workers: usize) -> (LocalCluster, Client) {
+    let cluster = within(
+        "starting the cluster",
+        cluster()
+            .functions(common::functions().actor(counter()).actor(picky()))
+            .workers(workers)
+            .start(),
+    )
+    .await
+    .expect("the local cluster starts");
+    let client = within("connecting", cluster.client())
+        .await
+        .expect("connects");
+    (cluster, client)
+}
+
+fn cpu_available(status: &escher::types::ClusterStatus, node: NodeId) -> String {
+    resource(status, node, "cpu")
+        .expect("every node has cpu")
+        .available()
+        .map_or_else(|| "unbounded".to_string(), |a| a.to_string())
+}
+
+// ---- state and order ------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_keeps_its_state_and_starts_one_callers_calls_in_order() {
+    let (_cluster, client) = start(1).await;
+    let counter = within("create", client.actor(Task::actor_typed("Counter", &10u64)))
+        .await
+        .unwrap();
+    let first: u64 = within("first call", counter.call("add", &1u64))
+        .await
+        .unwrap();
+    assert_eq!(first, 11);
+
+    // 200 calls in flight at once from one handle: each sees every earlier one.
+    let calls = (0..200).map(|_| counter.call::<u64, u64>("add", &1));
+    let results = within("pipelined calls", futures_util::future::join_all(calls)).await;
+    let results: Vec<u64> = results.into_iter().map(Result::unwrap).collect();
+    assert_eq!(results, (12..212).collect::<Vec<u64>>());
+    let n: u64 = within("get", counter.call("get", &())).await.unwrap();
+    assert_eq!(n, 211);
+
+    // A second handle (found by id) reaches the same instance.
+    let again = client.actor_by_id(counter.id());
+    let n: u64 = within("get through another handle", again.call("get", &()))
+        .await
+        .unwrap();
+    assert_eq!(n, 211);
+}
+
+// ---- resources ------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_holds_its_resources_from_start_to_exit() {
+    let (cluster, client) = start(1).await;
+    let node = cluster.nodes()[0];
+    assert_eq!(cpu_available(&status(&client).await, node), "4");
+    let counter = within(
+        "create",
+        client.actor(Task::actor_typed("Counter", &0u64).resources_str("cpu=3")),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("a call", counter.call("get", &())).await.unwrap();
+    assert_eq!(cpu_available(&status(&client).await, node), "1");
+
+    // A task asking for two CPUs waits while the actor lives, and runs once it is killed.
+    let waiting = client
+        .submit(Task::function_typed("noop", &()).resources_str("cpu=2"))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let info = client.task_info(waiting.id()).await.unwrap();
+    assert_eq!(info.status.state, TaskState::Pending, "{info:?}");
+
+    let state = within("kill", counter.kill(true)).await.unwrap();
+    assert_eq!(state, TaskState::Cancelled);
+    let done = within("the waiting task", client.get(waiting.id(), None))
+        .await
+        .unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    eventually("the actor's CPUs back", || async {
+        (cpu_available(&status(&client).await, node) == "4").then_some(())
+    })
+    .await;
+    let err = within(
+        "a call to a killed actor",
+        counter.call::<(), u64>("get", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorDied { reason, .. } if reason.contains("killed") || reason.contains("cancel")),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_the_last_handle_of_an_owned_actor_ends_it_but_not_a_detached_one() {
+    let (cluster, client) = start(1).await;
+    let node = cluster.nodes()[0];
+    let owned = within(
+        "create",
+        client.actor(Task::actor_typed("Counter", &0u64).resources_str("cpu=1")),
+    )
+    .await
+    .unwrap();
+    let detached = within(
+        "create detached",
+        client.actor(
+            Task::actor_typed("Counter", &0u64)
+                .resources_str("cpu=1")
+                .detached(),
+        ),
+    )
+    .await
+    .unwrap();
+    let (owned_id, detached_id) = (owned.id(), detached.id());
+    let _: u64 = within("call", owned.call("get", &())).await.unwrap();
+    let _: u64 = within("call", detached.call("get", &())).await.unwrap();
+    assert_eq!(cpu_available(&status(&client).await, node), "2");
+    let clone = owned.clone();
+    drop(owned);
+    let _: u64 = within("a clone still calls", clone.call("get", &()))
+        .await
+        .unwrap();
+    drop(clone);
+    drop(detached);
+    let ended = within("the owned actor ends", client.get(owned_id, None))
+        .await
+        .unwrap();
+    assert_eq!(ended.state, TaskState::Cancelled);
+    let info = client.task_info(detached_id).await.unwrap();
+    assert_eq!(info.status.state, TaskState::Running, "{info:?}");
+    assert_eq!(cpu_available(&status(&client).await, node), "3");
+}
+
+// ---- names ----------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_actor_is_found_by_another_client_and_its_name_is_unique_while_it_lives() {
+    let (cluster, client) = start(1).await;
+    let ps = within(
+        "create",
+        client.actor(Task::actor_typed("Counter", &7u64).actor_name("ps")),
+    )
+    .await
+    .unwrap();
+    let other = within("a second client", cluster.client()).await.unwrap();
+    let found = within("actor_named", other.actor_named("ps"))
+        .await
+        .unwrap();
+    assert_eq!(found.id(), ps.id());
+    let n: u64 = within("call", found.call("add", &1u64)).await.unwrap();
+    assert_eq!(n, 8);
+
+    let taken = within(
+        "the same name again",
+        client.actor(Task::actor_typed("Counter", &0u64).actor_name("ps")),
+    )
+    .await
+    .unwrap_err();
+    let text = taken.to_string();
+    assert!(
+        text.contains("\"ps\"") && text.contains(&ps.id().to_string()),
+        "{text}"
+    );
+    let unknown = within("an unknown name", other.actor_named("nobody"))
+        .await
+        .unwrap_err();
+    assert!(matches!(unknown, ClientError::NotFound(_)), "{unknown}");
+
+    within("kill", ps.kill(true)).await.unwrap();
+    let again = within(
+        "the name is free again",
+        client.actor(Task::actor_typed("Counter", &1u64).actor_name("ps")),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("call", again.call("get", &())).await.unwrap();
+    assert_eq!(n, 1);
+}
+
+// ---- restarts -------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panicking_method_restarts_the_actor_with_its_constructor_run_again() {
+    let (_cluster, client) = start(1).await;
+    let counter = within(
+        "create",
+        client.actor(Task::actor_typed("Counter", &10u64).max_restarts(1)),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("add", counter.call("add", &5u64)).await.unwrap();
+    assert_eq!(n, 15);
+    let died = within("panic", counter.call::<(), ()>("panic", &()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&died, ClientError::ActorDied { reason, .. } if reason.contains("panicked") && reason.contains("asked to panic")),
+        "{died}"
+    );
+    // The next call waits for the restart and meets a fresh instance: its state was lost.
+    let n: u64 = within("after the restart", counter.call("get", &()))
+        .await
+        .unwrap();
+    assert_eq!(n, 10);
+    let view = counter.describe().await.unwrap();
+    assert_eq!(view.incarnation, 2, "{view:?}");
+
+    // Out of restarts: the actor fails for good, and calls say why.
+    let _ = within("panic again", counter.call::<(), ()>("panic", &())).await;
+    let gone = within(
+        "a call after the last restart",
+        counter.call::<(), u64>("get", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&gone, ClientError::ActorDied { reason, .. } if reason.contains("panicked")),
+        "{gone}"
+    );
+    let ended = within("the actor's task", client.get(counter.id(), None))
+        .await
+        .unwrap();
+    assert_eq!(ended.state, TaskState::Failed, "{ended:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_in_flight_fails_with_the_reason_or_goes_to_the_next_incarnation_when_allowed() {
+    let (_cluster, client) = start(1).await;
+    // Without retries: the call in flight when the incarnation is stopped fails, naming why.
+    let plain = within(
+        "create",
+        client.actor(Task::actor_typed("Counter", &1u64).max_restarts(1)),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("warm", plain.call("get", &())).await.unwrap();
+    let slow = {
+        let plain = plain.clone();
+        tokio::spawn(async move { plain.call::<u64, u64>("slow", &1_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    within("restart", plain.kill(false)).await.unwrap();
+    let err = within("the slow call", slow).await.unwrap().unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorDied { reason, .. } if reason.contains("killed")),
+        "{err}"
+    );
+
+    // With max_task_retries: it is sent again to the next incarnation and answered there.
+    let retried = within(
+        "create",
+        client.actor(
+            Task::actor_typed("Counter", &2u64)
+                .max_restarts(1)
+                .max_task_retries(1),
+        ),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("warm", retried.call("get", &())).await.unwrap();
+    let slow = {
+        let retried = retried.clone();
+        tokio::spawn(async move { retried.call::<u64, u64>("slow", &1_000).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    within("restart", retried.kill(false)).await.unwrap();
+    let n = within("the retried call", slow).await.unwrap().unwrap();
+    assert_eq!(n, 2);
+    assert_eq!(retried.describe().await.unwrap().incarnation, 2);
+}
+
+// ---- bad input ------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_calls_and_bad_actors_get_clear_errors_and_leave_nothing_behind() {
+    let (cluster, client) = start(1).await;
+    let node = cluster.nodes()[0];
+    let counter = within("create", client.actor(Task::actor_typed("Counter", &3u64)))
+        .await
+        .unwrap();
+    // A method that does not exist, and one that fails: the actor lives on.
+    let err = within("no such method", counter.call::<(), ()>("nope", &()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorCall { message, .. } if message.contains("no method \"nope\"") && message.contains("add, fail, get, panic, slow")),
+        "{err}"
+    );
+    let err = within(
+        "a failing method",
+        counter.call::<String, ()>("fail", &"bad day".into()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorCall { message, .. } if message == "bad day"),
+        "{err}"
+    );
+    let err = within(
+        "bad arguments",
+        counter.call::<String, u64>("add", &"x".into()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        err.to_string().contains("cannot decode its arguments"),
+        "{err}"
+    );
+    let n: u64 = within("still alive", counter.call("get", &()))
+        .await
+        .unwrap();
+    assert_eq!(n, 3);
+    within("kill", counter.kill(true)).await.unwrap();
+
+    // A class no worker registered: the actor's task fails, and a call says why.
+    let ghost = within(
+        "unknown class",
+        client.actor(Task::actor_typed("Nobody", &())),
+    )
+    .await
+    .unwrap();
+    let err = within("call it", ghost.call::<(), ()>("x", &()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorDied { reason, .. } if reason.contains("no actor class \"Nobody\"")),
+        "{err}"
+    );
+    // A constructor that fails.
+    let picky = within(
+        "bad constructor",
+        client.actor(Task::actor_typed("Picky", &"")),
+    )
+    .await
+    .unwrap();
+    let err = within("call it", picky.call::<(), String>("word", &()))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::ActorDied { reason, .. } if reason.contains("the word is empty")),
+        "{err}"
+    );
+    // A Rust class runs one call at a time.
+    let wide = within(
+        "max_concurrency 2",
+        client.actor(Task::actor_typed("Counter", &0u64).max_concurrency(2)),
+    )
+    .await
+    .unwrap();
+    let err = within("call it", wide.call::<(), u64>("get", &()))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("max_concurrency must be 1"),
+        "{err}"
+    );
+    // Refused before anything is sent.
+    let err = client
+        .actor(Task::actor_typed("Counter", &0u64).max_concurrency(0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ClientError::Usage(m) if m.contains("max_concurrency")),
+        "{err}"
+    );
+    let err = client
+        .actor(Task::function_typed("noop", &()))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::Usage(_)), "{err}");
+    let err = client
+        .submit(Task::function_typed("noop", &()).max_restarts(1))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("max_restarts applies only to actors"),
+        "{err}"
+    );
+
+    // Nothing is held.
+    eventually("every CPU free", || async {
+        (cpu_available(&status(&client).await, node) == "4").then_some(())
+    })
+    .await;
+}
+
+// ---- namespaces and roles -------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_namespace_cannot_see_or_call_an_actor_and_a_reader_cannot_call() {
+    let (_cluster, admin) = start(1).await;
+    let token = |role, ns: Option<&str>| {
+        let admin = admin.clone();
+        let ns = ns.map(str::to_string);
+        async move {
+            let grant = Grant::new(role, ns.map(|n| n.parse().unwrap())).unwrap();
+            admin.create_token(grant, "actors").await.unwrap().token
+        }
+    };
+    let a = admin
+        .clone()
+        .with_token(token(Role::App, Some("team-a")).await);
+    let b = admin
+        .clone()
+        .with_token(token(Role::App, Some("team-b")).await);
+    let reader = admin.clone().with_token(token(Role::Reader, None).await);
+
+    let ps = within(
+        "create in team-a",
+        a.actor(Task::actor_typed("Counter", &1u64).actor_name("ps")),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("team-a calls", ps.call("get", &())).await.unwrap();
+    assert_eq!(n, 1);
+
+    let err = within("team-b by name", b.actor_named("ps"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err}");
+    let err = within(
+        "team-b by id",
+        b.actor_by_id(ps.id()).call::<(), u64>("get", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err}");
+    // The same name is free in another namespace.
+    let theirs = within(
+        "team-b's own ps",
+        b.actor(Task::actor_typed("Counter", &2u64).actor_name("ps")),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("team-b calls", theirs.call("get", &()))
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+
+    let err = within(
+        "a reader calls",
+        reader.actor_by_id(ps.id()).call::<(), u64>("get", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, ClientError::PermissionDenied(_)), "{err}");
+}
+
+// ---- actors that answer calls themselves ----------------------------------------------------
+
+/// A dynamic class (as a Python actor's host is): `hold(n, ms)` notes that call `n` started,
+/// sleeps `ms`, and answers how many calls were running when it started and the order in which
+/// calls started so far.
+fn juggler() -> ActorClass {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    struct Juggler {
+        running: Arc<AtomicUsize>,
+        started: Mutex<Vec<u64>>,
+        stop: tokio_util::sync::CancellationToken,
+    }
+    impl escher::worker::DynamicActor for Juggler {
+        fn call(
+            &self,
+            method: String,
+            args: bytes::Bytes,
+        ) -> escher::worker::BoxFuture<Result<Vec<u8>, String>> {
+            if method != "hold" {
+                return Box::pin(async move { Err(format!("no method {method}")) });
+            }
+            let (n, ms): (u64, u64) = match escher::codec::decode(&args) {
+                Ok(v) => v,
+                Err(e) => return Box::pin(async move { Err(e.to_string()) }),
+            };
+            let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+            let started = {
+                let mut started = self.started.lock().unwrap();
+                started.push(n);
+                started.clone()
+            };
+            let running = Arc::clone(&self.running);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                running.fetch_sub(1, Ordering::SeqCst);
+                escher::codec::encode(&(now as u64, started)).map_err(|e| e.to_string())
+            })
+        }
+        fn ended(&self) -> escher::worker::BoxFuture<String> {
+            let stop = self.stop.clone();
+            Box::pin(async move {
+                stop.cancelled().await;
+                "it stopped".to_string()
+            })
+        }
+        fn stop(&self) -> escher::worker::BoxFuture<()> {
+            self.stop.cancel();
+            Box::pin(async {})
+        }
+    }
+    ActorClass::dynamic("Juggler", |_ctx, _args, _max| {
+        Box::pin(async move {
+            let juggler: Arc<dyn escher::worker::DynamicActor> = Arc::new(Juggler {
+                running: Arc::new(AtomicUsize::new(0)),
+                started: Mutex::new(Vec::new()),
+                stop: tokio_util::sync::CancellationToken::new(),
+            });
+            Ok(juggler)
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actor_that_answers_calls_itself_runs_at_most_max_concurrency_of_them_started_in_order()
+{
+    let cluster = within(
+        "starting the cluster",
+        cluster()
+            .functions(common::functions().actor(juggler()))
+            .workers(1)
+            .start(),
+    )
+    .await
+    .expect("the local cluster starts");
+    let client = within("connecting", cluster.client())
+        .await
+        .expect("connects");
+    let juggler = within(
+        "create",
+        client.actor(Task::actor_typed("Juggler", &()).max_concurrency(3)),
+    )
+    .await
+    .unwrap();
+    let args: Vec<(u64, u64)> = (0..9u64).map(|n| (n, 300)).collect();
+    let calls = args
+        .iter()
+        .map(|a| juggler.call::<(u64, u64), (u64, Vec<u64>)>("hold", a));
+    let answers = within("nine calls", futures_util::future::join_all(calls)).await;
+    let answers: Vec<(u64, Vec<u64>)> = answers.into_iter().map(Result::unwrap).collect();
+    let most = answers.iter().map(|(running, _)| *running).max().unwrap();
+    assert_eq!(most, 3, "{answers:?}");
+    let (_, order) = answers.last().unwrap();
+    assert_eq!(order, &(0..9).collect::<Vec<u64>>());
+
+    // Stopped by a kill: a call in flight is answered with why.
+    let held = {
+        let juggler = juggler.clone();
+        tokio::spawn(async move {
+            juggler
+                .call::<(u64, u64), (u64, Vec<u64>)>("hold", &(9, 5_000))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    within("kill", juggler.kill(true)).await.unwrap();
+    let err = within("the held call", held).await.unwrap().unwrap_err();
+    assert!(matches!(err, ClientError::ActorDied { .. }), "{err}");
+}
