@@ -619,3 +619,64 @@ async fn an_actor_that_answers_calls_itself_runs_at_most_max_concurrency_of_them
     let err = within("the held call", held).await.unwrap().unwrap_err();
     assert!(matches!(err, ClientError::ActorDied { .. }), "{err}");
 }
+
+// ---- what an operator sees ------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() {
+    let (cluster, client) = start(1).await;
+    let node = cluster.nodes()[0];
+    let ps = within(
+        "create",
+        client.actor(
+            Task::actor_typed("Counter", &1u64)
+                .actor_name("ps")
+                .max_restarts(2)
+                .resources_str("cpu=1"),
+        ),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("call", ps.call("get", &())).await.unwrap();
+    within("restart", ps.kill(false)).await.unwrap();
+    let _: u64 = within("call after the restart", ps.call("get", &()))
+        .await
+        .unwrap();
+    let info = client.task_info(ps.id()).await.unwrap();
+    assert_eq!(info.spec.labels.get("escher.actor"), Some("Counter"));
+
+    let escher = common::escher_bin();
+    let out = tokio::task::spawn_blocking({
+        let (head, token) = (
+            cluster.head_url().to_string(),
+            cluster.admin_token().to_string(),
+        );
+        move || {
+            std::process::Command::new(escher)
+                .args(["actors", "--json"])
+                .env("ESCHER_HEAD", head)
+                .env("ESCHER_TOKEN", token)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+                .output()
+                .expect("the escher CLI runs")
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["id"], ps.id().0);
+    assert_eq!(rows[0]["name"], "ps");
+    assert_eq!(rows[0]["class"], "Counter");
+    assert_eq!(rows[0]["state"], "running");
+    assert_eq!(rows[0]["node"], node.0);
+    assert_eq!(rows[0]["restarts"], 1);
+    assert_eq!(rows[0]["resources"], "cpu=1");
+}

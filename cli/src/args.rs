@@ -15,6 +15,7 @@ use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
+use super::actors::ActorsArgs;
 use super::nodes::NodesArgs;
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
@@ -80,6 +81,8 @@ pub enum Command {
     Status(StatusArgs),
     /// One row per node: liveness, CPU, memory and GPU use, other resources, running tasks
     Nodes(NodesArgs),
+    /// One row per actor: name, class, state, node, restarts, resources
+    Actors(ActorsArgs),
     /// A live view: tasks by namespace and state, the queue draining, each node's use
     Top(TopArgs),
     /// Print the address of the head's web dashboard, signed in with this CLI's token

@@ -6,6 +6,7 @@
 //!   status [--node N]               nodes, resources (total / used / available), pending
 //!                                   tasks, head replicas
 //!   nodes [--all]                   one row per node: use of cpu, memory, GPUs; running tasks
+//!   actors [--all]                  one row per actor: class, state, node, restarts, resources
 //!   submit [options] -- CMD ARGS... submit a command task (--count N copies, --wait)
 //!   get ID [--timeout SECS]         wait for a task; show its outcome and result
 //!   wait ID... [--num N] [--timeout SECS]
@@ -47,7 +48,7 @@
 //!
 //! - `args`: the [`Cli`] struct, the [`Command`] tree, resource targets, value parsers;
 //! - `status`, `submit`, `wait` (get / wait / cancel and the progress bar), `inspect`
-//!   (tasks / info / logs), `resource`, `reserve`, `gpus` (gpus / mig apply): one module per
+//!   (tasks / info / logs), `resource`, `reserve`, `gpus` (gpus / mig apply), `actors`: one module per
 //!   group of commands, each
 //!   with its option structs, its `run`, and a pure `render_*` function that tests check;
 //! - `render`: tables and shared formatting; `ctx`: the options and output every command
@@ -72,6 +73,7 @@ mod dashboard;
 mod gpus;
 mod heads;
 mod inspect;
+mod actors;
 mod nodes;
 mod render;
 mod reserve;
@@ -172,6 +174,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
     match cli.command {
         Command::Status(a) => a.run(ctx).await,
         Command::Nodes(a) => a.run(ctx).await,
+        Command::Actors(a) => a.run(ctx).await,
         Command::Top(a) => a.run(ctx).await,
         Command::Dashboard(a) => a.run(ctx).await,
         Command::Report(a) => a.run(ctx).await,

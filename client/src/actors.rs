@@ -287,12 +287,19 @@ impl ActorHandle {
         })
     }
 
-    /// Ends the actor; see [`Client::kill_actor`].
+    /// Ends the actor; see [`Client::kill_actor`]. This handle's later calls go to the next
+    /// incarnation (or fail, when there is none).
     pub async fn kill(&self, no_restart: bool) -> Result<TaskState, ClientError> {
-        self.shared
+        let state = self
+            .shared
             .client
             .kill_actor(self.shared.id, no_restart)
-            .await
+            .await?;
+        // The stream to the ended incarnation may not have seen its end yet.
+        if let Some(conn) = self.shared.conn.lock().await.take() {
+            lock(&conn.tx).take();
+        }
+        Ok(state)
     }
 
     /// Where the actor is now; see [`Client::describe_actor`].

@@ -610,6 +610,13 @@ impl ClusterState {
         index: usize,
     ) -> Result<TaskSpec, ApplyError> {
         let invalid = |why: String| ApplyError::InvalidTask { index, why };
+        if let TaskKind::Actor(actor) = &spec.kind {
+            // Tells `escher actors` (and a label selector) which tasks are actors, and of what.
+            let class = actor.class.clone();
+            spec.labels
+                .insert(escher_proto::types::ACTOR_LABEL, &class)
+                .map_err(|e| invalid(format!("the actor's class as a label: {e}")))?;
+        }
         if let Some(ns) = ns {
             // Tells the worker which namespace the task's own resource calls are made in.
             let max = escher_proto::types::MAX_LABELS;

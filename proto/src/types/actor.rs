@@ -23,10 +23,14 @@ use super::{NodeId, TaskId, TaskState};
 
 /// The label a worker publishes with its data-plane address (`HOST:PORT` of its listener for
 /// actor calls), read by the head when it resolves an actor.
-pub const DATA_ADDRESS_LABEL: &str = "escher.io/data-address";
+pub const DATA_ADDRESS_LABEL: &str = "escher.data-address";
 
 /// The most calls one actor may run at once.
 pub const MAX_CONCURRENCY: u32 = 1024;
+
+/// The task label the head gives every actor: its class (`escher tasks --label escher.actor`
+/// and `escher actors` list actors by it).
+pub const ACTOR_LABEL: &str = "escher.actor";
 
 /// The longest actor name, in bytes.
 pub const MAX_ACTOR_NAME_BYTES: usize = 256;

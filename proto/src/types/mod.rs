@@ -34,7 +34,7 @@ mod telemetry;
 mod watch;
 
 pub use actor::{
-    ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime, MAX_ACTOR_NAME_BYTES,
+    ACTOR_LABEL, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime, MAX_ACTOR_NAME_BYTES,
     MAX_CONCURRENCY, TICKET_MILLIS, ticket_key,
 };
 pub use amount::{Amount, Capacity};

@@ -11,7 +11,7 @@
 //!
 //! Every call is authenticated by a data ticket (`service.rs`). The data plane speaks plain
 //! HTTP/2: off loopback the tickets keep strangers out, but the bytes of calls are not
-//! encrypted; the worker says so at start and in the label `escher.io/data-plane`.
+//! encrypted; the worker says so at start and in the label `escher.data-plane`.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use super::{ActorHost, ActorService};
 use crate::head_conn::split_heads;
 
 /// The label that says how the data plane carries bytes (`loopback` or `plaintext`).
-pub const DATA_PLANE_LABEL: &str = "escher.io/data-plane";
+pub const DATA_PLANE_LABEL: &str = "escher.data-plane";
 
 /// The largest message on the data plane (a call's arguments or result), above gRPC's 4 MiB.
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
