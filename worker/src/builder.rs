@@ -326,12 +326,15 @@ impl WorkerBuilder {
             .map_err(|why| WorkerError::config("task-uids", why))?;
         let isolation = Arc::new(isolation);
         let mut functions = self.functions;
-        // Python function tasks, where the worker has a usable interpreter (python/mod.rs).
+        let mut actors = self.actors;
+        // Python function tasks and actors, where the worker has a usable interpreter
+        // (python/mod.rs).
         crate::python::install(
             config.python,
             &mut resources,
             &mut labels,
             &mut functions,
+            &mut actors,
             Arc::clone(&isolation),
         )?;
         if let Isolation::Shared { why } = &*isolation
@@ -381,7 +384,7 @@ impl WorkerBuilder {
         };
         let (node_tx, _) = watch::channel(None);
         Ok(Worker {
-            actors: Arc::new(crate::actors::ActorHost::new(self.actors)),
+            actors: Arc::new(crate::actors::ActorHost::new(actors)),
             data_listen: self.data_listen,
             name: Arc::from(name.as_str()),
             address: host,

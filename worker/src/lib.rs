@@ -80,8 +80,8 @@ pub use handle::WorkerHandle;
 pub use head_conn::Authed;
 pub use identity::{StateDirError, default_state_dir};
 pub use python::{
-    ENV_PYTHON, ENV_SLOTS as ENV_PYTHON_SLOTS, FUNCTION as PYTHON_FUNCTION, PythonDetection,
-    RESOURCE as PYTHON_RESOURCE,
+    ACTOR_CLASS as PYTHON_ACTOR_CLASS, ENV_PYTHON, ENV_SLOTS as ENV_PYTHON_SLOTS,
+    FUNCTION as PYTHON_FUNCTION, PythonDetection, RESOURCE as PYTHON_RESOURCE,
 };
 pub use runner::{MAX_RESULT_BYTES, NAMESPACE_LABEL};
 pub use worker::Worker;

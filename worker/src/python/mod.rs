@@ -1,5 +1,7 @@
 //! Python function tasks: warm interpreters that run the functions of escher's Python package
-//! (`@escher.remote`), behind one built-in function named [`FUNCTION`].
+//! (`@escher.remote`), behind one built-in function named [`FUNCTION`]; and Python actors
+//! (`@escher.remote` on a class), each in an interpreter of its own, behind the built-in actor
+//! class [`ACTOR_CLASS`] (`actor.rs`).
 //!
 //! A worker offers Python when it has a usable interpreter (CPython 3.9 or later that imports
 //! `cloudpickle`, checked once at start by running it briefly as its tasks would run it, as
@@ -92,8 +94,11 @@ use crate::exec::{Isolation, TaskUser};
 use crate::functions::{self, FunctionRegistry, FunctionResult};
 use crate::runner::MAX_RESULT_BYTES;
 
+mod actor;
 mod detect;
 mod versions;
+
+pub use actor::ACTOR_CLASS;
 
 pub use detect::PythonDetection;
 
@@ -124,7 +129,7 @@ pub const LABEL: &str = "escher.python";
 /// The node label with the cloudpickle version of a worker that runs Python tasks.
 pub const CLOUDPICKLE_LABEL: &str = "escher.cloudpickle";
 
-/// Registers [`FUNCTION`] and adds the [`RESOURCE`] slots when this worker has a usable
+/// Registers [`FUNCTION`] and the actor class [`ACTOR_CLASS`] and adds the [`RESOURCE`] slots when this worker has a usable
 /// interpreter ([`detect::resolve`]: the one `ESCHER_PYTHON` names, or, as `mode` says,
 /// `python3` on `PATH`, checked as `isolation` runs tasks); does nothing otherwise. Either way,
 /// where Python was asked for, `labels` gets [`LABEL`]. An interpreter `ESCHER_PYTHON` names
@@ -134,6 +139,7 @@ pub(crate) fn install(
     resources: &mut ResourceSet,
     labels: &mut Labels,
     functions: &mut FunctionRegistry,
+    actors: &mut std::collections::BTreeMap<String, crate::actors::ActorClass>,
     isolation: Arc<Isolation>,
 ) -> Result<(), WorkerError> {
     let offer = detect::resolve(mode, &isolation)?;
@@ -163,6 +169,7 @@ pub(crate) fn install(
         resources.insert(name, amount);
     }
     let pool = Arc::new(Pool::new(found, isolation));
+    actors.insert(ACTOR_CLASS.to_string(), actor::class(Arc::clone(&pool)));
     functions.insert(
         FUNCTION.to_string(),
         functions::raw(move |ctx, args| {
@@ -463,12 +470,14 @@ impl Pool {
         let stdin = child.stdin.take().expect("piped");
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         Ok(Interpreter {
-            child,
-            pid,
+            process: Process {
+                child,
+                pid,
+                _cgroup: cgroup,
+            },
             stdin,
             stdout,
             known: HashSet::new(),
-            _cgroup: cgroup,
         })
     }
 
@@ -563,13 +572,19 @@ async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes
 /// cgroups, in a cgroup of its own too; both killed whole when it is dropped.
 #[derive(Debug)]
 struct Interpreter {
-    child: Child,
-    pid: Option<i32>,
+    process: Process,
     stdin: ChildStdin,
     /// Buffered: an answer's length, status and body come in one read.
     stdout: BufReader<ChildStdout>,
     /// The functions (by hash) it holds.
     known: HashSet<[u8; 32]>,
+}
+
+/// An interpreter's process, its group and its cgroup: killed whole when dropped.
+#[derive(Debug)]
+struct Process {
+    child: Child,
+    pid: Option<i32>,
     /// Its cgroup (killed, and back in the worker's pool, when dropped after the process
     /// group): what the functions it ran started is in it, whatever process group it left.
     _cgroup: Option<crate::fence::HeldCgroup>,
@@ -625,7 +640,7 @@ impl Interpreter {
     }
 }
 
-impl Drop for Interpreter {
+impl Drop for Process {
     fn drop(&mut self) {
         // The whole group: whatever the function started goes with it (and, with the cgroup
         // next, what left the group).

@@ -1,4 +1,6 @@
-# The Python side of a worker's warm interpreter (worker/src/python/mod.rs explains the frames).
+# The Python side of a worker's warm interpreter (worker/src/python/mod.rs explains the frames),
+# and of an actor's interpreter (worker/src/python/actor.rs: a task frame whose header has an
+# "actor" entry makes this interpreter serve that one object's calls until it exits).
 # Started as `python -u -c <this file>`; reads one task frame at a time on stdin, answers on
 # stdout. The function's own prints go to stderr, so they never mix with the answers.
 import json
@@ -47,6 +49,14 @@ def _loads(data, what):
 
 class _LoadError(Exception):
     pass
+
+
+class _BecomeActor(Exception):
+    """The frame creates an actor: this interpreter serves it from now on."""
+
+    def __init__(self, options, class_bytes, args_bytes):
+        super().__init__("actor")
+        self.options, self.class_bytes, self.args_bytes = options, class_bytes, args_bytes
 
 
 # Values that pickle the same way with pickle as with cloudpickle, which is slower to start.
@@ -118,6 +128,8 @@ def _run(frame, functions):
         at += dlen
     args_bytes = frame[at:]
     _set_task_env(header)
+    if "actor" in header:
+        raise _BecomeActor(header["actor"], fn_bytes, args_bytes)
     try:
         key = header["hash"]
         if flen:
@@ -146,6 +158,141 @@ def _run(frame, functions):
         ).encode()
 
 
+def _is_async(cls):
+    import inspect
+
+    return any(inspect.iscoroutinefunction(member) for _, member in inspect.getmembers(cls))
+
+
+def _actor_call(instance, method, args_bytes):
+    """Runs one call up to the point of its value: (status, body), or a coroutine to await."""
+    try:
+        fn = getattr(instance, method)
+        args, kwargs = _loads(args_bytes, f"arguments of {method}")
+    except _LoadError as e:
+        return _Failed(f"{e}")
+    except AttributeError:
+        return _Failed(
+            f"python exception builtins.AttributeError: actor class "
+            f"{type(instance).__qualname__} has no method {method!r}"
+        )
+    try:
+        return fn(*args, **kwargs)
+    except BaseException as e:
+        return _Raised(e)
+
+
+class _Raised:
+    """A call's method raised this."""
+
+    def __init__(self, exc):
+        self.exc = exc
+
+
+class _Failed:
+    """A call failed before its method ran: why."""
+
+    def __init__(self, text):
+        self.text = text
+
+
+def _answer(method, value):
+    if isinstance(value, _Raised):
+        return 1, _exception_text(value.exc).encode()
+    if isinstance(value, _Failed):
+        return 1, value.text.encode()
+    try:
+        return 0, _dumps(value)
+    except Exception as e:
+        return 1, (
+            f"python exception {type(e).__module__}.{type(e).__qualname__}: the value {method} "
+            f"returned ({type(value).__name__}) cannot be pickled: {e}"
+        ).encode()
+
+
+def _serve_actor(actor, proto_in, proto_out):
+    """Constructs the actor's object, answers like a task, then serves calls until the worker
+    closes the pipe: one at a time, on a thread pool of max_concurrency, or as coroutines on
+    one event loop (a class with async def methods), started in the order they arrive."""
+    write = threading.Lock()
+
+    def send(data):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with write:
+            proto_out.write(data)
+
+    try:
+        cls = _loads(actor.class_bytes, "actor's class")
+        args, kwargs = _loads(actor.args_bytes, "constructor's arguments")
+    except _LoadError as e:
+        send(struct.pack(">IB", len(str(e).encode()) + 1, 2) + str(e).encode())
+        return
+    try:
+        instance = cls(*args, **kwargs)
+    except BaseException as e:
+        text = _exception_text(e).encode()
+        send(struct.pack(">IB", len(text) + 1, 1) + text)
+        return
+    send(struct.pack(">IB", 1, 0))
+
+    def reply(seq, status, body):
+        send(struct.pack(">IBQ", len(body) + 9, status, seq) + body)
+
+    def calls():
+        while True:
+            head = _read_exact(proto_in, 4)
+            if head is None:
+                return
+            (length,) = struct.unpack(">I", head)
+            frame = _read_exact(proto_in, length)
+            if frame is None:
+                return
+            seq, mlen = struct.unpack_from(">QI", frame, 0)
+            yield seq, frame[12 : 12 + mlen].decode(), frame[12 + mlen :]
+
+    def run(seq, method, args_bytes):
+        reply(seq, *_answer(method, _actor_call(instance, method, args_bytes)))
+
+    concurrency = int(actor.options.get("max_concurrency", 1))
+    if _is_async(cls):
+        import asyncio
+
+        loop = asyncio.new_event_loop()
+
+        async def run_async(seq, method, args_bytes):
+            value = _actor_call(instance, method, args_bytes)
+            if hasattr(value, "__await__"):
+                try:
+                    value = await value
+                except BaseException as e:
+                    value = _Raised(e)
+            reply(seq, *_answer(method, value))
+
+        def start(seq, method, args_bytes):
+            # Tasks created in this order start in this order.
+            loop.create_task(run_async(seq, method, args_bytes))
+
+        def feed():
+            for call in calls():
+                loop.call_soon_threadsafe(start, *call)
+            loop.call_soon_threadsafe(loop.stop)
+
+        threading.Thread(target=feed, daemon=True).start()
+        loop.run_forever()
+    elif concurrency > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=concurrency) as pool:
+            for call in calls():
+                pool.submit(run, *call)
+    else:
+        for call in calls():
+            run(*call)
+    sys.stdout.flush()
+    sys.stderr.flush()
+
+
 def main():
     # Buffered: a frame's length and body come in one read where they fit.
     proto_in = os.fdopen(os.dup(0), "rb")
@@ -163,7 +310,11 @@ def main():
         frame = _read_exact(proto_in, length)
         if frame is None:
             return
-        status, body = _run(frame, functions)
+        try:
+            status, body = _run(frame, functions)
+        except _BecomeActor as actor:
+            _serve_actor(actor, proto_in, proto_out)
+            return
         sys.stdout.flush()
         sys.stderr.flush()
         proto_out.write(struct.pack(">IB", len(body) + 1, status) + body)
