@@ -17,6 +17,14 @@ over escher's Rust client (the private native module ``escher._escher``).
 """
 
 from . import esl
+from ._actors import (
+    ActorCallRef,
+    ActorClass,
+    ActorDiedError,
+    ActorHandle,
+    get_actor,
+    kill,
+)
 from ._api import (
     AuthError,
     ClusterInfo,
@@ -66,6 +74,10 @@ def nodes() -> "list[int]":
 
 
 __all__ = [
+    "ActorCallRef",
+    "ActorClass",
+    "ActorDiedError",
+    "ActorHandle",
     "AuthError",
     "ClusterInfo",
     "ConnectError",
@@ -92,9 +104,11 @@ __all__ = [
     "delete_resource",
     "esl",
     "get",
+    "get_actor",
     "heads",
     "init",
     "is_initialized",
+    "kill",
     "logs",
     "nodes",
     "remote",

@@ -365,7 +365,7 @@ class TaskRef:
 
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskRef) and other.id == self.id
+        return isinstance(other, TaskRef) and other._kind != "actor-call" and other.id == self.id
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -388,19 +388,21 @@ def _status_value(status: tuple, kind: str) -> Any:
 _PY_EXC = "python exception "
 
 
-def _failure(task_id: int, state: str, reason: str) -> TaskError:
-    """The exception for a task that failed: the remote exception's own type where it can be
-    found here (an instance of both it and ``TaskError``), else ``TaskError``."""
+def _failure(task_id: int, state: str, reason: str, subject: Optional[str] = None) -> TaskError:
+    """The exception for a task (or, named by ``subject``, an actor call) that failed: the
+    remote exception's own type where it can be found here (an instance of both it and
+    ``TaskError``), else ``TaskError``."""
+    subject = subject or f"task {task_id}"
     if state == "cancelled":
-        return TaskCancelledError(f"task {task_id} was cancelled: {reason}", task_id, state)
+        return TaskCancelledError(f"{subject} was cancelled: {reason}", task_id, state)
     idx = reason.find(_PY_EXC)
     if idx < 0:
-        return TaskError(f"task {task_id} {state}: {reason}", task_id, state)
+        return TaskError(f"{subject} {state}: {reason}", task_id, state)
     text = reason[idx + len(_PY_EXC):]
     head, _, rest = text.partition(": ")
     message, _, tb = rest.partition("\n\nRemote traceback:\n")
     module, _, qualname = head.rpartition(".")
-    full = f"task {task_id} raised {head}: {message}\n\nRemote traceback:\n{tb}"
+    full = f"{subject} raised {head}: {message}\n\nRemote traceback:\n{tb}"
     cls = _find_exception(module, qualname)
     if cls is None:
         return TaskError(full, task_id, state, tb)
@@ -447,6 +449,14 @@ def get(refs: Union[TaskRef, Sequence[TaskRef]], *, timeout: Optional[float] = N
         return _get_one(refs, timeout)
     if not isinstance(refs, (list, tuple)):
         raise InvalidArgumentError(f"escher.get takes a TaskRef or a list of them, not {refs!r}")
+    if any(isinstance(r, TaskRef) and r._kind == "actor-call" for r in refs):
+        # Actor calls are answered by their actors: each waited for in turn, within one
+        # timeout for all.
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [_get_one(r, None if deadline is None else max(deadline - time.monotonic(), 0))
+                for r in refs]
     if not all(isinstance(r, TaskRef) and not r._deps for r in refs):
         return [_get_one(r, timeout) for r in refs]
     # Refs without argument tasks: waited for in one call (one trip through the runtime, not
@@ -488,6 +498,8 @@ def _why_waiting(error: GetTimeoutError, ids: Sequence[int]) -> GetTimeoutError:
 def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
     if not isinstance(ref, TaskRef):
         raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {ref!r}")
+    if ref._kind == "actor-call":
+        return ref._value(timeout)  # type: ignore[attr-defined]
     session = _current()
     try:
         if ref._deps:
@@ -550,6 +562,10 @@ def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
     """Ray's ``wait``: returns ``(ready, not_ready)`` once ``num_returns`` of ``refs`` have
     finished (succeeded or not), or when ``timeout`` seconds have passed."""
     refs = list(refs)
+    if any(isinstance(r, TaskRef) and r._kind == "actor-call" for r in refs):
+        from . import _actors
+
+        return _actors.wait_calls(refs, num_returns, timeout)
     ids = _ids(refs)
     if not ids:
         return [], []
@@ -563,6 +579,12 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]]) -> List[str]:
     """Cancels tasks (a pending one at once, a running one is stopped); their states."""
     if isinstance(refs, TaskRef):
         refs = [refs]
+    for r in refs:
+        if isinstance(r, TaskRef) and r._kind == "actor-call":
+            raise InvalidArgumentError(
+                f"{r!r} cannot be cancelled: an actor call, once sent, is the actor's to run; "
+                f"end the actor with escher.kill(handle) to stop what it runs"
+            )
     return [s[1] for s in _current().cancel(_ids(refs))]
 
 
@@ -751,6 +773,11 @@ class RemoteFunction:
         spec = []
         for a in args:
             if isinstance(a, TaskRef):
+                if a._kind == "actor-call":
+                    raise InvalidArgumentError(
+                        f"{a!r} is an actor call: pass its value (escher.get) to a remote "
+                        f"function, not the call"
+                    )
                 if a._kind != "python":
                     raise InvalidArgumentError(
                         f"{a!r} is not a remote function's task: only those can be passed as "
@@ -807,27 +834,70 @@ def remote(*args, resources: Resources = None, retries: int = 0,
     and one Python slot. Ray's ``num_cpus=N``, ``num_gpus=N`` and ``max_retries=N`` mean the
     same here (``cpu=N``, ``gpu=N`` and ``retries=N``); Ray's keywords that escher spells
     differently are refused with escher's spelling. An ``async def`` function is awaited on
-    the worker. Classes (actors) are not supported yet: a class is refused. ``runtime_env``
-    (``{"env_vars": {...}, "working_dir": "path"}``) is what its calls run with, over the one
-    ``init`` gave."""
+    the worker. ``runtime_env`` (``{"env_vars": {...}, "working_dir": "path"}``) is what its
+    calls run with, over the one ``init`` gave.
+
+    On a class, makes an actor class (``escher.ActorClass``; docs/python.md, "Actors"):
+    ``@escher.remote(resources=..., num_cpus=..., max_restarts=..., max_task_retries=...,
+    max_concurrency=..., spec=...)``. An actor holds its resources (and one Python slot) from
+    start to exit; with none given it holds only the Python slot."""
+    actor = {k: ray.pop(k) for k in list(ray) if k in _ACTOR_OPTIONS}
+    if len(args) == 1 and isinstance(args[0], type):
+        return _actor_class(args[0], resources, retries, timeout, name, spec, runtime_env,
+                            actor, ray)
     if len(args) == 1 and callable(args[0]) and resources is None and not retries \
             and timeout is None and name is None and spec is None and runtime_env is None \
-            and not ray:
+            and not ray and not actor:
         return RemoteFunction(args[0])
     if args:
         raise InvalidArgumentError(
             "use @escher.remote or @escher.remote(resources=..., retries=..., timeout=...)"
         )
-    if ray:
-        resources, folded = _ray_keywords(ray, resources, retries, "remote")
-        retries = folded or 0
 
-    _check_runtime_env(runtime_env)
+    def wrap(fn: Callable) -> Any:
+        if isinstance(fn, type):
+            return _actor_class(fn, resources, retries, timeout, name, spec, runtime_env,
+                                actor, dict(ray))
+        if actor:
+            raise InvalidArgumentError(
+                f"{', '.join(sorted(actor))} apply to actors (@escher.remote on a class), not "
+                f"to the function {getattr(fn, '__qualname__', fn)}"
+            )
+        folded_resources, folded = resources, retries
+        if ray:
+            folded_resources, again = _ray_keywords(dict(ray), resources, retries, "remote")
+            folded = again or 0
+        return RemoteFunction(fn, folded_resources, folded, timeout, name, spec, runtime_env)
 
-    def wrap(fn: Callable) -> RemoteFunction:
-        return RemoteFunction(fn, resources, retries, timeout, name, spec, runtime_env)
-
+    if not actor:
+        # Checked at decoration, as before: a bad keyword fails where it is written.
+        if ray:
+            _ray_keywords(dict(ray), resources, retries, "remote")
+        _check_runtime_env(runtime_env)
     return wrap
+
+
+# The options of an actor (@escher.remote on a class).
+_ACTOR_OPTIONS = ("max_restarts", "max_task_retries", "max_concurrency")
+
+
+def _actor_class(cls: type, resources: Resources, retries: int, timeout: Optional[float],
+                 name: Optional[str], spec: Optional[Any], runtime_env: Optional[Dict[str, Any]],
+                 actor: Dict[str, Any], ray: Dict[str, Any]) -> Any:
+    """``@escher.remote`` on a class: its actor class, or why these options are not an
+    actor's."""
+    from . import _actors
+
+    if retries or timeout is not None or name is not None or runtime_env is not None:
+        raise InvalidArgumentError(
+            f"actor class {cls.__qualname__}: an actor takes resources=, num_cpus=, num_gpus=, "
+            f"max_restarts=, max_task_retries=, max_concurrency= and spec= (a name through "
+            f".options(name=...)); retries=, timeout=, name= and runtime_env= are a remote "
+            f"function's"
+        )
+    if ray:
+        resources = _actors._actor_ray_keywords(ray, resources, "remote")
+    return _actors.ActorClass(cls, resources, spec=spec, **actor)
 
 
 # Ray's keywords that escher spells differently, and how it spells them.
@@ -968,10 +1038,8 @@ def _check_remotable(fn: Any) -> None:
 
     if isinstance(fn, type):
         raise TypeError(
-            f"escher.remote was given the class {fn.__qualname__}: remote classes (actors) are "
-            f"not supported in this version of escher yet, and a class never runs as a task. "
-            f"Make a remote function that builds the object and calls its method, or keep the "
-            f"state outside (a file, a database)"
+            f"escher.remote was given the class {fn.__qualname__} as a function: a class is an "
+            f"actor (escher.remote(cls) returns an ActorClass), never a task"
         )
     if not callable(fn):
         raise InvalidArgumentError(f"escher.remote needs a function, not {fn!r}")

@@ -7,6 +7,8 @@
 //! - this file: the module, its exceptions, and the one tokio runtime every call runs on;
 //! - `session.rs`: `Session`, a connected client (and, for `escher.init()` with no
 //!   address, the embedded cluster it owns), with one method per client call;
+//! - `actors.rs`: `Actor`, a handle that calls a Python actor's methods, and `Call`, one
+//!   call's answer;
 //! - `watch.rs`: `EventStream`, the events of a watch, one at a time;
 //! - `esl.rs`: bindings over the Rust ESLs (locality, affinity, native gangs, hierarchical
 //!   fair share, queues), whose policies hand tasks an `Spec`.
@@ -23,6 +25,7 @@ use escher_client::ClientError;
 use pyo3::exceptions::{PyException, PyRuntimeError};
 use pyo3::prelude::*;
 
+mod actors;
 mod esl;
 mod session;
 mod watch;
@@ -62,6 +65,13 @@ pyo3::create_exception!(
     GetTimeoutError,
     EscherError,
     "A task did not finish within the timeout."
+);
+
+pyo3::create_exception!(
+    _escher,
+    ActorDiedError,
+    EscherError,
+    "An actor call could not be answered: the actor died, was killed, or cannot be reached."
 );
 
 /// How long one wait lasts between two checks for a signal (Ctrl-C).
@@ -130,6 +140,7 @@ pub(crate) fn error_ref(e: &ClientError) -> PyErr {
         }
         ClientError::NotFound(_) => NotFoundError::new_err(text),
         ClientError::Timeout { .. } => GetTimeoutError::new_err(text),
+        ClientError::ActorDied { .. } => ActorDiedError::new_err(text),
         _ => EscherError::new_err(text),
     }
 }
@@ -157,10 +168,14 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("GetTimeoutError", py.get_type::<GetTimeoutError>())?;
+    m.add("ActorDiedError", py.get_type::<ActorDiedError>())?;
     m.add("PYTHON_FUNCTION", escher::worker::PYTHON_FUNCTION)?;
     m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
+    m.add("PYTHON_ACTOR_CLASS", escher::worker::PYTHON_ACTOR_CLASS)?;
     m.add_class::<session::Session>()?;
     m.add_class::<session::Pending>()?;
+    m.add_class::<actors::Actor>()?;
+    m.add_class::<actors::Call>()?;
     m.add_class::<watch::EventStream>()?;
     m.add_class::<watch::LogTail>()?;
     m.add_class::<esl::Spec>()?;

@@ -16,6 +16,7 @@ use escher_proto::types::{
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
+use crate::actors::Actor;
 use crate::esl::Spec;
 use crate::watch::{EventStream, LogTail};
 use crate::{InvalidArgumentError, error, seconds, wait_for};
@@ -763,6 +764,66 @@ impl Session {
         Ok(created.token)
     }
 
+    /// Creates a Python actor (its constructor's envelope made by the package:
+    /// worker/src/python/actor.rs) and returns its handle at once; the creation is durable
+    /// when this returns. `namespace` creates it in another namespace than the session's (an
+    /// admin's session may).
+    #[pyo3(signature = (args, resources, max_restarts=0, max_task_retries=0, max_concurrency=1, name=None, detached=false, namespace=None, spec=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn create_actor(
+        &self,
+        py: Python<'_>,
+        args: &[u8],
+        resources: &str,
+        max_restarts: u32,
+        max_task_retries: u32,
+        max_concurrency: u32,
+        name: Option<String>,
+        detached: bool,
+        namespace: Option<String>,
+        spec: Option<PyRef<'_, Spec>>,
+    ) -> PyResult<Actor> {
+        let label = name.clone();
+        let mut task = Task::actor(escher::worker::PYTHON_ACTOR_CLASS, args.to_vec())
+            .max_concurrency(max_concurrency)
+            .max_task_retries(max_task_retries);
+        if let Some(name) = name {
+            task = task.actor_name(name);
+        }
+        if detached {
+            task = task.detached();
+        }
+        let task = common(task, Some(resources), spec.as_deref(), 0, None, label)?
+            .max_restarts(max_restarts)
+            .build()
+            .map_err(error)?;
+        let client = self.client_in(namespace)?;
+        let handle = wait_for(py, async move { client.actor(task).await })?.map_err(error)?;
+        Ok(Actor::new(handle))
+    }
+
+    /// A handle to the actor `id` (dropping it never kills the actor).
+    fn actor_by_id(&self, id: u64) -> Actor {
+        let client = self.client.clone();
+        // Made on the runtime: a handle's clean-up runs there.
+        let handle = crate::runtime().block_on(async move { client.actor_by_id(TaskId(id)) });
+        Actor::new(handle)
+    }
+
+    /// A handle to the live actor named `name` in the session's namespace, or `namespace`.
+    #[pyo3(signature = (name, namespace=None))]
+    fn actor_named(
+        &self,
+        py: Python<'_>,
+        name: String,
+        namespace: Option<String>,
+    ) -> PyResult<Actor> {
+        let client = self.client_in(namespace)?;
+        let handle =
+            wait_for(py, async move { client.actor_named(&name).await })?.map_err(error)?;
+        Ok(Actor::new(handle))
+    }
+
     /// Stops the embedded cluster, if this session owns one.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
         let cluster = self
@@ -778,6 +839,18 @@ impl Session {
 }
 
 impl Session {
+    /// The session's client, in `namespace` when one is given.
+    fn client_in(&self, namespace: Option<String>) -> PyResult<Client> {
+        match namespace {
+            Some(ns) => {
+                let ns = Namespace::new(ns.trim())
+                    .map_err(|e| InvalidArgumentError::new_err(e.to_string()))?;
+                Ok(self.client.clone().with_namespace(ns))
+            }
+            None => Ok(self.client.clone()),
+        }
+    }
+
     /// The session's client (the ESL bindings run their policies on it).
     pub(crate) fn client(&self) -> Client {
         self.client.clone()

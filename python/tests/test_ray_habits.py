@@ -1,7 +1,6 @@
 """What a Ray user types first: ``num_cpus``, ``num_gpus`` and ``max_retries`` (accepted,
 meaning what they mean in Ray), Ray's other keywords (refused with escher's spelling), a class
-given to ``@escher.remote`` (refused: actors are not supported yet, and a class never runs as
-a task), ``async def`` functions (awaited on the worker), generators (refused at decoration)
+given to ``@escher.remote`` (an actor class, never a task), ``async def`` functions (awaited on the worker), generators (refused at decoration)
 and ``get`` with a timeout on a task no node can hold (it says why it waits)."""
 
 import asyncio
@@ -47,15 +46,20 @@ def test_rays_keywords_escher_spells_differently_are_refused_with_its_spelling()
         escher.remote(num_cpu=1)
 
 
-def test_a_class_is_refused_never_run_as_a_task():
+def test_a_class_is_an_actor_never_a_task():
     class Counter:
         def __init__(self):
             self.n = 0
 
-    with pytest.raises(TypeError, match="class .*Counter: remote classes .actors. are not supported"):
-        escher.remote(Counter)
-    with pytest.raises(TypeError, match="actors"):
-        escher.remote(num_cpus=1)(Counter)
+    for made in (escher.remote(Counter), escher.remote(num_cpus=1)(Counter)):
+        assert isinstance(made, escher.ActorClass), made
+        with pytest.raises(escher.EscherError, match="cannot be instantiated directly"):
+            made()
+    assert escher.remote(num_cpus=2)(Counter)._actor_resources() == "cpu=2,shared/python=1"
+    with pytest.raises(escher.InvalidArgumentError, match="max_restarts"):
+        escher.remote(max_retries=1)(Counter)
+    with pytest.raises(escher.InvalidArgumentError, match="timeout=.*a remote function.s"):
+        escher.remote(timeout=5)(Counter)
 
 
 async def _sleepy_double(x):

@@ -1,0 +1,312 @@
+"""Actors: ``@escher.remote`` on a class, ``ActorHandle``, ``ActorCallRef``, ``get_actor`` and
+``kill``.
+
+An actor is a task of its own kind (docs/python.md, "Actors"): ``Cls.remote(...)`` creates it
+through the Rust client (``Client::actor``), a worker with Python starts an interpreter of the
+actor's own that constructs the object, and ``handle.method.remote(...)`` sends a call straight
+to that worker (``ActorHandle::call_raw``), which relays it to the interpreter
+(worker/src/python/actor.rs). This file gives the native handle its Python shape.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import pickle
+import struct
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+from . import _api, _escher
+from ._api import EscherError, InvalidArgumentError, Resources, TaskRef
+
+ActorDiedError = _escher.ActorDiedError
+
+# The most calls an actor runs at once (proto/src/types/actor.rs), and the default of a class
+# with async def methods (Ray's): its coroutines share one event loop.
+_MAX_CONCURRENCY = 1024
+_ASYNC_CONCURRENCY = 1000
+
+
+def _methods(cls: type) -> List[str]:
+    """The methods a handle may call: the class's callables, but for dunder methods."""
+    return sorted(name for name, member in inspect.getmembers(cls)
+                  if callable(member) and not (name.startswith("__") and name.endswith("__")))
+
+
+def _is_async(cls: type) -> bool:
+    return any(inspect.iscoroutinefunction(m) for _, m in inspect.getmembers(cls))
+
+
+def _count(value: Any, what: str, low: int, high: Optional[int] = None) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low or \
+            (high is not None and value > high):
+        bounds = f"{low} to {high}" if high is not None else f"{low} or more"
+        raise InvalidArgumentError(f"{what} is a whole number, {bounds}, not {value!r}")
+    return value
+
+
+def _resolved(values: Sequence[Any]) -> List[Any]:
+    """Arguments with each ``TaskRef`` (a task's, or another actor call's) replaced by its
+    value, waited for here: an actor gets values, never refs."""
+    return [_api.get(v) if isinstance(v, TaskRef) else v for v in values]
+
+
+class ActorClass:
+    """A class made remote with ``@escher.remote``: ``Cls.remote(*args)`` creates an actor and
+    returns its ``ActorHandle``; ``Cls.options(...)`` gives the same class with other options."""
+
+    def __init__(self, cls: type, resources: Resources = None, max_restarts: int = 0,
+                 max_task_retries: int = 0, max_concurrency: Optional[int] = None,
+                 name: Optional[str] = None, namespace: Optional[str] = None,
+                 lifetime: Optional[str] = None, spec: Optional[Any] = None):
+        self._cls = cls
+        self._resources = resources
+        self._max_restarts = _count(max_restarts, "max_restarts", 0)
+        self._max_task_retries = _count(max_task_retries, "max_task_retries", 0)
+        if max_concurrency is None:
+            max_concurrency = _ASYNC_CONCURRENCY if _is_async(cls) else 1
+        self._max_concurrency = _count(max_concurrency, "max_concurrency", 1, _MAX_CONCURRENCY)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidArgumentError(f"an actor's name is a non-empty text, not {name!r}")
+        self._name = name
+        self._namespace = namespace
+        if lifetime not in (None, "owned", "detached"):
+            raise InvalidArgumentError(
+                f"an actor's lifetime is 'detached' (it lives until escher.kill) or None (it "
+                f"ends with its creator's last handle), not {lifetime!r}"
+            )
+        self._lifetime = lifetime
+        self._spec = spec
+        self._methods = _methods(cls)
+        self.__doc__ = cls.__doc__
+        self.__name__ = cls.__name__
+        self.__qualname__ = cls.__qualname__
+        self.__wrapped__ = cls
+
+    def __call__(self, *args, **kwargs):
+        raise EscherError(
+            f"actor class {self._cls.__qualname__} cannot be instantiated directly: use "
+            f"{self._cls.__name__}.remote(...), which creates the actor and returns its handle"
+        )
+
+    def options(self, *, name: Optional[str] = None, namespace: Optional[str] = None,
+                lifetime: Optional[str] = None, resources: Resources = None,
+                max_concurrency: Optional[int] = None, max_restarts: Optional[int] = None,
+                max_task_retries: Optional[int] = None, spec: Optional[Any] = None,
+                **ray: Any) -> "ActorClass":
+        """The same class with other options: ``name`` (found with ``escher.get_actor``,
+        unique among the live actors of its namespace), ``namespace``, ``lifetime="detached"``
+        (lives until ``escher.kill``), ``resources`` (held from start to exit; Ray's
+        ``num_cpus`` and ``num_gpus`` too), ``max_concurrency``, ``max_restarts``,
+        ``max_task_retries`` and ``spec`` (a scheduling library's)."""
+        if ray:
+            resources = _actor_ray_keywords(ray, resources, "options")
+        return ActorClass(
+            self._cls,
+            resources if resources is not None else self._resources,
+            self._max_restarts if max_restarts is None else max_restarts,
+            self._max_task_retries if max_task_retries is None else max_task_retries,
+            self._max_concurrency if max_concurrency is None else max_concurrency,
+            name if name is not None else self._name,
+            namespace if namespace is not None else self._namespace,
+            lifetime if lifetime is not None else self._lifetime,
+            spec if spec is not None else self._spec,
+        )
+
+    def _actor_resources(self) -> str:
+        base = _api._resources_text(self._resources) or ""
+        parts = [p for p in base.split(",") if p.strip()]
+        if _api._PYTHON_SLOT not in base:
+            parts.append(f"{_api._PYTHON_SLOT}=1")
+        return ",".join(parts)
+
+    def remote(self, *args, **kwargs) -> "ActorHandle":
+        """Creates the actor (durably: a worker constructs it as soon as one has room) and
+        returns its handle at once; calls wait for the constructor."""
+        session = _api._current()
+        _api._by_value(self._cls)
+        data = _api._dumps(self._cls, f"actor class {self._cls.__qualname__}")
+        payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
+                              f"the constructor's arguments of {self._cls.__qualname__}")
+        envelope = b"".join([
+            b"ESPY\x02\x03",
+            _api._versions(),
+            hashlib.sha256(data).digest(),
+            struct.pack("<I", len(data)),
+            data,
+            payload,
+        ])
+        native = session.create_actor(
+            envelope, self._actor_resources(), self._max_restarts, self._max_task_retries,
+            self._max_concurrency, self._name, self._lifetime == "detached", self._namespace,
+            self._spec)
+        return ActorHandle(native, self._cls.__qualname__, self._methods)
+
+
+def _actor_ray_keywords(ray: Dict[str, Any], resources: Resources, where: str) -> Resources:
+    if "max_retries" in ray:
+        raise InvalidArgumentError(
+            "an actor is restarted, not retried: write max_restarts=N (and max_task_retries=N "
+            "for the calls in flight when it died)"
+        )
+    resources, _ = _api._ray_keywords(ray, resources, None, where)
+    return resources
+
+
+class ActorHandle:
+    """A handle to an actor: ``handle.method.remote(*args)`` returns an ``ActorCallRef``.
+    Calls made through one handle start in the order they were made. A handle can be passed
+    to remote functions and other actors (it travels as the actor's id); the handle that
+    created an actor without a name's lifetime ends it when it is garbage-collected."""
+
+    def __init__(self, native: Any, class_name: Optional[str], methods: Optional[List[str]]):
+        self._native = native
+        self._class_name = class_name
+        self._methods = methods
+
+    @property
+    def actor_id(self) -> int:
+        """The actor's id (its task's id: ``escher info``, ``escher logs`` take it)."""
+        return self._native.id
+
+    def __getattr__(self, name: str) -> "ActorMethod":
+        if name.startswith("__") or name in ("_native", "_class_name", "_methods"):
+            raise AttributeError(name)
+        if self._methods is not None and name not in self._methods:
+            raise AttributeError(
+                f"actor class {self._class_name} has no method {name!r}; its methods: "
+                f"{', '.join(self._methods) or 'none'}"
+            )
+        return ActorMethod(self, name)
+
+    def __reduce__(self):
+        return (_handle_from_id, (self._native.id, self._class_name, self._methods))
+
+    def __repr__(self) -> str:
+        return f"ActorHandle({self._class_name or 'actor'}, id={self._native.id})"
+
+
+def _handle_from_id(actor_id: int, class_name: Optional[str],
+                    methods: Optional[List[str]]) -> ActorHandle:
+    """A handle unpickled (in a task, another actor, another driver): the actor by its id, in
+    the session of whoever unpickles it (a task's own credential, in a task)."""
+    return ActorHandle(_api._current().actor_by_id(actor_id), class_name, methods)
+
+
+class ActorMethod:
+    """One method of an actor: ``.remote(*args, **kwargs)`` calls it."""
+
+    def __init__(self, handle: ActorHandle, name: str):
+        self._handle = handle
+        self._name = name
+
+    def __call__(self, *args, **kwargs):
+        raise EscherError(
+            f"actor method {self._name} cannot be called directly: use "
+            f"{self._name}.remote(...), which returns an ActorCallRef"
+        )
+
+    def remote(self, *args, **kwargs) -> "ActorCallRef":
+        """Sends the call; returns its ref at once (``escher.get`` waits for its value)."""
+        handle = self._handle
+        what = f"{handle._class_name or 'actor'}.{self._name}"
+        payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
+                              f"the arguments of {what}")
+        return ActorCallRef(handle._native.call(self._name, payload), handle, self._name)
+
+
+class ActorCallRef(TaskRef):
+    """One actor call: ``escher.get``, ``escher.wait`` and ``await`` take it as a task's
+    ``TaskRef``. A call cannot be cancelled (kill the actor instead), and is answered by the
+    actor, not recorded by the head: it has no task id."""
+
+    __slots__ = ("_call", "_actor", "_method")
+
+    def __init__(self, call: Any, actor: ActorHandle, method: str):
+        super().__init__(None, (), "actor-call", None)
+        self._call = call
+        self._actor = actor
+        self._method = method
+
+    @property
+    def id(self) -> int:
+        raise InvalidArgumentError(
+            f"{self!r} is an actor call, which has no task id: calls are answered by the actor "
+            f"and not recorded by the head"
+        )
+
+    def _what(self) -> str:
+        return f"actor call {self._actor._class_name or 'actor'}.{self._method} (actor " \
+               f"{self._actor.actor_id})"
+
+    def _value(self, timeout: Optional[float]) -> Any:
+        ok, body = self._call.result(timeout)
+        if ok:
+            return pickle.loads(body)
+        raise _api._failure(self._actor.actor_id, "failed", body, self._what())
+
+    def _done(self) -> bool:
+        return self._call.done()
+
+    def cancel(self) -> None:
+        _api.cancel(self)
+
+    def __repr__(self) -> str:
+        return f"ActorCallRef({self._actor._class_name or 'actor'}.{self._method})"
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __reduce__(self):
+        raise InvalidArgumentError(
+            f"{self!r} cannot be passed to a task or an actor: pass its value (escher.get) "
+            f"instead"
+        )
+
+
+def wait_calls(refs: List[TaskRef], num_returns: int,
+               timeout: Optional[float]) -> tuple:
+    """``escher.wait`` over refs that include actor calls: looks at each until enough have
+    finished or ``timeout`` passed."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    pause = 0.001
+    session = _api._current()
+    while True:
+        tasks = [r for r in refs if not isinstance(r, ActorCallRef)]
+        finished_tasks = set()
+        if tasks:
+            ready, _ = session.wait([r.id for r in tasks], len(tasks), 0)
+            finished_tasks = {s[0] for s in ready}
+        done = [r for r in refs if (r._done() if isinstance(r, ActorCallRef)
+                                    else r.id in finished_tasks)]
+        if len(done) >= num_returns or (deadline is not None and time.monotonic() >= deadline):
+            ready_set = {id(r) for r in done[:num_returns]}
+            return ([r for r in refs if id(r) in ready_set],
+                    [r for r in refs if id(r) not in ready_set])
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
+
+
+def get_actor(name: str, namespace: Optional[str] = None) -> ActorHandle:
+    """The live actor named ``name`` in this session's namespace (or ``namespace``); raises
+    ``NotFoundError`` when there is none."""
+    if not isinstance(name, str) or not name:
+        raise InvalidArgumentError(f"an actor's name is a non-empty text, not {name!r}")
+    return ActorHandle(_api._current().actor_named(name, namespace), None, None)
+
+
+def kill(actor: ActorHandle, *, no_restart: bool = True) -> str:
+    """Ends an actor and returns once it has ended: for good (``no_restart=True``: its name
+    and resources are freed, its calls fail naming why), or, with ``no_restart=False``, its
+    incarnation only, restarted as ``max_restarts`` allows (its constructor re-run, its state
+    lost). Returns the actor's state afterwards."""
+    if not isinstance(actor, ActorHandle):
+        raise InvalidArgumentError(
+            f"escher.kill takes an actor's handle (what Cls.remote() or escher.get_actor() "
+            f"returns), not {actor!r}; cancel a task with escher.cancel"
+        )
+    return actor._native.kill(bool(no_restart))

@@ -1,0 +1,250 @@
+"""Python actors on the embedded cluster: state and order, async and threaded actors, names,
+lifetimes, handles passed to tasks, kill, restarts after the interpreter is SIGKILLed, and bad
+input. Each test kills what it created that would outlive it (named and detached actors)."""
+
+import asyncio
+import os
+import signal
+import threading
+import time
+
+import pytest
+
+import escher
+
+from conftest import run_python
+
+
+@escher.remote
+class Counter:
+    def __init__(self, start=0):
+        self.n = start
+        self.seen = []
+        self.born = time.time_ns()
+
+    def add(self, by=1):
+        self.n += by
+        self.seen.append(by)
+        return self.n
+
+    def get(self):
+        return self.n
+
+    def order(self):
+        return list(self.seen)
+
+    def identity(self):
+        return os.getpid(), self.born
+
+    def fail(self, text):
+        raise ValueError(text)
+
+    def chatty(self):
+        for i in range(2000):
+            print("noise", i, "x" * 50)
+        return "quiet"
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return "slept"
+
+
+def test_a_counter_keeps_state_and_runs_one_callers_calls_in_order(cluster):
+    c = Counter.remote(10)
+    refs = [c.add.remote(i) for i in range(200)]
+    values = escher.get(refs, timeout=60)
+    expected, n = [], 10
+    for i in range(200):
+        n += i
+        expected.append(n)
+    assert values == expected
+    assert escher.get(c.order.remote()) == list(range(200))
+    assert escher.get(c.get.remote()) == 10 + sum(range(200))
+
+
+def test_a_method_that_raises_fails_its_call_only(cluster):
+    c = Counter.remote()
+    with pytest.raises(ValueError, match="boom") as err:
+        escher.get(c.fail.remote("boom"), timeout=60)
+    assert "Remote traceback" in str(err.value) and "Counter.fail" in str(err.value)
+    assert escher.get(c.add.remote(2), timeout=60) == 2
+
+
+def test_prints_do_not_corrupt_the_replies(cluster):
+    c = Counter.remote()
+    assert escher.get(c.chatty.remote(), timeout=60) == "quiet"
+    assert escher.get(c.add.remote(1), timeout=60) == 1
+
+
+def test_calls_are_awaitable_and_waitable(cluster):
+    c = Counter.remote()
+    slow, fast = c.sleep.remote(0.5), c.get.remote()
+    ready, not_ready = escher.wait([slow, fast], num_returns=2, timeout=60)
+    assert ready == [slow, fast] and not_ready == []
+
+    async def main():
+        return await c.add.remote(3)
+
+    assert asyncio.run(main()) == 3
+    with pytest.raises(escher.InvalidArgumentError, match="cannot be cancelled"):
+        escher.cancel(c.get.remote())
+
+
+@escher.remote
+class Pair:
+    """Two coroutines that each wait for the other's event: both finish only if they run
+    concurrently on the actor's loop."""
+
+    def __init__(self):
+        self.events = {}
+
+    def _event(self, name):
+        return self.events.setdefault(name, asyncio.Event())
+
+    async def meet(self, mine, theirs):
+        self._event(mine).set()
+        await asyncio.wait_for(self._event(theirs).wait(), 30)
+        return mine
+
+
+def test_an_async_actor_runs_its_coroutines_concurrently(cluster):
+    p = Pair.remote()
+    a, b = p.meet.remote("a", "b"), p.meet.remote("b", "a")
+    assert escher.get([a, b], timeout=60) == ["a", "b"]
+
+
+@escher.remote(max_concurrency=2)
+class Threads:
+    def __init__(self):
+        self.barrier = threading.Barrier(2)
+
+    def meet(self, name):
+        # Both calls pass only if they run at once, on two threads.
+        self.barrier.wait(timeout=30)
+        return name
+
+
+def test_a_threaded_actor_runs_max_concurrency_calls_at_once(cluster):
+    t = Threads.remote()
+    assert escher.get([t.meet.remote(1), t.meet.remote(2)], timeout=60) == [1, 2]
+
+
+def test_a_named_actor_is_found_from_another_driver(cluster):
+    c = Counter.options(name="shared-counter").remote(5)
+    try:
+        assert escher.get(c.add.remote(1), timeout=60) == 6
+        out = run_python(
+            "import escher\n"
+            f"escher.init(address={cluster.head_url!r}, token={cluster.admin_token!r})\n"
+            "h = escher.get_actor('shared-counter')\n"
+            "print(escher.get(h.add.remote(10), timeout=60))\n"
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "16"
+        assert escher.get(c.get.remote(), timeout=60) == 16
+    finally:
+        escher.kill(c)
+
+
+def test_a_detached_actor_outlives_its_creator(cluster):
+    out = run_python(
+        "import escher\n"
+        f"escher.init(address={cluster.head_url!r}, token={cluster.admin_token!r})\n"
+        "@escher.remote\n"
+        "class Box:\n"
+        "    def __init__(self, v):\n"
+        "        self.v = v\n"
+        "    def get(self):\n"
+        "        return self.v\n"
+        "b = Box.options(name='kept', lifetime='detached').remote('still here')\n"
+        "print(escher.get(b.get.remote(), timeout=60))\n"
+    )
+    assert out.returncode == 0, out.stderr
+    h = escher.get_actor("kept")
+    try:
+        assert escher.get(h.get.remote(), timeout=60) == "still here"
+    finally:
+        escher.kill(h)
+    with pytest.raises(escher.NotFoundError):
+        escher.get_actor("kept")
+
+
+@escher.remote
+def bump(handle, by):
+    return escher.get(handle.add.remote(by), timeout=60)
+
+
+def test_a_handle_passed_to_a_remote_function_calls_the_actor(cluster):
+    c = Counter.remote(1)
+    assert escher.get(bump.remote(c, 41), timeout=60) == 42
+    assert escher.get(c.get.remote(), timeout=60) == 42
+
+
+def test_a_killed_actor_says_why(cluster):
+    c = Counter.remote()
+    assert escher.get(c.add.remote(), timeout=60) == 1
+    escher.kill(c)
+    with pytest.raises(escher.ActorDiedError, match="died: cancelled"):
+        escher.get(c.add.remote(), timeout=60)
+
+
+def _parent(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def test_a_sigkilled_interpreter_restarts_with_its_constructor_rerun(cluster):
+    c = Counter.options(max_restarts=1).remote(100)
+    assert escher.get(c.add.remote(1), timeout=60) == 101
+    pid, born = escher.get(c.identity.remote(), timeout=60)
+    # The actor's interpreter is a child of its worker, which runs in this process.
+    assert _parent(pid) == os.getpid()
+    in_flight = c.sleep.remote(60)
+    time.sleep(0.5)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(escher.ActorDiedError, match="signal 9"):
+        escher.get(in_flight, timeout=60)
+    # A fresh instance: the constructor ran again, the state is lost.
+    assert escher.get(c.get.remote(), timeout=60) == 100
+    pid2, born2 = escher.get(c.identity.remote(), timeout=60)
+    assert (pid2, born2) != (pid, born)
+    escher.kill(c)
+
+
+def test_bad_actors_and_calls_say_what_is_wrong(cluster):
+    c = Counter.remote()
+    with pytest.raises(AttributeError, match="no method 'nope'"):
+        c.nope.remote()
+    with pytest.raises(escher.InvalidArgumentError, match="max_concurrency"):
+        escher.remote(max_concurrency=0)(Counter.__wrapped__)
+
+    @escher.remote
+    class Locked:
+        lock = threading.Lock()
+
+        def get(self):
+            return 1
+
+    with pytest.raises(escher.InvalidArgumentError, match="cannot pickle actor class"):
+        Locked.remote()
+
+    first = Counter.options(name="taken").remote()
+    try:
+        with pytest.raises(escher.EscherError, match="taken"):
+            Counter.options(name="taken").remote()
+    finally:
+        escher.kill(first)
+
+
+def test_a_constructor_that_raises_ends_the_actor_saying_why(cluster):
+    @escher.remote
+    class Broken:
+        def __init__(self):
+            raise RuntimeError("no config")
+
+        def get(self):
+            return 1
+
+    b = Broken.remote()
+    with pytest.raises(escher.ActorDiedError, match="no config"):
+        escher.get(b.get.remote(), timeout=60)
