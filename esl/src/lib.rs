@@ -38,6 +38,10 @@
 //! - [`fair_share`]: [`Hfs`], hierarchical max-min fair sharing over node domains
 //!   (`create_user(id, weight)`, idle shares lent and reclaimed, child instances over the nodes
 //!   their parent grants), driven by a [`Periodic`] rebalancer or by the application;
+//! - [`fair_time`]: [`FairTime`], fair share over time: usage in weighted resource-seconds
+//!   decayed by a half-life, Slurm's fair-share factor, priorities, guarantees that a cohort
+//!   borrows and lends, and preemption of over-share or lower-priority jobs, decided by the pure
+//!   [`fair_time::Arbiter`];
 //! - [`migration`]: [`Migrator`], the EscherTune pattern: a job's co-location resource moves
 //!   to a node that now has room, and its tasks are relaunched with unchanged requests;
 //! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,
@@ -62,6 +66,7 @@ pub mod compose;
 mod ends;
 mod error;
 pub mod fair_share;
+pub mod fair_time;
 pub mod gang;
 pub mod gpu;
 #[cfg(feature = "in-memory")]
@@ -86,6 +91,7 @@ pub use bin_packing::BinPacking;
 pub use compose::{Composition, Unsatisfiable};
 pub use error::EslError;
 pub use fair_share::{Hfs, User};
+pub use fair_time::FairTime;
 pub use gang::{Gang, GangCoordinator, GangRequest, GangScheduler, GhostGangs, NativeGangs};
 #[cfg(feature = "in-memory")]
 pub use in_memory::{InMemoryCluster, Mode};
