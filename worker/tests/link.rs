@@ -346,3 +346,38 @@ async fn the_head_can_tell_a_worker_to_stop() {
     });
     w.join().await.unwrap();
 }
+
+/// A head whose state was restored from a backup says so at registration (a new incarnation,
+/// issue 46): the restored head numbers attempts from what the backup knew and never sends
+/// again one that ran after the backup, so the worker forgets which attempts it ran. The same
+/// head reached again does not make it forget.
+#[tokio::test]
+async fn a_head_restored_from_a_backup_may_send_an_attempt_this_process_ran_after_it() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    head.send(assign(1, ghost(Some(Duration::from_millis(50)))));
+    expect_started(&mut head, 1).await;
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    head.send(HeadMessage::ReportsAcked(running(&[1])));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The same head again: attempt 1 of task 1 ran in this process; it does not run twice.
+    head.drop_stream();
+    attached(&mut head).await;
+    head.send(assign(1, ghost(None)));
+    assert_eq!(head.quiet_for(Duration::from_millis(300)).await, None);
+    // Restored from a backup taken before it ran: the restored head's attempt 1 runs.
+    head.restored(1_600_000_001);
+    head.drop_stream();
+    attached(&mut head).await;
+    head.send(assign(1, ghost(Some(Duration::from_millis(50)))));
+    expect_started(&mut head, 1).await;
+    assert_eq!(
+        expect_finished(&mut head, 1).await,
+        Ok(TaskResult::Released)
+    );
+    w.stop().await.unwrap();
+}

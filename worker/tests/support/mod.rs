@@ -48,6 +48,8 @@ struct State {
     keep_ids: bool,
     /// The cluster id this head issues identities for.
     cluster: String,
+    /// The incarnation of its state it tells registering workers (`RegisterReply.incarnation`).
+    incarnation: u64,
     /// Answer `Register` with UNAVAILABLE (a head that is restarting).
     unavailable: bool,
     /// Answer `Register` with INVALID_ARGUMENT (a head that refuses the worker).
@@ -103,6 +105,7 @@ impl FakeHead {
             next_node_id: 1,
             keep_ids: true,
             cluster: "fake-cluster".into(),
+            incarnation: 0,
             unavailable: false,
             reject: false,
             streams: 0,
@@ -152,6 +155,12 @@ impl FakeHead {
     /// is unknown (and then registers as a new node).
     pub fn keep_ids(&self, keep: bool) {
         self.state().keep_ids = keep;
+    }
+
+    /// Acts as a head whose state was restored from a backup: registrations from now on are
+    /// answered with `incarnation`.
+    pub fn restored(&self, incarnation: u64) {
+        self.state().incarnation = incarnation;
     }
 
     /// Makes `Register` answer UNAVAILABLE (`true`) or work again (`false`).
@@ -288,7 +297,7 @@ impl WorkerLink for Services {
                 secret,
                 group: state.cluster.clone(),
                 heartbeat_timeout_ms: 0,
-                incarnation: 0,
+                incarnation: state.incarnation,
             }
         };
         let _ = self.registrations.send(req);
