@@ -248,3 +248,51 @@ def test_a_constructor_that_raises_ends_the_actor_saying_why(cluster):
     b = Broken.remote()
     with pytest.raises(escher.ActorDiedError, match="no config"):
         escher.get(b.get.remote(), timeout=60)
+
+
+def _state(actor_id):
+    return escher.task_info(escher.TaskRef(actor_id))["state"]
+
+
+def test_an_owned_actor_ends_with_its_creators_last_handle(cluster):
+    import gc
+
+    c = Counter.remote()
+    assert escher.get(c.add.remote(), timeout=60) == 1
+    actor_id = c.actor_id
+    del c
+    gc.collect()
+    deadline = time.time() + 30
+    while _state(actor_id) != "cancelled" and time.time() < deadline:
+        time.sleep(0.05)
+    assert _state(actor_id) == "cancelled"
+
+
+def test_calls_in_flight_go_to_the_next_incarnation_within_max_task_retries(cluster):
+    c = Counter.options(max_restarts=1, max_task_retries=1).remote(7)
+    pid, _born = escher.get(c.identity.remote(), timeout=60)
+    in_flight = c.sleep.remote(1)
+    time.sleep(0.3)
+    os.kill(pid, signal.SIGKILL)
+    # Sent again to the fresh incarnation, where it runs to its end.
+    assert escher.get(in_flight, timeout=60) == "slept"
+    assert escher.get(c.get.remote(), timeout=60) == 7
+    escher.kill(c)
+
+
+def test_an_actor_in_another_namespace_is_unknown_here(cluster):
+    c = Counter.options(name="elsewhere", namespace="team-actors").remote(3)
+    try:
+        with pytest.raises(escher.NotFoundError):
+            escher.get_actor("elsewhere")
+        token = escher.create_token("app", "team-actors")
+        out = run_python(
+            "import escher\n"
+            f"escher.init(address={cluster.head_url!r}, token={token!r})\n"
+            "h = escher.get_actor('elsewhere')\n"
+            "print(escher.get(h.add.remote(1), timeout=60))\n"
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip() == "4"
+    finally:
+        escher.kill(c)
