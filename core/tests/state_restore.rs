@@ -104,6 +104,12 @@ fn a_restored_state_skips_every_id_given_out_after_its_backup_and_reconciles_its
     let (skipped, _) = ids_to_skip(t.now, t.now + 60_000);
     assert!(skipped >= 60 * TASK_IDS_PER_SECOND, "{skipped}");
     assert!(next.0 > skipped, "{next}");
+    // An id given out after the backup is unknown to the restored state (not "evicted").
+    for &lost in &after {
+        assert!(r.state.task(lost).is_none());
+        let err = r.state.missing_task(lost).to_string();
+        assert_eq!(err, format!("unknown task {lost}"));
+    }
     let incarnation = r.state.incarnation();
     assert_eq!(incarnation.number, 1);
     assert_eq!(incarnation.id(), next.0);

@@ -296,7 +296,7 @@ impl ClusterState {
                 Reply::Done
             }
             Command::SkipIds { count, why } => {
-                self.next_task = self.next_task.saturating_add(count);
+                self.skip_task_ids(count);
                 self.next_node = self.next_node.saturating_add(count);
                 tracing::warn!(
                     count,

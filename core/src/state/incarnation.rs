@@ -63,13 +63,26 @@ pub struct Incarnation {
     /// The nodes that were live when it began and have not come back since: the first return
     /// of each is reconciled strictly.
     pub unreconciled: BTreeSet<NodeId>,
+    /// The task ids skipped (by restores and by lost log tails), as `[from, to)` ranges, the
+    /// last [`MAX_SKIPS_KEPT`]: an id in one was never given out by this state (if at all, by
+    /// the cluster's life before the restore), so asking for it is "unknown task", not
+    /// "evicted".
+    pub skipped: Vec<(u64, u64)>,
 }
+
+/// How many skipped ranges of task ids a state remembers.
+pub const MAX_SKIPS_KEPT: usize = 16;
 
 impl Incarnation {
     /// The incarnation's name, never repeated in its cluster: the first task id it gave out
     /// (0 for a state never restored).
     pub fn id(&self) -> u64 {
         self.first_task
+    }
+
+    /// Whether task id `id` lies in a range this state skipped (never gave out).
+    pub fn skipped(&self, id: u64) -> bool {
+        self.skipped.iter().any(|&(from, to)| from <= id && id < to)
     }
 }
 
@@ -106,7 +119,7 @@ impl ClusterState {
             return;
         };
         let (tasks, nodes) = ids_to_skip(taken_at, now);
-        self.next_task = self.next_task.saturating_add(tasks);
+        self.skip_task_ids(tasks);
         self.next_node = self.next_node.saturating_add(nodes);
         let live: BTreeSet<NodeId> = self
             .nodes
@@ -121,6 +134,7 @@ impl ClusterState {
             backup_taken_at: taken_at,
             pending: None,
             unreconciled: live,
+            skipped: std::mem::take(&mut self.incarnation.skipped),
         };
         tracing::warn!(
             incarnation = self.incarnation.number,
@@ -134,6 +148,17 @@ impl ClusterState {
              after the backup are skipped, and each returning worker is reconciled with what \
              the backup believed it ran"
         );
+    }
+
+    /// Skips `count` task ids, remembering the range.
+    pub(crate) fn skip_task_ids(&mut self, count: u64) {
+        let from = self.next_task;
+        self.next_task = self.next_task.saturating_add(count);
+        let skipped = &mut self.incarnation.skipped;
+        skipped.push((from, self.next_task));
+        if skipped.len() > MAX_SKIPS_KEPT {
+            skipped.remove(0);
+        }
     }
 
     /// Why an attempt the state believed runs on `node` counts as failed when that node's

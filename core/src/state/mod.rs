@@ -57,7 +57,8 @@ pub use error::ApplyError;
 pub use events::Recorded;
 pub use gpus::PendingMig;
 pub use incarnation::{
-    CLOCK_MARGIN_MS, Incarnation, NODE_IDS_PER_SECOND, TASK_IDS_PER_SECOND, ids_to_skip,
+    CLOCK_MARGIN_MS, Incarnation, MAX_SKIPS_KEPT, NODE_IDS_PER_SECOND, TASK_IDS_PER_SECOND,
+    ids_to_skip,
 };
 pub use nodes::{Joining, Returning, SecretHash};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};

@@ -247,7 +247,11 @@ impl ClusterState {
 
     /// The eviction answer for `id`: `None` if it has a record, or was never handed out.
     pub fn evicted(&self, id: TaskId) -> Option<Evicted> {
-        if self.tasks.contains_key(&id) || id.0 == 0 || id.0 >= self.next_task {
+        if self.tasks.contains_key(&id)
+            || id.0 == 0
+            || id.0 >= self.next_task
+            || self.incarnation.skipped(id.0)
+        {
             return None;
         }
         Some(Evicted {

@@ -483,6 +483,10 @@ pub fn check_invariants(state: &ClusterState) {
     ids.extend(state.task_ids().map(|t| t.0));
     for id in ids {
         let task = TaskId(id);
+        if state.incarnation().skipped(id) {
+            assert!(state.task(task).is_none() && state.evicted(task).is_none());
+            continue;
+        }
         let Some(rec) = state.task(task) else {
             let evicted = state
                 .evicted(task)
