@@ -35,7 +35,8 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{Amount, ResourceSet};
 
-use super::config::{FairTimeConfig, FairTimeError, Namespace, check_priority};
+use super::config::{FairTimeConfig, FairTimeError, check_priority};
+use super::round::{Entry, Round, Vector, add, vector};
 use super::usage::{DecayedUsage, fair_share_factor};
 
 /// A job of the policy: the unit that is admitted and preempted (one task on a cluster).
@@ -100,21 +101,6 @@ pub struct Job {
     pub on_preempt: OnPreempt,
 }
 
-type Vector = BTreeMap<String, u64>;
-
-#[derive(Debug, Clone)]
-struct Entry {
-    namespace: String,
-    priority: i32,
-    demand: Vector,
-    cost: f64,
-    on_preempt: OnPreempt,
-    /// Arrival order: a requeued job keeps its place.
-    seq: u64,
-    /// When admitted (ms), for victims' order.
-    admitted_ms: u64,
-}
-
 /// The pure fair-share-over-time policy. See the module doc.
 #[derive(Debug, Clone)]
 pub struct Arbiter {
@@ -125,160 +111,6 @@ pub struct Arbiter {
     waiting: BTreeMap<JobId, Entry>,
     admitted: BTreeMap<JobId, Entry>,
     next: u64,
-}
-
-fn vector(resources: &ResourceSet) -> Vector {
-    resources
-        .iter()
-        .filter(|(_, a)| !a.is_zero())
-        .map(|(n, a)| (n.as_str().to_string(), a.raw()))
-        .collect()
-}
-
-fn add(into: &mut Vector, v: &Vector) {
-    for (k, a) in v {
-        *into.entry(k.clone()).or_default() += a;
-    }
-}
-
-fn sub(from: &mut Vector, v: &Vector) {
-    for (k, a) in v {
-        if let Some(x) = from.get_mut(k) {
-            *x = x.saturating_sub(*a);
-        }
-    }
-}
-
-/// Whether `held` is within `guarantee` in every resource (one not guaranteed counts as 0).
-fn within(held: &Vector, guarantee: &Vector) -> bool {
-    held.iter()
-        .all(|(k, a)| *a <= guarantee.get(k).copied().unwrap_or(0))
-}
-
-/// The state of one round: what each namespace and cohort holds, as decisions are taken.
-struct Round<'a> {
-    arbiter: &'a Arbiter,
-    held: BTreeMap<String, Vector>,
-    cost: BTreeMap<String, f64>,
-    used: Vector,
-    factor: BTreeMap<String, f64>,
-}
-
-impl Round<'_> {
-    fn namespace(&self, name: &str) -> &Namespace {
-        &self.arbiter.config.namespaces[name]
-    }
-
-    fn guarantee(&self, name: &str) -> Vector {
-        vector(&self.namespace(name).guarantee)
-    }
-
-    fn cohort(&self, name: &str) -> Vec<&Namespace> {
-        let cohort = &self.namespace(name).cohort;
-        self.arbiter
-            .config
-            .namespaces
-            .values()
-            .filter(|n| n.name == name || (cohort.is_some() && n.cohort == *cohort))
-            .collect()
-    }
-
-    fn held(&self, name: &str) -> Vector {
-        self.held.get(name).cloned().unwrap_or_default()
-    }
-
-    /// Cost held per unit of weight.
-    fn load(&self, name: &str) -> f64 {
-        self.cost.get(name).copied().unwrap_or(0.0) / f64::from(self.namespace(name).weight)
-    }
-
-    fn over_guarantee(&self, name: &str) -> bool {
-        !within(&self.held(name), &self.guarantee(name))
-    }
-
-    /// Whether `job`'s namespace stays within its guarantee once `job` is admitted.
-    fn entitled(&self, job: &Entry) -> bool {
-        let mut after = self.held(&job.namespace);
-        add(&mut after, &job.demand);
-        within(&after, &self.guarantee(&job.namespace))
-    }
-
-    fn fits(&self, job: &Entry) -> bool {
-        let capacity = &self.arbiter.capacity;
-        let room = job.demand.iter().all(|(k, a)| match capacity.get(k) {
-            Some(c) => self.used.get(k).copied().unwrap_or(0) + a <= *c,
-            None => true,
-        });
-        if !room {
-            return false;
-        }
-        let members = self.cohort(&job.namespace);
-        job.demand.iter().all(|(k, a)| {
-            let quota: Vec<u64> = members
-                .iter()
-                .filter_map(|n| n.guarantee.iter().find(|(r, _)| r.as_str() == k))
-                .map(|(_, q)| q.raw())
-                .collect();
-            if quota.is_empty() {
-                return true;
-            }
-            let cohort_used: u64 = members
-                .iter()
-                .map(|n| {
-                    self.held
-                        .get(&n.name)
-                        .and_then(|h| h.get(k))
-                        .copied()
-                        .unwrap_or(0)
-                })
-                .sum();
-            cohort_used + a <= quota.iter().sum::<u64>()
-        })
-    }
-
-    fn take(&mut self, job: &Entry) {
-        add(
-            self.held.entry(job.namespace.clone()).or_default(),
-            &job.demand,
-        );
-        add(&mut self.used, &job.demand);
-        *self.cost.entry(job.namespace.clone()).or_default() += job.cost;
-    }
-
-    fn give_back(&mut self, job: &Entry) {
-        sub(
-            self.held.entry(job.namespace.clone()).or_default(),
-            &job.demand,
-        );
-        sub(&mut self.used, &job.demand);
-        *self.cost.entry(job.namespace.clone()).or_default() -= job.cost;
-    }
-
-    /// Why `waiting` may preempt `victim` now, if it may.
-    fn reason(&self, waiting: &Entry, victim: &Entry) -> Option<Reason> {
-        if !self.over_guarantee(&victim.namespace) {
-            return None;
-        }
-        if waiting.priority > victim.priority {
-            return Some(Reason::Priority);
-        }
-        if waiting.priority < victim.priority || waiting.namespace == victim.namespace {
-            return None;
-        }
-        let (w, v) = (
-            self.namespace(&waiting.namespace),
-            self.namespace(&victim.namespace),
-        );
-        if w.cohort.is_some() && w.cohort == v.cohort && self.entitled(waiting) {
-            return Some(Reason::Reclaim);
-        }
-        let after_waiting =
-            (self.cost.get(&w.name).copied().unwrap_or(0.0) + waiting.cost) / f64::from(w.weight);
-        let after_victim =
-            (self.cost.get(&v.name).copied().unwrap_or(0.0) - victim.cost) / f64::from(v.weight);
-        (self.factor[&w.name] > self.factor[&v.name] && after_waiting <= after_victim)
-            .then_some(Reason::FairShare)
-    }
 }
 
 impl Arbiter {
@@ -440,7 +272,11 @@ impl Arbiter {
             .map(|s| (s.namespace, s.factor))
             .collect();
         let mut round = Round {
-            arbiter: self,
+            config: &self.config,
+            capacity: &self.capacity,
+            guarantees: (self.config.namespaces.values())
+                .map(|n| (n.name.clone(), vector(&n.guarantee)))
+                .collect(),
             held: BTreeMap::new(),
             cost: BTreeMap::new(),
             used: Vector::new(),
@@ -462,11 +298,28 @@ impl Arbiter {
                 )
                 .then(a.seq.cmp(&b.seq))
         });
+        // Victims in the order they are taken (module doc), by the loads at the round's start.
+        let mut candidates: Vec<(JobId, &Entry)> =
+            self.admitted.iter().map(|(id, e)| (*id, e)).collect();
+        candidates.sort_by(|(ia, a), (ib, b)| {
+            a.priority
+                .cmp(&b.priority)
+                .then(
+                    round
+                        .load(&b.namespace)
+                        .total_cmp(&round.load(&a.namespace)),
+                )
+                .then(b.admitted_ms.cmp(&a.admitted_ms))
+                .then(ib.cmp(ia))
+        });
+        // Jobs of a shape that found no victims since the last change: their like find none.
+        let mut hopeless: BTreeSet<(&str, i32, &Vector)> = BTreeSet::new();
         let mut decisions = Vec::new();
         let mut admit = Vec::new();
         let mut stopped: BTreeSet<JobId> = BTreeSet::new();
         for (id, job) in order {
             if round.fits(job) {
+                hopeless.clear();
                 round.take(job);
                 admit.push(id);
                 decisions.push(Decision::Admit {
@@ -475,9 +328,15 @@ impl Arbiter {
                 });
                 continue;
             }
-            let Some(victims) = self.victims(&mut round, job, &stopped) else {
+            let shape = (job.namespace.as_str(), job.priority, &job.demand);
+            if hopeless.contains(&shape) {
+                continue;
+            }
+            let Some(victims) = Arbiter::victims(&mut round, job, &candidates, &stopped) else {
+                hopeless.insert(shape);
                 continue;
             };
+            hopeless.clear();
             for (victim, reason) in victims {
                 let entry = &self.admitted[&victim];
                 stopped.insert(victim);
@@ -503,32 +362,19 @@ impl Arbiter {
     /// The running jobs whose preemption makes `job` fit, with why each may be preempted;
     /// `None` (and `round` unchanged) if no such set exists.
     fn victims(
-        &self,
         round: &mut Round<'_>,
         job: &Entry,
+        candidates: &[(JobId, &Entry)],
         stopped: &BTreeSet<JobId>,
     ) -> Option<Vec<(JobId, Reason)>> {
-        let mut candidates: Vec<(JobId, &Entry)> = self
-            .admitted
+        let candidates = candidates
             .iter()
+            .take_while(|(_, e)| e.priority <= job.priority)
             .filter(|(id, e)| {
                 !stopped.contains(id) && e.demand.keys().any(|k| job.demand.contains_key(k))
-            })
-            .map(|(id, e)| (*id, e))
-            .collect();
-        candidates.sort_by(|(ia, a), (ib, b)| {
-            a.priority
-                .cmp(&b.priority)
-                .then(
-                    round
-                        .load(&b.namespace)
-                        .total_cmp(&round.load(&a.namespace)),
-                )
-                .then(b.admitted_ms.cmp(&a.admitted_ms))
-                .then(ib.cmp(ia))
-        });
+            });
         let mut chosen = Vec::new();
-        for (id, victim) in candidates {
+        for &(id, victim) in candidates {
             let Some(reason) = round.reason(job, victim) else {
                 continue;
             };

@@ -40,6 +40,7 @@
 
 mod arbiter;
 mod config;
+mod round;
 mod usage;
 
 #[cfg(test)]

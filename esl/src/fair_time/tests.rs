@@ -585,3 +585,72 @@ async fn run_gpu_jobs(policy: bool) -> Vec<u64> {
     }
     done.into_values().collect()
 }
+
+/// On the in-memory cluster: a high-priority job preempts a running one whose spec says fail;
+/// the cancelled task ends cancelled, the job is recorded as preempted, and bad requests are
+/// refused with nothing queued.
+#[tokio::test]
+async fn the_driver_cancels_a_preempted_task_and_records_that_it_failed() {
+    let cluster = InMemoryCluster::new(Mode::Manual);
+    cluster.add_node("cpu=2");
+    let config = FairTimeConfig::new(hours(1.0))
+        .namespace(Namespace::new("batch"))
+        .unwrap()
+        .namespace(Namespace::new("prod").priority(10))
+        .unwrap();
+    let fair = FairTime::new(cluster.clone(), config).await.unwrap();
+    let spec = || {
+        Task::function("f", Vec::new())
+            .resources_str("cpu=2")
+            .build()
+            .unwrap()
+    };
+    let err = fair
+        .submit("nobody", spec(), None, OnPreempt::Fail)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("namespace nobody is not configured"),
+        "{err}"
+    );
+    let err = fair
+        .submit("prod", spec(), Some(5000), OnPreempt::Fail)
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("priority 5000 is outside"),
+        "{err}"
+    );
+    assert!(
+        fair.round(0).await.unwrap().is_empty(),
+        "nothing was queued"
+    );
+
+    let batch = fair.submit("batch", spec(), None, OnPreempt::Fail).unwrap();
+    fair.round(1000).await.unwrap();
+    let JobState::Admitted(task) = fair.state(batch).unwrap() else {
+        panic!("{:?}", fair.state(batch));
+    };
+    assert_eq!(cluster.running().len(), 1);
+    let prod = fair
+        .submit("prod", spec(), None, OnPreempt::Requeue)
+        .unwrap();
+    let decisions = fair.round(2000).await.unwrap();
+    assert_eq!(preempted(&decisions), vec![(batch, Reason::Priority)]);
+    assert_eq!(fair.state(batch).unwrap(), JobState::Preempted);
+    assert_eq!(fair.preemptions(batch), 1);
+    let status = cluster.status(task).await.unwrap();
+    assert_eq!(status.state, escher_proto::types::TaskState::Cancelled);
+    let now_running = fair.task_of(prod).unwrap();
+    assert_eq!(
+        cluster.running().iter().map(|r| r.0).collect::<Vec<_>>(),
+        vec![now_running]
+    );
+    // Its end is heard, and the job is ended.
+    cluster.finish(now_running, true);
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    fair.round(3000).await.unwrap();
+    assert_eq!(fair.state(prod).unwrap(), JobState::Ended(now_running));
+    assert!(fair.shares(3000).iter().all(|s| s.holds.is_empty()));
+}
