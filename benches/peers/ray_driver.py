@@ -15,6 +15,9 @@ with keys and units matching escher's figures:
                   (ray_perf's placement_group_create/removal: 100 at a time, {"custom": 0.001})
     gang.p50/.p95/.max/.min/.rate  ms and gangs/s: placement groups of G one-slot bundles,
                   created, waited ready and removed by C threads at once
+    actors.round_trip.p50        ms, sequential ray.get(a.noop.remote()) to one actor
+    actors.pipelined             calls/s, ray.get([a.noop.remote() for _ in range(P)])
+    actors.create_to_first_call.p50  ms, A.remote() then ray.get(a.noop.remote()), then kill
 """
 
 import argparse
@@ -46,6 +49,7 @@ def main():
     ap.add_argument("--pg", type=int, default=0, help="one-bundle placement groups")
     ap.add_argument("--gang", default="", help="CLIENTSxGANGSxBUNDLES")
     ap.add_argument("--gang-slots", type=int, default=256)
+    ap.add_argument("--actors", default="", help="ROUNDTRIPSxPIPELINEDxCREATIONS")
     args = ap.parse_args()
 
     import ray
@@ -90,6 +94,48 @@ def main():
         values["w2.p50"] = percentile(samples, 0.50)
         values["w2.p99"] = percentile(samples, 0.99)
         log(f"w2: p50 {values['w2.p50']:.3f} ms p99 {values['w2.p99']:.3f} ms")
+
+    if args.actors:
+        round_trips, pipelined, creations = (int(x) for x in args.actors.split("x"))
+
+        @ray.remote(num_cpus=0)
+        class BenchActor:
+            def noop(self):
+                return None
+
+        @ray.remote(num_cpus=1)
+        class Fresh:
+            def noop(self):
+                return None
+
+        a = BenchActor.remote()
+        for _ in range(100):
+            ray.get(a.noop.remote())
+        samples = []
+        for _ in range(round_trips):
+            start = time.perf_counter()
+            ray.get(a.noop.remote())
+            samples.append((time.perf_counter() - start) * 1e3)
+        samples.sort()
+        values["actors.round_trip.p50"] = percentile(samples, 0.50)
+        start = time.perf_counter()
+        ray.get([a.noop.remote() for _ in range(pipelined)])
+        values["actors.pipelined"] = pipelined / (time.perf_counter() - start)
+        ray.kill(a)
+        created = []
+        for _ in range(creations):
+            start = time.perf_counter()
+            f = Fresh.remote()
+            ray.get(f.noop.remote())
+            created.append((time.perf_counter() - start) * 1e3)
+            ray.kill(f)
+        created.sort()
+        values["actors.create_to_first_call.p50"] = percentile(created, 0.50)
+        log(
+            f"actors: round trip p50 {values['actors.round_trip.p50']:.3f} ms, "
+            f"pipelined {values['actors.pipelined']:.0f} calls/s, creation to first call "
+            f"p50 {values['actors.create_to_first_call.p50']:.1f} ms"
+        )
 
     if args.w3:
         clients, each = (int(x) for x in args.w3.split("x"))

@@ -42,6 +42,12 @@ pub struct Params {
     pub w1_tasks: Vec<usize>,
     /// W2: sequential submit-then-get round trips.
     pub w2_round_trips: usize,
+    /// Actors: sequential method-call round trips to one actor.
+    pub actor_round_trips: usize,
+    /// Actors: method calls in flight at once, per round of the pipelined figure.
+    pub actor_pipelined: usize,
+    /// Actors: actors created, each called once and killed.
+    pub actor_creations: usize,
     /// W3: clients, and tasks each submits.
     pub w3_clients: usize,
     /// W3: tasks per client.
@@ -100,6 +106,9 @@ impl Params {
         Params {
             w1_tasks: s.pick(vec![200, 1_000], vec![1_000, 10_000], vec![10_000, 100_000]),
             w2_round_trips: s.pick(50, 300, 1_000),
+            actor_round_trips: s.pick(100, 1_000, 5_000),
+            actor_pipelined: s.pick(1_000, 10_000, 50_000),
+            actor_creations: s.pick(10, 50, 200),
             w3_clients: 4,
             w3_tasks_per_client: s.pick(200, 2_000, 10_000),
             er_nodes: s.pick(5, 50, 50),

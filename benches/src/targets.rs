@@ -41,8 +41,9 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
         ),
         failover(find("w10.p50"), find("w10.max")),
     ];
-    // The Python package's, where `python` ran.
+    // The Python package's, where `python` ran, and the actors', where `actors` ran.
     checks.extend(crate::workloads::python::targets(&figs));
+    checks.extend(crate::workloads::actors::targets(&figs));
     checks
 }
 

@@ -153,6 +153,15 @@ fn ray_args(selected: &[Workload], p: &Params) -> Vec<String> {
             (p.w7_nodes * p.w7_cpus).to_string(),
         ]);
     }
+    if selected.contains(&Workload::Actors) {
+        args.extend([
+            "--actors".to_string(),
+            format!(
+                "{}x{}x{}",
+                p.actor_round_trips, p.actor_pipelined, p.actor_creations
+            ),
+        ]);
+    }
     if !args.is_empty() {
         args.extend(["--num-cpus".to_string(), "8".to_string()]);
     }

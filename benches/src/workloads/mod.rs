@@ -9,6 +9,7 @@ use serde::Serialize;
 
 use crate::size::{Params, Size};
 
+pub mod actors;
 pub mod cmd_tasks;
 pub mod esl;
 pub mod gpu;
@@ -97,12 +98,14 @@ pub enum Workload {
     Gpu,
     /// Python remote functions from one Python driver, escher beside Ray (not in `all`).
     Python,
+    /// Actor method calls and creation, escher beside Ray.
+    Actors,
 }
 
 impl Workload {
     /// Every workload `all` runs, in run order (`python`, which needs PyPI and builds the
     /// package, only when named).
-    pub const ALL: [Workload; 21] = [
+    pub const ALL: [Workload; 22] = [
         Workload::W1,
         Workload::W2,
         Workload::W3,
@@ -124,6 +127,7 @@ impl Workload {
         Workload::E4,
         Workload::Cilantro,
         Workload::Gpu,
+        Workload::Actors,
     ];
 
     /// `w1` ... `w8`, `cmd`.
@@ -151,6 +155,7 @@ impl Workload {
             Workload::Cilantro => "cilantro",
             Workload::Gpu => "gpu",
             Workload::Python => "python",
+            Workload::Actors => "actors",
         }
     }
 
@@ -179,6 +184,7 @@ impl Workload {
             Workload::Cilantro => thesis::cilantro(ctx).await,
             Workload::Gpu => gpu::run(ctx).await,
             Workload::Python => python::run(ctx).await,
+            Workload::Actors => actors::run(ctx).await,
         }
     }
 }
