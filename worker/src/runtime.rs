@@ -552,6 +552,14 @@ impl Runtime {
         });
     }
 
+    /// How long the lease has gone without renewal, if that is longer than the lease the head
+    /// grants (measured from when the last renewed heartbeat was sent, as the fence measures it).
+    fn lease_lapsed(&self) -> Option<Duration> {
+        let lease = self.link.as_ref()?.lease?;
+        let silent = self.renewed_at?.elapsed();
+        (silent > lease).then_some(silent)
+    }
+
     /// The leader heard heartbeat `seq`: the lease runs from when it was sent.
     fn lease_renewed(&mut self, seq: u64) {
         while let Some(&(sent_seq, sent_at)) = self.beats.front() {
@@ -650,6 +658,25 @@ impl Runtime {
                 outcome: Err(format!(
                     "worker {} cannot fence tasks, so the task was not started: {why}",
                     self.me.name
+                )),
+                timed_out: false,
+                output: None,
+            });
+            return;
+        }
+        if let Some(silent) = self.lease_lapsed() {
+            // The assignment was read after this worker's lease ran out (it was stopped or cut
+            // off): the head may have given the attempt up and sent the next one elsewhere, so
+            // starting it could run the task twice at once.
+            self.report(TaskFinished {
+                task_id: a.task_id,
+                attempt: a.attempt,
+                outcome: Err(format!(
+                    "worker {} read this assignment after its lease had run out (no renewal \
+                     for {:.1}s): the task was not started, since the head may already run \
+                     it elsewhere",
+                    self.me.name,
+                    silent.as_secs_f64()
                 )),
                 timed_out: false,
                 output: None,
