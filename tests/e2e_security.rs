@@ -344,6 +344,62 @@ async fn register(link: &mut Link, name: &str) -> (NodeId, String) {
     (reply.node_id, reply.secret.unwrap())
 }
 
+/// A worker that registers (with the join token, and more CPUs than any other node) and never
+/// attaches its stream is given no task: placement waits for the stream (`state/nodes.rs`), so
+/// the tasks run on the attached worker and none waits for the silent node to be declared
+/// lost (before, about a third of them went there and failed with it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_registers_and_never_attaches_is_given_no_task() {
+    let cluster = within("starting", cluster().workers(1).start())
+        .await
+        .unwrap();
+    let real = cluster.nodes()[0];
+    let admin = cluster.client().await.unwrap();
+    let access = cluster.access().clone();
+    let mut joined = link(&cluster, Some(&access.worker_token)).await;
+    let request = RegisterRequest {
+        name: "silent".into(),
+        address: "127.0.0.1".into(),
+        resources: "cpu=1000".parse().unwrap(),
+        labels: Default::default(),
+        running: vec![],
+        gpus: vec![],
+        finished: vec![],
+        identity: None,
+        boot_id: 3,
+    };
+    let reply = joined
+        .register(wire::RegisterRequest::from(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let silent = escher::types::RegisterReply::try_from(reply)
+        .unwrap()
+        .node_id;
+    let registered = status(&admin).await;
+    assert!(
+        registered.node(silent).is_some_and(|n| n.alive),
+        "the silent worker registered: {registered:?}"
+    );
+
+    let tasks = (0..20).map(|i| {
+        Task::command(["true"])
+            .name(format!("t{i}"))
+            .resources_str("cpu=1")
+    });
+    let handles = admin.submit_batch(tasks).await.unwrap();
+    for handle in handles {
+        let done = finished(&admin, handle.id()).await;
+        assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+        assert_eq!(done.node, Some(real), "{done:?}");
+        assert_eq!(
+            done.attempt, 1,
+            "ran once, where it was first placed: {done:?}"
+        );
+    }
+    cluster.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn workers_are_bound_to_their_own_node_and_tasks() {
     let cluster = within("starting", cluster().workers(1).start())

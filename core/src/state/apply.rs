@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
 use super::error::ApplyError;
+use super::nodes::Admit;
 use super::record::{NodeRecord, TaskRecord};
 use super::retention::{Retention, RetentionPolicy};
 use super::sessions::{Seen, Sessions};
@@ -223,10 +224,20 @@ impl ClusterState {
         let settled = self.retention.finished_len();
         let reply = match command {
             Command::RegisterNode { worker, secret } => {
-                Reply::Registered(self.register(worker, secret, now)?)
+                Reply::Registered(self.register(worker, secret, Admit::Now, now)?)
             }
             Command::RejoinNode { worker, back } => {
-                Reply::Registered(self.rejoin(worker, back, now)?)
+                Reply::Registered(self.rejoin(worker, back, Admit::Now, now)?)
+            }
+            Command::RegisterNodeUnattached { worker, secret } => {
+                Reply::Registered(self.register(worker, secret, Admit::OnAttach, now)?)
+            }
+            Command::RejoinNodeUnattached { worker, back } => {
+                Reply::Registered(self.rejoin(worker, back, Admit::OnAttach, now)?)
+            }
+            Command::NodeAttached { node, boot } => {
+                self.attached(node, boot, now)?;
+                Reply::Done
             }
             Command::Init {
                 cluster_id,

@@ -179,6 +179,32 @@ pub enum Command {
         /// Why, for the log.
         why: String,
     },
+    /// [`RegisterNode`](Command::RegisterNode), the node taking no task until its worker's
+    /// stream attaches ([`NodeAttached`](Command::NodeAttached)); see `nodes.rs`. Data format 3
+    /// on (a group that writes an older one registers with `RegisterNode`).
+    RegisterNodeUnattached {
+        /// What it has.
+        worker: Joining,
+        /// The hash of the secret the leader gave it.
+        secret: SecretHash,
+    },
+    /// [`RejoinNode`](Command::RejoinNode), a worker that lost its tasks taking none until its
+    /// stream attaches. Data format 3 on.
+    RejoinNodeUnattached {
+        /// What it has now.
+        worker: Joining,
+        /// Who it says it is, what it runs and what it finished.
+        back: Returning,
+    },
+    /// The leader holds the stream of a live node's worker: a node that waited for it takes
+    /// tasks from now on. Data format 3 on.
+    NodeAttached {
+        /// The node.
+        node: NodeId,
+        /// The boot id of the registration the stream belongs to: a stream of an earlier
+        /// process changes nothing.
+        boot: u64,
+    },
 }
 
 impl Command {
@@ -204,6 +230,9 @@ impl Command {
             Command::ApplyMigLayout { .. } => "apply_mig_layout",
             Command::Requeue { .. } => "requeue",
             Command::SkipIds { .. } => "skip_ids",
+            Command::RegisterNodeUnattached { .. } => "register_node_unattached",
+            Command::RejoinNodeUnattached { .. } => "rejoin_node_unattached",
+            Command::NodeAttached { .. } => "node_attached",
         }
     }
 }

@@ -345,6 +345,9 @@ impl ClusterState {
         let Some(rec) = self.nodes.get(&node).filter(|r| r.alive && !r.draining) else {
             return;
         };
+        if self.core.node(node).is_none() {
+            return; // it waits for its stream: its GPUs become resources when it is admitted
+        }
         let excluded: BTreeSet<String> = rec
             .mig
             .values()

@@ -18,6 +18,25 @@
 //! - the **first return after a restore** from a backup (`incarnation.rs`) of a node that was
 //!   live in the backup is reconciled strictly: what the backup believes runs there and the
 //!   worker neither runs nor reported is a failed attempt, never sent again.
+//!
+//! # A node takes tasks once its stream is attached
+//!
+//! Registering is one call and attaching the stream that carries assignments is the next; a
+//! worker that registers and never attaches (it crashed in between, or it is hostile and holds
+//! the join token) must not be given tasks that then wait for a heartbeat timeout and fail.
+//! So a node registered with [`Admit::OnAttach`] (`RegisterNodeUnattached`,
+//! `RejoinNodeUnattached`) is live but not in the scheduler core: nothing is placed there. When
+//! the leader holds its stream it proposes `NodeAttached`, whose entry adds the node to the
+//! core with what its record says (resources, GPUs). It is a command, not the leader's soft
+//! state, because placement must be the same on every replica: a new leader, or a replica
+//! replaying its log, agrees on which nodes take tasks. Failover keeps this: a worker that
+//! re-registers with a new leader as the same process keeps what it had (a node that took
+//! tasks still does, its tasks run on; one that waited still waits for its stream to the new
+//! leader), and a restarted worker (another boot) waits again. A node that never attaches is
+//! declared lost a heartbeat timeout after it registered, having run nothing. The waiting is
+//! derived (a live node the core does not hold), so the snapshot layout is unchanged; the two
+//! commands are data format 3, and a group that writes an older format registers nodes with
+//! [`Admit::Now`], as before.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -49,6 +68,15 @@ impl std::fmt::Debug for SecretHash {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "SecretHash({:02x}{:02x}..)", self.0[0], self.0[1])
     }
+}
+
+/// When a registered node takes tasks (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Admit {
+    /// At once (`RegisterNode`, `RejoinNode`: data formats before 3).
+    Now,
+    /// Once its worker's stream is attached (`NodeAttached`).
+    OnAttach,
 }
 
 /// What a worker says about itself when it registers.
@@ -89,6 +117,7 @@ impl ClusterState {
         &mut self,
         worker: Joining,
         secret: SecretHash,
+        admit: Admit,
         now: Millis,
     ) -> Result<NodeId, ApplyError> {
         let id = NodeId(self.next_node);
@@ -112,7 +141,7 @@ impl ClusterState {
                 boot: worker.boot,
             },
         );
-        self.add_live(id, worker, now)?;
+        self.add_live(id, worker, admit, now)?;
         self.record_node(id, NodeChange::Joined, None, now);
         Ok(id)
     }
@@ -122,6 +151,7 @@ impl ClusterState {
         &mut self,
         worker: Joining,
         back: Returning,
+        admit: Admit,
         now: Millis,
     ) -> Result<NodeId, ApplyError> {
         let node = back.node;
@@ -183,23 +213,23 @@ impl ClusterState {
         }
         // Nothing above drops the record (only retention does, after the command), so this
         // cannot fail; were it to, the refusal is the same on every replica.
-        self.add_live(node, worker, now)?;
+        self.add_live(node, worker, admit, now)?;
         self.record_node(node, NodeChange::Rejoined, None, now);
         Ok(node)
     }
 
     /// Makes `id`, whose record the caller made or found, a live node with what `worker`
-    /// has (its boot included).
-    fn add_live(&mut self, id: NodeId, worker: Joining, now: Millis) -> Result<(), ApplyError> {
+    /// has (its boot included), in the scheduler core now or once its stream attaches.
+    fn add_live(
+        &mut self,
+        id: NodeId,
+        worker: Joining,
+        admit: Admit,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
         let Some(record) = self.nodes.get_mut(&id) else {
             return Err(ApplyError::UnknownNode(id));
         };
-        let capacities = worker
-            .resources
-            .iter()
-            .map(|(n, a)| (n.clone(), Capacity::Finite(a)))
-            .collect();
-        let labels = worker.labels.clone();
         record.name = worker.name;
         record.address = worker.address;
         record.labels = worker.labels;
@@ -212,19 +242,66 @@ impl ClusterState {
         record.gpus = Vec::new();
         record.mig.clear();
         record.mig_errors.clear();
-        // The core's decisions wait for `settle`, after the record is up to date.
-        self.core_event(
-            Event::NodeAdded {
-                node: id,
-                resources: capacities,
-                labels,
-            },
-            now,
-        );
+        if admit == Admit::Now {
+            self.admit(id, now);
+        }
+        // A node that waits for its stream keeps its GPUs in its record; they become
+        // resources when it is admitted.
         if let Err(err) = self.gpus_changed(id, worker.gpus, None, now) {
             tracing::warn!(node = %id, %err, "could not record the worker's GPUs");
         }
         Ok(())
+    }
+
+    /// `NodeAttached`: the leader holds the stream of `node`'s worker of boot `boot`. A live
+    /// node that waited for it is admitted; anything else (a node already admitted, a stream
+    /// of a process that registered before the current one, a node no longer live) is left as
+    /// it is.
+    pub(crate) fn attached(
+        &mut self,
+        node: NodeId,
+        boot: u64,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
+        let record = self.nodes.get(&node).ok_or(ApplyError::UnknownNode(node))?;
+        if record.boot == boot && self.waits_for_stream(node) {
+            self.admit(node, now);
+            self.sync_gpu_resources(node, now);
+        }
+        Ok(())
+    }
+
+    /// Whether `node` is live but takes no task until its worker's stream attaches.
+    pub fn waits_for_stream(&self, node: NodeId) -> bool {
+        self.node_alive(node) && self.core.node(node).is_none()
+    }
+
+    /// Adds live node `id` to the scheduler core with what its record says: from now on it
+    /// takes tasks. A node that began draining while it waited comes with no capacity, as
+    /// [`drain_node`](Self::drain_node) leaves one.
+    fn admit(&mut self, id: NodeId, now: Millis) {
+        let Some(record) = self.nodes.get(&id) else {
+            return;
+        };
+        let resources = if record.draining {
+            Vec::new()
+        } else {
+            record
+                .resources
+                .iter()
+                .map(|(n, a)| (n.clone(), Capacity::Finite(a)))
+                .collect()
+        };
+        let labels = record.labels.clone();
+        // The core's decisions wait for `settle`, after the record is up to date.
+        self.core_event(
+            Event::NodeAdded {
+                node: id,
+                resources,
+                labels,
+            },
+            now,
+        );
     }
 
     /// Settles what a reconnecting worker runs against what this state believes runs on its
@@ -347,7 +424,10 @@ impl ClusterState {
         record.left_at = Some(now);
         self.retention.node_left(id);
         self.record_node(id, NodeChange::Lost, Some(reason), now);
-        self.core_event(Event::NodeRemoved { node: id }, now);
+        if self.core.node(id).is_some() {
+            // (A node that waited for its stream never was in the core.)
+            self.core_event(Event::NodeRemoved { node: id }, now);
+        }
         Ok(())
     }
 

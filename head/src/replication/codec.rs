@@ -73,11 +73,17 @@ pub enum CodecError {
 /// |---|---|
 /// | 1 | the first: the bincode of the types, unprefixed |
 /// | 2 | the same layout, behind the envelope; entries may hold actor tasks (`TaskKind::Actor`, the last variant, which a format-1 release cannot decode), so a group records actors only once every replica reads format 2 ([`ACTORS_FORMAT`]) |
-pub const DATA_FORMAT: u16 = 2;
+/// | 3 | entries may hold `RegisterNodeUnattached`, `RejoinNodeUnattached` and `NodeAttached` (the last variants of `Command`): a node takes tasks only once its worker's stream is attached ([`ATTACH_FORMAT`]); a group writing an older format registers nodes as before |
+pub const DATA_FORMAT: u16 = 3;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
 pub const ACTORS_FORMAT: u16 = 2;
+
+/// The first data format whose entries may hold the registration that waits for the worker's
+/// stream (`escher_core::state` `nodes.rs`): a leader proposes it only when its group writes
+/// this format or a later one.
+pub const ATTACH_FORMAT: u16 = 3;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];

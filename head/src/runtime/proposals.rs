@@ -71,6 +71,9 @@ pub(crate) enum Pending {
     },
     /// A membership change: answer when it took effect.
     Change(oneshot::Sender<Result<(), Status>>),
+    /// A worker's stream whose node waited for it (`NodeAttached`): answer once the node takes
+    /// tasks, so that a worker that says it is attached is given them.
+    Attached(oneshot::Sender<Result<(), Status>>),
     /// The runtime's own command (a tick, a lost node): nothing to answer.
     Quiet,
 }
@@ -85,7 +88,7 @@ impl Pending {
             Pending::Register { reply, .. } => {
                 let _ = reply.send(Err(status));
             }
-            Pending::Change(reply) => {
+            Pending::Change(reply) | Pending::Attached(reply) => {
                 let _ = reply.send(Err(status));
             }
             Pending::Report { .. } | Pending::Quiet => {}

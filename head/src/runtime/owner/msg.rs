@@ -39,7 +39,7 @@ pub(crate) enum Msg {
         request: RegisterRequest,
         reply: oneshot::Sender<Result<RegisterReply, Status>>,
     },
-    /// A worker's stream opened.
+    /// A worker's stream opened: answered once its node takes tasks (`Owner::attach`).
     Attach {
         node: NodeId,
         secret: String,
@@ -186,9 +186,7 @@ impl<S: LogStore> Owner<S> {
                 conn,
                 tx,
                 reply,
-            } => {
-                let _ = reply.send(self.attach(node, &secret, conn, tx));
-            }
+            } => self.attach(node, &secret, conn, tx, reply),
             Msg::Detach { node, conn } => {
                 if self.workers.detach(node, conn) {
                     tracing::info!(%node, "worker detached");

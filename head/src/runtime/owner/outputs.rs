@@ -168,6 +168,9 @@ impl<S: LogStore> Owner<S> {
                 let _ = reply.send(answer);
             }
             Pending::Report { node, report } => self.workers.ack(node, report),
+            Pending::Attached(reply) => {
+                let _ = reply.send(result.map(drop).map_err(to_status));
+            }
             Pending::Change(reply) => {
                 let _ = reply.send(Err(Status::internal("a membership change met an entry")));
             }

@@ -36,6 +36,9 @@ impl<S: LogStore> Owner<S> {
             gpus: request.gpus,
             boot: request.boot_id,
         };
+        // A node takes tasks once its stream is attached (`NodeAttached`), where every replica
+        // of the group can read the commands that say so (`state/nodes.rs`).
+        let on_attach = self.replica.writes_format() >= crate::replication::ATTACH_FORMAT;
         match request.identity {
             Some(identity) => {
                 let back = Returning {
@@ -45,7 +48,11 @@ impl<S: LogStore> Owner<S> {
                     running: request.running,
                     finished: request.finished,
                 };
-                let command = Command::RejoinNode { worker, back };
+                let command = if on_attach {
+                    Command::RejoinNodeUnattached { worker, back }
+                } else {
+                    Command::RejoinNode { worker, back }
+                };
                 let pending = Pending::Register {
                     reply,
                     secret: None,
@@ -54,9 +61,17 @@ impl<S: LogStore> Owner<S> {
             }
             None => {
                 let secret = new_secret();
-                let command = Command::RegisterNode {
-                    worker,
-                    secret: SecretHash::of(&secret),
+                let secret_hash = SecretHash::of(&secret);
+                let command = if on_attach {
+                    Command::RegisterNodeUnattached {
+                        worker,
+                        secret: secret_hash,
+                    }
+                } else {
+                    Command::RegisterNode {
+                        worker,
+                        secret: secret_hash,
+                    }
                 };
                 let pending = Pending::Register {
                     reply,
@@ -67,13 +82,41 @@ impl<S: LogStore> Owner<S> {
         }
     }
 
+    /// A worker's stream opened: `reply` is answered once its node takes tasks, at once for a
+    /// node that does; for one that waited for its stream (`state/nodes.rs`), once the
+    /// `NodeAttached` this proposes is applied (proposed again by the next leader if this one
+    /// is lost before: the worker attaches there too).
     pub(super) fn attach(
         &mut self,
         node: NodeId,
         secret: &str,
         conn: u64,
         tx: crate::runtime::workers::LinkSender,
-    ) -> Result<(), Status> {
+        reply: oneshot::Sender<Result<(), Status>>,
+    ) {
+        match self.link_stream(node, secret, conn, tx) {
+            Ok(Some(boot)) => {
+                let command = Command::NodeAttached { node, boot };
+                self.propose(command, None, Pending::Attached(reply));
+            }
+            Ok(None) => {
+                let _ = reply.send(Ok(()));
+            }
+            Err(status) => {
+                let _ = reply.send(Err(status));
+            }
+        }
+    }
+
+    /// Checks a stream's node and secret and links it; the boot of a node that waited for its
+    /// stream, to admit.
+    fn link_stream(
+        &mut self,
+        node: NodeId,
+        secret: &str,
+        conn: u64,
+        tx: crate::runtime::workers::LinkSender,
+    ) -> Result<Option<u64>, Status> {
         if !self.leading {
             return Err(self.not_leader());
         }
@@ -91,9 +134,10 @@ impl<S: LogStore> Owner<S> {
                 "node {node} was declared lost; register again"
             )));
         }
+        let boot = record.boot;
         self.workers.attach(node, conn, tx);
         tracing::info!(%node, "worker attached");
-        Ok(())
+        Ok(self.replica.state().waits_for_stream(node).then_some(boot))
     }
 
     pub(super) fn on_worker_message(&mut self, node: NodeId, msg: WorkerMessage) {
@@ -244,14 +288,44 @@ mod tests {
             tonic::Code::Unavailable
         );
         let (tx, _rx) = crate::runtime::workers::link_channel(1024);
-        let refused = owner.attach(NodeId(9), "s", 1, tx.clone()).unwrap_err();
+        let refused = owner
+            .link_stream(NodeId(9), "s", 1, tx.clone())
+            .unwrap_err();
         assert_eq!(refused.code(), tonic::Code::Unavailable);
         owner.on_role(ReplicaRole::Leader, Some(1));
-        let unknown = owner.attach(NodeId(9), "s", 1, tx).unwrap_err();
+        let unknown = owner.link_stream(NodeId(9), "s", 1, tx).unwrap_err();
         assert_eq!(unknown.code(), tonic::Code::NotFound);
         assert!(
             unknown.message().contains("register as a new node"),
             "{unknown:?}"
+        );
+    }
+
+    #[test]
+    fn a_leader_registers_a_node_that_waits_for_its_stream() {
+        let mut owner = test_owner();
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let _init = owner.batch.take();
+        let request = RegisterRequest {
+            name: "w".into(),
+            address: String::new(),
+            resources: Default::default(),
+            labels: Default::default(),
+            running: Vec::new(),
+            gpus: Vec::new(),
+            finished: Vec::new(),
+            identity: None,
+            boot_id: 1,
+        };
+        let (reply, _rx) = oneshot::channel();
+        owner.register(request, reply);
+        let proposed = owner.batch.take().commands;
+        assert!(
+            matches!(
+                proposed[..],
+                [(Command::RegisterNodeUnattached { .. }, None)]
+            ),
+            "{proposed:?}"
         );
     }
 
