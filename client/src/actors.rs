@@ -50,6 +50,11 @@ use crate::{Client, ClientError};
 /// from the first to the last, doubling.
 const LOOK_AGAIN: (Duration, Duration) = (Duration::from_millis(2), Duration::from_millis(200));
 
+/// How long a call waits for an actor whose worker cannot be reached while the head still
+/// says it runs there (a lost worker's lease lapses well within it; then the actor restarts
+/// or ends), before it fails naming the worker.
+const UNREACHABLE_LIMIT: Duration = Duration::from_secs(120);
+
 /// The largest message on the data plane, as the worker takes it.
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
@@ -362,6 +367,8 @@ impl Shared {
             return Ok(Arc::clone(conn));
         }
         let mut pause = LOOK_AGAIN.0;
+        // Since when the serving incarnation's worker could not be reached.
+        let mut unreachable: Option<tokio::time::Instant> = None;
         loop {
             let view = self.client.describe_actor(self.id).await?;
             let fresh = after.is_none_or(|a| view.incarnation > a);
@@ -374,6 +381,15 @@ impl Shared {
                         }
                         // Not live there yet (its constructor runs) or already gone: look again.
                         Err(status) if status.code() == tonic::Code::NotFound => {}
+                        // Its worker cannot be reached: lost (the head says so once its lease
+                        // lapses, and restarts the actor) or cut off from this caller only.
+                        // Look again, for a while.
+                        Err(status)
+                            if status.code() == tonic::Code::Unavailable
+                                && unreachable
+                                    .get_or_insert_with(tokio::time::Instant::now)
+                                    .elapsed()
+                                    < UNREACHABLE_LIMIT => {}
                         Err(status) => {
                             return Err(ClientError::ActorDied {
                                 actor: self.id,

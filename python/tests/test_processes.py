@@ -696,3 +696,64 @@ def test_a_runtime_env_reaches_a_worker_whose_python_has_only_cloudpickle(proces
     assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
     assert "greeted ('hello world', False)" in done.stdout, done.stdout
     assert "after None" in done.stdout, done.stdout
+
+
+ACTOR_DRIVER = r'''
+import json, os, signal, time
+import escher
+
+escher.init()  # ESCHER_HEAD and the access file in ESCHER_HOME
+deadline = time.time() + 60
+while len(escher.nodes()) < 2:
+    assert time.time() < deadline, "the workers never joined"
+    time.sleep(0.1)
+
+@escher.remote(max_restarts=1)
+class Counter:
+    def __init__(self):
+        self.n = 0
+        self.born = time.time_ns()
+
+    def add(self):
+        self.n += 1
+        return self.n, self.born
+
+    def sleep(self, seconds):
+        time.sleep(seconds)
+        return "slept"
+
+c = Counter.remote()
+for i in range(1, 4):
+    assert escher.get(c.add.remote(), timeout=60)[0] == i
+_, born = escher.get(c.add.remote(), timeout=60)
+state, incarnation, node, _reason = c._native.describe()
+assert (state, incarnation) == ("running", 1), (state, incarnation)
+names = {n["id"]: n["name"] for n in escher.cluster_status()["nodes"]}
+in_flight = c.sleep.remote(60)
+time.sleep(0.5)
+# The actor's worker dies (SIGKILL): the actor is restarted on the other one.
+os.kill(json.loads(os.environ["WORKER_PIDS"])[names[node]], signal.SIGKILL)
+try:
+    escher.get(in_flight, timeout=120)
+    raise SystemExit("the call in flight on the killed worker was answered")
+except escher.ActorDiedError as e:
+    print("in flight:", e)
+n, born2 = escher.get(c.add.remote(), timeout=120)
+state, incarnation, node2, _reason = c._native.describe()
+assert (n, incarnation) == (1, 2) and born2 != born and node2 != node, (n, incarnation, node2)
+print("restarted on", names[node2], "after", names[node], "was killed")
+'''
+
+
+def test_an_actor_whose_worker_is_sigkilled_restarts_on_another(processes):
+    """A Python actor on worker processes: its calls keep state; when its worker is
+    SIGKILLed, the call in flight fails naming why and the actor starts again (its
+    constructor re-run) on the other worker once the lost one's lease has expired."""
+    pids = {name: proc.pid for name, proc in processes["workers"].items()}
+    done = run_python(ACTOR_DRIVER, ESCHER_HEAD=processes["url"], ESCHER_HOME=processes["home"],
+                      WORKER_PIDS=json.dumps(pids))
+    logs = "".join(p.read_text(errors="replace")[-3000:]
+                   for p in processes["logs"].glob("*.log"))
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    assert "in flight: actor" in done.stdout and "died" in done.stdout, done.stdout
+    assert "restarted on" in done.stdout, done.stdout
