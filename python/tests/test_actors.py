@@ -296,3 +296,24 @@ def test_an_actor_in_another_namespace_is_unknown_here(cluster):
         assert out.stdout.strip() == "4"
     finally:
         escher.kill(c)
+
+
+@escher.remote
+class Relay:
+    def bump(self, handle, by):
+        # A handle unpickled in an actor reconnects with the actor's own credential.
+        return escher.get(handle.add.remote(by), timeout=60)
+
+
+def test_a_handle_passed_to_another_actor_calls_the_actor(cluster):
+    c, relay = Counter.remote(1), Relay.remote()
+    assert escher.get(relay.bump.remote(c, 9), timeout=60) == 10
+    assert escher.get(c.get.remote(), timeout=60) == 10
+
+
+def test_kill_without_no_restart_restarts_with_the_constructor_rerun(cluster):
+    c = Counter.options(max_restarts=1).remote(5)
+    assert escher.get(c.add.remote(2), timeout=60) == 7
+    assert escher.kill(c, no_restart=False) in ("pending", "running")
+    assert escher.get(c.get.remote(), timeout=60) == 5
+    escher.kill(c)
