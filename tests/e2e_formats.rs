@@ -14,6 +14,7 @@ use std::process::{Child, Command, Stdio};
 
 use escher::types::{NodeSpec, TaskState};
 use escher::{Client, Task};
+use escher_head::replication::DATA_FORMAT;
 use procs::{WAIT, binary};
 
 /// A head started on a copy of a fixture; killed when dropped.
@@ -300,9 +301,11 @@ async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_n
         .start()
         .await;
     let client = cluster.client().await;
+    // This release's format, and the next release's.
+    let (this, next) = (DATA_FORMAT, DATA_FORMAT + 1);
     let before = formats(&client).await;
     assert!(
-        before.values().all(|f| *f == Some((1, 1))),
+        before.values().all(|f| *f == Some((this, this))),
         "before: {before:?}"
     );
 
@@ -349,7 +352,7 @@ async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_n
                 let client = &client;
                 async move {
                     let f = formats(client).await;
-                    f[&id].is_some_and(|(reads, _)| reads == 2).then_some(())
+                    f[&id].is_some_and(|(reads, _)| reads == next).then_some(())
                 }
             },
         )
@@ -361,26 +364,26 @@ async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_n
         .await;
         let now = formats(&client).await;
         if index < 2 {
-            // Someone still reads only format 1: nobody writes format 2.
+            // Someone still reads only this release's format: nobody writes the next.
             assert!(
                 now.values()
-                    .all(|f| f.is_some_and(|(_, writes)| writes == 1)),
+                    .all(|f| f.is_some_and(|(_, writes)| writes == this)),
                 "with {} replica(s) upgraded: {now:?}",
                 index + 1
             );
         }
     }
-    // Every replica reads format 2: the group writes it, and every replica applies it.
-    procs::eventually("the group to write format 2", WAIT, || {
+    // Every replica reads the next format: the group writes it, and every replica applies it.
+    procs::eventually("the group to write the next format", WAIT, || {
         let client = &client;
         async move {
             let f = formats(client).await;
-            f.values().all(|f| *f == Some((2, 2))).then_some(())
+            f.values().all(|f| *f == Some((next, next))).then_some(())
         }
     })
     .await;
     let count = acked_now();
-    procs::eventually("writes acknowledged in format 2", WAIT, || {
+    procs::eventually("writes acknowledged in the next format", WAIT, || {
         let done = acked_now() > count + 50;
         async move { done.then_some(()) }
     })
@@ -416,9 +419,13 @@ async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_n
     cluster.terminate_head_at(2).await;
     cluster.set_head_env(2, &[]);
     let (status, said) = cluster.start_head_expecting_exit(2).await;
-    assert!(!status.success(), "the old release ran on format 2: {said}");
     assert!(
-        said.contains("data format 2") && said.contains("formats 1 to 1"),
+        !status.success(),
+        "the old release ran on format {next}: {said}"
+    );
+    assert!(
+        said.contains(&format!("data format {next}"))
+            && said.contains(&format!("formats 1 to {this}")),
         "{said}"
     );
 }
