@@ -1,6 +1,6 @@
 //! Python actors over the Rust client's ([`escher_client::ActorHandle`]): [`Actor`], a
 //! handle that makes calls, and [`Call`], one call's answer once it comes. The package's
-//! `ActorHandle` and `ActorCallRef` (`python/escher/_api.py`) give them their Python shape;
+//! `ActorHandle` and `ActorCallRef` (`python/escher/_actors.py`) give them their Python shape;
 //! the actor's class and the calls' arguments are pickled there (worker/src/python/actor.rs
 //! says how they travel).
 
