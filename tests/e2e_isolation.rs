@@ -117,8 +117,9 @@ async fn a_worker_that_cannot_isolate_says_so_or_refuses_to_start() {
     let root = nix::unistd::geteuid().is_root();
     let mut cluster = ProcessCluster::builder().workers(0).start().await;
     let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
+    // The join token travels in the environment, never on the worker's command line.
     let as_nobody = WorkerExtra {
-        args: vec!["--token".into(), access.worker_token.clone()],
+        env: vec![("ESCHER_TOKEN".into(), access.worker_token.clone())],
         uid: root.then_some(65_534),
         ..WorkerExtra::default()
     };
@@ -480,6 +481,23 @@ async fn loose_access_files_weak_tokens_and_control_characters_are_refused() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("control character"), "{err}");
+
+    // `token create --out` never writes through a symbolic link, a dangling one included (it
+    // would create the file wherever the link points), and creates no token for it.
+    let tokens_before = admin.list_tokens().await.unwrap().len();
+    let planted = cluster.dir().join("planted.json");
+    let pointed = cluster.dir().join("where-the-link-points");
+    std::os::unix::fs::symlink(&pointed, &planted).unwrap();
+    let planted_arg = planted.display().to_string();
+    let args = ["token", "create", "--role", "worker", "--out", &planted_arg];
+    let (code, out, err) = cli(&cluster, &access, &args);
+    assert_ne!(code, 0, "{out}{err}");
+    assert!(
+        err.contains("symbolic link") && err.contains("remove what is there"),
+        "{err}"
+    );
+    assert!(!pointed.exists(), "a token was written through the link");
+    assert_eq!(admin.list_tokens().await.unwrap().len(), tokens_before);
 
     // docs/security.md's layout for a worker on another machine: a worker-only credential file,
     // never the admin's access file.

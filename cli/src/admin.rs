@@ -26,7 +26,8 @@ pub enum TokenCommand {
         /// Write the token to a new credential file instead of printing it: the access
         /// file's format (0600) with this cluster's head URLs and TLS trust and this one token,
         /// for `escher-worker --access-file FILE` (a worker token) or `ESCHER_ACCESS_FILE` (the
-        /// others). Give a worker on another machine this, never the admin's access file.
+        /// others). Give a worker on another machine this, never the admin's access file. FILE
+        /// must not exist: a file or a symbolic link there (dangling or not) is refused
         #[arg(long, value_name = "FILE")]
         out: Option<std::path::PathBuf>,
     },
@@ -119,6 +120,10 @@ impl TokenCommand {
                 // other roles have none.
                 let namespace = (role == Role::App).then(|| ctx.namespace.clone()).flatten();
                 let grant = Grant::new(role, namespace)?;
+                if let Some(path) = &out {
+                    // Refused before a token is created that no file would hold.
+                    escher_proto::access::ensure_free(path)?;
+                }
                 let created = client.create_token(grant, description).await?;
                 if let Some(path) = out {
                     let heads: Vec<String> = ctx

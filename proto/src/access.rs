@@ -280,6 +280,8 @@ impl AccessFile {
     /// Replaces the file at `path` with this one (written aside, then renamed over it).
     pub fn replace(&self, path: &Path) -> Result<(), AccessError> {
         let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        // A leftover of a process that had this pid before (a link is removed, not followed).
+        let _ = std::fs::remove_file(&tmp);
         write_private(&tmp, self)?;
         std::fs::rename(&tmp, path).map_err(|source| AccessError::Io {
             path: path.to_path_buf(),
@@ -291,6 +293,8 @@ impl AccessFile {
 /// Writes `file` to `path` if nothing is there yet; `false` if something is.
 fn create_exclusive(path: &Path, file: &AccessFile) -> Result<bool, AccessError> {
     let tmp = path.with_extension(format!("new.{}", std::process::id()));
+    // A leftover of a process that had this pid before (a link is removed, not followed).
+    let _ = std::fs::remove_file(&tmp);
     write_private(&tmp, file)?;
     let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
@@ -326,19 +330,45 @@ pub fn check_strength(token: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Writes `file` to `path` (replacing what is there), readable by its owner only, and syncs
-/// it: a credential file for one token (`escher token create --out`).
+/// Writes `file` to a new file at `path`, readable by its owner only, and syncs it: a
+/// credential file for one token (`escher token create --out`). Anything already at `path` is
+/// refused, a symbolic link included (dangling or not): see [`write_private`].
 pub fn write_credential_file(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
-    if path.exists() {
-        return Err(AccessError::Invalid {
-            path: path.to_path_buf(),
-            why: "it exists already; give a new path, or remove it first".into(),
-        });
-    }
     write_private(path, file)
 }
 
+/// Refuses `path` for a new credential file if anything is there, a symbolic link included:
+/// a caller checks before it creates the token the file would hold (the write itself refuses
+/// too, atomically).
+pub fn ensure_free(path: &Path) -> Result<(), AccessError> {
+    match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        }),
+        Ok(_) => Err(taken(path)),
+    }
+}
+
+/// What is said of a path where a credential file was to be created and something is.
+fn taken(path: &Path) -> AccessError {
+    AccessError::Invalid {
+        path: path.to_path_buf(),
+        why: "something is there already (a file, or a symbolic link, dangling ones included: a \
+              credential file is never written through one); give a path where nothing is, or \
+              remove what is there first"
+            .into(),
+    }
+}
+
 /// Writes `file` to a new file at `path`, readable by its owner only, and syncs it.
+///
+/// The file is created with `O_CREAT | O_EXCL` (`create_new`): the open fails if anything is at
+/// `path`, and POSIX has it fail for a symbolic link too, whatever the link points to, so no
+/// link another user planted (in a shared directory, or where a temporary name will be) gets a
+/// token written through it. `O_NOFOLLOW` is implied by `O_EXCL` there, so it is not passed
+/// (the flag's value differs between architectures, and this crate has no `libc`).
 fn write_private(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
     let io = |source| AccessError::Io {
         path: path.to_path_buf(),
@@ -347,13 +377,16 @@ fn write_private(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
     let mut text = serde_json::to_string_pretty(file).expect("an access file serializes");
     text.push('\n');
     let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
+    options.write(true).create_new(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt as _;
         options.mode(0o600);
     }
-    let mut out = options.open(path).map_err(io)?;
+    let mut out = options.open(path).map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => taken(path),
+        _ => io(e),
+    })?;
     out.write_all(text.as_bytes()).map_err(io)?;
     out.sync_all().map_err(io)
 }
@@ -484,6 +517,49 @@ pub fn dashboard_proof(token_hash: &str, nonce: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_credential_file_is_never_written_over_a_file_or_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = AccessFile::generate(vec!["http://127.0.0.1:7600".into()]);
+        // A dangling link: following it would create the file where it points.
+        let target = dir.path().join("elsewhere");
+        let dangling = dir.path().join("dangling.json");
+        std::os::unix::fs::symlink(&target, &dangling).unwrap();
+        // A link to a file that exists: following it would overwrite that file.
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let linked = dir.path().join("linked.json");
+        std::os::unix::fs::symlink(&victim, &linked).unwrap();
+        let existing = dir.path().join("existing.json");
+        std::fs::write(&existing, "keep").unwrap();
+        for path in [&dangling, &linked, &existing] {
+            let err = write_credential_file(path, &file).unwrap_err().to_string();
+            assert!(
+                err.contains("symbolic link") && err.contains("remove"),
+                "{err}"
+            );
+            let err = ensure_free(path).unwrap_err().to_string();
+            assert!(err.contains("something is there already"), "{err}");
+        }
+        assert!(
+            !target.exists(),
+            "a token was written through the dangling link"
+        );
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&existing).unwrap(), "keep");
+        // A free path is written, 0600, and read back.
+        let fresh = dir.path().join("fresh.json");
+        ensure_free(&fresh).unwrap();
+        write_credential_file(&fresh, &file).unwrap();
+        assert_eq!(AccessFile::read(&fresh).unwrap(), file);
+        // Replacing the access file (its URLs grew) goes on despite a leftover temporary file.
+        let leftover = fresh.with_extension(format!("tmp.{}", std::process::id()));
+        std::os::unix::fs::symlink(&target, &leftover).unwrap();
+        file.replace(&fresh).unwrap();
+        assert!(!target.exists());
+    }
 
     #[test]
     fn a_file_is_created_once_private_and_gains_urls() {

@@ -202,11 +202,14 @@ fn write(path: &Path, id: &NodeIdentity) -> Result<(), StateDirError> {
         why: e.to_string(),
     })?;
     let tmp = path.with_extension("json.tmp");
+    // A leftover of an interrupted write goes (a link is removed, not followed), and the file
+    // is created new (`O_EXCL`, which refuses a symbolic link too): the node's secret is never
+    // written through a link.
+    let _ = std::fs::remove_file(&tmp);
     let mut file = {
         use std::os::unix::fs::OpenOptionsExt as _;
         File::options()
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .write(true)
             .mode(0o600)
             .open(&tmp)

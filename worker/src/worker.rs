@@ -147,7 +147,7 @@ impl Worker {
         if token.is_empty() {
             tracing::warn!(
                 head = %self.head,
-                "no join token: the head will refuse this worker; give --token or \
+                "no join token: the head will refuse this worker; give --token-file or \
                  ESCHER_TOKEN (the worker_token of the head's access file), or run the worker \
                  where the head's access file is ($ESCHER_HOME/access.json)"
             );

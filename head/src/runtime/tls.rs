@@ -156,9 +156,13 @@ fn create_new(path: &Path, text: &str, mode: u32) -> Result<bool, TlsError> {
         source,
     };
     let tmp = path.with_extension(format!("new.{}", std::process::id()));
+    // A leftover of a process that had this pid before goes (a link is removed, not followed),
+    // and the file is created new (`O_EXCL`, which refuses a symbolic link too): a key is never
+    // written through a link.
+    let _ = std::fs::remove_file(&tmp);
     {
         let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
+        options.write(true).create_new(true);
         #[cfg(unix)]
         {
             use std::os::unix::fs::OpenOptionsExt as _;

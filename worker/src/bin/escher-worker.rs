@@ -44,10 +44,16 @@ struct WorkerArgs {
     #[arg(long, env = "ESCHER_WORKER_STATE_DIR", value_name = "DIR")]
     state_dir: Option<PathBuf>,
 
-    /// The token to join with: the `worker_token` of the head's access file (or an admin
-    /// token) [default: ESCHER_TOKEN, else the access file on this machine]
-    #[arg(long, value_name = "TOKEN")]
+    /// Refused: a command line is readable by every user of the machine (`ps`,
+    /// `/proc/PID/cmdline`), so the join token never goes there. Kept only to say so.
+    #[arg(long, value_name = "TOKEN", hide = true)]
     token: Option<String>,
+
+    /// A file holding the token to join with (the `worker_token` of the head's access file,
+    /// or an admin token), alone, readable by its owner only (mode 0600)
+    /// [default: ESCHER_TOKEN, else the access file]
+    #[arg(long, value_name = "PATH")]
+    token_file: Option<PathBuf>,
 
     /// The head's access file, to take the join token from [default: ESCHER_ACCESS_FILE,
     /// else $ESCHER_HOME/access.json, ESCHER_HOME defaulting to ~/.escher]
@@ -188,6 +194,37 @@ struct WorkerArgs {
     detect: bool,
 }
 
+/// Why `--token` is refused, and what to do instead.
+const TOKEN_ON_COMMAND_LINE: &str = "--token puts the join token on the command line, which every \
+    user of this machine can read (ps, /proc/PID/cmdline); give it in a file readable by the \
+    worker's user only (--token-file PATH, mode 0600), in the environment (ESCHER_TOKEN), or with \
+    the credential file of `escher token create --role worker --out FILE` (--access-file FILE)";
+
+/// The join token in the file at `path`: its only content (surrounding white space aside), in
+/// a file no other user may read.
+fn read_token_file(path: &std::path::Path) -> anyhow::Result<String> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let shown = path.display();
+    let meta = std::fs::metadata(path)
+        .map_err(|e| anyhow::anyhow!("--token-file {shown}: cannot read it: {e}"))?;
+    let mode = meta.permissions().mode() & 0o777;
+    if mode & 0o077 != 0 {
+        anyhow::bail!(
+            "--token-file {shown}: other users may read it (mode {mode:o}); `chmod 600 {shown}`"
+        );
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| anyhow::anyhow!("--token-file {shown}: cannot read it: {e}"))?;
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        anyhow::bail!(
+            "--token-file {shown}: give a file holding the join token alone (the worker_token \
+             of the head's access file)"
+        );
+    }
+    Ok(token.to_string())
+}
+
 fn parse_resources(s: &str) -> Result<ResourceSet, String> {
     s.parse()
         .map_err(|e: escher_proto::TypeError| e.to_string())
@@ -214,9 +251,13 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             Some(path) => Some(escher_proto::access::AccessFile::read(path)?),
             None => None,
         };
-        let token = args
-            .token
-            .or_else(|| file.as_ref().map(|f| f.worker_token.clone()));
+        if args.token.is_some() {
+            anyhow::bail!("{TOKEN_ON_COMMAND_LINE}");
+        }
+        let token = match &args.token_file {
+            Some(path) => Some(read_token_file(path)?),
+            None => file.as_ref().map(|f| f.worker_token.clone()),
+        };
         let tls_trust = match &args.ca {
             Some(path) => Some((std::fs::read_to_string(path)?, None)),
             None => file
@@ -461,6 +502,37 @@ mod tests {
         assert!(logs.contains("task-log-bytes"), "{logs}");
         let off = parse(&["--require-limits", "--no-task-cgroups"]).unwrap_err();
         assert!(off.contains("--no-task-cgroups"), "{off}");
+    }
+
+    #[test]
+    fn a_token_is_never_taken_from_the_command_line_but_from_a_private_file() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let said = parse(&["--token", "escher-worker-0123456789abcdef0123456789abcdef"]);
+        let said = said.unwrap_err();
+        assert!(
+            said.contains("/proc/PID/cmdline")
+                && said.contains("--token-file")
+                && said.contains("ESCHER_TOKEN"),
+            "{said}"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        let path = file.display().to_string();
+        std::fs::write(&file, "escher-worker-abc\n").unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let open = parse(&["--token-file", &path]).unwrap_err();
+        assert!(
+            open.contains("mode 644") && open.contains("chmod 600"),
+            "{open}"
+        );
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let c = parse(&["--token-file", &path]).unwrap();
+        assert_eq!(c.token.as_deref(), Some("escher-worker-abc"));
+        std::fs::write(&file, "two words\n").unwrap();
+        let garbled = parse(&["--token-file", &path]).unwrap_err();
+        assert!(garbled.contains("the join token alone"), "{garbled}");
+        let missing = parse(&["--token-file", "/nonexistent/escher-token"]).unwrap_err();
+        assert!(missing.contains("cannot read it"), "{missing}");
     }
 
     #[test]
