@@ -26,6 +26,8 @@ ActorDiedError = _escher.ActorDiedError
 # with async def methods (Ray's): its coroutines share one event loop.
 _MAX_CONCURRENCY = 1024
 _ASYNC_CONCURRENCY = 1000
+# The store tasks that hold large classes, by session and content hash.
+_STORED: Dict[Any, int] = {}
 
 
 def _methods(cls: type) -> List[str]:
@@ -114,6 +116,20 @@ class ActorClass:
             spec if spec is not None else self._spec,
         )
 
+    def _store(self, session: Any, data: bytes, digest: bytes) -> int:
+        """The task whose result holds the class: submitted and waited for at the first
+        creation in this session, then named by every creation."""
+        import os
+
+        key = (_api._generation, session.head_url, os.environ.get("ESCHER_TASK_TOKEN"), digest)
+        stored = _STORED.get(key)
+        if stored is None:
+            stored = session.submit_python(b"ESPY\x02\x02" + data, f"{_api._PYTHON_SLOT}=1", 0,
+                                           None, f"{self._cls.__qualname__} (actor class)")
+            _api._status_value(session.get(stored, None), "python")
+            _STORED[key] = stored
+        return stored
+
     def _actor_resources(self) -> str:
         base = _api._resources_text(self._resources) or ""
         parts = [p for p in base.split(",") if p.strip()]
@@ -129,12 +145,20 @@ class ActorClass:
         data = _api._dumps(self._cls, f"actor class {self._cls.__qualname__}")
         payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
                               f"the constructor's arguments of {self._cls.__qualname__}")
+        digest = hashlib.sha256(data).digest()
+        # A large class travels once per session, in a store task the workers fetch and keep
+        # by hash (as a large function does); a small one with each creation.
+        if len(data) > 8 * 1024:
+            blob, inline = self._store(session, data, digest), b""
+        else:
+            blob, inline = 0, data
         envelope = b"".join([
             b"ESPY\x02\x03",
             _api._versions(),
-            hashlib.sha256(data).digest(),
-            struct.pack("<I", len(data)),
-            data,
+            digest,
+            struct.pack("<Q", blob),
+            struct.pack("<I", len(inline)),
+            inline,
             payload,
         ])
         native = session.create_actor(

@@ -317,3 +317,20 @@ def test_kill_without_no_restart_restarts_with_the_constructor_rerun(cluster):
     assert escher.kill(c, no_restart=False) in ("pending", "running")
     assert escher.get(c.get.remote(), timeout=60) == 5
     escher.kill(c)
+
+
+def test_a_large_class_travels_once_by_its_hash(cluster):
+    from escher import _actors
+
+    @escher.remote
+    class Big:
+        TABLE = "x" * 50_000
+
+        def size(self):
+            return len(self.TABLE)
+
+    before = len(_actors._STORED)
+    first, second = Big.remote(), Big.remote()
+    assert escher.get([first.size.remote(), second.size.remote()], timeout=60) == [50_000] * 2
+    # One store task for both creations.
+    assert len(_actors._STORED) == before + 1

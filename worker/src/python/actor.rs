@@ -12,12 +12,16 @@
 //! "ESPY" version:u8=2 kind:u8=3
 //!   vlen:u8 versions:[u8;vlen]   the driver's Python and cloudpickle ("3.11.7 3.1.1")
 //!   hash:[u8;32]                 SHA-256 of the class's bytes
-//!   cls_len:u32 cls:[u8;cls_len] the cloudpickled class
+//!   blob:u64                     the store task that holds the class, 0 when inline
+//!   cls_len:u32 cls:[u8;cls_len] the cloudpickled class (cls_len 0 with a blob)
 //!   args: the rest               the cloudpickled (args, kwargs) of its constructor
 //! ```
 //!
 //! The versions are compared before anything is unpickled (`versions.rs`), as a function
-//! call's are. The interpreter gets the class and the arguments in a task frame whose header
+//! call's are. A class of more than 8 KiB travels as a large function does: once per session,
+//! in a store task whose result the worker fetches (with the actor's credential) and keeps by
+//! namespace and content hash, so that creating many actors of it does not put it in the
+//! head's log each time. The interpreter gets the class and the arguments in a task frame whose header
 //! has an `actor` entry (`{"max_concurrency": N}`), constructs the object and answers as it
 //! answers a task (status 0: constructed; 1: the constructor raised; 2: the class or its
 //! arguments could not be loaded). From then on the pipe carries calls and replies, numbered:
@@ -57,6 +61,8 @@ pub const ACTOR_CLASS: &str = "escher.python";
 struct Construct {
     driver: versions::Versions,
     hash: [u8; 32],
+    /// The store task that holds the class (0: inline).
+    blob: u64,
     class: Bytes,
     args: Bytes,
 }
@@ -96,16 +102,20 @@ fn parse(bytes: Vec<u8>) -> Result<Construct, String> {
         .ok_or_else(|| bad("the driver's versions are unreadable"))?;
     let mut hash = [0u8; 32];
     hash.copy_from_slice(&take(32)?);
+    let mut blob = [0u8; 8];
+    blob.copy_from_slice(&take(8)?);
+    let blob = u64::from_le_bytes(blob);
     let mut len = [0u8; 4];
     len.copy_from_slice(&take(4)?);
     let class = take(u32::from_le_bytes(len) as usize)?;
-    if class.is_empty() {
-        return Err(bad("no class"));
+    if class.is_empty() && blob == 0 {
+        return Err(bad("neither a class nor the task that stores it"));
     }
     let args = all.slice(at..);
     Ok(Construct {
         driver,
         hash,
+        blob,
         class,
         args,
     })
@@ -169,10 +179,15 @@ impl PythonActor {
             "actor": {"max_concurrency": max_concurrency},
         })
         .to_string();
+        let class = if construct.class.is_empty() {
+            pool.blob(&ctx, &ns, construct.hash, construct.blob).await?
+        } else {
+            construct.class.clone()
+        };
         // A fresh interpreter, never one of the warm ones: it is this incarnation's alone.
         let mut interp = pool.spawn(&ns, ctx.cgroups())?;
         interp
-            .send(header.as_bytes(), &construct.class, &[], &construct.args)
+            .send(header.as_bytes(), &class, &[], &construct.args)
             .await
             .map_err(|e| format!("cannot send the actor's class to its interpreter: {e}"))?;
         let (status, body) = match interp.receive().await {
@@ -367,10 +382,15 @@ mod tests {
     use super::*;
 
     fn envelope(versions: &str, class: &[u8], args: &[u8]) -> Vec<u8> {
+        stored(versions, 0, class, args)
+    }
+
+    fn stored(versions: &str, blob: u64, class: &[u8], args: &[u8]) -> Vec<u8> {
         let mut v = b"ESPY\x02\x03".to_vec();
         v.push(versions.len() as u8);
         v.extend_from_slice(versions.as_bytes());
         v.extend_from_slice(&[9u8; 32]);
+        v.extend_from_slice(&blob.to_le_bytes());
         v.extend_from_slice(&(class.len() as u32).to_le_bytes());
         v.extend_from_slice(class);
         v.extend_from_slice(args);
@@ -384,6 +404,9 @@ mod tests {
         assert_eq!(c.driver.cloudpickle, "3.1.1");
         assert_eq!(c.hash, [9u8; 32]);
         assert_eq!((&c.class[..], &c.args[..]), (&b"cls"[..], &b"args"[..]));
+        assert_eq!(c.blob, 0);
+        let c = parse(stored("3.11.7 3.1.1", 12, b"", b"args")).unwrap();
+        assert_eq!((c.blob, c.class.len(), &c.args[..]), (12, 0, &b"args"[..]));
     }
 
     #[test]
@@ -406,7 +429,7 @@ mod tests {
         assert!(
             parse(envelope("3.11.7 3.1.1", b"", b""))
                 .unwrap_err()
-                .contains("no class")
+                .contains("neither a class")
         );
     }
 }
