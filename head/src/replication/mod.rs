@@ -85,6 +85,8 @@
 //! - `transport.rs`: outbound raft messages, per-peer bounded queues, back-off;
 //! - `peers.rs`: the other replicas' statuses, asked for `escher heads`;
 //! - `service.rs`: the `Raft` gRPC service (inbound messages, a replica's status);
+//! - [`sim`]: one replica driven by hand, with no socket and no runtime: the seam of the
+//!   deterministic simulation (`escher-sim`, docs/RELIABILITY.md);
 //! - `codec.rs`: entries and snapshots as bytes;
 //! - `log_bridge.rs`: raft-rs's `slog` records into `tracing`;
 //! - [`log`]: the raft log itself: the [`LogStore`] contract, [`MemLog`] (no `--data-dir`) and
@@ -98,6 +100,7 @@ mod log_bridge;
 mod peers;
 mod replica;
 mod service;
+pub mod sim;
 mod transport;
 
 pub use codec::{
@@ -112,7 +115,7 @@ pub use log::{
     CUT_TAIL_IDS, DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, LostTail, MemLog,
 };
 pub(crate) use peers::group_status;
-pub(crate) use replica::{Applied, NotAccepted, Output, Replica};
-pub use replica::{Persistence, ReplicationError};
+pub(crate) use replica::{Applied, Output, Replica};
+pub use replica::{NotAccepted, Persistence, ReplicationError};
 pub(crate) use service::{Inbound, RaftService};
 pub(crate) use transport::{MAX_RAFT_MESSAGE, PeerAccess, Transport, TransportEvent};

@@ -701,7 +701,15 @@ impl<S: LogStore> Replica<S> {
                             expected - 1
                         ));
                     }
+                    // raft-rs calls the term of a compacted entry 0; such an entry is
+                    // committed and a retransmission's copy of it is the same, and raft-rs
+                    // answers an append that starts below its commit index without reading
+                    // the entries. Refusing it left a follower that had compacted past a
+                    // retransmitted append silent, and its leader probing it forever
+                    // (escher-sim, docs/RELIABILITY.md).
+                    let compacted = entry.index + 1 < log.first_index();
                     if entry.index <= log.committed
+                        && !compacted
                         && log.term(entry.index).is_ok_and(|t| t != entry.term)
                     {
                         return Err(format!(
@@ -722,6 +730,27 @@ impl<S: LogStore> Replica<S> {
             return;
         }
         self.node.tick();
+    }
+
+    /// The messages a [captured](Transport::captured) transport kept: a simulation delivers
+    /// them itself.
+    pub(crate) fn take_captured(&mut self) -> Vec<Message> {
+        self.transport.take_captured()
+    }
+
+    /// raft's own state, read-only (a simulation's checks).
+    pub(crate) fn raft(&self) -> &raft::Raft<S> {
+        &self.node.raft
+    }
+
+    /// Replaces the election timeout raft drew from its thread's random generator, so that a
+    /// simulation chooses every timeout from its seed. `ticks` is brought into raft's range
+    /// (the election ticks up to twice as many).
+    pub(crate) fn set_election_timeout(&mut self, ticks: usize) {
+        let base = self.config.election_ticks.max(1);
+        self.node
+            .raft
+            .set_randomized_election_timeout(base + ticks % base);
     }
 
     /// Tells raft what the transport saw.

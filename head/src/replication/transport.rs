@@ -94,6 +94,9 @@ pub(crate) struct Transport {
     events: mpsc::UnboundedSender<TransportEvent>,
     shutdown: CancellationToken,
     tracker: TaskTracker,
+    /// Messages kept for the caller instead of sent, when a simulation drives the replica
+    /// ([`Transport::captured`]); `None` sends them.
+    captured: Option<Vec<Message>>,
 }
 
 impl Transport {
@@ -119,12 +122,45 @@ impl Transport {
             events,
             shutdown,
             tracker,
+            captured: None,
         }
+    }
+
+    /// A transport that sends nothing: it keeps raft's messages until
+    /// [`take_captured`](Self::take_captured) hands them to the caller (`escher-sim` delivers
+    /// them over its simulated network). It starts no task and needs no runtime.
+    pub(crate) fn captured(id: u64, group: &str, address: &str) -> Transport {
+        let (events, _) = mpsc::unbounded_channel();
+        let mut transport = Transport::new(
+            id,
+            group,
+            address,
+            events,
+            CancellationToken::new(),
+            TaskTracker::new(),
+            PeerAccess {
+                bearer: Bearer::none(),
+                tls: None,
+            },
+        );
+        transport.captured = Some(Vec::new());
+        transport
+    }
+
+    /// The messages kept since the last call (none unless [`captured`](Self::captured)).
+    pub(crate) fn take_captured(&mut self) -> Vec<Message> {
+        self.captured
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
     }
 
     /// Makes the peers exactly `members` (less this replica): new ones get a queue and a
     /// sender, moved ones a new connection, removed ones are stopped.
     pub(crate) fn set_peers(&mut self, members: &BTreeMap<u64, String>) {
+        if self.captured.is_some() {
+            return;
+        }
         self.peers.retain(|id, peer| {
             let keep = members.get(id) == Some(&peer.address);
             if !keep {
@@ -180,6 +216,10 @@ impl Transport {
 
     /// Queues raft's messages for their receivers.
     pub(crate) fn send(&mut self, messages: Vec<Message>) {
+        if let Some(kept) = &mut self.captured {
+            kept.extend(messages);
+            return;
+        }
         for msg in messages {
             let to = msg.to;
             let Some(peer) = self.peers.get(&to) else {

@@ -1,0 +1,212 @@
+//! [`SimReplica`]: one real [`Replica`] driven by hand, for the deterministic simulation of a
+//! replica group (`escher-sim`, docs/RELIABILITY.md).
+//!
+//! It is the replica the head runs, over a [`MemLog`], with its transport
+//! [captured](super::transport::Transport::captured): raft's messages are handed to the caller
+//! instead of sent, so the caller decides when, whether and how often each arrives. Nothing here
+//! starts a task, opens a socket or reads a clock: a cycle's writes run inline (a log in
+//! memory never waits), and the election timeouts raft would draw from its thread's random
+//! generator are chosen by the caller ([`SimReplica::pin_election_timeout`]).
+
+use std::collections::BTreeMap;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+
+use escher_proto::types::RequestKey;
+use raft::StateRole;
+use raft::eraftpb::Message;
+
+use super::MemLog;
+use super::codec;
+use super::config::ReplicaConfig;
+use super::replica::{NotAccepted, Output, Persistence, Replica, ReplicationError};
+use super::transport::Transport;
+use crate::scheduler::Millis;
+use crate::state::{ApplyError, ClusterState, Command, Reply, StateConfig};
+
+/// What one cycle of a [`SimReplica`] did, in order.
+#[derive(Debug)]
+pub enum SimOutput {
+    /// A raft entry was applied: one result per command, in proposal order.
+    Applied {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+        /// What applying each command returned.
+        results: Vec<Result<Reply, ApplyError>>,
+    },
+    /// An entry with nothing to apply (a new leader's first), or a membership change: a
+    /// proposal waiting at this index was not applied.
+    Empty {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+    },
+    /// The role or the leader changed.
+    Role {
+        /// Whether this replica leads now.
+        leading: bool,
+        /// The leader, if known.
+        leader: Option<u64>,
+    },
+    /// A leader's snapshot replaced the whole state.
+    Restored,
+}
+
+/// One replica of a simulated group. See the [module documentation](self).
+#[derive(Debug)]
+pub struct SimReplica {
+    replica: Replica<MemLog>,
+}
+
+impl SimReplica {
+    /// Opens replica `id` of the group whose replicas are `voters`, over `log`: a fresh log
+    /// starts the group, one with entries resumes from them (a restart).
+    /// `snapshot_bytes` is the log size that triggers a snapshot (small, to exercise them).
+    pub fn open(
+        id: u64,
+        voters: &[u64],
+        log: MemLog,
+        state_config: StateConfig,
+        snapshot_bytes: u64,
+    ) -> Result<SimReplica, ReplicationError> {
+        let peers: BTreeMap<u64, String> = voters.iter().map(|v| (*v, address(*v))).collect();
+        let mut config = ReplicaConfig::member(id, peers, Some("sim".to_string()))
+            .map_err(|e| ReplicationError::Restore(e.to_string()))?;
+        config.snapshot_bytes = snapshot_bytes;
+        let transport = Transport::captured(id, &config.group, &config.address);
+        let replica = Replica::open(
+            config,
+            log,
+            state_config,
+            transport,
+            Persistence::Inline,
+            true,
+            None,
+        )?;
+        Ok(SimReplica { replica })
+    }
+
+    /// Proposes `commands` as one raft entry stamped `now` (see `Replica::propose`).
+    pub fn propose(
+        &mut self,
+        commands: Vec<(Command, Option<RequestKey>)>,
+        now: Millis,
+    ) -> Result<(u64, u64), NotAccepted> {
+        self.replica.propose(commands, now)
+    }
+
+    /// Hands raft messages from replica `from` to this one.
+    pub fn step(&mut self, from: u64, messages: Vec<Message>) {
+        let format = u32::from(codec::newest_readable());
+        self.replica.step(from, &address(from), format, messages);
+    }
+
+    /// One raft tick.
+    pub fn tick(&mut self) {
+        self.replica.tick();
+    }
+
+    /// Tells raft that a message to `to` was lost.
+    pub fn unreachable(&mut self, to: u64) {
+        self.replica
+            .on_transport(super::transport::TransportEvent::Unreachable(to));
+    }
+
+    /// Tells raft whether a snapshot sent to `to` arrived (the real transport reports the end
+    /// of each snapshot's call): raft sends no other until it is told.
+    pub fn snapshot_sent(&mut self, to: u64, delivered: bool) {
+        self.replica
+            .on_transport(super::transport::TransportEvent::Snapshot { to, delivered });
+    }
+
+    /// Runs one ready cycle to its end and returns what it did.
+    pub fn cycle(&mut self) -> Result<Vec<SimOutput>, ReplicationError> {
+        let mut out = Vec::new();
+        {
+            let mut cycle = pin!(self.replica.cycle(&mut out));
+            let mut cx = Context::from_waker(Waker::noop());
+            match cycle.as_mut().poll(&mut cx) {
+                Poll::Ready(result) => result?,
+                Poll::Pending => {
+                    return Err(ReplicationError::Interrupted(
+                        "a cycle over a log in memory waited, which it never should".into(),
+                    ));
+                }
+            }
+        }
+        Ok(out.into_iter().filter_map(simplify).collect())
+    }
+
+    /// The messages raft wants sent since the last call, in order.
+    pub fn take_messages(&mut self) -> Vec<Message> {
+        self.replica.take_captured()
+    }
+
+    /// Sets raft's election timeout to `salt` brought into its range (the election ticks up to
+    /// twice as many), replacing the one raft drew from its thread's random generator.
+    pub fn pin_election_timeout(&mut self, salt: usize) {
+        self.replica.set_election_timeout(salt);
+    }
+
+    /// The replicated state.
+    pub fn state(&self) -> &ClusterState {
+        self.replica.state()
+    }
+
+    /// Whether this replica leads now.
+    pub fn is_leader(&self) -> bool {
+        self.replica.raft().state == StateRole::Leader
+    }
+
+    /// The leader this replica knows of, if any.
+    pub fn leader(&self) -> Option<u64> {
+        let leader = self.replica.raft().leader_id;
+        (leader != 0).then_some(leader)
+    }
+
+    /// raft's current term here.
+    pub fn term(&self) -> u64 {
+        self.replica.raft().term
+    }
+
+    /// The index of the last entry applied to the state.
+    pub fn applied(&self) -> u64 {
+        self.replica.raft().raft_log.applied
+    }
+
+    /// The commit index known here.
+    pub fn committed(&self) -> u64 {
+        self.replica.raft().raft_log.committed
+    }
+}
+
+/// The address replica `id` has in a simulated group (it is never dialled).
+fn address(id: u64) -> String {
+    format!("sim-{id}:7600")
+}
+
+fn simplify(output: Output) -> Option<SimOutput> {
+    Some(match output {
+        Output::Applied {
+            index,
+            term,
+            results,
+        } => SimOutput::Applied {
+            index,
+            term,
+            results: results.into_iter().map(|a| a.result).collect(),
+        },
+        Output::ConfChanged { index, term, .. } | Output::Empty { index, term } => {
+            SimOutput::Empty { index, term }
+        }
+        Output::Role { role, leader } => SimOutput::Role {
+            leading: role == escher_proto::types::ReplicaRole::Leader,
+            leader,
+        },
+        Output::Restored => SimOutput::Restored,
+        Output::ReadReady { .. } | Output::DiskFull(_) => return None,
+    })
+}

@@ -1,0 +1,21 @@
+//! escher-sim: a deterministic simulation of the head's replica group (docs/RELIABILITY.md,
+//! "The deterministic simulation").
+//!
+//! One run is one seed. N real replicas (`escher_head::replication::sim::SimReplica`: the
+//! head's `Replica`, raft-rs, the real `ClusterState` and scheduler, an in-memory log) live in
+//! one process with simulated clients, under a queue of events in simulated time; every choice
+//! (delays, losses, duplicates, partitions, crashes, what clients write, election timeouts) is
+//! drawn from one generator seeded from the run's number, and nothing reads a clock or
+//! iterates a hash map, so a seed replays exactly. The [`checker`] judges every run.
+//!
+//! - [`world`]: the run, its events and the replicas' slots;
+//! - [`network`]: the simulated links;
+//! - [`client`]: clients that write with idempotency keys and retry;
+//! - [`checker`]: the properties.
+
+pub mod checker;
+pub mod client;
+pub mod network;
+pub mod world;
+
+pub use world::{Options, Outcome, Stats, run};

@@ -1,0 +1,794 @@
+//! [`World`]: one seeded run. Replicas, clients and the network live in one process; a queue
+//! of events ordered by simulated time (and, at equal times, by the order they were queued)
+//! drives them; every random choice comes from one generator seeded from the run's number.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use escher_core::state::{Command, Joining, SecretHash, StateConfig};
+use escher_head::replication::sim::{SimOutput, SimReplica};
+use escher_head::replication::{MemLog, NotAccepted};
+use escher_proto::types::{
+    CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskKind, TaskSpec,
+};
+use raft::eraftpb::{Message, MessageType};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::checker::{self, Checker};
+use crate::client::{Client, Intent};
+use crate::network::Network;
+
+/// The simulated time the run starts at (milliseconds since the epoch, arbitrary).
+const T0: u64 = 1_800_000_000_000;
+/// How often a replica ticks (the head's default).
+const TICK_MS: u64 = 50;
+/// How long a client waits for an answer before it sends again elsewhere.
+const CLIENT_TIMEOUT_MS: u64 = 1_000;
+/// How long the quiet end lasts: no faults, no new writes; the group must converge.
+const QUIET_MS: u64 = 10_000;
+/// A client's pause before it retries after "not leader".
+const RETRY_MS: u64 = 30;
+
+/// What a run looks like.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Replicas in the group (3 or 5).
+    pub replicas: u64,
+    /// Clients writing at once.
+    pub clients: u64,
+    /// Simulated milliseconds of faults and writes, before the quiet end.
+    pub duration_ms: u64,
+    /// Keep every event's line.
+    pub trace: bool,
+    /// Clients send their idempotency keys (the real client always does; without them a
+    /// retried write may apply twice, which the checker must see).
+    pub idempotency_keys: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            replicas: 3,
+            clients: 3,
+            duration_ms: 20_000,
+            trace: false,
+            idempotency_keys: true,
+        }
+    }
+}
+
+/// What a run did and found.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Its seed.
+    pub seed: u64,
+    /// Every event, one line each (only with [`Options::trace`]).
+    pub trace: Vec<String>,
+    /// What broke; empty when the run passed.
+    pub violations: Vec<String>,
+    /// Counts of what happened.
+    pub stats: Stats,
+    /// The final state's fingerprint and applied index (equal runs give equal ones).
+    pub end: (u64, u64),
+}
+
+/// Counts of what a run did.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Stats {
+    /// Events handled.
+    pub events: u64,
+    /// Raft messages delivered.
+    pub delivered: u64,
+    /// Raft messages lost (dropped or cut by a partition).
+    pub lost: u64,
+    /// Raft messages delivered twice.
+    pub duplicated: u64,
+    /// Replica crashes.
+    pub crashes: u64,
+    /// Partitions.
+    pub partitions: u64,
+    /// Writes acknowledged.
+    pub acknowledged: u64,
+    /// Client sends (first tries and retries).
+    pub sends: u64,
+    /// Snapshots a replica installed from its leader.
+    pub snapshots: u64,
+}
+
+#[derive(Debug)]
+enum Event {
+    Tick(u64),
+    Deliver {
+        from: u64,
+        to: u64,
+        msg: Message,
+    },
+    /// The sender of a snapshot learns whether it arrived, as the real transport's call ends.
+    SnapshotSent {
+        from: u64,
+        to: u64,
+        delivered: bool,
+    },
+    /// The sender of a lost message learns it, as the real transport's failed call tells it.
+    Unreachable {
+        from: u64,
+        to: u64,
+    },
+    Request {
+        client: usize,
+        to: u64,
+        attempt: u64,
+    },
+    Response {
+        client: usize,
+        attempt: u64,
+        answer: Answer,
+    },
+    Timeout {
+        client: usize,
+        attempt: u64,
+    },
+    Think(usize),
+    Retry(usize),
+    Crash(u64),
+    Restart(u64),
+    Partition,
+    Heal,
+}
+
+#[derive(Debug, Clone)]
+enum Answer {
+    Done(Result<escher_core::state::Reply, String>),
+    NotLeader(Option<u64>),
+}
+
+/// A proposal waiting to be applied: who gets the answer.
+#[derive(Debug, Clone, Copy)]
+struct Waiter {
+    term: u64,
+    client: usize,
+    attempt: u64,
+}
+
+/// One replica's slot: its log survives a crash, the replica and its waiters do not.
+#[derive(Debug)]
+struct Slot {
+    log: MemLog,
+    replica: Option<SimReplica>,
+    waiters: BTreeMap<u64, Vec<Waiter>>,
+}
+
+/// One run. See the [module documentation](self).
+#[derive(Debug)]
+pub struct World {
+    seed: u64,
+    options: Options,
+    rng: StdRng,
+    now: u64,
+    seq: u64,
+    queue: BTreeMap<(u64, u64), Event>,
+    slots: BTreeMap<u64, Slot>,
+    voters: Vec<u64>,
+    network: Network,
+    clients: Vec<Client>,
+    /// Nodes registered so far (a resource write targets one).
+    nodes: Vec<NodeId>,
+    /// Whether faults and new writes go on (false in the quiet end).
+    stormy: bool,
+    checker: Checker,
+    stats: Stats,
+    trace: Vec<String>,
+    /// A replica failed in a way the head would stop for.
+    fatal: Option<String>,
+}
+
+/// Runs seed `seed` and checks it.
+pub fn run(seed: u64, options: &Options) -> Outcome {
+    let mut world = World::new(seed, options.clone());
+    world.run();
+    world.outcome()
+}
+
+impl World {
+    fn new(seed: u64, options: Options) -> World {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let network = Network::random(&mut rng);
+        let voters: Vec<u64> = (1..=options.replicas).collect();
+        let mut world = World {
+            seed,
+            rng,
+            now: T0,
+            seq: 0,
+            queue: BTreeMap::new(),
+            slots: BTreeMap::new(),
+            voters: voters.clone(),
+            network,
+            clients: Vec::new(),
+            nodes: Vec::new(),
+            stormy: true,
+            checker: Checker::default(),
+            stats: Stats::default(),
+            trace: Vec::new(),
+            fatal: None,
+            options,
+        };
+        for id in voters {
+            world.slots.insert(
+                id,
+                Slot {
+                    log: MemLog::new(),
+                    replica: None,
+                    waiters: BTreeMap::new(),
+                },
+            );
+            world.open(id);
+            let first = world.rng.random_range(0..TICK_MS);
+            world.at(first, Event::Tick(id));
+        }
+        // Client 0 is the operator: it names the cluster and registers two workers.
+        for c in 0..=world.options.clients {
+            let target = world.random_replica();
+            world.clients.push(Client::new(1000 + c, target));
+            let start = world.rng.random_range(100..1_000);
+            world.at(start, Event::Think(c as usize));
+        }
+        let crashes = world.rng.random_range(0..4);
+        for _ in 0..crashes {
+            let when = world.rng.random_range(500..world.options.duration_ms);
+            let who = world.random_replica();
+            world.at(when, Event::Crash(who));
+        }
+        let partitions = world.rng.random_range(0..4);
+        for _ in 0..partitions {
+            let when = world.rng.random_range(500..world.options.duration_ms);
+            world.at(when, Event::Partition);
+        }
+        world
+    }
+
+    fn run(&mut self) {
+        let storm_end = T0 + self.options.duration_ms;
+        let end = storm_end + QUIET_MS;
+        while let Some(((time, _), event)) = self.queue.pop_first() {
+            if time > end || self.fatal.is_some() {
+                break;
+            }
+            if self.stormy && time >= storm_end {
+                self.calm();
+            }
+            self.now = time;
+            self.stats.events += 1;
+            self.handle(event);
+        }
+        self.finish();
+    }
+
+    /// The quiet end: heal, restart everyone, stop writing; the group must converge.
+    fn calm(&mut self) {
+        self.stormy = false;
+        self.network.heal();
+        self.network.drop = 0;
+        self.network.duplicate = 0;
+        self.note("calm: healed, every replica up, no new writes".to_string());
+        for id in self.voters.clone() {
+            if self.slots[&id].replica.is_none() {
+                self.restart(id);
+            }
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Tick(id) => {
+                self.at(TICK_MS, Event::Tick(id));
+                if let Some(replica) = self.replica(id) {
+                    replica.tick();
+                    self.drive(id);
+                }
+            }
+            Event::Deliver { from, to, msg } => {
+                let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
+                let up = self.slots[&to].replica.is_some();
+                if snapshot {
+                    let delivered = up;
+                    self.at(
+                        1,
+                        Event::SnapshotSent {
+                            from,
+                            to,
+                            delivered,
+                        },
+                    );
+                }
+                if !up {
+                    return;
+                }
+                if self.options.trace {
+                    let line = format!("deliver {from}->{to} {:?}", msg.get_msg_type());
+                    self.note(line);
+                }
+                self.stats.delivered += 1;
+                if let Some(replica) = self.replica(to) {
+                    replica.step(from, vec![msg]);
+                }
+                self.drive(to);
+            }
+            Event::SnapshotSent {
+                from,
+                to,
+                delivered,
+            } => {
+                if let Some(replica) = self.replica(from) {
+                    replica.snapshot_sent(to, delivered);
+                    self.drive(from);
+                }
+            }
+            Event::Unreachable { from, to } => {
+                if let Some(replica) = self.replica(from) {
+                    replica.unreachable(to);
+                    self.drive(from);
+                }
+            }
+            Event::Request {
+                client,
+                to,
+                attempt,
+            } => self.request(client, to, attempt),
+            Event::Response {
+                client,
+                attempt,
+                answer,
+            } => self.response(client, attempt, answer),
+            Event::Timeout { client, attempt } => {
+                if self.clients[client].attempt == attempt && self.clients[client].current.is_some()
+                {
+                    let target = self.random_replica();
+                    self.note(format!("client {client} timed out; tries replica {target}"));
+                    self.clients[client].target = target;
+                    self.send(client);
+                }
+            }
+            Event::Think(client) => self.think(client),
+            Event::Retry(client) => {
+                if self.clients[client].current.is_some() {
+                    self.send(client);
+                }
+            }
+            Event::Crash(id) => {
+                if self.stormy && self.slots[&id].replica.is_some() {
+                    self.stats.crashes += 1;
+                    self.note(format!("crash replica {id}"));
+                    let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+                    slot.replica = None;
+                    slot.waiters.clear();
+                    let back = self.rng.random_range(200..8_000);
+                    self.at(back, Event::Restart(id));
+                }
+            }
+            Event::Restart(id) => {
+                if self.slots[&id].replica.is_none() {
+                    self.restart(id);
+                }
+            }
+            Event::Partition => {
+                if self.stormy {
+                    let mut side = BTreeSet::new();
+                    for id in &self.voters {
+                        if self.rng.random_bool(0.5) {
+                            side.insert(*id);
+                        }
+                    }
+                    self.stats.partitions += 1;
+                    self.note(format!("partition {side:?} from the rest"));
+                    self.network.partition(side);
+                    let heal = self.rng.random_range(300..5_000);
+                    self.at(heal, Event::Heal);
+                }
+            }
+            Event::Heal => {
+                self.note("heal".to_string());
+                self.network.heal();
+            }
+        }
+    }
+
+    fn restart(&mut self, id: u64) {
+        self.note(format!("restart replica {id} from its log"));
+        self.open(id);
+    }
+
+    fn open(&mut self, id: u64) {
+        let log = self.slots[&id].log.clone();
+        match SimReplica::open(id, &self.voters, log, StateConfig::default(), 4 * 1024) {
+            Ok(replica) => {
+                self.slots
+                    .get_mut(&id)
+                    .expect("every voter has a slot")
+                    .replica = Some(replica);
+                self.drive(id);
+            }
+            Err(e) => self.fail(format!("replica {id} cannot open its log: {e}")),
+        }
+    }
+
+    /// A client's next write, or its retry.
+    fn think(&mut self, client: usize) {
+        if !self.stormy || self.clients[client].current.is_some() {
+            return;
+        }
+        let c = &self.clients[client];
+        let seq = c.next_seq();
+        let (command, intent) = if client == 0 {
+            match seq {
+                1 => (
+                    Command::Init {
+                        cluster_id: "sim".to_string(),
+                        task_key: "sim-key".to_string(),
+                    },
+                    Intent::Init,
+                ),
+                2 | 3 => (register(seq), Intent::Register),
+                _ => return,
+            }
+        } else if !self.nodes.is_empty() && self.rng.random_bool(0.3) {
+            let marker = format!("c{}w{seq}", c.id);
+            let node = self.nodes[self.rng.random_range(0..self.nodes.len())];
+            (
+                set_resource(&marker, node),
+                Intent::SetResource { marker, node },
+            )
+        } else {
+            let count = self.rng.random_range(1..=3);
+            let names: Vec<String> = (0..count).map(|i| format!("c{}w{seq}t{i}", c.id)).collect();
+            (submit(&names), Intent::Submit(names))
+        };
+        self.note(format!("client {client} writes {intent:?}"));
+        self.clients[client].start(command, intent);
+        self.send(client);
+    }
+
+    /// Sends the client's write in flight to its target, and sets its timeout.
+    fn send(&mut self, client: usize) {
+        self.stats.sends += 1;
+        let c = &mut self.clients[client];
+        c.attempt += 1;
+        let (to, attempt) = (c.target, c.attempt);
+        for delay in self.network.weather(&mut self.rng) {
+            self.at(
+                delay,
+                Event::Request {
+                    client,
+                    to,
+                    attempt,
+                },
+            );
+        }
+        self.at(CLIENT_TIMEOUT_MS, Event::Timeout { client, attempt });
+    }
+
+    /// A client's write reaches replica `to`.
+    fn request(&mut self, client: usize, to: u64, attempt: u64) {
+        let Some(write) = self.clients[client].current.clone() else {
+            return;
+        };
+        let now = self.now;
+        let key = self.options.idempotency_keys.then_some(write.key);
+        let Some(replica) = self.replica(to) else {
+            return;
+        };
+        let proposed = replica.propose(vec![(write.command, key)], now);
+        match proposed {
+            Ok((index, term)) => {
+                let slot = self.slots.get_mut(&to).expect("every voter has a slot");
+                slot.waiters.entry(index).or_default().push(Waiter {
+                    term,
+                    client,
+                    attempt,
+                });
+                self.drive(to);
+            }
+            Err(NotAccepted::NotLeader(_)) => {
+                let leader = self.replica(to).and_then(|r| r.leader());
+                self.answer(client, attempt, Answer::NotLeader(leader));
+            }
+            Err(other) => {
+                self.answer(client, attempt, Answer::Done(Err(format!("{other:?}"))));
+            }
+        }
+    }
+
+    /// An answer travels back to its client (it may be lost: the client times out).
+    fn answer(&mut self, client: usize, attempt: u64, answer: Answer) {
+        for delay in self.network.weather(&mut self.rng) {
+            let answer = answer.clone();
+            self.at(
+                delay,
+                Event::Response {
+                    client,
+                    attempt,
+                    answer,
+                },
+            );
+        }
+    }
+
+    fn response(&mut self, client: usize, attempt: u64, answer: Answer) {
+        let c = &mut self.clients[client];
+        if c.attempt != attempt || c.current.is_none() {
+            return;
+        }
+        match answer {
+            Answer::Done(reply) => {
+                if reply.is_ok() {
+                    self.stats.acknowledged += 1;
+                }
+                if let Ok(escher_core::state::Reply::Registered(node)) = &reply {
+                    self.nodes.push(*node);
+                }
+                self.note(format!("client {client} answered: {reply:?}"));
+                self.clients[client].answer(reply);
+                let pause = self.rng.random_range(0..300);
+                self.at(pause, Event::Think(client));
+            }
+            Answer::NotLeader(hint) => {
+                let target = match hint {
+                    Some(leader) => leader,
+                    None => self.random_replica(),
+                };
+                self.clients[client].target = target;
+                self.at(RETRY_MS, Event::Retry(client));
+            }
+        }
+    }
+
+    /// Runs replica `id`'s cycles until raft has nothing ready, and sends what they produced.
+    fn drive(&mut self, id: u64) {
+        let seed = self.seed;
+        for _ in 0..16 {
+            let Some(replica) = self.replica(id) else {
+                return;
+            };
+            let outputs = match replica.cycle() {
+                Ok(outputs) => outputs,
+                Err(e) => return self.fail(format!("replica {id} failed a cycle: {e}")),
+            };
+            let messages = replica.take_messages();
+            let (term, leading) = (replica.term(), replica.is_leader());
+            let salt = checker::hash(&format!("{seed} {id} {term} {leading}")) as usize;
+            replica.pin_election_timeout(salt);
+            if outputs.is_empty() && messages.is_empty() {
+                return;
+            }
+            for output in outputs {
+                self.output(id, output);
+            }
+            for msg in messages {
+                let to = msg.to;
+                let delays = self.network.fate(&mut self.rng, id, to);
+                match delays.len() {
+                    0 => {
+                        self.stats.lost += 1;
+                        let wait = self.network.max_delay;
+                        if msg.get_msg_type() == MessageType::MsgSnapshot {
+                            let delivered = false;
+                            self.at(
+                                wait,
+                                Event::SnapshotSent {
+                                    from: id,
+                                    to,
+                                    delivered,
+                                },
+                            );
+                        }
+                        self.at(wait, Event::Unreachable { from: id, to });
+                    }
+                    2 => self.stats.duplicated += 1,
+                    _ => {}
+                }
+                for delay in delays {
+                    let msg = msg.clone();
+                    self.at(delay, Event::Deliver { from: id, to, msg });
+                }
+            }
+        }
+    }
+
+    fn output(&mut self, id: u64, output: SimOutput) {
+        match output {
+            SimOutput::Applied {
+                index,
+                term,
+                results,
+            } => {
+                if self.options.trace {
+                    self.note(format!("replica {id} applied {index} of term {term}"));
+                }
+                let text = format!("{results:?}");
+                let slot = &self.slots[&id];
+                let Some(replica) = &slot.replica else { return };
+                let last = replica.applied();
+                self.checker
+                    .applied(id, index, last, &text, replica.state());
+                let waiters = self
+                    .slots
+                    .get_mut(&id)
+                    .and_then(|s| s.waiters.remove(&index))
+                    .unwrap_or_default();
+                for w in waiters {
+                    let answer = if w.term == term {
+                        let reply = results
+                            .first()
+                            .cloned()
+                            .map(|r| r.map_err(|e| e.to_string()))
+                            .unwrap_or_else(|| Err("an empty batch".to_string()));
+                        Answer::Done(reply)
+                    } else {
+                        Answer::NotLeader(None)
+                    };
+                    self.answer(w.client, w.attempt, answer);
+                }
+            }
+            SimOutput::Empty { index, .. } => {
+                let waiters = self
+                    .slots
+                    .get_mut(&id)
+                    .and_then(|s| s.waiters.remove(&index))
+                    .unwrap_or_default();
+                for w in waiters {
+                    self.answer(w.client, w.attempt, Answer::NotLeader(None));
+                }
+            }
+            SimOutput::Role { leading, leader } => {
+                self.note(format!(
+                    "replica {id}: leading {leading}, leader {leader:?}"
+                ));
+                if !leading {
+                    let waiters = std::mem::take(
+                        &mut self
+                            .slots
+                            .get_mut(&id)
+                            .expect("every voter has a slot")
+                            .waiters,
+                    );
+                    for w in waiters.into_values().flatten() {
+                        self.answer(w.client, w.attempt, Answer::NotLeader(leader));
+                    }
+                }
+            }
+            SimOutput::Restored => {
+                self.stats.snapshots += 1;
+                self.note(format!("replica {id} installed a snapshot"));
+            }
+        }
+    }
+
+    /// The end: every replica must have converged on one state, which must hold every
+    /// acknowledged write.
+    fn finish(&mut self) {
+        for client in &mut self.clients {
+            client.give_up();
+        }
+        if let Some(why) = self.fatal.take() {
+            self.checker.violations.push(why);
+            return;
+        }
+        let applied: BTreeMap<u64, u64> = self
+            .slots
+            .iter()
+            .filter_map(|(id, s)| s.replica.as_ref().map(|r| (*id, r.applied())))
+            .collect();
+        let distinct: BTreeSet<u64> = applied.values().copied().collect();
+        if distinct.len() != 1 || applied.len() != self.voters.len() {
+            self.checker.violations.push(format!(
+                "the group did not converge in the quiet end: applied indexes {applied:?}"
+            ));
+        }
+        for (id, slot) in &self.slots {
+            if let Some(replica) = &slot.replica {
+                self.checker
+                    .compare(*id, u64::MAX - replica.applied(), replica.state());
+            }
+        }
+        let leader = self
+            .slots
+            .values()
+            .filter_map(|s| s.replica.as_ref())
+            .max_by_key(|r| r.applied());
+        if let Some(replica) = leader {
+            self.checker.finish(&self.clients, replica.state());
+        }
+    }
+
+    fn outcome(self) -> Outcome {
+        let end = self
+            .slots
+            .values()
+            .filter_map(|s| s.replica.as_ref())
+            .map(|r| (checker::fingerprint(r.state()), r.applied()))
+            .next()
+            .unwrap_or_default();
+        Outcome {
+            seed: self.seed,
+            trace: self.trace,
+            violations: self.checker.violations,
+            stats: self.stats,
+            end,
+        }
+    }
+
+    fn replica(&mut self, id: u64) -> Option<&mut SimReplica> {
+        self.slots.get_mut(&id).and_then(|s| s.replica.as_mut())
+    }
+
+    fn random_replica(&mut self) -> u64 {
+        self.voters[self.rng.random_range(0..self.voters.len())]
+    }
+
+    fn at(&mut self, delay: u64, event: Event) {
+        self.seq += 1;
+        self.queue.insert((self.now + delay, self.seq), event);
+    }
+
+    fn note(&mut self, line: String) {
+        if self.options.trace {
+            self.trace.push(format!("{:>8} {line}", self.now - T0));
+        }
+    }
+
+    fn fail(&mut self, why: String) {
+        self.note(format!("FATAL {why}"));
+        self.fatal.get_or_insert(why);
+    }
+}
+
+fn register(seq: u64) -> Command {
+    let name = format!("node{seq}");
+    Command::RegisterNode {
+        worker: Joining {
+            name: name.clone(),
+            address: format!("{name}.sim:7601"),
+            resources: "cpu=4".parse().expect("a valid resource set"),
+            labels: Labels::new(),
+            gpus: Vec::new(),
+            boot: 1,
+        },
+        secret: SecretHash::of(&format!("secret of {name}")),
+    }
+}
+
+fn submit(names: &[String]) -> Command {
+    let tasks = names
+        .iter()
+        .map(|name| TaskSpec {
+            name: name.clone(),
+            kind: TaskKind::Command {
+                argv: vec!["true".to_string()],
+                env: Vec::new(),
+                cwd: None,
+            },
+            resources: "cpu=1".parse().expect("a valid resource set"),
+            labels: Labels::new(),
+            max_retries: 0,
+            timeout: None,
+            pending_deadline: None,
+            on_start: Vec::new(),
+            on_success: Vec::new(),
+        })
+        .collect();
+    Command::Submit {
+        tasks,
+        namespace: None,
+    }
+}
+
+fn set_resource(marker: &str, node: NodeId) -> Command {
+    Command::SetResources {
+        updates: vec![ResourceUpdate {
+            name: ResourceName::new(marker).expect("markers are valid resource names"),
+            op: CapacityOp::Set("1".parse().expect("a valid capacity")),
+            target: NodeSpec::Node(node),
+        }],
+        namespace: None,
+        caller_task: None,
+    }
+}
