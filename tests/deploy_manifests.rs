@@ -5,7 +5,10 @@
 //!   (their exposure score may not grow past what they have now);
 //! - the Kubernetes manifests by `kubernetes-validate --strict` (the API's own OpenAPI schemas,
 //!   bundled with it: it runs offline), and their structure (a three-replica StatefulSet whose
-//!   peer list names its own pods, the workers given only the worker Secret) by a script;
+//!   peer list names its own pods, the workers given only the worker Secret, every capability
+//!   dropped but the worker's, and limits) by a script;
+//! - the compose file's workers (no new privileges, only the worker unit's capabilities, memory
+//!   and process limits) by a script on the parsed file;
 //! - `deploy/make-access`, by using what it writes: a head started on its access file, a
 //!   worker joining with its worker-only credential, `escher nodes` with the admin's;
 //! - the Slurm example by `bash -n`, then run with a stand-in `srun` and `escher-worker` that
@@ -258,6 +261,29 @@ worker = ds["containers"][0]
 assert "--require-isolation" in worker["command"]
 caps = set(worker["securityContext"]["capabilities"]["add"])
 assert {"SETUID", "SETGID", "CHOWN", "KILL"} <= caps, caps
+assert worker["securityContext"]["capabilities"]["drop"] == ["ALL"]
+assert worker["securityContext"]["allowPrivilegeEscalation"] is False
+limits = worker["resources"]["limits"]
+assert limits.get("memory") and limits.get("cpu"), limits
+print("ok")
+"#;
+
+/// What every worker service of `deploy/compose.yaml` must set (argv: the compose file, then
+/// the capabilities the worker needs): no new privileges, every capability dropped but those,
+/// and a memory and a process limit.
+const COMPOSE_WORKERS: &str = r#"
+import sys, yaml
+with open(sys.argv[1]) as f:
+    compose = yaml.safe_load(f)
+needed = set(sys.argv[2:])
+workers = {name: s for name, s in compose["services"].items()
+           if (s.get("command") or [None])[0] == "escher-worker"}
+assert len(workers) >= 2, workers.keys()
+for name, s in workers.items():
+    assert "no-new-privileges:true" in s.get("security_opt", []), (name, s.get("security_opt"))
+    assert s.get("cap_drop") == ["ALL"], (name, s.get("cap_drop"))
+    assert set(s.get("cap_add", [])) == needed, (name, s.get("cap_add"), needed)
+    assert s.get("mem_limit") and s.get("pids_limit"), (name, s.get("mem_limit"), s.get("pids_limit"))
 print("ok")
 "#;
 
@@ -319,6 +345,47 @@ fn the_kubernetes_manifests_validate() {
         "a wrong peer list passed: {}",
         text(&out)
     );
+}
+
+/// The compose file's workers run with no new privileges, only the capabilities the worker
+/// unit has (which the unit's test shows are what tasks as their own users need), and memory
+/// and process limits; a copy that keeps a capability more, or lifts the process limit, fails.
+#[test]
+fn the_compose_workers_are_held_to_what_they_need() {
+    let (_, python) = kubernetes_validate();
+    let unit = std::fs::read_to_string(deploy("systemd/escher-worker.service")).expect("unit");
+    let needed: Vec<String> = unit_capabilities(&unit)
+        .iter()
+        .map(|c| c.to_ascii_uppercase())
+        .collect();
+    assert!(needed.len() >= 4, "{needed:?}");
+    let check = |file: &Path| {
+        run(Command::new(&python)
+            .arg("-c")
+            .arg(COMPOSE_WORKERS)
+            .arg(file)
+            .args(&needed))
+    };
+    let out = check(&deploy("compose.yaml"));
+    assert!(out.status.success(), "deploy/compose.yaml: {}", text(&out));
+
+    let compose = std::fs::read_to_string(deploy("compose.yaml")).expect("compose.yaml");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let bad = dir.path().join("compose.yaml");
+    for (what, from, to) in [
+        ("a capability more", "KILL]", "KILL, SYS_ADMIN]"),
+        ("no process limit", "  pids_limit: 16384\n", ""),
+        (
+            "privileges gained",
+            "no-new-privileges:true",
+            "no-new-privileges:false",
+        ),
+    ] {
+        assert!(compose.contains(from), "{from}");
+        std::fs::write(&bad, compose.replacen(from, to, 1)).expect("writing");
+        let out = check(&bad);
+        assert!(!out.status.success(), "{what} passed: {}", text(&out));
+    }
 }
 
 /// A child killed when dropped.
