@@ -347,8 +347,8 @@ async fn the_head_can_tell_a_worker_to_stop() {
     w.join().await.unwrap();
 }
 
-/// A head whose state was restored from a backup says so at registration (a new incarnation,
-/// issue 46): the restored head numbers attempts from what the backup knew and never sends
+/// A head whose state was restored from a backup says so at registration (a new
+/// incarnation): the restored head numbers attempts from what the backup knew and never sends
 /// again one that ran after the backup, so the worker forgets which attempts it ran. The same
 /// head reached again does not make it forget.
 #[tokio::test]
