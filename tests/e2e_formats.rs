@@ -75,6 +75,10 @@ fn head_command(dir: &Path, extra: &[&std::ffi::OsStr]) -> Command {
         .arg(dir.join("data"))
         .arg("--heartbeat-timeout-ms")
         .arg("600000")
+        // The fixtures' tasks finished when the fixtures were made: kept for ten years, so that
+        // the default retention (a day after they finished) never evicts what the tests read.
+        .arg("--retain-for")
+        .arg("3650days")
         .args(extra);
     command
 }
