@@ -3,6 +3,9 @@
 //! to placement, when its first preference can be met, when it falls back to the second, and when
 //! the first becomes possible while it waits (how late it notices).
 //!
+//! And the cost of one decision of the fair-share-over-time ESL at 1,000 nodes and 100
+//! namespaces ([`fair_time`]), the pure policy alone.
+//!
 //! Every call an ESL makes goes through [`Counting`], a [`ClusterApi`] in front of the real
 //! client that counts calls by kind, so the figures are calls, not guesses. The cluster is an
 //! embedded one (real gRPC on loopback).
@@ -19,6 +22,8 @@ use escher::types::{
 };
 use escher::{Client, Task};
 use serde_json::json;
+
+mod fair_time;
 
 use super::Ctx;
 use crate::cluster;
@@ -142,8 +147,34 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     report.setup = json!({
         "nodes": "4 in-process workers, cpu=2 each",
         "fair_share": format!("one instance, two users; user a tracks {TRACKED} unfinished tasks (they ask for more CPU than a node has, so they stay pending); {REBALANCES} rebalances after the first"),
+        "fair_time": "1,000 simulated nodes of cpu=64,gpu=8 (no cluster: the pure policy), 100 namespaces in 10 cohorts; see workloads/esl/fair_time.rs",
         "soft": format!("function task `noop`; timeout {SOFT_TIMEOUT:?} per preference; {placements} placements each way; in the `later` case the first preference's resource is created {LATER:?} after the submit (timeout 5 s)"),
     });
+    // Fair share over time: one decision at 1,000 nodes and 100 namespaces (no cluster).
+    let decision = fair_time::measure(ctx.size.pick(20, 50, 200))?;
+    report.figures.push(Figure::new(
+        "esl.fair_time.decision_p50",
+        format!(
+            "fair share over time: one decision at {} nodes and {} namespaces, 100 jobs ending and 100 arriving per round, p50",
+            fair_time::NODES,
+            fair_time::NAMESPACES
+        ),
+        "ms",
+        decision.decision_ms.p50,
+    ));
+    println!(
+        "esl.fair_time: one decision at {} nodes, {} namespaces: p50 {:.3} ms, p95 {:.3} ms, max {:.3} ms over {} rounds ({} admitted, {} preempted, {} running); first fill of 9,000 jobs {:.1} ms",
+        fair_time::NODES,
+        fair_time::NAMESPACES,
+        decision.decision_ms.p50,
+        decision.decision_ms.p95,
+        decision.decision_ms.max,
+        decision.decision_ms.count,
+        decision.admitted,
+        decision.preempted,
+        decision.running,
+        decision.fill_ms
+    );
     let cluster = cluster::start(4, "cpu=2").await?;
     let client = cluster.client().await?;
 
@@ -277,6 +308,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "soft_fallback_ms": fallback,
         "soft_later_ms": noticed,
         "soft_calls": soft_calls,
+        "fair_time_decision": decision,
     });
     drop(client);
     cluster.shutdown().await;

@@ -101,6 +101,14 @@ pub struct Job {
     pub on_preempt: OnPreempt,
 }
 
+/// A running job as a possible victim: its place in the order victims are taken (lowest
+/// priority, then most loaded namespace, then most recently admitted, then highest id).
+type Candidate<'e> = (
+    (i32, Reverse<u64>, Reverse<u64>, Reverse<JobId>),
+    JobId,
+    &'e Entry,
+);
+
 /// The pure fair-share-over-time policy. See the module doc.
 #[derive(Debug, Clone)]
 pub struct Arbiter {
@@ -210,9 +218,34 @@ impl Arbiter {
         self.waiting.contains_key(&job)
     }
 
-    /// Every namespace's decayed usage and fair-share factor at `now_ms`, in name order.
+    /// Every namespace's decayed usage, fair-share factor and holdings at `now_ms`, in name
+    /// order.
     pub fn shares(&mut self, now_ms: u64) -> Vec<Share> {
         self.usage.advance(now_ms);
+        let mut factors = self.factors();
+        let mut holds: BTreeMap<&str, Vector> = BTreeMap::new();
+        for e in self.admitted.values() {
+            add(holds.entry(&e.namespace).or_default(), &e.demand);
+        }
+        self.config
+            .namespaces
+            .keys()
+            .map(|name| Share {
+                namespace: name.clone(),
+                usage: self.usage.usage(name),
+                factor: factors.remove(name).unwrap_or(1.0),
+                holds: holds
+                    .remove(name.as_str())
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|(k, a)| (k, Amount::from_raw(a).map_or(f64::MAX, Amount::as_f64)))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Every namespace's fair-share factor, as of the ledger's last update.
+    fn factors(&self) -> BTreeMap<String, f64> {
         let total_usage = self.usage.total();
         let total_weight = self.total_weight();
         self.config
@@ -220,29 +253,10 @@ impl Arbiter {
             .values()
             .map(|n| {
                 let usage = self.usage.usage(&n.name);
-                Share {
-                    namespace: n.name.clone(),
-                    usage,
-                    factor: fair_share_factor(
-                        usage,
-                        total_usage,
-                        f64::from(n.weight),
-                        total_weight,
-                    ),
-                    holds: self.holds(&n.name),
-                }
+                let factor =
+                    fair_share_factor(usage, total_usage, f64::from(n.weight), total_weight);
+                (n.name.clone(), factor)
             })
-            .collect()
-    }
-
-    /// What `namespace`'s admitted jobs hold, in resource units.
-    pub fn holds(&self, namespace: &str) -> BTreeMap<String, f64> {
-        let mut held = Vector::new();
-        for e in self.admitted.values().filter(|e| e.namespace == namespace) {
-            add(&mut held, &e.demand);
-        }
-        held.into_iter()
-            .map(|(k, a)| (k, Amount::from_raw(a).map_or(f64::MAX, Amount::as_f64)))
             .collect()
     }
 
@@ -266,52 +280,38 @@ impl Arbiter {
 
     /// One round at `now_ms`: the admissions and preemptions, in the order to carry them out.
     pub fn decide(&mut self, now_ms: u64) -> Vec<Decision> {
-        let factor: BTreeMap<String, f64> = self
-            .shares(now_ms)
-            .into_iter()
-            .map(|s| (s.namespace, s.factor))
-            .collect();
-        let mut round = Round {
-            config: &self.config,
-            capacity: &self.capacity,
-            guarantees: (self.config.namespaces.values())
-                .map(|n| (n.name.clone(), vector(&n.guarantee)))
-                .collect(),
-            held: BTreeMap::new(),
-            cost: BTreeMap::new(),
-            used: Vector::new(),
-            factor,
-        };
+        self.usage.advance(now_ms);
+        let factor: BTreeMap<String, f64> = self.factors();
+        let mut round = Round::new(&self.config, &self.capacity, factor);
         for e in self.admitted.values() {
             round.take(e);
         }
         let mut order: Vec<(JobId, &Entry)> = self.waiting.iter().map(|(id, e)| (*id, e)).collect();
-        order.sort_by(|(_, a), (_, b)| {
-            Reverse(a.priority)
-                .cmp(&Reverse(b.priority))
-                .then(round.entitled(b).cmp(&round.entitled(a)))
-                .then(round.factor[&b.namespace].total_cmp(&round.factor[&a.namespace]))
-                .then(
-                    round
-                        .load(&a.namespace)
-                        .total_cmp(&round.load(&b.namespace)),
-                )
-                .then(a.seq.cmp(&b.seq))
+        // Keys computed once per job (factors are in (0, 1] and loads at least 0, so their
+        // bits order as the numbers do).
+        order.sort_by_cached_key(|(_, e)| {
+            (
+                Reverse(e.priority),
+                !round.entitled(e),
+                Reverse(round.factor[&e.namespace].to_bits()),
+                round.load(&e.namespace).max(0.0).to_bits(),
+                e.seq,
+            )
         });
         // Victims in the order they are taken (module doc), by the loads at the round's start.
-        let mut candidates: Vec<(JobId, &Entry)> =
-            self.admitted.iter().map(|(id, e)| (*id, e)).collect();
-        candidates.sort_by(|(ia, a), (ib, b)| {
-            a.priority
-                .cmp(&b.priority)
-                .then(
-                    round
-                        .load(&b.namespace)
-                        .total_cmp(&round.load(&a.namespace)),
-                )
-                .then(b.admitted_ms.cmp(&a.admitted_ms))
-                .then(ib.cmp(ia))
-        });
+        let mut candidates: BTreeMap<&str, Vec<Candidate<'_>>> = BTreeMap::new();
+        for (id, e) in &self.admitted {
+            let key = (
+                e.priority,
+                Reverse(round.load(&e.namespace).max(0.0).to_bits()),
+                Reverse(e.admitted_ms),
+                Reverse(*id),
+            );
+            candidates
+                .entry(&e.namespace)
+                .or_default()
+                .push((key, *id, e));
+        }
         // Jobs of a shape that found no victims since the last change: their like find none.
         let mut hopeless: BTreeSet<(&str, i32, &Vector)> = BTreeSet::new();
         let mut decisions = Vec::new();
@@ -364,17 +364,27 @@ impl Arbiter {
     fn victims(
         round: &mut Round<'_>,
         job: &Entry,
-        candidates: &[(JobId, &Entry)],
+        candidates: &BTreeMap<&str, Vec<Candidate<'_>>>,
         stopped: &BTreeSet<JobId>,
     ) -> Option<Vec<(JobId, Reason)>> {
-        let candidates = candidates
+        let yielding = round.yielding(job);
+        let mut ordered: Vec<&Candidate<'_>> = yielding
             .iter()
-            .take_while(|(_, e)| e.priority <= job.priority)
-            .filter(|(id, e)| {
-                !stopped.contains(id) && e.demand.keys().any(|k| job.demand.contains_key(k))
-            });
+            .filter_map(|ns| candidates.get(ns.as_str()))
+            .flatten()
+            .filter(|(_, id, e)| {
+                e.priority <= job.priority
+                    && !stopped.contains(id)
+                    && e.demand.keys().any(|k| job.demand.contains_key(k))
+            })
+            .collect();
+        if ordered.is_empty() {
+            return None;
+        }
+        ordered.sort_unstable_by_key(|(key, _, _)| *key);
+        let candidates = ordered.into_iter().map(|(_, id, e)| (*id, *e));
         let mut chosen = Vec::new();
-        for &(id, victim) in candidates {
+        for (id, victim) in candidates {
             let Some(reason) = round.reason(job, victim) else {
                 continue;
             };
@@ -408,8 +418,14 @@ impl Arbiter {
                 self.admitted.insert(*id, entry);
             }
         }
-        for namespace in touched {
-            self.update_rate(&namespace, now_ms);
+        let mut rates: BTreeMap<String, f64> = touched.into_iter().map(|n| (n, 0.0)).collect();
+        for e in self.admitted.values() {
+            if let Some(rate) = rates.get_mut(&e.namespace) {
+                *rate += e.cost;
+            }
+        }
+        for (namespace, rate) in rates {
+            self.usage.set_rate(&namespace, rate, now_ms);
         }
     }
 

@@ -5,7 +5,7 @@
 //!
 //! [`Arbiter`]: super::Arbiter
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::ResourceSet;
 
@@ -59,32 +59,63 @@ pub(super) fn within(held: &Vector, guarantee: &Vector) -> bool {
 
 /// The state of one round: what each namespace and cohort holds, as decisions are taken.
 pub(super) struct Round<'a> {
-    pub(super) config: &'a FairTimeConfig,
-    pub(super) capacity: &'a Vector,
+    config: &'a FairTimeConfig,
+    capacity: &'a Vector,
     /// Each namespace's guarantee.
-    pub(super) guarantees: BTreeMap<String, Vector>,
-    pub(super) held: BTreeMap<String, Vector>,
-    pub(super) cost: BTreeMap<String, f64>,
-    pub(super) used: Vector,
+    guarantees: BTreeMap<&'a str, Vector>,
+    /// Each namespace's cohort: its name, or the namespace's own for one in none.
+    cohort_of: BTreeMap<&'a str, (bool, &'a str)>,
+    /// Each cohort's quota: the sum of its members' guarantees, for the resources they name.
+    quota: BTreeMap<(bool, &'a str), Vector>,
+    /// What each cohort's members hold.
+    cohort_used: BTreeMap<(bool, &'a str), Vector>,
+    held: BTreeMap<String, Vector>,
+    cost: BTreeMap<String, f64>,
+    used: Vector,
+    /// The lowest priority of a job each namespace holds (or held this round).
+    lowest: BTreeMap<String, i32>,
     pub(super) factor: BTreeMap<String, f64>,
 }
 
-impl Round<'_> {
+impl<'a> Round<'a> {
+    /// A round over `config` with nothing admitted yet.
+    pub(super) fn new(
+        config: &'a FairTimeConfig,
+        capacity: &'a Vector,
+        factor: BTreeMap<String, f64>,
+    ) -> Round<'a> {
+        let mut round = Round {
+            config,
+            capacity,
+            guarantees: BTreeMap::new(),
+            cohort_of: BTreeMap::new(),
+            quota: BTreeMap::new(),
+            cohort_used: BTreeMap::new(),
+            held: BTreeMap::new(),
+            cost: BTreeMap::new(),
+            used: Vector::new(),
+            lowest: BTreeMap::new(),
+            factor,
+        };
+        for n in config.namespaces.values() {
+            let cohort = match &n.cohort {
+                Some(c) => (true, c.as_str()),
+                None => (false, n.name.as_str()),
+            };
+            let guarantee = vector(&n.guarantee);
+            add(round.quota.entry(cohort).or_default(), &guarantee);
+            round.cohort_of.insert(&n.name, cohort);
+            round.guarantees.insert(&n.name, guarantee);
+        }
+        round
+    }
+
     fn namespace(&self, name: &str) -> &Namespace {
         &self.config.namespaces[name]
     }
 
     fn guarantee(&self, name: &str) -> &Vector {
         &self.guarantees[name]
-    }
-
-    fn cohort(&self, name: &str) -> Vec<&Namespace> {
-        let cohort = &self.namespace(name).cohort;
-        self.config
-            .namespaces
-            .values()
-            .filter(|n| n.name == name || (cohort.is_some() && n.cohort == *cohort))
-            .collect()
     }
 
     pub(super) fn held(&self, name: &str) -> &Vector {
@@ -97,7 +128,7 @@ impl Round<'_> {
         self.cost.get(name).copied().unwrap_or(0.0) / f64::from(self.namespace(name).weight)
     }
 
-    fn over_guarantee(&self, name: &str) -> bool {
+    pub(super) fn over_guarantee(&self, name: &str) -> bool {
         !within(self.held(name), self.guarantee(name))
     }
 
@@ -117,31 +148,23 @@ impl Round<'_> {
         if !room {
             return false;
         }
-        let members = self.cohort(&job.namespace);
-        job.demand.iter().all(|(k, a)| {
-            let quota: Vec<u64> = members
-                .iter()
-                .filter_map(|n| n.guarantee.iter().find(|(r, _)| r.as_str() == k))
-                .map(|(_, q)| q.raw())
-                .collect();
-            if quota.is_empty() {
-                return true;
-            }
-            let cohort_used: u64 = members
-                .iter()
-                .map(|n| {
-                    self.held
-                        .get(&n.name)
-                        .and_then(|h| h.get(k))
-                        .copied()
-                        .unwrap_or(0)
-                })
-                .sum();
-            cohort_used + a <= quota.iter().sum::<u64>()
+        let cohort = self.cohort_of[job.namespace.as_str()];
+        let quota = &self.quota[&cohort];
+        let used = self.cohort_used.get(&cohort);
+        job.demand.iter().all(|(k, a)| match quota.get(k) {
+            Some(q) => used.and_then(|u| u.get(k)).copied().unwrap_or(0) + a <= *q,
+            None => true,
         })
     }
 
     pub(super) fn take(&mut self, job: &Entry) {
+        let lowest = self
+            .lowest
+            .entry(job.namespace.clone())
+            .or_insert(job.priority);
+        *lowest = (*lowest).min(job.priority);
+        let cohort = self.cohort_of[job.namespace.as_str()];
+        add(self.cohort_used.entry(cohort).or_default(), &job.demand);
         add(
             self.held.entry(job.namespace.clone()).or_default(),
             &job.demand,
@@ -151,12 +174,28 @@ impl Round<'_> {
     }
 
     pub(super) fn give_back(&mut self, job: &Entry) {
+        let cohort = self.cohort_of[job.namespace.as_str()];
+        sub(self.cohort_used.entry(cohort).or_default(), &job.demand);
         sub(
             self.held.entry(job.namespace.clone()).or_default(),
             &job.demand,
         );
         sub(&mut self.used, &job.demand);
         *self.cost.entry(job.namespace.clone()).or_default() -= job.cost;
+    }
+
+    /// The namespaces that may yield a job to `waiting`: a quick bound on [`Round::reason`],
+    /// which decides for each job.
+    pub(super) fn yielding(&self, waiting: &Entry) -> BTreeSet<String> {
+        self.lowest
+            .iter()
+            .filter(|(ns, lowest)| {
+                **lowest <= waiting.priority
+                    && self.over_guarantee(ns)
+                    && (**lowest < waiting.priority || **ns != waiting.namespace)
+            })
+            .map(|(ns, _)| ns.clone())
+            .collect()
     }
 
     /// Why `waiting` may preempt `victim` now, if it may.

@@ -654,3 +654,70 @@ async fn the_driver_cancels_a_preempted_task_and_records_that_it_failed() {
     assert_eq!(fair.state(prod).unwrap(), JobState::Ended(now_running));
     assert!(fair.shares(3000).iter().all(|s| s.holds.is_empty()));
 }
+
+/// The worked example of docs/esls.md, "Fair share over time", step by step.
+#[test]
+fn the_worked_example_of_the_docs() {
+    let config = FairTimeConfig::new(hours(24.0))
+        .namespace(
+            Namespace::new("research")
+                .guarantee(set("cpu=16,gpu=2"))
+                .cohort("lab"),
+        )
+        .unwrap()
+        .namespace(
+            Namespace::new("prod")
+                .weight(2)
+                .priority(100)
+                .guarantee(set("cpu=32,gpu=4"))
+                .cohort("lab"),
+        )
+        .unwrap()
+        .namespace(Namespace::new("students"))
+        .unwrap();
+    let mut arbiter = Arbiter::new(config);
+    arbiter.set_capacity(&set("cpu=64,gpu=8"));
+    for (ns, usage) in [
+        ("research", 600_000.0),
+        ("prod", 300_000.0),
+        ("students", 100_000.0),
+    ] {
+        arbiter.record_usage(ns, usage, 0).unwrap();
+    }
+    let factors: Vec<f64> = arbiter.shares(0).iter().map(|s| s.factor).collect();
+    // Name order: prod, research, students.
+    for (got, want) in factors.iter().zip([0.66, 0.19, 0.76]) {
+        assert!((got - want).abs() < 0.005, "{factors:?}");
+    }
+    // A day later, with no use, research's usage has halved.
+    let research = arbiter.clone().shares(86_400_000)[1].usage;
+    assert!((research - 300_000.0).abs() < 1e-6, "{research}");
+
+    // 1. Six research jobs, four on prod's idle guarantee.
+    let research: Vec<JobId> = (0..6)
+        .map(|_| arbiter.arrive(job("research", "cpu=4,gpu=1")).unwrap())
+        .collect();
+    assert_eq!(admitted(&arbiter.decide(0)), research);
+    // 2. prod takes two GPUs back: research's two most recent jobs (prod's priority is
+    // higher, the first reason checked; it would be a reclaim at equal priorities).
+    let prod = arbiter.arrive(job("prod", "cpu=8,gpu=2")).unwrap();
+    let decisions = arbiter.decide(1000);
+    assert_eq!(
+        preempted(&decisions),
+        vec![
+            (research[5], Reason::Priority),
+            (research[4], Reason::Priority)
+        ]
+    );
+    assert_eq!(admitted(&decisions), vec![prod]);
+    // 3. students, in no cohort, take a free GPU of the cluster.
+    let students = arbiter.arrive(job("students", "gpu=1")).unwrap();
+    let decisions = arbiter.decide(2000);
+    // research's two requeued jobs still wait: the cohort's quota is full.
+    assert_eq!(admitted(&decisions), vec![students]);
+    // 4. research's seventh waits: no reclaim, and its F is below students'.
+    let seventh = arbiter.arrive(job("research", "cpu=4,gpu=1")).unwrap();
+    assert!(arbiter.decide(3000).is_empty());
+    assert!(arbiter.is_waiting(seventh));
+    arbiter.sanity_check().unwrap();
+}
