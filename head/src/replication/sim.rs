@@ -1,12 +1,12 @@
-//! [`SimReplica`]: one real [`Replica`] driven by hand, for the deterministic simulation of a
+//! [`SimReplica`]: one real `Replica` driven by hand, for the deterministic simulation of a
 //! replica group (`escher-sim`, docs/RELIABILITY.md).
 //!
-//! It is the replica the head runs, over a [`MemLog`], with its transport
-//! [captured](super::transport::Transport::captured): raft's messages are handed to the caller
-//! instead of sent, so the caller decides when, whether and how often each arrives. Nothing here
-//! starts a task, opens a socket or reads a clock: a cycle's writes run inline (a log in
-//! memory never waits), and the election timeouts raft would draw from its thread's random
-//! generator are chosen by the caller ([`SimReplica::pin_election_timeout`]).
+//! It is the replica the head runs, over a [`MemLog`], with its transport captured
+//! (`Transport::captured`): raft's messages are handed to the caller instead of sent, so the
+//! caller decides when, whether and how often each arrives. Nothing here starts a task, opens a
+//! socket or reads a clock: a cycle's writes run inline (a log in memory never waits), and the
+//! election timeouts raft would draw from its thread's random generator are chosen by the
+//! caller ([`SimReplica::pin_election_timeout`]).
 
 use std::collections::BTreeMap;
 use std::pin::pin;
