@@ -187,12 +187,24 @@ impl<'a> Round<'a> {
     /// The namespaces that may yield a job to `waiting`: a quick bound on [`Round::reason`],
     /// which decides for each job.
     pub(super) fn yielding(&self, waiting: &Entry) -> BTreeSet<String> {
+        let w = self.namespace(&waiting.namespace);
+        let entitled = self.entitled(waiting);
+        let after_waiting =
+            (self.cost.get(&w.name).copied().unwrap_or(0.0) + waiting.cost) / f64::from(w.weight);
         self.lowest
             .iter()
             .filter(|(ns, lowest)| {
-                **lowest <= waiting.priority
-                    && self.over_guarantee(ns)
-                    && (**lowest < waiting.priority || **ns != waiting.namespace)
+                if **lowest > waiting.priority || !self.over_guarantee(ns) {
+                    return false;
+                }
+                if **lowest < waiting.priority {
+                    return true;
+                }
+                let v = self.namespace(ns);
+                v.name != w.name
+                    && ((entitled && w.cohort.is_some() && w.cohort == v.cohort)
+                        || (self.factor[&w.name] > self.factor[&v.name]
+                            && after_waiting <= self.load(ns)))
             })
             .map(|(ns, _)| ns.clone())
             .collect()
