@@ -431,8 +431,9 @@ impl Client {
             .without_max_times()
             .build();
         let mut redirects = 0u32;
-        // What each replica answered last, for the error if none leads in time.
-        let mut seen: std::collections::BTreeMap<String, String> = Default::default();
+        // What each replica answered last, and when, for the error if none leads in time.
+        let started = tokio::time::Instant::now();
+        let mut seen: std::collections::BTreeMap<String, Seen> = Default::default();
         loop {
             let (rpc, url) = self.rpc();
             let status = match call(rpc).await {
@@ -457,7 +458,17 @@ impl Client {
             // lead (or will, once this one has handed over).
             let going_away = crate::error::going_away(&status);
             let expired = tokio::time::Instant::now() >= deadline;
-            seen.insert(url.to_string(), summary(&status));
+            seen.insert(
+                url.to_string(),
+                Seen {
+                    after: started.elapsed(),
+                    what: summary(&status),
+                    names: match answer(&status) {
+                        Answer::Leader(leader) => Some(leader.trim_end_matches('/').to_string()),
+                        _ => None,
+                    },
+                },
+            );
             match answer(&status) {
                 Answer::Leader(leader) if !expired && redirects < 8 => {
                     // Replicas that disagree about the leader (mid-election) must not make a
@@ -497,12 +508,18 @@ impl Client {
                         // Say what each replica answered: no leader is usually no majority.
                         let answers: Vec<String> = seen
                             .iter()
-                            .map(|(url, what)| format!("{url}: {what}"))
+                            .map(|(url, s)| {
+                                format!("{url} {:.1}s in: {}", s.after.as_secs_f64(), s.what)
+                            })
                             .collect();
-                        let no_leader = seen.values().any(|w| w.starts_with("up, no leader"));
+                        let no_leader = seen.values().any(|s| s.what.starts_with("up, no leader"));
                         let hint = if no_leader {
                             " (fewer than a majority of the replicas can reach each other: start \
                              or reconnect the ones that are down)"
+                        } else if names_each_other(&seen) {
+                            " (each replica's last answer, at a different moment: replicas that \
+                             name each other answered while an election had not settled; start \
+                             or reconnect the replicas that are down, or try again)"
                         } else {
                             ""
                         };
@@ -581,6 +598,28 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
 }
 
 /// What a replica's failed answer says, in a few words, for an error that lists them.
+/// What one replica answered last while the client looked for the leader.
+struct Seen {
+    /// How long after the call began.
+    after: std::time::Duration,
+    /// The answer, in words.
+    what: String,
+    /// The leader it named, if it named one.
+    names: Option<String>,
+}
+
+/// Whether two replicas named each other as the leader (each at its own moment).
+fn names_each_other(seen: &std::collections::BTreeMap<String, Seen>) -> bool {
+    let key = |url: &str| url.trim_end_matches('/').to_string();
+    let named: std::collections::BTreeMap<String, &str> = seen
+        .iter()
+        .filter_map(|(url, s)| Some((key(url), s.names.as_deref()?)))
+        .collect();
+    named
+        .iter()
+        .any(|(url, leader)| named.get(*leader).is_some_and(|back| key(back) == *url))
+}
+
 fn summary(status: &tonic::Status) -> String {
     match answer(status) {
         Answer::Leader(leader) => format!("up, not the leader (it names {leader})"),

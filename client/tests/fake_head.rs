@@ -958,6 +958,52 @@ async fn a_replica_with_no_leader_is_retried_until_the_failover_timeout() {
     assert!(err.is_retryable());
 }
 
+/// Two fake replicas that each name the other as the leader (as two replicas do, at different
+/// moments, while an election has not settled); returns their URLs.
+async fn followers_naming_each_other() -> (String, String) {
+    let (a, b) = (
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+        TcpListener::bind("127.0.0.1:0").await.unwrap(),
+    );
+    let urls = (
+        format!("http://{}", a.local_addr().unwrap()),
+        format!("http://{}", b.local_addr().unwrap()),
+    );
+    for (listener, names) in [(a, urls.1.clone()), (b, urls.0.clone())] {
+        let service = ClusterServer::with_interceptor(FakeHead::default(), move |_req| {
+            let mut status = Status::unavailable("this fake replica is not the leader");
+            status
+                .metadata_mut()
+                .insert("escher-leader", names.parse().unwrap());
+            Err(status)
+        });
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(TcpListenerStream::new(listener)),
+        );
+    }
+    urls
+}
+
+#[tokio::test]
+async fn replicas_that_name_each_other_are_explained_without_contradiction() {
+    let (a, b) = followers_naming_each_other().await;
+    let client = client(&format!("{a},{b}"))
+        .await
+        .with_failover_timeout(Duration::from_millis(300));
+    let err = client.submit(Task::command(["true"])).await.unwrap_err();
+    let text = err.to_string();
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{text}");
+    // Each answer says when it was given, and the message says why two can name each other.
+    assert!(
+        text.contains(&format!("{a} ")) && text.contains(&format!("{b} ")),
+        "{text}"
+    );
+    assert!(text.contains("s in: up, not the leader"), "{text}");
+    assert!(text.contains("an election had not settled"), "{text}");
+}
+
 #[tokio::test]
 async fn a_write_whose_reply_was_lost_is_retried_with_the_same_key_and_applied_once() {
     let (head, url) = start().await;
