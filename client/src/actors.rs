@@ -141,7 +141,13 @@ impl Client {
         &self,
         actor: wire::resolve_actor_request::Actor,
     ) -> Result<ActorView, ClientError> {
-        let request = wire::ResolveActorRequest { actor: Some(actor) };
+        let request = wire::ResolveActorRequest {
+            actor: Some(actor),
+            namespace: self
+                .namespace()
+                .map(|ns| ns.as_str().to_string())
+                .unwrap_or_default(),
+        };
         let reply = self
             .call(|mut rpc| {
                 let request = self.read(request.clone());

@@ -315,13 +315,13 @@ def wait_calls(refs: List[TaskRef], num_returns: int,
         pause = min(pause * 2, 0.05)
 
 
-def get_actor(name: str) -> ActorHandle:
-    """The live actor named ``name`` in this session's namespace (the namespace of its token:
-    another namespace's actors are unknown here); raises ``NotFoundError`` when there is
-    none."""
+def get_actor(name: str, namespace: Optional[str] = None) -> ActorHandle:
+    """The live actor named ``name`` in this session's namespace, or in ``namespace`` (an app
+    token may name only its own; an admin any: another namespace's actors are unknown to an
+    app); raises ``NotFoundError`` when there is none."""
     if not isinstance(name, str) or not name:
         raise InvalidArgumentError(f"an actor's name is a non-empty text, not {name!r}")
-    return ActorHandle(_api._current().actor_named(name), None, None)
+    return ActorHandle(_api._current().actor_named(name, namespace), None, None)
 
 
 def kill(actor: ActorHandle, *, no_restart: bool = True) -> str:

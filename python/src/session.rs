@@ -812,8 +812,14 @@ impl Session {
 
     /// A handle to the live actor named `name` in the namespace of the session's token (the
     /// head resolves names there).
-    fn actor_named(&self, py: Python<'_>, name: String) -> PyResult<Actor> {
-        let client = self.client.clone();
+    #[pyo3(signature = (name, namespace=None))]
+    fn actor_named(
+        &self,
+        py: Python<'_>,
+        name: String,
+        namespace: Option<String>,
+    ) -> PyResult<Actor> {
+        let client = self.client_in(namespace)?;
         let handle =
             wait_for(py, async move { client.actor_named(&name).await })?.map_err(error)?;
         Ok(Actor::new(handle))

@@ -294,6 +294,9 @@ def test_an_actor_in_another_namespace_is_unknown_here(cluster):
         )
         assert out.returncode == 0, out.stderr
         assert out.stdout.strip() == "4"
+        # An admin may look a name up in another namespace.
+        found = escher.get_actor("elsewhere", namespace="team-actors")
+        assert escher.get(found.get.remote(), timeout=60) == 4
     finally:
         escher.kill(c)
 

@@ -22,8 +22,8 @@ use tonic::{Request, Response, Status, Streaming};
 use std::sync::Arc;
 
 use escher_proto::types::{
-    CreateTokenRequest, CreatedToken, NAMESPACE_LABEL, NodeId, ResourceName, SHARED_NAMESPACE,
-    TokenInfo,
+    CreateTokenRequest, CreatedToken, NAMESPACE_LABEL, Namespace, NodeId, ResourceName,
+    SHARED_NAMESPACE, TokenInfo,
 };
 
 use super::handle::{OwnerHandle, to_status, wants_stale};
@@ -702,7 +702,15 @@ impl Cluster for ClusterService {
     ) -> Result<Response<wire::ResolveActorReply>, Status> {
         let stale = wants_stale(&request);
         let caller = crate::auth::caller(&request)?;
-        let selector = match request.into_inner().actor {
+        let request = request.into_inner();
+        let requested = match request.namespace.as_str() {
+            "" => None,
+            ns => Some(
+                Namespace::new(ns)
+                    .map_err(|e| Status::invalid_argument(format!("namespace {ns:?}: {e}")))?,
+            ),
+        };
+        let selector = match request.actor {
             Some(wire::resolve_actor_request::Actor::Id(id)) => ActorSelector::Id(TaskId(id)),
             Some(wire::resolve_actor_request::Actor::Name(name)) => ActorSelector::Name(name),
             None => {
@@ -711,7 +719,7 @@ impl Cluster for ClusterService {
                 ));
             }
         };
-        let namespace = caller.namespace(None)?;
+        let namespace = caller.namespace(requested)?;
         let everything = caller.sees_everything();
         let expiry = super::owner::now_ms().saturating_add(escher_proto::types::TICKET_MILLIS);
         let view = self
