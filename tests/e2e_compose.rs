@@ -840,7 +840,7 @@ fn formats(deployment: &Deployment, head: &str) -> (BTreeMap<u64, Option<(u64, u
 /// longest time between two acknowledgements is printed (BENCHMARKS.md).
 fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
     // The next release's image: this one with the seam set.
-    let next = format!("{unique}-next:test");
+    let next_image = format!("{unique}-next:test");
     let dir = tempfile::tempdir().expect("a temporary directory");
     std::fs::write(
         dir.path().join("Dockerfile"),
@@ -850,12 +850,12 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
         ),
     )
     .expect("a Dockerfile");
-    deployment.extra_images.push(next.clone());
+    deployment.extra_images.push(next_image.clone());
     ok(
         "docker build (the next release)",
         run_for(
             Command::new("docker")
-                .args(["build", "--quiet", "--tag", &next])
+                .args(["build", "--quiet", "--tag", &next_image])
                 .arg(dir.path()),
             Duration::from_secs(300),
         ),
@@ -955,7 +955,7 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
         let override_file = dir.path().join(format!("upgrade-{step}.yaml"));
         let mut yaml = String::from("services:\n");
         for service in &upgraded {
-            yaml.push_str(&format!("  {service}:\n    image: {next}\n"));
+            yaml.push_str(&format!("  {service}:\n    image: {next_image}\n"));
         }
         std::fs::write(&override_file, yaml).expect("an override file");
         let started = Instant::now();
