@@ -55,9 +55,15 @@ fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (tonic::Code
 }
 
 /// What an attack must leave exactly as it was.
+/// The durable state a refused call must leave as it was: the cluster status without what the
+/// workers' heartbeats refresh on their own (each node's fence report), and the tasks.
 async fn snapshot(admin: &Client) -> (ClusterStatus, Vec<TaskSummary>) {
     let tasks = admin.list_tasks(None, None).await.unwrap();
-    (status(admin).await, tasks)
+    let mut status = status(admin).await;
+    for node in &mut status.nodes {
+        node.fence = None;
+    }
+    (status, tasks)
 }
 
 fn submit(argv: &[&str], env: &[(&str, &str)]) -> wire::SubmitRequest {
