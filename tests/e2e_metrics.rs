@@ -507,3 +507,61 @@ async fn metrics_are_for_readers_and_admins_not_applications() {
     assert_eq!(code, 200, "{body}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn actors_are_counted_by_state() {
+    struct Idle;
+    let class = escher::ActorClass::new("Idle", |_ctx, (): ()| async move { Ok(Idle) })
+        .method("ping", |_i: &mut Idle, (): ()| Ok(()));
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        metrics: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster = within(
+        "starting",
+        cluster()
+            .functions(common::functions().actor(class))
+            .workers(1)
+            .head_config(config)
+            .start(),
+    )
+    .await
+    .unwrap();
+    let client = cluster.client().await.unwrap();
+    let alive = client
+        .actor(Task::actor_typed("Idle", &()).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let ended = client
+        .actor(Task::actor_typed("Idle", &()).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    within("a call", alive.call::<(), ()>("ping", &()))
+        .await
+        .unwrap();
+    within("a call", ended.call::<(), ()>("ping", &()))
+        .await
+        .unwrap();
+    within("kill", ended.kill(true)).await.unwrap();
+
+    let token = cluster.admin_token().to_string();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let scraped = parse(&body);
+    assert_eq!(
+        value(&scraped, "escher_actors", &[("state", "running")]),
+        1.0
+    );
+    assert_eq!(
+        value(&scraped, "escher_actors", &[("state", "cancelled")]),
+        1.0
+    );
+    // Actors are tasks too.
+    assert_eq!(
+        value(&scraped, "escher_tasks", &[("state", "running")]),
+        1.0
+    );
+}

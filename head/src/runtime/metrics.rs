@@ -154,6 +154,8 @@ const MAX_WORKER_FIGURES: usize = 4096;
 struct Snapshot {
     /// Task counts by (state, namespace).
     tasks: BTreeMap<(TaskState, String), u64>,
+    /// Actor counts by (state, namespace): the tasks of kind actor among `tasks`.
+    actors: BTreeMap<(TaskState, String), u64>,
     /// (resource, node, total, used): `total` is `None` for unbounded.
     resources: Vec<(String, String, Option<Amount>, Amount)>,
     alive: u64,
@@ -180,7 +182,11 @@ impl Snapshot {
         ] {
             tasks.insert((state_name, String::new()), 0);
         }
+        let mut actors = BTreeMap::new();
         for (ns, rec) in state.task_records() {
+            if matches!(rec.spec.kind, escher_proto::TaskKind::Actor(_)) {
+                *actors.entry((rec.state, ns.clone())).or_default() += 1;
+            }
             *tasks.entry((rec.state, ns)).or_default() += 1;
         }
         let status = state.cluster_status();
@@ -205,6 +211,7 @@ impl Snapshot {
         }
         Snapshot {
             tasks,
+            actors,
             resources,
             alive,
             dead,
@@ -225,6 +232,14 @@ impl Collector for Snapshot {
             let state = state.to_string();
             let labels = [("state", state.as_str()), ("namespace", ns.as_str())];
             tasks.encode_family(&labels)?.encode_gauge(n)?;
+        }
+        let help = "Actors the head keeps a record of, by state (pending: being placed or \
+                    restarted; running: alive) and namespace";
+        let mut actors = encoder.encode_descriptor("actors", help, None, MetricType::Gauge)?;
+        for ((state, ns), n) in &self.actors {
+            let state = state.to_string();
+            let labels = [("state", state.as_str()), ("namespace", ns.as_str())];
+            actors.encode_family(&labels)?.encode_gauge(n)?;
         }
         let help = "Every resource on every live node: total, used and available (+Inf when \
                     unbounded)";
