@@ -1,7 +1,8 @@
 """escher beside Ray, each from one Python driver on this machine, in the same run: no-op
 remote functions (tasks/s with one ``.remote()`` per task, and escher's batched ``f.map``),
-the ``f.remote()`` then ``get`` round trip (p50, ms), and 1 MiB arguments through a task
-(tasks/s). Each system runs in a process of its own, with 4 CPUs (Ray: ``num_cpus=4``;
+the ``f.remote()`` then ``get`` round trip (p50, ms), 1 MiB arguments through a task
+(tasks/s), and actors: a method call's round trip (p50, ms), pipelined calls (calls/s) and an
+actor created then called once (p50, ms). Each system runs in a process of its own, with 4 CPUs (Ray: ``num_cpus=4``;
 escher: one embedded worker with ``cpu=4``, so 4 Python slots). One JSON line per measurement.
 
     python python/bench/compare.py [--tasks 2000] [--runs 3] [--systems escher,ray]
@@ -35,8 +36,19 @@ def measure(system: str, tasks: int) -> dict:
         def size(data):
             return len(data)
 
+        @ray.remote(num_cpus=0)
+        class Bench:
+            def noop(self):
+                return None
+
+        @ray.remote(num_cpus=1)
+        class Fresh:
+            def noop(self):
+                return None
+
         submit = lambda f, *a: f.remote(*a)  # noqa: E731
         get = ray.get
+        kill = ray.kill
         batch = None
     else:
         import escher
@@ -51,8 +63,19 @@ def measure(system: str, tasks: int) -> dict:
         def size(data):
             return len(data)
 
+        @escher.remote(num_cpus=0)
+        class Bench:
+            def noop(self):
+                return None
+
+        @escher.remote(num_cpus=1)
+        class Fresh:
+            def noop(self):
+                return None
+
         submit = lambda f, *a: f.remote(*a)  # noqa: E731
         get = escher.get
+        kill = escher.kill
         batch = lambda f, n: f.map([() for _ in range(n)])  # noqa: E731
 
     get([submit(noop) for _ in range(50)])  # warm: workers, interpreters, connections
@@ -79,6 +102,27 @@ def measure(system: str, tasks: int) -> dict:
     start = time.perf_counter()
     assert get([submit(size, blob) for _ in range(n)]) == [1 << 20] * n
     out["one_mib_args_tasks_per_s"] = n / (time.perf_counter() - start)
+
+    actor = Bench.remote()
+    get([actor.noop.remote() for _ in range(100)])  # warm: placed, constructed, connected
+    calls = []
+    for _ in range(1000):
+        start = time.perf_counter()
+        get(actor.noop.remote())
+        calls.append(time.perf_counter() - start)
+    out["actor_round_trip_p50_ms"] = statistics.median(calls) * 1000
+    start = time.perf_counter()
+    get([actor.noop.remote() for _ in range(tasks * 5)])
+    out["actor_calls_per_s"] = tasks * 5 / (time.perf_counter() - start)
+    kill(actor)
+    created = []
+    for _ in range(30):
+        start = time.perf_counter()
+        fresh = Fresh.remote()
+        get(fresh.noop.remote())
+        created.append(time.perf_counter() - start)
+        kill(fresh)
+    out["actor_create_to_first_call_p50_ms"] = statistics.median(created) * 1000
     return out
 
 

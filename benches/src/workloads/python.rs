@@ -34,7 +34,7 @@ const INSTALL_LIMIT: Duration = Duration::from_secs(2_400);
 const DRIVER_LIMIT: Duration = Duration::from_secs(900);
 
 /// The figures, by the key `compare.py` prints them under: (id, what, unit, compared with Ray).
-const FIGURES: [(&str, &str, &str, bool); 4] = [
+const FIGURES: [(&str, &str, &str, bool); 7] = [
     (
         "noop_tasks_per_s",
         "no-op remote functions, one `.remote()` each, then one get of all",
@@ -57,6 +57,24 @@ const FIGURES: [(&str, &str, &str, bool); 4] = [
         "one_mib_args_tasks_per_s",
         "remote functions given a 1 MiB argument (50 submitted, then one get)",
         "tasks/s",
+        true,
+    ),
+    (
+        "actor_round_trip_p50_ms",
+        "actor method call then get, one at a time, p50",
+        "ms",
+        true,
+    ),
+    (
+        "actor_calls_per_s",
+        "actor method calls made with `.remote()` in a loop, then one get of all",
+        "calls/s",
+        true,
+    ),
+    (
+        "actor_create_to_first_call_p50_ms",
+        "an actor (one CPU) created, its first call answered, then killed: p50 of 30",
+        "ms",
         true,
     ),
 ];
