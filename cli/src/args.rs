@@ -10,12 +10,12 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
+use super::actors::ActorsArgs;
 use super::admin::{AdminCommand, DrainArgs, TokenCommand};
 use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
-use super::actors::ActorsArgs;
 use super::nodes::NodesArgs;
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;

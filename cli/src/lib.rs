@@ -65,6 +65,7 @@ use std::process::ExitCode;
 use clap::Parser;
 use escher_proto::Namespace;
 
+mod actors;
 mod admin;
 mod args;
 mod config;
@@ -73,7 +74,6 @@ mod dashboard;
 mod gpus;
 mod heads;
 mod inspect;
-mod actors;
 mod nodes;
 mod render;
 mod reserve;

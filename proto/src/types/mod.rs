@@ -34,8 +34,8 @@ mod telemetry;
 mod watch;
 
 pub use actor::{
-    ACTOR_LABEL, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime, MAX_ACTOR_NAME_BYTES,
-    MAX_CONCURRENCY, TICKET_MILLIS, ticket_key,
+    ACTOR_LABEL, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime,
+    MAX_ACTOR_NAME_BYTES, MAX_CONCURRENCY, TICKET_MILLIS, ticket_key,
 };
 pub use amount::{Amount, Capacity};
 pub use api::{
