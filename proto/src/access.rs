@@ -332,7 +332,7 @@ pub fn check_strength(token: &str) -> Result<(), String> {
 
 /// Writes `file` to a new file at `path`, readable by its owner only, and syncs it: a
 /// credential file for one token (`escher token create --out`). Anything already at `path` is
-/// refused, a symbolic link included (dangling or not): see [`write_private`].
+/// refused, a symbolic link included (dangling or not): see `write_private`.
 pub fn write_credential_file(path: &Path, file: &AccessFile) -> Result<(), AccessError> {
     write_private(path, file)
 }
