@@ -28,7 +28,7 @@ use escher_proto::types::{
     Assignment, MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, OUTPUT_TAIL_BYTES, OutputTail, TaskFinished,
     parse_outcome,
 };
-use escher_proto::{Namespace, NodeId, TaskKind, TaskResult};
+use escher_proto::{Namespace, NodeId, TaskId, TaskKind, TaskResult};
 use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
@@ -199,33 +199,27 @@ pub(crate) async fn run_task(
             stated_outcome(outcome_file, outcome).await
         }
         TaskKind::Function { name, args } => {
-            let ctx = TaskContext::new(
+            let ctx = in_process_context(
+                &env,
                 node_id,
-                a.task_id,
-                a.attempt,
-                namespace.and_then(|ns| Namespace::new(&ns).ok()),
-                Arc::clone(&env.worker_name),
-                env.head.clone(),
-                devices.unwrap_or_default(),
+                (a.task_id, a.attempt),
                 &a.task_token,
-            )
-            .with_cgroups(env.cgroups.clone());
+                namespace,
+                devices,
+            );
             env.spawn_latency.observe(assigned.elapsed());
             function(&env, &name, ctx, args.into(), timeout, cancel).await
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
         TaskKind::Actor(actor) => {
-            let ctx = TaskContext::new(
+            let ctx = in_process_context(
+                &env,
                 node_id,
-                a.task_id,
-                a.attempt,
-                namespace.and_then(|ns| Namespace::new(&ns).ok()),
-                Arc::clone(&env.worker_name),
-                env.head.clone(),
-                devices.unwrap_or_default(),
+                (a.task_id, a.attempt),
                 &a.task_token,
-            )
-            .with_cgroups(env.cgroups.clone());
+                namespace,
+                devices,
+            );
             env.spawn_latency.observe(assigned.elapsed());
             env.actors
                 .run(ctx, &actor, &env.worker_name, timeout, cancel)
@@ -243,6 +237,29 @@ pub(crate) async fn run_task(
         timed_out,
         output,
     }
+}
+
+/// The context of an attempt that runs inside the worker (a function's handler, an actor): its
+/// ids, namespace, devices and credential, and the worker's cgroups for what it starts.
+fn in_process_context(
+    env: &RunEnv,
+    node_id: NodeId,
+    (task_id, attempt): (TaskId, u32),
+    token: &str,
+    namespace: Option<String>,
+    devices: Option<Vec<String>>,
+) -> TaskContext {
+    TaskContext::new(
+        node_id,
+        task_id,
+        attempt,
+        namespace.and_then(|ns| Namespace::new(&ns).ok()),
+        Arc::clone(&env.worker_name),
+        env.head.clone(),
+        devices.unwrap_or_default(),
+        token,
+    )
+    .with_cgroups(env.cgroups.clone())
 }
 
 /// How often a command task's cgroup is sampled for its telemetry.
