@@ -4,7 +4,7 @@
 //! the first becomes possible while it waits (how late it notices).
 //!
 //! And the cost of one decision of the fair-share-over-time ESL at 1,000 nodes and 100
-//! namespaces ([`fair_time`]), the pure policy alone.
+//! namespaces (`fair_time`), the pure policy alone.
 //!
 //! Every call an ESL makes goes through [`Counting`], a [`ClusterApi`] in front of the real
 //! client that counts calls by kind, so the figures are calls, not guesses. The cluster is an
