@@ -159,7 +159,8 @@ impl Client {
 }
 
 /// A handle to an actor: its method calls. Cheap to clone; clones share one stream to the
-/// actor. See the [module documentation](self).
+/// actor. How calls travel, and what a caller sees when an incarnation ends, is in the module
+/// documentation of `client/src/actors.rs`.
 #[derive(Clone)]
 pub struct ActorHandle {
     owner: Arc<Owner>,

@@ -123,7 +123,7 @@ impl Task {
     /// An actor (docs/DESIGN.md §17): an instance of the class a worker registered as
     /// `class` ([`ActorClass`](https://docs.rs/escher-worker) in the worker library), made with
     /// these constructor argument bytes, that holds the task's resources from start to exit and
-    /// answers method calls. Create it with [`Client::create_actor`](crate::Client::create_actor).
+    /// answers method calls. Create it with [`Client::actor`](crate::Client::actor).
     pub fn actor(class: impl Into<String>, args: Vec<u8>) -> Task {
         Task::new(TaskKind::Actor(Box::new(ActorSpec {
             class: class.into(),

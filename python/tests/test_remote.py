@@ -331,8 +331,12 @@ def test_a_function_that_ends_its_interpreter_fails_saying_so(cluster):
 def test_ctrl_c_interrupts_a_get_that_waits():
     from conftest import run_python
 
+    # A process started in the background by a shell without job control inherits SIGINT
+    # ignored, and Python then installs no KeyboardInterrupt for it: the script puts Python's
+    # own handler back, as an interactive driver has it.
     done = run_python(
-        "import _thread, threading, time, escher\n"
+        "import _thread, signal, threading, time, escher\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
         "escher.init()\n"
         "@escher.remote\n"
         "def forever():\n"

@@ -46,7 +46,7 @@ pub const NODE_IDS_PER_SECOND: u64 = 1_000;
 /// be: the skip counts this much more time.
 pub const CLOCK_MARGIN_MS: u64 = 10 * 60 * 1000;
 
-/// Which life of its cluster a state is in. See the [module documentation](self).
+/// Which life of its cluster a state is in (see the module documentation of `incarnation.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Incarnation {
     /// 0 for a state never restored; one more at each restore.

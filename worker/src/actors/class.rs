@@ -80,7 +80,8 @@ pub(crate) enum Kind {
     Dynamic(DynamicConstructor),
 }
 
-/// A class of actors a worker hosts. See the [module documentation](self).
+/// A class of actors a worker hosts: a Rust type with `&mut self` methods ([`ActorClass::new`],
+/// [`ActorClass::method`]), or instances that answer calls themselves ([`ActorClass::dynamic`]).
 #[derive(Clone)]
 pub struct ActorClass {
     name: String,

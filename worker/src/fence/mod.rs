@@ -36,7 +36,7 @@
 //! [`MAX_RESTARTS`] times in [`RESTART_WINDOW`], leaves the worker without a fence: it then
 //! SIGKILLs its tasks itself, takes no new ones (it answers each assignment with the reason
 //! and asks the head to drain its node), and stays attached so that its reports reach the head.
-//! Every heartbeat says what happened to the fence (`Heartbeat.fence`, see [`report`]), and
+//! Every heartbeat says what happened to the fence (`Heartbeat.fence`, see `report`), and
 //! `escher nodes` shows it.
 //!
 //! What this does not cover: a task that leaves its process group (`setsid`) escapes the kill;
