@@ -25,6 +25,7 @@ mod labels;
 mod link;
 mod name;
 mod node_spec;
+mod object;
 mod outcome;
 mod resource_set;
 mod retention;
@@ -68,6 +69,7 @@ pub use link::{
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
+pub use object::{ObjectId, ParseObjectIdError};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};

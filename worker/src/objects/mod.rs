@@ -88,7 +88,7 @@
 //!
 //! # Layout
 //!
-//! - [`ObjectId`] (`id.rs`): `(owner, index)`, until it moves to `escher-proto`.
+//! - [`ObjectId`] (`id.rs`): `(owner, index)`, defined in `escher-proto`.
 //! - [`ObjectStore`], [`StoreConfig`], [`StoreUsage`], [`ObjectInfo`], [`ObjectStatus`]
 //!   (`store.rs`): the directories, create, get, delete, spill and restore.
 //! - `table.rs`: the bookkeeping with no I/O (where each copy is, pins, LRU, byte counts), with

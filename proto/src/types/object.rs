@@ -1,0 +1,82 @@
+//! Objects (docs/ARCHITECTURE.md "Objects"): values held by reference in the stores of the
+//! workers that made or fetched them.
+//!
+//! [`ObjectId`] names an object, the same on every node that holds a copy.
+
+use std::fmt;
+use std::str::FromStr;
+
+/// Identifies an object for the life of the cluster: `(owner, index)`.
+///
+/// - A task's result objects are `(task id, index of the result)`: the same id whichever
+///   attempt makes it, so that lineage rebuilds an object under the id it had.
+/// - A `put`'s are `(session, sequence)`: the session number the head issues once per client
+///   (never reused) and a sequence the client counts, so a `put` needs no round trip for its id.
+///
+/// The two spaces do not overlap because the head never hands out a session number that is
+/// also a task id (docs/ARCHITECTURE.md, "Objects"). Printed `7.0` (owner, then index), with
+/// the kind as a prefix in `Debug` (`object-7.0`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ObjectId(pub u64, pub u64);
+
+impl ObjectId {
+    /// The task or session that owns the object.
+    pub fn owner(self) -> u64 {
+        self.0
+    }
+
+    /// The object's number among its owner's.
+    pub fn index(self) -> u64 {
+        self.1
+    }
+}
+
+impl fmt::Display for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}", self.0, self.1)
+    }
+}
+
+impl fmt::Debug for ObjectId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "object-{}.{}", self.0, self.1)
+    }
+}
+
+/// A text that is not an object id.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an object id: expected OWNER.INDEX, two whole numbers (as in 7.0)")]
+pub struct ParseObjectIdError(String);
+
+impl FromStr for ObjectId {
+    type Err = ParseObjectIdError;
+
+    /// Parses `7.0`, or the same with the kind as a prefix (`object-7.0`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let t = s.trim();
+        let t = t.strip_prefix("object-").unwrap_or(t);
+        let parsed = t
+            .split_once('.')
+            .and_then(|(owner, index)| Some(ObjectId(owner.parse().ok()?, index.parse().ok()?)));
+        parsed.ok_or_else(|| ParseObjectIdError(s.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prints_and_parses() {
+        let id = ObjectId(7, 0);
+        assert_eq!(id.to_string(), "7.0");
+        assert_eq!(format!("{id:?}"), "object-7.0");
+        assert_eq!("7.0".parse::<ObjectId>(), Ok(id));
+        assert_eq!(" object-7.0 ".parse::<ObjectId>(), Ok(id));
+        assert_eq!((id.owner(), id.index()), (7, 0));
+        for bad in ["7", "7.", ".0", "7.0.1", "a.b", "-1.0", ""] {
+            let e = bad.parse::<ObjectId>().unwrap_err();
+            assert!(e.to_string().contains("OWNER.INDEX"), "{bad}: {e}");
+        }
+    }
+}
