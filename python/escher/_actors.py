@@ -61,8 +61,10 @@ class ActorClass:
     def __init__(self, cls: type, resources: Resources = None, max_restarts: int = 0,
                  max_task_retries: int = 0, max_concurrency: Optional[int] = None,
                  name: Optional[str] = None, namespace: Optional[str] = None,
-                 lifetime: Optional[str] = None, spec: Optional[Any] = None):
+                 lifetime: Optional[str] = None, spec: Optional[Any] = None,
+                 runtime_env: Optional[Dict[str, Any]] = None):
         self._cls = cls
+        self._runtime_env = _actor_runtime_env(cls, runtime_env)
         self._resources = resources
         self._max_restarts = _count(max_restarts, "max_restarts", 0)
         self._max_task_retries = _count(max_task_retries, "max_task_retries", 0)
@@ -96,12 +98,13 @@ class ActorClass:
                 lifetime: Optional[str] = None, resources: Resources = None,
                 max_concurrency: Optional[int] = None, max_restarts: Optional[int] = None,
                 max_task_retries: Optional[int] = None, spec: Optional[Any] = None,
-                **ray: Any) -> "ActorClass":
+                runtime_env: Optional[Dict[str, Any]] = None, **ray: Any) -> "ActorClass":
         """The same class with other options: ``name`` (found with ``escher.get_actor``,
         unique among the live actors of its namespace), ``namespace``, ``lifetime="detached"``
         (lives until ``escher.kill``), ``resources`` (held from start to exit; Ray's
         ``num_cpus`` and ``num_gpus`` too), ``max_concurrency``, ``max_restarts``,
-        ``max_task_retries`` and ``spec`` (a scheduling library's)."""
+        ``max_task_retries``, ``spec`` (a scheduling library's) and ``runtime_env`` (its
+        ``pip`` requirements)."""
         if ray:
             resources = _actor_ray_keywords(ray, resources, "options")
         return ActorClass(
@@ -114,6 +117,7 @@ class ActorClass:
             namespace if namespace is not None else self._namespace,
             lifetime if lifetime is not None else self._lifetime,
             spec if spec is not None else self._spec,
+            runtime_env if runtime_env is not None else self._runtime_env,
         )
 
     def _store(self, session: Any, data: bytes, digest: bytes) -> int:
@@ -152,9 +156,13 @@ class ActorClass:
             blob, inline = self._store(session, data, digest), b""
         else:
             blob, inline = 0, data
+        pip = (self._runtime_env or {}).get("pip")
+        head = [b"ESPY\x02\x03", _api._versions()]
+        if pip:
+            text = "\n".join(pip).encode()
+            head = [b"ESPY\x03\x03", _api._versions(), struct.pack("<I", len(text)), text]
         envelope = b"".join([
-            b"ESPY\x02\x03",
-            _api._versions(),
+            *head,
             digest,
             struct.pack("<Q", blob),
             struct.pack("<I", len(inline)),
@@ -166,6 +174,19 @@ class ActorClass:
             self._max_concurrency, self._name, self._lifetime == "detached", self._namespace,
             self._spec)
         return ActorHandle(native, self._cls.__qualname__, self._methods)
+
+
+def _actor_runtime_env(cls: type, env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """An actor's runtime_env, checked: its ``pip`` requirements (the worker runs the actor in
+    their environment); env_vars and working_dir are a remote function's for now."""
+    env = _api._check_runtime_env(env)
+    other = sorted(k for k in (env or {}) if k != "pip")
+    if other:
+        raise InvalidArgumentError(
+            f"actor class {cls.__qualname__}: an actor's runtime_env takes pip only for now, not "
+            f"{', '.join(other)}: set variables and the directory in the constructor"
+        )
+    return env
 
 
 def _actor_ray_keywords(ray: Dict[str, Any], resources: Resources, where: str) -> Resources:

@@ -703,14 +703,20 @@ class RemoteFunction:
         """The function as it travels (wrapped with its runtime environment, if any: its own,
         else the one ``init`` gave), and its SHA-256; made again when that environment
         changed."""
-        env = self._runtime_env if self._runtime_env is not None else _session_runtime_env
+        env = self._env()
         key = repr(env)
         if self._pickled is None or self._pickled[0] != key:
             _by_value(self._fn)
-            shipped = self._fn if env is None else _with_env(self._fn, env, self._name)
+            wrapped = env is not None and ("env_vars" in env or "working_dir" in env)
+            shipped = _with_env(self._fn, env, self._name) if wrapped else self._fn
             data = _dumps(shipped, f"function {self._name}")
             self._pickled = (key, data, hashlib.sha256(data).digest())
         return self._pickled[1], self._pickled[2]
+
+    def _env(self) -> Optional[Dict[str, Any]]:
+        """The runtime environment of the calls: the function's own, else the one ``init``
+        gave."""
+        return self._runtime_env if self._runtime_env is not None else _session_runtime_env
 
     def _task_resources(self, extra: Sequence[str]) -> str:
         base = _resources_text(self._resources)
@@ -802,8 +808,7 @@ class RemoteFunction:
         # Each argument task raises a signal of this call's own once it has succeeded.
         signals = [(d.id, _new_signal()) for d in deps]
         envelope = b"".join([
-            b"ESPY\x02\x01",
-            _versions(),
+            *_head_with_pip((self._env() or {}).get("pip")),
             digest,
             struct.pack("<Q", blob),
             struct.pack("<I", len(inline)),
@@ -819,6 +824,16 @@ class RemoteFunction:
         for dep, signal in call[2]:
             session.raise_after(dep, signal, [tid])
         return TaskRef(tid, call[3])
+
+
+def _head_with_pip(pip: Optional[List[str]]) -> List[bytes]:
+    """The start of a call's envelope: format 2, or format 3 with runtime_env's pip
+    requirements (one a line, sorted), which the worker installs in an environment of their
+    own (worker/src/python/pip_env.rs)."""
+    if not pip:
+        return [b"ESPY\x02\x01", _versions()]
+    text = "\n".join(pip).encode()
+    return [b"ESPY\x03\x01", _versions(), struct.pack("<I", len(text)), text]
 
 
 def _new_signal() -> str:
@@ -888,16 +903,16 @@ def _actor_class(cls: type, resources: Resources, retries: int, timeout: Optiona
     actor's."""
     from . import _actors
 
-    if retries or timeout is not None or name is not None or runtime_env is not None:
+    if retries or timeout is not None or name is not None:
         raise InvalidArgumentError(
             f"actor class {cls.__qualname__}: an actor takes resources=, num_cpus=, num_gpus=, "
-            f"max_restarts=, max_task_retries=, max_concurrency= and spec= (a name through "
-            f".options(name=...)); retries=, timeout=, name= and runtime_env= are a remote "
+            f"max_restarts=, max_task_retries=, max_concurrency=, spec= and runtime_env= (a "
+            f"name through .options(name=...)); retries=, timeout= and name= are a remote "
             f"function's"
         )
     if ray:
         resources = _actors._actor_ray_keywords(ray, resources, "remote")
-    return _actors.ActorClass(cls, resources, spec=spec, **actor)
+    return _actors.ActorClass(cls, resources, spec=spec, runtime_env=runtime_env, **actor)
 
 
 # Ray's keywords that escher spells differently, and how it spells them.
@@ -971,9 +986,9 @@ def _ray_keywords(ray: Dict[str, Any], resources: Resources, retries: Optional[i
 
 
 def _check_runtime_env(env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """``env`` checked (``env_vars``: names to texts; ``working_dir``: a directory here), as a
-    plain dict; what escher does not do yet (``pip``, ``conda``, ``py_modules``, ...) is refused
-    saying what to do instead."""
+    """``env`` checked (``env_vars``: names to texts; ``working_dir``: a directory here;
+    ``pip``: requirements), as a plain dict; what escher does not do yet (``conda``,
+    ``py_modules``, ...) is refused saying what to do instead."""
     if env is None:
         return None
     if not isinstance(env, dict):
@@ -1004,7 +1019,9 @@ def _check_runtime_env(env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]
                     f"is not one"
                 )
             out["working_dir"] = os.path.abspath(value)
-        elif key in ("pip", "conda", "uv", "py_modules", "container", "image_uri"):
+        elif key == "pip":
+            out["pip"] = _check_pip(value)
+        elif key in ("conda", "uv", "py_modules", "container", "image_uri"):
             raise InvalidArgumentError(
                 f"runtime_env's {key} is not supported yet: install what the function needs "
                 f"on the workers (in the interpreter their escher.python label names), or ship "
@@ -1012,7 +1029,58 @@ def _check_runtime_env(env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]
             )
         else:
             raise InvalidArgumentError(
-                f"runtime_env has no {key!r}; it takes env_vars and working_dir"
+                f"runtime_env has no {key!r}; it takes env_vars, working_dir and pip"
+            )
+    return out
+
+
+# The most requirements one runtime_env may name (the worker's limit too).
+_MAX_PIP = 256
+
+
+def _check_pip(value: Any) -> List[str]:
+    """runtime_env's ``pip`` as Ray writes it (a list of requirements, ``{"packages": [...]}``,
+    or the path of a requirements file here), as the sorted set of requirements the worker
+    installs; pip's options are refused (where pip finds packages is the workers' pip
+    configuration)."""
+    if isinstance(value, dict):
+        unknown = sorted(set(value) - {"packages"})
+        if unknown:
+            raise InvalidArgumentError(
+                f"runtime_env's pip takes {{'packages': [...]}} only, not {unknown}: the "
+                f"workers' pip configuration says where and how pip installs"
+            )
+        value = value.get("packages", [])
+    if isinstance(value, (str, os.PathLike)):
+        try:
+            with open(value) as f:
+                lines = [line.split("#", 1)[0].strip() for line in f]
+        except OSError as e:
+            raise InvalidArgumentError(
+                f"runtime_env's pip is a list of requirements or the path of a requirements "
+                f"file, and {value!r} cannot be read: {e}"
+            ) from None
+        value = [line for line in lines if line]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(r, str) for r in value):
+        raise InvalidArgumentError(
+            f"runtime_env's pip is a list of requirements such as ['requests==2.32.3'], not "
+            f"{value!r}"
+        )
+    out = sorted({r.strip() for r in value})
+    if len(out) > _MAX_PIP:
+        raise InvalidArgumentError(
+            f"runtime_env's pip names {len(out)} requirements; at most {_MAX_PIP} are allowed"
+        )
+    for r in out:
+        if not r or any(c in r for c in "\r\n\0") or len(r) > 1024:
+            raise InvalidArgumentError(
+                f"runtime_env's pip requirement {r!r} is not one requirement on one line"
+            )
+        if r.startswith("-"):
+            raise InvalidArgumentError(
+                f"runtime_env's pip requirement {r!r} is an option of pip: name packages only; "
+                f"where pip finds them (an index, --find-links) is the workers' pip "
+                f"configuration (pip.conf, PIP_INDEX_URL, PIP_FIND_LINKS)"
             )
     return out
 

@@ -184,6 +184,13 @@ def processes(request, tmp_path):
         workers["nocg"] = start_worker("nocg", with_python, ["--no-task-cgroups"])
     elif case == "one-worker":
         workers["w1"] = start_worker("w1", with_python)
+    elif case == "pip-env":
+        # Its own home: where a worker runs tasks as itself, their pip environments go there
+        # (a task user's go to that user's home).
+        worker_home = open_folder("escher-pip-home-")
+        made.append(worker_home)
+        workers["pip"] = start_worker("pip", dict(with_python, ESCHER_PYTHON_SLOTS="4",
+                                                  HOME=str(worker_home)))
     elif case in ("other-cloudpickle", "bare-interpreter"):
         import cloudpickle
 
@@ -757,3 +764,119 @@ def test_an_actor_whose_worker_is_sigkilled_restarts_on_another(processes):
     assert done.returncode == 0, done.stdout + done.stderr + logs
     assert "in flight: actor" in done.stdout and "died" in done.stdout, done.stdout
     assert "restarted on" in done.stdout, done.stdout
+
+
+def tiny_wheel(folder: pathlib.Path, version: str) -> pathlib.Path:
+    """A wheel of the package ``escher_tiny_pkg`` (its ``VERSION`` is ``version``), made here:
+    pip installs it from its path without an index."""
+    import base64
+    import hashlib
+    import zipfile
+
+    name = "escher_tiny_pkg"
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}/__init__.py": f"VERSION = {version!r}\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: escher-tests\nRoot-Is-Purelib: true\n"
+                         "Tag: py3-none-any\n",
+    }
+    record = []
+    for path, text in files.items():
+        digest = base64.urlsafe_b64encode(hashlib.sha256(text.encode()).digest()).rstrip(b"=")
+        record.append(f"{path},sha256={digest.decode()},{len(text.encode())}")
+    files[f"{info}/RECORD"] = "\n".join(record + [f"{info}/RECORD,,"]) + "\n"
+    wheel = folder / f"{name}-{version}-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for path, text in files.items():
+            z.writestr(path, text)
+    wheel.chmod(0o644)
+    return wheel
+
+
+PIP_DRIVER = r'''
+import json, os, sys
+import escher
+
+escher.init()  # ESCHER_HEAD and the access file in ESCHER_HOME
+wheel, other, missing = sys.argv[1:4]
+
+def probe():
+    import json, os, sys
+    import escher_tiny_pkg
+    ready = os.path.join(sys.prefix, "escher-ready")
+    with open(ready) as f:
+        made = json.load(f)
+    return escher_tiny_pkg.VERSION, sys.prefix, made["by"], os.stat(ready).st_mtime_ns
+
+with_pkg = escher.remote(runtime_env={"pip": [wheel]})(probe)
+# Four at once on a worker of four slots: one environment is made, under its lock.
+first = escher.get([with_pkg.remote() for _ in range(4)], timeout=600)
+again = escher.get([with_pkg.remote() for _ in range(4)], timeout=120)
+
+@escher.remote
+def plain():
+    import importlib.util, sys
+    return sys.prefix, importlib.util.find_spec("escher_tiny_pkg") is not None
+
+class Holder:
+    def where(self):
+        import sys
+        import escher_tiny_pkg
+        return escher_tiny_pkg.VERSION, sys.prefix
+
+holder = escher.remote(runtime_env={"pip": [wheel]})(Holder).remote()
+actor = holder.where.remote().result(timeout=600)
+escher.kill(holder)
+other_set = escher.remote(runtime_env={"pip": [other]})(probe).remote().result(timeout=600)
+try:
+    escher.remote(runtime_env={"pip": [missing]})(probe).remote().result(timeout=600)
+    failed = None
+except escher.TaskError as e:
+    failed = str(e)
+print("RESULT " + json.dumps({"first": first, "again": again, "plain": plain.remote().result(timeout=60),
+                              "other": other_set, "failed": failed, "actor": actor}))
+'''
+
+
+@pytest.mark.parametrize("processes", ["pip-env"], indirect=True)
+def test_a_pip_requirement_is_installed_once_per_set_and_reused(processes):
+    """``runtime_env={"pip": [...]}`` on a worker process: the requirement (a wheel made here,
+    required by its path: no index needed) is installed into a virtual environment made once
+    for the set, under a lock (four calls at once make it once), reused by the next calls, by
+    an actor and by another driver; another set gets another environment; a call without pip
+    runs in the worker's own interpreter, without the package; a requirement pip cannot
+    install fails its call with pip's words."""
+    wheels = open_folder("escher-wheels-")
+    processes["made"].append(wheels)
+    one = wheels / "one"
+    two = wheels / "two"
+    one.mkdir(mode=0o755)
+    two.mkdir(mode=0o755)
+    wheel, other = tiny_wheel(one, "1.0"), tiny_wheel(two, "2.0")
+    missing = wheels / "escher_missing_pkg-1.0-py3-none-any.whl"
+
+    def drive():
+        done = subprocess.run([sys.executable, "-c", PIP_DRIVER, str(wheel), str(other),
+                               str(missing)], capture_output=True, text=True, timeout=900,
+                              env=dict(os.environ, ESCHER_HEAD=processes["url"],
+                                       ESCHER_HOME=processes["home"]))
+        assert done.returncode == 0, done.stdout + done.stderr + worker_log(processes, "pip")[-3000:]
+        return json.loads(done.stdout.split("RESULT ", 1)[1])
+
+    seen = drive()
+    made = {tuple(r[1:]) for r in seen["first"] + seen["again"]}
+    assert len(made) == 1, seen
+    (prefix, builder, mtime), = made
+    assert {r[0] for r in seen["first"] + seen["again"]} == {"1.0"}, seen
+    assert os.path.basename(os.path.dirname(prefix)) == "python-envs", prefix
+    assert seen["plain"][0] != prefix and seen["plain"][1] is False, seen
+    # An actor of the same set runs in the same environment.
+    assert seen["actor"] == ["1.0", prefix], seen
+    assert seen["other"][0] == "2.0" and seen["other"][1] != prefix, seen
+    failed = seen["failed"]
+    assert failed is not None and "could not be installed" in failed, seen
+    assert str(missing) in failed and "pip install" in failed, failed
+    # Another driver, later: the same environment, not made again.
+    later = drive()
+    assert {tuple(r[1:]) for r in later["first"] + later["again"]} == made, later

@@ -1,7 +1,8 @@
 """Runtime environments: environment variables and a working directory that a remote
 function's calls run with (``runtime_env=`` on ``remote``, ``options`` and ``init``), put back
-after each call so the next task of a warm interpreter starts as before; what escher does not
-do yet (``pip``) and bad values refused before anything is submitted."""
+after each call so the next task of a warm interpreter starts as before; ``pip`` read as Ray
+writes it (test_processes.py installs a requirement on a worker process); what escher does not
+do yet (``conda``) and bad values refused before anything is submitted."""
 
 import os
 
@@ -82,16 +83,32 @@ def test_init_gives_every_function_its_runtime_env():
 
 def test_what_escher_does_not_do_and_bad_values_are_refused(tmp_path):
     for env, says in [
-        ({"pip": ["requests"]}, "not supported yet"),
         ({"conda": "env.yaml"}, "not supported yet"),
+        ({"pip": "requests"}, "cannot be read"),
+        ({"pip": [1]}, "list of requirements"),
+        ({"pip": ["--index-url=https://example.org", "requests"]}, "an option of pip"),
+        ({"pip": ["a\nb"]}, "one requirement on one line"),
+        ({"pip": {"packages": ["requests"], "pip_version": "==23"}}, "'packages': [...]} only"),
+        ({"pip": [f"p{i}" for i in range(300)]}, "at most 256"),
         ({"env_vars": {"A": 1}}, "maps names to texts"),
         ({"env_vars": {"ESCHER_TOKEN": "x"}}, "ESCHER_"),
         ({"working_dir": str(tmp_path / "missing")}, "is not one"),
-        ({"excludes": []}, "takes env_vars and working_dir"),
+        ({"excludes": []}, "takes env_vars, working_dir and pip"),
         ("env", "is a dict"),
     ]:
         with pytest.raises(escher.InvalidArgumentError) as refused:
             escher.remote(runtime_env=env)
         assert says in str(refused.value), (env, str(refused.value))
     with pytest.raises(escher.InvalidArgumentError, match="not supported yet"):
-        env_of.options(runtime_env={"pip": ["requests"]})
+        env_of.options(runtime_env={"conda": "env.yaml"})
+
+
+def test_pip_is_read_as_ray_writes_it(tmp_path):
+    """A list, ``{"packages": [...]}`` or a requirements file: the same sorted set."""
+    from escher import _api
+
+    wanted = ["b==1", "a"]
+    requirements = tmp_path / "requirements.txt"
+    requirements.write_text("# pinned\nb==1  # a comment\n\na\na\n")
+    for pip in (wanted, {"packages": wanted}, str(requirements)):
+        assert _api._check_runtime_env({"pip": pip}) == {"pip": ["a", "b==1"]}, pip

@@ -11,6 +11,7 @@
 //! ```text
 //! "ESPY" version:u8=2 kind:u8=3
 //!   vlen:u8 versions:[u8;vlen]   the driver's Python and cloudpickle ("3.11.7 3.1.1")
+//!   plen:u32 pip:[u8;plen]       version 3 only: runtime_env's pip requirements, one a line
 //!   hash:[u8;32]                 SHA-256 of the class's bytes
 //!   blob:u64                     the store task that holds the class, 0 when inline
 //!   cls_len:u32 cls:[u8;cls_len] the cloudpickled class (cls_len 0 with a blob)
@@ -18,7 +19,8 @@
 //! ```
 //!
 //! The versions are compared before anything is unpickled (`versions.rs`), as a function
-//! call's are. A class of more than 8 KiB travels as a large function does: once per session,
+//! call's are. An actor with pip requirements runs in an interpreter of their environment,
+//! made once per set and shared with the functions of the same set (`pip_env.rs`). A class of more than 8 KiB travels as a large function does: once per session,
 //! in a store task whose result the worker fetches (with the actor's credential) and keeps by
 //! namespace and content hash, so that creating many actors of it does not put it in the
 //! head's log each time. The interpreter gets the class and the arguments in a task frame whose header
@@ -60,6 +62,8 @@ pub const ACTOR_CLASS: &str = "escher.python";
 #[derive(Debug, PartialEq)]
 struct Construct {
     driver: versions::Versions,
+    /// runtime_env's pip requirements, sorted (format 3; empty for none).
+    pip: Vec<String>,
     hash: [u8; 32],
     /// The store task that holds the class (0: inline).
     blob: u64,
@@ -78,10 +82,11 @@ fn parse(bytes: Vec<u8>) -> Result<Construct, String> {
     if bytes.len() < 6 || &bytes[..4] != MAGIC {
         return Err(bad("no ESPY header"));
     }
-    if bytes[4] != 2 || bytes[5] != 3 {
+    let format = bytes[4];
+    if !(2..=3).contains(&format) || bytes[5] != 3 {
         return Err(bad(&format!(
-            "format {} kind {}, this worker reads format 2 kind 3; upgrade the worker or the \
-             package",
+            "format {} kind {}, this worker reads formats 2 and 3 of kind 3; upgrade the \
+             worker or the package",
             bytes[4], bytes[5]
         )));
     }
@@ -100,6 +105,13 @@ fn parse(bytes: Vec<u8>) -> Result<Construct, String> {
         .ok()
         .and_then(versions::Versions::parse)
         .ok_or_else(|| bad("the driver's versions are unreadable"))?;
+    let pip = if format >= 3 {
+        let mut len = [0u8; 4];
+        len.copy_from_slice(&take(4)?);
+        super::pip_env::parse(&take(u32::from_le_bytes(len) as usize)?)?
+    } else {
+        Vec::new()
+    };
     let mut hash = [0u8; 32];
     hash.copy_from_slice(&take(32)?);
     let mut blob = [0u8; 8];
@@ -114,6 +126,7 @@ fn parse(bytes: Vec<u8>) -> Result<Construct, String> {
     let args = all.slice(at..);
     Ok(Construct {
         driver,
+        pip,
         hash,
         blob,
         class,
@@ -185,7 +198,8 @@ impl PythonActor {
             construct.class.clone()
         };
         // A fresh interpreter, never one of the warm ones: it is this incarnation's alone.
-        let mut interp = pool.spawn(&ns, ctx.cgroups())?;
+        let exe = pool.interpreter(&ns, &construct.pip).await?;
+        let mut interp = pool.spawn(&ns, exe.as_deref(), ctx.cgroups())?;
         interp
             .send(header.as_bytes(), &class, &[], &construct.args)
             .await
@@ -405,8 +419,22 @@ mod tests {
         assert_eq!(c.hash, [9u8; 32]);
         assert_eq!((&c.class[..], &c.args[..]), (&b"cls"[..], &b"args"[..]));
         assert_eq!(c.blob, 0);
+        assert!(c.pip.is_empty());
         let c = parse(stored("3.11.7 3.1.1", 12, b"", b"args")).unwrap();
         assert_eq!((c.blob, c.class.len(), &c.args[..]), (12, 0, &b"args"[..]));
+    }
+
+    #[test]
+    fn format_3_carries_the_pip_requirements() {
+        let plain = envelope("3.11.7 3.1.1", b"cls", b"args");
+        let mut v = b"ESPY\x03\x03".to_vec();
+        v.extend_from_slice(&plain[6..19]);
+        v.extend_from_slice(&9u32.to_le_bytes());
+        v.extend_from_slice(b"b==2\na==1");
+        v.extend_from_slice(&plain[19..]);
+        let c = parse(v).unwrap();
+        assert_eq!(c.pip, vec!["a==1".to_string(), "b==2".into()]);
+        assert_eq!((&c.class[..], &c.args[..]), (&b"cls"[..], &b"args"[..]));
     }
 
     #[test]

@@ -50,6 +50,9 @@
 //!                   result holds the function for later calls (shipped once per hash)
 //!   kind 1 (call):  vlen:u8 versions:[u8;vlen] (the driver's Python and cloudpickle,
 //!                   "3.11.7 3.1.1"; not in version 1, which the worker still reads)
+//!                   plen:u32 pip:[u8;plen] (version 3 only: runtime_env's pip
+//!                   requirements, one a line, sorted; a call without any is sent as
+//!                   version 2, which any worker of versions 2 and 3 reads)
 //!                   hash:[u8;32] (SHA-256 of the function's bytes)
 //!                   blob:u64 (the store task that holds the function, 0 when inline)
 //!                   fn_len:u32 fn:[u8;fn_len] (the function inline; fn_len 0 with a blob)
@@ -59,7 +62,10 @@
 //!
 //! Before anything else, the worker compares the driver's versions with its interpreter's
 //! (`versions.rs`): a call whose Python or cloudpickle differ in major or minor version fails
-//! with a text that names both, never with what unpickling would have raised. The worker
+//! with a text that names both, never with what unpickling would have raised. A call with pip
+//! requirements then runs in an interpreter of their environment, which the worker makes once
+//! per requirement set (`pip_env.rs`); warm interpreters are kept apart by environment as by
+//! namespace. The worker
 //! fetches the results of the `dep` tasks (and of the `blob` task, once per
 //! namespace and hash: a small cache) from the head with the task's own credential, then sends
 //! the interpreter one frame on its stdin (big-endian lengths):
@@ -96,6 +102,7 @@ use crate::runner::MAX_RESULT_BYTES;
 
 mod actor;
 mod detect;
+mod pip_env;
 mod versions;
 
 pub use actor::ACTOR_CLASS;
@@ -210,6 +217,8 @@ enum Envelope {
     Call {
         /// The driver's Python and cloudpickle (format 2; format 1 does not say).
         driver: Option<versions::Versions>,
+        /// runtime_env's pip requirements, sorted (format 3; empty for none).
+        pip: Vec<String>,
         hash: [u8; 32],
         blob: u64,
         inline: Option<Bytes>,
@@ -230,9 +239,9 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
         return Err(bad("no ESPY header"));
     }
     let format = bytes[4];
-    if format != 1 && format != 2 {
+    if !(1..=3).contains(&format) {
         return Err(bad(&format!(
-            "format version {format}, this worker reads 1 and 2; upgrade the worker or the \
+            "format version {format}, this worker reads 1 to 3; upgrade the worker or the \
              package"
         )));
     }
@@ -260,6 +269,12 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
             } else {
                 None
             };
+            let pip = if format >= 3 {
+                let len = u32::from_le_bytes(take(4)?.as_ref().try_into().expect("4 bytes"));
+                pip_env::parse(&take(len as usize)?)?
+            } else {
+                Vec::new()
+            };
             let mut hash = [0u8; 32];
             hash.copy_from_slice(&take(32)?);
             let blob = u64::from_le_bytes(take(8)?.as_ref().try_into().expect("8 bytes"));
@@ -278,6 +293,7 @@ fn parse(mut bytes: Vec<u8>) -> Result<Envelope, String> {
             }
             Ok(Envelope::Call {
                 driver,
+                pip,
                 hash,
                 blob,
                 inline: (fn_len > 0).then_some(inline),
@@ -303,6 +319,8 @@ struct Pool {
     idle: Mutex<HashMap<String, Vec<Interpreter>>>,
     /// Function bytes fetched from their store tasks, by namespace and hash, and their size.
     blobs: Mutex<Blobs>,
+    /// The environments of runtime_env's pip requirement sets.
+    envs: pip_env::Envs,
 }
 
 impl Pool {
@@ -312,21 +330,23 @@ impl Pool {
             isolation,
             idle: Mutex::default(),
             blobs: Mutex::default(),
+            envs: pip_env::Envs::default(),
         }
     }
 
     /// Runs one task's envelope to its end.
     async fn run(&self, ctx: TaskContext, args: Vec<u8>) -> FunctionResult {
-        let (driver, hash, blob, inline, deps, args) = match parse(args)? {
+        let (driver, pip, hash, blob, inline, deps, args) = match parse(args)? {
             Envelope::Store(bytes) => return Ok(bytes),
             Envelope::Call {
                 driver,
+                pip,
                 hash,
                 blob,
                 inline,
                 deps,
                 args,
-            } => (driver, hash, blob, inline, deps, args),
+            } => (driver, pip, hash, blob, inline, deps, args),
         };
         // Before anything is unpickled: what one Python or cloudpickle pickled, another may
         // not load (or load wrongly).
@@ -336,6 +356,12 @@ impl Pool {
             return Err(why);
         }
         let ns = ctx.namespace().map(|n| n.to_string()).unwrap_or_default();
+        let exe = self.interpreter(&ns, &pip).await?;
+        // Warm interpreters by namespace and, for a pip environment, by its interpreter.
+        let key = match &exe {
+            Some(exe) => format!("{ns}\0{}", exe.display()),
+            None => ns.clone(),
+        };
         let dep_results = results(&ctx, &deps, "argument").await?;
         let header = serde_json::json!({
             "task_id": ctx.task_id().0,
@@ -351,9 +377,9 @@ impl Pool {
         let started = std::time::Instant::now();
         // An idle interpreter may have died meanwhile: then a fresh one gets the task.
         for round in 0..2 {
-            let (mut interp, reused) = match self.take(&ns) {
+            let (mut interp, reused) = match self.take(&key) {
                 Some(interp) => (interp, true),
-                None => (self.spawn(&ns, ctx.cgroups())?, false),
+                None => (self.spawn(&ns, exe.as_deref(), ctx.cgroups())?, false),
             };
             let function = if interp.known.contains(&hash) {
                 Bytes::new()
@@ -385,7 +411,7 @@ impl Pool {
             if status != 2 {
                 interp.known.insert(hash);
             }
-            self.give_back(&ns, interp);
+            self.give_back(&key, interp);
             return match status {
                 0 => Ok(body),
                 // The function or its arguments could not be loaded: say which versions met.
@@ -400,6 +426,26 @@ impl Pool {
         unreachable!("the second round returns")
     }
 
+    /// The interpreter of the environment of `pip` for namespace `ns`'s tasks (made now if
+    /// it is not yet: `pip_env.rs`); `None` (the worker's own) for no requirements.
+    async fn interpreter(
+        &self,
+        ns: &str,
+        pip: &[String],
+    ) -> Result<Option<std::path::PathBuf>, String> {
+        if pip.is_empty() {
+            return Ok(None);
+        }
+        let user = self
+            .isolation
+            .user_for((!ns.is_empty()).then_some(ns))
+            .map_err(|why| format!("cannot run the task as its own user: {why}"))?;
+        self.envs
+            .interpreter(&self.found, ns, user.as_ref(), pip)
+            .await
+            .map(Some)
+    }
+
     fn take(&self, ns: &str) -> Option<Interpreter> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.get_mut(ns).and_then(Vec::pop)
@@ -412,17 +458,19 @@ impl Pool {
 
     /// A fresh interpreter for the tasks of namespace `ns` (`""`: an admin's), as that
     /// namespace's user where the worker gives each one its own, in a cgroup of its own from
-    /// `cgroups` where the worker has them.
+    /// `cgroups` where the worker has them: `exe` (a pip environment's) or the worker's own.
     fn spawn(
         &self,
         ns: &str,
+        exe: Option<&Path>,
         cgroups: Option<&Arc<crate::exec::TaskCgroups>>,
     ) -> Result<Interpreter, String> {
+        let exe = exe.unwrap_or(&self.found.exe);
         let user = self
             .isolation
             .user_for((!ns.is_empty()).then_some(ns))
             .map_err(|why| format!("cannot run the task as its own user: {why}"))?;
-        let mut command = Command::from(interpreter_command(&self.found.exe, user.as_ref()));
+        let mut command = Command::from(interpreter_command(exe, user.as_ref()));
         command.arg("-u").arg("-c").arg(RUNNER);
         // Made before the spawn, so that an interpreter is never started uncontained by a
         // cgroup that could not be made.
@@ -445,7 +493,7 @@ impl Pool {
             .map_err(|e| {
                 format!(
                     "cannot start the Python interpreter {} ({ENV_PYTHON}): {e}",
-                    self.found.exe.display()
+                    exe.display()
                 )
             })?;
         // Into its cgroup before it runs a task (see `exec/cgroup.rs`); the fence holds the
@@ -695,6 +743,7 @@ mod tests {
         match parse(call(3, 0, &[5, 9])).unwrap() {
             Envelope::Call {
                 driver,
+                pip,
                 hash,
                 blob,
                 inline,
@@ -702,6 +751,7 @@ mod tests {
                 args,
             } => {
                 assert_eq!(driver, None);
+                assert!(pip.is_empty());
                 assert_eq!(hash, [7u8; 32]);
                 assert_eq!(blob, 0);
                 assert_eq!(inline.as_deref(), Some(&b"fff"[..]));
@@ -749,6 +799,45 @@ mod tests {
     }
 
     #[test]
+    fn format_3_carries_the_pip_requirements() {
+        let mut v = b"ESPY\x03\x01".to_vec();
+        v.push(12);
+        v.extend_from_slice(b"3.12.3 3.1.1");
+        let pip = b"zlib-thing==1\n./local_pkg\n";
+        v.extend_from_slice(&(pip.len() as u32).to_le_bytes());
+        v.extend_from_slice(pip);
+        v.extend_from_slice(&call(3, 0, &[5])[6..]);
+        match parse(v.clone()).unwrap() {
+            Envelope::Call {
+                driver,
+                pip,
+                inline,
+                deps,
+                args,
+                ..
+            } => {
+                assert_eq!(driver.expect("versions").cloudpickle, "3.1.1");
+                assert_eq!(pip, vec!["./local_pkg".to_string(), "zlib-thing==1".into()]);
+                assert_eq!(inline.as_deref(), Some(&b"fff"[..]));
+                assert_eq!((deps, &args[..]), (vec![5], &b"args"[..]));
+            }
+            other => panic!("{other:?}"),
+        }
+        // An option of pip is refused before anything runs.
+        let mut bad = b"ESPY\x03\x01".to_vec();
+        bad.push(12);
+        bad.extend_from_slice(b"3.12.3 3.1.1");
+        bad.extend_from_slice(&13u32.to_le_bytes());
+        bad.extend_from_slice(b"--index-url=x");
+        bad.extend_from_slice(&call(3, 0, &[])[6..]);
+        assert!(parse(bad).unwrap_err().contains("option of pip"));
+        // A length past the end is a truncated envelope.
+        let mut short = v[..19].to_vec();
+        short.extend_from_slice(&1000u32.to_le_bytes());
+        assert!(parse(short).unwrap_err().contains("truncated"));
+    }
+
+    #[test]
     fn refuses_what_is_not_an_envelope() {
         assert!(
             parse(b"hello".to_vec())
@@ -756,9 +845,9 @@ mod tests {
                 .contains("no ESPY header")
         );
         assert!(
-            parse(b"ESPY\x03\x01".to_vec())
+            parse(b"ESPY\x04\x01".to_vec())
                 .unwrap_err()
-                .contains("version 3")
+                .contains("version 4")
         );
         assert!(
             parse(b"ESPY\x01\x09".to_vec())
