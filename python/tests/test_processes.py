@@ -642,10 +642,10 @@ def test_a_root_worker_refuses_an_interpreter_its_tasks_users_cannot_run(process
 @pytest.mark.parametrize("processes", ["other-cloudpickle"], indirect=True)
 def test_a_worker_with_another_cloudpickle_says_so_naming_both_versions(processes):
     """A worker whose interpreter has another cloudpickle than the driver's (pinned from PyPI
-    in a virtual environment of its own) fails the driver's calls with a message that names
-    both versions and what to do, before anything is unpickled: never with what unpickling a
-    function of one cloudpickle with another raises (``AttributeError: Can't get attribute
-    '_function_setstate'``)."""
+    in a virtual environment of its own) fails the driver's calls, of a function and of an
+    actor, with a message that names both versions and what to do, before anything is
+    unpickled: never with what unpickling a function of one cloudpickle with another raises
+    (``AttributeError: Can't get attribute '_function_setstate'``)."""
     import cloudpickle
 
     theirs = other_cloudpickle()
@@ -660,17 +660,37 @@ def test_a_worker_with_another_cloudpickle_says_so_naming_both_versions(processe
         "    print('ran', double.remote(2).result(timeout=60))\n"
         "except escher.TaskError as e:\n"
         "    print('failed |', str(e).replace('\\n', ' '))\n"
+        "@escher.remote\n"
+        "class Keeper:\n"
+        "    def ping(self):\n"
+        "        return 'pong'\n"
+        "keeper = Keeper.remote()\n"
+        "for attempt in (1, 2):\n"
+        "    try:\n"
+        "        print('actor ran', keeper.ping.remote().result(timeout=60))\n"
+        "    except Exception as e:\n"
+        "        print(f'actor {attempt} failed', type(e).__name__, '|',\n"
+        "              str(e).replace('\\n', ' '))\n"
     )
     done = run_python(code, ESCHER_HOME=processes["home"])
     log = worker_log(processes, "other")
     assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
     assert f'"{theirs}"' in done.stdout.split("label ", 1)[1].splitlines()[0], done.stdout
-    failed = done.stdout.split("failed |", 1)[-1]
+    failed = done.stdout.split("failed |", 1)[-1].split("actor 1 failed", 1)[0]
     assert "failed |" in done.stdout, done.stdout
     assert f"cloudpickle {cloudpickle.__version__}" in failed, failed
     assert f"cloudpickle {theirs}" in failed, failed
     assert f"pip install cloudpickle=={theirs}" in failed, failed
     assert "AttributeError" not in failed, failed
+    # An actor: its constructor is refused the same way, before anything is unpickled, and
+    # every call (the first and the next) says why, never an AttributeError.
+    assert "actor ran" not in done.stdout, done.stdout
+    for attempt in (1, 2):
+        said = done.stdout.split(f"actor {attempt} failed", 1)[-1].splitlines()[0]
+        assert f"actor {attempt} failed" in done.stdout, done.stdout
+        assert f"cloudpickle {cloudpickle.__version__}" in said, said
+        assert f"cloudpickle {theirs}" in said, said
+        assert "AttributeError" not in said, said
 
 
 @pytest.mark.parametrize("processes", ["bare-interpreter"], indirect=True)
