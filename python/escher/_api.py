@@ -707,8 +707,9 @@ class RemoteFunction:
         key = repr(env)
         if self._pickled is None or self._pickled[0] != key:
             _by_value(self._fn)
-            wrapped = env is not None and ("env_vars" in env or "working_dir" in env)
-            shipped = _with_env(self._fn, env, self._name) if wrapped else self._fn
+            shipped = self._fn
+            if env is not None and ("env_vars" in env or "working_dir" in env):
+                shipped = _with_env(self._fn, env, self._name)
             data = _dumps(shipped, f"function {self._name}")
             self._pickled = (key, data, hashlib.sha256(data).digest())
         return self._pickled[1], self._pickled[2]
