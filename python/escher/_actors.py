@@ -239,12 +239,66 @@ def _handle_from_id(actor_id: int, class_name: Optional[str],
     return ActorHandle(_api._current().actor_by_id(actor_id), class_name, methods)
 
 
-class ActorMethod:
-    """One method of an actor: ``.remote(*args, **kwargs)`` calls it."""
+# Ray's options of an actor method that escher spells differently, and how it spells them.
+_METHOD_ELSEWHERE = {
+    "max_task_retries": "set it on the actor (Cls.options(max_task_retries=N)): it applies to "
+                        "every call in flight when the actor dies",
+    "retry_exceptions": "an actor's calls are retried only when the actor dies "
+                        "(max_task_retries=N on the actor); catch the exception in the method",
+    "concurrency_group": "escher has no concurrency groups: max_concurrency=N on the actor "
+                         "says how many calls run at once",
+    "scheduling_strategy": "a call runs on its actor's node: place the actor with "
+                           "Cls.options(spec=...)",
+    "num_cpus": "a call runs on what its actor holds: give the actor resources= "
+                "(Cls.options(resources=...))",
+    "num_gpus": "a call runs on what its actor holds: give the actor resources= "
+                "(Cls.options(resources=...))",
+    "resources": "a call runs on what its actor holds: give the actor resources= "
+                 "(Cls.options(resources=...))",
+    "runtime_env": "a call runs in its actor's interpreter",
+}
 
-    def __init__(self, handle: ActorHandle, name: str):
+
+class ActorMethod:
+    """One method of an actor: ``.remote(*args, **kwargs)`` calls it; ``.options(...)`` gives
+    it with Ray's method options that mean something in escher (``num_returns``, ``name``)."""
+
+    def __init__(self, handle: ActorHandle, name: str, num_returns: int = 1,
+                 label: Optional[str] = None):
         self._handle = handle
         self._name = name
+        self._num_returns = num_returns
+        self._label = label
+
+    def options(self, *, num_returns: Optional[int] = None, name: Optional[str] = None,
+                **ray: Any) -> "ActorMethod":
+        """The method with other options, as Ray's ``actor.method.options(...)``:
+        ``num_returns=N`` (the method returns a sequence of N values; ``.remote()`` then
+        returns N refs, one per value) and ``name`` (the call's name in its refs' ``repr``
+        and in the errors of its calls). What a call cannot choose apart from its actor is
+        refused with what escher does instead."""
+        for key in ray:
+            if key in _METHOD_ELSEWHERE:
+                raise InvalidArgumentError(
+                    f"an actor method's options have no {key}= (a Ray option): "
+                    f"{_METHOD_ELSEWHERE[key]}"
+                )
+            raise TypeError(
+                f"{self._name}.options() got an unexpected keyword argument {key!r} (escher's "
+                f"are num_returns= and name=)"
+            )
+        if num_returns is not None:
+            if num_returns == "streaming" or num_returns == "dynamic":
+                raise InvalidArgumentError(
+                    f"num_returns={num_returns!r} (Ray's generators) is not supported: return "
+                    f"a list, or call the method once per item"
+                )
+            _count(num_returns, "num_returns", 1, 1024)
+        if name is not None and (not isinstance(name, str) or not name):
+            raise InvalidArgumentError(f"a call's name is a non-empty text, not {name!r}")
+        return ActorMethod(self._handle, self._name,
+                           self._num_returns if num_returns is None else num_returns,
+                           self._label if name is None else name)
 
     def __call__(self, *args, **kwargs):
         raise EscherError(
@@ -252,13 +306,36 @@ class ActorMethod:
             f"{self._name}.remote(...), which returns an ActorCallRef"
         )
 
-    def remote(self, *args, **kwargs) -> "ActorCallRef":
-        """Sends the call; returns its ref at once (``escher.get`` waits for its value)."""
+    def remote(self, *args, **kwargs) -> Any:
+        """Sends the call; returns its ref at once (``escher.get`` waits for its value), or,
+        with ``num_returns=N`` of ``options``, a list of N refs, one per returned value."""
         handle = self._handle
         what = f"{handle._class_name or 'actor'}.{self._name}"
         payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
                               f"the arguments of {what}")
-        return ActorCallRef(handle._native.call(self._name, payload), handle, self._name)
+        call = handle._native.call(self._name, payload)
+        if self._num_returns == 1:
+            return ActorCallRef(call, handle, self._name, self._label)
+        shared = _SharedCall(call)
+        return [ActorCallRef(shared, handle, self._name, self._label, (i, self._num_returns))
+                for i in range(self._num_returns)]
+
+
+class _SharedCall:
+    """One call whose answer several refs read (``num_returns=N``): the native call's result,
+    kept once it came."""
+
+    def __init__(self, call: Any):
+        self._call = call
+        self._answer: Optional[tuple] = None
+
+    def result(self, timeout: Optional[float]) -> tuple:
+        if self._answer is None:
+            self._answer = self._call.result(timeout)
+        return self._answer
+
+    def done(self) -> bool:
+        return self._answer is not None or self._call.done()
 
 
 class ActorCallRef(TaskRef):
@@ -266,13 +343,17 @@ class ActorCallRef(TaskRef):
     ``TaskRef``. A call cannot be cancelled (kill the actor instead), and is answered by the
     actor, not recorded by the head: it has no task id."""
 
-    __slots__ = ("_call", "_actor", "_method")
+    __slots__ = ("_call", "_actor", "_method", "_label", "_part")
 
-    def __init__(self, call: Any, actor: ActorHandle, method: str):
+    def __init__(self, call: Any, actor: ActorHandle, method: str, label: Optional[str] = None,
+                 part: Optional[tuple] = None):
         super().__init__(None, (), "actor-call", None)
         self._call = call
         self._actor = actor
         self._method = method
+        # The call's name (``options(name=...)``), and which of its N values this ref is.
+        self._label = label
+        self._part = part
 
     @property
     def id(self) -> int:
@@ -282,14 +363,30 @@ class ActorCallRef(TaskRef):
         )
 
     def _what(self) -> str:
-        return f"actor call {self._actor._class_name or 'actor'}.{self._method} (actor " \
-               f"{self._actor.actor_id})"
+        label = f" {self._label!r}" if self._label else ""
+        part = f", value {self._part[0]} of {self._part[1]}" if self._part else ""
+        return f"actor call{label} {self._actor._class_name or 'actor'}.{self._method} (actor " \
+               f"{self._actor.actor_id}{part})"
 
     def _value(self, timeout: Optional[float]) -> Any:
         ok, body = self._call.result(timeout)
-        if ok:
-            return pickle.loads(body)
-        raise _api._failure(self._actor.actor_id, "failed", body, self._what())
+        if not ok:
+            raise _api._failure(self._actor.actor_id, "failed", body, self._what())
+        value = pickle.loads(body)
+        if self._part is None:
+            return value
+        index, count = self._part
+        try:
+            many = len(value)
+        except TypeError:
+            many = None
+        if many != count:
+            raise _api.TaskError(
+                f"{self._what()} was made with num_returns={count}, but the method returned "
+                f"{'a ' + type(value).__name__ if many is None else f'{many} values'}: return "
+                f"a tuple or list of {count}"
+            )
+        return value[index]
 
     def _done(self) -> bool:
         return self._call.done()
@@ -298,7 +395,9 @@ class ActorCallRef(TaskRef):
         _api.cancel(self)
 
     def __repr__(self) -> str:
-        return f"ActorCallRef({self._actor._class_name or 'actor'}.{self._method})"
+        label = f", name={self._label!r}" if self._label else ""
+        part = f", value={self._part[0]}" if self._part else ""
+        return f"ActorCallRef({self._actor._class_name or 'actor'}.{self._method}{label}{part})"
 
     def __eq__(self, other: object) -> bool:
         return other is self

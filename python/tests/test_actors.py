@@ -337,3 +337,92 @@ def test_a_large_class_travels_once_by_its_hash(cluster):
     assert escher.get([first.size.remote(), second.size.remote()], timeout=60) == [50_000] * 2
     # One store task for both creations.
     assert len(_actors._STORED) == before + 1
+
+
+@escher.remote
+class Splitter:
+    def divmod(self, a, b):
+        return a // b, a % b
+
+    def one(self):
+        return 7
+
+
+def test_method_options_take_num_returns_and_a_name_and_refuse_the_rest(cluster):
+    s = Splitter.remote()
+    quotient, remainder = s.divmod.options(num_returns=2).remote(17, 5)
+    assert escher.get([quotient, remainder], timeout=60) == [3, 2]
+    assert remainder.result(timeout=60) == 2
+    ready, _ = escher.wait([quotient, remainder], num_returns=2, timeout=60)
+    assert len(ready) == 2
+    named = s.one.options(name="warm-up").remote()
+    assert "name='warm-up'" in repr(named) and named.result(timeout=60) == 7
+    # The same method without options is untouched.
+    assert s.divmod.remote(9, 4).result(timeout=60) == (2, 1)
+    # A method whose value is not N values fails each ref saying so.
+    wrong = s.one.options(num_returns=2, name="pair").remote()
+    with pytest.raises(escher.TaskError, match="'pair'.*num_returns=2.*returned a int"):
+        escher.get(wrong[1], timeout=60)
+    for options, says in [
+        ({"num_returns": 0}, "num_returns is a whole number, 1 to 1024"),
+        ({"num_returns": "streaming"}, "generators"),
+        ({"name": ""}, "non-empty text"),
+        ({"max_task_retries": 2}, "Cls.options(max_task_retries=N)"),
+        ({"concurrency_group": "io"}, "max_concurrency"),
+        ({"num_cpus": 1}, "give the actor resources="),
+    ]:
+        with pytest.raises(escher.InvalidArgumentError, match=None) as refused:
+            s.one.options(**options)
+        assert says in str(refused.value), (options, str(refused.value))
+    with pytest.raises(TypeError, match="num_returns= and name="):
+        s.one.options(priority=1)
+    escher.kill(s)
+
+
+@escher.remote
+class Rank:
+    def __init__(self, rank):
+        self.rank = rank
+
+    def where(self):
+        import os
+
+        return self.rank, int(os.environ["ESCHER_NODE_ID"])
+
+
+def _used(prefix):
+    """The units in use, and the total, of the live nodes' resources whose names start with
+    ``prefix``."""
+    total = {k: v for k, v in escher.cluster_resources().items() if k.startswith(prefix)}
+    free = escher.available_resources()
+    return sum(v - free.get(k, 0.0) for k, v in total.items()), sum(total.values())
+
+
+def test_a_gang_of_actors_is_placed_all_or_nothing_on_its_reserved_capacity(cluster):
+    """Ray's placement-group pattern (distributed training): a gang reserves one bundle per
+    node, each actor runs in its bundle (on its node, on the gang's capacity: a second actor
+    of a full bundle waits), and a gang the cluster cannot hold whole holds nothing."""
+    from escher import esl
+
+    gang = esl.Gangs(timeout=60).acquire("py-actor-gang", [{"cpu": 1}, {"cpu": 1}],
+                                         strategy="strict-spread")
+    ranks = [Rank.options(spec=gang.member(i)).remote(i) for i in range(len(gang))]
+    placed = escher.get([r.where.remote() for r in ranks], timeout=60)
+    assert [rank for rank, _ in placed] == [0, 1]
+    assert len({node for _, node in placed}) == 2, placed
+    assert _used("py-actor-gang-") == (2.0, 2.0)
+    # Bundle 0 is full: one more actor in it waits for room, on no other capacity.
+    extra = Rank.options(spec=gang.member(0)).remote(9)
+    with pytest.raises(escher.GetTimeoutError):
+        escher.get(extra.where.remote(), timeout=2)
+    escher.kill(ranks[0])
+    assert escher.get(extra.where.remote(), timeout=60) == (9, placed[0][1])
+    for actor in (extra, ranks[1]):
+        escher.kill(actor)
+    assert _used("py-actor-gang-") == (0.0, 2.0)
+    gang.release()
+    # Three bundles on different nodes of two: never placed in part.
+    with pytest.raises(escher.EscherError):
+        esl.Gangs(timeout=3).acquire("py-actor-gang3", [{"cpu": 1}] * 3,
+                                     strategy="strict-spread")
+    assert _used("py-actor-gang3") == (0.0, 0.0)
