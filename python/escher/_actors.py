@@ -156,7 +156,10 @@ class ActorClass:
             blob, inline = self._store(session, data, digest), b""
         else:
             blob, inline = 0, data
-        pip = (self._runtime_env or {}).get("pip")
+        # Its own runtime_env, else the pip requirements of the one init gave (the rest of that
+        # one is a function's).
+        env = self._runtime_env if self._runtime_env is not None else _api._session_runtime_env
+        pip = (env or {}).get("pip")
         head = [b"ESPY\x02\x03", _api._versions()]
         if pip:
             text = "\n".join(pip).encode()

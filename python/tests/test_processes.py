@@ -854,8 +854,17 @@ try:
     failed = None
 except escher.TaskError as e:
     failed = str(e)
-print("RESULT " + json.dumps({"first": first, "again": again, "plain": plain.remote().result(timeout=60),
-                              "other": other_set, "failed": failed, "actor": actor}))
+plain_prefix = plain.remote().result(timeout=60)
+# A session whose init gives the set: its functions and actors without one of their own.
+escher.shutdown()
+escher.init(runtime_env={"pip": [wheel]})
+from_init = escher.remote(probe).remote().result(timeout=120)
+holder = escher.remote(Holder).remote()
+actor_from_init = holder.where.remote().result(timeout=120)
+escher.kill(holder)
+print("RESULT " + json.dumps({"first": first, "again": again, "plain": plain_prefix,
+                              "other": other_set, "failed": failed, "actor": actor,
+                              "from_init": [from_init, actor_from_init]}))
 '''
 
 
@@ -891,12 +900,15 @@ def test_a_pip_requirement_is_installed_once_per_set_and_reused(processes):
     assert {r[0] for r in seen["first"] + seen["again"]} == {"1.0"}, seen
     assert os.path.basename(os.path.dirname(prefix)) == "python-envs", prefix
     assert seen["plain"][0] != prefix and seen["plain"][1] is False, seen
-    # An actor of the same set runs in the same environment.
+    # An actor of the same set runs in the same environment; so do a function and an actor
+    # of a session whose init gave the set.
     assert seen["actor"] == ["1.0", prefix], seen
+    assert seen["from_init"] == [["1.0", prefix, builder, mtime], ["1.0", prefix]], seen
     assert seen["other"][0] == "2.0" and seen["other"][1] != prefix, seen
     failed = seen["failed"]
     assert failed is not None and "could not be installed" in failed, seen
     assert str(missing) in failed and "pip install" in failed, failed
+    assert "No such file or directory" in failed, failed  # pip's own words
     # Another driver, later: the same environment, not made again.
     later = drive()
     assert {tuple(r[1:]) for r in later["first"] + later["again"]} == made, later

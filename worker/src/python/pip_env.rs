@@ -102,7 +102,18 @@ impl Envs {
         if let Some(python) = slot.as_ref() {
             return Ok(python.clone());
         }
-        let python = build(found, user, &key, set).await?;
+        let started = std::time::Instant::now();
+        let python = build(found, user, &key, set).await.inspect_err(|why| {
+            tracing::warn!(namespace = ns, %why, "a runtime_env's pip environment could not be made");
+        })?;
+        // Made now, or found made by an earlier build (of this worker or another on the host).
+        tracing::info!(
+            namespace = ns,
+            requirements = %set.join(" "),
+            python = %python.display(),
+            seconds = started.elapsed().as_secs_f64(),
+            "a runtime_env's pip environment is ready"
+        );
         *slot = Some(python.clone());
         Ok(python)
     }
