@@ -12,7 +12,8 @@
 //! tasks), under a file lock so that two interpreters of the host never make it twice. The
 //! environment sees the worker interpreter's packages after its own, so cloudpickle is there
 //! and a requirement can replace anything else. Within a worker, one build per set runs at a
-//! time and its interpreter's path is kept, so a later call pays nothing. A failing install
+//! time and its interpreter's path is kept (while the environment's marker is there), so a
+//! later call pays nothing. A failing install
 //! fails the call with pip's words and leaves nothing behind; the next call tries again.
 
 use std::collections::HashMap;
@@ -99,7 +100,10 @@ impl Envs {
                 .or_default(),
         );
         let mut slot = slot.lock().await;
-        if let Some(python) = slot.as_ref() {
+        // Kept while its marker is there: one removed (to free its space) is made again.
+        if let Some(python) = slot.as_ref()
+            && ready(python)
+        {
             return Ok(python.clone());
         }
         let started = std::time::Instant::now();
@@ -117,6 +121,15 @@ impl Envs {
         *slot = Some(python.clone());
         Ok(python)
     }
+}
+
+/// Whether the environment of interpreter `python` (`KEY/bin/python`) is still whole: its
+/// marker `KEY/escher-ready`, written last by the builder, is there.
+fn ready(python: &Path) -> bool {
+    python
+        .parent()
+        .and_then(Path::parent)
+        .is_some_and(|venv| venv.join("escher-ready").is_file())
 }
 
 /// The hex SHA-256 (its first 32 digits) of the interpreter and the sorted set.
@@ -240,6 +253,17 @@ mod tests {
             .collect::<Vec<_>>()
             .join("\n");
         assert!(parse(many.as_bytes()).unwrap_err().contains("at most"));
+    }
+
+    #[test]
+    fn an_environment_is_ready_while_its_marker_is_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let python = dir.path().join("KEY").join("bin").join("python");
+        std::fs::create_dir_all(python.parent().unwrap()).unwrap();
+        assert!(!ready(&python));
+        std::fs::write(dir.path().join("KEY").join("escher-ready"), "{}").unwrap();
+        assert!(ready(&python));
+        assert!(!ready(Path::new("python")));
     }
 
     #[test]
