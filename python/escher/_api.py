@@ -87,8 +87,9 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
     With an ``address`` (``http://HOST:7600``, or several, comma-separated, for a replicated
     head) or ``ESCHER_HEAD``, connects to that cluster with ``token``, else ``ESCHER_TOKEN``,
     else the access file the head wrote (``~/.escher/access.json``). ``runtime_env``
-    (``{"env_vars": {...}, "working_dir": "path"}``) is what every remote function's calls run
-    with, unless the function has one of its own.
+    (``{"env_vars": {...}, "working_dir": "path", "pip": [...]}``) is what every remote
+    function's calls run with, unless the function has one of its own; its ``pip`` reaches
+    actors without one of their own too.
     """
     global _session, _generation, _session_runtime_env
     with _lock:
@@ -850,12 +851,14 @@ def remote(*args, resources: Resources = None, retries: int = 0,
     and one Python slot. Ray's ``num_cpus=N``, ``num_gpus=N`` and ``max_retries=N`` mean the
     same here (``cpu=N``, ``gpu=N`` and ``retries=N``); Ray's keywords that escher spells
     differently are refused with escher's spelling. An ``async def`` function is awaited on
-    the worker. ``runtime_env`` (``{"env_vars": {...}, "working_dir": "path"}``) is what its
-    calls run with, over the one ``init`` gave.
+    the worker. ``runtime_env`` (``{"env_vars": {...}, "working_dir": "path", "pip":
+    ["requests==2.32.3"]}``: the workers install the requirements once per set, in a virtual
+    environment the calls run in) is what its calls run with, instead of the one ``init``
+    gave.
 
     On a class, makes an actor class (``escher.ActorClass``; docs/python.md, "Actors"):
     ``@escher.remote(resources=..., num_cpus=..., max_restarts=..., max_task_retries=...,
-    max_concurrency=..., spec=...)``. An actor holds its resources (and one Python slot) from
+    max_concurrency=..., spec=..., runtime_env={"pip": [...]})``. An actor holds its resources (and one Python slot) from
     start to exit; with none given it holds only the Python slot."""
     actor = {k: ray.pop(k) for k in list(ray) if k in _ACTOR_OPTIONS}
     if len(args) == 1 and isinstance(args[0], type):
