@@ -892,7 +892,8 @@ def test_a_pip_requirement_is_installed_once_per_set_and_reused(processes):
                               capture_output=True, text=True, timeout=900,
                               env=dict(os.environ, ESCHER_HEAD=processes["url"],
                                        ESCHER_HOME=processes["home"]))
-        assert done.returncode == 0, done.stdout + done.stderr + worker_log(processes, "pip")[-3000:]
+        log = worker_log(processes, "pip")
+        assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
         return json.loads(done.stdout.split("RESULT ", 1)[1])
 
     seen = drive(full=True)

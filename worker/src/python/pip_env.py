@@ -49,7 +49,8 @@ def main():
                 user = site.getusersitepackages()
                 if site.ENABLE_USER_SITE and os.path.isdir(user):
                     own.append(user)
-                purelib = run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                where = "import sysconfig; print(sysconfig.get_paths()['purelib'])"
+                purelib = run([python, "-c", where],
                               "finding the environment's site-packages").strip().splitlines()[-1]
                 with open(os.path.join(purelib, "_escher_worker.pth"), "w") as pth:
                     pth.write("".join(p + "\n" for p in own))
