@@ -315,7 +315,8 @@ struct Pool {
     found: detect::Found,
     /// Whom interpreters run as: each namespace's own user, as its command tasks do.
     isolation: Arc<Isolation>,
-    /// Idle interpreters, by namespace ("" for none).
+    /// Idle interpreters, by namespace ("" for none) and, for those of a pip environment, its
+    /// interpreter (`NAMESPACE\0PATH`).
     idle: Mutex<HashMap<String, Vec<Interpreter>>>,
     /// Function bytes fetched from their store tasks, by namespace and hash, and their size.
     blobs: Mutex<Blobs>,
@@ -405,7 +406,7 @@ impl Pool {
                 format!(
                     "the Python interpreter ({}) ended before answering: {e}; a function that \
                      exits the process or crashes it ends its task this way",
-                    self.found.exe.display()
+                    exe.as_deref().unwrap_or(&self.found.exe).display()
                 )
             })?;
             if status != 2 {
