@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use escher_proto::NodeId;
-use escher_proto::types::{Grant, Role, TokenInfo, utc_seconds};
+use escher_proto::types::{Grant, Labels, Role, TokenInfo, utc_seconds};
 
 use super::ctx::Ctx;
 use super::render::{lines, table};
@@ -105,6 +105,60 @@ pub struct DrainArgs {
     /// again once its worker restarts
     #[arg(value_name = "NODE")]
     pub node: NodeId,
+}
+
+/// `escher node ...`: changes to a live node (admin).
+#[derive(Debug, Clone, Subcommand)]
+pub enum NodeCommand {
+    /// Set labels (KEY=VALUE) and remove them (KEY-) on a live node, all or none, through the
+    /// head's log; they outlive the worker's reconnections. Keys starting with `escher.` are
+    /// escher's own and refused
+    Label {
+        /// The node
+        #[arg(value_name = "NODE")]
+        node: NodeId,
+        /// KEY=VALUE to set, KEY- to remove
+        #[arg(value_name = "KEY=VALUE|KEY-", required = true)]
+        changes: Vec<String>,
+    },
+}
+
+impl NodeCommand {
+    pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
+        let NodeCommand::Label { node, changes } = self;
+        let (set, remove) = parse_label_changes(&changes)?;
+        let client = ctx.client().await?;
+        let labels = client.label_node(node, &set, &remove).await?;
+        if ctx.json {
+            let map: std::collections::BTreeMap<&str, &str> = labels.iter().collect();
+            ctx.emit_json(&serde_json::json!({ "node": node, "labels": map }))?;
+        } else {
+            let shown = if labels.is_empty() {
+                "none".to_string()
+            } else {
+                labels.to_string()
+            };
+            ctx.emit(&format!("node {node} labels: {shown}\n"))?;
+        }
+        Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// `KEY=VALUE` to set and `KEY-` to remove, as `kubectl label` spells them.
+fn parse_label_changes(changes: &[String]) -> anyhow::Result<(Labels, Vec<String>)> {
+    let mut set = Labels::new();
+    let mut remove = Vec::new();
+    for change in changes {
+        if let Some((key, value)) = change.split_once('=') {
+            set.insert(key, value)?;
+        } else if let Some(key) = change.strip_suffix('-') {
+            Labels::check_key(key)?;
+            remove.push(key.to_string());
+        } else {
+            anyhow::bail!("{change:?} is neither KEY=VALUE (set a label) nor KEY- (remove one)");
+        }
+    }
+    Ok((set, remove))
 }
 
 impl TokenCommand {

@@ -11,7 +11,7 @@ use clap::{Args, Parser, Subcommand};
 use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
 
 use super::actors::ActorsArgs;
-use super::admin::{AdminCommand, DrainArgs, TokenCommand};
+use super::admin::{AdminCommand, DrainArgs, NodeCommand, TokenCommand};
 use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
@@ -129,6 +129,9 @@ pub enum Command {
     Token(TokenCommand),
     /// Stop admitting new tasks on a node; running tasks finish (admin)
     Drain(DrainArgs),
+    /// Change a live node: `escher node label NODE KEY=VALUE... KEY-...` (admin)
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Back up the head group's state (admin): `escher admin snapshot save FILE`
     #[command(subcommand)]
     Admin(AdminCommand),

@@ -195,6 +195,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Heads(a) => a.run(ctx).await,
         Command::Token(a) => a.run(ctx).await,
         Command::Drain(a) => a.run(ctx).await,
+        Command::Node(a) => a.run(ctx).await,
         Command::Admin(a) => a.run(ctx).await,
         Command::Completion(a) => {
             let mut command = <Cli as clap::CommandFactory>::command();

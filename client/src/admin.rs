@@ -1,8 +1,9 @@
-//! The admin methods of [`Client`]: tokens (docs/DESIGN.md §10) and draining nodes. They need an
-//! `admin` token; any other is answered [`ClientError::PermissionDenied`].
+//! The admin methods of [`Client`]: tokens (docs/DESIGN.md §10), draining nodes and labelling
+//! them at run time. They need an `admin` token; any other is answered
+//! [`ClientError::PermissionDenied`].
 
 use escher_proto::NodeId;
-use escher_proto::types::{CreateTokenRequest, CreatedToken, Grant, TokenInfo};
+use escher_proto::types::{CreateTokenRequest, CreatedToken, Grant, Labels, TokenInfo};
 use escher_proto::wire;
 
 use crate::{Client, ClientError};
@@ -102,6 +103,32 @@ impl Client {
         self.call(|mut rpc| async move { rpc.drain(request).await })
             .await?;
         Ok(())
+    }
+
+    /// Sets `set` and removes the keys in `remove` on live node `node`, all or none, through
+    /// the raft log (an admin's write, retried under one idempotency key, so a stale retry
+    /// never overwrites a newer label); answers the node's labels after. Labels set this way
+    /// outlive the worker's reconnections; escher's own (`escher.`) are refused.
+    pub async fn label_node(
+        &self,
+        node: NodeId,
+        set: &Labels,
+        remove: &[String],
+    ) -> Result<Labels, ClientError> {
+        let ticket = self.ticket();
+        let request = wire::LabelNodeRequest {
+            node: node.0,
+            set: set.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+            remove: remove.to_vec(),
+            key: Some(ticket.key().into()),
+        };
+        let reply = self
+            .call(|mut rpc| {
+                let request = request.clone();
+                async move { rpc.label_node(request).await }
+            })
+            .await?;
+        Ok(Labels::try_from(reply.labels)?)
     }
 }
 

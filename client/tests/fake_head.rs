@@ -812,6 +812,16 @@ impl Cluster for FakeHead {
         Ok(Response::new(wire::DrainReply { draining: true }))
     }
 
+    async fn label_node(
+        &self,
+        request: Request<wire::LabelNodeRequest>,
+    ) -> Result<Response<wire::LabelNodeReply>, Status> {
+        self.state().auth.push(auth(&request));
+        Err(Status::unimplemented(
+            "this fake head does not label nodes (tests/e2e_node_labels.rs runs a real one)",
+        ))
+    }
+
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
 
     type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;

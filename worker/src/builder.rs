@@ -165,6 +165,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// The node ends at a set time: the head drains it `margin` before (see
+    /// [`Walltime`](crate::config::Walltime)).
+    pub fn walltime(mut self, walltime: crate::config::Walltime) -> Self {
+        self.config.walltime = Some(walltime);
+        self
+    }
+
     /// Refuse to start unless every limit is held in the tasks' cgroups (default: start, and
     /// say which are not in a warning and the node's labels).
     pub fn require_limits(mut self, on: bool) -> Self {
@@ -350,6 +357,9 @@ impl WorkerBuilder {
         }
         // Both parts are valid label text.
         let _ = labels.insert(escher_proto::types::ISOLATION_LABEL, isolation.label());
+        if let Some(walltime) = &config.walltime {
+            walltime.label(&mut labels);
+        }
         let log_dir = match &config.log_dir {
             Some(dir) => {
                 use std::os::unix::fs::PermissionsExt;

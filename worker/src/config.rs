@@ -45,6 +45,9 @@ pub struct WorkerConfig {
     pub memory_mib: Option<u64>,
     /// Labels added to (and overriding) the discovered ones.
     pub labels: Labels,
+    /// When this node's allocation ends (`--walltime`, or a Slurm job's end), if it does: the
+    /// node carries it as labels and the head drains it `margin` before (see [`Walltime`]).
+    pub walltime: Option<Walltime>,
     /// Where command logs go; `None` for a fresh temporary directory, removed when the worker
     /// is dropped.
     pub log_dir: Option<PathBuf>,
@@ -136,6 +139,7 @@ impl Default for WorkerConfig {
             require_limits: false,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
+            walltime: None,
         }
     }
 }
@@ -407,6 +411,65 @@ mod tests {
         assert_eq!(
             config.resolve_labels(&discovered).to_string(),
             "gpu.model=none,zone=a"
+        );
+    }
+}
+
+/// A node that lives until a set time (a batch allocation, a spot instance): it labels itself
+/// [`ENDS_AT_LABEL`](escher_proto::types::ENDS_AT_LABEL) and
+/// [`DRAIN_AT_LABEL`](escher_proto::types::DRAIN_AT_LABEL), and at the drain time the head
+/// drains it (nothing new is admitted, running tasks finish) and labels it
+/// [`ENDING_SOON_LABEL`](escher_proto::types::ENDING_SOON_LABEL).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Walltime {
+    /// When the node ends, in milliseconds since the Unix epoch.
+    pub ends_at_ms: u64,
+    /// How long before its end the node stops taking new work.
+    pub margin: std::time::Duration,
+}
+
+impl Walltime {
+    /// A walltime of `length` from now.
+    pub fn from_now(length: std::time::Duration, margin: std::time::Duration) -> Walltime {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        Walltime {
+            ends_at_ms: u64::try_from((now + length).as_millis()).unwrap_or(u64::MAX),
+            margin,
+        }
+    }
+
+    /// The end of the Slurm job this process runs in, from `SLURM_JOB_END_TIME` (Unix seconds,
+    /// which Slurm sets in a job's environment), if there is one.
+    pub fn from_slurm(margin: std::time::Duration) -> Option<Walltime> {
+        let end: u64 = std::env::var("SLURM_JOB_END_TIME")
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        (end > 0).then(|| Walltime {
+            ends_at_ms: end.saturating_mul(1000),
+            margin,
+        })
+    }
+
+    /// When the head drains the node: the end less the margin.
+    pub fn drain_at_ms(&self) -> u64 {
+        let margin = u64::try_from(self.margin.as_millis()).unwrap_or(u64::MAX);
+        self.ends_at_ms.saturating_sub(margin)
+    }
+
+    /// Puts the two walltime labels on `labels`.
+    pub fn label(&self, labels: &mut Labels) {
+        // Both are valid label text: names and numbers.
+        let _ = labels.insert(
+            escher_proto::types::ENDS_AT_LABEL,
+            &self.ends_at_ms.to_string(),
+        );
+        let _ = labels.insert(
+            escher_proto::types::DRAIN_AT_LABEL,
+            &self.drain_at_ms().to_string(),
         );
     }
 }

@@ -69,7 +69,8 @@ pub use actors::{
 };
 pub use builder::WorkerBuilder;
 pub use config::{
-    DEFAULT_DRAIN, DEFAULT_HEAD, DEFAULT_RECONNECT_INITIAL, DEFAULT_RECONNECT_MAX, WorkerConfig,
+    DEFAULT_DRAIN, DEFAULT_HEAD, DEFAULT_RECONNECT_INITIAL, DEFAULT_RECONNECT_MAX, Walltime,
+    WorkerConfig,
 };
 pub use context::TaskContext;
 pub use error::WorkerError;

@@ -252,6 +252,14 @@ impl Scheduler {
         self.tasks.len() - self.pending_count()
     }
 
+    /// Replaces a live node's labels (they change no placement: resources do that; they are
+    /// what the node is, for people and for ESLs).
+    pub fn set_node_labels(&mut self, id: NodeId, labels: Labels) -> Result<(), CoreError> {
+        let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
+        node.labels = labels;
+        Ok(())
+    }
+
     /// The earliest pending deadline, so a runtime knows when to send a [`Event::Tick`].
     pub fn next_deadline(&self) -> Option<Millis> {
         self.deadlines.first().map(|(t, _)| *t)

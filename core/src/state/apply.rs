@@ -239,6 +239,12 @@ impl ClusterState {
                 self.attached(node, boot, now)?;
                 Reply::Done
             }
+            Command::LabelNode {
+                node,
+                set,
+                remove,
+                drain,
+            } => Reply::Labels(self.label_node(node, set, &remove, drain, now)?),
             Command::Init {
                 cluster_id,
                 task_key,

@@ -2,8 +2,8 @@
 
 use escher_proto::types::{Assignment, RequestKey, TaskFinished};
 use escher_proto::types::{
-    DeviceHold, GangStrategy, GpuInfo, Grant, MigChange, MigDone, MigPlan, Namespace, NodeId,
-    ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
+    DeviceHold, GangStrategy, GpuInfo, Grant, Labels, MigChange, MigDone, MigPlan, Namespace,
+    NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
 };
 use serde::{Deserialize, Serialize};
 
@@ -205,6 +205,20 @@ pub enum Command {
         /// process changes nothing.
         boot: u64,
     },
+    /// Sets and removes labels of a live node, all or none (`escher node label`); with `drain`,
+    /// drains it too (a walltime about to end: the owner proposes it with
+    /// `escher.ending-soon=true`). Labels set here outlive the worker's reconnections (see
+    /// `nodes.rs`). Data format 4 on.
+    LabelNode {
+        /// The node.
+        node: NodeId,
+        /// Labels to add or replace.
+        set: Labels,
+        /// Keys to remove.
+        remove: Vec<String>,
+        /// Whether to drain the node as well.
+        drain: bool,
+    },
 }
 
 impl Command {
@@ -233,6 +247,7 @@ impl Command {
             Command::RegisterNodeUnattached { .. } => "register_node_unattached",
             Command::RejoinNodeUnattached { .. } => "rejoin_node_unattached",
             Command::NodeAttached { .. } => "node_attached",
+            Command::LabelNode { .. } => "label_node",
         }
     }
 }
@@ -261,6 +276,8 @@ pub enum Reply {
     MigPlan(MigPlan),
     /// A token created or revoked.
     Token(TokenInfo),
+    /// A node's labels after a change.
+    Labels(Labels),
     /// Nothing to report.
     Done,
 }

@@ -221,6 +221,28 @@ pub enum ApplyError {
     /// A task id was listed twice in one call.
     #[error("task {0} is listed twice")]
     DuplicateTask(TaskId),
+    /// Labels can only change on a live node.
+    #[error(
+        "node {0} is not live: labels change only on a live node (a node that comes back keeps \
+         the labels set on it)"
+    )]
+    NodeNotLive(NodeId),
+    /// A label key that escher keeps for itself.
+    #[error(
+        "label {0:?} starts with \"escher.\", which escher keeps for the labels it sets itself; \
+         choose another key"
+    )]
+    ReservedLabel(String),
+    /// A node would carry more labels than allowed.
+    #[error("node {node} would carry {count} labels; a node carries at most {max}")]
+    TooManyLabels {
+        /// The node.
+        node: NodeId,
+        /// How many it would carry.
+        count: usize,
+        /// The most allowed.
+        max: usize,
+    },
     /// A GPU operation named a node that cannot take it now.
     #[error(
         "node {node} is {state}; a MIG layout can only change on a live node that is not draining"
@@ -377,6 +399,7 @@ impl ApplyError {
                     | ApplyError::MigInProgress { .. }
                     | ApplyError::CannotRequeue { .. }
                     | ApplyError::NodeUnavailable { .. }
+                    | ApplyError::NodeNotLive(_)
                     | ApplyError::TokenExists(_)
                     | ApplyError::TooManyTokens(_)
             )

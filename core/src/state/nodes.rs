@@ -41,8 +41,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
-    Assignment, Capacity, ClusterEvent, GpuInfo, Labels, NodeChange, NodeId, ResourceSet,
-    RunningTask, TaskFinished, TaskId, TaskState,
+    Assignment, Capacity, ClusterEvent, DRAIN_AT_LABEL, GpuInfo, Labels, MAX_LABELS, NodeChange,
+    NodeId, ResourceSet, RunningTask, TaskFinished, TaskId, TaskState, is_reserved_label,
 };
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -232,7 +232,7 @@ impl ClusterState {
         };
         record.name = worker.name;
         record.address = worker.address;
-        record.labels = worker.labels;
+        record.labels = rejoined_labels(&record.labels, worker.labels);
         record.resources = worker.resources;
         record.boot = worker.boot;
         record.alive = true;
@@ -453,6 +453,73 @@ impl ClusterState {
         Ok(())
     }
 
+    /// Sets and removes labels of live node `id`, all or none, and drains it when `drain` (see
+    /// [`Command::LabelNode`](super::Command::LabelNode)); answers its labels after.
+    pub(crate) fn label_node(
+        &mut self,
+        id: NodeId,
+        set: Labels,
+        remove: &[String],
+        drain: bool,
+        now: Millis,
+    ) -> Result<Labels, ApplyError> {
+        let record = self.nodes.get(&id).ok_or(ApplyError::UnknownNode(id))?;
+        if !record.alive {
+            return Err(ApplyError::NodeNotLive(id));
+        }
+        let mut labels = record.labels.clone();
+        for key in remove {
+            labels.remove(key);
+        }
+        for (key, value) in set.iter() {
+            // Both are valid already: `set` is a `Labels`.
+            let _ = labels.insert(key, value);
+        }
+        if labels.len() > MAX_LABELS {
+            return Err(ApplyError::TooManyLabels {
+                node: id,
+                count: labels.len(),
+                max: MAX_LABELS,
+            });
+        }
+        if labels != record.labels {
+            if self.core.has_node(id) {
+                self.core.set_node_labels(id, labels.clone())?;
+            }
+            if let Some(record) = self.nodes.get_mut(&id) {
+                record.labels = labels.clone();
+            }
+            self.record_node(id, NodeChange::Labelled, None, now);
+        }
+        if drain {
+            self.drain_node(id, now)?;
+        }
+        Ok(labels)
+    }
+
+    /// The live nodes, not yet draining, whose walltime's drain time ([`DRAIN_AT_LABEL`]) is
+    /// `now` or past: the owner drains each and labels it [`ENDING_SOON_LABEL`].
+    ///
+    /// [`ENDING_SOON_LABEL`]: escher_proto::types::ENDING_SOON_LABEL
+    pub fn nodes_ending(&self, now: Millis) -> Vec<NodeId> {
+        self.nodes
+            .iter()
+            .filter(|(_, r)| r.alive && !r.draining)
+            .filter(|(_, r)| drain_at(&r.labels).is_some_and(|at| at <= now))
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// The earliest drain time of a live node's walltime that is still to come, for the
+    /// owner's timer.
+    pub fn next_walltime_drain(&self) -> Option<Millis> {
+        self.nodes
+            .values()
+            .filter(|r| r.alive && !r.draining)
+            .filter_map(|r| drain_at(&r.labels))
+            .min()
+    }
+
     /// Records a change of node `id`.
     fn record_node(&mut self, id: NodeId, change: NodeChange, reason: Option<String>, now: Millis) {
         let name = self
@@ -468,4 +535,24 @@ impl ClusterState {
         };
         self.record(event, Labels::new(), now);
     }
+}
+
+/// When a node's walltime has the head drain it ([`DRAIN_AT_LABEL`]), if it has one.
+fn drain_at(labels: &Labels) -> Option<Millis> {
+    labels.get(DRAIN_AT_LABEL)?.parse().ok()
+}
+
+/// A returning worker's labels: the labels it registers with now, over the ones its node had.
+/// escher's own labels (`escher.`) are the worker's to say, so they come from the worker alone;
+/// other labels set while the node ran (`escher node label`) stay unless the worker names the
+/// same key, as Kubernetes keeps a node's labels across kubelet restarts. A label dropped from
+/// `--labels` therefore stays until it is removed with `escher node label NODE KEY-`.
+fn rejoined_labels(before: &Labels, now: Labels) -> Labels {
+    let mut labels = now;
+    for (key, value) in before.iter() {
+        if !is_reserved_label(key) && labels.get(key).is_none() && labels.len() < MAX_LABELS {
+            let _ = labels.insert(key, value);
+        }
+    }
+    labels
 }

@@ -97,7 +97,7 @@ pub fn need(path: &str) -> Option<Need> {
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"
-            | "Drain" | "Backup",
+            | "Drain" | "LabelNode" | "Backup",
         ) => Need::Admin,
         ("escher.v1.WorkerLink", "Register" | "Attach") => Need::Join,
         ("escher.v1.Raft", "Send" | "Status") => Need::Peer,

@@ -74,7 +74,8 @@ pub enum CodecError {
 /// | 1 | the first: the bincode of the types, unprefixed |
 /// | 2 | the same layout, behind the envelope; entries may hold actor tasks (`TaskKind::Actor`, the last variant, which a format-1 release cannot decode), so a group records actors only once every replica reads format 2 ([`ACTORS_FORMAT`]) |
 /// | 3 | entries may hold `RegisterNodeUnattached`, `RejoinNodeUnattached` and `NodeAttached` (the last variants of `Command`): a node takes tasks only once its worker's stream is attached ([`ATTACH_FORMAT`]); a group writing an older format registers nodes as before |
-pub const DATA_FORMAT: u16 = 3;
+/// | 4 | entries may hold `LabelNode` (the last variant of `Command`): labels set and removed on a live node, and a walltime's drain ([`LABELS_FORMAT`]) |
+pub const DATA_FORMAT: u16 = 4;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -84,6 +85,10 @@ pub const ACTORS_FORMAT: u16 = 2;
 /// stream (`escher_core::state` `nodes.rs`): a leader proposes it only when its group writes
 /// this format or a later one.
 pub const ATTACH_FORMAT: u16 = 3;
+
+/// The first data format whose entries may hold `LabelNode`: the head refuses `escher node
+/// label` (and drains no walltime) while its group writes an older one.
+pub const LABELS_FORMAT: u16 = 4;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];

@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use escher_proto::types::{HeadChange, HeadsReply, RequestKey};
+use escher_proto::types::{HeadChange, HeadsReply, Labels, RequestKey, is_reserved_label};
 
 use escher_proto::types::{
     ApplyMigLayoutRequest, CancelReply, CancelRequest, ListTasksRequest, ReserveReply,
@@ -659,6 +659,32 @@ impl Cluster for ClusterService {
         }
     }
 
+    async fn label_node(
+        &self,
+        request: Request<wire::LabelNodeRequest>,
+    ) -> Result<Response<wire::LabelNodeReply>, Status> {
+        let scope = crate::auth::key_scope(&request);
+        let request = request.into_inner();
+        let key = key(scope, request.key)?;
+        let node = NodeId(request.node);
+        let (set, remove) = label_change(request.set, request.remove)?;
+        let command = Command::LabelNode {
+            node,
+            set,
+            remove,
+            drain: false,
+        };
+        match self.owner.apply(command, key).await? {
+            Reply::Labels(labels) => {
+                tracing::info!(%node, %labels, "node labelled by an admin");
+                Ok(Response::new(wire::LabelNodeReply {
+                    labels: labels.iter().map(|(k, v)| (k.into(), v.into())).collect(),
+                }))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
     type WatchStream = ReceiverStream<Result<wire::WatchResponse, Status>>;
 
     async fn watch(
@@ -840,4 +866,47 @@ impl ClusterService {
         let replicas = group_status(me, &members, &group, &self.peers).await;
         Ok(HeadsReply { group, replicas })
     }
+}
+
+/// The labels to set and the keys to remove of a `LabelNode` request, checked: valid keys and
+/// values, none of escher's own (`escher.`), no key both set and removed.
+fn label_change(
+    set: std::collections::BTreeMap<String, String>,
+    remove: Vec<String>,
+) -> Result<(Labels, Vec<String>), Status> {
+    let invalid = |e: escher_proto::types::TypeError| Status::invalid_argument(e.to_string());
+    let reserved = |key: &str| {
+        Status::invalid_argument(ApplyError::ReservedLabel(key.to_string()).to_string())
+    };
+    if set.is_empty() && remove.is_empty() {
+        return Err(Status::invalid_argument(
+            "nothing to change: name labels to set (KEY=VALUE) or to remove (KEY-)",
+        ));
+    }
+    let mut labels = Labels::new();
+    for (key, value) in &set {
+        if is_reserved_label(key) {
+            return Err(reserved(key));
+        }
+        labels.insert(key, value).map_err(invalid)?;
+    }
+    for key in &remove {
+        Labels::check_key(key).map_err(invalid)?;
+        if is_reserved_label(key) {
+            return Err(reserved(key));
+        }
+        if labels.get(key).is_some() {
+            return Err(Status::invalid_argument(format!(
+                "label {key:?} is both set and removed; name it once"
+            )));
+        }
+    }
+    if labels.len() > escher_proto::types::MAX_LABELS {
+        return Err(Status::invalid_argument(format!(
+            "{} labels to set; a node carries at most {}",
+            labels.len(),
+            escher_proto::types::MAX_LABELS
+        )));
+    }
+    Ok((labels, remove))
 }

@@ -86,13 +86,14 @@ impl From<NodeChange> for wire::NodeChange {
             NodeChange::Rejoined => wire::NodeChange::Rejoined,
             NodeChange::Draining => wire::NodeChange::Draining,
             NodeChange::Lost => wire::NodeChange::Lost,
+            NodeChange::Labelled => wire::NodeChange::Labelled,
         }
     }
 }
 
 fn node_change(value: i32) -> Result<NodeChange, ConvertError> {
     let unknown = || {
-        let expected = "JOINED, REJOINED, DRAINING, LOST";
+        let expected = "JOINED, REJOINED, DRAINING, LOST, LABELLED";
         ConvertError::new("change", Problem::UnknownEnum { value, expected })
     };
     Ok(
@@ -102,6 +103,7 @@ fn node_change(value: i32) -> Result<NodeChange, ConvertError> {
             wire::NodeChange::Rejoined => NodeChange::Rejoined,
             wire::NodeChange::Draining => NodeChange::Draining,
             wire::NodeChange::Lost => NodeChange::Lost,
+            wire::NodeChange::Labelled => NodeChange::Labelled,
         },
     )
 }

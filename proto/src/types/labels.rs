@@ -40,6 +40,29 @@ pub const LIMITS_LABEL: &str = "escher.limits";
 /// of those. The worker sets it; `--labels` cannot.
 pub const LIMITS_MISSING_LABEL: &str = "escher.limits.missing";
 
+/// The prefix of the labels that escher itself sets (the isolation and limits labels, a walltime's
+/// end, the data-plane address): `--labels` and `escher node label` refuse keys that start with
+/// it, so that no operator's label can be taken for escher's own word.
+pub const RESERVED_PREFIX: &str = "escher.";
+
+/// The node label of a worker started with a walltime (`--walltime`, or a Slurm allocation's end):
+/// when the node ends, in milliseconds since the Unix epoch. The worker sets it.
+pub const ENDS_AT_LABEL: &str = "escher.ends-at";
+
+/// The node label of a worker started with a walltime: when the head drains the node and marks it
+/// [`ENDING_SOON_LABEL`], in milliseconds since the Unix epoch (the end less the worker's
+/// `--walltime-margin`). The worker sets it.
+pub const DRAIN_AT_LABEL: &str = "escher.drain-at";
+
+/// The node label the head sets (`true`) when a node's walltime is about to end: from then on the
+/// node admits nothing new and its running tasks finish.
+pub const ENDING_SOON_LABEL: &str = "escher.ending-soon";
+
+/// Whether `key` is one of escher's own labels ([`RESERVED_PREFIX`]).
+pub fn is_reserved_label(key: &str) -> bool {
+    key.starts_with(RESERVED_PREFIX)
+}
+
 /// Labels: keys are 1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`; values are at most
 /// 256 printable ASCII bytes without `,` or `=`.
 #[derive(Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -57,6 +80,16 @@ impl Labels {
         check_value(value)?;
         self.0.insert(key.to_string(), value.to_string());
         Ok(())
+    }
+
+    /// Removes one label; whether it was there.
+    pub fn remove(&mut self, key: &str) -> bool {
+        self.0.remove(key).is_some()
+    }
+
+    /// Checks a label key as [`insert`](Self::insert) would, without inserting anything.
+    pub fn check_key(key: &str) -> Result<(), TypeError> {
+        check_key(key)
     }
 
     /// The value of `key`.

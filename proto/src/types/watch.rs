@@ -343,6 +343,8 @@ pub enum NodeChange {
     Draining,
     /// It is no longer live.
     Lost,
+    /// Its labels changed while it ran (`escher node label`, or its walltime about to end).
+    Labelled,
 }
 
 impl fmt::Display for NodeChange {
@@ -352,6 +354,7 @@ impl fmt::Display for NodeChange {
             NodeChange::Rejoined => "rejoined",
             NodeChange::Draining => "draining",
             NodeChange::Lost => "lost",
+            NodeChange::Labelled => "labelled",
         })
     }
 }

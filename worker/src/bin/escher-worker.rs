@@ -128,6 +128,18 @@ struct WorkerArgs {
     #[arg(long, value_name = "BYTES", default_value_t = escher_worker::exec::DEFAULT_TASK_LOG_BYTES)]
     task_log_bytes: u64,
 
+    /// This node ends after this long (`2h`, `90m`): it carries its end as the labels
+    /// `escher.ends-at` and `escher.drain-at`, and --walltime-margin before the end the head
+    /// drains it (nothing new is admitted; running tasks finish) and labels it
+    /// `escher.ending-soon=true`. Inside a Slurm job, the job's end (SLURM_JOB_END_TIME) is the
+    /// default
+    #[arg(long, value_name = "DURATION")]
+    walltime: Option<humantime::Duration>,
+
+    /// How long before the walltime's end the node stops taking new work
+    #[arg(long, value_name = "DURATION", default_value = "5m")]
+    walltime_margin: humantime::Duration,
+
     /// Refuse to start unless this node holds every command task to its limits: `cpu` as a
     /// CPU quota, `memory` as a memory limit (a task that asked for none gets what no running
     /// task asked for of the node's memory, at least 64 MiB), and --task-pids-max. Without it,
@@ -231,8 +243,19 @@ fn parse_resources(s: &str) -> Result<ResourceSet, String> {
 }
 
 fn parse_labels(s: &str) -> Result<Labels, String> {
-    s.parse()
-        .map_err(|e: escher_proto::TypeError| e.to_string())
+    let labels: Labels = s
+        .parse()
+        .map_err(|e: escher_proto::TypeError| e.to_string())?;
+    if let Some((key, _)) = labels
+        .iter()
+        .find(|(k, _)| escher_proto::types::is_reserved_label(k))
+    {
+        return Err(format!(
+            "label {key:?} starts with \"escher.\", which escher keeps for the labels it sets \
+             itself; choose another key"
+        ));
+    }
+    Ok(labels)
 }
 
 /// Seconds from a flag as a duration: finite, not negative, at most a day.
@@ -284,6 +307,13 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             cpus: args.cpus,
             memory_mib: args.memory,
             labels: args.labels.unwrap_or_default(),
+            walltime: match args.walltime {
+                Some(length) => Some(escher_worker::Walltime::from_now(
+                    length.into(),
+                    args.walltime_margin.into(),
+                )),
+                None => escher_worker::Walltime::from_slurm(args.walltime_margin.into()),
+            },
             log_dir: args.log_dir,
             task_users: args.task_uids,
             require_isolation: args.require_isolation,

@@ -521,6 +521,13 @@ impl Cluster for Services {
     ) -> Result<Response<wire::DrainReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+
+    async fn label_node(
+        &self,
+        _: Request<wire::LabelNodeRequest>,
+    ) -> Result<Response<wire::LabelNodeReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
 }
 
 /// A worker running in the background until [`RunningWorker::stop`].

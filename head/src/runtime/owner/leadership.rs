@@ -2,9 +2,9 @@
 //! leader could answer), and the owner's periodic tick (the leader's heartbeat checks and
 //! timers; pruning on every replica).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use escher_proto::types::ReplicaRole;
+use escher_proto::types::{ENDING_SOON_LABEL, Labels, ReplicaRole};
 use tonic::Status;
 
 use super::{Owner, new_secret, now_ms};
@@ -77,6 +77,7 @@ impl<S: LogStore> Owner<S> {
                 let reason = format!("no heartbeat for {timeout:?}");
                 self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
             }
+            self.drain_ending_nodes();
             // Pending deadlines, and finished tasks and dead nodes at the end of their
             // retention.
             if self
@@ -100,6 +101,36 @@ impl<S: LogStore> Owner<S> {
                 workers = self.workers.len(),
                 "pruned"
             );
+        }
+    }
+}
+
+impl<S: LogStore> Owner<S> {
+    /// Drains each live node whose walltime's drain time has come and labels it ending soon
+    /// (`escher.drain-at`, set by a worker started with `--walltime`), once: a proposal still
+    /// in flight is not made again for a second.
+    fn drain_ending_nodes(&mut self) {
+        if self.replica.writes_format() < crate::replication::LABELS_FORMAT {
+            return;
+        }
+        let ending = self.replica.state().nodes_ending(now_ms());
+        self.ending
+            .retain(|node, at| ending.contains(node) && at.elapsed() < Duration::from_secs(1));
+        for node in ending {
+            if self.ending.contains_key(&node) {
+                continue;
+            }
+            tracing::info!(%node, "the node's walltime ends soon: draining it");
+            let mut set = Labels::new();
+            let _ = set.insert(ENDING_SOON_LABEL, "true");
+            let command = Command::LabelNode {
+                node,
+                set,
+                remove: Vec::new(),
+                drain: true,
+            };
+            self.ending.insert(node, Instant::now());
+            self.propose(command, None, Pending::Quiet);
         }
     }
 }

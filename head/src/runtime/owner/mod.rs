@@ -25,10 +25,11 @@ mod msg;
 mod outputs;
 mod workers;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use escher_proto::types::RequestKey;
+use escher_proto::types::{NodeId, RequestKey};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
@@ -111,6 +112,9 @@ pub(crate) struct Owner<S: LogStore> {
     lost_tail: Option<crate::replication::LostTail>,
     /// Why the log cannot be written now (its disk is full): writes are refused meanwhile.
     disk_full: Option<String>,
+    /// When this leader last proposed the drain of each node whose walltime ends soon, so a
+    /// proposal in flight is not made again on every tick.
+    ending: BTreeMap<NodeId, Instant>,
 }
 
 impl<S: LogStore> Owner<S> {
@@ -140,6 +144,7 @@ impl<S: LogStore> Owner<S> {
             logs: FxHashMap::default(),
             next_log: 1,
             last_prune: Instant::now(),
+            ending: BTreeMap::new(),
             leading: false,
             lost_tail: replica.lost_tail(),
             disk_full: None,
@@ -296,6 +301,19 @@ impl<S: LogStore> Owner<S> {
                      has not been heard from since this one started); upgrade every replica, \
                      or try again in a moment",
                     crate::replication::ACTORS_FORMAT
+                )));
+                return;
+            }
+        }
+        if matches!(command, Command::LabelNode { .. }) {
+            let writes = self.replica.writes_format();
+            if writes < crate::replication::LABELS_FORMAT {
+                pending.fail(Status::failed_precondition(format!(
+                    "the head group cannot change a node's labels yet: it writes data format \
+                     {writes}, and labels set at run time need format {} (a replica runs an \
+                     older release, or has not been heard from since this one started); upgrade \
+                     every replica, or try again in a moment",
+                    crate::replication::LABELS_FORMAT
                 )));
                 return;
             }
