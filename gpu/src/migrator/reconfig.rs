@@ -29,7 +29,7 @@
 //!   only the capacity its new size adds over what serves on: a shrink whose old replica
 //!   serves on costs nothing, a growth from 2 to 4 GPCs half of its new capacity.
 //!
-//! [`evaluate_credited`] counts goodput so (as [`evaluate_mig`](crate::gpu::shares::evaluate_mig)
+//! [`evaluate_credited`] counts goodput so (as [`evaluate_mig`](crate::shares::evaluate_mig)
 //! does with a flat `psi_s`), and reports each tenant's mean overhead per resize, the `Ψ` its
 //! next window's program plans with ([`Charged::psi_next`]).
 
@@ -38,7 +38,7 @@ use escher_proto::mig::Placement;
 use super::plan::{Plan, PlanStep};
 use super::problem::{Problem, Schedule};
 use super::realize::Assignment;
-use crate::gpu::shares::Outcome;
+use crate::shares::Outcome;
 
 /// One reconfiguration's four phases, seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
