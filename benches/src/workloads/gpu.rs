@@ -52,7 +52,7 @@ use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
 /// The argument that makes this binary run `escher sim-work` (see `bin/escher-bench.rs`).
 pub const SIM_WORK_ARG: &str = "sim-work";
 
-/// A mix as the MIGM paper defines it (appendix A.1, Table 1; §5.2–5.3), with the paper's
+/// A mix as the MIGM paper defines it (appendix A.1, Table 1; §5.1 and §5.2.1), with the paper's
 /// throughput gains of scheme A and B over the sequential full GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct PaperMix {
@@ -84,21 +84,21 @@ const PAPER_MIXES: [PaperMix; 4] = [
         ratio: [11, 0, 2, 2],
         equal_group_runtime: true,
         gain: (1.64, 1.47),
-        source: "§5.2 and A.1: 15 jobs, 11 small, 2 medium, 2 large, each group's total runtime about equal; A +64%, B +47%",
+        source: "§5.1 and A.1: 15 jobs, 11 small, 2 medium, 2 large, each group's total runtime about equal; A +64%, B +47%",
     },
     PaperMix {
         name: "Ht3",
         ratio: [4, 0, 1, 1],
         equal_group_runtime: false,
         gain: (1.29, 1.21),
-        source: "§5.2 and A.1: 4:0:1:1 x36; A +29%, B +21%",
+        source: "§5.1 and A.1: 4:0:1:1 x36; A +29%, B +21%",
     },
     PaperMix {
         name: "Ml3",
         ratio: [0, 0, 1, 0],
         equal_group_runtime: false,
         gain: (1.24, 1.43),
-        source: "§5.3 and A.1: large DNN training jobs x18 on the 4/7 and 3/7 20 GB instances; A +24%, B +43%",
+        source: "§5.2.1 and A.1: large DNN training jobs x18 on the 4/7 and 3/7 20 GB instances; A +24%, B +43%",
     },
 ];
 
@@ -559,7 +559,7 @@ async fn restarts(
     for &seed in draws {
         // Job `i` of draw `seed` jitters with its own stream.
         let jobs: Vec<JobModel> = (0..count).map(|i| growing(seed * 100 + i as u64)).collect();
-        // The paper's +25.13% (§5.4) is against its baseline, the unpartitioned GPU running
+        // The paper's +25.13% (§5.2.2) is against its baseline, the unpartitioned GPU running
         // the jobs one after another: that run here too.
         let (sequential, _) = run_one(&mut Sequential::new(model), &jobs, scale).await?;
         makespans[0] += sequential.makespan_s;
@@ -649,7 +649,7 @@ async fn restarts(
             format!(
                 "growing jobs, MIGM B with {which} restarts{pooled}: throughput / sequential full GPU{}",
                 if early {
-                    " (the paper's +25.13% is prediction's gain over its sequential baseline, §5.4, \
+                    " (the paper's +25.13% is prediction's gain over its sequential baseline, §5.2.2, \
                      averaged over its LLM and DNN jobs)"
                 } else {
                     ""
@@ -1774,7 +1774,7 @@ mod tests {
 
     #[test]
     fn the_paper_s_figures_go_with_the_paper_s_mixes() {
-        // §5.2: Ht1 +64% (A) / +47% (B), Ht3 +29% / +21%; §5.3: Ml3 +24% / +43%.
+        // §5.1: Ht1 +64% (A) / +47% (B), Ht3 +29% / +21%; §5.2.1: Ml3 +24% / +43%.
         assert_eq!(paper_mix("Ht1").gain, (1.64, 1.47));
         assert_eq!(paper_mix("Ht3").gain, (1.29, 1.21));
         assert_eq!(paper_mix("Ml3").gain, (1.24, 1.43));
