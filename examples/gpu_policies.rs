@@ -1,11 +1,11 @@
 //! The seed papers' GPU multi-tenancy policies on the in-memory simulated A100-40GB
-//! (`escher::esl::gpu`): MIGM against the sequential full GPU, and MIGRator against Ekya,
+//! (`escher_gpu`): MIGM against the sequential full GPU, and MIGRator against Ekya,
 //! Astraea-style shares and PARIS, with the integer program's solve time per window.
 //!
 //! Run it with `cargo run --release --example gpu_policies`. Every input the papers do not
 //! give is assumed and documented where it is defined: the speed, power and memory models in
-//! `proto/src/mig/work.rs`, the two-tenant workload in `esl/src/gpu/migrator/workload.rs`,
-//! MPS interference in `esl/src/gpu/shares.rs`. The claim is the direction and rough size of
+//! `proto/src/mig/work.rs`, the two-tenant workload in `gpu/src/migrator/workload.rs`,
+//! MPS interference in `gpu/src/shares.rs`. The claim is the direction and rough size of
 //! each gain, not the papers' exact numbers.
 //!
 //! MIGM mixes (sizes per MIGM A.1; run times and parallelism assumed, Rodinia-like):
@@ -22,18 +22,18 @@
 //! Prediction: four Qwen2-like growing jobs estimated at 9 GB (peak about 12 GB), OOM restart
 //! against early restart.
 //!
-//! MIGRator (`escher::esl::gpu::compare`): four 200 s windows of each trace shape (P0's
+//! MIGRator (`escher_gpu::compare`): four 200 s windows of each trace shape (P0's
 //! bursty + wave pairing, both bursty, both diurnal) after eight windows of history, every
 //! policy evaluated on the real arrivals: MIGRator planning from its forecaster's arrivals
 //! and from the exact ones (the oracle, an upper bound), Ekya from the rates it has observed
 //! with its share changes paying MIGRator's resize cost, and the exact-future, free-changes
 //! thief the Ekya baseline used to be.
 
-use escher::esl::gpu::compare::{POLICIES, compare};
-use escher::esl::gpu::migrator::ilp::solve;
-use escher::esl::gpu::migrator::workload::{HISTORY_WINDOWS, Shape, two_tenants};
-use escher::esl::gpu::shares::evaluate_mig;
-use escher::esl::gpu::{
+use escher_gpu::compare::{POLICIES, compare};
+use escher_gpu::migrator::ilp::solve;
+use escher_gpu::migrator::workload::{HISTORY_WINDOWS, Shape, two_tenants};
+use escher_gpu::shares::evaluate_mig;
+use escher_gpu::{
     GpuPolicy, JobModel, MemoryModel, Migm, MigmJob, Scheme, Sequential, SimGpu, TaskModel, run,
 };
 use escher_proto::mig::{GpuModel, Layout};

@@ -1,5 +1,5 @@
 //! GPU policies end to end (docs/DESIGN.md §6), driven on a [`LocalCluster`] whose worker has a
-//! simulated A100-40GB, through the cluster API ([`escher::esl::gpu::drive`]): real MIG
+//! simulated A100-40GB, through the cluster API ([`escher_gpu::drive`]): real MIG
 //! reconfigurations by the worker (scaled latency), jobs that are real command processes
 //! running `escher sim-work` on the slices they are given, typed out-of-memory failures,
 //! restarts that keep each job's task id, and inference replicas that are real tasks on the
@@ -19,15 +19,15 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, init_tracing, within, within_for};
-use escher::esl::gpu::migm::RestartReason;
-use escher::esl::gpu::migrator::ilp::{Solved, solve};
-use escher::esl::gpu::migrator::workload::two_tenants;
-use escher::esl::gpu::{
+use escher::types::{TaskId, TaskSpec, TaskState};
+use escher::{LocalCluster, Task};
+use escher_gpu::migm::RestartReason;
+use escher_gpu::migrator::ilp::{Solved, solve};
+use escher_gpu::migrator::workload::two_tenants;
+use escher_gpu::{
     ClusterGpu, GpuPolicy, InferenceModel, Migm, MigmJob, Migrator, Scheme, TenantTasks, drive,
     drive_with, thief_on_mig,
 };
-use escher::types::{TaskId, TaskSpec, TaskState};
-use escher::{LocalCluster, Task};
 use escher_proto::mig::{GpuModel, Layout};
 
 /// `escher sim-work` with these flags, time compressed 100x, as a spec.

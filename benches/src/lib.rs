@@ -32,6 +32,7 @@
 pub mod cluster;
 pub mod compare;
 pub mod head_process;
+pub mod load;
 pub mod peers;
 pub mod plot;
 pub mod report;
@@ -239,6 +240,7 @@ pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
             options.size.as_str()
         );
         let start = Instant::now();
+        let load_start = load::one_minute();
         let outcome = tokio::time::timeout(WORKLOAD_LIMIT, workload.run(&ctx)).await;
         let mut report = match outcome {
             Ok(Ok(report)) => report,
@@ -250,6 +252,18 @@ pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
             ),
         };
         report.elapsed_s = start.elapsed().as_secs_f64();
+        if let (Some(start), Some(end)) = (load_start, load::one_minute()) {
+            let load = load::Load {
+                start,
+                end,
+                cpus: machine.cpus,
+            };
+            if let Some(warning) = load.warning() {
+                eprintln!("escher-bench: {}: {warning}", workload.id());
+                report.notes.push(warning);
+            }
+            report.load = Some(load);
+        }
         if let Some(error) = report.notes.iter().find(|n| n.starts_with("FAILED")) {
             failures.push(format!("{}: {error}", workload.id()));
         }
@@ -316,7 +330,11 @@ pub fn markdown(summary: &RunSummary) -> String {
         m.kernel,
         summary.elapsed_s
     );
-    s.push_str("## Figures\n\nRatios are escher/peer, measured in the same run.\n\n");
+    s.push_str(
+        "## Figures\n\nRatios are escher/peer, measured in the same run. The load is the 1-minute \
+         load average at the workload's start and end; (!) marks one above the core count, where \
+         wall-clock figures include waiting for a CPU.\n\n",
+    );
     s.push_str(&report::figures_table(&summary.workloads));
     s.push_str("\n## docs/DESIGN.md §8 targets\n\n");
     s.push_str(&report::targets_table(&summary.targets));

@@ -7,6 +7,7 @@ use std::path::Path;
 use anyhow::Context;
 use serde::Serialize;
 
+use crate::load::Load;
 use crate::stats::Summary;
 
 /// Which way a figure is better.
@@ -152,6 +153,9 @@ pub struct WorkloadReport {
     pub detail: serde_json::Value,
     /// Wall-clock seconds the workload took.
     pub elapsed_s: f64,
+    /// The machine's load average while it ran (none where it cannot be read).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub load: Option<Load>,
 }
 
 impl WorkloadReport {
@@ -167,6 +171,7 @@ impl WorkloadReport {
             notes: Vec::new(),
             detail: serde_json::Value::Null,
             elapsed_s: 0.0,
+            load: None,
         }
     }
 
@@ -227,13 +232,14 @@ pub fn ratio(x: f64) -> String {
     }
 }
 
-/// The figures of every workload as one Markdown table.
+/// The figures of every workload as one Markdown table, each beside the machine's 1-minute
+/// load average at its workload's start and end (flagged `(!)` above the core count).
 pub fn figures_table(reports: &[WorkloadReport]) -> String {
     let mut s = String::new();
     s.push_str(
-        "| workload | metric | escher | unit | peer | peer value | escher/peer | thesis |\n",
+        "| workload | metric | escher | unit | peer | peer value | escher/peer | thesis | load (1 min) |\n",
     );
-    s.push_str("|---|---|---:|---|---|---:|---:|---:|\n");
+    s.push_str("|---|---|---:|---|---|---:|---:|---:|---|\n");
     for r in reports {
         for f in &r.figures {
             let (peer, value, ratio_text) = match &f.peer {
@@ -248,9 +254,16 @@ pub fn figures_table(reports: &[WorkloadReport]) -> String {
                 },
             };
             let thesis = f.thesis.map(num).unwrap_or_default();
+            let load = r.load.map_or_else(String::new, |l| {
+                if l.overloaded() {
+                    format!("{} (!)", l.cell())
+                } else {
+                    l.cell()
+                }
+            });
             let _ = writeln!(
                 s,
-                "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 r.id.to_uppercase(),
                 f.metric,
                 num(f.escher),
@@ -258,7 +271,8 @@ pub fn figures_table(reports: &[WorkloadReport]) -> String {
                 peer,
                 value,
                 ratio_text,
-                thesis
+                thesis,
+                load
             );
         }
     }

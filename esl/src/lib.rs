@@ -47,15 +47,16 @@
 //! - [`compose`]: [`Composition`] (AND by concatenation, OR as soft-constraint alternatives,
 //!   relaxation in a stated order) and [`validate`](compose::validate), which rejects before
 //!   launch a spec no live node can ever satisfy, naming the resource;
-//! - [`gpu`]: GPU multi-tenancy on MIG slices and fractional GPUs (docs/DESIGN.md §6): MIGM,
-//!   MIGRator, Ekya's thief scheduler and their baselines, as pure policies behind
-//!   [`gpu::GpuPolicy`], tested on an in-memory simulated GPU;
 //! - [`cilantro`]: [`Cilantro`](cilantro::Cilantro), performance-aware allocation learned
 //!   online (thesis chapter 3): per-job resources whose capacities each round sets from
 //!   learned confidence bounds, under NJC fairness, social or egalitarian welfare;
 //! - [`resilience`]: [`Journal`], a [`ClusterApi`] decorator that journals the resources
 //!   created through it, replays a lost node's on another eligible node, and restores them
 //!   when the node returns.
+//!
+//! The GPU policies reproduced from their papers (MIGM, MIGRator, Ekya, OLTunes, Astraea,
+//! PARIS), with their simulators and MIGRator's integer program, are a crate of their own,
+//! `escher-gpu`, built on this one like any other policy crate.
 #![warn(missing_docs)]
 
 pub mod anti_affinity;
@@ -68,7 +69,6 @@ mod error;
 pub mod fair_share;
 pub mod fair_time;
 pub mod gang;
-pub mod gpu;
 #[cfg(feature = "in-memory")]
 mod in_memory;
 pub mod load_balance;

@@ -219,7 +219,7 @@ pub(crate) mod testing {
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     use escher_client::Task;
-    use escher_proto::types::{NodeGpus, TaskId, TaskSpec, TaskStatus};
+    use escher_proto::types::{TaskId, TaskSpec, TaskStatus};
 
     use crate::{ClusterApi, EslError, InMemoryCluster, ResourceSpec};
 
@@ -251,13 +251,11 @@ pub(crate) mod testing {
     }
 
     /// An [`InMemoryCluster`] that counts the status reads made through it (how a test
-    /// tells waiting on events from polling) and, when given, reports these GPUs instead of
-    /// the in-memory cluster's (which has none).
+    /// tells waiting on events from polling).
     #[derive(Debug, Clone)]
     pub(crate) struct Counting {
         pub(crate) inner: InMemoryCluster,
         statuses: Arc<AtomicUsize>,
-        gpus: Option<Vec<NodeGpus>>,
     }
 
     impl Counting {
@@ -265,14 +263,7 @@ pub(crate) mod testing {
             Counting {
                 inner,
                 statuses: Arc::default(),
-                gpus: None,
             }
-        }
-
-        /// The same, reporting `gpus` as the cluster's GPUs.
-        pub(crate) fn with_gpus(mut self, gpus: Vec<NodeGpus>) -> Counting {
-            self.gpus = Some(gpus);
-            self
         }
 
         /// Status reads so far.
@@ -289,13 +280,6 @@ pub(crate) mod testing {
         async fn status(&self, task: TaskId) -> Result<TaskStatus, EslError> {
             self.statuses.fetch_add(1, Ordering::SeqCst);
             self.inner.status(task).await
-        }
-
-        async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
-            match &self.gpus {
-                Some(gpus) => Ok(gpus.clone()),
-                None => self.inner.gpus().await,
-            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! What an ESL author compiles: `escher-esl` with its default features depends on the client
-//! (without the CLI) and the pure core, never on the head's runtime, the CLI or the binaries'
-//! own crates; and the core depends on no runtime, transport or consensus crate. Read from
-//! `cargo tree` over the workspace's lock file, so a dependency added by mistake fails here.
+//! (without the CLI) and the pure core, never on the head's runtime, the CLI, the binaries' own
+//! crates or the GPU reproductions (`escher-gpu`, with its MILP solver); and the core depends
+//! on no runtime, transport or consensus crate. Read from `cargo tree` over the workspace's
+//! lock file, so a dependency added by mistake fails here.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -70,7 +71,28 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
             "indicatif",
             "tikv-jemallocator",
             "tracing-subscriber",
+            // The GPU policies reproduced from their papers are a policy crate on this one,
+            // with the MILP solver only MIGRator's planner uses.
+            "escher-gpu",
+            "good_lp",
+            "microlp",
         ],
+    );
+}
+
+#[test]
+fn the_gpu_crate_is_a_policy_crate_on_the_esl_library() {
+    let crates = tree("escher-gpu");
+    for needed in ["escher-esl", "escher-client", "good_lp"] {
+        assert!(
+            crates.contains(needed),
+            "escher-gpu no longer depends on {needed}"
+        );
+    }
+    assert_none_of(
+        "escher-gpu",
+        &crates,
+        &["escher-head", "escher-worker", "escher-cli", "escher"],
     );
 }
 

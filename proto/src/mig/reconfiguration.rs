@@ -63,7 +63,9 @@ pub fn diff(from: &Layout, to: &Layout) -> (Vec<Placement>, Vec<Placement>) {
 }
 
 /// Per-instance reconfiguration latencies. [`Default`] gives the figures documented in the
-/// module doc (0.5 s, 1.5 s, 4.0 s: assumed, adding up to MIGRator's measured 6 s).
+/// module doc (0.5 s, 1.5 s, 1.5 s, 2.5 s: an assumed split of MIGRator's measured total, which
+/// the paper gives only as "more than 6,000 milliseconds"). MIGRator's planner in `escher-gpu`
+/// plans with the same split (`escher_gpu::migrator::reconfig::phases`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct LatencyModel {
     /// Destroying one instance.

@@ -1,6 +1,6 @@
 //! What a simulated GPU runs and how fast: [`JobModel`] (a batch job: work, parallelism,
 //! PCIe-boundness, memory), [`InferenceModel`] (a replica's capacity), [`SpeedModel`] and
-//! [`PowerModel`]. Shared by the GPU policies' in-memory fake (`escher_esl::gpu::SimGpu`) and
+//! [`PowerModel`]. Shared by the GPU policies' in-memory fake (`escher_gpu::SimGpu`) and
 //! the framework's simulated GPU (`escher sim-work`, the program a task runs on a worker's
 //! `--sim-gpu` slice), so both run work at the same speed.
 //!

@@ -420,8 +420,8 @@ mod tests {
     fn a_resize_whose_old_instance_is_in_the_way_is_exposed_at_its_phases() {
         // Tenant 1 grows from a 1g at 4 to the 2g at 4, the only room: the 2g overlaps the 1g,
         // so the 1g drains first and the tenant goes without a replica until the worker has
-        // destroyed the idle 1g at 5 (0.4 s, at once), then the drained 1g at 4 (0.4 s), and
-        // made ResNet50's 2g (1.2 + 0.05 x 2 + 1.6 + 2.6 = 5.5 s): 6.3 s. Growing into the idle
+        // destroyed the idle 1g at 5 (0.5 s, at once), then the drained 1g at 4 (0.5 s), and
+        // made ResNet50's 2g (1.5 + 1.5 + 2.5 = 5.5 s): 6.5 s. Growing into the idle
         // 1g at 5 instead keeps the 1g at 4 serving: nothing exposed.
         let m = escher_proto::mig::GpuModel::A100_40GB;
         let l = |t: &str| Layout::parse(m, t).unwrap();
@@ -440,7 +440,7 @@ mod tests {
         let e = exposed(&[before.clone(), into], &names);
         assert_eq!(e.len(), 1, "{e:?}");
         assert_eq!((e[0].step, e[0].tenant), (1, 1));
-        assert!((e[0].seconds - 6.3).abs() < 1e-9, "{e:?}");
+        assert!((e[0].seconds - 6.5).abs() < 1e-9, "{e:?}");
         let beside = step(
             "4g.20gb@0,1g.5gb@4,1g.5gb@5",
             vec![pl("1g.5gb", 4), pl("1g.5gb", 5)],
@@ -452,10 +452,10 @@ mod tests {
     fn two_resizes_in_one_step_wait_for_each_other_as_the_worker_makes_them() {
         // Both tenants move out of 3g slices onto instances overlapping them: tenant 0 onto
         // the 4g at 0, tenant 1 onto the 2g at 4. Both old replicas are in the way, so the
-        // worker gets one reconfiguration that destroys both (2 x 0.4 s) and makes the 4g
-        // (1.4 + 1.6 + 2.6 s) and the 2g (1.3 + 1.6 + 2.6 s) one after the other: neither
-        // serves before 11.9 s, not the 6.0 s and 5.9 s each would take alone. (On the
-        // cluster, the worker's phases made such a step 12.0 s: 2 x 0.5 + 2 x 5.5.)
+        // worker gets one reconfiguration that destroys both (2 x 0.5 s) and makes the 4g and
+        // the 2g (1.5 + 1.5 + 2.5 s each) one after the other: neither serves before 12.0 s,
+        // not the 6.0 s each would take alone (the worker's phases make such a step 12.0 s
+        // too: one split for both).
         let m = escher_proto::mig::GpuModel::A100_40GB;
         let l = |t: &str| Layout::parse(m, t).unwrap();
         let pl = |name: &str, s: u8| Placement::new(m.profile(name).unwrap(), s);
@@ -479,11 +479,11 @@ mod tests {
         let e = exposed(&[before.clone(), after.clone()], &names);
         assert_eq!(e.len(), 2, "{e:?}");
         for x in &e {
-            assert!((x.seconds - 11.9).abs() < 1e-9, "{e:?}");
+            assert!((x.seconds - 12.0).abs() < 1e-9, "{e:?}");
         }
         // A step that creates an instance out of everyone's way sends it at once, and one in
         // the way after it: from a 2g at 0 and a 3g at 4, the idle 2g at 2 comes up first
-        // (5.5 s), then tenant 1's 2g at 4 after its 3g's destruction (5.5 + 0.4 + 5.5 s).
+        // (5.5 s), then tenant 1's 2g at 4 after its 3g's destruction (5.5 + 0.5 + 5.5 s).
         let before = step(
             "2g.10gb@0,3g.20gb@4",
             vec![vec![pl("2g.10gb", 0)], vec![pl("3g.20gb", 4)]],
@@ -496,7 +496,7 @@ mod tests {
         let of = |p: Placement| ready.iter().find(|r| r.0 == p).unwrap().1;
         assert_eq!(ready.len(), 2, "{ready:?}");
         assert!((of(pl("2g.10gb", 2)) - 5.5).abs() < 1e-9, "{ready:?}");
-        assert!((of(pl("2g.10gb", 4)) - 11.4).abs() < 1e-9, "{ready:?}");
+        assert!((of(pl("2g.10gb", 4)) - 11.5).abs() < 1e-9, "{ready:?}");
     }
 
     #[test]

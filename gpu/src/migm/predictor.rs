@@ -132,7 +132,7 @@ impl MemoryPredictor {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::MemoryModel;
+    use crate::MemoryModel;
 
     #[test]
     fn fit_recovers_a_line() {

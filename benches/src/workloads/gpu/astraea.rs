@@ -1,4 +1,4 @@
-//! Astraea end to end on a cluster (`escher::esl::gpu::astraea`): its plan and its paper's
+//! Astraea end to end on a cluster (`escher_gpu::astraea`): its plan and its paper's
 //! baselines' (FIRM, Laius) deployed on a `LocalCluster` whose workers have simulated
 //! A100-40GBs, every GPU's SMs, MPS clients, memory and bandwidth ephemeral resources and every
 //! instance a task (`sleep`) holding its share of them; the requests are the simulated part,
@@ -14,8 +14,8 @@
 use std::time::Duration;
 
 use escher::LocalCluster;
-use escher::esl::gpu::astraea::compare::peak_of;
-use escher::esl::gpu::astraea::{
+use escher_gpu::astraea::compare::peak_of;
+use escher_gpu::astraea::{
     Links, MpsGpus, Policy, Service, Topology, plan, six_stage, table1, tuned,
 };
 use serde_json::json;
@@ -140,7 +140,7 @@ async fn run_setting(
                         Some(deadline),
                     )
                     .await?;
-                let dep = escher::esl::gpu::astraea::Deployment {
+                let dep = escher_gpu::astraea::Deployment {
                     service: svc,
                     topo: &topo,
                     instances: &d.running,
@@ -149,7 +149,7 @@ async fn run_setting(
                 };
                 for (level, frac) in [(1, 1.0 / 3.0), (2, 2.0 / 3.0), (3, 1.0)] {
                     let rate = astraea_peak * frac;
-                    let p99 = dep.p99_ms(rate, escher::esl::gpu::astraea::sim::QUERIES, seed);
+                    let p99 = dep.p99_ms(rate, escher_gpu::astraea::sim::QUERIES, seed);
                     nc_cases.push(json!({
                         "service": svc.name, "seed": seed, "level": level, "rate_qps": rate,
                         "p99_ms": p99, "qos_ms": qos, "violated": p99 > qos,
@@ -255,7 +255,7 @@ pub(super) async fn astraea_on_cluster(
                 ),
                 format!(
                     "Astraea's peak load / {}'s, {} (Table 1's stages, models assumed: \
-                     esl/src/gpu/astraea/service.rs), one server of two simulated A100s, mean over \
+                     gpu/src/astraea/service.rs), one server of two simulated A100s, mean over \
                      {} seeds (measured in the simulation on the instances the cluster ran; the \
                      paper: {range} per service on one 2080Ti server, §8.2 Fig. 10)",
                     base.name(),
@@ -328,7 +328,7 @@ pub(super) async fn astraea_on_cluster(
          bandwidth); {refused} instance(s) the core did not admit and {misplaced} placed off their \
          GPU's node over the run. The peak loads are measurements of the serving simulation on the \
          instances that ran (stage models, link speeds and the contention model are assumptions: \
-         esl/src/gpu/astraea/service.rs and sim.rs); every policy planned to the latency budget \
+         gpu/src/astraea/service.rs and sim.rs); every policy planned to the latency budget \
          (of 0.5-1.0 x QoS) under which its own deployment sustained the most. The paper ran on \
          2080Ti and V100 GPUs with real services; its per-service figures are in plots only \
          (ranges from §8.2's text)."

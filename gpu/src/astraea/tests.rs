@@ -11,7 +11,7 @@ use super::compare::{Policy, brute_force, plan, tuned};
 use super::place::{Instance, Topology, cluster_stages, place, usage};
 use super::service::{Device, Edge, Links, Service, Stage, table1};
 use super::sim::Deployment;
-use crate::{InMemoryCluster, Mode};
+use escher_esl::{InMemoryCluster, Mode};
 
 fn st(name: &'static str, solo_ms: f64, serial: f64, bw_gbs: f64, mem_gb: f64) -> Stage {
     Stage {

@@ -4,7 +4,7 @@ use escher_proto::mig::{GpuModel, Layout};
 use escher_proto::types::TaskId;
 
 use super::*;
-use crate::gpu::{GpuPolicy, JobModel, MemoryModel, Sequential, SimGpu, TaskModel, run};
+use crate::{GpuPolicy, JobModel, MemoryModel, Sequential, SimGpu, TaskModel, run};
 
 const A100: GpuModel = GpuModel::A100_40GB;
 

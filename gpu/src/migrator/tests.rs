@@ -145,8 +145,8 @@ fn a_full_window_meets_every_constraint() {
 fn execute(
     preinitialize: bool,
     drain_s: u64,
-) -> (crate::gpu::SimGpu, super::Migrator, crate::gpu::RunReport) {
-    use crate::gpu::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
+) -> (crate::SimGpu, super::Migrator, crate::RunReport) {
+    use crate::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
     use escher_proto::mig::Layout;
     use escher_proto::types::TaskId;
 
@@ -350,7 +350,7 @@ fn longest_unserved(
     schedule: &super::problem::Schedule,
     preinitialize: bool,
 ) -> (super::plan::Plan, Vec<f64>) {
-    use crate::gpu::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
+    use crate::{InferenceModel, JobModel, SimGpu, TaskModel, run_with};
     use escher_proto::mig::Layout;
     use escher_proto::types::TaskId;
 
@@ -467,7 +467,7 @@ fn a_window_planned_with_no_resize_cost_is_priced_by_its_own_plan() {
     use super::reconfig::{evaluate_credited, lead_steps};
     use super::workload::{HISTORY_WINDOWS, Shape, Workload};
     use super::{MAX_PRICINGS, solve_priced};
-    use crate::gpu::migrator::plan::build_plan;
+    use crate::migrator::plan::build_plan;
     use escher_proto::mig::Layout;
 
     let mut underpriced = 0;

@@ -6,12 +6,13 @@
 //! (Ψ in Equation 10)"; §5: an 83% reduction).
 //!
 //! **Costs (assumed).** P0 plots the four phases for ConvNeXt, ResNet50 and MobileNet on a
-//! 0–7000 ms axis and says only that the total "can take more than 6,000 milliseconds"; the
-//! bars' values are not in its text. Ours, per model ([`phases`]): destruction 0.4 s;
-//! initialization 1.2 s plus 0.05 s per GPC of the new instance (larger profiles take a little
-//! longer; ours); library load 1.6 s; model load by model size (ConvNeXt 3.0 s, ResNet50 2.6 s,
-//! Inception 2.6 s, MobileNet 2.2 s; ours). On a 4-GPC instance the totals are 5.6 s (MobileNet), 6.0 s (ResNet50) and 6.4 s
-//! (ConvNeXt).
+//! 0–7000 ms axis and says only that the total "can take more than 6,000 milliseconds" (§4.1,
+//! Fig. 5); the bars' values are not in its text. So the split is ours, and it is one split,
+//! the one the worker's simulated GPUs take: `escher_proto::mig::LatencyModel`'s defaults
+//! (destruction 0.5 s, initialization 1.5 s, library load 1.5 s, model load 2.5 s), with only
+//! the model load varied by model size (ConvNeXt +0.4 s, MobileNet −0.4 s; ours, so that the
+//! totals span Fig. 5's "more than 6,000 ms": 5.6 s MobileNet, 6.0 s ResNet50 and Inception,
+//! 6.4 s ConvNeXt). [`phases`] is where the planner reads it.
 //!
 //! **Crediting.** Along a timed plan ([`Plan`]), a step at which a tenant's inference
 //! changes size costs it, at the new size:
@@ -29,7 +30,7 @@
 //!   only the capacity its new size adds over what serves on: a shrink whose old replica
 //!   serves on costs nothing, a growth from 2 to 4 GPCs half of its new capacity.
 //!
-//! [`evaluate_credited`] counts goodput so (as [`evaluate_mig`](crate::gpu::shares::evaluate_mig)
+//! [`evaluate_credited`] counts goodput so (as [`evaluate_mig`](crate::shares::evaluate_mig)
 //! does with a flat `psi_s`), and reports each tenant's mean overhead per resize, the `Ψ` its
 //! next window's program plans with ([`Charged::psi_next`]).
 
@@ -38,7 +39,7 @@ use escher_proto::mig::Placement;
 use super::plan::{Plan, PlanStep};
 use super::problem::{Problem, Schedule};
 use super::realize::Assignment;
-use crate::gpu::shares::Outcome;
+use crate::shares::Outcome;
 
 /// One reconfiguration's four phases, seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -66,19 +67,23 @@ impl Phases {
     }
 }
 
-/// The phases of a reconfiguration creating a `gpcs`-GPC instance of `model` (assumed, see the
-/// module doc; a model we have no figure for costs ResNet50's).
+/// The phases of a reconfiguration creating a `gpcs`-GPC instance of `model`: the worker's
+/// assumed split (`LatencyModel`'s defaults), the model load varied by model (see the module
+/// doc; a model we have no figure for costs ResNet50's). The split is the same for every
+/// profile, as on the worker, so `gpcs` does not change it.
 pub fn phases(model: &str, gpcs: u8) -> Phases {
-    let model_s = match model.to_ascii_lowercase().as_str() {
-        "convnext" => 3.0,
-        "mobilenet" => 2.2,
-        _ => 2.6,
+    let _ = gpcs;
+    let latency = escher_proto::mig::LatencyModel::default();
+    let by_model = match model.to_ascii_lowercase().as_str() {
+        "convnext" => 0.4,
+        "mobilenet" => -0.4,
+        _ => 0.0,
     };
     Phases {
-        destroy_s: 0.4,
-        init_s: 1.2 + 0.05 * f64::from(gpcs),
-        library_s: 1.6,
-        model_s,
+        destroy_s: latency.destroy.as_secs_f64(),
+        init_s: latency.create.as_secs_f64(),
+        library_s: latency.library_load.as_secs_f64(),
+        model_s: latency.model_load.as_secs_f64() + by_model,
     }
 }
 
@@ -343,7 +348,14 @@ mod tests {
         }
         // ConvNeXt's model load is the longest, MobileNet's the shortest.
         assert!(phases("convnext", 1).total() > phases("mobilenet", 1).total());
-        assert!(phases("resnet50", 7).init_s > phases("resnet50", 1).init_s);
+        // ResNet50's are the worker's simulated phases, one split for the planner and the
+        // worker.
+        let worker = escher_proto::mig::LatencyModel::default();
+        let resnet = phases("resnet50", 4);
+        assert_eq!(resnet.destroy_s, worker.destroy.as_secs_f64());
+        assert_eq!(resnet.init_s, worker.create.as_secs_f64());
+        assert_eq!(resnet.library_s, worker.library_load.as_secs_f64());
+        assert_eq!(resnet.model_s, worker.model_load.as_secs_f64());
     }
 
     fn tenant(name: &str) -> Tenant {
@@ -364,8 +376,8 @@ mod tests {
         // Two tenants, 20 one-second steps. Tenant 0 grows from 2 to 4 GPCs at step 10 into
         // slices that are idle before (tenant 1 shrinks at step 5 from 3 to 1), so with a lead
         // its 4g is built ahead; without one it pays ResNet50's creation on the path:
-        // 1.2 + 0.05 × 4 + 1.6 + 2.6 = 5.6 s, and the 2g it leaves overlaps the 4g at 0, so
-        // the destruction too: 6.0 s.
+        // 1.5 + 1.5 + 2.5 = 5.5 s, and the 2g it leaves overlaps the 4g at 0, so the
+        // destruction too: 6.0 s.
         let problem = Problem {
             model: GpuModel::A100_40GB,
             tenants: vec![tenant("resnet50"), tenant("resnet50")],
@@ -404,9 +416,9 @@ mod tests {
         // Ψ for the next window: the mean per resize, counted as the share of the new size's
         // capacity missing. Tenant 0 moves onto a 3g and a 1g while its old 2g, out of their
         // way, serves on: half of its 4 GPCs' capacity is missing for the 3g's creation,
-        // (1.35 + 1.6 + 2.6) / 2 = 2.775 s. Tenant 1's old 3g serves on while its 1g comes up:
+        // (1.5 + 1.5 + 2.5) / 2 = 2.75 s. Tenant 1's old 3g serves on while its 1g comes up:
         // nothing is missing.
-        assert!((a.psi_next[0] - 2.775).abs() < 1e-9, "{:?}", a.psi_next);
+        assert!((a.psi_next[0] - 2.75).abs() < 1e-9, "{:?}", a.psi_next);
         assert_eq!(a.psi_next[1], 0.0);
         assert!(b.psi_next[0] < a.psi_next[0]);
     }
@@ -459,15 +471,15 @@ mod tests {
     #[test]
     fn an_old_replica_out_of_the_way_serves_on_through_its_tenant_s_resize() {
         // 100 requests/s arrive, 10/s per GPC served. The 4g's creation and loads take
-        // 1.2 + 0.2 + 1.6 + 2.6 = 5.6 s. The old 2g at 4 overlaps nothing created, so it serves
-        // its 20/s meanwhile: 5.6 s × 20/s are lost, not 5.6 s × 40/s, and the resize costs
-        // 5.6 × (1 - 20/40) = 2.8 s of the new size's service.
+        // 1.5 + 1.5 + 2.5 = 5.5 s. The old 2g at 4 overlaps nothing created, so it serves
+        // its 20/s meanwhile: 5.5 s × 20/s are lost, not 5.5 s × 40/s, and the resize costs
+        // 5.5 × (1 - 20/40) = 2.75 s of the new size's service.
         let out_of_way = growth(4);
         assert_eq!(out_of_way.resizes, 1);
-        assert!((out_of_way.lost_s - 2.8).abs() < 1e-9, "{out_of_way:?}");
-        assert!((out_of_way.outcome.on_time - (200.0 + 400.0 - 112.0)).abs() < 1e-6);
-        assert!((out_of_way.psi_next[0] - 2.8).abs() < 1e-9);
-        // The 2g at 0 is in the 4g's way: drained, destroyed (0.4 s), then the 4g comes up,
+        assert!((out_of_way.lost_s - 2.75).abs() < 1e-9, "{out_of_way:?}");
+        assert!((out_of_way.outcome.on_time - (200.0 + 400.0 - 110.0)).abs() < 1e-6);
+        assert!((out_of_way.psi_next[0] - 2.75).abs() < 1e-9);
+        // The 2g at 0 is in the 4g's way: drained, destroyed (0.5 s), then the 4g comes up,
         // 6.0 s with nothing serving.
         let in_way = growth(0);
         assert!((in_way.lost_s - 6.0).abs() < 1e-9, "{in_way:?}");

@@ -72,9 +72,9 @@ use escher_proto::types::{
 
 use super::serving::{ServiceStats, Serving};
 use super::{Command, Event, GpuPolicy, GpuView, Instance, InstanceState, SeamError};
-use crate::api::Events;
-use crate::gpu::InferenceModel;
-use crate::{ClusterApi, EslError};
+use crate::InferenceModel;
+use escher_esl::api::Events;
+use escher_esl::{ClusterApi, EslError};
 
 /// The resource jobs wait on while the policy has not launched them (no node has it).
 pub const QUEUE_RESOURCE: &str = "gpu-policy-queue";
@@ -850,8 +850,8 @@ mod tests {
     use escher_proto::types::{GpuInfo, MigDevice, NodeGpus};
 
     use super::*;
-    use crate::policy::testing::Counting;
-    use crate::{InMemoryCluster, Mode};
+    use crate::support::testing::Counting;
+    use escher_esl::{InMemoryCluster, Mode};
 
     /// Slices of the fake GPU: seven 1g.5gb instances of an A100-40GB.
     const SLICES: u8 = 7;
@@ -896,7 +896,7 @@ mod tests {
             alive: true,
             gpus: vec![gpu],
         }];
-        (Counting::new(cluster).with_gpus(gpus), node)
+        (Counting::new(cluster, gpus), node)
     }
 
     /// Launches its jobs on idle slices at the first tick; done when each has ended.

@@ -23,9 +23,9 @@ use escher_proto::types::{
 
 use super::place::{Gpu, Instance, Topology};
 use super::service::{Device, MPS_CLIENTS, Service};
-use crate::api::{Started, await_started};
-use crate::policy::er_name;
-use crate::{ClusterApi, EslError, ResourceSpec};
+use crate::support::er_name;
+use escher_esl::api::{Started, await_started};
+use escher_esl::{ClusterApi, EslError, ResourceSpec};
 
 /// One GPU's resources.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -1,6 +1,12 @@
-//! GPU multi-tenancy policies on MIG slices and fractional GPUs, from the papers that
-//! introduced them: MIGM's right-sizing schedulers, MIGRator's per-window integer program, Ekya's
-//! thief scheduler, and the baselines they are compared with.
+//! escher-gpu: GPU multi-tenancy policies on MIG slices and fractional GPUs, reproduced from the
+//! papers that introduced them: MIGM's right-sizing schedulers, MIGRator's per-window integer
+//! program, Ekya's thief scheduler, OLTunes, Astraea, PARIS, and the baselines they are
+//! compared with, with the simulators and serving models they are measured on.
+//!
+//! This crate is a policy crate like any an ESL author writes: it depends on `escher-esl` (the
+//! [`ClusterApi`](escher_esl::ClusterApi) seam) and the client, and `escher-esl` knows nothing
+//! of it, so an author of cluster policies compiles neither these simulators nor the MILP
+//! solver.
 //!
 //! Every policy is pure logic behind one small trait, [`GpuPolicy`] (an [`Event`] and the
 //! [`GpuView`] in, [`Command`]s out), written against the [`GpuSeam`]: the GPU's geometry
@@ -14,7 +20,7 @@
 //! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
 //! - `policy.rs`: [`GpuPolicy`] and [`run`];
 //! - [`cluster`]: [`ClusterGpu`] and [`drive`], the same policies on one GPU of a real cluster
-//!   through [`ClusterApi`](crate::ClusterApi) (slices, requeue, telemetry, typed OOM, and
+//!   through [`ClusterApi`](escher_esl::ClusterApi) (slices, requeue, telemetry, typed OOM, and
 //!   inference services whose replicas are tasks on slices);
 //! - [`serving`]: [`Serving`], how inference replicas serve requests (queues, SLO, drain),
 //!   counted the same way on [`SimGpu`] and on a cluster's GPU;
@@ -33,9 +39,13 @@
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
 //!   by compute intensity), [`fn@astraea`] (MIGRator's Astraea-style baseline: dynamic SM shares
 //!   without MIG);
+//! - [`oltunes`]: OLTunes (inference tasks grouped by affinity on heterogeneous GPUs, tuned by
+//!   an online predictor) against its paper's baselines;
 //! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan;
 //! - [`mod@astraea`]: Astraea itself (multi-stage services on MPS shares, its allocation and
 //!   placement, on a cluster through ephemeral resources) against its paper's baselines.
+
+#![warn(missing_docs)]
 
 pub mod astraea;
 pub mod baselines;
@@ -51,6 +61,7 @@ mod seam;
 pub mod serving;
 pub mod shares;
 pub mod sim;
+mod support;
 
 pub use baselines::{Sequential, astraea, paris};
 pub use cluster::{ClusterGpu, DriveReport, drive, drive_with};

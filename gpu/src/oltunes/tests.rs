@@ -348,7 +348,7 @@ fn oltunes_beats_its_baselines_in_the_papers_direction() {
 /// Three seeds of every pattern at Table 7's rates and at 4× them (the numbers README.md
 /// quotes): at 4× OLTunes violates fewer SLOs than both baselines on every seed and pattern,
 /// and no baseline launch is ever refused. Slow in a debug build, hence ignored; run it with
-/// `cargo test -p escher-esl --lib oltunes::tests::every_pattern -- --ignored --nocapture`.
+/// `cargo test -p escher-gpu --lib oltunes::tests::every_pattern -- --ignored --nocapture`.
 #[test]
 #[ignore = "about a minute in a debug build"]
 fn every_pattern_three_seeds() {
@@ -460,7 +460,7 @@ fn violation_line<S: Scheduler>(mut r: Recorder<S>, tasks: &[Task], seed: u64) -
 /// interference) already exceed its deadline (the auto-tuner's choice on a prediction), and
 /// by whether it began in the first second; and the largest `W_time` OLTunes reached.
 /// Printed, not asserted; README.md quotes it. Run with
-/// `cargo test -p escher-esl --lib oltunes::tests::where_violations_come_from -- --ignored --nocapture`.
+/// `cargo test -p escher-gpu --lib oltunes::tests::where_violations_come_from -- --ignored --nocapture`.
 #[test]
 #[ignore = "a breakdown to read"]
 fn where_violations_come_from() {

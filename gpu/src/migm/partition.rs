@@ -13,7 +13,7 @@
 
 use escher_proto::mig::{GpuModel, Layout, Placement, Profile, reachability};
 
-use crate::gpu::GpuView;
+use crate::GpuView;
 
 /// The memory classes of `model`'s base profiles, ascending, GB (5, 10, 20, 40 on an
 /// A100-40GB).
@@ -140,7 +140,7 @@ pub fn reshape(gpu: &GpuView, class: u32) -> Option<Reshape> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{Instance, InstanceState};
+    use crate::{Instance, InstanceState};
     use escher_proto::types::TaskId;
 
     const A100: GpuModel = GpuModel::A100_40GB;

@@ -1,5 +1,5 @@
 //! Ekya's micro-profiler and configuration choice (thesis §2.4.4, §2.6.2–2.6.3;
-//! `escher::esl::gpu::ekya_profiler`), in memory, on the windows MIGRator's comparison runs.
+//! `escher_gpu::ekya_profiler`), in memory, on the windows MIGRator's comparison runs.
 //!
 //! The Ekya that `gpu` runs against MIGRator (in memory and on the cluster) retrains every
 //! tenant with the workload's one configuration, the one MIGRator's tenants retrain with, so
@@ -19,13 +19,13 @@
 //! (`ekya_profiler::truth`, ours), with the tenant's accuracies at its ends; the sampling noise
 //! of a micro-profiling epoch is ours ([`NOISE`]).
 
-use escher::esl::gpu::ekya_profiler::{
+use escher_gpu::ekya_profiler::{
     Profile, RetrainConfig, Truth, configurations, configured_online, micro_profile,
     with_true_configs,
 };
-use escher::esl::gpu::migrator::problem::Problem;
-use escher::esl::gpu::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
-use escher::esl::gpu::shares::{Outcome, evaluate_shares_paying};
+use escher_gpu::migrator::problem::Problem;
+use escher_gpu::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
+use escher_gpu::shares::{Outcome, evaluate_shares_paying};
 use fastrand::Rng;
 use serde_json::json;
 
@@ -61,7 +61,7 @@ pub fn config_text(c: &RetrainConfig) -> String {
 fn truths(p: &Problem, m: usize) -> Vec<Truth> {
     let t = &p.tenants[m];
     let full_epoch_s = t.retrain_s[7] / f64::from(FIXED.epochs);
-    escher::esl::gpu::ekya_profiler::truth(t.acc_pre, t.acc_post, full_epoch_s)
+    escher_gpu::ekya_profiler::truth(t.acc_pre, t.acc_post, full_epoch_s)
 }
 
 /// Ekya's thief with `profiles`, evaluated on the configurations' truth.
@@ -177,7 +177,7 @@ mod tests {
         // FixedConfig is one of the thesis' 18 configurations, and the one whose true cost on
         // the whole GPU is the tenant's own retraining time and whose asymptote its acc_post.
         assert!(configurations().contains(&FIXED));
-        let p = escher::esl::gpu::migrator::workload::two_tenants(1, 200, 1.0);
+        let p = escher_gpu::migrator::workload::two_tenants(1, 200, 1.0);
         for m in 0..p.tenants.len() {
             let t = truths(&p, m);
             let f = t.iter().find(|t| t.config == FIXED).unwrap();

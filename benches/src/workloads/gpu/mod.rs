@@ -2,9 +2,9 @@
 //! full-GPU baseline, MIGRator's pre-initialization, and one MIGRator window of each of two
 //! trace shapes (bursty, diurnal) against Ekya's and PARIS's schedules, MIGRator planning
 //! from its forecast and from the exact arrivals, each driven on a cluster's GPU
-//! ([`escher::esl::gpu::drive`]) through the head and a worker, on an embedded cluster whose
+//! ([`escher_gpu::drive`]) through the head and a worker, on an embedded cluster whose
 //! worker has a simulated A100-40GB; and MIGRator against its baselines in memory over
-//! several windows of three trace shapes ([`escher::esl::gpu::compare`]). Every job
+//! several windows of three trace shapes ([`escher_gpu::compare`]). Every job
 //! is a real command task running `escher sim-work` (this binary serves as that program) on
 //! the MIG slice the policy launched it on; every reconfiguration is the worker's, with
 //! MIGRator's latency model; time is compressed (a simulated second lasts `scale` wall
@@ -20,31 +20,34 @@
 //! Throughput and energy are normalised to the sequential baseline measured in the same run;
 //! energy is the jobs' reported busy energy plus the GPU's idle power over the makespan
 //! (`escher_proto::mig::PowerModel`), so only ratios mean anything.
+//!
+//! By paper: this file holds MIGM's mixes and restarts and MIGRator's windows, in memory and
+//! on a cluster; `astraea.rs` Astraea against its baselines; `ekya_profile.rs` Ekya's
+//! micro-profiler inside the thief; `oltunes.rs` OLTunes against MLaaS and Orion.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use escher::esl::gpu::compare::{Comparison, POLICIES, compare, psi_for};
-use escher::esl::gpu::migrator::ilp::Solved;
-use escher::esl::gpu::migrator::problem::Problem;
-use escher::esl::gpu::migrator::reconfig::lead_steps;
-use escher::esl::gpu::migrator::solve_priced;
-use escher::esl::gpu::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
-use escher::esl::gpu::shares::{Outcome as PolicyOutcome, evaluate_mig};
-use escher::esl::gpu::{
+use escher::types::{NodeId, TaskId, TaskSpec, TaskState};
+use escher::{LocalCluster, Task};
+use escher_gpu::compare::{Comparison, POLICIES, compare, psi_for};
+use escher_gpu::migrator::ilp::Solved;
+use escher_gpu::migrator::problem::Problem;
+use escher_gpu::migrator::reconfig::lead_steps;
+use escher_gpu::migrator::solve_priced;
+use escher_gpu::migrator::workload::{HISTORY_WINDOWS, Shape, Workload};
+use escher_gpu::shares::{Outcome as PolicyOutcome, evaluate_mig};
+use escher_gpu::{
     ClusterGpu, Command as GpuCommand, DriveReport, Event, GpuPolicy, GpuView, InferenceModel,
     Migm, MigmJob, Migrator, Scheme, Sequential, TenantTasks, drive, drive_with, online_on_mig,
     paris,
 };
-use escher::types::{NodeId, TaskId, TaskSpec, TaskState};
-use escher::{LocalCluster, Task};
 use escher_proto::mig::{GpuModel, JobModel, Layout, MemoryModel, PowerModel, SpeedModel};
 use serde_json::json;
 
-#[path = "gpu_astraea.rs"]
 mod astraea;
-#[path = "gpu_ekya.rs"]
 mod ekya_profile;
+mod oltunes;
 
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
@@ -52,7 +55,7 @@ use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
 /// The argument that makes this binary run `escher sim-work` (see `bin/escher-bench.rs`).
 pub const SIM_WORK_ARG: &str = "sim-work";
 
-/// A mix as the MIGM paper defines it (appendix A.1, Table 1; §5.2–5.3), with the paper's
+/// A mix as the MIGM paper defines it (appendix A.1, Table 1; §5.1 and §5.2.1), with the paper's
 /// throughput gains of scheme A and B over the sequential full GPU.
 #[derive(Debug, Clone, Copy, PartialEq)]
 struct PaperMix {
@@ -84,21 +87,21 @@ const PAPER_MIXES: [PaperMix; 4] = [
         ratio: [11, 0, 2, 2],
         equal_group_runtime: true,
         gain: (1.64, 1.47),
-        source: "§5.2 and A.1: 15 jobs, 11 small, 2 medium, 2 large, each group's total runtime about equal; A +64%, B +47%",
+        source: "§5.1 and A.1: 15 jobs, 11 small, 2 medium, 2 large, each group's total runtime about equal; A +64%, B +47%",
     },
     PaperMix {
         name: "Ht3",
         ratio: [4, 0, 1, 1],
         equal_group_runtime: false,
         gain: (1.29, 1.21),
-        source: "§5.2 and A.1: 4:0:1:1 x36; A +29%, B +21%",
+        source: "§5.1 and A.1: 4:0:1:1 x36; A +29%, B +21%",
     },
     PaperMix {
         name: "Ml3",
         ratio: [0, 0, 1, 0],
         equal_group_runtime: false,
         gain: (1.24, 1.43),
-        source: "§5.3 and A.1: large DNN training jobs x18 on the 4/7 and 3/7 20 GB instances; A +24%, B +43%",
+        source: "§5.2.1 and A.1: large DNN training jobs x18 on the 4/7 and 3/7 20 GB instances; A +24%, B +43%",
     },
 ];
 
@@ -504,7 +507,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     detail.push(restarts(ctx, scale, &mut report).await?);
     detail.push(preinitialization(scale, &mut report).await?);
     detail.push(migrator_in_memory(ctx, &mut report)?);
-    detail.push(oltunes_in_memory(ctx, &mut report));
+    detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
     detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
     detail.push(migrator_on_cluster(ctx, &mut report).await?);
     detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
@@ -559,7 +562,7 @@ async fn restarts(
     for &seed in draws {
         // Job `i` of draw `seed` jitters with its own stream.
         let jobs: Vec<JobModel> = (0..count).map(|i| growing(seed * 100 + i as u64)).collect();
-        // The paper's +25.13% (§5.4) is against its baseline, the unpartitioned GPU running
+        // The paper's +25.13% (§5.2.2) is against its baseline, the unpartitioned GPU running
         // the jobs one after another: that run here too.
         let (sequential, _) = run_one(&mut Sequential::new(model), &jobs, scale).await?;
         makespans[0] += sequential.makespan_s;
@@ -649,7 +652,7 @@ async fn restarts(
             format!(
                 "growing jobs, MIGM B with {which} restarts{pooled}: throughput / sequential full GPU{}",
                 if early {
-                    " (the paper's +25.13% is prediction's gain over its sequential baseline, §5.4, \
+                    " (the paper's +25.13% is prediction's gain over its sequential baseline, §5.2.2, \
                      averaged over its LLM and DNN jobs)"
                 } else {
                     ""
@@ -881,76 +884,8 @@ fn ratios(mine: &PolicyOutcome, base: &PolicyOutcome) -> [((&'static str, &'stat
     ]
 }
 
-/// OLTunes against the paper's two baselines (MLaaS, Orion) on the simulated heterogeneous
-/// cluster of its §5 (5 A100, 2 A30, 1 RTX 4090), every arrival pattern at Table 7's rates and
-/// at 4 times them, seeded: SLO violations, the small models' queueing and p99, energy. Every
-/// input is the paper's or an assumption marked in `esl/src/gpu/oltunes/README.md`.
-fn oltunes_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> serde_json::Value {
-    use escher::esl::gpu::oltunes::{runs, table};
-    let (seeds, secs): (&[u64], u64) =
-        ctx.size
-            .pick((&[42], 10), (&[42, 7], 20), (&[42, 7, 1], 20));
-    let mut out = Vec::new();
-    for r in runs(&[1.0, 4.0], seeds, secs) {
-        println!(
-            "OLTunes, {} arrivals at {}x Table 7's rates, seed {}:\n{}",
-            r.pattern.name(),
-            r.load,
-            r.seed,
-            table(r.pattern, &r.rows)
-        );
-        for m in &r.rows {
-            let mut f = Figure::new(
-                format!(
-                    "gpu.oltunes.{}.x{}.seed{}.slo_violation.{}",
-                    r.pattern.name(),
-                    r.load,
-                    r.seed,
-                    m.name.to_lowercase()
-                ),
-                format!(
-                    "in memory (inputs assumed, esl/src/gpu/oltunes/README.md), {} arrivals at \
-                     {}x Table 7, seed {}, {}: SLO violations, % of tasks",
-                    r.pattern.name(),
-                    r.load,
-                    r.seed,
-                    m.name
-                ),
-                "%",
-                100.0 * m.all.slo_violation,
-            );
-            f.better = Better::Lower;
-            report.figures.push(f);
-        }
-        out.push(json!({
-            "pattern": r.pattern.name(), "load": r.load, "seed": r.seed,
-            "rows": r.rows.iter().map(|m| json!({
-                "scheduler": m.name,
-                "slo_violation": m.all.slo_violation,
-                "p50_ms": m.all.p50_ms,
-                "p99_ms": m.all.p99_ms,
-                "small_queue_ms": m.small.queue_ms,
-                "small_p99_ms": m.small.p99_ms,
-                "large_queue_ms": m.large.queue_ms,
-                "util_swing": m.util_swing,
-                "energy_kj": m.energy_kj,
-            })).collect::<Vec<_>>(),
-        }));
-    }
-    report.notes.push(
-        "OLTunes (gpu.oltunes.*): an in-memory simulation of the paper's cluster and workload \
-         (inputs assumed from its tables, see esl/src/gpu/oltunes/README.md); a violation is an \
-         execution longer than the deadline (queueing is not counted). The paper's direction \
-         (fewer SLO violations than MLaaS and Orion) holds at Table 7's rates and at 4 times \
-         them, with every arrival pattern; the violations left at 1x are LC vision tasks \
-         started beside co-runners (oltunes::tests::where_violations_come_from breaks them down)."
-            .into(),
-    );
-    json!({"mix": "oltunes", "runs": out})
-}
-
 /// MIGRator and its baselines in memory over several windows of each trace shape, for each of
-/// [`window_seeds`] seeds ([`escher::esl::gpu::compare`]): goodput, SLO attainment and
+/// [`window_seeds`] seeds ([`escher_gpu::compare`]): goodput, SLO attainment and
 /// accuracy of each over the seeds pooled, and MIGRator's (forecast and oracle) over each
 /// baseline beside the paper's, pooled and per seed.
 fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<serde_json::Value> {
@@ -1112,7 +1047,7 @@ fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<
             format!(
                 "in memory, {} ({pooled}): reconfiguration overhead pre-initialization took off MIGRator's \
                  forecast plans ({} of {} resizes built ahead; phases assumed per model, \
-                 esl/src/gpu/migrator/reconfig.rs; the paper: 83%, §5)",
+                 gpu/src/migrator/reconfig.rs; the paper: 83%, §5)",
                 shape.name(),
                 c.preinit.preinitialized,
                 c.preinit.resizes
@@ -1146,13 +1081,13 @@ fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<
          window(s) per shape after {HISTORY_WINDOWS} windows of history, for each of the seeds \
          {seeds:?} (each seed draws other traces of the shape); figures without a seed pool the \
          seeds. MIGRator (forecast) plans from \
-         esl/src/gpu/migrator/forecast.rs (Holt-Winters without trend, or exponential smoothing, fitted \
+         gpu/src/migrator/forecast.rs (Holt-Winters without trend, or exponential smoothing, fitted \
          on the past windows: ours, in place of the paper's Informer); MIGRator (oracle) from the exact \
          arrivals. Each plans with the Psi (reconfiguration overhead per resize) measured in its \
          previous window (for the first, the last window of history), as the paper defines it, and \
          is carried out with pre-initialization: a resize \
          into instances built ahead costs nothing, any other its model's four phases (assumed, \
-         esl/src/gpu/migrator/reconfig.rs: 5.6-6.4 s). Its two-stage solve is not exact (it keeps the 10 s \
+         gpu/src/migrator/reconfig.rs: 5.6-6.4 s). Its two-stage solve is not exact (it keeps the 10 s \
          first stage's answer where that is better), so the oracle is not a strict upper bound: a \
          smoother forecast can resize less and do better. Ekya decides from the rates it has observed \
          (the last 30 s) by its own average-accuracy objective and pays a full reconfiguration's phases \
@@ -1258,7 +1193,7 @@ async fn migrator_on_cluster(
     report.notes.push(format!(
         "MIGRator on the cluster (gpu.window.*): for each of the bursty and diurnal shapes and each of \
          the seeds {seeds:?} (other traces of the shape), the first window after {HISTORY_WINDOWS} \
-         windows of history (the assumptions of esl/src/gpu/migrator/workload.rs: capability per GPC, \
+         windows of history (the assumptions of gpu/src/migrator/workload.rs: capability per GPC, \
          traces, accuracies), {step_s} s steps, a simulated second lasting {scale} s; MIGRator \
          planning from its forecast and from the exact arrivals, Ekya from the rates it has observed \
          (rounded to MIG slices: its share changes are real resizes), PARIS static. Figures without a \
@@ -1271,7 +1206,7 @@ async fn migrator_on_cluster(
         "What still differs from the paper, by construction of the simulation more than of escher: \
          (1) MIGRator's program charges each resize a flat Psi per tenant (the paper's Eq. 10), \
          measured along its plan for the window before (reconfiguration phases assumed per model, \
-         esl/src/gpu/migrator/reconfig.rs, pre-initialization credited), though on the cluster a \
+         gpu/src/migrator/reconfig.rs, pre-initialization credited), though on the cluster a \
          resize into instances that already exist costs almost nothing; (2) the traces are \
          synthetic (seeded bursts, noisy waves; the diurnal day compressed to 800 s), the \
          forecaster ours; (3) the 1 s plan comes from a two-stage solve (10 s steps for the \
@@ -1774,7 +1709,7 @@ mod tests {
 
     #[test]
     fn the_paper_s_figures_go_with_the_paper_s_mixes() {
-        // §5.2: Ht1 +64% (A) / +47% (B), Ht3 +29% / +21%; §5.3: Ml3 +24% / +43%.
+        // §5.1: Ht1 +64% (A) / +47% (B), Ht3 +29% / +21%; §5.2.1: Ml3 +24% / +43%.
         assert_eq!(paper_mix("Ht1").gain, (1.64, 1.47));
         assert_eq!(paper_mix("Ht3").gain, (1.29, 1.21));
         assert_eq!(paper_mix("Ml3").gain, (1.24, 1.43));

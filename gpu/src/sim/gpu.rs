@@ -19,8 +19,8 @@ use std::collections::BTreeMap;
 use escher_proto::mig::{LatencyModel, Layout, Placement};
 use escher_proto::types::TaskId;
 
-use crate::gpu::serving::Serving;
-use crate::gpu::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
+use crate::serving::Serving;
+use crate::{Command, Event, GpuSeam, GpuView, Instance, InstanceState, SeamError};
 use escher_proto::mig::{InferenceModel, JobModel, PowerModel, SpeedModel};
 
 /// What a simulated task runs.

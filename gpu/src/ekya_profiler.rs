@@ -309,7 +309,7 @@ pub fn with_true_configs(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::migrator::workload::two_tenants;
+    use crate::migrator::workload::two_tenants;
 
     #[test]
     fn the_choice_integrates_accuracy_over_the_window() {

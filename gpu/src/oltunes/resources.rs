@@ -18,8 +18,8 @@ use escher_proto::types::{
 };
 
 use super::task::GpuType;
-use crate::policy::er_name;
-use crate::{ClusterApi, EslError, ResourceSpec};
+use crate::support::er_name;
+use escher_esl::{ClusterApi, EslError, ResourceSpec};
 
 /// One GPU's pair of resources.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -117,8 +117,8 @@ impl<C: ClusterApi> GpuResources<C> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::testing::task;
-    use crate::{InMemoryCluster, Mode};
+    use crate::support::testing::task;
+    use escher_esl::{InMemoryCluster, Mode};
 
     #[tokio::test]
     async fn a_gpu_admits_what_fits_its_memory_and_sms() {
