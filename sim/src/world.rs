@@ -38,7 +38,7 @@ const RETRY_MS: u64 = 30;
 /// on RESOURCE_EXHAUSTED).
 const BUSY_RETRY_MS: u64 = 200;
 /// One in this many fsyncs, while faults run, has a crash of its replica scheduled inside it
-/// (at most [`World::fsync_crashes`] per run).
+/// (at most `World::fsync_crashes` per run).
 const CRASH_IN_FSYNC: u32 = 150;
 
 /// What a run looks like.

@@ -64,7 +64,9 @@ struct Media {
     full: bool,
 }
 
-/// The simulation's disk. See the [module documentation](self).
+/// The simulation's disk: a [`LogStore`] that answers as `DiskLog` does and keeps, across a
+/// simulated crash ([`SimDisk::crash`]), only what a disk would: what an ended fsync or a
+/// snapshot made durable, and a prefix of an fsync under way.
 #[derive(Clone, Default)]
 pub struct SimDisk {
     core: Arc<RwLock<LogCore>>,
