@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use anyhow::bail;
 use clap::Parser;
-use escher_sim::{Options, run};
+use escher_sim::{Options, Stats, run};
 
 /// A deterministic simulation of escher's replica group (docs/RELIABILITY.md).
 #[derive(Debug, Parser)]
@@ -35,6 +35,9 @@ struct Args {
     /// test; every seed should then be able to fail).
     #[arg(long)]
     no_keys: bool,
+    /// Disks never fail (no torn writes, full disks or slow fsyncs).
+    #[arg(long)]
+    no_disk_faults: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -45,6 +48,7 @@ fn main() -> anyhow::Result<()> {
         duration_ms: args.duration_ms,
         trace: args.seed.is_some(),
         idempotency_keys: !args.no_keys,
+        disk_faults: !args.no_disk_faults,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -63,8 +67,10 @@ fn main() -> anyhow::Result<()> {
     }
     let started = Instant::now();
     let mut failed = Vec::new();
+    let mut sum = Stats::default();
     for seed in args.first..args.first + args.seeds {
         let outcome = run(seed, &options);
+        sum.add(&outcome.stats);
         if !outcome.violations.is_empty() {
             println!("seed {seed} FAILED: {}", outcome.violations.join("; "));
             failed.push(seed);
@@ -77,6 +83,21 @@ fn main() -> anyhow::Result<()> {
         args.replicas,
         args.seeds as f64 * 60.0 / took.max(1e-9),
         failed.len()
+    );
+    let per = |n: u64| n as f64 / args.seeds.max(1) as f64;
+    println!(
+        "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
+         partitions, {:.2} full disks, {:.2} slow disks), {:.0} fsyncs, {:.0} raft messages \
+         lost, {:.0} acknowledged writes",
+        per(sum.faults()),
+        per(sum.crashes),
+        per(sum.torn),
+        per(sum.partitions),
+        per(sum.disks_full),
+        per(sum.slow_disks),
+        per(sum.fsyncs),
+        per(sum.lost),
+        per(sum.acknowledged),
     );
     if !failed.is_empty() {
         bail!("{} seeds failed; replay one with --seed N", failed.len());

@@ -1,12 +1,18 @@
 //! [`World`]: one seeded run. Replicas, clients and the network live in one process; a queue
 //! of events ordered by simulated time (and, at equal times, by the order they were queued)
 //! drives them; every random choice comes from one generator seeded from the run's number.
+//!
+//! Each replica's log is on a [`SimDisk`]. A cycle that wrote starts an fsync that ends after a
+//! simulated latency (short, or long while the disk is slow); until it ends, what the cycle
+//! produced (raft messages, answers) is held back and the replica takes nothing else, as the
+//! head's owner takes no message while its cycle awaits the fsync. A crash in that window
+//! keeps a random prefix of the write (a torn write) and loses everything buffered.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use escher_core::state::{Command, Joining, SecretHash, StateConfig};
 use escher_head::replication::sim::{SimOutput, SimReplica};
-use escher_head::replication::{MemLog, NotAccepted};
+use escher_head::replication::{NotAccepted, SimDisk};
 use escher_proto::types::{
     CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskKind, TaskSpec,
 };
@@ -28,6 +34,12 @@ const CLIENT_TIMEOUT_MS: u64 = 1_000;
 const QUIET_MS: u64 = 10_000;
 /// A client's pause before it retries after "not leader".
 const RETRY_MS: u64 = 30;
+/// A client's pause before it retries a replica whose disk is full (the real client backs off
+/// on RESOURCE_EXHAUSTED).
+const BUSY_RETRY_MS: u64 = 200;
+/// One in this many fsyncs, while faults run, has a crash of its replica scheduled inside it
+/// (at most `World::fsync_crashes` per run).
+const CRASH_IN_FSYNC: u32 = 150;
 
 /// What a run looks like.
 #[derive(Debug, Clone)]
@@ -43,6 +55,8 @@ pub struct Options {
     /// Clients send their idempotency keys (the real client always does; without them a
     /// retried write may apply twice, which the checker must see).
     pub idempotency_keys: bool,
+    /// Disks fail: torn writes at crashes, full disks, slow fsyncs.
+    pub disk_faults: bool,
 }
 
 impl Default for Options {
@@ -53,6 +67,7 @@ impl Default for Options {
             duration_ms: 20_000,
             trace: false,
             idempotency_keys: true,
+            disk_faults: true,
         }
     }
 }
@@ -93,6 +108,61 @@ pub struct Stats {
     pub sends: u64,
     /// Snapshots a replica installed from its leader.
     pub snapshots: u64,
+    /// fsyncs (cycles that wrote).
+    pub fsyncs: u64,
+    /// Crashes that cut an fsync short (a torn write).
+    pub torn: u64,
+    /// Records a crash cut off an fsync under way.
+    pub records_lost: u64,
+    /// Times a disk filled up.
+    pub disks_full: u64,
+    /// Times a replica stalled on its full disk.
+    pub stalls: u64,
+    /// Times a disk turned slow.
+    pub slow_disks: u64,
+}
+
+impl Stats {
+    /// The faults injected: crashes, partitions, full and slow disks.
+    pub fn faults(&self) -> u64 {
+        self.crashes + self.partitions + self.disks_full + self.slow_disks
+    }
+
+    /// Adds another run's counts to these.
+    pub fn add(&mut self, other: &Stats) {
+        let Stats {
+            events,
+            delivered,
+            lost,
+            duplicated,
+            crashes,
+            partitions,
+            acknowledged,
+            sends,
+            snapshots,
+            fsyncs,
+            torn,
+            records_lost,
+            disks_full,
+            stalls,
+            slow_disks,
+        } = *other;
+        self.events += events;
+        self.delivered += delivered;
+        self.lost += lost;
+        self.duplicated += duplicated;
+        self.crashes += crashes;
+        self.partitions += partitions;
+        self.acknowledged += acknowledged;
+        self.sends += sends;
+        self.snapshots += snapshots;
+        self.fsyncs += fsyncs;
+        self.torn += torn;
+        self.records_lost += records_lost;
+        self.disks_full += disks_full;
+        self.stalls += stalls;
+        self.slow_disks += slow_disks;
+    }
 }
 
 #[derive(Debug)]
@@ -134,12 +204,22 @@ enum Event {
     Restart(u64),
     Partition,
     Heal,
+    /// Replica `id`'s fsync ends (if it is still the same life of the replica).
+    Synced {
+        id: u64,
+        life: u64,
+    },
+    DiskFull(u64),
+    DiskFree(u64),
+    SlowDisk(u64),
 }
 
 #[derive(Debug, Clone)]
 enum Answer {
     Done(Result<escher_core::state::Reply, String>),
     NotLeader(Option<u64>),
+    /// The replica's disk is full: try again later.
+    Busy(String),
 }
 
 /// A proposal waiting to be applied: who gets the answer.
@@ -150,12 +230,21 @@ struct Waiter {
     attempt: u64,
 }
 
-/// One replica's slot: its log survives a crash, the replica and its waiters do not.
+/// One replica's slot: what its disk keeps survives a crash, the replica, its waiters and
+/// what it held back for its fsync do not.
 #[derive(Debug)]
 struct Slot {
-    log: MemLog,
+    disk: SimDisk,
     replica: Option<SimReplica>,
     waiters: BTreeMap<u64, Vec<Waiter>>,
+    /// The end of the fsync under way: until then the replica takes nothing.
+    busy_until: Option<u64>,
+    /// What the cycle that started the fsync produced, sent when it ends.
+    held: (Vec<SimOutput>, Vec<Message>),
+    /// Counts the replica's lives: an fsync's end from before a crash is ignored.
+    life: u64,
+    /// fsyncs are slow until then.
+    slow_until: u64,
 }
 
 /// One run. See the [module documentation](self).
@@ -180,6 +269,10 @@ pub struct World {
     trace: Vec<String>,
     /// A replica failed in a way the head would stop for.
     fatal: Option<String>,
+    /// How long a quick fsync takes on this run's disks (milliseconds, inclusive range).
+    fsync_ms: (u64, u64),
+    /// Crashes inside an fsync still to schedule.
+    fsync_crashes: u32,
 }
 
 /// Runs seed `seed` and checks it.
@@ -210,15 +303,26 @@ impl World {
             stats: Stats::default(),
             trace: Vec::new(),
             fatal: None,
+            fsync_ms: (0, 0),
+            fsync_crashes: 0,
             options,
         };
+        if world.options.disk_faults {
+            let quick = world.rng.random_range(0..4);
+            world.fsync_ms = (quick, quick + world.rng.random_range(0..4));
+            world.fsync_crashes = world.rng.random_range(0..4);
+        }
         for id in voters {
             world.slots.insert(
                 id,
                 Slot {
-                    log: MemLog::new(),
+                    disk: SimDisk::new(),
                     replica: None,
                     waiters: BTreeMap::new(),
+                    busy_until: None,
+                    held: (Vec::new(), Vec::new()),
+                    life: 0,
+                    slow_until: 0,
                 },
             );
             world.open(id);
@@ -242,6 +346,18 @@ impl World {
         for _ in 0..partitions {
             let when = world.rng.random_range(500..world.options.duration_ms);
             world.at(when, Event::Partition);
+        }
+        if world.options.disk_faults {
+            for _ in 0..world.rng.random_range(0..3) {
+                let when = world.rng.random_range(500..world.options.duration_ms);
+                let who = world.random_replica();
+                world.at(when, Event::DiskFull(who));
+            }
+            for _ in 0..world.rng.random_range(0..4) {
+                let when = world.rng.random_range(0..world.options.duration_ms);
+                let who = world.random_replica();
+                world.at(when, Event::SlowDisk(who));
+            }
         }
         world
     }
@@ -269,18 +385,41 @@ impl World {
         self.network.heal();
         self.network.drop = 0;
         self.network.duplicate = 0;
-        self.note("calm: healed, every replica up, no new writes".to_string());
+        self.note("calm: healed, disks freed and quick, every replica up, no new writes".into());
         for id in self.voters.clone() {
+            let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+            slot.disk.set_full(false);
+            slot.slow_until = 0;
             if self.slots[&id].replica.is_none() {
                 self.restart(id);
             }
         }
     }
 
+    /// The replica an event must wait for while its fsync is under way.
+    fn waits_for(event: &Event) -> Option<u64> {
+        match event {
+            Event::Deliver { to, .. } | Event::Request { to, .. } => Some(*to),
+            Event::SnapshotSent { from, .. } | Event::Unreachable { from, .. } => Some(*from),
+            _ => None,
+        }
+    }
+
     fn handle(&mut self, event: Event) {
+        if let Some(id) = Self::waits_for(&event)
+            && let Some(until) = self.slots[&id].busy_until
+        {
+            // Queued behind the fsync, as the head's inbox holds messages during a cycle.
+            self.seq += 1;
+            self.queue.insert((until, self.seq), event);
+            return;
+        }
         match event {
             Event::Tick(id) => {
                 self.at(TICK_MS, Event::Tick(id));
+                if self.slots[&id].busy_until.is_some() {
+                    return;
+                }
                 if let Some(replica) = self.replica(id) {
                     replica.tick();
                     self.drive(id);
@@ -356,13 +495,40 @@ impl World {
             }
             Event::Crash(id) => {
                 if self.stormy && self.slots[&id].replica.is_some() {
-                    self.stats.crashes += 1;
-                    self.note(format!("crash replica {id}"));
+                    self.crash(id);
+                }
+            }
+            Event::Synced { id, life } => {
+                let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+                if slot.life != life || slot.busy_until.is_none() {
+                    return;
+                }
+                slot.disk.settle();
+                slot.busy_until = None;
+                let (outputs, messages) = std::mem::take(&mut slot.held);
+                self.release(id, outputs, messages);
+                self.drive(id);
+            }
+            Event::DiskFull(id) => {
+                if self.stormy {
+                    self.stats.disks_full += 1;
+                    self.note(format!("the disk of replica {id} is full"));
+                    self.slots[&id].disk.set_full(true);
+                    let free = self.rng.random_range(300..6_000);
+                    self.at(free, Event::DiskFree(id));
+                }
+            }
+            Event::DiskFree(id) => {
+                self.note(format!("the disk of replica {id} has space again"));
+                self.slots[&id].disk.set_full(false);
+            }
+            Event::SlowDisk(id) => {
+                if self.stormy {
+                    self.stats.slow_disks += 1;
+                    let lasts = self.rng.random_range(500..6_000);
+                    self.note(format!("the disk of replica {id} is slow for {lasts} ms"));
                     let slot = self.slots.get_mut(&id).expect("every voter has a slot");
-                    slot.replica = None;
-                    slot.waiters.clear();
-                    let back = self.rng.random_range(200..8_000);
-                    self.at(back, Event::Restart(id));
+                    slot.slow_until = self.now + lasts;
                 }
             }
             Event::Restart(id) => {
@@ -392,13 +558,37 @@ impl World {
         }
     }
 
+    /// Replica `id`'s process stops: its fsync under way keeps a random prefix of its
+    /// records, what it buffered is lost, and it comes back later from what its disk kept.
+    fn crash(&mut self, id: u64) {
+        self.stats.crashes += 1;
+        let in_flight = self.slots[&id].disk.in_flight();
+        let keep = self.rng.random_range(0..=in_flight);
+        if in_flight > 0 {
+            self.stats.torn += 1;
+            self.stats.records_lost += (in_flight - keep) as u64;
+        }
+        self.note(format!(
+            "crash replica {id} (its fsync under way keeps {keep} of {in_flight} records)"
+        ));
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        slot.disk = slot.disk.crash(keep);
+        slot.replica = None;
+        slot.waiters.clear();
+        slot.busy_until = None;
+        slot.held = (Vec::new(), Vec::new());
+        slot.life += 1;
+        let back = self.rng.random_range(200..8_000);
+        self.at(back, Event::Restart(id));
+    }
+
     fn restart(&mut self, id: u64) {
         self.note(format!("restart replica {id} from its log"));
         self.open(id);
     }
 
     fn open(&mut self, id: u64) {
-        let log = self.slots[&id].log.clone();
+        let log = self.slots[&id].disk.clone();
         match SimReplica::open(id, &self.voters, log, StateConfig::default(), 4 * 1024) {
             Ok(replica) => {
                 self.slots
@@ -491,6 +681,9 @@ impl World {
                 let leader = self.replica(to).and_then(|r| r.leader());
                 self.answer(client, attempt, Answer::NotLeader(leader));
             }
+            Err(NotAccepted::DiskFull(why)) => {
+                self.answer(client, attempt, Answer::Busy(why));
+            }
             Err(other) => {
                 self.answer(client, attempt, Answer::Done(Err(format!("{other:?}"))));
             }
@@ -538,16 +731,26 @@ impl World {
                 self.clients[client].target = target;
                 self.at(RETRY_MS, Event::Retry(client));
             }
+            Answer::Busy(why) => {
+                self.note(format!("client {client} refused: {why}"));
+                let target = self.random_replica();
+                self.clients[client].target = target;
+                self.at(BUSY_RETRY_MS, Event::Retry(client));
+            }
         }
     }
 
     /// Runs replica `id`'s cycles until raft has nothing ready, and sends what they produced.
     fn drive(&mut self, id: u64) {
-        let seed = self.seed;
+        let (seed, now) = (self.seed, self.now);
         for _ in 0..16 {
+            if self.slots[&id].busy_until.is_some() {
+                return;
+            }
             let Some(replica) = self.replica(id) else {
                 return;
             };
+            replica.set_clock(now - T0);
             let outputs = match replica.cycle() {
                 Ok(outputs) => outputs,
                 Err(e) => return self.fail(format!("replica {id} failed a cycle: {e}")),
@@ -556,9 +759,47 @@ impl World {
             let (term, leading) = (replica.term(), replica.is_leader());
             let salt = checker::hash(&format!("{seed} {id} {term} {leading}")) as usize;
             replica.pin_election_timeout(salt);
+            if self.slots[&id].disk.syncing() {
+                self.start_fsync(id, outputs, messages);
+                return;
+            }
             if outputs.is_empty() && messages.is_empty() {
                 return;
             }
+            self.release(id, outputs, messages);
+        }
+    }
+
+    /// Replica `id`'s cycle wrote: its fsync takes a while, and what the cycle produced waits
+    /// for it.
+    fn start_fsync(&mut self, id: u64, outputs: Vec<SimOutput>, messages: Vec<Message>) {
+        self.stats.fsyncs += 1;
+        let slow = self.slots[&id].slow_until > self.now;
+        let took = if slow {
+            self.rng.random_range(100..1_500)
+        } else {
+            self.rng.random_range(self.fsync_ms.0..=self.fsync_ms.1)
+        };
+        let crash_inside = self.stormy
+            && self.fsync_crashes > 0
+            && took > 0
+            && self.rng.random_range(0..CRASH_IN_FSYNC) == 0;
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        slot.busy_until = Some(self.now + took);
+        slot.held = (outputs, messages);
+        let life = slot.life;
+        if crash_inside {
+            self.fsync_crashes -= 1;
+            let when = self.rng.random_range(0..took);
+            self.at(when, Event::Crash(id));
+        }
+        self.at(took, Event::Synced { id, life });
+    }
+
+    /// Hands on what replica `id`'s cycle produced: answers to clients, raft messages to the
+    /// network.
+    fn release(&mut self, id: u64, outputs: Vec<SimOutput>, messages: Vec<Message>) {
+        {
             for output in outputs {
                 self.output(id, output);
             }
@@ -658,6 +899,12 @@ impl World {
             SimOutput::Restored => {
                 self.stats.snapshots += 1;
                 self.note(format!("replica {id} installed a snapshot"));
+            }
+            SimOutput::DiskFull(why) => {
+                if why.is_some() {
+                    self.stats.stalls += 1;
+                }
+                self.note(format!("replica {id}: disk full: {why:?}"));
             }
         }
     }

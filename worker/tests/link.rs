@@ -1,6 +1,6 @@
 //! The link between a worker and a fake head: registration, heartbeats, re-registration after
 //! the stream breaks (same node id, new node id, head unavailable for a while), refusal, and
-//! shutdown (the caller's, and the head's).
+//! shutdown (the caller's, and the head's), and an assignment read after the lease ran out.
 
 mod support;
 
@@ -379,5 +379,34 @@ async fn a_head_restored_from_a_backup_may_send_an_attempt_this_process_ran_afte
         expect_finished(&mut head, 1).await,
         Ok(TaskResult::Released)
     );
+    w.stop().await.unwrap();
+}
+
+/// A worker that reads an assignment after its lease ran out (it was stopped, or cut off, and
+/// its heartbeat has not yet noticed) refuses it unstarted: the head may have given that
+/// attempt up and sent the next one elsewhere. (The double run the history checker found in 1
+/// of 12 pause-worker faults.)
+#[tokio::test]
+async fn an_assignment_read_after_the_lease_ran_out_is_refused_not_started() {
+    // Heartbeats every 10 s: the worker's own check of its lease, on each heartbeat, does not
+    // come before the assignment does.
+    let mut head = FakeHead::start(Duration::from_secs(10)).await;
+    // A lease of 250 ms, which this head never renews.
+    head.grant_lease(Duration::from_millis(500));
+    let w = RunningWorker::start(worker(&head));
+    attached(&mut head).await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let marker = tempfile::tempdir().unwrap();
+    let ran = marker.path().join("ran");
+    head.send(assign(1, sh(&format!("touch {}", ran.display()))));
+    let refused = expect_finished(&mut head, 1)
+        .await
+        .expect_err("an assignment read after the lease ran out is refused");
+    assert!(
+        refused.contains("after its lease had run out") && refused.contains("not started"),
+        "{refused}"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!ran.exists(), "the refused task ran");
     w.stop().await.unwrap();
 }

@@ -113,6 +113,7 @@ pub use config::{
 };
 pub use log::{
     CUT_TAIL_IDS, DiskLog, DiskLogOptions, LogError, LogIdentity, LogStore, LostTail, MemLog,
+    SimDisk,
 };
 pub(crate) use peers::group_status;
 pub(crate) use replica::{Applied, Output, Replica};

@@ -115,17 +115,40 @@ pub(crate) enum Output {
 }
 
 /// A cycle whose writes wait for disk space: its `Ready`, and what the rest of the cycle needs.
-/// The records are queued in the log store; only its sync is tried again.
+/// The records are queued in the log store and only its sync is tried again, unless a
+/// leader's snapshot could not be written: then the cycle's writes are all still `unwritten`.
 struct Stalled {
+    unwritten: Option<Box<Writes>>,
     ready: raft::Ready,
     hard_state: Option<HardState>,
     snapshot: Option<Snapshot>,
     syncs: bool,
-    since: std::time::Instant,
+    /// When the disk was found full (on the replica's [`StallClock`]).
+    since: std::time::Duration,
     /// When the sync was last tried.
-    tried: std::time::Instant,
+    tried: std::time::Duration,
     /// The directory whose file system is full.
     dir: std::path::PathBuf,
+}
+
+/// What a stalled replica measures its stall and its retries by: the process's monotonic
+/// clock, or the simulation's (`SimReplica` sets it before each cycle, so that a seed's
+/// retries fall at the same simulated times in every run).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum StallClock {
+    /// Time since the replica opened.
+    Real(std::time::Instant),
+    /// Simulated time.
+    Simulated(std::time::Duration),
+}
+
+impl StallClock {
+    fn now(&self) -> std::time::Duration {
+        match self {
+            StallClock::Real(opened) => opened.elapsed(),
+            StallClock::Simulated(now) => *now,
+        }
+    }
 }
 
 /// How often a stalled replica tries its queued writes again.
@@ -169,7 +192,7 @@ pub enum Persistence {
 }
 
 /// One cycle's writes, in the order they must happen.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct Writes {
     snapshot: Option<Snapshot>,
     entries: Vec<RaftEntry>,
@@ -188,10 +211,21 @@ impl Writes {
             && self.compact.is_none()
     }
 
-    fn run(self, store: &impl LogStore) -> Result<(), LogError> {
-        if let Some(snap) = self.snapshot {
-            store.apply_snapshot(snap)?;
+    /// Runs the writes. A snapshot refused for want of space comes back with the error,
+    /// nothing written, to be run again whole once there is space (the snapshot, then the
+    /// entries that follow it).
+    fn run(mut self, store: &impl LogStore) -> Result<(), (LogError, Option<Box<Writes>>)> {
+        if let Some(snap) = self.snapshot.clone() {
+            match store.apply_snapshot(snap) {
+                Ok(()) => self.snapshot = None,
+                Err(e) if e.for_want_of_space() => return Err((e, Some(Box::new(self)))),
+                Err(e) => return Err((e, None)),
+            }
         }
+        self.run_rest(store).map_err(|e| (e, None))
+    }
+
+    fn run_rest(self, store: &impl LogStore) -> Result<(), LogError> {
         store.append(&self.entries)?;
         if let Some(hs) = self.hard_state {
             store.set_hard_state(hs)?;
@@ -243,6 +277,8 @@ pub(crate) struct Replica<S: LogStore> {
     membership_changed: bool,
     /// A cycle waiting for disk space (see [`Output::DiskFull`]).
     stalled: Option<Stalled>,
+    /// What the stall is timed by.
+    stall_clock: StallClock,
     /// Read tokens waiting for their index to be applied: `(index, token)`.
     reads: BTreeSet<(u64, u64)>,
     /// Read tokens raft would drop if asked now, asked once it can answer them (see
@@ -347,6 +383,7 @@ impl<S: LogStore> Replica<S> {
             reads: BTreeSet::new(),
             held_reads: Vec::new(),
             stalled: None,
+            stall_clock: StallClock::Real(std::time::Instant::now()),
             role: StateRole::Follower,
             leader: 0,
             clock: 0,
@@ -629,7 +666,10 @@ impl<S: LogStore> Replica<S> {
                 "the disk of replica {}'s raft log ({}) has been full for {:.1}s",
                 self.config.id,
                 stalled.dir.display(),
-                stalled.since.elapsed().as_secs_f64()
+                self.stall_clock
+                    .now()
+                    .saturating_sub(stalled.since)
+                    .as_secs_f64()
             )
         })
     }
@@ -778,14 +818,16 @@ impl<S: LogStore> Replica<S> {
     /// no snapshot is ever taken above a durable commit index.
     pub(crate) async fn cycle(&mut self, out: &mut Vec<Output>) -> Result<(), ReplicationError> {
         let (ready, hard_state, snapshot, syncs) = match self.stalled.take() {
-            Some(stalled) if stalled.tried.elapsed() < RETRY_FULL_DISK => {
+            Some(stalled)
+                if self.stall_clock.now().saturating_sub(stalled.tried) < RETRY_FULL_DISK =>
+            {
                 self.stalled = Some(stalled);
                 return Ok(());
             }
-            Some(mut stalled) => match self.sync_again().await {
+            Some(mut stalled) => match self.sync_again(&mut stalled.unwritten).await {
                 Ok(()) => {
                     tracing::info!(
-                        stalled_for = ?stalled.since.elapsed(),
+                        stalled_for = ?self.stall_clock.now().saturating_sub(stalled.since),
                         "the raft log's disk has space again: its writes went through"
                     );
                     out.push(Output::DiskFull(None));
@@ -797,7 +839,7 @@ impl<S: LogStore> Replica<S> {
                     )
                 }
                 Err(ReplicationError::Log(LogError::NoSpace { .. })) => {
-                    stalled.tried = std::time::Instant::now();
+                    stalled.tried = self.stall_clock.now();
                     self.stalled = Some(stalled);
                     return Ok(());
                 }
@@ -815,13 +857,31 @@ impl<S: LogStore> Replica<S> {
             .await
     }
 
+    /// Sets the simulated time the stall is measured by (the simulation only).
+    pub(crate) fn set_stall_clock(&mut self, now: std::time::Duration) {
+        self.stall_clock = StallClock::Simulated(now);
+    }
+
     /// Whether the log's disk is full and raft waits for it.
     pub(crate) fn stalled(&self) -> bool {
         self.stalled.is_some()
     }
 
-    /// Makes the queued writes durable again, after the disk was full.
-    async fn sync_again(&self) -> Result<(), ReplicationError> {
+    /// Makes the queued writes durable again, after the disk was full; or, if the cycle's
+    /// writes stopped at a leader's snapshot, runs them all again.
+    async fn sync_again(
+        &self,
+        unwritten: &mut Option<Box<Writes>>,
+    ) -> Result<(), ReplicationError> {
+        if let Some(writes) = unwritten.take() {
+            return match self.write_all(*writes).await {
+                Ok(()) => Ok(()),
+                Err((e, rest)) => {
+                    *unwritten = rest;
+                    Err(e)
+                }
+            };
+        }
         match self.persistence {
             Persistence::Inline => self.store.sync()?,
             Persistence::Blocking => {
@@ -866,9 +926,9 @@ impl<S: LogStore> Replica<S> {
             ..Writes::default()
         };
         let syncs = writes.sync;
-        match self.write(writes).await {
+        match self.write_all(writes).await {
             Ok(()) => {}
-            Err(ReplicationError::Log(LogError::NoSpace { dir, cause })) => {
+            Err((ReplicationError::Log(LogError::NoSpace { dir, cause }), unwritten)) => {
                 let e = LogError::NoSpace {
                     dir: dir.clone(),
                     cause,
@@ -876,17 +936,18 @@ impl<S: LogStore> Replica<S> {
                 tracing::error!(error = %e, "the raft log's disk is full: this replica refuses writes until space is freed");
                 out.push(Output::DiskFull(Some(e.to_string())));
                 self.stalled = Some(Stalled {
+                    unwritten,
                     dir,
                     ready,
                     hard_state,
                     snapshot,
                     syncs,
-                    since: std::time::Instant::now(),
-                    tried: std::time::Instant::now(),
+                    since: self.stall_clock.now(),
+                    tried: self.stall_clock.now(),
                 });
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err((e, _)) => return Err(e),
         }
         Ok(Some((ready, hard_state, snapshot, syncs)))
     }
@@ -956,19 +1017,38 @@ impl<S: LogStore> Replica<S> {
     }
 
     async fn write(&self, writes: Writes) -> Result<(), ReplicationError> {
+        self.write_all(writes).await.map_err(|(e, _)| e)
+    }
+
+    /// Runs a cycle's writes; a snapshot refused for want of space comes back unwritten with
+    /// the rest of the writes (see `Writes::run`).
+    async fn write_all(
+        &self,
+        writes: Writes,
+    ) -> Result<(), (ReplicationError, Option<Box<Writes>>)> {
         if writes.is_empty() {
             return Ok(());
         }
-        match self.persistence {
-            Persistence::Inline => writes.run(&self.store)?,
+        let result = match self.persistence {
+            Persistence::Inline => writes.run(&self.store),
             Persistence::Blocking => {
                 let store = self.store.clone();
                 tokio::task::spawn_blocking(move || writes.run(&store))
                     .await
-                    .map_err(|e| ReplicationError::Interrupted(e.to_string()))??;
+                    .map_err(|e| (ReplicationError::Interrupted(e.to_string()), None))?
             }
-        }
-        Ok(())
+        };
+        result.map_err(|(e, rest)| {
+            // A snapshot file that found no space is the same wait as a segment's.
+            let e = match &e {
+                LogError::Io { path, .. } if e.for_want_of_space() => LogError::NoSpace {
+                    dir: path.parent().unwrap_or(path).to_path_buf(),
+                    cause: e.to_string(),
+                },
+                _ => e,
+            };
+            (ReplicationError::from(e), rest)
+        })
     }
 
     /// Replaces the state with a leader's snapshot (already written to the log).
@@ -1124,7 +1204,16 @@ impl<S: LogStore> Replica<S> {
             sync: true,
             ..Writes::default()
         };
-        self.write(writes).await?;
+        match self.write(writes).await {
+            Ok(()) => {}
+            // A compaction is never needed now: without space it waits, the log unchanged, and
+            // is tried again after a later cycle (a head stopped here once).
+            Err(ReplicationError::Log(e)) if e.for_want_of_space() => {
+                tracing::warn!(error = %e, "no space to snapshot the state; the log is compacted once space is freed");
+                return Ok(());
+            }
+            Err(e) => return Err(e),
+        }
         self.durable_commit = durable;
         self.snapshot_index = applied;
         self.snapshot_len = bytes as u64;

@@ -1,12 +1,15 @@
 //! [`SimReplica`]: one real `Replica` driven by hand, for the deterministic simulation of a
 //! replica group (`escher-sim`, docs/RELIABILITY.md).
 //!
-//! It is the replica the head runs, over a [`MemLog`], with its transport captured
+//! It is the replica the head runs, over a [`SimDisk`] (the simulation's disk: torn and lost
+//! writes, a full disk, fsyncs that end when the simulation says), with its transport captured
 //! (`Transport::captured`): raft's messages are handed to the caller instead of sent, so the
 //! caller decides when, whether and how often each arrives. Nothing here starts a task, opens a
-//! socket or reads a clock: a cycle's writes run inline (a log in memory never waits), and the
-//! election timeouts raft would draw from its thread's random generator are chosen by the
-//! caller ([`SimReplica::pin_election_timeout`]).
+//! socket or reads a clock: a cycle's writes run inline (the simulated disk never blocks: the
+//! caller decides when its fsync ends, [`SimDisk::settle`], and holds back what the cycle
+//! produced until then), the time a full disk's retries are measured by is the caller's
+//! ([`SimReplica::set_clock`]), and the election timeouts raft would draw from its thread's
+//! random generator are chosen by the caller ([`SimReplica::pin_election_timeout`]).
 
 use std::collections::BTreeMap;
 use std::pin::pin;
@@ -16,7 +19,7 @@ use escher_proto::types::RequestKey;
 use raft::StateRole;
 use raft::eraftpb::Message;
 
-use super::MemLog;
+use super::SimDisk;
 use super::codec;
 use super::config::ReplicaConfig;
 use super::replica::{NotAccepted, Output, Persistence, Replica, ReplicationError};
@@ -53,12 +56,15 @@ pub enum SimOutput {
     },
     /// A leader's snapshot replaced the whole state.
     Restored,
+    /// The log's disk is full (`Some`, why) and raft waits for it; `None`: its writes went
+    /// through.
+    DiskFull(Option<String>),
 }
 
 /// One replica of a simulated group. See the [module documentation](self).
 #[derive(Debug)]
 pub struct SimReplica {
-    replica: Replica<MemLog>,
+    replica: Replica<SimDisk>,
 }
 
 impl SimReplica {
@@ -68,7 +74,7 @@ impl SimReplica {
     pub fn open(
         id: u64,
         voters: &[u64],
-        log: MemLog,
+        log: SimDisk,
         state_config: StateConfig,
         snapshot_bytes: u64,
     ) -> Result<SimReplica, ReplicationError> {
@@ -83,10 +89,22 @@ impl SimReplica {
             state_config,
             transport,
             Persistence::Inline,
-            true,
+            false,
             None,
         )?;
         Ok(SimReplica { replica })
+    }
+
+    /// Sets the simulated time (milliseconds) a full disk's stall and retries are measured by.
+    pub fn set_clock(&mut self, now: Millis) {
+        self.replica
+            .set_stall_clock(std::time::Duration::from_millis(now));
+    }
+
+    /// Whether the log's disk is full and raft waits for it (proposals are refused, ticks and
+    /// messages dropped, as in the head).
+    pub fn stalled(&self) -> bool {
+        self.replica.stalled()
     }
 
     /// Proposes `commands` as one raft entry stamped `now` (see `Replica::propose`).
@@ -207,6 +225,7 @@ fn simplify(output: Output) -> Option<SimOutput> {
             leader,
         },
         Output::Restored => SimOutput::Restored,
-        Output::ReadReady { .. } | Output::DiskFull(_) => return None,
+        Output::DiskFull(why) => SimOutput::DiskFull(why),
+        Output::ReadReady { .. } => return None,
     })
 }

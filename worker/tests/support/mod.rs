@@ -42,6 +42,8 @@ pub async fn bounded<F: Future>(what: &str, f: F) -> F::Output {
 #[derive(Debug)]
 struct State {
     heartbeat_ms: u64,
+    /// The heartbeat timeout it tells registering workers (0: none, so no lease).
+    heartbeat_timeout_ms: u64,
     next_node_id: u64,
     /// Whether a worker that presents an identity this head issued keeps it; otherwise it is
     /// answered NOT_FOUND, as by a head group that lost its state.
@@ -102,6 +104,7 @@ impl FakeHead {
         let addr = listener.local_addr().expect("local addr");
         let state = Arc::new(Mutex::new(State {
             heartbeat_ms: heartbeat.as_millis() as u64,
+            heartbeat_timeout_ms: 0,
             next_node_id: 1,
             keep_ids: true,
             cluster: "fake-cluster".into(),
@@ -155,6 +158,13 @@ impl FakeHead {
     /// is unknown (and then registers as a new node).
     pub fn keep_ids(&self, keep: bool) {
         self.state().keep_ids = keep;
+    }
+
+    /// From the next registration on, tells workers the head declares a node lost after
+    /// `timeout` without a heartbeat: they hold a lease of half that, which this fake head
+    /// never renews.
+    pub fn grant_lease(&self, timeout: Duration) {
+        self.state().heartbeat_timeout_ms = timeout.as_millis() as u64;
     }
 
     /// Acts as a head whose state was restored from a backup: registrations from now on are
@@ -296,7 +306,7 @@ impl WorkerLink for Services {
                 heartbeat_interval_ms: state.heartbeat_ms,
                 secret,
                 group: state.cluster.clone(),
-                heartbeat_timeout_ms: 0,
+                heartbeat_timeout_ms: state.heartbeat_timeout_ms,
                 incarnation: state.incarnation,
             }
         };

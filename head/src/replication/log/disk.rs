@@ -225,7 +225,14 @@ impl DiskLog {
         let records = batch.buf.len();
         format::push_sync(&mut batch.buf)?;
         if let Err(e) = files.active.write(&batch.buf) {
-            if !is_no_space(&e) {
+            if !(matches!(
+                &e,
+                LogError::Io {
+                    action: "write",
+                    ..
+                }
+            ) && e.for_want_of_space())
+            {
                 return Err(self.fail(e));
             }
             // Nothing of this write counts: the bytes that made it are cut off, and the batch
@@ -278,23 +285,6 @@ impl DiskLog {
             tracing::warn!(error = %e, "cannot make the removal of old raft log files durable");
         }
     }
-}
-
-/// Whether `e` is a write that failed for want of space (the disk, or the user's quota).
-fn is_no_space(e: &LogError) -> bool {
-    matches!(
-        e,
-        LogError::Io { action: "write", source, .. }
-            if matches!(source.raw_os_error(), Some(code) if code == libc_enospc() || code == libc_edquot())
-    )
-}
-
-fn libc_enospc() -> i32 {
-    nix::errno::Errno::ENOSPC as i32
-}
-
-fn libc_edquot() -> i32 {
-    nix::errno::Errno::EDQUOT as i32
 }
 
 impl fmt::Debug for DiskLog {
@@ -372,7 +362,18 @@ impl LogStore for DiskLog {
             conf_state,
             snapshot: snap,
         };
-        snapshot_file::write(&self.inner.dir, &record).map_err(|e| self.fail(e))?;
+        // A snapshot file that cannot be written for want of space changes nothing (it is
+        // written aside and renamed into place): the replica waits for space and tries again.
+        snapshot_file::write(&self.inner.dir, &record).map_err(|e| {
+            if e.for_want_of_space() {
+                LogError::NoSpace {
+                    dir: self.inner.dir.clone(),
+                    cause: e.to_string(),
+                }
+            } else {
+                self.fail(e)
+            }
+        })?;
         let checkpoint = format::checkpoint(&record.hard_state, &record.conf_state)?;
         files.active =
             ActiveSegment::create(&self.inner.dir, seq, &checkpoint).map_err(|e| self.fail(e))?;

@@ -218,6 +218,25 @@ fn io_hint(e: &std::io::Error) -> &'static str {
 }
 
 impl LogError {
+    /// Whether this write was refused for want of space (the disk, or the user's quota): the
+    /// log's own `NoSpace`, or creating or writing a file failing with `ENOSPC` or `EDQUOT`.
+    /// Nothing of such a write counts, and the log takes writes again once space is freed. (A
+    /// failed fsync is never one: the kernel may have dropped the pages it could not write.)
+    pub fn for_want_of_space(&self) -> bool {
+        match self {
+            LogError::NoSpace { .. } => true,
+            LogError::Io { action, source, .. } => {
+                matches!(*action, "write" | "create")
+                    && matches!(
+                        source.raw_os_error(),
+                        Some(code) if code == nix::errno::Errno::ENOSPC as i32
+                            || code == nix::errno::Errno::EDQUOT as i32
+                    )
+            }
+            _ => false,
+        }
+    }
+
     /// Wraps an I/O error with what was being done to which path.
     pub(crate) fn io(
         action: &'static str,

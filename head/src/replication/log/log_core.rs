@@ -18,7 +18,7 @@ use raft::{RaftState, StorageError};
 use super::LogError;
 
 /// The log as raft sees it.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub(super) struct LogCore {
     hard_state: HardState,
     conf_state: ConfState,

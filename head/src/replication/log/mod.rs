@@ -81,7 +81,9 @@
 //! # Layout
 //!
 //! - `log_core.rs`: `LogCore`, the in-memory log with raft-rs's semantics, shared by both stores;
-//! - `mem.rs`: [`MemLog`]; `disk.rs`: [`DiskLog`] and its write path;
+//! - `mem.rs`: [`MemLog`]; `disk.rs`: [`DiskLog`] and its write path; `sim_disk.rs`:
+//!   [`SimDisk`], the deterministic simulation's disk (torn and lost writes, full disk, fsyncs
+//!   that end when the simulation says);
 //! - `recover.rs`: opening a directory; `segment.rs`, `snapshot_file.rs`, `identity.rs`: the
 //!   three kinds of file; `format.rs`: headers, records, payloads; `files.rs`: atomic replace
 //!   and directory fsync;
@@ -97,6 +99,7 @@ mod log_core;
 mod mem;
 mod recover;
 mod segment;
+mod sim_disk;
 mod snapshot_file;
 #[cfg(test)]
 mod tests;
@@ -106,6 +109,7 @@ pub use error::LogError;
 pub use identity::LogIdentity;
 pub use mem::MemLog;
 pub use recover::{CUT_TAIL_IDS, LostTail};
+pub use sim_disk::SimDisk;
 
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
