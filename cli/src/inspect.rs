@@ -220,11 +220,13 @@ impl TasksArgs {
             );
         }
         let kinds = match self.state.map(TaskState::from) {
+            // An actor's task events come with its actor events (ready, restarting, died).
             None => vec![
                 WatchKind::Submitted,
                 WatchKind::Started,
                 WatchKind::Finished,
                 WatchKind::Pending,
+                WatchKind::Actor,
             ],
             Some(TaskState::Pending) => vec![WatchKind::Submitted, WatchKind::Pending],
             Some(TaskState::Running) => vec![WatchKind::Started],
