@@ -3,7 +3,8 @@
 //!
 //! Topics, in order: state and the order of calls, resources held from start to exit, names,
 //! restarts (the constructor re-run, calls in flight failed or retried), bad input,
-//! namespaces and roles, and what an operator sees (`escher actors`, actor watch events).
+//! namespaces and roles, what an operator sees (`escher actors`, actor watch events), and the
+//! leader of a three-replica head stopped under an actor workload.
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -14,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{cluster, eventually, resource, status, within};
 use escher::types::{
-    ActorChange, ClusterEvent, Grant, NodeId, Role, TaskId, TaskState, WatchEvent, WatchKind,
-    WatchRequest,
+    ACTOR_LABEL, ActorChange, ClusterEvent, Grant, ListTasksRequest, NodeId, Role, TaskId,
+    TaskState, WatchEvent, WatchKind, WatchRequest,
 };
 use escher::{ActorClass, Client, ClientError, LocalCluster, Task};
 
@@ -891,4 +892,105 @@ async fn watchers_see_an_actor_ready_restarting_and_dead_beside_its_task_attempt
         reason.as_deref().is_some_and(|r| r.contains("cancelled")),
         "{reason:?}"
     );
+}
+
+// ---- faults ---------------------------------------------------------------------------------
+
+/// The leader of a three-replica head stopped while four callers call four actors: calls go to
+/// the workers, not the head, so none fails; no actor is lost, restarted or made twice (a
+/// failover shorter than the workers' lease stops nothing); the new leader takes a new actor;
+/// and a new client that resolves each actor by name through the new leader reaches the same
+/// incarnation, whose state counts every call once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_of_three_heads_stopped_under_an_actor_workload_loses_and_doubles_no_actor() {
+    const CALLS: u64 = 40;
+    let mut cluster = within(
+        "starting three heads",
+        cluster()
+            .heads(3)
+            .functions(common::functions().actor(counter()))
+            .workers(2)
+            .start(),
+    )
+    .await
+    .expect("the cluster starts");
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let first = eventually("a head replica to lead", || cluster.leader()).await;
+    let mut actors = Vec::new();
+    for i in 0..4 {
+        let task = Task::actor_typed("Counter", &0u64)
+            .actor_name(format!("a{i}"))
+            .max_restarts(1);
+        actors.push(within("create", client.actor(task)).await.unwrap());
+    }
+    let callers: Vec<_> = actors
+        .iter()
+        .map(|actor| {
+            let actor = actor.clone();
+            tokio::spawn(async move {
+                for _ in 0..CALLS {
+                    let _: u64 = actor.call("add", &1u64).await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok::<_, ClientError>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cluster.stop_head(first).await;
+    let second = eventually("a new leader", || cluster.leader()).await;
+    assert_ne!(second, first, "a new leader was elected");
+    for caller in callers {
+        within("a caller's calls", caller)
+            .await
+            .unwrap()
+            .expect("every call through the failover is answered");
+    }
+    // The new leader takes writes: one more actor.
+    let after = within(
+        "an actor made after the failover",
+        client.actor(Task::actor_typed("Counter", &7u64).actor_name("after")),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("call it", after.call("get", &())).await.unwrap();
+    assert_eq!(n, 7);
+
+    let other = within("a new client", cluster.client()).await.unwrap();
+    for (i, actor) in actors.iter().enumerate() {
+        let found = within("resolve by name", other.actor_named(&format!("a{i}")))
+            .await
+            .unwrap();
+        assert_eq!(found.id(), actor.id(), "a{i} is the same actor");
+        let n: u64 = within("get", found.call("get", &())).await.unwrap();
+        assert_eq!(n, CALLS, "a{i} counted each call once, in one incarnation");
+        let view = found.describe().await.unwrap();
+        assert_eq!(
+            (view.state, view.incarnation),
+            (TaskState::Running, 1),
+            "a{i}: {view:?}"
+        );
+    }
+    let listed = other
+        .list_tasks_page(ListTasksRequest {
+            labels: vec![(ACTOR_LABEL.to_string(), None)],
+            ..ListTasksRequest::default()
+        })
+        .await
+        .unwrap();
+    let live: Vec<(TaskId, TaskState, u32)> = listed
+        .tasks
+        .iter()
+        .map(|t| (t.id, t.state, t.attempt))
+        .collect();
+    let mut expected: Vec<(TaskId, TaskState, u32)> = actors
+        .iter()
+        .chain([&after])
+        .map(|a| (a.id(), TaskState::Running, 1))
+        .collect();
+    expected.sort();
+    let mut live = live;
+    live.sort();
+    assert_eq!(live, expected, "five actors, each once, none restarted");
+    cluster.shutdown().await;
 }
