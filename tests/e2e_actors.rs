@@ -708,6 +708,65 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
     assert_eq!(rows[0]["node"], node.0);
     assert_eq!(rows[0]["restarts"], 1);
     assert_eq!(rows[0]["resources"], "cpu=1");
+
+    // `escher logs` of an actor reads each incarnation in turn, naming each; with --follow it
+    // goes on until the actor has ended.
+    let logs = |args: Vec<String>| {
+        let (head, token) = (
+            cluster.head_url().to_string(),
+            cluster.admin_token().to_string(),
+        );
+        let escher = common::escher_bin();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(escher)
+                .args(args)
+                .env("ESCHER_HEAD", head)
+                .env("ESCHER_TOKEN", token)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+                .output()
+                .expect("the escher CLI runs")
+        })
+    };
+    let id = ps.id().0.to_string();
+    let out = logs(vec!["logs".into(), id.clone()]).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let marks: Vec<&str> = err.lines().filter(|l| l.contains(" of actor ")).collect();
+    assert_eq!(
+        marks,
+        [
+            format!("escher: incarnation 1 of actor {id} on node {}", node.0),
+            format!("escher: incarnation 2 of actor {id} on node {}", node.0)
+        ],
+        "{err}"
+    );
+    // A Rust actor runs inside its worker and keeps no output of its own: each incarnation
+    // says so rather than fail the command.
+    for k in [1, 2] {
+        assert!(
+            err.contains(&format!("escher: incarnation {k}: "))
+                && err.contains(&format!("no stdout log for task {id} attempt {k}")),
+            "{err}"
+        );
+    }
+    within("kill", ps.kill(true)).await.unwrap();
+    within("the actor ends", client.get(ps.id(), None))
+        .await
+        .unwrap();
+    let out = within(
+        "logs --follow of an ended actor returns",
+        logs(vec!["logs".into(), "--follow".into(), id.clone()]),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(" of actor ")).count(),
+        2,
+        "{err}"
+    );
 }
 
 /// The events of `watch` about `actor` (its task's `Started` and its actor events), until one

@@ -372,16 +372,14 @@ impl fmt::Display for ClusterEvent {
                 if let Some(name) = name {
                     write!(f, " ({name})")?;
                 }
+                let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
                 match change {
-                    ActorChange::Ready => write!(f, " incarnation {incarnation} ready")?,
+                    ActorChange::Ready => write!(f, " incarnation {incarnation} ready{on}")?,
                     ActorChange::Restarting => {
-                        write!(f, " incarnation {incarnation} ended; restarting")?
+                        write!(f, " incarnation {incarnation}{on} ended; restarting")?
                     }
                     ActorChange::Died if *incarnation == 0 => write!(f, " died before it ran")?,
-                    ActorChange::Died => write!(f, " died in incarnation {incarnation}")?,
-                }
-                if let Some(node) = node {
-                    write!(f, " on node {node}")?;
+                    ActorChange::Died => write!(f, " died in incarnation {incarnation}{on}")?,
                 }
                 match reason {
                     Some(why) => write!(f, ": {why}"),
