@@ -711,7 +711,7 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
 
     // `escher logs` of an actor reads each incarnation in turn, naming each; with --follow it
     // goes on until the actor has ended.
-    let logs = |args: Vec<String>| {
+    let cli = |args: Vec<String>| {
         let (head, token) = (
             cluster.head_url().to_string(),
             cluster.admin_token().to_string(),
@@ -729,7 +729,19 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
         })
     };
     let id = ps.id().0.to_string();
-    let out = logs(vec!["logs".into(), id.clone()]).await.unwrap();
+    // `escher status` counts the live actors.
+    let out = cli(vec!["status".into()]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 actor: 1 running, 0 pending or restarting"),
+        "{text}"
+    );
+    let out = cli(vec!["logs".into(), id.clone()]).await.unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     let marks: Vec<&str> = err.lines().filter(|l| l.contains(" of actor ")).collect();
@@ -756,7 +768,7 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
         .unwrap();
     let out = within(
         "logs --follow of an ended actor returns",
-        logs(vec!["logs".into(), "--follow".into(), id.clone()]),
+        cli(vec!["logs".into(), "--follow".into(), id.clone()]),
     )
     .await
     .unwrap();
