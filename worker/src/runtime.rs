@@ -12,8 +12,10 @@
 //!
 //! Rules the head relies on (the worker side of the report protocol; the head side is in the
 //! head's `runtime/workers.rs` and `state/nodes.rs`):
-//! - `TaskStarted` is sent when an assignment is accepted, `TaskFinished` when its runner ends,
-//!   whether it ended by itself, timed out or was cancelled. A start is reported after
+//! - `TaskStarted` is sent when an assignment is accepted (an actor's once its constructor
+//!   returned, so that the head's start of an actor means it is ready to serve calls; one whose
+//!   constructor failed never starts), `TaskFinished` when its runner ends, whether it ended by
+//!   itself, timed out or was cancelled. A start is reported after
 //!   [`START_REPORT_DELAY`], or with the task's end if that comes sooner: `TaskStarted` then
 //!   `TaskFinished` in one batch, which the head commits as one entry (a short task costs the
 //!   head one raft entry and the stream one frame, not two).
