@@ -2,17 +2,22 @@
 //! gRPC on loopback; calls go from the client to the hosting worker's data plane).
 //!
 //! Topics, in order: state and the order of calls, resources held from start to exit, names,
-//! restarts (the constructor re-run, calls in flight failed or retried), bad input, and
-//! namespaces and roles.
+//! restarts (the constructor re-run, calls in flight failed or retried), bad input,
+//! namespaces and roles, what an operator sees (`escher actors`, actor watch events), and the
+//! leader of a three-replica head stopped under an actor workload.
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
 mod common;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{cluster, eventually, resource, status, within};
-use escher::types::{Grant, NodeId, Role, TaskState};
+use escher::types::{
+    ACTOR_LABEL, ActorChange, ClusterEvent, Grant, ListTasksRequest, NodeId, Role, TaskId,
+    TaskState, WatchEvent, WatchKind, WatchRequest,
+};
 use escher::{ActorClass, Client, ClientError, LocalCluster, Task};
 
 /// A counter: `Counter(start)`; `add(n)` returns the new count, `get()` the count, `slow(ms)`
@@ -54,11 +59,35 @@ fn picky() -> ActorClass {
     .method("word", |w: &mut String, (): ()| Ok(w.clone()))
 }
 
+/// When the latest `Slow` constructor returned (milliseconds since the Unix epoch).
+static SLOW_MADE_AT_MS: AtomicU64 = AtomicU64::new(0);
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A class whose constructor takes `ms` milliseconds, and notes when it returned.
+fn slow() -> ActorClass {
+    ActorClass::new("Slow", |_ctx, ms: u64| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        SLOW_MADE_AT_MS.store(now_ms(), Ordering::SeqCst);
+        Ok(ms)
+    })
+    .method("get", |ms: &mut u64, (): ()| Ok(*ms))
+}
+
 async fn start(workers: usize) -> (LocalCluster, Client) {
     let cluster = within(
         "starting the cluster",
         cluster()
-            .functions(common::functions().actor(counter()).actor(picky()))
+            .functions(
+                common::functions()
+                    .actor(counter())
+                    .actor(picky())
+                    .actor(slow()),
+            )
             .workers(workers)
             .start(),
     )
@@ -679,4 +708,360 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
     assert_eq!(rows[0]["node"], node.0);
     assert_eq!(rows[0]["restarts"], 1);
     assert_eq!(rows[0]["resources"], "cpu=1");
+
+    // `escher logs` of an actor reads each incarnation in turn, naming each; with --follow it
+    // goes on until the actor has ended.
+    let cli = |args: Vec<String>| {
+        let (head, token) = (
+            cluster.head_url().to_string(),
+            cluster.admin_token().to_string(),
+        );
+        let escher = common::escher_bin();
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(escher)
+                .args(args)
+                .env("ESCHER_HEAD", head)
+                .env("ESCHER_TOKEN", token)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+                .output()
+                .expect("the escher CLI runs")
+        })
+    };
+    let id = ps.id().0.to_string();
+    // `escher status` counts the live actors.
+    let out = cli(vec!["status".into()]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("1 actor: 1 running, 0 pending or restarting"),
+        "{text}"
+    );
+    let out = cli(vec!["logs".into(), id.clone()]).await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let marks: Vec<&str> = err.lines().filter(|l| l.contains(" of actor ")).collect();
+    assert_eq!(
+        marks,
+        [
+            format!("escher: incarnation 1 of actor {id} on node {}", node.0),
+            format!("escher: incarnation 2 of actor {id} on node {}", node.0)
+        ],
+        "{err}"
+    );
+    // A Rust actor runs inside its worker and keeps no output of its own: each incarnation
+    // says so rather than fail the command.
+    for k in [1, 2] {
+        assert!(
+            err.contains(&format!("escher: incarnation {k}: "))
+                && err.contains(&format!("no stdout log for task {id} attempt {k}")),
+            "{err}"
+        );
+    }
+    within("kill", ps.kill(true)).await.unwrap();
+    within("the actor ends", client.get(ps.id(), None))
+        .await
+        .unwrap();
+    let out = within(
+        "logs --follow of an ended actor returns",
+        cli(vec!["logs".into(), "--follow".into(), id.clone()]),
+    )
+    .await
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        err.lines().filter(|l| l.contains(" of actor ")).count(),
+        2,
+        "{err}"
+    );
+}
+
+/// The events of `watch` about `actor` (its task's `Started` and its actor events), until one
+/// satisfies `last`; all of them, that one included.
+async fn actor_events(
+    watch: &mut escher::Watch,
+    actor: TaskId,
+    last: impl Fn(&ClusterEvent) -> bool,
+) -> Vec<WatchEvent> {
+    let mut seen = Vec::new();
+    loop {
+        let event = within("an actor event", watch.next())
+            .await
+            .expect("the watch goes on")
+            .expect("an event, not an error");
+        if event.event.task() != Some(actor) {
+            continue;
+        }
+        let done = last(&event.event);
+        seen.push(event);
+        if done {
+            return seen;
+        }
+    }
+}
+
+/// An event as a short line: `started #1`, `ready #1`, `restarting #1`, `died #2`.
+fn line(event: &WatchEvent) -> String {
+    match &event.event {
+        ClusterEvent::Started { attempt, .. } => format!("started #{attempt}"),
+        ClusterEvent::Actor {
+            change,
+            incarnation,
+            ..
+        } => format!("{change} #{incarnation}"),
+        other => other.to_string(),
+    }
+}
+
+fn died(event: &ClusterEvent) -> bool {
+    matches!(
+        event,
+        ClusterEvent::Actor {
+            change: ActorChange::Died,
+            ..
+        }
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watchers_see_an_actor_ready_restarting_and_dead_beside_its_task_attempts() {
+    let (cluster, client) = start(1).await;
+    let node = cluster.nodes()[0];
+    let mut watch = within(
+        "watch",
+        client.watch(WatchRequest::all().kinds([WatchKind::Started, WatchKind::Actor])),
+    )
+    .await
+    .unwrap();
+    let counter = within(
+        "create",
+        client.actor(
+            Task::actor_typed("Counter", &10u64)
+                .actor_name("watched")
+                .max_restarts(1),
+        ),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("call", counter.call("get", &())).await.unwrap();
+    let _ = within("panic", counter.call::<(), ()>("panic", &())).await;
+    let _: u64 = within("after the restart", counter.call("get", &()))
+        .await
+        .unwrap();
+    let _ = within("panic again", counter.call::<(), ()>("panic", &())).await;
+    let events = actor_events(&mut watch, counter.id(), died).await;
+    let lines: Vec<String> = events.iter().map(line).collect();
+    assert_eq!(
+        lines,
+        [
+            "started #1",
+            "ready #1",
+            "restarting #1",
+            "started #2",
+            "ready #2",
+            "died #2"
+        ],
+        "{events:#?}"
+    );
+    for e in &events {
+        if let ClusterEvent::Actor {
+            name,
+            node: on,
+            reason,
+            change,
+            ..
+        } = &e.event
+        {
+            assert_eq!(name.as_deref(), Some("watched"));
+            assert_eq!(*on, Some(node));
+            match change {
+                ActorChange::Ready => assert_eq!(reason, &None),
+                // The end of an incarnation names why, as a caller's ActorDiedError does.
+                ActorChange::Restarting | ActorChange::Died => assert!(
+                    reason
+                        .as_deref()
+                        .is_some_and(|r| r.contains("asked to panic")),
+                    "{e:?}"
+                ),
+            }
+        }
+    }
+    assert!(
+        events[5].event.to_string().starts_with(&format!(
+            "actor {} (watched) died in incarnation 2",
+            counter.id()
+        )),
+        "{}",
+        events[5].event
+    );
+
+    // Ready means the constructor returned: a slow one is ready only after it did.
+    let slow = within("create", client.actor(Task::actor_typed("Slow", &300u64)))
+        .await
+        .unwrap();
+    let events = actor_events(&mut watch, slow.id(), |e| {
+        matches!(
+            e,
+            ClusterEvent::Actor {
+                change: ActorChange::Ready,
+                ..
+            }
+        )
+    })
+    .await;
+    assert_eq!(
+        events.iter().map(line).collect::<Vec<_>>(),
+        ["started #1", "ready #1"]
+    );
+    let made = SLOW_MADE_AT_MS.load(Ordering::SeqCst);
+    assert!(made > 0, "the constructor ran");
+    assert!(
+        events[1].at_ms >= made,
+        "ready was committed at {} before the constructor returned at {made}",
+        events[1].at_ms
+    );
+
+    // A constructor that fails: never ready, dead with its reason.
+    let bad = within("create", client.actor(Task::actor_typed("Picky", &"")))
+        .await
+        .unwrap()
+        .id();
+    let events = actor_events(&mut watch, bad, died).await;
+    assert_eq!(
+        events.iter().map(line).collect::<Vec<_>>(),
+        ["started #1", "died #1"]
+    );
+    let ClusterEvent::Actor { reason, .. } = &events[1].event else {
+        unreachable!()
+    };
+    assert!(
+        reason
+            .as_deref()
+            .is_some_and(|r| r.contains("the word is empty")),
+        "{reason:?}"
+    );
+
+    // A watch of one actor's id sees its actor events too.
+    let mut one = within("watch one", client.watch(WatchRequest::tasks([slow.id()])))
+        .await
+        .unwrap();
+    within("kill", slow.kill(true)).await.unwrap();
+    let events = actor_events(&mut one, slow.id(), died).await;
+    assert!(
+        events.iter().all(|e| e.event.task() == Some(slow.id())),
+        "{events:?}"
+    );
+    let ClusterEvent::Actor { reason, .. } = &events.last().unwrap().event else {
+        unreachable!()
+    };
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("cancelled")),
+        "{reason:?}"
+    );
+}
+
+// ---- faults ---------------------------------------------------------------------------------
+
+/// The leader of a three-replica head stopped while four callers call four actors: calls go to
+/// the workers, not the head, so none fails; no actor is lost, restarted or made twice (a
+/// failover shorter than the workers' lease stops nothing); the new leader takes a new actor;
+/// and a new client that resolves each actor by name through the new leader reaches the same
+/// incarnation, whose state counts every call once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_of_three_heads_stopped_under_an_actor_workload_loses_and_doubles_no_actor() {
+    const CALLS: u64 = 40;
+    let mut cluster = within(
+        "starting three heads",
+        cluster()
+            .heads(3)
+            .functions(common::functions().actor(counter()))
+            .workers(2)
+            .start(),
+    )
+    .await
+    .expect("the cluster starts");
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let first = eventually("a head replica to lead", || cluster.leader()).await;
+    let mut actors = Vec::new();
+    for i in 0..4 {
+        let task = Task::actor_typed("Counter", &0u64)
+            .actor_name(format!("a{i}"))
+            .max_restarts(1);
+        actors.push(within("create", client.actor(task)).await.unwrap());
+    }
+    let callers: Vec<_> = actors
+        .iter()
+        .map(|actor| {
+            let actor = actor.clone();
+            tokio::spawn(async move {
+                for _ in 0..CALLS {
+                    let _: u64 = actor.call("add", &1u64).await?;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Ok::<_, ClientError>(())
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    cluster.stop_head(first).await;
+    let second = eventually("a new leader", || cluster.leader()).await;
+    assert_ne!(second, first, "a new leader was elected");
+    for caller in callers {
+        within("a caller's calls", caller)
+            .await
+            .unwrap()
+            .expect("every call through the failover is answered");
+    }
+    // The new leader takes writes: one more actor.
+    let after = within(
+        "an actor made after the failover",
+        client.actor(Task::actor_typed("Counter", &7u64).actor_name("after")),
+    )
+    .await
+    .unwrap();
+    let n: u64 = within("call it", after.call("get", &())).await.unwrap();
+    assert_eq!(n, 7);
+
+    let other = within("a new client", cluster.client()).await.unwrap();
+    for (i, actor) in actors.iter().enumerate() {
+        let found = within("resolve by name", other.actor_named(&format!("a{i}")))
+            .await
+            .unwrap();
+        assert_eq!(found.id(), actor.id(), "a{i} is the same actor");
+        let n: u64 = within("get", found.call("get", &())).await.unwrap();
+        assert_eq!(n, CALLS, "a{i} counted each call once, in one incarnation");
+        let view = found.describe().await.unwrap();
+        assert_eq!(
+            (view.state, view.incarnation),
+            (TaskState::Running, 1),
+            "a{i}: {view:?}"
+        );
+    }
+    let listed = other
+        .list_tasks_page(ListTasksRequest {
+            labels: vec![(ACTOR_LABEL.to_string(), None)],
+            ..ListTasksRequest::default()
+        })
+        .await
+        .unwrap();
+    let live: Vec<(TaskId, TaskState, u32)> = listed
+        .tasks
+        .iter()
+        .map(|t| (t.id, t.state, t.attempt))
+        .collect();
+    let mut expected: Vec<(TaskId, TaskState, u32)> = actors
+        .iter()
+        .chain([&after])
+        .map(|a| (a.id(), TaskState::Running, 1))
+        .collect();
+    expected.sort();
+    let mut live = live;
+    live.sort();
+    assert_eq!(live, expected, "five actors, each once, none restarted");
+    cluster.shutdown().await;
 }

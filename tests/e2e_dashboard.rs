@@ -2,7 +2,8 @@
 //! protocol: a head serving `--dashboard` on a loopback port, two workers (one with a simulated MIG
 //! GPU and a whole one), and the page checked as a person would read it: nodes with their
 //! resources as bars, the task table with pending reasons, a task's attempts and output,
-//! reservations, the GPU's MIG layout drawn slot by slot, the head replicas, and changes arriving
+//! actors (state, node, incarnation and restarts, resources, a link to their logs) and their
+//! events, reservations, the GPU's MIG layout drawn slot by slot, the head replicas, and changes arriving
 //! live (through the watch API) without a reload. A reader token sees the cluster and no task; a
 //! wrong token is asked to sign in again.
 //!
@@ -34,7 +35,7 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use common::{cluster, free_addr, within};
 use escher::types::{GangStrategy, Grant, NodeSpec, ResourceSet, Role};
-use escher::{LocalCluster, Task};
+use escher::{ActorClass, LocalCluster, Task};
 use futures_util::{SinkExt, StreamExt};
 use procs::ProcessCluster;
 use serde_json::{Value, json};
@@ -336,6 +337,12 @@ fn text_of(selector: &str) -> String {
     )
 }
 
+/// An actor class: `Counter(start)`, whose `get()` returns the count.
+fn counter() -> ActorClass {
+    ActorClass::new("Counter", |_ctx, start: u64| async move { Ok(start) })
+        .method("get", |n: &mut u64, (): ()| Ok(*n))
+}
+
 async fn dashboard_cluster() -> (LocalCluster, SocketAddr) {
     let addr = free_addr();
     let config = escher_head::HeadConfig {
@@ -346,6 +353,7 @@ async fn dashboard_cluster() -> (LocalCluster, SocketAddr) {
         "starting",
         cluster()
             .head_config(config)
+            .functions(common::functions().actor(counter()))
             .no_workers()
             .worker_with_gpus(
                 "cpu=4".parse().unwrap(),
@@ -587,6 +595,64 @@ async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
     );
     page.screenshot("reservations").await;
 
+    // An actor restarted once: its state, node, incarnation, restarts and resources, a link
+    // to its logs, and its events in the overview's feed.
+    let ps = within(
+        "an actor",
+        client.actor(
+            Task::actor_typed("Counter", &3u64)
+                .actor_name("ps")
+                .max_restarts(2)
+                .resources_str("cpu=1"),
+        ),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("a call", ps.call("get", &())).await.unwrap();
+    within("a restart", ps.kill(false)).await.unwrap();
+    let _: u64 = within("a call after the restart", ps.call("get", &()))
+        .await
+        .unwrap();
+    let actor_row = format!("tr[data-actor=\"{}\"]", ps.id().0);
+    page.show("actors").await;
+    page.until(
+        "the restarted actor",
+        &format!(
+            "({}) === '2' && ({}) === 'Running'",
+            text_of(&format!("{actor_row} [data-col=incarnation]")),
+            text_of(&format!("{actor_row} [data-col=state]"))
+        ),
+    )
+    .await;
+    let row = page.eval(&text_of(&actor_row)).await;
+    let row = row.as_str().unwrap();
+    for cell in ["ps", "Counter", "cpu=1"] {
+        assert!(row.contains(cell), "{cell} in {row}");
+    }
+    assert_eq!(
+        page.eval(&text_of(&format!("{actor_row} [data-col=restarts]")))
+            .await,
+        "1"
+    );
+    let node = ps.describe().await.unwrap().node.unwrap();
+    let logs = page
+        .eval(&format!(
+            "document.querySelector('{actor_row} a.actor-logs').getAttribute('href')"
+        ))
+        .await;
+    assert_eq!(logs, format!("#logs/{}/{}", node.0, ps.id().0));
+    page.screenshot("actors").await;
+    page.show("overview").await;
+    page.until(
+        "the actor's events",
+        &format!(
+            "[...document.querySelectorAll('#events li[data-kind=actor]')].some(li => \
+             li.innerText.includes('actor {} (ps) incarnation 2 ready'))",
+            ps.id().0
+        ),
+    )
+    .await;
+
     // The head replicas.
     page.show("heads").await;
     page.until(
@@ -653,6 +719,10 @@ async fn a_reader_sees_the_cluster_but_no_task_and_a_bad_token_signs_in_again() 
             .await,
         0
     );
+    // No task, so no actor either: the view says why.
+    page.show("actors").await;
+    let note = page.until("the note on actors", &text_of("#actors")).await;
+    assert!(note.as_str().unwrap().contains("sees no task"), "{note}");
     page.show("gpus").await;
     page.until(
         "the MIG layout",

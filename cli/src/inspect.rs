@@ -135,7 +135,7 @@ pub struct InfoArgs {
 /// Options of `escher logs`.
 #[derive(Debug, Clone, Args)]
 pub struct LogsArgs {
-    /// The task
+    /// The task (of an actor: each incarnation's output in turn, each named on stderr)
     #[arg(value_name = "ID")]
     pub id: TaskId,
 
@@ -220,11 +220,13 @@ impl TasksArgs {
             );
         }
         let kinds = match self.state.map(TaskState::from) {
+            // An actor's task events come with its actor events (ready, restarting, died).
             None => vec![
                 WatchKind::Submitted,
                 WatchKind::Started,
                 WatchKind::Finished,
                 WatchKind::Pending,
+                WatchKind::Actor,
             ],
             Some(TaskState::Pending) => vec![WatchKind::Submitted, WatchKind::Pending],
             Some(TaskState::Running) => vec![WatchKind::Started],
@@ -472,6 +474,12 @@ impl LogsArgs {
             }
         };
         let mut notices = Notices::default();
+        if self.attempt.is_none() {
+            let info = client.task_info(self.id).await?;
+            if matches!(info.spec.kind, TaskKind::Actor(_)) {
+                return self.actor_logs(ctx, &client, stream, info).await;
+            }
+        }
         if !self.follow {
             let mut reader = reader(self.attempt);
             let bytes = reader.read_available().await?;
@@ -523,6 +531,66 @@ impl LogsArgs {
             reader = client.log_reader(self.id, stream).attempt(status.attempt);
         }
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+impl LogsArgs {
+    /// An actor's output: every incarnation's in turn (an incarnation is an attempt of the
+    /// actor's task), each after a line on stderr naming it and its node; with `--follow`, on
+    /// through each restart until the actor has ended.
+    async fn actor_logs(
+        &self,
+        ctx: &mut Ctx<'_>,
+        client: &escher_client::Client,
+        stream: LogStream,
+        mut info: TaskInfo,
+    ) -> anyhow::Result<ExitCode> {
+        let mut notices = Notices::default();
+        // The head keeps the last attempts' records only: older incarnations are skipped.
+        let mut next = info.attempts.first().map_or(1, |a| a.attempt);
+        loop {
+            while next <= info.status.attempt {
+                let on = info
+                    .attempts
+                    .iter()
+                    .find(|a| a.attempt == next)
+                    .map(|a| format!("node {}", a.node))
+                    .unwrap_or_else(|| "an unknown node".to_string());
+                eprintln!("escher: incarnation {next} of actor {} on {on}", self.id);
+                let mut reader = client.log_reader(self.id, stream).attempt(next);
+                // One incarnation that left no output (an actor that runs inside its worker
+                // writes none of its own) says so, and the next is read.
+                loop {
+                    let chunk = match reader.next_chunk().await {
+                        Ok(Some(chunk)) => chunk,
+                        Ok(None) => break,
+                        Err(e) => {
+                            eprintln!("escher: incarnation {next}: {e}");
+                            break;
+                        }
+                    };
+                    notices.show(&reader);
+                    if chunk.is_empty() {
+                        if reader.is_eof() {
+                            continue;
+                        }
+                        if !self.follow {
+                            break;
+                        }
+                        tokio::time::sleep(FOLLOW_POLL).await;
+                        continue;
+                    }
+                    ctx.emit_bytes(&chunk)?;
+                }
+                next += 1;
+            }
+            if !self.follow || info.status.state.is_terminal() {
+                return Ok(ExitCode::SUCCESS);
+            }
+            // Between incarnations (restarting), or waiting for the first to be placed.
+            tokio::time::sleep(FOLLOW_POLL).await;
+            info = client.task_info(self.id).await?;
+        }
     }
 }
 

@@ -1,15 +1,17 @@
 //! `escher status`: the nodes, every resource on each (total, used, available), the pending
-//! tasks with the reason each cannot be placed, and the head group's replicas.
+//! tasks with the reason each cannot be placed, how many actors live, and the head group's
+//! replicas.
 //!
 //! A resource whose use exceeds its total (its capacity shrank below what running tasks hold,
 //! docs/DESIGN.md §3) is marked in the `NOTE` column with how far over it is; unbounded capacities
 //! show `unbounded`. Pending tasks come from one `ListTasks` call (state pending), whose
-//! summaries already carry the head's reason.
+//! summaries already carry the head's reason; live actors from another (the tasks labelled
+//! `escher.actor`), counted by state (`escher actors` lists them).
 
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::{HeadsReply, utc_seconds};
+use escher_proto::types::{ACTOR_LABEL, HeadsReply, ListTasksRequest, utc_seconds};
 use escher_proto::{ClusterStatus, NodeStatus, TaskState, TaskSummary};
 use serde::Serialize;
 
@@ -35,9 +37,14 @@ pub struct StatusJson<'a> {
     pub cluster: &'a ClusterStatus,
     /// The first pending tasks, with their reasons.
     pub pending: &'a [TaskSummary],
+    /// The live actors (pending or running), when the caller sees tasks.
+    pub actors: &'a [TaskSummary],
     /// The head group's replicas, when the head reports them.
     pub heads: Option<&'a HeadsReply>,
 }
+
+/// How many live actors one status counts at most.
+const ACTORS_COUNTED: u32 = 10_000;
 
 impl StatusArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
@@ -65,16 +72,38 @@ impl StatusArgs {
                 other => other?,
             }
         };
+        let actors = if sees_tasks && cluster.running_tasks + cluster.pending_tasks > 0 {
+            let query = ListTasksRequest {
+                labels: vec![(ACTOR_LABEL.to_string(), None)],
+                limit: ACTORS_COUNTED,
+                ..ListTasksRequest::default()
+            };
+            match client.list_tasks_page(query).await {
+                Err(escher_client::ClientError::PermissionDenied(_)) => {
+                    sees_tasks = false;
+                    Vec::new()
+                }
+                other => other?.tasks,
+            }
+        } else {
+            Vec::new()
+        };
+        let actors: Vec<TaskSummary> = actors
+            .into_iter()
+            .filter(|t| !t.state.is_terminal())
+            .collect();
         // A head that predates replication has no replicas to show: leave the section out.
         let heads = client.heads().await.ok();
         if ctx.json {
             ctx.emit_json(&StatusJson {
                 cluster: &cluster,
                 pending: &pending,
+                actors: &actors,
                 heads: heads.as_ref(),
             })?;
         } else {
             let mut text = render_status(&cluster, &pending);
+            text.push_str(&render_actors_line(&actors));
             if !sees_tasks {
                 text.push_str("a reader token sees no tasks: the pending ones are not listed\n");
             }
@@ -110,6 +139,23 @@ pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String
     out.push('\n');
     out.push_str(&render_pending(pending, cluster.pending_tasks));
     out
+}
+
+/// The live actors in one line, by state; nothing when there are none.
+pub fn render_actors_line(actors: &[TaskSummary]) -> String {
+    if actors.is_empty() {
+        return String::new();
+    }
+    let running = actors
+        .iter()
+        .filter(|t| t.state == TaskState::Running)
+        .count();
+    let n = actors.len();
+    let noun = if n == 1 { "actor" } else { "actors" };
+    format!(
+        "{n} {noun}: {running} running, {} pending or restarting (escher actors lists them)\n",
+        n - running
+    )
 }
 
 fn render_nodes(cluster: &ClusterStatus) -> String {
@@ -282,6 +328,27 @@ mod tests {
         }]
     }
 
+    #[test]
+    fn live_actors_are_counted_by_state_in_one_line() {
+        assert_eq!(render_actors_line(&[]), "");
+        assert!(render_actors_line(&[pending().remove(0)]).starts_with("1 actor: 0 running, 1 "));
+        let actor = |id, state, attempt| TaskSummary {
+            id: TaskId(id),
+            state,
+            attempt,
+            ..pending().remove(0)
+        };
+        let text = render_actors_line(&[
+            actor(1, TaskState::Running, 1),
+            actor(2, TaskState::Running, 3),
+            actor(3, TaskState::Pending, 1),
+        ]);
+        assert_eq!(
+            text,
+            "3 actors: 2 running, 1 pending or restarting (escher actors lists them)\n"
+        );
+    }
+
     /// The line whose first words are `first`.
     fn row<'a>(text: &'a str, first: &str) -> &'a str {
         let want: Vec<&str> = first.split_whitespace().collect();
@@ -352,6 +419,7 @@ mod tests {
         let value = serde_json::to_value(StatusJson {
             cluster: &c,
             pending: &p,
+            actors: &p,
             heads: None,
         })
         .unwrap();

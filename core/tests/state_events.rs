@@ -39,6 +39,16 @@ fn lines(events: &[Recorded]) -> Vec<String> {
                 Some((t, n)) => format!("reservation {name} {t}@{n}"),
                 None => format!("reservation {name} released"),
             },
+            ClusterEvent::Actor {
+                actor,
+                change,
+                incarnation,
+                node,
+                ..
+            } => match node {
+                Some(node) => format!("actor {actor} {change} #{incarnation} on {node}"),
+                None => format!("actor {actor} {change} #{incarnation}"),
+            },
         })
         .collect()
 }
@@ -119,6 +129,109 @@ fn a_task_life_is_recorded_in_order() {
     assert_eq!(lost[0], "node 1 lost");
     assert!(lost.contains(&"finished 2 failed".to_string()), "{lost:?}");
     assert!(lost.contains(&"finished 3 failed".to_string()), "{lost:?}");
+}
+
+#[test]
+fn an_actor_life_is_recorded_as_actor_events_beside_its_task_events() {
+    let mut t = TestState::new();
+    step(&mut t, state_support::register_command("a", "cpu=2"));
+    step(&mut t, state_support::register_command("b", "cpu=2"));
+    let node_a = escher_proto::types::NodeId(1);
+
+    // Placed: the task starts (incarnation 1 dispatched) but is not ready yet.
+    let placed = step(&mut t, submit(task("cpu=2").actor(Some("ps")).retries(1)));
+    assert_eq!(placed, vec!["submitted 1", "started 1 on 1 #1"]);
+    // Its worker reports the start once the constructor returned: ready.
+    let ready = step(
+        &mut t,
+        Command::TaskStarted {
+            task: TaskId(1),
+            attempt: 1,
+        },
+    );
+    assert_eq!(ready, vec!["actor 1 ready #1 on 1"]);
+    // Its node is lost: incarnation 1 ends and the actor restarts on the other node.
+    let lost = step(
+        &mut t,
+        Command::RemoveNode {
+            node: node_a,
+            reason: "no heartbeat for 10s".into(),
+        },
+    );
+    assert_eq!(
+        lost,
+        vec![
+            "node 1 lost",
+            "actor 1 restarting #1 on 1",
+            "pending 1 blocked",
+            "started 1 on 2 #2"
+        ]
+    );
+    step(
+        &mut t,
+        Command::TaskStarted {
+            task: TaskId(1),
+            attempt: 2,
+        },
+    );
+
+    // Out of restarts: it dies, saying why.
+    let died = t.apply(Command::TaskFinished(state_support::report(
+        TaskId(1),
+        2,
+        Err("the actor's process was killed by signal 9".into()),
+    )));
+    let actor_events: Vec<&ClusterEvent> = died
+        .events
+        .iter()
+        .map(|r| &r.event.event)
+        .filter(|e| matches!(e, ClusterEvent::Actor { .. }))
+        .collect();
+    assert_eq!(actor_events.len(), 1, "{actor_events:?}");
+    let ClusterEvent::Actor {
+        name,
+        change,
+        incarnation,
+        reason,
+        ..
+    } = actor_events[0]
+    else {
+        unreachable!()
+    };
+    assert_eq!(name.as_deref(), Some("ps"));
+    assert_eq!(*change, escher_proto::types::ActorChange::Died);
+    assert_eq!(*incarnation, 2);
+    assert!(
+        reason.as_deref().is_some_and(|r| r.contains("signal 9")),
+        "{reason:?}"
+    );
+    assert!(
+        actor_events[0]
+            .to_string()
+            .starts_with("actor 1 (ps) died in incarnation 2 on node 2: "),
+        "{}",
+        actor_events[0]
+    );
+
+    // A plain task records no actor event, and a cancelled actor that never ran dies unplaced.
+    let plain = step(&mut t, submit(task("cpu=1")));
+    assert_eq!(plain, vec!["submitted 2", "started 2 on 2 #1"]);
+    step(
+        &mut t,
+        Command::TaskStarted {
+            task: TaskId(2),
+            attempt: 1,
+        },
+    );
+    let blocked = step(&mut t, submit(task("cpu=64").actor(None)));
+    assert_eq!(blocked, vec!["submitted 3", "pending 3 blocked"]);
+    let cancelled = step(
+        &mut t,
+        Command::Cancel {
+            tasks: vec![TaskId(3)],
+        },
+    );
+    assert_eq!(cancelled, vec!["finished 3 cancelled", "actor 3 died #0"]);
 }
 
 #[test]

@@ -29,6 +29,7 @@ use escher_proto::types::{
     parse_outcome,
 };
 use escher_proto::{Namespace, NodeId, TaskId, TaskKind, TaskResult};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::context::TaskContext;
@@ -92,6 +93,7 @@ pub(crate) async fn run_task(
     assigned: Instant,
     cancel: CancellationToken,
     devices: Option<Vec<String>>,
+    ready: mpsc::UnboundedSender<(TaskId, u32)>,
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
@@ -221,8 +223,14 @@ pub(crate) async fn run_task(
                 devices,
             );
             env.spawn_latency.observe(assigned.elapsed());
+            let key = (a.task_id, a.attempt);
+            // The runtime reports the start once the constructor returned (and never after
+            // the end: it reads readiness before ends).
+            let ready = move || {
+                let _ = ready.send(key);
+            };
             env.actors
-                .run(ctx, &actor, &env.worker_name, timeout, cancel)
+                .run(ctx, &actor, &env.worker_name, timeout, cancel, ready)
                 .await
         }
     };

@@ -12,8 +12,10 @@
 //!
 //! Rules the head relies on (the worker side of the report protocol; the head side is in the
 //! head's `runtime/workers.rs` and `state/nodes.rs`):
-//! - `TaskStarted` is sent when an assignment is accepted, `TaskFinished` when its runner ends,
-//!   whether it ended by itself, timed out or was cancelled. A start is reported after
+//! - `TaskStarted` is sent when an assignment is accepted (an actor's once its constructor
+//!   returned, so that the head's start of an actor means it is ready to serve calls; one whose
+//!   constructor failed never starts), `TaskFinished` when its runner ends, whether it ended by
+//!   itself, timed out or was cancelled. A start is reported after
 //!   [`START_REPORT_DELAY`], or with the task's end if that comes sooner: `TaskStarted` then
 //!   `TaskFinished` in one batch, which the head commits as one entry (a short task costs the
 //!   head one raft entry and the stream one frame, not two).
@@ -63,7 +65,7 @@ use escher_proto::types::{
     WorkerMessage,
 };
 use escher_proto::wire::head_message::Body;
-use escher_proto::{Labels, LogStream, NodeId, ResourceSet, TaskId, wire};
+use escher_proto::{Labels, LogStream, NodeId, ResourceSet, TaskId, TaskKind, wire};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Sleep;
 use tokio_util::sync::CancellationToken;
@@ -172,6 +174,12 @@ pub(crate) struct Runtime {
     tracker: TaskTracker,
     finished_tx: mpsc::UnboundedSender<Finished>,
     finished_rx: mpsc::UnboundedReceiver<Finished>,
+    /// Actor incarnations whose constructor returned (their runner says so).
+    ready_tx: mpsc::UnboundedSender<(TaskId, u32)>,
+    ready_rx: mpsc::UnboundedReceiver<(TaskId, u32)>,
+    /// Actor incarnations whose constructor has not returned yet: their start is reported once
+    /// it has, so that the head's `TaskStarted` of an actor means "ready to serve calls".
+    unready: HashSet<(TaskId, u32)>,
     tasks: BTreeMap<(TaskId, u32), Running>,
     next_seq: u64,
     /// The node id of the latest registration, kept while disconnected.
@@ -233,6 +241,7 @@ impl Runtime {
         gpus: Gpus,
     ) -> Runtime {
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let (ready_tx, ready_rx) = mpsc::unbounded_channel();
         let (mig_tx, mig_rx) = mpsc::unbounded_channel();
         Runtime {
             env,
@@ -242,6 +251,9 @@ impl Runtime {
             tracker: TaskTracker::new(),
             finished_tx,
             finished_rx,
+            ready_tx,
+            ready_rx,
+            unready: HashSet::new(),
             tasks: BTreeMap::new(),
             next_seq: 0,
             node_id: None,
@@ -297,6 +309,8 @@ impl Runtime {
                     self.begin_stop();
                 }
                 () = until(&mut self.drain_timer), if !self.cancelled_all => self.cancel_all(),
+                // Before ends: an actor that was ready and then ended reports both, in order.
+                Some(key) = self.ready_rx.recv() => self.on_ready(key),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
                 () = until(&mut self.starts_due) => self.report_starts(),
                 Some(done) = self.mig_rx.recv() => self.on_reconfigured(done),
@@ -689,6 +703,9 @@ impl Runtime {
             return;
         }
         self.recent.insert(key);
+        if matches!(a.spec.kind, TaskKind::Actor(_)) {
+            self.unready.insert(key);
+        }
         let seq = self.next_seq;
         self.next_seq += 1;
         let grant = match self.gpus.bind(seq, &a.allocation) {
@@ -729,6 +746,7 @@ impl Runtime {
         );
         let env = Arc::clone(&self.env);
         let done = self.finished_tx.clone();
+        let ready = self.ready_tx.clone();
         self.tracker.spawn(async move {
             let devices = match grant {
                 Grant::Now(devices) => Ok(devices),
@@ -739,7 +757,7 @@ impl Runtime {
                 },
             };
             let report = match devices {
-                Ok(devices) => run_task(env, node_id, a, assigned, cancel, devices).await,
+                Ok(devices) => run_task(env, node_id, a, assigned, cancel, devices, ready).await,
                 Err(why) => TaskFinished {
                     task_id: a.task_id,
                     attempt: a.attempt,
@@ -751,6 +769,13 @@ impl Runtime {
             // The receiver lives as long as the runtime, which waits for every runner.
             let _ = done.send(Finished { seq, report });
         });
+    }
+
+    /// An actor incarnation's constructor returned: its start is reported now.
+    fn on_ready(&mut self, key: (TaskId, u32)) {
+        if self.unready.remove(&key) && self.tasks.contains_key(&key) {
+            self.report_start(key.0, key.1);
+        }
     }
 
     fn on_finished(&mut self, Finished { seq, report }: Finished) {
@@ -766,6 +791,8 @@ impl Runtime {
 
     fn report_finished(&mut self, seq: u64, report: TaskFinished) {
         let key = (report.task_id, report.attempt);
+        // An actor that ended before its constructor returned never started serving.
+        self.unready.remove(&key);
         if self.tasks.get(&key).is_none_or(|r| r.seq != seq) {
             // A task of a node the head has forgotten: not reported.
             return;
@@ -777,6 +804,10 @@ impl Runtime {
 
     /// Reports that an attempt started, after [`START_REPORT_DELAY`] or with its end.
     pub(super) fn report_start(&mut self, task_id: TaskId, attempt: u32) {
+        if self.unready.contains(&(task_id, attempt)) {
+            // An actor's start waits for its constructor (`on_ready`).
+            return;
+        }
         let due = tokio::time::Instant::now() + START_REPORT_DELAY;
         self.starts.push_back(((task_id, attempt), due));
         if self.starts_due.is_none() {

@@ -7,7 +7,7 @@
 //! keeps a bounded history of its own.
 
 use escher_proto::types::{
-    Capacity, ClusterEvent, Labels, NodeId, ResourceName, TaskId, WatchEvent,
+    ActorChange, Capacity, ClusterEvent, Labels, NodeId, ResourceName, TaskId, TaskKind, WatchEvent,
 };
 
 use super::apply::ClusterState;
@@ -69,6 +69,39 @@ impl ClusterState {
             task: id,
             reason,
             namespace: rec.namespace(),
+        });
+    }
+
+    /// Records `change` of task `id` if it is an actor, about its latest incarnation (`reason`:
+    /// why that incarnation ended). Other tasks record nothing.
+    pub(crate) fn record_actor(
+        &mut self,
+        id: TaskId,
+        change: ActorChange,
+        reason: Option<String>,
+        now: Millis,
+    ) {
+        if !self
+            .tasks
+            .get(&id)
+            .is_some_and(|rec| matches!(rec.spec.kind, TaskKind::Actor(_)))
+        {
+            return;
+        }
+        self.record_task(id, now, |rec| {
+            let TaskKind::Actor(actor) = &rec.spec.kind else {
+                unreachable!("checked an actor above");
+            };
+            ClusterEvent::Actor {
+                actor: id,
+                name: actor.name.clone(),
+                change,
+                incarnation: rec.attempt,
+                // A record keeps the node of its latest attempt.
+                node: rec.node.filter(|_| rec.attempt > 0),
+                reason,
+                namespace: rec.namespace(),
+            }
         });
     }
 

@@ -3,8 +3,8 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, RESERVATION_LABEL, STRATEGY_LABEL,
-    TaskFinished,
+    ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, RESERVATION_LABEL,
+    STRATEGY_LABEL, TaskFinished,
 };
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
@@ -251,12 +251,15 @@ impl ClusterState {
         Ok(ids)
     }
 
+    /// A worker reported that an attempt started. An actor's worker reports it once the
+    /// incarnation's constructor returned, so for an actor this is "incarnation ready".
     pub(crate) fn started(&mut self, id: TaskId, attempt: u32, now: Millis) {
         if let Some(rec) = self.tasks.get_mut(&id)
             && rec.state == TaskState::Running
             && rec.attempt == attempt
         {
             rec.started_at = Some(now);
+            self.record_actor(id, ActorChange::Ready, None, now);
         }
     }
 
@@ -438,6 +441,7 @@ impl ClusterState {
             return;
         }
         let reason = format!("attempt {} failed ({why}); retrying", rec.attempt);
+        self.record_actor(id, ActorChange::Restarting, Some(why), now);
         self.resubmit(id, reason, now);
     }
 
@@ -522,6 +526,8 @@ impl ClusterState {
                 attempt: rec.attempt,
                 namespace: rec.namespace(),
             });
+            let why = self.tasks.get(&id).and_then(|rec| rec.reason.clone());
+            self.record_actor(id, ActorChange::Died, why, now);
         }
         if let Some(name) = released {
             let event = ClusterEvent::Reservation { name, placed: None };

@@ -195,6 +195,19 @@ impl TaskBuilder {
         self
     }
 
+    /// Makes it an actor of class `Counter`, named `name` if given.
+    pub fn actor(mut self, name: Option<&str>) -> Self {
+        self.spec.kind = TaskKind::Actor(Box::new(escher_proto::types::ActorSpec {
+            class: "Counter".to_string(),
+            args: Vec::new().into(),
+            max_concurrency: 1,
+            max_task_retries: 0,
+            name: name.map(str::to_string),
+            lifetime: escher_proto::types::Lifetime::Detached,
+        }));
+        self
+    }
+
     /// Makes it a ghost task creating `creates` (`"bundle=4"`) on its node while it lives.
     pub fn ghost(mut self, creates: &str) -> Self {
         let creates = res(creates)

@@ -6,8 +6,8 @@ use super::{
     At, ConvertError, MAX_NAME_BYTES, Problem, check_len, convert_list, convert_optional, required,
 };
 use crate::types::{
-    ClusterEvent, MAX_LABEL_SELECTORS, MAX_WATCH_TASKS, NodeChange, NodeId, ResourceName, TaskId,
-    WatchBatch, WatchEvent, WatchKind, WatchRequest,
+    ActorChange, ClusterEvent, MAX_ACTOR_NAME_BYTES, MAX_LABEL_SELECTORS, MAX_WATCH_TASKS,
+    NodeChange, NodeId, ResourceName, TaskId, WatchBatch, WatchEvent, WatchKind, WatchRequest,
 };
 use crate::wire::{self, watch_event::Event as W};
 
@@ -24,13 +24,14 @@ impl From<WatchKind> for wire::WatchKind {
             WatchKind::Resource => wire::WatchKind::Resource,
             WatchKind::Node => wire::WatchKind::Node,
             WatchKind::Reservation => wire::WatchKind::Reservation,
+            WatchKind::Actor => wire::WatchKind::Actor,
         }
     }
 }
 
 fn watch_kind(value: i32) -> Result<WatchKind, ConvertError> {
     let unknown = || {
-        let expected = "SUBMITTED, STARTED, FINISHED, PENDING, RESOURCE, NODE, RESERVATION";
+        let expected = "SUBMITTED, STARTED, FINISHED, PENDING, RESOURCE, NODE, RESERVATION, ACTOR";
         ConvertError::new("", Problem::UnknownEnum { value, expected })
     };
     Ok(
@@ -43,6 +44,7 @@ fn watch_kind(value: i32) -> Result<WatchKind, ConvertError> {
             wire::WatchKind::Resource => WatchKind::Resource,
             wire::WatchKind::Node => WatchKind::Node,
             wire::WatchKind::Reservation => WatchKind::Reservation,
+            wire::WatchKind::Actor => WatchKind::Actor,
         },
     )
 }
@@ -104,6 +106,31 @@ fn node_change(value: i32) -> Result<NodeChange, ConvertError> {
             wire::NodeChange::Draining => NodeChange::Draining,
             wire::NodeChange::Lost => NodeChange::Lost,
             wire::NodeChange::Labelled => NodeChange::Labelled,
+        },
+    )
+}
+
+impl From<ActorChange> for wire::ActorChange {
+    fn from(c: ActorChange) -> Self {
+        match c {
+            ActorChange::Ready => wire::ActorChange::Ready,
+            ActorChange::Restarting => wire::ActorChange::Restarting,
+            ActorChange::Died => wire::ActorChange::Died,
+        }
+    }
+}
+
+fn actor_change(value: i32) -> Result<ActorChange, ConvertError> {
+    let unknown = || {
+        let expected = "READY, RESTARTING, DIED";
+        ConvertError::new("change", Problem::UnknownEnum { value, expected })
+    };
+    Ok(
+        match wire::ActorChange::try_from(value).map_err(|_| unknown())? {
+            wire::ActorChange::Unspecified => return Err(unknown()),
+            wire::ActorChange::Ready => ActorChange::Ready,
+            wire::ActorChange::Restarting => ActorChange::Restarting,
+            wire::ActorChange::Died => ActorChange::Died,
         },
     )
 }
@@ -188,6 +215,23 @@ impl From<WatchEvent> for wire::WatchEvent {
                     released: placed.is_none(),
                 })
             }
+            ClusterEvent::Actor {
+                actor,
+                name,
+                change,
+                incarnation,
+                node,
+                reason,
+                namespace,
+            } => W::Actor(wire::ActorChangedEvent {
+                actor_id: actor.0,
+                name,
+                change: wire::ActorChange::from(change).into(),
+                incarnation,
+                node: node.map(|n| n.0),
+                reason,
+                namespace: namespace_to_wire(namespace),
+            }),
         };
         wire::WatchEvent {
             revision: e.revision,
@@ -257,6 +301,20 @@ impl TryFrom<wire::WatchEvent> for WatchEvent {
                 ClusterEvent::Reservation {
                     name: resource_name(&e.name).at("reservation")?,
                     placed,
+                }
+            }
+            W::Actor(e) => {
+                if let Some(name) = &e.name {
+                    check_len("name", name, MAX_ACTOR_NAME_BYTES).at("actor")?;
+                }
+                ClusterEvent::Actor {
+                    actor: TaskId(e.actor_id),
+                    name: e.name,
+                    change: actor_change(e.change).at("actor")?,
+                    incarnation: e.incarnation,
+                    node: e.node.map(NodeId),
+                    reason: reason(e.reason).at("actor")?,
+                    namespace: namespace(e.namespace).at("actor")?,
                 }
             }
         };
@@ -386,10 +444,34 @@ mod tests {
                     placed: None,
                 },
             ),
+            event(
+                10,
+                ClusterEvent::Actor {
+                    actor: TaskId(4),
+                    name: Some("ps".into()),
+                    change: ActorChange::Restarting,
+                    incarnation: 1,
+                    node: Some(NodeId(3)),
+                    reason: Some("node 3 lost".into()),
+                    namespace: Some(Namespace::new("team-a").unwrap()),
+                },
+            ),
+            event(
+                11,
+                ClusterEvent::Actor {
+                    actor: TaskId(4),
+                    name: None,
+                    change: ActorChange::Died,
+                    incarnation: 0,
+                    node: None,
+                    reason: None,
+                    namespace: None,
+                },
+            ),
         ];
         let batch = WatchBatch {
             events,
-            revision: 9,
+            revision: 11,
         };
         let wire: wire::WatchResponse = batch.clone().into();
         assert_eq!(WatchBatch::try_from(wire).unwrap(), batch);

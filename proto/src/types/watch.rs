@@ -78,11 +78,13 @@ pub enum WatchKind {
     Node,
     /// A reservation's bundle was placed, or the reservation was released.
     Reservation,
+    /// An actor's incarnation became ready, ended and restarts, or the actor died.
+    Actor,
 }
 
 impl WatchKind {
     /// Every kind, in wire order.
-    pub const ALL: [WatchKind; 7] = [
+    pub const ALL: [WatchKind; 8] = [
         WatchKind::Submitted,
         WatchKind::Started,
         WatchKind::Finished,
@@ -90,6 +92,7 @@ impl WatchKind {
         WatchKind::Resource,
         WatchKind::Node,
         WatchKind::Reservation,
+        WatchKind::Actor,
     ];
 
     /// Its name in the CLI and in messages.
@@ -102,14 +105,19 @@ impl WatchKind {
             WatchKind::Resource => "resource",
             WatchKind::Node => "node",
             WatchKind::Reservation => "reservation",
+            WatchKind::Actor => "actor",
         }
     }
 
-    /// Whether events of this kind are about one task.
+    /// Whether events of this kind are about one task (an actor's are about its task).
     pub fn is_task(self) -> bool {
         matches!(
             self,
-            WatchKind::Submitted | WatchKind::Started | WatchKind::Finished | WatchKind::Pending
+            WatchKind::Submitted
+                | WatchKind::Started
+                | WatchKind::Finished
+                | WatchKind::Pending
+                | WatchKind::Actor
         )
     }
 }
@@ -129,8 +137,8 @@ impl FromStr for WatchKind {
             .ok_or_else(|| TypeError::Invalid {
                 what: "event kind",
                 value: s.to_string(),
-                why: "expected submitted, started, finished, pending, resource, node or \
-                      reservation",
+                why: "expected submitted, started, finished, pending, resource, node, \
+                      reservation or actor",
             })
     }
 }
@@ -219,6 +227,26 @@ pub enum ClusterEvent {
         /// The holder and its node, for a placed bundle.
         placed: Option<(TaskId, NodeId)>,
     },
+    /// Something happened to an actor: an incarnation became ready, ended and is restarted,
+    /// or the actor died for good. Its task's own events (started, pending, finished) are
+    /// recorded beside these.
+    Actor {
+        /// The actor (its task's id).
+        actor: TaskId,
+        /// Its name, if it has one.
+        name: Option<String>,
+        /// What.
+        change: ActorChange,
+        /// The incarnation it is about (its task's attempt, from 1; 0 for an actor that died
+        /// before it was ever placed).
+        incarnation: u32,
+        /// The node of that incarnation, if it was placed.
+        node: Option<NodeId>,
+        /// Why the incarnation ended, for a restart or a death.
+        reason: Option<String>,
+        /// Its namespace.
+        namespace: Option<Namespace>,
+    },
 }
 
 impl ClusterEvent {
@@ -232,6 +260,7 @@ impl ClusterEvent {
             ClusterEvent::Resource { .. } => WatchKind::Resource,
             ClusterEvent::Node { .. } => WatchKind::Node,
             ClusterEvent::Reservation { .. } => WatchKind::Reservation,
+            ClusterEvent::Actor { .. } => WatchKind::Actor,
         }
     }
 
@@ -242,6 +271,7 @@ impl ClusterEvent {
             | ClusterEvent::Started { task, .. }
             | ClusterEvent::Finished { task, .. }
             | ClusterEvent::Pending { task, .. } => Some(*task),
+            ClusterEvent::Actor { actor, .. } => Some(*actor),
             _ => None,
         }
     }
@@ -252,7 +282,8 @@ impl ClusterEvent {
             ClusterEvent::Submitted { namespace, .. }
             | ClusterEvent::Started { namespace, .. }
             | ClusterEvent::Finished { namespace, .. }
-            | ClusterEvent::Pending { namespace, .. } => namespace.as_ref(),
+            | ClusterEvent::Pending { namespace, .. }
+            | ClusterEvent::Actor { namespace, .. } => namespace.as_ref(),
             _ => None,
         }
     }
@@ -328,6 +359,33 @@ impl fmt::Display for ClusterEvent {
             ClusterEvent::Reservation { name, placed: None } => {
                 write!(f, "reservation {name} released")
             }
+            ClusterEvent::Actor {
+                actor,
+                name,
+                change,
+                incarnation,
+                node,
+                reason,
+                ..
+            } => {
+                write!(f, "actor {actor}")?;
+                if let Some(name) = name {
+                    write!(f, " ({name})")?;
+                }
+                let on = node.map(|n| format!(" on node {n}")).unwrap_or_default();
+                match change {
+                    ActorChange::Ready => write!(f, " incarnation {incarnation} ready{on}")?,
+                    ActorChange::Restarting => {
+                        write!(f, " incarnation {incarnation}{on} ended; restarting")?
+                    }
+                    ActorChange::Died if *incarnation == 0 => write!(f, " died before it ran")?,
+                    ActorChange::Died => write!(f, " died in incarnation {incarnation}{on}")?,
+                }
+                match reason {
+                    Some(why) => write!(f, ": {why}"),
+                    None => Ok(()),
+                }
+            }
         }
     }
 }
@@ -356,6 +414,34 @@ impl fmt::Display for NodeChange {
             NodeChange::Lost => "lost",
             NodeChange::Labelled => "labelled",
         })
+    }
+}
+
+/// What happened to an actor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum ActorChange {
+    /// An incarnation's constructor returned: it serves calls.
+    Ready,
+    /// An incarnation ended and the actor is placed again (a restart is its task's retry).
+    Restarting,
+    /// The actor ended for good: killed, out of restarts, or never placed.
+    Died,
+}
+
+impl ActorChange {
+    /// Its name in messages.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ActorChange::Ready => "ready",
+            ActorChange::Restarting => "restarting",
+            ActorChange::Died => "died",
+        }
+    }
+}
+
+impl fmt::Display for ActorChange {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 

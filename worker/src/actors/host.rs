@@ -120,7 +120,9 @@ impl ActorHost {
     }
 
     /// Runs one incarnation of an actor to its end: construction, then calls until it is
-    /// cancelled, times out or a method panics. The result a runner reports.
+    /// cancelled, times out or a method panics. `ready` is called once the constructor returned
+    /// and the incarnation takes calls (never for one whose constructor failed). The result a
+    /// runner reports.
     pub(crate) async fn run(
         &self,
         ctx: TaskContext,
@@ -128,6 +130,7 @@ impl ActorHost {
         worker: &str,
         timeout: Option<Duration>,
         cancel: CancellationToken,
+        ready: impl FnOnce(),
     ) -> (Result<TaskResult, String>, bool) {
         let Some(class) = self.classes.get(&spec.class).cloned() else {
             let known: Vec<&str> = self.classes.keys().map(String::as_str).collect();
@@ -197,6 +200,7 @@ impl ActorHost {
             }
         };
         lock(&self.live).insert(actor, live.clone());
+        ready();
         let (outcome, timed_out) = tokio::select! {
             biased;
             () = cancel.cancelled() => {

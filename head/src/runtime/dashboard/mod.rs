@@ -20,6 +20,10 @@
 //! `SharedWorker` opens a feed per tab, as before. Each event carries `at_ms`, when the leader
 //! committed it (the watch API's own timestamp, not one stamped here), which the page shows.
 //!
+//! Actors (`GET /api/actors`): the tasks labelled `escher.actor`, each described once for its
+//! class and name; its incarnation is its task's attempt. Method calls go from callers to the
+//! hosting worker and never through the head, so the page shows no call counts.
+//!
 //! Utilisation over time: the head samples its own cluster status every few seconds into a
 //! bounded ring ([`history`]), served by `GET /api/history` with the same check as
 //! `/api/status`.
@@ -43,9 +47,9 @@ use tonic::{Code, Request, Status};
 
 use escher_proto::mig::GpuModel;
 use escher_proto::types::{
-    ClusterStatus, GpusReply, HeadsReply, ListTasksReply, ListTasksRequest, LogChunk, LogStream,
-    NodeId, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest, TaskState, TaskSummary,
-    TaskTelemetry, WatchBatch, WatchRequest,
+    ACTOR_LABEL, ClusterStatus, GpusReply, HeadsReply, ListTasksReply, ListTasksRequest, LogChunk,
+    LogStream, NodeId, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest, TaskState,
+    TaskSummary, TaskTelemetry, WatchBatch, WatchRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 
@@ -115,6 +119,7 @@ pub(crate) async fn serve(
         .route("/api/heads", get(heads))
         .route("/api/history", get(utilisation))
         .route("/api/reservations", get(reservations))
+        .route("/api/actors", get(actors))
         .route("/api/events", get(events))
         .route("/api/prove", get(prove))
         .fallback(|| async { ApiError::from(Status::not_found("no such page")) })
@@ -708,6 +713,59 @@ async fn reservations(
     // Newest first, like the task table.
     views.sort_by_key(|v| std::cmp::Reverse(v.holders.first().map(|t| t.id)));
     Ok(Json(views))
+}
+
+/// One actor: its task's summary (state, node, resources, why), and what is an actor's own.
+#[derive(Debug, Serialize)]
+struct ActorRow {
+    /// Its task, as the task table shows it.
+    task: TaskSummary,
+    /// Its class, as a worker registered it.
+    class: String,
+    /// Its name, if it has one.
+    actor_name: Option<String>,
+    /// The incarnation that runs or ran last (its task's attempt; 0 before it was placed).
+    incarnation: u32,
+    /// How many times it was restarted.
+    restarts: u32,
+}
+
+/// The actors the caller sees, newest first (a page of 500; each described once to read its
+/// class and name).
+async fn actors(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<Vec<ActorRow>> {
+    let query = ListTasksRequest {
+        labels: vec![(ACTOR_LABEL.to_string(), None)],
+        limit: MAX_TASK_ROWS,
+        newest_first: true,
+        ..ListTasksRequest::default()
+    };
+    let request = d
+        .call("ListTasks", &headers, wire::ListTasksRequest::from(query))
+        .await?;
+    let listed: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
+    let mut rows = Vec::with_capacity(listed.tasks.len());
+    for task in listed.tasks {
+        let message = wire::DescribeTaskRequest::from(task.id);
+        let request = d.call("DescribeTask", &headers, message).await?;
+        let info: TaskInfo = match d.svc.describe_task(request).await {
+            Ok(reply) => domain(reply)?,
+            // Evicted between the two reads.
+            Err(status) if status.code() == Code::NotFound => continue,
+            Err(status) => return Err(status.into()),
+        };
+        let actor_name = match &info.spec.kind {
+            escher_proto::types::TaskKind::Actor(actor) => actor.name.clone(),
+            _ => None,
+        };
+        rows.push(ActorRow {
+            class: info.spec.labels.get(ACTOR_LABEL).unwrap_or("").to_string(),
+            actor_name,
+            incarnation: task.attempt,
+            restarts: task.attempt.saturating_sub(1),
+            task,
+        });
+    }
+    Ok(Json(rows))
 }
 
 #[cfg(test)]

@@ -493,6 +493,36 @@ async function renderReservations() {
   }));
 }
 
+async function renderActors() {
+  const box = $('actors');
+  if (!S.who.sees_tasks) {
+    box.replaceChildren(h('caption', {}, `${S.who.caller} sees no task, so no actor; use an app or admin token.`));
+    return;
+  }
+  const actors = await api('/api/actors');
+  await ensureNodes();
+  if (!actors.length) {
+    box.replaceChildren(h('caption', {}, 'no actor'));
+    return;
+  }
+  // Each actor's output is its task's: the detail lists its incarnations (attempts) and
+  // shows the output of the latest; the log browser has it under its node.
+  table(box, ['actor', 'name', 'class', 'state', 'node', 'incarnation', 'restarts', 'resources', 'why', 'logs'],
+    actors.map((a) => {
+      const t = a.task;
+      const logs = t.node === null ? '' : h('a', { class: 'actor-logs', href: `#logs/${t.node}/${t.id}` }, 'logs →');
+      return h('tr', { 'data-actor': t.id },
+        h('td', {}, h('a', { href: `#tasks/${t.id}` }, t.id)), h('td', {}, a.actor_name || ''),
+        h('td', { 'data-col': 'class' }, a.class), h('td', { 'data-col': 'state' }, badge(t.state)),
+        h('td', { 'data-col': 'node' }, t.node === null ? '' : nodeName(t.node)),
+        h('td', { 'data-col': 'incarnation' }, a.incarnation), h('td', { 'data-col': 'restarts' }, a.restarts),
+        h('td', { 'data-col': 'resources' }, resources(t.resources)),
+        // A live actor's reason is its last restart's, which its restarts column tells.
+        h('td', { 'data-col': 'why' }, t.state === 'Running' ? '' : t.reason || ''),
+        h('td', {}, logs));
+    }));
+}
+
 async function renderGpus() {
   const reply = await api('/api/gpus');
   const box = $('gpus');
@@ -583,6 +613,7 @@ async function renderHeads() {
 const VIEWS = {
   overview: renderOverview,
   tasks: renderTasks,
+  actors: renderActors,
   reservations: renderReservations,
   gpus: renderGpus,
   heads: renderHeads,
