@@ -233,6 +233,26 @@ async fn logs_reads_any_attempt_and_info_lists_them() {
         info.contains("attempt 2:") && info.contains("exited with code 0"),
         "{info}"
     );
+    // What its node holds it to, as the node's labels say.
+    let client = cluster.client().await.unwrap();
+    let status = client.cluster_status().await.unwrap();
+    let node = &status.nodes[0];
+    let held = node
+        .labels
+        .get(escher::types::LIMITS_LABEL)
+        .expect("the label");
+    let expected = match node.labels.get(escher::types::LIMITS_MISSING_LABEL) {
+        None => format!("held on node {}: {held}", node.name),
+        Some(missing) => format!("held on node {}: {held}; NOT held: {missing}", node.name),
+    };
+    let limits = info
+        .lines()
+        .find(|l| l.trim_start().starts_with("limits"))
+        .unwrap_or_else(|| panic!("no limits line: {info}"));
+    assert!(
+        limits.contains(&expected) || (held == "none" && limits.contains("none held")),
+        "{limits} / {expected}"
+    );
     // Following a finished task prints its last attempt and ends.
     let (code, log, _) = escher(&cluster, &["logs", "-f", &id]);
     assert_eq!((code, log.as_str()), (0, "attempt 2\n"));
