@@ -26,7 +26,7 @@ use escher_head::replication::ReplicaConfig;
 use escher_head::{HeadConfig, HeadError};
 use escher_proto::types::{NodeId, ResourceSet};
 use escher_worker::exec::TaskUsers;
-use escher_worker::{Functions, Worker, WorkerError, scaled_latency};
+use escher_worker::{Functions, PythonDetection, Worker, WorkerError, scaled_latency};
 use thiserror::Error;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -98,6 +98,7 @@ pub struct LocalClusterBuilder {
     gpus: GpuSettings,
     task_users: TaskUsers,
     task_cgroups: bool,
+    python: PythonDetection,
 }
 
 impl Default for LocalClusterBuilder {
@@ -115,6 +116,7 @@ impl Default for LocalClusterBuilder {
             },
             task_users: TaskUsers::Off,
             task_cgroups: true,
+            python: PythonDetection::FromEnv,
         }
     }
 }
@@ -231,6 +233,14 @@ impl LocalClusterBuilder {
         self
     }
 
+    /// Whether the workers run Python tasks: by default only where `ESCHER_PYTHON` asks
+    /// ([`PythonDetection::FromEnv`]); [`PythonDetection::Detect`] also takes `python3` on
+    /// `PATH` when it is usable, as `escher-worker` does.
+    pub fn python(mut self, detection: PythonDetection) -> Self {
+        self.python = detection;
+        self
+    }
+
     /// Starts the head (or its replicas) and the workers and waits until every worker has
     /// registered.
     pub async fn start(self) -> Result<LocalCluster, LocalClusterError> {
@@ -298,6 +308,7 @@ impl LocalClusterBuilder {
             grace: self.grace,
             task_users: self.task_users,
             task_cgroups: self.task_cgroups,
+            python: self.python,
             gpus: self.gpus,
         };
         for spec in self.workers {
@@ -338,6 +349,7 @@ pub struct LocalCluster {
     gpus: GpuSettings,
     task_users: TaskUsers,
     task_cgroups: bool,
+    python: PythonDetection,
 }
 
 /// How long a worker may take to register.
@@ -455,6 +467,7 @@ impl LocalCluster {
             .sim_mig_latency(scaled_latency(self.gpus.latency_scale))
             .task_users(self.task_users)
             .task_cgroups(self.task_cgroups)
+            .python(self.python)
             .functions(&self.functions);
         for gpu in spec.sim_gpus {
             builder = builder.sim_gpu(gpu);

@@ -233,6 +233,26 @@ async fn logs_reads_any_attempt_and_info_lists_them() {
         info.contains("attempt 2:") && info.contains("exited with code 0"),
         "{info}"
     );
+    // What its node holds it to, as the node's labels say.
+    let client = cluster.client().await.unwrap();
+    let status = client.cluster_status().await.unwrap();
+    let node = &status.nodes[0];
+    let held = node
+        .labels
+        .get(escher::types::LIMITS_LABEL)
+        .expect("the label");
+    let expected = match node.labels.get(escher::types::LIMITS_MISSING_LABEL) {
+        None => format!("held on node {}: {held}", node.name),
+        Some(missing) => format!("held on node {}: {held}; NOT held: {missing}", node.name),
+    };
+    let limits = info
+        .lines()
+        .find(|l| l.trim_start().starts_with("limits"))
+        .unwrap_or_else(|| panic!("no limits line: {info}"));
+    assert!(
+        limits.contains(&expected) || (held == "none" && limits.contains("none held")),
+        "{limits} / {expected}"
+    );
     // Following a finished task prints its last attempt and ends.
     let (code, log, _) = escher(&cluster, &["logs", "-f", &id]);
     assert_eq!((code, log.as_str()), (0, "attempt 2\n"));
@@ -487,8 +507,60 @@ async fn top_once_counts_tasks_by_namespace_and_shows_the_nodes() {
     cluster.shutdown().await;
 }
 
+/// A relay on a port of its own that forwards every connection to `to`, byte for byte (as a
+/// program squatting a port, or a proxy, would), and keeps what the client sent it.
+fn relay(to: std::net::SocketAddr) -> (String, std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let kept = std::sync::Arc::clone(&seen);
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let Ok(mut server) = std::net::TcpStream::connect(to) else {
+                return;
+            };
+            let (mut client_back, mut server_back) =
+                (client.try_clone().unwrap(), server.try_clone().unwrap());
+            let kept = std::sync::Arc::clone(&kept);
+            std::thread::spawn(move || {
+                let mut buf = [0; 8192];
+                while let Ok(n) = client.read(&mut buf) {
+                    if n == 0 || server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                    kept.lock().unwrap().extend_from_slice(&buf[..n]);
+                }
+                let _ = server.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut server_back, &mut client_back);
+                let _ = client_back.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    (address, seen)
+}
+
+/// `POST /api/login` at `base` with `ticket`: (HTTP status, body).
+fn login(base: &str, ticket: &str) -> (u16, serde_json::Value) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .post(format!("http://{base}/api/login"))
+        .header("content-type", "application/json")
+        .send(serde_json::json!({ "ticket": ticket }).to_string())
+        .expect("the dashboard answers");
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_to_string().unwrap();
+    (status, serde_json::from_str(&body).unwrap_or_default())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it() {
+async fn dashboard_prints_a_single_use_ticket_for_the_heads_own_address_never_the_token() {
     let addr = common::free_addr();
     let config = escher_head::HeadConfig {
         dashboard: Some(addr),
@@ -497,110 +569,89 @@ async fn dashboard_prints_the_address_with_the_token_or_says_nothing_serves_it()
     let cluster = within("starting", cluster().workers(1).head_config(config).start())
         .await
         .unwrap();
-    let address = addr.to_string();
-    let (code, out, err) = escher(
-        &cluster,
-        &["dashboard", "--address", &address, "--view", "gpus"],
-    );
+    let (code, out, err) = escher(&cluster, &["dashboard", "--view", "gpus"]);
     assert_eq!(code, 0, "{err}");
-    assert_eq!(
-        out.trim(),
-        format!("http://{addr}/#token={}&view=gpus", cluster.admin_token())
-    );
+    let url = out.trim();
+    assert!(!url.contains(cluster.admin_token()), "{url}");
+    let ticket = url
+        .strip_prefix(&format!("http://{addr}/#ticket="))
+        .and_then(|rest| rest.strip_suffix("&view=gpus"))
+        .unwrap_or_else(|| panic!("not the head's address with a ticket: {url}"));
+    assert_eq!(ticket.len(), 64, "{ticket}");
     assert!(err.contains("ESCHER_TOKEN"), "{err}");
-    // The page is there.
-    let mut response = ureq::get(format!("http://{addr}/"))
-        .call()
-        .expect("the dashboard answers");
-    assert_eq!(response.status(), 200);
-    let page = response.body_mut().read_to_string().unwrap();
-    assert!(page.contains("<title>escher</title>"), "{page}");
 
-    // Another cluster's dashboard cannot prove it knows this cluster's token: no address with
-    // the token is printed for it.
-    let other_addr = common::free_addr();
-    let other_config = escher_head::HeadConfig {
-        dashboard: Some(other_addr),
-        ..escher_head::HeadConfig::default()
-    };
-    let other = within(
-        "starting",
-        common::cluster()
-            .workers(0)
-            .head_config(other_config)
-            .start(),
-    )
-    .await
-    .unwrap();
-    let (code, out, err) = escher(
-        &cluster,
-        &["dashboard", "--address", &other_addr.to_string()],
-    );
-    assert_eq!(code, 1, "{out}");
-    assert!(!out.contains("token="), "{out}");
+    // Through a relay on another port, the ticket is refused (and spent): the relay gets no
+    // session, and the bytes it saw hold no token.
+    let (relayed, seen) = relay(addr);
+    let (status, body) = login(&relayed, ticket);
+    assert_eq!(status, 401, "{body}");
     assert!(
-        err.contains("could not prove that it belongs to the cluster this token is for"),
+        body["message"].as_str().unwrap().contains("own address"),
+        "{body}"
+    );
+    assert!(body.get("session").is_none(), "{body}");
+    let (status, _) = login(&addr.to_string(), ticket);
+    assert_eq!(status, 401, "a ticket presented once is spent");
+    let relay_saw = String::from_utf8_lossy(&seen.lock().unwrap()).into_owned();
+    assert!(!relay_saw.contains(cluster.admin_token()), "{relay_saw}");
+
+    // At the head's address, a fresh ticket works once: its session acts as the admin.
+    let (_, out, _) = escher(&cluster, &["dashboard"]);
+    let ticket = out.trim().rsplit("#ticket=").next().unwrap().to_string();
+    let (status, body) = login(&addr.to_string(), &ticket);
+    assert_eq!(status, 200, "{body}");
+    let session = body["session"].as_str().unwrap().to_string();
+    assert!(session.starts_with("escher-dash-"), "{session}");
+    assert!(!session.contains(cluster.admin_token()));
+    let mut who = ureq::get(format!("http://{addr}/api/whoami"))
+        .header("authorization", &format!("Bearer {session}"))
+        .call()
+        .expect("the session is accepted");
+    let who: serde_json::Value =
+        serde_json::from_str(&who.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(who["role"], "admin", "{who}");
+    let (status, body) = login(&addr.to_string(), &ticket);
+    assert_eq!(status, 401, "{body}");
+    assert!(
+        body["message"].as_str().unwrap().contains("already used"),
+        "{body}"
+    );
+
+    // Named at another address (here the relay's), the CLI prints nothing and never contacts it.
+    let before = seen.lock().unwrap().len();
+    let (code, out, err) = escher(&cluster, &["dashboard", "--address", &relayed]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out, "");
+    assert!(
+        err.contains(&format!(
+            "the head serves its dashboard at {addr}, not at {relayed}"
+        )),
         "{err}"
     );
-    other.shutdown().await;
-    // Nor can any other program listening there.
-    let squatter = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let squatted = squatter.local_addr().unwrap().to_string();
-    std::thread::spawn(move || {
-        use std::io::{Read, Write};
-        // The CLI first only connects (is anything there?), then asks.
-        for stream in squatter.incoming().take(2) {
-            let mut stream = stream.unwrap();
-            std::thread::spawn(move || {
-                let mut buf = [0; 4096];
-                let _ = stream.read(&mut buf);
-                let body = r#"{"proof":"0000"}"#;
-                let _ = write!(
-                    stream,
-                    "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    let (code, out, err) = escher(&cluster, &["dashboard", "--address", &squatted]);
-    assert_eq!(code, 1, "{out}");
-    assert!(err.contains("its proof does not match"), "{err}");
-    // A view the page does not have is refused.
-    let (code, out, err) = escher(
-        &cluster,
-        &["dashboard", "--address", &address, "--view", "nosuch"],
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before,
+        "the CLI sent the relay nothing"
     );
+
+    // A view the page does not have is refused.
+    let (code, out, err) = escher(&cluster, &["dashboard", "--view", "nosuch"]);
     assert_ne!(code, 0, "{out}");
     assert!(err.contains("nosuch"), "{err}");
-
-    // No dashboard there (the head serves none at that address, here the one the environment
-    // names, as the default would be): no address printed, a failure saying so, and how to
-    // start one.
-    let gone = common::free_addr().to_string();
-    for named in [
-        admin_command(&cluster, &["dashboard", "--address", &gone]),
-        {
-            let mut command = admin_command(&cluster, &["dashboard"]);
-            command.env("ESCHER_DASHBOARD", &gone);
-            command
-        },
-    ] {
-        let mut command = named;
-        command.env("ESCHER_HEAD", cluster.head_url());
-        let (code, out, err) = outcome(&mut command);
-        assert_eq!(code, 1, "{out}");
-        assert_eq!(out, "", "no address is printed");
-        assert!(
-            err.contains(&format!("the head serves no dashboard at {gone}")),
-            "{err}"
-        );
-        assert!(
-            err.contains(&format!("`escher-head --dashboard {gone}`")),
-            "{err}"
-        );
-    }
     cluster.shutdown().await;
+
+    // A head that serves no dashboard says so, and how to start one.
+    let plain = within("starting", common::cluster().workers(0).start())
+        .await
+        .unwrap();
+    let (code, out, err) = escher(&plain, &["dashboard"]);
+    assert_eq!(code, 1, "{out}");
+    assert_eq!(out, "", "no address is printed");
+    assert!(
+        err.contains("this head serves no dashboard") && err.contains("--dashboard"),
+        "{err}"
+    );
+    plain.shutdown().await;
 }
 
 /// A reader token runs what docs/security.md says it may: `status`, `nodes` and `top` (it sees no

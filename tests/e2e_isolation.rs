@@ -53,7 +53,8 @@ async fn a_tenants_task_reaches_nothing_of_its_worker_or_of_other_tenants() {
 
     let a = tenant(&cluster, &admin, "appa").await;
     let b = tenant(&cluster, &admin, "appb").await;
-    let secret = Task::command(["sleep", "60"])
+    // Its command line is what another tenant must not read in /proc.
+    let secret = Task::command(["sleep", "60.123"])
         .env("B_DB_PASSWORD", "hunter2")
         .resources_str("cpu=1");
     let b_task = b.submit(secret).await.unwrap().id();
@@ -74,6 +75,7 @@ async fn a_tenants_task_reaches_nothing_of_its_worker_or_of_other_tenants() {
         printf 'identity=%s\n' "$(cat {state}/identity.json 2>/dev/null | grep -c secret)"
         printf 'worker_logs=%s\n' "$(ls {logs} 2>/dev/null | grep -c .)"
         printf 'b_secret=%s\n' "$(cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -c B_DB_PASSWORD)"
+        printf 'b_cmdline=%s\n' "$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\0' '\n' | grep -c '^60\.1[2]3$')"
         printf 'uid=%s\n' "$(id -u)"
         printf 'home_mode=%s\n' "$(stat -c %a "$HOME")"
         "#,
@@ -101,11 +103,14 @@ async fn a_tenants_task_reaches_nothing_of_its_worker_or_of_other_tenants() {
         assert_eq!(said["identity"], "0", "{said:?}");
         assert_eq!(said["worker_logs"], "0", "{said:?}");
         assert_eq!(said["b_secret"], "0", "{said:?}");
+        // Nor can it list B's processes: their command lines are not in its /proc.
+        assert_eq!(said["b_cmdline"], "0", "{said:?}");
         assert!(said["uid"].parse::<u32>().unwrap() >= 300_000, "{said:?}");
         assert_eq!(said["home_mode"], "700", "{said:?}");
     } else {
         // One user for every task: that is what the node's label says.
         assert_eq!(said["b_secret"], "1", "{said:?}");
+        assert_eq!(said["b_cmdline"], "1", "{said:?}");
     }
     b.cancel([b_task]).await.unwrap();
 }

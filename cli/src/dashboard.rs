@@ -1,79 +1,29 @@
-//! `escher dashboard`: the address of the head's web dashboard with this CLI's token, ready to
-//! open. The token travels in the URL's fragment, which a browser never sends to a server:
-//! the page moves it into the tab's storage and sends it in a header.
+//! `escher dashboard`: the address of the head's web dashboard with a login ticket, ready to
+//! open. The CLI asks the head for the ticket over its own authenticated connection
+//! (`DashboardTicket`); the head answers with the address it serves its dashboard on, which
+//! is the address printed, and a random ticket that the page trades once, within a minute and
+//! only at that address, for a session acting as this CLI's token. The token itself never
+//! leaves the CLI and the head: not in the address, not to whatever listens on a port.
 
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::Args;
 use serde::Serialize;
 
 use super::ctx::Ctx;
 
-/// Where a head started with `--dashboard` serves it, unless told otherwise.
-pub const DEFAULT_DASHBOARD: &str = "127.0.0.1:8265";
-
 /// Options of `escher dashboard`.
 #[derive(Debug, Clone, Args)]
 pub struct DashboardArgs {
-    /// The address the head serves its dashboard on (its --dashboard)
-    #[arg(long, env = "ESCHER_DASHBOARD", value_name = "HOST:PORT", default_value = DEFAULT_DASHBOARD)]
-    pub address: std::net::SocketAddr,
+    /// The address you expect the head to serve its dashboard on (its --dashboard); the
+    /// address printed is always the one the head reports, and a different one is refused
+    #[arg(long, env = "ESCHER_DASHBOARD", value_name = "HOST:PORT")]
+    pub address: Option<std::net::SocketAddr>,
 
     /// Open this view first: overview, tasks, tasks/ID, reservations, gpus, heads, logs or
     /// logs/NODE
     #[arg(long, value_name = "VIEW")]
     pub view: Option<String>,
-}
-
-/// Asks the dashboard at `address` to prove that its head knows `token` (HMAC over a fresh
-/// nonce, keyed with the token's hash: see `escher_proto::access::dashboard_proof`) before
-/// an address carrying the token is printed: a page served there by someone else (another
-/// cluster's dashboard, any program on that port) would receive the token.
-async fn proves_it_knows(address: std::net::SocketAddr, token: &str) -> anyhow::Result<()> {
-    let hash = escher_proto::access::token_hash(token);
-    let id = hash[..12].to_string();
-    let nonce: String = (0..32)
-        .map(|_| char::from_digit(fastrand::u32(..16), 16).expect("a hex digit"))
-        .collect();
-    let expected = escher_proto::access::dashboard_proof(&hash, &nonce);
-    let url = format!("http://{address}/api/prove?token={id}&nonce={nonce}");
-    let answer = tokio::task::spawn_blocking(move || -> Result<String, String> {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .timeout_global(Some(Duration::from_secs(5)))
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut response = agent.get(&url).call().map_err(|e| e.to_string())?;
-        let status = response.status();
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(64 * 1024)
-            .read_to_string()
-            .map_err(|e| e.to_string())?;
-        if !status.is_success() {
-            return Err(format!("it answered {status}: {}", body.trim()));
-        }
-        let json: serde_json::Value = serde_json::from_str(&body).map_err(|e| e.to_string())?;
-        Ok(json["proof"].as_str().unwrap_or_default().to_string())
-    })
-    .await?;
-    match answer {
-        Ok(proof) if proof == expected => Ok(()),
-        other => {
-            let why = match other {
-                Err(why) => why,
-                Ok(_) => "its proof does not match".to_string(),
-            };
-            anyhow::bail!(
-                "the dashboard at {address} could not prove that it belongs to the cluster this \
-                 token is for ({why}): it may be another cluster's, or another program on that \
-                 port; no address with your token is printed. Give --address the address your \
-                 head serves its dashboard on (its --dashboard)"
-            )
-        }
-    }
 }
 
 /// Refuses a view the page does not have.
@@ -99,6 +49,7 @@ fn check_view(view: &str) -> anyhow::Result<()> {
 struct DashboardJson {
     url: String,
     token_from: String,
+    expires_in_ms: u64,
 }
 
 impl DashboardArgs {
@@ -107,45 +58,40 @@ impl DashboardArgs {
             check_view(view.trim_start_matches('#'))?;
         }
         let credentials = ctx.credentials()?;
-        let Some(token) = credentials.secret() else {
+        if credentials.secret().is_none() {
             anyhow::bail!(
                 "no token to sign in with ({}); pass --token, or create one with `escher token \
                  create --role reader` as an admin",
                 credentials.source()
             );
-        };
-        let reachable = tokio::time::timeout(
-            Duration::from_secs(2),
-            tokio::net::TcpStream::connect(self.address),
-        )
-        .await
-        .map(|connected| connected.map(drop));
-        // Only whether something answers: the connection itself is not used.
-        if !matches!(reachable, Ok(Ok(_))) {
+        }
+        let client = ctx.client().await?;
+        let ticket = client.dashboard_ticket().await.map_err(|e| {
+            anyhow::anyhow!("cannot get a dashboard login ticket from the head: {e}")
+        })?;
+        if let Some(expected) = self.address
+            && expected.to_string() != ticket.address
+        {
             anyhow::bail!(
-                "the head serves no dashboard at {addr} (nothing answers there): a head serves \
-                 one only when started with `escher-head --dashboard {addr}` (or another \
-                 HOST:PORT); if yours serves it elsewhere, give this command that address \
-                 with --address or ESCHER_DASHBOARD",
-                addr = self.address,
+                "the head serves its dashboard at {}, not at {expected} (--address or \
+                 ESCHER_DASHBOARD): no address is printed for {expected}; leave --address out \
+                 to open the head's own",
+                ticket.address
             );
         }
-        proves_it_knows(self.address, &token).await?;
-        let mut url = format!("http://{}/#token={token}", self.address);
-        if let Some(view) = &self.view {
-            url.push_str("&view=");
-            url.push_str(view.trim_start_matches('#'));
-        }
+        let url = ticket.url(self.view.as_deref().map(|v| v.trim_start_matches('#')));
         if ctx.json {
             ctx.emit_json(&DashboardJson {
                 url,
                 token_from: credentials.source().to_string(),
+                expires_in_ms: ticket.expires_in.as_millis() as u64,
             })?;
         } else {
             ctx.emit(&format!("{url}\n"))?;
             eprintln!(
-                "open this address in a browser on this machine; it signs in with the token \
-                 from {}",
+                "open this address in a browser on this machine within {} s; it signs in once, \
+                 as the token from {} (which is not in the address)",
+                ticket.expires_in.as_secs(),
                 credentials.source()
             );
         }

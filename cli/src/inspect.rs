@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use escher_proto::types::{
-    ClusterEvent, ListTasksRequest, MORE_COUNTED, Namespace, WatchKind, WatchRequest,
+    ClusterEvent, LIMITS_LABEL, LIMITS_MISSING_LABEL, Labels, ListTasksRequest, MORE_COUNTED,
+    Namespace, WatchKind, WatchRequest,
 };
 use escher_proto::{LogStream, NodeId, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
 
@@ -329,14 +330,51 @@ impl InfoArgs {
         if ctx.json {
             ctx.emit_json(&info)?;
         } else {
-            ctx.emit(&render_info(&info))?;
+            // What its node holds its command tasks to, from the node's labels (a reader of
+            // the task may read the cluster status too; a failure only leaves the line out).
+            let limits = match (&info.spec.kind, info.status.node) {
+                (TaskKind::Command { .. }, Some(id)) => client
+                    .cluster_status()
+                    .await
+                    .ok()
+                    .and_then(|c| c.nodes.into_iter().find(|n| n.id == id))
+                    .map(|n| limits_held(&n.name, &n.labels)),
+                _ => None,
+            };
+            ctx.emit(&render_info_with(&info, limits))?;
         }
         Ok(ExitCode::SUCCESS)
     }
 }
 
+/// What node `name` holds its command tasks to, from its [`LIMITS_LABEL`] and
+/// [`LIMITS_MISSING_LABEL`]: what is held and, where some are not, what is not.
+pub fn limits_held(name: &str, labels: &Labels) -> String {
+    let held = labels.get(LIMITS_LABEL);
+    let missing = labels.get(LIMITS_MISSING_LABEL);
+    match (held, missing) {
+        (None, _) => {
+            format!("unknown: node {name} does not say (its worker sets no {LIMITS_LABEL} label)")
+        }
+        (Some("none"), missing) => format!(
+            "none held on node {name}: its task can use more than it asked for{}",
+            missing.map(|m| format!(" of {m}")).unwrap_or_default()
+        ),
+        (Some(held), None) => format!("held on node {name}: {held}"),
+        (Some(held), Some(missing)) => format!(
+            "held on node {name}: {held}; NOT held: {missing} (its task can use more than it \
+             asked for of those)"
+        ),
+    }
+}
+
 /// The text of `escher info`.
 pub fn render_info(info: &TaskInfo) -> String {
+    render_info_with(info, None)
+}
+
+/// The text of `escher info`, with the line saying what the task's node holds it to.
+pub fn render_info_with(info: &TaskInfo, limits: Option<String>) -> String {
     let spec = &info.spec;
     let status = &info.status;
     let mut rows = vec![("task", status.id.to_string()), ("name", spec.name.clone())];
@@ -399,6 +437,9 @@ pub fn render_info(info: &TaskInfo) -> String {
     }
     rows.push(("state", status.state.to_string()));
     rows.push(("node", node(status.node)));
+    if let Some(limits) = limits {
+        rows.push(("limits", limits));
+    }
     rows.push(("attempt", status.attempt.to_string()));
     rows.push(("result", render::result(status.result.as_ref())));
     // An infeasible task's reason is the pending reason below, with the closest nodes.
@@ -616,6 +657,29 @@ mod tests {
 
     use super::*;
     use escher_client::{ResourceUpdateExt, Task};
+
+    #[test]
+    fn limits_say_what_is_held_and_what_is_not() {
+        let mut labels = Labels::default();
+        assert!(limits_held("w1", &labels).starts_with("unknown"));
+        labels.insert(LIMITS_LABEL, "cpu+memory+pids").unwrap();
+        assert_eq!(
+            limits_held("w1", &labels),
+            "held on node w1: cpu+memory+pids"
+        );
+        labels.insert(LIMITS_LABEL, "cpu+pids").unwrap();
+        labels.insert(LIMITS_MISSING_LABEL, "memory").unwrap();
+        assert_eq!(
+            limits_held("w1", &labels),
+            "held on node w1: cpu+pids; NOT held: memory (its task can use more than it asked \
+             for of those)"
+        );
+        labels.insert(LIMITS_LABEL, "none").unwrap();
+        labels
+            .insert(LIMITS_MISSING_LABEL, "cpu+memory+pids")
+            .unwrap();
+        assert!(limits_held("w1", &labels).starts_with("none held on node w1"));
+    }
 
     #[test]
     fn info_describes_everything() {

@@ -1,12 +1,54 @@
-//! The head-group methods of [`Client`]: every replica and how it is doing, and membership
-//! changes (an operator replacing a machine).
+//! The head-group methods of [`Client`]: every replica and how it is doing, membership
+//! changes (an operator replacing a machine), and a login ticket for a replica's dashboard.
 
 use escher_proto::types::{HeadChange, HeadsReply};
 use escher_proto::wire;
 
 use crate::{Client, ClientError};
 
+/// A single-use login ticket for the web dashboard of the replica that answered
+/// ([`Client::dashboard_ticket`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DashboardTicket {
+    /// `HOST:PORT` where that replica serves its dashboard (its `--dashboard`).
+    pub address: String,
+    /// The ticket: the page trades it once, at that address, for a session.
+    pub ticket: String,
+    /// How long it may be traded.
+    pub expires_in: std::time::Duration,
+}
+
+impl DashboardTicket {
+    /// The address to open in a browser: the dashboard with the ticket in the fragment (which
+    /// a browser never sends to a server), and `view` to show first.
+    pub fn url(&self, view: Option<&str>) -> String {
+        let mut url = format!("http://{}/#ticket={}", self.address, self.ticket);
+        if let Some(view) = view {
+            url.push_str("&view=");
+            url.push_str(view);
+        }
+        url
+    }
+}
+
 impl Client {
+    /// A login ticket for the dashboard of the replica that answers, valid once and for a
+    /// short while: what `escher dashboard` gives the browser instead of this client's token,
+    /// which stays in the head. Fails with `FailedPrecondition` where that replica serves no
+    /// dashboard.
+    pub async fn dashboard_ticket(&self) -> Result<DashboardTicket, ClientError> {
+        let reply =
+            self.call(|mut rpc| async move {
+                rpc.dashboard_ticket(wire::DashboardTicketRequest {}).await
+            })
+            .await?;
+        Ok(DashboardTicket {
+            address: reply.address,
+            ticket: reply.ticket,
+            expires_in: std::time::Duration::from_millis(reply.expires_in_ms),
+        })
+    }
+
     /// Every replica of the head group: its address, role, term, commit and applied index,
     /// and whether it answered. Any replica answers this, leader or not, so it works while
     /// the group has no leader.

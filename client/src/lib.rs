@@ -99,6 +99,7 @@ pub use client::{
 pub use credentials::Credentials;
 pub use error::ClientError;
 pub use heads::ClusterRpc;
+pub use heads_api::DashboardTicket;
 pub use logs::LogReader;
 pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};

@@ -215,6 +215,12 @@ impl FakeHead {
 
 #[tonic::async_trait]
 impl Cluster for FakeHead {
+    async fn dashboard_ticket(
+        &self,
+        _: Request<wire::DashboardTicketRequest>,
+    ) -> Result<Response<wire::DashboardTicketReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn submit(
         &self,
         request: Request<wire::SubmitRequest>,

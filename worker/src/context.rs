@@ -40,6 +40,21 @@ pub struct TaskContext {
     token_text: Arc<str>,
     /// The worker's task cgroups, where the Python interpreters it starts go too.
     cgroups: Option<Arc<crate::exec::TaskCgroups>>,
+    /// Where what a Python interpreter prints for this attempt goes.
+    logs: Option<Arc<TaskLogs>>,
+}
+
+/// The log files of an attempt that runs inside the worker, made on demand: a Python task's
+/// interpreter writes its output there (as a command task does), and the runner reads their
+/// end for the head once the attempt ends.
+#[derive(Debug)]
+pub(crate) struct TaskLogs {
+    /// The worker's log directory.
+    pub(crate) dir: std::path::PathBuf,
+    /// The most bytes of each stream kept (`--task-log-bytes`).
+    pub(crate) max_bytes: u64,
+    /// The files, once made.
+    pub(crate) files: std::sync::Mutex<Option<crate::exec::AttemptLogs>>,
 }
 
 impl fmt::Debug for TaskContext {
@@ -80,7 +95,19 @@ impl TaskContext {
             token: escher_proto::access::Bearer::new(token),
             token_text: Arc::from(token),
             cgroups: None,
+            logs: None,
         }
+    }
+
+    /// The same context, whose Python output goes to log files in `logs.dir`.
+    pub(crate) fn with_logs(mut self, logs: Arc<TaskLogs>) -> Self {
+        self.logs = Some(logs);
+        self
+    }
+
+    /// Where this attempt's Python output goes, if the worker keeps it.
+    pub(crate) fn logs(&self) -> Option<&Arc<TaskLogs>> {
+        self.logs.as_ref()
     }
 
     /// The same context, whose Python interpreters go into cgroups of `cgroups`.

@@ -19,7 +19,10 @@
 //! once, and the supervisor still fences them when only the worker dies or stalls. The
 //! namespace has a mount namespace of its own with its own `/proc`, so that a task's pids
 //! (`$$`, `os.getpid()`) name the same processes as its `/proc` does; other mounts are the
-//! host's, and later host mounts still appear inside (`MS_SLAVE`).
+//! host's, and later host mounts still appear inside (`MS_SLAVE`). That `/proc` is mounted
+//! with `hidepid=2,gid=0`: a task, which runs as its namespace's user, sees only that user's
+//! processes (another tenant's command lines, and with them any secret on one, are not
+//! there), while the worker, in root's group, sees every process.
 //!
 //! It needs `CAP_SYS_ADMIN` (a worker run as root); a worker without it (an unprivileged user,
 //! a container that drops it, a unit that restricts namespaces) runs as before in the host's
@@ -165,12 +168,16 @@ fn own_proc() -> Result<(), String> {
         None::<&str>,
     )
     .map_err(|e| format!("cannot make the worker's mounts its own: {e}"))?;
+    // `hidepid=2`: a process sees in `/proc` only the processes of its own user, so a
+    // tenant's task (its namespace's user) cannot list another tenant's processes or read
+    // their command lines; `gid=0`: the worker (root's group; tasks run with their own group
+    // and no others) sees them all, whatever capabilities it was left with.
     mount(
         Some("proc"),
         "/proc",
         Some("proc"),
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
-        None::<&str>,
+        Some("hidepid=2,gid=0"),
     )
     .map_err(|e| format!("cannot mount /proc for the worker's PID namespace: {e}"))
 }

@@ -32,7 +32,7 @@ use escher_proto::{Namespace, NodeId, TaskId, TaskKind, TaskResult};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::context::TaskContext;
+use crate::context::{TaskContext, TaskLogs};
 use crate::exec::{
     AttemptLogs, CgroupUsage, CommandOutcome, CommandSpec, Isolation, LaunchOptions, LogRetention,
     Stream, UsageSend, UsageSink, run_command,
@@ -209,8 +209,12 @@ pub(crate) async fn run_task(
                 namespace,
                 devices,
             );
+            let logs = ctx.logs().cloned();
             env.spawn_latency.observe(assigned.elapsed());
-            function(&env, &name, ctx, args.into(), timeout, cancel).await
+            let outcome = function(&env, &name, ctx, args.into(), timeout, cancel).await;
+            // A Python task's output, in its log files: the head keeps their end too.
+            output = logs.and_then(|logs| take_logs(&logs)).map(output_tail);
+            outcome
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
         TaskKind::Actor(actor) => {
@@ -268,6 +272,24 @@ fn in_process_context(
         token,
     )
     .with_cgroups(env.cgroups.clone())
+    .with_logs(Arc::new(TaskLogs {
+        dir: env.log_dir.clone(),
+        max_bytes: env.log_bytes,
+        files: std::sync::Mutex::new(None),
+    }))
+}
+
+/// The log files an in-process attempt made (a Python task's), held to the cap one last time.
+fn take_logs(logs: &TaskLogs) -> Option<AttemptLogs> {
+    let mut files = logs
+        .files
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()?;
+    if let Err(error) = files.cap(logs.max_bytes) {
+        tracing::warn!(%error, "cannot hold a Python task's log to its cap");
+    }
+    Some(files)
 }
 
 /// How often a command task's cgroup is sampled for its telemetry.

@@ -153,6 +153,41 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         detail["cgroup_runs_tasks_per_s"] = json!(with);
         detail["no_cgroup_runs_tasks_per_s"] = json!(without);
     }
+    // The whole containment of a root worker (a user per namespace, and a cgroup per task
+    // holding it to its request) against neither, alternating three times on two clusters
+    // that differ only in that: what the tenant boundary and the limits cost together
+    // (target: at least 0.8 of the throughput without them).
+    if nix_is_root() {
+        let bare = CmdCluster::start_with(limit, TaskUsers::Off, false).await?;
+        let contained = CmdCluster::start_with(limit, TaskUsers::Auto, true).await?;
+        let (mut without, mut with) = (Vec::new(), Vec::new());
+        for _ in 0..3 {
+            without.push(bare.run(n, limit).await?);
+            with.push(contained.run(n, limit).await?);
+        }
+        bare.shutdown().await;
+        contained.shutdown().await;
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        let (without_rate, with_rate) = (median(&mut without), median(&mut with));
+        report.figures.push(Figure::new(
+            "cmd.contained_tasks_per_s",
+            "the same, each namespace's tasks as a user of their own and in a cgroup holding \
+             them to their request (median of 3, alternating with neither)",
+            "tasks/s",
+            with_rate,
+        ));
+        report.figures.push(Figure::new(
+            "cmd.contained_ratio",
+            "a user per namespace and limits ÷ neither (target ≥ 0.8)",
+            "×",
+            with_rate / without_rate,
+        ));
+        detail["contained_runs_tasks_per_s"] = json!(with);
+        detail["uncontained_runs_tasks_per_s"] = json!(without);
+    }
     // Now the files go: the clusters' logs, then the limit's.
     plain.shutdown().await;
     if let Some(cluster) = fenced_cluster {

@@ -93,7 +93,9 @@ pub fn need(path: &str) -> Option<Need> {
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
             | "ReportTelemetry" | "Telemetry" | "ResolveActor",
         ) => Need::Write,
-        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
+        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch" | "DashboardTicket") => {
+            Need::Status
+        }
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"

@@ -66,6 +66,8 @@ pub(crate) struct ClusterService {
     pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
     /// What workers said about their fences, shown with their nodes.
     pub(crate) fences: Arc<super::fences::FenceReports>,
+    /// The dashboard's login tickets, where this replica serves one.
+    pub(crate) dashboard: Option<Arc<super::dashboard::Logins>>,
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -562,6 +564,36 @@ impl Cluster for ClusterService {
     ) -> Result<Response<wire::HeadsReply>, Status> {
         let reply = self.heads_reply().await?;
         Ok(Response::new(reply.into()))
+    }
+
+    async fn dashboard_ticket(
+        &self,
+        request: Request<wire::DashboardTicketRequest>,
+    ) -> Result<Response<wire::DashboardTicketReply>, Status> {
+        let Some(logins) = &self.dashboard else {
+            return Err(Status::failed_precondition(
+                "this head serves no dashboard: start it with `escher-head --dashboard \
+                 127.0.0.1:8265` (or another loopback HOST:PORT)",
+            ));
+        };
+        let caller = crate::auth::caller(&request)?;
+        if matches!(caller, Caller::Task { .. }) {
+            return Err(Status::permission_denied(
+                "a task's credential cannot sign in to the dashboard: use an admin, app or \
+                 reader token",
+            ));
+        }
+        // The session acts as this token (checked again at every call), which stays here.
+        let headers = request.metadata().clone().into_headers();
+        let token = crate::auth::bearer(&headers)
+            .map(str::to_string)
+            .unwrap_or_default();
+        let (ticket, ttl) = logins.issue(&token, std::time::Instant::now());
+        Ok(Response::new(wire::DashboardTicketReply {
+            address: logins.address().to_string(),
+            ticket,
+            expires_in_ms: ttl.as_millis() as u64,
+        }))
     }
 
     async fn change_heads(

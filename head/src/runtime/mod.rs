@@ -357,6 +357,15 @@ async fn serve<S: crate::replication::LogStore>(
     }
 
     let max = config.max_message_bytes;
+    // Bound first: the address it is served on is what `DashboardTicket` answers.
+    let dashboard = match config.dashboard {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr).await?;
+            let logins = Arc::new(dashboard::Logins::new(listener.local_addr()?));
+            Some((listener, logins))
+        }
+        None => None,
+    };
     let cluster_svc = cluster_svc::ClusterService {
         owner: owner.clone(),
         log_fetch_timeout: config.log_fetch_timeout,
@@ -364,14 +373,15 @@ async fn serve<S: crate::replication::LogStore>(
         peers,
         telemetry: Arc::default(),
         fences: Arc::clone(&metrics.fences),
+        dashboard: dashboard.as_ref().map(|(_, logins)| Arc::clone(logins)),
     };
-    if let Some(addr) = config.dashboard {
-        let listener = TcpListener::bind(addr).await?;
+    if let Some((listener, logins)) = dashboard {
         tracker.spawn(dashboard::serve(
             listener,
             cluster_svc.clone(),
             Arc::clone(&keys),
             config.authenticate,
+            logins,
             token.clone(),
         ));
     }

@@ -195,11 +195,17 @@ impl PythonActor {
         let class = if construct.class.is_empty() {
             pool.blob(&ctx, &ns, construct.hash, construct.blob).await?
         } else {
+            super::verify(&construct.hash, &construct.class, "actor's class")?;
             construct.class.clone()
         };
         // A fresh interpreter, never one of the warm ones: it is this incarnation's alone.
         let exe = pool.interpreter(&ns, &construct.pip).await?;
         let mut interp = pool.spawn(&ns, exe.as_deref(), ctx.cgroups())?;
+        // What the object prints, for as long as it lives, is the actor task's output.
+        interp
+            .give_output(&ctx)
+            .await
+            .map_err(|e| format!("cannot give the actor's interpreter its log files: {e}"))?;
         interp
             .send(header.as_bytes(), &class, &[], &construct.args)
             .await
@@ -261,15 +267,26 @@ impl PythonActor {
         // The waiter: holds the process until it exits or is killed, then says why it ended.
         let killed = kill.clone();
         let pid = process.pid.unwrap_or_default();
+        let logs = ctx.logs().cloned();
         tokio::spawn(async move {
             let mut process = process;
-            let why = tokio::select! {
-                status = process.child.wait() => match status {
-                    Ok(status) => status_text(pid, status),
-                    Err(e) => format!("its Python interpreter (pid {pid}) could not be waited for: {e}"),
-                },
-                () = killed.cancelled() => "the actor was stopped".to_string(),
+            // Its log files are held to the worker's cap while it lives.
+            let mut every = tokio::time::interval(super::LOG_CAP_EVERY);
+            let why = loop {
+                tokio::select! {
+                    status = process.child.wait() => break match status {
+                        Ok(status) => status_text(pid, status),
+                        Err(e) => format!("its Python interpreter (pid {pid}) could not be waited for: {e}"),
+                    },
+                    () = killed.cancelled() => break "the actor was stopped".to_string(),
+                    _ = every.tick() => if let Some(logs) = &logs {
+                        super::cap(logs);
+                    },
+                }
             };
+            if let Some(logs) = &logs {
+                super::cap(logs);
+            }
             // Dropped first: the group and the cgroup are killed before the end is told.
             drop(process);
             let _ = exited_tx.send(Some(why));

@@ -75,8 +75,21 @@
 //! ```
 //!
 //! The header carries the task's id, attempt, node, head, credential, namespace, the hash and
-//! the dependency ids; `fn_len` is 0 when this interpreter already holds the function. The
-//! interpreter answers on its stdout (the function's own prints go to stderr):
+//! the dependency ids; `fn_len` is 0 when this interpreter already holds the function. Function
+//! bytes are checked against their hash before an interpreter gets them (inline, or fetched
+//! from a store task before they are cached): bytes under a hash that is not theirs fail the
+//! task with a message, so that no one can plant a function under another's hash, which the
+//! interpreter and the cache would then serve to the namespace's later calls. The store is
+//! per namespace: a store task is fetched with the calling task's credential, which sees only
+//! its own namespace's tasks, and cached by namespace and hash.
+//!
+//! **Output.** The interpreter's stderr is a Unix socket to the worker: before each frame the
+//! worker makes the attempt's log files (`{task}-{attempt}.out` and `.err` in its log
+//! directory, as a command task's) and sends their descriptors on it (`SCM_RIGHTS`); the
+//! interpreter points its stdout and stderr at them for that task, and at `/dev/null` between
+//! tasks. What a function prints is its task's output (`escher logs`, held to
+//! `--task-log-bytes`, its end kept by the head), never the worker's. An actor's interpreter
+//! keeps its construction task's files for its life. The interpreter answers on its stdout:
 //! `len:u32 status:u8 body`, where status 0 is a result (the cloudpickled return value), 1 an
 //! exception raised by the function (the text: `python exception MODULE.TYPE: message`, then
 //! the remote traceback) and 2 a failure to load the function or its arguments (the text).
@@ -127,6 +140,8 @@ const MAGIC: &[u8; 4] = b"ESPY";
 const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 /// How long the worker waits for the head to give it an argument's result.
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How often a running Python task's log files are held to the cap.
+const LOG_CAP_EVERY: Duration = Duration::from_secs(1);
 
 /// The node label that says whether, and with which Python, the worker runs Python tasks:
 /// its version (`3.11.2`), or `none:CAUSE` (`none:closed-to-task-users:/root`,
@@ -385,20 +400,28 @@ impl Pool {
             let function = if interp.known.contains(&hash) {
                 Bytes::new()
             } else if let Some(inline) = &inline {
+                // Never run under a hash it does not have: the interpreter keeps what it is
+                // sent by hash, for the namespace's later calls.
+                verify(&hash, inline, "function")?;
                 inline.clone()
             } else {
                 self.blob(&ctx, &ns, hash, blob).await?
             };
-            if let Err(e) = interp
-                .send(header.as_bytes(), &function, &dep_results, &args)
-                .await
-            {
+            let sent = match interp.give_output(&ctx).await {
+                Ok(()) => {
+                    interp
+                        .send(header.as_bytes(), &function, &dep_results, &args)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            if let Err(e) = sent {
                 if reused && round == 0 {
                     continue;
                 }
                 return Err(format!("cannot send the task to a Python interpreter: {e}"));
             }
-            let (status, body) = interp.receive().await.map_err(|e| {
+            let (status, body) = interp.receive_capped(ctx.logs()).await.map_err(|e| {
                 // Killed with the worker's other tasks when it stalled or lost its lease.
                 if let Some(why) = crate::fence::stopped_since(started) {
                     return format!("stopped by the fence: {why}");
@@ -484,10 +507,14 @@ impl Pool {
             })?),
             None => None,
         };
+        // Its stderr is a socket, on which it gets each task's log files (`give_output`).
+        let (ctl, child_ctl) = std::os::unix::net::UnixStream::pair()
+            .and_then(|(ctl, child)| ctl.set_nonblocking(true).map(|()| (ctl, child)))
+            .map_err(|e| format!("cannot make a socket for a Python interpreter: {e}"))?;
         let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(Stdio::from(std::os::fd::OwnedFd::from(child_ctl)))
             .process_group(0)
             .kill_on_drop(true)
             .spawn()
@@ -526,6 +553,7 @@ impl Pool {
             },
             stdin,
             stdout,
+            ctl,
             known: HashSet::new(),
         })
     }
@@ -549,6 +577,7 @@ impl Pool {
             return Ok(bytes.clone());
         }
         let bytes = results(ctx, &[blob], "function").await?.remove(0);
+        verify(&hash, &bytes, &format!("function stored by task {blob}"))?;
         let mut cache = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
         if cache.1 + bytes.len() > BLOB_CACHE_BYTES {
             cache.0.clear();
@@ -625,6 +654,9 @@ struct Interpreter {
     stdin: ChildStdin,
     /// Buffered: an answer's length, status and body come in one read.
     stdout: BufReader<ChildStdout>,
+    /// The worker's end of the socket that is the interpreter's stderr: each task's log files
+    /// travel on it.
+    ctl: std::os::unix::net::UnixStream,
     /// The functions (by hash) it holds.
     known: HashSet<[u8; 32]>,
 }
@@ -674,6 +706,63 @@ impl Interpreter {
         self.stdin.flush().await
     }
 
+    /// Makes the attempt's log files (as a command task's: `{task}-{attempt}.out` and
+    /// `.err`) and hands them to the interpreter, which points its stdout and stderr at them
+    /// for the task it is sent next: what the function prints is the task's output, which
+    /// `escher logs` reads, never the worker's.
+    async fn give_output(&mut self, ctx: &TaskContext) -> std::io::Result<()> {
+        use std::os::fd::AsRawFd;
+        let files = match ctx.logs() {
+            Some(logs) => {
+                let (dir, task, attempt) = (logs.dir.clone(), ctx.task_id().0, ctx.attempt());
+                let (kept, out, err) = tokio::task::spawn_blocking(move || {
+                    crate::exec::AttemptLogs::create(&dir, task, attempt)
+                })
+                .await
+                .map_err(std::io::Error::other)?
+                .map_err(std::io::Error::other)?;
+                *logs.files.lock().unwrap_or_else(|p| p.into_inner()) = Some(kept);
+                (out, err)
+            }
+            None => {
+                let null = || std::fs::OpenOptions::new().write(true).open("/dev/null");
+                (null()?, null()?)
+            }
+        };
+        let fds = [files.0.as_raw_fd(), files.1.as_raw_fd()];
+        let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
+        // One byte with the two descriptors; the socket is empty (the interpreter took the
+        // last task's), so this never waits.
+        nix::sys::socket::sendmsg::<()>(
+            self.ctl.as_raw_fd(),
+            &[std::io::IoSlice::new(b"F")],
+            &cmsg,
+            nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            None,
+        )
+        .map_err(std::io::Error::from)?;
+        Ok(())
+    }
+
+    /// [`Self::receive`], holding the task's log files to the worker's cap meanwhile.
+    async fn receive_capped(
+        &mut self,
+        logs: Option<&Arc<crate::context::TaskLogs>>,
+    ) -> std::io::Result<(u8, Vec<u8>)> {
+        let Some(logs) = logs else {
+            return self.receive().await;
+        };
+        let answer = self.receive();
+        tokio::pin!(answer);
+        let mut every = tokio::time::interval(LOG_CAP_EVERY);
+        loop {
+            tokio::select! {
+                answer = &mut answer => return answer,
+                _ = every.tick() => cap(logs),
+            }
+        }
+    }
+
     async fn receive(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
         let len = self.stdout.read_u32().await? as usize;
         if len == 0 || len > MAX_RESULT_BYTES + 1 {
@@ -702,6 +791,35 @@ impl Drop for Process {
         }
         let _ = self.child.start_kill();
     }
+}
+
+/// Holds an attempt's log files to the worker's cap (`--task-log-bytes`); a failure is logged,
+/// never the task's.
+fn cap(logs: &crate::context::TaskLogs) {
+    let mut files = logs.files.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(files) = files.as_mut()
+        && let Err(error) = files.cap(logs.max_bytes)
+    {
+        tracing::warn!(%error, "cannot hold a Python task's log to its cap");
+    }
+}
+
+/// Refuses `bytes` that are not what `hash` (their SHA-256, as the driver computed it) names:
+/// a function planted under another function's hash never reaches an interpreter.
+fn verify(hash: &[u8; 32], bytes: &[u8], what: &str) -> Result<(), String> {
+    use sha2::{Digest as _, Sha256};
+    let actual: [u8; 32] = Sha256::digest(bytes).into();
+    if &actual == hash {
+        return Ok(());
+    }
+    Err(format!(
+        "refused the {what}: its {} bytes have SHA-256 {}, not the {} the task names; the \
+         bytes were changed or planted under another function's hash (submit the call with \
+         escher's Python package, which hashes what it sends)",
+        bytes.len(),
+        hex(&actual),
+        hex(hash)
+    ))
 }
 
 fn hex(bytes: &[u8]) -> String {

@@ -2,10 +2,13 @@
 # and of an actor's interpreter (worker/src/python/actor.rs: a task frame whose header has an
 # "actor" entry makes this interpreter serve that one object's calls until it exits).
 # Started as `python -u -c <this file>`; reads one task frame at a time on stdin, answers on
-# stdout. The function's own prints go to stderr, so they never mix with the answers.
+# stdout. Its stderr is a socket on which the worker sends each task's two log files before
+# the task's frame; the function's own prints (stdout and stderr) go to those files, so they
+# never mix with the answers and are the task's output, not the worker's.
 import json
 import os
 import pickle
+import socket
 import struct
 import sys
 import threading
@@ -293,13 +296,40 @@ def _serve_actor(actor, proto_in, proto_out):
     sys.stderr.flush()
 
 
+def _take_output(ctl):
+    # The worker sends each task's two log files (stdout, stderr) before its frame: what the
+    # task prints is its own output (`escher logs`), never the worker's.
+    _, fds, _, _ = socket.recv_fds(ctl, 1, 2)
+    if len(fds) != 2:
+        for fd in fds:
+            os.close(fd)
+        raise SystemExit("the worker sent no log files with the task")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(fds[0], 1)
+    os.dup2(fds[1], 2)
+    for fd in fds:
+        os.close(fd)
+
+
+def _drop_output(null):
+    # Between tasks nothing is anyone's output.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+
+
 def main():
     # Buffered: a frame's length and body come in one read where they fit.
     proto_in = os.fdopen(os.dup(0), "rb")
     proto_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    # Stderr is the socket the worker sends each task's log files on.
+    ctl = socket.socket(fileno=os.dup(2))
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)
-    os.dup2(2, 1)
+    null = os.open(os.devnull, os.O_WRONLY)
+    _drop_output(null)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
     functions = {}
     while True:
@@ -310,13 +340,13 @@ def main():
         frame = _read_exact(proto_in, length)
         if frame is None:
             return
+        _take_output(ctl)
         try:
             status, body = _run(frame, functions)
         except _BecomeActor as actor:
             _serve_actor(actor, proto_in, proto_out)
             return
-        sys.stdout.flush()
-        sys.stderr.flush()
+        _drop_output(null)
         proto_out.write(struct.pack(">IB", len(body) + 1, status) + body)
 
 

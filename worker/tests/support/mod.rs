@@ -360,6 +360,12 @@ impl WorkerLink for Services {
 impl Cluster for Services {
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
     type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;
+    async fn dashboard_ticket(
+        &self,
+        _: Request<wire::DashboardTicketRequest>,
+    ) -> Result<Response<wire::DashboardTicketReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn backup(
         &self,
         _: Request<wire::BackupRequest>,

@@ -38,7 +38,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 use tokio_stream::{Stream, StreamExt};
@@ -54,6 +54,9 @@ use escher_proto::types::{
 use escher_proto::wire::{self, cluster_server::Cluster};
 
 mod history;
+mod login;
+
+pub(crate) use self::login::Logins;
 
 use self::history::{History, HistoryReply};
 use super::cluster_svc::ClusterService;
@@ -83,6 +86,7 @@ struct Dashboard {
     keys: Arc<Keys>,
     enforce: bool,
     history: Arc<Mutex<History>>,
+    logins: Arc<Logins>,
 }
 
 /// Serves the dashboard on `listener` until `stop` is cancelled.
@@ -91,6 +95,7 @@ pub(crate) async fn serve(
     svc: ClusterService,
     keys: Arc<Keys>,
     enforce: bool,
+    logins: Arc<Logins>,
     stop: CancellationToken,
 ) {
     let addr = listener.local_addr().ok();
@@ -122,12 +127,14 @@ pub(crate) async fn serve(
         .route("/api/actors", get(actors))
         .route("/api/events", get(events))
         .route("/api/prove", get(prove))
+        .route("/api/login", post(login))
         .fallback(|| async { ApiError::from(Status::not_found("no such page")) })
         .with_state(Dashboard {
             svc: svc.clone(),
             keys,
             enforce,
             history: Arc::clone(&history),
+            logins,
         });
     tracing::info!(?addr, "serving the web dashboard");
     let serving = async {
@@ -187,6 +194,33 @@ impl IntoResponse for ApiError {
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
 impl Dashboard {
+    /// `headers` with a session's bearer (`escher-dash-...`, from `POST /api/login`) replaced
+    /// by the token the session acts as, which is then checked as any token is (so a revoked
+    /// token ends its sessions); other headers as they are.
+    fn resolve(&self, headers: &HeaderMap) -> Result<HeaderMap, Status> {
+        let Ok(bearer) = crate::auth::bearer(headers) else {
+            return Ok(headers.clone());
+        };
+        if !bearer.starts_with(login::SESSION_PREFIX) {
+            return Ok(headers.clone());
+        }
+        let token = self
+            .logins
+            .token_of(bearer, std::time::Instant::now())
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "this dashboard session ended (it expired, or the head restarted): run \
+                     `escher dashboard` again to sign in",
+                )
+            })?;
+        let mut headers = headers.clone();
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| Status::unauthenticated("the session's token is not a header value"))?;
+        headers.insert(header::AUTHORIZATION, value);
+        Ok(headers)
+    }
+
     /// `message` as a call of `method` by the holder of the token in `headers`, if that
     /// method admits them (and, for a task's credential, while its attempt runs), as the
     /// auth layer would admit the gRPC call.
@@ -197,7 +231,8 @@ impl Dashboard {
         message: T,
     ) -> Result<Request<T>, Status> {
         let path = format!("/escher.v1.Cluster/{method}");
-        let (caller, _) = authorize(&self.keys, self.enforce, &path, headers)?;
+        let headers = self.resolve(headers)?;
+        let (caller, _) = authorize(&self.keys, self.enforce, &path, &headers)?;
         check_attempt(&self.svc.owner, &caller).await?;
         let mut request = Request::new(message);
         request.extensions_mut().insert(caller);
@@ -257,6 +292,30 @@ async fn prove(State(d): State<Dashboard>, Query(q): Query<ProveQuery>) -> Respo
             "this head knows no live token with that id",
         )
             .into_response(),
+    }
+}
+
+/// What the page sends to sign in with a ticket.
+#[derive(Debug, Deserialize)]
+struct LoginBody {
+    ticket: String,
+}
+
+/// Trades a login ticket (from `escher dashboard`) for a session the page sends as its bearer.
+/// A ticket works once, for a minute, and only at this dashboard's own address (its `Host`).
+async fn login(State(d): State<Dashboard>, headers: HeaderMap, body: String) -> Response {
+    let Ok(LoginBody { ticket }) = serde_json::from_str::<LoginBody>(&body) else {
+        let why = r#"the body is {"ticket": "..."}, as `escher dashboard` gives it"#;
+        return ApiError::from(Status::invalid_argument(why)).into_response();
+    };
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok());
+    match d.logins.redeem(&ticket, host, std::time::Instant::now()) {
+        Ok((session, ttl)) => Json(serde_json::json!({
+            "session": session,
+            "expires_in_ms": ttl.as_millis() as u64,
+        }))
+        .into_response(),
+        Err(why) => ApiError::from(Status::unauthenticated(why)).into_response(),
     }
 }
 
@@ -584,6 +643,7 @@ async fn events(
     headers: HeaderMap,
     Query(query): Query<EventsQuery>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    let headers = d.resolve(&headers)?;
     let watch = async |after: Option<u64>| {
         let message = wire::WatchRequest::from(WatchRequest {
             after,

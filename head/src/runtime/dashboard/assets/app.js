@@ -1,8 +1,11 @@
 // The escher dashboard: one page over the head's JSON API (`/api/...`), live through the watch
 // API as server-sent events. Every text from the cluster goes into the page as text, never as
-// markup. The token stays in this tab's sessionStorage and travels in a header only: a token
-// given in the address (`#token=...`, as `escher dashboard` prints it) is moved into storage
-// and out of the address bar and the tab's history, on load and whenever the address changes.
+// markup. `escher dashboard` prints an address with a login ticket (`#ticket=...`), never a
+// token: the page trades it once (`POST /api/login`) for a session that acts as the CLI's
+// token, which stays in the head. The session (or a token typed into the form, or given as
+// `#token=...`) stays in this tab's sessionStorage and travels in a header only; the ticket or
+// token is taken out of the address bar and the tab's history, on load and whenever the
+// address changes.
 //
 // The live feed is one per browser, not one per tab: a SharedWorker (`/events-worker.js`) holds
 // it and passes each batch to every tab (a browser gives a host six connections, and a feed per
@@ -807,6 +810,41 @@ function takeToken() {
   return token || null;
 }
 
+/** Takes a login ticket given in the address (`#ticket=T&view=V`, as `escher dashboard`
+ *  prints it) out of the address, in the bar and in the tab's history, leaving the view.
+ *  Returns the ticket, or null when the address carries none. */
+function takeTicket() {
+  const fragment = new URLSearchParams(location.hash.slice(1));
+  const given = fragment.get('ticket');
+  if (given === null) return null;
+  const view = fragment.get('view') || 'overview';
+  history.replaceState(null, '', location.pathname + location.search + '#' + view);
+  return given.trim() || null;
+}
+
+/** Trades a ticket for a session (once: a used or expired ticket is refused) and signs in. */
+async function redeem(ticket) {
+  let session;
+  try {
+    const response = await fetch('/api/login', {
+      method: 'POST',
+      headers: { 'Content-Type': 'application/json' },
+      body: JSON.stringify({ ticket }),
+    });
+    const body = await response.json();
+    if (!response.ok) throw new Error(body.message || response.statusText);
+    session = body.session;
+  } catch (err) {
+    signOut(`the login ticket was refused: ${err.message}`);
+    return;
+  }
+  stopLive();
+  S.revision = null;
+  S.events = [];
+  S.nodes = null;
+  await signIn(session);
+}
+
 async function signIn(token) {
   S.token = token;
   try {
@@ -845,6 +883,11 @@ function signOut(why) {
 /** A new address: a token in it signs this tab in with it (and leaves the address at once);
  *  otherwise it names a view. */
 function onAddress() {
+  const ticket = takeTicket();
+  if (ticket) {
+    redeem(ticket);
+    return;
+  }
   const given = takeToken();
   if (given && given !== S.token) {
     stopLive();
@@ -858,6 +901,7 @@ function onAddress() {
 }
 
 function start() {
+  const ticket = takeTicket();
   const given = takeToken();
   if (given) S.token = given;
   $('sign-in-form').addEventListener('submit', (e) => {
@@ -885,7 +929,8 @@ function start() {
   setInterval(() => { if (S.token && S.view === 'heads') refresh(); }, 3000);
   // The charts follow the head's samples even when no event arrives.
   setInterval(() => { if (S.token && S.who && S.view === 'overview' && !document.hidden) renderCharts().catch(() => {}); }, 5000);
-  if (S.token) signIn(S.token);
+  if (ticket) redeem(ticket);
+  else if (S.token) signIn(S.token);
   else signOut();
 }
 
