@@ -103,7 +103,7 @@ fn systemd_analyze() -> &'static str {
 }
 
 #[test]
-fn the_systemd_units_verify_and_keep_their_hardening() {
+fn needs_systemd_the_systemd_units_verify_and_keep_their_hardening() {
     let tool = systemd_analyze();
     let dir = tempfile::tempdir().expect("a temporary directory");
     let units = units_in(dir.path());
@@ -288,7 +288,7 @@ print("ok")
 "#;
 
 #[test]
-fn the_kubernetes_manifests_validate() {
+fn needs_pypi_the_kubernetes_manifests_validate() {
     let (validate, python) = kubernetes_validate();
     let manifests: Vec<PathBuf> = ["namespace.yaml", "head.yaml", "worker.yaml"]
         .iter()
@@ -351,7 +351,7 @@ fn the_kubernetes_manifests_validate() {
 /// unit has (which the unit's test shows are what tasks as their own users need), and memory
 /// and process limits; a copy that keeps a capability more, or lifts the process limit, fails.
 #[test]
-fn the_compose_workers_are_held_to_what_they_need() {
+fn needs_pypi_the_compose_workers_are_held_to_what_they_need() {
     let (_, python) = kubernetes_validate();
     let unit = std::fs::read_to_string(deploy("systemd/escher-worker.service")).expect("unit");
     let needed: Vec<String> = unit_capabilities(&unit)
@@ -655,7 +655,7 @@ fn processes_running(program: &str, args: &[&str]) -> Vec<i32> {
 }
 
 #[test]
-fn the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
+fn needs_root_the_worker_units_capabilities_run_and_cancel_tasks_as_their_own_users() {
     assert!(
         nix::unistd::geteuid().is_root(),
         "this test starts a worker as root with only the unit's capabilities: run it as root"

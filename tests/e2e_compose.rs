@@ -277,7 +277,7 @@ fn task_id(submitted: &str) -> String {
 }
 
 #[test]
-fn the_compose_cluster_runs_the_readme_tour() {
+fn needs_docker_the_compose_cluster_runs_the_readme_tour() {
     let bins = procs::binary("escher-head")
         .parent()
         .expect("a binary's directory")

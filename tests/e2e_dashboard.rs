@@ -368,7 +368,7 @@ async fn dashboard_cluster() -> (LocalCluster, SocketAddr) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
+async fn needs_browser_an_admin_sees_the_cluster_its_tasks_and_gpus_live() {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();
@@ -686,7 +686,7 @@ async fn cluster_node_name(client: &escher::Client, node: escher::types::NodeId)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reader_sees_the_cluster_but_no_task_and_a_bad_token_signs_in_again() {
+async fn needs_browser_a_reader_sees_the_cluster_but_no_task_and_a_bad_token_signs_in_again() {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();
@@ -771,7 +771,7 @@ fn in_viewport(selector: &str) -> String {
 /// events carry the time the head committed them. Against real processes: `escher-head
 /// --dashboard` and two `escher-worker`s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn seven_tabs_render_and_stay_live_on_one_shared_feed() {
+async fn needs_browser_seven_tabs_render_and_stay_live_on_one_shared_feed() {
     let chromium = chromium();
     let addr = free_addr();
     let cluster = ProcessCluster::builder()
@@ -855,7 +855,7 @@ async fn seven_tabs_render_and_stay_live_on_one_shared_feed() {
 /// With a long task list, a task's detail opens where the user is (a panel beside the list),
 /// not thousands of pixels below it; a pending task's detail says why it waits as fields.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_tasks_detail_opens_in_view_and_a_pending_one_reads_as_fields() {
+async fn needs_browser_a_tasks_detail_opens_in_view_and_a_pending_one_reads_as_fields() {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();
@@ -958,7 +958,7 @@ async fn a_tasks_detail_opens_in_view_and_a_pending_one_reads_as_fields() {
 /// so no reload) signs the tab in with its token and leaves neither token in the address bar
 /// nor in the tab's history.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_second_link_leaves_no_token_in_the_address_bar_or_history() {
+async fn needs_browser_a_second_link_leaves_no_token_in_the_address_bar_or_history() {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();
@@ -1035,7 +1035,7 @@ async fn a_second_link_leaves_no_token_in_the_address_bar_or_history() {
 /// Half a GPU is drawn as half of it; a resource whose capacity shrank below what a running
 /// task holds (here deleted while held) is drawn as over capacity, not as an empty bar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn half_a_gpu_is_drawn_as_half_and_a_shrunk_resource_as_over_capacity() {
+async fn needs_browser_half_a_gpu_is_drawn_as_half_and_a_shrunk_resource_as_over_capacity() {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();
@@ -1112,7 +1112,8 @@ async fn half_a_gpu_is_drawn_as_half_and_a_shrunk_resource_as_over_capacity() {
 /// history, served with the same check as the status), and from a node, the tasks that ran
 /// there with their output.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_overview_charts_utilisation_and_a_node_lists_its_tasks_with_their_output() {
+async fn needs_browser_the_overview_charts_utilisation_and_a_node_lists_its_tasks_with_their_output()
+ {
     let chromium = chromium();
     let (cluster, addr) = dashboard_cluster().await;
     let client = cluster.client().await.unwrap();

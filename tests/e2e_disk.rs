@@ -109,7 +109,7 @@ fn pending_task(i: usize) -> Task {
 }
 
 #[tokio::test]
-async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
+async fn needs_root_a_full_disk_refuses_writes_serves_reads_and_resumes() {
     let disk = Tmpfs::mount(2 * 1024 * 1024);
     let home = tempfile::tempdir().unwrap();
     let data: PathBuf = disk.path().join("data");
@@ -217,7 +217,7 @@ async fn a_full_disk_refuses_writes_serves_reads_and_resumes() {
 /// lease, so they attach to the new leader before it declares them lost: the node stays the
 /// same live node with its ephemeral resources, and writes go on.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on() {
+async fn needs_root_a_leader_whose_disk_fills_lets_its_workers_go_and_their_nodes_live_on() {
     let cluster = procs::ProcessCluster::builder()
         .heads(3)
         .durable()

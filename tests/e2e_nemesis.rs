@@ -28,7 +28,7 @@ use nemesis::run::{Schedule, run};
 const CI_NEMESES: &[Nemesis] = &Nemesis::ALL;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn the_nemesis_schedule_under_load_leaves_a_history_the_checker_finds_clean() {
+async fn needs_root_the_nemesis_schedule_under_load_leaves_a_history_the_checker_finds_clean() {
     let schedule = Schedule::from_env(CI_NEMESES).expect("the schedule");
     let report = run(&schedule).await.expect("the nemesis run");
     println!("{}", report.table);

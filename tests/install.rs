@@ -1,12 +1,19 @@
-//! `cargo install`, as the README's "Installing the binaries" says: the three packages installed
-//! from this checkout into a root of their own (`--root`, not `~/.cargo`), then used from
-//! there: each binary's `--version` names the version and the commit, and the installed
-//! `escher-head`, `escher-worker` and `escher` run a task together.
+//! Installing the binaries, as the README's "Installing the binaries" says: `cargo install
+//! --locked --path head|worker|cli` builds each package's binary and copies it into `<root>/bin`.
+//! This test checks both halves without building anything a second time:
+//! - what cargo would build: each of the three packages has its binary target, and that
+//!   target's required features are among the package's default ones (`cargo install` builds
+//!   with the defaults, while `cargo test --workspace` turns on every feature some member asks
+//!   for, so a binary left out of the defaults would pass every other test and install nothing);
+//! - what it would copy: the binaries `cargo test` has already built (`target/<profile>/`), put
+//!   into a root of their own (`--root`, not `~/.cargo`) and run from there, away from the
+//!   checkout: each one's `--version` names the version and the commit, and the installed
+//!   `escher-head`, `escher-worker` and `escher` run a task together.
 //!
-//! The install builds in `target/install` (debug, to keep CI's build short: what is checked
-//! here is that the packages install and the installed binaries work, not their speed), from
-//! the crates cargo has already fetched (`--offline`) and the workspace's lock file
-//! (`--locked`).
+//! It once ran `cargo install --debug` three times into a target directory of its own: a
+//! second build of every dependency, the longest part of the test suite's build.
+
+mod procs;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -64,22 +71,69 @@ fn wait_for_file(file: &Path, process: &mut Running) -> String {
     }
 }
 
+/// The packages `cargo install --path` is given and the binary each one installs.
+const PACKAGES: [(&str, &str, &str); 3] = [
+    ("head", "escher-head", "escher-head"),
+    ("worker", "escher-worker", "escher-worker"),
+    ("cli", "escher-cli", "escher"),
+];
+
 #[test]
-fn cargo_install_installs_the_three_binaries_and_they_run_a_task() {
-    let install_root = tempfile::tempdir().expect("a temporary directory");
-    let target_dir = root().join("target").join("install");
-    for package in ["head", "worker", "cli"] {
-        run(
-            &format!("cargo install --path {package}"),
-            Command::new(env!("CARGO"))
-                .current_dir(root())
-                .args(["install", "--locked", "--offline", "--debug", "--quiet"])
-                .args(["--path", package, "--root"])
-                .arg(install_root.path())
-                .arg("--target-dir")
-                .arg(&target_dir)
-                .env_remove("CARGO_TARGET_DIR"),
+fn each_package_installs_its_binary_with_its_default_features() {
+    let metadata = run(
+        "cargo metadata",
+        Command::new(env!("CARGO"))
+            .current_dir(root())
+            .args(["metadata", "--no-deps", "--offline", "--locked"])
+            .args(["--format-version", "1"]),
+    );
+    let metadata: serde_json::Value = serde_json::from_str(&metadata).expect("cargo's JSON");
+    let packages = metadata["packages"].as_array().expect("packages");
+    for (dir, package, binary) in PACKAGES {
+        let found = packages
+            .iter()
+            .find(|p| p["name"] == package)
+            .unwrap_or_else(|| panic!("no package {package} in the workspace"));
+        let manifest = found["manifest_path"].as_str().expect("a manifest path");
+        assert!(
+            Path::new(manifest).starts_with(root().join(dir)),
+            "{package} is not the package at {dir}/: {manifest}"
         );
+        let target = found["targets"]
+            .as_array()
+            .expect("targets")
+            .iter()
+            .find(|t| t["name"] == binary && t["kind"][0] == "bin")
+            .unwrap_or_else(|| panic!("{package} has no binary {binary}"));
+        let defaults: Vec<&str> = found["features"]["default"]
+            .as_array()
+            .map(|d| d.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        let required: Vec<&str> = target["required-features"]
+            .as_array()
+            .map(|r| r.iter().filter_map(|f| f.as_str()).collect())
+            .unwrap_or_default();
+        for feature in required {
+            assert!(
+                defaults.contains(&feature),
+                "`cargo install --path {dir}` would not install {binary}: it requires feature \
+                 {feature}, which is not among {package}'s default features {defaults:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_installed_binaries_report_their_commit_and_run_a_task() {
+    let install_root = tempfile::tempdir().expect("a temporary directory");
+    std::fs::create_dir(install_root.path().join("bin")).expect("mkdir bin");
+    for (_, _, binary) in PACKAGES {
+        // What `cargo install` does once it has built: a copy, which keeps the mode.
+        std::fs::copy(
+            procs::binary(binary),
+            install_root.path().join("bin").join(binary),
+        )
+        .unwrap_or_else(|e| panic!("copying {binary}: {e}"));
     }
     let bin = install_root.path().join("bin");
     for name in ["escher-head", "escher-worker", "escher"] {
@@ -98,6 +152,7 @@ fn cargo_install_installs_the_three_binaries_and_they_run_a_task() {
     let address_file = home.path().join("head.url");
     let env = |command: &mut Command| {
         command
+            .current_dir(home.path())
             .env("ESCHER_HOME", home.path())
             .env_remove("ESCHER_HEAD")
             .env_remove("ESCHER_ACCESS_FILE")

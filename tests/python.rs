@@ -104,7 +104,7 @@ fn venv(dir: &Path) -> Result<PathBuf> {
 }
 
 #[test]
-fn python_suite_and_examples_pass() -> Result<()> {
+fn needs_pypi_python_suite_and_examples_pass() -> Result<()> {
     let dir = tempfile::tempdir()?;
     // Readable by others: a worker run as root runs Python tasks as users of their own, with
     // this environment's interpreter (test_processes.py).

@@ -1,14 +1,13 @@
-//! The command line: global options, the command tree, the resource-target flags shared by
-//! the `resource` commands, and the value parsers (durations, `KEY=VALUE` pairs).
+//! The command line: global options and the command tree. The option structs of each command
+//! live in that command's module, the value parsers in `values.rs`, the resource-target flags
+//! in `resource.rs`: this module imports them, and none of them imports it.
 //!
 //! Every value is parsed into a domain type by clap, so a bad value is reported by clap with
 //! the flag it belongs to and the domain type's own reason (for resource lists, the column of
-//! the bad item). The option structs of each command live in that command's module.
-
-use std::time::Duration;
+//! the bad item).
 
 use clap::{Args, Parser, Subcommand};
-use escher_proto::{Namespace, NodeId, NodeSpec, ResourceSet};
+use escher_proto::Namespace;
 
 use super::actors::ActorsArgs;
 use super::admin::{AdminCommand, DrainArgs, NodeCommand, TokenCommand};
@@ -179,83 +178,13 @@ fn parse_namespace(text: &str) -> Result<String, escher_proto::TypeError> {
     Ok(text.to_string())
 }
 
-/// Which nodes a resource command changes: exactly one of `--local`, `--node`, `--match`.
-#[derive(Debug, Clone, Args)]
-pub struct TargetArgs {
-    /// The selector
-    #[command(flatten)]
-    pub which: Which,
-
-    /// With --match: change at most N of the matching nodes (lowest ids first)
-    // Not `requires = "matching"`: clap waives a requirement that conflicts with a present
-    // argument (here through the exclusive group), so `--node 1 --num-nodes 2` would pass.
-    #[arg(long, value_name = "N", conflicts_with_all = ["local", "node"],
-          value_parser = clap::value_parser!(u32).range(1..))]
-    pub num_nodes: Option<u32>,
-}
-
-/// The node selector of [`TargetArgs`].
-#[derive(Debug, Clone, Args)]
-#[group(required = true, multiple = false)]
-pub struct Which {
-    /// The node of the task this command runs in (only inside a task: uses ESCHER_TASK_ID)
-    #[arg(long)]
-    pub local: bool,
-
-    /// Exactly this node
-    #[arg(long, value_name = "ID")]
-    pub node: Option<NodeId>,
-
-    /// Every live node whose available resources contain RESOURCES (e.g. cpu=1,gpu=1)
-    #[arg(long = "match", id = "matching", value_name = "RESOURCES")]
-    pub matching: Option<ResourceSet>,
-}
-
-impl TargetArgs {
-    /// The node spec these flags select.
-    pub fn node_spec(&self) -> NodeSpec {
-        match (&self.which.node, &self.which.matching) {
-            (Some(id), _) => NodeSpec::Node(*id),
-            (None, Some(resources)) => NodeSpec::Match {
-                resources: resources.clone(),
-                num_nodes: self.num_nodes,
-            },
-            (None, None) => NodeSpec::Local,
-        }
-    }
-}
-
-/// A duration: plain seconds (`10`, `1.5`), or anything [`humantime`] reads (`500ms`, `10s`,
-/// `5m`, `2h`, `1h 30m`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let t = text.trim();
-    let bare_seconds = !t.is_empty()
-        && t.chars().all(|c| c.is_ascii_digit() || c == '.')
-        && t.chars().any(|c| c.is_ascii_digit());
-    if bare_seconds {
-        let value: f64 = t.parse().map_err(|_| {
-            format!("{text:?} is not a duration: write seconds (10, 1.5) or 500ms, 5m")
-        })?;
-        return Duration::try_from_secs_f64(value).map_err(|e| format!("{text:?}: {e}"));
-    }
-    humantime::parse_duration(t).map_err(|e| {
-        format!("{text:?} is not a duration ({e}): write seconds (10, 1.5) or 500ms, 10s, 5m, 2h")
-    })
-}
-
-/// A `KEY=VALUE` pair with a non-empty key.
-pub fn parse_key_value(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
-        _ => Err(format!("{text:?} is not KEY=VALUE")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use clap::CommandFactory;
     use clap::error::ErrorKind;
-    use escher_proto::{Capacity, TaskId, TaskState};
+    use escher_proto::{Capacity, NodeId, NodeSpec, TaskId, TaskState};
 
     use super::*;
     use crate::resource::ResourceCommand as R;
@@ -515,24 +444,5 @@ mod tests {
                 sub.get_name()
             );
         }
-    }
-
-    #[test]
-    fn durations_and_pairs() {
-        assert_eq!(parse_duration("10").unwrap(), Duration::from_secs(10));
-        assert_eq!(parse_duration("1.5s").unwrap(), Duration::from_millis(1500));
-        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
-        assert!(parse_duration("-1").is_err());
-        assert_eq!(parse_duration("1h 30m").unwrap(), Duration::from_secs(5400));
-        assert!(
-            parse_duration("3 fortnights")
-                .unwrap_err()
-                .contains("unknown time unit")
-        );
-        assert!(parse_duration("1.2.3").is_err());
-        assert!(parse_duration("").is_err());
-        assert_eq!(parse_key_value("A=").unwrap(), ("A".into(), String::new()));
-        assert!(parse_key_value("=x").is_err());
     }
 }

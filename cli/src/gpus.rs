@@ -19,9 +19,9 @@ use escher_proto::types::{GpuInfo, GpuStatus, MigChange, MigPlan, MigReport, Nod
 use escher_proto::{Amount, NodeId};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use super::args::parse_duration;
 use super::ctx::Ctx;
 use super::render::{ids, key_values, lines, table};
+use super::values::parse_duration;
 
 /// Options of `escher gpus`.
 #[derive(Debug, Clone, Args)]

@@ -94,7 +94,7 @@ pub struct TasksArgs {
     pub watch: bool,
 
     /// Watch for this long, then stop (`30s`, `5m`); implies --watch
-    #[arg(long, value_name = "DURATION", value_parser = super::args::parse_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = super::values::parse_duration)]
     pub watch_for: Option<Duration>,
 }
 

@@ -83,9 +83,10 @@ mod status;
 mod submit;
 mod telemetry;
 mod top;
+mod values;
 mod wait;
 
-pub use args::{Cli, Command, TargetArgs, Which, parse_duration, parse_key_value};
+pub use args::{Cli, Command};
 pub use gpus::{
     GpusArgs, MigApplyArgs, MigCommand, MigCreateArgs, MigDestroyArgs, MigPrepareArgs, MigTarget,
     MigWait, render_gpus, render_phases, render_plan,
@@ -94,10 +95,12 @@ pub use heads::{HeadsArgs, HeadsChange, render_heads};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
 pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
+pub use resource::{TargetArgs, Which};
 pub use simwork::{SIM_SCALE_ENV, SimWorkArgs};
 pub use status::{StatusArgs, StatusJson, render_status};
 pub use submit::SubmitArgs;
 pub use telemetry::{ReportArgs, TelemetryArgs, render_telemetry};
+pub use values::{parse_duration, parse_key_value};
 pub use wait::{CancelArgs, GetArgs, RequeueArgs, WaitArgs, render_get};
 
 use ctx::Ctx;

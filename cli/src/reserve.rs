@@ -13,9 +13,9 @@ use escher_proto::types::GangStrategy;
 use escher_proto::{ResourceName, ResourceSet, TaskId};
 use serde::Serialize;
 
-use super::args::parse_duration;
 use super::ctx::Ctx;
 use super::render::{ids, key_values};
+use super::values::parse_duration;
 use escher_client::Reservation;
 
 /// Options of `escher reserve`.

@@ -7,13 +7,58 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Subcommand;
-use escher_proto::{Capacity, Delta, NodeId, NodeSpec, ResourceName, ResourceUpdate};
+use clap::{Args, Subcommand};
+use escher_proto::{Capacity, Delta, NodeId, NodeSpec, ResourceName, ResourceSet, ResourceUpdate};
 use serde::Serialize;
 
-use super::args::TargetArgs;
 use super::ctx::Ctx;
 use escher_client::{ResourceUpdateExt, caller_task_from_env};
+
+/// Which nodes a resource command changes: exactly one of `--local`, `--node`, `--match`.
+#[derive(Debug, Clone, Args)]
+pub struct TargetArgs {
+    /// The selector
+    #[command(flatten)]
+    pub which: Which,
+
+    /// With --match: change at most N of the matching nodes (lowest ids first)
+    // Not `requires = "matching"`: clap waives a requirement that conflicts with a present
+    // argument (here through the exclusive group), so `--node 1 --num-nodes 2` would pass.
+    #[arg(long, value_name = "N", conflicts_with_all = ["local", "node"],
+          value_parser = clap::value_parser!(u32).range(1..))]
+    pub num_nodes: Option<u32>,
+}
+
+/// The node selector of [`TargetArgs`].
+#[derive(Debug, Clone, Args)]
+#[group(required = true, multiple = false)]
+pub struct Which {
+    /// The node of the task this command runs in (only inside a task: uses ESCHER_TASK_ID)
+    #[arg(long)]
+    pub local: bool,
+
+    /// Exactly this node
+    #[arg(long, value_name = "ID")]
+    pub node: Option<NodeId>,
+
+    /// Every live node whose available resources contain RESOURCES (e.g. cpu=1,gpu=1)
+    #[arg(long = "match", id = "matching", value_name = "RESOURCES")]
+    pub matching: Option<ResourceSet>,
+}
+
+impl TargetArgs {
+    /// The node spec these flags select.
+    pub fn node_spec(&self) -> NodeSpec {
+        match (&self.which.node, &self.which.matching) {
+            (Some(id), _) => NodeSpec::Node(*id),
+            (None, Some(resources)) => NodeSpec::Match {
+                resources: resources.clone(),
+                num_nodes: self.num_nodes,
+            },
+            (None, None) => NodeSpec::Local,
+        }
+    }
+}
 
 /// The `resource` commands.
 #[derive(Debug, Clone, Subcommand)]

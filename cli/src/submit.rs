@@ -13,9 +13,9 @@ use clap::Args;
 use escher_proto::{ResourceSet, TaskId, TaskStatus};
 use serde::Serialize;
 
-use super::args::{parse_duration, parse_key_value};
 use super::ctx::Ctx;
 use super::render::{exit_status, statuses, unsuccessful};
+use super::values::{parse_duration, parse_key_value};
 use super::wait::wait_with_progress;
 use escher_client::Task;
 

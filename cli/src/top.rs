@@ -27,7 +27,7 @@ pub struct TopArgs {
     pub once: bool,
 
     /// Refresh this often (`1s`, `500ms`)
-    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = super::args::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = super::values::parse_duration)]
     pub interval: Duration,
 }
 

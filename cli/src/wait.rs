@@ -27,9 +27,9 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::args::parse_duration;
 use super::ctx::Ctx;
 use super::render::{exit_status, ids, key_values, node, result, statuses, unsuccessful};
+use super::values::parse_duration;
 use escher_client::{Client, ClientError};
 
 /// How long each `Wait` call lasts while a progress bar is shown.

@@ -84,7 +84,7 @@ fn unified_mount() -> String {
 }
 
 #[tokio::test]
-async fn the_node_says_which_limits_it_holds() {
+async fn needs_root_the_node_says_which_limits_it_holds() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     let (registration, _) = attached(&mut head).await;
@@ -120,7 +120,7 @@ fn v1_mount(controller: &str) -> String {
 /// has no CPU quota, the node's memory and the worker's process limit (and a task asking what
 /// the last one in its cgroup asked for finds them there, unwritten).
 #[tokio::test]
-async fn each_task_gets_its_own_limits_and_none_of_the_last_ones() {
+async fn needs_root_each_task_gets_its_own_limits_and_none_of_the_last_ones() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     attached(&mut head).await;
@@ -148,7 +148,7 @@ echo $(cat "$(dir {} cpu)/cpu.cfs_quota_us" "$(dir {} memory)/memory.limit_in_by
 /// (`usage_usec` of its unified cgroup, which counts every process it ran) says how much CPU it
 /// got. Without a quota it gets a whole CPU, or near it on a loaded machine.
 #[tokio::test]
-async fn a_cpu_hog_gets_its_quota() {
+async fn needs_root_a_cpu_hog_gets_its_quota() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     attached(&mut head).await;
@@ -181,7 +181,7 @@ echo "$before $(usage) $t0 $(date +%s%N)""#,
 /// A task that forks without end fills its own process limit (64), not the node: it starts
 /// fewer than 64 processes, and a neighbour that starts its own meanwhile succeeds.
 #[tokio::test]
-async fn a_fork_bomb_is_held_to_its_process_limit() {
+async fn needs_root_a_fork_bomb_is_held_to_its_process_limit() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     attached(&mut head).await;
@@ -211,7 +211,7 @@ echo full; sleep 3"#;
 /// A task asking for 64 MiB that fills 256 MiB is failed by the kernel's OOM killer in its
 /// memory cgroup, with the reason; a neighbour filling 16 MiB succeeds beside it.
 #[tokio::test]
-async fn a_memory_hog_exceeds_its_request_and_says_so() {
+async fn needs_root_a_memory_hog_exceeds_its_request_and_says_so() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     attached(&mut head).await;
@@ -237,7 +237,7 @@ async fn a_memory_hog_exceeds_its_request_and_says_so() {
 /// A task writing 32 MiB to stdout keeps the first 256 KiB of it and one line saying the rest
 /// was dropped; its neighbour's output is whole.
 #[tokio::test]
-async fn a_log_flood_stops_at_the_cap() {
+async fn needs_root_a_log_flood_stops_at_the_cap() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let cap = 256 * 1024;
     let w = RunningWorker::start(limited(&head).task_log_bytes(cap));
@@ -261,7 +261,7 @@ async fn a_log_flood_stops_at_the_cap() {
 
 /// No exec of a task gains privileges: a set-uid program runs as the task's user.
 #[tokio::test]
-async fn every_task_runs_with_no_new_privs() {
+async fn needs_root_every_task_runs_with_no_new_privs() {
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(limited(&head));
     attached(&mut head).await;
