@@ -1,6 +1,6 @@
 //! The commands that change the head's state, and the effects applying them asks for.
 
-use escher_proto::types::{Assignment, RequestKey, TaskFinished};
+use escher_proto::types::{Assignment, ObjectId, RequestKey, SealedCopy, TaskFinished};
 use escher_proto::types::{
     DeviceHold, GangStrategy, GpuInfo, Grant, MigChange, MigDone, MigPlan, Namespace, NodeId,
     ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
@@ -205,6 +205,24 @@ pub enum Command {
         /// process changes nothing.
         boot: u64,
     },
+    /// Nodes sealed these copies of objects in their stores (`objects.rs`). Data format 4 on.
+    ObjectsSealed {
+        /// The copies.
+        copies: Vec<SealedCopy>,
+    },
+    /// The owner let go of these objects: they leave the table, their holders delete their
+    /// copies. Data format 4 on.
+    ObjectsReleased {
+        /// The objects.
+        ids: Vec<ObjectId>,
+        /// The caller's namespace: another namespace's objects are not its to release.
+        namespace: Option<Namespace>,
+        /// Whether the caller is an admin, who may release any namespace's objects.
+        sees_everything: bool,
+    },
+    /// A client's number for naming the objects it puts (`(session, sequence)`), never given
+    /// out before. Data format 4 on.
+    OpenObjectSession,
 }
 
 impl Command {
@@ -233,6 +251,9 @@ impl Command {
             Command::RegisterNodeUnattached { .. } => "register_node_unattached",
             Command::RejoinNodeUnattached { .. } => "rejoin_node_unattached",
             Command::NodeAttached { .. } => "node_attached",
+            Command::ObjectsSealed { .. } => "objects_sealed",
+            Command::ObjectsReleased { .. } => "objects_released",
+            Command::OpenObjectSession => "open_object_session",
         }
     }
 }
@@ -261,6 +282,13 @@ pub enum Reply {
     MigPlan(MigPlan),
     /// A token created or revoked.
     Token(TokenInfo),
+    /// The sealed copies that were not recorded, with why (their nodes should delete them).
+    ObjectsSealed(Vec<(ObjectId, String)>),
+    /// The released ids the caller could not see (never known, forgotten, or another
+    /// namespace's).
+    ObjectsReleased(Vec<ObjectId>),
+    /// A new object session number.
+    ObjectSession(u64),
     /// Nothing to report.
     Done,
 }
@@ -307,5 +335,12 @@ pub enum Effect {
         gpu: u32,
         /// The layout, explicit form.
         layout: String,
+    },
+    /// Tell the node's worker to delete its copies of these objects (they were released).
+    DeleteObjects {
+        /// The node.
+        node: NodeId,
+        /// The objects.
+        ids: Vec<ObjectId>,
     },
 }

@@ -52,6 +52,9 @@ impl<S: LogStore> Owner<S> {
                         .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
                 }
                 Effect::Rejoined { node } => self.workers.forget_task_messages(node),
+                Effect::DeleteObjects { node, ids } => {
+                    tracing::debug!(%node, count = ids.len(), "objects released");
+                }
             }
         }
     }
