@@ -9,7 +9,8 @@ use escher_core::state::{
     ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, DATA_ADDRESS_LABEL, NodeId, ObjectId, ObjectOwner, SealedCopy, TaskState,
+    Capacity, DATA_ADDRESS_LABEL, NodeId, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket,
+    SealedCopy, TaskState, ticket_key,
 };
 use state_support::{TestState, joining, ns, secret, task};
 
@@ -91,7 +92,10 @@ fn a_sealed_copy_publishes_its_location_and_a_release_deletes_it() {
         )
         .is_empty()
     );
-    let view = t.state.locate_object(id, Some(&ns("app")), false).unwrap();
+    let view = t
+        .state
+        .locate_object(id, Some(&ns("app")), false, None)
+        .unwrap();
     assert_eq!((view.size, view.checksum), (1024, 0xdead_beef));
     let holders: Vec<_> = view
         .holders
@@ -118,7 +122,7 @@ fn a_sealed_copy_publishes_its_location_and_a_release_deletes_it() {
     }
     let err = t
         .state
-        .locate_object(id, Some(&ns("app")), false)
+        .locate_object(id, Some(&ns("app")), false, None)
         .unwrap_err();
     assert_eq!(err, ApplyError::ObjectFreed(id));
     assert!(err.to_string().contains(&id.to_string()), "{err}");
@@ -142,23 +146,27 @@ fn another_namespaces_object_is_unknown_and_not_its_to_release() {
     for other in [Some(ns("other")), None] {
         let err = t
             .state
-            .locate_object(id, other.as_ref(), false)
+            .locate_object(id, other.as_ref(), false, None)
             .unwrap_err();
         assert_eq!(err, ApplyError::UnknownObject(id));
     }
     assert!(t.state.list_objects(Some(&ns("other")), false).is_empty());
     assert_eq!(t.state.list_objects(Some(&ns("app")), false).len(), 1);
     // An admin who sees everything sees it.
-    assert!(t.state.locate_object(id, None, true).is_ok());
+    assert!(t.state.locate_object(id, None, true, None).is_ok());
 
     let (unknown, fx) = release(&mut t, vec![id, ObjectId(SESSION, 99)], Some("other"));
     assert_eq!(unknown, vec![id, ObjectId(SESSION, 99)]);
     assert!(fx.is_empty());
-    assert!(t.state.locate_object(id, Some(&ns("app")), false).is_ok());
+    assert!(
+        t.state
+            .locate_object(id, Some(&ns("app")), false, None)
+            .is_ok()
+    );
     // A never-known id reads as unknown, not freed.
     assert_eq!(
         t.state
-            .locate_object(ObjectId(SESSION, 99), Some(&ns("app")), false),
+            .locate_object(ObjectId(SESSION, 99), Some(&ns("app")), false, None),
         Err(ApplyError::UnknownObject(ObjectId(SESSION, 99)))
     );
 }
@@ -177,10 +185,13 @@ fn a_lost_node_takes_its_copies_and_an_object_left_without_one_is_lost_naming_th
         ],
     );
     t.remove_node(a);
-    let view = t.state.locate_object(both, None, false).unwrap();
+    let view = t.state.locate_object(both, None, false, None).unwrap();
     assert_eq!(view.holders.len(), 1);
     assert_eq!(view.holders[0].node, b);
-    let err = t.state.locate_object(only_a, None, false).unwrap_err();
+    let err = t
+        .state
+        .locate_object(only_a, None, false, None)
+        .unwrap_err();
     match &err {
         ApplyError::ObjectLost { id, node, reason } => {
             assert_eq!((*id, *node), (only_a, a));
@@ -204,7 +215,7 @@ fn a_lost_node_takes_its_copies_and_an_object_left_without_one_is_lost_naming_th
     let (unknown, fx) = release(&mut t, vec![only_a], None);
     assert!(unknown.is_empty() && fx.is_empty(), "{unknown:?} {fx:?}");
     assert_eq!(
-        t.state.locate_object(only_a, None, false),
+        t.state.locate_object(only_a, None, false, None),
         Err(ApplyError::ObjectFreed(only_a))
     );
 }
@@ -301,11 +312,42 @@ fn the_table_survives_a_snapshot_and_a_restored_state_decides_alike() {
         );
     }
     assert_eq!(
-        back.locate_object(ObjectId(SESSION, 1), None, false),
+        back.locate_object(ObjectId(SESSION, 1), None, false, None),
         Err(ApplyError::ObjectFreed(ObjectId(SESSION, 1)))
     );
     // The same next step on both gives the same reply.
     let next = |s: &mut ClusterState| s.apply(Entry::new(t.now, Command::OpenObjectSession));
     let mine = next(&mut t.state);
     assert_eq!(next(&mut back), mine);
+}
+
+#[test]
+fn a_put_goes_to_the_emptiest_data_node_with_a_write_ticket_and_a_reader_gets_read_tickets() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    // A node without a data plane is never chosen.
+    t.node("plain", "cpu=64");
+    let app = Some(ns("app"));
+    let id = ObjectId(SESSION, 0);
+    let (node, address, ticket) = t.state.place_object(id, &app, 5_000).unwrap();
+    assert_eq!((node, address.as_str()), (a, "a.example:7700"));
+    let key = ticket_key(&secret("a").0);
+    let parsed = ObjectTicket::verify(&ticket, &key).expect("signed with node a's key");
+    assert_eq!(parsed.objects, vec![id]);
+    assert_eq!(parsed.namespace.as_deref(), Some("app"));
+    assert!(parsed.allows(a, id, ObjectAccess::Write, 4_000).is_ok());
+    assert!(parsed.allows(a, id, ObjectAccess::Read, 4_000).is_err());
+
+    seal(&mut t, vec![copy(id, a, Some("app"))]);
+    // Node a holds bytes now: the next put goes to b.
+    let next = ObjectId(SESSION, 1);
+    assert_eq!(t.state.place_object(next, &app, 5_000).unwrap().0, b);
+
+    let view = t
+        .state
+        .locate_object(id, app.as_ref(), false, Some(5_000))
+        .unwrap();
+    let read = ObjectTicket::verify(view.holders[0].ticket.as_ref().unwrap(), &key).unwrap();
+    assert!(read.allows(a, id, ObjectAccess::Read, 4_000).is_ok());
+    assert!(read.allows(a, next, ObjectAccess::Read, 4_000).is_err());
 }

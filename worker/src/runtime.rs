@@ -223,6 +223,12 @@ pub(crate) struct Runtime {
 const BEATS_KEPT: usize = 256;
 
 impl Runtime {
+    /// The head released these objects: this node's copies go. (No store is attached to the
+    /// runtime yet: the copies of a store that is not wired stay until the store is swept.)
+    fn delete_objects(&mut self, ids: &[escher_proto::types::ObjectId]) {
+        tracing::debug!(count = ids.len(), "the head released objects held here");
+    }
+
     pub(crate) fn new(
         env: Arc<RunEnv>,
         identity: Identity,
@@ -616,6 +622,7 @@ impl Runtime {
                 }
             }
             Ok(HeadMessage::LeaseRenewed { seq }) => self.lease_renewed(seq),
+            Ok(HeadMessage::DeleteObjects(ids)) => self.delete_objects(&ids),
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");

@@ -18,8 +18,9 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use escher_proto::types::{
-    Capacity, CapacityOp, DATA_ADDRESS_LABEL, Namespace, NodeId, NodeSpec, ObjectHolder, ObjectId,
-    ObjectLoss, ObjectOwner, ObjectView, ResourceName, ResourceUpdate, SealedCopy,
+    Capacity, CapacityOp, DATA_ADDRESS_LABEL, Namespace, NodeId, NodeSpec, ObjectAccess,
+    ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectTicket, ObjectView, ResourceName,
+    ResourceUpdate, SealedCopy, ticket_key,
 };
 use serde::{Deserialize, Serialize};
 
@@ -86,9 +87,9 @@ impl ObjectTable {
         self
     }
 
-    /// Whether the table holds nothing, released ids included.
+    /// Whether the table holds nothing: no object, no released id, no session given out.
     pub fn is_empty(&self) -> bool {
-        self.objects.is_empty() && self.freed.is_empty()
+        self.objects.is_empty() && self.freed.is_empty() && self.last_session == 0
     }
 
     /// The live and lost objects, by id.
@@ -328,15 +329,23 @@ impl ClusterState {
     }
 
     /// What a caller of namespace `ns` may know of object `id`: its size, owner and copies
-    /// with each holder's data address (no ticket: the head signs those). Unknown, freed and
-    /// lost objects are refused, each with an error that names the object.
+    /// with each holder's data address and, with `expiry_ms`, a read ticket valid until then
+    /// for each live holder. Unknown, freed and lost objects are refused, each with an error
+    /// that names the object.
     pub fn locate_object(
         &self,
         id: ObjectId,
         ns: Option<&Namespace>,
         sees_everything: bool,
+        expiry_ms: Option<u64>,
     ) -> Result<ObjectView, ApplyError> {
-        let view = self.object_view(id, ns, sees_everything)?;
+        let mut view = self.object_view(id, ns, sees_everything)?;
+        if let Some(expiry_ms) = expiry_ms {
+            for h in &mut view.holders {
+                h.ticket =
+                    self.object_ticket(h.node, ObjectAccess::Read, id, &view.namespace, expiry_ms);
+            }
+        }
         if let Some(loss) = &view.lost {
             return Err(ApplyError::ObjectLost {
                 id,
@@ -400,15 +409,46 @@ impl ClusterState {
         }
     }
 
-    /// Where a `put` of `size` bytes should go: the live, admitted, non-draining node with a
-    /// data address that holds the fewest bytes of objects (the lowest id among equals), or
-    /// `None` when no node qualifies.
-    pub fn place_object(&self, _size: u64) -> Option<(NodeId, String)> {
-        self.nodes
+    /// An object ticket for `id` (of namespace `ns`) on node `node`, signed with that node's
+    /// ticket key, valid until `expiry_ms`; `None` when the node is not live.
+    pub fn object_ticket(
+        &self,
+        node: NodeId,
+        access: ObjectAccess,
+        id: ObjectId,
+        ns: &Option<Namespace>,
+        expiry_ms: u64,
+    ) -> Option<String> {
+        let rec = self.nodes.get(&node).filter(|r| r.alive)?;
+        let ticket = ObjectTicket {
+            node,
+            access,
+            objects: vec![id],
+            expiry_ms,
+            namespace: ns.as_ref().map(|ns| ns.as_str().to_owned()),
+        };
+        Some(ticket.sign(&ticket_key(&rec.secret.0)))
+    }
+
+    /// Where a `put` of object `id` (of namespace `ns`) should go: the live, admitted,
+    /// non-draining node with a data address that holds the fewest bytes of objects (the
+    /// lowest id among equals), its address and a write ticket for `id` there valid until
+    /// `expiry_ms`; `None` when no node qualifies. (The head does not know how full each
+    /// store is; a store without room refuses the push, naming the object.)
+    pub fn place_object(
+        &self,
+        id: ObjectId,
+        ns: &Option<Namespace>,
+        expiry_ms: u64,
+    ) -> Option<(NodeId, String, String)> {
+        let (node, address) = self
+            .nodes
             .iter()
             .filter(|(id, r)| r.alive && !r.draining && self.core.has_node(**id))
             .filter_map(|(id, r)| Some((*id, r.labels.get(DATA_ADDRESS_LABEL)?.to_owned())))
-            .min_by_key(|(id, _)| (self.objects.bytes_on(*id), *id))
+            .min_by_key(|(id, _)| (self.objects.bytes_on(*id), *id))?;
+        let ticket = self.object_ticket(node, ObjectAccess::Write, id, ns, expiry_ms)?;
+        Some((node, address, ticket))
     }
 
     /// A new object session: a number never given out before (from [`FIRST_SESSION`] up).

@@ -52,8 +52,10 @@ impl<S: LogStore> Owner<S> {
                         .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
                 }
                 Effect::Rejoined { node } => self.workers.forget_task_messages(node),
+                // A node that is gone is skipped by `send`: its copies went with it.
                 Effect::DeleteObjects { node, ids } => {
-                    tracing::debug!(%node, count = ids.len(), "objects released");
+                    self.workers
+                        .send(state, node, HeadMessage::DeleteObjects(ids));
                 }
             }
         }
