@@ -214,6 +214,9 @@ pub enum ClientError {
     /// The token's role may not do this (or not in this namespace); the head's message.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// An object's bytes did not move between this client and a worker's data plane.
+    #[error(transparent)]
+    Object(#[from] crate::objects::ObjectTransferError),
     /// Any other error status from the head.
     #[error("the head answered {code:?}: {message}", code = .0.code(), message = .0.message())]
     Rpc(tonic::Status),
@@ -230,6 +233,7 @@ impl ClientError {
             | ClientError::ReservationTimeout { .. }
             | ClientError::MigTimeout { .. } => true,
             ClientError::MigRefused { refusal, .. } => refusal.passes(),
+            ClientError::Object(e) => e.is_retryable(),
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
