@@ -103,6 +103,7 @@ pub use credentials::Credentials;
 pub use error::ClientError;
 pub use heads::ClusterRpc;
 pub use logs::LogReader;
+pub use objects::ObjectRef;
 pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 pub use tasks::failure_reason;

@@ -223,10 +223,18 @@ pub(crate) struct Runtime {
 const BEATS_KEPT: usize = 256;
 
 impl Runtime {
-    /// The head released these objects: this node's copies go. (No store is attached to the
-    /// runtime yet: the copies of a store that is not wired stay until the store is swept.)
+    /// The head released these objects: this node's copies go (a copy a reader has mapped
+    /// goes with its last reader, `objects/mod.rs`). A copy this store does not have is
+    /// already gone.
     fn delete_objects(&mut self, ids: &[escher_proto::types::ObjectId]) {
-        tracing::debug!(count = ids.len(), "the head released objects held here");
+        for id in ids {
+            if !self.env.objects.store().contains(*id) {
+                continue;
+            }
+            if let Err(err) = self.env.objects.delete(*id) {
+                tracing::warn!(object = %id, %err, "could not delete a released object");
+            }
+        }
     }
 
     pub(crate) fn new(

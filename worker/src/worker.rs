@@ -259,6 +259,7 @@ impl Worker {
         );
         let _stop_data_plane = stop_data_plane.drop_guard();
         let env = Arc::new(RunEnv {
+            objects: self.objects.clone(),
             actors: Arc::clone(&self.actors),
             cgroups,
             limits,
