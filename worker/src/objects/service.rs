@@ -17,6 +17,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use escher_proto::NodeId;
 use escher_proto::transfer::{CHUNK_BYTES, ChunkReader, Chunks, ObjectMeta, TransferError};
 use escher_proto::types::{ObjectAccess, ObjectTicket, TicketRefusal};
 use escher_proto::wire::{self, objects_server::Objects};
@@ -30,8 +31,17 @@ use crate::actors::ActorHost;
 #[derive(Debug, Clone)]
 pub struct ObjectService {
     objects: NodeObjects,
-    keys: Arc<ActorHost>,
+    keys: Keys,
     chunk: usize,
+}
+
+/// Where the node's id and ticket key come from.
+#[derive(Debug, Clone)]
+enum Keys {
+    /// The worker's, once it attached to the head.
+    Attached(Arc<ActorHost>),
+    /// Given (a node of a benchmark or a test, with no head).
+    Fixed(NodeId, [u8; 32]),
 }
 
 impl ObjectService {
@@ -40,7 +50,18 @@ impl ObjectService {
     pub(crate) fn new(objects: NodeObjects, keys: Arc<ActorHost>) -> ObjectService {
         ObjectService {
             objects,
-            keys,
+            keys: Keys::Attached(keys),
+            chunk: CHUNK_BYTES,
+        }
+    }
+
+    /// The service over `objects` as node `node`, checking tickets with `key` (the node's
+    /// [`ticket_key`](escher_proto::types::ticket_key)): a data plane with no head, for
+    /// benchmarks and tests.
+    pub fn with_key(objects: NodeObjects, node: NodeId, key: [u8; 32]) -> ObjectService {
+        ObjectService {
+            objects,
+            keys: Keys::Fixed(node, key),
             chunk: CHUNK_BYTES,
         }
     }
@@ -58,7 +79,11 @@ impl ObjectService {
         id: ObjectId,
         access: ObjectAccess,
     ) -> Result<ObjectTicket, Status> {
-        let Some((node, key)) = self.keys.key() else {
+        let attached = match &self.keys {
+            Keys::Attached(host) => host.key(),
+            Keys::Fixed(node, key) => Some((*node, *key)),
+        };
+        let Some((node, key)) = attached else {
             return Err(Status::unavailable(
                 "this worker is not attached to the head yet; try again shortly",
             ));

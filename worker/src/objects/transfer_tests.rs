@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use escher_client::objects::{ObjectTransferError, fetch_object as client_fetch, push_object};
@@ -31,6 +32,7 @@ struct Node {
     key: [u8; 32],
     address: String,
     server: tokio::task::JoinHandle<()>,
+    sent: Arc<AtomicU64>,
     _memory_root: tempfile::TempDir,
     _spill_root: tempfile::TempDir,
 }
@@ -49,6 +51,8 @@ enum Fault {
 struct Faulty {
     inner: ObjectService,
     fault: Fault,
+    /// The object bytes its fetch streams have sent.
+    sent: Arc<AtomicU64>,
 }
 
 #[tonic::async_trait]
@@ -59,7 +63,14 @@ impl Objects for Faulty {
         &self,
         request: Request<wire::FetchRequest>,
     ) -> Result<Response<Self::FetchStream>, Status> {
+        let sent = Arc::clone(&self.sent);
         let stream = self.inner.fetch(request).await?.into_inner();
+        let stream = Box::pin(stream.map(move |chunk| {
+            if let Ok(chunk) = &chunk {
+                sent.fetch_add(chunk.data.len() as u64, Ordering::Relaxed);
+            }
+            chunk
+        }));
         let stream: Self::FetchStream = match self.fault {
             Fault::None => stream,
             Fault::GoneAfter(n) => Box::pin(stream.take(n).chain(tokio_stream::once(Err(
@@ -104,7 +115,9 @@ async fn node(n: u64, capacity: u64, fault: Fault) -> Node {
     let secret = format!("secret-{n}");
     host.attached(NodeId(n), &secret);
     let key = ticket_key(&sha2::Sha256::digest(secret.as_bytes()).into());
+    let sent = Arc::new(AtomicU64::new(0));
     let service = Faulty {
+        sent: Arc::clone(&sent),
         inner: ObjectService::new(objects.clone(), host),
         fault,
     };
@@ -129,6 +142,7 @@ async fn node(n: u64, capacity: u64, fault: Fault) -> Node {
         key,
         address,
         server,
+        sent,
         _memory_root: memory_root,
         _spill_root: spill_root,
     }
@@ -326,6 +340,13 @@ async fn a_holder_gone_mid_transfer_leaves_the_rest_to_the_next() {
         .await
         .unwrap();
     assert_eq!(view.as_slice(), &bytes[..]);
+    // Each holder was asked for the rest only: the first sent 3 MiB; the second the next
+    // 5 MiB and the last 5 bytes, corrupted and not kept; the third those 5 bytes again.
+    let sent = |n: &Node| n.sent.load(Ordering::Relaxed);
+    assert_eq!(
+        (sent(&gone), sent(&corrupt), sent(&good)),
+        (3 * MIB as u64, 5 * MIB as u64 + 5, 5)
+    );
     drop(view);
     reader.holds(&[id]);
 
