@@ -245,3 +245,38 @@ async fn a_local_cluster_puts_gets_and_releases_objects_too() {
     assert!(err.to_string().contains("freed"), "{err}");
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escher_objects_lists_each_object_with_where_it_is() {
+    let (cluster, client, _shm) = start(1).await;
+    let kept = client.put(pattern(4096, 4)).await.unwrap();
+    let node = client.locate_object(kept.id()).await.unwrap().holders[0].node;
+    let run = |json: bool| {
+        let mut command = std::process::Command::new(procs::binary("escher"));
+        command
+            .arg("objects")
+            .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+            .env_remove("ESCHER_HEAD")
+            .env_remove("ESCHER_TOKEN")
+            .env_remove("ESCHER_ACCESS_FILE");
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().expect("the escher CLI runs");
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let text = run(false);
+    assert!(
+        text.contains("OBJECT") && text.contains(&kept.id().to_string()),
+        "{text}"
+    );
+    assert!(
+        text.contains("4096") && text.contains(&format!("node {node}")),
+        "{text}"
+    );
+    let rows: serde_json::Value = serde_json::from_str(&run(true)).unwrap();
+    assert_eq!(rows[0]["id"], kept.id().to_string());
+    assert_eq!(rows[0]["size"], 4096);
+    assert_eq!(rows[0]["holders"][0], node.0);
+}
