@@ -410,7 +410,7 @@ impl WorkerBuilder {
             memory_root: config
                 .object_store_dir
                 .clone()
-                .unwrap_or_else(|| crate::objects::DEFAULT_MEMORY_ROOT.into()),
+                .unwrap_or_else(default_memory_root),
             spill_root: config
                 .object_spill_dir
                 .clone()
@@ -449,6 +449,23 @@ impl WorkerBuilder {
             identity,
         })
     }
+}
+
+/// `/dev/shm`, or the temporary directory on a machine without it (objects are then in files
+/// on whatever that is, still mapped with no copy, but not held in memory by a tmpfs).
+fn default_memory_root() -> PathBuf {
+    let shm = PathBuf::from(crate::objects::DEFAULT_MEMORY_ROOT);
+    if shm.is_dir() {
+        return shm;
+    }
+    let temp = std::env::temp_dir();
+    tracing::warn!(
+        dir = %temp.display(),
+        "no {} on this machine: the object store keeps objects in the temporary directory; \
+         give --object-store-dir a tmpfs",
+        crate::objects::DEFAULT_MEMORY_ROOT
+    );
+    temp
 }
 
 /// `{hostname}-{pid}`, with `-{n}` from the second default-named worker of the process on.
