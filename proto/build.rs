@@ -30,6 +30,8 @@ fn generate() -> Result<(), Box<dyn Error>> {
         ".escher.v1.ActorTask.args",
         ".escher.v1.ActorCall.args",
         ".escher.v1.ActorReply.returned",
+        // Object chunks: a holder sends slices of the mapped object, a reader keeps them.
+        ".escher.v1.ObjectChunk.data",
     ]);
     // Written by hand so that a head encodes each watch event once for all its watchers
     // (src/wire_watch.rs); the same bytes on the wire.

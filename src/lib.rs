@@ -31,7 +31,7 @@ mod local_cluster;
 
 pub use escher_client as client;
 pub use escher_client::{
-    ActorHandle, BlockingClient, Client, ClientError, Credentials, Task, TaskRef, Watch,
+    ActorHandle, BlockingClient, Client, ClientError, Credentials, ObjectRef, Task, TaskRef, Watch,
 };
 pub use escher_esl as esl;
 pub use escher_proto::access;

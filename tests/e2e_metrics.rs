@@ -565,3 +565,23 @@ async fn actors_are_counted_by_state() {
         1.0
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_are_counted_with_their_bytes() {
+    let (cluster, addr) = with_metrics().await;
+    let client = cluster.client().await.unwrap();
+    let kept = within("a put", client.put(vec![1u8; 1000])).await.unwrap();
+    let _other = within("a put", client.put(vec![2u8; 24])).await.unwrap();
+    let token = cluster.admin_token().to_string();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let scraped = parse(&body);
+    assert_eq!(value(&scraped, "escher_objects", &[("state", "live")]), 2.0);
+    assert_eq!(
+        value(&scraped, "escher_object_bytes", &[("state", "live")]),
+        1024.0
+    );
+    drop(kept);
+}

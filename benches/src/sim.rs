@@ -234,8 +234,8 @@ impl SimNode {
                         HeadMessage::FetchLogs { .. }
                         | HeadMessage::ReportsAcked(_)
                         | HeadMessage::LeaseRenewed { .. } => {}
-                        // Simulated nodes report no GPUs.
-                        HeadMessage::ReconfigureMig { .. } => {}
+                        // Simulated nodes report no GPUs and hold no objects.
+                        HeadMessage::ReconfigureMig { .. } | HeadMessage::DeleteObjects(_) => {}
                     }
                     }
                 }

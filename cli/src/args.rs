@@ -16,6 +16,7 @@ use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
 use super::nodes::NodesArgs;
+use super::objects::ObjectsArgs;
 use super::reserve::ReserveArgs;
 use super::resource::ResourceCommand;
 use super::simwork::SimWorkArgs;
@@ -82,6 +83,8 @@ pub enum Command {
     Nodes(NodesArgs),
     /// One row per actor: name, class, state, node, restarts, resources
     Actors(ActorsArgs),
+    /// One row per object: id, size, owner, the nodes that hold a copy (or where it was lost)
+    Objects(ObjectsArgs),
     /// A live view: tasks by namespace and state, the queue draining, each node's use
     Top(TopArgs),
     /// Print the address of the head's web dashboard, signed in with this CLI's token

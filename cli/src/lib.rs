@@ -75,6 +75,7 @@ mod gpus;
 mod heads;
 mod inspect;
 mod nodes;
+mod objects;
 mod render;
 mod reserve;
 mod resource;
@@ -178,6 +179,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Status(a) => a.run(ctx).await,
         Command::Nodes(a) => a.run(ctx).await,
         Command::Actors(a) => a.run(ctx).await,
+        Command::Objects(a) => a.run(ctx).await,
         Command::Top(a) => a.run(ctx).await,
         Command::Dashboard(a) => a.run(ctx).await,
         Command::Report(a) => a.run(ctx).await,

@@ -87,6 +87,8 @@ struct Background {
     updater: OnceLock<mpsc::UnboundedSender<resource_updates::Job>>,
     /// The result stream that `get`s wait on.
     waiter: OnceLock<mpsc::UnboundedSender<results::Job>>,
+    /// The object session, the next object index and the release queue (`objects/refs.rs`).
+    puts: OnceLock<crate::objects::Puts>,
 }
 
 /// Which running task (if any) this client speaks for.
@@ -242,6 +244,13 @@ impl Client {
     pub(crate) fn start_streams(&self) {
         self.submitter();
         self.waiter();
+    }
+
+    /// This client's objects (see `objects/refs.rs`), their release task started on first use.
+    pub(crate) fn puts(&self) -> &crate::objects::Puts {
+        self.background
+            .puts
+            .get_or_init(|| crate::objects::Puts::start(self.clone().detached()))
     }
 
     /// This client's waiter (see `results.rs`), started on first use.

@@ -214,6 +214,13 @@ pub enum ClientError {
     /// The token's role may not do this (or not in this namespace); the head's message.
     #[error("permission denied: {0}")]
     PermissionDenied(String),
+    /// An object could not be read (no holder gave its bytes whole) or a put's copy was not
+    /// recorded by the head: the message names the object and each holder's answer.
+    #[error("{0}")]
+    ObjectUnavailable(String),
+    /// An object's bytes did not move between this client and a worker's data plane.
+    #[error(transparent)]
+    Object(#[from] crate::objects::ObjectTransferError),
     /// Any other error status from the head.
     #[error("the head answered {code:?}: {message}", code = .0.code(), message = .0.message())]
     Rpc(tonic::Status),
@@ -230,6 +237,7 @@ impl ClientError {
             | ClientError::ReservationTimeout { .. }
             | ClientError::MigTimeout { .. } => true,
             ClientError::MigRefused { refusal, .. } => refusal.passes(),
+            ClientError::Object(e) => e.is_retryable(),
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
@@ -252,6 +260,7 @@ impl ClientError {
             | ClientError::MigFailed { .. }
             | ClientError::Unauthenticated { .. }
             | ClientError::PermissionDenied(_)
+            | ClientError::ObjectUnavailable(_)
             | ClientError::Protocol(_) => false,
             // Not unchanged: a new call carries a new key. Retry under the key it names.
             ClientError::UnknownOutcome { .. } => false,
@@ -331,6 +340,7 @@ impl ClientError {
                 from: from.clone(),
             },
             ClientError::PermissionDenied(m) => ClientError::PermissionDenied(m.clone()),
+            ClientError::ObjectUnavailable(m) => ClientError::ObjectUnavailable(m.clone()),
             ClientError::MigRefused { refusal, message } => ClientError::MigRefused {
                 refusal: *refusal,
                 message: message.clone(),

@@ -52,6 +52,8 @@
 //! - [`ActorHandle`] (`actors.rs`): `Client::actor` creates an actor, `Client::actor_named`
 //!   finds one; its method calls go straight to the worker that hosts it.
 //! - [`TaskRef`] and [`TypedTaskRef`] (`task_ref.rs`): handles to submitted tasks.
+//! - [`objects`]: [`objects::fetch_object`] and [`objects::push_object`], an object's bytes
+//!   between this process and a worker's data plane.
 //! - [`ResourceUpdateExt`] (`update.rs`): `ResourceUpdate::set / adjust / delete`.
 //! - [`LogReader`] (`logs.rs`): reads and follows a task's output.
 //! - [`ClientError`] (`error.rs`): every failure, retryable ones apart.
@@ -76,6 +78,7 @@ mod gpus;
 mod heads;
 mod heads_api;
 mod logs;
+pub mod objects;
 mod reservation;
 mod resource_updates;
 mod resources;
@@ -101,6 +104,7 @@ pub use error::ClientError;
 pub use heads::ClusterRpc;
 pub use heads_api::DashboardTicket;
 pub use logs::LogReader;
+pub use objects::ObjectRef;
 pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 pub use tasks::failure_reason;

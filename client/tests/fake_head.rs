@@ -838,6 +838,36 @@ impl Cluster for FakeHead {
     ) -> Result<Response<wire::ResolveActorReply>, Status> {
         Err(Status::unimplemented("the fake head hosts no actors"))
     }
+    async fn place_object(
+        &self,
+        _: Request<wire::PlaceObjectRequest>,
+    ) -> Result<Response<wire::PlaceObjectReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
+    async fn objects_sealed(
+        &self,
+        _: Request<wire::ObjectsSealedRequest>,
+    ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
+    async fn release_objects(
+        &self,
+        _: Request<wire::ReleaseObjectsRequest>,
+    ) -> Result<Response<wire::ReleaseObjectsReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
+    async fn locate_object(
+        &self,
+        _: Request<wire::LocateObjectRequest>,
+    ) -> Result<Response<wire::ObjectInfo>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
+    async fn list_objects(
+        &self,
+        _: Request<wire::ListObjectsRequest>,
+    ) -> Result<Response<wire::ListObjectsReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
 
     async fn backup(
         &self,

@@ -264,8 +264,11 @@ impl Inner {
             Effect::Terminal { task } => {
                 self.running.remove(&task);
             }
-            // No GPUs in memory: nothing to reconfigure; no worker comes back.
-            Effect::ReconfigureMig { .. } | Effect::Rejoined { .. } => {}
+            // No GPUs in memory: nothing to reconfigure; no worker comes back; no store holds
+            // object bytes.
+            Effect::ReconfigureMig { .. }
+            | Effect::Rejoined { .. }
+            | Effect::DeleteObjects { .. } => {}
         }
     }
 

@@ -22,11 +22,13 @@
 //!   path (and becomes a `tonic::Status::invalid_argument`).
 //! - [`replicas`]: the replicas of a head group, a channel to each and which one leads; the
 //!   client and the worker follow the leader through it.
+//! - [`transfer`]: object bytes on the data plane: cutting an object into checksummed chunks
+//!   and checking a stream of them (the `Objects` service's two ends).
 //! - [`mig`]: a pure model of NVIDIA MIG: profile tables (A100-40GB/80GB, H100-80GB, H200),
 //!   legal layouts of instances, MIGM's reachability-guided placement, maximal layouts, and
 //!   MIGRator's reconfiguration latency.
 //!
-//! [`batch`], [`wire`] and [`convert`] (and the access file's TLS and bearer-token helpers) are
+//! [`batch`], [`wire`], [`convert`] and [`transfer`] (and the access file's TLS and bearer-token helpers) are
 //! the gRPC edge, behind the default `grpc` feature; `escher-core` builds without it.
 //!
 //! Everything a user can get wrong is rejected by a constructor with a [`types::TypeError`]
@@ -43,6 +45,8 @@ pub mod convert;
 pub mod mig;
 #[cfg(feature = "grpc")]
 pub mod replicas;
+#[cfg(feature = "grpc")]
+pub mod transfer;
 pub mod types;
 #[cfg(feature = "grpc")]
 pub mod wire;

@@ -86,6 +86,27 @@ impl WorkerBuilder {
         self
     }
 
+    /// The most bytes of objects the node's store holds in memory (`--object-store-memory`;
+    /// default 30% of the node's memory).
+    pub fn object_store_memory(mut self, bytes: u64) -> Self {
+        self.config.object_store_memory = Some(bytes);
+        self
+    }
+
+    /// The directory (a tmpfs) the object store keeps objects in (`--object-store-dir`;
+    /// default `/dev/shm`).
+    pub fn object_store_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.object_store_dir = Some(dir.into());
+        self
+    }
+
+    /// The directory (a disk) cold objects are spilled to (`--object-spill-dir`; default the
+    /// state directory, else `/var/tmp`).
+    pub fn object_spill_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.object_spill_dir = Some(dir.into());
+        self
+    }
+
     /// The head's URL (default `http://127.0.0.1:7600`).
     pub fn head(mut self, url: impl Into<String>) -> Self {
         self.config.head = url.into();
@@ -392,8 +413,24 @@ impl WorkerBuilder {
             Some(dir) => crate::identity::IdentityStore::open(dir)?,
             None => crate::identity::IdentityStore::Memory(None),
         };
+        let store = crate::objects::ObjectStore::open(crate::objects::StoreConfig {
+            capacity: config
+                .object_store_memory
+                .unwrap_or_else(crate::objects::default_capacity),
+            memory_root: config
+                .object_store_dir
+                .clone()
+                .unwrap_or_else(default_memory_root),
+            spill_root: config
+                .object_spill_dir
+                .clone()
+                .or_else(|| config.state_dir.clone())
+                .unwrap_or_else(|| crate::objects::DEFAULT_SPILL_ROOT.into()),
+        })
+        .map_err(|e| WorkerError::config("object-store-dir", e.to_string()))?;
         let (node_tx, _) = watch::channel(None);
         Ok(Worker {
+            objects: crate::objects::NodeObjects::new(store),
             actors: Arc::new(crate::actors::ActorHost::new(actors)),
             data_listen: self.data_listen,
             name: Arc::from(name.as_str()),
@@ -422,6 +459,23 @@ impl WorkerBuilder {
             identity,
         })
     }
+}
+
+/// `/dev/shm`, or the temporary directory on a machine without it (objects are then in files
+/// on whatever that is, still mapped with no copy, but not held in memory by a tmpfs).
+fn default_memory_root() -> PathBuf {
+    let shm = PathBuf::from(crate::objects::DEFAULT_MEMORY_ROOT);
+    if shm.is_dir() {
+        return shm;
+    }
+    let temp = std::env::temp_dir();
+    tracing::warn!(
+        dir = %temp.display(),
+        "no {} on this machine: the object store keeps objects in the temporary directory; \
+         give --object-store-dir a tmpfs",
+        crate::objects::DEFAULT_MEMORY_ROOT
+    );
+    temp
 }
 
 /// `{hostname}-{pid}`, with `-{n}` from the second default-named worker of the process on.

@@ -107,6 +107,17 @@ pub struct WorkerConfig {
     /// Variables of the worker's environment passed to command tasks besides the usual few
     /// (`--pass-env`; see [`PASSED_ENV`](crate::exec::PASSED_ENV)).
     pub pass_env: Vec<String>,
+    /// The most bytes of objects this node's store holds in memory
+    /// (`--object-store-memory`); `None`: [`default_capacity`](crate::objects::default_capacity),
+    /// 30% of the node's memory.
+    pub object_store_memory: Option<u64>,
+    /// The directory (a tmpfs) the object store's memory directory is made in
+    /// (`--object-store-dir`); `None`: [`DEFAULT_MEMORY_ROOT`](crate::objects::DEFAULT_MEMORY_ROOT).
+    pub object_store_dir: Option<PathBuf>,
+    /// The directory (a disk) cold objects are spilled to (`--object-spill-dir`); `None`: the
+    /// state directory when there is one, else
+    /// [`DEFAULT_SPILL_ROOT`](crate::objects::DEFAULT_SPILL_ROOT).
+    pub object_spill_dir: Option<PathBuf>,
 }
 
 impl Default for WorkerConfig {
@@ -140,6 +151,9 @@ impl Default for WorkerConfig {
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
             walltime: None,
+            object_store_memory: None,
+            object_store_dir: None,
+            object_spill_dir: None,
         }
     }
 }

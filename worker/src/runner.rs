@@ -53,6 +53,8 @@ pub const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024 - 64 * 1024;
 /// What every runner of one worker shares.
 #[derive(Debug)]
 pub(crate) struct RunEnv {
+    /// This node's objects (its store): the head's `DeleteObjects` removes released copies.
+    pub(crate) objects: crate::objects::NodeObjects,
     /// Where command logs go.
     pub(crate) log_dir: PathBuf,
     /// What of the worker's environment commands start with.

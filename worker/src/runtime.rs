@@ -231,6 +231,20 @@ pub(crate) struct Runtime {
 const BEATS_KEPT: usize = 256;
 
 impl Runtime {
+    /// The head released these objects: this node's copies go (a copy a reader has mapped
+    /// goes with its last reader, `objects/mod.rs`). A copy this store does not have is
+    /// already gone.
+    fn delete_objects(&mut self, ids: &[escher_proto::types::ObjectId]) {
+        for id in ids {
+            if !self.env.objects.store().contains(*id) {
+                continue;
+            }
+            if let Err(err) = self.env.objects.delete(*id) {
+                tracing::warn!(object = %id, %err, "could not delete a released object");
+            }
+        }
+    }
+
     pub(crate) fn new(
         env: Arc<RunEnv>,
         identity: Identity,
@@ -630,6 +644,7 @@ impl Runtime {
                 }
             }
             Ok(HeadMessage::LeaseRenewed { seq }) => self.lease_renewed(seq),
+            Ok(HeadMessage::DeleteObjects(ids)) => self.delete_objects(&ids),
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");

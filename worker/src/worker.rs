@@ -52,6 +52,7 @@ impl LogDir {
 /// assigns to it.
 pub struct Worker {
     pub(crate) actors: Arc<crate::actors::ActorHost>,
+    pub(crate) objects: crate::objects::NodeObjects,
     pub(crate) data_listen: Option<std::net::SocketAddr>,
     pub(crate) name: Arc<str>,
     pub(crate) address: String,
@@ -127,6 +128,11 @@ impl Worker {
     /// Where command logs go.
     pub fn log_dir(&self) -> &Path {
         self.log_dir.path()
+    }
+
+    /// This node's objects: its store, served on the data plane (`Objects`).
+    pub fn objects(&self) -> &crate::objects::NodeObjects {
+        &self.objects
     }
 
     /// A handle that follows the worker's registration (its node id).
@@ -246,9 +252,14 @@ impl Worker {
         );
         let _ = labels.insert(crate::actors::DATA_PLANE_LABEL, data_plane.transport());
         let stop_data_plane = tokio_util::sync::CancellationToken::new();
-        data_plane.serve(Arc::clone(&self.actors), stop_data_plane.clone());
+        data_plane.serve(
+            Arc::clone(&self.actors),
+            self.objects.clone(),
+            stop_data_plane.clone(),
+        );
         let _stop_data_plane = stop_data_plane.drop_guard();
         let env = Arc::new(RunEnv {
+            objects: self.objects.clone(),
             actors: Arc::clone(&self.actors),
             cgroups,
             limits,

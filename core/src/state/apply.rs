@@ -123,6 +123,11 @@ pub struct ClusterState {
     /// read), hence skipped here.
     #[serde(skip)]
     pub(crate) incarnation: super::incarnation::Incarnation,
+    /// The object table (`objects.rs`). Part of a snapshot from data format 5 on, written after
+    /// the image and the incarnation by the head's codec (so older images still read), hence
+    /// skipped here.
+    #[serde(skip)]
+    pub(crate) objects: super::objects::ObjectTable,
 }
 
 impl ClusterState {
@@ -151,6 +156,7 @@ impl ClusterState {
             events: Vec::new(),
             decisions: Vec::new(),
             incarnation: super::incarnation::Incarnation::default(),
+            objects: super::objects::ObjectTable::default(),
         }
     }
 
@@ -342,6 +348,20 @@ impl ClusterState {
                 change,
                 drain,
             } => Reply::MigPlan(self.change_mig(node, gpu, &change, drain, now)?),
+            Command::ObjectsSealed { copies } => {
+                Reply::ObjectsSealed(self.objects_sealed(copies, now)?)
+            }
+            Command::ObjectsReleased {
+                ids,
+                namespace,
+                sees_everything,
+            } => Reply::ObjectsReleased(self.objects_released(
+                &ids,
+                namespace.as_ref(),
+                sees_everything,
+                now,
+            )),
+            Command::OpenObjectSession => Reply::ObjectSession(self.open_object_session()),
         };
         self.settle(now);
         self.retain(settled, now);

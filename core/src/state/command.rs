@@ -1,6 +1,6 @@
 //! The commands that change the head's state, and the effects applying them asks for.
 
-use escher_proto::types::{Assignment, RequestKey, TaskFinished};
+use escher_proto::types::{Assignment, ObjectId, RequestKey, SealedCopy, TaskFinished};
 use escher_proto::types::{
     DeviceHold, GangStrategy, GpuInfo, Grant, Labels, MigChange, MigDone, MigPlan, Namespace,
     NodeId, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskSpec, TaskStatus, TokenInfo,
@@ -219,6 +219,24 @@ pub enum Command {
         /// Whether to drain the node as well.
         drain: bool,
     },
+    /// Nodes sealed these copies of objects in their stores (`objects.rs`). Data format 5 on.
+    ObjectsSealed {
+        /// The copies.
+        copies: Vec<SealedCopy>,
+    },
+    /// The owner let go of these objects: they leave the table, their holders delete their
+    /// copies. Data format 5 on.
+    ObjectsReleased {
+        /// The objects.
+        ids: Vec<ObjectId>,
+        /// The caller's namespace: another namespace's objects are not its to release.
+        namespace: Option<Namespace>,
+        /// Whether the caller is an admin, who may release any namespace's objects.
+        sees_everything: bool,
+    },
+    /// A client's number for naming the objects it puts (`(session, sequence)`), never given
+    /// out before. Data format 5 on.
+    OpenObjectSession,
 }
 
 impl Command {
@@ -248,6 +266,9 @@ impl Command {
             Command::RejoinNodeUnattached { .. } => "rejoin_node_unattached",
             Command::NodeAttached { .. } => "node_attached",
             Command::LabelNode { .. } => "label_node",
+            Command::ObjectsSealed { .. } => "objects_sealed",
+            Command::ObjectsReleased { .. } => "objects_released",
+            Command::OpenObjectSession => "open_object_session",
         }
     }
 }
@@ -276,10 +297,19 @@ pub enum Reply {
     MigPlan(MigPlan),
     /// A token created or revoked.
     Token(TokenInfo),
-    /// A node's labels after a change.
-    Labels(Labels),
     /// Nothing to report.
     Done,
+    // Replies are kept in snapshots (the idempotency window, `sessions.rs`): a new variant goes
+    // last, so that the ones before keep their encoding.
+    /// A node's labels after a change.
+    Labels(Labels),
+    /// The sealed copies that were not recorded, with why (their nodes should delete them).
+    ObjectsSealed(Vec<(ObjectId, String)>),
+    /// The released ids the caller could not see (never known, forgotten, or another
+    /// namespace's).
+    ObjectsReleased(Vec<ObjectId>),
+    /// A new object session number.
+    ObjectSession(u64),
 }
 
 /// Work for the runtime that applying a command asked for. Only the leader performs them.
@@ -324,5 +354,12 @@ pub enum Effect {
         gpu: u32,
         /// The layout, explicit form.
         layout: String,
+    },
+    /// Tell the node's worker to delete its copies of these objects (they were released).
+    DeleteObjects {
+        /// The node.
+        node: NodeId,
+        /// The objects.
+        ids: Vec<ObjectId>,
     },
 }

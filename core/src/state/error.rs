@@ -2,7 +2,7 @@
 
 use escher_proto::mig::{GpuModel, MigError};
 use escher_proto::types::{
-    Evicted, MigRefusal, Namespace, NodeId, ResourceName, TaskId, TaskState,
+    Evicted, MigRefusal, Namespace, NodeId, ObjectId, ResourceName, TaskId, TaskState,
 };
 use thiserror::Error;
 
@@ -109,6 +109,31 @@ pub enum ApplyError {
          the actor ends)"
     )]
     UnknownActorName(String),
+    /// No object of the caller's namespace has this id (it never existed, it is another
+    /// namespace's, or it was freed so long ago that its id is forgotten).
+    #[error("unknown object {0} (objects are per namespace)")]
+    UnknownObject(ObjectId),
+    /// The object was released by its owner: its copies are deleted.
+    #[error("object {0} was freed: its owner released it, and its copies are deleted")]
+    ObjectFreed(ObjectId),
+    /// Every copy of the object was on nodes that are gone.
+    #[error("object {id} is lost: its last copy was on node {node}, which was lost ({reason})")]
+    ObjectLost {
+        /// The object.
+        id: ObjectId,
+        /// The node of its last copy.
+        node: NodeId,
+        /// Why that node went.
+        reason: String,
+    },
+    /// A reported copy contradicts what the head knows of its object.
+    #[error("a copy of object {id} does not match it: {why}")]
+    ObjectMismatch {
+        /// The object.
+        id: ObjectId,
+        /// How.
+        why: String,
+    },
     /// The task is not an actor.
     #[error("task {0} is not an actor")]
     NotAnActor(TaskId),
@@ -376,6 +401,8 @@ impl ApplyError {
             ApplyError::UnknownNode(_)
                 | ApplyError::UnknownTask(_)
                 | ApplyError::UnknownActorName(_)
+                | ApplyError::UnknownObject(_)
+                | ApplyError::ObjectFreed(_)
                 | ApplyError::NotAnActor(_)
                 | ApplyError::UnknownToken(_)
                 | ApplyError::NoSuchGpu { .. }
@@ -395,6 +422,7 @@ impl ApplyError {
             || matches!(
                 self,
                 ApplyError::CallerNotRunning { .. }
+                    | ApplyError::ObjectLost { .. }
                     | ApplyError::MigBusy { .. }
                     | ApplyError::MigInProgress { .. }
                     | ApplyError::CannotRequeue { .. }

@@ -30,6 +30,9 @@
 //! cluster at its first entry: ids given out after the backup are skipped, and returning
 //! workers are reconciled strictly.
 //!
+//! Objects (`objects.rs`): every object's size, checksum, owner and the nodes that hold a
+//! copy, each copy published as the location resource `NS/object.O` on its node.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -41,6 +44,7 @@ mod events;
 mod gpus;
 mod incarnation;
 mod nodes;
+mod objects;
 mod queries;
 mod record;
 mod requeue;
@@ -61,6 +65,7 @@ pub use incarnation::{
     ids_to_skip,
 };
 pub use nodes::{Joining, Returning, SecretHash};
+pub use objects::{FIRST_SESSION, MAX_FREED_KEPT, ObjectRecord, ObjectTable, location_resource};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};
 pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};

@@ -423,6 +423,7 @@ impl ClusterState {
         record.gone_because = Some(reason.clone());
         record.left_at = Some(now);
         self.retention.node_left(id);
+        self.objects_node_lost(id, &reason);
         self.record_node(id, NodeChange::Lost, Some(reason), now);
         if self.core.node(id).is_some() {
             // (A node that waited for its stream never was in the core.)

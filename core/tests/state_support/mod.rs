@@ -252,6 +252,10 @@ pub fn render(effects: &[Effect]) -> Vec<String> {
             Effect::Terminal { task } => format!("terminal {task}"),
             Effect::ReconfigureMig { node, gpu, layout } => format!("mig {node}/{gpu} {layout}"),
             Effect::Rejoined { node } => format!("rejoined {node}"),
+            Effect::DeleteObjects { node, ids } => {
+                let ids: Vec<String> = ids.iter().map(|id| id.to_string()).collect();
+                format!("delete {node} {}", ids.join(","))
+            }
         })
         .collect()
 }
@@ -631,5 +635,40 @@ pub fn check_invariants(state: &ClusterState) {
                 node.id
             );
         }
+    }
+    check_objects(state);
+}
+
+/// Every object copy is on a live node that carries its location resource (unbounded), and the
+/// per-node index agrees with the holders; an object without a copy says why it was lost.
+fn check_objects(state: &ClusterState) {
+    let table = state.objects();
+    let mut by_node: BTreeMap<NodeId, BTreeSet<escher_proto::types::ObjectId>> = BTreeMap::new();
+    for (id, rec) in table.iter() {
+        assert_eq!(
+            rec.holders.is_empty(),
+            rec.lost.is_some(),
+            "object {id}: holders {:?}, lost {:?}",
+            rec.holders,
+            rec.lost
+        );
+        assert!(!table.was_freed(*id), "object {id} is both live and freed");
+        let name = escher_core::state::location_resource(*id, rec.namespace.as_ref());
+        for node in &rec.holders {
+            assert!(
+                state.node_alive(*node),
+                "object {id} held by dead node {node}"
+            );
+            assert_eq!(
+                state.core().capacity(*node, name.as_str()),
+                Some(Capacity::Unbounded),
+                "object {id} on node {node} has no location resource {name}"
+            );
+            by_node.entry(*node).or_default().insert(*id);
+        }
+    }
+    for (node, ids) in &by_node {
+        let held: BTreeSet<_> = table.held_by(*node).collect();
+        assert_eq!(&held, ids, "the index of node {node}");
     }
 }

@@ -91,7 +91,8 @@ pub fn need(path: &str) -> Option<Need> {
             "escher.v1.Cluster",
             "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
-            | "ReportTelemetry" | "Telemetry" | "ResolveActor",
+            | "ReportTelemetry" | "Telemetry" | "ResolveActor" | "PlaceObject" | "ObjectsSealed"
+            | "ReleaseObjects" | "LocateObject" | "ListObjects",
         ) => Need::Write,
         ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch" | "DashboardTicket") => {
             Need::Status

@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::state::{ClusterState, Entry, Incarnation, StateConfig};
+use crate::state::{ClusterState, Entry, Incarnation, ObjectTable, StateConfig};
 
 /// A replicated value could not be encoded or decoded.
 #[derive(Debug, Error)]
@@ -74,8 +74,9 @@ pub enum CodecError {
 /// | 1 | the first: the bincode of the types, unprefixed |
 /// | 2 | the same layout, behind the envelope; entries may hold actor tasks (`TaskKind::Actor`, the last variant, which a format-1 release cannot decode), so a group records actors only once every replica reads format 2 ([`ACTORS_FORMAT`]) |
 /// | 3 | entries may hold `RegisterNodeUnattached`, `RejoinNodeUnattached` and `NodeAttached` (the last variants of `Command`): a node takes tasks only once its worker's stream is attached ([`ATTACH_FORMAT`]); a group writing an older format registers nodes as before |
-/// | 4 | entries may hold `LabelNode` (the last variant of `Command`): labels set and removed on a live node, and a walltime's drain ([`LABELS_FORMAT`]) |
-pub const DATA_FORMAT: u16 = 4;
+/// | 4 | entries may hold `LabelNode` (a variant of `Command` after format 3's): labels set and removed on a live node, and a walltime's drain ([`LABELS_FORMAT`]) |
+/// | 5 | entries may hold `ObjectsSealed`, `ObjectsReleased` and `OpenObjectSession` (the last variants of `Command`), and a snapshot carries the object table after the image: always the incarnation, then the table ([`OBJECTS_FORMAT`]); a group writing an older format refuses objects |
+pub const DATA_FORMAT: u16 = 5;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -89,6 +90,10 @@ pub const ATTACH_FORMAT: u16 = 3;
 /// The first data format whose entries may hold `LabelNode`: the head refuses `escher node
 /// label` (and drains no walltime) while its group writes an older one.
 pub const LABELS_FORMAT: u16 = 4;
+
+/// The first data format whose entries may hold object commands and whose snapshots carry the
+/// object table: a group records objects only when it writes this format or a later one.
+pub const OBJECTS_FORMAT: u16 = 5;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
@@ -198,6 +203,11 @@ struct Image {
 /// left, the incarnation. So an image without it (every image before it existed) reads as the
 /// first incarnation, and a reader that knows nothing of it reads the image and ignores what
 /// follows (bincode reads a value and says how many bytes it took).
+///
+/// From [`OBJECTS_FORMAT`] on, the incarnation is always written and the object table follows
+/// it (a reader of such a format reads both). A state with objects written in an older format
+/// (a backup, which is format 1 when it can be) would lose them, so such a state is written in
+/// [`OBJECTS_FORMAT`] whatever `format` says.
 pub(crate) fn encode_image(
     state: &ClusterState,
     members: &BTreeMap<u64, String>,
@@ -207,11 +217,21 @@ pub(crate) fn encode_image(
         what: "a snapshot",
         source,
     };
+    let format = if state.objects().is_empty() {
+        format
+    } else {
+        format.max(OBJECTS_FORMAT)
+    };
     let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
         .map_err(encode_error)?;
     let incarnation = state.incarnation();
-    if *incarnation != Incarnation::default() {
+    if format >= OBJECTS_FORMAT || *incarnation != Incarnation::default() {
         body.extend(bincode::serde::encode_to_vec(incarnation, config()).map_err(encode_error)?);
+    }
+    if format >= OBJECTS_FORMAT {
+        body.extend(
+            bincode::serde::encode_to_vec(state.objects(), config()).map_err(encode_error)?,
+        );
     }
     Ok(wrap(format, body))
 }
@@ -241,9 +261,14 @@ pub(crate) fn decode_image(bytes: &[u8], config_: StateConfig) -> Result<Decoded
         bincode::serde::decode_from_slice(bytes, config()).map_err(decode_error)?;
     let mut state = image.state.restore(config_);
     if let Some(rest) = bytes.get(read..).filter(|rest| !rest.is_empty()) {
-        let (incarnation, _): (Incarnation, usize) =
+        let (incarnation, used): (Incarnation, usize) =
             bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
         state.set_incarnation(incarnation);
+        if format >= OBJECTS_FORMAT {
+            let (objects, _): (ObjectTable, usize) =
+                bincode::serde::decode_from_slice(&rest[used..], config()).map_err(decode_error)?;
+            state.set_objects(objects);
+        }
     }
     Ok((state, image.members, format))
 }
@@ -267,6 +292,50 @@ mod tests {
         let (back, m, format) = decode_image(&bytes, StateConfig::default()).unwrap();
         assert_eq!((&m, format), (&members, 1));
         assert_eq!(encode_image(&back, &m, 1).unwrap(), bytes);
+    }
+
+    #[test]
+    fn an_image_with_objects_carries_the_table_in_the_objects_format() {
+        use escher_proto::types::{ObjectId, ObjectOwner, SealedCopy};
+        let mut state = ClusterState::new(StateConfig::default());
+        state
+            .apply(Entry::new(
+                1,
+                Command::Init {
+                    cluster_id: "c".into(),
+                    task_key: "k".into(),
+                },
+            ))
+            .unwrap();
+        let empty = encode_image(&state, &BTreeMap::new(), 1).unwrap();
+        assert_eq!(decode_image(&empty, StateConfig::default()).unwrap().2, 1);
+        state
+            .apply(Entry::new(2, Command::OpenObjectSession))
+            .unwrap();
+        // A session given out is part of the table: a backup (format 1 when it can be) keeps it.
+        let backup = encode_backup(&state).unwrap();
+        let (back, _, format) = decode_image(&backup, StateConfig::default()).unwrap();
+        assert_eq!(format, OBJECTS_FORMAT);
+        assert_eq!(back.objects(), state.objects());
+        // A copy on a node the state does not have is dropped, so the table holds no object;
+        // the image still round-trips byte for byte.
+        let copy = SealedCopy {
+            id: ObjectId(1 << 63, 0),
+            size: 3,
+            checksum: 7,
+            owner: ObjectOwner::Session(1 << 63),
+            namespace: None,
+            node: escher_proto::types::NodeId(9),
+        };
+        state
+            .apply(Entry::new(3, Command::ObjectsSealed { copies: vec![copy] }))
+            .unwrap();
+        let image = encode_image(&state, &BTreeMap::new(), DATA_FORMAT).unwrap();
+        let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
+        assert_eq!(
+            encode_image(&back, &BTreeMap::new(), DATA_FORMAT).unwrap(),
+            image
+        );
     }
 
     #[test]

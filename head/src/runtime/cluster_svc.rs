@@ -789,6 +789,46 @@ impl Cluster for ClusterService {
         Ok(Response::new(view.map_err(to_status)?.into()))
     }
 
+    /// Where a `put` goes (`objects_svc.rs`).
+    async fn place_object(
+        &self,
+        request: Request<wire::PlaceObjectRequest>,
+    ) -> Result<Response<wire::PlaceObjectReply>, Status> {
+        self.do_place_object(request).await
+    }
+
+    /// Records sealed copies (`objects_svc.rs`).
+    async fn objects_sealed(
+        &self,
+        request: Request<wire::ObjectsSealedRequest>,
+    ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
+        self.do_objects_sealed(request).await
+    }
+
+    /// Releases objects (`objects_svc.rs`).
+    async fn release_objects(
+        &self,
+        request: Request<wire::ReleaseObjectsRequest>,
+    ) -> Result<Response<wire::ReleaseObjectsReply>, Status> {
+        self.do_release_objects(request).await
+    }
+
+    /// Where an object is (`objects_svc.rs`).
+    async fn locate_object(
+        &self,
+        request: Request<wire::LocateObjectRequest>,
+    ) -> Result<Response<wire::ObjectInfo>, Status> {
+        self.do_locate_object(request).await
+    }
+
+    /// A namespace's objects (`objects_svc.rs`).
+    async fn list_objects(
+        &self,
+        request: Request<wire::ListObjectsRequest>,
+    ) -> Result<Response<wire::ListObjectsReply>, Status> {
+        self.do_list_objects(request).await
+    }
+
     /// The state as of a linearizable read (every write acknowledged before the call is in
     /// it), encoded as a snapshot image without the group's addresses (a restore names its own
     /// replicas), sent in pieces.

@@ -156,6 +156,8 @@ struct Snapshot {
     tasks: BTreeMap<(TaskState, String), u64>,
     /// Actor counts by (state, namespace): the tasks of kind actor among `tasks`.
     actors: BTreeMap<(TaskState, String), u64>,
+    /// Objects of the table by (namespace, `live` or `lost`): how many, and their bytes.
+    objects: BTreeMap<(String, &'static str), (u64, u64)>,
     /// (resource, node, total, used): `total` is `None` for unbounded.
     resources: Vec<(String, String, Option<Amount>, Amount)>,
     alive: u64,
@@ -189,6 +191,14 @@ impl Snapshot {
             }
             *tasks.entry((rec.state, ns)).or_default() += 1;
         }
+        let mut objects: BTreeMap<(String, &'static str), (u64, u64)> = BTreeMap::new();
+        for (_, rec) in state.objects().iter() {
+            let ns = rec.namespace.as_ref().map(|n| n.as_str().to_string());
+            let kind = if rec.lost.is_some() { "lost" } else { "live" };
+            let entry = objects.entry((ns.unwrap_or_default(), kind)).or_default();
+            entry.0 += 1;
+            entry.1 += rec.size;
+        }
         let status = state.cluster_status();
         let mut resources = Vec::new();
         let mut live = FxHashMap::default();
@@ -212,6 +222,7 @@ impl Snapshot {
         Snapshot {
             tasks,
             actors,
+            objects,
             resources,
             alive,
             dead,
@@ -240,6 +251,21 @@ impl Collector for Snapshot {
             let state = state.to_string();
             let labels = [("state", state.as_str()), ("namespace", ns.as_str())];
             actors.encode_family(&labels)?.encode_gauge(n)?;
+        }
+        let help = "Objects in the head's table, by namespace and state (live: a copy is held; \
+                    lost: its last holder was lost)";
+        let mut objects = encoder.encode_descriptor("objects", help, None, MetricType::Gauge)?;
+        for ((ns, kind), (n, _)) in &self.objects {
+            let labels = [("namespace", ns.as_str()), ("state", *kind)];
+            objects.encode_family(&labels)?.encode_gauge(n)?;
+        }
+        let help = "Bytes of the objects in the head's table (one copy each), by namespace and \
+                    state";
+        let mut object_bytes =
+            encoder.encode_descriptor("object_bytes", help, None, MetricType::Gauge)?;
+        for ((ns, kind), (_, bytes)) in &self.objects {
+            let labels = [("namespace", ns.as_str()), ("state", *kind)];
+            object_bytes.encode_family(&labels)?.encode_gauge(bytes)?;
         }
         let help = "Every resource on every live node: total, used and available (+Inf when \
                     unbounded)";

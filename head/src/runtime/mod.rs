@@ -40,6 +40,7 @@ mod idle;
 mod link_svc;
 mod logs;
 mod metrics;
+mod objects_svc;
 mod owner;
 mod proposals;
 mod reads;

@@ -422,6 +422,9 @@ impl From<HeadMessage> for wire::HeadMessage {
                     .collect(),
             }),
             HeadMessage::LeaseRenewed { seq } => Body::LeaseRenewed(wire::LeaseRenewed { seq }),
+            HeadMessage::DeleteObjects(ids) => Body::DeleteObjects(wire::DeleteObjects {
+                ids: ids.into_iter().map(Into::into).collect(),
+            }),
         };
         wire::HeadMessage { body: Some(body) }
     }
@@ -464,6 +467,9 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                     .collect(),
             ),
             Body::LeaseRenewed(l) => HeadMessage::LeaseRenewed { seq: l.seq },
+            Body::DeleteObjects(d) => {
+                HeadMessage::DeleteObjects(super::object_ids(d.ids, "delete_objects.ids")?)
+            }
         })
     }
 }
@@ -789,6 +795,7 @@ mod tests {
                 layout: "4g.20gb@0,3g.20gb@4".into(),
             },
             HeadMessage::LeaseRenewed { seq: 41 },
+            HeadMessage::DeleteObjects(vec![crate::types::ObjectId(1 << 63, 2)]),
         ]);
         let mut spec = sample_specs().remove(0);
         spec.resources = set("cpu=1,mig.1g.5gb=1");

@@ -28,6 +28,7 @@
 //! - `link_names`: resource names sent once per worker stream ([`LinkEncoder`],
 //!   [`LinkDecoder`]);
 //! - `heads`: the replicas of a head group (`Heads`, `ChangeHeads`, a replica's status);
+//! - `object`: object ids and what the head knows of an object (`LocateObject`, `ListObjects`);
 //! - `watch`: the `Watch` call's request and the batches of events it streams;
 //! - `telemetry`: task telemetry samples (`ReportTelemetry`, `Telemetry`).
 
@@ -45,6 +46,7 @@ mod gpu;
 mod heads;
 mod link;
 mod link_names;
+mod object;
 mod reserve;
 mod resources;
 mod retention;
@@ -60,6 +62,7 @@ pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
 pub use link_names::{LinkDecoder, LinkEncoder, MAX_NAMES};
+pub use object::{MAX_OBJECT_IDS, check_object_count, object_id, object_ids};
 pub use retention::EVICTED_METADATA;
 pub use telemetry::{report_samples, telemetry_tasks};
 

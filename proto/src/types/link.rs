@@ -293,6 +293,8 @@ pub enum HeadMessage {
         /// The heartbeat's number.
         seq: u64,
     },
+    /// Delete this node's copies of these objects: their owner released them.
+    DeleteObjects(Vec<super::ObjectId>),
 }
 
 impl HeadMessage {

@@ -26,6 +26,7 @@ mod link;
 mod name;
 mod node_spec;
 mod object;
+mod object_ticket;
 mod outcome;
 mod resource_set;
 mod retention;
@@ -70,7 +71,11 @@ pub use link::{
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
-pub use object::{ObjectId, ParseObjectIdError};
+pub use object::{
+    LOCATION_PREFIX, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectView,
+    ParseObjectIdError, SealedCopy,
+};
+pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};

@@ -6,6 +6,10 @@
 use std::fmt;
 use std::str::FromStr;
 
+use serde::{Deserialize, Serialize};
+
+use super::{Namespace, NodeId, TaskId};
+
 /// Identifies an object for the life of the cluster: `(owner, index)`.
 ///
 /// - A task's result objects are `(task id, index of the result)`: the same id whichever
@@ -16,7 +20,7 @@ use std::str::FromStr;
 /// The two spaces do not overlap because the head never hands out a session number that is
 /// also a task id (docs/ARCHITECTURE.md, "Objects"). Printed `7.0` (owner, then index), with
 /// the kind as a prefix in `Debug` (`object-7.0`).
-#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub struct ObjectId(pub u64, pub u64);
 
 impl ObjectId {
@@ -29,7 +33,16 @@ impl ObjectId {
     pub fn index(self) -> u64 {
         self.1
     }
+
+    /// The local part of the ephemeral resource that marks a node holding a copy
+    /// (`object.7.0`; the head qualifies it with the object's namespace, `NS/object.7.0`).
+    pub fn location_name(self) -> String {
+        format!("{LOCATION_PREFIX}{self}")
+    }
 }
+
+/// What every object location resource's local part starts with (`object.` then the id).
+pub const LOCATION_PREFIX: &str = "object.";
 
 impl fmt::Display for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -41,6 +54,83 @@ impl fmt::Debug for ObjectId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "object-{}.{}", self.0, self.1)
     }
+}
+
+/// Who owns an object: the party that counts its references and releases it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum ObjectOwner {
+    /// A client's `put`: the session number the head issued to that client.
+    Session(u64),
+    /// A task's result.
+    Task(TaskId),
+}
+
+impl fmt::Display for ObjectOwner {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ObjectOwner::Session(s) => write!(f, "session {s}"),
+            ObjectOwner::Task(t) => write!(f, "task {t}"),
+        }
+    }
+}
+
+/// A copy of an object that a node sealed in its store, as reported to the head
+/// (`ObjectsSealed`): whole, of this size and CRC-32C.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealedCopy {
+    /// The object.
+    pub id: ObjectId,
+    /// Its length in bytes.
+    pub size: u64,
+    /// The CRC-32C (Castagnoli) of its bytes, as the store computes it.
+    pub checksum: u32,
+    /// Who owns it.
+    pub owner: ObjectOwner,
+    /// Its namespace (`None`: the admin's).
+    pub namespace: Option<Namespace>,
+    /// The node whose store holds the copy.
+    pub node: NodeId,
+}
+
+/// Why an object has no copy left.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectLoss {
+    /// The node that held its last copy.
+    pub node: NodeId,
+    /// Why that node went.
+    pub reason: String,
+}
+
+/// One copy of an object, as a reader needs it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectHolder {
+    /// The node.
+    pub node: NodeId,
+    /// Its worker's data-plane address (`host:port`), if it published one.
+    pub address: Option<String>,
+    /// A ticket that lets the caller read the object there, if the head could sign one.
+    pub ticket: Option<String>,
+}
+
+/// What the head knows of an object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectView {
+    /// The object.
+    pub id: ObjectId,
+    /// Its namespace (`None`: the admin's).
+    pub namespace: Option<Namespace>,
+    /// Its length in bytes.
+    pub size: u64,
+    /// The CRC-32C of its bytes.
+    pub checksum: u32,
+    /// Who owns it.
+    pub owner: ObjectOwner,
+    /// When its first copy was sealed (milliseconds since the Unix epoch, the head's clock).
+    pub sealed_at_ms: u64,
+    /// Its copies, by node.
+    pub holders: Vec<ObjectHolder>,
+    /// Why it has no copy left, if so.
+    pub lost: Option<ObjectLoss>,
 }
 
 /// A text that is not an object id.

@@ -1,5 +1,5 @@
-//! [`DataPlane`]: the worker's own listener, where callers reach the actors it hosts (and,
-//! later, the objects it holds) with no head on the way (docs/ARCHITECTURE.md "The path of a
+//! [`DataPlane`]: the worker's own listener, where callers reach the actors it hosts and the
+//! objects it holds (`Objects`, `objects/service.rs`) with no head on the way (docs/ARCHITECTURE.md "The path of a
 //! call").
 //!
 //! Where it listens: `--data-listen HOST:PORT` when given; otherwise on loopback when every
@@ -16,11 +16,14 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
 
+use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use escher_proto::wire::actors_server::ActorsServer;
+use escher_proto::wire::objects_server::ObjectsServer;
 use tokio_util::sync::CancellationToken;
 
 use super::{ActorHost, ActorService};
 use crate::head_conn::split_heads;
+use crate::objects::ObjectService;
 
 /// The label that says how the data plane carries bytes (`loopback` or `plaintext`).
 pub const DATA_PLANE_LABEL: &str = "escher.data-plane";
@@ -77,8 +80,13 @@ impl DataPlane {
         }
     }
 
-    /// Serves the actors of `host` until `stop` is cancelled.
-    pub(crate) fn serve(self, host: Arc<ActorHost>, stop: CancellationToken) {
+    /// Serves the actors of `host` and the objects of `objects` until `stop` is cancelled.
+    pub(crate) fn serve(
+        self,
+        host: Arc<ActorHost>,
+        objects: crate::objects::NodeObjects,
+        stop: CancellationToken,
+    ) {
         if !self.loopback {
             tracing::warn!(
                 address = %self.advertised,
@@ -86,6 +94,9 @@ impl DataPlane {
                  authenticated by the head's tickets but their bytes are not encrypted"
             );
         }
+        let objects = ObjectsServer::new(ObjectService::new(objects, Arc::clone(&host)))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         let service = ActorsServer::new(ActorService::new(host))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
@@ -93,7 +104,12 @@ impl DataPlane {
         tokio::spawn(async move {
             let served = tonic::transport::Server::builder()
                 .tcp_nodelay(true)
+                // Object chunks: a window of 64 KiB (HTTP/2's default) would stall each
+                // stream every 64 KiB for a round trip.
+                .initial_stream_window_size(STREAM_WINDOW_BYTES)
+                .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
                 .add_service(service)
+                .add_service(objects)
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())
                 .await;
             if let Err(e) = served {

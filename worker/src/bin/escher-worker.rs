@@ -175,6 +175,20 @@ struct WorkerArgs {
     #[arg(long, value_name = "NAME")]
     pass_env: Vec<String>,
 
+    /// The most bytes of objects this node's object store holds in memory; past it, cold
+    /// objects are spilled to --object-spill-dir [default: 30% of the node's memory]
+    #[arg(long, value_name = "BYTES")]
+    object_store_memory: Option<u64>,
+
+    /// The directory, a tmpfs, the object store keeps objects in (a directory of its own is
+    /// made there, removed when the worker ends) [default: /dev/shm]
+    #[arg(long, value_name = "DIR")]
+    object_store_dir: Option<PathBuf>,
+
+    /// The directory, on a disk, cold objects are spilled to [default: the state directory]
+    #[arg(long, value_name = "DIR")]
+    object_spill_dir: Option<PathBuf>,
+
     /// Seconds a stopped command gets between SIGTERM and SIGKILL.
     #[arg(long, value_name = "SECS", default_value_t = 5.0)]
     grace: f64,
@@ -328,6 +342,9 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
                 escher_worker::PythonDetection::Detect
             },
             pass_env: args.pass_env,
+            object_store_memory: args.object_store_memory,
+            object_store_dir: args.object_store_dir,
+            object_spill_dir: args.object_spill_dir,
             log_retention: LogRetention {
                 max_age: args.log_retention.into(),
                 max_bytes: args.log_max_bytes,

@@ -3,8 +3,9 @@
 //! Each worker holds one [`ObjectStore`]: the bytes of the objects this node holds a copy of,
 //! one file per object in a directory of its own on tmpfs, written once, sealed read-only and
 //! memory-mapped by readers, so that a reader on this node (the worker itself, a task, a
-//! Python interpreter) reads an object with no copy. It knows nothing of the wire, the head or
-//! namespaces: the fetch path, `put` and the head's object table are built on this API.
+//! Python interpreter) reads an object with no copy. The store itself knows nothing of the
+//! wire, the head or namespaces: the data plane (`Objects.Fetch` and `Push`, the fetcher; the
+//! end of the layout below), `put` and the head's object table are built on its API.
 //!
 //! # Writing: create, write, seal
 //!
@@ -97,10 +98,20 @@
 //!   mapped, pinned object (the module's only unsafe code, the `mmap`).
 //! - `capacity.rs`: [`default_capacity`]; `sweep.rs`: dead workers' stores.
 //! - [`ObjectError`] (`error.rs`).
+//!
+//! The data plane, on top of the store (the only part that speaks the wire):
+//! - [`NodeObjects`] (`node.rs`): the store and the namespace each copy was sealed for.
+//! - [`ObjectService`] (`service.rs`): the `Objects` service (`Fetch`, `Push`) on the worker's
+//!   data-plane listener, checking object tickets.
+//! - [`fetch_object`] (`fetch.rs`): a copy from the holders into this store, trying the next
+//!   holder when one fails mid-transfer.
 
 mod capacity;
 mod error;
+mod fetch;
 mod id;
+mod node;
+mod service;
 mod store;
 mod sweep;
 mod table;
@@ -109,10 +120,15 @@ mod writer;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod transfer_tests;
 
 pub use capacity::{DEFAULT_MEMORY_PERCENT, FALLBACK_CAPACITY, default_capacity, node_memory};
 pub use error::ObjectError;
+pub use fetch::{FetchError, Holder, HolderFailure, fetch_object};
 pub use id::{ObjectId, ParseObjectIdError};
+pub use node::NodeObjects;
+pub use service::ObjectService;
 pub use store::{
     DEFAULT_MEMORY_ROOT, DEFAULT_SPILL_ROOT, ObjectInfo, ObjectStatus, ObjectStore, StoreConfig,
     StoreUsage,

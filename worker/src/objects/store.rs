@@ -220,6 +220,11 @@ impl ObjectStore {
         self.inner.lock().lookup(id).is_some()
     }
 
+    /// Whether object `id` is being written (created, not yet sealed nor dropped).
+    pub fn is_writing(&self, id: ObjectId) -> bool {
+        self.inner.lock().writing().contains_key(&id)
+    }
+
     /// Sealed object `id`'s size and checksum.
     pub fn info(&self, id: ObjectId) -> Option<ObjectInfo> {
         let table = self.inner.lock();

@@ -247,7 +247,6 @@ impl Table {
     }
 
     /// The objects being written and their sizes.
-    #[cfg(test)]
     pub fn writing(&self) -> &BTreeMap<ObjectId, u64> {
         &self.writing
     }

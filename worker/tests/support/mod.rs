@@ -378,6 +378,36 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ResolveActorReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn place_object(
+        &self,
+        _: Request<wire::PlaceObjectRequest>,
+    ) -> Result<Response<wire::PlaceObjectReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn objects_sealed(
+        &self,
+        _: Request<wire::ObjectsSealedRequest>,
+    ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn release_objects(
+        &self,
+        _: Request<wire::ReleaseObjectsRequest>,
+    ) -> Result<Response<wire::ReleaseObjectsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn locate_object(
+        &self,
+        _: Request<wire::LocateObjectRequest>,
+    ) -> Result<Response<wire::ObjectInfo>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn list_objects(
+        &self,
+        _: Request<wire::ListObjectsRequest>,
+    ) -> Result<Response<wire::ListObjectsReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     type SubmitStreamStream = tokio_stream::Empty<Result<wire::SubmitStreamReply, Status>>;
     async fn submit_stream(
         &self,

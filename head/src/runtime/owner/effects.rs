@@ -52,6 +52,11 @@ impl<S: LogStore> Owner<S> {
                         .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
                 }
                 Effect::Rejoined { node } => self.workers.forget_task_messages(node),
+                // A node that is gone is skipped by `send`: its copies went with it.
+                Effect::DeleteObjects { node, ids } => {
+                    self.workers
+                        .send(state, node, HeadMessage::DeleteObjects(ids));
+                }
             }
         }
     }

@@ -60,6 +60,17 @@ fn holds_actors(command: &Command) -> bool {
         if tasks.iter().any(|t| matches!(t.kind, escher_proto::TaskKind::Actor(_))))
 }
 
+/// Whether `command` is one of the object table's (which a group records only once it writes
+/// [`OBJECTS_FORMAT`](crate::replication::OBJECTS_FORMAT)).
+fn holds_objects(command: &Command) -> bool {
+    matches!(
+        command,
+        Command::ObjectsSealed { .. }
+            | Command::ObjectsReleased { .. }
+            | Command::OpenObjectSession
+    )
+}
+
 /// Milliseconds since the Unix epoch.
 pub(crate) fn now_ms() -> Millis {
     SystemTime::now()
@@ -314,6 +325,19 @@ impl<S: LogStore> Owner<S> {
                      older release, or has not been heard from since this one started); upgrade \
                      every replica, or try again in a moment",
                     crate::replication::LABELS_FORMAT
+                )));
+                return;
+            }
+        }
+        if holds_objects(&command) {
+            let writes = self.replica.writes_format();
+            if writes < crate::replication::OBJECTS_FORMAT {
+                pending.fail(Status::failed_precondition(format!(
+                    "the head group cannot record objects yet: it writes data format {writes}, \
+                     and objects need format {} (a replica runs a release without objects, or \
+                     has not been heard from since this one started); upgrade every replica, \
+                     or try again in a moment",
+                    crate::replication::OBJECTS_FORMAT
                 )));
                 return;
             }

@@ -1,0 +1,17 @@
+//! Objects from the client's side (docs/ARCHITECTURE.md "Objects"): moving an object's bytes
+//! between this process and the worker that holds (or will hold) it, over that worker's data
+//! plane, never through the head.
+//!
+//! - [`fetch_object`] and [`push_object`] (`transfer.rs`): one object's bytes from a holder,
+//!   or into a worker's store, given the address and the object ticket the head handed out;
+//!   [`ObjectTransferError`] says what went wrong, naming the object.
+//! - [`Client::put`](crate::Client::put), [`Client::get_object`](crate::Client::get_object)
+//!   and [`ObjectRef`] (`refs.rs`): objects through the head's table, released when their
+//!   last reference is dropped.
+
+mod refs;
+mod transfer;
+
+pub use refs::ObjectRef;
+pub(crate) use refs::Puts;
+pub use transfer::{ObjectTransferError, fetch_object, push_object};

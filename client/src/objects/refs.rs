@@ -1,0 +1,324 @@
+//! [`Client::put`], [`Client::get_object`] and [`ObjectRef`]: values held by reference in the
+//! workers' stores (docs/ARCHITECTURE.md "Objects").
+//!
+//! A `put` asks the head where the object goes (`PlaceObject`: a live worker's data-plane
+//! address and a write ticket; the first `put` of a client also opens its object session),
+//! pushes the bytes there ([`push_object`]), and reports the sealed copy (`ObjectsSealed`), so
+//! that the head records it and publishes its location resource. Only then does `put` return.
+//! Ids are `(session, index)`: the session the head gave this client, the index counted here.
+//!
+//! A `get` asks the head where the copies are (`LocateObject`, with a read ticket per copy)
+//! and fetches the bytes from the first holder that answers ([`fetch_object`]), checked whole
+//! against the length and CRC-32C the head recorded.
+//!
+//! The owner counts references: an [`ObjectRef`] and its clones share one count, and when the
+//! last one is dropped the object is released. Releases travel in batches (`ReleaseObjects`)
+//! from a background task of the client, started with its first `put`; the head then deletes
+//! the copies and their location resources. An id copied out of a ref ([`ObjectRef::id`])
+//! does not keep the object.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use escher_proto::convert::object_id;
+use escher_proto::types::{ObjectId, ObjectView};
+use escher_proto::wire;
+use tokio::sync::{Mutex, mpsc};
+
+use super::{fetch_object, push_object};
+use crate::{Client, ClientError};
+
+/// The first and the longest pause between tries of a push the worker could not take yet.
+const PUSH_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
+/// How long a put keeps trying a push the worker could not take yet.
+const PUSH_PATIENCE: Duration = Duration::from_secs(10);
+
+/// The most ids one `ReleaseObjects` call carries.
+const MAX_RELEASE_BATCH: usize = 10_000;
+
+/// A client's objects: its session, the next index, and the queue of releases.
+#[derive(Debug)]
+pub(crate) struct Puts {
+    /// The object session the head gave this client (0: none yet).
+    session: Mutex<u64>,
+    /// The next object index.
+    next: AtomicU64,
+    /// Ids whose last reference was dropped, to the release task.
+    releases: mpsc::UnboundedSender<ObjectId>,
+}
+
+impl Puts {
+    /// A client's object state, its release task started (in the caller's runtime).
+    pub(crate) fn start(client: Client) -> Puts {
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(release(client, rx));
+        Puts {
+            session: Mutex::new(0),
+            next: AtomicU64::new(0),
+            releases: tx,
+        }
+    }
+}
+
+/// Sends released ids in batches until every sender (the client's state and every ref) is
+/// gone. A failed release is logged: the objects stay until their owner's session ends.
+async fn release(client: Client, mut rx: mpsc::UnboundedReceiver<ObjectId>) {
+    while let Some(first) = rx.recv().await {
+        let mut ids = vec![first];
+        while ids.len() < MAX_RELEASE_BATCH {
+            match rx.try_recv() {
+                Ok(id) => ids.push(id),
+                Err(_) => break,
+            }
+        }
+        if let Err(err) = client.release_objects(&ids).await {
+            tracing::warn!(count = ids.len(), %err, "could not release objects");
+        }
+    }
+}
+
+/// A reference to an object this client put: [`get`](Self::get) reads it, and dropping the
+/// last clone releases it (its copies are deleted). Cheap to clone.
+#[derive(Clone)]
+pub struct ObjectRef {
+    inner: Arc<Owned>,
+}
+
+struct Owned {
+    id: ObjectId,
+    size: u64,
+    checksum: u32,
+    client: Client,
+    releases: mpsc::UnboundedSender<ObjectId>,
+}
+
+impl Drop for Owned {
+    fn drop(&mut self) {
+        // The release task ends only when every sender is gone, this one included.
+        let _ = self.releases.send(self.id);
+    }
+}
+
+impl fmt::Debug for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ObjectRef")
+            .field("id", &self.inner.id)
+            .field("size", &self.inner.size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ObjectRef {
+    /// The object's id (which does not keep it: only refs do).
+    pub fn id(&self) -> ObjectId {
+        self.inner.id
+    }
+
+    /// Its length in bytes.
+    pub fn size(&self) -> u64 {
+        self.inner.size
+    }
+
+    /// The CRC-32C (Castagnoli) of its bytes.
+    pub fn checksum(&self) -> u32 {
+        self.inner.checksum
+    }
+
+    /// Its bytes, fetched from a worker that holds a copy ([`Client::get_object`]).
+    pub async fn get(&self) -> Result<Bytes, ClientError> {
+        self.inner.client.get_object(self.inner.id).await
+    }
+}
+
+impl Client {
+    /// Puts `bytes` into the store of a worker the head picks, and returns a reference that
+    /// keeps the object while it (or a clone) lives. Returns once the copy is sealed whole and
+    /// recorded by the head. The id is `(session, index)` (module documentation of
+    /// `client/src/objects/refs.rs`).
+    pub async fn put(&self, bytes: impl Into<Bytes>) -> Result<ObjectRef, ClientError> {
+        let bytes = bytes.into();
+        let size = bytes.len() as u64;
+        let puts = self.puts();
+        let index = puts.next.fetch_add(1, Ordering::Relaxed);
+        let placed = {
+            let mut session = puts.session.lock().await;
+            if *session == 0 {
+                let placed = self.place_object(0, index, size).await?;
+                *session = placed.session;
+                placed
+            } else {
+                let s = *session;
+                drop(session);
+                self.place_object(s, index, size).await?
+            }
+        };
+        let id = ObjectId(placed.session, index);
+        let checksum = crc32c::crc32c(&bytes);
+        // A worker that has just joined serves its data plane only once its own stream to the
+        // head is attached (Unavailable until then): such refusals are tried again briefly.
+        let mut pause = PUSH_PAUSE.0;
+        let started = tokio::time::Instant::now();
+        loop {
+            match push_object(&placed.address, &placed.ticket, id, bytes.clone()).await {
+                Ok(()) => break,
+                Err(err) if err.is_retryable() && started.elapsed() < PUSH_PATIENCE => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(PUSH_PAUSE.1);
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let copy = wire::SealedObject {
+            id: Some(id.into()),
+            size,
+            crc32c: checksum,
+            node: placed.node,
+        };
+        let reply = self
+            .call(|mut rpc| {
+                let request = wire::ObjectsSealedRequest {
+                    copies: vec![copy],
+                    namespace: self.namespace_text(),
+                };
+                async move { rpc.objects_sealed(request).await }
+            })
+            .await?;
+        // From here the head holds the object: a failure below must still release it.
+        let reference = ObjectRef {
+            inner: Arc::new(Owned {
+                id,
+                size,
+                checksum,
+                client: self.clone(),
+                releases: puts.releases.clone(),
+            }),
+        };
+        if let Some(dropped) = reply.dropped.into_iter().next() {
+            return Err(ClientError::ObjectUnavailable(format!(
+                "object {id}: the head did not record its copy on node {}: {}",
+                placed.node, dropped.reason
+            )));
+        }
+        Ok(reference)
+    }
+
+    /// The bytes of object `id` (of this client's namespace), fetched from the first of its
+    /// holders that answers, checked whole against the length and CRC-32C the head recorded.
+    /// An unknown id, one of another namespace, a freed or a lost object is refused with an
+    /// error that names it (and, for a lost one, its last node and why).
+    pub async fn get_object(&self, id: ObjectId) -> Result<Bytes, ClientError> {
+        let view = self.locate_object(id).await?;
+        let mut failures = Vec::new();
+        for holder in &view.holders {
+            let (Some(address), Some(ticket)) = (&holder.address, &holder.ticket) else {
+                failures.push(format!("node {}: no data-plane address", holder.node));
+                continue;
+            };
+            match fetch_object(address, ticket, id).await {
+                Ok(bytes) => {
+                    let crc = crc32c::crc32c(&bytes);
+                    if (bytes.len() as u64, crc) == (view.size, view.checksum) {
+                        return Ok(bytes);
+                    }
+                    failures.push(format!(
+                        "node {}: a copy of {} bytes with CRC-32C {crc:08x}, not {} bytes \
+                         with {:08x}",
+                        holder.node,
+                        bytes.len(),
+                        view.size,
+                        view.checksum
+                    ));
+                }
+                Err(err) => failures.push(format!("node {}: {err}", holder.node)),
+            }
+        }
+        Err(ClientError::ObjectUnavailable(format!(
+            "object {id}: no holder gave its bytes ({})",
+            if failures.is_empty() {
+                "it has no copy".to_string()
+            } else {
+                failures.join("; ")
+            }
+        )))
+    }
+
+    /// What the head knows of object `id`: its size, checksum, owner and copies (with a read
+    /// ticket each).
+    pub async fn locate_object(&self, id: ObjectId) -> Result<ObjectView, ClientError> {
+        let reply = self
+            .call(|mut rpc| {
+                let request = self.read(wire::LocateObjectRequest {
+                    id: Some(id.into()),
+                    namespace: self.namespace_text(),
+                });
+                async move { rpc.locate_object(request).await }
+            })
+            .await?;
+        Ok(ObjectView::try_from(reply)?)
+    }
+
+    /// The objects of this client's namespace (an admin's client without one: every
+    /// namespace's), as `escher objects` lists them.
+    pub async fn list_objects(&self) -> Result<Vec<ObjectView>, ClientError> {
+        let reply = self
+            .call(|mut rpc| {
+                let request = self.read(wire::ListObjectsRequest {
+                    namespace: self.namespace_text(),
+                });
+                async move { rpc.list_objects(request).await }
+            })
+            .await?;
+        Ok(reply
+            .objects
+            .into_iter()
+            .map(ObjectView::try_from)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Releases objects now (an [`ObjectRef`] dropped does this in the background): their
+    /// copies are deleted. Returns the ids the head did not know in this namespace.
+    pub async fn release_objects(&self, ids: &[ObjectId]) -> Result<Vec<ObjectId>, ClientError> {
+        let keys: Vec<wire::ObjectKey> = ids.iter().map(|id| (*id).into()).collect();
+        let reply = self
+            .call(|mut rpc| {
+                let request = wire::ReleaseObjectsRequest {
+                    ids: keys.clone(),
+                    namespace: self.namespace_text(),
+                };
+                async move { rpc.release_objects(request).await }
+            })
+            .await?;
+        Ok(reply
+            .unknown
+            .into_iter()
+            .map(|k| object_id(Some(k), "unknown"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    async fn place_object(
+        &self,
+        session: u64,
+        index: u64,
+        size: u64,
+    ) -> Result<wire::PlaceObjectReply, ClientError> {
+        self.call(|mut rpc| {
+            let request = wire::PlaceObjectRequest {
+                session,
+                index,
+                size,
+                namespace: self.namespace_text(),
+            };
+            async move { rpc.place_object(request).await }
+        })
+        .await
+    }
+
+    fn namespace_text(&self) -> String {
+        self.namespace()
+            .map(|ns| ns.as_str().to_string())
+            .unwrap_or_default()
+    }
+}

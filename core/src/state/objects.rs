@@ -1,0 +1,460 @@
+//! The object table (docs/ARCHITECTURE.md "Objects"): every object's id, size, checksum,
+//! owner, namespace and the nodes that hold a copy, changed only by `ObjectsSealed` (new
+//! copies), `ObjectsReleased` (the owner let go) and a node's loss.
+//!
+//! The location of a copy is published the escher way: the node that holds a copy of object
+//! `O` of namespace `NS` carries the ephemeral resource `NS/object.O` (the admin's objects:
+//! `object.O`), capacity unbounded, created when the copy is sealed and deleted when the copy
+//! goes, through the resource path every change takes (`resources.rs`). A task or an ESL that
+//! requests it is placed where the bytes are.
+//!
+//! Bounds: the table holds live and lost objects until their owner releases them; released ids
+//! are remembered (so that a reader is told "freed", not "unknown") up to [`MAX_FREED_KEPT`],
+//! the oldest forgotten first. Location resources are made by the head, not by the
+//! application, so they are not counted against a namespace's resource-name quota when made.
+//!
+//! Another namespace's object is unknown, as its task would be.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use escher_proto::types::{
+    Capacity, CapacityOp, DATA_ADDRESS_LABEL, Namespace, NodeId, NodeSpec, ObjectAccess,
+    ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectTicket, ObjectView, ResourceName,
+    ResourceUpdate, SealedCopy, ticket_key,
+};
+use serde::{Deserialize, Serialize};
+
+use super::apply::ClusterState;
+use super::command::Effect;
+use super::error::ApplyError;
+use crate::scheduler::Millis;
+
+/// How many released object ids the table remembers, so that a late reader is told the object
+/// was freed rather than that it never existed.
+pub const MAX_FREED_KEPT: usize = 100_000;
+
+/// The first object session number. Sessions are counted from here, apart from task ids
+/// (which count from 1 and never come near 2^63), so that a `put`'s ids `(session, sequence)`
+/// and a task's result ids `(task, index)` never meet.
+pub const FIRST_SESSION: u64 = 1 << 63;
+
+/// What the head knows of one object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObjectRecord {
+    /// Its namespace (`None`: the admin's).
+    pub namespace: Option<Namespace>,
+    /// Its length in bytes.
+    pub size: u64,
+    /// The CRC-32C of its bytes.
+    pub checksum: u32,
+    /// Who owns it.
+    pub owner: ObjectOwner,
+    /// When its first copy was sealed.
+    pub sealed_at: Millis,
+    /// The nodes that hold a copy.
+    pub holders: BTreeSet<NodeId>,
+    /// Why no copy is left, once the last holder was lost.
+    pub lost: Option<ObjectLoss>,
+}
+
+/// The table. See the [module documentation](self).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ObjectTable {
+    /// The last object session number given out (0: none yet).
+    last_session: u64,
+    /// Live and lost objects.
+    objects: BTreeMap<ObjectId, ObjectRecord>,
+    /// Released ids, oldest first, with when they were released.
+    freed: VecDeque<(ObjectId, Millis)>,
+    /// The ids in `freed`, for lookup; derived (rebuilt by [`ObjectTable::rebuilt`]).
+    #[serde(skip)]
+    freed_ids: BTreeSet<ObjectId>,
+    /// The objects each node holds a copy of; derived like `freed_ids`.
+    #[serde(skip)]
+    by_node: BTreeMap<NodeId, BTreeSet<ObjectId>>,
+}
+
+impl ObjectTable {
+    /// The table with its derived indexes rebuilt (after it was deserialized).
+    pub fn rebuilt(mut self) -> ObjectTable {
+        self.freed_ids = self.freed.iter().map(|(id, _)| *id).collect();
+        self.by_node.clear();
+        for (id, rec) in &self.objects {
+            for node in &rec.holders {
+                self.by_node.entry(*node).or_default().insert(*id);
+            }
+        }
+        self
+    }
+
+    /// Whether the table holds nothing: no object, no released id, no session given out.
+    pub fn is_empty(&self) -> bool {
+        self.objects.is_empty() && self.freed.is_empty() && self.last_session == 0
+    }
+
+    /// The live and lost objects, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (&ObjectId, &ObjectRecord)> + '_ {
+        self.objects.iter()
+    }
+
+    /// One object's record.
+    pub fn get(&self, id: ObjectId) -> Option<&ObjectRecord> {
+        self.objects.get(&id)
+    }
+
+    /// Whether `id` was released (and is still remembered as such).
+    pub fn was_freed(&self, id: ObjectId) -> bool {
+        self.freed_ids.contains(&id)
+    }
+
+    /// The objects node `node` holds a copy of.
+    pub fn held_by(&self, node: NodeId) -> impl Iterator<Item = ObjectId> + '_ {
+        self.by_node.get(&node).into_iter().flatten().copied()
+    }
+
+    /// The bytes of the copies node `node` holds.
+    pub fn bytes_on(&self, node: NodeId) -> u64 {
+        self.held_by(node)
+            .filter_map(|id| self.objects.get(&id))
+            .map(|r| r.size)
+            .sum()
+    }
+
+    fn remember_freed(&mut self, id: ObjectId, now: Millis) {
+        if self.freed_ids.insert(id) {
+            self.freed.push_back((id, now));
+        }
+        while self.freed.len() > MAX_FREED_KEPT {
+            if let Some((old, _)) = self.freed.pop_front() {
+                self.freed_ids.remove(&old);
+            }
+        }
+    }
+}
+
+/// The location resource of object `id` of namespace `ns`: `NS/object.O`, or `object.O`.
+pub fn location_resource(id: ObjectId, ns: Option<&Namespace>) -> ResourceName {
+    // Always valid: `object.` and two u64s are at most 48 bytes, a namespace segment 63.
+    let local = ResourceName::new(&id.location_name()).expect("an object id makes a valid name");
+    match ns {
+        Some(ns) => local.in_namespace(ns),
+        None => local,
+    }
+}
+
+/// Whether a caller of namespace `ns` (`None`: the admin, who sees every namespace's objects
+/// when `sees_everything`) may see an object of namespace `of`.
+fn visible(of: Option<&Namespace>, ns: Option<&Namespace>, sees_everything: bool) -> bool {
+    sees_everything || of == ns
+}
+
+impl ClusterState {
+    /// The object table.
+    pub fn objects(&self) -> &ObjectTable {
+        &self.objects
+    }
+
+    /// Puts back a table read from a snapshot (the head's codec writes it after the image).
+    pub fn set_objects(&mut self, table: ObjectTable) {
+        self.objects = table.rebuilt();
+    }
+
+    /// `ObjectsSealed`: records new copies, all or none. A copy that contradicts what the table
+    /// knows of its object (another size, checksum, owner or namespace) refuses the batch,
+    /// naming the object. Copies that cannot count any more (their node is gone or was never
+    /// admitted, their object was released) are left out and returned with why, so that the
+    /// reporter deletes them; the others are recorded.
+    pub(crate) fn objects_sealed(
+        &mut self,
+        copies: Vec<SealedCopy>,
+        now: Millis,
+    ) -> Result<Vec<(ObjectId, String)>, ApplyError> {
+        for c in &copies {
+            let known = self
+                .objects
+                .get(c.id)
+                .map(|r| (r.size, r.checksum, r.owner, r.namespace.clone()));
+            let same_batch = copies
+                .iter()
+                .find(|o| o.id == c.id)
+                .map(|o| (o.size, o.checksum, o.owner, o.namespace.clone()));
+            for (size, checksum, owner, namespace) in known.into_iter().chain(same_batch) {
+                let why = if size != c.size {
+                    Some(format!(
+                        "its size is {size} bytes, this copy has {}",
+                        c.size
+                    ))
+                } else if checksum != c.checksum {
+                    Some(format!(
+                        "its CRC-32C is {checksum:08x}, this copy's is {:08x}",
+                        c.checksum
+                    ))
+                } else if owner != c.owner {
+                    Some(format!(
+                        "it is owned by {owner}, this copy says {}",
+                        c.owner
+                    ))
+                } else if namespace != c.namespace {
+                    Some("this copy names another namespace".to_string())
+                } else {
+                    None
+                };
+                if let Some(why) = why {
+                    return Err(ApplyError::ObjectMismatch { id: c.id, why });
+                }
+            }
+        }
+        let mut dropped = Vec::new();
+        for c in copies {
+            if self.objects.was_freed(c.id) {
+                dropped.push((c.id, format!("object {} was freed", c.id)));
+                continue;
+            }
+            let live = self.nodes.get(&c.node).is_some_and(|n| n.alive);
+            if !live || !self.core.has_node(c.node) {
+                dropped.push((c.id, format!("node {} is not live", c.node)));
+                continue;
+            }
+            let rec = self
+                .objects
+                .objects
+                .entry(c.id)
+                .or_insert_with(|| ObjectRecord {
+                    namespace: c.namespace.clone(),
+                    size: c.size,
+                    checksum: c.checksum,
+                    owner: c.owner,
+                    sealed_at: now,
+                    holders: BTreeSet::new(),
+                    lost: None,
+                });
+            if !rec.holders.insert(c.node) {
+                continue; // reported again: nothing changes
+            }
+            rec.lost = None;
+            self.objects.by_node.entry(c.node).or_default().insert(c.id);
+            let update = ResourceUpdate {
+                name: location_resource(c.id, c.namespace.as_ref()),
+                op: CapacityOp::Set(Capacity::Unbounded),
+                target: NodeSpec::Node(c.node),
+            };
+            // Cannot fail: the node is in the core (checked above) and the name is not
+            // physical; were it to, the copy still counts and only its locality is missing.
+            if let Err(err) = self.set_resources(std::slice::from_ref(&update), now) {
+                tracing::warn!(object = %c.id, node = %c.node, %err, "no location resource");
+            }
+        }
+        Ok(dropped)
+    }
+
+    /// `ObjectsReleased`: the owner (of namespace `ns`) let go of these objects. Each goes from
+    /// the table with its location resources, and its holders are told to delete their copies.
+    /// Ids the caller cannot see, and ids released already, change nothing; the ids that were
+    /// never known (or are forgotten) are returned.
+    pub(crate) fn objects_released(
+        &mut self,
+        ids: &[ObjectId],
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+        now: Millis,
+    ) -> Vec<ObjectId> {
+        let mut unknown = Vec::new();
+        let mut deletes: BTreeMap<NodeId, Vec<ObjectId>> = BTreeMap::new();
+        for &id in ids {
+            let Some(rec) = self.objects.objects.get(&id) else {
+                if !self.objects.was_freed(id) {
+                    unknown.push(id);
+                }
+                continue;
+            };
+            if !visible(rec.namespace.as_ref(), ns, sees_everything) {
+                unknown.push(id);
+                continue;
+            }
+            let Some(rec) = self.objects.objects.remove(&id) else {
+                continue;
+            };
+            let name = location_resource(id, rec.namespace.as_ref());
+            for node in rec.holders {
+                if let Some(held) = self.objects.by_node.get_mut(&node) {
+                    held.remove(&id);
+                    if held.is_empty() {
+                        self.objects.by_node.remove(&node);
+                    }
+                }
+                self.delete_location(node, &name, now);
+                deletes.entry(node).or_default().push(id);
+            }
+            self.objects.remember_freed(id, now);
+        }
+        for (node, ids) in deletes {
+            self.effects.push(Effect::DeleteObjects { node, ids });
+        }
+        unknown
+    }
+
+    fn delete_location(&mut self, node: NodeId, name: &ResourceName, now: Millis) {
+        if !self.core.has_node(node) {
+            return;
+        }
+        let update = ResourceUpdate {
+            name: name.clone(),
+            op: CapacityOp::Delete,
+            target: NodeSpec::Node(node),
+        };
+        if let Err(err) = self.set_resources(std::slice::from_ref(&update), now) {
+            tracing::warn!(%node, %name, %err, "could not delete an object's location");
+        }
+    }
+
+    /// Node `node` was lost (`reason`): its copies go; an object with no copy left is marked
+    /// lost with the node and why. (The node's resources, locations included, leave the
+    /// scheduler with it.)
+    pub(crate) fn objects_node_lost(&mut self, node: NodeId, reason: &str) {
+        let Some(held) = self.objects.by_node.remove(&node) else {
+            return;
+        };
+        for id in held {
+            let Some(rec) = self.objects.objects.get_mut(&id) else {
+                continue;
+            };
+            rec.holders.remove(&node);
+            if rec.holders.is_empty() {
+                rec.lost = Some(ObjectLoss {
+                    node,
+                    reason: reason.to_string(),
+                });
+            }
+        }
+    }
+
+    /// What a caller of namespace `ns` may know of object `id`: its size, owner and copies
+    /// with each holder's data address and, with `expiry_ms`, a read ticket valid until then
+    /// for each live holder. Unknown, freed and lost objects are refused, each with an error
+    /// that names the object.
+    pub fn locate_object(
+        &self,
+        id: ObjectId,
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+        expiry_ms: Option<u64>,
+    ) -> Result<ObjectView, ApplyError> {
+        let mut view = self.object_view(id, ns, sees_everything)?;
+        if let Some(expiry_ms) = expiry_ms {
+            for h in &mut view.holders {
+                h.ticket =
+                    self.object_ticket(h.node, ObjectAccess::Read, id, &view.namespace, expiry_ms);
+            }
+        }
+        if let Some(loss) = &view.lost {
+            return Err(ApplyError::ObjectLost {
+                id,
+                node: loss.node,
+                reason: loss.reason.clone(),
+            });
+        }
+        Ok(view)
+    }
+
+    /// Object `id` as a caller of namespace `ns` sees it, lost or not (for listings).
+    pub fn object_view(
+        &self,
+        id: ObjectId,
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+    ) -> Result<ObjectView, ApplyError> {
+        let rec = match self.objects.objects.get(&id) {
+            Some(rec) if visible(rec.namespace.as_ref(), ns, sees_everything) => rec,
+            // Another namespace's object is unknown, freed or not.
+            Some(_) => return Err(ApplyError::UnknownObject(id)),
+            None if self.objects.was_freed(id) => return Err(ApplyError::ObjectFreed(id)),
+            None => return Err(ApplyError::UnknownObject(id)),
+        };
+        Ok(self.view_of(id, rec))
+    }
+
+    /// Every object a caller of namespace `ns` may see, by id.
+    pub fn list_objects(&self, ns: Option<&Namespace>, sees_everything: bool) -> Vec<ObjectView> {
+        self.objects
+            .objects
+            .iter()
+            .filter(|(_, r)| visible(r.namespace.as_ref(), ns, sees_everything))
+            .map(|(id, r)| self.view_of(*id, r))
+            .collect()
+    }
+
+    fn view_of(&self, id: ObjectId, rec: &ObjectRecord) -> ObjectView {
+        let holders = rec
+            .holders
+            .iter()
+            .map(|n| ObjectHolder {
+                node: *n,
+                address: self
+                    .nodes
+                    .get(n)
+                    .and_then(|r| r.labels.get(DATA_ADDRESS_LABEL))
+                    .map(str::to_owned),
+                ticket: None,
+            })
+            .collect();
+        ObjectView {
+            id,
+            namespace: rec.namespace.clone(),
+            size: rec.size,
+            checksum: rec.checksum,
+            owner: rec.owner,
+            sealed_at_ms: rec.sealed_at,
+            holders,
+            lost: rec.lost.clone(),
+        }
+    }
+
+    /// An object ticket for `id` (of namespace `ns`) on node `node`, signed with that node's
+    /// ticket key, valid until `expiry_ms`; `None` when the node is not live.
+    pub fn object_ticket(
+        &self,
+        node: NodeId,
+        access: ObjectAccess,
+        id: ObjectId,
+        ns: &Option<Namespace>,
+        expiry_ms: u64,
+    ) -> Option<String> {
+        let rec = self.nodes.get(&node).filter(|r| r.alive)?;
+        let ticket = ObjectTicket {
+            node,
+            access,
+            objects: vec![id],
+            expiry_ms,
+            namespace: ns.as_ref().map(|ns| ns.as_str().to_owned()),
+        };
+        Some(ticket.sign(&ticket_key(&rec.secret.0)))
+    }
+
+    /// Where a `put` of object `id` (of namespace `ns`) should go: the live, admitted,
+    /// non-draining node with a data address that holds the fewest bytes of objects (the
+    /// lowest id among equals), its address and a write ticket for `id` there valid until
+    /// `expiry_ms`; `None` when no node qualifies. (The head does not know how full each
+    /// store is; a store without room refuses the push, naming the object.)
+    pub fn place_object(
+        &self,
+        id: ObjectId,
+        ns: &Option<Namespace>,
+        expiry_ms: u64,
+    ) -> Option<(NodeId, String, String)> {
+        let (node, address) = self
+            .nodes
+            .iter()
+            .filter(|(id, r)| r.alive && !r.draining && self.core.has_node(**id))
+            .filter_map(|(id, r)| Some((*id, r.labels.get(DATA_ADDRESS_LABEL)?.to_owned())))
+            .min_by_key(|(id, _)| (self.objects.bytes_on(*id), *id))?;
+        let ticket = self.object_ticket(node, ObjectAccess::Write, id, ns, expiry_ms)?;
+        Some((node, address, ticket))
+    }
+
+    /// A new object session: a number never given out before (from [`FIRST_SESSION`] up).
+    pub(crate) fn open_object_session(&mut self) -> u64 {
+        let t = &mut self.objects;
+        t.last_session = t.last_session.max(FIRST_SESSION - 1) + 1;
+        t.last_session
+    }
+}

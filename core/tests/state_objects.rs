@@ -1,0 +1,353 @@
+//! The object table (`core/src/state/objects.rs`): sealed copies publish their location as the
+//! ephemeral resource `NS/object.O` on their node, a release deletes the copies and their
+//! locations, a lost node takes its copies (an object left with none is lost, naming the node
+//! and why), another namespace's object is unknown, and the table survives a snapshot.
+
+mod state_support;
+
+use escher_core::state::{
+    ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
+};
+use escher_proto::types::{
+    Capacity, DATA_ADDRESS_LABEL, NodeId, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket,
+    SealedCopy, TaskState, ticket_key,
+};
+use state_support::{TestState, joining, ns, secret, task};
+
+const SESSION: u64 = FIRST_SESSION;
+
+/// Registers a node whose worker publishes a data-plane address.
+fn data_node(t: &mut TestState, name: &str) -> NodeId {
+    let mut worker = joining(name, "cpu=4", 1);
+    worker
+        .labels
+        .insert(DATA_ADDRESS_LABEL, &format!("{name}.example:7700"))
+        .unwrap();
+    let out = t.apply(Command::RegisterNode {
+        worker,
+        secret: secret(name),
+    });
+    match out.reply {
+        Reply::Registered(id) => id,
+        other => panic!("RegisterNode replied {other:?}"),
+    }
+}
+
+fn copy(id: ObjectId, node: NodeId, namespace: Option<&str>) -> SealedCopy {
+    SealedCopy {
+        id,
+        size: 1024,
+        checksum: 0xdead_beef,
+        owner: ObjectOwner::Session(id.owner()),
+        namespace: namespace.map(ns),
+        node,
+    }
+}
+
+fn seal(t: &mut TestState, copies: Vec<SealedCopy>) -> Vec<(ObjectId, String)> {
+    match t.apply(Command::ObjectsSealed { copies }).reply {
+        Reply::ObjectsSealed(dropped) => dropped,
+        other => panic!("ObjectsSealed replied {other:?}"),
+    }
+}
+
+fn release(
+    t: &mut TestState,
+    ids: Vec<ObjectId>,
+    namespace: Option<&str>,
+) -> (Vec<ObjectId>, Vec<String>) {
+    let out = t.apply(Command::ObjectsReleased {
+        ids,
+        namespace: namespace.map(ns),
+        sees_everything: false,
+    });
+    match &out.reply {
+        Reply::ObjectsReleased(unknown) => (unknown.clone(), out.fx()),
+        other => panic!("ObjectsReleased replied {other:?}"),
+    }
+}
+
+fn location(t: &TestState, node: NodeId, name: &str) -> Option<Capacity> {
+    t.state.core().capacity(node, name)
+}
+
+#[test]
+fn a_sealed_copy_publishes_its_location_and_a_release_deletes_it() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let id = ObjectId(SESSION, 0);
+    assert!(seal(&mut t, vec![copy(id, a, Some("app"))]).is_empty());
+    assert_eq!(
+        location(&t, a, "app/object.9223372036854775808.0"),
+        Some(Capacity::Unbounded)
+    );
+    assert_eq!(location(&t, b, "app/object.9223372036854775808.0"), None);
+
+    // A second copy (a fetch sealed it) and the same report again (a retry) change nothing
+    // but the holders.
+    assert!(
+        seal(
+            &mut t,
+            vec![copy(id, b, Some("app")), copy(id, a, Some("app"))]
+        )
+        .is_empty()
+    );
+    let view = t
+        .state
+        .locate_object(id, Some(&ns("app")), false, None)
+        .unwrap();
+    assert_eq!((view.size, view.checksum), (1024, 0xdead_beef));
+    let holders: Vec<_> = view
+        .holders
+        .iter()
+        .map(|h| (h.node, h.address.clone()))
+        .collect();
+    assert_eq!(
+        holders,
+        vec![
+            (a, Some("a.example:7700".to_string())),
+            (b, Some("b.example:7700".to_string()))
+        ]
+    );
+    assert_eq!(t.state.objects().bytes_on(a), 1024);
+
+    let (unknown, fx) = release(&mut t, vec![id], Some("app"));
+    assert!(unknown.is_empty());
+    assert_eq!(
+        fx,
+        vec![format!("delete {a} {id}"), format!("delete {b} {id}")]
+    );
+    for node in [a, b] {
+        assert_eq!(location(&t, node, "app/object.9223372036854775808.0"), None);
+    }
+    let err = t
+        .state
+        .locate_object(id, Some(&ns("app")), false, None)
+        .unwrap_err();
+    assert_eq!(err, ApplyError::ObjectFreed(id));
+    assert!(err.to_string().contains(&id.to_string()), "{err}");
+    assert_eq!(t.state.objects().bytes_on(a), 0);
+
+    // Released again: nothing; a copy of it reported late is not recorded, and says why.
+    let (unknown, fx) = release(&mut t, vec![id], Some("app"));
+    assert!(unknown.is_empty() && fx.is_empty());
+    let dropped = seal(&mut t, vec![copy(id, a, Some("app"))]);
+    assert_eq!(dropped.len(), 1);
+    assert!(dropped[0].1.contains("freed"), "{dropped:?}");
+    assert_eq!(location(&t, a, "app/object.9223372036854775808.0"), None);
+}
+
+#[test]
+fn another_namespaces_object_is_unknown_and_not_its_to_release() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let id = ObjectId(SESSION, 3);
+    seal(&mut t, vec![copy(id, a, Some("app"))]);
+    for other in [Some(ns("other")), None] {
+        let err = t
+            .state
+            .locate_object(id, other.as_ref(), false, None)
+            .unwrap_err();
+        assert_eq!(err, ApplyError::UnknownObject(id));
+    }
+    assert!(t.state.list_objects(Some(&ns("other")), false).is_empty());
+    assert_eq!(t.state.list_objects(Some(&ns("app")), false).len(), 1);
+    // An admin who sees everything sees it.
+    assert!(t.state.locate_object(id, None, true, None).is_ok());
+
+    let (unknown, fx) = release(&mut t, vec![id, ObjectId(SESSION, 99)], Some("other"));
+    assert_eq!(unknown, vec![id, ObjectId(SESSION, 99)]);
+    assert!(fx.is_empty());
+    assert!(
+        t.state
+            .locate_object(id, Some(&ns("app")), false, None)
+            .is_ok()
+    );
+    // A never-known id reads as unknown, not freed.
+    assert_eq!(
+        t.state
+            .locate_object(ObjectId(SESSION, 99), Some(&ns("app")), false, None),
+        Err(ApplyError::UnknownObject(ObjectId(SESSION, 99)))
+    );
+}
+
+#[test]
+fn a_lost_node_takes_its_copies_and_an_object_left_without_one_is_lost_naming_the_node() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let (both, only_a) = (ObjectId(SESSION, 0), ObjectId(SESSION, 1));
+    seal(
+        &mut t,
+        vec![
+            copy(both, a, None),
+            copy(both, b, None),
+            copy(only_a, a, None),
+        ],
+    );
+    t.remove_node(a);
+    let view = t.state.locate_object(both, None, false, None).unwrap();
+    assert_eq!(view.holders.len(), 1);
+    assert_eq!(view.holders[0].node, b);
+    let err = t
+        .state
+        .locate_object(only_a, None, false, None)
+        .unwrap_err();
+    match &err {
+        ApplyError::ObjectLost { id, node, reason } => {
+            assert_eq!((*id, *node), (only_a, a));
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected ObjectLost, got {other:?}"),
+    }
+    let text = err.to_string();
+    assert!(
+        text.contains("1") && text.contains(&format!("node {a}")),
+        "{text}"
+    );
+    // Listed, with why.
+    let listed = t.state.list_objects(None, false);
+    assert_eq!(listed.len(), 2);
+    assert!(listed.iter().any(|v| v.id == only_a && v.lost.is_some()));
+
+    // A copy on a node that is gone is not recorded; releasing a lost object frees it.
+    let dropped = seal(&mut t, vec![copy(ObjectId(SESSION, 2), a, None)]);
+    assert!(dropped[0].1.contains("not live"), "{dropped:?}");
+    let (unknown, fx) = release(&mut t, vec![only_a], None);
+    assert!(unknown.is_empty() && fx.is_empty(), "{unknown:?} {fx:?}");
+    assert_eq!(
+        t.state.locate_object(only_a, None, false, None),
+        Err(ApplyError::ObjectFreed(only_a))
+    );
+}
+
+#[test]
+fn a_copy_that_contradicts_its_object_is_refused_whole_and_changes_nothing() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let id = ObjectId(SESSION, 0);
+    seal(&mut t, vec![copy(id, a, None)]);
+    let mut bad = copy(id, b, None);
+    bad.checksum = 1;
+    let good = copy(ObjectId(SESSION, 1), b, None);
+    // (`try_apply` checks that a refusal changed nothing and produced no effect.)
+    let err = t
+        .try_apply(Command::ObjectsSealed {
+            copies: vec![good.clone(), bad],
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, ApplyError::ObjectMismatch { id: i, .. } if i == id),
+        "{err}"
+    );
+    assert!(err.to_string().contains("CRC-32C"), "{err}");
+    // Two copies of one new object that disagree in one batch.
+    let mut other = good.clone();
+    other.size = 5;
+    other.node = a;
+    assert!(
+        t.try_apply(Command::ObjectsSealed {
+            copies: vec![good, other],
+        })
+        .is_err()
+    );
+}
+
+#[test]
+fn a_task_that_requests_an_objects_location_runs_where_the_copy_is() {
+    let mut t = TestState::new();
+    let _a = data_node(&mut t, "a");
+    let b = data_node(&mut t, "b");
+    let id = ObjectId(SESSION, 0);
+    seal(&mut t, vec![copy(id, b, None)]);
+    let name = format!("object.{id}");
+    let (task_id, fx) = t.submit(task(&format!("cpu=1,{name}=1")));
+    assert_eq!(fx, vec![format!("assign {task_id}->{b} #1")]);
+    assert_eq!(t.state.task(task_id).unwrap().state, TaskState::Running);
+}
+
+#[test]
+fn sessions_are_never_given_twice_and_never_meet_task_ids() {
+    let mut t = TestState::new();
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        match t.apply(Command::OpenObjectSession).reply {
+            Reply::ObjectSession(s) => seen.push(s),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(
+        seen,
+        vec![FIRST_SESSION, FIRST_SESSION + 1, FIRST_SESSION + 2]
+    );
+    assert_eq!(t.state.next_task_id().0, 1, "no task id was taken");
+}
+
+#[test]
+fn the_table_survives_a_snapshot_and_a_restored_state_decides_alike() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    seal(
+        &mut t,
+        vec![
+            copy(ObjectId(SESSION, 0), a, None),
+            copy(ObjectId(SESSION, 1), b, None),
+        ],
+    );
+    release(&mut t, vec![ObjectId(SESSION, 1)], None);
+    t.apply(Command::OpenObjectSession);
+
+    let config = bincode::config::standard();
+    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
+    let table = bincode::serde::encode_to_vec(t.state.objects(), config).unwrap();
+    let (state, _): (ClusterState, usize) =
+        bincode::serde::decode_from_slice(&image, config).unwrap();
+    let mut back = state.restore(StateConfig::default());
+    let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
+    back.set_objects(objects);
+    assert_eq!(back.objects(), t.state.objects());
+    for node in [a, b] {
+        assert_eq!(
+            back.objects().held_by(node).collect::<Vec<_>>(),
+            t.state.objects().held_by(node).collect::<Vec<_>>()
+        );
+    }
+    assert_eq!(
+        back.locate_object(ObjectId(SESSION, 1), None, false, None),
+        Err(ApplyError::ObjectFreed(ObjectId(SESSION, 1)))
+    );
+    // The same next step on both gives the same reply.
+    let next = |s: &mut ClusterState| s.apply(Entry::new(t.now, Command::OpenObjectSession));
+    let mine = next(&mut t.state);
+    assert_eq!(next(&mut back), mine);
+}
+
+#[test]
+fn a_put_goes_to_the_emptiest_data_node_with_a_write_ticket_and_a_reader_gets_read_tickets() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    // A node without a data plane is never chosen.
+    t.node("plain", "cpu=64");
+    let app = Some(ns("app"));
+    let id = ObjectId(SESSION, 0);
+    let (node, address, ticket) = t.state.place_object(id, &app, 5_000).unwrap();
+    assert_eq!((node, address.as_str()), (a, "a.example:7700"));
+    let key = ticket_key(&secret("a").0);
+    let parsed = ObjectTicket::verify(&ticket, &key).expect("signed with node a's key");
+    assert_eq!(parsed.objects, vec![id]);
+    assert_eq!(parsed.namespace.as_deref(), Some("app"));
+    assert!(parsed.allows(a, id, ObjectAccess::Write, 4_000).is_ok());
+    assert!(parsed.allows(a, id, ObjectAccess::Read, 4_000).is_err());
+
+    seal(&mut t, vec![copy(id, a, Some("app"))]);
+    // Node a holds bytes now: the next put goes to b.
+    let next = ObjectId(SESSION, 1);
+    assert_eq!(t.state.place_object(next, &app, 5_000).unwrap().0, b);
+
+    let view = t
+        .state
+        .locate_object(id, app.as_ref(), false, Some(5_000))
+        .unwrap();
+    let read = ObjectTicket::verify(view.holders[0].ticket.as_ref().unwrap(), &key).unwrap();
+    assert!(read.allows(a, id, ObjectAccess::Read, 4_000).is_ok());
+    assert!(read.allows(a, next, ObjectAccess::Read, 4_000).is_err());
+}

@@ -1,0 +1,159 @@
+//! Measures object fetches over the data plane by chunk size, beside one loopback TCP stream,
+//! to choose `escher_proto::transfer::CHUNK_BYTES` (docs/ARCHITECTURE.md "Objects" has the
+//! numbers). Run in release:
+//!
+//! ```text
+//! cargo run --release -p escher-worker --no-default-features --example object_chunks -- [MIB] [ROUNDS]
+//! ```
+//!
+//! For each chunk size (256 KiB to 4 MiB), a holder's `Objects` service (the worker's own, on
+//! `127.0.0.1:0`, over a store on `/dev/shm`) serves one object of MIB MiB (default 256); it is
+//! fetched ROUNDS times (default 5) worker to worker (the fetcher into a second store) and
+//! worker to client (`escher_client::objects::fetch_object`, into one buffer). Printed: the
+//! median throughput of each, and that of one TCP stream on loopback moving the same bytes.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use escher_proto::NodeId;
+use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
+use escher_proto::types::{ObjectAccess, ObjectTicket, ticket_key};
+use escher_proto::wire::objects_server::ObjectsServer;
+use escher_worker::objects::{
+    Holder, NodeObjects, ObjectId, ObjectService, ObjectStore, StoreConfig, fetch_object,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const MIB: usize = 1 << 20;
+
+fn store(capacity: u64) -> NodeObjects {
+    NodeObjects::new(
+        ObjectStore::open(StoreConfig {
+            capacity,
+            ..StoreConfig::default()
+        })
+        .expect("a store on /dev/shm"),
+    )
+}
+
+/// Serves `objects` as node 1 with chunks of `chunk` bytes; returns the address.
+async fn serve(objects: NodeObjects, key: [u8; 32], chunk: usize) -> String {
+    let service = ObjectService::with_key(objects, NodeId(1), key).with_chunk_bytes(chunk);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .tcp_nodelay(true)
+            .initial_stream_window_size(STREAM_WINDOW_BYTES)
+            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .add_service(
+                ObjectsServer::new(service)
+                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    address
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn gbps(bytes: usize, took: Duration) -> f64 {
+    bytes as f64 / took.as_secs_f64() / 1e9
+}
+
+/// One TCP stream on loopback moving `bytes` in writes of 1 MiB: the ceiling to compare to.
+async fn tcp_stream(bytes: usize) -> f64 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let reader = tokio::spawn(async move {
+        let (mut socket, _) = listener.accept().await.unwrap();
+        let mut buf = vec![0u8; MIB];
+        let mut got = 0;
+        while got < bytes {
+            let n = socket.read(&mut buf).await.unwrap();
+            assert!(n > 0);
+            got += n;
+        }
+    });
+    let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+    socket.set_nodelay(true).unwrap();
+    let chunk = vec![7u8; MIB];
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < bytes {
+        socket.write_all(&chunk).await.unwrap();
+        sent += MIB;
+    }
+    reader.await.unwrap();
+    gbps(bytes, start.elapsed())
+}
+
+#[tokio::main]
+async fn main() {
+    let mut args = std::env::args().skip(1);
+    let mib: usize = args.next().map_or(256, |a| a.parse().expect("MIB"));
+    let rounds: usize = args.next().map_or(5, |a| a.parse().expect("ROUNDS"));
+    let size = mib * MIB;
+    let key = ticket_key(&[1; 32]);
+    let id = ObjectId(1, 0);
+    let mut data = vec![0u8; size];
+    fastrand::Rng::with_seed(1).fill(&mut data);
+    let data = Bytes::from(data);
+    let holder = store(2 * size as u64);
+    let mut writer = holder.store().create(id, size as u64).unwrap();
+    writer.append(&data).unwrap();
+    writer.seal(crc32c::crc32c(&data)).unwrap();
+    let ticket = ObjectTicket {
+        node: NodeId(1),
+        access: ObjectAccess::Read,
+        objects: vec![id],
+        expiry_ms: u64::MAX,
+        namespace: None,
+    }
+    .sign(&key);
+    let tcp = median(futures_tcp(size, rounds).await);
+    println!("object {mib} MiB, {rounds} rounds, median GB/s; one loopback TCP stream: {tcp:.2}");
+    println!("chunk      worker->worker  worker->client");
+    let reader = store(2 * size as u64);
+    for chunk in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
+        let address = serve(holder.clone(), key, chunk).await;
+        let holders = [Holder {
+            node: NodeId(1),
+            address: address.clone(),
+            ticket: ticket.clone(),
+        }];
+        let (mut w2w, mut w2c) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            let start = Instant::now();
+            let view = fetch_object(&reader, id, None, &holders).await.unwrap();
+            w2w.push(gbps(size, start.elapsed()));
+            assert_eq!(view.len() as usize, size);
+            drop(view);
+            reader.delete(id).unwrap();
+            let start = Instant::now();
+            let bytes = escher_client::objects::fetch_object(&address, &ticket, id)
+                .await
+                .unwrap();
+            w2c.push(gbps(size, start.elapsed()));
+            assert_eq!(bytes.len(), size);
+        }
+        println!(
+            "{:>5} KiB  {:>14.2}  {:>14.2}",
+            chunk >> 10,
+            median(w2w),
+            median(w2c)
+        );
+    }
+}
+
+async fn futures_tcp(size: usize, rounds: usize) -> Vec<f64> {
+    let mut v = Vec::new();
+    for _ in 0..rounds {
+        v.push(tcp_stream(size).await);
+    }
+    v
+}

@@ -1,0 +1,243 @@
+//! The `Objects` service on the worker's data-plane listener: object bytes out of this node's
+//! store (`Fetch`) and into it (`Push`), checked against the object ticket the head signed,
+//! with no round trip (docs/ARCHITECTURE.md "Objects").
+//!
+//! - `Fetch` maps the object (pinned while the stream lives) and answers a header, then the
+//!   object in [`CHUNK_BYTES`] slices of the mapping, each with its CRC-32C, from the offset
+//!   asked on. The bytes are not copied before the encoder's.
+//! - `Push` reserves the object's bytes when the first message names it (a push past the
+//!   store's capacity is refused there, RESOURCE_EXHAUSTED, naming the object), writes each
+//!   chunk once its checksum is checked, and seals the copy only when every byte came and the
+//!   whole object's CRC-32C is the header's. A push refused or broken off leaves nothing.
+//!
+//! A ticket must verify under this node's ticket key, name this node and the object, grant
+//! read (fetch) or write (push) and be unexpired, else UNAUTHENTICATED; an object recorded in
+//! another namespace than the ticket's is PERMISSION_DENIED.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use escher_proto::NodeId;
+use escher_proto::transfer::{CHUNK_BYTES, ChunkReader, Chunks, ObjectMeta, TransferError};
+use escher_proto::types::{ObjectAccess, ObjectTicket, TicketRefusal};
+use escher_proto::wire::{self, objects_server::Objects};
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{NodeObjects, ObjectError, ObjectId};
+use crate::actors::ActorHost;
+
+/// The `Objects` service of one worker.
+#[derive(Debug, Clone)]
+pub struct ObjectService {
+    objects: NodeObjects,
+    keys: Keys,
+    chunk: usize,
+}
+
+/// Where the node's id and ticket key come from.
+#[derive(Debug, Clone)]
+enum Keys {
+    /// The worker's, once it attached to the head.
+    Attached(Arc<ActorHost>),
+    /// Given (a node of a benchmark or a test, with no head).
+    Fixed(NodeId, [u8; 32]),
+}
+
+impl ObjectService {
+    /// The service over `objects`, checking tickets with the key the worker attached with
+    /// (which `keys` holds).
+    pub(crate) fn new(objects: NodeObjects, keys: Arc<ActorHost>) -> ObjectService {
+        ObjectService {
+            objects,
+            keys: Keys::Attached(keys),
+            chunk: CHUNK_BYTES,
+        }
+    }
+
+    /// The service over `objects` as node `node`, checking tickets with `key` (the node's
+    /// [`ticket_key`](escher_proto::types::ticket_key)): a data plane with no head, for
+    /// benchmarks and tests.
+    pub fn with_key(objects: NodeObjects, node: NodeId, key: [u8; 32]) -> ObjectService {
+        ObjectService {
+            objects,
+            keys: Keys::Fixed(node, key),
+            chunk: CHUNK_BYTES,
+        }
+    }
+
+    /// Sends fetched objects in chunks of `bytes` (the chunk-size measurement's knob).
+    pub fn with_chunk_bytes(mut self, bytes: usize) -> ObjectService {
+        self.chunk = bytes;
+        self
+    }
+
+    /// The ticket `text`, if it lets its bearer do `access` to object `id` here.
+    fn admit(
+        &self,
+        text: &str,
+        id: ObjectId,
+        access: ObjectAccess,
+    ) -> Result<ObjectTicket, Status> {
+        let attached = match &self.keys {
+            Keys::Attached(host) => host.key(),
+            Keys::Fixed(node, key) => Some((*node, *key)),
+        };
+        let Some((node, key)) = attached else {
+            return Err(Status::unavailable(
+                "this worker is not attached to the head yet; try again shortly",
+            ));
+        };
+        let refuse = |r: TicketRefusal| Status::unauthenticated(r.to_string());
+        let ticket =
+            ObjectTicket::verify(text, &key).ok_or_else(|| refuse(TicketRefusal::Invalid))?;
+        ticket.allows(node, id, access, now_ms()).map_err(refuse)?;
+        if let Some(recorded) = self.objects.namespace(id)
+            && recorded != ticket.namespace
+        {
+            return Err(Status::permission_denied(
+                TicketRefusal::OtherNamespace {
+                    id,
+                    ticket: ticket.namespace.clone().unwrap_or_else(|| "-".into()),
+                }
+                .to_string(),
+            ));
+        }
+        Ok(ticket)
+    }
+}
+
+/// Milliseconds since the Unix epoch, this node's clock.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// The status a store refusal is answered with; the message names the object.
+pub(crate) fn object_status(e: ObjectError) -> Status {
+    let text = e.to_string();
+    match e {
+        ObjectError::TooLarge { .. }
+        | ObjectError::SpillDiskFull { .. }
+        | ObjectError::MemoryDirFull { .. } => Status::resource_exhausted(text),
+        ObjectError::Exists { .. } => Status::already_exists(text),
+        ObjectError::NotFound { .. } => Status::not_found(text),
+        ObjectError::OutOfBounds { .. } => Status::invalid_argument(text),
+        ObjectError::Incomplete { .. } | ObjectError::ChecksumMismatch { .. } => {
+            Status::data_loss(text)
+        }
+        ObjectError::Io { .. } => Status::internal(text),
+    }
+}
+
+/// The status a bad stream of chunks is answered with; the message names the object.
+pub(crate) fn transfer_status(e: TransferError) -> Status {
+    let text = e.to_string();
+    match e {
+        TransferError::ChunkCorrupt { .. }
+        | TransferError::Corrupt { .. }
+        | TransferError::Truncated { .. } => Status::data_loss(text),
+        _ => Status::invalid_argument(text),
+    }
+}
+
+/// Runs blocking store work off the async threads.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ObjectError> + Send + 'static,
+) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("the object store's call failed: {e}")))?
+        .map_err(object_status)
+}
+
+type ChunkStream = Pin<Box<dyn Stream<Item = Result<wire::ObjectChunk, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl Objects for ObjectService {
+    type FetchStream = ChunkStream;
+
+    #[tracing::instrument(skip_all, fields(object = %ObjectId(request.get_ref().owner, request.get_ref().index)))]
+    async fn fetch(
+        &self,
+        request: Request<wire::FetchRequest>,
+    ) -> Result<Response<ChunkStream>, Status> {
+        let req = request.into_inner();
+        let id = ObjectId(req.owner, req.index);
+        self.admit(&req.ticket, id, ObjectAccess::Read)?;
+        let store = self.objects.store().clone();
+        let view = blocking(move || store.get(id)).await?;
+        if req.offset > view.len() {
+            return Err(Status::out_of_range(format!(
+                "object {id} is {} bytes: a fetch from offset {} is past its end",
+                view.len(),
+                req.offset
+            )));
+        }
+        let meta = ObjectMeta {
+            id,
+            size: view.len(),
+            crc32c: view.crc32c(),
+        };
+        // The chunks are slices of the mapping, which they keep pinned until sent.
+        let chunks = Chunks::new(meta, view.bytes(), req.offset, self.chunk, String::new());
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks.map(Ok)))))
+    }
+
+    #[tracing::instrument(skip_all)]
+    async fn push(
+        &self,
+        request: Request<Streaming<wire::ObjectChunk>>,
+    ) -> Result<Response<wire::PushReply>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound.message().await?.ok_or_else(|| {
+            Status::invalid_argument("the push ended before its first message named the object")
+        })?;
+        let header = first.header.as_ref().ok_or_else(|| {
+            Status::invalid_argument(
+                "the first message of a push names the object, its length and checksum, and \
+                 carries its ticket",
+            )
+        })?;
+        let meta = ObjectMeta::of(header);
+        let id = meta.id;
+        let ticket = self.admit(&header.ticket, id, ObjectAccess::Write)?;
+        let store = self.objects.store().clone();
+        let mut writer = blocking(move || store.create(id, meta.size)).await?;
+        let mut reader = ChunkReader::new(Some(id), 0);
+        let mut next = Some(first);
+        loop {
+            let chunk = match next.take() {
+                Some(chunk) => chunk,
+                None => match inbound.message().await {
+                    Ok(Some(chunk)) => chunk,
+                    Ok(None) => break,
+                    // The writer is dropped: the partial copy goes.
+                    Err(status) => {
+                        return Err(Status::aborted(format!(
+                            "the push of object {id} broke off after {} of its {} bytes: {}; \
+                             nothing was kept",
+                            reader.received(),
+                            meta.size,
+                            status.message()
+                        )));
+                    }
+                },
+            };
+            let piece = reader.accept(chunk).map_err(transfer_status)?;
+            // tmpfs pages: a memory copy, shorter than a hop to a blocking thread would be.
+            writer
+                .write_at(piece.offset, &piece.data)
+                .map_err(object_status)?;
+        }
+        reader.finish().map_err(transfer_status)?;
+        let info = blocking(move || writer.seal(meta.crc32c)).await?;
+        self.objects.record(id, ticket.namespace);
+        tracing::debug!(object = %id, size = info.size, "pushed");
+        Ok(Response::new(wire::PushReply {
+            size: info.size,
+            crc32c: info.crc32c,
+        }))
+    }
+}
