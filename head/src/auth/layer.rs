@@ -91,9 +91,11 @@ pub fn need(path: &str) -> Option<Need> {
             "escher.v1.Cluster",
             "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
-            | "ReportTelemetry" | "Telemetry" | "ResolveActor",
+            | "ReportTelemetry" | "Telemetry" | "ResolveActor" | "ReportPolicy",
         ) => Need::Write,
-        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch") => Need::Status,
+        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch" | "Policies") => {
+            Need::Status
+        }
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"

@@ -25,6 +25,7 @@
 //!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
 //!   `fences.rs`: what each worker last said about its fence supervisor, shown with its node;
+//!   `policies.rs`: the latest report of each policy (an ESL's standing of its tenants);
 //! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
 //!   `Cluster` service with the same authentication);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
@@ -41,6 +42,7 @@ mod link_svc;
 mod logs;
 mod metrics;
 mod owner;
+mod policies;
 mod proposals;
 mod reads;
 mod telemetry;
@@ -364,6 +366,7 @@ async fn serve<S: crate::replication::LogStore>(
         peers,
         telemetry: Arc::default(),
         fences: Arc::clone(&metrics.fences),
+        policies: Arc::clone(&metrics.policies),
     };
     if let Some(addr) = config.dashboard {
         let listener = TcpListener::bind(addr).await?;

@@ -45,6 +45,7 @@ mod gpu;
 mod heads;
 mod link;
 mod link_names;
+mod policy;
 mod reserve;
 mod resources;
 mod retention;
@@ -60,6 +61,7 @@ pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
 pub use link_names::{LinkDecoder, LinkEncoder, MAX_NAMES};
+pub use policy::policy_report;
 pub use retention::EVICTED_METADATA;
 pub use telemetry::{report_samples, telemetry_tasks};
 

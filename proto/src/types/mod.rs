@@ -27,6 +27,7 @@ mod name;
 mod node_spec;
 mod object;
 mod outcome;
+mod policy;
 mod resource_set;
 mod retention;
 mod status;
@@ -72,6 +73,10 @@ pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use object::{ObjectId, ParseObjectIdError};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};
+pub use policy::{
+    MAX_POLICY_MEASURES, MAX_POLICY_NAME, MAX_POLICY_ROWS, PolicyReport, PolicyRow,
+    check_policy_name, check_policy_rows,
+};
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{
