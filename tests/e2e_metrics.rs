@@ -585,3 +585,91 @@ async fn objects_are_counted_with_their_bytes() {
     );
     drop(kept);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_policys_report_reaches_metrics_and_status_and_only_its_namespace_sees_it() {
+    use escher::esl::FairTime;
+    use escher::esl::fair_time::{FairTimeConfig, HalfLife, Namespace, OnPreempt};
+
+    let (cluster, addr) = with_metrics().await;
+    let admin = cluster.client().await.unwrap();
+    let app = |ns: &str| {
+        let admin = admin.clone();
+        let ns = ns.to_string();
+        async move {
+            let grant =
+                escher::types::Grant::new(escher::types::Role::App, Some(ns.parse().unwrap()))
+                    .unwrap();
+            let token = admin.create_token(grant, "policy test").await.unwrap();
+            admin.with_token(token.token)
+        }
+    };
+    let ops = app("ops").await;
+    let config = FairTimeConfig::new(HalfLife::from_secs(3600.0).unwrap())
+        .namespace(Namespace::new("heavy"))
+        .unwrap()
+        .namespace(Namespace::new("light"))
+        .unwrap();
+    let policy = FairTime::new(ops.clone(), config).await.unwrap();
+    let now = 1_800_000_000_000;
+    policy.record_usage("heavy", 7200.0, now).unwrap();
+    let spec = Task::command(["sleep", "30"])
+        .resources_str("cpu=1")
+        .build()
+        .unwrap();
+    policy
+        .submit("light", spec, None, OnPreempt::Requeue)
+        .unwrap();
+    policy.round(now).await.unwrap();
+    policy.publish(now).await.unwrap();
+
+    // The reporting namespace and an admin see it; another namespace does not.
+    let seen = ops.policies().await.unwrap();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let report = &seen[0];
+    assert_eq!(report.policy, "fair-time");
+    assert_eq!(report.namespace.as_deref(), Some("ops"));
+    let row = |name: &str| report.rows.iter().find(|r| r.row == name).unwrap();
+    assert_eq!(row("heavy").measures["usage"], 7200.0);
+    assert!(row("heavy").measures["factor"] < row("light").measures["factor"]);
+    assert_eq!(row("light").measures["running"], 1.0);
+    assert_eq!(row("light").measures["holds.cpu"], 1.0);
+    assert_eq!(admin.policies().await.unwrap(), seen);
+    assert!(app("other").await.policies().await.unwrap().is_empty());
+
+    // A report out of bounds is refused with what is wrong, and the kept one stays.
+    let bad = vec![escher::types::PolicyRow {
+        row: "a row".into(),
+        measures: Default::default(),
+    }];
+    let err = ops.report_policy("fair-time", &bad).await.unwrap_err();
+    assert!(err.to_string().contains("row \"a row\""), "{err}");
+    assert_eq!(ops.policies().await.unwrap(), seen);
+
+    let token = cluster.admin_token().to_string();
+    let (code, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+        .await
+        .unwrap();
+    assert_eq!(code, 200, "{body}");
+    let scraped = parse(&body);
+    let labels = |row, measure| {
+        [
+            ("policy", "fair-time"),
+            ("namespace", "ops"),
+            ("row", row),
+            ("measure", measure),
+        ]
+    };
+    assert_eq!(
+        value(&scraped, "escher_policy_measure", &labels("heavy", "usage")),
+        7200.0
+    );
+    assert_eq!(
+        value(
+            &scraped,
+            "escher_policy_measure",
+            &labels("light", "running")
+        ),
+        1.0
+    );
+}

@@ -11,7 +11,7 @@
 use std::process::ExitCode;
 
 use clap::Args;
-use escher_proto::types::{ACTOR_LABEL, HeadsReply, ListTasksRequest, utc_seconds};
+use escher_proto::types::{ACTOR_LABEL, HeadsReply, ListTasksRequest, PolicyReport, utc_seconds};
 use escher_proto::{ClusterStatus, NodeStatus, TaskState, TaskSummary};
 use serde::Serialize;
 
@@ -41,6 +41,8 @@ pub struct StatusJson<'a> {
     pub actors: &'a [TaskSummary],
     /// The head group's replicas, when the head reports them.
     pub heads: Option<&'a HeadsReply>,
+    /// The policies' latest reports (where each tenant of an ESL stands).
+    pub policies: &'a [PolicyReport],
 }
 
 /// How many live actors one status counts at most.
@@ -94,18 +96,25 @@ impl StatusArgs {
             .collect();
         // A head that predates replication has no replicas to show: leave the section out.
         let heads = client.heads().await.ok();
+        // A head that predates policy reports has none to show.
+        let policies = client.policies().await.unwrap_or_default();
         if ctx.json {
             ctx.emit_json(&StatusJson {
                 cluster: &cluster,
                 pending: &pending,
                 actors: &actors,
                 heads: heads.as_ref(),
+                policies: &policies,
             })?;
         } else {
             let mut text = render_status(&cluster, &pending);
             text.push_str(&render_actors_line(&actors));
             if !sees_tasks {
                 text.push_str("a reader token sees no tasks: the pending ones are not listed\n");
+            }
+            for report in &policies {
+                text.push('\n');
+                text.push_str(&render_policy(report, now_ms()));
             }
             if let Some(heads) = &heads {
                 text.push('\n');
@@ -114,6 +123,54 @@ impl StatusArgs {
             ctx.emit(&text)?;
         }
         Ok(ExitCode::SUCCESS)
+    }
+}
+
+/// One policy's latest report: a line naming it, then a row per tenant with its measures as
+/// columns (in name order).
+pub fn render_policy(report: &PolicyReport, now_ms: u64) -> String {
+    let age = now_ms.saturating_sub(report.reported_at_ms) / 1000;
+    let scope = report
+        .namespace
+        .as_deref()
+        .map_or_else(String::new, |ns| format!(" in namespace {ns}"));
+    let mut text = format!("policy {}{scope}, reported {age}s ago:\n", report.policy);
+    let measures: std::collections::BTreeSet<&str> = report
+        .rows
+        .iter()
+        .flat_map(|r| r.measures.keys().map(String::as_str))
+        .collect();
+    let mut header = vec!["ROW".to_string()];
+    header.extend(measures.iter().map(|m| m.to_uppercase()));
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut t = table(&header);
+    for row in &report.rows {
+        let mut cells = vec![row.row.clone()];
+        cells.extend(measures.iter().map(|m| {
+            row.measures
+                .get(*m)
+                .map_or_else(|| "-".to_string(), |v| number(*v))
+        }));
+        t.add_row(cells);
+    }
+    text.push_str(&lines(&t));
+    text
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// A measure as people read it: whole numbers plain, others to three significant places.
+fn number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        format!("{v:.0}")
+    } else if v.abs() >= 100.0 {
+        format!("{v:.1}")
+    } else {
+        format!("{v:.3}")
     }
 }
 
@@ -413,6 +470,33 @@ mod tests {
     }
 
     #[test]
+    fn a_policy_report_is_a_table_of_its_rows_and_measures() {
+        let report = PolicyReport {
+            policy: "fair-time".into(),
+            namespace: Some("ops".into()),
+            reported_at_ms: 10_000,
+            rows: vec![
+                escher_proto::types::PolicyRow {
+                    row: "heavy".into(),
+                    measures: [("factor".into(), 0.125), ("usage".into(), 3600.0)].into(),
+                },
+                escher_proto::types::PolicyRow {
+                    row: "light".into(),
+                    measures: [("factor".into(), 1.0)].into(),
+                },
+            ],
+        };
+        let text = render_policy(&report, 12_500);
+        assert!(
+            text.starts_with("policy fair-time in namespace ops, reported 2s ago:"),
+            "{text}"
+        );
+        assert!(text.contains("ROW    FACTOR  USAGE"), "{text}");
+        assert!(text.contains("heavy  0.125   3600"), "{text}");
+        assert!(text.contains("light  1       -"), "{text}");
+    }
+
+    #[test]
     fn json_is_the_domain_types() {
         let c = cluster();
         let p = pending();
@@ -421,6 +505,7 @@ mod tests {
             pending: &p,
             actors: &p,
             heads: None,
+            policies: &[],
         })
         .unwrap();
         assert_eq!(value["cluster"]["nodes"][0]["name"], "w1");

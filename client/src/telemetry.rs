@@ -6,8 +6,13 @@
 //! reads its samples with [`Client::telemetry`] (`escher telemetry TASK...`). The head that
 //! received them keeps them in memory, the latest 256 per task: they are measurements, not
 //! state, and are not replicated.
+//!
+//! Policies report too: an ESL says where each of its tenants stands with
+//! [`Client::report_policy`] (fair-time's usage, factor and holdings), and `escher status`,
+//! the dashboard and `/metrics` show the latest report of each policy ([`Client::policies`]).
+//! Kept in memory like task samples: a policy reports again every round.
 
-use escher_proto::types::{Sample, TaskId, TaskTelemetry};
+use escher_proto::types::{PolicyReport, PolicyRow, Sample, TaskId, TaskTelemetry};
 use escher_proto::wire;
 
 use crate::{Client, ClientError};
@@ -59,5 +64,32 @@ impl Client {
             .into_iter()
             .map(TaskTelemetry::try_from)
             .collect::<Result<_, _>>()?)
+    }
+
+    /// Reports where the rows of `policy` stand (its tenants and their measures), replacing
+    /// its previous report in this client's namespace. Checked here and by the head: names
+    /// label-like, at most 1,024 rows of at most 16 finite measures.
+    pub async fn report_policy(&self, policy: &str, rows: &[PolicyRow]) -> Result<(), ClientError> {
+        escher_proto::types::check_policy_rows(policy, rows)
+            .map_err(ClientError::InvalidArgument)?;
+        let request = wire::ReportPolicyRequest {
+            policy: policy.to_string(),
+            rows: rows.iter().cloned().map(Into::into).collect(),
+        };
+        self.call(|mut rpc| {
+            let request = request.clone();
+            async move { rpc.report_policy(request).await }
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// The latest report of each policy this client may see (its namespace's, or all for an
+    /// admin or a reader), by namespace and policy.
+    pub async fn policies(&self) -> Result<Vec<PolicyReport>, ClientError> {
+        let reply = self
+            .call(|mut rpc| async move { rpc.policies(wire::PoliciesRequest {}).await })
+            .await?;
+        Ok(reply.reports.into_iter().map(Into::into).collect())
     }
 }

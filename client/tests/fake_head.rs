@@ -221,6 +221,25 @@ impl Cluster for FakeHead {
     ) -> Result<Response<wire::DashboardTicketReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+
+    async fn report_policy(
+        &self,
+        request: Request<wire::ReportPolicyRequest>,
+    ) -> Result<Response<wire::ReportPolicyReply>, Status> {
+        self.state().auth.push(auth(&request));
+        Err(Status::unimplemented(
+            "this fake head keeps no policy reports (tests/e2e_metrics.rs runs a real one)",
+        ))
+    }
+
+    async fn policies(
+        &self,
+        request: Request<wire::PoliciesRequest>,
+    ) -> Result<Response<wire::PoliciesReply>, Status> {
+        self.state().auth.push(auth(&request));
+        Ok(Response::new(wire::PoliciesReply::default()))
+    }
+
     async fn submit(
         &self,
         request: Request<wire::SubmitRequest>,

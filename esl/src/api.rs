@@ -13,8 +13,8 @@ use std::time::Duration;
 use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigChange, MigPlan,
-    NodeGpus, NodeId, NodeSpec, ReserveReply, ResourceName, ResourceSet, ResourceUpdate, TaskId,
-    TaskSpec, TaskState, TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
+    NodeGpus, NodeId, NodeSpec, PolicyRow, ReserveReply, ResourceName, ResourceSet, ResourceUpdate,
+    TaskId, TaskSpec, TaskState, TaskStatus, TaskTelemetry, WatchEvent, WatchKind, WatchRequest,
 };
 use tokio::sync::mpsc;
 
@@ -147,6 +147,17 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         self.inner().telemetry(tasks, after_ms)
     }
 
+    /// Says where this policy's rows (its tenants, its queues) stand: `policy`'s latest report,
+    /// which `escher status`, the dashboard and `/metrics` show (see
+    /// [`Client::report_policy`]). Kept in memory by the head: report again every round.
+    fn report_policy(
+        &self,
+        policy: String,
+        rows: Vec<PolicyRow>,
+    ) -> impl Future<Output = Result<(), EslError>> + Send {
+        self.inner().report_policy(policy, rows)
+    }
+
     /// Runs a pending, running or failed task again under its id with `resources` (see
     /// [`Client::requeue`]): how a GPU policy moves a job to a larger slice, keeping its
     /// identity.
@@ -248,6 +259,10 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
 }
 
 impl ClusterApi for Client {
+    async fn report_policy(&self, policy: String, rows: Vec<PolicyRow>) -> Result<(), EslError> {
+        Ok(Client::report_policy(self, &policy, &rows).await?)
+    }
+
     async fn requeue(&self, task: TaskId, resources: ResourceSet) -> Result<TaskStatus, EslError> {
         Ok(Client::requeue(self, task, resources).await?)
     }
@@ -404,6 +419,10 @@ impl ClusterApi for Unsupported {
 
     async fn requeue(&self, _: TaskId, _: ResourceSet) -> Result<TaskStatus, EslError> {
         Unsupported::refuse("requeue")
+    }
+
+    async fn report_policy(&self, _: String, _: Vec<PolicyRow>) -> Result<(), EslError> {
+        Unsupported::refuse("report_policy")
     }
 
     async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {

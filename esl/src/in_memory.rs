@@ -15,9 +15,9 @@ use escher_core::state::{
     ClusterState, Command, Effect, Entry, Joining, Recorded, Reply, SecretHash, StateConfig,
 };
 use escher_proto::types::{
-    ClusterStatus, GangStrategy, Labels, MigChange, MigPlan, NodeGpus, NodeId, ReserveReply,
-    ResourceName, ResourceSet, ResourceUpdate, Sample, TaskFinished, TaskId, TaskKind, TaskResult,
-    TaskSpec, TaskStatus, TaskTelemetry, WatchEvent, WatchRequest,
+    ClusterStatus, GangStrategy, Labels, MigChange, MigPlan, NodeGpus, NodeId, PolicyRow,
+    ReserveReply, ResourceName, ResourceSet, ResourceUpdate, Sample, TaskFinished, TaskId,
+    TaskKind, TaskResult, TaskSpec, TaskStatus, TaskTelemetry, WatchEvent, WatchRequest,
 };
 use tokio::sync::{Notify, mpsc};
 
@@ -44,6 +44,8 @@ struct Inner {
     history: Vec<(TaskId, NodeId)>,
     /// What running tasks reported ([`InMemoryCluster::report`]).
     telemetry: BTreeMap<TaskId, TaskTelemetry>,
+    /// Each policy's latest report ([`ClusterApi::report_policy`]).
+    policies: BTreeMap<String, Vec<PolicyRow>>,
     /// Subscribers to events, with what each asked for.
     watchers: Vec<(WatchRequest, mpsc::UnboundedSender<WatchEvent>)>,
 }
@@ -56,6 +58,11 @@ pub struct InMemoryCluster {
 }
 
 impl InMemoryCluster {
+    /// The latest report of `policy` ([`ClusterApi::report_policy`]), if it made one.
+    pub fn policy_report(&self, policy: &str) -> Option<Vec<PolicyRow>> {
+        self.lock().policies.get(policy).cloned()
+    }
+
     /// An empty cluster whose simulated workers run tasks in `mode`.
     pub fn new(mode: Mode) -> InMemoryCluster {
         InMemoryCluster {
@@ -66,6 +73,7 @@ impl InMemoryCluster {
                 running: BTreeMap::new(),
                 history: Vec::new(),
                 telemetry: BTreeMap::new(),
+                policies: BTreeMap::new(),
                 watchers: Vec::new(),
             })),
             changed: Arc::new(Notify::new()),
@@ -337,6 +345,13 @@ impl ClusterApi for InMemoryCluster {
 
     async fn cluster_status(&self) -> Result<ClusterStatus, EslError> {
         Ok(self.lock().state.cluster_status())
+    }
+
+    async fn report_policy(&self, policy: String, rows: Vec<PolicyRow>) -> Result<(), EslError> {
+        escher_proto::types::check_policy_rows(&policy, &rows)
+            .map_err(|why| EslError::Client(ClientError::InvalidArgument(why)))?;
+        self.lock().policies.insert(policy, rows);
+        Ok(())
     }
 
     async fn telemetry(

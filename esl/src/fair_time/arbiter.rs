@@ -232,6 +232,16 @@ impl Arbiter {
             .keys()
             .map(|name| Share {
                 namespace: name.clone(),
+                waiting: self
+                    .waiting
+                    .values()
+                    .filter(|e| e.namespace == *name)
+                    .count(),
+                running: self
+                    .admitted
+                    .values()
+                    .filter(|e| e.namespace == *name)
+                    .count(),
                 usage: self.usage.usage(name),
                 factor: factors.remove(name).unwrap_or(1.0),
                 holds: holds
@@ -457,4 +467,8 @@ pub struct Share {
     pub factor: f64,
     /// What its admitted jobs hold now, in resource units.
     pub holds: BTreeMap<String, f64>,
+    /// Its jobs waiting for admission.
+    pub waiting: usize,
+    /// Its jobs admitted and not yet ended.
+    pub running: usize,
 }

@@ -36,7 +36,8 @@
 //! waits at the head to be placed count). The policy owns what it admits: other work on the
 //! cluster is not counted against anyone's quota, though it does hold capacity. The usage
 //! ledger lives in the policy's memory; [`FairTime::record_usage`] carries history over a
-//! restart. Visibility in `escher status`, the dashboard and `/metrics` is not built.
+//! restart. [`FairTime::publish`] reports each namespace's standing to the head, which
+//! `escher status` and `/metrics` show (`escher_policy_measure{policy="fair-time"}`).
 
 mod arbiter;
 mod config;
@@ -53,7 +54,7 @@ pub use usage::{DecayedUsage, fair_share_factor};
 use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
-use escher_proto::types::{Amount, Capacity, ResourceSet, TaskId, TaskSpec, TaskState};
+use escher_proto::types::{Amount, Capacity, PolicyRow, ResourceSet, TaskId, TaskSpec, TaskState};
 
 use crate::ends::TaskEnds;
 use crate::{ClusterApi, EslError};
@@ -177,6 +178,38 @@ impl<C: ClusterApi> FairTime<C> {
     /// Every namespace's decayed usage, fair-share factor and holdings at `now_ms`.
     pub fn shares(&self, now_ms: u64) -> Vec<Share> {
         self.lock().arbiter.shares(now_ms)
+    }
+
+    /// The name this policy reports under ([`FairTime::publish`]).
+    pub const POLICY: &'static str = "fair-time";
+
+    /// Reports every namespace's standing at `now_ms` to the cluster
+    /// ([`ClusterApi::report_policy`], as [`FairTime::POLICY`]): its decayed `usage`
+    /// (weighted resource-seconds), fair-share `factor`, jobs `waiting` and `running`, and
+    /// what it `holds.RESOURCE` now (the first 12 resources by name), so that `escher status`,
+    /// the dashboard and `/metrics` show what each has used, is owed and holds. Call it after
+    /// each [`round`](FairTime::round).
+    pub async fn publish(&self, now_ms: u64) -> Result<(), EslError> {
+        let rows = self
+            .shares(now_ms)
+            .into_iter()
+            .map(|share| {
+                let mut measures = BTreeMap::from([
+                    ("usage".to_string(), share.usage),
+                    ("factor".to_string(), share.factor),
+                    ("waiting".to_string(), share.waiting as f64),
+                    ("running".to_string(), share.running as f64),
+                ]);
+                for (resource, amount) in share.holds.into_iter().take(12) {
+                    measures.insert(format!("holds.{resource}"), amount);
+                }
+                PolicyRow {
+                    row: share.namespace,
+                    measures,
+                }
+            })
+            .collect();
+        self.api.report_policy(Self::POLICY.to_string(), rows).await
     }
 
     /// One round at `now_ms` (the caller's clock, in ms): learns ends and capacity, decides,

@@ -92,11 +92,12 @@ pub fn need(path: &str) -> Option<Need> {
             "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
             | "ReportTelemetry" | "Telemetry" | "ResolveActor" | "PlaceObject" | "ObjectsSealed"
-            | "ReleaseObjects" | "LocateObject" | "ListObjects",
+            | "ReleaseObjects" | "LocateObject" | "ListObjects" | "ReportPolicy",
         ) => Need::Write,
-        ("escher.v1.Cluster", "ClusterStatus" | "Gpus" | "Heads" | "Watch" | "DashboardTicket") => {
-            Need::Status
-        }
+        (
+            "escher.v1.Cluster",
+            "ClusterStatus" | "Gpus" | "Heads" | "Watch" | "DashboardTicket" | "Policies",
+        ) => Need::Status,
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"

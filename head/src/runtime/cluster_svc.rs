@@ -68,6 +68,8 @@ pub(crate) struct ClusterService {
     pub(crate) fences: Arc<super::fences::FenceReports>,
     /// The dashboard's login tickets, where this replica serves one.
     pub(crate) dashboard: Option<Arc<super::dashboard::Logins>>,
+    /// The policies' latest reports.
+    pub(crate) policies: Arc<super::policies::PolicyReports>,
 }
 
 /// Whether `caller` may see task `id`: a task of another namespace is "unknown" to it (no
@@ -556,6 +558,34 @@ impl Cluster for ClusterService {
             .map(Into::into)
             .collect();
         Ok(Response::new(wire::TelemetryReply { tasks }))
+    }
+
+    async fn report_policy(
+        &self,
+        request: Request<wire::ReportPolicyRequest>,
+    ) -> Result<Response<wire::ReportPolicyReply>, Status> {
+        let caller = crate::auth::caller(&request)?;
+        let namespace = caller.namespace(None)?.map(|ns| ns.as_str().to_string());
+        let (policy, rows) = escher_proto::convert::policy_report(request.into_inner())
+            .map_err(Status::invalid_argument)?;
+        self.policies
+            .report(namespace, policy, rows, super::owner::now_ms());
+        Ok(Response::new(wire::ReportPolicyReply {}))
+    }
+
+    async fn policies(
+        &self,
+        request: Request<wire::PoliciesRequest>,
+    ) -> Result<Response<wire::PoliciesReply>, Status> {
+        let caller = crate::auth::caller(&request)?;
+        let scope = caller.status_scope().map(|ns| ns.as_str().to_string());
+        let reports = self
+            .policies
+            .read(|ns| scope.is_none() || ns == scope.as_deref())
+            .into_iter()
+            .map(Into::into)
+            .collect();
+        Ok(Response::new(wire::PoliciesReply { reports }))
     }
 
     async fn heads(

@@ -85,6 +85,8 @@ pub(crate) struct Metrics {
     /// What each worker's last heartbeat said about its fence (shown in status replies, not
     /// scraped).
     pub(crate) fences: Arc<super::fences::FenceReports>,
+    /// The policies' latest reports, exported as `escher_policy_measure`.
+    pub(crate) policies: Arc<super::policies::PolicyReports>,
 }
 
 impl Default for Metrics {
@@ -101,6 +103,7 @@ impl Default for Metrics {
             }),
             workers: Mutex::default(),
             fences: Arc::default(),
+            policies: Arc::default(),
         }
     }
 }
@@ -483,10 +486,40 @@ fn float(a: Amount) -> f64 {
     a.raw() as f64 / 10_000.0
 }
 
+/// The policies' latest reports, as `escher_policy_measure{policy, namespace, row, measure}`.
+#[derive(Debug)]
+struct Policies(Vec<escher_proto::types::PolicyReport>);
+
+impl Collector for Policies {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let help = "What each policy (an ESL) last reported of each of its rows (a tenant, a \
+                    queue): its measures by name, e.g. fair-time's usage, factor and holds; kept \
+                    by the replica that received the report";
+        let mut family =
+            encoder.encode_descriptor("policy_measure", help, None, MetricType::Gauge)?;
+        for report in &self.0 {
+            let namespace = report.namespace.as_deref().unwrap_or("");
+            for row in &report.rows {
+                for (measure, value) in &row.measures {
+                    let labels = [
+                        ("policy", report.policy.as_str()),
+                        ("namespace", namespace),
+                        ("row", row.row.as_str()),
+                        ("measure", measure.as_str()),
+                    ];
+                    family.encode_family(&labels)?.encode_gauge(value)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
 /// The exposition text of `snapshot` and `metrics`.
 fn render(snapshot: Snapshot, metrics: &Metrics) -> Result<String, std::fmt::Error> {
     let mut registry = Registry::with_prefix("escher");
     registry.register_collector(Box::new(snapshot));
+    registry.register_collector(Box::new(Policies(metrics.policies.read(|_| true))));
     registry.register(
         "raft_role_changes",
         "Times this replica's raft role changed (leader elections it took part in)",

@@ -25,6 +25,7 @@
 //!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
 //!   `fences.rs`: what each worker last said about its fence supervisor, shown with its node;
+//!   `policies.rs`: the latest report of each policy (an ESL's standing of its tenants);
 //! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
 //!   `Cluster` service with the same authentication);
 //! - `cluster_svc.rs`, `link_svc.rs`: the `Cluster` and `WorkerLink` services;
@@ -42,6 +43,7 @@ mod logs;
 mod metrics;
 mod objects_svc;
 mod owner;
+mod policies;
 mod proposals;
 mod reads;
 mod telemetry;
@@ -375,6 +377,7 @@ async fn serve<S: crate::replication::LogStore>(
         telemetry: Arc::default(),
         fences: Arc::clone(&metrics.fences),
         dashboard: dashboard.as_ref().map(|(_, logins)| Arc::clone(logins)),
+        policies: Arc::clone(&metrics.policies),
     };
     if let Some((listener, logins)) = dashboard {
         tracker.spawn(dashboard::serve(

@@ -47,6 +47,7 @@ mod heads;
 mod link;
 mod link_names;
 mod object;
+mod policy;
 mod reserve;
 mod resources;
 mod retention;
@@ -63,6 +64,7 @@ pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
 pub use link_names::{LinkDecoder, LinkEncoder, MAX_NAMES};
 pub use object::{MAX_OBJECT_IDS, check_object_count, object_id, object_ids};
+pub use policy::policy_report;
 pub use retention::EVICTED_METADATA;
 pub use telemetry::{report_samples, telemetry_tasks};
 

@@ -28,6 +28,7 @@ mod node_spec;
 mod object;
 mod object_ticket;
 mod outcome;
+mod policy;
 mod resource_set;
 mod retention;
 mod status;
@@ -77,6 +78,10 @@ pub use object::{
 };
 pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};
+pub use policy::{
+    MAX_POLICY_MEASURES, MAX_POLICY_NAME, MAX_POLICY_ROWS, PolicyReport, PolicyRow,
+    check_policy_name, check_policy_rows,
+};
 pub use resource_set::ResourceSet;
 pub use retention::{Evicted, Tombstone, utc_millis, utc_seconds};
 pub use status::{

@@ -358,6 +358,20 @@ impl WorkerLink for Services {
 
 #[tonic::async_trait]
 impl Cluster for Services {
+    async fn report_policy(
+        &self,
+        _: Request<wire::ReportPolicyRequest>,
+    ) -> Result<Response<wire::ReportPolicyReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+
+    async fn policies(
+        &self,
+        _: Request<wire::PoliciesRequest>,
+    ) -> Result<Response<wire::PoliciesReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
     type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;
     async fn dashboard_ticket(
