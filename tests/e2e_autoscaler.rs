@@ -273,3 +273,72 @@ async fn a_provider_that_cannot_start_workers_says_why_and_the_cluster_keeps_run
     assert!(ran.is_ok(), "{ran:?}");
     cleanup.autoscaler.take().map(|mut c| c.kill());
 }
+
+/// The Slurm provider with Debian's `sbatch` (slurm-wlm, installed as root) and no Slurm
+/// controller running for it: every submission fails, and the status says so with sbatch's
+/// own words while the cluster runs its tasks. Needs root and the slurm-wlm package; fails
+/// without `sbatch`.
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_provider_reports_a_failing_sbatch_needs_root_and_slurm() {
+    let cluster = ProcessCluster::builder().workers(1).start().await;
+    let client = cluster.client().await;
+    let status_file = cluster.dir().join("autoscaler.json");
+    let access = cluster.access_file();
+    // A configuration naming a controller on a port nothing listens on.
+    let conf = cluster.dir().join("slurm.conf");
+    std::fs::write(
+        &conf,
+        "ClusterName=escher-test\nSlurmctldHost=localhost\nSlurmctldPort=1\n\
+         NodeName=localhost CPUs=1 State=UNKNOWN\nPartitionName=debug Nodes=localhost Default=YES\n",
+    )
+    .expect("slurm.conf written");
+    let autoscaler = Command::new(binary("escher-autoscaler"))
+        .args(["run", "--provider", "slurm", "--group", "slurm-broken"])
+        .arg("--sbatch-script")
+        .arg(root().join("deploy/slurm/escher-workers.sbatch"))
+        .args(["--head", cluster.head_url()])
+        .arg("--access-file")
+        .arg(&access)
+        .arg("--worker-credential")
+        .arg(&access)
+        .args(["--worker-shape", "cpu=1,widget=1", "--max-workers", "1"])
+        .args(["--pending-for", "0s", "--interval", "250ms"])
+        .arg("--status-file")
+        .arg(&status_file)
+        .env("SLURM_CONF", &conf)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("escher-autoscaler starts");
+    let mut cleanup = Cleanup {
+        group: "slurm-broken".into(),
+        images: Vec::new(),
+        autoscaler: Some(autoscaler),
+    };
+    client
+        .submit(Task::command(["true"]).resources_str("cpu=1,widget=1"))
+        .await
+        .expect("submitted");
+    let text = eventually("the status to say why", Duration::from_secs(90), || {
+        let status_file = status_file.clone();
+        async move {
+            let text = std::fs::read_to_string(&status_file).ok()?;
+            text.contains("could not start worker")
+                .then(|| status_text(&status_file))
+        }
+    })
+    .await;
+    assert!(text.contains("CANNOT START WORKERS"), "{text}");
+    assert!(text.contains("\"sbatch\" failed"), "{text}");
+    let ran = client
+        .run(
+            Task::command(["true"]).resources_str("cpu=1"),
+            Some(Duration::from_secs(60)),
+        )
+        .await;
+    assert!(ran.is_ok(), "{ran:?}");
+    if let Some(mut c) = cleanup.autoscaler.take() {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
