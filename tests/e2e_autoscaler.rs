@@ -342,3 +342,189 @@ async fn slurm_provider_reports_a_failing_sbatch_needs_root_and_slurm() {
         let _ = c.wait();
     }
 }
+
+/// A Slurm of the test's own on this machine (munged, slurmctld, slurmd with a configuration
+/// in a temporary directory), stopped (by their pid files) when dropped.
+struct Slurm {
+    dir: tempfile::TempDir,
+}
+
+impl Slurm {
+    fn start() -> Slurm {
+        let dir = tempfile::Builder::new()
+            .prefix("escher-slurm-")
+            .tempdir()
+            .expect("a temp dir");
+        let d = dir.path().display().to_string();
+        let host = ok(Command::new("hostname").arg("-s"));
+        for sub in ["spool", "ctld"] {
+            std::fs::create_dir_all(dir.path().join(sub)).expect("a directory");
+        }
+        let key: Vec<u8> = (0..1024).map(|_| fastrand::u8(..)).collect();
+        std::fs::write(dir.path().join("munge.key"), key).expect("the munge key");
+        ok(Command::new("chmod").args(["400", &format!("{d}/munge.key")]));
+        let port = 20000 + (std::process::id() % 20000) as u16;
+        let conf = format!(
+            "ClusterName=escher\nSlurmctldHost={host}(127.0.0.1)\nSlurmctldPort={port}\n\
+             SlurmdPort={}\nAuthType=auth/munge\nAuthInfo=socket={d}/munge.sock\n\
+             CredType=cred/munge\nSlurmUser=root\nSlurmdUser=root\nStateSaveLocation={d}/ctld\n\
+             SlurmdSpoolDir={d}/spool\nSlurmctldPidFile={d}/slurmctld.pid\n\
+             SlurmdPidFile={d}/slurmd.pid\nSlurmctldLogFile={d}/slurmctld.log\n\
+             SlurmdLogFile={d}/slurmd.log\nProctrackType=proctrack/linuxproc\n\
+             TaskPlugin=task/none\nJobAcctGatherType=jobacct_gather/none\n\
+             SchedulerType=sched/builtin\nSelectType=select/cons_tres\n\
+             SelectTypeParameters=CR_Core\nMpiDefault=none\nReturnToService=2\n\
+             NodeName={host} NodeAddr=127.0.0.1 CPUs=2 State=UNKNOWN\n\
+             PartitionName=debug Nodes={host} Default=YES MaxTime=INFINITE State=UP\n",
+            port + 1
+        );
+        std::fs::write(dir.path().join("slurm.conf"), conf).expect("slurm.conf");
+        let slurm = Slurm { dir };
+        ok(Command::new("munged").args([
+            format!("--key-file={d}/munge.key"),
+            format!("--socket={d}/munge.sock"),
+            format!("--pid-file={d}/munged.pid"),
+            format!("--log-file={d}/munged.log"),
+            format!("--seed-file={d}/munge.seed"),
+        ]));
+        ok(Command::new("slurmctld").args(["-c", "-f", &slurm.conf()]));
+        ok(Command::new("slurmd").args(["-f", &slurm.conf()]));
+        slurm
+    }
+
+    fn conf(&self) -> String {
+        self.dir.path().join("slurm.conf").display().to_string()
+    }
+
+    /// The job ids in the queue.
+    fn queue(&self) -> Vec<String> {
+        let out = Command::new("squeue")
+            .args(["--noheader", "--format=%i"])
+            .env("SLURM_CONF", self.conf())
+            .output()
+            .expect("squeue runs");
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for Slurm {
+    fn drop(&mut self) {
+        for daemon in ["slurmd", "slurmctld", "munged"] {
+            let pid_file = self.dir.path().join(format!("{daemon}.pid"));
+            if let Ok(pid) = std::fs::read_to_string(&pid_file) {
+                let _ = Command::new("kill").arg(pid.trim()).output();
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// The Slurm provider against a Slurm the test starts: a pending task makes the autoscaler
+/// `sbatch` the worker script, the job's worker joins and runs the task, and once idle the
+/// worker is drained and its job cancelled. Prints the time from submission to start. Needs
+/// root and the slurm-wlm package (munged, slurmctld, slurmd, sbatch); fails without them.
+#[tokio::test(flavor = "multi_thread")]
+async fn slurm_provider_submits_and_cancels_real_jobs_needs_root_and_slurm() {
+    let slurm = Slurm::start();
+    eventually("the Slurm node to be idle", Duration::from_secs(60), || {
+        let out = Command::new("sinfo")
+            .args(["--noheader", "--format=%t"])
+            .env("SLURM_CONF", slurm.conf())
+            .output();
+        async move {
+            let out = out.ok()?;
+            String::from_utf8_lossy(&out.stdout)
+                .contains("idle")
+                .then_some(())
+        }
+    })
+    .await;
+    let cluster = ProcessCluster::builder().workers(0).start().await;
+    let client = cluster.client().await;
+    let status_file = cluster.dir().join("autoscaler.json");
+    let access = cluster.access_file();
+    let credential = cluster.dir().join("worker.json");
+    std::fs::copy(&access, &credential).expect("the credential copied");
+    ok(Command::new("chmod").arg("600").arg(&credential));
+    let autoscaler = Command::new(binary("escher-autoscaler"))
+        .args(["run", "--provider", "slurm", "--group", "slurm-test"])
+        .arg("--sbatch-script")
+        .arg(root().join("deploy/slurm/escher-workers.sbatch"))
+        .arg(format!(
+            "--sbatch-arg=--output={}/job-%j.out",
+            cluster.dir().display()
+        ))
+        .args(["--head", cluster.head_url()])
+        .arg("--access-file")
+        .arg(&access)
+        .arg("--worker-credential")
+        .arg(&credential)
+        .args(["--worker-shape", "cpu=2", "--max-workers", "1"])
+        .args([
+            "--pending-for",
+            "0s",
+            "--idle-for",
+            "4s",
+            "--interval",
+            "250ms",
+        ])
+        .arg("--status-file")
+        .arg(&status_file)
+        .env("SLURM_CONF", slurm.conf())
+        .env("ESCHER_WORKER_BIN", binary("escher-worker"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("escher-autoscaler starts");
+    let _cleanup = Cleanup {
+        group: "slurm-test".into(),
+        images: Vec::new(),
+        autoscaler: Some(autoscaler),
+    };
+    let submitted = Instant::now();
+    let task = client
+        .submit(Task::command(["sleep", "1"]).resources_str("cpu=1"))
+        .await
+        .expect("submitted")
+        .id();
+    let started = eventually(
+        "the task to run on a Slurm worker",
+        Duration::from_secs(120),
+        || {
+            let client = client.clone();
+            async move {
+                let info = client.task_info(task).await.ok()?;
+                (info.status.state != TaskState::Pending).then_some(Instant::now())
+            }
+        },
+    )
+    .await;
+    println!(
+        "slurm provider: pending task to running on a new worker: {:.2} s",
+        (started - submitted).as_secs_f64()
+    );
+    assert_eq!(slurm.queue().len(), 1, "one job for one small task");
+    client
+        .wait([task], 1, Some(Duration::from_secs(60)))
+        .await
+        .expect("the task finished");
+    eventually(
+        "the idle worker's job to be cancelled",
+        Duration::from_secs(60),
+        || {
+            let empty = slurm.queue().is_empty();
+            async move { empty.then_some(()) }
+        },
+    )
+    .await;
+    let text = status_text(&status_file);
+    assert!(text.contains("provider: ok"), "{text}");
+    assert!(
+        text.contains("is drained and holds nothing: stopping it"),
+        "{text}"
+    );
+    println!("{text}");
+}
