@@ -200,11 +200,19 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
         "{text}"
     );
     println!("{text}");
-    let nodes = client.cluster_status().await.expect("status").nodes;
-    assert!(
-        nodes.iter().all(|n| !n.alive),
-        "the drained node left the cluster: {nodes:?}"
-    );
+    // The head declares the stopped worker's node gone (its stream ended).
+    eventually(
+        "the drained node to leave the cluster",
+        Duration::from_secs(60),
+        || {
+            let client = client.clone();
+            async move {
+                let nodes = client.cluster_status().await.ok()?.nodes;
+                nodes.iter().all(|n| !n.alive).then_some(())
+            }
+        },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
