@@ -68,6 +68,7 @@ use escher_proto::Namespace;
 mod actors;
 mod admin;
 mod args;
+pub mod autoscaler;
 mod config;
 mod ctx;
 mod dashboard;
