@@ -57,7 +57,7 @@ pub struct ObjectRecord {
     pub lost: Option<ObjectLoss>,
 }
 
-/// The table. See the [module documentation](self).
+/// The table. See the module documentation (`state/objects.rs`).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ObjectTable {
     /// The last object session number given out (0: none yet).
