@@ -108,6 +108,10 @@ pub fn need(path: &str) -> Option<Need> {
         // Served by workers, not by the head: a call stream carries the data ticket the head
         // signed for it (`ResolveActor`, itself `Write`), which the worker checks.
         ("escher.v1.Actors", "Calls") => Need::Write,
+        // Served by workers too: each request carries the object ticket the head signed for it
+        // (`PlaceObject` for a push, `LocateObject` for a fetch, themselves `Write`), which the
+        // worker checks.
+        ("escher.v1.Objects", "Fetch" | "Push") => Need::Write,
         _ => return None,
     })
 }
