@@ -53,22 +53,27 @@ pub(crate) use msg::{HeadsView, Msg};
 /// The most messages of one channel taken in one turn, so that the others are not starved.
 const TURN: usize = 1024;
 
-/// Whether `command` submits an actor (which only a group writing
-/// [`ACTORS_FORMAT`](crate::replication::ACTORS_FORMAT) may record).
-fn holds_actors(command: &Command) -> bool {
-    matches!(command, Command::Submit { tasks, .. }
-        if tasks.iter().any(|t| matches!(t.kind, escher_proto::TaskKind::Actor(_))))
-}
-
-/// Whether `command` is one of the object table's (which a group records only once it writes
-/// [`OBJECTS_FORMAT`](crate::replication::OBJECTS_FORMAT)).
-fn holds_objects(command: &Command) -> bool {
-    matches!(
-        command,
+/// The data format a group must write before it may record `command`, and what the command
+/// does, for the refusal: actors from [`ACTORS_FORMAT`](crate::replication::ACTORS_FORMAT),
+/// node labels set at run time from [`LABELS_FORMAT`](crate::replication::LABELS_FORMAT),
+/// the object table's commands from [`OBJECTS_FORMAT`](crate::replication::OBJECTS_FORMAT);
+/// `None` for a command every format holds.
+fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
+    use crate::replication::{ACTORS_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT};
+    match command {
+        Command::Submit { tasks, .. }
+            if tasks
+                .iter()
+                .any(|t| matches!(t.kind, escher_proto::TaskKind::Actor(_))) =>
+        {
+            Some((ACTORS_FORMAT, "record actors"))
+        }
+        Command::LabelNode { .. } => Some((LABELS_FORMAT, "change a node's labels")),
         Command::ObjectsSealed { .. }
-            | Command::ObjectsReleased { .. }
-            | Command::OpenObjectSession
-    )
+        | Command::ObjectsReleased { .. }
+        | Command::OpenObjectSession => Some((OBJECTS_FORMAT, "record objects")),
+        _ => None,
+    }
 }
 
 /// Milliseconds since the Unix epoch.
@@ -303,41 +308,14 @@ impl<S: LogStore> Owner<S> {
             )));
             return;
         }
-        if holds_actors(&command) {
+        if let Some((format, what)) = format_needed(&command) {
             let writes = self.replica.writes_format();
-            if writes < crate::replication::ACTORS_FORMAT {
+            if writes < format {
                 pending.fail(Status::failed_precondition(format!(
-                    "the head group cannot record actors yet: it writes data format {writes}, \
-                     and actors need format {} (a replica runs a release without actors, or \
-                     has not been heard from since this one started); upgrade every replica, \
-                     or try again in a moment",
-                    crate::replication::ACTORS_FORMAT
-                )));
-                return;
-            }
-        }
-        if matches!(command, Command::LabelNode { .. }) {
-            let writes = self.replica.writes_format();
-            if writes < crate::replication::LABELS_FORMAT {
-                pending.fail(Status::failed_precondition(format!(
-                    "the head group cannot change a node's labels yet: it writes data format \
-                     {writes}, and labels set at run time need format {} (a replica runs an \
-                     older release, or has not been heard from since this one started); upgrade \
-                     every replica, or try again in a moment",
-                    crate::replication::LABELS_FORMAT
-                )));
-                return;
-            }
-        }
-        if holds_objects(&command) {
-            let writes = self.replica.writes_format();
-            if writes < crate::replication::OBJECTS_FORMAT {
-                pending.fail(Status::failed_precondition(format!(
-                    "the head group cannot record objects yet: it writes data format {writes}, \
-                     and objects need format {} (a replica runs a release without objects, or \
-                     has not been heard from since this one started); upgrade every replica, \
-                     or try again in a moment",
-                    crate::replication::OBJECTS_FORMAT
+                    "the head group cannot {what} yet: it writes data format {writes}, and that \
+                     needs format {format} (a replica runs an older release, or has not been \
+                     heard from since this one started); upgrade every replica, or try again in \
+                     a moment"
                 )));
                 return;
             }
