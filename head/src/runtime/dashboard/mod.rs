@@ -733,32 +733,46 @@ struct ReservationView {
     holders: Vec<TaskSummary>,
 }
 
+/// The newest tasks (a page of 500) that the caller sees and that carry task label `label`,
+/// each with its description (its spec's labels and kind); a task evicted between the list and
+/// its description is left out.
+async fn labelled_tasks(
+    d: &Dashboard,
+    headers: &HeaderMap,
+    label: &str,
+) -> Result<Vec<(TaskSummary, TaskInfo)>, ApiError> {
+    let query = ListTasksRequest {
+        labels: vec![(label.to_string(), None)],
+        limit: MAX_TASK_ROWS,
+        newest_first: true,
+        ..ListTasksRequest::default()
+    };
+    let request = d
+        .call("ListTasks", headers, wire::ListTasksRequest::from(query))
+        .await?;
+    let listed: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
+    let mut described = Vec::with_capacity(listed.tasks.len());
+    for task in listed.tasks {
+        let message = wire::DescribeTaskRequest::from(task.id);
+        let request = d.call("DescribeTask", headers, message).await?;
+        match d.svc.describe_task(request).await {
+            Ok(reply) => described.push((task, domain(reply)?)),
+            // Evicted between the two reads.
+            Err(status) if status.code() == Code::NotFound => continue,
+            Err(status) => return Err(status.into()),
+        }
+    }
+    Ok(described)
+}
+
 /// The reservations whose holders the caller sees: the tasks labelled with a reservation,
 /// grouped by it (each holder described once to read its label; a page of 500 holders).
 async fn reservations(
     State(d): State<Dashboard>,
     headers: HeaderMap,
 ) -> ApiResult<Vec<ReservationView>> {
-    let query = ListTasksRequest {
-        labels: vec![(RESERVATION_LABEL.to_string(), None)],
-        limit: MAX_TASK_ROWS,
-        newest_first: true,
-        ..ListTasksRequest::default()
-    };
-    let request = d
-        .call("ListTasks", &headers, wire::ListTasksRequest::from(query))
-        .await?;
-    let holders: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
     let mut by_name: BTreeMap<String, Vec<TaskSummary>> = BTreeMap::new();
-    for holder in holders.tasks {
-        let message = wire::DescribeTaskRequest::from(holder.id);
-        let request = d.call("DescribeTask", &headers, message).await?;
-        let info: TaskInfo = match d.svc.describe_task(request).await {
-            Ok(reply) => domain(reply)?,
-            // Evicted between the two reads.
-            Err(status) if status.code() == Code::NotFound => continue,
-            Err(status) => return Err(status.into()),
-        };
+    for (holder, info) in labelled_tasks(&d, &headers, RESERVATION_LABEL).await? {
         if let Some(name) = info.spec.labels.get(RESERVATION_LABEL) {
             by_name.entry(name.to_string()).or_default().push(holder);
         }
@@ -793,26 +807,9 @@ struct ActorRow {
 /// The actors the caller sees, newest first (a page of 500; each described once to read its
 /// class and name).
 async fn actors(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<Vec<ActorRow>> {
-    let query = ListTasksRequest {
-        labels: vec![(ACTOR_LABEL.to_string(), None)],
-        limit: MAX_TASK_ROWS,
-        newest_first: true,
-        ..ListTasksRequest::default()
-    };
-    let request = d
-        .call("ListTasks", &headers, wire::ListTasksRequest::from(query))
-        .await?;
-    let listed: ListTasksReply = domain(d.svc.list_tasks(request).await?)?;
-    let mut rows = Vec::with_capacity(listed.tasks.len());
-    for task in listed.tasks {
-        let message = wire::DescribeTaskRequest::from(task.id);
-        let request = d.call("DescribeTask", &headers, message).await?;
-        let info: TaskInfo = match d.svc.describe_task(request).await {
-            Ok(reply) => domain(reply)?,
-            // Evicted between the two reads.
-            Err(status) if status.code() == Code::NotFound => continue,
-            Err(status) => return Err(status.into()),
-        };
+    let listed = labelled_tasks(&d, &headers, ACTOR_LABEL).await?;
+    let mut rows = Vec::with_capacity(listed.len());
+    for (task, info) in listed {
         let actor_name = match &info.spec.kind {
             escher_proto::types::TaskKind::Actor(actor) => actor.name.clone(),
             _ => None,
