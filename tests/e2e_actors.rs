@@ -15,8 +15,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{cluster, eventually, resource, status, within};
 use escher::types::{
-    ACTOR_LABEL, ActorChange, ClusterEvent, Grant, ListTasksRequest, NodeId, Role, TaskId,
-    TaskState, WatchEvent, WatchKind, WatchRequest,
+    ACTOR_LABEL, ActorChange, ClusterEvent, Grant, ListTasksRequest, LogStream, NodeId, Role,
+    TaskId, TaskState, WatchEvent, WatchKind, WatchRequest,
 };
 use escher::{ActorClass, Client, ClientError, LocalCluster, Task};
 
@@ -78,6 +78,24 @@ fn slow() -> ActorClass {
     .method("get", |ms: &mut u64, (): ()| Ok(*ms))
 }
 
+/// A class that writes to its task's output: `Talker(greeting)` prints the greeting to stdout
+/// and its incarnation to stderr; `say(line)` prints the line.
+fn talker() -> ActorClass {
+    use std::io::Write as _;
+    struct Talker {
+        out: escher::worker::TaskOutput,
+    }
+    ActorClass::new("Talker", |ctx, greeting: String| async move {
+        let mut out = ctx.stdout();
+        writeln!(out, "{greeting}").map_err(|e| e.to_string())?;
+        writeln!(ctx.stderr(), "incarnation {}", ctx.attempt()).map_err(|e| e.to_string())?;
+        Ok(Talker { out })
+    })
+    .method("say", |t: &mut Talker, line: String| {
+        writeln!(t.out, "{line}").map_err(|e| e.to_string())
+    })
+}
+
 async fn start(workers: usize) -> (LocalCluster, Client) {
     let cluster = within(
         "starting the cluster",
@@ -86,7 +104,8 @@ async fn start(workers: usize) -> (LocalCluster, Client) {
                 common::functions()
                     .actor(counter())
                     .actor(picky())
-                    .actor(slow()),
+                    .actor(slow())
+                    .actor(talker()),
             )
             .workers(workers)
             .start(),
@@ -779,6 +798,135 @@ async fn escher_actors_lists_each_live_actor_with_its_class_node_and_restarts() 
         2,
         "{err}"
     );
+}
+
+/// What a Rust actor writes to its context's stdout and stderr is its task's output, per
+/// incarnation, read while it runs and kept by the head once it ended, as a command's is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rust_actors_output_is_its_tasks_logs() {
+    let (_cluster, client) = start(1).await;
+    let talker = within(
+        "create",
+        client.actor(Task::actor_typed("Talker", &"hello").max_restarts(1)),
+    )
+    .await
+    .unwrap();
+    let id = talker.id();
+    within("say", talker.call::<String, ()>("say", &"first line".into()))
+        .await
+        .unwrap();
+    within("say", talker.call::<String, ()>("say", &"second line".into()))
+        .await
+        .unwrap();
+    let out = within("stdout", client.logs(id, LogStream::Stdout))
+        .await
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out),
+        "hello\nfirst line\nsecond line\n"
+    );
+    let err = within("stderr", client.logs(id, LogStream::Stderr))
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&err), "incarnation 1\n");
+
+    // A restart is a new attempt with logs of its own; the first incarnation's stay readable.
+    within("restart", talker.kill(false)).await.unwrap();
+    within("say after the restart", talker.call::<String, ()>("say", &"again".into()))
+        .await
+        .unwrap();
+    let out = within("stdout of incarnation 2", client.logs(id, LogStream::Stdout))
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out), "hello\nagain\n");
+    let first = within(
+        "stdout of incarnation 1",
+        client
+            .log_reader(id, LogStream::Stdout)
+            .attempt(1)
+            .read_available(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&first),
+        "hello\nfirst line\nsecond line\n"
+    );
+}
+
+/// The calls waiting at an actor (queued or running) are seen through `ResolveActor` and
+/// `escher actors` as its worker's heartbeats report them: several while five slow calls are
+/// in flight, none once they were answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_calls_waiting_at_an_actor_are_seen_by_resolve_and_escher_actors() {
+    let (cluster, client) = start(1).await;
+    let counter = within("create", client.actor(Task::actor_typed("Counter", &0u64)))
+        .await
+        .unwrap();
+    let _: u64 = within("a call", counter.call("get", &())).await.unwrap();
+    let idle = eventually("the worker to report the actor idle", || {
+        let counter = counter.clone();
+        async move { counter.describe().await.ok()?.pending_calls }
+    })
+    .await;
+    assert_eq!(idle, 0);
+    // Five calls of a second each, one at a time: some wait long enough to be reported.
+    let slow: Vec<_> = (0..5)
+        .map(|_| {
+            let counter = counter.clone();
+            tokio::spawn(async move { counter.call::<u64, u64>("slow", &1_000).await })
+        })
+        .collect();
+    let busy = eventually("the worker to report calls waiting", || {
+        let counter = counter.clone();
+        async move {
+            counter
+                .describe()
+                .await
+                .ok()?
+                .pending_calls
+                .filter(|n| *n >= 2)
+        }
+    })
+    .await;
+    assert!(busy <= 5, "{busy} calls waiting, of five");
+    let out = tokio::task::spawn_blocking({
+        let (head, token) = (
+            cluster.head_url().to_string(),
+            cluster.admin_token().to_string(),
+        );
+        move || {
+            std::process::Command::new(common::escher_bin())
+                .args(["actors", "--json"])
+                .env("ESCHER_HEAD", head)
+                .env("ESCHER_TOKEN", token)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+                .output()
+                .expect("the escher CLI runs")
+        }
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let shown = rows[0]["pending_calls"].as_u64();
+    assert!(
+        shown.is_some_and(|n| n <= 5),
+        "escher actors shows the waiting calls: {rows}"
+    );
+    for call in slow {
+        within("a slow call", call).await.unwrap().unwrap();
+    }
+    eventually("the worker to report the actor idle again", || {
+        let counter = counter.clone();
+        async move { (counter.describe().await.ok()?.pending_calls? == 0).then_some(()) }
+    })
+    .await;
 }
 
 /// The events of `watch` about `actor` (its task's `Started` and its actor events), until one

@@ -338,6 +338,7 @@ async fn task_specs_and_a_workers_queue_are_bounded_in_bytes() {
                     metrics: vec![],
                     seq: 0,
                     fence: None,
+                    actors: vec![],
                 };
                 let batch = wire::WorkerBatch {
                     messages: vec![beat.into()],

@@ -244,6 +244,7 @@ impl SimNode {
                         metrics: Vec::new(),
                         seq: 0,
                         fence: None,
+                        actors: Vec::new(),
                     });
                 }
             }

@@ -3,8 +3,9 @@
 //!
 //! Actors are the tasks that carry the label `escher.actor` (the head gives every actor its
 //! class as that label): one `ListTasks` page of them, then, for each live one, `ResolveActor`
-//! for its incarnation. Method calls do not pass through the head, so how many calls wait at
-//! an actor is not known here.
+//! for its incarnation and the calls waiting at it. Method calls do not pass through the head:
+//! the count of waiting calls (queued or running) is what the hosting worker's last heartbeat
+//! to the leader said, and `-` when the replica that answered has not heard one.
 
 use std::process::ExitCode;
 
@@ -42,6 +43,9 @@ pub struct ActorRow {
     pub node: Option<u64>,
     /// How many times it restarted (its incarnation less one).
     pub restarts: u32,
+    /// How many calls wait at its running incarnation (queued or running), as its worker's
+    /// last heartbeat said; `None` when not known (not running, or not heard yet).
+    pub pending_calls: Option<u64>,
     /// The resources it holds while it runs.
     pub resources: String,
     /// Its namespace, if any.
@@ -57,6 +61,7 @@ impl ActorRow {
             state: task.state.as_str().to_string(),
             node: task.node.map(|n| n.0),
             restarts: task.attempt.saturating_sub(1),
+            pending_calls: None,
             resources: task.resources.to_string(),
             namespace: task.namespace.as_ref().map(|n| n.as_str().to_string()),
         }
@@ -87,6 +92,7 @@ impl ActorsArgs {
                 && let Ok(view) = client.describe_actor(task.id).await
             {
                 row.restarts = view.incarnation.saturating_sub(1);
+                row.pending_calls = view.pending_calls;
             }
             rows.push(row);
         }
@@ -118,6 +124,7 @@ pub fn render_actors(rows: &[ActorRow]) -> String {
         "STATE",
         "NODE",
         "RESTARTS",
+        "PENDING CALLS",
         "RESOURCES",
     ]);
     for row in rows {
@@ -128,6 +135,9 @@ pub fn render_actors(rows: &[ActorRow]) -> String {
             row.state.clone(),
             row.node.map_or_else(|| "-".to_string(), |n| n.to_string()),
             row.restarts.to_string(),
+            row
+                .pending_calls
+                .map_or_else(|| "-".to_string(), |n| n.to_string()),
             row.resources.clone(),
         ]);
     }
@@ -148,6 +158,7 @@ mod tests {
             state: "running".into(),
             node: Some(2),
             restarts: 1,
+            pending_calls: Some(3),
             resources: "cpu=1".into(),
             namespace: None,
         };
@@ -161,5 +172,6 @@ mod tests {
             lines[1].contains("ps") && lines[1].contains("Counter"),
             "{text}"
         );
+        assert!(lines[0].contains("PENDING CALLS"), "{text}");
     }
 }

@@ -103,6 +103,7 @@ mod tests {
                 seq: 1,
                 metrics: vec![metric; metrics],
                 fence: String::new(),
+                actors: Vec::new(),
             })),
         }
     }

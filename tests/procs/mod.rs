@@ -119,6 +119,19 @@ pub fn binary(name: &str) -> PathBuf {
     path
 }
 
+/// The path of example program `name` of a workspace crate (`target/<profile>/examples/`), or
+/// a panic that says how to build it.
+pub fn example(name: &str) -> PathBuf {
+    let path = bin_dir().join("examples").join(name);
+    assert!(
+        path.is_file(),
+        "{} does not exist: build it with `cargo build -p escher-worker --examples`, or run \
+         `cargo test --workspace`, which builds it",
+        path.display()
+    );
+    path
+}
+
 /// One child process and where its output goes.
 #[derive(Debug)]
 struct Proc {

@@ -44,6 +44,43 @@ pub struct TaskContext {
     logs: Option<Arc<TaskLogs>>,
 }
 
+/// One output stream of an attempt that runs inside the worker ([`TaskContext::stdout`],
+/// [`TaskContext::stderr`]): writes go to the attempt's log file, made at the first write.
+/// Past the worker's cap (`--task-log-bytes`) writes are dropped (and the log ends with a line
+/// that says so once the attempt ends); without log files (a context made outside a worker)
+/// they go nowhere.
+#[derive(Debug, Clone)]
+pub struct TaskOutput {
+    logs: Option<Arc<TaskLogs>>,
+    task: TaskId,
+    attempt: u32,
+    stream: crate::exec::Stream,
+}
+
+impl std::io::Write for TaskOutput {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let Some(logs) = &self.logs else {
+            return Ok(buf.len());
+        };
+        let mut files = logs.files.lock().unwrap_or_else(|p| p.into_inner());
+        let files = match &mut *files {
+            Some(files) => files,
+            slot @ None => {
+                let (kept, _, _) =
+                    crate::exec::AttemptLogs::create(&logs.dir, self.task.0, self.attempt)
+                        .map_err(std::io::Error::other)?;
+                slot.insert(kept)
+            }
+        };
+        files.append(self.stream, buf, logs.max_bytes)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// The log files of an attempt that runs inside the worker, made on demand: a Python task's
 /// interpreter writes its output there (as a command task does), and the runner reads their
 /// end for the head once the attempt ends.
@@ -108,6 +145,37 @@ impl TaskContext {
     /// Where this attempt's Python output goes, if the worker keeps it.
     pub(crate) fn logs(&self) -> Option<&Arc<TaskLogs>> {
         self.logs.as_ref()
+    }
+
+    /// The attempt's standard output, for code that runs inside the worker (a Rust actor's
+    /// constructor and methods, a function's handler): what is written there is the task's
+    /// output, in the attempt's log files, which `escher logs` reads (and the head keeps the
+    /// end of once the attempt ends), as a command's or a Python task's prints are. `print!`
+    /// would go to the worker's own output, shared by every task. The files are made at the
+    /// first write and held to the worker's cap (`--task-log-bytes`). Clone it freely.
+    ///
+    /// ```
+    /// # fn demo(ctx: &escher_worker::TaskContext) -> std::io::Result<()> {
+    /// use std::io::Write as _;
+    /// writeln!(ctx.stdout(), "loaded {} rows", 42)?;
+    /// # Ok(()) }
+    /// ```
+    pub fn stdout(&self) -> TaskOutput {
+        self.output(crate::exec::Stream::Stdout)
+    }
+
+    /// The attempt's standard error, as [`TaskContext::stdout`] is its standard output.
+    pub fn stderr(&self) -> TaskOutput {
+        self.output(crate::exec::Stream::Stderr)
+    }
+
+    fn output(&self, stream: crate::exec::Stream) -> TaskOutput {
+        TaskOutput {
+            logs: self.logs.clone(),
+            task: self.task_id,
+            attempt: self.attempt,
+            stream,
+        }
     }
 
     /// The same context, whose Python interpreters go into cgroups of `cgroups`.

@@ -72,7 +72,7 @@ pub use config::{
     DEFAULT_DRAIN, DEFAULT_HEAD, DEFAULT_RECONNECT_INITIAL, DEFAULT_RECONNECT_MAX, Walltime,
     WorkerConfig,
 };
-pub use context::TaskContext;
+pub use context::{TaskContext, TaskOutput};
 pub use error::WorkerError;
 pub use exec::LogRetention;
 pub use functions::{BoxFuture, FunctionResult, Functions};

@@ -235,9 +235,15 @@ pub(crate) async fn run_task(
             let ready = move || {
                 let _ = ready.send(key);
             };
-            env.actors
+            // What the actor writes to its context's stdout and stderr (`TaskContext::stdout`)
+            // is its task's output, as a function's is.
+            let logs = ctx.logs().cloned();
+            let outcome = env
+                .actors
                 .run(ctx, &actor, &env.worker_name, timeout, cancel, ready)
-                .await
+                .await;
+            output = logs.and_then(|logs| take_logs(&logs)).map(output_tail);
+            outcome
         }
     };
     let output = match output {

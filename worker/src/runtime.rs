@@ -137,6 +137,9 @@ struct Running {
     /// (task, attempt).
     seq: u64,
     cancel: CancellationToken,
+    /// Whether it is an actor's incarnation (ended when the lease runs out, see
+    /// [`Runtime::lease_ran_out`]).
+    actor: bool,
 }
 
 /// A runner ended.
@@ -225,6 +228,10 @@ pub(crate) struct Runtime {
     beats: std::collections::VecDeque<(u64, Instant)>,
     /// When the leader last renewed the lease (or the registration was sent).
     renewed_at: Option<Instant>,
+    /// The lease the head grants, as the last registration said (kept while disconnected).
+    lease: Option<Duration>,
+    /// When the lease runs out unless renewed: then the actors this worker hosts are ended.
+    lease_end: Option<Pin<Box<Sleep>>>,
 }
 
 /// The most heartbeats remembered while waiting for the leader to renew the lease.
@@ -300,6 +307,8 @@ impl Runtime {
             heartbeat_seq: 0,
             beats: std::collections::VecDeque::new(),
             renewed_at: None,
+            lease: None,
+            lease_end: None,
         }
     }
 
@@ -327,6 +336,7 @@ impl Runtime {
                 Some(key) = self.ready_rx.recv() => self.on_ready(key),
                 Some(finished) = self.finished_rx.recv() => self.on_finished(finished),
                 () = until(&mut self.starts_due) => self.report_starts(),
+                () = until(&mut self.lease_end) => self.lease_ran_out(),
                 Some(done) = self.mig_rx.recv() => self.on_reconfigured(done),
                 _ = self.sweep.tick(), if !self.stopping => self.sweep_logs(),
                 event = next_link_event(&mut self.link) => match event {
@@ -457,6 +467,8 @@ impl Runtime {
         // The leader answered: the lease runs from when the registration was sent.
         crate::fence::renewed(link.registered_at);
         self.renewed_at = Some(link.registered_at);
+        self.lease = link.lease;
+        self.arm_lease_end();
         self.beats.clear();
         if let Some(secret) = &link.reply.secret {
             let identity = escher_proto::types::NodeIdentity {
@@ -577,6 +589,7 @@ impl Runtime {
             metrics,
             seq,
             fence: crate::fence::report(),
+            actors: self.env.actors.loads(),
         });
     }
 
@@ -598,7 +611,63 @@ impl Runtime {
             if sent_seq == seq {
                 crate::fence::renewed(sent_at);
                 self.renewed_at = Some(self.renewed_at.map_or(sent_at, |r| r.max(sent_at)));
+                self.arm_lease_end();
             }
+        }
+    }
+
+    /// Sets the lease's end from the last renewal: when it comes without another renewal,
+    /// [`Self::lease_ran_out`].
+    fn arm_lease_end(&mut self) {
+        let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at) else {
+            self.lease_end = None;
+            return;
+        };
+        let end = tokio::time::Instant::from_std(renewed + lease);
+        match &mut self.lease_end {
+            Some(sleep) => sleep.as_mut().reset(end),
+            None => self.lease_end = Some(Box::pin(tokio::time::sleep_until(end))),
+        }
+    }
+
+    /// The lease ran out without renewal (this worker was stopped, or cut off from the leading
+    /// head): the head will count this node lost once its heartbeat timeout (twice the lease)
+    /// passes, and restart its actors elsewhere. So each actor incarnation this worker hosts
+    /// ends now, before its next incarnation can start: its instance is dropped (a Rust
+    /// actor's) or its process killed (a Python actor's; the fence supervisor kills it too),
+    /// and the calls queued or in flight fail with the reason. The end is reported as the
+    /// incarnation's failure once the head is reached again; a head that already counted the
+    /// node lost ignores it. Command tasks are the fence supervisor's (`fence/`); an actor runs
+    /// in this process (a Rust one) or is served through it (a Python one), so it is stopped
+    /// here, which also holds in a worker embedded in another program (no supervisor).
+    fn lease_ran_out(&mut self) {
+        self.lease_end = None;
+        let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at) else {
+            return;
+        };
+        let silent = renewed.elapsed();
+        if silent < lease {
+            // Renewed meanwhile.
+            self.arm_lease_end();
+            return;
+        }
+        let actors: Vec<&Running> = self.tasks.values().filter(|r| r.actor).collect();
+        if actors.is_empty() {
+            return;
+        }
+        let why = format!(
+            "fenced: worker {}'s lease ran out ({:.1}s without renewal by the leading head, \
+             the lease is {:.1}s): the worker was stopped or cut off from the head, which \
+             restarts the actor elsewhere if it may",
+            self.me.name,
+            silent.as_secs_f64(),
+            lease.as_secs_f64()
+        );
+        tracing::warn!(actors = actors.len(), %why, "ending the actors this worker hosts");
+        self.env.actors.fence(&why);
+        // Those still in their constructor end too.
+        for running in actors {
+            running.cancel.cancel();
         }
     }
 
@@ -757,6 +826,7 @@ impl Runtime {
             Running {
                 seq,
                 cancel: cancel.clone(),
+                actor: matches!(a.spec.kind, TaskKind::Actor(_)),
             },
         );
         let env = Arc::clone(&self.env);

@@ -83,6 +83,8 @@ impl ClusterState {
             reason,
             max_task_retries: actor.max_task_retries,
             max_concurrency: actor.max_concurrency,
+            // Not in the state: the leader's runtime adds it from the workers' heartbeats.
+            pending_calls: None,
         })
     }
 }

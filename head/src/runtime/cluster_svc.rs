@@ -66,6 +66,8 @@ pub(crate) struct ClusterService {
     pub(crate) telemetry: Arc<super::telemetry::TelemetryStore>,
     /// What workers said about their fences, shown with their nodes.
     pub(crate) fences: Arc<super::fences::FenceReports>,
+    /// How many calls wait at each actor, as its worker last said.
+    pub(crate) actor_calls: Arc<super::actor_calls::ActorCalls>,
     /// The dashboard's login tickets, where this replica serves one.
     pub(crate) dashboard: Option<Arc<super::dashboard::Logins>>,
     /// The policies' latest reports.
@@ -816,7 +818,13 @@ impl Cluster for ClusterService {
                 s.resolve_actor(&selector, namespace.as_ref(), everything, expiry)
             })
             .await?;
-        Ok(Response::new(view.map_err(to_status)?.into()))
+        let mut view = view.map_err(to_status)?;
+        if view.state == escher_proto::TaskState::Running
+            && let Some(node) = view.node
+        {
+            view.pending_calls = self.actor_calls.pending(node, view.id, view.incarnation);
+        }
+        Ok(Response::new(view.into()))
     }
 
     /// Where a `put` goes (`objects_svc.rs`).

@@ -85,6 +85,9 @@ pub(crate) struct Metrics {
     /// What each worker's last heartbeat said about its fence (shown in status replies, not
     /// scraped).
     pub(crate) fences: Arc<super::fences::FenceReports>,
+    /// How many calls wait at each actor, as its worker's last heartbeat said (shown with the
+    /// actor in `ResolveActor` replies, not scraped).
+    pub(crate) actor_calls: Arc<super::actor_calls::ActorCalls>,
     /// The policies' latest reports, exported as `escher_policy_measure`.
     pub(crate) policies: Arc<super::policies::PolicyReports>,
 }
@@ -103,6 +106,7 @@ impl Default for Metrics {
             }),
             workers: Mutex::default(),
             fences: Arc::default(),
+            actor_calls: Arc::default(),
             policies: Arc::default(),
         }
     }

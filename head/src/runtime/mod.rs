@@ -25,6 +25,7 @@
 //!   waited for);
 //! - `metrics.rs`: Prometheus metrics on `--metrics` (gauges read from the state per scrape);
 //!   `fences.rs`: what each worker last said about its fence supervisor, shown with its node;
+//!   `actor_calls.rs`: how many calls wait at each actor, as its worker last said;
 //!   `policies.rs`: the latest report of each policy (an ESL's standing of its tenants);
 //! - `dashboard/`: the web dashboard on `--dashboard` (a page, and a JSON gateway to the
 //!   `Cluster` service with the same authentication);
@@ -32,6 +33,7 @@
 //!   `wait_stream.rs`: the `Cluster` service's result stream; `handle.rs`: how they reach the owner and how its answers become statuses;
 //! - `config.rs`: [`HeadConfig`].
 
+mod actor_calls;
 mod cluster_svc;
 mod config;
 mod dashboard;
@@ -376,6 +378,7 @@ async fn serve<S: crate::replication::LogStore>(
         peers,
         telemetry: Arc::default(),
         fences: Arc::clone(&metrics.fences),
+        actor_calls: Arc::clone(&metrics.actor_calls),
         dashboard: dashboard.as_ref().map(|(_, logins)| Arc::clone(logins)),
         policies: Arc::clone(&metrics.policies),
     };

@@ -16,6 +16,7 @@ impl From<ActorView> for wire::ResolveActorReply {
             reason: v.reason,
             max_task_retries: v.max_task_retries,
             max_concurrency: v.max_concurrency,
+            pending_calls: v.pending_calls,
         }
     }
 }
@@ -33,6 +34,7 @@ impl TryFrom<wire::ResolveActorReply> for ActorView {
             reason: w.reason,
             max_task_retries: w.max_task_retries,
             max_concurrency: w.max_concurrency,
+            pending_calls: w.pending_calls,
         })
     }
 }

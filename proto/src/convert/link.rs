@@ -82,6 +82,8 @@ const MAX_SECRET_BYTES: usize = 256;
 
 /// The longest `Heartbeat.fence`.
 const MAX_FENCE_BYTES: usize = 1024;
+/// The most actor incarnations one heartbeat names (`Heartbeat.actors`).
+const MAX_ACTOR_LOADS: usize = 4096;
 
 fn identity(w: wire::NodeIdentity) -> Result<NodeIdentity, ConvertError> {
     if w.node_id == 0 {
@@ -166,9 +168,18 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                 metrics,
                 seq,
                 fence,
+                actors,
             } => Body::Heartbeat(wire::Heartbeat {
                 seq,
                 fence: fence.unwrap_or_default(),
+                actors: actors
+                    .into_iter()
+                    .map(|a| wire::ActorLoad {
+                        actor: a.actor.0,
+                        incarnation: a.incarnation,
+                        pending: a.pending,
+                    })
+                    .collect(),
                 metrics: metrics
                     .into_iter()
                     .map(|m| wire::Metric {
@@ -243,6 +254,14 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                         .at("heartbeat")?,
                     seq: h.seq,
                     fence: Some(h.fence).filter(|f| !f.is_empty()),
+                    actors: convert_list(h.actors, "actors", MAX_ACTOR_LOADS, |a| {
+                        Ok(crate::types::ActorLoad {
+                            actor: TaskId(a.actor),
+                            incarnation: a.incarnation,
+                            pending: a.pending,
+                        })
+                    })
+                    .at("heartbeat")?,
                 }
             }
             Body::TaskStarted(s) => WorkerMessage::TaskStarted {
@@ -595,10 +614,16 @@ mod tests {
                 metrics: vec![],
                 seq: 0,
                 fence: None,
+                actors: vec![],
             },
             WorkerMessage::Heartbeat {
                 seq: 9,
                 fence: Some("restarted 1 time(s)".into()),
+                actors: vec![crate::types::ActorLoad {
+                    actor: TaskId(4),
+                    incarnation: 2,
+                    pending: 17,
+                }],
                 metrics: vec![Metric {
                     name: "load".into(),
                     value: 0.25,
@@ -739,6 +764,7 @@ mod tests {
                 metrics,
                 seq: 1,
                 fence: String::new(),
+                actors: Vec::new(),
             })),
         };
         assert_eq!(
@@ -750,6 +776,7 @@ mod tests {
                 metrics: Vec::new(),
                 seq: 1,
                 fence: "x".repeat(MAX_FENCE_BYTES + 1),
+                actors: Vec::new(),
             })),
         };
         assert_eq!(

@@ -123,6 +123,23 @@ pub struct ActorView {
     pub max_task_retries: u32,
     /// The largest number of calls it runs at once.
     pub max_concurrency: u32,
+    /// How many calls wait at the serving incarnation (queued or running), as its worker's last
+    /// heartbeat to the leader said; `None` when the replica that answered has not heard it
+    /// (a follower, a leader in its first heartbeat after a failover, an actor not running).
+    /// Calls go from callers to the actor's worker, never through the head, so this is a
+    /// figure a heartbeat old, not a count the head keeps.
+    pub pending_calls: Option<u64>,
+}
+
+/// How many calls wait at one actor incarnation a worker hosts, as its heartbeat says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ActorLoad {
+    /// The actor (its task's id).
+    pub actor: TaskId,
+    /// The incarnation.
+    pub incarnation: u32,
+    /// Calls received and not answered yet (queued or running).
+    pub pending: u64,
 }
 
 /// A data ticket's contents: which incarnation of which actor, for which namespace, until

@@ -174,6 +174,8 @@ pub enum WorkerMessage {
         seq: u64,
         /// What happened to the worker's fence supervisor, if anything (`Heartbeat.fence`).
         fence: Option<String>,
+        /// The actor incarnations the worker hosts and the calls waiting at each.
+        actors: Vec<crate::types::ActorLoad>,
     },
     /// A task started.
     TaskStarted {

@@ -37,7 +37,7 @@ mod telemetry;
 mod watch;
 
 pub use actor::{
-    ACTOR_LABEL, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime,
+    ACTOR_LABEL, ActorLoad, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime,
     MAX_ACTOR_NAME_BYTES, MAX_CONCURRENCY, TICKET_MILLIS, ticket_key,
 };
 pub use amount::{Amount, Capacity};

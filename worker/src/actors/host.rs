@@ -14,11 +14,12 @@
 //! (`attached`): the key that checks the data tickets callers present.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use escher_proto::types::{ActorSpec, ticket_key};
+use escher_proto::types::{ActorLoad, ActorSpec, ticket_key};
 use escher_proto::{NodeId, TaskId, TaskResult};
 use sha2::{Digest as _, Sha256};
 use tokio::sync::{mpsc, oneshot};
@@ -60,6 +61,26 @@ pub(crate) struct Live {
     pub(crate) ended: CancellationToken,
     /// Why it ended, once it has.
     pub(crate) why: Arc<Mutex<Option<String>>>,
+    /// Calls received and not answered yet (the service counts them: [`Pending`]).
+    pub(crate) pending: Arc<AtomicU64>,
+}
+
+/// One call received and not answered yet: counted in its incarnation's `pending` while this
+/// lives.
+#[derive(Debug)]
+pub(crate) struct Pending(Arc<AtomicU64>);
+
+impl Pending {
+    pub(crate) fn new(live: &Live) -> Pending {
+        live.pending.fetch_add(1, Ordering::Relaxed);
+        Pending(Arc::clone(&live.pending))
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Live {
@@ -114,6 +135,30 @@ impl ActorHost {
         lock(&self.live).get(&actor).cloned()
     }
 
+    /// Ends every incarnation this worker hosts, with `why` (the worker's lease ran out: see
+    /// the runtime's `lease_ran_out`). Each stops taking calls at once; the calls queued or
+    /// in flight fail with `why`; its runner reports the end once nothing of it runs.
+    pub(crate) fn fence(&self, why: &str) {
+        for live in lock(&self.live).values() {
+            live.end(why.to_string());
+        }
+    }
+
+    /// The incarnations this worker hosts and how many calls wait at each (its heartbeats
+    /// carry them to the leader: `escher actors` shows them).
+    pub(crate) fn loads(&self) -> Vec<ActorLoad> {
+        let mut loads: Vec<ActorLoad> = lock(&self.live)
+            .iter()
+            .map(|(actor, live)| ActorLoad {
+                actor: *actor,
+                incarnation: live.incarnation,
+                pending: live.pending.load(Ordering::Relaxed),
+            })
+            .collect();
+        loads.sort_by_key(|l| l.actor);
+        loads
+    }
+
     /// Whether a class is registered (the worker offers actors of that class).
     pub fn has_class(&self, class: &str) -> bool {
         self.classes.contains_key(class)
@@ -156,6 +201,7 @@ impl ActorHost {
             calls: tx,
             ended: CancellationToken::new(),
             why: Arc::default(),
+            pending: Arc::default(),
         };
         let args = spec.args.to_vec();
         // Made, and its calls served until `live` ends: `done` resolves once nothing of the
@@ -204,8 +250,9 @@ impl ActorHost {
         let (outcome, timed_out) = tokio::select! {
             biased;
             () = cancel.cancelled() => {
+                // Killed, unless it was fenced first (the fence ends it, then cancels it).
                 live.end("the actor was killed".to_string());
-                (Err("the actor was killed".to_string()), false)
+                (Err(live.why()), false)
             }
             () = live.ended.cancelled() => (Err(live.why()), false),
             () = sleep_or_forever(timeout) => {

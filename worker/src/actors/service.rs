@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::host::{ActorHost, Call, CallOutcome, Live};
+use super::host::{ActorHost, Call, CallOutcome, Live, Pending};
 
 /// The most calls one stream may have queued and unanswered; past it, the stream's calls wait
 /// to be read (HTTP/2 flow control pushes back on the caller).
@@ -148,6 +148,8 @@ async fn pump(
             }
             *last_seq = seq;
             let (tx, rx) = oneshot::channel();
+            // Counted until answered (or until nobody waits for the answer any more).
+            let counted = Pending::new(&live);
             let queued = Call {
                 method: call.method,
                 args: call.args,
@@ -159,6 +161,7 @@ async fn pump(
             }
             let why = Arc::clone(&live.why);
             waits.push(Box::pin(async move {
+                let _counted = counted;
                 let outcome = rx.await.unwrap_or_else(|_| {
                     CallOutcome::Died(
                         why.lock()

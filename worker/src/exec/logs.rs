@@ -221,6 +221,22 @@ impl AttemptLogs {
         Ok(())
     }
 
+    /// Appends `buf` to `stream` from inside the worker (an in-process attempt's output,
+    /// `TaskContext::stdout`), unless the stream already holds more than `max` bytes: then it
+    /// is dropped, and [`AttemptLogs::cap`] at the attempt's end cuts the stream back to `max`
+    /// and says so. Blocking.
+    pub fn append(&mut self, stream: Stream, buf: &[u8], max: u64) -> io::Result<()> {
+        use std::io::Write as _;
+        let (i, mut file) = match stream {
+            Stream::Stdout => (0, &self.stdout),
+            Stream::Stderr => (1, &self.stderr),
+        };
+        if self.capped[i] || file.metadata()?.len() > max {
+            return Ok(());
+        }
+        file.write_all(buf)
+    }
+
     /// How many bytes each stream holds so far: (stdout, stderr).
     pub fn lens(&self) -> io::Result<(u64, u64)> {
         Ok((self.stdout.metadata()?.len(), self.stderr.metadata()?.len()))

@@ -802,6 +802,9 @@ struct ActorRow {
     incarnation: u32,
     /// How many times it was restarted.
     restarts: u32,
+    /// How many calls wait at its running incarnation, as its worker's last heartbeat to this
+    /// replica said (none on a replica that does not lead, or for an actor not running).
+    pending_calls: Option<u64>,
 }
 
 /// The actors the caller sees, newest first (a page of 500; each described once to read its
@@ -814,11 +817,18 @@ async fn actors(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<Vec
             escher_proto::types::TaskKind::Actor(actor) => actor.name.clone(),
             _ => None,
         };
+        let pending_calls = match (task.state, task.node) {
+            (TaskState::Running, Some(node)) => {
+                d.svc.actor_calls.pending(node, task.id, task.attempt)
+            }
+            _ => None,
+        };
         rows.push(ActorRow {
             class: info.spec.labels.get(ACTOR_LABEL).unwrap_or("").to_string(),
             actor_name,
             incarnation: task.attempt,
             restarts: task.attempt.saturating_sub(1),
+            pending_calls,
             task,
         });
     }

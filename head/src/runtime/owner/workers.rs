@@ -174,6 +174,7 @@ impl<S: LogStore> Owner<S> {
                 metrics,
                 seq,
                 fence,
+                actors,
             } => {
                 // The leader heard the worker: its lease runs on from when it sent this
                 // heartbeat (DESIGN §13). Only a leader gets here, and a leader that loses its
@@ -191,6 +192,7 @@ impl<S: LogStore> Owner<S> {
                     .any(|m| m.name == "draining" && m.value > 0.0);
                 self.metrics.worker_reported(node, metrics);
                 self.metrics.fences.reported(node, fence);
+                self.metrics.actor_calls.reported(node, actors);
                 if !draining || self.replica.state().node_draining(node) {
                     return;
                 }

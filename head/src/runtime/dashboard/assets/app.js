@@ -510,7 +510,7 @@ async function renderActors() {
   }
   // Each actor's output is its task's: the detail lists its incarnations (attempts) and
   // shows the output of the latest; the log browser has it under its node.
-  table(box, ['actor', 'name', 'class', 'state', 'node', 'incarnation', 'restarts', 'resources', 'why', 'logs'],
+  table(box, ['actor', 'name', 'class', 'state', 'node', 'incarnation', 'restarts', 'pending calls', 'resources', 'why', 'logs'],
     actors.map((a) => {
       const t = a.task;
       const logs = t.node === null ? '' : h('a', { class: 'actor-logs', href: `#logs/${t.node}/${t.id}` }, 'logs →');
@@ -519,6 +519,7 @@ async function renderActors() {
         h('td', { 'data-col': 'class' }, a.class), h('td', { 'data-col': 'state' }, badge(t.state)),
         h('td', { 'data-col': 'node' }, t.node === null ? '' : nodeName(t.node)),
         h('td', { 'data-col': 'incarnation' }, a.incarnation), h('td', { 'data-col': 'restarts' }, a.restarts),
+        h('td', { 'data-col': 'pending' }, a.pending_calls === null ? '' : a.pending_calls),
         h('td', { 'data-col': 'resources' }, resources(t.resources)),
         // A live actor's reason is its last restart's, which its restarts column tells.
         h('td', { 'data-col': 'why' }, t.state === 'Running' ? '' : t.reason || ''),

@@ -1,0 +1,179 @@
+//! A worker for tests only: `escher-worker`'s library with two Rust actor classes registered,
+//! which the released `escher-worker` does not have. The end-to-end tests that need a Rust
+//! actor in a real worker process (`tests/e2e_actor_faults.rs`: a partitioned worker's actor
+//! fenced, the head's leader SIGKILLed under actor calls) run this binary in place of
+//! `escher-worker` (`procs::WorkerExtra::binary`). It is not a program for users.
+//!
+//! It takes the flags the test harness gives every worker (`--head`, `--state-dir`, `--name`,
+//! `--resources`, `--log-dir`, `--grace`, `--pass-env`), starts the fence supervisor like
+//! `escher-worker`, and offers no Python.
+//!
+//! The classes leave a trace outside the worker, in files the test reads, so that what the
+//! processes did can be checked rather than what they reported:
+//!
+//! - `Locker(path)` takes an exclusive lock on the file `path` (`flock`, without waiting) in its
+//!   constructor and holds it until the instance is dropped. It appends one line per event to
+//!   `path.journal`: `take INCARNATION WORKER` once it holds the lock, `call INCARNATION WORKER`
+//!   for each call of `hold`, `release INCARNATION WORKER` as the instance is dropped (just
+//!   before the lock goes), and `conflict INCARNATION WORKER` when the lock was held by someone
+//!   else, which fails the constructor: two incarnations would have held it at once.
+//!   `hold()` answers `(incarnation, worker)`.
+//! - `Tally(journal)` counts: `add(n)` answers the new count, `get()` the count. Its constructor
+//!   appends `made ACTOR INCARNATION WORKER` to the file `journal`, so that every incarnation
+//!   ever made, in any worker process, is on record.
+//!
+//! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Parser;
+use escher_worker::{ActorClass, WorkerBuilder};
+
+/// The flags the test harness gives a worker.
+#[derive(Debug, Parser)]
+#[command(name = "test_actor_worker")]
+struct Args {
+    #[arg(long)]
+    head: String,
+    #[arg(long)]
+    state_dir: PathBuf,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    resources: String,
+    #[arg(long)]
+    log_dir: PathBuf,
+    /// Seconds a stopped command gets between SIGTERM and SIGKILL.
+    #[arg(long, default_value_t = 1.0)]
+    grace: f64,
+    #[arg(long)]
+    pass_env: Vec<String>,
+}
+
+/// Appends `line` to the file at `path` in one write (lines of concurrent writers never mix).
+fn journal(path: &Path, line: &str) -> Result<(), String> {
+    let mut file = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    file.write_all(format!("{line}\n").as_bytes())
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// An incarnation holding the lock.
+struct Locker {
+    /// Held open: the lock lasts as long as the file.
+    _lock: File,
+    journal: PathBuf,
+    incarnation: u32,
+    worker: String,
+}
+
+impl Drop for Locker {
+    fn drop(&mut self) {
+        let line = format!("release {} {}", self.incarnation, self.worker);
+        let _ = journal(&self.journal, &line);
+    }
+}
+
+fn locker(worker: String) -> ActorClass {
+    ActorClass::new("Locker", move |ctx, path: String| {
+        let worker = worker.clone();
+        async move {
+            let incarnation = ctx.attempt();
+            let journal_path = PathBuf::from(format!("{path}.journal"));
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&path)
+                .map_err(|e| format!("cannot open the lock file {path}: {e}"))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    journal(&journal_path, &format!("conflict {incarnation} {worker}"))?;
+                    return Err(format!(
+                        "the lock {path} is held by another incarnation: two would hold it"
+                    ));
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(format!("cannot lock {path}: {e}"));
+                }
+            }
+            journal(&journal_path, &format!("take {incarnation} {worker}"))?;
+            Ok(Locker {
+                _lock: file,
+                journal: journal_path,
+                incarnation,
+                worker,
+            })
+        }
+    })
+    .method("hold", |l: &mut Locker, (): ()| {
+        journal(&l.journal, &format!("call {} {}", l.incarnation, l.worker))?;
+        Ok((l.incarnation, l.worker.clone()))
+    })
+}
+
+fn tally(worker: String) -> ActorClass {
+    ActorClass::new("Tally", move |ctx, path: String| {
+        let worker = worker.clone();
+        async move {
+            let line = format!("made {} {} {worker}", ctx.task_id(), ctx.attempt());
+            journal(Path::new(&path), &line)?;
+            Ok(0u64)
+        }
+    })
+    .method("add", |n: &mut u64, by: u64| {
+        *n += by;
+        Ok(*n)
+    })
+    .method("get", |n: &mut u64, (): ()| Ok(*n))
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::args().nth(1).as_deref() == Some(escher_worker::fence::SUPERVISOR_ARG) {
+        escher_worker::fence::supervise();
+        return Ok(());
+    }
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run(args))
+}
+
+async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
+    let program = std::env::current_exe()?;
+    escher_worker::fence::start(&program)?;
+    let mut builder = WorkerBuilder::new()
+        .head(args.head)
+        .state_dir(args.state_dir)
+        .name(args.name.clone())
+        .resources(args.resources.parse()?)
+        .log_dir(args.log_dir)
+        .grace(Duration::from_secs_f64(args.grace))
+        .python(escher_worker::PythonDetection::Off)
+        .actor(locker(args.name.clone()))
+        .actor(tally(args.name));
+    for var in args.pass_env {
+        builder = builder.pass_env(var);
+    }
+    let worker = builder.build()?;
+    worker
+        .run(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
