@@ -81,9 +81,10 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
     let w2 = cluster.start_worker("w2", "cpu=2,memory=512").await;
 
     // A caller that goes on calling through the same handle, across the partition, until the
-    // next incarnation has answered it a few times.
+    // next incarnation has answered it a few times (or the lock saw two holders: then the
+    // journal's check below says so).
     let caller = {
-        let locker = locker.clone();
+        let (locker, journal_path) = (locker.clone(), journal_path.clone());
         tokio::spawn(async move {
             let mut answers: Vec<Result<(u32, String), ClientError>> = Vec::new();
             while answers
@@ -91,6 +92,7 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
                 .filter(|a| a.as_ref().is_ok_and(|(k, _)| *k == 2))
                 .count()
                 < 5
+                && !journal(&journal_path).iter().any(|l| l[0] == "conflict")
             {
                 answers.push(locker.call("hold", &()).await);
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -107,6 +109,11 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
     let answers = within("the caller reaches the next incarnation", caller)
         .await
         .unwrap();
+    let lines = journal(&journal_path);
+    assert!(
+        !lines.iter().any(|l| l[0] == "conflict"),
+        "two incarnations would have held the lock at once: {lines:?}"
+    );
 
     // The head restarted the actor on w2 once it counted w1 lost; w1's process lived on
     // throughout, cut off from the head but not from the caller.
@@ -127,7 +134,11 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
 
     // The caller saw incarnation 1 on w1, then incarnation 2 on w2, never back; a call that
     // failed in between failed as a call to a dead actor.
-    let served: Vec<(u32, String)> = answers.iter().filter_map(|a| a.as_ref().ok()).cloned().collect();
+    let served: Vec<(u32, String)> = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok())
+        .cloned()
+        .collect();
     let switch = served.iter().position(|(k, _)| *k == 2).unwrap();
     assert!(
         served[..switch].iter().all(|a| *a == (1, "w1".to_string()))
@@ -141,14 +152,23 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
     // The lock's own record: incarnation 1 took it, served, and let it go before incarnation 2
     // took it; never a conflict, and nothing of incarnation 1 after its release.
     let kinds = |lines: &[Vec<String>]| -> Vec<String> {
-        let mut kinds: Vec<String> = lines.iter().map(|l| format!("{} {} {}", l[0], l[1], l[2])).collect();
+        let mut kinds: Vec<String> = lines
+            .iter()
+            .map(|l| format!("{} {} {}", l[0], l[1], l[2]))
+            .collect();
         kinds.dedup();
         kinds
     };
     let lines = journal(&journal_path);
     assert_eq!(
         kinds(&lines),
-        ["take 1 w1", "call 1 w1", "release 1 w1", "take 2 w2", "call 2 w2"],
+        [
+            "take 1 w1",
+            "call 1 w1",
+            "release 1 w1",
+            "take 2 w2",
+            "call 2 w2"
+        ],
         "{lines:?}"
     );
 
@@ -174,7 +194,12 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
     within("kill", locker.kill(true)).await.unwrap();
     eventually("incarnation 2 to release the lock", WAIT, || {
         let lines = journal(&journal_path);
-        async move { lines.last().is_some_and(|l| l[0] == "release").then_some(()) }
+        async move {
+            lines
+                .last()
+                .is_some_and(|l| l[0] == "release")
+                .then_some(())
+        }
     })
     .await;
     let lines = journal(&journal_path);

@@ -812,12 +812,18 @@ async fn a_rust_actors_output_is_its_tasks_logs() {
     .await
     .unwrap();
     let id = talker.id();
-    within("say", talker.call::<String, ()>("say", &"first line".into()))
-        .await
-        .unwrap();
-    within("say", talker.call::<String, ()>("say", &"second line".into()))
-        .await
-        .unwrap();
+    within(
+        "say",
+        talker.call::<String, ()>("say", &"first line".into()),
+    )
+    .await
+    .unwrap();
+    within(
+        "say",
+        talker.call::<String, ()>("say", &"second line".into()),
+    )
+    .await
+    .unwrap();
     let out = within("stdout", client.logs(id, LogStream::Stdout))
         .await
         .unwrap();
@@ -832,12 +838,18 @@ async fn a_rust_actors_output_is_its_tasks_logs() {
 
     // A restart is a new attempt with logs of its own; the first incarnation's stay readable.
     within("restart", talker.kill(false)).await.unwrap();
-    within("say after the restart", talker.call::<String, ()>("say", &"again".into()))
-        .await
-        .unwrap();
-    let out = within("stdout of incarnation 2", client.logs(id, LogStream::Stdout))
-        .await
-        .unwrap();
+    within(
+        "say after the restart",
+        talker.call::<String, ()>("say", &"again".into()),
+    )
+    .await
+    .unwrap();
+    let out = within(
+        "stdout of incarnation 2",
+        client.logs(id, LogStream::Stdout),
+    )
+    .await
+    .unwrap();
     assert_eq!(String::from_utf8_lossy(&out), "hello\nagain\n");
     let first = within(
         "stdout of incarnation 1",

@@ -135,8 +135,7 @@ pub fn render_actors(rows: &[ActorRow]) -> String {
             row.state.clone(),
             row.node.map_or_else(|| "-".to_string(), |n| n.to_string()),
             row.restarts.to_string(),
-            row
-                .pending_calls
+            row.pending_calls
                 .map_or_else(|| "-".to_string(), |n| n.to_string()),
             row.resources.clone(),
         ]);

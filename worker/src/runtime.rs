@@ -623,6 +623,7 @@ impl Runtime {
             self.lease_end = None;
             return;
         };
+        self.env.actors.lease_until(renewed + lease);
         let end = tokio::time::Instant::from_std(renewed + lease);
         match &mut self.lease_end {
             Some(sleep) => sleep.as_mut().reset(end),

@@ -63,6 +63,52 @@ pub(crate) struct Live {
     pub(crate) why: Arc<Mutex<Option<String>>>,
     /// Calls received and not answered yet (the service counts them: [`Pending`]).
     pub(crate) pending: Arc<AtomicU64>,
+    /// The worker's lease: no call starts once it has run out.
+    pub(crate) lease: Arc<Lease>,
+}
+
+/// When the worker's lease with the leading head runs out (the runtime sets it at each
+/// renewal). The runtime ends every incarnation when it does (`Runtime::lease_ran_out`); this
+/// is the check each call passes before it starts, so that no call starts in between: a worker
+/// that resumes after a SIGSTOP may read calls before its runtime's timer fires.
+#[derive(Debug)]
+pub(crate) struct Lease {
+    epoch: std::time::Instant,
+    /// Milliseconds since `epoch` when the lease runs out; 0 until the first registration.
+    until_ms: AtomicU64,
+}
+
+impl Default for Lease {
+    fn default() -> Self {
+        Lease {
+            epoch: std::time::Instant::now(),
+            until_ms: AtomicU64::new(0),
+        }
+    }
+}
+
+impl Lease {
+    /// The lease runs until `until`.
+    pub(crate) fn set(&self, until: std::time::Instant) {
+        let ms = until.saturating_duration_since(self.epoch).as_millis();
+        self.until_ms.store(
+            u64::try_from(ms).unwrap_or(u64::MAX).max(1),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Why no call may start now, if the lease has run out.
+    pub(crate) fn lapsed(&self) -> Option<String> {
+        let until = self.until_ms.load(Ordering::Relaxed);
+        let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
+        (until > 0 && now > until).then(|| {
+            format!(
+                "fenced: this worker's lease ran out {:.1}s ago (it was stopped or cut off from \
+                 the leading head, which restarts the actor elsewhere if it may)",
+                (now - until) as f64 / 1000.0
+            )
+        })
+    }
 }
 
 /// One call received and not answered yet: counted in its incarnation's `pending` while this
@@ -103,6 +149,7 @@ pub struct ActorHost {
     classes: BTreeMap<String, ActorClass>,
     live: Mutex<HashMap<TaskId, Live>>,
     key: RwLock<Option<(NodeId, [u8; 32])>>,
+    lease: Arc<Lease>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -133,6 +180,11 @@ impl ActorHost {
     /// The live incarnation of `actor`, if this worker hosts one.
     pub(crate) fn live(&self, actor: TaskId) -> Option<Live> {
         lock(&self.live).get(&actor).cloned()
+    }
+
+    /// The worker's lease runs until `until` (renewed by the leading head).
+    pub(crate) fn lease_until(&self, until: std::time::Instant) {
+        self.lease.set(until);
     }
 
     /// Ends every incarnation this worker hosts, with `why` (the worker's lease ran out: see
@@ -202,6 +254,7 @@ impl ActorHost {
             ended: CancellationToken::new(),
             why: Arc::default(),
             pending: Arc::default(),
+            lease: Arc::clone(&self.lease),
         };
         let args = spec.args.to_vec();
         // Made, and its calls served until `live` ends: `done` resolves once nothing of the
@@ -344,6 +397,11 @@ fn serve_dynamic(
                     Err(_) => break,
                 },
             };
+            if let Some(why) = live.lease.lapsed() {
+                live.end(why);
+                let _ = call.reply.send(CallOutcome::Died(live.why()));
+                break;
+            }
             let answer = instance.call(call.method, call.args);
             let live = live.clone();
             tokio::spawn(async move {
@@ -395,6 +453,11 @@ fn serve(
             }
         });
         let Some(call) = next else { break };
+        if let Some(why) = live.lease.lapsed() {
+            live.end(why.clone());
+            let _ = call.reply.send(CallOutcome::Died(live.why()));
+            break;
+        }
         let Some(method) = class.method_named(&call.method) else {
             let _ = call
                 .reply
