@@ -170,6 +170,10 @@ impl ClusterState {
         self.creators.clear();
         self.actor_names.clear();
         for (id, rec) in &self.tasks {
+            // Soft locality is not part of the core's snapshot: set again from the spec.
+            if rec.state == TaskState::Pending && self.core.is_pending(*id) {
+                self.core.prefer(*id, rec.preferred_locations());
+            }
             if !rec.state.is_terminal()
                 && let Some(key) = rec.actor_name()
             {

@@ -73,8 +73,8 @@ pub use link::{
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use object::{
-    LOCATION_PREFIX, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectView,
-    ParseObjectIdError, SealedCopy,
+    LOCATION_PREFIX, OBJECTS_LABEL, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectView,
+    ParseObjectIdError, SealedCopy, format_object_args, parse_object_args,
 };
 pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};

@@ -152,9 +152,43 @@ impl FromStr for ObjectId {
     }
 }
 
+/// The task label that lists the objects a task takes as arguments: their ids joined by `+`
+/// (`9223372036854775808.0+7.1`). The client's builders set it (`TaskBuilder::object_arg`);
+/// the head checks each object is live in the task's namespace when it accepts the task,
+/// orders them largest first, and places the task by default on a node that holds a copy of
+/// the first that has room (soft locality); the worker fetches each before the task runs.
+/// A label, not a field of the spec, so that tasks with object arguments are written in
+/// every data format. A label's value is at most 256 bytes: about ten objects per task.
+pub const OBJECTS_LABEL: &str = "escher.objects";
+
+/// The objects an [`OBJECTS_LABEL`] value names, in its order (an empty value names none).
+pub fn parse_object_args(value: &str) -> Result<Vec<ObjectId>, ParseObjectIdError> {
+    value
+        .split('+')
+        .filter(|s| !s.trim().is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// The [`OBJECTS_LABEL`] value that names `ids`, in order.
+pub fn format_object_args(ids: &[ObjectId]) -> String {
+    let parts: Vec<String> = ids.iter().map(ObjectId::to_string).collect();
+    parts.join("+")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_args_print_and_parse() {
+        let ids = [ObjectId(1 << 63, 0), ObjectId(7, 1)];
+        let text = format_object_args(&ids);
+        assert_eq!(text, "9223372036854775808.0+7.1");
+        assert_eq!(parse_object_args(&text), Ok(ids.to_vec()));
+        assert_eq!(parse_object_args(""), Ok(Vec::new()));
+        assert!(parse_object_args("7.0+x").is_err());
+    }
 
     #[test]
     fn prints_and_parses() {
