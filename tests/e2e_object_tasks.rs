@@ -16,7 +16,7 @@ mod procs;
 
 
 use escher::types::{NodeId, ObjectId, TaskState};
-use escher::{Client, Task};
+use escher::{Client, ClientError, Task};
 use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
 
 /// `len` bytes that differ from one object to the next.
@@ -169,6 +169,18 @@ async fn a_task_whose_argument_is_unknown_freed_or_lost_is_refused_naming_the_ob
         text.contains(&lost.id().to_string()) && text.contains(&holder.to_string()),
         "{text}"
     );
+    // Reading it is refused with the typed error, naming the object, its node and why.
+    match lost.get().await {
+        Err(ClientError::ObjectLost { id, node, message }) => {
+            assert_eq!((id, node), (lost.id(), holder));
+            assert!(message.contains("lost"), "{message}");
+        }
+        other => panic!("expected ObjectLost, got {other:?}"),
+    }
+    match client.submit(Task::command(["true"]).object_arg(&lost)).await {
+        Err(ClientError::ObjectLost { id, node, .. }) => assert_eq!((id, node), (lost.id(), holder)),
+        other => panic!("expected ObjectLost, got {other:?}"),
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
