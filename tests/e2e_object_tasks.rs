@@ -14,7 +14,6 @@
 mod common;
 mod procs;
 
-
 use escher::types::{NodeId, ObjectId, TaskState};
 use escher::{Client, ClientError, Task};
 use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
@@ -145,12 +144,19 @@ async fn a_task_whose_argument_is_unknown_freed_or_lost_is_refused_naming_the_ob
         .await
         .unwrap_err();
     let text = err.to_string();
-    assert!(text.contains(&freed_id.to_string()) && text.contains("freed"), "{text}");
+    assert!(
+        text.contains(&freed_id.to_string()) && text.contains("freed"),
+        "{text}"
+    );
 
     // The holder of the only copy is killed: the object is lost, and says where and why.
     let lost = client.put(pattern(1024, 3)).await.unwrap();
     let holder = client.locate_object(lost.id()).await.unwrap().holders[0].node;
-    let name = if holder == cluster.node("w1") { "w1" } else { "w2" };
+    let name = if holder == cluster.node("w1") {
+        "w1"
+    } else {
+        "w2"
+    };
     cluster.kill_worker(name);
     let err = eventually("the holder to be declared lost", WAIT, || {
         let client = client.clone();
@@ -177,8 +183,13 @@ async fn a_task_whose_argument_is_unknown_freed_or_lost_is_refused_naming_the_ob
         }
         other => panic!("expected ObjectLost, got {other:?}"),
     }
-    match client.submit(Task::command(["true"]).object_arg(&lost)).await {
-        Err(ClientError::ObjectLost { id, node, .. }) => assert_eq!((id, node), (lost.id(), holder)),
+    match client
+        .submit(Task::command(["true"]).object_arg(&lost))
+        .await
+    {
+        Err(ClientError::ObjectLost { id, node, .. }) => {
+            assert_eq!((id, node), (lost.id(), holder))
+        }
         other => panic!("expected ObjectLost, got {other:?}"),
     }
 }
@@ -209,7 +220,10 @@ async fn a_function_reads_its_object_argument_fetched_worker_to_worker_and_the_c
         let status = client.run(task, Some(common::LIMIT)).await.unwrap();
         assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
         let ran = status.node.unwrap();
-        assert_ne!(ran, holder, "the object crossed from one worker to the other");
+        assert_ne!(
+            ran, holder,
+            "the object crossed from one worker to the other"
+        );
         let got: Vec<(String, u64, u32, u64)> = match status.result {
             Some(escher::types::TaskResult::Returned(bytes)) => {
                 escher::codec::decode(&bytes).unwrap()

@@ -11,7 +11,10 @@ const COPY: &str = "ns/object.9.0";
 const OTHER_COPY: &str = "ns/object.9.1";
 
 fn prefer(env: &mut TestEnv, task: u64, names: &[&str]) {
-    let names = names.iter().map(|n| ResourceName::new(n).unwrap()).collect();
+    let names = names
+        .iter()
+        .map(|n| ResourceName::new(n).unwrap())
+        .collect();
     env.core.prefer(TaskId(task), names);
 }
 
@@ -34,7 +37,11 @@ fn a_task_goes_to_the_node_holding_what_it_prefers_when_it_has_room() {
     assert_eq!(env.submit(2, "cpu=1"), dispatches(&[(2, 3)]));
     // Without a preference the round robin is as it was: it starts at the first node.
     assert_eq!(env.submit(3, "cpu=1"), dispatches(&[(3, 1)]));
-    assert_eq!(env.core.preference(TaskId(1)), None, "kept only while pending");
+    assert_eq!(
+        env.core.preference(TaskId(1)),
+        None,
+        "kept only while pending"
+    );
 }
 
 #[test]

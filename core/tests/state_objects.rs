@@ -9,8 +9,8 @@ use escher_core::state::{
     ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, DATA_ADDRESS_LABEL, NodeId, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket,
-    OBJECTS_LABEL, SealedCopy, TaskResult, TaskState, format_object_args, ticket_key,
+    Capacity, DATA_ADDRESS_LABEL, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner,
+    ObjectTicket, SealedCopy, TaskResult, TaskState, format_object_args, ticket_key,
 };
 use state_support::{TestState, joining, ns, secret, task};
 
@@ -405,7 +405,10 @@ fn a_task_whose_argument_object_is_unknown_freed_or_lost_is_refused_naming_it() 
         })
         .unwrap_err()
     };
-    assert_eq!(refuse(&mut t, &[unknown]), ApplyError::UnknownObject(unknown));
+    assert_eq!(
+        refuse(&mut t, &[unknown]),
+        ApplyError::UnknownObject(unknown)
+    );
 
     let freed = ObjectId(SESSION, 1);
     seal_sized(&mut t, freed, 10, a);
@@ -471,9 +474,8 @@ fn a_restored_state_keeps_a_pending_tasks_preference() {
     };
     assert_ne!(t.state.task(on_b).unwrap().node, Some(a));
     let report = state_support::report(on_b, 1, Ok(TaskResult::Exited { code: 0 }));
-    let done = |s: &mut ClusterState| {
-        s.apply(Entry::new(t.now, Command::TaskFinished(report.clone())))
-    };
+    let done =
+        |s: &mut ClusterState| s.apply(Entry::new(t.now, Command::TaskFinished(report.clone())));
     let mine = done(&mut t.state);
     assert_eq!(done(&mut back), mine);
     assert_eq!(back.task(waiting).unwrap().node, Some(b));

@@ -117,7 +117,10 @@ impl TaskContext {
     }
 
     /// Object argument `id`, if the task takes it.
-    pub fn object_arg(&self, id: escher_proto::types::ObjectId) -> Option<&crate::objects::ObjectView> {
+    pub fn object_arg(
+        &self,
+        id: escher_proto::types::ObjectId,
+    ) -> Option<&crate::objects::ObjectView> {
         self.object_args.iter().find(|v| v.id() == id)
     }
 

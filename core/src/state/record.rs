@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
     AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, MigReport,
-    NAMESPACE_LABEL, Namespace, NodeId, OBJECTS_LABEL, ObjectId, OutputTail, PendingReason, RESERVATION_LABEL, ResourceName,
-    ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
-    parse_object_args,
+    NAMESPACE_LABEL, Namespace, NodeId, OBJECTS_LABEL, ObjectId, OutputTail, PendingReason,
+    RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec,
+    TaskState, TaskStatus, parse_object_args,
 };
 use serde::{Deserialize, Serialize};
 

@@ -7,8 +7,8 @@ use escher_proto::types::{
     RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished, format_object_args, parse_object_args,
 };
 use escher_proto::types::{
-    Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet, TaskId,
-    TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet,
+    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 use super::apply::ClusterState;
@@ -626,8 +626,8 @@ impl ClusterState {
             return Ok(spec);
         };
         let invalid = |why: String| ApplyError::InvalidTask { index, why };
-        let ids = parse_object_args(value)
-            .map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
+        let ids =
+            parse_object_args(value).map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
         let mut sized: Vec<(u64, ObjectId)> = Vec::with_capacity(ids.len());
         for id in ids {
             if sized.iter().any(|(_, seen)| *seen == id) {
