@@ -636,7 +636,7 @@ impl ClusterState {
             let view = self.locate_object(id, ns, false, None)?;
             sized.push((view.size, id));
         }
-        sized.sort_by(|a, b| b.0.cmp(&a.0));
+        sized.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
         let ids: Vec<ObjectId> = sized.into_iter().map(|(_, id)| id).collect();
         spec.labels
             .insert(OBJECTS_LABEL, &format_object_args(&ids))
