@@ -9,12 +9,13 @@
 //!   on another node, whose worker brings the object from the holder worker to worker before
 //!   the handler starts; the handler reads the bytes from its own store, and the head then
 //!   knows the second copy.
-//! - Bad input: an unknown, freed or lost argument refuses the task, naming the object.
+//! - Bad input: an unknown, freed or lost argument refuses the task, naming the object; a
+//!   namespace's `put` past its byte quota is refused naming the quota, before any byte moves.
 
 mod common;
 mod procs;
 
-use escher::types::{NodeId, ObjectId, TaskState};
+use escher::types::{Grant, NodeId, ObjectId, Role, TaskState};
 use escher::{Client, ClientError, Task};
 use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
 
@@ -28,11 +29,23 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// Real processes: `workers` workers of two cpus, each with a store of its own under
 /// `/dev/shm`.
 async fn processes(workers: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
+    processes_with(workers, &[]).await
+}
+
+/// [`processes`], the head started with `head_args` too.
+async fn processes_with(
+    workers: usize,
+    head_args: &[&str],
+) -> (ProcessCluster, Client, tempfile::TempDir) {
     let shm = tempfile::Builder::new()
         .prefix("escher-e2e-object-tasks-")
         .tempdir_in("/dev/shm")
         .expect("a directory in /dev/shm");
-    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let mut cluster = ProcessCluster::builder()
+        .workers(0)
+        .head_args(head_args)
+        .start()
+        .await;
     for i in 1..=workers {
         let dir = shm.path().join(format!("w{i}"));
         std::fs::create_dir_all(&dir).unwrap();
@@ -248,4 +261,27 @@ async fn a_function_reads_its_object_argument_fetched_worker_to_worker_and_the_c
         want.dedup();
         assert_eq!(holders, want, "{len} bytes");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_past_its_namespaces_byte_quota_is_refused_naming_the_quota() {
+    let (_cluster, admin, _shm) = processes_with(1, &["--namespace-object-bytes", "3000000"]).await;
+    let grant = Grant::new(Role::App, Some("team".parse().unwrap())).unwrap();
+    let token = admin.create_token(grant, "quota").await.unwrap().token;
+    let team = admin.clone().with_token(token);
+    let kept = team.put(pattern(2 << 20, 7)).await.unwrap();
+    let err = team.put(pattern(1 << 20, 8)).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("--namespace-object-bytes") && text.contains("team"),
+        "{text}"
+    );
+    // The admin's objects are not counted; and once released, the team's bytes come back.
+    admin.put(pattern(2 << 20, 9)).await.unwrap();
+    drop(kept);
+    eventually("the release to free the quota", WAIT, || {
+        let team = team.clone();
+        async move { team.put(pattern(1 << 20, 10)).await.ok() }
+    })
+    .await;
 }

@@ -480,3 +480,51 @@ fn a_restored_state_keeps_a_pending_tasks_preference() {
     assert_eq!(done(&mut back), mine);
     assert_eq!(back.task(waiting).unwrap().node, Some(b));
 }
+
+#[test]
+fn a_namespaces_objects_past_its_byte_quota_are_refused_whole_naming_the_quota() {
+    let mut t = TestState::with_config(StateConfig {
+        namespace_object_bytes: 2048,
+        ..StateConfig::default()
+    });
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let app = Some("app");
+    let first = ObjectId(SESSION, 0);
+    assert!(seal(&mut t, vec![copy(first, a, app)]).is_empty());
+    // A second copy of the same object counts nothing more.
+    assert!(seal(&mut t, vec![copy(first, b, app)]).is_empty());
+    assert_eq!(t.state.objects().namespace_bytes(&ns("app")), 1024);
+
+    // Two more objects of 1024 bytes: past 2048, the batch is refused whole.
+    let (second, third) = (ObjectId(SESSION, 1), ObjectId(SESSION, 2));
+    let err = t
+        .try_apply(Command::ObjectsSealed {
+            copies: vec![copy(second, a, app), copy(third, a, app)],
+        })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApplyError::ObjectBytesExceeded {
+            namespace: ns("app"),
+            stored: 1024,
+            asked: 2048,
+            limit: 2048
+        }
+    );
+    assert!(
+        err.to_string().contains("--namespace-object-bytes"),
+        "{err}"
+    );
+    assert!(t.state.objects().get(second).is_none());
+    assert!(t.state.check_object_bytes(Some(&ns("app")), 1025).is_err());
+    // Another namespace and the admin have their own count (the admin none).
+    assert!(seal(&mut t, vec![copy(second, a, Some("other"))]).is_empty());
+    assert!(seal(&mut t, vec![copy(third, a, None)]).is_empty());
+    // Released, the bytes come back.
+    release(&mut t, vec![first], app);
+    assert_eq!(t.state.objects().namespace_bytes(&ns("app")), 0);
+    let fourth = ObjectId(SESSION, 3);
+    let mut big = copy(fourth, a, app);
+    big.size = 2048;
+    assert!(seal(&mut t, vec![big]).is_empty());
+}

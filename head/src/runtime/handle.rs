@@ -131,7 +131,8 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
         ApplyError::QuotaExceeded { .. }
         | ApplyError::ResourceQuotaExceeded { .. }
         | ApplyError::TaskTooLarge { .. }
-        | ApplyError::SpecBytesExceeded { .. } => Status::resource_exhausted(message),
+        | ApplyError::SpecBytesExceeded { .. }
+        | ApplyError::ObjectBytesExceeded { .. } => Status::resource_exhausted(message),
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
         ApplyError::ReservationExists(_) | ApplyError::ActorNameTaken { .. } => {
             Status::already_exists(message)
