@@ -270,6 +270,35 @@ impl Task {
         }
     }
 
+    /// Passes object `object` to the task as an argument, by reference: the head places the
+    /// task, by default, on a node that holds a copy when one has room (soft locality, never
+    /// a reason to wait), and the worker brings the object into its own store, worker to
+    /// worker, before the task runs; a function reads it with `TaskContext::object_arg`.
+    /// Each call adds one (they ride in the task's `escher.objects` label, at most 256 bytes:
+    /// about ten objects). Keep `object` (or a clone) until the task has ended: dropping the
+    /// last reference releases the object, and a task submitted after that is refused.
+    /// For hard locality, request the location resource instead
+    /// (`.resource(format!("object.{}", object.id()), 1)`).
+    pub fn object_arg(self, object: &crate::ObjectRef) -> Task {
+        self.object_arg_id(object.id())
+    }
+
+    /// [`object_arg`](Self::object_arg) by id (an object this client does not hold a
+    /// reference to, such as another task's result).
+    pub fn object_arg_id(self, id: escher_proto::types::ObjectId) -> Task {
+        use escher_proto::types::{OBJECTS_LABEL, format_object_args, parse_object_args};
+        let mut ids = self
+            .labels
+            .get(OBJECTS_LABEL)
+            .and_then(|v| parse_object_args(v).ok())
+            .unwrap_or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
+        let value = format_object_args(&ids);
+        self.label(OBJECTS_LABEL, &value)
+    }
+
     /// Runs the task up to `n` more times after a failure or a lost node.
     pub fn max_retries(mut self, n: u32) -> Task {
         self.max_retries = n;

@@ -218,6 +218,17 @@ pub enum ClientError {
     /// recorded by the head: the message names the object and each holder's answer.
     #[error("{0}")]
     ObjectUnavailable(String),
+    /// Every copy of object `id` was on nodes that are gone, and nothing rebuilds it: the
+    /// message (the head's) names the object, `node` (its last copy's) and why that node went.
+    #[error("{message}")]
+    ObjectLost {
+        /// The object.
+        id: escher_proto::types::ObjectId,
+        /// The node that held its last copy.
+        node: escher_proto::types::NodeId,
+        /// What the head said, why included.
+        message: String,
+    },
     /// An object's bytes did not move between this client and a worker's data plane.
     #[error(transparent)]
     Object(#[from] crate::objects::ObjectTransferError),
@@ -261,6 +272,7 @@ impl ClientError {
             | ClientError::Unauthenticated { .. }
             | ClientError::PermissionDenied(_)
             | ClientError::ObjectUnavailable(_)
+            | ClientError::ObjectLost { .. }
             | ClientError::Protocol(_) => false,
             // Not unchanged: a new call carries a new key. Retry under the key it names.
             ClientError::UnknownOutcome { .. } => false,
@@ -290,6 +302,7 @@ impl ClientError {
                 | ClientError::Unauthenticated { .. }
                 | ClientError::PermissionDenied(_)
                 | ClientError::MigRefused { .. }
+                | ClientError::ObjectLost { .. }
         ) || matches!(self, ClientError::Rpc(status) if status.code() == Code::AlreadyExists)
     }
 
@@ -341,6 +354,11 @@ impl ClientError {
             },
             ClientError::PermissionDenied(m) => ClientError::PermissionDenied(m.clone()),
             ClientError::ObjectUnavailable(m) => ClientError::ObjectUnavailable(m.clone()),
+            ClientError::ObjectLost { id, node, message } => ClientError::ObjectLost {
+                id: *id,
+                node: *node,
+                message: message.clone(),
+            },
             ClientError::MigRefused { refusal, message } => ClientError::MigRefused {
                 refusal: *refusal,
                 message: message.clone(),
@@ -367,6 +385,18 @@ impl ClientError {
         {
             return ClientError::MigRefused {
                 refusal,
+                message: status.message().to_string(),
+            };
+        }
+        if let Some((id, node)) = status
+            .metadata()
+            .get(escher_proto::types::OBJECT_LOST_METADATA)
+            .and_then(|v| v.to_str().ok())
+            .and_then(escher_proto::types::parse_object_lost)
+        {
+            return ClientError::ObjectLost {
+                id,
+                node,
                 message: status.message().to_string(),
             };
         }

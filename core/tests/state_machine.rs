@@ -1593,6 +1593,7 @@ proptest! {
             namespace_resources: 6,
             max_task_bytes: 4096,
             namespace_spec_bytes: 2048,
+            namespace_object_bytes: 4096,
         });
         let mut known = 0u64;
         for op in &ops {

@@ -9,8 +9,8 @@ use escher_core::state::{
     ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, DATA_ADDRESS_LABEL, NodeId, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket,
-    SealedCopy, TaskState, ticket_key,
+    Capacity, DATA_ADDRESS_LABEL, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner,
+    ObjectTicket, SealedCopy, TaskResult, TaskState, format_object_args, ticket_key,
 };
 use state_support::{TestState, joining, ns, secret, task};
 
@@ -350,4 +350,181 @@ fn a_put_goes_to_the_emptiest_data_node_with_a_write_ticket_and_a_reader_gets_re
     let read = ObjectTicket::verify(view.holders[0].ticket.as_ref().unwrap(), &key).unwrap();
     assert!(read.allows(a, id, ObjectAccess::Read, 4_000).is_ok());
     assert!(read.allows(a, next, ObjectAccess::Read, 4_000).is_err());
+}
+
+/// Seals one copy of `id` of `size` bytes on `node`, in the admin's namespace.
+fn seal_sized(t: &mut TestState, id: ObjectId, size: u64, node: NodeId) {
+    let mut c = copy(id, node, None);
+    c.size = size;
+    assert!(seal(t, vec![c]).is_empty());
+}
+
+fn with_args(resources: &str, ids: &[ObjectId]) -> state_support::TaskBuilder {
+    task(resources).label(OBJECTS_LABEL, &format_object_args(ids))
+}
+
+#[test]
+fn a_task_whose_argument_is_an_object_runs_where_a_copy_is_when_there_is_room() {
+    let mut t = TestState::new();
+    let (a, b, c) = (
+        data_node(&mut t, "a"),
+        data_node(&mut t, "b"),
+        data_node(&mut t, "c"),
+    );
+    let small = ObjectId(SESSION, 0);
+    let large = ObjectId(SESSION, 1);
+    seal_sized(&mut t, small, 10, b);
+    seal_sized(&mut t, large, 1000, c);
+    // The largest argument's holder first, whatever order the caller gave.
+    for _ in 0..3 {
+        let (id, fx) = t.submit(with_args("cpu=1", &[small, large]));
+        assert_eq!(fx, vec![format!("assign {id}->{c} #1")]);
+        let label = t.state.task(id).unwrap().spec.labels.get(OBJECTS_LABEL);
+        assert_eq!(label, Some(format_object_args(&[large, small]).as_str()));
+    }
+    // Node c has one cpu left: the next goes there, then the smaller object's holder has room.
+    let (id, fx) = t.submit(with_args("cpu=1", &[large, small]));
+    assert_eq!(fx, vec![format!("assign {id}->{c} #1")]);
+    let (id, fx) = t.submit(with_args("cpu=4", &[large, small]));
+    assert_eq!(fx, vec![format!("assign {id}->{b} #1")]);
+    // No holder has room: it runs elsewhere at once, never waiting for them.
+    let (id, fx) = t.submit(with_args("cpu=1", &[large, small]));
+    assert_eq!(fx, vec![format!("assign {id}->{a} #1")]);
+}
+
+#[test]
+fn a_task_whose_argument_object_is_unknown_freed_or_lost_is_refused_naming_it() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let b = data_node(&mut t, "b");
+    let unknown = ObjectId(SESSION, 7);
+    let refuse = |t: &mut TestState, ids: &[ObjectId]| {
+        t.try_apply(Command::Submit {
+            tasks: vec![with_args("cpu=1", ids).build()],
+            namespace: None,
+        })
+        .unwrap_err()
+    };
+    assert_eq!(
+        refuse(&mut t, &[unknown]),
+        ApplyError::UnknownObject(unknown)
+    );
+
+    let freed = ObjectId(SESSION, 1);
+    seal_sized(&mut t, freed, 10, a);
+    release(&mut t, vec![freed], None);
+    assert_eq!(refuse(&mut t, &[freed]), ApplyError::ObjectFreed(freed));
+
+    let lost = ObjectId(SESSION, 2);
+    seal_sized(&mut t, lost, 10, b);
+    t.remove_node(b);
+    let err = refuse(&mut t, &[lost]);
+    assert!(
+        matches!(&err, ApplyError::ObjectLost { id, node, .. } if *id == lost && *node == b),
+        "{err:?}"
+    );
+    // Another namespace's object is unknown to this one's task.
+    let theirs = ObjectId(SESSION, 3);
+    assert!(seal(&mut t, vec![copy(theirs, a, Some("other"))]).is_empty());
+    let err = t
+        .try_apply(Command::Submit {
+            tasks: vec![with_args("cpu=1", &[theirs]).build()],
+            namespace: Some(ns("app")),
+        })
+        .unwrap_err();
+    assert_eq!(err, ApplyError::UnknownObject(theirs));
+    // A label that names no object is refused as such.
+    let err = t
+        .try_apply(Command::Submit {
+            tasks: vec![task("cpu=1").label(OBJECTS_LABEL, "seven").build()],
+            namespace: None,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains(OBJECTS_LABEL), "{err}");
+}
+
+#[test]
+fn a_restored_state_keeps_a_pending_tasks_preference() {
+    let mut t = TestState::new();
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let id = ObjectId(SESSION, 0);
+    seal_sized(&mut t, id, 10, b);
+    // Fill both nodes, then queue a task that prefers b.
+    let (first, _) = t.submit(task("cpu=4"));
+    let (second, _) = t.submit(task("cpu=4"));
+    let (waiting, fx) = t.submit(with_args("cpu=1", &[id]));
+    assert!(fx.is_empty(), "{fx:?}");
+
+    let config = bincode::config::standard();
+    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
+    let (state, _): (ClusterState, usize) =
+        bincode::serde::decode_from_slice(&image, config).unwrap();
+    let mut back = state.restore(StateConfig::default());
+    back.set_objects(t.state.objects().clone());
+    assert_eq!(
+        back.core().preference(waiting),
+        t.state.core().preference(waiting)
+    );
+    assert!(back.core().preference(waiting).is_some());
+    // The same next step on both decides alike: node b's task ends, the waiting one runs there.
+    let on_b = if t.state.task(first).unwrap().node == Some(b) {
+        first
+    } else {
+        second
+    };
+    assert_ne!(t.state.task(on_b).unwrap().node, Some(a));
+    let report = state_support::report(on_b, 1, Ok(TaskResult::Exited { code: 0 }));
+    let done =
+        |s: &mut ClusterState| s.apply(Entry::new(t.now, Command::TaskFinished(report.clone())));
+    let mine = done(&mut t.state);
+    assert_eq!(done(&mut back), mine);
+    assert_eq!(back.task(waiting).unwrap().node, Some(b));
+}
+
+#[test]
+fn a_namespaces_objects_past_its_byte_quota_are_refused_whole_naming_the_quota() {
+    let mut t = TestState::with_config(StateConfig {
+        namespace_object_bytes: 2048,
+        ..StateConfig::default()
+    });
+    let (a, b) = (data_node(&mut t, "a"), data_node(&mut t, "b"));
+    let app = Some("app");
+    let first = ObjectId(SESSION, 0);
+    assert!(seal(&mut t, vec![copy(first, a, app)]).is_empty());
+    // A second copy of the same object counts nothing more.
+    assert!(seal(&mut t, vec![copy(first, b, app)]).is_empty());
+    assert_eq!(t.state.objects().namespace_bytes(&ns("app")), 1024);
+
+    // Two more objects of 1024 bytes: past 2048, the batch is refused whole.
+    let (second, third) = (ObjectId(SESSION, 1), ObjectId(SESSION, 2));
+    let err = t
+        .try_apply(Command::ObjectsSealed {
+            copies: vec![copy(second, a, app), copy(third, a, app)],
+        })
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ApplyError::ObjectBytesExceeded {
+            namespace: ns("app"),
+            stored: 1024,
+            asked: 2048,
+            limit: 2048
+        }
+    );
+    assert!(
+        err.to_string().contains("--namespace-object-bytes"),
+        "{err}"
+    );
+    assert!(t.state.objects().get(second).is_none());
+    assert!(t.state.check_object_bytes(Some(&ns("app")), 1025).is_err());
+    // Another namespace and the admin have their own count (the admin none).
+    assert!(seal(&mut t, vec![copy(second, a, Some("other"))]).is_empty());
+    assert!(seal(&mut t, vec![copy(third, a, None)]).is_empty());
+    // Released, the bytes come back.
+    release(&mut t, vec![first], app);
+    assert_eq!(t.state.objects().namespace_bytes(&ns("app")), 0);
+    let fourth = ObjectId(SESSION, 3);
+    let mut big = copy(fourth, a, app);
+    big.size = 2048;
+    assert!(seal(&mut t, vec![big]).is_empty());
 }

@@ -48,6 +48,7 @@ proptest! {
             namespace_resources: 6,
             max_task_bytes: 4096,
             namespace_spec_bytes: 2048,
+            namespace_object_bytes: 4096,
         };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());

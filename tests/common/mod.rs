@@ -63,6 +63,19 @@ pub fn functions() -> Functions {
                 .map_err(|e| e.to_string())?;
             Ok::<_, String>(ctx.node_id().0)
         })
+        .typed_function("object_args", |ctx, ()| async move {
+            // Each object argument as (id, length, CRC-32C of the bytes read), and this node.
+            let seen: Vec<(String, u64, u32, u64)> = ctx
+                .object_args()
+                .iter()
+                .map(|o| {
+                    let bytes = o.as_slice();
+                    let crc = crc32c::crc32c(bytes);
+                    (o.id().to_string(), bytes.len() as u64, crc, ctx.node_id().0)
+                })
+                .collect();
+            Ok::<_, String>(seen)
+        })
         .typed_function("where", |ctx, ()| async move {
             Ok::<_, String>(ctx.node_id().0)
         })

@@ -42,6 +42,9 @@ pub struct TaskContext {
     cgroups: Option<Arc<crate::exec::TaskCgroups>>,
     /// Where what a Python interpreter prints for this attempt goes.
     logs: Option<Arc<TaskLogs>>,
+    /// The task's object arguments, brought into this node's store before it started, in
+    /// the order the head keeps them (largest first).
+    object_args: Arc<[crate::objects::ObjectView]>,
 }
 
 /// One output stream of an attempt that runs inside the worker ([`TaskContext::stdout`],
@@ -133,6 +136,82 @@ impl TaskContext {
             token_text: Arc::from(token),
             cgroups: None,
             logs: None,
+            object_args: Arc::from(Vec::new()),
+        }
+    }
+
+    /// The same context, with the task's object arguments (mapped from this node's store).
+    pub(crate) fn with_object_args(mut self, args: Vec<crate::objects::ObjectView>) -> Self {
+        self.object_args = args.into();
+        self
+    }
+
+    /// The objects this task takes as arguments (`Task::object_arg` on the client), each
+    /// mapped from this node's store, where the worker brought it (worker to worker) before
+    /// the task started: largest first. Empty for a task without object arguments.
+    pub fn object_args(&self) -> &[crate::objects::ObjectView] {
+        &self.object_args
+    }
+
+    /// Object argument `id`, if the task takes it.
+    pub fn object_arg(
+        &self,
+        id: escher_proto::types::ObjectId,
+    ) -> Option<&crate::objects::ObjectView> {
+        self.object_args.iter().find(|v| v.id() == id)
+    }
+
+    /// What the head knows of object `id` (in the task's namespace), with a read ticket for
+    /// each holder.
+    pub(crate) async fn locate_object(
+        &self,
+        id: escher_proto::types::ObjectId,
+    ) -> Result<escher_proto::types::ObjectView, WorkerError> {
+        let request = wire::LocateObjectRequest {
+            id: Some(id.into()),
+            namespace: String::new(),
+        };
+        let reply = self
+            .follow_leader("locate_object", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.locate_object(request).await }
+            })
+            .await?;
+        escher_proto::types::ObjectView::try_from(reply.into_inner()).map_err(|e| {
+            WorkerError::BadReply {
+                call: "locate_object",
+                why: e.to_string(),
+            }
+        })
+    }
+
+    /// Reports the copy of `object` this node sealed (a fetched argument), so that the head
+    /// records it and publishes its location on this node.
+    pub(crate) async fn report_copy(
+        &self,
+        object: &crate::objects::ObjectView,
+    ) -> Result<(), WorkerError> {
+        let request = wire::ObjectsSealedRequest {
+            copies: vec![wire::SealedObject {
+                id: Some(object.id().into()),
+                size: object.len(),
+                crc32c: object.crc32c(),
+                node: self.node_id.0,
+            }],
+            namespace: String::new(),
+        };
+        let reply = self
+            .follow_leader("objects_sealed", |mut rpc| {
+                let request = request.clone();
+                async move { rpc.objects_sealed(request).await }
+            })
+            .await?;
+        match reply.into_inner().dropped.into_iter().next() {
+            Some(dropped) => Err(WorkerError::BadReply {
+                call: "objects_sealed",
+                why: format!("the head did not record the copy: {}", dropped.reason),
+            }),
+            None => Ok(()),
         }
     }
 

@@ -213,7 +213,19 @@ pub(crate) async fn run_task(
             );
             let logs = ctx.logs().cloned();
             env.spawn_latency.observe(assigned.elapsed());
-            let outcome = function(&env, &name, ctx, args.into(), timeout, cancel).await;
+            let fetched = tokio::select! {
+                biased;
+                () = cancel.cancelled() => Err("cancelled while its object arguments were \
+                                                 fetched".to_string()),
+                fetched = crate::objects::args::fetch_args(&env.objects, &ctx, &a.spec.labels) => fetched,
+            };
+            let outcome = match fetched {
+                Ok(objects) => {
+                    let ctx = ctx.with_object_args(objects);
+                    function(&env, &name, ctx, args.into(), timeout, cancel).await
+                }
+                Err(why) => (Err(why), false),
+            };
             // A Python task's output, in its log files: the head keeps their end too.
             output = logs.and_then(|logs| take_logs(&logs)).map(output_tail);
             outcome

@@ -54,6 +54,12 @@ pub struct Scheduler {
     pub(crate) hold: Option<super::gang::Hold>,
     pub(crate) deadlines: BTreeSet<(Millis, TaskId)>,
     pub(crate) next_seq: u64,
+    /// Soft locality: for a pending task, the resources whose holders it would rather run on,
+    /// in the order to try them ([`Scheduler::prefer`]). Not part of a snapshot: the caller
+    /// derives it from what it keeps of the task (the head, from the task's object arguments)
+    /// and sets it again after a restore, so the bytes of a snapshot stay what they were.
+    #[serde(skip)]
+    pub(crate) prefer: BTreeMap<TaskId, Vec<ResourceName>>,
 }
 
 /// One resource on one node, as [`Scheduler::node`] reports it.
@@ -258,6 +264,26 @@ impl Scheduler {
         let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
         node.labels = labels;
         Ok(())
+    }
+
+    /// Soft locality: until `task` is dispatched (or forgotten), a node that holds one of
+    /// `resources` and has room for the task is chosen before the round-robin order, trying
+    /// the names in the order given and their holders in ascending id order. It is a
+    /// preference only: it never makes a task wait, and a task none of whose preferred nodes
+    /// has room goes wherever it fits, as without it. Set it just before the task's
+    /// [`Event::TaskSubmitted`] (and again before a resubmission, or after a restore: it is
+    /// not part of a snapshot). Gangs ignore it. An empty list clears it.
+    pub fn prefer(&mut self, task: TaskId, resources: Vec<ResourceName>) {
+        if resources.is_empty() {
+            self.prefer.remove(&task);
+        } else {
+            self.prefer.insert(task, resources);
+        }
+    }
+
+    /// The preference set for a task with [`prefer`](Self::prefer), while it is pending.
+    pub fn preference(&self, task: TaskId) -> Option<&[ResourceName]> {
+        self.prefer.get(&task).map(Vec::as_slice)
     }
 
     /// The earliest pending deadline, so a runtime knows when to send a [`Event::Tick`].
@@ -633,6 +659,7 @@ impl Scheduler {
     /// Forgets a task the core knows, releasing the names it requests. Every task leaves the
     /// core through here.
     fn forget_task(&mut self, id: TaskId) -> Option<Task> {
+        self.prefer.remove(&id);
         let task = self.tasks.remove(&id)?;
         for (r, _) in task.req.iter() {
             self.names.release(*r);

@@ -52,6 +52,11 @@
 //! resource id), starting after the node last chosen for that resource. Identical tasks
 //! therefore spread across nodes. A task that requests nothing round-robins over all live
 //! nodes. When resources are released on a node, the tasks waiting for them go to that node.
+//!
+//! **Soft locality** ([`Scheduler::prefer`]): a task with preferred resources (the head sets
+//! the location resources of its argument objects) first tries the nodes that hold them, in
+//! the order given, and takes the first where it fits now; with none, it is placed as above.
+//! A preference orders the nodes that fit; it never makes a task wait.
 
 mod core;
 mod error;

@@ -145,6 +145,13 @@ impl Scheduler {
         // Nothing frees up during the loop, so a full cycle of misses means nothing fits.
         while misses < cycle {
             let Some(task) = self.head(id) else { break };
+            if let Some(node) = self.preferred_node(task, req)
+                && self.dispatch(task, id, node, req, out)
+            {
+                dispatched += 1;
+                misses = 0;
+                continue;
+            }
             let Some(node) = self.next_after(key, cursor) else {
                 break;
             };
@@ -160,7 +167,19 @@ impl Scheduler {
         dispatched
     }
 
-    /// Dispatches as many tasks as fit on each of `nodes`, in node order.
+    /// The first node that holds one of `task`'s preferred resources (in the order it gave
+    /// them, then by node id) and where `req` fits now, if any ([`Scheduler::prefer`]).
+    fn preferred_node(&self, task: TaskId, req: &Req) -> Option<NodeId> {
+        let names = self.prefer.get(&task)?;
+        names
+            .iter()
+            .filter_map(|name| self.holders.get(&self.names.get(name.as_str())?))
+            .flat_map(|holders| holders.iter().copied())
+            .find(|node| self.fits_beside_hold(*node, req))
+    }
+
+    /// Dispatches as many tasks as fit on each of `nodes`, in node order (a task with a
+    /// preferred node that has room goes there instead).
     fn dispatch_on(
         &mut self,
         id: ShapeId,
@@ -174,7 +193,9 @@ impl Scheduler {
                 let Some(task) = self.head(id) else {
                     return dispatched;
                 };
-                if !self.fits_beside_hold(*node, req) || !self.dispatch(task, id, *node, req, out) {
+                let target = self.preferred_node(task, req).unwrap_or(*node);
+                if !self.fits_beside_hold(target, req) || !self.dispatch(task, id, target, req, out)
+                {
                     break;
                 }
                 dispatched += 1;
@@ -218,6 +239,7 @@ impl Scheduler {
         }
         s.queue.pop_front();
         s.live = s.live.saturating_sub(1);
+        self.prefer.remove(&task);
         out.push(Decision::Dispatch {
             task,
             node: node_id,

@@ -18,7 +18,7 @@ impl Scheduler {
     /// - the resource-to-nodes index matches the nodes' slots exactly, and no dead slot remains;
     /// - every running task is on a live node that lists it, and every pending task sits in its
     ///   shape's queue; the shape counts and the resource-to-shapes index are exact;
-    /// - deadlines belong to pending tasks;
+    /// - deadlines and soft-locality preferences belong to pending tasks;
     /// - every interned name is referenced, and its count is exactly the number of node slots
     ///   and known tasks that refer to it; every index names only live ids (so a freed id,
     ///   which may be handed out again, can never be mistaken for the name it had);
@@ -27,6 +27,12 @@ impl Scheduler {
     ///   queue heads are checked; within a shape all tasks are alike) and no shape is left
     ///   woken.
     pub fn sanity_check(&self) -> Result<(), String> {
+        // A soft-locality preference lives only while its task waits.
+        for task in self.prefer.keys() {
+            if !self.is_pending(*task) {
+                return Err(format!("task {task} has a preference but is not pending"));
+            }
+        }
         // Allocations per node and resource, recomputed from the running tasks.
         let mut held: BTreeMap<(u64, u32), Amount> = BTreeMap::new();
         for (id, task) in &self.tasks {

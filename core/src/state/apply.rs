@@ -39,6 +39,10 @@ pub struct StateConfig {
     /// unfinished tasks and the finished ones retention keeps); a batch past it is refused
     /// whole.
     pub namespace_spec_bytes: u64,
+    /// The most bytes of objects one application namespace may have (each object counted
+    /// once, whatever its copies; lost ones until released); a `put` or a batch of sealed
+    /// copies past it is refused whole. Admin objects are not counted.
+    pub namespace_object_bytes: u64,
 }
 
 impl Default for StateConfig {
@@ -51,6 +55,7 @@ impl Default for StateConfig {
             namespace_resources: 100_000,
             max_task_bytes: 16 * 1024 * 1024,
             namespace_spec_bytes: 512 * 1024 * 1024,
+            namespace_object_bytes: 1 << 40,
         }
     }
 }
@@ -170,6 +175,10 @@ impl ClusterState {
         self.creators.clear();
         self.actor_names.clear();
         for (id, rec) in &self.tasks {
+            // Soft locality is not part of the core's snapshot: set again from the spec.
+            if rec.state == TaskState::Pending && self.core.is_pending(*id) {
+                self.core.prefer(*id, rec.preferred_locations());
+            }
             if !rec.state.is_terminal()
                 && let Some(key) = rec.actor_name()
             {

@@ -79,6 +79,21 @@ pub enum ApplyError {
         /// The quota.
         limit: u64,
     },
+    /// Objects past a namespace's byte quota (`--namespace-object-bytes`).
+    #[error(
+        "namespace {namespace} holds {stored} bytes of objects and these add {asked}: its \
+         quota is {limit} bytes (--namespace-object-bytes); release objects it no longer needs"
+    )]
+    ObjectBytesExceeded {
+        /// The namespace.
+        namespace: Namespace,
+        /// Bytes of objects it holds now.
+        stored: u64,
+        /// Bytes the new objects add.
+        asked: u64,
+        /// The quota.
+        limit: u64,
+    },
     /// An application tried to set, delete or create a worker-reported resource.
     #[error(
         "{0} is a physical resource reported by workers; applications cannot set, create or \

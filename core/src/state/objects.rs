@@ -72,6 +72,10 @@ pub struct ObjectTable {
     /// The objects each node holds a copy of; derived like `freed_ids`.
     #[serde(skip)]
     by_node: BTreeMap<NodeId, BTreeSet<ObjectId>>,
+    /// The bytes of each application namespace's objects (live and lost), for its quota;
+    /// derived like `freed_ids`.
+    #[serde(skip)]
+    by_namespace: BTreeMap<Namespace, u64>,
 }
 
 impl ObjectTable {
@@ -79,7 +83,11 @@ impl ObjectTable {
     pub fn rebuilt(mut self) -> ObjectTable {
         self.freed_ids = self.freed.iter().map(|(id, _)| *id).collect();
         self.by_node.clear();
+        self.by_namespace.clear();
         for (id, rec) in &self.objects {
+            if let Some(ns) = &rec.namespace {
+                *self.by_namespace.entry(ns.clone()).or_default() += rec.size;
+            }
             for node in &rec.holders {
                 self.by_node.entry(*node).or_default().insert(*id);
             }
@@ -110,6 +118,11 @@ impl ObjectTable {
     /// The objects node `node` holds a copy of.
     pub fn held_by(&self, node: NodeId) -> impl Iterator<Item = ObjectId> + '_ {
         self.by_node.get(&node).into_iter().flatten().copied()
+    }
+
+    /// The bytes of namespace `ns`'s objects (live and lost), each counted once.
+    pub fn namespace_bytes(&self, ns: &Namespace) -> u64 {
+        self.by_namespace.get(ns).copied().unwrap_or(0)
     }
 
     /// The bytes of the copies node `node` holds.
@@ -204,6 +217,22 @@ impl ClusterState {
                 }
             }
         }
+        // The quota, before anything changes: each new object once, all or none.
+        let mut adding: BTreeMap<&Namespace, (u64, BTreeSet<ObjectId>)> = BTreeMap::new();
+        for c in &copies {
+            if let Some(ns) = &c.namespace
+                && self.objects.get(c.id).is_none()
+                && !self.objects.was_freed(c.id)
+            {
+                let (bytes, ids) = adding.entry(ns).or_default();
+                if ids.insert(c.id) {
+                    *bytes = bytes.saturating_add(c.size);
+                }
+            }
+        }
+        for (ns, (bytes, _)) in adding {
+            self.check_object_bytes(Some(ns), bytes)?;
+        }
         let mut dropped = Vec::new();
         for c in copies {
             if self.objects.was_freed(c.id) {
@@ -214,6 +243,11 @@ impl ClusterState {
             if !live || !self.core.has_node(c.node) {
                 dropped.push((c.id, format!("node {} is not live", c.node)));
                 continue;
+            }
+            if !self.objects.objects.contains_key(&c.id)
+                && let Some(ns) = &c.namespace
+            {
+                *self.objects.by_namespace.entry(ns.clone()).or_default() += c.size;
             }
             let rec = self
                 .objects
@@ -274,6 +308,14 @@ impl ClusterState {
             let Some(rec) = self.objects.objects.remove(&id) else {
                 continue;
             };
+            if let Some(ns) = &rec.namespace
+                && let Some(bytes) = self.objects.by_namespace.get_mut(ns)
+            {
+                *bytes = bytes.saturating_sub(rec.size);
+                if *bytes == 0 {
+                    self.objects.by_namespace.remove(ns);
+                }
+            }
             let name = location_resource(id, rec.namespace.as_ref());
             for node in rec.holders {
                 if let Some(held) = self.objects.by_node.get_mut(&node) {
@@ -449,6 +491,26 @@ impl ClusterState {
             .min_by_key(|(id, _)| (self.objects.bytes_on(*id), *id))?;
         let ticket = self.object_ticket(node, ObjectAccess::Write, id, ns, expiry_ms)?;
         Some((node, address, ticket))
+    }
+
+    /// Refuses `asked` more bytes of objects in namespace `ns` past its quota
+    /// ([`StateConfig::namespace_object_bytes`](super::StateConfig)); the admin's objects are
+    /// not counted.
+    pub fn check_object_bytes(&self, ns: Option<&Namespace>, asked: u64) -> Result<(), ApplyError> {
+        let Some(ns) = ns else {
+            return Ok(());
+        };
+        let stored = self.objects.namespace_bytes(ns);
+        let limit = self.config.namespace_object_bytes;
+        if stored.saturating_add(asked) > limit {
+            return Err(ApplyError::ObjectBytesExceeded {
+                namespace: ns.clone(),
+                stored,
+                asked,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// A new object session: a number never given out before (from [`FIRST_SESSION`] up).

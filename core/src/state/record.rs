@@ -4,8 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
     AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, MigReport,
-    NAMESPACE_LABEL, Namespace, NodeId, OutputTail, PendingReason, RESERVATION_LABEL, ResourceName,
-    ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    NAMESPACE_LABEL, Namespace, NodeId, OBJECTS_LABEL, ObjectId, OutputTail, PendingReason,
+    RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec,
+    TaskState, TaskStatus, parse_object_args,
 };
 use serde::{Deserialize, Serialize};
 
@@ -227,6 +228,27 @@ impl TaskRecord {
     /// The namespace and name of a named actor, the key of the live actors' names.
     pub(crate) fn actor_name(&self) -> Option<(Option<Namespace>, String)> {
         actor_name_of(&self.spec)
+    }
+
+    /// The objects the task takes as arguments ([`OBJECTS_LABEL`]), largest first once the
+    /// head accepted it; none if the label is absent (or unreadable, which the head refuses
+    /// at submission).
+    pub fn object_args(&self) -> Vec<ObjectId> {
+        self.spec
+            .labels
+            .get(OBJECTS_LABEL)
+            .and_then(|v| parse_object_args(v).ok())
+            .unwrap_or_default()
+    }
+
+    /// Soft locality: the location resources of the task's argument objects, largest object
+    /// first (each object is of the task's namespace, which the head checked).
+    pub(crate) fn preferred_locations(&self) -> Vec<ResourceName> {
+        let ns = self.namespace();
+        self.object_args()
+            .into_iter()
+            .map(|id| super::objects::location_resource(id, ns.as_ref()))
+            .collect()
     }
 
     /// The reservation a head-native bundle holder belongs to.

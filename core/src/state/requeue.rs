@@ -135,8 +135,10 @@ impl ClusterState {
             .spec
             .pending_deadline
             .map(|d| now.saturating_add(millis(d)));
+        let prefer = rec.preferred_locations();
         // Watchers see it pending again, the reason saying why.
         self.record_pending(id, Some(why), now);
+        self.core.prefer(id, prefer);
         self.core_event(
             Event::TaskSubmitted {
                 task: id,

@@ -3,12 +3,12 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, RESERVATION_LABEL,
-    STRATEGY_LABEL, TaskFinished,
+    ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, OBJECTS_LABEL,
+    RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished, format_object_args, parse_object_args,
 };
 use escher_proto::types::{
-    Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
-    TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet,
+    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 use super::apply::ClusterState;
@@ -30,6 +30,7 @@ impl ClusterState {
         let mut names = Vec::new();
         for (index, spec) in specs.into_iter().enumerate() {
             let spec = self.qualify_spec(spec, namespace, index)?;
+            let spec = self.check_object_args(spec, namespace, index)?;
             if let Some(key) = actor_name_of(&spec) {
                 self.check_actor_name(&key, &names)?;
                 // Ids are given in the order of the batch, so this actor's will be this one.
@@ -64,8 +65,10 @@ impl ClusterState {
             if let Some(key) = rec.actor_name() {
                 self.actor_names.insert(key, id);
             }
+            let prefer = rec.preferred_locations();
             self.tasks.insert(id, Box::new(rec));
             self.record_submitted(id, now);
+            self.core.prefer(id, prefer);
             self.core_event(
                 Event::TaskSubmitted {
                     task: id,
@@ -609,6 +612,38 @@ impl ClusterState {
     }
 
     /// Qualifies a spec's names with the namespace and checks what applications may not do.
+    /// Checks the objects a task takes as arguments ([`OBJECTS_LABEL`]): each must be live in
+    /// the task's namespace, so an unknown (or another namespace's), freed or lost object
+    /// refuses the batch with an error naming it. Writes them back without repeats, largest
+    /// first (equal sizes in the caller's order): the order soft locality tries their holders.
+    fn check_object_args(
+        &self,
+        mut spec: TaskSpec,
+        ns: Option<&Namespace>,
+        index: usize,
+    ) -> Result<TaskSpec, ApplyError> {
+        let Some(value) = spec.labels.get(OBJECTS_LABEL) else {
+            return Ok(spec);
+        };
+        let invalid = |why: String| ApplyError::InvalidTask { index, why };
+        let ids =
+            parse_object_args(value).map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
+        let mut sized: Vec<(u64, ObjectId)> = Vec::with_capacity(ids.len());
+        for id in ids {
+            if sized.iter().any(|(_, seen)| *seen == id) {
+                continue;
+            }
+            let view = self.locate_object(id, ns, false, None)?;
+            sized.push((view.size, id));
+        }
+        sized.sort_by_key(|(size, _)| std::cmp::Reverse(*size));
+        let ids: Vec<ObjectId> = sized.into_iter().map(|(_, id)| id).collect();
+        spec.labels
+            .insert(OBJECTS_LABEL, &format_object_args(&ids))
+            .map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
+        Ok(spec)
+    }
+
     fn qualify_spec(
         &self,
         mut spec: TaskSpec,

@@ -83,6 +83,11 @@ struct HeadArgs {
     /// retention evicts their tasks.
     #[arg(long, env = "ESCHER_NAMESPACE_RESULT_BYTES", default_value_t = StateConfig::default().namespace_result_bytes)]
     namespace_result_bytes: u64,
+    /// The most bytes of objects one application namespace may have (each object once,
+    /// whatever its copies); a `put` past it is refused with RESOURCE_EXHAUSTED naming the
+    /// quota. Admin objects are not counted.
+    #[arg(long, env = "ESCHER_NAMESPACE_OBJECT_BYTES", default_value_t = StateConfig::default().namespace_object_bytes)]
+    namespace_object_bytes: u64,
     /// The most resource names one application namespace may have on live nodes; a call that
     /// would create more is refused whole with RESOURCE_EXHAUSTED.
     #[arg(long, env = "ESCHER_NAMESPACE_RESOURCES", default_value_t = StateConfig::default().namespace_resources)]
@@ -237,6 +242,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
                 namespace_unfinished: args.namespace_unfinished_tasks,
                 namespace_result_bytes: args.namespace_result_bytes,
                 namespace_resources: args.namespace_resources,
+                namespace_object_bytes: args.namespace_object_bytes,
                 max_task_bytes: args.max_task_bytes,
                 namespace_spec_bytes: args.namespace_spec_bytes,
                 retention: RetentionPolicy {

@@ -118,10 +118,21 @@ pub(crate) fn to_status(err: ApplyError) -> Status {
             Status::permission_denied(message)
         }
         ApplyError::Evicted(evicted) => evicted.into_status(),
+        ApplyError::ObjectLost { id, node, .. } => {
+            let mut status = Status::failed_precondition(message);
+            let value = escher_proto::types::format_object_lost(id, node);
+            if let Ok(value) = MetadataValue::try_from(value.as_str()) {
+                status
+                    .metadata_mut()
+                    .insert(escher_proto::types::OBJECT_LOST_METADATA, value);
+            }
+            status
+        }
         ApplyError::QuotaExceeded { .. }
         | ApplyError::ResourceQuotaExceeded { .. }
         | ApplyError::TaskTooLarge { .. }
-        | ApplyError::SpecBytesExceeded { .. } => Status::resource_exhausted(message),
+        | ApplyError::SpecBytesExceeded { .. }
+        | ApplyError::ObjectBytesExceeded { .. } => Status::resource_exhausted(message),
         ApplyError::AttemptEnded { .. } => Status::unauthenticated(message),
         ApplyError::ReservationExists(_) | ApplyError::ActorNameTaken { .. } => {
             Status::already_exists(message)

@@ -55,13 +55,17 @@ impl ClusterService {
         let id = ObjectId(session, request.index);
         let expiry = now_ms().saturating_add(TICKET_MILLIS);
         let ns = namespace.clone();
-        let (placed, known) = self
+        let size = request.size;
+        let (placed, known, quota) = self
             .owner
             .read(false, move |s| {
                 let known = s.objects().get(id).is_some() || s.objects().was_freed(id);
-                (s.place_object(id, &ns, expiry), known)
+                let quota = s.check_object_bytes(ns.as_ref(), size);
+                (s.place_object(id, &ns, expiry), known, quota)
             })
             .await?;
+        // Refused before any byte moves; `ObjectsSealed` checks again, authoritatively.
+        quota.map_err(to_status)?;
         if known {
             return Err(Status::already_exists(format!(
                 "object {id} exists already (or was freed): each id is put once; count the \

@@ -152,9 +152,62 @@ impl FromStr for ObjectId {
     }
 }
 
+/// The metadata entry of an error status that says an object is lost (every copy was on
+/// nodes that are gone): `ID NODE`, the object and the node of its last copy; the status'
+/// message says why that node went. The client makes it `ClientError::ObjectLost`.
+pub const OBJECT_LOST_METADATA: &str = "escher-object-lost";
+
+/// The [`OBJECT_LOST_METADATA`] value for object `id` last held by `node`.
+pub fn format_object_lost(id: ObjectId, node: NodeId) -> String {
+    format!("{id} {}", node.0)
+}
+
+/// The object and node an [`OBJECT_LOST_METADATA`] value names, if it is one.
+pub fn parse_object_lost(value: &str) -> Option<(ObjectId, NodeId)> {
+    let (id, node) = value.trim().split_once(' ')?;
+    Some((id.parse().ok()?, NodeId(node.parse().ok()?)))
+}
+
+/// The task label that lists the objects a task takes as arguments: their ids joined by `+`
+/// (`9223372036854775808.0+7.1`). The client's builders set it (`TaskBuilder::object_arg`);
+/// the head checks each object is live in the task's namespace when it accepts the task,
+/// orders them largest first, and places the task by default on a node that holds a copy of
+/// the first that has room (soft locality); the worker fetches each before the task runs.
+/// A label, not a field of the spec, so that tasks with object arguments are written in
+/// every data format. A label's value is at most 256 bytes: about ten objects per task.
+pub const OBJECTS_LABEL: &str = "escher.objects";
+
+/// The objects an [`OBJECTS_LABEL`] value names, in its order (an empty value names none).
+pub fn parse_object_args(value: &str) -> Result<Vec<ObjectId>, ParseObjectIdError> {
+    value
+        .split('+')
+        .filter(|s| !s.trim().is_empty())
+        .map(str::parse)
+        .collect()
+}
+
+/// The [`OBJECTS_LABEL`] value that names `ids`, in order.
+pub fn format_object_args(ids: &[ObjectId]) -> String {
+    let parts: Vec<String> = ids.iter().map(ObjectId::to_string).collect();
+    parts.join("+")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn object_args_print_and_parse() {
+        let ids = [ObjectId(1 << 63, 0), ObjectId(7, 1)];
+        let text = format_object_args(&ids);
+        assert_eq!(text, "9223372036854775808.0+7.1");
+        assert_eq!(parse_object_args(&text), Ok(ids.to_vec()));
+        assert_eq!(parse_object_args(""), Ok(Vec::new()));
+        assert!(parse_object_args("7.0+x").is_err());
+        let lost = format_object_lost(ObjectId(7, 1), NodeId(3));
+        assert_eq!(parse_object_lost(&lost), Some((ObjectId(7, 1), NodeId(3))));
+        assert_eq!(parse_object_lost("7.1"), None);
+    }
 
     #[test]
     fn prints_and_parses() {

@@ -106,6 +106,7 @@
 //! - [`fetch_object`] (`fetch.rs`): a copy from the holders into this store, trying the next
 //!   holder when one fails mid-transfer.
 
+pub(crate) mod args;
 mod capacity;
 mod error;
 mod fetch;

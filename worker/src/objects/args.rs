@@ -1,0 +1,74 @@
+//! A task's object arguments (the `escher.objects` label, `Task::object_arg` on the client):
+//! before the task runs, each is located through the head with the task's credential,
+//! brought into this node's store from a holder, worker to worker ([`fetch_object`]: checked
+//! chunk by chunk and whole, the next holder asked when one fails), and the new copy reported
+//! so that the head publishes its location on this node. An object already here is not
+//! copied. The task then reads each mapped from the store (`TaskContext::object_args`).
+
+use escher_proto::types::{Labels, OBJECTS_LABEL, parse_object_args};
+
+use super::{Holder, NodeObjects, ObjectView, fetch_object};
+use crate::context::TaskContext;
+
+/// Brings the objects `labels` names into this node's store, in their order; the first that
+/// cannot be had fails the whole with a message naming it (unknown, freed, lost with its node
+/// and why, or every holder's failure).
+pub(crate) async fn fetch_args(
+    objects: &NodeObjects,
+    ctx: &TaskContext,
+    labels: &Labels,
+) -> Result<Vec<ObjectView>, String> {
+    let Some(value) = labels.get(OBJECTS_LABEL) else {
+        return Ok(Vec::new());
+    };
+    let ids = parse_object_args(value).map_err(|e| format!("label {OBJECTS_LABEL}: {e}"))?;
+    let namespace = ctx.namespace().map(|ns| ns.as_str().to_owned());
+    let here = ctx.node_id();
+    let mut views = Vec::with_capacity(ids.len());
+    for id in ids {
+        let info = ctx
+            .locate_object(id)
+            .await
+            .map_err(|e| format!("object argument {id}: {}", why(&e)))?;
+        let local = info.holders.iter().any(|h| h.node == here);
+        let holders: Vec<Holder> = info
+            .holders
+            .iter()
+            .filter(|h| h.node != here)
+            .filter_map(|h| {
+                Some(Holder {
+                    node: h.node,
+                    address: h.address.clone()?,
+                    ticket: h.ticket.clone()?,
+                })
+            })
+            .collect();
+        let view = fetch_object(objects, id, namespace.clone(), &holders)
+            .await
+            .map_err(|e| format!("object argument {id}: {e}"))?;
+        if (view.len(), view.crc32c()) != (info.size, info.checksum) {
+            return Err(format!(
+                "object argument {id}: this node's copy has {} bytes with CRC-32C {:08x}, the \
+                 head recorded {} bytes with {:08x}",
+                view.len(),
+                view.crc32c(),
+                info.size,
+                info.checksum
+            ));
+        }
+        if !local && let Err(err) = ctx.report_copy(&view).await {
+            // The task has its bytes; only the head's map of copies misses this one.
+            tracing::warn!(object = %id, %err, "could not report a fetched argument's copy");
+        }
+        views.push(view);
+    }
+    Ok(views)
+}
+
+/// The head's message for a refused call (which names the object), else the whole error.
+fn why(err: &crate::error::WorkerError) -> String {
+    match err {
+        crate::error::WorkerError::Rpc { status, .. } => status.message().to_string(),
+        other => other.to_string(),
+    }
+}
