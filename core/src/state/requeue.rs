@@ -135,6 +135,7 @@ impl ClusterState {
             .spec
             .pending_deadline
             .map(|d| now.saturating_add(millis(d)));
+        let time_limit = rec.spec.timeout.map(millis);
         // Watchers see it pending again, the reason saying why.
         self.record_pending(id, Some(why), now);
         self.core_event(
@@ -142,6 +143,7 @@ impl ClusterState {
                 task: id,
                 resources,
                 deadline,
+                time_limit,
             },
             now,
         );
