@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use escher::Task;
-use escher::types::TaskState;
+use escher::types::{ClusterEvent, TaskState, WatchKind, WatchRequest};
 use procs::{ProcessCluster, binary, eventually};
 
 fn root() -> PathBuf {
@@ -220,6 +220,11 @@ async fn a_provider_that_cannot_start_workers_says_why_and_the_cluster_keeps_run
 {
     let cluster = ProcessCluster::builder().workers(1).start().await;
     let client = cluster.client().await;
+    // The autoscaler's decisions reach the watch API as they are made.
+    let mut decisions = client
+        .watch(WatchRequest::all().kinds([WatchKind::Decision]))
+        .await
+        .expect("a watch");
     let status_file = cluster.dir().join("autoscaler.json");
     let access = cluster.access_file();
     let autoscaler = Command::new(binary("escher-autoscaler"))
@@ -271,6 +276,50 @@ async fn a_provider_that_cannot_start_workers_says_why_and_the_cluster_keeps_run
     })
     .await;
     assert!(text.contains("CANNOT START WORKERS"), "{text}");
+    // `escher autoscaler status` prints the same report.
+    let shown = ok(Command::new(binary("escher"))
+        .args(["autoscaler", "status", "--status-file"])
+        .arg(&status_file));
+    assert!(
+        shown.contains("group broken (provider docker)") && shown.contains("CANNOT START WORKERS"),
+        "{shown}"
+    );
+    // Watchers were told why it launches nothing for that task: a decision event from the
+    // group.
+    let (mut provider, mut demand) = (None, None);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while provider.is_none() || demand.is_none() {
+            let event = decisions
+                .next()
+                .await
+                .expect("the watch stays open")
+                .expect("an event");
+            let ClusterEvent::Decision {
+                source,
+                action,
+                reason,
+            } = event.event
+            else {
+                continue;
+            };
+            assert_eq!(source, "autoscaler/broken", "{reason}");
+            assert_eq!(action, "hold", "{reason}");
+            if reason.contains("cannot start workers") {
+                provider = Some(reason);
+            } else if reason.contains("cannot fit in one worker") {
+                demand = Some(reason);
+            }
+        }
+    })
+    .await
+    .expect("the autoscaler's holds as watch events");
+    let (provider, demand) = (provider.unwrap(), demand.unwrap());
+    assert!(
+        provider.contains("the docker provider cannot start workers")
+            && provider.contains("escher-no-such-image:never"),
+        "{provider}"
+    );
+    assert!(demand.contains("widget=1"), "{demand}");
     // The cluster runs what it has meanwhile.
     let ran = client
         .run(

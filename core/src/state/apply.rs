@@ -380,6 +380,21 @@ impl ClusterState {
                 now,
             )),
             Command::OpenObjectSession => Reply::ObjectSession(self.open_object_session()),
+            Command::RecordDecision {
+                source,
+                action,
+                reason,
+            } => {
+                escher_proto::types::check_decision(&source, &action, &reason)
+                    .map_err(ApplyError::InvalidDecision)?;
+                let event = escher_proto::types::ClusterEvent::Decision {
+                    source,
+                    action,
+                    reason,
+                };
+                self.record(event, escher_proto::types::Labels::new(), now);
+                Reply::Done
+            }
         };
         self.settle(now);
         self.retain(settled, now);
