@@ -114,6 +114,10 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
 
     let cluster = ProcessCluster::builder().workers(0).start().await;
     let client = cluster.client().await;
+    let mut decisions = client
+        .watch(WatchRequest::all().kinds([WatchKind::Decision]))
+        .await
+        .expect("a watch");
     let status_file = cluster.dir().join("autoscaler.json");
     let access = cluster.access_file();
     let autoscaler = Command::new(binary("escher-autoscaler"))
@@ -200,6 +204,31 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
         "{text}"
     );
     println!("{text}");
+    // Watchers saw the same decisions, in order: launch, drain, stop.
+    let source = format!("autoscaler/{unique}");
+    let mut actions = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !actions.ends_with(&["stop".to_string()]) {
+            let event = decisions
+                .next()
+                .await
+                .expect("the watch stays open")
+                .expect("an event");
+            if let ClusterEvent::Decision {
+                source: from,
+                action,
+                ..
+            } = event.event
+                && from == source
+                && action != "hold"
+            {
+                actions.push(action);
+            }
+        }
+    })
+    .await
+    .expect("the decisions as watch events");
+    assert_eq!(actions, ["launch", "drain", "stop"]);
     // The head declares the stopped worker's node gone (its stream ended).
     eventually(
         "the drained node to leave the cluster",
