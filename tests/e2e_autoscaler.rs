@@ -16,7 +16,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use escher::Task;
-use escher::types::TaskState;
+use escher::types::{ClusterEvent, TaskState, WatchKind, WatchRequest};
 use procs::{ProcessCluster, binary, eventually};
 
 fn root() -> PathBuf {
@@ -114,6 +114,10 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
 
     let cluster = ProcessCluster::builder().workers(0).start().await;
     let client = cluster.client().await;
+    let mut decisions = client
+        .watch(WatchRequest::all().kinds([WatchKind::Decision]))
+        .await
+        .expect("a watch");
     let status_file = cluster.dir().join("autoscaler.json");
     let access = cluster.access_file();
     let autoscaler = Command::new(binary("escher-autoscaler"))
@@ -200,6 +204,31 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
         "{text}"
     );
     println!("{text}");
+    // Watchers saw the same decisions, in order: launch, drain, stop.
+    let source = format!("autoscaler/{unique}");
+    let mut actions = Vec::new();
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !actions.ends_with(&["stop".to_string()]) {
+            let event = decisions
+                .next()
+                .await
+                .expect("the watch stays open")
+                .expect("an event");
+            if let ClusterEvent::Decision {
+                source: from,
+                action,
+                ..
+            } = event.event
+                && from == source
+                && action != "hold"
+            {
+                actions.push(action);
+            }
+        }
+    })
+    .await
+    .expect("the decisions as watch events");
+    assert_eq!(actions, ["launch", "drain", "stop"]);
     // The head declares the stopped worker's node gone (its stream ended).
     eventually(
         "the drained node to leave the cluster",
@@ -220,6 +249,11 @@ async fn a_provider_that_cannot_start_workers_says_why_and_the_cluster_keeps_run
 {
     let cluster = ProcessCluster::builder().workers(1).start().await;
     let client = cluster.client().await;
+    // The autoscaler's decisions reach the watch API as they are made.
+    let mut decisions = client
+        .watch(WatchRequest::all().kinds([WatchKind::Decision]))
+        .await
+        .expect("a watch");
     let status_file = cluster.dir().join("autoscaler.json");
     let access = cluster.access_file();
     let autoscaler = Command::new(binary("escher-autoscaler"))
@@ -271,6 +305,50 @@ async fn a_provider_that_cannot_start_workers_says_why_and_the_cluster_keeps_run
     })
     .await;
     assert!(text.contains("CANNOT START WORKERS"), "{text}");
+    // `escher autoscaler status` prints the same report.
+    let shown = ok(Command::new(binary("escher"))
+        .args(["autoscaler", "status", "--status-file"])
+        .arg(&status_file));
+    assert!(
+        shown.contains("group broken (provider docker)") && shown.contains("CANNOT START WORKERS"),
+        "{shown}"
+    );
+    // Watchers were told why it launches nothing for that task: a decision event from the
+    // group.
+    let (mut provider, mut demand) = (None, None);
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while provider.is_none() || demand.is_none() {
+            let event = decisions
+                .next()
+                .await
+                .expect("the watch stays open")
+                .expect("an event");
+            let ClusterEvent::Decision {
+                source,
+                action,
+                reason,
+            } = event.event
+            else {
+                continue;
+            };
+            assert_eq!(source, "autoscaler/broken", "{reason}");
+            assert_eq!(action, "hold", "{reason}");
+            if reason.contains("cannot start workers") {
+                provider = Some(reason);
+            } else if reason.contains("cannot fit in one worker") {
+                demand = Some(reason);
+            }
+        }
+    })
+    .await
+    .expect("the autoscaler's holds as watch events");
+    let (provider, demand) = (provider.unwrap(), demand.unwrap());
+    assert!(
+        provider.contains("the docker provider cannot start workers")
+            && provider.contains("escher-no-such-image:never"),
+        "{provider}"
+    );
+    assert!(demand.contains("widget=1"), "{demand}");
     // The cluster runs what it has meanwhile.
     let ran = client
         .run(

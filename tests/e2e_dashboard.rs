@@ -1228,3 +1228,109 @@ async fn needs_browser_the_overview_charts_utilisation_and_a_node_lists_its_task
     client.cancel([busy.id()]).await.unwrap();
     cluster.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_browser_the_policies_view_shows_each_policys_report_to_who_may_see_it() {
+    use escher::types::PolicyRow;
+    let chromium = chromium();
+    let (cluster, addr) = dashboard_cluster().await;
+    let admin = cluster.client().await.unwrap();
+    let app = |ns: &str| {
+        let admin = admin.clone();
+        let ns = ns.to_string();
+        async move {
+            let grant = Grant::new(Role::App, Some(ns.parse().unwrap())).unwrap();
+            admin
+                .create_token(grant, "the dashboard test")
+                .await
+                .unwrap()
+        }
+    };
+    let ops = app("ops").await;
+    let other = app("other").await;
+
+    // Before any report: the view says so.
+    let url = format!("http://{addr}/#token={}", ops.token);
+    let mut page = Browser::open(&chromium, &url).await;
+    page.until("the token to be accepted", &text_of("#who"))
+        .await;
+    page.show("policies").await;
+    let none = page
+        .until("the note that nothing reported", &text_of("#policies-none"))
+        .await;
+    assert!(
+        none.as_str().unwrap().contains("No policy has reported"),
+        "{none}"
+    );
+
+    // Namespace ops reports the standing of two tenants, as fair-time does.
+    let row = |name: &str, measures: &[(&str, f64)]| PolicyRow {
+        row: name.to_string(),
+        measures: measures.iter().map(|(k, v)| (k.to_string(), *v)).collect(),
+    };
+    let rows = vec![
+        row(
+            "heavy",
+            &[("usage", 7200.0), ("factor", 0.25), ("running", 0.0)],
+        ),
+        row(
+            "light",
+            &[("usage", 0.0), ("factor", 1.0), ("running", 2.0)],
+        ),
+    ];
+    admin
+        .clone()
+        .with_token(ops.token.clone())
+        .report_policy("fair-time", &rows)
+        .await
+        .unwrap();
+
+    // The page shows it (it refreshes the view every few seconds): a row per tenant, a
+    // column per measure.
+    let cell = |tenant: &str, measure: &str| {
+        format!(
+            "(document.querySelector('[data-policy=\"fair-time\"] tr[data-row=\"{tenant}\"] \
+             td[data-measure=\"{measure}\"]') || {{}}).innerText || null"
+        )
+    };
+    assert_eq!(
+        page.until("heavy's usage", &cell("heavy", "usage")).await,
+        "7200"
+    );
+    assert_eq!(page.eval(&cell("heavy", "factor")).await, "0.25");
+    assert_eq!(page.eval(&cell("light", "running")).await, "2");
+    let title = page.eval(&text_of("[data-policy=\"fair-time\"] h3")).await;
+    assert!(title.as_str().unwrap().contains("namespace ops"), "{title}");
+    page.screenshot("policies").await;
+    assert!(page.exceptions.is_empty(), "{:?}", page.exceptions);
+
+    // An admin sees it too; another namespace's token does not.
+    let url = format!("http://{addr}/#token={}", cluster.admin_token());
+    let mut admin_page = Browser::open(&chromium, &url).await;
+    admin_page
+        .until("the token to be accepted", &text_of("#who"))
+        .await;
+    admin_page.show("policies").await;
+    admin_page
+        .until("the admin's view of heavy", &cell("heavy", "usage"))
+        .await;
+    let url = format!("http://{addr}/#token={}", other.token);
+    let mut other_page = Browser::open(&chromium, &url).await;
+    other_page
+        .until("the token to be accepted", &text_of("#who"))
+        .await;
+    other_page.show("policies").await;
+    other_page
+        .until(
+            "the other namespace's empty view",
+            &text_of("#policies-none"),
+        )
+        .await;
+    assert_eq!(
+        other_page
+            .eval("document.querySelectorAll('[data-policy]').length")
+            .await,
+        0
+    );
+    cluster.shutdown().await;
+}

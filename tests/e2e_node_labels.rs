@@ -190,3 +190,55 @@ async fn a_worker_with_a_walltime_is_drained_and_labelled_before_its_end() {
     assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
     assert_eq!(status.node, Some(steady), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_that_would_outlast_a_workers_walltime_waits_for_a_node_that_lasts() {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--walltime".into(), "1h".into()],
+        ..WorkerExtra::default()
+    });
+    let ending = cluster.start_worker("ending", "cpu=4").await;
+    let client = cluster.client().await;
+
+    // Two hours will not fit in the hour the node has left: the task waits and says why.
+    let long = client
+        .submit(
+            Task::command(["true"])
+                .resources_str("cpu=1")
+                .timeout(Duration::from_secs(2 * 3600)),
+        )
+        .await
+        .unwrap();
+    let why = eventually("the long task to say why it waits", WAIT, || {
+        let info = client.task_info(long.id());
+        async move { info.await.ok()?.pending_reason }
+    })
+    .await;
+    assert_eq!(why.resource.as_str(), "escher.walltime", "{why}");
+    assert!(
+        why.message
+            .contains("time limit (7200 s) outlasts every live node"),
+        "{why}"
+    );
+
+    // Ten minutes fit: that task runs on the ending node at once.
+    let short = client
+        .submit(
+            Task::command(["true"])
+                .resources_str("cpu=1")
+                .timeout(Duration::from_secs(600)),
+        )
+        .await
+        .unwrap();
+    let status = client.get(short.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.node, Some(ending), "{status:?}");
+
+    // A worker without a walltime joins: the long task runs there, never on the ending node.
+    cluster.next_workers(WorkerExtra::default());
+    let steady = cluster.start_worker("steady", "cpu=1").await;
+    let status = client.get(long.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.node, Some(steady), "{status:?}");
+}

@@ -134,6 +134,9 @@ pub enum Command {
     /// Change a live node: `escher node label NODE KEY=VALUE... KEY-...` (admin)
     #[command(subcommand)]
     Node(NodeCommand),
+    /// What an autoscaler decided and why: `escher autoscaler status --status-file FILE`
+    #[command(subcommand)]
+    Autoscaler(super::autoscaler::AutoscalerCommand),
     /// Back up the head group's state (admin): `escher admin snapshot save FILE`
     #[command(subcommand)]
     Admin(AdminCommand),

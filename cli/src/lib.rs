@@ -203,6 +203,7 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
         Command::Drain(a) => a.run(ctx).await,
         Command::Node(a) => a.run(ctx).await,
         Command::Admin(a) => a.run(ctx).await,
+        Command::Autoscaler(a) => a.run(ctx).await,
         Command::Completion(a) => {
             let mut command = <Cli as clap::CommandFactory>::command();
             // Written whole from memory: clap_complete panics on a write error, and a reader

@@ -130,6 +130,31 @@ impl Client {
             .await?;
         Ok(Labels::try_from(reply.labels)?)
     }
+
+    /// Records a decision of a client that acts on the cluster (an autoscaler: `source` is
+    /// `autoscaler/GROUP`, `action` one word such as `launch`, `drain`, `stop` or `hold`) and
+    /// why, through the raft log (an admin's write, under one idempotency key): watchers see it
+    /// as a [`ClusterEvent::Decision`](escher_proto::types::ClusterEvent::Decision).
+    pub async fn record_decision(
+        &self,
+        source: &str,
+        action: &str,
+        reason: &str,
+    ) -> Result<(), ClientError> {
+        let ticket = self.ticket();
+        let request = wire::RecordDecisionRequest {
+            source: source.to_string(),
+            action: action.to_string(),
+            reason: reason.to_string(),
+            key: Some(ticket.key().into()),
+        };
+        self.call(|mut rpc| {
+            let request = request.clone();
+            async move { rpc.record_decision(request).await }
+        })
+        .await?;
+        Ok(())
+    }
 }
 
 /// A backup of the head group's state ([`Client::backup`]).

@@ -847,6 +847,16 @@ impl Cluster for FakeHead {
         ))
     }
 
+    async fn record_decision(
+        &self,
+        request: Request<wire::RecordDecisionRequest>,
+    ) -> Result<Response<wire::RecordDecisionReply>, Status> {
+        self.state().auth.push(auth(&request));
+        Err(Status::unimplemented(
+            "this fake head records no decisions (tests/e2e_autoscaler.rs runs a real one)",
+        ))
+    }
+
     type WatchStream = tokio_stream::Empty<Result<wire::WatchResponse, Status>>;
 
     type BackupStream = tokio_stream::Empty<Result<wire::BackupChunk, Status>>;

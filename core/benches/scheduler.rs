@@ -76,6 +76,7 @@ fn cycles(core: &mut Scheduler, req: &ResourceSet, first_id: &mut u64, iters: u6
                 task,
                 resources: req.clone(),
                 deadline: None,
+                time_limit: None,
             },
             0,
             &mut out,
@@ -110,6 +111,7 @@ fn dispatch_1000_nodes(c: &mut Criterion) {
                         task: TaskId(next),
                         resources: req.clone(),
                         deadline: None,
+                        time_limit: None,
                     };
                     core.handle(ev, 0, &mut out).unwrap();
                 }

@@ -166,6 +166,7 @@ fn run(steps: &[Step]) -> Result<Vec<Decision>, TestCaseError> {
                     task: TaskId(next_task),
                     resources: set_of(&req),
                     deadline: deadline.map(|d| now + u64::from(d)),
+                    time_limit: None,
                 }
             }
             Step::Gang {

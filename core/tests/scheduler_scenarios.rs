@@ -318,6 +318,7 @@ fn refused_events_change_nothing() {
                 task: TaskId(1),
                 resources: Default::default(),
                 deadline: None,
+                time_limit: None,
             },
             "already pending or running",
         ),

@@ -49,6 +49,7 @@ fn lines(events: &[Recorded]) -> Vec<String> {
                 Some(node) => format!("actor {actor} {change} #{incarnation} on {node}"),
                 None => format!("actor {actor} {change} #{incarnation}"),
             },
+            ClusterEvent::Decision { source, action, .. } => format!("decision {source} {action}"),
         })
         .collect()
 }
@@ -386,4 +387,29 @@ fn replicas_number_events_alike_and_a_snapshot_keeps_the_revision() {
     let on_b = b.apply(done()).events;
     assert_eq!(on_a, on_b);
     assert_eq!(on_a[0].event.revision, revision + 1);
+}
+
+#[test]
+fn a_decision_is_recorded_for_watchers_and_a_bad_one_is_refused_with_nothing_recorded() {
+    let mut t = TestState::new();
+    let command = |source: &str, reason: String| Command::RecordDecision {
+        source: source.to_string(),
+        action: "launch".to_string(),
+        reason,
+    };
+    let why = "3 task(s) pending for 2s or more fit in 1 worker(s) of cpu=4".to_string();
+    assert_eq!(
+        step(&mut t, command("autoscaler/gpu", why.clone())),
+        ["decision autoscaler/gpu launch"]
+    );
+    let before = t.state.revision();
+    let err = t
+        .try_apply(command("autoscaler gpu", why))
+        .expect_err("a source with a space");
+    assert!(err.to_string().contains("decision source"), "{err}");
+    let err = t
+        .try_apply(command("autoscaler/gpu", "x".repeat(2000)))
+        .expect_err("a reason too long");
+    assert!(err.to_string().contains("at most 1024 bytes"), "{err}");
+    assert_eq!(t.state.revision(), before, "nothing recorded");
 }

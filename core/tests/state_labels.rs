@@ -216,3 +216,50 @@ fn a_walltime_drains_its_node_once_its_drain_time_comes() {
         "new work goes to the other node: {fx:?}"
     );
 }
+
+#[test]
+fn a_task_with_a_time_limit_is_placed_only_on_a_node_that_lasts_it_and_says_why_it_waits() {
+    let mut t = TestState::new();
+    // A node whose walltime ends in ten minutes.
+    let mut worker = joining("w1", "cpu=2", 1);
+    let ends_at = T0 + 600_000;
+    worker.labels = labels(&format!("{ENDS_AT_LABEL}={ends_at}"));
+    let Reply::Registered(short) = t
+        .apply(Command::RegisterNode {
+            worker,
+            secret: secret("w1"),
+        })
+        .reply
+    else {
+        panic!("not registered");
+    };
+    // An hour-long task waits, and says why; a five-minute one runs there.
+    let (long, fx) = t.submit(task("cpu=1").timeout(std::time::Duration::from_secs(3600)));
+    assert!(fx.is_empty(), "{fx:?}");
+    let why = t.state.task_info(long).unwrap().pending_reason.unwrap();
+    assert_eq!(
+        why.resource.as_str(),
+        escher_core::scheduler::WALLTIME_REASON
+    );
+    assert!(
+        why.message
+            .contains("time limit (3600 s) outlasts every live node"),
+        "{why}"
+    );
+    let (_, fx) = t.submit(task("cpu=1").timeout(std::time::Duration::from_secs(300)));
+    assert!(
+        fx.iter().any(|e| e.contains(&short.to_string())),
+        "the short task runs on the short node: {fx:?}"
+    );
+
+    // A head restored from a snapshot knows the limit and the reason again.
+    let config = bincode::config::standard();
+    let bytes = bincode::serde::encode_to_vec(&t.state, config).unwrap();
+    let (restored, _): (escher_core::state::ClusterState, usize) =
+        bincode::serde::decode_from_slice(&bytes, config).unwrap();
+    t.state = restored.restore(Default::default());
+    // A node that lasts joins: the long task runs there, and nowhere else.
+    let lasting = t.node("w2", "cpu=2");
+    assert_eq!(t.state.core().running_on(long), Some(lasting));
+    assert!(t.state.task_info(long).unwrap().pending_reason.is_none());
+}

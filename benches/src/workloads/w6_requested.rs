@@ -175,6 +175,7 @@ fn core_cycle_us(nodes: usize, resources: usize, k: usize, cycles: usize) -> any
                 task,
                 resources: req.clone(),
                 deadline: None,
+                time_limit: None,
             },
             0,
             &mut out,

@@ -344,6 +344,7 @@ fn core_decisions(nodes: usize, tasks: usize) -> anyhow::Result<CoreFigures> {
                 task: TaskId(i as u64 + 1),
                 resources: req.clone(),
                 deadline: None,
+                time_limit: None,
             },
             0,
             &mut out,

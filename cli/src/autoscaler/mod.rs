@@ -10,6 +10,7 @@
 //! Its workers carry the labels `autoscaler-group=GROUP` and `autoscaler-worker=NAME`, which
 //! is how it finds them among the nodes: it only ever drains or stops workers it started.
 
+mod command;
 pub mod providers;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -18,6 +19,7 @@ use std::time::Duration;
 use escher_proto::{Amount, ClusterStatus, NodeId, ResourceSet, TaskState, TaskSummary};
 use serde::{Deserialize, Serialize};
 
+pub use command::AutoscalerCommand;
 pub use providers::{DockerProvider, Provider, ProviderError, SlurmProvider, WorkerLaunch};
 
 /// The label every worker of an autoscaler carries: its group.
@@ -75,6 +77,18 @@ pub enum Action {
     Stop(String),
     /// Nothing to do, or nothing that can be done (the reason says which).
     Hold,
+}
+
+impl Action {
+    /// Its name in a watch event's `action`.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Action::Launch(_) => "launch",
+            Action::Drain(_) => "drain",
+            Action::Stop(_) => "stop",
+            Action::Hold => "hold",
+        }
+    }
 }
 
 /// An action and the sentence that explains it.
@@ -352,6 +366,9 @@ pub struct Report {
     pub budget_worker_seconds: Option<f64>,
     /// The latest decisions, oldest first, with their times.
     pub decisions: VecDeque<(u64, Decision)>,
+    /// Decisions recorded this tick and not yet sent to the head's watch API.
+    #[serde(skip)]
+    unsent: Vec<Decision>,
 }
 
 /// How many decisions the report keeps.
@@ -458,6 +475,7 @@ impl Report {
             humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(at)),
             decision.reason
         );
+        self.unsent.push(decision.clone());
         self.decisions.push_back((at, decision));
         while self.decisions.len() > DECISIONS_KEPT {
             self.decisions.pop_front();
@@ -508,7 +526,21 @@ pub async fn run(
             let p = provider.clone();
             tokio::task::spawn_blocking(move || p.check()).await?
         };
-        report.provider_problem = checked.err().map(|e| e.0);
+        let problem = checked.err().map(|e| e.0);
+        if let Some(p) = &problem
+            && report.provider_problem.as_ref() != Some(p)
+        {
+            // Said once when it starts (and again if it changes), for the status and watchers.
+            let reason = format!("the {} provider cannot start workers: {p}", provider.name());
+            report.record(
+                now,
+                Decision {
+                    action: Action::Hold,
+                    reason,
+                },
+            );
+        }
+        report.provider_problem = problem;
         let observed = async {
             let status = client.cluster_status().await?;
             let pending = client
@@ -552,6 +584,7 @@ pub async fn run(
                 }
             }
         }
+        announce(&client, &config.group, std::mem::take(&mut report.unsent)).await;
         report.at_ms = now;
         report.spent_worker_seconds = spent(&launched, spent_before, now);
         report.workers = launched.clone();
@@ -564,6 +597,28 @@ pub async fn run(
         }
     }
     Ok(())
+}
+
+/// Sends this tick's new decisions to the head, which streams each to watchers as a
+/// `decision` event from `autoscaler/GROUP` (the status file keeps them either way). A head
+/// that cannot take them (unreachable, or a group on a data format before 6) costs a warning.
+async fn announce(client: &escher_client::Client, group: &str, decisions: Vec<Decision>) {
+    let source = format!("autoscaler/{group}");
+    for decision in decisions {
+        let mut reason = decision.reason;
+        if reason.len() > escher_proto::types::MAX_DECISION_REASON {
+            let mut end = escher_proto::types::MAX_DECISION_REASON - 3;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+            reason.push_str("...");
+        }
+        let action = decision.action.word();
+        if let Err(e) = client.record_decision(&source, action, &reason).await {
+            tracing::warn!("the head did not take the decision ({reason}) for watchers: {e}");
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -60,6 +60,10 @@ pub struct Scheduler {
     /// and sets it again after a restore, so the bytes of a snapshot stay what they were.
     #[serde(skip)]
     pub(crate) prefer: BTreeMap<TaskId, Vec<ResourceName>>,
+    /// Walltimes and time limits (`walltime.rs`), derived from what snapshots already hold
+    /// (nodes' labels, tasks' specs): not written, rebuilt by [`Scheduler::restore_walltimes`].
+    #[serde(skip)]
+    pub(crate) time: super::walltime::TimeIndex,
 }
 
 /// One resource on one node, as [`Scheduler::node`] reports it.
@@ -120,8 +124,9 @@ impl Scheduler {
                 task,
                 resources,
                 deadline,
+                time_limit,
             } => {
-                self.submit(task, &resources, deadline, out)?;
+                self.submit(task, &resources, deadline, time_limit, out)?;
             }
             Event::GangSubmitted {
                 tasks,
@@ -241,7 +246,10 @@ impl Scheduler {
     /// The reason a pending task is infeasible, if it is.
     pub fn infeasible_reason(&self, task: TaskId) -> Option<&super::InfeasibleReason> {
         match self.tasks.get(&task)?.place {
-            Place::Pending { shape, .. } => self.shapes.shapes.get(&shape)?.infeasible.as_deref(),
+            Place::Pending { shape, .. } => match self.shapes.shapes.get(&shape)?.infeasible {
+                Some(ref reason) => Some(&**reason),
+                None => self.time.held_back(task),
+            },
             Place::Gang { gang } => self.gangs.gangs.get(&gang)?.infeasible.as_deref(),
             Place::Running { .. } => None,
         }
@@ -258,11 +266,27 @@ impl Scheduler {
         self.tasks.len() - self.pending_count()
     }
 
-    /// Replaces a live node's labels (they change no placement: resources do that; they are
-    /// what the node is, for people and for ESLs).
+    /// Replaces a live node's labels. They change no placement (resources do that; they are
+    /// what the node is, for people and for ESLs) but one: a walltime's end
+    /// ([`ENDS_AT_LABEL`](escher_proto::types::ENDS_AT_LABEL)), which tasks with a time limit
+    /// must not outlast. A later end (or none) wakes the shapes this node could hold.
     pub fn set_node_labels(&mut self, id: NodeId, labels: Labels) -> Result<(), CoreError> {
         let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
+        let before = super::walltime::ends_at(&node.labels);
+        let after = super::walltime::ends_at(&labels);
         node.labels = labels;
+        self.time.set_end(id, after);
+        let longer = match (before, after) {
+            (Some(b), Some(a)) => a > b,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if longer && let Some(node) = self.nodes.get(&id) {
+            for r in node.slots.keys() {
+                self.shapes.wake_at(*r, id);
+            }
+            self.shapes.wake_empty_at(id);
+        }
         Ok(())
     }
 
@@ -302,6 +326,7 @@ impl Scheduler {
         if self.nodes.contains_key(&id) {
             return Err(CoreError::DuplicateNode(id));
         }
+        self.time.set_end(id, super::walltime::ends_at(&labels));
         let mut node = Node {
             labels,
             ..Node::default()
@@ -332,6 +357,7 @@ impl Scheduler {
 
     fn remove_node(&mut self, id: NodeId, out: &mut Vec<Decision>) -> Result<(), CoreError> {
         let node = self.nodes.remove(&id).ok_or(CoreError::UnknownNode(id))?;
+        self.time.set_end(id, None);
         for task in &node.running {
             self.forget_task(*task);
             out.push(Decision::Lost {
@@ -447,6 +473,7 @@ impl Scheduler {
         task: TaskId,
         resources: &ResourceSet,
         deadline: Option<Millis>,
+        time_limit: Option<Millis>,
         out: &mut Vec<Decision>,
     ) -> Result<(), CoreError> {
         if self.tasks.contains_key(&task) {
@@ -455,6 +482,7 @@ impl Scheduler {
         let req = self.hold_requirement(resources);
         let req: Req = req.into();
         let (shape_id, shape) = self.shapes.get_or_create(&req);
+        let behind_others = shape.live > 0;
         let seq = self.next_seq;
         self.next_seq += 1;
         shape.queue.push_back((task, seq));
@@ -479,6 +507,15 @@ impl Scheduler {
         );
         if let Some(at) = deadline {
             self.deadlines.insert((at, task));
+        }
+        if let Some(limit) = time_limit {
+            self.time.limits.insert(task, limit);
+        }
+        if behind_others && self.time.has_ends() {
+            // Its elders wait, but this one may last less than they do: it may fit a node
+            // with a walltime that they would outlast.
+            self.shapes
+                .wake_at_nodes(shape_id, self.time.ending_nodes());
         }
         Ok(())
     }
@@ -661,6 +698,7 @@ impl Scheduler {
     fn forget_task(&mut self, id: TaskId) -> Option<Task> {
         self.prefer.remove(&id);
         let task = self.tasks.remove(&id)?;
+        self.time.forget(id);
         for (r, _) in task.req.iter() {
             self.names.release(*r);
         }

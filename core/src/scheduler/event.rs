@@ -45,6 +45,12 @@ pub enum Event {
         resources: ResourceSet,
         /// If still pending at this time, give up on it.
         deadline: Option<Millis>,
+        /// How long it may run once started (its `timeout`), if it has a limit: it is placed only
+        /// on a node that lasts that long (one without an [`ENDS_AT_LABEL`], or whose end is at
+        /// least this far from the time of the placement).
+        ///
+        /// [`ENDS_AT_LABEL`]: escher_proto::types::ENDS_AT_LABEL
+        time_limit: Option<Millis>,
     },
     /// Tasks (one per bundle) to dispatch all together or not at all. Each must be new.
     GangSubmitted {

@@ -68,9 +68,11 @@ mod placement;
 mod sanity;
 mod shape;
 mod sorted;
+mod walltime;
 
 pub(crate) use self::core::new_total;
 pub use self::core::{NodeView, ResourceView, Scheduler};
 pub use error::CoreError;
 pub use event::{Decision, Event, InfeasibleReason, Millis};
 pub use gang::GANG_PATIENCE;
+pub use walltime::WALLTIME_REASON;

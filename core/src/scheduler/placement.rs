@@ -20,7 +20,7 @@ impl Scheduler {
             self.update_hold(now);
         }
         if !self.shapes.woken.is_empty() {
-            self.shape_round(out);
+            self.shape_round(now, out);
         }
         // A hold that ends in the gang round wakes what it kept from others: one more pass.
         while !self.gangs.gangs.is_empty() {
@@ -30,25 +30,25 @@ impl Scheduler {
                 break;
             }
             if !self.shapes.woken.is_empty() {
-                self.shape_round(out);
+                self.shape_round(now, out);
             }
         }
     }
 
-    fn shape_round(&mut self, out: &mut Vec<Decision>) {
+    fn shape_round(&mut self, now: Millis, out: &mut Vec<Decision>) {
         let mut order: Vec<(TaskId, ShapeId)> = std::mem::take(&mut self.shapes.woken)
             .into_iter()
             .filter_map(|id| self.head(id).map(|task| (task, id)))
             .collect();
         order.sort_unstable();
         for (_, id) in order {
-            self.examine(id, out);
+            self.examine(id, now, out);
         }
     }
 
     /// Settles one woken shape: reports it feasible again if a change made it so, dispatches
     /// what fits where it was woken, and reports it infeasible if no live node could hold it.
-    fn examine(&mut self, id: ShapeId, out: &mut Vec<Decision>) {
+    fn examine(&mut self, id: ShapeId, now: Millis, out: &mut Vec<Decision>) {
         let Some(shape) = self.shapes.shapes.get_mut(&id) else {
             return;
         };
@@ -81,12 +81,15 @@ impl Scheduler {
         }
         let dispatched = match &wake {
             Wake::None => 0,
-            Wake::All => self.dispatch_round_robin(id, &req, out),
-            Wake::Nodes(nodes) => self.dispatch_on(id, &req, nodes, out),
+            Wake::All => self.dispatch_round_robin(id, &req, now, out),
+            Wake::Nodes(nodes) => self.dispatch_on(id, &req, nodes, now, out),
         };
         if self.shapes.shapes.get(&id).is_none_or(|s| s.live == 0) {
             self.shapes.remove(id);
             return;
+        }
+        if wake != Wake::None || recheck {
+            self.settle_walltimes(id, &req, now, out);
         }
         // Still waiting. Only a full look can say that no node could ever hold it.
         let must_look = recheck || wake == Wake::All;
@@ -137,7 +140,13 @@ impl Scheduler {
 
     /// Round-robin over the holders of the scarcest resource, starting after the node last
     /// chosen for it, until the queue is empty or a whole cycle of nodes has no room.
-    fn dispatch_round_robin(&mut self, id: ShapeId, req: &Req, out: &mut Vec<Decision>) -> usize {
+    fn dispatch_round_robin(
+        &mut self,
+        id: ShapeId,
+        req: &Req,
+        now: Millis,
+        out: &mut Vec<Decision>,
+    ) -> usize {
         let key = self.scarcest(req);
         let cycle = self.key_len(key);
         let mut cursor = self.cursors.get(&key).copied();
@@ -145,7 +154,7 @@ impl Scheduler {
         // Nothing frees up during the loop, so a full cycle of misses means nothing fits.
         while misses < cycle {
             let Some(task) = self.head(id) else { break };
-            if let Some(node) = self.preferred_node(task, req)
+            if let Some(node) = self.preferred_node(task, req, now)
                 && self.dispatch(task, id, node, req, out)
             {
                 dispatched += 1;
@@ -156,7 +165,13 @@ impl Scheduler {
                 break;
             };
             cursor = Some(node);
-            if self.fits_beside_hold(node, req) && self.dispatch(task, id, node, req, out) {
+            let task = match self.fits_beside_hold(node, req) {
+                true => self.pick(id, node, now),
+                false => None,
+            };
+            if let Some(task) = task
+                && self.dispatch(task, id, node, req, out)
+            {
                 self.cursors.insert(key, node);
                 dispatched += 1;
                 misses = 0;
@@ -168,14 +183,15 @@ impl Scheduler {
     }
 
     /// The first node that holds one of `task`'s preferred resources (in the order it gave
-    /// them, then by node id) and where `req` fits now, if any ([`Scheduler::prefer`]).
-    fn preferred_node(&self, task: TaskId, req: &Req) -> Option<NodeId> {
+    /// them, then by node id), where `req` fits now and that lasts for the task's time limit,
+    /// if any ([`Scheduler::prefer`]).
+    fn preferred_node(&self, task: TaskId, req: &Req, now: Millis) -> Option<NodeId> {
         let names = self.prefer.get(&task)?;
         names
             .iter()
             .filter_map(|name| self.holders.get(&self.names.get(name.as_str())?))
             .flat_map(|holders| holders.iter().copied())
-            .find(|node| self.fits_beside_hold(*node, req))
+            .find(|node| self.fits_beside_hold(*node, req) && self.lasts_on(task, *node, now))
     }
 
     /// Dispatches as many tasks as fit on each of `nodes`, in node order (a task with a
@@ -185,17 +201,23 @@ impl Scheduler {
         id: ShapeId,
         req: &Req,
         nodes: &BTreeSet<NodeId>,
+        now: Millis,
         out: &mut Vec<Decision>,
     ) -> usize {
         let mut dispatched = 0;
         for node in nodes {
             loop {
-                let Some(task) = self.head(id) else {
+                if self.head(id).is_none() {
                     return dispatched;
+                }
+                if !self.fits_beside_hold(*node, req) {
+                    break;
+                }
+                let Some(task) = self.pick(id, *node, now) else {
+                    break;
                 };
-                let target = self.preferred_node(task, req).unwrap_or(*node);
-                if !self.fits_beside_hold(target, req) || !self.dispatch(task, id, target, req, out)
-                {
+                let target = self.preferred_node(task, req, now).unwrap_or(*node);
+                if !self.dispatch(task, id, target, req, out) {
                     break;
                 }
                 dispatched += 1;
@@ -204,7 +226,8 @@ impl Scheduler {
         dispatched
     }
 
-    /// Places the head `task` of `shape` on `node_id`, which the caller found it fits.
+    /// Places `task` of `shape` (its head, or on a node with an end the task `pick` chose) on
+    /// `node_id`, which the caller found it fits.
     /// Returns whether it did: every lookup is made before anything changes, so a caller that
     /// broke those preconditions (a node that is not live, a task or shape the core does not
     /// know) gets `false` and an unchanged core, never a panic.
@@ -237,9 +260,13 @@ impl Scheduler {
         if let Some(at) = entry.deadline {
             self.deadlines.remove(&(at, task));
         }
-        s.queue.pop_front();
+        // A task picked from behind the head leaves a stale entry, skipped like a cancelled one.
+        if s.queue.front().is_some_and(|(t, _)| *t == task) {
+            s.queue.pop_front();
+        }
         s.live = s.live.saturating_sub(1);
         self.prefer.remove(&task);
+        self.time.forget(task);
         out.push(Decision::Dispatch {
             task,
             node: node_id,
@@ -262,7 +289,7 @@ impl Scheduler {
     }
 
     /// The live tasks of a shape in queue order.
-    fn pending_in(&self, id: ShapeId) -> Vec<TaskId> {
+    pub(crate) fn pending_in(&self, id: ShapeId) -> Vec<TaskId> {
         let Some(shape) = self.shapes.shapes.get(&id) else {
             return Vec::new();
         };

@@ -24,8 +24,9 @@ impl Scheduler {
     ///   which may be handed out again, can never be mistaken for the name it had);
     /// - a starving gang's hold names a waiting, feasible gang and live nodes;
     /// - **liveness**: no pending task fits any live node beside a starving gang's hold (the
-    ///   queue heads are checked; within a shape all tasks are alike) and no shape is left
-    ///   woken.
+    ///   queue heads are checked; within a shape all tasks are alike but for their time limits,
+    ///   so on a node with an end only a shape with a task without a limit is checked) and no
+    ///   shape is left woken.
     pub fn sanity_check(&self) -> Result<(), String> {
         // A soft-locality preference lives only while its task waits.
         for task in self.prefer.keys() {
@@ -242,11 +243,23 @@ impl Scheduler {
                     return Err(format!("shape {id:?} is missing from the resource index"));
                 }
             }
-            if let Some(node) = self
-                .nodes
-                .keys()
-                .find(|n| self.fits_beside_hold(**n, &shape.req))
-            {
+            // On a node with an end, a waiting task may be one that outlasts it: only a task
+            // without a limit is known to fit there whatever the time.
+            let unlimited = || {
+                shape.queue.iter().any(|(task, seq)| {
+                    self.tasks.get(task).is_some_and(|t| {
+                        t.place
+                            == Place::Pending {
+                                shape: *id,
+                                seq: *seq,
+                            }
+                    }) && !self.time.limits.contains_key(task)
+                })
+            };
+            if let Some(node) = self.nodes.keys().find(|n| {
+                self.fits_beside_hold(**n, &shape.req)
+                    && (!self.time.ending_nodes().any(|e| e == **n) || unlimited())
+            }) {
                 return Err(format!(
                     "liveness: shape {id:?} {:?} waits although node {} has room",
                     shape.req, node

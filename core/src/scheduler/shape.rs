@@ -163,6 +163,16 @@ impl Shapes {
         }
     }
 
+    /// Wakes shape `id` to look at `nodes`.
+    pub(crate) fn wake_at_nodes(&mut self, id: ShapeId, nodes: impl IntoIterator<Item = NodeId>) {
+        if let Some(shape) = self.shapes.get_mut(&id) {
+            for node in nodes {
+                shape.wake.add_node(node);
+            }
+            self.woken.insert(id);
+        }
+    }
+
     /// Wakes the shape that requests nothing, to look at `node`.
     pub(crate) fn wake_empty_at(&mut self, node: NodeId) {
         if let Some(id) = self.empty

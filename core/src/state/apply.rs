@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use escher_proto::types::{Namespace, NodeId, ResourceName, TaskId, TaskState};
+use escher_proto::types::{Namespace, NodeId, PendingReason, ResourceName, TaskId, TaskState};
 use serde::{Deserialize, Serialize};
 
 use super::command::{Command, Effect, Entry, Reply};
@@ -205,6 +205,24 @@ impl ClusterState {
                 *self.result_bytes.entry(ns).or_default() += bytes;
             }
         }
+        // The core's walltime index is not in the snapshot: its ends are the nodes' labels
+        // (which the core holds) and its limits the pending tasks' specs.
+        let pending = || {
+            self.tasks
+                .iter()
+                .filter(|(_, rec)| rec.state == TaskState::Pending)
+        };
+        let limits: Vec<(TaskId, Millis)> = pending()
+            .filter_map(|(id, rec)| Some((*id, super::tasks::millis(rec.spec.timeout?))))
+            .collect();
+        let blocked: Vec<(TaskId, PendingReason)> = pending()
+            .filter_map(|(id, rec)| {
+                let reason = rec.pending_reason.as_deref()?;
+                let walltime = reason.resource.as_str() == crate::scheduler::WALLTIME_REASON;
+                walltime.then(|| (*id, reason.clone()))
+            })
+            .collect();
+        self.core.restore_walltimes(limits, blocked);
         self
     }
 
@@ -371,6 +389,21 @@ impl ClusterState {
                 now,
             )),
             Command::OpenObjectSession => Reply::ObjectSession(self.open_object_session()),
+            Command::RecordDecision {
+                source,
+                action,
+                reason,
+            } => {
+                escher_proto::types::check_decision(&source, &action, &reason)
+                    .map_err(ApplyError::InvalidDecision)?;
+                let event = escher_proto::types::ClusterEvent::Decision {
+                    source,
+                    action,
+                    reason,
+                };
+                self.record(event, escher_proto::types::Labels::new(), now);
+                Reply::Done
+            }
         };
         self.settle(now);
         self.retain(settled, now);

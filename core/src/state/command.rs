@@ -237,6 +237,17 @@ pub enum Command {
     /// A client's number for naming the objects it puts (`(session, sequence)`), never given
     /// out before. Data format 5 on.
     OpenObjectSession,
+    /// A client that acts on the cluster (an autoscaler) decided something: recorded as a
+    /// [`ClusterEvent::Decision`](escher_proto::types::ClusterEvent::Decision) for watchers,
+    /// nothing else changes. Data format 6 on.
+    RecordDecision {
+        /// Who decided (`autoscaler/GROUP`).
+        source: String,
+        /// What, in one word.
+        action: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 impl Command {
@@ -269,6 +280,7 @@ impl Command {
             Command::ObjectsSealed { .. } => "objects_sealed",
             Command::ObjectsReleased { .. } => "objects_released",
             Command::OpenObjectSession => "open_object_session",
+            Command::RecordDecision { .. } => "record_decision",
         }
     }
 }

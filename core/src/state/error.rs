@@ -388,6 +388,9 @@ pub enum ApplyError {
         /// The layout being applied.
         target: String,
     },
+    /// A decision to record broke the rules of its fields (`RecordDecision`).
+    #[error("{0}")]
+    InvalidDecision(String),
 }
 
 impl ApplyError {

@@ -486,6 +486,8 @@ impl ClusterState {
         if labels != record.labels {
             if self.core.has_node(id) {
                 self.core.set_node_labels(id, labels.clone())?;
+                // A walltime's end that moved later may let a waiting task in at once.
+                self.core_event(Event::Tick, now);
             }
             if let Some(record) = self.nodes.get_mut(&id) {
                 record.labels = labels.clone();

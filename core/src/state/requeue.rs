@@ -136,6 +136,7 @@ impl ClusterState {
             .pending_deadline
             .map(|d| now.saturating_add(millis(d)));
         let prefer = rec.preferred_locations();
+        let time_limit = rec.spec.timeout.map(millis);
         // Watchers see it pending again, the reason saying why.
         self.record_pending(id, Some(why), now);
         self.core.prefer(id, prefer);
@@ -144,6 +145,7 @@ impl ClusterState {
                 task: id,
                 resources,
                 deadline,
+                time_limit,
             },
             now,
         );

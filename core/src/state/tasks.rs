@@ -58,6 +58,7 @@ impl ClusterState {
             self.next_task += 1;
             let resources = spec.resources.clone();
             let deadline = spec.pending_deadline.map(|d| now.saturating_add(millis(d)));
+            let time_limit = spec.timeout.map(millis);
             let rec = TaskRecord::new(spec, now);
             for name in rec.created_names() {
                 self.creators.entry(name).or_default().insert(id);
@@ -74,6 +75,7 @@ impl ClusterState {
                     task: id,
                     resources,
                     deadline,
+                    time_limit,
                 },
                 now,
             );

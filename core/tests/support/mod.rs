@@ -111,6 +111,7 @@ impl TestEnv {
             task: TaskId(task),
             resources: resources.parse().unwrap(),
             deadline: None,
+            time_limit: None,
         })
     }
 
@@ -119,6 +120,30 @@ impl TestEnv {
             task: TaskId(task),
             resources: resources.parse().unwrap(),
             deadline: Some(deadline),
+            time_limit: None,
+        })
+    }
+
+    /// Submits a task that may run for at most `limit` milliseconds.
+    pub fn submit_limited(&mut self, task: u64, resources: &str, limit: Millis) -> Vec<String> {
+        self.ok(Event::TaskSubmitted {
+            task: TaskId(task),
+            resources: resources.parse().unwrap(),
+            deadline: None,
+            time_limit: Some(limit),
+        })
+    }
+
+    /// Adds a node whose walltime ends at `ends_at` (its `escher.ends-at` label).
+    pub fn node_ending(&mut self, id: u64, resources: &str, ends_at: Millis) -> Vec<String> {
+        let mut labels = Labels::new();
+        labels
+            .insert(escher_proto::types::ENDS_AT_LABEL, &ends_at.to_string())
+            .unwrap();
+        self.ok(Event::NodeAdded {
+            node: NodeId(id),
+            resources: caps(resources),
+            labels,
         })
     }
 

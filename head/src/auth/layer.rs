@@ -101,7 +101,7 @@ pub fn need(path: &str) -> Option<Need> {
         (
             "escher.v1.Cluster",
             "ApplyMigLayout" | "ChangeHeads" | "CreateToken" | "ListTokens" | "RevokeToken"
-            | "Drain" | "LabelNode" | "Backup",
+            | "Drain" | "LabelNode" | "Backup" | "RecordDecision",
         ) => Need::Admin,
         ("escher.v1.WorkerLink", "Register" | "Attach") => Need::Join,
         ("escher.v1.Raft", "Send" | "Status") => Need::Peer,

@@ -76,7 +76,8 @@ pub enum CodecError {
 /// | 3 | entries may hold `RegisterNodeUnattached`, `RejoinNodeUnattached` and `NodeAttached` (the last variants of `Command`): a node takes tasks only once its worker's stream is attached ([`ATTACH_FORMAT`]); a group writing an older format registers nodes as before |
 /// | 4 | entries may hold `LabelNode` (a variant of `Command` after format 3's): labels set and removed on a live node, and a walltime's drain ([`LABELS_FORMAT`]) |
 /// | 5 | entries may hold `ObjectsSealed`, `ObjectsReleased` and `OpenObjectSession` (the last variants of `Command`), and a snapshot carries the object table after the image: always the incarnation, then the table ([`OBJECTS_FORMAT`]); a group writing an older format refuses objects |
-pub const DATA_FORMAT: u16 = 5;
+/// | 6 | entries may hold `RecordDecision` (the last variant of `Command`): an autoscaler's decisions, streamed to watchers ([`DECISIONS_FORMAT`]); a group writing an older format refuses them |
+pub const DATA_FORMAT: u16 = 6;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -94,6 +95,10 @@ pub const LABELS_FORMAT: u16 = 4;
 /// The first data format whose entries may hold object commands and whose snapshots carry the
 /// object table: a group records objects only when it writes this format or a later one.
 pub const OBJECTS_FORMAT: u16 = 5;
+
+/// The first data format whose entries may hold `RecordDecision`: a group records decisions
+/// (for the watch API) only when it writes this format or a later one.
+pub const DECISIONS_FORMAT: u16 = 6;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];

@@ -749,6 +749,28 @@ impl Cluster for ClusterService {
         }
     }
 
+    /// A decision of a client that acts on the cluster (an autoscaler), through the log to
+    /// the watchers: checked here, so that a bad one is refused with nothing written.
+    async fn record_decision(
+        &self,
+        request: Request<wire::RecordDecisionRequest>,
+    ) -> Result<Response<wire::RecordDecisionReply>, Status> {
+        let scope = crate::auth::key_scope(&request);
+        let request = request.into_inner();
+        let key = key(scope, request.key)?;
+        escher_proto::types::check_decision(&request.source, &request.action, &request.reason)
+            .map_err(Status::invalid_argument)?;
+        let command = Command::RecordDecision {
+            source: request.source,
+            action: request.action,
+            reason: request.reason,
+        };
+        match self.owner.apply(command, key).await? {
+            Reply::Done => Ok(Response::new(wire::RecordDecisionReply {})),
+            other => Err(unexpected(other)),
+        }
+    }
+
     type WatchStream = ReceiverStream<Result<wire::WatchResponse, Status>>;
 
     async fn watch(

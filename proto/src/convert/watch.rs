@@ -6,8 +6,9 @@ use super::{
     At, ConvertError, MAX_NAME_BYTES, Problem, check_len, convert_list, convert_optional, required,
 };
 use crate::types::{
-    ActorChange, ClusterEvent, MAX_ACTOR_NAME_BYTES, MAX_LABEL_SELECTORS, MAX_WATCH_TASKS,
-    NodeChange, NodeId, ResourceName, TaskId, WatchBatch, WatchEvent, WatchKind, WatchRequest,
+    ActorChange, ClusterEvent, MAX_ACTOR_NAME_BYTES, MAX_DECISION_REASON, MAX_LABEL_SELECTORS,
+    MAX_POLICY_NAME, MAX_WATCH_TASKS, NodeChange, NodeId, ResourceName, TaskId, WatchBatch,
+    WatchEvent, WatchKind, WatchRequest,
 };
 use crate::wire::{self, watch_event::Event as W};
 
@@ -25,13 +26,15 @@ impl From<WatchKind> for wire::WatchKind {
             WatchKind::Node => wire::WatchKind::Node,
             WatchKind::Reservation => wire::WatchKind::Reservation,
             WatchKind::Actor => wire::WatchKind::Actor,
+            WatchKind::Decision => wire::WatchKind::Decision,
         }
     }
 }
 
 fn watch_kind(value: i32) -> Result<WatchKind, ConvertError> {
     let unknown = || {
-        let expected = "SUBMITTED, STARTED, FINISHED, PENDING, RESOURCE, NODE, RESERVATION, ACTOR";
+        let expected =
+            "SUBMITTED, STARTED, FINISHED, PENDING, RESOURCE, NODE, RESERVATION, ACTOR, DECISION";
         ConvertError::new("", Problem::UnknownEnum { value, expected })
     };
     Ok(
@@ -45,6 +48,7 @@ fn watch_kind(value: i32) -> Result<WatchKind, ConvertError> {
             wire::WatchKind::Node => WatchKind::Node,
             wire::WatchKind::Reservation => WatchKind::Reservation,
             wire::WatchKind::Actor => WatchKind::Actor,
+            wire::WatchKind::Decision => WatchKind::Decision,
         },
     )
 }
@@ -232,6 +236,15 @@ impl From<WatchEvent> for wire::WatchEvent {
                 reason,
                 namespace: namespace_to_wire(namespace),
             }),
+            ClusterEvent::Decision {
+                source,
+                action,
+                reason,
+            } => W::Decision(wire::DecisionEvent {
+                source,
+                action,
+                reason,
+            }),
         };
         wire::WatchEvent {
             revision: e.revision,
@@ -315,6 +328,16 @@ impl TryFrom<wire::WatchEvent> for WatchEvent {
                     node: e.node.map(NodeId),
                     reason: reason(e.reason).at("actor")?,
                     namespace: namespace(e.namespace).at("actor")?,
+                }
+            }
+            W::Decision(e) => {
+                check_len("source", &e.source, MAX_POLICY_NAME).at("decision")?;
+                check_len("action", &e.action, MAX_POLICY_NAME).at("decision")?;
+                check_len("reason", &e.reason, MAX_DECISION_REASON).at("decision")?;
+                ClusterEvent::Decision {
+                    source: e.source,
+                    action: e.action,
+                    reason: e.reason,
                 }
             }
         };

@@ -96,6 +96,6 @@ pub use telemetry::{
     MAX_SAMPLES_PER_REPORT, MAX_TELEMETRY_KEY, MAX_TELEMETRY_TASKS, Sample, TaskTelemetry,
 };
 pub use watch::{
-    ActorChange, ClusterEvent, MAX_WATCH_TASKS, NodeChange, WatchBatch, WatchEvent, WatchKind,
-    WatchRequest,
+    ActorChange, ClusterEvent, MAX_DECISION_REASON, MAX_WATCH_TASKS, NodeChange, WatchBatch,
+    WatchEvent, WatchKind, WatchRequest, check_decision,
 };

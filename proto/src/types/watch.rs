@@ -80,11 +80,13 @@ pub enum WatchKind {
     Reservation,
     /// An actor's incarnation became ready, ended and restarts, or the actor died.
     Actor,
+    /// A client of the head that acts on the cluster (the autoscaler) decided something.
+    Decision,
 }
 
 impl WatchKind {
     /// Every kind, in wire order.
-    pub const ALL: [WatchKind; 8] = [
+    pub const ALL: [WatchKind; 9] = [
         WatchKind::Submitted,
         WatchKind::Started,
         WatchKind::Finished,
@@ -93,6 +95,7 @@ impl WatchKind {
         WatchKind::Node,
         WatchKind::Reservation,
         WatchKind::Actor,
+        WatchKind::Decision,
     ];
 
     /// Its name in the CLI and in messages.
@@ -106,6 +109,7 @@ impl WatchKind {
             WatchKind::Node => "node",
             WatchKind::Reservation => "reservation",
             WatchKind::Actor => "actor",
+            WatchKind::Decision => "decision",
         }
     }
 
@@ -138,7 +142,7 @@ impl FromStr for WatchKind {
                 what: "event kind",
                 value: s.to_string(),
                 why: "expected submitted, started, finished, pending, resource, node, \
-                      reservation or actor",
+                      reservation, actor or decision",
             })
     }
 }
@@ -247,6 +251,35 @@ pub enum ClusterEvent {
         /// Its namespace.
         namespace: Option<Namespace>,
     },
+    /// A client of the head that acts on the cluster decided something, and said why: an
+    /// autoscaler launching, draining or stopping workers, or holding (`RecordDecision`). Last
+    /// of the variants.
+    Decision {
+        /// Who decided (`autoscaler/GROUP`).
+        source: String,
+        /// What, in one word (`launch`, `drain`, `stop`, `hold`).
+        action: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The longest reason of a [`ClusterEvent::Decision`], in bytes.
+pub const MAX_DECISION_REASON: usize = 1024;
+
+/// Checks a decision's source, action and reason ([`ClusterEvent::Decision`]): the source and
+/// action are policy-like names (1 to 63 bytes of letters, digits, `-`, `_`, `.`, `/`), the
+/// reason at most [`MAX_DECISION_REASON`] bytes; the first problem found.
+pub fn check_decision(source: &str, action: &str, reason: &str) -> Result<(), String> {
+    super::check_policy_name("decision source", source)?;
+    super::check_policy_name("decision action", action)?;
+    if reason.len() > MAX_DECISION_REASON {
+        return Err(format!(
+            "a decision's reason is at most {MAX_DECISION_REASON} bytes, this one {}",
+            reason.len()
+        ));
+    }
+    Ok(())
 }
 
 impl ClusterEvent {
@@ -261,6 +294,7 @@ impl ClusterEvent {
             ClusterEvent::Node { .. } => WatchKind::Node,
             ClusterEvent::Reservation { .. } => WatchKind::Reservation,
             ClusterEvent::Actor { .. } => WatchKind::Actor,
+            ClusterEvent::Decision { .. } => WatchKind::Decision,
         }
     }
 
@@ -386,6 +420,11 @@ impl fmt::Display for ClusterEvent {
                     None => Ok(()),
                 }
             }
+            ClusterEvent::Decision {
+                source,
+                action,
+                reason,
+            } => write!(f, "{source} decided {action}: {reason}"),
         }
     }
 }

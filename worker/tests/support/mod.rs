@@ -588,6 +588,13 @@ impl Cluster for Services {
     ) -> Result<Response<wire::LabelNodeReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+
+    async fn record_decision(
+        &self,
+        _: Request<wire::RecordDecisionRequest>,
+    ) -> Result<Response<wire::RecordDecisionReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
 }
 
 /// A worker running in the background until [`RunningWorker::stop`].

@@ -24,6 +24,10 @@
 //! class and name; its incarnation is its task's attempt. Method calls go from callers to the
 //! hosting worker and never through the head, so the page shows no call counts.
 //!
+//! Policies (`GET /api/policies`): each policy's latest report (an ESL's tenants and their
+//! measures, such as fair-time's decayed usage, factor and holdings), as `escher status` prints
+//! them; kept in memory by the head, so the page says when each was reported.
+//!
 //! Utilisation over time: the head samples its own cluster status every few seconds into a
 //! bounded ring ([`history`]), served by `GET /api/history` with the same check as
 //! `/api/status`.
@@ -48,8 +52,8 @@ use tonic::{Code, Request, Status};
 use escher_proto::mig::GpuModel;
 use escher_proto::types::{
     ACTOR_LABEL, ClusterStatus, GpusReply, HeadsReply, ListTasksReply, ListTasksRequest, LogChunk,
-    LogStream, NodeId, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest, TaskState,
-    TaskSummary, TaskTelemetry, WatchBatch, WatchRequest,
+    LogStream, NodeId, PolicyReport, RESERVATION_LABEL, TaskId, TaskInfo, TaskLogsRequest,
+    TaskState, TaskSummary, TaskTelemetry, WatchBatch, WatchRequest,
 };
 use escher_proto::wire::{self, cluster_server::Cluster};
 
@@ -122,6 +126,7 @@ pub(crate) async fn serve(
         .route("/api/tasks/{id}/telemetry", get(telemetry))
         .route("/api/gpus", get(gpus))
         .route("/api/heads", get(heads))
+        .route("/api/policies", get(policies))
         .route("/api/history", get(utilisation))
         .route("/api/reservations", get(reservations))
         .route("/api/actors", get(actors))
@@ -384,6 +389,16 @@ async fn gpus(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<serde
 async fn heads(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<HeadsReply> {
     let request = d.call("Heads", &headers, wire::HeadsRequest {}).await?;
     Ok(Json(domain(d.svc.heads(request).await?)?))
+}
+
+/// The policies' latest reports that the caller may see (`escher status`'s policy tables):
+/// each ESL's tenants and their measures, an app token's own namespace's only.
+async fn policies(State(d): State<Dashboard>, headers: HeaderMap) -> ApiResult<Vec<PolicyReport>> {
+    let request = d
+        .call("Policies", &headers, wire::PoliciesRequest {})
+        .await?;
+    let reply = d.svc.policies(request).await?.into_inner();
+    Ok(Json(reply.reports.into_iter().map(Into::into).collect()))
 }
 
 /// The utilisation history, oldest first: what a caller who may read the cluster status may

@@ -56,10 +56,11 @@ const TURN: usize = 1024;
 /// The data format a group must write before it may record `command`, and what the command
 /// does, for the refusal: actors from [`ACTORS_FORMAT`](crate::replication::ACTORS_FORMAT),
 /// node labels set at run time from [`LABELS_FORMAT`](crate::replication::LABELS_FORMAT),
-/// the object table's commands from [`OBJECTS_FORMAT`](crate::replication::OBJECTS_FORMAT);
+/// the object table's commands from [`OBJECTS_FORMAT`](crate::replication::OBJECTS_FORMAT),
+/// decisions for watchers from [`DECISIONS_FORMAT`](crate::replication::DECISIONS_FORMAT);
 /// `None` for a command every format holds.
 fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
-    use crate::replication::{ACTORS_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT};
+    use crate::replication::{ACTORS_FORMAT, DECISIONS_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT};
     match command {
         Command::Submit { tasks, .. }
             if tasks
@@ -72,6 +73,7 @@ fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
         Command::ObjectsSealed { .. }
         | Command::ObjectsReleased { .. }
         | Command::OpenObjectSession => Some((OBJECTS_FORMAT, "record objects")),
+        Command::RecordDecision { .. } => Some((DECISIONS_FORMAT, "record decisions")),
         _ => None,
     }
 }

@@ -614,6 +614,28 @@ async function renderHeads() {
       h('td', { class: 'error' }, r.error || ''))));
 }
 
+/** One table per policy report: a row per tenant, a column per measure. */
+async function renderPolicies() {
+  const reports = await api('/api/policies');
+  const box = $('policies');
+  if (!reports.length) {
+    box.replaceChildren(h('p', { class: 'note', id: 'policies-none' },
+      'No policy has reported yet (an ESL reports with ClusterApi::report_policy; fair-time does after each round).'));
+    return;
+  }
+  box.replaceChildren(...reports.map((r) => {
+    const measures = [...new Set(r.rows.flatMap((row) => Object.keys(row.measures)))].sort();
+    const t = h('table', { class: 'policy' });
+    table(t, ['tenant', ...measures], r.rows.map((row) => h('tr', { 'data-row': row.row },
+      h('td', {}, row.row),
+      measures.map((m) => h('td', { 'data-measure': m }, m in row.measures ? fmtNum(row.measures[m]) : '')))));
+    return h('div', { class: 'policy-report', 'data-policy': r.policy, 'data-namespace': r.namespace || '' },
+      h('h3', {}, r.policy, r.namespace ? ` · namespace ${r.namespace}` : '',
+        h('span', { class: 'note' }, ` · reported ${ago(r.reported_at_ms)}`)),
+      t);
+  }));
+}
+
 const VIEWS = {
   overview: renderOverview,
   tasks: renderTasks,
@@ -621,6 +643,7 @@ const VIEWS = {
   reservations: renderReservations,
   gpus: renderGpus,
   heads: renderHeads,
+  policies: renderPolicies,
   logs: renderLogBrowser,
 };
 
@@ -927,7 +950,7 @@ function start() {
     '--header', `${document.querySelector('header').offsetHeight}px`);
   headerHeight();
   window.addEventListener('resize', headerHeight);
-  setInterval(() => { if (S.token && S.view === 'heads') refresh(); }, 3000);
+  setInterval(() => { if (S.token && (S.view === 'heads' || S.view === 'policies')) refresh(); }, 3000);
   // The charts follow the head's samples even when no event arrives.
   setInterval(() => { if (S.token && S.who && S.view === 'overview' && !document.hidden) renderCharts().catch(() => {}); }, 5000);
   if (ticket) redeem(ticket);
