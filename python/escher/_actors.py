@@ -219,6 +219,8 @@ class ActorHandle:
         self._native = native
         self._class_name = class_name
         self._methods = methods
+        # The objects its constructor's arguments name (kept while the handle lives).
+        self._keep: Sequence[Any] = ()
 
     @property
     def actor_id(self) -> int:
@@ -226,7 +228,7 @@ class ActorHandle:
         return self._native.id
 
     def __getattr__(self, name: str) -> "ActorMethod":
-        if name.startswith("__") or name in ("_native", "_class_name", "_methods"):
+        if name.startswith("__") or name in ("_native", "_class_name", "_methods", "_keep"):
             raise AttributeError(name)
         if self._methods is not None and name not in self._methods:
             raise AttributeError(

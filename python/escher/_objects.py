@@ -93,7 +93,7 @@ class ObjectRef:
 
 
 def _view_from(buffer: Any, fmt: str, shape: Tuple[int, ...]) -> memoryview:
-    view = memoryview(buffer)
+    view: Any = memoryview(buffer)
     if fmt != "B" or len(shape) != 1:
         view = view.cast("B").cast(fmt, shape)
     return view
@@ -133,9 +133,11 @@ def _pickler(large_bytes: bool) -> Any:
         class Pickler(base):  # type: ignore[misc, valid-type]
             def reducer_override(self, obj: Any) -> Any:
                 if type(obj) is memoryview:
-                    if not obj.c_contiguous:
-                        obj = memoryview(obj.tobytes()).cast(obj.format, obj.shape)
-                    return _view_from, (pickle.PickleBuffer(obj), obj.format, tuple(obj.shape))
+                    view: Any = obj
+                    if not view.c_contiguous:
+                        view = memoryview(view.tobytes()).cast(view.format, view.shape)
+                    return _view_from, (pickle.PickleBuffer(view), view.format,
+                                        tuple(view.shape))
                 parent = getattr(super(), "reducer_override", None)
                 return NotImplemented if parent is None else parent(obj)
 
