@@ -27,7 +27,7 @@ MIB = 1 << 20
 BIG = 100 * MIB
 
 
-def measure(system: str, tasks: int) -> dict:
+def measure(system: str, tasks: int, big: int = BIG) -> dict:
     import numpy
 
     if system == "ray":
@@ -101,12 +101,12 @@ def measure(system: str, tasks: int) -> dict:
     assert get([size.remote(blob) for _ in range(tasks)]) == [MIB] * tasks
     out["one_mib_ref_tasks_per_s"] = tasks / (time.perf_counter() - start)
 
-    array = numpy.random.default_rng(7).integers(0, 255, BIG, dtype=numpy.uint8)
+    array = numpy.random.default_rng(7).integers(0, 255, big, dtype=numpy.uint8)
     expect = int(array[::4096].sum())
     ref = put(array)
     took, nbytes, check = get(on_other(ref))
-    assert nbytes == BIG and check == expect, (nbytes, check, expect)
-    out["fetch_100mib_mb_per_s"] = BIG / MIB / took
+    assert nbytes == big and check == expect, (nbytes, check, expect)
+    out["fetch_100mib_mb_per_s"] = big / MIB / took
     out["fetch_100mib_s"] = took
     return out
 
@@ -115,14 +115,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", type=int, default=200)
     parser.add_argument("--systems", default="escher,ray")
+    parser.add_argument("--big-mib", type=int, default=BIG // MIB,
+                        help="the size of the object fetched between workers (MiB)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.tasks)), flush=True)
+        print(json.dumps(measure(args.one, args.tasks, args.big_mib * MIB)), flush=True)
         return
     for system in args.systems.split(","):
         done = subprocess.run([sys.executable, __file__, "--one", system, "--tasks",
-                               str(args.tasks)], capture_output=True, text=True)
+                               str(args.tasks), "--big-mib", str(args.big_mib)],
+                              capture_output=True, text=True)
         if done.returncode != 0:
             sys.exit(f"{system} failed:\n{done.stderr}")
         print(done.stdout.strip().splitlines()[-1], flush=True)

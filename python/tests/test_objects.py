@@ -272,7 +272,8 @@ got = escher.get(pinned, timeout=240)
 assert len({node for node, _ in got}) == 2, got
 assert all(d == hashlib.sha256(value).hexdigest() for _, d in got), got
 print("both workers read it", flush=True)
-del ref, value
+# The calls' refs keep the object too: gone with them.
+del ref, value, pinned
 (signals / "released").write_text("1")
 while not (signals / "counted").exists():
     time.sleep(0.05)
