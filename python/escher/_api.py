@@ -39,6 +39,8 @@ _lock = threading.RLock()
 _session: Optional[_escher.Session] = None
 # The session of the task running in this interpreter (by its credential), if any.
 _task_session: Optional[Tuple[str, _escher.Session]] = None
+# The connection of this interpreter's first task, by head: later tasks call on it.
+_task_base: Optional[Tuple[Optional[str], _escher.Session]] = None
 _signal_prefix = "escher-py-" + uuid.uuid4().hex[:12]
 # Counts the sessions init() opened, so that what one session stored is never used in another.
 _generation = 0
@@ -152,13 +154,23 @@ class ClusterInfo:
 def _in_task_session() -> Optional[_escher.Session]:
     """The session of the task running in this interpreter (a warm interpreter of a worker
     runs one task at a time; each has its own credential)."""
-    global _task_session
+    global _task_session, _task_base
     token = os.environ.get("ESCHER_TASK_TOKEN")
     if not token:
         return None
     with _lock:
         if _task_session is None or _task_session[0] != token:
-            _task_session = (token, _escher.connect(os.environ.get("ESCHER_HEAD"), token, None))
+            head = os.environ.get("ESCHER_HEAD")
+            task = os.environ.get("ESCHER_TASK_ID")
+            if _task_base is None or _task_base[0] != head or not task:
+                # The first task of this interpreter connects; the next ones speak on the same
+                # connection with their own credential.
+                _task_base = (head, _escher.connect(head, token, None))
+                session = _task_base[1]
+            else:
+                session = _task_base[1].for_task(token, int(task),
+                                                 os.environ.get("ESCHER_NAMESPACE") or None)
+            _task_session = (token, session)
         return _task_session[1]
 
 

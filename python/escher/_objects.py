@@ -15,6 +15,9 @@ installed) give their data out of band by themselves, and ``bytes``, ``bytearray
 read-only array over them and a ``memoryview`` as a read-only view, with no copy; a ``bytes``
 or ``bytearray`` is copied once more, since Python's own types must own their memory.
 
+A worker's interpreter keeps the last objects its tasks read (``get_object``), so that a
+reference passed to many tasks is fetched once per interpreter.
+
 References are counted by their owner: the ``ObjectRef`` that ``put`` returned, and every
 copy of it in this process, keep the object; when the last goes, the object is released and
 its worker deletes it. A reference sent to a task (as an argument, or inside one) is a
@@ -25,8 +28,11 @@ while the call's ``TaskRef`` (or the actor call's ref) lives.
 import contextvars
 import io
 import itertools
+import os
 import pickle
 import struct
+import threading
+from collections import OrderedDict
 from typing import Any, List, Optional, Tuple
 
 from . import _escher
@@ -219,11 +225,49 @@ def put_object(session: Any, value: Any) -> ObjectRef:
     return ObjectRef(owner, index, owned)
 
 
+# What a worker's interpreter keeps of the objects its tasks read, by id: the last ones, up to
+# _KEPT_BYTES, each at most _KEPT_ONE. Ids are never reused and objects never change, so a kept
+# copy is the object's as long as the head still knows it: each read asks (one small call,
+# which also refuses a freed object, another namespace's or a lost one, as a fetch would).
+_KEPT_BYTES = 128 * 1024 * 1024
+_KEPT_ONE = 32 * 1024 * 1024
+_kept: "OrderedDict[Tuple[int, int], bytes]" = OrderedDict()
+_kept_lock = threading.Lock()
+
+
 def get_object(ref: ObjectRef) -> Any:
     from ._api import _current
 
     owner, index = ref._id
-    return deserialize(_escher.get_object(_current(), owner, index))
+    session = _current()
+    if not os.environ.get("ESCHER_TASK_TOKEN"):
+        return deserialize(_escher.get_object(session, owner, index))
+    with _kept_lock:
+        data = _kept.get(ref._id)
+    if data is not None:
+        size, _checksum, _holders = _escher.object_info(session, owner, index)
+        if size == len(data):
+            with _kept_lock:
+                if ref._id in _kept:
+                    _kept.move_to_end(ref._id)
+            return deserialize(data)
+    data = _escher.get_object(session, owner, index)
+    if len(data) <= _KEPT_ONE:
+        with _kept_lock:
+            _kept[ref._id] = data
+            total = sum(len(d) for d in _kept.values())
+            while total > _KEPT_BYTES:
+                _, gone = _kept.popitem(last=False)
+                total -= len(gone)
+    return deserialize(data)
+
+
+def holders(ref: ObjectRef) -> List[int]:
+    """The nodes that hold a copy of ``ref``'s object, as the head knows them."""
+    from ._api import _current
+
+    owner, index = ref._id
+    return list(_escher.object_info(_current(), owner, index)[2])
 
 
 class _Collect:
@@ -253,10 +297,3 @@ def resolve(value: Any) -> Any:
         return get_object(value)
     return value
 
-
-def holders(ref: ObjectRef) -> List[int]:
-    """The nodes that hold a copy of ``ref``'s object, as the head knows them."""
-    from ._api import _current
-
-    owner, index = ref._id
-    return list(_escher.object_holders(_current(), owner, index))

@@ -193,7 +193,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<objects::Object>()?;
     m.add_function(wrap_pyfunction!(objects::put_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::get_object, m)?)?;
-    m.add_function(wrap_pyfunction!(objects::object_holders, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::object_info, m)?)?;
     m.add_class::<esl::Spec>()?;
     m.add_class::<esl::DataLocality>()?;
     m.add_class::<esl::Affinity>()?;

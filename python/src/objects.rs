@@ -89,16 +89,17 @@ fn object_error(e: ClientError) -> PyErr {
     }
 }
 
-/// The nodes that hold a copy of object `(owner, index)`, as the head knows them.
+/// What the head knows of object `(owner, index)`: `(size, crc32c, holder nodes)`.
 #[pyfunction]
-pub(crate) fn object_holders(
+pub(crate) fn object_info(
     py: Python<'_>,
     session: &Session,
     owner: u64,
     index: u64,
-) -> PyResult<Vec<u64>> {
+) -> PyResult<(u64, u32, Vec<u64>)> {
     let client = session.client();
     let id = ObjectId(owner, index);
     let view = wait_for(py, async move { client.locate_object(id).await })?.map_err(object_error)?;
-    Ok(view.holders.iter().map(|h| h.node.0).collect())
+    let holders = view.holders.iter().map(|h| h.node.0).collect();
+    Ok((view.size, view.checksum, holders))
 }

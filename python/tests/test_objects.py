@@ -133,6 +133,10 @@ def test_references_reach_an_actor(cluster):
 def test_a_freed_object_and_an_unknown_one_are_refused_by_name(cluster):
     ref = escher.put(b"soon gone" * 1000)
     owner, index = ref.id
+    # Read by tasks first (their interpreters keep what they read, and must refuse it once
+    # freed all the same).
+    expected = ("bytes", sha(b"soon gone" * 1000))
+    assert escher.get([digest.remote(ref) for _ in range(4)]) == [expected] * 4
     del ref
     gc.collect()
     borrowed = escher.ObjectRef(owner, index)
