@@ -223,8 +223,8 @@ def object_cluster(tmp_path):
     def start(stores):
         address = tmp_path / "head-url"
         start_proc([binary("escher-head"), "--listen", "127.0.0.1:0", "--address-file",
-                    str(address), "--heartbeat-interval-ms", "200",
-                    "--heartbeat-timeout-ms", "2000"], "head")
+                    str(address), "--heartbeat-interval-ms", "500",
+                    "--heartbeat-timeout-ms", "8000"], "head")
         url = wait_until(lambda: address.exists() and address.read_text().strip(), "the head")
         users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
         workers = {}
