@@ -53,7 +53,11 @@ impl Object {
 /// Puts `data` (a `bytes` object, kept alive and read in place while it moves) into a
 /// worker's store and returns the owner's handle.
 #[pyfunction]
-pub(crate) fn put_object(py: Python<'_>, session: &Session, data: PyBackedBytes) -> PyResult<Object> {
+pub(crate) fn put_object(
+    py: Python<'_>,
+    session: &Session,
+    data: PyBackedBytes,
+) -> PyResult<Object> {
     let client = session.client();
     let bytes = Bytes::from_owner(data);
     let inner = wait_for(py, async move { client.put(bytes).await })?.map_err(object_error)?;
@@ -99,7 +103,8 @@ pub(crate) fn object_info(
 ) -> PyResult<(u64, u32, Vec<u64>)> {
     let client = session.client();
     let id = ObjectId(owner, index);
-    let view = wait_for(py, async move { client.locate_object(id).await })?.map_err(object_error)?;
+    let view =
+        wait_for(py, async move { client.locate_object(id).await })?.map_err(object_error)?;
     let holders = view.holders.iter().map(|h| h.node.0).collect();
     Ok((view.size, view.checksum, holders))
 }
