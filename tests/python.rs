@@ -1,8 +1,8 @@
 //! The Python package's suite (`python/tests`, pytest) and its examples (`python/examples`),
 //! run by `cargo test --workspace` as docs/python.md installs the package: a fresh virtual
 //! environment in a temporary directory, `pip install ./python` (maturin builds the native
-//! module, abi3, once, with the dev profile, reusing what `cargo test` built), pytest and mypy
-//! from PyPI. Fails if pytest fails.
+//! module, abi3, once, with the dev profile, reusing what `cargo test` built), pytest, mypy and
+//! NumPy from PyPI. Fails if pytest fails.
 //!
 //! Needs `python3` (3.9 or later, with `venv` and `pip`) and PyPI, as CI has; `ESCHER_TEST_PYTHON`
 //! names another interpreter. `python/tests/test_processes.py` and `test_failover.py` run this
@@ -70,7 +70,7 @@ fn target_dir() -> PathBuf {
     bins.parent().map(Path::to_path_buf).unwrap_or(bins)
 }
 
-/// A virtual environment with the package, pytest and cloudpickle installed.
+/// A virtual environment with the package, pytest, mypy, NumPy and cloudpickle installed.
 fn venv(dir: &Path) -> Result<PathBuf> {
     let python = std::env::var("ESCHER_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
     let venv = dir.join("venv");
@@ -90,7 +90,9 @@ fn venv(dir: &Path) -> Result<PathBuf> {
                 "--disable-pip-version-check",
             ])
             .arg("./python")
-            .args(["pytest", "mypy"])
+            // NumPy: test_objects.py checks that arrays travel out of band and come back as
+            // views of the object's bytes.
+            .args(["pytest", "mypy", "numpy"])
             .current_dir(root())
             // docs/python.md's install, built with the dev profile in the workspace's target
             // directory, beside what `cargo test` built (cargo holds no lock on it while
@@ -98,7 +100,7 @@ fn venv(dir: &Path) -> Result<PathBuf> {
             .env("MATURIN_PEP517_ARGS", "--profile dev")
             .env("CARGO_TARGET_DIR", target_dir()),
         INSTALL_LIMIT,
-        "pip install ./python pytest mypy",
+        "pip install ./python pytest mypy numpy",
     )?;
     Ok(py)
 }

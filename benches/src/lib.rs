@@ -376,6 +376,8 @@ mod tests {
         }
         let python = Options::parse_from(["escher-bench", "python"]);
         assert_eq!(python.selected(), [Workload::Python]);
+        let objects = Options::parse_from(["escher-bench", "objects"]);
+        assert_eq!(objects.selected(), [Workload::Objects]);
     }
 
     #[test]

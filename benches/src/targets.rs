@@ -41,9 +41,11 @@ pub fn evaluate(reports: &[WorkloadReport]) -> Vec<TargetCheck> {
         ),
         failover(find("w10.p50"), find("w10.max")),
     ];
-    // The Python package's, where `python` ran, and the actors', where `actors` ran.
+    // The Python package's, where `python` ran, the actors', where `actors` ran, and the
+    // objects', where `objects` ran.
     checks.extend(crate::workloads::python::targets(&figs));
     checks.extend(crate::workloads::actors::targets(&figs));
+    checks.extend(crate::workloads::objects::targets(&figs));
     checks
 }
 

@@ -25,6 +25,7 @@ from ._actors import (
     get_actor,
     kill,
 )
+from ._objects import ObjectLostError, ObjectRef
 from ._api import (
     AuthError,
     ClusterInfo,
@@ -55,6 +56,7 @@ from ._api import (
     init,
     is_initialized,
     logs,
+    put,
     remote,
     report,
     reserve,
@@ -90,6 +92,8 @@ __all__ = [
     "Node",
     "NotFoundError",
     "NotInitializedError",
+    "ObjectLostError",
+    "ObjectRef",
     "RemoteFunction",
     "Reservation",
     "TaskCancelledError",
@@ -111,6 +115,7 @@ __all__ = [
     "kill",
     "logs",
     "nodes",
+    "put",
     "remote",
     "report",
     "reserve",

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from . import _api, _escher
 from ._api import EscherError, InvalidArgumentError, Resources, TaskRef
+from ._objects import collecting
 
 ActorDiedError = _escher.ActorDiedError
 
@@ -147,8 +148,12 @@ class ActorClass:
         session = _api._current()
         _api._by_value(self._cls)
         data = _api._dumps(self._cls, f"actor class {self._cls.__qualname__}")
-        payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
-                              f"the constructor's arguments of {self._cls.__qualname__}")
+        # ObjectRefs travel borrowed (the actor's interpreter reads those given as arguments);
+        # the handle keeps the objects, which a restart constructs the actor from again.
+        with collecting() as met:
+            payload = _api._dumps(
+                (_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
+                f"the constructor's arguments of {self._cls.__qualname__}")
         digest = hashlib.sha256(data).digest()
         # A large class travels once per session, in a store task the workers fetch and keep
         # by hash (as a large function does); a small one with each creation.
@@ -176,7 +181,9 @@ class ActorClass:
             envelope, self._actor_resources(), self._max_restarts, self._max_task_retries,
             self._max_concurrency, self._name, self._lifetime == "detached", self._namespace,
             self._spec)
-        return ActorHandle(native, self._cls.__qualname__, self._methods)
+        handle = ActorHandle(native, self._cls.__qualname__, self._methods)
+        handle._keep = met
+        return handle
 
 
 def _actor_runtime_env(cls: type, env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
@@ -212,6 +219,8 @@ class ActorHandle:
         self._native = native
         self._class_name = class_name
         self._methods = methods
+        # The objects its constructor's arguments name (kept while the handle lives).
+        self._keep: Sequence[Any] = ()
 
     @property
     def actor_id(self) -> int:
@@ -219,7 +228,7 @@ class ActorHandle:
         return self._native.id
 
     def __getattr__(self, name: str) -> "ActorMethod":
-        if name.startswith("__") or name in ("_native", "_class_name", "_methods"):
+        if name.startswith("__") or name in ("_native", "_class_name", "_methods", "_keep"):
             raise AttributeError(name)
         if self._methods is not None and name not in self._methods:
             raise AttributeError(
@@ -314,14 +323,21 @@ class ActorMethod:
         with ``num_returns=N`` of ``options``, a list of N refs, one per returned value."""
         handle = self._handle
         what = f"{handle._class_name or 'actor'}.{self._name}"
-        payload = _api._dumps((_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
-                              f"the arguments of {what}")
+        with collecting() as met:
+            payload = _api._dumps(
+                (_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
+                f"the arguments of {what}")
         call = handle._native.call(self._name, payload)
         if self._num_returns == 1:
-            return ActorCallRef(call, handle, self._name, self._label)
-        shared = _SharedCall(call)
-        return [ActorCallRef(shared, handle, self._name, self._label, (i, self._num_returns))
-                for i in range(self._num_returns)]
+            refs = [ActorCallRef(call, handle, self._name, self._label)]
+        else:
+            shared = _SharedCall(call)
+            refs = [ActorCallRef(shared, handle, self._name, self._label, (i, self._num_returns))
+                    for i in range(self._num_returns)]
+        for ref in refs:
+            # The objects its arguments name are kept while the call's ref lives.
+            ref._keep = tuple(met)
+        return refs[0] if self._num_returns == 1 else refs
 
 
 class _SharedCall:

@@ -29,6 +29,7 @@ from ._escher import (
     InvalidArgumentError,
     NotFoundError,
 )
+from ._objects import ObjectRef, collecting, put_object
 
 Resources = Union[Dict[str, Union[int, float, str]], str, None]
 
@@ -38,6 +39,8 @@ _lock = threading.RLock()
 _session: Optional[_escher.Session] = None
 # The session of the task running in this interpreter (by its credential), if any.
 _task_session: Optional[Tuple[str, _escher.Session]] = None
+# The connection of this interpreter's first task, by head: later tasks call on it.
+_task_base: Optional[Tuple[Optional[str], _escher.Session]] = None
 _signal_prefix = "escher-py-" + uuid.uuid4().hex[:12]
 # Counts the sessions init() opened, so that what one session stored is never used in another.
 _generation = 0
@@ -151,13 +154,23 @@ class ClusterInfo:
 def _in_task_session() -> Optional[_escher.Session]:
     """The session of the task running in this interpreter (a warm interpreter of a worker
     runs one task at a time; each has its own credential)."""
-    global _task_session
+    global _task_session, _task_base
     token = os.environ.get("ESCHER_TASK_TOKEN")
     if not token:
         return None
     with _lock:
         if _task_session is None or _task_session[0] != token:
-            _task_session = (token, _escher.connect(os.environ.get("ESCHER_HEAD"), token, None))
+            head = os.environ.get("ESCHER_HEAD")
+            task = os.environ.get("ESCHER_TASK_ID")
+            if _task_base is None or _task_base[0] != head or not task:
+                # The first task of this interpreter connects; the next ones speak on the same
+                # connection with their own credential.
+                _task_base = (head, _escher.connect(head, token, None))
+                session = _task_base[1]
+            else:
+                session = _task_base[1].for_task(token, int(task),
+                                                 os.environ.get("ESCHER_NAMESPACE") or None)
+            _task_session = (token, session)
         return _task_session[1]
 
 
@@ -331,14 +344,16 @@ class TaskRef:
     an argument to another remote function, which then waits for its success and receives
     its result."""
 
-    __slots__ = ("_id", "_pending", "_deps", "_kind")
+    __slots__ = ("_id", "_pending", "_deps", "_kind", "_keep")
 
     def __init__(self, task_id: Optional[int], deps: Sequence["TaskRef"] = (),
-                 kind: str = "python", pending: Any = None):
+                 kind: str = "python", pending: Any = None, keep: Sequence[ObjectRef] = ()):
         self._id = None if task_id is None else int(task_id)
         self._pending = pending
         self._deps = tuple(deps)
         self._kind = kind
+        # The objects its arguments refer to: kept (not released) while this ref lives.
+        self._keep = tuple(keep)
 
     @property
     def id(self) -> int:
@@ -441,15 +456,28 @@ def _ids(refs: Iterable[TaskRef]) -> List[int]:
     return out
 
 
-def get(refs: Union[TaskRef, Sequence[TaskRef]], *, timeout: Optional[float] = None) -> Any:
+def get(refs: Union[TaskRef, ObjectRef, Sequence[Union[TaskRef, ObjectRef]]], *,
+        timeout: Optional[float] = None) -> Any:
     """Waits for one task or a list of tasks and returns their values, in order. Raises the
     remote exception (or ``TaskError``) of the first that failed, and ``GetTimeoutError``
     if they are not all done within ``timeout`` seconds. A task whose argument task failed
-    is cancelled, and its ``get`` raises that failure."""
+    is cancelled, and its ``get`` raises that failure. An ``ObjectRef`` (``escher.put``)
+    reads its object: ``ObjectLostError`` if no copy of it is left, ``NotFoundError`` if it
+    was freed or is not of this namespace."""
     if isinstance(refs, TaskRef):
         return _get_one(refs, timeout)
+    if isinstance(refs, ObjectRef):
+        return refs.get()
     if not isinstance(refs, (list, tuple)):
-        raise InvalidArgumentError(f"escher.get takes a TaskRef or a list of them, not {refs!r}")
+        raise InvalidArgumentError(
+            f"escher.get takes a TaskRef, an ObjectRef or a list of them, not {refs!r}")
+    if any(isinstance(r, ObjectRef) for r in refs):
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return [r.get() if isinstance(r, ObjectRef) else
+                _get_one(r, None if deadline is None else max(deadline - time.monotonic(), 0))
+                for r in refs]
     if any(isinstance(r, TaskRef) and r._kind == "actor-call" for r in refs):
         # Actor calls are answered by their actors: each waited for in turn, within one
         # timeout for all.
@@ -754,7 +782,7 @@ class RemoteFunction:
         # requests; the id is known when first needed.
         pending = session.submit_python_nowait(call[0], call[1], self._retries, self._timeout,
                                                self._name, self._spec)
-        return TaskRef(None, (), "python", pending)
+        return TaskRef(None, (), "python", pending, call[4])
 
     def map(self, calls: Iterable[Any]) -> List[TaskRef]:
         """Submits many calls in one request (much faster than as many ``remote`` calls): each
@@ -772,7 +800,7 @@ class RemoteFunction:
 
     def _prepare(self, session: _escher.Session, args: Sequence[Any],
                  kwargs: Dict[str, Any]) -> Tuple[bytes, str, List[Tuple[int, str]],
-                                                  List[TaskRef]]:
+                                                  List[TaskRef], List[ObjectRef]]:
         """One call's envelope (worker/src/python/mod.rs), its resources, the signals of its
         argument tasks and those tasks. Nothing is submitted here but, the first time, a large
         function's store task."""
@@ -800,7 +828,10 @@ class RemoteFunction:
                 raise InvalidArgumentError(
                     f"TaskRef argument {k}= must be passed by position to wait for it"
                 )
-        payload = _dumps((spec, kwargs), f"the arguments of {self._name}")
+        # ObjectRefs travel as borrowed references (the worker's runner reads those given as
+        # arguments themselves); the call keeps the objects they name.
+        with collecting() as met:
+            payload = _dumps((spec, kwargs), f"the arguments of {self._name}")
         # A large function travels once, in a task of its own, and is fetched by the workers;
         # a small one travels with each call.
         if len(data) > 8 * 1024:
@@ -819,13 +850,15 @@ class RemoteFunction:
             b"".join(struct.pack("<Q", d.id) for d in deps),
             payload,
         ])
-        return envelope, self._task_resources([sig for _, sig in signals]), signals, deps
+        return (envelope, self._task_resources([sig for _, sig in signals]), signals, deps,
+                met)
 
     def _submitted(self, session: _escher.Session, tid: int,
-                   call: Tuple[bytes, str, List[Tuple[int, str]], List[TaskRef]]) -> TaskRef:
+                   call: Tuple[bytes, str, List[Tuple[int, str]], List[TaskRef],
+                               List[ObjectRef]]) -> TaskRef:
         for dep, signal in call[2]:
             session.raise_after(dep, signal, [tid])
-        return TaskRef(tid, call[3])
+        return TaskRef(tid, call[3], keep=call[4])
 
 
 def _head_with_pip(pip: Optional[List[str]]) -> List[bytes]:
@@ -1185,6 +1218,17 @@ def _follow(session: _escher.Session, task: int, tail: Any):
                 yield text
         else:
             time.sleep(0.1)
+
+
+def put(value: Any) -> ObjectRef:
+    """Stores ``value`` as an object in a worker's store and returns its ``ObjectRef``: read
+    it with ``escher.get(ref)``, or pass the ref to remote functions and actor methods (each
+    receives the value, fetched by its worker; put once, passed to many). Pickled with
+    protocol 5: NumPy arrays, ``bytes``, ``bytearray`` and ``memoryview`` values travel beside
+    the pickle, not in it. The object lives while a reference to it does in this process (and
+    while a task that was given it, through its ``TaskRef``, does). A value larger than the
+    store (``--object-store-memory``) is refused, naming the object."""
+    return put_object(_current(), value)
 
 
 def report(**samples: float) -> int:

@@ -10,6 +10,8 @@
 //! - `actors.rs`: `Actor`, a handle that calls a Python actor's methods, and `Call`, one
 //!   call's answer;
 //! - `watch.rs`: `EventStream`, the events of a watch, one at a time;
+//! - `objects.rs`: `put_object`, `get_object` and `Object`, the owner's handle of an object
+//!   (`escher.put`, `escher.get` of an `ObjectRef`);
 //! - `esl.rs`: bindings over the Rust ESLs (locality, affinity, native gangs, hierarchical
 //!   fair share, queues), whose policies hand tasks an `Spec`.
 //!
@@ -27,6 +29,7 @@ use pyo3::prelude::*;
 
 mod actors;
 mod esl;
+mod objects;
 mod session;
 mod watch;
 
@@ -72,6 +75,14 @@ pyo3::create_exception!(
     ActorDiedError,
     EscherError,
     "An actor call could not be answered: the actor died, was killed, or cannot be reached."
+);
+
+pyo3::create_exception!(
+    _escher,
+    ObjectLostError,
+    EscherError,
+    "An object's bytes cannot be had: its only copies were on a lost node, or no holder gave \
+     them whole. The message names the object, the node and why."
 );
 
 /// How long one wait lasts between two checks for a signal (Ctrl-C).
@@ -169,6 +180,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("NotFoundError", py.get_type::<NotFoundError>())?;
     m.add("GetTimeoutError", py.get_type::<GetTimeoutError>())?;
     m.add("ActorDiedError", py.get_type::<ActorDiedError>())?;
+    m.add("ObjectLostError", py.get_type::<ObjectLostError>())?;
     m.add("PYTHON_FUNCTION", escher::worker::PYTHON_FUNCTION)?;
     m.add("PYTHON_RESOURCE", escher::worker::PYTHON_RESOURCE)?;
     m.add("PYTHON_ACTOR_CLASS", escher::worker::PYTHON_ACTOR_CLASS)?;
@@ -178,6 +190,10 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<actors::Call>()?;
     m.add_class::<watch::EventStream>()?;
     m.add_class::<watch::LogTail>()?;
+    m.add_class::<objects::Object>()?;
+    m.add_function(wrap_pyfunction!(objects::put_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::get_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::object_info, m)?)?;
     m.add_class::<esl::Spec>()?;
     m.add_class::<esl::DataLocality>()?;
     m.add_class::<esl::Affinity>()?;

@@ -261,6 +261,22 @@ impl Session {
         self.client.namespace().map(|n| n.to_string())
     }
 
+    /// The same connection, speaking as running task `task` with its credential `token`, in
+    /// `namespace` (none: this session's): what a warm interpreter's next task calls with,
+    /// without a new connection to the head per task.
+    #[pyo3(signature = (token, task, namespace=None))]
+    fn for_task(&self, token: String, task: u64, namespace: Option<String>) -> PyResult<Session> {
+        let client = self
+            .client_in(namespace)?
+            .with_token_from(token, "ESCHER_TASK_TOKEN")
+            .with_caller_task(TaskId(task));
+        Ok(Session {
+            client,
+            cluster: Mutex::new(None),
+            nodes: Vec::new(),
+        })
+    }
+
     /// Submits a Python function task (its argument bytes made by the package).
     #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
     #[allow(clippy::too_many_arguments)]

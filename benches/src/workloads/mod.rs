@@ -13,6 +13,7 @@ pub mod actors;
 pub mod cmd_tasks;
 pub mod esl;
 pub mod gpu;
+pub mod objects;
 pub mod python;
 pub mod retention;
 pub mod security;
@@ -100,11 +101,14 @@ pub enum Workload {
     Python,
     /// Actor method calls and creation, escher beside Ray.
     Actors,
+    /// Objects from one Python driver, escher beside Ray and one loopback TCP stream (not in
+    /// `all`).
+    Objects,
 }
 
 impl Workload {
-    /// Every workload `all` runs, in run order (`python`, which needs PyPI and builds the
-    /// package, only when named).
+    /// Every workload `all` runs, in run order (`python` and `objects`, which need PyPI and
+    /// build the package, only when named).
     pub const ALL: [Workload; 22] = [
         Workload::W1,
         Workload::W2,
@@ -156,6 +160,7 @@ impl Workload {
             Workload::Gpu => "gpu",
             Workload::Python => "python",
             Workload::Actors => "actors",
+            Workload::Objects => "objects",
         }
     }
 
@@ -185,6 +190,7 @@ impl Workload {
             Workload::Gpu => gpu::run(ctx).await,
             Workload::Python => python::run(ctx).await,
             Workload::Actors => actors::run(ctx).await,
+            Workload::Objects => objects::run(ctx).await,
         }
     }
 }

@@ -155,7 +155,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
 }
 
 /// The version the peers' pins give `package`.
-fn pinned(package: &str) -> &'static str {
+pub(crate) fn pinned(package: &str) -> &'static str {
     venv::PINS
         .iter()
         .find(|(p, _)| *p == package)
@@ -164,7 +164,7 @@ fn pinned(package: &str) -> &'static str {
 
 /// Installs the `escher` package of this checkout into the venv of `python` (a release build
 /// of the native module, in the workspace's target directory); its version, for the record.
-async fn install_escher(python: &Path, out: &Path) -> anyhow::Result<String> {
+pub(crate) async fn install_escher(python: &Path, out: &Path) -> anyhow::Result<String> {
     let root = venv::workspace_root();
     let log = out.join("python-install.log");
     eprintln!(
@@ -223,8 +223,21 @@ async fn one(
     tasks: usize,
     out: &Path,
 ) -> anyhow::Result<Value> {
-    let log: PathBuf = out.join(format!("python-{system}.log"));
-    eprintln!("escher-bench: python {system} ({tasks} tasks) ...");
+    one_of("python", python, script, system, tasks, out).await
+}
+
+/// One system's figures from a bench script of `python/bench/` run with `--one SYSTEM
+/// --tasks N` (its last JSON line); its stderr in `WORKLOAD-SYSTEM.log` of `out`.
+pub(crate) async fn one_of(
+    workload: &str,
+    python: &Path,
+    script: &Path,
+    system: &str,
+    tasks: usize,
+    out: &Path,
+) -> anyhow::Result<Value> {
+    let log: PathBuf = out.join(format!("{workload}-{system}.log"));
+    eprintln!("escher-bench: {workload} {system} ({tasks} tasks) ...");
     let cwd = tempfile::tempdir()?;
     let child = Command::new(python)
         .arg(script)

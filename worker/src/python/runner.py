@@ -54,6 +54,38 @@ class _LoadError(Exception):
     pass
 
 
+class _ObjectError(Exception):
+    """An argument's object could not be read: the text is the task's failure."""
+
+
+def _is_object_ref(value):
+    return getattr(type(value), "_escher_object_ref", False)
+
+
+def _resolve_objects(args, kwargs):
+    """The arguments with each escher.ObjectRef given as an argument itself replaced by its
+    object's value, fetched (with the task's own credential) from a worker that holds it. A
+    reference inside a list, dict or other value stays a reference (Ray's rule)."""
+    if not any(_is_object_ref(v) for v in args) and not any(
+        _is_object_ref(v) for v in kwargs.values()
+    ):
+        return args, kwargs
+    import escher
+    from escher._objects import resolve
+
+    def one(value):
+        try:
+            return resolve(value)
+        except Exception as e:
+            name = type(e).__name__
+            where = "escher" if getattr(escher, name, None) is type(e) else type(e).__module__
+            raise _ObjectError(
+                f"python exception {where}.{name}: cannot read the argument {value!r}: {e}"
+            ) from None
+
+    return [one(v) for v in args], {k: one(v) for k, v in kwargs.items()}
+
+
 class _BecomeActor(Exception):
     """The frame creates an actor: this interpreter serves it from now on."""
 
@@ -146,6 +178,10 @@ def _run(frame, functions):
     except _LoadError as e:
         return 2, str(e).encode()
     try:
+        args, kwargs = _resolve_objects(args, kwargs)
+    except _ObjectError as e:
+        return 1, str(e).encode()
+    try:
         value = fn(*args, **kwargs)
         if hasattr(value, "__await__"):
             # An `async def` function: awaited here, on an event loop of its own.
@@ -172,7 +208,8 @@ def _actor_call(instance, method, args_bytes):
     try:
         fn = getattr(instance, method)
         args, kwargs = _loads(args_bytes, f"arguments of {method}")
-    except _LoadError as e:
+        args, kwargs = _resolve_objects(args, kwargs)
+    except (_LoadError, _ObjectError) as e:
         return _Failed(f"{e}")
     except AttributeError:
         return _Failed(
@@ -230,6 +267,11 @@ def _serve_actor(actor, proto_in, proto_out):
         args, kwargs = _loads(actor.args_bytes, "constructor's arguments")
     except _LoadError as e:
         send(struct.pack(">IB", len(str(e).encode()) + 1, 2) + str(e).encode())
+        return
+    try:
+        args, kwargs = _resolve_objects(args, kwargs)
+    except _ObjectError as e:
+        send(struct.pack(">IB", len(str(e).encode()) + 1, 1) + str(e).encode())
         return
     try:
         instance = cls(*args, **kwargs)

@@ -1,0 +1,135 @@
+"""Objects, escher beside Ray, each from one Python driver on this machine, in the same run:
+
+- tasks given a 1 MiB argument put once (``escher.put`` / ``ray.put``) and passed by
+  reference to every task (tasks/s);
+- one 100 MiB NumPy array put by the driver and read by a task on another worker (node) than
+  the one that holds it: the task times its own ``get`` (MB/s).
+
+Each system runs in a process of its own on two workers of 2 CPUs each: escher
+``escher.init(num_workers=2)``, the reading task placed on the worker that does not hold the
+object (``escher`` asks the head where the copy is); Ray a ``ray.cluster_utils.Cluster`` of
+two raylets (each with its own object store), the reading task placed on the second, the
+object put by the driver on the first. One JSON line per system.
+
+    python python/bench/objects.py [--tasks 200] [--systems escher,ray]
+
+``escher-bench objects`` runs it (``--one`` per system) in the harness' own virtual
+environment, beside one loopback TCP stream measured by the harness in the same run.
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+
+MIB = 1 << 20
+BIG = 100 * MIB
+
+
+def measure(system: str, tasks: int, big: int = BIG) -> dict:
+    import numpy
+
+    if system == "ray":
+        import ray
+        from ray.cluster_utils import Cluster
+
+        store = 400 * MIB
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": 2, "resources": {"w0": 1}, "object_store_memory": store})
+        cluster.add_node(num_cpus=2, resources={"w1": 1}, object_store_memory=store)
+        ray.init(address=cluster.address, log_to_driver=False)
+        cluster.wait_for_nodes()
+
+        @ray.remote
+        def size(data):
+            return len(data)
+
+        @ray.remote
+        def read(box):
+            start = time.perf_counter()
+            array = ray.get(box[0])
+            took = time.perf_counter() - start
+            return took, int(array.nbytes), int(array[::4096].sum())
+
+        put, get = ray.put, ray.get
+
+        def on_other(ref):
+            return read.options(resources={"w1": 1}).remote([ref])
+
+        def warm():
+            get([size.remote(b"") for _ in range(20)])
+            get([size.options(resources={w: 1}).remote(b"") for w in ("w0", "w1")])
+    else:
+        import escher
+        from escher import _objects
+
+        escher.init(num_workers=2, resources={"cpu": 2})
+
+        @escher.remote
+        def size(data):
+            return len(data)
+
+        @escher.remote
+        def read(box):
+            start = time.perf_counter()
+            array = escher.get(box[0])
+            took = time.perf_counter() - start
+            return took, int(array.nbytes), int(array[::4096].sum())
+
+        nodes = escher.nodes()
+        for i, node in enumerate(nodes):
+            escher.set_resource(f"bench-w{i}", 1, escher.Node(node))
+        put, get = escher.put, escher.get
+
+        def on_other(ref):
+            holder = _objects.holders(ref)[0]
+            other = next(i for i, n in enumerate(nodes) if n != holder)
+            return read.options(resources={"cpu": 1, f"bench-w{other}": 1}).remote([ref])
+
+        def warm():
+            get([size.remote(b"") for _ in range(20)])
+            get([size.options(resources={"cpu": 1, f"bench-w{i}": 1}).remote(b"")
+                 for i in range(len(nodes))])
+
+    warm()
+    out = {"system": system}
+
+    blob = put(b"x" * MIB)
+    get([size.remote(blob) for _ in range(10)])
+    start = time.perf_counter()
+    assert get([size.remote(blob) for _ in range(tasks)]) == [MIB] * tasks
+    out["one_mib_ref_tasks_per_s"] = tasks / (time.perf_counter() - start)
+
+    array = numpy.random.default_rng(7).integers(0, 255, big, dtype=numpy.uint8)
+    expect = int(array[::4096].sum())
+    ref = put(array)
+    took, nbytes, check = get(on_other(ref))
+    assert nbytes == big and check == expect, (nbytes, check, expect)
+    out["fetch_100mib_mb_per_s"] = big / MIB / took
+    out["fetch_100mib_s"] = took
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tasks", type=int, default=200)
+    parser.add_argument("--systems", default="escher,ray")
+    parser.add_argument("--big-mib", type=int, default=BIG // MIB,
+                        help="the size of the object fetched between workers (MiB)")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(measure(args.one, args.tasks, args.big_mib * MIB)), flush=True)
+        return
+    for system in args.systems.split(","):
+        done = subprocess.run([sys.executable, __file__, "--one", system, "--tasks",
+                               str(args.tasks), "--big-mib", str(args.big_mib)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            sys.exit(f"{system} failed:\n{done.stderr}")
+        print(done.stdout.strip().splitlines()[-1], flush=True)
+
+
+if __name__ == "__main__":
+    main()

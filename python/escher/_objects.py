@@ -1,0 +1,299 @@
+"""Objects: ``escher.put(value)`` returns an ``ObjectRef``; ``escher.get(ref)`` (or
+``ref.get()``) reads the value back, from the worker whose store holds it.
+
+A value travels as one object laid out so that its large buffers are not pickled:
+
+```text
+"ESOB" version:u8=1 pad:[u8;3] nbuf:u32 pad:u32 plen:u64 (offset:u64 len:u64) x nbuf
+pickle:[u8;plen] (protocol 5) then each buffer at its offset (64-byte aligned from the start)
+```
+
+The pickle is made with protocol 5 and a ``buffer_callback``: NumPy arrays (where NumPy is
+installed) give their data out of band by themselves, and ``bytes``, ``bytearray`` and
+``memoryview`` values of 1 KiB or more are given out of band here. Reading hands
+``pickle.loads`` views of the object's bytes as those buffers: a NumPy array comes back as a
+read-only array over them and a ``memoryview`` as a read-only view, with no copy; a ``bytes``
+or ``bytearray`` is copied once more, since Python's own types must own their memory.
+
+A worker's interpreter keeps the last objects its tasks read (``get_object``), so that a
+reference passed to many tasks is fetched once per interpreter.
+
+References are counted by their owner: the ``ObjectRef`` that ``put`` returned, and every
+copy of it in this process, keep the object; when the last goes, the object is released and
+its worker deletes it. A reference sent to a task (as an argument, or inside one) is a
+borrowed one: it reads the object but does not keep it; the caller keeps it for the task
+while the call's ``TaskRef`` (or the actor call's ref) lives.
+"""
+
+import contextvars
+import io
+import itertools
+import os
+import pickle
+import struct
+import threading
+from collections import OrderedDict
+from typing import Any, List, Optional, Tuple
+
+from . import _escher
+
+ObjectLostError = _escher.ObjectLostError
+
+_MAGIC = b"ESOB\x01\x00\x00\x00"
+_HEAD = struct.Struct("<8sIIQ")
+_SLOT = struct.Struct("<QQ")
+_ALIGN = 64
+# Buffers smaller than this are pickled in band: a view costs more than the bytes.
+_OUT_OF_BAND_MIN = 1024
+
+# The refs an argument pickle met (``_collect``): kept by the call for its lifetime.
+_met: "contextvars.ContextVar[Optional[List[ObjectRef]]]" = contextvars.ContextVar(
+    "escher_objects_met", default=None)
+
+
+class ObjectRef:
+    """A reference to an object (what ``escher.put`` returns): ``escher.get(ref)`` or
+    ``ref.get()`` reads its value. Passed to a remote function or an actor method as an
+    argument, the function receives the value (fetched by its worker); inside a list, dict or
+    other value it stays a reference, which the function reads with ``escher.get`` (Ray's
+    rule)."""
+
+    __slots__ = ("_id", "_owned", "__weakref__")
+
+    # Marks the type for the worker's runner, which resolves references given as arguments.
+    _escher_object_ref = True
+
+    def __init__(self, owner: int, index: int, owned: Any = None):
+        self._id = (int(owner), int(index))
+        self._owned = owned
+
+    @property
+    def id(self) -> Tuple[int, int]:
+        """The object's id, ``(owner, index)``."""
+        return self._id
+
+    @property
+    def size(self) -> Optional[int]:
+        """The object's length in bytes, where this process put it (else ``None``)."""
+        return None if self._owned is None else int(self._owned.size)
+
+    def get(self) -> Any:
+        """The object's value (``escher.get(ref)``)."""
+        return get_object(self)
+
+    def __repr__(self) -> str:
+        return f"ObjectRef({self._id[0]}.{self._id[1]})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ObjectRef) and other._id == self._id
+
+    def __hash__(self) -> int:
+        return hash(self._id)
+
+    def __reduce__(self):
+        met = _met.get()
+        if met is not None:
+            met.append(self)
+        # Elsewhere it is a borrowed reference: it reads the object, never releases it.
+        return (ObjectRef, self._id)
+
+
+def _view_from(buffer: Any, fmt: str, shape: Tuple[int, ...]) -> memoryview:
+    view: Any = memoryview(buffer)
+    if fmt != "B" or len(shape) != 1:
+        view = view.cast("B").cast(fmt, shape)
+    return view
+
+
+_picklers: List[Any] = []
+
+
+def _has_large_bytes(value: Any, depth: int = 3) -> bool:
+    """Whether ``value`` is a ``bytes`` or ``bytearray`` of 1 KiB or more, or holds one in its
+    lists, tuples, sets and dicts (three levels down, the first 10,000 items of each)."""
+    kind = type(value)
+    if kind is bytes or kind is bytearray:
+        return len(value) >= _OUT_OF_BAND_MIN
+    if depth == 0:
+        return False
+    if kind in (list, tuple, set, frozenset):
+        items = value
+    elif kind is dict:
+        items = value.values()
+    else:
+        return False
+    return any(_has_large_bytes(v, depth - 1) for v in itertools.islice(items, 10_000))
+
+
+def _pickler(large_bytes: bool) -> Any:
+    """A cloudpickle pickler that gives ``memoryview`` values out of band (NumPy arrays do so
+    themselves) and, with ``large_bytes``, ``bytes`` and ``bytearray`` values of 1 KiB or more
+    too. The C pickler calls ``reducer_override`` for neither of those two, so they are caught
+    by ``persistent_id``, which it calls for every object (a cost, so only where
+    ``_has_large_bytes`` found one)."""
+    if not _picklers:
+        import cloudpickle  # type: ignore[import-untyped]
+
+        base = cloudpickle.Pickler
+
+        class Pickler(base):  # type: ignore[misc, valid-type]
+            def reducer_override(self, obj: Any) -> Any:
+                if type(obj) is memoryview:
+                    view: Any = obj
+                    if not view.c_contiguous:
+                        view = memoryview(view.tobytes()).cast(view.format, view.shape)
+                    return _view_from, (pickle.PickleBuffer(view), view.format,
+                                        tuple(view.shape))
+                parent = getattr(super(), "reducer_override", None)
+                return NotImplemented if parent is None else parent(obj)
+
+        class BytesPickler(Pickler):
+            def persistent_id(self, obj: Any) -> Any:
+                kind = type(obj)
+                if (kind is bytes or kind is bytearray) and len(obj) >= _OUT_OF_BAND_MIN:
+                    return (kind.__name__, pickle.PickleBuffer(obj))
+                return None
+
+        _picklers.extend([Pickler, BytesPickler])
+    return _picklers[1 if large_bytes else 0]
+
+
+class _Unpickler(pickle.Unpickler):
+    def persistent_load(self, pid: Any) -> Any:
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "bytes":
+            return bytes(pid[1])
+        if isinstance(pid, tuple) and len(pid) == 2 and pid[0] == "bytearray":
+            return bytearray(pid[1])
+        raise pickle.UnpicklingError(f"unknown persistent id in an escher object: {pid!r}")
+
+
+def serialize(value: Any) -> bytes:
+    """``value`` laid out as one object (the module's layout): the pickle, then its
+    out-of-band buffers, in one ``bytes`` (each buffer copied once, into it)."""
+    buffers: List[pickle.PickleBuffer] = []
+    out = io.BytesIO()
+    try:
+        pickler = _pickler(_has_large_bytes(value))
+        pickler(out, protocol=5, buffer_callback=buffers.append).dump(value)
+    except Exception as e:
+        raise _escher.InvalidArgumentError(
+            f"cannot pickle the value to put ({type(value).__name__}): {type(e).__name__}: {e}"
+        ) from None
+    data = out.getbuffer()
+    views = [b.raw() for b in buffers]
+    start = _HEAD.size + _SLOT.size * len(views)
+    at = start + len(data)
+    slots = []
+    parts: List[Any] = [b"", b"", data]
+    for view in views:
+        pad = -at % _ALIGN
+        at += pad
+        slots.append(_SLOT.pack(at, view.nbytes))
+        parts.append(bytes(pad))
+        parts.append(view)
+        at += view.nbytes
+    parts[0] = _HEAD.pack(_MAGIC, len(views), 0, len(data))
+    parts[1] = b"".join(slots)
+    return b"".join(parts)
+
+
+def deserialize(data: bytes) -> Any:
+    """The value of an object's bytes (``serialize``'s layout); buffers are views of ``data``."""
+    view = memoryview(data)
+    if len(view) < _HEAD.size or bytes(view[:8]) != _MAGIC:
+        raise _escher.EscherError(
+            "this object was not put by escher's Python package (no ESOB header): read it "
+            "from Rust with Client::get_object"
+        )
+    _magic, nbuf, _pad, plen = _HEAD.unpack_from(view, 0)
+    at = _HEAD.size
+    buffers = []
+    for _ in range(nbuf):
+        offset, size = _SLOT.unpack_from(view, at)
+        at += _SLOT.size
+        buffers.append(view[offset:offset + size])
+    return _Unpickler(io.BytesIO(view[at:at + plen]), buffers=buffers).load()
+
+
+def put_object(session: Any, value: Any) -> ObjectRef:
+    if isinstance(value, ObjectRef):
+        raise _escher.InvalidArgumentError(
+            f"escher.put of an ObjectRef ({value!r}): pass the reference itself, it is one already"
+        )
+    owned = _escher.put_object(session, serialize(value))
+    owner, index = owned.id
+    return ObjectRef(owner, index, owned)
+
+
+# What a worker's interpreter keeps of the objects its tasks read, by id: the last ones, up to
+# _KEPT_BYTES, each at most _KEPT_ONE. Ids are never reused and objects never change, so a kept
+# copy is the object's as long as the head still knows it: each read asks (one small call,
+# which also refuses a freed object, another namespace's or a lost one, as a fetch would).
+_KEPT_BYTES = 128 * 1024 * 1024
+_KEPT_ONE = 32 * 1024 * 1024
+_kept: "OrderedDict[Tuple[int, int], bytes]" = OrderedDict()
+_kept_lock = threading.Lock()
+
+
+def get_object(ref: ObjectRef) -> Any:
+    from ._api import _current
+
+    owner, index = ref._id
+    session = _current()
+    if not os.environ.get("ESCHER_TASK_TOKEN"):
+        return deserialize(_escher.get_object(session, owner, index))
+    with _kept_lock:
+        data = _kept.get(ref._id)
+    if data is not None:
+        size, _checksum, _holders = _escher.object_info(session, owner, index)
+        if size == len(data):
+            with _kept_lock:
+                if ref._id in _kept:
+                    _kept.move_to_end(ref._id)
+            return deserialize(data)
+    data = _escher.get_object(session, owner, index)
+    if len(data) <= _KEPT_ONE:
+        with _kept_lock:
+            _kept[ref._id] = data
+            total = sum(len(d) for d in _kept.values())
+            while total > _KEPT_BYTES:
+                _, gone = _kept.popitem(last=False)
+                total -= len(gone)
+    return deserialize(data)
+
+
+def holders(ref: ObjectRef) -> List[int]:
+    """The nodes that hold a copy of ``ref``'s object, as the head knows them."""
+    from ._api import _current
+
+    owner, index = ref._id
+    return list(_escher.object_info(_current(), owner, index)[2])
+
+
+class _Collect:
+    """Within it, every ``ObjectRef`` pickled is appended to ``met``."""
+
+    def __init__(self) -> None:
+        self.met: List[ObjectRef] = []
+
+    def __enter__(self) -> List[ObjectRef]:
+        self._token = _met.set(self.met)
+        return self.met
+
+    def __exit__(self, *exc: Any) -> None:
+        _met.reset(self._token)
+
+
+def collecting() -> _Collect:
+    """``with collecting() as met:`` pickles inside record the refs they met (those a call
+    keeps for its task)."""
+    return _Collect()
+
+
+def resolve(value: Any) -> Any:
+    """The value of an argument: an ``ObjectRef`` given as the argument itself is read;
+    anything else (a reference inside a list or dict too) is left as it is."""
+    if getattr(type(value), "_escher_object_ref", False):
+        return get_object(value)
+    return value
+

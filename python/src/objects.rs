@@ -1,0 +1,110 @@
+//! Objects from Python (`escher.put`, `escher.get` of an `ObjectRef`): `put_object` and
+//! `get_object` over the Rust client's [`Client::put`] and [`Client::get_object`], and
+//! [`Object`], the owner's handle, whose drop releases the object (the client's
+//! [`ObjectRef`]).
+//!
+//! The package (`python/escher/_objects.py`) lays a value out (pickle protocol 5, out-of-band
+//! buffers after the pickle) in one `bytes`; `put_object` hands that `bytes` object to the
+//! client as it is ([`Bytes::from_owner`], no copy) with the GIL released while it moves. A
+//! `get` returns the object's bytes as one Python `bytes` (one copy, from the client's buffer:
+//! the limited API of Python 3.9, which this module is built for, cannot lend Python a
+//! buffer it does not own).
+
+use bytes::Bytes;
+use escher_client::{ClientError, ObjectRef};
+use escher_proto::types::ObjectId;
+use pyo3::prelude::*;
+use pyo3::pybacked::PyBackedBytes;
+use pyo3::types::PyBytes;
+
+use crate::session::Session;
+use crate::{ObjectLostError, error, wait_for};
+
+/// An object this process put: its id, size and checksum; dropping the last Python reference
+/// to it releases the object (the worker that holds it deletes its copy).
+#[pyclass(module = "escher._escher", frozen)]
+#[derive(Debug)]
+pub(crate) struct Object {
+    inner: ObjectRef,
+}
+
+#[pymethods]
+impl Object {
+    /// The object's id: `(owner, index)`.
+    #[getter]
+    fn id(&self) -> (u64, u64) {
+        let id = self.inner.id();
+        (id.owner(), id.index())
+    }
+
+    /// Its length in bytes.
+    #[getter]
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+
+    /// The CRC-32C of its bytes.
+    #[getter]
+    fn checksum(&self) -> u32 {
+        self.inner.checksum()
+    }
+}
+
+/// Puts `data` (a `bytes` object, kept alive and read in place while it moves) into a
+/// worker's store and returns the owner's handle.
+#[pyfunction]
+pub(crate) fn put_object(
+    py: Python<'_>,
+    session: &Session,
+    data: PyBackedBytes,
+) -> PyResult<Object> {
+    let client = session.client();
+    let bytes = Bytes::from_owner(data);
+    let inner = wait_for(py, async move { client.put(bytes).await })?.map_err(object_error)?;
+    Ok(Object { inner })
+}
+
+/// The bytes of object `(owner, index)`, fetched from a worker that holds it, checked whole.
+#[pyfunction]
+pub(crate) fn get_object<'py>(
+    py: Python<'py>,
+    session: &Session,
+    owner: u64,
+    index: u64,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let client = session.client();
+    let id = ObjectId(owner, index);
+    let bytes = wait_for(py, async move { client.get_object(id).await })?.map_err(object_error)?;
+    Ok(PyBytes::new(py, &bytes))
+}
+
+/// The Python exception for an object call: an object the head says is lost, or one no holder
+/// gave whole, is `ObjectLostError` (the text names the object, its node and why); the rest
+/// as any client error (a freed or unknown object, another namespace's: `NotFoundError`).
+fn object_error(e: ClientError) -> PyErr {
+    match &e {
+        ClientError::ObjectUnavailable(_) => ObjectLostError::new_err(e.to_string()),
+        // The head refuses a lost object's locate with FAILED_PRECONDITION, which the client
+        // reads as a refused argument; its text is the state's `ObjectLost` error.
+        ClientError::InvalidArgument(text) if text.contains(" is lost: ") => {
+            ObjectLostError::new_err(e.to_string())
+        }
+        _ => error(e),
+    }
+}
+
+/// What the head knows of object `(owner, index)`: `(size, crc32c, holder nodes)`.
+#[pyfunction]
+pub(crate) fn object_info(
+    py: Python<'_>,
+    session: &Session,
+    owner: u64,
+    index: u64,
+) -> PyResult<(u64, u32, Vec<u64>)> {
+    let client = session.client();
+    let id = ObjectId(owner, index);
+    let view =
+        wait_for(py, async move { client.locate_object(id).await })?.map_err(object_error)?;
+    let holders = view.holders.iter().map(|h| h.node.0).collect();
+    Ok((view.size, view.checksum, holders))
+}

@@ -1,0 +1,345 @@
+"""Objects from Python: ``escher.put`` and ``escher.get`` of values of 0 B to 100 MiB
+(checksums compared), the out-of-band layout (protocol 5: the buffers of ``bytes``,
+``bytearray``, ``memoryview`` and NumPy arrays beside the pickle, read back as views where the
+type allows), references as arguments of remote functions and actor methods (resolved by the
+worker; inside a list they stay references), through a chain of tasks, and the errors: a
+freed object, an unknown one, another namespace's, an unpicklable value. Then, against real
+``escher-head`` and ``escher-worker`` processes (each store in a folder of its own under
+``/dev/shm``): a 100 MiB object read by tasks on both workers, a released object's bytes
+leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, and a value larger
+than the store."""
+
+import gc
+import hashlib
+import os
+import pathlib
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+
+import numpy
+import pytest
+
+import escher
+from escher import _objects
+
+from conftest import run_python
+from test_processes import binary, others_can_run, wait_until
+
+MIB = 1 << 20
+
+
+def sha(data) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@escher.remote
+def digest(value):
+    return type(value).__name__, hashlib.sha256(value).hexdigest()
+
+
+@escher.remote
+def digest_inside(box):
+    # A reference inside a list stays a reference: read here.
+    kind = type(box[0]).__name__
+    return kind, hashlib.sha256(escher.get(box[0])).hexdigest()
+
+
+@escher.remote
+def chain(box, depth):
+    """Passes the (borrowed) reference on through ``depth`` more tasks, the last reads it."""
+    if depth == 0:
+        return hashlib.sha256(escher.get(box[0])).hexdigest(), depth
+    return escher.get(chain.remote(box, depth - 1))
+
+
+@pytest.mark.parametrize("size", [0, 1024, MIB, 100 * MIB])
+def test_put_and_get_keep_every_byte(cluster, size):
+    value = os.urandom(size)
+    ref = escher.put(value)
+    assert isinstance(ref, escher.ObjectRef)
+    back = escher.get(ref)
+    assert type(back) is bytes and len(back) == size and sha(back) == sha(value)
+    assert sha(ref.get()) == sha(value)
+    # The object holds the pickle and the buffer beside it, not a pickled copy of it.
+    assert ref.size < size + 4096
+
+
+def test_buffers_travel_beside_the_pickle_and_come_back_as_views(cluster):
+    raw = os.urandom(MIB)
+    array = numpy.frombuffer(raw, dtype=numpy.float64).reshape(256, 512).copy()
+    value = {"bytes": raw, "bytearray": bytearray(raw), "view": memoryview(raw).cast("d"),
+             "array": array, "small": b"x" * 10}
+    data = _objects.serialize(value)
+    _magic, nbuf, _pad, plen = _objects._HEAD.unpack_from(data, 0)
+    assert nbuf == 4 and plen < 4096, (nbuf, plen)
+    back = _objects.deserialize(data)
+    assert type(back["bytes"]) is bytes and back["bytes"] == raw
+    assert type(back["bytearray"]) is bytearray and back["bytearray"] == raw
+    assert type(back["view"]) is memoryview and back["view"].format == "d"
+    assert back["view"].tobytes() == raw and back["view"].readonly
+    assert back["array"].tobytes() == array.tobytes() and back["array"].shape == (256, 512)
+    # The array is a view of the object's bytes (no copy), read-only as they are.
+    assert not back["array"].flags.owndata and not back["array"].flags.writeable
+    assert numpy.shares_memory(back["array"], numpy.frombuffer(data, dtype=numpy.uint8))
+    # Through a worker's store: the same values.
+    got = escher.get(escher.put(value))
+    assert got["bytes"] == raw and got["array"].tobytes() == raw and got["small"] == b"x" * 10
+
+
+def test_a_reference_argument_is_read_by_the_worker_one_inside_a_list_stays_one(cluster):
+    value = os.urandom(MIB)
+    ref = escher.put(value)
+    assert escher.get(digest.remote(ref)) == ("bytes", sha(value))
+    assert escher.get(digest_inside.remote([ref])) == ("ObjectRef", sha(value))
+    # Put once, passed to many.
+    assert escher.get([digest.remote(ref) for _ in range(8)]) == [("bytes", sha(value))] * 8
+    assert escher.get(digest.remote(value=ref)) == ("bytes", sha(value))
+
+
+def test_a_reference_passes_through_a_chain_of_tasks(cluster):
+    value = os.urandom(MIB)
+    ref = escher.put(value)
+    assert escher.get(chain.remote([ref], 3)) == (sha(value), 0)
+
+
+@escher.remote
+class Holder:
+    def __init__(self, first):
+        self.first = first
+
+    def first_digest(self):
+        return sha(self.first)
+
+    def digest(self, value):
+        return type(value).__name__, sha(value)
+
+    def digest_inside(self, box):
+        return type(box[0]).__name__, sha(escher.get(box[0]))
+
+
+def test_references_reach_an_actor(cluster):
+    one, two = os.urandom(MIB), os.urandom(2 * MIB)
+    a, b = escher.put(one), escher.put(two)
+    holder = Holder.remote(a)
+    assert escher.get(holder.first_digest.remote()) == sha(one)
+    assert escher.get(holder.digest.remote(b)) == ("bytes", sha(two))
+    assert escher.get(holder.digest_inside.remote([b])) == ("ObjectRef", sha(two))
+    escher.kill(holder)
+
+
+def test_a_freed_object_and_an_unknown_one_are_refused_by_name(cluster):
+    ref = escher.put(b"soon gone" * 1000)
+    owner, index = ref.id
+    # Read by tasks first (their interpreters keep what they read, and must refuse it once
+    # freed all the same).
+    expected = ("bytes", sha(b"soon gone" * 1000))
+    assert escher.get([digest.remote(ref) for _ in range(4)]) == [expected] * 4
+    del ref
+    gc.collect()
+    borrowed = escher.ObjectRef(owner, index)
+
+    def freed():
+        try:
+            escher.get(borrowed)
+        except escher.NotFoundError as e:
+            return str(e)
+        return None
+
+    text = wait_until(freed, "the object to be released")
+    assert f"{owner}.{index}" in text and "freed" in text, text
+    with pytest.raises(escher.NotFoundError, match="unknown|no object"):
+        escher.get(escher.ObjectRef(owner + 1000, 0))
+    # A task given the freed reference fails with the same error, named.
+    with pytest.raises(escher.NotFoundError, match="freed"):
+        escher.get(digest.remote(borrowed))
+
+
+def test_another_namespaces_reference_is_unknown(cluster):
+    ref = escher.put(b"ours" * 1000)
+    owner, index = ref.id
+    token = escher.create_token("app", "objects-elsewhere")
+    done = run_python(
+        "import escher\n"
+        f"escher.init({cluster.head_url!r}, token={token!r})\n"
+        "try:\n"
+        f"    escher.get(escher.ObjectRef({owner}, {index}))\n"
+        "except escher.NotFoundError as e:\n"
+        "    print('refused:', e)\n"
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "refused:" in done.stdout and f"{owner}.{index}" in done.stdout, done.stdout
+    assert escher.get(ref) == b"ours" * 1000
+
+
+def test_bad_puts_are_refused(cluster):
+    import threading
+
+    with pytest.raises(escher.InvalidArgumentError, match="cannot pickle"):
+        escher.put(threading.Lock())
+    ref = escher.put(1)
+    with pytest.raises(escher.InvalidArgumentError, match="ObjectRef"):
+        escher.put(ref)
+    # A reference pickled here is a borrowed one: its copy never releases the object.
+    copy = pickle.loads(pickle.dumps(ref))
+    assert copy == ref and copy.size is None
+    del copy
+    gc.collect()
+    assert escher.get(ref) == 1
+
+
+# ------------------------------------------------------------------------------------------
+# Real processes
+
+
+def store_bytes(folder: pathlib.Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def object_cluster(tmp_path):
+    """``start(stores)``: a head and one worker per entry of ``stores`` (its
+    ``--object-store-memory``), each with its store in a folder of its own under ``/dev/shm``
+    and a resource of its name (``w0=1``, ...); killed and removed at the end."""
+    shm = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-objects-", dir="/dev/shm"))
+    shm.chmod(0o755)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(os.environ, ESCHER_HOME=str(home), ESCHER_PYTHON=sys.executable,
+               ESCHER_PYTHON_SLOTS="2")
+    for key in ("ESCHER_HEAD", "ESCHER_TOKEN", "ESCHER_TASK_TOKEN", "ESCHER_NAMESPACE"):
+        env.pop(key, None)
+    started = []
+
+    def start_proc(args, name):
+        log = open(tmp_path / f"{name}.log", "wb")
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        started.append(proc)
+        return proc
+
+    def start(stores):
+        address = tmp_path / "head-url"
+        start_proc([binary("escher-head"), "--listen", "127.0.0.1:0", "--address-file",
+                    str(address), "--heartbeat-interval-ms", "500",
+                    "--heartbeat-timeout-ms", "8000"], "head")
+        url = wait_until(lambda: address.exists() and address.read_text().strip(), "the head")
+        users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
+        workers = {}
+        for i, capacity in enumerate(stores):
+            folder = shm / f"w{i}"
+            folder.mkdir()
+            workers[f"w{i}"] = (start_proc(
+                [binary("escher-worker"), "--head", url, "--name", f"w{i}", "--resources",
+                 f"cpu=2,w{i}=1", "--object-store-memory", str(capacity),
+                 "--object-store-dir", str(folder), *users], f"w{i}"), folder)
+        return {"url": url, "workers": workers, "env": dict(env, ESCHER_HEAD=url),
+                "logs": tmp_path}
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    subprocess.run(["rm", "-rf", str(shm)], check=False)
+
+
+PROLOGUE = r'''
+import hashlib, os, pathlib, sys, time
+import escher
+escher.init()
+deadline = time.time() + 60
+while len(escher.nodes()) < int(sys.argv[1] if len(sys.argv) > 1 else 2):
+    assert time.time() < deadline, "the workers never joined"
+    time.sleep(0.1)
+'''
+
+
+def test_objects_between_worker_processes(object_cluster):
+    cluster = object_cluster([512 * MIB, 512 * MIB])
+    stores = {name: folder for name, (_proc, folder) in cluster["workers"].items()}
+    signals = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-objects-signals-"))
+    code = PROLOGUE + r'''
+signals = pathlib.Path(os.environ["SIGNALS"])
+
+@escher.remote
+def digest(value):
+    return int(os.environ["ESCHER_NODE_ID"]), hashlib.sha256(value).hexdigest()
+
+value = os.urandom(100 << 20)
+ref = escher.put(value)
+# Read by a task on each worker: on one of them the object is another worker's.
+pinned = [digest.options(resources={"cpu": 1, w: 1}).remote(ref) for w in ("w0", "w1")]
+got = escher.get(pinned, timeout=240)
+assert len({node for node, _ in got}) == 2, got
+assert all(d == hashlib.sha256(value).hexdigest() for _, d in got), got
+print("both workers read it", flush=True)
+# The calls' refs keep the object too: gone with them.
+del ref, value, pinned
+(signals / "released").write_text("1")
+while not (signals / "counted").exists():
+    time.sleep(0.05)
+
+lost = escher.put(b"only copy" * 100000)
+(signals / "put").write_text("1")
+while not (signals / "killed").exists():
+    time.sleep(0.05)
+deadline = time.time() + 60
+while True:
+    try:
+        escher.get(lost)
+    except escher.ObjectLostError as e:
+        print("lost:", e, flush=True)
+        break
+    assert time.time() < deadline, "the object was never reported lost"
+    time.sleep(0.2)
+'''
+    env = dict(cluster["env"], SIGNALS=str(signals))
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (signals / "released").exists() or proc.poll() is not None,
+                   "the driver's first part", 300)
+        assert proc.poll() is None, proc.communicate()
+        # The 100 MiB object's copy leaves its store once the driver dropped its reference
+        # (the tasks that read it held it in their interpreters' memory, not in a store).
+        wait_until(lambda: all(store_bytes(f) < MIB for f in stores.values()),
+                   "the stores to be emptied", 60)
+        (signals / "counted").write_text("1")
+        wait_until(lambda: (signals / "put").exists() or proc.poll() is not None,
+                   "the put of the only copy", 120)
+        holder = wait_until(
+            lambda: next((n for n, f in stores.items() if store_bytes(f) > 0), None),
+            "the copy in a store")
+        victim = cluster["workers"][holder][0]
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        (signals / "killed").write_text("1")
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        subprocess.run(["rm", "-rf", str(signals)], check=False)
+    assert proc.returncode == 0, out + err
+    assert "both workers read it" in out, out + err
+    assert "lost:" in out and "node" in out, out
+
+
+def test_a_value_larger_than_the_store_is_refused_by_name(object_cluster):
+    cluster = object_cluster([4 * MIB])
+    code = PROLOGUE + r'''
+try:
+    escher.put(os.urandom(8 << 20))
+except escher.EscherError as e:
+    print(type(e).__name__, e)
+ref = escher.put(b"fits" * 1000)
+print("then", escher.get(ref) == b"fits" * 1000)
+'''
+    done = subprocess.run([sys.executable, "-c", code, "1"], env=cluster["env"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "object-store-memory" in done.stdout and "object" in done.stdout, done.stdout
+    assert "then True" in done.stdout, done.stdout
