@@ -2,15 +2,12 @@
 //! ephemeral resources (Fig. 4.6a, 4.7).
 //!
 //! Run it with `cargo run --release --example alphazero`. The application is
-//! `examples/apps/alphazero.rs` (shared with `escher-bench e3` and the tests). It prints the
+//! `examples/apps/src/alphazero.rs` (shared with `escher-bench e3` and the tests). It prints the
 //! median and P95 exploration latency of 24 aggregator/predictor pairs on 8 nodes with no
 //! placement policy, with the ER policy and with hard-coded placement, and checks that the
 //! ER policy co-locates every pair and beats no policy.
 
-// Each example uses one of the shared applications.
-#[allow(dead_code)]
-#[path = "apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::alphazero::{AlphaZero, Costs, Placement, SOURCE};
 use apps::common::{AnyResult, check, policy_lines};

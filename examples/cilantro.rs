@@ -1,15 +1,12 @@
 //! Cilantro as an ESL (thesis chapter 3): the synthetic 5-user experiment.
 //!
 //! Run it with `cargo run --release --example cilantro`. The application is
-//! `examples/apps/cilantro.rs` (shared with `escher-bench cilantro` and the tests). Five jobs
+//! `examples/apps/src/cilantro.rs` (shared with `escher-bench cilantro` and the tests). Five jobs
 //! with logistic performance curves share 100 CPUs; the ESL learns each job's curve from what
 //! its monitor task reports and sets the jobs' resources each round. It prints each policy's
 //! utilities and welfare, the jobs NJC lifts over resource-fair, and what misreporting gets.
 
-// Each example uses one of the shared applications.
-#[allow(dead_code)]
-#[path = "apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::cilantro::{Config, Experiment, Report, SOURCE, lifted};
 use apps::common::{AnyResult, check, policy_lines};

@@ -2,15 +2,12 @@
 //! (Fig. 4.6b).
 //!
 //! Run it with `cargo run --release --example escher_tune`. The application is
-//! `examples/apps/tune.rs` (shared with `escher-bench e4` and the tests). Five short one-slot
+//! `examples/apps/src/tune.rs` (shared with `escher-bench e4` and the tests). Five short one-slot
 //! jobs, then a 4-worker job that must start spread over 3 nodes of 4 slots; the migration ESL
 //! moves it onto one node once a short job's end leaves room, with unchanged requests. It
 //! prints the long job's throughput with and without migration.
 
-// Each example uses one of the shared applications.
-#[allow(dead_code)]
-#[path = "apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::common::{AnyResult, check, policy_lines};
 use apps::tune::{Costs, Policy, SOURCE, Tune};

@@ -2,15 +2,12 @@
 //! locality (Fig. 4.5c).
 //!
 //! Run it with `cargo run --release --example hierarchical_fair_share`. The application is
-//! `examples/apps/hfs.rs` (shared with `escher-bench e2` and the tests). Sub-Org1 = {A: 2,
+//! `examples/apps/src/hfs.rs` (shared with `escher-bench e2` and the tests). Sub-Org1 = {A: 2,
 //! B: 3} and Sub-Org2 = {C} share 100 one-slot nodes; A, B and C start at t = 0, 60, 120
 //! (simulated seconds, 20 ms each). It prints the running tasks of each user over time and
 //! how long each reallocation took to settle at 100 / 40-60 / 20-30-50.
 
-// Each example uses one of the shared applications.
-#[allow(dead_code)]
-#[path = "apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::common::{AnyResult, Clock, check, policy_lines};
 use apps::hfs::{Config, SOURCE, run};

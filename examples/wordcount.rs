@@ -1,15 +1,12 @@
 //! E1 of the thesis' evaluation: WordCount over 100 nodes with data locality (Fig. 4.5a/b).
 //!
 //! Run it with `cargo run --release --example wordcount`. The application is
-//! `examples/apps/wordcount.rs` (shared with `escher-bench e1` and the tests); this prints,
+//! `examples/apps/src/wordcount.rs` (shared with `escher-bench e1` and the tests); this prints,
 //! for each input size, the makespan and the share of the maps' time spent moving input under
 //! the three placements, and checks that the locality ESL keeps every map on its chunk's node
 //! and pays no transfer, within a few percent of the hard-coded placement.
 
-// Each example uses one of the shared applications.
-#[allow(dead_code)]
-#[path = "apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::common::{AnyResult, check, policy_lines};
 use apps::wordcount::{Costs, Outcome, Placement, SOURCE, WordCount};

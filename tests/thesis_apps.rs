@@ -3,9 +3,7 @@
 //! claim. The figures come from `escher-bench e1 e2 e3 e4 cilantro`, never from these tests:
 //! nothing here compares a duration.
 
-#[allow(dead_code)]
-#[path = "../examples/apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::common::{Clock, policy_lines};
 use escher::esl::cilantro::{Objective, njc_split};

@@ -15,6 +15,7 @@ use super::dashboard::DashboardArgs;
 use super::gpus::{GpusArgs, MigCommand};
 use super::heads::HeadsArgs;
 use super::inspect::{InfoArgs, LogsArgs, TasksArgs};
+use super::new::NewCommand;
 use super::nodes::NodesArgs;
 use super::objects::ObjectsArgs;
 use super::reserve::ReserveArgs;
@@ -142,6 +143,9 @@ pub enum Command {
     Admin(AdminCommand),
     /// Print a shell completion script: `escher completion bash > /etc/bash_completion.d/escher`
     Completion(CompletionArgs),
+    /// Write a crate of your own from a template: `escher new esl NAME` (needs no head)
+    #[command(subcommand)]
+    New(NewCommand),
 }
 
 /// Options of `escher completion`.

@@ -35,6 +35,9 @@
 //!   heads add ID=HOST:PORT          add a replica (started with --join); heads remove ID
 //!   completion bash|zsh|fish|elvish|powershell
 //!                                   a shell completion script
+//!   new esl NAME [--dir D] [--escher-path P | --escher-version V]
+//!                                   write a scheduling library crate of your own from the
+//!                                   template (docs/writing-an-esl.md); needs no head
 //! ```
 //!
 //! The head is found from `--head`, else `ESCHER_HEAD`, else the defaults file
@@ -75,6 +78,7 @@ mod dashboard;
 mod gpus;
 mod heads;
 mod inspect;
+mod new;
 mod nodes;
 mod objects;
 mod render;
@@ -95,6 +99,7 @@ pub use gpus::{
 };
 pub use heads::{HeadsArgs, HeadsChange, render_heads};
 pub use inspect::{InfoArgs, LogsArgs, StateArg, TasksArgs, render_info, render_tasks};
+pub use new::{NewCommand, NewEslArgs};
 pub use reserve::{ReserveArgs, render_reservation};
 pub use resource::{ResourceCommand, render_nodes_changed};
 pub use resource::{TargetArgs, Which};
@@ -211,6 +216,10 @@ pub async fn run_with(cli: Cli, out: &mut (dyn Write + Send)) -> anyhow::Result<
             let mut script = Vec::new();
             clap_complete::generate(a.shell, &mut command, "escher", &mut script);
             ctx.out.write_all(&script)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::New(a) => {
+            a.run(ctx)?;
             Ok(ExitCode::SUCCESS)
         }
     }

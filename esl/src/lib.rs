@@ -10,6 +10,8 @@
 //! - [`api`]: the [`ClusterApi`] seam, implemented for the real client;
 //! - [`InMemoryCluster`] (feature `in-memory`, on by default): the seam over the head's real
 //!   state machine with simulated workers, for unit tests of policies;
+//! - [`testing`]: what a policy's tests need, on any [`ClusterApi`]: bounded waits, waits on
+//!   the cluster's events, submitting and reading where tasks run;
 //! - [`spec`]: [`ResourceSpec`], what a policy hands the application;
 //! - [`Policy`]: the one small trait every policy implements (a task's key in, its spec out),
 //!   and [`Domain`], the nodes a per-node policy resource lives on.
@@ -84,6 +86,7 @@ pub mod signal;
 pub mod soft;
 pub mod spec;
 mod target;
+pub mod testing;
 
 pub use anti_affinity::AntiAffinity;
 pub use api::ClusterApi;

@@ -1,7 +1,8 @@
 //! What an ESL author compiles: `escher-esl` with its default features depends on the client
 //! (without the CLI) and the pure core, never on the head's runtime, the CLI, the binaries' own
-//! crates or the GPU reproductions (`escher-gpu`, with its MILP solver); and the core depends
-//! on no runtime, transport or consensus crate. Read from `cargo tree` over the workspace's
+//! crates or the GPU reproductions (`escher-gpu`, with its MILP solver); it has only the client
+//! half of gRPC (no axum, no server side of tonic or hyper); and the core depends on no
+//! runtime, transport or consensus crate. Read from `cargo tree` over the workspace's
 //! lock file, so a dependency added by mistake fails here.
 
 use std::collections::BTreeSet;
@@ -9,18 +10,27 @@ use std::process::Command;
 
 /// The crates (names only) in `package`'s normal dependency tree with its default features.
 fn tree(package: &str) -> BTreeSet<String> {
+    lines(package, "normal")
+        .iter()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// The features turned on in `package`'s normal dependency tree, as `crate feature "name"`.
+fn features(package: &str) -> BTreeSet<String> {
+    lines(package, "normal,features")
+        .iter()
+        .filter(|line| line.contains(" feature \""))
+        .map(|line| line.trim_end_matches(" (*)").to_owned())
+        .collect()
+}
+
+/// `cargo tree`'s lines for `package` over the edges `edges`, without the tree's drawing.
+fn lines(package: &str, edges: &str) -> Vec<String> {
     let out = Command::new(env!("CARGO"))
-        .args([
-            "tree",
-            "--offline",
-            "--locked",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-            "-p",
-        ])
-        .arg(package)
+        .args(["tree", "--offline", "--locked", "-e", edges])
+        .args(["--prefix", "none", "-p", package])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -32,7 +42,6 @@ fn tree(package: &str) -> BTreeSet<String> {
     String::from_utf8(out.stdout)
         .expect("cargo tree prints UTF-8")
         .lines()
-        .filter_map(|line| line.split_whitespace().next())
         .map(str::to_owned)
         .collect()
 }
@@ -76,8 +85,52 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
             "escher-gpu",
             "good_lp",
             "microlp",
+            // The server side of HTTP: tonic's router is built on axum, and the head's
+            // endpoints use it directly.
+            "axum",
+            "axum-core",
         ],
     );
+}
+
+#[test]
+fn an_esl_author_compiles_the_client_half_of_grpc_only() {
+    let on = features("escher-esl");
+    for needed in [
+        r#"tonic feature "channel""#,
+        r#"tonic feature "codegen""#,
+        r#"hyper feature "client""#,
+    ] {
+        assert!(on.contains(needed), "escher-esl's tree lacks {needed}");
+    }
+    let server: Vec<&String> = on
+        .iter()
+        .filter(|f| {
+            [
+                r#"tonic feature "server""#,
+                r#"tonic feature "router""#,
+                r#"tonic feature "transport""#,
+                r#"tonic feature "default""#,
+                r#"hyper feature "server""#,
+                r#"hyper-util feature "server""#,
+            ]
+            .contains(&f.as_str())
+        })
+        .collect();
+    assert!(
+        server.is_empty(),
+        "escher-esl's tree turns on the server side: {server:?}"
+    );
+}
+
+#[test]
+fn the_head_serves_grpc() {
+    // The other half of the split: without these the head would not build, so this only
+    // shows that the check above reads features the way it means to.
+    let on = features("escher-head");
+    for needed in [r#"tonic feature "server""#, r#"hyper feature "server""#] {
+        assert!(on.contains(needed), "escher-head's tree lacks {needed}");
+    }
 }
 
 #[test]

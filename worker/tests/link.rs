@@ -7,7 +7,7 @@ mod support;
 use std::time::Duration;
 
 use escher_proto::types::{Assignment, HeadMessage, RunningTask, WorkerMessage};
-use escher_proto::{NodeId, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec};
+use escher_proto::{LogStream, NodeId, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec};
 use escher_worker::WorkerError;
 use support::{FakeHead, RunningWorker, attached, bounded, sh, spec, worker};
 use tokio::net::TcpListener;
@@ -22,6 +22,29 @@ fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
         allocation: ResourceSet::new(),
         task_token: format!("escher-task-{task}"),
     })
+}
+
+/// Waits until the worker has taken every message the head sent before this call: it handles
+/// the head's messages one at a time, in order, and answers a log fetch, so once the answer
+/// to a fetch sent now arrives, what came before it has been applied. (A wait on an event
+/// where a fixed sleep used to hope the worker had got there.)
+async fn taken(head: &mut FakeHead) {
+    const PROBE: u64 = u64::MAX;
+    head.send(HeadMessage::FetchLogs {
+        request_id: PROBE,
+        task_id: TaskId(999_999),
+        stream: LogStream::Stdout,
+        offset: 0,
+        max_bytes: 1,
+        attempt: 1,
+    });
+    loop {
+        if let WorkerMessage::Logs { request_id, .. } = head.report().await
+            && request_id == PROBE
+        {
+            return;
+        }
+    }
 }
 
 fn ghost(ttl: Option<Duration>) -> TaskSpec {
@@ -155,7 +178,7 @@ async fn keeps_each_report_until_the_head_acknowledges_it() {
     );
     // The head commits task 2's report only; the stream breaks before task 1's is.
     head.send(HeadMessage::ReportsAcked(running(&[2])));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    taken(&mut head).await;
     head.drop_stream();
     let (reg, _) = attached(&mut head).await;
     let reported: Vec<TaskId> = reg.finished.iter().map(|f| f.task_id).collect();
@@ -363,7 +386,7 @@ async fn a_head_restored_from_a_backup_may_send_an_attempt_this_process_ran_afte
         Ok(TaskResult::Released)
     );
     head.send(HeadMessage::ReportsAcked(running(&[1])));
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    taken(&mut head).await;
     // The same head again: attempt 1 of task 1 ran in this process; it does not run twice.
     head.drop_stream();
     attached(&mut head).await;

@@ -1,8 +1,8 @@
 //! The thesis' end-to-end evaluation (thesis §4.6.1): E1 WordCount with data locality, E2
 //! hierarchical fair sharing at 100 nodes, E3 AlphaZero-style co-location, E4 EscherTune, and
-//! Cilantro's synthetic 5-user experiment. The applications are the examples' own
-//! (`examples/apps/`, compiled here unchanged), so the figures come from the code a reader
-//! runs with `cargo run --example`. Each runs on an embedded cluster (real gRPC on loopback,
+//! Cilantro's synthetic 5-user experiment. The applications are the examples' own (the crate
+//! `escher-apps`, `examples/apps/`, linked here unchanged), so the figures come from the code
+//! a reader runs with `cargo run --example`. Each runs on an embedded cluster (real gRPC on loopback,
 //! in-process workers), with the injected costs each application documents.
 
 use serde_json::json;
@@ -10,10 +10,7 @@ use serde_json::json;
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
 
-// The applications, shared with the examples and the tests; not every helper is used here.
-#[allow(dead_code)]
-#[path = "../../../examples/apps/mod.rs"]
-mod apps;
+use escher_apps as apps;
 
 use apps::common::{Clock, policy_lines};
 
@@ -223,7 +220,7 @@ pub async fn e1(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     }
     report.detail = json!(detail);
     report.notes.push(format!(
-        "Simulated time: {} ms of wall time per simulated second. Assumed (examples/apps/wordcount.rs, \
+        "Simulated time: {} ms of wall time per simulated second. Assumed (examples/apps/src/wordcount.rs, \
          not from the thesis): CPU {} MB/s, disk {} MB/s, one {} MB/s link per node. Measured: the \
          makespans, the transfer shares and the maps that ran local; the transfer share is what \
          the assumed rates make it.",
@@ -419,7 +416,7 @@ pub async fn e3(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     // What the assumed costs allow: co-location saves the two hops of a round, nothing else.
     let ceiling = 100.0 * 2.0 * costs.hop_s / (costs.search_s + costs.infer_s + 2.0 * costs.hop_s);
     report.notes.push(format!(
-        "Assumed (examples/apps/alphazero.rs, not from the thesis): {} ms of tree search and {} ms \
+        "Assumed (examples/apps/src/alphazero.rs, not from the thesis): {} ms of tree search and {} ms \
          of evaluation per round, {} ms per message between two nodes each way; so co-location can \
          save at most {ceiling:.1}% of a round. Measured: the latencies, the pairs co-located, the \
          savings.",
@@ -541,7 +538,7 @@ pub async fn e4(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         .thesis(36.3),
     ));
     report.notes.push(format!(
-        "Assumed (examples/apps/tune.rs, not from the thesis): a step takes {} s on one node and {}× \
+        "Assumed (examples/apps/src/tune.rs, not from the thesis): a step takes {} s on one node and {}× \
          that spread over nodes, restoring the checkpoint {} s, the short jobs {:?} s. Measured: the \
          long job's throughput with and without migration, its migrations and where it ends.",
         costs.step_s, costs.spread, costs.restore_s, costs.short_s

@@ -1,10 +1,8 @@
 //! Unit tests on the in-memory cluster (the head's real state machine, simulated workers):
 //! every decision here can be checked by hand.
 
-use std::time::Duration;
-
 use escher_client::Task;
-use escher_esl::{InMemoryCluster, Mode};
+use escher_esl::testing::{self, InMemoryCluster, Mode};
 use escher_proto::types::{TaskId, TaskSpec};
 
 use super::*;
@@ -30,28 +28,10 @@ fn finite(units: u64) -> Option<Capacity> {
     Some(Capacity::Finite(Amount::units(units).expect("small")))
 }
 
-/// How many of `tasks` run on each of `nodes`.
-fn running_on(cluster: &InMemoryCluster, tasks: &[TaskId], nodes: &[NodeId]) -> Vec<usize> {
-    nodes
-        .iter()
-        .map(|n| {
-            tasks
-                .iter()
-                .filter(|t| cluster.node_of(**t) == Some(*n))
-                .count()
-        })
-        .collect()
-}
-
-/// Lets the follower's task run until `check` holds (a bounded number of turns).
-async fn eventually(what: &str, mut check: impl AsyncFnMut() -> bool) {
-    for _ in 0..1_000 {
-        if check().await {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("{what}: never happened");
+/// How many of `tasks` run now on each of `nodes` (tasks that ended fail the test).
+async fn running_on(cluster: &InMemoryCluster, tasks: &[TaskId], nodes: &[NodeId]) -> Vec<usize> {
+    let now = testing::placements(cluster, tasks).await;
+    nodes.iter().map(|n| testing::count_on(&now, *n)).collect()
 }
 
 #[test]
@@ -103,7 +83,10 @@ async fn the_cap_holds_where_the_risky_node_has_the_most_room() {
         .submit(vec![task("cpu=1", &cap.spec()); 10])
         .await
         .unwrap();
-    assert_eq!(running_on(&cluster, &tasks, &[spot, s1, s2]), vec![2, 4, 4]);
+    assert_eq!(
+        running_on(&cluster, &tasks, &[spot, s1, s2]).await,
+        vec![2, 4, 4]
+    );
     // An eleventh task of the job waits, though the spot node has 14 cpus free.
     let late = cluster
         .submit(vec![task("cpu=1", &cap.spec())])
@@ -133,7 +116,10 @@ async fn zero_percent_keeps_the_job_off_risky_nodes() {
         .submit(vec![task("cpu=1", &cap.spec()); 4])
         .await
         .unwrap();
-    assert_eq!(running_on(&cluster, &tasks, &[safe, canary]), vec![2, 0]);
+    assert_eq!(
+        running_on(&cluster, &tasks, &[safe, canary]).await,
+        vec![2, 0]
+    );
 }
 
 #[tokio::test]
@@ -230,13 +216,11 @@ async fn follow_gives_a_joining_safe_node_its_capacity_and_the_waiting_task_runs
         .filter(|t| cluster.node_of(*t).is_none())
         .collect();
     assert_eq!(waiting.len(), 1);
-    assert_eq!(running_on(&cluster, &tasks, &[safe]), vec![1]);
+    assert_eq!(running_on(&cluster, &tasks, &[safe]).await, vec![1]);
 
     let joined = cluster.add_node("cpu=1");
-    eventually("the waiting task runs on the new node", async || {
-        cluster.node_of(waiting[0]) == Some(joined)
-    })
-    .await;
+    // The follower hears of the node from the event feed and gives it its capacity.
+    assert_eq!(testing::all_running(&cluster, &waiting).await, vec![joined]);
     follower.stop();
 }
 
@@ -274,6 +258,6 @@ async fn without_the_cap_the_same_job_crowds_onto_the_spot_node() {
         .submit(vec![task("cpu=1", &ResourceSpec::new()); 10])
         .await
         .unwrap();
-    let on = running_on(&cluster, &tasks, &[spot, s1, s2]);
+    let on = running_on(&cluster, &tasks, &[spot, s1, s2]).await;
     assert!(on[0] > 2, "the scheduler alone put {on:?} on spot, s1, s2");
 }

@@ -1,18 +1,17 @@
 //! End to end: the exposure cap on a real `escher::LocalCluster` (a head and workers in this
 //! process, talking gRPC on loopback), through the real `Client` as its `ClusterApi`.
 //!
-//! Every wait is bounded; nothing asserts speed.
+//! The helpers come from `escher_esl::testing`: every wait is bounded and listens to the
+//! cluster's events; nothing asserts speed.
 
-use std::future::Future;
 use std::time::Duration;
 
-use escher::types::{NodeId, ResourceSet, TaskId, TaskState};
+use escher::types::{ResourceSet, TaskId, TaskState};
 use escher::{Client, Functions, LocalCluster, Task};
 use escher_custom_esl::ExposureCap;
 use escher_esl::ResourceSpec;
+use escher_esl::testing::{self, within};
 
-/// The bound on any single wait.
-const LIMIT: Duration = Duration::from_secs(30);
 /// How long a `hold` task runs unless cancelled: far longer than the test.
 const HOLD_MS: u64 = 120_000;
 
@@ -42,65 +41,11 @@ async fn start(workers: &[&str]) -> (LocalCluster, Client) {
     (cluster, client)
 }
 
-async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(LIMIT, f).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: did not finish within {LIMIT:?}"),
-    }
-}
-
-/// Polls `check` every 20 ms until it returns `Some`, failing after [`LIMIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    within(what, async {
-        loop {
-            if let Some(found) = check().await {
-                return found;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-}
-
 /// Submits `n` long tasks of one cpu under `spec`.
 async fn submit_holds(client: &Client, spec: &ResourceSpec, n: usize) -> Vec<TaskId> {
-    let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
-        let task = spec.apply(Task::function_typed("hold", &HOLD_MS).resources_str("cpu=1"));
-        ids.push(
-            within("submit", client.submit(task))
-                .await
-                .expect("submitted")
-                .id(),
-        );
-    }
-    ids
-}
-
-/// Each task's state and node now.
-async fn where_they_are(client: &Client, tasks: &[TaskId]) -> Vec<(TaskState, Option<NodeId>)> {
-    let mut out = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        let status = client.task_info(*t).await.expect("task_info").status;
-        assert!(!status.state.is_terminal(), "task {t} ended: {status:?}");
-        out.push((status.state, status.node));
-    }
-    out
-}
-
-/// The live nodes whose totals have `marker`.
-async fn nodes_with(client: &Client, marker: &str) -> Vec<NodeId> {
-    let status = client.cluster_status().await.expect("status");
-    status
-        .nodes
-        .iter()
-        .filter(|n| n.alive && n.resource(marker).is_some())
-        .map(|n| n.id)
-        .collect()
+    let task = spec.apply(Task::function_typed("hold", &HOLD_MS).resources_str("cpu=1"));
+    let task = task.build().expect("a valid task");
+    testing::submit(client, vec![task; n]).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -108,7 +53,7 @@ async fn at_most_a_fifth_of_the_job_runs_on_the_spot_worker() {
     // The spot worker comes first and has the most room: without the cap it could take the
     // whole job.
     let (cluster, client) = start(&["cpu=16,spot=1", "cpu=4", "cpu=4"]).await;
-    let spot = nodes_with(&client, "spot").await;
+    let spot = testing::nodes_having(&client, "spot").await;
     assert_eq!(spot.len(), 1);
     let spot = spot[0];
 
@@ -117,40 +62,30 @@ async fn at_most_a_fifth_of_the_job_runs_on_the_spot_worker() {
         .expect("the cap is set");
     assert_eq!(cap.budget(), 2);
     let tasks = submit_holds(&client, &cap.spec(), 10).await;
-    let placed = eventually("all ten running", || async {
-        let now = where_they_are(&client, &tasks).await;
-        now.iter()
-            .all(|(state, _)| *state == TaskState::Running)
-            .then_some(now)
-    })
-    .await;
-    let on_spot = placed.iter().filter(|(_, n)| *n == Some(spot)).count();
+    let placed = testing::all_running(&client, &tasks).await;
+    let on_spot = placed.iter().filter(|n| **n == spot).count();
     assert_eq!(on_spot, 2, "two of ten on spot, eight on the safe workers");
 
-    // An eleventh task of the job waits, though the spot worker has 14 cpus free ...
+    // An eleventh task of the job waits, though the spot worker has 14 cpus free: a task
+    // submitted after it, outside the job, starts there while it stays pending ...
     let late = submit_holds(&client, &cap.spec(), 1).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    let other = Task::function_typed("hold", &HOLD_MS).resources_str("cpu=1,spot=1");
+    let other = testing::submit(&client, vec![other.build().expect("a valid task")]).await;
+    assert_eq!(testing::all_running(&client, &other).await, vec![spot]);
     assert_eq!(
-        where_they_are(&client, &late).await[0].0,
-        TaskState::Pending
+        testing::placements(&client, &late).await,
+        vec![(TaskState::Pending, None)]
     );
     // ... until one of the job's spot tasks ends and gives its unit back.
-    let ended = tasks[placed.iter().position(|(_, n)| *n == Some(spot)).unwrap()];
-    within("cancel", client.cancel(vec![ended]))
-        .await
-        .expect("cancelled");
-    eventually("the late task runs on spot", || async {
-        let now = where_they_are(&client, &late).await[0];
-        (now == (TaskState::Running, Some(spot))).then_some(())
-    })
-    .await;
+    let ended = tasks[placed.iter().position(|n| *n == spot).unwrap()];
+    testing::cancel(&client, &[ended]).await;
+    assert_eq!(testing::all_running(&client, &late).await, vec![spot]);
 
     let mut all = tasks;
     all.extend(late);
+    all.extend(other);
     all.retain(|t| *t != ended);
-    within("cancel", client.cancel(all))
-        .await
-        .expect("cancelled");
+    testing::cancel(&client, &all).await;
     cap.dissolve().await.expect("dissolved");
     cluster.shutdown().await;
 }
@@ -164,16 +99,12 @@ async fn a_worker_that_joins_is_given_its_capacity_from_the_event_feed() {
         .expect("the cap is set");
     let follower = cap.follow().await.expect("following");
     let tasks = submit_holds(&client, &cap.spec(), 4).await;
-    let waiting = eventually("three running, one waiting", || async {
-        let now = where_they_are(&client, &tasks).await;
+    let waiting = testing::until(&client, "three running, one waiting", async || {
+        let now = testing::placements(&client, &tasks).await;
         let running = now.iter().filter(|(s, _)| *s == TaskState::Running).count();
-        (running == 3).then(|| {
-            let i = now
-                .iter()
-                .position(|(s, _)| *s == TaskState::Pending)
-                .unwrap();
-            tasks[i]
-        })
+        (running == 3).then_some(())?;
+        let i = now.iter().position(|(s, _)| *s == TaskState::Pending)?;
+        Some(tasks[i])
     })
     .await;
 
@@ -184,15 +115,12 @@ async fn a_worker_that_joins_is_given_its_capacity_from_the_event_feed() {
     )
     .await
     .expect("the worker joins");
-    eventually("the waiting task runs on the new worker", || async {
-        let now = where_they_are(&client, &[waiting]).await[0];
-        (now == (TaskState::Running, Some(joined))).then_some(())
-    })
-    .await;
+    assert_eq!(
+        testing::all_running(&client, &[waiting]).await,
+        vec![joined]
+    );
 
     follower.stop();
-    within("cancel", client.cancel(tasks))
-        .await
-        .expect("cancelled");
+    testing::cancel(&client, &tasks).await;
     cluster.shutdown().await;
 }

@@ -48,6 +48,7 @@ mod owner;
 mod policies;
 mod proposals;
 mod reads;
+mod statuses;
 mod telemetry;
 mod tls;
 mod wait_stream;

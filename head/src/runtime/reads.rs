@@ -6,9 +6,11 @@ use rustc_hash::FxHashMap;
 use tokio::sync::oneshot;
 use tonic::Status;
 
-use super::handle::Query;
 use crate::state::ClusterState;
 use escher_proto::types::{TaskId, WaitReply};
+
+/// A read job: runs against the state once the read may be answered, or learns why not.
+pub(crate) type Query = Box<dyn FnOnce(Result<&ClusterState, Status>) + Send>;
 
 /// A read waiting for its ReadIndex.
 pub(crate) enum ReadJob {

@@ -9,8 +9,8 @@ use tonic::Status;
 
 use super::{Owner, new_secret, now_ms};
 use crate::replication::LogStore;
-use crate::runtime::handle::not_accepted;
 use crate::runtime::proposals::Pending;
+use crate::runtime::statuses::not_accepted;
 use crate::state::Command;
 
 impl<S: LogStore> Owner<S> {

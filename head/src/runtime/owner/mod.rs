@@ -36,11 +36,11 @@ use tokio_util::sync::CancellationToken;
 use tonic::Status;
 
 use super::config::HeadConfig;
-use super::handle::not_accepted;
 use super::logs::PendingFetch;
 use super::metrics::Metrics;
 use super::proposals::{Batch, Pending, Proposals};
 use super::reads::Reads;
+use super::statuses::not_accepted;
 use super::waiters::Waiters;
 use super::watch::Hub;
 use super::workers::Workers;

@@ -11,10 +11,10 @@ use tonic::Status;
 
 use super::Owner;
 use crate::replication::LogStore;
-use crate::runtime::handle::{Query, not_accepted};
 use crate::runtime::logs::LogReply;
 use crate::runtime::proposals::Pending;
-use crate::runtime::reads::ReadJob;
+use crate::runtime::reads::{Query, ReadJob};
+use crate::runtime::statuses::not_accepted;
 use crate::runtime::watch::{Filter, Subscription};
 use crate::state::{Command, Reply};
 
@@ -159,7 +159,7 @@ impl<S: LogStore> Owner<S> {
                 let state = self.replica.state();
                 match ids.iter().find_map(|id| state.check_known(*id).err()) {
                     Some(err) => {
-                        let _ = reply.send(Err(crate::runtime::handle::to_status(err)));
+                        let _ = reply.send(Err(crate::runtime::statuses::to_status(err)));
                     }
                     None => self.waiters.add(state, ids, num_returns, reply),
                 }

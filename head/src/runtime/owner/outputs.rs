@@ -8,9 +8,9 @@ use tonic::Status;
 use super::Owner;
 use super::workers::unknown_node;
 use crate::replication::{Applied, LogStore, NotAccepted, Output};
-use crate::runtime::handle::{not_accepted, to_status};
 use crate::runtime::proposals::Pending;
 use crate::runtime::reads::ReadJob;
+use crate::runtime::statuses::{not_accepted, to_status};
 use crate::state::{ApplyError, Reply};
 
 impl<S: LogStore> Owner<S> {

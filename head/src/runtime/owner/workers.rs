@@ -10,8 +10,8 @@ use tonic::Status;
 
 use super::{Owner, new_secret};
 use crate::replication::LogStore;
-use crate::runtime::handle::to_status;
 use crate::runtime::proposals::Pending;
+use crate::runtime::statuses::to_status;
 use crate::state::{ApplyError, Command, Joining, Returning, SecretHash};
 
 impl<S: LogStore> Owner<S> {
