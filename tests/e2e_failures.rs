@@ -768,6 +768,25 @@ async fn fenced(fault: Fault) {
 /// its fence is down.
 #[tokio::test]
 async fn a_worker_that_cannot_restart_its_fence_stops_its_tasks_and_takes_no_new_ones() {
+    cannot_restart_the_fence(|copy| std::fs::remove_file(copy).expect("removing the copy")).await;
+}
+
+/// The same with the binary still there but no longer executable (its execute permission
+/// taken away): starting another supervisor fails with "permission denied", and the worker
+/// stops its tasks and takes no new ones just the same.
+#[tokio::test]
+async fn a_worker_whose_binary_lost_its_execute_permission_runs_nothing_unfenced() {
+    cannot_restart_the_fence(|copy| {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(copy, std::fs::Permissions::from_mode(0o644))
+            .expect("taking the copy's execute permission away")
+    })
+    .await;
+}
+
+/// A worker run from a copy of `escher-worker`, its task running, the copy broken by `breaks`,
+/// then its fence supervisor SIGKILLed: what the two tests above check.
+async fn cannot_restart_the_fence(breaks: impl FnOnce(&std::path::Path)) {
     let mut cluster = ProcessCluster::builder().workers(0).start().await;
     let copy = cluster.dir().join("escher-worker-copy");
     std::fs::copy(procs::binary("escher-worker"), &copy).expect("a copy of escher-worker");
@@ -783,7 +802,7 @@ async fn a_worker_that_cannot_restart_its_fence_stops_its_tasks_and_takes_no_new
         .await
         .unwrap();
     runs.wait_runs(task.id(), 1).await;
-    std::fs::remove_file(&copy).expect("removing the copy");
+    breaks(&copy);
     let fences = cluster.fence_pids("w1");
     assert_eq!(fences.len(), 1, "{fences:?}");
     nix::sys::signal::kill(
@@ -821,6 +840,63 @@ async fn a_worker_that_cannot_restart_its_fence_stops_its_tasks_and_takes_no_new
     assert!(
         log.contains("the worker's tasks can no longer be fenced"),
         "{log}"
+    );
+}
+
+/// A worker whose binary cannot be executed (no execute permission, as on a file system
+/// mounted `noexec`), started anyway through the dynamic loader, cannot run its own binary
+/// again as its fence supervisor: it refuses to start at all, before it registers or runs
+/// anything, and says why and what to do.
+#[tokio::test]
+async fn a_worker_whose_fence_supervisor_cannot_start_refuses_to_run() {
+    use std::os::unix::fs::PermissionsExt as _;
+    // The dynamic loader this test binary was loaded by (the same the worker's binary names).
+    let maps = std::fs::read_to_string("/proc/self/maps").expect("/proc/self/maps");
+    let loader = maps
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .find(|path| {
+            Path::new(path)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("ld-") && n.contains(".so"))
+        })
+        .expect("a dynamically linked test binary names its loader");
+    let dir = tempfile::tempdir().unwrap();
+    let copy = dir.path().join("escher-worker");
+    std::fs::copy(procs::binary("escher-worker"), &copy).expect("a copy of escher-worker");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = std::process::Command::new(loader)
+        .arg(&copy)
+        .args(["--head", "http://127.0.0.1:9", "--state-dir"])
+        .arg(dir.path().join("state"))
+        .env("ESCHER_HOME", dir.path().join("home"))
+        .env_remove("ESCHER_HEAD")
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_ACCESS_FILE")
+        .env_remove("RUST_BACKTRACE")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the loader runs");
+    let status = eventually("the worker to exit by itself", WAIT, || {
+        let status = child.try_wait().expect("waiting on the worker");
+        async move { status }
+    })
+    .await;
+    let mut said = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut said).unwrap();
+    assert!(!status.success(), "{status}: {said}");
+    assert!(
+        said.contains("cannot start the fence supervisor")
+            && said.contains("through the dynamic loader")
+            && said.contains("runs no task unfenced")
+            && said.contains("execute permission"),
+        "{said}"
+    );
+    assert!(
+        !dir.path().join("state").join("identity.json").exists(),
+        "it registered"
     );
 }
 

@@ -433,3 +433,73 @@ async fn a_group_upgraded_replica_by_replica_moves_to_the_new_format_and_loses_n
         "{said}"
     );
 }
+
+/// A backup a later release took (its image in a data format newer than this build reads, and
+/// its header saying so) is refused naming both formats and what to do, and nothing is
+/// written: the data directory it was given is not even created.
+#[tokio::test]
+async fn a_backup_in_a_newer_data_format_is_refused_naming_both_formats() {
+    let cluster = procs::ProcessCluster::builder().workers(0).start().await;
+    let client = cluster.client().await;
+    client
+        .submit(Task::command(["true"]).name("in-the-backup"))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cluster.backup");
+    let save = Command::new(binary("escher"))
+        .args(["admin", "snapshot", "save"])
+        .arg(&file)
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .output()
+        .unwrap();
+    assert!(save.status.success(), "{save:?}");
+    // This build's backup states the format its image is in, one it reads.
+    let (header, image) = escher_proto::backup::read_backup(&file).unwrap();
+    let format = escher_head::replication::image_format(&image);
+    assert_eq!(header.data_format, u32::from(format), "{header:?}");
+    assert!(format <= DATA_FORMAT, "{header:?}");
+
+    // The same state as the next release would write it: behind the envelope, in its format
+    // (the layout of format N+1 is this build's, as under the test seam `NEXT_RELEASE`).
+    let newer = DATA_FORMAT + 1;
+    let body = if format == 1 { &image[..] } else { &image[4..] };
+    let mut next_image = vec![0xFF, b'E'];
+    next_image.extend_from_slice(&newer.to_le_bytes());
+    next_image.extend_from_slice(body);
+    let next_file = dir.path().join("next-release.backup");
+    let next_header = escher_proto::backup::BackupHeader {
+        data_format: u32::from(newer),
+        ..header
+    };
+    escher_proto::backup::write_backup(&next_file, next_header, &next_image).unwrap();
+
+    let fresh = tempfile::tempdir().unwrap();
+    std::fs::copy(cluster.access_file(), fresh.path().join("access.json")).unwrap();
+    let refused = head_command(fresh.path(), &["--restore".as_ref(), next_file.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success(), "{refused:?}");
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        said.contains(&format!("data format {newer}"))
+            && said.contains(&format!("formats 1 to {DATA_FORMAT}"))
+            && said.contains("restore it with that release"),
+        "{said}"
+    );
+    assert!(
+        !fresh.path().join("data").exists(),
+        "a refused restore wrote its data directory"
+    );
+    // The next release itself reads it.
+    let (head, restored) = start_head_with(
+        fresh.path(),
+        &["--restore".as_ref(), next_file.as_os_str()],
+        &[NEXT_RELEASE],
+    )
+    .await;
+    let tasks = restored.list_tasks(None, None).await.unwrap();
+    assert!(tasks.iter().any(|t| t.name == "in-the-backup"), "{tasks:?}");
+    drop(head);
+}

@@ -115,6 +115,64 @@ async fn the_group_survives_its_leader_and_loses_nothing_acknowledged() {
     cluster.shutdown().await;
 }
 
+/// `escher heads remove` of the replica that leads: the change is acknowledged, the removed
+/// leader steps down and goes on answering (raft-rs kept it leading, and its next append answer
+/// panicked inside raft-rs: the simulation found it, seed 4), the two others elect a leader
+/// among themselves, and the group goes on with everything acknowledged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_removed_from_its_group_steps_down_and_the_others_go_on() {
+    let cluster = within(
+        "starting three heads",
+        cluster().heads(3).workers(1).start(),
+    )
+    .await
+    .expect("the cluster starts");
+    let client = within("connecting", Client::connect(cluster.head_url()))
+        .await
+        .unwrap();
+    leader(&cluster).await;
+    let first = client.submit(Task::command(["true"])).await.unwrap();
+    assert_eq!(finished(&client, &first).await.state, TaskState::Succeeded);
+    let heads = client.heads().await.unwrap();
+    let removed = heads.leader().expect("a leader").clone();
+    within("removing the leader", client.remove_head(removed.id))
+        .await
+        .expect("the removal is acknowledged");
+
+    let client = Client::connect(cluster.head_urls().join(","))
+        .await
+        .unwrap();
+    eventually("a leader among the two others", || {
+        let client = client.clone();
+        async move {
+            let heads = client.heads().await.ok()?;
+            let leader = heads.leader()?;
+            (leader.id != removed.id).then_some(())
+        }
+    })
+    .await;
+    // Writes go on (and are replicated: the removed replica hears nothing of them).
+    for _ in 0..5 {
+        let after = client.submit(Task::command(["true"])).await.unwrap();
+        assert!(after.id() > first.id());
+        assert_eq!(finished(&client, &after).await.state, TaskState::Succeeded);
+    }
+    // The removed replica still answers, and no longer leads.
+    let alone = Client::connect(format!("http://{}", removed.address))
+        .await
+        .unwrap();
+    let seen = within("the removed replica's view", alone.heads())
+        .await
+        .expect("the removed replica answers");
+    let itself = seen
+        .replicas
+        .iter()
+        .find(|r| r.id == removed.id)
+        .expect("it lists itself");
+    assert_ne!(itself.role, Some(ReplicaRole::Leader), "{seen:#?}");
+    cluster.shutdown().await;
+}
+
 /// A replica of `group` started empty with `join`, on `listener`, sharing the group's access
 /// file; returns its stop token.
 fn joining_head(

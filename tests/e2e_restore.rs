@@ -230,3 +230,97 @@ async fn a_lone_head_whose_log_tail_was_cut_skips_the_ids_the_cut_may_have_held(
     let said = cluster.head_output(0);
     assert!(said.contains("cannot tell"), "{said}");
 }
+
+/// A backup of another cluster restored in this cluster's place (its address, its access
+/// file): the restore cannot tell the two apart (docs/RELIABILITY.md), so the restored head is
+/// the other cluster, whole; this cluster's worker, presenting an identity the other cluster
+/// never issued, is turned away as a stranger naming both clusters, stops the task it ran
+/// (which never reaches its end), and joins as a new node. Nothing of this cluster's data
+/// directory is written.
+#[tokio::test]
+async fn a_backup_of_another_cluster_turns_this_clusters_workers_away_as_strangers() {
+    // The other cluster: one task, never run (it has no worker), in its backup.
+    let other = ProcessCluster::builder().workers(0).start().await;
+    let other_client = other.client().await;
+    let theirs = other_client
+        .submit(Task::command(["sh", "-c", "echo theirs"]).name("of-the-other-cluster"))
+        .await
+        .unwrap()
+        .id();
+    let backups = tempfile::tempdir().unwrap();
+    let file = backups.path().join("other.backup");
+    let save = escher(
+        &other,
+        &["admin", "snapshot", "save", file.to_str().unwrap()],
+    );
+    assert!(save.status.success(), "{save:?}");
+    drop(other_client);
+    drop(other);
+
+    // This cluster: a worker running a task when its head is replaced.
+    let mut cluster = ProcessCluster::builder()
+        .durable()
+        .heartbeat_timeout_ms(60_000)
+        .start()
+        .await;
+    let client = cluster.client().await;
+    let node = cluster.node("w1");
+    let marker = cluster.shared_path("this-clusters-task-finished");
+    let ours = client
+        .submit(Task::command([
+            "sh",
+            "-c",
+            &format!("sleep 8; touch {}", marker.display()),
+        ]))
+        .await
+        .unwrap()
+        .id();
+    running(&client, ours).await;
+    drop(client);
+    cluster.terminate_head_at(0).await;
+    let data = cluster.head_data_dir(0);
+    let listing = |dir: &Path| {
+        let mut names: Vec<_> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.file_name(), e.metadata().unwrap().len())
+            })
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(&data);
+    cluster.restore_head_at(0, &file).await;
+    let client = cluster.client().await;
+
+    // The restored head is the other cluster: its task, under its name.
+    let info = client.task_info(theirs).await.unwrap();
+    assert_eq!(info.spec.name, "of-the-other-cluster", "{info:?}");
+    // This cluster's worker is a stranger to it: it registers as a new node, and says why.
+    let joined = eventually("w1 to join the other cluster as a new node", WAIT, || {
+        let client = client.clone();
+        async move {
+            let status = client.cluster_status().await.ok()?;
+            status
+                .nodes
+                .into_iter()
+                .find(|n| n.name == "w1" && n.alive && n.id != node)
+        }
+    })
+    .await;
+    assert_ne!(joined.id, node);
+    let said = cluster.worker_output("w1");
+    assert!(
+        said.contains("does not know this worker") && said.contains("was issued by cluster"),
+        "{said}"
+    );
+    // The task it ran for this cluster was stopped: it never reached its end.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert!(
+        !marker.exists(),
+        "task {ours} of this cluster ran to its end under the other cluster's head"
+    );
+    // This cluster's data directory is as it was left.
+    assert_eq!(listing(&data), before);
+}

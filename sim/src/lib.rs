@@ -3,8 +3,9 @@
 //!
 //! One run is one seed. N real replicas (`escher_head::replication::sim::SimReplica`: the
 //! head's `Replica`, raft-rs, the real `ClusterState` and scheduler, an in-memory log) live in
-//! one process with simulated clients, under a queue of events in simulated time; every choice
-//! (delays, losses, duplicates, partitions, crashes, what clients write, election timeouts) is
+//! one process with simulated clients and an operator that adds and removes replicas, under a
+//! queue of events in simulated time; every choice (delays, losses, duplicates, partitions,
+//! crashes, membership changes, what clients write, election timeouts) is
 //! drawn from one generator seeded from the run's number, and nothing reads a clock or
 //! iterates a hash map, so a seed replays exactly. The [`checker`] judges every run.
 //!

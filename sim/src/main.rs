@@ -38,6 +38,9 @@ struct Args {
     /// Disks never fail (no torn writes, full disks or slow fsyncs).
     #[arg(long)]
     no_disk_faults: bool,
+    /// The group's membership never changes (no replica is added or removed).
+    #[arg(long)]
+    no_membership: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +52,7 @@ fn main() -> anyhow::Result<()> {
         trace: args.seed.is_some(),
         idempotency_keys: !args.no_keys,
         disk_faults: !args.no_disk_faults,
+        membership: !args.no_membership,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -87,14 +91,15 @@ fn main() -> anyhow::Result<()> {
     let per = |n: u64| n as f64 / args.seeds.max(1) as f64;
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
-         partitions, {:.2} full disks, {:.2} slow disks), {:.0} fsyncs, {:.0} raft messages \
-         lost, {:.0} acknowledged writes",
+         partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes), {:.0} \
+         fsyncs, {:.0} raft messages lost, {:.0} acknowledged writes",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
         per(sum.partitions),
         per(sum.disks_full),
         per(sum.slow_disks),
+        per(sum.membership_changes),
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),

@@ -7,14 +7,25 @@
 //! produced (raft messages, answers) is held back and the replica takes nothing else, as the
 //! head's owner takes no message while its cycle awaits the fsync. A crash in that window
 //! keeps a random prefix of the write (a torn write) and loses everything buffered.
+//!
+//! An operator changes the group's membership while the faults run, as `escher heads add` and
+//! `remove` do: one change at a time, proposed to the replica it believes leads and sent again
+//! (elsewhere, after "not leader" or a silence) until the group applies it. A replica to add is
+//! started first with an empty disk to join (`--join`; restarted the same way after a crash,
+//! which may come before it caught up), then added as a voter, as the head adds one; a member
+//! to remove is drawn from the group as the operator knows it, the leader included, and goes on
+//! running (and crashing) outside the group. At the end the members (as the most advanced
+//! replica has them) must be what the operator was told, each of them up, converged and of the
+//! same mind about who the members are.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use escher_core::state::{Command, Joining, SecretHash, StateConfig};
 use escher_head::replication::sim::{SimOutput, SimReplica};
 use escher_head::replication::{NotAccepted, SimDisk};
 use escher_proto::types::{
-    CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskKind, TaskSpec,
+    CapacityOp, HeadChange, Labels, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskKind,
+    TaskSpec,
 };
 use raft::eraftpb::{Message, MessageType};
 use rand::rngs::StdRng;
@@ -57,6 +68,9 @@ pub struct Options {
     pub idempotency_keys: bool,
     /// Disks fail: torn writes at crashes, full disks, slow fsyncs.
     pub disk_faults: bool,
+    /// An operator adds and removes replicas while the faults run (`escher heads add` and
+    /// `remove`: one raft membership change at a time, as the head proposes them).
+    pub membership: bool,
 }
 
 impl Default for Options {
@@ -68,6 +82,7 @@ impl Default for Options {
             trace: false,
             idempotency_keys: true,
             disk_faults: true,
+            membership: true,
         }
     }
 }
@@ -120,12 +135,15 @@ pub struct Stats {
     pub stalls: u64,
     /// Times a disk turned slow.
     pub slow_disks: u64,
+    /// Membership changes acknowledged to the operator (replicas added and removed).
+    pub membership_changes: u64,
 }
 
 impl Stats {
-    /// The faults injected: crashes, partitions, full and slow disks.
+    /// The faults injected: crashes, partitions, full and slow disks, and membership changes
+    /// (each a fault in the sense that it moves the quorum under the other faults).
     pub fn faults(&self) -> u64 {
-        self.crashes + self.partitions + self.disks_full + self.slow_disks
+        self.crashes + self.partitions + self.disks_full + self.slow_disks + self.membership_changes
     }
 
     /// Adds another run's counts to these.
@@ -146,6 +164,7 @@ impl Stats {
             disks_full,
             stalls,
             slow_disks,
+            membership_changes,
         } = *other;
         self.events += events;
         self.delivered += delivered;
@@ -162,6 +181,7 @@ impl Stats {
         self.disks_full += disks_full;
         self.stalls += stalls;
         self.slow_disks += slow_disks;
+        self.membership_changes += membership_changes;
     }
 }
 
@@ -212,6 +232,53 @@ enum Event {
     DiskFull(u64),
     DiskFree(u64),
     SlowDisk(u64),
+    /// The operator starts its next planned membership change, if it has none under way.
+    Operate,
+    /// The operator's change reaches replica `to`.
+    Change {
+        to: u64,
+        attempt: u64,
+    },
+    /// What became of the operator's change (as its call's answer).
+    Changed {
+        attempt: u64,
+        answer: ChangeAnswer,
+    },
+    /// The operator heard nothing: it asks another replica.
+    ChangeTimeout {
+        attempt: u64,
+    },
+}
+
+/// What the operator hears about its membership change.
+#[derive(Debug, Clone)]
+enum ChangeAnswer {
+    /// Applied by the group.
+    Done,
+    /// Not taken now (not the leader, a change already pending, a full disk): again later.
+    Again(Option<u64>, String),
+}
+
+/// A planned membership change.
+#[derive(Debug, Clone, Copy)]
+enum Plan {
+    /// Start a new replica (with `--join`) and add it.
+    Add,
+    /// Remove one member, chosen when the change starts.
+    Remove,
+}
+
+/// The operator: one membership change at a time, retried until the group applies it.
+#[derive(Debug, Default)]
+struct Operator {
+    /// Changes still to make, in order.
+    plan: VecDeque<Plan>,
+    /// The change under way, if any.
+    current: Option<HeadChange>,
+    /// Sends of it so far (answers to older ones are ignored).
+    attempt: u64,
+    /// The replica it asks next.
+    target: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -245,6 +312,26 @@ struct Slot {
     life: u64,
     /// fsyncs are slow until then.
     slow_until: u64,
+    /// Started to join a running group (`--join`): restarted the same way.
+    joiner: bool,
+    /// The operator's change proposed here: its index, term and send.
+    change: Option<(u64, u64, u64)>,
+}
+
+impl Slot {
+    fn new(joiner: bool) -> Slot {
+        Slot {
+            disk: SimDisk::new(),
+            replica: None,
+            waiters: BTreeMap::new(),
+            busy_until: None,
+            held: (Vec::new(), Vec::new()),
+            life: 0,
+            slow_until: 0,
+            joiner,
+            change: None,
+        }
+    }
 }
 
 /// One run. See the [module documentation](self).
@@ -257,7 +344,15 @@ pub struct World {
     seq: u64,
     queue: BTreeMap<(u64, u64), Event>,
     slots: BTreeMap<u64, Slot>,
+    /// Every replica that exists (the first group's and those the operator started), members
+    /// of the group or not.
     voters: Vec<u64>,
+    /// The group's members as the operator knows them: the first group, and every change it
+    /// was told the group applied.
+    members: BTreeSet<u64>,
+    /// The first group's replicas (what each of them is started with).
+    first_group: Vec<u64>,
+    operator: Operator,
     network: Network,
     clients: Vec<Client>,
     /// Nodes registered so far (a resource write targets one).
@@ -295,6 +390,9 @@ impl World {
             queue: BTreeMap::new(),
             slots: BTreeMap::new(),
             voters: voters.clone(),
+            members: voters.iter().copied().collect(),
+            first_group: voters.clone(),
+            operator: Operator::default(),
             network,
             clients: Vec::new(),
             nodes: Vec::new(),
@@ -313,18 +411,7 @@ impl World {
             world.fsync_crashes = world.rng.random_range(0..4);
         }
         for id in voters {
-            world.slots.insert(
-                id,
-                Slot {
-                    disk: SimDisk::new(),
-                    replica: None,
-                    waiters: BTreeMap::new(),
-                    busy_until: None,
-                    held: (Vec::new(), Vec::new()),
-                    life: 0,
-                    slow_until: 0,
-                },
-            );
+            world.slots.insert(id, Slot::new(false));
             world.open(id);
             let first = world.rng.random_range(0..TICK_MS);
             world.at(first, Event::Tick(id));
@@ -359,6 +446,22 @@ impl World {
                 world.at(when, Event::SlowDisk(who));
             }
         }
+        if world.options.membership && world.options.replicas > 1 {
+            // Grow then shrink, shrink then grow, or one of the two: each change starts at a
+            // random moment of the storm, after the one before it is done.
+            let plan: &[Plan] = match world.rng.random_range(0..5) {
+                0 => &[Plan::Add, Plan::Remove],
+                1 => &[Plan::Remove, Plan::Add],
+                2 => &[Plan::Add],
+                3 => &[Plan::Remove],
+                _ => &[],
+            };
+            world.operator.plan = plan.iter().copied().collect();
+            if !plan.is_empty() {
+                let when = world.rng.random_range(500..world.options.duration_ms / 2);
+                world.at(when, Event::Operate);
+            }
+        }
         world
     }
 
@@ -386,6 +489,7 @@ impl World {
         self.network.drop = 0;
         self.network.duplicate = 0;
         self.note("calm: healed, disks freed and quick, every replica up, no new writes".into());
+        self.operator.plan.clear();
         for id in self.voters.clone() {
             let slot = self.slots.get_mut(&id).expect("every voter has a slot");
             slot.disk.set_full(false);
@@ -488,6 +592,11 @@ impl World {
                 }
             }
             Event::Think(client) => self.think(client),
+            Event::Retry(usize::MAX) => {
+                if self.operator.current.is_some() {
+                    self.send_change();
+                }
+            }
             Event::Retry(client) => {
                 if self.clients[client].current.is_some() {
                     self.send(client);
@@ -555,6 +664,142 @@ impl World {
                 self.note("heal".to_string());
                 self.network.heal();
             }
+            Event::Operate => self.operate(),
+            Event::Change { to, attempt } => self.change(to, attempt),
+            Event::Changed { attempt, answer } => self.changed(attempt, answer),
+            Event::ChangeTimeout { attempt } => {
+                if self.operator.attempt == attempt && self.operator.current.is_some() {
+                    let target = self.random_replica();
+                    self.note(format!("the operator timed out; asks replica {target}"));
+                    self.operator.target = target;
+                    self.send_change();
+                }
+            }
+        }
+    }
+
+    /// The operator starts its next planned change: a new replica is started with `--join`
+    /// first (as `escher heads add` wants), then added; a member is removed.
+    fn operate(&mut self) {
+        if !self.stormy || self.operator.current.is_some() {
+            return;
+        }
+        let Some(plan) = self.operator.plan.pop_front() else {
+            return;
+        };
+        let change = match plan {
+            Plan::Add => {
+                let id = self.voters.iter().max().copied().unwrap_or(0) + 1;
+                self.slots.insert(id, Slot::new(true));
+                self.voters.push(id);
+                self.note(format!(
+                    "the operator starts replica {id} to join the group"
+                ));
+                self.open(id);
+                let first = self.rng.random_range(0..TICK_MS);
+                self.at(first, Event::Tick(id));
+                // Sometimes the new replica crashes too, before or after it caught up.
+                if self.rng.random_bool(0.5) {
+                    let when = self.rng.random_range(1..self.options.duration_ms / 2);
+                    self.at(when, Event::Crash(id));
+                }
+                HeadChange::Add {
+                    id,
+                    address: format!("sim-{id}:7600"),
+                }
+            }
+            Plan::Remove => {
+                if self.members.len() < 2 {
+                    return;
+                }
+                let members: Vec<u64> = self.members.iter().copied().collect();
+                let id = members[self.rng.random_range(0..members.len())];
+                HeadChange::Remove { id }
+            }
+        };
+        self.note(format!("the operator asks for {change:?}"));
+        self.operator.current = Some(change);
+        self.operator.target = self.random_replica();
+        self.send_change();
+    }
+
+    /// Sends the operator's change to its target, and sets its timeout.
+    fn send_change(&mut self) {
+        self.operator.attempt += 1;
+        let (to, attempt) = (self.operator.target, self.operator.attempt);
+        for delay in self.network.weather(&mut self.rng) {
+            self.at(delay, Event::Change { to, attempt });
+        }
+        self.at(CLIENT_TIMEOUT_MS, Event::ChangeTimeout { attempt });
+    }
+
+    /// The operator's change reaches replica `to`, which proposes it if it leads.
+    fn change(&mut self, to: u64, attempt: u64) {
+        let Some(change) = self.operator.current.clone() else {
+            return;
+        };
+        let Some(replica) = self.replica(to) else {
+            return;
+        };
+        let leader = replica.leader();
+        let answer = match replica.propose_change(&change) {
+            Ok((index, term)) => {
+                let slot = self.slots.get_mut(&to).expect("every replica has a slot");
+                slot.change = Some((index, term, attempt));
+                self.drive(to);
+                return;
+            }
+            // Applied already (an earlier send of it went through): done.
+            Err(NotAccepted::Membership(why))
+                if why.contains("already a member") || why.contains("is not a member") =>
+            {
+                self.note(format!("replica {to}: {why}"));
+                ChangeAnswer::Done
+            }
+            Err(NotAccepted::NotLeader(_)) => ChangeAnswer::Again(leader, "not the leader".into()),
+            Err(other) => ChangeAnswer::Again(None, format!("{other:?}")),
+        };
+        self.change_answer(attempt, answer);
+    }
+
+    /// An answer to the operator travels back (it may be lost: the operator times out).
+    fn change_answer(&mut self, attempt: u64, answer: ChangeAnswer) {
+        for delay in self.network.weather(&mut self.rng) {
+            let answer = answer.clone();
+            self.at(delay, Event::Changed { attempt, answer });
+        }
+    }
+
+    fn changed(&mut self, attempt: u64, answer: ChangeAnswer) {
+        if self.operator.attempt != attempt {
+            return;
+        }
+        let Some(change) = self.operator.current.clone() else {
+            return;
+        };
+        match answer {
+            ChangeAnswer::Done => {
+                self.stats.membership_changes += 1;
+                match change {
+                    HeadChange::Add { id, .. } => self.members.insert(id),
+                    HeadChange::Remove { id } => self.members.remove(&id),
+                };
+                self.note(format!(
+                    "the operator's {change:?} is done: members {:?}",
+                    self.members
+                ));
+                self.operator.current = None;
+                let next = self.rng.random_range(200..self.options.duration_ms / 2);
+                self.at(next, Event::Operate);
+            }
+            ChangeAnswer::Again(hint, why) => {
+                self.note(format!("the operator's change is not taken ({why}); again"));
+                self.operator.target = match hint {
+                    Some(leader) => leader,
+                    None => self.random_replica(),
+                };
+                self.at(BUSY_RETRY_MS, Event::Retry(usize::MAX));
+            }
         }
     }
 
@@ -575,6 +820,7 @@ impl World {
         slot.disk = slot.disk.crash(keep);
         slot.replica = None;
         slot.waiters.clear();
+        slot.change = None;
         slot.busy_until = None;
         slot.held = (Vec::new(), Vec::new());
         slot.life += 1;
@@ -589,7 +835,12 @@ impl World {
 
     fn open(&mut self, id: u64) {
         let log = self.slots[&id].disk.clone();
-        match SimReplica::open(id, &self.voters, log, StateConfig::default(), 4 * 1024) {
+        let opened = if self.slots[&id].joiner {
+            SimReplica::join(id, log, StateConfig::default(), 4 * 1024)
+        } else {
+            SimReplica::open(id, &self.first_group, log, StateConfig::default(), 4 * 1024)
+        };
+        match opened {
             Ok(replica) => {
                 self.slots
                     .get_mut(&id)
@@ -878,11 +1129,39 @@ impl World {
                 for w in waiters {
                     self.answer(w.client, w.attempt, Answer::NotLeader(None));
                 }
+                self.change_at(id, index, None);
+            }
+            SimOutput::Membership {
+                index,
+                term,
+                result,
+            } => {
+                self.note(format!(
+                    "replica {id} applied the membership change at {index}: {result:?}, voters \
+                     {:?}",
+                    self.slots[&id].replica.as_ref().map(SimReplica::members)
+                ));
+                let waiters = self
+                    .slots
+                    .get_mut(&id)
+                    .and_then(|s| s.waiters.remove(&index))
+                    .unwrap_or_default();
+                for w in waiters {
+                    self.answer(w.client, w.attempt, Answer::NotLeader(None));
+                }
+                self.change_at(id, index, Some((term, result)));
             }
             SimOutput::Role { leading, leader } => {
                 self.note(format!(
                     "replica {id}: leading {leading}, leader {leader:?}"
                 ));
+                if !leading
+                    && let Some((_, _, attempt)) =
+                        self.slots.get_mut(&id).and_then(|s| s.change.take())
+                {
+                    let why = "the replica stopped leading".to_string();
+                    self.change_answer(attempt, ChangeAnswer::Again(leader, why));
+                }
                 if !leading {
                     let waiters = std::mem::take(
                         &mut self
@@ -909,8 +1188,28 @@ impl World {
         }
     }
 
-    /// The end: every replica must have converged on one state, which must hold every
-    /// acknowledged write.
+    /// Replica `id` applied the entry at `index`: a membership change (`Some`: its term and
+    /// whether it took effect) or nothing. If the operator's change was proposed there at that
+    /// index, the operator hears what became of it.
+    fn change_at(&mut self, id: u64, index: u64, applied: Option<(u64, Result<(), String>)>) {
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let Some((at, term, attempt)) = slot.change else {
+            return;
+        };
+        if at != index {
+            return;
+        }
+        slot.change = None;
+        let answer = match applied {
+            Some((t, Ok(()))) if t == term => ChangeAnswer::Done,
+            Some((_, Err(why))) => ChangeAnswer::Again(None, why),
+            _ => ChangeAnswer::Again(None, "its entry was replaced".into()),
+        };
+        self.change_answer(attempt, answer);
+    }
+
+    /// The end: every member of the group must have converged on one state, which must hold
+    /// every acknowledged write, in the membership the operator was told of.
     fn finish(&mut self) {
         for client in &mut self.clients {
             client.give_up();
@@ -919,16 +1218,53 @@ impl World {
             self.checker.violations.push(why);
             return;
         }
+        // The group's members, as the replica that applied the most has them.
+        let members: BTreeSet<u64> = self
+            .slots
+            .values()
+            .filter_map(|s| s.replica.as_ref())
+            .max_by_key(|r| r.applied())
+            .map(|r| r.members().into_iter().collect())
+            .unwrap_or_default();
+        let acknowledged = &self.members;
+        let in_flight = self.operator.current.as_ref().map(|change| {
+            let mut after = acknowledged.clone();
+            match change {
+                HeadChange::Add { id, .. } => after.insert(*id),
+                HeadChange::Remove { id } => after.remove(id),
+            };
+            after
+        });
+        if members != *acknowledged && in_flight.as_ref() != Some(&members) {
+            self.checker.violations.push(format!(
+                "the group's members are {members:?}, where the operator was told {acknowledged:?} \
+                 (with {:?} under way)",
+                self.operator.current
+            ));
+        }
         let applied: BTreeMap<u64, u64> = self
             .slots
             .iter()
+            .filter(|(id, _)| members.contains(id))
             .filter_map(|(id, s)| s.replica.as_ref().map(|r| (*id, r.applied())))
             .collect();
         let distinct: BTreeSet<u64> = applied.values().copied().collect();
-        if distinct.len() != 1 || applied.len() != self.voters.len() {
+        if distinct.len() != 1 || applied.len() != members.len() {
             self.checker.violations.push(format!(
-                "the group did not converge in the quiet end: applied indexes {applied:?}"
+                "the group {members:?} did not converge in the quiet end: applied indexes \
+                 {applied:?}"
             ));
+        }
+        for id in &members {
+            let theirs = self.slots[id].replica.as_ref().map(SimReplica::members);
+            if theirs
+                .as_ref()
+                .is_some_and(|m| m.iter().copied().collect::<BTreeSet<_>>() != members)
+            {
+                self.checker.violations.push(format!(
+                    "member {id} has the group as {theirs:?}, the most advanced as {members:?}"
+                ));
+            }
         }
         for (id, slot) in &self.slots {
             if let Some(replica) = &slot.replica {

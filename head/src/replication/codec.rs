@@ -247,6 +247,16 @@ pub fn encode_backup(state: &ClusterState) -> Result<Vec<u8>, CodecError> {
     encode_image(state, &BTreeMap::new(), 1)
 }
 
+/// The data format a snapshot image or backup image is written in (1 for one without the
+/// envelope). What a backup's header states, so that a restore can refuse a later release's
+/// backup by its header alone.
+pub fn image_format(bytes: &[u8]) -> u16 {
+    match bytes {
+        [a, b, lo, hi, ..] if [*a, *b] == ENVELOPE => u16::from_le_bytes([*lo, *hi]),
+        _ => 1,
+    }
+}
+
 /// Decodes a backup image (see [`encode_backup`]) into a state that applies `config`.
 pub fn decode_backup(bytes: &[u8], config_: StateConfig) -> Result<ClusterState, CodecError> {
     decode_image(bytes, config_).map(|(state, _, _)| state)

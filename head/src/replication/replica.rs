@@ -1170,12 +1170,31 @@ impl<S: LogStore> Replica<S> {
                         tracing::warn!(
                             "this replica was removed from the group; it no longer takes part"
                         );
+                        self.step_down_if_removed();
                     }
                 }
             }
         }
         self.refresh_peers();
         Ok(())
+    }
+
+    /// A leader that applied its own removal steps down (the others elect a leader among
+    /// themselves). raft-rs leaves it leading (its `post_conf_change` keeps a removed leader, a
+    /// branch it calls untested), and the next append answer it counts panics: it looks for
+    /// its own progress, which the removal took away. The simulation found it (seed 4 of the first
+    /// runs with membership changes, `escher-sim --seed 4 --duration-ms 10000`; kept as a test
+    /// in `sim/tests/seeds.rs`).
+    fn step_down_if_removed(&mut self) {
+        let raft = &mut self.node.raft;
+        if raft.state == StateRole::Leader && !raft.prs().conf().voters().contains(self.config.id) {
+            tracing::warn!(
+                "this replica led the group that removed it: it steps down, and the remaining \
+                 replicas elect a leader among themselves"
+            );
+            let term = raft.term;
+            raft.become_follower(term, raft::INVALID_ID);
+        }
     }
 
     /// Snapshots the state and compacts the log once enough has been written since the last

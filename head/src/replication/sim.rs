@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use escher_proto::types::RequestKey;
+use escher_proto::types::{HeadChange, RequestKey};
 use raft::StateRole;
 use raft::eraftpb::Message;
 
@@ -46,6 +46,16 @@ pub enum SimOutput {
         index: u64,
         /// Its term.
         term: u64,
+    },
+    /// A membership change was applied (`Ok`) or refused by raft: a client's proposal waiting at
+    /// this index was not applied.
+    Membership {
+        /// Its log index.
+        index: u64,
+        /// Its term.
+        term: u64,
+        /// Whether it took effect.
+        result: Result<(), String>,
     },
     /// The role or the leader changed.
     Role {
@@ -93,6 +103,43 @@ impl SimReplica {
             None,
         )?;
         Ok(SimReplica { replica })
+    }
+
+    /// Opens replica `id` to join a running group (`escher-head --join`): an empty log waits
+    /// for a leader that added it; a log with entries resumes from them.
+    pub fn join(
+        id: u64,
+        log: SimDisk,
+        state_config: StateConfig,
+        snapshot_bytes: u64,
+    ) -> Result<SimReplica, ReplicationError> {
+        let peers = BTreeMap::from([(id, address(id))]);
+        let mut config = ReplicaConfig::member(id, peers, Some("sim".to_string()))
+            .map_err(|e| ReplicationError::Restore(e.to_string()))?;
+        config.join = true;
+        config.snapshot_bytes = snapshot_bytes;
+        let transport = Transport::captured(id, &config.group, &config.address);
+        let replica = Replica::open(
+            config,
+            log,
+            state_config,
+            transport,
+            Persistence::Inline,
+            false,
+            None,
+        )?;
+        Ok(SimReplica { replica })
+    }
+
+    /// Proposes a membership change, as `escher heads add|remove` has the leader do (see
+    /// `Replica::propose_change`): its index and term.
+    pub fn propose_change(&mut self, change: &HeadChange) -> Result<(u64, u64), NotAccepted> {
+        self.replica.propose_change(change)
+    }
+
+    /// The group's voters as this replica's raft has them.
+    pub fn members(&self) -> Vec<u64> {
+        self.replica.raft().prs().conf().to_conf_state().voters
     }
 
     /// Sets the simulated time (milliseconds) a full disk's stall and retries are measured by.
@@ -217,9 +264,16 @@ fn simplify(output: Output) -> Option<SimOutput> {
             term,
             results: results.into_iter().map(|a| a.result).collect(),
         },
-        Output::ConfChanged { index, term, .. } | Output::Empty { index, term } => {
-            SimOutput::Empty { index, term }
-        }
+        Output::ConfChanged {
+            index,
+            term,
+            result,
+        } => SimOutput::Membership {
+            index,
+            term,
+            result,
+        },
+        Output::Empty { index, term } => SimOutput::Empty { index, term },
         Output::Role { role, leader } => SimOutput::Role {
             leading: role == escher_proto::types::ReplicaRole::Leader,
             leader,

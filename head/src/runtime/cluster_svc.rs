@@ -909,6 +909,9 @@ impl Cluster for ClusterService {
             .await?;
         let image = image.map_err(|e| Status::internal(e.to_string()))?;
         let total = image.len() as u64;
+        // The format the image is in (format 1, which every release reads, unless the state
+        // holds what only a later format encodes), not the newest this build writes.
+        let format = crate::replication::image_format(&image);
         tracing::info!(bytes = total, revision, "backup taken");
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tokio::spawn(async move {
@@ -924,7 +927,7 @@ impl Cluster for ClusterService {
                     ..Default::default()
                 };
                 if std::mem::take(&mut first) {
-                    chunk.data_format = u32::from(crate::replication::DATA_FORMAT);
+                    chunk.data_format = u32::from(format);
                     chunk.cluster_id = cluster_id.clone();
                     chunk.revision = revision;
                     chunk.total_bytes = total;

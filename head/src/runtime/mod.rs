@@ -132,6 +132,17 @@ fn read_restore(
     };
     let (header, image) =
         escher_proto::backup::read_backup(path).map_err(|e| failed(e.to_string()))?;
+    // A later release's backup: refused by what its header and its image say, before anything
+    // is decoded or written.
+    let newest = crate::replication::newest_readable();
+    let format = u32::from(crate::replication::image_format(&image)).max(header.data_format);
+    if format > u32::from(newest) {
+        return Err(failed(format!(
+            "it is in data format {format}, newer than this escher-head reads (formats 1 to \
+             {newest}): it was taken by a later release; restore it with that release or a \
+             later one (nothing was written)"
+        )));
+    }
     let state = crate::replication::decode_backup(&image, config.state.clone())
         .map_err(|e| failed(e.to_string()))?;
     tracing::info!(
@@ -208,6 +219,12 @@ async fn run_registered(
         config.replica.address = addr.to_string();
     }
     config.validate()?;
+    // The backup to restore from is checked before the data directory is opened: a refused
+    // one leaves nothing behind (not even the log's identity file).
+    let restore = match &config.restore {
+        Some(path) => Some(read_restore(path, &config)?),
+        None => None,
+    };
     let Some(dir) = config.data_dir.clone() else {
         tracing::warn!(
             replica = config.replica.id,
@@ -222,6 +239,7 @@ async fn run_registered(
             MemLog::new(),
             Persistence::Inline,
             true,
+            restore,
             shutdown,
         )
         .await;
@@ -249,18 +267,21 @@ async fn run_registered(
         store,
         Persistence::Blocking,
         false,
+        restore,
         shutdown,
     )
     .await
 }
 
-/// Serves a head over `store` on `listener` until `shutdown` completes.
+/// Serves a head over `store` on `listener` until `shutdown` completes; `restore` is the state
+/// of a backup (already checked) that starts a new group.
 async fn serve<S: crate::replication::LogStore>(
     listener: TcpListener,
     config: HeadConfig,
     store: S,
     persistence: Persistence,
     in_memory: bool,
+    restore: Option<crate::state::ClusterState>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), HeadError> {
     let addr = listener.local_addr()?;
@@ -284,10 +305,6 @@ async fn serve<S: crate::replication::LogStore>(
         tracker.clone(),
         peers.clone(),
     );
-    let restore = match &config.restore {
-        Some(path) => Some(read_restore(path, &config)?),
-        None => None,
-    };
     let replica = Replica::open(
         replica_config.clone(),
         store,

@@ -174,6 +174,15 @@ pub fn start(program: &Path) -> std::io::Result<()> {
     // A supervisor that cannot run (a binary replaced by an incompatible one) ends at once.
     std::thread::sleep(STARTED_WITHIN);
     if let Some(status) = child.try_wait()? {
+        if through_the_loader(program) {
+            return Err(std::io::Error::other(format!(
+                "this worker was started through the dynamic loader ({}), not as a program, so \
+                 its binary cannot be run again as its fence supervisor ({status}); the worker \
+                 runs no task unfenced: give escher-worker its execute permission, on a file \
+                 system not mounted noexec, and start it as a program",
+                program.display()
+            )));
+        }
         return Err(std::io::Error::other(format!(
             "{} {SUPERVISOR_ARG} ended as soon as it started ({status}); the worker runs no \
              task unfenced: run that command by hand to see why (it should wait for input)",
@@ -212,6 +221,16 @@ pub fn start(program: &Path) -> std::io::Result<()> {
         }
     });
     Ok(())
+}
+
+/// Whether `program` (this process's executable) is the dynamic loader: a binary that cannot
+/// be executed (no execute permission, a `noexec` mount) can still be run as
+/// `ld-linux-x86-64.so.2 ./escher-worker`, and then the kernel names the loader as the program.
+fn through_the_loader(program: &Path) -> bool {
+    program
+        .file_name()
+        .and_then(|name| name.to_str())
+        .is_some_and(|name| name.starts_with("ld-") && name.contains(".so"))
 }
 
 impl Fence {
