@@ -369,15 +369,7 @@ impl TaskCgroup {
     /// process forked after its parent moved is born inside).
     /// So are the cgroups that hold its limits in v1 hierarchies.
     pub fn enter(&self, pid: u32) -> io::Result<()> {
-        let procs: Vec<PathBuf> = std::iter::once(self.path.as_path())
-            .chain(
-                self.limit_dirs
-                    .iter()
-                    .map(|d| d.path.as_path())
-                    .filter(|d| *d != self.path),
-            )
-            .map(|dir| dir.join("cgroup.procs"))
-            .collect();
+        let procs = self.procs_files();
         for file in &procs {
             fs::write(file, pid.to_string())?;
         }
@@ -398,6 +390,20 @@ impl TaskCgroup {
             }
         }
         Ok(())
+    }
+
+    /// The `cgroup.procs` files of the cgroup and of those that hold its limits in v1
+    /// hierarchies: a process is in all of them or held by none.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        std::iter::once(self.path.as_path())
+            .chain(
+                self.limit_dirs
+                    .iter()
+                    .map(|d| d.path.as_path())
+                    .filter(|d| *d != self.path),
+            )
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect()
     }
 
     /// What the task's processes used so far: CPU time, and the memory they hold now where
