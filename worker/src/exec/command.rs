@@ -24,12 +24,14 @@
 //! OOM killer killed there ends as [`CommandOutcome::MemoryExceeded`]. Each log stream is held
 //! to `log_bytes` ([`AttemptLogs::cap`], checked every [`LOG_CAP_EVERY`] and at the end).
 //!
-//! Every command runs with `no_new_privs`: no exec of its can gain privileges (a set-uid or
-//! set-gid program, file capabilities). The flag is a thread's, inherited by what it spawns,
-//! so the thread that spawns sets it on itself first, once ([`no_new_privs`]), and the
-//! standard library keeps spawning with `posix_spawn` (a `pre_exec` hook would make it fork).
-//! The worker's threads never exec to gain privileges themselves: root changes user with
-//! `setuid` (or `setpriv`, which does the same), which the flag does not touch.
+//! The command starts in one exec (`spawn.rs`): a child that shares the worker's memory until
+//! it executes the program, and before that enters the task's cgroup, changes to the task's
+//! user and sets `no_new_privs`, so that no exec of the task can gain privileges (a set-uid or
+//! set-gid program, file capabilities) and nothing of it ever runs outside its cgroup or as
+//! the worker's user. A kernel without pidfds (before Linux 5.3) gets the standard library's
+//! spawn instead: there `no_new_privs` is set on the spawning thread, once ([`no_new_privs`]),
+//! the user changed through `setpriv` (a second exec) or a forked child, and the cgroup entered
+//! from outside right after the spawn.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -954,8 +956,8 @@ mod tests {
             r#"printf '%s %s %s %s %s\n' "$(id -u)" "$(id -g)" "$(id -G)" "$HOME" "$(pwd -P)"; cat {} || echo refused"#,
             secret.display()
         );
-        // Both ways of changing user: in a forked child, and through setpriv where this
-        // machine has it.
+        // With and without `setpriv` (which only the standard library's spawn uses, on a
+        // kernel without pidfds): the user is the same either way.
         let switches = [None, which::which("setpriv").ok()];
         for switch in switches
             .iter()
