@@ -388,3 +388,109 @@ impl Drop for Launched {
             .spawn(move || reap_blocking(pid));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+    use std::fs::File;
+
+    use super::*;
+
+    fn c(text: &str) -> CString {
+        CString::new(text).unwrap()
+    }
+
+    /// `sh -c script`, its output in `out`.
+    fn launch<'a>(script: &str, out: &'a File, cgroups: &'a [OwnedFd]) -> Launch<'a> {
+        Launch {
+            path: c("/bin/sh"),
+            argv: vec![c("sh"), c("-c"), c(script)],
+            envp: vec![c("PATH=/usr/bin:/bin")],
+            cwd: None,
+            uid: None,
+            stdout: out,
+            stderr: out,
+            cgroups,
+        }
+    }
+
+    /// The worker ignores SIGPIPE (as every Rust program does) and may block signals on its
+    /// threads: the task starts with neither.
+    #[tokio::test]
+    async fn a_task_starts_with_default_signals_and_none_blocked() {
+        let dir = tempfile::tempdir().unwrap();
+        let out_path = dir.path().join("out");
+        let out = File::create(&out_path).unwrap();
+        let script = "grep -E '^(SigBlk|SigIgn|NoNewPrivs):' /proc/self/status";
+        let mut child = spawn(&launch(script, &out, &[])).unwrap();
+        assert!(child.wait().await.unwrap().success());
+        let status = std::fs::read_to_string(&out_path).unwrap();
+        let field = |name: &str| {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.rsplit('\t').next().unwrap(), 16).unwrap()
+        };
+        assert_eq!(field("SigBlk:"), 0, "{status}");
+        // SIGPIPE (bit 12) back to its default; what was ignored before the worker started
+        // stays ignored, as with posix_spawn.
+        assert_eq!(field("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{status}");
+        assert_eq!(field("NoNewPrivs:"), 1, "{status}");
+    }
+
+    /// A cgroup that cannot be entered starts nothing: the program never runs, and the error
+    /// says it was the cgroup.
+    #[tokio::test]
+    async fn a_task_whose_cgroup_cannot_be_entered_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let out = File::create(dir.path().join("out")).unwrap();
+        // Every write to /dev/full fails (ENOSPC), as a cgroup.procs that refuses would.
+        let full: OwnedFd = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+            .into();
+        let script = format!("touch {}", marker.display());
+        let failed = spawn(&launch(&script, &out, &[full])).unwrap_err();
+        assert!(
+            matches!(&failed, Failed::Cgroup(e) if e.raw_os_error() == Some(libc::ENOSPC)),
+            "{failed:?}"
+        );
+        assert!(!marker.exists(), "the program ran outside its cgroup");
+    }
+
+    /// A program that cannot be executed, or a directory that cannot be entered, is the system's
+    /// error (the child that failed is reaped before `spawn` returns).
+    #[tokio::test]
+    async fn a_failed_exec_is_its_error_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = File::create(dir.path().join("out")).unwrap();
+        let mut missing = launch("true", &out, &[]);
+        missing.path = c("/nonexistent/escher-no-such-program");
+        let failed = spawn(&missing).unwrap_err();
+        assert!(
+            matches!(&failed, Failed::Spawn(e) if e.raw_os_error() == Some(libc::ENOENT)),
+            "{failed:?}"
+        );
+        let mut bad_dir = launch("true", &out, &[]);
+        bad_dir.cwd = Some(c("/nonexistent/escher-no-such-dir"));
+        assert!(matches!(spawn(&bad_dir), Err(Failed::Spawn(_))));
+    }
+
+    /// A dropped task is killed and reaped.
+    #[tokio::test]
+    async fn a_dropped_task_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = File::create(dir.path().join("out")).unwrap();
+        let child = spawn(&launch("exec sleep 30", &out, &[])).unwrap();
+        let pid = child.id();
+        drop(child);
+        let gone = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        });
+        assert!(
+            gone,
+            "the dropped task {pid} still runs (or was never reaped)"
+        );
+    }
+}
