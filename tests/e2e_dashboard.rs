@@ -1032,6 +1032,119 @@ async fn needs_browser_a_second_link_leaves_no_token_in_the_address_bar_or_histo
     cluster.shutdown().await;
 }
 
+/// `escher dashboard`, as a person runs it: the real CLI prints the head's dashboard address
+/// with a one-minute, single-use login ticket (`#ticket=...`), never the token.
+fn dashboard_link(cluster: &LocalCluster, view: &str) -> String {
+    let out = std::process::Command::new(common::escher_bin())
+        .args(["dashboard", "--view", view])
+        .env("ESCHER_HEAD", cluster.head_url())
+        .env("ESCHER_TOKEN", cluster.admin_token())
+        .env_remove("ESCHER_ACCESS_FILE")
+        .env("ESCHER_HOME", "/nonexistent/escher-dashboard-test")
+        .output()
+        .expect("the escher CLI runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "escher dashboard: {stderr}");
+    let url = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    assert!(url.contains("#ticket="), "{url}");
+    assert!(!url.contains(cluster.admin_token()), "{url}");
+    url
+}
+
+/// The address `escher dashboard` prints signs the page in: the ticket becomes a session of
+/// the page's own (the token never reaches the browser) and leaves the address bar and the
+/// history. The same address opened again is refused (a ticket works once), and so is a fresh
+/// ticket presented under another `Host` than the one the head serves its dashboard at
+/// (`localhost` for `127.0.0.1`, as a relay or a rebinding name would present it), which is
+/// then spent for the right address too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_browser_the_dashboards_ticket_signs_in_once_and_only_at_its_own_address() {
+    let chromium = chromium();
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        dashboard: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster = within("starting", cluster().workers(1).head_config(config).start())
+        .await
+        .unwrap();
+    let admin = cluster.admin_token().to_string();
+
+    let url = dashboard_link(&cluster, "heads");
+    assert!(url.starts_with(&format!("http://{addr}/#ticket=")), "{url}");
+    let mut page = Browser::open(&chromium, &url).await;
+    page.until(
+        "the ticket to sign the page in",
+        &format!(
+            "({}) === 'an admin token' && location.hash === '#heads'",
+            text_of("#who")
+        ),
+    )
+    .await;
+    let session = page.eval("sessionStorage.getItem('escher.token')").await;
+    let session = session.as_str().expect("a session in the tab's storage");
+    assert!(session.starts_with("escher-dash-"), "{session}");
+    assert!(!session.contains(&admin), "{session}");
+    let href = page.eval("location.href").await;
+    assert!(!href.as_str().unwrap().contains("ticket"), "{href}");
+    let history = page.page("Page.getNavigationHistory", json!({})).await;
+    for entry in history["entries"].as_array().unwrap() {
+        let seen = entry["url"].as_str().unwrap();
+        assert!(!seen.contains("ticket"), "a ticket in the history: {seen}");
+    }
+    page.screenshot("ticket-signed-in").await;
+
+    // The same address again, in a tab of its own (its own storage): refused, and no session.
+    let again = page.new_tab(&url).await;
+    page.switch_to(&again);
+    page.until("the spent ticket to be refused", &text_of("#sign-in-error"))
+        .await;
+    let error = page.eval(&text_of("#sign-in-error")).await;
+    assert!(error.as_str().unwrap().contains("already used"), "{error}");
+    assert_eq!(
+        page.eval("document.getElementById('main').hidden").await,
+        true
+    );
+    assert_eq!(
+        page.eval("sessionStorage.getItem('escher.token')").await,
+        Value::Null
+    );
+    page.screenshot("ticket-spent").await;
+
+    // A fresh ticket at another name for the same port: refused, and spent for the right one.
+    let fresh = dashboard_link(&cluster, "overview");
+    let elsewhere = fresh.replace(&addr.ip().to_string(), "localhost");
+    assert_ne!(elsewhere, fresh);
+    let wrong_host = page.new_tab(&elsewhere).await;
+    page.switch_to(&wrong_host);
+    page.until(
+        "the ticket under another Host to be refused",
+        &text_of("#sign-in-error"),
+    )
+    .await;
+    let error = page.eval(&text_of("#sign-in-error")).await;
+    assert!(error.as_str().unwrap().contains("own address"), "{error}");
+    assert_eq!(
+        page.eval("document.getElementById('main').hidden").await,
+        true
+    );
+    assert_eq!(
+        page.eval("sessionStorage.getItem('escher.token')").await,
+        Value::Null
+    );
+    let at_home = page.new_tab(&fresh).await;
+    page.switch_to(&at_home);
+    page.until(
+        "the ticket spent under the wrong Host to be refused at home too",
+        &text_of("#sign-in-error"),
+    )
+    .await;
+    let error = page.eval(&text_of("#sign-in-error")).await;
+    assert!(error.as_str().unwrap().contains("already used"), "{error}");
+    assert!(page.exceptions.is_empty(), "{:?}", page.exceptions);
+    cluster.shutdown().await;
+}
+
 /// Half a GPU is drawn as half of it; a resource whose capacity shrank below what a running
 /// task holds (here deleted while held) is drawn as over capacity, not as an empty bar.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

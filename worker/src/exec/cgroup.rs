@@ -11,11 +11,13 @@
 //! removes what is left of workers on this host that died with their supervisor (a
 //! `kill -9` of every process of theirs), before it takes any task.
 //!
-//! The task's main process is moved into its cgroup as soon as it is spawned (the worker's next
-//! step), and then every process it has started already, walking the process tree down from it
-//! (a process forked after its parent moved is born in the cgroup). The standard library could
-//! only move the child before it runs its program with a `pre_exec` hook, which makes it fork
-//! instead of using `posix_spawn`, the cost of every command task.
+//! The task's main process enters its cgroup before it executes its program: the worker's
+//! one-exec spawn (`spawn.rs`) writes `0` into the cgroup's `cgroup.procs` from the child
+//! ([`TaskCgroup::procs_files`]), so nothing of the task ever runs outside it. Where the
+//! standard library spawns instead (a kernel without pidfds), the main process is moved in as
+//! soon as it is spawned ([`TaskCgroup::enter`]), and then every process it has started
+//! already, walking the process tree down from it (a process forked after its parent moved is
+//! born in the cgroup).
 //!
 //! A host without a writable cgroup v2 hierarchy (one that mounts only cgroup v1, as older
 //! distributions and Kubernetes nodes do) gets the same containers in the v1 **freezer**
@@ -369,15 +371,7 @@ impl TaskCgroup {
     /// process forked after its parent moved is born inside).
     /// So are the cgroups that hold its limits in v1 hierarchies.
     pub fn enter(&self, pid: u32) -> io::Result<()> {
-        let procs: Vec<PathBuf> = std::iter::once(self.path.as_path())
-            .chain(
-                self.limit_dirs
-                    .iter()
-                    .map(|d| d.path.as_path())
-                    .filter(|d| *d != self.path),
-            )
-            .map(|dir| dir.join("cgroup.procs"))
-            .collect();
+        let procs = self.procs_files();
         for file in &procs {
             fs::write(file, pid.to_string())?;
         }
@@ -398,6 +392,20 @@ impl TaskCgroup {
             }
         }
         Ok(())
+    }
+
+    /// The `cgroup.procs` files of the cgroup and of those that hold its limits in v1
+    /// hierarchies: a process is in all of them or held by none.
+    pub fn procs_files(&self) -> Vec<PathBuf> {
+        std::iter::once(self.path.as_path())
+            .chain(
+                self.limit_dirs
+                    .iter()
+                    .map(|d| d.path.as_path())
+                    .filter(|d| *d != self.path),
+            )
+            .map(|dir| dir.join("cgroup.procs"))
+            .collect()
     }
 
     /// What the task's processes used so far: CPU time, and the memory they hold now where

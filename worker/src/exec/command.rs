@@ -24,14 +24,17 @@
 //! OOM killer killed there ends as [`CommandOutcome::MemoryExceeded`]. Each log stream is held
 //! to `log_bytes` ([`AttemptLogs::cap`], checked every [`LOG_CAP_EVERY`] and at the end).
 //!
-//! Every command runs with `no_new_privs`: no exec of its can gain privileges (a set-uid or
-//! set-gid program, file capabilities). The flag is a thread's, inherited by what it spawns,
-//! so the thread that spawns sets it on itself first, once ([`no_new_privs`]), and the
-//! standard library keeps spawning with `posix_spawn` (a `pre_exec` hook would make it fork).
-//! The worker's threads never exec to gain privileges themselves: root changes user with
-//! `setuid` (or `setpriv`, which does the same), which the flag does not touch.
+//! The command starts in one exec (`spawn.rs`): a child that shares the worker's memory until
+//! it executes the program, and before that enters the task's cgroup, changes to the task's
+//! user and sets `no_new_privs`, so that no exec of the task can gain privileges (a set-uid or
+//! set-gid program, file capabilities) and nothing of it ever runs outside its cgroup or as
+//! the worker's user. A kernel without pidfds (before Linux 5.3) gets the standard library's
+//! spawn instead: there `no_new_privs` is set on the spawning thread, once ([`no_new_privs`]),
+//! the user changed through `setpriv` (a second exec) or a forked child, and the cgroup entered
+//! from outside right after the spawn.
 
 use std::io;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -254,70 +257,6 @@ pub async fn run_command(
         check_cwd(cwd).await?;
     }
     let (mut logs, stdout, stderr) = open_logs(&opts.log_dir, task_id, attempt).await?;
-
-    let switch = opts
-        .user
-        .as_ref()
-        .and_then(|u| Some((u.uid, u.switch.as_ref()?)));
-    let mut command = match (switch, resolve_in_child_path(program, spec, opts)) {
-        // Through `setpriv`, which changes user and executes the program: the program is found
-        // here first, so that one found nowhere is the spawn error it always was.
-        (Some((uid, setpriv)), resolved) => {
-            let spawn_error = |source| ExecError::Spawn {
-                program: program.clone(),
-                source,
-            };
-            let target = match resolved {
-                Some(path) => path,
-                None if program.contains('/') => PathBuf::from(program),
-                None => which::which(program)
-                    .map_err(|_| spawn_error(io::Error::from(io::ErrorKind::NotFound)))?,
-            };
-            // What exec would refuse, refused here with the same error, rather than as
-            // setpriv's exit code.
-            use std::os::unix::fs::PermissionsExt;
-            let meta = std::fs::metadata(&target).map_err(spawn_error)?;
-            if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
-                return Err(spawn_error(io::Error::from(
-                    io::ErrorKind::PermissionDenied,
-                )));
-            }
-            let mut command = Command::new(setpriv);
-            let id = uid.to_string();
-            command
-                .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
-                .arg(target);
-            command
-        }
-        (None, Some(resolved)) => {
-            let mut command = Command::new(resolved);
-            command.arg0(program);
-            command
-        }
-        (None, None) => Command::new(program),
-    };
-    command
-        .args(args)
-        .env_clear()
-        .envs(opts.base_env.iter().map(|(k, v)| (k, v)))
-        .envs(spec.env.iter().map(|(k, v)| (k, v)))
-        .envs(opts.extra_env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0)
-        .kill_on_drop(true);
-    if let Some(user) = &opts.user {
-        if user.switch.is_none() {
-            // The standard library drops the supplementary groups too (setgroups) before
-            // setuid.
-            command.uid(user.uid).gid(user.uid);
-        }
-        command.env("HOME", &user.home).current_dir(&user.home);
-    }
-    if let Some(cwd) = &spec.cwd {
-        command.current_dir(cwd);
-    }
     // Made before the spawn, so that a task is never started uncontained by a cgroup that
     // could not be made.
     let cgroup = match &opts.cgroups {
@@ -334,31 +273,26 @@ pub async fn run_command(
         None => None,
     };
     let oom = cgroup.as_ref().and_then(super::TaskCgroup::oom_watch);
-    no_new_privs().map_err(|source| ExecError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
-    let mut child = command.spawn().map_err(|source| ExecError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
-    // Into its cgroup before it can have started anything (see `cgroup.rs`); the fence holds
-    // the cgroup from now on.
-    let _cgroup = match (cgroup, child.id()) {
-        (Some(cgroup), Some(pid)) => {
-            if let Err(source) = cgroup.enter(pid) {
-                let _ = child.start_kill();
-                return Err(ExecError::Cgroup {
-                    path: cgroup.path().to_path_buf(),
-                    source,
-                });
-            }
-            Some(crate::fence::HeldCgroup::new(cgroup))
-        }
-        _ => None,
+    let mut child = if super::spawn::available() {
+        // In one exec, already in its cgroup (see `spawn.rs`).
+        let child = spawn_in_one_exec(program, spec, opts, &stdout, &stderr, cgroup.as_ref());
+        // The child has its copies of the log files; the worker keeps only `logs`' while it
+        // runs.
+        drop((stdout, stderr));
+        Running::Launched(child?)
+    } else {
+        Running::Std(spawn_through_std(
+            program,
+            args,
+            spec,
+            opts,
+            stdout,
+            stderr,
+            cgroup.as_ref(),
+        )?)
     };
-    // The child has its copies of the log files; the worker keeps only `logs`' while it runs.
-    drop(command);
+    // The fence holds the cgroup from now on.
+    let _cgroup = cgroup.map(crate::fence::HeldCgroup::new);
     if let Some(OnSpawn(f)) = &opts.on_spawn {
         f();
     }
@@ -427,6 +361,215 @@ pub async fn run_command(
     Ok((outcome, logs))
 }
 
+/// A running command's main process: started in one exec by `spawn.rs`, or through the
+/// standard library where this kernel has no pidfds.
+enum Running {
+    Launched(super::spawn::Launched),
+    Std(Child),
+}
+
+impl Running {
+    fn id(&self) -> Option<u32> {
+        match self {
+            Running::Launched(child) => Some(child.id()),
+            Running::Std(child) => child.id(),
+        }
+    }
+
+    async fn wait(&mut self) -> io::Result<std::process::ExitStatus> {
+        match self {
+            Running::Launched(child) => child.wait().await,
+            Running::Std(child) => child.wait().await,
+        }
+    }
+}
+
+/// Starts the command with `spawn.rs`: one exec, in its cgroup, as its user.
+fn spawn_in_one_exec(
+    program: &str,
+    spec: &CommandSpec,
+    opts: &LaunchOptions,
+    stdout: &std::fs::File,
+    stderr: &std::fs::File,
+    cgroup: Option<&super::TaskCgroup>,
+) -> Result<super::spawn::Launched, ExecError> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let spawn_error = |source| ExecError::Spawn {
+        program: program.to_owned(),
+        source,
+    };
+    let c_string = |bytes: &[u8]| {
+        CString::new(bytes).map_err(|_| {
+            spawn_error(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "nul byte found in provided data",
+            ))
+        })
+    };
+    // Found as execvp would: in the PATH the child gets, else the worker's.
+    let path = match resolve_in_child_path(program, spec, opts) {
+        Some(path) => path,
+        None if program.contains('/') => PathBuf::from(program),
+        None => which::which(program)
+            .map_err(|_| spawn_error(io::Error::from_raw_os_error(nix::libc::ENOENT)))?,
+    };
+    let argv = spec
+        .argv
+        .iter()
+        .map(|arg| c_string(arg.as_bytes()))
+        .collect::<Result<Vec<_>, _>>()?;
+    // The last of each name wins: the base, the spec's, the worker's, then the user's HOME.
+    let mut env: std::collections::BTreeMap<&str, &std::ffi::OsStr> = Default::default();
+    for (key, value) in opts.base_env.iter().chain(&spec.env).chain(&opts.extra_env) {
+        env.insert(key, std::ffi::OsStr::new(value));
+    }
+    if let Some(user) = &opts.user {
+        env.insert("HOME", user.home.as_os_str());
+    }
+    let envp = env
+        .into_iter()
+        .map(|(key, value)| c_string(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd = match (&spec.cwd, &opts.user) {
+        (Some(cwd), _) => Some(cwd.as_path()),
+        (None, Some(user)) => Some(user.home.as_path()),
+        (None, None) => None,
+    };
+    let cgroups = match cgroup {
+        Some(cgroup) => cgroup
+            .procs_files()
+            .into_iter()
+            .map(|file| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&file)
+                    .map(OwnedFd::from)
+                    .map_err(|source| ExecError::Cgroup {
+                        path: cgroup.path().to_path_buf(),
+                        source,
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        None => Vec::new(),
+    };
+    let launch = super::spawn::Launch {
+        path: c_string(path.as_os_str().as_bytes())?,
+        argv,
+        envp,
+        cwd: cwd
+            .map(|c| c_string(c.as_os_str().as_bytes()))
+            .transpose()?,
+        uid: opts.user.as_ref().map(|u| u.uid),
+        stdout,
+        stderr,
+        cgroups: &cgroups,
+    };
+    super::spawn::spawn(&launch).map_err(|failed| match failed {
+        super::spawn::Failed::Spawn(source) => spawn_error(source),
+        super::spawn::Failed::Cgroup(source) => ExecError::Cgroup {
+            path: cgroup.map_or_else(PathBuf::new, |c| c.path().to_path_buf()),
+            source,
+        },
+    })
+}
+
+/// Starts the command through the standard library (a kernel without pidfds): with
+/// `posix_spawn`, through `setpriv` to change user where the machine has it, else with a fork;
+/// then moves it into its cgroup.
+fn spawn_through_std(
+    program: &String,
+    args: &[String],
+    spec: &CommandSpec,
+    opts: &LaunchOptions,
+    stdout: std::fs::File,
+    stderr: std::fs::File,
+    cgroup: Option<&super::TaskCgroup>,
+) -> Result<Child, ExecError> {
+    let switch = opts
+        .user
+        .as_ref()
+        .and_then(|u| Some((u.uid, u.switch.as_ref()?)));
+    let mut command = match (switch, resolve_in_child_path(program, spec, opts)) {
+        // Through `setpriv`, which changes user and executes the program: the program is found
+        // here first, so that one found nowhere is the spawn error it always was.
+        (Some((uid, setpriv)), resolved) => {
+            let spawn_error = |source| ExecError::Spawn {
+                program: program.clone(),
+                source,
+            };
+            let target = match resolved {
+                Some(path) => path,
+                None if program.contains('/') => PathBuf::from(program),
+                None => which::which(program)
+                    .map_err(|_| spawn_error(io::Error::from(io::ErrorKind::NotFound)))?,
+            };
+            // What exec would refuse, refused here with the same error, rather than as
+            // setpriv's exit code.
+            use std::os::unix::fs::PermissionsExt;
+            let meta = std::fs::metadata(&target).map_err(spawn_error)?;
+            if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+                return Err(spawn_error(io::Error::from(
+                    io::ErrorKind::PermissionDenied,
+                )));
+            }
+            let mut command = Command::new(setpriv);
+            let id = uid.to_string();
+            command
+                .args(["--reuid", &id, "--regid", &id, "--clear-groups", "--"])
+                .arg(target);
+            command
+        }
+        (None, Some(resolved)) => {
+            let mut command = Command::new(resolved);
+            command.arg0(program);
+            command
+        }
+        (None, None) => Command::new(program),
+    };
+    command
+        .args(args)
+        .env_clear()
+        .envs(opts.base_env.iter().map(|(k, v)| (k, v)))
+        .envs(spec.env.iter().map(|(k, v)| (k, v)))
+        .envs(opts.extra_env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(user) = &opts.user {
+        if user.switch.is_none() {
+            // The standard library drops the supplementary groups too (setgroups) before
+            // setuid.
+            command.uid(user.uid).gid(user.uid);
+        }
+        command.env("HOME", &user.home).current_dir(&user.home);
+    }
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    no_new_privs().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    let mut child = command.spawn().map_err(|source| ExecError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    // Into its cgroup before it can have started anything (see `cgroup.rs`).
+    if let (Some(cgroup), Some(pid)) = (cgroup, child.id())
+        && let Err(source) = cgroup.enter(pid)
+    {
+        let _ = child.start_kill();
+        return Err(ExecError::Cgroup {
+            path: cgroup.path().to_path_buf(),
+            source,
+        });
+    }
+    Ok(child)
+}
+
 /// Holds the logs to `max` bytes a stream, if there is a cap. A failure is logged: the output
 /// is the task's, the cap the worker's disk's, and neither is a reason to stop the task.
 fn cap_logs(logs: &mut AttemptLogs, max: Option<u64>) {
@@ -463,7 +606,7 @@ async fn next_sample(timer: &mut Option<tokio::time::Interval>) {
 
 /// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first.
 async fn stop(
-    child: &mut Child,
+    child: &mut Running,
     group: &mut ProcessGroup,
     task_id: u64,
     grace: Duration,
@@ -813,8 +956,8 @@ mod tests {
             r#"printf '%s %s %s %s %s\n' "$(id -u)" "$(id -g)" "$(id -G)" "$HOME" "$(pwd -P)"; cat {} || echo refused"#,
             secret.display()
         );
-        // Both ways of changing user: in a forked child, and through setpriv where this
-        // machine has it.
+        // With and without `setpriv` (which only the standard library's spawn uses, on a
+        // kernel without pidfds): the user is the same either way.
         let switches = [None, which::which("setpriv").ok()];
         for switch in switches
             .iter()

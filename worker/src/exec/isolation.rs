@@ -151,10 +151,11 @@ pub struct TaskUser {
     pub uid: u32,
     /// Its directory: `HOME` and the default working directory, 0700 and its own.
     pub home: PathBuf,
-    /// `setpriv` (util-linux), when this machine has it: the command starts through it, which
-    /// changes user and then executes the program, so that the worker spawns with `vfork`
-    /// (posix_spawn) instead of copying its whole address space with `fork`, which the
-    /// standard library must do to change user itself. `None` changes user in a forked child.
+    /// `setpriv` (util-linux), when this machine has it. Used only where the worker spawns
+    /// through the standard library (a kernel without pidfds; elsewhere the one-exec spawn of
+    /// `spawn.rs` changes user itself): the command starts through it, which changes user and
+    /// then executes the program, so that the worker spawns with `vfork` (posix_spawn) instead
+    /// of copying its whole address space with `fork`. `None` changes user in a forked child.
     pub switch: Option<PathBuf>,
 }
 

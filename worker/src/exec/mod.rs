@@ -22,6 +22,7 @@ mod isolation;
 mod limits;
 mod logs;
 mod outcome;
+mod spawn;
 
 pub use cgroup::{CgroupUsage, Hierarchy, OomWatch, TaskCgroup, TaskCgroups, kill_cgroup};
 pub use command::{

@@ -1,0 +1,496 @@
+//! [`spawn`]: starts a command task in one exec, already in its cgroup, as its user, with
+//! `no_new_privs`, in a process group of its own.
+//!
+//! The standard library spawns with `posix_spawn` (a `vfork` and one `exec`) only while it
+//! has nothing to do in the child that `posix_spawn` cannot: changing user is not among those,
+//! so a task that ran as its namespace's user cost either a `fork` of the whole worker (its
+//! page tables copied for every task) or a second `exec` (`setpriv`, which changes user and
+//! executes the program); and its cgroup could only be entered from outside after the spawn,
+//! when the program may already have started children. Here the worker does what
+//! `posix_spawn` does itself: a child that shares the worker's memory (`clone` with `CLONE_VM`
+//! and `CLONE_VFORK`, on a stack of its own) and does, with system calls only, in this order:
+//!
+//! 1. every signal with a handler back to its default, `SIGPIPE` too (the worker ignores it);
+//! 2. a process group of its own (`setpgid`);
+//! 3. into its cgroups: `0` written to each `cgroup.procs` the worker opened for it, so that
+//!    nothing of the task ever runs outside them;
+//! 4. its standard streams (`/dev/null`, its two log files);
+//! 5. its user: no supplementary groups, then the gid, then the uid (`setgroups`, `setresgid`,
+//!    `setresuid` as raw system calls: the C library's wrappers would try to change the user
+//!    of every thread of the worker, whose memory the child shares);
+//! 6. its working directory, as its user;
+//! 7. `no_new_privs`, so that no set-uid or set-gid program or file capability gives it more;
+//! 8. no blocked signal, then `execve`.
+//!
+//! The worker's thread waits (`CLONE_VFORK`) until the child has executed its program or
+//! failed; a failure writes its step and `errno` where the worker reads them, and the child
+//! exits. The worker then waits for the task through a pidfd, readable when it has ended.
+//!
+//! Linux only (pidfds are Linux 5.3); [`available`] says whether this kernel has them, and
+//! without them the worker spawns through the standard library as before.
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, c_char, c_int, c_void};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::sync::OnceLock;
+
+use tokio::io::unix::AsyncFd;
+
+/// The child's stack: what its steps need, with room to spare.
+const STACK: usize = 64 * 1024;
+
+/// The steps of the child that can fail, as it reports them.
+const STEP_PGID: c_int = 1;
+const STEP_CGROUP: c_int = 2;
+const STEP_STDIO: c_int = 3;
+const STEP_USER: c_int = 4;
+const STEP_CWD: c_int = 5;
+const STEP_NO_NEW_PRIVS: c_int = 6;
+const STEP_EXEC: c_int = 7;
+
+/// Whether this kernel gives pidfds (Linux 5.3), which [`spawn`] waits through.
+pub(super) fn available() -> bool {
+    static AVAILABLE: OnceLock<bool> = OnceLock::new();
+    *AVAILABLE.get_or_init(|| match pidfd_open(std::process::id() as libc::pid_t) {
+        Ok(_fd) => true,
+        Err(error) => {
+            tracing::debug!(%error, "no pidfds: command tasks spawn through the standard library");
+            false
+        }
+    })
+}
+
+/// What to start.
+pub(super) struct Launch<'a> {
+    /// The program's path, as `execve` takes it (found on `PATH` already).
+    pub path: CString,
+    /// Its arguments, `argv[0]` first.
+    pub argv: Vec<CString>,
+    /// Its whole environment, `KEY=value`.
+    pub envp: Vec<CString>,
+    /// Its working directory; the worker's if `None`.
+    pub cwd: Option<CString>,
+    /// The uid (and gid) to run as; the worker's if `None`.
+    pub uid: Option<u32>,
+    /// Its standard output and error.
+    pub stdout: &'a std::fs::File,
+    pub stderr: &'a std::fs::File,
+    /// The `cgroup.procs` files of its cgroups, open for writing.
+    pub cgroups: &'a [OwnedFd],
+}
+
+/// Why [`spawn`] failed.
+#[derive(Debug)]
+pub(super) enum Failed {
+    /// Entering its cgroup.
+    Cgroup(io::Error),
+    /// Anything else: the program, its directory, the user, the system's resources.
+    Spawn(io::Error),
+}
+
+/// What the child reads, and writes when it fails. Shared memory: the child runs in the
+/// worker's address space until it executes its program.
+#[repr(C)]
+struct ChildArgs {
+    path: *const c_char,
+    argv: *const *const c_char,
+    envp: *const *const c_char,
+    cwd: *const c_char,
+    change_user: bool,
+    uid: libc::uid_t,
+    stdio: [RawFd; 3],
+    cgroups: *const RawFd,
+    cgroup_count: usize,
+    /// The step that failed (0: none) and its errno, written by the child.
+    failed_step: c_int,
+    failed_errno: c_int,
+}
+
+/// Starts `launch` (see the module's doc): the running task, or why it could not start, with
+/// nothing left running.
+pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
+    let pointers = |strings: &[CString]| -> Vec<*const c_char> {
+        strings
+            .iter()
+            .map(|s| s.as_ptr())
+            .chain(std::iter::once(std::ptr::null()))
+            .collect()
+    };
+    let argv = pointers(&launch.argv);
+    let envp = pointers(&launch.envp);
+    let cgroups: Vec<RawFd> = launch.cgroups.iter().map(AsRawFd::as_raw_fd).collect();
+    let mut args = ChildArgs {
+        path: launch.path.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+        cwd: launch.cwd.as_ref().map_or(std::ptr::null(), |c| c.as_ptr()),
+        change_user: launch.uid.is_some(),
+        uid: launch.uid.unwrap_or(0),
+        stdio: [
+            dev_null().map_err(Failed::Spawn)?,
+            launch.stdout.as_raw_fd(),
+            launch.stderr.as_raw_fd(),
+        ],
+        cgroups: cgroups.as_ptr(),
+        cgroup_count: cgroups.len(),
+        failed_step: 0,
+        failed_errno: 0,
+    };
+    let mut stack = vec![0u8; STACK];
+    // SAFETY: the child runs `child` on its own stack, touches only `args` and what it points
+    // to (alive until `clone` returns, which is after the child executed or exited:
+    // CLONE_VFORK), and makes only system calls. Every signal is blocked around it, so that no
+    // handler of the worker runs in the child before it has put the defaults back.
+    let pid = unsafe {
+        let top = stack.as_mut_ptr().add(STACK);
+        let top = top.sub(top as usize % 16);
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            child,
+            top.cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut args).cast::<c_void>(),
+        );
+        let error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(Failed::Spawn(error));
+        }
+        pid
+    };
+    drop(stack);
+    // SAFETY: the child has executed its program or exited; what it wrote is there.
+    let (step, errno) = unsafe {
+        (
+            std::ptr::read_volatile(&raw const args.failed_step),
+            std::ptr::read_volatile(&raw const args.failed_errno),
+        )
+    };
+    if step != 0 {
+        reap_blocking(pid);
+        let error = io::Error::from_raw_os_error(errno);
+        return Err(match step {
+            STEP_CGROUP => Failed::Cgroup(error),
+            _ => Failed::Spawn(error),
+        });
+    }
+    let pidfd = pidfd_open(pid)
+        .and_then(|fd| {
+            // SAFETY: the pidfd is the `AsyncFd`'s own, never closed or replaced while it is
+            // registered.
+            unsafe { AsyncFd::register(fd) }.map_err(|e| e.into_parts().1)
+        })
+        .map_err(|error| {
+            // SAFETY: kill(2) of our own unreaped child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            reap_blocking(pid);
+            Failed::Spawn(error)
+        })?;
+    Ok(Launched {
+        pid,
+        pidfd,
+        status: None,
+    })
+}
+
+/// The child (see the module's doc): never returns unless `execve` failed, then exits.
+extern "C" fn child(arg: *mut c_void) -> c_int {
+    // SAFETY: `arg` is the parent's `ChildArgs`, alive while this runs; only system calls
+    // follow.
+    unsafe {
+        let args = &mut *arg.cast::<ChildArgs>();
+        for signal in 1..65 {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut action) != 0 {
+                continue;
+            }
+            let handled =
+                action.sa_sigaction != libc::SIG_DFL && action.sa_sigaction != libc::SIG_IGN;
+            if handled || (signal == libc::SIGPIPE && action.sa_sigaction == libc::SIG_IGN) {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(signal, &default, std::ptr::null_mut());
+            }
+        }
+        if libc::setpgid(0, 0) != 0 {
+            return failed(args, STEP_PGID);
+        }
+        for i in 0..args.cgroup_count {
+            let fd = *args.cgroups.add(i);
+            if libc::write(fd, b"0".as_ptr().cast::<c_void>(), 1) != 1 {
+                return failed(args, STEP_CGROUP);
+            }
+        }
+        for (target, fd) in args.stdio.into_iter().enumerate() {
+            let target = target as c_int;
+            let done = if fd == target {
+                libc::fcntl(fd, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, target)
+            };
+            if done < 0 {
+                return failed(args, STEP_STDIO);
+            }
+        }
+        if args.change_user {
+            let id = libc::c_long::from(args.uid);
+            if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()) != 0
+                || libc::syscall(libc::SYS_setresgid, id, id, id) != 0
+                || libc::syscall(libc::SYS_setresuid, id, id, id) != 0
+            {
+                return failed(args, STEP_USER);
+            }
+        }
+        if !args.cwd.is_null() && libc::chdir(args.cwd) != 0 {
+            return failed(args, STEP_CWD);
+        }
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+            return failed(args, STEP_NO_NEW_PRIVS);
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(args.path, args.argv, args.envp);
+        failed(args, STEP_EXEC)
+    }
+}
+
+/// Writes the failed step and `errno` for the parent, and exits.
+///
+/// # Safety
+/// Only in the child.
+unsafe fn failed(args: &mut ChildArgs, step: c_int) -> c_int {
+    // SAFETY: the child's errno (the parent thread's, whose memory it shares: nothing else
+    // runs on that thread until the child is gone) and its own exit.
+    unsafe {
+        std::ptr::write_volatile(&raw mut args.failed_errno, *libc::__errno_location());
+        std::ptr::write_volatile(&raw mut args.failed_step, step);
+        libc::_exit(127)
+    }
+}
+
+/// `/dev/null`, open for reading once for every task's stdin.
+fn dev_null() -> io::Result<RawFd> {
+    static NULL: OnceLock<OwnedFd> = OnceLock::new();
+    if let Some(fd) = NULL.get() {
+        return Ok(fd.as_raw_fd());
+    }
+    let file = std::fs::File::open("/dev/null")?;
+    Ok(NULL.get_or_init(|| file.into()).as_raw_fd())
+}
+
+/// A pidfd for process `pid`.
+fn pidfd_open(pid: libc::pid_t) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open(2) returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor of our own, open.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// Waits for child `pid` to end, on this thread.
+fn reap_blocking(pid: libc::pid_t) -> Option<ExitStatus> {
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) of our own child.
+        let reaped = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if reaped == pid {
+            return Some(ExitStatus::from_raw(status));
+        }
+        if reaped < 0 && io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return None;
+        }
+    }
+}
+
+/// Reaps child `pid` into `reaped` if it has ended.
+fn try_reap(pid: libc::pid_t, reaped: &mut Option<ExitStatus>) -> io::Result<Option<ExitStatus>> {
+    if reaped.is_some() {
+        return Ok(*reaped);
+    }
+    loop {
+        let mut status = 0;
+        // SAFETY: waitpid(2) of our own child, not waiting.
+        let done = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if done == pid {
+            *reaped = Some(ExitStatus::from_raw(status));
+            return Ok(*reaped);
+        }
+        if done == 0 {
+            return Ok(None);
+        }
+        let error = io::Error::last_os_error();
+        if error.raw_os_error() != Some(libc::EINTR) {
+            return Err(error);
+        }
+    }
+}
+
+/// A task [`spawn`] started: its pid, and its end through a pidfd. Dropped before it was
+/// reaped, it is SIGKILLed and reaped.
+#[derive(Debug)]
+pub(super) struct Launched {
+    pid: libc::pid_t,
+    pidfd: AsyncFd<OwnedFd>,
+    status: Option<ExitStatus>,
+}
+
+impl Launched {
+    /// Its pid.
+    pub(super) fn id(&self) -> u32 {
+        self.pid as u32
+    }
+
+    /// Waits for it to end, and reaps it.
+    pub(super) async fn wait(&mut self) -> io::Result<ExitStatus> {
+        loop {
+            if let Some(status) = self.status {
+                return Ok(status);
+            }
+            let mut ready = self.pidfd.readable().await?;
+            match try_reap(self.pid, &mut self.status)? {
+                Some(status) => return Ok(status),
+                None => ready.clear_ready(),
+            }
+        }
+    }
+
+    /// SIGKILLs it, unless it has been reaped.
+    pub(super) fn start_kill(&mut self) {
+        if self.status.is_none() {
+            // SAFETY: kill(2) of our own child, not reaped yet, so its pid is still its own.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+        }
+    }
+}
+
+impl Drop for Launched {
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        self.start_kill();
+        if let Ok(Some(_)) = try_reap(self.pid, &mut self.status) {
+            return;
+        }
+        // Dying: reaped on a thread of its own rather than left a zombie.
+        let pid = self.pid;
+        let _ = std::thread::Builder::new()
+            .name("escher-reap".into())
+            .spawn(move || reap_blocking(pid));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ffi::CString;
+    use std::fs::File;
+
+    use super::*;
+
+    fn c(text: &str) -> CString {
+        CString::new(text).unwrap()
+    }
+
+    /// `sh -c script`, its output in `out`.
+    fn launch<'a>(script: &str, out: &'a File, cgroups: &'a [OwnedFd]) -> Launch<'a> {
+        Launch {
+            path: c("/bin/sh"),
+            argv: vec![c("sh"), c("-c"), c(script)],
+            envp: vec![c("PATH=/usr/bin:/bin")],
+            cwd: None,
+            uid: None,
+            stdout: out,
+            stderr: out,
+            cgroups,
+        }
+    }
+
+    /// The worker ignores SIGPIPE (as every Rust program does) and may block signals on its
+    /// threads: the task starts with neither.
+    #[tokio::test]
+    async fn a_task_starts_with_default_signals_and_none_blocked() {
+        let dir = tempfile::tempdir().unwrap();
+        let out_path = dir.path().join("out");
+        let out = File::create(&out_path).unwrap();
+        let script = "grep -E '^(SigBlk|SigIgn|NoNewPrivs):' /proc/self/status";
+        let mut child = spawn(&launch(script, &out, &[])).unwrap();
+        assert!(child.wait().await.unwrap().success());
+        let status = std::fs::read_to_string(&out_path).unwrap();
+        let field = |name: &str| {
+            let line = status.lines().find(|l| l.starts_with(name)).unwrap();
+            u64::from_str_radix(line.rsplit('\t').next().unwrap(), 16).unwrap()
+        };
+        assert_eq!(field("SigBlk:"), 0, "{status}");
+        // SIGPIPE (bit 12) back to its default; what was ignored before the worker started
+        // stays ignored, as with posix_spawn.
+        assert_eq!(field("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{status}");
+        assert_eq!(field("NoNewPrivs:"), 1, "{status}");
+    }
+
+    /// A cgroup that cannot be entered starts nothing: the program never runs, and the error
+    /// says it was the cgroup.
+    #[tokio::test]
+    async fn a_task_whose_cgroup_cannot_be_entered_never_runs() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let out = File::create(dir.path().join("out")).unwrap();
+        // Every write to /dev/full fails (ENOSPC), as a cgroup.procs that refuses would.
+        let full: OwnedFd = std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+            .into();
+        let script = format!("touch {}", marker.display());
+        let failed = spawn(&launch(&script, &out, &[full])).unwrap_err();
+        assert!(
+            matches!(&failed, Failed::Cgroup(e) if e.raw_os_error() == Some(libc::ENOSPC)),
+            "{failed:?}"
+        );
+        assert!(!marker.exists(), "the program ran outside its cgroup");
+    }
+
+    /// A program that cannot be executed, or a directory that cannot be entered, is the system's
+    /// error (the child that failed is reaped before `spawn` returns).
+    #[tokio::test]
+    async fn a_failed_exec_is_its_error_and_leaves_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = File::create(dir.path().join("out")).unwrap();
+        let mut missing = launch("true", &out, &[]);
+        missing.path = c("/nonexistent/escher-no-such-program");
+        let failed = spawn(&missing).unwrap_err();
+        assert!(
+            matches!(&failed, Failed::Spawn(e) if e.raw_os_error() == Some(libc::ENOENT)),
+            "{failed:?}"
+        );
+        let mut bad_dir = launch("true", &out, &[]);
+        bad_dir.cwd = Some(c("/nonexistent/escher-no-such-dir"));
+        assert!(matches!(spawn(&bad_dir), Err(Failed::Spawn(_))));
+    }
+
+    /// A dropped task is killed and reaped.
+    #[tokio::test]
+    async fn a_dropped_task_is_killed() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = File::create(dir.path().join("out")).unwrap();
+        let child = spawn(&launch("exec sleep 30", &out, &[])).unwrap();
+        let pid = child.id();
+        drop(child);
+        let gone = (0..500).any(|_| {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            !std::path::Path::new(&format!("/proc/{pid}")).exists()
+        });
+        assert!(
+            gone,
+            "the dropped task {pid} still runs (or was never reaped)"
+        );
+    }
+}
