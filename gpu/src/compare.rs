@@ -497,12 +497,18 @@ mod tests {
             .collect();
         let points: Vec<usize> = std::iter::once(0).chain(ends).collect();
         for (start, _) in plan.retraining.iter().flatten() {
-            assert!(points.contains(start), "a retraining started at {start}: {points:?}");
+            assert!(
+                points.contains(start),
+                "a retraining started at {start}: {points:?}"
+            );
         }
         for share in &plan.inference {
             for s in 1..share.len() {
                 if (share[s] - share[s - 1]).abs() > 1e-9 {
-                    assert!(points.contains(&s), "a share changed at step {s}: {points:?}");
+                    assert!(
+                        points.contains(&s),
+                        "a share changed at step {s}: {points:?}"
+                    );
                 }
             }
         }

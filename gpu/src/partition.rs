@@ -281,9 +281,11 @@ impl Partitioner {
                     for (_, (t, _)) in &orders {
                         self.reserved.retain(|_, (r, _)| r != t);
                     }
-                    out.extend(orders.into_iter().map(|(g, (task, on))| {
-                        (g, Command::Launch { task, on })
-                    }));
+                    out.extend(
+                        orders
+                            .into_iter()
+                            .map(|(g, (task, on))| (g, Command::Launch { task, on })),
+                    );
                 }
                 Served::Reshape(r, orders) => {
                     pending.reason = format!(
@@ -583,7 +585,10 @@ pub fn first_fit(
             let Some(profiles) = profiles else { continue };
             let (mut layout, destroy) = if pass == 0 {
                 (view.layout.clone(), Vec::new())
-            } else if view.instances.iter().all(|i| i.state == InstanceState::Idle)
+            } else if view
+                .instances
+                .iter()
+                .all(|i| i.state == InstanceState::Idle)
                 && view.idle().all(|p| !taken.contains(&(g, p.start)))
             {
                 (Layout::new(view.model()), view.layout.placements().to_vec())
@@ -625,10 +630,7 @@ pub enum FirstFit {
 pub fn static_layout(model: GpuModel) -> Layout {
     let mut layout = Layout::new(model);
     for g in [3u8, 2, 1, 1] {
-        if let Some(p) = model
-            .profiles()
-            .iter()
-            .find(|p| p.base && p.compute == g)
+        if let Some(p) = model.profiles().iter().find(|p| p.base && p.compute == g)
             && let Some(start) = best_start(&layout, p)
         {
             let _ = layout.insert(Placement::new(p, start));

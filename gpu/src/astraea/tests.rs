@@ -478,7 +478,10 @@ fn laius_cuts_the_pipeline_where_it_carries_least() {
     for code in 0..3usize.pow(6) {
         let other: Vec<usize> = (0..6).map(|s| code / 3usize.pow(s as u32) % 3).collect();
         if (0..3).all(|g| (1..=2).contains(&other.iter().filter(|&&s| s == g).count())) {
-            assert!(cost(&slot) <= cost(&other) + 1e-9, "{slot:?} against {other:?}");
+            assert!(
+                cost(&slot) <= cost(&other) + 1e-9,
+                "{slot:?} against {other:?}"
+            );
         }
     }
     // Laius' plan lays its instances by that segmentation, two stages per GPU.

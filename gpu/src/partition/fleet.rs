@@ -24,8 +24,12 @@ pub trait Placer {
     /// Its name, as printed.
     fn name(&self) -> &'static str;
     /// Queues a request, or refuses it with nothing queued.
-    fn submit(&mut self, gpus: &[GpuView], request: Request, now_ms: u64)
-    -> Result<(), SubmitError>;
+    fn submit(
+        &mut self,
+        gpus: &[GpuView],
+        request: Request,
+        now_ms: u64,
+    ) -> Result<(), SubmitError>;
     /// The commands of one round.
     fn round(&mut self, gpus: &[GpuView]) -> Vec<Order>;
     /// A driver error on a GPU.
@@ -179,13 +183,16 @@ impl Placer for StaticPolicy {
                 let mut picked = Vec::new();
                 let mut used = taken.clone();
                 for (t, asked) in &r.members {
-                    let found = group.iter().filter(|g| !self.failed.contains(g)).find_map(|&g| {
-                        let profile = profile_on(gpus[g].model(), asked)?;
-                        gpus[g]
-                            .idle()
-                            .find(|p| p.profile == profile && !used.contains(&(g, p.start)))
-                            .map(|p| (g, p))
-                    });
+                    let found = group
+                        .iter()
+                        .filter(|g| !self.failed.contains(g))
+                        .find_map(|&g| {
+                            let profile = profile_on(gpus[g].model(), asked)?;
+                            gpus[g]
+                                .idle()
+                                .find(|p| p.profile == profile && !used.contains(&(g, p.start)))
+                                .map(|p| (g, p))
+                        });
                     let Some((g, p)) = found else { break };
                     used.insert((g, p.start));
                     picked.push((g, *t, p));
@@ -321,7 +328,10 @@ impl Fleet {
     fn fail(&mut self, policy: &mut dyn Placer, gpu: usize, phase: Phase) {
         let now = self.now();
         self.failed_at.entry(gpu).or_insert(now);
-        policy.failed(gpu, format!("NVML error (injected) at {phase:?} on GPU {gpu}"));
+        policy.failed(
+            gpu,
+            format!("NVML error (injected) at {phase:?} on GPU {gpu}"),
+        );
     }
 
     /// One round of `policy`, then one tick of every GPU.
@@ -343,10 +353,15 @@ impl Fleet {
                 _ => None,
             };
             if let Command::Launch { task, on } = command {
-                let job = self.jobs.get(&task).copied().unwrap_or(JobModel::fixed(1.0, 7, 1.0));
+                let job = self
+                    .jobs
+                    .get(&task)
+                    .copied()
+                    .unwrap_or(JobModel::fixed(1.0, 7, 1.0));
                 self.gpus[g].add_task(task, TaskModel::Batch(job));
                 if let Err(e) = self.gpus[g].execute(command.clone()) {
-                    self.refused.push((g, format!("{command} at {} ms: {e}", self.now())));
+                    self.refused
+                        .push((g, format!("{command} at {} ms: {e}", self.now())));
                     continue;
                 }
                 let now = self.now();
@@ -373,7 +388,8 @@ impl Fleet {
                 continue;
             }
             if let Err(e) = result {
-                self.refused.push((g, format!("{command} at {} ms: {e}", self.now())));
+                self.refused
+                    .push((g, format!("{command} at {} ms: {e}", self.now())));
             }
         }
         for g in 0..self.gpus.len() {
@@ -388,10 +404,8 @@ impl Fleet {
             self.gpus[g].advance();
             for e in self.gpus[g].take_events() {
                 match e {
-                    Event::Ready(_) => {
-                        if self.fault(g, Phase::Ready) {
-                            self.fail(policy, g, Phase::Ready);
-                        }
+                    Event::Ready(_) if self.fault(g, Phase::Ready) => {
+                        self.fail(policy, g, Phase::Ready);
                     }
                     Event::Finished(task) | Event::OutOfMemory { task, .. } => {
                         let now = self.now();
@@ -454,7 +468,12 @@ pub type Arrival = (u64, Request, JobModel);
 /// base profile the first model has, drawn small to large as 4:3:2:1 (1g, 2g, 3g, 4g), or one
 /// gang in eight of two 1g or two 2g slices; each job 5–30 s on the whole GPU, fitting its
 /// slice's memory (ours).
-pub fn workload(models: &[escher_proto::mig::GpuModel], count: usize, span_ms: u64, seed: u64) -> Vec<Arrival> {
+pub fn workload(
+    models: &[escher_proto::mig::GpuModel],
+    count: usize,
+    span_ms: u64,
+    seed: u64,
+) -> Vec<Arrival> {
     let mut rng = fastrand::Rng::with_seed(seed);
     let model = models[0];
     let base = |gpcs: u8| {
@@ -513,7 +532,8 @@ pub struct Packing {
     pub double_holds: usize,
 }
 
-/// Runs `arrivals` with `policy` on a fleet starting from `layouts`, for `horizon_ms`.
+/// Runs `arrivals` with `policy` on a fleet starting from `layouts`, until every task has
+/// finished or `horizon_ms`.
 pub fn run_packing(
     policy: &mut dyn Placer,
     layouts: Vec<Layout>,
@@ -534,6 +554,12 @@ pub fn run_packing(
             next += 1;
         }
         fleet.step(policy);
+        let done = next == arrivals.len()
+            && fleet.times.values().all(|(_, l)| l.is_some())
+            && fleet.holds.iter().all(|h| h.to_ms.is_some());
+        if done {
+            break;
+        }
     }
     let (launched, mean_wait_ms, max_wait_ms) = fleet.admission();
     Packing {
@@ -559,8 +585,26 @@ pub fn compare_packing(
     let empty: Vec<Layout> = models.iter().map(|m| Layout::new(*m)).collect();
     let fixed: Vec<Layout> = models.iter().map(|m| super::static_layout(*m)).collect();
     vec![
-        run_packing(&mut Partitioner::new(), empty.clone(), arrivals, horizon_ms, tick_ms),
-        run_packing(&mut FirstFitPolicy::default(), empty, arrivals, horizon_ms, tick_ms),
-        run_packing(&mut StaticPolicy::default(), fixed, arrivals, horizon_ms, tick_ms),
+        run_packing(
+            &mut Partitioner::new(),
+            empty.clone(),
+            arrivals,
+            horizon_ms,
+            tick_ms,
+        ),
+        run_packing(
+            &mut FirstFitPolicy::default(),
+            empty,
+            arrivals,
+            horizon_ms,
+            tick_ms,
+        ),
+        run_packing(
+            &mut StaticPolicy::default(),
+            fixed,
+            arrivals,
+            horizon_ms,
+            tick_ms,
+        ),
     ]
 }

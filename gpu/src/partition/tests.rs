@@ -29,7 +29,11 @@ fn until_launched(fleet: &mut Fleet, policy: &mut dyn Placer, limit: usize) {
 /// The checks every run ends with: no slice held by two tasks at once, no command refused by
 /// a GPU, nothing launched on a failed GPU.
 fn clean(fleet: &Fleet) {
-    assert!(fleet.double_holds().is_empty(), "{:?}", fleet.double_holds());
+    assert!(
+        fleet.double_holds().is_empty(),
+        "{:?}",
+        fleet.double_holds()
+    );
     assert!(fleet.refused.is_empty(), "{:?}", fleet.refused);
     assert!(
         fleet.launched_on_failed.is_empty(),
@@ -58,8 +62,15 @@ fn mixed_profiles_are_served_on_a100s_and_h100s_without_a_layout_planned_by_hand
     let mut fleet = Fleet::new(models.iter().map(|m| Layout::new(*m)).collect(), TICK_MS);
     let mut p = Partitioner::new();
     let asks = [
-        "1g.5gb", "2g.10gb", "3g.20gb", "mig.1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb",
-        "1g.5gb", "1g.20gb",
+        "1g.5gb",
+        "2g.10gb",
+        "3g.20gb",
+        "mig.1g.10gb",
+        "2g.20gb",
+        "3g.40gb",
+        "4g.40gb",
+        "1g.5gb",
+        "1g.20gb",
     ];
     for (i, a) in asks.iter().enumerate() {
         fleet
@@ -69,13 +80,23 @@ fn mixed_profiles_are_served_on_a100s_and_h100s_without_a_layout_planned_by_hand
     until_launched(&mut fleet, &mut p, 40_000);
     clean(&fleet);
     let (launched, _, _) = fleet.admission();
-    assert_eq!(launched, asks.len(), "{:?}", p.pending().collect::<Vec<_>>());
+    assert_eq!(
+        launched,
+        asks.len(),
+        "{:?}",
+        p.pending().collect::<Vec<_>>()
+    );
     // The first request on each GPU waited one reshaping: the modelled create time plus at
     // most a round (simulated time).
     let create = LatencyModel::default().create.as_millis() as u64;
     let mut firsts: Vec<u64> = Vec::new();
     for g in 0..models.len() {
-        if let Some(h) = fleet.holds.iter().filter(|h| h.gpu == g).min_by_key(|h| h.from_ms) {
+        if let Some(h) = fleet
+            .holds
+            .iter()
+            .filter(|h| h.gpu == g)
+            .min_by_key(|h| h.from_ms)
+        {
             let (submitted, launched) = fleet.times[&h.task];
             firsts.push(launched.unwrap() - submitted);
         }
@@ -117,7 +138,13 @@ fn idle_slices_are_reused_before_any_reconfiguration_and_reclaimed_only_under_pr
     let mut fleet = Fleet::new(
         vec![layout(
             m,
-            &[("2g.10gb", 0), ("2g.10gb", 2), ("1g.5gb", 4), ("1g.5gb", 5), ("1g.5gb", 6)],
+            &[
+                ("2g.10gb", 0),
+                ("2g.10gb", 2),
+                ("1g.5gb", 4),
+                ("1g.5gb", 5),
+                ("1g.5gb", 6),
+            ],
         )],
         TICK_MS,
     );
@@ -161,13 +188,21 @@ fn slices_are_adopted_as_they_are_after_a_restart() {
     let mut first = Partitioner::new();
     for (i, a) in ["3g.40gb", "2g.20gb", "1g.10gb"].iter().enumerate() {
         fleet
-            .submit(&mut first, Request::single(TaskId(i as u64 + 1), a), job(120.0))
+            .submit(
+                &mut first,
+                Request::single(TaskId(i as u64 + 1), a),
+                job(120.0),
+            )
             .unwrap();
     }
     until_launched(&mut fleet, &mut first, 2000);
     // A request is being served by a reshaping when the policy restarts.
     fleet
-        .submit(&mut first, Request::single(TaskId(4), "4g.40gb"), job(120.0))
+        .submit(
+            &mut first,
+            Request::single(TaskId(4), "4g.40gb"),
+            job(120.0),
+        )
         .unwrap();
     fleet.step(&mut first);
     let before: Vec<Layout> = fleet.views().into_iter().map(|v| v.layout).collect();
@@ -179,7 +214,11 @@ fn slices_are_adopted_as_they_are_after_a_restart() {
         .submit(&views, Request::single(TaskId(4), "4g.40gb"), fleet.now())
         .unwrap();
     fleet
-        .submit(&mut second, Request::single(TaskId(5), "1g.10gb"), job(10.0))
+        .submit(
+            &mut second,
+            Request::single(TaskId(5), "1g.10gb"),
+            job(10.0),
+        )
         .unwrap();
     until_launched(&mut fleet, &mut second, 4000);
     clean(&fleet);
@@ -229,8 +268,17 @@ fn a_driver_error_at_each_phase_fails_the_gpu_closed() {
         until_launched(&mut fleet, &mut p, 4000);
         clean(&fleet);
         // Both served on GPU 1 once its task finished; nothing ever ran on GPU 0.
-        assert_eq!(fleet.admission().0, 3, "{phase:?}: {:?}", p.pending().collect::<Vec<_>>());
-        assert!(fleet.holds.iter().all(|h| h.gpu == 1), "{phase:?}: {:?}", fleet.holds);
+        assert_eq!(
+            fleet.admission().0,
+            3,
+            "{phase:?}: {:?}",
+            p.pending().collect::<Vec<_>>()
+        );
+        assert!(
+            fleet.holds.iter().all(|h| h.gpu == 1),
+            "{phase:?}: {:?}",
+            fleet.holds
+        );
         assert!(
             p.failed_gpus()[&0].contains("NVML"),
             "{:?}",
@@ -254,10 +302,7 @@ fn bad_requests_are_refused_at_submit_with_nothing_queued() {
         p.submit(&views, Request::single(TaskId(1), "1g.20gb"), 0)
             .is_err()
     );
-    let too_many = Request::gang(&[
-        (TaskId(1), "4g.20gb"),
-        (TaskId(2), "4g.20gb"),
-    ]);
+    let too_many = Request::gang(&[(TaskId(1), "4g.20gb"), (TaskId(2), "4g.20gb")]);
     let err = p.submit(&views, too_many, 0).unwrap_err();
     assert!(matches!(err, SubmitError::TooManyForOneGpu { .. }), "{err}");
     let empty = Request {
@@ -284,16 +329,26 @@ fn bad_requests_are_refused_at_submit_with_nothing_queued() {
         .count();
     assert_eq!(creates, 1, "{orders:?}");
     let reasons: Vec<String> = p.pending().map(|q| q.reason.clone()).collect();
-    assert!(reasons[1].contains("no GPU can make 4g.20gb"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("no GPU can make 4g.20gb"),
+        "{reasons:?}"
+    );
 }
 
 #[test]
 fn no_slice_is_ever_held_by_two_tasks_under_a_random_workload_with_faults() {
-    let models = [GpuModel::A100_40GB, GpuModel::A100_40GB, GpuModel::A100_40GB];
+    let models = [
+        GpuModel::A100_40GB,
+        GpuModel::A100_40GB,
+        GpuModel::A100_40GB,
+    ];
     for seed in 0..4 {
         let arrivals = workload(&models, 30, 30_000, seed);
         let mut fleet = Fleet::new(models.iter().map(|m| Layout::new(*m)).collect(), TICK_MS);
-        fleet.faults.push((2, [Phase::Destroy, Phase::Create, Phase::Ready][seed as usize % 3]));
+        fleet.faults.push((
+            2,
+            [Phase::Destroy, Phase::Create, Phase::Ready][seed as usize % 3],
+        ));
         let mut p = Partitioner::new();
         let mut next = 0;
         while fleet.now() < 1_500_000 {

@@ -236,7 +236,16 @@ pub(super) async fn astraea_on_cluster(
     );
     println!(
         "{:<9} {:<22} {:>4} {:<8} {:>7} {:>5} {:>4} {:>9} {:>8} {:>7}  allocation (N, SM share) per stage",
-        "links", "service", "seed", "policy", "budget", "inst", "gpus", "peak q/s", "p99 ms", "QoS ms"
+        "links",
+        "service",
+        "seed",
+        "policy",
+        "budget",
+        "inst",
+        "gpus",
+        "peak q/s",
+        "p99 ms",
+        "QoS ms"
     );
     for r in rows.iter().chain(&multi_rows) {
         println!(

@@ -48,6 +48,7 @@ use serde_json::json;
 mod astraea;
 mod ekya_profile;
 mod oltunes;
+mod partition;
 
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
@@ -410,7 +411,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     let model = GpuModel::A100_40GB;
     let mut report = WorkloadReport::new(
         "gpu",
-        "GPU policies end to end on a cluster's simulated A100: MIGM A and B against the sequential full GPU, pre-initialization, one MIGRator window per trace shape (forecast and oracle) against Ekya and PARIS; MIGRator against its baselines in memory over several windows of three shapes; Astraea against FIRM and Laius on MPS shares of simulated A100s (one and three servers)",
+        "GPU policies end to end on a cluster's simulated A100: MIGM A and B against the sequential full GPU, pre-initialization, one MIGRator window per trace shape (forecast and oracle) against Ekya and PARIS; MIGRator against its baselines in memory over several windows of three shapes; Astraea against FIRM and Laius on MPS shares of simulated A100s (one and three servers, without NVLink and with it for every policy); slices made on demand against first-fit and a static layout",
         ctx.size.as_str(),
     );
     report.setup = json!({
@@ -509,6 +510,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     detail.push(migrator_in_memory(ctx, &mut report)?);
     detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
     detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
+    detail.push(partition::partition_in_memory(ctx, &mut report));
     detail.push(migrator_on_cluster(ctx, &mut report).await?);
     detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
     report.notes.push(
