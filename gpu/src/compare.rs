@@ -482,7 +482,7 @@ mod tests {
     #[test]
     fn ekya_on_mps_changes_shares_only_at_retraining_start_and_end_and_never_stops() {
         let w = Workload::new(Shape::Paper, HISTORY_WINDOWS + 1, 200, 3);
-        let p = w.actual(HISTORY_WINDOWS, 1.0);
+        let p = w.actual(HISTORY_WINDOWS, 10.0);
         let plan = online(&p, &w.past(HISTORY_WINDOWS), 0.1);
         // Decision points: the window's start and each retraining's end; a retraining starts
         // only at one of them.
@@ -514,7 +514,7 @@ mod tests {
         }
         // In the comparison, Ekya is that plan with changes free; the stopping variant is the
         // same plan charged a full reconfiguration per change, and never does better.
-        let c = compare(Shape::Paper, 1, 1.0, 3).unwrap();
+        let c = compare(Shape::Paper, 1, 10.0, 3).unwrap();
         let at = |name: &str| c.rows[POLICIES.iter().position(|p| *p == name).unwrap()];
         assert!(at("Ekya").on_time >= at("Ekya (every change stops it)").on_time);
         let mut paying = p.clone();
