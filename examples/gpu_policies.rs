@@ -26,8 +26,9 @@
 //! bursty + wave pairing, both bursty, both diurnal) after eight windows of history, every
 //! policy evaluated on the real arrivals: MIGRator planning from its forecaster's arrivals
 //! and from the exact ones (the oracle, an upper bound), Ekya from the rates it has observed
-//! with its share changes paying MIGRator's resize cost, and the exact-future, free-changes
-//! thief the Ekya baseline used to be.
+//! on MPS (shares changed at retraining's start and end without stopping the tenant), the same
+//! plan with every change stopping the tenant for a MIG reconfiguration (the earlier, unfair
+//! baseline), and the exact-future, free-changes thief.
 
 use escher_gpu::compare::{POLICIES, compare};
 use escher_gpu::migrator::ilp::solve;

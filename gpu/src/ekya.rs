@@ -20,9 +20,12 @@
 //! objective ([`ekya_estimate`]: the average over the streams of their accuracy over the rest
 //! of the window, each second's accuracy scaled by the fraction of the stream its inference
 //! keeps up with, every stream weighted equally), not MIGRator's goodput. Its estimate does
-//! not count the cost of changing shares (the thesis' thief does not model one); what it is
-//! worth is evaluated with its share changes paying MIGRator's reconfiguration cost
-//! ([`evaluate_shares_paying`](super::shares::evaluate_shares_paying)).
+//! not count the cost of changing shares (the thesis' thief does not model one), and neither
+//! does its evaluation as MIGRator's baseline: on MPS a share changes at a retraining's start
+//! and end without stopping the tenant ([`evaluate_shares`], as P0 §5.1 describes its Ekya).
+//! [`compare`](super::compare) also prints the same plan with every change stopping the tenant
+//! for a MIG reconfiguration ([`evaluate_shares_paying`](super::shares::evaluate_shares_paying)),
+//! the baseline as it was measured before, which is not Ekya's paper.
 //!
 //! [`thief`] is the baseline as it was before Ekya was given only what it knows: it scores
 //! every theft with [`evaluate_shares`] over the window's **exact future arrivals**, which is

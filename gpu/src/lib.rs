@@ -39,6 +39,9 @@
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
 //!   by compute intensity), [`fn@astraea`] (MIGRator's Astraea-style baseline: dynamic SM shares
 //!   without MIG);
+//! - [`partition`]: slices made on demand, with no layout planned by hand: the partitioning
+//!   policy ([`partition::Partitioner`]) over a fleet of GPUs, its baselines (HAMi-style
+//!   first-fit, a static layout) and a simulated fleet with injectable driver errors;
 //! - [`oltunes`]: OLTunes (inference tasks grouped by affinity on heterogeneous GPUs, tuned by
 //!   an online predictor) against its paper's baselines;
 //! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan;
@@ -56,6 +59,7 @@ pub mod ekya_profiler;
 pub mod migm;
 pub mod migrator;
 pub mod oltunes;
+pub mod partition;
 mod policy;
 mod seam;
 pub mod serving;

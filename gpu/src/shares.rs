@@ -6,7 +6,9 @@
 //! or caches, which is why P0 finds Astraea's SLO attainment 6% below MIGRator's. The factor is
 //! **assumed**: 0.9 (10% slower when co-running), P0 gives no number. In [`evaluate_shares`]
 //! changing shares costs nothing (Astraea's and Laius's process pools switch quotas in place);
-//! [`evaluate_shares_paying`] charges each change MIGRator's resize cost (Ekya's baseline). A retraining on a
+//! [`evaluate_shares_paying`] charges each change MIGRator's resize cost (no paper's Ekya:
+//! its MPS shares change without stopping the tenant; kept to show what that charge did to the
+//! comparison). A retraining on a
 //! share `f` takes the time of a `7 * f`-GPC instance, over the interference factor.
 
 use super::migrator::problem::{Problem, concave_envelope};
@@ -88,8 +90,8 @@ pub fn evaluate_shares(problem: &Problem, plan: &SharePlan) -> Outcome {
 /// What a fractional plan earns on `problem` when its share changes pay what MIGRator's
 /// resizes pay in [`evaluate_mig`]: a tenant whose inference share changes serves nothing for
 /// its `psi_s` (the window starting from the shares of `problem.initial`'s GPCs, as MIGRator's
-/// plans do). Ekya's baseline is evaluated so: a share change costs it what a resize costs
-/// MIGRator, so that neither policy's changes are free in the comparison.
+/// plans do). Not how Ekya's paper changes shares (MPS, without stopping the tenant:
+/// [`evaluate_shares`]); `compare` prints it beside Ekya to show what the charge does.
 pub fn evaluate_shares_paying(problem: &Problem, plan: &SharePlan) -> Outcome {
     evaluate_shares_with(problem, plan, true)
 }

@@ -9,9 +9,17 @@
 //!   more) without the bandwidth constraint, then placed at random (Kubernetes' default spread),
 //!   every edge copied through the host.
 //! - **Laius** (as the paper adapts it): no scale-out; two stages per GPU, one copy of the
-//!   pipeline per GPU pair, the stage with the lower throughput best-effort: the other gets the
-//!   smallest SM share that keeps the latency within the target and the best-effort stage the
-//!   rest; edges through the host.
+//!   pipeline per group of GPUs, the stages paired and laid on the GPUs by the segmentation
+//!   with the least communication (§8.6), the stage with the lower throughput best-effort: the
+//!   other gets the smallest SM share that keeps the latency within the target and the
+//!   best-effort stage the rest; edges through the host.
+//!
+//! **The same interconnect for every policy.** NVLink is the machine's, not a policy's: with
+//! [`Links::nvlink_for_all`] every policy's edges between two GPUs of a node take it; with
+//! [`Links::without_nvlink`] none do (the paper's §8.2 servers of two RTX 2080 Ti). The
+//! default [`Links`] is the paper's DGX-2 run with GPU-to-GPU communication (§8.5, Fig. 17),
+//! where only Astraea's channels use NVLink because the baselines do not manage their
+//! deployment across GPUs. On one GPU only Astraea passes an IPC handle (its channels, §7).
 //!
 //! **The same information for every policy.** Each plans to a latency target `budget × QoS`
 //! (the room left for queueing) and each gets the budget of [`BUDGETS`] under which its own
@@ -21,7 +29,7 @@ use fastrand::Rng;
 
 use super::alloc::{Search, allocate, critical_path, feasible};
 use super::place::{Allocation, Instance, Topology, place_randomly};
-use super::service::{Links, Service};
+use super::service::{Apart, Links, Service};
 use super::sim::Deployment;
 
 /// The latency targets each policy is tried at, as fractions of the QoS target (ours).
@@ -164,13 +172,16 @@ pub fn brute_force(
     best.map(|(_, _, a)| a)
 }
 
-/// Laius' plan (see the module doc): stages paired in order, two per GPU, one copy of the
-/// pipeline per group of GPUs (a copy's GPUs consecutive, so on as few nodes as they fit); in
-/// each pair the stage with the higher throughput on the whole GPU is the QoS stage and the
-/// other best-effort. The QoS stages' shares (10% steps, the rest of each GPU to its
-/// best-effort stage) are the combination whose critical path, edges through the host, stays
-/// within the latency target with the most throughput for the slowest best-effort stage: for
-/// one pair, the QoS stage's smallest share that meets the target.
+/// Laius' plan (see the module doc): two stages per GPU, one copy of the pipeline per group
+/// of GPUs (a copy's GPUs consecutive, so on as few nodes as they fit), the stages paired and
+/// their pairs laid on the copy's GPUs by the segmentation with the least communication
+/// ([`least_communication`], the paper's §8.6: "Laius first manually finds the segmentation
+/// method with the least communication overhead"); in each pair the stage with the higher
+/// throughput on the whole GPU is the QoS stage and the other best-effort. The QoS stages'
+/// shares (10% steps, the rest of each GPU to its best-effort stage) are the combination whose
+/// critical path, edges through the host, stays within the latency target with the most
+/// throughput for the slowest best-effort stage: for one pair, the QoS stage's smallest share
+/// that meets the target.
 fn laius(
     service: &Service,
     topo: &Topology,
@@ -184,16 +195,17 @@ fn laius(
         return None;
     }
     let target = budget * service.qos_ms(links);
+    let slot = least_communication(service, topo, links, per_copy, copies);
     let pairs: Vec<(usize, Option<usize>)> = (0..per_copy)
         .map(|j| {
-            let (a, b) = (2 * j, 2 * j + 1);
-            if b >= m {
-                (a, None)
-            } else if service.stages[a].throughput(1.0) >= service.stages[b].throughput(1.0) {
-                (a, Some(b))
-            } else {
-                (b, Some(a))
-            }
+            let mut on: Vec<usize> = (0..m).filter(|&s| slot[s] == j).collect();
+            on.sort_by(|&a, &b| {
+                service.stages[b]
+                    .throughput(1.0)
+                    .total_cmp(&service.stages[a].throughput(1.0))
+                    .then(a.cmp(&b))
+            });
+            (on[0], on.get(1).copied())
         })
         .collect();
     let place = |shares: &[f64]| -> Vec<Instance> {
@@ -202,7 +214,7 @@ fn laius(
             for (s, &share) in shares.iter().enumerate() {
                 out.push(Instance {
                     stage: s,
-                    gpu: c * per_copy + s / 2,
+                    gpu: c * per_copy + slot[s],
                     share,
                 });
             }
@@ -223,9 +235,13 @@ fn laius(
             }
         }
         let alloc: Allocation = shares.iter().map(|&p| (copies as u32, p)).collect();
-        // The latency of one copy (a query stays within the copy it enters).
-        let one: Vec<Instance> = place(&shares).into_iter().take(m).collect();
-        let cp = critical_path(service, topo, links, &alloc, &one, Some(false));
+        // The latency of the slowest copy (a query stays within the copy it enters; copies
+        // may span nodes differently).
+        let all = place(&shares);
+        let cp = all
+            .chunks(m)
+            .map(|one| critical_path(service, topo, links, &alloc, one, Some(false)))
+            .fold(0.0, f64::max);
         if cp > target {
             continue;
         }
@@ -241,6 +257,80 @@ fn laius(
     let (_, shares) = best?;
     let alloc = shares.iter().map(|&p| (copies as u32, p)).collect();
     Some((alloc, place(&shares)))
+}
+
+/// Laius' segmentation of `service` over `copies` copies of `per_copy` consecutive GPUs each
+/// (copy `c` on GPUs `c * per_copy..`): for each stage the index of its GPU within a copy, at
+/// most two stages per GPU, chosen among every pairing of the stages and every order of the
+/// pairs on the GPUs as the one whose edges cost the least to move, summed over the copies,
+/// without Astraea's channels (through the host or over NVLink when every policy has it, and
+/// the network between nodes). Ties keep the first found, which for a pipeline is the stages
+/// paired in order.
+pub fn least_communication(
+    service: &Service,
+    topo: &Topology,
+    links: &Links,
+    per_copy: usize,
+    copies: usize,
+) -> Vec<usize> {
+    let m = service.stages.len();
+    let apart = |a: usize, b: usize| {
+        if a == b {
+            Apart::SameGpu
+        } else if topo.gpus[a].node == topo.gpus[b].node {
+            Apart::SameNode
+        } else {
+            Apart::Nodes
+        }
+    };
+    let cost = |slot: &[usize]| -> f64 {
+        (0..copies.max(1))
+            .map(|c| {
+                let gpu = |s: usize| c * per_copy + slot[s];
+                service
+                    .edges
+                    .iter()
+                    .map(|e| links.transfer_ms(e.mb, apart(gpu(e.from), gpu(e.to)), false))
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    // Every assignment of stages to GPU slots with at most two stages per slot and every slot
+    // used, in the order that visits the stages paired in order first.
+    let mut best: Option<(f64, Vec<usize>)> = None;
+    let mut slot = vec![0usize; m];
+    let mut load = vec![0usize; per_copy];
+    fn visit(
+        s: usize,
+        slot: &mut Vec<usize>,
+        load: &mut Vec<usize>,
+        consider: &mut dyn FnMut(&[usize]),
+    ) {
+        if s == slot.len() {
+            if load.iter().all(|&l| l > 0) {
+                consider(slot);
+            }
+            return;
+        }
+        // Stage s in pipeline order goes to slot s / 2 first.
+        let n = load.len();
+        for k in 0..n {
+            let g = (s / 2 + k) % n;
+            if load[g] < 2 {
+                load[g] += 1;
+                slot[s] = g;
+                visit(s + 1, slot, load, consider);
+                load[g] -= 1;
+            }
+        }
+    }
+    visit(0, &mut slot, &mut load, &mut |slot: &[usize]| {
+        let c = cost(slot);
+        if best.as_ref().is_none_or(|b| c < b.0 - 1e-9) {
+            best = Some((c, slot.to_vec()));
+        }
+    });
+    best.map_or_else(|| (0..m).map(|s| s / 2).collect(), |b| b.1)
 }
 
 /// A policy's best plan over [`BUDGETS`] by the peak load its deployment sustains, with that

@@ -172,6 +172,10 @@ pub struct Links {
     pub pcie_gbs: f64,
     /// NVLink between the GPUs of a node, GB/s (the paper: 20–25); `None` without NVLink.
     pub nvlink_gbs: Option<f64>,
+    /// Whether every policy's edges between two GPUs of a node take NVLink (`true`), or only
+    /// Astraea's channels do (`false`: the paper's §8.5, Fig. 17, where the baselines copy
+    /// through the host because they do not manage their deployment across GPUs).
+    pub nvlink_for_every_policy: bool,
     /// Between nodes (gRPC over TCP), GB/s: 9.8, so that moving img-to-img's 40 MB edge to
     /// another node adds 17% to its solo latency, as moving it did in the paper (§3.2; derived).
     pub network_gbs: f64,
@@ -185,6 +189,7 @@ impl Default for Links {
         Links {
             pcie_gbs: 10.0,
             nvlink_gbs: Some(22.0),
+            nvlink_for_every_policy: false,
             network_gbs: 9.8,
             ipc_ms: 0.05,
         }
@@ -203,19 +208,37 @@ pub enum Apart {
 }
 
 impl Links {
+    /// No NVLink: every edge between GPUs goes through the host (the paper's §8.2 server of two
+    /// RTX 2080 Ti).
+    pub fn without_nvlink() -> Links {
+        Links {
+            nvlink_gbs: None,
+            ..Links::default()
+        }
+    }
+
+    /// NVLink between a node's GPUs, taken by every policy's edges between them.
+    pub fn nvlink_for_all() -> Links {
+        Links {
+            nvlink_for_every_policy: true,
+            ..Links::default()
+        }
+    }
+
     /// Device to host and back over PCIe, ms.
     pub fn host_copy_ms(&self, mb: f64) -> f64 {
         2.0 * mb / self.pcie_gbs
     }
 
     /// Moving `mb` between instances `apart`, with Astraea's channels (`astraea`: global-memory
-    /// IPC on one GPU above 0.02 MB, NVLink between GPUs) or without (through the host).
+    /// IPC on one GPU above 0.02 MB, NVLink between GPUs) or without (through the host, or
+    /// NVLink between GPUs when [`Links::nvlink_for_every_policy`]).
     pub fn transfer_ms(&self, mb: f64, apart: Apart, astraea: bool) -> f64 {
         match apart {
             Apart::SameGpu if astraea && mb > 0.02 => self.ipc_ms,
             Apart::SameGpu => self.host_copy_ms(mb),
             Apart::SameNode => match self.nvlink_gbs {
-                Some(nv) if astraea => mb / nv,
+                Some(nv) if astraea || self.nvlink_for_every_policy => mb / nv,
                 _ => self.host_copy_ms(mb),
             },
             Apart::Nodes => self.host_copy_ms(mb) + mb / self.network_gbs,

@@ -417,3 +417,80 @@ async fn the_core_admits_at_most_48_clients_per_gpu_and_places_them_on_its_node(
     gpus.undeploy(&d).await.unwrap();
     gpus.dissolve().await.unwrap();
 }
+
+#[test]
+fn nvlink_is_the_machine_s_and_every_policy_may_take_it() {
+    use super::service::Apart;
+    // Without NVLink every edge between two GPUs goes through the host, Astraea's too; on one
+    // GPU Astraea still passes an IPC handle (its channels).
+    let none = Links::without_nvlink();
+    assert_eq!(none.transfer_ms(44.0, Apart::SameNode, true), 8.8);
+    assert_eq!(none.transfer_ms(44.0, Apart::SameNode, false), 8.8);
+    assert_eq!(none.transfer_ms(40.0, Apart::SameGpu, true), 0.05);
+    // With NVLink for every policy, a baseline's edge between two GPUs of a node takes it.
+    let all = Links::nvlink_for_all();
+    assert!((all.transfer_ms(44.0, Apart::SameNode, false) - 2.0).abs() < 1e-9);
+    assert!((all.transfer_ms(44.0, Apart::SameNode, true) - 2.0).abs() < 1e-9);
+    assert_eq!(all.transfer_ms(40.0, Apart::SameGpu, false), 8.0);
+    // The default is the paper's §8.5 run: NVLink for Astraea's channels only.
+    let default = Links::default();
+    assert_eq!(default.transfer_ms(44.0, Apart::SameNode, false), 8.8);
+}
+
+#[test]
+fn laius_cuts_the_pipeline_where_it_carries_least() {
+    use super::compare::least_communication;
+    use super::service::{Apart, six_stage};
+    // Three servers of two GPUs, two copies of the six-stage pipeline on three GPUs each: every
+    // copy spans two nodes, and the segmentation chooses which edges cross them.
+    let svc = six_stage();
+    let topo = Topology::uniform(3, 2, Device::A100_40GB);
+    let links = Links::without_nvlink();
+    let cost = |slot: &[usize]| -> f64 {
+        (0..2)
+            .map(|c| {
+                svc.edges
+                    .iter()
+                    .map(|e| {
+                        let (a, b) = (3 * c + slot[e.from], 3 * c + slot[e.to]);
+                        let apart = if a == b {
+                            Apart::SameGpu
+                        } else if topo.gpus[a].node == topo.gpus[b].node {
+                            Apart::SameNode
+                        } else {
+                            Apart::Nodes
+                        };
+                        links.transfer_ms(e.mb, apart, false)
+                    })
+                    .sum::<f64>()
+            })
+            .sum()
+    };
+    let slot = least_communication(&svc, &topo, &links, 3, 2);
+    // At most two stages per GPU, every GPU of the copy used.
+    for g in 0..3 {
+        let n = slot.iter().filter(|&&s| s == g).count();
+        assert!((1..=2).contains(&n), "{slot:?}");
+    }
+    // Cheaper than pairing the stages in pipeline order, and no other segmentation is cheaper.
+    let in_order = [0, 0, 1, 1, 2, 2];
+    assert!(cost(&slot) < cost(&in_order) - 1e-9, "{slot:?}");
+    for code in 0..3usize.pow(6) {
+        let other: Vec<usize> = (0..6).map(|s| code / 3usize.pow(s as u32) % 3).collect();
+        if (0..3).all(|g| (1..=2).contains(&other.iter().filter(|&&s| s == g).count())) {
+            assert!(
+                cost(&slot) <= cost(&other) + 1e-9,
+                "{slot:?} against {other:?}"
+            );
+        }
+    }
+    // Laius' plan lays its instances by that segmentation, two stages per GPU.
+    let p = plan(Policy::Laius, &svc, &topo, &links, 1.0, 1).unwrap();
+    for i in &p.instances {
+        assert_eq!(i.gpu % 3, slot[i.stage], "{:?}", p.instances);
+    }
+    // A two-stage service on one server keeps its pair on one GPU per copy.
+    let two = &table1()[0];
+    let one = Topology::uniform(1, 2, Device::A100_40GB);
+    assert_eq!(least_communication(two, &one, &links, 1, 2), vec![0, 0]);
+}

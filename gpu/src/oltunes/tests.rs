@@ -513,3 +513,24 @@ fn where_violations_come_from() {
         }
     }
 }
+
+/// A violation counted with queueing (latency from arrival) is never rarer than one counted on
+/// the execution alone, and under MLaaS at 4x, where the small models queue, it is more frequent.
+#[test]
+fn violations_with_queueing_counted_include_those_without() {
+    let rows = compare_at(Pattern::Poisson, 10, 42, 4.0);
+    for m in &rows {
+        for s in [&m.all, &m.small, &m.large] {
+            assert!(
+                s.slo_violation_queued >= s.slo_violation,
+                "{}: {s:?}",
+                m.name
+            );
+        }
+    }
+    let mlaas = &rows[1];
+    assert!(
+        mlaas.all.slo_violation_queued > mlaas.all.slo_violation,
+        "{rows:#?}"
+    );
+}

@@ -8,6 +8,9 @@
 //! Two settings: one server of two GPUs with the paper's seven two-stage services (Table 1,
 //! §8.2), and three servers of two GPUs with a six-stage pipeline of ours (the paper's
 //! multi-node run uses a 21-microservice application, §8.6), three seeds each at full size.
+//! Each runs twice, every policy on the same interconnect: without NVLink (the paper's §8.2
+//! server) and with NVLink between a node's GPUs for every policy. Laius is laid on the
+//! segmentation with the least communication (§8.6).
 //! Astraea-NC (no bandwidth constraint) is run at three loads per service, as the paper's
 //! ablation (§8.3).
 
@@ -26,6 +29,7 @@ use crate::report::{Better, Figure, WorkloadReport};
 /// What one policy got on one service and seed.
 #[derive(Debug, Clone, serde::Serialize)]
 struct Row {
+    interconnect: &'static str,
     service: String,
     seed: u64,
     policy: &'static str,
@@ -53,6 +57,7 @@ async fn cluster(nodes: usize) -> anyhow::Result<LocalCluster> {
 /// servers of two GPUs.
 async fn run_setting(
     nodes: usize,
+    links: Links,
     services: &[Service],
     seeds: &[u64],
     rows: &mut Vec<Row>,
@@ -61,7 +66,6 @@ async fn run_setting(
     let cluster = cluster(nodes).await?;
     let client = cluster.client().await?;
     let inventory = escher::esl::ClusterApi::gpus(&client).await?;
-    let links = Links::default();
     for (si, svc) in services.iter().enumerate() {
         for &seed in seeds {
             let inst = format!("s{nodes}x{si}x{seed}");
@@ -73,6 +77,7 @@ async fn run_setting(
             for policy in [Policy::Astraea, Policy::Firm, Policy::Laius] {
                 let Some(t) = tuned(policy, svc, &topo, &links, seed) else {
                     rows.push(Row {
+                        interconnect: interconnect(&links),
                         service: svc.name.into(),
                         seed,
                         policy: policy.name(),
@@ -111,6 +116,7 @@ async fn run_setting(
                     astraea_peak = peak;
                 }
                 rows.push(Row {
+                    interconnect: interconnect(&links),
                     service: svc.name.into(),
                     seed,
                     policy: policy.name(),
@@ -151,6 +157,7 @@ async fn run_setting(
                     let rate = astraea_peak * frac;
                     let p99 = dep.p99_ms(rate, escher_gpu::astraea::sim::QUERIES, seed);
                     nc_cases.push(json!({
+                        "interconnect": interconnect(&links),
                         "service": svc.name, "seed": seed, "level": level, "rate_qps": rate,
                         "p99_ms": p99, "qos_ms": qos, "violated": p99 > qos,
                         "slowdown": dep.slowdowns().into_iter().fold(1.0, f64::max),
@@ -165,14 +172,37 @@ async fn run_setting(
     Ok(())
 }
 
+/// How a setting's GPUs of one node are linked, as printed and keyed.
+fn interconnect(links: &Links) -> &'static str {
+    match (links.nvlink_gbs, links.nvlink_for_every_policy) {
+        (None, _) => "no_nvlink",
+        (Some(_), true) => "nvlink",
+        (Some(_), false) => "nvlink_astraea_only",
+    }
+}
+
 fn mean(v: impl Iterator<Item = f64>) -> f64 {
     let v: Vec<f64> = v.collect();
     v.iter().sum::<f64>() / v.len().max(1) as f64
 }
 
-fn peak(rows: &[Row], service: &str, policy: Policy, seed: u64) -> f64 {
+/// The words for an interconnect key of [`interconnect`].
+fn describe(ic: &str) -> &'static str {
+    match ic {
+        "no_nvlink" => "no NVLink (every edge between GPUs through the host, for every policy)",
+        "nvlink" => "NVLink between a node's GPUs for every policy",
+        _ => "NVLink for Astraea's channels only",
+    }
+}
+
+fn peak(rows: &[Row], ic: &str, service: &str, policy: Policy, seed: u64) -> f64 {
     rows.iter()
-        .find(|r| r.service == service && r.policy == policy.name() && r.seed == seed)
+        .find(|r| {
+            r.interconnect == ic
+                && r.service == service
+                && r.policy == policy.name()
+                && r.seed == seed
+        })
         .map_or(0.0, |r| r.peak_qps)
 }
 
@@ -188,24 +218,39 @@ pub(super) async fn astraea_on_cluster(
         services[..4].to_vec(),
         services.clone(),
     );
+    // The same interconnect for every policy (issue 48): no NVLink, as the paper's §8.2 server
+    // of two RTX 2080 Ti, and NVLink between a node's GPUs taken by every policy's edges.
+    let settings = [Links::without_nvlink(), Links::nvlink_for_all()];
+    let multi = vec![six_stage()];
     let mut rows = Vec::new();
     let mut nc = Vec::new();
-    run_setting(1, &one_server, seeds, &mut rows, &mut nc).await?;
-    let multi = vec![six_stage()];
     let mut multi_rows = Vec::new();
     let mut multi_nc = Vec::new();
-    run_setting(3, &multi, seeds, &mut multi_rows, &mut multi_nc).await?;
+    for links in settings {
+        run_setting(1, links, &one_server, seeds, &mut rows, &mut nc).await?;
+        run_setting(3, links, &multi, seeds, &mut multi_rows, &mut multi_nc).await?;
+    }
 
     println!(
         "Astraea on a cluster (peak load within the p99 QoS, queries/s; simulated serving on the instances the cluster ran):"
     );
     println!(
-        "{:<22} {:>4} {:<8} {:>7} {:>5} {:>4} {:>9} {:>8} {:>7}  allocation (N, SM share) per stage",
-        "service", "seed", "policy", "budget", "inst", "gpus", "peak q/s", "p99 ms", "QoS ms"
+        "{:<9} {:<22} {:>4} {:<8} {:>7} {:>5} {:>4} {:>9} {:>8} {:>7}  allocation (N, SM share) per stage",
+        "links",
+        "service",
+        "seed",
+        "policy",
+        "budget",
+        "inst",
+        "gpus",
+        "peak q/s",
+        "p99 ms",
+        "QoS ms"
     );
     for r in rows.iter().chain(&multi_rows) {
         println!(
-            "{:<22} {:>4} {:<8} {:>7.1} {:>5} {:>4} {:>9.1} {:>8.1} {:>7.1}  {:?}{}",
+            "{:<9} {:<22} {:>4} {:<8} {:>7.1} {:>5} {:>4} {:>9.1} {:>8.1} {:>7.1}  {:?}{}",
+            r.interconnect,
             r.service,
             r.seed,
             r.policy,
@@ -229,73 +274,100 @@ pub(super) async fn astraea_on_cluster(
 
     // Over the seeds at which the baseline sustained any load within the QoS (a baseline that
     // sustains none has no ratio; the table above shows it).
-    let ratio = |rows: &[Row], svc: &str, base: Policy| -> Option<f64> {
+    let ratio = |rows: &[Row], ic: &str, svc: &str, base: Policy| -> Option<f64> {
         let r: Vec<f64> = seeds
             .iter()
-            .filter(|&&s| peak(rows, svc, base, s) > 0.0)
-            .map(|&s| peak(rows, svc, Policy::Astraea, s) / peak(rows, svc, base, s))
+            .filter(|&&s| peak(rows, ic, svc, base, s) > 0.0)
+            .map(|&s| peak(rows, ic, svc, Policy::Astraea, s) / peak(rows, ic, svc, base, s))
             .collect();
         (!r.is_empty()).then(|| mean(r.into_iter()))
     };
     let mut without = Vec::new();
-    for svc in &one_server {
-        for (base, range) in [
-            (Policy::Firm, "+15.5-45.1%"),
-            (Policy::Laius, "+10.9-82.3%"),
-        ] {
-            let Some(value) = ratio(&rows, svc.name, base) else {
-                without.push(format!("{} against {}", svc.name, base.name()));
+    for links in settings {
+        let ic = interconnect(&links);
+        for svc in &one_server {
+            for (base, paper) in [
+                (
+                    Policy::Firm,
+                    if ic == "no_nvlink" {
+                        "+15.5-45.1% per service on one server of two 2080Ti without NVLink, §8.2 Fig. 10"
+                    } else {
+                        "no figure with NVLink for every policy; on DGX-2 V100s +31.2% without \
+                         GPU-to-GPU communication (§8.5 Fig. 16), and Astraea +26.4% more with \
+                         it while FIRM does not use it (Fig. 17)"
+                    },
+                ),
+                (
+                    Policy::Laius,
+                    if ic == "no_nvlink" {
+                        "+10.9-82.3% per service on one server of two 2080Ti without NVLink, §8.2 Fig. 10"
+                    } else {
+                        "no figure with NVLink for every policy; on DGX-2 V100s +40.2% without \
+                         GPU-to-GPU communication (§8.5 Fig. 16), and Astraea +26.4% more with \
+                         it while Laius does not use it (Fig. 17)"
+                    },
+                ),
+            ] {
+                let Some(value) = ratio(&rows, ic, svc.name, base) else {
+                    without.push(format!("{} against {} ({ic})", svc.name, base.name()));
+                    continue;
+                };
+                let mut f = Figure::new(
+                    format!(
+                        "gpu.astraea.server.{ic}.{}.vs_{}",
+                        svc.name.replace(' ', "_"),
+                        base.name().to_lowercase()
+                    ),
+                    format!(
+                        "Astraea's peak load / {}'s, {} (Table 1's stages, models assumed: \
+                         gpu/src/astraea/service.rs), one server of two simulated A100s, {}, \
+                         mean over {} seeds (measured in the simulation on the instances the \
+                         cluster ran; the paper: {paper})",
+                        base.name(),
+                        svc.name,
+                        describe(ic),
+                        seeds.len()
+                    ),
+                    "x",
+                    value,
+                );
+                f.better = Better::Higher;
+                report.figures.push(f);
+            }
+        }
+        for (base, paper) in [(Policy::Firm, 1.472), (Policy::Laius, 1.329)] {
+            let svc = six_stage();
+            let Some(value) = ratio(&multi_rows, ic, svc.name, base) else {
+                without.push(format!("{} against {} ({ic})", svc.name, base.name()));
                 continue;
             };
             let mut f = Figure::new(
+                format!("gpu.astraea.nodes.{ic}.vs_{}", base.name().to_lowercase()),
                 format!(
-                    "gpu.astraea.server.{}.vs_{}",
-                    svc.name.replace(' ', "_"),
-                    base.name().to_lowercase()
-                ),
-                format!(
-                    "Astraea's peak load / {}'s, {} (Table 1's stages, models assumed: \
-                     gpu/src/astraea/service.rs), one server of two simulated A100s, mean over \
-                     {} seeds (measured in the simulation on the instances the cluster ran; the \
-                     paper: {range} per service on one 2080Ti server, §8.2 Fig. 10)",
+                    "Astraea's peak load / {}'s, three servers of two simulated A100s, {}, our \
+                     six-stage pipeline (assumed), Laius on the segmentation with the least \
+                     communication, mean over {} seeds (measured in the simulation on the \
+                     instances the cluster ran; the paper's figure is for its 21-microservice \
+                     application on 3 nodes x 2 V100, between nodes through the host and gRPC, \
+                     §8.6 Fig. 18)",
                     base.name(),
-                    svc.name,
+                    describe(ic),
                     seeds.len()
                 ),
                 "x",
                 value,
-            );
+            )
+            .thesis(paper);
             f.better = Better::Higher;
             report.figures.push(f);
         }
     }
-    for (base, paper) in [(Policy::Firm, 1.472), (Policy::Laius, 1.329)] {
-        let svc = six_stage();
-        let Some(value) = ratio(&multi_rows, svc.name, base) else {
-            without.push(format!("{} against {}", svc.name, base.name()));
-            continue;
-        };
-        let mut f = Figure::new(
-            format!("gpu.astraea.nodes.vs_{}", base.name().to_lowercase()),
-            format!(
-                "Astraea's peak load / {}'s, three servers of two simulated A100s, our six-stage \
-                 pipeline (assumed), mean over {} seeds (measured in the simulation on the instances \
-                 the cluster ran; the paper's figure is for its 21-microservice application on 3 \
-                 nodes x 2 V100, §8.6 Fig. 18)",
-                base.name(),
-                seeds.len()
-            ),
-            "x",
-            value,
-        )
-        .thesis(paper);
-        f.better = Better::Higher;
-        report.figures.push(f);
-    }
     let violated = |cases: &[serde_json::Value], seed: u64| {
         cases
             .iter()
-            .filter(|c| c["seed"] == seed && c["violated"] == true)
+            .filter(|c| {
+                c["seed"] == seed && c["interconnect"] == "no_nvlink" && c["violated"] == true
+            })
             .count()
     };
     for &seed in seeds {
@@ -303,7 +375,8 @@ pub(super) async fn astraea_on_cluster(
             format!("gpu.astraea.nc_violations.seed{seed}"),
             format!(
                 "Astraea-NC (no bandwidth constraint): QoS violations among {} cases ({} services x 3 \
-                 loads: 1/3, 2/3 and all of Astraea's peak), seed {seed} (the paper: 14 of 21, §8.3)",
+                 loads: 1/3, 2/3 and all of Astraea's peak), one server without NVLink, seed {seed} \
+                 (the paper: 14 of 21 on its 2080Ti server, §8.3)",
                 one_server.len() * 3,
                 one_server.len()
             ),

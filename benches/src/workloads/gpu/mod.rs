@@ -48,6 +48,7 @@ use serde_json::json;
 mod astraea;
 mod ekya_profile;
 mod oltunes;
+mod partition;
 
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
@@ -410,7 +411,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     let model = GpuModel::A100_40GB;
     let mut report = WorkloadReport::new(
         "gpu",
-        "GPU policies end to end on a cluster's simulated A100: MIGM A and B against the sequential full GPU, pre-initialization, one MIGRator window per trace shape (forecast and oracle) against Ekya and PARIS; MIGRator against its baselines in memory over several windows of three shapes; Astraea against FIRM and Laius on MPS shares of simulated A100s (one and three servers)",
+        "GPU policies end to end on a cluster's simulated A100: MIGM A and B against the sequential full GPU, pre-initialization, one MIGRator window per trace shape (forecast and oracle) against Ekya and PARIS; MIGRator against its baselines in memory over several windows of three shapes; Astraea against FIRM and Laius on MPS shares of simulated A100s (one and three servers, without NVLink and with it for every policy); slices made on demand against first-fit and a static layout",
         ctx.size.as_str(),
     );
     report.setup = json!({
@@ -509,6 +510,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     detail.push(migrator_in_memory(ctx, &mut report)?);
     detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
     detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
+    detail.push(partition::partition_in_memory(ctx, &mut report));
     detail.push(migrator_on_cluster(ctx, &mut report).await?);
     detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
     report.notes.push(
@@ -907,6 +909,7 @@ fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<
         let policy_key = |name: &str| {
             name.to_lowercase()
                 .replace(" (exact future, free changes)", "_exact_future")
+                .replace(" (every change stops it)", "_stopping")
                 .replace(" (forecast)", "_forecast")
                 .replace(" (oracle)", "_oracle")
         };
@@ -1090,9 +1093,13 @@ fn migrator_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> anyhow::Result<
          gpu/src/migrator/reconfig.rs: 5.6-6.4 s). Its two-stage solve is not exact (it keeps the 10 s \
          first stage's answer where that is better), so the oracle is not a strict upper bound: a \
          smoother forecast can resize less and do better. Ekya decides from the rates it has observed \
-         (the last 30 s) by its own average-accuracy objective and pays a full reconfiguration's phases \
-         per share change; 'Ekya \
-         (exact future, free changes)' is the baseline as it was. Astraea reads each step's arrivals \
+         (the last 30 s) by its own average-accuracy objective and, as its paper has it (MPS; P0 \
+         §5.1), changes its SM shares at the window's start and at each retraining's start and end \
+         without stopping the tenant, every share serving at the assumed MPS interference (0.9, \
+         gpu/src/shares.rs: P0 gives no number); 'Ekya (every change stops it)' is the same plan \
+         with every share change, shrinks included, stopping the tenant for a full reconfiguration's \
+         phases (the baseline of the earlier rounds, not Ekya's paper); 'Ekya \
+         (exact future, free changes)' is the thief that reads the window's arrivals. Astraea reads each step's arrivals \
          as they come and changes shares for free; PARIS splits by the window's mean arrivals."
     ));
     Ok(json!({ "mix": "migrator-memory", "shapes": out }))

@@ -22,33 +22,47 @@ pub(super) fn oltunes_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> serde
             table(r.pattern, &r.rows)
         );
         for m in &r.rows {
-            let mut f = Figure::new(
-                format!(
-                    "gpu.oltunes.{}.x{}.seed{}.slo_violation.{}",
-                    r.pattern.name(),
-                    r.load,
-                    r.seed,
-                    m.name.to_lowercase()
+            for (key, what, value) in [
+                (
+                    "slo_violation",
+                    "SLO violations, execution alone against the deadline (queueing not counted), % of tasks",
+                    m.all.slo_violation,
                 ),
-                format!(
-                    "in memory (inputs assumed, gpu/src/oltunes/README.md), {} arrivals at \
-                     {}x Table 7, seed {}, {}: SLO violations, % of tasks",
-                    r.pattern.name(),
-                    r.load,
-                    r.seed,
-                    m.name
+                (
+                    "slo_violation_queued",
+                    "SLO violations, latency from arrival (queueing counted) against the deadline, % of tasks",
+                    m.all.slo_violation_queued,
                 ),
-                "%",
-                100.0 * m.all.slo_violation,
-            );
-            f.better = Better::Lower;
-            report.figures.push(f);
+            ] {
+                let mut f = Figure::new(
+                    format!(
+                        "gpu.oltunes.{}.x{}.seed{}.{key}.{}",
+                        r.pattern.name(),
+                        r.load,
+                        r.seed,
+                        m.name.to_lowercase()
+                    ),
+                    format!(
+                        "in memory (inputs assumed, gpu/src/oltunes/README.md), {} arrivals at \
+                         {}x Table 7, seed {}, {}: {what}",
+                        r.pattern.name(),
+                        r.load,
+                        r.seed,
+                        m.name
+                    ),
+                    "%",
+                    100.0 * value,
+                );
+                f.better = Better::Lower;
+                report.figures.push(f);
+            }
         }
         out.push(json!({
             "pattern": r.pattern.name(), "load": r.load, "seed": r.seed,
             "rows": r.rows.iter().map(|m| json!({
                 "scheduler": m.name,
                 "slo_violation": m.all.slo_violation,
+                "slo_violation_queued": m.all.slo_violation_queued,
                 "p50_ms": m.all.p50_ms,
                 "p99_ms": m.all.p99_ms,
                 "small_queue_ms": m.small.queue_ms,
@@ -61,11 +75,13 @@ pub(super) fn oltunes_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> serde
     }
     report.notes.push(
         "OLTunes (gpu.oltunes.*): an in-memory simulation of the paper's cluster and workload \
-         (inputs assumed from its tables, see gpu/src/oltunes/README.md); a violation is an \
-         execution longer than the deadline (queueing is not counted). The paper's direction \
-         (fewer SLO violations than MLaaS and Orion) holds at Table 7's rates and at 4 times \
-         them, with every arrival pattern; the violations left at 1x are LC vision tasks \
-         started beside co-runners (oltunes::tests::where_violations_come_from breaks them down)."
+         (inputs assumed from its tables, see gpu/src/oltunes/README.md). A violation is counted \
+         two ways, each its own figure: slo_violation, an execution longer than the deadline \
+         (queueing not counted), and slo_violation_queued, a latency from arrival (queueing and \
+         execution, the latency of the paper's p50, §4.1.3) longer than the deadline; an \
+         unfinished task is a violation in both. The paper does not say which its Fig. 14 counts; \
+         its task must be 'executed with latency within' the deadline (§3.4.1). Which scheduler has \
+         the fewest of each, at each load and pattern, is in the figures and the tables above."
             .into(),
     );
     json!({"mix": "oltunes", "runs": out})
