@@ -45,7 +45,7 @@ pub(super) fn partition_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> ser
                 100.0 * r.utilization,
                 r.makespan_ms as f64 / 1000.0
             );
-            let key = r.policy.replace(' ', "_").replace('-', "_");
+            let key = r.policy.replace([' ', '-'], "_");
             for (what, label, unit, value, better) in [
                 (
                     "wait",
