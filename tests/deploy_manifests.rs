@@ -181,7 +181,15 @@ fn needs_systemd_the_systemd_units_verify_and_keep_their_hardening() {
 /// `kubernetes-validate` (from `KUBERNETES_VALIDATE`, else `PATH`, else installed into a
 /// virtual environment under cargo's target directory) and the Python it runs with (the one
 /// its script names: PyYAML, which it needs, is there).
+///
+/// Made once per test binary: two tests need it and run in parallel, and a second
+/// `python3 -m venv` into the directory the first is filling fails with "File exists".
 fn kubernetes_validate() -> (PathBuf, PathBuf) {
+    static ONCE: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
+    ONCE.get_or_init(find_or_install_kubernetes_validate).clone()
+}
+
+fn find_or_install_kubernetes_validate() -> (PathBuf, PathBuf) {
     let on_path = || {
         std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
             .map(|dir| dir.join("kubernetes-validate"))
@@ -194,6 +202,8 @@ fn kubernetes_validate() -> (PathBuf, PathBuf) {
                 PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kubernetes-validate-1.37.0");
             let bin = venv.join("bin/kubernetes-validate");
             if !bin.is_file() {
+                // What an interrupted earlier run left is started again.
+                let _ = std::fs::remove_dir_all(&venv);
                 let out = run(Command::new("python3").args(["-m", "venv"]).arg(&venv));
                 assert!(
                     out.status.success(),
