@@ -183,7 +183,9 @@ impl Client {
         Client {
             url: Arc::from(heads.urls().join(",").as_str()),
             heads,
-            keys: KeyIssuer::new(rand::random()),
+            keys: KeyIssuer::new(
+                getrandom::u64().expect("the operating system's random number generator failed"),
+            ),
             namespace: None,
             caller: Caller::from_env(),
             wait_slice: DEFAULT_WAIT_SLICE,

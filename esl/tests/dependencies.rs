@@ -1,9 +1,9 @@
 //! What an ESL author compiles: `escher-esl` with its default features depends on the client
 //! (without the CLI) and the pure core, never on the head's runtime, the CLI, the binaries' own
 //! crates or the GPU reproductions (`escher-gpu`, with its MILP solver); it has only the client
-//! half of gRPC (no axum, no server side of tonic or hyper); and the core depends on no
-//! runtime, transport or consensus crate. Read from `cargo tree` over the workspace's
-//! lock file, so a dependency added by mistake fails here.
+//! half of gRPC (no axum, no server side of tonic or hyper) and runs no code generator at build
+//! time; and the core depends on no runtime, transport or consensus crate. Read from `cargo
+//! tree` over the workspace's lock file, so a dependency added by mistake fails here.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -89,6 +89,31 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
             // endpoints use it directly.
             "axum",
             "axum-core",
+        ],
+    );
+}
+
+#[test]
+fn an_esl_build_runs_no_code_generator() {
+    // escher-proto ships the code generated from escher.proto (its tests/generated.rs keeps
+    // it fresh), so no build script in an ESL's tree runs protoc or prost-build.
+    let crates: BTreeSet<String> = lines("escher-esl", "normal,build")
+        .iter()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        crates.contains("escher-proto"),
+        "escher-esl without escher-proto"
+    );
+    assert_none_of(
+        "escher-esl (normal and build dependencies)",
+        &crates,
+        &[
+            "tonic-prost-build",
+            "tonic-build",
+            "prost-build",
+            "protoc-bin-vendored",
         ],
     );
 }

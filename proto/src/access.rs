@@ -127,7 +127,10 @@ pub enum AccessError {
 
 /// A random token for `role` (`escher-<role>-` and 64 hex digits: 256 random bits).
 pub fn new_token(role: &str) -> String {
-    let bytes: [u8; 32] = rand::random();
+    let mut bytes = [0u8; 32];
+    // As `rand::random` would: a machine whose random number generator fails cannot make a
+    // secret, and has nothing else to do.
+    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
     format!("escher-{role}-{}", hex::encode(bytes))
 }
 
