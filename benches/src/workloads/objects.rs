@@ -1,5 +1,5 @@
 //! Objects: escher beside Ray, each from one Python driver of its own, in the same run, and one
-//! loopback TCP stream measured here in the same run (issue 44's targets: tasks given a 1 MiB
+//! loopback TCP stream measured here in the same run (the targets: tasks given a 1 MiB
 //! argument ≥ 1.5× Ray's rate; a 100 MiB object fetched by a task on another worker ≥ Ray's
 //! throughput and ≥ 50% of one TCP stream's).
 //!

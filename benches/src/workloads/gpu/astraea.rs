@@ -218,7 +218,7 @@ pub(super) async fn astraea_on_cluster(
         services[..4].to_vec(),
         services.clone(),
     );
-    // The same interconnect for every policy (issue 48): no NVLink, as the paper's §8.2 server
+    // The same interconnect for every policy, so that the comparison is fair: no NVLink, as the paper's §8.2 server
     // of two RTX 2080 Ti, and NVLink between a node's GPUs taken by every policy's edges.
     let settings = [Links::without_nvlink(), Links::nvlink_for_all()];
     let multi = vec![six_stage()];

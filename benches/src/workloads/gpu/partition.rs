@@ -1,4 +1,4 @@
-//! The GPU workload's partitioning part (issue 48): slices made on demand by
+//! The GPU workload's partitioning part: slices made on demand by
 //! `escher_gpu::partition::Partitioner`, against HAMi-style first-fit and a static layout, on
 //! the same seeded workload and the same simulated fleet, in memory.
 
