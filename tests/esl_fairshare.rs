@@ -12,9 +12,9 @@
 //! 3. C arrives: 2/3/5 exactly in resources (C's = A's + B's), running tasks 2/3/5 (±1).
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::time::Duration;
 
+use escher::esl::testing::within_for;
 use escher::esl::{Domain, Hfs};
 use escher::types::{ClusterStatus, ListTasksRequest, NodeId, TaskId, TaskSpec, TaskState};
 use escher::{Client, Functions, LocalCluster, Task};
@@ -34,13 +34,6 @@ fn functions() -> Functions {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         Ok::<_, String>(ctx.node_id().0)
     })
-}
-
-async fn within<F: Future>(limit: Duration, what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(limit, f).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: not within {limit:?}"),
-    }
 }
 
 fn naps(user: &str, n: usize) -> Vec<TaskSpec> {
@@ -182,7 +175,7 @@ async fn fair_shares_follow_the_thesis_timeline() {
     for _ in 0..10 {
         builder = builder.worker("cpu=1".parse().expect("resources"));
     }
-    let cluster = within(
+    let cluster = within_for(
         Duration::from_secs(60),
         "starting 10 workers",
         builder.start(),
@@ -192,14 +185,14 @@ async fn fair_shares_follow_the_thesis_timeline() {
     let client = cluster.client().await.expect("client");
 
     let top = Hfs::new(client.clone(), "top", Domain::All).expect("instance");
-    within(CONVERGE, "users", async {
+    within_for(CONVERGE, "users", async {
         top.create_user("org1", 1).await.expect("org1");
         top.create_user("org2", 1).await.expect("org2");
     })
     .await;
     let org1 = top.child_for("org1").expect("child");
     let org2 = top.child_for("org2").expect("child");
-    let (a, b, c) = within(CONVERGE, "users", async {
+    let (a, b, c) = within_for(CONVERGE, "users", async {
         (
             org1.create_user("A", 2).await.expect("A"),
             org1.create_user("B", 3).await.expect("B"),
@@ -257,6 +250,6 @@ async fn fair_shares_follow_the_thesis_timeline() {
     for stop in [stop_a, stop_b, stop_c] {
         let _ = stop.send(true);
     }
-    within(CONVERGE, "stopping the rebalancer", rebalancer.stop()).await;
-    within(CONVERGE, "shutdown", cluster.shutdown()).await;
+    within_for(CONVERGE, "stopping the rebalancer", rebalancer.stop()).await;
+    within_for(CONVERGE, "shutdown", cluster.shutdown()).await;
 }

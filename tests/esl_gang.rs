@@ -21,20 +21,18 @@ use escher::esl::gang::{
     NativeGangs,
 };
 use escher::esl::soft::{Method, SoftConstraints};
+use escher::esl::testing;
 use escher::esl::{EslError, ResourceSpec};
 use escher::types::{
     Capacity, ClusterStatus, GangStrategy, NodeId, NodeSpec, ResourceSet, TaskId, TaskState,
 };
 use escher::{Client, Functions, LocalCluster, Task};
 
-/// The bound on any single wait.
+/// The bound on any single wait: twice the harness's, since gangs that contend run in turn.
 const LIMIT: Duration = Duration::from_secs(60);
 
 async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(LIMIT, f).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: did not finish within {LIMIT:?}"),
-    }
+    testing::within_for(LIMIT, what, f).await
 }
 
 /// Three workers with cpu=4 (and memory=4096) each; `nap` sleeps its argument in ms.

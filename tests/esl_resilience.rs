@@ -3,30 +3,20 @@
 //! `get_cluster_status`, replays the resource on another node, and the tasks that were
 //! waiting for it run there.
 
-use std::future::Future;
 use std::time::Duration;
 
 use escher::esl::resilience::Recovery;
+use escher::esl::testing::{self, within};
 use escher::esl::{ClusterApi, Journal};
 use escher::types::{Capacity, NodeSpec, ResourceName, TaskId, TaskState};
 use escher::{Functions, LocalCluster, Task};
 use escher_head::HeadConfig;
-
-/// Bound on any single wait.
-const LIMIT: Duration = Duration::from_secs(60);
 
 fn functions() -> Functions {
     Functions::new().typed_function("nap", |ctx, ms: u64| async move {
         tokio::time::sleep(Duration::from_millis(ms)).await;
         Ok::<_, String>(ctx.node_id().0)
     })
-}
-
-async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(LIMIT, f).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: not within {LIMIT:?}"),
-    }
 }
 
 fn nap(ms: u64, resources: &str) -> Task {
@@ -69,12 +59,7 @@ async fn a_killed_workers_resource_is_replayed_and_the_waiting_tasks_run() {
     let blocker = within("submit", journal.submit(vec![blocker]))
         .await
         .unwrap()[0];
-    within("the blocker runs", async {
-        while client.task_info(blocker).await.unwrap().status.state != TaskState::Running {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    testing::all_running(&client, &[blocker]).await;
     let waiting: Vec<_> = (0..3)
         .map(|_| nap(50, "cpu=1,data-7=1").max_retries(2).build().unwrap())
         .collect();

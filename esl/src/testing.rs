@@ -51,9 +51,16 @@ pub const LIMIT: Duration = Duration::from_secs(30);
 
 /// `f`'s output, or a panic naming `what` if it takes longer than [`LIMIT`].
 pub async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(LIMIT, f).await {
+    within_for(LIMIT, what, f).await
+}
+
+/// `f`'s output, or a panic naming `what` if it takes longer than `limit`: for a wait that is
+/// long by design (many gangs in turn, shares that converge), where [`within`]'s bound is too
+/// short.
+pub async fn within_for<F: Future>(limit: Duration, what: &str, f: F) -> F::Output {
+    match tokio::time::timeout(limit, f).await {
         Ok(out) => out,
-        Err(_) => panic!("{what}: did not happen within {LIMIT:?}"),
+        Err(_) => panic!("{what}: did not happen within {limit:?}"),
     }
 }
 

@@ -4,15 +4,17 @@
 //! dynamic), DAG order and mutual exclusion, queues (release and weighted fair shares),
 //! resource locking, bin packing.
 //!
-//! Every wait is bounded ([`within`], [`eventually`]); nothing asserts speed. Order is
-//! checked with the head's own timestamps (a task's start against its predecessors' ends).
+//! Waits are `escher_esl::testing`'s, an ESL author's harness: each is bounded by
+//! [`testing::LIMIT`], and a wait for a state listens to the cluster's events instead of
+//! polling; nothing asserts speed. Order is checked with the head's own timestamps (a task's
+//! start against its predecessors' ends).
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::future::Future;
 use std::time::Duration;
 
+use escher::esl::testing::{self, LIMIT, all_running, cancel, within};
 use escher::esl::{
     Affinity, AntiAffinity, BinPacking, Dag, DataLocality, Domain, FairQueues, LeastLoaded,
     LoadBalance, Lock, Queue, ResourceSpec, Semaphore,
@@ -22,8 +24,6 @@ use escher::types::{
 };
 use escher::{Client, Functions, LocalCluster, Task};
 
-/// The bound on any single wait.
-const LIMIT: Duration = Duration::from_secs(30);
 /// How long a `hold` task runs unless cancelled: far longer than any test.
 const HOLD_MS: u64 = 120_000;
 
@@ -56,30 +56,6 @@ async fn start(workers: usize) -> (LocalCluster, Client) {
     (cluster, client)
 }
 
-async fn within<F: Future>(what: &str, f: F) -> F::Output {
-    match tokio::time::timeout(LIMIT, f).await {
-        Ok(out) => out,
-        Err(_) => panic!("{what}: did not finish within {LIMIT:?}"),
-    }
-}
-
-/// Polls `check` every 20 ms until it returns `Some`, failing after [`LIMIT`].
-async fn eventually<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    within(what, async {
-        loop {
-            if let Some(found) = check().await {
-                return found;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-}
-
 fn set(text: &str) -> ResourceSet {
     text.parse().expect("a valid resource set")
 }
@@ -92,11 +68,9 @@ fn hold_task(resources: &str, spec: &ResourceSpec) -> Task {
     spec.apply(Task::function_typed("hold", &HOLD_MS).resources_str(resources))
 }
 
+/// Submits one task (the harness takes built specs).
 async fn submit(client: &Client, task: Task) -> TaskId {
-    within("submit", client.submit(task))
-        .await
-        .expect("submitted")
-        .id()
+    testing::submit(client, vec![task.build().expect("a valid task")]).await[0]
 }
 
 /// The node a finished `where`/`hold` task returned.
@@ -111,31 +85,8 @@ async fn info(client: &Client, task: TaskId) -> TaskInfo {
     client.task_info(task).await.expect("task_info")
 }
 
-/// Waits until every task of `tasks` runs; their nodes.
-async fn all_running(client: &Client, tasks: &[TaskId]) -> Vec<NodeId> {
-    eventually("tasks running", || async {
-        let mut nodes = Vec::new();
-        for t in tasks {
-            let status = info(client, *t).await.status;
-            assert!(!status.state.is_terminal(), "task {t} ended: {status:?}");
-            if status.state != TaskState::Running {
-                return None;
-            }
-            nodes.push(status.node.expect("a running task has a node"));
-        }
-        Some(nodes)
-    })
-    .await
-}
-
 async fn state(client: &Client, task: TaskId) -> TaskState {
     info(client, task).await.status.state
-}
-
-async fn cancel(client: &Client, tasks: &[TaskId]) {
-    within("cancel", client.cancel(tasks.to_vec()))
-        .await
-        .expect("cancelled");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -238,7 +189,7 @@ async fn load_is_spread_statically_and_by_utilisation() {
 
     // Dynamic: each task to the least-utilised node, one after the other, from an idle
     // cluster (the cancelled tasks' cpus are released asynchronously).
-    eventually("an idle cluster", || async {
+    testing::until(&client, "an idle cluster", async || {
         let status = client.cluster_status().await.unwrap();
         let idle = status
             .nodes
