@@ -6,7 +6,9 @@
 //! task gets a cgroup of its own, `slot-K`, under one directory per worker,
 //! `escher-worker-PID-N` (N counts the workers of one process), created inside the worker's own cgroup in the unified (v2) hierarchy (on
 //! a host that mounts cgroup v1 controllers too, the unified hierarchy beside them). When the
-//! task ends, its cgroup is killed and removed; the fence supervisor (`crate::fence`) kills the
+//! task ends, its cgroup is killed and, once empty, reused by a later task (`cgroup_pool.rs`:
+//! a pool of cgroups with their limits written and their files open, put back off the task's
+//! path); the fence supervisor (`crate::fence`) kills the
 //! cgroups it holds when the worker dies or loses its lease; and a worker that starts kills and
 //! removes what is left of workers on this host that died with their supervisor (a
 //! `kill -9` of every process of theirs), before it takes any task.
@@ -47,6 +49,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
+use super::cgroup_pool::{Pool, Slot};
 use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills};
 
 /// The prefix of a worker process's directory of task cgroups.
@@ -83,7 +86,7 @@ impl std::str::FromStr for Hierarchy {
 pub struct TaskCgroups {
     /// `<cgroup2 mount>/<the worker's cgroup>/escher-worker-PID-N`.
     root: PathBuf,
-    /// Empty cgroups, ready for the next task.
+    /// Empty cgroups, ready for the next task (`cgroup_pool.rs`).
     free: Pool,
     /// The number of the next new one.
     next: std::sync::atomic::AtomicU64,
@@ -92,10 +95,6 @@ pub struct TaskCgroups {
     /// Which limits are held, and why the others are not.
     enforcement: Enforcement,
 }
-
-/// Empty task cgroups, each with the limits written into it (`None`: not known), so that a
-/// task asking what the last one there asked for costs no write.
-type Pool = std::sync::Arc<std::sync::Mutex<Vec<(PathBuf, Option<TaskLimits>)>>>;
 
 /// The worker's directory of task cgroups in one hierarchy that holds limits, and the
 /// controllers it holds them with.
@@ -201,9 +200,10 @@ impl TaskCgroups {
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(format!("cannot create {}: {e}", root.display())),
         }
+        let free = Pool::new().map_err(|e| format!("cannot start the cgroup releaser: {e}"))?;
         Ok(TaskCgroups {
             root,
-            free: std::sync::Arc::default(),
+            free,
             next: std::sync::atomic::AtomicU64::new(0),
             places: Vec::new(),
             enforcement: Enforcement::default(),
@@ -226,109 +226,100 @@ impl TaskCgroups {
     }
 
     /// An empty cgroup for one task, holding it to `limits` (those this host enforces, see
-    /// [`TaskCgroups::enforcement`]): one from the pool, or a new one. Fails, and the task
-    /// must not start, when a limit cannot be written.
+    /// [`TaskCgroups::enforcement`]): one from the pool (one holding these limits already if
+    /// there is one: then nothing is written), or a new one. Fails, and the task must not
+    /// start, when a limit cannot be written.
     pub fn create_limited(&self, limits: &TaskLimits) -> io::Result<TaskCgroup> {
-        let reused = self
-            .free
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .pop();
-        let (path, written) = match reused {
+        let mut slot = match self.free.take(limits) {
             Some(slot) => slot,
-            None => {
-                let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let path = self.root.join(format!("slot-{n}"));
-                fs::create_dir(&path)?;
-                (path, None)
-            }
+            None => self.new_slot()?,
         };
-        // Its cgroups in the other hierarchies exist already, holding these limits.
-        let unchanged = written.as_ref() == Some(limits);
-        let cpu_before = cpu_usage(&path);
+        if slot.written.as_ref() != Some(limits) {
+            slot.written = None;
+            if let Err(e) = write_limits(&slot, limits) {
+                self.free.put_empty(slot);
+                return Err(e);
+            }
+            slot.written = Some(*limits);
+        }
         let mut cgroup = TaskCgroup {
-            limit_dirs: Vec::new(),
-            path,
-            cpu_before,
+            cpu_before: slot.cpu_before,
+            slot,
             oom_before: 0,
             memory_limit: limits.memory,
-            written: None,
-            free: std::sync::Arc::clone(&self.free),
+            free: self.free.clone(),
         };
-        // Dropped on error: back in the pool, empty.
-        let name = cgroup
-            .path
-            .file_name()
-            .map(PathBuf::from)
-            .unwrap_or_default();
+        // Read only for a task that has a memory limit to exceed.
+        if limits.memory.is_some() {
+            cgroup.oom_before = cgroup.oom_kills().unwrap_or(0);
+        }
+        Ok(cgroup)
+    }
+
+    /// A new task cgroup, with its cgroups in the hierarchies that hold limits, and its files
+    /// open; no limit written yet.
+    fn new_slot(&self) -> io::Result<Slot> {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let name = format!("slot-{n}");
+        let path = self.root.join(&name);
+        fs::create_dir(&path)?;
+        let mut limit_dirs = Vec::new();
         for place in &self.places {
             let dir = if place.root == self.root {
-                cgroup.path.clone()
+                path.clone()
             } else {
                 let dir = place.root.join(&name);
-                if !unchanged {
-                    match fs::create_dir(&dir) {
-                        Ok(()) => {}
-                        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                        Err(e) => return Err(e),
+                match fs::create_dir(&dir) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        remove(&path);
+                        return Err(e);
                     }
                 }
                 dir
             };
-            if !unchanged {
-                for controller in &place.controllers {
-                    limits.write(&dir, place.version, *controller)?;
-                }
-            }
-            cgroup.limit_dirs.push(LimitDir {
+            limit_dirs.push(LimitDir {
                 path: dir,
                 version: place.version,
                 controllers: place.controllers.clone(),
             });
         }
-        cgroup.written = Some(*limits);
-        cgroup.oom_before = cgroup.oom_kills().unwrap_or(0);
-        Ok(cgroup)
+        Slot::open(path.clone(), limit_dirs).inspect_err(|_| {
+            remove(&path);
+        })
     }
+}
+
+/// Writes `limits` into every cgroup of `slot` that holds one.
+fn write_limits(slot: &Slot, limits: &TaskLimits) -> io::Result<()> {
+    for dir in &slot.limit_dirs {
+        for controller in &dir.controllers {
+            limits.write(&dir.path, dir.version, *controller)?;
+        }
+    }
+    Ok(())
 }
 
 impl Drop for TaskCgroups {
     fn drop(&mut self) {
-        let free = std::mem::take(
-            &mut *self
-                .free
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        );
-        for (path, _) in free {
-            if let Some(name) = path.file_name() {
-                for place in &self.places {
-                    let _ = fs::remove_dir(place.root.join(name));
-                }
-            }
-            let _ = fs::remove_dir(path);
-        }
-        for place in &self.places {
-            let _ = fs::remove_dir(&place.root);
-        }
-        let _ = fs::remove_dir(&self.root);
+        let mut roots: Vec<PathBuf> = self.places.iter().map(|p| p.root.clone()).collect();
+        roots.push(self.root.clone());
+        self.free.close(roots);
     }
 }
 
 /// One task's cgroup: killed when dropped, and back in its pool once empty.
 #[derive(Debug)]
 pub struct TaskCgroup {
-    path: PathBuf,
-    /// The cgroups that hold its limits (`path` itself among them, for the unified hierarchy).
-    limit_dirs: Vec<LimitDir>,
+    slot: Slot,
     /// Its CPU time when the task got it.
     cpu_before: Duration,
-    /// The OOM kills its memory cgroup had counted when the task got it.
+    /// The OOM kills its memory cgroup had counted when the task got it (read only for a task
+    /// with a memory limit).
     oom_before: u64,
     /// The task's memory limit, in bytes.
     memory_limit: Option<u64>,
-    /// The limits written into its cgroups, once all were.
-    written: Option<TaskLimits>,
     free: Pool,
 }
 
@@ -355,16 +346,16 @@ impl OomWatch {
 
 /// One of a task's cgroups that hold its limits.
 #[derive(Debug)]
-struct LimitDir {
-    path: PathBuf,
-    version: Version,
-    controllers: Vec<Controller>,
+pub(super) struct LimitDir {
+    pub(super) path: PathBuf,
+    pub(super) version: Version,
+    pub(super) controllers: Vec<Controller>,
 }
 
 impl TaskCgroup {
     /// Its directory.
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.slot.path
     }
 
     /// Moves process `pid` into the cgroup, then every descendant it has already started (a
@@ -397,12 +388,13 @@ impl TaskCgroup {
     /// The `cgroup.procs` files of the cgroup and of those that hold its limits in v1
     /// hierarchies: a process is in all of them or held by none.
     pub fn procs_files(&self) -> Vec<PathBuf> {
-        std::iter::once(self.path.as_path())
+        std::iter::once(self.slot.path.as_path())
             .chain(
-                self.limit_dirs
+                self.slot
+                    .limit_dirs
                     .iter()
                     .map(|d| d.path.as_path())
-                    .filter(|d| *d != self.path),
+                    .filter(|d| *d != self.slot.path),
             )
             .map(|dir| dir.join("cgroup.procs"))
             .collect()
@@ -411,24 +403,25 @@ impl TaskCgroup {
     /// What the task's processes used so far: CPU time, and the memory they hold now where
     /// the kernel counts it for this cgroup.
     pub fn usage(&self) -> CgroupUsage {
-        let cpu = cpu_usage(&self.path).saturating_sub(self.cpu_before);
+        let cpu = self.slot.cpu().saturating_sub(self.cpu_before);
         let counted = |file: &str, dir: &Path| {
             fs::read_to_string(dir.join(file))
                 .ok()
                 .and_then(|text| text.trim().parse().ok())
         };
-        let memory = counted("memory.current", &self.path)
+        let memory = counted("memory.current", &self.slot.path)
             .or_else(|| {
                 let (dir, _) = self.memory_dir()?;
                 counted("memory.usage_in_bytes", dir)
             })
-            .or_else(|| resident_memory(&self.path));
+            .or_else(|| resident_memory(&self.slot.path));
         CgroupUsage { cpu, memory }
     }
 
     /// The cgroup that holds its memory limit, and its interface.
     fn memory_dir(&self) -> Option<(&Path, Version)> {
-        self.limit_dirs
+        self.slot
+            .limit_dirs
             .iter()
             .find(|d| d.controllers.contains(&Controller::Memory))
             .map(|d| (d.path.as_path(), d.version))
@@ -453,42 +446,42 @@ impl TaskCgroup {
         })
     }
 
+    /// The `cgroup.procs` files of [`TaskCgroup::procs_files`], open for writing: what the
+    /// one-exec spawn writes its child into.
+    pub(super) fn procs_fds(&self) -> &[std::os::fd::OwnedFd] {
+        &self.slot.procs
+    }
+
+    /// The cgroup's directory, open, where it is a cgroup v2 one: the one-exec spawn starts its
+    /// child in it (`clone3` with `CLONE_INTO_CGROUP`), and [`TaskCgroup::procs_fds`]' first
+    /// file is then not written.
+    pub(super) fn dir_fd(&self) -> Option<&std::os::fd::OwnedFd> {
+        self.slot.dir.as_ref()
+    }
+
     /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
     pub fn kill(&self) {
-        if populated(&self.path) != Some(false) {
-            kill_cgroup(&self.path);
+        if self.slot.populated() != Some(false) {
+            kill_cgroup(&self.slot.path);
         }
     }
 }
 
 impl Drop for TaskCgroup {
     fn drop(&mut self) {
-        self.kill();
-        if populated(&self.path) == Some(false) {
-            self.free
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .push((std::mem::take(&mut self.path), self.written));
-            return;
-        }
-        // Its processes are still dying: never reused, removed once empty.
-        remove(&self.path);
-        for dir in &self.limit_dirs {
-            if dir.path != self.path {
-                remove(&dir.path);
-            }
-        }
+        // Killed, emptied and put back by the pool's releaser, off the task's path.
+        self.free.give_back(std::mem::take(&mut self.slot));
     }
 }
 
 /// Whether the cgroup at `path` belongs to the cgroup v1 freezer hierarchy.
-fn is_freezer(path: &Path) -> bool {
+pub(super) fn is_freezer(path: &Path) -> bool {
     path.join("freezer.self_freezing").exists() || path.join("freezer.state").exists()
 }
 
 /// Whether the cgroup at `path` holds a process (`cgroup.events` in v2, `cgroup.procs` in v1);
 /// `None` if unreadable.
-fn populated(path: &Path) -> Option<bool> {
+pub(super) fn populated(path: &Path) -> Option<bool> {
     if let Ok(events) = fs::read_to_string(path.join("cgroup.events")) {
         return events
             .lines()
@@ -511,7 +504,7 @@ fn processes(path: &Path) -> Option<Vec<i32>> {
 
 /// The CPU time of every process that ever ran in the cgroup at `path` (v2), or of those in it
 /// now (v1, whose freezer cgroup does not count CPU time).
-fn cpu_usage(path: &Path) -> Duration {
+pub(super) fn cpu_usage(path: &Path) -> Duration {
     if let Ok(stat) = fs::read_to_string(path.join("cpu.stat")) {
         return stat
             .lines()
@@ -640,7 +633,7 @@ fn children(pid: u32) -> Vec<u32> {
 
 /// Removes the (killed) cgroup at `path`: it can be removed once its processes are gone,
 /// which takes the kernel a moment after the kill.
-fn remove(path: &Path) {
+pub(super) fn remove(path: &Path) {
     for wait_us in [0, 100, 1_000, 10_000, 50_000] {
         std::thread::sleep(Duration::from_micros(wait_us));
         match fs::remove_dir(path) {
@@ -876,8 +869,16 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        // Empty again, so the next task gets it.
+        // Empty again, so the next task gets it once the releaser has put it back.
         assert_eq!(populated(&path), Some(false));
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while cgroups.free.free_count() == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the cgroup never came back to the pool"
+            );
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(cgroups.create().unwrap().path(), path);
     }
 }

@@ -34,7 +34,6 @@
 //! from outside right after the spawn.
 
 use std::io;
-use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -332,9 +331,15 @@ pub async fn run_command(
                     (sink.send)(cgroup.usage(), true).await;
                 }
                 // Read while the task still holds its cgroup.
-                let outcome = match oom.as_ref().and_then(super::OomWatch::exceeded) {
-                    Some(limit) if !exit.success() => CommandOutcome::MemoryExceeded { exit, limit },
-                    _ => CommandOutcome::Exited(exit),
+                // Read only for a failure: a success went past no limit.
+                let exceeded = if exit.success() {
+                    None
+                } else {
+                    oom.as_ref().and_then(super::OomWatch::exceeded)
+                };
+                let outcome = match exceeded {
+                    Some(limit) => CommandOutcome::MemoryExceeded { exit, limit },
+                    None => CommandOutcome::Exited(exit),
                 };
                 cap_logs(&mut logs, opts.log_bytes);
                 return Ok((outcome, logs));
@@ -436,23 +441,8 @@ fn spawn_in_one_exec(
         (None, Some(user)) => Some(user.home.as_path()),
         (None, None) => None,
     };
-    let cgroups = match cgroup {
-        Some(cgroup) => cgroup
-            .procs_files()
-            .into_iter()
-            .map(|file| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(&file)
-                    .map(OwnedFd::from)
-                    .map_err(|source| ExecError::Cgroup {
-                        path: cgroup.path().to_path_buf(),
-                        source,
-                    })
-            })
-            .collect::<Result<Vec<_>, _>>()?,
-        None => Vec::new(),
-    };
+    // Its cgroups' `cgroup.procs`, kept open by the pool between tasks.
+    let cgroups = cgroup.map_or(&[][..], super::TaskCgroup::procs_fds);
     let launch = super::spawn::Launch {
         path: c_string(path.as_os_str().as_bytes())?,
         argv,
@@ -463,7 +453,8 @@ fn spawn_in_one_exec(
         uid: opts.user.as_ref().map(|u| u.uid),
         stdout,
         stderr,
-        cgroups: &cgroups,
+        cgroups,
+        cgroup_dir: cgroup.and_then(super::TaskCgroup::dir_fd),
     };
     super::spawn::spawn(&launch).map_err(|failed| match failed {
         super::spawn::Failed::Spawn(source) => spawn_error(source),

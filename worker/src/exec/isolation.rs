@@ -239,6 +239,10 @@ pub struct UserPool {
     /// The parent of the users' directories: 0711, so that each user reaches its own and lists
     /// none. Removed with the worker.
     homes: tempfile::TempDir,
+    /// The uids whose directory is made and given to them already: a task of theirs costs no
+    /// `mkdir`, `chown` or `chmod` (only its user can change the directory's mode since, and
+    /// no task can remove it from the worker's 0711 parent).
+    homes_made: Mutex<std::collections::BTreeSet<u32>>,
 }
 
 /// The file in the worker's state directory that keeps its namespaces' users.
@@ -272,6 +276,7 @@ impl UserPool {
             file,
             switch: which::which("setpriv").ok(),
             homes,
+            homes_made: Mutex::default(),
         })
     }
 
@@ -308,6 +313,14 @@ impl UserPool {
             }
         };
         let home = self.homes.path().join(uid.to_string());
+        let made = |set: &std::collections::BTreeSet<u32>| set.contains(&uid);
+        if made(&self.homes_made.lock().unwrap_or_else(|p| p.into_inner())) {
+            return Ok(TaskUser {
+                uid,
+                home,
+                switch: self.switch.clone(),
+            });
+        }
         match std::fs::create_dir(&home) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -316,6 +329,10 @@ impl UserPool {
         chown(&home, Some(uid), Some(uid))
             .and_then(|()| std::fs::set_permissions(&home, std::fs::Permissions::from_mode(0o700)))
             .map_err(|e| format!("cannot give {} to uid {uid}: {e}", home.display()))?;
+        self.homes_made
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(uid);
         Ok(TaskUser {
             uid,
             home,

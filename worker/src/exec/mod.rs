@@ -15,6 +15,7 @@
 //! Unix only: it relies on process groups and signals.
 
 mod cgroup;
+mod cgroup_pool;
 mod command;
 mod error;
 mod group;

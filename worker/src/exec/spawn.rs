@@ -13,7 +13,10 @@
 //! 1. every signal with a handler back to its default, `SIGPIPE` too (the worker ignores it);
 //! 2. a process group of its own (`setpgid`);
 //! 3. into its cgroups: `0` written to each `cgroup.procs` the worker opened for it, so that
-//!    nothing of the task ever runs outside them;
+//!    nothing of the task ever runs outside them; where its cgroup is a cgroup v2 one and the
+//!    kernel has `clone3` with `CLONE_INTO_CGROUP` (Linux 5.7; x86-64 here), the child is
+//!    born in that one instead (cheaper than a move, and the pidfd comes with it) and writes
+//!    only the v1 cgroups that hold its limits;
 //! 4. its standard streams (`/dev/null`, its two log files);
 //! 5. its user: no supplementary groups, then the gid, then the uid (`setgroups`, `setresgid`,
 //!    `setresuid` as raw system calls: the C library's wrappers would try to change the user
@@ -80,6 +83,10 @@ pub(super) struct Launch<'a> {
     pub stderr: &'a std::fs::File,
     /// The `cgroup.procs` files of its cgroups, open for writing.
     pub cgroups: &'a [OwnedFd],
+    /// The cgroup v2 directory whose `cgroup.procs` is `cgroups[0]`, open: where this kernel
+    /// and machine allow, the child is started in it (`clone3` with `CLONE_INTO_CGROUP`) and
+    /// writes only the others.
+    pub cgroup_dir: Option<&'a OwnedFd>,
 }
 
 /// Why [`spawn`] failed.
@@ -140,29 +147,21 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         failed_errno: 0,
     };
     let mut stack = vec![0u8; STACK];
-    // SAFETY: the child runs `child` on its own stack, touches only `args` and what it points
-    // to (alive until `clone` returns, which is after the child executed or exited:
-    // CLONE_VFORK), and makes only system calls. Every signal is blocked around it, so that no
-    // handler of the worker runs in the child before it has put the defaults back.
-    let pid = unsafe {
-        let top = stack.as_mut_ptr().add(STACK);
-        let top = top.sub(top as usize % 16);
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
-            child,
-            top.cast::<c_void>(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            (&raw mut args).cast::<c_void>(),
-        );
-        let error = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(Failed::Spawn(error));
+    // SAFETY: as for `clone` below; `clone3` only where its child runs on `stack` too.
+    let started = match launch.cgroup_dir {
+        Some(dir) if !launch.cgroups.is_empty() => unsafe {
+            clone_into_cgroup(&mut args, &cgroups, dir.as_raw_fd(), &mut stack)
+        },
+        _ => None,
+    };
+    let (pid, pidfd) = match started {
+        Some(started) => started,
+        None => {
+            args.cgroups = cgroups.as_ptr();
+            args.cgroup_count = cgroups.len();
+            // SAFETY: see `clone_vfork`.
+            (unsafe { clone_vfork(&mut args, &mut stack) }?, None)
         }
-        pid
     };
     drop(stack);
     // SAFETY: the child has executed its program or exited; what it wrote is there.
@@ -173,6 +172,7 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         )
     };
     if step != 0 {
+        drop(pidfd);
         reap_blocking(pid);
         let error = io::Error::from_raw_os_error(errno);
         return Err(match step {
@@ -180,7 +180,8 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
             _ => Failed::Spawn(error),
         });
     }
-    let pidfd = pidfd_open(pid)
+    let pidfd = pidfd
+        .map_or_else(|| pidfd_open(pid), Ok)
         .and_then(|fd| {
             // SAFETY: the pidfd is the `AsyncFd`'s own, never closed or replaced while it is
             // registered.
@@ -197,6 +198,180 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         pidfd,
         status: None,
     })
+}
+
+/// Starts the child with `clone(CLONE_VM | CLONE_VFORK)` on `stack`; its pid once it has
+/// executed its program or failed.
+///
+/// # Safety
+/// `args` and what it points to stay alive until this returns (it does after the child
+/// executed or exited: `CLONE_VFORK`).
+unsafe fn clone_vfork(args: &mut ChildArgs, stack: &mut [u8]) -> Result<libc::pid_t, Failed> {
+    // SAFETY: the child runs `child` on its own stack, touches only `args` and what it points
+    // to, and makes only system calls. Every signal is blocked around it, so that no handler of
+    // the worker runs in the child before it has put the defaults back.
+    unsafe {
+        let top = stack.as_mut_ptr().add(stack.len());
+        let top = top.sub(top as usize % 16);
+        let old = block_signals();
+        let pid = libc::clone(
+            child,
+            top.cast::<c_void>(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (&raw mut *args).cast::<c_void>(),
+        );
+        let error = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(Failed::Spawn(error));
+        }
+        Ok(pid)
+    }
+}
+
+/// Blocks every signal on this thread; the mask before.
+///
+/// # Safety
+/// The caller puts the old mask back.
+unsafe fn block_signals() -> libc::sigset_t {
+    // SAFETY: plain signal-mask calls on this thread.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        old
+    }
+}
+
+/// `clone3`'s arguments (`struct clone_args` of linux/sched.h, its second version).
+#[repr(C)]
+#[derive(Default)]
+struct CloneArgs {
+    flags: u64,
+    pidfd: u64,
+    child_tid: u64,
+    parent_tid: u64,
+    exit_signal: u64,
+    stack: u64,
+    stack_size: u64,
+    tls: u64,
+    set_tid: u64,
+    set_tid_size: u64,
+    cgroup: u64,
+}
+
+const CLONE_PIDFD: u64 = 0x1000;
+const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+/// Whether `clone3` with `CLONE_INTO_CGROUP` (Linux 5.7) has failed here as unknown: then it
+/// is not tried again.
+static NO_CLONE_INTO_CGROUP: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
+/// How many children `clone3` started in their cgroup (for tests).
+#[cfg(test)]
+static BORN_IN_CGROUP: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Starts the child already in the cgroup v2 directory `dir` (`clone3` with `CLONE_VM |
+/// CLONE_VFORK | CLONE_INTO_CGROUP | CLONE_PIDFD`), writing itself into the other cgroups
+/// (`cgroups[1..]`) only: the kernel places it at birth, which costs less than a move, and
+/// hands the pidfd back with it. Its pid and pidfd once it has executed its program or failed;
+/// `None` where this kernel or architecture cannot (or this cgroup refused): the caller then
+/// starts it with `clone` and writes every cgroup, which reports any error.
+///
+/// # Safety
+/// As [`clone_vfork`].
+#[cfg(target_arch = "x86_64")]
+unsafe fn clone_into_cgroup(
+    args: &mut ChildArgs,
+    cgroups: &[RawFd],
+    dir: RawFd,
+    stack: &mut [u8],
+) -> Option<(libc::pid_t, Option<OwnedFd>)> {
+    use std::sync::atomic::Ordering;
+    if NO_CLONE_INTO_CGROUP.load(Ordering::Relaxed) {
+        return None;
+    }
+    let base = stack.as_mut_ptr() as u64;
+    let top = (base + stack.len() as u64) & !15;
+    let mut pidfd: c_int = -1;
+    let mut clone_args = CloneArgs {
+        flags: libc::CLONE_VM as u64 | libc::CLONE_VFORK as u64 | CLONE_PIDFD | CLONE_INTO_CGROUP,
+        pidfd: (&raw mut pidfd) as u64,
+        exit_signal: libc::SIGCHLD as u64,
+        stack: base,
+        stack_size: top - base,
+        cgroup: dir as u64,
+        ..CloneArgs::default()
+    };
+    args.cgroups = cgroups[1..].as_ptr();
+    args.cgroup_count = cgroups.len() - 1;
+    let arg = (&raw mut *args).cast::<c_void>();
+    let entry: extern "C" fn(*mut c_void) -> c_int = child;
+    let ret: i64;
+    // SAFETY: clone3(2). The child starts on `stack` (its top, 16-byte aligned: `call` then
+    // leaves it as a function expects), with the parent's registers: it calls `child(arg)`,
+    // which executes the program or `_exit`s, and never comes back here; `exit` follows only
+    // for form. The parent goes on at `2:` once the child has executed or exited
+    // (`CLONE_VFORK`). Signals are blocked around it, as for `clone`.
+    unsafe {
+        let old = block_signals();
+        std::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r12",
+            "call r13",
+            "mov edi, eax",
+            "mov eax, 60",
+            "syscall",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 => ret,
+            in("rdi") &raw mut clone_args,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") arg,
+            in("r13") entry,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    if ret < 0 {
+        let errno = (-ret) as c_int;
+        if matches!(
+            errno,
+            libc::ENOSYS | libc::EINVAL | libc::E2BIG | libc::EPERM
+        ) {
+            NO_CLONE_INTO_CGROUP.store(true, Ordering::Relaxed);
+        }
+        tracing::debug!(
+            error = %io::Error::from_raw_os_error(errno),
+            "clone3 into the task's cgroup failed: the child writes itself into it instead"
+        );
+        return None;
+    }
+    #[cfg(test)]
+    BORN_IN_CGROUP.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the kernel's new pidfd, ours alone.
+    let pidfd = (pidfd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(pidfd) });
+    Some((ret as libc::pid_t, pidfd))
+}
+
+/// Other architectures start every task with `clone` (see the x86-64 version).
+///
+/// # Safety
+/// None needed: it starts nothing.
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn clone_into_cgroup(
+    _args: &mut ChildArgs,
+    _cgroups: &[RawFd],
+    _dir: RawFd,
+    _stack: &mut [u8],
+) -> Option<(libc::pid_t, Option<OwnedFd>)> {
+    None
 }
 
 /// The child (see the module's doc): never returns unless `execve` failed, then exits.
@@ -411,6 +586,7 @@ mod tests {
             stdout: out,
             stderr: out,
             cgroups,
+            cgroup_dir: None,
         }
     }
 
@@ -456,6 +632,45 @@ mod tests {
             "{failed:?}"
         );
         assert!(!marker.exists(), "the program ran outside its cgroup");
+    }
+
+    /// As root, in a task cgroup of the unified hierarchy (and the v1 cgroups that hold its
+    /// limits, on a host that has them): the child is born in the v2 one (`clone3`, on x86-64)
+    /// and writes itself into the others, so its program runs in all of them.
+    #[cfg(target_arch = "x86_64")]
+    #[tokio::test]
+    async fn a_task_is_born_in_its_cgroup() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test creates cgroups: run it as root (CI does)"
+        );
+        let cgroups = super::super::TaskCgroups::discover(super::super::Hierarchy::Unified)
+            .expect("a unified hierarchy where root may create cgroups");
+        let cgroup = cgroups.create().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let out_path = dir.path().join("out");
+        let out = File::create(&out_path).unwrap();
+        let mut task = launch("cat /proc/self/cgroup", &out, cgroup.procs_fds());
+        task.cgroup_dir = cgroup.dir_fd();
+        let before = BORN_IN_CGROUP.load(std::sync::atomic::Ordering::Relaxed);
+        let mut child = spawn(&task).unwrap();
+        assert!(child.wait().await.unwrap().success());
+        assert_eq!(
+            BORN_IN_CGROUP.load(std::sync::atomic::Ordering::Relaxed),
+            before + 1,
+            "clone3 did not start the child in its cgroup"
+        );
+        let text = std::fs::read_to_string(&out_path).unwrap();
+        let name = cgroup.path().file_name().unwrap().to_str().unwrap();
+        let unified = text.lines().find(|l| l.starts_with("0::")).unwrap();
+        assert!(unified.ends_with(&format!("/{name}")), "{text}");
+        // Each v1 cgroup that holds a limit has it too.
+        let held = cgroup.procs_files().len() - 1;
+        let in_v1 = text
+            .lines()
+            .filter(|l| !l.starts_with("0::") && l.ends_with(&format!("/{name}")))
+            .count();
+        assert_eq!(in_v1, held, "{text}");
     }
 
     /// A program that cannot be executed, or a directory that cannot be entered, is the system's

@@ -115,13 +115,16 @@ struct Pipe {
 }
 
 impl Pipe {
-    /// Writes one line to the supervisor; a supervisor that is gone is the watch thread's to
-    /// replace, and is logged once.
+    /// Writes one line to the supervisor, in one `write` (formatted straight into the pipe,
+    /// each piece of the line would be a system call of its own, and wake the supervisor); a
+    /// supervisor that is gone is the watch thread's to replace, and is logged once.
     fn write(&mut self, line: std::fmt::Arguments<'_>) {
         let Some(stdin) = &mut self.stdin else {
             return;
         };
-        if let Err(error) = stdin.write_fmt(format_args!("{line}\n"))
+        let mut text = line.to_string();
+        text.push('\n');
+        if let Err(error) = stdin.write_all(text.as_bytes())
             && !std::mem::replace(&mut self.broken, true)
         {
             tracing::error!(%error, "the fence supervisor does not read its pipe (it died?)");
