@@ -232,6 +232,19 @@ pub(crate) fn encode_image(
     } else {
         format.max(OBJECTS_FORMAT)
     };
+    // A task result kept as an object is a variant a release before format 7 cannot decode:
+    // such an image says so in its header, and an older release refuses it by name.
+    let result_objects = state.task_records().any(|(_, rec)| {
+        matches!(
+            rec.result.as_deref(),
+            Some(escher_proto::types::TaskResult::Object { .. })
+        )
+    });
+    let format = if result_objects {
+        format.max(RESULT_OBJECTS_FORMAT)
+    } else {
+        format
+    };
     let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
         .map_err(encode_error)?;
     let incarnation = state.incarnation();
