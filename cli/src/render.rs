@@ -78,6 +78,9 @@ pub(crate) fn result(result: Option<&TaskResult>) -> String {
             used_mib,
             limit_mib,
         }) => format!("out of memory ({used_mib} of {limit_mib} MiB)"),
+        Some(TaskResult::Object { size, checksum }) => {
+            format!("returned object of {size} bytes (crc32c {checksum:08x})")
+        }
     }
 }
 

@@ -104,7 +104,7 @@ pub use error::ClientError;
 pub use heads::ClusterRpc;
 pub use heads_api::DashboardTicket;
 pub use logs::LogReader;
-pub use objects::ObjectRef;
+pub use objects::{ObjectRef, REBUILD_PATIENCE};
 pub use reservation::Reservation;
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 pub use tasks::failure_reason;

@@ -213,7 +213,11 @@ impl Client {
         timeout: Option<Duration>,
     ) -> Result<Vec<u8>, ClientError> {
         let id = task.into();
-        returned_bytes(id, self.get_result(id, timeout).await?)
+        match self.get_result(id, timeout).await? {
+            // Above 100 KiB: read from the worker that holds it (`objects/results.rs`).
+            TaskResult::Object { .. } => Ok(self.result_object_bytes(id, timeout).await?.into()),
+            result => returned_bytes(id, result),
+        }
     }
 
     /// Waits for a function task like [`Client::get`] and decodes what it returned (bincode,
@@ -493,6 +497,7 @@ pub fn failure_reason(status: &TaskStatus) -> String {
         Some(TaskResult::Returned(_)) => "the function returned, yet was marked failed".into(),
         Some(TaskResult::Released) => "the ghost was released".into(),
         Some(oom @ TaskResult::OutOfMemory { .. }) => oom.to_string(),
+        Some(TaskResult::Object { .. }) => "the function returned, yet was marked failed".into(),
         None => "no reason given".into(),
     }
 }
@@ -512,6 +517,10 @@ fn returned_bytes(id: TaskId, result: TaskResult) -> Result<Vec<u8>, ClientError
         oom @ TaskResult::OutOfMemory { .. } => Err(ClientError::WrongResultKind {
             id,
             found: oom.to_string(),
+        }),
+        obj @ TaskResult::Object { .. } => Err(ClientError::WrongResultKind {
+            id,
+            found: format!("{obj}; read it with Client::result_object_bytes"),
         }),
     }
 }

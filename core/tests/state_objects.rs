@@ -528,3 +528,91 @@ fn a_namespaces_objects_past_its_byte_quota_are_refused_whole_naming_the_quota()
     big.size = 2048;
     assert!(seal(&mut t, vec![big]).is_empty());
 }
+
+/// Submits a function task with `retries`, runs it on the only node that fits (`only=1`), and
+/// reports its 1 MiB result kept as an object there; the task and its node.
+fn result_made(t: &mut TestState, retries: u32) -> (escher_proto::types::TaskId, NodeId) {
+    let (id, fx) = t.submit(task("cpu=1").function("make").retries(retries));
+    assert_eq!(fx.len(), 1, "{fx:?}");
+    let node = t.status(id).node.expect("placed");
+    let result = TaskResult::Object {
+        size: 1 << 20,
+        checksum: 0x1234_5678,
+    };
+    t.finish(state_support::report(id, 1, Ok(result)));
+    (id, node)
+}
+
+#[test]
+fn a_result_object_is_recorded_with_its_tasks_completion() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let (id, node) = result_made(&mut t, 0);
+    assert_eq!(node, a);
+    assert_eq!(t.task_state(id), TaskState::Succeeded);
+    let view = t
+        .state
+        .locate_object(ObjectId::task_result(id), None, false, None)
+        .unwrap();
+    assert_eq!(
+        (view.size, view.checksum, view.owner),
+        (1 << 20, 0x1234_5678, ObjectOwner::Task(id))
+    );
+    assert_eq!(view.holders.len(), 1);
+    assert_eq!(view.holders[0].node, a);
+    let name = format!("object.{}", ObjectId::task_result(id));
+    assert_eq!(location(&t, a, &name), Some(Capacity::Unbounded));
+    state_support::check_invariants(&t.state);
+}
+
+#[test]
+fn a_lost_result_whose_task_has_a_retry_left_is_rebuilt_under_its_id() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let (id, _) = result_made(&mut t, 1);
+    let b = data_node(&mut t, "b");
+    let object = ObjectId::task_result(id);
+    // The holder is lost: the task runs again (attempt 2, on the other node) in the same
+    // command, and the object waits with no copy and no loss.
+    let fx = t.remove_node(a);
+    assert!(fx.contains(&format!("assign {id}->{b} #2")), "{fx:?}");
+    let status = t.status(id);
+    assert_eq!((status.state, status.attempt), (TaskState::Running, 2));
+    let view = t.state.locate_object(object, None, false, None).unwrap();
+    assert!(view.holders.is_empty() && view.lost.is_none(), "{view:?}");
+    // Its completion records the new copy (a rebuild may give other bytes: they replace).
+    let result = TaskResult::Object {
+        size: 1 << 20,
+        checksum: 0x0bad_cafe,
+    };
+    t.finish(state_support::report(id, 2, Ok(result)));
+    assert_eq!(t.task_state(id), TaskState::Succeeded);
+    let view = t.state.locate_object(object, None, false, None).unwrap();
+    assert_eq!(view.checksum, 0x0bad_cafe);
+    assert_eq!(view.holders.len(), 1);
+    assert_eq!(view.holders[0].node, b);
+    state_support::check_invariants(&t.state);
+}
+
+#[test]
+fn a_lost_result_whose_task_has_no_retry_left_is_lost_saying_why() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let (id, _) = result_made(&mut t, 0);
+    data_node(&mut t, "b");
+    let fx = t.remove_node(a);
+    assert!(!fx.iter().any(|f| f.starts_with("assign")), "{fx:?}");
+    assert_eq!(t.task_state(id), TaskState::Succeeded);
+    let object = ObjectId::task_result(id);
+    match t.state.locate_object(object, None, false, None) {
+        Err(ApplyError::ObjectLost {
+            id: got,
+            node,
+            reason,
+        }) => {
+            assert_eq!((got, node), (object, a));
+            assert!(reason.contains("no retry left"), "{reason}");
+        }
+        other => panic!("expected ObjectLost, got {other:?}"),
+    }
+}

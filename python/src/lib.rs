@@ -152,6 +152,8 @@ pub(crate) fn error_ref(e: &ClientError) -> PyErr {
         ClientError::NotFound(_) => NotFoundError::new_err(text),
         ClientError::Timeout { .. } => GetTimeoutError::new_err(text),
         ClientError::ActorDied { .. } => ActorDiedError::new_err(text),
+        // A task's result object whose last copy is gone and that nothing rebuilds.
+        ClientError::ObjectLost { .. } => ObjectLostError::new_err(text),
         _ => EscherError::new_err(text),
     }
 }

@@ -446,8 +446,12 @@ impl Session {
     fn get(&self, py: Python<'_>, id: u64, timeout: Option<f64>) -> PyResult<StatusTuple> {
         let timeout = seconds(timeout, "timeout")?;
         let client = self.client.clone();
-        let status =
-            wait_for(py, async move { client.get(TaskId(id), timeout).await })?.map_err(error)?;
+        // A result kept as an object is read from its holder (`Client::with_result_bytes`).
+        let status = wait_for(py, async move {
+            let status = client.get(TaskId(id), timeout).await?;
+            client.with_result_bytes(status, timeout).await
+        })?
+        .map_err(error)?;
         Ok(to_tuple(py, status))
     }
 
@@ -496,7 +500,10 @@ impl Session {
                         statuses.push(status);
                         return (statuses, None);
                     }
-                    Ok(status) => statuses.push(status),
+                    Ok(status) => match client.with_result_bytes(status, left).await {
+                        Ok(status) => statuses.push(status),
+                        Err(e) => return (statuses, Some(Stop::Client(e))),
+                    },
                     Err(e) => return (statuses, Some(Stop::Client(e))),
                 }
             }

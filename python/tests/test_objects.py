@@ -7,7 +7,8 @@ freed object, an unknown one, another namespace's, an unpicklable value. Then, a
 ``escher-head`` and ``escher-worker`` processes (each store in a folder of its own under
 ``/dev/shm``): a 100 MiB object read by tasks on both workers, a released object's bytes
 leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, and a value larger
-than the store."""
+than the store; a task's large return value kept on its worker, rebuilt by lineage or
+lost with it."""
 
 import gc
 import hashlib
@@ -343,3 +344,72 @@ print("then", escher.get(ref) == b"fits" * 1000)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "object-store-memory" in done.stdout and "object" in done.stdout, done.stdout
     assert "then True" in done.stdout, done.stdout
+
+
+def test_a_large_return_value_stays_on_its_worker_and_is_rebuilt_or_lost_with_it(object_cluster):
+    """A task's 1 MiB return value stays in its worker's store (the file ``TASK.0.*``); its
+    holder SIGKILLed, a task with a retry left runs again and ``get`` returns the same bytes
+    (then passed to another task, worker to worker), one with none raises ObjectLostError."""
+    cluster = object_cluster([64 * MIB, 64 * MIB, 64 * MIB])
+    stores = {name: folder for name, (_proc, folder) in cluster["workers"].items()}
+    signals = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-results-signals-"))
+    code = PROLOGUE + r'''
+signals = pathlib.Path(os.environ["SIGNALS"])
+
+def value(n, seed):
+    return bytes((i * 31 + seed) % 256 for i in range(n))
+
+@escher.remote
+def make(n, seed):
+    return value(n, seed)
+
+@escher.remote
+def digest(v):
+    return hashlib.sha256(v).hexdigest()
+
+keep = make.options(max_retries=1).remote(1 << 20, 3)
+once = make.options(max_retries=0).remote(1 << 20, 4)
+ready, _ = escher.wait([keep, once], num_returns=2, timeout=120)
+assert len(ready) == 2, ready
+(signals / "made").write_text(f"{keep.id} {once.id}")
+while not (signals / "killed").exists():
+    time.sleep(0.05)
+want = hashlib.sha256(value(1 << 20, 3)).hexdigest()
+assert hashlib.sha256(escher.get(keep, timeout=120)).hexdigest() == want
+print("rebuilt", flush=True)
+assert escher.get(digest.remote(keep), timeout=120) == want
+print("passed on", flush=True)
+try:
+    escher.get(once, timeout=120)
+except escher.ObjectLostError as e:
+    print("lost:", e, flush=True)
+'''
+    env = dict(cluster["env"], SIGNALS=str(signals))
+    proc = subprocess.Popen([sys.executable, "-c", code, "3"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (signals / "made").exists() or proc.poll() is not None,
+                   "the two results", 240)
+        assert proc.poll() is None, proc.communicate()
+        keep, once = (signals / "made").read_text().split()
+
+        def holder(task):
+            return next((n for n, f in stores.items() if any(f.glob(f"**/{task}.0.*"))), None)
+
+        holders = {holder(keep), holder(once)}
+        assert None not in holders, holders
+        # The head never carried the bytes: they are in exactly those stores.
+        for name in holders:
+            victim = cluster["workers"][name][0]
+            victim.send_signal(signal.SIGKILL)
+            victim.wait()
+        (signals / "killed").write_text("1")
+        out, err = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        subprocess.run(["rm", "-rf", str(signals)], check=False)
+    assert proc.returncode == 0, out + err
+    assert "rebuilt" in out and "passed on" in out, out + err
+    assert "lost:" in out and f"{once}.0" in out and "no retry left" in out, out + err

@@ -45,6 +45,9 @@ pub struct TaskContext {
     /// The task's object arguments, brought into this node's store before it started, in
     /// the order the head keeps them (largest first).
     object_args: Arc<[crate::objects::ObjectView]>,
+    /// This node's objects, where the results of earlier tasks a Python task takes as
+    /// arguments are brought (`None`: a context made outside a worker).
+    node_objects: Option<crate::objects::NodeObjects>,
 }
 
 /// One output stream of an attempt that runs inside the worker ([`TaskContext::stdout`],
@@ -137,7 +140,19 @@ impl TaskContext {
             cgroups: None,
             logs: None,
             object_args: Arc::from(Vec::new()),
+            node_objects: None,
         }
+    }
+
+    /// The same context, with this node's objects (for the results it reads as objects).
+    pub(crate) fn with_node_objects(mut self, objects: crate::objects::NodeObjects) -> Self {
+        self.node_objects = Some(objects);
+        self
+    }
+
+    /// This node's objects, when the context belongs to a worker.
+    pub(crate) fn node_objects(&self) -> Option<&crate::objects::NodeObjects> {
+        self.node_objects.as_ref()
     }
 
     /// The same context, with the task's object arguments (mapped from this node's store).

@@ -292,6 +292,7 @@ fn in_process_context(
         token,
     )
     .with_cgroups(env.cgroups.clone())
+    .with_node_objects(env.objects.clone())
     .with_logs(Arc::new(TaskLogs {
         dir: env.log_dir.clone(),
         max_bytes: env.log_bytes,
@@ -484,21 +485,22 @@ async fn function(
     let Some(handler) = env.functions.get(name).cloned() else {
         return (Err(env.functions.unknown(name, &env.worker_name)), false);
     };
+    let (task, namespace) = (
+        ctx.task_id(),
+        ctx.namespace().map(|ns| ns.as_str().to_owned()),
+    );
     // Calling the handler inside the spawned task catches a panic in its synchronous part too.
     let mut handle = tokio::spawn(async move { handler(ctx, args).await });
     let stopped = tokio::select! {
         biased;
         joined = &mut handle => {
             return match joined {
-                Ok(Ok(bytes)) if bytes.len() > MAX_RESULT_BYTES => (
-                    Err(format!(
-                        "function {name:?} returned {} bytes, more than the {MAX_RESULT_BYTES} \
-                         bytes a result may have; return a reference to the data instead",
-                        bytes.len()
-                    )),
+                // Above 100 KiB it stays here, in the store (`objects/result.rs`).
+                Ok(Ok(bytes)) => (
+                    crate::objects::result::keep_result(&env.objects, task, namespace, bytes),
                     false,
                 ),
-                Ok(result) => (result.map(|bytes| TaskResult::Returned(bytes.into())), false),
+                Ok(Err(why)) => (Err(why), false),
                 Err(e) if e.is_panic() => {
                     let why = panic_message(e.into_panic());
                     (Err(format!("function {name:?} panicked: {why}")), false)

@@ -8,10 +8,14 @@
 //! - [`Client::put`](crate::Client::put), [`Client::get_object`](crate::Client::get_object)
 //!   and [`ObjectRef`] (`refs.rs`): objects through the head's table, released when their
 //!   last reference is dropped.
+//! - A task's result kept as an object (`results.rs`): read from its holder, rebuilt by
+//!   lineage, owned through [`Client::result_ref`](crate::Client::result_ref).
 
 mod refs;
+mod results;
 mod transfer;
 
 pub use refs::ObjectRef;
 pub(crate) use refs::Puts;
+pub use results::REBUILD_PATIENCE;
 pub use transfer::{ObjectTransferError, fetch_object, push_object};

@@ -112,6 +112,20 @@ impl fmt::Debug for ObjectRef {
 }
 
 impl ObjectRef {
+    /// A new owning reference to object `id` of this client's namespace (a task's result
+    /// object, `results.rs`): dropping its last clone releases the object.
+    pub(crate) fn owning(client: &Client, id: ObjectId, size: u64, checksum: u32) -> ObjectRef {
+        ObjectRef {
+            inner: Arc::new(Owned {
+                id,
+                size,
+                checksum,
+                client: client.clone(),
+                releases: client.puts().releases.clone(),
+            }),
+        }
+    }
+
     /// The object's id (which does not keep it: only refs do).
     pub fn id(&self) -> ObjectId {
         self.inner.id

@@ -423,12 +423,14 @@ impl ClusterState {
         record.gone_because = Some(reason.clone());
         record.left_at = Some(now);
         self.retention.node_left(id);
-        self.objects_node_lost(id, &reason);
-        self.record_node(id, NodeChange::Lost, Some(reason), now);
+        let rebuild = self.objects_node_lost(id, &reason);
+        self.record_node(id, NodeChange::Lost, Some(reason.clone()), now);
         if self.core.node(id).is_some() {
             // (A node that waited for its stream never was in the core.)
             self.core_event(Event::NodeRemoved { node: id }, now);
         }
+        // Lineage: after the node left the core, so that no rebuild is placed on it.
+        self.rebuild_results(&rebuild, id, &reason, now);
         Ok(())
     }
 

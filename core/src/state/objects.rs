@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use escher_proto::types::{
     Capacity, CapacityOp, DATA_ADDRESS_LABEL, Namespace, NodeId, NodeSpec, ObjectAccess,
     ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectTicket, ObjectView, ResourceName,
-    ResourceUpdate, SealedCopy, ticket_key,
+    ResourceUpdate, SealedCopy, TaskId, TaskState, ticket_key,
 };
 use serde::{Deserialize, Serialize};
 
@@ -351,11 +351,13 @@ impl ClusterState {
 
     /// Node `node` was lost (`reason`): its copies go; an object with no copy left is marked
     /// lost with the node and why. (The node's resources, locations included, leave the
-    /// scheduler with it.)
-    pub(crate) fn objects_node_lost(&mut self, node: NodeId, reason: &str) {
+    /// scheduler with it.) Returns the task-made objects left with no copy, for lineage
+    /// ([`ClusterState::rebuild_results`]), which clears or words their loss.
+    pub(crate) fn objects_node_lost(&mut self, node: NodeId, reason: &str) -> Vec<ObjectId> {
         let Some(held) = self.objects.by_node.remove(&node) else {
-            return;
+            return Vec::new();
         };
+        let mut task_made = Vec::new();
         for id in held {
             let Some(rec) = self.objects.objects.get_mut(&id) else {
                 continue;
@@ -366,7 +368,96 @@ impl ClusterState {
                     node,
                     reason: reason.to_string(),
                 });
+                if matches!(rec.owner, ObjectOwner::Task(_)) {
+                    task_made.push(id);
+                }
             }
+        }
+        task_made
+    }
+
+    /// Lineage: each of `lost` (task-made objects whose last copy was on node `node`, lost
+    /// because `reason`) is made again by running its task again under its id, when that task
+    /// succeeded and has a retry left (an attempt counts, as a failed one does); the object
+    /// then waits, with no copy and not lost, until the new attempt's completion records its
+    /// copy. Otherwise the object stays lost, its reason saying why it cannot be rebuilt.
+    pub(crate) fn rebuild_results(
+        &mut self,
+        lost: &[ObjectId],
+        node: NodeId,
+        reason: &str,
+        now: Millis,
+    ) {
+        for &id in lost {
+            let Some(ObjectOwner::Task(task)) = self.objects.get(id).map(|r| r.owner) else {
+                continue;
+            };
+            let refusal = match self.tasks.get(&task) {
+                None => Some(format!(
+                    "its task {task} cannot run again: retention kept only its tombstone"
+                )),
+                Some(t) if t.state != TaskState::Succeeded => Some(format!(
+                    "its task {task} is {} and did not rebuild it",
+                    t.state
+                )),
+                Some(t) if t.attempt > t.spec.max_retries => Some(format!(
+                    "its task {task} may not run again (attempt {} of {}: no retry left)",
+                    t.attempt,
+                    u64::from(t.spec.max_retries) + 1
+                )),
+                Some(_) => None,
+            };
+            if let Some(why) = refusal {
+                if let Some(rec) = self.objects.objects.get_mut(&id) {
+                    rec.lost = Some(ObjectLoss {
+                        node,
+                        reason: format!("{reason}; {why}"),
+                    });
+                }
+                continue;
+            }
+            if let Some(rec) = self.objects.objects.get_mut(&id) {
+                rec.lost = None;
+            }
+            let why = format!("rebuilding its result object {id}: node {node} was lost ({reason})");
+            self.reopen_succeeded(task, why, now);
+        }
+    }
+
+    /// Task `task`'s attempt returned its result as object `(task, 0)` of `size` bytes and
+    /// CRC-32C `checksum`, sealed on node `node`: the copy is recorded with the completion, so
+    /// that "succeeded" is never told before the reference is. A rebuild may give other bytes
+    /// (a task that is not deterministic): with no copy left, the record takes the new ones.
+    /// Refused (the attempt fails, saying why) when the copy cannot count.
+    pub(crate) fn result_sealed(
+        &mut self,
+        task: TaskId,
+        node: NodeId,
+        (size, checksum): (u64, u32),
+        now: Millis,
+    ) -> Result<ObjectId, String> {
+        let id = ObjectId::task_result(task);
+        let namespace = self.tasks.get(&task).and_then(|r| r.namespace());
+        if let Some(rec) = self.objects.objects.get_mut(&id)
+            && rec.holders.is_empty()
+        {
+            rec.size = size;
+            rec.checksum = checksum;
+        }
+        let copy = SealedCopy {
+            id,
+            size,
+            checksum,
+            owner: ObjectOwner::Task(task),
+            namespace,
+            node,
+        };
+        match self.objects_sealed(vec![copy], now) {
+            Ok(dropped) => match dropped.into_iter().next() {
+                Some((_, why)) => Err(format!("its result object {id} was not recorded: {why}")),
+                None => Ok(id),
+            },
+            Err(err) => Err(format!("its result object {id} was not recorded: {err}")),
         }
     }
 

@@ -177,7 +177,7 @@ impl TaskRecord {
             Some(TaskResult::Exited { code }) => format!("exited with code {code}"),
             Some(TaskResult::Returned(bytes)) => format!("returned {} bytes", bytes.len()),
             Some(TaskResult::Released) => "released".to_string(),
-            Some(oom @ TaskResult::OutOfMemory { .. }) => oom.to_string(),
+            Some(r @ (TaskResult::OutOfMemory { .. } | TaskResult::Object { .. })) => r.to_string(),
             None => self.state.to_string(),
         })
     }

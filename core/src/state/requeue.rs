@@ -104,6 +104,28 @@ impl ClusterState {
         self.status(id).ok_or_else(|| self.missing_task(id))
     }
 
+    /// Lineage (`objects.rs`, `rebuild_results`): succeeded task `id`, whose result object was
+    /// lost with its last copy, runs again under its id (its next placement is its next
+    /// attempt). Its result is cleared; those who wait for it wait for the new attempt.
+    pub(crate) fn reopen_succeeded(&mut self, id: TaskId, why: String, now: Millis) {
+        let Some(rec) = self.tasks.get_mut(&id) else {
+            return;
+        };
+        if rec.state != TaskState::Succeeded {
+            return;
+        }
+        rec.result = None;
+        rec.finished_at = None;
+        let ns = rec.namespace();
+        let created = rec.created_names();
+        self.retention.task_reopened(id);
+        count_unfinished(&mut self.unfinished, ns, true);
+        for name in created {
+            self.creators.entry(name).or_default().insert(id);
+        }
+        self.resubmit(id, why, now);
+    }
+
     /// The worker confirmed that the attempt stopped for a requeue ended: the task waits again,
     /// with its new resources.
     pub(crate) fn requeued_attempt_ended(&mut self, id: TaskId, now: Millis) {

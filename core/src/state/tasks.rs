@@ -291,6 +291,18 @@ impl ClusterState {
         // the release starts could admit a waiting task to the bundle of a ghost that ended.
         self.ghost_resources(id, node, false, now);
         self.core_event(Event::TaskFinished { task: id }, now);
+        let mut outcome = report.outcome;
+        if let Ok(TaskResult::Object { size, checksum }) = outcome {
+            // Its copy is recorded with its completion, in this same entry (`objects.rs`).
+            if let Err(why) = self.result_sealed(id, node, (size, checksum), now) {
+                outcome = Err(why);
+            }
+        }
+        let report = TaskFinished {
+            outcome,
+            output: None,
+            ..report
+        };
         let succeeded = report.outcome.as_ref().is_ok_and(TaskResult::is_success);
         if let Some(rec) = self.tasks.get_mut(&id)
             && rec.requeue.is_some()

@@ -640,18 +640,31 @@ pub fn check_invariants(state: &ClusterState) {
 }
 
 /// Every object copy is on a live node that carries its location resource (unbounded), and the
-/// per-node index agrees with the holders; an object without a copy says why it was lost.
+/// per-node index agrees with the holders; an object without a copy says why it was lost, or
+/// waits for its task to run again (lineage).
 fn check_objects(state: &ClusterState) {
     let table = state.objects();
     let mut by_node: BTreeMap<NodeId, BTreeSet<escher_proto::types::ObjectId>> = BTreeMap::new();
     for (id, rec) in table.iter() {
-        assert_eq!(
-            rec.holders.is_empty(),
-            rec.lost.is_some(),
-            "object {id}: holders {:?}, lost {:?}",
-            rec.holders,
-            rec.lost
-        );
+        if rec.holders.is_empty() && rec.lost.is_none() {
+            // Being rebuilt (lineage): its task runs again.
+            let escher_proto::types::ObjectOwner::Task(task) = rec.owner else {
+                panic!("object {id} has no copy and is not lost");
+            };
+            let task_state = state.task(task).map(|r| r.state);
+            assert!(
+                matches!(task_state, Some(TaskState::Pending | TaskState::Running)),
+                "object {id} waits for its rebuild, yet task {task} is {task_state:?}"
+            );
+        } else {
+            assert_eq!(
+                rec.holders.is_empty(),
+                rec.lost.is_some(),
+                "object {id}: holders {:?}, lost {:?}",
+                rec.holders,
+                rec.lost
+            );
+        }
         assert!(!table.was_freed(*id), "object {id} is both live and freed");
         let name = escher_core::state::location_resource(*id, rec.namespace.as_ref());
         for node in &rec.holders {

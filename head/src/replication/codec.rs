@@ -77,7 +77,8 @@ pub enum CodecError {
 /// | 4 | entries may hold `LabelNode` (a variant of `Command` after format 3's): labels set and removed on a live node, and a walltime's drain ([`LABELS_FORMAT`]) |
 /// | 5 | entries may hold `ObjectsSealed`, `ObjectsReleased` and `OpenObjectSession` (the last variants of `Command`), and a snapshot carries the object table after the image: always the incarnation, then the table ([`OBJECTS_FORMAT`]); a group writing an older format refuses objects |
 /// | 6 | entries may hold `RecordDecision` (the last variant of `Command`): an autoscaler's decisions, streamed to watchers ([`DECISIONS_FORMAT`]); a group writing an older format refuses them |
-pub const DATA_FORMAT: u16 = 6;
+/// | 7 | entries and snapshots may hold `TaskResult::Object` (its last variant): a function's result above 100 KiB kept in its worker's store, the head holding its reference ([`RESULT_OBJECTS_FORMAT`]); a group writing an older format fails such an attempt, saying why |
+pub const DATA_FORMAT: u16 = 7;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -99,6 +100,10 @@ pub const OBJECTS_FORMAT: u16 = 5;
 /// The first data format whose entries may hold `RecordDecision`: a group records decisions
 /// (for the watch API) only when it writes this format or a later one.
 pub const DECISIONS_FORMAT: u16 = 6;
+
+/// The first data format whose entries and snapshots may hold a task result kept as an object
+/// (`TaskResult::Object`): a group still writing an older one fails the attempt that made it.
+pub const RESULT_OBJECTS_FORMAT: u16 = 7;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
@@ -226,6 +231,19 @@ pub(crate) fn encode_image(
         format
     } else {
         format.max(OBJECTS_FORMAT)
+    };
+    // A task result kept as an object is a variant a release before format 7 cannot decode:
+    // such an image says so in its header, and an older release refuses it by name.
+    let result_objects = state.task_records().any(|(_, rec)| {
+        matches!(
+            rec.result.as_deref(),
+            Some(escher_proto::types::TaskResult::Object { .. })
+        )
+    });
+    let format = if result_objects {
+        format.max(RESULT_OBJECTS_FORMAT)
+    } else {
+        format
     };
     let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
         .map_err(encode_error)?;

@@ -103,9 +103,14 @@ impl ClusterService {
                 id,
                 size: c.size,
                 checksum: c.crc32c,
-                // A client reports the objects of its own sessions; task results ride in their
-                // task's report.
-                owner: ObjectOwner::Session(id.owner()),
+                // A client reports the objects of its own sessions (ids from FIRST_SESSION up);
+                // a worker the copies it fetched, a task's result object's among them (an id
+                // below: the task's).
+                owner: if id.owner() >= crate::state::FIRST_SESSION {
+                    ObjectOwner::Session(id.owner())
+                } else {
+                    ObjectOwner::Task(escher_proto::types::TaskId(id.owner()))
+                },
                 namespace: namespace.clone(),
                 node: NodeId(c.node),
             });

@@ -314,6 +314,9 @@ impl From<TaskFinished> for wire::TaskFinished {
                 used_mib,
                 limit_mib,
             }),
+            Ok(TaskResult::Object { size, checksum }) => {
+                Outcome::Object(wire::ResultObject { size, checksum })
+            }
             Err(e) => Outcome::Error(e),
         };
         wire::TaskFinished {
@@ -342,6 +345,10 @@ impl TryFrom<wire::TaskFinished> for TaskFinished {
             Outcome::OutOfMemory(w) => Ok(TaskResult::OutOfMemory {
                 used_mib: w.used_mib,
                 limit_mib: w.limit_mib,
+            }),
+            Outcome::Object(w) => Ok(TaskResult::Object {
+                size: w.size,
+                checksum: w.checksum,
             }),
             Outcome::Error(e) => Err(e),
         };

@@ -252,6 +252,9 @@ impl From<TaskResult> for wire::TaskResult {
                 used_mib,
                 limit_mib,
             }),
+            TaskResult::Object { size, checksum } => {
+                task_result::Result::Object(wire::ResultObject { size, checksum })
+            }
         };
         wire::TaskResult {
             result: Some(result),
@@ -269,6 +272,10 @@ impl TryFrom<wire::TaskResult> for TaskResult {
             task_result::Result::OutOfMemory(w) => TaskResult::OutOfMemory {
                 used_mib: w.used_mib,
                 limit_mib: w.limit_mib,
+            },
+            task_result::Result::Object(w) => TaskResult::Object {
+                size: w.size,
+                checksum: w.checksum,
             },
         })
     }

@@ -34,12 +34,23 @@ impl ObjectId {
         self.1
     }
 
+    /// The object that holds task `task`'s result when it is larger than
+    /// [`INLINE_RESULT_BYTES`]: `(task, 0)`, whichever attempt makes it.
+    pub fn task_result(task: TaskId) -> ObjectId {
+        ObjectId(task.0, 0)
+    }
+
     /// The local part of the ephemeral resource that marks a node holding a copy
     /// (`object.7.0`; the head qualifies it with the object's namespace, `NS/object.7.0`).
     pub fn location_name(self) -> String {
         format!("{LOCATION_PREFIX}{self}")
     }
 }
+
+/// The largest function result that travels inline, in the task's result through the head
+/// (Ray's threshold, docs/ARCHITECTURE.md "Objects"); a larger one stays in the store of the
+/// worker that made it ([`TaskResult::Object`](super::TaskResult::Object)).
+pub const INLINE_RESULT_BYTES: usize = 100 * 1024;
 
 /// What every object location resource's local part starts with (`object.` then the id).
 pub const LOCATION_PREFIX: &str = "object.";

@@ -192,6 +192,16 @@ pub enum TaskResult {
         /// MiB its device has.
         limit_mib: u64,
     },
+    /// A function returned more than [`INLINE_RESULT_BYTES`](super::INLINE_RESULT_BYTES): the
+    /// bytes stay in the store of the worker that made them as the object
+    /// [`ObjectId::task_result`](super::ObjectId::task_result)`(task)`, and the head keeps this
+    /// reference (and the copy in its object table). From data format 7.
+    Object {
+        /// Its length in bytes.
+        size: u64,
+        /// The CRC-32C (Castagnoli) of its bytes.
+        checksum: u32,
+    },
 }
 
 impl TaskResult {
@@ -199,7 +209,7 @@ impl TaskResult {
     pub fn is_success(&self) -> bool {
         match self {
             TaskResult::Exited { code } => *code == 0,
-            TaskResult::Returned(_) | TaskResult::Released => true,
+            TaskResult::Returned(_) | TaskResult::Released | TaskResult::Object { .. } => true,
             TaskResult::OutOfMemory { .. } => false,
         }
     }
@@ -211,6 +221,12 @@ impl std::fmt::Display for TaskResult {
             TaskResult::Exited { code } => write!(f, "exit code {code}"),
             TaskResult::Returned(bytes) => write!(f, "returned {} bytes", bytes.len()),
             TaskResult::Released => f.write_str("released"),
+            TaskResult::Object { size, checksum } => {
+                write!(
+                    f,
+                    "returned an object of {size} bytes (CRC-32C {checksum:08x})"
+                )
+            }
             TaskResult::OutOfMemory {
                 used_mib,
                 limit_mib,

@@ -22,47 +22,59 @@ pub(crate) async fn fetch_args(
         return Ok(Vec::new());
     };
     let ids = parse_object_args(value).map_err(|e| format!("label {OBJECTS_LABEL}: {e}"))?;
-    let namespace = ctx.namespace().map(|ns| ns.as_str().to_owned());
-    let here = ctx.node_id();
     let mut views = Vec::with_capacity(ids.len());
     for id in ids {
-        let info = ctx
-            .locate_object(id)
-            .await
-            .map_err(|e| format!("object argument {id}: {}", why(&e)))?;
-        let local = info.holders.iter().any(|h| h.node == here);
-        let holders: Vec<Holder> = info
-            .holders
-            .iter()
-            .filter(|h| h.node != here)
-            .filter_map(|h| {
-                Some(Holder {
-                    node: h.node,
-                    address: h.address.clone()?,
-                    ticket: h.ticket.clone()?,
-                })
-            })
-            .collect();
-        let view = fetch_object(objects, id, namespace.clone(), &holders)
+        let view = bring(objects, ctx, id)
             .await
             .map_err(|e| format!("object argument {id}: {e}"))?;
-        if (view.len(), view.crc32c()) != (info.size, info.checksum) {
-            return Err(format!(
-                "object argument {id}: this node's copy has {} bytes with CRC-32C {:08x}, the \
-                 head recorded {} bytes with {:08x}",
-                view.len(),
-                view.crc32c(),
-                info.size,
-                info.checksum
-            ));
-        }
-        if !local && let Err(err) = ctx.report_copy(&view).await {
-            // The task has its bytes; only the head's map of copies misses this one.
-            tracing::warn!(object = %id, %err, "could not report a fetched argument's copy");
-        }
         views.push(view);
     }
     Ok(views)
+}
+
+/// Brings object `id` into this node's store (from a holder, worker to worker, unless it is
+/// here already), checks it against the head's length and CRC-32C, and reports a new copy.
+/// Also how a Python task's argument that is an earlier task's result object arrives
+/// (`python/mod.rs`).
+pub(crate) async fn bring(
+    objects: &NodeObjects,
+    ctx: &TaskContext,
+    id: escher_proto::types::ObjectId,
+) -> Result<ObjectView, String> {
+    let namespace = ctx.namespace().map(|ns| ns.as_str().to_owned());
+    let here = ctx.node_id();
+    let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
+    let local = info.holders.iter().any(|h| h.node == here);
+    let holders: Vec<Holder> = info
+        .holders
+        .iter()
+        .filter(|h| h.node != here)
+        .filter_map(|h| {
+            Some(Holder {
+                node: h.node,
+                address: h.address.clone()?,
+                ticket: h.ticket.clone()?,
+            })
+        })
+        .collect();
+    let view = fetch_object(objects, id, namespace, &holders)
+        .await
+        .map_err(|e| e.to_string())?;
+    if (view.len(), view.crc32c()) != (info.size, info.checksum) {
+        return Err(format!(
+            "this node's copy has {} bytes with CRC-32C {:08x}, the head recorded {} bytes \
+             with {:08x}",
+            view.len(),
+            view.crc32c(),
+            info.size,
+            info.checksum
+        ));
+    }
+    if !local && let Err(err) = ctx.report_copy(&view).await {
+        // The task has its bytes; only the head's map of copies misses this one.
+        tracing::warn!(object = %id, %err, "could not report a fetched copy");
+    }
+    Ok(view)
 }
 
 /// The head's message for a refused call (which names the object), else the whole error.

@@ -112,6 +112,7 @@ mod error;
 mod fetch;
 mod id;
 mod node;
+pub(crate) mod result;
 mod service;
 mod store;
 mod sweep;

@@ -102,7 +102,9 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use escher_proto::types::Labels;
-use escher_proto::types::{Amount, TaskResult, TaskState, WaitReply, WaitRequest};
+use escher_proto::types::{
+    Amount, ObjectId, TaskResult, TaskState, TaskStatus, WaitReply, WaitRequest,
+};
 use escher_proto::{ResourceName, ResourceSet, TaskId, wire};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
@@ -622,28 +624,55 @@ async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes
         ));
     }
     let by_id: HashMap<u64, _> = reply.ready.into_iter().map(|s| (s.id.0, s)).collect();
-    ids.iter()
-        .map(|id| {
-            let status = by_id
-                .get(id)
-                .ok_or_else(|| format!("the head did not answer for {what} task {id}"))?;
-            match (&status.state, &status.result) {
-                (TaskState::Succeeded, Some(TaskResult::Returned(bytes))) => Ok(bytes.clone()),
-                (TaskState::Succeeded, _) if status.evicted => Err(format!(
-                    "{what} task {id} was evicted by the head's retention with its result; \
-                     run it again"
-                )),
-                (state, _) => Err(format!(
-                    "{what} task {id} is {state:?} and returned no value{}",
-                    status
-                        .reason
-                        .as_deref()
-                        .map(|r| format!(": {r}"))
-                        .unwrap_or_default()
-                )),
-            }
+    let mut out = Vec::with_capacity(ids.len());
+    for id in ids {
+        // A result above 100 KiB is an object on the worker that made it: brought here worker
+        // to worker (never through the head), then read from this node's store.
+        if let Some(status) = by_id.get(id)
+            && status.state == TaskState::Succeeded
+            && let Some(TaskResult::Object { .. }) = status.result
+        {
+            let object = ObjectId::task_result(TaskId(*id));
+            let Some(objects) = ctx.node_objects() else {
+                return Err(format!(
+                    "{what} task {id}'s result is object {object}, and this context has no store"
+                ));
+            };
+            let view = crate::objects::args::bring(objects, ctx, object)
+                .await
+                .map_err(|e| format!("{what} task {id}'s result, object {object}: {e}"))?;
+            out.push(Ok(view.bytes()));
+            continue;
+        }
+        out.push(Err(*id));
+    }
+    out.into_iter()
+        .map(|r| match r {
+            Ok(bytes) => Ok(bytes),
+            Err(id) => inline(&by_id, id, what),
         })
         .collect()
+}
+
+/// The inline result of task `id` among `by_id`, or why there is none.
+fn inline(by_id: &HashMap<u64, TaskStatus>, id: u64, what: &str) -> Result<Bytes, String> {
+    let status = by_id
+        .get(&id)
+        .ok_or_else(|| format!("the head did not answer for {what} task {id}"))?;
+    match (&status.state, &status.result) {
+        (TaskState::Succeeded, Some(TaskResult::Returned(bytes))) => Ok(bytes.clone()),
+        (TaskState::Succeeded, _) if status.evicted => Err(format!(
+            "{what} task {id} was evicted by the head's retention with its result; run it again"
+        )),
+        (state, _) => Err(format!(
+            "{what} task {id} is {state:?} and returned no value{}",
+            status
+                .reason
+                .as_deref()
+                .map(|r| format!(": {r}"))
+                .unwrap_or_default()
+        )),
+    }
 }
 
 /// One warm interpreter: a child in a process group of its own and, where the worker has task

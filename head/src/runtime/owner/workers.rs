@@ -203,7 +203,18 @@ impl<S: LogStore> Owner<S> {
                 task: task_id,
                 attempt,
             },
-            WorkerMessage::TaskFinished(report) => {
+            WorkerMessage::TaskFinished(mut report) => {
+                use crate::replication::RESULT_OBJECTS_FORMAT;
+                let writes = self.replica.writes_format();
+                if let Ok(escher_proto::types::TaskResult::Object { size, .. }) = report.outcome
+                    && writes < RESULT_OBJECTS_FORMAT
+                {
+                    // An older replica could not read the result: the attempt fails, saying
+                    // why (refusing the report would leave the worker sending it forever).
+                    report.outcome = Err(format!(
+                        "its result of {size} bytes is an object, which the head group records                          from data format {RESULT_OBJECTS_FORMAT}, and it writes format                          {writes}: upgrade every replica, or return at most 100 KiB"
+                    ));
+                }
                 let pending = Pending::Report {
                     node,
                     report: RunningTask {
