@@ -125,7 +125,7 @@ fn a_new_esl_outside_the_workspace_resolves_against_this_checkout() {
         "axum",
         "raft",
         "clap",
-        // escher-proto ships its generated code (proto/tests/generated.rs keeps it fresh).
+        // escher-proto ships its generated code (escher-proto-gen in proto/gen/ keeps it fresh).
         "tonic-prost-build",
         "prost-build",
         "protoc-bin-vendored",

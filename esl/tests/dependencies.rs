@@ -95,7 +95,7 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
 
 #[test]
 fn an_esl_build_runs_no_code_generator() {
-    // escher-proto ships the code generated from escher.proto (its tests/generated.rs keeps
+    // escher-proto ships the code generated from escher.proto (proto/gen, escher-proto-gen, keeps
     // it fresh), so no build script in an ESL's tree runs protoc or prost-build.
     let crates: BTreeSet<String> = lines("escher-esl", "normal,build")
         .iter()

@@ -247,7 +247,7 @@ pub struct Released {}
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct TaskResult {
     /// The outcome (required).
-    #[prost(oneof = "task_result::Result", tags = "1, 2, 3, 4")]
+    #[prost(oneof = "task_result::Result", tags = "1, 2, 3, 4, 5")]
     pub result: ::core::option::Option<task_result::Result>,
 }
 /// Nested message and enum types in `TaskResult`.
@@ -267,6 +267,10 @@ pub mod task_result {
         /// The task ran out of the memory of its GPU or MIG slice (a failure).
         #[prost(message, tag = "4")]
         OutOfMemory(super::OutOfMemory),
+        /// A function's result above the inline threshold (100 KiB): the object `(task id, 0)`,
+        /// held in the store of the worker that made it (`LocateObject` finds it).
+        #[prost(message, tag = "5")]
+        Object(super::ResultObject),
     }
 }
 /// A task that ran out of its device's memory: what it needed and what the device had.
@@ -2166,7 +2170,7 @@ pub struct TaskFinished {
     #[prost(message, optional, tag = "8")]
     pub output: ::core::option::Option<OutputTail>,
     /// How it ended (required).
-    #[prost(oneof = "task_finished::Outcome", tags = "3, 4, 5, 6, 9")]
+    #[prost(oneof = "task_finished::Outcome", tags = "3, 4, 5, 6, 9, 10")]
     pub outcome: ::core::option::Option<task_finished::Outcome>,
 }
 /// Nested message and enum types in `TaskFinished`.
@@ -2189,6 +2193,9 @@ pub mod task_finished {
         /// It ran out of its GPU's or MIG slice's memory.
         #[prost(message, tag = "9")]
         OutOfMemory(super::OutOfMemory),
+        /// A function's result, sealed in this worker's store as the object `(task id, 0)`.
+        #[prost(message, tag = "10")]
+        Object(super::ResultObject),
     }
 }
 /// The last bytes of a command attempt's stdout and stderr, and how long each stream was.
@@ -2526,6 +2533,17 @@ pub struct RecordDecisionRequest {
 /// The decision was recorded.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct RecordDecisionReply {}
+/// A function task's result kept as an object: `(task id, 0)`, in the store of the worker that
+/// made it; the head records the copy with the task's completion.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ResultObject {
+    /// Its length in bytes.
+    #[prost(uint64, tag = "1")]
+    pub size: u64,
+    /// The CRC-32C (Castagnoli) of its bytes.
+    #[prost(fixed32, tag = "2")]
+    pub checksum: u32,
+}
 /// Where a task is in its life.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, ::prost::Enumeration)]
 #[repr(i32)]
