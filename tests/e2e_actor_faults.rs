@@ -25,7 +25,7 @@ mod procs;
 use std::path::Path;
 use std::time::Duration;
 
-use escher::types::{ACTOR_LABEL, ListTasksRequest, TaskId, TaskState};
+use escher::types::{ACTOR_LABEL, ListTasksRequest, NodeId, TaskId, TaskState};
 use escher::{ClientError, Task};
 use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
 
@@ -127,7 +127,7 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
     assert!(
         cluster
             .worker_output("w1")
-            .contains("ending the actors this worker hosts"),
+            .contains("ending the actors and function tasks this worker hosts"),
         "w1 fenced its actor:\n{}",
         cluster.worker_output("w1")
     );
@@ -350,4 +350,185 @@ async fn the_leader_of_three_head_processes_sigkilled_under_actor_calls_loses_an
         .collect();
     each_once.sort();
     assert_eq!(lines, each_once, "every incarnation ever made");
+}
+
+/// A journal's lines as `EVENT ATTEMPT WORKER`, repeats of one line folded into one.
+fn folded(lines: &[Vec<String>]) -> Vec<String> {
+    let mut kinds: Vec<String> = lines.iter().map(|l| l.join(" ")).collect();
+    kinds.dedup();
+    kinds
+}
+
+/// A Rust function task runs inside the worker process, which the fence supervisor does not
+/// kill: a worker cut off from the head (its streams through a proxy the test blocks) stops the
+/// task's handler when its lease runs out, before the head (after its heartbeat timeout, twice
+/// the lease) retries the task on another worker. `lock_for` holds a file lock while it runs,
+/// so that two live attempts would be a `conflict` in the journal and a failed retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_workers_function_task_is_stopped_before_its_retry_takes_its_lock() {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    actor_workers(&mut cluster);
+    cluster
+        .start_worker_behind_proxy("w1", "cpu=2,memory=512")
+        .await;
+    let client = cluster.client().await;
+    let lock = cluster.dir().join("task.lock");
+    let journal_path = cluster.dir().join("task.lock.journal");
+
+    // Submitted while w1 is the only worker: attempt 1 runs there, for 12 s unless stopped.
+    let task = client
+        .submit_typed::<(u32, String)>(
+            Task::function_typed("lock_for", &(lock.display().to_string(), 12_000u64))
+                .max_retries(1)
+                .resources_str("cpu=1"),
+        )
+        .await
+        .unwrap();
+    eventually("attempt 1 to hold the lock", WAIT, || {
+        let lines = journal(&journal_path);
+        async move { lines.iter().any(|l| l[0] == "tick").then_some(()) }
+    })
+    .await;
+    let w2 = cluster.start_worker("w2", "cpu=2,memory=512").await;
+    cluster.cut_worker_links(true);
+
+    let done = within("the retry's result", task.get(&client, None)).await;
+    let lines = journal(&journal_path);
+    assert!(
+        !lines.iter().any(|l| l[0] == "conflict"),
+        "two attempts would have held the lock at once: {lines:?}"
+    );
+    assert_eq!(done.unwrap(), (2, "w2".to_string()), "{lines:?}");
+    // Attempt 1 let go of the lock before attempt 2 took it, and did nothing after.
+    assert_eq!(
+        folded(&lines),
+        [
+            "take 1 w1",
+            "tick 1 w1",
+            "release 1 w1",
+            "take 2 w2",
+            "tick 2 w2",
+            "release 2 w2"
+        ],
+        "{lines:?}"
+    );
+    assert!(cluster.worker_running("w1"), "w1 was cut off, not killed");
+    assert!(
+        cluster
+            .worker_output("w1")
+            .contains("ending the actors and function tasks this worker hosts"),
+        "w1 fenced its function task:\n{}",
+        cluster.worker_output("w1")
+    );
+    let info = client.task_info(task.id()).await.unwrap();
+    let nodes: Vec<(u32, NodeId)> = info.attempts.iter().map(|a| (a.attempt, a.node)).collect();
+    assert_eq!(nodes.last(), Some(&(2, w2)), "{info:?}");
+}
+
+/// A SIGSTOPped worker cannot let go of what its Rust actor holds inside its process (here a
+/// file lock): the kernel keeps it until the process resumes or dies. The head restarts the
+/// actor elsewhere after its heartbeat timeout; the next incarnation finds the lock held and
+/// waits for it (the documented gap: docs/client.md "Actors"). When the worker resumes, it
+/// serves no call (its lease has run out: a call queued while it was stopped fails as a call
+/// to a dead actor), ends its incarnation, and so frees the lock for the next one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_workers_actor_holds_its_lock_until_it_resumes_and_then_serves_no_call() {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    actor_workers(&mut cluster);
+    cluster.start_worker("w1", "cpu=2,memory=512").await;
+    let client = cluster.client().await;
+    let lock = cluster.dir().join("patient.lock");
+    let journal_path = cluster.dir().join("patient.lock.journal");
+    let locker = within(
+        "create the actor",
+        client.actor(
+            Task::actor_typed("PatientLocker", &(lock.display().to_string(), 60_000u64))
+                .max_restarts(1)
+                .resources_str("cpu=1"),
+        ),
+    )
+    .await
+    .unwrap();
+    let first: (u32, String) = within("a call", locker.call("hold", &())).await.unwrap();
+    assert_eq!(first, (1, "w1".to_string()));
+    let w2 = cluster.start_worker("w2", "cpu=2,memory=512").await;
+
+    cluster.freeze_worker("w1", true);
+    // A call sent to the stopped worker: it waits in the kernel's buffers until w1 resumes.
+    let queued = {
+        let locker = locker.clone();
+        tokio::spawn(async move { locker.call::<_, (u32, String)>("hold", &()).await })
+    };
+    eventually("incarnation 2 to wait for the lock on w2", WAIT, || {
+        let lines = journal(&journal_path);
+        async move {
+            lines
+                .iter()
+                .any(|l| l.join(" ") == "wait 2 w2")
+                .then_some(())
+        }
+    })
+    .await;
+    // The gap: the stopped process still holds the lock.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let lines = journal(&journal_path);
+    assert!(
+        !lines.iter().any(|l| l[0] == "take" && l[1] == "2"),
+        "{lines:?}"
+    );
+
+    cluster.freeze_worker("w1", false);
+    // A call sent as w1 resumes may still reach it: refused as a call to a dead actor (w1's
+    // lease ran out), never served; the caller's next call goes to incarnation 2.
+    let mut refused = Vec::new();
+    let again = loop {
+        match within(
+            "a call after w1 resumed",
+            locker.call::<_, (u32, String)>("hold", &()),
+        )
+        .await
+        {
+            Ok(answer) => break answer,
+            Err(e) if refused.len() < 3 => refused.push(e),
+            Err(e) => panic!("{e}; before: {refused:?}"),
+        }
+    };
+    assert_eq!(again, (2, "w2".to_string()));
+    for e in &refused {
+        assert!(
+            matches!(e, ClientError::ActorDied { reason, .. } if reason.contains("fenced")),
+            "{e}"
+        );
+    }
+    match within("the call queued on the stopped worker", queued)
+        .await
+        .unwrap()
+    {
+        Ok(answer) => assert_eq!(answer, (2, "w2".to_string()), "resent to incarnation 2"),
+        Err(e) => assert!(matches!(e, ClientError::ActorDied { .. }), "{e}"),
+    }
+    let lines = journal(&journal_path);
+    assert!(
+        !lines.iter().any(|l| l[0] == "conflict"),
+        "the next incarnation gave up on the lock: {lines:?}"
+    );
+    assert_eq!(
+        folded(&lines),
+        [
+            "take 1 w1",
+            "call 1 w1",
+            "wait 2 w2",
+            "release 1 w1",
+            "take 2 w2",
+            "call 2 w2"
+        ],
+        "{lines:?}"
+    );
+    let view = locker.describe().await.unwrap();
+    assert_eq!(
+        (view.state, view.incarnation, view.node),
+        (TaskState::Running, 2, Some(w2)),
+        "{view:?}"
+    );
+    within("kill", locker.kill(true)).await.unwrap();
 }

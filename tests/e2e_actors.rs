@@ -487,6 +487,33 @@ async fn bad_calls_and_bad_actors_get_clear_errors_and_leave_nothing_behind() {
             .contains("max_restarts applies only to actors"),
         "{err}"
     );
+    // An actor no node can hold is created, and waits with the reason a task gets; a call to
+    // it waits for it; killed, it held nothing.
+    let huge = within(
+        "an actor no node can hold",
+        client.actor(Task::actor_typed("Counter", &0u64).resources_str("cpu=64")),
+    )
+    .await
+    .unwrap();
+    let reason = eventually("its pending reason", || {
+        let (client, id) = (client.clone(), huge.id());
+        async move { client.task_info(id).await.ok()?.pending_reason }
+    })
+    .await;
+    assert_eq!(reason.resource.to_string(), "cpu", "{reason}");
+    assert!(
+        reason.message.contains("cpu") && reason.message.contains("64"),
+        "{reason}"
+    );
+    let view = huge.describe().await.unwrap();
+    assert_eq!(view.state, TaskState::Pending, "{view:?}");
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), huge.call::<(), u64>("get", &()))
+            .await
+            .is_err(),
+        "a call to an actor not yet placed waits"
+    );
+    within("kill it", huge.kill(true)).await.unwrap();
 
     // Nothing is held.
     eventually("every CPU free", || async {
@@ -902,6 +929,37 @@ async fn the_calls_waiting_at_an_actor_are_seen_by_resolve_and_escher_actors() {
     })
     .await;
     assert!(busy <= 5, "{busy} calls waiting, of five");
+    // `escher status` totals the calls waiting at every actor the caller sees.
+    let total = client.cluster_status().await.unwrap().pending_actor_calls;
+    assert!(total.is_some_and(|n| (1..=5).contains(&n)), "{total:?}");
+    let (head, token) = (
+        cluster.head_url().to_string(),
+        cluster.admin_token().to_string(),
+    );
+    let cli = move |args: &'static [&'static str]| {
+        let (head, token) = (head.clone(), token.clone());
+        tokio::task::spawn_blocking(move || {
+            std::process::Command::new(common::escher_bin())
+                .args(args)
+                .env("ESCHER_HEAD", head)
+                .env("ESCHER_TOKEN", token)
+                .env_remove("ESCHER_ACCESS_FILE")
+                .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+                .output()
+                .expect("the escher CLI runs")
+        })
+    };
+    let out = cli(&["status"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(" call waiting (") || text.contains(" calls waiting ("),
+        "escher status totals the waiting calls:\n{text}"
+    );
     let out = tokio::task::spawn_blocking({
         let (head, token) = (
             cluster.head_url().to_string(),
@@ -939,6 +997,17 @@ async fn the_calls_waiting_at_an_actor_are_seen_by_resolve_and_escher_actors() {
         async move { (counter.describe().await.ok()?.pending_calls? == 0).then_some(()) }
     })
     .await;
+    eventually("escher status to total no waiting call", || {
+        let client = client.clone();
+        async move { (client.cluster_status().await.ok()?.pending_actor_calls? == 0).then_some(()) }
+    })
+    .await;
+    let out = cli(&["status"]).await.unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("1 actor: 1 running, 0 pending or restarting, 0 calls waiting"),
+        "{text}"
+    );
 }
 
 /// The events of `watch` about `actor` (its task's `Started` and its actor events), until one

@@ -512,7 +512,11 @@ async fn metrics_are_for_readers_and_admins_not_applications() {
 async fn actors_are_counted_by_state() {
     struct Idle;
     let class = escher::ActorClass::new("Idle", |_ctx, (): ()| async move { Ok(Idle) })
-        .method("ping", |_i: &mut Idle, (): ()| Ok(()));
+        .method("ping", |_i: &mut Idle, (): ()| Ok(()))
+        .method("nap", |_i: &mut Idle, ms: u64| {
+            std::thread::sleep(std::time::Duration::from_millis(ms));
+            Ok(())
+        });
     let addr = free_addr();
     let config = escher_head::HeadConfig {
         metrics: Some(addr),
@@ -564,6 +568,44 @@ async fn actors_are_counted_by_state() {
         value(&scraped, "escher_tasks", &[("state", "running")]),
         1.0
     );
+
+    // The calls waiting at the live actors, as the worker's heartbeats say: four naps of a
+    // second, one at a time, keep some waiting for seconds; then none.
+    let naps: Vec<_> = (0..4)
+        .map(|_| {
+            let alive = alive.clone();
+            tokio::spawn(async move { alive.call::<u64, ()>("nap", &1_000).await })
+        })
+        .collect();
+    let token = cluster.admin_token().to_string();
+    let pending_calls = move || {
+        let token = token.clone();
+        async move {
+            let (_, body) = tokio::task::spawn_blocking(move || scrape(addr, Some(&token)))
+                .await
+                .unwrap();
+            let scraped = parse(&body);
+            let found = scraped
+                .samples
+                .iter()
+                .any(|s| s.metric == "escher_actor_pending_calls");
+            found.then(|| value(&scraped, "escher_actor_pending_calls", &[("namespace", "")]))
+        }
+    };
+    let busy = common::eventually("calls waiting on /metrics", || {
+        let probe = pending_calls.clone();
+        async move { probe().await.filter(|n| *n >= 2.0) }
+    })
+    .await;
+    assert!(busy <= 4.0, "{busy} calls waiting, of four");
+    for nap in naps {
+        within("a nap", nap).await.unwrap().unwrap();
+    }
+    common::eventually("no call waiting on /metrics", || {
+        let probe = pending_calls.clone();
+        async move { probe().await.filter(|n| *n == 0.0) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

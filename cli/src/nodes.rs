@@ -377,6 +377,7 @@ mod tests {
             pending_tasks: 0,
             running_tasks: 3,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         let live: Vec<&NodeStatus> = cluster.nodes.iter().filter(|n| n.alive).collect();
         let running: BTreeMap<NodeId, u64> = [(NodeId(1), 3)].into_iter().collect();

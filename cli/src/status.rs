@@ -108,7 +108,7 @@ impl StatusArgs {
             })?;
         } else {
             let mut text = render_status(&cluster, &pending);
-            text.push_str(&render_actors_line(&actors));
+            text.push_str(&render_actors_line(&actors, cluster.pending_actor_calls));
             if !sees_tasks {
                 text.push_str("a reader token sees no tasks: the pending ones are not listed\n");
             }
@@ -198,8 +198,10 @@ pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String
     out
 }
 
-/// The live actors in one line, by state; nothing when there are none.
-pub fn render_actors_line(actors: &[TaskSummary]) -> String {
+/// One line counting the live actors by state, and the calls waiting at them (`calls`, the
+/// head's total from the workers' heartbeats; left out when the head has none to give): empty
+/// when there are none.
+pub fn render_actors_line(actors: &[TaskSummary], calls: Option<u64>) -> String {
     if actors.is_empty() {
         return String::new();
     }
@@ -209,8 +211,14 @@ pub fn render_actors_line(actors: &[TaskSummary]) -> String {
         .count();
     let n = actors.len();
     let noun = if n == 1 { "actor" } else { "actors" };
+    let calls = match calls {
+        Some(1) => ", 1 call waiting".to_string(),
+        Some(c) => format!(", {c} calls waiting"),
+        None => String::new(),
+    };
     format!(
-        "{n} {noun}: {running} running, {} pending or restarting (escher actors lists them)\n",
+        "{n} {noun}: {running} running, {} pending or restarting{calls} (escher actors lists \
+         them)\n",
         n - running
     )
 }
@@ -366,6 +374,7 @@ mod tests {
             pending_tasks: 3,
             running_tasks: 1,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         }
     }
 
@@ -387,23 +396,32 @@ mod tests {
 
     #[test]
     fn live_actors_are_counted_by_state_in_one_line() {
-        assert_eq!(render_actors_line(&[]), "");
-        assert!(render_actors_line(&[pending().remove(0)]).starts_with("1 actor: 0 running, 1 "));
+        assert_eq!(render_actors_line(&[], Some(3)), "");
+        assert!(
+            render_actors_line(&[pending().remove(0)], None).starts_with("1 actor: 0 running, 1 ")
+        );
         let actor = |id, state, attempt| TaskSummary {
             id: TaskId(id),
             state,
             attempt,
             ..pending().remove(0)
         };
-        let text = render_actors_line(&[
+        let actors = [
             actor(1, TaskState::Running, 1),
             actor(2, TaskState::Running, 3),
             actor(3, TaskState::Pending, 1),
-        ]);
+        ];
         assert_eq!(
-            text,
+            render_actors_line(&actors, None),
             "3 actors: 2 running, 1 pending or restarting (escher actors lists them)\n"
         );
+        // With the head's total of the calls waiting at them.
+        assert_eq!(
+            render_actors_line(&actors, Some(12)),
+            "3 actors: 2 running, 1 pending or restarting, 12 calls waiting (escher actors \
+             lists them)\n"
+        );
+        assert!(render_actors_line(&actors, Some(1)).contains(", 1 call waiting ("));
     }
 
     /// The line whose first words are `first`.

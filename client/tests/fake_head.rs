@@ -546,6 +546,7 @@ impl Cluster for FakeHead {
             pending_tasks: 0,
             running_tasks: 1,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         Ok(Response::new(status.into()))
     }

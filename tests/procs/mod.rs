@@ -1049,7 +1049,11 @@ impl ProcessCluster {
         } else {
             Signal::SIGCONT
         };
-        let hit = self.signal_worker_tree(name, signal, |comm| comm == "escher-worker");
+        // The test worker with Rust actors (`procs::example("test_actor_worker")`) too: a
+        // command name is cut to 15 bytes. Its fence supervisor is `escher-fence`.
+        let hit = self.signal_worker_tree(name, signal, |comm| {
+            comm == "escher-worker" || comm == "test_actor_work"
+        });
         assert!(!hit.is_empty(), "no worker process named {name} to signal");
     }
 

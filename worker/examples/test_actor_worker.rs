@@ -22,6 +22,19 @@
 //!   appends `made ACTOR INCARNATION WORKER` to the file `journal`, so that every incarnation
 //!   ever made, in any worker process, is on record.
 //!
+//! - `PatientLocker((path, wait_ms))` is `Locker` whose constructor waits up to `wait_ms` for
+//!   the lock instead of failing at once: it appends `wait INCARNATION WORKER` when the lock
+//!   was held as it started (a stopped worker's incarnation still holds it), then `take` once
+//!   it holds it, or `conflict` if the wait ran out. Same journal, same `hold()`.
+//!
+//! And one function (a task, not an actor):
+//!
+//! - `lock_for((path, ms))` takes the lock on `path` like `Locker` (`conflict ATTEMPT WORKER`
+//!   and an error if it is held), appends `take ATTEMPT WORKER`, then `tick ATTEMPT WORKER`
+//!   every 100 ms for `ms` milliseconds, and `release ATTEMPT WORKER` as it lets go (when it
+//!   returns, or when its future is dropped: the worker stopped it). It returns
+//!   `(attempt, worker)`.
+//!
 //! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
 
 use std::fs::{File, OpenOptions};
@@ -119,6 +132,106 @@ fn locker(worker: String) -> ActorClass {
     })
 }
 
+/// Opens `path` and takes its lock without waiting: `Ok(None)` if someone else holds it.
+fn try_lock(path: &str) -> Result<Option<File>, String> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| format!("cannot open the lock file {path}: {e}"))?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("cannot lock {path}: {e}")),
+    }
+}
+
+fn patient_locker(worker: String) -> ActorClass {
+    ActorClass::new(
+        "PatientLocker",
+        move |ctx, (path, wait_ms): (String, u64)| {
+            let worker = worker.clone();
+            async move {
+                let incarnation = ctx.attempt();
+                let journal_path = PathBuf::from(format!("{path}.journal"));
+                let deadline = std::time::Instant::now() + Duration::from_millis(wait_ms);
+                let mut waited = false;
+                let file = loop {
+                    if let Some(file) = try_lock(&path)? {
+                        break file;
+                    }
+                    if !waited {
+                        journal(&journal_path, &format!("wait {incarnation} {worker}"))?;
+                        waited = true;
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        journal(&journal_path, &format!("conflict {incarnation} {worker}"))?;
+                        return Err(format!(
+                            "the lock {path} was still held by another incarnation after \
+                             {wait_ms} ms"
+                        ));
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                };
+                journal(&journal_path, &format!("take {incarnation} {worker}"))?;
+                Ok(Locker {
+                    _lock: file,
+                    journal: journal_path,
+                    incarnation,
+                    worker,
+                })
+            }
+        },
+    )
+    .method("hold", |l: &mut Locker, (): ()| {
+        journal(&l.journal, &format!("call {} {}", l.incarnation, l.worker))?;
+        Ok((l.incarnation, l.worker.clone()))
+    })
+}
+
+/// `lock_for`'s hold on the lock: journals its release when dropped, returned or stopped.
+struct Held {
+    _lock: File,
+    journal: PathBuf,
+    line: String,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let _ = journal(&self.journal, &format!("release {}", self.line));
+    }
+}
+
+async fn lock_for(
+    ctx: escher_worker::TaskContext,
+    worker: String,
+    path: String,
+    ms: u64,
+) -> Result<(u32, String), String> {
+    let attempt = ctx.attempt();
+    let journal_path = PathBuf::from(format!("{path}.journal"));
+    let line = format!("{attempt} {worker}");
+    let Some(file) = try_lock(&path)? else {
+        journal(&journal_path, &format!("conflict {line}"))?;
+        return Err(format!(
+            "the lock {path} is held by another attempt: two would hold it"
+        ));
+    };
+    journal(&journal_path, &format!("take {line}"))?;
+    let _held = Held {
+        _lock: file,
+        journal: journal_path.clone(),
+        line: line.clone(),
+    };
+    let until = tokio::time::Instant::now() + Duration::from_millis(ms);
+    while tokio::time::Instant::now() < until {
+        journal(&journal_path, &format!("tick {line}"))?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((attempt, worker))
+}
+
 fn tally(worker: String) -> ActorClass {
     ActorClass::new("Tally", move |ctx, path: String| {
         let worker = worker.clone();
@@ -165,7 +278,12 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .grace(Duration::from_secs_f64(args.grace))
         .python(escher_worker::PythonDetection::Off)
         .actor(locker(args.name.clone()))
-        .actor(tally(args.name));
+        .actor(patient_locker(args.name.clone()))
+        .actor(tally(args.name.clone()));
+    let worker_name = args.name;
+    builder = builder.typed_function("lock_for", move |ctx, (path, ms): (String, u64)| {
+        lock_for(ctx, worker_name.clone(), path, ms)
+    });
     for var in args.pass_env {
         builder = builder.pass_env(var);
     }

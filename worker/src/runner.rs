@@ -508,7 +508,20 @@ async fn function(
                 Err(e) => (Err(format!("function {name:?} did not finish: {e}")), false),
             };
         }
-        () = cancel.cancelled() => (format!("function {name:?} was cancelled"), false),
+        () = cancel.cancelled() => match env.actors.lease_overdue() {
+            // The runtime ended it as its lease ran out (`Runtime::lease_ran_out`).
+            Some(ago) => (
+                format!(
+                    "function {name:?} was fenced: worker {}'s lease ran out {:.1}s ago (it was \
+                     stopped or cut off from the leading head, which retries the task \
+                     elsewhere if it may)",
+                    env.worker_name,
+                    ago.as_secs_f64()
+                ),
+                false,
+            ),
+            None => (format!("function {name:?} was cancelled"), false),
+        },
         () = sleep_or_forever(timeout) => (
             format!("function {name:?} timed out after {:?}", timeout.unwrap_or_default()),
             true,

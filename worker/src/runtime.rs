@@ -137,8 +137,10 @@ struct Running {
     /// (task, attempt).
     seq: u64,
     cancel: CancellationToken,
-    /// Whether it is an actor's incarnation (ended when the lease runs out, see
-    /// [`Runtime::lease_ran_out`]).
+    /// Whether it runs inside this process: an actor's incarnation or a function's handler
+    /// (ended when the lease runs out, see [`Runtime::lease_ran_out`]).
+    in_process: bool,
+    /// Whether it is an actor's incarnation.
     actor: bool,
 }
 
@@ -633,14 +635,20 @@ impl Runtime {
 
     /// The lease ran out without renewal (this worker was stopped, or cut off from the leading
     /// head): the head will count this node lost once its heartbeat timeout (twice the lease)
-    /// passes, and restart its actors elsewhere. So each actor incarnation this worker hosts
-    /// ends now, before its next incarnation can start: its instance is dropped (a Rust
-    /// actor's) or its process killed (a Python actor's; the fence supervisor kills it too),
-    /// and the calls queued or in flight fail with the reason. The end is reported as the
-    /// incarnation's failure once the head is reached again; a head that already counted the
-    /// node lost ignores it. Command tasks are the fence supervisor's (`fence/`); an actor runs
-    /// in this process (a Rust one) or is served through it (a Python one), so it is stopped
-    /// here, which also holds in a worker embedded in another program (no supervisor).
+    /// passes, and retry its tasks and restart its actors elsewhere. So everything this worker
+    /// runs inside its own process ends now, before its next attempt can start:
+    /// - each actor incarnation: its instance is dropped (a Rust actor's) or its process
+    ///   killed (a Python actor's; the fence supervisor kills it too), and the calls queued or
+    ///   in flight fail with the reason;
+    /// - each function task: its handler's future is dropped (a Rust function's; a Python
+    ///   function's interpreter goes with it), and the attempt fails with the reason.
+    ///
+    /// The end is reported as the attempt's failure once the head is reached again; a head
+    /// that already counted the node lost ignores it. Command tasks are the fence supervisor's
+    /// (`fence/`); actors and functions run in this process (Rust ones) or are served through
+    /// it (Python ones), so they are stopped here, which also holds in a worker embedded in
+    /// another program (no supervisor). What a handler moved off its future (a thread it
+    /// spawned, `spawn_blocking` work) is not stopped: docs/client.md says so.
     fn lease_ran_out(&mut self) {
         self.lease_end = None;
         let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at) else {
@@ -652,10 +660,11 @@ impl Runtime {
             self.arm_lease_end();
             return;
         }
-        let actors: Vec<&Running> = self.tasks.values().filter(|r| r.actor).collect();
-        if actors.is_empty() {
+        let ended: Vec<&Running> = self.tasks.values().filter(|r| r.in_process).collect();
+        if ended.is_empty() {
             return;
         }
+        let actors = ended.iter().filter(|r| r.actor).count();
         let why = format!(
             "fenced: worker {}'s lease ran out ({:.1}s without renewal by the leading head, \
              the lease is {:.1}s): the worker was stopped or cut off from the head, which \
@@ -664,10 +673,15 @@ impl Runtime {
             silent.as_secs_f64(),
             lease.as_secs_f64()
         );
-        tracing::warn!(actors = actors.len(), %why, "ending the actors this worker hosts");
+        tracing::warn!(
+            actors,
+            functions = ended.len() - actors,
+            %why,
+            "ending the actors and function tasks this worker hosts"
+        );
         self.env.actors.fence(&why);
-        // Those still in their constructor end too.
-        for running in actors {
+        // Actors still in their constructor end too, and every function's handler.
+        for running in ended {
             running.cancel.cancel();
         }
     }
@@ -827,6 +841,7 @@ impl Runtime {
             Running {
                 seq,
                 cancel: cancel.clone(),
+                in_process: matches!(a.spec.kind, TaskKind::Actor(_) | TaskKind::Function { .. }),
                 actor: matches!(a.spec.kind, TaskKind::Actor(_)),
             },
         );

@@ -268,6 +268,7 @@ impl ClusterState {
             pending_tasks: self.core.pending_count() as u64,
             running_tasks: self.core.running_count() as u64,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         }
     }
 

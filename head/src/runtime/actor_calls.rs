@@ -11,8 +11,11 @@
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use escher_proto::types::{ActorLoad, NodeId, TaskId};
+use escher_proto::TaskState;
+use escher_proto::types::{ActorLoad, NAMESPACE_LABEL, NodeId, TaskId};
 use rustc_hash::FxHashMap;
+
+use crate::state::ClusterState;
 
 /// How long a node's figures are shown without being repeated (a worker sends them with every
 /// heartbeat, a second apart at most by default).
@@ -45,6 +48,34 @@ impl ActorCalls {
         let i = loads.binary_search_by_key(&actor, |l| l.actor).ok()?;
         (loads[i].incarnation == incarnation).then_some(loads[i].pending)
     }
+
+    /// Every fresh figure, with the node that sent it (`escher status` totals those of the
+    /// live incarnations the caller sees: `cluster_svc.rs`).
+    pub(crate) fn fresh(&self) -> Vec<(NodeId, ActorLoad)> {
+        let nodes = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        nodes
+            .iter()
+            .filter(|(_, (_, at))| at.elapsed() <= FRESH)
+            .flat_map(|(node, (loads, _))| loads.iter().map(move |l| (*node, *l)))
+            .collect()
+    }
+}
+
+/// Of the figures `loads` ([`ActorCalls::fresh`]), those of the incarnations the state says
+/// run on the node that reported them, each as its actor's namespace (`None`: no namespace)
+/// and its count: an ended or moved incarnation's last figure is left out. `escher status`
+/// totals them for its caller (`cluster_svc.rs`), `/metrics` by namespace (`metrics.rs`).
+pub(crate) fn live<'a>(
+    state: &'a ClusterState,
+    loads: &'a [(NodeId, ActorLoad)],
+) -> impl Iterator<Item = (Option<&'a str>, u64)> + 'a {
+    loads.iter().filter_map(move |(node, load)| {
+        let task = state.task(load.actor)?;
+        (task.state == TaskState::Running
+            && task.node == Some(*node)
+            && task.attempt == load.incarnation)
+            .then(|| (task.spec.labels.get(NAMESPACE_LABEL), load.pending))
+    })
 }
 
 #[cfg(test)]
@@ -75,5 +106,23 @@ mod tests {
         assert_eq!(calls.pending(NodeId(1), TaskId(3), 2), None);
         calls.reported(NodeId(1), Vec::new());
         assert_eq!(calls.pending(NodeId(1), TaskId(9), 1), None);
+    }
+
+    #[test]
+    fn fresh_lists_every_nodes_latest_figures() {
+        let calls = ActorCalls::default();
+        assert!(calls.fresh().is_empty());
+        calls.reported(NodeId(1), vec![load(9, 1, 4), load(3, 2, 0)]);
+        calls.reported(NodeId(2), vec![load(5, 1, 2)]);
+        let mut all = calls.fresh();
+        all.sort_by_key(|(node, l)| (*node, l.actor));
+        assert_eq!(
+            all,
+            [
+                (NodeId(1), load(3, 2, 0)),
+                (NodeId(1), load(9, 1, 4)),
+                (NodeId(2), load(5, 1, 2))
+            ]
+        );
     }
 }

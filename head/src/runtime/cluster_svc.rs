@@ -470,6 +470,9 @@ impl Cluster for ClusterService {
         let stale = wants_stale(&request);
         let caller = crate::auth::caller(&request)?;
         let counted = request.get_ref().task_counts;
+        // Calls waiting at actors, as workers' heartbeats said: only the leader hears those.
+        let loads = (!stale).then(|| self.actor_calls.fresh());
+        let who = caller.clone();
         let mut status = self
             .owner
             .read(stale, move |s| {
@@ -477,6 +480,12 @@ impl Cluster for ClusterService {
                 if counted {
                     status.namespaces = s.task_counts();
                 }
+                status.pending_actor_calls = loads.map(|loads| {
+                    super::actor_calls::live(s, &loads)
+                        .filter(|(ns, _)| who.sees(*ns))
+                        .map(|(_, pending)| pending)
+                        .sum()
+                });
                 status
             })
             .await?;

@@ -81,6 +81,7 @@ mod tests {
             pending_tasks: 0,
             running_tasks: 0,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         reports.reported(NodeId(1), Some("restarted 1 time(s)".into()));
         reports.reported(NodeId(1), Some("down: no supervisor".into()));

@@ -177,6 +177,9 @@ struct Snapshot {
     live: FxHashMap<NodeId, String>,
     /// Each live worker's last heartbeat figures, by node label.
     workers: Vec<(String, Vec<Metric>)>,
+    /// Calls waiting at the live actors, by namespace, as their workers' last heartbeats said
+    /// (a leader's view; empty on followers, which hear no heartbeats).
+    actor_calls: BTreeMap<String, u64>,
 }
 
 impl Snapshot {
@@ -237,6 +240,7 @@ impl Snapshot {
             outboxes: Vec::new(),
             live,
             workers: Vec::new(),
+            actor_calls: BTreeMap::new(),
         }
     }
 }
@@ -258,6 +262,16 @@ impl Collector for Snapshot {
             let state = state.to_string();
             let labels = [("state", state.as_str()), ("namespace", ns.as_str())];
             actors.encode_family(&labels)?.encode_gauge(n)?;
+        }
+        let help = "Actor method calls waiting at the live actors (queued or running at their \
+                    workers), by namespace, as the workers' last heartbeats said; reported by \
+                    the leading replica only";
+        let mut calls =
+            encoder.encode_descriptor("actor_pending_calls", help, None, MetricType::Gauge)?;
+        for (ns, n) in &self.actor_calls {
+            calls
+                .encode_family(&[("namespace", ns.as_str())])?
+                .encode_gauge(n)?;
         }
         let help = "Objects in the head's table, by namespace and state (live: a copy is held; \
                     lost: its last holder was lost)";
@@ -637,7 +651,20 @@ async fn scrape(State(s): State<Scrape>, headers: HeaderMap) -> Response {
             }
         }
     }
-    let snapshot = s.owner.read(true, Snapshot::of).await;
+    let loads = s.metrics.actor_calls.fresh();
+    let snapshot = s
+        .owner
+        .read(true, move |state| {
+            let mut snapshot = Snapshot::of(state);
+            for (ns, pending) in super::actor_calls::live(state, &loads) {
+                *snapshot
+                    .actor_calls
+                    .entry(ns.unwrap_or_default().to_string())
+                    .or_default() += pending;
+            }
+            snapshot
+        })
+        .await;
     let heads = s.owner.ask(|reply| Msg::Heads { reply }).await;
     let outboxes = s.owner.ask(|reply| Msg::Outboxes { reply }).await;
     let snapshot = match (snapshot, heads, outboxes) {

@@ -86,6 +86,7 @@ impl From<ClusterStatus> for wire::ClusterStatusReply {
                     cancelled: c.cancelled,
                 })
                 .collect(),
+            pending_actor_calls: s.pending_actor_calls,
         }
     }
 }
@@ -111,6 +112,7 @@ impl TryFrom<wire::ClusterStatusReply> for ClusterStatus {
                     cancelled: c.cancelled,
                 })
             })?,
+            pending_actor_calls: w.pending_actor_calls,
         })
     }
 }
@@ -297,6 +299,7 @@ mod tests {
             pending_tasks: 7,
             running_tasks: 3,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         let w = round_trip::<_, wire::ClusterStatusReply>(status);
         let avail: Vec<_> = w.nodes[0].resources.iter().map(|r| r.available).collect();

@@ -26,6 +26,10 @@ pub struct ClusterStatus {
     /// When asked for: the tasks the head keeps, by namespace, in namespace order.
     #[serde(default)]
     pub namespaces: Vec<TaskCounts>,
+    /// How many actor method calls wait at the live actors the caller sees, as their workers'
+    /// latest heartbeats said (`None`: the answering replica hears no heartbeats).
+    #[serde(default)]
+    pub pending_actor_calls: Option<u64>,
 }
 
 /// How many tasks of one namespace are in each state (of those the head keeps: retention drops
@@ -295,6 +299,7 @@ mod tests {
             pending_tasks: 0,
             running_tasks: 0,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         assert_eq!(status.node(NodeId(2)).map(|n| n.name.as_str()), Some("w"));
         let reason = PendingReason {

@@ -97,15 +97,20 @@ impl Lease {
         );
     }
 
-    /// Why no call may start now, if the lease has run out.
-    pub(crate) fn lapsed(&self) -> Option<String> {
+    /// How long ago the lease ran out, if it has.
+    pub(crate) fn overdue(&self) -> Option<std::time::Duration> {
         let until = self.until_ms.load(Ordering::Relaxed);
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
-        (until > 0 && now > until).then(|| {
+        (until > 0 && now > until).then(|| std::time::Duration::from_millis(now - until))
+    }
+
+    /// Why no call may start now, if the lease has run out.
+    pub(crate) fn lapsed(&self) -> Option<String> {
+        self.overdue().map(|ago| {
             format!(
                 "fenced: this worker's lease ran out {:.1}s ago (it was stopped or cut off from \
                  the leading head, which restarts the actor elsewhere if it may)",
-                (now - until) as f64 / 1000.0
+                ago.as_secs_f64()
             )
         })
     }
@@ -180,6 +185,12 @@ impl ActorHost {
     /// The live incarnation of `actor`, if this worker hosts one.
     pub(crate) fn live(&self, actor: TaskId) -> Option<Live> {
         lock(&self.live).get(&actor).cloned()
+    }
+
+    /// How long ago the worker's lease ran out, if it has (a function task stopped then was
+    /// fenced, not cancelled: `runner.rs` says so in its error).
+    pub(crate) fn lease_overdue(&self) -> Option<std::time::Duration> {
+        self.lease.overdue()
     }
 
     /// The worker's lease runs until `until` (renewed by the leading head).

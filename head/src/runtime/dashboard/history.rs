@@ -220,6 +220,7 @@ mod tests {
             pending_tasks: 3,
             running_tasks: 2,
             namespaces: Vec::new(),
+            pending_actor_calls: None,
         };
         let s = Sample::of(&status, 42);
         assert_eq!(s.at_ms, 42);
