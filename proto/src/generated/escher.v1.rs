@@ -768,6 +768,11 @@ pub struct ClusterStatusReply {
     /// application caller).
     #[prost(message, repeated, tag = "4")]
     pub namespaces: ::prost::alloc::vec::Vec<NamespaceTasks>,
+    /// How many actor method calls wait at the live actors the caller sees (queued or running at
+    /// their workers), as each worker's latest heartbeat said; unset where the answering replica
+    /// hears no heartbeats (it does not lead). Soft state, at most a heartbeat old.
+    #[prost(uint64, optional, tag = "5")]
+    pub pending_actor_calls: ::core::option::Option<u64>,
 }
 /// Reads a piece of a command task's output.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
