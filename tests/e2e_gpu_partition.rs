@@ -23,7 +23,7 @@ use escher::Client;
 use escher::types::{TaskId, TaskSpec, TaskState};
 use escher_gpu::partition::SubmitError;
 use escher_gpu::partition::cluster::{ClusterFleet, FleetError};
-use procs::{ProcessCluster, WorkerExtra, eventually};
+use procs::{ProcessCluster, WorkerExtra};
 
 /// A sim-work job of `work` simulated seconds on 2 GPCs (100x compressed) asking `ask`.
 fn job(work: &str, ask: &str) -> TaskSpec {

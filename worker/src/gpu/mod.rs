@@ -37,7 +37,7 @@ use escher_proto::types::{DeviceHold, GpuInfo, Metric, MigDone, gpu_resources};
 
 pub(crate) use allocator::{BindError, DeviceAllocator, Holder};
 pub use check::{DriverProfile, GpuTableCheck, ProfileCheck, Report as TableReport, compare};
-pub use sim::{SIM_MIG_FAIL_VAR, SimGpuError, SimGpuSpec};
+pub use sim::{SimGpuError, SimGpuSpec};
 
 /// Where GPUs come from when a worker starts.
 #[derive(Debug, Clone, Copy)]
