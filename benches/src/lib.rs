@@ -80,6 +80,11 @@ pub struct Options {
     /// The `escher-head` binary W8 runs (default: next to this one, built if missing).
     #[arg(long, env = "ESCHER_HEAD_BIN")]
     pub head_bin: Option<PathBuf>,
+    /// The parts of the `gpu` workload to run, comma-separated (default: every one), so that a
+    /// long run can be split: migm, restarts, preinit, migrator, oltunes, ekya-profile,
+    /// partition, migrator-cluster, astraea.
+    #[arg(long, value_enum, value_delimiter = ',')]
+    pub gpu_parts: Vec<workloads::gpu::Part>,
 }
 
 /// A workload on the command line: every one, the thesis' group, or one by its name.
@@ -228,6 +233,7 @@ pub async fn run(options: &Options) -> anyhow::Result<RunSummary> {
         params: params.clone(),
         out: options.out.clone(),
         head_bin: options.head_bin.clone(),
+        gpu_parts: options.gpu_parts.clone(),
     };
     let machine = Machine::read();
     let mut reports = Vec::new();

@@ -44,6 +44,7 @@ use thiserror::Error;
 
 use crate::{Command, GpuView, InstanceState};
 
+pub mod cluster;
 pub mod fleet;
 #[cfg(test)]
 mod tests;

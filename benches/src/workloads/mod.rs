@@ -41,6 +41,8 @@ pub struct Ctx {
     pub out: PathBuf,
     /// The `escher-head` binary W8 runs as a separate process, if given.
     pub head_bin: Option<PathBuf>,
+    /// The parts of the `gpu` workload to run; empty: every one.
+    pub gpu_parts: Vec<gpu::Part>,
 }
 
 impl Ctx {

@@ -337,14 +337,30 @@ impl Job {
         if self.info.simulated {
             let cost = self.sim_latency.cost(&self.from, &self.to);
             tracing::info!(gpu = index, from = %self.from, to = %self.to, time = ?cost.total(), "simulated MIG reconfiguration");
+            let fail_at = std::env::var(sim::SIM_MIG_FAIL_VAR)
+                .ok()
+                .and_then(|v| sim::injected_failure(&v, index));
             // Phase by phase, as a real one: destroy, create, then library and model load.
-            for phase in [
-                cost.destroy,
-                cost.create,
-                cost.library_load,
-                cost.model_load,
+            for (phase, time) in [
+                (sim::SimPhase::Destroy, cost.destroy),
+                (sim::SimPhase::Create, cost.create),
+                (sim::SimPhase::Library, cost.library_load),
+                (sim::SimPhase::Model, cost.model_load),
             ] {
-                tokio::time::sleep(phase).await;
+                if fail_at == Some(phase) {
+                    let left = sim::left_after(&self.from, &self.to, phase);
+                    tracing::warn!(gpu = index, ?phase, left = %left, "injected NVML error");
+                    return Reconfigured {
+                        info: sim::with_layout(&self.worker, &self.info, &left),
+                        cost,
+                        error: Some(format!(
+                            "NVML error at the {phase:?} phase (simulated: {}={index}:{})",
+                            sim::SIM_MIG_FAIL_VAR,
+                            format!("{phase:?}").to_lowercase()
+                        )),
+                    };
+                }
+                tokio::time::sleep(time).await;
             }
             return Reconfigured {
                 info: sim::with_layout(&self.worker, &self.info, &self.to),

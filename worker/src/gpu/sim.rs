@@ -14,6 +14,14 @@
 //! so the same worker reports the same devices after a restart, and a slice that a
 //! reconfiguration keeps keeps its UUID. They look like NVIDIA's: `GPU-` or `MIG-` and 32 hex
 //! digits in the 8-4-4-4-12 grouping.
+//!
+//! **Injected driver errors, for tests** ([`SIM_MIG_FAIL_VAR`]): with
+//! `ESCHER_SIM_MIG_FAIL=GPU:PHASE` in the worker's environment (`0:create`; several
+//! comma-separated), every reconfiguration of simulated GPU `GPU` fails at `PHASE` (`destroy`,
+//! `create`, `library` or `model`) as NVML would leave it: the phases before it done (a failure
+//! at `create` leaves the destroyed instances gone and none created; at `library` or `model`
+//! the new instances exist), and the error reported with the reconfiguration. A real GPU is
+//! never affected.
 
 use std::fmt;
 use std::str::FromStr;
@@ -83,6 +91,64 @@ impl fmt::Display for SimGpuSpec {
             None => write!(f, "{}", self.model),
             Some(layout) => write!(f, "{}:mig={layout}", self.model),
         }
+    }
+}
+
+/// The environment variable that injects driver errors into simulated GPUs' reconfigurations
+/// (see the module doc).
+pub const SIM_MIG_FAIL_VAR: &str = "ESCHER_SIM_MIG_FAIL";
+
+/// A phase of a reconfiguration, in order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum SimPhase {
+    Destroy,
+    Create,
+    Library,
+    Model,
+}
+
+/// The phase at which reconfigurations of simulated GPU `index` fail, from `value` (the
+/// variable's text): `None` when it names no such GPU or cannot be read (a typo injects
+/// nothing, and says so in the worker's log).
+pub(crate) fn injected_failure(value: &str, index: u32) -> Option<SimPhase> {
+    for entry in value.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let parsed = entry.split_once(':').and_then(|(g, phase)| {
+            let phase = match phase {
+                "destroy" => SimPhase::Destroy,
+                "create" => SimPhase::Create,
+                "library" => SimPhase::Library,
+                "model" => SimPhase::Model,
+                _ => return None,
+            };
+            Some((g.parse::<u32>().ok()?, phase))
+        });
+        match parsed {
+            Some((g, phase)) if g == index => return Some(phase),
+            Some(_) => {}
+            None => tracing::warn!(
+                entry,
+                "{SIM_MIG_FAIL_VAR}: write GPU:PHASE (PHASE: destroy, create, library or model); ignored"
+            ),
+        }
+    }
+    None
+}
+
+/// The layout a simulated GPU is left with when its reconfiguration from `from` to `to` fails
+/// at `phase`: before `create`, unchanged; at `create`, only what both keep; later, `to`.
+pub(crate) fn left_after(from: &Layout, to: &Layout, phase: SimPhase) -> Layout {
+    match phase {
+        SimPhase::Destroy => from.clone(),
+        SimPhase::Create => {
+            let kept: Vec<_> = from
+                .placements()
+                .iter()
+                .filter(|p| to.placements().contains(p))
+                .copied()
+                .collect();
+            Layout::from_placements(from.model(), kept).unwrap_or_else(|_| from.clone())
+        }
+        SimPhase::Library | SimPhase::Model => to.clone(),
     }
 }
 
@@ -185,6 +251,26 @@ mod tests {
 
     fn err(s: &str) -> String {
         s.parse::<SimGpuSpec>().unwrap_err().to_string()
+    }
+
+    #[test]
+    fn injected_failures_name_a_gpu_and_a_phase() {
+        assert_eq!(injected_failure("0:create", 0), Some(SimPhase::Create));
+        assert_eq!(injected_failure("0:create", 1), None);
+        assert_eq!(
+            injected_failure("1:destroy, 0:model", 0),
+            Some(SimPhase::Model)
+        );
+        assert_eq!(injected_failure("0:boot,x:create", 0), None);
+        let m = GpuModel::A100_40GB;
+        let from = Layout::parse(m, "3g.20gb@4,1g.5gb@0").unwrap();
+        let to = Layout::parse(m, "3g.20gb@4,2g.10gb@0").unwrap();
+        assert_eq!(left_after(&from, &to, SimPhase::Destroy), from);
+        assert_eq!(
+            left_after(&from, &to, SimPhase::Create).to_string(),
+            "3g.20gb@4"
+        );
+        assert_eq!(left_after(&from, &to, SimPhase::Library), to);
     }
 
     #[test]

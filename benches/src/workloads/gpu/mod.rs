@@ -53,6 +53,34 @@ mod partition;
 use super::Ctx;
 use crate::report::{Better, Figure, Line, Plot, PlotData, WorkloadReport};
 
+/// A part of the `gpu` workload (`escher-bench gpu --gpu-parts ...`; all when none is named).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Part {
+    /// MIGM's schemes A and B against the sequential full GPU, on a cluster.
+    Migm,
+    /// MIGM's out-of-memory and early restarts, on a cluster.
+    Restarts,
+    /// MIGRator's pre-initialization, on a cluster.
+    Preinit,
+    /// MIGRator against Ekya (MPS), PARIS and the oracle, in memory.
+    Migrator,
+    /// OLTunes against MLaaS and Orion, in memory.
+    Oltunes,
+    /// Ekya's micro-profiler inside the thief, in memory.
+    EkyaProfile,
+    /// Slices on demand against first-fit and a static layout, in memory.
+    Partition,
+    /// One MIGRator window per trace shape against Ekya and PARIS, on a cluster.
+    MigratorCluster,
+    /// Astraea against FIRM and Laius, on a cluster, with and without NVLink.
+    Astraea,
+}
+
+/// Whether `part` is to run.
+fn wanted(ctx: &Ctx, part: Part) -> bool {
+    ctx.gpu_parts.is_empty() || ctx.gpu_parts.contains(&part)
+}
+
 /// The argument that makes this binary run `escher sim-work` (see `bin/escher-bench.rs`).
 pub const SIM_WORK_ARG: &str = "sim-work";
 
@@ -422,7 +450,12 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "energy": "jobs' busy energy (200 W x GPCs/7 over their run) + 50 W idle over the makespan",
     });
     let mut detail = Vec::new();
-    for mix in mixes(ctx.size) {
+    let migm_mixes = if wanted(ctx, Part::Migm) {
+        mixes(ctx.size)
+    } else {
+        Vec::new()
+    };
+    for mix in migm_mixes {
         check_mix(&mix).map_err(anyhow::Error::msg)?;
         let label = mix_label(&mix);
         let key = mix.paper.name.to_lowercase();
@@ -505,14 +538,35 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             "migm_b": b.0,
         }));
     }
-    detail.push(restarts(ctx, scale, &mut report).await?);
-    detail.push(preinitialization(scale, &mut report).await?);
-    detail.push(migrator_in_memory(ctx, &mut report)?);
-    detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
-    detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
-    detail.push(partition::partition_in_memory(ctx, &mut report));
-    detail.push(migrator_on_cluster(ctx, &mut report).await?);
-    detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
+    if wanted(ctx, Part::Restarts) {
+        detail.push(restarts(ctx, scale, &mut report).await?);
+    }
+    if wanted(ctx, Part::Preinit) {
+        detail.push(preinitialization(scale, &mut report).await?);
+    }
+    if wanted(ctx, Part::Migrator) {
+        detail.push(migrator_in_memory(ctx, &mut report)?);
+    }
+    if wanted(ctx, Part::Oltunes) {
+        detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
+    }
+    if wanted(ctx, Part::EkyaProfile) {
+        detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
+    }
+    if wanted(ctx, Part::Partition) {
+        detail.push(partition::partition_in_memory(ctx, &mut report));
+    }
+    if wanted(ctx, Part::MigratorCluster) {
+        detail.push(migrator_on_cluster(ctx, &mut report).await?);
+    }
+    if wanted(ctx, Part::Astraea) {
+        detail.push(astraea::astraea_on_cluster(ctx, &mut report).await?);
+    }
+    if !ctx.gpu_parts.is_empty() {
+        report
+            .notes
+            .push(format!("only these parts were run: {:?}", ctx.gpu_parts));
+    }
     report.notes.push(
         "MIGM: the paper's figures (the thesis column) are its measured gains on an A100 with Rodinia \
          and DNN jobs, each mix against the sequential full GPU; ours use the assumed job models of \

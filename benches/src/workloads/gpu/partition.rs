@@ -98,8 +98,8 @@ pub(super) fn partition_in_memory(ctx: &Ctx, report: &mut WorkloadReport) -> ser
          first wholly idle GPU emptied) and a static layout (3g + 2g + 1g + 1g per GPU, planned in \
          advance), on the same seeded requests and the same fleet of simulated A100-40GBs; instance \
          creation 1.5 s and destruction instant (SimGpu), job times from the speed model. In memory \
-         and in simulated time, not on a cluster: the partitioner is not yet driven through \
-         ClusterApi."
+         and in simulated time; the same policy runs on a cluster through ClusterApi \
+         (escher_gpu::partition::cluster, tests/e2e_gpu_partition.rs), not measured here."
             .into(),
     );
     json!({"mix": "partition", "runs": out})
