@@ -186,7 +186,8 @@ fn needs_systemd_the_systemd_units_verify_and_keep_their_hardening() {
 /// `python3 -m venv` into the directory the first is filling fails with "File exists".
 fn kubernetes_validate() -> (PathBuf, PathBuf) {
     static ONCE: std::sync::OnceLock<(PathBuf, PathBuf)> = std::sync::OnceLock::new();
-    ONCE.get_or_init(find_or_install_kubernetes_validate).clone()
+    ONCE.get_or_init(find_or_install_kubernetes_validate)
+        .clone()
 }
 
 fn find_or_install_kubernetes_validate() -> (PathBuf, PathBuf) {
