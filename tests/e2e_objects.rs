@@ -518,32 +518,51 @@ async fn a_three_replica_heads_leader_killed_during_fetches_loses_and_corrupts_n
     let checksums: Vec<u32> = values.iter().map(|v| crc32c::crc32c(v)).collect();
     // Readers fetch the objects over and over while the leader is killed: each read is whole
     // and checked, or an error; none returns other bytes.
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+    let stop = Arc::new(AtomicBool::new(false));
+    let whole: Arc<[AtomicU32; 2]> = Arc::new([AtomicU32::new(0), AtomicU32::new(0)]);
     let mut readers = Vec::new();
     for r in 0..2 {
         let reader = cluster.client().await;
-        let (ids, checksums, stop) = (ids.clone(), checksums.clone(), stop.clone());
+        let (ids, checksums, stop, whole) =
+            (ids.clone(), checksums.clone(), stop.clone(), whole.clone());
         readers.push(tokio::spawn(async move {
-            let (mut whole, mut failed) = (0u32, Vec::new());
+            let mut failed = Vec::new();
             let mut i = r;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let k = i % ids.len();
                 match reader.get_object(ids[k]).await {
                     Ok(bytes) => {
                         assert_eq!(bytes.len(), 16 << 20, "object {}", ids[k]);
                         assert_eq!(crc32c::crc32c(&bytes), checksums[k], "object {}", ids[k]);
-                        whole += 1;
+                        whole[r].fetch_add(1, Ordering::Relaxed);
                     }
                     Err(e) => failed.push(e.to_string()),
                 }
                 i += 1;
             }
-            (whole, failed)
+            failed
         }));
     }
+    let read_by_each = |at_least: [u32; 2]| {
+        let whole = whole.clone();
+        async move {
+            (whole[0].load(Ordering::Relaxed) >= at_least[0]
+                && whole[1].load(Ordering::Relaxed) >= at_least[1])
+                .then_some(())
+        }
+    };
+    eventually("each reader to read an object whole", WAIT, || {
+        read_by_each([1, 1])
+    })
+    .await;
     let leader = cluster.wait_leader().await;
-    tokio::time::sleep(std::time::Duration::from_millis(1500)).await;
     cluster.kill_head_at(leader);
+    let before = [
+        whole[0].load(Ordering::Relaxed),
+        whole[1].load(Ordering::Relaxed),
+    ];
     let next = cluster.wait_leader().await;
     assert_ne!(next, leader);
     // After the failover every object is still whole in the table and readable.
@@ -555,15 +574,16 @@ async fn a_three_replica_heads_leader_killed_during_fetches_loses_and_corrupts_n
         .await;
         assert_eq!(&back[..], &value[..]);
     }
-    tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    // The readers that ran through the failover read on, whole.
+    eventually(
+        "each reader to read whole again after the failover",
+        WAIT,
+        || read_by_each([before[0] + 1, before[1] + 1]),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
     for reader in readers {
-        let (whole, failed) = reader.await.unwrap();
-        assert!(
-            whole >= 2,
-            "reads succeeded around the failover: {whole}, {failed:?}"
-        );
-        for why in failed {
+        for why in reader.await.unwrap() {
             // A read that failed said why: the head it asked went away, never a bad object.
             assert!(
                 !why.contains("checksum") && !why.contains("unknown object"),
