@@ -60,7 +60,7 @@ impl Figure {
     pub fn new(id: impl Into<String>, metric: impl Into<String>, unit: &str, escher: f64) -> Self {
         let unit = unit.to_string();
         let better = match unit.as_str() {
-            "tasks/s" | "gangs/s" | "resources/s" | "decisions/s" | "× in-memory" => {
+            "tasks/s" | "gangs/s" | "resources/s" | "decisions/s" | "MiB/s" | "× in-memory" => {
                 Better::Higher
             }
             _ => Better::Lower,

@@ -776,12 +776,12 @@ class RemoteFunction:
         if call[2]:
             # Its argument tasks' signals are raised for its id: wait for it.
             tid = session.submit_python(call[0], call[1], self._retries, self._timeout,
-                                        self._name, self._spec)
+                                        self._name, self._spec, call[5])
             return self._submitted(session, tid, call)
         # Sent without waiting for the head's answer: a loop of .remote() calls shares
         # requests; the id is known when first needed.
         pending = session.submit_python_nowait(call[0], call[1], self._retries, self._timeout,
-                                               self._name, self._spec)
+                                               self._name, self._spec, call[5])
         return TaskRef(None, (), "python", pending, call[4])
 
     def map(self, calls: Iterable[Any]) -> List[TaskRef]:
@@ -795,12 +795,14 @@ class RemoteFunction:
         if not prepared:
             return []
         ids = session.submit_python_batch([c[0] for c in prepared], [c[1] for c in prepared],
-                                          self._retries, self._timeout, self._name, self._spec)
+                                          self._retries, self._timeout, self._name, self._spec,
+                                          [c[5] for c in prepared])
         return [self._submitted(session, tid, call) for tid, call in zip(ids, prepared)]
 
     def _prepare(self, session: _escher.Session, args: Sequence[Any],
                  kwargs: Dict[str, Any]) -> Tuple[bytes, str, List[Tuple[int, str]],
-                                                  List[TaskRef], List[ObjectRef]]:
+                                                  List[TaskRef], List[ObjectRef],
+                                                  List[Tuple[int, int]]]:
         """One call's envelope (worker/src/python/mod.rs), its resources, the signals of its
         argument tasks and those tasks. Nothing is submitted here but, the first time, a large
         function's store task."""
@@ -850,12 +852,17 @@ class RemoteFunction:
             b"".join(struct.pack("<Q", d.id) for d in deps),
             payload,
         ])
+        # References given as arguments themselves are named to the head (the task's
+        # escher.objects label): the task is placed where a copy is when that node has room,
+        # and its worker maps the object from its store rather than the task fetching it.
+        direct = [a.id for a in args if isinstance(a, ObjectRef)]
+        direct += [v.id for v in kwargs.values() if isinstance(v, ObjectRef)]
         return (envelope, self._task_resources([sig for _, sig in signals]), signals, deps,
-                met)
+                met, list(dict.fromkeys(direct)))
 
     def _submitted(self, session: _escher.Session, tid: int,
                    call: Tuple[bytes, str, List[Tuple[int, str]], List[TaskRef],
-                               List[ObjectRef]]) -> TaskRef:
+                               List[ObjectRef], List[Tuple[int, int]]]) -> TaskRef:
         for dep, signal in call[2]:
             session.raise_after(dep, signal, [tid])
         return TaskRef(tid, call[3], keep=call[4])

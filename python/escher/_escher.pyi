@@ -73,6 +73,7 @@ class Session:
         timeout: Optional[float] = None,
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
+        objects: List[Tuple[int, int]] = ...,
     ) -> int: ...
     def submit_python_nowait(
         self,
@@ -82,6 +83,7 @@ class Session:
         timeout: Optional[float] = None,
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
+        objects: List[Tuple[int, int]] = ...,
     ) -> Pending: ...
     def submit_python_batch(
         self,
@@ -91,6 +93,7 @@ class Session:
         timeout: Optional[float] = None,
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
+        objects: List[List[Tuple[int, int]]] = ...,
     ) -> List[int]: ...
     def submit_command(
         self,

@@ -15,6 +15,12 @@ installed) give their data out of band by themselves, and ``bytes``, ``bytearray
 read-only array over them and a ``memoryview`` as a read-only view, with no copy; a ``bytes``
 or ``bytearray`` is copied once more, since Python's own types must own their memory.
 
+A reference given to a remote function as an argument itself is mapped, not fetched: the
+call names it to the head (the task's ``escher.objects`` label, so the task is placed where a
+copy is when that node has room), the worker brings a copy into its own store if it has none
+and hands the task's interpreter a descriptor of the sealed file, which the interpreter maps
+read-only (``task_mapped``): a NumPy array argument is then the store's own pages.
+
 A worker's interpreter keeps the last objects its tasks read (``get_object``), so that a
 reference passed to many tasks is fetched once per interpreter.
 
@@ -235,7 +241,24 @@ _kept: "OrderedDict[Tuple[int, int], bytes]" = OrderedDict()
 _kept_lock = threading.Lock()
 
 
+# The object arguments of the task this interpreter runs now that its worker handed over
+# (``worker/src/python/runner.py``): each the sealed file of the worker's store, mapped here
+# read-only. The worker found each in the head's table with the task's own credential (so in
+# the task's namespace) and keeps it pinned until the task answers.
+_mapped: "dict[Tuple[int, int], Any]" = {}
+
+
+def task_mapped(mapped: "dict[Tuple[int, int], Any]") -> None:
+    """Sets the mapped object arguments of the task that starts (``{}`` once it ended)."""
+    global _mapped
+    _mapped = mapped
+
+
 def get_object(ref: ObjectRef) -> Any:
+    mapped = _mapped.get(ref._id)
+    if mapped is not None:
+        # On this node: the store's own pages, no fetch and no copy.
+        return deserialize(mapped)
     from ._api import _current
 
     owner, index = ref._id

@@ -234,6 +234,26 @@ fn common(
     Ok(task)
 }
 
+/// `task` naming `objects` (references given to the call as arguments themselves) in its
+/// `escher.objects` label: the head checks them at submission and places the task where a copy
+/// is, and the worker hands the interpreter the store's files. Those past what the label holds
+/// (256 bytes, about ten) are left out: the task reads them through the head as before.
+fn object_args(mut task: Task, objects: &[(u64, u64)]) -> Task {
+    use escher_proto::types::{ObjectId, format_object_args};
+    let mut named = Vec::new();
+    for &(owner, index) in objects {
+        named.push(ObjectId(owner, index));
+        if format_object_args(&named).len() > OBJECT_LABEL_BYTES {
+            break;
+        }
+        task = task.object_arg_id(ObjectId(owner, index));
+    }
+    task
+}
+
+/// The most bytes a label's value holds (`escher_proto::types::OBJECTS_LABEL`).
+const OBJECT_LABEL_BYTES: usize = 256;
+
 #[pymethods]
 impl Session {
     /// The head's URL(s).
@@ -278,7 +298,7 @@ impl Session {
     }
 
     /// Submits a Python function task (its argument bytes made by the package).
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_python(
         &self,
@@ -289,6 +309,7 @@ impl Session {
         timeout: Option<f64>,
         name: Option<String>,
         spec: Option<PyRef<'_, Spec>>,
+        objects: Vec<(u64, u64)>,
     ) -> PyResult<u64> {
         let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
         let task = common(
@@ -299,13 +320,13 @@ impl Session {
             timeout,
             name,
         )?;
-        self.submit(py, task)
+        self.submit(py, object_args(task, &objects))
     }
 
     /// Submits a Python function task without waiting for the head's answer: the task is
     /// checked here (a bad spec raises at once), sent on the module's runtime (concurrent
     /// submissions share requests), and its id is known when [`Pending::id`] is first asked.
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_python_nowait(
         &self,
@@ -315,6 +336,7 @@ impl Session {
         timeout: Option<f64>,
         name: Option<String>,
         spec: Option<PyRef<'_, Spec>>,
+        objects: Vec<(u64, u64)>,
     ) -> PyResult<Pending> {
         let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
         let task = common(
@@ -324,9 +346,8 @@ impl Session {
             retries,
             timeout,
             name,
-        )?
-        .build()
-        .map_err(error)?;
+        )?;
+        let task = object_args(task, &objects).build().map_err(error)?;
         let client = self.client.clone();
         let (tx, rx) = tokio::sync::oneshot::channel();
         crate::runtime().spawn(async move {
@@ -338,7 +359,7 @@ impl Session {
     }
 
     /// Submits many Python function tasks in one request; `args[i]` requests `resources[i]`.
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_python_batch(
         &self,
@@ -349,7 +370,15 @@ impl Session {
         timeout: Option<f64>,
         name: Option<String>,
         spec: Option<PyRef<'_, Spec>>,
+        objects: Vec<Vec<(u64, u64)>>,
     ) -> PyResult<Vec<u64>> {
+        if !objects.is_empty() && objects.len() != args.len() {
+            return Err(InvalidArgumentError::new_err(format!(
+                "{} calls and {} lists of object arguments",
+                args.len(),
+                objects.len()
+            )));
+        }
         if args.len() != resources.len() {
             return Err(InvalidArgumentError::new_err(format!(
                 "{} calls and {} resource sets",
@@ -360,18 +389,19 @@ impl Session {
         let tasks = args
             .into_iter()
             .zip(&resources)
-            .map(|(bytes, res)| {
+            .enumerate()
+            .map(|(i, (bytes, res))| {
                 let task = Task::function(escher::worker::PYTHON_FUNCTION, bytes);
-                common(
+                let task = common(
                     task,
                     Some(res),
                     spec.as_deref(),
                     retries,
                     timeout,
                     name.clone(),
-                )?
-                .build()
-                .map_err(error)
+                )?;
+                let objects = objects.get(i).map(Vec::as_slice).unwrap_or_default();
+                object_args(task, objects).build().map_err(error)
             })
             .collect::<PyResult<Vec<_>>>()?;
         let client = self.client.clone();

@@ -6,9 +6,10 @@ worker; inside a list they stay references), through a chain of tasks, and the e
 freed object, an unknown one, another namespace's, an unpicklable value. Then, against real
 ``escher-head`` and ``escher-worker`` processes (each store in a folder of its own under
 ``/dev/shm``): a 100 MiB object read by tasks on both workers, a released object's bytes
-leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, and a value larger
-than the store; a task's large return value kept on its worker, rebuilt by lineage or
-lost with it."""
+leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, a value larger
+than the store, a NumPy array argument mapped from the store's file by the task (no fetch,
+no copy: the task's private memory stays far below the array's size); a task's large return
+value kept on its worker, rebuilt by lineage or lost with it."""
 
 import gc
 import hashlib
@@ -413,3 +414,64 @@ except escher.ObjectLostError as e:
     assert proc.returncode == 0, out + err
     assert "rebuilt" in out and "passed on" in out, out + err
     assert "lost:" in out and f"{once}.0" in out and "no retry left" in out, out + err
+
+
+INSPECT = r"""
+import numpy
+
+@escher.remote
+def inspect(array):
+    # Which file the array's pages are a mapping of, from this process's own map.
+    address = array.__array_interface__["data"][0]
+    mapped = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi and len(parts) >= 6:
+                mapped = parts[5]
+    digest = hashlib.sha256(array).hexdigest()  # reads every page
+    with open("/proc/self/status") as status:
+        anon = next(int(l.split()[1]) * 1024 for l in status if l.startswith("RssAnon:"))
+    return (int(os.environ["ESCHER_NODE_ID"]), mapped, digest, anon,
+            bool(array.flags.owndata), bool(array.flags.writeable))
+"""
+
+SAME_NODE = r"""
+import json
+size = int(os.environ["SIZE"])
+array = numpy.random.default_rng(7).integers(0, 255, size=size, dtype=numpy.uint8)
+want = hashlib.sha256(array).hexdigest()
+ref = escher.put(array)
+del array
+first, = escher._objects.holders(ref)
+# A task on each worker: one holds the copy, the other's worker brings one into its own store.
+got = escher.get([inspect.options(resources={"cpu": 1, w: 1}).remote(ref)
+                  for w in ("w0", "w1")], timeout=240)
+print(json.dumps({"want": want, "first": first, "got": got,
+                  "holders": sorted(escher._objects.holders(ref))}), flush=True)
+"""
+
+
+def test_a_numpy_argument_is_mapped_from_its_nodes_store_with_no_copy(object_cluster):
+    import json
+
+    size = 256 * MIB
+    cluster = object_cluster([size + 64 * MIB, size + 64 * MIB])
+    stores = {name: str(folder) for name, (_proc, folder) in cluster["workers"].items()}
+    env = dict(cluster["env"], SIZE=str(size))
+    done = subprocess.run([sys.executable, "-c", PROLOGUE + INSPECT + SAME_NODE], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    nodes = set()
+    for worker, (node, mapped, digest, anon, owndata, writeable) in zip(("w0", "w1"), out["got"]):
+        nodes.add(node)
+        assert digest == out["want"], (worker, digest)
+        # The array is the worker's store's sealed file, mapped: not a copy in the task's memory.
+        assert mapped is not None and mapped.startswith(stores[worker] + "/"), (worker, mapped)
+        assert not owndata and not writeable, (worker, owndata, writeable)
+        assert anon < size // 2, f"{worker}: {anon} private bytes for a {size}-byte array"
+    assert len(nodes) == 2 and out["first"] in nodes, out
+    # The worker that had no copy fetched one into its store, and the head knows it.
+    assert sorted(out["holders"]) == sorted(nodes), out

@@ -74,8 +74,10 @@
 //! len:u32 | hlen:u32 header:JSON[hlen] | fn_len:u32 fn[fn_len] | ndeps:u32 (len:u32 bytes)×ndeps | args
 //! ```
 //!
-//! The header carries the task's id, attempt, node, head, credential, namespace, the hash and
-//! the dependency ids; `fn_len` is 0 when this interpreter already holds the function. Function
+//! The header carries the task's id, attempt, node, head, credential, namespace, the hash,
+//! the dependency ids and `objects` (`[owner, index, size]` of each object argument this node's
+//! store holds for the task, below); `fn_len` is 0 when this interpreter already holds the
+//! function. Function
 //! bytes are checked against their hash before an interpreter gets them (inline, or fetched
 //! from a store task before they are cached): bytes under a hash that is not theirs fail the
 //! task with a message, so that no one can plant a function under another's hash, which the
@@ -87,7 +89,10 @@
 //! worker makes the attempt's log files (`{task}-{attempt}.out` and `.err` in its log
 //! directory, as a command task's) and sends their descriptors on it (`SCM_RIGHTS`); the
 //! interpreter points its stdout and stderr at them for that task, and at `/dev/null` between
-//! tasks. What a function prints is its task's output (`escher logs`, held to
+//! tasks. After them come the descriptors of the task's object arguments (the sealed files of
+//! this node's store, opened read-only by the worker, in the header's `objects` order): the
+//! interpreter maps each, so a reference given as an argument is read with no fetch and no
+//! copy, whatever user the interpreter runs as (the store's directories stay the worker's). What a function prints is its task's output (`escher logs`, held to
 //! `--task-log-bytes`, its end kept by the head), never the worker's. An actor's interpreter
 //! keeps its construction task's files for its life. The interpreter answers on its stdout:
 //! `len:u32 status:u8 body`, where status 0 is a result (the cloudpickled return value), 1 an
@@ -390,6 +395,13 @@ impl Pool {
             "namespace": ns,
             "hash": hex(&hash),
             "deps": deps,
+            // The object arguments this node's store holds for the task, in the order of the
+            // descriptors that follow the log files (`give_output`): mapped, not fetched.
+            "objects": ctx
+                .object_args()
+                .iter()
+                .map(|v| [v.id().0, v.id().1, v.len()])
+                .collect::<Vec<_>>(),
         })
         .to_string();
         let started = std::time::Instant::now();
@@ -758,9 +770,15 @@ impl Interpreter {
                 (null()?, null()?)
             }
         };
-        let fds = [files.0.as_raw_fd(), files.1.as_raw_fd()];
+        // Then one descriptor per object argument, opened read-only by the worker (whose
+        // user alone may open the store's directories): the interpreter maps the sealed file
+        // itself, with no fetch and no copy, whichever user it runs as. The views in `ctx` pin
+        // the files (neither spilled nor unlinked) until the task's answer.
+        let objects = open_object_args(ctx)?;
+        let mut fds = vec![files.0.as_raw_fd(), files.1.as_raw_fd()];
+        fds.extend(objects.iter().map(|f| f.as_raw_fd()));
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
-        // One byte with the two descriptors; the socket is empty (the interpreter took the
+        // One byte with the descriptors; the socket is empty (the interpreter took the
         // last task's), so this never waits.
         nix::sys::socket::sendmsg::<()>(
             self.ctl.as_raw_fd(),
@@ -820,6 +838,26 @@ impl Drop for Process {
         }
         let _ = self.child.start_kill();
     }
+}
+
+/// Opens the sealed file of each of the task's object arguments (in `ctx.object_args()`'s
+/// order) read-only, for the interpreter to map (`give_output`).
+fn open_object_args(ctx: &TaskContext) -> std::io::Result<Vec<std::fs::File>> {
+    ctx.object_args()
+        .iter()
+        .map(|view| {
+            std::fs::File::open(view.path()).map_err(|e| {
+                std::io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot open object argument {}'s file {} for the interpreter: {e}",
+                        view.id(),
+                        view.path().display()
+                    ),
+                )
+            })
+        })
+        .collect()
 }
 
 /// Holds an attempt's log files to the worker's cap (`--task-log-bytes`); a failure is logged,

@@ -62,16 +62,46 @@ def _is_object_ref(value):
     return getattr(type(value), "_escher_object_ref", False)
 
 
-def _resolve_objects(args, kwargs):
+# At most this many object descriptors come with a task (its label holds about ten).
+_MAX_OBJECT_FDS = 64
+
+
+def _map_objects(entries, fds):
+    """{(owner, index): buffer} of the object arguments the worker handed over with the task:
+    each sealed file of its store mapped read-only here, with no fetch and no copy. Closes the
+    descriptors (a mapping keeps its own). Anything amiss (a count or size that does not match)
+    maps nothing: those arguments are then fetched as any reference is."""
+    import mmap
+
+    mapped = {}
+    try:
+        if len(entries) != len(fds):
+            return {}
+        for (owner, index, size), fd in zip(entries, fds):
+            if os.fstat(fd).st_size != size:
+                return {}
+            mapped[(owner, index)] = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else b""
+    except (OSError, ValueError, TypeError):
+        return {}
+    finally:
+        for fd in fds:
+            os.close(fd)
+    return mapped
+
+
+def _resolve_objects(args, kwargs, mapped=None):
     """The arguments with each escher.ObjectRef given as an argument itself replaced by its
-    object's value, fetched (with the task's own credential) from a worker that holds it. A
+    object's value: mapped from this node's store where the worker handed its file over
+    (``mapped``), else fetched (with the task's own credential) from a worker that holds it. A
     reference inside a list, dict or other value stays a reference (Ray's rule)."""
     if not any(_is_object_ref(v) for v in args) and not any(
         _is_object_ref(v) for v in kwargs.values()
     ):
         return args, kwargs
     import escher
-    from escher._objects import resolve
+    from escher._objects import resolve, task_mapped
+
+    task_mapped(mapped or {})
 
     def one(value):
         try:
@@ -144,7 +174,7 @@ def _set_task_env(header):
         os.environ.pop("ESCHER_NAMESPACE", None)
 
 
-def _run(frame, functions):
+def _run(frame, functions, object_fds=()):
     (hlen,) = struct.unpack_from(">I", frame, 0)
     at = 4
     header = json.loads(frame[at : at + hlen])
@@ -162,6 +192,7 @@ def _run(frame, functions):
         deps.append(frame[at : at + dlen])
         at += dlen
     args_bytes = frame[at:]
+    mapped = _map_objects(header.get("objects", []), list(object_fds))
     _set_task_env(header)
     if "actor" in header:
         raise _BecomeActor(header["actor"], fn_bytes, args_bytes)
@@ -178,16 +209,23 @@ def _run(frame, functions):
     except _LoadError as e:
         return 2, str(e).encode()
     try:
-        args, kwargs = _resolve_objects(args, kwargs)
-    except _ObjectError as e:
-        return 1, str(e).encode()
-    try:
-        value = fn(*args, **kwargs)
-        if hasattr(value, "__await__"):
-            # An `async def` function: awaited here, on an event loop of its own.
-            value = _await(value)
-    except BaseException as e:  # the task reports whatever the function raised, SystemExit too
-        return 1, _exception_text(e).encode()
+        try:
+            args, kwargs = _resolve_objects(args, kwargs, mapped)
+        except _ObjectError as e:
+            return 1, str(e).encode()
+        try:
+            value = fn(*args, **kwargs)
+            if hasattr(value, "__await__"):
+                # An `async def` function: awaited here, on an event loop of its own.
+                value = _await(value)
+        except BaseException as e:  # the task reports whatever the function raised, SystemExit too
+            return 1, _exception_text(e).encode()
+    finally:
+        if mapped:
+            # Values still in use keep their mappings; later tasks read through the head.
+            from escher._objects import task_mapped
+
+            task_mapped({})
     try:
         return 0, _dumps(value)
     except Exception as e:
@@ -341,8 +379,9 @@ def _serve_actor(actor, proto_in, proto_out):
 def _take_output(ctl):
     # The worker sends each task's two log files (stdout, stderr) before its frame: what the
     # task prints is its own output (`escher logs`), never the worker's.
-    _, fds, _, _ = socket.recv_fds(ctl, 1, 2)
-    if len(fds) != 2:
+    # After them, one descriptor per object argument of its store (`_map_objects`): returned.
+    _, fds, _, _ = socket.recv_fds(ctl, 1, 2 + _MAX_OBJECT_FDS)
+    if len(fds) < 2:
         for fd in fds:
             os.close(fd)
         raise SystemExit("the worker sent no log files with the task")
@@ -350,8 +389,9 @@ def _take_output(ctl):
     sys.stderr.flush()
     os.dup2(fds[0], 1)
     os.dup2(fds[1], 2)
-    for fd in fds:
+    for fd in fds[:2]:
         os.close(fd)
+    return fds[2:]
 
 
 def _drop_output(null):
@@ -382,9 +422,9 @@ def main():
         frame = _read_exact(proto_in, length)
         if frame is None:
             return
-        _take_output(ctl)
+        object_fds = _take_output(ctl)
         try:
-            status, body = _run(frame, functions)
+            status, body = _run(frame, functions, object_fds)
         except _BecomeActor as actor:
             _serve_actor(actor, proto_in, proto_out)
             return
