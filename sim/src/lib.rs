@@ -16,7 +16,9 @@
 
 pub mod checker;
 pub mod client;
+pub mod history;
 pub mod network;
+pub mod worker;
 pub mod world;
 
 pub use world::{Options, Outcome, Stats, run};
