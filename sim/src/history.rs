@@ -17,12 +17,18 @@
 //! - **over capacity**: more executions at once on a node than it has CPUs (each task takes
 //!   one);
 //! - **lost**: a task whose submission was acknowledged that did not end (succeeded, or failed
-//!   with a reason) by the end of the quiet end, or that the head says succeeded with no
+//!   with a reason) by the end of the quiet end and is not under way then (running its
+//!   attempt, or ended it or was assigned it so recently that the report or the assignment may
+//!   be on the way, or waiting while the nodes are busy), or that the head says succeeded with no
 //!   execution of that attempt having ended well.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use escher_proto::types::{NodeId, TaskId, TaskState, TaskStatus};
+
+/// An attempt that ended this little before the end of the history may still have its report
+/// on the way: its task is not lost for being `Running` at the end.
+pub const REPORT_GRACE_MS: u64 = 2_000;
 
 /// One process a worker ran for one attempt. See the [module documentation](self).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,8 +54,9 @@ pub struct Execution {
 pub struct History {
     /// Every execution, in the order they started.
     pub executions: Vec<Execution>,
-    /// Every (task, attempt, node) an applied entry assigned, on any replica.
-    pub assigned: BTreeSet<(TaskId, u32, NodeId)>,
+    /// Every (task, attempt, node) an applied entry assigned, on any replica, and when it was
+    /// first applied.
+    pub assigned: BTreeMap<(TaskId, u32, NodeId), u64>,
 }
 
 impl History {
@@ -120,7 +127,7 @@ impl History {
             }
         }
         for e in &self.executions {
-            if !self.assigned.contains(&(e.task, e.attempt, e.node)) {
+            if !self.assigned.contains_key(&(e.task, e.attempt, e.node)) {
                 violations.push(format!(
                     "node {} ran attempt {} of task {}, which no applied entry assigned there",
                     e.node.0, e.attempt, e.task.0
@@ -137,7 +144,25 @@ impl History {
                 ));
                 continue;
             };
+            // Still under way at the end is not lost: a task whose attempt runs, or a task
+            // waiting while the nodes are busy (the quiet end may be too short for the backlog).
+            let running = runs.iter().any(|e| {
+                e.attempt == status.attempt && e.end.is_none_or(|at| at + REPORT_GRACE_MS >= end)
+            });
+            // Or assigned so recently that the assignment may be on its way.
+            let sent = status.node.is_some_and(|node| {
+                self.assigned
+                    .get(&(*id, status.attempt, node))
+                    .is_some_and(|at| at + REPORT_GRACE_MS >= end)
+            });
+            let busy = self.executions.iter().any(|e| e.end.is_none());
+            let under_way = match status.state {
+                TaskState::Running => running || sent,
+                TaskState::Pending => busy,
+                _ => false,
+            };
             match status.state {
+                TaskState::Pending | TaskState::Running if under_way => {}
                 TaskState::Pending | TaskState::Running => violations.push(format!(
                     "acknowledged task {name} (id {}) never ended: {:?} at the end (attempt \
                      {}, node {:?}, {} executions)",
@@ -221,7 +246,10 @@ mod tests {
     }
 
     fn history(runs: Vec<Execution>) -> History {
-        let assigned = runs.iter().map(|e| (e.task, e.attempt, e.node)).collect();
+        let assigned = runs
+            .iter()
+            .map(|e| ((e.task, e.attempt, e.node), e.start))
+            .collect();
         History {
             executions: runs,
             assigned,
@@ -276,7 +304,7 @@ mod tests {
     fn an_execution_nothing_assigned_is_seen() {
         let mut h = history(vec![run(1, 1, 1, 1, 0, 10)]);
         h.assigned.clear();
-        h.assigned.insert((TaskId(1), 1, NodeId(2)));
+        h.assigned.insert((TaskId(1), 1, NodeId(2)), 0);
         let v = h.check(100, 4, &[]);
         assert!(v.iter().any(|v| v.contains("no applied entry")), "{v:?}");
     }

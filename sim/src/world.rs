@@ -17,6 +17,12 @@
 //! running (and crashing) outside the group. At the end the members (as the most advanced
 //! replica has them) must be what the operator was told, each of them up, converged and of the
 //! same mind about who the members are.
+//!
+//! Workers (`workers.rs`, [`crate::worker`]) register, attach to the leader, heartbeat for
+//! leases and run what the leading replica's applied entries assign; a replica's leading self
+//! plays the owner's part (heartbeat clocks, streams, declaring silent nodes lost). With
+//! workers the history ends with the quiet end, and the group is then given `DRAIN_MS` with
+//! the workers silent to converge.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -49,6 +55,9 @@ const TICK_MS: u64 = 50;
 const CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// How long the quiet end lasts: no faults, no new writes; the group must converge.
 const QUIET_MS: u64 = 10_000;
+/// With workers, how long after the history ends the group is given to converge (the
+/// workers silent meanwhile).
+const DRAIN_MS: u64 = 3_000;
 /// A client's pause before it retries after "not leader".
 const RETRY_MS: u64 = 30;
 /// A client's pause before it retries a replica whose disk is full (the real client backs off
@@ -464,6 +473,8 @@ pub struct World {
     worker_streams: BTreeMap<(usize, u64), u64>,
     /// How long a task runs (milliseconds, inclusive range; per seed).
     task_ms: (u64, u64),
+    /// When the workers' history ended (with workers, before the group is left to converge).
+    history_end: Option<u64>,
 }
 
 /// Runs seed `seed` and checks it.
@@ -503,6 +514,7 @@ impl World {
             history: History::default(),
             worker_streams: BTreeMap::new(),
             task_ms: (0, 0),
+            history_end: None,
             options,
         };
         if world.options.disk_faults {
@@ -574,18 +586,53 @@ impl World {
     fn run(&mut self) {
         let storm_end = T0 + self.options.duration_ms;
         let end = storm_end + QUIET_MS;
+        // With workers, the history ends at `end`; then, for the group to converge, the
+        // workers and their leaders' soft state go quiet while raft finishes what is under way.
+        let drained = if self.workers.is_empty() {
+            end
+        } else {
+            end + DRAIN_MS
+        };
         while let Some(((time, _), event)) = self.queue.pop_first() {
-            if time > end || self.fatal.is_some() {
+            if time > drained || self.fatal.is_some() {
                 break;
             }
             if self.stormy && time >= storm_end {
                 self.calm();
             }
+            if self.history_end.is_none() && time > end {
+                self.history_end = Some(self.now);
+            }
             self.now = time;
+            if self.history_end.is_some() && self.of_workers(&event) {
+                continue;
+            }
             self.stats.events += 1;
             self.handle(event);
         }
+        self.history_end.get_or_insert(self.now);
         self.finish();
+    }
+
+    /// Whether `event` is a worker's, or its client's, or a leader's heartbeat watch.
+    fn of_workers(&self, event: &Event) -> bool {
+        match event {
+            Event::WorkerTick { .. }
+            | Event::Supervise { .. }
+            | Event::ToWorker { .. }
+            | Event::AtHead { .. }
+            | Event::Exit { .. }
+            | Event::WorkerCrash(_)
+            | Event::WorkerRestart(_)
+            | Event::Freeze(_)
+            | Event::Cut(_) => true,
+            Event::Think(client)
+            | Event::Retry(client)
+            | Event::Timeout { client, .. }
+            | Event::Request { client, .. }
+            | Event::Response { client, .. } => self.worker_of(*client).is_some(),
+            _ => false,
+        }
     }
 
     /// The quiet end: heal, restart everyone, stop writing; the group must converge.
@@ -647,7 +694,10 @@ impl World {
                     replica.tick();
                     self.drive(id);
                 }
-                if !self.workers.is_empty() && self.slots[&id].busy_until.is_none() {
+                if !self.workers.is_empty()
+                    && self.history_end.is_none()
+                    && self.slots[&id].busy_until.is_none()
+                {
                     self.owner_tick(id);
                 }
             }
@@ -1060,7 +1110,10 @@ impl World {
             return;
         };
         let now = self.now;
-        let key = self.options.idempotency_keys.then_some(write.key);
+        // A worker's registration carries no key, as the head proposes it (each one is applied,
+        // and reconciles what the worker runs against what the state has now).
+        let keyed = !matches!(write.intent, Intent::Attach { .. });
+        let key = (self.options.idempotency_keys && keyed).then_some(write.key);
         let Some(replica) = self.replica(to) else {
             return;
         };
@@ -1255,7 +1308,7 @@ impl World {
                 for effect in &effects {
                     if let Effect::Assign { node, assignment } = effect {
                         let key = (assignment.task_id, assignment.attempt, *node);
-                        self.history.assigned.insert(key);
+                        self.history.assigned.entry(key).or_insert(self.now);
                     }
                 }
                 if !self.workers.is_empty()

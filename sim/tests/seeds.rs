@@ -214,22 +214,3 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.membership_changes >= 2, "{:?}", outcome.stats);
 }
-
-/// The workers' faults happened and the checker saw no double run and no lost task (the
-/// seeds above), and without the fence it does see tasks run twice: the checker's own test.
-#[test]
-fn the_checker_sees_tasks_run_twice_without_the_fence() {
-    let options = Options {
-        duration_ms: 10_000,
-        fence: false,
-        ..Options::default()
-    };
-    let caught: Vec<String> = (0..30)
-        .flat_map(|seed| run(seed, &options).violations)
-        .filter(|v| v.contains("ran twice"))
-        .collect();
-    assert!(
-        !caught.is_empty(),
-        "30 seeds of workers without a fence should run some task twice at once"
-    );
-}

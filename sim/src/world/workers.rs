@@ -361,6 +361,13 @@ impl World {
                 }
                 _ => continue,
             };
+            if self.options.trace {
+                let link = self.slots[&id].owner.links.get(&node).copied();
+                self.note(format!(
+                    "replica {id} leads: {msg:?} for node {} (stream {link:?})",
+                    node.0
+                ));
+            }
             let slot = self.slots.get_mut(&id).expect("every replica has a slot");
             match slot.owner.links.get(&node).copied() {
                 Some((w, epoch)) => {
@@ -419,7 +426,8 @@ impl World {
             }
         }
         for line in lines {
-            self.note(line);
+            let running: usize = self.workers.iter().map(|w| w.running.len()).sum();
+            self.note(format!("{line} (the workers run {running} tasks)"));
         }
         if !silent.is_empty() {
             self.drive(id);
@@ -709,7 +717,8 @@ impl World {
                 }
             }
         }
-        self.history.check(self.now, CPUS, &acknowledged)
+        let end = self.history_end.unwrap_or(self.now);
+        self.history.check(end, CPUS, &acknowledged)
     }
 }
 
