@@ -173,7 +173,7 @@ impl World {
                 worker.target = replied_by;
                 worker.last_heard = self.now;
                 let (epoch, boot, sent) = (worker.epoch, worker.boot, self.now);
-                self.to_head(w, boot, epoch, FromWorker::Attach { sent });
+                self.send_to_head(w, boot, epoch, FromWorker::Attach { sent });
             }
             (Intent::Attach { .. }, _) => {
                 // Refused (the cluster not named yet, a node forgotten): again, a little later.
@@ -193,7 +193,7 @@ impl World {
     }
 
     /// A message from worker `w` (boot, stream epoch) to its target replica, over its stream.
-    fn to_head(&mut self, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
+    fn send_to_head(&mut self, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
         let to = self.workers[w].target;
         let delays = self.worker_link(w);
         if delays.is_empty() {
@@ -257,11 +257,11 @@ impl World {
             // Not the leader, or stalled on its full disk: it renews no lease (the head's
             // owner neither, see `cannot_lead_now`).
             let hint = replica.leader().filter(|l| *l != to);
-            return self.to_worker(w, boot, epoch, ToWorker::Refused(hint));
+            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(hint));
         }
         if !replica.state().node_alive(node) {
             // Declared lost: nothing of this stream counts; register again.
-            return self.to_worker(w, boot, epoch, ToWorker::Refused(None));
+            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
         }
         let now = self.now;
         let slot = self.slots.get_mut(&to).expect("every replica has a slot");
@@ -281,9 +281,9 @@ impl World {
                     let command = Command::NodeAttached { node, boot };
                     let _ = replica.propose(vec![(command, None)], now);
                 }
-                self.to_worker(w, boot, epoch, ToWorker::Attached { sent });
+                self.send_to_worker(w, boot, epoch, ToWorker::Attached { sent });
                 for msg in queued {
-                    self.to_worker(w, boot, epoch, msg);
+                    self.send_to_worker(w, boot, epoch, msg);
                 }
                 if waits {
                     self.drive(to);
@@ -291,16 +291,16 @@ impl World {
             }
             FromWorker::Heartbeat { sent } => {
                 if slot.owner.links.get(&node) != Some(&(w, epoch)) {
-                    return self.to_worker(w, boot, epoch, ToWorker::Refused(None));
+                    return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
                 }
                 slot.owner.heard.insert(node, now);
-                self.to_worker(w, boot, epoch, ToWorker::Lease { sent });
+                self.send_to_worker(w, boot, epoch, ToWorker::Lease { sent });
             }
         }
     }
 
     /// Sends `msg` on worker `w`'s stream of `epoch`; a loss breaks the stream.
-    fn to_worker(&mut self, w: usize, boot: u64, epoch: u64, msg: ToWorker) {
+    fn send_to_worker(&mut self, w: usize, boot: u64, epoch: u64, msg: ToWorker) {
         let delays = self.worker_link(w);
         if delays.is_empty() {
             self.break_stream(w, boot, epoch);
@@ -372,7 +372,7 @@ impl World {
             match slot.owner.links.get(&node).copied() {
                 Some((w, epoch)) => {
                     let boot = self.workers[w].boot;
-                    self.to_worker(w, boot, epoch, msg);
+                    self.send_to_worker(w, boot, epoch, msg);
                 }
                 None => slot.owner.queued.entry(node).or_default().push(msg),
             }
@@ -597,7 +597,7 @@ impl World {
         }
         if worker.attached {
             let (epoch, now) = (worker.epoch, self.now);
-            self.to_head(w, boot, epoch, FromWorker::Heartbeat { sent: now });
+            self.send_to_head(w, boot, epoch, FromWorker::Heartbeat { sent: now });
         }
     }
 
