@@ -582,12 +582,9 @@ impl<S: LogStore> Replica<S> {
             return Err(self.not_leader());
         }
         self.refuse_while_stalled()?;
-        // Membership is judged on the applied configuration, which is the one raft will change
-        // next only once every change in the log is applied: a leader that has not applied a
-        // change its predecessor committed (or its own) would answer "not a member" for a
-        // replica being added, and raft would drop a second change anyway. raft sets
-        // `pending_conf_index` to the last index at every election, and to each change it
-        // takes. (Simulation seed 2524.)
+        // raft takes one membership change at a time: while one may be in the log unapplied
+        // (`pending_conf_index`, set to the last index at every election and to each change it
+        // takes), it would turn another into an empty entry. Say so, retryably, instead.
         let raft = &self.node.raft;
         if raft.pending_conf_index > raft.raft_log.applied {
             return Err(NotAccepted::ChangePending(format!(
