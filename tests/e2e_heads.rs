@@ -249,6 +249,13 @@ async fn replicas_added_to_a_running_head_catch_up_from_a_snapshot_and_take_over
     client.add_head(3, third.clone()).await.unwrap();
     let err = client.add_head(3, third.clone()).await.unwrap_err();
     assert!(err.to_string().contains("already a member"), "{err}");
+    // Judged when applied, in log order: refused, and nothing changed.
+    let err = client.remove_head(9).await.unwrap_err();
+    assert!(
+        err.to_string().contains("replica 9 is not a member"),
+        "{err}"
+    );
+    assert_eq!(client.heads().await.unwrap().replicas.len(), 3);
     eventually("the new replicas to catch up", || {
         let client = client.clone();
         async move {

@@ -79,14 +79,31 @@ impl Client {
         self.change_heads(HeadChange::Remove { id }).await
     }
 
+    /// Sends `change` to the leader. A leader that has a membership change in its log not yet
+    /// applied answers ABORTED ("try again"): it cannot tell yet who the members are, and raft
+    /// takes one change at a time. That answer is retried, every 200 ms, within the failover
+    /// timeout; after it, the last answer is returned.
     async fn change_heads(&self, change: HeadChange) -> Result<HeadsReply, ClientError> {
         let request = wire::ChangeHeadsRequest::from(change);
-        let reply = self
-            .call(|mut rpc| {
-                let request = request.clone();
-                async move { rpc.change_heads(request).await }
-            })
-            .await?;
-        Ok(HeadsReply::try_from(reply)?)
+        let deadline = tokio::time::Instant::now() + self.failover_timeout();
+        loop {
+            let answer = self
+                .call(|mut rpc| {
+                    let request = request.clone();
+                    async move { rpc.change_heads(request).await }
+                })
+                .await;
+            match answer {
+                Ok(reply) => return Ok(HeadsReply::try_from(reply)?),
+                Err(ClientError::Rpc(status))
+                    if status.code() == tonic::Code::Aborted
+                        && tokio::time::Instant::now() < deadline =>
+                {
+                    tracing::debug!(message = status.message(), "membership change: again");
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+                Err(e) => return Err(e),
+            }
+        }
     }
 }

@@ -26,6 +26,9 @@ pub struct Checker {
     fingerprints: BTreeMap<u64, (u64, u64)>,
     /// What went wrong, in the order it was seen.
     pub violations: Vec<String>,
+    /// Nodes whose worker restarted or that a leader declared lost: their registration again
+    /// replaces the resources set on them, so an acknowledged resource write need not be there.
+    pub reset_nodes: std::collections::BTreeSet<escher_proto::types::NodeId>,
 }
 
 /// Every this many indexes the whole state is compared.
@@ -143,6 +146,8 @@ impl Checker {
                             }
                         }
                     }
+                    (Intent::SetResource { node, .. }, Reply::ResourcesSet(_))
+                        if self.reset_nodes.contains(node) => {}
                     (Intent::SetResource { marker, node }, Reply::ResourcesSet(_)) => {
                         let there = status
                             .nodes
@@ -155,7 +160,13 @@ impl Checker {
                             ));
                         }
                     }
-                    (Intent::Init | Intent::Register, _) => {}
+                    (
+                        Intent::Init
+                        | Intent::Register
+                        | Intent::Attach { .. }
+                        | Intent::Report { .. },
+                        _,
+                    ) => {}
                     (intent, reply) => self
                         .violations
                         .push(format!("{intent:?} was answered with {reply:?}")),

@@ -17,6 +17,14 @@ pub enum Intent {
     Submit(Vec<String>),
     /// A resource named by this marker is set on a node.
     SetResource { marker: String, node: NodeId },
+    /// A simulated worker registers (first, or again for a new stream).
+    Attach { worker: usize },
+    /// A simulated worker reports an attempt's end.
+    Report {
+        worker: usize,
+        task: TaskId,
+        attempt: u32,
+    },
 }
 
 /// One write and its key.

@@ -41,6 +41,13 @@ struct Args {
     /// The group's membership never changes (no replica is added or removed).
     #[arg(long)]
     no_membership: bool,
+    /// Simulated workers (0: none, the nodes never run anything; seeds then replay as they
+    /// did before the workers).
+    #[arg(long, default_value_t = 2)]
+    workers: u64,
+    /// The workers run without their fence (the checker's own test: tasks then run twice).
+    #[arg(long)]
+    no_fence: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -53,6 +60,8 @@ fn main() -> anyhow::Result<()> {
         idempotency_keys: !args.no_keys,
         disk_faults: !args.no_disk_faults,
         membership: !args.no_membership,
+        workers: args.workers,
+        fence: !args.no_fence,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -91,8 +100,10 @@ fn main() -> anyhow::Result<()> {
     let per = |n: u64| n as f64 / args.seeds.max(1) as f64;
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
-         partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes), {:.0} \
-         fsyncs, {:.0} raft messages lost, {:.0} acknowledged writes",
+         partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
+         worker crashes, {:.2} worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft \
+         messages lost, {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, \
+         {:.2} nodes declared lost",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
@@ -100,9 +111,15 @@ fn main() -> anyhow::Result<()> {
         per(sum.disks_full),
         per(sum.slow_disks),
         per(sum.membership_changes),
+        per(sum.worker_crashes),
+        per(sum.freezes),
+        per(sum.worker_cuts),
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),
+        per(sum.executions),
+        per(sum.fenced),
+        per(sum.nodes_lost),
     );
     if !failed.is_empty() {
         bail!("{} seeds failed; replay one with --seed N", failed.len());

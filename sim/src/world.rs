@@ -17,10 +17,16 @@
 //! running (and crashing) outside the group. At the end the members (as the most advanced
 //! replica has them) must be what the operator was told, each of them up, converged and of the
 //! same mind about who the members are.
+//!
+//! Workers (`workers.rs`, [`crate::worker`]) register, attach to the leader, heartbeat for
+//! leases and run what the leading replica's applied entries assign; a replica's leading self
+//! plays the owner's part (heartbeat clocks, streams, declaring silent nodes lost). With
+//! workers the history ends with the quiet end, and the group is then given `DRAIN_MS` with
+//! the workers silent to converge.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use escher_core::state::{Command, Joining, SecretHash, StateConfig};
+use escher_core::state::{Command, Effect, Joining, SecretHash, StateConfig};
 use escher_head::replication::sim::{SimOutput, SimReplica};
 use escher_head::replication::{NotAccepted, SimDisk};
 use escher_proto::types::{
@@ -33,7 +39,13 @@ use rand::{Rng, SeedableRng};
 
 use crate::checker::{self, Checker};
 use crate::client::{Client, Intent};
+use crate::history::History;
 use crate::network::Network;
+use crate::worker::{ToWorker, Worker};
+
+mod workers;
+
+use workers::{FromWorker, Owner};
 
 /// The simulated time the run starts at (milliseconds since the epoch, arbitrary).
 const T0: u64 = 1_800_000_000_000;
@@ -43,6 +55,9 @@ const TICK_MS: u64 = 50;
 const CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// How long the quiet end lasts: no faults, no new writes; the group must converge.
 const QUIET_MS: u64 = 10_000;
+/// With workers, how long after the history ends the group is given to converge (the
+/// workers silent meanwhile).
+const DRAIN_MS: u64 = 3_000;
 /// A client's pause before it retries after "not leader".
 const RETRY_MS: u64 = 30;
 /// A client's pause before it retries a replica whose disk is full (the real client backs off
@@ -71,6 +86,13 @@ pub struct Options {
     /// An operator adds and removes replicas while the faults run (`escher heads add` and
     /// `remove`: one raft membership change at a time, as the head proposes them).
     pub membership: bool,
+    /// Simulated workers that register, hold leases, run what the head assigns and report it
+    /// (0: none; the nodes are registered by a client and never run anything, as the
+    /// simulation did before the workers, and a seed replays as it did then).
+    pub workers: u64,
+    /// The workers' fence: a task stops when its worker's lease runs out, and an assignment
+    /// read after it ran out is refused (off, the checker's own test: tasks then run twice).
+    pub fence: bool,
 }
 
 impl Default for Options {
@@ -83,6 +105,8 @@ impl Default for Options {
             idempotency_keys: true,
             disk_faults: true,
             membership: true,
+            workers: 2,
+            fence: true,
         }
     }
 }
@@ -137,13 +161,35 @@ pub struct Stats {
     pub slow_disks: u64,
     /// Membership changes acknowledged to the operator (replicas added and removed).
     pub membership_changes: u64,
+    /// Task processes the workers started.
+    pub executions: u64,
+    /// Tasks a worker's fence killed (its lease ran out).
+    pub fenced: u64,
+    /// Nodes a leader declared lost (no heartbeat for a heartbeat timeout).
+    pub nodes_lost: u64,
+    /// Worker processes that crashed (their tasks with them).
+    pub worker_crashes: u64,
+    /// Workers frozen (SIGSTOP) for a while.
+    pub freezes: u64,
+    /// Workers cut from every replica for a while.
+    pub worker_cuts: u64,
 }
 
 impl Stats {
     /// The faults injected: crashes, partitions, full and slow disks, and membership changes
     /// (each a fault in the sense that it moves the quorum under the other faults).
     pub fn faults(&self) -> u64 {
-        self.crashes + self.partitions + self.disks_full + self.slow_disks + self.membership_changes
+        self.crashes
+            + self.partitions
+            + self.disks_full
+            + self.slow_disks
+            + self.membership_changes
+            + self.worker_faults()
+    }
+
+    /// The workers' faults: crashes, freezes and cuts.
+    pub fn worker_faults(&self) -> u64 {
+        self.worker_crashes + self.freezes + self.worker_cuts
     }
 
     /// Adds another run's counts to these.
@@ -165,6 +211,12 @@ impl Stats {
             stalls,
             slow_disks,
             membership_changes,
+            executions,
+            fenced,
+            nodes_lost,
+            worker_crashes,
+            freezes,
+            worker_cuts,
         } = *other;
         self.events += events;
         self.delivered += delivered;
@@ -182,6 +234,12 @@ impl Stats {
         self.stalls += stalls;
         self.slow_disks += slow_disks;
         self.membership_changes += membership_changes;
+        self.executions += executions;
+        self.fenced += fenced;
+        self.nodes_lost += nodes_lost;
+        self.worker_crashes += worker_crashes;
+        self.freezes += freezes;
+        self.worker_cuts += worker_cuts;
     }
 }
 
@@ -248,6 +306,41 @@ enum Event {
     ChangeTimeout {
         attempt: u64,
     },
+    /// Worker `w` (its process `boot`) heartbeats, or finds its stream silent.
+    WorkerTick {
+        w: usize,
+        boot: u64,
+    },
+    /// Worker `w`'s fence supervisor looks at the lease.
+    Supervise {
+        w: usize,
+        boot: u64,
+    },
+    /// A message on worker `w`'s stream of `epoch` reaches it.
+    ToWorker {
+        w: usize,
+        boot: u64,
+        epoch: u64,
+        msg: ToWorker,
+    },
+    /// A message of worker `w`'s stream reaches replica `to`.
+    AtHead {
+        to: u64,
+        w: usize,
+        boot: u64,
+        epoch: u64,
+        msg: FromWorker,
+    },
+    /// A task's process (the history's execution `exec`) exits by itself.
+    Exit {
+        w: usize,
+        boot: u64,
+        exec: usize,
+    },
+    WorkerCrash(usize),
+    WorkerRestart(usize),
+    Freeze(usize),
+    Cut(usize),
 }
 
 /// What the operator hears about its membership change.
@@ -316,6 +409,8 @@ struct Slot {
     joiner: bool,
     /// The operator's change proposed here: its index, term and send.
     change: Option<(u64, u64, u64)>,
+    /// The owner's soft state about the workers, while this replica leads.
+    owner: Owner,
 }
 
 impl Slot {
@@ -330,6 +425,7 @@ impl Slot {
             slow_until: 0,
             joiner,
             change: None,
+            owner: Owner::default(),
         }
     }
 }
@@ -368,6 +464,17 @@ pub struct World {
     fsync_ms: (u64, u64),
     /// Crashes inside an fsync still to schedule.
     fsync_crashes: u32,
+    /// The simulated workers.
+    workers: Vec<Worker>,
+    /// What they ran, and what the head assigned.
+    history: History,
+    /// When the last message of each worker stream (worker, epoch) arrives: a stream delivers
+    /// in order.
+    worker_streams: BTreeMap<(usize, u64), u64>,
+    /// How long a task runs (milliseconds, inclusive range; per seed).
+    task_ms: (u64, u64),
+    /// When the workers' history ended (with workers, before the group is left to converge).
+    history_end: Option<u64>,
 }
 
 /// Runs seed `seed` and checks it.
@@ -403,6 +510,11 @@ impl World {
             fatal: None,
             fsync_ms: (0, 0),
             fsync_crashes: 0,
+            workers: Vec::new(),
+            history: History::default(),
+            worker_streams: BTreeMap::new(),
+            task_ms: (0, 0),
+            history_end: None,
             options,
         };
         if world.options.disk_faults {
@@ -462,24 +574,65 @@ impl World {
                 world.at(when, Event::Operate);
             }
         }
+        if world.options.workers > 0 {
+            // Drawn last: without workers a seed draws what it drew before them.
+            let short = world.rng.random_range(10..100);
+            world.task_ms = (short, short + world.rng.random_range(0..400));
+            world.start_workers();
+        }
         world
     }
 
     fn run(&mut self) {
         let storm_end = T0 + self.options.duration_ms;
         let end = storm_end + QUIET_MS;
+        // With workers, the history ends at `end`; then, for the group to converge, the
+        // workers and their leaders' soft state go quiet while raft finishes what is under way.
+        let drained = if self.workers.is_empty() {
+            end
+        } else {
+            end + DRAIN_MS
+        };
         while let Some(((time, _), event)) = self.queue.pop_first() {
-            if time > end || self.fatal.is_some() {
+            if time > drained || self.fatal.is_some() {
                 break;
             }
             if self.stormy && time >= storm_end {
                 self.calm();
             }
+            if self.history_end.is_none() && time > end {
+                self.history_end = Some(self.now);
+            }
             self.now = time;
+            if self.history_end.is_some() && self.of_workers(&event) {
+                continue;
+            }
             self.stats.events += 1;
             self.handle(event);
         }
+        self.history_end.get_or_insert(self.now);
         self.finish();
+    }
+
+    /// Whether `event` is a worker's, or its client's, or a leader's heartbeat watch.
+    fn of_workers(&self, event: &Event) -> bool {
+        match event {
+            Event::WorkerTick { .. }
+            | Event::Supervise { .. }
+            | Event::ToWorker { .. }
+            | Event::AtHead { .. }
+            | Event::Exit { .. }
+            | Event::WorkerCrash(_)
+            | Event::WorkerRestart(_)
+            | Event::Freeze(_)
+            | Event::Cut(_) => true,
+            Event::Think(client)
+            | Event::Retry(client)
+            | Event::Timeout { client, .. }
+            | Event::Request { client, .. }
+            | Event::Response { client, .. } => self.worker_of(*client).is_some(),
+            _ => false,
+        }
     }
 
     /// The quiet end: heal, restart everyone, stop writing; the group must converge.
@@ -498,6 +651,7 @@ impl World {
                 self.restart(id);
             }
         }
+        self.calm_workers();
     }
 
     /// The replica an event must wait for while its fsync is under way.
@@ -505,6 +659,7 @@ impl World {
         match event {
             Event::Deliver { to, .. } | Event::Request { to, .. } => Some(*to),
             Event::SnapshotSent { from, .. } | Event::Unreachable { from, .. } => Some(*from),
+            Event::AtHead { to, .. } => Some(*to),
             _ => None,
         }
     }
@@ -514,6 +669,17 @@ impl World {
             && let Some(until) = self.slots[&id].busy_until
         {
             // Queued behind the fsync, as the head's inbox holds messages during a cycle.
+            self.seq += 1;
+            self.queue.insert((until, self.seq), event);
+            return;
+        }
+        if let Event::Timeout { client, .. }
+        | Event::Think(client)
+        | Event::Retry(client)
+        | Event::Response { client, .. } = &event
+            && let Some(until) = self.client_frozen(*client)
+        {
+            // A frozen worker's writes wait with it.
             self.seq += 1;
             self.queue.insert((until, self.seq), event);
             return;
@@ -528,7 +694,33 @@ impl World {
                     replica.tick();
                     self.drive(id);
                 }
+                if !self.workers.is_empty()
+                    && self.history_end.is_none()
+                    && self.slots[&id].busy_until.is_none()
+                {
+                    self.owner_tick(id);
+                }
             }
+            Event::WorkerTick { w, boot } => self.worker_tick(w, boot),
+            Event::Supervise { w, boot } => self.supervise(w, boot),
+            Event::ToWorker {
+                w,
+                boot,
+                epoch,
+                msg,
+            } => self.at_worker(w, boot, epoch, msg),
+            Event::AtHead {
+                to,
+                w,
+                boot,
+                epoch,
+                msg,
+            } => self.at_head(to, w, boot, epoch, msg),
+            Event::Exit { w, boot, exec } => self.exit(w, boot, exec),
+            Event::WorkerCrash(w) => self.worker_crash(w),
+            Event::WorkerRestart(w) => self.worker_restart(w),
+            Event::Freeze(w) => self.freeze(w),
+            Event::Cut(w) => self.cut(w),
             Event::Deliver { from, to, msg } => {
                 let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
                 let up = self.slots[&to].replica.is_some();
@@ -749,13 +941,6 @@ impl World {
                 self.drive(to);
                 return;
             }
-            // Applied already (an earlier send of it went through): done.
-            Err(NotAccepted::Membership(why))
-                if why.contains("already a member") || why.contains("is not a member") =>
-            {
-                self.note(format!("replica {to}: {why}"));
-                ChangeAnswer::Done
-            }
             Err(NotAccepted::NotLeader(_)) => ChangeAnswer::Again(leader, "not the leader".into()),
             Err(other) => ChangeAnswer::Again(None, format!("{other:?}")),
         };
@@ -823,6 +1008,7 @@ impl World {
         slot.change = None;
         slot.busy_until = None;
         slot.held = (Vec::new(), Vec::new());
+        slot.owner = Owner::default();
         slot.life += 1;
         let back = self.rng.random_range(200..8_000);
         self.at(back, Event::Restart(id));
@@ -854,6 +1040,9 @@ impl World {
 
     /// A client's next write, or its retry.
     fn think(&mut self, client: usize) {
+        if let Some(w) = self.worker_of(client) {
+            return self.worker_think(w);
+        }
         if !self.stormy || self.clients[client].current.is_some() {
             return;
         }
@@ -868,6 +1057,8 @@ impl World {
                     },
                     Intent::Init,
                 ),
+                // The workers register themselves.
+                2 | 3 if self.options.workers > 0 => return,
                 2 | 3 => (register(seq), Intent::Register),
                 _ => return,
             }
@@ -881,7 +1072,9 @@ impl World {
         } else {
             let count = self.rng.random_range(1..=3);
             let names: Vec<String> = (0..count).map(|i| format!("c{}w{seq}t{i}", c.id)).collect();
-            (submit(&names), Intent::Submit(names))
+            // With workers, an attempt a fault stopped is retried (without, nothing ever fails).
+            let retries = if self.options.workers > 0 { 3 } else { 0 };
+            (submit(&names, retries), Intent::Submit(names))
         };
         self.note(format!("client {client} writes {intent:?}"));
         self.clients[client].start(command, intent);
@@ -894,7 +1087,11 @@ impl World {
         let c = &mut self.clients[client];
         c.attempt += 1;
         let (to, attempt) = (c.target, c.attempt);
+        let cut = self.client_cut(client);
         for delay in self.network.weather(&mut self.rng) {
+            if cut {
+                break;
+            }
             self.at(
                 delay,
                 Event::Request {
@@ -913,7 +1110,10 @@ impl World {
             return;
         };
         let now = self.now;
-        let key = self.options.idempotency_keys.then_some(write.key);
+        // A worker's registration carries no key, as the head proposes it (each one is applied,
+        // and reconciles what the worker runs against what the state has now).
+        let keyed = !matches!(write.intent, Intent::Attach { .. });
+        let key = (self.options.idempotency_keys && keyed).then_some(write.key);
         let Some(replica) = self.replica(to) else {
             return;
         };
@@ -943,7 +1143,11 @@ impl World {
 
     /// An answer travels back to its client (it may be lost: the client times out).
     fn answer(&mut self, client: usize, attempt: u64, answer: Answer) {
+        let cut = self.client_cut(client);
         for delay in self.network.weather(&mut self.rng) {
+            if cut {
+                break;
+            }
             let answer = answer.clone();
             self.at(
                 delay,
@@ -970,7 +1174,15 @@ impl World {
                     self.nodes.push(*node);
                 }
                 self.note(format!("client {client} answered: {reply:?}"));
-                self.clients[client].answer(reply);
+                let worker = self.worker_of(client);
+                let intent = self.clients[client]
+                    .current
+                    .as_ref()
+                    .map(|w| w.intent.clone());
+                self.clients[client].answer(reply.clone());
+                if let (Some(w), Some(intent)) = (worker, intent) {
+                    return self.worker_answered(w, &intent, &reply);
+                }
                 let pause = self.rng.random_range(0..300);
                 self.at(pause, Event::Think(client));
             }
@@ -1091,7 +1303,22 @@ impl World {
                 index,
                 term,
                 results,
+                effects,
             } => {
+                for effect in &effects {
+                    if let Effect::Assign { node, assignment } = effect {
+                        let key = (assignment.task_id, assignment.attempt, *node);
+                        self.history.assigned.entry(key).or_insert(self.now);
+                    }
+                }
+                if !self.workers.is_empty()
+                    && self.slots[&id]
+                        .replica
+                        .as_ref()
+                        .is_some_and(SimReplica::is_leader)
+                {
+                    self.perform(id, &effects);
+                }
                 if self.options.trace {
                     self.note(format!("replica {id} applied {index} of term {term}"));
                 }
@@ -1155,6 +1382,9 @@ impl World {
                 self.note(format!(
                     "replica {id}: leading {leading}, leader {leader:?}"
                 ));
+                if !self.workers.is_empty() {
+                    self.owner_lead(id, leading);
+                }
                 if !leading
                     && let Some((_, _, attempt)) =
                         self.slots.get_mut(&id).and_then(|s| s.change.take())
@@ -1202,6 +1432,14 @@ impl World {
         slot.change = None;
         let answer = match applied {
             Some((t, Ok(()))) if t == term => ChangeAnswer::Done,
+            // Judged in log order: an earlier send of the change was applied before this one.
+            Some((t, Err(why)))
+                if t == term
+                    && (why.contains("already a member") || why.contains("is not a member")) =>
+            {
+                self.note(format!("replica {id}: {why}"));
+                ChangeAnswer::Done
+            }
             Some((_, Err(why))) => ChangeAnswer::Again(None, why),
             _ => ChangeAnswer::Again(None, "its entry was replaced".into()),
         };
@@ -1279,6 +1517,10 @@ impl World {
             .max_by_key(|r| r.applied());
         if let Some(replica) = leader {
             self.checker.finish(&self.clients, replica.state());
+            if !self.workers.is_empty() {
+                let violations = self.check_history(replica.state());
+                self.checker.violations.extend(violations);
+            }
         }
     }
 
@@ -1339,7 +1581,7 @@ fn register(seq: u64) -> Command {
     }
 }
 
-fn submit(names: &[String]) -> Command {
+fn submit(names: &[String], max_retries: u32) -> Command {
     let tasks = names
         .iter()
         .map(|name| TaskSpec {
@@ -1351,7 +1593,7 @@ fn submit(names: &[String]) -> Command {
             },
             resources: "cpu=1".parse().expect("a valid resource set"),
             labels: Labels::new(),
-            max_retries: 0,
+            max_retries,
             timeout: None,
             pending_deadline: None,
             on_start: Vec::new(),

@@ -63,6 +63,10 @@ pub enum NotAccepted {
     /// The log's disk is full: nothing new goes into raft until its queued writes are durable
     /// (the text says why).
     DiskFull(String),
+    /// A membership change is in the leader's log and not yet applied: who the members are
+    /// cannot be told yet, and raft takes one change at a time. Try again once it is applied
+    /// (the text says which index it waits for).
+    ChangePending(String),
 }
 
 /// What a cycle produced, in order, for the runtime.
@@ -578,29 +582,27 @@ impl<S: LogStore> Replica<S> {
             return Err(self.not_leader());
         }
         self.refuse_while_stalled()?;
+        // raft takes one membership change at a time: while one may be in the log unapplied
+        // (`pending_conf_index`, set to the last index at every election and to each change it
+        // takes), it would turn another into an empty entry. Say so, retryably, instead.
+        let raft = &self.node.raft;
+        if raft.pending_conf_index > raft.raft_log.applied {
+            return Err(NotAccepted::ChangePending(format!(
+                "a membership change may still be in the log up to index {} and this leader \
+                 has applied up to {}; try again once it is applied (escher heads)",
+                raft.pending_conf_index, raft.raft_log.applied
+            )));
+        }
+        // Whether the replica is a member already (or not at all) is judged when the change is
+        // applied, in log order, the same on every replica (`judge_change`): judged here, on
+        // what this replica applied, a leader that does not know yet that it was deposed, or
+        // that has not applied what its predecessor committed, answers "not a member" of a
+        // replica the group has (simulation seed 2524).
         let (id, kind, context) = match change {
             HeadChange::Add { id, address } => {
-                if self.members.contains_key(id) {
-                    let why = format!("replica {id} is already a member of the group");
-                    return Err(NotAccepted::Membership(why));
-                }
-                if let Some((other, _)) = self.members.iter().find(|(_, a)| *a == address) {
-                    let why = format!("replica {other} already uses {address}");
-                    return Err(NotAccepted::Membership(why));
-                }
                 (*id, ConfChangeType::AddNode, address.clone().into_bytes())
             }
-            HeadChange::Remove { id } => {
-                if !self.members.contains_key(id) {
-                    let why = format!("replica {id} is not a member of the group");
-                    return Err(NotAccepted::Membership(why));
-                }
-                if self.members.len() == 1 {
-                    let why = "the last replica of a group cannot be removed".to_string();
-                    return Err(NotAccepted::Membership(why));
-                }
-                (*id, ConfChangeType::RemoveNode, Vec::new())
-            }
+            HeadChange::Remove { id } => (*id, ConfChangeType::RemoveNode, Vec::new()),
         };
         let mut single = ConfChangeSingle {
             node_id: id,
@@ -1128,6 +1130,39 @@ impl<S: LogStore> Replica<S> {
         Ok(())
     }
 
+    /// Whether `changes` (with the entry's `context`, an added replica's address) make sense
+    /// against the membership as applied up to this entry. Judged at apply, in log order, so
+    /// every replica judges the same and the answer is true of the group: a change refused
+    /// here changes neither the members nor raft's configuration.
+    fn judge_change(
+        &self,
+        changes: &[(u64, ConfChangeType)],
+        context: &[u8],
+    ) -> Result<(), String> {
+        for (id, kind) in changes {
+            match kind {
+                ConfChangeType::AddNode | ConfChangeType::AddLearnerNode => {
+                    if self.members.contains_key(id) {
+                        return Err(format!("replica {id} is already a member of the group"));
+                    }
+                    let address = String::from_utf8_lossy(context);
+                    if let Some((other, _)) = self.members.iter().find(|(_, a)| **a == address) {
+                        return Err(format!("replica {other} already uses {address}"));
+                    }
+                }
+                ConfChangeType::RemoveNode => {
+                    if !self.members.contains_key(id) {
+                        return Err(format!("replica {id} is not a member of the group"));
+                    }
+                    if self.members.len() == 1 {
+                        return Err("the last replica of a group cannot be removed".to_string());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn apply_conf_change(&mut self, e: &RaftEntry) -> Result<(), String> {
         // escher proposes only version 2 changes; version 1 is read for completeness.
         let (cs, changes) = if e.get_entry_type() == EntryType::EntryConfChangeV2 {
@@ -1137,6 +1172,7 @@ impl<S: LogStore> Replica<S> {
                 .iter()
                 .map(|c| (c.node_id, c.get_change_type()))
                 .collect();
+            self.judge_change(&changes, &e.context)?;
             let cs = self
                 .node
                 .apply_conf_change(&cc)
@@ -1146,6 +1182,7 @@ impl<S: LogStore> Replica<S> {
             let cc = raft::eraftpb::ConfChange::parse_from_bytes(&e.data)
                 .map_err(|err| err.to_string())?;
             let changes = vec![(cc.node_id, cc.get_change_type())];
+            self.judge_change(&changes, &e.context)?;
             let cs = self
                 .node
                 .apply_conf_change(&cc)

@@ -25,7 +25,7 @@ use super::config::ReplicaConfig;
 use super::replica::{NotAccepted, Output, Persistence, Replica, ReplicationError};
 use super::transport::Transport;
 use crate::scheduler::Millis;
-use crate::state::{ApplyError, ClusterState, Command, Reply, StateConfig};
+use crate::state::{ApplyError, ClusterState, Command, Effect, Reply, StateConfig};
 
 /// What one cycle of a [`SimReplica`] did, in order.
 #[derive(Debug)]
@@ -38,6 +38,9 @@ pub enum SimOutput {
         term: u64,
         /// What applying each command returned.
         results: Vec<Result<Reply, ApplyError>>,
+        /// What the commands asked the runtime to do (assignments and cancellations for the
+        /// workers, ...), in order: the head's owner performs them only while it leads.
+        effects: Vec<Effect>,
     },
     /// An entry with nothing to apply (a new leader's first), or a membership change: a
     /// proposal waiting at this index was not applied.
@@ -259,11 +262,22 @@ fn simplify(output: Output) -> Option<SimOutput> {
             index,
             term,
             results,
-        } => SimOutput::Applied {
-            index,
-            term,
-            results: results.into_iter().map(|a| a.result).collect(),
-        },
+        } => {
+            let mut effects = Vec::new();
+            let results = results
+                .into_iter()
+                .map(|a| {
+                    effects.extend(a.effects);
+                    a.result
+                })
+                .collect();
+            SimOutput::Applied {
+                index,
+                term,
+                results,
+                effects,
+            }
+        }
         Output::ConfChanged {
             index,
             term,

@@ -88,6 +88,7 @@ pub(crate) fn not_accepted(why: NotAccepted) -> Status {
             status
         }
         NotAccepted::Membership(why) => Status::failed_precondition(why),
+        NotAccepted::ChangePending(why) => Status::aborted(why),
         NotAccepted::DiskFull(why) => Status::resource_exhausted(format!(
             "this head replica refuses writes: {why}; writes resume by themselves once space is \
              freed"

@@ -1,0 +1,182 @@
+//! [`Worker`]: a simulated worker, as `escher-worker` behaves towards the head (DESIGN §13 and
+//! `head/src/runtime/workers.rs`'s protocol), with its fence.
+//!
+//! - It registers once (`RegisterNode`, a write with an idempotency key, retried like a
+//!   client's) and keeps its node id and secret across its own restarts, as its state
+//!   directory does.
+//! - It opens a stream to the leader: each time (a new leader, a broken or silent stream) it
+//!   registers again with `RejoinNode`, listing what it runs and the reports no head
+//!   acknowledged, then attaches. A stream carries its epoch: a message of an older stream is
+//!   never read (a TCP stream that broke delivers nothing more).
+//! - It heartbeats on its stream; the leader answers each with a lease that runs for
+//!   [`LEASE_MS`] from when the heartbeat was sent.
+//! - It runs an assignment only while its lease holds, and each attempt once (an attempt sent
+//!   again is not run again; its report is sent again instead). A task runs for a random
+//!   while; its report (`TaskFinished`) is a write, retried until answered.
+//! - Its fence supervisor, a process of its own, kills every task it runs once the lease has
+//!   run out, even while the worker is frozen (SIGSTOP); the worker reports them as stopped by
+//!   the fence.
+//!
+//! The world (`world/workers.rs`) moves the messages, runs the faults (a worker's crash kills
+//! its tasks with it; a freeze; a cut from every replica) and plays the leader's side.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use escher_proto::types::{NodeId, RunningTask, TaskFinished, TaskId};
+
+/// How long a lease lasts from the heartbeat it answers (half the heartbeat timeout, as the
+/// head grants).
+pub const LEASE_MS: u64 = 1_000;
+/// How long the leader waits without a heartbeat before it declares the node lost.
+pub const HEARTBEAT_TIMEOUT_MS: u64 = 2 * LEASE_MS;
+/// How often a worker heartbeats.
+pub const HEARTBEAT_MS: u64 = 100;
+/// How long a worker waits for any answer on its stream before it takes the stream for broken.
+pub const SILENCE_MS: u64 = 500;
+/// How often the fence supervisor looks at the lease.
+pub const SUPERVISE_MS: u64 = 25;
+/// CPUs each simulated worker has (every task takes one).
+pub const CPUS: usize = 4;
+
+/// What the leader sends on a worker's stream (or answers to it).
+#[derive(Debug, Clone)]
+pub enum ToWorker {
+    /// Run this attempt.
+    Assign {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// Stop this attempt.
+    Cancel {
+        /// The task.
+        task: TaskId,
+        /// The attempt.
+        attempt: u32,
+    },
+    /// The stream is open, and a lease runs from `sent`, when the worker asked for it.
+    Attached {
+        /// When the worker sent its attach.
+        sent: u64,
+    },
+    /// A heartbeat sent at `sent` was heard: the lease runs until `sent + LEASE_MS`.
+    Lease {
+        /// When the worker sent it.
+        sent: u64,
+    },
+    /// This replica does not lead (the leader it knows of, if any), or does not take this
+    /// node's stream: find the leader and register again.
+    Refused(Option<u64>),
+    /// The stream broke (a message on it was lost).
+    Broken,
+}
+
+/// One simulated worker. See the [module documentation](self).
+#[derive(Debug)]
+pub struct Worker {
+    /// Its number in the world.
+    pub index: usize,
+    /// Its node id, once it registered (kept across its restarts).
+    pub node: Option<NodeId>,
+    /// Its process's boot number (a restart is a new boot).
+    pub boot: u64,
+    /// The world's client slot its writes go through (a new one each boot).
+    pub client: usize,
+    /// Whether its process runs.
+    pub up: bool,
+    /// Frozen (SIGSTOP) until then: it handles nothing, its tasks run on.
+    pub frozen_until: u64,
+    /// Cut off from every replica until then.
+    pub cut_until: u64,
+    /// Its stream's epoch: each new stream has a higher one.
+    pub epoch: u64,
+    /// Whether the stream of `epoch` is open.
+    pub attached: bool,
+    /// Whether it registered again for the stream of `epoch` (its `RejoinNode` was answered).
+    pub registered: bool,
+    /// The replica it talks to.
+    pub target: u64,
+    /// The lease runs until then.
+    pub lease_until: u64,
+    /// The last time anything came on its stream.
+    pub last_heard: u64,
+    /// What it runs: attempt to execution (the history's index).
+    pub running: BTreeMap<(TaskId, u32), usize>,
+    /// Every attempt this process was given (run, or refused): never run twice.
+    pub seen: BTreeSet<(TaskId, u32)>,
+    /// Reports not yet sent.
+    pub outbox: VecDeque<TaskFinished>,
+    /// Reports sent (or carried by a registration) and not yet acknowledged.
+    pub unacked: Vec<TaskFinished>,
+}
+
+impl Worker {
+    /// A worker's first process, whose writes go through client slot `client`.
+    pub fn new(index: usize, client: usize, target: u64) -> Worker {
+        Worker {
+            index,
+            node: None,
+            boot: 1,
+            client,
+            up: true,
+            frozen_until: 0,
+            cut_until: 0,
+            epoch: 1,
+            attached: false,
+            registered: false,
+            target,
+            lease_until: 0,
+            last_heard: 0,
+            running: BTreeMap::new(),
+            seen: BTreeSet::new(),
+            outbox: VecDeque::new(),
+            unacked: Vec::new(),
+        }
+    }
+
+    /// Its name, as it registers.
+    pub fn name(&self) -> String {
+        format!("worker{}", self.index)
+    }
+
+    /// The secret its first registration was given.
+    pub fn secret(&self) -> String {
+        format!("secret of worker{}", self.index)
+    }
+
+    /// Its stream is gone: a new one (registered again first) is needed.
+    pub fn detach(&mut self) {
+        self.epoch += 1;
+        self.attached = false;
+        self.registered = false;
+    }
+
+    /// The process died: everything in memory is gone (its tasks died with it, the caller
+    /// ends them); it comes back as boot `boot + 1` with its identity.
+    pub fn crash(&mut self) {
+        self.up = false;
+        self.detach();
+        self.running.clear();
+        self.seen.clear();
+        self.outbox.clear();
+        self.unacked.clear();
+        self.lease_until = 0;
+    }
+
+    /// What it runs, as a registration lists it.
+    pub fn running_tasks(&self) -> Vec<RunningTask> {
+        self.running
+            .keys()
+            .map(|(task_id, attempt)| RunningTask {
+                task_id: *task_id,
+                attempt: *attempt,
+            })
+            .collect()
+    }
+
+    /// Whether the lease holds at `now`.
+    pub fn leased(&self, now: u64) -> bool {
+        now < self.lease_until
+    }
+}

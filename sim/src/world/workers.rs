@@ -1,0 +1,728 @@
+//! The workers in the world: their events, the faults they suffer, and the leader's side of
+//! their streams (the head owner's soft state: `head/src/runtime/workers.rs`, re-implemented
+//! here over the simulated network; see [`Owner`]).
+//!
+//! A stream is modelled as TCP gives it: its messages arrive in the order sent or not at all,
+//! and a message lost breaks the stream (the leader forgets it; the worker learns it a moment
+//! later and registers again). Heartbeats and their answers are on the stream too; a lost one
+//! breaks it the same way. Faults: a worker's process crashes (its tasks die with it) and
+//! comes back 0.5–5 s later as a new boot; a worker is frozen (SIGSTOP) for 0.3–6 s while its
+//! tasks and its fence supervisor run on; a worker is cut from every replica for 0.3–8 s.
+
+use escher_core::state::{Command, Effect, Joining, Returning, SecretHash};
+use escher_proto::types::{Labels, NodeId, TaskFinished, TaskResult};
+use rand::Rng;
+
+use super::{Event, World};
+use crate::client::{Client, Intent};
+use crate::history::Execution;
+use crate::worker::{
+    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker,
+};
+
+/// What a worker sends on its stream.
+#[derive(Debug, Clone)]
+pub(super) enum FromWorker {
+    /// Opens the stream of this epoch (after a registration), sent at `sent`.
+    Attach {
+        /// When.
+        sent: u64,
+    },
+    /// A heartbeat, sent at `sent`.
+    Heartbeat {
+        /// When.
+        sent: u64,
+    },
+}
+
+/// The leader's soft state about the workers, as the head's owner keeps it: when each node
+/// was last heard, each node's open stream (its worker and epoch), and what waits for a node
+/// whose stream is not open. A new leader starts every live node's clock when it takes over;
+/// a replica that stops leading forgets it all.
+#[derive(Debug, Default)]
+pub(super) struct Owner {
+    heard: std::collections::BTreeMap<NodeId, u64>,
+    links: std::collections::BTreeMap<NodeId, (usize, u64)>,
+    queued: std::collections::BTreeMap<NodeId, Vec<ToWorker>>,
+}
+
+impl World {
+    /// The workers' first events and their faults, drawn at the start of the run.
+    pub(super) fn start_workers(&mut self) {
+        for w in 0..self.options.workers as usize {
+            let target = self.random_replica();
+            let client = self.clients.len();
+            self.clients
+                .push(Client::new(worker_client_id(w, 1), target));
+            self.workers.push(Worker::new(w, client, target));
+            let start = self.rng.random_range(100..1_000);
+            self.at(start, Event::Think(client));
+            self.at(start, Event::WorkerTick { w, boot: 1 });
+            self.at(start, Event::Supervise { w, boot: 1 });
+            for _ in 0..self.rng.random_range(0..3) {
+                let when = self.rng.random_range(500..self.options.duration_ms);
+                self.at(when, Event::WorkerCrash(w));
+            }
+            for _ in 0..self.rng.random_range(0..3) {
+                let when = self.rng.random_range(500..self.options.duration_ms);
+                self.at(when, Event::Freeze(w));
+            }
+            for _ in 0..self.rng.random_range(0..3) {
+                let when = self.rng.random_range(500..self.options.duration_ms);
+                self.at(when, Event::Cut(w));
+            }
+        }
+    }
+
+    /// The worker whose writes go through client slot `client`, if any.
+    pub(super) fn worker_of(&self, client: usize) -> Option<usize> {
+        self.workers.iter().position(|w| w.client == client)
+    }
+
+    /// Until when the events of client slot `client` wait (its worker is frozen).
+    pub(super) fn client_frozen(&self, client: usize) -> Option<u64> {
+        let w = self.worker_of(client)?;
+        let until = self.workers[w].frozen_until;
+        (until > self.now).then_some(until)
+    }
+
+    /// Whether client slot `client` is a worker's cut from every replica now.
+    pub(super) fn client_cut(&self, client: usize) -> bool {
+        self.worker_of(client)
+            .is_some_and(|w| self.workers[w].cut_until > self.now)
+    }
+
+    /// A worker's client is idle: its next write (register, register again, a report).
+    pub(super) fn worker_think(&mut self, w: usize) {
+        let worker = &self.workers[w];
+        let client = worker.client;
+        if !worker.up || self.clients[client].current.is_some() {
+            return;
+        }
+        let joining = Joining {
+            name: worker.name(),
+            address: format!("{}.sim:7601", worker.name()),
+            resources: format!("cpu={CPUS}").parse().expect("a valid resource set"),
+            labels: Labels::new(),
+            gpus: Vec::new(),
+            boot: worker.boot,
+        };
+        let (command, intent) = match worker.node {
+            None => (
+                Command::RegisterNodeUnattached {
+                    worker: joining,
+                    secret: SecretHash::of(&worker.secret()),
+                },
+                Intent::Attach { worker: w },
+            ),
+            Some(node) if !worker.registered => {
+                let worker = &mut self.workers[w];
+                // The reports this registration carries are acknowledged by its answer.
+                let carried: Vec<TaskFinished> = worker.outbox.drain(..).collect();
+                worker.unacked.extend(carried);
+                (
+                    Command::RejoinNodeUnattached {
+                        worker: joining,
+                        back: Returning {
+                            cluster: "sim".to_string(),
+                            node,
+                            secret: SecretHash::of(&worker.secret()),
+                            running: worker.running_tasks(),
+                            finished: worker.unacked.clone(),
+                        },
+                    },
+                    Intent::Attach { worker: w },
+                )
+            }
+            Some(_) if worker.attached => {
+                let worker = &mut self.workers[w];
+                let Some(report) = worker.outbox.pop_front() else {
+                    return;
+                };
+                worker.unacked.push(report.clone());
+                (
+                    Command::TaskFinished(report.clone()),
+                    Intent::Report {
+                        worker: w,
+                        task: report.task_id,
+                        attempt: report.attempt,
+                    },
+                )
+            }
+            Some(_) => return,
+        };
+        self.note(format!("worker {w} writes {intent:?}"));
+        self.clients[client].start(command, intent);
+        self.send(client);
+    }
+
+    /// A worker's write was answered.
+    pub(super) fn worker_answered(
+        &mut self,
+        w: usize,
+        intent: &Intent,
+        reply: &Result<escher_core::state::Reply, String>,
+    ) {
+        let replied_by = self.clients[self.workers[w].client].target;
+        let worker = &mut self.workers[w];
+        match (intent, reply) {
+            (Intent::Attach { .. }, Ok(escher_core::state::Reply::Registered(node))) => {
+                worker.node = Some(*node);
+                worker.registered = true;
+                worker.unacked.clear();
+                worker.target = replied_by;
+                worker.last_heard = self.now;
+                let (epoch, boot, sent) = (worker.epoch, worker.boot, self.now);
+                self.send_to_head(w, boot, epoch, FromWorker::Attach { sent });
+            }
+            (Intent::Attach { .. }, _) => {
+                // Refused (the cluster not named yet, a node forgotten): again, a little later.
+                let client = worker.client;
+                self.at(100, Event::Think(client));
+                return;
+            }
+            (Intent::Report { task, attempt, .. }, _) => {
+                worker
+                    .unacked
+                    .retain(|r| (r.task_id, r.attempt) != (*task, *attempt));
+            }
+            _ => {}
+        }
+        let client = self.workers[w].client;
+        self.at(0, Event::Think(client));
+    }
+
+    /// A message from worker `w` (boot, stream epoch) to its target replica, over its stream.
+    fn send_to_head(&mut self, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
+        let to = self.workers[w].target;
+        let delays = self.worker_link(w);
+        if delays.is_empty() {
+            self.break_stream(w, boot, epoch);
+            return;
+        }
+        let delay = delays[0];
+        self.at(
+            delay,
+            Event::AtHead {
+                to,
+                w,
+                boot,
+                epoch,
+                msg,
+            },
+        );
+    }
+
+    /// The delays of one message on worker `w`'s link (none: lost or cut). A stream delivers
+    /// once, in order: a duplicate is the transport's business, not the stream's.
+    fn worker_link(&mut self, w: usize) -> Vec<u64> {
+        if self.workers[w].cut_until > self.now {
+            return Vec::new();
+        }
+        let mut delays = self.network.weather(&mut self.rng);
+        delays.truncate(1);
+        delays
+    }
+
+    /// The stream of `epoch` broke: the leader holding it forgets it at once, the worker hears
+    /// of it a moment later.
+    fn break_stream(&mut self, w: usize, boot: u64, epoch: u64) {
+        for slot in self.slots.values_mut() {
+            slot.owner.links.retain(|_, link| *link != (w, epoch));
+        }
+        let wait = self.network.max_delay;
+        self.at(
+            wait,
+            Event::ToWorker {
+                w,
+                boot,
+                epoch,
+                msg: ToWorker::Broken,
+            },
+        );
+    }
+
+    /// A message of worker `w` reaches replica `to`: the leader's side of the stream.
+    pub(super) fn at_head(&mut self, to: u64, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
+        let Some(node) = self.workers[w].node else {
+            return;
+        };
+        if self.options.trace && matches!(msg, FromWorker::Attach { .. }) {
+            self.note(format!("worker {w}'s stream {epoch} reaches replica {to}"));
+        }
+        let Some(replica) = self.slots[&to].replica.as_ref() else {
+            return; // down: the worker hears nothing and finds another
+        };
+        if !replica.is_leader() || replica.stalled() {
+            // Not the leader, or stalled on its full disk: it renews no lease (the head's
+            // owner neither, see `cannot_lead_now`).
+            let hint = replica.leader().filter(|l| *l != to);
+            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(hint));
+        }
+        if !replica.state().node_alive(node) {
+            // Declared lost: nothing of this stream counts; register again.
+            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
+        }
+        let now = self.now;
+        let slot = self.slots.get_mut(&to).expect("every replica has a slot");
+        match msg {
+            FromWorker::Attach { sent } => {
+                slot.owner.links.insert(node, (w, epoch));
+                slot.owner.heard.insert(node, now);
+                let queued = slot.owner.queued.remove(&node).unwrap_or_default();
+                // A registration admits its node only once its stream is held by a leader
+                // (`RegisterNodeUnattached`, `NodeAttached`): nothing is assigned to a node no
+                // leader can send to.
+                let waits = slot
+                    .replica
+                    .as_ref()
+                    .is_some_and(|r| r.state().waits_for_stream(node));
+                if waits && let Some(replica) = slot.replica.as_mut() {
+                    let command = Command::NodeAttached { node, boot };
+                    let _ = replica.propose(vec![(command, None)], now);
+                }
+                self.send_to_worker(w, boot, epoch, ToWorker::Attached { sent });
+                for msg in queued {
+                    self.send_to_worker(w, boot, epoch, msg);
+                }
+                if waits {
+                    self.drive(to);
+                }
+            }
+            FromWorker::Heartbeat { sent } => {
+                if slot.owner.links.get(&node) != Some(&(w, epoch)) {
+                    return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
+                }
+                slot.owner.heard.insert(node, now);
+                self.send_to_worker(w, boot, epoch, ToWorker::Lease { sent });
+            }
+        }
+    }
+
+    /// Sends `msg` on worker `w`'s stream of `epoch`; a loss breaks the stream.
+    fn send_to_worker(&mut self, w: usize, boot: u64, epoch: u64, msg: ToWorker) {
+        let delays = self.worker_link(w);
+        if delays.is_empty() {
+            self.break_stream(w, boot, epoch);
+            return;
+        }
+        // In order: a stream's messages never overtake one another.
+        let delay = delays[0].max(self.stream_clock(w, epoch));
+        self.worker_streams.insert((w, epoch), self.now + delay);
+        self.at(
+            delay,
+            Event::ToWorker {
+                w,
+                boot,
+                epoch,
+                msg,
+            },
+        );
+    }
+
+    /// The delay after which a new message of stream (w, epoch) arrives after the last one.
+    fn stream_clock(&self, w: usize, epoch: u64) -> u64 {
+        self.worker_streams
+            .get(&(w, epoch))
+            .map_or(0, |last| last.saturating_sub(self.now))
+    }
+
+    /// A replica applied `effects` while leading: it sends the workers theirs, on their
+    /// streams, or keeps them for a node whose stream is not open.
+    pub(super) fn perform(&mut self, id: u64, effects: &[Effect]) {
+        for effect in effects {
+            let (node, msg) = match effect {
+                Effect::Assign { node, assignment } => (
+                    *node,
+                    ToWorker::Assign {
+                        task: assignment.task_id,
+                        attempt: assignment.attempt,
+                    },
+                ),
+                Effect::Cancel {
+                    node,
+                    task,
+                    attempt,
+                    ..
+                } => (
+                    *node,
+                    ToWorker::Cancel {
+                        task: *task,
+                        attempt: *attempt,
+                    },
+                ),
+                Effect::Rejoined { node } => {
+                    // What was queued for it is superseded by what follows, which goes on the
+                    // stream the worker opens after this registration.
+                    let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+                    slot.owner.queued.remove(node);
+                    slot.owner.links.remove(node);
+                    continue;
+                }
+                _ => continue,
+            };
+            if self.options.trace {
+                let link = self.slots[&id].owner.links.get(&node).copied();
+                self.note(format!(
+                    "replica {id} leads: {msg:?} for node {} (stream {link:?})",
+                    node.0
+                ));
+            }
+            let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+            match slot.owner.links.get(&node).copied() {
+                Some((w, epoch)) => {
+                    let boot = self.workers[w].boot;
+                    self.send_to_worker(w, boot, epoch, msg);
+                }
+                None => slot.owner.queued.entry(node).or_default().push(msg),
+            }
+        }
+    }
+
+    /// Replica `id` leads now, or stopped leading: its soft state starts over; a new leader
+    /// gives every live node a whole heartbeat timeout to find it.
+    pub(super) fn owner_lead(&mut self, id: u64, leading: bool) {
+        let now = self.now;
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        slot.owner = Owner::default();
+        if leading && let Some(replica) = &slot.replica {
+            for node in replica.state().live_nodes() {
+                slot.owner.heard.insert(node, now);
+            }
+        }
+    }
+
+    /// The leader's tick: a live node unheard for a heartbeat timeout is declared lost (its
+    /// stream forgotten, `RemoveNode` proposed).
+    pub(super) fn owner_tick(&mut self, id: u64) {
+        let now = self.now;
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let Some(replica) = slot.replica.as_mut() else {
+            return;
+        };
+        if !replica.is_leader() || replica.stalled() {
+            return;
+        }
+        let mut silent = Vec::new();
+        for node in replica.state().live_nodes() {
+            let heard = *slot.owner.heard.entry(node).or_insert(now);
+            if now.saturating_sub(heard) > HEARTBEAT_TIMEOUT_MS {
+                silent.push(node);
+            }
+        }
+        let mut lines = Vec::new();
+        for node in &silent {
+            self.checker.reset_nodes.insert(*node);
+            slot.owner.heard.remove(node);
+            slot.owner.links.remove(node);
+            let reason = format!("no heartbeat for {HEARTBEAT_TIMEOUT_MS} ms");
+            let command = Command::RemoveNode {
+                node: *node,
+                reason,
+            };
+            if replica.propose(vec![(command, None)], now).is_ok() {
+                self.stats.nodes_lost += 1;
+                lines.push(format!("replica {id} declares node {} lost", node.0));
+            }
+        }
+        for line in lines {
+            let running: usize = self.workers.iter().map(|w| w.running.len()).sum();
+            self.note(format!("{line} (the workers run {running} tasks)"));
+        }
+        if !silent.is_empty() {
+            self.drive(id);
+        }
+    }
+
+    /// A message on worker `w`'s stream arrives.
+    pub(super) fn at_worker(&mut self, w: usize, boot: u64, epoch: u64, msg: ToWorker) {
+        if self.options.trace && !matches!(msg, ToWorker::Lease { .. }) {
+            let now = &self.workers[w];
+            let line = format!(
+                "worker {w} (boot {boot}, stream {epoch}; now {}, {}) gets {msg:?}",
+                now.boot, now.epoch
+            );
+            self.note(line);
+        }
+        let worker = &mut self.workers[w];
+        if !worker.up || worker.boot != boot || worker.epoch != epoch {
+            return; // an older stream, or another process's
+        }
+        if worker.frozen_until > self.now {
+            let until = worker.frozen_until;
+            self.seq += 1;
+            let event = Event::ToWorker {
+                w,
+                boot,
+                epoch,
+                msg,
+            };
+            self.queue.insert((until, self.seq), event);
+            return;
+        }
+        worker.last_heard = self.now;
+        match msg {
+            ToWorker::Attached { sent } => {
+                worker.attached = true;
+                worker.lease_until = worker.lease_until.max(sent + LEASE_MS);
+                let client = worker.client;
+                self.at(0, Event::Think(client));
+            }
+            ToWorker::Lease { sent } => {
+                worker.lease_until = worker.lease_until.max(sent + LEASE_MS);
+            }
+            ToWorker::Refused(hint) => {
+                worker.detach();
+                worker.target = match hint {
+                    Some(leader) => leader,
+                    None => self.voters[self.rng.random_range(0..self.voters.len())],
+                };
+                let client = self.workers[w].client;
+                self.clients[client].target = self.workers[w].target;
+                self.at(0, Event::Think(client));
+            }
+            ToWorker::Broken => {
+                worker.detach();
+                let client = worker.client;
+                self.at(0, Event::Think(client));
+            }
+            ToWorker::Assign { task, attempt } => self.assigned_to(w, task, attempt),
+            ToWorker::Cancel { task, attempt } => {
+                if let Some(exec) = self.workers[w].running.remove(&(task, attempt)) {
+                    self.history.ended(exec, self.now, false);
+                    self.report(w, task, attempt, Err("cancelled by the head".into()));
+                }
+            }
+        }
+    }
+
+    /// Worker `w` got an assignment: it runs it, once, and only under a lease.
+    fn assigned_to(&mut self, w: usize, task: escher_proto::types::TaskId, attempt: u32) {
+        let worker = &mut self.workers[w];
+        let Some(node) = worker.node else { return };
+        if !worker.seen.insert((task, attempt)) {
+            // Sent again (a registration's reconciliation): its report goes again if it ended.
+            return;
+        }
+        if self.options.fence && !worker.leased(self.now) {
+            // An assignment read after the lease ran out is refused: the head may already
+            // have given the task to another node.
+            let why = "the worker's lease had run out; not started".to_string();
+            return self.report(w, task, attempt, Err(why));
+        }
+        self.stats.executions += 1;
+        let process = (w, worker.boot, self.stats.executions);
+        let exec = self.history.started(Execution {
+            node,
+            process,
+            task,
+            attempt,
+            start: self.now,
+            end: None,
+            succeeded: false,
+        });
+        self.workers[w].running.insert((task, attempt), exec);
+        // Most tasks are short; one in ten runs for seconds, long enough to outlive a lease.
+        let (low, high) = self.task_ms;
+        let lasts = if self.rng.random_ratio(1, 10) {
+            self.rng.random_range(1_000..6_000)
+        } else {
+            self.rng.random_range(low..=high)
+        };
+        let boot = self.workers[w].boot;
+        self.at(lasts, Event::Exit { w, boot, exec });
+    }
+
+    /// A task's process exits by itself (also while its worker is frozen).
+    pub(super) fn exit(&mut self, w: usize, boot: u64, exec: usize) {
+        let worker = &self.workers[w];
+        if !worker.up || worker.boot != boot {
+            return;
+        }
+        let Some(key) = worker
+            .running
+            .iter()
+            .find(|(_, e)| **e == exec)
+            .map(|(k, _)| *k)
+        else {
+            return; // killed already
+        };
+        self.workers[w].running.remove(&key);
+        self.history.ended(exec, self.now, true);
+        self.report(w, key.0, key.1, Ok(TaskResult::Exited { code: 0 }));
+    }
+
+    /// Queues a report of worker `w`'s and wakes its client.
+    fn report(
+        &mut self,
+        w: usize,
+        task: escher_proto::types::TaskId,
+        attempt: u32,
+        outcome: Result<TaskResult, String>,
+    ) {
+        self.workers[w].outbox.push_back(TaskFinished {
+            task_id: task,
+            attempt,
+            outcome,
+            timed_out: false,
+            output: None,
+        });
+        let client = self.workers[w].client;
+        self.at(0, Event::Think(client));
+    }
+
+    /// The worker's heartbeat tick: a heartbeat on an open stream; a silent stream is given
+    /// up for a new registration.
+    pub(super) fn worker_tick(&mut self, w: usize, boot: u64) {
+        if !self.workers[w].up || self.workers[w].boot != boot {
+            return;
+        }
+        self.at(HEARTBEAT_MS, Event::WorkerTick { w, boot });
+        let worker = &self.workers[w];
+        if worker.frozen_until > self.now {
+            return;
+        }
+        if worker.registered && self.now.saturating_sub(worker.last_heard) > SILENCE_MS {
+            let target = self.random_replica();
+            let worker = &mut self.workers[w];
+            worker.detach();
+            worker.target = target;
+            let client = worker.client;
+            self.clients[client].target = target;
+            self.note(format!(
+                "worker {w} heard nothing: registers again at {target}"
+            ));
+            self.at(0, Event::Think(client));
+            return;
+        }
+        if worker.attached {
+            let (epoch, now) = (worker.epoch, self.now);
+            self.send_to_head(w, boot, epoch, FromWorker::Heartbeat { sent: now });
+        }
+    }
+
+    /// The fence supervisor: once the lease has run out, it kills every task.
+    pub(super) fn supervise(&mut self, w: usize, boot: u64) {
+        if !self.workers[w].up || self.workers[w].boot != boot {
+            return;
+        }
+        self.at(SUPERVISE_MS, Event::Supervise { w, boot });
+        let worker = &self.workers[w];
+        if !self.options.fence || worker.leased(self.now) || worker.running.is_empty() {
+            return;
+        }
+        let killed = std::mem::take(&mut self.workers[w].running);
+        self.note(format!(
+            "worker {w}'s lease ran out: its fence kills {} tasks",
+            killed.len()
+        ));
+        for ((task, attempt), exec) in killed {
+            self.stats.fenced += 1;
+            self.history.ended(exec, self.now, false);
+            let why = "stopped by the fence: the worker's lease ran out".to_string();
+            self.report(w, task, attempt, Err(why));
+        }
+    }
+
+    /// Worker `w`'s process dies with every task it runs; it comes back as a new boot.
+    pub(super) fn worker_crash(&mut self, w: usize) {
+        if !self.stormy || !self.workers[w].up {
+            return;
+        }
+        self.stats.worker_crashes += 1;
+        let killed = std::mem::take(&mut self.workers[w].running);
+        self.note(format!(
+            "crash worker {w} ({} tasks die with it)",
+            killed.len()
+        ));
+        for exec in killed.into_values() {
+            self.history.ended(exec, self.now, false);
+        }
+        let client = self.workers[w].client;
+        self.clients[client].give_up();
+        if let Some(node) = self.workers[w].node {
+            self.checker.reset_nodes.insert(node);
+        }
+        self.workers[w].crash();
+        let back = self.rng.random_range(500..5_000);
+        self.at(back, Event::WorkerRestart(w));
+    }
+
+    /// Worker `w` starts again: a new boot, a new client, its identity kept.
+    pub(super) fn worker_restart(&mut self, w: usize) {
+        if self.workers[w].up {
+            return;
+        }
+        let target = self.random_replica();
+        let client = self.clients.len();
+        let worker = &mut self.workers[w];
+        worker.boot += 1;
+        worker.up = true;
+        worker.client = client;
+        worker.target = target;
+        worker.frozen_until = 0;
+        let boot = worker.boot;
+        self.clients
+            .push(Client::new(worker_client_id(w, boot), target));
+        self.note(format!("restart worker {w} (boot {boot})"));
+        self.at(0, Event::Think(client));
+        self.at(0, Event::WorkerTick { w, boot });
+        self.at(0, Event::Supervise { w, boot });
+    }
+
+    /// Worker `w` is frozen (SIGSTOP) for a while.
+    pub(super) fn freeze(&mut self, w: usize) {
+        if !self.stormy || !self.workers[w].up {
+            return;
+        }
+        self.stats.freezes += 1;
+        let lasts = self.rng.random_range(300..6_000);
+        self.note(format!("freeze worker {w} for {lasts} ms"));
+        self.workers[w].frozen_until = self.now + lasts;
+    }
+
+    /// Worker `w` is cut from every replica for a while.
+    pub(super) fn cut(&mut self, w: usize) {
+        if !self.stormy {
+            return;
+        }
+        self.stats.worker_cuts += 1;
+        let lasts = self.rng.random_range(300..8_000);
+        self.note(format!("cut worker {w} off for {lasts} ms"));
+        self.workers[w].cut_until = self.now + lasts;
+    }
+
+    /// The quiet end: every worker up, thawed and reachable.
+    pub(super) fn calm_workers(&mut self) {
+        for w in 0..self.workers.len() {
+            self.workers[w].cut_until = 0;
+            self.workers[w].frozen_until = self.workers[w].frozen_until.min(self.now);
+            if !self.workers[w].up {
+                self.worker_restart(w);
+            }
+        }
+    }
+
+    /// The end-of-run judgement of what the workers ran.
+    pub(super) fn check_history(&self, state: &escher_core::state::ClusterState) -> Vec<String> {
+        let mut acknowledged = Vec::new();
+        for client in &self.clients {
+            for answered in &client.answered {
+                if let (Intent::Submit(names), Ok(escher_core::state::Reply::Submitted(ids))) =
+                    (&answered.write.intent, &answered.reply)
+                {
+                    for (name, id) in names.iter().zip(ids) {
+                        acknowledged.push((name.clone(), *id, state.status(*id)));
+                    }
+                }
+            }
+        }
+        let end = self.history_end.unwrap_or(self.now);
+        self.history.check(end, CPUS, &acknowledged)
+    }
+}
+
+/// A worker's client id, as its keys carry it: one per worker process.
+fn worker_client_id(w: usize, boot: u64) -> u64 {
+    2_000 + 100 * w as u64 + boot
+}
