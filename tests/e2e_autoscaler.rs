@@ -614,3 +614,116 @@ async fn slurm_provider_submits_and_cancels_real_jobs_needs_root_and_slurm() {
     );
     println!("{text}");
 }
+
+/// A decision made while the head is unreachable (the hold that says so) waits in the status
+/// file and reaches the head's watch API, saying when it was made, once the head is back.
+/// Runs the Docker provider with an image that is not there (or no engine at all): either way
+/// it launches nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_decision_made_while_the_head_is_unreachable_is_recorded_when_it_is_back() {
+    let mut cluster = ProcessCluster::builder().workers(0).durable().start().await;
+    let client = cluster.client().await;
+    let mut decisions = client
+        .watch(WatchRequest::all().kinds([WatchKind::Decision]))
+        .await
+        .expect("a watch");
+    let status_file = cluster.dir().join("autoscaler.json");
+    let access = cluster.access_file();
+    let autoscaler = Command::new(binary("escher-autoscaler"))
+        .args(["run", "--provider", "docker"])
+        .args(["--image", "escher-no-such-image:never"])
+        .args(["--group", "outage", "--head", cluster.head_url()])
+        .arg("--access-file")
+        .arg(&access)
+        .arg("--worker-credential")
+        .arg(&access)
+        .args(["--worker-shape", "cpu=1", "--max-workers", "1"])
+        .args(["--interval", "250ms"])
+        .arg("--status-file")
+        .arg(&status_file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("escher-autoscaler starts");
+    let mut cleanup = Cleanup {
+        group: "outage".into(),
+        images: Vec::new(),
+        autoscaler: Some(autoscaler),
+    };
+    // Its first decision (the provider cannot start workers) reaches watchers as it is made.
+    let first = tokio::time::timeout(Duration::from_secs(60), decisions.next())
+        .await
+        .expect("a first decision")
+        .expect("the watch stays open")
+        .expect("an event");
+    drop(decisions);
+
+    cluster.kill_head();
+    let text = eventually(
+        "the status to hold for the unreachable head",
+        Duration::from_secs(60),
+        || {
+            let status_file = status_file.clone();
+            async move {
+                let text = status_text(&status_file);
+                text.contains("decisions not yet recorded in the head (sent when it answers): 1")
+                    .then_some(text)
+            }
+        },
+    )
+    .await;
+    assert!(
+        text.contains("head: unreachable") && text.contains("the head is unreachable"),
+        "{text}"
+    );
+
+    cluster.restart_head().await;
+    let text = eventually(
+        "the queued decision to be sent",
+        Duration::from_secs(60),
+        || {
+            let status_file = status_file.clone();
+            async move {
+                let text = status_text(&status_file);
+                (!text.contains("head: unreachable")
+                    && !text.contains("decisions not yet recorded"))
+                .then_some(text)
+            }
+        },
+    )
+    .await;
+    // The head recorded it after the first, once: watchers that resume see it, with when it
+    // was made.
+    let client = cluster.client().await;
+    let mut resumed = client
+        .watch(
+            WatchRequest::all()
+                .kinds([WatchKind::Decision])
+                .after(first.revision),
+        )
+        .await
+        .expect("a watch that resumes");
+    let held = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let event = resumed
+                .next()
+                .await
+                .expect("the watch stays open")
+                .expect("an event");
+            if let ClusterEvent::Decision { reason, action, .. } = event.event
+                && reason.contains("the head is unreachable")
+            {
+                return (action, reason);
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no decision about the outage reached the head; status:\n{text}"));
+    assert_eq!(held.0, "hold");
+    assert!(
+        held.1.starts_with("(decided at ") && held.1.contains("while the head was unreachable)"),
+        "{}",
+        held.1
+    );
+    cleanup.autoscaler.take().map(|mut c| c.kill());
+}

@@ -242,3 +242,110 @@ async fn a_task_that_would_outlast_a_workers_walltime_waits_for_a_node_that_last
     assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
     assert_eq!(status.node, Some(steady), "{status:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn untimed_work_and_reservations_wait_for_a_node_with_the_least_time_left() {
+    // The head keeps work without a time limit off nodes with less than two hours left.
+    let mut cluster = ProcessCluster::builder()
+        .workers(0)
+        .head_args(&["--min-time-left", "2h"])
+        .start()
+        .await;
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--walltime".into(), "1h".into()],
+        ..WorkerExtra::default()
+    });
+    let ending = cluster.start_worker("ending", "cpu=4").await;
+    let client = cluster.client().await;
+
+    // A task without a time limit waits, and says why.
+    let untimed = client
+        .submit(Task::command(["true"]).resources_str("cpu=1"))
+        .await
+        .unwrap();
+    let why = eventually("the untimed task to say why it waits", WAIT, || {
+        let info = client.task_info(untimed.id());
+        async move { info.await.ok()?.pending_reason }
+    })
+    .await;
+    assert_eq!(why.resource.as_str(), "escher.walltime", "{why}");
+    assert!(
+        why.message.contains("no time limit")
+            && why.message.contains("--min-time-left (7200 s)")
+            && why.message.contains(&format!("node {ending}")),
+        "{why}"
+    );
+    // So does a reservation: it holds until released, which no ending node outlasts.
+    let reservation = client
+        .reserve(
+            "lasting",
+            vec!["cpu=1".parse().unwrap()],
+            escher::types::GangStrategy::Pack,
+            None,
+        )
+        .await
+        .unwrap();
+    assert!(!reservation.placed());
+    let holder = reservation.tasks()[0];
+    let why = eventually("the reservation to say why it waits", WAIT, || {
+        let info = client.task_info(holder);
+        async move { info.await.ok()?.pending_reason }
+    })
+    .await;
+    assert_eq!(why.resource.as_str(), "escher.walltime", "{why}");
+
+    // A task whose limit the node outlasts runs there meanwhile.
+    let short = client
+        .submit(
+            Task::command(["true"])
+                .resources_str("cpu=1")
+                .timeout(Duration::from_secs(600)),
+        )
+        .await
+        .unwrap();
+    let status = client.get(short.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.node, Some(ending), "{status:?}");
+
+    // A worker with three hours left joins: both go there, never to the ending node.
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--walltime".into(), "3h".into()],
+        ..WorkerExtra::default()
+    });
+    let lasting = cluster.start_worker("lasting", "cpu=2").await;
+    let status = client.get(untimed.id(), Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.node, Some(lasting), "{status:?}");
+    let held = eventually("the reservation to be placed", WAIT, || {
+        let info = client.task_info(holder);
+        async move {
+            let info = info.await.ok()?;
+            (info.status.state == TaskState::Running).then_some(info.status.node)
+        }
+    })
+    .await;
+    assert_eq!(held, Some(lasting));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_untimed_task_goes_to_the_worker_that_lasts_when_it_has_room() {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    // The ending worker joins first, so round-robin would start there.
+    cluster.next_workers(WorkerExtra {
+        args: vec!["--walltime".into(), "1h".into()],
+        ..WorkerExtra::default()
+    });
+    let ending = cluster.start_worker("ending", "cpu=2").await;
+    cluster.next_workers(WorkerExtra::default());
+    let steady = cluster.start_worker("steady", "cpu=2").await;
+    let client = cluster.client().await;
+    for _ in 0..2 {
+        let task = client
+            .submit(Task::command(["true"]).resources_str("cpu=1"))
+            .await
+            .unwrap();
+        let status = client.get(task.id(), Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        assert_eq!(status.node, Some(steady), "not {ending}: {status:?}");
+    }
+}

@@ -1,6 +1,8 @@
 //! A task's time limit against a node's walltime at placement: a node that ends
 //! (`escher.ends-at`) receives no task whose limit would outlast it; such a task goes to a node
-//! that lasts, or waits and says why. The sanity check runs after every step.
+//! that lasts, or waits and says why. Tasks without a limit and reservations go to the nodes
+//! that last longest first, and not to a node with less than the least time left. The sanity
+//! check runs after every step.
 
 mod support;
 
@@ -69,8 +71,9 @@ fn a_waiting_task_is_feasible_again_when_a_lasting_node_joins_without_room() {
     let mut env = env();
     env.node_ending(1, "cpu=1", NOW + 60_000);
     env.node(2, "cpu=1");
-    assert_eq!(env.submit(1, "cpu=1"), ["dispatch 1->1"]);
-    assert_eq!(env.submit(2, "cpu=1"), ["dispatch 2->2"]);
+    // Tasks without a limit: the first to the node that lasts, the next where there is room.
+    assert_eq!(env.submit(1, "cpu=1"), ["dispatch 1->2"]);
+    assert_eq!(env.submit(2, "cpu=1"), ["dispatch 2->1"]);
     // A task no node can hold, so that the node below has no room left.
     let out = env.submit(3, "cpu=2");
     assert!(
@@ -84,7 +87,7 @@ fn a_waiting_task_is_feasible_again_when_a_lasting_node_joins_without_room() {
     );
     // Node 2 goes away: the only node left that could hold it ends too soon.
     let out = env.remove_node(2);
-    assert_eq!(out[0], "lost 2@2");
+    assert_eq!(out[0], "lost 1@2");
     assert!(
         out[1].starts_with("infeasible 4: its time limit"),
         "{out:?}"
@@ -118,4 +121,122 @@ fn the_index_is_rebuilt_from_what_a_snapshot_holds() {
     assert_eq!(env.submit_limited(2, "cpu=1", 1_000), ["dispatch 2->1"]);
     // And a node that lasts takes the long one.
     assert_eq!(env.node(2, "cpu=1"), ["dispatch 1->2"]);
+}
+
+/// The least time left of the tests that set one: ten minutes.
+const MIN_LEFT: u64 = 600_000;
+
+#[test]
+fn a_task_without_a_limit_goes_to_the_node_that_lasts_longest_with_room() {
+    let mut env = env();
+    // Round-robin would start at node 1, which ends first.
+    env.node_ending(1, "cpu=1", NOW + 60_000);
+    env.node(2, "cpu=1");
+    env.node_ending(3, "cpu=1", NOW + 120_000);
+    // A node that never ends first, then the one that ends last, then what is left.
+    assert_eq!(env.submit(1, "cpu=1"), ["dispatch 1->2"]);
+    assert_eq!(env.submit(2, "cpu=1"), ["dispatch 2->3"]);
+    assert_eq!(env.submit(3, "cpu=1"), ["dispatch 3->1"]);
+    // Without a least time left it is a preference only: nothing waits for want of time.
+    assert_eq!(env.submit(4, "cpu=1"), Vec::<String>::new());
+    assert!(env.core.infeasible_reason(TaskId(4)).is_none());
+}
+
+#[test]
+fn a_task_with_a_limit_keeps_the_round_robin_order_where_it_lasts() {
+    let mut env = env();
+    env.node_ending(1, "cpu=2", NOW + 60_000);
+    env.node(2, "cpu=2");
+    // It lasts on node 1, the first in round-robin order, and goes there: the node that never
+    // ends stays free for work that could outlast node 1.
+    assert_eq!(env.submit_limited(1, "cpu=1", 30_000), ["dispatch 1->1"]);
+    assert_eq!(env.submit(2, "cpu=1"), ["dispatch 2->2"]);
+}
+
+#[test]
+fn with_a_least_time_left_a_task_without_a_limit_waits_for_a_node_that_has_it() {
+    let mut env = env();
+    env.core.set_min_time_left(MIN_LEFT);
+    env.node_ending(1, "cpu=2", NOW + 60_000);
+    let out = env.submit(1, "cpu=1");
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with(
+            "infeasible 1: it has no time limit, and the head's --min-time-left (600 s) is \
+             more than the time left on every live node that could hold it"
+        ) && out[0].contains("node 1, ends at 1060000 ms"),
+        "{out:?}"
+    );
+    let reason = env.core.infeasible_reason(TaskId(1)).unwrap();
+    assert_eq!(reason.resource.as_str(), "escher.walltime");
+    // A task whose limit the node outlasts passes it.
+    assert_eq!(env.submit_limited(2, "cpu=1", 30_000), ["dispatch 2->1"]);
+    // A node with more than the least time left joins: the waiting one runs there.
+    assert_eq!(
+        env.node_ending(2, "cpu=1", NOW + 3_600_000),
+        ["dispatch 1->2"]
+    );
+    // With node 2 busy, a third waits for room there, not for time: node 2 has it. Node 1,
+    // which has room but not the time, takes none.
+    assert_eq!(env.finish(2), Vec::<String>::new());
+    assert_eq!(env.submit(3, "cpu=1"), Vec::<String>::new());
+    assert!(env.core.infeasible_reason(TaskId(3)).is_none());
+    assert_eq!(env.finish(1), ["dispatch 3->2"]);
+}
+
+#[test]
+fn a_reservation_goes_to_the_nodes_that_last_longest() {
+    let mut env = env();
+    env.node_ending(1, "cpu=2", NOW + 60_000);
+    env.node(2, "cpu=2");
+    env.node_ending(3, "cpu=2", NOW + 120_000);
+    // Pack: the node that never ends holds both bundles.
+    assert_eq!(
+        env.gang(10, &["cpu=1", "cpu=1"], "pack"),
+        ["dispatch 10->2", "dispatch 11->2"]
+    );
+    // Spread: the latest to end first, then the other.
+    assert_eq!(
+        env.gang(20, &["cpu=1", "cpu=1"], "strict-spread"),
+        ["dispatch 20->3", "dispatch 21->1"]
+    );
+}
+
+#[test]
+fn a_reservation_is_not_placed_on_a_node_ending_within_the_least_time_left() {
+    let mut env = env();
+    env.core.set_min_time_left(MIN_LEFT);
+    env.node_ending(1, "cpu=2", NOW + 60_000);
+    // Node 1 has room but not the time: the reservation waits, and says why.
+    let out = env.gang(20, &["cpu=1"], "pack");
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        out[0].starts_with("infeasible 20: it has no time limit")
+            && out[0].contains("node 1, ends at 1060000 ms"),
+        "{out:?}"
+    );
+    // A strict-pack reservation is judged on its sum.
+    let out = env.gang(30, &["cpu=1", "cpu=1"], "strict-pack");
+    assert!(
+        out[0].starts_with("infeasible 30: it has no time limit"),
+        "{out:?}"
+    );
+    // A node with the time joins: the older reservation goes there; the strict-pack one can
+    // no longer fit beside it but could some day, and is feasible again.
+    assert_eq!(
+        env.node_ending(2, "cpu=2", NOW + 3_600_000),
+        [
+            "feasible 20",
+            "dispatch 20->2",
+            "feasible 30",
+            "feasible 31"
+        ]
+    );
+    // Node 1's end moves past the least time left: the strict-pack one goes there.
+    let mut labels = Labels::new();
+    labels
+        .insert(ENDS_AT_LABEL, &(NOW + 7_200_000).to_string())
+        .unwrap();
+    env.core.set_node_labels(NodeId(1), labels).unwrap();
+    assert_eq!(env.tick(NOW), ["dispatch 30->1", "dispatch 31->1"]);
 }

@@ -1594,6 +1594,7 @@ proptest! {
             max_task_bytes: 4096,
             namespace_spec_bytes: 2048,
             namespace_object_bytes: 4096,
+            min_time_left: Duration::ZERO,
         });
         let mut known = 0u64;
         for op in &ops {

@@ -49,6 +49,7 @@ proptest! {
             max_task_bytes: 4096,
             namespace_spec_bytes: 2048,
             namespace_object_bytes: 4096,
+            min_time_left: std::time::Duration::ZERO,
         };
         let mut a = TestState::with_config(config.clone());
         let cut = cut.index(ops.len());

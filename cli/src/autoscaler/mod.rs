@@ -366,9 +366,11 @@ pub struct Report {
     pub budget_worker_seconds: Option<f64>,
     /// The latest decisions, oldest first, with their times.
     pub decisions: VecDeque<(u64, Decision)>,
-    /// Decisions recorded this tick and not yet sent to the head's watch API.
-    #[serde(skip)]
-    unsent: Vec<Decision>,
+    /// Decisions, with when they were made, not yet taken by the head for its watch API
+    /// (made while it was unreachable, or this tick): sent oldest first at the next tick the
+    /// head answers, kept in the status file across a restart, at most [`DECISIONS_KEPT`].
+    #[serde(default)]
+    pub unsent: VecDeque<(u64, Decision)>,
 }
 
 /// How many decisions the report keeps.
@@ -415,6 +417,13 @@ impl Report {
                 s,
                 "  {:<28} node {:<5} {:<12} {}",
                 w.name, node, state, w.handle
+            );
+        }
+        if !self.unsent.is_empty() {
+            let _ = writeln!(
+                s,
+                "decisions not yet recorded in the head (sent when it answers): {}",
+                self.unsent.len()
             );
         }
         let _ = writeln!(s, "decisions (latest last):");
@@ -475,7 +484,10 @@ impl Report {
             humantime::format_rfc3339_seconds(std::time::UNIX_EPOCH + Duration::from_millis(at)),
             decision.reason
         );
-        self.unsent.push(decision.clone());
+        self.unsent.push_back((at, decision.clone()));
+        while self.unsent.len() > DECISIONS_KEPT {
+            self.unsent.pop_front();
+        }
         self.decisions.push_back((at, decision));
         while self.decisions.len() > DECISIONS_KEPT {
             self.decisions.pop_front();
@@ -550,7 +562,24 @@ pub async fn run(
         }
         .await;
         match observed {
-            Err(e) => report.head_problem = Some(e.to_string()),
+            Err(e) => {
+                if report.head_problem.is_none() {
+                    // A decision of its own: nothing is launched, drained or stopped while the
+                    // head cannot say what it needs. Sent to the head once it answers.
+                    let reason = format!(
+                        "the head is unreachable ({e}): launching, draining and stopping nothing \
+                         until it answers"
+                    );
+                    report.record(
+                        now,
+                        Decision {
+                            action: Action::Hold,
+                            reason,
+                        },
+                    );
+                }
+                report.head_problem = Some(e.to_string());
+            }
             Ok((status, pending)) => {
                 report.head_problem = None;
                 let mut view = View {
@@ -584,7 +613,13 @@ pub async fn run(
                 }
             }
         }
-        announce(&client, &config.group, std::mem::take(&mut report.unsent)).await;
+        let source = format!("autoscaler/{}", config.group);
+        announce(&mut report.unsent, now, |action, reason| {
+            let client = client.clone();
+            let source = source.clone();
+            async move { client.record_decision(&source, action, &reason).await }
+        })
+        .await;
         report.at_ms = now;
         report.spent_worker_seconds = spent(&launched, spent_before, now);
         report.workers = launched.clone();
@@ -599,13 +634,25 @@ pub async fn run(
     Ok(())
 }
 
-/// Sends this tick's new decisions to the head, which streams each to watchers as a
-/// `decision` event from `autoscaler/GROUP` (the status file keeps them either way). A head
-/// that cannot take them (unreachable, or a group on a data format before 6) costs a warning.
-async fn announce(client: &escher_client::Client, group: &str, decisions: Vec<Decision>) {
-    let source = format!("autoscaler/{group}");
-    for decision in decisions {
-        let mut reason = decision.reason;
+/// Sends the decisions not yet recorded (`queue`, oldest first) to the head, which streams
+/// each to watchers as a `decision` event from `autoscaler/GROUP`, through `send(action,
+/// reason)`. A decision made before this tick's time `now` (while the head was unreachable)
+/// says when it was made. It stops at the first that the head could not be reached for,
+/// keeping it and the rest for the next tick; one the head refuses (a group on a data format
+/// before 6) is dropped with a warning, as retrying cannot help (the status file keeps it).
+pub async fn announce<F, Fut>(queue: &mut VecDeque<(u64, Decision)>, now: u64, mut send: F)
+where
+    F: FnMut(&'static str, String) -> Fut,
+    Fut: std::future::Future<Output = Result<(), escher_client::ClientError>>,
+{
+    while let Some((at, decision)) = queue.front() {
+        let mut reason = decision.reason.clone();
+        if *at < now {
+            let when = humantime::format_rfc3339_seconds(
+                std::time::UNIX_EPOCH + Duration::from_millis(*at),
+            );
+            reason = format!("(decided at {when}, while the head was unreachable) {reason}");
+        }
         if reason.len() > escher_proto::types::MAX_DECISION_REASON {
             let mut end = escher_proto::types::MAX_DECISION_REASON - 3;
             while !reason.is_char_boundary(end) {
@@ -614,10 +661,17 @@ async fn announce(client: &escher_client::Client, group: &str, decisions: Vec<De
             reason.truncate(end);
             reason.push_str("...");
         }
-        let action = decision.action.word();
-        if let Err(e) = client.record_decision(&source, action, &reason).await {
-            tracing::warn!("the head did not take the decision ({reason}) for watchers: {e}");
+        match send(decision.action.word(), reason.clone()).await {
+            Ok(()) => {}
+            Err(e) if e.is_retryable() => {
+                tracing::warn!("the head did not take the decision ({reason}) yet: {e}");
+                return;
+            }
+            Err(e) => {
+                tracing::warn!("the head refused the decision ({reason}) for watchers: {e}");
+            }
         }
+        queue.pop_front();
     }
 }
 

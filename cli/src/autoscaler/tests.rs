@@ -244,3 +244,112 @@ fn spent_counts_every_workers_time() {
     a.launched_at_ms = 1_000;
     assert_eq!(spent(&[a], 5.0, 11_000), 15.0);
 }
+
+fn hold(reason: &str) -> Decision {
+    Decision {
+        action: Action::Hold,
+        reason: reason.into(),
+    }
+}
+
+/// Sends through `announce` to a head that answers with `answers` in turn (`None`: taken),
+/// and returns what it was sent.
+fn announce_to(
+    queue: &mut VecDeque<(u64, Decision)>,
+    now: u64,
+    answers: Vec<Option<escher_client::ClientError>>,
+) -> Vec<(String, String)> {
+    let sent = std::sync::Mutex::new(Vec::new());
+    let answers = std::sync::Mutex::new(VecDeque::from(answers));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    runtime.block_on(announce(queue, now, |action, reason| {
+        sent.lock().unwrap().push((action.to_string(), reason));
+        let answer = answers.lock().unwrap().pop_front().flatten();
+        async move { answer.map_or(Ok(()), Err) }
+    }));
+    sent.into_inner().unwrap()
+}
+
+#[test]
+fn decisions_made_while_the_head_is_unreachable_are_sent_when_it_answers() {
+    let unreachable = || {
+        Some(escher_client::ClientError::Unavailable {
+            url: "http://127.0.0.1:1".into(),
+            message: "connection refused".into(),
+        })
+    };
+    let mut report = Report::default();
+    report.record(1_000, hold("the head is unreachable (...)"));
+    report.record(
+        2_000,
+        hold("the docker provider cannot start workers: gone"),
+    );
+    assert!(
+        report
+            .render()
+            .contains("decisions not yet recorded in the head (sent when it answers): 2"),
+        "{}",
+        report.render()
+    );
+    // The head cannot be reached: the first is tried, and both are kept, in order.
+    let sent = announce_to(&mut report.unsent, 2_000, vec![unreachable()]);
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!(report.unsent.len(), 2);
+    // It answers at a later tick: both are recorded, oldest first, each saying when it was
+    // made.
+    let sent = announce_to(&mut report.unsent, 3_000, vec![None, None]);
+    assert!(report.unsent.is_empty());
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert_eq!(sent[0].0, "hold");
+    assert!(
+        sent[0]
+            .1
+            .starts_with("(decided at 1970-01-01T00:00:01Z, while the head was unreachable) the head is unreachable"),
+        "{sent:?}"
+    );
+    assert!(
+        sent[1].1.starts_with("(decided at 1970-01-01T00:00:02Z")
+            && sent[1].1.ends_with("cannot start workers: gone"),
+        "{sent:?}"
+    );
+    // A decision of this tick goes as it is.
+    report.record(4_000, hold("fresh"));
+    assert_eq!(
+        announce_to(&mut report.unsent, 4_000, vec![None]),
+        [("hold".to_string(), "fresh".to_string())]
+    );
+}
+
+#[test]
+fn a_decision_the_head_refuses_is_dropped_and_the_rest_still_go() {
+    let mut queue: VecDeque<(u64, Decision)> = [(5, hold("refused")), (5, hold("taken"))]
+        .into_iter()
+        .collect();
+    let refused = Some(escher_client::ClientError::InvalidArgument(
+        "the group's data format is 5".into(),
+    ));
+    let sent = announce_to(&mut queue, 5, vec![refused, None]);
+    assert_eq!(sent.len(), 2, "{sent:?}");
+    assert!(queue.is_empty(), "{queue:?}");
+}
+
+#[test]
+fn the_queue_survives_the_status_file_and_old_files_still_read() {
+    let mut report = Report::default();
+    report.record(1_000, hold("kept"));
+    let text = serde_json::to_string(&report).unwrap();
+    let back: Report = serde_json::from_str(&text).unwrap();
+    assert_eq!(back.unsent, report.unsent);
+    // A status file written before the queue existed.
+    let mut old: serde_json::Value = serde_json::from_str(&text).unwrap();
+    old.as_object_mut().unwrap().remove("unsent");
+    let back: Report = serde_json::from_value(old).unwrap();
+    assert!(back.unsent.is_empty());
+    // At most DECISIONS_KEPT wait.
+    for i in 0..(DECISIONS_KEPT as u64 + 5) {
+        report.record(2_000 + i, hold(&format!("hold {i}")));
+    }
+    assert_eq!(report.unsent.len(), DECISIONS_KEPT);
+}

@@ -269,7 +269,8 @@ impl Scheduler {
     /// Replaces a live node's labels. They change no placement (resources do that; they are
     /// what the node is, for people and for ESLs) but one: a walltime's end
     /// ([`ENDS_AT_LABEL`](escher_proto::types::ENDS_AT_LABEL)), which tasks with a time limit
-    /// must not outlast. A later end (or none) wakes the shapes this node could hold.
+    /// must not outlast and which decides where tasks without one and reservations go first.
+    /// A later end (or none) wakes the shapes and gangs this node could hold.
     pub fn set_node_labels(&mut self, id: NodeId, labels: Labels) -> Result<(), CoreError> {
         let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
         let before = super::walltime::ends_at(&node.labels);
@@ -284,8 +285,10 @@ impl Scheduler {
         if longer && let Some(node) = self.nodes.get(&id) {
             for r in node.slots.keys() {
                 self.shapes.wake_at(*r, id);
+                self.gangs.wake(*r);
             }
             self.shapes.wake_empty_at(id);
+            self.gangs.wake_empty();
         }
         Ok(())
     }

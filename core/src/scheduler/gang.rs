@@ -12,6 +12,12 @@
 //! - `StrictPack`: the first node that holds the sum of all bundles;
 //! - `StrictSpread`: every bundle on a distinct node.
 //!
+//! Where nodes have walltimes (`escher.ends-at`), "candidates" are only the nodes with the
+//! least time left (the head's `--min-time-left`), those that never end first and then the
+//! latest to end, instead of id order: a reservation has no time limit of its own (it holds
+//! until released), so it is placed like a task without one (`walltime.rs`), and reported
+//! infeasible with reason `escher.walltime` when no node able to hold a bundle lasts.
+//!
 //! Greedy placement can miss a placement that exists (bundles `[2, 4]` CPUs over nodes of 4 and
 //! 2: first fit puts the 2 on the 4). When it does, a gang of at most [`EXACT_BUNDLES`] bundles
 //! is placed by an exact search: depth first, the bundle with the fewest nodes that fit it
@@ -211,7 +217,8 @@ impl Scheduler {
             return;
         };
         let reqs = self.gang_reqs(gang);
-        let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Idle, &Taken::default()) else {
+        let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Idle, &Taken::default(), now)
+        else {
             return;
         };
         let mut taken = Taken::default();
@@ -254,7 +261,7 @@ impl Scheduler {
 
     /// Places every woken gang that fits now, in gang order, and settles feasibility. A gang
     /// other than the holding one places only beside the hold.
-    pub(crate) fn gang_round(&mut self, out: &mut Vec<Decision>) {
+    pub(crate) fn gang_round(&mut self, now: Millis, out: &mut Vec<Decision>) {
         let woken: Vec<GangId> = self
             .gangs
             .gangs
@@ -275,7 +282,7 @@ impl Scheduler {
                 Some(hold) if hold.gang != id => hold.taken.clone(),
                 _ => Taken::default(),
             };
-            if woken && let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Now, &base) {
+            if woken && let Some(nodes) = self.place_gang(&reqs, strategy, Avail::Now, &base, now) {
                 if was_infeasible {
                     for (task, _) in &reqs {
                         out.push(Decision::Feasible { task: *task });
@@ -290,7 +297,7 @@ impl Scheduler {
                 }
                 continue;
             }
-            let reason = self.gang_infeasibility(&reqs, strategy);
+            let reason = self.gang_infeasibility(&reqs, strategy, now);
             let Some(gang) = self.gangs.gangs.get_mut(&id) else {
                 continue; // still pending: only a placement, above, removes it
             };
@@ -320,20 +327,23 @@ impl Scheduler {
     }
 
     /// A complete placement of the bundles against `avail`, on top of `base`, or `None`:
-    /// greedy first fit, then, for small gangs it missed, the exact search.
+    /// greedy first fit, then, for small gangs it missed, the exact search. Only nodes with
+    /// the least time left at `now` are used, those that last longest first (`walltime.rs`).
     fn place_gang(
         &self,
         reqs: &[(TaskId, Req)],
         strategy: GangStrategy,
         avail: Avail,
         base: &Taken,
+        now: Millis,
     ) -> Option<Vec<NodeId>> {
-        self.place_greedy(reqs, strategy, avail, base).or_else(|| {
-            let small = reqs.len() <= EXACT_BUNDLES && strategy != GangStrategy::StrictPack;
-            small
-                .then(|| self.place_exact(reqs, strategy, avail, base))
-                .flatten()
-        })
+        self.place_greedy(reqs, strategy, avail, base, now)
+            .or_else(|| {
+                let small = reqs.len() <= EXACT_BUNDLES && strategy != GangStrategy::StrictPack;
+                small
+                    .then(|| self.place_exact(reqs, strategy, avail, base, now))
+                    .flatten()
+            })
     }
 
     /// Whether `req` fits on `node` (against `avail`), on top of what is `taken` there.
@@ -362,11 +372,12 @@ impl Scheduler {
         strategy: GangStrategy,
         avail: Avail,
         base: &Taken,
+        now: Millis,
     ) -> Option<Vec<NodeId>> {
         let fitting: Vec<Vec<NodeId>> = reqs
             .iter()
             .map(|(_, req)| {
-                self.candidates(req)
+                self.lasting_candidates(req, now)
                     .filter(|n| self.fits_with(*n, req, base, avail))
                     .collect()
             })
@@ -397,6 +408,7 @@ impl Scheduler {
         strategy: GangStrategy,
         avail: Avail,
         base: &Taken,
+        now: Millis,
     ) -> Option<Vec<NodeId>> {
         let mut taken = base.clone();
         let mut used: Vec<NodeId> = Vec::new();
@@ -404,12 +416,17 @@ impl Scheduler {
         let fits = |node: NodeId, req: &Req, taken: &Taken| self.fits_with(node, req, taken, avail);
         if strategy == GangStrategy::StrictPack {
             let total = sum_of(reqs);
-            let node = self.candidates(&total).find(|n| fits(*n, &total, &taken))?;
+            let node = self
+                .lasting_candidates(&total, now)
+                .find(|n| fits(*n, &total, &taken))?;
             return Some(vec![node; reqs.len()]);
         }
         let mut placement = Vec::with_capacity(reqs.len());
         for (_, req) in reqs {
-            let fresh = || self.candidates(req).filter(|n| !count.contains_key(n));
+            let fresh = || {
+                self.lasting_candidates(req, now)
+                    .filter(|n| !count.contains_key(n))
+            };
             let node = match strategy {
                 GangStrategy::Pack => used
                     .iter()
@@ -440,6 +457,7 @@ impl Scheduler {
         &self,
         reqs: &[(TaskId, Req)],
         strategy: GangStrategy,
+        now: Millis,
     ) -> Option<InfeasibleReason> {
         for (_, req) in reqs {
             if !req.is_empty() && !self.could_run_somewhere(req) {
@@ -452,10 +470,18 @@ impl Scheduler {
                 return self.explain(&total);
             }
         }
-        if strategy == GangStrategy::StrictSpread {
-            return self.spread_infeasibility(reqs);
+        if strategy == GangStrategy::StrictSpread
+            && let Some(reason) = self.spread_infeasibility(reqs)
+        {
+            return Some(reason);
         }
-        None
+        // Nodes with the least time left: for a strict-pack one, the sum on one node.
+        let total = (strategy == GangStrategy::StrictPack).then(|| sum_of(reqs));
+        let bundles: Vec<&Req> = match &total {
+            Some(total) => vec![total],
+            None => reqs.iter().map(|(_, r)| r).collect(),
+        };
+        self.gang_walltime(&bundles, now)
     }
 
     /// For `StrictSpread`: why no set of distinct live nodes could ever hold one bundle each,

@@ -25,7 +25,7 @@ impl Scheduler {
         // A hold that ends in the gang round wakes what it kept from others: one more pass.
         while !self.gangs.gangs.is_empty() {
             let held = self.hold.is_some();
-            self.gang_round(out);
+            self.gang_round(now, out);
             if !held || self.hold.is_some() {
                 break;
             }
@@ -169,8 +169,12 @@ impl Scheduler {
                 true => self.pick(id, node, now),
                 false => None,
             };
+            // A task without a time limit goes to a node that lasts longer, if one has room.
+            let target = task
+                .and_then(|t| self.longer_lasting(t, req, node))
+                .unwrap_or(node);
             if let Some(task) = task
-                && self.dispatch(task, id, node, req, out)
+                && self.dispatch(task, id, target, req, out)
             {
                 self.cursors.insert(key, node);
                 dispatched += 1;

@@ -244,7 +244,8 @@ impl Scheduler {
                 }
             }
             // On a node with an end, a waiting task may be one that outlasts it: only a task
-            // without a limit is known to fit there whatever the time.
+            // without a limit, with no least time left set, is known to fit there whatever
+            // the time.
             let unlimited = || {
                 shape.queue.iter().any(|(task, seq)| {
                     self.tasks.get(task).is_some_and(|t| {
@@ -254,6 +255,7 @@ impl Scheduler {
                                 seq: *seq,
                             }
                     }) && !self.time.limits.contains_key(task)
+                        && self.time.min_left == 0
                 })
             };
             if let Some(node) = self.nodes.keys().find(|n| {

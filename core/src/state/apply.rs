@@ -43,6 +43,10 @@ pub struct StateConfig {
     /// once, whatever its copies; lost ones until released); a `put` or a batch of sealed
     /// copies past it is refused whole. Admin objects are not counted.
     pub namespace_object_bytes: u64,
+    /// The least time a node with a walltime (`escher.ends-at`) must have left to take a
+    /// task without a time limit or a reservation (`Duration::ZERO`: until the head drains
+    /// it); see [`Scheduler::set_min_time_left`].
+    pub min_time_left: std::time::Duration,
 }
 
 impl Default for StateConfig {
@@ -56,6 +60,7 @@ impl Default for StateConfig {
             max_task_bytes: 16 * 1024 * 1024,
             namespace_spec_bytes: 512 * 1024 * 1024,
             namespace_object_bytes: 1 << 40,
+            min_time_left: std::time::Duration::ZERO,
         }
     }
 }
@@ -138,9 +143,11 @@ pub struct ClusterState {
 impl ClusterState {
     /// An empty cluster.
     pub fn new(config: StateConfig) -> ClusterState {
+        let mut core = Scheduler::new();
+        core.set_min_time_left(super::tasks::millis(config.min_time_left));
         ClusterState {
             config,
-            core: Scheduler::new(),
+            core,
             nodes: BTreeMap::new(),
             tasks: BTreeMap::new(),
             next_node: 1,
@@ -222,6 +229,8 @@ impl ClusterState {
                 walltime.then(|| (*id, reason.clone()))
             })
             .collect();
+        self.core
+            .set_min_time_left(super::tasks::millis(self.config.min_time_left));
         self.core.restore_walltimes(limits, blocked);
         self
     }

@@ -190,6 +190,18 @@ struct HeadArgs {
     /// and why it left, are kept (for the 1,000 most recent such nodes).
     #[arg(long, env = "ESCHER_RETAIN_DEAD_NODES_FOR", value_name = "DURATION", default_value_t = RetentionPolicy::default().dead_nodes_for.into())]
     retain_dead_nodes_for: humantime::Duration,
+    /// A node with a walltime (`escher.ends-at`, a worker's --walltime or Slurm allocation)
+    /// takes a task without a time limit, or a reservation, only while it has at least this
+    /// long left (`30m`, `2h`); with no node that does, they wait with reason
+    /// escher.walltime. 0s (the default): until the node drains. Every head of a group must
+    /// be given the same.
+    #[arg(
+        long,
+        env = "ESCHER_MIN_TIME_LEFT",
+        value_name = "DURATION",
+        default_value = "0s"
+    )]
+    min_time_left: humantime::Duration,
 }
 
 /// `1=HOST:PORT,2=HOST:PORT`: every entry an id and an address.
@@ -245,6 +257,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
                 namespace_object_bytes: args.namespace_object_bytes,
                 max_task_bytes: args.max_task_bytes,
                 namespace_spec_bytes: args.namespace_spec_bytes,
+                min_time_left: args.min_time_left.into(),
                 retention: RetentionPolicy {
                     finished: args.retain_finished,
                     finished_for: args.retain_for.into(),
