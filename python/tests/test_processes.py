@@ -325,9 +325,13 @@ def test_a_result_past_the_namespace_quota_fails_its_task_saying_so(processes):
         "while len(escher.nodes()) < 2:\n"
         "    assert time.time() < deadline\n"
         "    time.sleep(0.1)\n"
+        # Results the head keeps (up to 100 KiB each; larger ones stay on their worker as
+        # objects, held to --namespace-object-bytes instead): the head's quota here is
+        # 100,000 bytes, so the first 60,000-byte result fits and the second does not.
         "@escher.remote\n"
         "def big():\n"
-        "    return b'x' * 500_000\n"
+        "    return b'x' * 60_000\n"
+        "assert len(big.remote().result(timeout=60)) == 60_000\n"
         "try:\n"
         "    big.remote().result(timeout=60)\n"
         "except escher.TaskError as e:\n"

@@ -44,10 +44,10 @@ use crate::spawn_latency::SpawnLatency;
 /// The task label that names the application namespace of a task (set by the head).
 pub use escher_proto::types::NAMESPACE_LABEL;
 
-/// The largest function result the worker sends: it travels in one message to the head, whose
-/// default message limit is 64 MiB (`--max-message-bytes`); the rest of the message needs a
-/// little room. The head applies its own, smaller result limit (`--max-result-bytes`, 16 MiB
-/// by default) and fails the task with a message naming it.
+/// The largest result a Python interpreter's frame may carry to the worker (one message's
+/// worth: the head's default message limit is 64 MiB, `--max-message-bytes`, less a little
+/// room). What the head receives is smaller: a result above 100 KiB stays in this node's store
+/// as an object and the head is told only its size and checksum (`objects/result.rs`).
 pub const MAX_RESULT_BYTES: usize = 64 * 1024 * 1024 - 64 * 1024;
 
 /// What every runner of one worker shares.

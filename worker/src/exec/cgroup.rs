@@ -462,6 +462,9 @@ impl TaskCgroup {
     /// SIGKILLs every process in the cgroup, wherever it went in the process tree.
     pub fn kill(&self) {
         if self.slot.populated() != Some(false) {
+            self.slot
+                .killed
+                .store(true, std::sync::atomic::Ordering::Relaxed);
             kill_cgroup(&self.slot.path);
         }
     }
@@ -869,16 +872,17 @@ mod tests {
             );
             std::thread::sleep(Duration::from_millis(10));
         }
-        // Empty again, so the next task gets it once the releaser has put it back.
-        assert_eq!(populated(&path), Some(false));
+        // Killed, so removed rather than reused: a child `clone3` starts in a cgroup that was
+        // killed can be killed at birth (`Slot::killed`).
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while cgroups.free.free_count() == 0 {
+        while path.exists() {
             assert!(
                 std::time::Instant::now() < deadline,
-                "the cgroup never came back to the pool"
+                "the killed cgroup was never removed"
             );
             std::thread::sleep(Duration::from_millis(1));
         }
-        assert_eq!(cgroups.create().unwrap().path(), path);
+        assert_eq!(cgroups.free.free_count(), 0);
+        assert_ne!(cgroups.create().unwrap().path(), path);
     }
 }

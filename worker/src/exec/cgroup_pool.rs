@@ -14,7 +14,8 @@
 //! - what a task's end costs is off its path: the task's cgroup goes to a thread of its own
 //!   (the **releaser**), which kills what is left in it, waits for it to empty, reads the CPU
 //!   time it counts (the next task's starting point) and puts it back into the pool; one that
-//!   does not empty is removed as soon as it does, never reused.
+//!   had to be killed (processes left in it, a cancelled or timed-out task) or does not empty
+//!   is removed, never reused (see [`Slot::killed`]).
 //!
 //! The pool is closed when the worker's `TaskCgroups` goes: cgroups released after that are
 //! removed, and the worker's directories with the last of them.
@@ -52,6 +53,11 @@ pub(super) struct Slot {
     pub(super) written: Option<TaskLimits>,
     /// The CPU time it had counted when it came back empty: the next task's zero.
     pub(super) cpu_before: Duration,
+    /// Whether it was killed (`cgroup.kill`, or the freezer's kill): such a cgroup is removed,
+    /// never reused. On the developers' kernel (6.18), a child that `clone3` started in a
+    /// cgroup `cgroup.kill` had been written to was SIGKILLed at birth: every task after a
+    /// killed one on that slot died at once (`e2e_failures`' cgroup v2 fence test).
+    pub(super) killed: std::sync::atomic::AtomicBool,
 }
 
 impl Slot {
@@ -94,6 +100,7 @@ impl Slot {
             cpu_stat,
             written: None,
             cpu_before: Duration::ZERO,
+            killed: Default::default(),
         };
         slot.cpu_before = slot.cpu();
         Ok(slot)
@@ -238,6 +245,8 @@ impl Pool {
 fn put_back(free: &Mutex<Free>, mut slot: Slot) {
     let mut empty = slot.populated() == Some(false);
     if !empty {
+        slot.killed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         kill_cgroup(&slot.path);
         // The kernel takes a moment to end the killed processes.
         for wait_us in [0, 100, 1_000, 10_000, 50_000] {
@@ -254,11 +263,12 @@ fn put_back(free: &Mutex<Free>, mut slot: Slot) {
     let mut guard = free
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
-    match (&guard.closed, empty) {
+    let killed = slot.killed.load(std::sync::atomic::Ordering::Relaxed);
+    match (&guard.closed, empty && !killed) {
         (None, true) => guard.slots.push(slot),
         (None, false) => {
             drop(guard);
-            tracing::debug!(path = %slot.path.display(), "a task cgroup does not empty; removed, not reused");
+            tracing::debug!(path = %slot.path.display(), empty, killed, "a task cgroup that was killed, or does not empty, is removed, not reused");
             slot.remove();
         }
         (Some(roots), _) => {

@@ -121,7 +121,12 @@ pub async fn fetch_object(
     }
     let mut copy: Option<(ObjectWriter, ChunkReader)> = None;
     let mut failures = Vec::new();
-    for holder in holders {
+    // How many times a holder is asked again after another fetch on this node that was
+    // writing the object left no copy (it failed, or its copy was not yet in sight).
+    let mut again = 3;
+    let mut next = 0;
+    while let Some(holder) = holders.get(next) {
+        next += 1;
         match from_holder(objects, id, holder, &mut copy).await {
             Ok(Some(writer)) => {
                 let (writer, meta) = writer;
@@ -146,6 +151,11 @@ pub async fn fetch_object(
                 // Another fetch on this node wrote it meanwhile.
                 if let Some(view) = present(objects, id).await? {
                     return Ok(view);
+                }
+                if again > 0 {
+                    again -= 1;
+                    next -= 1;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
                 }
             }
             Err(why) => {
