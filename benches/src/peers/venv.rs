@@ -7,8 +7,13 @@ use std::process::Command;
 
 use anyhow::{Context, bail};
 
-/// What the peers need, pinned.
-pub const PINS: [(&str, &str); 2] = [("ray", "2.60.0"), ("hyperqueue", "0.27.0")];
+/// What the peers need, pinned: Ray and HyperQueue, and NumPy for the objects workload's arrays
+/// (`python/bench/objects.py`), which Ray does not install.
+pub const PINS: [(&str, &str); 3] = [
+    ("ray", "2.60.0"),
+    ("hyperqueue", "0.27.0"),
+    ("numpy", "2.4.6"),
+];
 
 /// The workspace root (the parent of this crate's folder).
 pub fn workspace_root() -> PathBuf {
