@@ -19,6 +19,7 @@ pub struct HeadProcess {
     pid: u32,
     url: String,
     admin_token: String,
+    access_file: PathBuf,
     _dir: tempfile::TempDir,
 }
 
@@ -78,6 +79,7 @@ impl HeadProcess {
             pid,
             url,
             admin_token: access.admin_token.clone(),
+            access_file,
             _dir: dir,
         })
     }
@@ -90,6 +92,11 @@ impl HeadProcess {
     /// The admin token of its access file.
     pub fn admin_token(&self) -> &str {
         &self.admin_token
+    }
+
+    /// Its access file (the admin credential, which workers may join with).
+    pub fn access_file(&self) -> &Path {
+        &self.access_file
     }
 
     /// The process id.
@@ -161,9 +168,7 @@ fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
 }
 
 /// Finds the `escher-head` binary: `explicit` (`--head-bin` or `ESCHER_HEAD_BIN`) as given;
-/// otherwise the one next to this executable (or one folder up, for test executables in
-/// `deps/`), first (re)built with cargo in this executable's profile when cargo started this
-/// process (`cargo run`, `cargo test`), so that W8 never measures a stale head.
+/// otherwise as [`find_bin`] finds it, so that W8 never measures a stale head.
 pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     if let Some(path) = explicit {
         if path.is_file() {
@@ -171,12 +176,20 @@ pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
         }
         bail!("no escher-head binary at {}", path.display());
     }
+    find_bin("escher-head", "escher-head")
+}
+
+/// Finds binary `bin` of `package`: the one next to this executable (or one folder up, for
+/// test executables in `deps/`), first (re)built with cargo in this executable's profile when
+/// cargo started this process (`cargo run`, `cargo test`), so that a workload never measures
+/// a stale binary.
+pub fn find_bin(package: &str, bin: &str) -> anyhow::Result<PathBuf> {
     let exe = std::env::current_exe()?;
     let candidates = |exe: &Path| -> Vec<PathBuf> {
         exe.ancestors()
             .skip(1)
             .take(2)
-            .map(|dir| dir.join("escher-head"))
+            .map(|dir| dir.join(bin))
             .collect()
     };
     let found = candidates(&exe).into_iter().find(|p| p.is_file());
@@ -186,16 +199,16 @@ pub fn find_head_bin(explicit: Option<&Path>) -> anyhow::Result<PathBuf> {
     {
         return Ok(found.clone());
     }
-    build_head(&exe)?;
+    build_bin(&exe, package, bin)?;
     candidates(&exe)
         .into_iter()
         .find(|p| p.is_file())
-        .context("escher-head was built but not found next to escher-bench")
+        .with_context(|| format!("{bin} was built but not found next to escher-bench"))
 }
 
-/// `cargo build -p escher-head --bin escher-head` in the profile and target folder of `exe`
-/// (a no-op when it is up to date).
-fn build_head(exe: &Path) -> anyhow::Result<()> {
+/// `cargo build -p PACKAGE --bin BIN` in the profile and target folder of `exe` (a no-op when
+/// it is up to date).
+fn build_bin(exe: &Path, package: &str, bin: &str) -> anyhow::Result<()> {
     // target/<profile>/escher-bench or target/<profile>/deps/smoke-HASH
     let profile_dir = exe
         .ancestors()
@@ -209,14 +222,7 @@ fn build_head(exe: &Path) -> anyhow::Result<()> {
         .to_string();
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = std::process::Command::new(cargo);
-    cmd.args([
-        "build",
-        "--quiet",
-        "-p",
-        "escher-head",
-        "--bin",
-        "escher-head",
-    ]);
+    cmd.args(["build", "--quiet", "-p", package, "--bin", bin]);
     match profile.as_str() {
         "debug" => {}
         "release" => {
@@ -230,12 +236,12 @@ fn build_head(exe: &Path) -> anyhow::Result<()> {
         cmd.arg("--target-dir").arg(target_dir);
     }
     cmd.current_dir(env!("CARGO_MANIFEST_DIR"));
-    eprintln!("escher-bench: cargo build -p escher-head ({profile}) for W8 ...");
+    eprintln!("escher-bench: cargo build -p {package} --bin {bin} ({profile}) ...");
     let status = cmd
         .status()
-        .context("cannot run cargo to build escher-head")?;
+        .with_context(|| format!("cannot run cargo to build {bin}"))?;
     if !status.success() {
-        bail!("building escher-head failed ({status})");
+        bail!("building {bin} failed ({status})");
     }
     Ok(())
 }

@@ -384,6 +384,8 @@ mod tests {
         assert_eq!(python.selected(), [Workload::Python]);
         let objects = Options::parse_from(["escher-bench", "objects"]);
         assert_eq!(objects.selected(), [Workload::Objects]);
+        let autoscale = Options::parse_from(["escher-bench", "autoscale"]);
+        assert_eq!(autoscale.selected(), [Workload::Autoscale]);
     }
 
     #[test]

@@ -10,6 +10,7 @@ use serde::Serialize;
 use crate::size::{Params, Size};
 
 pub mod actors;
+pub mod autoscale;
 pub mod cmd_tasks;
 pub mod esl;
 pub mod gpu;
@@ -106,6 +107,9 @@ pub enum Workload {
     /// Objects from one Python driver, escher beside Ray and one loopback TCP stream (not in
     /// `all`).
     Objects,
+    /// A pending task to a worker `escher-autoscaler` starts for it, through the Docker and the
+    /// Slurm providers (not in `all`: it needs root, Docker and Slurm).
+    Autoscale,
 }
 
 impl Workload {
@@ -163,6 +167,7 @@ impl Workload {
             Workload::Python => "python",
             Workload::Actors => "actors",
             Workload::Objects => "objects",
+            Workload::Autoscale => "autoscale",
         }
     }
 
@@ -193,6 +198,7 @@ impl Workload {
             Workload::Python => python::run(ctx).await,
             Workload::Actors => actors::run(ctx).await,
             Workload::Objects => objects::run(ctx).await,
+            Workload::Autoscale => autoscale::run(ctx).await,
         }
     }
 }
