@@ -126,6 +126,32 @@ async fn sends_heartbeats_at_the_interval_the_head_asked_for() {
         }
     }
     w.stop().await.unwrap();
+
+    // The interval is the head's, not the worker's own: over the same window a worker asked
+    // for one every 400 ms sends at most what that allows (a timer never fires early; one
+    // more for the first tick, one for the window's edge), and one asked for one every 50 ms
+    // sends several times that (48 expected; 10 leaves room for a loaded machine).
+    let window = Duration::from_millis(2_400);
+    let mut counts = Vec::new();
+    for asked in [Duration::from_millis(400), Duration::from_millis(50)] {
+        let mut head = FakeHead::start(asked).await;
+        let w = RunningWorker::start(worker(&head));
+        attached(&mut head).await;
+        counts.push(head.heartbeats_within(window).await);
+        w.stop().await.unwrap();
+    }
+    let allowed = (window.as_millis() / 400) as usize + 2;
+    assert!(
+        (1..=allowed).contains(&counts[0]),
+        "asked for one every 400 ms, the worker sent {} in {window:?} (at most {allowed})",
+        counts[0]
+    );
+    assert!(
+        counts[1] >= 10 && counts[1] > counts[0],
+        "asked for one every 50 ms, the worker sent {} in {window:?} (400 ms: {})",
+        counts[1],
+        counts[0]
+    );
 }
 
 #[tokio::test]

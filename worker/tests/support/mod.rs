@@ -239,6 +239,20 @@ impl FakeHead {
             .expect("fake head gone")
     }
 
+    /// How many heartbeats arrive within `window` (other messages are dropped).
+    pub async fn heartbeats_within(&mut self, window: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + window;
+        let mut count = 0;
+        while let Ok(Some((_, message))) =
+            tokio::time::timeout_at(deadline, self.messages.recv()).await
+        {
+            if matches!(message, WorkerMessage::Heartbeat { .. }) {
+                count += 1;
+            }
+        }
+        count
+    }
+
     /// The next message that is not a heartbeat.
     pub async fn report(&mut self) -> WorkerMessage {
         loop {
