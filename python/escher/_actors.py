@@ -388,7 +388,10 @@ class ActorCallRef(TaskRef):
                f"{self._actor.actor_id}{part})"
 
     def _value(self, timeout: Optional[float]) -> Any:
-        ok, body = self._call.result(timeout)
+        try:
+            ok, body = self._call.result(timeout)
+        except _api.GetTimeoutError as e:
+            raise self._why_waiting(e) from None
         if not ok:
             raise _api._failure(self._actor.actor_id, "failed", body, self._what())
         value = pickle.loads(body)
@@ -406,6 +409,23 @@ class ActorCallRef(TaskRef):
                 f"a tuple or list of {count}"
             )
         return value[index]
+
+    def _why_waiting(self, error: Exception) -> Exception:
+        """``error`` with why the call waits: the actor is not placed (the reason the head
+        gives, as for a task), or where it runs."""
+        actor = self._actor.actor_id
+        try:
+            state, _incarnation, node, reason = self._actor._native.describe()
+        except EscherError:
+            return error
+        if state == "pending":
+            why = f"actor {actor} is still pending: {reason}" if reason else \
+                f"actor {actor} is still pending (waiting for a node with room for it)"
+        elif state == "running":
+            why = f"actor {actor} runs on node {node}: the call is queued or running there"
+        else:
+            why = f"actor {actor} is {state}" + (f": {reason}" if reason else "")
+        return _api.GetTimeoutError(f"{error}; {why}")
 
     def _done(self) -> bool:
         return self._call.done()

@@ -426,3 +426,41 @@ def test_a_gang_of_actors_is_placed_all_or_nothing_on_its_reserved_capacity(clus
         esl.Gangs(timeout=3).acquire("py-actor-gang3", [{"cpu": 1}] * 3,
                                      strategy="strict-spread")
     assert _used("py-actor-gang3") == (0.0, 0.0)
+
+
+def test_an_actor_no_node_can_hold_waits_with_a_tasks_reason_and_holds_nothing(cluster):
+    # The twin of the Rust test's case in e2e_actors.rs: created, it waits with the reason a
+    # task with the same request gets; a call to it waits, and a get with a timeout says why;
+    # killed, it held nothing.
+    before = escher.available_resources()
+
+    @escher.remote(resources={"cpu": 64})
+    class Huge:
+        def get(self):
+            return 1
+
+    @escher.remote(resources={"cpu": 64})
+    def huge_task():
+        return 1
+
+    actor = Huge.remote()
+    task = huge_task.remote()
+    try:
+        call = actor.get.remote()
+        with pytest.raises(escher.GetTimeoutError) as waited:
+            escher.get(call, timeout=1)
+        text = str(waited.value)
+        assert f"actor {actor.actor_id} is still pending" in text, text
+        with pytest.raises(escher.GetTimeoutError) as task_waited:
+            escher.get(task, timeout=1)
+        # The same reason as the task's: a resource no live node has enough of, named.
+        reason = text.split("is still pending: ", 1)[1]
+        assert "cpu" in reason and "64" in reason, reason
+        assert reason in str(task_waited.value), (reason, str(task_waited.value))
+    finally:
+        escher.cancel(task)
+        assert escher.kill(actor) in ("cancelled", "dead", "killed"), "killed"
+    deadline = time.time() + 30
+    while escher.available_resources() != before and time.time() < deadline:
+        time.sleep(0.1)
+    assert escher.available_resources() == before
