@@ -23,6 +23,7 @@ environment, beside one loopback TCP stream measured by the harness in the same 
 
 import argparse
 import json
+import resource
 import subprocess
 import sys
 import time
@@ -144,9 +145,14 @@ def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> d
     get(on_holder(put(small)))
     array = numpy.random.default_rng(8).integers(0, 255, same, dtype=numpy.uint8)
     expect = int(array[::4096].sum())
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
     ref = put(array)
     out["same_node_1gib_put_s"] = time.perf_counter() - start
+    # Peak resident memory is already the array's; a copy made by put while the array lives
+    # raises it by the copy's size (ru_maxrss is in KiB on Linux).
+    grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - peak
+    out["same_node_1gib_put_driver_peak_rss_growth_mib"] = grown / 1024
     del array
     start = time.perf_counter()
     check, anon = get(on_holder(ref))
