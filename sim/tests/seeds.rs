@@ -214,3 +214,15 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.membership_changes >= 2, "{:?}", outcome.stats);
 }
+
+/// Seed 2564 found it (`escher-sim --seeds 3000 --first 1000`, two workers): node 2's worker
+/// lost the cancel of task 26's first attempt with a broken stream, the head placed the second
+/// attempt on the same node, and when the worker registered again (still running the first
+/// attempt) the state's reconcile sent "run attempt 2" before "cancel attempt 1": the two ran
+/// at once for 7 ms and the node went over its CPUs. A registration's cancels now go first.
+#[test]
+fn a_returning_worker_stops_a_given_up_attempt_before_it_runs_the_next() {
+    let outcome = run(2564, &Options::default());
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
+}
