@@ -182,3 +182,52 @@ fn a_snapshot_keeps_a_node_waiting_and_the_restored_state_admits_it_alike() {
     assert_eq!(assigned_to(&restored.take_effects()), [node]);
     assert_eq!(assigned_to(&attached(&mut t, node, 1)), [node]);
 }
+
+#[test]
+fn a_returning_worker_is_told_to_stop_a_given_up_attempt_before_it_runs_the_next() {
+    let mut t = TestState::new();
+    let node = register_unattached(&mut t, "w", "cpu=2", 1);
+    attached(&mut t, node, 1);
+    let (ids, placed) = submit(&mut t, 1);
+    assert_eq!(placed, [node]);
+    let first = t.state.status(ids[0]).unwrap().attempt;
+
+    // The head gives the attempt up (its node came back as boot 2) and places the next
+    // attempt on the same node.
+    rejoin(&mut t, node, "w", 2, &[(ids[0], first)]);
+    let placed = assigned_to(&attached(&mut t, node, 2));
+    assert_eq!(placed, [node]);
+    let second = t.state.status(ids[0]).unwrap().attempt;
+    assert!(second > first, "{first} then {second}");
+
+    // The worker returns on a new stream still running the first attempt (the cancel was
+    // lost with the old stream) and not the second (its assignment was lost too).
+    let back = Returning {
+        cluster: CLUSTER.into(),
+        node,
+        secret: secret("w"),
+        running: vec![escher_proto::types::RunningTask {
+            task_id: ids[0],
+            attempt: first,
+        }],
+        finished: Vec::new(),
+    };
+    let effects = t
+        .apply(Command::RejoinNodeUnattached {
+            worker: joining("w", "cpu=2", 2),
+            back,
+        })
+        .effects;
+    let at = |wanted: u32, cancel: bool| {
+        effects.iter().position(|e| match e {
+            Effect::Cancel { task, attempt, .. } => cancel && *task == ids[0] && *attempt == wanted,
+            Effect::Assign { assignment, .. } => {
+                !cancel && assignment.task_id == ids[0] && assignment.attempt == wanted
+            }
+            _ => false,
+        })
+    };
+    let cancel = at(first, true).expect("the first attempt is cancelled");
+    let assign = at(second, false).expect("the second attempt is sent again");
+    assert!(cancel < assign, "the cancel goes first: {effects:?}");
+}

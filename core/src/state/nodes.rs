@@ -325,6 +325,9 @@ impl ClusterState {
         restored: bool,
         now: Millis,
     ) {
+        // What is sent again goes after the cancels: a node must stop an attempt the head gave
+        // up before it is told to run the next attempt of the same task.
+        let mut again = Vec::new();
         for &(task, attempt) in placed {
             let Some(rec) = self.tasks.get(&task) else {
                 continue;
@@ -372,7 +375,7 @@ impl ClusterState {
                         allocation: rec.spec.resources.clone(),
                         task_token: String::new(),
                     });
-                    self.effects.push(Effect::Assign { node, assignment });
+                    again.push(Effect::Assign { node, assignment });
                 }
             }
         }
@@ -403,6 +406,7 @@ impl ClusterState {
                 });
             }
         }
+        self.effects.extend(again);
     }
 
     /// A worker left or went silent: its node is no longer live and its running tasks are
