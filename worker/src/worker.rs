@@ -186,6 +186,7 @@ impl Worker {
                     "cgroup v2"
                 };
                 tracing::info!(root = %cgroups.root().display(), hierarchy, "each command task runs in a cgroup of its own");
+                crate::fence::hold_task_cgroups(cgroups.root());
                 let enforcement = cgroups.enforcement().clone();
                 (Some(Arc::new(cgroups)), enforcement)
             }

@@ -484,7 +484,7 @@ pub(super) fn is_freezer(path: &Path) -> bool {
 
 /// Whether the cgroup at `path` holds a process (`cgroup.events` in v2, `cgroup.procs` in v1);
 /// `None` if unreadable.
-pub(super) fn populated(path: &Path) -> Option<bool> {
+pub fn populated(path: &Path) -> Option<bool> {
     if let Ok(events) = fs::read_to_string(path.join("cgroup.events")) {
         return events
             .lines()

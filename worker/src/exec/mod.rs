@@ -25,7 +25,10 @@ mod logs;
 mod outcome;
 mod spawn;
 
-pub use cgroup::{CgroupUsage, Hierarchy, OomWatch, TaskCgroup, TaskCgroups, kill_cgroup};
+pub use cgroup::{
+    CgroupUsage, Hierarchy, OomWatch, TaskCgroup, TaskCgroups, kill_cgroup,
+    populated as cgroup_populated,
+};
 pub use command::{
     CommandSpec, DEFAULT_GRACE, LOG_CAP_EVERY, LaunchOptions, OnSpawn, UsageSend, UsageSink,
     run_command,

@@ -12,6 +12,10 @@
 //! pipe. The worker writes one short line per event:
 //!
 //! - `+PGID` when a command task's process group starts, `-PGID` when it is gone;
+//! - `rPATH` once, when the worker starts: the directory its task cgroups are made in. The
+//!   supervisor keeps it for good and, whenever it kills, kills every populated cgroup directly
+//!   under it (an empty one, waiting in the pool, is left alone), so a task's cgroup costs the
+//!   pipe no line; `cPATH`/`dPATH` hold and let go of a cgroup outside it (none today);
 //! - `lMILLIS`, the lease period: half the head's heartbeat timeout, learnt at each
 //!   registration;
 //! - `hMILLIS`, a beat: kill everything unless another line comes within `MILLIS`. The worker
@@ -102,8 +106,13 @@ struct Pipe {
     stdin: Option<ChildStdin>,
     /// The task process groups it holds.
     groups: BTreeSet<i32>,
-    /// The task cgroups it holds.
+    /// The task cgroups it holds one by one (those outside every root in `roots`).
     cgroups: BTreeSet<PathBuf>,
+    /// The directories of this worker's task cgroups, registered once each: the supervisor
+    /// kills every populated cgroup under them, so a task's cgroup there costs no line.
+    roots: BTreeSet<PathBuf>,
+    /// How many task cgroups under `roots` are held now.
+    held_in_roots: usize,
     /// Whether a line this supervisor did not take was logged already.
     broken: bool,
     /// How many supervisors were started after one died.
@@ -133,7 +142,14 @@ impl Pipe {
 
     /// Whether it holds a task.
     fn holds(&self) -> bool {
-        !self.groups.is_empty() || !self.cgroups.is_empty()
+        !self.groups.is_empty() || !self.cgroups.is_empty() || self.held_in_roots > 0
+    }
+
+    /// Whether the cgroup at `path` lies under a registered root.
+    fn under_root(&self, path: &std::path::Path) -> bool {
+        self.roots
+            .iter()
+            .any(|root| path.parent() == Some(root.as_path()))
     }
 }
 
@@ -291,6 +307,10 @@ impl Fence {
         for pgid in &groups {
             pipe.write(format_args!("+{pgid}"));
         }
+        let roots: Vec<PathBuf> = pipe.roots.iter().cloned().collect();
+        for root in &roots {
+            pipe.write(format_args!("r{}", root.display()));
+        }
         let cgroups: Vec<PathBuf> = pipe.cgroups.iter().cloned().collect();
         for cgroup in &cgroups {
             pipe.write(format_args!("c{}", cgroup.display()));
@@ -313,11 +333,14 @@ impl Fence {
     fn give_up(&self, why: &str) {
         let mut pipe = self.pipe();
         pipe.stdin = None;
-        let held = pipe.groups.len() + pipe.cgroups.len();
+        let held = pipe.groups.len() + pipe.cgroups.len() + pipe.held_in_roots;
         let Pipe {
-            groups, cgroups, ..
+            groups,
+            cgroups,
+            roots,
+            ..
         } = &mut *pipe;
-        supervisor::kill_all(groups, cgroups);
+        supervisor::kill_all(groups, cgroups, roots);
         let why = format!(
             "{why}: this worker stopped its tasks and takes no new ones until it is restarted"
         );
@@ -356,6 +379,19 @@ impl Fence {
 
     fn now_ms(&self) -> u64 {
         u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+/// The worker's task cgroups are made under `root`: the supervisor holds every one of them
+/// from now on by this one registration (it kills each populated cgroup under `root` when it
+/// kills the tasks), so a task's cgroup there costs the pipe no line.
+pub(crate) fn hold_task_cgroups(root: &std::path::Path) {
+    let Some(fence) = FENCE.get() else {
+        return;
+    };
+    let mut pipe = fence.pipe();
+    if pipe.roots.insert(root.to_path_buf()) {
+        pipe.write(format_args!("r{}", root.display()));
     }
 }
 
@@ -421,21 +457,37 @@ pub(crate) fn report() -> Option<String> {
 /// A task's cgroup, held by the fence while the task runs: the supervisor kills it whole with
 /// the process groups; released (and the cgroup killed and removed) when dropped.
 #[derive(Debug)]
-pub(crate) struct HeldCgroup(crate::exec::TaskCgroup);
+pub(crate) struct HeldCgroup(crate::exec::TaskCgroup, Held);
+
+/// How the fence holds a task's cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Not at all (no supervisor in this process, or none left).
+    No,
+    /// By its own line.
+    Alone,
+    /// By the registration of its root ([`hold_task_cgroups`]).
+    ByRoot,
+}
 
 impl HeldCgroup {
     /// With no supervisor left, the cgroup is killed at once.
     pub(crate) fn new(cgroup: crate::exec::TaskCgroup) -> HeldCgroup {
+        let mut held = Held::No;
         if let Some(fence) = FENCE.get() {
             let mut pipe = fence.pipe();
             if pipe.down.is_some() {
                 cgroup.kill();
+            } else if pipe.under_root(cgroup.path()) {
+                pipe.held_in_roots += 1;
+                held = Held::ByRoot;
             } else {
                 pipe.cgroups.insert(cgroup.path().to_path_buf());
                 pipe.write(format_args!("c{}", cgroup.path().display()));
+                held = Held::Alone;
             }
         }
-        HeldCgroup(cgroup)
+        HeldCgroup(cgroup, held)
     }
 
     /// What the task's processes have used so far.
@@ -450,8 +502,14 @@ impl Drop for HeldCgroup {
         self.0.kill();
         if let Some(fence) = FENCE.get() {
             let mut pipe = fence.pipe();
-            pipe.cgroups.remove(self.0.path());
-            pipe.write(format_args!("d{}", self.0.path().display()));
+            match self.1 {
+                Held::No => {}
+                Held::ByRoot => pipe.held_in_roots = pipe.held_in_roots.saturating_sub(1),
+                Held::Alone => {
+                    pipe.cgroups.remove(self.0.path());
+                    pipe.write(format_args!("d{}", self.0.path().display()));
+                }
+            }
         }
     }
 }

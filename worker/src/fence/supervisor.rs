@@ -44,6 +44,9 @@ pub fn supervise() {
     }
     let mut groups: BTreeSet<i32> = BTreeSet::new();
     let mut cgroups: BTreeSet<PathBuf> = BTreeSet::new();
+    // The worker's directories of task cgroups: kept after a kill (the worker registers each
+    // once, when it starts).
+    let mut roots: BTreeSet<PathBuf> = BTreeSet::new();
     let mut lease: Option<Duration> = None;
     // How long the supervisor waits for the next line before it kills.
     let mut wait: Option<Duration> = None;
@@ -64,6 +67,9 @@ pub fn supervise() {
                 }
                 Some(("c", path)) => {
                     cgroups.insert(path.into());
+                }
+                Some(("r", path)) => {
+                    roots.insert(path.into());
                 }
                 Some(("d", path)) => {
                     cgroups.remove(std::path::Path::new(path));
@@ -93,7 +99,7 @@ pub fn supervise() {
                         groups.len()
                     );
                 }
-                kill_all(&mut groups, &mut cgroups);
+                kill_all(&mut groups, &mut cgroups, &roots);
                 // Until the next line: a process group that starts then is held, not killed.
                 wait = lease;
             }
@@ -104,20 +110,106 @@ pub fn supervise() {
                         groups.len()
                     );
                 }
-                kill_all(&mut groups, &mut cgroups);
+                kill_all(&mut groups, &mut cgroups, &roots);
                 return;
             }
         }
     }
 }
 
-/// SIGKILLs every process group and cgroup in `groups` and `cgroups`, and forgets them.
-pub(super) fn kill_all(groups: &mut BTreeSet<i32>, cgroups: &mut BTreeSet<PathBuf>) {
+/// SIGKILLs every process group and cgroup in `groups` and `cgroups`, and forgets them, and
+/// every populated cgroup directly under each of `roots` (an empty one is left alone: the pool
+/// reuses it, and a cgroup v2 once killed must not be reused).
+pub(super) fn kill_all(
+    groups: &mut BTreeSet<i32>,
+    cgroups: &mut BTreeSet<PathBuf>,
+    roots: &BTreeSet<PathBuf>,
+) {
     for pgid in std::mem::take(groups) {
         let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
     }
     // What left its process group is still in its cgroup.
     for cgroup in std::mem::take(cgroups) {
         crate::exec::kill_cgroup(&cgroup);
+    }
+    for root in roots {
+        let Ok(entries) = std::fs::read_dir(root) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if entry.file_type().is_ok_and(|t| t.is_dir())
+                && crate::exec::cgroup_populated(&path) != Some(false)
+            {
+                crate::exec::kill_cgroup(&path);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::{Hierarchy, TaskCgroups};
+    use std::time::Instant;
+
+    /// As root: the worker registers its directory of task cgroups once; a kill then reaches
+    /// a task's process that left its process group (no line named its cgroup), and leaves the
+    /// pool's empty cgroups alone.
+    #[test]
+    fn needs_root_one_registration_of_the_workers_task_cgroups_kills_every_task_in_them() {
+        use std::io::BufRead;
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "this test creates cgroups: run it as root (CI does)"
+        );
+        let cgroups = TaskCgroups::discover(Hierarchy::Auto).unwrap();
+        let busy = cgroups.create().unwrap();
+        let idle = cgroups.create().unwrap();
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "setsid sleep 600 & echo $!; exec sleep 600"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let escaped: i32 = line.trim().parse().unwrap();
+        busy.enter(child.id()).unwrap();
+        for pid in [escaped, child.id() as i32] {
+            let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+            let name = busy.path().file_name().unwrap().to_str().unwrap();
+            assert!(
+                own.contains(name),
+                "{pid} is not in {:?}: {own}",
+                busy.path()
+            );
+        }
+
+        let roots = BTreeSet::from([cgroups.root().to_path_buf()]);
+        kill_all(&mut BTreeSet::new(), &mut BTreeSet::new(), &roots);
+
+        let gone = |pid: i32| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| {
+                s[s.rfind(')').unwrap() + 1..].trim_start().starts_with('Z')
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !gone(escaped) || !gone(child.id() as i32) {
+            assert!(
+                Instant::now() < deadline,
+                "the task's processes outlived the kill of the worker's task cgroups"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let status = child.wait().unwrap();
+        assert_eq!(
+            std::os::unix::process::ExitStatusExt::signal(&status),
+            Some(libc::SIGKILL)
+        );
+        // The empty one is left as it was, for the pool to reuse.
+        assert!(idle.path().exists(), "{:?}", idle.path());
+        assert_eq!(crate::exec::cgroup_populated(idle.path()), Some(false));
     }
 }
