@@ -331,3 +331,52 @@ async fn dropping_the_owning_reference_frees_the_workers_store() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reported_copy_of_a_result_its_task_has_not_produced_is_refused_over_grpc() {
+    use escher_proto::wire;
+    let data = tempfile::tempdir().unwrap();
+    let (_cluster, client) = cluster(&["cpu=4"], data.path()).await;
+    // A real node id, from a task that ran.
+    let ran = client.run(make(16, 1), Some(common::LIMIT)).await.unwrap();
+    assert_eq!(ran.state, TaskState::Succeeded, "{ran:?}");
+    let node = ran.node.unwrap();
+    // A task no node can run: its result does not exist.
+    let waiting = client
+        .submit(make(1 << 20, 2).resources_str("cpu=64"))
+        .await
+        .unwrap()
+        .id();
+    let channel = tonic::transport::Endpoint::from_shared(client.head_url().to_string())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let bearer = client.credentials().bearer();
+    let mut raw = wire::cluster_client::ClusterClient::with_interceptor(channel, bearer);
+    let fake = wire::ObjectsSealedRequest {
+        copies: vec![wire::SealedObject {
+            id: Some(wire::ObjectKey {
+                owner: waiting.0,
+                index: 0,
+            }),
+            size: 1 << 20,
+            crc32c: 0x1234_5678,
+            node: node.0,
+        }],
+        namespace: String::new(),
+    };
+    let err = raw.objects_sealed(fake).await.unwrap_err();
+    assert!(
+        err.message().contains("has not produced it"),
+        "{}",
+        err.message()
+    );
+    // Nothing was recorded: the object is still unknown.
+    assert!(
+        client
+            .locate_object(ObjectId::task_result(waiting))
+            .await
+            .is_err()
+    );
+}

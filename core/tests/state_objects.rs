@@ -616,3 +616,56 @@ fn a_lost_result_whose_task_has_no_retry_left_is_lost_saying_why() {
         other => panic!("expected ObjectLost, got {other:?}"),
     }
 }
+
+#[test]
+fn a_reported_copy_of_a_task_result_not_yet_produced_is_refused_and_changes_nothing() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let b = data_node(&mut t, "b");
+    // A task still running: no node may claim its result yet.
+    let (running, _) = t.submit(task("cpu=1").function("make"));
+    let object = ObjectId::task_result(running);
+    let fake = SealedCopy {
+        id: object,
+        size: 1 << 20,
+        checksum: 0x1234_5678,
+        owner: ObjectOwner::Task(running),
+        namespace: None,
+        node: b,
+    };
+    // (`try_apply` checks that a refusal changed nothing and produced no effect.)
+    let err = t
+        .try_apply(Command::ObjectsSealed {
+            copies: vec![fake.clone()],
+        })
+        .unwrap_err();
+    assert!(
+        matches!(err, ApplyError::ObjectMismatch { id, .. } if id == object),
+        "{err}"
+    );
+    assert!(err.to_string().contains("has not produced it"), "{err}");
+    assert!(t.state.locate_object(object, None, false, None).is_err());
+    // An id that is not its owner's result is refused too.
+    let mut misnamed = fake.clone();
+    misnamed.id = ObjectId(object.owner(), 1);
+    assert!(
+        t.try_apply(Command::ObjectsSealed {
+            copies: vec![misnamed],
+        })
+        .is_err()
+    );
+    // Once the task succeeded with its result, another node's copy counts.
+    let result = TaskResult::Object {
+        size: 1 << 20,
+        checksum: 0x1234_5678,
+    };
+    t.finish(state_support::report(running, 1, Ok(result)));
+    assert_eq!(t.task_state(running), TaskState::Succeeded);
+    let holder = t.status(running).node.expect("placed");
+    let mut replica = fake;
+    replica.node = if holder == a { b } else { a };
+    assert!(seal(&mut t, vec![replica]).is_empty());
+    let view = t.state.locate_object(object, None, false, None).unwrap();
+    assert_eq!(view.holders.len(), 2);
+    state_support::check_invariants(&t.state);
+}

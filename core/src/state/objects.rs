@@ -182,7 +182,44 @@ impl ClusterState {
         copies: Vec<SealedCopy>,
         now: Millis,
     ) -> Result<Vec<(ObjectId, String)>, ApplyError> {
+        self.seal_copies(copies, None, now)
+    }
+
+    /// A copy of a task's result counts only once that task has produced it: its id is the
+    /// task's result id, and the task succeeded (or is gone with its record kept). `completing`
+    /// is the task whose completion is being recorded, whose result may be new.
+    fn task_copy_refusal(&self, c: &SealedCopy, completing: Option<TaskId>) -> Option<String> {
+        let ObjectOwner::Task(task) = c.owner else {
+            return None;
+        };
+        if c.id != ObjectId::task_result(task) {
+            return Some(format!("it is not the result of its owner, task {task}"));
+        }
+        if completing == Some(task) || self.objects.was_freed(c.id) {
+            return None;
+        }
+        match self.tasks.get(&task) {
+            Some(t) if t.state != TaskState::Succeeded => Some(format!(
+                "task {task} is {} and has not produced it",
+                t.state
+            )),
+            None if self.objects.get(c.id).is_none() => {
+                Some(format!("task {task} has not produced it"))
+            }
+            _ => None,
+        }
+    }
+
+    fn seal_copies(
+        &mut self,
+        copies: Vec<SealedCopy>,
+        completing: Option<TaskId>,
+        now: Millis,
+    ) -> Result<Vec<(ObjectId, String)>, ApplyError> {
         for c in &copies {
+            if let Some(why) = self.task_copy_refusal(c, completing) {
+                return Err(ApplyError::ObjectMismatch { id: c.id, why });
+            }
             let known = self
                 .objects
                 .get(c.id)
@@ -452,7 +489,7 @@ impl ClusterState {
             namespace,
             node,
         };
-        match self.objects_sealed(vec![copy], now) {
+        match self.seal_copies(vec![copy], Some(task), now) {
             Ok(dropped) => match dropped.into_iter().next() {
                 Some((_, why)) => Err(format!("its result object {id} was not recorded: {why}")),
                 None => Ok(id),
