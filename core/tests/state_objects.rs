@@ -266,7 +266,7 @@ fn a_task_that_requests_an_objects_location_runs_where_the_copy_is() {
 }
 
 #[test]
-fn sessions_are_never_given_twice_and_never_meet_task_ids() {
+fn sessions_are_numbered_in_order_apart_from_the_task_ids() {
     let mut t = TestState::new();
     let mut seen = Vec::new();
     for _ in 0..3 {
@@ -280,6 +280,15 @@ fn sessions_are_never_given_twice_and_never_meet_task_ids() {
         vec![FIRST_SESSION, FIRST_SESSION + 1, FIRST_SESSION + 2]
     );
     assert_eq!(t.state.next_task_id().0, 1, "no task id was taken");
+    let (task_id, _) = t.submit(task("cpu=1"));
+    assert_eq!(
+        task_id.0, 1,
+        "a task after the sessions takes the first task id"
+    );
+    assert!(
+        seen.iter().all(|&s| s >= FIRST_SESSION && s != task_id.0),
+        "{seen:?} and {task_id}"
+    );
 }
 
 #[test]

@@ -66,6 +66,35 @@ fn an_ended_fsync_survives_every_crash() {
     // A second life's disk crashes the same way.
     after.append(&[entry(3)]).unwrap();
     assert_eq!(after.crash(0).last_index().unwrap(), 2);
+
+    // Every crash during a later fsync, whatever part of it the crash tears off, keeps what the
+    // ended one made durable.
+    let later = |disk: &SimDisk| {
+        disk.append(&[entry(3)]).unwrap();
+        disk.set_hard_state(commit(3)).unwrap();
+        disk.sync().unwrap();
+        disk.in_flight()
+    };
+    let in_flight = later(&disk.crash(0));
+    assert!(
+        in_flight >= 2,
+        "the later fsync holds an entry and a hard state"
+    );
+    for keep in 0..=in_flight {
+        let life = disk.crash(0);
+        assert_eq!(later(&life), in_flight);
+        let torn = life.crash(keep);
+        assert!(torn.last_index().unwrap() >= 2, "a crash keeping {keep}");
+        assert!(
+            torn.initial_state().unwrap().hard_state.commit >= 2,
+            "a crash keeping {keep}"
+        );
+        assert_eq!(
+            torn.term(2).unwrap(),
+            entry(2).term,
+            "a crash keeping {keep}"
+        );
+    }
 }
 
 #[test]
