@@ -8,11 +8,12 @@
 //! Checked: a task asking `mig.2g.20gb=1` (a profile only the H100 has, and no slice offers)
 //! gets a slice made on the H100 and runs on it; a second one while the first runs gets a
 //! second slice, the busy one left in every layout asked for; once both are done, a third
-//! reuses an idle slice with no reconfiguration; a gang of two slices lands on one GPU; a new
+//! reuses an idle slice with no reconfiguration; a gang of two slices lands on one GPU, and so
+//! do the two slices one task asks for (it holds both while it runs); a new
 //! driver (the policy restarted) adopts the GPUs as they are: the slice a running task holds is
 //! busy to it, an idle one is reused at once, and a task the old driver had queued is adopted
-//! and runs. Bad input (no MIG ask, two slices in one task, a profile no GPU has, a gang no GPU
-//! can hold) is refused with a reason and submits nothing.
+//! and runs. Bad input (no MIG ask, more slices or profiles than one GPU can hold, a profile no GPU
+//! has, a gang no GPU can hold) is refused with a reason and submits nothing.
 
 mod common;
 mod procs;
@@ -93,8 +94,21 @@ async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
         matches!(e, FleetError::Spec(_)) && e.to_string().contains("mig.<profile>=1"),
         "{e}"
     );
-    let e = fleet.submit(job("10", "mig.2g.20gb=2")).await.unwrap_err();
-    assert!(e.to_string().contains("one slice per task"), "{e}");
+    let e = fleet.submit(job("10", "mig.2g.20gb=8")).await.unwrap_err();
+    assert!(e.to_string().contains("whole slices, 1 to 7"), "{e}");
+    // Two 4g.40gb slices fit no one GPU; 1g.5gb (A100 only) with 2g.20gb (H100 only) neither.
+    for ask in ["mig.4g.40gb=2", "mig.1g.5gb=1,mig.2g.20gb=1"] {
+        let e = fleet.submit(job("10", ask)).await.unwrap_err();
+        assert!(
+            matches!(e, FleetError::Policy(SubmitError::TooManyForOneGpu { .. })),
+            "{ask}: {e}"
+        );
+    }
+    let e = fleet
+        .submit_gang(vec![job("10", "mig.1g.5gb=2"), job("10", "mig.1g.5gb=1")])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("each task of a gang"), "{e}");
     let e = fleet.submit(job("10", "mig.5g.99gb=1")).await.unwrap_err();
     assert!(
         matches!(e, FleetError::Policy(SubmitError::UnknownProfile { .. })),
@@ -205,6 +219,47 @@ async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
         "the gang is on one GPU: {placed:?}"
     );
     assert_ne!(placed[0].2, placed[1].2);
+
+    // One task asking for two 1g.5gb slices (only the A100 has the profile): both on one GPU,
+    // the task holding both at once, in one requeue.
+    let two = fleet.submit(job("200", "mig.1g.5gb=2")).await.unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let holds = loop {
+        fleet.round().await.unwrap();
+        let nodes = client.gpus().await.expect("the GPUs");
+        let holds: Vec<(u32, String)> = nodes[0]
+            .gpus
+            .iter()
+            .flat_map(|g| {
+                g.holders
+                    .iter()
+                    .filter(|h| h.task == two)
+                    .map(|h| (g.info.index, h.uuid.clone()))
+            })
+            .collect();
+        if !holds.is_empty() {
+            break holds;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the task never ran: {:?}",
+            fleet.pending()
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    };
+    assert_eq!(holds.len(), 2, "it holds two slices: {holds:?}");
+    assert_eq!(holds[0].0, holds[1].0, "on one GPU: {holds:?}");
+    assert_ne!(holds[0].1, holds[1].1);
+    let placed: Vec<_> = fleet
+        .report()
+        .launches
+        .iter()
+        .filter(|l| l.0 == two)
+        .collect();
+    assert_eq!(placed.len(), 2, "{placed:?}");
+    assert_eq!(placed[0].1, placed[1].1);
+    assert!(fleet.run(Duration::from_secs(90)).await.unwrap());
+    assert_eq!(state(&client, two).await, TaskState::Succeeded);
 
     // D runs long on one 2g.20gb slice; F is queued and never launched; the driver stops.
     let d = fleet.submit(job("600", "mig.2g.20gb=1")).await.unwrap();

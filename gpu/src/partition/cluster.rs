@@ -29,9 +29,13 @@
 //! later", or a GPU that is no longer reported: [`Partitioner::failed`], and nothing is placed
 //! on that GPU again by this driver.
 //!
-//! **Bad input** ([`ClusterFleet::submit`]): a spec that asks for no MIG profile, for two, or
-//! for more than one slice of one, or a profile no GPU of the fleet has: refused with the
-//! reason, nothing submitted.
+//! **Several slices in one task** (`mig.1g.10gb=2`, or `mig.1g.10gb=1` with `mig.2g.20gb=1`):
+//! the policy sees one member per slice, all on one parent GPU (as a gang), made if needed;
+//! the task is requeued once, onto all of them (the class counts and every slice's identity).
+//!
+//! **Bad input** ([`ClusterFleet::submit`]): a spec that asks for no MIG slice, for a part of
+//! one or more than [`MAX_SLICES_PER_TASK`], slices no one GPU can hold together, or a profile
+//! no GPU of the fleet has: refused with the reason, nothing submitted.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -102,8 +106,12 @@ pub struct ClusterFleet<C: ClusterApi> {
     policy: Partitioner,
     /// Each queued task's resources without its MIG ask, to launch it with.
     base: BTreeMap<TaskId, ResourceSet>,
-    /// Tasks launched and not yet ended: their GPU and slice.
+    /// Slices launched and not yet ended, by policy member: their GPU and slice.
     launched: BTreeMap<TaskId, (usize, Placement)>,
+    /// The task of each policy member standing for one slice of a task asking for several.
+    owner: BTreeMap<TaskId, TaskId>,
+    /// The last member id handed out (above [`MEMBER_IDS`]).
+    next_member: u64,
     started: Instant,
     report: FleetReport,
 }
@@ -143,6 +151,8 @@ impl<C: ClusterApi> ClusterFleet<C> {
             policy: Partitioner::new(),
             base: BTreeMap::new(),
             launched: BTreeMap::new(),
+            owner: BTreeMap::new(),
+            next_member: 0,
             started: Instant::now(),
             report: FleetReport::default(),
         })
@@ -168,18 +178,23 @@ impl<C: ClusterApi> ClusterFleet<C> {
         self.policy
             .pending()
             .map(|p| {
-                (
-                    p.request.members.iter().map(|m| m.0).collect(),
-                    p.reason.clone(),
-                )
+                let mut tasks: Vec<TaskId> = p
+                    .request
+                    .members
+                    .iter()
+                    .map(|m| self.task_of(m.0))
+                    .collect();
+                tasks.dedup();
+                (tasks, p.reason.clone())
             })
             .collect()
     }
 
-    /// Submits a task asking for one MIG slice (`mig.<profile>=1` among its resources): it
+    /// Submits a task asking for MIG slices (`mig.<profile>=1` among its resources): it
     /// waits until the policy has a slice for it, then runs on that slice with the rest of its
-    /// resources. Refused with the reason (nothing submitted) if it asks for no profile, two,
-    /// more than one slice, or a profile no GPU of the fleet has.
+    /// resources. A task asking for several slices gets them all on one parent GPU. Refused
+    /// with the reason (nothing submitted) if it asks for no slice, a part of one, more than
+    /// one GPU can hold together, or a profile no GPU of the fleet has.
     pub async fn submit(&mut self, spec: TaskSpec) -> Result<TaskId, FleetError> {
         let ids = self.submit_all(vec![spec], false).await?;
         Ok(ids[0])
@@ -194,14 +209,45 @@ impl<C: ClusterApi> ClusterFleet<C> {
     /// Queues a task submitted by an earlier driver and not launched (it waits on
     /// [`QUEUE_RESOURCE`]), given the resources it asks for, its MIG slice among them.
     pub fn adopt(&mut self, task: TaskId, resources: &ResourceSet) -> Result<(), FleetError> {
-        let (base, profile) = self.split(resources)?;
+        if self.base.contains_key(&task) {
+            return Err(FleetError::Spec(format!("task {task} is already pending")));
+        }
+        let (base, profiles) = self.split(resources)?;
+        let members = self.members(task, profiles.len());
+        let request = Request {
+            one_gpu: members.len() > 1,
+            members: members.iter().copied().zip(profiles).collect(),
+        };
         let views = self.views();
         let now = self.now();
-        self.policy
-            .submit(&views, Request::single(task, &profile), now)?;
+        if let Err(e) = self.policy.submit(&views, request, now) {
+            self.owner.retain(|m, _| !members.contains(m));
+            return Err(e.into());
+        }
         self.base.insert(task, base);
         self.report.times.insert(task, (now, None, None));
         Ok(())
+    }
+
+    /// The policy members standing for `task`'s `slices` slices: the task itself for one, new
+    /// member ids (each owned by the task) for several.
+    fn members(&mut self, task: TaskId, slices: usize) -> Vec<TaskId> {
+        if slices == 1 {
+            return vec![task];
+        }
+        (0..slices)
+            .map(|_| {
+                self.next_member += 1;
+                let m = TaskId(MEMBER_IDS + self.next_member);
+                self.owner.insert(m, task);
+                m
+            })
+            .collect()
+    }
+
+    /// The task a policy member stands for.
+    fn task_of(&self, member: TaskId) -> TaskId {
+        self.owner.get(&member).copied().unwrap_or(member)
     }
 
     async fn submit_all(
@@ -213,18 +259,24 @@ impl<C: ClusterApi> ClusterFleet<C> {
         for spec in &specs {
             parts.push(self.split(&spec.resources)?);
         }
-        // The policy's checks first, on placeholder ids: nothing reaches the cluster if it
-        // would refuse.
+        if parts.len() > 1 && parts.iter().any(|(_, ps)| ps.len() > 1) {
+            return Err(FleetError::Spec(
+                "each task of a gang asks for one MIG slice (a task asking for several gets \
+                 them on one GPU without a gang)"
+                    .to_string(),
+            ));
+        }
+        // A task asking for several slices gets them all on one parent GPU.
+        let one_gpu = one_gpu || parts.iter().any(|(_, ps)| ps.len() > 1);
+        let profiles: Vec<String> = parts.iter().flat_map(|(_, ps)| ps.clone()).collect();
         let request = |ids: &[TaskId]| Request {
-            members: ids
-                .iter()
-                .zip(&parts)
-                .map(|(t, (_, p))| (*t, p.clone()))
-                .collect(),
+            members: ids.iter().copied().zip(profiles.iter().cloned()).collect(),
             one_gpu,
         };
+        // The policy's checks first, on placeholder ids: nothing reaches the cluster if it
+        // would refuse.
         let views = self.views();
-        let placeholders: Vec<TaskId> = (0..specs.len() as u64)
+        let placeholders: Vec<TaskId> = (0..profiles.len() as u64)
             .map(|i| TaskId(u64::MAX - i))
             .collect();
         Partitioner::new().submit(&views, request(&placeholders), 0)?;
@@ -238,8 +290,12 @@ impl<C: ClusterApi> ClusterFleet<C> {
             })
             .collect();
         let ids = self.api.submit(specs).await?;
+        let members = match ids.as_slice() {
+            [task] => self.members(*task, profiles.len()),
+            _ => ids.clone(),
+        };
         let now = self.now();
-        self.policy.submit(&views, request(&ids), now)?;
+        self.policy.submit(&views, request(&members), now)?;
         for (id, (base, _)) in ids.iter().zip(parts) {
             self.base.insert(*id, base);
             self.report.times.insert(*id, (now, None, None));
@@ -247,39 +303,37 @@ impl<C: ClusterApi> ClusterFleet<C> {
         Ok(ids)
     }
 
-    /// A spec's resources without its MIG ask, and the profile asked.
-    fn split(&self, resources: &ResourceSet) -> Result<(ResourceSet, String), FleetError> {
+    /// A spec's resources without its MIG ask, and the profiles asked, one entry per slice
+    /// (`mig.1g.10gb=2` is two entries; `mig.1g.10gb=1` with `mig.2g.20gb=1` is two).
+    fn split(&self, resources: &ResourceSet) -> Result<(ResourceSet, Vec<String>), FleetError> {
         let mut base = ResourceSet::new();
-        let mut asked = Vec::new();
+        let mut profiles = Vec::new();
         for (name, amount) in resources.iter() {
-            if name.as_str().starts_with("mig.") {
-                asked.push((name.as_str().to_string(), amount));
-            } else {
+            let Some(profile) = name.as_str().strip_prefix("mig.") else {
                 base.insert(name.clone(), amount);
+                continue;
+            };
+            let whole = amount.raw() % Amount::ONE.raw() == 0;
+            let count = amount.raw() / Amount::ONE.raw();
+            if !whole || count == 0 || count > MAX_SLICES_PER_TASK {
+                return Err(FleetError::Spec(format!(
+                    "mig.{profile}={amount}: a task asks for whole slices, 1 to \
+                     {MAX_SLICES_PER_TASK}"
+                )));
+            }
+            for _ in 0..count {
+                profiles.push(profile.to_string());
             }
         }
-        let [(profile, amount)] = asked.as_slice() else {
-            return Err(FleetError::Spec(format!(
-                "a task for the partitioner asks for exactly one MIG slice (mig.<profile>=1, \
-                 e.g. mig.2g.20gb=1); these resources ask for {}",
-                if asked.is_empty() {
-                    "none".to_string()
-                } else {
-                    asked
-                        .iter()
-                        .map(|(n, _)| n.as_str())
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                }
-            )));
-        };
-        if *amount != Amount::ONE {
-            return Err(FleetError::Spec(format!(
-                "{profile}={amount}: one slice per task (submit a gang of tasks for several \
-                 slices on one GPU)"
-            )));
+        if profiles.is_empty() {
+            return Err(FleetError::Spec(
+                "a task for the partitioner asks for at least one MIG slice \
+                 (mig.<profile>=1, e.g. mig.2g.20gb=1, or =N for N slices on one GPU); these \
+                 resources ask for none"
+                    .to_string(),
+            ));
         }
-        Ok((base, profile.clone()))
+        Ok((base, profiles))
     }
 
     /// The GPUs as the policy sees them now.
@@ -394,6 +448,7 @@ impl<C: ClusterApi> ClusterFleet<C> {
         let views = self.views();
         let orders = self.policy.round(&views);
         let mut changed = BTreeSet::new();
+        let mut launches: BTreeMap<TaskId, Vec<(TaskId, usize, Placement)>> = BTreeMap::new();
         for (g, command) in orders {
             match command {
                 Command::Create(p) => {
@@ -421,12 +476,18 @@ impl<C: ClusterApi> ClusterFleet<C> {
                         Err(e) => self.report.refused.push(format!("destroy {p}: {e}")),
                     }
                 }
-                Command::Launch { task, on } => self.launch(g, task, on).await,
+                Command::Launch { task, on } => launches
+                    .entry(self.task_of(task))
+                    .or_default()
+                    .push((task, g, on)),
                 other => self
                     .report
                     .refused
                     .push(format!("{other}: not an order of the partitioner")),
             }
+        }
+        for (task, slices) in launches {
+            self.launch(task, slices).await;
         }
         for g in changed {
             self.send(g).await;
@@ -484,65 +545,83 @@ impl<C: ClusterApi> ClusterFleet<C> {
         }
     }
 
-    /// Runs `task` on slice `on` of fleet GPU `g`.
-    async fn launch(&mut self, g: usize, task: TaskId, on: Placement) {
-        let uuid = self.gpus[g].inventory.as_ref().and_then(|i| {
-            i.info
-                .slices
-                .iter()
-                .find(|s| s.start == on.start && s.profile == on.profile.name)
-                .map(|s| s.uuid.clone())
-        });
-        let resources = uuid
-            .ok_or_else(|| format!("slice {on} is not in the GPU's inventory"))
-            .and_then(|u| {
-                let mut set = self.base.get(&task).cloned().unwrap_or_default();
-                let class = mig_class(on.profile.name).ok_or("the profile cannot be named")?;
-                let id = mig_identity(&u).ok_or_else(|| format!("{u} cannot be named"))?;
-                set.insert(class, Amount::ONE);
-                set.insert(id, Amount::ONE);
-                Ok::<_, String>(set)
+    /// Runs `task` on its slices: `(member, fleet GPU, slice)`, all in one requeue.
+    async fn launch(&mut self, task: TaskId, slices: Vec<(TaskId, usize, Placement)>) {
+        let mut set = self.base.get(&task).cloned().unwrap_or_default();
+        let mut outcome = Ok(());
+        for (_, g, on) in &slices {
+            let uuid = self.gpus[*g].inventory.as_ref().and_then(|i| {
+                i.info
+                    .slices
+                    .iter()
+                    .find(|s| s.start == on.start && s.profile == on.profile.name)
+                    .map(|s| s.uuid.clone())
             });
-        let outcome = match resources {
-            Ok(set) => self.api.requeue(task, set).await.map_err(|e| e.to_string()),
+            let added = uuid
+                .ok_or_else(|| format!("slice {on} is not in the GPU's inventory"))
+                .and_then(|u| {
+                    let class = mig_class(on.profile.name).ok_or("the profile cannot be named")?;
+                    let id = mig_identity(&u).ok_or_else(|| format!("{u} cannot be named"))?;
+                    let count = set
+                        .get(class.as_str())
+                        .checked_add(Amount::ONE)
+                        .map_err(|e| e.to_string())?;
+                    set.insert(class, count);
+                    set.insert(id, Amount::ONE);
+                    Ok::<_, String>(())
+                });
+            if added.is_err() {
+                outcome = added;
+                break;
+            }
+        }
+        let outcome = match outcome {
+            Ok(()) => self.api.requeue(task, set).await.map_err(|e| e.to_string()),
             Err(e) => Err(e),
         };
         match outcome {
             Ok(_) => {
                 let now = self.now();
-                self.launched.insert(task, (g, on));
+                for (member, g, on) in slices {
+                    self.launched.insert(member, (g, on));
+                    self.report.launches.push((task, g, on));
+                }
                 self.base.remove(&task);
-                self.report.launches.push((task, g, on));
                 if let Some(t) = self.report.times.get_mut(&task) {
                     t.1 = Some(now);
                 }
             }
-            Err(e) => self
-                .report
-                .refused
-                .push(format!("launch of {task} on {on}: {e}")),
+            Err(e) => self.report.refused.push(format!(
+                "launch of {task} on {} slice(s): {e}",
+                slices.len()
+            )),
         }
     }
 
-    /// Reads the launched tasks: running ones are noted, ended ones free their slice.
+    /// Reads the launched tasks: running ones are noted, ended ones free their slices.
     async fn read_launched(&mut self) -> Result<(), EslError> {
-        let tasks: Vec<TaskId> = self.launched.keys().copied().collect();
+        let mut tasks: Vec<TaskId> = self.launched.keys().map(|m| self.task_of(*m)).collect();
+        tasks.sort();
+        tasks.dedup();
         for task in tasks {
             let status = self.api.status(task).await?;
-            match status.state {
-                TaskState::Pending => {}
-                TaskState::Running => {
-                    let now = self.now();
-                    if let Some(t) = self.report.times.get_mut(&task) {
-                        t.2.get_or_insert(now);
-                    }
-                }
-                _ => {
-                    let now = self.now();
-                    if let Some(t) = self.report.times.get_mut(&task) {
-                        t.2.get_or_insert(now);
-                    }
-                    self.launched.remove(&task);
+            if status.state == TaskState::Pending {
+                continue;
+            }
+            let now = self.now();
+            if let Some(t) = self.report.times.get_mut(&task) {
+                t.2.get_or_insert(now);
+            }
+            if status.state != TaskState::Running {
+                let members: Vec<TaskId> = self
+                    .launched
+                    .keys()
+                    .copied()
+                    .filter(|m| self.task_of(*m) == task)
+                    .collect();
+                for m in members {
+                    self.launched.remove(&m);
+                    self.owner.remove(&m);
                 }
             }
         }
@@ -572,6 +651,13 @@ impl<C: ClusterApi> ClusterFleet<C> {
         }
     }
 }
+
+/// The most slices one task may ask for (a GPU holds at most seven).
+pub const MAX_SLICES_PER_TASK: u64 = 7;
+
+/// Policy member ids above this stand for one slice of a task asking for several; task ids
+/// the head hands out stay far below it.
+const MEMBER_IDS: u64 = 1 << 62;
 
 /// How long [`ClusterFleet::run`] waits between rounds.
 pub const ROUND: Duration = Duration::from_millis(25);
