@@ -426,3 +426,36 @@ def test_a_gang_of_actors_is_placed_all_or_nothing_on_its_reserved_capacity(clus
         esl.Gangs(timeout=3).acquire("py-actor-gang3", [{"cpu": 1}] * 3,
                                      strategy="strict-spread")
     assert _used("py-actor-gang3") == (0.0, 0.0)
+
+
+def test_an_actor_no_node_can_hold_waits_with_the_reason_a_task_gets(cluster):
+    """Created, not placed: pending with the head's reason (the same a task with the same
+    request gets), a call to it waits, and killed it held nothing."""
+    wants = {"cpu": 1, "no-such-device": 1}
+    before = escher.available_resources()
+    task = escher.remote(resources=wants)(lambda: 0).remote()
+    actor = Counter.options(resources=wants).remote()
+    try:
+        info = _info_when(lambda: escher.task_info(escher.TaskRef(actor.actor_id)))
+        assert info["state"] == "pending", info
+        assert info["node"] is None, info
+        assert "no-such-device" in info["reason"], info
+        assert info["reason"] == _info_when(lambda: escher.task_info(task))["reason"]
+        with pytest.raises(escher.GetTimeoutError):
+            escher.get(actor.get.remote(), timeout=1)
+        assert escher.task_info(escher.TaskRef(actor.actor_id))["state"] == "pending"
+    finally:
+        escher.kill(actor)
+        escher.cancel(task)
+    assert _state(actor.actor_id) == "cancelled"
+    assert escher.available_resources() == before
+
+
+def _info_when(read, limit=30.0):
+    """``read()`` once it carries a reason (the head gives one at its first placement try)."""
+    deadline = time.time() + limit
+    info = read()
+    while not info["reason"] and time.time() < deadline:
+        time.sleep(0.05)
+        info = read()
+    return info
