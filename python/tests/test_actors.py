@@ -464,3 +464,35 @@ def test_an_actor_no_node_can_hold_waits_with_a_tasks_reason_and_holds_nothing(c
     while escher.available_resources() != before and time.time() < deadline:
         time.sleep(0.1)
     assert escher.available_resources() == before
+
+def test_an_actor_no_node_can_hold_waits_with_the_reason_a_task_gets(cluster):
+    """Created, not placed: pending with the head's reason (the same a task with the same
+    request gets), a call to it waits, and killed it held nothing."""
+    wants = {"cpu": 1, "no-such-device": 1}
+    before = escher.available_resources()
+    task = escher.remote(resources=wants)(lambda: 0).remote()
+    actor = Counter.options(resources=wants).remote()
+    try:
+        info = _info_when(lambda: escher.task_info(escher.TaskRef(actor.actor_id)))
+        assert info["state"] == "pending", info
+        assert info["node"] is None, info
+        assert "no-such-device" in info["reason"], info
+        assert info["reason"] == _info_when(lambda: escher.task_info(task))["reason"]
+        with pytest.raises(escher.GetTimeoutError):
+            escher.get(actor.get.remote(), timeout=1)
+        assert escher.task_info(escher.TaskRef(actor.actor_id))["state"] == "pending"
+    finally:
+        escher.kill(actor)
+        escher.cancel(task)
+    assert _state(actor.actor_id) == "cancelled"
+    assert escher.available_resources() == before
+
+
+def _info_when(read, limit=30.0):
+    """``read()`` once it carries a reason (the head gives one at its first placement try)."""
+    deadline = time.time() + limit
+    info = read()
+    while not info["reason"] and time.time() < deadline:
+        time.sleep(0.05)
+        info = read()
+    return info

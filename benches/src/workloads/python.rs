@@ -1,8 +1,10 @@
 //! Python: escher beside Ray, each from one Python driver of its own, in the same run:
 //! no-op remote functions submitted one `.remote()` at a time (tasks/s;
 //! target ≥ 3× Ray's), escher's batched `f.map` (no Ray figure: Ray has no batch submit), the
-//! `f.remote()` then `get` round trip (p50; target ≤ ½ of Ray's) and remote functions given a
-//! 1 MiB argument (tasks/s).
+//! `f.remote()` then `get` round trip (p50; target ≤ ½ of Ray's), remote functions given a
+//! 1 MiB argument (tasks/s), and actors: a method call's round trip (p50), pipelined calls
+//! (calls/s) and an actor created then called once (p50), whose targets
+//! [`super::actors::targets`] checks.
 //!
 //! The measuring is `python/bench/compare.py` (the script users run by hand), here with its
 //! `--one SYSTEM` mode: one process per system, escher's first, then Ray's. Both run with the
@@ -116,6 +118,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "tasks": tasks,
         "round_trips": 200,
         "one_mib_tasks": 50,
+        "actor_round_trips": 1_000,
+        "actor_calls": actor_calls(tasks),
+        "actors_created": 30,
         "package": installed,
     });
     for (key, what, unit, compared) in FIGURES {
@@ -124,6 +129,8 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         };
         let what = if key.starts_with("noop") {
             format!("{} {what}", num(tasks as f64))
+        } else if key == "actor_calls_per_s" {
+            format!("{} {what}", num(actor_calls(tasks) as f64))
         } else {
             what.to_string()
         };
@@ -152,6 +159,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             .into(),
     );
     Ok(report)
+}
+
+/// How many pipelined actor calls `compare.py` makes for `tasks` tasks.
+fn actor_calls(tasks: usize) -> usize {
+    tasks * 5
 }
 
 /// The version the peers' pins give `package`.
