@@ -23,8 +23,10 @@
 //!   sealed file, which it maps; a copy of the buffer would add 1,024 MiB to the second.
 //!   Beside them `objects.same_node_1gib_put_s` (the driver's put, call to reference) and
 //!   `objects.same_node_1gib_put_driver_peak_rss_growth_mib` (how much the put raised the
-//!   driver's peak resident memory, the array itself already counted: a copy held while the
-//!   array lives adds up to 1,024 MiB).
+//!   driver's peak resident memory, the array itself already counted). Writing the buffer into
+//!   a shared-memory store once is the put itself, and those pages count for the driver that
+//!   wrote them (Ray's too): one write adds about 1,024 MiB, a second copy of the buffer (a
+//!   pickled `bytes` beside the store's pages) about 2,048 MiB.
 //!
 //! Not part of `all`: it needs PyPI (Ray) and builds the wheel. Name it:
 //! `escher-bench objects --size full`.
@@ -270,13 +272,14 @@ pub fn targets(figs: &[&Figure]) -> Vec<TargetCheck> {
         });
     }
     if let Some(grown) = find("objects.same_node_1gib_put_driver_peak_rss_growth_mib") {
-        // A copy of the buffer held while the array lives raises the peak by up to 1,024 MiB.
+        // The store's pages, written once by the put, count for the driver (about 1,024 MiB);
+        // a copy of the buffer besides them adds about 1,024 MiB more.
         checks.push(TargetCheck {
-            target: "a 1 GiB NumPy array put by a driver with no copy of the buffer (the \
-                     driver's peak resident memory grows by under 512 MiB)"
+            target: "a 1 GiB NumPy array put by a driver with no copy of the buffer besides the \
+                     store's (the driver's peak resident memory grows by under 1,536 MiB)"
                 .into(),
             measured: format!("{} MiB more at the peak", num(grown.escher)),
-            met: Some(grown.escher < 512.0),
+            met: Some(grown.escher < 1536.0),
         });
     }
     checks
@@ -313,8 +316,8 @@ mod tests {
         assert_eq!(targets(&[&copied])[0].met, Some(false));
         assert_eq!(targets(&[&mapped])[0].met, Some(true));
         let id = "objects.same_node_1gib_put_driver_peak_rss_growth_mib";
-        let held = Figure::new(id, "p", "MiB", 1024.0);
-        let handed = Figure::new(id, "p", "MiB", 3.0);
+        let held = Figure::new(id, "p", "MiB", 2080.0);
+        let handed = Figure::new(id, "p", "MiB", 1041.0);
         assert_eq!(targets(&[&held])[0].met, Some(false));
         assert_eq!(targets(&[&handed])[0].met, Some(true));
     }
