@@ -11,9 +11,9 @@
 //!   `deploy/slurm/escher-workers.sbatch`.
 //!
 //! Each round submits one command task (`sleep 1`, `cpu=1`) to the empty cluster and records,
-//! polling every [`POLL`]: submit → the new worker's node alive at the head; submit → the task
+//! polling every 50 ms: submit → the new worker's node alive at the head; submit → the task
 //! running on it; the task's end → the worker gone (its node no longer alive and its container
-//! or job removed), which includes the autoscaler's `--idle-for` ([`IDLE_FOR`]) and the drain.
+//! or job removed), which includes the autoscaler's `--idle-for` (4 s) and the drain.
 //! The autoscaler runs with `--pending-for 0s --interval 250ms`, so up to 250 ms of each wait
 //! is its polling. Medians and maxima over the rounds.
 //!
