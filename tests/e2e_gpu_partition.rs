@@ -396,3 +396,88 @@ async fn a_driver_error_fails_the_gpu_closed_and_the_task_runs_on_another() {
         .count();
     assert_eq!(after, 1, "GPU 0 was asked once, then left alone");
 }
+
+/// The worker's MIG slices, by GPU: (GPU, profile, start, UUID), as the head has them.
+async fn slices(client: &Client) -> Vec<(u32, String, u8, String)> {
+    let nodes = client.gpus().await.expect("the GPUs");
+    nodes[0]
+        .gpus
+        .iter()
+        .flat_map(|g| {
+            g.info
+                .slices
+                .iter()
+                .map(|s| (g.info.index, s.profile.clone(), s.start, s.uuid.clone()))
+        })
+        .collect()
+}
+
+/// A worker SIGKILLed and started again finds its GPUs as it left them, as a real GPU's driver
+/// keeps its MIG instances (`worker/src/gpu/sim.rs`, kept in the worker's state directory): the
+/// slice made for A is registered again with its UUID, and a new driver serves B on it in its
+/// first round, with no reconfiguration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_outlive_a_worker_restart_and_are_adopted_as_they_are() {
+    common::init_tracing();
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    cluster.next_workers(WorkerExtra {
+        args: [
+            "--sim-gpu",
+            "h100-80gb:mig=",
+            "--sim-mig-latency-scale",
+            "0.05",
+        ]
+        .map(str::to_string)
+        .to_vec(),
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=8").await;
+    let client = cluster.client().await;
+    assert!(slices(&client).await.is_empty(), "no slice at start");
+    let mut fleet = ClusterFleet::new(client.clone()).await.expect("a fleet");
+    let a = fleet.submit(job("10", "mig.2g.20gb=1")).await.unwrap();
+    assert!(fleet.run(Duration::from_secs(60)).await.unwrap());
+    assert_eq!(state(&client, a).await, TaskState::Succeeded);
+    assert_eq!(
+        fleet.report().reconfigurations.len(),
+        1,
+        "A's slice was made"
+    );
+    let made = slices(&client).await;
+    assert!(
+        made.iter().any(|s| s.1 == "2g.20gb"),
+        "the H100 has a 2g.20gb slice: {made:?}"
+    );
+    drop(fleet);
+
+    cluster.kill_worker("w1");
+    cluster.start_worker_known("w1", "cpu=8").await;
+    let kept = slices(&client).await;
+    assert_eq!(
+        kept, made,
+        "the restarted worker registers the slices it left"
+    );
+    assert!(
+        std::fs::read_to_string(cluster.state_dir("w1").join("sim-gpus").join("0"))
+            .unwrap()
+            .contains("2g.20gb"),
+        "the layout is kept in the worker's state directory"
+    );
+
+    let mut fleet = ClusterFleet::new(client.clone())
+        .await
+        .expect("a new fleet");
+    let b = fleet.submit(job("10", "mig.2g.20gb=1")).await.unwrap();
+    fleet.round().await.unwrap();
+    assert!(
+        fleet.report().launches.iter().any(|l| l.0 == b),
+        "B launched in the first round on the kept slice"
+    );
+    assert!(fleet.run(Duration::from_secs(60)).await.unwrap());
+    assert!(
+        fleet.report().reconfigurations.is_empty(),
+        "the kept slice was reused: {:?}",
+        fleet.report().reconfigurations
+    );
+    assert_eq!(state(&client, b).await, TaskState::Succeeded);
+}

@@ -336,7 +336,12 @@ impl WorkerBuilder {
         let host = hostname();
         let name = config.name.clone().unwrap_or_else(|| default_name(&host));
         let sims = config.sim_gpu_specs()?;
-        let discovered = discovery::discover_with(config.discover_gpus, &sims, &name);
+        let discovered = discovery::discover_kept(
+            config.discover_gpus,
+            &sims,
+            &name,
+            config.state_dir.as_deref(),
+        );
         let mut resources = config.resolve_resources(&discovered);
         let (told, has) = (resources.get("memory"), discovered.resources.get("memory"));
         if !has.is_zero() && told > has {
@@ -456,6 +461,7 @@ impl WorkerBuilder {
             node_tx,
             gpus: discovered.gpus,
             sim_mig_latency: config.sim_mig_latency,
+            sim_state: config.state_dir.clone(),
             identity,
         })
     }

@@ -45,6 +45,17 @@ pub fn discover() -> Discovered {
 /// Discovers this machine's CPUs and memory, its real GPUs if `nvml` is set, and adds the
 /// simulated GPUs of `simulated` after them, their UUIDs derived from `worker` (its name).
 pub fn discover_with(nvml: bool, simulated: &[SimGpuSpec], worker: &str) -> Discovered {
+    discover_kept(nvml, simulated, worker, None)
+}
+
+/// [`discover_with`], the simulated GPUs as a worker with the state directory `state` left
+/// them (their MIG layouts outlive the worker, as a real GPU's do: `gpu/sim.rs`).
+pub fn discover_kept(
+    nvml: bool,
+    simulated: &[SimGpuSpec],
+    worker: &str,
+    state: Option<&std::path::Path>,
+) -> Discovered {
     let mut found = Discovered::default();
     if let Some(cpus) = cpu_count() {
         found.resources.insert(ResourceName::cpu(), cpus);
@@ -56,6 +67,7 @@ pub fn discover_with(nvml: bool, simulated: &[SimGpuSpec], worker: &str) -> Disc
         nvml,
         simulated,
         worker,
+        sim_state: state,
     });
     for (name, amount) in gpu_resources(&found.gpus, &BTreeSet::new()).iter() {
         found.resources.insert(name.clone(), amount);

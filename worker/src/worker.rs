@@ -72,6 +72,8 @@ pub struct Worker {
     pub(crate) node_tx: watch::Sender<Option<NodeId>>,
     pub(crate) gpus: Vec<GpuInfo>,
     pub(crate) sim_mig_latency: LatencyModel,
+    /// Where simulated GPUs keep their layouts across restarts (the state directory).
+    pub(crate) sim_state: Option<std::path::PathBuf>,
     pub(crate) identity: IdentityStore,
     pub(crate) task_cgroups: bool,
     pub(crate) task_cgroup_hierarchy: crate::exec::Hierarchy,
@@ -284,7 +286,7 @@ impl Worker {
         let (initial, max) = self.reconnect;
         let backoff = Backoff::new(initial, max, fastrand::u64(..));
         tracing::info!(name = %identity.name, head = %self.head, resources = %identity.resources, gpus = self.gpus.len(), log_dir = %env.log_dir.display(), "worker starting");
-        let gpus = Gpus::new(&self.name, self.gpus, self.sim_mig_latency);
+        let gpus = Gpus::new(&self.name, self.gpus, self.sim_mig_latency, self.sim_state);
         let result = Runtime::new(
             env,
             identity,

@@ -48,6 +48,9 @@ pub(crate) struct GpuSources<'a> {
     pub(crate) simulated: &'a [SimGpuSpec],
     /// The worker's name, which simulated UUIDs derive from.
     pub(crate) worker: &'a str,
+    /// The worker's state directory, where simulated GPUs keep their layouts across restarts
+    /// (`sim.rs`); `None`: they start as the flags say.
+    pub(crate) sim_state: Option<&'a std::path::Path>,
 }
 
 /// Finds the GPUs: real ones by NVML index, then the simulated ones after them.
@@ -60,7 +63,11 @@ pub(crate) fn discover(sources: GpuSources<'_>) -> Vec<GpuInfo> {
     let first = gpus.iter().map(|g| g.index + 1).max().unwrap_or(0);
     for (i, spec) in sources.simulated.iter().enumerate() {
         let index = first + i as u32;
-        gpus.push(sim::gpu_info(sources.worker, index, spec));
+        let spec = match sources.sim_state {
+            Some(dir) => sim::restored(dir, index, spec),
+            None => spec.clone(),
+        };
+        gpus.push(sim::gpu_info(sources.worker, index, &spec));
     }
     gpus
 }
@@ -106,17 +113,25 @@ pub(crate) struct Gpus {
     alloc: DeviceAllocator,
     pending: BTreeMap<u32, Pending>,
     sim_latency: LatencyModel,
+    sim_state: Option<std::path::PathBuf>,
 }
 
 impl Gpus {
-    /// The GPUs of worker `worker`; simulated reconfigurations take `sim_latency`.
-    pub(crate) fn new(worker: &str, gpus: Vec<GpuInfo>, sim_latency: LatencyModel) -> Gpus {
+    /// The GPUs of worker `worker`; simulated reconfigurations take `sim_latency`, and their
+    /// outcomes are kept in the state directory `sim_state` for the worker's next start.
+    pub(crate) fn new(
+        worker: &str,
+        gpus: Vec<GpuInfo>,
+        sim_latency: LatencyModel,
+        sim_state: Option<std::path::PathBuf>,
+    ) -> Gpus {
         Gpus {
             worker: worker.to_string(),
             alloc: DeviceAllocator::new(&gpus),
             gpus,
             pending: BTreeMap::new(),
             sim_latency,
+            sim_state,
         }
     }
 
@@ -255,6 +270,19 @@ impl Gpus {
     pub(crate) fn finish(&mut self, done: Reconfigured) -> MigDone {
         let Reconfigured { info, cost, error } = done;
         let gpu = info.index;
+        if info.simulated
+            && let (Some(dir), Some(model), Some(Ok(layout))) =
+                (&self.sim_state, info.model, info.layout())
+        {
+            // What a driver would keep for the next worker on this machine (`sim.rs`).
+            let spec = SimGpuSpec {
+                model,
+                mig: Some(layout),
+            };
+            if let Err(e) = sim::remember(dir, gpu, &spec) {
+                tracing::warn!(gpu, dir = %dir.display(), error = %e, "cannot keep a simulated GPU's layout for the worker's next start");
+            }
+        }
         if let Some(p) = self.pending.remove(&gpu) {
             self.alloc.set_retiring(&p.retiring, false);
         }

@@ -15,6 +15,16 @@
 //! reconfiguration keeps keeps its UUID. They look like NVIDIA's: `GPU-` or `MIG-` and 32 hex
 //! digits in the 8-4-4-4-12 grouping.
 //!
+//! **Kept across restarts, as a driver keeps them.** A real GPU's MIG instances outlive the
+//! worker that made them; so do a simulated GPU's, where the worker has a state directory
+//! (`escher-worker` always has one; `--state-dir`): each reconfiguration's outcome is written to
+//! `sim-gpus/INDEX` there ([`SIM_STATE_DIR`], the GPU's spec as text), and a worker that starts
+//! again finds the GPU as it was left, not as `--sim-gpu` first described it (the flag's layout
+//! is that of a GPU never reconfigured). The kept layout is used only for the same model in MIG
+//! mode; anything else in the file (another model, a whole GPU, text that does not parse) is
+//! left aside with a warning and the flag's layout is used. A worker with no state directory
+//! (an embedded `LocalCluster`'s) keeps its GPUs in memory only: a fresh machine each start.
+//!
 //! **Injected driver errors, for tests** ([`SIM_MIG_FAIL_VAR`]): with
 //! `ESCHER_SIM_MIG_FAIL=GPU:PHASE` in the worker's environment (`0:create`; several
 //! comma-separated), every reconfiguration of simulated GPU `GPU` fails at `PHASE` (`destroy`,
@@ -24,6 +34,7 @@
 //! never affected.
 
 use std::fmt;
+use std::path::Path;
 use std::str::FromStr;
 
 use escher_proto::mig::{GpuModel, Layout, MigError};
@@ -152,6 +163,52 @@ pub(crate) fn left_after(from: &Layout, to: &Layout, phase: SimPhase) -> Layout 
     }
 }
 
+/// The directory, in a worker's state directory, where its simulated GPUs keep their MIG
+/// layouts across restarts (see the module doc).
+pub const SIM_STATE_DIR: &str = "sim-gpus";
+
+/// Simulated GPU `index`, `spec` by the flag, as the worker's state directory `dir` says it
+/// was left: its kept layout where the file holds one of the same model in MIG mode, else
+/// `spec` (with a warning for a file that could not be used).
+pub(crate) fn restored(dir: &Path, index: u32, spec: &SimGpuSpec) -> SimGpuSpec {
+    let path = dir.join(SIM_STATE_DIR).join(index.to_string());
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return spec.clone(),
+        Err(e) => {
+            tracing::warn!(path = %path.display(), error = %e, "cannot read a simulated GPU's kept MIG layout; it starts as --sim-gpu says");
+            return spec.clone();
+        }
+    };
+    match text.trim().parse::<SimGpuSpec>() {
+        Ok(kept) if kept.model == spec.model && kept.mig.is_some() && spec.mig.is_some() => {
+            if kept != *spec {
+                tracing::info!(gpu = index, kept = %kept, flag = %spec, "a simulated GPU keeps the MIG layout it was left with, as a real GPU's driver does");
+            }
+            kept
+        }
+        Ok(kept) => {
+            tracing::warn!(gpu = index, path = %path.display(), kept = %kept, flag = %spec, "a simulated GPU's kept layout is not of the GPU --sim-gpu describes; it starts as the flag says");
+            spec.clone()
+        }
+        Err(e) => {
+            tracing::warn!(gpu = index, path = %path.display(), error = %e, "a simulated GPU's kept layout does not parse; it starts as --sim-gpu says");
+            spec.clone()
+        }
+    }
+}
+
+/// Writes simulated GPU `index`'s spec, `spec`, to the state directory `dir` (whole or not at
+/// all: a temporary file renamed over the old one), for the worker's next start.
+pub(crate) fn remember(dir: &Path, index: u32, spec: &SimGpuSpec) -> std::io::Result<()> {
+    let kept = dir.join(SIM_STATE_DIR);
+    std::fs::create_dir_all(&kept)?;
+    let path = kept.join(index.to_string());
+    let tmp = kept.join(format!(".{index}.tmp"));
+    std::fs::write(&tmp, format!("{spec}\n"))?;
+    std::fs::rename(&tmp, &path)
+}
+
 /// The NVML product name a simulated GPU reports.
 pub(crate) fn product_name(model: GpuModel) -> &'static str {
     match model {
@@ -271,6 +328,26 @@ mod tests {
             "3g.20gb@4"
         );
         assert_eq!(left_after(&from, &to, SimPhase::Library), to);
+    }
+
+    #[test]
+    fn a_kept_layout_of_the_same_model_outlives_the_worker_and_anything_else_is_left_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let flag: SimGpuSpec = "a100-40gb:mig=".parse().unwrap();
+        // Nothing kept yet: the flag's layout.
+        assert_eq!(restored(dir.path(), 0, &flag), flag);
+        let made: SimGpuSpec = "a100-40gb:mig=3g.20gb@4".parse().unwrap();
+        remember(dir.path(), 0, &made).unwrap();
+        assert_eq!(restored(dir.path(), 0, &flag), made);
+        // Another GPU index keeps nothing of GPU 0's.
+        assert_eq!(restored(dir.path(), 1, &flag), flag);
+        // Another model, a whole GPU, or text that does not parse: the flag wins.
+        let h100: SimGpuSpec = "h100-80gb:mig=".parse().unwrap();
+        assert_eq!(restored(dir.path(), 0, &h100), h100);
+        let whole: SimGpuSpec = "a100-40gb".parse().unwrap();
+        assert_eq!(restored(dir.path(), 0, &whole), whole);
+        std::fs::write(dir.path().join(SIM_STATE_DIR).join("0"), "a100-40gb:mig=9g").unwrap();
+        assert_eq!(restored(dir.path(), 0, &flag), flag);
     }
 
     #[test]

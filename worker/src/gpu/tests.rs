@@ -22,6 +22,7 @@ fn sim(specs: &[&str]) -> Vec<GpuInfo> {
         nvml: false,
         simulated: &specs,
         worker: "w",
+        sim_state: None,
     })
 }
 
@@ -229,8 +230,9 @@ fn a_reconfiguration_waits_for_its_slices_then_replaces_them() {
         nvml: false,
         simulated: &specs,
         worker: "w",
+        sim_state: None,
     });
-    let mut g = Gpus::new("w", gpus, scaled_latency(0.0));
+    let mut g = Gpus::new("w", gpus, scaled_latency(0.0), None);
     assert_eq!(
         g.resources()
             .to_string()
@@ -292,7 +294,7 @@ fn a_reconfiguration_waits_for_its_slices_then_replaces_them() {
 #[test]
 fn bad_requests_are_refused() {
     let gpus = sim(&["h100-80gb", "a100-40gb:mig="]);
-    let mut g = Gpus::new("w", gpus, scaled_latency(0.0));
+    let mut g = Gpus::new("w", gpus, scaled_latency(0.0), None);
     assert!(
         g.request(0, "7g.80gb")
             .unwrap_err()
@@ -310,13 +312,14 @@ fn bad_requests_are_refused() {
 
 #[test]
 fn no_gpus_bind_nothing_and_hide_nothing() {
-    let mut g = Gpus::new("w", Vec::new(), scaled_latency(0.0));
+    let mut g = Gpus::new("w", Vec::new(), scaled_latency(0.0), None);
     assert!(g.bind(1, &set("gpu=1")).unwrap().is_empty());
     assert_eq!(g.visible(&[]), None);
     let g = Gpus::new(
         "w",
         vec![gpu_info("w", 0, &"h100-80gb".parse().unwrap())],
         scaled_latency(0.0),
+        None,
     );
     assert_eq!(g.visible(&[]), Some(vec![]));
     let metrics: Vec<String> = g.metrics().into_iter().map(|m| m.name).collect();
