@@ -1326,6 +1326,7 @@ impl World {
                 let slot = &self.slots[&id];
                 let Some(replica) = &slot.replica else { return };
                 let last = replica.applied();
+                let leads_this_term = replica.is_leader() && replica.term() == term;
                 self.checker
                     .applied(id, index, last, &text, replica.state());
                 let waiters = self
@@ -1340,6 +1341,14 @@ impl World {
                             .cloned()
                             .map(|r| r.map_err(|e| e.to_string()))
                             .unwrap_or_else(|| Err("an empty batch".to_string()));
+                        if let (true, Ok(escher_core::state::Reply::Registered(node))) =
+                            (leads_this_term, &reply)
+                        {
+                            // The head's owner answers a registration only in the leadership
+                            // that proposed it, and takes the node's stream only then.
+                            let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+                            slot.owner.registered.insert(*node);
+                        }
                         Answer::Done(reply)
                     } else {
                         Answer::NotLeader(None)

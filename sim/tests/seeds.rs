@@ -251,3 +251,17 @@ fn without_the_fence_the_checker_sees_a_task_run_twice_at_once() {
     let violations = run(247, &fenced).violations;
     assert!(violations.is_empty(), "{violations:?}");
 }
+
+/// Seed 1749 found it (`escher-sim --seeds 3000 --first 1000`, two workers): replica 4 applied
+/// worker 1's registration while it led, and the registration's reconcile queued tasks 28 and 29
+/// for the node's stream; the worker froze, replica 4 lost its leadership and won it again
+/// (forgetting the queue), and the worker's stream then opened on the new leadership, which had
+/// queued nothing: the two tasks stayed `Running` on a node that never heard of them. A leader
+/// now takes a stream only for a node whose registration it answered in this leadership, else
+/// "register again" (`head/src/runtime/workers.rs`), and the new registration sends them.
+#[test]
+fn a_stream_opened_after_the_leader_lost_and_regained_the_lead_registers_again() {
+    let outcome = run(1749, &Options::default());
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
+}

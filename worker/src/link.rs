@@ -44,6 +44,10 @@ pub(crate) enum ConnectError {
     Retry(String),
     /// Try again at once: the replica asked named the leader (followed already).
     Redirected(String),
+    /// Register again at once, with the same replica: it leads, and its answer to the attach
+    /// was FAILED_PRECONDITION (the node was declared lost, or registered with an earlier
+    /// leadership, whose messages for it are gone).
+    RegisterAgain(String),
     /// The head group does not know this worker's identity (its state is gone, or the
     /// identity is another cluster's): register as a new node.
     Unknown(Status),
@@ -97,6 +101,9 @@ fn failed(head: &HeadConn, call: &str, status: Status) -> ConnectError {
     }
     if is_fatal(&status) {
         return ConnectError::Fatal(status);
+    }
+    if call == "attach" && status.code() == Code::FailedPrecondition {
+        return ConnectError::RegisterAgain(format!("{call}: {}", status.message()));
     }
     head.rotate();
     ConnectError::Retry(format!("{call}: {status}"))

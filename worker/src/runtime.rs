@@ -414,6 +414,17 @@ impl Runtime {
                 };
                 self.reconnect(delay);
             }
+            ConnectError::RegisterAgain(why) => {
+                tracing::info!(node = ?self.node_id, %why, "the head asks this worker to register again");
+                self.failures += 1;
+                // At once, but not in a tight loop if it keeps asking.
+                let delay = if self.failures.is_multiple_of(8) {
+                    self.backoff.next_delay()
+                } else {
+                    Duration::ZERO
+                };
+                self.reconnect(delay);
+            }
             ConnectError::Unknown(status) => {
                 tracing::warn!(node = ?self.node_id, running = self.tasks.len(), reason = %status.message(), "the head group does not know this worker; registering as a new node and cancelling the tasks no head knows");
                 self.forget_identity();

@@ -418,6 +418,16 @@ impl<S: LogStore> Replica<S> {
         &self.state
     }
 
+    /// A test seam: applies `entry` to the state directly, as if it had committed, so that a
+    /// test of the owner can hold nodes without driving raft.
+    #[cfg(test)]
+    pub(crate) fn apply_for_test(
+        &mut self,
+        entry: escher_core::state::Entry,
+    ) -> Result<escher_core::state::Reply, escher_core::state::ApplyError> {
+        self.state.apply(entry)
+    }
+
     /// This replica's id.
     pub(crate) fn id(&self) -> u64 {
         self.config.id

@@ -36,13 +36,24 @@
 //! heartbeat deadline, and learns the rest as workers re-register. A replica that stops
 //! leading drops every link, which ends the workers' streams and sends them looking for the
 //! new leader.
+//!
+//! # One leadership from registration to stream
+//!
+//! A registration's reconcile queues what the worker must run or stop for its stream, in
+//! this leadership's outbox. A replica that loses its leadership forgets that outbox; if it
+//! wins again before the worker's stream arrives, the stream would open on a leadership that
+//! never queued anything for it, and the tasks the reconcile placed there would stay running
+//! on a node that never heard of them (simulation seed 1749, docs/RELIABILITY.md). So a stream
+//! is taken only for a node whose registration this leadership answered
+//! ([`Workers::registered`]); any other is refused with FAILED_PRECONDITION, "register
+//! again", and the worker's next registration reconciles anew.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use escher_proto::types::{HeadMessage, NodeId, RunningTask};
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use tokio::sync::mpsc;
 
 use crate::state::ClusterState;
@@ -137,6 +148,9 @@ pub(crate) struct Workers {
     /// Nodes whose stream filled up, and when: declared lost a heartbeat timeout later
     /// unless they attach again.
     overflowed: FxHashMap<NodeId, Instant>,
+    /// Nodes whose registration this leadership answered: the only ones whose stream it
+    /// takes (see the [module documentation](self)).
+    registered: FxHashSet<NodeId>,
 }
 
 impl Workers {
@@ -230,6 +244,19 @@ impl Workers {
         }
     }
 
+    /// This leadership answered `node`'s registration: what it queued for the node goes out
+    /// on the stream the worker opens next, here.
+    pub(crate) fn registered(&mut self, node: NodeId) {
+        self.registered.insert(node);
+        self.seen(node);
+    }
+
+    /// Whether this leadership answered `node`'s registration (and has not forgotten the node
+    /// since): else its stream is refused, and the worker registers again.
+    pub(crate) fn registered_here(&self, node: NodeId) -> bool {
+        self.registered.contains(&node)
+    }
+
     /// The worker was heard from.
     pub(crate) fn seen(&mut self, node: NodeId) {
         self.last_seen.insert(node, Instant::now());
@@ -238,6 +265,7 @@ impl Workers {
     /// Forgets a node that left or was declared lost.
     pub(crate) fn forget(&mut self, node: NodeId) {
         self.links.remove(&node);
+        self.registered.remove(&node);
         self.outbox.remove(&node);
         self.last_seen.remove(&node);
         self.acks.remove(&node);
@@ -288,6 +316,7 @@ impl Workers {
     /// find the leader.
     pub(crate) fn drop_all(&mut self) {
         self.links.clear();
+        self.registered.clear();
         self.outbox.clear();
         self.last_seen.clear();
         self.acks.clear();

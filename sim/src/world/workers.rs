@@ -36,14 +36,16 @@ pub(super) enum FromWorker {
 }
 
 /// The leader's soft state about the workers, as the head's owner keeps it: when each node
-/// was last heard, each node's open stream (its worker and epoch), and what waits for a node
-/// whose stream is not open. A new leader starts every live node's clock when it takes over;
-/// a replica that stops leading forgets it all.
+/// was last heard, each node's open stream (its worker and epoch), what waits for a node
+/// whose stream is not open, and the nodes whose registration this leadership answered (the
+/// only ones whose stream it takes). A new leader starts every live node's clock when it takes
+/// over; a replica that stops leading forgets it all.
 #[derive(Debug, Default)]
 pub(super) struct Owner {
     heard: std::collections::BTreeMap<NodeId, u64>,
     links: std::collections::BTreeMap<NodeId, (usize, u64)>,
     queued: std::collections::BTreeMap<NodeId, Vec<ToWorker>>,
+    pub(super) registered: std::collections::BTreeSet<NodeId>,
 }
 
 impl World {
@@ -265,6 +267,12 @@ impl World {
         }
         let now = self.now;
         let slot = self.slots.get_mut(&to).expect("every replica has a slot");
+        if matches!(msg, FromWorker::Attach { .. }) && !slot.owner.registered.contains(&node) {
+            // Registered with an earlier leadership, whose queue for the node is gone: register
+            // again, here (`head/src/runtime/workers.rs`, "One leadership from registration to
+            // stream"; seed 1749).
+            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(Some(to)));
+        }
         match msg {
             FromWorker::Attach { sent } => {
                 slot.owner.links.insert(node, (w, epoch));
@@ -415,6 +423,7 @@ impl World {
             self.checker.reset_nodes.insert(*node);
             slot.owner.heard.remove(node);
             slot.owner.links.remove(node);
+            slot.owner.registered.remove(node);
             let reason = format!("no heartbeat for {HEARTBEAT_TIMEOUT_MS} ms");
             let command = Command::RemoveNode {
                 node: *node,

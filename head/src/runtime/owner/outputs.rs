@@ -146,7 +146,7 @@ impl<S: LogStore> Owner<S> {
             Pending::Register { reply, secret } => {
                 let answer = match result {
                     Ok(Reply::Registered(node_id)) => {
-                        self.workers.seen(node_id);
+                        self.workers.registered(node_id);
                         tracing::info!(node = %node_id, new = secret.is_some(), "worker registered");
                         let state = self.replica.state();
                         let cluster = state.cluster_id().unwrap_or_default();

@@ -134,6 +134,14 @@ impl<S: LogStore> Owner<S> {
                 "node {node} was declared lost; register again"
             )));
         }
+        if !self.workers.registered_here(node) {
+            // What its registration queued went with an earlier leadership (runtime/workers.rs,
+            // "One leadership from registration to stream").
+            return Err(Status::failed_precondition(format!(
+                "node {node} registered with an earlier leader of the group, or with this \
+                 replica before it led again; register again"
+            )));
+        }
         let boot = record.boot;
         self.workers.attach(node, conn, tx);
         tracing::info!(%node, "worker attached");
@@ -340,6 +348,44 @@ mod tests {
             ),
             "{proposed:?}"
         );
+    }
+
+    #[test]
+    fn a_stream_is_taken_only_in_the_leadership_that_answered_its_registration() {
+        let mut owner = test_owner();
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let _init = owner.batch.take();
+        let worker = Joining {
+            name: "w".into(),
+            address: String::new(),
+            resources: "cpu=1".parse().unwrap(),
+            labels: Default::default(),
+            gpus: Vec::new(),
+            boot: 1,
+        };
+        let register = Command::RegisterNodeUnattached {
+            worker,
+            secret: SecretHash::of("s"),
+        };
+        let entry = escher_core::state::Entry::new(1, register);
+        let node = match owner.replica.apply_for_test(entry) {
+            Ok(crate::state::Reply::Registered(node)) => node,
+            other => panic!("{other:?}"),
+        };
+        // The registration was answered by no leadership of this replica's (another replica
+        // led, or this one before it lost the lead): what it queued is not here.
+        let (tx, _rx) = crate::runtime::workers::link_channel(1024);
+        let refused = owner.link_stream(node, "s", 1, tx.clone()).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
+        assert!(refused.message().contains("register again"), "{refused:?}");
+        // Answered here: the stream is taken.
+        owner.workers.registered(node);
+        assert!(owner.link_stream(node, "s", 2, tx.clone()).is_ok());
+        // Leadership lost and won again before the worker's next stream: refused again.
+        owner.on_role(ReplicaRole::Follower, Some(2));
+        owner.on_role(ReplicaRole::Leader, Some(1));
+        let refused = owner.link_stream(node, "s", 3, tx).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::FailedPrecondition);
     }
 
     #[test]
