@@ -49,6 +49,7 @@ use escher_proto::types::{
 };
 use thiserror::Error;
 
+use super::fleet::Placer;
 use super::{Partitioner, Request, SubmitError};
 use crate::cluster::QUEUE_RESOURCE;
 use crate::{Command, GpuView, Instance, InstanceState};
@@ -98,12 +99,14 @@ pub struct FleetReport {
     pub refused: Vec<String>,
 }
 
-/// The partitioning policy on a cluster (see the module doc).
+/// The partitioning policy on a cluster (see the module doc); another slice policy
+/// ([`Placer`]: HAMi-style first-fit, a static layout) drives it the same way with
+/// [`ClusterFleet::with_policy`], as the harness compares them.
 #[derive(Debug)]
-pub struct ClusterFleet<C: ClusterApi> {
+pub struct ClusterFleet<C: ClusterApi, P: Placer = Partitioner> {
     api: C,
     gpus: Vec<FleetGpu>,
-    policy: Partitioner,
+    policy: P,
     /// Each queued task's resources without its MIG ask, to launch it with.
     base: BTreeMap<TaskId, ResourceSet>,
     /// Slices launched and not yet ended, by policy member: their GPU and slice.
@@ -118,9 +121,16 @@ pub struct ClusterFleet<C: ClusterApi> {
 
 impl<C: ClusterApi> ClusterFleet<C> {
     /// The MIG GPUs of the cluster's live nodes now (in MIG mode, of a model escher knows), in
-    /// node then index order; the driver keeps no other state, so a new one adopts whatever
-    /// the GPUs hold.
+    /// node then index order, driven by the [`Partitioner`]; the driver keeps no other state,
+    /// so a new one adopts whatever the GPUs hold.
     pub async fn new(api: C) -> Result<ClusterFleet<C>, EslError> {
+        ClusterFleet::with_policy(api, Partitioner::new()).await
+    }
+}
+
+impl<C: ClusterApi, P: Placer> ClusterFleet<C, P> {
+    /// [`ClusterFleet::new`] with another slice policy.
+    pub async fn with_policy(api: C, policy: P) -> Result<ClusterFleet<C, P>, EslError> {
         let mut gpus = Vec::new();
         for node in api.gpus().await? {
             if !node.alive {
@@ -148,7 +158,7 @@ impl<C: ClusterApi> ClusterFleet<C> {
         Ok(ClusterFleet {
             api,
             gpus,
-            policy: Partitioner::new(),
+            policy,
             base: BTreeMap::new(),
             launched: BTreeMap::new(),
             owner: BTreeMap::new(),
@@ -176,16 +186,13 @@ impl<C: ClusterApi> ClusterFleet<C> {
     /// The requests waiting, with why, as a user reads them.
     pub fn pending(&self) -> Vec<(Vec<TaskId>, String)> {
         self.policy
-            .pending()
-            .map(|p| {
-                let mut tasks: Vec<TaskId> = p
-                    .request
-                    .members
-                    .iter()
-                    .map(|m| self.task_of(m.0))
-                    .collect();
+            .waiting()
+            .into_iter()
+            .map(|(request, reason)| {
+                let mut tasks: Vec<TaskId> =
+                    request.members.iter().map(|m| self.task_of(m.0)).collect();
                 tasks.dedup();
-                (tasks, p.reason.clone())
+                (tasks, reason)
             })
             .collect()
     }
@@ -628,9 +635,18 @@ impl<C: ClusterApi> ClusterFleet<C> {
         Ok(())
     }
 
+    /// Whether requests wait while nothing is launched and not ended and nothing is being
+    /// made: nothing in flight will free or make a slice for them (a static layout's policy
+    /// with no slice of their profile, for one); the policy may still reshape at its next round.
+    pub fn only_waiting(&self) -> bool {
+        !self.policy.waiting().is_empty()
+            && self.launched.is_empty()
+            && self.gpus.iter().all(|g| g.target.is_none())
+    }
+
     /// Whether anything is queued, launched and not ended, or being made.
     pub fn busy(&self) -> bool {
-        self.policy.pending().next().is_some()
+        !self.policy.waiting().is_empty()
             || !self.launched.is_empty()
             || self.gpus.iter().any(|g| g.target.is_some())
     }

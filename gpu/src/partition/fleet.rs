@@ -34,6 +34,8 @@ pub trait Placer {
     fn round(&mut self, gpus: &[GpuView]) -> Vec<Order>;
     /// A driver error on a GPU.
     fn failed(&mut self, gpu: usize, error: String);
+    /// The requests waiting, in order, each with why, as a user would read it.
+    fn waiting(&self) -> Vec<(Request, String)>;
 }
 
 impl Placer for Partitioner {
@@ -53,6 +55,11 @@ impl Placer for Partitioner {
     }
     fn failed(&mut self, gpu: usize, error: String) {
         Partitioner::failed(self, gpu, error);
+    }
+    fn waiting(&self) -> Vec<(Request, String)> {
+        self.pending()
+            .map(|p| (p.request.clone(), p.reason.clone()))
+            .collect()
     }
 }
 
@@ -144,6 +151,13 @@ impl Placer for FirstFitPolicy {
         self.failed.insert(gpu);
         self.reserved.retain(|(g, _), _| *g != gpu);
     }
+    fn waiting(&self) -> Vec<(Request, String)> {
+        let why = "waiting in order for a slice first-fit finds or makes";
+        self.pending
+            .iter()
+            .map(|r| (r.clone(), why.into()))
+            .collect()
+    }
 }
 
 /// A layout fixed in advance: requests wait for an idle slice of their profile; nothing is
@@ -215,6 +229,13 @@ impl Placer for StaticPolicy {
     }
     fn failed(&mut self, gpu: usize, _error: String) {
         self.failed.insert(gpu);
+    }
+    fn waiting(&self) -> Vec<(Request, String)> {
+        let why = "waiting for an idle slice of its profile in the fixed layout";
+        self.pending
+            .iter()
+            .map(|r| (r.clone(), why.into()))
+            .collect()
     }
 }
 

@@ -70,6 +70,8 @@ pub enum Part {
     EkyaProfile,
     /// Slices on demand against first-fit and a static layout, in memory.
     Partition,
+    /// Slices on demand against first-fit and a static layout, on a cluster.
+    PartitionCluster,
     /// One MIGRator window per trace shape against Ekya and PARIS, on a cluster.
     MigratorCluster,
     /// Astraea against FIRM and Laius, on a cluster, with and without NVLink.
@@ -555,6 +557,9 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     }
     if wanted(ctx, Part::Partition) {
         detail.push(partition::partition_in_memory(ctx, &mut report));
+    }
+    if wanted(ctx, Part::PartitionCluster) {
+        detail.push(partition::partition_on_cluster(ctx, &mut report).await?);
     }
     if wanted(ctx, Part::MigratorCluster) {
         detail.push(migrator_on_cluster(ctx, &mut report).await?);
