@@ -3,8 +3,10 @@
 //!
 //! The template's sources are compiled into this binary; its manifest is written here, with
 //! the keys the template inherits from escher's workspace written out, the dependencies on
-//! escher's crates as paths into a checkout (or as versions of a registry), and the profile
-//! that keeps an author's debug builds small.
+//! escher's crates as paths into a checkout (or as versions of a registry), the profile
+//! that keeps an author's debug builds small, and the features that keep gRPC and the local
+//! cluster out of its default build: `grpc` (the network client as its `ClusterApi`) and
+//! `cluster` (the end-to-end test).
 
 use std::path::{Path, PathBuf};
 
@@ -16,8 +18,9 @@ use crate::ctx::Ctx;
 /// Create a crate from a template.
 #[derive(Debug, Clone, Subcommand)]
 pub enum NewCommand {
-    /// A scheduling library (ESL) of your own: the template's policy, unit tests on the
-    /// in-memory cluster and an end-to-end test on a local cluster, ready for `cargo test`
+    /// A scheduling library (ESL) of your own: the template's policy and its unit tests on the
+    /// in-memory cluster, ready for `cargo test`, and an end-to-end test on a local cluster
+    /// (`cargo test --features cluster`)
     Esl(NewEslArgs),
 }
 
@@ -116,10 +119,14 @@ fn check_name(name: &str) -> anyhow::Result<()> {
 
 /// The new crate's `Cargo.toml`.
 pub fn manifest(name: &str, source: &Source) -> String {
-    let esl = source.dependency("esl", "");
-    let client = source.dependency("client", "");
+    let esl = source.dependency("esl", ", default-features = false");
+    let esl_tests = source.dependency(
+        "esl",
+        r#", default-features = false, features = ["in-memory"]"#,
+    );
+    let client = source.dependency("client", ", default-features = false");
     let proto = source.dependency("proto", ", default-features = false");
-    let facade = source.dependency("", "");
+    let facade = source.dependency("", ", optional = true");
     format!(
         r#"# A scheduling library (ESL) written by `escher new esl` from escher's template
 # (docs/writing-an-esl.md walks through it).
@@ -130,10 +137,17 @@ edition = "2024"
 rust-version = "1.89"
 publish = false
 
+[features]
+# The network client as a `ClusterApi` (`escher_client::Client`): what an application needs to
+# run this library's policies on a real cluster. Off by default, so that the policies and
+# their unit tests on the in-memory cluster compile no gRPC (tonic, hyper, h2, rustls).
+grpc = ["escher-esl/grpc", "escher-client/grpc"]
+# The end-to-end test (tests/e2e.rs) on the facade's `LocalCluster`, a real head and real
+# workers in-process: `cargo test --features cluster`.
+cluster = ["grpc", "dep:escher"]
+
 [dependencies]
-# The `ClusterApi` seam, `ResourceSpec`, `Policy`, `Domain`, and `escher_esl::testing`; its
-# default feature `in-memory` brings `InMemoryCluster` (escher-core's state machine). Its tree
-# is the client half of gRPC and the core: no head, no worker, no CLI, no server.
+# The `ClusterApi` seam, `ResourceSpec`, `Policy`, `Domain`, and `escher_esl::testing`.
 escher-esl = {esl}
 # `Task`, the builder that `ResourceSpec::apply` adds a policy's requirements to.
 escher-client = {client}
@@ -141,11 +155,19 @@ escher-client = {client}
 escher-proto = {proto}
 # The follower's background task and its lock.
 tokio = {{ version = "1", features = ["rt", "sync"] }}
+# The facade, for the end-to-end test alone (feature `cluster`).
+escher = {facade}
 
 [dev-dependencies]
-# The facade's `LocalCluster` (a real head and real workers in-process) for the end-to-end test.
-escher = {facade}
+# The unit tests' `InMemoryCluster`: the head's state machine (escher-core) with simulated
+# workers, no network.
+escher-esl = {esl_tests}
 tokio = {{ version = "1", features = ["rt-multi-thread", "macros", "time", "test-util"] }}
+
+[[test]]
+name = "e2e"
+# A real head and workers in this process: built and run by `cargo test --features cluster`.
+required-features = ["cluster"]
 
 # Debug builds: line tables for this crate (a backtrace names its files and lines) and no debug
 # information for the dependencies. With cargo's defaults every test binary carries the full
@@ -237,7 +259,9 @@ impl NewEslArgs {
             Source::Version(v) => format!("escher's crates {v} from the registry"),
         };
         Ok(format!(
-            "wrote the ESL crate {} in {} ({from})\nnext: cd {} && cargo test\n",
+            "wrote the ESL crate {} in {} ({from})\n\
+             next: cd {} && cargo test (the unit tests, on the in-memory cluster)\n\
+             then: cargo test --features cluster (the end-to-end test, on a local cluster)\n",
             self.name,
             dir.display(),
             dir.display()
@@ -281,10 +305,23 @@ mod tests {
         let text = manifest("my-esl", &Source::Path(PathBuf::from("/src/escher")));
         assert!(!text.contains(".workspace"), "{text}");
         assert!(!text.contains("workspace = true"), "{text}");
-        assert!(text.contains(r#"escher-esl = { path = "/src/escher/esl" }"#));
-        assert!(text.contains(r#"escher = { path = "/src/escher" }"#));
+        assert!(
+            text.contains(r#"escher-esl = { path = "/src/escher/esl", default-features = false }"#)
+        );
+        assert!(text.contains(r#"escher = { path = "/src/escher", optional = true }"#));
         let parsed: toml::Table = toml::from_str(&text).expect("the manifest is TOML");
         assert_eq!(parsed["package"]["name"].as_str(), Some("my-esl"));
+        // The facade and the end-to-end test only with `--features cluster`.
+        let cluster = parsed["features"]["cluster"]
+            .as_array()
+            .expect("a cluster feature");
+        assert!(cluster.iter().any(|f| f.as_str() == Some("dep:escher")));
+        let e2e = &parsed["test"].as_array().expect("[[test]]")[0];
+        assert_eq!(e2e["name"].as_str(), Some("e2e"));
+        assert_eq!(
+            e2e["required-features"].as_array().map(Vec::as_slice),
+            Some(&[toml::Value::from("cluster")][..])
+        );
         let text = manifest("my-esl", &Source::Version("0.1".into()));
         assert!(text.contains(r#"escher-proto = { version = "0.1", default-features = false }"#));
     }

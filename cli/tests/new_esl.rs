@@ -1,13 +1,16 @@
 //! `escher new esl NAME` from the outside: the crate it writes into a directory outside the
 //! workspace inherits nothing from escher's workspace, resolves offline against this checkout,
-//! and its normal dependency tree is what an ESL author compiles (the client half of gRPC, no
-//! head, no server); bad input writes nothing.
+//! and its dependency trees are what an ESL author compiles: by default no network stack at
+//! all (the library and its unit tests on the in-memory cluster), with `--features grpc` the
+//! client half of gRPC (no server), with `--features cluster` the facade for the end-to-end
+//! test; bad input writes nothing.
 //!
 //! Building and testing the written crate (`cargo test` in it) is `scripts/esl-template`, a
 //! step of CI of its own: a `cargo` run from inside this test would wait forever for the build
 //! directory that the `cargo test` running it holds, and one with a target directory of its
 //! own would build every dependency a second time.
 
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -35,11 +38,12 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
-/// `cargo tree` over the crate in `dir`: each line's first word (crate names), or the
-/// features (`crate feature "name"`) with `-e normal,features`.
-fn tree(dir: &Path, edges: &str) -> Vec<String> {
+/// `cargo tree` over the crate in `dir` with `more` arguments (features): its lines, each a
+/// crate (`name v1.2.3 ...`), or a feature (`crate feature "name"`) with `-e normal,features`.
+fn tree(dir: &Path, edges: &str, more: &[&str]) -> Vec<String> {
     let out = Command::new(env!("CARGO"))
         .args(["tree", "--offline", "-e", edges, "--prefix", "none"])
+        .args(more)
         .current_dir(dir)
         .output()
         .expect("cargo runs");
@@ -91,28 +95,10 @@ fn a_new_esl_outside_the_workspace_resolves_against_this_checkout() {
     // drops what the new crate does not use.
     std::fs::copy(repo.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
     // Normal and build dependencies: every crate `cargo build` compiles for the library.
-    let lines = tree(&dir, "normal,build");
-    let crates: std::collections::BTreeSet<String> = lines
-        .iter()
-        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
-        .collect();
-    // Each crate once per version (`name v1.2.3`), as cargo builds them.
-    let builds: std::collections::BTreeSet<String> = lines
-        .iter()
-        .map(|line| {
-            line.split_whitespace()
-                .take(2)
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect();
-    for needed in [
-        "spot-cap",
-        "escher-esl",
-        "escher-client",
-        "escher-proto",
-        "tonic",
-    ] {
+    let lines = tree(&dir, "normal,build", &[]);
+    let crates = names(&lines);
+    let builds = versions(&lines);
+    for needed in ["spot-cap", "escher-esl", "escher-client", "escher-proto"] {
         assert!(
             crates.contains(needed),
             "the new crate's tree lacks {needed}"
@@ -122,9 +108,19 @@ fn a_new_esl_outside_the_workspace_resolves_against_this_checkout() {
         "escher",
         "escher-head",
         "escher-worker",
+        // Its tests' in-memory cluster, a dev-dependency.
+        "escher-core",
         "axum",
         "raft",
         "clap",
+        // No network stack without `--features grpc`.
+        "tonic",
+        "prost",
+        "hyper",
+        "h2",
+        "tower",
+        "rustls",
+        "ring",
         // escher-proto ships its generated code (escher-proto-gen in proto/gen/ keeps it fresh).
         "tonic-prost-build",
         "prost-build",
@@ -140,21 +136,81 @@ fn a_new_esl_outside_the_workspace_resolves_against_this_checkout() {
             "the new crate's tree (normal and build) has {absent}"
         );
     }
-    // What an author's library build compiles: 107 crates (each version counted, the new
-    // crate included), from 149 when escher-proto generated its code at build time and the
-    // client's tokio was the workspace's `full` (docs/writing-an-esl.md, "Measurements").
+    // What an author's library build compiles: 48 crates (each version counted, the new
+    // crate included), from 107 with the client half of gRPC and 149 when escher-proto
+    // generated its code at build time (docs/writing-an-esl.md, "Measurements").
     assert!(
-        builds.len() <= 110,
+        builds.len() <= 55,
         "{} crates in the new crate's tree: {builds:?}",
         builds.len()
     );
-    let features = tree(&dir, "normal,features");
+
+    // `cargo test`: the unit tests add the in-memory cluster (escher-core) and nothing of
+    // the network or the facade.
+    let lines = tree(&dir, "normal,build,dev", &[]);
+    let crates = names(&lines);
+    assert!(crates.contains("escher-core"), "the tests lack escher-core");
+    for absent in [
+        "escher",
+        "escher-head",
+        "escher-worker",
+        "tonic",
+        "hyper",
+        "h2",
+    ] {
+        assert!(
+            !crates.contains(absent),
+            "the new crate's tests build {absent}"
+        );
+    }
+    let test_builds = versions(&lines);
+    assert!(
+        test_builds.len() <= 56,
+        "{} crates in the new crate's test tree: {test_builds:?}",
+        test_builds.len()
+    );
+
+    // `--features cluster`: the facade, for the end-to-end test.
+    let crates = names(&tree(&dir, "normal", &["--features", "cluster"]));
+    for needed in ["escher", "escher-head", "escher-worker", "tonic"] {
+        assert!(crates.contains(needed), "--features cluster lacks {needed}");
+    }
+
+    // `--features grpc`, what an application that runs the policies on a cluster builds: the
+    // client half of gRPC, no server.
+    let crates = names(&tree(&dir, "normal", &["--features", "grpc"]));
+    assert!(crates.contains("tonic"), "--features grpc lacks tonic");
+    for absent in ["escher", "escher-head", "axum"] {
+        assert!(!crates.contains(absent), "--features grpc builds {absent}");
+    }
+    let features = tree(&dir, "normal,features", &["--features", "grpc"]);
     let server = features.iter().find(|line| {
         line.starts_with(r#"tonic feature "server""#)
             || line.starts_with(r#"tonic feature "router""#)
             || line.starts_with(r#"hyper feature "server""#)
     });
     assert_eq!(server, None, "the new crate's tree serves gRPC");
+}
+
+/// The crates' names in `cargo tree`'s `lines`.
+fn names(lines: &[String]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .filter_map(|line| line.split_whitespace().next().map(str::to_owned))
+        .collect()
+}
+
+/// Each crate once per version (`name v1.2.3`), as cargo builds them.
+fn versions(lines: &[String]) -> BTreeSet<String> {
+    lines
+        .iter()
+        .map(|line| {
+            line.split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect()
 }
 
 #[test]

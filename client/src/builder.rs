@@ -25,11 +25,10 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use escher_proto::convert::{
-    MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_LABELS, MAX_NAME_BYTES, MAX_RESOURCES,
-    MAX_TASK_NAME_BYTES,
+use escher_proto::types::{
+    ActorSpec, Lifetime, MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_LABELS, MAX_NAME_BYTES,
+    MAX_RESOURCES, MAX_TASK_NAME_BYTES,
 };
-use escher_proto::types::{ActorSpec, Lifetime};
 use escher_proto::{Labels, ResourceSet, ResourceUpdate, TaskKind, TaskSpec, codec};
 use serde::Serialize;
 
@@ -279,6 +278,7 @@ impl Task {
     /// last reference releases the object, and a task submitted after that is refused.
     /// For hard locality, request the location resource instead
     /// (`.resource(format!("object.{}", object.id()), 1)`).
+    #[cfg(feature = "grpc")]
     pub fn object_arg(self, object: &crate::ObjectRef) -> Task {
         self.object_arg_id(object.id())
     }

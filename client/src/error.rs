@@ -7,13 +7,17 @@
 //! dropped its record ([`ClientError::Evicted`], never "unknown task"). [`ClientError::is_retryable`] says which ones can
 //! succeed if simply tried again.
 
+#[cfg(feature = "grpc")]
 use std::error::Error as StdError;
 use std::time::Duration;
 
 use escher_proto::codec::CodecError;
-use escher_proto::types::{Evicted, MIG_REFUSAL_METADATA, MigRefusal};
-use escher_proto::{ConvertError, TaskId, TaskState, TypeError};
+use escher_proto::types::{Evicted, MigRefusal};
+#[cfg(feature = "grpc")]
+use escher_proto::{ConvertError, types::MIG_REFUSAL_METADATA};
+use escher_proto::{TaskId, TaskState, TypeError};
 use thiserror::Error;
+#[cfg(feature = "grpc")]
 use tonic::Code;
 
 /// The hint shown whenever the head cannot be reached.
@@ -200,6 +204,7 @@ pub enum ClientError {
         source: CodecError,
     },
     /// The head sent a reply the client cannot read (a version mismatch or a head bug).
+    #[cfg(feature = "grpc")]
     #[error("the head sent a malformed reply: {0}")]
     Protocol(#[from] ConvertError),
     /// The head did not accept the call's token (none, unknown, revoked); the message says
@@ -230,9 +235,11 @@ pub enum ClientError {
         message: String,
     },
     /// An object's bytes did not move between this client and a worker's data plane.
+    #[cfg(feature = "grpc")]
     #[error(transparent)]
     Object(#[from] crate::objects::ObjectTransferError),
     /// Any other error status from the head.
+    #[cfg(feature = "grpc")]
     #[error("the head answered {code:?}: {message}", code = .0.code(), message = .0.message())]
     Rpc(tonic::Status),
 }
@@ -248,7 +255,9 @@ impl ClientError {
             | ClientError::ReservationTimeout { .. }
             | ClientError::MigTimeout { .. } => true,
             ClientError::MigRefused { refusal, .. } => refusal.passes(),
+            #[cfg(feature = "grpc")]
             ClientError::Object(e) => e.is_retryable(),
+            #[cfg(feature = "grpc")]
             ClientError::Rpc(status) => matches!(
                 status.code(),
                 Code::Unavailable
@@ -272,8 +281,9 @@ impl ClientError {
             | ClientError::Unauthenticated { .. }
             | ClientError::PermissionDenied(_)
             | ClientError::ObjectUnavailable(_)
-            | ClientError::ObjectLost { .. }
-            | ClientError::Protocol(_) => false,
+            | ClientError::ObjectLost { .. } => false,
+            #[cfg(feature = "grpc")]
+            ClientError::Protocol(_) => false,
             // Not unchanged: a new call carries a new key. Retry under the key it names.
             ClientError::UnknownOutcome { .. } => false,
         }
@@ -292,20 +302,27 @@ impl ClientError {
     /// a refusal (the head unreachable, the reply lost, any other status) leaves the outcome
     /// unknown.
     pub fn is_refusal(&self) -> bool {
-        matches!(
-            self,
+        match self {
             ClientError::InvalidArgument(_)
-                | ClientError::NotFound(_)
-                | ClientError::Invalid(_)
-                | ClientError::Usage(_)
-                | ClientError::MessageTooLarge { .. }
-                | ClientError::Unauthenticated { .. }
-                | ClientError::PermissionDenied(_)
-                | ClientError::MigRefused { .. }
-                | ClientError::ObjectLost { .. }
-        ) || matches!(self, ClientError::Rpc(status) if status.code() == Code::AlreadyExists)
+            | ClientError::NotFound(_)
+            | ClientError::Invalid(_)
+            | ClientError::Usage(_)
+            | ClientError::MessageTooLarge { .. }
+            | ClientError::Unauthenticated { .. }
+            | ClientError::PermissionDenied(_)
+            | ClientError::MigRefused { .. }
+            | ClientError::ObjectLost { .. } => true,
+            #[cfg(feature = "grpc")]
+            ClientError::Rpc(status) => status.code() == Code::AlreadyExists,
+            _ => false,
+        }
     }
+}
 
+/// What only the network client makes of errors: statuses from the head, connection failures,
+/// one coalesced call's failure shared by its callers.
+#[cfg(feature = "grpc")]
+impl ClientError {
     /// Whether a call of several writes failed as a whole with nothing applied, so that each
     /// write may be sent again alone and fail or succeed on its own: a refusal, or a quota
     /// (RESOURCE_EXHAUSTED) that the writes together exceed.
@@ -438,6 +455,7 @@ impl ClientError {
 
 /// Whether a failed call never left this machine: the connection to the replica could not be
 /// made, so the replica cannot have applied anything.
+#[cfg(feature = "grpc")]
 pub(crate) fn never_sent(status: &tonic::Status) -> bool {
     let chain = status_chain(status);
     chain.contains("tcp connect error")
@@ -449,6 +467,7 @@ pub(crate) fn never_sent(status: &tonic::Status) -> bool {
 /// an error, which a replica stopping gracefully sends on its connections. HTTP/2 refuses
 /// every stream the GOAWAY does not cover, so the replica did not process the call, and
 /// another may take it. (tonic reports it as INTERNAL.)
+#[cfg(feature = "grpc")]
 pub(crate) fn going_away(status: &tonic::Status) -> bool {
     let mut source = StdError::source(status);
     while let Some(cause) = source {
@@ -462,6 +481,7 @@ pub(crate) fn going_away(status: &tonic::Status) -> bool {
 
 /// Whether a call's failure reads like a connection cut before any answer (what a head that
 /// speaks TLS does to a plain-text call).
+#[cfg(feature = "grpc")]
 fn cut_short(message: &str) -> bool {
     [
         "transport error",
@@ -474,6 +494,7 @@ fn cut_short(message: &str) -> bool {
 }
 
 /// `cause`, with what to do when it looks like TLS went wrong.
+#[cfg(feature = "grpc")]
 fn tls_hint(url: &str, cause: String) -> String {
     if cause.contains("UnknownIssuer")
         || cause.contains("NotValidForName")
@@ -494,11 +515,10 @@ fn tls_hint(url: &str, cause: String) -> String {
     cause
 }
 
-/// An error and its sources, joined with `: `, skipping a source whose text the previous one
-/// already ends with.
 /// A status's message and the causes under it, each said once: a status's own `Display`
 /// carries the debug form of its source (`source: tonic::transport::Error(Transport, ...)`),
 /// which is no message for a person.
+#[cfg(feature = "grpc")]
 fn status_chain(status: &tonic::Status) -> String {
     let mut text = status.message().to_string();
     let mut source = StdError::source(status);
@@ -515,6 +535,9 @@ fn status_chain(status: &tonic::Status) -> String {
     text
 }
 
+/// An error and its sources, joined with `: `, skipping a source whose text the previous one
+/// already ends with.
+#[cfg(feature = "grpc")]
 fn chain(error: &(dyn StdError + 'static)) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
@@ -529,7 +552,7 @@ fn chain(error: &(dyn StdError + 'static)) -> String {
     text
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "grpc"))]
 mod tests {
     use super::*;
 

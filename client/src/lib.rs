@@ -59,6 +59,14 @@
 //! - [`ClientError`] (`error.rs`): every failure, retryable ones apart.
 //! - `args.rs`: the conversions that let calls take `"cpu"`, `2`, `"0.5"` or `"unbounded"`.
 //!
+//! # Features
+//!
+//! - `grpc` (on by default): the network client, everything above but [`Task`],
+//!   [`ResourceUpdateExt`], the argument conversions and [`ClientError`]. Without it
+//!   (`default-features = false`) this crate is the task builder and the error type alone,
+//!   with neither tonic, hyper nor tokio: what a scheduling library's policies and their unit
+//!   tests on `escher_esl::InMemoryCluster` need (docs/writing-an-esl.md).
+//!
 //! The `escher` command-line tool is its own crate (`escher-cli`, `cli/`) on this one, so that a
 //! program or a policy crate that uses the client compiles none of it.
 //!
@@ -66,47 +74,81 @@
 //! are used here as they are.
 #![warn(missing_docs)]
 
-mod actors;
-mod admin;
 mod args;
-mod blocking;
 mod builder;
-mod client;
-mod credentials;
 mod error;
-mod gpus;
-mod heads;
-mod heads_api;
-mod logs;
-pub mod objects;
-mod reservation;
-mod resource_updates;
-mod resources;
-mod results;
-mod submissions;
-mod task_ref;
-mod tasks;
-mod telemetry;
 mod update;
+
+#[cfg(feature = "grpc")]
+mod actors;
+#[cfg(feature = "grpc")]
+mod admin;
+#[cfg(feature = "grpc")]
+mod blocking;
+#[cfg(feature = "grpc")]
+mod client;
+#[cfg(feature = "grpc")]
+mod credentials;
+#[cfg(feature = "grpc")]
+mod gpus;
+#[cfg(feature = "grpc")]
+mod heads;
+#[cfg(feature = "grpc")]
+mod heads_api;
+#[cfg(feature = "grpc")]
+mod logs;
+#[cfg(feature = "grpc")]
+pub mod objects;
+#[cfg(feature = "grpc")]
+mod reservation;
+#[cfg(feature = "grpc")]
+mod resource_updates;
+#[cfg(feature = "grpc")]
+mod resources;
+#[cfg(feature = "grpc")]
+mod results;
+#[cfg(feature = "grpc")]
+mod submissions;
+#[cfg(feature = "grpc")]
+mod task_ref;
+#[cfg(feature = "grpc")]
+mod tasks;
+#[cfg(feature = "grpc")]
+mod telemetry;
+#[cfg(feature = "grpc")]
 mod watch;
 
-pub use actors::ActorHandle;
-pub use admin::Backup;
 pub use args::{IntoAmount, IntoCapacity, IntoDelta, IntoResourceName};
-pub use blocking::BlockingClient;
 pub use builder::{DEFAULT_RESOURCES, IntoTaskSpec, Task};
+pub use error::ClientError;
+pub use update::ResourceUpdateExt;
+
+#[cfg(feature = "grpc")]
+pub use actors::ActorHandle;
+#[cfg(feature = "grpc")]
+pub use admin::Backup;
+#[cfg(feature = "grpc")]
+pub use blocking::BlockingClient;
+#[cfg(feature = "grpc")]
 pub use client::{
     Client, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID,
     MAX_MESSAGE_BYTES, caller_task_from_env,
 };
+#[cfg(feature = "grpc")]
 pub use credentials::Credentials;
-pub use error::ClientError;
+#[cfg(feature = "grpc")]
 pub use heads::ClusterRpc;
+#[cfg(feature = "grpc")]
 pub use heads_api::DashboardTicket;
+#[cfg(feature = "grpc")]
 pub use logs::LogReader;
+#[cfg(feature = "grpc")]
 pub use objects::{ObjectRef, REBUILD_PATIENCE};
+#[cfg(feature = "grpc")]
 pub use reservation::Reservation;
+#[cfg(feature = "grpc")]
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
+#[cfg(feature = "grpc")]
 pub use tasks::failure_reason;
-pub use update::ResourceUpdateExt;
+#[cfg(feature = "grpc")]
 pub use watch::Watch;

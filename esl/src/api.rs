@@ -2,14 +2,16 @@
 //! (`set_resource`, `get_cluster_status`), plus submitting, cancelling and watching tasks, and
 //! reading what running tasks report of their progress (task telemetry).
 //!
-//! ESLs are generic over [`ClusterApi`], implemented by the real [`escher_client::Client`] and by
-//! [`InMemoryCluster`](crate::InMemoryCluster) for unit tests. Nothing else of the cluster is
+//! ESLs are generic over [`ClusterApi`], implemented by the real [`escher_client::Client`]
+//! (feature `grpc`, on by default) and by [`InMemoryCluster`](crate::InMemoryCluster) for unit
+//! tests (feature `in-memory`). Nothing else of the cluster is
 //! reachable from a policy: that is the thesis' claim, that every policy fits through this
 //! narrow API.
 
 use std::future::Future;
 use std::time::Duration;
 
+#[cfg(feature = "grpc")]
 use escher_client::{Client, ClientError, Watch};
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterEvent, ClusterStatus, Delta, GangStrategy, MigChange, MigPlan,
@@ -258,6 +260,8 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
     }
 }
 
+/// The network client: a real cluster (feature `grpc`, on by default).
+#[cfg(feature = "grpc")]
 impl ClusterApi for Client {
     async fn report_policy(&self, policy: String, rows: Vec<PolicyRow>) -> Result<(), EslError> {
         Ok(Client::report_policy(self, &policy, &rows).await?)
@@ -446,6 +450,7 @@ pub struct Events(Feed);
 
 #[derive(Debug)]
 enum Feed {
+    #[cfg(feature = "grpc")]
     Remote(Watch),
     Local(mpsc::UnboundedReceiver<WatchEvent>),
 }
@@ -459,6 +464,7 @@ impl Events {
     /// The next event; `None` once the feed ended.
     pub async fn next(&mut self) -> Option<Result<WatchEvent, EslError>> {
         match &mut self.0 {
+            #[cfg(feature = "grpc")]
             Feed::Remote(watch) => watch.next().await.map(|e| e.map_err(EslError::from)),
             Feed::Local(rx) => rx.recv().await.map(Ok),
         }

@@ -7,7 +7,8 @@
 //!
 //! # Layout
 //!
-//! - [`api`]: the [`ClusterApi`] seam, implemented for the real client;
+//! - [`api`]: the [`ClusterApi`] seam, implemented for the real client (feature `grpc`, on by
+//!   default);
 //! - [`InMemoryCluster`] (feature `in-memory`, on by default): the seam over the head's real
 //!   state machine with simulated workers, for unit tests of policies;
 //! - [`testing`]: what a policy's tests need, on any [`ClusterApi`]: bounded waits, waits on
@@ -55,6 +56,15 @@
 //! - [`resilience`]: [`Journal`], a [`ClusterApi`] decorator that journals the resources
 //!   created through it, replays a lost node's on another eligible node, and restores them
 //!   when the node returns.
+//!
+//! # Features
+//!
+//! - `in-memory` (default): [`InMemoryCluster`], on escher-core's state machine;
+//! - `grpc` (default): [`ClusterApi`] for the network client (`escher_client::Client`), and
+//!   that client. A policy crate whose unit tests run on the in-memory cluster depends on this
+//!   one with `default-features = false, features = ["in-memory"]` and compiles no gRPC
+//!   (tonic, hyper, h2, rustls); the application that runs its policies on a real cluster, or
+//!   its end-to-end test, turns `grpc` on (docs/writing-an-esl.md).
 //!
 //! The GPU policies reproduced from their papers (MIGM, MIGRator, Ekya, OLTunes, Astraea,
 //! PARIS), with their simulators and MIGRator's integer program, are a crate of their own,

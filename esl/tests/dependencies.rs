@@ -4,6 +4,10 @@
 //! half of gRPC (no axum, no server side of tonic or hyper) and runs no code generator at build
 //! time; and the core depends on no runtime, transport or consensus crate. Read from `cargo
 //! tree` over the workspace's lock file, so a dependency added by mistake fails here.
+//!
+//! Without its default `grpc` (`default-features = false, features = ["in-memory"]`, what `escher
+//! new esl` writes for a policy crate), it has no network stack at all: neither gRPC, HTTP/2
+//! nor TLS.
 
 use std::collections::BTreeSet;
 use std::process::Command;
@@ -28,9 +32,15 @@ fn features(package: &str) -> BTreeSet<String> {
 
 /// `cargo tree`'s lines for `package` over the edges `edges`, without the tree's drawing.
 fn lines(package: &str, edges: &str) -> Vec<String> {
+    lines_with(package, edges, &[])
+}
+
+/// [`lines`] with more arguments to `cargo tree` (features).
+fn lines_with(package: &str, edges: &str, more: &[&str]) -> Vec<String> {
     let out = Command::new(env!("CARGO"))
         .args(["tree", "--offline", "--locked", "-e", edges])
         .args(["--prefix", "none", "-p", package])
+        .args(more)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("cargo runs");
@@ -91,6 +101,53 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
             "axum-core",
         ],
     );
+}
+
+/// The network stack: gRPC, HTTP/2, HTTP, TLS, the tower middleware and protobuf.
+const NETWORK: [&str; 12] = [
+    "tonic",
+    "tonic-prost",
+    "prost",
+    "hyper",
+    "hyper-util",
+    "h2",
+    "http",
+    "tower",
+    "rustls",
+    "ring",
+    "tokio-rustls",
+    "tokio-stream",
+];
+
+#[test]
+fn without_grpc_an_esl_compiles_no_network_stack() {
+    let without = ["--no-default-features", "--features", "in-memory"];
+    let crates: BTreeSet<String> = lines_with("escher-esl", "normal,build", &without)
+        .iter()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    for needed in ["escher-client", "escher-core", "escher-proto"] {
+        assert!(
+            crates.contains(needed),
+            "escher-esl without grpc lacks {needed}"
+        );
+    }
+    assert_none_of("escher-esl without grpc", &crates, &NETWORK);
+    // The client without its network half: the task builder and the error type, no runtime.
+    let client: BTreeSet<String> = lines_with("escher-client", "normal,build", &without[..1])
+        .iter()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(client.contains("escher-proto"), "{client:?}");
+    assert_none_of("escher-client without grpc", &client, &NETWORK);
+    assert_none_of("escher-client without grpc", &client, &["tokio"]);
+    // The check reads what it means to: with the default features the stack is there.
+    let with = tree("escher-esl");
+    for needed in ["tonic", "hyper", "h2"] {
+        assert!(with.contains(needed), "escher-esl with grpc lacks {needed}");
+    }
 }
 
 #[test]

@@ -68,19 +68,12 @@ pub use policy::policy_report;
 pub use retention::EVICTED_METADATA;
 pub use telemetry::{report_samples, telemetry_tasks};
 
-/// The longest task name, in bytes.
-pub const MAX_TASK_NAME_BYTES: usize = 256;
-/// The most argv entries of a command task.
-pub const MAX_ARGV: usize = 4096;
-/// The most environment variables of a command task.
-pub const MAX_ENV: usize = 4096;
-/// The longest function name (and worker name), in bytes.
-pub const MAX_NAME_BYTES: usize = 256;
-/// The most entries of one resource set (requirements, ghost creations, allocations).
-pub const MAX_RESOURCES: usize = 4096;
-pub use crate::types::MAX_LABELS;
-/// The most resource updates in one task hook (`on_start`, `on_success`).
-pub const MAX_HOOK_UPDATES: usize = 4096;
+// A task spec's limits live with the domain types, so that the client's task builder checks
+// them without the wire protocol (`escher-proto` without `grpc`).
+pub use crate::types::{
+    MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_LABELS, MAX_NAME_BYTES, MAX_RESOURCES,
+    MAX_TASK_NAME_BYTES,
+};
 /// The longest worker address, in bytes.
 pub const MAX_ADDRESS_BYTES: usize = 1024;
 /// The most metrics in one heartbeat.

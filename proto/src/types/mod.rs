@@ -90,7 +90,8 @@ pub use status::{
     ResourceStatus, TaskCounts, TaskInfo, TaskSummary,
 };
 pub use task::{
-    MAX_HOOK_ERRORS, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    MAX_ARGV, MAX_ENV, MAX_HOOK_ERRORS, MAX_HOOK_UPDATES, MAX_NAME_BYTES, MAX_RESOURCES,
+    MAX_TASK_NAME_BYTES, ResourceUpdate, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 pub use telemetry::{
     MAX_SAMPLES_PER_REPORT, MAX_TELEMETRY_KEY, MAX_TELEMETRY_TASKS, Sample, TaskTelemetry,

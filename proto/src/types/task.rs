@@ -9,6 +9,19 @@ use super::{
     ActorSpec, Capacity, CapacityOp, Labels, NodeId, NodeSpec, ResourceName, ResourceSet, TaskId,
 };
 
+/// The longest task name, in bytes.
+pub const MAX_TASK_NAME_BYTES: usize = 256;
+/// The most argv entries of a command task.
+pub const MAX_ARGV: usize = 4096;
+/// The most environment variables of a command task.
+pub const MAX_ENV: usize = 4096;
+/// The longest function name (and worker name), in bytes.
+pub const MAX_NAME_BYTES: usize = 256;
+/// The most entries of one resource set (requirements, ghost creations, allocations).
+pub const MAX_RESOURCES: usize = 4096;
+/// The most resource updates in one task hook (`on_start`, `on_success`).
+pub const MAX_HOOK_UPDATES: usize = 4096;
+
 /// Everything the head needs to run a task. Built with the client's builders.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TaskSpec {
