@@ -5,7 +5,8 @@
 //! "exceeded its memory request" and the next task running fine, a warm interpreter holding
 //! more than the next task's memory limit replaced by a fresh one, a fork bomb held to the
 //! process limit while a neighbour starts its processes, and an actor that allocates past its
-//! request ended with that reason.
+//! request ended with that reason; and a worker without task cgroups holding Python tasks to
+//! nothing, as its node's labels say.
 //!
 //! The envelopes are made here as the Python package makes them (`worker/src/python/mod.rs`
 //! and `actor.rs` describe the formats).
@@ -449,5 +450,35 @@ async fn needs_root_a_python_actor_past_its_memory_request_dies_saying_so() {
         ),
         "{why}"
     );
+    w.stop().await.unwrap();
+}
+
+/// A worker without task cgroups (`--no-task-cgroups`) holds its Python tasks to nothing, as
+/// it holds its commands, and says so: its node's labels name every limit as missing, and a
+/// Python task asking for 64 MiB fills 128 MiB and succeeds.
+#[tokio::test]
+async fn a_worker_without_cgroups_says_its_python_tasks_are_held_to_nothing() {
+    let p = pickles();
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(
+        worker(&head)
+            .resources("cpu=2,memory=1024".parse().unwrap())
+            .task_cgroups(false)
+            .python(escher_worker::PythonDetection::Detect)
+            .task_users(escher_worker::exec::TaskUsers::Off),
+    );
+    let (registration, _) = attached(&mut head).await;
+    assert_eq!(
+        registration.labels.get(escher_worker::exec::LIMITS_LABEL),
+        Some("none")
+    );
+    assert_eq!(
+        registration
+            .labels
+            .get(escher_worker::exec::LIMITS_MISSING_LABEL),
+        Some("cpu+memory+pids")
+    );
+    let done = run(&mut head, 1, call(&p, "alloc", &[128], "memory=64")).await;
+    assert_eq!(printed(&done), "128\n");
     w.stop().await.unwrap();
 }
