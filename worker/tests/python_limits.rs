@@ -356,6 +356,7 @@ async fn needs_root_a_python_memory_hog_exceeds_its_request_and_the_next_task_ru
     attached(&mut head).await;
     let hog = run(&mut head, 1, call(&p, "alloc", &[256], "memory=64")).await;
     let why = hog.outcome.clone().unwrap_err();
+    eprintln!("the Python memory hog failed: {why}");
     assert!(
         why.starts_with(
             "exceeded its memory request of 64 MiB: the kernel's out-of-memory killer ended it \
@@ -420,6 +421,7 @@ async fn needs_root_a_python_fork_bomb_is_held_to_its_process_limit() {
     let out = printed(&done[&1]);
     let (started, errno) = out.trim().split_once(' ').expect("count and errno");
     let started: u32 = started.parse().unwrap();
+    eprintln!("a Python fork bomb held to 64 processes started {started} (errno {errno})");
     assert!(
         (40..64).contains(&started) && errno == (nix::errno::Errno::EAGAIN as i32).to_string(),
         "the bomb started {started} processes and stopped with {errno}"
