@@ -172,7 +172,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// The processes (threads included) each command task may have at once (default
+    /// The processes (threads included) each task (a command, a Python task's or actor's
+    /// interpreter) may have at once (default
     /// [`DEFAULT_TASK_PIDS_MAX`](crate::exec::DEFAULT_TASK_PIDS_MAX)).
     pub fn task_pids_max(mut self, max: u64) -> Self {
         self.config.task_pids_max = max;

@@ -92,8 +92,8 @@ pub struct WorkerConfig {
     /// Which cgroup hierarchy holds them (`--task-cgroup-hierarchy`): the unified one where
     /// the worker may create cgroups, else the v1 freezer, by default.
     pub task_cgroup_hierarchy: crate::exec::Hierarchy,
-    /// The processes (threads included) each command task may have at once
-    /// (`--task-pids-max`; see `exec/limits.rs`).
+    /// The processes (threads included) each task (a command, a Python task's or actor's
+    /// interpreter) may have at once (`--task-pids-max`; see `exec/limits.rs`).
     pub task_pids_max: u64,
     /// The most bytes of each output stream a command task's log keeps (`--task-log-bytes`);
     /// past it, output is dropped with one line that says so.

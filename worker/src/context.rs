@@ -40,6 +40,10 @@ pub struct TaskContext {
     token_text: Arc<str>,
     /// The worker's task cgroups, where the Python interpreters it starts go too.
     cgroups: Option<Arc<crate::exec::TaskCgroups>>,
+    /// What the task's request lets it use (`LimitPolicy::task`): the cgroup of the Python
+    /// interpreter that runs it is held to them. `None`: no limit (a context made outside a
+    /// worker).
+    limits: Option<crate::exec::TaskLimits>,
     /// Where what a Python interpreter prints for this attempt goes.
     logs: Option<Arc<TaskLogs>>,
     /// The task's object arguments, brought into this node's store before it started, in
@@ -138,6 +142,7 @@ impl TaskContext {
             token: escher_proto::access::Bearer::new(token),
             token_text: Arc::from(token),
             cgroups: None,
+            limits: None,
             logs: None,
             object_args: Arc::from(Vec::new()),
             node_objects: None,
@@ -281,6 +286,17 @@ impl TaskContext {
     /// The worker's task cgroups, if it has them.
     pub(crate) fn cgroups(&self) -> Option<&Arc<crate::exec::TaskCgroups>> {
         self.cgroups.as_ref()
+    }
+
+    /// The same context, whose Python interpreter is held to `limits` while it runs the task.
+    pub(crate) fn with_limits(mut self, limits: crate::exec::TaskLimits) -> Self {
+        self.limits = Some(limits);
+        self
+    }
+
+    /// What the task's request lets it use; no limit where the worker set none.
+    pub(crate) fn limits(&self) -> crate::exec::TaskLimits {
+        self.limits.unwrap_or_default()
     }
 
     /// The task's credential, as `ESCHER_TASK_TOKEN` gives it to a command task.

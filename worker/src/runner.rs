@@ -12,7 +12,9 @@
 //! `OutOfMemory { used_mib, limit_mib }` instead of its exit code. A command is held to the
 //! limits its request gives ([`LimitPolicy`](crate::exec::LimitPolicy)), and one that failed
 //! after the kernel's OOM killer killed a process of it in its memory cgroup ends with the
-//! error "exceeded its memory request of N".
+//! error "exceeded its memory request of N". So is the Python interpreter that runs a Python
+//! task or actor (its context carries the limits, `python/mod.rs` writes them); a Rust
+//! function or actor runs inside the worker, in no cgroup of its own, and is held to none.
 //!
 //! Every kind honours the task's `timeout` (`timed_out: true`) and the cancellation token (the
 //! head's `CancelTask`, or the worker shutting down). A handler runs in a task of its own so
@@ -203,6 +205,9 @@ pub(crate) async fn run_task(
             stated_outcome(outcome_file, outcome).await
         }
         TaskKind::Function { name, args } => {
+            // A Python task's interpreter is held to its request's limits; its hold on the
+            // node's memory lasts until it ends.
+            let (limits, _memory) = env.limits.task(&a.spec.resources);
             let ctx = in_process_context(
                 &env,
                 node_id,
@@ -210,7 +215,8 @@ pub(crate) async fn run_task(
                 &a.task_token,
                 namespace,
                 devices,
-            );
+            )
+            .with_limits(limits);
             let logs = ctx.logs().cloned();
             env.spawn_latency.observe(assigned.elapsed());
             let fetched = tokio::select! {
@@ -232,6 +238,9 @@ pub(crate) async fn run_task(
         }
         TaskKind::Ghost { ttl, .. } => ghost(ttl, timeout, cancel).await,
         TaskKind::Actor(actor) => {
+            // A Python actor's interpreter is held to its request's limits for its whole
+            // life, and so is its hold on the node's memory.
+            let (limits, _memory) = env.limits.task(&a.spec.resources);
             let ctx = in_process_context(
                 &env,
                 node_id,
@@ -239,7 +248,8 @@ pub(crate) async fn run_task(
                 &a.task_token,
                 namespace,
                 devices,
-            );
+            )
+            .with_limits(limits);
             env.spawn_latency.observe(assigned.elapsed());
             let key = (a.task_id, a.attempt);
             // The runtime reports the start once the constructor returned (and never after

@@ -220,7 +220,7 @@ impl Worker {
                 crate::exec::LIMITS_MISSING_LABEL
             );
         } else {
-            tracing::info!(limits = %enforcement.label(), "each command task is held to its CPU, memory and process limits");
+            tracing::info!(limits = %enforcement.label(), "each task (a command, a Python task or actor) is held to its CPU, memory and process limits");
         }
         let mut labels = self.labels;
         // Both are valid label text.

@@ -117,8 +117,9 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_cgroups: bool,
 
-    /// The processes (threads included) each command task may have at once, held by the
-    /// `pids` controller in the task's cgroup: a fork bomb fills its own cgroup, not the node
+    /// The processes (threads included) each task may have at once (a command, or the Python
+    /// interpreter of a Python task or actor), held by the `pids` controller in the task's
+    /// cgroup: a fork bomb fills its own cgroup, not the node
     #[arg(long, value_name = "N", default_value_t = escher_worker::exec::DEFAULT_TASK_PIDS_MAX)]
     task_pids_max: u64,
 
@@ -140,9 +141,10 @@ struct WorkerArgs {
     #[arg(long, value_name = "DURATION", default_value = "5m")]
     walltime_margin: humantime::Duration,
 
-    /// Refuse to start unless this node holds every command task to its limits: `cpu` as a
-    /// CPU quota, `memory` as a memory limit (a task that asked for none gets what no running
-    /// task asked for of the node's memory, at least 64 MiB), and --task-pids-max. Without it,
+    /// Refuse to start unless this node holds every task (a command, a Python task or actor) to
+    /// its limits: `cpu` as a CPU quota, `memory` as a memory limit (a task that asked for none
+    /// gets what no running task asked for of the node's memory, at least 64 MiB), and
+    /// --task-pids-max. Without it,
     /// a worker that cannot hold one (no cgroup, no such controller, a read-only hierarchy)
     /// starts, warns, and names what it does not hold in its `escher.limits.missing` label
     #[arg(long)]

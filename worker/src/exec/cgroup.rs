@@ -434,6 +434,42 @@ impl TaskCgroup {
         oom_kills(dir, version)
     }
 
+    /// Holds the cgroup, which may hold processes already (a warm Python interpreter's), to
+    /// the limits of its next task from now on: writes them where they differ from those
+    /// written last, and counts the kernel's OOM kills from now ([`TaskCgroup::oom_watch`]).
+    /// A memory limit below what its processes hold is reclaimed down to by the kernel, which
+    /// refuses it (cgroup v1) or kills them (v2) where it cannot: see
+    /// [`TaskCgroup::anonymous_memory`] for what it cannot reclaim. On an error the cgroup
+    /// holds an unknown mix of limits: its task must not start in it.
+    pub fn hold_to(&mut self, limits: &TaskLimits) -> io::Result<()> {
+        if self.slot.written.as_ref() != Some(limits) {
+            self.slot.written = None;
+            write_limits(&self.slot, limits)?;
+            self.slot.written = Some(*limits);
+        }
+        self.memory_limit = limits.memory;
+        self.oom_before = match limits.memory {
+            Some(_) => self.oom_kills().unwrap_or(0),
+            None => 0,
+        };
+        Ok(())
+    }
+
+    /// The anonymous memory its processes hold (`anon` of a v2 memory cgroup's `memory.stat`,
+    /// `rss` of a v1 one): what the kernel cannot reclaim from them without swap, unlike the
+    /// page cache it counts too. `None` where no memory cgroup counts it.
+    pub fn anonymous_memory(&self) -> Option<u64> {
+        let (dir, version) = self.memory_dir()?;
+        let key = match version {
+            Version::V2 => "anon ",
+            Version::V1 => "rss ",
+        };
+        fs::read_to_string(dir.join("memory.stat"))
+            .ok()?
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.trim().parse().ok())
+    }
+
     /// What tells, once the task has ended, whether it went past its memory limit; `None`
     /// where it has none or no memory cgroup counts OOM kills.
     pub fn oom_watch(&self) -> Option<OomWatch> {

@@ -5,10 +5,12 @@
 //!   log files, stopping it on timeout or cancellation (`command.rs`).
 //! - [`read_log`] reads those logs back, [`AttemptLogs`] holds an attempt's files and reads
 //!   the end of their output, [`sweep_logs`] removes old ones (`logs.rs`).
-//! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended (`outcome.rs`).
+//! - [`CommandOutcome`] and [`ProcessExit`] say how a command ended, [`memory_exceeded`] why
+//!   a task that went past its memory limit failed (`outcome.rs`).
 //! - [`Isolation`] keeps tasks apart: the environment they start with, the user they run as
 //!   (`isolation.rs`).
-//! - [`TaskLimits`] is what a command may use (CPU, memory, processes), held in its cgroups;
+//! - [`TaskLimits`] is what a task may use (CPU, memory, processes), held in its cgroups (a
+//!   command's, or the Python interpreter that runs it);
 //!   [`Enforcement`] says which of them this host holds (`limits.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
@@ -46,4 +48,4 @@ pub use logs::{
     AttemptLogs, CLUSTER_MARKER, DEFAULT_TASK_LOG_BYTES, LogChunk, LogRetention, MAX_LOG_CHUNK,
     Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
-pub use outcome::{CommandOutcome, ProcessExit};
+pub use outcome::{CommandOutcome, ProcessExit, memory_exceeded};

@@ -110,14 +110,22 @@ impl fmt::Display for CommandOutcome {
             CommandOutcome::Exited(e) => write!(f, "{e}"),
             CommandOutcome::TimedOut(e) => write!(f, "timed out, {e}"),
             CommandOutcome::Cancelled(e) => write!(f, "cancelled, {e}"),
-            CommandOutcome::MemoryExceeded { exit, limit } => write!(
-                f,
-                "exceeded its memory request of {}: the kernel's out-of-memory killer ended it \
-                 in its cgroup ({exit}); ask for more memory",
-                bytes(*limit)
-            ),
+            CommandOutcome::MemoryExceeded { exit, limit } => {
+                f.write_str(&memory_exceeded(*limit, exit))
+            }
         }
     }
+}
+
+/// Why a task that went past its memory limit of `limit` bytes failed, `how` saying what the
+/// kernel's OOM killer ended (a command's exit status; a Python interpreter's): the reason
+/// command tasks, Python tasks and Python actors all fail with.
+pub fn memory_exceeded(limit: u64, how: &dyn fmt::Display) -> String {
+    format!(
+        "exceeded its memory request of {}: the kernel's out-of-memory killer ended it in its \
+         cgroup ({how}); ask for more memory",
+        bytes(limit)
+    )
 }
 
 /// `n` bytes as a person reads them: whole MiB or GiB where they are, else bytes.

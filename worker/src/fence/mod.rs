@@ -494,6 +494,17 @@ impl HeldCgroup {
     pub(crate) fn usage(&self) -> crate::exec::CgroupUsage {
         self.0.usage()
     }
+
+    /// The cgroup it holds: a warm Python interpreter's is held to each task's limits in turn
+    /// (`python/mod.rs`).
+    pub(crate) fn cgroup(&self) -> &crate::exec::TaskCgroup {
+        &self.0
+    }
+
+    /// The cgroup it holds, to write limits into.
+    pub(crate) fn cgroup_mut(&mut self) -> &mut crate::exec::TaskCgroup {
+        &mut self.0
+    }
 }
 
 impl Drop for HeldCgroup {

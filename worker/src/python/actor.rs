@@ -5,7 +5,10 @@
 //! An incarnation's interpreter is started as a warm interpreter is (`Pool::spawn`: the
 //! namespace's user, the tasks' environment, a process group and a cgroup of its own, held by
 //! the fence), but it is never shared or reused: it serves its one object until the
-//! incarnation ends, and is killed whole then. The constructor's argument bytes are an ESPY
+//! incarnation ends, and is killed whole then. Its cgroup holds the actor's request's limits
+//! (a CPU quota, a memory limit, a process limit: `exec/limits.rs`) for its whole life; an
+//! interpreter the kernel's OOM killer ends there ends the actor with "exceeded its memory
+//! request of N", as a command task that goes past its request fails. The constructor's argument bytes are an ESPY
 //! envelope of kind 3 (little-endian integers):
 //!
 //! ```text
@@ -200,7 +203,8 @@ impl PythonActor {
         };
         // A fresh interpreter, never one of the warm ones: it is this incarnation's alone.
         let exe = pool.interpreter(&ns, &construct.pip).await?;
-        let mut interp = pool.spawn(&ns, exe.as_deref(), ctx.cgroups())?;
+        // Its cgroup holds the actor's request's limits for its whole life.
+        let mut interp = pool.spawn(&ns, exe.as_deref(), ctx.cgroups(), &ctx.limits())?;
         // What the object prints, for as long as it lives, is the actor task's output.
         interp
             .give_output(&ctx)
@@ -213,6 +217,10 @@ impl PythonActor {
         let (status, body) = match interp.receive().await {
             Ok(answer) => answer,
             Err(e) => {
+                if let Some(limit) = interp.process.memory_exceeded() {
+                    let how = interp.process.ended().await;
+                    return Err(crate::exec::memory_exceeded(limit, &how));
+                }
                 let why = exit_text(&mut interp.process).await;
                 return Err(format!(
                     "its Python interpreter ({}) ended while constructing it ({why}; {e})",
@@ -274,9 +282,17 @@ impl PythonActor {
             let mut every = tokio::time::interval(super::LOG_CAP_EVERY);
             let why = loop {
                 tokio::select! {
-                    status = process.child.wait() => break match status {
-                        Ok(status) => status_text(pid, status),
-                        Err(e) => format!("its Python interpreter (pid {pid}) could not be waited for: {e}"),
+                    status = process.child.wait() => break match (status, super::memory_exceeded(process.cgroup.as_ref())) {
+                        // Killed by the kernel for going past the actor's memory limit.
+                        (Ok(status), Some(limit)) => {
+                            let how = format!(
+                                "its Python interpreter, pid {pid}, {}",
+                                crate::exec::ProcessExit::from(status)
+                            );
+                            crate::exec::memory_exceeded(limit, &how)
+                        }
+                        (Ok(status), None) => status_text(pid, status),
+                        (Err(e), _) => format!("its Python interpreter (pid {pid}) could not be waited for: {e}"),
                     },
                     () = killed.cancelled() => break "the actor was stopped".to_string(),
                     _ = every.tick() => if let Some(logs) = &logs {

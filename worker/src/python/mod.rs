@@ -33,6 +33,27 @@
 //! lease; a worker SIGKILLed together with its supervisor leaves them to the next worker that
 //! starts on the host, which kills what is left in dead workers' cgroups. An interpreter whose
 //! worker dies also exits by itself (it watches its parent).
+//!
+//! **Limits.** Each Python task is held to what it asked for, as a command task is
+//! (`exec/limits.rs`): before a task is sent to an interpreter, the interpreter's cgroup gets
+//! that task's limits (its `cpu` as a CPU quota, its `memory` as a memory limit, or what no
+//! running task asked for of the node's when it asked for none, and the worker's process
+//! limit, `--task-pids-max`), so a warm interpreter reused by a task with another request
+//! holds that task's. An interpreter the kernel's OOM killer ends there fails its task with
+//! "exceeded its memory request of N", as a command does (and a function that fails after a
+//! process it started was killed so says that too); the next task gets a fresh interpreter.
+//! A warm interpreter takes a task with a memory limit only while the anonymous memory it
+//! holds (what an earlier task left: modules, caches, objects; not the page cache, which the
+//! kernel reclaims) is at most half of that limit: written below what it holds, the limit
+//! would be refused (cgroup v1) or would kill the interpreter (v2), and written just above it
+//! would leave the task little of its own request. Otherwise it is ended and the task gets a
+//! fresh interpreter, which costs that task an interpreter start. A Python actor's
+//! interpreter holds its actor's limits for its whole life (`actor.rs`). The limits are those
+//! the worker's cgroups hold: where a controller is missing or the worker has no task cgroups
+//! (`--no-task-cgroups`), Python tasks are no more held than command tasks are, which the
+//! node's `escher.limits` and `escher.limits.missing` labels and the worker's start-up
+//! warning say.
+//!
 //! Interpreters run as the user the worker gives the namespace's command tasks (a user of its
 //! own, in its own home directory, where the worker may change user; the worker's otherwise),
 //! with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR`, `PYTHONPATH` and `VIRTUAL_ENV`
@@ -149,6 +170,9 @@ const BLOB_CACHE_BYTES: usize = 64 * 1024 * 1024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 /// How often a running Python task's log files are held to the cap.
 const LOG_CAP_EVERY: Duration = Duration::from_secs(1);
+/// A warm interpreter takes a task with a memory limit only while it holds at most
+/// 1/`MAX_WARM_SHARE` of that limit in anonymous memory (`Interpreter::hold_to`).
+const MAX_WARM_SHARE: u64 = 2;
 
 /// The node label that says whether, and with which Python, the worker runs Python tasks:
 /// its version (`3.11.2`), or `none:CAUSE` (`none:closed-to-task-users:/root`,
@@ -405,11 +429,15 @@ impl Pool {
         })
         .to_string();
         let started = std::time::Instant::now();
+        let limits = ctx.limits();
         // An idle interpreter may have died meanwhile: then a fresh one gets the task.
         for round in 0..2 {
-            let (mut interp, reused) = match self.take(&key) {
+            let (mut interp, reused) = match self.take_fitting(&key, &limits) {
                 Some(interp) => (interp, true),
-                None => (self.spawn(&ns, exe.as_deref(), ctx.cgroups())?, false),
+                None => (
+                    self.spawn(&ns, exe.as_deref(), ctx.cgroups(), &limits)?,
+                    false,
+                ),
             };
             let function = if interp.known.contains(&hash) {
                 Bytes::new()
@@ -435,25 +463,43 @@ impl Pool {
                 }
                 return Err(format!("cannot send the task to a Python interpreter: {e}"));
             }
-            let (status, body) = interp.receive_capped(ctx.logs()).await.map_err(|e| {
-                // Killed with the worker's other tasks when it stalled or lost its lease.
-                if let Some(why) = crate::fence::stopped_since(started) {
-                    return format!("stopped by the fence: {why}");
+            let (status, body) = match interp.receive_capped(ctx.logs()).await {
+                Ok(answer) => answer,
+                Err(e) => {
+                    // Killed with the worker's other tasks when it stalled or lost its lease.
+                    if let Some(why) = crate::fence::stopped_since(started) {
+                        return Err(format!("stopped by the fence: {why}"));
+                    }
+                    // Killed by the kernel for going past the task's memory limit.
+                    if let Some(limit) = interp.process.memory_exceeded() {
+                        let how = interp.process.ended().await;
+                        return Err(crate::exec::memory_exceeded(limit, &how));
+                    }
+                    return Err(format!(
+                        "the Python interpreter ({}) ended before answering: {e}; a function \
+                         that exits the process or crashes it ends its task this way",
+                        exe.as_deref().unwrap_or(&self.found.exe).display()
+                    ));
                 }
-                format!(
-                    "the Python interpreter ({}) ended before answering: {e}; a function that \
-                     exits the process or crashes it ends its task this way",
-                    exe.as_deref().unwrap_or(&self.found.exe).display()
-                )
-            })?;
+            };
+            // A process the function started, killed for the task's memory limit while the
+            // interpreter lived on: that is why the function failed.
+            let exceeded = (status != 0)
+                .then(|| interp.process.memory_exceeded())
+                .flatten();
             if status != 2 {
                 interp.known.insert(hash);
             }
             self.give_back(&key, interp);
-            return match status {
-                0 => Ok(body),
+            return match (status, exceeded) {
+                (0, _) => Ok(body),
+                (_, Some(limit)) => Err(format!(
+                    "{}\n{}",
+                    crate::exec::memory_exceeded(limit, &"a process the function started"),
+                    String::from_utf8_lossy(&body)
+                )),
                 // The function or its arguments could not be loaded: say which versions met.
-                2 => Err(versions::load_failure(
+                (2, None) => Err(versions::load_failure(
                     &String::from_utf8_lossy(&body),
                     driver.as_ref(),
                     &self.found,
@@ -489,6 +535,20 @@ impl Pool {
         idle.get_mut(ns).and_then(Vec::pop)
     }
 
+    /// An idle interpreter of `key`, its cgroup now holding `limits` (the next task's), if
+    /// one fits them ([`Interpreter::hold_to`]); one that does not is ended.
+    fn take_fitting(&self, key: &str, limits: &crate::exec::TaskLimits) -> Option<Interpreter> {
+        while let Some(mut interp) = self.take(key) {
+            match interp.hold_to(limits) {
+                Ok(()) => return Some(interp),
+                Err(why) => {
+                    tracing::debug!(%why, "a warm Python interpreter ended: a fresh one takes the task");
+                }
+            }
+        }
+        None
+    }
+
     fn give_back(&self, ns: &str, interp: Interpreter) {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
         idle.entry(ns.to_string()).or_default().push(interp);
@@ -496,12 +556,14 @@ impl Pool {
 
     /// A fresh interpreter for the tasks of namespace `ns` (`""`: an admin's), as that
     /// namespace's user where the worker gives each one its own, in a cgroup of its own from
-    /// `cgroups` where the worker has them: `exe` (a pip environment's) or the worker's own.
+    /// `cgroups` where the worker has them, holding `limits` (its first task's, or its
+    /// actor's): `exe` (a pip environment's) or the worker's own.
     fn spawn(
         &self,
         ns: &str,
         exe: Option<&Path>,
         cgroups: Option<&Arc<crate::exec::TaskCgroups>>,
+        limits: &crate::exec::TaskLimits,
     ) -> Result<Interpreter, String> {
         let exe = exe.unwrap_or(&self.found.exe);
         let user = self
@@ -513,9 +575,10 @@ impl Pool {
         // Made before the spawn, so that an interpreter is never started uncontained by a
         // cgroup that could not be made.
         let cgroup = match cgroups {
-            Some(cgroups) => Some(cgroups.create().map_err(|e| {
+            Some(cgroups) => Some(cgroups.create_limited(limits).map_err(|e| {
                 format!(
-                    "cannot create a cgroup for a Python interpreter under {}: {e}",
+                    "cannot create a cgroup holding the task's limits for a Python interpreter \
+                     under {}: {e}",
                     cgroups.root().display()
                 )
             })?),
@@ -560,11 +623,7 @@ impl Pool {
         let stdin = child.stdin.take().expect("piped");
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         Ok(Interpreter {
-            process: Process {
-                child,
-                pid,
-                _cgroup: cgroup,
-            },
+            process: Process { child, pid, cgroup },
             stdin,
             stdout,
             ctl,
@@ -709,10 +768,61 @@ struct Process {
     pid: Option<i32>,
     /// Its cgroup (killed, and back in the worker's pool, when dropped after the process
     /// group): what the functions it ran started is in it, whatever process group it left.
-    _cgroup: Option<crate::fence::HeldCgroup>,
+    /// It holds the limits of the task the interpreter runs (of its actor).
+    cgroup: Option<crate::fence::HeldCgroup>,
+}
+
+impl Process {
+    /// The memory limit its task went past, when the kernel's OOM killer has killed one of
+    /// its processes since the task began (its cgroup's count, `OomWatch`).
+    fn memory_exceeded(&self) -> Option<u64> {
+        memory_exceeded(self.cgroup.as_ref())
+    }
+
+    /// How the interpreter ended, waiting a moment for it: for a reason.
+    async fn ended(&mut self) -> String {
+        let pid = self.pid.unwrap_or_default();
+        match tokio::time::timeout(Duration::from_secs(2), self.child.wait()).await {
+            Ok(Ok(status)) => format!(
+                "its Python interpreter, pid {pid}, {}",
+                crate::exec::ProcessExit::from(status)
+            ),
+            _ => format!("its Python interpreter, pid {pid}, stopped answering"),
+        }
+    }
+}
+
+/// The memory limit of the task an interpreter's `cgroup` holds, when the kernel's OOM killer
+/// has killed one of its processes since the task began (`OomWatch`).
+fn memory_exceeded(cgroup: Option<&crate::fence::HeldCgroup>) -> Option<u64> {
+    cgroup?.cgroup().oom_watch()?.exceeded()
 }
 
 impl Interpreter {
+    /// Holds its cgroup to `limits`, the next task's, in place of the last task's; or says
+    /// why this interpreter cannot take that task, which a fresh one then runs. A memory limit
+    /// is written only over an interpreter whose anonymous memory (what the kernel cannot
+    /// reclaim without swap; page cache it reclaims as the limit is written) is at most half
+    /// of it ([`MAX_WARM_SHARE`]): a lower limit would be refused (cgroup v1) or kill the
+    /// interpreter as it is written (v2), and one just above what an earlier task left would
+    /// give this task little of its own request.
+    fn hold_to(&mut self, limits: &crate::exec::TaskLimits) -> Result<(), String> {
+        let Some(held) = self.process.cgroup.as_mut() else {
+            return Ok(());
+        };
+        if let (Some(limit), Some(anon)) = (limits.memory, held.cgroup().anonymous_memory())
+            && anon > limit / MAX_WARM_SHARE
+        {
+            return Err(format!(
+                "it holds {anon} bytes of anonymous memory, more than 1/{MAX_WARM_SHARE} of \
+                 the next task's memory limit of {limit} bytes"
+            ));
+        }
+        held.cgroup_mut()
+            .hold_to(limits)
+            .map_err(|e| format!("cannot hold its cgroup to the next task's limits: {e}"))
+    }
+
     async fn send(
         &mut self,
         header: &[u8],
