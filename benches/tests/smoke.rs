@@ -1,5 +1,6 @@
-//! Keeps the harness from rotting: runs every workload at `--size tiny` without peers through
-//! the real binary, and checks that each one wrote well-formed JSON with figures. Nothing here
+//! Keeps the harness from rotting: runs every workload of `all` at `--size tiny` without peers
+//! through the real binary (the GPU workload, the longest, in a run of its own beside the
+//! others'), and checks that each one wrote well-formed JSON with figures. Nothing here
 //! asserts a timing: performance is measured by the full run, never by tests.
 
 use std::path::Path;
@@ -38,11 +39,13 @@ fn read_json(path: &Path) -> Value {
     serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()))
 }
 
-#[test]
-fn every_workload_runs_at_tiny_size_and_writes_json() {
+/// Runs `workloads` at `--size tiny` through the real binary and checks every report and the
+/// summary.
+fn runs_at_tiny_size_and_writes_json(workloads: &[&str]) {
     let out = tempfile::tempdir().unwrap();
     let output = Command::new(env!("CARGO_BIN_EXE_escher-bench"))
-        .args(["all", "--size", "tiny", "--out"])
+        .args(workloads)
+        .args(["--size", "tiny", "--out"])
         .arg(out.path())
         .output()
         .expect("run escher-bench");
@@ -62,9 +65,9 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         "no targets:\n{stdout}"
     );
 
-    for id in WORKLOADS {
+    for id in workloads {
         let report = read_json(&out.path().join(format!("{id}.json")));
-        assert_eq!(report["id"], id);
+        assert_eq!(report["id"], *id);
         assert_eq!(report["size"], "tiny");
         let figures = report["figures"].as_array().expect("figures is a list");
         assert!(!figures.is_empty(), "{id} reported no figure: {report:#}");
@@ -83,11 +86,13 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
     assert_eq!(summary["failures"].as_array().map(Vec::len), Some(0));
     assert_eq!(
         summary["workloads"].as_array().map(Vec::len),
-        Some(WORKLOADS.len())
+        Some(workloads.len())
     );
     let targets = summary["targets"].as_array().expect("targets");
-    // The eleven of docs/DESIGN.md §8, and the three of the actors (from Rust: `actors` ran).
-    assert_eq!(targets.len(), 14);
+    // The eleven of docs/DESIGN.md §8, each with what was measured (or that its workload was
+    // not run), and the three of the actors where `actors` ran.
+    let actors = if workloads.contains(&"actors") { 3 } else { 0 };
+    assert_eq!(targets.len(), 11 + actors);
     for t in targets {
         assert!(t["target"].is_string() && t["measured"].is_string(), "{t}");
     }
@@ -98,6 +103,19 @@ fn every_workload_runs_at_tiny_size_and_writes_json() {
         let bytes = std::fs::read(path).expect("plot file");
         assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "{}", path.display());
     }
+}
+
+/// Every workload of `all` but `gpu`, in one run (as `all` runs them); `gpu`, the longest, runs
+/// beside it in the next test.
+#[test]
+fn every_workload_but_gpu_runs_at_tiny_size_and_writes_json() {
+    let workloads: Vec<&str> = WORKLOADS.into_iter().filter(|w| *w != "gpu").collect();
+    runs_at_tiny_size_and_writes_json(&workloads);
+}
+
+#[test]
+fn the_gpu_workload_runs_at_tiny_size_and_writes_json() {
+    runs_at_tiny_size_and_writes_json(&["gpu"]);
 }
 
 #[test]
@@ -111,4 +129,15 @@ fn help_lists_the_options() {
     for flag in ["--size", "--peers", "--out", "--head-bin"] {
         assert!(help.contains(flag), "{flag} missing from --help:\n{help}");
     }
+    // The workloads `all` runs (those --help lists that do not say "not in `all`") are the ones
+    // the tiny runs above cover.
+    let arguments = help.split("Options:").next().unwrap_or_default();
+    let in_all: Vec<&str> = arguments
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("- "))
+        .filter(|l| !l.contains("not in `all`"))
+        .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
+        .filter(|name| !["all", "thesis"].contains(name))
+        .collect();
+    assert_eq!(in_all, WORKLOADS, "the workloads of `all`, as --help lists them");
 }
