@@ -253,6 +253,23 @@ async fn logs_reads_any_attempt_and_info_lists_them() {
         limits.contains(&expected) || (held == "none" && limits.contains("none held")),
         "{limits} / {expected}"
     );
+    // A Rust function runs inside its worker: no limits of its own, and `info` says so (this
+    // one waits: no worker has a function of that name).
+    let function = client
+        .submit(escher::Task::function(
+            "cli-truth-no-such-function",
+            Vec::new(),
+        ))
+        .await
+        .unwrap()
+        .id();
+    let (_, info, err) = escher(&cluster, &["info", &function.0.to_string()]);
+    assert!(
+        info.lines().any(|l| l.trim_start().starts_with("limits")
+            && l.contains("none of its own: a Rust function or actor runs inside its worker")),
+        "{info}{err}"
+    );
+    client.cancel(vec![function]).await.unwrap();
     // Following a finished task prints its last attempt and ends.
     let (code, log, _) = escher(&cluster, &["logs", "-f", &id]);
     assert_eq!((code, log.as_str()), (0, "attempt 2\n"));

@@ -330,15 +330,28 @@ impl InfoArgs {
         if ctx.json {
             ctx.emit_json(&info)?;
         } else {
-            // What its node holds its command tasks to, from the node's labels (a reader of
-            // the task may read the cluster status too; a failure only leaves the line out).
-            let limits = match (&info.spec.kind, info.status.node) {
-                (TaskKind::Command { .. }, Some(id)) => client
+            // What its node holds the task to, from the node's labels (a reader of the task
+            // may read the cluster status too; a failure only leaves the line out): a command,
+            // a Python function or a Python actor runs in a cgroup of its own held to its
+            // request; a Rust function or actor runs inside the worker's process.
+            let held_alone = match &info.spec.kind {
+                TaskKind::Command { .. } => true,
+                TaskKind::Function { name, .. } => name == PYTHON,
+                TaskKind::Actor(actor) => actor.class == PYTHON,
+                TaskKind::Ghost { .. } => false,
+            };
+            let limits = match (held_alone, &info.spec.kind, info.status.node) {
+                (true, _, Some(id)) => client
                     .cluster_status()
                     .await
                     .ok()
                     .and_then(|c| c.nodes.into_iter().find(|n| n.id == id))
                     .map(|n| limits_held(&n.name, &n.labels)),
+                (false, TaskKind::Function { .. } | TaskKind::Actor(_), _) => Some(
+                    "none of its own: a Rust function or actor runs inside its worker's process, \
+                     held only to what the worker is"
+                        .to_string(),
+                ),
                 _ => None,
             };
             ctx.emit(&render_info_with(&info, limits))?;
@@ -346,6 +359,10 @@ impl InfoArgs {
         Ok(ExitCode::SUCCESS)
     }
 }
+
+/// The built-in function and actor class that run Python (`worker/src/python`): their tasks
+/// run in interpreters held to each task's request, as commands are.
+const PYTHON: &str = "escher.python";
 
 /// What node `name` holds its command tasks to, from its [`LIMITS_LABEL`] and
 /// [`LIMITS_MISSING_LABEL`]: what is held and, where some are not, what is not.
