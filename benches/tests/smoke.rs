@@ -139,5 +139,8 @@ fn help_lists_the_options() {
         .filter_map(|l| l.split_once(':').map(|(name, _)| name.trim()))
         .filter(|name| !["all", "thesis"].contains(name))
         .collect();
-    assert_eq!(in_all, WORKLOADS, "the workloads of `all`, as --help lists them");
+    assert_eq!(
+        in_all, WORKLOADS,
+        "the workloads of `all`, as --help lists them"
+    );
 }

@@ -138,7 +138,8 @@ pub(super) async fn partition_on_cluster(
 ) -> anyhow::Result<serde_json::Value> {
     let models = [GpuModel::A100_40GB; 3];
     let scale = ctx.size.pick(0.02, 0.05, 0.05);
-    let (seed, count) = ctx.size.pick((1, 10), (1, 20), (1, 40));
+    // The in-memory part's first seed and count at each size, so that the two compare.
+    let (seed, count) = ctx.size.pick((1, 20), (1, 40), (1, 60));
     let arrivals = workload(&models, count, 60_000, seed);
     println!(
         "Slices on demand on a cluster (3 simulated A100-40GB, {count} requests over 60 s, seed \
