@@ -43,6 +43,26 @@ fn job(work: &str, ask: &str) -> TaskSpec {
     .expect("a valid spec")
 }
 
+/// A head and one worker, `w1` (`cpu=8`), whose simulated GPUs are `gpus` (`--sim-gpu`'s
+/// texts), reconfiguring at 0.05 of MIGRator's latencies, with `env` in its environment; a
+/// client.
+async fn cluster_with_gpus(gpus: &[&str], env: Vec<(String, String)>) -> (ProcessCluster, Client) {
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    let mut args: Vec<String> = gpus
+        .iter()
+        .flat_map(|g| ["--sim-gpu".to_string(), g.to_string()])
+        .collect();
+    args.extend(["--sim-mig-latency-scale".to_string(), "0.05".to_string()]);
+    cluster.next_workers(WorkerExtra {
+        env,
+        args,
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=8").await;
+    let client = cluster.client().await;
+    (cluster, client)
+}
+
 async fn state(client: &Client, task: TaskId) -> TaskState {
     client.task_info(task).await.expect("a status").status.state
 }
@@ -67,22 +87,8 @@ async fn pending_tasks(client: &Client) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
     common::init_tracing();
-    let mut cluster = ProcessCluster::builder().workers(0).start().await;
-    cluster.next_workers(WorkerExtra {
-        args: [
-            "--sim-gpu",
-            "h100-80gb:mig=",
-            "--sim-gpu",
-            "a100-40gb:mig=",
-            "--sim-mig-latency-scale",
-            "0.05",
-        ]
-        .map(str::to_string)
-        .to_vec(),
-        ..WorkerExtra::default()
-    });
-    cluster.start_worker("w1", "cpu=8").await;
-    let client = cluster.client().await;
+    let (cluster, client) =
+        cluster_with_gpus(&["h100-80gb:mig=", "a100-40gb:mig="], Vec::new()).await;
     let mut fleet = ClusterFleet::new(client.clone()).await.expect("a fleet");
     assert_eq!(fleet.gpus().len(), 2, "both simulated GPUs are in MIG mode");
     let h100 = 0usize;
@@ -339,23 +345,11 @@ async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_error_fails_the_gpu_closed_and_the_task_runs_on_another() {
     common::init_tracing();
-    let mut cluster = ProcessCluster::builder().workers(0).start().await;
-    cluster.next_workers(WorkerExtra {
-        env: vec![("ESCHER_SIM_MIG_FAIL".into(), "0:create".into())],
-        args: [
-            "--sim-gpu",
-            "h100-80gb:mig=",
-            "--sim-gpu",
-            "h100-80gb:mig=",
-            "--sim-mig-latency-scale",
-            "0.05",
-        ]
-        .map(str::to_string)
-        .to_vec(),
-        ..WorkerExtra::default()
-    });
-    cluster.start_worker("w1", "cpu=8").await;
-    let client = cluster.client().await;
+    let (cluster, client) = cluster_with_gpus(
+        &["h100-80gb:mig=", "h100-80gb:mig="],
+        vec![("ESCHER_SIM_MIG_FAIL".into(), "0:create".into())],
+    )
+    .await;
     let mut fleet = ClusterFleet::new(client.clone()).await.expect("a fleet");
     let a = fleet.submit(job("50", "mig.2g.20gb=1")).await.unwrap();
     assert!(
@@ -419,20 +413,7 @@ async fn slices(client: &Client) -> Vec<(u32, String, u8, String)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_outlive_a_worker_restart_and_are_adopted_as_they_are() {
     common::init_tracing();
-    let mut cluster = ProcessCluster::builder().workers(0).start().await;
-    cluster.next_workers(WorkerExtra {
-        args: [
-            "--sim-gpu",
-            "h100-80gb:mig=",
-            "--sim-mig-latency-scale",
-            "0.05",
-        ]
-        .map(str::to_string)
-        .to_vec(),
-        ..WorkerExtra::default()
-    });
-    cluster.start_worker("w1", "cpu=8").await;
-    let client = cluster.client().await;
+    let (mut cluster, client) = cluster_with_gpus(&["h100-80gb:mig="], Vec::new()).await;
     assert!(slices(&client).await.is_empty(), "no slice at start");
     let mut fleet = ClusterFleet::new(client.clone()).await.expect("a fleet");
     let a = fleet.submit(job("10", "mig.2g.20gb=1")).await.unwrap();
