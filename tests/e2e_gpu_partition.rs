@@ -87,7 +87,7 @@ async fn pending_tasks(client: &Client) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
     common::init_tracing();
-    let (cluster, client) =
+    let (_cluster, client) =
         cluster_with_gpus(&["h100-80gb:mig=", "a100-40gb:mig="], Vec::new()).await;
     let mut fleet = ClusterFleet::new(client.clone()).await.expect("a fleet");
     assert_eq!(fleet.gpus().len(), 2, "both simulated GPUs are in MIG mode");
@@ -345,7 +345,7 @@ async fn slices_are_made_on_demand_reused_and_adopted_after_a_restart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_driver_error_fails_the_gpu_closed_and_the_task_runs_on_another() {
     common::init_tracing();
-    let (cluster, client) = cluster_with_gpus(
+    let (_cluster, client) = cluster_with_gpus(
         &["h100-80gb:mig=", "h100-80gb:mig="],
         vec![("ESCHER_SIM_MIG_FAIL".into(), "0:create".into())],
     )
