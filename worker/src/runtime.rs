@@ -401,29 +401,28 @@ impl Runtime {
         self.connecting = Some(Box::pin(connect(head, request, secret, delay)));
     }
 
+    /// Connects again at once (the head named where, or asked for a new registration), but
+    /// not in a tight loop if replicas keep pointing at each other or keep asking: every
+    /// eighth try in a row waits a back-off delay.
+    fn reconnect_soon(&mut self) {
+        self.failures += 1;
+        let delay = if self.failures.is_multiple_of(8) {
+            self.backoff.next_delay()
+        } else {
+            Duration::ZERO
+        };
+        self.reconnect(delay);
+    }
+
     fn connect_failed(&mut self, error: ConnectError) {
         match error {
             ConnectError::Redirected(url) => {
                 tracing::debug!(%url, "following the head group's leader");
-                self.failures += 1;
-                // At once, but not in a tight loop if replicas keep pointing at each other.
-                let delay = if self.failures.is_multiple_of(8) {
-                    self.backoff.next_delay()
-                } else {
-                    Duration::ZERO
-                };
-                self.reconnect(delay);
+                self.reconnect_soon();
             }
             ConnectError::RegisterAgain(why) => {
                 tracing::info!(node = ?self.node_id, %why, "the head asks this worker to register again");
-                self.failures += 1;
-                // At once, but not in a tight loop if it keeps asking.
-                let delay = if self.failures.is_multiple_of(8) {
-                    self.backoff.next_delay()
-                } else {
-                    Duration::ZERO
-                };
-                self.reconnect(delay);
+                self.reconnect_soon();
             }
             ConnectError::Unknown(status) => {
                 tracing::warn!(node = ?self.node_id, running = self.tasks.len(), reason = %status.message(), "the head group does not know this worker; registering as a new node and cancelling the tasks no head knows");
