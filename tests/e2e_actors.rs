@@ -1155,12 +1155,14 @@ async fn watchers_see_an_actor_ready_restarting_and_dead_beside_its_task_attempt
         events[1].at_ms
     );
 
-    // A constructor that fails: never ready, dead with its reason.
+    // A constructor that fails: never ready, dead with its reason. The handle is kept until
+    // the death is seen: the last handle of an owned actor dropped ends it ("cancelled by
+    // request"), which would race the constructor's own failure.
     let bad = within("create", client.actor(Task::actor_typed("Picky", &"")))
         .await
-        .unwrap()
-        .id();
-    let events = actor_events(&mut watch, bad, died).await;
+        .unwrap();
+    let events = actor_events(&mut watch, bad.id(), died).await;
+    drop(bad);
     assert_eq!(
         events.iter().map(line).collect::<Vec<_>>(),
         ["started #1", "died #1"]

@@ -1,5 +1,6 @@
 //! Python tasks held to their tenant, tried as an attacker would against a real head, a real
-//! worker and a real Python interpreter (`python3` with `cloudpickle`, which CI has): a
+//! worker and a real Python interpreter (`python3` with `cloudpickle` from PyPI, which
+//! `.ci/run` installs; hence the tests' `needs_pypi` marker): a
 //! function planted under another function's SHA-256 is refused before any interpreter
 //! loads it (inline, or through a store task), a store task of one namespace is nothing to
 //! another's calls, and what a Python function prints is its task's output (`escher logs`),
@@ -54,7 +55,7 @@ fn pickles() -> Pickles {
     let out = Command::new("python3")
         .args(["-c", MAKE])
         .output()
-        .expect("python3 runs (CI has it, with cloudpickle)");
+        .expect("python3 runs (with cloudpickle from PyPI: `python3 -m pip install cloudpickle`; CI installs it)");
     assert!(
         out.status.success(),
         "making the pickles failed: {}",
@@ -129,7 +130,7 @@ async fn app(admin: &Client, namespace: &str) -> Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_function_planted_under_another_hash_is_refused_and_the_store_is_per_namespace() {
+async fn needs_pypi_a_function_planted_under_another_hash_is_refused_and_the_store_is_per_namespace() {
     let p = pickles();
     let cluster = within(
         "starting",
@@ -178,7 +179,7 @@ async fn a_function_planted_under_another_hash_is_refused_and_the_store_is_per_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn what_a_python_function_prints_is_its_tasks_output() {
+async fn needs_pypi_what_a_python_function_prints_is_its_tasks_output() {
     let p = pickles();
     let cluster = within(
         "starting",

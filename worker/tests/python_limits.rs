@@ -1,9 +1,9 @@
-//! Python tasks and actors held to their requests, as command tasks are (`limits.rs`), against
-//! a real interpreter (`python3` with `cloudpickle`, which CI has) on a root worker (CI runs as
-//! root): a warm interpreter holds the limits of each task it runs in turn, a CPU hog asking
-//! `cpu=0.2` measured against its quota by its cgroup's own counter, a memory hog failed with
-//! "exceeded its memory request" and the next task running fine, a warm interpreter holding
-//! more than the next task's memory limit replaced by a fresh one, a fork bomb held to the
+//! Python tasks and actors held to their requests, as command tasks are (`limits.rs`), against a
+//! real interpreter (`python3` with `cloudpickle` from PyPI, which `.ci/run` installs) on a root
+//! worker (CI runs as root): a warm interpreter holds the limits of each task it runs in turn, a
+//! CPU hog asking `cpu=0.2` measured against its quota by its cgroup's own counter, a memory hog
+//! failed with "exceeded its memory request" and the next task running fine, a warm interpreter
+//! holding more than the next task's memory limit replaced by a fresh one, a fork bomb held to the
 //! process limit while a neighbour starts its processes, and an actor that allocates past its
 //! request ended with that reason; and a worker without task cgroups holding Python tasks to
 //! nothing, as its node's labels say.
@@ -133,7 +133,7 @@ fn pickles() -> Pickles {
     let out = Command::new("python3")
         .args(["-c", MAKE])
         .output()
-        .expect("python3 runs (CI has it, with cloudpickle)");
+        .expect("python3 runs (with cloudpickle from PyPI: `python3 -m pip install cloudpickle`; CI installs it)");
     assert!(
         out.status.success(),
         "making the pickles failed: {}",
@@ -459,7 +459,7 @@ async fn needs_root_a_python_actor_past_its_memory_request_dies_saying_so() {
 /// it holds its commands, and says so: its node's labels name every limit as missing, and a
 /// Python task asking for 64 MiB fills 128 MiB and succeeds.
 #[tokio::test]
-async fn a_worker_without_cgroups_says_its_python_tasks_are_held_to_nothing() {
+async fn needs_pypi_a_worker_without_cgroups_says_its_python_tasks_are_held_to_nothing() {
     let p = pickles();
     let mut head = FakeHead::start(HEARTBEAT).await;
     let w = RunningWorker::start(
