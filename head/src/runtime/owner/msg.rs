@@ -76,6 +76,11 @@ pub(crate) enum Msg {
         after: Option<u64>,
         reply: oneshot::Sender<Result<Subscription, Status>>,
     },
+    /// A client renews its object session: answered with the lapse time (leader only).
+    RenewObjectSession {
+        session: u64,
+        reply: oneshot::Sender<Result<std::time::Duration, Status>>,
+    },
 }
 
 impl std::fmt::Debug for Msg {
@@ -93,6 +98,7 @@ impl std::fmt::Debug for Msg {
             Msg::Outboxes { .. } => "Outboxes",
             Msg::ChangeHeads { .. } => "ChangeHeads",
             Msg::Watch { .. } => "Watch",
+            Msg::RenewObjectSession { .. } => "RenewObjectSession",
         })
     }
 }
@@ -127,7 +133,17 @@ impl<S: LogStore> Owner<S> {
                 command,
                 key,
                 reply,
-            } => self.propose(command, key, Pending::Reply(reply)),
+            } => {
+                if let Command::CloseObjectSession { session, .. } = &command
+                    && self.leading
+                {
+                    // What the close keeps (pinned objects) goes once no task pins it.
+                    let lapse = self.config.object_session_lapse;
+                    self.sessions
+                        .closed(*session, lapse, std::time::Instant::now());
+                }
+                self.propose(command, key, Pending::Reply(reply));
+            }
             Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
             // A lone head whose disk is full still answers reads: its state holds every write
             // it acknowledged, and no other replica can have acknowledged more.
@@ -223,6 +239,21 @@ impl<S: LogStore> Owner<S> {
                     self.watch.subscribe(filter, after)
                 } else {
                     Err(self.not_leader())
+                };
+                let _ = reply.send(answer);
+            }
+            Msg::RenewObjectSession { session, reply } => {
+                let answer = if !self.leading {
+                    Err(self.not_leader())
+                } else if self.cannot_lead_now() {
+                    Err(self.stalled_status())
+                } else if !self.replica.state().objects().session_given(session) {
+                    Err(Status::not_found(format!(
+                        "unknown object session {session}: the head never gave it out"
+                    )))
+                } else {
+                    self.sessions.renew(session, std::time::Instant::now());
+                    Ok(self.config.object_session_lapse)
                 };
                 let _ = reply.send(answer);
             }
