@@ -154,7 +154,11 @@ async fn a_client_killed_without_closing_leaks_nothing_once_its_session_lapses()
 
     // Alive and idle, it keeps them past the lapse.
     tokio::time::sleep(LAPSE * 3).await;
-    assert_eq!(listed(&admin).await, owner.ids, "a live client's objects stay");
+    assert_eq!(
+        listed(&admin).await,
+        owner.ids,
+        "a live client's objects stay"
+    );
 
     owner.kill();
     released(&admin, &owner.ids, store.path(), before).await;

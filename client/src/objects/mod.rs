@@ -20,7 +20,7 @@ mod session;
 mod transfer;
 
 pub use refs::ObjectRef;
+pub use results::REBUILD_PATIENCE;
 pub use session::ClosedSession;
 pub(crate) use session::Puts;
-pub use results::REBUILD_PATIENCE;
 pub use transfer::{ObjectTransferError, fetch_object, push_object};

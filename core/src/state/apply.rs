@@ -403,12 +403,8 @@ impl ClusterState {
                 namespace,
                 sees_everything,
             } => {
-                let (released, pinned) = self.close_object_session(
-                    session,
-                    namespace.as_ref(),
-                    sees_everything,
-                    now,
-                )?;
+                let (released, pinned) =
+                    self.close_object_session(session, namespace.as_ref(), sees_everything, now)?;
                 Reply::ObjectSessionClosed { released, pinned }
             }
             Command::RecordDecision {

@@ -698,7 +698,8 @@ impl ClusterState {
     ) -> Result<(Vec<ObjectId>, Vec<ObjectId>), ApplyError> {
         // (A session that owns objects is known, given out or not: copies are reported with
         // the ids their client chose.)
-        if !self.objects.session_given(session) && self.objects.session_objects(session).next().is_none()
+        if !self.objects.session_given(session)
+            && self.objects.session_objects(session).next().is_none()
         {
             return Err(ApplyError::UnknownObjectSession(session));
         }

@@ -96,7 +96,12 @@ impl ObjectSessions {
     /// one of them is not pinned by a task: [`owning`]): each has not been renewed for `lapse`,
     /// owns an object no task pins, and has no close proposed in the last [`RETRY`]. A session
     /// seen for the first time starts its clock now. Each returned session counts as proposed.
-    pub(crate) fn lapsed(&mut self, owning: &[(u64, bool)], lapse: Duration, now: Instant) -> Vec<u64> {
+    pub(crate) fn lapsed(
+        &mut self,
+        owning: &[(u64, bool)],
+        lapse: Duration,
+        now: Instant,
+    ) -> Vec<u64> {
         let known: BTreeSet<u64> = owning.iter().map(|(s, _)| *s).collect();
         for session in &known {
             self.renewed.entry(*session).or_insert(now);

@@ -127,7 +127,11 @@ impl<S: LogStore> Owner<S> {
         let owning = crate::runtime::object_sessions::owning(self.replica.state());
         let lapse = self.config.object_session_lapse;
         for session in self.sessions.lapsed(&owning, lapse, now) {
-            tracing::info!(session, ?lapse, "object session lapsed: releasing its objects");
+            tracing::info!(
+                session,
+                ?lapse,
+                "object session lapsed: releasing its objects"
+            );
             let command = Command::CloseObjectSession {
                 session,
                 namespace: None,
