@@ -141,6 +141,24 @@ fn closing_again_changes_nothing_and_an_unknown_session_is_refused_naming_it() {
 }
 
 #[test]
+fn a_session_is_renewed_only_by_a_caller_who_sees_its_objects() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let (app, other) = (Some(ns("app")), Some(ns("other")));
+    let s = open(&mut t);
+    // Given out, owning nothing yet: its client's first put may be on its way.
+    assert!(t.state.may_renew_session(s, other.as_ref(), false));
+    seal(&mut t, ObjectId(s, 0), a, Some("app"));
+    assert!(t.state.may_renew_session(s, app.as_ref(), false));
+    assert!(t.state.may_renew_session(s, None, true));
+    assert!(!t.state.may_renew_session(s, other.as_ref(), false));
+    assert!(
+        !t.state.may_renew_session(s + 1, None, true),
+        "never given out"
+    );
+}
+
+#[test]
 fn a_caller_closes_only_its_namespaces_objects_and_the_admin_every_one() {
     let mut t = TestState::new();
     let a = data_node(&mut t, "a");

@@ -715,6 +715,21 @@ impl ClusterState {
         Ok((released, pinned))
     }
 
+    /// Whether a caller of namespace `ns` may renew object session `session`: it was given
+    /// out, and it owns nothing yet or an object the caller may see (a caller cannot keep
+    /// another namespace's session from lapsing).
+    pub fn may_renew_session(
+        &self,
+        session: u64,
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+    ) -> bool {
+        let mut owned = self.objects.session_objects(session).peekable();
+        self.objects.session_given(session)
+            && (owned.peek().is_none()
+                || owned.any(|(_, rec)| visible(rec.namespace.as_ref(), ns, sees_everything)))
+    }
+
     /// The objects that a pending or running task takes as an argument: a session that ends
     /// keeps them until the task does.
     pub fn object_pins(&self) -> BTreeSet<ObjectId> {

@@ -203,11 +203,19 @@ impl ClusterService {
         &self,
         request: Request<wire::ObjectSessionRequest>,
     ) -> Result<Response<wire::RenewObjectSessionReply>, Status> {
-        crate::auth::caller(&request)?;
-        let session = request.into_inner().session;
+        let caller = crate::auth::caller(&request)?;
+        let request = request.into_inner();
+        let namespace = caller.namespace(requested(&request.namespace)?)?;
+        let session = request.session;
+        let sees_everything = caller.sees_everything();
         let lapse = self
             .owner
-            .ask(|reply| Msg::RenewObjectSession { session, reply })
+            .ask(|reply| Msg::RenewObjectSession {
+                session,
+                namespace,
+                sees_everything,
+                reply,
+            })
             .await??;
         Ok(Response::new(wire::RenewObjectSessionReply {
             lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),

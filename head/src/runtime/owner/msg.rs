@@ -79,6 +79,8 @@ pub(crate) enum Msg {
     /// A client renews its object session: answered with the lapse time (leader only).
     RenewObjectSession {
         session: u64,
+        namespace: Option<escher_proto::types::Namespace>,
+        sees_everything: bool,
         reply: oneshot::Sender<Result<std::time::Duration, Status>>,
     },
 }
@@ -242,14 +244,24 @@ impl<S: LogStore> Owner<S> {
                 };
                 let _ = reply.send(answer);
             }
-            Msg::RenewObjectSession { session, reply } => {
+            Msg::RenewObjectSession {
+                session,
+                namespace,
+                sees_everything,
+                reply,
+            } => {
                 let answer = if !self.leading {
                     Err(self.not_leader())
                 } else if self.cannot_lead_now() {
                     Err(self.stalled_status())
-                } else if !self.replica.state().objects().session_given(session) {
+                } else if !self.replica.state().may_renew_session(
+                    session,
+                    namespace.as_ref(),
+                    sees_everything,
+                ) {
                     Err(Status::not_found(format!(
-                        "unknown object session {session}: the head never gave it out"
+                        "unknown object session {session} (the head never gave it out, or its \
+                         objects are another namespace's)"
                     )))
                 } else {
                     self.sessions.renew(session, std::time::Instant::now());
