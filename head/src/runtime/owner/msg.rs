@@ -347,6 +347,34 @@ mod tests {
     }
 
     #[test]
+    fn a_renewal_needs_the_leader_and_a_session_it_gave_out() {
+        let renew = |owner: &mut super::super::Owner<_>| {
+            let (reply, mut rx) = oneshot::channel();
+            owner.handle(Msg::RenewObjectSession {
+                session: crate::state::FIRST_SESSION,
+                namespace: None,
+                sees_everything: true,
+                reply,
+            });
+            rx.try_recv().unwrap().unwrap_err()
+        };
+        let mut owner = test_owner();
+        assert_eq!(renew(&mut owner).code(), tonic::Code::Unavailable);
+        owner.on_role(escher_proto::types::ReplicaRole::Leader, Some(1));
+        let status = renew(&mut owner);
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(
+            status.message().contains("unknown object session"),
+            "{status:?}"
+        );
+        assert_eq!(
+            owner.sessions.len(),
+            0,
+            "no clock for a session never given out"
+        );
+    }
+
+    #[test]
     fn a_message_shows_its_kind_only() {
         let (reply, _rx) = oneshot::channel();
         let msg = Msg::Apply {
