@@ -255,6 +255,11 @@ impl Client {
             .get_or_init(|| crate::objects::Puts::start(self.clone().detached()))
     }
 
+    /// This client's objects, if it ever put one.
+    pub(crate) fn puts_started(&self) -> Option<&crate::objects::Puts> {
+        self.background.puts.get()
+    }
+
     /// This client's waiter (see `results.rs`), started on first use.
     pub(crate) fn waiter(&self) -> &mpsc::UnboundedSender<results::Job> {
         self.background

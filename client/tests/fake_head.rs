@@ -898,6 +898,18 @@ impl Cluster for FakeHead {
     ) -> Result<Response<wire::ListObjectsReply>, Status> {
         Err(Status::unimplemented("the fake head keeps no objects"))
     }
+    async fn renew_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::RenewObjectSessionReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
+    async fn close_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::CloseObjectSessionReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
 
     async fn backup(
         &self,

@@ -878,8 +878,13 @@ impl Session {
         Ok(Actor::new(handle))
     }
 
-    /// Stops the embedded cluster, if this session owns one.
+    /// Closes the client's object session (every object it put is released at once), then
+    /// stops the embedded cluster, if this session owns one. A head that cannot be reached to
+    /// close is not an error here: the session lapses on its own.
     fn shutdown(&self, py: Python<'_>) -> PyResult<()> {
+        let client = self.client.clone();
+        // Unreachable, the session lapses instead: nothing to tell the caller.
+        let _ = wait_for(py, async move { client.close_object_session().await })?;
         let cluster = self
             .cluster
             .lock()

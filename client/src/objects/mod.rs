@@ -8,14 +8,19 @@
 //! - [`Client::put`](crate::Client::put), [`Client::get_object`](crate::Client::get_object)
 //!   and [`ObjectRef`] (`refs.rs`): objects through the head's table, released when their
 //!   last reference is dropped.
+//! - The client's object session (`session.rs`): the background task that releases, renews
+//!   the session while the client lives, and closes it when the client goes
+//!   ([`Client::close_object_session`](crate::Client::close_object_session)).
 //! - A task's result kept as an object (`results.rs`): read from its holder, rebuilt by
 //!   lineage, owned through [`Client::result_ref`](crate::Client::result_ref).
 
 mod refs;
 mod results;
+mod session;
 mod transfer;
 
 pub use refs::ObjectRef;
-pub(crate) use refs::Puts;
 pub use results::REBUILD_PATIENCE;
+pub use session::ClosedSession;
+pub(crate) use session::Puts;
 pub use transfer::{ObjectTransferError, fetch_object, push_object};

@@ -15,18 +15,19 @@
 //! last one is dropped the object is released. Releases travel in batches (`ReleaseObjects`)
 //! from a background task of the client, started with its first `put`; the head then deletes
 //! the copies and their location resources. An id copied out of a ref ([`ObjectRef::id`])
-//! does not keep the object.
+//! does not keep the object. The same task keeps the client's object session and closes it
+//! (`session.rs`).
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
 use escher_proto::convert::object_id;
 use escher_proto::types::{ObjectId, ObjectView};
 use escher_proto::wire;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::mpsc;
 
 use super::{fetch_object, push_object};
 use crate::{Client, ClientError};
@@ -35,50 +36,6 @@ use crate::{Client, ClientError};
 const PUSH_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
 /// How long a put keeps trying a push the worker could not take yet.
 const PUSH_PATIENCE: Duration = Duration::from_secs(10);
-
-/// The most ids one `ReleaseObjects` call carries.
-const MAX_RELEASE_BATCH: usize = 10_000;
-
-/// A client's objects: its session, the next index, and the queue of releases.
-#[derive(Debug)]
-pub(crate) struct Puts {
-    /// The object session the head gave this client (0: none yet).
-    session: Mutex<u64>,
-    /// The next object index.
-    next: AtomicU64,
-    /// Ids whose last reference was dropped, to the release task.
-    releases: mpsc::UnboundedSender<ObjectId>,
-}
-
-impl Puts {
-    /// A client's object state, its release task started (in the caller's runtime).
-    pub(crate) fn start(client: Client) -> Puts {
-        let (tx, rx) = mpsc::unbounded_channel();
-        tokio::spawn(release(client, rx));
-        Puts {
-            session: Mutex::new(0),
-            next: AtomicU64::new(0),
-            releases: tx,
-        }
-    }
-}
-
-/// Sends released ids in batches until every sender (the client's state and every ref) is
-/// gone. A failed release is logged: the objects stay until their owner's session ends.
-async fn release(client: Client, mut rx: mpsc::UnboundedReceiver<ObjectId>) {
-    while let Some(first) = rx.recv().await {
-        let mut ids = vec![first];
-        while ids.len() < MAX_RELEASE_BATCH {
-            match rx.try_recv() {
-                Ok(id) => ids.push(id),
-                Err(_) => break,
-            }
-        }
-        if let Err(err) = client.release_objects(&ids).await {
-            tracing::warn!(count = ids.len(), %err, "could not release objects");
-        }
-    }
-}
 
 /// A reference to an object this client put: [`get`](Self::get) reads it, and dropping the
 /// last clone releases it (its copies are deleted). Cheap to clone.
@@ -162,6 +119,7 @@ impl Client {
             if *session == 0 {
                 let placed = self.place_object(0, index, size).await?;
                 *session = placed.session;
+                puts.opened(placed.session);
                 placed
             } else {
                 let s = *session;
@@ -330,7 +288,7 @@ impl Client {
         .await
     }
 
-    fn namespace_text(&self) -> String {
+    pub(crate) fn namespace_text(&self) -> String {
         self.namespace()
             .map(|ns| ns.as_str().to_string())
             .unwrap_or_default()

@@ -398,6 +398,15 @@ impl ClusterState {
                 now,
             )),
             Command::OpenObjectSession => Reply::ObjectSession(self.open_object_session()),
+            Command::CloseObjectSession {
+                session,
+                namespace,
+                sees_everything,
+            } => {
+                let (released, pinned) =
+                    self.close_object_session(session, namespace.as_ref(), sees_everything, now)?;
+                Reply::ObjectSessionClosed { released, pinned }
+            }
             Command::RecordDecision {
                 source,
                 action,

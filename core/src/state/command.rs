@@ -248,6 +248,18 @@ pub enum Command {
         /// Why.
         reason: String,
     },
+    /// Object session `session` ended: every object it owns that the caller may see leaves
+    /// the table (as `ObjectsReleased` would release it), except those a pending or running
+    /// task takes as an argument, which stay until that task ends. Sent by a client that
+    /// closes, and by the leader for a session that lapsed (`objects.rs`). Data format 8 on.
+    CloseObjectSession {
+        /// The session.
+        session: u64,
+        /// The caller's namespace: another namespace's objects stay.
+        namespace: Option<Namespace>,
+        /// Whether the caller is an admin (or the leader), who releases every namespace's.
+        sees_everything: bool,
+    },
 }
 
 impl Command {
@@ -281,6 +293,7 @@ impl Command {
             Command::ObjectsReleased { .. } => "objects_released",
             Command::OpenObjectSession => "open_object_session",
             Command::RecordDecision { .. } => "record_decision",
+            Command::CloseObjectSession { .. } => "close_object_session",
         }
     }
 }
@@ -322,6 +335,13 @@ pub enum Reply {
     ObjectsReleased(Vec<ObjectId>),
     /// A new object session number.
     ObjectSession(u64),
+    /// What closing an object session did.
+    ObjectSessionClosed {
+        /// The objects released.
+        released: Vec<ObjectId>,
+        /// The objects kept because a pending or running task takes them as an argument.
+        pinned: Vec<ObjectId>,
+    },
 }
 
 /// Work for the runtime that applying a command asked for. Only the leader performs them.

@@ -128,6 +128,12 @@ pub enum ApplyError {
     /// namespace's, or it was freed so long ago that its id is forgotten).
     #[error("unknown object {0} (objects are per namespace)")]
     UnknownObject(ObjectId),
+    /// No object session has this number: it was never given out.
+    #[error(
+        "unknown object session {0}: the head never gave it out (a session is the owner part \
+         of the ids of the objects a client puts)"
+    )]
+    UnknownObjectSession(u64),
     /// The object was released by its owner: its copies are deleted.
     #[error("object {0} was freed: its owner released it, and its copies are deleted")]
     ObjectFreed(ObjectId),
@@ -421,6 +427,7 @@ impl ApplyError {
                 | ApplyError::UnknownActorName(_)
                 | ApplyError::UnknownObject(_)
                 | ApplyError::ObjectFreed(_)
+                | ApplyError::UnknownObjectSession(_)
                 | ApplyError::NotAnActor(_)
                 | ApplyError::UnknownToken(_)
                 | ApplyError::NoSuchGpu { .. }

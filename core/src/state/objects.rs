@@ -1,6 +1,8 @@
 //! The object table (docs/ARCHITECTURE.md "Objects"): every object's id, size, checksum,
 //! owner, namespace and the nodes that hold a copy, changed only by `ObjectsSealed` (new
-//! copies), `ObjectsReleased` (the owner let go) and a node's loss.
+//! copies), `ObjectsReleased` (the owner let go), `CloseObjectSession` (a session ended: its
+//! client closed, or the leader saw it lapse; what a pending or running task takes as an
+//! argument stays until that task ends) and a node's loss.
 //!
 //! The location of a copy is published the escher way: the node that holds a copy of object
 //! `O` of namespace `NS` carries the ephemeral resource `NS/object.O` (the admin's objects:
@@ -131,6 +133,37 @@ impl ObjectTable {
             .filter_map(|id| self.objects.get(&id))
             .map(|r| r.size)
             .sum()
+    }
+
+    /// Whether object session `session` was given out (`OpenObjectSession`).
+    pub fn session_given(&self, session: u64) -> bool {
+        (FIRST_SESSION..=self.last_session).contains(&session)
+    }
+
+    /// The objects session `session` owns (live and lost), by id: the ids `(session, _)`.
+    pub fn session_objects(
+        &self,
+        session: u64,
+    ) -> impl Iterator<Item = (ObjectId, &ObjectRecord)> + '_ {
+        self.objects
+            .range(ObjectId(session, 0)..=ObjectId(session, u64::MAX))
+            .map(|(id, rec)| (*id, rec))
+    }
+
+    /// The object sessions that own at least one object in the table, in order. (A session's
+    /// objects are the ids `(session, _)`, from [`FIRST_SESSION`] up: a walk by range that
+    /// skips from one session to the next, not over every object.)
+    pub fn sessions_with_objects(&self) -> Vec<u64> {
+        let mut sessions = Vec::new();
+        let mut from = ObjectId(FIRST_SESSION, 0);
+        while let Some((id, _)) = self.objects.range(from..).next() {
+            sessions.push(id.0);
+            let Some(next) = id.0.checked_add(1) else {
+                break;
+            };
+            from = ObjectId(next, 0);
+        }
+        sessions
     }
 
     fn remember_freed(&mut self, id: ObjectId, now: Millis) {
@@ -646,5 +679,64 @@ impl ClusterState {
         let t = &mut self.objects;
         t.last_session = t.last_session.max(FIRST_SESSION - 1) + 1;
         t.last_session
+    }
+
+    /// `CloseObjectSession`: session `session` ended (its client closed, or the leader saw it
+    /// lapse). Every object it owns that a caller of namespace `ns` may see is released as
+    /// [`objects_released`](Self::objects_released) releases it, except the objects a pending
+    /// or running task takes as an argument ([`object_pins`](Self::object_pins)), which stay
+    /// until that task ends (a later close, or the leader's next lapse check, releases them).
+    /// Returns the ids released and the ids kept, each in id order. Closing a session that owns
+    /// nothing (closed before, or that never put) changes nothing; a number never given out
+    /// that owns nothing is refused, changing nothing.
+    pub(crate) fn close_object_session(
+        &mut self,
+        session: u64,
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+        now: Millis,
+    ) -> Result<(Vec<ObjectId>, Vec<ObjectId>), ApplyError> {
+        // (A session that owns objects is known, given out or not: copies are reported with
+        // the ids their client chose.)
+        if !self.objects.session_given(session)
+            && self.objects.session_objects(session).next().is_none()
+        {
+            return Err(ApplyError::UnknownObjectSession(session));
+        }
+        let pins = self.object_pins();
+        let (pinned, released): (Vec<ObjectId>, Vec<ObjectId>) = self
+            .objects
+            .session_objects(session)
+            .filter(|(_, rec)| visible(rec.namespace.as_ref(), ns, sees_everything))
+            .map(|(id, _)| id)
+            .partition(|id| pins.contains(id));
+        // Every id is in the table and visible: none comes back unknown.
+        self.objects_released(&released, ns, sees_everything, now);
+        Ok((released, pinned))
+    }
+
+    /// Whether a caller of namespace `ns` may renew object session `session`: it was given
+    /// out, and it owns nothing yet or an object the caller may see (a caller cannot keep
+    /// another namespace's session from lapsing).
+    pub fn may_renew_session(
+        &self,
+        session: u64,
+        ns: Option<&Namespace>,
+        sees_everything: bool,
+    ) -> bool {
+        let mut owned = self.objects.session_objects(session).peekable();
+        self.objects.session_given(session)
+            && (owned.peek().is_none()
+                || owned.any(|(_, rec)| visible(rec.namespace.as_ref(), ns, sees_everything)))
+    }
+
+    /// The objects that a pending or running task takes as an argument: a session that ends
+    /// keeps them until the task does.
+    pub fn object_pins(&self) -> BTreeSet<ObjectId> {
+        self.tasks
+            .values()
+            .filter(|t| !t.state.is_terminal())
+            .flat_map(|t| t.object_args())
+            .collect()
     }
 }

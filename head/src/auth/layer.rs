@@ -92,7 +92,8 @@ pub fn need(path: &str) -> Option<Need> {
             "Submit" | "SubmitStream" | "Run" | "Wait" | "WaitStream" | "Cancel" | "Requeue"
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
             | "ReportTelemetry" | "Telemetry" | "ResolveActor" | "PlaceObject" | "ObjectsSealed"
-            | "ReleaseObjects" | "LocateObject" | "ListObjects" | "ReportPolicy",
+            | "ReleaseObjects" | "LocateObject" | "ListObjects" | "ReportPolicy"
+            | "RenewObjectSession" | "CloseObjectSession",
         ) => Need::Write,
         (
             "escher.v1.Cluster",

@@ -106,6 +106,11 @@ struct HeadArgs {
     /// pings each connection three times per period, so live clients are never cut.
     #[arg(long, env = "ESCHER_IDLE_TIMEOUT", value_name = "DURATION", default_value_t = HeadConfig::default().idle_timeout.into())]
     idle_timeout: humantime::Duration,
+    /// Release the objects of a client's object session once the client has not renewed it
+    /// for this long (`30s`, `2m`): a client that died without closing leaks nothing. Live
+    /// clients renew three times per period; a new leader gives every session a full period.
+    #[arg(long, env = "ESCHER_OBJECT_SESSION_LAPSE", value_name = "DURATION", default_value_t = HeadConfig::default().object_session_lapse.into())]
+    object_session_lapse: humantime::Duration,
     /// Serve Prometheus metrics on this loopback address (`127.0.0.1:9090`), at `/metrics`; a
     /// scrape carries a token like any call (`Authorization: Bearer TOKEN`, a reader token is
     /// enough).
@@ -245,6 +250,7 @@ impl TryFrom<HeadArgs> for HeadConfig {
             heartbeat_timeout: Duration::from_millis(args.heartbeat_timeout_ms),
             max_message_bytes: args.max_message_bytes,
             idle_timeout: args.idle_timeout.into(),
+            object_session_lapse: args.object_session_lapse.into(),
             metrics: args.metrics,
             dashboard: args.dashboard,
             watch_history: args.watch_history,

@@ -78,7 +78,8 @@ pub enum CodecError {
 /// | 5 | entries may hold `ObjectsSealed`, `ObjectsReleased` and `OpenObjectSession` (the last variants of `Command`), and a snapshot carries the object table after the image: always the incarnation, then the table ([`OBJECTS_FORMAT`]); a group writing an older format refuses objects |
 /// | 6 | entries may hold `RecordDecision` (the last variant of `Command`): an autoscaler's decisions, streamed to watchers ([`DECISIONS_FORMAT`]); a group writing an older format refuses them |
 /// | 7 | entries and snapshots may hold `TaskResult::Object` (its last variant): a function's result above 100 KiB kept in its worker's store, the head holding its reference ([`RESULT_OBJECTS_FORMAT`]); a group writing an older format fails such an attempt, saying why |
-pub const DATA_FORMAT: u16 = 7;
+/// | 8 | entries may hold `CloseObjectSession` (the last variant of `Command`; its reply, `Reply::ObjectSessionClosed`, the last of `Reply`): a session's objects released at once when its client closes or lapses ([`SESSIONS_FORMAT`]); a group writing an older format refuses a close, and its leader releases no lapsed session |
+pub const DATA_FORMAT: u16 = 8;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -104,6 +105,10 @@ pub const DECISIONS_FORMAT: u16 = 6;
 /// The first data format whose entries and snapshots may hold a task result kept as an object
 /// (`TaskResult::Object`): a group still writing an older one fails the attempt that made it.
 pub const RESULT_OBJECTS_FORMAT: u16 = 7;
+
+/// The first data format whose entries may hold `CloseObjectSession`: a client's close is
+/// refused, and a lapsed session's objects stay, while the group writes an older one.
+pub const SESSIONS_FORMAT: u16 = 8;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];

@@ -898,6 +898,22 @@ impl Cluster for ClusterService {
         self.do_list_objects(request).await
     }
 
+    /// A client keeps its object session (`objects_svc.rs`).
+    async fn renew_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::RenewObjectSessionReply>, Status> {
+        self.do_renew_object_session(request).await
+    }
+
+    /// A client ends its object session (`objects_svc.rs`).
+    async fn close_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::CloseObjectSessionReply>, Status> {
+        self.do_close_object_session(request).await
+    }
+
     /// The state as of a linearizable read (every write acknowledged before the call is in
     /// it), encoded as a snapshot image without the group's addresses (a restore names its own
     /// replicas), sent in pieces.

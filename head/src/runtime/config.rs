@@ -10,6 +10,13 @@ use thiserror::Error;
 use crate::replication::{ReplicaConfig, ReplicaConfigError};
 use crate::state::StateConfig;
 
+/// How long an object session lives without a renewal, unless `--object-session-lapse` says.
+pub const DEFAULT_OBJECT_SESSION_LAPSE: Duration = Duration::from_secs(30);
+
+/// The shortest lapse: a client renews three times per lapse, and the leader checks lapses
+/// once a second.
+pub const MIN_OBJECT_SESSION_LAPSE: Duration = Duration::from_secs(1);
+
 /// The head's runtime settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeadConfig {
@@ -26,6 +33,9 @@ pub struct HeadConfig {
     pub idle_timeout: Duration,
     /// How long a log request waits for the worker that holds the log.
     pub log_fetch_timeout: Duration,
+    /// An object session its client has not renewed for this long lapses: the leader releases
+    /// its objects (`runtime/object_sessions.rs`).
+    pub object_session_lapse: Duration,
     /// Settings of the replicated state.
     pub state: StateConfig,
     /// Which replica of which raft group this head is (a group of one by default). An empty
@@ -72,6 +82,7 @@ impl Default for HeadConfig {
             max_message_bytes: 64 * 1024 * 1024,
             idle_timeout: Duration::from_secs(30),
             log_fetch_timeout: Duration::from_secs(10),
+            object_session_lapse: DEFAULT_OBJECT_SESSION_LAPSE,
             state: StateConfig::default(),
             replica: ReplicaConfig::single(""),
             data_dir: None,
@@ -114,6 +125,12 @@ pub enum ConfigError {
          (ssh -L 8265:127.0.0.1:8265 HEAD-MACHINE)"
     )]
     DashboardNotLoopback(std::net::SocketAddr),
+    /// An object session lapse so short that live clients could not renew in time.
+    #[error(
+        "the object session lapse (--object-session-lapse {0:?}) must be at least 1s: clients \
+         renew three times per lapse"
+    )]
+    ObjectSessionLapse(Duration),
     /// An idle timeout so short that live clients could not answer the pings in time.
     #[error("the idle timeout ({0:?}) must be at least 1s")]
     IdleTimeout(Duration),
@@ -165,6 +182,9 @@ impl HeadConfig {
         }
         if self.idle_timeout < Duration::from_secs(1) {
             return Err(ConfigError::IdleTimeout(self.idle_timeout));
+        }
+        if self.object_session_lapse < MIN_OBJECT_SESSION_LAPSE {
+            return Err(ConfigError::ObjectSessionLapse(self.object_session_lapse));
         }
         if let Some(addr) = self.metrics
             && !addr.ip().is_loopback()
@@ -238,6 +258,18 @@ mod tests {
             dead_nodes_for: Duration::ZERO,
             ..RetentionPolicy::unbounded()
         };
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn an_object_session_lapse_under_a_second_is_refused_naming_the_flag() {
+        let mut config = HeadConfig {
+            object_session_lapse: Duration::from_millis(999),
+            ..HeadConfig::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("--object-session-lapse"), "{err}");
+        config.object_session_lapse = Duration::from_secs(1);
         config.validate().unwrap();
     }
 }

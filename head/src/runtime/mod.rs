@@ -19,7 +19,8 @@
 //! - `owner/`: the owner task and its loop (split by concern: messages, outputs, effects,
 //!   leadership, workers, logs); `proposals.rs`, `reads.rs`, `waiters.rs`,
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
-//!   links and the worker-report protocol);
+//!   links and the worker-report protocol); `object_sessions.rs`: when each client last
+//!   renewed its object session, for releasing the objects of one that lapsed;
 //! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;
 //! - `watch.rs`: the watch API's history of recent events and its watchers (bounded, never
 //!   waited for);
@@ -43,6 +44,7 @@ mod idle;
 mod link_svc;
 mod logs;
 mod metrics;
+mod object_sessions;
 mod objects_svc;
 mod owner;
 mod policies;

@@ -1,6 +1,8 @@
 //! The object calls of the `Cluster` service (docs/ARCHITECTURE.md "Objects"): where a `put`
 //! goes (`PlaceObject`), recording sealed copies (`ObjectsSealed`), releasing objects
-//! (`ReleaseObjects`), and where an object is (`LocateObject`, `ListObjects`).
+//! (`ReleaseObjects`), where an object is (`LocateObject`, `ListObjects`), and a client's
+//! object session kept (`RenewObjectSession`, the leader's clock in `object_sessions.rs`) or
+//! ended with every object it owns (`CloseObjectSession`).
 //!
 //! The bytes never come here: a client pushes them to the worker `PlaceObject` names, with the
 //! write ticket it signs, and a reader fetches them from a holder `LocateObject` names, with a
@@ -14,6 +16,7 @@ use tonic::{Request, Response, Status};
 
 use super::cluster_svc::ClusterService;
 use super::handle::{to_status, wants_stale};
+use super::owner::Msg;
 use super::owner::now_ms;
 use crate::state::{Command, Reply};
 
@@ -194,5 +197,51 @@ impl ClusterService {
         Ok(Response::new(wire::ListObjectsReply {
             objects: views.into_iter().map(Into::into).collect(),
         }))
+    }
+
+    pub(crate) async fn do_renew_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::RenewObjectSessionReply>, Status> {
+        let caller = crate::auth::caller(&request)?;
+        let request = request.into_inner();
+        let namespace = caller.namespace(requested(&request.namespace)?)?;
+        let session = request.session;
+        let sees_everything = caller.sees_everything();
+        let lapse = self
+            .owner
+            .ask(|reply| Msg::RenewObjectSession {
+                session,
+                namespace,
+                sees_everything,
+                reply,
+            })
+            .await??;
+        Ok(Response::new(wire::RenewObjectSessionReply {
+            lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),
+        }))
+    }
+
+    pub(crate) async fn do_close_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::CloseObjectSessionReply>, Status> {
+        let caller = crate::auth::caller(&request)?;
+        let request = request.into_inner();
+        let namespace = caller.namespace(requested(&request.namespace)?)?;
+        let command = Command::CloseObjectSession {
+            session: request.session,
+            namespace,
+            sees_everything: caller.sees_everything(),
+        };
+        match self.owner.apply(command, None).await? {
+            Reply::ObjectSessionClosed { released, pinned } => {
+                Ok(Response::new(wire::CloseObjectSessionReply {
+                    released: released.into_iter().map(Into::into).collect(),
+                    pinned: pinned.into_iter().map(Into::into).collect(),
+                }))
+            }
+            other => Err(unexpected(other)),
+        }
     }
 }

@@ -1622,6 +1622,33 @@ pub struct ListObjectsReply {
     #[prost(message, repeated, tag = "1")]
     pub objects: ::prost::alloc::vec::Vec<ObjectInfo>,
 }
+/// Names a client's object session (the owner part of the ids of the objects it puts).
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct ObjectSessionRequest {
+    /// The session, as `PlaceObject` gave it.
+    #[prost(uint64, tag = "1")]
+    pub session: u64,
+    /// The namespace of its objects; empty: the caller's own.
+    #[prost(string, tag = "2")]
+    pub namespace: ::prost::alloc::string::String,
+}
+/// A renewed object session.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct RenewObjectSessionReply {
+    /// How long the session lives without another renewal, in milliseconds.
+    #[prost(uint64, tag = "1")]
+    pub lapse_ms: u64,
+}
+/// What closing an object session did.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct CloseObjectSessionReply {
+    /// The objects released.
+    #[prost(message, repeated, tag = "1")]
+    pub released: ::prost::alloc::vec::Vec<ObjectKey>,
+    /// The objects kept until the pending or running tasks that take them as arguments end.
+    #[prost(message, repeated, tag = "2")]
+    pub pinned: ::prost::alloc::vec::Vec<ObjectKey>,
+}
 /// One method call.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct ActorCall {
@@ -3820,6 +3847,58 @@ pub mod cluster_client {
                 .insert(GrpcMethod::new("escher.v1.Cluster", "ListObjects"));
             self.inner.unary(req, path, codec).await
         }
+        /// A live client keeps its object session: the leader releases the objects of a session not
+        /// renewed for its lapse time (`--object-session-lapse`), which the reply names.
+        pub async fn renew_object_session(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RenewObjectSessionReply>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/escher.v1.Cluster/RenewObjectSession",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("escher.v1.Cluster", "RenewObjectSession"));
+            self.inner.unary(req, path, codec).await
+        }
+        /// A client that closes ends its object session: its objects are released at once (those a
+        /// pending or running task takes as an argument once that task ends).
+        pub async fn close_object_session(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CloseObjectSessionReply>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/escher.v1.Cluster/CloseObjectSession",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("escher.v1.Cluster", "CloseObjectSession"));
+            self.inner.unary(req, path, codec).await
+        }
         /// A client that acts on the cluster (an autoscaler) records a decision and why (admin):
         /// written through the log, streamed to watchers as a `decision` event.
         pub async fn record_decision(
@@ -4108,6 +4187,24 @@ pub mod cluster_server {
             request: tonic::Request<super::ListObjectsRequest>,
         ) -> std::result::Result<
             tonic::Response<super::ListObjectsReply>,
+            tonic::Status,
+        >;
+        /// A live client keeps its object session: the leader releases the objects of a session not
+        /// renewed for its lapse time (`--object-session-lapse`), which the reply names.
+        async fn renew_object_session(
+            &self,
+            request: tonic::Request<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::RenewObjectSessionReply>,
+            tonic::Status,
+        >;
+        /// A client that closes ends its object session: its objects are released at once (those a
+        /// pending or running task takes as an argument once that task ends).
+        async fn close_object_session(
+            &self,
+            request: tonic::Request<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::CloseObjectSessionReply>,
             tonic::Status,
         >;
         /// A client that acts on the cluster (an autoscaler) records a decision and why (admin):
@@ -5737,6 +5834,96 @@ pub mod cluster_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ListObjectsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/escher.v1.Cluster/RenewObjectSession" => {
+                    #[allow(non_camel_case_types)]
+                    struct RenewObjectSessionSvc<T: Cluster>(pub Arc<T>);
+                    impl<
+                        T: Cluster,
+                    > tonic::server::UnaryService<super::ObjectSessionRequest>
+                    for RenewObjectSessionSvc<T> {
+                        type Response = super::RenewObjectSessionReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ObjectSessionRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Cluster>::renew_object_session(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = RenewObjectSessionSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/escher.v1.Cluster/CloseObjectSession" => {
+                    #[allow(non_camel_case_types)]
+                    struct CloseObjectSessionSvc<T: Cluster>(pub Arc<T>);
+                    impl<
+                        T: Cluster,
+                    > tonic::server::UnaryService<super::ObjectSessionRequest>
+                    for CloseObjectSessionSvc<T> {
+                        type Response = super::CloseObjectSessionReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ObjectSessionRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Cluster>::close_object_session(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = CloseObjectSessionSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(

@@ -436,6 +436,18 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ListObjectsReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn renew_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::RenewObjectSessionReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
+    async fn close_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::CloseObjectSessionReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     type SubmitStreamStream = tokio_stream::Empty<Result<wire::SubmitStreamReply, Status>>;
     async fn submit_stream(
         &self,

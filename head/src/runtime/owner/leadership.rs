@@ -18,6 +18,11 @@ impl<S: LogStore> Owner<S> {
         let leads = role == ReplicaRole::Leader;
         tracing::info!(replica = self.replica.id(), %role, ?leader, "raft role changed");
         self.metrics.leader_changed();
+        if leads != self.leading {
+            // A new leader gives every object session a full lapse time; one that stops
+            // leading forgets its clocks.
+            self.sessions.lead();
+        }
         if leads && !self.leading {
             self.workers.lead(self.replica.state());
             if self.replica.state().cluster_id().is_none() {
@@ -78,6 +83,7 @@ impl<S: LogStore> Owner<S> {
                 self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
             }
             self.drain_ending_nodes();
+            self.close_lapsed_sessions();
             // Pending deadlines, and finished tasks and dead nodes at the end of their
             // retention.
             if self
@@ -99,6 +105,7 @@ impl<S: LogStore> Owner<S> {
                 proposals = self.proposals.len(),
                 reads = self.reads.len(),
                 workers = self.workers.len(),
+                object_sessions = self.sessions.len(),
                 "pruned"
             );
         }
@@ -106,6 +113,34 @@ impl<S: LogStore> Owner<S> {
 }
 
 impl<S: LogStore> Owner<S> {
+    /// Proposes the close of each object session whose client has not renewed it for a lapse
+    /// time (`runtime/object_sessions.rs`), once a second, when the group writes a format that
+    /// holds the command.
+    fn close_lapsed_sessions(&mut self) {
+        if self.replica.writes_format() < crate::replication::SESSIONS_FORMAT {
+            return;
+        }
+        let now = Instant::now();
+        if !self.sessions.due(now) {
+            return;
+        }
+        let owning = crate::runtime::object_sessions::owning(self.replica.state());
+        let lapse = self.config.object_session_lapse;
+        for session in self.sessions.lapsed(&owning, lapse, now) {
+            tracing::info!(
+                session,
+                ?lapse,
+                "object session lapsed: releasing its objects"
+            );
+            let command = Command::CloseObjectSession {
+                session,
+                namespace: None,
+                sees_everything: true,
+            };
+            self.propose(command, None, Pending::Quiet);
+        }
+    }
+
     /// Drains each live node whose walltime's drain time has come and labels it ending soon
     /// (`escher.drain-at`, set by a worker started with `--walltime`), once: a proposal still
     /// in flight is not made again for a second.

@@ -38,6 +38,7 @@ use tonic::Status;
 use super::config::HeadConfig;
 use super::logs::PendingFetch;
 use super::metrics::Metrics;
+use super::object_sessions::ObjectSessions;
 use super::proposals::{Batch, Pending, Proposals};
 use super::reads::Reads;
 use super::statuses::not_accepted;
@@ -60,7 +61,9 @@ const TURN: usize = 1024;
 /// decisions for watchers from [`DECISIONS_FORMAT`](crate::replication::DECISIONS_FORMAT);
 /// `None` for a command every format holds.
 fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
-    use crate::replication::{ACTORS_FORMAT, DECISIONS_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT};
+    use crate::replication::{
+        ACTORS_FORMAT, DECISIONS_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT, SESSIONS_FORMAT,
+    };
     match command {
         Command::Submit { tasks, .. }
             if tasks
@@ -74,6 +77,7 @@ fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
         | Command::ObjectsReleased { .. }
         | Command::OpenObjectSession => Some((OBJECTS_FORMAT, "record objects")),
         Command::RecordDecision { .. } => Some((DECISIONS_FORMAT, "record decisions")),
+        Command::CloseObjectSession { .. } => Some((SESSIONS_FORMAT, "close object sessions")),
         _ => None,
     }
 }
@@ -133,6 +137,8 @@ pub(crate) struct Owner<S: LogStore> {
     /// When this leader last proposed the drain of each node whose walltime ends soon, so a
     /// proposal in flight is not made again on every tick.
     ending: BTreeMap<NodeId, Instant>,
+    /// When each object session was last renewed, for releasing lapsed ones (leader only).
+    sessions: ObjectSessions,
 }
 
 impl<S: LogStore> Owner<S> {
@@ -163,6 +169,7 @@ impl<S: LogStore> Owner<S> {
             next_log: 1,
             last_prune: Instant::now(),
             ending: BTreeMap::new(),
+            sessions: ObjectSessions::default(),
             leading: false,
             lost_tail: replica.lost_tail(),
             disk_full: None,

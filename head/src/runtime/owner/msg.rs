@@ -76,6 +76,13 @@ pub(crate) enum Msg {
         after: Option<u64>,
         reply: oneshot::Sender<Result<Subscription, Status>>,
     },
+    /// A client renews its object session: answered with the lapse time (leader only).
+    RenewObjectSession {
+        session: u64,
+        namespace: Option<escher_proto::types::Namespace>,
+        sees_everything: bool,
+        reply: oneshot::Sender<Result<std::time::Duration, Status>>,
+    },
 }
 
 impl std::fmt::Debug for Msg {
@@ -93,6 +100,7 @@ impl std::fmt::Debug for Msg {
             Msg::Outboxes { .. } => "Outboxes",
             Msg::ChangeHeads { .. } => "ChangeHeads",
             Msg::Watch { .. } => "Watch",
+            Msg::RenewObjectSession { .. } => "RenewObjectSession",
         })
     }
 }
@@ -127,7 +135,17 @@ impl<S: LogStore> Owner<S> {
                 command,
                 key,
                 reply,
-            } => self.propose(command, key, Pending::Reply(reply)),
+            } => {
+                if let Command::CloseObjectSession { session, .. } = &command
+                    && self.leading
+                {
+                    // What the close keeps (pinned objects) goes once no task pins it.
+                    let lapse = self.config.object_session_lapse;
+                    self.sessions
+                        .closed(*session, lapse, std::time::Instant::now());
+                }
+                self.propose(command, key, Pending::Reply(reply));
+            }
             Msg::Read { job, stale: true } => job(Ok(self.replica.state())),
             // A lone head whose disk is full still answers reads: its state holds every write
             // it acknowledged, and no other replica can have acknowledged more.
@@ -226,6 +244,31 @@ impl<S: LogStore> Owner<S> {
                 };
                 let _ = reply.send(answer);
             }
+            Msg::RenewObjectSession {
+                session,
+                namespace,
+                sees_everything,
+                reply,
+            } => {
+                let answer = if !self.leading {
+                    Err(self.not_leader())
+                } else if self.cannot_lead_now() {
+                    Err(self.stalled_status())
+                } else if !self.replica.state().may_renew_session(
+                    session,
+                    namespace.as_ref(),
+                    sees_everything,
+                ) {
+                    Err(Status::not_found(format!(
+                        "unknown object session {session} (the head never gave it out, or its \
+                         objects are another namespace's)"
+                    )))
+                } else {
+                    self.sessions.renew(session, std::time::Instant::now());
+                    Ok(self.config.object_session_lapse)
+                };
+                let _ = reply.send(answer);
+            }
             Msg::ChangeHeads { change, reply } => {
                 // What came before it in this turn goes first.
                 self.flush();
@@ -301,6 +344,34 @@ mod tests {
         let (reply, mut rx) = oneshot::channel();
         owner.handle(Msg::Outboxes { reply });
         assert!(rx.try_recv().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_renewal_needs_the_leader_and_a_session_it_gave_out() {
+        let renew = |owner: &mut super::super::Owner<_>| {
+            let (reply, mut rx) = oneshot::channel();
+            owner.handle(Msg::RenewObjectSession {
+                session: crate::state::FIRST_SESSION,
+                namespace: None,
+                sees_everything: true,
+                reply,
+            });
+            rx.try_recv().unwrap().unwrap_err()
+        };
+        let mut owner = test_owner();
+        assert_eq!(renew(&mut owner).code(), tonic::Code::Unavailable);
+        owner.on_role(escher_proto::types::ReplicaRole::Leader, Some(1));
+        let status = renew(&mut owner);
+        assert_eq!(status.code(), tonic::Code::NotFound);
+        assert!(
+            status.message().contains("unknown object session"),
+            "{status:?}"
+        );
+        assert_eq!(
+            owner.sessions.len(),
+            0,
+            "no clock for a session never given out"
+        );
     }
 
     #[test]

@@ -1,0 +1,187 @@
+//! A client's object session (docs/ARCHITECTURE.md "Objects", Lifetime): the number the head
+//! gave with the client's first `put`, which owns every object the client puts.
+//!
+//! One background task per client, started with its first `put`, does three things:
+//!
+//! - it sends the ids whose last [`ObjectRef`](super::ObjectRef) was dropped, in batches
+//!   (`ReleaseObjects`);
+//! - it renews the session (`RenewObjectSession`) three times per lapse time, which the head
+//!   names in each answer (30 s unless the head's `--object-session-lapse` says otherwise): a
+//!   session not renewed for a lapse time is closed by the head, its objects released, so a
+//!   client that dies without closing (SIGKILL) leaks nothing;
+//! - once the client and every reference are gone, it closes the session
+//!   (`CloseObjectSession`), releasing at once whatever the session still owns.
+//!
+//! [`Client::close_object_session`] closes it now, whatever references remain: their objects
+//! are freed (a later `get` says so), and the client's next `put` opens a new session.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use escher_proto::convert::object_id;
+use escher_proto::types::ObjectId;
+use escher_proto::wire;
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
+
+use crate::{Client, ClientError};
+
+/// The most ids one `ReleaseObjects` call carries.
+const MAX_RELEASE_BATCH: usize = 10_000;
+
+/// When the first renewal goes, before the head has named its lapse time (the shortest lapse
+/// a head takes is 1 s).
+const FIRST_RENEWAL: Duration = Duration::from_millis(300);
+
+/// The shortest and the longest pause between renewals.
+const RENEWAL_PAUSE: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
+
+/// A client's objects: its session, the next index, and the queue of releases.
+#[derive(Debug)]
+pub(crate) struct Puts {
+    /// The object session the head gave this client (0: none yet); held while the first put
+    /// opens one, and while a close ends it.
+    pub(super) session: Mutex<u64>,
+    /// The same number, for the background task that renews it (0: none).
+    opened: Arc<AtomicU64>,
+    /// The next object index.
+    pub(super) next: AtomicU64,
+    /// Ids whose last reference was dropped, to the background task.
+    pub(super) releases: mpsc::UnboundedSender<ObjectId>,
+}
+
+impl Puts {
+    /// A client's object state, its background task started (in the caller's runtime).
+    pub(crate) fn start(client: Client) -> Puts {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let opened = Arc::new(AtomicU64::new(0));
+        tokio::spawn(keep(client, Arc::clone(&opened), rx));
+        Puts {
+            session: Mutex::new(0),
+            opened,
+            next: AtomicU64::new(0),
+            releases: tx,
+        }
+    }
+
+    /// The head gave this client session `session`: it is renewed from now on.
+    pub(super) fn opened(&self, session: u64) {
+        self.opened.store(session, Ordering::Release);
+    }
+}
+
+/// What closing an object session did ([`Client::close_object_session`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ClosedSession {
+    /// The session closed (0: the client had none).
+    pub session: u64,
+    /// The objects released.
+    pub released: Vec<ObjectId>,
+    /// The objects a pending or running task takes as an argument: released once that task
+    /// ends.
+    pub pinned: Vec<ObjectId>,
+}
+
+/// The background task: releases in batches and renews the session until every sender (the
+/// client's state and every ref) is gone, then closes the session. A failed release or
+/// renewal is logged: the objects stay until the session ends.
+async fn keep(client: Client, opened: Arc<AtomicU64>, mut rx: mpsc::UnboundedReceiver<ObjectId>) {
+    let mut pause = FIRST_RENEWAL;
+    let mut renew_at = Instant::now() + pause;
+    loop {
+        tokio::select! {
+            got = rx.recv() => {
+                let Some(first) = got else { break };
+                let mut ids = vec![first];
+                while ids.len() < MAX_RELEASE_BATCH {
+                    match rx.try_recv() {
+                        Ok(id) => ids.push(id),
+                        Err(_) => break,
+                    }
+                }
+                if let Err(err) = client.release_objects(&ids).await {
+                    tracing::warn!(count = ids.len(), %err, "could not release objects");
+                }
+            }
+            () = tokio::time::sleep_until(renew_at) => {
+                let session = opened.load(Ordering::Acquire);
+                if session != 0 {
+                    match client.renew_object_session(session).await {
+                        Ok(lapse) => pause = (lapse / 3).clamp(RENEWAL_PAUSE.0, RENEWAL_PAUSE.1),
+                        Err(err) => {
+                            tracing::warn!(session, %err, "could not renew the object session");
+                        }
+                    }
+                }
+                renew_at = Instant::now() + pause;
+            }
+        }
+    }
+    // The client and every reference are gone: nothing can name the session's objects.
+    let session = opened.swap(0, Ordering::AcqRel);
+    if session != 0
+        && let Err(err) = client.close_session(session).await
+    {
+        tracing::warn!(session, %err, "could not close the object session; it lapses");
+    }
+}
+
+impl Client {
+    /// Ends this client's object session now: every object it put is released at once (its
+    /// copies deleted), whatever [`ObjectRef`](super::ObjectRef)s remain, except the objects a
+    /// pending or running task takes as an argument, released once that task ends. A client
+    /// that never put has nothing to close. The next `put` opens a new session. (Dropping the
+    /// client and every reference closes it too, in the background; a client that dies
+    /// without either is closed by the head once its session lapses.)
+    pub async fn close_object_session(&self) -> Result<ClosedSession, ClientError> {
+        let Some(puts) = self.puts_started() else {
+            return Ok(ClosedSession::default());
+        };
+        let mut session = puts.session.lock().await;
+        if *session == 0 {
+            return Ok(ClosedSession::default());
+        }
+        let closed = self.close_session(*session).await?;
+        *session = 0;
+        puts.opened(0);
+        Ok(closed)
+    }
+
+    /// Renews object session `session`; returns how long it lives without another renewal.
+    async fn renew_object_session(&self, session: u64) -> Result<Duration, ClientError> {
+        let reply = self
+            .call(|mut rpc| {
+                let request = wire::ObjectSessionRequest {
+                    session,
+                    namespace: self.namespace_text(),
+                };
+                async move { rpc.renew_object_session(request).await }
+            })
+            .await?;
+        Ok(Duration::from_millis(reply.lapse_ms))
+    }
+
+    /// Closes object session `session`.
+    async fn close_session(&self, session: u64) -> Result<ClosedSession, ClientError> {
+        let reply = self
+            .call(|mut rpc| {
+                let request = wire::ObjectSessionRequest {
+                    session,
+                    namespace: self.namespace_text(),
+                };
+                async move { rpc.close_object_session(request).await }
+            })
+            .await?;
+        let ids = |keys: Vec<wire::ObjectKey>, what: &str| {
+            keys.into_iter()
+                .map(|k| object_id(Some(k), what))
+                .collect::<Result<Vec<_>, _>>()
+        };
+        Ok(ClosedSession {
+            session,
+            released: ids(reply.released, "released")?,
+            pinned: ids(reply.pinned, "pinned")?,
+        })
+    }
+}

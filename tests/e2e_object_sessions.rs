@@ -1,0 +1,229 @@
+//! End to end: objects released when their owner ends (issue 44), through real `escher-head`
+//! and `escher-worker` processes on loopback, the head's lapse made short
+//! (`--object-session-lapse`).
+//!
+//! A client process that puts objects and is then SIGKILLed leaks nothing: once its session
+//! lapses the objects leave the table (`ListObjects`, `escher objects`) and the worker's store
+//! directory. While it lives, idle, its objects stay past the lapse (its background task renews
+//! the session). A client that closes its session releases every object at once. A leader
+//! change gives every session a full lapse: a live client's objects stay through it, and the
+//! new leader releases those of a client killed afterwards.
+
+mod procs;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use escher::{Client, ClientError};
+use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
+
+/// The lapse the tests' heads run with.
+const LAPSE: Duration = Duration::from_secs(3);
+
+/// A cluster of `heads` head replicas whose sessions lapse after [`LAPSE`], and one worker
+/// whose object store is a directory of its own under `/dev/shm`, returned so that the test
+/// can see what the store holds.
+async fn start(heads: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
+    let store = tempfile::Builder::new()
+        .prefix("escher-e2e-object-sessions-")
+        .tempdir_in("/dev/shm")
+        .expect("a directory in /dev/shm");
+    let lapse = format!("{}ms", LAPSE.as_millis());
+    let mut cluster = ProcessCluster::builder()
+        .heads(heads)
+        .workers(0)
+        .head_args(&["--object-session-lapse", lapse.as_str()])
+        .start()
+        .await;
+    cluster.next_workers(WorkerExtra {
+        args: vec![
+            "--object-store-dir".into(),
+            store.path().display().to_string(),
+        ],
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=2,memory=512").await;
+    let client = cluster.client().await;
+    (cluster, client, store)
+}
+
+/// The bytes of the regular files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
+/// The ids the head lists, as text.
+async fn listed(client: &Client) -> Vec<String> {
+    let mut ids: Vec<String> = client
+        .list_objects()
+        .await
+        .expect("ListObjects")
+        .into_iter()
+        .map(|v| v.id.to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// A client process (`test_object_owner`) that put objects and holds them; killed when
+/// dropped.
+struct Owner {
+    child: Child,
+    ids: Vec<String>,
+}
+
+impl Owner {
+    /// Starts one that puts `count` objects of `size` bytes, and waits until it holds them.
+    fn start(cluster: &ProcessCluster, count: u8, size: usize) -> Owner {
+        let mut child = Command::new(procs::example("test_object_owner"))
+            .args([count.to_string(), size.to_string()])
+            .env("ESCHER_HEAD", cluster.head_url())
+            .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+            .env_remove("ESCHER_TOKEN")
+            .env_remove("ESCHER_ACCESS_FILE")
+            .env_remove("ESCHER_NAMESPACE")
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("the test client starts");
+        let stdout = child.stdout.take().expect("its stdout");
+        let mut ids = Vec::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("its output");
+            if line == "ready" {
+                ids.sort();
+                return Owner { child, ids };
+            }
+            ids.push(line);
+        }
+        let status = child.wait();
+        panic!("the test client ended before it held its objects: {status:?}");
+    }
+
+    /// SIGKILL: it closes nothing.
+    fn kill(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaped");
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Waits until the head lists none of `ids`, then until the store holds at most `bytes`.
+async fn released(client: &Client, ids: &[String], store: &Path, bytes: u64) {
+    eventually("the objects to leave the table", WAIT, || async {
+        let now = listed(client).await;
+        (!ids.iter().any(|id| now.contains(id))).then_some(())
+    })
+    .await;
+    eventually("the store's bytes to return", WAIT, || async {
+        (bytes_under(store) <= bytes).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_killed_without_closing_leaks_nothing_once_its_session_lapses() {
+    let (cluster, admin, store) = start(1).await;
+    let before = bytes_under(store.path());
+    let mut owner = Owner::start(&cluster, 3, 64 << 10);
+    assert_eq!(owner.ids.len(), 3);
+    assert_eq!(listed(&admin).await, owner.ids);
+    assert!(bytes_under(store.path()) >= before + 3 * (64 << 10));
+
+    // Alive and idle, it keeps them past the lapse.
+    tokio::time::sleep(LAPSE * 3).await;
+    assert_eq!(
+        listed(&admin).await,
+        owner.ids,
+        "a live client's objects stay"
+    );
+
+    owner.kill();
+    released(&admin, &owner.ids, store.path(), before).await;
+    // `escher objects` shows nothing of it either.
+    let out = Command::new(procs::binary("escher"))
+        .args(["objects", "--json"])
+        .env("ESCHER_HEAD", cluster.head_url())
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_ACCESS_FILE")
+        .output()
+        .expect("the escher CLI runs");
+    assert!(out.status.success(), "{out:?}");
+    let rows: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(rows, serde_json::json!([]), "{rows}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_live_idle_clients_objects_stay_past_the_lapse_and_go_at_once_when_it_closes() {
+    let (_cluster, client, store) = start(1).await;
+    let before = bytes_under(store.path());
+    let kept = [
+        client.put(vec![1u8; 32 << 10]).await.unwrap(),
+        client.put(vec![2u8; 32 << 10]).await.unwrap(),
+    ];
+    tokio::time::sleep(LAPSE * 3).await;
+    assert_eq!(kept[1].get().await.unwrap().len(), 32 << 10, "still there");
+    assert_eq!(listed(&client).await.len(), 2);
+
+    let closed = client.close_object_session().await.unwrap();
+    assert_eq!(closed.session, kept[0].id().owner());
+    assert_eq!(closed.released, vec![kept[0].id(), kept[1].id()]);
+    assert!(closed.pinned.is_empty());
+    // At once: the reply came after the commit.
+    assert!(listed(&client).await.is_empty());
+    let err = kept[0].get().await.unwrap_err();
+    assert!(matches!(err, ClientError::NotFound(_)), "{err:?}");
+    assert!(err.to_string().contains("freed"), "{err}");
+    eventually("the store's bytes to return", WAIT, || async {
+        (bytes_under(store.path()) <= before).then_some(())
+    })
+    .await;
+
+    // Closing again has nothing to close; the next put opens a new session.
+    assert_eq!(client.close_object_session().await.unwrap().session, 0);
+    let next = client.put(vec![3u8; 10]).await.unwrap();
+    assert_ne!(next.id().owner(), closed.session);
+    assert_eq!(listed(&client).await, vec![next.id().to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_change_keeps_a_live_sessions_objects_and_the_new_leader_releases_a_dead_ones() {
+    let (mut cluster, admin, store) = start(3).await;
+    let before = bytes_under(store.path());
+    let mut owner = Owner::start(&cluster, 2, 16 << 10);
+    let leader = cluster.wait_leader().await;
+    cluster.kill_head_at(leader);
+    eventually("another replica to lead", WAIT, || async {
+        cluster.leader().await.filter(|l| *l != leader)
+    })
+    .await;
+    // Through the failover and past a full lapse after it, the live client's objects stay.
+    tokio::time::sleep(LAPSE * 3).await;
+    assert_eq!(listed(&admin).await, owner.ids, "a live session survives");
+
+    owner.kill();
+    released(&admin, &owner.ids, store.path(), before).await;
+}
