@@ -130,7 +130,8 @@ async fn app(admin: &Client, namespace: &str) -> Client {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn needs_pypi_a_function_planted_under_another_hash_is_refused_and_the_store_is_per_namespace() {
+async fn needs_pypi_a_function_planted_under_another_hash_is_refused_and_the_store_is_per_namespace()
+ {
     let p = pickles();
     let cluster = within(
         "starting",
