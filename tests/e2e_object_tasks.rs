@@ -7,13 +7,16 @@
 //! - Fetching, on a `LocalCluster` (a real head and workers on loopback gRPC, in one process,
 //!   because its workers run the test's Rust functions): a function that takes an object runs
 //!   on another node, whose worker brings the object from the holder worker to worker before
-//!   the handler starts; the handler reads the bytes from its own store, and the head then
-//!   knows the second copy.
+//!   the handler starts, from the holder and with the ticket the task's `Assign` names (the
+//!   head's `/metrics` count no `LocateObject` call); the handler reads the bytes from its own
+//!   store, and the head then knows the second copy.
 //! - Bad input: an unknown, freed or lost argument refuses the task, naming the object; a
 //!   namespace's `put` past its byte quota is refused naming the quota, before any byte moves.
 
 mod common;
 mod procs;
+
+use std::net::SocketAddr;
 
 use escher::types::{Grant, NodeId, ObjectId, Role, TaskState};
 use escher::{Client, ClientError, Task};
@@ -62,6 +65,31 @@ async fn processes_with(
     }
     let client = cluster.client().await;
     (cluster, client, shm)
+}
+
+/// How many `LocateObject` calls the head whose `/metrics` are at `addr` has had
+/// (`escher_grpc_requests_total`; none before the first).
+fn locate_calls(addr: SocketAddr, token: &str) -> f64 {
+    let mut response = ureq::get(format!("http://{addr}/metrics"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .expect("the metrics endpoint answers");
+    let body = response
+        .body_mut()
+        .read_to_string()
+        .expect("the metrics as text");
+    let scrape = prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string())))
+        .expect("the exposition text parses");
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == "escher_grpc_requests_total")
+        .filter(|s| s.labels.get("method") == Some("LocateObject"))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("LocateObject calls: unexpected {other:?}"),
+        })
+        .sum()
 }
 
 /// Where a finished task ran.
@@ -209,15 +237,22 @@ async fn a_task_whose_argument_is_unknown_freed_or_lost_is_refused_naming_the_ob
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_function_reads_its_object_argument_fetched_worker_to_worker_and_the_copy_is_recorded() {
+    let metrics = common::free_addr();
+    let config = escher_head::HeadConfig {
+        metrics: Some(metrics),
+        ..escher_head::HeadConfig::default()
+    };
     let cluster = common::within(
         "starting the cluster",
         common::cluster()
             .worker("cpu=4".parse().unwrap())
             .worker("cpu=4,second=1".parse().unwrap())
+            .head_config(config)
             .start(),
     )
     .await
     .expect("the local cluster starts");
+    let token = cluster.admin_token().to_string();
     let client = cluster.client().await.unwrap();
     for (len, seed) in [(0usize, 4u8), (1024, 5), (3 << 20, 6)] {
         let value = pattern(len, seed);
@@ -230,8 +265,11 @@ async fn a_function_reads_its_object_argument_fetched_worker_to_worker_and_the_c
         let task = Task::function_typed("object_args", &())
             .resources_str("cpu=1,second=1")
             .object_arg(&object);
+        let asked = locate_calls(metrics, &token);
         let status = client.run(task, Some(common::LIMIT)).await.unwrap();
         assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        // The worker fetched from the holder the task's Assign named, asking the head nothing.
+        assert_eq!(locate_calls(metrics, &token), asked, "{len} bytes");
         let ran = status.node.unwrap();
         assert_ne!(
             ran, holder,

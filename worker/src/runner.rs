@@ -223,7 +223,12 @@ pub(crate) async fn run_task(
                 biased;
                 () = cancel.cancelled() => Err("cancelled while its object arguments were \
                                                  fetched".to_string()),
-                fetched = crate::objects::args::fetch_args(&env.objects, &ctx, &a.spec.labels) => fetched,
+                fetched = crate::objects::args::fetch_args(
+                    &env.objects,
+                    &ctx,
+                    &a.spec.labels,
+                    &a.objects,
+                ) => fetched,
             };
             let outcome = match fetched {
                 Ok(objects) => {

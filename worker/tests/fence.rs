@@ -119,6 +119,7 @@ async fn a_killed_fence_supervisor_is_replaced_by_one_that_holds_the_tasks() {
         spec: sh(&script),
         allocation: ResourceSet::new(),
         task_token: "escher-task-1".into(),
+        objects: Vec::new(),
     }));
     let task = pid_in(&file).await;
 

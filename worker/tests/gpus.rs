@@ -29,6 +29,7 @@ fn assign(task: u64, resources: &str) -> HeadMessage {
         allocation: spec.resources.clone(),
         spec,
         task_token: format!("escher-task-{task}"),
+        objects: Vec::new(),
     })
 }
 

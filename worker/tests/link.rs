@@ -21,6 +21,7 @@ fn assign(task: u64, spec: TaskSpec) -> HeadMessage {
         spec,
         allocation: ResourceSet::new(),
         task_token: format!("escher-task-{task}"),
+        objects: Vec::new(),
     })
 }
 

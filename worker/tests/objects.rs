@@ -2,7 +2,10 @@
 //! head, which issues each node's secret, so the test signs object tickets as the head does):
 //! pushes and fetches of 0 B to 100 MiB with checksums compared, tickets of another node or
 //! past their expiry refused, and a worker SIGKILLed in the middle of a fetch, whose reader
-//! gets the object from the next holder.
+//! gets the object from the next holder. And a task's object arguments, fetched by a worker in
+//! this process from the holders its `Assign` names with no `LocateObject` call, or, when every
+//! one of those fails (gone, no address, a forged or expired ticket), from where the head says
+//! they are.
 
 mod support;
 
@@ -12,15 +15,20 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use escher_client::objects::{ObjectTransferError, fetch_object as client_fetch, push_object};
-use escher_proto::NodeId;
+use escher_proto::codec;
 use escher_proto::transfer::{ChunkReader, MAX_MESSAGE_BYTES};
-use escher_proto::types::{DATA_ADDRESS_LABEL, ObjectAccess, ObjectTicket, ticket_key};
+use escher_proto::types::{
+    Assignment, DATA_ADDRESS_LABEL, HeadMessage, NAMESPACE_LABEL, Namespace, OBJECTS_LABEL,
+    ObjectAccess, ObjectHolder, ObjectOwner, ObjectTicket, ObjectView as Located, TaskFinished,
+    WorkerMessage, format_object_args, ticket_key,
+};
 use escher_proto::wire::{self, objects_client::ObjectsClient};
+use escher_proto::{NodeId, ResourceSet, TaskId, TaskKind, TaskResult};
 use escher_worker::objects::{
     Holder, NodeObjects, ObjectId, ObjectStore, StoreConfig, fetch_object,
 };
 use sha2::Digest as _;
-use support::{FakeHead, attached, bounded};
+use support::{FakeHead, RunningWorker, attached, bounded};
 use tonic::Code;
 
 const MIB: usize = 1 << 20;
@@ -73,16 +81,7 @@ impl WorkerProcess {
             address: String::new(),
             key: [0; 32],
         };
-        let (registration, node) = attached(head).await;
-        worker.node = node;
-        worker.address = registration
-            .labels
-            .get(DATA_ADDRESS_LABEL)
-            .expect("the worker publishes its data-plane address")
-            .to_string();
-        // The fake head issues `secret-N` to node N; the head keeps its hash.
-        let secret = format!("secret-{}", node.0);
-        worker.key = ticket_key(&sha2::Sha256::digest(secret.as_bytes()).into());
+        (worker.node, worker.address, worker.key) = joined(head).await;
         worker
     }
 
@@ -128,6 +127,24 @@ impl WorkerProcess {
     }
 }
 
+/// Waits for a worker to attach to `head`: its node, data-plane address and ticket key.
+async fn joined(head: &mut FakeHead) -> (NodeId, String, [u8; 32]) {
+    let (registration, node) = attached(head).await;
+    let address = registration
+        .labels
+        .get(DATA_ADDRESS_LABEL)
+        .expect("the worker publishes its data-plane address")
+        .to_string();
+    // The fake head issues `secret-N` to node N; the head keeps its hash.
+    let secret = format!("secret-{}", node.0);
+    (node, address, node_key(&secret))
+}
+
+/// The ticket key of the node whose secret is `secret`.
+fn node_key(secret: &str) -> [u8; 32] {
+    ticket_key(&sha2::Sha256::digest(secret.as_bytes()).into())
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -169,7 +186,7 @@ async fn objects_of_every_size_go_in_and_out_of_a_worker_process_whole() {
         expiry_ms: now_ms() + 60_000,
         namespace: Some("team".into()),
     };
-    let other_key = ticket_key(&sha2::Sha256::digest(b"secret-99").into());
+    let other_key = node_key("secret-99");
     for (ticket, words) in [
         (other.sign(&worker.key), "not this node"),
         (other.sign(&other_key), "not valid on this node"),
@@ -284,4 +301,220 @@ async fn a_worker_killed_mid_fetch_leaves_the_object_to_the_next_holder() {
         "{e:?}"
     );
     assert!(e.is_retryable());
+}
+
+/// A worker in this process, with a store of its own under `dir`, that runs `read_args`: each
+/// object argument as (id, length, CRC-32C of the bytes it reads mapped from its store).
+struct Runner {
+    worker: RunningWorker,
+    node: NodeId,
+    address: String,
+    key: [u8; 32],
+}
+
+impl Runner {
+    async fn start(head: &mut FakeHead, dir: &Path) -> Runner {
+        let store = dir.join("runner-objects");
+        std::fs::create_dir_all(&store).unwrap();
+        let builder = support::worker(head)
+            .object_store_dir(&store)
+            .object_store_memory(64 << 20)
+            .object_spill_dir(dir)
+            .typed_function("read_args", |ctx, ()| async move {
+                let seen: Vec<(String, u64, u32)> = ctx
+                    .object_args()
+                    .iter()
+                    .map(|o| {
+                        let bytes = o.as_slice();
+                        (
+                            o.id().to_string(),
+                            bytes.len() as u64,
+                            crc32c::crc32c(bytes),
+                        )
+                    })
+                    .collect();
+                Ok::<_, String>(seen)
+            });
+        let worker = RunningWorker::start(builder);
+        let (node, address, key) = joined(head).await;
+        Runner {
+            worker,
+            node,
+            address,
+            key,
+        }
+    }
+
+    /// Runs `read_args` as task `task` on object arguments `ids`, with `located` in its
+    /// `Assign`, and returns its report.
+    async fn run(
+        &self,
+        head: &mut FakeHead,
+        task: u64,
+        ids: &[ObjectId],
+        located: Vec<Located>,
+    ) -> TaskFinished {
+        let mut spec = support::spec(TaskKind::Function {
+            name: "read_args".into(),
+            args: codec::encode(&()).unwrap().into(),
+        });
+        spec.labels
+            .insert(OBJECTS_LABEL, &format_object_args(ids))
+            .unwrap();
+        spec.labels.insert(NAMESPACE_LABEL, "team").unwrap();
+        head.send(HeadMessage::Assign(Assignment {
+            task_id: TaskId(task),
+            attempt: 1,
+            spec,
+            allocation: ResourceSet::new(),
+            task_token: format!("escher-task-{task}"),
+            objects: located,
+        }));
+        loop {
+            if let WorkerMessage::TaskFinished(done) = head.report().await
+                && done.task_id == TaskId(task)
+            {
+                return done;
+            }
+        }
+    }
+}
+
+/// What the head would say of `id` with `bytes`, copies at `holders`.
+fn located(id: ObjectId, bytes: &[u8], holders: Vec<ObjectHolder>) -> Located {
+    Located {
+        id,
+        namespace: Some(Namespace::new("team").unwrap()),
+        size: bytes.len() as u64,
+        checksum: crc32c::crc32c(bytes),
+        owner: ObjectOwner::Session(id.owner()),
+        sealed_at_ms: now_ms(),
+        holders,
+        lost: None,
+    }
+}
+
+/// `worker`'s copy of `id`, with a read ticket `ticket`.
+fn copy_at(worker: &WorkerProcess, ticket: String) -> ObjectHolder {
+    ObjectHolder {
+        node: worker.node,
+        address: Some(worker.address.clone()),
+        ticket: Some(ticket),
+    }
+}
+
+/// What `read_args` returned.
+fn returned(done: &TaskFinished) -> Vec<(String, u64, u32)> {
+    match &done.outcome {
+        Ok(TaskResult::Returned(bytes)) => codec::decode(bytes).unwrap(),
+        other => panic!("task {} did not return: {other:?}", done.task_id),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_fetches_from_the_holders_its_assign_names_and_asks_the_head_only_when_they_fail() {
+    // The holder is another head's node (numbered apart), so that this head's one stream is
+    // the runner's and every report on it the runner's.
+    let mut holders_head = FakeHead::start(Duration::from_millis(200)).await;
+    holders_head.number_nodes_from(50);
+    let mut head = FakeHead::start(Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let holder = WorkerProcess::start(&mut holders_head, dir.path(), "holder", 64 << 20).await;
+    let ids = [ObjectId(7, 0), ObjectId(7, 1), ObjectId(7, 2)];
+    let values: Vec<Bytes> = (0..3).map(|i| data(MIB + i, 70 + i as u64)).collect();
+    for (id, value) in ids.iter().zip(&values) {
+        holder.push(*id, value.clone()).await;
+    }
+    let runner = Runner::start(&mut head, dir.path()).await;
+    let want = |i: usize| {
+        (
+            ids[i].to_string(),
+            values[i].len() as u64,
+            crc32c::crc32c(&values[i]),
+        )
+    };
+
+    // The Assign names the holder with a ticket: fetched from it, the head never asked (it
+    // would not know the object), and the new copy reported.
+    let given = located(
+        ids[0],
+        &values[0],
+        vec![copy_at(&holder, holder.read(ids[0]))],
+    );
+    let done = runner.run(&mut head, 1, &ids[..1], vec![given]).await;
+    assert_eq!(returned(&done), vec![want(0)]);
+    assert_eq!(
+        head.locate_calls(),
+        Vec::<ObjectId>::new(),
+        "no LocateObject"
+    );
+    assert_eq!(head.sealed(), vec![(ids[0], runner.node)]);
+
+    // Every holder the Assign names fails: a closed port, an address that is none, the holder
+    // with a ticket signed by another key, and with an expired one. The worker asks the head
+    // and fetches from the holder it names.
+    let failing = |id: ObjectId| {
+        let forged = ObjectTicket {
+            node: holder.node,
+            access: ObjectAccess::Read,
+            objects: vec![id],
+            expiry_ms: now_ms() + 60_000,
+            namespace: Some("team".into()),
+        }
+        .sign(&node_key("secret-99"));
+        vec![
+            ObjectHolder {
+                node: NodeId(98),
+                address: Some("127.0.0.1:1".into()),
+                ticket: Some(holder.read(id)),
+            },
+            ObjectHolder {
+                node: NodeId(99),
+                address: Some("not an address".into()),
+                ticket: Some(holder.read(id)),
+            },
+            copy_at(&holder, forged),
+            copy_at(&holder, holder.ticket(ObjectAccess::Read, id, now_ms() - 1)),
+        ]
+    };
+    head.locates(located(
+        ids[1],
+        &values[1],
+        vec![copy_at(&holder, holder.read(ids[1]))],
+    ));
+    let given = located(ids[1], &values[1], failing(ids[1]));
+    let done = runner.run(&mut head, 2, &ids[1..2], vec![given]).await;
+    assert_eq!(returned(&done), vec![want(1)]);
+    assert_eq!(head.locate_calls(), vec![ids[1]]);
+
+    // The same, and the head does not know the object: the task fails naming it, and nothing
+    // of it was kept in the runner's store.
+    let given = located(ids[2], &values[2], failing(ids[2]));
+    let done = runner.run(&mut head, 3, &ids[2..], vec![given]).await;
+    let Err(why) = &done.outcome else {
+        panic!("expected a failure, got {done:?}");
+    };
+    assert!(
+        why.contains("object argument 7.2") && why.contains("unknown"),
+        "{why}"
+    );
+    assert_eq!(head.locate_calls(), vec![ids[1], ids[2]]);
+    let ticket = ObjectTicket {
+        node: runner.node,
+        access: ObjectAccess::Read,
+        objects: vec![ids[2]],
+        expiry_ms: now_ms() + 60_000,
+        namespace: Some("team".into()),
+    }
+    .sign(&runner.key);
+    let e = client_fetch(&runner.address, &ticket, ids[2])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    // The copies the runner holds are the two it fetched whole.
+    assert_eq!(
+        head.sealed(),
+        vec![(ids[0], runner.node), (ids[1], runner.node)]
+    );
+    runner.worker.stop().await.unwrap();
 }

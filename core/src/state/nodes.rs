@@ -374,6 +374,7 @@ impl ClusterState {
                         spec: rec.spec.clone(),
                         allocation: rec.spec.resources.clone(),
                         task_token: String::new(),
+                        objects: Vec::new(),
                     });
                     again.push(Effect::Assign { node, assignment });
                 }

@@ -133,6 +133,7 @@ impl ClusterState {
             spec: rec.spec.clone(),
             allocation: rec.spec.resources.clone(),
             task_token: String::new(),
+            objects: Vec::new(),
         };
         let hooks = rec.spec.on_start.clone();
         let native = rec.native;

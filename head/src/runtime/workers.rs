@@ -377,6 +377,7 @@ mod tests {
             allocation: spec.resources.clone(),
             spec,
             task_token: String::new(),
+            objects: Vec::new(),
         })
     }
 

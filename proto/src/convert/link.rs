@@ -19,6 +19,11 @@ use crate::wire::{head_message, task_finished, worker_message};
 /// What an empty error text becomes when sent, so that it still reads as a failure.
 const UNKNOWN_ERROR: &str = "unknown error";
 
+/// The most object arguments one `Assign` locates: more than a 256-byte
+/// [`OBJECTS_LABEL`](crate::types::OBJECTS_LABEL) can name (an id and its `+` take at least
+/// 4 bytes).
+pub const MAX_ASSIGNED_OBJECTS: usize = 128;
+
 impl From<RegisterRequest> for wire::RegisterRequest {
     fn from(r: RegisterRequest) -> Self {
         wire::RegisterRequest {
@@ -407,6 +412,7 @@ impl From<HeadMessage> for wire::HeadMessage {
                     spec: Some(a.spec.into()),
                     allocation,
                     task_token: a.task_token,
+                    objects: a.objects.into_iter().map(Into::into).collect(),
                     ..Default::default()
                 })
             }
@@ -507,12 +513,19 @@ fn assignment(a: wire::Assign) -> Result<Assignment, ConvertError> {
     } else {
         ResourceSet::try_from(a.allocation).at("allocation")?
     };
+    let objects = convert_list(
+        a.objects,
+        "objects",
+        MAX_ASSIGNED_OBJECTS,
+        TryFrom::try_from,
+    )?;
     Ok(Assignment {
         task_id: TaskId(a.task_id),
         attempt: a.attempt,
         spec,
         allocation,
         task_token: a.task_token,
+        objects,
     })
 }
 
@@ -521,7 +534,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::convert::testutil::{round_trip, sample_specs, set};
+    use crate::convert::testutil::{located, round_trip, sample_specs, set};
     use crate::types::LogStream;
 
     #[test]
@@ -804,6 +817,7 @@ mod tests {
                     allocation: spec.resources.clone(),
                     spec,
                     task_token: format!("escher-task-{i}"),
+                    objects: Vec::new(),
                 })
             })
             .collect();
@@ -839,6 +853,7 @@ mod tests {
             allocation: set("cpu=1,mig.1g.5gb=1,mig.MIG-0000=1"),
             spec,
             task_token: String::new(),
+            objects: vec![located(7)],
         }));
         for m in messages {
             round_trip::<_, wire::HeadMessage>(m);
@@ -855,6 +870,7 @@ mod tests {
             allocation: spec.resources.clone(),
             spec,
             task_token: String::new(),
+            objects: Vec::new(),
         });
         let wire = wire::HeadMessage::from(message);
         let Some(head_message::Body::Assign(assign)) = &wire.body else {
@@ -881,6 +897,22 @@ mod tests {
         assert_eq!(e.to_string(), "missing field assign.spec");
         let e = HeadMessage::try_from(assign(Some(wire::TaskSpec::default()))).unwrap_err();
         assert_eq!(e.to_string(), "missing field assign.spec.kind");
+        // A located argument without its id, and more than any label names.
+        let spec = wire::TaskSpec::from(sample_specs().remove(0));
+        let with_objects = |objects: Vec<wire::ObjectInfo>| {
+            let mut msg = assign(Some(spec.clone()));
+            if let Some(head_message::Body::Assign(a)) = &mut msg.body {
+                a.objects = objects;
+            }
+            msg
+        };
+        let mut no_id = wire::ObjectInfo::from(located(1));
+        no_id.id = None;
+        let e = HeadMessage::try_from(with_objects(vec![no_id])).unwrap_err();
+        assert_eq!(e.path(), "assign.objects[0].id", "{e}");
+        let many = vec![wire::ObjectInfo::from(located(1)); MAX_ASSIGNED_OBJECTS + 1];
+        let e = HeadMessage::try_from(with_objects(many)).unwrap_err();
+        assert_eq!(e.path(), "assign.objects", "{e}");
         let fetch = wire::FetchLogs {
             stream: 7,
             ..Default::default()

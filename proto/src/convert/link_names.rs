@@ -79,6 +79,7 @@ impl LinkEncoder {
                 new_names,
                 resources: interned,
                 interned_allocation,
+                objects: a.objects.into_iter().map(Into::into).collect(),
             })),
         }
     }
@@ -251,7 +252,7 @@ mod tests {
     use prost::Message;
 
     use super::*;
-    use crate::convert::testutil::{arb_set, arb_spec, sample_specs, set};
+    use crate::convert::testutil::{arb_set, arb_spec, located, sample_specs, set};
     use crate::types::{Assignment, TaskId};
 
     fn assign(task: u64, resources: &str, allocation: &str) -> HeadMessage {
@@ -263,6 +264,7 @@ mod tests {
             spec,
             allocation: set(allocation),
             task_token: format!("token-{task}"),
+            objects: vec![located(task)],
         })
     }
 
@@ -436,6 +438,7 @@ mod tests {
                     spec,
                     allocation,
                     task_token: String::new(),
+                    objects: (0..i as u64 % 3).map(located).collect(),
                 });
                 prop_assert_eq!(decoder.decode(sent(&mut encoder, msg.clone())).unwrap(), msg);
             }

@@ -62,6 +62,7 @@ mod testutil;
 pub use auth::{MAX_DESCRIPTION_BYTES, tokens_from_wire};
 pub use gpu::{MAX_DEVICES, MAX_GPUS, MAX_LAYOUT_BYTES, MAX_SLICES};
 pub use heads::is_host_port;
+pub use link::MAX_ASSIGNED_OBJECTS;
 pub use link_names::{LinkDecoder, LinkEncoder, MAX_NAMES};
 pub use object::{MAX_OBJECT_IDS, check_object_count, object_id, object_ids};
 pub use policy::policy_report;

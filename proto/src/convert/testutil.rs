@@ -8,8 +8,9 @@ use proptest::prelude::*;
 
 use super::ConvertError;
 use crate::types::{
-    Amount, Capacity, CapacityOp, Delta, Labels, NodeId, NodeSpec, ResourceName, ResourceSet,
-    ResourceUpdate, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    Amount, Capacity, CapacityOp, Delta, Labels, Namespace, NodeId, NodeSpec, ObjectHolder,
+    ObjectId, ObjectOwner, ObjectView, ResourceName, ResourceSet, ResourceUpdate, TaskId, TaskKind,
+    TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 use crate::wire;
 
@@ -40,6 +41,32 @@ pub(crate) fn name(s: &str) -> ResourceName {
 
 pub(crate) fn set(s: &str) -> ResourceSet {
     s.parse().expect("valid resource set")
+}
+
+/// Object `(1 << 63, index)` as the head locates it for an assignment: two holders, one with
+/// an address and a ticket, one with neither.
+pub(crate) fn located(index: u64) -> ObjectView {
+    ObjectView {
+        id: ObjectId(1 << 63, index),
+        namespace: Some(Namespace::new("team").expect("a namespace")),
+        size: 3 << 20,
+        checksum: 0x0bad_cafe,
+        owner: ObjectOwner::Session(1 << 63),
+        sealed_at_ms: 1_700_000_000_000,
+        holders: vec![
+            ObjectHolder {
+                node: NodeId(2),
+                address: Some("127.0.0.1:7700".into()),
+                ticket: Some("o1.ticket".into()),
+            },
+            ObjectHolder {
+                node: NodeId(5),
+                address: None,
+                ticket: None,
+            },
+        ],
+        lost: None,
+    }
 }
 
 /// One task spec per kind and then some, covering every optional field both ways.

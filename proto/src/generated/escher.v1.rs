@@ -2380,6 +2380,13 @@ pub struct Assign {
     /// allocation is the spec's resources.
     #[prost(message, repeated, tag = "8")]
     pub interned_allocation: ::prost::alloc::vec::Vec<InternedAmount>,
+    /// The task's object arguments (its spec's `escher.objects` label) as `LocateObject`
+    /// answers them for the task's credential when the head sends this: each copy's node,
+    /// data-plane address and read ticket, so that the worker fetches with no call to the head
+    /// first. An argument missing here (all of them, from a head that does not fill this) the
+    /// worker locates itself, as it does when every holder named here fails.
+    #[prost(message, repeated, tag = "9")]
+    pub objects: ::prost::alloc::vec::Vec<ObjectInfo>,
 }
 /// A resource amount whose name is a number in the stream's name table (see `Assign`).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

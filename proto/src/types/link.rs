@@ -239,6 +239,12 @@ pub struct Assignment {
     /// The task's credential for this attempt (`ESCHER_TASK_TOKEN`); the leader signs it when
     /// it sends the assignment, so the replicated state never holds it (empty there).
     pub task_token: String,
+    /// The task's object arguments (its [`OBJECTS_LABEL`](super::OBJECTS_LABEL)) as
+    /// `LocateObject` answers them for the task's credential, each holder with its data
+    /// address and a read ticket: filled by the leader when it sends the assignment (empty in
+    /// the replicated state, as the credential is). An argument missing here the worker
+    /// locates itself.
+    pub objects: Vec<super::ObjectView>,
 }
 
 /// What the head sends on a worker's stream.
@@ -301,11 +307,22 @@ pub enum HeadMessage {
 
 impl HeadMessage {
     /// About how many bytes this message takes while it waits to be sent: an assignment its
-    /// spec's [`TaskSpec::stored_bytes`](super::TaskSpec::stored_bytes), anything else a small
-    /// fixed amount. What bounds a worker's outbox in bytes.
+    /// spec's [`TaskSpec::stored_bytes`](super::TaskSpec::stored_bytes) and its objects'
+    /// holders, anything else a small fixed amount. What bounds a worker's outbox in bytes.
     pub fn queued_bytes(&self) -> u64 {
         match self {
-            HeadMessage::Assign(a) => a.spec.stored_bytes() + 64,
+            HeadMessage::Assign(a) => {
+                let holders = a.objects.iter().flat_map(|o| &o.holders);
+                let objects = a.objects.len() as u64 * 64
+                    + holders
+                        .map(|h| {
+                            let address = h.address.as_ref().map_or(0, String::len);
+                            let ticket = h.ticket.as_ref().map_or(0, String::len);
+                            (16 + address + ticket) as u64
+                        })
+                        .sum::<u64>();
+                a.spec.stored_bytes() + 64 + objects
+            }
             _ => 128,
         }
     }

@@ -1,22 +1,35 @@
 //! A task's object arguments (the `escher.objects` label, `Task::object_arg` on the client):
-//! before the task runs, each is located through the head with the task's credential,
-//! brought into this node's store from a holder, worker to worker ([`fetch_object`]: checked
-//! chunk by chunk and whole, the next holder asked when one fails), and the new copy reported
-//! so that the head publishes its location on this node. An object already here is not
-//! copied. The task then reads each mapped from the store (`TaskContext::object_args`).
+//! before the task runs, each is brought into this node's store from a holder, worker to
+//! worker ([`fetch_object`]: checked chunk by chunk and whole, the next holder asked when one
+//! fails), and the new copy reported so that the head publishes its location on this node. An
+//! object already here is not copied. The task then reads each mapped from the store
+//! (`TaskContext::object_args`).
+//!
+//! Where the copies are comes with the task: the head puts each argument, located as
+//! `LocateObject` would answer the task's credential (holders, data addresses, read tickets),
+//! into its `Assign`, so that the fetch needs no call to the head first. The worker asks
+//! `LocateObject` itself for an argument the `Assign` does not locate (a head that does not
+//! fill it in, an object lost since), and when the fetch from the holders it names fails: a
+//! holder may have gone since the assignment, a ticket may have expired in a queue. Every
+//! copy is checked against the length and CRC-32C of the answer it was fetched by.
 
-use escher_proto::types::{Labels, OBJECTS_LABEL, parse_object_args};
+use escher_proto::types::{Labels, OBJECTS_LABEL, ObjectId, parse_object_args};
 
 use super::{Holder, NodeObjects, ObjectView, fetch_object};
 use crate::context::TaskContext;
 
-/// Brings the objects `labels` names into this node's store, in their order; the first that
-/// cannot be had fails the whole with a message naming it (unknown, freed, lost with its node
-/// and why, or every holder's failure).
+/// What the head knows of an object: its length, checksum and holders with read tickets.
+type Located = escher_proto::types::ObjectView;
+
+/// Brings the objects `labels` names into this node's store, in their order, each from the
+/// holders `located` names for it (the task's `Assign`) and else from those the head names
+/// now; the first that cannot be had fails the whole with a message naming it (unknown,
+/// freed, lost with its node and why, or every holder's failure).
 pub(crate) async fn fetch_args(
     objects: &NodeObjects,
     ctx: &TaskContext,
     labels: &Labels,
+    located: &[Located],
 ) -> Result<Vec<ObjectView>, String> {
     let Some(value) = labels.get(OBJECTS_LABEL) else {
         return Ok(Vec::new());
@@ -24,7 +37,8 @@ pub(crate) async fn fetch_args(
     let ids = parse_object_args(value).map_err(|e| format!("label {OBJECTS_LABEL}: {e}"))?;
     let mut views = Vec::with_capacity(ids.len());
     for id in ids {
-        let view = bring(objects, ctx, id)
+        let given = located.iter().find(|info| info.id == id);
+        let view = bring_located(objects, ctx, id, given)
             .await
             .map_err(|e| format!("object argument {id}: {e}"))?;
         views.push(view);
@@ -33,17 +47,48 @@ pub(crate) async fn fetch_args(
 }
 
 /// Brings object `id` into this node's store (from a holder, worker to worker, unless it is
-/// here already), checks it against the head's length and CRC-32C, and reports a new copy.
-/// Also how a Python task's argument that is an earlier task's result object arrives
-/// (`python/mod.rs`).
+/// here already) where the head says it is now, checks it against the head's length and
+/// CRC-32C, and reports a new copy. Also how a Python task's argument that is an earlier
+/// task's result object arrives (`python/mod.rs`).
 pub(crate) async fn bring(
     objects: &NodeObjects,
     ctx: &TaskContext,
-    id: escher_proto::types::ObjectId,
+    id: ObjectId,
+) -> Result<ObjectView, String> {
+    bring_located(objects, ctx, id, None).await
+}
+
+/// [`bring`], from the holders `given` names first when there is such an answer; the head is
+/// asked only when there is none or it does not bring the object.
+async fn bring_located(
+    objects: &NodeObjects,
+    ctx: &TaskContext,
+    id: ObjectId,
+    given: Option<&Located>,
+) -> Result<ObjectView, String> {
+    if let Some(info) = given {
+        match from_holders(objects, ctx, id, info).await {
+            Ok(view) => return Ok(view),
+            Err(why) => {
+                tracing::info!(object = %id, %why, "the holders the assignment named did not \
+                                give the object; asking the head where it is now");
+            }
+        }
+    }
+    let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
+    from_holders(objects, ctx, id, &info).await
+}
+
+/// Brings object `id` from the holders `info` names (none when it is here), checks the copy
+/// against `info`'s length and CRC-32C, and reports it when it is new.
+async fn from_holders(
+    objects: &NodeObjects,
+    ctx: &TaskContext,
+    id: ObjectId,
+    info: &Located,
 ) -> Result<ObjectView, String> {
     let namespace = ctx.namespace().map(|ns| ns.as_str().to_owned());
     let here = ctx.node_id();
-    let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
     let local = info.holders.iter().any(|h| h.node == here);
     let holders: Vec<Holder> = info
         .holders

@@ -3,18 +3,21 @@
 //! [`FakeHead`] serves the `WorkerLink` service (and the `SetResources` call of `Cluster`) on
 //! `127.0.0.1:0`. It records every registration and every message a worker sends, lets the
 //! test push `HeadMessage`s down the current stream, drop that stream, refuse registrations,
-//! and forget the identities it issued (a head group that started over). It implements no
-//! scheduling and no replication: the test plays the head's part.
+//! and forget the identities it issued (a head group that started over). It answers
+//! `LocateObject` from the objects the test tells it of, counting the calls, and records the
+//! copies workers report with `ObjectsSealed`. It implements no scheduling and no
+//! replication: the test plays the head's part.
 #![allow(dead_code)]
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use escher_proto::convert::LinkEncoder;
 use escher_proto::types::{
-    HeadMessage, RegisterRequest, SetResourceOutcome, SetResourcesReply, SetResourcesRequest,
-    WorkerMessage,
+    HeadMessage, ObjectId, ObjectView, RegisterRequest, SetResourceOutcome, SetResourcesReply,
+    SetResourcesRequest, WorkerMessage,
 };
 use escher_proto::wire::cluster_server::{Cluster, ClusterServer};
 use escher_proto::wire::worker_link_server::{WorkerLink, WorkerLinkServer};
@@ -65,6 +68,12 @@ struct State {
     /// The current stream's resource-name table, as a real head keeps it (the worker under
     /// test always asks for numbered names: [`attached`] checks).
     names: LinkEncoder,
+    /// What `LocateObject` answers, by object; any other object is unknown.
+    located: BTreeMap<ObjectId, ObjectView>,
+    /// The objects `LocateObject` was asked about, in order.
+    locate_calls: Vec<ObjectId>,
+    /// The copies reported with `ObjectsSealed`: each object with its node.
+    sealed: Vec<(ObjectId, NodeId)>,
 }
 
 #[derive(Clone)]
@@ -115,6 +124,9 @@ impl FakeHead {
             to_worker: None,
             largest_batch: 0,
             names: LinkEncoder::new(true),
+            located: BTreeMap::new(),
+            locate_calls: Vec::new(),
+            sealed: Vec::new(),
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
         let (msg_tx, messages) = mpsc::unbounded_channel();
@@ -191,6 +203,27 @@ impl FakeHead {
     /// The most messages one batch from a worker has carried so far.
     pub fn largest_batch(&self) -> usize {
         self.state().largest_batch
+    }
+
+    /// Numbers the nodes that register from now on from `first` (so that the nodes of two
+    /// fake heads differ).
+    pub fn number_nodes_from(&self, first: u64) {
+        self.state().next_node_id = first;
+    }
+
+    /// From now on `LocateObject` of `view.id` answers `view`.
+    pub fn locates(&self, view: ObjectView) {
+        self.state().located.insert(view.id, view);
+    }
+
+    /// The objects `LocateObject` has been asked about so far, in order.
+    pub fn locate_calls(&self) -> Vec<ObjectId> {
+        self.state().locate_calls.clone()
+    }
+
+    /// The copies reported with `ObjectsSealed` so far, each object with its node.
+    pub fn sealed(&self) -> Vec<(ObjectId, NodeId)> {
+        self.state().sealed.clone()
     }
 
     /// Sends `msg` on the current stream, in a batch of its own.
@@ -414,9 +447,16 @@ impl Cluster for Services {
     }
     async fn objects_sealed(
         &self,
-        _: Request<wire::ObjectsSealedRequest>,
+        request: Request<wire::ObjectsSealedRequest>,
     ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
-        Err(Status::unimplemented("fake head"))
+        let copies = request.into_inner().copies;
+        let mut state = self.state.lock().expect("state");
+        for copy in copies {
+            if let Some(id) = copy.id {
+                state.sealed.push((id.into(), NodeId(copy.node)));
+            }
+        }
+        Ok(Response::new(wire::ObjectsSealedReply::default()))
     }
     async fn release_objects(
         &self,
@@ -426,9 +466,21 @@ impl Cluster for Services {
     }
     async fn locate_object(
         &self,
-        _: Request<wire::LocateObjectRequest>,
+        request: Request<wire::LocateObjectRequest>,
     ) -> Result<Response<wire::ObjectInfo>, Status> {
-        Err(Status::unimplemented("fake head"))
+        let id = request
+            .into_inner()
+            .id
+            .map(ObjectId::from)
+            .ok_or_else(|| Status::invalid_argument("no object id"))?;
+        let mut state = self.state.lock().expect("state");
+        state.locate_calls.push(id);
+        match state.located.get(&id) {
+            Some(view) => Ok(Response::new(view.clone().into())),
+            None => Err(Status::not_found(format!(
+                "object {id} is unknown to this fake head"
+            ))),
+        }
     }
     async fn list_objects(
         &self,

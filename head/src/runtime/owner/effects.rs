@@ -1,11 +1,13 @@
 //! The effects of applied commands, performed by the leader: assignments (with the task's
-//! credential signed here) and cancellations sent to workers, MIG reconfigurations asked for,
-//! a rejoined worker's stale task messages forgotten.
+//! credential signed here, and its object arguments located as `LocateObject` would answer
+//! that credential) and cancellations sent to workers, MIG reconfigurations asked for, a
+//! rejoined worker's stale task messages forgotten.
 
 use escher_proto::types::{HeadMessage, NAMESPACE_LABEL};
 
 use super::Owner;
 use crate::replication::LogStore;
+use crate::runtime::objects_svc::task_objects;
 use crate::state::Effect;
 
 impl<S: LogStore> Owner<S> {
@@ -28,6 +30,9 @@ impl<S: LogStore> Owner<S> {
                         .keys
                         .sign_task(assignment.task_id, assignment.attempt, ns)
                         .unwrap_or_default();
+                    // Soft state, as the credential: where each argument is now, and tickets
+                    // to read it there, so that the worker need not ask before it fetches.
+                    assignment.objects = task_objects(state, &assignment.spec.labels);
                     self.workers
                         .send(state, node, HeadMessage::Assign(*assignment));
                 }
