@@ -12,12 +12,12 @@
 mod procs;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use escher::{Client, ClientError};
-use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
+use procs::{ProcessCluster, WAIT, WorkerExtra, bytes_under, eventually};
 
 /// The lapse the tests' heads run with.
 const LAPSE: Duration = Duration::from_secs(3);
@@ -47,26 +47,6 @@ async fn start(heads: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
     cluster.start_worker("w1", "cpu=2,memory=512").await;
     let client = cluster.client().await;
     (cluster, client, store)
-}
-
-/// The bytes of the regular files under `dir`.
-fn bytes_under(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else if meta.is_file() {
-                total += meta.len();
-            }
-        }
-    }
-    total
 }
 
 /// The ids the head lists, as text.

@@ -16,11 +16,9 @@
 
 mod procs;
 
-use std::path::{Path, PathBuf};
-
 use escher::types::{Grant, ObjectId, Role};
 use escher::{Client, ClientError};
-use procs::{ProcessCluster, WAIT, WorkerExtra, eventually};
+use procs::{ProcessCluster, WAIT, WorkerExtra, bytes_under, eventually};
 
 /// A cluster of `workers` worker processes, each with its object store in a directory of its
 /// own under `/dev/shm` (a tmpfs), returned so that the test can see what the stores hold.
@@ -96,26 +94,6 @@ async fn start_with(setup: Setup) -> (ProcessCluster, Client, Stores) {
     }
     let client = cluster.client().await;
     (cluster, client, Stores { memory, spill })
-}
-
-/// The bytes of the regular files under `dir`.
-fn bytes_under(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let Ok(meta) = e.metadata() else { continue };
-            if meta.is_dir() {
-                stack.push(e.path());
-            } else if meta.is_file() {
-                total += meta.len();
-            }
-        }
-    }
-    total
 }
 
 /// `len` bytes that differ from one object to the next.

@@ -8,28 +8,9 @@ mod state_support;
 
 use escher_core::state::{ApplyError, Command, FIRST_SESSION, Reply};
 use escher_proto::types::{
-    DATA_ADDRESS_LABEL, NodeId, OBJECTS_LABEL, ObjectId, ObjectOwner, SealedCopy, TaskResult,
-    format_object_args,
+    NodeId, OBJECTS_LABEL, ObjectId, ObjectOwner, SealedCopy, TaskResult, format_object_args,
 };
-use state_support::{TestState, joining, ns, report, secret, task};
-
-fn data_node(t: &mut TestState, name: &str) -> NodeId {
-    let mut worker = joining(name, "cpu=4", 1);
-    worker
-        .labels
-        .insert(DATA_ADDRESS_LABEL, &format!("{name}.example:7700"))
-        .unwrap();
-    match t
-        .apply(Command::RegisterNode {
-            worker,
-            secret: secret(name),
-        })
-        .reply
-    {
-        Reply::Registered(id) => id,
-        other => panic!("RegisterNode replied {other:?}"),
-    }
-}
+use state_support::{TestState, data_node, ns, report, task};
 
 fn open(t: &mut TestState) -> u64 {
     match t.apply(Command::OpenObjectSession).reply {

@@ -9,29 +9,12 @@ use escher_core::state::{
     ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, DATA_ADDRESS_LABEL, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner,
-    ObjectTicket, SealedCopy, TaskResult, TaskState, format_object_args, ticket_key,
+    Capacity, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket, SealedCopy,
+    TaskResult, TaskState, format_object_args, ticket_key,
 };
-use state_support::{TestState, joining, ns, secret, task};
+use state_support::{TestState, data_node, ns, secret, task};
 
 const SESSION: u64 = FIRST_SESSION;
-
-/// Registers a node whose worker publishes a data-plane address.
-fn data_node(t: &mut TestState, name: &str) -> NodeId {
-    let mut worker = joining(name, "cpu=4", 1);
-    worker
-        .labels
-        .insert(DATA_ADDRESS_LABEL, &format!("{name}.example:7700"))
-        .unwrap();
-    let out = t.apply(Command::RegisterNode {
-        worker,
-        secret: secret(name),
-    });
-    match out.reply {
-        Reply::Registered(id) => id,
-        other => panic!("RegisterNode replied {other:?}"),
-    }
-}
 
 fn copy(id: ObjectId, node: NodeId, namespace: Option<&str>) -> SealedCopy {
     SealedCopy {

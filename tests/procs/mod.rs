@@ -107,6 +107,26 @@ pub async fn admin_client_of(address_file: &Path, access_file: &Path) -> Client 
     .await
 }
 
+/// The bytes of the regular files under `dir` (a store's directory), 0 for what cannot be read.
+pub fn bytes_under(dir: &Path) -> u64 {
+    let mut total = 0;
+    let mut stack: Vec<PathBuf> = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let Ok(meta) = e.metadata() else { continue };
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                total += meta.len();
+            }
+        }
+    }
+    total
+}
+
 /// The path of binary `name`, or a panic that says how to build it.
 pub fn binary(name: &str) -> PathBuf {
     let path = bin_dir().join(name);

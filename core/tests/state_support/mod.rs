@@ -13,9 +13,9 @@ use escher_core::state::{
     SecretHash, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, CapacityOp, ClusterStatus, Labels, NAMESPACE_LABEL, Namespace, NodeId, NodeSpec,
-    ResourceName, ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished, TaskId, TaskKind,
-    TaskResult, TaskSpec, TaskState, TaskStatus,
+    Capacity, CapacityOp, ClusterStatus, DATA_ADDRESS_LABEL, Labels, NAMESPACE_LABEL, Namespace,
+    NodeId, NodeSpec, ResourceName, ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished,
+    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 /// The time the test clock starts at (milliseconds since the epoch, arbitrary).
@@ -38,6 +38,26 @@ pub fn joining(node_name: &str, resources: &str, boot: u64) -> Joining {
 /// The secret the test gives the worker named `node_name`.
 pub fn secret(node_name: &str) -> SecretHash {
     SecretHash::of(&format!("secret of {node_name}"))
+}
+
+/// Registers a node named `name` whose worker publishes a data-plane address (an object
+/// holder), and returns its id.
+pub fn data_node(t: &mut TestState, name: &str) -> NodeId {
+    let mut worker = joining(name, "cpu=4", 1);
+    worker
+        .labels
+        .insert(DATA_ADDRESS_LABEL, &format!("{name}.example:7700"))
+        .unwrap();
+    match t
+        .apply(Command::RegisterNode {
+            worker,
+            secret: secret(name),
+        })
+        .reply
+    {
+        Reply::Registered(id) => id,
+        other => panic!("RegisterNode replied {other:?}"),
+    }
 }
 
 /// A new node's registration.
