@@ -476,7 +476,9 @@ impl Runtime {
         for key in &carried {
             self.unacked.remove(key);
         }
-        // The leader answered: the lease runs from when the registration was sent.
+        // The leader answered: the lease runs from when the registration was sent, but what
+        // ran under a lease that ran out first ends before it does (see `fence_if_lapsed`).
+        self.fence_if_lapsed();
         crate::fence::renewed(link.registered_at);
         self.renewed_at = Some(link.registered_at);
         self.lease = link.lease;
@@ -621,10 +623,26 @@ impl Runtime {
             }
             self.beats.pop_front();
             if sent_seq == seq {
+                self.fence_if_lapsed();
                 crate::fence::renewed(sent_at);
                 self.renewed_at = Some(self.renewed_at.map_or(sent_at, |r| r.max(sent_at)));
                 self.arm_lease_end();
             }
+        }
+    }
+
+    /// Before a renewal: if the lease has run out, what runs in this process under it ends
+    /// now ([`Self::lease_ran_out`]), whether or not its timer has fired yet. A worker that
+    /// resumes after a SIGSTOP may register again (or hear a renewal) before that timer runs,
+    /// and a renewal would otherwise re-arm it: the actor incarnation the head has restarted
+    /// elsewhere meanwhile would live on here and serve the calls queued while it was stopped
+    /// (found by `tests/e2e_actor_faults.rs` under load: a call answered by incarnation 1
+    /// after incarnation 2 had started).
+    fn fence_if_lapsed(&mut self) {
+        if let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at)
+            && renewed.elapsed() >= lease
+        {
+            self.lease_ran_out();
         }
     }
 
