@@ -246,10 +246,14 @@ impl Runtime {
     fn delete_objects(&mut self, ids: &[escher_proto::types::ObjectId]) {
         for id in ids {
             if !self.env.objects.store().contains(*id) {
+                tracing::debug!(object = %id, "released, and not in this node's store");
                 continue;
             }
-            if let Err(err) = self.env.objects.delete(*id) {
-                tracing::warn!(object = %id, %err, "could not delete a released object");
+            match self.env.objects.delete(*id) {
+                Ok(()) => tracing::debug!(object = %id, "deleted a released object"),
+                Err(err) => {
+                    tracing::warn!(object = %id, %err, "could not delete a released object")
+                }
             }
         }
     }
