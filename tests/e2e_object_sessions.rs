@@ -31,9 +31,14 @@ async fn start(heads: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
         .tempdir_in("/dev/shm")
         .expect("a directory in /dev/shm");
     let lapse = format!("{}ms", LAPSE.as_millis());
+    // The worker may take a few seconds to find a new leader (its registration backs off):
+    // a heartbeat timeout that outlasts that keeps the failover test about sessions, not about
+    // a node declared lost meanwhile. A node declared lost takes its copies out of the table,
+    // and the files it keeps are then no one's (docs/ARCHITECTURE.md, "Loss": not built).
     let mut cluster = ProcessCluster::builder()
         .heads(heads)
         .workers(0)
+        .heartbeat_timeout_ms(6_000)
         .head_args(&["--object-session-lapse", lapse.as_str()])
         .start()
         .await;
