@@ -2,15 +2,17 @@
 //! simulated A100-40GB, through the cluster API ([`escher_gpu::drive`]): real MIG
 //! reconfigurations by the worker (scaled latency), jobs that are real command processes
 //! running `escher sim-work` on the slices they are given, typed out-of-memory failures,
-//! restarts that keep each job's task id, and inference replicas that are real tasks on the
-//! slices a plan binds them to.
+//! restarts that keep each job's task id, and inference replicas that are actors of the
+//! built-in serving class on the slices a plan binds them to.
 //!
 //! Checked for MIGM: every job succeeds under its own id (the one that outgrew its first slice
 //! on a second attempt, on a larger slice), the policy is done with nothing refused, every
 //! layout the GPU showed is legal, and no other task was ever submitted. For MIGRator's and
 //! Ekya's schedules of one window: nothing refused or failed, every layout legal, no request
 //! lost (served, shed past its SLO, or queued), most on time, each retraining run once to its
-//! end, and every replica ended by the driver (drained before its slice went, or at the end).
+//! end, every replica an actor that holds the device of its slice and counted what it served
+//! as the driver did, and every replica ended by the driver (drained, told and killed before
+//! its slice went, or at the end).
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -19,7 +21,8 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, init_tracing, within, within_for};
-use escher::types::{TaskId, TaskSpec, TaskState};
+use escher::types::{SERVING_REPLICA_CLASS, TaskId, TaskSpec, TaskState};
+use escher::worker::ReplicaInfo;
 use escher::{LocalCluster, Task};
 use escher_gpu::migm::RestartReason;
 use escher_gpu::migrator::ilp::{Solved, solve};
@@ -152,8 +155,9 @@ async fn migm_scheme_a_runs_jobs_on_right_sized_slices_of_a_cluster_gpu() {
 }
 
 /// One 200 s window of MIGRator's two tenants (10 s steps, time compressed 50x) executed on
-/// the cluster's GPU by `policy`'s schedule: inference replicas are real tasks on the slices
-/// the plan binds them to, retraining is `escher sim-work` launched on its pinned slice.
+/// the cluster's GPU by `policy`'s schedule: inference replicas are actors of the built-in
+/// serving class on the slices the plan binds them to (a resize drains, tells and kills one
+/// and creates the next), retraining is `escher sim-work` launched on its pinned slice.
 async fn run_window(policy: &str) {
     init_tracing();
     // A simulated second lasts 20 ms: the driver's 25 ms round is about a simulated second.
@@ -186,7 +190,9 @@ async fn run_window(policy: &str) {
         },
         other => panic!("no policy {other}"),
     };
-    let replica = Task::command(["sleep", "3600"]).build().unwrap();
+    let replica = Task::actor_typed(SERVING_REPLICA_CLASS, &0u64)
+        .build()
+        .unwrap();
     let mut services = Vec::new();
     for t in &p.tenants {
         let model = InferenceModel {
@@ -279,6 +285,40 @@ async fn run_window(policy: &str) {
         );
         assert_eq!(info.status.attempt, 1, "{policy}: {:?}", info.attempts);
     }
+    // The replicas serving at the end are actors holding their slice's device, whose own
+    // count of what they served is the driver's (drained ones were checked as they went:
+    // a disagreement is in `report.failed`).
+    let (replicas, told) = within("telling the replicas", gpu.report_replicas()).await;
+    assert!(told.is_empty(), "{policy}: {told:?}");
+    let holders = within("the GPUs", client.gpus()).await.unwrap()[0].gpus[0]
+        .holders
+        .clone();
+    let serving: Vec<_> = replicas.iter().filter(|r| r.running).collect();
+    assert!(!serving.is_empty(), "{policy}: {replicas:?}");
+    for r in serving {
+        assert!(r.actor, "{policy}: {r:?}");
+        let info: ReplicaInfo = within(
+            "a replica's info",
+            client.actor_by_id(r.task).call("info", &()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(info.service, r.service.0, "{policy}: {r:?}");
+        let held: Vec<String> = holders
+            .iter()
+            .filter(|h| h.task == r.task)
+            .map(|h| h.uuid.clone())
+            .collect();
+        assert!(
+            held.iter().all(|u| u.starts_with("MIG-")),
+            "{policy}: {held:?}"
+        );
+        assert_eq!(info.devices, held, "{policy}: {r:?}");
+        assert!(
+            (info.served - r.served).abs() <= 1e-6 * r.served.max(1.0),
+            "{policy}: {info:?} {r:?}"
+        );
+    }
     within("stopping the services", gpu.stop_services())
         .await
         .unwrap();
@@ -312,4 +352,72 @@ async fn migrator_executes_its_window_on_a_cluster_gpu_with_replicas_drained_bef
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ekyas_schedule_on_mig_slices_runs_on_a_cluster_gpu() {
     run_window("Ekya").await;
+}
+
+/// The built-in serving replica on its own: an actor on a MIG slice holds that slice's device
+/// and counts what it is told it served, refusing a count that is no count; one placed with no
+/// GPU device refuses to start, saying what to ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_serving_replica_is_an_actor_that_holds_its_slice_and_counts_what_it_served() {
+    init_tracing();
+    let cluster = LocalCluster::builder()
+        .grace(Duration::from_secs(2))
+        .no_workers()
+        .worker_with_gpus("cpu=8".parse().unwrap(), ["a100-40gb:mig=3g.20gb@0"])
+        .start();
+    let cluster = within("starting the cluster", cluster).await.unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+
+    let on_slice = Task::actor_typed(SERVING_REPLICA_CLASS, &7u64).resources_str("mig.3g.20gb=1");
+    let replica = within("a replica", client.actor(on_slice)).await.unwrap();
+    let told: f64 = within("serve", replica.call("serve", &2.5f64))
+        .await
+        .unwrap();
+    assert_eq!(told, 2.5);
+    let refused = within("serve -1", replica.call::<f64, f64>("serve", &-1.0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&refused, escher::ClientError::ActorCall { .. })
+            && refused.to_string().contains("not negative"),
+        "{refused:?}"
+    );
+    let told: f64 = within("serve", replica.call("serve", &1.0f64))
+        .await
+        .unwrap();
+    assert_eq!(told, 3.5, "a refused count changed nothing");
+    let info: ReplicaInfo = within("info", replica.call("info", &())).await.unwrap();
+    let held: Vec<String> = within("the GPUs", client.gpus()).await.unwrap()[0].gpus[0]
+        .holders
+        .iter()
+        .filter(|h| h.task == replica.id())
+        .map(|h| h.uuid.clone())
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(held[0].starts_with("MIG-"), "{held:?}");
+    assert_eq!(
+        info,
+        ReplicaInfo {
+            service: 7,
+            devices: held,
+            served: 3.5
+        }
+    );
+
+    let no_gpu = Task::actor_typed(SERVING_REPLICA_CLASS, &8u64).resources_str("cpu=1");
+    let orphan = within("a replica with no GPU", client.actor(no_gpu))
+        .await
+        .unwrap();
+    let died = within(
+        "its first call",
+        orphan.call::<(), ReplicaInfo>("info", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&died, escher::ClientError::ActorDied { .. })
+            && died.to_string().contains("holds a GPU slice"),
+        "{died:?}"
+    );
+    cluster.shutdown().await;
 }

@@ -26,8 +26,9 @@ use crate::EslError;
 ///
 /// Two kinds of types implement it:
 ///
-/// - **a cluster** ([`Client`], [`InMemoryCluster`](crate::InMemoryCluster)) implements every
-///   *primitive*: the methods from `set_resources` to `change_mig`;
+/// - **a cluster** ([`Client`], [`InMemoryCluster`](crate::InMemoryCluster)) implements the
+///   *primitives*, the methods from `set_resources` to `change_mig` (the in-memory cluster
+///   runs no actors, so it leaves `call_actor` refused);
 /// - **a decorator** (a `ClusterApi` in front of another one: [`Journal`](crate::Journal),
 ///   a test's recorder, a call counter) implements [`inner`](ClusterApi::inner), the cluster
 ///   it decorates, and only the primitives it changes: every other one goes to `inner`.
@@ -171,6 +172,20 @@ pub trait ClusterApi: Clone + Send + Sync + 'static {
         self.inner().requeue(task, resources)
     }
 
+    /// Calls method `method` of actor `actor` (an actor is a task: see
+    /// [`escher_proto::types::ActorSpec`]) with `args` encoded as its class decodes them, and
+    /// returns the answer's bytes: how a policy talks to the actors it placed (a GPU policy's
+    /// serving replicas). Calls are not durable (as in Ray): a call to an incarnation that
+    /// ends fails, and the policy hears of the end from the task's status.
+    fn call_actor(
+        &self,
+        actor: TaskId,
+        method: String,
+        args: Vec<u8>,
+    ) -> impl Future<Output = Result<Vec<u8>, EslError>> + Send {
+        self.inner().call_actor(actor, method, args)
+    }
+
     /// Every node's GPUs: MIG slices with their placements and UUIDs, who holds each device,
     /// and the reconfiguration under way.
     fn gpus(&self) -> impl Future<Output = Result<Vec<NodeGpus>, EslError>> + Send {
@@ -273,6 +288,19 @@ impl ClusterApi for Client {
 
     async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
         Ok(Client::gpus(self).await?)
+    }
+
+    async fn call_actor(
+        &self,
+        actor: TaskId,
+        method: String,
+        args: Vec<u8>,
+    ) -> Result<Vec<u8>, EslError> {
+        let answer = self
+            .actor_by_id(actor)
+            .call_raw(&method, args.into())
+            .await?;
+        Ok(answer.to_vec())
     }
 
     async fn change_mig(
@@ -431,6 +459,10 @@ impl ClusterApi for Unsupported {
 
     async fn gpus(&self) -> Result<Vec<NodeGpus>, EslError> {
         Unsupported::refuse("gpus")
+    }
+
+    async fn call_actor(&self, _: TaskId, _: String, _: Vec<u8>) -> Result<Vec<u8>, EslError> {
+        Unsupported::refuse("call_actor")
     }
 
     async fn change_mig(

@@ -10,8 +10,8 @@
 //! | `Create` / `Destroy`| the GPU's next layout, one `apply_mig_layout` per policy step (queued while a reconfiguration runs); no drain: the policy destroys idle instances only |
 //! | `Launch`            | `requeue` of the job's task to `mig.<profile>=1,mig.<uuid>=1`: the first launch of a task waiting in the queue, or a new attempt of one that was stopped or failed (its id kept) |
 //! | `Stop`              | `requeue` of the task back to the driver's queue resource: its attempt is stopped, and it waits |
-//! | `Bind`              | a replica task of the service on the slice (`mig.<profile>=1,mig.<uuid>=1`, the service's replica spec); it serves once the worker runs it |
-//! | `Drain`             | the replica takes no new requests; once its queue is served, its task is cancelled; the slice is idle when the task has ended |
+//! | `Bind`              | a replica of the service on the slice (`mig.<profile>=1,mig.<uuid>=1`, the service's replica spec: an actor of the built-in class [`SERVING_REPLICA_CLASS`], or any task); it serves once the worker runs it |
+//! | `Drain`             | the replica takes no new requests; once its queue is served, its actor is told what it served and killed (a task is cancelled); the slice is idle when it has ended |
 //!
 //! And what the policy hears: `Ready` when a slice it created appears in the worker's
 //! inventory, `Finished` / `OutOfMemory` when a launched task ends (the typed
@@ -38,7 +38,12 @@
 //!
 //! An inference service ([`ClusterGpu::add_service`]) is a task of its own that never runs
 //! (it waits on the queue resource: the service's record, and the id the policy binds
-//! replicas to) and one real task per replica, each holding its slice while it serves. The
+//! replicas to) and one real replica each holding its slice while it serves: an actor of the
+//! built-in class [`SERVING_REPLICA_CLASS`] (every worker hosts it; it refuses to start
+//! without a GPU device), which the driver tells, at most every quarter second and once more
+//! before it is killed, how many requests it served, and whose own count must agree (a
+//! replica whose actor does not answer, or disagrees, is a failure in
+//! [`DriveReport::failed`]); or, given another spec, a task that merely holds the slice. The
 //! requests are the simulated part ([`Serving`], the model the in-memory GPU counts them with):
 //! [`ClusterGpu::arrive`] hands them to the service, and they are served by the replicas whose
 //! tasks run, at the model's rate for their slice, against its SLO. Everything else is the
@@ -64,10 +69,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use escher_proto::Amount;
+use escher_proto::codec;
 use escher_proto::mig::{GpuModel, Layout, Placement};
 use escher_proto::types::{
-    GpuStatus, NodeId, ResourceName, ResourceSet, TaskId, TaskResult, TaskSpec, TaskState,
-    WatchEvent, WatchKind, WatchRequest, mig_class, mig_identity,
+    GpuStatus, NodeId, ResourceName, ResourceSet, SERVING_REPLICA_CLASS, TaskId, TaskKind,
+    TaskResult, TaskSpec, TaskState, WatchEvent, WatchKind, WatchRequest, mig_class, mig_identity,
 };
 
 use super::serving::{ServiceStats, Serving};
@@ -128,7 +134,40 @@ struct ReplicaTask {
     draining: bool,
     /// Its queue is served and its task asked to stop.
     cancelled: bool,
+    /// It is an actor (the service's replica spec is one: [`SERVING_REPLICA_CLASS`]), told
+    /// what it served.
+    actor: bool,
+    /// Requests its actor was told it served, in all.
+    reported: f64,
+    /// When its actor was last told.
+    reported_at: Option<Instant>,
+    /// Its actor did not answer, or disagreed, once: a failure of the run, and it is told
+    /// nothing more.
+    untold: bool,
 }
+
+/// What a replica of an inference service is now ([`ClusterGpu::report_replicas`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ReplicaView {
+    /// The service it serves.
+    pub service: TaskId,
+    /// Its task (its actor's id, when it is one).
+    pub task: TaskId,
+    /// Its slice.
+    pub on: Placement,
+    /// Whether its task runs.
+    pub running: bool,
+    /// Whether it is an actor.
+    pub actor: bool,
+    /// Requests it served, as the driver counts them.
+    pub served: f64,
+    /// Requests its actor was told it served (equal to `served` once reported).
+    pub reported: f64,
+}
+
+/// How often a replica's actor is told what it served, at most (and once more when it is
+/// drained, before it is killed).
+const REPORT_EVERY: Duration = Duration::from_millis(250);
 
 /// What [`drive`] saw.
 #[derive(Debug, Clone, Default)]
@@ -476,14 +515,29 @@ impl<C: ClusterApi> ClusterGpu<C> {
         self.served_until = now;
         let drained = self.serving.serve(now, dt);
         let mut stop = Vec::new();
-        for p in drained {
+        for (p, served) in drained {
+            let Some(r) = self.replicas.get(&p.start).copied() else {
+                continue;
+            };
+            // Its last requests are told before it goes.
+            self.report_served(r, served, failed).await;
             if let Some(r) = self.replicas.get_mut(&p.start) {
                 r.cancelled = true;
-                stop.push(r.task);
             }
+            stop.push(r.task);
         }
         if !stop.is_empty() {
             self.api.cancel(stop).await?;
+        }
+        let due: Vec<(ReplicaTask, f64)> = self
+            .replicas
+            .values()
+            .filter(|r| r.running && !r.cancelled)
+            .filter(|r| r.reported_at.is_none_or(|at| at.elapsed() >= REPORT_EVERY))
+            .filter_map(|r| Some((*r, self.serving.served_on(r.on)?)))
+            .collect();
+        for (r, served) in due {
+            self.report_served(r, served, failed).await;
         }
         let replicas: Vec<ReplicaTask> = self
             .replicas
@@ -522,6 +576,80 @@ impl<C: ClusterApi> ClusterGpu<C> {
             }
         }
         Ok(())
+    }
+
+    /// Tells replica `r`'s actor that it served `served` requests in all (the requests since
+    /// it was last told); the actor's own count, its answer, must agree. A replica that is no
+    /// actor, or has nothing new, is left alone; one that does not answer or disagrees is a
+    /// failure of the run.
+    async fn report_served(
+        &mut self,
+        r: ReplicaTask,
+        served: f64,
+        failed: &mut Vec<(TaskId, String)>,
+    ) {
+        let new = served - r.reported;
+        if !r.actor || r.untold || new <= 1e-9 {
+            return;
+        }
+        let answer = match codec::encode(&new) {
+            Ok(args) => self
+                .api
+                .call_actor(r.task, "serve".to_string(), args)
+                .await
+                .and_then(|bytes| {
+                    codec::decode::<f64>(&bytes).map_err(|e| EslError::Refused(e.to_string()))
+                }),
+            Err(e) => Err(EslError::Refused(e.to_string())),
+        };
+        let why = match answer {
+            Ok(counted) if (counted - served).abs() <= 1e-6 * served.max(1.0) => {
+                if let Some(slot) = self.replicas.get_mut(&r.on.start) {
+                    slot.reported = served;
+                    slot.reported_at = Some(Instant::now());
+                }
+                return;
+            }
+            Ok(counted) => {
+                format!("its actor counted {counted} requests served, the driver {served}")
+            }
+            Err(e) => format!("its actor was not told what it served: {e}"),
+        };
+        if let Some(slot) = self.replicas.get_mut(&r.on.start) {
+            slot.untold = true;
+        }
+        failed.push((
+            r.task,
+            format!("replica of {} on {}: {why}", r.service, r.on),
+        ));
+    }
+
+    /// Tells every running replica's actor what it served so far, and returns every replica
+    /// (for a caller that reads the actors themselves: `info`, see
+    /// [`SERVING_REPLICA_CLASS`]), with the
+    /// failures of that telling.
+    pub async fn report_replicas(&mut self) -> (Vec<ReplicaView>, Vec<(TaskId, String)>) {
+        let mut failed = Vec::new();
+        let live: Vec<ReplicaTask> = self.replicas.values().copied().collect();
+        for r in live {
+            if let (true, Some(served)) = (r.running, self.serving.served_on(r.on)) {
+                self.report_served(r, served, &mut failed).await;
+            }
+        }
+        let views = self
+            .replicas
+            .values()
+            .map(|r| ReplicaView {
+                service: r.service,
+                task: r.task,
+                on: r.on,
+                running: r.running,
+                actor: r.actor,
+                served: self.serving.served_on(r.on).unwrap_or(r.reported),
+                reported: r.reported,
+            })
+            .collect();
+        (views, failed)
     }
 
     /// Whether `task` is one this GPU follows: a launched job or a replica.
@@ -705,6 +833,21 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 let mut spec = template.clone();
                 spec.resources = self.idle_slice(&view, task, on)?;
                 spec.max_retries = 0;
+                let actor = match &mut spec.kind {
+                    TaskKind::Actor(actor) => {
+                        if actor.class == SERVING_REPLICA_CLASS {
+                            // The replica knows which service it serves.
+                            actor.args = codec::encode(&task.0)
+                                .map_err(|e| SeamError::Task {
+                                    task,
+                                    reason: e.to_string(),
+                                })?
+                                .into();
+                        }
+                        true
+                    }
+                    _ => false,
+                };
                 let ids = self
                     .api
                     .submit(vec![spec])
@@ -726,6 +869,10 @@ impl<C: ClusterApi> ClusterGpu<C> {
                         running: false,
                         draining: false,
                         cancelled: false,
+                        actor,
+                        reported: 0.0,
+                        reported_at: None,
+                        untold: false,
                     },
                 );
                 // Requests may queue on it at once; it serves once its task runs.

@@ -68,7 +68,7 @@ pub mod sim;
 mod support;
 
 pub use baselines::{Sequential, astraea, paris};
-pub use cluster::{ClusterGpu, DriveReport, drive, drive_with};
+pub use cluster::{ClusterGpu, DriveReport, ReplicaView, drive, drive_with};
 pub use ekya::{online, online_on_mig, thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};

@@ -55,6 +55,8 @@ struct Replica {
     /// It serves from this time (ms) on: once its model is loaded.
     serving_from: u64,
     draining: bool,
+    /// Requests it served.
+    served: f64,
 }
 
 impl Replica {
@@ -154,6 +156,7 @@ impl Serving {
                 queue: VecDeque::new(),
                 serving_from,
                 draining: false,
+                served: 0.0,
             },
         );
     }
@@ -198,10 +201,18 @@ impl Serving {
             .map(|r| r.service)
     }
 
+    /// Requests the replica on `on` served, if it is a replica.
+    pub fn served_on(&self, on: Placement) -> Option<f64> {
+        self.replicas
+            .get(&on.start)
+            .filter(|r| r.placement == on)
+            .map(|r| r.served)
+    }
+
     /// Serves `dt` seconds ending at `now` (ms): replicas take the backlog, shed what is past
     /// its SLO and serve their queues. Returns the draining replicas that ran dry (they are no
-    /// replicas any more).
-    pub fn serve(&mut self, now: u64, dt: f64) -> Vec<Placement> {
+    /// replicas any more), each with the requests it served in all.
+    pub fn serve(&mut self, now: u64, dt: f64) -> Vec<(Placement, f64)> {
         for (task, service) in &mut self.services {
             if service.backlog.is_empty() {
                 continue;
@@ -242,6 +253,7 @@ impl Serving {
                     front.1 -= n;
                     budget -= n;
                     service.stats.served += n;
+                    replica.served += n;
                     if now.saturating_sub(front.0) <= slo {
                         service.stats.on_time += n;
                     }
@@ -251,10 +263,10 @@ impl Serving {
                 }
             }
             if replica.draining && replica.queue.is_empty() {
-                drained.push(replica.placement);
+                drained.push((replica.placement, replica.served));
             }
         }
-        for p in &drained {
+        for (p, _) in &drained {
             self.replicas.remove(&p.start);
         }
         drained
@@ -348,11 +360,23 @@ mod tests {
         for i in 1..=5 {
             drained.extend(s.serve(i * 200, 0.2));
         }
-        assert_eq!(drained, [one], "drained once its queue ran dry");
+        assert_eq!(
+            drained.len(),
+            1,
+            "drained once its queue ran dry: {drained:?}"
+        );
+        assert_eq!(drained[0].0, one);
         assert_eq!(s.service_of(one), None);
         assert_eq!(s.service_of(two), Some(task));
         let st = s.stats(task).unwrap();
         assert!((st.served + st.expired + s.queued(task) - st.arrived).abs() < 1e-9);
+        // What each replica served adds up to the service's.
+        let by_replicas = drained[0].1 + s.served_on(two).unwrap();
+        assert!(drained[0].1 > 0.0, "{drained:?}");
+        assert!(
+            (by_replicas - st.served).abs() < 1e-9,
+            "{by_replicas} {st:?}"
+        );
         // A replica lost at once sheds what it held.
         s.arrive(task, 4.0, 1000);
         s.remove(two);

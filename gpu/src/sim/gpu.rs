@@ -277,7 +277,7 @@ impl SimGpu {
 
     /// Replicas serve their queues; draining replicas that run dry become idle.
     fn serve(&mut self, dt: f64) {
-        for p in self.serving.serve(self.now, dt) {
+        for (p, _) in self.serving.serve(self.now, dt) {
             self.set_idle(p);
             self.events.push(Event::Drained(p));
         }

@@ -25,6 +25,10 @@ use super::{NodeId, TaskId, TaskState};
 /// actor calls), read by the head when it resolves an actor.
 pub const DATA_ADDRESS_LABEL: &str = "escher.data-address";
 
+/// The built-in actor class every worker hosts for an inference service's replica on a GPU
+/// slice (the worker's `actors/serving.rs` says what it answers).
+pub const SERVING_REPLICA_CLASS: &str = "escher.serving-replica";
+
 /// The most calls one actor may run at once.
 pub const MAX_CONCURRENCY: u32 = 1024;
 

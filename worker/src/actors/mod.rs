@@ -2,15 +2,19 @@
 //! classes it can host ([`ActorClass`], `class.rs`), the incarnations it hosts now and the loop
 //! each runs ([`ActorHost`], `host.rs`), and the `Actors` service that takes callers' method
 //! calls on the worker's data-plane listener ([`ActorService`], `service.rs`; the listener in
-//! `listener.rs`).
+//! `listener.rs`), and the built-in class of an inference service's replica
+//! ([`SERVING_REPLICA_CLASS`], `serving.rs`).
 
 mod class;
 mod host;
 mod listener;
 mod service;
+mod serving;
 
 pub use class::{ActorClass, DynamicActor, DynamicConstructor};
 pub use host::ActorHost;
 pub use listener::DATA_PLANE_LABEL;
 pub(crate) use listener::DataPlane;
 pub use service::ActorService;
+pub(crate) use serving::class as serving_replica_class;
+pub use serving::{ReplicaInfo, SERVING_REPLICA_CLASS};

@@ -28,7 +28,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use escher::types::{NodeId, TaskId, TaskSpec, TaskState};
+use escher::types::{NodeId, SERVING_REPLICA_CLASS, TaskId, TaskSpec, TaskState};
 use escher::{LocalCluster, Task};
 use escher_gpu::compare::{Comparison, POLICIES, compare, psi_for};
 use escher_gpu::migrator::ilp::Solved;
@@ -1572,7 +1572,9 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
     let mut gpu = ClusterGpu::new(client.clone(), node, 0)
         .await?
         .with_time_scale(scale);
-    let replica = Task::command(["sleep", "3600"]).build()?;
+    // Each replica is an actor of the built-in serving class on its slice: drained, told what
+    // it served and killed before its slice goes, made again on the next one.
+    let replica = Task::actor_typed(SERVING_REPLICA_CLASS, &0u64).build()?;
     let mut services = Vec::new();
     for t in &p.tenants {
         let model = InferenceModel {
