@@ -11,8 +11,9 @@
 //! - A chain of tasks, each taking the previous one's 1 MiB result as its argument, on
 //!   alternating workers: each result crosses worker to worker.
 //! - Lineage: the only holder killed, a task that may be retried runs again under the same
-//!   object id and the reader waiting gets the rebuilt bytes (checksum equal); a task with no
-//!   retry left gives `ObjectLost` naming the object, its node and why.
+//!   object id and the reader waiting gets the rebuilt bytes (checksum equal); a task given
+//!   that object as its argument meanwhile waits for the rebuilt copy and runs once; a task
+//!   with no retry left gives `ObjectLost` naming the object, its node and why.
 //! - Release: dropping the owning reference deletes the copy from the worker's store.
 
 mod common;
@@ -36,10 +37,18 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 /// |-----------|---------------------|------------------------------------------------|
 /// | `pattern` | `(u64, u8)` (len, seed) | [`pattern`]`(len, seed)`, raw              |
 /// | `plus_one`| one object argument | its bytes each plus one (wrapping), raw        |
+/// | `slow_pattern` | as `pattern` | the same, 2 s late from its second attempt on |
 fn functions() -> Functions {
     common::functions()
         .function("pattern", |_ctx, args: Vec<u8>| async move {
             let (len, seed): (u64, u8) = escher::codec::decode(&args).map_err(|e| e.to_string())?;
+            Ok(pattern(len as usize, seed))
+        })
+        .function("slow_pattern", |ctx, args: Vec<u8>| async move {
+            let (len, seed): (u64, u8) = escher::codec::decode(&args).map_err(|e| e.to_string())?;
+            if ctx.attempt() > 1 {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+            }
             Ok(pattern(len as usize, seed))
         })
         .function("plus_one", |ctx, _args| async move {
@@ -201,6 +210,18 @@ async fn a_chain_of_tasks_passes_large_results_worker_to_worker() {
     assert_eq!(got.as_ref(), want.as_slice());
 }
 
+/// Waits until the head counts `node` lost. (A killed worker's listener may still answer a
+/// read begun as it was killed, as a machine's may while it dies: the loss is certain only
+/// once the head has counted it.)
+async fn counted_lost(client: &Client, node: NodeId) {
+    common::eventually("the holder counted lost", || async {
+        let status = client.cluster_status().await.ok()?;
+        let record = status.nodes.iter().find(|n| n.id == node)?;
+        (!record.alive).then_some(())
+    })
+    .await;
+}
+
 /// Runs `task` to success and kills the node that holds its result object; returns the task
 /// and that node.
 async fn made_then_holder_killed(
@@ -246,12 +267,59 @@ async fn a_lost_result_is_rebuilt_by_running_its_task_again_under_the_same_id() 
     assert_eq!(view.lost, None);
 }
 
+/// A task whose argument's only copy was lost waits while lineage makes it again (the rebuild
+/// takes 2 s here), and then runs once on the rebuilt bytes, rather than failing for want of a
+/// holder.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_whose_argument_is_being_rebuilt_waits_for_it_and_runs() {
+    let data = tempfile::tempdir().unwrap();
+    let (mut cluster, client) = cluster(&["cpu=4", "cpu=4"], data.path()).await;
+    let slow = Task::function_typed("slow_pattern", &(1u64 << 20, 23u8)).max_retries(1);
+    let made = client.run(slow, Some(common::LIMIT)).await.unwrap();
+    assert_eq!(made.state, TaskState::Succeeded, "{made:?}");
+    let reference = client
+        .result_ref(made.id, Some(common::LIMIT))
+        .await
+        .unwrap()
+        .expect("a 1 MiB result is an object");
+    let lost = made.node.unwrap();
+    cluster.kill_worker(lost);
+    // Once the head counts the holder lost (a task placed on it before would be lost with it),
+    // the argument has no copy until the rebuild ends.
+    counted_lost(&client, lost).await;
+
+    let next = client
+        .submit(Task::function("plus_one", Vec::new()).object_arg(&reference))
+        .await
+        .unwrap();
+    let status = common::within_for(
+        Duration::from_secs(90),
+        "the task on the rebuilt argument",
+        client.get(next.id(), None),
+    )
+    .await
+    .unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert_eq!(status.attempt, 1, "it ran once: {status:?}");
+    let rebuilt = client.get(made.id, Some(common::LIMIT)).await.unwrap();
+    assert_eq!(
+        rebuilt.attempt, 2,
+        "the argument was made again: {rebuilt:?}"
+    );
+    assert_ne!(rebuilt.node, Some(lost));
+    let mut want = pattern(1 << 20, 23);
+    want.iter_mut().for_each(|b| *b = b.wrapping_add(1));
+    let got = client.get_bytes(next.id(), None).await.unwrap();
+    assert_eq!(crc32c::crc32c(&got), crc32c::crc32c(&want));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_result_whose_task_may_not_run_again_is_reported_lost_naming_it() {
     let data = tempfile::tempdir().unwrap();
     let (mut cluster, client) = cluster(&["cpu=4", "cpu=4"], data.path()).await;
     let (task, lost) =
         made_then_holder_killed(&mut cluster, &client, make(1 << 20, 22).max_retries(0)).await;
+    counted_lost(&client, lost).await;
     let id = ObjectId::task_result(task);
     let err = common::within_for(
         Duration::from_secs(60),

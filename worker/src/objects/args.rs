@@ -12,14 +12,34 @@
 //! fill it in, an object lost since), and when the fetch from the holders it names fails: a
 //! holder may have gone since the assignment, a ticket may have expired in a queue. Every
 //! copy is checked against the length and CRC-32C of the answer it was fetched by.
+//!
+//! An argument may have no copy for a while: its only holder was lost and its task runs again
+//! to make it (lineage), or its holder died and the head has not yet counted the node lost. The
+//! task then waits, holding what it was given, and asks the head again with a growing pause:
+//! for a copy of an argument that has none, up to [`REBUILD_PATIENCE`] (as a client's read of a
+//! result object waits); through holders that fail, up to [`FETCH_PATIENCE`] (enough for the
+//! head's heartbeat timeout to count a dead holder lost). An argument the head reports lost,
+//! freed or unknown fails the task at once, naming it.
+
+use std::time::Duration;
 
 use escher_proto::types::{Labels, OBJECTS_LABEL, ObjectId, parse_object_args};
+use tokio::time::Instant;
 
 use super::{Holder, NodeObjects, ObjectView, fetch_object};
 use crate::context::TaskContext;
 
 /// What the head knows of an object: its length, checksum and holders with read tickets.
 type Located = escher_proto::types::ObjectView;
+
+/// How long a task waits for an argument that has no copy (its task runs again to make it).
+pub(crate) const REBUILD_PATIENCE: Duration = Duration::from_secs(120);
+
+/// How long a task keeps asking again when the holders the head names fail.
+pub(crate) const FETCH_PATIENCE: Duration = Duration::from_secs(30);
+
+/// The first and the longest pause between two questions to the head.
+const PAUSE: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(1));
 
 /// Brings the objects `labels` names into this node's store, in their order, each from the
 /// holders `located` names for it (the task's `Assign`) and else from those the head names
@@ -75,8 +95,30 @@ async fn bring_located(
             }
         }
     }
-    let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
-    from_holders(objects, ctx, id, &info).await
+    let start = Instant::now();
+    let mut pause = PAUSE.0;
+    loop {
+        let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
+        let waited = start.elapsed();
+        let retry = if info.holders.is_empty() {
+            if waited >= REBUILD_PATIENCE {
+                return Err(format!(
+                    "it has no copy, and none was made again within {} s",
+                    REBUILD_PATIENCE.as_secs()
+                ));
+            }
+            "it has no copy yet (its task may be running again to make it)".to_string()
+        } else {
+            match from_holders(objects, ctx, id, &info).await {
+                Ok(view) => return Ok(view),
+                Err(why) if waited < FETCH_PATIENCE => why,
+                Err(why) => return Err(why),
+            }
+        };
+        tracing::debug!(object = %id, why = %retry, ?pause, "asking the head again");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(PAUSE.1);
+    }
 }
 
 /// Brings object `id` from the holders `info` names (none when it is here), checks the copy
