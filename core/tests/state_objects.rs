@@ -661,3 +661,77 @@ fn a_reported_copy_of_a_task_result_not_yet_produced_is_refused_and_changes_noth
     assert_eq!(view.holders.len(), 2);
     state_support::check_invariants(&t.state);
 }
+
+/// A result object's copy that the table will never count is deleted where it was made: a
+/// completion refused (here: past its namespace's byte quota) tells its node to delete the
+/// copy, and so does the late report of an attempt given up (its node was counted lost, the
+/// task ran again elsewhere), while the attempt that is recorded keeps its copy.
+#[test]
+fn a_result_copy_the_table_does_not_count_is_deleted_where_it_was_made() {
+    let mut t = TestState::with_config(StateConfig {
+        namespace_object_bytes: 1 << 20,
+        ..StateConfig::default()
+    });
+    let a = data_node(&mut t, "a");
+    let b = data_node(&mut t, "b");
+
+    // Refused: 2 MiB in a namespace of at most 1 MiB. The attempt fails saying why, and its
+    // node deletes the copy it sealed.
+    let (ids, _) = t.submit_in(Some("app"), vec![task("cpu=1").function("make").build()]);
+    let big = ids[0];
+    let node = t.status(big).node.expect("placed");
+    let result = TaskResult::Object {
+        size: 2 << 20,
+        checksum: 7,
+    };
+    let fx = t.finish(state_support::report(big, 1, Ok(result)));
+    let object = ObjectId::task_result(big);
+    assert!(fx.contains(&format!("delete {node} {object}")), "{fx:?}");
+    let status = t.status(big);
+    assert_eq!(status.state, TaskState::Failed, "{status:?}");
+    assert!(
+        status
+            .reason
+            .as_deref()
+            .unwrap_or("")
+            .contains("not recorded"),
+        "{status:?}"
+    );
+    assert!(t.state.locate_object(object, None, true, None).is_err());
+
+    // Given up: attempt 1 runs on `a`, `a` is counted lost, attempt 2 runs on `b`; `a`'s late
+    // report of attempt 1 with a result object tells `a` to delete it, and changes nothing else.
+    let (id, fx) = t.submit(task("cpu=1").function("make").retries(1));
+    let first = t.status(id).node.expect("placed");
+    assert!(fx.contains(&format!("assign {id}->{first} #1")), "{fx:?}");
+    let other = if first == a { b } else { a };
+    let fx = t.remove_node(first);
+    assert!(fx.contains(&format!("assign {id}->{other} #2")), "{fx:?}");
+    let result = TaskResult::Object {
+        size: 1 << 10,
+        checksum: 9,
+    };
+    let object = ObjectId::task_result(id);
+    let fx = t.finish(state_support::report(id, 1, Ok(result.clone())));
+    assert_eq!(fx, vec![format!("delete {first} {object}")]);
+    assert_eq!(t.status(id).state, TaskState::Running);
+    // Attempt 2's completion is recorded, and deletes nothing.
+    let fx = t.finish(state_support::report(id, 2, Ok(result)));
+    assert!(!fx.iter().any(|f| f.starts_with("delete")), "{fx:?}");
+    assert_eq!(t.task_state(id), TaskState::Succeeded);
+    let view = t.state.locate_object(object, None, false, None).unwrap();
+    assert_eq!(view.holders.len(), 1);
+    assert_eq!(view.holders[0].node, other);
+    // A second late report of attempt 1 (the worker sent it again) deletes again on `first`
+    // only: never on the holder.
+    let fx = t.finish(state_support::report(
+        id,
+        1,
+        Ok(TaskResult::Object {
+            size: 1 << 10,
+            checksum: 9,
+        }),
+    ));
+    assert_eq!(fx, vec![format!("delete {first} {object}")]);
+    state_support::check_invariants(&t.state);
+}

@@ -269,14 +269,46 @@ impl ClusterState {
         }
     }
 
+    /// Node `node` holds a copy of task `task`'s result object that the table does not count
+    /// (its completion was refused, or came from an attempt given up): the node is told to
+    /// delete it, since no release will ever name it. Not while the table counts the node as
+    /// a holder, nor while another attempt of the task runs there (its copy, under the same
+    /// id, may be the one that will be recorded); `ending` says the running attempt is the one
+    /// whose completion was refused.
+    fn unrecorded_result(&mut self, task: TaskId, node: NodeId, ending: bool) {
+        let object = ObjectId::task_result(task);
+        let counted = self
+            .objects
+            .get(object)
+            .is_some_and(|rec| rec.holders.contains(&node));
+        let running_there = !ending
+            && self
+                .tasks
+                .get(&task)
+                .is_some_and(|rec| rec.state == TaskState::Running && rec.node == Some(node));
+        if !counted && !running_there {
+            self.effects.push(Effect::DeleteObjects {
+                node,
+                ids: vec![object],
+            });
+        }
+    }
+
     /// A worker reported the end of an attempt. Reports for other attempts are stale and
-    /// ignored (the task was retried or cancelled meanwhile).
+    /// ignored (the task was retried or cancelled meanwhile), but for the copy of a result
+    /// object such a report says its node made: that node is told to delete it.
     pub(crate) fn finished(&mut self, report: TaskFinished, now: Millis) {
         let id = report.task_id;
         let Some(rec) = self.tasks.get(&id) else {
             return;
         };
         if rec.state != TaskState::Running || rec.attempt != report.attempt {
+            if matches!(report.outcome, Ok(TaskResult::Object { .. }))
+                && let Some(made) = rec.attempts.iter().find(|a| a.attempt == report.attempt)
+            {
+                let node = made.node;
+                self.unrecorded_result(id, node, false);
+            }
             return;
         }
         let node = rec.node.unwrap_or(NodeId(0));
@@ -296,6 +328,7 @@ impl ClusterState {
         if let Ok(TaskResult::Object { size, checksum }) = outcome {
             // Its copy is recorded with its completion, in this same entry (`objects.rs`).
             if let Err(why) = self.result_sealed(id, node, (size, checksum), now) {
+                self.unrecorded_result(id, node, true);
                 outcome = Err(why);
             }
         }
