@@ -253,6 +253,23 @@ async fn logs_reads_any_attempt_and_info_lists_them() {
         limits.contains(&expected) || (held == "none" && limits.contains("none held")),
         "{limits} / {expected}"
     );
+    // With each held limit's value for this task's request (the default `cpu=1`).
+    if held.split('+').any(|h| h == "pids") {
+        let pids = node
+            .labels
+            .get(escher::types::LIMITS_PIDS_LABEL)
+            .expect("a node that holds pids says how many");
+        assert!(
+            limits.contains(&format!("processes: {pids} at once")),
+            "{limits}"
+        );
+    }
+    if held.split('+').any(|h| h == "cpu") {
+        assert!(
+            limits.contains("cpu: 1 CPU, a quota of 100.0 ms per 100 ms"),
+            "{limits}"
+        );
+    }
     // A Rust function runs inside its worker: no limits of its own, and `info` says so (this
     // one waits: no worker has a function of that name).
     let function = client

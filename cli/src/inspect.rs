@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use escher_proto::types::{
-    ClusterEvent, LIMITS_LABEL, LIMITS_MISSING_LABEL, Labels, ListTasksRequest, MORE_COUNTED,
-    Namespace, WatchKind, WatchRequest,
+    Capacity, ClusterEvent, LIMITS_LABEL, LIMITS_MISSING_LABEL, LIMITS_PIDS_LABEL, Labels,
+    ListTasksRequest, MORE_COUNTED, Namespace, ResourceSet, WatchKind, WatchRequest,
 };
 use escher_proto::{LogStream, NodeId, TaskId, TaskInfo, TaskKind, TaskState, TaskSummary};
 
@@ -346,7 +346,14 @@ impl InfoArgs {
                     .await
                     .ok()
                     .and_then(|c| c.nodes.into_iter().find(|n| n.id == id))
-                    .map(|n| limits_held(&n.name, &n.labels)),
+                    .map(|n| {
+                        let memory = n.resource("memory").map(|r| r.total);
+                        let held = limits_held(&n.name, &n.labels);
+                        match limit_values(&n.labels, &info.spec.resources, memory) {
+                            Some(values) => format!("{held} ({values})"),
+                            None => held,
+                        }
+                    }),
                 (false, TaskKind::Function { .. } | TaskKind::Actor(_), _) => Some(
                     "none of its own: a Rust function or actor runs inside its worker's process, \
                      held only to what the worker is"
@@ -383,6 +390,50 @@ pub fn limits_held(name: &str, labels: &Labels) -> String {
              asked for of those)"
         ),
     }
+}
+
+/// What each limit the node holds (its [`LIMITS_LABEL`]) is for a task that asked for
+/// `request`, as the worker sets them (`worker/src/exec/limits.rs`): `cpu` as a quota of CPU
+/// time per 100 ms, `memory` as a limit (what no running task asked for of the node's memory
+/// `node_memory` when it started, at least 64 MiB, for a task that asked for none), the
+/// process limit from the node's [`LIMITS_PIDS_LABEL`]. `None` when the node holds none.
+pub fn limit_values(
+    labels: &Labels,
+    request: &ResourceSet,
+    node_memory: Option<Capacity>,
+) -> Option<String> {
+    let held: Vec<&str> = labels.get(LIMITS_LABEL)?.split('+').collect();
+    let mut values = Vec::new();
+    if held.contains(&"cpu") {
+        let cpu = request.get("cpu");
+        values.push(if cpu.is_zero() {
+            "cpu: no quota (it asked for none)".to_string()
+        } else {
+            let ms = cpu.raw() as f64 / escher_proto::Amount::ONE.raw() as f64 * 100.0;
+            format!("cpu: {cpu} CPU, a quota of {ms:.1} ms per 100 ms")
+        });
+    }
+    if held.contains(&"memory") {
+        let memory = request.get("memory");
+        values.push(if memory.is_zero() {
+            let of = match node_memory {
+                Some(Capacity::Finite(total)) => format!(" {total} MiB"),
+                _ => String::new(),
+            };
+            format!(
+                "memory: it asked for none, so what no running task asked for of the node's{of} \
+                 when it started, at least 64 MiB"
+            )
+        } else {
+            format!("memory: {memory} MiB")
+        });
+    }
+    if held.contains(&"pids")
+        && let Some(pids) = labels.get(LIMITS_PIDS_LABEL)
+    {
+        values.push(format!("processes: {pids} at once"));
+    }
+    (!values.is_empty()).then(|| values.join("; "))
 }
 
 /// The text of `escher info`.
@@ -696,6 +747,40 @@ mod tests {
             .insert(LIMITS_MISSING_LABEL, "cpu+memory+pids")
             .unwrap();
         assert!(limits_held("w1", &labels).starts_with("none held on node w1"));
+    }
+
+    #[test]
+    fn limit_values_say_what_each_held_limit_is_for_the_request() {
+        let mut labels = Labels::default();
+        let request: ResourceSet = "cpu=0.5,memory=512".parse().unwrap();
+        let node = Some(Capacity::Finite("4096".parse().unwrap()));
+        assert_eq!(
+            limit_values(&labels, &request, node),
+            None,
+            "no label, no values"
+        );
+        labels.insert(LIMITS_LABEL, "cpu+memory+pids").unwrap();
+        labels.insert(LIMITS_PIDS_LABEL, "4096").unwrap();
+        assert_eq!(
+            limit_values(&labels, &request, node).unwrap(),
+            "cpu: 0.5 CPU, a quota of 50.0 ms per 100 ms; memory: 512 MiB; processes: 4096 at \
+             once"
+        );
+        let none: ResourceSet = "gpu=1".parse().unwrap();
+        assert_eq!(
+            limit_values(&labels, &none, node).unwrap(),
+            "cpu: no quota (it asked for none); memory: it asked for none, so what no running \
+             task asked for of the node's 4096 MiB when it started, at least 64 MiB; processes: \
+             4096 at once"
+        );
+        // Only what is held.
+        labels.insert(LIMITS_LABEL, "pids").unwrap();
+        assert_eq!(
+            limit_values(&labels, &request, node).unwrap(),
+            "processes: 4096 at once"
+        );
+        labels.insert(LIMITS_LABEL, "none").unwrap();
+        assert_eq!(limit_values(&labels, &request, node), None);
     }
 
     #[test]

@@ -6,10 +6,12 @@ SHA-256 names its content) and wraps the function in a :class:`_WithEnv` that ho
 the pair travels as the function does (cloudpickled; over 8 KiB, once per content hash in a task
 of its own whose result the workers fetch and keep), and each warm interpreter loads it once.
 This module is pickled by value (``cloudpickle.register_pickle_by_value``): a worker needs no
-escher package, only cloudpickle. On the worker, the archive is unpacked once per hash under the
-task user's home (or the temporary directory), and each call runs with the variables set, in the
-directory and with it first on ``sys.path``; all three are put back when the call ends, so the
-next task of the interpreter starts as it would have. Modules imported from a working directory
+escher package, only cloudpickle. On the worker, each interpreter checks the archive against its
+SHA-256 and unpacks it once, into a new folder of its own under the task user's home (or the
+temporary directory), removed when the interpreter exits: a folder found on disk is never taken
+for the archive's content, so another task of the namespace cannot plant one under a hash. Each
+call runs with the variables set, in the directory and with it first on ``sys.path``; all three
+are put back when the call ends, so the next task of the interpreter starts as it would have. Modules imported from a working directory
 stay imported in that interpreter (interpreters are never shared between namespaces).
 
 Imports nothing of escher's.
@@ -56,25 +58,26 @@ def pack(path):
 
 
 def _unpacked(archive, digest):
-    """The folder that holds ``archive`` unpacked (once per content hash), under the task
-    user's home or the temporary directory."""
+    """A new folder holding ``archive`` unpacked, named ``DIGEST.RANDOM`` under the task user's
+    home or the temporary directory, removed when this interpreter exits; refuses an archive
+    whose SHA-256 is not ``digest``."""
+    import atexit
+    import shutil
     import tempfile
 
+    actual = hashlib.sha256(archive).hexdigest()
+    if actual != digest:
+        raise ValueError(
+            f"the working directory's archive has SHA-256 {actual}, not the {digest} it was "
+            f"sent under: refused"
+        )
     base = os.environ.get("HOME") or tempfile.gettempdir()
     root = os.path.join(base, ".escher", "working-dirs")
-    folder = os.path.join(root, digest)
-    if os.path.isdir(folder):
-        return folder
     os.makedirs(root, mode=0o700, exist_ok=True)
-    partial = tempfile.mkdtemp(prefix=digest + ".", dir=root)
+    folder = tempfile.mkdtemp(prefix=digest + ".", dir=root)
+    atexit.register(shutil.rmtree, folder, True)
     with zipfile.ZipFile(io.BytesIO(archive)) as z:
-        z.extractall(partial)
-    try:
-        os.rename(partial, folder)
-    except OSError:  # another interpreter unpacked it first
-        import shutil
-
-        shutil.rmtree(partial, ignore_errors=True)
+        z.extractall(folder)
     return folder
 
 
@@ -87,6 +90,20 @@ class _WithEnv:
         self.archive = archive
         self.digest = digest
 
+    def __getstate__(self):
+        # The folder is the unpacking interpreter's own: it never travels.
+        state = dict(self.__dict__)
+        state.pop("_unpacked_to", None)
+        return state
+
+    def _folder(self):
+        """The folder this interpreter unpacked the archive into, unpacked at the first call."""
+        folder = self.__dict__.get("_unpacked_to")
+        if folder is None or not os.path.isdir(folder):
+            folder = _unpacked(self.archive, self.digest)
+            self._unpacked_to = folder
+        return folder
+
     def __call__(self, *args, **kwargs):
         saved = {k: os.environ.get(k) for k in self.env_vars}
         cwd = os.getcwd()
@@ -94,7 +111,7 @@ class _WithEnv:
         try:
             os.environ.update(self.env_vars)
             if self.archive is not None:
-                folder = _unpacked(self.archive, self.digest)
+                folder = self._folder()
                 os.chdir(folder)
                 sys.path.insert(0, folder)
             value = self.fn(*args, **kwargs)

@@ -42,13 +42,15 @@ def test_a_working_dir_is_shipped_and_importable(cluster, tmp_path):
 
     results = escher.get([use_it.remote(i) for i in range(3)])
     assert [r[:2] for r in results] == [(0, 6), (6, 6), (12, 6)]
-    # Unpacked once, in a folder named by the archive's content hash.
+    # Unpacked by each interpreter into a folder of its own, named by the archive's content
+    # hash.
     from escher import _runtime_env
 
+    digest = _runtime_env.pack(str(tmp_path))[1]
     folder = results[0][2]
-    assert {r[2] for r in results} == {folder}, results
-    assert os.path.basename(folder) == _runtime_env.pack(str(tmp_path))[1], folder
-    assert os.path.basename(os.path.dirname(folder)) == "working-dirs", folder
+    for r in results:
+        assert os.path.basename(r[2]).startswith(digest + "."), r
+        assert os.path.basename(os.path.dirname(r[2])) == "working-dirs", r
 
     @escher.remote
     def cwd():
@@ -59,6 +61,51 @@ def test_a_working_dir_is_shipped_and_importable(cluster, tmp_path):
 
     # Put back: the next call of another function is not in the working directory.
     assert all(c != folder and not on_path for c, on_path in escher.get([cwd.remote() for _ in range(4)]))
+
+
+def test_a_planted_folder_is_never_taken_for_a_working_dirs_content(cluster, tmp_path):
+    # Another task of the namespace plants a folder under the hash of this working directory
+    # (where an earlier release unpacked it, and with the name any unpacking would start with).
+    (tmp_path / "planted_sp45.py").write_text("WHO = 'the driver'\n")
+    from escher import _runtime_env
+
+    archive, digest = _runtime_env.pack(str(tmp_path))
+
+    @escher.remote
+    def plant(digest, remove):
+        import os
+        import shutil
+
+        for name in (digest, digest + ".planted"):
+            folder = os.path.join(os.environ["HOME"], ".escher", "working-dirs", name)
+            if remove:
+                shutil.rmtree(folder, ignore_errors=True)
+                continue
+            os.makedirs(folder, exist_ok=True)
+            with open(os.path.join(folder, "planted_sp45.py"), "w") as f:
+                f.write("WHO = 'the planter'\n")
+        return True
+
+    @escher.remote(runtime_env={"working_dir": str(tmp_path)})
+    def who():
+        import os
+
+        import planted_sp45
+
+        return planted_sp45.WHO, os.getcwd()
+
+    assert plant.remote(digest, False).result(timeout=60)
+    try:
+        for name, folder in escher.get([who.remote() for _ in range(4)]):
+            assert name == "the driver", folder
+            assert os.path.basename(folder) not in (digest, digest + ".planted"), folder
+    finally:
+        plant.remote(digest, True).result(timeout=60)
+
+    # An archive that is not what its hash says is refused, naming both.
+    fake = _runtime_env._WithEnv(lambda: None, {}, archive + b"x", digest)
+    with pytest.raises(ValueError, match="not the " + digest):
+        fake()
 
 
 def test_init_gives_every_function_its_runtime_env():

@@ -228,6 +228,12 @@ impl Worker {
         if let Some(missing) = enforcement.missing_label() {
             let _ = labels.insert(crate::exec::LIMITS_MISSING_LABEL, &missing);
         }
+        if enforcement.label().split('+').any(|held| held == "pids") {
+            let _ = labels.insert(
+                escher_proto::types::LIMITS_PIDS_LABEL,
+                &self.task_pids_max.to_string(),
+            );
+        }
         let node_memory = self.resources.get("memory").raw() / escher_proto::Amount::ONE.raw();
         let limits = crate::exec::LimitPolicy {
             pids_max: self.task_pids_max,

@@ -40,6 +40,11 @@ pub const LIMITS_LABEL: &str = "escher.limits";
 /// of those. The worker sets it; `--labels` cannot.
 pub const LIMITS_MISSING_LABEL: &str = "escher.limits.missing";
 
+/// The node label with the most processes and threads one task may run at once there (its
+/// `--task-pids-max`), set where the node holds that limit. The worker sets it; `--labels`
+/// cannot.
+pub const LIMITS_PIDS_LABEL: &str = "escher.limits.pids-max";
+
 /// The prefix of the labels that escher itself sets (the isolation and limits labels, a walltime's
 /// end, the data-plane address): `--labels` and `escher node label` refuse keys that start with
 /// it, so that no operator's label can be taken for escher's own word.

@@ -63,8 +63,8 @@ pub use ids::{NodeId, TaskId};
 pub use keys::{KeyIssuer, Ticket, key_text};
 pub use labels::{
     DRAIN_AT_LABEL, ENDING_SOON_LABEL, ENDS_AT_LABEL, ISOLATION_LABEL, LIMITS_LABEL,
-    LIMITS_MISSING_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL, RESERVATION_LABEL, RESERVED_PREFIX,
-    STRATEGY_LABEL, is_reserved_label,
+    LIMITS_MISSING_LABEL, LIMITS_PIDS_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL,
+    RESERVATION_LABEL, RESERVED_PREFIX, STRATEGY_LABEL, is_reserved_label,
 };
 pub use link::{
     Assignment, HeadMessage, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply,
