@@ -231,15 +231,9 @@ async fn a_lone_head_whose_log_tail_was_cut_skips_the_ids_the_cut_may_have_held(
     assert!(said.contains("cannot tell"), "{said}");
 }
 
-/// A backup of another cluster restored in this cluster's place (its address, its access
-/// file): the restore cannot tell the two apart (docs/RELIABILITY.md), so the restored head is
-/// the other cluster, whole; this cluster's worker, presenting an identity the other cluster
-/// never issued, is turned away as a stranger naming both clusters, stops the task it ran
-/// (which never reaches its end), and joins as a new node. Nothing of this cluster's data
-/// directory is written.
-#[tokio::test]
-async fn a_backup_of_another_cluster_turns_this_clusters_workers_away_as_strangers() {
-    // The other cluster: one task, never run (it has no worker), in its backup.
+/// The backup of a cluster with one task that never ran (it has no worker): the file, and the
+/// task's id in it.
+async fn another_clusters_backup(dir: &Path) -> (std::path::PathBuf, TaskId) {
     let other = ProcessCluster::builder().workers(0).start().await;
     let other_client = other.client().await;
     let theirs = other_client
@@ -247,15 +241,94 @@ async fn a_backup_of_another_cluster_turns_this_clusters_workers_away_as_strange
         .await
         .unwrap()
         .id();
-    let backups = tempfile::tempdir().unwrap();
-    let file = backups.path().join("other.backup");
+    let file = dir.join("other.backup");
     let save = escher(
         &other,
         &["admin", "snapshot", "save", file.to_str().unwrap()],
     );
     assert!(save.status.success(), "{save:?}");
-    drop(other_client);
-    drop(other);
+    (file, theirs)
+}
+
+/// Waits until the head has recorded its cluster in its access file; returns the id.
+async fn recorded_cluster(cluster: &ProcessCluster) -> String {
+    eventually(
+        "the head to record its cluster in its access file",
+        WAIT,
+        || {
+            let path = cluster.access_file();
+            async move { escher::access::AccessFile::read(&path).ok()?.cluster }
+        },
+    )
+    .await
+}
+
+/// A backup of another cluster given to this cluster's head (its address, its access file,
+/// which names this cluster since its head first ran): refused, saying which cluster each is
+/// and what to do; nothing is written, and this cluster's head, started again on its own data
+/// directory, goes on with the task its worker ran throughout.
+#[tokio::test]
+async fn a_backup_of_another_cluster_is_refused_by_this_clusters_head() {
+    let backups = tempfile::tempdir().unwrap();
+    let (file, _) = another_clusters_backup(backups.path()).await;
+
+    let mut cluster = ProcessCluster::builder()
+        .durable()
+        .heartbeat_timeout_ms(60_000)
+        .start()
+        .await;
+    let ours = recorded_cluster(&cluster).await;
+    let client = cluster.client().await;
+    let task = client
+        .submit(Task::command(["sh", "-c", "sleep 4; echo done"]))
+        .await
+        .unwrap()
+        .id();
+    running(&client, task).await;
+    drop(client);
+    cluster.terminate_head_at(0).await;
+    let (status, said, fresh) = cluster.restore_head_expecting_exit(0, &file).await;
+    assert!(!status.success(), "{said}");
+    assert!(
+        said.contains("it is a backup of cluster")
+            && said.contains(&format!("is cluster {ours}'s"))
+            && said.contains("--access-file")
+            && said.contains("nothing was written"),
+        "{said}"
+    );
+    assert!(
+        !fresh.exists(),
+        "the refused restore made {}",
+        fresh.display()
+    );
+    assert_eq!(
+        escher::access::AccessFile::read(&cluster.access_file())
+            .unwrap()
+            .cluster
+            .as_deref(),
+        Some(ours.as_str())
+    );
+    // This cluster's head again: the task its worker ran throughout ends as attempt 1.
+    cluster.restart_head().await;
+    let client = cluster.client().await;
+    let status = client.get(task, Some(WAIT)).await.unwrap();
+    assert_eq!(
+        (status.state, status.attempt),
+        (TaskState::Succeeded, 1),
+        "{status:?}"
+    );
+}
+
+/// A backup of another cluster restored in this cluster's place with an access file that
+/// names no cluster (one an earlier release wrote): the restore cannot tell the two apart
+/// (docs/RELIABILITY.md), so the restored head is the other cluster, whole; this cluster's
+/// worker, presenting an identity the other cluster never issued, is turned away as a
+/// stranger naming both clusters, stops the task it ran (which never reaches its end), and
+/// joins as a new node. Nothing of this cluster's data directory is written.
+#[tokio::test]
+async fn a_backup_of_another_cluster_turns_this_clusters_workers_away_as_strangers() {
+    let backups = tempfile::tempdir().unwrap();
+    let (file, theirs) = another_clusters_backup(backups.path()).await;
 
     // This cluster: a worker running a task when its head is replaced.
     let mut cluster = ProcessCluster::builder()
@@ -291,6 +364,12 @@ async fn a_backup_of_another_cluster_turns_this_clusters_workers_away_as_strange
         names
     };
     let before = listing(&data);
+    // The access file as an earlier release wrote it: no cluster named.
+    recorded_cluster(&cluster).await;
+    let access = cluster.access_file();
+    let mut unnamed = escher::access::AccessFile::read(&access).unwrap();
+    unnamed.cluster = None;
+    unnamed.replace(&access).unwrap();
     cluster.restore_head_at(0, &file).await;
     let client = cluster.client().await;
 

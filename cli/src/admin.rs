@@ -202,6 +202,7 @@ impl TokenCommand {
                         peer_token: None,
                         ca_cert: trust.as_ref().map(|(ca, _)| ca.clone()),
                         tls_name: trust.and_then(|(_, name)| name),
+                        cluster: None,
                     };
                     escher_proto::access::write_credential_file(&path, &file)?;
                     ctx.emit(&format!(

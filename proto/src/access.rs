@@ -66,6 +66,12 @@ pub struct AccessFile {
     /// ([`TLS_NAME`] for a certificate the head generated); `None` checks the URL's host.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_name: Option<String>,
+    /// The cluster whose head wrote this file (its id, once its first leader named it): a
+    /// backup of another cluster is refused by a head given this file
+    /// ([`AccessFile::record_cluster`]). `None` in an access file written before the cluster
+    /// was named, or before this field existed, and in a credential file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
 }
 
 /// The name in every certificate a head generates for itself: clients of its access file
@@ -145,6 +151,34 @@ impl AccessFile {
             peer_token: Some(new_token("peer")),
             ca_cert: None,
             tls_name: None,
+            cluster: None,
+        }
+    }
+
+    /// Records in the head's access file at `path` that it is cluster `cluster`'s (under the
+    /// same lock as [`AccessFile::open_or_create`]). `Ok(None)` once recorded (or when it
+    /// already was); `Ok(Some(other))` leaves a file that names another cluster as it is.
+    pub fn record_cluster(path: &Path, cluster: &str) -> Result<Option<String>, AccessError> {
+        let io = |source| AccessError::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(path.with_extension("lock"))
+            .map_err(io)?;
+        lock.lock().map_err(io)?;
+        let mut file = AccessFile::read(path)?;
+        match file.cluster.as_deref() {
+            Some(named) if named == cluster => Ok(None),
+            Some(other) => Ok(Some(other.to_string())),
+            None => {
+                file.cluster = Some(cluster.to_string());
+                file.replace(path)?;
+                Ok(None)
+            }
         }
     }
 

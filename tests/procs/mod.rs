@@ -573,6 +573,30 @@ impl ProcessCluster {
         args.truncate(args.len() - 2);
     }
 
+    /// Starts replica `index` (stopped) from the backup `file` as [`Self::restore_head_at`]
+    /// does, expecting it to refuse and exit; returns its exit status and what it printed. Its
+    /// flags are then as before (its own data directory), and the fresh one it was given is
+    /// returned too, to check that nothing was written there.
+    pub async fn restore_head_expecting_exit(
+        &mut self,
+        index: usize,
+        file: &Path,
+    ) -> (ExitStatus, String, PathBuf) {
+        let id = self.heads[index].id;
+        let fresh = self.dir().join(format!("head-{id}.refused"));
+        let saved = self.heads[index].args.clone();
+        let args = &mut self.heads[index].args;
+        let at = args
+            .iter()
+            .position(|a| a == "--data-dir")
+            .expect("a durable replica");
+        args[at + 1] = fresh.display().to_string();
+        args.extend(["--restore".to_string(), file.display().to_string()]);
+        let (status, output) = self.start_head_expecting_exit(index).await;
+        self.heads[index].args = saved;
+        (status, output, fresh)
+    }
+
     /// Sets the environment replica `index` gets from its next start on.
     pub fn set_head_env(&mut self, index: usize, env: &[(&str, &str)]) {
         self.heads[index].env = env

@@ -333,6 +333,7 @@ async fn main() -> anyhow::Result<()> {
     let (access, created) =
         escher_proto::access::AccessFile::open_or_create(&access_path, &url, trust)?;
     config.access = access;
+    config.access_path = Some(access_path.clone());
     config.tls = tls;
     if created {
         tracing::info!(path = %access_path.display(), "wrote the access file (admin and worker join tokens); the CLI, clients and workers of this machine use it with no flag");

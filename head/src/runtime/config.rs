@@ -51,6 +51,10 @@ pub struct HeadConfig {
     /// from defaults admits nobody who was not given them (`escher_proto::access::registered`
     /// finds them in the same process).
     pub access: AccessFile,
+    /// Where `access` was read from: the head records there which cluster it is, once its
+    /// group has named it (`AccessFile::record_cluster`), so that a backup of another cluster
+    /// is refused later. `None` (an embedded head) records nothing.
+    pub access_path: Option<PathBuf>,
     /// The head's TLS identity: `None` serves plain HTTP/2 (loopback only; see the binary).
     pub tls: Option<super::TlsIdentity>,
     /// Where to serve Prometheus metrics (`GET /metrics`, a token needed like any call);
@@ -88,6 +92,7 @@ impl Default for HeadConfig {
             data_dir: None,
             restore: None,
             access: AccessFile::generate(Vec::new()),
+            access_path: None,
             tls: None,
             metrics: None,
             dashboard: None,

@@ -145,6 +145,28 @@ fn read_restore(
              later one (nothing was written)"
         )));
     }
+    // Another cluster's backup, given with this cluster's access file (its tokens, its
+    // workers' trust): refused, since its workers would all be turned away as strangers.
+    if let Some(ours) = config
+        .access
+        .cluster
+        .as_deref()
+        .filter(|ours| !header.cluster_id.is_empty() && *ours != header.cluster_id)
+    {
+        let file = config
+            .access_path
+            .as_ref()
+            .map_or("this head's access file".to_string(), |p| {
+                format!("the access file {}", p.display())
+            });
+        return Err(failed(format!(
+            "it is a backup of cluster {}, and {file} is cluster {ours}'s (its workers and \
+             clients hold its tokens): restore it with its own cluster's access file \
+             (--access-file), or move this one away to make this head cluster {}'s with new \
+             tokens (nothing was written)",
+            header.cluster_id, header.cluster_id
+        )));
+    }
     let state = crate::replication::decode_backup(&image, config.state.clone())
         .map_err(|e| failed(e.to_string()))?;
     tracing::info!(
@@ -158,6 +180,48 @@ fn read_restore(
     // after the backup are skipped, and returning workers are reconciled strictly. Every
     // replica given this file starts alike, so the group agrees on it.
     Ok(state.restored_from_backup(header.taken_at_ms))
+}
+
+/// Records in the access file at `path` which cluster this head is, once its state has a
+/// cluster id (its group's first leader names it; a restored state has its backup's): a later
+/// `--restore` of another cluster's backup with this file is refused. A file that names
+/// another cluster is left as it is, with a warning.
+async fn record_cluster(
+    owner: handle::OwnerHandle,
+    path: std::path::PathBuf,
+    stop: CancellationToken,
+) {
+    let cluster = loop {
+        let named = owner
+            .read(true, |s| s.cluster_id().map(str::to_string))
+            .await;
+        if let Ok(Some(cluster)) = named {
+            break cluster;
+        }
+        tokio::select! {
+            () = stop.cancelled() => return,
+            () = tokio::time::sleep(std::time::Duration::from_millis(200)) => {}
+        }
+    };
+    let file = path.clone();
+    let recorded = tokio::task::spawn_blocking(move || {
+        escher_proto::access::AccessFile::record_cluster(&file, &cluster)
+            .map(|other| (other, cluster))
+    })
+    .await;
+    match recorded {
+        Ok(Ok((None, cluster))) => {
+            tracing::debug!(path = %path.display(), %cluster, "the access file names this cluster")
+        }
+        Ok(Ok((Some(other), cluster))) => tracing::warn!(
+            path = %path.display(),
+            %cluster,
+            file_names = %other,
+            "the access file names another cluster than this head's state; left as it is"
+        ),
+        Ok(Err(err)) => tracing::warn!(%err, "cannot record this cluster in the access file"),
+        Err(err) => tracing::warn!(%err, "cannot record this cluster in the access file"),
+    }
 }
 
 /// Writes `url` to `path` through a temporary file and a rename.
@@ -332,6 +396,9 @@ async fn serve<S: crate::replication::LogStore>(
         })?;
     }
     let owner = handle::OwnerHandle::new(tx);
+    if let Some(path) = config.access_path.clone() {
+        tracker.spawn(record_cluster(owner.clone(), path, token.clone()));
+    }
     let inboxes = owner::Inboxes {
         requests,
         raft,
