@@ -335,7 +335,7 @@ fn a_result_released_by_its_owner_leaves_its_session_and_namespaces_are_kept_apa
 }
 
 #[test]
-fn a_submission_naming_no_session_given_out_is_refused_naming_the_label() {
+fn a_submission_naming_a_session_never_given_out_or_another_namespaces_is_refused() {
     let mut t = TestState::new();
     data_node(&mut t, "a");
     let s = open(&mut t);
@@ -358,8 +358,23 @@ fn a_submission_naming_no_session_given_out_is_refused_naming_the_label() {
         );
         assert!(err.to_string().contains(OBJECT_SESSION_LABEL), "{err}");
     }
-    // A session given out is taken, whoever names it.
+    // A session given out is taken, whoever of its namespace names it.
     t.submit(under(Some(s)));
+
+    // Another namespace's session (its first put is of namespace app) is refused.
+    let b = data_node(&mut t, "b");
+    let theirs = open(&mut t);
+    seal(&mut t, ObjectId(theirs, 0), b, Some("app"));
+    let spec = under(Some(theirs)).build();
+    let err = t
+        .try_apply(Command::Submit {
+            tasks: vec![spec.clone()],
+            namespace: Some(ns("other")),
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("another namespace"), "{err}");
+    let (ids, _) = t.submit_in(Some("app"), vec![spec]);
+    assert_eq!(ids.len(), 1);
 }
 
 #[test]

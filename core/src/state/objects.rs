@@ -797,21 +797,44 @@ impl ClusterState {
 
     /// Whether a caller of namespace `ns` may renew object session `session`: it was given
     /// out, and it owns nothing yet or an object the caller may see (a caller cannot keep
-    /// another namespace's session from lapsing).
+    /// another namespace's session from lapsing). Its `put`s decide while it has any, its
+    /// tasks' results only then: a caller that named the session for its own tasks does not
+    /// keep the session's `put`s from lapsing.
     pub fn may_renew_session(
         &self,
         session: u64,
         ns: Option<&Namespace>,
         sees_everything: bool,
     ) -> bool {
-        let owned = self.objects.session_owned(session);
-        self.objects.session_given(session)
-            && (owned.is_empty()
-                || owned.iter().any(|id| {
-                    self.objects
-                        .get(*id)
-                        .is_some_and(|rec| visible(rec.namespace.as_ref(), ns, sees_everything))
-                }))
+        if !self.objects.session_given(session) {
+            return false;
+        }
+        let sees = |rec: &ObjectRecord| visible(rec.namespace.as_ref(), ns, sees_everything);
+        let mut puts = self.objects.session_objects(session).peekable();
+        if puts.peek().is_some() {
+            return puts.any(|(_, rec)| sees(rec));
+        }
+        match self.objects.by_session.get(&session) {
+            None => true,
+            Some(ids) => ids.iter().any(|id| self.objects.get(*id).is_some_and(sees)),
+        }
+    }
+
+    /// Whether a task of namespace `ns` may name object session `session` as its own
+    /// (`escher.object-session`): the session's first `put`, or else its first task result,
+    /// is of that namespace, or it owns nothing yet. (A session's objects are its client's,
+    /// all of one namespace: the first stands for them.)
+    pub(crate) fn may_name_session(&self, session: u64, ns: Option<&Namespace>) -> bool {
+        let first = self
+            .objects
+            .session_objects(session)
+            .next()
+            .map(|(_, rec)| rec)
+            .or_else(|| {
+                let id = self.objects.by_session.get(&session)?.first()?;
+                self.objects.get(*id)
+            });
+        first.is_none_or(|rec| visible(rec.namespace.as_ref(), ns, false))
     }
 
     /// The objects that a pending or running task takes as an argument: a session that ends

@@ -32,7 +32,7 @@ impl ClusterState {
         for (index, spec) in specs.into_iter().enumerate() {
             let spec = self.qualify_spec(spec, namespace, index)?;
             let spec = self.check_object_args(spec, namespace, index)?;
-            self.check_object_session(&spec, index)?;
+            self.check_object_session(&spec, namespace, index)?;
             if let Some(key) = actor_name_of(&spec) {
                 self.check_actor_name(&key, &names)?;
                 // Ids are given in the order of the batch, so this actor's will be this one.
@@ -662,10 +662,17 @@ impl ClusterState {
     }
 
     /// Checks the object session a task names ([`OBJECT_SESSION_LABEL`]), which its result
-    /// object will belong to: a number the head gave out. Any session given out is accepted,
-    /// whoever holds it: naming another client's session only shortens the life of this
-    /// task's own result (it goes when that session ends), and keeps nothing of the other's.
-    fn check_object_session(&self, spec: &TaskSpec, index: usize) -> Result<(), ApplyError> {
+    /// object will belong to: a number the head gave out, whose objects are of the task's
+    /// namespace (or that owns nothing yet). Naming another client's session of the same
+    /// namespace only shortens the life of this task's own result (it goes when that session
+    /// ends); it neither keeps nor ends anything of the other's (renewals are decided by the
+    /// session's `put`s).
+    fn check_object_session(
+        &self,
+        spec: &TaskSpec,
+        ns: Option<&Namespace>,
+        index: usize,
+    ) -> Result<(), ApplyError> {
         let Some(value) = spec.labels.get(OBJECT_SESSION_LABEL) else {
             return Ok(());
         };
@@ -674,6 +681,10 @@ impl ClusterState {
             Some(session) if !self.objects.session_given(session) => format!(
                 "label {OBJECT_SESSION_LABEL}: object session {session} was never given out \
                  (a client names the session its first put opened)"
+            ),
+            Some(session) if !self.may_name_session(session, ns) => format!(
+                "label {OBJECT_SESSION_LABEL}: object session {session} is another \
+                 namespace's (a client names the session its first put opened)"
             ),
             Some(_) => return Ok(()),
         };
