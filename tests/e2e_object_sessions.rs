@@ -12,7 +12,7 @@
 //! The session owns the results of its client's tasks too: a client that put, then submitted
 //! tasks whose results are large (kept in the worker's store as objects), and was SIGKILLed
 //! leaves none of them once its session lapses; a result of a client that never put (no
-//! session) stays. Those tests run the test worker (`procs::example("test_actor_worker")`,
+//! session) stays; a result its task makes after the session lapsed is released too. Those tests run the test worker (`procs::example("test_actor_worker")`,
 //! the worker library with a Rust function `bytes`), since `escher-worker` runs no Rust
 //! functions.
 
@@ -290,4 +290,48 @@ async fn the_results_of_a_killed_clients_tasks_leave_the_store_once_its_session_
     assert_eq!(listed(&admin).await, vec![kept_id]);
     let bytes = admin.get_bytes(kept.id, Some(WAIT)).await.unwrap();
     assert_eq!(bytes, vec![9u8; len as usize]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_made_after_its_killed_clients_session_lapsed_is_released_too() {
+    let (cluster, admin, store) = start_with(1, Some(procs::example("test_actor_worker"))).await;
+    let before = bytes_under(store.path());
+    let gate = cluster.dir().join("result-gate");
+    let len: u64 = 256 << 10;
+    let args = [
+        "1".to_string(),
+        "1024".to_string(),
+        "1".to_string(),
+        len.to_string(),
+        gate.display().to_string(),
+    ];
+    let mut owner = Owner::start_args(&cluster, &args);
+    // Sorted: the task's result id (a task id) before the put's (a session's).
+    let [result, put] = &owner.ids[..] else {
+        panic!("{:?}", owner.ids)
+    };
+    let (result, put) = (result.clone(), put.clone());
+    let task = TaskId(result.parse::<ObjectId>().unwrap().owner());
+    eventually("the client's task to run", WAIT, || async {
+        let info = admin.task_info(task).await.ok()?;
+        (info.status.state == TaskState::Running).then_some(())
+    })
+    .await;
+
+    // Killed: its session lapses and its put goes, while its task still runs.
+    owner.kill();
+    eventually("the put to leave the table", WAIT, || async {
+        (!listed(&admin).await.contains(&put)).then_some(())
+    })
+    .await;
+    let info = admin.task_info(task).await.unwrap();
+    assert_eq!(info.status.state, TaskState::Running, "{info:?}");
+
+    // The result is made after the session ended: recorded with the task's success, then
+    // released, not kept.
+    std::fs::write(&gate, b"open").unwrap();
+    let status = admin.get(task, Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert!(matches!(status.result, Some(TaskResult::Object { size, .. }) if size == len));
+    released(&admin, &[result, put], store.path(), before).await;
 }

@@ -4,12 +4,14 @@
 //! without closing are released once its session lapses: its `put`s, and the result objects of
 //! the tasks it submitted. It is not a program for users.
 //!
-//! `test_object_owner COUNT SIZE [TASKS LEN]`: connects like any client (`ESCHER_HEAD`, and the
-//! token found as `Client::from_env` finds it), puts `COUNT` objects of `SIZE` bytes (the first
-//! opens its object session), then submits `TASKS` tasks of the function `bytes` (the test
-//! worker's, `worker/examples/test_actor_worker.rs`) that each return `LEN` bytes and waits for
-//! them to succeed; prints each object id on a line of its own (the results' too), then
-//! `ready`, and waits for ever (its background task renewing the session meanwhile).
+//! `test_object_owner COUNT SIZE [TASKS LEN [GATE]]`: connects like any client (`ESCHER_HEAD`,
+//! and the token found as `Client::from_env` finds it), puts `COUNT` objects of `SIZE` bytes
+//! (the first opens its object session), then submits `TASKS` tasks of the function `bytes`
+//! (the test worker's, `worker/examples/test_actor_worker.rs`) that each return `LEN` bytes and
+//! waits for them to succeed; prints each object id on a line of its own (the results' too),
+//! then `ready`, and waits for ever (its background task renewing the session meanwhile).
+//! With `GATE`, the tasks are `bytes_after`, which return once the file `GATE` exists: it
+//! prints the ids their results will have and does not wait for them.
 //!
 //! Build it with `cargo build -p escher-client --examples` (`cargo test --workspace` builds it).
 
@@ -21,10 +23,11 @@ use escher_proto::types::{ObjectId, TaskResult, TaskState};
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (count, size, tasks, len) = match &args[..] {
-        [count, size] => (count, size, "0", "0"),
-        [count, size, tasks, len] => (count, size, tasks.as_str(), len.as_str()),
-        _ => return Err("usage: test_object_owner COUNT SIZE [TASKS LEN]".into()),
+    let (count, size, tasks, len, gate) = match &args[..] {
+        [count, size] => (count, size, "0", "0", None),
+        [count, size, tasks, len] => (count, size, tasks.as_str(), len.as_str(), None),
+        [count, size, tasks, len, gate] => (count, size, tasks.as_str(), len.as_str(), Some(gate)),
+        _ => return Err("usage: test_object_owner COUNT SIZE [TASKS LEN [GATE]]".into()),
     };
     let (count, size): (u8, usize) = (count.parse()?, size.parse()?);
     let (tasks, len): (u8, u64) = (tasks.parse()?, len.parse()?);
@@ -37,11 +40,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut submitted = Vec::new();
     for i in 0..tasks {
-        submitted.push(
-            client
-                .submit(Task::function_typed("bytes", &(len, i)))
-                .await?,
-        );
+        let task = match gate {
+            None => Task::function_typed("bytes", &(len, i)),
+            Some(gate) => Task::function_typed("bytes_after", &(len, i, gate)),
+        };
+        submitted.push(client.submit(task).await?);
+    }
+    if gate.is_some() {
+        for task in &submitted {
+            println!("{}", ObjectId::task_result(task.id()));
+        }
+        submitted.clear();
     }
     for task in submitted {
         let status = client.get(task.id(), Some(Duration::from_secs(60))).await?;

@@ -38,6 +38,8 @@
 //! - `bytes((len, seed))` returns `len` bytes, each `seed` (raw): above 100 KiB the result stays
 //!   in the worker's store as an object (`tests/e2e_object_sessions.rs`: results released with
 //!   their client's session). Its worker takes `--object-store-dir` as `escher-worker` does.
+//! - `bytes_after((len, seed, gate))` is `bytes` once the file `gate` exists (at most a
+//!   minute), so that a test decides when the result is made.
 //!
 //! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
 
@@ -294,6 +296,18 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         let (len, seed): (u64, u8) =
             escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
         Ok(vec![seed; len as usize])
+    });
+    builder = builder.function("bytes_after", |_ctx, args: Vec<u8>| async move {
+        let (len, seed, gate): (u64, u8, String) =
+            escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
+        // Bounded, so that a test that never opens the gate does not leave it running.
+        for _ in 0..1200 {
+            if Path::new(&gate).exists() {
+                return Ok(vec![seed; len as usize]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("{gate} never appeared within a minute"))
     });
     let worker_name = args.name;
     builder = builder.typed_function("lock_for", move |ctx, (path, ms): (String, u64)| {
