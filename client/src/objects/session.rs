@@ -88,7 +88,7 @@ impl Puts {
 pub struct ClosedSession {
     /// The session closed (0: the client had none).
     pub session: u64,
-    /// The objects released.
+    /// The objects released: its tasks' results, then its `put`s, in id order.
     pub released: Vec<ObjectId>,
     /// The objects a pending or running task takes as an argument: released once that task
     /// ends.
@@ -140,9 +140,11 @@ async fn keep(client: Client, opened: Arc<AtomicU64>, mut rx: mpsc::UnboundedRec
 }
 
 impl Client {
-    /// Ends this client's object session now: every object it put is released at once (its
-    /// copies deleted), whatever [`ObjectRef`](super::ObjectRef)s remain, except the objects a
-    /// pending or running task takes as an argument, released once that task ends. A client
+    /// Ends this client's object session now: every object it put, and the result object of
+    /// every task it submitted while the session was open, is released at once (its copies
+    /// deleted), whatever [`ObjectRef`](super::ObjectRef)s remain, except the objects a
+    /// pending or running task takes as an argument, released once that task ends (a result
+    /// made after the close goes when it is made). A client
     /// that never put has nothing to close. The next `put` opens a new session. (Dropping the
     /// client and every reference closes it too, in the background; a client that dies
     /// without either is closed by the head once its session lapses.)
