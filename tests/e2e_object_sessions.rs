@@ -8,6 +8,13 @@
 //! the session). A client that closes its session releases every object at once. A leader
 //! change gives every session a full lapse: a live client's objects stay through it, and the
 //! new leader releases those of a client killed afterwards.
+//!
+//! The session owns the results of its client's tasks too: a client that put, then submitted
+//! tasks whose results are large (kept in the worker's store as objects), and was SIGKILLed
+//! leaves none of them once its session lapses; a result of a client that never put (no
+//! session) stays; a result its task makes after the session lapsed is released too. Those tests run the test worker (`procs::example("test_actor_worker")`,
+//! the worker library with a Rust function `bytes`), since `escher-worker` runs no Rust
+//! functions.
 
 mod procs;
 
@@ -16,7 +23,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use escher::{Client, ClientError};
+use escher::types::{OBJECT_SESSION_LABEL, ObjectId, ObjectOwner, TaskId, TaskResult, TaskState};
+use escher::{Client, ClientError, Task};
 use procs::{ProcessCluster, WAIT, WorkerExtra, bytes_under, eventually};
 
 /// The lapse the tests' heads run with.
@@ -26,6 +34,14 @@ const LAPSE: Duration = Duration::from_secs(3);
 /// whose object store is a directory of its own under `/dev/shm`, returned so that the test
 /// can see what the store holds.
 async fn start(heads: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
+    start_with(heads, None).await
+}
+
+/// [`start`], its worker the binary `worker` (`None`: `escher-worker`).
+async fn start_with(
+    heads: usize,
+    worker: Option<std::path::PathBuf>,
+) -> (ProcessCluster, Client, tempfile::TempDir) {
     let store = tempfile::Builder::new()
         .prefix("escher-e2e-object-sessions-")
         .tempdir_in("/dev/shm")
@@ -47,6 +63,7 @@ async fn start(heads: usize) -> (ProcessCluster, Client, tempfile::TempDir) {
             "--object-store-dir".into(),
             store.path().display().to_string(),
         ],
+        binary: worker,
         ..WorkerExtra::default()
     });
     cluster.start_worker("w1", "cpu=2,memory=512").await;
@@ -77,8 +94,14 @@ struct Owner {
 impl Owner {
     /// Starts one that puts `count` objects of `size` bytes, and waits until it holds them.
     fn start(cluster: &ProcessCluster, count: u8, size: usize) -> Owner {
+        Owner::start_args(cluster, &[count.to_string(), size.to_string()])
+    }
+
+    /// Starts one with these arguments (`COUNT SIZE [TASKS LEN]`, see the example), and waits
+    /// until it holds its objects.
+    fn start_args(cluster: &ProcessCluster, args: &[String]) -> Owner {
         let mut child = Command::new(procs::example("test_object_owner"))
-            .args([count.to_string(), size.to_string()])
+            .args(args)
             .env("ESCHER_HEAD", cluster.head_url())
             .env("ESCHER_HOME", cluster.dir().join("escher-home"))
             .env_remove("ESCHER_TOKEN")
@@ -211,4 +234,104 @@ async fn a_leader_change_keeps_a_live_sessions_objects_and_the_new_leader_releas
 
     owner.kill();
     released(&admin, &owner.ids, store.path(), before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_results_of_a_killed_clients_tasks_leave_the_store_once_its_session_lapses() {
+    let (cluster, admin, store) = start_with(1, Some(procs::example("test_actor_worker"))).await;
+    // A task of a client that never put (the admin's here, as an `escher submit`'s): its result
+    // is no session's, and stays.
+    let len: u64 = 256 << 10;
+    let kept = admin
+        .run(Task::function_typed("bytes", &(len, 9u8)), Some(WAIT))
+        .await
+        .expect("the admin's task");
+    assert_eq!(kept.state, TaskState::Succeeded, "{kept:?}");
+    assert!(matches!(kept.result, Some(TaskResult::Object { size, .. }) if size == len));
+    let kept_id = ObjectId::task_result(kept.id).to_string();
+    let before = bytes_under(store.path());
+
+    // One put opens the client's session; its three tasks' results are objects of 256 KiB.
+    let args = ["1", "1024", "3", &len.to_string()].map(String::from);
+    let mut owner = Owner::start_args(&cluster, &args);
+    assert_eq!(owner.ids.len(), 4, "{:?}", owner.ids);
+    let mut all = owner.ids.clone();
+    all.push(kept_id.clone());
+    all.sort();
+    assert_eq!(listed(&admin).await, all);
+    assert!(bytes_under(store.path()) >= before + 3 * len);
+    // Each result is its task's object, the task labelled with the client's session.
+    let session = owner
+        .ids
+        .iter()
+        .map(|id| id.parse::<ObjectId>().unwrap())
+        .find(|id| id.owner() >= 1 << 63)
+        .expect("the put")
+        .owner();
+    for id in owner.ids.iter().map(|id| id.parse::<ObjectId>().unwrap()) {
+        if id.owner() == session {
+            continue;
+        }
+        let task = TaskId(id.owner());
+        let view = admin.locate_object(id).await.unwrap();
+        assert_eq!(view.owner, ObjectOwner::Task(task));
+        let info = admin.task_info(task).await.unwrap();
+        let label = info
+            .spec
+            .labels
+            .get(OBJECT_SESSION_LABEL)
+            .map(str::to_owned);
+        assert_eq!(label, Some(session.to_string()));
+    }
+
+    owner.kill();
+    released(&admin, &owner.ids, store.path(), before).await;
+    // The session-less result is still there, whole.
+    assert_eq!(listed(&admin).await, vec![kept_id]);
+    let bytes = admin.get_bytes(kept.id, Some(WAIT)).await.unwrap();
+    assert_eq!(bytes, vec![9u8; len as usize]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_result_made_after_its_killed_clients_session_lapsed_is_released_too() {
+    let (cluster, admin, store) = start_with(1, Some(procs::example("test_actor_worker"))).await;
+    let before = bytes_under(store.path());
+    let gate = cluster.dir().join("result-gate");
+    let len: u64 = 256 << 10;
+    let args = [
+        "1".to_string(),
+        "1024".to_string(),
+        "1".to_string(),
+        len.to_string(),
+        gate.display().to_string(),
+    ];
+    let mut owner = Owner::start_args(&cluster, &args);
+    // Sorted: the task's result id (a task id) before the put's (a session's).
+    let [result, put] = &owner.ids[..] else {
+        panic!("{:?}", owner.ids)
+    };
+    let (result, put) = (result.clone(), put.clone());
+    let task = TaskId(result.parse::<ObjectId>().unwrap().owner());
+    eventually("the client's task to run", WAIT, || async {
+        let info = admin.task_info(task).await.ok()?;
+        (info.status.state == TaskState::Running).then_some(())
+    })
+    .await;
+
+    // Killed: its session lapses and its put goes, while its task still runs.
+    owner.kill();
+    eventually("the put to leave the table", WAIT, || async {
+        (!listed(&admin).await.contains(&put)).then_some(())
+    })
+    .await;
+    let info = admin.task_info(task).await.unwrap();
+    assert_eq!(info.status.state, TaskState::Running, "{info:?}");
+
+    // The result is made after the session ended: recorded with the task's success, then
+    // released, not kept.
+    std::fs::write(&gate, b"open").unwrap();
+    let status = admin.get(task, Some(WAIT)).await.unwrap();
+    assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+    assert!(matches!(status.result, Some(TaskResult::Object { size, .. }) if size == len));
+    released(&admin, &[result, put], store.path(), before).await;
 }

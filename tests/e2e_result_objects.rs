@@ -15,6 +15,9 @@
 //!   that object as its argument meanwhile waits for the rebuilt copy and runs once; a task
 //!   with no retry left gives `ObjectLost` naming the object, its node and why.
 //! - Release: dropping the owning reference deletes the copy from the worker's store.
+//! - Sessions, through the blocking client: a task submitted after the client's first `put`
+//!   belongs to its object session, and `close_object_session()` releases its result with the
+//!   `put`; a task submitted before (no session yet) keeps its result.
 
 mod common;
 
@@ -447,4 +450,55 @@ async fn a_reported_copy_of_a_result_its_task_has_not_produced_is_refused_over_g
             .await
             .is_err()
     );
+}
+
+/// A plain thread, as a program without an async runtime is: the cluster runs on a runtime of
+/// its own, the blocking client on the one it owns.
+#[test]
+fn the_blocking_clients_close_releases_its_puts_and_its_tasks_results() {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let (cluster, _admin) = rt.block_on(cluster(&["cpu=4"], data.path()));
+    let client = cluster.blocking_client().unwrap();
+    // No session yet: this task's result is no session's.
+    let early = client.submit(make(1 << 20, 40)).unwrap();
+    let put = client.put(vec![5u8; 200 << 10]).unwrap();
+    let later = client.submit(make(1 << 20, 41)).unwrap();
+    for task in [early.id(), later.id()] {
+        let status = client.get(task, Some(common::LIMIT)).unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        assert!(
+            matches!(status.result, Some(TaskResult::Object { .. })),
+            "{status:?}"
+        );
+    }
+    let later_result = ObjectId::task_result(later.id());
+    assert_eq!(
+        client.get_bytes(later.id(), Some(common::LIMIT)).unwrap(),
+        pattern(1 << 20, 41)
+    );
+
+    let closed = client.close_object_session().unwrap();
+    assert_eq!(closed.session, put.id().owner());
+    assert_eq!(closed.released, vec![later_result, put.id()]);
+    assert!(closed.pinned.is_empty());
+    // Released at once (the reply came after the commit), though `put` is still held.
+    let err = client.get_object(put.id()).unwrap_err();
+    assert!(err.to_string().contains("freed"), "{err}");
+    let err = client
+        .get_bytes(later.id(), Some(common::LIMIT))
+        .unwrap_err();
+    assert!(
+        err.to_string().contains(&later_result.to_string()) && err.to_string().contains("freed"),
+        "{err}"
+    );
+    // The task from before the session keeps its result.
+    assert_eq!(
+        client.get_bytes(early.id(), Some(common::LIMIT)).unwrap(),
+        pattern(1 << 20, 40)
+    );
+    // Nothing left to close.
+    assert_eq!(client.close_object_session().unwrap().session, 0);
+    drop((put, client));
+    rt.block_on(cluster.shutdown());
 }

@@ -7,12 +7,20 @@
 //!
 //! Do not create or use one inside an async context: blocking a runtime thread on another
 //! runtime panics. Async code should use [`Client`] directly.
+//!
+//! Objects: [`BlockingClient::put`] opens the client's object session as [`Client::put`]
+//! does, and the session owns the client's `put`s and the result objects of the tasks it
+//! submits from then on. The background task that renews the session runs on the owned
+//! runtime, which ends with the last clone: call [`BlockingClient::close_object_session`]
+//! before dropping the client to release them at once (otherwise the head releases them once
+//! the session lapses, 30 s by default).
 
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use escher_proto::types::{GangStrategy, SetResourceOutcome};
+use bytes::Bytes;
+use escher_proto::types::{GangStrategy, ObjectId, SetResourceOutcome};
 use escher_proto::{
     ClusterStatus, LogStream, Namespace, NodeId, NodeSpec, ResourceSet, ResourceUpdate, TaskId,
     TaskInfo, TaskResult, TaskState, TaskStatus, TaskSummary,
@@ -22,7 +30,7 @@ use tokio::runtime::Runtime;
 
 use crate::args::{IntoCapacity, IntoDelta, IntoResourceName};
 use crate::builder::IntoTaskSpec;
-use crate::{Client, ClientError, Reservation, TaskRef};
+use crate::{Client, ClientError, ClosedSession, ObjectRef, Reservation, TaskRef};
 
 /// A blocking connection to an escher head: every [`Client`] method, run to completion.
 #[derive(Debug, Clone)]
@@ -284,6 +292,36 @@ impl BlockingClient {
         timeout: Option<Duration>,
     ) -> Result<(), ClientError> {
         self.run(reservation.ready(&self.inner, timeout))
+    }
+
+    /// See [`Client::put`]: the first `put` opens the client's object session.
+    pub fn put(&self, bytes: impl Into<Bytes>) -> Result<ObjectRef, ClientError> {
+        self.run(self.inner.put(bytes))
+    }
+
+    /// See [`Client::get_object`].
+    pub fn get_object(&self, id: ObjectId) -> Result<Bytes, ClientError> {
+        self.run(self.inner.get_object(id))
+    }
+
+    /// See [`Client::result_ref`].
+    pub fn result_ref(
+        &self,
+        task: impl Into<TaskId>,
+        timeout: Option<Duration>,
+    ) -> Result<Option<ObjectRef>, ClientError> {
+        self.run(self.inner.result_ref(task, timeout))
+    }
+
+    /// Ends this client's object session now; see [`Client::close_object_session`]. Every
+    /// object it put, and every result object of a task it submitted while the session was
+    /// open, is released at once (its copies deleted), whatever references remain, except
+    /// what a pending or running task takes as an argument, released once that task ends. A
+    /// client that never put has nothing to close (the answer's `session` is 0). Call it
+    /// before dropping the client: the owned runtime ends with the last clone, and with it the
+    /// background task that would close the session (the head then closes it when it lapses).
+    pub fn close_object_session(&self) -> Result<ClosedSession, ClientError> {
+        self.run(self.inner.close_object_session())
     }
 
     /// See [`Reservation::release`].

@@ -37,7 +37,8 @@ impl Client {
     /// futures at once costs about as much as [`submit_batch`](Self::submit_batch); each call
     /// still succeeds or fails on its own.
     pub async fn submit(&self, task: impl IntoTaskSpec) -> Result<TaskRef, ClientError> {
-        let spec = task.into_task_spec_with(self.default_resources())?;
+        let mut spec = task.into_task_spec_with(self.default_resources())?;
+        self.label_object_session(&mut spec)?;
         let handle = TaskRef::new(TaskId(0), &spec);
         let (reply, answer) = tokio::sync::oneshot::channel();
         let id = match self.submitter().send(Job::Task { spec, reply }) {
@@ -72,8 +73,12 @@ impl Client {
         let default = self.default_resources();
         let specs = tasks
             .into_iter()
-            .map(|t| t.into_task_spec_with(default))
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|t| {
+                let mut spec = t.into_task_spec_with(default)?;
+                self.label_object_session(&mut spec)?;
+                Ok(spec)
+            })
+            .collect::<Result<Vec<_>, ClientError>>()?;
         if specs.is_empty() {
             return Ok(Vec::new());
         }
@@ -123,7 +128,8 @@ impl Client {
         task: impl IntoTaskSpec,
         timeout: Option<Duration>,
     ) -> Result<TaskStatus, ClientError> {
-        let spec = task.into_task_spec_with(self.default_resources())?;
+        let mut spec = task.into_task_spec_with(self.default_resources())?;
+        self.label_object_session(&mut spec)?;
         if self.streams_started() {
             let id = self.submit(spec).await?.id();
             return self.get(id, timeout).await;

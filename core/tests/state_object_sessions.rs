@@ -3,14 +3,23 @@
 //! an argument, which a later close releases once that task ended; another namespace's
 //! objects stay; an unknown session is refused and a closed one closes again changing
 //! nothing.
+//!
+//! A session owns the result objects of the tasks submitted under it too (the label
+//! `escher.object-session`): they go with its `put`s, a pinned one once its task ended, one
+//! made after the close at the next close (the leader's next lapse check), and the tasks of no
+//! session keep theirs. What a session owns survives a snapshot; a task evicted by retention
+//! takes its result's session with it, on every replica alike.
 
 mod state_support;
 
-use escher_core::state::{ApplyError, Command, FIRST_SESSION, Reply};
-use escher_proto::types::{
-    NodeId, OBJECTS_LABEL, ObjectId, ObjectOwner, SealedCopy, TaskResult, format_object_args,
+use escher_core::state::{
+    ApplyError, ClusterState, Command, FIRST_SESSION, Reply, RetentionPolicy, StateConfig,
 };
-use state_support::{TestState, data_node, ns, report, task};
+use escher_proto::types::{
+    NodeId, OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectId, ObjectOwner, SealedCopy, TaskId,
+    TaskResult, TaskSpec, format_object_args,
+};
+use state_support::{TaskBuilder, TestState, data_node, ns, report, task};
 
 fn open(t: &mut TestState) -> u64 {
     match t.apply(Command::OpenObjectSession).reply {
@@ -188,4 +197,209 @@ fn an_object_a_pending_or_running_task_takes_stays_until_that_task_ends() {
     assert_eq!((released, pinned), (vec![arg], vec![]));
     assert_eq!(fx, vec![format!("delete {a} {arg}")]);
     assert!(ids_in_table(&t).is_empty());
+}
+
+/// A 1 MiB result kept as an object.
+fn object_result() -> TaskResult {
+    TaskResult::Object {
+        size: 1 << 20,
+        checksum: 0x1234_5678,
+    }
+}
+
+/// A function task submitted under object session `session` (`None`: by a client that never
+/// put).
+fn under(session: Option<u64>) -> TaskBuilder {
+    let t = task("cpu=1").function("make");
+    match session {
+        Some(s) => t.label(OBJECT_SESSION_LABEL, &s.to_string()),
+        None => t,
+    }
+}
+
+/// Submits `spec`, runs it, and reports its result kept as an object: the task and its result.
+fn made(t: &mut TestState, spec: TaskBuilder) -> (TaskId, ObjectId) {
+    let (id, fx) = t.submit(spec);
+    assert_eq!(fx.len(), 1, "{fx:?}");
+    t.finish(report(id, 1, Ok(object_result())));
+    (id, ObjectId::task_result(id))
+}
+
+/// A replica restored from a snapshot of `t` (the image, then the table, as the head's codec
+/// writes them) holds the same table: the indexes rebuilt from the table and the task records
+/// alone are the ones kept as the commands applied.
+fn check_rebuilds(t: &TestState) {
+    let config = bincode::config::standard();
+    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
+    let table = bincode::serde::encode_to_vec(t.state.objects(), config).unwrap();
+    let (state, _): (ClusterState, usize) =
+        bincode::serde::decode_from_slice(&image, config).unwrap();
+    let mut back = state.restore(StateConfig::default());
+    let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
+    back.set_objects(objects);
+    assert_eq!(back.objects(), t.state.objects());
+}
+
+#[test]
+fn a_closed_sessions_task_results_go_with_its_puts_and_a_pinned_one_once_its_task_ended() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    let s = open(&mut t);
+    let put = ObjectId(s, 0);
+    seal(&mut t, put, a, None);
+    let (first, r1) = made(&mut t, under(Some(s)));
+    let (_, r2) = made(&mut t, under(Some(s)));
+    // A task of a client that never put keeps today's lifetime.
+    let (_, kept) = made(&mut t, under(None));
+    // A result is still its task's object, as before.
+    assert_eq!(
+        t.state.objects().get(r1).map(|r| r.owner),
+        Some(ObjectOwner::Task(first))
+    );
+    assert_eq!(t.state.objects().session_owned(s), vec![r1, r2, put]);
+    assert_eq!(t.state.objects().sessions_with_objects(), vec![s]);
+    check_rebuilds(&t);
+    // A running task takes r2 as its argument.
+    let (reader, _) = t.submit(task("cpu=4").label(OBJECTS_LABEL, &format_object_args(&[r2])));
+
+    let (released, pinned, fx) = close(&mut t, s, None, false);
+    assert_eq!((released, pinned), (vec![r1, put], vec![r2]));
+    assert_eq!(fx, vec![format!("delete {a} {r1},{put}")]);
+    assert_eq!(ids_in_table(&t), vec![r2, kept]);
+    check_rebuilds(&t);
+    // A reader of the released result is told it was freed.
+    assert_eq!(
+        t.state.locate_object(r1, None, false, None),
+        Err(ApplyError::ObjectFreed(r1))
+    );
+
+    t.finish(report(reader, 1, Ok(TaskResult::Exited { code: 0 })));
+    let (released, pinned, _) = close(&mut t, s, None, false);
+    assert_eq!((released, pinned), (vec![r2], vec![]));
+    assert_eq!(ids_in_table(&t), vec![kept]);
+    assert!(t.state.objects().sessions_with_objects().is_empty());
+    check_rebuilds(&t);
+}
+
+#[test]
+fn a_result_made_after_its_session_closed_goes_at_the_next_close() {
+    let mut t = TestState::new();
+    data_node(&mut t, "a");
+    let s = open(&mut t);
+    // Submitted under the session, still running when the session closes.
+    let (running, fx) = t.submit(under(Some(s)));
+    assert_eq!(fx.len(), 1, "{fx:?}");
+    let (released, pinned, _) = close(&mut t, s, None, false);
+    assert!(released.is_empty() && pinned.is_empty());
+
+    t.finish(report(running, 1, Ok(object_result())));
+    let result = ObjectId::task_result(running);
+    // Recorded with its completion ("succeeded" is never told before the reference), and the
+    // session owns it: the leader's next look at the sessions that own objects closes it.
+    assert_eq!(ids_in_table(&t), vec![result]);
+    assert_eq!(t.state.objects().sessions_with_objects(), vec![s]);
+    let (released, _, _) = close(&mut t, s, None, false);
+    assert_eq!(released, vec![result]);
+    assert!(ids_in_table(&t).is_empty());
+}
+
+#[test]
+fn a_result_released_by_its_owner_leaves_its_session_and_namespaces_are_kept_apart() {
+    let mut t = TestState::new();
+    data_node(&mut t, "a");
+    let s = open(&mut t);
+    let (ids, out) = t.submit_in(Some("app"), vec![under(Some(s)).build()]);
+    assert_eq!(out.fx().len(), 1, "{:?}", out.fx());
+    let id = ids[0];
+    t.finish(report(id, 1, Ok(object_result())));
+    let result = ObjectId::task_result(id);
+    assert_eq!(t.state.objects().session_owned(s), vec![result]);
+    // The session may be renewed by a caller who sees its result, not by another namespace's.
+    assert!(t.state.may_renew_session(s, Some(&ns("app")), false));
+    assert!(!t.state.may_renew_session(s, Some(&ns("other")), false));
+    // Another namespace's close leaves it.
+    let (released, _, _) = close(&mut t, s, Some("other"), false);
+    assert!(released.is_empty());
+    assert_eq!(ids_in_table(&t), vec![result]);
+
+    // Its reference's owner releases it: the session owns nothing more.
+    let out = t.apply(Command::ObjectsReleased {
+        ids: vec![result],
+        namespace: Some(ns("app")),
+        sees_everything: false,
+    });
+    assert!(matches!(out.reply, Reply::ObjectsReleased(ref unknown) if unknown.is_empty()));
+    assert!(t.state.objects().session_owned(s).is_empty());
+    assert!(t.state.objects().sessions_with_objects().is_empty());
+    check_rebuilds(&t);
+}
+
+#[test]
+fn a_submission_naming_a_session_never_given_out_or_another_namespaces_is_refused() {
+    let mut t = TestState::new();
+    data_node(&mut t, "a");
+    let s = open(&mut t);
+    for bad in [
+        "seven".to_string(),
+        (s + 1).to_string(),
+        "5".to_string(),
+        String::new(),
+    ] {
+        let spec: TaskSpec = under(None).label(OBJECT_SESSION_LABEL, &bad).build();
+        let err = t
+            .try_apply(Command::Submit {
+                tasks: vec![spec],
+                namespace: None,
+            })
+            .unwrap_err();
+        assert!(
+            matches!(err, ApplyError::InvalidTask { index: 0, .. }),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains(OBJECT_SESSION_LABEL), "{err}");
+    }
+    // A session given out is taken, whoever of its namespace names it.
+    t.submit(under(Some(s)));
+
+    // Another namespace's session (its first put is of namespace app) is refused.
+    let b = data_node(&mut t, "b");
+    let theirs = open(&mut t);
+    seal(&mut t, ObjectId(theirs, 0), b, Some("app"));
+    let spec = under(Some(theirs)).build();
+    let err = t
+        .try_apply(Command::Submit {
+            tasks: vec![spec.clone()],
+            namespace: Some(ns("other")),
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("another namespace"), "{err}");
+    let (ids, _) = t.submit_in(Some("app"), vec![spec]);
+    assert_eq!(ids.len(), 1);
+}
+
+#[test]
+fn a_task_evicted_by_retention_takes_its_results_session_with_it_on_every_replica() {
+    let config = StateConfig {
+        retention: RetentionPolicy {
+            finished: 1,
+            ..RetentionPolicy::default()
+        },
+        ..StateConfig::default()
+    };
+    let mut t = TestState::with_config(config);
+    data_node(&mut t, "a");
+    let s = open(&mut t);
+    let (first, r1) = made(&mut t, under(Some(s)));
+    let (second, r2) = made(&mut t, under(Some(s)));
+    // The second's completion evicts the first (one finished task kept).
+    assert!(t.state.task(first).is_none(), "evicted");
+    assert!(t.state.task(second).is_some());
+    // Its result stays, as a reference still names it, but no session owns it any more; a
+    // restored replica finds the same.
+    assert_eq!(ids_in_table(&t), vec![r1, r2]);
+    assert_eq!(t.state.objects().session_owned(s), vec![r2]);
+    check_rebuilds(&t);
+    let (released, _, _) = close(&mut t, s, None, false);
+    assert_eq!(released, vec![r2]);
+    assert!(t.state.objects().get(r1).is_some());
 }

@@ -9,7 +9,9 @@ freed object, an unknown one, another namespace's, an unpicklable value. Then, a
 leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, a value larger
 than the store, a NumPy array argument mapped from the store's file by the task (no fetch,
 no copy: the task's private memory stays far below the array's size); a task's large return
-value kept on its worker, rebuilt by lineage or lost with it."""
+value kept on its worker, rebuilt by lineage or lost with it; a driver's objects (its puts and
+its tasks' large results) released when it calls ``escher.shutdown()`` and when its interpreter
+exits, the store back to where it started."""
 
 import gc
 import hashlib
@@ -202,9 +204,10 @@ def store_bytes(folder: pathlib.Path) -> int:
 
 @pytest.fixture
 def object_cluster(tmp_path):
-    """``start(stores)``: a head and one worker per entry of ``stores`` (its
-    ``--object-store-memory``), each with its store in a folder of its own under ``/dev/shm``
-    and a resource of its name (``w0=1``, ...); killed and removed at the end."""
+    """``start(stores, head_args=())``: a head (with ``head_args`` more) and one worker per
+    entry of ``stores`` (its ``--object-store-memory``), each with its store in a folder of its
+    own under ``/dev/shm`` and a resource of its name (``w0=1``, ...); killed and removed at the
+    end."""
     shm = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-objects-", dir="/dev/shm"))
     shm.chmod(0o755)
     home = tmp_path / "home"
@@ -222,11 +225,11 @@ def object_cluster(tmp_path):
         started.append(proc)
         return proc
 
-    def start(stores):
+    def start(stores, head_args=()):
         address = tmp_path / "head-url"
         start_proc([binary("escher-head"), "--listen", "127.0.0.1:0", "--address-file",
                     str(address), "--heartbeat-interval-ms", "500",
-                    "--heartbeat-timeout-ms", "8000"], "head")
+                    "--heartbeat-timeout-ms", "8000", *head_args], "head")
         url = wait_until(lambda: address.exists() and address.read_text().strip(), "the head")
         users = [] if others_can_run(sys.executable) else ["--task-uids", "off"]
         workers = {}
@@ -414,6 +417,80 @@ except escher.ObjectLostError as e:
     assert proc.returncode == 0, out + err
     assert "rebuilt" in out and "passed on" in out, out + err
     assert "lost:" in out and f"{once}.0" in out and "no retry left" in out, out + err
+
+
+OWNER = PROLOGUE + r'''
+signals = pathlib.Path(os.environ["SIGNALS"])
+how = sys.argv[2]
+
+@escher.remote
+def make(n, seed):
+    return bytes([seed]) * n
+
+held = [escher.put(os.urandom(2 << 20))]
+# Submitted after the put opened the driver's session: their results belong to it.
+held += [make.remote(1 << 20, seed) for seed in (1, 2)]
+ready, _ = escher.wait(held[1:], num_returns=2, timeout=120)
+assert len(ready) == 2, ready
+(signals / f"held-{how}").write_text("1")
+while not (signals / f"seen-{how}").exists():
+    time.sleep(0.05)
+if how == "shutdown":
+    escher.shutdown()
+    (signals / "closed").write_text("1")
+    while not (signals / "counted").exists():
+        time.sleep(0.05)
+    print("still holding", len(held), flush=True)
+# else: the interpreter exits, holding them.
+'''
+
+
+def test_a_drivers_objects_and_task_results_go_at_shutdown_and_at_exit(object_cluster):
+    """A driver that put a value and holds two tasks' 1 MiB results (kept in the worker's
+    store) releases all three when it calls ``escher.shutdown()``, while it still holds their
+    references; a driver that just ends (the interpreter's exit) releases them too. The head's
+    lapse is ten minutes, so it is the close that releases them, not the lapse."""
+    cluster = object_cluster([64 * MIB], head_args=("--object-session-lapse", "10m"))
+    (_proc, store), = cluster["workers"].values()
+    start = store_bytes(store)
+    signals = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-shutdown-signals-"))
+    env = dict(cluster["env"], SIGNALS=str(signals))
+
+    def driver(how, then):
+        proc = subprocess.Popen([sys.executable, "-c", OWNER, "1", how], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_until(lambda: (signals / f"held-{how}").exists() or proc.poll() is not None,
+                       "the driver's objects", 240)
+            assert proc.poll() is None, proc.communicate()
+            # The put and both results are in the store.
+            assert store_bytes(store) >= start + (4 << 20), store_bytes(store)
+            (signals / f"seen-{how}").write_text("1")
+            then(proc)
+            out, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert proc.returncode == 0, out + err
+        return out
+
+    def while_it_lives(proc):
+        # escher.shutdown(): released while the driver still lives and holds the references.
+        wait_until(lambda: (signals / "closed").exists() or proc.poll() is not None,
+                   "the driver's shutdown", 120)
+        assert proc.poll() is None, proc.communicate()
+        wait_until(lambda: store_bytes(store) <= start, "the store to return to its start", 60)
+        (signals / "counted").write_text("1")
+
+    try:
+        out = driver("shutdown", while_it_lives)
+        assert "still holding 3" in out, out
+        # The interpreter's exit, no shutdown called: the same.
+        driver("exit", lambda proc: proc.wait(timeout=120))
+        wait_until(lambda: store_bytes(store) <= start, "the store to return to its start", 60)
+    finally:
+        subprocess.run(["rm", "-rf", str(signals)], check=False)
 
 
 INSPECT = r"""

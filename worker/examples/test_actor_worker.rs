@@ -35,6 +35,12 @@
 //!   returns, or when its future is dropped: the worker stopped it). It returns
 //!   `(attempt, worker)`.
 //!
+//! - `bytes((len, seed))` returns `len` bytes, each `seed` (raw): above 100 KiB the result stays
+//!   in the worker's store as an object (`tests/e2e_object_sessions.rs`: results released with
+//!   their client's session). Its worker takes `--object-store-dir` as `escher-worker` does.
+//! - `bytes_after((len, seed, gate))` is `bytes` once the file `gate` exists (at most a
+//!   minute), so that a test decides when the result is made.
+//!
 //! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
 
 use std::fs::{File, OpenOptions};
@@ -64,6 +70,9 @@ struct Args {
     grace: f64,
     #[arg(long)]
     pass_env: Vec<String>,
+    /// The object store's directory (`escher-worker --object-store-dir`).
+    #[arg(long)]
+    object_store_dir: Option<PathBuf>,
 }
 
 /// Appends `line` to the file at `path` in one write (lines of concurrent writers never mix).
@@ -280,6 +289,26 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
         .actor(locker(args.name.clone()))
         .actor(patient_locker(args.name.clone()))
         .actor(tally(args.name.clone()));
+    if let Some(dir) = args.object_store_dir {
+        builder = builder.object_store_dir(dir);
+    }
+    builder = builder.function("bytes", |_ctx, args: Vec<u8>| async move {
+        let (len, seed): (u64, u8) =
+            escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
+        Ok(vec![seed; len as usize])
+    });
+    builder = builder.function("bytes_after", |_ctx, args: Vec<u8>| async move {
+        let (len, seed, gate): (u64, u8, String) =
+            escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
+        // Bounded, so that a test that never opens the gate does not leave it running.
+        for _ in 0..1200 {
+            if Path::new(&gate).exists() {
+                return Ok(vec![seed; len as usize]);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Err(format!("{gate} never appeared within a minute"))
+    });
     let worker_name = args.name;
     builder = builder.typed_function("lock_for", move |ctx, (path, ms): (String, u64)| {
         lock_for(ctx, worker_name.clone(), path, ms)

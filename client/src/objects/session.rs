@@ -14,13 +14,20 @@
 //!
 //! [`Client::close_object_session`] closes it now, whatever references remain: their objects
 //! are freed (a later `get` says so), and the client's next `put` opens a new session.
+//!
+//! The session owns the results of the client's tasks too: every task submitted while a
+//! session is open carries it (the label `escher.object-session`), and a result the head keeps
+//! as an object (a function's result above 100 KiB) goes when the session ends, as the
+//! client's `put`s go. A client that never put has no session: its tasks' result objects stay
+//! until their reference's owner releases them (`Client::result_ref`), as an `escher submit`'s
+//! do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use escher_proto::convert::object_id;
-use escher_proto::types::ObjectId;
+use escher_proto::types::{OBJECT_SESSION_LABEL, ObjectId, TaskSpec};
 use escher_proto::wire;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
@@ -69,6 +76,11 @@ impl Puts {
     pub(super) fn opened(&self, session: u64) {
         self.opened.store(session, Ordering::Release);
     }
+
+    /// The session open now (0: none).
+    fn open_now(&self) -> u64 {
+        self.opened.load(Ordering::Acquire)
+    }
 }
 
 /// What closing an object session did ([`Client::close_object_session`]).
@@ -76,7 +88,7 @@ impl Puts {
 pub struct ClosedSession {
     /// The session closed (0: the client had none).
     pub session: u64,
-    /// The objects released.
+    /// The objects released: its tasks' results, then its `put`s, in id order.
     pub released: Vec<ObjectId>,
     /// The objects a pending or running task takes as an argument: released once that task
     /// ends.
@@ -128,9 +140,11 @@ async fn keep(client: Client, opened: Arc<AtomicU64>, mut rx: mpsc::UnboundedRec
 }
 
 impl Client {
-    /// Ends this client's object session now: every object it put is released at once (its
-    /// copies deleted), whatever [`ObjectRef`](super::ObjectRef)s remain, except the objects a
-    /// pending or running task takes as an argument, released once that task ends. A client
+    /// Ends this client's object session now: every object it put, and the result object of
+    /// every task it submitted while the session was open, is released at once (its copies
+    /// deleted), whatever [`ObjectRef`](super::ObjectRef)s remain, except the objects a
+    /// pending or running task takes as an argument, released once that task ends (a result
+    /// made after the close goes when it is made). A client
     /// that never put has nothing to close. The next `put` opens a new session. (Dropping the
     /// client and every reference closes it too, in the background; a client that dies
     /// without either is closed by the head once its session lapses.)
@@ -146,6 +160,18 @@ impl Client {
         *session = 0;
         puts.opened(0);
         Ok(closed)
+    }
+
+    /// Labels `spec` with this client's object session, when one is open
+    /// ([`OBJECT_SESSION_LABEL`]): the task's result object, if it has one, goes when the
+    /// session ends. A client that never put leaves the spec as it is.
+    pub(crate) fn label_object_session(&self, spec: &mut TaskSpec) -> Result<(), ClientError> {
+        let session = self.puts_started().map_or(0, Puts::open_now);
+        if session != 0 {
+            spec.labels
+                .insert(OBJECT_SESSION_LABEL, &session.to_string())?;
+        }
+        Ok(())
     }
 
     /// Renews object session `session`; returns how long it lives without another renewal.

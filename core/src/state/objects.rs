@@ -1,8 +1,9 @@
 //! The object table (docs/ARCHITECTURE.md "Objects"): every object's id, size, checksum,
 //! owner, namespace and the nodes that hold a copy, changed only by `ObjectsSealed` (new
 //! copies), `ObjectsReleased` (the owner let go), `CloseObjectSession` (a session ended: its
-//! client closed, or the leader saw it lapse; what a pending or running task takes as an
-//! argument stays until that task ends) and a node's loss.
+//! client closed, or the leader saw it lapse; its `put`s go, and so do the result objects of
+//! the tasks its client submitted under it, the label `escher.object-session`; what a pending
+//! or running task takes as an argument stays until that task ends) and a node's loss.
 //!
 //! The location of a copy is published the escher way: the node that holds a copy of object
 //! `O` of namespace `NS` carries the ephemeral resource `NS/object.O` (the admin's objects:
@@ -78,6 +79,11 @@ pub struct ObjectTable {
     /// derived like `freed_ids`.
     #[serde(skip)]
     by_namespace: BTreeMap<Namespace, u64>,
+    /// The result objects of each object session's tasks (a task's `escher.object-session`
+    /// label); derived from the table and the task records
+    /// ([`ClusterState::set_objects`]), kept only while the task has its record.
+    #[serde(skip)]
+    by_session: BTreeMap<u64, BTreeSet<ObjectId>>,
 }
 
 impl ObjectTable {
@@ -140,7 +146,21 @@ impl ObjectTable {
         (FIRST_SESSION..=self.last_session).contains(&session)
     }
 
-    /// The objects session `session` owns (live and lost), by id: the ids `(session, _)`.
+    /// Everything session `session` owns (live and lost), in id order: the result objects of
+    /// the tasks its client submitted while it was open, then its `put`s, the ids
+    /// `(session, _)`.
+    pub fn session_owned(&self, session: u64) -> Vec<ObjectId> {
+        // Task ids stay below FIRST_SESSION: results come before the session's own ids.
+        self.by_session
+            .get(&session)
+            .into_iter()
+            .flatten()
+            .copied()
+            .chain(self.session_objects(session).map(|(id, _)| id))
+            .collect()
+    }
+
+    /// The objects session `session` put (live and lost), by id: the ids `(session, _)`.
     pub fn session_objects(
         &self,
         session: u64,
@@ -154,16 +174,32 @@ impl ObjectTable {
     /// objects are the ids `(session, _)`, from [`FIRST_SESSION`] up: a walk by range that
     /// skips from one session to the next, not over every object.)
     pub fn sessions_with_objects(&self) -> Vec<u64> {
-        let mut sessions = Vec::new();
+        let mut sessions: BTreeSet<u64> = self.by_session.keys().copied().collect();
         let mut from = ObjectId(FIRST_SESSION, 0);
         while let Some((id, _)) = self.objects.range(from..).next() {
-            sessions.push(id.0);
+            sessions.insert(id.0);
             let Some(next) = id.0.checked_add(1) else {
                 break;
             };
             from = ObjectId(next, 0);
         }
-        sessions
+        sessions.into_iter().collect()
+    }
+
+    /// Result object `id` belongs to session `session` (its task's label).
+    fn add_session_result(&mut self, session: u64, id: ObjectId) {
+        self.by_session.entry(session).or_default().insert(id);
+    }
+
+    /// Result object `id` no longer belongs to session `session`: released, or its task's
+    /// record evicted.
+    fn remove_session_result(&mut self, session: u64, id: ObjectId) {
+        if let Some(ids) = self.by_session.get_mut(&session) {
+            ids.remove(&id);
+            if ids.is_empty() {
+                self.by_session.remove(&session);
+            }
+        }
     }
 
     fn remember_freed(&mut self, id: ObjectId, now: Millis) {
@@ -203,6 +239,37 @@ impl ClusterState {
     /// Puts back a table read from a snapshot (the head's codec writes it after the image).
     pub fn set_objects(&mut self, table: ObjectTable) {
         self.objects = table.rebuilt();
+        self.rebuild_session_results();
+    }
+
+    /// Rebuilds which session each result object belongs to, from the task records' labels:
+    /// a result whose task has no record (evicted by retention) belongs to none, as it did
+    /// since that eviction ([`ClusterState::forget_session_result`]).
+    fn rebuild_session_results(&mut self) {
+        let pairs: Vec<(u64, ObjectId)> = self
+            .objects
+            .objects
+            .iter()
+            .filter_map(|(id, rec)| match rec.owner {
+                ObjectOwner::Task(task) => Some((self.tasks.get(&task)?.object_session()?, *id)),
+                ObjectOwner::Session(_) => None,
+            })
+            .collect();
+        self.objects.by_session.clear();
+        for (session, id) in pairs {
+            self.objects.add_session_result(session, id);
+        }
+    }
+
+    /// Task `task`'s record is going (retention): its result object, if it is still in the
+    /// table, belongs to no session from now on, as a replica restored from a snapshot would
+    /// find it (the session is known only from the task's label). Its reference's owner
+    /// still releases it.
+    pub(crate) fn forget_session_result(&mut self, task: TaskId) {
+        if let Some(session) = self.tasks.get(&task).and_then(|r| r.object_session()) {
+            self.objects
+                .remove_session_result(session, ObjectId::task_result(task));
+        }
     }
 
     /// `ObjectsSealed`: records new copies, all or none. A copy that contradicts what the table
@@ -378,6 +445,11 @@ impl ClusterState {
             let Some(rec) = self.objects.objects.remove(&id) else {
                 continue;
             };
+            if let ObjectOwner::Task(task) = rec.owner
+                && let Some(session) = self.tasks.get(&task).and_then(|r| r.object_session())
+            {
+                self.objects.remove_session_result(session, id);
+            }
             if let Some(ns) = &rec.namespace
                 && let Some(bytes) = self.objects.by_namespace.get_mut(ns)
             {
@@ -525,7 +597,12 @@ impl ClusterState {
         match self.seal_copies(vec![copy], Some(task), now) {
             Ok(dropped) => match dropped.into_iter().next() {
                 Some((_, why)) => Err(format!("its result object {id} was not recorded: {why}")),
-                None => Ok(id),
+                None => {
+                    if let Some(session) = self.tasks.get(&task).and_then(|r| r.object_session()) {
+                        self.objects.add_session_result(session, id);
+                    }
+                    Ok(id)
+                }
             },
             Err(err) => Err(format!("its result object {id} was not recorded: {err}")),
         }
@@ -682,7 +759,9 @@ impl ClusterState {
     }
 
     /// `CloseObjectSession`: session `session` ended (its client closed, or the leader saw it
-    /// lapse). Every object it owns that a caller of namespace `ns` may see is released as
+    /// lapse). Every object it owns ([`ObjectTable::session_owned`]: its `put`s and the result
+    /// objects of the tasks submitted under it) that a caller of namespace `ns` may see is
+    /// released as
     /// [`objects_released`](Self::objects_released) releases it, except the objects a pending
     /// or running task takes as an argument ([`object_pins`](Self::object_pins)), which stay
     /// until that task ends (a later close, or the leader's next lapse check, releases them).
@@ -698,17 +777,18 @@ impl ClusterState {
     ) -> Result<(Vec<ObjectId>, Vec<ObjectId>), ApplyError> {
         // (A session that owns objects is known, given out or not: copies are reported with
         // the ids their client chose.)
-        if !self.objects.session_given(session)
-            && self.objects.session_objects(session).next().is_none()
-        {
+        let owned = self.objects.session_owned(session);
+        if !self.objects.session_given(session) && owned.is_empty() {
             return Err(ApplyError::UnknownObjectSession(session));
         }
         let pins = self.object_pins();
-        let (pinned, released): (Vec<ObjectId>, Vec<ObjectId>) = self
-            .objects
-            .session_objects(session)
-            .filter(|(_, rec)| visible(rec.namespace.as_ref(), ns, sees_everything))
-            .map(|(id, _)| id)
+        let (pinned, released): (Vec<ObjectId>, Vec<ObjectId>) = owned
+            .into_iter()
+            .filter(|id| {
+                self.objects
+                    .get(*id)
+                    .is_some_and(|rec| visible(rec.namespace.as_ref(), ns, sees_everything))
+            })
             .partition(|id| pins.contains(id));
         // Every id is in the table and visible: none comes back unknown.
         self.objects_released(&released, ns, sees_everything, now);
@@ -717,17 +797,44 @@ impl ClusterState {
 
     /// Whether a caller of namespace `ns` may renew object session `session`: it was given
     /// out, and it owns nothing yet or an object the caller may see (a caller cannot keep
-    /// another namespace's session from lapsing).
+    /// another namespace's session from lapsing). Its `put`s decide while it has any, its
+    /// tasks' results only then: a caller that named the session for its own tasks does not
+    /// keep the session's `put`s from lapsing.
     pub fn may_renew_session(
         &self,
         session: u64,
         ns: Option<&Namespace>,
         sees_everything: bool,
     ) -> bool {
-        let mut owned = self.objects.session_objects(session).peekable();
-        self.objects.session_given(session)
-            && (owned.peek().is_none()
-                || owned.any(|(_, rec)| visible(rec.namespace.as_ref(), ns, sees_everything)))
+        if !self.objects.session_given(session) {
+            return false;
+        }
+        let sees = |rec: &ObjectRecord| visible(rec.namespace.as_ref(), ns, sees_everything);
+        let mut puts = self.objects.session_objects(session).peekable();
+        if puts.peek().is_some() {
+            return puts.any(|(_, rec)| sees(rec));
+        }
+        match self.objects.by_session.get(&session) {
+            None => true,
+            Some(ids) => ids.iter().any(|id| self.objects.get(*id).is_some_and(sees)),
+        }
+    }
+
+    /// Whether a task of namespace `ns` may name object session `session` as its own
+    /// (`escher.object-session`): the session's first `put`, or else its first task result,
+    /// is of that namespace, or it owns nothing yet. (A session's objects are its client's,
+    /// all of one namespace: the first stands for them.)
+    pub(crate) fn may_name_session(&self, session: u64, ns: Option<&Namespace>) -> bool {
+        let first = self
+            .objects
+            .session_objects(session)
+            .next()
+            .map(|(_, rec)| rec)
+            .or_else(|| {
+                let id = self.objects.by_session.get(&session)?.first()?;
+                self.objects.get(*id)
+            });
+        first.is_none_or(|rec| visible(rec.namespace.as_ref(), ns, false))
     }
 
     /// The objects that a pending or running task takes as an argument: a session that ends

@@ -4,9 +4,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use escher_proto::types::{
     AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, MigReport,
-    NAMESPACE_LABEL, Namespace, NodeId, OBJECTS_LABEL, ObjectId, OutputTail, PendingReason,
-    RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskKind, TaskResult, TaskSpec,
-    TaskState, TaskStatus, parse_object_args,
+    NAMESPACE_LABEL, Namespace, NodeId, OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectId, OutputTail,
+    PendingReason, RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskKind, TaskResult,
+    TaskSpec, TaskState, TaskStatus, parse_object_args, parse_object_session,
 };
 use serde::{Deserialize, Serialize};
 
@@ -239,6 +239,12 @@ impl TaskRecord {
             .get(OBJECTS_LABEL)
             .and_then(|v| parse_object_args(v).ok())
             .unwrap_or_default()
+    }
+
+    /// The object session of the client that submitted the task ([`OBJECT_SESSION_LABEL`]),
+    /// which its result object belongs to; none if the label is absent.
+    pub fn object_session(&self) -> Option<u64> {
+        parse_object_session(self.spec.labels.get(OBJECT_SESSION_LABEL)?)
     }
 
     /// Soft locality: the location resources of the task's argument objects, largest object

@@ -193,6 +193,7 @@ impl ClusterState {
         if self.tasks.get(&id).is_some_and(|r| !r.state.is_terminal()) {
             return;
         }
+        self.forget_session_result(id);
         let Some(record) = self.tasks.remove(&id) else {
             return;
         };

@@ -3,8 +3,9 @@
 use std::collections::BTreeMap;
 
 use escher_proto::types::{
-    ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, OBJECTS_LABEL,
-    RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished, format_object_args, parse_object_args,
+    ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, OBJECT_SESSION_LABEL,
+    OBJECTS_LABEL, RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished, format_object_args,
+    parse_object_args, parse_object_session,
 };
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet,
@@ -31,6 +32,7 @@ impl ClusterState {
         for (index, spec) in specs.into_iter().enumerate() {
             let spec = self.qualify_spec(spec, namespace, index)?;
             let spec = self.check_object_args(spec, namespace, index)?;
+            self.check_object_session(&spec, namespace, index)?;
             if let Some(key) = actor_name_of(&spec) {
                 self.check_actor_name(&key, &names)?;
                 // Ids are given in the order of the batch, so this actor's will be this one.
@@ -690,6 +692,36 @@ impl ClusterState {
             .insert(OBJECTS_LABEL, &format_object_args(&ids))
             .map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
         Ok(spec)
+    }
+
+    /// Checks the object session a task names ([`OBJECT_SESSION_LABEL`]), which its result
+    /// object will belong to: a number the head gave out, whose objects are of the task's
+    /// namespace (or that owns nothing yet). Naming another client's session of the same
+    /// namespace only shortens the life of this task's own result (it goes when that session
+    /// ends); it neither keeps nor ends anything of the other's (renewals are decided by the
+    /// session's `put`s).
+    fn check_object_session(
+        &self,
+        spec: &TaskSpec,
+        ns: Option<&Namespace>,
+        index: usize,
+    ) -> Result<(), ApplyError> {
+        let Some(value) = spec.labels.get(OBJECT_SESSION_LABEL) else {
+            return Ok(());
+        };
+        let why = match parse_object_session(value) {
+            None => format!("label {OBJECT_SESSION_LABEL}: {value:?} is not a session number"),
+            Some(session) if !self.objects.session_given(session) => format!(
+                "label {OBJECT_SESSION_LABEL}: object session {session} was never given out \
+                 (a client names the session its first put opened)"
+            ),
+            Some(session) if !self.may_name_session(session, ns) => format!(
+                "label {OBJECT_SESSION_LABEL}: object session {session} is another \
+                 namespace's (a client names the session its first put opened)"
+            ),
+            Some(_) => return Ok(()),
+        };
+        Err(ApplyError::InvalidTask { index, why })
     }
 
     fn qualify_spec(

@@ -16,8 +16,15 @@
 //! its session (`CloseObjectSession`) is marked lapsed here at once, so that the objects its
 //! close had to keep are released as soon as their tasks end. A renewal of a session that
 //! owns nothing is forgotten after a lapse time without another.
+//!
+//! A session owns its `put`s and the result objects of the tasks its client submitted while it
+//! was open (`ObjectTable::session_owned`). A task still running when its session ended makes
+//! its result afterwards: the leader remembers the last [`MAX_ENDED`] sessions that ended
+//! (closed by their client, or lapsed) so that such a result is released at the next check,
+//! not a lapse time later. (A new leader does not know them: it gives such a session a full
+//! lapse time, as any other.)
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::{Duration, Instant};
 
 use escher_proto::types::ObjectId;
@@ -31,6 +38,9 @@ pub(crate) const RETRY: Duration = Duration::from_secs(1);
 /// How often the leader looks for lapsed sessions.
 pub(crate) const CHECK_EVERY: Duration = Duration::from_secs(1);
 
+/// How many ended sessions the leader remembers, newest kept.
+pub(crate) const MAX_ENDED: usize = 10_000;
+
 /// Each session that owns objects in `state`'s table, in order, and whether it owns one that
 /// no pending or running task takes as an argument (a close would release something).
 pub(crate) fn owning(state: &ClusterState) -> Vec<(u64, bool)> {
@@ -43,7 +53,7 @@ pub(crate) fn owning(state: &ClusterState) -> Vec<(u64, bool)> {
     sessions
         .into_iter()
         .map(|s| {
-            let releasable = table.session_objects(s).any(|(id, _)| !pins.contains(&id));
+            let releasable = table.session_owned(s).iter().any(|id| !pins.contains(id));
             (s, releasable)
         })
         .collect()
@@ -59,6 +69,10 @@ pub(crate) struct ObjectSessions {
     proposed: BTreeMap<u64, Instant>,
     /// When the leader last looked.
     checked: Option<Instant>,
+    /// Sessions that ended (closed, or proposed closed when they lapsed), oldest first, and
+    /// the same as a set: one that owns something again is closed at the next check.
+    ended: VecDeque<u64>,
+    ended_set: BTreeSet<u64>,
 }
 
 impl ObjectSessions {
@@ -70,6 +84,21 @@ impl ObjectSessions {
     /// Session `session` was renewed at `now`.
     pub(crate) fn renew(&mut self, session: u64, now: Instant) {
         self.renewed.insert(session, now);
+        if self.ended_set.remove(&session) {
+            self.ended.retain(|s| *s != session);
+        }
+    }
+
+    /// Session `session` ended: remembered (the newest [`MAX_ENDED`]).
+    fn ended(&mut self, session: u64) {
+        if self.ended_set.insert(session) {
+            self.ended.push_back(session);
+        }
+        while self.ended.len() > MAX_ENDED {
+            if let Some(old) = self.ended.pop_front() {
+                self.ended_set.remove(&old);
+            }
+        }
     }
 
     /// Session `session` was closed by its client at `now`: it counts as lapsed from now on, so
@@ -78,6 +107,7 @@ impl ObjectSessions {
         let long_ago = now.checked_sub(lapse).unwrap_or(now);
         self.renewed.insert(session, long_ago);
         self.proposed.insert(session, now);
+        self.ended(session);
     }
 
     /// Whether it is time to look for lapsed sessions again (once per [`CHECK_EVERY`]).
@@ -95,7 +125,9 @@ impl ObjectSessions {
     /// The sessions to close now, of `owning` (each session that owns objects, and whether
     /// one of them is not pinned by a task: [`owning`]): each has not been renewed for `lapse`,
     /// owns an object no task pins, and has no close proposed in the last [`RETRY`]. A session
-    /// seen for the first time starts its clock now. Each returned session counts as proposed.
+    /// seen for the first time starts its clock now, unless it ended before (its client closed
+    /// it, or it lapsed, and a task of it made a result since): that one is closed again at
+    /// once. Each returned session counts as proposed, and as ended.
     pub(crate) fn lapsed(
         &mut self,
         owning: &[(u64, bool)],
@@ -103,8 +135,14 @@ impl ObjectSessions {
         now: Instant,
     ) -> Vec<u64> {
         let known: BTreeSet<u64> = owning.iter().map(|(s, _)| *s).collect();
+        let long_ago = now.checked_sub(lapse).unwrap_or(now);
         for session in &known {
-            self.renewed.entry(*session).or_insert(now);
+            let first = if self.ended_set.contains(session) {
+                long_ago
+            } else {
+                now
+            };
+            self.renewed.entry(*session).or_insert(first);
         }
         // A session that owns nothing is remembered for a lapse time after its last renewal
         // (its first put may be on its way), then forgotten.
@@ -123,6 +161,9 @@ impl ObjectSessions {
             }
             self.proposed.insert(session, now);
             lapsed.push(session);
+        }
+        for session in &lapsed {
+            self.ended(*session);
         }
         lapsed
     }
@@ -191,6 +232,37 @@ mod tests {
         sessions.closed(9, LAPSE, t1);
         assert!(sessions.lapsed(&[(9, true)], LAPSE, t1).is_empty());
         assert_eq!(sessions.lapsed(&[(9, true)], LAPSE, t1 + RETRY), vec![9]);
+    }
+
+    #[test]
+    fn a_session_that_ended_and_owns_a_new_result_is_closed_at_the_next_check() {
+        let mut sessions = ObjectSessions::default();
+        let t0 = Instant::now();
+        // Closed by its client while one of its tasks ran: it owns nothing for a while, and
+        // is forgotten but for having ended.
+        sessions.closed(7, LAPSE, t0);
+        let t1 = t0 + LAPSE * 2;
+        assert!(sessions.lapsed(&[], LAPSE, t1).is_empty());
+        assert_eq!(sessions.len(), 0);
+        // The task's result is made: closed at the next check, not a lapse time later.
+        assert_eq!(sessions.lapsed(&[(7, true)], LAPSE, t1 + RETRY), vec![7]);
+        // A session never seen before waits its full lapse time.
+        assert!(sessions.lapsed(&[(8, true)], LAPSE, t1 + RETRY).is_empty());
+        // A lapsed one is remembered as ended too, and one renewed again is not.
+        let t2 = t1 + RETRY + LAPSE;
+        assert_eq!(sessions.lapsed(&[(8, true)], LAPSE, t2), vec![8]);
+        sessions.lapsed(&[], LAPSE, t2 + LAPSE * 2);
+        assert_eq!(
+            sessions.lapsed(&[(8, true)], LAPSE, t2 + LAPSE * 3),
+            vec![8]
+        );
+        sessions.renew(7, t2 + LAPSE * 3);
+        sessions.lapsed(&[], LAPSE, t2 + LAPSE * 5);
+        assert!(
+            sessions
+                .lapsed(&[(7, true)], LAPSE, t2 + LAPSE * 5)
+                .is_empty()
+        );
     }
 
     #[test]

@@ -73,9 +73,10 @@ pub use link::{
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use object::{
-    INLINE_RESULT_BYTES, LOCATION_PREFIX, OBJECT_LOST_METADATA, OBJECTS_LABEL, ObjectHolder,
-    ObjectId, ObjectLoss, ObjectOwner, ObjectView, ParseObjectIdError, SealedCopy,
-    format_object_args, format_object_lost, parse_object_args, parse_object_lost,
+    INLINE_RESULT_BYTES, LOCATION_PREFIX, OBJECT_LOST_METADATA, OBJECT_SESSION_LABEL,
+    OBJECTS_LABEL, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectView, ParseObjectIdError,
+    SealedCopy, format_object_args, format_object_lost, parse_object_args, parse_object_lost,
+    parse_object_session,
 };
 pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};

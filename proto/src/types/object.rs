@@ -203,6 +203,21 @@ pub fn format_object_args(ids: &[ObjectId]) -> String {
     parts.join("+")
 }
 
+/// The task label that names the object session of the client that submitted the task (its
+/// number in decimal): the task's result object, when its result is one, belongs to that
+/// session, and goes when the session ends (its client closes, or it lapses), as the session's
+/// `put` objects do. The client sets it on every submission made while it has a session open
+/// (`Client::put` opens one); a task without it keeps its result until its reference's owner
+/// releases it. The head takes only a session it gave out whose objects are of the task's
+/// namespace; naming another client's session shortens nothing but the life of the task's own
+/// result.
+pub const OBJECT_SESSION_LABEL: &str = "escher.object-session";
+
+/// The session an [`OBJECT_SESSION_LABEL`] value names, if it is a number.
+pub fn parse_object_session(value: &str) -> Option<u64> {
+    value.trim().parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
