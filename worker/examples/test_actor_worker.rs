@@ -35,6 +35,10 @@
 //!   returns, or when its future is dropped: the worker stopped it). It returns
 //!   `(attempt, worker)`.
 //!
+//! - `pattern((len, seed))` returns `len` raw bytes that differ with `seed` (byte `i` is
+//!   `i * 31 + seed`, wrapping): above 100 KiB, a result object kept in this worker's store
+//!   (`tests/e2e_object_reconcile.rs`). `--object-store-dir DIR` puts the store under `DIR`.
+//!
 //! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
 
 use std::fs::{File, OpenOptions};
@@ -64,6 +68,16 @@ struct Args {
     grace: f64,
     #[arg(long)]
     pass_env: Vec<String>,
+    /// The object store's memory directory (`escher-worker --object-store-dir`).
+    #[arg(long)]
+    object_store_dir: Option<PathBuf>,
+}
+
+/// `len` bytes that differ with `seed`: the result of the function `pattern`.
+fn pattern(len: u64, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// Appends `line` to the file at `path` in one write (lines of concurrent writers never mix).
@@ -284,6 +298,14 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     builder = builder.typed_function("lock_for", move |ctx, (path, ms): (String, u64)| {
         lock_for(ctx, worker_name.clone(), path, ms)
     });
+    builder = builder.function("pattern", |_ctx, args: Vec<u8>| async move {
+        let (len, seed): (u64, u8) =
+            escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
+        Ok(pattern(len, seed))
+    });
+    if let Some(dir) = args.object_store_dir {
+        builder = builder.object_store_dir(dir);
+    }
     for var in args.pass_env {
         builder = builder.pass_env(var);
     }
