@@ -89,6 +89,11 @@ fn result_on(t: &mut TestState, retries: u32, crc: u32) -> TaskId {
 fn a_returning_node_gets_back_what_is_still_wanted_and_drops_the_rest() {
     let mut t = TestState::new();
     let a = data_node(&mut t, "a");
+    let opened = t.apply(Command::OpenObjectSession).reply;
+    assert!(
+        matches!(opened, Reply::ObjectSession(SESSION)),
+        "{opened:?}"
+    );
     let made = result_on(&mut t, 0, CRC);
     let b = data_node(&mut t, "b");
     let (kept, freed, both) = (
@@ -126,7 +131,8 @@ fn a_returning_node_gets_back_what_is_still_wanted_and_drops_the_rest() {
     t.rejoin(a, "a", 2, &[], Vec::new()).unwrap();
 
     // What the table wants back: the lost put, the lost result, a second copy of `both`, and
-    // a put the table never heard of (its client's report may be on its way).
+    // a put of a session it gave out that it never heard of (its client's report may be on
+    // its way).
     let unknown = ObjectId(SESSION, 9);
     for (copy, namespace) in [
         (kept, Some("app")),
@@ -172,6 +178,12 @@ fn a_returning_node_gets_back_what_is_still_wanted_and_drops_the_rest() {
     dropped(
         t.state.held_copy(a, &held(ObjectId(999, 0), CRC, None)),
         "does not run on node",
+    );
+    // A put of a session this head never gave out (a state restored from an older backup).
+    dropped(
+        t.state
+            .held_copy(a, &held(ObjectId(SESSION + 1, 0), CRC, None)),
+        "never gave out",
     );
     dropped(
         t.state.held_copy(a, &held(ObjectId(made.0, 3), CRC, None)),
@@ -248,6 +260,7 @@ fn a_result_whose_task_runs_on_the_node_is_left_to_its_completion() {
 fn an_adoption_refused_at_commit_refuses_only_its_own_copy() {
     let mut t = TestState::new();
     let a = data_node(&mut t, "a");
+    t.apply(Command::OpenObjectSession);
     let (first, second) = (ObjectId(SESSION, 0), ObjectId(SESSION, 1));
     let verdicts = [
         t.state.held_copy(a, &held(first, CRC, None)),

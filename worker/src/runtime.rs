@@ -475,6 +475,9 @@ impl Runtime {
         self.unsent.clear();
         // Task ids and attempts are the old cluster's: the new one numbers its own.
         self.recent = Recent::default();
+        // So are the object ids: the store's copies are no one's now, and their ids may be
+        // given out again (`runtime/held.rs` would otherwise report them to the new one).
+        self.drop_all_copies();
     }
 
     fn attached(&mut self, link: Link) {

@@ -50,8 +50,10 @@ impl ClusterState {
     ///   readable again and a rebuilt one gains a second copy of the same bytes;
     /// - released (and remembered as freed): dropped;
     /// - unknown, a session's `put`: adopted as its client's own report would record it (its
-    ///   client may not have reported it yet; a head restored from a backup learns it); a
-    ///   session that ended or lapses releases it;
+    ///   client may not have reported it yet; a head restored from a backup learns it), when
+    ///   this table gave out that session (a session that ends or lapses releases it); dropped
+    ///   when it did not (a head restored from a backup older than the session: the number may
+    ///   be given to another client);
     /// - unknown, a task's result: left while its task runs on `node`, else dropped.
     pub fn held_copy(&self, node: NodeId, c: &HeldCopy) -> HeldVerdict {
         if !self.node_alive(node) || !self.core.has_node(node) {
@@ -122,6 +124,12 @@ impl ClusterState {
             return HeldVerdict::Drop(format!("object {} was freed", c.id));
         }
         match owner {
+            ObjectOwner::Session(session) if !self.objects.session_given(session) => {
+                HeldVerdict::Drop(format!(
+                    "object {} belongs to session {session}, which this head never gave out",
+                    c.id
+                ))
+            }
             ObjectOwner::Session(_) => adopt(c.namespace.clone()),
             ObjectOwner::Task(task) if c.id != ObjectId::task_result(task) => {
                 HeldVerdict::Drop(format!("object {} is no result of task {task}", c.id))

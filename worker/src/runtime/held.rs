@@ -8,7 +8,8 @@
 //! is reported with the store's number for it, and dropped only if the store still holds that
 //! very copy: one stored again since (a task's result written anew by a later attempt) stays.
 //! A copy with no namespace recorded (sealed a moment ago, its namespace not yet written down)
-//! waits for the next attach.
+//! waits for the next attach. A worker the head group no longer knows (it registers as a new
+//! node) deletes every copy first: their ids are the old group's and may be given out again.
 
 use escher_proto::types::{DroppedHeld, HeldCopy, MAX_HELD_BATCH, Namespace, WorkerMessage};
 
@@ -50,6 +51,29 @@ impl Runtime {
             let batch = std::mem::replace(&mut held, rest);
             self.send(WorkerMessage::ObjectsHeld(batch));
         }
+    }
+
+    /// Deletes every copy in the store: the head group that knew them is gone (it does not
+    /// know this worker's identity any more), and the next may give their ids out again.
+    pub(super) fn drop_all_copies(&mut self) {
+        let copies = self.env.objects.store().copies();
+        if copies.is_empty() {
+            return;
+        }
+        tracing::info!(
+            copies = copies.len(),
+            "deleting the object copies of a head group that no longer knows this worker"
+        );
+        let reason = "the head group that recorded it no longer knows this worker".to_string();
+        let drops = copies
+            .into_iter()
+            .map(|(info, copy)| DroppedHeld {
+                id: info.id,
+                copy,
+                reason: reason.clone(),
+            })
+            .collect();
+        self.drop_copies(drops);
     }
 
     /// The head does not count these copies this worker reported: each goes, if the store

@@ -173,6 +173,8 @@ mod tests {
             .replica
             .apply_for_test(Entry::new(3, release))
             .unwrap();
+        let open = Entry::new(4, Command::OpenObjectSession);
+        owner.replica.apply_for_test(open).unwrap();
         owner.workers.registered(node);
         let (tx, rx) = crate::runtime::workers::link_channel(1 << 20);
         owner.link_stream(node, "s", 1, tx).unwrap();
