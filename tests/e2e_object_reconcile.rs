@@ -12,14 +12,19 @@
 //! (the store's bytes return to what the kept ones take), the lost `put` and the lost result
 //! are readable again from that node (with their checksums), and the rebuilt result, the same
 //! bytes, has a second copy there.
+//!
+//! A head restored from a backup learns the `put` objects of a session it knew that were made
+//! after the backup (the worker's report after it attaches again), and has the worker delete
+//! those of a session it never gave out (its number may go to another client).
 
 mod procs;
 
 use std::path::Path;
+use std::process::Command;
 
 use escher::types::{NodeId, ObjectId, TaskId, TaskResult, TaskState};
 use escher::{Client, ClientError, Task};
-use procs::{ProcessCluster, WAIT, WorkerExtra, bytes_under, eventually};
+use procs::{ProcessCluster, WAIT, WorkerExtra, binary, bytes_under, eventually};
 
 /// The size of each `put`.
 const PUT: usize = 300_000;
@@ -33,12 +38,17 @@ fn pattern(len: u64, seed: u8) -> Vec<u8> {
         .collect()
 }
 
-/// Starts worker `name`, the test worker with its store in a new directory under `/dev/shm`.
-async fn start_worker(cluster: &mut ProcessCluster, name: &str) -> (NodeId, tempfile::TempDir) {
-    let store = tempfile::Builder::new()
+/// A directory of its own under `/dev/shm` for a worker's store.
+fn store_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
         .prefix("escher-e2e-object-reconcile-")
         .tempdir_in("/dev/shm")
-        .expect("a directory in /dev/shm");
+        .expect("a directory in /dev/shm")
+}
+
+/// Starts worker `name`, the test worker with its store in a new directory under `/dev/shm`.
+async fn start_worker(cluster: &mut ProcessCluster, name: &str) -> (NodeId, tempfile::TempDir) {
+    let store = store_dir();
     cluster.next_workers(WorkerExtra {
         binary: Some(procs::example("test_actor_worker")),
         args: vec![
@@ -190,4 +200,64 @@ async fn a_node_back_from_the_lost_keeps_what_is_wanted_and_deletes_what_was_rel
     assert!(!listed.contains(&ObjectId::task_result(released_result)));
     // The rebuilt copy on w2 is untouched.
     assert_eq!(bytes_under(store2.path()), RESULT);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_restored_from_a_backup_learns_later_puts_of_its_sessions_and_drops_the_rest() {
+    // A long heartbeat timeout: the node stays live through the head's stop and restore.
+    let mut cluster = ProcessCluster::builder()
+        .durable()
+        .workers(0)
+        .heartbeat_timeout_ms(60_000)
+        .start()
+        .await;
+    let store = store_dir();
+    cluster.next_workers(WorkerExtra {
+        args: vec![
+            "--object-store-dir".into(),
+            store.path().display().to_string(),
+        ],
+        ..WorkerExtra::default()
+    });
+    let w1 = cluster.start_worker("w1", "cpu=2,memory=512").await;
+    let known = cluster.client().await;
+    let before = known.put(pattern(PUT as u64, 1)).await.expect("put");
+    let backups = tempfile::tempdir().unwrap();
+    let file = backups.path().join("cluster.backup");
+    let save = Command::new(binary("escher"))
+        .args(["admin", "snapshot", "save", file.to_str().unwrap()])
+        .env("ESCHER_HOME", cluster.dir().join("escher-home"))
+        .env_remove("ESCHER_HEAD")
+        .env_remove("ESCHER_TOKEN")
+        .env_remove("ESCHER_ACCESS_FILE")
+        .output()
+        .expect("the escher CLI runs");
+    assert!(save.status.success(), "{save:?}");
+    // After the backup: one more put of the same session, and one of a new client's session.
+    let after = known.put(pattern(PUT as u64, 2)).await.expect("put");
+    let stranger = cluster.client().await;
+    let unknown = stranger.put(pattern(PUT as u64, 3)).await.expect("put");
+    store_holds(store.path(), 3 * PUT as u64).await;
+
+    cluster.terminate_head_at(0).await;
+    cluster.restore_head_at(0, &file).await;
+    let client = cluster.client().await;
+    eventually("the later put to be known again", WAIT, || async {
+        (holders(&client, after.id()).await.ok()? == vec![w1]).then_some(())
+    })
+    .await;
+    let bytes = client
+        .get_object(after.id())
+        .await
+        .expect("the later put reads");
+    assert_eq!(bytes.as_ref(), pattern(PUT as u64, 2).as_slice());
+    assert_eq!(holders(&client, before.id()).await.unwrap(), vec![w1]);
+    // The other session's copy is deleted, and the restored head never heard of it.
+    store_holds(store.path(), 2 * PUT as u64).await;
+    let refused = client.locate_object(unknown.id()).await;
+    assert!(
+        matches!(refused, Err(ClientError::NotFound(_))),
+        "{refused:?}"
+    );
+    drop((known, stranger));
 }
