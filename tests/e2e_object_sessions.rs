@@ -49,8 +49,8 @@ async fn start_with(
     let lapse = format!("{}ms", LAPSE.as_millis());
     // The worker may take a few seconds to find a new leader (its registration backs off):
     // a heartbeat timeout that outlasts that keeps the failover test about sessions, not about
-    // a node declared lost meanwhile. A node declared lost takes its copies out of the table,
-    // and the files it keeps are then no one's (docs/ARCHITECTURE.md, "Loss": not built).
+    // a node declared lost meanwhile (whose copies leave the table until it comes back and
+    // reconciles its store: tests/e2e_object_reconcile.rs).
     let mut cluster = ProcessCluster::builder()
         .heads(heads)
         .workers(0)

@@ -235,7 +235,9 @@ impl SimNode {
                         | HeadMessage::ReportsAcked(_)
                         | HeadMessage::LeaseRenewed { .. } => {}
                         // Simulated nodes report no GPUs and hold no objects.
-                        HeadMessage::ReconfigureMig { .. } | HeadMessage::DeleteObjects(_) => {}
+                        HeadMessage::ReconfigureMig { .. }
+                        | HeadMessage::DeleteObjects(_)
+                        | HeadMessage::DropCopies(_) => {}
                     }
                     }
                 }

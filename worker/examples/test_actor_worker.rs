@@ -40,6 +40,9 @@
 //!   their client's session). Its worker takes `--object-store-dir` as `escher-worker` does.
 //! - `bytes_after((len, seed, gate))` is `bytes` once the file `gate` exists (at most a
 //!   minute), so that a test decides when the result is made.
+//! - `pattern((len, seed))` returns `len` raw bytes that differ with `seed` (byte `i` is
+//!   `i * 31 + seed`, wrapping): above 100 KiB, a result object kept in this worker's store
+//!   (`tests/e2e_object_reconcile.rs`). `--object-store-dir DIR` puts the store under `DIR`.
 //!
 //! Build it with `cargo build -p escher-worker --examples` (`cargo test --workspace` builds it).
 
@@ -70,9 +73,16 @@ struct Args {
     grace: f64,
     #[arg(long)]
     pass_env: Vec<String>,
-    /// The object store's directory (`escher-worker --object-store-dir`).
+    /// The object store's memory directory (`escher-worker --object-store-dir`).
     #[arg(long)]
     object_store_dir: Option<PathBuf>,
+}
+
+/// `len` bytes that differ with `seed`: the result of the function `pattern`.
+fn pattern(len: u64, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
 }
 
 /// Appends `line` to the file at `path` in one write (lines of concurrent writers never mix).
@@ -312,6 +322,11 @@ async fn run(args: Args) -> Result<(), Box<dyn std::error::Error>> {
     let worker_name = args.name;
     builder = builder.typed_function("lock_for", move |ctx, (path, ms): (String, u64)| {
         lock_for(ctx, worker_name.clone(), path, ms)
+    });
+    builder = builder.function("pattern", |_ctx, args: Vec<u8>| async move {
+        let (len, seed): (u64, u8) =
+            escher_proto::codec::decode(&args).map_err(|e| e.to_string())?;
+        Ok(pattern(len, seed))
     });
     for var in args.pass_env {
         builder = builder.pass_env(var);

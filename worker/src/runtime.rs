@@ -49,6 +49,10 @@
 //!   answers each assignment with a `TaskFinished` error and never starts it, and its
 //!   heartbeats say `draining = 1`, so that the head admits nothing new on its node; every
 //!   heartbeat carries what happened to the fence (`Heartbeat.fence`).
+//! - After each attach the worker reports the copies its object store holds
+//!   (`ObjectsHeld`, `runtime/held.rs`): the head adopts those its table still wants (the
+//!   node may have been declared lost while the stream was down, which dropped its copies from
+//!   the table) and answers `DropCopies` for the rest, which the worker deletes.
 //! - On shutdown (the caller's shutdown future, or the head's `Shutdown`) the worker stops
 //!   taking assignments (each one that still arrives is answered at once with a `TaskFinished`
 //!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
@@ -81,6 +85,7 @@ use crate::link::{ConnectError, Link, connect};
 use crate::runner::{RunEnv, run_task};
 
 mod gpus;
+mod held;
 
 /// Log bytes sent for a `FetchLogs` that asks for 0.
 const DEFAULT_LOG_FETCH: u32 = 64 * 1024;
@@ -470,6 +475,9 @@ impl Runtime {
         self.unsent.clear();
         // Task ids and attempts are the old cluster's: the new one numbers its own.
         self.recent = Recent::default();
+        // So are the object ids: the store's copies are no one's now, and their ids may be
+        // given out again (`runtime/held.rs` would otherwise report them to the new one).
+        self.drop_all_copies();
     }
 
     fn attached(&mut self, link: Link) {
@@ -532,6 +540,9 @@ impl Runtime {
         for report in late {
             self.send(WorkerMessage::TaskFinished(report));
         }
+        // What the store holds, so that the head adopts what it still wants and has the rest
+        // dropped (a node declared lost comes back with copies its table no longer counts).
+        self.report_held();
     }
 
     fn lost_link(&mut self, why: String) {
@@ -761,6 +772,7 @@ impl Runtime {
             }
             Ok(HeadMessage::LeaseRenewed { seq }) => self.lease_renewed(seq),
             Ok(HeadMessage::DeleteObjects(ids)) => self.delete_objects(&ids),
+            Ok(HeadMessage::DropCopies(copies)) => self.drop_copies(copies),
             Err(e) => match assign_ids {
                 Some((task_id, attempt)) => {
                     tracing::warn!(%task_id, attempt, error = %e, "invalid assignment");

@@ -31,7 +31,8 @@
 //! workers are reconciled strictly.
 //!
 //! Objects (`objects.rs`): every object's size, checksum, owner and the nodes that hold a
-//! copy, each copy published as the location resource `NS/object.O` on its node.
+//! copy, each copy published as the location resource `NS/object.O` on its node; what a
+//! returning worker's store holds is judged against it (`reconcile.rs`).
 //!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
@@ -46,6 +47,7 @@ mod incarnation;
 mod nodes;
 mod objects;
 mod queries;
+mod reconcile;
 mod record;
 mod requeue;
 mod resources;
@@ -66,6 +68,7 @@ pub use incarnation::{
 };
 pub use nodes::{Joining, Returning, SecretHash};
 pub use objects::{FIRST_SESSION, MAX_FREED_KEPT, ObjectRecord, ObjectTable, location_resource};
+pub use reconcile::{HeldVerdict, owner_of};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};
 pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};

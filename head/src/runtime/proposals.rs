@@ -10,7 +10,7 @@
 
 use std::collections::BTreeMap;
 
-use escher_proto::types::{NodeId, RegisterReply, RequestKey, RunningTask};
+use escher_proto::types::{NodeId, ObjectId, RegisterReply, RequestKey, RunningTask};
 use tokio::sync::oneshot;
 use tonic::Status;
 
@@ -74,6 +74,16 @@ pub(crate) enum Pending {
     /// A worker's stream whose node waited for it (`NodeAttached`): answer once the node takes
     /// tasks, so that a worker that says it is attached is given them.
     Attached(oneshot::Sender<Result<(), Status>>),
+    /// A copy a worker reported held (`ObjectsHeld`), proposed for adoption: the worker drops
+    /// it if the table leaves it out.
+    Adopted {
+        /// The worker's node.
+        node: NodeId,
+        /// The object.
+        id: ObjectId,
+        /// The store's number for the copy.
+        copy: u64,
+    },
     /// The runtime's own command (a tick, a lost node): nothing to answer.
     Quiet,
 }
@@ -91,7 +101,8 @@ impl Pending {
             Pending::Change(reply) | Pending::Attached(reply) => {
                 let _ = reply.send(Err(status));
             }
-            Pending::Report { .. } | Pending::Quiet => {}
+            // A copy not adopted is reported again at the worker's next attach.
+            Pending::Report { .. } | Pending::Adopted { .. } | Pending::Quiet => {}
         }
     }
 }

@@ -1,7 +1,9 @@
 //! Conversions of the `WorkerLink` messages: registration, and the two directions of a
 //! worker's stream.
 
+use super::cluster::{namespace, namespace_to_wire};
 use super::gpu::{gpu_list, hold_list};
+use super::object_id;
 use super::status::{log_stream, log_stream_to_wire};
 use super::{
     At, ConvertError, MAX_ADDRESS_BYTES, MAX_METRICS, MAX_NAME_BYTES, Problem, check_len,
@@ -9,9 +11,9 @@ use super::{
     non_empty, required,
 };
 use crate::types::{
-    Assignment, HeadMessage, Labels, LogChunk, Metric, MigDone, NodeId, NodeIdentity,
-    OUTPUT_TAIL_BYTES, OutputTail, RegisterReply, RegisterRequest, ResourceSet, RunningTask,
-    TaskFinished, TaskId, TaskResult, TaskSpec, WorkerMessage,
+    Assignment, DroppedHeld, HeadMessage, HeldCopy, Labels, LogChunk, MAX_HELD_BATCH, Metric,
+    MigDone, NodeId, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply, RegisterRequest,
+    ResourceSet, RunningTask, TaskFinished, TaskId, TaskResult, TaskSpec, WorkerMessage,
 };
 use crate::wire;
 use crate::wire::{head_message, task_finished, worker_message};
@@ -234,6 +236,18 @@ impl From<WorkerMessage> for wire::WorkerMessage {
                     phases: Some((*d.phases).into()),
                 }),
             }),
+            WorkerMessage::ObjectsHeld(copies) => Body::ObjectsHeld(wire::ObjectsHeld {
+                copies: copies
+                    .into_iter()
+                    .map(|c| wire::HeldObject {
+                        id: Some(c.id.into()),
+                        size: c.size,
+                        crc32c: c.checksum,
+                        namespace: namespace_to_wire(c.namespace),
+                        copy: c.copy,
+                    })
+                    .collect(),
+            }),
         };
         wire::WorkerMessage { body: Some(body) }
     }
@@ -301,6 +315,18 @@ impl TryFrom<wire::WorkerMessage> for WorkerMessage {
                     phases: Box::new(d.phases.map(Into::into).unwrap_or_default()),
                 }),
             },
+            Body::ObjectsHeld(h) => WorkerMessage::ObjectsHeld(
+                convert_list(h.copies, "copies", MAX_HELD_BATCH, |c| {
+                    Ok(HeldCopy {
+                        id: object_id(c.id, "id")?,
+                        size: c.size,
+                        checksum: c.crc32c,
+                        namespace: namespace(c.namespace)?,
+                        copy: c.copy,
+                    })
+                })
+                .at("objects_held")?,
+            ),
         })
     }
 }
@@ -457,6 +483,16 @@ impl From<HeadMessage> for wire::HeadMessage {
             HeadMessage::DeleteObjects(ids) => Body::DeleteObjects(wire::DeleteObjects {
                 ids: ids.into_iter().map(Into::into).collect(),
             }),
+            HeadMessage::DropCopies(copies) => Body::DropCopies(wire::DropCopies {
+                copies: copies
+                    .into_iter()
+                    .map(|d| wire::DroppedHeld {
+                        id: Some(d.id.into()),
+                        copy: d.copy,
+                        reason: d.reason,
+                    })
+                    .collect(),
+            }),
         };
         wire::HeadMessage { body: Some(body) }
     }
@@ -502,6 +538,16 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
             Body::DeleteObjects(d) => {
                 HeadMessage::DeleteObjects(super::object_ids(d.ids, "delete_objects.ids")?)
             }
+            Body::DropCopies(d) => HeadMessage::DropCopies(
+                convert_list(d.copies, "copies", MAX_HELD_BATCH, |c| {
+                    Ok(DroppedHeld {
+                        id: object_id(c.id, "id")?,
+                        copy: c.copy,
+                        reason: c.reason,
+                    })
+                })
+                .at("drop_copies")?,
+            ),
         })
     }
 }
@@ -694,6 +740,22 @@ mod tests {
                 gpus: vec![],
                 done: None,
             },
+            WorkerMessage::ObjectsHeld(vec![
+                HeldCopy {
+                    id: crate::types::ObjectId(1 << 63, 4),
+                    size: 200_000,
+                    checksum: 0xdead_beef,
+                    namespace: Some(crate::types::Namespace::new("team").unwrap()),
+                    copy: 9,
+                },
+                HeldCopy {
+                    id: crate::types::ObjectId(12, 0),
+                    size: 1,
+                    checksum: 0,
+                    namespace: None,
+                    copy: 10,
+                },
+            ]),
             WorkerMessage::GpusChanged {
                 gpus: vec![],
                 done: Some(MigDone {
@@ -844,6 +906,11 @@ mod tests {
             },
             HeadMessage::LeaseRenewed { seq: 41 },
             HeadMessage::DeleteObjects(vec![crate::types::ObjectId(1 << 63, 2)]),
+            HeadMessage::DropCopies(vec![DroppedHeld {
+                id: crate::types::ObjectId(7, 0),
+                copy: 3,
+                reason: "object 7.0 was freed".into(),
+            }]),
         ]);
         let mut spec = sample_specs().remove(0);
         spec.resources = set("cpu=1,mig.1g.5gb=1");

@@ -2305,7 +2305,7 @@ pub struct GpusChanged {
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct WorkerMessage {
     /// The message (required).
-    #[prost(oneof = "worker_message::Body", tags = "1, 2, 3, 4, 5, 6, 7")]
+    #[prost(oneof = "worker_message::Body", tags = "1, 2, 3, 4, 5, 6, 7, 8")]
     pub body: ::core::option::Option<worker_message::Body>,
 }
 /// Nested message and enum types in `WorkerMessage`.
@@ -2334,7 +2334,39 @@ pub mod worker_message {
         /// The node's GPUs changed (or are reported for the first time).
         #[prost(message, tag = "7")]
         GpusChanged(super::GpusChanged),
+        /// Copies the node's object store holds (after each attach, in batches).
+        #[prost(message, tag = "8")]
+        ObjectsHeld(super::ObjectsHeld),
     }
+}
+/// Copies of objects a worker's store holds, sent after its stream attaches (in batches of at
+/// most 1,024), so that the head adopts those still wanted (a node declared lost that came
+/// back, a head restored from a backup) and has the worker delete the rest (`DropCopies`).
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct ObjectsHeld {
+    /// The copies.
+    #[prost(message, repeated, tag = "1")]
+    pub copies: ::prost::alloc::vec::Vec<HeldObject>,
+}
+/// One copy in a worker's store.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HeldObject {
+    /// The object.
+    #[prost(message, optional, tag = "1")]
+    pub id: ::core::option::Option<ObjectKey>,
+    /// Its length in bytes.
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
+    /// Its CRC-32C.
+    #[prost(fixed32, tag = "3")]
+    pub crc32c: u32,
+    /// The namespace it was stored for; empty: the admin's.
+    #[prost(string, tag = "4")]
+    pub namespace: ::prost::alloc::string::String,
+    /// The store's number for this copy, echoed in `DropCopies`: a copy stored again since (a
+    /// task's result written anew) has another, and is not dropped.
+    #[prost(uint64, tag = "5")]
+    pub copy: u64,
 }
 /// What a worker sends on its stream: one or more messages, in order. A worker sends whatever
 /// it has queued when the stream can take more, so a busy worker sends few large batches and an
@@ -2478,7 +2510,7 @@ pub struct ReconfigureMig {
 #[derive(Clone, PartialEq, ::prost::Message)]
 pub struct HeadMessage {
     /// The message (required).
-    #[prost(oneof = "head_message::Body", tags = "1, 2, 3, 4, 5, 14, 15, 16")]
+    #[prost(oneof = "head_message::Body", tags = "1, 2, 3, 4, 5, 14, 15, 16, 17")]
     pub body: ::core::option::Option<head_message::Body>,
 }
 /// Nested message and enum types in `HeadMessage`.
@@ -2510,7 +2542,30 @@ pub mod head_message {
         /// Delete the copies of released objects.
         #[prost(message, tag = "16")]
         DeleteObjects(super::DeleteObjects),
+        /// Delete copies the worker reported held that the head's table does not count.
+        #[prost(message, tag = "17")]
+        DropCopies(super::DropCopies),
     }
+}
+/// Copies a worker reported in `ObjectsHeld` that it should delete, each with why.
+#[derive(Clone, PartialEq, ::prost::Message)]
+pub struct DropCopies {
+    /// The copies.
+    #[prost(message, repeated, tag = "1")]
+    pub copies: ::prost::alloc::vec::Vec<DroppedHeld>,
+}
+/// One copy to delete.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct DroppedHeld {
+    /// The object.
+    #[prost(message, optional, tag = "1")]
+    pub id: ::core::option::Option<ObjectKey>,
+    /// The store's number for the copy, as the worker reported it.
+    #[prost(uint64, tag = "2")]
+    pub copy: u64,
+    /// Why the head does not count it.
+    #[prost(string, tag = "3")]
+    pub reason: ::prost::alloc::string::String,
 }
 /// What the head sends on a worker's stream: one or more messages, in order, batched like
 /// `WorkerBatch`.

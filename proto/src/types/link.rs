@@ -209,7 +209,14 @@ pub enum WorkerMessage {
         /// The reconfiguration this report ends, if any.
         done: Option<MigDone>,
     },
+    /// Copies the node's object store holds: sent after each attach, in batches of at most
+    /// [`MAX_HELD_BATCH`], so that the head adopts those its table still wants and answers
+    /// [`HeadMessage::DropCopies`] for the rest.
+    ObjectsHeld(Vec<super::HeldCopy>),
 }
+
+/// The most copies one [`WorkerMessage::ObjectsHeld`] carries (about 40 KiB on the wire).
+pub const MAX_HELD_BATCH: usize = 1024;
 
 impl WorkerMessage {
     /// The task attempt a report is about (`TaskStarted`, `TaskFinished`, `TaskDevices`).
@@ -303,6 +310,9 @@ pub enum HeadMessage {
     },
     /// Delete this node's copies of these objects: their owner released them.
     DeleteObjects(Vec<super::ObjectId>),
+    /// Delete these copies the worker reported held ([`WorkerMessage::ObjectsHeld`]), each
+    /// only if the store still holds that very copy: the head's table does not count them.
+    DropCopies(Vec<super::DroppedHeld>),
 }
 
 impl HeadMessage {

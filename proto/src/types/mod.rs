@@ -67,16 +67,16 @@ pub use labels::{
     RESERVATION_LABEL, RESERVED_PREFIX, STRATEGY_LABEL, is_reserved_label,
 };
 pub use link::{
-    Assignment, HeadMessage, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail, RegisterReply,
-    RegisterRequest, RunningTask, TaskFinished, WorkerMessage,
+    Assignment, HeadMessage, MAX_HELD_BATCH, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail,
+    RegisterReply, RegisterRequest, RunningTask, TaskFinished, WorkerMessage,
 };
 pub use name::{Namespace, ResourceKind, ResourceName};
 pub use node_spec::NodeSpec;
 pub use object::{
-    INLINE_RESULT_BYTES, LOCATION_PREFIX, OBJECT_LOST_METADATA, OBJECT_SESSION_LABEL,
-    OBJECTS_LABEL, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner, ObjectView, ParseObjectIdError,
-    SealedCopy, format_object_args, format_object_lost, parse_object_args, parse_object_lost,
-    parse_object_session,
+    DroppedHeld, HeldCopy, INLINE_RESULT_BYTES, LOCATION_PREFIX, OBJECT_LOST_METADATA,
+    OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner,
+    ObjectView, ParseObjectIdError, SealedCopy, format_object_args, format_object_lost,
+    parse_object_args, parse_object_lost, parse_object_session,
 };
 pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};

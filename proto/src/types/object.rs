@@ -103,6 +103,35 @@ pub struct SealedCopy {
     pub node: NodeId,
 }
 
+/// A copy in a worker's store, as the worker reports it after its stream attaches
+/// (`ObjectsHeld`), so that the head adopts it or has it deleted (docs/ARCHITECTURE.md
+/// "Objects", "Loss").
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeldCopy {
+    /// The object.
+    pub id: ObjectId,
+    /// Its length in bytes.
+    pub size: u64,
+    /// The CRC-32C (Castagnoli) of its bytes.
+    pub checksum: u32,
+    /// The namespace it was stored for (`None`: the admin's).
+    pub namespace: Option<Namespace>,
+    /// The store's number for this copy: a copy stored again since has another.
+    pub copy: u64,
+}
+
+/// A copy a worker reported held that the head's table does not count, with why: the worker
+/// deletes it if its store still holds that copy (`DropCopies`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DroppedHeld {
+    /// The object.
+    pub id: ObjectId,
+    /// The store's number for the copy, as reported.
+    pub copy: u64,
+    /// Why.
+    pub reason: String,
+}
+
 /// Why an object has no copy left.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectLoss {

@@ -50,6 +50,17 @@ impl NodeObjects {
         self.store.delete(id)
     }
 
+    /// Deletes object `id`'s copy `copy` ([`ObjectStore::delete_copy`]), forgetting its
+    /// namespace when it goes; whether it went.
+    pub fn delete_copy(&self, id: ObjectId, copy: u64) -> Result<bool, ObjectError> {
+        let mut namespaces = self.lock();
+        let gone = self.store.delete_copy(id, copy)?;
+        if gone {
+            namespaces.remove(&id);
+        }
+        Ok(gone)
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<ObjectId, Option<String>>> {
         self.namespaces
             .lock()

@@ -215,6 +215,41 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// Deletes object `id` as [`ObjectStore::delete`] does, but only if its visible copy is
+    /// still copy `copy` (as [`ObjectStore::copies`] numbered it): a copy stored again since
+    /// (a task's result written anew) is another and stays. Whether it was deleted.
+    pub fn delete_copy(&self, id: ObjectId, copy: u64) -> Result<bool, ObjectError> {
+        let gone = {
+            let mut table = self.inner.lock();
+            if table.lookup(id).map(|(key, _)| key) != Some(copy) {
+                return Ok(false);
+            }
+            table.release(id)?
+        };
+        if let Some((key, entry)) = gone {
+            self.inner.unlink(id, key, entry.place);
+        }
+        Ok(true)
+    }
+
+    /// Every sealed object, in id order, with the store's number for its copy (another for a
+    /// copy stored again under the same id): what a worker reports to the head after it
+    /// attaches.
+    pub fn copies(&self) -> Vec<(ObjectInfo, u64)> {
+        let table = self.inner.lock();
+        table
+            .visible()
+            .map(|(key, e)| {
+                let info = ObjectInfo {
+                    id: e.id,
+                    size: e.size,
+                    crc32c: e.crc32c,
+                };
+                (info, key)
+            })
+            .collect()
+    }
+
     /// Whether sealed object `id` is here.
     pub fn contains(&self, id: ObjectId) -> bool {
         self.inner.lock().lookup(id).is_some()

@@ -519,3 +519,27 @@ fn handles_cross_threads() {
     shared::<ObjectWriter>();
     shared::<ObjectView>();
 }
+
+#[test]
+fn a_copy_is_dropped_by_its_number_only_and_a_copy_stored_again_stays() {
+    let f = fixture(8 * MIB);
+    let (old, again) = (ObjectId(7, 0), ObjectId(7, 1));
+    put(&f.store, old, &data(MIB, 1));
+    put(&f.store, again, &data(MIB, 2));
+    put(&f.store, ObjectId(8, 0), &data(MIB, 3));
+    let copies = f.store.copies();
+    let ids: Vec<ObjectId> = copies.iter().map(|(info, _)| info.id).collect();
+    assert_eq!(ids, vec![old, again, ObjectId(8, 0)]);
+    let number = |id: ObjectId| copies.iter().find(|(i, _)| i.id == id).unwrap().1;
+    // `again` is written anew (a later attempt's result): its old number names nothing.
+    f.store.delete(again).unwrap();
+    put(&f.store, again, &data(MIB, 4));
+    assert!(!f.store.delete_copy(again, number(again)).unwrap());
+    assert!(f.store.contains(again));
+    // The copy reported is the one held: it goes, with its bytes.
+    assert!(f.store.delete_copy(old, number(old)).unwrap());
+    assert!(!f.store.contains(old));
+    assert!(!f.store.delete_copy(old, number(old)).unwrap());
+    assert_eq!(f.store.usage().memory_bytes, 2 * MIB);
+    f.check();
+}

@@ -16,9 +16,11 @@
 //! - `effects.rs`: the effects of applied commands, performed by the leader;
 //! - `leadership.rs`: taking and losing the lead, and the periodic tick;
 //! - `workers.rs`: registration, attaching, and the messages workers report;
+//! - `held.rs`: the copies a worker's store holds, reconciled with the object table;
 //! - `logs.rs`: fetching a task's output from its worker or the kept tail.
 
 mod effects;
+mod held;
 mod leadership;
 mod logs;
 mod msg;

@@ -168,6 +168,7 @@ impl<S: LogStore> Owner<S> {
                 let _ = reply.send(answer);
             }
             Pending::Report { node, report } => self.workers.ack(node, report),
+            Pending::Adopted { node, id, copy } => self.adopted(node, (id, copy), result),
             Pending::Attached(reply) => {
                 let _ = reply.send(result.map(drop).map_err(to_status));
             }

@@ -110,7 +110,7 @@ impl<S: LogStore> Owner<S> {
 
     /// Checks a stream's node and secret and links it; the boot of a node that waited for its
     /// stream, to admit.
-    fn link_stream(
+    pub(super) fn link_stream(
         &mut self,
         node: NodeId,
         secret: &str,
@@ -258,6 +258,10 @@ impl<S: LogStore> Owner<S> {
                     }
                 }
                 Command::GpusChanged { node, gpus, done }
+            }
+            WorkerMessage::ObjectsHeld(copies) => {
+                self.objects_held(node, copies);
+                return;
             }
         };
         self.propose(command, None, Pending::Quiet);
