@@ -181,40 +181,43 @@ fn to_answer(py: Python<'_>, answer: Result<Bytes, Arc<ClientError>>) -> PyResul
     }
 }
 
+impl Call {
+    /// The answer, if it has come, taken without waiting (`None` also while someone else
+    /// waits for it).
+    fn ready(&self) -> Option<Result<Bytes, Arc<ClientError>>> {
+        let mut state = self.state.try_lock().ok()?;
+        if let CallState::Sent(rx) = &mut *state {
+            match rx.try_recv() {
+                Ok(answer) => *state = CallState::Answered(answer.map_err(Arc::new)),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => return None,
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
+                    *state = CallState::Answered(Err(Arc::new(ClientError::Usage(
+                        "the call was dropped before it was answered (the session ended)".into(),
+                    ))));
+                }
+            }
+        }
+        match &*state {
+            CallState::Answered(answer) => Some(answer.clone()),
+            CallState::Sent(_) => None,
+        }
+    }
+}
+
 #[pymethods]
 impl Call {
     /// Whether the answer has come.
     fn done(&self) -> bool {
-        match self.state.try_lock() {
-            Ok(mut state) => match &mut *state {
-                CallState::Answered(_) => true,
-                CallState::Sent(rx) => match rx.try_recv() {
-                    Ok(answer) => {
-                        *state = CallState::Answered(answer.map_err(Arc::new));
-                        true
-                    }
-                    Err(tokio::sync::oneshot::error::TryRecvError::Empty) => false,
-                    Err(tokio::sync::oneshot::error::TryRecvError::Closed) => {
-                        *state = CallState::Answered(Err(Arc::new(ClientError::Usage(
-                            "the call was dropped before it was answered (the session ended)"
-                                .into(),
-                        ))));
-                        true
-                    }
-                },
-            },
-            // Someone waits for it: not known here.
-            Err(_) => false,
-        }
+        self.ready().is_some()
     }
 
-    /// Waits for the answer (at most `timeout` seconds): see [`Answer`].
+    /// Waits for the answer (at most `timeout` seconds): see [`Answer`]. One that has come
+    /// is taken at once, without a trip through the runtime (a loop of calls then one `get`
+    /// of them all reads most answers so).
     #[pyo3(signature = (timeout=None))]
     fn result(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Answer> {
-        if let Ok(state) = self.state.try_lock()
-            && let CallState::Answered(answer) = &*state
-        {
-            return to_answer(py, answer.clone());
+        if let Some(answer) = self.ready() {
+            return to_answer(py, answer);
         }
         let limit = seconds(timeout, "timeout")?;
         let state = Arc::clone(&self.state);
