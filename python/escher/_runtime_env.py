@@ -8,8 +8,8 @@ of its own whose result the workers fetch and keep), and each warm interpreter l
 This module is pickled by value (``cloudpickle.register_pickle_by_value``): a worker needs no
 escher package, only cloudpickle. On the worker, each interpreter checks the archive against its
 SHA-256 and unpacks it once, into a new folder of its own under the task user's home (or the
-temporary directory), removed when the interpreter exits: a folder found on disk is never taken
-for the archive's content, so another task of the namespace cannot plant one under a hash. Each
+temporary directory), removed once the interpreter has ended: a folder found on disk is never
+taken for the archive's content, so another task of the namespace cannot plant one under a hash. Each
 call runs with the variables set, in the directory and with it first on ``sys.path``; all three
 are put back when the call ends, so the next task of the interpreter starts as it would have. Modules imported from a working directory
 stay imported in that interpreter (interpreters are never shared between namespaces).
@@ -59,10 +59,12 @@ def pack(path):
 
 def _unpacked(archive, digest):
     """A new folder holding ``archive`` unpacked, named ``DIGEST.RANDOM`` under the task user's
-    home or the temporary directory, removed when this interpreter exits; refuses an archive
-    whose SHA-256 is not ``digest``."""
-    import atexit
-    import shutil
+    home or the temporary directory; refuses an archive whose SHA-256 is not ``digest``.
+
+    The folder lives as long as this interpreter: beside it, ``DIGEST.RANDOM.lock`` stays
+    locked (``flock``) by this process until it ends, however it ends, and each unpacking first
+    removes the folders whose lock no process holds any more (their interpreters are gone)."""
+    import fcntl
     import tempfile
 
     actual = hashlib.sha256(archive).hexdigest()
@@ -74,11 +76,50 @@ def _unpacked(archive, digest):
     base = os.environ.get("HOME") or tempfile.gettempdir()
     root = os.path.join(base, ".escher", "working-dirs")
     os.makedirs(root, mode=0o700, exist_ok=True)
-    folder = tempfile.mkdtemp(prefix=digest + ".", dir=root)
-    atexit.register(shutil.rmtree, folder, True)
+    _sweep(root)
+    while True:
+        fd, lock = tempfile.mkstemp(prefix=digest + ".", suffix=".lock", dir=root)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.stat(lock, follow_symlinks=False).st_ino == os.fstat(fd).st_ino
+        except OSError:
+            same = False
+        if same:
+            break
+        # A sweep took the file between its making and its locking: another name.
+        os.close(fd)
+    # The descriptor stays open, and so locked, for the interpreter's life.
+    folder = lock[: -len(".lock")]
+    os.mkdir(folder, 0o700)
     with zipfile.ZipFile(io.BytesIO(archive)) as z:
         z.extractall(folder)
     return folder
+
+
+def _sweep(root):
+    """Removes the unpacked folders under ``root`` whose lock no process holds."""
+    import fcntl
+    import shutil
+
+    for name in os.listdir(root):
+        if not name.endswith(".lock"):
+            continue
+        lock = os.path.join(root, name)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_NOFOLLOW)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)  # its interpreter lives
+            continue
+        shutil.rmtree(lock[: -len(".lock")], ignore_errors=True)
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+        os.close(fd)
 
 
 class _WithEnv:

@@ -76,15 +76,20 @@ def test_a_planted_folder_is_never_taken_for_a_working_dirs_content(cluster, tmp
         import os
         import shutil
 
+        root = os.path.join(os.environ["HOME"], ".escher", "working-dirs")
         for name in (digest, digest + ".planted"):
-            folder = os.path.join(os.environ["HOME"], ".escher", "working-dirs", name)
+            folder = os.path.join(root, name)
             if remove:
                 shutil.rmtree(folder, ignore_errors=True)
                 continue
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "planted_sp45.py"), "w") as f:
                 f.write("WHO = 'the planter'\n")
-        return True
+        if not remove:
+            # What an interpreter that has ended left: its folder and its lock, held by none.
+            os.makedirs(os.path.join(root, digest + ".ended"), exist_ok=True)
+            open(os.path.join(root, digest + ".ended.lock"), "w").close()
+        return sorted(n for n in os.listdir(root) if n.startswith(digest))
 
     @escher.remote(runtime_env={"working_dir": str(tmp_path)})
     def who():
@@ -94,11 +99,15 @@ def test_a_planted_folder_is_never_taken_for_a_working_dirs_content(cluster, tmp
 
         return planted_sp45.WHO, os.getcwd()
 
-    assert plant.remote(digest, False).result(timeout=60)
+    assert digest + ".ended" in plant.remote(digest, False).result(timeout=60)
     try:
         for name, folder in escher.get([who.remote() for _ in range(4)]):
             assert name == "the driver", folder
             assert os.path.basename(folder) not in (digest, digest + ".planted"), folder
+        # The ended interpreter's folder was swept by an unpacking; the planted ones, which
+        # have no lock, are not escher's and are left.
+        left = plant.remote(digest, True).result(timeout=60)
+        assert digest + ".ended" not in left and digest + ".ended.lock" not in left, left
     finally:
         plant.remote(digest, True).result(timeout=60)
 
