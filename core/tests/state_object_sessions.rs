@@ -12,9 +12,7 @@
 
 mod state_support;
 
-use escher_core::state::{
-    ApplyError, ClusterState, Command, FIRST_SESSION, Reply, RetentionPolicy, StateConfig,
-};
+use escher_core::state::{ApplyError, Command, FIRST_SESSION, Reply, RetentionPolicy, StateConfig};
 use escher_proto::types::{
     NodeId, OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectId, ObjectOwner, SealedCopy, TaskId,
     TaskResult, TaskSpec, format_object_args,
@@ -229,14 +227,7 @@ fn made(t: &mut TestState, spec: TaskBuilder) -> (TaskId, ObjectId) {
 /// writes them) holds the same table: the indexes rebuilt from the table and the task records
 /// alone are the ones kept as the commands applied.
 fn check_rebuilds(t: &TestState) {
-    let config = bincode::config::standard();
-    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
-    let table = bincode::serde::encode_to_vec(t.state.objects(), config).unwrap();
-    let (state, _): (ClusterState, usize) =
-        bincode::serde::decode_from_slice(&image, config).unwrap();
-    let mut back = state.restore(StateConfig::default());
-    let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
-    back.set_objects(objects);
+    let back = state_support::restored(t);
     assert_eq!(back.objects(), t.state.objects());
 }
 

@@ -12,7 +12,7 @@ use escher_proto::types::{
     Capacity, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket, SealedCopy,
     TaskResult, TaskState, format_object_args, ticket_key,
 };
-use state_support::{TestState, data_node, ns, secret, task};
+use state_support::{TestState, data_node, ns, restored, seal, secret, task};
 
 const SESSION: u64 = FIRST_SESSION;
 
@@ -24,13 +24,6 @@ fn copy(id: ObjectId, node: NodeId, namespace: Option<&str>) -> SealedCopy {
         owner: ObjectOwner::Session(id.owner()),
         namespace: namespace.map(ns),
         node,
-    }
-}
-
-fn seal(t: &mut TestState, copies: Vec<SealedCopy>) -> Vec<(ObjectId, String)> {
-    match t.apply(Command::ObjectsSealed { copies }).reply {
-        Reply::ObjectsSealed(dropped) => dropped,
-        other => panic!("ObjectsSealed replied {other:?}"),
     }
 }
 
@@ -288,14 +281,7 @@ fn the_table_survives_a_snapshot_and_a_restored_state_decides_alike() {
     release(&mut t, vec![ObjectId(SESSION, 1)], None);
     t.apply(Command::OpenObjectSession);
 
-    let config = bincode::config::standard();
-    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
-    let table = bincode::serde::encode_to_vec(t.state.objects(), config).unwrap();
-    let (state, _): (ClusterState, usize) =
-        bincode::serde::decode_from_slice(&image, config).unwrap();
-    let mut back = state.restore(StateConfig::default());
-    let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
-    back.set_objects(objects);
+    let mut back = restored(&t);
     assert_eq!(back.objects(), t.state.objects());
     for node in [a, b] {
         assert_eq!(

@@ -11,7 +11,7 @@ use escher_core::state::{ApplyError, Command, FIRST_SESSION, HeldVerdict, Reply}
 use escher_proto::types::{
     HeldCopy, NodeId, ObjectId, ObjectOwner, SealedCopy, TaskId, TaskResult, TaskState,
 };
-use state_support::{TestState, data_node, ns, report, task};
+use state_support::{TestState, data_node, ns, report, seal, task};
 
 const SESSION: u64 = FIRST_SESSION;
 const SIZE: u64 = 1 << 20;
@@ -36,13 +36,6 @@ fn sealed(id: ObjectId, node: NodeId, namespace: Option<&str>) -> SealedCopy {
         owner: ObjectOwner::Session(id.owner()),
         namespace: namespace.map(ns),
         node,
-    }
-}
-
-fn seal(t: &mut TestState, copies: Vec<SealedCopy>) -> Vec<(ObjectId, String)> {
-    match t.apply(Command::ObjectsSealed { copies }).reply {
-        Reply::ObjectsSealed(dropped) => dropped,
-        other => panic!("ObjectsSealed replied {other:?}"),
     }
 }
 

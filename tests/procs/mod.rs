@@ -561,6 +561,16 @@ impl ProcessCluster {
         );
         let id = self.heads[index].id;
         let fresh = self.dir().join(format!("head-{id}.restored"));
+        let saved = self.restoring(index, &fresh, file);
+        self.start_head_at(index).await;
+        // The new data directory is kept from now on; `--restore` is not.
+        self.heads[index].args.truncate(saved.len());
+    }
+
+    /// Gives replica `index`'s next start the data directory `fresh` and `--restore file`;
+    /// returns its flags as they were.
+    fn restoring(&mut self, index: usize, fresh: &Path, file: &Path) -> Vec<String> {
+        let saved = self.heads[index].args.clone();
         let args = &mut self.heads[index].args;
         let at = args
             .iter()
@@ -568,9 +578,7 @@ impl ProcessCluster {
             .expect("a durable replica");
         args[at + 1] = fresh.display().to_string();
         args.extend(["--restore".to_string(), file.display().to_string()]);
-        self.start_head_at(index).await;
-        let args = &mut self.heads[index].args;
-        args.truncate(args.len() - 2);
+        saved
     }
 
     /// Starts replica `index` (stopped) from the backup `file` as [`Self::restore_head_at`]
@@ -584,14 +592,7 @@ impl ProcessCluster {
     ) -> (ExitStatus, String, PathBuf) {
         let id = self.heads[index].id;
         let fresh = self.dir().join(format!("head-{id}.refused"));
-        let saved = self.heads[index].args.clone();
-        let args = &mut self.heads[index].args;
-        let at = args
-            .iter()
-            .position(|a| a == "--data-dir")
-            .expect("a durable replica");
-        args[at + 1] = fresh.display().to_string();
-        args.extend(["--restore".to_string(), file.display().to_string()]);
+        let saved = self.restoring(index, &fresh, file);
         let (status, output) = self.start_head_expecting_exit(index).await;
         self.heads[index].args = saved;
         (status, output, fresh)

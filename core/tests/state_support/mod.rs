@@ -14,8 +14,8 @@ use escher_core::state::{
 };
 use escher_proto::types::{
     Capacity, CapacityOp, ClusterStatus, DATA_ADDRESS_LABEL, Labels, NAMESPACE_LABEL, Namespace,
-    NodeId, NodeSpec, ResourceName, ResourceSet, ResourceStatus, ResourceUpdate, TaskFinished,
-    TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
+    NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet, ResourceStatus, ResourceUpdate,
+    SealedCopy, TaskFinished, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus,
 };
 
 /// The time the test clock starts at (milliseconds since the epoch, arbitrary).
@@ -704,4 +704,26 @@ fn check_objects(state: &ClusterState) {
         let held: BTreeSet<_> = table.held_by(*node).collect();
         assert_eq!(&held, ids, "the index of node {node}");
     }
+}
+
+/// Records `copies` with `ObjectsSealed`; the copies left out, with why.
+pub fn seal(t: &mut TestState, copies: Vec<SealedCopy>) -> Vec<(ObjectId, String)> {
+    match t.apply(Command::ObjectsSealed { copies }).reply {
+        Reply::ObjectsSealed(dropped) => dropped,
+        other => panic!("ObjectsSealed replied {other:?}"),
+    }
+}
+
+/// `t`'s state as a replica restored from its snapshot holds it: the image, then the object
+/// table, each through bincode as the head's codec writes them.
+pub fn restored(t: &TestState) -> ClusterState {
+    let config = bincode::config::standard();
+    let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
+    let table = bincode::serde::encode_to_vec(t.state.objects(), config).unwrap();
+    let (state, _): (ClusterState, usize) =
+        bincode::serde::decode_from_slice(&image, config).unwrap();
+    let mut back = state.restore(StateConfig::default());
+    let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
+    back.set_objects(objects);
+    back
 }
