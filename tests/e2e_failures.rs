@@ -684,10 +684,10 @@ enum Fault {
 /// tasks elsewhere: every task runs its second attempt on the survivor, and no second attempt
 /// ever meets the first one alive.
 async fn fenced(fault: Fault) {
-    // A node lost after 4 s of silence (a lease of 2 s), not the default 1.2 s: on a loaded
-    // machine (CI runs this tier beside the environment tier) a worker's heartbeats can pause
-    // past 1.2 s before any fault, the head then retries attempt 1 on that same worker, and the
-    // fault kills attempt 2 there (seen in CI: attempt 2 on the victim, exit 137).
+    // A node lost after 4 s of silence (a lease of 2 s): on a loaded machine (CI runs this
+    // tier beside the environment tier) a worker's heartbeats paused past the 1.2 s this test
+    // once had before any fault, the head then retried attempt 1 on that same worker, and the
+    // fault killed attempt 2 there (seen in CI: attempt 2 on the victim, exit 137).
     let mut cluster = ProcessCluster::builder()
         .resources("cpu=20,memory=512")
         .heartbeat_timeout_ms(4_000)
