@@ -195,14 +195,23 @@ async fn docker_provider_starts_a_worker_for_pending_work_and_stops_it_after_idl
         },
     )
     .await;
-    let text = status_text(&status_file);
+    // The status file is written each round: the stop may be said a round after the
+    // container went.
+    let text = eventually(
+        "the status file to say the worker was stopped",
+        Duration::from_secs(30),
+        || {
+            let text = status_text(&status_file);
+            async move {
+                text.contains("is drained and holds nothing: stopping it")
+                    .then_some(text)
+            }
+        },
+    )
+    .await;
     assert!(text.contains("provider: ok"), "{text}");
     assert!(text.contains("launching 1 worker(s)"), "{text}");
     assert!(text.contains("held no task or reservation"), "{text}");
-    assert!(
-        text.contains("is drained and holds nothing: stopping it"),
-        "{text}"
-    );
     println!("{text}");
     // Watchers saw the same decisions, in order: launch, drain, stop.
     let source = format!("autoscaler/{unique}");

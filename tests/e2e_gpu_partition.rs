@@ -47,7 +47,14 @@ fn job(work: &str, ask: &str) -> TaskSpec {
 /// texts), reconfiguring at 0.05 of MIGRator's latencies, with `env` in its environment; a
 /// client.
 async fn cluster_with_gpus(gpus: &[&str], env: Vec<(String, String)>) -> (ProcessCluster, Client) {
-    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    // A node lost after 3 s of silence, not the harness's 1.2 s: on a loaded CI machine the
+    // head's renewals paused 0.4 s, the worker's 0.6 s lease ran out and the fence killed the
+    // task under test.
+    let mut cluster = ProcessCluster::builder()
+        .workers(0)
+        .heartbeat_timeout_ms(3_000)
+        .start()
+        .await;
     let mut args: Vec<String> = gpus
         .iter()
         .flat_map(|g| ["--sim-gpu".to_string(), g.to_string()])

@@ -27,7 +27,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -190,6 +190,10 @@ struct Shared {
     /// actor).
     owned: bool,
     conn: tokio::sync::Mutex<Option<Arc<Conn>>>,
+    /// The newest incarnation this handle saw die (its worker said so on the stream; 0: none):
+    /// later calls go to a newer one, even while the head still names that one (its end not
+    /// yet recorded).
+    died: AtomicU32,
 }
 
 impl Drop for Owner {
@@ -252,6 +256,7 @@ impl ActorHandle {
             id,
             owned,
             conn: tokio::sync::Mutex::new(None),
+            died: AtomicU32::new(0),
         });
         ActorHandle {
             owner: Arc::new(Owner {
@@ -366,6 +371,11 @@ impl Shared {
     /// The stream to the serving incarnation, opened if there is none (or the last broke);
     /// `after` skips incarnations up to and including it (a retry waits for the next one).
     async fn connect(self: &Arc<Self>, after: Option<u32>) -> Result<Arc<Conn>, ClientError> {
+        let died = self.died.load(Ordering::Relaxed);
+        let after = match after {
+            Some(a) => Some(a.max(died)),
+            None => (died > 0).then_some(died),
+        };
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref()
             && !conn.broken.is_cancelled()
@@ -543,6 +553,7 @@ async fn read_answers_until_end(
                             message,
                         }),
                         Some(actor_reply::Outcome::Died(reason)) => {
+                            shared.died.fetch_max(conn.incarnation, Ordering::Relaxed);
                             why.get_or_insert(reason);
                             died.push(call);
                             continue;

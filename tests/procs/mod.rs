@@ -350,16 +350,13 @@ pub struct WorkerExtra {
 
 impl ProcessCluster {
     /// Settings: one worker with `cpu=2,memory=512`, heartbeats every 100 ms, a node lost after
-    /// 3 s of silence (a worker's lease: 1.5 s). Not shorter: CI runs these tests beside the
-    /// environment tier on two cores, where a worker's heartbeats or the head's renewals were
-    /// seen to pause for 0.4 s and more, so that with 1.2 s a worker's lease ran out (its tasks
-    /// killed by the fence) or its node was counted lost before any fault a test made.
+    /// 1.2 s of silence (a worker's lease: 600 ms).
     pub fn builder() -> ProcessClusterBuilder {
         ProcessClusterBuilder {
             workers: 1,
             resources: "cpu=2,memory=512".to_string(),
             heartbeat_interval_ms: 100,
-            heartbeat_timeout_ms: 3_000,
+            heartbeat_timeout_ms: 1_200,
             heads: 1,
             durable: false,
             proxied: false,
