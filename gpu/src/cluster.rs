@@ -40,8 +40,10 @@
 //! (it waits on the queue resource: the service's record, and the id the policy binds
 //! replicas to) and one real replica each holding its slice while it serves: an actor of the
 //! built-in class [`SERVING_REPLICA_CLASS`] (every worker hosts it; it refuses to start
-//! without a GPU device), which the driver tells, at most every quarter second and once more
-//! before it is killed, how many requests it served, and whose own count must agree (a
+//! without a GPU device), which the driver tells how many requests it served when it is
+//! drained, before it is killed, and when asked ([`ClusterGpu::report_replicas`]; not every
+//! round: a call to an actor takes milliseconds, and a round that waits on them stalls the
+//! serving model, whose SLO in compressed time is a few tens of ms), and whose own count must agree (a
 //! replica whose actor does not answer, or disagrees, is a failure in
 //! [`DriveReport::failed`]); or, given another spec, a task that merely holds the slice. The
 //! requests are the simulated part ([`Serving`], the model the in-memory GPU counts them with):
@@ -139,8 +141,6 @@ struct ReplicaTask {
     actor: bool,
     /// Requests its actor was told it served, in all.
     reported: f64,
-    /// When its actor was last told.
-    reported_at: Option<Instant>,
     /// Its actor did not answer, or disagreed, once: a failure of the run, and it is told
     /// nothing more.
     untold: bool,
@@ -164,10 +164,6 @@ pub struct ReplicaView {
     /// Requests its actor was told it served (equal to `served` once reported).
     pub reported: f64,
 }
-
-/// How often a replica's actor is told what it served, at most (and once more when it is
-/// drained, before it is killed).
-const REPORT_EVERY: Duration = Duration::from_millis(250);
 
 /// What [`drive`] saw.
 #[derive(Debug, Clone, Default)]
@@ -529,16 +525,6 @@ impl<C: ClusterApi> ClusterGpu<C> {
         if !stop.is_empty() {
             self.api.cancel(stop).await?;
         }
-        let due: Vec<(ReplicaTask, f64)> = self
-            .replicas
-            .values()
-            .filter(|r| r.running && !r.cancelled)
-            .filter(|r| r.reported_at.is_none_or(|at| at.elapsed() >= REPORT_EVERY))
-            .filter_map(|r| Some((*r, self.serving.served_on(r.on)?)))
-            .collect();
-        for (r, served) in due {
-            self.report_served(r, served, failed).await;
-        }
         let replicas: Vec<ReplicaTask> = self
             .replicas
             .values()
@@ -606,7 +592,6 @@ impl<C: ClusterApi> ClusterGpu<C> {
             Ok(counted) if (counted - served).abs() <= 1e-6 * served.max(1.0) => {
                 if let Some(slot) = self.replicas.get_mut(&r.on.start) {
                     slot.reported = served;
-                    slot.reported_at = Some(Instant::now());
                 }
                 return;
             }
@@ -871,7 +856,6 @@ impl<C: ClusterApi> ClusterGpu<C> {
                         cancelled: false,
                         actor,
                         reported: 0.0,
-                        reported_at: None,
                         untold: false,
                     },
                 );

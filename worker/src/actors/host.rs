@@ -418,6 +418,13 @@ fn serve_dynamic(
             tokio::spawn(async move {
                 let outcome = match answer.await {
                     _ if live.ended.is_cancelled() => CallOutcome::Died(live.why()),
+                    // It ended after the lease ran out (the worker was stopped while it ran):
+                    // not the answer of a live actor, whose next incarnation may serve now.
+                    _ if live.lease.lapsed().is_some() => {
+                        let why = live.lease.lapsed().unwrap_or_default();
+                        live.end(why);
+                        CallOutcome::Died(live.why())
+                    }
                     Ok(bytes) => CallOutcome::Returned(bytes.into()),
                     Err(why) => CallOutcome::Error(why),
                 };
@@ -481,6 +488,14 @@ fn serve(
         if live.ended.is_cancelled() && ran.is_ok() {
             // The incarnation ended while the method ran (a method cannot be interrupted): its
             // answer is not the answer of a live actor.
+            let _ = call.reply.send(CallOutcome::Died(live.why()));
+            break;
+        }
+        if let (Some(why), true) = (live.lease.lapsed(), ran.is_ok()) {
+            // The lease ran out while the method ran (the worker was stopped in it) and the
+            // fence has not ended the incarnation yet: its answer is not a live actor's
+            // either, and the head may have started the next incarnation.
+            live.end(why);
             let _ = call.reply.send(CallOutcome::Died(live.why()));
             break;
         }
