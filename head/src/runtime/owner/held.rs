@@ -107,10 +107,10 @@ impl<S: LogStore> Owner<S> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::test_owner;
+    use super::super::leading_test_owner;
     use super::*;
-    use crate::state::{Entry, FIRST_SESSION, Joining, SecretHash};
-    use escher_proto::types::{ObjectOwner, ReplicaRole, SealedCopy};
+    use crate::state::{Entry, FIRST_SESSION, SecretHash};
+    use escher_proto::types::{ObjectOwner, SealedCopy};
     use futures_util::FutureExt as _;
     use tokio_stream::StreamExt as _;
 
@@ -126,17 +126,7 @@ mod tests {
 
     #[test]
     fn counted_copies_cost_no_write_and_the_rest_are_adopted_or_dropped() {
-        let mut owner = test_owner();
-        owner.on_role(ReplicaRole::Leader, Some(1));
-        let _init = owner.batch.take();
-        let worker = Joining {
-            name: "w".into(),
-            address: String::new(),
-            resources: "cpu=1".parse().unwrap(),
-            labels: Default::default(),
-            gpus: Vec::new(),
-            boot: 1,
-        };
+        let (mut owner, worker) = leading_test_owner();
         let register = Command::RegisterNode {
             worker,
             secret: SecretHash::of("s"),

@@ -360,6 +360,27 @@ fn new_secret() -> String {
     hex::encode(bytes)
 }
 
+/// [`test_owner`] made leader, its cluster named (the `Init` it proposed taken out of its
+/// batch), and a worker `w` with `cpu=1` (boot 1) for it to register.
+#[cfg(test)]
+pub(super) fn leading_test_owner() -> (
+    Owner<crate::replication::MemLog>,
+    escher_core::state::Joining,
+) {
+    let mut owner = test_owner();
+    owner.on_role(escher_proto::types::ReplicaRole::Leader, Some(1));
+    let _init = owner.batch.take();
+    let worker = escher_core::state::Joining {
+        name: "w".into(),
+        address: String::new(),
+        resources: "cpu=1".parse().expect("a resource set"),
+        labels: Default::default(),
+        gpus: Vec::new(),
+        boot: 1,
+    };
+    (owner, worker)
+}
+
 /// An owner of a fresh group of one, in memory, that no cycle has run for (so raft has not
 /// made it leader): what the owner does with each message, tested without the runtime.
 #[cfg(test)]

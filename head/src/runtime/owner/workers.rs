@@ -356,17 +356,7 @@ mod tests {
 
     #[test]
     fn a_stream_is_taken_only_in_the_leadership_that_answered_its_registration() {
-        let mut owner = test_owner();
-        owner.on_role(ReplicaRole::Leader, Some(1));
-        let _init = owner.batch.take();
-        let worker = Joining {
-            name: "w".into(),
-            address: String::new(),
-            resources: "cpu=1".parse().unwrap(),
-            labels: Default::default(),
-            gpus: Vec::new(),
-            boot: 1,
-        };
+        let (mut owner, worker) = super::super::leading_test_owner();
         let register = Command::RegisterNodeUnattached {
             worker,
             secret: SecretHash::of("s"),
