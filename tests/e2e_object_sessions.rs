@@ -1,4 +1,4 @@
-//! End to end: objects released when their owner ends (issue 44), through real `escher-head`
+//! End to end: objects released when their owner ends, through real `escher-head`
 //! and `escher-worker` processes on loopback, the head's lapse made short
 //! (`--object-session-lapse`).
 //!

@@ -6,7 +6,7 @@
 //! the store and its location resource goes. Another namespace's object is unknown; unknown and
 //! freed ids are refused with errors that name them.
 //!
-//! The larger cases: a 1 GiB put and get (checksums compared); a store far smaller
+//! The larger cases docs/python.md promises: a 1 GiB put and get (checksums compared); a store far smaller
 //! than what is put (`--object-store-memory`), whose cold objects spill to its disk directory
 //! and are restored on demand, every byte checked, and which returns to its start (memory and
 //! disk) once they are released; reference counting over a workload of two clients, reads,

@@ -441,7 +441,7 @@ async fn an_assignment_read_after_the_lease_ran_out_is_refused_not_started() {
     // Heartbeats every 10 s: the worker's own check of its lease, on each heartbeat, does not
     // come before the assignment does.
     let mut head = FakeHead::start(Duration::from_secs(10)).await;
-    // A lease of 250 ms, which this head never renews.
+    // A lease of 500 ms, which this head never renews.
     head.grant_lease(Duration::from_millis(500));
     let w = RunningWorker::start(worker(&head));
     attached(&mut head).await;

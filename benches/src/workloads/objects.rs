@@ -17,8 +17,8 @@
 //!   pair, 1 MiB writes), the median of three, here in the harness;
 //! - `objects.same_node_1gib_read_s` and `objects.same_node_1gib_task_rss_anon_mib`: a 1 GiB
 //!   NumPy array put by the driver and given, as the argument itself, to a task on the worker
-//!   that holds it (the "no copy of the buffer, shown by time and RSS"): the seconds
-//!   from the call to its result, the task reading one byte of every page, and the task's
+//!   that holds it (no copy of the buffer, shown by time and RSS): the seconds from the call
+//!   to its result, the task reading one byte of every page, and the task's
 //!   private resident memory at its end. escher's worker hands the interpreter the store's
 //!   sealed file, which it maps; a copy of the buffer would add 1,024 MiB to the second.
 //!   Beside them `objects.same_node_1gib_put_s` (the driver's put, call to reference) and
