@@ -11,8 +11,9 @@
 //!
 //! The session owns the results of its client's tasks too: a client that put, then submitted
 //! tasks whose results are large (kept in the worker's store as objects), and was SIGKILLed
-//! leaves none of them once its session lapses; a result of a client that never put (no
-//! session) stays; a result its task makes after the session lapsed is released too. Those tests run the test worker (`procs::example("test_actor_worker")`,
+//! leaves none of them once its session lapses, nor does one that opened its session before
+//! its first task without any put (as a Python driver does); a result of a client that never
+//! put (no session) stays; a result its task makes after the session lapsed is released too. Those tests run the test worker (`procs::example("test_actor_worker")`,
 //! the worker library with a Rust function `bytes`), since `escher-worker` runs no Rust
 //! functions.
 
@@ -290,6 +291,68 @@ async fn the_results_of_a_killed_clients_tasks_leave_the_store_once_its_session_
     assert_eq!(listed(&admin).await, vec![kept_id]);
     let bytes = admin.get_bytes(kept.id, Some(WAIT)).await.unwrap();
     assert_eq!(bytes, vec![9u8; len as usize]);
+}
+
+/// A client that opened its session before its first task and never put (a Python driver
+/// does at `escher.init`) owns its tasks' results all the same: killed, it leaves none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_opened_before_any_put_owns_the_results_of_a_killed_clients_tasks() {
+    let (cluster, admin, store) = start_with(1, Some(procs::example("test_actor_worker"))).await;
+    let before = bytes_under(store.path());
+    let len: u64 = 256 << 10;
+    let args = ["0", "0", "2", &len.to_string()].map(String::from);
+    let mut owner = Owner::start_args(&cluster, &args);
+    assert_eq!(owner.ids.len(), 2, "{:?}", owner.ids);
+    assert_eq!(listed(&admin).await, owner.ids);
+    assert!(bytes_under(store.path()) >= before + 2 * len);
+    let mut sessions = Vec::new();
+    for id in owner.ids.iter().map(|id| id.parse::<ObjectId>().unwrap()) {
+        let info = admin.task_info(TaskId(id.owner())).await.unwrap();
+        sessions.push(
+            info.spec
+                .labels
+                .get(OBJECT_SESSION_LABEL)
+                .map(str::to_owned),
+        );
+    }
+    assert!(sessions[0].is_some(), "{sessions:?}");
+    assert_eq!(sessions[0], sessions[1]);
+
+    owner.kill();
+    released(&admin, &owner.ids, store.path(), before).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opened_session_is_refused_a_number_and_a_reader_may_not_open_one() {
+    let (cluster, admin, _store) = start(1).await;
+    // The number is the head's to give: a client names 0.
+    let mut rpc =
+        escher_proto::wire::cluster_client::ClusterClient::connect(cluster.head_url().to_string())
+            .await
+            .unwrap();
+    let mut request = tonic::Request::new(escher_proto::wire::ObjectSessionRequest {
+        session: 7,
+        namespace: String::new(),
+    });
+    let access = escher_proto::access::AccessFile::read(&cluster.access_file()).unwrap();
+    let bearer = format!("Bearer {}", access.admin_token);
+    request
+        .metadata_mut()
+        .insert("authorization", bearer.parse().unwrap());
+    let refused = rpc.open_object_session(request).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::InvalidArgument, "{refused:?}");
+    assert!(refused.message().contains("opened with 0"), "{refused:?}");
+    // Two opens by one client give one session; the next client gets another.
+    let first = admin.open_object_session().await.unwrap();
+    assert_eq!(admin.open_object_session().await.unwrap(), first);
+    let other = cluster.client().await.open_object_session().await.unwrap();
+    assert_ne!(other, first);
+    // A reader may not: it submits and puts nothing.
+    let grant = escher::types::Grant::new(escher::types::Role::Reader, None).unwrap();
+    let token = admin.create_token(grant, "reader").await.unwrap().token;
+    let reader = admin.clone().with_token(token);
+    let err = reader.open_object_session().await.unwrap_err();
+    assert!(matches!(err, ClientError::PermissionDenied(_)), "{err:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,7 +6,9 @@
 //!
 //! `test_object_owner COUNT SIZE [TASKS LEN [GATE]]`: connects like any client (`ESCHER_HEAD`,
 //! and the token found as `Client::from_env` finds it), puts `COUNT` objects of `SIZE` bytes
-//! (the first opens its object session), then submits `TASKS` tasks of the function `bytes`
+//! (the first opens its object session; with `COUNT` 0 it opens its session before its first
+//! task with `Client::open_object_session`, as a Python driver does at `escher.init`), then
+//! submits `TASKS` tasks of the function `bytes`
 //! (the test worker's, `worker/examples/test_actor_worker.rs`) that each return `LEN` bytes and
 //! waits for them to succeed; prints each object id on a line of its own (the results' too),
 //! then `ready`, and waits for ever (its background task renewing the session meanwhile).
@@ -33,6 +35,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (tasks, len): (u8, u64) = (tasks.parse()?, len.parse()?);
     let client = Client::from_env().await?;
     let mut held = Vec::new();
+    if count == 0 {
+        client.open_object_session().await?;
+    }
     for i in 0..count {
         let object = client.put(vec![i; size]).await?;
         println!("{}", object.id());

@@ -117,6 +117,10 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
             _session = _escher.start_local(num_workers, _resources_text(resources), num_heads)
         else:
             _session = _escher.connect(address, token, namespace)
+        # The driver's object session, opened now rather than at its first put: the result
+        # objects of every task it submits are then its own, released when it shuts down or
+        # dies (its session lapsing at the head), never left behind.
+        _session.open_object_session()
         return ClusterInfo(_session)
 
 

@@ -878,6 +878,18 @@ impl Session {
         Ok(Actor::new(handle))
     }
 
+    /// Opens the client's object session now (`escher.init` does, for a driver), so that the
+    /// result objects of the tasks it submits go when it shuts down or dies, as its `put`s go.
+    /// `None` for a token that may not write (a reader, who submits nothing).
+    fn open_object_session(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        let client = self.client.clone();
+        match wait_for(py, async move { client.open_object_session().await })? {
+            Ok(session) => Ok(Some(session)),
+            Err(ClientError::PermissionDenied(_)) => Ok(None),
+            Err(e) => Err(error(e)),
+        }
+    }
+
     /// Closes the client's object session (every object it put is released at once), then
     /// stops the embedded cluster, if this session owns one. A head that cannot be reached to
     /// close is not an error here: the session lapses on its own.

@@ -428,7 +428,7 @@ def make(n, seed):
     return bytes([seed]) * n
 
 held = [escher.put(os.urandom(2 << 20))]
-# Submitted after the put opened the driver's session: their results belong to it.
+# Their results belong to the driver's session, which escher.init() opened.
 held += [make.remote(1 << 20, seed) for seed in (1, 2)]
 ready, _ = escher.wait(held[1:], num_returns=2, timeout=120)
 assert len(ready) == 2, ready
@@ -490,6 +490,49 @@ def test_a_drivers_objects_and_task_results_go_at_shutdown_and_at_exit(object_cl
         driver("exit", lambda proc: proc.wait(timeout=120))
         wait_until(lambda: store_bytes(store) <= start, "the store to return to its start", 60)
     finally:
+        subprocess.run(["rm", "-rf", str(signals)], check=False)
+
+
+KILLED = PROLOGUE + r'''
+signals = pathlib.Path(os.environ["SIGNALS"])
+
+@escher.remote
+def make(n, seed):
+    return bytes([seed]) * n
+
+# No put: escher.init() opened the driver's session, so the results belong to it.
+held = [make.remote(1 << 20, seed) for seed in (1, 2)]
+ready, _ = escher.wait(held, num_returns=2, timeout=120)
+assert len(ready) == 2, ready
+(signals / "held").write_text("1")
+while True:
+    time.sleep(1)
+'''
+
+
+def test_a_killed_driver_that_never_put_leaves_no_task_result_behind(object_cluster):
+    """A driver that never put, holding two tasks' 1 MiB results (kept in the worker's store),
+    is SIGKILLed: it closes nothing, yet once its session lapses at the head (2 s here) the
+    results leave the store, because ``escher.init()`` opened the session they belong to."""
+    cluster = object_cluster([64 * MIB], head_args=("--object-session-lapse", "2s"))
+    (_proc, store), = cluster["workers"].values()
+    start = store_bytes(store)
+    signals = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-killed-signals-"))
+    env = dict(cluster["env"], SIGNALS=str(signals))
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (signals / "held").exists() or proc.poll() is not None,
+                   "the driver's results", 240)
+        assert proc.poll() is None, proc.communicate()
+        assert store_bytes(store) >= start + (2 << 20), store_bytes(store)
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=60)
+        wait_until(lambda: store_bytes(store) <= start, "the store to return to its start", 60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
         subprocess.run(["rm", "-rf", str(signals)], check=False)
 
 

@@ -18,9 +18,10 @@
 //! The session owns the results of the client's tasks too: every task submitted while a
 //! session is open carries it (the label `escher.object-session`), and a result the head keeps
 //! as an object (a function's result above 100 KiB) goes when the session ends, as the
-//! client's `put`s go. A client that never put has no session: its tasks' result objects stay
-//! until their reference's owner releases them (`Client::result_ref`), as an `escher submit`'s
-//! do.
+//! client's `put`s go. A client opens its session with its first `put`, or before it with
+//! [`Client::open_object_session`] (a driver does: the Python package's `escher.init`). A
+//! client that has neither has no session: its tasks' result objects stay until their
+//! reference's owner releases them (`Client::result_ref`), as an `escher submit`'s do.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -160,6 +161,31 @@ impl Client {
         *session = 0;
         puts.opened(0);
         Ok(closed)
+    }
+
+    /// Opens this client's object session now, if it has none, and returns its number. A
+    /// client opens one with its first `put` anyway; one that may never put but submits tasks
+    /// with large results (a driver: the Python package's `escher.init` does this) opens it
+    /// first, so that those results are the session's and go when the client closes, drops or
+    /// dies (its session lapsing), not only when their references are released. Not for a
+    /// one-shot submitter whose results must outlive it (`escher submit`).
+    pub async fn open_object_session(&self) -> Result<u64, ClientError> {
+        let puts = self.puts();
+        let mut session = puts.session.lock().await;
+        if *session == 0 {
+            let reply = self
+                .call(|mut rpc| {
+                    let request = wire::ObjectSessionRequest {
+                        session: 0,
+                        namespace: self.namespace_text(),
+                    };
+                    async move { rpc.open_object_session(request).await }
+                })
+                .await?;
+            *session = reply.session;
+            puts.opened(reply.session);
+        }
+        Ok(*session)
     }
 
     /// Labels `spec` with this client's object session, when one is open

@@ -93,7 +93,7 @@ pub fn need(path: &str) -> Option<Need> {
             | "DescribeTask" | "ListTasks" | "SetResources" | "TaskLogs" | "Reserve"
             | "ReportTelemetry" | "Telemetry" | "ResolveActor" | "PlaceObject" | "ObjectsSealed"
             | "ReleaseObjects" | "LocateObject" | "ListObjects" | "ReportPolicy"
-            | "RenewObjectSession" | "CloseObjectSession",
+            | "OpenObjectSession" | "RenewObjectSession" | "CloseObjectSession",
         ) => Need::Write,
         (
             "escher.v1.Cluster",

@@ -898,6 +898,14 @@ impl Cluster for ClusterService {
         self.do_list_objects(request).await
     }
 
+    /// A client opens its object session before any put (`objects_svc.rs`).
+    async fn open_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::OpenObjectSessionReply>, Status> {
+        self.do_open_object_session(request).await
+    }
+
     /// A client keeps its object session (`objects_svc.rs`).
     async fn renew_object_session(
         &self,

@@ -244,6 +244,43 @@ impl ClusterService {
         }))
     }
 
+    /// A new session for a client that has put nothing yet (a driver at its start): proposed
+    /// as `PlaceObject` proposes one for a first put, then renewed here at once, so that the
+    /// leader counts its lapse from now.
+    pub(crate) async fn do_open_object_session(
+        &self,
+        request: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::OpenObjectSessionReply>, Status> {
+        let caller = crate::auth::caller(&request)?;
+        let request = request.into_inner();
+        let namespace = caller.namespace(requested(&request.namespace)?)?;
+        if request.session != 0 {
+            return Err(Status::invalid_argument(format!(
+                "session {}: a session is opened with 0 (the head gives its number); renew an \
+                 open one with RenewObjectSession",
+                request.session
+            )));
+        }
+        let session = match self.owner.apply(Command::OpenObjectSession, None).await? {
+            Reply::ObjectSession(s) => s,
+            other => return Err(unexpected(other)),
+        };
+        let sees_everything = caller.sees_everything();
+        let lapse = self
+            .owner
+            .ask(|reply| Msg::RenewObjectSession {
+                session,
+                namespace,
+                sees_everything,
+                reply,
+            })
+            .await??;
+        Ok(Response::new(wire::OpenObjectSessionReply {
+            session,
+            lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),
+        }))
+    }
+
     pub(crate) async fn do_renew_object_session(
         &self,
         request: Request<wire::ObjectSessionRequest>,

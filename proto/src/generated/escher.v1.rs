@@ -1632,6 +1632,16 @@ pub struct ObjectSessionRequest {
     #[prost(string, tag = "2")]
     pub namespace: ::prost::alloc::string::String,
 }
+/// An object session opened before any put.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct OpenObjectSessionReply {
+    /// The session: the owner part of the ids of the objects the client puts.
+    #[prost(uint64, tag = "1")]
+    pub session: u64,
+    /// How long the session lives without a renewal, in milliseconds.
+    #[prost(uint64, tag = "2")]
+    pub lapse_ms: u64,
+}
 /// A renewed object session.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct RenewObjectSessionReply {
@@ -3909,6 +3919,33 @@ pub mod cluster_client {
                 .insert(GrpcMethod::new("escher.v1.Cluster", "ListObjects"));
             self.inner.unary(req, path, codec).await
         }
+        /// A client opens its object session before any put (a driver, at its start), so that the
+        /// result objects of every task it submits are the session's and go when it ends; the
+        /// request's session must be 0. The reply names the new session and its lapse time.
+        pub async fn open_object_session(
+            &mut self,
+            request: impl tonic::IntoRequest<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::OpenObjectSessionReply>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/escher.v1.Cluster/OpenObjectSession",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("escher.v1.Cluster", "OpenObjectSession"));
+            self.inner.unary(req, path, codec).await
+        }
         /// A live client keeps its object session: the leader releases the objects of a session not
         /// renewed for its lapse time (`--object-session-lapse`), which the reply names.
         pub async fn renew_object_session(
@@ -4249,6 +4286,16 @@ pub mod cluster_server {
             request: tonic::Request<super::ListObjectsRequest>,
         ) -> std::result::Result<
             tonic::Response<super::ListObjectsReply>,
+            tonic::Status,
+        >;
+        /// A client opens its object session before any put (a driver, at its start), so that the
+        /// result objects of every task it submits are the session's and go when it ends; the
+        /// request's session must be 0. The reply names the new session and its lapse time.
+        async fn open_object_session(
+            &self,
+            request: tonic::Request<super::ObjectSessionRequest>,
+        ) -> std::result::Result<
+            tonic::Response<super::OpenObjectSessionReply>,
             tonic::Status,
         >;
         /// A live client keeps its object session: the leader releases the objects of a session not
@@ -5896,6 +5943,51 @@ pub mod cluster_server {
                     let inner = self.inner.clone();
                     let fut = async move {
                         let method = ListObjectsSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/escher.v1.Cluster/OpenObjectSession" => {
+                    #[allow(non_camel_case_types)]
+                    struct OpenObjectSessionSvc<T: Cluster>(pub Arc<T>);
+                    impl<
+                        T: Cluster,
+                    > tonic::server::UnaryService<super::ObjectSessionRequest>
+                    for OpenObjectSessionSvc<T> {
+                        type Response = super::OpenObjectSessionReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::ObjectSessionRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Cluster>::open_object_session(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = OpenObjectSessionSvc(inner);
                         let codec = tonic_prost::ProstCodec::default();
                         let mut grpc = tonic::server::Grpc::new(codec)
                             .apply_compression_config(
