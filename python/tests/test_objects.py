@@ -301,6 +301,7 @@ while not (signals / "counted").exists():
     time.sleep(0.05)
 
 lost = escher.put(b"only copy" * 100000)
+print("lost id %d.%d" % lost.id, flush=True)
 (signals / "put").write_text("1")
 while not (signals / "killed").exists():
     time.sleep(0.05)
@@ -357,8 +358,8 @@ print("in a task:", kind, text, flush=True)
     assert proc.returncode == 0, out + err
     assert "both workers read it" in out, out + err
     assert "lost:" in out and "node" in out, out
-    owner_index = out.split("lost: ")[1].split()[1]
-    assert f"in a task: ObjectLostError object {owner_index}" in out, out
+    lost = out.split("lost id ")[1].split()[0]
+    assert f"in a task: ObjectLostError object {lost} " in out, out
 
 
 def test_a_value_larger_than_the_store_is_refused_by_name(object_cluster):

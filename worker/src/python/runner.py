@@ -358,9 +358,6 @@ def _serve_actor(actor, proto_in, proto_out):
     """Constructs the actor's object, answers like a task, then serves calls until the worker
     closes the pipe: one at a time, on a thread pool of max_concurrency, or as coroutines on
     one event loop (a class with async def methods), started in the order they arrive."""
-    if _escher_object_channel is not None:
-        _escher_object_channel.actor = True
-
     def send(data):
         sys.stdout.flush()
         sys.stderr.flush()
@@ -385,6 +382,9 @@ def _serve_actor(actor, proto_in, proto_out):
         send(struct.pack(">IB", len(text) + 1, 1) + text)
         return
     send(struct.pack(">IB", 1, 0))
+    # The constructor asked for objects as a task does; the calls' requests are numbered.
+    if _escher_object_channel is not None:
+        _escher_object_channel.actor = True
 
     def reply(seq, status, body):
         send(struct.pack(">IBQ", len(body) + 9, status, seq) + body)
