@@ -270,7 +270,9 @@ impl PythonActor {
             while let Ok((status, seq, body)) = read_reply(&mut stdout).await {
                 if status == super::objects::GET {
                     let Ok(id) = super::objects::parse(&body) else {
-                        tracing::warn!("a Python actor's interpreter sent a malformed object request");
+                        tracing::warn!(
+                            "a Python actor's interpreter sent a malformed object request"
+                        );
                         continue;
                     };
                     let (ctl, ctx) = (Arc::clone(&ctl), gets.clone());
