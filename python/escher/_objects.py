@@ -21,8 +21,24 @@ copy is when that node has room), the worker brings a copy into its own store if
 and hands the task's interpreter a descriptor of the sealed file, which the interpreter maps
 read-only (``task_mapped``): a NumPy array argument is then the store's own pages.
 
-A worker's interpreter keeps the last objects its tasks read (``get_object``), so that a
-reference passed to many tasks is fetched once per interpreter.
+Inside a task (a function's warm interpreter, or an actor's), ``escher.get`` of a reference
+the task was not given as an argument takes the same way: the interpreter asks its worker,
+mid-task, over the channel it already has to it (a request on its answer pipe; the worker
+answers on the control socket with the sealed file's descriptor, ``SCM_RIGHTS``), and the
+worker brings a copy into the node's store exactly as for an argument (worker to worker, from
+a holder the head names, checked against the head's length and CRC-32C, the next holder asked
+when one fails, waiting for a copy being rebuilt; the new copy reported to the head, so that
+locality sees it, and counted in the store as an argument's, spilling included), then the
+interpreter maps it read-only: a 100 MiB NumPy array is read with no copy in the task's memory.
+An object already in the node's store is mapped with no fetch. The head is asked where the
+object is on every such ``get``, so a freed object or another namespace's raises
+``NotFoundError`` and a lost one ``ObjectLostError``, naming it, as a client's read does.
+
+A driver (outside a task) reads an object with escher's client, into a ``bytes``. So does a
+task whose interpreter has no channel to its worker (a Python script a command task runs):
+that interpreter keeps the last objects its tasks read (``get_object``'s ``_kept``), so that
+a reference read by many tasks is fetched once per interpreter. Where the worker serves the
+read, the node's store is that cache.
 
 References are counted by their owner: the ``ObjectRef`` that ``put`` returned, and every
 copy of it in this process, keep the object; when the last goes, the object is released and
@@ -37,6 +53,7 @@ import itertools
 import os
 import pickle
 import struct
+import sys
 import threading
 from collections import OrderedDict
 from typing import Any, List, Optional, Tuple
@@ -254,6 +271,13 @@ def task_mapped(mapped: "dict[Tuple[int, int], Any]") -> None:
     _mapped = mapped
 
 
+def _worker_channel() -> Any:
+    """The worker's object channel of this interpreter (``worker/src/python/runner.py``'s
+    ``_ObjectChannel``) when it is a worker's task interpreter, else ``None``."""
+    main = sys.modules.get("__main__")
+    return getattr(main, "_escher_object_channel", None)
+
+
 def get_object(ref: ObjectRef) -> Any:
     mapped = _mapped.get(ref._id)
     if mapped is not None:
@@ -262,9 +286,13 @@ def get_object(ref: ObjectRef) -> Any:
     from ._api import _current
 
     owner, index = ref._id
-    session = _current()
     if not os.environ.get("ESCHER_TASK_TOKEN"):
-        return deserialize(_escher.get_object(session, owner, index))
+        return deserialize(_escher.get_object(_current(), owner, index))
+    channel = _worker_channel()
+    if channel is not None:
+        # Brought into this node's store by the worker (or found there) and mapped: no copy.
+        return deserialize(channel.get(owner, index))
+    session = _current()
     with _kept_lock:
         data = _kept.get(ref._id)
     if data is not None:

@@ -59,6 +59,16 @@ def chain(box, depth):
     return escher.get(chain.remote(box, depth - 1))
 
 
+@escher.remote
+def read_inside(box):
+    """Reads the reference inside ``box`` (not an argument: the task's own ``escher.get``);
+    the error it raised, by name, when it cannot."""
+    try:
+        return "read", hashlib.sha256(escher.get(box[0])).hexdigest()
+    except escher.EscherError as e:
+        return type(e).__name__, str(e)
+
+
 @pytest.mark.parametrize("size", [0, 1024, MIB, 100 * MIB])
 def test_put_and_get_keep_every_byte(cluster, size):
     value = os.urandom(size)
@@ -159,6 +169,9 @@ def test_a_freed_object_and_an_unknown_one_are_refused_by_name(cluster):
     # A task given the freed reference fails with the same error, named.
     with pytest.raises(escher.NotFoundError, match="freed"):
         escher.get(digest.remote(borrowed))
+    # A task that reads it itself (its worker asked for it) gets that error too.
+    kind, text = escher.get(read_inside.remote([borrowed]))
+    assert kind == "NotFoundError" and f"{owner}.{index}" in text and "freed" in text, text
 
 
 def test_another_namespaces_reference_is_unknown(cluster):
@@ -288,6 +301,7 @@ while not (signals / "counted").exists():
     time.sleep(0.05)
 
 lost = escher.put(b"only copy" * 100000)
+print("lost id %d.%d" % lost.id, flush=True)
 (signals / "put").write_text("1")
 while not (signals / "killed").exists():
     time.sleep(0.05)
@@ -300,6 +314,19 @@ while True:
         break
     assert time.time() < deadline, "the object was never reported lost"
     time.sleep(0.2)
+
+@escher.remote
+def read_inside(box):
+    try:
+        return "read", len(escher.get(box[0]))
+    except escher.EscherError as e:
+        return type(e).__name__, str(e)
+
+# A task on the worker left reads it itself: its worker is told the same, and so is the task.
+survivor = "w1" if (signals / "killed").read_text() == "w0" else "w0"
+kind, text = escher.get(
+    read_inside.options(resources={"cpu": 1, survivor: 1}).remote([lost]), timeout=120)
+print("in a task:", kind, text, flush=True)
 '''
     env = dict(cluster["env"], SIGNALS=str(signals))
     proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
@@ -321,8 +348,8 @@ while True:
         victim = cluster["workers"][holder][0]
         victim.send_signal(signal.SIGKILL)
         victim.wait()
-        (signals / "killed").write_text("1")
-        out, err = proc.communicate(timeout=180)
+        (signals / "killed").write_text(holder)
+        out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -331,6 +358,8 @@ while True:
     assert proc.returncode == 0, out + err
     assert "both workers read it" in out, out + err
     assert "lost:" in out and "node" in out, out
+    lost = out.split("lost id ")[1].split()[0]
+    assert f"in a task: ObjectLostError object {lost} " in out, out
 
 
 def test_a_value_larger_than_the_store_is_refused_by_name(object_cluster):
@@ -595,3 +624,78 @@ def test_a_numpy_argument_is_mapped_from_its_nodes_store_with_no_copy(object_clu
     assert len(nodes) == 2 and out["first"] in nodes, out
     # The worker that had no copy fetched one into its store, and the head knows it.
     assert sorted(out["holders"]) == sorted(nodes), out
+
+
+INSPECT_INSIDE = r"""
+import numpy
+
+@escher.remote
+def inspect_inside(box):
+    # The task's own escher.get: the reference is inside a list, not an argument.
+    with open("/proc/self/status") as status:
+        before = next(int(l.split()[1]) * 1024 for l in status if l.startswith("RssAnon:"))
+    array = escher.get(box[0])
+    address = array.__array_interface__["data"][0]
+    mapped = None
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            parts = line.split()
+            lo, hi = (int(x, 16) for x in parts[0].split("-"))
+            if lo <= address < hi and len(parts) >= 6:
+                mapped = parts[5]
+    digest = hashlib.sha256(array).hexdigest()  # reads every page
+    with open("/proc/self/status") as status:
+        after = next(int(l.split()[1]) * 1024 for l in status if l.startswith("RssAnon:"))
+    return (int(os.environ["ESCHER_NODE_ID"]), mapped, digest, after - before,
+            bool(array.flags.writeable))
+
+@escher.remote
+def where():
+    return int(os.environ["ESCHER_NODE_ID"])
+"""
+
+OTHER_NODE = r"""
+import json
+size = int(os.environ["SIZE"])
+array = numpy.random.default_rng(11).integers(0, 255, size=size, dtype=numpy.uint8)
+want = hashlib.sha256(array).hexdigest()
+ref = escher.put(array)
+del array
+first, = escher._objects.holders(ref)
+nodes = {w: escher.get(where.options(resources={"cpu": 1, w: 1}).remote()) for w in ("w0", "w1")}
+other = next(w for w, node in nodes.items() if node != first)
+# Twice on the node with no copy: the first task's worker brings one, the second maps it.
+got = [escher.get(inspect_inside.options(resources={"cpu": 1, other: 1}).remote([ref]),
+                  timeout=240) for _ in range(2)]
+print(json.dumps({"want": want, "first": first, "other": other, "node": nodes[other],
+                  "got": got, "holders": sorted(escher._objects.holders(ref))}), flush=True)
+"""
+
+
+def test_a_tasks_own_get_maps_a_copy_its_worker_brought_into_its_nodes_store(object_cluster):
+    """A task on the node without a copy reads a 100 MiB NumPy array with ``escher.get`` of
+    a reference inside a list (not an argument): its worker brings a copy into its own store
+    (the head then names that node a holder) and the task maps it, its private memory not
+    grown by the array; a second task there maps the same file, with no fetch."""
+    import json
+
+    size = 100 * MIB
+    cluster = object_cluster([size + 64 * MIB, size + 64 * MIB])
+    stores = {name: str(folder) for name, (_proc, folder) in cluster["workers"].items()}
+    env = dict(cluster["env"], SIZE=str(size))
+    done = subprocess.run([sys.executable, "-c", PROLOGUE + INSPECT_INSIDE + OTHER_NODE],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    files = set()
+    for node, mapped, digest, grown, writeable in out["got"]:
+        assert node == out["node"], out
+        assert digest == out["want"], digest
+        # The array is the sealed file of that node's store, mapped: not a copy in the task.
+        assert mapped is not None and mapped.startswith(stores[out["other"]] + "/"), mapped
+        assert not writeable
+        assert grown < size // 4, f"{grown} private bytes grown for a {size}-byte array"
+        files.add(mapped)
+    # The second task mapped the copy the first one's get brought: the same file.
+    assert len(files) == 1, files
+    assert sorted(out["holders"]) == sorted([out["first"], out["node"]]), out

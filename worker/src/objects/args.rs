@@ -20,6 +20,11 @@
 //! result object waits); through holders that fail, up to [`FETCH_PATIENCE`] (enough for the
 //! head's heartbeat timeout to count a dead holder lost). An argument the head reports lost,
 //! freed or unknown fails the task at once, naming it.
+//!
+//! A Python task's own `escher.get` of an object it was not given as an argument takes the same
+//! way ([`bring`], asked by its interpreter mid-task: `python/objects.rs`); what went wrong is
+//! then told apart ([`Unavailable`]), so that the interpreter raises the error a client's read
+//! would have raised.
 
 use std::time::Duration;
 
@@ -66,15 +71,70 @@ pub(crate) async fn fetch_args(
     Ok(views)
 }
 
+/// Why an object could not be brought into this node's store, told apart as a client's read
+/// tells them apart (`escher-client`'s `ClientError`), with the text that says it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Unavailable {
+    /// The head does not know it in the task's namespace: freed, unknown, another namespace's.
+    NotFound(String),
+    /// It has no copy and none comes (its node was lost, nothing rebuilds it), or no holder
+    /// gave it whole within the patience.
+    Lost(String),
+    /// The task's credential may not read it.
+    Denied(String),
+    /// The head refused the request as malformed.
+    Invalid(String),
+    /// Anything else: the head unreachable, this node's store refusing the copy.
+    Other(String),
+}
+
+impl Unavailable {
+    /// The text, which names the object.
+    pub(crate) fn text(&self) -> &str {
+        match self {
+            Unavailable::NotFound(t)
+            | Unavailable::Lost(t)
+            | Unavailable::Denied(t)
+            | Unavailable::Invalid(t)
+            | Unavailable::Other(t) => t,
+        }
+    }
+
+    /// A refused `LocateObject`, read as the client reads it.
+    fn from_locate(err: &crate::error::WorkerError) -> Unavailable {
+        use tonic::Code;
+        let crate::error::WorkerError::Rpc { status, .. } = err else {
+            return Unavailable::Other(err.to_string());
+        };
+        let text = status.message().to_string();
+        match status.code() {
+            Code::NotFound => Unavailable::NotFound(text),
+            // The head refuses a lost object's locate with FAILED_PRECONDITION; its text is
+            // the state's `ObjectLost` error.
+            Code::FailedPrecondition if text.contains(" is lost: ") => Unavailable::Lost(text),
+            Code::InvalidArgument | Code::FailedPrecondition => Unavailable::Invalid(text),
+            Code::PermissionDenied | Code::Unauthenticated => Unavailable::Denied(text),
+            _ => Unavailable::Other(err.to_string()),
+        }
+    }
+}
+
+impl std::fmt::Display for Unavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
+    }
+}
+
 /// Brings object `id` into this node's store (from a holder, worker to worker, unless it is
 /// here already) where the head says it is now, checks it against the head's length and
 /// CRC-32C, and reports a new copy. Also how a Python task's argument that is an earlier
-/// task's result object arrives (`python/mod.rs`).
+/// task's result object arrives (`python/mod.rs`), and a Python task's own `escher.get`
+/// (`python/objects.rs`).
 pub(crate) async fn bring(
     objects: &NodeObjects,
     ctx: &TaskContext,
     id: ObjectId,
-) -> Result<ObjectView, String> {
+) -> Result<ObjectView, Unavailable> {
     bring_located(objects, ctx, id, None).await
 }
 
@@ -85,7 +145,7 @@ async fn bring_located(
     ctx: &TaskContext,
     id: ObjectId,
     given: Option<&Located>,
-) -> Result<ObjectView, String> {
+) -> Result<ObjectView, Unavailable> {
     if let Some(info) = given {
         match from_holders(objects, ctx, id, info).await {
             Ok(view) => return Ok(view),
@@ -98,21 +158,25 @@ async fn bring_located(
     let start = Instant::now();
     let mut pause = PAUSE.0;
     loop {
-        let info = ctx.locate_object(id).await.map_err(|e| why(&e))?;
+        let info = ctx
+            .locate_object(id)
+            .await
+            .map_err(|e| Unavailable::from_locate(&e))?;
         let waited = start.elapsed();
         let retry = if info.holders.is_empty() {
             if waited >= REBUILD_PATIENCE {
-                return Err(format!(
+                return Err(Unavailable::Lost(format!(
                     "it has no copy, and none was made again within {} s",
                     REBUILD_PATIENCE.as_secs()
-                ));
+                )));
             }
             "it has no copy yet (its task may be running again to make it)".to_string()
         } else {
             match from_holders(objects, ctx, id, &info).await {
                 Ok(view) => return Ok(view),
                 Err(why) if waited < FETCH_PATIENCE => why,
-                Err(why) => return Err(why),
+                // No holder gave it whole: a client's read says the same (`ObjectUnavailable`).
+                Err(why) => return Err(Unavailable::Lost(why)),
             }
         };
         tracing::debug!(object = %id, why = %retry, ?pause, "asking the head again");
@@ -162,12 +226,4 @@ async fn from_holders(
         tracing::warn!(object = %id, %err, "could not report a fetched copy");
     }
     Ok(view)
-}
-
-/// The head's message for a refused call (which names the object), else the whole error.
-fn why(err: &crate::error::WorkerError) -> String {
-    match err {
-        crate::error::WorkerError::Rpc { status, .. } => status.message().to_string(),
-        other => other.to_string(),
-    }
 }

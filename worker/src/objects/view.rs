@@ -23,7 +23,9 @@ use super::{ObjectError, ObjectId, store::Pin};
 
 /// A sealed object's bytes, mapped, and pinned in place: while a view (or a [`Bytes`] from
 /// [`ObjectView::bytes`]) lives, the object is neither spilled, moved nor unlinked, so its
-/// [`path`](ObjectView::path) stays valid for a same-node reader that maps it itself.
+/// [`path`](ObjectView::path) stays valid for a same-node reader that maps it itself. A clone
+/// shares the mapping and the pin.
+#[derive(Clone)]
 pub struct ObjectView {
     id: ObjectId,
     crc32c: u32,

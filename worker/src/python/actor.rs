@@ -214,7 +214,7 @@ impl PythonActor {
             .send(header.as_bytes(), &class, &[], &construct.args)
             .await
             .map_err(|e| format!("cannot send the actor's class to its interpreter: {e}"))?;
-        let (status, body) = match interp.receive().await {
+        let (status, body) = match interp.receive(&ctx).await {
             Ok(answer) => answer,
             Err(e) => {
                 if let Some(limit) = interp.process.memory_exceeded() {
@@ -243,6 +243,7 @@ impl PythonActor {
             process,
             stdin,
             stdout,
+            ctl,
             ..
         } = interp;
         let (frames, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -259,11 +260,30 @@ impl PythonActor {
                 }
             }
         });
-        // The reader: each reply to the call of its number.
+        // The reader: each reply to the call of its number; each `escher.get` a call asks of
+        // the worker served beside the calls (`objects.rs`: one at a time, the interpreter
+        // holds one open), its copy pinned until the descriptor is handed over.
         let replies = Arc::clone(&waiting);
+        let (ctl, gets) = (Arc::new(ctl), ctx.clone());
         tokio::spawn(async move {
             let mut stdout = stdout;
             while let Ok((status, seq, body)) = read_reply(&mut stdout).await {
+                if status == super::objects::GET {
+                    let Ok(id) = super::objects::parse(&body) else {
+                        tracing::warn!(
+                            "a Python actor's interpreter sent a malformed object request"
+                        );
+                        continue;
+                    };
+                    let (ctl, ctx) = (Arc::clone(&ctl), gets.clone());
+                    tokio::spawn(async move {
+                        let answer = super::objects::serve(&ctx, id).await;
+                        if let Err(error) = super::objects::reply(&ctl, id, &answer).await {
+                            tracing::warn!(object = %id, %error, "cannot answer a Python actor's object request");
+                        }
+                    });
+                    continue;
+                }
                 if let Some(reply) = lock(&replies).remove(&seq) {
                     let _ = reply.send(match status {
                         0 => Ok(body),

@@ -119,6 +119,9 @@
 //! `len:u32 status:u8 body`, where status 0 is a result (the cloudpickled return value), 1 an
 //! exception raised by the function (the text: `python exception MODULE.TYPE: message`, then
 //! the remote traceback) and 2 a failure to load the function or its arguments (the text).
+//! Before its answer, a task may ask the worker for an object on the same pipe (status 3: its
+//! own `escher.get`, `objects.rs`), which the worker answers on the socket with the sealed
+//! file of the copy it brought into this node's store.
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -143,6 +146,7 @@ use crate::runner::MAX_RESULT_BYTES;
 
 mod actor;
 mod detect;
+mod objects;
 mod pip_env;
 mod versions;
 
@@ -463,7 +467,7 @@ impl Pool {
                 }
                 return Err(format!("cannot send the task to a Python interpreter: {e}"));
             }
-            let (status, body) = match interp.receive_capped(ctx.logs()).await {
+            let (status, body) = match interp.receive_capped(&ctx).await {
                 Ok(answer) => answer,
                 Err(e) => {
                     // Killed with the worker's other tasks when it stalled or lost its lease.
@@ -902,14 +906,11 @@ impl Interpreter {
     }
 
     /// [`Self::receive`], holding the task's log files to the worker's cap meanwhile.
-    async fn receive_capped(
-        &mut self,
-        logs: Option<&Arc<crate::context::TaskLogs>>,
-    ) -> std::io::Result<(u8, Vec<u8>)> {
-        let Some(logs) = logs else {
-            return self.receive().await;
+    async fn receive_capped(&mut self, ctx: &TaskContext) -> std::io::Result<(u8, Vec<u8>)> {
+        let Some(logs) = ctx.logs() else {
+            return self.receive(ctx).await;
         };
-        let answer = self.receive();
+        let answer = self.receive(ctx);
         tokio::pin!(answer);
         let mut every = tokio::time::interval(LOG_CAP_EVERY);
         loop {
@@ -920,7 +921,23 @@ impl Interpreter {
         }
     }
 
-    async fn receive(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
+    /// The task's answer; meanwhile, each `escher.get` the task asks of the worker is served
+    /// (`objects.rs`): the copies it hands over stay pinned until the answer.
+    async fn receive(&mut self, ctx: &TaskContext) -> std::io::Result<(u8, Vec<u8>)> {
+        let mut held = Vec::new();
+        loop {
+            let (status, body) = self.receive_frame().await?;
+            if status != objects::GET {
+                return Ok((status, body));
+            }
+            let id = objects::parse(&body).map_err(std::io::Error::other)?;
+            let answer = objects::serve(ctx, id).await;
+            objects::reply(&self.ctl, id, &answer).await?;
+            held.extend(answer.ok());
+        }
+    }
+
+    async fn receive_frame(&mut self) -> std::io::Result<(u8, Vec<u8>)> {
         let len = self.stdout.read_u32().await? as usize;
         if len == 0 || len > MAX_RESULT_BYTES + 1 {
             return Err(std::io::Error::other(format!(

@@ -4,7 +4,9 @@
 # Started as `python -u -c <this file>`; reads one task frame at a time on stdin, answers on
 # stdout. Its stderr is a socket on which the worker sends each task's two log files before
 # the task's frame; the function's own prints (stdout and stderr) go to those files, so they
-# never mix with the answers and are the task's output, not the worker's.
+# never mix with the answers and are the task's output, not the worker's. Mid-task, the
+# task's own escher.get asks the worker for an object on the answer pipe, and the reply comes
+# on that socket (_ObjectChannel; worker/src/python/objects.rs).
 import json
 import os
 import pickle
@@ -16,6 +18,11 @@ import time
 import traceback
 
 MAX_MESSAGE = 16 * 1024
+
+# Every write on the answer pipe: a task's answer, an actor's replies, object requests.
+_OUT_LOCK = threading.Lock()
+# The status of an object request on the answer pipe (worker/src/python/objects.rs).
+_GET = 3
 
 
 def _watch_parent(parent):
@@ -114,6 +121,65 @@ def _resolve_objects(args, kwargs, mapped=None):
             ) from None
 
     return [one(v) for v in args], {k: one(v) for k, v in kwargs.items()}
+
+
+class _ObjectChannel:
+    """``escher.get`` inside a task, served by the worker (worker/src/python/objects.rs): a
+    request on the answer pipe, the reply on the control socket with the descriptor of the
+    sealed file of the node's store that now holds a copy, mapped here read-only (no copy).
+    ``escher._objects`` finds it as ``__main__._escher_object_channel``. One request is open at
+    a time (threads of a task, an actor's concurrent calls, take turns)."""
+
+    def __init__(self, ctl, proto_out):
+        self.ctl, self.proto_out = ctl, proto_out
+        self.actor = False
+        self.lock = threading.Lock()
+
+    def get(self, owner, index):
+        """The object's bytes, mapped from this node's store; raises the error escher's client
+        would raise (``NotFoundError``, ``ObjectLostError``, ...), which names the object."""
+        import mmap
+
+        body = struct.pack(">QQ", owner, index)
+        if self.actor:
+            frame = struct.pack(">IBQ", len(body) + 9, _GET, 0) + body
+        else:
+            frame = struct.pack(">IB", len(body) + 1, _GET) + body
+        with self.lock:
+            with _OUT_LOCK:
+                self.proto_out.write(frame)
+            status, body, fds = self._reply()
+        from escher import _escher
+
+        if status != 0:
+            for fd in fds:
+                os.close(fd)
+            name, _, text = body.decode(errors="replace").partition("\n")
+            raise getattr(_escher, name, _escher.EscherError)(text)
+        try:
+            (size,) = struct.unpack(">Q", body)
+            if len(fds) != 1 or os.fstat(fds[0]).st_size != size:
+                raise _escher.EscherError(
+                    f"object {owner}.{index}: the worker handed over no file of {size} bytes")
+            return mmap.mmap(fds[0], size, prot=mmap.PROT_READ) if size else b""
+        finally:
+            for fd in fds:
+                os.close(fd)
+
+    def _reply(self):
+        data, fds, _, _ = socket.recv_fds(self.ctl, 1 << 16, 4)
+        while len(data) < 4 or len(data) < 4 + struct.unpack_from(">I", data)[0]:
+            more = self.ctl.recv(1 << 16)
+            if not more:
+                raise SystemExit("the worker closed the control socket")
+            data += more
+        (length,) = struct.unpack_from(">I", data)
+        if length == 0:
+            raise SystemExit("the worker sent an empty object reply")
+        return data[4], data[5:4 + length], fds
+
+
+_escher_object_channel = None
 
 
 class _BecomeActor(Exception):
@@ -292,12 +358,10 @@ def _serve_actor(actor, proto_in, proto_out):
     """Constructs the actor's object, answers like a task, then serves calls until the worker
     closes the pipe: one at a time, on a thread pool of max_concurrency, or as coroutines on
     one event loop (a class with async def methods), started in the order they arrive."""
-    write = threading.Lock()
-
     def send(data):
         sys.stdout.flush()
         sys.stderr.flush()
-        with write:
+        with _OUT_LOCK:
             proto_out.write(data)
 
     try:
@@ -318,6 +382,9 @@ def _serve_actor(actor, proto_in, proto_out):
         send(struct.pack(">IB", len(text) + 1, 1) + text)
         return
     send(struct.pack(">IB", 1, 0))
+    # The constructor asked for objects as a task does; the calls' requests are numbered.
+    if _escher_object_channel is not None:
+        _escher_object_channel.actor = True
 
     def reply(seq, status, body):
         send(struct.pack(">IBQ", len(body) + 9, status, seq) + body)
@@ -413,6 +480,8 @@ def main():
     null = os.open(os.devnull, os.O_WRONLY)
     _drop_output(null)
     threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+    global _escher_object_channel
+    _escher_object_channel = _ObjectChannel(ctl, proto_out)
     functions = {}
     while True:
         head = _read_exact(proto_in, 4)
@@ -429,7 +498,8 @@ def main():
             _serve_actor(actor, proto_in, proto_out)
             return
         _drop_output(null)
-        proto_out.write(struct.pack(">IB", len(body) + 1, status) + body)
+        with _OUT_LOCK:
+            proto_out.write(struct.pack(">IB", len(body) + 1, status) + body)
 
 
 main()
