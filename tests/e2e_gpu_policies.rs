@@ -320,7 +320,11 @@ async fn run_window(policy: &str) {
             let info = within("a trainer's info", client.task_info(run.actor))
                 .await
                 .unwrap();
-            assert_eq!(info.status.state, TaskState::Cancelled, "{policy}: {info:?}");
+            assert_eq!(
+                info.status.state,
+                TaskState::Cancelled,
+                "{policy}: {info:?}"
+            );
             assert_eq!(info.attempts.len(), 1, "{policy}: {:?}", info.attempts);
             let died = within(
                 "a killed trainer's progress",
@@ -413,7 +417,9 @@ async fn run_window(policy: &str) {
     for first in &first_replicas {
         let died = within(
             "a resized replica's info",
-            client.actor_by_id(*first).call::<(), ReplicaInfo>("info", &()),
+            client
+                .actor_by_id(*first)
+                .call::<(), ReplicaInfo>("info", &()),
         )
         .await
         .unwrap_err();
@@ -546,7 +552,12 @@ async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_ho
     assert_eq!(held.len(), 1, "{held:?}");
     assert!(held[0].starts_with("MIG-"), "{held:?}");
     assert_eq!(
-        (done.job, &done.devices, done.profile.as_str(), done.iteration),
+        (
+            done.job,
+            &done.devices,
+            done.profile.as_str(),
+            done.iteration
+        ),
         (9, &held, "3g.20gb", 4)
     );
     assert!((done.duration_s - 7.0 * 7.0 / 3.0).abs() < 1e-9, "{done:?}");
@@ -581,7 +592,9 @@ async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_ho
         ..args
     };
     let spec = Task::actor_typed(TRAINER_CLASS, &big).resources_str("mig.1g.5gb=1");
-    let trainer = within("a trainer too big", client.actor(spec)).await.unwrap();
+    let trainer = within("a trainer too big", client.actor(spec))
+        .await
+        .unwrap();
     let oom = eventually("the trainer out of memory", || async {
         let p: TrainerProgress = trainer.call("progress", &()).await.unwrap();
         p.out_of_memory.map(|m| (m, p))

@@ -88,8 +88,8 @@ use std::time::{Duration, Instant};
 use escher_proto::Amount;
 use escher_proto::codec;
 use escher_proto::mig::{
-    DONE_KEY, GpuModel, ITERATION_KEY, LIMIT_KEY, Layout, OUT_OF_MEMORY_KEY, Placement, TrainerArgs,
-    TrainerProgress,
+    DONE_KEY, GpuModel, ITERATION_KEY, LIMIT_KEY, Layout, OUT_OF_MEMORY_KEY, Placement,
+    TrainerArgs, TrainerProgress,
 };
 use escher_proto::types::{
     GpuStatus, NodeId, ResourceName, ResourceSet, SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId,

@@ -41,9 +41,9 @@ pub fn find_simulated_device(nodes: &[NodeGpus], uuid: &str) -> Result<SimDevice
         };
         let (profile, memory_mib) = match slice {
             Some(s) => (
-                model.profile(&s.profile).ok_or_else(|| {
-                    format!("slice {uuid} has unknown profile {}", s.profile)
-                })?,
+                model
+                    .profile(&s.profile)
+                    .ok_or_else(|| format!("slice {uuid} has unknown profile {}", s.profile))?,
                 s.memory_mib,
             ),
             None => (full_profile(model)?, gpu.memory_mib),

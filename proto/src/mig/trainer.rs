@@ -124,13 +124,7 @@ mod tests {
         let job = args().job_model().unwrap();
         assert_eq!((job.work_s, job.parallelism, job.iterations), (10.0, 7, 10));
         for (bad, says) in [
-            (
-                TrainerArgs {
-                    gpcs: 8,
-                    ..args()
-                },
-                "gpcs 8",
-            ),
+            (TrainerArgs { gpcs: 8, ..args() }, "gpcs 8"),
             (
                 TrainerArgs {
                     iterations: 0,

@@ -28,8 +28,8 @@ use escher_proto::mig::{
     DONE_KEY, ITERATION_KEY, LIMIT_KEY, MEMORY_KEY, OUT_OF_MEMORY_KEY, PowerModel, SpeedModel,
     TrainerArgs, TrainerProgress, find_simulated_device,
 };
-pub use escher_proto::types::TRAINER_CLASS;
 use escher_proto::types::GpusReply;
+pub use escher_proto::types::TRAINER_CLASS;
 use escher_proto::wire;
 
 use super::ActorClass;
