@@ -308,7 +308,11 @@ async fn run_window(policy: &str) {
             assert_eq!(run.end, TrainerEnd::Finished, "{policy}: {run:?}");
             assert!(run.device.starts_with("MIG-"), "{policy}: {run:?}");
             let progress = run.progress.clone().unwrap();
-            assert_eq!(progress.devices, [run.device.clone()], "{policy}: {run:?}");
+            assert_eq!(
+                progress.devices,
+                std::slice::from_ref(&run.device),
+                "{policy}: {run:?}"
+            );
             assert_eq!(progress.profile, run.on.profile.name, "{policy}: {run:?}");
             assert_eq!(progress.job, id.0, "{policy}: {run:?}");
             assert!(progress.done, "{policy}: {run:?}");

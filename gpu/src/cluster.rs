@@ -46,8 +46,8 @@
 //! Two reads stay periodic, once per round, because the cluster has no event for them: the
 //! GPU's inventory ([`ClusterApi::gpus`]: slices appearing, the reconfiguration under way and
 //! its phases) and the launched tasks' and trainers' telemetry ([`ClusterApi::telemetry`],
-//! samples a task reports while it runs). The round is also the policy's clock (its `Tick`) and the serving
-//! model's time step, so it stays.
+//! samples a task reports while it runs). The round is also the policy's clock (its `Tick`)
+//! and the serving model's time step, so it stays.
 //!
 //! # Inference services
 //!
@@ -728,7 +728,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
                     ))
                 } else if p.job != run.job.0 {
                     Some(format!("runs job {}", p.job))
-                } else if p.devices != [entry.device.clone()] {
+                } else if p.devices.as_slice() != std::slice::from_ref(&entry.device) {
                     Some(format!(
                         "holds {:?}, not its slice's device {}",
                         p.devices, entry.device

@@ -56,83 +56,93 @@ fn lock(m: &Mutex<TrainerProgress>) -> MutexGuard<'_, TrainerProgress> {
 
 /// The class, registered by every worker.
 pub(crate) fn class() -> ActorClass {
-    ActorClass::new(TRAINER_CLASS, |ctx: TaskContext, args: TrainerArgs| async move {
-        let job = args.job_model()?;
-        let devices = ctx.visible_devices().to_vec();
-        let Some(uuid) = devices.first().cloned() else {
-            return Err(format!(
-                "a trainer holds a GPU slice, and this actor was given none: ask for one \
+    ActorClass::new(
+        TRAINER_CLASS,
+        |ctx: TaskContext, args: TrainerArgs| async move {
+            let job = args.job_model()?;
+            let devices = ctx.visible_devices().to_vec();
+            let Some(uuid) = devices.first().cloned() else {
+                return Err(format!(
+                    "a trainer holds a GPU slice, and this actor was given none: ask for one \
                  (`mig.<profile>=1`, or `gpu=1`, on a worker started with --sim-gpu) in its \
                  resources (job {})",
-                args.job
-            ));
-        };
-        let reply = ctx
-            .cluster_client()
-            .gpus(wire::GpusRequest {})
-            .await
-            .map_err(|s| format!("cannot ask the head what device {uuid} is: {}", s.message()))?;
-        let nodes = GpusReply::try_from(reply.into_inner())
-            .map_err(|e| format!("the head's inventory of GPUs is malformed: {e}"))?
-            .nodes;
-        let device = find_simulated_device(&nodes, &uuid)?;
-        let duration_s = SpeedModel::default().duration_s(&job, device.profile);
-        let progress = Arc::new(Mutex::new(TrainerProgress {
-            job: args.job,
-            devices,
-            profile: device.profile.name.to_string(),
-            iteration: 0,
-            iterations: args.iterations,
-            duration_s,
-            done: false,
-            out_of_memory: None,
-        }));
-        let step = Duration::from_secs_f64(duration_s / f64::from(args.iterations) * args.scale);
-        let power = PowerModel::default();
-        let busy_w = power.power_w(device.profile.compute) - power.power_w(0);
-        let shared = Arc::clone(&progress);
-        let run = tokio::spawn(async move {
-            let mut report_failed = false;
-            let report = |samples: Vec<(&'static str, f64)>| {
-                let ctx = ctx.clone();
-                async move { ctx.report(&samples).await.err() }
+                    args.job
+                ));
             };
-            for i in 1..=args.iterations {
-                let mem_gb = job.memory.at(i).max(0.0);
-                let mem_mib = (mem_gb * 1024.0).round() as u64;
-                lock(&shared).iteration = i;
-                let mut samples = vec![(ITERATION_KEY, f64::from(i)), (MEMORY_KEY, mem_gb)];
-                let oom = mem_mib > device.memory_mib;
-                if oom {
-                    lock(&shared).out_of_memory = Some((mem_mib, device.memory_mib));
-                    samples.push((OUT_OF_MEMORY_KEY, mem_mib as f64));
-                    samples.push((LIMIT_KEY, device.memory_mib as f64));
+            let reply = ctx
+                .cluster_client()
+                .gpus(wire::GpusRequest {})
+                .await
+                .map_err(|s| {
+                    format!("cannot ask the head what device {uuid} is: {}", s.message())
+                })?;
+            let nodes = GpusReply::try_from(reply.into_inner())
+                .map_err(|e| format!("the head's inventory of GPUs is malformed: {e}"))?
+                .nodes;
+            let device = find_simulated_device(&nodes, &uuid)?;
+            let duration_s = SpeedModel::default().duration_s(&job, device.profile);
+            let progress = Arc::new(Mutex::new(TrainerProgress {
+                job: args.job,
+                devices,
+                profile: device.profile.name.to_string(),
+                iteration: 0,
+                iterations: args.iterations,
+                duration_s,
+                done: false,
+                out_of_memory: None,
+            }));
+            let step =
+                Duration::from_secs_f64(duration_s / f64::from(args.iterations) * args.scale);
+            let power = PowerModel::default();
+            let busy_w = power.power_w(device.profile.compute) - power.power_w(0);
+            let shared = Arc::clone(&progress);
+            let run = tokio::spawn(async move {
+                let mut report_failed = false;
+                let report = |samples: Vec<(&'static str, f64)>| {
+                    let ctx = ctx.clone();
+                    async move { ctx.report(&samples).await.err() }
+                };
+                for i in 1..=args.iterations {
+                    let mem_gb = job.memory.at(i).max(0.0);
+                    let mem_mib = (mem_gb * 1024.0).round() as u64;
+                    lock(&shared).iteration = i;
+                    let mut samples = vec![(ITERATION_KEY, f64::from(i)), (MEMORY_KEY, mem_gb)];
+                    let oom = mem_mib > device.memory_mib;
+                    if oom {
+                        lock(&shared).out_of_memory = Some((mem_mib, device.memory_mib));
+                        samples.push((OUT_OF_MEMORY_KEY, mem_mib as f64));
+                        samples.push((LIMIT_KEY, device.memory_mib as f64));
+                    }
+                    if let Some(e) = report(samples).await
+                        && !report_failed
+                    {
+                        report_failed = true;
+                        tracing::warn!(
+                            job = args.job,
+                            error = %e,
+                            "a trainer's telemetry was not reported; running on"
+                        );
+                    }
+                    if oom {
+                        return;
+                    }
+                    tokio::time::sleep(step).await;
                 }
-                if let Some(e) = report(samples).await
-                    && !report_failed
-                {
-                    report_failed = true;
-                    tracing::warn!(job = args.job, error = %e, "a trainer's telemetry was not reported; running on");
+                lock(&shared).done = true;
+                let done = vec![
+                    (DONE_KEY, f64::from(args.iterations)),
+                    ("energy_j", busy_w * duration_s),
+                ];
+                if let Some(e) = report(done).await {
+                    tracing::warn!(job = args.job, error = %e, "a trainer's end was not reported");
                 }
-                if oom {
-                    return;
-                }
-                tokio::time::sleep(step).await;
-            }
-            lock(&shared).done = true;
-            let done = vec![
-                (DONE_KEY, f64::from(args.iterations)),
-                ("energy_j", busy_w * duration_s),
-            ];
-            if let Some(e) = report(done).await {
-                tracing::warn!(job = args.job, error = %e, "a trainer's end was not reported");
-            }
-        });
-        Ok(Trainer {
-            progress,
-            _run: AbortOnDrop(run.abort_handle()),
-        })
-    })
+            });
+            Ok(Trainer {
+                progress,
+                _run: AbortOnDrop(run.abort_handle()),
+            })
+        },
+    )
     .method("progress", |t: &mut Trainer, (): ()| {
         Ok(lock(&t.progress).clone())
     })
