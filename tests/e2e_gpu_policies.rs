@@ -12,7 +12,9 @@
 //! lost (served, shed past its SLO, or queued), most on time, each retraining run once to its
 //! end, every replica an actor that holds the device of its slice and counted what it served
 //! as the driver did, and every replica ended by the driver (drained, told and killed before
-//! its slice went, or at the end).
+//! its slice went, or at the end). In Ekya's window each retraining runs as an actor of the
+//! built-in trainer class: created on its slice's MIG device at the launch, every iteration
+//! read by the driver, asked how far it got and killed at its end.
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -21,22 +23,25 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, init_tracing, within, within_for};
-use escher::types::{SERVING_REPLICA_CLASS, TaskId, TaskSpec, TaskState};
+use escher::types::{SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId, TaskSpec, TaskState};
 use escher::worker::ReplicaInfo;
 use escher::{LocalCluster, Task};
 use escher_gpu::migm::RestartReason;
 use escher_gpu::migrator::ilp::{Solved, solve};
 use escher_gpu::migrator::workload::two_tenants;
 use escher_gpu::{
-    ClusterGpu, GpuPolicy, InferenceModel, Migm, MigmJob, Migrator, Scheme, TenantTasks, drive,
-    drive_with, thief_on_mig,
+    ClusterGpu, GpuPolicy, InferenceModel, Migm, MigmJob, Migrator, Scheme, TenantTasks,
+    TrainerEnd, drive, drive_with, thief_on_mig,
 };
-use escher_proto::mig::{GpuModel, Layout};
+use escher_proto::mig::{GpuModel, Layout, TrainerArgs, TrainerProgress};
 
 /// `escher sim-work` with these flags, time compressed 100x, as a spec.
 fn job(flags: &[&str]) -> TaskSpec {
     common::sim_work(flags).build().expect("a valid spec")
 }
+
+/// Iterations of a retraining run as a trainer actor.
+const ITERATIONS: u32 = 10;
 
 async fn run_migm(scheme: Scheme) {
     init_tracing();
@@ -204,13 +209,27 @@ async fn run_window(policy: &str) {
             .unwrap();
         services.push(id);
     }
-    // Each retraining runs as long on its slice as the planner expects.
+    // Each retraining runs as long on its slice as the planner expects: Ekya's as trainer
+    // actors (each launch an actor on the slice), MIGRator's as `escher sim-work` tasks.
+    let trainers = policy == "Ekya";
     let jobs: Vec<TaskSpec> = (0..2)
         .map(|m| {
             let r = solved.schedule.retraining[m];
             let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
-            let work = format!("{work:.3}");
-            job(&["--work", &work, "--gpcs", "7", "--mem-gb", "2"])
+            if trainers {
+                let args = TrainerArgs {
+                    job: 0,
+                    work_s: work,
+                    gpcs: 7,
+                    mem_gb: 2.0,
+                    iterations: ITERATIONS,
+                    scale,
+                };
+                Task::actor_typed(TRAINER_CLASS, &args).build().unwrap()
+            } else {
+                let work = format!("{work:.3}");
+                job(&["--work", &work, "--gpcs", "7", "--mem-gb", "2"])
+            }
         })
         .collect();
     let retraining = within("submit", gpu.submit(jobs)).await.unwrap();
@@ -231,6 +250,9 @@ async fn run_window(policy: &str) {
         .await
         .unwrap();
     }
+    let (first_replicas, _) = within("the first replicas", gpu.report_replicas()).await;
+    let first_replicas: Vec<TaskId> = first_replicas.iter().map(|r| r.task).collect();
+    assert_eq!(first_replicas.len(), 2, "{first_replicas:?}");
     let t0 = gpu.now();
     let mut executor = Migrator::execute(policy, &p, solved, tasks, &start, t0, true).unwrap();
 
@@ -275,16 +297,66 @@ async fn run_window(policy: &str) {
         );
         assert!(s.on_time > 0.2 * s.arrived, "{policy}, tenant {m}: {s:?}");
     }
-    // Each retraining ran once, to the end, under its own id.
-    for id in &retraining {
-        let info = within("info", client.task_info(*id)).await.unwrap();
-        assert_eq!(
-            info.status.state,
-            TaskState::Succeeded,
-            "{policy}: {info:?}"
-        );
-        assert_eq!(info.status.attempt, 1, "{policy}: {:?}", info.attempts);
+    let runs = gpu.trainers().to_vec();
+    if trainers {
+        // Each retraining ran once, to the end, as a trainer actor on the MIG device its
+        // slice names, which said so when asked; the driver read every iteration it ran (and
+        // handed it to the policy), and killed it.
+        assert_eq!(runs.len(), 2, "{policy}: {runs:?}");
+        for (run, id) in runs.iter().zip(&retraining) {
+            assert_eq!(run.job, *id, "{policy}: {run:?}");
+            assert_eq!(run.end, TrainerEnd::Finished, "{policy}: {run:?}");
+            assert!(run.device.starts_with("MIG-"), "{policy}: {run:?}");
+            let progress = run.progress.clone().unwrap();
+            assert_eq!(
+                progress.devices,
+                std::slice::from_ref(&run.device),
+                "{policy}: {run:?}"
+            );
+            assert_eq!(progress.profile, run.on.profile.name, "{policy}: {run:?}");
+            assert_eq!(progress.job, id.0, "{policy}: {run:?}");
+            assert!(progress.done, "{policy}: {run:?}");
+            assert_eq!(
+                (progress.iteration, run.iterations_read),
+                (ITERATIONS, ITERATIONS),
+                "{policy}: {run:?}"
+            );
+            let info = within("a trainer's info", client.task_info(run.actor))
+                .await
+                .unwrap();
+            assert_eq!(
+                info.status.state,
+                TaskState::Cancelled,
+                "{policy}: {info:?}"
+            );
+            assert_eq!(info.attempts.len(), 1, "{policy}: {:?}", info.attempts);
+            let died = within(
+                "a killed trainer's progress",
+                client
+                    .actor_by_id(run.actor)
+                    .call::<(), TrainerProgress>("progress", &()),
+            )
+            .await
+            .unwrap_err();
+            assert!(
+                matches!(&died, escher::ClientError::ActorDied { .. }),
+                "{policy}: {died:?}"
+            );
+        }
+    } else {
+        // Each retraining ran once, to the end, under its own id.
+        assert!(runs.is_empty(), "{policy}: {runs:?}");
+        for id in &retraining {
+            let info = within("info", client.task_info(*id)).await.unwrap();
+            assert_eq!(
+                info.status.state,
+                TaskState::Succeeded,
+                "{policy}: {info:?}"
+            );
+            assert_eq!(info.status.attempt, 1, "{policy}: {:?}", info.attempts);
+        }
     }
+    let trainer_actors: Vec<TaskId> = runs.iter().map(|r| r.actor).collect();
     // The replicas serving at the end are actors holding their slice's device, whose own
     // count of what they served is the driver's (drained ones were checked as they went:
     // a disagreement is in `report.failed`).
@@ -323,12 +395,17 @@ async fn run_window(policy: &str) {
         .await
         .unwrap();
     // Replicas came and went: more replica tasks than the two the window started with, each
-    // ended by the driver (drained or stopped at the end), none failed.
+    // ended by the driver (drained or stopped at the end), none failed; a resize killed the
+    // old actor (the two the window began with are dead) and created a new one.
     let replicas = eventually("every replica ended", || async {
         let all = client.list_tasks(None, None).await.unwrap();
         let replicas: Vec<_> = all
             .into_iter()
-            .filter(|t| !services.contains(&t.id) && !retraining.contains(&t.id))
+            .filter(|t| {
+                !services.contains(&t.id)
+                    && !retraining.contains(&t.id)
+                    && !trainer_actors.contains(&t.id)
+            })
             .collect();
         replicas
             .iter()
@@ -341,6 +418,20 @@ async fn run_window(policy: &str) {
         replicas.iter().all(|t| t.state == TaskState::Cancelled),
         "{policy}: {replicas:?}"
     );
+    for first in &first_replicas {
+        let died = within(
+            "a resized replica's info",
+            client
+                .actor_by_id(*first)
+                .call::<(), ReplicaInfo>("info", &()),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(&died, escher::ClientError::ActorDied { .. }),
+            "{policy}: {died:?}"
+        );
+    }
     cluster.shutdown().await;
 }
 
@@ -411,6 +502,118 @@ async fn a_serving_replica_is_an_actor_that_holds_its_slice_and_counts_what_it_s
     let died = within(
         "its first call",
         orphan.call::<(), ReplicaInfo>("info", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&died, escher::ClientError::ActorDied { .. })
+            && died.to_string().contains("holds a GPU slice"),
+        "{died:?}"
+    );
+    cluster.shutdown().await;
+}
+
+/// The built-in trainer on its own: an actor on a MIG slice runs its iterations at the
+/// slice's speed in compressed time, reports each as telemetry and its end, and says how far
+/// it got on which device; one whose memory passes its slice's stops and says so; one placed
+/// with no GPU device refuses to start, saying what to ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_how_far_it_got() {
+    init_tracing();
+    let cluster = LocalCluster::builder()
+        .grace(Duration::from_secs(2))
+        .no_workers()
+        .worker_with_gpus(
+            "cpu=8".parse().unwrap(),
+            ["a100-40gb:mig=3g.20gb@0,1g.5gb@4"],
+        )
+        .start();
+    let cluster = within("starting the cluster", cluster).await.unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let args = TrainerArgs {
+        job: 9,
+        work_s: 7.0,
+        gpcs: 7,
+        mem_gb: 2.0,
+        iterations: 4,
+        scale: 0.05,
+    };
+
+    // 7 s on the whole GPU take 7 * 7/3 s on a 3g slice: about 0.8 s of wall time.
+    let spec = Task::actor_typed(TRAINER_CLASS, &args).resources_str("mig.3g.20gb=1");
+    let trainer = within("a trainer", client.actor(spec)).await.unwrap();
+    let done = eventually("the trainer's end", || async {
+        let p: TrainerProgress = trainer.call("progress", &()).await.unwrap();
+        p.done.then_some(p)
+    })
+    .await;
+    let held: Vec<String> = within("the GPUs", client.gpus()).await.unwrap()[0].gpus[0]
+        .holders
+        .iter()
+        .filter(|h| h.task == trainer.id())
+        .map(|h| h.uuid.clone())
+        .collect();
+    assert_eq!(held.len(), 1, "{held:?}");
+    assert!(held[0].starts_with("MIG-"), "{held:?}");
+    assert_eq!(
+        (
+            done.job,
+            &done.devices,
+            done.profile.as_str(),
+            done.iteration
+        ),
+        (9, &held, "3g.20gb", 4)
+    );
+    assert!((done.duration_s - 7.0 * 7.0 / 3.0).abs() < 1e-9, "{done:?}");
+    assert_eq!(done.out_of_memory, None);
+    let samples = eventually("the trainer's telemetry of its end", || async {
+        let t = client.telemetry([trainer.id()], None).await.unwrap();
+        let samples = t.into_iter().next()?.samples;
+        samples
+            .iter()
+            .any(|s| s.key == escher_proto::mig::DONE_KEY)
+            .then_some(samples)
+    })
+    .await;
+    let iterations: Vec<f64> = samples
+        .iter()
+        .filter(|s| s.key == escher_proto::mig::ITERATION_KEY)
+        .map(|s| s.value)
+        .collect();
+    assert_eq!(iterations, [1.0, 2.0, 3.0, 4.0]);
+    // Done, it still holds its slice; killed, it lets it go.
+    within("killing it", trainer.kill(true)).await.unwrap();
+    let id = trainer.id();
+    eventually("the slice let go", || async {
+        let gpus = client.gpus().await.unwrap();
+        (!gpus[0].gpus[0].holders.iter().any(|h| h.task == id)).then_some(())
+    })
+    .await;
+
+    // 6 GB on a 1g.5gb slice: out of memory at its first iteration.
+    let big = TrainerArgs {
+        mem_gb: 6.0,
+        ..args
+    };
+    let spec = Task::actor_typed(TRAINER_CLASS, &big).resources_str("mig.1g.5gb=1");
+    let trainer = within("a trainer too big", client.actor(spec))
+        .await
+        .unwrap();
+    let oom = eventually("the trainer out of memory", || async {
+        let p: TrainerProgress = trainer.call("progress", &()).await.unwrap();
+        p.out_of_memory.map(|m| (m, p))
+    })
+    .await;
+    assert_eq!(oom.0, (6144, 4864), "{oom:?}");
+    assert!(!oom.1.done, "{oom:?}");
+
+    let no_gpu = Task::actor_typed(TRAINER_CLASS, &args).resources_str("cpu=1");
+    let orphan = within("a trainer with no GPU", client.actor(no_gpu))
+        .await
+        .unwrap();
+    let died = within(
+        "its first call",
+        orphan.call::<(), TrainerProgress>("progress", &()),
     )
     .await
     .unwrap_err();

@@ -27,7 +27,9 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use escher_proto::mig::{GpuModel, JobModel, MemoryModel, PowerModel, Profile, SpeedModel};
+use escher_proto::mig::{
+    JobModel, MemoryModel, PowerModel, Profile, SimDevice, SpeedModel, find_simulated_device,
+};
 use escher_proto::types::{NodeGpus, OUTCOME_FILE_ENV, out_of_memory_line};
 
 use super::ctx::Ctx;
@@ -76,13 +78,7 @@ pub struct SimWorkArgs {
 }
 
 /// The device a task was given, as the head describes it.
-#[derive(Debug, Clone, PartialEq)]
-struct Device {
-    uuid: String,
-    model: GpuModel,
-    profile: &'static Profile,
-    memory_mib: u64,
-}
+type Device = SimDevice;
 
 impl SimWorkArgs {
     fn job(&self) -> anyhow::Result<JobModel> {
@@ -219,55 +215,13 @@ fn out_of_memory(device: &Device, used_mib: u64, iteration: u32) -> anyhow::Resu
 
 /// The simulated device `uuid` among the nodes' GPUs: a MIG slice, or a whole GPU.
 fn find_device(nodes: &[NodeGpus], uuid: &str) -> anyhow::Result<Device> {
-    for gpu in nodes.iter().flat_map(|n| &n.gpus).map(|g| &g.info) {
-        let slice = gpu.slices.iter().find(|s| s.uuid == uuid);
-        if gpu.uuid != uuid && slice.is_none() {
-            continue;
-        }
-        if !gpu.simulated {
-            bail!(
-                "device {uuid} is part of a real GPU ({}): escher sim-work runs only on \
-                 simulated ones (--sim-gpu); run the real program there",
-                gpu.product
-            );
-        }
-        let Some(model) = gpu.model else {
-            bail!("device {uuid}'s GPU ({}) has no MIG table", gpu.product);
-        };
-        let (profile, memory_mib) = match slice {
-            Some(s) => (
-                model
-                    .profile(&s.profile)
-                    .with_context(|| format!("slice {uuid} has unknown profile {}", s.profile))?,
-                s.memory_mib,
-            ),
-            None => (full_profile(model), gpu.memory_mib),
-        };
-        return Ok(Device {
-            uuid: uuid.to_string(),
-            model,
-            profile,
-            memory_mib,
-        });
-    }
-    bail!(
-        "no GPU or MIG slice {uuid} is known to the head (escher gpus lists them); was this \
-         task given a device that has since been reconfigured?"
-    )
-}
-
-/// The profile a whole GPU runs as: the one with every GPC and memory slice.
-fn full_profile(model: GpuModel) -> &'static Profile {
-    model
-        .profiles()
-        .iter()
-        .max_by_key(|p| (p.compute, p.memory_slices, p.base))
-        .expect("every model has profiles")
+    find_simulated_device(nodes, uuid).map_err(anyhow::Error::msg)
 }
 
 #[cfg(test)]
 mod tests {
     use escher_proto::NodeId;
+    use escher_proto::mig::GpuModel;
     use escher_proto::types::{GpuInfo, GpuStatus, MigDevice};
 
     use super::*;

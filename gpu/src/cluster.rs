@@ -8,8 +8,8 @@
 //! | policy command      | through the API                                                     |
 //! |---------------------|---------------------------------------------------------------------|
 //! | `Create` / `Destroy`| the GPU's next layout, one `apply_mig_layout` per policy step (queued while a reconfiguration runs); no drain: the policy destroys idle instances only |
-//! | `Launch`            | `requeue` of the job's task to `mig.<profile>=1,mig.<uuid>=1`: the first launch of a task waiting in the queue, or a new attempt of one that was stopped or failed (its id kept) |
-//! | `Stop`              | `requeue` of the task back to the driver's queue resource: its attempt is stopped, and it waits |
+//! | `Launch`            | `requeue` of the job's task to `mig.<profile>=1,mig.<uuid>=1`: the first launch of a task waiting in the queue, or a new attempt of one that was stopped or failed (its id kept); for a trainer job, a new actor of the built-in class [`TRAINER_CLASS`] on the slice |
+//! | `Stop`              | `requeue` of the task back to the driver's queue resource: its attempt is stopped, and it waits; a trainer job's actor is killed |
 //! | `Bind`              | a replica of the service on the slice (`mig.<profile>=1,mig.<uuid>=1`, the service's replica spec: an actor of the built-in class [`SERVING_REPLICA_CLASS`], or any task); it serves once the worker runs it |
 //! | `Drain`             | the replica takes no new requests; once its queue is served, its actor is told what it served and killed (a task is cancelled); the slice is idle when it has ended |
 //!
@@ -18,6 +18,21 @@
 //! `TaskResult::OutOfMemory`), `Telemetry` for every batch of samples a launched task reported
 //! (`iteration`, `mem_requested_gb`), `Drained` when a drained replica's task has ended, and a
 //! `Tick` each round.
+//!
+//! # Trainers
+//!
+//! A job submitted as an actor of the built-in class [`TRAINER_CLASS`] (the retraining jobs
+//! of Ekya's schedule in the end-to-end workload) runs as an actor, not a task: its record
+//! waits on the queue resource and never runs, and each launch creates a trainer actor on
+//! the slice (the slice's resources its own, held from its start until it is killed; its
+//! argument a [`TrainerArgs`] naming the job). The trainer runs its iterations as `escher
+//! sim-work` runs a job, with the same telemetry, which the policy hears as its `Telemetry`;
+//! it reports its end as telemetry too, and then the driver asks it how far it got
+//! (`progress`: every iteration, on the device its slice names, else a failure in
+//! [`DriveReport::failed`]), kills it, and tells the policy the job `Finished` (or
+//! `OutOfMemory`, when it reported its memory passing the slice's). A `Stop` kills the
+//! trainer; the next `Launch` creates a new one, wherever the policy puts it. Every run is
+//! kept ([`ClusterGpu::trainers`]).
 //!
 //! # Events, and what is still read each round
 //!
@@ -30,9 +45,9 @@
 //!
 //! Two reads stay periodic, once per round, because the cluster has no event for them: the
 //! GPU's inventory ([`ClusterApi::gpus`]: slices appearing, the reconfiguration under way and
-//! its phases) and the launched tasks' telemetry ([`ClusterApi::telemetry`], samples a task
-//! reports while it runs). The round is also the policy's clock (its `Tick`) and the serving
-//! model's time step, so it stays.
+//! its phases) and the launched tasks' and trainers' telemetry ([`ClusterApi::telemetry`],
+//! samples a task reports while it runs). The round is also the policy's clock (its `Tick`)
+//! and the serving model's time step, so it stays.
 //!
 //! # Inference services
 //!
@@ -72,10 +87,14 @@ use std::time::{Duration, Instant};
 
 use escher_proto::Amount;
 use escher_proto::codec;
-use escher_proto::mig::{GpuModel, Layout, Placement};
+use escher_proto::mig::{
+    DONE_KEY, GpuModel, ITERATION_KEY, LIMIT_KEY, Layout, OUT_OF_MEMORY_KEY, Placement,
+    TrainerArgs, TrainerProgress,
+};
 use escher_proto::types::{
-    GpuStatus, NodeId, ResourceName, ResourceSet, SERVING_REPLICA_CLASS, TaskId, TaskKind,
-    TaskResult, TaskSpec, TaskState, WatchEvent, WatchKind, WatchRequest, mig_class, mig_identity,
+    GpuStatus, NodeId, ResourceName, ResourceSet, SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId,
+    TaskKind, TaskResult, TaskSpec, TaskState, WatchEvent, WatchKind, WatchRequest, mig_class,
+    mig_identity,
 };
 
 use super::serving::{ServiceStats, Serving};
@@ -124,6 +143,56 @@ pub struct ClusterGpu<C: ClusterApi> {
     events: Events,
     /// Launched or replica tasks an event named since their status was last read.
     stale: BTreeSet<TaskId>,
+    /// Jobs that run as trainer actors: their spec and their trainer's arguments.
+    trainer_jobs: BTreeMap<TaskId, (TaskSpec, TrainerArgs)>,
+    /// Trainer actors running a launched job, by the actor's id.
+    trainers: BTreeMap<TaskId, TrainerRun>,
+    /// Every trainer run, in the order they were created.
+    trainer_log: Vec<TrainerView>,
+}
+
+/// A trainer actor running a launched job.
+#[derive(Debug, Clone, Copy)]
+struct TrainerRun {
+    job: TaskId,
+    /// Its entry in the log of runs.
+    entry: usize,
+    /// The newest of its telemetry read, ms since the epoch.
+    read_until: u64,
+}
+
+/// How a trainer's run ended ([`TrainerView`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum TrainerEnd {
+    /// It runs.
+    Running,
+    /// It reported every iteration done, said so when asked, and was killed.
+    Finished,
+    /// It reported its memory passing its slice's, and was killed.
+    OutOfMemory,
+    /// The policy stopped its job, and it was killed.
+    Stopped,
+    /// It ended by itself, did not say it finished when asked, or was not asked: why.
+    Failed(String),
+}
+
+/// One run of a job as a trainer actor on a slice ([`ClusterGpu::trainers`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrainerView {
+    /// The job (the task the policy launched).
+    pub job: TaskId,
+    /// The trainer actor's id.
+    pub actor: TaskId,
+    /// Its slice.
+    pub on: Placement,
+    /// The slice's device (`MIG-…`) as the GPU's inventory named it at the launch.
+    pub device: String,
+    /// Iteration samples the driver read from it (each handed to the policy as telemetry).
+    pub iterations_read: u32,
+    /// What it answered when asked how far it got, at its end (a finished run).
+    pub progress: Option<TrainerProgress>,
+    /// How it ended.
+    pub end: TrainerEnd,
 }
 
 /// One replica of an inference service: a task holding one slice.
@@ -215,6 +284,9 @@ impl<C: ClusterApi> ClusterGpu<C> {
             served_until: 0,
             events,
             stale: BTreeSet::new(),
+            trainer_jobs: BTreeMap::new(),
+            trainers: BTreeMap::new(),
+            trainer_log: Vec::new(),
         };
         gpu.layout_now()?;
         Ok(gpu)
@@ -307,25 +379,52 @@ impl<C: ClusterApi> ClusterGpu<C> {
         self.serving.queued(task)
     }
 
-    /// Cancels every service's record and replica tasks (at the end of a run).
+    /// Cancels every service's record and replica tasks, and every trainer job's record and
+    /// running trainer (at the end of a run).
     pub async fn stop_services(&mut self) -> Result<(), EslError> {
         let tasks: Vec<TaskId> = self
             .services
             .keys()
             .copied()
             .chain(self.replicas.values().map(|r| r.task))
+            .chain(self.trainer_jobs.keys().copied())
+            .chain(self.trainers.keys().copied())
             .collect();
         if !tasks.is_empty() {
             self.api.cancel(tasks).await?;
         }
         self.replicas.clear();
+        for run in std::mem::take(&mut self.trainers).into_values() {
+            self.launched.remove(&run.job);
+            self.trainer_log[run.entry].end = TrainerEnd::Stopped;
+        }
         Ok(())
     }
 
     /// Submits jobs for the policy: each waits on [`QUEUE_RESOURCE`] until launched, with no
-    /// retries; their ids, in order (hand them to the policy).
-    pub async fn submit(&self, jobs: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
+    /// retries; their ids, in order (hand them to the policy). A job whose spec is an actor of
+    /// the built-in class [`TRAINER_CLASS`] (its argument a [`TrainerArgs`]) runs as a trainer
+    /// actor: each launch creates one on the slice, a stop or its end kills it (see the
+    /// module doc); its record waits until [`ClusterGpu::stop_services`].
+    pub async fn submit(&mut self, jobs: Vec<TaskSpec>) -> Result<Vec<TaskId>, EslError> {
         let queued = queue_request()?;
+        let mut trainers = Vec::with_capacity(jobs.len());
+        for spec in &jobs {
+            trainers.push(match &spec.kind {
+                TaskKind::Actor(actor) if actor.class == TRAINER_CLASS => {
+                    let args = codec::decode::<TrainerArgs>(&actor.args).map_err(|e| {
+                        EslError::Refused(format!(
+                            "a job of class {TRAINER_CLASS} takes a TrainerArgs argument: {e}"
+                        ))
+                    })?;
+                    args.job_model().map_err(|why| {
+                        EslError::Refused(format!("a trainer job's arguments: {why}"))
+                    })?;
+                    Some((spec.clone(), args))
+                }
+                _ => None,
+            });
+        }
         let jobs = jobs
             .into_iter()
             .map(|mut spec| {
@@ -334,7 +433,18 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 spec
             })
             .collect();
-        self.api.submit(jobs).await
+        let ids = self.api.submit(jobs).await?;
+        for (id, trainer) in ids.iter().zip(trainers) {
+            if let Some(trainer) = trainer {
+                self.trainer_jobs.insert(*id, trainer);
+            }
+        }
+        Ok(ids)
+    }
+
+    /// Every run of a job as a trainer actor so far, in the order they were created.
+    pub fn trainers(&self) -> &[TrainerView] {
+        &self.trainer_log
     }
 
     /// Milliseconds since the driver began, of the policy's clock (simulated when scaled).
@@ -427,7 +537,13 @@ impl<C: ClusterApi> ClusterGpu<C> {
             self.send_target().await?;
         }
         let mut failed = Vec::new();
-        let ids: Vec<TaskId> = self.launched.keys().copied().collect();
+        // Launched jobs that run as tasks (a trainer job's record never runs: its actor does).
+        let ids: Vec<TaskId> = self
+            .launched
+            .keys()
+            .filter(|t| !self.trainer_jobs.contains_key(t))
+            .copied()
+            .collect();
         self.take_events().await?;
         let changed: Vec<TaskId> = ids
             .iter()
@@ -471,6 +587,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 TaskState::Pending => {}
             }
         }
+        self.poll_trainers(&mut events, &mut failed).await?;
         self.poll_replicas(&mut events, &mut failed).await?;
         if !ids.is_empty() {
             let reported = self.api.telemetry(ids, self.telemetry_after).await?;
@@ -496,6 +613,218 @@ impl<C: ClusterApi> ClusterGpu<C> {
             }
         }
         Ok((events, failed))
+    }
+
+    /// Reads the trainer actors an event named (running: the attempt that runs; ended by
+    /// themselves: a failure, and the job finished for the policy), then their telemetry:
+    /// iterations are the policy's `Telemetry`, an end reported is the job's end (see
+    /// [`ClusterGpu::finish_trainer`]). A trainer's telemetry is read from where its own was
+    /// read to (its reports come one after another), not from the newest of all tasks'.
+    async fn poll_trainers(
+        &mut self,
+        events: &mut Vec<Event>,
+        failed: &mut Vec<(TaskId, String)>,
+    ) -> Result<(), EslError> {
+        let named: Vec<(TaskId, TrainerRun)> = self
+            .trainers
+            .iter()
+            .filter(|(actor, _)| self.stale.contains(actor))
+            .map(|(actor, run)| (*actor, *run))
+            .collect();
+        for (actor, run) in named {
+            self.stale.remove(&actor);
+            let status = self.api.status(actor).await?;
+            match status.state {
+                TaskState::Pending => {}
+                TaskState::Running => {
+                    if let Some((_, attempt)) = self.launched.get_mut(&run.job) {
+                        *attempt = Some(status.attempt);
+                    }
+                }
+                state => {
+                    // Ended by itself (its process, its node), or killed by someone else.
+                    let why = format!(
+                        "trainer {actor} of job {} ended: {}",
+                        run.job,
+                        status.reason.unwrap_or_else(|| format!("{state:?}"))
+                    );
+                    self.end_trainer(actor, TrainerEnd::Failed(why.clone()));
+                    failed.push((run.job, why));
+                    events.push(Event::Finished(run.job));
+                }
+            }
+        }
+        let Some(after) = self.trainers.values().map(|r| r.read_until).min() else {
+            return Ok(());
+        };
+        let actors: Vec<TaskId> = self.trainers.keys().copied().collect();
+        let reported = self.api.telemetry(actors, Some(after)).await?;
+        for t in reported {
+            let Some(run) = self.trainers.get(&t.task).copied() else {
+                continue;
+            };
+            let mut batches: BTreeMap<u64, BTreeMap<String, f64>> = BTreeMap::new();
+            for s in t.samples.into_iter().filter(|s| s.at_ms > run.read_until) {
+                batches.entry(s.at_ms).or_default().insert(s.key, s.value);
+            }
+            for (at, values) in batches {
+                if !self.trainers.contains_key(&t.task) {
+                    break;
+                }
+                if let Some(r) = self.trainers.get_mut(&t.task) {
+                    r.read_until = at;
+                }
+                if let Some(&used) = values.get(OUT_OF_MEMORY_KEY) {
+                    let limit = values.get(LIMIT_KEY).copied().unwrap_or(0.0);
+                    self.api.cancel(vec![t.task]).await?;
+                    self.end_trainer(t.task, TrainerEnd::OutOfMemory);
+                    events.push(Event::OutOfMemory {
+                        task: run.job,
+                        used_gb: used / 1024.0,
+                        limit_gb: limit / 1024.0,
+                    });
+                } else if values.contains_key(DONE_KEY) {
+                    self.finish_trainer(t.task, run, failed).await?;
+                    events.push(Event::Finished(run.job));
+                } else if values.contains_key(ITERATION_KEY) {
+                    self.trainer_log[run.entry].iterations_read += 1;
+                    events.push(Event::Telemetry {
+                        task: run.job,
+                        values,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Trainer `actor` said it finished: it is asked how far it got (its answer must say it
+    /// ran every iteration of its job on the device its slice names, else the run failed),
+    /// then killed, which frees its slice.
+    async fn finish_trainer(
+        &mut self,
+        actor: TaskId,
+        run: TrainerRun,
+        failed: &mut Vec<(TaskId, String)>,
+    ) -> Result<(), EslError> {
+        let answer = match codec::encode(&()) {
+            Ok(args) => self
+                .api
+                .call_actor(actor, "progress".to_string(), args)
+                .await
+                .and_then(|bytes| {
+                    codec::decode::<TrainerProgress>(&bytes)
+                        .map_err(|e| EslError::Refused(e.to_string()))
+                }),
+            Err(e) => Err(EslError::Refused(e.to_string())),
+        };
+        let entry = &mut self.trainer_log[run.entry];
+        let why = match answer {
+            Ok(p) => {
+                let why = if !p.done || p.iteration != p.iterations {
+                    Some(format!(
+                        "said it finished, then that it ran {} of {} iterations",
+                        p.iteration, p.iterations
+                    ))
+                } else if p.job != run.job.0 {
+                    Some(format!("runs job {}", p.job))
+                } else if p.devices.as_slice() != std::slice::from_ref(&entry.device) {
+                    Some(format!(
+                        "holds {:?}, not its slice's device {}",
+                        p.devices, entry.device
+                    ))
+                } else if p.profile != entry.on.profile.name {
+                    Some(format!("ran as a {} slice, not {}", p.profile, entry.on))
+                } else {
+                    None
+                };
+                entry.progress = Some(p);
+                why
+            }
+            Err(e) => Some(format!("did not say how far it got: {e}")),
+        };
+        let end = match why {
+            None => TrainerEnd::Finished,
+            Some(why) => {
+                let why = format!("trainer {actor} of job {} on {}: {why}", run.job, entry.on);
+                failed.push((run.job, why.clone()));
+                TrainerEnd::Failed(why)
+            }
+        };
+        self.api.cancel(vec![actor]).await?;
+        self.end_trainer(actor, end);
+        Ok(())
+    }
+
+    /// Forgets trainer `actor` (its job is no longer launched), its run ended as `end`.
+    fn end_trainer(&mut self, actor: TaskId, end: TrainerEnd) {
+        if let Some(run) = self.trainers.remove(&actor) {
+            self.launched.remove(&run.job);
+            self.trainer_log[run.entry].end = end;
+        }
+    }
+
+    /// Creates a trainer actor for `job` on slice `on` (its request `resources`).
+    async fn launch_trainer(
+        &mut self,
+        job: TaskId,
+        on: Placement,
+        resources: ResourceSet,
+    ) -> Result<(), SeamError> {
+        let fail = |reason: String| SeamError::Task { task: job, reason };
+        let (mut spec, args) = self
+            .trainer_jobs
+            .get(&job)
+            .cloned()
+            .ok_or_else(|| fail("is not a trainer job of this GPU".into()))?;
+        if self.launched.contains_key(&job) {
+            return Err(fail("runs already".into()));
+        }
+        let device = self
+            .inventory
+            .info
+            .slices
+            .iter()
+            .find(|s| s.start == on.start && s.profile == on.profile.name)
+            .map(|s| s.uuid.clone())
+            .ok_or(SeamError::NoInstance(on))?;
+        spec.resources = resources;
+        spec.max_retries = 0;
+        if let TaskKind::Actor(actor) = &mut spec.kind {
+            // The trainer knows which job it runs.
+            let args = TrainerArgs { job: job.0, ..args };
+            actor.args = codec::encode(&args)
+                .map_err(|e| fail(e.to_string()))?
+                .into();
+        }
+        let ids = self
+            .api
+            .submit(vec![spec])
+            .await
+            .map_err(|e| fail(e.to_string()))?;
+        let actor = ids
+            .into_iter()
+            .next()
+            .ok_or_else(|| fail("its trainer was not submitted".into()))?;
+        self.launched.insert(job, (on, None));
+        self.trainers.insert(
+            actor,
+            TrainerRun {
+                job,
+                entry: self.trainer_log.len(),
+                read_until: 0,
+            },
+        );
+        self.trainer_log.push(TrainerView {
+            job,
+            actor,
+            on,
+            device,
+            iterations_read: 0,
+            progress: None,
+            end: TrainerEnd::Running,
+        });
+        Ok(())
     }
 
     /// Serves the requests since the last round, asks drained replicas' tasks to stop, and
@@ -639,7 +968,9 @@ impl<C: ClusterApi> ClusterGpu<C> {
 
     /// Whether `task` is one this GPU follows: a launched job or a replica.
     fn tracks(&self, task: TaskId) -> bool {
-        self.launched.contains_key(&task) || self.replicas.values().any(|r| r.task == task)
+        self.launched.contains_key(&task)
+            || self.trainers.contains_key(&task)
+            || self.replicas.values().any(|r| r.task == task)
     }
 
     /// Takes in one item of the event feed: a start or end of a tracked task marks it for a
@@ -663,6 +994,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
                     .keys()
                     .copied()
                     .chain(self.replicas.values().map(|r| r.task))
+                    .chain(self.trainers.keys().copied())
                     .collect();
                 let any = !tracked.is_empty();
                 self.stale.extend(tracked);
@@ -785,6 +1117,10 @@ impl<C: ClusterApi> ClusterGpu<C> {
             }
             Command::Launch { task, on } => {
                 let resources = self.idle_slice(&view, task, on)?;
+                if self.trainer_jobs.contains_key(&task) {
+                    self.launch_trainer(task, on, resources).await?;
+                    return Ok(false);
+                }
                 self.api
                     .requeue(task, resources)
                     .await
@@ -796,6 +1132,22 @@ impl<C: ClusterApi> ClusterGpu<C> {
                 Ok(false)
             }
             Command::Stop(task) => {
+                if self.trainer_jobs.contains_key(&task) {
+                    // Its trainer is killed; the next launch creates a new one.
+                    let running = self.trainers.iter().find(|(_, r)| r.job == task);
+                    if let Some(actor) = running.map(|(a, _)| *a) {
+                        self.api
+                            .cancel(vec![actor])
+                            .await
+                            .map_err(|e| SeamError::Task {
+                                task,
+                                reason: e.to_string(),
+                            })?;
+                        self.end_trainer(actor, TrainerEnd::Stopped);
+                    }
+                    self.launched.remove(&task);
+                    return Ok(false);
+                }
                 let queued = queue_request().map_err(|e| SeamError::Task {
                     task,
                     reason: e.to_string(),

@@ -20,8 +20,9 @@
 //! - `seam.rs`: [`GpuSeam`], [`GpuView`], [`Command`], [`Event`];
 //! - `policy.rs`: [`GpuPolicy`] and [`run`];
 //! - [`cluster`]: [`ClusterGpu`] and [`drive`], the same policies on one GPU of a real cluster
-//!   through [`ClusterApi`](escher_esl::ClusterApi) (slices, requeue, telemetry, typed OOM, and
-//!   inference services whose replicas are tasks on slices);
+//!   through [`ClusterApi`](escher_esl::ClusterApi) (slices, requeue, telemetry, typed OOM,
+//!   inference services whose replicas are actors on slices, and retraining jobs run as
+//!   trainer actors);
 //! - [`serving`]: [`Serving`], how inference replicas serve requests (queues, SLO, drain),
 //!   counted the same way on [`SimGpu`] and on a cluster's GPU;
 //! - [`sim`]: [`SimGpu`] and its speed, power and memory models;
@@ -68,7 +69,9 @@ pub mod sim;
 mod support;
 
 pub use baselines::{Sequential, astraea, paris};
-pub use cluster::{ClusterGpu, DriveReport, ReplicaView, drive, drive_with};
+pub use cluster::{
+    ClusterGpu, DriveReport, ReplicaView, TrainerEnd, TrainerView, drive, drive_with,
+};
 pub use ekya::{online, online_on_mig, thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};
 pub use migrator::{Migrator, TenantTasks};

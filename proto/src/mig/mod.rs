@@ -37,8 +37,12 @@
 //! - `reconfiguration.rs`: [`diff`] and [`LatencyModel`] (MIGRator's reconfiguration cost).
 //! - `work.rs`: what a simulated GPU runs ([`JobModel`], [`MemoryModel`], [`InferenceModel`])
 //!   and how fast and at what power ([`SpeedModel`], [`PowerModel`]).
+//! - `trainer.rs`: a retraining job run as an actor of the built-in trainer class
+//!   ([`TrainerArgs`], [`TrainerProgress`], its telemetry keys).
+//! - `device.rs`: [`find_simulated_device`], what a device of a simulated GPU is.
 //! - `error.rs`: [`MigError`].
 
+mod device;
 mod error;
 mod layout;
 mod model;
@@ -48,8 +52,10 @@ mod profile;
 mod reachability;
 mod reconfiguration;
 mod tables;
+mod trainer;
 mod work;
 
+pub use device::{SimDevice, find_simulated_device};
 pub use error::MigError;
 pub use layout::Layout;
 pub use model::GpuModel;
@@ -59,4 +65,7 @@ pub use reachability::{
     best_start, maximal_layouts, maximal_layouts_with, reachability, reachable, reachable_with,
 };
 pub use reconfiguration::{LatencyModel, ReconfigurationCost, diff};
+pub use trainer::{
+    DONE_KEY, ITERATION_KEY, LIMIT_KEY, MEMORY_KEY, OUT_OF_MEMORY_KEY, TrainerArgs, TrainerProgress,
+};
 pub use work::{InferenceModel, JobModel, MemoryModel, PowerModel, SpeedModel, unit};

@@ -29,6 +29,11 @@ pub const DATA_ADDRESS_LABEL: &str = "escher.data-address";
 /// slice (the worker's `actors/serving.rs` says what it answers).
 pub const SERVING_REPLICA_CLASS: &str = "escher.serving-replica";
 
+/// The built-in actor class every worker hosts for a retraining job on a GPU slice (the
+/// worker's `actors/trainer.rs` says what it answers; its argument and answer are
+/// `mig::TrainerArgs` and `mig::TrainerProgress`).
+pub const TRAINER_CLASS: &str = "escher.trainer";
+
 /// The most calls one actor may run at once.
 pub const MAX_CONCURRENCY: u32 = 1024;
 

@@ -2,14 +2,16 @@
 //! classes it can host ([`ActorClass`], `class.rs`), the incarnations it hosts now and the loop
 //! each runs ([`ActorHost`], `host.rs`), and the `Actors` service that takes callers' method
 //! calls on the worker's data-plane listener ([`ActorService`], `service.rs`; the listener in
-//! `listener.rs`), and the built-in class of an inference service's replica
-//! ([`SERVING_REPLICA_CLASS`], `serving.rs`).
+//! `listener.rs`), and the built-in classes of an inference service's replica
+//! ([`SERVING_REPLICA_CLASS`], `serving.rs`) and of a retraining job's run on a simulated GPU
+//! slice ([`TRAINER_CLASS`], `trainer.rs`).
 
 mod class;
 mod host;
 mod listener;
 mod service;
 mod serving;
+mod trainer;
 
 pub use class::{ActorClass, DynamicActor, DynamicConstructor};
 pub use host::ActorHost;
@@ -18,3 +20,5 @@ pub(crate) use listener::DataPlane;
 pub use service::ActorService;
 pub(crate) use serving::class as serving_replica_class;
 pub use serving::{ReplicaInfo, SERVING_REPLICA_CLASS};
+pub use trainer::TRAINER_CLASS;
+pub(crate) use trainer::class as trainer_class;
