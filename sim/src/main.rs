@@ -106,9 +106,10 @@ fn main() -> anyhow::Result<()> {
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
-         planned restarts ({:.2} handing the lead over), {:.2} worker crashes, {:.2} worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft \
-         messages lost, {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, \
-         {:.2} nodes declared lost",
+         planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
+         worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
+         {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes \
+         declared lost",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),

@@ -183,7 +183,8 @@ pub struct Stats {
     pub freezes: u64,
     /// Workers cut from every replica for a while.
     pub worker_cuts: u64,
-    /// Planned restarts whose leader handed the lead to another replica before it stopped.
+    /// Planned restarts of a leader that had handed the lead to another replica by the time it
+    /// stopped.
     pub hand_overs: u64,
     /// Planned restarts (a replica asked to stop, stopped and started again).
     pub planned_restarts: u64,
@@ -1076,7 +1077,9 @@ impl World {
             .max_by_key(|(_, r)| r.term())
             .map(|(id, _)| id);
         let Some(id) = leader else {
-            self.note("a planned restart finds no leader".into());
+            // The operator waits for the group to have a leader again.
+            self.note("a planned restart finds no leader; the operator tries again soon".into());
+            self.at(500, Event::PlannedRestart);
             return;
         };
         let Some(replica) = self.replica(id) else {
@@ -1090,7 +1093,6 @@ impl World {
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
         let life = slot.life;
         if handed.is_some() {
-            self.stats.hand_overs += 1;
             slot.stopping = Some(self.now + SimReplica::hand_over_wait());
         } else {
             slot.stopping = Some(self.now);
@@ -1108,24 +1110,37 @@ impl World {
         if slot.life != life {
             return;
         }
-        let done = !replica.is_leader() || self.now >= until;
-        if !done {
+        let handed = !replica.is_leader();
+        if !handed && self.now < until {
             return self.at(10, Event::Stopping { id, life });
         }
         if let Some(busy) = slot.busy_until {
             let wait = busy.saturating_sub(self.now);
             return self.at(wait, Event::Stopping { id, life });
         }
-        self.stop(id);
+        self.stop(id, handed);
     }
 
     /// Replica `id`'s process stops as a head does when asked to: what its cycles wrote is
     /// synced (none is under way), its callers hear it is going (they try another replica),
     /// its workers' streams end; it is started again 0.2–3 s later.
-    fn stop(&mut self, id: u64) {
+    fn stop(&mut self, id: u64, handed: bool) {
         self.stats.planned_restarts += 1;
-        self.note(format!("replica {id} stops (planned)"));
-        let leader = self.replica(id).and_then(|r| r.leader()).filter(|l| *l != id);
+        if handed {
+            self.stats.hand_overs += 1;
+        }
+        self.note(format!(
+            "replica {id} stops (planned; {})",
+            if handed {
+                "the lead was handed over"
+            } else {
+                "still leading"
+            }
+        ));
+        let leader = self
+            .replica(id)
+            .and_then(|r| r.leader())
+            .filter(|l| *l != id);
         let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         let waiters = std::mem::take(&mut slot.waiters);
         let change = slot.change.take();

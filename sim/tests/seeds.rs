@@ -28,8 +28,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         std::io::stderr(),
         "{name}: {count} seeds ({} replicas) in {took:.1}s, {:.0} seeds/minute; {:.1} faults \
          per seed ({} crashes, {} of them inside an fsync, {} partitions, {} full disks, {} \
-         slow disks, {} membership changes, {} planned restarts ({} handing the lead over), {} \
-         worker crashes, freezes and cuts), {} \
+         slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
+         over), {} worker crashes, freezes and cuts), {} \
          acknowledged writes, {} task executions ({} fenced, {} nodes declared lost)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),

@@ -151,8 +151,8 @@ impl SimReplica {
     /// How long (milliseconds) a stopping head waits for its hand-over before it stops anyway:
     /// an election timeout, after which raft-rs gives the transfer up too.
     pub fn hand_over_wait() -> Millis {
-        let election = super::DEFAULT_TICK
-            * u32::try_from(super::DEFAULT_ELECTION_TICKS).unwrap_or(u32::MAX);
+        let election =
+            super::DEFAULT_TICK * u32::try_from(super::DEFAULT_ELECTION_TICKS).unwrap_or(u32::MAX);
         u64::try_from(election.as_millis()).unwrap_or(u64::MAX)
     }
 

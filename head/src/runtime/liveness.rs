@@ -245,7 +245,10 @@ mod tests {
         let (state, nodes) = state_with(2);
         let mut live = Liveness::default();
         live.lead(&state, ms(0));
-        assert_eq!(live.heard(&state, nodes[0], ms(1_500), false), Heard::Noted { renew: true });
+        assert_eq!(
+            live.heard(&state, nodes[0], ms(1_500), false),
+            Heard::Noted { renew: true }
+        );
         // Exactly the timeout is not past it.
         assert!(live.tick(&state, TIMEOUT, ms(2_000), false).is_empty());
         assert_eq!(live.tick(&state, TIMEOUT, ms(2_001), false), vec![nodes[1]]);
@@ -281,7 +284,10 @@ mod tests {
         );
         assert!(live.tick(&state, TIMEOUT, ms(60_000), true).is_empty());
         // The clock ran on while it could not lead: declared once it can.
-        assert_eq!(live.tick(&state, TIMEOUT, ms(60_000), false), vec![nodes[0]]);
+        assert_eq!(
+            live.tick(&state, TIMEOUT, ms(60_000), false),
+            vec![nodes[0]]
+        );
     }
 
     #[test]

@@ -490,10 +490,10 @@ impl World {
         }
         let timeout = Duration::from_millis(HEARTBEAT_TIMEOUT_MS);
         let cannot_lead = cannot_lead(replica);
-        let silent =
-            slot.owner
-                .liveness
-                .tick(replica.state(), timeout, clock(now), cannot_lead);
+        let silent = slot
+            .owner
+            .liveness
+            .tick(replica.state(), timeout, clock(now), cannot_lead);
         let mut lines = Vec::new();
         for node in &silent {
             self.checker.reset_nodes.insert(*node);

@@ -79,7 +79,10 @@ impl<S: LogStore> Owner<S> {
         }
         if self.leading {
             let timeout = self.config.heartbeat_timeout;
-            for node in self.workers.tick(self.replica.state(), timeout, cannot_lead) {
+            for node in self
+                .workers
+                .tick(self.replica.state(), timeout, cannot_lead)
+            {
                 tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
                 let reason = format!("no heartbeat for {timeout:?}");
                 self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);

@@ -9,8 +9,8 @@ use tokio::sync::oneshot;
 use tonic::Status;
 
 use super::{Owner, new_secret};
-use crate::runtime::liveness::Heard;
 use crate::replication::LogStore;
+use crate::runtime::liveness::Heard;
 use crate::runtime::proposals::Pending;
 use crate::runtime::statuses::to_status;
 use crate::state::{ApplyError, Command, Joining, Returning, SecretHash};
