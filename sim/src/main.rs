@@ -48,6 +48,10 @@ struct Args {
     /// The workers run without their fence (the checker's own test: tasks then run twice).
     #[arg(long)]
     no_fence: bool,
+    /// No planned restarts (the leader handing the lead over and stopping); seeds then replay
+    /// as they did before them.
+    #[arg(long)]
+    no_hand_overs: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -62,6 +66,7 @@ fn main() -> anyhow::Result<()> {
         membership: !args.no_membership,
         workers: args.workers,
         fence: !args.no_fence,
+        hand_overs: !args.no_hand_overs,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -101,9 +106,10 @@ fn main() -> anyhow::Result<()> {
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
-         worker crashes, {:.2} worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft \
-         messages lost, {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, \
-         {:.2} nodes declared lost",
+         planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
+         worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
+         {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes \
+         declared lost",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
@@ -111,6 +117,8 @@ fn main() -> anyhow::Result<()> {
         per(sum.disks_full),
         per(sum.slow_disks),
         per(sum.membership_changes),
+        per(sum.planned_restarts),
+        per(sum.hand_overs),
         per(sum.worker_crashes),
         per(sum.freezes),
         per(sum.worker_cuts),

@@ -9,7 +9,7 @@
 //!   acknowledged, then attaches. A stream carries its epoch: a message of an older stream is
 //!   never read (a TCP stream that broke delivers nothing more).
 //! - It heartbeats on its stream; the leader answers each with a lease that runs for
-//!   [`LEASE_MS`] from when the heartbeat was sent.
+//!   [`lease_ms`] from when the heartbeat was sent.
 //! - It runs an assignment only while its lease holds, and each attempt once (an attempt sent
 //!   again is not run again; its report is sent again instead). A task runs for a random
 //!   while; its report (`TaskFinished`) is a write, retried until answered.
@@ -24,11 +24,16 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use escher_proto::types::{NodeId, RunningTask, TaskFinished, TaskId};
 
-/// How long a lease lasts from the heartbeat it answers (half the heartbeat timeout, as the
-/// head grants).
-pub const LEASE_MS: u64 = 1_000;
 /// How long the leader waits without a heartbeat before it declares the node lost.
-pub const HEARTBEAT_TIMEOUT_MS: u64 = 2 * LEASE_MS;
+pub const HEARTBEAT_TIMEOUT_MS: u64 = 2_000;
+
+/// How long a lease lasts from the heartbeat it answers: what the head's rules grant for
+/// [`HEARTBEAT_TIMEOUT_MS`] (`Liveness::lease`, half of it), as the worker's fence takes it.
+pub fn lease_ms() -> u64 {
+    let timeout = std::time::Duration::from_millis(HEARTBEAT_TIMEOUT_MS);
+    let lease = escher_head::runtime::liveness::Liveness::lease(timeout);
+    u64::try_from(lease.as_millis()).unwrap_or(u64::MAX)
+}
 /// How often a worker heartbeats.
 pub const HEARTBEAT_MS: u64 = 100;
 /// How long a worker waits for any answer on its stream before it takes the stream for broken.
@@ -60,7 +65,7 @@ pub enum ToWorker {
         /// When the worker sent its attach.
         sent: u64,
     },
-    /// A heartbeat sent at `sent` was heard: the lease runs until `sent + LEASE_MS`.
+    /// A heartbeat sent at `sent` was heard: the lease runs until `sent + lease_ms()`.
     Lease {
         /// When the worker sent it.
         sent: u64,

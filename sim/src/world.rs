@@ -18,9 +18,15 @@
 //! replica has them) must be what the operator was told, each of them up, converged and of the
 //! same mind about who the members are.
 //!
+//! The operator also restarts the leader as a planned restart does (`SIGTERM`): the leader
+//! hands the lead over (`Replica::hand_over`), serves on until it no longer leads or an
+//! election timeout passed, stops after its fsync under way, and is started again 0.2–3 s
+//! later.
+//!
 //! Workers (`workers.rs`, [`crate::worker`]) register, attach to the leader, heartbeat for
 //! leases and run what the leading replica's applied entries assign; a replica's leading self
-//! plays the owner's part (heartbeat clocks, streams, declaring silent nodes lost). With
+//! plays the owner's part (streams, with the head's own `Liveness` deciding about heartbeat
+//! clocks, leases and declaring silent nodes lost). With
 //! workers the history ends with the quiet end, and the group is then given `DRAIN_MS` with
 //! the workers silent to converge.
 
@@ -93,6 +99,9 @@ pub struct Options {
     /// The workers' fence: a task stops when its worker's lease runs out, and an assignment
     /// read after it ran out is refused (off, the checker's own test: tasks then run twice).
     pub fence: bool,
+    /// Planned restarts: the operator asks the leader to stop (`SIGTERM`), which hands the
+    /// lead over first (`Replica::hand_over`), stops, and is started again a moment later.
+    pub hand_overs: bool,
 }
 
 impl Default for Options {
@@ -107,6 +116,7 @@ impl Default for Options {
             membership: true,
             workers: 2,
             fence: true,
+            hand_overs: true,
         }
     }
 }
@@ -173,6 +183,11 @@ pub struct Stats {
     pub freezes: u64,
     /// Workers cut from every replica for a while.
     pub worker_cuts: u64,
+    /// Planned restarts of a leader that had handed the lead to another replica by the time it
+    /// stopped.
+    pub hand_overs: u64,
+    /// Planned restarts (a replica asked to stop, stopped and started again).
+    pub planned_restarts: u64,
 }
 
 impl Stats {
@@ -184,6 +199,7 @@ impl Stats {
             + self.disks_full
             + self.slow_disks
             + self.membership_changes
+            + self.planned_restarts
             + self.worker_faults()
     }
 
@@ -217,6 +233,8 @@ impl Stats {
             worker_crashes,
             freezes,
             worker_cuts,
+            hand_overs,
+            planned_restarts,
         } = *other;
         self.events += events;
         self.delivered += delivered;
@@ -240,6 +258,8 @@ impl Stats {
         self.worker_crashes += worker_crashes;
         self.freezes += freezes;
         self.worker_cuts += worker_cuts;
+        self.hand_overs += hand_overs;
+        self.planned_restarts += planned_restarts;
     }
 }
 
@@ -341,6 +361,14 @@ enum Event {
     WorkerRestart(usize),
     Freeze(usize),
     Cut(usize),
+    /// The operator asks the replica it finds leading to stop for a planned restart.
+    PlannedRestart,
+    /// Replica `id`, asked to stop, looks whether its hand-over is done (it no longer leads,
+    /// or waited an election timeout): then it stops.
+    Stopping {
+        id: u64,
+        life: u64,
+    },
 }
 
 /// What the operator hears about its membership change.
@@ -411,6 +439,10 @@ struct Slot {
     change: Option<(u64, u64, u64)>,
     /// The owner's soft state about the workers, while this replica leads.
     owner: Owner,
+    /// The last `DiskFull` this life of the replica reported said the disk is full.
+    disk_full: bool,
+    /// Asked to stop: it hands the lead over and stops by then at the latest.
+    stopping: Option<u64>,
 }
 
 impl Slot {
@@ -426,6 +458,8 @@ impl Slot {
             joiner,
             change: None,
             owner: Owner::default(),
+            disk_full: false,
+            stopping: None,
         }
     }
 }
@@ -579,6 +613,13 @@ impl World {
             let short = world.rng.random_range(10..100);
             world.task_ms = (short, short + world.rng.random_range(0..400));
             world.start_workers();
+        }
+        if world.options.hand_overs {
+            // Drawn after the workers: with `hand_overs` off a seed draws what it drew before.
+            for _ in 0..world.rng.random_range(0..3) {
+                let when = world.rng.random_range(500..world.options.duration_ms);
+                world.at(when, Event::PlannedRestart);
+            }
         }
         world
     }
@@ -856,6 +897,12 @@ impl World {
                 self.note("heal".to_string());
                 self.network.heal();
             }
+            Event::PlannedRestart => {
+                if self.stormy {
+                    self.plan_restart();
+                }
+            }
+            Event::Stopping { id, life } => self.stopping(id, life),
             Event::Operate => self.operate(),
             Event::Change { to, attempt } => self.change(to, attempt),
             Event::Changed { attempt, answer } => self.changed(attempt, answer),
@@ -1009,8 +1056,115 @@ impl World {
         slot.busy_until = None;
         slot.held = (Vec::new(), Vec::new());
         slot.owner = Owner::default();
+        slot.disk_full = false;
+        slot.stopping = None;
         slot.life += 1;
         let back = self.rng.random_range(200..8_000);
+        self.at(back, Event::Restart(id));
+    }
+
+    /// The operator asks the replica it finds leading (the highest term's) to stop for a
+    /// planned restart, as `SIGTERM` does: it hands the lead to the most up-to-date other
+    /// voter, goes on serving until it no longer leads or an election timeout passed, and
+    /// stops; a replica with no one to hand over to stops at once.
+    fn plan_restart(&mut self) {
+        let leader = self
+            .slots
+            .iter()
+            .filter(|(_, s)| s.stopping.is_none())
+            .filter_map(|(id, s)| s.replica.as_ref().map(|r| (*id, r)))
+            .filter(|(_, r)| r.is_leader())
+            .max_by_key(|(_, r)| r.term())
+            .map(|(id, _)| id);
+        let Some(id) = leader else {
+            // The operator waits for the group to have a leader again.
+            self.note("a planned restart finds no leader; the operator tries again soon".into());
+            self.at(500, Event::PlannedRestart);
+            return;
+        };
+        let Some(replica) = self.replica(id) else {
+            return;
+        };
+        let handed = replica.hand_over();
+        self.note(format!(
+            "the operator stops replica {id} (leading) for a planned restart: it hands the lead              to {handed:?}"
+        ));
+        self.drive(id);
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let life = slot.life;
+        if handed.is_some() {
+            slot.stopping = Some(self.now + SimReplica::hand_over_wait());
+        } else {
+            slot.stopping = Some(self.now);
+        }
+        self.at(0, Event::Stopping { id, life });
+    }
+
+    /// Replica `id` (of its life `life`), asked to stop, stops once its hand-over is done,
+    /// after the fsync under way ends (the head awaits its cycle before it stops).
+    fn stopping(&mut self, id: u64, life: u64) {
+        let slot = &self.slots[&id];
+        let (Some(until), Some(replica)) = (slot.stopping, slot.replica.as_ref()) else {
+            return;
+        };
+        if slot.life != life {
+            return;
+        }
+        let handed = !replica.is_leader();
+        if !handed && self.now < until {
+            return self.at(10, Event::Stopping { id, life });
+        }
+        if let Some(busy) = slot.busy_until {
+            let wait = busy.saturating_sub(self.now);
+            return self.at(wait, Event::Stopping { id, life });
+        }
+        self.stop(id, handed);
+    }
+
+    /// Replica `id`'s process stops as a head does when asked to: what its cycles wrote is
+    /// synced (none is under way), its callers hear it is going (they try another replica),
+    /// its workers' streams end; it is started again 0.2–3 s later.
+    fn stop(&mut self, id: u64, handed: bool) {
+        self.stats.planned_restarts += 1;
+        if handed {
+            self.stats.hand_overs += 1;
+        }
+        self.note(format!(
+            "replica {id} stops (planned; {})",
+            if handed {
+                "the lead was handed over"
+            } else {
+                "still leading"
+            }
+        ));
+        let leader = self
+            .replica(id)
+            .and_then(|r| r.leader())
+            .filter(|l| *l != id);
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let waiters = std::mem::take(&mut slot.waiters);
+        let change = slot.change.take();
+        for w in waiters.into_values().flatten() {
+            self.answer(w.client, w.attempt, Answer::NotLeader(leader));
+        }
+        if let Some((_, _, attempt)) = change {
+            let why = "the replica is stopping".to_string();
+            self.change_answer(attempt, ChangeAnswer::Again(leader, why));
+        }
+        if !self.workers.is_empty() {
+            self.let_workers_go(id);
+        }
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let in_flight = slot.disk.in_flight();
+        slot.disk = slot.disk.crash(in_flight);
+        slot.replica = None;
+        slot.busy_until = None;
+        slot.held = (Vec::new(), Vec::new());
+        slot.owner = Owner::default();
+        slot.disk_full = false;
+        slot.stopping = None;
+        slot.life += 1;
+        let back = self.rng.random_range(200..3_000);
         self.at(back, Event::Restart(id));
     }
 
@@ -1346,8 +1500,9 @@ impl World {
                         {
                             // The head's owner answers a registration only in the leadership
                             // that proposed it, and takes the node's stream only then.
+                            let now = workers::clock(self.now);
                             let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-                            slot.owner.registered.insert(*node);
+                            slot.owner.liveness.registered(*node, now);
                         }
                         Answer::Done(reply)
                     } else {
@@ -1421,6 +1576,9 @@ impl World {
             SimOutput::DiskFull(why) => {
                 if why.is_some() {
                     self.stats.stalls += 1;
+                }
+                if !self.workers.is_empty() {
+                    self.owner_disk(id, why.is_some());
                 }
                 self.note(format!("replica {id}: disk full: {why:?}"));
             }

@@ -28,7 +28,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         std::io::stderr(),
         "{name}: {count} seeds ({} replicas) in {took:.1}s, {:.0} seeds/minute; {:.1} faults \
          per seed ({} crashes, {} of them inside an fsync, {} partitions, {} full disks, {} \
-         slow disks, {} membership changes, {} worker crashes, freezes and cuts), {} \
+         slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
+         over), {} worker crashes, freezes and cuts), {} \
          acknowledged writes, {} task executions ({} fenced, {} nodes declared lost)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),
@@ -39,6 +40,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.disks_full,
         sum.slow_disks,
         sum.membership_changes,
+        sum.planned_restarts,
+        sum.hand_overs,
         sum.worker_faults(),
         sum.acknowledged,
         sum.executions,
@@ -55,6 +58,15 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         failed.join("\n")
     );
     sum
+}
+
+/// The options a seed found before planned restarts ran as: a seed found then replays as it
+/// ran (planned restarts are drawn last).
+fn before_hand_overs() -> Options {
+    Options {
+        hand_overs: false,
+        ..Options::default()
+    }
 }
 
 #[test]
@@ -79,6 +91,10 @@ fn three_replicas_keep_every_acknowledged_write_under_faults() {
     assert!(
         seen.membership_changes > 0,
         "no replica was added or removed: {seen:?}"
+    );
+    assert!(
+        seen.hand_overs > 0 && seen.planned_restarts >= seen.hand_overs,
+        "no leader handed the lead over and stopped: {seen:?}"
     );
     // The workers ran tasks through their faults: crashes, freezes, cuts, fenced tasks and
     // nodes declared lost.
@@ -147,6 +163,7 @@ fn a_follower_that_compacted_past_a_retransmitted_append_catches_up() {
     let options = Options {
         duration_ms: 10_000,
         workers: 0,
+        hand_overs: false,
         ..Options::default()
     };
     let outcome = run(40, &options);
@@ -163,6 +180,7 @@ fn a_follower_that_compacted_past_a_retransmitted_append_catches_up() {
 fn a_replica_whose_disk_fills_while_it_catches_up_waits_and_catches_up() {
     let options = Options {
         workers: 0,
+        hand_overs: false,
         ..Options::default()
     };
     let outcome = run(35, &options);
@@ -182,6 +200,7 @@ fn a_leader_that_removes_itself_steps_down_and_the_group_goes_on() {
         duration_ms: 10_000,
         trace: true,
         workers: 0,
+        hand_overs: false,
         ..Options::default()
     };
     let outcome = run(4, &options);
@@ -208,6 +227,7 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
     let options = Options {
         workers: 0,
         trace: true,
+        hand_overs: false,
         ..Options::default()
     };
     let outcome = run(2524, &options);
@@ -222,7 +242,7 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
 /// at once for 7 ms and the node went over its CPUs. A registration's cancels now go first.
 #[test]
 fn a_returning_worker_stops_a_given_up_attempt_before_it_runs_the_next() {
-    let outcome = run(2564, &Options::default());
+    let outcome = run(2564, &before_hand_overs());
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
 }
@@ -237,7 +257,7 @@ fn without_the_fence_the_checker_sees_a_task_run_twice_at_once() {
     let unfenced = Options {
         fence: false,
         duration_ms: 10_000,
-        ..Options::default()
+        ..before_hand_overs()
     };
     let violations = run(247, &unfenced).violations;
     assert!(
@@ -246,7 +266,7 @@ fn without_the_fence_the_checker_sees_a_task_run_twice_at_once() {
     );
     let fenced = Options {
         duration_ms: 10_000,
-        ..Options::default()
+        ..before_hand_overs()
     };
     let violations = run(247, &fenced).violations;
     assert!(violations.is_empty(), "{violations:?}");
@@ -261,7 +281,7 @@ fn without_the_fence_the_checker_sees_a_task_run_twice_at_once() {
 /// "register again" (`head/src/runtime/workers.rs`), and the new registration sends them.
 #[test]
 fn a_stream_opened_after_the_leader_lost_and_regained_the_lead_registers_again() {
-    let outcome = run(1749, &Options::default());
+    let outcome = run(1749, &before_hand_overs());
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
 }

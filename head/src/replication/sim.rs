@@ -140,6 +140,22 @@ impl SimReplica {
         self.replica.propose_change(change)
     }
 
+    /// Starts handing the lead to the most up-to-date other voter, as a head asked to stop
+    /// (`SIGTERM`) does before it stops (`Replica::hand_over`): the replica chosen, or `None`
+    /// when this one does not lead or leads alone. The head then stops once it no longer leads,
+    /// or after [`SimReplica::hand_over_wait`] at most.
+    pub fn hand_over(&mut self) -> Option<u64> {
+        self.replica.hand_over()
+    }
+
+    /// How long (milliseconds) a stopping head waits for its hand-over before it stops anyway:
+    /// an election timeout, after which raft-rs gives the transfer up too.
+    pub fn hand_over_wait() -> Millis {
+        let election =
+            super::DEFAULT_TICK * u32::try_from(super::DEFAULT_ELECTION_TICKS).unwrap_or(u32::MAX);
+        u64::try_from(election.as_millis()).unwrap_or(u64::MAX)
+    }
+
     /// The group's voters as this replica's raft has them.
     pub fn members(&self) -> Vec<u64> {
         self.replica.raft().prs().conf().to_conf_state().voters

@@ -19,7 +19,9 @@
 //! - `owner/`: the owner task and its loop (split by concern: messages, outputs, effects,
 //!   leadership, workers, logs); `proposals.rs`, `reads.rs`, `waiters.rs`,
 //!   `workers.rs`: its soft state (waiting proposals, batched reads, `wait` calls, worker
-//!   links and the worker-report protocol); `object_sessions.rs`: when each client last
+//!   links and the worker-report protocol); `liveness.rs`: the leader's rules about its
+//!   workers' liveness (heartbeat clocks, leases, declaring a node lost), with the time passed
+//!   in, which the deterministic simulation runs too; `object_sessions.rs`: when each client last
 //!   renewed its object session, for releasing the objects of one that lapsed;
 //! - `logs.rs`: serving a task's output from its worker, or from the tail the head kept;
 //! - `watch.rs`: the watch API's history of recent events and its watchers (bounded, never
@@ -42,6 +44,7 @@ mod fences;
 mod handle;
 mod idle;
 mod link_svc;
+pub mod liveness;
 mod logs;
 mod metrics;
 mod object_sessions;

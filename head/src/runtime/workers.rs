@@ -24,7 +24,9 @@
 //! heartbeat timeout without a heartbeat, on this replica's own clock: at least half a timeout
 //! after any lease it was granted expired. A new leader starts every node's clock when it
 //! takes over, so it honours the leases its predecessor granted (which stopped granting when
-//! it lost its quorum); a failover shorter than the lease stops nothing.
+//! it lost its quorum); a failover shorter than the lease stops nothing. These decisions are
+//! [`Liveness`]'s (`liveness.rs`), with the time passed in: the simulation (`escher-sim`) runs
+//! the same code on its simulated clock.
 //!
 //! Back-pressure: each stream's queue holds at most [`OUTBOX`] messages and [`OUTBOX_BYTES`]
 //! bytes (an assignment counts its spec). A worker that does not read its stream (stopped, or
@@ -53,9 +55,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use escher_proto::types::{HeadMessage, NodeId, RunningTask};
-use rustc_hash::{FxHashMap, FxHashSet};
+use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
+use super::liveness::{Heard, Liveness};
 use crate::state::ClusterState;
 
 /// Committed reports of one node that are acknowledged at once rather than with the tick.
@@ -137,31 +140,47 @@ struct Link {
 }
 
 /// The leader's view of its workers. See the [module documentation](self).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct Workers {
     links: FxHashMap<NodeId, Link>,
     /// Messages for live nodes that are not attached (yet, or again).
     outbox: FxHashMap<NodeId, Vec<HeadMessage>>,
-    last_seen: FxHashMap<NodeId, Instant>,
     /// Reports committed in this cycle, by node, to acknowledge.
     acks: FxHashMap<NodeId, Vec<RunningTask>>,
-    /// Nodes whose stream filled up, and when: declared lost a heartbeat timeout later
-    /// unless they attach again.
-    overflowed: FxHashMap<NodeId, Instant>,
-    /// Nodes whose registration this leadership answered: the only ones whose stream it
-    /// takes (see the [module documentation](self)).
-    registered: FxHashSet<NodeId>,
+    /// When each node was last heard, which streams overflowed, whose registration this
+    /// leadership answered (the only nodes whose stream it takes, see the [module
+    /// documentation](self)): the decisions about them are [`Liveness`]'s.
+    liveness: Liveness,
+    /// What the times given to `liveness` are measured from.
+    origin: Instant,
+}
+
+impl Default for Workers {
+    fn default() -> Workers {
+        Workers {
+            links: FxHashMap::default(),
+            outbox: FxHashMap::default(),
+            acks: FxHashMap::default(),
+            liveness: Liveness::default(),
+            origin: Instant::now(),
+        }
+    }
 }
 
 impl Workers {
+    /// The time [`Liveness`] is given: since this owner started.
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
+    }
+
     /// A worker's stream opened: what waited for it goes out first.
     pub(crate) fn attach(&mut self, node: NodeId, conn: u64, tx: LinkSender) {
         for msg in self.outbox.remove(&node).unwrap_or_default() {
             let _ = tx.try_send(msg);
         }
         self.links.insert(node, Link { conn, tx });
-        self.last_seen.insert(node, Instant::now());
-        self.overflowed.remove(&node);
+        let now = self.now();
+        self.liveness.attached(node, now);
     }
 
     /// A worker's stream closed; whether it was the node's current one.
@@ -232,7 +251,8 @@ impl Workers {
             "the worker does not read its stream; disconnecting it, its node will be declared lost"
         );
         self.links.remove(&node);
-        self.overflowed.entry(node).or_insert_with(Instant::now);
+        let now = self.now();
+        self.liveness.overflowed(node, now);
     }
 
     /// A worker re-registered: queued assignments and cancellations are superseded by the
@@ -247,49 +267,43 @@ impl Workers {
     /// This leadership answered `node`'s registration: what it queued for the node goes out
     /// on the stream the worker opens next, here.
     pub(crate) fn registered(&mut self, node: NodeId) {
-        self.registered.insert(node);
-        self.seen(node);
+        let now = self.now();
+        self.liveness.registered(node, now);
     }
 
     /// Whether this leadership answered `node`'s registration (and has not forgotten the node
     /// since): else its stream is refused, and the worker registers again.
     pub(crate) fn registered_here(&self, node: NodeId) -> bool {
-        self.registered.contains(&node)
+        self.liveness.registered_here(node)
     }
 
-    /// The worker was heard from.
-    pub(crate) fn seen(&mut self, node: NodeId) {
-        self.last_seen.insert(node, Instant::now());
+    /// A message of `node`'s worker arrived at a leader (`cannot_lead`: whose disk is full in
+    /// a group): whether it counts, and whether a heartbeat renews the lease
+    /// ([`Liveness::heard`]).
+    pub(crate) fn heard(&mut self, state: &ClusterState, node: NodeId, cannot_lead: bool) -> Heard {
+        let now = self.now();
+        self.liveness.heard(state, node, now, cannot_lead)
     }
 
     /// Forgets a node that left or was declared lost.
     pub(crate) fn forget(&mut self, node: NodeId) {
         self.links.remove(&node);
-        self.registered.remove(&node);
         self.outbox.remove(&node);
-        self.last_seen.remove(&node);
         self.acks.remove(&node);
-        self.overflowed.remove(&node);
+        self.liveness.forget(node);
     }
 
-    /// Live nodes silent for longer than `timeout`, or whose stream overflowed longer ago
-    /// than that; each is forgotten as it is returned.
-    pub(crate) fn silent(&mut self, state: &ClusterState, timeout: Duration) -> Vec<NodeId> {
-        let mut silent: Vec<NodeId> = self
-            .last_seen
-            .iter()
-            .filter(|(n, seen)| seen.elapsed() > timeout && state.node_alive(**n))
-            .map(|(n, _)| *n)
-            .collect();
-        self.overflowed.retain(|node, since| {
-            if since.elapsed() <= timeout {
-                return true;
-            }
-            if state.node_alive(*node) && !silent.contains(node) {
-                silent.push(*node);
-            }
-            false
-        });
+    /// The leader's check: the live nodes to declare lost ([`Liveness::tick`]: silent for
+    /// longer than `timeout`, or whose stream overflowed longer ago than that; none while the
+    /// replica cannot lead now); each is forgotten as it is returned.
+    pub(crate) fn tick(
+        &mut self,
+        state: &ClusterState,
+        timeout: Duration,
+        cannot_lead: bool,
+    ) -> Vec<NodeId> {
+        let now = self.now();
+        let silent = self.liveness.tick(state, timeout, now, cannot_lead);
         for node in &silent {
             self.forget(*node);
         }
@@ -300,27 +314,17 @@ impl Workers {
     /// it.
     pub(crate) fn lead(&mut self, state: &ClusterState) {
         self.drop_all();
-        self.adopt(state);
-    }
-
-    /// Starts the heartbeat clock of every live node that has none: a leader that has just
-    /// replayed its log (a restart) learns of nodes its snapshot did not hold.
-    pub(crate) fn adopt(&mut self, state: &ClusterState) {
-        let now = Instant::now();
-        for node in state.live_nodes() {
-            self.last_seen.entry(node).or_insert(now);
-        }
+        let now = self.now();
+        self.liveness.lead(state, now);
     }
 
     /// This replica stopped leading (or is stopping): every stream ends, the workers go and
     /// find the leader.
     pub(crate) fn drop_all(&mut self) {
         self.links.clear();
-        self.registered.clear();
         self.outbox.clear();
-        self.last_seen.clear();
         self.acks.clear();
-        self.overflowed.clear();
+        self.liveness.clear();
     }
 
     /// A report of `node` was committed: acknowledge it with the next tick (or now, when

@@ -1,6 +1,10 @@
 //! The workers in the world: their events, the faults they suffer, and the leader's side of
-//! their streams (the head owner's soft state: `head/src/runtime/workers.rs`, re-implemented
-//! here over the simulated network; see [`Owner`]).
+//! their streams ([`Owner`]). The leader's decisions about its workers' liveness (heartbeat
+//! clocks, which heartbeat renews a lease, when a node is declared lost, the full timeout a
+//! new leader grants, ignoring nodes declared lost, nothing renewed or declared while the disk
+//! is full) are the head's own code, `escher_head::runtime::liveness::Liveness`, run on the
+//! simulated clock; the streams around them (`head/src/runtime/workers.rs`'s links and
+//! queues) are modelled here over the simulated network.
 //!
 //! A stream is modelled as TCP gives it: its messages arrive in the order sent or not at all,
 //! and a message lost breaks the stream (the leader forgets it; the worker learns it a moment
@@ -9,7 +13,11 @@
 //! comes back 0.5–5 s later as a new boot; a worker is frozen (SIGSTOP) for 0.3–6 s while its
 //! tasks and its fence supervisor run on; a worker is cut from every replica for 0.3–8 s.
 
+use std::time::Duration;
+
 use escher_core::state::{Command, Effect, Joining, Returning, SecretHash};
+use escher_head::replication::sim::SimReplica;
+use escher_head::runtime::liveness::{Heard, Liveness};
 use escher_proto::types::{Labels, NodeId, TaskFinished, TaskResult};
 use rand::Rng;
 
@@ -17,7 +25,7 @@ use super::{Event, World};
 use crate::client::{Client, Intent};
 use crate::history::Execution;
 use crate::worker::{
-    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, LEASE_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker,
+    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, lease_ms,
 };
 
 /// What a worker sends on its stream.
@@ -35,17 +43,27 @@ pub(super) enum FromWorker {
     },
 }
 
-/// The leader's soft state about the workers, as the head's owner keeps it: when each node
-/// was last heard, each node's open stream (its worker and epoch), what waits for a node
-/// whose stream is not open, and the nodes whose registration this leadership answered (the
-/// only ones whose stream it takes). A new leader starts every live node's clock when it takes
-/// over; a replica that stops leading forgets it all.
+/// The leader's soft state about the workers, as the head's owner keeps it: the head's
+/// [`Liveness`] (when each node was last heard, the nodes whose registration this leadership
+/// answered, the only ones whose stream it takes), each node's open stream (its worker and
+/// epoch), and what waits for a node whose stream is not open. A new leader starts every live
+/// node's clock when it takes over; a replica that stops leading forgets it all.
 #[derive(Debug, Default)]
 pub(super) struct Owner {
-    heard: std::collections::BTreeMap<NodeId, u64>,
+    pub(super) liveness: Liveness,
     links: std::collections::BTreeMap<NodeId, (usize, u64)>,
     queued: std::collections::BTreeMap<NodeId, Vec<ToWorker>>,
-    pub(super) registered: std::collections::BTreeSet<NodeId>,
+}
+
+/// The simulated time `now` (milliseconds) as [`Liveness`] takes it.
+pub(super) fn clock(now: u64) -> Duration {
+    Duration::from_millis(now)
+}
+
+/// Whether `replica` leads but cannot now: its disk is full and it has peers that may elect
+/// another (the head owner's `cannot_lead_now`).
+fn cannot_lead(replica: &SimReplica) -> bool {
+    replica.stalled() && replica.members().len() > 1
 }
 
 impl World {
@@ -228,7 +246,7 @@ impl World {
 
     /// The stream of `epoch` broke: the leader holding it forgets it at once, the worker hears
     /// of it a moment later.
-    fn break_stream(&mut self, w: usize, boot: u64, epoch: u64) {
+    pub(super) fn break_stream(&mut self, w: usize, boot: u64, epoch: u64) {
         for slot in self.slots.values_mut() {
             slot.owner.links.retain(|_, link| *link != (w, epoch));
         }
@@ -255,28 +273,35 @@ impl World {
         let Some(replica) = self.slots[&to].replica.as_ref() else {
             return; // down: the worker hears nothing and finds another
         };
-        if !replica.is_leader() || replica.stalled() {
-            // Not the leader, or stalled on its full disk: it renews no lease (the head's
-            // owner neither, see `cannot_lead_now`).
-            let hint = replica.leader().filter(|l| *l != to);
+        let hint = replica.leader().filter(|l| *l != to);
+        if !replica.is_leader() {
             return self.send_to_worker(w, boot, epoch, ToWorker::Refused(hint));
         }
-        if !replica.state().node_alive(node) {
-            // Declared lost: nothing of this stream counts; register again.
-            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
-        }
+        let cannot_lead = cannot_lead(replica);
         let now = self.now;
-        let slot = self.slots.get_mut(&to).expect("every replica has a slot");
-        if matches!(msg, FromWorker::Attach { .. }) && !slot.owner.registered.contains(&node) {
-            // Registered with an earlier leadership, whose queue for the node is gone: register
-            // again, here (`head/src/runtime/workers.rs`, "One leadership from registration to
-            // stream"; seed 1749).
-            return self.send_to_worker(w, boot, epoch, ToWorker::Refused(Some(to)));
+        if let FromWorker::Attach { .. } = msg {
+            // The owner's `link_stream`: refused while the disk is full, for a node declared
+            // lost, and for one registered with an earlier leadership, whose queue for the
+            // node is gone (`head/src/runtime/workers.rs`, "One leadership from registration
+            // to stream"; seed 1749): register again.
+            let refused = if cannot_lead {
+                Some(hint)
+            } else if !replica.state().node_alive(node) {
+                Some(None)
+            } else if !self.slots[&to].owner.liveness.registered_here(node) {
+                Some(Some(to))
+            } else {
+                None
+            };
+            if let Some(hint) = refused {
+                return self.send_to_worker(w, boot, epoch, ToWorker::Refused(hint));
+            }
         }
+        let slot = self.slots.get_mut(&to).expect("every replica has a slot");
         match msg {
             FromWorker::Attach { sent } => {
                 slot.owner.links.insert(node, (w, epoch));
-                slot.owner.heard.insert(node, now);
+                slot.owner.liveness.attached(node, clock(now));
                 let queued = slot.owner.queued.remove(&node).unwrap_or_default();
                 // A registration admits its node only once its stream is held by a leader
                 // (`RegisterNodeUnattached`, `NodeAttached`): nothing is assigned to a node no
@@ -299,10 +324,27 @@ impl World {
             }
             FromWorker::Heartbeat { sent } => {
                 if slot.owner.links.get(&node) != Some(&(w, epoch)) {
+                    // Not the stream this leadership holds (it ended).
                     return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
                 }
-                slot.owner.heard.insert(node, now);
-                self.send_to_worker(w, boot, epoch, ToWorker::Lease { sent });
+                let Some(replica) = slot.replica.as_ref() else {
+                    return;
+                };
+                match slot
+                    .owner
+                    .liveness
+                    .heard(replica.state(), node, clock(now), cannot_lead)
+                {
+                    // Declared lost: nothing of this stream counts; register again.
+                    Heard::Ignored => {
+                        self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
+                    }
+                    Heard::Noted { renew: true } => {
+                        self.send_to_worker(w, boot, epoch, ToWorker::Lease { sent });
+                    }
+                    // Heard, but no lease while the disk is full.
+                    Heard::Noted { renew: false } => {}
+                }
             }
         }
     }
@@ -388,42 +430,75 @@ impl World {
     }
 
     /// Replica `id` leads now, or stopped leading: its soft state starts over; a new leader
-    /// gives every live node a whole heartbeat timeout to find it.
+    /// gives every live node a whole heartbeat timeout to find it (`Liveness::lead`).
     pub(super) fn owner_lead(&mut self, id: u64, leading: bool) {
         let now = self.now;
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
         slot.owner = Owner::default();
         if leading && let Some(replica) = &slot.replica {
-            for node in replica.state().live_nodes() {
-                slot.owner.heard.insert(node, now);
-            }
+            slot.owner.liveness.lead(replica.state(), clock(now));
         }
     }
 
-    /// The leader's tick: a live node unheard for a heartbeat timeout is declared lost (its
-    /// stream forgotten, `RemoveNode` proposed).
+    /// Replica `id`'s disk filled up (`full`) or has space again, as the owner handles
+    /// `Output::DiskFull` (`head/src/runtime/owner/outputs.rs`): a leader of a group that
+    /// stalls lets its workers go (their streams end; it renews nothing and declares nothing
+    /// until it resumes); one still leading when it resumes gives every live node a whole
+    /// heartbeat timeout, as a new leader does.
+    pub(super) fn owner_disk(&mut self, id: u64, full: bool) {
+        let now = self.now;
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let (stalls, resumes) = (full && !slot.disk_full, !full && slot.disk_full);
+        slot.disk_full = full;
+        let Some(replica) = slot.replica.as_ref() else {
+            return;
+        };
+        let group = replica.members().len() > 1;
+        if !replica.is_leader() || !group {
+            return;
+        }
+        if resumes {
+            slot.owner = Owner::default();
+            slot.owner.liveness.lead(replica.state(), clock(now));
+        } else if stalls && cannot_lead(replica) {
+            self.let_workers_go(id);
+        }
+    }
+
+    /// Replica `id`'s owner ends every worker stream it holds and forgets its workers (it
+    /// stops leading, or stops).
+    pub(super) fn let_workers_go(&mut self, id: u64) {
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let links: Vec<(usize, u64)> = slot.owner.links.values().copied().collect();
+        slot.owner = Owner::default();
+        for (w, epoch) in links {
+            let boot = self.workers[w].boot;
+            self.break_stream(w, boot, epoch);
+        }
+    }
+
+    /// The leader's tick: a live node unheard for a heartbeat timeout is declared lost
+    /// (`Liveness::tick`: its stream forgotten, `RemoveNode` proposed).
     pub(super) fn owner_tick(&mut self, id: u64) {
         let now = self.now;
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
         let Some(replica) = slot.replica.as_mut() else {
             return;
         };
-        if !replica.is_leader() || replica.stalled() {
+        if !replica.is_leader() {
             return;
         }
-        let mut silent = Vec::new();
-        for node in replica.state().live_nodes() {
-            let heard = *slot.owner.heard.entry(node).or_insert(now);
-            if now.saturating_sub(heard) > HEARTBEAT_TIMEOUT_MS {
-                silent.push(node);
-            }
-        }
+        let timeout = Duration::from_millis(HEARTBEAT_TIMEOUT_MS);
+        let cannot_lead = cannot_lead(replica);
+        let silent = slot
+            .owner
+            .liveness
+            .tick(replica.state(), timeout, clock(now), cannot_lead);
         let mut lines = Vec::new();
         for node in &silent {
             self.checker.reset_nodes.insert(*node);
-            slot.owner.heard.remove(node);
             slot.owner.links.remove(node);
-            slot.owner.registered.remove(node);
+            slot.owner.queued.remove(node);
             let reason = format!("no heartbeat for {HEARTBEAT_TIMEOUT_MS} ms");
             let command = Command::RemoveNode {
                 node: *node,
@@ -473,12 +548,12 @@ impl World {
         match msg {
             ToWorker::Attached { sent } => {
                 worker.attached = true;
-                worker.lease_until = worker.lease_until.max(sent + LEASE_MS);
+                worker.lease_until = worker.lease_until.max(sent + lease_ms());
                 let client = worker.client;
                 self.at(0, Event::Think(client));
             }
             ToWorker::Lease { sent } => {
-                worker.lease_until = worker.lease_until.max(sent + LEASE_MS);
+                worker.lease_until = worker.lease_until.max(sent + lease_ms());
             }
             ToWorker::Refused(hint) => {
                 worker.detach();

@@ -72,16 +72,23 @@ impl<S: LogStore> Owner<S> {
 
     pub(super) fn on_tick(&mut self) {
         // A stalled replica of a group is about to lose the lead: it declares nothing (its
-        // workers went to the next leader, whose clocks count for them).
-        if self.leading && !self.cannot_lead_now() {
+        // workers went to the next leader, whose clocks count for them; `Liveness::tick`).
+        let cannot_lead = self.cannot_lead_now();
+        if self.leading && !cannot_lead {
             self.workers.flush_acks();
-            self.workers.adopt(self.replica.state());
+        }
+        if self.leading {
             let timeout = self.config.heartbeat_timeout;
-            for node in self.workers.silent(self.replica.state(), timeout) {
+            for node in self
+                .workers
+                .tick(self.replica.state(), timeout, cannot_lead)
+            {
                 tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
                 let reason = format!("no heartbeat for {timeout:?}");
                 self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
             }
+        }
+        if self.leading && !cannot_lead {
             self.drain_ending_nodes();
             self.close_lapsed_sessions();
             // Pending deadlines, and finished tasks and dead nodes at the end of their

@@ -10,6 +10,7 @@ use tonic::Status;
 
 use super::{Owner, new_secret};
 use crate::replication::LogStore;
+use crate::runtime::liveness::Heard;
 use crate::runtime::proposals::Pending;
 use crate::runtime::statuses::to_status;
 use crate::state::{ApplyError, Command, Joining, Returning, SecretHash};
@@ -149,10 +150,15 @@ impl<S: LogStore> Owner<S> {
     }
 
     pub(super) fn on_worker_message(&mut self, node: NodeId, msg: WorkerMessage) {
-        if !self.leading || !self.replica.state().node_alive(node) {
-            return; // not ours to handle, or declared lost: its tasks were retried already
+        if !self.leading {
+            return; // not ours to handle
         }
-        self.workers.seen(node);
+        let cannot_lead = self.cannot_lead_now();
+        let renew = match self.workers.heard(self.replica.state(), node, cannot_lead) {
+            // Declared lost: its tasks were retried already.
+            Heard::Ignored => return,
+            Heard::Noted { renew } => renew,
+        };
         if let Some((task, attempt)) = msg.task_attempt()
             && !self.holds(node, task, attempt)
         {
@@ -191,7 +197,7 @@ impl<S: LogStore> Owner<S> {
                 // believing it leads while the others elect another, which would then declare
                 // this worker's node lost and retry its tasks while this lease kept them
                 // running. So a stalled replica of a group renews no lease.
-                if seq > 0 && !self.cannot_lead_now() {
+                if seq > 0 && renew {
                     self.workers
                         .send_now(node, escher_proto::types::HeadMessage::LeaseRenewed { seq });
                 }
