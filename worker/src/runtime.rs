@@ -591,6 +591,7 @@ impl Runtime {
         ];
         metrics.extend(self.gpus.metrics());
         metrics.extend(self.env.spawn_latency.metrics());
+        metrics.extend(self.env.disk.metrics());
         let Some(link) = &self.link else {
             return;
         };
