@@ -105,17 +105,20 @@ pub(crate) async fn run_task(
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
-    // A node under its disk reserve starts nothing: the task waits, unstarted, for space.
-    if !matches!(a.spec.kind, TaskKind::Ghost { .. })
-        && let Err(why) = disk_room(&env, &cancel).await
-    {
-        return TaskFinished {
-            task_id: a.task_id,
-            attempt: a.attempt,
-            outcome: Err(why),
-            timed_out: false,
-            output: None,
-        };
+    // A node under its disk reserve starts nothing: the task waits, unstarted, for space, and
+    // its start is reported once it has room (the runtime held it back if it saw the disk
+    // low; otherwise `ready` changes nothing).
+    if matches!(a.spec.kind, TaskKind::Command { .. } | TaskKind::Function { .. }) {
+        if let Err(why) = disk_room(&env, &cancel).await {
+            return TaskFinished {
+                task_id: a.task_id,
+                attempt: a.attempt,
+                outcome: Err(why),
+                timed_out: false,
+                output: None,
+            };
+        }
+        let _ = ready.send((a.task_id, a.attempt));
     }
     // The end of a command's output, read once it has ended.
     let mut output = None;

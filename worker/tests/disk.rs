@@ -67,7 +67,8 @@ impl Drop for Disk {
         for below in self.mounts_below() {
             let _ = Command::new("umount").args(["-l", &below]).status();
         }
-        let _ = Command::new("umount").arg(self.path()).status();
+        // Lazily: a worker that a failed test left running may still hold it.
+        let _ = Command::new("umount").arg("-l").arg(self.path()).status();
     }
 }
 
@@ -157,8 +158,8 @@ async fn needs_root_a_flood_fills_its_own_scratch_and_the_neighbour_succeeds() {
 dd if=/dev/zero of="$TMPDIR/t" bs=1M count=4 2>/dev/null
 dd if=/dev/zero of="$HOME/fill" bs=1M count=64 2>/dev/null || exit 3"#;
     let neighbour = r#"sleep 1
-[ "$TMPDIR" = "$HOME" ] && [ "$PWD" = "$HOME" ] || exit 9
 dd if=/dev/zero of="$HOME/mine" bs=1M count=4 2>/dev/null || exit 4
+[ "$TMPDIR" = "$HOME" ] && [ "$PWD" = "$HOME" ] || exit 9
 echo ok"#;
     let done = run_all(&mut head, vec![(1, of("a", flood)), (2, of("b", neighbour))]).await;
     assert_eq!(

@@ -18,6 +18,12 @@ fn refused(wrap: &[&str], args: &[&str]) -> String {
     // Every user may write here (the test runs a worker as nobody too).
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let path = |name: &str| dir.path().join(name).display().to_string();
+    std::fs::create_dir(dir.path().join("spill")).unwrap();
+    std::fs::set_permissions(
+        dir.path().join("spill"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
     let mut command = match wrap.split_first() {
         Some((program, rest)) => {
             let mut c = Command::new(program);
