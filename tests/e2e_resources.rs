@@ -142,8 +142,12 @@ async fn more_memory_than_any_node_has_stays_pending_and_says_so() {
         .nodes()
         .iter()
         .filter_map(|n| resource(&status, *n, "memory"))
-        .map(|r| r.total)
+        .filter_map(|r| match r.total {
+            escher_proto::Capacity::Finite(amount) => Some(amount),
+            escher_proto::Capacity::Unbounded => None,
+        })
         .max()
+        .map(escher_proto::Capacity::Finite)
         .expect("the nodes report their memory");
     let t = client
         .submit(Task::command(["true"]).resources_str("memory=100000000"))

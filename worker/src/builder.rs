@@ -385,7 +385,7 @@ impl WorkerBuilder {
             config.state_dir.as_deref(),
             config.task_dir.as_deref(),
         )
-            .map_err(|why| WorkerError::config("task-uids", why))?;
+        .map_err(|why| WorkerError::config("task-uids", why))?;
         let isolation = Arc::new(isolation);
         let mut functions = self.functions;
         let mut actors = self.actors;
@@ -467,13 +467,19 @@ impl WorkerBuilder {
                 }
             }
             (Isolation::Shared { .. }, true) => {
-                tracing::warn!("command tasks get no scratch of their own: they run as the worker's user, which owns what they write");
+                tracing::warn!(
+                    "command tasks get no scratch of their own: they run as the worker's user, which owns what they write"
+                );
                 None
             }
             (_, false) => None,
         };
         // All are valid label text: words and numbers.
-        let held = if scratch.is_some() { "reserve+scratch" } else { "reserve" };
+        let held = if scratch.is_some() {
+            "reserve+scratch"
+        } else {
+            "reserve"
+        };
         let _ = labels.insert(crate::exec::DISK_LABEL, held);
         let _ = labels.insert(
             crate::exec::DISK_RESERVE_LABEL,

@@ -108,7 +108,10 @@ pub(crate) async fn run_task(
     // A node under its disk reserve starts nothing: the task waits, unstarted, for space, and
     // its start is reported once it has room (the runtime held it back if it saw the disk
     // low; otherwise `ready` changes nothing).
-    if matches!(a.spec.kind, TaskKind::Command { .. } | TaskKind::Function { .. }) {
+    if matches!(
+        a.spec.kind,
+        TaskKind::Command { .. } | TaskKind::Function { .. }
+    ) {
         if let Err(why) = disk_room(&env, &cancel).await {
             return TaskFinished {
                 task_id: a.task_id,

@@ -850,8 +850,10 @@ impl Runtime {
         // An actor's start is reported once its constructor returned; a task that arrives while
         // the node's disk is under its reserve waits for space, and its start is reported once
         // it has room (the runner says so on `ready`).
-        let waits_for_disk = matches!(a.spec.kind, TaskKind::Command { .. } | TaskKind::Function { .. })
-            && self.env.disk.low().is_some();
+        let waits_for_disk = matches!(
+            a.spec.kind,
+            TaskKind::Command { .. } | TaskKind::Function { .. }
+        ) && self.env.disk.low().is_some();
         if matches!(a.spec.kind, TaskKind::Actor(_)) || waits_for_disk {
             self.unready.insert(key);
         }

@@ -34,7 +34,13 @@ impl Disk {
         );
         let dir = tempfile::tempdir().unwrap();
         let status = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes},mode=0755"), "tmpfs"])
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={bytes},mode=0755"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .status()
             .expect("mount");
@@ -161,7 +167,11 @@ dd if=/dev/zero of="$HOME/fill" bs=1M count=64 2>/dev/null || exit 3"#;
 dd if=/dev/zero of="$HOME/mine" bs=1M count=4 2>/dev/null || exit 4
 [ "$TMPDIR" = "$HOME" ] && [ "$PWD" = "$HOME" ] || exit 9
 echo ok"#;
-    let done = run_all(&mut head, vec![(1, of("a", flood)), (2, of("b", neighbour))]).await;
+    let done = run_all(
+        &mut head,
+        vec![(1, of("a", flood)), (2, of("b", neighbour))],
+    )
+    .await;
     assert_eq!(
         done[&2].outcome,
         Ok(TaskResult::Exited { code: 0 }),
@@ -220,7 +230,10 @@ async fn needs_root_a_node_under_its_disk_reserve_starts_nothing_until_space_ret
     let filler = fill_to(&disk, 2 << 20);
     head.send(assign(1, of("a", "echo ok")));
     let early = head.quiet_for(Duration::from_millis(1500)).await;
-    assert!(early.is_none(), "a task started under the reserve: {early:?}");
+    assert!(
+        early.is_none(),
+        "a task started under the reserve: {early:?}"
+    );
     assert_eq!(next_figure(&mut head, "disk_under_reserve").await, 1.0);
     std::fs::remove_file(filler).unwrap();
     let done = bounded("the task to run once space returned", async {
@@ -262,8 +275,9 @@ async fn needs_root_a_running_tasks_log_stops_under_the_reserve() {
     std::fs::remove_file(filler).unwrap();
     let out = stdout(&done);
     assert!(
-        out.starts_with("start\n\n[escher: output past 6 bytes dropped: the node's disk is under its reserve")
-            && out.ends_with("the worker stopped its logs]\n"),
+        out.starts_with(
+            "start\n\n[escher: output past 6 bytes dropped: the node's disk is under its reserve"
+        ) && out.ends_with("the worker stopped its logs]\n"),
         "{out:?}"
     );
     w.stop().await.unwrap();

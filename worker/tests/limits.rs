@@ -296,7 +296,11 @@ async fn needs_root_a_set_uid_program_does_not_give_a_task_root() {
         .arg("-u")
         .output()
         .unwrap();
-    assert_eq!(String::from_utf8_lossy(&outside.stdout), "0\n", "{outside:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&outside.stdout),
+        "0\n",
+        "{outside:?}"
+    );
     let done = run_all(
         &mut head,
         vec![(1, sh(&format!("{} -u; id -u", program.display())))],
@@ -305,7 +309,11 @@ async fn needs_root_a_set_uid_program_does_not_give_a_task_root() {
     let out = stdout(&done[&1]);
     let ids: Vec<&str> = out.lines().collect();
     assert_eq!(ids.len(), 2, "{out:?}");
-    assert_eq!(ids[0], ids[1], "the set-uid program ran as {} for the task's user {}", ids[0], ids[1]);
+    assert_eq!(
+        ids[0], ids[1],
+        "the set-uid program ran as {} for the task's user {}",
+        ids[0], ids[1]
+    );
     assert_ne!(ids[0], "0", "{out:?}");
     w.stop().await.unwrap();
 }

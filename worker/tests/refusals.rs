@@ -74,7 +74,15 @@ fn refused(wrap: &[&str], args: &[&str]) -> String {
 /// A shell that changes every cgroup mount of its own mount namespace with `change` (a command
 /// given the mount point as `$m`), then runs the worker.
 fn with_cgroup_mounts<'a>(change: &'a str) -> Vec<&'a str> {
-    vec!["unshare", "-m", "--propagation", "private", "sh", "-c", change]
+    vec![
+        "unshare",
+        "-m",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        change,
+    ]
 }
 
 const EVERY_CGROUP_MOUNT: &str = r#"awk '{for(i=7;i<=NF;i++) if($i=="-"){ if($(i+1) ~ /^cgroup2?$/) print $5; break }}' /proc/self/mountinfo"#;
@@ -122,7 +130,12 @@ fn needs_root_require_limits_as_a_user_that_is_not_root_is_refused_with_what_to_
     // The binary must be reachable by nobody.
     assert!(Path::new(WORKER).exists());
     let said = refused(
-        &["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"],
+        &[
+            "setpriv",
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+        ],
         &["--require-limits"],
     );
     assert!(

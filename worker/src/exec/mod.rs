@@ -57,5 +57,5 @@ pub use logs::{
     AttemptLogs, CLUSTER_MARKER, DEFAULT_TASK_LOG_BYTES, LogChunk, LogRetention, MAX_LOG_CHUNK,
     Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
-pub use scratch::{DEFAULT_TASK_SCRATCH_BYTES, Scratch, TaskScratch};
 pub use outcome::{CommandOutcome, ProcessExit, memory_exceeded};
+pub use scratch::{DEFAULT_TASK_SCRATCH_BYTES, Scratch, TaskScratch};
