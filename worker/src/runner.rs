@@ -259,13 +259,19 @@ pub(crate) async fn run_task(
             // A command that could not start wrote nothing worth keeping.
             output = logs.map(output_tail);
             let outcome = stated_outcome(outcome_file, outcome).await;
-            match (outcome, scratch) {
+            let outcome = match (outcome, &scratch) {
                 // A task that failed with its scratch full failed for want of room there.
                 ((Ok(TaskResult::Exited { code }), t), Some(s)) if code != 0 && s.full() => {
                     (Err(format!("{} (exit code {code})", s.full_reason())), t)
                 }
                 (outcome, _) => outcome,
+            };
+            // Its scratch goes now, off the task's path: an unmount waits for an RCU grace
+            // period (milliseconds), which the report need not.
+            if let Some(scratch) = scratch {
+                tokio::task::spawn_blocking(move || drop(scratch));
             }
+            outcome
         }
         TaskKind::Function { name, args } => {
             // A Python task's interpreter is held to its request's limits; its hold on the
