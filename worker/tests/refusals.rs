@@ -73,7 +73,7 @@ fn refused(wrap: &[&str], args: &[&str]) -> String {
 
 /// A shell that changes every cgroup mount of its own mount namespace with `change` (a command
 /// given the mount point as `$m`), then runs the worker.
-fn with_cgroup_mounts<'a>(change: &'a str) -> Vec<&'a str> {
+fn with_cgroup_mounts(change: &str) -> Vec<&str> {
     vec![
         "unshare",
         "-m",
