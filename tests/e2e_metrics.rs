@@ -318,6 +318,19 @@ async fn workers_export_running_tasks_spawn_latency_and_gpu_slices() {
         &[("node", &node), ("gpu", "0")],
     );
     assert_eq!(gpu_memory, used);
+    // Its disks have room, and it says how much.
+    let free = value(
+        &scraped,
+        "escher_worker_disk_free_bytes",
+        &[("node", &node)],
+    );
+    assert!(free > 0.0, "{free}");
+    let under = value(
+        &scraped,
+        "escher_worker_disk_under_reserve",
+        &[("node", &node)],
+    );
+    assert_eq!(under, 0.0);
     client.cancel([holder.id()]).await.unwrap();
     cluster.shutdown().await;
 }

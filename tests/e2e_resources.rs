@@ -132,6 +132,40 @@ async fn an_infeasible_task_says_why_and_runs_once_its_resource_appears() {
     cluster.shutdown().await;
 }
 
+/// A `memory` request larger than any node has is a limit no node can hold: the task stays
+/// pending, and its reason names memory and the largest node's amount (what to change).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn more_memory_than_any_node_has_stays_pending_and_says_so() {
+    let (cluster, client) = start(2).await;
+    let status = status(&client).await;
+    let largest = cluster
+        .nodes()
+        .iter()
+        .filter_map(|n| resource(&status, *n, "memory"))
+        .filter_map(|r| match r.total {
+            escher_proto::Capacity::Finite(amount) => Some(amount),
+            escher_proto::Capacity::Unbounded => None,
+        })
+        .max()
+        .map(escher_proto::Capacity::Finite)
+        .expect("the nodes report their memory");
+    let t = client
+        .submit(Task::command(["true"]).resources_str("memory=100000000"))
+        .await
+        .unwrap();
+    let info = eventually("a pending reason", || async {
+        let info = client.task_info(&t).await.unwrap();
+        info.pending_reason.is_some().then_some(info)
+    })
+    .await;
+    assert_eq!(info.status.state, TaskState::Pending);
+    let why = info.pending_reason.unwrap();
+    assert_eq!(why.resource.as_str(), "memory");
+    assert_eq!(why.best_total, Some(largest), "{}", why.message);
+    assert!(why.message.contains("memory"), "{}", why.message);
+    cluster.shutdown().await;
+}
+
 // ---- concurrency ----------------------------------------------------------------------------
 
 async fn adjust_from_many_clients(url: &str, node: NodeId, name: &'static str, deltas: &[i32]) {

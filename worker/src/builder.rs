@@ -194,6 +194,30 @@ impl WorkerBuilder {
         self
     }
 
+    /// Where the tasks' homes and scratch directories are made (`--task-dir`; default: the
+    /// system's temporary directory).
+    pub fn task_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.config.task_dir = Some(dir.into());
+        self
+    }
+
+    /// The scratch size of a command task that asks for no `disk` (`--task-scratch-bytes`);
+    /// `None` gives tasks no scratch of their own (`--no-task-scratch`).
+    pub fn task_scratch(mut self, bytes: Option<u64>) -> Self {
+        self.config.task_scratch = bytes.is_some();
+        if let Some(bytes) = bytes {
+            self.config.task_scratch_bytes = bytes;
+        }
+        self
+    }
+
+    /// The free space to keep on the file systems of the log directory and the tasks'
+    /// directory (`--disk-reserve`).
+    pub fn disk_reserve(mut self, reserve: crate::exec::Reserve) -> Self {
+        self.config.disk_reserve = reserve;
+        self
+    }
+
     /// Refuse to start unless every limit is held in the tasks' cgroups (default: start, and
     /// say which are not in a warning and the node's labels).
     pub fn require_limits(mut self, on: bool) -> Self {
@@ -356,8 +380,12 @@ impl WorkerBuilder {
             ));
         }
         let mut labels = config.resolve_labels(&discovered);
-        let isolation = Isolation::resolve(config.task_users, config.state_dir.as_deref())
-            .map_err(|why| WorkerError::config("task-uids", why))?;
+        let isolation = Isolation::resolve(
+            config.task_users,
+            config.state_dir.as_deref(),
+            config.task_dir.as_deref(),
+        )
+        .map_err(|why| WorkerError::config("task-uids", why))?;
         let isolation = Arc::new(isolation);
         let mut functions = self.functions;
         let mut actors = self.actors;
@@ -423,6 +451,49 @@ impl WorkerBuilder {
                 LogDir::Temporary(dir)
             }
         };
+        // Bytes on disk: the reserve on the file systems of the logs and the tasks'
+        // directories, and a scratch of its own for each command task where the worker may
+        // mount one (exec/disk.rs, exec/scratch.rs).
+        let task_dir = config.task_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let disk = Arc::new(crate::exec::DiskReserve::new(
+            config.disk_reserve,
+            [log_dir.path().to_path_buf(), task_dir.clone()],
+        ));
+        let scratch = match (&*isolation, config.task_scratch) {
+            (Isolation::PerUser(_), true) => {
+                match crate::exec::Scratch::open(&task_dir, config.task_scratch_bytes) {
+                    Ok(scratch) => Some(Arc::new(scratch)),
+                    Err(why) => {
+                        tracing::warn!(%why, "command tasks get no scratch of their own: what they write in their home fills the disk of {}", task_dir.display());
+                        None
+                    }
+                }
+            }
+            (Isolation::Shared { .. }, true) => {
+                tracing::warn!(
+                    "command tasks get no scratch of their own: they run as the worker's user, which owns what they write"
+                );
+                None
+            }
+            (_, false) => None,
+        };
+        // All are valid label text: words and numbers.
+        let held = if scratch.is_some() {
+            "reserve+scratch"
+        } else {
+            "reserve"
+        };
+        let _ = labels.insert(crate::exec::DISK_LABEL, held);
+        let _ = labels.insert(
+            crate::exec::DISK_RESERVE_LABEL,
+            &disk.reserve_bytes().to_string(),
+        );
+        if let Some(scratch) = &scratch {
+            let _ = labels.insert(
+                crate::exec::DISK_SCRATCH_LABEL,
+                &scratch.default_bytes().to_string(),
+            );
+        }
         let identity = match &config.state_dir {
             Some(dir) => crate::identity::IdentityStore::open(dir)?,
             None => crate::identity::IdentityStore::Memory(None),
@@ -458,6 +529,8 @@ impl WorkerBuilder {
             task_pids_max: config.task_pids_max,
             task_log_bytes: config.task_log_bytes,
             require_limits: config.require_limits,
+            disk,
+            scratch,
             pass_env: config.pass_env,
             log_retention: config.log_retention,
             token: config.token,

@@ -101,6 +101,18 @@ pub struct WorkerConfig {
     /// Refuse to start unless every limit (CPU, memory, processes) is held in the tasks'
     /// cgroups (`--require-limits`).
     pub require_limits: bool,
+    /// Where the tasks' homes and scratch directories are made (`--task-dir`); `None`: the
+    /// system's temporary directory.
+    pub task_dir: Option<PathBuf>,
+    /// Give each command task a scratch directory of its own, a tmpfs of its `disk` request or
+    /// `task_scratch_bytes`, where the worker may mount one (`--no-task-scratch` turns it off;
+    /// see `exec/scratch.rs`).
+    pub task_scratch: bool,
+    /// The scratch size of a task that asks for no `disk` (`--task-scratch-bytes`).
+    pub task_scratch_bytes: u64,
+    /// The free space the worker keeps on the file systems of its log directory and its tasks'
+    /// directory (`--disk-reserve`; see `exec/disk.rs`).
+    pub disk_reserve: crate::exec::Reserve,
     /// Whether the worker looks for a Python interpreter by itself when `ESCHER_PYTHON` names
     /// none (`escher-worker` does; `--no-python` turns Python off; see `python/detect.rs`).
     pub python: crate::python::PythonDetection,
@@ -148,6 +160,10 @@ impl Default for WorkerConfig {
             task_pids_max: crate::exec::DEFAULT_TASK_PIDS_MAX,
             task_log_bytes: crate::exec::DEFAULT_TASK_LOG_BYTES,
             require_limits: false,
+            task_dir: None,
+            task_scratch: true,
+            task_scratch_bytes: crate::exec::DEFAULT_TASK_SCRATCH_BYTES,
+            disk_reserve: crate::exec::DEFAULT_DISK_RESERVE,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
             walltime: None,
@@ -207,6 +223,13 @@ impl WorkerConfig {
                 "task-log-bytes",
                 "0 bytes would keep no output at all; give a positive number of bytes (the \
                  default is 67108864, 64 MiB)",
+            ));
+        }
+        if self.task_scratch_bytes == 0 {
+            return Err(WorkerError::config(
+                "task-scratch-bytes",
+                "0 bytes would leave a task no room for a single file; give a positive number \
+                 of bytes (the default is 1073741824, 1 GiB), or --no-task-scratch",
             ));
         }
         if self.require_limits && !self.task_cgroups {
@@ -285,6 +308,9 @@ impl WorkerConfig {
                 escher_proto::types::ISOLATION_LABEL,
                 crate::exec::LIMITS_LABEL,
                 crate::exec::LIMITS_MISSING_LABEL,
+                crate::exec::DISK_LABEL,
+                crate::exec::DISK_RESERVE_LABEL,
+                crate::exec::DISK_SCRATCH_LABEL,
             ];
             if !workers.contains(&k) {
                 let _ = labels.insert(k, v);
@@ -397,6 +423,11 @@ mod tests {
             ..Default::default()
         };
         assert!(err(logs).contains("task-log-bytes"));
+        let scratch = WorkerConfig {
+            task_scratch_bytes: 0,
+            ..Default::default()
+        };
+        assert!(err(scratch).contains("task-scratch-bytes: 0 bytes"));
         let both = WorkerConfig {
             require_limits: true,
             task_cgroups: false,

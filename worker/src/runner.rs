@@ -83,6 +83,10 @@ pub(crate) struct RunEnv {
     pub(crate) log_bytes: u64,
     /// The actors this worker hosts.
     pub(crate) actors: Arc<crate::actors::ActorHost>,
+    /// The free space kept on the worker's file systems: no task starts while under it.
+    pub(crate) disk: Arc<crate::exec::DiskReserve>,
+    /// Where command tasks get scratch directories of their own, if they do.
+    pub(crate) scratch: Option<Arc<crate::exec::Scratch>>,
 }
 
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
@@ -101,6 +105,24 @@ pub(crate) async fn run_task(
 ) -> TaskFinished {
     let timeout = a.spec.timeout;
     let namespace = a.spec.labels.get(NAMESPACE_LABEL).map(str::to_owned);
+    // A node under its disk reserve starts nothing: the task waits, unstarted, for space, and
+    // its start is reported once it has room (the runtime held it back if it saw the disk
+    // low; otherwise `ready` changes nothing).
+    if matches!(
+        a.spec.kind,
+        TaskKind::Command { .. } | TaskKind::Function { .. }
+    ) {
+        if let Err(why) = disk_room(&env, &cancel).await {
+            return TaskFinished {
+                task_id: a.task_id,
+                attempt: a.attempt,
+                outcome: Err(why),
+                timed_out: false,
+                output: None,
+            };
+        }
+        let _ = ready.send((a.task_id, a.attempt));
+    }
     // The end of a command's output, read once it has ended.
     let mut output = None;
     let (outcome, timed_out) = match a.spec.kind {
@@ -126,6 +148,36 @@ pub(crate) async fn run_task(
                     };
                 }
             };
+            // Its own scratch, a tmpfs of its `disk` request: its HOME, TMPDIR and working
+            // directory, unmounted when this runner ends (exec/scratch.rs).
+            let scratch = match (&env.scratch, &user) {
+                (Some(scratch), Some(u)) => {
+                    let disk_mib = a.spec.resources.get("disk");
+                    let disk_mib = (!disk_mib.is_zero())
+                        .then(|| disk_mib.raw().div_ceil(escher_proto::Amount::ONE.raw()));
+                    let name = format!("{}-{}", a.task_id.0, a.attempt);
+                    match scratch.mount(&name, u.uid, scratch.bytes_for(disk_mib)) {
+                        Ok(mounted) => Some(mounted),
+                        Err(why) => {
+                            return TaskFinished {
+                                task_id: a.task_id,
+                                attempt: a.attempt,
+                                outcome: Err(format!("cannot give the task its scratch: {why}")),
+                                timed_out: false,
+                                output: None,
+                            };
+                        }
+                    }
+                }
+                _ => None,
+            };
+            let user = match (user, &scratch) {
+                (Some(u), Some(s)) => Some(crate::exec::TaskUser {
+                    home: s.path().to_path_buf(),
+                    ..u
+                }),
+                (user, _) => user,
+            };
             let outcome_file = match &user {
                 Some(user) => user
                     .home
@@ -138,6 +190,7 @@ pub(crate) async fn run_task(
                 .cgroups(env.cgroups.clone())
                 .limits(limits)
                 .log_bytes(Some(env.log_bytes))
+                .disk(Some(Arc::clone(&env.disk)))
                 .grace(env.grace)
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
@@ -171,6 +224,9 @@ pub(crate) async fn run_task(
                     opts = opts.env("HOME", home.to_string_lossy());
                 }
             }
+            if let Some(scratch) = &scratch {
+                opts = opts.env("TMPDIR", scratch.path().display().to_string());
+            }
             opts = opts.user(user);
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);
@@ -202,7 +258,20 @@ pub(crate) async fn run_task(
             let (outcome, logs) = command(a.task_id.0, a.attempt, &spec, &opts, cancel).await;
             // A command that could not start wrote nothing worth keeping.
             output = logs.map(output_tail);
-            stated_outcome(outcome_file, outcome).await
+            let outcome = stated_outcome(outcome_file, outcome).await;
+            let outcome = match (outcome, &scratch) {
+                // A task that failed with its scratch full failed for want of room there.
+                ((Ok(TaskResult::Exited { code }), t), Some(s)) if code != 0 && s.full() => {
+                    (Err(format!("{} (exit code {code})", s.full_reason())), t)
+                }
+                (outcome, _) => outcome,
+            };
+            // Its scratch goes now, off the task's path: an unmount waits for an RCU grace
+            // period (milliseconds), which the report need not.
+            if let Some(scratch) = scratch {
+                tokio::task::spawn_blocking(move || drop(scratch));
+            }
+            outcome
         }
         TaskKind::Function { name, args } => {
             // A Python task's interpreter is held to its request's limits; its hold on the
@@ -451,6 +520,28 @@ async fn stated_outcome(path: PathBuf, outcome: Outcome) -> Outcome {
         Some(stated) => (Ok(stated), outcome.1),
         None => outcome,
     }
+}
+
+/// Waits while the node's disk is under its reserve (checked every [`CHECK_EVERY`] times 4);
+/// an error if the task is cancelled meanwhile.
+///
+/// [`CHECK_EVERY`]: crate::exec::CHECK_EVERY
+async fn disk_room(env: &RunEnv, cancel: &CancellationToken) -> Result<(), String> {
+    let mut said = false;
+    while let Some(why) = env.disk.low() {
+        if !said {
+            tracing::warn!(%why, "the node's disk is under its reserve: the task waits, unstarted, for space");
+            said = true;
+        }
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => {
+                return Err(format!("cancelled while it waited for disk space: {why}"));
+            }
+            () = tokio::time::sleep(crate::exec::CHECK_EVERY * 4) => {}
+        }
+    }
+    Ok(())
 }
 
 /// Runs a command attempt; its outcome, and its log files when it started.

@@ -591,6 +591,7 @@ impl Runtime {
         ];
         metrics.extend(self.gpus.metrics());
         metrics.extend(self.env.spawn_latency.metrics());
+        metrics.extend(self.env.disk.metrics());
         let Some(link) = &self.link else {
             return;
         };
@@ -846,7 +847,14 @@ impl Runtime {
             return;
         }
         self.recent.insert(key);
-        if matches!(a.spec.kind, TaskKind::Actor(_)) {
+        // An actor's start is reported once its constructor returned; a task that arrives while
+        // the node's disk is under its reserve waits for space, and its start is reported once
+        // it has room (the runner says so on `ready`).
+        let waits_for_disk = matches!(
+            a.spec.kind,
+            TaskKind::Command { .. } | TaskKind::Function { .. }
+        ) && self.env.disk.low().is_some();
+        if matches!(a.spec.kind, TaskKind::Actor(_)) || waits_for_disk {
             self.unready.insert(key);
         }
         let seq = self.next_seq;

@@ -40,7 +40,7 @@ pub(crate) enum LogDir {
 }
 
 impl LogDir {
-    fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         match self {
             LogDir::Given(p) => p,
             LogDir::Temporary(t) => t.path(),
@@ -80,6 +80,10 @@ pub struct Worker {
     pub(crate) task_pids_max: u64,
     pub(crate) task_log_bytes: u64,
     pub(crate) require_limits: bool,
+    /// The free space kept on the worker's file systems.
+    pub(crate) disk: Arc<crate::exec::DiskReserve>,
+    /// Where command tasks get scratch directories of their own, if they do.
+    pub(crate) scratch: Option<Arc<crate::exec::Scratch>>,
 }
 
 impl fmt::Debug for Worker {
@@ -201,13 +205,31 @@ impl Worker {
         };
         if !enforcement.complete() {
             if self.require_limits {
+                // What to change, for the causes a worker can tell apart.
+                let why = enforcement.why_missing();
+                let uid = nix::unistd::geteuid();
+                let change = if !uid.is_root() {
+                    format!(
+                        "the worker runs as uid {uid}, which may not create cgroups: run it as \
+                         root (or as a service manager's unit with a delegated cgroup subtree)"
+                    )
+                } else if why.contains("Read-only file system") {
+                    "the cgroup hierarchy is mounted read-only: mount it read-write for the \
+                     worker (a container needs --cgroupns=private and a writable \
+                     /sys/fs/cgroup, or cgroup: rw)"
+                        .to_string()
+                } else {
+                    "mount the missing controllers' hierarchies (cgroup v1), or enable them in \
+                     the unified hierarchy (cgroup.subtree_control of the worker's parent \
+                     cgroup)"
+                        .to_string()
+                };
                 return Err(WorkerError::config(
                     "require-limits",
                     format!(
-                        "this node cannot hold its tasks to every limit ({}); fix that, or \
+                        "this node cannot hold its tasks to every limit ({why}); {change}; or \
                          drop --require-limits to run with what it can hold (named in the \
                          node's {} label)",
-                        enforcement.why_missing(),
                         crate::exec::LIMITS_MISSING_LABEL
                     ),
                 ));
@@ -273,6 +295,8 @@ impl Worker {
             cgroups,
             limits,
             log_bytes: self.task_log_bytes,
+            disk: self.disk,
+            scratch: self.scratch,
             log_dir: self.log_dir.path().to_path_buf(),
             base_env: crate::exec::task_base_env(std::env::vars(), &self.pass_env),
             isolation: self.isolation,

@@ -274,3 +274,46 @@ async fn needs_root_every_task_runs_with_no_new_privs() {
     assert_eq!(stdout(&done[&1]), "NoNewPrivs:\t1\n");
     w.stop().await.unwrap();
 }
+
+/// A set-uid program owned by root, which gives root to a user that runs it without
+/// `no_new_privs`, runs as the task's user when a task runs it.
+#[tokio::test]
+async fn needs_root_a_set_uid_program_does_not_give_a_task_root() {
+    use std::os::unix::fs::PermissionsExt;
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let w = RunningWorker::start(limited(&head));
+    attached(&mut head).await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let program = dir.path().join("euid");
+    std::fs::copy(which::which("id").unwrap(), &program).unwrap();
+    std::fs::set_permissions(&program, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    // The program does give root to another user that runs it (the file system honours
+    // set-uid bits here): what the task gets is down to its no_new_privs.
+    let outside = std::process::Command::new("setpriv")
+        .args(["--reuid=300999", "--regid=300999", "--clear-groups"])
+        .arg(&program)
+        .arg("-u")
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&outside.stdout),
+        "0\n",
+        "{outside:?}"
+    );
+    let done = run_all(
+        &mut head,
+        vec![(1, sh(&format!("{} -u; id -u", program.display())))],
+    )
+    .await;
+    let out = stdout(&done[&1]);
+    let ids: Vec<&str> = out.lines().collect();
+    assert_eq!(ids.len(), 2, "{out:?}");
+    assert_eq!(
+        ids[0], ids[1],
+        "the set-uid program ran as {} for the task's user {}",
+        ids[0], ids[1]
+    );
+    assert_ne!(ids[0], "0", "{out:?}");
+    w.stop().await.unwrap();
+}

@@ -356,6 +356,10 @@ impl Collector for Snapshot {
 #[derive(Debug, Default)]
 struct WorkerFigures {
     running: Option<f64>,
+    /// The least free space on the worker's disks (its logs', its tasks'), in bytes.
+    disk_free: Option<f64>,
+    /// 1 while the worker is under its disk reserve and starts nothing.
+    disk_under_reserve: Option<f64>,
     spawn_sum: f64,
     /// (upper bound, count in that bucket alone), in ascending order.
     spawn_buckets: Vec<(f64, u64)>,
@@ -375,6 +379,10 @@ impl WorkerFigures {
         for m in figures.iter().filter(|m| m.value.is_finite()) {
             if m.name == "running_tasks" {
                 out.running = Some(m.value);
+            } else if m.name == "disk_free_bytes" {
+                out.disk_free = Some(m.value);
+            } else if m.name == "disk_under_reserve" {
+                out.disk_under_reserve = Some(m.value);
             } else if m.name == "spawn_seconds.sum" {
                 out.spawn_sum = m.value;
             } else if let Some(le) = m.name.strip_prefix("spawn_seconds.bucket.") {
@@ -428,6 +436,27 @@ fn encode_workers(
             running
                 .encode_family(&[("node", *node)])?
                 .encode_gauge(&n)?;
+        }
+    }
+    for (name, help, figure) in [
+        (
+            "worker_disk_free_bytes",
+            "The least free space on a live worker's disks (its log directory's, its task \
+             directory's), as its last heartbeat said",
+            (|f: &WorkerFigures| f.disk_free) as fn(&WorkerFigures) -> Option<f64>,
+        ),
+        (
+            "worker_disk_under_reserve",
+            "1 while a live worker has less free than its --disk-reserve on a disk and starts \
+             no task, else 0",
+            |f: &WorkerFigures| f.disk_under_reserve,
+        ),
+    ] {
+        let mut family = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+        for (node, f) in &parsed {
+            if let Some(v) = figure(f) {
+                family.encode_family(&[("node", *node)])?.encode_gauge(&v)?;
+            }
         }
     }
     let help = "Seconds from an assignment's arrival at a worker to its task's start (a \

@@ -129,6 +129,31 @@ struct WorkerArgs {
     #[arg(long, value_name = "BYTES", default_value_t = escher_worker::exec::DEFAULT_TASK_LOG_BYTES)]
     task_log_bytes: u64,
 
+    /// Where the tasks' homes and scratch directories are made (default: the system's
+    /// temporary directory, TMPDIR or /tmp)
+    #[arg(long, value_name = "DIR")]
+    task_dir: Option<std::path::PathBuf>,
+
+    /// The size in bytes of each command task's scratch when it asks for no `disk`: on a root
+    /// worker every command task gets a tmpfs of its own, of its `disk` request or this size,
+    /// as its HOME, TMPDIR and working directory, unmounted when it ends. A task that fills it
+    /// fails with a reason that says so; its pages count against its memory limit
+    #[arg(long, value_name = "BYTES", default_value_t = escher_worker::exec::DEFAULT_TASK_SCRATCH_BYTES)]
+    task_scratch_bytes: u64,
+
+    /// Give command tasks no scratch of their own: they write in their namespace's home, on
+    /// the disk of --task-dir
+    #[arg(long)]
+    no_task_scratch: bool,
+
+    /// The free space to keep on the file systems of the log directory and --task-dir: `5%`,
+    /// `512MiB`, `1GiB`, or `0` for none. While one has less free, the node starts no new task
+    /// (it waits, unstarted, for space; heartbeats say `disk_under_reserve`) and running
+    /// tasks' logs stop where they are, with one line that says why. By default 5% of the
+    /// file system, at most 1 GiB
+    #[arg(long, value_name = "SIZE|PERCENT")]
+    disk_reserve: Option<escher_worker::exec::Reserve>,
+
     /// This node ends after this long (`2h`, `90m`): it carries its end as the labels
     /// `escher.ends-at` and `escher.drain-at`, and --walltime-margin before the end the head
     /// drains it (nothing new is admitted; running tasks finish) and labels it
@@ -338,6 +363,12 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             task_pids_max: args.task_pids_max,
             task_log_bytes: args.task_log_bytes,
             require_limits: args.require_limits,
+            task_dir: args.task_dir,
+            task_scratch: !args.no_task_scratch,
+            task_scratch_bytes: args.task_scratch_bytes,
+            disk_reserve: args
+                .disk_reserve
+                .unwrap_or(escher_worker::exec::DEFAULT_DISK_RESERVE),
             python: if args.no_python {
                 escher_worker::PythonDetection::Off
             } else {
@@ -551,6 +582,12 @@ mod tests {
         assert!(logs.contains("task-log-bytes"), "{logs}");
         let off = parse(&["--require-limits", "--no-task-cgroups"]).unwrap_err();
         assert!(off.contains("--no-task-cgroups"), "{off}");
+        let scratch = parse(&["--task-scratch-bytes", "0"]).unwrap_err();
+        assert!(scratch.contains("--no-task-scratch"), "{scratch}");
+        let reserve = parse(&["--disk-reserve", "lots"]).unwrap_err();
+        assert!(reserve.contains("512MiB"), "{reserve}");
+        let reserve = parse(&["--disk-reserve", "2%"]).unwrap();
+        assert_eq!(reserve.disk_reserve.to_string(), "2%");
     }
 
     #[test]

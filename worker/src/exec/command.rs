@@ -132,6 +132,8 @@ pub struct LaunchOptions {
     pub limits: TaskLimits,
     /// The most bytes each of its log streams keeps; `None` for no cap.
     pub log_bytes: Option<u64>,
+    /// The reserve of the node's disk: while under it, the log streams stop where they are.
+    pub disk: Option<Arc<super::DiskReserve>>,
 }
 
 /// What a command's processes used so far, sent while it runs (see [`UsageSink`]).
@@ -178,7 +180,14 @@ impl LaunchOptions {
             usage: None,
             limits: TaskLimits::none(),
             log_bytes: None,
+            disk: None,
         }
+    }
+
+    /// Stops each command's log streams where they are while `disk` is under its reserve.
+    pub fn disk(mut self, disk: Option<Arc<super::DiskReserve>>) -> Self {
+        self.disk = disk;
+        self
     }
 
     /// Holds each command to `limits` in its cgroup.
@@ -341,7 +350,7 @@ pub async fn run_command(
                     Some(limit) => CommandOutcome::MemoryExceeded { exit, limit },
                     None => CommandOutcome::Exited(exit),
                 };
-                cap_logs(&mut logs, opts.log_bytes);
+                cap_logs(&mut logs, opts.log_bytes, opts.disk.as_deref());
                 return Ok((outcome, logs));
             }
             () = cancel.cancelled() => break CommandOutcome::Cancelled,
@@ -353,12 +362,12 @@ pub async fn run_command(
                 }
             }
             () = next_sample(&mut log_checks), if log_checks.is_some() => {
-                cap_logs(&mut logs, opts.log_bytes);
+                cap_logs(&mut logs, opts.log_bytes, opts.disk.as_deref());
             }
         }
     };
     let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
-    cap_logs(&mut logs, opts.log_bytes);
+    cap_logs(&mut logs, opts.log_bytes, opts.disk.as_deref());
     if let (Some((sink, cgroup)), true) = (sink, sampled) {
         (sink.send)(cgroup.usage(), true).await;
     }
@@ -563,9 +572,12 @@ fn spawn_through_std(
 
 /// Holds the logs to `max` bytes a stream, if there is a cap. A failure is logged: the output
 /// is the task's, the cap the worker's disk's, and neither is a reason to stop the task.
-fn cap_logs(logs: &mut AttemptLogs, max: Option<u64>) {
+fn cap_logs(logs: &mut AttemptLogs, max: Option<u64>, disk: Option<&super::DiskReserve>) {
+    let stop = disk.and_then(|d| d.low()).map(|why| {
+        format!("the node's disk is under its reserve ({why}); the worker stopped its logs")
+    });
     if let Some(max) = max
-        && let Err(error) = logs.cap(max)
+        && let Err(error) = logs.hold(max, stop.as_deref())
     {
         tracing::warn!(%error, max, "cannot hold a task's log to its cap");
     }

@@ -173,10 +173,15 @@ pub enum Isolation {
 
 impl Isolation {
     /// Decides how to isolate from the setting, and whether this process may change user.
-    /// `state_dir` keeps the namespaces' users across restarts; a range given explicitly that
+    /// `state_dir` keeps the namespaces' users across restarts; their homes are made in
+    /// `task_dir` (`None`: the system's temporary directory); a range given explicitly that
     /// cannot be used (no privilege, or users of this machine inside it) is an error that
     /// names the cause.
-    pub fn resolve(users: TaskUsers, state_dir: Option<&Path>) -> Result<Isolation, String> {
+    pub fn resolve(
+        users: TaskUsers,
+        state_dir: Option<&Path>,
+        task_dir: Option<&Path>,
+    ) -> Result<Isolation, String> {
         let range = match users {
             TaskUsers::Off => {
                 return Ok(Isolation::Shared {
@@ -199,7 +204,7 @@ impl Isolation {
                  choose a range no account uses with --task-uids"
             ));
         }
-        UserPool::open(range, state_dir).map(Isolation::PerUser)
+        UserPool::open(range, state_dir, task_dir).map(Isolation::PerUser)
     }
 
     /// Whether tenants' tasks run as users of their own.
@@ -249,7 +254,11 @@ pub struct UserPool {
 const USERS_FILE: &str = "task-users.json";
 
 impl UserPool {
-    fn open(range: UidRange, state_dir: Option<&Path>) -> Result<UserPool, String> {
+    fn open(
+        range: UidRange,
+        state_dir: Option<&Path>,
+        task_dir: Option<&Path>,
+    ) -> Result<UserPool, String> {
         let file = state_dir.map(|dir| dir.join(USERS_FILE));
         let assigned = match &file {
             Some(path) => match std::fs::read(path) {
@@ -264,9 +273,10 @@ impl UserPool {
             },
             None => BTreeMap::new(),
         };
+        let temp = std::env::temp_dir();
         let homes = tempfile::Builder::new()
             .prefix("escher-tasks-")
-            .tempdir()
+            .tempdir_in(task_dir.unwrap_or(&temp))
             .map_err(|e| format!("cannot create the tasks' directories: {e}"))?;
         std::fs::set_permissions(homes.path(), std::fs::Permissions::from_mode(0o711))
             .map_err(|e| format!("cannot set {}'s mode: {e}", homes.path().display()))?;
@@ -432,7 +442,7 @@ mod tests {
 
     #[test]
     fn off_shares_the_worker_user() {
-        let iso = Isolation::resolve(TaskUsers::Off, None).unwrap();
+        let iso = Isolation::resolve(TaskUsers::Off, None, None).unwrap();
         assert!(!iso.isolated());
         assert_eq!(iso.label(), "none");
         assert_eq!(iso.user_for(Some("a")).unwrap(), None);
@@ -446,7 +456,7 @@ mod tests {
             last: 300_102,
         };
         let state = tempfile::tempdir().unwrap();
-        let pool = match Isolation::resolve(TaskUsers::Range(range), Some(state.path())) {
+        let pool = match Isolation::resolve(TaskUsers::Range(range), Some(state.path()), None) {
             Ok(Isolation::PerUser(pool)) => pool,
             Ok(Isolation::Shared { .. }) => unreachable!("an explicit range never shares"),
             Err(e) => {
@@ -468,7 +478,7 @@ mod tests {
         drop(pool);
         // A restarted worker gives each namespace the user it had.
         let Isolation::PerUser(pool) =
-            Isolation::resolve(TaskUsers::Range(range), Some(state.path())).unwrap()
+            Isolation::resolve(TaskUsers::Range(range), Some(state.path()), None).unwrap()
         else {
             unreachable!()
         };

@@ -124,8 +124,9 @@ pub async fn read_log(
 pub struct AttemptLogs {
     stdout: std::fs::File,
     stderr: std::fs::File,
-    /// Whether each stream (stdout, stderr) reached the cap and ends with the marker line.
-    capped: [bool; 2],
+    /// Each stream's (stdout, stderr) length once it ended with its marker line: it reached
+    /// the cap, or the node's disk went under its reserve.
+    capped: [Option<u64>; 2],
 }
 
 /// What [`AttemptLogs::create`] gives: the worker's handles, and the files the child writes.
@@ -182,7 +183,7 @@ impl AttemptLogs {
         let logs = AttemptLogs {
             stdout,
             stderr,
-            capped: [false; 2],
+            capped: [None; 2],
         };
         Ok((logs, child_stdout, child_stderr))
     }
@@ -192,31 +193,38 @@ impl AttemptLogs {
     /// is cut again. The worker calls it while the task runs (so the disk holds at most what
     /// the task writes between two calls past the cap) and once after it ended. Blocking.
     pub fn cap(&mut self, max: u64) -> io::Result<()> {
+        self.hold(max, None)
+    }
+
+    /// As [`AttemptLogs::cap`], and with `stop` (why: the node's disk is under its reserve)
+    /// every stream not ended yet ends where it is now, with one line that says why. Blocking.
+    pub fn hold(&mut self, max: u64, stop: Option<&str>) -> io::Result<()> {
         for (i, file) in [&self.stdout, &self.stderr].into_iter().enumerate() {
-            let marker = cap_marker(max);
             let len = file.metadata()?.len();
-            if self.capped[i] {
-                let kept = max + marker.len() as u64;
+            if let Some(kept) = self.capped[i] {
                 if len > kept {
                     file.set_len(kept)?;
                 }
                 continue;
             }
-            if len <= max {
-                continue;
-            }
-            file.set_len(max)?;
-            // Written at `max` through a description of its own: the child's (and the
+            let (at, marker) = match stop {
+                _ if len > max => (max, cap_marker(max)),
+                Some(why) => (len, stop_marker(len, why)),
+                None => continue,
+            };
+            file.set_len(at)?;
+            // Written at `at` through a description of its own: the child's (and the
             // worker's) is in append mode, where a positioned write goes to the end.
             use std::os::fd::AsRawFd;
             use std::os::unix::fs::FileExt;
-            let at = std::fs::OpenOptions::new()
+            let writer = std::fs::OpenOptions::new()
                 .write(true)
                 .open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
-            at.write_all_at(marker.as_bytes(), max)?;
+            writer.write_all_at(marker.as_bytes(), at)?;
             // What the task appended between the cut and the marker.
-            file.set_len(max + marker.len() as u64)?;
-            self.capped[i] = true;
+            let kept = at + marker.len() as u64;
+            file.set_len(kept)?;
+            self.capped[i] = Some(kept);
         }
         Ok(())
     }
@@ -231,7 +239,7 @@ impl AttemptLogs {
             Stream::Stdout => (0, &self.stdout),
             Stream::Stderr => (1, &self.stderr),
         };
-        if self.capped[i] || file.metadata()?.len() > max {
+        if self.capped[i].is_some() || file.metadata()?.len() > max {
             return Ok(());
         }
         file.write_all(buf)
@@ -271,6 +279,11 @@ fn cap_marker(max: u64) -> String {
         "\n[escher: output past {max} bytes dropped: the task reached its log cap, the worker's \
          --task-log-bytes]\n"
     )
+}
+
+/// The line that ends a stream stopped at `at` bytes because the node's disk is low.
+fn stop_marker(at: u64, why: &str) -> String {
+    format!("\n[escher: output past {at} bytes dropped: {why}]\n")
 }
 
 /// How long a worker keeps command logs, and how much of them.

@@ -12,6 +12,9 @@
 //! - [`TaskLimits`] is what a task may use (CPU, memory, processes), held in its cgroups (a
 //!   command's, or the Python interpreter that runs it);
 //!   [`Enforcement`] says which of them this host holds (`limits.rs`).
+//! - [`DiskReserve`] keeps free space on the worker's file systems (`--disk-reserve`,
+//!   `disk.rs`); [`Scratch`] gives each command task a size-limited directory of its own,
+//!   gone when it ends (`scratch.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
 //! Unix only: it relies on process groups and signals.
@@ -19,12 +22,14 @@
 mod cgroup;
 mod cgroup_pool;
 mod command;
+mod disk;
 mod error;
 mod group;
 mod isolation;
 mod limits;
 mod logs;
 mod outcome;
+mod scratch;
 mod spawn;
 
 pub use cgroup::{
@@ -34,6 +39,10 @@ pub use cgroup::{
 pub use command::{
     CommandSpec, DEFAULT_GRACE, LOG_CAP_EVERY, LaunchOptions, OnSpawn, UsageSend, UsageSink,
     run_command,
+};
+pub use disk::{
+    CHECK_EVERY, DEFAULT_DISK_RESERVE, DISK_LABEL, DISK_RESERVE_LABEL, DISK_SCRATCH_LABEL,
+    DiskReserve, Reserve, Space, space_of,
 };
 pub use error::ExecError;
 pub use isolation::{
@@ -49,3 +58,4 @@ pub use logs::{
     Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
 pub use outcome::{CommandOutcome, ProcessExit, memory_exceeded};
+pub use scratch::{DEFAULT_TASK_SCRATCH_BYTES, Scratch, TaskScratch};
