@@ -898,6 +898,12 @@ impl Cluster for FakeHead {
     ) -> Result<Response<wire::ListObjectsReply>, Status> {
         Err(Status::unimplemented("the fake head keeps no objects"))
     }
+    async fn open_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::OpenObjectSessionReply>, Status> {
+        Err(Status::unimplemented("the fake head keeps no objects"))
+    }
     async fn renew_object_session(
         &self,
         _: Request<wire::ObjectSessionRequest>,

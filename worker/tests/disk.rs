@@ -234,6 +234,12 @@ async fn needs_root_a_node_under_its_disk_reserve_starts_nothing_until_space_ret
     attached(&mut head).await;
     assert_eq!(next_figure(&mut head, "disk_under_reserve").await, 0.0);
     let filler = fill_to(&disk, 2 << 20);
+    // The node's view of its disk is at most `CHECK_EVERY` old: once a heartbeat says it is
+    // under its reserve, an assignment finds it so.
+    bounded("the node to say it is under its reserve", async {
+        while next_figure(&mut head, "disk_under_reserve").await != 1.0 {}
+    })
+    .await;
     head.send(assign(1, of("a", "echo ok")));
     let early = head.quiet_for(Duration::from_millis(1500)).await;
     assert!(

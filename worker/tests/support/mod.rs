@@ -488,6 +488,12 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ListObjectsReply>, Status> {
         Err(Status::unimplemented("fake head"))
     }
+    async fn open_object_session(
+        &self,
+        _: Request<wire::ObjectSessionRequest>,
+    ) -> Result<Response<wire::OpenObjectSessionReply>, Status> {
+        Err(Status::unimplemented("fake head"))
+    }
     async fn renew_object_session(
         &self,
         _: Request<wire::ObjectSessionRequest>,
