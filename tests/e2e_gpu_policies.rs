@@ -297,7 +297,10 @@ async fn run_window(policy: &str) {
         );
         // Served, some within the SLO: what share, under a loaded machine's compressed time,
         // is a figure (a floor of 20% failed under load 11 on 2 cores), not a test.
-        assert!(s.served > 0.0 && s.on_time > 0.0, "{policy}, tenant {m}: {s:?}");
+        assert!(
+            s.served > 0.0 && s.on_time > 0.0,
+            "{policy}, tenant {m}: {s:?}"
+        );
     }
     let runs = gpu.trainers().to_vec();
     if trainers {
