@@ -3,11 +3,12 @@
 //!
 //! On a root worker whose tasks run as users of their own, each command task gets a tmpfs of
 //! `size=` its `disk` request (MiB) or `--task-scratch-bytes`, mounted `nosuid,nodev` at
-//! `{task dir}/escher-scratch-PID/{task}-{attempt}`, 0700 and its user's. A task that fills it
+//! `{task dir}/escher-scratch-PID-RANDOM/{task}-{attempt}`, 0700 and its user's. A task that fills it
 //! gets "no space left on device" from its own writes, and fails with a reason that says it
 //! filled its scratch; its neighbours' directories are other file systems and do not notice.
 //! The worker unmounts it as soon as the task has ended (after reading its outcome file): no
-//! sweep, no leftover. Its pages are memory, charged to the task's memory cgroup as a
+//! sweep, no leftover. A worker killed outright cannot: the next worker to start on that task
+//! directory unmounts and removes the scratch of every worker whose process is gone. Its pages are memory, charged to the task's memory cgroup as a
 //! Kubernetes memory-backed `emptyDir` is, so a task's scratch and its memory together stay
 //! within its `memory` request.
 //!
@@ -21,11 +22,57 @@ use std::path::{Path, PathBuf};
 /// (1 GiB).
 pub const DEFAULT_TASK_SCRATCH_BYTES: u64 = 1 << 30;
 
+/// The start of the name of a worker's scratch directory, `escher-scratch-PID-RANDOM`.
+const PREFIX: &str = "escher-scratch-";
+
+/// Removes the scratch directories of workers that are gone (killed outright: SIGKILL, the
+/// OOM killer) from `parent`, unmounting what their tasks still had mounted, so that a crash
+/// leaves its tasks' scratch (memory, being tmpfs) only until the next worker starts there. A
+/// directory is a dead worker's when the process its name gives no longer exists.
+fn sweep(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let gone = matches!(
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
+            Err(nix::errno::Errno::ESRCH)
+        );
+        if !gone {
+            continue;
+        }
+        let dir = entry.path();
+        if let Ok(tasks) = std::fs::read_dir(&dir) {
+            for task in tasks.flatten() {
+                let _ = nix::mount::umount2(&task.path(), nix::mount::MntFlags::MNT_DETACH);
+                let _ = std::fs::remove_dir(task.path());
+            }
+        }
+        match std::fs::remove_dir(&dir) {
+            Ok(()) => {
+                tracing::info!(dir = %dir.display(), "removed the scratch of a worker that is gone")
+            }
+            Err(error) => {
+                tracing::warn!(dir = %dir.display(), %error, "cannot remove the scratch of a worker that is gone")
+            }
+        }
+    }
+}
+
 /// Where a worker mounts its tasks' scratch directories.
 #[derive(Debug)]
 pub struct Scratch {
-    /// `{task dir}/escher-scratch-PID`, 0711, the worker's: a task reaches its own directory
-    /// and lists none.
+    /// `{task dir}/escher-scratch-PID-RANDOM`, 0711, the worker's: a task reaches its own
+    /// directory and lists none.
     root: tempfile::TempDir,
     /// The size of a task's scratch when it asks for no `disk`.
     default_bytes: u64,
@@ -35,8 +82,9 @@ impl Scratch {
     /// Makes the directory the scratch mounts go in, under `parent`, and checks that this
     /// process may mount a tmpfs there. The error says why not.
     pub fn open(parent: &Path, default_bytes: u64) -> Result<Scratch, String> {
+        sweep(parent);
         let root = tempfile::Builder::new()
-            .prefix("escher-scratch-")
+            .prefix(&format!("{PREFIX}{}-", std::process::id()))
             .tempdir_in(parent)
             .map_err(|e| format!("cannot create a directory in {}: {e}", parent.display()))?;
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711))
@@ -182,5 +230,43 @@ mod tests {
         let path = task.path().to_path_buf();
         drop(task);
         assert!(!path.exists(), "the scratch is gone with its task");
+    }
+
+    /// A worker killed outright leaves its tasks' scratch mounted; the next one to start there
+    /// unmounts and removes it, and leaves a live worker's alone.
+    #[test]
+    fn needs_root_a_dead_workers_scratch_is_swept_by_the_next() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: it mounts a tmpfs"
+        );
+        let parent = tempfile::tempdir().unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead = child.id();
+        child.wait().unwrap();
+        let stale = parent.path().join(format!("{PREFIX}{dead}-abcdef"));
+        let live = parent
+            .path()
+            .join(format!("{PREFIX}{}-ghijkl", std::process::id()));
+        for dir in [&stale, &live] {
+            std::fs::create_dir_all(dir.join("7-1")).unwrap();
+            nix::mount::mount(
+                Some("escher-scratch"),
+                &dir.join("7-1"),
+                Some("tmpfs"),
+                nix::mount::MsFlags::empty(),
+                Some("size=65536"),
+            )
+            .unwrap();
+            std::fs::write(dir.join("7-1").join("left"), b"a task's file").unwrap();
+        }
+        let scratch = Scratch::open(parent.path(), 1 << 20).unwrap();
+        assert!(!stale.exists(), "the dead worker's scratch stayed");
+        assert!(
+            live.join("7-1").join("left").exists(),
+            "a live worker's scratch was touched"
+        );
+        nix::mount::umount2(&live.join("7-1"), nix::mount::MntFlags::MNT_DETACH).unwrap();
+        drop(scratch);
     }
 }
