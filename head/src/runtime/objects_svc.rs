@@ -265,16 +265,9 @@ impl ClusterService {
             Reply::ObjectSession(s) => s,
             other => return Err(unexpected(other)),
         };
-        let sees_everything = caller.sees_everything();
         let lapse = self
-            .owner
-            .ask(|reply| Msg::RenewObjectSession {
-                session,
-                namespace,
-                sees_everything,
-                reply,
-            })
-            .await??;
+            .renew_session(session, namespace, caller.sees_everything())
+            .await?;
         Ok(Response::new(wire::OpenObjectSessionReply {
             session,
             lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),
@@ -288,20 +281,29 @@ impl ClusterService {
         let caller = crate::auth::caller(&request)?;
         let request = request.into_inner();
         let namespace = caller.namespace(requested(&request.namespace)?)?;
-        let session = request.session;
-        let sees_everything = caller.sees_everything();
         let lapse = self
-            .owner
+            .renew_session(request.session, namespace, caller.sees_everything())
+            .await?;
+        Ok(Response::new(wire::RenewObjectSessionReply {
+            lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),
+        }))
+    }
+
+    /// Tells the leader that `session`'s client lives; returns the session's lapse time.
+    async fn renew_session(
+        &self,
+        session: u64,
+        namespace: Option<escher_proto::types::Namespace>,
+        sees_everything: bool,
+    ) -> Result<std::time::Duration, Status> {
+        self.owner
             .ask(|reply| Msg::RenewObjectSession {
                 session,
                 namespace,
                 sees_everything,
                 reply,
             })
-            .await??;
-        Ok(Response::new(wire::RenewObjectSessionReply {
-            lapse_ms: u64::try_from(lapse.as_millis()).unwrap_or(u64::MAX),
-        }))
+            .await?
     }
 
     pub(crate) async fn do_close_object_session(
