@@ -155,10 +155,11 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     ));
     report.detail = json!({"escher": escher, "ray": ray, "tcp_mb_per_s": streams});
     report.notes.push(
-        "escher's fetch: the task's interpreter asks the head where the copy is and streams it \
-         from the holder's data plane over gRPC (1 MiB chunks, each with a CRC-32C), into one \
-         buffer, copied once into a Python bytes object that the array views; Ray pulls the \
-         object into the reading node's shared-memory store and maps it"
+        "escher's fetch: the task's interpreter asks its worker, which asks the head where the \
+         copy is, streams it from the holder's data plane over gRPC (1 MiB chunks, each with a \
+         CRC-32C) into its own store, reports the copy, and hands the interpreter the sealed \
+         file, which it maps (no copy into Python); Ray pulls the object into the reading \
+         node's shared-memory store and maps it"
             .into(),
     );
     report.notes.push(
