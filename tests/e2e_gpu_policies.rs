@@ -326,9 +326,17 @@ async fn run_window(policy: &str) {
                 (ITERATIONS, ITERATIONS),
                 "{policy}: {run:?}"
             );
-            let info = within("a trainer's info", client.task_info(run.actor))
-                .await
-                .unwrap();
+            // The driver's kill is applied by the head after it returned: wait for it.
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let info = loop {
+                let info = within("a trainer's info", client.task_info(run.actor))
+                    .await
+                    .unwrap();
+                if info.status.state != TaskState::Running || std::time::Instant::now() > deadline {
+                    break info;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            };
             assert_eq!(
                 info.status.state,
                 TaskState::Cancelled,
