@@ -109,7 +109,16 @@ async fn labels_set_at_run_time_reach_the_head_and_outlive_the_workers_restart()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn label_writes_across_a_leader_kill_end_at_the_last_one() {
-    let mut cluster = ProcessCluster::builder().heads(3).workers(1).start().await;
+    // Labels change only on a live node. The worker must find the new leader and attach
+    // before that leader's full timeout declares its node lost; under a loaded machine 1.2 s
+    // was seen to be too short (the writes were then refused as "node 1 is not live", which is
+    // the right answer for a lost node, not what this test is about).
+    let mut cluster = ProcessCluster::builder()
+        .heads(3)
+        .workers(1)
+        .heartbeat_timeout_ms(5_000)
+        .start()
+        .await;
     let client = cluster.client().await;
     let node = cluster.status().await.nodes[0].id;
     let write = |n: u32| {
