@@ -134,6 +134,10 @@ impl TaskLimits {
                 // Swap would let a task hold more than its request; a kernel without swap
                 // accounting has no such file.
                 let _ = fs::write(dir.join("memory.swap.max"), "0");
+                // The task is the unit the kernel's OOM killer stops, as a container is: a
+                // shell whose child went past the request must not carry on and succeed.
+                // Kernels before 4.19 have no such file, and kill one process.
+                let _ = fs::write(dir.join("memory.oom.group"), "1");
                 Ok(())
             }
             (Controller::Memory, Version::V1) => write_v1_memory(dir, self.memory),

@@ -77,8 +77,10 @@ pub enum CommandOutcome {
     TimedOut(ProcessExit),
     /// The task was cancelled; the executor stopped the process group.
     Cancelled(ProcessExit),
-    /// The process failed after the kernel's OOM killer killed a process of the task in its
-    /// memory cgroup: the task went past its memory limit, `limit` bytes.
+    /// The kernel's OOM killer killed a process of the task in its memory cgroup: the task
+    /// went past its memory limit, `limit` bytes, and fails however its main process ended
+    /// (on a v2 hierarchy the kernel kills the whole task, `memory.oom.group`; on v1 one
+    /// process, and the main process may have carried on).
     MemoryExceeded {
         /// How the main process ended.
         exit: ProcessExit,

@@ -487,16 +487,20 @@ impl Pool {
                 }
             };
             // A process the function started, killed for the task's memory limit while the
-            // interpreter lived on: that is why the function failed.
-            let exceeded = (status != 0)
-                .then(|| interp.process.memory_exceeded())
-                .flatten();
+            // interpreter lived on (a v1 memory hierarchy kills one process): the task went
+            // past its request, and fails even if the function carried on and returned.
+            let exceeded = interp.process.memory_exceeded();
             if status != 2 {
                 interp.known.insert(hash);
             }
             self.give_back(&key, interp);
             return match (status, exceeded) {
-                (0, _) => Ok(body),
+                (0, None) => Ok(body),
+                // The body is the function's result, not an error to show.
+                (0, Some(limit)) => Err(crate::exec::memory_exceeded(
+                    limit,
+                    &"a process the function started",
+                )),
                 (_, Some(limit)) => Err(format!(
                     "{}\n{}",
                     crate::exec::memory_exceeded(limit, &"a process the function started"),

@@ -1,0 +1,236 @@
+//! Tasks held to their requests across the tenant boundary, against real `escher-head` and
+//! `escher-worker` processes on a root worker (CI runs as root): one tenant's fork bomb, memory
+//! hog and log flood, each beside another tenant's task that must succeed on the same node.
+//!
+//! The worker runs each namespace's tasks as a user of its own, in a cgroup per task that
+//! holds the task to its `cpu` and `memory` request and to `--task-pids-max` processes. The
+//! same attacks within one tenant, with a head of the test's own, are `worker/tests/limits.rs`.
+
+mod procs;
+
+use std::time::Duration;
+
+use escher::types::{Grant, LogStream, Role, TaskId, TaskState, TaskStatus};
+use escher::{Client, Task};
+use escher_proto::types::ISOLATION_LABEL;
+use procs::{ProcessCluster, WorkerExtra};
+
+/// The worker's process limit per task in these tests.
+const PIDS_MAX: u32 = 64;
+/// The worker's log cap per task in these tests.
+const LOG_CAP: u64 = 256 * 1024;
+
+/// A client of `namespace` with an app token for it.
+async fn tenant(cluster: &ProcessCluster, admin: &Client, namespace: &str) -> Client {
+    let grant = Grant::new(Role::App, Some(namespace.parse().unwrap())).unwrap();
+    let token = admin.create_token(grant, namespace).await.unwrap().token;
+    cluster.client().await.with_token(token)
+}
+
+/// A cluster with one root worker of 4 CPUs and 1 GiB that holds every task to its request,
+/// runs each namespace as its own user, and caps each task at [`PIDS_MAX`] processes and
+/// [`LOG_CAP`] bytes of output.
+async fn contained() -> (ProcessCluster, Client) {
+    assert!(
+        nix::unistd::geteuid().is_root(),
+        "needs root (as CI has): tasks are held in cgroups and run as their namespace's user"
+    );
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    cluster.next_workers(WorkerExtra {
+        args: vec![
+            "--require-limits".into(),
+            "--require-isolation".into(),
+            "--task-pids-max".into(),
+            PIDS_MAX.to_string(),
+            "--task-log-bytes".into(),
+            LOG_CAP.to_string(),
+        ],
+        ..WorkerExtra::default()
+    });
+    cluster.start_worker("w1", "cpu=4,memory=1024").await;
+    let admin = cluster.client().await;
+    let node = admin.cluster_status().await.unwrap().nodes.remove(0);
+    assert_eq!(
+        node.labels.get(ISOLATION_LABEL),
+        Some("uid"),
+        "{:?}",
+        node.labels
+    );
+    (cluster, admin)
+}
+
+/// Waits for each task to end and returns their statuses in the order given.
+async fn ended(client: &Client, tasks: &[TaskId]) -> Vec<TaskStatus> {
+    let mut out = Vec::new();
+    for &task in tasks {
+        out.push(
+            client
+                .get(task, Some(Duration::from_secs(60)))
+                .await
+                .unwrap(),
+        );
+    }
+    out
+}
+
+async fn stdout(client: &Client, task: TaskId) -> String {
+    String::from_utf8_lossy(&client.logs(task, LogStream::Stdout).await.unwrap()).into_owned()
+}
+
+/// Tenant A's fork bomb fills its own process limit, not the node's, and A's memory hog is
+/// failed by the kernel in its own cgroup with the reason; tenant B's tasks on the same node,
+/// forking a hundred times and filling 16 MiB meanwhile, succeed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_one_tenants_fork_bomb_and_memory_hog_leave_anothers_tasks_running() {
+    let (cluster, admin) = contained().await;
+    let a = tenant(&cluster, &admin, "appa").await;
+    let b = tenant(&cluster, &admin, "appb").await;
+
+    // The inner shell stops at its first failed fork and says how far it got; the outer one
+    // holds the processes until the end.
+    let bomb = r#"sh -c 'i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); echo $i; done' 2>/dev/null
+echo full; sleep 3"#;
+    // The shell carries on after its child is killed and exits 0 (on a v1 memory hierarchy
+    // the kernel kills one process): the task still went past its request, and fails.
+    let hog = "dd if=/dev/zero of=/dev/null bs=256M count=1 2>/dev/null; echo carried on";
+    let bomb = a
+        .submit(Task::command(["sh", "-c", bomb]).resources_str("cpu=1,memory=128"))
+        .await
+        .unwrap()
+        .id();
+    let hog = a
+        .submit(Task::command(["sh", "-c", hog]).resources_str("cpu=1,memory=64"))
+        .await
+        .unwrap()
+        .id();
+    // B's tasks start while A's bomb holds its processes.
+    let forks = b
+        .submit(
+            Task::command([
+                "sh",
+                "-c",
+                "sleep 1; for i in $(seq 100); do sh -c true || exit 1; done; echo ok",
+            ])
+            .resources_str("cpu=1,memory=64"),
+        )
+        .await
+        .unwrap()
+        .id();
+    let fills = b
+        .submit(
+            Task::command([
+                "sh",
+                "-c",
+                "sleep 1; dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null && echo ok",
+            ])
+            .resources_str("cpu=1,memory=64"),
+        )
+        .await
+        .unwrap()
+        .id();
+
+    let [forked, filled] = ended(&b, &[forks, fills]).await.try_into().unwrap();
+    assert_eq!(forked.state, TaskState::Succeeded, "{forked:?}");
+    assert_eq!(stdout(&b, forks).await, "ok\n");
+    assert_eq!(filled.state, TaskState::Succeeded, "{filled:?}");
+    assert_eq!(stdout(&b, fills).await, "ok\n");
+
+    let [bombed, hogged] = ended(&a, &[bomb, hog]).await.try_into().unwrap();
+    assert_eq!(bombed.state, TaskState::Succeeded, "{bombed:?}");
+    let out = stdout(&a, bomb).await;
+    let started = out.lines().filter(|l| l.parse::<u32>().is_ok()).count();
+    assert!(
+        started < PIDS_MAX as usize && started >= PIDS_MAX as usize - 16 && out.ends_with("full\n"),
+        "the bomb started {started} processes under a limit of {PIDS_MAX}: {out}"
+    );
+    assert_eq!(hogged.state, TaskState::Failed, "{hogged:?}");
+    let why = hogged.reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("exceeded its memory request of 64 MiB"),
+        "{hogged:?}"
+    );
+}
+
+/// Tenant A's task writing 32 MiB to stdout keeps the first [`LOG_CAP`] bytes and one marker
+/// line; tenant B's task beside it, on the same node, writes its output whole and succeeds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_one_tenants_log_flood_stops_at_its_cap_and_anothers_output_is_whole() {
+    let (cluster, admin) = contained().await;
+    let a = tenant(&cluster, &admin, "appa").await;
+    let b = tenant(&cluster, &admin, "appb").await;
+    let flood = a
+        .submit(
+            Task::command(["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' a"])
+                .resources_str("cpu=1"),
+        )
+        .await
+        .unwrap()
+        .id();
+    let lines = b
+        .submit(Task::command(["sh", "-c", "sleep 1; seq 10000"]).resources_str("cpu=1"))
+        .await
+        .unwrap()
+        .id();
+
+    let [written] = ended(&b, &[lines]).await.try_into().unwrap();
+    assert_eq!(written.state, TaskState::Succeeded, "{written:?}");
+    let expected: String = (1..=10_000).map(|i| format!("{i}\n")).collect();
+    assert!(
+        stdout(&b, lines).await == expected,
+        "tenant B's output is not whole"
+    );
+
+    let [flooded] = ended(&a, &[flood]).await.try_into().unwrap();
+    assert_eq!(flooded.state, TaskState::Succeeded, "{flooded:?}");
+    let out = stdout(&a, flood).await;
+    let marker = format!(
+        "\n[escher: output past {LOG_CAP} bytes dropped: the task reached its log cap, the \
+         worker's --task-log-bytes]\n"
+    );
+    assert!(
+        out.ends_with(&marker),
+        "{:?}",
+        &out[out.len().saturating_sub(200)..]
+    );
+    assert_eq!(out.len() as u64, LOG_CAP + marker.len() as u64);
+    assert_eq!(out.matches("[escher: output past").count(), 1);
+}
+
+/// Tenant A's task asking `cpu=0.1` and spinning for three seconds is held to about a tenth of
+/// a CPU by its quota (measured by its own clock ticks), with tenant B's task asking `cpu=1`
+/// spinning beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_one_tenants_cpu_hog_is_held_to_its_quota_beside_anothers_task() {
+    let (cluster, admin) = contained().await;
+    let a = tenant(&cluster, &admin, "appa").await;
+    let b = tenant(&cluster, &admin, "appb").await;
+    // The shell spins for three seconds of wall time, then prints the CPU milliseconds it and
+    // its children used (its user and system clock ticks, and its waited-for children's).
+    let spin = r#"end=$(( $(date +%s) + 3 )); while [ "$(date +%s)" -lt "$end" ]; do :; done
+set -- $(cut -d' ' -f14-17 /proc/$$/stat); echo "$(( ($1 + $2 + $3 + $4) * 1000 / $(getconf CLK_TCK) ))""#;
+    let hog = a
+        .submit(Task::command(["sh", "-c", spin]).resources_str("cpu=0.1"))
+        .await
+        .unwrap()
+        .id();
+    let full = b
+        .submit(Task::command(["sh", "-c", spin]).resources_str("cpu=1"))
+        .await
+        .unwrap()
+        .id();
+    let [held, free] = [
+        ended(&a, &[hog]).await.remove(0),
+        ended(&b, &[full]).await.remove(0),
+    ];
+    assert_eq!(held.state, TaskState::Succeeded, "{held:?}");
+    assert_eq!(free.state, TaskState::Succeeded, "{free:?}");
+    let cpu_ms = |text: String| text.trim().parse::<u64>().unwrap();
+    let held_ms = cpu_ms(stdout(&a, hog).await);
+    let free_ms = cpu_ms(stdout(&b, full).await);
+    // Three seconds at a quota of 0.1 CPU is 300 ms (the quota's first period allows a little
+    // more); unheld, the spin takes whatever CPU the machine has free, up to 3,000 ms.
+    assert!(
+        held_ms < 600,
+        "the cpu=0.1 task used {held_ms} ms of CPU in 3 s (tenant B's cpu=1 task: {free_ms} ms)"
+    );
+}
