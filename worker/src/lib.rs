@@ -58,6 +58,7 @@ mod identity;
 mod link;
 pub mod objects;
 pub mod pidns;
+pub mod protocol;
 mod python;
 mod runner;
 mod runtime;
