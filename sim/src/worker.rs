@@ -1,5 +1,8 @@
 //! [`Worker`]: a simulated worker, as `escher-worker` behaves towards the head (DESIGN §13 and
-//! `head/src/runtime/workers.rs`'s protocol), with its fence.
+//! `head/src/runtime/workers.rs`'s protocol), with its fence. Its rules (which assignments it
+//! starts, what a registration lists, which reports it keeps and sends again, when its lease
+//! holds and when it has run out) are the worker's own code, `escher_worker::protocol::Protocol`,
+//! run on the simulated clock; the transport around them (streams, writes) is the world's.
 //!
 //! - It registers once (`RegisterNode`, a write with an idempotency key, retried like a
 //!   client's) and keeps its node id and secret across its own restarts, as its state
@@ -8,21 +11,22 @@
 //!   registers again with `RejoinNode`, listing what it runs and the reports no head
 //!   acknowledged, then attaches. A stream carries its epoch: a message of an older stream is
 //!   never read (a TCP stream that broke delivers nothing more).
-//! - It heartbeats on its stream; the leader answers each with a lease that runs for
-//!   [`lease_ms`] from when the heartbeat was sent.
+//! - It heartbeats on its stream; the leader answers each (naming its number) with a lease
+//!   that runs for [`lease_ms`] from when the heartbeat was sent.
 //! - It runs an assignment only while its lease holds, and each attempt once (an attempt sent
 //!   again is not run again; its report is sent again instead). A task runs for a random
 //!   while; its report (`TaskFinished`) is a write, retried until answered.
 //! - Its fence supervisor, a process of its own, kills every task it runs once the lease has
-//!   run out, even while the worker is frozen (SIGSTOP); the worker reports them as stopped by
-//!   the fence.
+//!   run out, even while the worker is frozen (SIGSTOP), and before a renewal that comes after
+//!   it ran out; the worker reports them as stopped by the fence.
 //!
 //! The world (`world/workers.rs`) moves the messages, runs the faults (a worker's crash kills
 //! its tasks with it; a freeze; a cut from every replica) and plays the leader's side.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::VecDeque;
 
-use escher_proto::types::{NodeId, RunningTask, TaskFinished, TaskId};
+use escher_proto::types::{NodeId, TaskId};
+use escher_worker::protocol::{Attempt, Protocol};
 
 /// How long the leader waits without a heartbeat before it declares the node lost.
 pub const HEARTBEAT_TIMEOUT_MS: u64 = 2_000;
@@ -65,10 +69,10 @@ pub enum ToWorker {
         /// When the worker sent its attach.
         sent: u64,
     },
-    /// A heartbeat sent at `sent` was heard: the lease runs until `sent + lease_ms()`.
+    /// Heartbeat `seq` was heard: the lease runs for `lease_ms()` from when it was sent.
     Lease {
-        /// When the worker sent it.
-        sent: u64,
+        /// The heartbeat's number.
+        seq: u64,
     },
     /// This replica does not lead (the leader it knows of, if any), or does not take this
     /// node's stream: find the leader and register again.
@@ -102,18 +106,13 @@ pub struct Worker {
     pub registered: bool,
     /// The replica it talks to.
     pub target: u64,
-    /// The lease runs until then.
-    pub lease_until: u64,
     /// The last time anything came on its stream.
     pub last_heard: u64,
-    /// What it runs: attempt to execution (the history's index).
-    pub running: BTreeMap<(TaskId, u32), usize>,
-    /// Every attempt this process was given (run, or refused): never run twice.
-    pub seen: BTreeSet<(TaskId, u32)>,
-    /// Reports not yet sent.
-    pub outbox: VecDeque<TaskFinished>,
-    /// Reports sent (or carried by a registration) and not yet acknowledged.
-    pub unacked: Vec<TaskFinished>,
+    /// The worker's rules (`escher_worker::protocol`): what it runs (attempt to execution, the
+    /// history's index), the attempts it was given, its unacknowledged reports, its lease.
+    pub protocol: Protocol<usize>,
+    /// Reports to write, in order (each written if still unacknowledged then).
+    pub outbox: VecDeque<Attempt>,
 }
 
 impl Worker {
@@ -131,12 +130,9 @@ impl Worker {
             attached: false,
             registered: false,
             target,
-            lease_until: 0,
             last_heard: 0,
-            running: BTreeMap::new(),
-            seen: BTreeSet::new(),
+            protocol: Protocol::new(),
             outbox: VecDeque::new(),
-            unacked: Vec::new(),
         }
     }
 
@@ -162,26 +158,12 @@ impl Worker {
     pub fn crash(&mut self) {
         self.up = false;
         self.detach();
-        self.running.clear();
-        self.seen.clear();
+        self.protocol = Protocol::new();
         self.outbox.clear();
-        self.unacked.clear();
-        self.lease_until = 0;
     }
 
-    /// What it runs, as a registration lists it.
-    pub fn running_tasks(&self) -> Vec<RunningTask> {
-        self.running
-            .keys()
-            .map(|(task_id, attempt)| RunningTask {
-                task_id: *task_id,
-                attempt: *attempt,
-            })
-            .collect()
-    }
-
-    /// Whether the lease holds at `now`.
-    pub fn leased(&self, now: u64) -> bool {
-        now < self.lease_until
+    /// The attempts it runs.
+    pub fn running(&self) -> usize {
+        self.protocol.running_count()
     }
 }

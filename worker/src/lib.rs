@@ -26,6 +26,9 @@
 //! - `runtime.rs`: the event loop that owns the link to the head and the running tasks:
 //!   assignments, cancellations, log requests, heartbeats, re-registration, drain; its GPU
 //!   side (device grants, waiting tasks, MIG reconfigurations) in `runtime/gpus.rs`.
+//! - [`protocol`]: the worker's side of its protocol with the head as a plain struct, time
+//!   passed in (which assignments start, what a registration lists, which reports are kept,
+//!   when the lease holds), which the event loop and the simulation (`escher-sim`) both run.
 //! - `link.rs`: one attempt to register and attach; `backoff.rs`: the delays between attempts;
 //!   `head_conn.rs`: the channels to the head group's replicas, and which one leads;
 //!   `identity.rs`: where the worker keeps its node id and secret (`--state-dir`).
@@ -58,6 +61,7 @@ mod identity;
 mod link;
 pub mod objects;
 pub mod pidns;
+pub mod protocol;
 mod python;
 mod runner;
 mod runtime;

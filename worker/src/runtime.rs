@@ -27,7 +27,7 @@
 //!   worker process keeps its node and its tasks; an assignment it never received is sent
 //!   again with the same attempt.
 //! - An attempt runs at most once per worker process: an assignment of a (task, attempt) this
-//!   process is running, has reported, or ran recently ([`RECENT_ATTEMPTS`]) is ignored. A head
+//!   process is running, was given, or ran recently (`protocol::RECENT_ATTEMPTS`) is ignored. A head
 //!   whose state was restored from a backup says so (`RegisterReply.incarnation` changes): the
 //!   attempts that ended are forgotten, as the restored head never sends again one that ran
 //!   after the backup (it counts those as failed and numbers the retry past them).
@@ -58,15 +58,14 @@
 //!   error and never started), sends a heartbeat with `draining = 1`, lets running tasks finish
 //!   for the drain period, cancels the rest, reports them, and only then closes its stream.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use escher_proto::types::{
-    Assignment, HeadMessage, LogChunk, Metric, RegisterRequest, RunningTask, TaskFinished,
-    WorkerMessage,
+    Assignment, HeadMessage, LogChunk, Metric, RegisterRequest, TaskFinished, WorkerMessage,
 };
 use escher_proto::wire::head_message::Body;
 use escher_proto::{Labels, LogStream, NodeId, ResourceSet, TaskId, TaskKind, wire};
@@ -82,6 +81,7 @@ use crate::functions::BoxFuture;
 use crate::gpu::{BindError, Gpus, Reconfigured};
 use crate::identity::IdentityStore;
 use crate::link::{ConnectError, Link, connect};
+use crate::protocol::{self, Protocol};
 use crate::runner::{RunEnv, run_task};
 
 mod gpus;
@@ -95,36 +95,10 @@ const MAX_LOG_FETCH: u32 = 1024 * 1024;
 const LOG_SWEEP_EVERY: Duration = Duration::from_secs(60);
 /// How long to wait for the head to end its half of the stream after the worker ended its own.
 const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
-/// How many ended attempts a worker remembers, to refuse running one again.
-pub(crate) const RECENT_ATTEMPTS: usize = 65_536;
 /// How long a task's start waits to be reported, so that a task that ends sooner has its
 /// start and its end reported together. The head's record of the start is the dispatch's
 /// until then, so a start reported this much later changes no decision.
 pub(crate) const START_REPORT_DELAY: Duration = Duration::from_millis(2);
-
-/// The attempts this worker process ran most recently, oldest first.
-#[derive(Debug, Default)]
-struct Recent {
-    set: std::collections::BTreeSet<(TaskId, u32)>,
-    order: std::collections::VecDeque<(TaskId, u32)>,
-}
-
-impl Recent {
-    fn insert(&mut self, key: (TaskId, u32)) {
-        if self.set.insert(key) {
-            self.order.push_back(key);
-            if self.order.len() > RECENT_ATTEMPTS
-                && let Some(old) = self.order.pop_front()
-            {
-                self.set.remove(&old);
-            }
-        }
-    }
-
-    fn contains(&self, key: &(TaskId, u32)) -> bool {
-        self.set.contains(key)
-    }
-}
 
 /// What a worker says about itself when it registers; fixed for its life.
 #[derive(Debug, Clone)]
@@ -190,7 +164,11 @@ pub(crate) struct Runtime {
     /// Actor incarnations whose constructor has not returned yet: their start is reported once
     /// it has, so that the head's `TaskStarted` of an actor means "ready to serve calls".
     unready: HashSet<(TaskId, u32)>,
-    tasks: BTreeMap<(TaskId, u32), Running>,
+    /// The protocol's rules (`protocol.rs`): what runs, which attempts were given, the
+    /// reports the head has not acknowledged, the lease.
+    protocol: Protocol<Running>,
+    /// The origin of the times the protocol is given.
+    origin: Instant,
     next_seq: u64,
     /// The node id of the latest registration, kept while disconnected.
     node_id: Option<NodeId>,
@@ -198,17 +176,12 @@ pub(crate) struct Runtime {
     identity: IdentityStore,
     /// Chosen when this worker process started.
     boot_id: u64,
-    /// Task reports the head has not acknowledged yet.
-    unacked: BTreeMap<(TaskId, u32), TaskFinished>,
     /// Attempts that started and whose start is not reported yet, and when it will be.
     starts: std::collections::VecDeque<((TaskId, u32), tokio::time::Instant)>,
     starts_due: Option<Pin<Box<Sleep>>>,
-    /// The reports the registration under way carries: its reply acknowledges them.
-    registering: Vec<(TaskId, u32)>,
-    /// Attempts this process ran, to refuse running one twice.
-    recent: Recent,
     /// The incarnation of the head's state this process last attached to
-    /// (`RegisterReply.incarnation`): when it changes, `recent` is the old incarnation's.
+    /// (`RegisterReply.incarnation`): when it changes, the attempts given were the old
+    /// incarnation's.
     incarnation: u64,
     link: Option<Link>,
     connecting: Option<BoxFuture<Result<Link, ConnectError>>>,
@@ -229,20 +202,9 @@ pub(crate) struct Runtime {
     fatal: Option<WorkerError>,
     /// When to apply the log retention rule next.
     sweep: tokio::time::Interval,
-    /// The number of the last heartbeat sent (counted across streams).
-    heartbeat_seq: u64,
-    /// Heartbeats sent and not yet renewed by the leader, with when they were sent.
-    beats: std::collections::VecDeque<(u64, Instant)>,
-    /// When the leader last renewed the lease (or the registration was sent).
-    renewed_at: Option<Instant>,
-    /// The lease the head grants, as the last registration said (kept while disconnected).
-    lease: Option<Duration>,
     /// When the lease runs out unless renewed: then the actors this worker hosts are ended.
     lease_end: Option<Pin<Box<Sleep>>>,
 }
-
-/// The most heartbeats remembered while waiting for the leader to renew the lease.
-const BEATS_KEPT: usize = 256;
 
 impl Runtime {
     /// The head released these objects: this node's copies go (a copy a reader has mapped
@@ -286,16 +248,14 @@ impl Runtime {
             ready_tx,
             ready_rx,
             unready: HashSet::new(),
-            tasks: BTreeMap::new(),
+            protocol: Protocol::new(),
+            origin: Instant::now(),
             next_seq: 0,
             node_id: None,
             identity: store,
             boot_id: rand::random::<u64>().max(1),
-            unacked: BTreeMap::new(),
             starts: std::collections::VecDeque::new(),
             starts_due: None,
-            registering: Vec::new(),
-            recent: Recent::default(),
             incarnation: 0,
             link: None,
             connecting: None,
@@ -315,10 +275,6 @@ impl Runtime {
                 every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                 every
             },
-            heartbeat_seq: 0,
-            beats: std::collections::VecDeque::new(),
-            renewed_at: None,
-            lease: None,
             lease_end: None,
         }
     }
@@ -333,8 +289,8 @@ impl Runtime {
         // Stopping ends once nothing runs and every report is acknowledged (or the drain
         // period is over).
         while !(self.stopping
-            && self.tasks.is_empty()
-            && (self.unacked.is_empty() || self.cancelled_all))
+            && self.protocol.running_count() == 0
+            && (self.protocol.unacked_count() == 0 || self.cancelled_all))
         {
             tokio::select! {
                 biased;
@@ -387,7 +343,7 @@ impl Runtime {
         if self.stopping {
             return;
         }
-        self.registering = self.unacked.keys().copied().collect();
+        let rejoin = self.protocol.rejoin();
         let identity = self.identity.get().cloned();
         let secret = identity.as_ref().map(|i| i.secret.clone());
         let request = RegisterRequest {
@@ -395,13 +351,9 @@ impl Runtime {
             address: self.me.address.clone(),
             resources: self.me.resources.clone(),
             labels: self.me.labels.clone(),
-            running: self
-                .tasks
-                .keys()
-                .map(|&(task_id, attempt)| RunningTask { task_id, attempt })
-                .collect(),
+            running: rejoin.running,
             gpus: self.gpus.registration_inventory(),
-            finished: self.unacked.values().cloned().collect(),
+            finished: rejoin.finished,
             identity,
             boot_id: self.boot_id,
         };
@@ -434,7 +386,7 @@ impl Runtime {
                 self.reconnect_soon();
             }
             ConnectError::Unknown(status) => {
-                tracing::warn!(node = ?self.node_id, running = self.tasks.len(), reason = %status.message(), "the head group does not know this worker; registering as a new node and cancelling the tasks no head knows");
+                tracing::warn!(node = ?self.node_id, running = self.protocol.running_count(), reason = %status.message(), "the head group does not know this worker; registering as a new node and cancelling the tasks no head knows");
                 self.forget_identity();
                 self.reconnect(Duration::ZERO);
             }
@@ -467,14 +419,11 @@ impl Runtime {
             tracing::error!(%err, "cannot forget the worker's identity");
         }
         self.node_id = None;
-        for running in std::mem::take(&mut self.tasks).into_values() {
+        // Task ids and attempts are the old cluster's: the new one numbers its own.
+        for running in self.protocol.forget_all().into_values() {
             running.cancel.cancel();
         }
-        self.unacked.clear();
-        self.registering.clear();
         self.unsent.clear();
-        // Task ids and attempts are the old cluster's: the new one numbers its own.
-        self.recent = Recent::default();
         // So are the object ids: the store's copies are no one's now, and their ids may be
         // given out again (`runtime/held.rs` would otherwise report them to the new one).
         self.drop_all_copies();
@@ -482,20 +431,22 @@ impl Runtime {
 
     fn attached(&mut self, link: Link) {
         let node_id = link.node_id;
-        // The registration committed the reports it carried.
-        let carried: HashSet<(TaskId, u32)> =
-            std::mem::take(&mut self.registering).into_iter().collect();
-        for key in &carried {
-            self.unacked.remove(key);
-        }
+        // The registration committed the reports it carried; those that ended while it was
+        // under way are sent on the new stream, below.
+        let late = self.protocol.registered();
         // The leader answered: the lease runs from when the registration was sent, but what
-        // ran under a lease that ran out first ends before it does (see `fence_if_lapsed`).
-        self.fence_if_lapsed();
+        // ran under a lease that ran out first ends before it does, whether or not its timer
+        // has fired yet. A worker that resumes after a SIGSTOP may register again (or hear a
+        // renewal) before that timer runs, and a renewal would otherwise re-arm it: the actor
+        // incarnation the head has restarted elsewhere meanwhile would live on here and serve
+        // the calls queued while it was stopped (found by `tests/e2e_actor_faults.rs` under
+        // load: a call answered by incarnation 1 after incarnation 2 had started).
+        let sent = link.registered_at.saturating_duration_since(self.origin);
+        if let Some(silent) = self.protocol.attached(sent, link.lease, self.now()) {
+            self.fence(silent);
+        }
         crate::fence::renewed(link.registered_at);
-        self.renewed_at = Some(link.registered_at);
-        self.lease = link.lease;
         self.arm_lease_end();
-        self.beats.clear();
         if let Some(secret) = &link.reply.secret {
             let identity = escher_proto::types::NodeIdentity {
                 node_id,
@@ -515,7 +466,7 @@ impl Runtime {
                 "the head's state was restored from a backup; forgetting which attempts ran"
             );
             self.incarnation = link.reply.incarnation;
-            self.recent = Recent::default();
+            self.protocol.forget_ended();
         }
         tracing::info!(%node_id, head = %self.env.head.url(), "attached to the head");
         self.claim_logs(link.reply.group.clone());
@@ -531,12 +482,6 @@ impl Runtime {
         }
         // Tasks that ended while the registration was under way are not in it: their reports
         // go now, on the new stream, so that none waits for the next failover.
-        let late: Vec<TaskFinished> = self
-            .unacked
-            .iter()
-            .filter(|(key, _)| !carried.contains(key))
-            .map(|(_, report)| report.clone())
-            .collect();
         for report in late {
             self.send(WorkerMessage::TaskFinished(report));
         }
@@ -546,7 +491,7 @@ impl Runtime {
     }
 
     fn lost_link(&mut self, why: String) {
-        tracing::warn!(%why, running = self.tasks.len(), "lost the stream to the head");
+        tracing::warn!(%why, running = self.protocol.running_count(), "lost the stream to the head");
         self.link = None;
         let delay = self.backoff.next_delay();
         self.reconnect(delay);
@@ -581,7 +526,7 @@ impl Runtime {
         // A worker whose fence is gone drains: the head admits nothing new there.
         let unfenced = crate::fence::down().is_some();
         let mut metrics = vec![
-            metric("running_tasks", self.tasks.len() as f64),
+            metric("running_tasks", self.protocol.running_count() as f64),
             metric(
                 "draining",
                 if self.stopping || unfenced { 1.0 } else { 0.0 },
@@ -597,10 +542,9 @@ impl Runtime {
         };
         // A replica that stopped renewing the lease (frozen, cut off, no longer leading without
         // saying so) is left before the lease runs out: another replica leads, or will.
-        if let (Some(lease), Some(renewed)) = (link.lease, self.renewed_at)
-            && renewed.elapsed() > lease / 2
+        if let Some(lease) = link.lease
+            && let Some(silent) = self.protocol.stale(self.now())
         {
-            let silent = renewed.elapsed();
             self.env.head.rotate();
             self.lost_link(format!(
                 "the head has not renewed this worker's lease for {:.1}s (the lease is {:.1}s)",
@@ -609,12 +553,7 @@ impl Runtime {
             ));
             return;
         }
-        self.heartbeat_seq += 1;
-        let seq = self.heartbeat_seq;
-        if self.beats.len() == BEATS_KEPT {
-            self.beats.pop_front();
-        }
-        self.beats.push_back((seq, Instant::now()));
+        let seq = self.protocol.heartbeat(self.now());
         self.send(WorkerMessage::Heartbeat {
             metrics,
             seq,
@@ -623,57 +562,48 @@ impl Runtime {
         });
     }
 
-    /// How long the lease has gone without renewal, if that is longer than the lease the head
-    /// grants (measured from when the last renewed heartbeat was sent, as the fence measures it).
-    fn lease_lapsed(&self) -> Option<Duration> {
-        let lease = self.link.as_ref()?.lease?;
-        let silent = self.renewed_at?.elapsed();
-        (silent > lease).then_some(silent)
+    /// The time since this runtime's origin, as the protocol takes it.
+    fn now(&self) -> Duration {
+        self.origin.elapsed()
     }
 
     /// The leader heard heartbeat `seq`: the lease runs from when it was sent.
     fn lease_renewed(&mut self, seq: u64) {
-        while let Some(&(sent_seq, sent_at)) = self.beats.front() {
-            if sent_seq > seq {
-                break;
-            }
-            self.beats.pop_front();
-            if sent_seq == seq {
-                self.fence_if_lapsed();
-                crate::fence::renewed(sent_at);
-                self.renewed_at = Some(self.renewed_at.map_or(sent_at, |r| r.max(sent_at)));
-                self.arm_lease_end();
-            }
+        let Some(renewal) = self.protocol.renewed(seq, self.now()) else {
+            return;
+        };
+        // A renewal of a lease that had run out: what ran under it ends first, whether or not
+        // its timer has fired yet (see `attached`).
+        if let Some(silent) = renewal.lapsed {
+            self.fence(silent);
         }
-    }
-
-    /// Before a renewal: if the lease has run out, what runs in this process under it ends
-    /// now ([`Self::lease_ran_out`]), whether or not its timer has fired yet. A worker that
-    /// resumes after a SIGSTOP may register again (or hear a renewal) before that timer runs,
-    /// and a renewal would otherwise re-arm it: the actor incarnation the head has restarted
-    /// elsewhere meanwhile would live on here and serve the calls queued while it was stopped
-    /// (found by `tests/e2e_actor_faults.rs` under load: a call answered by incarnation 1
-    /// after incarnation 2 had started).
-    fn fence_if_lapsed(&mut self) {
-        if let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at)
-            && renewed.elapsed() >= lease
-        {
-            self.lease_ran_out();
-        }
+        crate::fence::renewed(self.origin + renewal.sent);
+        self.arm_lease_end();
     }
 
     /// Sets the lease's end from the last renewal: when it comes without another renewal,
     /// [`Self::lease_ran_out`].
     fn arm_lease_end(&mut self) {
-        let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at) else {
+        let Some(end) = self.protocol.lease_end() else {
             self.lease_end = None;
             return;
         };
-        self.env.actors.lease_until(renewed + lease);
-        let end = tokio::time::Instant::from_std(renewed + lease);
+        let end = self.origin + end;
+        self.env.actors.lease_until(end);
+        let end = tokio::time::Instant::from_std(end);
         match &mut self.lease_end {
             Some(sleep) => sleep.as_mut().reset(end),
             None => self.lease_end = Some(Box::pin(tokio::time::sleep_until(end))),
+        }
+    }
+
+    /// The lease's timer fired: unless renewed meanwhile, it has run out ([`Self::fence`]).
+    fn lease_ran_out(&mut self) {
+        self.lease_end = None;
+        match self.protocol.lapsed(self.now()) {
+            Some(silent) => self.fence(silent),
+            // Renewed meanwhile.
+            None => self.arm_lease_end(),
         }
     }
 
@@ -693,18 +623,16 @@ impl Runtime {
     /// it (Python ones), so they are stopped here, which also holds in a worker embedded in
     /// another program (no supervisor). What a handler moved off its future (a thread it
     /// spawned, `spawn_blocking` work) is not stopped: docs/client.md says so.
-    fn lease_ran_out(&mut self) {
-        self.lease_end = None;
-        let (Some(lease), Some(renewed)) = (self.lease, self.renewed_at) else {
+    fn fence(&mut self, silent: Duration) {
+        let Some(lease) = self.protocol.lease() else {
             return;
         };
-        let silent = renewed.elapsed();
-        if silent < lease {
-            // Renewed meanwhile.
-            self.arm_lease_end();
-            return;
-        }
-        let ended: Vec<&Running> = self.tasks.values().filter(|r| r.in_process).collect();
+        let ended: Vec<&Running> = self
+            .protocol
+            .running()
+            .map(|(_, r)| r)
+            .filter(|r| r.in_process)
+            .collect();
         if ended.is_empty() {
             return;
         }
@@ -746,7 +674,7 @@ impl Runtime {
                 task_id,
                 attempt,
                 reason,
-            }) => match self.tasks.get(&(task_id, attempt)) {
+            }) => match self.protocol.get(&(task_id, attempt)) {
                 Some(running) => {
                     tracing::debug!(%task_id, attempt, %reason, "cancelling");
                     running.cancel.cancel();
@@ -767,9 +695,8 @@ impl Runtime {
             }
             Ok(HeadMessage::ReconfigureMig { gpu, layout }) => self.reconfigure(gpu, &layout),
             Ok(HeadMessage::ReportsAcked(reports)) => {
-                for r in reports {
-                    self.unacked.remove(&(r.task_id, r.attempt));
-                }
+                self.protocol
+                    .acked(reports.iter().map(|r| (r.task_id, r.attempt)));
             }
             Ok(HeadMessage::LeaseRenewed { seq }) => self.lease_renewed(seq),
             Ok(HeadMessage::DeleteObjects(ids)) => self.delete_objects(&ids),
@@ -795,6 +722,15 @@ impl Runtime {
         let key = (a.task_id, a.attempt);
         let Some(node_id) = self.node_id else {
             return;
+        };
+        let lapsed = match self.protocol.admit(key, self.now()) {
+            protocol::Admit::Again => {
+                // Running, or given to this process already: an attempt runs once.
+                tracing::debug!(task_id = %a.task_id, attempt = a.attempt, "ignoring a second assignment of an attempt");
+                return;
+            }
+            protocol::Admit::Lapsed { silent } => Some(silent),
+            protocol::Admit::Start => None,
         };
         if self.stopping {
             self.report(TaskFinished {
@@ -822,7 +758,7 @@ impl Runtime {
             });
             return;
         }
-        if let Some(silent) = self.lease_lapsed() {
+        if let Some(silent) = lapsed {
             // The assignment was read after this worker's lease ran out (it was stopped or cut
             // off): the head may have given the attempt up and sent the next one elsewhere, so
             // starting it could run the task twice at once.
@@ -841,12 +777,6 @@ impl Runtime {
             });
             return;
         }
-        if self.tasks.contains_key(&key) || self.recent.contains(&key) {
-            // Running, or run already by this process: an attempt runs once.
-            tracing::debug!(task_id = %a.task_id, attempt = a.attempt, "ignoring a second assignment of an attempt");
-            return;
-        }
-        self.recent.insert(key);
         // An actor's start is reported once its constructor returned; a task that arrives while
         // the node's disk is under its reserve waits for space, and its start is reported once
         // it has room (the runner says so on `ready`).
@@ -888,7 +818,7 @@ impl Runtime {
             }
         };
         let cancel = CancellationToken::new();
-        self.tasks.insert(
+        self.protocol.run(
             key,
             Running {
                 seq,
@@ -926,7 +856,7 @@ impl Runtime {
 
     /// An actor incarnation's constructor returned: its start is reported now.
     fn on_ready(&mut self, key: (TaskId, u32)) {
-        if self.unready.remove(&key) && self.tasks.contains_key(&key) {
+        if self.unready.remove(&key) && self.protocol.runs(&key) {
             self.report_start(key.0, key.1);
         }
     }
@@ -946,11 +876,11 @@ impl Runtime {
         let key = (report.task_id, report.attempt);
         // An actor that ended before its constructor returned never started serving.
         self.unready.remove(&key);
-        if self.tasks.get(&key).is_none_or(|r| r.seq != seq) {
+        if self.protocol.get(&key).is_none_or(|r| r.seq != seq) {
             // A task of a node the head has forgotten: not reported.
             return;
         }
-        self.tasks.remove(&key);
+        self.protocol.ended(&key);
         tracing::debug!(task_id = %report.task_id, attempt = report.attempt, outcome = ?report.outcome, timed_out = report.timed_out, "task finished");
         self.report(report);
     }
@@ -997,8 +927,7 @@ impl Runtime {
                 attempt: key.1,
             });
         }
-        self.unacked
-            .insert((report.task_id, report.attempt), report.clone());
+        self.protocol.finished(report.clone());
         self.send(WorkerMessage::TaskFinished(report));
     }
 
@@ -1023,7 +952,7 @@ impl Runtime {
             n => n.min(MAX_LOG_FETCH),
         };
         // The end of a running attempt's file is not the end of its stream: it may write more.
-        let running = self.tasks.contains_key(&(task_id, attempt));
+        let running = self.protocol.runs(&(task_id, attempt));
         self.tracker.spawn(async move {
             let read = exec::read_log(&log_dir, task_id.0, attempt, stream, offset, max_bytes);
             let result = read
@@ -1042,7 +971,10 @@ impl Runtime {
 
     /// The attempts that run here now, as log file keys.
     fn running_keys(&self) -> HashSet<(u64, u32)> {
-        self.tasks.keys().map(|(t, a)| (t.0, *a)).collect()
+        self.protocol
+            .running()
+            .map(|((t, a), _)| (t.0, *a))
+            .collect()
     }
 
     /// Applies the log retention rule, on a blocking thread.
@@ -1086,13 +1018,13 @@ impl Runtime {
 
     fn cancel_all(&mut self) {
         self.cancelled_all = true;
-        if !self.tasks.is_empty() {
+        if self.protocol.running_count() > 0 {
             tracing::info!(
-                running = self.tasks.len(),
+                running = self.protocol.running_count(),
                 "cancelling the tasks still running"
             );
         }
-        for running in self.tasks.values() {
+        for (_, running) in self.protocol.running() {
             running.cancel.cancel();
         }
     }

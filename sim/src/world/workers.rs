@@ -4,7 +4,8 @@
 //! new leader grants, ignoring nodes declared lost, nothing renewed or declared while the disk
 //! is full) are the head's own code, `escher_head::runtime::liveness::Liveness`, run on the
 //! simulated clock; the streams around them (`head/src/runtime/workers.rs`'s links and
-//! queues) are modelled here over the simulated network.
+//! queues) are modelled here over the simulated network. The worker's rules are the worker's
+//! own code too (`escher_worker::protocol::Protocol`, see `worker.rs`).
 //!
 //! A stream is modelled as TCP gives it: its messages arrive in the order sent or not at all,
 //! and a message lost breaks the stream (the leader forgets it; the worker learns it a moment
@@ -27,6 +28,7 @@ use crate::history::Execution;
 use crate::worker::{
     CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, lease_ms,
 };
+use escher_worker::protocol::Admit;
 
 /// What a worker sends on its stream.
 #[derive(Debug, Clone)]
@@ -36,10 +38,10 @@ pub(super) enum FromWorker {
         /// When.
         sent: u64,
     },
-    /// A heartbeat, sent at `sent`.
+    /// A heartbeat, numbered `seq`.
     Heartbeat {
-        /// When.
-        sent: u64,
+        /// Its number.
+        seq: u64,
     },
 }
 
@@ -55,7 +57,7 @@ pub(super) struct Owner {
     queued: std::collections::BTreeMap<NodeId, Vec<ToWorker>>,
 }
 
-/// The simulated time `now` (milliseconds) as [`Liveness`] takes it.
+/// The simulated time `now` (milliseconds) as [`Liveness`] and the worker's `Protocol` take it.
 pub(super) fn clock(now: u64) -> Duration {
     Duration::from_millis(now)
 }
@@ -137,9 +139,10 @@ impl World {
             ),
             Some(node) if !worker.registered => {
                 let worker = &mut self.workers[w];
-                // The reports this registration carries are acknowledged by its answer.
-                let carried: Vec<TaskFinished> = worker.outbox.drain(..).collect();
-                worker.unacked.extend(carried);
+                // It lists what runs and every unacknowledged report; its answer acknowledges
+                // the reports it carries.
+                let rejoin = worker.protocol.rejoin();
+                worker.outbox.clear();
                 (
                     Command::RejoinNodeUnattached {
                         worker: joining,
@@ -147,8 +150,8 @@ impl World {
                             cluster: "sim".to_string(),
                             node,
                             secret: SecretHash::of(&worker.secret()),
-                            running: worker.running_tasks(),
-                            finished: worker.unacked.clone(),
+                            running: rejoin.running,
+                            finished: rejoin.finished,
                         },
                     },
                     Intent::Attach { worker: w },
@@ -156,10 +159,12 @@ impl World {
             }
             Some(_) if worker.attached => {
                 let worker = &mut self.workers[w];
-                let Some(report) = worker.outbox.pop_front() else {
+                // The next report still unacknowledged.
+                let Some(report) = std::iter::from_fn(|| worker.outbox.pop_front())
+                    .find_map(|key| worker.protocol.unacked(&key).cloned())
+                else {
                     return;
                 };
-                worker.unacked.push(report.clone());
                 (
                     Command::TaskFinished(report.clone()),
                     Intent::Report {
@@ -189,7 +194,9 @@ impl World {
             (Intent::Attach { .. }, Ok(escher_core::state::Reply::Registered(node))) => {
                 worker.node = Some(*node);
                 worker.registered = true;
-                worker.unacked.clear();
+                // What it carried is acknowledged; what ended meanwhile is written now.
+                let late = worker.protocol.registered();
+                worker.outbox = late.iter().map(|r| (r.task_id, r.attempt)).collect();
                 worker.target = replied_by;
                 worker.last_heard = self.now;
                 let (epoch, boot, sent) = (worker.epoch, worker.boot, self.now);
@@ -202,9 +209,7 @@ impl World {
                 return;
             }
             (Intent::Report { task, attempt, .. }, _) => {
-                worker
-                    .unacked
-                    .retain(|r| (r.task_id, r.attempt) != (*task, *attempt));
+                worker.protocol.acked([(*task, *attempt)]);
             }
             _ => {}
         }
@@ -322,7 +327,7 @@ impl World {
                     self.drive(to);
                 }
             }
-            FromWorker::Heartbeat { sent } => {
+            FromWorker::Heartbeat { seq } => {
                 if slot.owner.links.get(&node) != Some(&(w, epoch)) {
                     // Not the stream this leadership holds (it ended).
                     return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
@@ -340,7 +345,7 @@ impl World {
                         self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
                     }
                     Heard::Noted { renew: true } => {
-                        self.send_to_worker(w, boot, epoch, ToWorker::Lease { sent });
+                        self.send_to_worker(w, boot, epoch, ToWorker::Lease { seq });
                     }
                     // Heard, but no lease while the disk is full.
                     Heard::Noted { renew: false } => {}
@@ -510,7 +515,7 @@ impl World {
             }
         }
         for line in lines {
-            let running: usize = self.workers.iter().map(|w| w.running.len()).sum();
+            let running: usize = self.workers.iter().map(Worker::running).sum();
             self.note(format!("{line} (the workers run {running} tasks)"));
         }
         if !silent.is_empty() {
@@ -548,12 +553,21 @@ impl World {
         match msg {
             ToWorker::Attached { sent } => {
                 worker.attached = true;
-                worker.lease_until = worker.lease_until.max(sent + lease_ms());
+                let lease = Some(clock(lease_ms()));
+                let lapsed = worker
+                    .protocol
+                    .attached(clock(sent), lease, clock(self.now));
                 let client = worker.client;
                 self.at(0, Event::Think(client));
+                if lapsed.is_some() {
+                    self.fence(w);
+                }
             }
-            ToWorker::Lease { sent } => {
-                worker.lease_until = worker.lease_until.max(sent + lease_ms());
+            ToWorker::Lease { seq } => {
+                let renewal = worker.protocol.renewed(seq, clock(self.now));
+                if renewal.is_some_and(|r| r.lapsed.is_some()) {
+                    self.fence(w);
+                }
             }
             ToWorker::Refused(hint) => {
                 worker.detach();
@@ -572,7 +586,7 @@ impl World {
             }
             ToWorker::Assign { task, attempt } => self.assigned_to(w, task, attempt),
             ToWorker::Cancel { task, attempt } => {
-                if let Some(exec) = self.workers[w].running.remove(&(task, attempt)) {
+                if let Some(exec) = self.workers[w].protocol.ended(&(task, attempt)) {
                     self.history.ended(exec, self.now, false);
                     self.report(w, task, attempt, Err("cancelled by the head".into()));
                 }
@@ -584,15 +598,16 @@ impl World {
     fn assigned_to(&mut self, w: usize, task: escher_proto::types::TaskId, attempt: u32) {
         let worker = &mut self.workers[w];
         let Some(node) = worker.node else { return };
-        if !worker.seen.insert((task, attempt)) {
+        match worker.protocol.admit((task, attempt), clock(self.now)) {
             // Sent again (a registration's reconciliation): its report goes again if it ended.
-            return;
-        }
-        if self.options.fence && !worker.leased(self.now) {
+            Admit::Again => return,
             // An assignment read after the lease ran out is refused: the head may already
             // have given the task to another node.
-            let why = "the worker's lease had run out; not started".to_string();
-            return self.report(w, task, attempt, Err(why));
+            Admit::Lapsed { .. } if self.options.fence => {
+                let why = "the worker's lease had run out; not started".to_string();
+                return self.report(w, task, attempt, Err(why));
+            }
+            Admit::Lapsed { .. } | Admit::Start => {}
         }
         self.stats.executions += 1;
         let process = (w, worker.boot, self.stats.executions);
@@ -605,7 +620,7 @@ impl World {
             end: None,
             succeeded: false,
         });
-        self.workers[w].running.insert((task, attempt), exec);
+        self.workers[w].protocol.run((task, attempt), exec);
         // Most tasks are short; one in ten runs for seconds, long enough to outlive a lease.
         let (low, high) = self.task_ms;
         let lasts = if self.rng.random_ratio(1, 10) {
@@ -624,14 +639,14 @@ impl World {
             return;
         }
         let Some(key) = worker
-            .running
-            .iter()
+            .protocol
+            .running()
             .find(|(_, e)| **e == exec)
             .map(|(k, _)| *k)
         else {
             return; // killed already
         };
-        self.workers[w].running.remove(&key);
+        self.workers[w].protocol.ended(&key);
         self.history.ended(exec, self.now, true);
         self.report(w, key.0, key.1, Ok(TaskResult::Exited { code: 0 }));
     }
@@ -644,13 +659,15 @@ impl World {
         attempt: u32,
         outcome: Result<TaskResult, String>,
     ) {
-        self.workers[w].outbox.push_back(TaskFinished {
+        let worker = &mut self.workers[w];
+        worker.protocol.finished(TaskFinished {
             task_id: task,
             attempt,
             outcome,
             timed_out: false,
             output: None,
         });
+        worker.outbox.push_back((task, attempt));
         let client = self.workers[w].client;
         self.at(0, Event::Think(client));
     }
@@ -680,8 +697,10 @@ impl World {
             return;
         }
         if worker.attached {
-            let (epoch, now) = (worker.epoch, self.now);
-            self.send_to_head(w, boot, epoch, FromWorker::Heartbeat { sent: now });
+            let worker = &mut self.workers[w];
+            let seq = worker.protocol.heartbeat(clock(self.now));
+            let epoch = worker.epoch;
+            self.send_to_head(w, boot, epoch, FromWorker::Heartbeat { seq });
         }
     }
 
@@ -691,11 +710,18 @@ impl World {
             return;
         }
         self.at(SUPERVISE_MS, Event::Supervise { w, boot });
-        let worker = &self.workers[w];
-        if !self.options.fence || worker.leased(self.now) || worker.running.is_empty() {
+        if self.workers[w].protocol.lapsed(clock(self.now)).is_some() {
+            self.fence(w);
+        }
+    }
+
+    /// Worker `w`'s lease has run out: its fence kills every task it runs (unless the run has
+    /// no fence).
+    fn fence(&mut self, w: usize) {
+        if !self.options.fence || self.workers[w].running() == 0 {
             return;
         }
-        let killed = std::mem::take(&mut self.workers[w].running);
+        let killed = self.workers[w].protocol.end_all();
         self.note(format!(
             "worker {w}'s lease ran out: its fence kills {} tasks",
             killed.len()
@@ -714,7 +740,7 @@ impl World {
             return;
         }
         self.stats.worker_crashes += 1;
-        let killed = std::mem::take(&mut self.workers[w].running);
+        let killed = self.workers[w].protocol.end_all();
         self.note(format!(
             "crash worker {w} ({} tasks die with it)",
             killed.len()
