@@ -12,11 +12,26 @@
 //! Kubernetes memory-backed `emptyDir` is, so a task's scratch and its memory together stay
 //! within its `memory` request.
 //!
+//! # Made ahead of the task
+//!
+//! Making a tmpfs (a superblock of its own) is most of what a mount costs, and a command task
+//! is short: a thread of the worker's (`escher-scratch`) keeps [`READY`] empty file systems of
+//! the default size made ahead, with the kernel's mount API (`fsopen`, `fsmount`). Such a file
+//! system is mounted nowhere: no path reaches it and no other process can open it, and it goes
+//! with the worker's descriptor of it (a worker that dies leaves none of them behind). Its root
+//! is 0700 and root's until a task takes it: then it is given to the task's user (`chown` of
+//! its root) and attached at the task's path (`move_mount`), which is all a task's start pays.
+//! Each is used by one task only, and unmounted when that task ends (off its path), so no task
+//! ever sees another's files. A task asking for another size, or one that finds none ready,
+//! has its own made as it starts.
+//!
 //! A worker that cannot mount (not root, no `CAP_SYS_ADMIN`) runs tasks in their namespace's
 //! home, warns at start, and its node's `escher.disk` label says `reserve` without `scratch`.
 
+use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 /// The scratch size of a task that asks for no `disk`, unless `--task-scratch-bytes` says
 /// (1 GiB).
@@ -24,6 +39,11 @@ pub const DEFAULT_TASK_SCRATCH_BYTES: u64 = 1 << 30;
 
 /// The start of the name of a worker's scratch directory, `escher-scratch-PID-RANDOM`.
 const PREFIX: &str = "escher-scratch-";
+
+/// How many empty scratch file systems of the default size a worker keeps made ahead of its
+/// tasks: more than the tasks a worker of a few dozen CPUs starts at once. An empty tmpfs
+/// holds no pages, only its superblock.
+const READY: usize = 16;
 
 /// Removes the scratch directories of workers that are gone (killed outright: SIGKILL, the
 /// OOM killer) from `parent`, unmounting what their tasks still had mounted, so that a crash
@@ -68,6 +88,109 @@ fn sweep(parent: &Path) {
     }
 }
 
+/// An empty tmpfs of `bytes`, `nosuid,nodev`, its root 0700 and root's, mounted nowhere: the
+/// kernel's mount API (`fsopen`, `fsmount`) gives a descriptor of it, and it goes with the last
+/// descriptor unless it was attached somewhere first ([`attach`]).
+fn make(bytes: u64) -> std::io::Result<OwnedFd> {
+    use rustix::mount::{
+        FsMountFlags, FsOpenFlags, MountAttrFlags, fsconfig_create, fsconfig_set_string, fsmount,
+        fsopen,
+    };
+    let fs = fsopen("tmpfs", FsOpenFlags::FSOPEN_CLOEXEC)?;
+    fsconfig_set_string(&fs, "source", "escher-scratch")?;
+    fsconfig_set_string(&fs, "size", bytes.to_string())?;
+    fsconfig_set_string(&fs, "mode", "0700")?;
+    fsconfig_create(&fs)?;
+    Ok(fsmount(
+        &fs,
+        FsMountFlags::FSMOUNT_CLOEXEC,
+        MountAttrFlags::MOUNT_ATTR_NOSUID | MountAttrFlags::MOUNT_ATTR_NODEV,
+    )?)
+}
+
+/// Gives the file system `fs` (from [`make`]) to `uid` (its root's owner and group) and
+/// attaches it at `path`, an empty directory.
+fn attach(fs: &OwnedFd, path: &Path, uid: u32) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, CWD, Gid, Uid, chownat};
+    use rustix::mount::{MoveMountFlags, move_mount};
+    chownat(
+        fs,
+        "",
+        Some(Uid::from_raw(uid)),
+        Some(Gid::from_raw(uid)),
+        AtFlags::EMPTY_PATH,
+    )?;
+    move_mount(fs, "", CWD, path, MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH)?;
+    Ok(())
+}
+
+/// The file systems of the default size made ahead of the tasks, and what the thread that
+/// makes them waits on.
+#[derive(Debug)]
+struct Pool {
+    /// The size of each (the default scratch size).
+    bytes: u64,
+    state: Mutex<Ready>,
+    /// Signalled when one is taken and when the pool closes.
+    taken: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct Ready {
+    /// Empty file systems, mounted nowhere, their roots root's.
+    made: Vec<OwnedFd>,
+    /// The worker's scratch is gone: make no more.
+    closed: bool,
+}
+
+impl Pool {
+    fn state(&self) -> MutexGuard<'_, Ready> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// One made ahead, if there is one.
+    fn take(&self) -> Option<OwnedFd> {
+        let fs = self.state().made.pop();
+        self.taken.notify_one();
+        fs
+    }
+
+    /// The thread's loop: keeps [`READY`] made until the pool closes. A failure to make one
+    /// (which the trial at start did not meet) stops it: tasks then have theirs made as they
+    /// start, and say so if that fails too.
+    fn keep_ready(&self) {
+        loop {
+            {
+                let mut state = self.state();
+                while !state.closed && state.made.len() >= READY {
+                    state = self.taken.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+                if state.closed {
+                    return;
+                }
+            }
+            match make(self.bytes) {
+                Ok(fs) => self.state().made.push(fs),
+                Err(error) => {
+                    tracing::warn!(%error, "cannot make tasks' scratch ahead of them: each is made as its task starts");
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Makes no more, and lets go of those made (the kernel frees them).
+    fn close(&self) {
+        let made = {
+            let mut state = self.state();
+            state.closed = true;
+            std::mem::take(&mut state.made)
+        };
+        self.taken.notify_all();
+        drop(made);
+    }
+}
+
 /// Where a worker mounts its tasks' scratch directories.
 #[derive(Debug)]
 pub struct Scratch {
@@ -76,11 +199,16 @@ pub struct Scratch {
     root: tempfile::TempDir,
     /// The size of a task's scratch when it asks for no `disk`.
     default_bytes: u64,
+    /// Scratch file systems of `default_bytes` made ahead.
+    pool: Arc<Pool>,
+    /// The thread that makes them.
+    maker: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Scratch {
-    /// Makes the directory the scratch mounts go in, under `parent`, and checks that this
-    /// process may mount a tmpfs there. The error says why not.
+    /// Makes the directory the scratch mounts go in, under `parent`, checks that this process
+    /// may mount a tmpfs there, and starts the thread that makes scratch ahead of the tasks.
+    /// The error says why not.
     pub fn open(parent: &Path, default_bytes: u64) -> Result<Scratch, String> {
         sweep(parent);
         let root = tempfile::Builder::new()
@@ -89,13 +217,26 @@ impl Scratch {
             .map_err(|e| format!("cannot create a directory in {}: {e}", parent.display()))?;
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711))
             .map_err(|e| format!("cannot set {}'s mode: {e}", root.path().display()))?;
-        let scratch = Scratch {
+        let pool = Arc::new(Pool {
+            bytes: default_bytes,
+            state: Mutex::default(),
+            taken: Condvar::new(),
+        });
+        let mut scratch = Scratch {
             root,
             default_bytes,
+            pool,
+            maker: None,
         };
         // A trial mount, as the first task's would be.
         let uid = nix::unistd::geteuid().as_raw();
         drop(scratch.mount("trial", uid, 4096)?);
+        let pool = Arc::clone(&scratch.pool);
+        let maker = std::thread::Builder::new()
+            .name("escher-scratch".into())
+            .spawn(move || pool.keep_ready())
+            .map_err(|e| format!("cannot start the thread that makes tasks' scratch: {e}"))?;
+        scratch.maker = Some(maker);
         Ok(scratch)
     }
 
@@ -111,10 +252,10 @@ impl Scratch {
         self.default_bytes
     }
 
-    /// Mounts a scratch of `bytes` for the attempt `name` (`{task}-{attempt}`), owned by `uid`.
-    /// Blocking (a few system calls).
+    /// Mounts a scratch of `bytes` for the attempt `name` (`{task}-{attempt}`), owned by `uid`:
+    /// one made ahead if `bytes` is the default and one is ready, else one made now. Blocking
+    /// (a few system calls).
     pub fn mount(&self, name: &str, uid: u32, bytes: u64) -> Result<TaskScratch, String> {
-        use nix::mount::{MsFlags, mount};
         let path = self.root.path().join(name);
         match std::fs::create_dir(&path) {
             Ok(()) => {}
@@ -124,21 +265,21 @@ impl Scratch {
             }
             Err(e) => return Err(format!("cannot create {}: {e}", path.display())),
         }
-        let options = format!("size={bytes},mode=0700,uid={uid},gid={uid}");
-        mount(
-            Some("escher-scratch"),
-            &path,
-            Some("tmpfs"),
-            MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
-            Some(options.as_str()),
-        )
-        .map_err(|e| {
-            let _ = std::fs::remove_dir(&path);
-            format!(
-                "cannot mount a tmpfs of {bytes} bytes at {} for the task's scratch: {e}",
-                path.display()
-            )
-        })?;
+        let ready = if bytes == self.pool.bytes {
+            self.pool.take()
+        } else {
+            None
+        };
+        ready
+            .map_or_else(|| make(bytes), Ok)
+            .and_then(|fs| attach(&fs, &path, uid))
+            .map_err(|e| {
+                let _ = std::fs::remove_dir(&path);
+                format!(
+                    "cannot mount a tmpfs of {bytes} bytes at {} for the task's scratch: {e}",
+                    path.display()
+                )
+            })?;
         Ok(TaskScratch { path, bytes })
     }
 }
@@ -191,6 +332,10 @@ impl Drop for TaskScratch {
 
 impl Drop for Scratch {
     fn drop(&mut self) {
+        self.pool.close();
+        if let Some(maker) = self.maker.take() {
+            let _ = maker.join();
+        }
         // What is still mounted (a task the worker never got to end) goes before the directory.
         if let Ok(entries) = std::fs::read_dir(self.root.path()) {
             for entry in entries.flatten() {
@@ -230,6 +375,59 @@ mod tests {
         let path = task.path().to_path_buf();
         drop(task);
         assert!(!path.exists(), "the scratch is gone with its task");
+    }
+
+    /// The scratch made ahead of the tasks is mounted nowhere until a task takes it; each task
+    /// gets an empty one of the default size, its user's and 0700, never one another task
+    /// wrote in, however many tasks take them in a row.
+    #[test]
+    fn needs_root_scratch_made_ahead_is_empty_and_the_takers_own() {
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: it mounts a tmpfs"
+        );
+        use std::os::unix::fs::MetadataExt;
+        let parent = tempfile::tempdir().unwrap();
+        let scratch = Scratch::open(parent.path(), 1 << 20).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while scratch.pool.state().made.len() < READY {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the pool was not filled"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let mounted = || {
+            std::fs::read_to_string("/proc/self/mountinfo")
+                .unwrap()
+                .lines()
+                .filter(|l| l.contains(&*parent.path().to_string_lossy()))
+                .count()
+        };
+        assert_eq!(mounted(), 0, "scratch made ahead is mounted somewhere");
+        let mut held = Vec::new();
+        for i in 0..3 * READY {
+            let uid = 300_300 + (i % 2) as u32;
+            let task = scratch.mount(&format!("{i}-1"), uid, 1 << 20).unwrap();
+            let meta = std::fs::metadata(task.path()).unwrap();
+            assert_eq!((meta.uid(), meta.gid()), (uid, uid));
+            assert_eq!(meta.mode() & 0o7777, 0o700);
+            let found: Vec<_> = std::fs::read_dir(task.path()).unwrap().collect();
+            assert!(found.is_empty(), "task {i} found {found:?}");
+            assert_eq!(
+                super::super::disk::space_of(task.path()).unwrap().free,
+                1 << 20
+            );
+            std::fs::write(task.path().join("mine"), format!("task {i}")).unwrap();
+            // Half are held while the next are taken, half end at once.
+            if i % 2 == 0 {
+                held.push(task);
+            }
+        }
+        assert_eq!(mounted(), held.len());
+        drop(held);
+        assert_eq!(mounted(), 0);
+        drop(scratch);
     }
 
     /// A worker killed outright leaves its tasks' scratch mounted; the next one to start there
