@@ -14,7 +14,10 @@
 //! as the driver did, and every replica ended by the driver (drained, told and killed before
 //! its slice went, or at the end). In Ekya's window each retraining runs as an actor of the
 //! built-in trainer class: created on its slice's MIG device at the launch, every iteration
-//! read by the driver, asked how far it got and killed at its end.
+//! read by the driver, asked how far it got and killed at its end; and Ekya's micro-profiler
+//! runs before the window as calls to actors of the built-in profiler class on the tenants'
+//! slices, the profiles it chooses each retraining's configuration from being what those
+//! actors answered, and each trainer running its tenant's chosen configuration.
 //!
 //! [`LocalCluster`]: escher::LocalCluster
 
@@ -23,17 +26,26 @@ mod common;
 use std::time::Duration;
 
 use common::{eventually, init_tracing, within, within_for};
-use escher::types::{SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId, TaskSpec, TaskState};
+use escher::types::{
+    PROFILER_CLASS, SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId, TaskSpec, TaskState,
+};
 use escher::worker::ReplicaInfo;
 use escher::{LocalCluster, Task};
+use escher_gpu::ekya_cluster::profile_on;
+use escher_gpu::ekya_profiler::{
+    PROFILE_EPOCHS, RetrainConfig, Truth, configurations, configured_on_mig, profiles_from,
+    retrain_table, truth,
+};
 use escher_gpu::migm::RestartReason;
 use escher_gpu::migrator::ilp::{Solved, solve};
 use escher_gpu::migrator::workload::two_tenants;
 use escher_gpu::{
     ClusterGpu, GpuPolicy, InferenceModel, Migm, MigmJob, Migrator, Scheme, TenantTasks,
-    TrainerEnd, drive, drive_with, thief_on_mig,
+    TrainerEnd, drive, drive_with,
 };
-use escher_proto::mig::{GpuModel, Layout, TrainerArgs, TrainerProgress};
+use escher_proto::mig::{
+    GpuModel, Layout, ProfileMeasured, ProfileRun, TrainerArgs, TrainerProgress, measure_accuracy,
+};
 
 /// `escher sim-work` with these flags, time compressed 100x, as a spec.
 fn job(flags: &[&str]) -> TaskSpec {
@@ -42,6 +54,9 @@ fn job(flags: &[&str]) -> TaskSpec {
 
 /// Iterations of a retraining run as a trainer actor.
 const ITERATIONS: u32 = 10;
+
+/// Standard deviation of a micro-profiling epoch's measured accuracy on a 5% sample.
+const NOISE: f64 = 0.01;
 
 async fn run_migm(scheme: Scheme) {
     init_tracing();
@@ -185,14 +200,38 @@ async fn run_window(policy: &str) {
     let mut gpu = gpu.with_time_scale(scale);
 
     let p = two_tenants(1, 200, 10.0);
-    let solved = match policy {
-        "MIGRator" => solve(&p).unwrap(),
-        "Ekya" => Solved {
-            schedule: thief_on_mig(&p, 0.1),
-            objective: 0.0,
-            solve_time: Duration::ZERO,
-            programs: 0,
-        },
+    let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4").unwrap();
+    let slices = [*start.at(0).unwrap(), *start.at(4).unwrap()];
+    // Ekya profiles each tenant's candidate configurations on the tenant's slice before the
+    // window (calls to profiler actors) and chooses from what they answered; its schedule is
+    // planned on the chosen configurations as profiled. MIGRator plans its own retraining.
+    let mut profiled = None;
+    let (planned, solved) = match policy {
+        "MIGRator" => (p.clone(), solve(&p).unwrap()),
+        "Ekya" => {
+            let truths: Vec<Vec<Truth>> = p
+                .tenants
+                .iter()
+                .map(|t| truth(t.acc_pre, t.acc_post, t.retrain_s[7] / 30.0))
+                .collect();
+            let profiles = within(
+                "profiling on the slices",
+                profile_on(&mut gpu, &truths, &slices, NOISE, 1),
+            )
+            .await
+            .unwrap();
+            // What Ekya has seen of each stream: the window's first 30 s stand for the past.
+            let past: Vec<&[f64]> = p.tenants.iter().map(|t| &t.forecast[..30]).collect();
+            let (planned, schedule, chosen) = configured_on_mig(&p, &past, 0.1, &profiles);
+            profiled = Some((truths, profiles, chosen));
+            let solved = Solved {
+                schedule,
+                objective: 0.0,
+                solve_time: Duration::ZERO,
+                programs: 0,
+            };
+            (planned, solved)
+        }
         other => panic!("no policy {other}"),
     };
     let replica = Task::actor_typed(SERVING_REPLICA_CLASS, &0u64)
@@ -215,7 +254,7 @@ async fn run_window(policy: &str) {
     let jobs: Vec<TaskSpec> = (0..2)
         .map(|m| {
             let r = solved.schedule.retraining[m];
-            let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
+            let work = planned.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
             if trainers {
                 let args = TrainerArgs {
                     job: 0,
@@ -239,10 +278,8 @@ async fn run_window(policy: &str) {
             retraining: retraining[m],
         })
         .collect();
-    let start = Layout::parse(p.model, "3g.20gb@0,3g.20gb@4").unwrap();
     // The window begins with each tenant serving on one of the 3g instances.
-    for (service, at) in services.iter().zip([0u8, 4]) {
-        let on = *start.at(at).unwrap();
+    for (service, on) in services.iter().zip(slices) {
         within(
             "a serving replica",
             gpu.bind_serving(*service, on, Duration::from_secs(10)),
@@ -254,7 +291,8 @@ async fn run_window(policy: &str) {
     let first_replicas: Vec<TaskId> = first_replicas.iter().map(|r| r.task).collect();
     assert_eq!(first_replicas.len(), 2, "{first_replicas:?}");
     let t0 = gpu.now();
-    let mut executor = Migrator::execute(policy, &p, solved, tasks, &start, t0, true).unwrap();
+    let mut executor =
+        Migrator::execute(policy, &planned, solved.clone(), tasks, &start, t0, true).unwrap();
 
     let forecast: Vec<Vec<f64>> = p.tenants.iter().map(|t| t.forecast.clone()).collect();
     let mut last = t0;
@@ -356,6 +394,55 @@ async fn run_window(policy: &str) {
                 "{policy}: {died:?}"
             );
         }
+        // Ekya's choice came from what its profiler actors answered: one on each tenant's
+        // slice, holding its MIG device, measured every candidate for its epochs, an epoch
+        // taking its time at a 3g slice's speed; the profiles Ekya chose from are those
+        // answers' (curves fitted, times scaled back), and each trainer ran its tenant's chosen
+        // configuration for as long as the answers said it takes on the trainer's slice.
+        let (truths, profiles, chosen) = profiled.clone().unwrap();
+        let views = gpu.profilers().to_vec();
+        assert_eq!(views.len(), 2, "{views:?}");
+        let mut configs = Vec::new();
+        for (m, view) in views.iter().enumerate() {
+            assert_eq!(view.on, slices[m], "{view:?}");
+            assert!(view.device.starts_with("MIG-"), "{view:?}");
+            assert_eq!(view.runs.len(), configurations().len(), "{view:?}");
+            for (asked, measured) in &view.runs {
+                assert_eq!(measured.devices, std::slice::from_ref(&view.device));
+                assert_eq!(measured.profile, "3g.20gb", "{measured:?}");
+                assert_eq!(measured.accuracy.len(), PROFILE_EPOCHS as usize);
+                let on_3g = asked.epoch_s * asked.sample * 7.0 / 3.0;
+                assert!(
+                    (measured.epoch_s_on_slice - on_3g).abs() < 1e-9 * on_3g,
+                    "{asked:?} {measured:?}"
+                );
+            }
+            let answered = profiles_from(&truths[m], &view.runs, GpuModel::A100_40GB).unwrap();
+            assert_eq!(
+                answered, profiles[m],
+                "tenant {m}: not the answers' profiles"
+            );
+            let c = chosen[m].expect("each tenant retrains");
+            let r = solved.schedule.retraining[m];
+            let table = retrain_table(answered[c.index].gpu_s, &p.tenants[m].retrain_s);
+            let expected = table[usize::from(r.gpcs)];
+            let ran = runs.iter().find(|t| t.job == retraining[m]).unwrap();
+            let took = ran.progress.as_ref().unwrap().duration_s;
+            assert!(
+                (took - expected).abs() < 1e-6 * expected,
+                "tenant {m}: ran {took} s, its chosen configuration takes {expected} s"
+            );
+            configs.push(answered[c.index].config);
+        }
+        // The profiles mattered: a tenant chose another configuration than the workload's own
+        // (30 epochs on all the data, the whole network trained), which Ekya without its
+        // profiler retrains with.
+        let own = RetrainConfig {
+            epochs: 30,
+            data: 1.0,
+            layers: 1.0,
+        };
+        assert!(configs.iter().any(|c| *c != own), "{configs:?}");
     } else {
         // Each retraining ran once, to the end, under its own id.
         assert!(runs.is_empty(), "{policy}: {runs:?}");
@@ -627,6 +714,110 @@ async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_ho
     let died = within(
         "its first call",
         orphan.call::<(), TrainerProgress>("progress", &()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&died, escher::ClientError::ActorDied { .. })
+            && died.to_string().contains("holds a GPU slice"),
+        "{died:?}"
+    );
+    cluster.shutdown().await;
+}
+
+/// The built-in profiler on its own: an actor on a MIG slice trains a candidate for its epochs
+/// at the slice's speed and answers the accuracy it measured after each (the configuration's
+/// curve with the run's seeded noise) and the time an epoch took there, on which device; a
+/// run whose numbers are no run is refused and the actor lives on; one placed with no GPU
+/// device refuses to start, saying what to ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profiler_is_an_actor_that_measures_candidates_at_its_slice_s_speed() {
+    init_tracing();
+    let cluster = LocalCluster::builder()
+        .grace(Duration::from_secs(2))
+        .no_workers()
+        .worker_with_gpus(
+            "cpu=8".parse().unwrap(),
+            ["a100-40gb:mig=3g.20gb@0,1g.5gb@4"],
+        )
+        .start();
+    let cluster = within("starting the cluster", cluster).await.unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let run = ProfileRun {
+        candidate: 4,
+        beta: [1.0, 3.0, 0.9],
+        epoch_s: 20.0,
+        sample: 0.05,
+        epochs: 5,
+        noise: 0.01,
+        seed: 11,
+        scale: 0.01,
+    };
+    let mut on = Vec::new();
+    for (profile, gpcs) in [("3g.20gb", 3.0), ("1g.5gb", 1.0)] {
+        let spec =
+            Task::actor_typed(PROFILER_CLASS, &()).resources_str(&format!("mig.{profile}=1"));
+        let profiler = within("a profiler", client.actor(spec)).await.unwrap();
+        let measured: ProfileMeasured = within("profile", profiler.call("profile", &run))
+            .await
+            .unwrap();
+        let held: Vec<String> = within("the GPUs", client.gpus()).await.unwrap()[0].gpus[0]
+            .holders
+            .iter()
+            .filter(|h| h.task == profiler.id())
+            .map(|h| h.uuid.clone())
+            .collect();
+        assert_eq!(held.len(), 1, "{held:?}");
+        assert!(held[0].starts_with("MIG-"), "{held:?}");
+        let noisy = measure_accuracy(
+            run.beta,
+            run.sample,
+            run.noise,
+            run.epochs,
+            &mut fastrand::Rng::with_seed(run.seed),
+        );
+        // An epoch on 5% of 20 s of whole-GPU work: 1 s on all 7 GPCs, 7/gpcs on the slice.
+        let epoch = 7.0 / gpcs;
+        assert!(
+            (measured.epoch_s_on_slice - epoch).abs() < 1e-9,
+            "{measured:?}"
+        );
+        assert_eq!(
+            measured,
+            ProfileMeasured {
+                candidate: 4,
+                devices: held,
+                profile: profile.to_string(),
+                accuracy: noisy,
+                epoch_s_on_slice: measured.epoch_s_on_slice,
+            }
+        );
+        on.push(profiler);
+    }
+    let bad = ProfileRun { sample: 0.0, ..run };
+    let refused = within(
+        "a run that is none",
+        on[0].call::<_, ProfileMeasured>("profile", &bad),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(&refused, escher::ClientError::ActorCall { .. })
+            && refused.to_string().contains("sample 0"),
+        "{refused:?}"
+    );
+    let again: ProfileMeasured = within("profile again", on[0].call("profile", &run))
+        .await
+        .unwrap();
+    assert_eq!(again.candidate, 4, "the refusal left it serving");
+
+    let no_gpu = Task::actor_typed(PROFILER_CLASS, &()).resources_str("cpu=1");
+    let orphan = within("a profiler with no GPU", client.actor(no_gpu))
+        .await
+        .unwrap();
+    let died = within(
+        "its first call",
+        orphan.call::<_, ProfileMeasured>("profile", &run),
     )
     .await
     .unwrap_err();

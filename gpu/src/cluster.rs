@@ -34,6 +34,18 @@
 //! trainer; the next `Launch` creates a new one, wherever the policy puts it. Every run is
 //! kept ([`ClusterGpu::trainers`]).
 //!
+//! # Profilers
+//!
+//! Ekya's micro-profiler runs on the GPU too ([`ClusterGpu::profile`], while no policy runs:
+//! at a window's start): on each slice it profiles on, an actor of the built-in class
+//! [`PROFILER_CLASS`] (the slice's resources its own) is called once per candidate
+//! configuration ([`ProfileRun`]), trains it for its few epochs at the slice's speed and
+//! answers what it measured ([`ProfileMeasured`]: the accuracy after each epoch, the time an
+//! epoch took, the device and profile it ran on, which must be its slice's); it is then
+//! killed, and the slice is free again once it has ended. Every profiler and its answers are
+//! kept ([`ClusterGpu::profilers`]); the configuration choice is made from the answers
+//! ([`ekya_cluster`](super::ekya_cluster)).
+//!
 //! # Events, and what is still read each round
 //!
 //! The driver learns that its tasks (launched jobs, replicas) started or ended from the
@@ -89,12 +101,12 @@ use escher_proto::Amount;
 use escher_proto::codec;
 use escher_proto::mig::{
     DONE_KEY, GpuModel, ITERATION_KEY, LIMIT_KEY, Layout, OUT_OF_MEMORY_KEY, Placement,
-    TrainerArgs, TrainerProgress,
+    ProfileMeasured, ProfileRun, TrainerArgs, TrainerProgress,
 };
 use escher_proto::types::{
-    GpuStatus, NodeId, ResourceName, ResourceSet, SERVING_REPLICA_CLASS, TRAINER_CLASS, TaskId,
-    TaskKind, TaskResult, TaskSpec, TaskState, WatchEvent, WatchKind, WatchRequest, mig_class,
-    mig_identity,
+    GpuStatus, NodeId, PROFILER_CLASS, ResourceName, ResourceSet, SERVING_REPLICA_CLASS,
+    TRAINER_CLASS, TaskId, TaskKind, TaskResult, TaskSpec, TaskState, WatchEvent, WatchKind,
+    WatchRequest, mig_class, mig_identity,
 };
 
 use super::serving::{ServiceStats, Serving};
@@ -149,6 +161,21 @@ pub struct ClusterGpu<C: ClusterApi> {
     trainers: BTreeMap<TaskId, TrainerRun>,
     /// Every trainer run, in the order they were created.
     trainer_log: Vec<TrainerView>,
+    /// Every profiler actor and what it measured, in the order they were created.
+    profiler_log: Vec<ProfilerView>,
+}
+
+/// A profiler actor on a slice and what it measured ([`ClusterGpu::profile`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProfilerView {
+    /// The profiler actor's id.
+    pub actor: TaskId,
+    /// Its slice.
+    pub on: Placement,
+    /// The slice's device (`MIG-…`) as the GPU's inventory named it.
+    pub device: String,
+    /// Each run it was asked for, with its answer, in the order asked.
+    pub runs: Vec<(ProfileRun, ProfileMeasured)>,
 }
 
 /// A trainer actor running a launched job.
@@ -287,6 +314,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
             trainer_jobs: BTreeMap::new(),
             trainers: BTreeMap::new(),
             trainer_log: Vec::new(),
+            profiler_log: Vec::new(),
         };
         gpu.layout_now()?;
         Ok(gpu)
@@ -299,6 +327,11 @@ impl<C: ClusterApi> ClusterGpu<C> {
             self.scale = scale;
         }
         self
+    }
+
+    /// Wall seconds per simulated second ([`ClusterGpu::with_time_scale`]).
+    pub fn time_scale(&self) -> f64 {
+        self.scale
     }
 
     /// The GPU model.
@@ -445,6 +478,119 @@ impl<C: ClusterApi> ClusterGpu<C> {
     /// Every run of a job as a trainer actor so far, in the order they were created.
     pub fn trainers(&self) -> &[TrainerView] {
         &self.trainer_log
+    }
+
+    /// Every profiler actor so far and what it measured ([`ClusterGpu::profile`]).
+    pub fn profilers(&self) -> &[ProfilerView] {
+        &self.profiler_log
+    }
+
+    /// Micro-profiles on the GPU's slices (see the module doc's "Profilers"): for each
+    /// `(slice, runs)`, an actor of the built-in class [`PROFILER_CLASS`] on that idle slice
+    /// is asked to `profile` each run in turn (the slices at once), checked to have measured
+    /// every epoch on the device and profile of its slice, and killed; what they measured, in
+    /// the order given. Called while no policy runs (a window's start): the slices must be
+    /// free, and are again when this returns.
+    pub async fn profile(
+        &mut self,
+        slices: Vec<(Placement, Vec<ProfileRun>)>,
+    ) -> Result<Vec<ProfilerView>, EslError> {
+        self.inventory = read(&self.api, self.node, self.gpu).await?;
+        let mut specs = Vec::with_capacity(slices.len());
+        let mut devices = Vec::with_capacity(slices.len());
+        for (on, _) in &slices {
+            let device = self
+                .inventory
+                .info
+                .slices
+                .iter()
+                .find(|s| s.start == on.start && s.profile == on.profile.name)
+                .map(|s| s.uuid.clone())
+                .ok_or_else(|| {
+                    EslError::Refused(format!("the GPU has no slice {on} to profile on"))
+                })?;
+            let resources = slice_request(*on, &device).map_err(EslError::Refused)?;
+            let spec = escher_client::Task::actor_typed(PROFILER_CLASS, &())
+                .resources(resources)
+                .build()
+                .map_err(|e| EslError::Refused(e.to_string()))?;
+            specs.push(spec);
+            devices.push(device);
+        }
+        let actors = self.api.submit(specs).await?;
+        let mut calls = tokio::task::JoinSet::new();
+        for (i, ((on, runs), actor)) in slices.into_iter().zip(&actors).enumerate() {
+            let (api, actor, device) = (self.api.clone(), *actor, devices[i].clone());
+            calls.spawn(async move {
+                let mut measured = Vec::with_capacity(runs.len());
+                for run in runs {
+                    let answer = ask_profile(&api, actor, &run).await;
+                    let checked = answer.and_then(|m| {
+                        let why = if m.candidate != run.candidate {
+                            Some(format!("answered for candidate {}", m.candidate))
+                        } else if m.devices.as_slice() != std::slice::from_ref(&device) {
+                            Some(format!(
+                                "holds {:?}, not its slice's device {device}",
+                                m.devices
+                            ))
+                        } else if m.profile != on.profile.name {
+                            Some(format!("ran as a {} slice", m.profile))
+                        } else if m.accuracy.len() != run.epochs as usize {
+                            Some(format!(
+                                "measured {} epochs of {}",
+                                m.accuracy.len(),
+                                run.epochs
+                            ))
+                        } else {
+                            None
+                        };
+                        match why {
+                            Some(why) => Err(EslError::Refused(why)),
+                            None => Ok(m),
+                        }
+                    });
+                    match checked {
+                        Ok(m) => measured.push((run, m)),
+                        Err(e) => {
+                            return (
+                                i,
+                                Err(format!(
+                                    "profiler {actor} on {on}, candidate {}: {e}",
+                                    run.candidate
+                                )),
+                            );
+                        }
+                    }
+                }
+                (
+                    i,
+                    Ok(ProfilerView {
+                        actor,
+                        on,
+                        device,
+                        runs: measured,
+                    }),
+                )
+            });
+        }
+        let mut views: Vec<Option<Result<ProfilerView, String>>> = vec![None; actors.len()];
+        while let Some(done) = calls.join_next().await {
+            let (i, view) =
+                done.map_err(|e| EslError::Refused(format!("a profiler's calls: {e}")))?;
+            views[i] = Some(view);
+        }
+        // Killed whatever they answered, and ended before their slices are handed on.
+        self.api.cancel(actors.clone()).await?;
+        self.api
+            .wait(actors.clone(), actors.len(), Duration::from_secs(30))
+            .await?;
+        let mut out = Vec::with_capacity(views.len());
+        for view in views.into_iter().flatten() {
+            let view = view.map_err(EslError::Refused)?;
+            self.profiler_log.push(view.clone());
+            out.push(view);
+        }
+        Ok(out)
     }
 
     /// Milliseconds since the driver began, of the policy's clock (simulated when scaled).
@@ -1315,6 +1461,17 @@ fn queue_request() -> Result<ResourceSet, EslError> {
     let mut set = ResourceSet::new();
     set.insert(ResourceName::new(QUEUE_RESOURCE)?, Amount::ONE);
     Ok(set)
+}
+
+/// Profiler `actor`'s answer to `run`.
+async fn ask_profile<C: ClusterApi>(
+    api: &C,
+    actor: TaskId,
+    run: &ProfileRun,
+) -> Result<ProfileMeasured, EslError> {
+    let args = codec::encode(run).map_err(|e| EslError::Refused(e.to_string()))?;
+    let bytes = api.call_actor(actor, "profile".to_string(), args).await?;
+    codec::decode::<ProfileMeasured>(&bytes).map_err(|e| EslError::Refused(e.to_string()))
 }
 
 /// The request that runs a job on exactly one slice: its class and its identity.

@@ -18,6 +18,15 @@
 //! configuration's epochs. Every two windows a fixed fraction of the worst configurations is
 //! dropped ([`prune`]).
 //!
+//! **On a cluster** the profiling runs are calls to actors: [`profile_runs`] makes each
+//! configuration's run (its sample and noise seed drawn as [`micro_profile`] draws them), the
+//! cluster driver has a profiler actor on a GPU slice train each for its epochs at the slice's
+//! speed ([`ClusterGpu::profile`](super::ClusterGpu::profile), the built-in class
+//! `escher.profiler`), and [`profiles_from`] makes the profiles from what the actors answered:
+//! the curve fitted to the accuracies they measured, and the GPU time from the time an epoch
+//! took on their slice (scaled back to the whole GPU by the speed model, then to the
+//! configuration's data and epochs). The choice is then made from those profiles alone.
+//!
 //! **Choice** ([`pick`], PickConfigs' retraining half, Algorithm 2 lines 6–12). For a
 //! retraining share decided at step `from`, each profiled configuration's retraining time at
 //! that share is estimated, those that do not finish in the window are dropped, and the one
@@ -26,10 +35,11 @@
 //! Ekya's thief ([`ekya::online`](super::ekya::online)'s information and objective) with this
 //! choice in every split it scores.
 
+use escher_proto::mig::{GpuModel, ProfileMeasured, ProfileRun, SpeedModel, measure_accuracy};
 use fastrand::Rng;
 
-use super::ekya::{Configured, ekya_estimate, observed_rate, thief_configured};
-use super::migrator::problem::Problem;
+use super::ekya::{Configured, ekya_estimate, observed_rate, on_mig, thief_configured};
+use super::migrator::problem::{Problem, Schedule};
 use super::shares::{SharePlan, retrain_steps_at};
 
 /// A retraining configuration (γ).
@@ -171,24 +181,80 @@ pub fn micro_profile(truths: &[Truth], noise: f64, rng: &mut Rng) -> Vec<Profile
         .iter()
         .map(|t| {
             let sample = 0.05 + 0.05 * rng.f64();
-            let sd = noise * (0.05 / sample).sqrt();
-            let points: Vec<(f64, f64)> = (1..=PROFILE_EPOCHS)
-                .map(|e| {
-                    // A sum of three uniforms: roughly normal, of standard deviation `sd`.
-                    let z = (rng.f64() + rng.f64() + rng.f64() - 1.5) * 2.0;
-                    (f64::from(e), t.accuracy(f64::from(e)) + sd * z)
-                })
-                .collect();
-            let beta = fit_curve(&points);
-            let [b0, b1, b2] = beta;
-            let e = f64::from(t.config.epochs);
+            let points = measure_accuracy(t.beta, sample, noise, PROFILE_EPOCHS, rng);
             Profile {
                 config: t.config,
-                acc_post: (b2 - 1.0 / (b0 * e + b1).max(1e-9)).clamp(0.0, 1.0),
+                acc_post: extrapolate(&points, t.config.epochs),
                 // An epoch on the sample takes `epoch_s × sample`; scaled linearly back to the
                 // configuration's data and epochs (demand is deterministic, so exact).
-                gpu_s: (t.epoch_s * sample) / sample * e,
+                gpu_s: (t.epoch_s * sample) / sample * f64::from(t.config.epochs),
             }
+        })
+        .collect()
+}
+
+/// The accuracy after `epochs` of the curve fitted to `points` ([`fit_curve`]), within 0 to 1.
+fn extrapolate(points: &[(f64, f64)], epochs: u32) -> f64 {
+    let [b0, b1, b2] = fit_curve(points);
+    let e = f64::from(epochs);
+    (b2 - 1.0 / (b0 * e + b1).max(1e-9)).clamp(0.0, 1.0)
+}
+
+/// Each configuration of `truths` as a profiling run for a profiler actor (candidate `i` is
+/// `truths[i]`): [`PROFILE_EPOCHS`] on a random 5–10% sample, its noise seeded, both drawn from
+/// `rng`; a simulated second lasting `scale` wall seconds.
+pub fn profile_runs(truths: &[Truth], noise: f64, scale: f64, rng: &mut Rng) -> Vec<ProfileRun> {
+    truths
+        .iter()
+        .enumerate()
+        .map(|(i, t)| ProfileRun {
+            candidate: i as u32,
+            beta: t.beta,
+            epoch_s: t.epoch_s,
+            sample: 0.05 + 0.05 * rng.f64(),
+            epochs: PROFILE_EPOCHS,
+            noise,
+            seed: rng.u64(..),
+            scale,
+        })
+        .collect()
+}
+
+/// The profiles of `truths`' configurations from what profiler actors measured (`answers`,
+/// each run with its answer, any order, every candidate once) on GPUs of `model`: the
+/// accuracy curve fitted to the measured points and extrapolated to the configuration's
+/// epochs, and its GPU seconds on the whole GPU from the time an epoch took on the answering
+/// slice (the [`SpeedModel`]'s slowdown of that slice undone, then scaled from the sample to
+/// all the data and to its epochs). In the order of `truths`; what does not fit, said.
+pub fn profiles_from(
+    truths: &[Truth],
+    answers: &[(ProfileRun, ProfileMeasured)],
+    model: GpuModel,
+) -> Result<Vec<Profile>, String> {
+    truths
+        .iter()
+        .enumerate()
+        .map(|(i, t)| {
+            let (run, measured) = answers
+                .iter()
+                .find(|(r, m)| r.candidate as usize == i && m.candidate == r.candidate)
+                .ok_or_else(|| format!("no answer for candidate {i} ({:?})", t.config))?;
+            if measured.accuracy.is_empty() {
+                return Err(format!("candidate {i}: no accuracy measured"));
+            }
+            let profile = model.profile(&measured.profile).ok_or_else(|| {
+                format!(
+                    "candidate {i}: measured on a {} slice, which a {model} has not",
+                    measured.profile
+                )
+            })?;
+            let slowdown = SpeedModel::default().slowdown(&run.epoch_job(), profile);
+            let sample_epoch_s = measured.epoch_s_on_slice / slowdown;
+            Ok(Profile {
+                config: t.config,
+                acc_post: extrapolate(&measured.accuracy, t.config.epochs),
+                gpu_s: sample_epoch_s / run.sample * f64::from(t.config.epochs),
+            })
         })
         .collect()
 }
@@ -286,6 +352,28 @@ pub fn configured_online(
     )
 }
 
+/// [`configured_online`] rounded to MIG slices ([`on_mig`](super::ekya::on_mig)): the problem
+/// with each tenant's retraining as its chosen configuration was profiled (what the schedule
+/// is planned and executed on: its retraining times and accuracy after), the schedule, and
+/// each tenant's choice (an index into `profiles[m]`; `None`: its own retraining).
+pub fn configured_on_mig(
+    problem: &Problem,
+    past: &[&[f64]],
+    delta: f64,
+    profiles: &[Vec<Profile>],
+) -> (Problem, Schedule, Vec<Option<Configured>>) {
+    let (plan, chosen) = configured_online(problem, past, delta, profiles);
+    let mut p = problem.clone();
+    for (t, c) in p.tenants.iter_mut().zip(&chosen) {
+        if let Some(c) = c {
+            t.retrain_s = c.retrain_s;
+            t.acc_post = c.acc_post;
+        }
+    }
+    let schedule = on_mig(&p, &plan);
+    (p, schedule, chosen)
+}
+
 /// `problem` with each tenant's retraining as its chosen configuration truly is (`truths[m]`,
 /// the same order as the profiles it was chosen from): what the plan is evaluated on.
 pub fn with_true_configs(
@@ -365,6 +453,55 @@ mod tests {
         errs.sort_by(f64::total_cmp);
         let median = errs[errs.len() / 2];
         assert!(median > 0.0 && median < 0.058, "{median}");
+    }
+
+    #[test]
+    fn profiles_come_from_what_the_profilers_measured_on_their_slices() {
+        // What a profiler on a 3g slice answers (the worker's actor measures as
+        // `measure_accuracy` does, an epoch taking its time at 3 of 7 GPCs): the same profiles
+        // as micro-profiling in memory with the same draws, since demand is deterministic.
+        let t = truth(0.6, 0.9, 4.0);
+        let runs = profile_runs(&t, 0.01, 0.01, &mut Rng::with_seed(3));
+        let three = GpuModel::A100_40GB.profile("3g.20gb").unwrap();
+        let answer = |r: &ProfileRun, scale: f64| ProfileMeasured {
+            candidate: r.candidate,
+            devices: vec!["MIG-x".into()],
+            profile: "3g.20gb".into(),
+            accuracy: measure_accuracy(
+                r.beta,
+                r.sample,
+                r.noise,
+                r.epochs,
+                &mut Rng::with_seed(r.seed),
+            ),
+            epoch_s_on_slice: SpeedModel::default().duration_s(&r.epoch_job(), three) * scale,
+        };
+        let answers: Vec<_> = runs.iter().rev().map(|r| (*r, answer(r, 1.0))).collect();
+        let profiles = profiles_from(&t, &answers, GpuModel::A100_40GB).unwrap();
+        for ((p, t), (r, m)) in profiles.iter().zip(&t).zip(answers.iter().rev()) {
+            assert_eq!(p.config, t.config);
+            assert!(
+                (p.gpu_s - t.gpu_s()).abs() < 1e-9 * t.gpu_s(),
+                "{p:?} {t:?}"
+            );
+            assert_eq!(
+                p.acc_post,
+                extrapolate(&m.accuracy, t.config.epochs),
+                "{r:?}"
+            );
+        }
+        // Twice the time measured is twice the cost: the answer is what is used.
+        let slow: Vec<_> = runs.iter().map(|r| (*r, answer(r, 2.0))).collect();
+        let slow = profiles_from(&t, &slow, GpuModel::A100_40GB).unwrap();
+        assert!((slow[0].gpu_s - 2.0 * t[0].gpu_s()).abs() < 1e-9 * t[0].gpu_s());
+        // A missing candidate, or a slice the GPU has not, is said.
+        // (`answers` runs from the last candidate: without its first, 17 has no answer.)
+        let why = profiles_from(&t, &answers[1..], GpuModel::A100_40GB).unwrap_err();
+        assert!(why.starts_with("no answer for candidate 17"), "{why}");
+        let mut odd = answers.clone();
+        odd[0].1.profile = "9g.99gb".into();
+        let why = profiles_from(&t, &odd, GpuModel::A100_40GB).unwrap_err();
+        assert!(why.contains("9g.99gb"), "{why}");
     }
 
     #[test]

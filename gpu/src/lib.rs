@@ -34,7 +34,12 @@
 //!   slices [`online_on_mig`]), and the exact-future thief it replaced as MIGRator's baseline
 //!   ([`thief`], [`thief_on_mig`]);
 //! - [`ekya_profiler`]: Ekya's micro-profiler (retraining configurations' accuracy and cost
-//!   profiles, curve fit, pruning) and its configuration choice inside the thief;
+//!   profiles, curve fit, pruning) and its configuration choice inside the thief; on a
+//!   cluster its profiling runs are calls to profiler actors on the slices
+//!   ([`ClusterGpu::profile`], [`ekya_profiler::profile_runs`],
+//!   [`ekya_profiler::profiles_from`]);
+//! - [`ekya_cluster`]: Ekya's micro-profiling on a cluster's slices, calls to profiler actors
+//!   whose answers its configuration choice is made from;
 //! - [`compare`]: MIGRator (forecast and oracle) against its baselines over several windows of
 //!   a trace shape;
 //! - [`baselines`]: [`Sequential`] (MIGM's one-job-at-a-time full GPU), [`paris`] (static MIG
@@ -56,6 +61,7 @@ pub mod baselines;
 pub mod cluster;
 pub mod compare;
 pub mod ekya;
+pub mod ekya_cluster;
 pub mod ekya_profiler;
 pub mod migm;
 pub mod migrator;
@@ -70,7 +76,7 @@ mod support;
 
 pub use baselines::{Sequential, astraea, paris};
 pub use cluster::{
-    ClusterGpu, DriveReport, ReplicaView, TrainerEnd, TrainerView, drive, drive_with,
+    ClusterGpu, DriveReport, ProfilerView, ReplicaView, TrainerEnd, TrainerView, drive, drive_with,
 };
 pub use ekya::{online, online_on_mig, thief, thief_on_mig};
 pub use migm::{Migm, MigmJob, Scheme};

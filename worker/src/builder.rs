@@ -389,14 +389,18 @@ impl WorkerBuilder {
         let isolation = Arc::new(isolation);
         let mut functions = self.functions;
         let mut actors = self.actors;
-        // The built-in serving replica (actors/serving.rs) and trainer (actors/trainer.rs),
-        // unless the program registered a class of that name itself.
+        // The built-in serving replica (actors/serving.rs), trainer (actors/trainer.rs) and
+        // profiler (actors/profiler.rs), unless the program registered a class of that name
+        // itself.
         actors
             .entry(crate::actors::SERVING_REPLICA_CLASS.to_string())
             .or_insert_with(crate::actors::serving_replica_class);
         actors
             .entry(crate::actors::TRAINER_CLASS.to_string())
             .or_insert_with(crate::actors::trainer_class);
+        actors
+            .entry(crate::actors::PROFILER_CLASS.to_string())
+            .or_insert_with(crate::actors::profiler_class);
         // Python function tasks and actors, where the worker has a usable interpreter
         // (python/mod.rs).
         crate::python::install(

@@ -70,7 +70,7 @@ mod worker;
 
 pub use actors::{
     ActorClass, ActorHost, ActorService, DATA_PLANE_LABEL, DynamicActor, DynamicConstructor,
-    ReplicaInfo, SERVING_REPLICA_CLASS, TRAINER_CLASS,
+    PROFILER_CLASS, ReplicaInfo, SERVING_REPLICA_CLASS, TRAINER_CLASS,
 };
 pub use builder::WorkerBuilder;
 pub use config::{

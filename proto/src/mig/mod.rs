@@ -39,6 +39,8 @@
 //!   and how fast and at what power ([`SpeedModel`], [`PowerModel`]).
 //! - `trainer.rs`: a retraining job run as an actor of the built-in trainer class
 //!   ([`TrainerArgs`], [`TrainerProgress`], its telemetry keys).
+//! - `profiler.rs`: a micro-profiling run of a retraining configuration, run by an actor of
+//!   the built-in profiler class ([`ProfileRun`], [`ProfileMeasured`], [`measure_accuracy`]).
 //! - `device.rs`: [`find_simulated_device`], what a device of a simulated GPU is.
 //! - `error.rs`: [`MigError`].
 
@@ -49,6 +51,7 @@ mod model;
 mod parse;
 mod placement;
 mod profile;
+mod profiler;
 mod reachability;
 mod reconfiguration;
 mod tables;
@@ -61,6 +64,7 @@ pub use layout::Layout;
 pub use model::GpuModel;
 pub use placement::Placement;
 pub use profile::Profile;
+pub use profiler::{ProfileMeasured, ProfileRun, measure_accuracy};
 pub use reachability::{
     best_start, maximal_layouts, maximal_layouts_with, reachability, reachable, reachable_with,
 };

@@ -34,6 +34,11 @@ pub const SERVING_REPLICA_CLASS: &str = "escher.serving-replica";
 /// `mig::TrainerArgs` and `mig::TrainerProgress`).
 pub const TRAINER_CLASS: &str = "escher.trainer";
 
+/// The built-in actor class every worker hosts for micro-profiling retraining configurations
+/// on a GPU slice (the worker's `actors/profiler.rs` says what it answers; its method's
+/// argument and answer are `mig::ProfileRun` and `mig::ProfileMeasured`).
+pub const PROFILER_CLASS: &str = "escher.profiler";
+
 /// The most calls one actor may run at once.
 pub const MAX_CONCURRENCY: u32 = 1024;
 

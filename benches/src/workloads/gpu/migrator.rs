@@ -3,6 +3,9 @@
 //! MIG), PARIS and the oracle, in memory over several windows and on a cluster's simulated
 //! A100 (the module doc of `gpu/mod.rs`).
 
+use escher::types::TRAINER_CLASS;
+use escher_proto::mig::TrainerArgs;
+
 use super::*;
 
 /// MIGRator's pre-initialization through the framework (`escher mig prepare`): a GPU serving
@@ -448,11 +451,14 @@ struct SeedWindow {
 /// [`HISTORY_WINDOWS`] of history, each schedule carried out by MIGRator's executor
 /// (pre-initialization, drain before destroy, pinned retraining) through the cluster API.
 /// MIGRator plans with the `Ψ` measured along its plan for the window before (P0's
-/// definition, [`psi_for`]). Inference replicas are real tasks holding their slices (`sleep`:
-/// serving is the simulated part, `Serving`), retraining is `escher sim-work` on its pinned
-/// slice, reconfigurations are the worker's. Goodput counts each request served within its
-/// SLO at the accuracy of its tenant's model at that time (after retraining once the
-/// retraining task finished).
+/// definition, [`psi_for`]). Inference replicas are actors of the built-in serving class
+/// holding their slices (serving is the simulated part, `Serving`), retraining is an actor of
+/// the built-in trainer class on its pinned slice (created at the launch, killed at its end;
+/// until this round it was an `escher sim-work` process of the same run time and iterations,
+/// so the figures stay comparable: what changed is an actor's creation in place of a
+/// process's start), reconfigurations are the worker's. Goodput counts each request served
+/// within its SLO at the accuracy of its tenant's model at that time (after retraining once
+/// the trainer finished).
 pub(super) async fn migrator_on_cluster(
     ctx: &Ctx,
     report: &mut WorkloadReport,
@@ -847,14 +853,23 @@ async fn run_window(p: &Problem, name: &str, solved: Solved, scale: f64) -> anyh
         };
         services.push(gpu.add_service(model, replica.clone()).await?);
     }
-    let exe = std::env::current_exe()?.display().to_string();
+    // Each retraining is a trainer actor on its pinned slice, as long there as the plan
+    // expects (the iterations `sim-work` ran it in before).
     let jobs = (0..p.tenants.len())
         .map(|m| {
             let r = solved.schedule.retraining[m];
             let work = p.tenants[m].retrain_s[usize::from(r.gpcs)] * f64::from(r.gpcs) / 7.0;
-            spec(&exe, &JobModel::fixed(work, 7, 2.0), scale)
+            let args = TrainerArgs {
+                job: 0,
+                work_s: work,
+                gpcs: 7,
+                mem_gb: 2.0,
+                iterations: iterations(&JobModel::fixed(work, 7, 2.0)),
+                scale,
+            };
+            Ok(Task::actor_typed(TRAINER_CLASS, &args).build()?)
         })
-        .collect();
+        .collect::<anyhow::Result<Vec<TaskSpec>>>()?;
     let retraining = gpu.submit(jobs).await?;
     let tasks: Vec<TenantTasks> = services
         .iter()

@@ -6,7 +6,10 @@
 //! worker has a simulated A100-40GB; and MIGRator against its baselines in memory over
 //! several windows of three trace shapes ([`escher_gpu::compare`]). Every job
 //! is a real command task running `escher sim-work` (this binary serves as that program) on
-//! the MIG slice the policy launched it on; every reconfiguration is the worker's, with
+//! the MIG slice the policy launched it on, except in the MIGRator windows on a cluster,
+//! whose retraining runs as actors of the built-in trainer class (the same run time and
+//! iterations) and whose replicas are actors of the built-in serving class; every
+//! reconfiguration is the worker's, with
 //! MIGRator's latency model; time is compressed (a simulated second lasts `scale` wall
 //! seconds, the same for the jobs and the reconfigurations).
 //!
@@ -186,7 +189,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     );
     report.setup = json!({
         "cluster": "a head and one in-process worker over gRPC on loopback; --sim-gpu a100-40gb:mig= (no instances at start)",
-        "jobs": "command tasks running `escher sim-work` on the slice the policy launched them on (4 iterations each)",
+        "jobs": "command tasks running `escher sim-work` on the slice the policy launched them on (4 iterations each); in the MIGRator windows on the cluster, retraining as actors of the built-in trainer class (the same run time, 4 iterations) and replicas as actors of the built-in serving class",
         "time": format!("1 simulated s = {scale} wall s, for the jobs and for MIGRator's reconfiguration latency (0.5 s destroy; 1.5 s create, 1.5 s library and 2.5 s model load per new instance)"),
         "policy round": "25 ms (drive polls the GPU and the launched tasks)",
         "energy": "jobs' busy energy (200 W x GPCs/7 over their run) + 50 W idle over the makespan",
