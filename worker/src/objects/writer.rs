@@ -10,7 +10,9 @@
 //! removes the file and gives back the reservation: nothing is left behind.
 //!
 //! The checksum is computed as the bytes arrive while they arrive in order (the common case: a
-//! put, a fetch's chunks); otherwise the seal reads the file once to compute it.
+//! put, a fetch's chunks), or combined from the sums of chunks the caller has checked already
+//! ([`ObjectWriter::write_summed`]: a fetch's or a push's, so their bytes are summed once);
+//! otherwise the seal reads the file once to compute it.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
