@@ -260,6 +260,9 @@ pub struct Piece {
     pub offset: u64,
     /// The bytes, checked.
     pub data: Bytes,
+    /// The CRC-32C of `data`, checked (0 for no bytes): a writer that sums what it writes
+    /// need not sum it again.
+    pub crc32c: u32,
 }
 
 impl ChunkReader {
@@ -325,6 +328,7 @@ impl ChunkReader {
                 header,
                 offset: self.next,
                 data: chunk.data,
+                crc32c: 0,
             });
         }
         if chunk.offset != self.next {
@@ -360,6 +364,7 @@ impl ChunkReader {
             header,
             offset: chunk.offset,
             data: chunk.data,
+            crc32c: actual,
         })
     }
 

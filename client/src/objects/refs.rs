@@ -3,8 +3,9 @@
 //!
 //! A `put` asks the head where the object goes (`PlaceObject`: a live worker's data-plane
 //! address and a write ticket; the first `put` of a client also opens its object session),
-//! pushes the bytes there ([`push_object`]), and reports the sealed copy (`ObjectsSealed`), so
-//! that the head records it and publishes its location resource. Only then does `put` return.
+//! pushes the bytes there ([`push_object`](super::push_object), with the checksum it summed
+//! once), and reports the sealed copy (`ObjectsSealed`), so that the head records it and
+//! publishes its location resource. Only then does `put` return.
 //! Ids are `(session, index)`: the session the head gave this client, the index counted here.
 //!
 //! A `get` asks the head where the copies are (`LocateObject`, with a read ticket per copy)
@@ -29,7 +30,8 @@ use escher_proto::types::{ObjectId, ObjectView};
 use escher_proto::wire;
 use tokio::sync::mpsc;
 
-use super::{fetch_object, push_object};
+use super::fetch_object;
+use super::transfer::push_summed;
 use crate::{Client, ClientError};
 
 /// The first and the longest pause between tries of a push the worker could not take yet.
@@ -134,7 +136,7 @@ impl Client {
         let mut pause = PUSH_PAUSE.0;
         let started = tokio::time::Instant::now();
         loop {
-            match push_object(&placed.address, &placed.ticket, id, bytes.clone()).await {
+            match push_summed(&placed.address, &placed.ticket, id, bytes.clone(), checksum).await {
                 Ok(()) => break,
                 Err(err) if err.is_retryable() && started.elapsed() < PUSH_PATIENCE => {
                     tokio::time::sleep(pause).await;

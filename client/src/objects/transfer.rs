@@ -196,11 +196,25 @@ pub async fn push_object(
     id: ObjectId,
     bytes: Bytes,
 ) -> Result<(), ObjectTransferError> {
+    let crc32c = crc32c::crc32c(&bytes);
+    push_summed(address, ticket, id, bytes, crc32c).await
+}
+
+/// [`push_object`] of `bytes` whose CRC-32C the caller has computed already (a `put`, which
+/// reports it to the head too), so that they are summed once less. A wrong sum is refused by
+/// the worker's check of the whole object, and nothing is kept.
+pub(crate) async fn push_summed(
+    address: &str,
+    ticket: &str,
+    id: ObjectId,
+    bytes: Bytes,
+    crc32c: u32,
+) -> Result<(), ObjectTransferError> {
     let mut rpc = connect(id, address).await?;
     let meta = ObjectMeta {
         id,
         size: bytes.len() as u64,
-        crc32c: crc32c::crc32c(&bytes),
+        crc32c,
     };
     let chunks = Chunks::new(meta, bytes, 0, CHUNK_BYTES, ticket.to_string());
     let reply = rpc

@@ -158,10 +158,12 @@ async fn bring_located(
     let start = Instant::now();
     let mut pause = PAUSE.0;
     loop {
+        let asked = Instant::now();
         let info = ctx
             .locate_object(id)
             .await
             .map_err(|e| Unavailable::from_locate(&e))?;
+        tracing::debug!(object = %id, took = ?asked.elapsed(), "located");
         let waited = start.elapsed();
         let retry = if info.holders.is_empty() {
             if waited >= REBUILD_PATIENCE {
@@ -208,9 +210,11 @@ async fn from_holders(
             })
         })
         .collect();
+    let start = Instant::now();
     let view = fetch_object(objects, id, namespace, &holders)
         .await
         .map_err(|e| e.to_string())?;
+    let fetched = start.elapsed();
     if (view.len(), view.crc32c()) != (info.size, info.checksum) {
         return Err(format!(
             "this node's copy has {} bytes with CRC-32C {:08x}, the head recorded {} bytes \
@@ -225,5 +229,6 @@ async fn from_holders(
         // The task has its bytes; only the head's map of copies misses this one.
         tracing::warn!(object = %id, %err, "could not report a fetched copy");
     }
+    tracing::debug!(object = %id, size = view.len(), ?fetched, reported = ?(start.elapsed() - fetched), "brought into this node's store");
     Ok(view)
 }

@@ -130,12 +130,14 @@ pub async fn fetch_object(
         match from_holder(objects, id, holder, &mut copy).await {
             Ok(Some(writer)) => {
                 let (writer, meta) = writer;
+                let sealing = std::time::Instant::now();
                 let store_objects = objects.clone();
                 let sealed = tokio::task::spawn_blocking(move || writer.seal(meta.crc32c))
                     .await
                     .map_err(|e| join_failed(id, e))?;
                 match sealed {
                     Ok(_) => {
+                        tracing::debug!(object = %id, took = ?sealing.elapsed(), "sealed");
                         store_objects.record(id, namespace);
                         let store = objects.store().clone();
                         return tokio::task::spawn_blocking(move || store.get(id))
@@ -214,7 +216,9 @@ async fn from_holder(
     holder: &Holder,
     copy: &mut Option<(ObjectWriter, ChunkReader)>,
 ) -> Result<Option<(ObjectWriter, ObjectMeta)>, String> {
+    let start = std::time::Instant::now();
     let channel = connect(&holder.address).await?;
+    let connected = start.elapsed();
     let mut rpc = ObjectsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let offset = copy.as_ref().map_or(0, |(_, reader)| reader.received());
     let request = wire::FetchRequest {
@@ -264,7 +268,7 @@ async fn from_holder(
                 Err(e) => return Err(e.to_string()),
             };
             writer
-                .write_at(piece.offset, &piece.data)
+                .write_summed(piece.offset, &piece.data, piece.crc32c)
                 .map_err(|e| e.to_string())?;
             *copy = Some((
                 writer,
@@ -275,9 +279,10 @@ async fn from_holder(
         let piece = reader.accept(chunk).map_err(|e| e.to_string())?;
         // tmpfs pages: a memory copy, shorter than a hop to a blocking thread would be.
         writer
-            .write_at(piece.offset, &piece.data)
+            .write_summed(piece.offset, &piece.data, piece.crc32c)
             .map_err(|e| e.to_string())?;
     }
+    tracing::debug!(object = %id, node = %holder.node, ?connected, took = ?start.elapsed(), "streamed from a holder");
     let Some((writer, reader)) = copy.take() else {
         return Err("the stream ended before its header".to_string());
     };

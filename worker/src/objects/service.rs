@@ -228,7 +228,7 @@ impl Objects for ObjectService {
             let piece = reader.accept(chunk).map_err(transfer_status)?;
             // tmpfs pages: a memory copy, shorter than a hop to a blocking thread would be.
             writer
-                .write_at(piece.offset, &piece.data)
+                .write_summed(piece.offset, &piece.data, piece.crc32c)
                 .map_err(object_status)?;
         }
         reader.finish().map_err(transfer_status)?;

@@ -127,6 +127,36 @@ fn chunks_in_any_order_and_written_twice_seal_whole() {
 }
 
 #[test]
+fn chunks_summed_by_the_caller_seal_by_their_sums() {
+    let f = fixture(16 * MIB);
+    let bytes = data(MIB + 17, 9);
+    let chunk = 256 * 1024;
+    let write = |id: ObjectId, lie: bool| {
+        let mut writer = f.store.create(id, bytes.len() as u64).unwrap();
+        for at in (0..bytes.len()).step_by(chunk) {
+            let piece = &bytes[at..(at + chunk).min(bytes.len())];
+            let sum = crc32c::crc32c(piece) ^ u32::from(lie && at == chunk);
+            writer.write_summed(at as u64, piece, sum).unwrap();
+        }
+        writer.seal(crc32c::crc32c(&bytes))
+    };
+    // In order, the object's checksum is combined from the chunks' sums, not summed again.
+    write(ObjectId(3, 0), false).unwrap();
+    assert!(f.store.get(ObjectId(3, 0)).unwrap().as_slice() == bytes.as_slice());
+    // So a wrong sum given for right bytes is what the seal checks, and it refuses the copy.
+    let refused = write(ObjectId(3, 1), true).unwrap_err();
+    assert!(
+        matches!(refused, ObjectError::ChecksumMismatch { id, .. } if id == ObjectId(3, 1)),
+        "{refused}"
+    );
+    assert!(matches!(
+        f.store.get(ObjectId(3, 1)),
+        Err(ObjectError::NotFound { .. })
+    ));
+    f.check();
+}
+
+#[test]
 fn cold_objects_spill_least_recently_used_first_and_are_restored() {
     let f = fixture(3 * MIB);
     let ids: Vec<ObjectId> = (0..4).map(|i| ObjectId(3, i)).collect();

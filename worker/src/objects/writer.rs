@@ -10,7 +10,9 @@
 //! removes the file and gives back the reservation: nothing is left behind.
 //!
 //! The checksum is computed as the bytes arrive while they arrive in order (the common case: a
-//! put, a fetch's chunks); otherwise the seal reads the file once to compute it.
+//! put, a fetch's chunks), or combined from the sums of chunks the caller has checked already
+//! ([`ObjectWriter::write_summed`]: a fetch's or a push's, so their bytes are summed once);
+//! otherwise the seal reads the file once to compute it.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -128,6 +130,22 @@ impl ObjectWriter {
     /// Writes `data` at `offset` (a chunk of a fetch, in any order). A write past the end is
     /// refused and writes nothing.
     pub fn write_at(&mut self, offset: u64, data: &[u8]) -> Result<(), ObjectError> {
+        self.write(offset, data, None)
+    }
+
+    /// [`write_at`](Self::write_at) of bytes whose CRC-32C the caller has already computed
+    /// (a chunk it checked), so that they are not summed a second time. A wrong `crc32c` is
+    /// not caught here: the seal would then refuse a whole object whose bytes are right.
+    pub fn write_summed(
+        &mut self,
+        offset: u64,
+        data: &[u8],
+        crc32c: u32,
+    ) -> Result<(), ObjectError> {
+        self.write(offset, data, Some(crc32c))
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8], summed: Option<u32>) -> Result<(), ObjectError> {
         let len = data.len() as u64;
         let end = offset.checked_add(len).filter(|&end| end <= self.size);
         let Some(end) = end else {
@@ -146,7 +164,13 @@ impl ObjectWriter {
             }
         })?;
         self.in_order = match self.in_order {
-            Some((next, crc)) if next == offset => Some((end, crc32c::crc32c_append(crc, data))),
+            Some((next, crc)) if next == offset => Some((
+                end,
+                match summed {
+                    Some(piece) => crc32c::crc32c_combine(crc, piece, data.len()),
+                    None => crc32c::crc32c_append(crc, data),
+                },
+            )),
             _ => None,
         };
         self.written.add(offset, end);
