@@ -613,12 +613,9 @@ async fn a_serving_replica_is_an_actor_that_holds_its_slice_and_counts_what_it_s
     cluster.shutdown().await;
 }
 
-/// The built-in trainer on its own: an actor on a MIG slice runs its iterations at the
-/// slice's speed in compressed time, reports each as telemetry and its end, and says how far
-/// it got on which device; one whose memory passes its slice's stops and says so; one placed
-/// with no GPU device refuses to start, saying what to ask for.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_how_far_it_got() {
+/// A cluster of one worker whose simulated A100 has a 3g.20gb slice at 0 and a 1g.5gb slice at
+/// 4, and a client of it.
+async fn two_slices() -> (LocalCluster, escher::Client) {
     init_tracing();
     let cluster = LocalCluster::builder()
         .grace(Duration::from_secs(2))
@@ -630,6 +627,16 @@ async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_ho
         .start();
     let cluster = within("starting the cluster", cluster).await.unwrap();
     let client = within("connecting", cluster.client()).await.unwrap();
+    (cluster, client)
+}
+
+/// The built-in trainer on its own: an actor on a MIG slice runs its iterations at the
+/// slice's speed in compressed time, reports each as telemetry and its end, and says how far
+/// it got on which device; one whose memory passes its slice's stops and says so; one placed
+/// with no GPU device refuses to start, saying what to ask for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_how_far_it_got() {
+    let (cluster, client) = two_slices().await;
     let args = TrainerArgs {
         job: 9,
         work_s: 7.0,
@@ -732,17 +739,7 @@ async fn a_trainer_is_an_actor_that_runs_its_iterations_on_its_slice_and_says_ho
 /// device refuses to start, saying what to ask for.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_profiler_is_an_actor_that_measures_candidates_at_its_slice_s_speed() {
-    init_tracing();
-    let cluster = LocalCluster::builder()
-        .grace(Duration::from_secs(2))
-        .no_workers()
-        .worker_with_gpus(
-            "cpu=8".parse().unwrap(),
-            ["a100-40gb:mig=3g.20gb@0,1g.5gb@4"],
-        )
-        .start();
-    let cluster = within("starting the cluster", cluster).await.unwrap();
-    let client = within("connecting", cluster.client()).await.unwrap();
+    let (cluster, client) = two_slices().await;
     let run = ProfileRun {
         candidate: 4,
         beta: [1.0, 3.0, 0.9],

@@ -279,6 +279,15 @@ pub struct DriveReport {
 }
 
 impl<C: ClusterApi> ClusterGpu<C> {
+    /// The slice of the last inventory read at placement `on`, if the GPU has it.
+    fn slice_at(&self, on: Placement) -> Option<&escher_proto::types::MigDevice> {
+        self.inventory
+            .info
+            .slices
+            .iter()
+            .find(|s| s.start == on.start && s.profile == on.profile.name)
+    }
+
     /// GPU `gpu` of node `node`, as the cluster reports it now.
     pub async fn new(api: C, node: NodeId, gpu: u32) -> Result<ClusterGpu<C>, EslError> {
         // Subscribed first: every start and end of a task this driver submits or launches
@@ -499,16 +508,9 @@ impl<C: ClusterApi> ClusterGpu<C> {
         let mut specs = Vec::with_capacity(slices.len());
         let mut devices = Vec::with_capacity(slices.len());
         for (on, _) in &slices {
-            let device = self
-                .inventory
-                .info
-                .slices
-                .iter()
-                .find(|s| s.start == on.start && s.profile == on.profile.name)
-                .map(|s| s.uuid.clone())
-                .ok_or_else(|| {
-                    EslError::Refused(format!("the GPU has no slice {on} to profile on"))
-                })?;
+            let device = self.slice_at(*on).map(|s| s.uuid.clone()).ok_or_else(|| {
+                EslError::Refused(format!("the GPU has no slice {on} to profile on"))
+            })?;
             let resources = slice_request(*on, &device).map_err(EslError::Refused)?;
             let spec = escher_client::Task::actor_typed(PROFILER_CLASS, &())
                 .resources(resources)
@@ -927,11 +929,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
             return Err(fail("runs already".into()));
         }
         let device = self
-            .inventory
-            .info
-            .slices
-            .iter()
-            .find(|s| s.start == on.start && s.profile == on.profile.name)
+            .slice_at(on)
             .map(|s| s.uuid.clone())
             .ok_or(SeamError::NoInstance(on))?;
         spec.resources = resources;
@@ -1206,13 +1204,7 @@ impl<C: ClusterApi> ClusterGpu<C> {
         task: TaskId,
         on: Placement,
     ) -> Result<ResourceSet, SeamError> {
-        let slice = self
-            .inventory
-            .info
-            .slices
-            .iter()
-            .find(|s| s.start == on.start && s.profile == on.profile.name)
-            .ok_or(SeamError::NoInstance(on))?;
+        let slice = self.slice_at(on).ok_or(SeamError::NoInstance(on))?;
         match view.at(on.start) {
             Some(i) if i.state != InstanceState::Idle => Err(SeamError::Busy {
                 placement: on,
