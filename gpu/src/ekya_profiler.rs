@@ -352,7 +352,7 @@ pub fn configured_online(
     )
 }
 
-/// [`configured_online`] rounded to MIG slices ([`on_mig`](super::ekya::on_mig)): the problem
+/// [`configured_online`] rounded to MIG slices ([`on_mig`]): the problem
 /// with each tenant's retraining as its chosen configuration was profiled (what the schedule
 /// is planned and executed on: its retraining times and accuracy after), the schedule, and
 /// each tenant's choice (an index into `profiles[m]`; `None`: its own retraining).
