@@ -73,6 +73,15 @@ async fn ended(client: &Client, tasks: &[TaskId]) -> Vec<TaskStatus> {
     out
 }
 
+/// Submits `sh -c script` asking for `resources` as `client`; its id.
+async fn sh(client: &Client, script: &str, resources: &str) -> TaskId {
+    client
+        .submit(Task::command(["sh", "-c", script]).resources_str(resources))
+        .await
+        .unwrap()
+        .id()
+}
+
 async fn stdout(client: &Client, task: TaskId) -> String {
     String::from_utf8_lossy(&client.logs(task, LogStream::Stdout).await.unwrap()).into_owned()
 }
@@ -93,41 +102,21 @@ echo full; sleep 3"#;
     // The shell carries on after its child is killed and exits 0 (on a v1 memory hierarchy
     // the kernel kills one process): the task still went past its request, and fails.
     let hog = "dd if=/dev/zero of=/dev/null bs=256M count=1 2>/dev/null; echo carried on";
-    let bomb = a
-        .submit(Task::command(["sh", "-c", bomb]).resources_str("cpu=1,memory=128"))
-        .await
-        .unwrap()
-        .id();
-    let hog = a
-        .submit(Task::command(["sh", "-c", hog]).resources_str("cpu=1,memory=64"))
-        .await
-        .unwrap()
-        .id();
+    let bomb = sh(&a, bomb, "cpu=1,memory=128").await;
+    let hog = sh(&a, hog, "cpu=1,memory=64").await;
     // B's tasks start while A's bomb holds its processes.
-    let forks = b
-        .submit(
-            Task::command([
-                "sh",
-                "-c",
-                "sleep 1; for i in $(seq 100); do sh -c true || exit 1; done; echo ok",
-            ])
-            .resources_str("cpu=1,memory=64"),
-        )
-        .await
-        .unwrap()
-        .id();
-    let fills = b
-        .submit(
-            Task::command([
-                "sh",
-                "-c",
-                "sleep 1; dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null && echo ok",
-            ])
-            .resources_str("cpu=1,memory=64"),
-        )
-        .await
-        .unwrap()
-        .id();
+    let forks = sh(
+        &b,
+        "sleep 1; for i in $(seq 100); do sh -c true || exit 1; done; echo ok",
+        "cpu=1,memory=64",
+    )
+    .await;
+    let fills = sh(
+        &b,
+        "sleep 1; dd if=/dev/zero of=/dev/null bs=16M count=1 2>/dev/null && echo ok",
+        "cpu=1,memory=64",
+    )
+    .await;
 
     let [forked, filled] = ended(&b, &[forks, fills]).await.try_into().unwrap();
     assert_eq!(forked.state, TaskState::Succeeded, "{forked:?}");
@@ -158,19 +147,8 @@ async fn needs_root_one_tenants_log_flood_stops_at_its_cap_and_anothers_output_i
     let (cluster, admin) = contained().await;
     let a = tenant(&cluster, &admin, "appa").await;
     let b = tenant(&cluster, &admin, "appb").await;
-    let flood = a
-        .submit(
-            Task::command(["sh", "-c", "head -c 33554432 /dev/zero | tr '\\0' a"])
-                .resources_str("cpu=1"),
-        )
-        .await
-        .unwrap()
-        .id();
-    let lines = b
-        .submit(Task::command(["sh", "-c", "sleep 1; seq 10000"]).resources_str("cpu=1"))
-        .await
-        .unwrap()
-        .id();
+    let flood = sh(&a, "head -c 33554432 /dev/zero | tr '\\0' a", "cpu=1").await;
+    let lines = sh(&b, "sleep 1; seq 10000", "cpu=1").await;
 
     let [written] = ended(&b, &[lines]).await.try_into().unwrap();
     assert_eq!(written.state, TaskState::Succeeded, "{written:?}");
@@ -208,16 +186,8 @@ async fn needs_root_one_tenants_cpu_hog_is_held_to_its_quota_beside_anothers_tas
     // its children used (its user and system clock ticks, and its waited-for children's).
     let spin = r#"end=$(( $(date +%s) + 3 )); while [ "$(date +%s)" -lt "$end" ]; do :; done
 set -- $(cut -d' ' -f14-17 /proc/$$/stat); echo "$(( ($1 + $2 + $3 + $4) * 1000 / $(getconf CLK_TCK) ))""#;
-    let hog = a
-        .submit(Task::command(["sh", "-c", spin]).resources_str("cpu=0.1"))
-        .await
-        .unwrap()
-        .id();
-    let full = b
-        .submit(Task::command(["sh", "-c", spin]).resources_str("cpu=1"))
-        .await
-        .unwrap()
-        .id();
+    let hog = sh(&a, spin, "cpu=0.1").await;
+    let full = sh(&b, spin, "cpu=1").await;
     let [held, free] = [
         ended(&a, &[hog]).await.remove(0),
         ended(&b, &[full]).await.remove(0),

@@ -185,21 +185,17 @@ mod tests {
     #[test]
     fn measurements_follow_the_curve_within_the_noise_and_repeat_with_the_seed() {
         let r = run();
-        let once = measure_accuracy(
-            r.beta,
-            r.sample,
-            r.noise,
-            r.epochs,
-            &mut fastrand::Rng::with_seed(1),
-        );
-        let again = measure_accuracy(
-            r.beta,
-            r.sample,
-            r.noise,
-            r.epochs,
-            &mut fastrand::Rng::with_seed(1),
-        );
-        assert_eq!(once, again);
+        let seeded = |seed| {
+            measure_accuracy(
+                r.beta,
+                r.sample,
+                r.noise,
+                r.epochs,
+                &mut fastrand::Rng::with_seed(seed),
+            )
+        };
+        let once = seeded(1);
+        assert_eq!(once, seeded(1));
         assert_eq!(once.len(), 5);
         for (e, a) in &once {
             let truth = 0.9 - 1.0 / (e + 3.0);
