@@ -342,6 +342,17 @@ impl OomWatch {
     pub fn exceeded(&self) -> Option<u64> {
         (oom_kills(&self.dir, self.version)? > self.before).then_some(self.limit)
     }
+
+    /// [`OomWatch::exceeded`] for a task whose main process ended, `succeeded` or not. On a
+    /// v2 hierarchy a success went past no limit (the kernel stops the whole task,
+    /// `memory.oom.group`), so nothing is read; on v1 the kernel kills one process, and a
+    /// shell whose child it killed may carry on and exit 0, so the count is read either way.
+    pub fn exceeded_after(&self, succeeded: bool) -> Option<u64> {
+        if succeeded && self.version == Version::V2 {
+            return None;
+        }
+        self.exceeded()
+    }
 }
 
 /// One of a task's cgroups that hold its limits.

@@ -339,10 +339,8 @@ pub async fn run_command(
                 if let (Some((sink, cgroup)), true) = (sink, sampled) {
                     (sink.send)(cgroup.usage(), true).await;
                 }
-                // Read while the task still holds its cgroup, whatever the exit status: on a
-                // v1 memory hierarchy the kernel kills one process, and a shell whose child it
-                // killed may carry on and exit 0, yet the task went past its request.
-                let exceeded = oom.as_ref().and_then(super::OomWatch::exceeded);
+                // Read while the task still holds its cgroup.
+                let exceeded = oom.as_ref().and_then(|w| w.exceeded_after(exit.success()));
                 let outcome = match exceeded {
                     Some(limit) => CommandOutcome::MemoryExceeded { exit, limit },
                     None => CommandOutcome::Exited(exit),

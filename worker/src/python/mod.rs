@@ -489,7 +489,12 @@ impl Pool {
             // A process the function started, killed for the task's memory limit while the
             // interpreter lived on (a v1 memory hierarchy kills one process): the task went
             // past its request, and fails even if the function carried on and returned.
-            let exceeded = interp.process.memory_exceeded();
+            let exceeded = interp
+                .process
+                .cgroup
+                .as_ref()
+                .and_then(|c| c.cgroup().oom_watch())
+                .and_then(|w| w.exceeded_after(status == 0));
             if status != 2 {
                 interp.known.insert(hash);
             }
