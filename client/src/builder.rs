@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use escher_proto::types::{
     ActorSpec, Lifetime, MAX_ARGV, MAX_ENV, MAX_HOOK_UPDATES, MAX_LABELS, MAX_NAME_BYTES,
-    MAX_RESOURCES, MAX_TASK_NAME_BYTES,
+    MAX_RESOURCES, MAX_TASK_NAME_BYTES, TaskId,
 };
 use escher_proto::{Labels, ResourceSet, ResourceUpdate, TaskKind, TaskSpec, codec};
 use serde::Serialize;
@@ -281,6 +281,26 @@ impl Task {
     #[cfg(feature = "grpc")]
     pub fn object_arg(self, object: &crate::ObjectRef) -> Task {
         self.object_arg_id(object.id())
+    }
+
+    /// Says that the task reads task `task`'s result (dataflow): when that result is larger
+    /// than the inline threshold it stays, as an object, on the worker that made it, and the
+    /// head places this task, by default, on a node that holds a copy when one has room (soft
+    /// locality, as for [`object_arg`](Self::object_arg), after those). `task` may still be
+    /// running: the preference is read when this task is placed. Each call adds one (the
+    /// task's `escher.result-args` label, at most 256 bytes: about twenty tasks).
+    pub fn result_arg(self, task: TaskId) -> Task {
+        use escher_proto::types::{RESULT_ARGS_LABEL, format_result_args, parse_result_args};
+        let mut tasks = self
+            .labels
+            .get(RESULT_ARGS_LABEL)
+            .and_then(|v| parse_result_args(v).ok())
+            .unwrap_or_default();
+        if !tasks.contains(&task) {
+            tasks.push(task);
+        }
+        let value = format_result_args(&tasks);
+        self.label(RESULT_ARGS_LABEL, &value)
     }
 
     /// [`object_arg`](Self::object_arg) by id (an object this client does not hold a

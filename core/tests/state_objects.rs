@@ -9,8 +9,9 @@ use escher_core::state::{
     ApplyError, ClusterState, Command, Entry, FIRST_SESSION, Reply, StateConfig,
 };
 use escher_proto::types::{
-    Capacity, NodeId, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket, SealedCopy,
-    TaskResult, TaskState, format_object_args, ticket_key,
+    Capacity, NodeId, NodeSpec, OBJECTS_LABEL, ObjectAccess, ObjectId, ObjectOwner, ObjectTicket,
+    RESULT_ARGS_LABEL, SealedCopy, TaskId, TaskResult, TaskState, format_object_args,
+    format_result_args, ticket_key,
 };
 use state_support::{TestState, data_node, ns, restored, seal, secret, task};
 
@@ -720,4 +721,72 @@ fn a_result_copy_the_table_does_not_count_is_deleted_where_it_was_made() {
     ));
     assert_eq!(fx, vec![format!("delete {first} {object}")]);
     state_support::check_invariants(&t.state);
+}
+
+#[test]
+fn a_task_reading_another_tasks_result_runs_where_that_result_is_kept_when_there_is_room() {
+    let mut t = TestState::new();
+    let a = data_node(&mut t, "a");
+    // Node a is full while the result is made, so it is made on b; then a is empty again.
+    let (blocker, fx) = t.submit(task("cpu=4"));
+    assert_eq!(fx, vec![format!("assign {blocker}->{a} #1")]);
+    let b = data_node(&mut t, "b");
+    let (producer, made_on) = result_made(&mut t, 0);
+    assert_eq!(made_on, b);
+    t.finish(state_support::report(
+        blocker,
+        1,
+        Ok(TaskResult::Exited { code: 0 }),
+    ));
+    let reads = |resources: &str, tasks: &[TaskId]| {
+        task(resources).label(RESULT_ARGS_LABEL, &format_result_args(tasks))
+    };
+    // A reader that waits for a signal (Python's dataflow: raised on every node once the
+    // result is made) goes to the holder when the signal comes.
+    let (waiting, fx) = t.submit(reads("cpu=1,signal-7=1", &[producer]));
+    assert!(fx.is_empty(), "{fx:?}");
+    let every = NodeSpec::Match {
+        resources: Default::default(),
+        num_nodes: None,
+    };
+    let out = t
+        .set_resources(
+            None,
+            vec![state_support::set("signal-7", "unbounded", every)],
+        )
+        .unwrap();
+    assert!(
+        out.fx().contains(&format!("assign {waiting}->{b} #1")),
+        "{:?}",
+        out.fx()
+    );
+    t.finish(state_support::report(
+        waiting,
+        1,
+        Ok(TaskResult::Exited { code: 0 }),
+    ));
+    // Without the label a task goes to a (the first node with room); a reader of the result
+    // goes to b, which holds it, while b has room.
+    let (plain, fx) = t.submit(task("cpu=1"));
+    assert_eq!(fx, vec![format!("assign {plain}->{a} #1")]);
+    for _ in 0..4 {
+        let (id, fx) = t.submit(reads("cpu=1", &[producer]));
+        assert_eq!(fx, vec![format!("assign {id}->{b} #1")]);
+    }
+    // b is full: the next runs on a at once, never waiting for the holder.
+    let (id, fx) = t.submit(reads("cpu=1", &[producer]));
+    assert_eq!(fx, vec![format!("assign {id}->{a} #1")]);
+    // A result that is no object (its task still runs) gives no preference and no wait.
+    let (id, fx) = t.submit(reads("cpu=1", &[plain]));
+    assert_eq!(fx, vec![format!("assign {id}->{a} #1")]);
+    // A label that names no task is refused as such, and nothing is added.
+    let before = t.state.task_ids().count();
+    let err = t
+        .try_apply(Command::Submit {
+            tasks: vec![task("cpu=1").label(RESULT_ARGS_LABEL, "7+seven").build()],
+            namespace: None,
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains(RESULT_ARGS_LABEL), "{err}");
+    assert_eq!(t.state.task_ids().count(), before);
 }

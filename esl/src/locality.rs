@@ -17,6 +17,11 @@
 //!   whose `on_success` hook sets the marker where it ran (P1 and P2 at once: consumers start
 //!   after the data is complete, where it is). Consumers require `data-<id>: 1`.
 //!
+//! - Real objects need no marker: every worker holding a copy of an object publishes its
+//!   location resource, `object.<id>` (docs/ARCHITECTURE.md, "Objects"), and
+//!   [`DataLocality::object_consumer`] requires it (hard locality, where the cluster's own rule
+//!   for an object argument is a soft preference).
+//!
 //! **Needs from the cluster.** Only `set_resource` (and hooks, which are `set_resource` calls
 //! made by the head for a task); never `get_cluster_status`.
 //!
@@ -29,7 +34,7 @@
 //! use the fault-tolerance ESL's replay log).
 
 use escher_proto::types::{
-    Amount, Capacity, CapacityOp, NodeId, NodeSpec, ResourceName, ResourceUpdate,
+    Amount, Capacity, CapacityOp, NodeId, NodeSpec, ObjectId, ResourceName, ResourceUpdate,
 };
 
 use crate::policy::{Policy, er_name, every_node};
@@ -140,6 +145,17 @@ impl<C: ClusterApi> DataLocality<C> {
         ResourceSpec::new().require(Self::marker(data_id)?, Amount::ONE)
     }
 
+    /// The spec of a task that reads a real object of the cluster's store only where a copy
+    /// is (hard locality): it requires the object's location resource, `object.<id>`, which
+    /// every worker holding a copy publishes (and withdraws when the copy goes), so no marker
+    /// of this library's is needed. Without it, a task given the object as its argument is
+    /// placed on a holder only when one has room (the cluster's soft rule); with it, the task
+    /// waits for a holder.
+    pub fn object_consumer(object: ObjectId) -> Result<ResourceSpec, EslError> {
+        let name = ResourceName::new(&object.location_name())?;
+        ResourceSpec::new().require(name, Amount::ONE)
+    }
+
     /// The spec of a task that generates the item: when it succeeds, its node holds the item.
     pub fn produce(data_id: &str) -> Result<ResourceSpec, EslError> {
         Ok(ResourceSpec::new().on_success(mark_here(&Self::marker(data_id)?)))
@@ -175,6 +191,28 @@ mod tests {
     use super::*;
     use crate::policy::testing::{Rng, task};
     use crate::{InMemoryCluster, Mode};
+
+    #[tokio::test]
+    async fn an_objects_consumer_runs_only_where_its_location_resource_is() {
+        let cluster = InMemoryCluster::new(Mode::Manual);
+        let (holder, other) = (cluster.add_node("cpu=4"), cluster.add_node("cpu=4"));
+        let object = ObjectId(41, 0);
+        let spec = DataLocality::<InMemoryCluster>::object_consumer(object).unwrap();
+        let ids = cluster.submit(vec![task("cpu=1", &spec)]).await.unwrap();
+        // No copy anywhere yet: it waits rather than running on either node.
+        assert_eq!(
+            cluster.status(ids[0]).await.unwrap().state,
+            TaskState::Pending
+        );
+        // What a worker holding a copy publishes.
+        let location = ResourceName::new(&object.location_name()).unwrap();
+        cluster
+            .set_resource(location, Capacity::Unbounded, NodeSpec::Node(holder))
+            .await
+            .unwrap();
+        assert_eq!(cluster.node_of(ids[0]), Some(holder));
+        assert_ne!(holder, other);
+    }
 
     #[tokio::test]
     async fn followers_share_the_leaders_node_whatever_the_order() {

@@ -8,6 +8,16 @@
   worker that holds it: the seconds from the call to its result (the task reads one byte of
   every page) and the task's private memory (``RssAnon``) at its end, MiB. With no copy of the
   buffer the task's private memory stays that of an idle interpreter; a copy adds 1 GiB.
+- WordCount on real objects (the thesis' E1 with its data made real): 4 chunks of 32 MiB of
+  words, one per map slot (as in the thesis, one chunk per slot), each made by a task on a
+  given worker (two on each) and left there as an object; then one map task per chunk counts
+  its words (``bytes.split`` and a ``Counter``), given the chunk's task as its argument (the
+  locality rule: placed where the chunk is when that worker has room) or inside a list, read
+  with ``get`` in the task (the same job without the locality rule: placed where there is
+  room, the chunk fetched when it is elsewhere). The
+  makespan (first map submitted to last count received), the maps that ran where their chunk
+  was, and the word total checked; each placement three times, alternating, chunks made anew
+  before each job (a job's fetched copies would otherwise make every chunk local).
 
 Each system runs in a process of its own on two workers of 2 CPUs each: escher
 ``escher.init(num_workers=2)``, the reading task placed on the worker that does not hold the
@@ -23,6 +33,7 @@ environment, beside one loopback TCP stream measured by the harness in the same 
 
 import argparse
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -38,6 +49,58 @@ def rss_anon() -> int:
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) * 1024 for line in status
                     if line.startswith("RssAnon:"))
+
+
+WC_CHUNKS = 4
+WC_CHUNK = 32 * MIB
+WC_VOCABULARY = 400
+WC_REPS = 3
+
+
+def wc_chunk(seed: int, size: int) -> bytes:
+    """``size`` bytes of words ``w000``..``w399`` (five bytes each, with the space), drawn
+    from ``seed``."""
+    import numpy
+    words = numpy.array([b"w%03d " % i for i in range(WC_VOCABULARY)], dtype="S5")
+    return words[numpy.random.default_rng(seed).integers(0, WC_VOCABULARY, size // 5)].tobytes()
+
+
+def wc_count(data) -> dict:
+    """The word count of one chunk."""
+    from collections import Counter
+    return dict(Counter(bytes(data).split()))
+
+
+def wordcount(place_gen, made, count, count_boxed, nodes, get) -> dict:
+    """Runs the WordCount jobs (see the module's doc): ``place_gen(k, seed)`` makes a chunk
+    on worker ``k`` (whose node is ``nodes[k]``), ``made(refs)`` waits for them without
+    reading them, ``count(ref)`` and ``count_boxed([ref])`` count one (each returns its node
+    and its counts)."""
+    out = {}
+    runs = {"locality": [], "unaware": []}
+    local = {"locality": [], "unaware": []}
+    for rep in range(WC_REPS):
+        for placement in ("unaware", "locality") if rep % 2 == 0 else ("locality", "unaware"):
+            chunks = [place_gen(c % 2, 1000 * rep + c) for c in range(WC_CHUNKS)]
+            made(chunks)  # not timed
+            start = time.perf_counter()
+            if placement == "locality":
+                results = get([count(ref) for ref in chunks])
+            else:
+                results = get([count_boxed([ref]) for ref in chunks])
+            runs[placement].append(time.perf_counter() - start)
+            total = sum(sum(counts.values()) for _node, counts in results)
+            assert total == WC_CHUNKS * (WC_CHUNK // 5), (total, placement)
+            local[placement].append(sum(node == nodes[c % 2]
+                                        for c, (node, _counts) in enumerate(results)))
+            del chunks, results
+    for placement in runs:
+        out[f"wordcount_{placement}_makespan_s"] = sorted(runs[placement])[WC_REPS // 2]
+        out[f"wordcount_{placement}_makespans_s"] = runs[placement]
+        out[f"wordcount_{placement}_local_maps"] = local[placement]
+    out["wordcount_maps"] = WC_CHUNKS
+    out["wordcount_chunk_bytes"] = WC_CHUNK
+    return out
 
 
 def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> dict:
@@ -83,6 +146,32 @@ def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> d
         def warm():
             get([size.remote(b"") for _ in range(20)])
             get([size.options(resources={w: 1}).remote(b"") for w in ("w0", "w1")])
+
+        @ray.remote
+        def wc_gen(seed):
+            return wc_chunk(seed, WC_CHUNK)
+
+        @ray.remote
+        def wc_map(data):
+            return ray.get_runtime_context().get_node_id(), wc_count(data)
+
+        @ray.remote
+        def wc_map_boxed(box):
+            return ray.get_runtime_context().get_node_id(), wc_count(ray.get(box[0]))
+
+        @ray.remote
+        def wc_where():
+            return ray.get_runtime_context().get_node_id()
+
+        def wc():
+            # Waited for where they are: a get would pull every chunk into the driver's node.
+            def made(refs):
+                ray.wait(refs, num_returns=len(refs), fetch_local=False)
+
+            nodes = [get(wc_where.options(resources={f"w{k}": 0.01}).remote()) for k in range(2)]
+            return wordcount(
+                lambda k, seed: wc_gen.options(resources={f"w{k}": 0.01}).remote(seed), made,
+                wc_map.remote, wc_map_boxed.remote, nodes, get)
     else:
         import escher
         from escher import _objects
@@ -124,6 +213,27 @@ def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> d
             get([size.options(resources={"cpu": 1, f"bench-w{i}": 1}).remote(b"")
                  for i in range(len(nodes))])
 
+        @escher.remote
+        def wc_gen(seed):
+            return wc_chunk(seed, WC_CHUNK)
+
+        @escher.remote
+        def wc_map(data):
+            return int(os.environ["ESCHER_NODE_ID"]), wc_count(data)
+
+        @escher.remote
+        def wc_map_boxed(box):
+            return int(os.environ["ESCHER_NODE_ID"]), wc_count(escher.get(box[0]))
+
+        def wc():
+            def made(refs):
+                escher.wait(refs, num_returns=len(refs))
+
+            return wordcount(
+                lambda k, seed: wc_gen.options(
+                    resources={"cpu": 1, f"bench-w{k}": 1}).remote(seed), made,
+                wc_map.remote, wc_map_boxed.remote, nodes, get)
+
     warm()
     out = {"system": system}
 
@@ -162,6 +272,8 @@ def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> d
     assert check == expect, (check, expect)
     out["same_node_1gib_task_rss_anon_mib"] = anon / MIB
     out["same_node_bytes"] = same
+    del ref
+    out.update(wc())
     return out
 
 

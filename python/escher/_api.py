@@ -780,7 +780,8 @@ class RemoteFunction:
         if call[2]:
             # Its argument tasks' signals are raised for its id: wait for it.
             tid = session.submit_python(call[0], call[1], self._retries, self._timeout,
-                                        self._name, self._spec, call[5])
+                                        self._name, self._spec, call[5],
+                                        [d.id for d in call[3]])
             return self._submitted(session, tid, call)
         # Sent without waiting for the head's answer: a loop of .remote() calls shares
         # requests; the id is known when first needed.
@@ -800,7 +801,8 @@ class RemoteFunction:
             return []
         ids = session.submit_python_batch([c[0] for c in prepared], [c[1] for c in prepared],
                                           self._retries, self._timeout, self._name, self._spec,
-                                          [c[5] for c in prepared])
+                                          [c[5] for c in prepared],
+                                          [[d.id for d in c[3]] for c in prepared])
         return [self._submitted(session, tid, call) for tid, call in zip(ids, prepared)]
 
     def _prepare(self, session: _escher.Session, args: Sequence[Any],

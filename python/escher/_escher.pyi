@@ -74,6 +74,7 @@ class Session:
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
         objects: List[Tuple[int, int]] = ...,
+        results: List[int] = ...,
     ) -> int: ...
     def submit_python_nowait(
         self,
@@ -94,6 +95,7 @@ class Session:
         name: Optional[str] = None,
         spec: Optional[Spec] = None,
         objects: List[List[Tuple[int, int]]] = ...,
+        results: List[List[int]] = ...,
     ) -> List[int]: ...
     def submit_command(
         self,

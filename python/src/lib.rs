@@ -169,9 +169,30 @@ pub(crate) fn seconds(value: Option<f64>, what: &str) -> PyResult<Option<Duratio
     }
 }
 
+/// Logs of the embedded cluster and the client (head, workers, fetches) to stderr when the
+/// driver's environment sets `ESCHER_LOG` (a `tracing` filter, as the CLI reads it: `info`,
+/// `escher_worker=debug`); nothing otherwise, so that a driver's output stays its own. A
+/// filter that does not parse is said once on stderr and ignored.
+fn log_from_env() {
+    let Ok(spec) = std::env::var("ESCHER_LOG") else {
+        return;
+    };
+    match tracing_subscriber::EnvFilter::try_new(&spec) {
+        Ok(filter) => {
+            // Another library of the same interpreter may have installed one first: its stays.
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(filter)
+                .with_writer(std::io::stderr)
+                .try_init();
+        }
+        Err(e) => eprintln!("escher: ESCHER_LOG={spec:?} is not a log filter ({e}); no logs"),
+    }
+}
+
 #[pymodule]
 fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    log_from_env();
     m.add("EscherError", py.get_type::<EscherError>())?;
     m.add("ConnectError", py.get_type::<ConnectError>())?;
     m.add("AuthError", py.get_type::<AuthError>())?;

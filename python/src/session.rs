@@ -251,6 +251,21 @@ fn object_args(mut task: Task, objects: &[(u64, u64)]) -> Task {
     task
 }
 
+/// Names the tasks whose results a call reads (its `TaskRef` arguments), as many as one label
+/// holds: the head then prefers the nodes holding those results (`Task::result_arg`).
+fn result_args(mut task: Task, results: &[u64]) -> Task {
+    use escher_proto::types::{TaskId, format_result_args};
+    let mut named = Vec::new();
+    for &id in results {
+        named.push(TaskId(id));
+        if format_result_args(&named).len() > OBJECT_LABEL_BYTES {
+            break;
+        }
+        task = task.result_arg(TaskId(id));
+    }
+    task
+}
+
 /// The most bytes a label's value holds (`escher_proto::types::OBJECTS_LABEL`).
 const OBJECT_LABEL_BYTES: usize = 256;
 
@@ -298,7 +313,7 @@ impl Session {
     }
 
     /// Submits a Python function task (its argument bytes made by the package).
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new()))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new(), results=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_python(
         &self,
@@ -310,6 +325,7 @@ impl Session {
         name: Option<String>,
         spec: Option<PyRef<'_, Spec>>,
         objects: Vec<(u64, u64)>,
+        results: Vec<u64>,
     ) -> PyResult<u64> {
         let task = Task::function(escher::worker::PYTHON_FUNCTION, args.to_vec());
         let task = common(
@@ -320,7 +336,7 @@ impl Session {
             timeout,
             name,
         )?;
-        self.submit(py, object_args(task, &objects))
+        self.submit(py, result_args(object_args(task, &objects), &results))
     }
 
     /// Submits a Python function task without waiting for the head's answer: the task is
@@ -359,7 +375,7 @@ impl Session {
     }
 
     /// Submits many Python function tasks in one request; `args[i]` requests `resources[i]`.
-    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new()))]
+    #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new(), results=Vec::new()))]
     #[allow(clippy::too_many_arguments)]
     fn submit_python_batch(
         &self,
@@ -371,7 +387,15 @@ impl Session {
         name: Option<String>,
         spec: Option<PyRef<'_, Spec>>,
         objects: Vec<Vec<(u64, u64)>>,
+        results: Vec<Vec<u64>>,
     ) -> PyResult<Vec<u64>> {
+        if !results.is_empty() && results.len() != args.len() {
+            return Err(InvalidArgumentError::new_err(format!(
+                "{} calls and {} lists of argument tasks",
+                args.len(),
+                results.len()
+            )));
+        }
         if !objects.is_empty() && objects.len() != args.len() {
             return Err(InvalidArgumentError::new_err(format!(
                 "{} calls and {} lists of object arguments",
@@ -401,7 +425,10 @@ impl Session {
                     name.clone(),
                 )?;
                 let objects = objects.get(i).map(Vec::as_slice).unwrap_or_default();
-                object_args(task, objects).build().map_err(error)
+                let results = results.get(i).map(Vec::as_slice).unwrap_or_default();
+                result_args(object_args(task, objects), results)
+                    .build()
+                    .map_err(error)
             })
             .collect::<PyResult<Vec<_>>>()?;
         let client = self.client.clone();

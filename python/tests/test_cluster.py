@@ -201,3 +201,20 @@ def test_following_a_command_tasks_output_as_it_runs(cluster):
     assert text == "line 1\nline 2\nline 3\n"
     with pytest.raises(escher.InvalidArgumentError, match="stdout"):
         escher.logs(ref, "stdlog")
+
+
+def test_escher_log_shows_the_embedded_clusters_logs_and_only_when_asked():
+    code = ("import escher\n"
+            "escher.init()\n"
+            "print(escher.get(escher.submit(['true'])))\n"
+            "escher.shutdown()\n")
+    quiet = run_python(code)
+    assert quiet.returncode == 0, quiet.stderr
+    assert quiet.stdout.strip() == "0" and "INFO" not in quiet.stderr, quiet.stderr
+    logged = run_python(code, ESCHER_LOG="info")
+    assert logged.returncode == 0, logged.stderr
+    # The head's and the worker's own lines, on the driver's stderr.
+    assert "escher_head" in logged.stderr and "escher_worker" in logged.stderr, logged.stderr
+    wrong = run_python(code, ESCHER_LOG="escher_worker=loud")
+    assert wrong.returncode == 0, wrong.stderr
+    assert "ESCHER_LOG=\"escher_worker=loud\" is not a log filter" in wrong.stderr, wrong.stderr

@@ -28,6 +28,13 @@
 //!   wrote them (Ray's too): one write adds about 1,024 MiB, a second copy of the buffer (a
 //!   pickled `bytes` beside the store's pages) about 2,048 MiB.
 //!
+//! - `objects.wordcount_locality_makespan_s` and `objects.wordcount_unaware_makespan_s`: the
+//!   thesis' E1 WordCount on real objects (4 chunks of 32 MiB of words, one per map slot, each
+//!   made by a task on a given worker and left there), one map per chunk given its chunk as its argument (placed by
+//!   the locality rule) or inside a list and read with `get` in the task (no locality rule);
+//!   makespans, medians of three, and per system the ratio of the two
+//!   (`objects.wordcount_unaware_over_locality`, Ray's beside escher's).
+//!
 //! Not part of `all`: it needs PyPI (Ray) and builds the wheel. Name it:
 //! `escher-bench objects --size full`.
 
@@ -40,7 +47,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::Ctx;
 use super::python::{install_escher, one_of, pinned};
 use crate::peers::venv;
-use crate::report::{Figure, PeerFigure, TargetCheck, WorkloadReport, num, ratio};
+use crate::report::{Better, Figure, PeerFigure, TargetCheck, WorkloadReport, num, ratio};
 use crate::size::Size;
 
 /// The bytes of the large object and of the TCP stream.
@@ -127,6 +134,20 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
             "that task's private resident memory (RssAnon) at its end".into(),
             "MiB",
         ),
+        (
+            "wordcount_locality_makespan_s",
+            "WordCount on real objects (4 chunks of 32 MiB made on the two workers), each map \
+             given its chunk's task as its argument: the locality rule places it (median of 3)"
+                .into(),
+            "s",
+        ),
+        (
+            "wordcount_unaware_makespan_s",
+            "the same job with each map given its chunk inside a list, read by get in the \
+             task: no locality rule (median of 3)"
+                .into(),
+            "s",
+        ),
     ];
     for (key, what, unit) in figures {
         let Some(value) = escher.get(key).and_then(Value::as_f64) else {
@@ -153,6 +174,46 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
         "MiB/s",
         tcp,
     ));
+    // The locality rule against the same job without it, each system against itself.
+    let speedup = |values: &Value| {
+        let makespan = |key: &str| values.get(key).and_then(Value::as_f64);
+        match (
+            makespan("wordcount_locality_makespan_s"),
+            makespan("wordcount_unaware_makespan_s"),
+        ) {
+            (Some(with), Some(without)) if with > 0.0 => Some(without / with),
+            _ => None,
+        }
+    };
+    if let Some(value) = speedup(&escher) {
+        let mut figure = Figure::new(
+            "objects.wordcount_unaware_over_locality",
+            "WordCount's makespan without the locality rule over with it (above 1: locality \
+             is faster)",
+            "x",
+            value,
+        );
+        figure.better = Better::Higher;
+        if let Some(peer) = ray.as_ref().and_then(speedup) {
+            figure.peer = Some(PeerFigure {
+                peer: "ray".into(),
+                value: peer,
+                ratio: value / peer,
+            });
+        }
+        report.figures.push(figure);
+    }
+    for (system, values) in [("escher", Some(&escher)), ("ray", ray.as_ref())] {
+        let Some(values) = values else { continue };
+        let field = |key: &str| values.get(key).cloned().unwrap_or(Value::Null);
+        report.notes.push(format!(
+            "{system}'s WordCount maps that ran on their chunk's worker, per job: with the \
+             locality rule {}, without it {} (of {})",
+            field("wordcount_locality_local_maps"),
+            field("wordcount_unaware_local_maps"),
+            field("wordcount_maps"),
+        ));
+    }
     report.detail = json!({"escher": escher, "ray": ray, "tcp_mb_per_s": streams});
     report.notes.push(
         "escher's fetch: the task's interpreter asks its worker, which asks the head where the \

@@ -107,6 +107,47 @@ impl Scheduler {
         now: Millis,
         out: &mut Vec<Decision>,
     ) -> Result<Vec<NodeId>, CoreError> {
+        let changed = self.apply(event, now, out)?;
+        self.expire(now, out);
+        self.round(now, out);
+        self.reclaim_names();
+        Ok(changed)
+    }
+
+    /// Applies `events` in order as one change: the scheduling round that [`handle`] runs
+    /// after each event runs once, after the last, so that no task is placed on a state in
+    /// which only part of the change is made (a resource set on every node at once, as
+    /// Python's dataflow signals are, is on every node before a task that waited for it is
+    /// placed, and soft locality then sees its holder). Stops at the first event it refuses,
+    /// the ones before it applied; the head sends only events it has checked.
+    ///
+    /// [`handle`]: Self::handle
+    pub fn handle_all(
+        &mut self,
+        events: impl IntoIterator<Item = Event>,
+        now: Millis,
+        out: &mut Vec<Decision>,
+    ) -> Result<(), CoreError> {
+        let mut result = Ok(());
+        for event in events {
+            if let Err(e) = self.apply(event, now, out) {
+                result = Err(e);
+                break;
+            }
+        }
+        self.expire(now, out);
+        self.round(now, out);
+        self.reclaim_names();
+        result
+    }
+
+    /// One event's change, without the round that follows it.
+    fn apply(
+        &mut self,
+        event: Event,
+        now: Millis,
+        out: &mut Vec<Decision>,
+    ) -> Result<Vec<NodeId>, CoreError> {
         let mut changed = Vec::new();
         match event {
             Event::NodeAdded {
@@ -139,9 +180,6 @@ impl Scheduler {
             Event::TaskCancelled { task } => self.cancel(task)?,
             Event::Tick => {}
         }
-        self.expire(now, out);
-        self.round(now, out);
-        self.reclaim_names();
         Ok(changed)
     }
 

@@ -451,19 +451,31 @@ impl ClusterState {
     /// Feeds the core an event that cannot be refused (the caller checked it), keeping its
     /// decisions for [`settle`](Self::settle).
     pub(crate) fn core_event(&mut self, event: Event, now: Millis) {
-        let resized = match &event {
-            Event::ResourceChanged {
-                target: escher_proto::types::NodeSpec::Node(node),
-                name,
-                ..
-            } => Some((*node, name.clone())),
-            _ => None,
-        };
-        if let Err(err) = self.core.handle(event, now, &mut self.decisions) {
+        self.core_events([event], now);
+    }
+
+    /// [`core_event`](Self::core_event) for events that make one change: the core places
+    /// tasks once, after the last ([`Scheduler::handle_all`]).
+    ///
+    /// [`Scheduler::handle_all`]: crate::scheduler::Scheduler::handle_all
+    pub(crate) fn core_events(&mut self, events: impl IntoIterator<Item = Event>, now: Millis) {
+        let events: Vec<Event> = events.into_iter().collect();
+        let resized: Vec<(NodeId, ResourceName)> = events
+            .iter()
+            .filter_map(|event| match event {
+                Event::ResourceChanged {
+                    target: escher_proto::types::NodeSpec::Node(node),
+                    name,
+                    ..
+                } => Some((*node, name.clone())),
+                _ => None,
+            })
+            .collect();
+        if let Err(err) = self.core.handle_all(events, now, &mut self.decisions) {
             // Only reachable through a bug in the head: every event is checked first.
             tracing::error!(%err, "scheduler core refused an event the head had checked");
         }
-        if let Some((node, name)) = resized {
+        for (node, name) in resized {
             self.record_resource(node, name, now);
         }
     }

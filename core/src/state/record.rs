@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use escher_proto::types::{
     AttemptInfo, CapacityOp, DeviceHold, GpuInfo, Labels, MAX_ATTEMPTS_KEPT, MigReport,
     NAMESPACE_LABEL, Namespace, NodeId, OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectId, OutputTail,
-    PendingReason, RESERVATION_LABEL, ResourceName, ResourceSet, TaskId, TaskKind, TaskResult,
-    TaskSpec, TaskState, TaskStatus, parse_object_args, parse_object_session,
+    PendingReason, RESERVATION_LABEL, RESULT_ARGS_LABEL, ResourceName, ResourceSet, TaskId,
+    TaskKind, TaskResult, TaskSpec, TaskState, TaskStatus, parse_object_args, parse_object_session,
+    parse_result_args,
 };
 use serde::{Deserialize, Serialize};
 
@@ -247,12 +248,25 @@ impl TaskRecord {
         parse_object_session(self.spec.labels.get(OBJECT_SESSION_LABEL)?)
     }
 
+    /// The tasks whose results the task reads ([`RESULT_ARGS_LABEL`], checked at submission).
+    pub fn result_args(&self) -> Vec<TaskId> {
+        self.spec
+            .labels
+            .get(RESULT_ARGS_LABEL)
+            .and_then(|v| parse_result_args(v).ok())
+            .unwrap_or_default()
+    }
+
     /// Soft locality: the location resources of the task's argument objects, largest object
-    /// first (each object is of the task's namespace, which the head checked).
+    /// first (each object is of the task's namespace, which the head checked), then of the
+    /// results it reads, in their order: those objects may not exist yet (their tasks still
+    /// run); a name no node holds when the task is placed gives no preference.
     pub(crate) fn preferred_locations(&self) -> Vec<ResourceName> {
         let ns = self.namespace();
+        let results = self.result_args().into_iter().map(ObjectId::task_result);
         self.object_args()
             .into_iter()
+            .chain(results)
             .map(|id| super::objects::location_resource(id, ns.as_ref()))
             .collect()
     }

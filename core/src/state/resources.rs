@@ -154,14 +154,15 @@ impl ClusterState {
         now: Millis,
     ) -> Result<Vec<Vec<NodeId>>, ApplyError> {
         let (plan, changed) = self.plan(updates)?;
-        for (node, name, total) in plan {
-            let event = Event::ResourceChanged {
+        // One change, one scheduling round: a task is never placed on half of it.
+        let events = plan
+            .into_iter()
+            .map(|(node, name, total)| Event::ResourceChanged {
                 target: NodeSpec::Node(node),
                 name,
                 op: CapacityOp::Set(total),
-            };
-            self.core_event(event, now);
-        }
+            });
+        self.core_events(events, now);
         Ok(changed)
     }
 

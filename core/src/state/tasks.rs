@@ -4,8 +4,8 @@ use std::collections::BTreeMap;
 
 use escher_proto::types::{
     ActorChange, Assignment, ClusterEvent, Labels, NAMESPACE_LABEL, OBJECT_SESSION_LABEL,
-    OBJECTS_LABEL, RESERVATION_LABEL, STRATEGY_LABEL, TaskFinished, format_object_args,
-    parse_object_args, parse_object_session,
+    OBJECTS_LABEL, RESERVATION_LABEL, RESULT_ARGS_LABEL, STRATEGY_LABEL, TaskFinished,
+    format_object_args, parse_object_args, parse_object_session, parse_result_args,
 };
 use escher_proto::types::{
     Capacity, GangStrategy, Namespace, NodeId, NodeSpec, ObjectId, ResourceName, ResourceSet,
@@ -666,16 +666,24 @@ impl ClusterState {
     /// the task's namespace, so an unknown (or another namespace's), freed or lost object
     /// refuses the batch with an error naming it. Writes them back without repeats, largest
     /// first (equal sizes in the caller's order): the order soft locality tries their holders.
+    /// The results it reads ([`RESULT_ARGS_LABEL`]) must parse; their objects may not exist yet.
     fn check_object_args(
         &self,
         mut spec: TaskSpec,
         ns: Option<&Namespace>,
         index: usize,
     ) -> Result<TaskSpec, ApplyError> {
+        let invalid = |why: String| ApplyError::InvalidTask { index, why };
+        if let Some(value) = spec.labels.get(RESULT_ARGS_LABEL)
+            && let Err(e) = parse_result_args(value)
+        {
+            return Err(invalid(format!(
+                "label {RESULT_ARGS_LABEL}: {value:?} is not task ids joined by '+': {e}"
+            )));
+        }
         let Some(value) = spec.labels.get(OBJECTS_LABEL) else {
             return Ok(spec);
         };
-        let invalid = |why: String| ApplyError::InvalidTask { index, why };
         let ids =
             parse_object_args(value).map_err(|e| invalid(format!("label {OBJECTS_LABEL}: {e}")))?;
         let mut sized: Vec<(u64, ObjectId)> = Vec::with_capacity(ids.len());

@@ -76,8 +76,9 @@ pub use node_spec::NodeSpec;
 pub use object::{
     DroppedHeld, HeldCopy, INLINE_RESULT_BYTES, LOCATION_PREFIX, OBJECT_LOST_METADATA,
     OBJECT_SESSION_LABEL, OBJECTS_LABEL, ObjectHolder, ObjectId, ObjectLoss, ObjectOwner,
-    ObjectView, ParseObjectIdError, SealedCopy, format_object_args, format_object_lost,
-    parse_object_args, parse_object_lost, parse_object_session,
+    ObjectView, ParseObjectIdError, RESULT_ARGS_LABEL, SealedCopy, format_object_args,
+    format_object_lost, format_result_args, parse_object_args, parse_object_lost,
+    parse_object_session, parse_result_args,
 };
 pub use object_ticket::{MAX_TICKET_OBJECTS, ObjectAccess, ObjectTicket, TicketRefusal};
 pub use outcome::{MAX_OUTCOME_BYTES, OUTCOME_FILE_ENV, out_of_memory_line, parse_outcome};

@@ -232,6 +232,31 @@ pub fn format_object_args(ids: &[ObjectId]) -> String {
     parts.join("+")
 }
 
+/// The task label that lists the tasks whose results a task reads (dataflow: a Python call
+/// given another call's `TaskRef`), their ids joined by `+` (`12+15`). A result larger than
+/// [`INLINE_RESULT_BYTES`] stays on the worker that made it, as object
+/// [`ObjectId::task_result`]; the head places the task by default on a node holding a copy of
+/// one of them when it has room (soft locality, after the [`OBJECTS_LABEL`] objects), and the
+/// worker brings them into its store before the task runs. Those objects may not exist yet
+/// when the task is accepted (their tasks still run), so the head checks only that the value
+/// parses; a result kept inline, or another namespace's, simply gives no preference.
+pub const RESULT_ARGS_LABEL: &str = "escher.result-args";
+
+/// The tasks a [`RESULT_ARGS_LABEL`] value names, in its order (an empty value names none).
+pub fn parse_result_args(value: &str) -> Result<Vec<TaskId>, std::num::ParseIntError> {
+    value
+        .split('+')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().map(TaskId))
+        .collect()
+}
+
+/// The [`RESULT_ARGS_LABEL`] value that names `tasks`, in order.
+pub fn format_result_args(tasks: &[TaskId]) -> String {
+    let parts: Vec<String> = tasks.iter().map(|t| t.0.to_string()).collect();
+    parts.join("+")
+}
+
 /// The task label that names the object session of the client that submitted the task (its
 /// number in decimal): the task's result object, when its result is one, belongs to that
 /// session, and goes when the session ends (its client closes, or it lapses), as the session's
@@ -258,6 +283,12 @@ mod tests {
         assert_eq!(text, "9223372036854775808.0+7.1");
         assert_eq!(parse_object_args(&text), Ok(ids.to_vec()));
         assert_eq!(parse_object_args(""), Ok(Vec::new()));
+        let tasks = [TaskId(12), TaskId(1 << 40)];
+        let text = format_result_args(&tasks);
+        assert_eq!(text, "12+1099511627776");
+        assert_eq!(parse_result_args(&text), Ok(tasks.to_vec()));
+        assert_eq!(parse_result_args(""), Ok(Vec::new()));
+        assert!(parse_result_args("12+x").is_err());
         assert!(parse_object_args("7.0+x").is_err());
         let lost = format_object_lost(ObjectId(7, 1), NodeId(3));
         assert_eq!(parse_object_lost(&lost), Some((ObjectId(7, 1), NodeId(3))));
