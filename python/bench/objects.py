@@ -10,7 +10,7 @@
   buffer the task's private memory stays that of an idle interpreter; a copy adds 1 GiB.
 - WordCount on real objects (the thesis' E1 with its data made real): 4 chunks of 32 MiB of
   words, one per map slot (as in the thesis, one chunk per slot), each made by a task on a
-  given worker (two on each) and left there as an object; then one map task per chunk counts
+  given worker (two on each, in a seeded random order) and left there as an object; then one map task per chunk counts
   its words (``bytes.split`` and a ``Counter``), given the chunk's task as its argument (the
   locality rule: placed where the chunk is when that worker has room) or inside a list, read
   with ``get`` in the task (the same job without the locality rule: placed where there is
@@ -34,6 +34,7 @@ environment, beside one loopback TCP stream measured by the harness in the same 
 import argparse
 import json
 import os
+import random
 import resource
 import subprocess
 import sys
@@ -81,7 +82,11 @@ def wordcount(place_gen, made, count, count_boxed, nodes, get) -> dict:
     local = {"locality": [], "unaware": []}
     for rep in range(WC_REPS):
         for placement in ("unaware", "locality") if rep % 2 == 0 else ("locality", "unaware"):
-            chunks = [place_gen(c % 2, 1000 * rep + c) for c in range(WC_CHUNKS)]
+            # Two chunks on each worker, in an order drawn from the run (the thesis places
+            # its chunks by a random permutation), the same for both placements of a run.
+            layout = [c % 2 for c in range(WC_CHUNKS)]
+            random.Random(rep).shuffle(layout)
+            chunks = [place_gen(layout[c], 1000 * rep + c) for c in range(WC_CHUNKS)]
             made(chunks)  # not timed
             start = time.perf_counter()
             if placement == "locality":
@@ -91,7 +96,7 @@ def wordcount(place_gen, made, count, count_boxed, nodes, get) -> dict:
             runs[placement].append(time.perf_counter() - start)
             total = sum(sum(counts.values()) for _node, counts in results)
             assert total == WC_CHUNKS * (WC_CHUNK // 5), (total, placement)
-            local[placement].append(sum(node == nodes[c % 2]
+            local[placement].append(sum(node == nodes[layout[c]]
                                         for c, (node, _counts) in enumerate(results)))
             del chunks, results
     for placement in runs:
