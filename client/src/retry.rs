@@ -176,7 +176,13 @@ impl<R: Clone + Ord + Display> Retry<R> {
     }
 
     /// Replica `replica` answered `answered` at `now`, with `known` replicas known: what to do.
-    pub fn step(&mut self, replica: R, answered: Answered<R>, now: Duration, known: usize) -> Step<R> {
+    pub fn step(
+        &mut self,
+        replica: R,
+        answered: Answered<R>,
+        now: Duration,
+        known: usize,
+    ) -> Step<R> {
         self.attempts += 1;
         let after = now.saturating_sub(self.started);
         let expired = after >= self.failover;
@@ -313,7 +319,9 @@ fn summary<R: Display>(answered: &Answered<R>) -> String {
         Answered::Leader(leader) => format!("up, not the leader (it names {leader})"),
         Answered::NoLeader => "up, no leader known (an election, or no majority)".to_string(),
         Answered::GoingAway => "stopping (it refused the call unprocessed)".to_string(),
-        Answered::Unreachable { sent: false, .. } => "down (the connection was refused)".to_string(),
+        Answered::Unreachable { sent: false, .. } => {
+            "down (the connection was refused)".to_string()
+        }
         Answered::Unreachable { what, .. } => what.clone(),
         Answered::Failed { .. } => "failed".to_string(),
     }
@@ -344,13 +352,28 @@ mod tests {
     fn a_named_leader_is_followed_at_once_and_after_eight_hops_the_call_pauses() {
         let mut r = retry();
         for _ in 0..MAX_REDIRECTS {
-            let step = r.step("http://a".into(), Answered::Leader("http://b".into()), ms(1_000), 2);
+            let step = r.step(
+                "http://a".into(),
+                Answered::Leader("http://b".into()),
+                ms(1_000),
+                2,
+            );
             assert_eq!(step, Step::Follow("http://b".to_string()));
         }
-        let step = r.step("http://a".into(), Answered::Leader("http://b".into()), ms(1_000), 2);
+        let step = r.step(
+            "http://a".into(),
+            Answered::Leader("http://b".into()),
+            ms(1_000),
+            2,
+        );
         assert_eq!(step, Step::Next(PAUSE_MIN));
         // The count of hops starts again after a pause.
-        let step = r.step("http://a".into(), Answered::Leader("http://b".into()), ms(1_100), 2);
+        let step = r.step(
+            "http://a".into(),
+            Answered::Leader("http://b".into()),
+            ms(1_100),
+            2,
+        );
         assert_eq!(step, Step::Follow("http://b".to_string()));
         assert!(!r.maybe_applied());
     }
@@ -372,9 +395,15 @@ mod tests {
         else {
             panic!("not unavailable")
         };
-        assert!(message.starts_with("no head replica answered as the leader within 15s"), "{message}");
+        assert!(
+            message.starts_with("no head replica answered as the leader within 15s"),
+            "{message}"
+        );
         assert!(message.contains("fewer than a majority"), "{message}");
-        assert!(message.contains("http://a 15.0s in: up, no leader known"), "{message}");
+        assert!(
+            message.contains("http://a 15.0s in: up, no leader known"),
+            "{message}"
+        );
         let ClientError::Unavailable { url, .. } = r.unavailable(message) else {
             panic!("not unavailable")
         };
@@ -396,7 +425,10 @@ mod tests {
         let ours: Vec<Duration> = (0..40).map(pause).collect();
         assert_eq!(ours.len(), backon.len());
         for (n, (a, b)) in ours.iter().zip(&backon).enumerate() {
-            assert!(a.abs_diff(*b) < Duration::from_micros(1), "pause {n}: {a:?} and {b:?}");
+            assert!(
+                a.abs_diff(*b) < Duration::from_micros(1),
+                "pause {n}: {a:?} and {b:?}"
+            );
         }
         assert_eq!(pause(u32::MAX), PAUSE_MAX);
     }
@@ -405,9 +437,15 @@ mod tests {
     fn an_unreachable_or_stopping_replica_is_left_only_when_there_is_another() {
         for answered in [cut(), Answered::GoingAway] {
             let mut r = retry();
-            assert_eq!(r.step("http://a".into(), answered.clone(), ms(1_000), 2), Step::Next(PAUSE_MIN));
+            assert_eq!(
+                r.step("http://a".into(), answered.clone(), ms(1_000), 2),
+                Step::Next(PAUSE_MIN)
+            );
             let mut alone = retry();
-            assert_eq!(alone.step("http://a".into(), answered, ms(1_000), 1), Step::Fail);
+            assert_eq!(
+                alone.step("http://a".into(), answered, ms(1_000), 1),
+                Step::Fail
+            );
         }
         // Cut after it went out: the outcome is open; refused before it went out, or stopping
         // (which processes nothing): it is not.
@@ -427,14 +465,33 @@ mod tests {
     #[test]
     fn a_replicas_own_answer_ends_the_call() {
         let mut r = retry();
-        assert_eq!(r.step("http://a".into(), Answered::Failed { sent: false }, ms(1_000), 3), Step::Fail);
+        assert_eq!(
+            r.step(
+                "http://a".into(),
+                Answered::Failed { sent: false },
+                ms(1_000),
+                3
+            ),
+            Step::Fail
+        );
         assert!(!r.maybe_applied());
         // A deadline after the request went out: the call ends, and the outcome is open.
         let mut r = retry();
-        assert_eq!(r.step("http://a".into(), Answered::Failed { sent: true }, ms(1_000), 3), Step::Fail);
+        assert_eq!(
+            r.step(
+                "http://a".into(),
+                Answered::Failed { sent: true },
+                ms(1_000),
+                3
+            ),
+            Step::Fail
+        );
         assert!(r.maybe_applied());
         let err = r.outcome("submit", None, ClientError::Usage("x".into()));
-        assert!(matches!(err, ClientError::Usage(_)), "a refusal stays one: {err}");
+        assert!(
+            matches!(err, ClientError::Usage(_)),
+            "a refusal stays one: {err}"
+        );
     }
 
     #[test]
@@ -444,7 +501,10 @@ mod tests {
         let Step::Unavailable { message } = step else {
             panic!("{step:?}")
         };
-        assert!(message.contains("http://a 16.0s in: Unknown: connection reset"), "{message}");
+        assert!(
+            message.contains("http://a 16.0s in: Unknown: connection reset"),
+            "{message}"
+        );
         // With one replica a cut is the caller's own error, expired or not.
         let mut r = retry();
         assert_eq!(r.step("http://a".into(), cut(), ms(17_000), 1), Step::Fail);
@@ -453,14 +513,25 @@ mod tests {
     #[test]
     fn replicas_that_name_each_other_are_explained() {
         let mut r = retry();
-        r.step("http://a".into(), Answered::Leader("http://b".into()), ms(1_000), 2);
-        let Step::Unavailable { message } =
-            r.step("http://b".into(), Answered::Leader("http://a".into()), ms(17_000), 2)
-        else {
+        r.step(
+            "http://a".into(),
+            Answered::Leader("http://b".into()),
+            ms(1_000),
+            2,
+        );
+        let Step::Unavailable { message } = r.step(
+            "http://b".into(),
+            Answered::Leader("http://a".into()),
+            ms(17_000),
+            2,
+        ) else {
             panic!("not unavailable")
         };
         assert!(message.contains("an election had not settled"), "{message}");
-        assert!(message.contains("http://a 0.0s in: up, not the leader (it names http://b)"), "{message}");
+        assert!(
+            message.contains("http://a 0.0s in: up, not the leader (it names http://b)"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -473,11 +544,24 @@ mod tests {
         // Cut after it went out to a, then a and b name each other until the time is up.
         let mut r = retry();
         r.step("http://a".into(), cut(), ms(1_200), 2);
-        r.step("http://b".into(), Answered::Leader("http://a".into()), ms(2_000), 2);
-        r.step("http://a".into(), Answered::Leader("http://b".into()), ms(2_000), 2);
-        let Step::Unavailable { message } =
-            r.step("http://b".into(), Answered::Leader("http://a".into()), ms(16_500), 2)
-        else {
+        r.step(
+            "http://b".into(),
+            Answered::Leader("http://a".into()),
+            ms(2_000),
+            2,
+        );
+        r.step(
+            "http://a".into(),
+            Answered::Leader("http://b".into()),
+            ms(2_000),
+            2,
+        );
+        let Step::Unavailable { message } = r.step(
+            "http://b".into(),
+            Answered::Leader("http://a".into()),
+            ms(16_500),
+            2,
+        ) else {
             panic!("not unavailable")
         };
         let err = r.outcome("submit", Some(key), r.unavailable(message));
@@ -492,7 +576,10 @@ mod tests {
             ),
             "{cause}"
         );
-        assert!(cause.contains("no head replica answered as the leader"), "{cause}");
+        assert!(
+            cause.contains("no head replica answered as the leader"),
+            "{cause}"
+        );
         // The attempt that left it open ended the call: said once, with the error.
         let mut r = retry();
         assert_eq!(r.step("http://a".into(), cut(), ms(1_000), 1), Step::Fail);
@@ -516,12 +603,19 @@ mod tests {
         let r: Retry<String> = retry().already_sent();
         assert!(r.maybe_applied());
         let text = r
-            .outcome("submit", None, ClientError::Unavailable {
-                url: "http://a".into(),
-                message: "down".into(),
-            })
+            .outcome(
+                "submit",
+                None,
+                ClientError::Unavailable {
+                    url: "http://a".into(),
+                    message: "down".into(),
+                },
+            )
             .to_string();
-        assert!(text.contains("it went out on a stream that broke before its answer; after that:"), "{text}");
+        assert!(
+            text.contains("it went out on a stream that broke before its answer; after that:"),
+            "{text}"
+        );
         assert!(text.contains("--key (none)"), "{text}");
         // Nothing sent: the error as it is.
         let r = retry();

@@ -859,7 +859,9 @@ impl World {
                     // What the real client sees of a silent replica: its connection's
                     // keep-alive gives up, and the call fails after it went out.
                     let target = self.clients[client].target;
-                    self.note(format!("client {client} heard nothing from replica {target}"));
+                    self.note(format!(
+                        "client {client} heard nothing from replica {target}"
+                    ));
                     let what = format!("Unavailable: no answer within {CLIENT_TIMEOUT_MS} ms");
                     let silent = Answered::Unreachable { sent: true, what };
                     self.failed(client, silent, None);
