@@ -24,15 +24,15 @@ use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use backon::{BackoffBuilder, ExponentialBuilder};
-use escher_proto::types::{KeyIssuer, RequestKey, Ticket, key_text};
+use escher_proto::types::{KeyIssuer, RequestKey, Ticket};
 use escher_proto::{Namespace, ResourceSet, TaskId};
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 
 use crate::ClientError;
 use crate::credentials::Credentials;
-use crate::heads::{Answer, ClusterRpc, Heads, PAUSE_MAX, PAUSE_MIN, answer};
+use crate::heads::{Answer, ClusterRpc, Heads, answer};
+use crate::retry::{Answered, Retry, Step};
 use crate::{resource_updates, results, submissions};
 
 /// The head URL used when neither `--head` nor `ESCHER_HEAD` says otherwise.
@@ -396,14 +396,14 @@ impl Client {
         F: FnMut(ClusterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        self.call_tracked(call, &mut false).await
+        self.call_with(call, &mut self.retry()).await
     }
 
     /// [`call`](Self::call) for a write under idempotency key `key`: a failure after any
     /// attempt that may have reached a replica (`sent` says whether one already did, on a
     /// stream, before this call) is [`ClientError::UnknownOutcome`], never a plain failure, so
     /// that no caller takes an applied write for a failed one and submits it again under a
-    /// new key.
+    /// new key (`retry.rs`: [`Retry::outcome`]).
     pub(crate) async fn call_write<T, F, Fut>(
         &self,
         call_name: &'static str,
@@ -415,146 +415,56 @@ impl Client {
         F: FnMut(ClusterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let mut maybe_applied = sent;
-        match self.call_tracked(call, &mut maybe_applied).await {
-            Err(error) if maybe_applied && !error.is_refusal() => {
-                Err(ClientError::UnknownOutcome {
-                    call: call_name,
-                    key: key.map_or_else(|| "(none)".to_string(), key_text),
-                    cause: error.to_string(),
-                })
-            }
-            other => other,
+        let mut retry = self.retry();
+        if sent {
+            retry = retry.already_sent();
         }
+        self.call_with(call, &mut retry)
+            .await
+            .map_err(|error| retry.outcome(call_name, key, error))
     }
 
-    /// The loop of [`call`](Self::call); sets `maybe_applied` when an attempt failed in a way
-    /// that leaves open whether the replica applied it (the connection broke after the request
-    /// went out).
-    async fn call_tracked<T, F, Fut>(
+    /// The retry rules of a new call (its time counted from when its loop starts).
+    fn retry(&self) -> Retry<String> {
+        Retry::new(self.url.to_string(), self.failover, Duration::ZERO)
+    }
+
+    /// The loop of [`call`](Self::call): each failed attempt's status, read as an [`Answered`],
+    /// goes to `retry` (`retry.rs`), which says whether to follow a named leader, pause and try
+    /// the next replica, or give up with which error.
+    async fn call_with<T, F, Fut>(
         &self,
         mut call: F,
-        maybe_applied: &mut bool,
+        retry: &mut Retry<String>,
     ) -> Result<T, ClientError>
     where
         F: FnMut(ClusterRpc) -> Fut,
         Fut: Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let deadline = tokio::time::Instant::now() + self.failover;
-        let mut pauses = ExponentialBuilder::default()
-            .with_min_delay(PAUSE_MIN)
-            .with_max_delay(PAUSE_MAX)
-            .without_max_times()
-            .build();
-        let mut redirects = 0u32;
-        // What each replica answered last, and when, for the error if none leads in time.
-        let started = tokio::time::Instant::now();
-        let mut seen: std::collections::BTreeMap<String, Seen> = Default::default();
+        let origin = tokio::time::Instant::now();
         loop {
             let (rpc, url) = self.rpc();
             let status = match call(rpc).await {
                 Ok(reply) => return Ok(reply.into_inner()),
                 Err(status) => status,
             };
-            if answer(&status) == Answer::Other
-                && matches!(
-                    status.code(),
-                    tonic::Code::Unavailable
-                        | tonic::Code::Unknown
-                        | tonic::Code::Cancelled
-                        | tonic::Code::DeadlineExceeded
-                        | tonic::Code::Internal
-                )
-                && !crate::error::never_sent(&status)
-                && !crate::error::going_away(&status)
-            {
-                *maybe_applied = true;
-            }
-            // A replica stopping gracefully refuses what it will not process; another may
-            // lead (or will, once this one has handed over).
-            let going_away = crate::error::going_away(&status);
-            let expired = tokio::time::Instant::now() >= deadline;
-            seen.insert(
-                url.to_string(),
-                Seen {
-                    after: started.elapsed(),
-                    what: summary(&status),
-                    names: match answer(&status) {
-                        Answer::Leader(leader) => Some(leader.trim_end_matches('/').to_string()),
-                        _ => None,
-                    },
-                },
-            );
-            match answer(&status) {
-                Answer::Leader(leader) if !expired && redirects < 8 => {
-                    // Replicas that disagree about the leader (mid-election) must not make a
-                    // tight loop: after a few hops, pause like for an election.
-                    redirects += 1;
+            let replica = url.trim_end_matches('/').to_string();
+            let answered = answered(&status);
+            match retry.step(replica, answered, origin.elapsed(), self.heads.len()) {
+                Step::Follow(leader) => {
                     tracing::debug!(from = %url, to = %leader, "following the head group's leader");
                     self.heads.follow(&leader);
-                    continue;
                 }
-                Answer::Leader(_) | Answer::NoLeader if !expired => {}
-                // A replica down, or a connection cut mid-call (tonic reports some of those as
-                // UNKNOWN, and a connection a killed replica closed as CANCELLED): another
-                // replica may lead. Writes carry their key, so a retry of one that was applied
-                // gets its recorded reply.
-                Answer::Other
-                    if !expired
-                        && (going_away
-                            || matches!(
-                                status.code(),
-                                tonic::Code::Unavailable
-                                    | tonic::Code::Unknown
-                                    | tonic::Code::Cancelled
-                            ))
-                        && self.heads.len() > 1 => {}
-                _ => {
-                    let retried = matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader)
-                        || going_away
-                        || matches!(
-                            status.code(),
-                            tonic::Code::Unavailable
-                                | tonic::Code::Unknown
-                                | tonic::Code::Cancelled
-                        );
-                    let leaderless =
-                        matches!(answer(&status), Answer::Leader(_) | Answer::NoLeader);
-                    if expired && retried && (leaderless || self.heads.len() > 1) {
-                        // Say what each replica answered: no leader is usually no majority.
-                        let answers: Vec<String> = seen
-                            .iter()
-                            .map(|(url, s)| {
-                                format!("{url} {:.1}s in: {}", s.after.as_secs_f64(), s.what)
-                            })
-                            .collect();
-                        let no_leader = seen.values().any(|s| s.what.starts_with("up, no leader"));
-                        let hint = if no_leader {
-                            " (fewer than a majority of the replicas can reach each other: start \
-                             or reconnect the ones that are down)"
-                        } else if names_each_other(&seen) {
-                            " (each replica's last answer, at a different moment: replicas that \
-                             name each other answered while an election had not settled; start \
-                             or reconnect the replicas that are down, or try again)"
-                        } else {
-                            ""
-                        };
-                        return Err(ClientError::Unavailable {
-                            url: self.url.to_string(),
-                            message: format!(
-                                "no head replica answered as the leader within {:?}{hint}; {}",
-                                self.failover,
-                                answers.join("; ")
-                            ),
-                        });
-                    }
+                Step::Next(pause) => {
+                    self.heads.rotate();
+                    tokio::time::sleep(pause).await;
+                }
+                Step::Unavailable { message } => return Err(retry.unavailable(message)),
+                Step::Fail => {
                     let error = ClientError::from_status(status, &url);
                     return Err(error.with_credentials(self.heads.credentials()));
                 }
             }
-            redirects = 0;
-            self.heads.rotate();
-            tokio::time::sleep(pauses.next().unwrap_or(PAUSE_MAX)).await;
         }
     }
 
@@ -613,39 +523,30 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
     Caller::from_env().require()
 }
 
-/// What a replica's failed answer says, in a few words, for an error that lists them.
-/// What one replica answered last while the client looked for the leader.
-struct Seen {
-    /// How long after the call began.
-    after: std::time::Duration,
-    /// The answer, in words.
-    what: String,
-    /// The leader it named, if it named one.
-    names: Option<String>,
-}
-
-/// Whether two replicas named each other as the leader (each at its own moment).
-fn names_each_other(seen: &std::collections::BTreeMap<String, Seen>) -> bool {
-    let key = |url: &str| url.trim_end_matches('/').to_string();
-    let named: std::collections::BTreeMap<String, &str> = seen
-        .iter()
-        .filter_map(|(url, s)| Some((key(url), s.names.as_deref()?)))
-        .collect();
-    named
-        .iter()
-        .any(|(url, leader)| named.get(*leader).is_some_and(|back| key(back) == *url))
-}
-
-fn summary(status: &tonic::Status) -> String {
+/// What a failed call's status tells the retry rules (`retry.rs`).
+fn answered(status: &tonic::Status) -> Answered<String> {
     match answer(status) {
-        Answer::Leader(leader) => format!("up, not the leader (it names {leader})"),
-        Answer::NoLeader => "up, no leader known (an election, or no majority)".to_string(),
+        Answer::Leader(leader) => Answered::Leader(leader.trim_end_matches('/').to_string()),
+        Answer::NoLeader => Answered::NoLeader,
+        // A replica stopping gracefully refuses what it will not process (an HTTP/2 GOAWAY,
+        // which tonic reports as INTERNAL); another may lead, or will once it has handed over.
+        Answer::Other if crate::error::going_away(status) => Answered::GoingAway,
         Answer::Other => {
-            let text = status.message();
-            if crate::error::never_sent(status) {
-                "down (the connection was refused)".to_string()
-            } else {
-                format!("{:?}: {text}", status.code())
+            let sent = !crate::error::never_sent(status);
+            match status.code() {
+                // A replica down, or a connection cut mid-call (tonic reports some of those as
+                // UNKNOWN, and a connection a killed replica closed as CANCELLED): another
+                // replica may lead. Writes carry their key, so a retry of one that was applied
+                // gets its recorded reply.
+                tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
+                    Answered::Unreachable {
+                        sent,
+                        what: format!("{:?}: {}", status.code(), status.message()),
+                    }
+                }
+                // Not retried, but the request may have been processed.
+                tonic::Code::DeadlineExceeded | tonic::Code::Internal => Answered::Failed { sent },
+                _ => Answered::Failed { sent: false },
             }
         }
     }

@@ -13,7 +13,9 @@
 //! when more than one replica is known; with one, it is the caller's error at once,
 //! as it always was. Nothing else is retried here. A transient "not leader" is
 //! never surfaced: the caller sees a success, its own error, or, after the failover timeout,
-//! [`ClientError::Unavailable`].
+//! [`ClientError::Unavailable`]. These decisions are [`crate::retry`]'s, clock-free, so that
+//! the deterministic simulation (`escher-sim`) runs the same rules; the loop here does the
+//! I/O and the sleeping.
 //!
 //! Writes are safe to retry because each carries one idempotency key for all its attempts
 //! (`escher_proto::types::KeyIssuer`): if the first attempt was applied and only its reply was
@@ -34,11 +36,6 @@ pub(crate) use escher_proto::replicas::{Answer, answer};
 
 /// A client of the `Cluster` service that sends the client's token with every call.
 pub type ClusterRpc = ClusterClient<InterceptedService<Channel, escher_proto::access::Bearer>>;
-
-/// The first pause between attempts when no leader is known.
-pub(crate) const PAUSE_MIN: Duration = Duration::from_millis(20);
-/// The longest pause between attempts.
-pub(crate) const PAUSE_MAX: Duration = Duration::from_millis(500);
 
 /// How long a replica may take to open a stream (submissions, results) before the call goes
 /// to the next replica as a unary call: a live replica opens one at once, a frozen one never

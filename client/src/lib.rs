@@ -41,7 +41,9 @@
 //! - The head group (`heads.rs`, `heads_api.rs`): a client knows every replica of a
 //!   replicated head (`--head URL1,URL2,URL3`), follows the leader through elections, and sends
 //!   every write with an idempotency key so that its retries are never applied twice;
-//!   `Client::heads`, `Client::add_head`, `Client::remove_head`.
+//!   `Client::heads`, `Client::add_head`, `Client::remove_head`. How a call retries (follow
+//!   a named leader, pause and try the next replica, give up, an unknown outcome) is
+//!   [`retry`], clock-free, which the deterministic simulation (`escher-sim`) runs too.
 //! - GPUs (`gpus.rs`): `Client::gpus` (each node's GPUs, MIG slices and who holds each
 //!   device), `Client::apply_mig_layout` and `Client::wait_mig_layout`.
 //! - [`Reservation`] (`reservation.rs`): `Client::reserve`, head-native all-or-nothing
@@ -62,7 +64,7 @@
 //! # Features
 //!
 //! - `grpc` (on by default): the network client, everything above but [`Task`],
-//!   [`ResourceUpdateExt`], the argument conversions and [`ClientError`]. Without it
+//!   [`ResourceUpdateExt`], the argument conversions, [`retry`] and [`ClientError`]. Without it
 //!   (`default-features = false`) this crate is the task builder and the error type alone,
 //!   with neither tonic, hyper nor tokio: what a scheduling library's policies and their unit
 //!   tests on `escher_esl::InMemoryCluster` need (docs/writing-an-esl.md).
@@ -77,6 +79,7 @@
 mod args;
 mod builder;
 mod error;
+pub mod retry;
 mod update;
 
 #[cfg(feature = "grpc")]

@@ -1055,6 +1055,12 @@ async fn a_replica_with_no_leader_is_retried_until_the_failover_timeout() {
 /// Two fake replicas that each name the other as the leader (as two replicas do, at different
 /// moments, while an election has not settled); returns their URLs.
 async fn followers_naming_each_other() -> (String, String) {
+    followers_naming_each_other_after(false).await
+}
+
+/// [`followers_naming_each_other`]; with `cut_first`, the first replica's first call is cut
+/// after it went out (UNKNOWN, as tonic reports a connection reset mid-call).
+async fn followers_naming_each_other_after(cut_first: bool) -> (String, String) {
     let (a, b) = (
         TcpListener::bind("127.0.0.1:0").await.unwrap(),
         TcpListener::bind("127.0.0.1:0").await.unwrap(),
@@ -1063,8 +1069,12 @@ async fn followers_naming_each_other() -> (String, String) {
         format!("http://{}", a.local_addr().unwrap()),
         format!("http://{}", b.local_addr().unwrap()),
     );
-    for (listener, names) in [(a, urls.1.clone()), (b, urls.0.clone())] {
+    for (listener, names, cut) in [(a, urls.1.clone(), cut_first), (b, urls.0.clone(), false)] {
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(cut));
         let service = ClusterServer::with_interceptor(FakeHead::default(), move |_req| {
+            if cut.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return Err(Status::unknown("transport error: connection reset"));
+            }
             let mut status = Status::unavailable("this fake replica is not the leader");
             status
                 .metadata_mut()
@@ -1096,6 +1106,39 @@ async fn replicas_that_name_each_other_are_explained_without_contradiction() {
     );
     assert!(text.contains("s in: up, not the leader"), "{text}");
     assert!(text.contains("an election had not settled"), "{text}");
+}
+
+/// Issue 46: an unknown outcome was explained only as two replicas that name each other as the
+/// leader, which says nothing of why the write may have been applied. Its cause now names the
+/// attempt that left it open first, then what the call ended with.
+#[tokio::test]
+async fn an_unknown_outcome_names_the_cut_attempt_before_the_replicas_answers() {
+    let (a, b) = followers_naming_each_other_after(true).await;
+    let client = client(&format!("{a},{b}"))
+        .await
+        .with_failover_timeout(Duration::from_millis(300));
+    // The first run is one unary Run call, a write under its key.
+    let err = client.run(Task::command(["true"]), None).await.unwrap_err();
+    let text = err.to_string();
+    let ClientError::UnknownOutcome { cause, .. } = &err else {
+        panic!("not an unknown outcome: {text}")
+    };
+    assert!(
+        cause.starts_with(&format!(
+            "the request went out to {a} 0.0s in and the call broke before its answer (Unknown: \
+             transport error: connection reset); after that: "
+        )),
+        "{cause}"
+    );
+    assert!(
+        cause.contains("no head replica answered as the leader")
+            && cause.contains("an election had not settled"),
+        "{cause}"
+    );
+    assert!(
+        text.contains("retry it under the same idempotency key"),
+        "{text}"
+    );
 }
 
 #[tokio::test]

@@ -1,10 +1,30 @@
 //! [`Client`]: a simulated client. It writes one thing at a time through the replica it
-//! believes leads, with an idempotency key, and retries as the real client does: on "not
-//! leader" it goes to the replica named (or another), on silence it times out and sends the
-//! same write, with the same key, to another replica.
+//! believes leads, with an idempotency key, and retries by the real client's rules
+//! ([`escher_client::retry::Retry`], fed the simulated time): it follows a named leader at
+//! once, tries the next replica after the real pauses when a replica knows no leader, is
+//! silent (its keep-alive gave up) or has a full disk, and gives up when no leader answered
+//! within the failover timeout. Like an application that does what the client's error says,
+//! it then sends the same write again, under the same key, as a new call (the error was
+//! retryable, or an unknown outcome to retry under its key).
+use std::fmt;
+use std::time::Duration;
 
+use escher_client::retry::Retry;
 use escher_core::state::{Command, Reply};
 use escher_proto::types::{NodeId, RequestKey, TaskId};
+
+/// How long a call looks for a leader: the real client's default.
+pub const FAILOVER: Duration = escher_client::DEFAULT_FAILOVER_TIMEOUT;
+
+/// A replica, as the retry rules and their messages name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Replica(pub u64);
+
+impl fmt::Display for Replica {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "replica {}", self.0)
+    }
+}
 
 /// What a write is, for the checker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +78,10 @@ pub struct Client {
     pub current: Option<Write>,
     /// Counts sends: an answer or a timeout for an earlier send is stale.
     pub attempt: u64,
+    /// The last send whose answer (or silence) the retry rules took: a duplicate is ignored.
+    settled: u64,
+    /// The retry rules of the call under way.
+    pub retry: Retry<Replica>,
     /// The replica it sends to next.
     pub target: u64,
     /// Writes the group answered, in order.
@@ -76,6 +100,8 @@ impl Client {
             seq: 0,
             current: None,
             attempt: 0,
+            settled: 0,
+            retry: Retry::new("the simulated replicas", FAILOVER, Duration::ZERO),
             target,
             answered: Vec::new(),
             unknown: Vec::new(),
@@ -83,8 +109,10 @@ impl Client {
         }
     }
 
-    /// Starts a new write; its key is the next in this client's sequence.
-    pub fn start(&mut self, command: Command, intent: Intent) -> &Write {
+    /// Starts a new write at `now` (simulated time since the run began); its key is the next
+    /// in this client's sequence.
+    pub fn start(&mut self, command: Command, intent: Intent, now: Duration) -> &Write {
+        self.call(now);
         self.seq += 1;
         let key = RequestKey {
             client: self.id,
@@ -96,6 +124,22 @@ impl Client {
             command,
             intent,
         })
+    }
+
+    /// A new call of the write in flight begins at `now`: its retry rules start afresh.
+    pub fn call(&mut self, now: Duration) {
+        self.retry = Retry::new("the simulated replicas", FAILOVER, now);
+    }
+
+    /// Whether the answer to send `attempt` is awaited: it is the latest send of the write in
+    /// flight and nothing was taken for it yet.
+    pub fn awaits(&self, attempt: u64) -> bool {
+        self.current.is_some() && self.attempt == attempt && self.settled < attempt
+    }
+
+    /// The latest send's answer (or silence) is taken.
+    pub fn settle(&mut self) {
+        self.settled = self.attempt;
     }
 
     /// The number of the next write (markers are built from it).

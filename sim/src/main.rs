@@ -52,6 +52,14 @@ struct Args {
     /// as they did before them.
     #[arg(long)]
     no_hand_overs: bool,
+    /// The clients retry by the simulation's own rules of before, not the real client's
+    /// (`escher_client::retry`); seeds found before 2026-12-07 then replay as they ran.
+    #[arg(long)]
+    old_client_rules: bool,
+    /// No assignment is sent twice to a worker; seeds found before 2026-12-07 then replay as
+    /// they ran (with --old-client-rules).
+    #[arg(long)]
+    no_duplicate_assignments: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -67,6 +75,8 @@ fn main() -> anyhow::Result<()> {
         workers: args.workers,
         fence: !args.no_fence,
         hand_overs: !args.no_hand_overs,
+        client_rules: !args.old_client_rules,
+        duplicate_assignments: !args.no_duplicate_assignments,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -108,8 +118,8 @@ fn main() -> anyhow::Result<()> {
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
-         {:.0} acknowledged writes, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes \
-         declared lost",
+         {:.0} acknowledged writes, {:.2} unknown outcomes, {:.1} task executions, {:.2} tasks \
+         fenced, {:.2} nodes declared lost",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
@@ -125,6 +135,7 @@ fn main() -> anyhow::Result<()> {
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),
+        per(sum.unknown_outcomes),
         per(sum.executions),
         per(sum.fenced),
         per(sum.nodes_lost),

@@ -32,6 +32,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use escher_client::ClientError;
+use escher_client::retry::{Answered, Step};
 use escher_core::state::{Command, Effect, Joining, SecretHash, StateConfig};
 use escher_head::replication::sim::{SimOutput, SimReplica};
 use escher_head::replication::{NotAccepted, SimDisk};
@@ -44,7 +46,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::checker::{self, Checker};
-use crate::client::{Client, Intent};
+use crate::client::{Client, Intent, Replica};
 use crate::history::History;
 use crate::network::Network;
 use crate::worker::{ToWorker, Worker};
@@ -64,10 +66,8 @@ const QUIET_MS: u64 = 10_000;
 /// With workers, how long after the history ends the group is given to converge (the
 /// workers silent meanwhile).
 const DRAIN_MS: u64 = 3_000;
-/// A client's pause before it retries after "not leader".
-const RETRY_MS: u64 = 30;
-/// A client's pause before it retries a replica whose disk is full (the real client backs off
-/// on RESOURCE_EXHAUSTED).
+/// A client's pause before it sends a write again as a new call, after its call failed (a full
+/// disk, no leader within the failover timeout, an unknown outcome).
 const BUSY_RETRY_MS: u64 = 200;
 /// One in this many fsyncs, while faults run, has a crash of its replica scheduled inside it
 /// (at most `World::fsync_crashes` per run).
@@ -102,6 +102,16 @@ pub struct Options {
     /// Planned restarts: the operator asks the leader to stop (`SIGTERM`), which hands the
     /// lead over first (`Replica::hand_over`), stops, and is started again a moment later.
     pub hand_overs: bool,
+    /// The clients retry by the real client's rules (`escher_client::retry`). Off, they retry
+    /// as the simulation's own rules had them before (to the leader named by "not leader", else
+    /// a random replica, 30 ms later; to a random replica after 1 s of silence, or 200 ms after
+    /// a full disk; never giving up), so that a seed found before replays as it ran.
+    pub client_rules: bool,
+    /// While the storm lasts, one assignment in ten that a leader sends a worker is sent twice
+    /// on its stream (as a head that sends an assignment again after a registration's
+    /// reconciliation does): the worker's `Protocol` must run it once, and the history checker
+    /// fails a run where an attempt ran twice. Off, a seed replays as it ran before.
+    pub duplicate_assignments: bool,
 }
 
 impl Default for Options {
@@ -117,6 +127,8 @@ impl Default for Options {
             workers: 2,
             fence: true,
             hand_overs: true,
+            client_rules: true,
+            duplicate_assignments: true,
         }
     }
 }
@@ -155,6 +167,9 @@ pub struct Stats {
     pub acknowledged: u64,
     /// Client sends (first tries and retries).
     pub sends: u64,
+    /// Client calls that ended with an unknown outcome (the real client's retry rules), each
+    /// sent again under the same key.
+    pub unknown_outcomes: u64,
     /// Snapshots a replica installed from its leader.
     pub snapshots: u64,
     /// fsyncs (cycles that wrote).
@@ -173,6 +188,11 @@ pub struct Stats {
     pub membership_changes: u64,
     /// Task processes the workers started.
     pub executions: u64,
+    /// Assignments a leader sent twice ([`Options::duplicate_assignments`]).
+    pub duplicated_assignments: u64,
+    /// Assignments a worker did not start because it was given them before
+    /// (`Admit::Again`: sent twice, or again by a registration's reconciliation).
+    pub given_again: u64,
     /// Tasks a worker's fence killed (its lease ran out).
     pub fenced: u64,
     /// Nodes a leader declared lost (no heartbeat for a heartbeat timeout).
@@ -219,6 +239,7 @@ impl Stats {
             partitions,
             acknowledged,
             sends,
+            unknown_outcomes,
             snapshots,
             fsyncs,
             torn,
@@ -228,6 +249,8 @@ impl Stats {
             slow_disks,
             membership_changes,
             executions,
+            duplicated_assignments,
+            given_again,
             fenced,
             nodes_lost,
             worker_crashes,
@@ -244,6 +267,7 @@ impl Stats {
         self.partitions += partitions;
         self.acknowledged += acknowledged;
         self.sends += sends;
+        self.unknown_outcomes += unknown_outcomes;
         self.snapshots += snapshots;
         self.fsyncs += fsyncs;
         self.torn += torn;
@@ -253,6 +277,8 @@ impl Stats {
         self.slow_disks += slow_disks;
         self.membership_changes += membership_changes;
         self.executions += executions;
+        self.duplicated_assignments += duplicated_assignments;
+        self.given_again += given_again;
         self.fenced += fenced;
         self.nodes_lost += nodes_lost;
         self.worker_crashes += worker_crashes;
@@ -509,6 +535,11 @@ pub struct World {
     task_ms: (u64, u64),
     /// When the workers' history ended (with workers, before the group is left to converge).
     history_end: Option<u64>,
+}
+
+/// A pause in whole simulated milliseconds (the retry rules' pauses are whole milliseconds).
+fn millis(pause: std::time::Duration) -> u64 {
+    u64::try_from(pause.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Runs seed `seed` and checks it.
@@ -815,13 +846,25 @@ impl World {
                 attempt,
                 answer,
             } => self.response(client, attempt, answer),
-            Event::Timeout { client, attempt } => {
-                if self.clients[client].attempt == attempt && self.clients[client].current.is_some()
-                {
+            Event::Timeout { client, attempt } if !self.options.client_rules => {
+                if self.clients[client].awaits(attempt) {
                     let target = self.random_replica();
                     self.note(format!("client {client} timed out; tries replica {target}"));
                     self.clients[client].target = target;
                     self.send(client);
+                }
+            }
+            Event::Timeout { client, attempt } => {
+                if self.clients[client].awaits(attempt) {
+                    // What the real client sees of a silent replica: its connection's
+                    // keep-alive gives up, and the call fails after it went out.
+                    let target = self.clients[client].target;
+                    self.note(format!(
+                        "client {client} heard nothing from replica {target}"
+                    ));
+                    let what = format!("Unavailable: no answer within {CLIENT_TIMEOUT_MS} ms");
+                    let silent = Answered::Unreachable { sent: true, what };
+                    self.failed(client, silent, None);
                 }
             }
             Event::Think(client) => self.think(client),
@@ -1231,7 +1274,8 @@ impl World {
             (submit(&names, retries), Intent::Submit(names))
         };
         self.note(format!("client {client} writes {intent:?}"));
-        self.clients[client].start(command, intent);
+        let now = self.elapsed();
+        self.clients[client].start(command, intent, now);
         self.send(client);
     }
 
@@ -1315,12 +1359,12 @@ impl World {
     }
 
     fn response(&mut self, client: usize, attempt: u64, answer: Answer) {
-        let c = &mut self.clients[client];
-        if c.attempt != attempt || c.current.is_none() {
+        if !self.clients[client].awaits(attempt) {
             return;
         }
         match answer {
             Answer::Done(reply) => {
+                self.clients[client].settle();
                 if reply.is_ok() {
                     self.stats.acknowledged += 1;
                 }
@@ -1340,21 +1384,104 @@ impl World {
                 let pause = self.rng.random_range(0..300);
                 self.at(pause, Event::Think(client));
             }
-            Answer::NotLeader(hint) => {
-                let target = match hint {
-                    Some(leader) => leader,
-                    None => self.random_replica(),
-                };
-                self.clients[client].target = target;
-                self.at(RETRY_MS, Event::Retry(client));
+            answer if !self.options.client_rules => self.retry_as_before(client, answer),
+            Answer::NotLeader(Some(leader)) => {
+                self.failed(client, Answered::Leader(Replica(leader)), None);
             }
+            Answer::NotLeader(None) => self.failed(client, Answered::NoLeader, None),
+            Answer::Busy(why) => {
+                // The real head answers RESOURCE_EXHAUSTED: the replica's own answer, which
+                // ends the call with a retryable error.
+                let url = format!("replica {}", self.clients[client].target);
+                let error = ClientError::Unavailable { url, message: why };
+                self.failed(client, Answered::Failed { sent: false }, Some(error));
+            }
+        }
+    }
+
+    /// `client`'s write was not taken: it retries as the simulation's clients did before they
+    /// ran the real client's rules ([`Options::client_rules`] off).
+    fn retry_as_before(&mut self, client: usize, answer: Answer) {
+        /// The pause before a retry after "not leader".
+        const RETRY_MS: u64 = 30;
+        let target = match answer {
+            Answer::Done(_) => return,
+            Answer::NotLeader(Some(leader)) => leader,
+            Answer::NotLeader(None) => self.random_replica(),
             Answer::Busy(why) => {
                 self.note(format!("client {client} refused: {why}"));
                 let target = self.random_replica();
                 self.clients[client].target = target;
                 self.at(BUSY_RETRY_MS, Event::Retry(client));
+                return;
+            }
+        };
+        self.clients[client].target = target;
+        self.at(RETRY_MS, Event::Retry(client));
+    }
+
+    /// An attempt of `client`'s call failed with `answered`: the real client's retry rules
+    /// (`escher_client::retry`) say what it does next. `own` is the error the attempt's own
+    /// answer makes (what the call ends with on [`Step::Fail`]).
+    fn failed(&mut self, client: usize, answered: Answered<Replica>, own: Option<ClientError>) {
+        let (now, known) = (self.elapsed(), self.voters.len());
+        let c = &mut self.clients[client];
+        c.settle();
+        let from = Replica(c.target);
+        let step = c.retry.step(from, answered, now, known);
+        match step {
+            Step::Follow(Replica(leader)) => {
+                self.clients[client].target = leader;
+                self.at(0, Event::Retry(client));
+            }
+            Step::Next(pause) => {
+                let next = self.next_replica(self.clients[client].target);
+                self.clients[client].target = next;
+                self.at(millis(pause), Event::Retry(client));
+            }
+            Step::Unavailable { message } => {
+                let error = self.clients[client].retry.unavailable(message);
+                self.call_failed(client, error);
+            }
+            Step::Fail => {
+                let error = own.unwrap_or_else(|| ClientError::Unavailable {
+                    url: format!("replica {}", from.0),
+                    message: "the connection broke".to_string(),
+                });
+                self.call_failed(client, error);
             }
         }
+    }
+
+    /// `client`'s call ended with `error` (made an unknown outcome by the retry rules when an
+    /// attempt may have been applied). Every error the simulated answers make is retryable, or
+    /// an unknown outcome to retry under its key: the client does what it says and sends the
+    /// same write, under the same key, as a new call a moment later.
+    fn call_failed(&mut self, client: usize, error: ClientError) {
+        let now = self.elapsed();
+        let c = &mut self.clients[client];
+        let Some(key) = c.current.as_ref().map(|w| w.key) else {
+            return;
+        };
+        let error = c.retry.outcome("write", Some(key), error);
+        if matches!(error, ClientError::UnknownOutcome { .. }) {
+            self.stats.unknown_outcomes += 1;
+        }
+        c.call(now);
+        self.note(format!("client {client}'s call failed: {error}"));
+        self.at(BUSY_RETRY_MS, Event::Retry(client));
+    }
+
+    /// The replica after `id` in the list every client knows (the real client's rotation).
+    fn next_replica(&self, id: u64) -> u64 {
+        let at = self.voters.iter().position(|v| *v == id);
+        let next = at.map_or(0, |i| (i + 1) % self.voters.len());
+        self.voters[next]
+    }
+
+    /// The simulated time since the run began.
+    fn elapsed(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.now - T0)
     }
 
     /// Runs replica `id`'s cycles until raft has nothing ready, and sends what they produced.

@@ -30,7 +30,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
          per seed ({} crashes, {} of them inside an fsync, {} partitions, {} full disks, {} \
          slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
          over), {} worker crashes, freezes and cuts), {} \
-         acknowledged writes, {} task executions ({} fenced, {} nodes declared lost)",
+         acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
+         task executions ({} fenced, {} nodes declared lost)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),
         sum.faults() as f64 / count.max(1) as f64,
@@ -44,6 +45,7 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.hand_overs,
         sum.worker_faults(),
         sum.acknowledged,
+        sum.unknown_outcomes,
         sum.executions,
         sum.fenced,
         sum.nodes_lost,
@@ -61,10 +63,12 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
 }
 
 /// The options a seed found before planned restarts ran as: a seed found then replays as it
-/// ran (planned restarts are drawn last).
+/// ran (planned restarts are drawn last; the clients retry by the simulation's rules of then).
 fn before_hand_overs() -> Options {
     Options {
         hand_overs: false,
+        client_rules: false,
+        duplicate_assignments: false,
         ..Options::default()
     }
 }
@@ -104,6 +108,15 @@ fn three_replicas_keep_every_acknowledged_write_under_faults() {
     );
     assert!(
         seen.worker_crashes > 0 && seen.freezes > 0 && seen.worker_cuts > 0,
+        "{seen:?}"
+    );
+    // The clients ran the real client's retry rules to their end: calls that gave up with an
+    // unknown outcome, sent again under the same key (the checker holds them to at most once).
+    assert!(seen.unknown_outcomes > 0, "{seen:?}");
+    // Assignments sent twice were run once (the history checker fails a run where an attempt
+    // ran twice).
+    assert!(
+        seen.duplicated_assignments > 0 && seen.given_again > 0,
         "{seen:?}"
     );
 }
@@ -164,6 +177,8 @@ fn a_follower_that_compacted_past_a_retransmitted_append_catches_up() {
         duration_ms: 10_000,
         workers: 0,
         hand_overs: false,
+        client_rules: false,
+        duplicate_assignments: false,
         ..Options::default()
     };
     let outcome = run(40, &options);
@@ -181,6 +196,8 @@ fn a_replica_whose_disk_fills_while_it_catches_up_waits_and_catches_up() {
     let options = Options {
         workers: 0,
         hand_overs: false,
+        client_rules: false,
+        duplicate_assignments: false,
         ..Options::default()
     };
     let outcome = run(35, &options);
@@ -201,6 +218,8 @@ fn a_leader_that_removes_itself_steps_down_and_the_group_goes_on() {
         trace: true,
         workers: 0,
         hand_overs: false,
+        client_rules: false,
+        duplicate_assignments: false,
         ..Options::default()
     };
     let outcome = run(4, &options);
@@ -228,6 +247,8 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
         workers: 0,
         trace: true,
         hand_overs: false,
+        client_rules: false,
+        duplicate_assignments: false,
         ..Options::default()
     };
     let outcome = run(2524, &options);

@@ -177,7 +177,8 @@ impl World {
             Some(_) => return,
         };
         self.note(format!("worker {w} writes {intent:?}"));
-        self.clients[client].start(command, intent);
+        let now = self.elapsed();
+        self.clients[client].start(command, intent, now);
         self.send(client);
     }
 
@@ -427,6 +428,15 @@ impl World {
             match slot.owner.links.get(&node).copied() {
                 Some((w, epoch)) => {
                     let boot = self.workers[w].boot;
+                    let twice = matches!(msg, ToWorker::Assign { .. })
+                        && self.options.duplicate_assignments
+                        && self.stormy
+                        && self.rng.random_ratio(1, 10);
+                    if twice {
+                        self.stats.duplicated_assignments += 1;
+                        self.note(format!("replica {id} sends {msg:?} twice"));
+                        self.send_to_worker(w, boot, epoch, msg.clone());
+                    }
                     self.send_to_worker(w, boot, epoch, msg);
                 }
                 None => slot.owner.queued.entry(node).or_default().push(msg),
@@ -599,8 +609,12 @@ impl World {
         let worker = &mut self.workers[w];
         let Some(node) = worker.node else { return };
         match worker.protocol.admit((task, attempt), clock(self.now)) {
-            // Sent again (a registration's reconciliation): its report goes again if it ended.
-            Admit::Again => return,
+            // Sent again (a registration's reconciliation, a duplicate): its report goes again
+            // if it ended.
+            Admit::Again => {
+                self.stats.given_again += 1;
+                return;
+            }
             // An assignment read after the lease ran out is refused: the head may already
             // have given the task to another node.
             Admit::Lapsed { .. } if self.options.fence => {
