@@ -19,6 +19,14 @@
 //! slices, the profiles it chooses each retraining's configuration from being what those
 //! actors answered, and each trainer running its tenant's chosen configuration.
 //!
+//! OLTunes, on a worker with three simulated whole A100s (standing for its A100, A30 and
+//! RTX 4090), through `escher_gpu::oltunes::OlTunesCluster`: every inference server its
+//! scheduler places is an actor of the built-in serving class holding a co-location slot of
+//! the GPU it chose and its memory; servers the cluster refuses (another tenant holds the GPUs)
+//! are killed and placed again by OLTunes' feedback; each task is served by one actor that
+//! counted what the driver says it served on its GPU's device, and every share is free at the
+//! end.
+//!
 //! [`LocalCluster`]: escher::LocalCluster
 
 mod common;

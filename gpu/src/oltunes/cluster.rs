@@ -35,7 +35,10 @@
 //! [`OlTunesCluster::with_time_scale`] a simulated second lasts `scale` wall seconds. A
 //! server's time starts when the driver first sees its actor run (an actor's creation takes
 //! wall milliseconds the in-memory run does not have); [`ServerView::start_wall_ms`] is that
-//! delay, measured.
+//! delay, measured. Its work ends within a round ([`ROUND`] plus the round's calls), when the
+//! work it had left at the round's start took at its speed then: that is its end for the
+//! scheduler and the outcomes; the driver hears it at the round's end, and only then tells and
+//! kills the actor, which holds its share until then.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -157,6 +160,9 @@ struct Live {
     model: usize,
     created: Instant,
     running: Option<Running>,
+    /// When its work ended on the policy's clock (within the last round: the time the
+    /// work left at the round's start took at its speed), once it has.
+    done_ms: Option<u64>,
 }
 
 /// OLTunes' GPUs on a cluster (see the module doc).
@@ -322,25 +328,27 @@ impl<C: ClusterApi> OlTunesCluster<C> {
             let now = self.clock(started);
             let dt = now.saturating_sub(last) as f64;
             last = now;
-            self.progress(&mut live, models, dt);
+            self.progress(&mut live, models, now, dt);
             let done: Vec<TaskId> = live
                 .iter()
-                .filter(|(_, l)| l.running.as_ref().is_some_and(|r| r.left_ms <= 0.0))
+                .filter(|(_, l)| l.done_ms.is_some())
                 .map(|(a, _)| *a)
                 .collect();
             for actor in done {
                 let Some(l) = live.remove(&actor) else {
                     continue;
                 };
-                let Some(start_ms) = l.running.as_ref().map(|r| r.start_ms) else {
+                let (Some(start_ms), Some(end_ms)) =
+                    (l.running.as_ref().map(|r| r.start_ms), l.done_ms)
+                else {
                     continue;
                 };
                 let task = &tasks[l.launch.task];
                 let inputs = f64::from(task.inputs);
                 self.tell(actor, &l, inputs, ServerEnd::Finished, &mut run)
                     .await?;
-                run.servers[l.entry].ended_ms = Some(now);
-                run.outcomes[task.id].end_ms = Some(now);
+                run.servers[l.entry].ended_ms = Some(end_ms);
+                run.outcomes[task.id].end_ms = Some(end_ms);
                 let batches = f64::from(task.inputs.div_ceil(l.launch.batch));
                 scheduler.finished(
                     task.id,
@@ -349,7 +357,7 @@ impl<C: ClusterApi> OlTunesCluster<C> {
                         gpu: self.gpus[l.launch.gpu].ty,
                         batch: l.launch.batch,
                         sm_pct: l.launch.sm_pct,
-                        latency_ms: (now.saturating_sub(start_ms) as f64 / batches).max(0.1),
+                        latency_ms: (end_ms.saturating_sub(start_ms) as f64 / batches).max(0.1),
                     },
                 );
             }
@@ -383,6 +391,7 @@ impl<C: ClusterApi> OlTunesCluster<C> {
                         model: task.model,
                         created: Instant::now(),
                         running: None,
+                        done_ms: None,
                     },
                 );
             }
@@ -420,8 +429,9 @@ impl<C: ClusterApi> OlTunesCluster<C> {
     }
 
     /// Each running server does `dt` ms of solo work over its interference with the servers
-    /// running on its GPU now.
-    fn progress(&self, live: &mut BTreeMap<TaskId, Live>, models: &[Model], dt: f64) {
+    /// running on its GPU now (the round that ends at `now`); one whose work runs out ends
+    /// within the round, when the work it had left took at that speed.
+    fn progress(&self, live: &mut BTreeMap<TaskId, Live>, models: &[Model], now: u64, dt: f64) {
         for gpu in 0..self.gpus.len() {
             let on: Vec<(TaskId, usize)> = live
                 .iter()
@@ -436,8 +446,18 @@ impl<C: ClusterApi> OlTunesCluster<C> {
                     .map(|(_, (_, m))| &models[*m])
                     .collect();
                 let factor = interference(&models[*model], &others);
-                if let Some(r) = live.get_mut(actor).and_then(|l| l.running.as_mut()) {
-                    r.left_ms -= dt / (factor * r.noise);
+                let Some(l) = live.get_mut(actor).filter(|l| l.done_ms.is_none()) else {
+                    continue;
+                };
+                if let Some(r) = l.running.as_mut() {
+                    let speed = 1.0 / (factor * r.noise);
+                    let before = r.left_ms;
+                    r.left_ms -= dt * speed;
+                    if r.left_ms <= 0.0 {
+                        let took = (before.max(0.0) / speed).ceil() as u64;
+                        let begun = now.saturating_sub(dt as u64).max(r.start_ms);
+                        l.done_ms = Some((begun + took).min(now));
+                    }
                 }
             }
         }

@@ -174,7 +174,7 @@ pub(super) async fn oltunes_on_cluster(
          {agreed} of {finished} counted what the driver says they served\n  \
          actor created -> running (measured, wall): p50 {:.1} ms, p99 {:.1} ms, max {:.1} ms\n  \
          SLO violations (execution > deadline; simulated speeds): on the cluster {cluster_late:.1}%, \
-         in memory {memory_late:.1}% (the cluster's include the driver's 10 ms round and its calls)",
+         in memory {memory_late:.1}% (on the cluster a server's time starts when the driver sees its actor run, and its co-runners are those the cluster ran)",
         tasks.len(),
         run.finished(),
         run.servers.len(),
