@@ -929,8 +929,8 @@ async fn oltunes_servers_are_actors_on_the_gpu_shares_it_chose_and_a_refused_one
         assert_eq!(s.counted, Some(inputs), "its actor's own count");
         let info = s.info.as_ref().expect("it said what it holds");
         assert_eq!(
-            info.devices,
-            [uuid.clone()],
+            info.devices.as_slice(),
+            std::slice::from_ref(uuid),
             "the device of the GPU OLTunes chose"
         );
         assert_eq!((info.service, info.served), (task.id as u64, inputs));
