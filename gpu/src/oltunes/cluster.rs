@@ -683,3 +683,114 @@ impl<C: ClusterApi> OlTunesCluster<C> {
         self.api.call_actor(actor, method.to_string(), args).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use escher_proto::types::{GpuInfo, GpuStatus, NodeGpus, TaskSpec};
+
+    use super::*;
+    use crate::support::testing::Counting;
+    use escher_esl::{InMemoryCluster, Mode};
+
+    fn gpu(index: u32, uuid: &str, mig: bool) -> GpuStatus {
+        GpuStatus {
+            info: GpuInfo {
+                index,
+                uuid: uuid.into(),
+                product: "NVIDIA A100-SXM4-40GB".into(),
+                model: Some(escher_proto::mig::GpuModel::A100_40GB),
+                memory_mib: 40_960,
+                mig_enabled: mig,
+                simulated: true,
+                slices: Vec::new(),
+            },
+            holders: Vec::new(),
+            reconfiguring: None,
+            last_error: None,
+            last_reconfiguration: None,
+        }
+    }
+
+    /// A node with two whole GPUs (0, 1) and one in MIG mode (2), its resources those the head
+    /// would make of the whole ones.
+    fn cluster() -> (Counting, NodeId) {
+        let inner = InMemoryCluster::new(Mode::Manual);
+        let node = inner.add_node("cpu=8,gpu=2,gpu.GPU-a=1,gpu.GPU-b=1");
+        let gpus = vec![NodeGpus {
+            node,
+            name: "sim".into(),
+            alive: true,
+            gpus: vec![
+                gpu(0, "GPU-a", false),
+                gpu(1, "GPU-b", false),
+                gpu(2, "GPU-c", true),
+            ],
+        }];
+        (Counting::new(inner, gpus), node)
+    }
+
+    fn server(olt: &OlTunesCluster<Counting>, gpu: usize, mem_gb: f64) -> TaskSpec {
+        escher_client::Task::actor_typed(SERVING_REPLICA_CLASS, &0u64)
+            .resources(olt.request(gpu, mem_gb).expect("a request"))
+            .build()
+            .expect("a valid spec")
+    }
+
+    #[tokio::test]
+    async fn a_server_holds_a_slot_of_its_gpu_and_its_memory_and_no_more_than_four_share_one() {
+        let (api, node) = cluster();
+        let refused = OlTunesCluster::create(api.clone(), "t", &[(node, 2, GpuType::A100)])
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("MIG mode"), "{refused}");
+        let missing = OlTunesCluster::create(api.clone(), "t", &[(node, 9, GpuType::A100)])
+            .await
+            .unwrap_err();
+        assert!(missing.to_string().contains("no GPU 9"), "{missing}");
+
+        let olt = OlTunesCluster::create(
+            api.clone(),
+            "t",
+            &[(node, 0, GpuType::A100), (node, 1, GpuType::A30)],
+        )
+        .await
+        .unwrap();
+        assert_eq!(olt.types(), [GpuType::A100, GpuType::A30]);
+        let asked = olt.request(1, 2.5).unwrap();
+        let quarter: Amount = "0.25".parse().unwrap();
+        assert_eq!(asked.get("gpu"), quarter);
+        assert_eq!(asked.get("gpu.GPU-b"), quarter);
+        assert_eq!(
+            asked.get(olt.gpus()[1].mem.as_str()),
+            "2.5".parse().unwrap()
+        );
+        assert_eq!(asked.len(), 3, "{asked:?}");
+        assert!(olt.request(2, 1.0).is_err(), "no third GPU in the run");
+
+        // Five servers of 1 GB on the A100: four run, the fifth waits for a slot.
+        let ids = api
+            .submit((0..5).map(|_| server(&olt, 0, 1.0)).collect())
+            .await
+            .unwrap();
+        let running = api.inner.running();
+        let on = |ids: &[TaskId], running: &[(TaskId, NodeId)]| {
+            ids.iter()
+                .filter(|t| running.iter().any(|(r, _)| r == *t))
+                .count()
+        };
+        assert_eq!(on(&ids, &running), 4, "{running:?}");
+        // Memory binds too: the A30 stand-in has 24 GB, so a 20 GB server and a 5 GB one do
+        // not both fit.
+        let ids = api
+            .submit(vec![server(&olt, 1, 20.0), server(&olt, 1, 5.0)])
+            .await
+            .unwrap();
+        let running = api.inner.running();
+        assert_eq!(on(&ids, &running), 1, "{running:?}");
+        api.inner
+            .cancel(api.inner.running().iter().map(|(t, _)| *t).collect())
+            .await
+            .unwrap();
+        olt.dissolve().await.unwrap();
+    }
+}
