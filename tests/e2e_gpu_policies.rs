@@ -19,6 +19,14 @@
 //! slices, the profiles it chooses each retraining's configuration from being what those
 //! actors answered, and each trainer running its tenant's chosen configuration.
 //!
+//! OLTunes, on a worker with three simulated whole A100s (standing for its A100, A30 and
+//! RTX 4090), through `escher_gpu::oltunes::OlTunesCluster`: every inference server its
+//! scheduler places is an actor of the built-in serving class holding a co-location slot of
+//! the GPU it chose and its memory; servers the cluster refuses (another tenant holds the GPUs)
+//! are killed and placed again by OLTunes' feedback; each task is served by one actor that
+//! counted what the driver says it served on its GPU's device, and every share is free at the
+//! end.
+//!
 //! [`LocalCluster`]: escher::LocalCluster
 
 mod common;
@@ -823,5 +831,148 @@ async fn a_profiler_is_an_actor_that_measures_candidates_at_its_slice_s_speed() 
             && died.to_string().contains("holds a GPU slice"),
         "{died:?}"
     );
+    cluster.shutdown().await;
+}
+
+/// OLTunes on a cluster: its scheduler places every inference server it launches as an actor
+/// of the built-in serving class on the GPU it chose, holding one co-location slot of that
+/// GPU's device and its tuned batch's memory (the GPU's ephemeral resource). Another tenant
+/// holds most of every GPU for the run's first two seconds, so the cluster refuses OLTunes' first
+/// placements: each such server is killed having served nothing, the scheduler hears the
+/// refusal (its feedback), and places the task again: a new actor, which serves it. Every task
+/// is served by exactly one server whose actor counted what the driver says it served and held
+/// its GPU's device and only that; every server ended, and every share is free at the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oltunes_servers_are_actors_on_the_gpu_shares_it_chose_and_a_refused_one_is_recreated() {
+    use escher_gpu::oltunes::compare::profile;
+    use escher_gpu::oltunes::task::{GpuType, Pattern, models, workload_at};
+    use escher_gpu::oltunes::{OlTunes, OlTunesCluster, ServerEnd};
+
+    init_tracing();
+    let cluster = LocalCluster::builder()
+        .grace(Duration::from_secs(2))
+        .no_workers()
+        .worker_with_gpus(
+            "cpu=8".parse().unwrap(),
+            ["a100-40gb", "a100-40gb", "a100-40gb"],
+        )
+        .start();
+    let cluster = within("starting the cluster", cluster).await.unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let node = cluster.nodes()[0];
+    let types = [GpuType::A100, GpuType::A30, GpuType::Rtx4090];
+    let gpus: Vec<_> = (0u32..).zip(types).map(|(i, ty)| (node, i, ty)).collect();
+    let olt = within(
+        "the GPUs",
+        OlTunesCluster::create(client.clone(), "e2e", &gpus),
+    )
+    .await
+    .unwrap()
+    .refusing_after(Duration::from_millis(300));
+    assert_eq!(olt.types(), types);
+
+    let models = models();
+    let tasks = workload_at(Pattern::Uniform, 2, 42, 0.05);
+    assert!(tasks.len() >= 8, "{} tasks", tasks.len());
+    let mut oltunes = OlTunes::new(models.clone(), &types, &profile(&models, 7), 42);
+
+    // Another tenant holds 0.8 of every GPU's device for two seconds: no slot of a quarter
+    // fits while it does.
+    let mut tenants = Vec::new();
+    for g in olt.gpus() {
+        let hold = Task::command(["sleep", "2"])
+            .resources_str(&format!("gpu=0.8,gpu.{}=0.8", g.uuid))
+            .max_retries(0);
+        tenants.push(within("a tenant", client.submit(hold)).await.unwrap().id());
+    }
+    for t in &tenants {
+        common::running(&client, *t).await;
+    }
+    let run = within_for(
+        Duration::from_secs(60),
+        "OLTunes on the cluster",
+        olt.run(&mut oltunes, &tasks, &models, 20_000, 42),
+    )
+    .await
+    .unwrap();
+
+    eprintln!(
+        "OLTunes on the cluster: {} tasks, {} servers ({} refused), per server (task, GPU, \
+         batch, SM%, GB, end): {:?}",
+        tasks.len(),
+        run.servers.len(),
+        run.refused,
+        run.servers
+            .iter()
+            .map(|s| (s.task, s.gpu, s.batch, s.sm_pct, s.mem_gb, &s.end))
+            .collect::<Vec<_>>()
+    );
+    assert!(run.failed.is_empty(), "{:?}", run.failed);
+    assert_eq!(run.finished(), tasks.len(), "every task served: {run:?}");
+    let refused: Vec<_> = run
+        .servers
+        .iter()
+        .filter(|s| s.end == ServerEnd::Refused)
+        .collect();
+    assert!(!refused.is_empty(), "the tenant's hold refused none");
+    for task in &tasks {
+        let mine: Vec<_> = run.servers.iter().filter(|s| s.task == task.id).collect();
+        let finished: Vec<_> = mine
+            .iter()
+            .filter(|s| s.end == ServerEnd::Finished)
+            .collect();
+        assert_eq!(finished.len(), 1, "task {}: {mine:?}", task.id);
+        let s = finished[0];
+        let inputs = f64::from(task.inputs);
+        let uuid = &olt.gpus()[s.gpu].uuid;
+        assert_eq!(s.served, inputs);
+        assert_eq!(s.counted, Some(inputs), "its actor's own count");
+        let info = s.info.as_ref().expect("it said what it holds");
+        assert_eq!(
+            info.devices.as_slice(),
+            std::slice::from_ref(uuid),
+            "the device of the GPU OLTunes chose"
+        );
+        assert_eq!((info.service, info.served), (task.id as u64, inputs));
+        assert_eq!(run.outcomes[task.id].gpu, Some(s.gpu));
+        // A refused server of this task came before the one that served it, and served nothing.
+        for r in mine.iter().filter(|s| s.end == ServerEnd::Refused) {
+            assert!(r.actor < s.actor && r.counted.is_none() && r.started_ms.is_none());
+        }
+    }
+    // Recreated: some task was refused and then served by a new actor.
+    assert!(refused.iter().any(|r| {
+        run.servers
+            .iter()
+            .any(|s| s.task == r.task && s.end == ServerEnd::Finished)
+    }));
+    // Every server's actor ended: killed by the driver (none ended by itself).
+    for s in &run.servers {
+        let info = within("a server", client.task_info(s.actor)).await.unwrap();
+        assert_eq!(info.status.state, TaskState::Cancelled, "{s:?}");
+    }
+
+    // Everything is free: no device held, no GPU share used, and the memory resources gone.
+    for t in &tenants {
+        common::finished(&client, *t).await;
+    }
+    let nodes = within("the GPUs", client.gpus()).await.unwrap();
+    assert!(
+        nodes[0].gpus.iter().all(|g| g.holders.is_empty()),
+        "{nodes:?}"
+    );
+    let mems: Vec<String> = olt.gpus().iter().map(|g| g.mem.to_string()).collect();
+    let status = common::status(&client).await;
+    let gpu = common::resource(&status, node, "gpu").expect("the node's GPUs");
+    assert_eq!(gpu.used, escher::types::Amount::ZERO);
+    for mem in &mems {
+        let held = common::resource(&status, node, mem).expect("OLTunes' memory resource");
+        assert_eq!(held.used, escher::types::Amount::ZERO, "{mem}");
+    }
+    within("dissolve", olt.dissolve()).await.unwrap();
+    let status = common::status(&client).await;
+    for mem in &mems {
+        assert!(common::resource(&status, node, mem).is_none(), "{mem} left");
+    }
     cluster.shutdown().await;
 }

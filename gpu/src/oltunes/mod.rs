@@ -22,7 +22,10 @@
 //! placement is expressed with ephemeral resources ([`resources`]): each GPU is a pair of
 //! finite resources (its memory in GB and its SM%) on its node, and a task of a group
 //! requests its share of both on the GPU it was assigned, so the core admission-controls what
-//! the simulation checks (a group that does not fit waits, as a refused assignment).
+//! the simulation checks (a group that does not fit waits, as a refused assignment). On a real
+//! cluster ([`cluster`]: a head and a worker with simulated whole GPUs) every server the
+//! scheduler places is an actor of the built-in serving class holding a co-location slot of
+//! the GPU it chose and its memory; a refused one is killed and placed again by the feedback.
 //!
 //! **Assumptions.** Every input is one: the paper's numbers (Tables 1, 3–7) where it gives
 //! them, ours where it gives none (speeds, memory, CI/MI ratios, FTRL hyperparameters, θ, α,
@@ -35,6 +38,7 @@
 //! repartitioning is not modelled (the paper leaves it to future work, §6).
 
 pub mod baselines;
+pub mod cluster;
 pub mod compare;
 pub mod predictor;
 pub mod resources;
@@ -46,6 +50,7 @@ pub mod tuner;
 #[cfg(test)]
 mod tests;
 
+pub use cluster::{ClusterRun, OlTunesCluster, OltGpu, ServerEnd, ServerView};
 pub use compare::{Metrics, Run, compare, compare_at, runs, table};
 pub use sched::OlTunes;
 pub use task::{Class, GpuType, Pattern, Task};

@@ -42,10 +42,11 @@ pub struct Running {
     /// Started, ms.
     pub start_ms: u64,
     /// Solo work left, ms.
-    left_ms: f64,
+    pub(crate) left_ms: f64,
     /// Solo work in all, ms.
-    total_ms: f64,
-    noise: f64,
+    pub(crate) total_ms: f64,
+    /// Its measurement noise, a factor on its speed.
+    pub(crate) noise: f64,
 }
 
 impl Running {

@@ -29,6 +29,19 @@ pub const DATA_ADDRESS_LABEL: &str = "escher.data-address";
 /// slice (the worker's `actors/serving.rs` says what it answers).
 pub const SERVING_REPLICA_CLASS: &str = "escher.serving-replica";
 
+/// What a replica of the built-in class [`SERVING_REPLICA_CLASS`] says of itself (its `info`
+/// method).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaInfo {
+    /// The id of the service's task it serves (for OLTunes' servers, the OLTunes task's
+    /// number).
+    pub service: u64,
+    /// The GPU devices (`MIG-…` or `GPU-…` UUIDs) it was given.
+    pub devices: Vec<String>,
+    /// Requests it served.
+    pub served: f64,
+}
+
 /// The built-in actor class every worker hosts for a retraining job on a GPU slice (the
 /// worker's `actors/trainer.rs` says what it answers; its argument and answer are
 /// `mig::TrainerArgs` and `mig::TrainerProgress`).

@@ -38,8 +38,8 @@ mod watch;
 
 pub use actor::{
     ACTOR_LABEL, ActorLoad, ActorSpec, ActorView, DATA_ADDRESS_LABEL, DataTicket, Lifetime,
-    MAX_ACTOR_NAME_BYTES, MAX_CONCURRENCY, PROFILER_CLASS, SERVING_REPLICA_CLASS, TICKET_MILLIS,
-    TRAINER_CLASS, ticket_key,
+    MAX_ACTOR_NAME_BYTES, MAX_CONCURRENCY, PROFILER_CLASS, ReplicaInfo, SERVING_REPLICA_CLASS,
+    TICKET_MILLIS, TRAINER_CLASS, ticket_key,
 };
 pub use amount::{Amount, Capacity};
 pub use api::{

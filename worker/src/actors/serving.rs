@@ -8,7 +8,9 @@
 //! sending it requests, has it report what it served, then kills it), and a resize recreates
 //! it on the new slice. The requests themselves are the simulated part of serving (the
 //! driver's model of rates and SLOs, `escher-gpu`'s `Serving`): the actor is told, call by
-//! call, how many requests it served, and keeps the count.
+//! call, how many requests it served, and keeps the count. OLTunes' servers (`escher-gpu`'s
+//! `oltunes::OlTunesCluster`) hold a share of a whole GPU instead of a slice
+//! (`gpu.<uuid>=0.25`, its device given to it all the same), one replica per OLTunes task.
 //!
 //! Methods (arguments and results in [`escher_proto::codec`]):
 //! - `serve(count: f64) -> f64`: `count` more requests served (finite, not negative); the
@@ -18,21 +20,9 @@
 //! Its constructor takes the service's task id (`u64`) and refuses to start without a GPU
 //! device: a replica holds a slice (`mig.<profile>=1`, or a whole GPU).
 
-pub use escher_proto::types::SERVING_REPLICA_CLASS;
-use serde::{Deserialize, Serialize};
+pub use escher_proto::types::{ReplicaInfo, SERVING_REPLICA_CLASS};
 
 use super::ActorClass;
-
-/// What a serving replica says of itself (`info`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ReplicaInfo {
-    /// The id of the service's task it serves.
-    pub service: u64,
-    /// The GPU devices (`MIG-…` or `GPU-…` UUIDs) it was given.
-    pub devices: Vec<String>,
-    /// Requests it served.
-    pub served: f64,
-}
 
 struct Replica {
     info: ReplicaInfo,

@@ -28,7 +28,7 @@
 //! and the dispatch of the parts; `migm.rs` MIGM's mixes and restarts; `migrator.rs`
 //! MIGRator's pre-initialization and its windows against Ekya and PARIS, in memory and on a
 //! cluster; `astraea.rs` Astraea against its baselines; `ekya_profile.rs` Ekya's
-//! micro-profiler inside the thief; `oltunes.rs` OLTunes against MLaaS and Orion;
+//! micro-profiler inside the thief; `oltunes.rs` OLTunes against MLaaS and Orion, and OLTunes' servers as actors on a cluster;
 //! `partition.rs` slices on demand.
 
 use std::collections::BTreeMap;
@@ -72,7 +72,7 @@ pub enum Part {
     Preinit,
     /// MIGRator against Ekya (MPS), PARIS and the oracle, in memory.
     Migrator,
-    /// OLTunes against MLaaS and Orion, in memory.
+    /// OLTunes against MLaaS and Orion, in memory; and OLTunes' servers as actors on a cluster.
     Oltunes,
     /// Ekya's micro-profiler inside the thief, in memory.
     EkyaProfile,
@@ -209,6 +209,7 @@ pub async fn run(ctx: &Ctx) -> anyhow::Result<WorkloadReport> {
     }
     if wanted(ctx, Part::Oltunes) {
         detail.push(oltunes::oltunes_in_memory(ctx, &mut report));
+        detail.push(oltunes::oltunes_on_cluster(ctx, &mut report).await?);
     }
     if wanted(ctx, Part::EkyaProfile) {
         detail.push(ekya_profile::ekya_profiler_in_memory(ctx, &mut report));
