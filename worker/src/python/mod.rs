@@ -58,8 +58,8 @@
 //! own where the worker may change user; the worker's otherwise), each in a scratch of its own
 //! where command tasks get one (a tmpfs of the default scratch size, its `HOME`, `TMPDIR` and
 //! working directory for its life, emptied when it ends: `exec/scratch.rs`), else in its
-//! user's home directory,
-//! with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR`, `PYTHONPATH` and `VIRTUAL_ENV`
+//! user's home directory, with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR` (but for
+//! its scratch), `PYTHONPATH` and `VIRTUAL_ENV`
 //! (so the interpreter and its packages must be readable by that user); the task's own
 //! `ESCHER_*` variables are set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
 //! escher.Local)` act as the task).
