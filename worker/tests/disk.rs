@@ -203,7 +203,11 @@ echo ok"#;
     .await;
     assert!(disk.free() > 40 << 20, "{} bytes free", disk.free());
     w.stop().await.unwrap();
-    assert_eq!(disk.mounts_below(), Vec::<String>::new(), "mounted after the worker");
+    assert_eq!(
+        disk.mounts_below(),
+        Vec::<String>::new(),
+        "mounted after the worker"
+    );
 }
 
 /// A task asking for `disk=2` gets a scratch of 2 MiB, not the default.
