@@ -401,6 +401,28 @@ impl WorkerBuilder {
         actors
             .entry(crate::actors::PROFILER_CLASS.to_string())
             .or_insert_with(crate::actors::profiler_class);
+        // A scratch of its own for each command task and Python interpreter where the worker
+        // may mount one (exec/scratch.rs): opened before Python is offered, so that its
+        // interpreters get theirs too.
+        let task_dir = config.task_dir.clone().unwrap_or_else(std::env::temp_dir);
+        let scratch = match (&*isolation, config.task_scratch) {
+            (Isolation::PerUser(_), true) => {
+                match crate::exec::Scratch::open(&task_dir, config.task_scratch_bytes) {
+                    Ok(scratch) => Some(Arc::new(scratch)),
+                    Err(why) => {
+                        tracing::warn!(%why, "command tasks get no scratch of their own: what they write in their home fills the disk of {}", task_dir.display());
+                        None
+                    }
+                }
+            }
+            (Isolation::Shared { .. }, true) => {
+                tracing::warn!(
+                    "command tasks get no scratch of their own: they run as the worker's user, which owns what they write"
+                );
+                None
+            }
+            (_, false) => None,
+        };
         // Python function tasks and actors, where the worker has a usable interpreter
         // (python/mod.rs).
         crate::python::install(
@@ -410,6 +432,7 @@ impl WorkerBuilder {
             &mut functions,
             &mut actors,
             Arc::clone(&isolation),
+            scratch.clone(),
         )?;
         if let Isolation::Shared { why } = &*isolation
             && config.require_isolation
@@ -456,31 +479,11 @@ impl WorkerBuilder {
             }
         };
         // Bytes on disk: the reserve on the file systems of the logs and the tasks'
-        // directories, and a scratch of its own for each command task where the worker may
-        // mount one (exec/disk.rs, exec/scratch.rs).
-        let task_dir = config.task_dir.clone().unwrap_or_else(std::env::temp_dir);
+        // directories (exec/disk.rs), and the scratch made above.
         let disk = Arc::new(crate::exec::DiskReserve::new(
             config.disk_reserve,
             [log_dir.path().to_path_buf(), task_dir.clone()],
         ));
-        let scratch = match (&*isolation, config.task_scratch) {
-            (Isolation::PerUser(_), true) => {
-                match crate::exec::Scratch::open(&task_dir, config.task_scratch_bytes) {
-                    Ok(scratch) => Some(Arc::new(scratch)),
-                    Err(why) => {
-                        tracing::warn!(%why, "command tasks get no scratch of their own: what they write in their home fills the disk of {}", task_dir.display());
-                        None
-                    }
-                }
-            }
-            (Isolation::Shared { .. }, true) => {
-                tracing::warn!(
-                    "command tasks get no scratch of their own: they run as the worker's user, which owns what they write"
-                );
-                None
-            }
-            (_, false) => None,
-        };
         // All are valid label text: words and numbers.
         let held = if scratch.is_some() {
             "reserve+scratch"

@@ -266,11 +266,9 @@ pub(crate) async fn run_task(
                 }
                 (outcome, _) => outcome,
             };
-            // Its scratch goes now, off the task's path: an unmount waits for an RCU grace
-            // period (milliseconds), which the report need not.
-            if let Some(scratch) = scratch {
-                tokio::task::spawn_blocking(move || drop(scratch));
-            }
+            // Its scratch goes now: the worker's scratch thread empties it for its user's next
+            // task (or unmounts it), off the task's path.
+            drop(scratch);
             outcome
         }
         TaskKind::Function { name, args } => {

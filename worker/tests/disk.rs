@@ -1,7 +1,7 @@
 //! Bytes on disk held per task, against real processes on a root worker (CI runs as root),
 //! whose log directory and tasks' directory are a small tmpfs the test mounts as the node's
 //! disk: a task flooding its home, its `TMPDIR` and its log fills its own scratch and fails
-//! saying so while another namespace's task beside it succeeds, and the scratch is gone when
+//! saying so while another namespace's task beside it succeeds, and the scratch is emptied when
 //! it ends; a node under its disk reserve starts nothing until space returns; a running task's
 //! log stops when the disk goes under the reserve.
 
@@ -139,7 +139,8 @@ fn stdout(done: &TaskFinished) -> String {
 /// A task of namespace `a` floods its log and then its home until a write fails; a task of
 /// namespace `b`, started beside it, writes 4 MiB into its own home afterwards and succeeds.
 /// The flood filled its own 8 MiB scratch (not the 48 MiB disk that holds the logs and the
-/// homes), failed with the reason, and its scratch is unmounted once it ended.
+/// homes), failed with the reason, and its scratch is emptied once it ended; none is mounted
+/// once the worker has stopped.
 #[tokio::test]
 async fn needs_root_a_flood_fills_its_own_scratch_and_the_neighbour_succeeds() {
     let disk = Disk::mount(48 << 20);
@@ -187,16 +188,26 @@ echo ok"#;
     // Its log stopped at the cap, on the disk.
     let tail = done[&1].output.as_ref().unwrap();
     assert!(tail.stdout_len < 300 * 1024, "{}", tail.stdout_len);
-    // The scratch directories are gone with their tasks (unmounted just after their ends
-    // are reported), and so is what they wrote.
-    bounded("the scratch directories to go", async {
-        while !disk.mounts_below().is_empty() {
+    // The scratch directories are emptied with their tasks (just after their ends are
+    // reported; each kept, empty, for its user's next task), and what they wrote is gone.
+    let emptied = |mount: &String| {
+        let mount = Path::new(mount);
+        std::fs::read_dir(mount).is_ok_and(|mut d| d.next().is_none())
+            && escher_worker::exec::space_of(mount).is_ok_and(|s| s.free == s.size)
+    };
+    bounded("the scratch directories to be emptied", async {
+        while !disk.mounts_below().iter().all(emptied) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     })
     .await;
     assert!(disk.free() > 40 << 20, "{} bytes free", disk.free());
     w.stop().await.unwrap();
+    assert_eq!(
+        disk.mounts_below(),
+        Vec::<String>::new(),
+        "mounted after the worker"
+    );
 }
 
 /// A task asking for `disk=2` gets a scratch of 2 MiB, not the default.

@@ -55,8 +55,11 @@
 //! warning say.
 //!
 //! Interpreters run as the user the worker gives the namespace's command tasks (a user of its
-//! own, in its own home directory, where the worker may change user; the worker's otherwise),
-//! with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR`, `PYTHONPATH` and `VIRTUAL_ENV`
+//! own where the worker may change user; the worker's otherwise), each in a scratch of its own
+//! where command tasks get one (a tmpfs of the default scratch size, its `HOME`, `TMPDIR` and
+//! working directory for its life, emptied when it ends: `exec/scratch.rs`), else in its
+//! user's home directory, with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR` (but for
+//! its scratch), `PYTHONPATH` and `VIRTUAL_ENV`
 //! (so the interpreter and its packages must be readable by that user); the task's own
 //! `ESCHER_*` variables are set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
 //! escher.Local)` act as the task).
@@ -198,6 +201,7 @@ pub(crate) fn install(
     functions: &mut FunctionRegistry,
     actors: &mut std::collections::BTreeMap<String, crate::actors::ActorClass>,
     isolation: Arc<Isolation>,
+    scratch: Option<Arc<crate::exec::Scratch>>,
 ) -> Result<(), WorkerError> {
     let offer = detect::resolve(mode, &isolation)?;
     for (key, value) in offer.labels() {
@@ -225,7 +229,7 @@ pub(crate) fn install(
             Amount::units(slots).map_err(|e| WorkerError::config("python-slots", e.to_string()))?;
         resources.insert(name, amount);
     }
-    let pool = Arc::new(Pool::new(found, isolation));
+    let pool = Arc::new(Pool::new(found, isolation, scratch));
     actors.insert(ACTOR_CLASS.to_string(), actor::class(Arc::clone(&pool)));
     functions.insert(
         FUNCTION.to_string(),
@@ -365,6 +369,9 @@ struct Pool {
     found: detect::Found,
     /// Whom interpreters run as: each namespace's own user, as its command tasks do.
     isolation: Arc<Isolation>,
+    /// Where each interpreter gets a scratch of its own (its `HOME` and `TMPDIR`, a tmpfs of
+    /// the default scratch size), as command tasks do; `None` where they get none.
+    scratch: Option<Arc<crate::exec::Scratch>>,
     /// Idle interpreters, by namespace ("" for none) and, for those of a pip environment, its
     /// interpreter (`NAMESPACE\0PATH`).
     idle: Mutex<HashMap<String, Vec<Interpreter>>>,
@@ -375,10 +382,15 @@ struct Pool {
 }
 
 impl Pool {
-    fn new(found: detect::Found, isolation: Arc<Isolation>) -> Pool {
+    fn new(
+        found: detect::Found,
+        isolation: Arc<Isolation>,
+        scratch: Option<Arc<crate::exec::Scratch>>,
+    ) -> Pool {
         Pool {
             found,
             isolation,
+            scratch,
             idle: Mutex::default(),
             blobs: Mutex::default(),
             envs: pip_env::Envs::default(),
@@ -583,7 +595,33 @@ impl Pool {
             .isolation
             .user_for((!ns.is_empty()).then_some(ns))
             .map_err(|why| format!("cannot run the task as its own user: {why}"))?;
+        // A scratch of its own, as a command task's: its HOME, TMPDIR and working directory,
+        // emptied when the interpreter goes (exec/scratch.rs).
+        let scratch = match (&self.scratch, &user) {
+            (Some(scratch), Some(user)) => {
+                static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+                let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Some(
+                    scratch
+                        .mount(&format!("python-{n}"), user.uid, scratch.default_bytes())
+                        .map_err(|why| {
+                            format!("cannot give a Python interpreter its scratch: {why}")
+                        })?,
+                )
+            }
+            _ => None,
+        };
+        let user = match (user, &scratch) {
+            (Some(user), Some(s)) => Some(TaskUser {
+                home: s.path().to_path_buf(),
+                ..user
+            }),
+            (user, _) => user,
+        };
         let mut command = Command::from(interpreter_command(exe, user.as_ref()));
+        if let Some(scratch) = &scratch {
+            command.env("TMPDIR", scratch.path());
+        }
         command.arg("-u").arg("-c").arg(RUNNER);
         // Made before the spawn, so that an interpreter is never started uncontained by a
         // cgroup that could not be made.
@@ -636,7 +674,12 @@ impl Pool {
         let stdin = child.stdin.take().expect("piped");
         let stdout = BufReader::new(child.stdout.take().expect("piped"));
         Ok(Interpreter {
-            process: Process { child, pid, cgroup },
+            process: Process {
+                child,
+                pid,
+                cgroup,
+                _scratch: scratch,
+            },
             stdin,
             stdout,
             ctl,
@@ -783,6 +826,9 @@ struct Process {
     /// group): what the functions it ran started is in it, whatever process group it left.
     /// It holds the limits of the task the interpreter runs (of its actor).
     cgroup: Option<crate::fence::HeldCgroup>,
+    /// Its scratch, its `HOME` and `TMPDIR`: emptied after the process group and the cgroup
+    /// are killed (dropped after them).
+    _scratch: Option<crate::exec::TaskScratch>,
 }
 
 impl Process {
@@ -1180,5 +1226,78 @@ mod tests {
         short.truncate(50);
         assert!(parse(short).unwrap_err().contains("truncated"));
         assert!(parse(call(0, 0, &[])).unwrap_err().contains("neither"));
+    }
+
+    /// On a root worker whose tasks run as users of their own, an interpreter starts with a
+    /// scratch of its own (a tmpfs of the default scratch size) as its `HOME`, `TMPDIR` and
+    /// working directory, its user's; the scratch is emptied once the interpreter is gone. The
+    /// "interpreter" is a script that prints what it got: what is tested is how the worker
+    /// starts one, not Python.
+    #[tokio::test]
+    async fn needs_root_a_python_interpreter_gets_a_scratch_of_its_own() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        use tokio::io::AsyncBufReadExt;
+        assert!(
+            nix::unistd::geteuid().is_root(),
+            "needs root: it mounts a tmpfs and changes user"
+        );
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = dir.path().join("python3");
+        std::fs::write(
+            &exe,
+            "#!/bin/sh\necho \"$HOME $TMPDIR $(pwd) $(id -u) $(stat -f -c '%b %S' \"$TMPDIR\")\"\n\
+             exec sleep 60\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let tasks = tempfile::tempdir().unwrap();
+        let isolation = Arc::new(
+            Isolation::resolve(crate::exec::TaskUsers::Auto, None, Some(tasks.path())).unwrap(),
+        );
+        let uid = isolation.user_for(Some("ns")).unwrap().unwrap().uid;
+        let scratch = Arc::new(crate::exec::Scratch::open(tasks.path(), 1 << 20).unwrap());
+        let found = detect::Found {
+            exe: exe.clone(),
+            version: "3.11.2".into(),
+            cloudpickle: "3.0.0".into(),
+        };
+        let pool = Pool::new(found, Arc::clone(&isolation), Some(Arc::clone(&scratch)));
+        let mut interp = pool
+            .spawn("ns", None, None, &crate::exec::TaskLimits::default())
+            .unwrap();
+        let mut line = String::new();
+        tokio::time::timeout(Duration::from_secs(30), interp.stdout.read_line(&mut line))
+            .await
+            .expect("the interpreter printed within 30 s")
+            .unwrap();
+        let got: Vec<&str> = line.split_whitespace().collect();
+        let [home, tmpdir, cwd, id, blocks, block] = got[..] else {
+            panic!("the interpreter printed {line:?}");
+        };
+        assert_eq!((tmpdir, cwd), (home, home), "{line}");
+        assert_eq!(id, uid.to_string(), "{line}");
+        let bytes = blocks.parse::<u64>().unwrap() * block.parse::<u64>().unwrap();
+        assert_eq!(
+            bytes,
+            1 << 20,
+            "its TMPDIR is not a scratch of 1 MiB: {line}"
+        );
+        let home = std::path::PathBuf::from(home);
+        assert!(home.starts_with(tasks.path()), "{line}");
+        let meta = std::fs::metadata(&home).unwrap();
+        assert_eq!((meta.uid(), meta.mode() & 0o7777), (uid, 0o700));
+        std::fs::write(home.join("left"), b"by the interpreter").unwrap();
+        drop(interp);
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while home.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the interpreter's scratch stayed"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        drop(pool);
+        drop(scratch);
     }
 }
