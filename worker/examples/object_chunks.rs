@@ -46,6 +46,7 @@ async fn serve(objects: NodeObjects, key: [u8; 32], chunk: usize) -> String {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_frame_size(escher_proto::data_channel::MAX_FRAME_BYTES)
             .add_service(
                 ObjectsServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
