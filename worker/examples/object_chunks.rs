@@ -10,7 +10,9 @@
 //! `127.0.0.1:0`, over a store on `/dev/shm`) serves one object of MIB MiB (default 256); it is
 //! fetched ROUNDS times (default 5) worker to worker (the fetcher into a second store) and
 //! worker to client (`escher_client::objects::fetch_object`, into one buffer). Printed: the
-//! median throughput of each, and that of one TCP stream on loopback moving the same bytes.
+//! median throughput of each, that of the same checked stream over a tonic `Endpoint` channel
+//! (16 KiB HTTP/2 frames, the chunks dropped: what the fetch ran on before
+//! `escher_proto::data_channel`), and that of one TCP stream on loopback moving the same bytes.
 
 use std::time::{Duration, Instant};
 
@@ -118,7 +120,7 @@ async fn main() {
     .sign(&key);
     let tcp = median(futures_tcp(size, rounds).await);
     println!("object {mib} MiB, {rounds} rounds, median GB/s; one loopback TCP stream: {tcp:.2}");
-    println!("chunk      worker->worker  worker->client");
+    println!("chunk      worker->worker  worker->client  tonic Endpoint (16 KiB frames), checked, dropped");
     let reader = store(2 * size as u64);
     for chunk in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
         let address = serve(holder.clone(), key, chunk).await;
@@ -127,8 +129,11 @@ async fn main() {
             address: address.clone(),
             ticket: ticket.clone(),
         }];
-        let (mut w2w, mut w2c) = (Vec::new(), Vec::new());
+        let (mut w2w, mut w2c, mut old) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..rounds {
+            let start = Instant::now();
+            assert_eq!(endpoint_fetch(&address, &ticket, id).await, size as u64);
+            old.push(gbps(size, start.elapsed()));
             let start = Instant::now();
             let view = fetch_object(&reader, id, None, &holders).await.unwrap();
             w2w.push(gbps(size, start.elapsed()));
@@ -143,12 +148,44 @@ async fn main() {
             assert_eq!(bytes.len(), size);
         }
         println!(
-            "{:>5} KiB  {:>14.2}  {:>14.2}",
+            "{:>5} KiB  {:>14.2}  {:>14.2}  {:>14.2}",
             chunk >> 10,
             median(w2w),
-            median(w2c)
+            median(w2c),
+            median(old)
         );
     }
+}
+
+/// The object's chunks fetched over a tonic `Endpoint` channel (HTTP/2's 16 KiB frames, the
+/// transfer windows), each checked and then dropped: the stream alone, for comparison with
+/// the data channel's large frames. Returns the bytes received.
+async fn endpoint_fetch(address: &str, ticket: &str, id: ObjectId) -> u64 {
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+        .unwrap()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .connect()
+        .await
+        .unwrap();
+    let mut rpc = escher_proto::wire::objects_client::ObjectsClient::new(channel)
+        .max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut stream = rpc
+        .fetch(escher_proto::wire::FetchRequest {
+            ticket: ticket.to_string(),
+            owner: id.owner(),
+            index: id.index(),
+            offset: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut reader = escher_proto::transfer::ChunkReader::new(Some(id), 0);
+    while let Some(chunk) = stream.message().await.unwrap() {
+        reader.accept(chunk).unwrap();
+    }
+    reader.finish().unwrap().size
 }
 
 async fn futures_tcp(size: usize, rounds: usize) -> Vec<f64> {
