@@ -42,9 +42,9 @@ pub mod backup;
 pub mod batch;
 pub mod codec;
 #[cfg(feature = "grpc")]
-pub mod data_channel;
-#[cfg(feature = "grpc")]
 pub mod convert;
+#[cfg(feature = "grpc")]
+pub mod data_channel;
 pub mod mig;
 #[cfg(feature = "grpc")]
 pub mod replicas;

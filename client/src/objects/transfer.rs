@@ -8,7 +8,9 @@
 
 use bytes::{Bytes, BytesMut};
 use escher_proto::data_channel::{self, DataChannel};
-use escher_proto::transfer::{CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError};
+use escher_proto::transfer::{
+    CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError,
+};
 use escher_proto::types::ObjectId;
 use escher_proto::wire::{self, objects_client::ObjectsClient};
 use std::time::Duration;
