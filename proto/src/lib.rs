@@ -24,11 +24,12 @@
 //!   client and the worker follow the leader through it.
 //! - [`transfer`]: object bytes on the data plane: cutting an object into checksummed chunks
 //!   and checking a stream of them (the `Objects` service's two ends).
+//! - [`data_channel`]: the HTTP/2 connection a transfer runs on, with large frames.
 //! - [`mig`]: a pure model of NVIDIA MIG: profile tables (A100-40GB/80GB, H100-80GB, H200),
 //!   legal layouts of instances, MIGM's reachability-guided placement, maximal layouts, and
 //!   MIGRator's reconfiguration latency.
 //!
-//! [`batch`], [`wire`], [`convert`] and [`transfer`] (and the access file's TLS and bearer-token helpers) are
+//! [`batch`], [`wire`], [`convert`], [`transfer`] and [`data_channel`] (and the access file's TLS and bearer-token helpers) are
 //! the gRPC edge, behind the default `grpc` feature; `escher-core` builds without it.
 //!
 //! Everything a user can get wrong is rejected by a constructor with a [`types::TypeError`]
@@ -42,6 +43,8 @@ pub mod batch;
 pub mod codec;
 #[cfg(feature = "grpc")]
 pub mod convert;
+#[cfg(feature = "grpc")]
+pub mod data_channel;
 pub mod mig;
 #[cfg(feature = "grpc")]
 pub mod replicas;

@@ -3,28 +3,43 @@
 //! numbers). Run in release:
 //!
 //! ```text
-//! cargo run --release -p escher-worker --no-default-features --example object_chunks -- [MIB] [ROUNDS]
+//! cargo run --release -p escher-worker --example object_chunks -- [MIB] [ROUNDS]
 //! ```
+//!
+//! (with the worker binary's jemalloc; `--no-default-features` for the system allocator).
 //!
 //! For each chunk size (256 KiB to 4 MiB), a holder's `Objects` service (the worker's own, on
 //! `127.0.0.1:0`, over a store on `/dev/shm`) serves one object of MIB MiB (default 256); it is
 //! fetched ROUNDS times (default 5) worker to worker (the fetcher into a second store) and
-//! worker to client (`escher_client::objects::fetch_object`, into one buffer). Printed: the
-//! median throughput of each, and that of one TCP stream on loopback moving the same bytes.
+//! worker to client (`escher_client::objects::fetch_object`, into one buffer), and the stream
+//! alone (each chunk checked, then dropped) on the data channel (`escher_proto::data_channel`,
+//! large frames) and on a tonic `Endpoint` channel (HTTP/2's 16 KiB frames, what fetches ran
+//! on before). Printed: for each, the median throughput and the median CPU time of the
+//! process (both ends) per transfer, which other load on the machine does not change; and the
+//! throughput of one TCP stream on loopback moving the same bytes.
 
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use escher_proto::NodeId;
+use escher_proto::data_channel;
 use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use escher_proto::types::{ObjectAccess, ObjectTicket, ticket_key};
+use escher_proto::wire::objects_client::ObjectsClient;
 use escher_proto::wire::objects_server::ObjectsServer;
 use escher_worker::objects::{
     Holder, NodeObjects, ObjectId, ObjectService, ObjectStore, StoreConfig, fetch_object,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tonic::codegen::{Body, StdError};
 
 const MIB: usize = 1 << 20;
+
+/// The worker binary's allocator, when built with it (the `bin` feature), so that the buffers
+/// a transfer allocates cost what they cost in a worker.
+#[cfg(feature = "bin")]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn store(capacity: u64) -> NodeObjects {
     NodeObjects::new(
@@ -46,6 +61,7 @@ async fn serve(objects: NodeObjects, key: [u8; 32], chunk: usize) -> String {
             .tcp_nodelay(true)
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_frame_size(escher_proto::data_channel::MAX_FRAME_BYTES)
             .add_service(
                 ObjectsServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -117,7 +133,12 @@ async fn main() {
     .sign(&key);
     let tcp = median(futures_tcp(size, rounds).await);
     println!("object {mib} MiB, {rounds} rounds, median GB/s; one loopback TCP stream: {tcp:.2}");
-    println!("chunk      worker->worker  worker->client");
+    println!(
+        "each way: median GB/s, median CPU ms per transfer (both ends); ways: worker->worker \
+         (fetch_object into a store) | worker->client (into a buffer) | the stream alone, \
+         checked and dropped, on the data channel (large frames) | the same on a tonic \
+         Endpoint channel (16 KiB frames)"
+    );
     let reader = store(2 * size as u64);
     for chunk in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
         let address = serve(holder.clone(), key, chunk).await;
@@ -126,28 +147,102 @@ async fn main() {
             address: address.clone(),
             ticket: ticket.clone(),
         }];
-        let (mut w2w, mut w2c) = (Vec::new(), Vec::new());
+        // Each way: the median throughput, and the process's CPU time (both ends, user and
+        // system) per transfer, which the machine's other load does not change.
+        let mut ways: [(Vec<f64>, Vec<f64>); 4] = Default::default();
         for _ in 0..rounds {
-            let start = Instant::now();
+            let (cpu, start) = (cpu_seconds(), Instant::now());
             let view = fetch_object(&reader, id, None, &holders).await.unwrap();
-            w2w.push(gbps(size, start.elapsed()));
+            record(&mut ways[0], size, start, cpu);
             assert_eq!(view.len() as usize, size);
             drop(view);
             reader.delete(id).unwrap();
-            let start = Instant::now();
+            let (cpu, start) = (cpu_seconds(), Instant::now());
             let bytes = escher_client::objects::fetch_object(&address, &ticket, id)
                 .await
                 .unwrap();
-            w2c.push(gbps(size, start.elapsed()));
+            record(&mut ways[1], size, start, cpu);
             assert_eq!(bytes.len(), size);
+            drop(bytes);
+            let (cpu, start) = (cpu_seconds(), Instant::now());
+            let channel = data_channel::connect(&address, Duration::from_secs(3))
+                .await
+                .unwrap();
+            let origin = channel.origin();
+            let rpc = ObjectsClient::with_origin(channel, origin);
+            assert_eq!(drain(rpc, &ticket, id).await, size as u64);
+            record(&mut ways[2], size, start, cpu);
+            let (cpu, start) = (cpu_seconds(), Instant::now());
+            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
+                .unwrap()
+                .tcp_nodelay(true)
+                .initial_stream_window_size(STREAM_WINDOW_BYTES)
+                .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+                .connect()
+                .await
+                .unwrap();
+            assert_eq!(
+                drain(ObjectsClient::new(channel), &ticket, id).await,
+                size as u64
+            );
+            record(&mut ways[3], size, start, cpu);
         }
-        println!(
-            "{:>5} KiB  {:>14.2}  {:>14.2}",
-            chunk >> 10,
-            median(w2w),
-            median(w2c)
-        );
+        print!("{:>5} KiB", chunk >> 10);
+        for (gbs, cpu) in ways {
+            print!("  {:>5.2} GB/s {:>5.0} ms", median(gbs), 1e3 * median(cpu));
+        }
+        println!();
     }
+}
+
+/// Records one transfer of `size` bytes that began at `start` with `cpu` seconds used.
+fn record(way: &mut (Vec<f64>, Vec<f64>), size: usize, start: Instant, cpu: f64) {
+    way.0.push(gbps(size, start.elapsed()));
+    way.1.push(cpu_seconds() - cpu);
+}
+
+/// The CPU time this process used so far, user and system, in seconds (`/proc/self/stat`,
+/// in clock ticks of 10 ms).
+fn cpu_seconds() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    // The fields after the command's closing parenthesis; utime and stime are the 14th and
+    // 15th of the line, the 12th and 13th of these.
+    let rest = &stat[stat.rfind(')').expect("a stat line") + 2..];
+    let ticks: Vec<f64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .map(|t| t.parse().expect("a tick count"))
+        .collect();
+    (ticks[0] + ticks[1]) / 100.0
+}
+
+/// Fetches the object over `rpc` and checks each chunk, then drops it: the stream alone, so
+/// that the data channel's large frames and a tonic `Endpoint` channel's 16 KiB frames compare
+/// with nothing else different. Returns the bytes received.
+async fn drain<T>(rpc: ObjectsClient<T>, ticket: &str, id: ObjectId) -> u64
+where
+    T: tonic::client::GrpcService<tonic::body::Body>,
+    T::Error: Into<StdError>,
+    T::ResponseBody: Body<Data = Bytes> + Send + 'static,
+    <T::ResponseBody as Body>::Error: Into<StdError> + Send,
+{
+    let mut rpc = rpc.max_decoding_message_size(MAX_MESSAGE_BYTES);
+    let mut stream = rpc
+        .fetch(escher_proto::wire::FetchRequest {
+            ticket: ticket.to_string(),
+            owner: id.owner(),
+            index: id.index(),
+            offset: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut reader = escher_proto::transfer::ChunkReader::new(Some(id), 0);
+    while let Some(chunk) = stream.message().await.unwrap() {
+        reader.accept(chunk).unwrap();
+    }
+    reader.finish().unwrap().size
 }
 
 async fn futures_tcp(size: usize, rounds: usize) -> Vec<f64> {

@@ -7,15 +7,14 @@
 //! worker only whole and checked, and nothing of a refused or broken push is kept there.
 
 use bytes::{Bytes, BytesMut};
+use escher_proto::data_channel::{self, DataChannel};
 use escher_proto::transfer::{
-    CHUNK_BYTES, CONNECTION_WINDOW_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta,
-    STREAM_WINDOW_BYTES, TransferError,
+    CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError,
 };
 use escher_proto::types::ObjectId;
 use escher_proto::wire::{self, objects_client::ObjectsClient};
 use std::time::Duration;
 use tonic::Code;
-use tonic::transport::{Channel, Endpoint};
 
 /// How long a connection to a worker's data plane may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -92,39 +91,23 @@ impl ObjectTransferError {
     }
 }
 
-/// A client of the `Objects` service at `address` (`HOST:PORT`), with raised HTTP/2 windows.
+/// A client of the `Objects` service at `address` (`HOST:PORT`), on a channel with raised
+/// HTTP/2 windows and large frames (`escher_proto::data_channel`).
 async fn connect(
     id: ObjectId,
     address: &str,
-) -> Result<ObjectsClient<Channel>, ObjectTransferError> {
-    let unreachable = |cause: String| ObjectTransferError::Unreachable {
-        id,
-        address: address.to_string(),
-        cause,
-    };
-    let channel = Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| unreachable(format!("not an address: {e}")))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .connect()
+) -> Result<ObjectsClient<DataChannel>, ObjectTransferError> {
+    let channel = data_channel::connect(address, CONNECT_TIMEOUT)
         .await
-        .map_err(|e| unreachable(error_chain(&e)))?;
-    Ok(ObjectsClient::new(channel)
+        .map_err(|e| ObjectTransferError::Unreachable {
+            id,
+            address: address.to_string(),
+            cause: e.to_string(),
+        })?;
+    let origin = channel.origin();
+    Ok(ObjectsClient::with_origin(channel, origin)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES))
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Object `id`'s bytes from the worker whose data plane is at `address`, with `ticket` (an

@@ -16,6 +16,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
 
+use escher_proto::data_channel::MAX_FRAME_BYTES;
 use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
 use escher_proto::wire::actors_server::ActorsServer;
 use escher_proto::wire::objects_server::ObjectsServer;
@@ -108,6 +109,8 @@ impl DataPlane {
                 // stream every 64 KiB for a round trip.
                 .initial_stream_window_size(STREAM_WINDOW_BYTES)
                 .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+                // A push's chunks in large frames, as a fetch's (escher_proto::data_channel).
+                .max_frame_size(MAX_FRAME_BYTES)
                 .add_service(service)
                 .add_service(objects)
                 .serve_with_incoming_shutdown(incoming, stop.cancelled_owned())

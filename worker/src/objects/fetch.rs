@@ -16,11 +16,9 @@ use std::fmt;
 use std::time::Duration;
 
 use escher_proto::NodeId;
-use escher_proto::transfer::{
-    CONNECTION_WINDOW_BYTES, ChunkReader, MAX_MESSAGE_BYTES, ObjectMeta, STREAM_WINDOW_BYTES,
-};
+use escher_proto::data_channel::{self, DataChannel};
+use escher_proto::transfer::{ChunkReader, MAX_MESSAGE_BYTES, ObjectMeta};
 use escher_proto::wire::{self, objects_client::ObjectsClient};
-use tonic::transport::{Channel, Endpoint};
 
 use super::{NodeObjects, ObjectError, ObjectId, ObjectView, ObjectWriter};
 
@@ -92,17 +90,14 @@ impl FetchError {
     }
 }
 
-/// A data-plane channel to `address` with the windows objects need.
-pub(crate) async fn connect(address: &str) -> Result<Channel, String> {
-    Endpoint::from_shared(format!("http://{address}"))
-        .map_err(|e| format!("bad data-plane address {address:?}: {e}"))?
-        .connect_timeout(CONNECT_TIMEOUT)
-        .tcp_nodelay(true)
-        .initial_stream_window_size(STREAM_WINDOW_BYTES)
-        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-        .connect()
+/// A client of the data plane at `address`, on a channel with the windows and frames
+/// objects need ([`data_channel`]).
+pub(crate) async fn connect(address: &str) -> Result<ObjectsClient<DataChannel>, String> {
+    let channel = data_channel::connect(address, CONNECT_TIMEOUT)
         .await
-        .map_err(|e| format!("cannot connect: {e}"))
+        .map_err(|e| e.to_string())?;
+    let origin = channel.origin();
+    Ok(ObjectsClient::with_origin(channel, origin).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Brings object `id` into this node's store from `holders` (see the module doc), records
@@ -217,9 +212,8 @@ async fn from_holder(
     copy: &mut Option<(ObjectWriter, ChunkReader)>,
 ) -> Result<Option<(ObjectWriter, ObjectMeta)>, String> {
     let start = std::time::Instant::now();
-    let channel = connect(&holder.address).await?;
+    let mut rpc = connect(&holder.address).await?;
     let connected = start.elapsed();
-    let mut rpc = ObjectsClient::new(channel).max_decoding_message_size(MAX_MESSAGE_BYTES);
     let offset = copy.as_ref().map_or(0, |(_, reader)| reader.received());
     let request = wire::FetchRequest {
         ticket: holder.ticket.clone(),
