@@ -699,3 +699,44 @@ def test_a_tasks_own_get_maps_a_copy_its_worker_brought_into_its_nodes_store(obj
     # The second task mapped the copy the first one's get brought: the same file.
     assert len(files) == 1, files
     assert sorted(out["holders"]) == sorted([out["first"], out["node"]]), out
+
+
+def test_a_tasks_large_result_is_read_where_it_was_made_from_the_store():
+    """A task given another's TaskRef (dataflow) whose result is kept as an object (above
+    100 KiB) is placed on the worker that made it, and reads it from that node's store (the
+    worker hands the interpreter the sealed file, not the bytes through its pipe): the values
+    arrive whole, bytes and a NumPy array."""
+    done = run_python(r'''
+import hashlib, os
+import numpy
+import escher
+escher.init(num_workers=2, resources={"cpu": 2})
+nodes = escher.nodes()
+for i, node in enumerate(nodes):
+    escher.set_resource(f"at-{i}", 1, escher.Node(node))
+
+def value(seed):
+    return bytes((i * 7 + seed) % 256 for i in range(1 << 20))
+
+@escher.remote
+def make(seed):
+    return int(os.environ["ESCHER_NODE_ID"]), value(seed), numpy.arange(1 << 18) * seed
+
+@escher.remote
+def read(made):
+    made_on, data, array = made
+    return (made_on, int(os.environ["ESCHER_NODE_ID"]), hashlib.sha256(data).hexdigest(),
+            int(array.sum()))
+
+for k in range(2):
+    for _ in range(2):
+        made = make.options(resources={"cpu": 1, f"at-{k}": 1}).remote(k + 1)
+        made_on, read_on, digest, total = escher.get(read.remote(made), timeout=120)
+        assert made_on == nodes[k], (made_on, nodes)
+        assert read_on == made_on, ("not placed where its argument's result is", read_on, made_on)
+        assert digest == hashlib.sha256(value(k + 1)).hexdigest()
+        assert total == (k + 1) * sum(range(1 << 18)), total
+print("read where made")
+''')
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "read where made" in done.stdout, done.stdout + done.stderr

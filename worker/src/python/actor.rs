@@ -207,7 +207,7 @@ impl PythonActor {
         let mut interp = pool.spawn(&ns, exe.as_deref(), ctx.cgroups(), &ctx.limits())?;
         // What the object prints, for as long as it lives, is the actor task's output.
         interp
-            .give_output(&ctx)
+            .give_output(&ctx, &[])
             .await
             .map_err(|e| format!("cannot give the actor's interpreter its log files: {e}"))?;
         interp

@@ -426,6 +426,23 @@ impl Pool {
             None => ns.clone(),
         };
         let dep_results = results(&ctx, &deps, "argument").await?;
+        // A result kept as an object in this node's store is handed over as its sealed file,
+        // after the object arguments' (at most MAX_HANDED_OVER descriptors in all), and its
+        // bytes are not in the frame: the interpreter maps it, as it maps an object argument.
+        let mut handed: Vec<crate::objects::ObjectView> = Vec::new();
+        let mut deps_inline: Vec<Bytes> = Vec::with_capacity(dep_results.len());
+        for result in dep_results {
+            match result {
+                DepResult::Object(view)
+                    if ctx.object_args().len() + handed.len() < MAX_HANDED_OVER =>
+                {
+                    deps_inline.push(Bytes::new());
+                    handed.push(view);
+                }
+                DepResult::Object(view) => deps_inline.push(view.bytes()),
+                DepResult::Inline(bytes) => deps_inline.push(bytes),
+            }
+        }
         let header = serde_json::json!({
             "task_id": ctx.task_id().0,
             "attempt": ctx.attempt(),
@@ -440,6 +457,7 @@ impl Pool {
             "objects": ctx
                 .object_args()
                 .iter()
+                .chain(&handed)
                 .map(|v| [v.id().0, v.id().1, v.len()])
                 .collect::<Vec<_>>(),
         })
@@ -465,10 +483,10 @@ impl Pool {
             } else {
                 self.blob(&ctx, &ns, hash, blob).await?
             };
-            let sent = match interp.give_output(&ctx).await {
+            let sent = match interp.give_output(&ctx, &handed).await {
                 Ok(()) => {
                     interp
-                        .send(header.as_bytes(), &function, &dep_results, &args)
+                        .send(header.as_bytes(), &function, &deps_inline, &args)
                         .await
                 }
                 Err(e) => Err(e),
@@ -705,7 +723,10 @@ impl Pool {
         {
             return Ok(bytes.clone());
         }
-        let bytes = results(ctx, &[blob], "function").await?.remove(0);
+        let bytes = results(ctx, &[blob], "function")
+            .await?
+            .remove(0)
+            .into_bytes();
         verify(&hash, &bytes, &format!("function stored by task {blob}"))?;
         let mut cache = self.blobs.lock().unwrap_or_else(|p| p.into_inner());
         if cache.1 + bytes.len() > BLOB_CACHE_BYTES {
@@ -718,9 +739,32 @@ impl Pool {
     }
 }
 
+/// A task's result as [`results`] finds it.
+enum DepResult {
+    /// Kept in the head (at most 100 KiB).
+    Inline(Bytes),
+    /// Kept as an object, now in this node's store (pinned while the view lives).
+    Object(crate::objects::ObjectView),
+}
+
+impl DepResult {
+    /// Its bytes (an object's: a view of the store's mapping, no copy).
+    fn into_bytes(self) -> Bytes {
+        match self {
+            DepResult::Inline(bytes) => bytes,
+            DepResult::Object(view) => view.bytes(),
+        }
+    }
+}
+
+/// The maximum number of store files handed to an interpreter with a task: object arguments
+/// and results together (`runner.py`'s `_MAX_OBJECT_FDS`, less its two log files); a result
+/// past it travels in the frame.
+const MAX_HANDED_OVER: usize = 62;
+
 /// The results of the tasks `ids` (each one succeeded: the scheduler started this task only
 /// then), fetched from the head with the task's credential, in the order given.
-async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes>, String> {
+async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<DepResult>, String> {
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -768,15 +812,15 @@ async fn results(ctx: &TaskContext, ids: &[u64], what: &str) -> Result<Vec<Bytes
             let view = crate::objects::args::bring(objects, ctx, object)
                 .await
                 .map_err(|e| format!("{what} task {id}'s result, object {object}: {e}"))?;
-            out.push(Ok(view.bytes()));
+            out.push(Ok(DepResult::Object(view)));
             continue;
         }
         out.push(Err(*id));
     }
     out.into_iter()
         .map(|r| match r {
-            Ok(bytes) => Ok(bytes),
-            Err(id) => inline(&by_id, id, what),
+            Ok(result) => Ok(result),
+            Err(id) => inline(&by_id, id, what).map(DepResult::Inline),
         })
         .collect()
 }
@@ -920,7 +964,11 @@ impl Interpreter {
     /// `.err`) and hands them to the interpreter, which points its stdout and stderr at them
     /// for the task it is sent next: what the function prints is the task's output, which
     /// `escher logs` reads, never the worker's.
-    async fn give_output(&mut self, ctx: &TaskContext) -> std::io::Result<()> {
+    async fn give_output(
+        &mut self,
+        ctx: &TaskContext,
+        results: &[crate::objects::ObjectView],
+    ) -> std::io::Result<()> {
         use std::os::fd::AsRawFd;
         let files = match ctx.logs() {
             Some(logs) => {
@@ -943,7 +991,7 @@ impl Interpreter {
         // user alone may open the store's directories): the interpreter maps the sealed file
         // itself, with no fetch and no copy, whichever user it runs as. The views in `ctx` pin
         // the files (neither spilled nor unlinked) until the task's answer.
-        let objects = open_object_args(ctx)?;
+        let objects = open_object_args(ctx, results)?;
         let mut fds = vec![files.0.as_raw_fd(), files.1.as_raw_fd()];
         fds.extend(objects.iter().map(|f| f.as_raw_fd()));
         let cmsg = [nix::sys::socket::ControlMessage::ScmRights(&fds)];
@@ -1023,10 +1071,15 @@ impl Drop for Process {
 }
 
 /// Opens the sealed file of each of the task's object arguments (in `ctx.object_args()`'s
-/// order) read-only, for the interpreter to map (`give_output`).
-fn open_object_args(ctx: &TaskContext) -> std::io::Result<Vec<std::fs::File>> {
+/// order), then of each result in `results`, read-only, for the interpreter to map
+/// (`give_output`).
+fn open_object_args(
+    ctx: &TaskContext,
+    results: &[crate::objects::ObjectView],
+) -> std::io::Result<Vec<std::fs::File>> {
     ctx.object_args()
         .iter()
+        .chain(results)
         .map(|view| {
             std::fs::File::open(view.path()).map_err(|e| {
                 std::io::Error::new(

@@ -96,6 +96,21 @@ def _map_objects(entries, fds):
     return mapped
 
 
+def _result_bytes(tid, data, mapped):
+    """The pickled result of argument task ``tid``: in the frame (``data``), or, where the
+    frame has none (a pickle is never empty), the task's result object of this node's store,
+    which the worker handed over with the task and was mapped here (no copy through the pipe)."""
+    if data:
+        return data
+    view = mapped.get((tid, 0))
+    if view is None:
+        raise _LoadError(
+            f"the result of task {tid} is an object of this node's store that could not be "
+            f"mapped here (the worker's descriptors did not match its list)"
+        )
+    return view
+
+
 def _resolve_objects(args, kwargs, mapped=None):
     """The arguments with each escher.ObjectRef given as an argument itself replaced by its
     object's value: mapped from this node's store where the worker handed its file over
@@ -269,7 +284,8 @@ def _run(frame, functions, object_fds=()):
         fn = functions.get(key)
         if fn is None:
             return 2, b"the worker sent no function and this interpreter holds none with its hash"
-        results = {tid: _loads(data, f"result of task {tid}") for tid, data in zip(header["deps"], deps)}
+        results = {tid: _loads(_result_bytes(tid, data, mapped), f"result of task {tid}")
+                   for tid, data in zip(header["deps"], deps)}
         spec, kwargs = _loads(args_bytes, "arguments")
         args = [results[value] if kind == "ref" else value for kind, value in spec]
     except _LoadError as e:
