@@ -86,6 +86,18 @@ async fn namespaces_are_admitted_by_their_decayed_usage() {
         .collect();
 
     let decisions = policy.round(now_ms()).await.unwrap();
+    // What the head said just after the round read it, for a failure's message (once, in CI
+    // under load, the round admitted all four jobs: as if it had seen no CPU to limit them).
+    let nodes: Vec<_> = client
+        .cluster_status()
+        .await
+        .map(|s| {
+            s.nodes
+                .into_iter()
+                .map(|n| (n.id, n.alive, n.resources))
+                .collect()
+        })
+        .unwrap_or_default();
     let admitted: Vec<_> = decisions
         .iter()
         .filter_map(|d| match d {
@@ -95,7 +107,7 @@ async fn namespaces_are_admitted_by_their_decayed_usage() {
         .collect();
     assert_eq!(
         admitted, light,
-        "the light namespace goes first: {decisions:?}"
+        "the light namespace goes first: {decisions:?}; the nodes after the round: {nodes:?}"
     );
     for job in &heavy {
         assert_eq!(policy.state(*job).unwrap(), JobState::Waiting);

@@ -316,9 +316,7 @@ impl AccessFile {
 
     /// Replaces the file at `path` with this one (written aside, then renamed over it).
     pub fn replace(&self, path: &Path) -> Result<(), AccessError> {
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
-        // A leftover of a process that had this pid before (a link is removed, not followed).
-        let _ = std::fs::remove_file(&tmp);
+        let tmp = aside(path, "tmp");
         write_private(&tmp, self)?;
         std::fs::rename(&tmp, path).map_err(|source| AccessError::Io {
             path: path.to_path_buf(),
@@ -327,11 +325,22 @@ impl AccessFile {
     }
 }
 
+/// A name beside `path` for one write of this process's own: the pid and 64 random bits.
+/// The pid alone is not enough: heads in containers that share the directory on a volume all
+/// run as pid 1, and one's write would remove or take another's.
+fn aside(path: &Path, what: &str) -> PathBuf {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the operating system's random number generator failed");
+    path.with_extension(format!(
+        "{what}.{}.{}",
+        std::process::id(),
+        hex::encode(bytes)
+    ))
+}
+
 /// Writes `file` to `path` if nothing is there yet; `false` if something is.
 fn create_exclusive(path: &Path, file: &AccessFile) -> Result<bool, AccessError> {
-    let tmp = path.with_extension(format!("new.{}", std::process::id()));
-    // A leftover of a process that had this pid before (a link is removed, not followed).
-    let _ = std::fs::remove_file(&tmp);
+    let tmp = aside(path, "new");
     write_private(&tmp, file)?;
     let linked = std::fs::hard_link(&tmp, path);
     let _ = std::fs::remove_file(&tmp);
@@ -591,7 +600,8 @@ mod tests {
         ensure_free(&fresh).unwrap();
         write_credential_file(&fresh, &file).unwrap();
         assert_eq!(AccessFile::read(&fresh).unwrap(), file);
-        // Replacing the access file (its URLs grew) goes on despite a leftover temporary file.
+        // Replacing the access file (its URLs grew) goes on beside a link planted where a
+        // temporary file once went (names are now random as well): nothing is written through it.
         let leftover = fresh.with_extension(format!("tmp.{}", std::process::id()));
         std::os::unix::fs::symlink(&target, &leftover).unwrap();
         file.replace(&fresh).unwrap();

@@ -155,11 +155,16 @@ fn create_new(path: &Path, text: &str, mode: u32) -> Result<bool, TlsError> {
         path: path.to_path_buf(),
         source,
     };
-    let tmp = path.with_extension(format!("new.{}", std::process::id()));
-    // A leftover of a process that had this pid before goes (a link is removed, not followed),
-    // and the file is created new (`O_EXCL`, which refuses a symbolic link too): a key is never
-    // written through a link.
-    let _ = std::fs::remove_file(&tmp);
+    // A name of this write's own: heads in containers sharing the directory on a volume all
+    // run as pid 1, so a pid alone once named one file for three heads, and one head linked
+    // another's key beside its own certificate (rustls then refused the pair: "keys may not
+    // be consistent"). The file is created new (`O_EXCL`, which refuses a symbolic link too):
+    // a key is never written through a link.
+    let tmp = path.with_extension(format!(
+        "new.{}.{:016x}",
+        std::process::id(),
+        rand::random::<u64>()
+    ));
     {
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create_new(true);
@@ -187,6 +192,42 @@ fn create_new(path: &Path, text: &str, mode: u32) -> Result<bool, TlsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Heads that start together on one directory agree on one certificate, and it is the
+    /// key's. Threads of one process share its pid, as heads in containers (each pid 1) on one
+    /// volume do: with a scratch file named by the pid, one head linked another's key beside
+    /// its own certificate.
+    #[test]
+    fn heads_generating_together_agree_on_one_certificate_for_the_key() {
+        use base64::Engine as _;
+        let ip: IpAddr = "127.0.0.1".parse().unwrap();
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            let identities: Vec<TlsIdentity> = std::thread::scope(|s| {
+                let heads: Vec<_> = (0..4)
+                    .map(|_| s.spawn(|| TlsIdentity::generated(dir.path(), ip).unwrap()))
+                    .collect();
+                heads.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for identity in &identities {
+                assert_eq!(identity, &identities[0]);
+            }
+            let key = rcgen::KeyPair::from_pem(&identities[0].key_pem).unwrap();
+            let spki = rcgen::PublicKeyData::der_bytes(&key).to_vec();
+            let body: String = identities[0]
+                .cert_pem
+                .lines()
+                .filter(|l| !l.starts_with("-----"))
+                .collect();
+            let der = base64::engine::general_purpose::STANDARD
+                .decode(body)
+                .unwrap();
+            assert!(
+                der.windows(spki.len()).any(|w| w == spki.as_slice()),
+                "the certificate is not the key's"
+            );
+        }
+    }
 
     #[test]
     fn a_generated_identity_is_kept_and_its_key_is_private() {
