@@ -56,9 +56,16 @@ fn refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>) -> (tonic::Code
 
 /// What an attack must leave exactly as it was.
 /// The durable state a refused call must leave as it was: the cluster status without what the
-/// workers' heartbeats refresh on their own (each node's fence report), and the tasks.
+/// workers' heartbeats refresh on their own (each node's fence report), and the tasks (without
+/// their start times, which the workers' start reports set).
 async fn snapshot(admin: &Client) -> (ClusterStatus, Vec<TaskSummary>) {
-    let tasks = admin.list_tasks(None, None).await.unwrap();
+    let mut tasks = admin.list_tasks(None, None).await.unwrap();
+    // A running task's start moves from its assignment's time to the worker's when the
+    // worker's report of it lands, which may be after `running` saw the task assigned (seen
+    // in CI under load): no refused call changes it.
+    for task in &mut tasks {
+        task.started_at_ms = None;
+    }
     let mut status = status(admin).await;
     for node in &mut status.nodes {
         node.fence = None;
