@@ -291,32 +291,41 @@ impl Task {
     /// task's `escher.result-args` label, at most 256 bytes: about twenty tasks).
     pub fn result_arg(self, task: TaskId) -> Task {
         use escher_proto::types::{RESULT_ARGS_LABEL, format_result_args, parse_result_args};
-        let mut tasks = self
-            .labels
-            .get(RESULT_ARGS_LABEL)
-            .and_then(|v| parse_result_args(v).ok())
-            .unwrap_or_default();
-        if !tasks.contains(&task) {
-            tasks.push(task);
-        }
-        let value = format_result_args(&tasks);
-        self.label(RESULT_ARGS_LABEL, &value)
+        self.listed(
+            RESULT_ARGS_LABEL,
+            task,
+            |v| parse_result_args(v).ok(),
+            format_result_args,
+        )
     }
 
     /// [`object_arg`](Self::object_arg) by id (an object this client does not hold a
     /// reference to, such as another task's result).
     pub fn object_arg_id(self, id: escher_proto::types::ObjectId) -> Task {
         use escher_proto::types::{OBJECTS_LABEL, format_object_args, parse_object_args};
-        let mut ids = self
-            .labels
-            .get(OBJECTS_LABEL)
-            .and_then(|v| parse_object_args(v).ok())
-            .unwrap_or_default();
-        if !ids.contains(&id) {
-            ids.push(id);
+        self.listed(
+            OBJECTS_LABEL,
+            id,
+            |v| parse_object_args(v).ok(),
+            format_object_args,
+        )
+    }
+
+    /// Adds `item` to the list label `key` (read with `parse`, written with `format`) unless
+    /// it is there already.
+    fn listed<T: PartialEq>(
+        self,
+        key: &str,
+        item: T,
+        parse: impl Fn(&str) -> Option<Vec<T>>,
+        format: impl Fn(&[T]) -> String,
+    ) -> Task {
+        let mut items = self.labels.get(key).and_then(parse).unwrap_or_default();
+        if !items.contains(&item) {
+            items.push(item);
         }
-        let value = format_object_args(&ids);
-        self.label(OBJECTS_LABEL, &value)
+        let value = format(&items);
+        self.label(key, &value)
     }
 
     /// Runs the task up to `n` more times after a failure or a lost node.
