@@ -124,12 +124,13 @@ async fn a_partitioned_workers_actor_is_fenced_before_its_next_incarnation_takes
         "{view:?}"
     );
     assert!(cluster.worker_running("w1"), "w1 was cut off, not killed");
+    // Fenced by the runtime's lease timer, or by the actor's own check when a call reached it
+    // first (the caller goes on calling across the partition): either way, said in the log.
+    let output = cluster.worker_output("w1");
     assert!(
-        cluster
-            .worker_output("w1")
-            .contains("ending the actors and function tasks this worker hosts"),
-        "w1 fenced its actor:\n{}",
-        cluster.worker_output("w1")
+        output.contains("ending the actors and function tasks this worker hosts")
+            || output.contains("ending an actor this worker hosts: the worker's lease ran out"),
+        "w1 fenced its actor:\n{output}"
     );
 
     // The caller saw incarnation 1 on w1, then incarnation 2 on w2, never back; a call that

@@ -146,6 +146,24 @@ impl Live {
         lock(&self.why).get_or_insert(why);
         self.ended.cancel();
     }
+
+    /// Ends the incarnation because the worker's lease has run out, if it has: a call reached
+    /// it (or finished in it) before the runtime's own fence did (`Runtime::fence`), which
+    /// then finds it ended already. Said in the worker's log either way.
+    fn fence_if_lapsed(&self) -> bool {
+        let Some(why) = self.lease.lapsed() else {
+            return false;
+        };
+        if !self.ended.is_cancelled() {
+            tracing::warn!(
+                incarnation = self.incarnation,
+                %why,
+                "ending an actor this worker hosts: the worker's lease ran out"
+            );
+        }
+        self.end(why);
+        true
+    }
 }
 
 /// The classes a worker can host, the incarnations it hosts now, and its ticket key.
@@ -408,8 +426,7 @@ fn serve_dynamic(
                     Err(_) => break,
                 },
             };
-            if let Some(why) = live.lease.lapsed() {
-                live.end(why);
+            if live.fence_if_lapsed() {
                 let _ = call.reply.send(CallOutcome::Died(live.why()));
                 break;
             }
@@ -420,11 +437,7 @@ fn serve_dynamic(
                     _ if live.ended.is_cancelled() => CallOutcome::Died(live.why()),
                     // It ended after the lease ran out (the worker was stopped while it ran):
                     // not the answer of a live actor, whose next incarnation may serve now.
-                    _ if live.lease.lapsed().is_some() => {
-                        let why = live.lease.lapsed().unwrap_or_default();
-                        live.end(why);
-                        CallOutcome::Died(live.why())
-                    }
+                    _ if live.fence_if_lapsed() => CallOutcome::Died(live.why()),
                     Ok(bytes) => CallOutcome::Returned(bytes.into()),
                     Err(why) => CallOutcome::Error(why),
                 };
@@ -471,8 +484,7 @@ fn serve(
             }
         });
         let Some(call) = next else { break };
-        if let Some(why) = live.lease.lapsed() {
-            live.end(why.clone());
+        if live.fence_if_lapsed() {
             let _ = call.reply.send(CallOutcome::Died(live.why()));
             break;
         }
@@ -491,11 +503,10 @@ fn serve(
             let _ = call.reply.send(CallOutcome::Died(live.why()));
             break;
         }
-        if let (Some(why), true) = (live.lease.lapsed(), ran.is_ok()) {
+        if ran.is_ok() && live.fence_if_lapsed() {
             // The lease ran out while the method ran (the worker was stopped in it) and the
             // fence has not ended the incarnation yet: its answer is not a live actor's
             // either, and the head may have started the next incarnation.
-            live.end(why);
             let _ = call.reply.send(CallOutcome::Died(live.why()));
             break;
         }
