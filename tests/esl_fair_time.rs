@@ -85,9 +85,20 @@ async fn namespaces_are_admitted_by_their_decayed_usage() {
         })
         .collect();
 
+    // A round reads the cluster's capacity from the head's status, where a worker that has
+    // registered shows its resources only once its stream has attached: until then the round
+    // sees no CPU and admits nothing (it once admitted all four here, when a resource no node
+    // had counted as unlimited).
+    cluster
+        .wait_status("the worker's CPUs in the head's status", |s| {
+            s.nodes
+                .iter()
+                .any(|n| n.alive && n.resources.iter().any(|r| r.name.as_str() == "cpu"))
+                .then_some(())
+        })
+        .await;
     let decisions = policy.round(now_ms()).await.unwrap();
-    // What the head said just after the round read it, for a failure's message (once, in CI
-    // under load, the round admitted all four jobs: as if it had seen no CPU to limit them).
+    // What the head said just after the round read it, for a failure's message.
     let nodes: Vec<_> = client
         .cluster_status()
         .await

@@ -114,8 +114,12 @@ type Candidate<'e> = (
 pub struct Arbiter {
     config: FairTimeConfig,
     usage: DecayedUsage,
-    /// Finite capacity per resource; a resource not here is not limited by capacity.
+    /// Finite capacity per resource; a resource not here is not limited by capacity, unless
+    /// `closed`.
     capacity: Vector,
+    /// Whether `capacity` names everything the cluster has, so that a resource it does not
+    /// name has none ([`Arbiter::set_cluster_capacity`]).
+    closed: bool,
     waiting: BTreeMap<JobId, Entry>,
     admitted: BTreeMap<JobId, Entry>,
     next: u64,
@@ -129,6 +133,7 @@ impl Arbiter {
             usage: DecayedUsage::new(config.half_life),
             config,
             capacity: Vector::new(),
+            closed: false,
             waiting: BTreeMap::new(),
             admitted: BTreeMap::new(),
             next: 0,
@@ -143,6 +148,17 @@ impl Arbiter {
     /// The cluster's finite capacity, per resource (a resource not named is not limited).
     pub fn set_capacity(&mut self, capacity: &ResourceSet) {
         self.capacity = vector(capacity);
+        self.closed = false;
+    }
+
+    /// Everything the cluster has, per resource (an unbounded one at
+    /// [`Amount::MAX`](escher_proto::types::Amount::MAX)): a job that asks for a resource
+    /// not named here does not fit, and waits until some node has it. What
+    /// [`FairTime`](super::FairTime) reads from the cluster each round: a cluster with no live
+    /// node (or one whose worker has not attached yet) admits nothing.
+    pub fn set_cluster_capacity(&mut self, capacity: &ResourceSet) {
+        self.capacity = vector(capacity);
+        self.closed = true;
     }
 
     /// A job arrives; it waits until a [`decide`](Arbiter::decide) admits it. Refused if its
@@ -292,7 +308,7 @@ impl Arbiter {
     pub fn decide(&mut self, now_ms: u64) -> Vec<Decision> {
         self.usage.advance(now_ms);
         let factor: BTreeMap<String, f64> = self.factors();
-        let mut round = Round::new(&self.config, &self.capacity, factor);
+        let mut round = Round::new(&self.config, &self.capacity, self.closed, factor);
         for e in self.admitted.values() {
             round.take(e);
         }

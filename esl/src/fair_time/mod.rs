@@ -14,7 +14,8 @@
 //!
 //! **Construction.** [`FairTime`] drives the arbiter over a [`ClusterApi`]: jobs are submitted
 //! to it, not to the cluster; each [`FairTime::round`] reads the cluster's capacity
-//! (`cluster_status`: the finite totals of live nodes), learns which of its tasks ended from
+//! (`cluster_status`: the totals of live nodes; a resource no live node has is none, so a job
+//! asking for it waits), learns which of its tasks ended from
 //! the watch API's `Finished` events, asks the arbiter, then carries the decisions out:
 //! `submit` for an admission, `cancel` for a preemption. A preempted job whose spec says
 //! [`OnPreempt::Requeue`] waits again in its place and is submitted anew when admitted again
@@ -220,9 +221,12 @@ impl<C: ClusterApi> FairTime<C> {
         let mut capacity: BTreeMap<_, u64> = BTreeMap::new();
         for node in status.nodes.iter().filter(|n| n.alive) {
             for r in &node.resources {
-                if let Capacity::Finite(total) = r.total {
-                    *capacity.entry(r.name.clone()).or_default() += total.raw();
-                }
+                let total = match r.total {
+                    Capacity::Finite(total) => total.raw(),
+                    Capacity::Unbounded => Amount::MAX.raw(),
+                };
+                let sum = capacity.entry(r.name.clone()).or_default();
+                *sum = sum.saturating_add(total);
             }
         }
         let mut capacity_set = ResourceSet::new();
@@ -239,7 +243,7 @@ impl<C: ClusterApi> FairTime<C> {
                     }
                 }
             }
-            inner.arbiter.set_capacity(&capacity_set);
+            inner.arbiter.set_cluster_capacity(&capacity_set);
             let decisions = inner.arbiter.decide(now_ms);
             let submit: Vec<(JobId, TaskSpec)> = decisions
                 .iter()

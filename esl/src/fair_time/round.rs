@@ -61,6 +61,8 @@ pub(super) fn within(held: &Vector, guarantee: &Vector) -> bool {
 pub(super) struct Round<'a> {
     config: &'a FairTimeConfig,
     capacity: &'a Vector,
+    /// Whether a resource `capacity` does not name has none (else: no limit).
+    closed: bool,
     /// Each namespace's guarantee.
     guarantees: BTreeMap<&'a str, Vector>,
     /// Each namespace's cohort: its name, or the namespace's own for one in none.
@@ -82,11 +84,13 @@ impl<'a> Round<'a> {
     pub(super) fn new(
         config: &'a FairTimeConfig,
         capacity: &'a Vector,
+        closed: bool,
         factor: BTreeMap<String, f64>,
     ) -> Round<'a> {
         let mut round = Round {
             config,
             capacity,
+            closed,
             guarantees: BTreeMap::new(),
             cohort_of: BTreeMap::new(),
             quota: BTreeMap::new(),
@@ -143,7 +147,7 @@ impl<'a> Round<'a> {
         let capacity = self.capacity;
         let room = job.demand.iter().all(|(k, a)| match capacity.get(k) {
             Some(c) => self.used.get(k).copied().unwrap_or(0) + a <= *c,
-            None => true,
+            None => !self.closed,
         });
         if !room {
             return false;

@@ -162,6 +162,32 @@ fn mig_slices_weigh_their_compute_slices() {
     assert!((cost - (2.0 + 16.0 / 7.0)).abs() < 1e-9, "{cost}");
 }
 
+/// The cluster's capacity as a round reads it names everything the cluster has: a job that
+/// asks for a resource no node has waits, and so does every job while no node's capacity is
+/// known yet (a worker that has registered and not attached shows none). A capacity given
+/// with `set_capacity` limits only what it names.
+#[test]
+fn a_resource_the_cluster_does_not_have_admits_nothing_until_it_appears() {
+    let config = FairTimeConfig::new(HalfLife::from_secs(600.0).unwrap())
+        .namespace(Namespace::new("a"))
+        .unwrap();
+    let mut arbiter = Arbiter::new(config);
+    let cpu = arbiter.arrive(job("a", "cpu=1")).unwrap();
+    let gpu = arbiter.arrive(job("a", "cpu=1,gpu=1")).unwrap();
+
+    arbiter.set_cluster_capacity(&ResourceSet::new());
+    assert_eq!(admitted(&arbiter.decide(0)), [], "no capacity known yet");
+    arbiter.set_cluster_capacity(&set("cpu=4"));
+    assert_eq!(admitted(&arbiter.decide(1)), [cpu], "no node has a GPU");
+    arbiter.set_cluster_capacity(&set("cpu=4,gpu=1"));
+    assert_eq!(admitted(&arbiter.decide(2)), [gpu]);
+
+    let mut open = Arbiter::new(arbiter.config().clone());
+    let other = open.arrive(job("a", "cpu=1,gpu=1")).unwrap();
+    open.set_capacity(&set("cpu=4"));
+    assert_eq!(admitted(&open.decide(0)), [other], "only cpu is limited");
+}
+
 /// Two namespaces keep the cluster busy; `a` ran the whole cluster for the day before.
 #[test]
 fn heavy_past_usage_gets_less_until_it_decays() {
