@@ -206,11 +206,14 @@ impl TaskContext {
     }
 
     /// Reports the copy of `object` this node sealed (a fetched argument), so that the head
-    /// records it and publishes its location on this node.
+    /// records it and publishes its location on this node. `Ok(Some(why))` when the head did
+    /// not record it (it left the copy out, as for an object freed since it was located, or
+    /// refused it): the copy counts nowhere and should go. An error is a report whose outcome
+    /// is not known (the head could not be reached in time).
     pub(crate) async fn report_copy(
         &self,
         object: &crate::objects::ObjectView,
-    ) -> Result<(), WorkerError> {
+    ) -> Result<Option<String>, WorkerError> {
         let request = wire::ObjectsSealedRequest {
             copies: vec![wire::SealedObject {
                 id: Some(object.id().into()),
@@ -225,13 +228,29 @@ impl TaskContext {
                 let request = request.clone();
                 async move { rpc.objects_sealed(request).await }
             })
-            .await?;
-        match reply.into_inner().dropped.into_iter().next() {
-            Some(dropped) => Err(WorkerError::BadReply {
-                call: "objects_sealed",
-                why: format!("the head did not record the copy: {}", dropped.reason),
-            }),
-            None => Ok(()),
+            .await;
+        match reply {
+            Ok(reply) => Ok(reply
+                .into_inner()
+                .dropped
+                .into_iter()
+                .next()
+                .map(|dropped| dropped.reason)),
+            // The head's own answer, after the command was applied and refused (another
+            // namespace, the namespace's byte quota): nothing was recorded.
+            Err(WorkerError::Rpc { status, .. })
+                if matches!(
+                    status.code(),
+                    tonic::Code::FailedPrecondition
+                        | tonic::Code::InvalidArgument
+                        | tonic::Code::NotFound
+                        | tonic::Code::PermissionDenied
+                        | tonic::Code::ResourceExhausted
+                ) =>
+            {
+                Ok(Some(status.message().to_string()))
+            }
+            Err(err) => Err(err),
         }
     }
 

@@ -518,3 +518,55 @@ async fn a_task_fetches_from_the_holders_its_assign_names_and_asks_the_head_only
     );
     runner.worker.stop().await.unwrap();
 }
+
+/// A copy the head does not record (its object was freed between the worker's look-up and its
+/// report) counts nowhere, so it must not stay in the store: the task that fetched it still
+/// reads it whole, and the store lets it go once the task has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetched_copy_the_head_leaves_out_is_deleted_once_its_task_is_done() {
+    let mut holders_head = FakeHead::start(Duration::from_millis(200)).await;
+    holders_head.number_nodes_from(50);
+    let mut head = FakeHead::start(Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let holder = WorkerProcess::start(&mut holders_head, dir.path(), "holder", 64 << 20).await;
+    let (kept, freed) = (ObjectId(8, 0), ObjectId(8, 1));
+    let values = [data(MIB, 80), data(MIB + 1, 81)];
+    holder.push(kept, values[0].clone()).await;
+    holder.push(freed, values[1].clone()).await;
+    let runner = Runner::start(&mut head, dir.path()).await;
+    head.leave_out_copies(freed, "object 8.1 was freed");
+
+    let given = vec![
+        located(kept, &values[0], vec![copy_at(&holder, holder.read(kept))]),
+        located(freed, &values[1], vec![copy_at(&holder, holder.read(freed))]),
+    ];
+    let done = runner.run(&mut head, 1, &[kept, freed], given).await;
+    let whole = |id: ObjectId, v: &Bytes| (id.to_string(), v.len() as u64, crc32c::crc32c(v));
+    assert_eq!(
+        returned(&done),
+        vec![whole(kept, &values[0]), whole(freed, &values[1])],
+        "the task read both whole"
+    );
+    assert_eq!(head.sealed(), vec![(kept, runner.node)]);
+
+    // The recorded copy is served; the one left out is gone from the store.
+    let read = |id: ObjectId| {
+        ObjectTicket {
+            node: runner.node,
+            access: ObjectAccess::Read,
+            objects: vec![id],
+            expiry_ms: now_ms() + 60_000,
+            namespace: Some("team".into()),
+        }
+        .sign(&runner.key)
+    };
+    let got = client_fetch(&runner.address, &read(kept), kept)
+        .await
+        .unwrap();
+    assert_eq!(got, values[0]);
+    let e = client_fetch(&runner.address, &read(freed), freed)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    runner.worker.stop().await.unwrap();
+}

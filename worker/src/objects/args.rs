@@ -225,9 +225,22 @@ async fn from_holders(
             info.checksum
         ));
     }
-    if !local && let Err(err) = ctx.report_copy(&view).await {
-        // The task has its bytes; only the head's map of copies misses this one.
-        tracing::warn!(object = %id, %err, "could not report a fetched copy");
+    if !local {
+        match ctx.report_copy(&view).await {
+            Ok(None) => {}
+            // Counted nowhere (its object was freed since it was located, or the copy was
+            // refused): the task still reads it, and the store lets it go once the task does.
+            Ok(Some(why)) => {
+                tracing::info!(object = %id, %why, "the head did not record a fetched copy; \
+                               deleting it once the task lets go of it");
+                if let Err(err) = objects.delete(id) {
+                    tracing::warn!(object = %id, %err, "could not delete a fetched copy");
+                }
+            }
+            // The task has its bytes; only the head's map of copies may miss this one (the
+            // worker's next attach reports it again, and the head adopts it or has it deleted).
+            Err(err) => tracing::warn!(object = %id, %err, "could not report a fetched copy"),
+        }
     }
     tracing::debug!(object = %id, size = view.len(), ?fetched, reported = ?(start.elapsed() - fetched), "brought into this node's store");
     Ok(view)

@@ -74,6 +74,9 @@ struct State {
     locate_calls: Vec<ObjectId>,
     /// The copies reported with `ObjectsSealed`: each object with its node.
     sealed: Vec<(ObjectId, NodeId)>,
+    /// Objects whose reported copies `ObjectsSealed` leaves out, with why (as a real head does
+    /// for an object freed since it was located).
+    left_out: BTreeMap<ObjectId, String>,
 }
 
 #[derive(Clone)]
@@ -127,6 +130,7 @@ impl FakeHead {
             located: BTreeMap::new(),
             locate_calls: Vec::new(),
             sealed: Vec::new(),
+            left_out: BTreeMap::new(),
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
         let (msg_tx, messages) = mpsc::unbounded_channel();
@@ -224,6 +228,11 @@ impl FakeHead {
     /// The copies reported with `ObjectsSealed` so far, each object with its node.
     pub fn sealed(&self) -> Vec<(ObjectId, NodeId)> {
         self.state().sealed.clone()
+    }
+
+    /// From now on `ObjectsSealed` leaves out the copies of object `id`, saying `why`.
+    pub fn leave_out_copies(&self, id: ObjectId, why: &str) {
+        self.state().left_out.insert(id, why.to_string());
     }
 
     /// Sends `msg` on the current stream, in a batch of its own.
@@ -451,12 +460,19 @@ impl Cluster for Services {
     ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
         let copies = request.into_inner().copies;
         let mut state = self.state.lock().expect("state");
+        let mut reply = wire::ObjectsSealedReply::default();
         for copy in copies {
-            if let Some(id) = copy.id {
-                state.sealed.push((id.into(), NodeId(copy.node)));
+            let Some(key) = copy.id else { continue };
+            let id: ObjectId = key.into();
+            match state.left_out.get(&id) {
+                Some(why) => reply.dropped.push(wire::DroppedCopy {
+                    id: Some(id.into()),
+                    reason: why.clone(),
+                }),
+                None => state.sealed.push((id, NodeId(copy.node))),
             }
         }
-        Ok(Response::new(wire::ObjectsSealedReply::default()))
+        Ok(Response::new(reply))
     }
     async fn release_objects(
         &self,
