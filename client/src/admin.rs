@@ -100,8 +100,10 @@ impl Client {
             node: node.0,
             key: Some(ticket.key().into()),
         };
-        self.call_write("drain", Some(ticket.key()), false, |mut rpc| async move { rpc.drain(request).await })
-            .await?;
+        self.call_write("drain", Some(ticket.key()), false, |mut rpc| async move {
+            rpc.drain(request).await
+        })
+        .await?;
         Ok(())
     }
 

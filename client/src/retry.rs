@@ -714,7 +714,12 @@ mod tests {
             ms(1_000),
             2,
         );
-        let step = r.step("http://b".into(), Answered::Failed { sent: false }, ms(1_100), 2);
+        let step = r.step(
+            "http://b".into(),
+            Answered::Failed { sent: false },
+            ms(1_100),
+            2,
+        );
         assert_eq!(step, Step::Fail);
         let full = ClientError::Unavailable {
             url: "http://b".into(),

@@ -1175,9 +1175,9 @@ impl World {
             ChangeAnswer::Again(hint, why, refusal) if self.options.client_rules => {
                 self.note(format!("the operator's change is not taken ({why})"));
                 let answered = match refusal {
-                    Refusal::NotLeader => hint.map_or(Answered::NoLeader, |l| {
-                        Answered::Leader(Replica(l))
-                    }),
+                    Refusal::NotLeader => {
+                        hint.map_or(Answered::NoLeader, |l| Answered::Leader(Replica(l)))
+                    }
                     Refusal::InDoubt => Answered::MayStillCommit {
                         leader: hint.map(Replica),
                     },
@@ -2006,7 +2006,9 @@ impl World {
             // Raft dropped it (another change was pending): the head answers ABORTED.
             None => ChangeAnswer::Again(None, "its entry was replaced".into(), Refusal::Aborted),
             // Another leader's entry took its index: "not leader".
-            Some(_) => ChangeAnswer::Again(None, "its entry was replaced".into(), Refusal::NotLeader),
+            Some(_) => {
+                ChangeAnswer::Again(None, "its entry was replaced".into(), Refusal::NotLeader)
+            }
         };
         self.change_answer(attempt, answer);
     }

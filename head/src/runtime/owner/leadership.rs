@@ -206,7 +206,10 @@ mod tests {
             escher_proto::replicas::may_still_commit(&status),
             "{status:?}"
         );
-        assert!(status.message().contains("may still be applied"), "{status:?}");
+        assert!(
+            status.message().contains("may still be applied"),
+            "{status:?}"
+        );
         // Still a "not leader" answer, for a caller that only follows the leader (a worker).
         assert_ne!(
             escher_proto::replicas::answer(&status),
