@@ -23,7 +23,7 @@ impl Client {
         });
         request.key = Some(ticket.key().into());
         let reply = self
-            .call(|mut rpc| {
+            .call_write("create_token", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.create_token(request).await }
             })
@@ -84,7 +84,7 @@ impl Client {
             key: Some(ticket.key().into()),
         };
         let reply = self
-            .call(|mut rpc| {
+            .call_write("revoke_token", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.revoke_token(request).await }
             })
@@ -100,8 +100,10 @@ impl Client {
             node: node.0,
             key: Some(ticket.key().into()),
         };
-        self.call(|mut rpc| async move { rpc.drain(request).await })
-            .await?;
+        self.call_write("drain", Some(ticket.key()), false, |mut rpc| async move {
+            rpc.drain(request).await
+        })
+        .await?;
         Ok(())
     }
 
@@ -123,7 +125,7 @@ impl Client {
             key: Some(ticket.key().into()),
         };
         let reply = self
-            .call(|mut rpc| {
+            .call_write("label_node", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.label_node(request).await }
             })
@@ -148,7 +150,7 @@ impl Client {
             reason: reason.to_string(),
             key: Some(ticket.key().into()),
         };
-        self.call(|mut rpc| {
+        self.call_write("record_decision", Some(ticket.key()), false, |mut rpc| {
             let request = request.clone();
             async move { rpc.record_decision(request).await }
         })

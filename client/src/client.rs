@@ -52,6 +52,12 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024 * 1024;
 const DEFAULT_WAIT_SLICE: Duration = Duration::from_secs(30);
 /// How long a call keeps looking for a leader (through an election, a replica that died).
 pub const DEFAULT_FAILOVER_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long a call waits on a replica that went silent (frozen, its machine gone, the network
+/// cut) before the call fails and goes to the next replica: the connection's HTTP/2 keep-alive
+/// interval and ping timeout (`escher_proto::replicas`). The deterministic simulation's clients
+/// wait this long for an answer.
+pub const SILENT_REPLICA_TIMEOUT: Duration = escher_proto::replicas::KEEP_ALIVE_INTERVAL
+    .saturating_add(escher_proto::replicas::KEEP_ALIVE_TIMEOUT);
 /// The request metadata with which a read accepts a possibly stale answer.
 const READ_METADATA: &str = "escher-read";
 
@@ -525,6 +531,13 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
 
 /// What a failed call's status tells the retry rules (`retry.rs`).
 fn answered(status: &tonic::Status) -> Answered<String> {
+    if escher_proto::replicas::may_still_commit(status) {
+        let leader = match answer(status) {
+            Answer::Leader(leader) => Some(leader.trim_end_matches('/').to_string()),
+            _ => None,
+        };
+        return Answered::MayStillCommit { leader };
+    }
     match answer(status) {
         Answer::Leader(leader) => Answered::Leader(leader.trim_end_matches('/').to_string()),
         Answer::NoLeader => Answered::NoLeader,
@@ -555,6 +568,26 @@ fn answered(status: &tonic::Status) -> Answered<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_write_the_replica_proposed_and_could_not_answer_for_may_still_commit() {
+        let mut status = tonic::Status::unavailable("not the leader");
+        status.metadata_mut().insert(
+            escher_proto::replicas::LEADER_METADATA,
+            "http://b:1/".parse().unwrap(),
+        );
+        assert_eq!(answered(&status), Answered::Leader("http://b:1".into()));
+        status.metadata_mut().insert(
+            escher_proto::replicas::OUTCOME_METADATA,
+            escher_proto::replicas::MAY_STILL_COMMIT.parse().unwrap(),
+        );
+        assert_eq!(
+            answered(&status),
+            Answered::MayStillCommit {
+                leader: Some("http://b:1".into())
+            }
+        );
+    }
 
     #[tokio::test]
     async fn urls_are_normalised_and_checked() {

@@ -124,8 +124,8 @@ pub enum ClientError {
     /// applies it at most once (`escher submit --key KEY`, within the ten minutes a head
     /// remembers a client's writes).
     #[error(
-        "the {call} may or may not have been applied: {cause}; retry it under the same \
-         idempotency key to apply it at most once (escher submit --key {key} ...)"
+        "the {call} may or may not have been applied: {cause}; {}",
+        retry_hint(call, key)
     )]
     UnknownOutcome {
         /// Which call (`submit`).
@@ -715,5 +715,22 @@ mod tests {
              refused (is escher-head running? set --head or ESCHER_HEAD)"
         );
         assert!(e.is_retryable());
+    }
+}
+
+/// What an [`ClientError::UnknownOutcome`] tells its reader to do: a submit is sent again under
+/// its key (`escher submit --key`); another write is checked before it is made again (a new
+/// call carries a new key).
+fn retry_hint(call: &str, key: &str) -> String {
+    if call == "submit" {
+        format!(
+            "retry it under the same idempotency key to apply it at most once (escher submit \
+             --key {key} ...)"
+        )
+    } else {
+        format!(
+            "check whether it took effect before making it again (it was sent under \
+             idempotency key {key}; a new call carries a new key)"
+        )
     }
 }

@@ -109,7 +109,7 @@ impl Client {
         let mut request = wire::ApplyMigLayoutRequest::from(request);
         request.key = Some(ticket.key().into());
         let reply = self
-            .call(|mut rpc| {
+            .call_write("apply_mig_layout", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.apply_mig_layout(request).await }
             })

@@ -20,6 +20,10 @@
 //! Writes are safe to retry because each carries one idempotency key for all its attempts
 //! (`escher_proto::types::KeyIssuer`): if the first attempt was applied and only its reply was
 //! lost, the head answers the retry with the recorded reply.
+//! A "not leader" that also carries the `escher-outcome: may-still-commit` entry comes from a
+//! replica that had proposed the write and lost the lead before it committed: it is followed
+//! the same way, and leaves the write's outcome open (`retry.rs`), so that a call that gives up
+//! after it says the outcome is unknown instead of "not applied".
 
 use std::sync::Arc;
 use std::time::Duration;

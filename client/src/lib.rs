@@ -135,7 +135,7 @@ pub use blocking::BlockingClient;
 #[cfg(feature = "grpc")]
 pub use client::{
     Client, DEFAULT_FAILOVER_TIMEOUT, DEFAULT_HEAD_URL, ENV_HEAD, ENV_NAMESPACE, ENV_TASK_ID,
-    MAX_MESSAGE_BYTES, caller_task_from_env,
+    MAX_MESSAGE_BYTES, SILENT_REPLICA_TIMEOUT, caller_task_from_env,
 };
 #[cfg(feature = "grpc")]
 pub use credentials::Credentials;

@@ -86,7 +86,7 @@ impl Client {
         request.key = Some(ticket.key().into());
         self.check_size("reserve", &request)?;
         let reply = self
-            .call(|mut rpc| {
+            .call_write("reserve", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.reserve(request).await }
             })

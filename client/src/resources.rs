@@ -113,7 +113,7 @@ impl Client {
         request.key = Some(ticket.key().into());
         self.check_size("set_resources", request)?;
         let reply = self
-            .call(|mut rpc| {
+            .call_write("set_resources", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.set_resources(request).await }
             })

@@ -28,9 +28,13 @@
 //!   [`ClientError::Unavailable`], listing each replica's last answer and when it came;
 //! - any other failure ([`Answered::Failed`]: the replica's own answer, a deadline) ends the call
 //!   with that error;
+//! - a replica that had proposed the write and stopped leading before it committed
+//!   ([`Answered::MayStillCommit`]: raft may still commit the entry under the next leader) is
+//!   followed as a "not leader" is, and leaves the write's outcome open;
 //! - a write's outcome is unknown once an attempt may have reached a replica whose answer never
 //!   came ([`Answered::Unreachable`] or [`Answered::Failed`] with `sent`; or a stream that
-//!   broke before the call, [`Retry::already_sent`]): then any failure but a refusal is
+//!   broke before the call, [`Retry::already_sent`]), or was proposed by a replica that could
+//!   not answer for it ([`Answered::MayStillCommit`]): then any failure but a refusal is
 //!   [`ClientError::UnknownOutcome`] ([`Retry::outcome`]), whose cause first names the attempt
 //!   that left the outcome open, then what the call ended with, so that it never reads as a
 //!   plain "no leader" (issue 46).
@@ -66,6 +70,14 @@ pub enum Answered<R> {
     Leader(R),
     /// The replica does not lead and knows no leader (an election, or no majority).
     NoLeader,
+    /// The replica had proposed the write to the group and stopped leading (or stalled, or
+    /// began to stop) before its entry committed: the write may still commit under the next
+    /// leader, or never. Followed like [`Answered::Leader`] (or [`Answered::NoLeader`] without
+    /// a leader), and it leaves the outcome open.
+    MayStillCommit {
+        /// The leader it named, if it knew one.
+        leader: Option<R>,
+    },
     /// The replica is stopping gracefully and refused the call without processing it.
     GoingAway,
     /// The replica is down, or the connection broke mid-call.
@@ -192,6 +204,11 @@ impl<R: Clone + Ord + Display> Retry<R> {
                     Some(format!("the call broke before its answer ({what})"))
                 }
                 Answered::Failed { sent: true } => Some("the call failed before its answer".into()),
+                Answered::MayStillCommit { .. } => Some(
+                    "the replica had proposed it to the group and stopped leading before it \
+                     committed (it may still commit under the next leader)"
+                        .into(),
+                ),
                 _ => None,
             };
             if let Some(broke) = broke {
@@ -204,11 +221,18 @@ impl<R: Clone + Ord + Display> Retry<R> {
                 });
             }
         }
+        let what = summary(&answered);
+        // Past the open outcome, an answer that it may still commit is one of "not leader".
+        let answered = match answered {
+            Answered::MayStillCommit { leader: Some(l) } => Answered::Leader(l),
+            Answered::MayStillCommit { leader: None } => Answered::NoLeader,
+            other => other,
+        };
         self.seen.insert(
             replica,
             Seen {
                 after,
-                what: summary(&answered),
+                what,
                 names: match &answered {
                     Answered::Leader(leader) => Some(leader.clone()),
                     _ => None,
@@ -318,6 +342,13 @@ fn summary<R: Display>(answered: &Answered<R>) -> String {
     match answered {
         Answered::Leader(leader) => format!("up, not the leader (it names {leader})"),
         Answered::NoLeader => "up, no leader known (an election, or no majority)".to_string(),
+        Answered::MayStillCommit { leader } => format!(
+            "up, stopped leading before the write committed (it may still commit){}",
+            leader
+                .as_ref()
+                .map(|l| format!("; it names {l}"))
+                .unwrap_or_default()
+        ),
         Answered::GoingAway => "stopping (it refused the call unprocessed)".to_string(),
         Answered::Unreachable { sent: false, .. } => {
             "down (the connection was refused)".to_string()
@@ -621,6 +652,81 @@ mod tests {
         let r = retry();
         let err = r.outcome("submit", None, ClientError::Usage("x".into()));
         assert!(matches!(err, ClientError::Usage(_)));
+    }
+
+    #[test]
+    fn a_write_that_may_still_commit_is_followed_and_its_outcome_stays_open_to_the_end() {
+        // a proposed it and lost the lead, naming b: b is called at once.
+        let mut r = retry();
+        let step = r.step(
+            "http://a".into(),
+            Answered::MayStillCommit {
+                leader: Some("http://b".into()),
+            },
+            ms(1_200),
+            2,
+        );
+        assert_eq!(step, Step::Follow("http://b".to_string()));
+        assert!(r.maybe_applied());
+        // Without a leader to name: the next replica after a pause.
+        let mut alone = retry();
+        let step = alone.step(
+            "http://a".into(),
+            Answered::MayStillCommit { leader: None },
+            ms(1_000),
+            2,
+        );
+        assert_eq!(step, Step::Next(PAUSE_MIN));
+        assert!(alone.maybe_applied());
+        // b knows no leader until the time is up: the call gives up, and says the write's
+        // outcome is unknown, naming the replica that proposed it.
+        let Step::Unavailable { message } =
+            r.step("http://b".into(), Answered::NoLeader, ms(16_500), 2)
+        else {
+            panic!("not unavailable")
+        };
+        assert!(
+            message.contains("http://a 0.2s in: up, stopped leading before the write committed"),
+            "{message}"
+        );
+        let err = r.outcome("submit", Some(key_of(3)), r.unavailable(message));
+        let ClientError::UnknownOutcome { key, cause, .. } = &err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(key, "1-3");
+        assert!(
+            cause.starts_with(
+                "the request went out to http://a 0.2s in and the replica had proposed it to the \
+                 group and stopped leading before it committed (it may still commit under the \
+                 next leader); after that: "
+            ),
+            "{cause}"
+        );
+        assert!(
+            cause.contains("no head replica answered as the leader"),
+            "{cause}"
+        );
+        // A replica's own answer after it (a full disk): still unknown, not a plain failure.
+        let mut r = retry();
+        r.step(
+            "http://a".into(),
+            Answered::MayStillCommit { leader: None },
+            ms(1_000),
+            2,
+        );
+        let step = r.step(
+            "http://b".into(),
+            Answered::Failed { sent: false },
+            ms(1_100),
+            2,
+        );
+        assert_eq!(step, Step::Fail);
+        let full = ClientError::Unavailable {
+            url: "http://b".into(),
+            message: "refuses writes: the disk is full".into(),
+        };
+        let err = r.outcome("submit", Some(key_of(4)), full);
+        assert!(matches!(err, ClientError::UnknownOutcome { .. }), "{err}");
     }
 
     fn key_of(seq: u64) -> RequestKey {

@@ -285,12 +285,15 @@ fn answered(
         Some(error) => {
             let status = tonic::Status::from(error);
             let leads = answer(&status) == Answer::Other;
+            // A replica that stopped leading after it proposed the request cannot tell whether
+            // it commits: as open as an answer that never came.
+            let sent = leads || escher_proto::replicas::may_still_commit(&status);
             let error = client.error_from(status);
             if !error.refused_as_a_whole() {
                 // Not the leader, shutting down, ...: the outcome is unknown (unless the
-                // replica said it does not lead), and the unary path follows the leader and
-                // retries under the same key.
-                unary.spawn(send_unary(client.clone(), request, leads));
+                // replica said it does not lead and had not proposed it), and the unary path
+                // follows the leader and retries under the same key.
+                unary.spawn(send_unary(client.clone(), request, sent));
                 return leads;
             }
             Err(error)

@@ -315,7 +315,7 @@ impl Client {
         let mut request = wire::CancelRequest::from(request);
         request.key = Some(ticket.key().into());
         let reply = self
-            .call(|mut rpc| {
+            .call_write("cancel", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.cancel(request).await }
             })
@@ -346,7 +346,7 @@ impl Client {
             key: Some(ticket.key().into()),
         };
         let reply = self
-            .call(|mut rpc| {
+            .call_write("requeue", Some(ticket.key()), false, |mut rpc| {
                 let request = request.clone();
                 async move { rpc.requeue(request).await }
             })

@@ -9,6 +9,12 @@
 //! [`Replicas::follow`] switches to a named leader (adding a URL it did not know) and
 //! [`Replicas::rotate`] tries the next replica.
 //!
+//! A write the replica had already proposed to the group when it stopped leading (or stalled
+//! on a full disk, or began to stop) is answered the same way, with the [`OUTCOME_METADATA`]
+//! entry as well: the entry may still commit under the next leader, or never, and that replica
+//! cannot tell which. [`may_still_commit`] reads that; a caller that gives up on such a write
+//! must say its outcome is unknown.
+//!
 //! Every channel has the same connection settings: a connect timeout, and HTTP/2 keep-alive
 //! pings while idle, so that a replica that vanished without closing its connections (a crashed
 //! machine, a cut network) fails the calls and streams on them instead of leaving them waiting.
@@ -21,6 +27,21 @@ use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
 /// The response metadata key of a "not leader" answer (its value: the leader's URL, or empty).
 pub const LEADER_METADATA: &str = "escher-leader";
+
+/// The response metadata key of an answer to a write the replica had proposed to the group and
+/// can no longer answer for (it stopped leading before the entry committed): the write may still
+/// commit. Its value is [`MAY_STILL_COMMIT`].
+pub const OUTCOME_METADATA: &str = "escher-outcome";
+/// The value of [`OUTCOME_METADATA`].
+pub const MAY_STILL_COMMIT: &str = "may-still-commit";
+
+/// Whether a failed write's status says the write may still commit ([`OUTCOME_METADATA`]).
+pub fn may_still_commit(status: &tonic::Status) -> bool {
+    status
+        .metadata()
+        .get(OUTCOME_METADATA)
+        .is_some_and(|v| v.as_bytes() == MAY_STILL_COMMIT.as_bytes())
+}
 
 /// How long a connection attempt may take.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
@@ -344,5 +365,12 @@ mod tests {
         assert_eq!(answer(&none), Answer::NoLeader);
         assert_eq!(answer(&tonic::Status::unavailable("down")), Answer::Other);
         assert_eq!(answer(&tonic::Status::not_found("x")), Answer::Other);
+        assert!(!may_still_commit(&named));
+        named
+            .metadata_mut()
+            .insert(OUTCOME_METADATA, MAY_STILL_COMMIT.parse().unwrap());
+        assert!(may_still_commit(&named));
+        // Still a "not leader" answer for a caller that knows nothing of outcomes (a worker).
+        assert_eq!(answer(&named), Answer::Leader("http://h:9".into()));
     }
 }

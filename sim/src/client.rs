@@ -90,6 +90,10 @@ pub struct Client {
     pub unknown: Vec<Write>,
     /// Task ids this client's submits got back.
     pub ids: Vec<TaskId>,
+    /// The (index, term) of each proposal the call under way made (one per attempt a leader
+    /// took): if the call ends with an error that says the write was not applied, none of them
+    /// may commit.
+    pub proposed: Vec<(u64, u64)>,
 }
 
 impl Client {
@@ -106,6 +110,7 @@ impl Client {
             answered: Vec::new(),
             unknown: Vec::new(),
             ids: Vec::new(),
+            proposed: Vec::new(),
         }
     }
 
@@ -129,6 +134,7 @@ impl Client {
     /// A new call of the write in flight begins at `now`: its retry rules start afresh.
     pub fn call(&mut self, now: Duration) {
         self.retry = Retry::new("the simulated replicas", FAILOVER, now);
+        self.proposed.clear();
     }
 
     /// Whether the answer to send `attempt` is awaited: it is the latest send of the write in

@@ -60,6 +60,11 @@ struct Args {
     /// they ran (with --old-client-rules).
     #[arg(long)]
     no_duplicate_assignments: bool,
+    /// A replica that stops leading answers the writes it proposed "not leader", as the head
+    /// did before, instead of "it may still commit": the checker's own test (a caller is told
+    /// a write was not applied that then commits).
+    #[arg(long)]
+    no_in_doubt_answers: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -77,6 +82,7 @@ fn main() -> anyhow::Result<()> {
         hand_overs: !args.no_hand_overs,
         client_rules: !args.old_client_rules,
         duplicate_assignments: !args.no_duplicate_assignments,
+        in_doubt_answers: !args.no_in_doubt_answers,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -118,8 +124,10 @@ fn main() -> anyhow::Result<()> {
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
-         {:.0} acknowledged writes, {:.2} unknown outcomes, {:.1} task executions, {:.2} tasks \
-         fenced, {:.2} nodes declared lost",
+         {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
+         still commit\" ({:.2} of them committed after all), {:.2} membership-change calls with \
+         an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
+         lost",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
@@ -136,6 +144,9 @@ fn main() -> anyhow::Result<()> {
         per(sum.lost),
         per(sum.acknowledged),
         per(sum.unknown_outcomes),
+        per(sum.in_doubt),
+        per(sum.in_doubt_committed),
+        per(sum.unknown_change_outcomes),
         per(sum.executions),
         per(sum.fenced),
         per(sum.nodes_lost),

@@ -33,7 +33,7 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use escher_client::ClientError;
-use escher_client::retry::{Answered, Step};
+use escher_client::retry::{Answered, Retry, Step};
 use escher_core::state::{Command, Effect, Joining, SecretHash, StateConfig};
 use escher_head::replication::sim::{SimOutput, SimReplica};
 use escher_head::replication::{NotAccepted, SimDisk};
@@ -59,8 +59,11 @@ use workers::{FromWorker, Owner};
 const T0: u64 = 1_800_000_000_000;
 /// How often a replica ticks (the head's default).
 const TICK_MS: u64 = 50;
-/// How long a client waits for an answer before it sends again elsewhere.
-const CLIENT_TIMEOUT_MS: u64 = 1_000;
+/// How long a client (and the operator) waited for an answer before it sent again elsewhere,
+/// under the simulation's own rules of before ([`Options::client_rules`] off). Under the real
+/// client's rules it is the real client's figure, `escher_client::SILENT_REPLICA_TIMEOUT`
+/// (the HTTP/2 keep-alive's interval and ping timeout: 3 s); see [`World::call_timeout_ms`].
+const OLD_CLIENT_TIMEOUT_MS: u64 = 1_000;
 /// How long the quiet end lasts: no faults, no new writes; the group must converge.
 const QUIET_MS: u64 = 10_000;
 /// With workers, how long after the history ends the group is given to converge (the
@@ -112,6 +115,11 @@ pub struct Options {
     /// reconciliation does): the worker's `Protocol` must run it once, and the history checker
     /// fails a run where an attempt ran twice. Off, a seed replays as it ran before.
     pub duplicate_assignments: bool,
+    /// A replica that stops leading (or stops) answers the writes it proposed and cannot answer
+    /// for that they may still commit, as the head does. Off, it answers "not leader", as the
+    /// head did before: the checker's own test (a call then tells its caller a write was not
+    /// applied that committed).
+    pub in_doubt_answers: bool,
 }
 
 impl Default for Options {
@@ -129,6 +137,7 @@ impl Default for Options {
             hand_overs: true,
             client_rules: true,
             duplicate_assignments: true,
+            in_doubt_answers: true,
         }
     }
 }
@@ -170,6 +179,14 @@ pub struct Stats {
     /// Client calls that ended with an unknown outcome (the real client's retry rules), each
     /// sent again under the same key.
     pub unknown_outcomes: u64,
+    /// Proposals (clients' writes and the operator's changes) answered "it may still commit":
+    /// the replica that proposed them stopped leading, or stopped, before they committed.
+    pub in_doubt: u64,
+    /// Of those, the ones whose entry the group committed after all (under the next leader).
+    pub in_doubt_committed: u64,
+    /// The operator's membership-change calls that ended with an unknown outcome (each made
+    /// again as a new call).
+    pub unknown_change_outcomes: u64,
     /// Snapshots a replica installed from its leader.
     pub snapshots: u64,
     /// fsyncs (cycles that wrote).
@@ -240,6 +257,9 @@ impl Stats {
             acknowledged,
             sends,
             unknown_outcomes,
+            in_doubt,
+            in_doubt_committed,
+            unknown_change_outcomes,
             snapshots,
             fsyncs,
             torn,
@@ -268,6 +288,9 @@ impl Stats {
         self.acknowledged += acknowledged;
         self.sends += sends;
         self.unknown_outcomes += unknown_outcomes;
+        self.in_doubt += in_doubt;
+        self.in_doubt_committed += in_doubt_committed;
+        self.unknown_change_outcomes += unknown_change_outcomes;
         self.snapshots += snapshots;
         self.fsyncs += fsyncs;
         self.torn += torn;
@@ -403,7 +426,25 @@ enum ChangeAnswer {
     /// Applied by the group.
     Done,
     /// Not taken now (not the leader, a change already pending, a full disk): again later.
-    Again(Option<u64>, String),
+    /// The leader named, if any; why, in words; and how the real head would have answered.
+    Again(Option<u64>, String, Refusal),
+}
+
+/// How the real head answers a membership change that it did not apply, as the real client's
+/// retry rules read it (`escher_client::retry::Answered`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// "Not leader" (UNAVAILABLE with the leader's URL or none): nothing was proposed, or
+    /// another leader's entry took the proposal's index.
+    NotLeader,
+    /// The replica proposed it and stopped leading (or stopped) before it committed: it may
+    /// still commit (`escher-outcome: may-still-commit`).
+    InDoubt,
+    /// ABORTED: another change is pending, or raft dropped this one; `escher heads` asks again
+    /// 200 ms later.
+    Aborted,
+    /// The replica's own refusal (a full disk, a change raft or the group refuses).
+    Refused,
 }
 
 /// A planned membership change.
@@ -426,12 +467,17 @@ struct Operator {
     attempt: u64,
     /// The replica it asks next.
     target: u64,
+    /// The real client's retry rules of the call under way ([`Options::client_rules`]).
+    retry: Option<Retry<Replica>>,
 }
 
 #[derive(Debug, Clone)]
 enum Answer {
     Done(Result<escher_core::state::Reply, String>),
     NotLeader(Option<u64>),
+    /// The replica proposed the write and stopped leading (or stopped) before it committed: it
+    /// may still commit. The leader it names, if any.
+    MayStillCommit(Option<u64>),
     /// The replica's disk is full: try again later.
     Busy(String),
 }
@@ -535,6 +581,29 @@ pub struct World {
     task_ms: (u64, u64),
     /// When the workers' history ended (with workers, before the group is left to converge).
     history_end: Option<u64>,
+    /// The term of the entry committed at each index (as any replica applied it).
+    committed: BTreeMap<u64, u64>,
+    /// The (index, term) of every proposal answered "it may still commit".
+    in_doubt: Vec<(u64, u64)>,
+    /// The requests (client, send; the operator as `usize::MAX`) a replica received: under the
+    /// real client's rules a copy the network duplicated is dropped, as a request on an HTTP/2
+    /// stream reaches the server once (raft's messages are still duplicated).
+    received: BTreeSet<(usize, u64)>,
+    /// Calls that ended with an error that is not an unknown outcome (the caller takes the
+    /// write as not applied), with the (index, term) of each proposal their attempts made: none
+    /// of those may commit.
+    denied: Vec<Denied>,
+}
+
+/// A client's call that ended with an error other than an unknown outcome.
+#[derive(Debug)]
+struct Denied {
+    client: usize,
+    key: escher_proto::types::RequestKey,
+    /// The (index, term) of each proposal its attempts made.
+    proposed: Vec<(u64, u64)>,
+    /// The error, in words.
+    error: String,
 }
 
 /// A pause in whole simulated milliseconds (the retry rules' pauses are whole milliseconds).
@@ -580,6 +649,10 @@ impl World {
             worker_streams: BTreeMap::new(),
             task_ms: (0, 0),
             history_end: None,
+            committed: BTreeMap::new(),
+            in_doubt: Vec::new(),
+            received: BTreeSet::new(),
+            denied: Vec::new(),
             options,
         };
         if world.options.disk_faults {
@@ -862,7 +935,10 @@ impl World {
                     self.note(format!(
                         "client {client} heard nothing from replica {target}"
                     ));
-                    let what = format!("Unavailable: no answer within {CLIENT_TIMEOUT_MS} ms");
+                    let what = format!(
+                        "Unavailable: no answer within {} ms (the keep-alive gave up)",
+                        self.call_timeout_ms()
+                    );
                     let silent = Answered::Unreachable { sent: true, what };
                     self.failed(client, silent, None);
                 }
@@ -949,6 +1025,21 @@ impl World {
             Event::Operate => self.operate(),
             Event::Change { to, attempt } => self.change(to, attempt),
             Event::Changed { attempt, answer } => self.changed(attempt, answer),
+            Event::ChangeTimeout { attempt } if self.options.client_rules => {
+                if self.operator.attempt == attempt && self.operator.current.is_some() {
+                    let target = self.operator.target;
+                    let what = format!(
+                        "Unavailable: no answer within {} ms (the keep-alive gave up)",
+                        self.call_timeout_ms()
+                    );
+                    self.note(format!("the operator heard nothing from replica {target}"));
+                    let silent = Answered::Unreachable {
+                        sent: true,
+                        what: what.clone(),
+                    };
+                    self.change_failed(silent, what);
+                }
+            }
             Event::ChangeTimeout { attempt } => {
                 if self.operator.attempt == attempt && self.operator.current.is_some() {
                     let target = self.random_replica();
@@ -1001,6 +1092,7 @@ impl World {
         };
         self.note(format!("the operator asks for {change:?}"));
         self.operator.current = Some(change);
+        self.operator.retry = Some(self.operator_call(self.elapsed()));
         self.operator.target = self.random_replica();
         self.send_change();
     }
@@ -1012,7 +1104,8 @@ impl World {
         for delay in self.network.weather(&mut self.rng) {
             self.at(delay, Event::Change { to, attempt });
         }
-        self.at(CLIENT_TIMEOUT_MS, Event::ChangeTimeout { attempt });
+        let timeout = self.call_timeout_ms();
+        self.at(timeout, Event::ChangeTimeout { attempt });
     }
 
     /// The operator's change reaches replica `to`, which proposes it if it leads.
@@ -1020,6 +1113,9 @@ impl World {
         let Some(change) = self.operator.current.clone() else {
             return;
         };
+        if !self.first_copy(usize::MAX, attempt) {
+            return;
+        }
         let Some(replica) = self.replica(to) else {
             return;
         };
@@ -1031,8 +1127,16 @@ impl World {
                 self.drive(to);
                 return;
             }
-            Err(NotAccepted::NotLeader(_)) => ChangeAnswer::Again(leader, "not the leader".into()),
-            Err(other) => ChangeAnswer::Again(None, format!("{other:?}")),
+            Err(NotAccepted::NotLeader(_)) => {
+                ChangeAnswer::Again(leader, "not the leader".into(), Refusal::NotLeader)
+            }
+            Err(other) => {
+                let refusal = match other {
+                    NotAccepted::ChangePending(_) => Refusal::Aborted,
+                    _ => Refusal::Refused,
+                };
+                ChangeAnswer::Again(None, format!("{other:?}"), refusal)
+            }
         };
         self.change_answer(attempt, answer);
     }
@@ -1064,10 +1168,24 @@ impl World {
                     self.members
                 ));
                 self.operator.current = None;
+                self.operator.retry = None;
                 let next = self.rng.random_range(200..self.options.duration_ms / 2);
                 self.at(next, Event::Operate);
             }
-            ChangeAnswer::Again(hint, why) => {
+            ChangeAnswer::Again(hint, why, refusal) if self.options.client_rules => {
+                self.note(format!("the operator's change is not taken ({why})"));
+                let answered = match refusal {
+                    Refusal::NotLeader => {
+                        hint.map_or(Answered::NoLeader, |l| Answered::Leader(Replica(l)))
+                    }
+                    Refusal::InDoubt => Answered::MayStillCommit {
+                        leader: hint.map(Replica),
+                    },
+                    Refusal::Aborted | Refusal::Refused => Answered::Failed { sent: false },
+                };
+                self.change_failed(answered, why);
+            }
+            ChangeAnswer::Again(hint, why, _) => {
                 self.note(format!("the operator's change is not taken ({why}); again"));
                 self.operator.target = match hint {
                     Some(leader) => leader,
@@ -1187,12 +1305,12 @@ impl World {
         let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         let waiters = std::mem::take(&mut slot.waiters);
         let change = slot.change.take();
-        for w in waiters.into_values().flatten() {
-            self.answer(w.client, w.attempt, Answer::NotLeader(leader));
-        }
-        if let Some((_, _, attempt)) = change {
+        self.abandon(waiters, leader);
+        if let Some((index, term, attempt)) = change {
             let why = "the replica is stopping".to_string();
-            self.change_answer(attempt, ChangeAnswer::Again(leader, why));
+            self.stats.in_doubt += 1;
+            self.in_doubt.push((index, term));
+            self.change_answer(attempt, ChangeAnswer::Again(leader, why, Refusal::InDoubt));
         }
         if !self.workers.is_empty() {
             self.let_workers_go(id);
@@ -1299,7 +1417,8 @@ impl World {
                 },
             );
         }
-        self.at(CLIENT_TIMEOUT_MS, Event::Timeout { client, attempt });
+        let timeout = self.call_timeout_ms();
+        self.at(timeout, Event::Timeout { client, attempt });
     }
 
     /// A client's write reaches replica `to`.
@@ -1307,6 +1426,9 @@ impl World {
         let Some(write) = self.clients[client].current.clone() else {
             return;
         };
+        if !self.first_copy(client, attempt) {
+            return;
+        }
         let now = self.now;
         // A worker's registration carries no key, as the head proposes it (each one is applied,
         // and reconciles what the worker runs against what the state has now).
@@ -1318,6 +1440,7 @@ impl World {
         let proposed = replica.propose(vec![(write.command, key)], now);
         match proposed {
             Ok((index, term)) => {
+                self.clients[client].proposed.push((index, term));
                 let slot = self.slots.get_mut(&to).expect("every voter has a slot");
                 slot.waiters.entry(index).or_default().push(Waiter {
                     term,
@@ -1389,6 +1512,10 @@ impl World {
                 self.failed(client, Answered::Leader(Replica(leader)), None);
             }
             Answer::NotLeader(None) => self.failed(client, Answered::NoLeader, None),
+            Answer::MayStillCommit(leader) => {
+                let leader = leader.map(Replica);
+                self.failed(client, Answered::MayStillCommit { leader }, None);
+            }
             Answer::Busy(why) => {
                 // The real head answers RESOURCE_EXHAUSTED: the replica's own answer, which
                 // ends the call with a retryable error.
@@ -1406,8 +1533,8 @@ impl World {
         const RETRY_MS: u64 = 30;
         let target = match answer {
             Answer::Done(_) => return,
-            Answer::NotLeader(Some(leader)) => leader,
-            Answer::NotLeader(None) => self.random_replica(),
+            Answer::NotLeader(Some(leader)) | Answer::MayStillCommit(Some(leader)) => leader,
+            Answer::NotLeader(None) | Answer::MayStillCommit(None) => self.random_replica(),
             Answer::Busy(why) => {
                 self.note(format!("client {client} refused: {why}"));
                 let target = self.random_replica();
@@ -1464,12 +1591,149 @@ impl World {
             return;
         };
         let error = c.retry.outcome("write", Some(key), error);
+        let proposed = std::mem::take(&mut c.proposed);
+        // A worker's registration is proposed without a key, and each one applied reconciles
+        // anew: one applied after the worker gave up on it is no harm.
+        let keyed = !matches!(
+            c.current.as_ref().map(|w| &w.intent),
+            Some(Intent::Attach { .. })
+        );
         if matches!(error, ClientError::UnknownOutcome { .. }) {
             self.stats.unknown_outcomes += 1;
+        } else if keyed && !proposed.is_empty() {
+            self.denied.push(Denied {
+                client,
+                key,
+                proposed,
+                error: error.to_string(),
+            });
         }
+        let c = &mut self.clients[client];
         c.call(now);
         self.note(format!("client {client}'s call failed: {error}"));
         self.at(BUSY_RETRY_MS, Event::Retry(client));
+    }
+
+    /// The proposals of `waiters` (one replica's, which stopped leading or stopped) are
+    /// answered that they may still commit, naming `leader`: as the head's owner answers what
+    /// it proposed and can no longer answer for (`statuses::in_doubt`).
+    fn abandon(&mut self, waiters: BTreeMap<u64, Vec<Waiter>>, leader: Option<u64>) {
+        for (index, ws) in waiters {
+            for w in ws {
+                self.stats.in_doubt += 1;
+                self.in_doubt.push((index, w.term));
+                let answer = if self.options.in_doubt_answers {
+                    Answer::MayStillCommit(leader)
+                } else {
+                    Answer::NotLeader(leader)
+                };
+                self.answer(w.client, w.attempt, answer);
+            }
+        }
+    }
+
+    /// Whether a request (`client`'s send `attempt`) reaches its replica: always under the
+    /// simulation's old rules, only its first copy under the real client's (see
+    /// [`World::received`]).
+    fn first_copy(&mut self, client: usize, attempt: u64) -> bool {
+        !self.options.client_rules || self.received.insert((client, attempt))
+    }
+
+    /// How long a call waits for an answer before it counts as broken: the real client's
+    /// figure under its rules, the simulation's old second without them.
+    fn call_timeout_ms(&self) -> u64 {
+        if self.options.client_rules {
+            millis(escher_client::SILENT_REPLICA_TIMEOUT)
+        } else {
+            OLD_CLIENT_TIMEOUT_MS
+        }
+    }
+
+    /// The retry rules of one of the operator's calls that begins at `now`, as `escher heads`
+    /// has them (the real client's, with its failover timeout).
+    fn operator_call(&self, now: std::time::Duration) -> Retry<Replica> {
+        Retry::new("the simulated replicas", crate::client::FAILOVER, now)
+    }
+
+    /// An attempt of the operator's call failed with `answered` (`why`, in words): the real
+    /// client's retry rules say what it does next, as for `escher heads add|remove`.
+    fn change_failed(&mut self, answered: Answered<Replica>, why: String) {
+        let (now, known) = (self.elapsed(), self.voters.len());
+        let from = Replica(self.operator.target);
+        let fresh = self.operator_call(now);
+        let retry = self.operator.retry.get_or_insert(fresh);
+        let step = retry.step(from, answered, now, known);
+        match step {
+            Step::Follow(Replica(leader)) => {
+                self.operator.target = leader;
+                self.at(0, Event::Retry(usize::MAX));
+            }
+            Step::Next(pause) => {
+                self.operator.target = self.next_replica(self.operator.target);
+                self.at(millis(pause), Event::Retry(usize::MAX));
+            }
+            Step::Unavailable { message } => {
+                let error = ClientError::Unavailable {
+                    url: "the simulated replicas".to_string(),
+                    message,
+                };
+                self.change_call_failed(error);
+            }
+            Step::Fail => {
+                let error = ClientError::Unavailable {
+                    url: format!("replica {}", from.0),
+                    message: why,
+                };
+                self.change_call_failed(error);
+            }
+        }
+    }
+
+    /// The operator's call ended with `error` (an unknown outcome when an attempt may have been
+    /// applied). `escher heads` asks again 200 ms later after ABORTED (another change pending);
+    /// after any other error the operator runs the same change again, as its error says, a
+    /// moment later: a change applied already is judged "already a member" (or "not a member")
+    /// in log order, and done.
+    fn change_call_failed(&mut self, error: ClientError) {
+        let now = self.elapsed();
+        let retry = self.operator.retry.take();
+        let error = match retry {
+            Some(retry) => retry.outcome("heads change", None, error),
+            None => error,
+        };
+        if matches!(error, ClientError::UnknownOutcome { .. }) {
+            self.stats.unknown_change_outcomes += 1;
+        }
+        self.note(format!("the operator's call failed: {error}"));
+        let again = now + std::time::Duration::from_millis(BUSY_RETRY_MS);
+        self.operator.retry = Some(self.operator_call(again));
+        self.at(BUSY_RETRY_MS, Event::Retry(usize::MAX));
+    }
+
+    /// A call that ended with an error other than an unknown outcome tells its caller the write
+    /// was not applied: none of the proposals its attempts made may have committed. And how
+    /// many of the proposals answered "it may still commit" did.
+    fn judge_in_doubt(&mut self) {
+        self.stats.in_doubt_committed = self
+            .in_doubt
+            .iter()
+            .filter(|(index, term)| self.committed.get(index) == Some(term))
+            .count() as u64;
+        for d in &self.denied {
+            if let Some((index, term)) = d
+                .proposed
+                .iter()
+                .find(|(index, term)| self.committed.get(index) == Some(term))
+            {
+                self.checker.violations.push(format!(
+                    "client {}'s call of write {} ended with \"{}\", which says it was not \
+                     applied, but its proposal at index {index} (term {term}) committed",
+                    d.client,
+                    escher_proto::types::key_text(d.key),
+                    d.error
+                ));
+            }
+        }
     }
 
     /// The replica after `id` in the list every client knows (the real client's rotation).
@@ -1600,6 +1864,7 @@ impl World {
                 {
                     self.perform(id, &effects);
                 }
+                self.committed.insert(index, term);
                 if self.options.trace {
                     self.note(format!("replica {id} applied {index} of term {term}"));
                 }
@@ -1638,7 +1903,8 @@ impl World {
                     self.answer(w.client, w.attempt, answer);
                 }
             }
-            SimOutput::Empty { index, .. } => {
+            SimOutput::Empty { index, term } => {
+                self.committed.insert(index, term);
                 let waiters = self
                     .slots
                     .get_mut(&id)
@@ -1654,6 +1920,7 @@ impl World {
                 term,
                 result,
             } => {
+                self.committed.insert(index, term);
                 self.note(format!(
                     "replica {id} applied the membership change at {index}: {result:?}, voters \
                      {:?}",
@@ -1677,11 +1944,14 @@ impl World {
                     self.owner_lead(id, leading);
                 }
                 if !leading
-                    && let Some((_, _, attempt)) =
+                    && let Some((index, term, attempt)) =
                         self.slots.get_mut(&id).and_then(|s| s.change.take())
                 {
                     let why = "the replica stopped leading".to_string();
-                    self.change_answer(attempt, ChangeAnswer::Again(leader, why));
+                    self.stats.in_doubt += 1;
+                    self.in_doubt.push((index, term));
+                    let answer = ChangeAnswer::Again(leader, why, Refusal::InDoubt);
+                    self.change_answer(attempt, answer);
                 }
                 if !leading {
                     let waiters = std::mem::take(
@@ -1691,9 +1961,7 @@ impl World {
                             .expect("every voter has a slot")
                             .waiters,
                     );
-                    for w in waiters.into_values().flatten() {
-                        self.answer(w.client, w.attempt, Answer::NotLeader(leader));
-                    }
+                    self.abandon(waiters, leader);
                 }
             }
             SimOutput::Restored => {
@@ -1734,8 +2002,13 @@ impl World {
                 self.note(format!("replica {id}: {why}"));
                 ChangeAnswer::Done
             }
-            Some((_, Err(why))) => ChangeAnswer::Again(None, why),
-            _ => ChangeAnswer::Again(None, "its entry was replaced".into()),
+            Some((_, Err(why))) => ChangeAnswer::Again(None, why, Refusal::Refused),
+            // Raft dropped it (another change was pending): the head answers ABORTED.
+            None => ChangeAnswer::Again(None, "its entry was replaced".into(), Refusal::Aborted),
+            // Another leader's entry took its index: "not leader".
+            Some(_) => {
+                ChangeAnswer::Again(None, "its entry was replaced".into(), Refusal::NotLeader)
+            }
         };
         self.change_answer(attempt, answer);
     }
@@ -1750,6 +2023,7 @@ impl World {
             self.checker.violations.push(why);
             return;
         }
+        self.judge_in_doubt();
         // The group's members, as the replica that applied the most has them.
         let members: BTreeSet<u64> = self
             .slots

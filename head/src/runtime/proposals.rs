@@ -4,9 +4,12 @@
 //!
 //! Entries are applied in index order and every index produces one output, so a proposal is
 //! settled when its index is applied: with its reply if the applied entry has its term, with
-//! a retryable "not leader" if another leader's entry took the index. When this replica stops
-//! leading, everything still waiting is answered "not leader" at once: some of those entries
-//! may commit later, which is why clients retry with the same idempotency key.
+//! a retryable "not leader" if another leader's entry took the index (then its own entry can
+//! never commit: the log has one entry per index). When this replica stops leading, everything
+//! still waiting is answered at once that it may still commit (`statuses::in_doubt`): raft-rs
+//! keeps a deposed leader's uncommitted entries in the followers that got them, and a new
+//! leader elected among those commits them with its first entry. Clients read that answer as an
+//! open outcome and retry with the same idempotency key, which the state machine applies once.
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,7 @@
 //! How the owner's answers become gRPC statuses: a refused command ([`to_status`]), a replica
 //! that cannot take a write or a linearizable read ([`not_accepted`], with the leader's URL in
-//! the metadata), and whether a request accepts a stale read ([`wants_stale`]). Used by the
+//! the metadata), a write it had proposed and can no longer answer for ([`in_doubt`]), and
+//! whether a request accepts a stale read ([`wants_stale`]). Used by the
 //! gRPC handlers (through `handle`) and by the owner task alike, and depending on neither.
 
 use escher_proto::types::MIG_REFUSAL_METADATA;
@@ -94,6 +95,28 @@ pub(crate) fn not_accepted(why: NotAccepted) -> Status {
              freed"
         )),
     }
+}
+
+/// The answer to a write this replica proposed to the group and can no longer answer for,
+/// because of what `status` says (it stopped leading, stalled on a full disk, or is stopping)
+/// before the write's entry committed: the entry is in the log of some replicas and may still
+/// be committed by the next leader, or may never be. `status` with a message that says so and
+/// the `escher-outcome` metadata entry, which the client reads as an open outcome
+/// (`escher_proto::replicas::may_still_commit`); the `escher-leader` entry stays, so that a
+/// caller follows the leader as after any "not leader".
+pub(crate) fn in_doubt(status: &Status) -> Status {
+    let message = format!(
+        "{}; this replica had proposed the write before that and cannot tell whether it \
+         commits: it may still be applied under the next leader (sending it again with the \
+         same request key applies it at most once and answers with its outcome)",
+        status.message()
+    );
+    let mut answer = Status::with_metadata(status.code(), message, status.metadata().clone());
+    answer.metadata_mut().insert(
+        escher_proto::replicas::OUTCOME_METADATA,
+        MetadataValue::from_static(escher_proto::replicas::MAY_STILL_COMMIT),
+    );
+    answer
 }
 
 /// Whether a request accepts a possibly stale read.

@@ -10,7 +10,7 @@ use tonic::Status;
 use super::{Owner, new_secret, now_ms};
 use crate::replication::LogStore;
 use crate::runtime::proposals::Pending;
-use crate::runtime::statuses::not_accepted;
+use crate::runtime::statuses::{in_doubt, not_accepted};
 use crate::state::Command;
 
 impl<S: LogStore> Owner<S> {
@@ -55,11 +55,15 @@ impl<S: LogStore> Owner<S> {
     }
 
     /// Answers everything that only a leader could answer, and drops every worker stream.
+    /// What was never proposed (this turn's batch) is answered `status`: it was not applied.
+    /// What was proposed and waits for its entry is answered that it may still commit
+    /// ([`in_doubt`]): the entry may be in a majority's logs, and the next leader then commits
+    /// it.
     pub(super) fn stop_leading(&mut self, status: impl Fn() -> Status) {
         for p in self.batch.take().pending {
             p.fail(status());
         }
-        self.proposals.fail_all(&status);
+        self.proposals.fail_all(|| in_doubt(&status()));
         self.reads.fail_all(&status);
         let _ = self.replica.drop_reads();
         self.waiters.fail_all(&status);
@@ -182,6 +186,42 @@ mod tests {
     use super::super::test_owner;
     use super::*;
     use crate::runtime::owner::Msg;
+
+    #[test]
+    fn a_write_proposed_before_the_lead_was_lost_may_still_commit_and_one_never_proposed_was_not_applied()
+     {
+        let (mut owner, _) = super::super::leading_test_owner();
+        // Proposed to raft: its entry is in the log, and may be in a majority's.
+        let (reply, mut proposed) = tokio::sync::oneshot::channel();
+        owner.propose(Command::Tick, None, Pending::Reply(reply));
+        owner.flush();
+        assert_eq!(owner.proposals.len(), 1);
+        // Only in this turn's batch: never proposed.
+        let (reply, mut batched) = tokio::sync::oneshot::channel();
+        owner.propose(Command::Tick, None, Pending::Reply(reply));
+        owner.on_role(ReplicaRole::Follower, None);
+        let status = proposed.try_recv().unwrap().unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unavailable);
+        assert!(
+            escher_proto::replicas::may_still_commit(&status),
+            "{status:?}"
+        );
+        assert!(
+            status.message().contains("may still be applied"),
+            "{status:?}"
+        );
+        // Still a "not leader" answer, for a caller that only follows the leader (a worker).
+        assert_ne!(
+            escher_proto::replicas::answer(&status),
+            escher_proto::replicas::Answer::Other
+        );
+        let status = batched.try_recv().unwrap().unwrap_err();
+        assert!(
+            !escher_proto::replicas::may_still_commit(&status),
+            "{status:?}"
+        );
+        assert!(status.message().contains("not the leader"), "{status:?}");
+    }
 
     #[test]
     fn the_first_leader_names_the_cluster() {

@@ -10,7 +10,7 @@ use super::workers::unknown_node;
 use crate::replication::{Applied, LogStore, NotAccepted, Output};
 use crate::runtime::proposals::Pending;
 use crate::runtime::reads::ReadJob;
-use crate::runtime::statuses::{not_accepted, to_status};
+use crate::runtime::statuses::{in_doubt, not_accepted, to_status};
 use crate::state::{ApplyError, Reply};
 
 impl<S: LogStore> Owner<S> {
@@ -128,8 +128,10 @@ impl<S: LogStore> Owner<S> {
                 }
             }
             Output::Restored => {
+                // A snapshot from the leader replaced the log: an entry proposed here before
+                // may be in it, committed, or not.
                 self.proposals
-                    .fail_all(|| not_accepted(NotAccepted::NotLeader(None)));
+                    .fail_all(|| in_doubt(&not_accepted(NotAccepted::NotLeader(None))));
                 // What came before the snapshot goes first; the history starts again after it.
                 self.publish_events();
                 self.watch.restart(self.replica.state().revision());
@@ -221,6 +223,19 @@ mod tests {
         let status = overwritten.try_recv().unwrap().unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unavailable);
         assert_eq!(owner.proposals.len(), 0);
+    }
+
+    #[test]
+    fn a_proposal_waiting_when_a_snapshot_replaced_the_log_may_still_commit() {
+        let mut owner = test_owner();
+        let (reply, mut rx) = tokio::sync::oneshot::channel();
+        owner.proposals.insert(9, 2, vec![Pending::Reply(reply)]);
+        owner.on_output(Output::Restored);
+        let status = rx.try_recv().unwrap().unwrap_err();
+        assert!(
+            escher_proto::replicas::may_still_commit(&status),
+            "{status:?}"
+        );
     }
 
     #[test]
