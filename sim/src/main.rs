@@ -53,7 +53,9 @@ struct Args {
     #[arg(long)]
     no_hand_overs: bool,
     /// The clients retry by the simulation's own rules of before, not the real client's
-    /// (`escher_client::retry`); seeds found before 2026-12-07 then replay as they ran.
+    /// (`escher_client::retry`), and workers leave a stream after 500 ms without a message
+    /// rather than by the real worker's rule (`Protocol::stale`); seeds found before
+    /// 2026-12-07 then replay as they ran.
     #[arg(long)]
     old_client_rules: bool,
     /// No assignment is sent twice to a worker; seeds found before 2026-12-07 then replay as

@@ -7,7 +7,8 @@
 //! - It registers once (`RegisterNode`, a write with an idempotency key, retried like a
 //!   client's) and keeps its node id and secret across its own restarts, as its state
 //!   directory does.
-//! - It opens a stream to the leader: each time (a new leader, a broken or silent stream) it
+//! - It opens a stream to the leader: each time (a new leader, a stream that did not open, or
+//!   one whose lease the head stopped renewing: `Protocol::stale`, as the real worker) it
 //!   registers again with `RejoinNode`, listing what it runs and the reports no head
 //!   acknowledged, then attaches. A stream carries its epoch: a message of an older stream is
 //!   never read (a TCP stream that broke delivers nothing more).
@@ -40,7 +41,8 @@ pub fn lease_ms() -> u64 {
 }
 /// How often a worker heartbeats.
 pub const HEARTBEAT_MS: u64 = 100;
-/// How long a worker waits for any answer on its stream before it takes the stream for broken.
+/// How long a worker waits for its stream to open (the head's `Attached`) before it takes the
+/// stream for broken; an open stream is left by the worker's own rule (`Protocol::stale`).
 pub const SILENCE_MS: u64 = 500;
 /// How often the fence supervisor looks at the lease.
 pub const SUPERVISE_MS: u64 = 25;

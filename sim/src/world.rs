@@ -108,7 +108,9 @@ pub struct Options {
     /// The clients retry by the real client's rules (`escher_client::retry`). Off, they retry
     /// as the simulation's own rules had them before (to the leader named by "not leader", else
     /// a random replica, 30 ms later; to a random replica after 1 s of silence, or 200 ms after
-    /// a full disk; never giving up), so that a seed found before replays as it ran.
+    /// a full disk; never giving up), and workers leave an open stream after 500 ms without a
+    /// message instead of by the real worker's `Protocol::stale`, so that a seed found before
+    /// replays as it ran.
     pub client_rules: bool,
     /// While the storm lasts, one assignment in ten that a leader sends a worker is sent twice
     /// on its stream (as a head that sends an assignment again after a registration's

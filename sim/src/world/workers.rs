@@ -686,8 +686,15 @@ impl World {
         self.at(0, Event::Think(client));
     }
 
-    /// The worker's heartbeat tick: a heartbeat on an open stream; a silent stream is given
-    /// up for a new registration.
+    /// The worker's heartbeat tick: a heartbeat on an open stream; a stream whose lease the
+    /// head stopped renewing is left for a new registration, as the real worker leaves it
+    /// (`Protocol::stale`: more than half the lease without a renewal, before the lease runs
+    /// out), and so is a stream that never opened (no `Attached` within [`SILENCE_MS`]: the
+    /// transport's own timeout). With the old rules ([`Options::client_rules`] off, which
+    /// replays seeds found before them) any [`SILENCE_MS`] without a message leaves an open
+    /// stream too.
+    ///
+    /// [`Options::client_rules`]: crate::world::Options::client_rules
     pub(super) fn worker_tick(&mut self, w: usize, boot: u64) {
         if !self.workers[w].up || self.workers[w].boot != boot {
             return;
@@ -697,16 +704,27 @@ impl World {
         if worker.frozen_until > self.now {
             return;
         }
-        if worker.registered && self.now.saturating_sub(worker.last_heard) > SILENCE_MS {
+        let silent = self.now.saturating_sub(worker.last_heard) > SILENCE_MS;
+        let leave = if !worker.registered {
+            None
+        } else if !worker.attached || !self.options.client_rules {
+            silent.then(|| "heard nothing".to_string())
+        } else {
+            worker.protocol.stale(clock(self.now)).map(|unrenewed| {
+                format!(
+                    "had its lease unrenewed for {} ms",
+                    unrenewed.as_millis()
+                )
+            })
+        };
+        if let Some(why) = leave {
             let target = self.random_replica();
             let worker = &mut self.workers[w];
             worker.detach();
             worker.target = target;
             let client = worker.client;
             self.clients[client].target = target;
-            self.note(format!(
-                "worker {w} heard nothing: registers again at {target}"
-            ));
+            self.note(format!("worker {w} {why}: registers again at {target}"));
             self.at(0, Event::Think(client));
             return;
         }
