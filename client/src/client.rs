@@ -529,8 +529,9 @@ pub fn caller_task_from_env() -> Result<TaskId, ClientError> {
     Caller::from_env().require()
 }
 
-/// What a failed call's status tells the retry rules (`retry.rs`).
-fn answered(status: &tonic::Status) -> Answered<String> {
+/// What a failed call's status tells the retry rules (`retry.rs`; public there as
+/// [`crate::retry::answered`]).
+pub(crate) fn answered(status: &tonic::Status) -> Answered<String> {
     if escher_proto::replicas::may_still_commit(status) {
         let leader = match answer(status) {
             Answer::Leader(leader) => Some(leader.trim_end_matches('/').to_string()),

@@ -47,6 +47,14 @@ use escher_proto::types::{RequestKey, key_text};
 
 use crate::ClientError;
 
+/// What a failed call's tonic status tells the rules: the client's own mapping, for the other
+/// callers of the head group that follow its leader by these rules (the worker's calls on a
+/// task's behalf: `escher_worker`'s `TaskContext`).
+#[cfg(feature = "grpc")]
+pub fn answered(status: &tonic::Status) -> Answered<String> {
+    crate::client::answered(status)
+}
+
 /// The first pause between attempts.
 pub const PAUSE_MIN: Duration = Duration::from_millis(20);
 /// The longest pause between attempts.

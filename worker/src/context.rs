@@ -4,22 +4,26 @@
 //! Through it a handler changes ephemeral resources on its own node (`NodeSpec::Local`, which
 //! the head resolves through `caller_task`), or on any node, and reaches the rest of the
 //! `Cluster` API with a raw client. Every context of a worker shares the worker's connections
-//! to the head group. A resource change follows the group's leader and is retried through an
-//! election (for up to [`FOLLOW_LEADER`]), with an idempotency key so that a retry never
-//! applies it twice.
+//! to the head group. A call follows the group's leader and is retried through an election
+//! (for up to [`FOLLOW_LEADER`]) by the client's own retry rules (`escher_client::retry`, which
+//! the deterministic simulation runs as well), a resource change with an idempotency key so that
+//! a retry never applies it twice; a write left in doubt ends as
+//! [`WorkerError::UnknownOutcome`].
 
 use std::fmt;
 use std::sync::Arc;
 
+use std::time::Duration;
+
 use crate::head_conn::Authed;
-use backon::{BackoffBuilder, ExponentialBuilder};
+use escher_client::retry::{self, Retry, Step};
 use escher_proto::types::{SetResourceOutcome, SetResourcesReply, SetResourcesRequest};
 use escher_proto::wire;
 use escher_proto::wire::cluster_client::ClusterClient;
 use escher_proto::{CapacityOp, Namespace, NodeId, NodeSpec, ResourceName, ResourceUpdate, TaskId};
 
 use crate::error::WorkerError;
-use crate::head_conn::{HeadConn, leader_hint};
+use crate::head_conn::HeadConn;
 
 /// How long a resource change keeps trying to reach a leader (through an election).
 pub const FOLLOW_LEADER: std::time::Duration = std::time::Duration::from_secs(15);
@@ -452,7 +456,11 @@ impl TaskContext {
     }
 
     /// Makes `call` on the head with this task's credential, following the leader through an
-    /// election for up to [`FOLLOW_LEADER`].
+    /// election for up to [`FOLLOW_LEADER`], by the client's own retry rules
+    /// ([`escher_client::retry`], which the simulation runs too): a named leader is followed, a
+    /// replica that knows none or cannot be reached is left for the next after a pause, and a
+    /// write whose attempt may have been applied without its answer ends as
+    /// [`WorkerError::UnknownOutcome`] unless the head refused it.
     async fn follow_leader<T, F, Fut>(
         &self,
         name: &'static str,
@@ -462,28 +470,53 @@ impl TaskContext {
         F: FnMut(ClusterClient<Authed>) -> Fut,
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
-        let deadline = tokio::time::Instant::now() + FOLLOW_LEADER;
-        let mut pauses = ExponentialBuilder::default()
-            .with_min_delay(std::time::Duration::from_millis(20))
-            .with_max_delay(std::time::Duration::from_millis(500))
-            .without_max_times()
-            .build();
+        let started = tokio::time::Instant::now();
+        let mut rules: Retry<String> =
+            Retry::new(self.head.list(), FOLLOW_LEADER, Duration::ZERO);
         loop {
+            let replica = self.head.url().trim_end_matches('/').to_string();
             let status = match call(self.cluster_client()).await {
                 Ok(reply) => return Ok(reply),
                 Err(status) => status,
             };
-            if let Some(url) = leader_hint(&status) {
-                self.head.follow(&url);
-                continue;
+            let answered = retry::answered(&status);
+            match rules.step(replica, answered, started.elapsed(), self.head.len()) {
+                Step::Follow(leader) => self.head.follow(&leader),
+                Step::Next(pause) => {
+                    self.head.rotate();
+                    tokio::time::sleep(pause).await;
+                }
+                Step::Fail => return Err(failed(name, &rules, status)),
+                Step::Unavailable { message } => {
+                    return Err(failed(name, &rules, tonic::Status::unavailable(message)));
+                }
             }
-            if status.code() != tonic::Code::Unavailable || tokio::time::Instant::now() >= deadline
-            {
-                return Err(WorkerError::Rpc { call: name, status });
-            }
-            // No leader known (an election), or this replica is gone: try the next one.
-            self.head.rotate();
-            tokio::time::sleep(pauses.next().unwrap_or_default()).await;
         }
     }
+}
+
+/// The error a call to the head ended with: `status`, unless an attempt may have been applied
+/// and `status` is not the head's refusal (then the outcome is unknown, as the rules word it).
+fn failed(call: &'static str, rules: &Retry<String>, status: tonic::Status) -> WorkerError {
+    use tonic::Code;
+    let refused = matches!(
+        status.code(),
+        Code::InvalidArgument
+            | Code::NotFound
+            | Code::AlreadyExists
+            | Code::FailedPrecondition
+            | Code::PermissionDenied
+            | Code::Unauthenticated
+            | Code::OutOfRange
+            | Code::ResourceExhausted
+    );
+    if rules.maybe_applied() && !refused {
+        let error = escher_client::ClientError::Rpc(status.clone());
+        if let escher_client::ClientError::UnknownOutcome { cause, .. } =
+            rules.outcome(call, None, error)
+        {
+            return WorkerError::UnknownOutcome { call, cause };
+        }
+    }
+    WorkerError::Rpc { call, status }
 }

@@ -57,6 +57,17 @@ pub enum WorkerError {
         status: tonic::Status,
     },
 
+    /// A write to the head whose outcome is not known: an attempt may have been applied and
+    /// its answer never came (the connection broke after the request went out, or the replica
+    /// had proposed it and stopped leading before it committed), and the call then failed.
+    #[error("{call}: the outcome is unknown: {cause}")]
+    UnknownOutcome {
+        /// Which call (`set_resources`, ...).
+        call: &'static str,
+        /// What left the outcome open, then what the call ended with.
+        cause: String,
+    },
+
     /// The worker's state directory cannot be used.
     #[error(transparent)]
     StateDir(#[from] crate::identity::StateDirError),

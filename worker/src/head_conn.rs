@@ -123,7 +123,6 @@ impl HeadConn {
     }
 
     /// How many replicas are known.
-    #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
         self.replicas.len()
     }

@@ -13,6 +13,7 @@ use escher_proto::{
     TaskResult, TaskSpec, wire,
 };
 use support::{FakeHead, RunningWorker, attached, sh, spec, worker};
+use tonic::Status;
 
 const HEARTBEAT: Duration = Duration::from_millis(200);
 
@@ -367,6 +368,68 @@ async fn a_function_sets_resources_on_its_own_node() {
     assert_eq!(
         done.outcome,
         Ok(TaskResult::Returned(expected.into_bytes().into()))
+    );
+    w.stop().await.unwrap();
+}
+
+/// A replica's "not leader" for a write it had proposed and could not answer for (`escher-
+/// outcome: may-still-commit`) leaves the write's outcome open: the worker follows the leader
+/// by the client's retry rules and sends it again under the same key, and a call that then
+/// fails without an answer ends as an unknown outcome, never as a plain failure that would
+/// say it was not applied.
+#[tokio::test]
+async fn a_write_the_head_may_still_commit_is_sent_again_under_its_key_or_ends_unknown() {
+    use escher_proto::replicas::{LEADER_METADATA, MAY_STILL_COMMIT, OUTCOME_METADATA};
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    let in_doubt = |url: &str| {
+        let mut status = Status::unavailable("this head replica is not the leader");
+        status
+            .metadata_mut()
+            .insert(LEADER_METADATA, url.parse().unwrap());
+        status
+            .metadata_mut()
+            .insert(OUTCOME_METADATA, MAY_STILL_COMMIT.parse().unwrap());
+        status
+    };
+    let builder = worker(&head).function("claim", |ctx, _args| async move {
+        let name = "slot".try_into().map_err(|e| format!("{e}"))?;
+        let op = CapacityOp::Set(Capacity::Finite(
+            Amount::units(2).map_err(|e| e.to_string())?,
+        ));
+        match ctx.set_resource(name, op).await {
+            Ok(outcome) => Ok(format!("{:?}", outcome.nodes).into_bytes()),
+            Err(e) => Err(e.to_string()),
+        }
+    });
+    let w = RunningWorker::start(builder);
+    attached(&mut head).await;
+
+    // In doubt, then served: sent again (the same request, under its key), and it succeeds.
+    head.fail_set_resources([in_doubt(&head.url())]);
+    head.send(assign(5, function("claim", vec![])));
+    let (first, _) = head.set_resources_call().await;
+    let (again, _) = head.set_resources_call().await;
+    assert_eq!(first, again, "the same write again");
+    let done = finished(&mut head, 5).await;
+    assert_eq!(
+        done.outcome,
+        Ok(TaskResult::Returned(format!("{:?}", vec![NodeId(1)]).into_bytes().into()))
+    );
+
+    // In doubt, then a deadline: the outcome is unknown, and the error says so.
+    head.fail_set_resources([
+        in_doubt(&head.url()),
+        Status::deadline_exceeded("the head took too long"),
+    ]);
+    head.send(assign(6, function("claim", vec![])));
+    head.set_resources_call().await;
+    head.set_resources_call().await;
+    let done = finished(&mut head, 6).await;
+    let why = done.outcome.unwrap_err();
+    assert!(
+        why.contains("set_resources: the outcome is unknown")
+            && why.contains("may still commit"),
+        "{why}"
     );
     w.stop().await.unwrap();
 }

@@ -74,6 +74,8 @@ struct State {
     locate_calls: Vec<ObjectId>,
     /// The copies reported with `ObjectsSealed`: each object with its node.
     sealed: Vec<(ObjectId, NodeId)>,
+    /// What the next `SetResources` calls answer, in order, before the calls are served.
+    set_resources_failures: std::collections::VecDeque<Status>,
     /// Objects whose reported copies `ObjectsSealed` leaves out, with why (as a real head does
     /// for an object freed since it was located).
     left_out: BTreeMap<ObjectId, String>,
@@ -131,6 +133,7 @@ impl FakeHead {
             locate_calls: Vec::new(),
             sealed: Vec::new(),
             left_out: BTreeMap::new(),
+            set_resources_failures: std::collections::VecDeque::new(),
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
         let (msg_tx, messages) = mpsc::unbounded_channel();
@@ -228,6 +231,12 @@ impl FakeHead {
     /// The copies reported with `ObjectsSealed` so far, each object with its node.
     pub fn sealed(&self) -> Vec<(ObjectId, NodeId)> {
         self.state().sealed.clone()
+    }
+
+    /// The next `SetResources` calls fail with `answers`, in order (each call is still
+    /// recorded); the ones after are served.
+    pub fn fail_set_resources(&self, answers: impl IntoIterator<Item = Status>) {
+        self.state().set_resources_failures.extend(answers);
     }
 
     /// From now on `ObjectsSealed` leaves out the copies of object `id`, saying `why`.
@@ -603,6 +612,16 @@ impl Cluster for Services {
             .and_then(|v| v.to_str().ok())
             .map(str::to_string);
         let req = SetResourcesRequest::try_from(request.into_inner())?;
+        let failure = self
+            .state
+            .lock()
+            .expect("state")
+            .set_resources_failures
+            .pop_front();
+        if let Some(status) = failure {
+            let _ = self.set_resources.send((req, token));
+            return Err(status);
+        }
         let reply = SetResourcesReply {
             outcomes: req
                 .updates
