@@ -50,7 +50,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::cgroup_pool::{Pool, Slot};
-use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills};
+use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills, write_cpu_weight};
 
 /// The prefix of a worker process's directory of task cgroups.
 const WORKER_PREFIX: &str = "escher-worker-";
@@ -178,6 +178,23 @@ impl TaskCgroups {
         }
         self.places = places;
         self.enforcement = enforcement;
+    }
+
+    /// Gives the task cgroups, together, the CPU weight of `cpus` (1/10,000 CPUs: the CPUs
+    /// the node offers) busy processes, where a CPU controller holds them: at the default
+    /// weight the worker's directory weighs as one process against the host's others, and
+    /// every task of a loaded host would share that one's CPU time (see
+    /// `limits::write_cpu_weight`). Without a CPU controller the tasks compete as the
+    /// processes they are, and nothing is written.
+    pub fn weigh_as_cpus(&self, cpus: u64) -> io::Result<()> {
+        match self
+            .places
+            .iter()
+            .find(|p| p.controllers.contains(&Controller::Cpu))
+        {
+            Some(place) => write_cpu_weight(&place.root, place.version, cpus),
+            None => Ok(()),
+        }
     }
 
     /// Which limits the task cgroups hold, and why the others are not held.
