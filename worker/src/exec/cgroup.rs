@@ -34,7 +34,10 @@
 //! hierarchies instead (all of them on a v1 host, and on many hybrid hosts whose unified
 //! hierarchy has no controller), the task also gets a cgroup of the same name, `slot-K`, under
 //! `escher-worker-PID-N` in each of those hierarchies, entered with it and given its limits
-//! (see `limits.rs`). The kill stays the unified or freezer cgroup's.
+//! (see `limits.rs`). The kill stays the unified or freezer cgroup's. The worker's directory
+//! in the hierarchy that holds CPU quotas weighs, against the host's other processes, as the
+//! node's CPUs ([`TaskCgroups::weigh_as_cpus`]): at the default weight, all of a node's tasks
+//! shared one process's CPU time on a host where anything else ran.
 //!
 //! The cgroup also measures what the task used: CPU time from `cpu.stat` (always there in v2)
 //! and memory from `memory.peak` / `memory.current` where the memory controller is enabled for
