@@ -204,3 +204,66 @@ set -- $(cut -d' ' -f14-17 /proc/$$/stat); echo "$(( ($1 + $2 + $3 + $4) * 1000 
         "the cpu=0.1 task used {held_ms} ms of CPU in 3 s (tenant B's cpu=1 task: {free_ms} ms)"
     );
 }
+
+/// The worker's task cgroups, together, weigh as the node's CPUs (4) busy processes against the
+/// host's other processes: `cpu.shares` 4096 in a cgroup v1 CPU hierarchy, `cpu.weight` 400 in
+/// the unified one. At the default weight they weighed as one process, and on a host where
+/// anything else ran (a build, another service) all of a node's tasks shared one process's
+/// CPU time. The task says where it is (`/proc/self/cgroup`); its cgroup's parent is the
+/// worker's directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_a_nodes_tasks_weigh_as_its_cpus_against_the_hosts_other_processes() {
+    let (cluster, admin) = contained().await;
+    let a = tenant(&cluster, &admin, "appa").await;
+    let task = sh(&a, "cat /proc/self/cgroup", "cpu=1").await;
+    let [done] = ended(&a, &[task]).await.try_into().unwrap();
+    assert_eq!(done.state, TaskState::Succeeded, "{done:?}");
+    let cgroups = stdout(&a, task).await;
+    // ID:CONTROLLERS:PATH; a v1 hierarchy with the CPU controller, else the unified one.
+    let place = |v1: bool| {
+        cgroups.lines().find_map(|line| {
+            let mut parts = line.splitn(3, ':');
+            let (id, controllers, path) = (parts.next()?, parts.next()?, parts.next()?);
+            let cpu = controllers.split(',').any(|c| c == "cpu");
+            (if v1 { cpu } else { id == "0" }).then(|| path.to_string())
+        })
+    };
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let mount = |v1: bool| {
+        mounts.lines().find_map(|line| {
+            let (fields, rest) = line.split_once(" - ")?;
+            let mut rest = rest.split_whitespace();
+            let (fstype, options) = (rest.next()?, rest.nth(1)?);
+            let wanted = if v1 {
+                fstype == "cgroup" && options.split(',').any(|o| o == "cpu")
+            } else {
+                fstype == "cgroup2"
+            };
+            wanted.then(|| std::path::PathBuf::from(fields.split_whitespace().nth(4).unwrap()))
+        })
+    };
+    let (dir, file, expected) = match place(true).zip(mount(true)) {
+        Some((path, mount)) => (mount.join(path.trim_start_matches('/')), "cpu.shares", 4096),
+        None => {
+            let path = place(false).expect("the task is in no cgroup");
+            let mount = mount(false).expect("no cgroup v2 hierarchy is mounted");
+            (mount.join(path.trim_start_matches('/')), "cpu.weight", 400)
+        }
+    };
+    let worker_dir = dir.parent().unwrap();
+    assert!(
+        worker_dir
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("escher-worker-"),
+        "{cgroups}"
+    );
+    let weight = std::fs::read_to_string(worker_dir.join(file)).unwrap();
+    assert_eq!(
+        weight.trim().parse::<u64>().unwrap(),
+        expected,
+        "{} of the worker's task cgroups",
+        worker_dir.join(file).display()
+    );
+}

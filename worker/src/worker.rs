@@ -193,6 +193,14 @@ impl Worker {
                 };
                 tracing::info!(root = %cgroups.root().display(), hierarchy, "each command task runs in a cgroup of its own");
                 crate::fence::hold_task_cgroups(cgroups.root());
+                let cpus = self.resources.get("cpu").raw();
+                if cpus > 0
+                    && let Err(error) = cgroups.weigh_as_cpus(cpus)
+                {
+                    // Not a limit: the tasks are held to their quotas still, and only get less
+                    // of a loaded host's CPU time than as plain processes.
+                    tracing::warn!(%error, "cannot give the task cgroups the CPU weight of the node's CPUs: on a loaded host its tasks together get the CPU time of one process");
+                }
                 let enforcement = cgroups.enforcement().clone();
                 (Some(Arc::new(cgroups)), enforcement)
             }

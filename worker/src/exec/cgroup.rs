@@ -34,7 +34,10 @@
 //! hierarchies instead (all of them on a v1 host, and on many hybrid hosts whose unified
 //! hierarchy has no controller), the task also gets a cgroup of the same name, `slot-K`, under
 //! `escher-worker-PID-N` in each of those hierarchies, entered with it and given its limits
-//! (see `limits.rs`). The kill stays the unified or freezer cgroup's.
+//! (see `limits.rs`). The kill stays the unified or freezer cgroup's. The worker's directory
+//! in the hierarchy that holds CPU quotas weighs, against the host's other processes, as the
+//! node's CPUs ([`TaskCgroups::weigh_as_cpus`]): at the default weight, all of a node's tasks
+//! shared one process's CPU time on a host where anything else ran.
 //!
 //! The cgroup also measures what the task used: CPU time from `cpu.stat` (always there in v2)
 //! and memory from `memory.peak` / `memory.current` where the memory controller is enabled for
@@ -50,7 +53,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
 use super::cgroup_pool::{Pool, Slot};
-use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills};
+use super::limits::{Controller, Enforcement, TaskLimits, Version, oom_kills, write_cpu_weight};
 
 /// The prefix of a worker process's directory of task cgroups.
 const WORKER_PREFIX: &str = "escher-worker-";
@@ -178,6 +181,23 @@ impl TaskCgroups {
         }
         self.places = places;
         self.enforcement = enforcement;
+    }
+
+    /// Gives the task cgroups, together, the CPU weight of `cpus` (1/10,000 CPUs: the CPUs
+    /// the node offers) busy processes, where a CPU controller holds them: at the default
+    /// weight the worker's directory weighs as one process against the host's others, and
+    /// every task of a loaded host would share that one's CPU time (see
+    /// `limits::write_cpu_weight`). Without a CPU controller the tasks compete as the
+    /// processes they are, and nothing is written.
+    pub fn weigh_as_cpus(&self, cpus: u64) -> io::Result<()> {
+        match self
+            .places
+            .iter()
+            .find(|p| p.controllers.contains(&Controller::Cpu))
+        {
+            Some(place) => write_cpu_weight(&place.root, place.version, cpus),
+            None => Ok(()),
+        }
     }
 
     /// Which limits the task cgroups hold, and why the others are not held.

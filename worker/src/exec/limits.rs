@@ -149,6 +149,48 @@ impl TaskLimits {
     }
 }
 
+/// The CPU weight of one busy process of default priority: `cpu.shares` (cgroup v1) and
+/// `cpu.weight` (cgroup v2) of a cgroup that should weigh as much.
+const SHARES_PER_CPU: u64 = 1024;
+const WEIGHT_PER_CPU: u64 = 100;
+/// The largest weight each interface takes.
+const MAX_SHARES: u64 = 1 << 18;
+const MAX_WEIGHT: u64 = 10_000;
+
+/// Gives the cgroup at `dir` (the worker's directory of task cgroups, in the hierarchy that
+/// holds their CPU quotas) the CPU weight of `raw` 1/10,000 CPUs' worth of busy processes.
+///
+/// The scheduler shares CPU time between the children of a cgroup by weight, and the worker's
+/// directory is one child among the host's processes: at the default weight, every task the
+/// worker runs together weighs as much as one process, so that on a host where anything else
+/// runs (another service, a build) a node's eight tasks got the CPU time of one. Weighed as
+/// the CPUs the node offers, its tasks get what they would get as as many processes outside
+/// any cgroup, and their quotas still hold each of them to its request.
+pub(super) fn write_cpu_weight(dir: &Path, version: Version, raw: u64) -> io::Result<()> {
+    let (file, value) = cpu_weight(version, raw);
+    let path = dir.join(file);
+    fs::write(&path, value.to_string()).map_err(|e| {
+        io::Error::new(
+            e.kind(),
+            format!("{}: writing \"{value}\": {e}", path.display()),
+        )
+    })
+}
+
+/// The file and value of [`write_cpu_weight`].
+fn cpu_weight(version: Version, raw: u64) -> (&'static str, u64) {
+    let per_cpu = |unit: u64| {
+        u64::try_from(
+            u128::from(raw) * u128::from(unit) / u128::from(escher_proto::Amount::ONE.raw()),
+        )
+        .unwrap_or(u64::MAX)
+    };
+    match version {
+        Version::V1 => ("cpu.shares", per_cpu(SHARES_PER_CPU).clamp(2, MAX_SHARES)),
+        Version::V2 => ("cpu.weight", per_cpu(WEIGHT_PER_CPU).clamp(1, MAX_WEIGHT)),
+    }
+}
+
 /// The CFS quota, in microseconds per [`CPU_PERIOD_US`], of `raw` 1/10,000 CPUs.
 fn cpu_quota_us(raw: u64) -> u64 {
     (raw.saturating_mul(CPU_PERIOD_US) / escher_proto::Amount::ONE.raw()).max(MIN_CPU_QUOTA_US)
@@ -344,6 +386,21 @@ mod tests {
         assert_eq!(cpu_quota_us(1_000), 10_000);
         assert_eq!(cpu_quota_us(20_000), 200_000);
         assert_eq!(cpu_quota_us(1), MIN_CPU_QUOTA_US);
+    }
+
+    #[test]
+    fn the_task_cgroups_weigh_as_the_nodes_cpus() {
+        // 8 CPUs: eight busy processes' weight; half a CPU: half of one; within each
+        // interface's bounds.
+        let one = escher_proto::Amount::ONE.raw();
+        assert_eq!(cpu_weight(Version::V1, 8 * one), ("cpu.shares", 8192));
+        assert_eq!(cpu_weight(Version::V2, 8 * one), ("cpu.weight", 800));
+        assert_eq!(cpu_weight(Version::V1, one / 2), ("cpu.shares", 512));
+        assert_eq!(cpu_weight(Version::V2, one / 2), ("cpu.weight", 50));
+        assert_eq!(cpu_weight(Version::V1, 0), ("cpu.shares", 2));
+        assert_eq!(cpu_weight(Version::V2, 0), ("cpu.weight", 1));
+        assert_eq!(cpu_weight(Version::V1, u64::MAX), ("cpu.shares", 1 << 18));
+        assert_eq!(cpu_weight(Version::V2, 1_000 * one), ("cpu.weight", 10_000));
     }
 
     #[test]
