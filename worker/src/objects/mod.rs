@@ -130,7 +130,7 @@ pub use error::ObjectError;
 pub use fetch::{FetchError, Holder, HolderFailure, fetch_object};
 pub use id::{ObjectId, ParseObjectIdError};
 pub use node::NodeObjects;
-pub use service::ObjectService;
+pub use service::{ObjectService, ObjectsPlane};
 pub use store::{
     DEFAULT_MEMORY_ROOT, DEFAULT_SPILL_ROOT, ObjectInfo, ObjectStatus, ObjectStore, StoreConfig,
     StoreUsage,

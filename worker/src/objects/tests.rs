@@ -429,6 +429,50 @@ fn a_full_memory_filesystem_refuses_the_object() {
 }
 
 #[test]
+fn a_streamed_copy_is_refused_at_creation_when_the_memory_filesystem_has_no_room() {
+    // A copy streamed in (a fetch, a push) is not allocated up front: its room is checked,
+    // beside what the store's other streamed writers have still to write.
+    let memory_root = tempfile::tempdir_in("/dev/shm").unwrap();
+    let spill_root = tempfile::tempdir().unwrap();
+    let stat = nix::sys::statvfs::statvfs(memory_root.path()).unwrap();
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let store = ObjectStore::open(StoreConfig {
+        capacity: u64::MAX / 2,
+        memory_root: memory_root.path().to_path_buf(),
+        spill_root: spill_root.path().to_path_buf(),
+    })
+    .unwrap();
+    let e = store
+        .create_streamed(ObjectId(8, 0), free + 1024 * MIB)
+        .unwrap_err();
+    assert!(matches!(e, ObjectError::MemoryDirFull { .. }), "{e}");
+    assert!(e.to_string().contains("object 8.0 of"), "{e}");
+    // Two that fit one at a time but not together: the second is refused while the first
+    // has its bytes still to write, and fits once the first is dropped.
+    let first = store.create_streamed(ObjectId(8, 1), free / 3 * 2).unwrap();
+    let e = store
+        .create_streamed(ObjectId(8, 2), free / 3 * 2)
+        .unwrap_err();
+    assert!(matches!(e, ObjectError::MemoryDirFull { .. }), "{e}");
+    assert!(e.to_string().contains("object 8.2 of"), "{e}");
+    drop(first);
+    let second = store.create_streamed(ObjectId(8, 2), free / 3 * 2).unwrap();
+    drop(second);
+    // Written and sealed, a streamed copy is an object like any other, and its promise is
+    // given back as its bytes are written.
+    let bytes = data(3 * MIB, 4);
+    let mut writer = store.create_streamed(ObjectId(8, 3), 3 * MIB).unwrap();
+    writer.write_at(MIB, &bytes[MIB as usize..]).unwrap();
+    writer.write_at(0, &bytes[..MIB as usize]).unwrap();
+    writer.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(store.get(ObjectId(8, 3)).unwrap().as_slice(), &bytes[..]);
+    store.delete(ObjectId(8, 3)).unwrap();
+    store.sanity_check().unwrap();
+    assert!(files(store.memory_dir()).is_empty());
+    assert_eq!(store.usage().writing_bytes, 0);
+}
+
+#[test]
 fn a_dropped_store_removes_its_directories_after_its_last_reader() {
     let f = fixture(MIB);
     put(&f.store, ObjectId(9, 0), &data(MIB, 1));

@@ -2,7 +2,12 @@
 //!
 //! The bytes go to a hidden file (`.OWNER.INDEX.KEY.part`) in the store's memory directory,
 //! whose space is reserved at the start (`fallocate`), so a full tmpfs refuses the object at
-//! [`ObjectStore::create`](super::ObjectStore::create) rather than half-way. Writes may come in
+//! [`ObjectStore::create`](super::ObjectStore::create) rather than half-way. A copy streamed in
+//! from the network ([`ObjectStore::create_streamed`](super::ObjectStore::create_streamed))
+//! skips the `fallocate`, which zeroes every page before the copy overwrites it: its room is
+//! checked instead (the filesystem's free bytes beside what other streamed writers have still
+//! to write), and a write that finds the filesystem full after all refuses the copy, which is
+//! then removed like any unsealed one. Writes may come in
 //! any order and overlap (a fetch that resumes from another holder writes a range again);
 //! [`ObjectWriter::seal`] then checks that every byte was written and that the whole object's
 //! CRC-32C is the one the caller vouches for, makes the file read-only and renames it to its
@@ -30,6 +35,15 @@ use super::{ObjectError, ObjectId};
 /// How much of the file a seal reads at a time when it must compute the checksum itself.
 const READ_CHUNK: usize = 1 << 20;
 
+/// How a writer makes sure the memory directory's filesystem has room for its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Allocated up front (`fallocate`).
+    Allocated,
+    /// Checked free, and promised among the store's streamed writers.
+    Checked,
+}
+
 /// An object being written; see the module doc.
 pub struct ObjectWriter {
     inner: Arc<Inner>,
@@ -41,6 +55,8 @@ pub struct ObjectWriter {
     written: Ranges,
     /// The checksum of bytes `0..in_order.0`, while every write so far came in order.
     in_order: Option<(u64, u32)>,
+    /// The bytes of [`Room::Checked`] room promised and not written yet.
+    promised: u64,
     sealed: bool,
 }
 
@@ -51,7 +67,15 @@ impl ObjectWriter {
         id: ObjectId,
         size: u64,
         key: Key,
+        room: Room,
     ) -> Result<ObjectWriter, ObjectError> {
+        if room == Room::Checked
+            && let Err(e) = inner.promise(id, size)
+        {
+            inner.abandon(id);
+            return Err(e);
+        }
+        let promised = if room == Room::Checked { size } else { 0 };
         let path = inner.memory_dir().join(partial_name(id, key));
         let file = OpenOptions::new()
             .write(true)
@@ -62,6 +86,7 @@ impl ObjectWriter {
         let file = match file {
             Ok(file) => file,
             Err(e) => {
+                inner.unpromise(promised);
                 inner.abandon(id);
                 return Err(ObjectError::io(format!("create object {id} as"), &path, e));
             }
@@ -75,10 +100,13 @@ impl ObjectWriter {
             path,
             written: Ranges::default(),
             in_order: Some((0, 0)),
+            promised,
             sealed: false,
         };
         // Dropped on error: the file is removed and the reservation given back.
-        writer.allocate()?;
+        if room == Room::Allocated {
+            writer.allocate()?;
+        }
         Ok(writer)
     }
 
@@ -173,7 +201,13 @@ impl ObjectWriter {
             )),
             _ => None,
         };
+        let before = self.written.total();
         self.written.add(offset, end);
+        if self.promised > 0 {
+            let taken = (self.written.total() - before).min(self.promised);
+            self.promised -= taken;
+            self.inner.unpromise(taken);
+        }
         Ok(())
     }
 
@@ -247,6 +281,7 @@ impl ObjectWriter {
 
 impl Drop for ObjectWriter {
     fn drop(&mut self) {
+        self.inner.unpromise(self.promised);
         if self.sealed {
             return;
         }
