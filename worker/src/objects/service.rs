@@ -136,14 +136,13 @@ impl ObjectService {
             size: view.len(),
             crc32c: view.crc32c(),
         };
-        // The chunks are slices of the mapping, which they keep pinned until sent.
-        Ok(Chunks::new(
-            meta,
-            view.bytes(),
-            req.offset,
-            self.chunk,
-            String::new(),
-        ))
+        // The chunks are slices of the mapping, which they keep pinned until sent; their
+        // checksums those its writer summed, when it did.
+        let chunks = Chunks::new(meta, view.bytes(), req.offset, self.chunk, String::new());
+        Ok(match view.block_sums() {
+            Some(sums) => chunks.with_sums(sums, CHUNK_BYTES),
+            None => chunks,
+        })
     }
 
     /// The service as the data plane serves it: `Fetch` answered with no copy of the

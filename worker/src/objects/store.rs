@@ -205,24 +205,25 @@ impl ObjectStore {
     /// room; otherwise (every other object pinned, or the memory directory full) it is mapped
     /// from its spill file where it lies, still with no copy, and stays spilled.
     pub fn get(&self, id: ObjectId) -> Result<ObjectView, ObjectError> {
-        let (key, size, crc32c, place) = {
+        let (key, size, crc32c, sums, place) = {
             let mut table = self.inner.lock();
             let (key, entry) = table.pin(id).ok_or(ObjectError::NotFound { id })?;
-            let (size, crc32c, mut place) = (entry.size, entry.crc32c, entry.place);
+            let (size, crc32c, sums, mut place) =
+                (entry.size, entry.crc32c, entry.sums.clone(), entry.place);
             if place == Place::Spilled {
                 match self.inner.restore(&mut table, key, id, size) {
                     Ok(()) => place = Place::Memory,
                     Err(e) => tracing::debug!(object = %id, %e, "read where it was spilled"),
                 }
             }
-            (key, size, crc32c, place)
+            (key, size, crc32c, sums, place)
         };
         // Pinned: from here on the file stays where it is, and the pin's drop unpins it.
         let pin = Arc::new(Pin {
             inner: Arc::clone(&self.inner),
             key,
         });
-        ObjectView::map(id, size, crc32c, self.inner.path(id, key, place), pin)
+        ObjectView::map(id, size, crc32c, sums, self.inner.path(id, key, place), pin)
     }
 
     /// Deletes object `id` (its owner released it). It is invisible at once; its file goes
@@ -441,12 +442,13 @@ impl Inner {
         id: ObjectId,
         size: u64,
         crc32c: u32,
+        sums: Option<Arc<[u32]>>,
     ) -> Result<(), ObjectError> {
         let mut table = self.lock();
         let path = self.path(id, key, Place::Memory);
         fs::rename(partial, &path)
             .map_err(|e| ObjectError::io(format!("seal object {id} as"), &path, e))?;
-        table.seal(key, id, size, crc32c);
+        table.seal(key, id, size, crc32c, sums);
         Ok(())
     }
 

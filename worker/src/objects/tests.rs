@@ -473,6 +473,45 @@ fn a_streamed_copy_is_refused_at_creation_when_the_memory_filesystem_has_no_room
 }
 
 #[test]
+fn a_sealed_object_keeps_its_block_sums_when_written_in_order() {
+    // A holder sends these as its chunks' checksums instead of summing each chunk again.
+    let f = fixture(64 * MIB);
+    let bytes = data(5 * MIB + 123, 11);
+    let expected: Vec<u32> = bytes.chunks(MIB as usize).map(crc32c::crc32c).collect();
+    let sums = |id| f.store.get(id).unwrap().block_sums().map(|s| s.to_vec());
+    // Chunks checked by a fetch, summed by the caller.
+    let mut w = f.store.create_streamed(ObjectId(20, 0), bytes.len() as u64).unwrap();
+    for (i, piece) in bytes.chunks(MIB as usize).enumerate() {
+        w.write_summed(i as u64 * MIB, piece, crc32c::crc32c(piece)).unwrap();
+    }
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 0)), Some(expected.clone()));
+    // Appended in pieces that do not fall on the blocks (a put): summed here, block by block.
+    let mut w = f.store.create(ObjectId(20, 1), bytes.len() as u64).unwrap();
+    for piece in bytes.chunks(700_001) {
+        w.append(piece).unwrap();
+    }
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 1)), Some(expected));
+    // Out of order, or summed pieces across a block's end: none kept (the holder sums).
+    let mut w = f.store.create(ObjectId(20, 2), bytes.len() as u64).unwrap();
+    w.write_at(MIB, &bytes[MIB as usize..]).unwrap();
+    w.write_at(0, &bytes[..MIB as usize]).unwrap();
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 2)), None);
+    let mut w = f.store.create(ObjectId(20, 3), bytes.len() as u64).unwrap();
+    let (a, b) = bytes.split_at(MIB as usize + 1);
+    w.write_summed(0, a, crc32c::crc32c(a)).unwrap();
+    w.write_summed(a.len() as u64, b, crc32c::crc32c(b)).unwrap();
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 3)), None);
+    // Empty: no blocks.
+    let w = f.store.create(ObjectId(20, 4), 0).unwrap();
+    w.seal(0).unwrap();
+    assert_eq!(sums(ObjectId(20, 4)), Some(vec![]));
+}
+
+#[test]
 fn a_dropped_store_removes_its_directories_after_its_last_reader() {
     let f = fixture(MIB);
     put(&f.store, ObjectId(9, 0), &data(MIB, 1));
