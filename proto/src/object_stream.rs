@@ -91,8 +91,14 @@ impl http_body::Body for ChunkBody {
 /// key and length of `data`: everything of the message but `data` itself, which follows.
 fn prefix(chunk: &wire::ObjectChunk, data: &Bytes) -> Bytes {
     let fields = chunk.encoded_len();
-    let data_key = prost::encoding::key_len(3) + prost::encoding::encoded_len_varint(data.len() as u64);
-    let message = fields + if data.is_empty() { 0 } else { data_key + data.len() };
+    let data_key =
+        prost::encoding::key_len(3) + prost::encoding::encoded_len_varint(data.len() as u64);
+    let message = fields
+        + if data.is_empty() {
+            0
+        } else {
+            data_key + data.len()
+        };
     let mut out = BytesMut::with_capacity(5 + fields + data_key);
     out.put_u8(0);
     out.put_u32(u32::try_from(message).unwrap_or(u32::MAX));
@@ -119,7 +125,10 @@ pub async fn fetch(
     request
         .encode(&mut body)
         .unwrap_or_else(|_| unreachable!("the buffer was made large enough"));
-    let uri = format!("{}{FETCH_PATH}", channel.origin().to_string().trim_end_matches('/'));
+    let uri = format!(
+        "{}{FETCH_PATH}",
+        channel.origin().to_string().trim_end_matches('/')
+    );
     let http_request = http::Request::builder()
         .method(http::Method::POST)
         .uri(uri)
@@ -155,7 +164,9 @@ pub async fn fetch(
 }
 
 /// One body of `bytes`, then its end.
-fn http_body_full(bytes: Bytes) -> impl http_body::Body<Data = Bytes, Error = std::convert::Infallible> {
+fn http_body_full(
+    bytes: Bytes,
+) -> impl http_body::Body<Data = Bytes, Error = std::convert::Infallible> {
     struct Full(Option<Bytes>);
     impl http_body::Body for Full {
         type Data = Bytes;
@@ -206,7 +217,10 @@ impl FetchStream {
                     }
                 },
                 Some(Err(e)) => {
-                    return Err(Status::unavailable(format!("the stream broke: {}", chain(&e))));
+                    return Err(Status::unavailable(format!(
+                        "the stream broke: {}",
+                        chain(&e)
+                    )));
                 }
                 None => return self.end(None),
             }
@@ -363,7 +377,10 @@ mod tests {
     use crate::types::ObjectId;
 
     fn object(len: usize) -> (ObjectMeta, Bytes) {
-        let bytes: Bytes = (0..len).map(|i| (i * 13 % 251) as u8).collect::<Vec<_>>().into();
+        let bytes: Bytes = (0..len)
+            .map(|i| (i * 13 % 251) as u8)
+            .collect::<Vec<_>>()
+            .into();
         let meta = ObjectMeta {
             id: ObjectId(4, 2),
             size: len as u64,

@@ -244,7 +244,10 @@ impl Iterator for Chunks {
         let end = (start + self.chunk).min(len as usize);
         let data = self.bytes.slice(start..end);
         self.offset = end as u64;
-        let known = self.sums.as_ref().and_then(|sums| sums.get(start / self.chunk));
+        let known = self
+            .sums
+            .as_ref()
+            .and_then(|sums| sums.get(start / self.chunk));
         let crc32c = match known {
             Some(&sum) if !data.is_empty() => sum,
             _ => crc32c::crc32c(&data),

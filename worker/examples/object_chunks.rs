@@ -194,7 +194,10 @@ async fn main() {
         1e3 * median(writes[1].1.clone()),
     );
     let chunks: Vec<usize> = match args.next() {
-        Some(list) => list.split(',').map(|k| k.parse::<usize>().expect("KIB") << 10).collect(),
+        Some(list) => list
+            .split(',')
+            .map(|k| k.parse::<usize>().expect("KIB") << 10)
+            .collect(),
         None => vec![MIB],
     };
     for chunk in chunks {
@@ -299,11 +302,7 @@ where
 
 /// The stream alone read by hand (`escher_proto::object_stream`, as the fetcher reads it),
 /// each chunk checked, then dropped. Returns the bytes received.
-async fn drain_by_hand(
-    channel: &mut data_channel::DataChannel,
-    ticket: &str,
-    id: ObjectId,
-) -> u64 {
+async fn drain_by_hand(channel: &mut data_channel::DataChannel, ticket: &str, id: ObjectId) -> u64 {
     let request = escher_proto::wire::FetchRequest {
         ticket: ticket.to_string(),
         owner: id.owner(),

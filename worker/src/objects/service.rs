@@ -168,9 +168,8 @@ impl NamedService for ObjectsPlane {
     const NAME: &'static str = <ObjectsServer<ObjectService> as NamedService>::NAME;
 }
 
-type PlaneFuture = Pin<
-    Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>,
->;
+type PlaneFuture =
+    Pin<Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>>;
 
 impl tonic::codegen::Service<http::Request<tonic::body::Body>> for ObjectsPlane {
     type Response = http::Response<tonic::body::Body>;
@@ -206,9 +205,7 @@ async fn fetch_request(mut body: tonic::body::Body) -> Result<wire::FetchRequest
     // A ticket and three numbers: a request larger than this is not a fetch.
     const LARGEST: usize = 64 << 10;
     let mut got = bytes::BytesMut::new();
-    while let Some(frame) =
-        std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await
-    {
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
         let frame = frame.map_err(|e| Status::internal(format!("the fetch request broke: {e}")))?;
         if let Ok(data) = frame.into_data() {
             if got.len() + data.len() > 5 + LARGEST {

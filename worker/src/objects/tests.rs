@@ -480,9 +480,13 @@ fn a_sealed_object_keeps_its_block_sums_when_written_in_order() {
     let expected: Vec<u32> = bytes.chunks(MIB as usize).map(crc32c::crc32c).collect();
     let sums = |id| f.store.get(id).unwrap().block_sums().map(|s| s.to_vec());
     // Chunks checked by a fetch, summed by the caller.
-    let mut w = f.store.create_streamed(ObjectId(20, 0), bytes.len() as u64).unwrap();
+    let mut w = f
+        .store
+        .create_streamed(ObjectId(20, 0), bytes.len() as u64)
+        .unwrap();
     for (i, piece) in bytes.chunks(MIB as usize).enumerate() {
-        w.write_summed(i as u64 * MIB, piece, crc32c::crc32c(piece)).unwrap();
+        w.write_summed(i as u64 * MIB, piece, crc32c::crc32c(piece))
+            .unwrap();
     }
     w.seal(crc32c::crc32c(&bytes)).unwrap();
     assert_eq!(sums(ObjectId(20, 0)), Some(expected.clone()));
@@ -502,7 +506,8 @@ fn a_sealed_object_keeps_its_block_sums_when_written_in_order() {
     let mut w = f.store.create(ObjectId(20, 3), bytes.len() as u64).unwrap();
     let (a, b) = bytes.split_at(MIB as usize + 1);
     w.write_summed(0, a, crc32c::crc32c(a)).unwrap();
-    w.write_summed(a.len() as u64, b, crc32c::crc32c(b)).unwrap();
+    w.write_summed(a.len() as u64, b, crc32c::crc32c(b))
+        .unwrap();
     w.seal(crc32c::crc32c(&bytes)).unwrap();
     assert_eq!(sums(ObjectId(20, 3)), None);
     // Empty: no blocks.

@@ -524,7 +524,10 @@ async fn the_data_planes_own_fetch_answer_is_read_whole_by_the_fetcher_and_by_to
     let a = node(1, 256 << 20, Fault::Plane).await;
     let b = node(2, 256 << 20, Fault::None).await;
     let mut ids = Vec::new();
-    for (i, size) in [0, 1, 1024, MIB, 3 * MIB + 7, 40 * MIB].into_iter().enumerate() {
+    for (i, size) in [0, 1, 1024, MIB, 3 * MIB + 7, 40 * MIB]
+        .into_iter()
+        .enumerate()
+    {
         let id = ObjectId(13, i as u64);
         let bytes = data(size, 20 + i as u64);
         push_object(&a.address, &a.write(id), id, bytes.clone())
@@ -550,9 +553,14 @@ async fn the_data_planes_own_fetch_answer_is_read_whole_by_the_fetcher_and_by_to
             .await
             .unwrap();
     }
-    let view = fetch_object(&b.objects, id, Some("ns".into()), &[gone.holder(id), a.holder(id)])
-        .await
-        .unwrap();
+    let view = fetch_object(
+        &b.objects,
+        id,
+        Some("ns".into()),
+        &[gone.holder(id), a.holder(id)],
+    )
+    .await
+    .unwrap();
     assert_eq!(view.as_slice(), &bytes[..]);
     assert_eq!(gone.sent.load(Ordering::Relaxed), 2 * MIB as u64);
     drop(view);

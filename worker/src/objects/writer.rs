@@ -200,7 +200,9 @@ impl ObjectWriter {
             }
         })?;
         self.in_order = match self.in_order {
-            Some((next, crc)) if next == offset => Some((end, self.sum_in_order(crc, data, summed))),
+            Some((next, crc)) if next == offset => {
+                Some((end, self.sum_in_order(crc, data, summed)))
+            }
             _ => {
                 self.sums = None;
                 None
