@@ -47,6 +47,8 @@ pub mod convert;
 pub mod data_channel;
 pub mod mig;
 #[cfg(feature = "grpc")]
+pub mod object_stream;
+#[cfg(feature = "grpc")]
 pub mod replicas;
 #[cfg(feature = "grpc")]
 pub mod transfer;

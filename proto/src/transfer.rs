@@ -195,6 +195,8 @@ pub struct Chunks {
     offset: u64,
     chunk: usize,
     header: Option<wire::ObjectHeader>,
+    /// The checksums of the bytes' `chunk`-sized blocks, when known already.
+    sums: Option<std::sync::Arc<[u32]>>,
 }
 
 impl Chunks {
@@ -212,7 +214,20 @@ impl Chunks {
             bytes,
             chunk: chunk.clamp(1, MAX_CHUNK_BYTES),
             header: Some(meta.header(ticket)),
+            sums: None,
         }
+    }
+
+    /// Takes each chunk's checksum from `sums`, the CRC-32C of each `block`-byte block of the
+    /// bytes (the last one shorter), instead of summing it, where the chunks are those blocks
+    /// (the chunk size is `block` and the offset a multiple of it). Sums of another count
+    /// than the blocks are not used.
+    pub fn with_sums(mut self, sums: std::sync::Arc<[u32]>, block: usize) -> Self {
+        let blocks = self.bytes.len().div_ceil(block);
+        if block == self.chunk && sums.len() == blocks && self.offset % block as u64 == 0 {
+            self.sums = Some(sums);
+        }
+        self
     }
 }
 
@@ -229,10 +244,18 @@ impl Iterator for Chunks {
         let end = (start + self.chunk).min(len as usize);
         let data = self.bytes.slice(start..end);
         self.offset = end as u64;
+        let known = self
+            .sums
+            .as_ref()
+            .and_then(|sums| sums.get(start / self.chunk));
+        let crc32c = match known {
+            Some(&sum) if !data.is_empty() => sum,
+            _ => crc32c::crc32c(&data),
+        };
         Some(wire::ObjectChunk {
             header,
             offset: start as u64,
-            crc32c: crc32c::crc32c(&data),
+            crc32c,
             data,
         })
     }
@@ -477,6 +500,35 @@ mod tests {
             let mut reader = ChunkReader::new(Some(meta.id), 0);
             assert_eq!(read(&mut reader, chunks).unwrap(), bytes, "{len}");
             assert_eq!(reader.meta(), Some(meta));
+        }
+    }
+
+    #[test]
+    fn known_block_sums_are_sent_as_the_chunks_checksums() {
+        let (meta, bytes) = object(2500);
+        let sums: std::sync::Arc<[u32]> = bytes.chunks(1000).map(crc32c::crc32c).collect();
+        let plain: Vec<_> = Chunks::new(meta, bytes.clone(), 0, 1000, String::new()).collect();
+        let known: Vec<_> = Chunks::new(meta, bytes.clone(), 0, 1000, String::new())
+            .with_sums(sums.clone(), 1000)
+            .collect();
+        assert_eq!(plain, known);
+        // Used: a wrong sum given is sent (and a reader refuses it).
+        let mut wrong = sums.to_vec();
+        wrong[1] ^= 1;
+        let sent: Vec<_> = Chunks::new(meta, bytes.clone(), 0, 1000, String::new())
+            .with_sums(wrong.into(), 1000)
+            .collect();
+        assert_eq!(sent[1].crc32c, plain[1].crc32c ^ 1);
+        // Not used where the chunks are not the blocks.
+        for (offset, chunk, block) in [(500, 1000, 1000), (0, 500, 1000), (0, 1000, 500)] {
+            let mut sums = sums.to_vec();
+            sums.iter_mut().for_each(|s| *s ^= 1);
+            let sent: Vec<_> = Chunks::new(meta, bytes.clone(), offset, chunk, String::new())
+                .with_sums(sums.into(), block)
+                .collect();
+            let plain: Vec<_> =
+                Chunks::new(meta, bytes.clone(), offset, chunk, String::new()).collect();
+            assert_eq!(sent, plain, "{offset} {chunk} {block}");
         }
     }
 

@@ -1,22 +1,25 @@
-//! Measures object fetches over the data plane by chunk size, beside one loopback TCP stream,
-//! to choose `escher_proto::transfer::CHUNK_BYTES` (docs/ARCHITECTURE.md "Objects" has the
-//! numbers). Run in release:
+//! Measures object fetches over the data plane, beside one loopback TCP stream (the numbers
+//! are in docs/ARCHITECTURE.md "Objects"). Run in release:
 //!
 //! ```text
-//! cargo run --release -p escher-worker --example object_chunks -- [MIB] [ROUNDS]
+//! cargo run --release -p escher-worker --example object_chunks -- [MIB] [ROUNDS] [KIB,KIB..]
 //! ```
 //!
 //! (with the worker binary's jemalloc; `--no-default-features` for the system allocator).
 //!
-//! For each chunk size (256 KiB to 4 MiB), a holder's `Objects` service (the worker's own, on
-//! `127.0.0.1:0`, over a store on `/dev/shm`) serves one object of MIB MiB (default 256); it is
-//! fetched ROUNDS times (default 5) worker to worker (the fetcher into a second store) and
-//! worker to client (`escher_client::objects::fetch_object`, into one buffer), and the stream
-//! alone (each chunk checked, then dropped) on the data channel (`escher_proto::data_channel`,
-//! large frames) and on a tonic `Endpoint` channel (HTTP/2's 16 KiB frames, what fetches ran
-//! on before). Printed: for each, the median throughput and the median CPU time of the
-//! process (both ends) per transfer, which other load on the machine does not change; and the
-//! throughput of one TCP stream on loopback moving the same bytes.
+//! First the store's write alone: an object of MIB MiB (default 256) written into a store on
+//! `/dev/shm` in 1 MiB pieces, as a fetch writes it, with its room allocated up front
+//! (`create`, `fallocate`) and checked only (`create_streamed`, what a fetch uses). Then for
+//! each chunk size (KiB, default 1024), a holder's `Objects` service on `127.0.0.1:0`, served
+//! as the worker's data plane serves it (`ObjectService::into_server`, `Fetch` written by
+//! hand) and by tonic's generated server alone (its encoder copies every chunk), serves the
+//! object; it is fetched ROUNDS times (default 5) worker to worker (the fetcher into a second
+//! store) and worker to client (`escher_client::objects::fetch_object`, into one buffer), and
+//! the stream alone (each chunk checked, then dropped) read by hand as the fetcher reads it
+//! (`escher_proto::object_stream`) and by tonic's client (its decoder copies every frame).
+//! Printed: for each, the median throughput and the median CPU time of the process (both
+//! ends) per transfer, which other load on the machine does not change; and the throughput
+//! of one TCP stream on loopback moving the same bytes.
 
 use std::time::{Duration, Instant};
 
@@ -51,24 +54,36 @@ fn store(capacity: u64) -> NodeObjects {
     )
 }
 
-/// Serves `objects` as node 1 with chunks of `chunk` bytes; returns the address.
-async fn serve(objects: NodeObjects, key: [u8; 32], chunk: usize) -> String {
+/// Serves `objects` as node 1 with chunks of `chunk` bytes, as the worker's data plane does
+/// (`ObjectService::into_server`: `Fetch` written by hand) or, when `tonic_fetch`, with tonic's
+/// generated server only (its encoder copies each chunk); returns the address.
+async fn serve(objects: NodeObjects, key: [u8; 32], chunk: usize, tonic_fetch: bool) -> String {
     let service = ObjectService::with_key(objects, NodeId(1), key).with_chunk_bytes(chunk);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .tcp_nodelay(true)
-            .initial_stream_window_size(STREAM_WINDOW_BYTES)
-            .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-            .max_frame_size(escher_proto::data_channel::MAX_FRAME_BYTES)
-            .add_service(
-                ObjectsServer::new(service)
-                    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            )
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-    );
+    let mut builder = tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .max_frame_size(escher_proto::data_channel::MAX_FRAME_BYTES);
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    if tonic_fetch {
+        tokio::spawn(
+            builder
+                .add_service(
+                    ObjectsServer::new(service)
+                        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                        .max_encoding_message_size(MAX_MESSAGE_BYTES),
+                )
+                .serve_with_incoming(incoming),
+        );
+    } else {
+        tokio::spawn(
+            builder
+                .add_service(service.into_server())
+                .serve_with_incoming(incoming),
+        );
+    }
     address
 }
 
@@ -134,64 +149,104 @@ async fn main() {
     let tcp = median(futures_tcp(size, rounds).await);
     println!("object {mib} MiB, {rounds} rounds, median GB/s; one loopback TCP stream: {tcp:.2}");
     println!(
-        "each way: median GB/s, median CPU ms per transfer (both ends); ways: worker->worker \
-         (fetch_object into a store) | worker->client (into a buffer) | the stream alone, \
-         checked and dropped, on the data channel (large frames) | the same on a tonic \
-         Endpoint channel (16 KiB frames)"
+        "each way: median GB/s, median CPU ms per transfer (both ends); served by the data \
+         plane (Fetch written by hand) or by tonic's server alone; ways: worker->worker \
+         (fetch_object into a store) | worker->client (into a buffer, tonic's client) | the \
+         stream alone, checked and dropped, read by hand (as the fetcher) | the same read by \
+         tonic's client"
     );
     let reader = store(2 * size as u64);
-    for chunk in [256 << 10, 512 << 10, MIB, 2 * MIB, 4 * MIB] {
-        let address = serve(holder.clone(), key, chunk).await;
-        let holders = [Holder {
-            node: NodeId(1),
-            address: address.clone(),
-            ticket: ticket.clone(),
-        }];
-        // Each way: the median throughput, and the process's CPU time (both ends, user and
-        // system) per transfer, which the machine's other load does not change.
-        let mut ways: [(Vec<f64>, Vec<f64>); 4] = Default::default();
-        for _ in 0..rounds {
+    // The store's write alone: the copy written into a store as a fetch writes it (1 MiB
+    // pieces, each with its checksum), with its room allocated up front (`create`, the
+    // `fallocate`) and checked only (`create_streamed`).
+    let pieces: Vec<(u64, Bytes, u32)> = (0..size)
+        .step_by(MIB)
+        .map(|at| {
+            let piece = data.slice(at..(at + MIB).min(size));
+            let crc = crc32c::crc32c(&piece);
+            (at as u64, piece, crc)
+        })
+        .collect();
+    let mut writes: [(Vec<f64>, Vec<f64>); 2] = Default::default();
+    for _ in 0..rounds {
+        for (way, streamed) in [(0, false), (1, true)] {
+            let other = ObjectId(2, 0);
             let (cpu, start) = (cpu_seconds(), Instant::now());
-            let view = fetch_object(&reader, id, None, &holders).await.unwrap();
-            record(&mut ways[0], size, start, cpu);
-            assert_eq!(view.len() as usize, size);
-            drop(view);
-            reader.delete(id).unwrap();
-            let (cpu, start) = (cpu_seconds(), Instant::now());
-            let bytes = escher_client::objects::fetch_object(&address, &ticket, id)
-                .await
-                .unwrap();
-            record(&mut ways[1], size, start, cpu);
-            assert_eq!(bytes.len(), size);
-            drop(bytes);
-            let (cpu, start) = (cpu_seconds(), Instant::now());
-            let channel = data_channel::connect(&address, Duration::from_secs(3))
-                .await
-                .unwrap();
-            let origin = channel.origin();
-            let rpc = ObjectsClient::with_origin(channel, origin);
-            assert_eq!(drain(rpc, &ticket, id).await, size as u64);
-            record(&mut ways[2], size, start, cpu);
-            let (cpu, start) = (cpu_seconds(), Instant::now());
-            let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
-                .unwrap()
-                .tcp_nodelay(true)
-                .initial_stream_window_size(STREAM_WINDOW_BYTES)
-                .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
-                .connect()
-                .await
-                .unwrap();
-            assert_eq!(
-                drain(ObjectsClient::new(channel), &ticket, id).await,
-                size as u64
-            );
-            record(&mut ways[3], size, start, cpu);
+            let mut writer = if streamed {
+                reader.store().create_streamed(other, size as u64).unwrap()
+            } else {
+                reader.store().create(other, size as u64).unwrap()
+            };
+            for (at, piece, crc) in &pieces {
+                writer.write_summed(*at, piece, *crc).unwrap();
+            }
+            writer.seal(crc32c::crc32c(&data)).unwrap();
+            record(&mut writes[way], size, start, cpu);
+            reader.delete(other).unwrap();
         }
-        print!("{:>5} KiB", chunk >> 10);
-        for (gbs, cpu) in ways {
-            print!("  {:>5.2} GB/s {:>5.0} ms", median(gbs), 1e3 * median(cpu));
+    }
+    println!(
+        "the store's write alone: with fallocate {:.2} GB/s {:.0} ms; room checked only \
+         {:.2} GB/s {:.0} ms",
+        median(writes[0].0.clone()),
+        1e3 * median(writes[0].1.clone()),
+        median(writes[1].0.clone()),
+        1e3 * median(writes[1].1.clone()),
+    );
+    let chunks: Vec<usize> = match args.next() {
+        Some(list) => list
+            .split(',')
+            .map(|k| k.parse::<usize>().expect("KIB") << 10)
+            .collect(),
+        None => vec![MIB],
+    };
+    for chunk in chunks {
+        for tonic_fetch in [false, true] {
+            let address = serve(holder.clone(), key, chunk, tonic_fetch).await;
+            let holders = [Holder {
+                node: NodeId(1),
+                address: address.clone(),
+                ticket: ticket.clone(),
+            }];
+            // Each way: the median throughput, and the process's CPU time (both ends, user
+            // and system) per transfer, which the machine's other load does not change.
+            let mut ways: [(Vec<f64>, Vec<f64>); 4] = Default::default();
+            for _ in 0..rounds {
+                let (cpu, start) = (cpu_seconds(), Instant::now());
+                let view = fetch_object(&reader, id, None, &holders).await.unwrap();
+                record(&mut ways[0], size, start, cpu);
+                assert_eq!(view.len() as usize, size);
+                drop(view);
+                reader.delete(id).unwrap();
+                let (cpu, start) = (cpu_seconds(), Instant::now());
+                let bytes = escher_client::objects::fetch_object(&address, &ticket, id)
+                    .await
+                    .unwrap();
+                record(&mut ways[1], size, start, cpu);
+                assert_eq!(bytes.len(), size);
+                drop(bytes);
+                let (cpu, start) = (cpu_seconds(), Instant::now());
+                let mut channel = data_channel::connect(&address, Duration::from_secs(3))
+                    .await
+                    .unwrap();
+                assert_eq!(drain_by_hand(&mut channel, &ticket, id).await, size as u64);
+                record(&mut ways[2], size, start, cpu);
+                let (cpu, start) = (cpu_seconds(), Instant::now());
+                let channel = data_channel::connect(&address, Duration::from_secs(3))
+                    .await
+                    .unwrap();
+                let origin = channel.origin();
+                let rpc = ObjectsClient::with_origin(channel, origin);
+                assert_eq!(drain(rpc, &ticket, id).await, size as u64);
+                record(&mut ways[3], size, start, cpu);
+            }
+            let server = if tonic_fetch { "tonic" } else { "plane" };
+            print!("{:>5} KiB {server}", chunk >> 10);
+            for (gbs, cpu) in ways {
+                print!("  {:>5.2} GB/s {:>5.0} ms", median(gbs), 1e3 * median(cpu));
+            }
+            println!();
         }
-        println!();
     }
 }
 
@@ -238,6 +293,25 @@ where
         .await
         .unwrap()
         .into_inner();
+    let mut reader = escher_proto::transfer::ChunkReader::new(Some(id), 0);
+    while let Some(chunk) = stream.message().await.unwrap() {
+        reader.accept(chunk).unwrap();
+    }
+    reader.finish().unwrap().size
+}
+
+/// The stream alone read by hand (`escher_proto::object_stream`, as the fetcher reads it),
+/// each chunk checked, then dropped. Returns the bytes received.
+async fn drain_by_hand(channel: &mut data_channel::DataChannel, ticket: &str, id: ObjectId) -> u64 {
+    let request = escher_proto::wire::FetchRequest {
+        ticket: ticket.to_string(),
+        owner: id.owner(),
+        index: id.index(),
+        offset: 0,
+    };
+    let mut stream = escher_proto::object_stream::fetch(channel, &request, MAX_MESSAGE_BYTES)
+        .await
+        .unwrap();
     let mut reader = escher_proto::transfer::ChunkReader::new(Some(id), 0);
     while let Some(chunk) = stream.message().await.unwrap() {
         reader.accept(chunk).unwrap();

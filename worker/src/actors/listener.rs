@@ -17,9 +17,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 use std::sync::Arc;
 
 use escher_proto::data_channel::MAX_FRAME_BYTES;
-use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, MAX_MESSAGE_BYTES, STREAM_WINDOW_BYTES};
+use escher_proto::transfer::{CONNECTION_WINDOW_BYTES, STREAM_WINDOW_BYTES};
 use escher_proto::wire::actors_server::ActorsServer;
-use escher_proto::wire::objects_server::ObjectsServer;
 use tokio_util::sync::CancellationToken;
 
 use super::{ActorHost, ActorService};
@@ -95,9 +94,7 @@ impl DataPlane {
                  authenticated by the head's tickets but their bytes are not encrypted"
             );
         }
-        let objects = ObjectsServer::new(ObjectService::new(objects, Arc::clone(&host)))
-            .max_decoding_message_size(MAX_MESSAGE_BYTES)
-            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        let objects = ObjectService::new(objects, Arc::clone(&host)).into_server();
         let service = ActorsServer::new(ActorService::new(host))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);

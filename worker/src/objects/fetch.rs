@@ -16,9 +16,10 @@ use std::fmt;
 use std::time::Duration;
 
 use escher_proto::NodeId;
-use escher_proto::data_channel::{self, DataChannel};
+use escher_proto::data_channel;
+use escher_proto::object_stream;
 use escher_proto::transfer::{ChunkReader, MAX_MESSAGE_BYTES, ObjectMeta};
-use escher_proto::wire::{self, objects_client::ObjectsClient};
+use escher_proto::wire;
 
 use super::{NodeObjects, ObjectError, ObjectId, ObjectView, ObjectWriter};
 
@@ -88,16 +89,6 @@ impl FetchError {
     pub fn is_retryable(&self) -> bool {
         !matches!(self, FetchError::NoHolders { .. })
     }
-}
-
-/// A client of the data plane at `address`, on a channel with the windows and frames
-/// objects need ([`data_channel`]).
-pub(crate) async fn connect(address: &str) -> Result<ObjectsClient<DataChannel>, String> {
-    let channel = data_channel::connect(address, CONNECT_TIMEOUT)
-        .await
-        .map_err(|e| e.to_string())?;
-    let origin = channel.origin();
-    Ok(ObjectsClient::with_origin(channel, origin).max_decoding_message_size(MAX_MESSAGE_BYTES))
 }
 
 /// Brings object `id` into this node's store from `holders` (see the module doc), records
@@ -212,7 +203,9 @@ async fn from_holder(
     copy: &mut Option<(ObjectWriter, ChunkReader)>,
 ) -> Result<Option<(ObjectWriter, ObjectMeta)>, String> {
     let start = std::time::Instant::now();
-    let mut rpc = connect(&holder.address).await?;
+    let mut channel = data_channel::connect(&holder.address, CONNECT_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
     let connected = start.elapsed();
     let offset = copy.as_ref().map_or(0, |(_, reader)| reader.received());
     let request = wire::FetchRequest {
@@ -221,11 +214,10 @@ async fn from_holder(
         index: id.index(),
         offset,
     };
-    let mut stream = rpc
-        .fetch(request)
+    // Read by hand, so that each chunk's bytes are a slice of the frame they came in.
+    let mut stream = object_stream::fetch(&mut channel, &request, MAX_MESSAGE_BYTES)
         .await
-        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
-        .into_inner();
+        .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?;
     if let Some((_, reader)) = copy.as_mut() {
         let meta = reader
             .meta()
@@ -253,7 +245,7 @@ async fn from_holder(
                 .header
                 .unwrap_or_else(|| unreachable!("a first message is checked to carry the header"));
             let store = objects.store().clone();
-            let created = tokio::task::spawn_blocking(move || store.create(id, meta.size))
+            let created = tokio::task::spawn_blocking(move || store.create_streamed(id, meta.size))
                 .await
                 .map_err(|e| e.to_string())?;
             let mut writer = match created {

@@ -25,6 +25,9 @@
 //! - [`ObjectStore::create`]`(id, size)` reserves `size` bytes of the store's capacity (making
 //!   room first, below) and of the memory directory's filesystem (`fallocate`), and returns an
 //!   [`ObjectWriter`] over a hidden file. Nothing is visible yet.
+//!   [`ObjectStore::create_streamed`] does the same for a copy that streams in (a fetch, a
+//!   push) without the `fallocate`: the filesystem's room is checked instead, beside what the
+//!   store's other streamed writers have still to write.
 //! - [`ObjectWriter::write_at`] writes a chunk at an offset (a fetch's chunks, in any order,
 //!   ranges written again counted once); [`ObjectWriter::append`] writes after what was written
 //!   from the start.
@@ -130,7 +133,7 @@ pub use error::ObjectError;
 pub use fetch::{FetchError, Holder, HolderFailure, fetch_object};
 pub use id::{ObjectId, ParseObjectIdError};
 pub use node::NodeObjects;
-pub use service::ObjectService;
+pub use service::{ObjectService, ObjectsPlane};
 pub use store::{
     DEFAULT_MEMORY_ROOT, DEFAULT_SPILL_ROOT, ObjectInfo, ObjectStatus, ObjectStore, StoreConfig,
     StoreUsage,

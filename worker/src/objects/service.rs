@@ -14,14 +14,24 @@
 //! read (fetch) or write (push) and be unexpired, else UNAUTHENTICATED; an object recorded in
 //! another namespace than the ticket's is PERMISSION_DENIED.
 
+use std::convert::Infallible;
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use escher_proto::NodeId;
-use escher_proto::transfer::{CHUNK_BYTES, ChunkReader, Chunks, ObjectMeta, TransferError};
+use escher_proto::object_stream;
+use escher_proto::transfer::{
+    CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError,
+};
 use escher_proto::types::{ObjectAccess, ObjectTicket, TicketRefusal};
-use escher_proto::wire::{self, objects_server::Objects};
+use escher_proto::wire::{
+    self,
+    objects_server::{Objects, ObjectsServer},
+};
 use tokio_stream::Stream;
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{NodeObjects, ObjectError, ObjectId};
@@ -107,6 +117,120 @@ impl ObjectService {
     }
 }
 
+impl ObjectService {
+    /// The chunks that answer fetch `req`, once its ticket is admitted and the object mapped.
+    async fn open_fetch(&self, req: wire::FetchRequest) -> Result<Chunks, Status> {
+        let id = ObjectId(req.owner, req.index);
+        self.admit(&req.ticket, id, ObjectAccess::Read)?;
+        let store = self.objects.store().clone();
+        let view = blocking(move || store.get(id)).await?;
+        if req.offset > view.len() {
+            return Err(Status::out_of_range(format!(
+                "object {id} is {} bytes: a fetch from offset {} is past its end",
+                view.len(),
+                req.offset
+            )));
+        }
+        let meta = ObjectMeta {
+            id,
+            size: view.len(),
+            crc32c: view.crc32c(),
+        };
+        // The chunks are slices of the mapping, which they keep pinned until sent; their
+        // checksums those its writer summed, when it did.
+        let chunks = Chunks::new(meta, view.bytes(), req.offset, self.chunk, String::new());
+        Ok(match view.block_sums() {
+            Some(sums) => chunks.with_sums(sums, CHUNK_BYTES),
+            None => chunks,
+        })
+    }
+
+    /// The service as the data plane serves it: `Fetch` answered with no copy of the
+    /// object's bytes ([`escher_proto::object_stream`]), `Push` by tonic.
+    pub fn into_server(self) -> ObjectsPlane {
+        ObjectsPlane {
+            fetch: self.clone(),
+            tonic: ObjectsServer::new(self)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+        }
+    }
+}
+
+/// The `Objects` service on the data plane's router; see [`ObjectService::into_server`].
+#[derive(Debug, Clone)]
+pub struct ObjectsPlane {
+    fetch: ObjectService,
+    tonic: ObjectsServer<ObjectService>,
+}
+
+impl NamedService for ObjectsPlane {
+    const NAME: &'static str = <ObjectsServer<ObjectService> as NamedService>::NAME;
+}
+
+type PlaneFuture =
+    Pin<Box<dyn Future<Output = Result<http::Response<tonic::body::Body>, Infallible>> + Send>>;
+
+impl tonic::codegen::Service<http::Request<tonic::body::Body>> for ObjectsPlane {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = PlaneFuture;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> PlaneFuture {
+        if request.uri().path() != object_stream::FETCH_PATH {
+            return self.tonic.call(request);
+        }
+        let service = self.fetch.clone();
+        Box::pin(async move {
+            let answer = match fetch_request(request.into_body()).await {
+                Ok(req) => service.open_fetch(req).await,
+                Err(status) => Err(status),
+            };
+            Ok(match answer {
+                Ok(chunks) => object_stream::fetch_answer(chunks),
+                Err(status) => status.into_http(),
+            })
+        })
+    }
+}
+
+/// The one `FetchRequest` of a fetch's request body.
+async fn fetch_request(mut body: tonic::body::Body) -> Result<wire::FetchRequest, Status> {
+    use bytes::{Buf as _, BufMut as _};
+    use tonic::codegen::Body as _;
+    // A ticket and three numbers: a request larger than this is not a fetch.
+    const LARGEST: usize = 64 << 10;
+    let mut got = bytes::BytesMut::new();
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| Status::internal(format!("the fetch request broke: {e}")))?;
+        if let Ok(data) = frame.into_data() {
+            if got.len() + data.len() > 5 + LARGEST {
+                return Err(Status::out_of_range("a fetch request larger than 64 KiB"));
+            }
+            got.put(data);
+        }
+    }
+    if got.len() < 5 || got[0] != 0 {
+        return Err(Status::invalid_argument(
+            "a fetch request is one uncompressed message",
+        ));
+    }
+    let len = u32::from_be_bytes([got[1], got[2], got[3], got[4]]) as usize;
+    got.advance(5);
+    if got.len() != len {
+        return Err(Status::invalid_argument(format!(
+            "a fetch request of {} bytes says it is {len}",
+            got.len()
+        )));
+    }
+    <wire::FetchRequest as prost::Message>::decode(got.freeze())
+        .map_err(|e| Status::invalid_argument(format!("a fetch request that does not decode: {e}")))
+}
+
 /// Milliseconds since the Unix epoch, this node's clock.
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
@@ -163,25 +287,7 @@ impl Objects for ObjectService {
         &self,
         request: Request<wire::FetchRequest>,
     ) -> Result<Response<ChunkStream>, Status> {
-        let req = request.into_inner();
-        let id = ObjectId(req.owner, req.index);
-        self.admit(&req.ticket, id, ObjectAccess::Read)?;
-        let store = self.objects.store().clone();
-        let view = blocking(move || store.get(id)).await?;
-        if req.offset > view.len() {
-            return Err(Status::out_of_range(format!(
-                "object {id} is {} bytes: a fetch from offset {} is past its end",
-                view.len(),
-                req.offset
-            )));
-        }
-        let meta = ObjectMeta {
-            id,
-            size: view.len(),
-            crc32c: view.crc32c(),
-        };
-        // The chunks are slices of the mapping, which they keep pinned until sent.
-        let chunks = Chunks::new(meta, view.bytes(), req.offset, self.chunk, String::new());
+        let chunks = self.open_fetch(request.into_inner()).await?;
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks.map(Ok)))))
     }
 
@@ -204,7 +310,7 @@ impl Objects for ObjectService {
         let id = meta.id;
         let ticket = self.admit(&header.ticket, id, ObjectAccess::Write)?;
         let store = self.objects.store().clone();
-        let mut writer = blocking(move || store.create(id, meta.size)).await?;
+        let mut writer = blocking(move || store.create_streamed(id, meta.size)).await?;
         let mut reader = ChunkReader::new(Some(id), 0);
         let mut next = Some(first);
         loop {

@@ -17,6 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use super::table::{Key, Place, Table};
+use super::writer::Room;
 use super::{ObjectError, ObjectId, ObjectView, ObjectWriter, capacity, sweep};
 
 /// Where the memory directory goes unless configured: POSIX shared memory, a tmpfs.
@@ -106,6 +107,9 @@ pub(super) struct Inner {
     spill_dir: PathBuf,
     capacity: u64,
     table: Mutex<Table>,
+    /// Bytes that streamed writers ([`ObjectStore::create_streamed`]) were promised in the
+    /// memory directory's filesystem and have not written yet.
+    promised: AtomicU64,
 }
 
 /// One pin of a stored copy: unpinned when dropped, which unlinks a copy deleted meanwhile.
@@ -156,6 +160,7 @@ impl ObjectStore {
                 spill_dir,
                 capacity: config.capacity,
                 table: Mutex::default(),
+                promised: AtomicU64::new(0),
             }),
         })
     }
@@ -170,13 +175,29 @@ impl ObjectStore {
     /// ([`ObjectError::SpillDiskFull`]), and when the memory directory's filesystem is full
     /// ([`ObjectError::MemoryDirFull`]).
     pub fn create(&self, id: ObjectId, size: u64) -> Result<ObjectWriter, ObjectError> {
-        let key = {
-            let mut table = self.inner.lock();
-            let victims = table.plan_room(id, size, self.inner.capacity)?;
-            self.inner.spill(&mut table, id, size, &victims)?;
-            table.reserve(id, size)
-        };
-        ObjectWriter::start(Arc::clone(&self.inner), id, size, key)
+        let key = self.reserve(id, size)?;
+        ObjectWriter::start(Arc::clone(&self.inner), id, size, key, Room::Allocated)
+    }
+
+    /// [`create`](Self::create) for a copy that arrives from the network (a fetch, a push),
+    /// whose bytes are written as fast as they come: the memory directory's filesystem is not
+    /// asked to allocate the object up front (`fallocate` zeroes every page, a third of the
+    /// cost of writing the copy), but must have room for it beside what the store's other
+    /// streamed writers have still to write (`statvfs`), else [`ObjectError::MemoryDirFull`]
+    /// here as with `create`. Should the filesystem still fill meanwhile (another process
+    /// writing to it), the write that finds no room fails with `MemoryDirFull` and the copy,
+    /// never sealed, is removed.
+    pub fn create_streamed(&self, id: ObjectId, size: u64) -> Result<ObjectWriter, ObjectError> {
+        let key = self.reserve(id, size)?;
+        ObjectWriter::start(Arc::clone(&self.inner), id, size, key, Room::Checked)
+    }
+
+    /// Reserves `size` bytes of the capacity for `id`, spilling colder objects if need be.
+    fn reserve(&self, id: ObjectId, size: u64) -> Result<Key, ObjectError> {
+        let mut table = self.inner.lock();
+        let victims = table.plan_room(id, size, self.inner.capacity)?;
+        self.inner.spill(&mut table, id, size, &victims)?;
+        Ok(table.reserve(id, size))
     }
 
     /// Maps sealed object `id` and pins it while the view (or any of its [`bytes::Bytes`])
@@ -184,24 +205,25 @@ impl ObjectStore {
     /// room; otherwise (every other object pinned, or the memory directory full) it is mapped
     /// from its spill file where it lies, still with no copy, and stays spilled.
     pub fn get(&self, id: ObjectId) -> Result<ObjectView, ObjectError> {
-        let (key, size, crc32c, place) = {
+        let (key, size, crc32c, sums, place) = {
             let mut table = self.inner.lock();
             let (key, entry) = table.pin(id).ok_or(ObjectError::NotFound { id })?;
-            let (size, crc32c, mut place) = (entry.size, entry.crc32c, entry.place);
+            let (size, crc32c, sums, mut place) =
+                (entry.size, entry.crc32c, entry.sums.clone(), entry.place);
             if place == Place::Spilled {
                 match self.inner.restore(&mut table, key, id, size) {
                     Ok(()) => place = Place::Memory,
                     Err(e) => tracing::debug!(object = %id, %e, "read where it was spilled"),
                 }
             }
-            (key, size, crc32c, place)
+            (key, size, crc32c, sums, place)
         };
         // Pinned: from here on the file stays where it is, and the pin's drop unpins it.
         let pin = Arc::new(Pin {
             inner: Arc::clone(&self.inner),
             key,
         });
-        ObjectView::map(id, size, crc32c, self.inner.path(id, key, place), pin)
+        ObjectView::map(id, size, crc32c, sums, self.inner.path(id, key, place), pin)
     }
 
     /// Deletes object `id` (its owner released it). It is invisible at once; its file goes
@@ -420,18 +442,41 @@ impl Inner {
         id: ObjectId,
         size: u64,
         crc32c: u32,
+        sums: Option<Arc<[u32]>>,
     ) -> Result<(), ObjectError> {
         let mut table = self.lock();
         let path = self.path(id, key, Place::Memory);
         fs::rename(partial, &path)
             .map_err(|e| ObjectError::io(format!("seal object {id} as"), &path, e))?;
-        table.seal(key, id, size, crc32c);
+        table.seal(key, id, size, crc32c, sums);
         Ok(())
     }
 
     /// Forgets a writer that was not sealed (its file is removed by the writer).
     pub(super) fn abandon(&self, id: ObjectId) {
         self.lock().unreserve(id);
+    }
+
+    /// Promises `size` bytes of the memory directory's filesystem to a streamed writer of
+    /// `id`, when it has that much free beside what earlier promises have still to take.
+    pub(super) fn promise(&self, id: ObjectId, size: u64) -> Result<(), ObjectError> {
+        let before = self.promised.fetch_add(size, Ordering::SeqCst);
+        let free = fs_free(&self.memory_dir).unwrap_or(u64::MAX);
+        if before.saturating_add(size) > free {
+            self.promised.fetch_sub(size, Ordering::SeqCst);
+            return Err(ObjectError::MemoryDirFull {
+                id,
+                size,
+                dir: self.memory_dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Gives back `bytes` of a streamed writer's promise: written (the filesystem's free
+    /// space now counts them) or no longer wanted.
+    pub(super) fn unpromise(&self, bytes: u64) {
+        self.promised.fetch_sub(bytes, Ordering::SeqCst);
     }
 
     /// Spills `victims` to disk to make room for `size` bytes of `id`, after checking that the

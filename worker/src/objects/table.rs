@@ -6,6 +6,7 @@
 //! against the directories after every step.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use super::{ObjectError, ObjectId};
 
@@ -28,6 +29,9 @@ pub(super) struct Entry {
     pub id: ObjectId,
     pub size: u64,
     pub crc32c: u32,
+    /// The CRC-32C of each [`CHUNK_BYTES`](escher_proto::transfer::CHUNK_BYTES) block, when
+    /// its writer summed them (a holder sends them with its chunks rather than summing again).
+    pub sums: Option<Arc<[u32]>>,
     pub place: Place,
     /// Live views of it (and in-flight restores or maps): while above zero it is neither
     /// spilled nor unlinked.
@@ -128,7 +132,14 @@ impl Table {
     }
 
     /// Makes a writer's copy visible, in memory.
-    pub fn seal(&mut self, key: Key, id: ObjectId, size: u64, crc32c: u32) {
+    pub fn seal(
+        &mut self,
+        key: Key,
+        id: ObjectId,
+        size: u64,
+        crc32c: u32,
+        sums: Option<Arc<[u32]>>,
+    ) {
         self.unreserve(id);
         self.clock += 1;
         self.entries.insert(
@@ -137,6 +148,7 @@ impl Table {
                 id,
                 size,
                 crc32c,
+                sums,
                 place: Place::Memory,
                 pins: 0,
                 last_used: self.clock,
@@ -307,7 +319,7 @@ mod tests {
 
     fn sealed(table: &mut Table, id: ObjectId, size: u64) -> Key {
         let key = table.reserve(id, size);
-        table.seal(key, id, size, 0);
+        table.seal(key, id, size, 0, None);
         key
     }
 

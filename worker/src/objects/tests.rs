@@ -429,6 +429,94 @@ fn a_full_memory_filesystem_refuses_the_object() {
 }
 
 #[test]
+fn a_streamed_copy_is_refused_at_creation_when_the_memory_filesystem_has_no_room() {
+    // A copy streamed in (a fetch, a push) is not allocated up front: its room is checked,
+    // beside what the store's other streamed writers have still to write.
+    let memory_root = tempfile::tempdir_in("/dev/shm").unwrap();
+    let spill_root = tempfile::tempdir().unwrap();
+    let stat = nix::sys::statvfs::statvfs(memory_root.path()).unwrap();
+    let free = stat.blocks_available() as u64 * stat.fragment_size() as u64;
+    let store = ObjectStore::open(StoreConfig {
+        capacity: u64::MAX / 2,
+        memory_root: memory_root.path().to_path_buf(),
+        spill_root: spill_root.path().to_path_buf(),
+    })
+    .unwrap();
+    let e = store
+        .create_streamed(ObjectId(8, 0), free + 1024 * MIB)
+        .unwrap_err();
+    assert!(matches!(e, ObjectError::MemoryDirFull { .. }), "{e}");
+    assert!(e.to_string().contains("object 8.0 of"), "{e}");
+    // Two that fit one at a time but not together: the second is refused while the first
+    // has its bytes still to write, and fits once the first is dropped.
+    let first = store.create_streamed(ObjectId(8, 1), free / 3 * 2).unwrap();
+    let e = store
+        .create_streamed(ObjectId(8, 2), free / 3 * 2)
+        .unwrap_err();
+    assert!(matches!(e, ObjectError::MemoryDirFull { .. }), "{e}");
+    assert!(e.to_string().contains("object 8.2 of"), "{e}");
+    drop(first);
+    let second = store.create_streamed(ObjectId(8, 2), free / 3 * 2).unwrap();
+    drop(second);
+    // Written and sealed, a streamed copy is an object like any other, and its promise is
+    // given back as its bytes are written.
+    let bytes = data(3 * MIB, 4);
+    let mut writer = store.create_streamed(ObjectId(8, 3), 3 * MIB).unwrap();
+    writer.write_at(MIB, &bytes[MIB as usize..]).unwrap();
+    writer.write_at(0, &bytes[..MIB as usize]).unwrap();
+    writer.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(store.get(ObjectId(8, 3)).unwrap().as_slice(), &bytes[..]);
+    store.delete(ObjectId(8, 3)).unwrap();
+    store.sanity_check().unwrap();
+    assert!(files(store.memory_dir()).is_empty());
+    assert_eq!(store.usage().writing_bytes, 0);
+}
+
+#[test]
+fn a_sealed_object_keeps_its_block_sums_when_written_in_order() {
+    // A holder sends these as its chunks' checksums instead of summing each chunk again.
+    let f = fixture(64 * MIB);
+    let bytes = data(5 * MIB + 123, 11);
+    let expected: Vec<u32> = bytes.chunks(MIB as usize).map(crc32c::crc32c).collect();
+    let sums = |id| f.store.get(id).unwrap().block_sums().map(|s| s.to_vec());
+    // Chunks checked by a fetch, summed by the caller.
+    let mut w = f
+        .store
+        .create_streamed(ObjectId(20, 0), bytes.len() as u64)
+        .unwrap();
+    for (i, piece) in bytes.chunks(MIB as usize).enumerate() {
+        w.write_summed(i as u64 * MIB, piece, crc32c::crc32c(piece))
+            .unwrap();
+    }
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 0)), Some(expected.clone()));
+    // Appended in pieces that do not fall on the blocks (a put): summed here, block by block.
+    let mut w = f.store.create(ObjectId(20, 1), bytes.len() as u64).unwrap();
+    for piece in bytes.chunks(700_001) {
+        w.append(piece).unwrap();
+    }
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 1)), Some(expected));
+    // Out of order, or summed pieces across a block's end: none kept (the holder sums).
+    let mut w = f.store.create(ObjectId(20, 2), bytes.len() as u64).unwrap();
+    w.write_at(MIB, &bytes[MIB as usize..]).unwrap();
+    w.write_at(0, &bytes[..MIB as usize]).unwrap();
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 2)), None);
+    let mut w = f.store.create(ObjectId(20, 3), bytes.len() as u64).unwrap();
+    let (a, b) = bytes.split_at(MIB as usize + 1);
+    w.write_summed(0, a, crc32c::crc32c(a)).unwrap();
+    w.write_summed(a.len() as u64, b, crc32c::crc32c(b))
+        .unwrap();
+    w.seal(crc32c::crc32c(&bytes)).unwrap();
+    assert_eq!(sums(ObjectId(20, 3)), None);
+    // Empty: no blocks.
+    let w = f.store.create(ObjectId(20, 4), 0).unwrap();
+    w.seal(0).unwrap();
+    assert_eq!(sums(ObjectId(20, 4)), Some(vec![]));
+}
+
+#[test]
 fn a_dropped_store_removes_its_directories_after_its_last_reader() {
     let f = fixture(MIB);
     put(&f.store, ObjectId(9, 0), &data(MIB, 1));

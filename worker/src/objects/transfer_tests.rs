@@ -45,6 +45,9 @@ enum Fault {
     GoneAfter(usize),
     /// Chunk `n` of each fetch stream has a bit flipped after its checksum was computed.
     Corrupt(usize),
+    /// None, and served as the worker's data plane serves it (`ObjectService::into_server`:
+    /// `Fetch` written by hand, not by tonic's encoder); `sent` is not counted.
+    Plane,
 }
 
 /// The worker's service, broken as `fault` says.
@@ -72,7 +75,7 @@ impl Objects for Faulty {
             chunk
         }));
         let stream: Self::FetchStream = match self.fault {
-            Fault::None => stream,
+            Fault::None | Fault::Plane => stream,
             Fault::GoneAfter(n) => Box::pin(stream.take(n).chain(tokio_stream::once(Err(
                 Status::unavailable("the holder went away"),
             )))),
@@ -116,6 +119,7 @@ async fn node(n: u64, capacity: u64, fault: Fault) -> Node {
     host.attached(NodeId(n), &secret);
     let key = ticket_key(&sha2::Sha256::digest(secret.as_bytes()).into());
     let sent = Arc::new(AtomicU64::new(0));
+    let (objects_served, host_served) = (objects.clone(), Arc::clone(&host));
     let service = Faulty {
         sent: Arc::clone(&sent),
         inner: ObjectService::new(objects.clone(), host),
@@ -123,16 +127,30 @@ async fn node(n: u64, capacity: u64, fault: Fault) -> Node {
     };
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap().to_string();
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
     let server = tokio::spawn(async move {
-        tonic::transport::Server::builder()
+        let builder = tonic::transport::Server::builder()
             .initial_stream_window_size(STREAM_WINDOW_BYTES)
             .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+            .max_frame_size(escher_proto::data_channel::MAX_FRAME_BYTES);
+        if matches!(fault, Fault::Plane) {
+            let plane = ObjectService::new(objects_served, host_served).into_server();
+            let mut builder = builder;
+            builder
+                .add_service(plane)
+                .serve_with_incoming(incoming)
+                .await
+                .unwrap();
+            return;
+        }
+        let mut builder = builder;
+        builder
             .add_service(
                 wire::objects_server::ObjectsServer::new(service)
                     .max_decoding_message_size(MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(MAX_MESSAGE_BYTES),
             )
-            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener))
+            .serve_with_incoming(incoming)
             .await
             .unwrap();
     });
@@ -496,4 +514,81 @@ async fn a_push_past_the_stores_capacity_is_refused_and_leaves_nothing() {
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::AlreadyExists), "{e}");
     a.holds(&[id]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_planes_own_fetch_answer_is_read_whole_by_the_fetcher_and_by_tonic() {
+    // The holder as the worker serves it: each chunk's bytes are written to the socket from
+    // the mapped object, not through tonic's encoder. Read by the worker's fetcher (by hand)
+    // and by the client (tonic's `Streaming`), checked by size and checksum.
+    let a = node(1, 256 << 20, Fault::Plane).await;
+    let b = node(2, 256 << 20, Fault::None).await;
+    let mut ids = Vec::new();
+    for (i, size) in [0, 1, 1024, MIB, 3 * MIB + 7, 40 * MIB]
+        .into_iter()
+        .enumerate()
+    {
+        let id = ObjectId(13, i as u64);
+        let bytes = data(size, 20 + i as u64);
+        push_object(&a.address, &a.write(id), id, bytes.clone())
+            .await
+            .unwrap();
+        let view = fetch_object(&b.objects, id, Some("ns".into()), &[a.holder(id)])
+            .await
+            .unwrap();
+        assert_eq!(view.as_slice(), &bytes[..], "{size} bytes");
+        drop(view);
+        let fetched = client_fetch(&a.address, &a.read(id), id).await.unwrap();
+        assert_eq!(fetched, bytes, "{size} bytes");
+        ids.push(id);
+    }
+    b.holds(&ids);
+    // A holder gone part way, then the plane's holder asked for the rest from where it
+    // stopped.
+    let gone = node(3, 64 << 20, Fault::GoneAfter(2)).await;
+    let id = ObjectId(13, 99);
+    let bytes = data(5 * MIB + 3, 9);
+    for holder in [&gone, &a] {
+        push_object(&holder.address, &holder.write(id), id, bytes.clone())
+            .await
+            .unwrap();
+    }
+    let view = fetch_object(
+        &b.objects,
+        id,
+        Some("ns".into()),
+        &[gone.holder(id), a.holder(id)],
+    )
+    .await
+    .unwrap();
+    assert_eq!(view.as_slice(), &bytes[..]);
+    assert_eq!(gone.sent.load(Ordering::Relaxed), 2 * MIB as u64);
+    drop(view);
+    // Refusals come back as the holder's status, naming the object, to both readers.
+    let missing = ObjectId(13, 100);
+    let e = client_fetch(&a.address, &a.read(missing), missing)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    let e = client_fetch(&a.address, &b.read(ids[1]), ids[1])
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Some(Code::Unauthenticated), "{e}");
+    let e = fetch_object(&b.objects, missing, None, &[a.holder(missing)])
+        .await
+        .unwrap_err();
+    let text = e.to_string();
+    assert!(
+        text.contains("object 13.100") && text.contains("NotFound") && text.contains("node 1"),
+        "{text}"
+    );
+    let bad = Holder {
+        ticket: "garbage".into(),
+        ..a.holder(missing)
+    };
+    let e = fetch_object(&b.objects, missing, None, &[bad])
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("Unauthenticated"), "{e}");
+    a.holds(&[&ids[..], &[id]].concat());
 }

@@ -29,6 +29,7 @@ use super::{ObjectError, ObjectId, store::Pin};
 pub struct ObjectView {
     id: ObjectId,
     crc32c: u32,
+    sums: Option<Arc<[u32]>>,
     path: PathBuf,
     bytes: Bytes,
 }
@@ -51,6 +52,7 @@ impl ObjectView {
         id: ObjectId,
         size: u64,
         crc32c: u32,
+        sums: Option<Arc<[u32]>>,
         path: PathBuf,
         pin: Arc<Pin>,
     ) -> Result<ObjectView, ObjectError> {
@@ -74,6 +76,7 @@ impl ObjectView {
         Ok(ObjectView {
             id,
             crc32c,
+            sums,
             path,
             bytes,
         })
@@ -97,6 +100,12 @@ impl ObjectView {
     /// The CRC-32C of its bytes, as checked when it was sealed.
     pub fn crc32c(&self) -> u32 {
         self.crc32c
+    }
+
+    /// The CRC-32C of each [`CHUNK_BYTES`](escher_proto::transfer::CHUNK_BYTES) block of
+    /// its bytes (the last one shorter), when its writer summed them as they came.
+    pub fn block_sums(&self) -> Option<Arc<[u32]>> {
+        self.sums.clone()
     }
 
     /// Its bytes, in place.

@@ -2,7 +2,12 @@
 //!
 //! The bytes go to a hidden file (`.OWNER.INDEX.KEY.part`) in the store's memory directory,
 //! whose space is reserved at the start (`fallocate`), so a full tmpfs refuses the object at
-//! [`ObjectStore::create`](super::ObjectStore::create) rather than half-way. Writes may come in
+//! [`ObjectStore::create`](super::ObjectStore::create) rather than half-way. A copy streamed in
+//! from the network ([`ObjectStore::create_streamed`](super::ObjectStore::create_streamed))
+//! skips the `fallocate`, which zeroes every page before the copy overwrites it: its room is
+//! checked instead (the filesystem's free bytes beside what other streamed writers have still
+//! to write), and a write that finds the filesystem full after all refuses the copy, which is
+//! then removed like any unsealed one. Writes may come in
 //! any order and overlap (a fetch that resumes from another holder writes a range again);
 //! [`ObjectWriter::seal`] then checks that every byte was written and that the whole object's
 //! CRC-32C is the one the caller vouches for, makes the file read-only and renames it to its
@@ -27,8 +32,21 @@ use super::store::{Inner, ObjectInfo, partial_name};
 use super::table::Key;
 use super::{ObjectError, ObjectId};
 
+/// The blocks whose checksums a sealed object keeps: a holder's chunks, so that it sends
+/// each chunk's checksum without summing it again.
+const BLOCK: usize = escher_proto::transfer::CHUNK_BYTES;
+
 /// How much of the file a seal reads at a time when it must compute the checksum itself.
 const READ_CHUNK: usize = 1 << 20;
+
+/// How a writer makes sure the memory directory's filesystem has room for its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Room {
+    /// Allocated up front (`fallocate`).
+    Allocated,
+    /// Checked free, and promised among the store's streamed writers.
+    Checked,
+}
 
 /// An object being written; see the module doc.
 pub struct ObjectWriter {
@@ -41,6 +59,11 @@ pub struct ObjectWriter {
     written: Ranges,
     /// The checksum of bytes `0..in_order.0`, while every write so far came in order.
     in_order: Option<(u64, u32)>,
+    /// While every write came in order and split at block boundaries: the checksums of the
+    /// [`BLOCK`]s written whole, and of the block being written with its length so far.
+    sums: Option<(Vec<u32>, u32, usize)>,
+    /// The bytes of [`Room::Checked`] room promised and not written yet.
+    promised: u64,
     sealed: bool,
 }
 
@@ -51,7 +74,15 @@ impl ObjectWriter {
         id: ObjectId,
         size: u64,
         key: Key,
+        room: Room,
     ) -> Result<ObjectWriter, ObjectError> {
+        if room == Room::Checked
+            && let Err(e) = inner.promise(id, size)
+        {
+            inner.abandon(id);
+            return Err(e);
+        }
+        let promised = if room == Room::Checked { size } else { 0 };
         let path = inner.memory_dir().join(partial_name(id, key));
         let file = OpenOptions::new()
             .write(true)
@@ -62,6 +93,7 @@ impl ObjectWriter {
         let file = match file {
             Ok(file) => file,
             Err(e) => {
+                inner.unpromise(promised);
                 inner.abandon(id);
                 return Err(ObjectError::io(format!("create object {id} as"), &path, e));
             }
@@ -75,10 +107,14 @@ impl ObjectWriter {
             path,
             written: Ranges::default(),
             in_order: Some((0, 0)),
+            sums: Some((Vec::new(), 0, 0)),
+            promised,
             sealed: false,
         };
         // Dropped on error: the file is removed and the reservation given back.
-        writer.allocate()?;
+        if room == Room::Allocated {
+            writer.allocate()?;
+        }
         Ok(writer)
     }
 
@@ -164,17 +200,66 @@ impl ObjectWriter {
             }
         })?;
         self.in_order = match self.in_order {
-            Some((next, crc)) if next == offset => Some((
-                end,
-                match summed {
-                    Some(piece) => crc32c::crc32c_combine(crc, piece, data.len()),
-                    None => crc32c::crc32c_append(crc, data),
-                },
-            )),
-            _ => None,
+            Some((next, crc)) if next == offset => {
+                Some((end, self.sum_in_order(crc, data, summed)))
+            }
+            _ => {
+                self.sums = None;
+                None
+            }
         };
+        let before = self.written.total();
         self.written.add(offset, end);
+        if self.promised > 0 {
+            let taken = (self.written.total() - before).min(self.promised);
+            self.promised -= taken;
+            self.inner.unpromise(taken);
+        }
         Ok(())
+    }
+
+    /// The checksum of the bytes in order up to the end of `data`, from `crc` before it, with
+    /// the block checksums kept up: `data` is summed once, block by block, unless the caller
+    /// `summed` it already (then the blocks are kept only while it lies within one).
+    fn sum_in_order(&mut self, crc: u32, data: &[u8], summed: Option<u32>) -> u32 {
+        if let Some(piece) = summed {
+            if let Some((_, block, fill)) = &mut self.sums {
+                if *fill + data.len() <= BLOCK {
+                    *block = crc32c::crc32c_combine(*block, piece, data.len());
+                    *fill += data.len();
+                } else {
+                    self.sums = None;
+                }
+            }
+            self.close_block();
+            return crc32c::crc32c_combine(crc, piece, data.len());
+        }
+        let Some((_, _, fill)) = &self.sums else {
+            return crc32c::crc32c_append(crc, data);
+        };
+        let (mut crc, mut rest, mut room) = (crc, data, BLOCK - fill);
+        while !rest.is_empty() {
+            let (part, after) = rest.split_at(room.min(rest.len()));
+            let sum = crc32c::crc32c(part);
+            crc = crc32c::crc32c_combine(crc, sum, part.len());
+            if let Some((_, block, fill)) = &mut self.sums {
+                *block = crc32c::crc32c_combine(*block, sum, part.len());
+                *fill += part.len();
+            }
+            self.close_block();
+            (rest, room) = (after, BLOCK);
+        }
+        crc
+    }
+
+    /// Files the block being written once it is whole.
+    fn close_block(&mut self) {
+        if let Some((blocks, block, fill)) = &mut self.sums
+            && *fill == BLOCK
+        {
+            blocks.push(*block);
+            (*block, *fill) = (0, 0);
+        }
     }
 
     /// Writes `data` right after the bytes written so far from the start (a put, or a fetch
@@ -197,9 +282,17 @@ impl ObjectWriter {
                 written,
             });
         }
-        let actual = match self.in_order {
-            Some((next, crc)) if next == self.size => crc,
-            _ => self.checksum()?,
+        let (actual, sums) = match self.in_order {
+            Some((next, crc)) if next == self.size => {
+                let sums = self.sums.take().map(|(mut blocks, block, fill)| {
+                    if fill > 0 {
+                        blocks.push(block);
+                    }
+                    Arc::<[u32]>::from(blocks)
+                });
+                (crc, sums)
+            }
+            _ => (self.checksum()?, None),
         };
         if actual != crc32c {
             return Err(ObjectError::ChecksumMismatch {
@@ -215,7 +308,7 @@ impl ObjectWriter {
                 ObjectError::io(format!("make object {} read-only:", self.id), &self.path, e)
             })?;
         self.inner
-            .seal(&self.path, self.key, self.id, self.size, crc32c)?;
+            .seal(&self.path, self.key, self.id, self.size, crc32c, sums)?;
         self.sealed = true;
         Ok(ObjectInfo {
             id: self.id,
@@ -247,6 +340,7 @@ impl ObjectWriter {
 
 impl Drop for ObjectWriter {
     fn drop(&mut self) {
+        self.inner.unpromise(self.promised);
         if self.sealed {
             return;
         }
