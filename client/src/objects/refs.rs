@@ -34,9 +34,9 @@ use escher_proto::types::{ObjectId, ObjectView};
 use escher_proto::wire;
 use tokio::sync::mpsc;
 
+use super::fetch_object;
 use super::handover;
 use super::transfer::{ObjectTransferError, push_summed};
-use super::fetch_object;
 use crate::{Client, ClientError};
 
 /// The first and the longest pause between tries of a push the worker could not take yet.
@@ -174,7 +174,9 @@ impl Client {
                 })?;
             match file {
                 Ok(file) => return self.put_placed_file(placed, &file, None).await,
-                Err(e) => tracing::debug!(object = %placed.id, %e, "no memfd to hand the put over in; streaming it"),
+                Err(e) => {
+                    tracing::debug!(object = %placed.id, %e, "no memfd to hand the put over in; streaming it")
+                }
             }
         }
         self.put_placed(placed, bytes).await
@@ -224,8 +226,16 @@ impl Client {
             )));
         }
         let checksum = crc32c::crc32c(&bytes);
-        patiently(|| push_summed(&placed.address, &placed.ticket, placed.id, bytes.clone(), checksum))
-            .await?;
+        patiently(|| {
+            push_summed(
+                &placed.address,
+                &placed.ticket,
+                placed.id,
+                bytes.clone(),
+                checksum,
+            )
+        })
+        .await?;
         self.record_put(&placed, checksum, false).await
     }
 
