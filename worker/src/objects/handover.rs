@@ -128,7 +128,7 @@ pub(super) fn take(store: &ObjectStore, handover: &Handover) -> Result<ObjectInf
     while offset < handover.size {
         let n = (handover.size - offset).min(buffer.len() as u64) as usize;
         file.read_exact_at(&mut buffer[..n], offset)
-            .map_err(|e| ObjectError::io(format!("read object {id} from"), &handover.path(), e))?;
+            .map_err(|e| ObjectError::io(format!("read object {id} from"), handover.path(), e))?;
         let piece = crc32c::crc32c(&buffer[..n]);
         writer.write_summed(offset, &buffer[..n], piece)?;
         crc = crc32c::crc32c_combine(crc, piece, n);
