@@ -122,6 +122,8 @@ async fn put_and_get_of_0_b_1_kib_and_1_mib_round_trip_checked_and_published_as_
         let reference = client.put(value.clone()).await.unwrap();
         assert_eq!(reference.size(), len as u64);
         assert_eq!(reference.checksum(), crc32c::crc32c(&value));
+        // The worker runs on this machine: it took the put as a sealed memfd.
+        assert!(reference.handed_over(), "{len} bytes");
         let back = reference.get().await.unwrap();
         assert_eq!(back.len(), len);
         assert_eq!(crc32c::crc32c(&back), crc32c::crc32c(&value), "{len} bytes");
@@ -142,6 +144,45 @@ async fn put_and_get_of_0_b_1_kib_and_1_mib_round_trip_checked_and_published_as_
         let again = other.get_object(reference.id()).await.unwrap();
         assert_eq!(&again[..], &value[..]);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_put_the_worker_cannot_take_as_a_file_is_streamed_instead() {
+    use std::io::Write as _;
+    let (_cluster, client, shm) = start(1).await;
+    let before = bytes_under(shm.path());
+    for (len, seed) in [(0usize, 4u8), (1024, 5), (3 << 20, 6)] {
+        let value = pattern(len, seed);
+        let placed = client.place_put(len as u64).await.unwrap();
+        let name = placed.handover_name().expect("a worker on this machine");
+        // Named right but never sealed: the worker refuses it, the client streams its bytes.
+        let mut file = escher::client::objects::new_memfd(&name).unwrap();
+        file.write_all(&value).unwrap();
+        let reference = client.put_placed_file(placed, &file, None).await.unwrap();
+        assert!(!reference.handed_over(), "{len} bytes");
+        assert_eq!(reference.checksum(), crc32c::crc32c(&value));
+        assert_eq!(&reference.get().await.unwrap()[..], &value[..]);
+        // Sealed, it is taken as it is.
+        let placed = client.place_put(len as u64).await.unwrap();
+        let name = placed.handover_name().unwrap();
+        let mut file = escher::client::objects::new_memfd(&name).unwrap();
+        file.write_all(&value).unwrap();
+        escher::client::objects::seal(&file).unwrap();
+        let sealed = client
+            .put_placed_file(placed, &file, Some(crc32c::crc32c(&value)))
+            .await
+            .unwrap();
+        drop(file);
+        assert!(sealed.handed_over(), "{len} bytes");
+        assert_eq!(&sealed.get().await.unwrap()[..], &value[..]);
+    }
+    // Released, every copy goes: the store is back to where it started.
+    let path = shm.path().to_path_buf();
+    eventually("the store emptied", WAIT, || {
+        let path = path.clone();
+        async move { (bytes_under(&path) == before).then_some(()) }
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -146,7 +146,7 @@ pub use heads_api::DashboardTicket;
 #[cfg(feature = "grpc")]
 pub use logs::LogReader;
 #[cfg(feature = "grpc")]
-pub use objects::{ClosedSession, ObjectRef, REBUILD_PATIENCE};
+pub use objects::{ClosedSession, ObjectRef, PlacedPut, REBUILD_PATIENCE};
 #[cfg(feature = "grpc")]
 pub use reservation::Reservation;
 #[cfg(feature = "grpc")]

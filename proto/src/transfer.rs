@@ -36,6 +36,21 @@ pub const STREAM_WINDOW_BYTES: u32 = 16 << 20;
 /// The HTTP/2 connection window (several fetches share one connection).
 pub const CONNECTION_WINDOW_BYTES: u32 = 64 << 20;
 
+/// The name a client gives the memfd it hands object `id` over in (`Objects.Handover`):
+/// `escher-put-OWNER.INDEX-NONCE`, the nonce the first 16 hex digits of the signature of the
+/// write `ticket` the head gave it for the object. The holder checks the file it opened by
+/// this name, so that only a file made for this object by a bearer of this ticket is taken.
+/// `None` when `ticket` is not an object ticket's text.
+pub fn handover_name(ticket: &str, id: ObjectId) -> Option<String> {
+    // `o1.NODE.ACCESS.EXPIRY.OBJECTS.MAC[.NAMESPACE]` (types/object_ticket.rs).
+    let mac = ticket.split('.').nth(5)?;
+    let nonce = mac.get(..16)?;
+    nonce
+        .bytes()
+        .all(|b| b.is_ascii_hexdigit())
+        .then(|| format!("escher-put-{}.{}-{nonce}", id.owner(), id.index()))
+}
+
 /// An object's identity on the wire: what a stream's header says of the whole.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectMeta {

@@ -15,6 +15,12 @@ installed) give their data out of band by themselves, and ``bytes``, ``bytearray
 read-only array over them and a ``memoryview`` as a read-only view, with no copy; a ``bytes``
 or ``bytearray`` is copied once more, since Python's own types must own their memory.
 
+A put to a worker on this machine (the embedded cluster's, a local cluster's) writes those
+parts straight into a memfd the head's placement named (``os.write`` of each buffer: one copy,
+by the kernel), seals it against writes and size changes, and hands it to the worker, which
+checks it and copies it into its store (``Objects.Handover``). A put to a worker elsewhere, or
+one that cannot take the file, gets the parts joined into one ``bytes`` and streamed.
+
 A reference given to a remote function as an argument itself is mapped, not fetched: the
 call names it to the head (the task's ``escher.objects`` label, so the task is placed where a
 copy is when that node has room), the worker brings a copy into its own store if it has none
@@ -48,6 +54,7 @@ while the call's ``TaskRef`` (or the actor call's ref) lives.
 """
 
 import contextvars
+import fcntl
 import io
 import itertools
 import os
@@ -190,9 +197,10 @@ class _Unpickler(pickle.Unpickler):
         raise pickle.UnpicklingError(f"unknown persistent id in an escher object: {pid!r}")
 
 
-def serialize(value: Any) -> bytes:
-    """``value`` laid out as one object (the module's layout): the pickle, then its
-    out-of-band buffers, in one ``bytes`` (each buffer copied once, into it)."""
+def _layout(value: Any) -> Tuple[List[Any], int]:
+    """``value`` laid out as one object (the module's layout), as its parts in order (the
+    header, the slots, the pickle, then each buffer after its padding, none of them copied)
+    and their total length."""
     buffers: List[pickle.PickleBuffer] = []
     out = io.BytesIO()
     try:
@@ -217,7 +225,48 @@ def serialize(value: Any) -> bytes:
         at += view.nbytes
     parts[0] = _HEAD.pack(_MAGIC, len(views), 0, len(data))
     parts[1] = b"".join(slots)
+    return parts, at
+
+
+def serialize(value: Any) -> bytes:
+    """``value`` laid out as one object (the module's layout): the pickle, then its
+    out-of-band buffers, in one ``bytes`` (each buffer copied once, into it)."""
+    parts, _size = _layout(value)
     return b"".join(parts)
+
+
+# The seals a memfd handed to the worker carries: its bytes and its size never change again.
+_SEALS = (
+    getattr(fcntl, "F_SEAL_WRITE", 0x8)
+    | getattr(fcntl, "F_SEAL_GROW", 0x4)
+    | getattr(fcntl, "F_SEAL_SHRINK", 0x2)
+    | getattr(fcntl, "F_SEAL_SEAL", 0x1)
+)
+
+
+def _sealed_memfd(name: str, parts: List[Any]) -> Optional[int]:
+    """A memfd named ``name`` holding ``parts`` one after the other, sealed; ``None`` where
+    this Python or system has no memfd (the put is then streamed). Each part is copied once,
+    by the kernel, into the memfd's pages."""
+    create = getattr(os, "memfd_create", None)
+    add_seals = getattr(fcntl, "F_ADD_SEALS", None)
+    if create is None or add_seals is None:
+        return None
+    try:
+        fd = create(name, os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+    except OSError:
+        return None
+    try:
+        for part in parts:
+            view = memoryview(part).cast("B")
+            while view.nbytes:
+                written = os.write(fd, view)
+                view = view[written:]
+        fcntl.fcntl(fd, add_seals, _SEALS)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def deserialize(data: bytes) -> Any:
@@ -243,7 +292,17 @@ def put_object(session: Any, value: Any) -> ObjectRef:
         raise _escher.InvalidArgumentError(
             f"escher.put of an ObjectRef ({value!r}): pass the reference itself, it is one already"
         )
-    owned = _escher.put_object(session, serialize(value))
+    parts, size = _layout(value)
+    placed, name = _escher.put_place(session, size)
+    fd = _sealed_memfd(name, parts) if name is not None else None
+    if fd is not None:
+        # The worker runs on this machine: it takes the sealed memfd as its copy.
+        try:
+            owned = _escher.put_placed_file(session, placed, fd)
+        finally:
+            os.close(fd)
+    else:
+        owned = _escher.put_placed_bytes(session, placed, b"".join(parts))
     owner, index = owned.id
     return ObjectRef(owner, index, owned)
 

@@ -214,7 +214,11 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<watch::EventStream>()?;
     m.add_class::<watch::LogTail>()?;
     m.add_class::<objects::Object>()?;
+    m.add_class::<objects::PlacedPut>()?;
     m.add_function(wrap_pyfunction!(objects::put_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::put_place, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::put_placed_file, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::put_placed_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(objects::get_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::object_info, m)?)?;
     m.add_class::<esl::Spec>()?;

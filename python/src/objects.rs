@@ -4,8 +4,12 @@
 //! [`ObjectRef`]).
 //!
 //! The package (`python/escher/_objects.py`) lays a value out (pickle protocol 5, out-of-band
-//! buffers after the pickle) in one `bytes`; `put_object` hands that `bytes` object to the
-//! client as it is ([`Bytes::from_owner`], no copy) with the GIL released while it moves. A
+//! buffers after the pickle). For a worker on this machine (`put_place` gives a memfd name)
+//! it writes the parts straight into a memfd of that name, seals it, and `put_placed_file`
+//! hands it over (each buffer copied once, into the memfd, by the kernel's `write`);
+//! otherwise it joins them into one `bytes`, which `put_placed_bytes` (or `put_object`) hands
+//! to the client as it is ([`Bytes::from_owner`], no copy). The GIL is released while they
+//! move. A
 //! `get` returns the object's bytes as one Python `bytes` (one copy, from the client's buffer:
 //! the limited API of Python 3.9, which this module is built for, cannot lend Python a
 //! buffer it does not own).
@@ -48,6 +52,13 @@ impl Object {
     fn checksum(&self) -> u32 {
         self.inner.checksum()
     }
+
+    /// Whether its bytes reached the worker's store as a sealed file of this machine (true)
+    /// or were streamed over the data plane.
+    #[getter]
+    fn handed_over(&self) -> bool {
+        self.inner.handed_over()
+    }
 }
 
 /// Puts `data` (a `bytes` object, kept alive and read in place while it moves) into a
@@ -61,6 +72,95 @@ pub(crate) fn put_object(
     let client = session.client();
     let bytes = Bytes::from_owner(data);
     let inner = wait_for(py, async move { client.put(bytes).await })?.map_err(object_error)?;
+    Ok(Object { inner })
+}
+
+/// A put the head has placed, whose bytes are still to come ([`put_placed_file`] or
+/// [`put_placed_bytes`], once).
+#[pyclass(module = "escher._escher")]
+#[derive(Debug)]
+pub(crate) struct PlacedPut {
+    inner: Option<escher_client::PlacedPut>,
+}
+
+impl PlacedPut {
+    fn take(&mut self) -> PyResult<escher_client::PlacedPut> {
+        self.inner.take().ok_or_else(|| {
+            pyo3::exceptions::PyValueError::new_err("escher: this placed put was used already")
+        })
+    }
+}
+
+/// Asks the head where an object of `size` bytes goes. Returns the placed put and, when the
+/// worker runs on this machine, the name of the memfd to write the object into and hand over
+/// (`put_placed_file`); `None` when its bytes are to be streamed (`put_placed_bytes`).
+#[pyfunction]
+pub(crate) fn put_place(
+    py: Python<'_>,
+    session: &Session,
+    size: u64,
+) -> PyResult<(PlacedPut, Option<String>)> {
+    let client = session.client();
+    let placed =
+        wait_for(py, async move { client.place_put(size).await })?.map_err(object_error)?;
+    let name = placed.handover_name();
+    Ok((
+        PlacedPut {
+            inner: Some(placed),
+        },
+        name,
+    ))
+}
+
+/// Hands the object over as the memfd `fd` of this process (named as `put_place` said, holding
+/// the object's bytes, sealed against writes and size changes); where the worker cannot take
+/// it, its bytes are streamed. `fd` stays the caller's (to close once this returns).
+#[pyfunction]
+pub(crate) fn put_placed_file(
+    py: Python<'_>,
+    session: &Session,
+    mut placed: PyRefMut<'_, PlacedPut>,
+    fd: i32,
+) -> PyResult<Object> {
+    let placed = placed.take()?;
+    #[cfg(target_os = "linux")]
+    {
+        // A descriptor of our own on the same file (the caller's stays the caller's), which
+        // the worker opens as this process's.
+        let file = std::fs::File::open(format!("/proc/self/fd/{fd}")).map_err(|e| {
+            pyo3::exceptions::PyValueError::new_err(format!(
+                "escher: cannot open descriptor {fd} of the put: {e}"
+            ))
+        })?;
+        let client = session.client();
+        let inner = wait_for(py, async move {
+            client.put_placed_file(placed, &file, None).await
+        })?
+        .map_err(object_error)?;
+        Ok(Object { inner })
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (py, session, fd, placed);
+        Err(pyo3::exceptions::PyValueError::new_err(
+            "escher: a put is handed over as a file on Linux only",
+        ))
+    }
+}
+
+/// Streams `data` (a `bytes` object of the placed size, read in place) as the placed object.
+#[pyfunction]
+pub(crate) fn put_placed_bytes(
+    py: Python<'_>,
+    session: &Session,
+    mut placed: PyRefMut<'_, PlacedPut>,
+    data: PyBackedBytes,
+) -> PyResult<Object> {
+    let placed = placed.take()?;
+    let client = session.client();
+    let bytes = Bytes::from_owner(data);
+    let inner = wait_for(py, async move { client.put_placed(placed, bytes).await })?
+        .map_err(object_error)?;
     Ok(Object { inner })
 }
 

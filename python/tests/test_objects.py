@@ -81,6 +81,37 @@ def test_put_and_get_keep_every_byte(cluster, size):
     assert ref.size < size + 4096
 
 
+@pytest.mark.parametrize("size", [0, 1024, MIB, 100 * MIB])
+def test_a_put_to_a_worker_on_this_machine_is_handed_over_as_a_sealed_file(cluster, size):
+    raw = os.urandom(size)
+    array = numpy.frombuffer(raw, dtype=numpy.uint8).copy()
+    ref = escher.put({"array": array, "raw": raw})
+    # The worker took the memfd the parts were written into; nothing was streamed.
+    assert ref._owned.handed_over
+    back = escher.get(ref)
+    assert sha(back["raw"]) == sha(raw) and sha(back["array"].tobytes()) == sha(raw)
+    # The head recorded the checksum of the bytes the worker sealed.
+    info_size, crc, holders = escher._escher.object_info(escher._api._current(), *ref._id)
+    assert info_size == ref.size and len(holders) == 1
+    assert crc == ref._owned.checksum
+    # A handed-over object is an argument as any other.
+    plain = escher.put(raw)
+    assert plain._owned.handed_over
+    assert escher.get(digest.remote(plain)) == ("bytes", sha(raw))
+
+
+def test_with_handing_over_off_a_put_is_streamed_and_arrives_whole(cluster, monkeypatch):
+    monkeypatch.setenv("ESCHER_PUT_HANDOVER", "off")
+    for size in (0, 1024, 3 * MIB):
+        value = os.urandom(size)
+        ref = escher.put(value)
+        assert not ref._owned.handed_over
+        assert sha(escher.get(ref)) == sha(value)
+    monkeypatch.setenv("ESCHER_PUT_HANDOVER", "on")
+    ref = escher.put(b"again")
+    assert ref._owned.handed_over and escher.get(ref) == b"again"
+
+
 def test_buffers_travel_beside_the_pickle_and_come_back_as_views(cluster):
     raw = os.urandom(MIB)
     array = numpy.frombuffer(raw, dtype=numpy.float64).reshape(256, 512).copy()

@@ -81,6 +81,16 @@ pub fn host_process_alive(pid: u32) -> bool {
     }
 }
 
+/// Opens `path` under the host's `/proc` (`PID/fd/FD`, a client's descriptor named by its
+/// host pid): the host's `/proc` kept from before the namespace, else this process's `/proc`.
+pub fn open_host_proc(path: &str, flags: nix::fcntl::OFlag) -> nix::Result<OwnedFd> {
+    let mode = nix::sys::stat::Mode::empty();
+    match HOST_PROC.get() {
+        Some(proc) => nix::fcntl::openat(proc.as_fd(), path, flags, mode),
+        None => nix::fcntl::open(format!("/proc/{path}").as_str(), flags, mode),
+    }
+}
+
 /// Whether this worker runs in a PID namespace of its own.
 pub fn entered() -> bool {
     HOST_PID.get().is_some()

@@ -7,19 +7,24 @@
 //!   [`ObjectTransferError`] says what went wrong, naming the object.
 //! - [`Client::put`](crate::Client::put), [`Client::get_object`](crate::Client::get_object)
 //!   and [`ObjectRef`] (`refs.rs`): objects through the head's table, released when their
-//!   last reference is dropped.
+//!   last reference is dropped; a put to a worker on this machine hands the bytes over as
+//!   a sealed memfd (`handover.rs`), and streams them where it cannot.
 //! - The client's object session (`session.rs`): the background task that releases, renews
 //!   the session while the client lives, and closes it when the client goes
 //!   ([`Client::close_object_session`](crate::Client::close_object_session)).
 //! - A task's result kept as an object (`results.rs`): read from its holder, rebuilt by
 //!   lineage, owned through [`Client::result_ref`](crate::Client::result_ref).
 
+mod handover;
 mod refs;
 mod results;
 mod session;
 mod transfer;
 
-pub use refs::ObjectRef;
+pub use handover::HANDOVER_ENV;
+#[cfg(target_os = "linux")]
+pub use handover::{new_memfd, seal};
+pub use refs::{ObjectRef, PlacedPut};
 pub use results::REBUILD_PATIENCE;
 pub use session::ClosedSession;
 pub(crate) use session::Puts;

@@ -3,9 +3,13 @@
 //!
 //! A `put` asks the head where the object goes (`PlaceObject`: a live worker's data-plane
 //! address and a write ticket; the first `put` of a client also opens its object session),
-//! pushes the bytes there ([`push_object`](super::push_object), with the checksum it summed
-//! once), and reports the sealed copy (`ObjectsSealed`), so that the head records it and
-//! publishes its location resource. Only then does `put` return.
+//! hands the bytes to that worker as a sealed memfd when it runs on this machine
+//! (`handover.rs`), else pushes them there ([`push_object`](super::push_object), with the
+//! checksum it summed once), and reports the sealed copy (`ObjectsSealed`), so that the head
+//! records it and publishes its location resource. Only then does `put` return. The two
+//! halves are public too ([`Client::place_put`], then [`Client::put_placed`] or
+//! [`Client::put_placed_file`]), for a caller that writes the bytes itself (Python's put
+//! writes its parts straight into the memfd).
 //! Ids are `(session, index)`: the session the head gave this client, the index counted here.
 //!
 //! A `get` asks the head where the copies are (`LocateObject`, with a read ticket per copy)
@@ -31,7 +35,8 @@ use escher_proto::wire;
 use tokio::sync::mpsc;
 
 use super::fetch_object;
-use super::transfer::push_summed;
+use super::handover;
+use super::transfer::{ObjectTransferError, push_summed};
 use crate::{Client, ClientError};
 
 /// The first and the longest pause between tries of a push the worker could not take yet.
@@ -50,6 +55,8 @@ struct Owned {
     id: ObjectId,
     size: u64,
     checksum: u32,
+    /// Whether its bytes reached the store as a sealed file of this machine (a put's).
+    handed_over: bool,
     client: Client,
     releases: mpsc::UnboundedSender<ObjectId>,
 }
@@ -79,6 +86,7 @@ impl ObjectRef {
                 id,
                 size,
                 checksum,
+                handed_over: false,
                 client: client.clone(),
                 releases: client.puts().releases.clone(),
             }),
@@ -100,9 +108,47 @@ impl ObjectRef {
         self.inner.checksum
     }
 
+    /// Whether a put handed its bytes to the worker as a sealed file of this machine (rather
+    /// than streamed them over the data plane); false for a task's result.
+    pub fn handed_over(&self) -> bool {
+        self.inner.handed_over
+    }
+
     /// Its bytes, fetched from a worker that holds a copy ([`Client::get_object`]).
     pub async fn get(&self) -> Result<Bytes, ClientError> {
         self.inner.client.get_object(self.inner.id).await
+    }
+}
+
+/// A put the head has placed ([`Client::place_put`]): the object's id, its size, and the
+/// worker its bytes go to. Put its bytes with [`Client::put_placed`] (streamed) or, when
+/// [`handover_name`](Self::handover_name) gives a name, with [`Client::put_placed_file`] (a
+/// sealed memfd of that name, handed over).
+#[derive(Debug)]
+pub struct PlacedPut {
+    id: ObjectId,
+    size: u64,
+    node: u64,
+    address: String,
+    ticket: String,
+}
+
+impl PlacedPut {
+    /// The object's id.
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+
+    /// Its size in bytes, as placed.
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    /// The name to give the memfd the object is written into to hand it over, when the
+    /// worker it was placed on runs on this machine and handing over is not turned off
+    /// (`ESCHER_PUT_HANDOVER=off`); `None` when its bytes must be streamed.
+    pub fn handover_name(&self) -> Option<String> {
+        handover::name_for(&self.address, &self.ticket, self.id)
     }
 }
 
@@ -110,10 +156,36 @@ impl Client {
     /// Puts `bytes` into the store of a worker the head picks, and returns a reference that
     /// keeps the object while it (or a clone) lives. Returns once the copy is sealed whole and
     /// recorded by the head. The id is `(session, index)` (module documentation of
-    /// `client/src/objects/refs.rs`).
+    /// `client/src/objects/refs.rs`). A worker on this machine is handed the bytes as a sealed
+    /// file (`client/src/objects/handover.rs`); another is streamed them.
     pub async fn put(&self, bytes: impl Into<Bytes>) -> Result<ObjectRef, ClientError> {
         let bytes = bytes.into();
-        let size = bytes.len() as u64;
+        let placed = self.place_put(bytes.len() as u64).await?;
+        #[cfg(target_os = "linux")]
+        if let Some(name) = placed.handover_name() {
+            let data = bytes.clone();
+            let file = tokio::task::spawn_blocking(move || handover::sealed_memfd(&name, &data))
+                .await
+                .map_err(|e| {
+                    ClientError::ObjectUnavailable(format!(
+                        "object {}: writing its memfd failed: {e}",
+                        placed.id
+                    ))
+                })?;
+            match file {
+                Ok(file) => return self.put_placed_file(placed, &file, None).await,
+                Err(e) => {
+                    tracing::debug!(object = %placed.id, %e, "no memfd to hand the put over in; streaming it")
+                }
+            }
+        }
+        self.put_placed(placed, bytes).await
+    }
+
+    /// Asks the head where an object of `size` bytes goes (opening this client's object
+    /// session with its first put): the first half of a [`put`](Self::put), for a caller that
+    /// writes the bytes itself ([`put_placed_file`](Self::put_placed_file)).
+    pub async fn place_put(&self, size: u64) -> Result<PlacedPut, ClientError> {
         let puts = self.puts();
         let index = puts.next.fetch_add(1, Ordering::Relaxed);
         let placed = {
@@ -129,25 +201,93 @@ impl Client {
                 self.place_object(s, index, size).await?
             }
         };
-        let id = ObjectId(placed.session, index);
-        let checksum = crc32c::crc32c(&bytes);
-        // A worker that has just joined serves its data plane only once its own stream to the
-        // head is attached (Unavailable until then): such refusals are tried again briefly.
-        let mut pause = PUSH_PAUSE.0;
-        let started = tokio::time::Instant::now();
-        loop {
-            match push_summed(&placed.address, &placed.ticket, id, bytes.clone(), checksum).await {
-                Ok(()) => break,
-                Err(err) if err.is_retryable() && started.elapsed() < PUSH_PATIENCE => {
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(PUSH_PAUSE.1);
-                }
-                Err(err) => return Err(err.into()),
-            }
+        Ok(PlacedPut {
+            id: ObjectId(placed.session, index),
+            size,
+            node: placed.node,
+            address: placed.address,
+            ticket: placed.ticket,
+        })
+    }
+
+    /// Streams `bytes` (of the placed size) into the placed worker's store over its data
+    /// plane, then has the head record the copy.
+    pub async fn put_placed(
+        &self,
+        placed: PlacedPut,
+        bytes: Bytes,
+    ) -> Result<ObjectRef, ClientError> {
+        if bytes.len() as u64 != placed.size {
+            return Err(ClientError::Usage(format!(
+                "object {}: {} bytes to put, not the {} placed",
+                placed.id,
+                bytes.len(),
+                placed.size
+            )));
         }
+        let checksum = crc32c::crc32c(&bytes);
+        patiently(|| {
+            push_summed(
+                &placed.address,
+                &placed.ticket,
+                placed.id,
+                bytes.clone(),
+                checksum,
+            )
+        })
+        .await?;
+        self.record_put(&placed, checksum, false).await
+    }
+
+    /// Hands `file`, a memfd named [`placed.handover_name()`](PlacedPut::handover_name) and
+    /// sealed against writes and size changes, holding the object's bytes, over to the placed
+    /// worker, which copies it into its store (checked against `crc32c` when given); then has
+    /// the head record the copy. Where the worker cannot take the file, its bytes are read
+    /// back and streamed instead. `file` must stay open until this returns.
+    #[cfg(target_os = "linux")]
+    pub async fn put_placed_file(
+        &self,
+        placed: PlacedPut,
+        file: &std::fs::File,
+        crc32c: Option<u32>,
+    ) -> Result<ObjectRef, ClientError> {
+        let handed = patiently(|| {
+            handover::hand_over(
+                &placed.address,
+                &placed.ticket,
+                placed.id,
+                file,
+                placed.size,
+                crc32c,
+            )
+        })
+        .await;
+        match handed {
+            Ok(reply) => {
+                tracing::debug!(object = %placed.id, size = placed.size, node = placed.node, "put handed over as a sealed file");
+                self.record_put(&placed, reply.crc32c, true).await
+            }
+            Err(err) if handover::is_unusable(&err) => {
+                tracing::debug!(object = %placed.id, %err, "put not handed over; streaming it");
+                let bytes = read_file(file, placed.size)?;
+                self.put_placed(placed, bytes).await
+            }
+            Err(err) => Err(err.into()),
+        }
+    }
+
+    /// Has the head record the sealed copy of `placed` (whose CRC-32C is `checksum`), and
+    /// returns the owner's reference.
+    async fn record_put(
+        &self,
+        placed: &PlacedPut,
+        checksum: u32,
+        handed_over: bool,
+    ) -> Result<ObjectRef, ClientError> {
+        let id = placed.id;
         let copy = wire::SealedObject {
             id: Some(id.into()),
-            size,
+            size: placed.size,
             crc32c: checksum,
             node: placed.node,
         };
@@ -164,10 +304,11 @@ impl Client {
         let reference = ObjectRef {
             inner: Arc::new(Owned {
                 id,
-                size,
+                size: placed.size,
                 checksum,
+                handed_over,
                 client: self.clone(),
-                releases: puts.releases.clone(),
+                releases: self.puts().releases.clone(),
             }),
         };
         if let Some(dropped) = reply.dropped.into_iter().next() {
@@ -295,4 +436,35 @@ impl Client {
             .map(|ns| ns.as_str().to_string())
             .unwrap_or_default()
     }
+}
+
+/// Tries `call` (a push or a handover) again, briefly, while the worker refuses it as not
+/// ready: a worker that has just joined serves its data plane only once its own stream to the
+/// head is attached (Unavailable until then).
+async fn patiently<T, F, Fut>(mut call: F) -> Result<T, ObjectTransferError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, ObjectTransferError>>,
+{
+    let mut pause = PUSH_PAUSE.0;
+    let started = tokio::time::Instant::now();
+    loop {
+        match call().await {
+            Err(err) if err.is_retryable() && started.elapsed() < PUSH_PATIENCE => {
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(PUSH_PAUSE.1);
+            }
+            done => return done,
+        }
+    }
+}
+
+/// The `size` bytes of `file` (a sealed memfd the worker did not take), to stream.
+#[cfg(target_os = "linux")]
+fn read_file(file: &std::fs::File, size: u64) -> Result<Bytes, ClientError> {
+    use std::os::unix::fs::FileExt as _;
+    let mut buffer = vec![0; size as usize];
+    file.read_exact_at(&mut buffer, 0)
+        .map_err(|e| ClientError::ObjectUnavailable(format!("cannot read the put's memfd: {e}")))?;
+    Ok(Bytes::from(buffer))
 }

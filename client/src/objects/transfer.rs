@@ -93,7 +93,7 @@ impl ObjectTransferError {
 
 /// A client of the `Objects` service at `address` (`HOST:PORT`), on a channel with raised
 /// HTTP/2 windows and large frames (`escher_proto::data_channel`).
-async fn connect(
+pub(super) async fn connect(
     id: ObjectId,
     address: &str,
 ) -> Result<ObjectsClient<DataChannel>, ObjectTransferError> {

@@ -1790,6 +1790,40 @@ pub struct PushReply {
     #[prost(fixed32, tag = "2")]
     pub crc32c: u32,
 }
+/// Hands a put's bytes over as a sealed file on the holder's own machine: the client wrote them
+/// into a memfd named for the object and its ticket (`escher_proto::transfer::handover_name`)
+/// and sealed it against writes and size changes; the holder opens `/proc/PID/fd/FD`, checks
+/// the file, and copies it into its store (sealed only whole and checked, as a push). A holder
+/// that cannot open or accept the file refuses with FAILED_PRECONDITION, and the client pushes.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct HandoverRequest {
+    /// An object ticket with write access to the object on the holder's node.
+    #[prost(string, tag = "1")]
+    pub ticket: ::prost::alloc::string::String,
+    /// The object's owner.
+    #[prost(uint64, tag = "2")]
+    pub owner: u64,
+    /// The object's index.
+    #[prost(uint64, tag = "3")]
+    pub index: u64,
+    /// The client's process id (as this machine's /proc names it).
+    #[prost(uint32, tag = "4")]
+    pub pid: u32,
+    /// The memfd's descriptor number in that process.
+    #[prost(int32, tag = "5")]
+    pub fd: i32,
+    /// The object's length in bytes: the file's size.
+    #[prost(uint64, tag = "6")]
+    pub size: u64,
+    /// The client's machine (its kernel's boot id): a holder on another refuses at once.
+    #[prost(string, tag = "7")]
+    pub boot_id: ::prost::alloc::string::String,
+    /// The CRC-32C the client computed, checked against the file's when `has_crc32c`.
+    #[prost(fixed32, tag = "8")]
+    pub crc32c: u32,
+    #[prost(bool, tag = "9")]
+    pub has_crc32c: bool,
+}
 /// Asks for a backup.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct BackupRequest {}
@@ -6617,6 +6651,29 @@ pub mod objects_client {
             req.extensions_mut().insert(GrpcMethod::new("escher.v1.Objects", "Push"));
             self.inner.client_streaming(req, path, codec).await
         }
+        /// A put's bytes as a sealed memfd of a process on the holder's machine, copied into the
+        /// store, sealed only whole and checked; its reply is a push's.
+        pub async fn handover(
+            &mut self,
+            request: impl tonic::IntoRequest<super::HandoverRequest>,
+        ) -> std::result::Result<tonic::Response<super::PushReply>, tonic::Status> {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static(
+                "/escher.v1.Objects/Handover",
+            );
+            let mut req = request.into_request();
+            req.extensions_mut()
+                .insert(GrpcMethod::new("escher.v1.Objects", "Handover"));
+            self.inner.unary(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -6647,6 +6704,12 @@ pub mod objects_server {
         async fn push(
             &self,
             request: tonic::Request<tonic::Streaming<super::ObjectChunk>>,
+        ) -> std::result::Result<tonic::Response<super::PushReply>, tonic::Status>;
+        /// A put's bytes as a sealed memfd of a process on the holder's machine, copied into the
+        /// store, sealed only whole and checked; its reply is a push's.
+        async fn handover(
+            &self,
+            request: tonic::Request<super::HandoverRequest>,
         ) -> std::result::Result<tonic::Response<super::PushReply>, tonic::Status>;
     }
     /// Object bytes between a holder's store and a reader, on the worker's data-plane listener.
@@ -6813,6 +6876,49 @@ pub mod objects_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.client_streaming(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/escher.v1.Objects/Handover" => {
+                    #[allow(non_camel_case_types)]
+                    struct HandoverSvc<T: Objects>(pub Arc<T>);
+                    impl<T: Objects> tonic::server::UnaryService<super::HandoverRequest>
+                    for HandoverSvc<T> {
+                        type Response = super::PushReply;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::Response>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::HandoverRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Objects>::handover(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = HandoverSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.unary(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

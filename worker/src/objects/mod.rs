@@ -104,8 +104,9 @@
 //!
 //! The data plane, on top of the store (the only part that speaks the wire):
 //! - [`NodeObjects`] (`node.rs`): the store and the namespace each copy was sealed for.
-//! - [`ObjectService`] (`service.rs`): the `Objects` service (`Fetch`, `Push`) on the worker's
-//!   data-plane listener, checking object tickets.
+//! - [`ObjectService`] (`service.rs`): the `Objects` service (`Fetch`, `Push`, `Handover`) on
+//!   the worker's data-plane listener, checking object tickets; `handover.rs`: a put from a
+//!   client on this machine taken as the sealed memfd it wrote the object into.
 //! - [`fetch_object`] (`fetch.rs`): a copy from the holders into this store, trying the next
 //!   holder when one fails mid-transfer.
 
@@ -113,6 +114,7 @@ pub(crate) mod args;
 mod capacity;
 mod error;
 mod fetch;
+mod handover;
 mod id;
 mod node;
 pub(crate) mod result;

@@ -9,6 +9,10 @@
 //!   store's capacity is refused there, RESOURCE_EXHAUSTED, naming the object), writes each
 //!   chunk once its checksum is checked, and seals the copy only when every byte came and the
 //!   whole object's CRC-32C is the header's. A push refused or broken off leaves nothing.
+//! - `Handover` takes a put from a client on this machine as the sealed memfd it wrote the
+//!   object into (`handover.rs`): checked to be that file, sealed and of the object's size,
+//!   then copied into the store and sealed as a push is. A file it cannot take is refused
+//!   FAILED_PRECONDITION before anything is stored, and the client pushes instead.
 //!
 //! A ticket must verify under this node's ticket key, name this node and the object, grant
 //! read (fetch) or write (push) and be unexpired, else UNAUTHENTICATED; an object recorded in
@@ -23,7 +27,7 @@ use std::task::{Context, Poll};
 use escher_proto::NodeId;
 use escher_proto::object_stream;
 use escher_proto::transfer::{
-    CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError,
+    CHUNK_BYTES, ChunkReader, Chunks, MAX_MESSAGE_BYTES, ObjectMeta, TransferError, handover_name,
 };
 use escher_proto::types::{ObjectAccess, ObjectTicket, TicketRefusal};
 use escher_proto::wire::{
@@ -34,6 +38,7 @@ use tokio_stream::Stream;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::handover::{self, Handover, HandoverError};
 use super::{NodeObjects, ObjectError, ObjectId};
 use crate::actors::ActorHost;
 
@@ -341,6 +346,47 @@ impl Objects for ObjectService {
         let info = blocking(move || writer.seal(meta.crc32c)).await?;
         self.objects.record(id, ticket.namespace);
         tracing::debug!(object = %id, size = info.size, "pushed");
+        Ok(Response::new(wire::PushReply {
+            size: info.size,
+            crc32c: info.crc32c,
+        }))
+    }
+
+    #[tracing::instrument(skip_all, fields(object = %ObjectId(request.get_ref().owner, request.get_ref().index)))]
+    async fn handover(
+        &self,
+        request: Request<wire::HandoverRequest>,
+    ) -> Result<Response<wire::PushReply>, Status> {
+        let req = request.into_inner();
+        let id = ObjectId(req.owner, req.index);
+        let ticket = self.admit(&req.ticket, id, ObjectAccess::Write)?;
+        let name = handover_name(&req.ticket, id)
+            .ok_or_else(|| Status::unauthenticated(TicketRefusal::Invalid.to_string()))?;
+        let handover = Handover {
+            id,
+            pid: req.pid,
+            fd: req.fd,
+            size: req.size,
+            boot_id: req.boot_id,
+            name,
+            crc32c: req.has_crc32c.then_some(req.crc32c),
+        };
+        let store = self.objects.store().clone();
+        let taken = tokio::task::spawn_blocking(move || handover::take(&store, &handover))
+            .await
+            .map_err(|e| Status::internal(format!("the object store's call failed: {e}")))?;
+        let info = match taken {
+            Ok(info) => info,
+            Err(HandoverError::Store(e)) => return Err(object_status(e)),
+            Err(HandoverError::Refused(why)) => {
+                tracing::debug!(object = %id, %why, "handover refused; the client pushes instead");
+                return Err(Status::failed_precondition(format!(
+                    "object {id}: the sealed file was not taken: {why}"
+                )));
+            }
+        };
+        self.objects.record(id, ticket.namespace);
+        tracing::debug!(object = %id, size = info.size, pid = req.pid, "handed over as a sealed file");
         Ok(Response::new(wire::PushReply {
             size: info.size,
             crc32c: info.crc32c,

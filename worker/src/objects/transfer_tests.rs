@@ -102,6 +102,13 @@ impl Objects for Faulty {
     ) -> Result<Response<wire::PushReply>, Status> {
         self.inner.push(request).await
     }
+
+    async fn handover(
+        &self,
+        request: Request<wire::HandoverRequest>,
+    ) -> Result<Response<wire::PushReply>, Status> {
+        self.inner.handover(request).await
+    }
 }
 
 async fn node(n: u64, capacity: u64, fault: Fault) -> Node {
@@ -591,4 +598,211 @@ async fn the_data_planes_own_fetch_answer_is_read_whole_by_the_fetcher_and_by_to
         .unwrap_err();
     assert!(e.to_string().contains("Unauthenticated"), "{e}");
     a.holds(&[&ids[..], &[id]].concat());
+}
+
+/// A memfd named `name` holding `bytes`, sealed as a client seals one when `sealed`.
+fn memfd(name: &str, bytes: &[u8], sealed: bool) -> std::fs::File {
+    use std::io::Write as _;
+    let mut file = escher_client::objects::new_memfd(name).unwrap();
+    file.write_all(bytes).unwrap();
+    if sealed {
+        escher_client::objects::seal(&file).unwrap();
+    }
+    file
+}
+
+/// What a client sends to hand `file` over as object `id` of `size` bytes.
+fn handover_request(
+    ticket: &str,
+    id: ObjectId,
+    file: &std::fs::File,
+    size: u64,
+) -> wire::HandoverRequest {
+    use std::os::fd::AsRawFd as _;
+    wire::HandoverRequest {
+        ticket: ticket.to_string(),
+        owner: id.owner(),
+        index: id.index(),
+        pid: std::process::id(),
+        fd: file.as_raw_fd(),
+        size,
+        boot_id: handover::boot_id().to_string(),
+        crc32c: 0,
+        has_crc32c: false,
+    }
+}
+
+/// A raw handover, as a misbehaving client would ask it.
+async fn raw_handover(
+    address: &str,
+    request: wire::HandoverRequest,
+) -> Result<wire::PushReply, Status> {
+    let mut rpc = ObjectsClient::connect(format!("http://{address}"))
+        .await
+        .unwrap();
+    rpc.handover(request).await.map(Response::into_inner)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sealed_memfd_of_every_size_is_handed_over_whole() {
+    let a = node(1, 512 << 20, Fault::None).await;
+    let mut ids = Vec::new();
+    for (i, size) in [0, 1024, MIB, 100 * MIB].into_iter().enumerate() {
+        let id = ObjectId(8, i as u64);
+        let bytes = data(size, 40 + i as u64);
+        let ticket = a.write(id);
+        let name = escher_proto::transfer::handover_name(&ticket, id).unwrap();
+        let file = memfd(&name, &bytes, true);
+        let mut request = handover_request(&ticket, id, &file, size as u64);
+        // Every other one with the client's own sum, which the worker checks.
+        if i % 2 == 1 {
+            request.crc32c = crc32c::crc32c(&bytes);
+            request.has_crc32c = true;
+        }
+        let reply = raw_handover(&a.address, request).await.unwrap();
+        assert_eq!(
+            (reply.size, reply.crc32c),
+            (size as u64, crc32c::crc32c(&bytes)),
+            "{size} bytes"
+        );
+        drop(file);
+        // The store's copy is the bytes, and readable after the client's file is gone.
+        let view = a.objects.store().get(id).unwrap();
+        assert_eq!(view.crc32c(), crc32c::crc32c(&bytes));
+        assert_eq!(view.as_slice(), &bytes[..]);
+        assert_eq!(a.objects.namespace(id), Some(Some("ns".to_string())));
+        drop(view);
+        ids.push(id);
+    }
+    a.holds(&ids);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn files_the_worker_cannot_trust_are_refused_naming_why_and_nothing_is_stored() {
+    let a = node(1, 8 * MIB as u64, Fault::None).await;
+    let id = ObjectId(9, 0);
+    let ticket = a.write(id);
+    let name = escher_proto::transfer::handover_name(&ticket, id).unwrap();
+    let bytes = data(64 * 1024, 5);
+    let size = bytes.len() as u64;
+    let refused = |r: Result<wire::PushReply, Status>, code: Code, text: &str| {
+        let status = r.expect_err("refused");
+        assert_eq!(status.code(), code, "{status:?}");
+        assert!(status.message().contains(text), "{status:?}");
+        assert!(status.message().contains(&id.to_string()) || code != Code::FailedPrecondition);
+        a.holds(&[]);
+    };
+
+    // Not sealed: its bytes could still change while, or after, they are read.
+    let open = memfd(&name, &bytes, false);
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &open, size)).await;
+    refused(r, Code::FailedPrecondition, "F_SEAL_WRITE");
+    drop(open);
+
+    // Sealed against size changes only.
+    let partly = memfd(&name, &bytes, false);
+    {
+        use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+        fcntl(
+            &partly,
+            FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SHRINK),
+        )
+        .unwrap();
+    }
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &partly, size)).await;
+    refused(r, Code::FailedPrecondition, "not sealed with F_SEAL_WRITE");
+    drop(partly);
+
+    let sealed = memfd(&name, &bytes, true);
+    // Of another size than the object's.
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &sealed, size + 1)).await;
+    refused(r, Code::FailedPrecondition, &format!("holds {size} bytes"));
+
+    // Named for another object, or with another nonce, or not a memfd at all.
+    let other_id = ObjectId(9, 1);
+    let other = memfd(
+        &escher_proto::transfer::handover_name(&a.write(other_id), other_id).unwrap(),
+        &bytes,
+        true,
+    );
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &other, size)).await;
+    refused(r, Code::FailedPrecondition, "not the memfd");
+    let forged = memfd(&format!("escher-put-9.0-{}", "0".repeat(16)), &bytes, true);
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &forged, size)).await;
+    refused(r, Code::FailedPrecondition, "not the memfd");
+    let plain = tempfile::tempfile_in("/dev/shm").unwrap();
+    plain.set_len(size).unwrap();
+    let r = raw_handover(&a.address, handover_request(&ticket, id, &plain, size)).await;
+    refused(r, Code::FailedPrecondition, "not the memfd");
+
+    // A pid or descriptor that is not the client's memfd: another process's descriptor, a
+    // descriptor not open, a process that does not exist, another machine.
+    let mut request = handover_request(&ticket, id, &sealed, size);
+    request.pid = 1;
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::FailedPrecondition,
+        "/proc/1/fd/",
+    );
+    let mut request = handover_request(&ticket, id, &sealed, size);
+    request.fd = 100_000;
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::FailedPrecondition,
+        "cannot open the client's descriptor",
+    );
+    let mut request = handover_request(&ticket, id, &sealed, size);
+    request.pid = u32::MAX - 1;
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::FailedPrecondition,
+        "cannot open the client's descriptor",
+    );
+    let mut request = handover_request(&ticket, id, &sealed, size);
+    request.boot_id = "another-machine".into();
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::FailedPrecondition,
+        "another machine",
+    );
+
+    // The right file with another checksum than the client says: refused by the seal.
+    let mut request = handover_request(&ticket, id, &sealed, size);
+    request.crc32c = crc32c::crc32c(&bytes) ^ 1;
+    request.has_crc32c = true;
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::DataLoss,
+        &id.to_string(),
+    );
+
+    // A read ticket, or one for another object, is no permission to write.
+    let request = handover_request(&a.read(id), id, &sealed, size);
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::Unauthenticated,
+        "",
+    );
+
+    // Larger than the store: refused as a push would be, before anything is copied.
+    let big_id = ObjectId(9, 2);
+    let big_ticket = a.write(big_id);
+    let big = memfd(
+        &escher_proto::transfer::handover_name(&big_ticket, big_id).unwrap(),
+        &data(9 * MIB, 6),
+        true,
+    );
+    let request = handover_request(&big_ticket, big_id, &big, 9 * MIB as u64);
+    refused(
+        raw_handover(&a.address, request).await,
+        Code::ResourceExhausted,
+        &big_id.to_string(),
+    );
+
+    // And the same file, asked for properly, is taken.
+    let reply = raw_handover(&a.address, handover_request(&ticket, id, &sealed, size))
+        .await
+        .unwrap();
+    assert_eq!(reply.crc32c, crc32c::crc32c(&bytes));
+    a.holds(&[id]);
 }
