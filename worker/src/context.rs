@@ -471,8 +471,7 @@ impl TaskContext {
         Fut: std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
     {
         let started = tokio::time::Instant::now();
-        let mut rules: Retry<String> =
-            Retry::new(self.head.list(), FOLLOW_LEADER, Duration::ZERO);
+        let mut rules: Retry<String> = Retry::new(self.head.list(), FOLLOW_LEADER, Duration::ZERO);
         loop {
             let replica = self.head.url().trim_end_matches('/').to_string();
             let status = match call(self.cluster_client()).await {

@@ -538,7 +538,11 @@ async fn a_fetched_copy_the_head_leaves_out_is_deleted_once_its_task_is_done() {
 
     let given = vec![
         located(kept, &values[0], vec![copy_at(&holder, holder.read(kept))]),
-        located(freed, &values[1], vec![copy_at(&holder, holder.read(freed))]),
+        located(
+            freed,
+            &values[1],
+            vec![copy_at(&holder, holder.read(freed))],
+        ),
     ];
     let done = runner.run(&mut head, 1, &[kept, freed], given).await;
     let whole = |id: ObjectId, v: &Bytes| (id.to_string(), v.len() as u64, crc32c::crc32c(v));

@@ -413,7 +413,9 @@ async fn a_write_the_head_may_still_commit_is_sent_again_under_its_key_or_ends_u
     let done = finished(&mut head, 5).await;
     assert_eq!(
         done.outcome,
-        Ok(TaskResult::Returned(format!("{:?}", vec![NodeId(1)]).into_bytes().into()))
+        Ok(TaskResult::Returned(
+            format!("{:?}", vec![NodeId(1)]).into_bytes().into()
+        ))
     );
 
     // In doubt, then a deadline: the outcome is unknown, and the error says so.
@@ -427,8 +429,7 @@ async fn a_write_the_head_may_still_commit_is_sent_again_under_its_key_or_ends_u
     let done = finished(&mut head, 6).await;
     let why = done.outcome.unwrap_err();
     assert!(
-        why.contains("set_resources: the outcome is unknown")
-            && why.contains("may still commit"),
+        why.contains("set_resources: the outcome is unknown") && why.contains("may still commit"),
         "{why}"
     );
     w.stop().await.unwrap();

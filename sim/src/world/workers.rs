@@ -711,10 +711,7 @@ impl World {
             silent.then(|| "heard nothing".to_string())
         } else {
             worker.protocol.stale(clock(self.now)).map(|unrenewed| {
-                format!(
-                    "had its lease unrenewed for {} ms",
-                    unrenewed.as_millis()
-                )
+                format!("had its lease unrenewed for {} ms", unrenewed.as_millis())
             })
         };
         if let Some(why) = leave {
