@@ -407,6 +407,7 @@ async fn a_write_the_head_may_still_commit_is_sent_again_under_its_key_or_ends_u
     // In doubt, then served: sent again (the same request, under its key), and it succeeds.
     head.fail_set_resources([in_doubt(&head.url())]);
     head.send(assign(5, function("claim", vec![])));
+    started(&mut head, 5).await;
     let (first, _) = head.set_resources_call().await;
     let (again, _) = head.set_resources_call().await;
     assert_eq!(first, again, "the same write again");
@@ -424,6 +425,7 @@ async fn a_write_the_head_may_still_commit_is_sent_again_under_its_key_or_ends_u
         Status::deadline_exceeded("the head took too long"),
     ]);
     head.send(assign(6, function("claim", vec![])));
+    started(&mut head, 6).await;
     head.set_resources_call().await;
     head.set_resources_call().await;
     let done = finished(&mut head, 6).await;
