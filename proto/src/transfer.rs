@@ -239,7 +239,7 @@ impl Chunks {
     /// than the blocks are not used.
     pub fn with_sums(mut self, sums: std::sync::Arc<[u32]>, block: usize) -> Self {
         let blocks = self.bytes.len().div_ceil(block);
-        if block == self.chunk && sums.len() == blocks && self.offset % block as u64 == 0 {
+        if block == self.chunk && sums.len() == blocks && self.offset.is_multiple_of(block as u64) {
             self.sums = Some(sums);
         }
         self
