@@ -142,7 +142,7 @@ pub async fn connect(address: &str, timeout: Duration) -> Result<DataChannel, Co
 }
 
 /// `e` and its causes, one after another.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(cause) = source {

@@ -23,7 +23,7 @@ use hyper::body::Incoming;
 use prost::Message;
 use tonic::{Code, Status};
 
-use crate::data_channel::DataChannel;
+use crate::data_channel::{DataChannel, chain};
 use crate::transfer::Chunks;
 use crate::wire;
 
@@ -275,18 +275,6 @@ impl FetchStream {
             .map(Some)
             .map_err(|e| Status::internal(format!("a chunk could not be decoded: {e}")))
     }
-}
-
-/// `e` and its causes, one after another.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The frames received and not decoded yet, read as one buffer: a slice within one frame is
