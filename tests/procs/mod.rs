@@ -852,13 +852,21 @@ impl ProcessCluster {
     }
 
     /// Starts a worker process named `name` with `--resources resources` and waits until it is
-    /// a live node the head did not know before; returns that node's id.
+    /// a live node the head did not know before, with its stream attached (a registered node
+    /// shows its resources, takes tasks and holds objects only then); returns that node's id.
     pub async fn start_worker(&mut self, name: &str, resources: &str) -> NodeId {
         let known: BTreeSet<NodeId> = self.status().await.nodes.iter().map(|n| n.id).collect();
         self.spawn_worker(name, resources);
         let node = self.wait_registered(name, &known).await;
         let index = self.workers.len() - 1;
         self.workers[index].node = node;
+        self.wait_status(&format!("worker {name}'s stream to attach"), |s| {
+            s.nodes
+                .iter()
+                .any(|n| n.id == node && n.alive && !n.resources.is_empty())
+                .then_some(())
+        })
+        .await;
         node
     }
 
