@@ -65,7 +65,9 @@ class ActorClass:
                  lifetime: Optional[str] = None, spec: Optional[Any] = None,
                  runtime_env: Optional[Dict[str, Any]] = None):
         self._cls = cls
-        self._runtime_env = _actor_runtime_env(cls, runtime_env)
+        self._runtime_env = _api._check_runtime_env(runtime_env)
+        # The class as it travels, for the runtime environment it was made with.
+        self._shipped: Optional[tuple] = None
         self._resources = resources
         self._max_restarts = _count(max_restarts, "max_restarts", 0)
         self._max_task_retries = _count(max_task_retries, "max_task_retries", 0)
@@ -135,6 +137,19 @@ class ActorClass:
             _STORED[key] = stored
         return stored
 
+    def _class_bytes(self, env: Optional[Dict[str, Any]]) -> bytes:
+        """The class as it travels: pickled, wrapped with ``env``'s variables and working
+        directory when it has them; made again only when ``env`` changed."""
+        key = repr(env)
+        if self._shipped is None or self._shipped[0] != key:
+            _api._by_value(self._cls)
+            data = _api._dumps(self._cls, f"actor class {self._cls.__qualname__}")
+            if env is not None and ("env_vars" in env or "working_dir" in env):
+                data = _api._dumps(_with_env(self._cls, data, env),
+                                   f"actor class {self._cls.__qualname__} with its runtime_env")
+            self._shipped = (key, data)
+        return self._shipped[1]
+
     def _actor_resources(self) -> str:
         base = _api._resources_text(self._resources) or ""
         parts = [p for p in base.split(",") if p.strip()]
@@ -146,8 +161,10 @@ class ActorClass:
         """Creates the actor (durably: a worker constructs it as soon as one has room) and
         returns its handle at once; calls wait for the constructor."""
         session = _api._current()
-        _api._by_value(self._cls)
-        data = _api._dumps(self._cls, f"actor class {self._cls.__qualname__}")
+        # Its own runtime_env, else the one init gave. Variables and a working directory
+        # travel with the class, which the actor's interpreter loads once they are set.
+        env = self._runtime_env if self._runtime_env is not None else _api._session_runtime_env
+        data = self._class_bytes(env)
         # ObjectRefs travel borrowed (the actor's interpreter reads those given as arguments);
         # the handle keeps the objects, which a restart constructs the actor from again.
         with collecting() as met:
@@ -161,9 +178,6 @@ class ActorClass:
             blob, inline = self._store(session, data, digest), b""
         else:
             blob, inline = 0, data
-        # Its own runtime_env, else the pip requirements of the one init gave (the rest of that
-        # one is a function's).
-        env = self._runtime_env if self._runtime_env is not None else _api._session_runtime_env
         pip = (env or {}).get("pip")
         head = [b"ESPY\x02\x03", _api._versions()]
         if pip:
@@ -186,17 +200,20 @@ class ActorClass:
         return handle
 
 
-def _actor_runtime_env(cls: type, env: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """An actor's runtime_env, checked: its ``pip`` requirements (the worker runs the actor in
-    their environment); env_vars and working_dir are a remote function's for now."""
-    env = _api._check_runtime_env(env)
-    other = sorted(k for k in (env or {}) if k != "pip")
-    if other:
-        raise InvalidArgumentError(
-            f"actor class {cls.__qualname__}: an actor's runtime_env takes pip only for now, not "
-            f"{', '.join(other)}: set variables and the directory in the constructor"
-        )
-    return env
+def _with_env(cls: type, data: bytes, env: Dict[str, Any]) -> Any:
+    """The class's bytes wrapped with the variables and the working directory its actor lives
+    with (``_runtime_env.py``, pickled by value: a worker needs only cloudpickle)."""
+    from . import _runtime_env
+
+    archive, digest = None, None
+    if "working_dir" in env:
+        try:
+            archive, digest = _runtime_env.pack(env["working_dir"])
+        except (OSError, ValueError) as e:
+            raise InvalidArgumentError(
+                f"cannot ship the working_dir of actor class {cls.__qualname__}: {e}") from None
+    _api._pickler().register_pickle_by_value(_runtime_env)
+    return _runtime_env._ActorWithEnv(data, env.get("env_vars", {}), archive, digest)
 
 
 def _actor_ray_keywords(ray: Dict[str, Any], resources: Resources, where: str) -> Resources:

@@ -816,12 +816,13 @@ class RemoteFunction:
         deps: List[TaskRef] = []
         spec = []
         for a in args:
+            if isinstance(a, TaskRef) and a._kind == "actor-call":
+                # An actor call is answered by its actor, not recorded by the head, so no task
+                # can wait for it: its value is waited for here and sent (as an actor method's
+                # arguments are); a failed call raises here.
+                spec.append(("val", get(a)))
+                continue
             if isinstance(a, TaskRef):
-                if a._kind == "actor-call":
-                    raise InvalidArgumentError(
-                        f"{a!r} is an actor call: pass its value (escher.get) to a remote "
-                        f"function, not the call"
-                    )
                 if a._kind != "python":
                     raise InvalidArgumentError(
                         f"{a!r} is not a remote function's task: only those can be passed as "
@@ -832,7 +833,9 @@ class RemoteFunction:
             else:
                 spec.append(("val", a))
         for k, v in kwargs.items():
-            if isinstance(v, TaskRef):
+            if isinstance(v, TaskRef) and v._kind == "actor-call":
+                kwargs = dict(kwargs, **{k: get(v)})
+            elif isinstance(v, TaskRef):
                 raise InvalidArgumentError(
                     f"TaskRef argument {k}= must be passed by position to wait for it"
                 )

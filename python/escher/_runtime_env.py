@@ -1,5 +1,5 @@
 """Runtime environments (``runtime_env=``): environment variables and a working directory that
-a remote function's calls run with, shipped with the function.
+a remote function's calls, or an actor, run with, shipped with the function or the class.
 
 The driver packs the working directory once (a zip made the same way every time, so its
 SHA-256 names its content) and wraps the function in a :class:`_WithEnv` that holds the archive;
@@ -13,6 +13,11 @@ taken for the archive's content, so another task of the namespace cannot plant o
 call runs with the variables set, in the directory and with it first on ``sys.path``; all three
 are put back when the call ends, so the next task of the interpreter starts as it would have. Modules imported from a working directory
 stay imported in that interpreter (interpreters are never shared between namespaces).
+
+An actor's class travels as an :class:`_ActorWithEnv`: its interpreter is the actor's own,
+never reused (worker/src/python/actor.rs), so the environment is set once, before the class is
+unpickled (a class whose module imports a module of the working directory loads), and holds for
+the actor's life, its constructor and every method call, on every thread.
 
 Imports nothing of escher's.
 """
@@ -175,3 +180,47 @@ class _WithEnv:
                 os.chdir(cwd)
                 if folder in sys.path:
                     sys.path.remove(folder)
+
+
+class _ActorWithEnv:
+    """An actor's class (cloudpickled bytes) and the runtime environment it lives in. The
+    worker's runner calls it as it calls a class: ``wrapper(*args, **kwargs)`` sets the
+    environment, loads the class and returns the instance; it then looks at its members for
+    ``async def`` methods, which are the class's (``__dir__`` and ``__getattr__``; the
+    wrapper's own attributes have names no class of the application uses)."""
+
+    def __init__(self, class_bytes, env_vars, archive, digest):
+        self._escher_class_bytes = class_bytes
+        self._escher_env_vars = dict(env_vars)
+        self._escher_archive = archive
+        self._escher_digest = digest
+
+    def __getstate__(self):
+        state = dict(self.__dict__)
+        state.pop("_escher_cls", None)
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+
+    def __call__(self, *args, **kwargs):
+        import pickle
+
+        os.environ.update(self._escher_env_vars)
+        if self._escher_archive is not None:
+            folder = _unpacked(self._escher_archive, self._escher_digest)
+            os.chdir(folder)
+            sys.path.insert(0, folder)
+        cls = pickle.loads(self._escher_class_bytes)
+        self._escher_cls = cls
+        return cls(*args, **kwargs)
+
+    def __dir__(self):
+        cls = self.__dict__.get("_escher_cls")
+        return dir(cls) if cls is not None else list(self.__dict__)
+
+    def __getattr__(self, name):
+        cls = self.__dict__.get("_escher_cls")
+        if cls is None or name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(cls, name)

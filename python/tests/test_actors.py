@@ -180,6 +180,24 @@ def test_a_handle_passed_to_a_remote_function_calls_the_actor(cluster):
     assert escher.get(c.get.remote(), timeout=60) == 42
 
 
+@escher.remote
+def plus_one(x, by=0):
+    return x + 1 + by
+
+
+def test_an_actor_call_given_to_a_remote_function_passes_its_value(cluster):
+    c = Counter.remote(5)
+    # As a task's ref is: by position, by keyword, in map's batch.
+    assert plus_one.remote(c.add.remote(1)).result(timeout=60) == 7
+    assert plus_one.remote(1, by=c.get.remote()).result(timeout=60) == 8
+    assert escher.get([plus_one.remote(c.add.remote(i)) for i in range(3)], timeout=60) == \
+        [7, 8, 10]
+    # A call that failed raises its failure where its value was waited for.
+    with pytest.raises(ValueError, match="no value"):
+        plus_one.remote(c.fail.remote("no value"))
+    escher.kill(c)
+
+
 def test_a_killed_actor_says_why(cluster):
     c = Counter.remote()
     assert escher.get(c.add.remote(), timeout=60) == 1
@@ -299,6 +317,27 @@ def test_an_actor_in_another_namespace_is_unknown_here(cluster):
         assert escher.get(found.get.remote(), timeout=60) == 4
     finally:
         escher.kill(c)
+
+
+def test_a_reader_cannot_call_an_actor(cluster):
+    c = Counter.remote(3)
+    assert escher.get(c.get.remote(), timeout=60) == 3
+    token = escher.create_token("reader")
+    out = run_python(
+        "import escher, sys\n"
+        f"escher.init(address={cluster.head_url!r}, token={token!r})\n"
+        f"handle = escher._actors._handle_from_id({c.actor_id}, 'Counter', ['add', 'get'])\n"
+        "try:\n"
+        "    print('called', escher.get(handle.add.remote(1), timeout=60))\n"
+        "except escher.EscherError as e:\n"
+        "    print('refused', type(e).__name__, '|', e)\n"
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("refused"), out.stdout
+    assert "reader" in out.stdout.lower() or "permission" in out.stdout.lower(), out.stdout
+    # The call never ran.
+    assert escher.get(c.get.remote(), timeout=60) == 3
+    escher.kill(c)
 
 
 @escher.remote

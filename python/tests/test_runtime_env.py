@@ -1,10 +1,11 @@
 """Runtime environments: environment variables and a working directory that a remote
 function's calls run with (``runtime_env=`` on ``remote``, ``options`` and ``init``), put back
-after each call so the next task of a warm interpreter starts as before; ``pip`` read as Ray
-writes it (test_processes.py installs a requirement on a worker process); what escher does not
+after each call so the next task of a warm interpreter starts as before, and that an actor
+lives with (its own interpreter's, for its life); ``pip`` read as Ray writes it (test_processes.py installs a requirement on a worker process); what escher does not
 do yet (``conda``) and bad values refused before anything is submitted."""
 
 import os
+import signal
 
 import pytest
 
@@ -137,6 +138,114 @@ def test_init_gives_every_function_its_runtime_env():
     assert done.stdout.split() == ["yes", "own"], done.stdout
 
 
+def test_an_actor_lives_in_its_runtime_env(cluster, tmp_path):
+    """An actor's ``env_vars`` and ``working_dir`` (on the class, or from ``options``) hold
+    for its constructor and every call, on each of a threaded actor's threads, and through a
+    restart; a class whose module imports a module of the working directory at its top loads;
+    other actors and the next function tasks run without them."""
+    (tmp_path / "actor_helpers_a43.py").write_text("def scale(x):\n    return 10 * x\n")
+    (tmp_path / "data.txt").write_text("from the working dir\n")
+
+    @escher.remote(max_concurrency=2, max_restarts=1,
+                   runtime_env={"working_dir": str(tmp_path), "env_vars": {"A43_MODE": "fast"}})
+    class Keeper:
+        def __init__(self, base):
+            import actor_helpers_a43
+
+            self.base = actor_helpers_a43.scale(base)
+            self.mode = os.environ.get("A43_MODE")
+            self.cwd = os.getcwd()
+
+        def seen(self):
+            import actor_helpers_a43
+
+            return (self.base, self.mode, os.environ.get("A43_MODE"),
+                    open("data.txt").read().strip(), actor_helpers_a43.scale(1),
+                    os.getcwd() == self.cwd)
+
+        def pid(self):
+            return os.getpid()
+
+        def nap(self, seconds):
+            import time
+
+            time.sleep(seconds)
+
+    keeper = Keeper.remote(4)
+    want = (40, "fast", "fast", "from the working dir", 10, True)
+    # Two calls at once, on two threads of the actor.
+    assert escher.get([keeper.seen.remote(), keeper.seen.remote()], timeout=60) == [want] * 2
+    from escher import _runtime_env
+
+    digest = _runtime_env.pack(str(tmp_path))[1]
+    # Restarted (its constructor run again): the environment holds in the next incarnation.
+    pid = escher.get(keeper.pid.remote(), timeout=60)
+    in_flight = keeper.nap.remote(60)
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(escher.ActorDiedError, match="signal 9"):
+        escher.get(in_flight, timeout=60)
+    assert escher.get(keeper.seen.remote(), timeout=60) == want
+    assert escher.get(keeper.pid.remote(), timeout=60) != pid
+    other = Keeper.options(runtime_env={"env_vars": {"A43_MODE": "slow"}})
+    with pytest.raises(escher.ActorDiedError, match="actor_helpers_a43"):
+        # Its own runtime_env replaces the class's: no working directory, so no helpers.
+        escher.get(other.remote(1).seen.remote(), timeout=60)
+
+    @escher.remote
+    class Plain:
+        def where(self):
+            return os.getcwd(), os.environ.get("A43_MODE")
+
+    plain_cwd, plain_mode = escher.get(Plain.remote().where.remote(), timeout=60)
+    assert plain_mode is None and digest not in plain_cwd
+    assert escher.get([env_of.remote("A43_MODE") for _ in range(4)]) == [None] * 4
+    escher.kill(keeper)
+
+    # A class whose module imports a module of the working directory at its top: the class
+    # is loaded once the directory is on the path.
+    (tmp_path / "actor_module_a43.py").write_text(
+        "import actor_helpers_a43\n\n"
+        "class Scaler:\n"
+        "    def scaled(self, x):\n"
+        "        return actor_helpers_a43.scale(x)\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import actor_module_a43
+    finally:
+        sys.path.remove(str(tmp_path))
+    scaler = escher.remote(runtime_env={"working_dir": str(tmp_path)})(actor_module_a43.Scaler)
+    assert escher.get(scaler.remote().scaled.remote(3), timeout=60) == 30
+
+
+def test_init_gives_every_actor_its_runtime_env(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "init_helpers_a43.py").write_text("WHO = 'init'\n")
+    code = (
+        "import os, escher\n"
+        f"escher.init(runtime_env={{'env_vars': {{'FROM_INIT': 'yes'}}, "
+        f"'working_dir': {str(tmp_path)!r}}})\n"
+        "@escher.remote\n"
+        "class Reader:\n"
+        "    def read(self):\n"
+        "        import init_helpers_a43\n"
+        "        return os.environ.get('FROM_INIT'), init_helpers_a43.WHO\n"
+        "own = Reader.options(runtime_env={'env_vars': {'FROM_INIT': 'own'}})\n"
+        "print(*Reader.remote().read.remote().result(timeout=60))\n"
+        "try:\n"
+        "    own.remote().read.remote().result(timeout=60)\n"
+        "except ImportError as e:\n"
+        "    print('own has no working dir:', 'init_helpers_a43' in str(e))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.splitlines() == ["yes init", "own has no working dir: True"], done.stdout
+
+
 def test_what_escher_does_not_do_and_bad_values_are_refused(tmp_path):
     for env, says in [
         ({"conda": "env.yaml"}, "not supported yet"),
@@ -157,6 +266,24 @@ def test_what_escher_does_not_do_and_bad_values_are_refused(tmp_path):
         assert says in str(refused.value), (env, str(refused.value))
     with pytest.raises(escher.InvalidArgumentError, match="not supported yet"):
         env_of.options(runtime_env={"conda": "env.yaml"})
+
+    # An actor's runtime_env is checked as a function's, at decoration and in options.
+    class Box:
+        def get(self):
+            return 1
+
+    for env, says in [
+        ({"conda": "env.yaml"}, "not supported yet"),
+        ({"env_vars": {"ESCHER_TOKEN": "x"}}, "ESCHER_"),
+        ({"working_dir": str(tmp_path / "missing")}, "is not one"),
+        ({"pip": ["--index-url=https://example.org"]}, "an option of pip"),
+    ]:
+        with pytest.raises(escher.InvalidArgumentError) as refused:
+            escher.remote(runtime_env=env)(Box)
+        assert says in str(refused.value), (env, str(refused.value))
+        with pytest.raises(escher.InvalidArgumentError) as refused:
+            escher.remote(Box).options(runtime_env=env)
+        assert says in str(refused.value), (env, str(refused.value))
 
 
 def test_pip_is_read_as_ray_writes_it(tmp_path):
