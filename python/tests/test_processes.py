@@ -700,9 +700,9 @@ def test_a_worker_with_another_cloudpickle_says_so_naming_both_versions(processe
 @pytest.mark.parametrize("processes", ["bare-interpreter"], indirect=True)
 def test_a_runtime_env_reaches_a_worker_whose_python_has_only_cloudpickle(processes, tmp_path):
     """``runtime_env`` (environment variables and a working directory) travels with the
-    function: a worker whose interpreter has cloudpickle only (the driver's version, from
-    PyPI), no escher package, runs the calls in the shipped directory with the variables set,
-    and its next task without them."""
+    function and with an actor's class: a worker whose interpreter has cloudpickle only (the
+    driver's version, from PyPI), no escher package, runs the calls, and the actor, in the
+    shipped directory with the variables set, and its next task without them."""
     work = open_folder("escher-working-dir-")
     processes["made"].append(work)
     (work / "shipped_helpers.py").write_text("def greet(name):\n    return 'hello ' + name\n")
@@ -721,12 +721,26 @@ def test_a_runtime_env_reaches_a_worker_whose_python_has_only_cloudpickle(proces
         "    return os.environ.get('GREETED')\n"
         "print('greeted', greet.remote().result(timeout=60))\n"
         "print('after', after.remote().result(timeout=60))\n"
+        "@escher.remote(runtime_env=env)\n"
+        "class Greeter:\n"
+        "    def __init__(self):\n"
+        "        import os, shipped_helpers\n"
+        "        self.first = shipped_helpers.greet(os.environ['GREETED'])\n"
+        "    def greet(self):\n"
+        "        import os, sys\n"
+        "        return self.first, os.environ['GREETED'], 'escher' in sys.modules\n"
+        "greeter = Greeter.remote()\n"
+        "print('actor', greeter.greet.remote().result(timeout=60))\n"
+        "escher.kill(greeter)\n"
+        "print('after the actor', after.remote().result(timeout=60))\n"
     )
     done = run_python(code, ESCHER_HOME=processes["home"])
     log = worker_log(processes, "other")
     assert done.returncode == 0, done.stdout + done.stderr + log[-3000:]
     assert "greeted ('hello world', False)" in done.stdout, done.stdout
     assert "after None" in done.stdout, done.stdout
+    assert "actor ('hello world', 'world', False)" in done.stdout, done.stdout
+    assert "after the actor None" in done.stdout, done.stdout
 
 
 ACTOR_DRIVER = r'''
@@ -741,7 +755,20 @@ while len(escher.nodes()) < 2:
 
 @escher.remote(max_restarts=1)
 class Counter:
-    def __init__(self):
+    def __init__(self, lock_path, journal_path):
+        import fcntl
+        # An external lock each incarnation holds while it lives: a second live incarnation
+        # would find it taken.
+        self.lock = open(lock_path, "a")
+        attempt = os.environ["ESCHER_ATTEMPT"]
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            with open(journal_path, "a") as f:
+                f.write(f"conflict {attempt}\n")
+            raise RuntimeError("the lock is held by another incarnation")
+        with open(journal_path, "a") as f:
+            f.write(f"locked {attempt}\n")
         self.n = 0
         self.born = time.time_ns()
 
@@ -753,7 +780,7 @@ class Counter:
         time.sleep(seconds)
         return "slept"
 
-c = Counter.remote()
+c = Counter.remote(os.environ["LOCK"], os.environ["JOURNAL"])
 for i in range(1, 4):
     assert escher.get(c.add.remote(), timeout=60)[0] == i
 _, born = escher.get(c.add.remote(), timeout=60)
@@ -772,6 +799,8 @@ except escher.ActorDiedError as e:
 n, born2 = escher.get(c.add.remote(), timeout=120)
 state, incarnation, node2, _reason = c._native.describe()
 assert (n, incarnation) == (1, 2) and born2 != born and node2 != node, (n, incarnation, node2)
+journal = open(os.environ["JOURNAL"]).read().split("\n")
+assert journal == ["locked 1", "locked 2", ""], journal
 print("restarted on", names[node2], "after", names[node], "was killed")
 '''
 
@@ -779,10 +808,19 @@ print("restarted on", names[node2], "after", names[node], "was killed")
 def test_an_actor_whose_worker_is_sigkilled_restarts_on_another(processes):
     """A Python actor on worker processes: its calls keep state; when its worker is
     SIGKILLed, the call in flight fails naming why and the actor starts again (its
-    constructor re-run) on the other worker once the lost one's lease has expired."""
+    constructor re-run) on the other worker once the lost one's lease has expired, never
+    while the killed worker's incarnation lives: each incarnation takes an external lock
+    (``flock``, without waiting) in its constructor, and the second finds it free."""
     pids = {name: proc.pid for name, proc in processes["workers"].items()}
+    shared = open_folder("escher-actor-lock-")
+    processes["made"].append(shared)
+    shared.chmod(0o755)
+    for name in ("actor.lock", "journal"):  # each worker's task user writes them
+        (shared / name).touch()
+        (shared / name).chmod(0o666)
     done = run_python(ACTOR_DRIVER, ESCHER_HEAD=processes["url"], ESCHER_HOME=processes["home"],
-                      WORKER_PIDS=json.dumps(pids))
+                      WORKER_PIDS=json.dumps(pids), LOCK=str(shared / "actor.lock"),
+                      JOURNAL=str(shared / "journal"))
     logs = "".join(p.read_text(errors="replace")[-3000:]
                    for p in processes["logs"].glob("*.log"))
     assert done.returncode == 0, done.stdout + done.stderr + logs
