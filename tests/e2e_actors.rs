@@ -893,6 +893,93 @@ async fn a_rust_actors_output_is_its_tasks_logs() {
     );
 }
 
+/// `escher logs --follow` of a live actor prints each incarnation's output as it is written,
+/// goes on into the next incarnation across a restart (naming it), and returns once the
+/// actor has been killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escher_logs_follow_goes_on_across_a_restart_until_the_actor_ends() {
+    use std::io::BufRead as _;
+    use std::process::Stdio;
+
+    let (cluster, client) = start(1).await;
+    let talker = within(
+        "create",
+        client.actor(Task::actor_typed("Talker", &"hello").max_restarts(1)),
+    )
+    .await
+    .unwrap();
+    within("say", talker.call::<String, ()>("say", &"before".into()))
+        .await
+        .unwrap();
+    let mut follower = std::process::Command::new(common::escher_bin())
+        .args(["logs", "--follow", &talker.id().0.to_string()])
+        .env("ESCHER_HEAD", cluster.head_url())
+        .env("ESCHER_TOKEN", cluster.admin_token())
+        .env_remove("ESCHER_ACCESS_FILE")
+        .env("ESCHER_HOME", "/nonexistent/escher-actors-test")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the escher CLI runs");
+    // Its stdout, line by line, as it comes.
+    let (lines, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let stdout = follower.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    async fn until(
+        seen: &mut tokio::sync::mpsc::UnboundedReceiver<String>,
+        want: &str,
+        got: &mut Vec<String>,
+    ) {
+        while !got.iter().any(|l| l == want) {
+            let line = within(&format!("the follower to print {want:?}"), seen.recv())
+                .await
+                .unwrap_or_else(|| panic!("the follower ended before {want:?}: {got:?}"));
+            got.push(line);
+        }
+    }
+    let mut got = Vec::new();
+    until(&mut seen, "before", &mut got).await;
+    within("say", talker.call::<String, ()>("say", &"live".into()))
+        .await
+        .unwrap();
+    until(&mut seen, "live", &mut got).await;
+    within("restart", talker.kill(false)).await.unwrap();
+    within("say", talker.call::<String, ()>("say", &"after".into()))
+        .await
+        .unwrap();
+    until(&mut seen, "after", &mut got).await;
+    assert_eq!(got, ["hello", "before", "live", "hello", "after"]);
+    within("kill", talker.kill(true)).await.unwrap();
+    let out = within(
+        "the follower returns once the actor ended",
+        tokio::task::spawn_blocking(move || follower.wait_with_output()),
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let id = talker.id().0;
+    let node = cluster.nodes()[0].0;
+    let marks: Vec<&str> = err.lines().filter(|l| l.contains(" of actor ")).collect();
+    assert_eq!(
+        marks,
+        [
+            format!("escher: incarnation 1 of actor {id} on node {node}"),
+            format!("escher: incarnation 2 of actor {id} on node {node}"),
+        ],
+        "{err}"
+    );
+}
+
 /// The calls waiting at an actor (queued or running) are seen through `ResolveActor` and
 /// `escher actors` as its worker's heartbeats report them: several while five slow calls are
 /// in flight, none once they were answered.
