@@ -229,7 +229,33 @@ def test_a_sigkilled_interpreter_restarts_with_its_constructor_rerun(cluster):
     escher.kill(c)
 
 
+def _free_again(before, limit=30.0):
+    """Waits until the available resources are ``before`` again; returns what they are."""
+    deadline = time.time() + limit
+    now = escher.available_resources()
+    while now != before and time.time() < deadline:
+        time.sleep(0.05)
+        now = escher.available_resources()
+    return now
+
+
+def test_an_actor_holds_its_resources_from_start_to_exit(cluster):
+    """Cluster status before, during and after: the actor's request (and one Python slot) is
+    held while it lives, idle or not, and given back whole once it is killed."""
+    before = _free_again(escher.available_resources())
+    c = Counter.options(resources={"cpu": 2}).remote()
+    assert escher.get(c.get.remote(), timeout=60) == 0
+    during = escher.available_resources()
+    assert during["cpu"] == before["cpu"] - 2, (before, during)
+    held = {k: before[k] - during.get(k, 0.0) for k in before if before[k] != during.get(k)}
+    slot = escher._api._PYTHON_SLOT
+    assert set(held) == {"cpu", slot} and held[slot] == 1, held
+    escher.kill(c)
+    assert _free_again(before) == before
+
+
 def test_bad_actors_and_calls_say_what_is_wrong(cluster):
+    before = _free_again(escher.available_resources())
     c = Counter.remote()
     with pytest.raises(AttributeError, match="no method 'nope'"):
         c.nope.remote()
@@ -252,6 +278,9 @@ def test_bad_actors_and_calls_say_what_is_wrong(cluster):
             Counter.options(name="taken").remote()
     finally:
         escher.kill(first)
+    escher.kill(c)
+    # Nothing half-created holds anything.
+    assert _free_again(before) == before
 
 
 def test_a_constructor_that_raises_ends_the_actor_saying_why(cluster):
