@@ -201,6 +201,48 @@ async fn an_actor_holds_its_resources_from_start_to_exit() {
     );
 }
 
+/// An actor's `on_start` hook creates its resource on the actor's node when the actor starts,
+/// as a task's does: a task that needs that resource is placed there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_actors_start_hook_creates_its_resource_on_the_actors_node_as_a_tasks_does() {
+    use escher::client::ResourceUpdateExt as _;
+    use escher::types::{NodeSpec, ResourceUpdate};
+
+    let (cluster, client) = start(2).await;
+    let ps = within(
+        "create",
+        client.actor(
+            Task::actor_typed("Counter", &0u64)
+                .on_start(ResourceUpdate::set("ps-up", 1, NodeSpec::Local).unwrap()),
+        ),
+    )
+    .await
+    .unwrap();
+    let _: u64 = within("a call", ps.call("get", &())).await.unwrap();
+    let node = ps.describe().await.unwrap().node.expect("a running actor has a node");
+    eventually("the actor's resource on its node", || {
+        let client = client.clone();
+        async move {
+            let status = client.cluster_status().await.ok()?;
+            resource(&status, node, "ps-up")?;
+            Some(())
+        }
+    })
+    .await;
+    for other in cluster.nodes().into_iter().filter(|n| *n != node) {
+        assert!(resource(&status(&client).await, other, "ps-up").is_none());
+    }
+    let follower = client
+        .submit(Task::function_typed("where", &()).resource("ps-up", 1))
+        .await
+        .unwrap();
+    let ran: u64 = within("the follower", client.get_typed(&follower, None))
+        .await
+        .unwrap();
+    assert_eq!(NodeId(ran), node);
+    within("kill", ps.kill(true)).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropping_the_last_handle_of_an_owned_actor_ends_it_but_not_a_detached_one() {
     let (cluster, client) = start(1).await;
