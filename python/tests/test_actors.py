@@ -5,6 +5,8 @@ input. Each test kills what it created that would outlive it (named and detached
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -60,6 +62,57 @@ def test_a_counter_keeps_state_and_runs_one_callers_calls_in_order(cluster):
     assert values == expected
     assert escher.get(c.order.remote()) == list(range(200))
     assert escher.get(c.get.remote()) == 10 + sum(range(200))
+
+
+@escher.remote
+class Log:
+    def __init__(self):
+        self.seen = []
+
+    def note(self, who, i):
+        self.seen.append((who, i))
+        return len(self.seen)
+
+    def notes(self):
+        return list(self.seen)
+
+
+def test_each_callers_calls_run_in_its_order_while_others_call_at_once(cluster):
+    """Four threads of this driver (one handle) and another driver (a handle from
+    ``get_actor``) call one actor at once, each without waiting: every caller's calls ran in
+    the order it made them, and none was lost or run twice."""
+    log = Log.options(name="ordered-log").remote()
+    try:
+        escher.get(log.notes.remote(), timeout=60)
+        other = subprocess.Popen(
+            [sys.executable, "-c",
+             "import escher\n"
+             f"escher.init(address={cluster.head_url!r}, token={cluster.admin_token!r})\n"
+             "h = escher.get_actor('ordered-log')\n"
+             "print('calling', flush=True)\n"
+             "escher.get([h.note.remote('driver', i) for i in range(200)], timeout=120)\n"],
+            env={k: v for k, v in os.environ.items() if not k.startswith("ESCHER_")},
+            stdout=subprocess.PIPE, text=True)
+        # This driver's callers start once the other one is about to call.
+        assert other.stdout.readline().strip() == "calling"
+
+        def caller(who):
+            escher.get([log.note.remote(who, i) for i in range(200)], timeout=120)
+
+        threads = [threading.Thread(target=caller, args=(f"thread-{t}",)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert other.wait(timeout=120) == 0
+        seen = escher.get(log.notes.remote(), timeout=60)
+        callers = {who for who, _ in seen}
+        assert callers == {"driver"} | {f"thread-{t}" for t in range(4)}, callers
+        for who in callers:
+            assert [i for w, i in seen if w == who] == list(range(200)), who
+        assert len(seen) == 1000
+    finally:
+        escher.kill(log)
 
 
 def test_a_method_that_raises_fails_its_call_only(cluster):
