@@ -883,11 +883,12 @@ def plain():
 
 class Holder:
     def where(self):
-        import sys
+        import os, sys
         import escher_tiny_pkg
-        return escher_tiny_pkg.VERSION, sys.prefix
+        return escher_tiny_pkg.VERSION, sys.prefix, os.environ.get("HOLDER")
 
-holder = escher.remote(runtime_env={"pip": [wheel]})(Holder).remote()
+# pip and variables together (an actor's runtime_env once took pip only).
+holder = escher.remote(runtime_env={"pip": [wheel], "env_vars": {"HOLDER": "yes"}})(Holder).remote()
 actor = holder.where.remote().result(timeout=600)
 escher.kill(holder)
 other_set = failed = None
@@ -947,8 +948,8 @@ def test_a_pip_requirement_is_installed_once_per_set_and_reused(processes):
     assert seen["plain"][0] != prefix and seen["plain"][1] is False, seen
     # An actor of the same set runs in the same environment; so do a function and an actor
     # of a session whose init gave the set.
-    assert seen["actor"] == ["1.0", prefix], seen
-    assert seen["from_init"] == [["1.0", prefix, builder, mtime], ["1.0", prefix]], seen
+    assert seen["actor"] == ["1.0", prefix, "yes"], seen
+    assert seen["from_init"] == [["1.0", prefix, builder, mtime], ["1.0", prefix, None]], seen
     assert seen["other"][0] == "2.0" and seen["other"][1] != prefix, seen
     failed = seen["failed"]
     assert failed is not None and "could not be installed" in failed, seen
