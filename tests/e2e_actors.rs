@@ -219,7 +219,12 @@ async fn an_actors_start_hook_creates_its_resource_on_the_actors_node_as_a_tasks
     .await
     .unwrap();
     let _: u64 = within("a call", ps.call("get", &())).await.unwrap();
-    let node = ps.describe().await.unwrap().node.expect("a running actor has a node");
+    let node = ps
+        .describe()
+        .await
+        .unwrap()
+        .node
+        .expect("a running actor has a node");
     eventually("the actor's resource on its node", || {
         let client = client.clone();
         async move {
