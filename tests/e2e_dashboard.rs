@@ -5,7 +5,8 @@
 //! actors (state, node, incarnation and restarts, resources, a link to their logs) and their
 //! events, reservations, the GPU's MIG layout drawn slot by slot, the head replicas, and changes arriving
 //! live (through the watch API) without a reload. A reader token sees the cluster and no task; a
-//! wrong token is asked to sign in again.
+//! wrong token is asked to sign in again. The actors view's calls column is checked without a
+//! browser, through the `/api/actors` rows it draws.
 //!
 //! And what was found in use: seven tabs of one browser all render and stay live (one shared
 //! feed, where a feed per tab would take the six connections a browser gives a host); a task's
@@ -365,6 +366,86 @@ async fn dashboard_cluster() -> (LocalCluster, SocketAddr) {
     .await
     .unwrap();
     (cluster, addr)
+}
+
+/// `GET /api/actors` with `token`: the rows the actors view draws.
+fn api_actors(addr: SocketAddr, token: &str) -> Value {
+    let mut response = ureq::get(format!("http://{addr}/api/actors"))
+        .header("Authorization", format!("Bearer {token}"))
+        .call()
+        .expect("the dashboard answers /api/actors");
+    serde_json::from_str(&response.body_mut().read_to_string().expect("a text body"))
+        .expect("JSON rows")
+}
+
+/// The actors view's calls column without a browser: `/api/actors` gives each running actor
+/// the calls waiting at it, as its worker's heartbeats report them: several while five slow
+/// calls are in flight, none once they were answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_actors_api_gives_the_calls_waiting_at_each_actor() {
+    let sleeper = ActorClass::new("Sleeper", |_ctx, (): ()| async move { Ok(()) }).method(
+        "nap",
+        |_s: &mut (), ms: u64| {
+            std::thread::sleep(Duration::from_millis(ms));
+            Ok(())
+        },
+    );
+    let addr = free_addr();
+    let config = escher_head::HeadConfig {
+        dashboard: Some(addr),
+        ..escher_head::HeadConfig::default()
+    };
+    let cluster = within(
+        "starting",
+        cluster()
+            .head_config(config)
+            .functions(common::functions().actor(sleeper))
+            .workers(1)
+            .start(),
+    )
+    .await
+    .unwrap();
+    let client = within("connecting", cluster.client()).await.unwrap();
+    let actor = within("an actor", client.actor(Task::actor_typed("Sleeper", &())))
+        .await
+        .unwrap();
+    within("a call", actor.call::<u64, ()>("nap", &0))
+        .await
+        .unwrap();
+    let token = cluster.admin_token().to_string();
+    let id = actor.id().0;
+    let pending = move |token: String| async move {
+        tokio::task::spawn_blocking(move || api_actors(addr, &token))
+            .await
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|row| row["task"]["id"] == id)
+            .map(|row| row["pending_calls"].clone())
+            .unwrap_or(Value::Null)
+    };
+    let naps: Vec<_> = (0..5)
+        .map(|_| {
+            let actor = actor.clone();
+            tokio::spawn(async move { actor.call::<u64, ()>("nap", &1_000).await })
+        })
+        .collect();
+    let busy = common::eventually("the API to show calls waiting", || {
+        let token = token.clone();
+        async move { pending(token).await.as_u64().filter(|n| *n >= 2) }
+    })
+    .await;
+    assert!(busy <= 5, "{busy} calls waiting, of five");
+    for nap in naps {
+        within("a nap", nap).await.unwrap().unwrap();
+    }
+    common::eventually("the API to show no call waiting", || {
+        let token = token.clone();
+        async move { (pending(token).await.as_u64()? == 0).then_some(()) }
+    })
+    .await;
+    cluster.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
