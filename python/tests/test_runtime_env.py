@@ -141,8 +141,9 @@ def test_init_gives_every_function_its_runtime_env():
 def test_an_actor_lives_in_its_runtime_env(cluster, tmp_path):
     """An actor's ``env_vars`` and ``working_dir`` (on the class, or from ``options``) hold
     for its constructor and every call, on each of a threaded actor's threads, and through a
-    restart; a class whose module imports a module of the working directory at its top loads;
-    other actors and the next function tasks run without them."""
+    restart; the class with its directory travels once per content hash; a class whose module
+    imports a module of the working directory at its top loads; other actors and the next
+    function tasks run without them."""
     (tmp_path / "actor_helpers_a43.py").write_text("def scale(x):\n    return 10 * x\n")
     (tmp_path / "data.txt").write_text("from the working dir\n")
 
@@ -171,8 +172,15 @@ def test_an_actor_lives_in_its_runtime_env(cluster, tmp_path):
 
             time.sleep(seconds)
 
-    keeper = Keeper.remote(4)
+    (tmp_path / "big.bin").write_bytes(os.urandom(64 * 1024))  # the class travels once
+    from escher import _actors
+
+    stored = len(_actors._STORED)
+    keeper, twin = Keeper.remote(4), Keeper.remote(4)
+    assert len(_actors._STORED) == stored + 1
     want = (40, "fast", "fast", "from the working dir", 10, True)
+    assert escher.get(twin.seen.remote(), timeout=60) == want
+    escher.kill(twin)
     # Two calls at once, on two threads of the actor.
     assert escher.get([keeper.seen.remote(), keeper.seen.remote()], timeout=60) == [want] * 2
     from escher import _runtime_env
