@@ -542,6 +542,7 @@ impl Cluster for FakeHead {
                 left_at_ms: None,
                 left_because: None,
                 fence: None,
+                waiting_for_stream: false,
             }],
             pending_tasks: 0,
             running_tasks: 1,
