@@ -66,7 +66,7 @@ async fn sample(client: &Client, users: &[(&str, String)]) -> AnyResult<Vec<(usi
             let nodes = status
                 .nodes
                 .iter()
-                .filter(|n| n.alive && n.resource(res).is_some_and(|r| !r.total.is_zero()))
+                .filter(|n| n.takes_tasks() && n.resource(res).is_some_and(|r| !r.total.is_zero()))
                 .count();
             let tasks = running.iter().filter(|t| t.name == *user).count();
             (nodes, tasks)

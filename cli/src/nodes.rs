@@ -135,7 +135,12 @@ pub fn render_nodes(
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
-            if n.alive { "yes" } else { "no" }.to_string(),
+            match (n.alive, n.waiting_for_stream) {
+                (true, false) => "yes",
+                (true, true) => "attaching",
+                (false, _) => "no",
+            }
+            .to_string(),
             use_of(n.resource("cpu")),
             use_of(n.resource("memory")) + mib(n.resource("memory")),
             gpus(n),
@@ -303,6 +308,7 @@ mod tests {
             left_at_ms: None,
             left_because: None,
             fence: None,
+            waiting_for_stream: false,
         }
     }
 

@@ -237,10 +237,16 @@ fn render_nodes(cluster: &ClusterStatus) -> String {
     lines(&t)
 }
 
-/// `yes`, or when and why the node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
+/// `yes`; `yes, attaching` while its worker's stream is not attached (it takes no task yet);
+/// or when and why the node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
 fn alive(n: &NodeStatus) -> String {
     if n.alive {
-        return "yes".to_string();
+        return if n.waiting_for_stream {
+            "yes, attaching"
+        } else {
+            "yes"
+        }
+        .to_string();
     }
     let mut text = "no".to_string();
     if let Some(at) = n.left_at_ms {
@@ -358,6 +364,7 @@ mod tests {
                     left_at_ms: None,
                     left_because: None,
                     fence: None,
+                    waiting_for_stream: false,
                 },
                 NodeStatus {
                     id: NodeId(2),
@@ -369,6 +376,7 @@ mod tests {
                     left_at_ms: Some(1_700_000_000_000),
                     left_because: Some("no heartbeat for 10s".into()),
                     fence: None,
+                    waiting_for_stream: false,
                 },
             ],
             pending_tasks: 3,

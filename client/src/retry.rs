@@ -37,7 +37,7 @@
 //!   not answer for it ([`Answered::MayStillCommit`]): then any failure but a refusal is
 //!   [`ClientError::UnknownOutcome`] ([`Retry::outcome`]), whose cause first names the attempt
 //!   that left the outcome open, then what the call ended with, so that it never reads as a
-//!   plain "no leader" (issue 46).
+//!   plain "no leader".
 
 use std::collections::BTreeMap;
 use std::fmt::Display;

@@ -542,6 +542,7 @@ impl Cluster for FakeHead {
                 left_at_ms: None,
                 left_because: None,
                 fence: None,
+                waiting_for_stream: false,
             }],
             pending_tasks: 0,
             running_tasks: 1,
@@ -1108,7 +1109,7 @@ async fn replicas_that_name_each_other_are_explained_without_contradiction() {
     assert!(text.contains("an election had not settled"), "{text}");
 }
 
-/// Issue 46: an unknown outcome was explained only as two replicas that name each other as the
+/// An unknown outcome was once explained only as two replicas that name each other as the
 /// leader, which says nothing of why the write may have been applied. Its cause now names the
 /// attempt that left it open first, then what the call ended with.
 #[tokio::test]

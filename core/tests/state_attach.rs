@@ -83,6 +83,37 @@ fn a_node_that_never_attaches_is_given_no_task_and_its_loss_fails_none() {
     }
 }
 
+/// The cluster status says which live nodes take tasks, so that a policy reading capacity or
+/// choosing nodes from it (`NodeStatus::takes_tasks`) does not count a node that waits for its
+/// stream: live, no resources shown, nothing placed there.
+#[test]
+fn the_status_shows_a_node_waiting_for_its_stream_as_taking_no_task() {
+    let mut t = TestState::new();
+    let node = register_unattached(&mut t, "w", "cpu=2", 1);
+    let shown = |t: &TestState| {
+        let status = t.state.cluster_status();
+        status.node(node).expect("the node is listed").clone()
+    };
+    let waiting = shown(&t);
+    assert!(waiting.alive && waiting.waiting_for_stream, "{waiting:?}");
+    assert!(!waiting.takes_tasks());
+    assert!(waiting.resources.is_empty(), "{waiting:?}");
+
+    attached(&mut t, node, 1);
+    let serving = shown(&t);
+    assert!(serving.alive && !serving.waiting_for_stream, "{serving:?}");
+    assert!(serving.takes_tasks());
+    assert!(serving.resource("cpu").is_some(), "{serving:?}");
+
+    // A node that left neither waits nor takes tasks.
+    t.remove_node(node);
+    let gone = shown(&t);
+    assert!(
+        !gone.alive && !gone.waiting_for_stream && !gone.takes_tasks(),
+        "{gone:?}"
+    );
+}
+
 #[test]
 fn only_the_stream_of_the_current_boot_admits_a_node() {
     let mut t = TestState::new();

@@ -46,7 +46,7 @@ impl Bin {
         status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .map(|n| {
                 let mut bin = Bin {
                     node: n.id,

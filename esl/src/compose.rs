@@ -76,7 +76,7 @@ pub fn validate_expecting(
     status: &ClusterStatus,
     later: &[ResourceName],
 ) -> Result<(), Unsatisfiable> {
-    let live: Vec<&NodeStatus> = status.nodes.iter().filter(|n| n.alive).collect();
+    let live: Vec<&NodeStatus> = status.nodes.iter().filter(|n| n.takes_tasks()).collect();
     let wanted: Vec<(&ResourceName, Amount)> = spec
         .resources
         .iter()

@@ -128,7 +128,7 @@ impl NodeLoad {
         status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .filter_map(|n| {
                 let r = n.resource(resource)?;
                 match r.total {

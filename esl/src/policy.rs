@@ -78,7 +78,7 @@ impl Domain {
         let mut nodes: Vec<NodeId> = status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .filter(|n| match self {
                 Domain::All => true,
                 Domain::Having(set) => set.iter().all(|(name, amount)| {

@@ -142,7 +142,7 @@ pub fn fitting_node(status: &ClusterStatus, needs: &ResourceSet) -> Option<NodeI
     status
         .nodes
         .iter()
-        .filter(|n| n.alive)
+        .filter(|n| n.takes_tasks())
         .find(|node| {
             needs.iter().all(|(name, amount)| {
                 node.resource(name.as_str())

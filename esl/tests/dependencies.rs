@@ -103,6 +103,30 @@ fn an_esl_author_compiles_the_client_and_the_core_only() {
     );
 }
 
+/// The GPU reproductions' MILP solver sits behind `escher-gpu`'s default `milp` feature: a policy
+/// crate that uses the other reproductions (`default-features = false`) compiles no solver. CI
+/// builds the crate so (`.ci/run`'s clippy step for it); this reads what it then depends on.
+#[test]
+fn the_gpu_crate_without_milp_compiles_no_solver() {
+    let without = ["--no-default-features"];
+    let crates: BTreeSet<String> = lines_with("escher-gpu", "normal", &without)
+        .iter()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        crates.contains("escher-esl"),
+        "escher-gpu no longer depends on escher-esl: {crates:?}"
+    );
+    assert_none_of("escher-gpu", &crates, &["good_lp", "microlp"]);
+    // The check reads what it means to: with the default features the solver is there.
+    let with = tree("escher-gpu");
+    assert!(
+        with.contains("good_lp") && with.contains("microlp"),
+        "escher-gpu's default features no longer bring the solver: {with:?}"
+    );
+}
+
 /// The network stack: gRPC, HTTP/2, HTTP, TLS, the tower middleware and protobuf.
 const NETWORK: [&str; 12] = [
     "tonic",

@@ -191,7 +191,7 @@ pub fn astraea(problem: &Problem) -> SharePlan {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "milp"))]
 mod tests {
     use super::super::migrator::ilp::solve;
     use super::super::migrator::workload::two_tenants;

@@ -53,12 +53,20 @@
 //! - [`shares`]: fractional (MPS) plans and the common goodput evaluation of every plan;
 //! - [`mod@astraea`]: Astraea itself (multi-stage services on MPS shares, its allocation and
 //!   placement, on a cluster through ephemeral resources) against its paper's baselines.
+//!
+//! # Features
+//!
+//! `milp` (on by default): MIGRator's planner, its integer program solved by `good_lp`'s
+//! pure-Rust `microlp` backend ([`migrator::ilp`]), and [`compare`], which is built on it.
+//! Without it the crate compiles no solver and keeps every other policy; MIGRator's executor
+//! ([`Migrator::execute`]) still runs schedules other policies plan.
 
 #![warn(missing_docs)]
 
 pub mod astraea;
 pub mod baselines;
 pub mod cluster;
+#[cfg(feature = "milp")]
 pub mod compare;
 pub mod ekya;
 pub mod ekya_cluster;

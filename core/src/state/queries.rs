@@ -222,6 +222,8 @@ impl ClusterState {
             .nodes
             .iter()
             .map(|(id, rec)| {
+                // A live node the core does not hold waits for its stream (`nodes.rs`).
+                let waiting_for_stream = self.waits_for_stream(*id);
                 let resources = self
                     .core
                     .node(*id)
@@ -246,6 +248,7 @@ impl ClusterState {
                     left_at_ms: rec.left_at,
                     left_because: rec.gone_because.clone(),
                     fence: None,
+                    waiting_for_stream,
                 }
             })
             .collect();
@@ -260,6 +263,7 @@ impl ClusterState {
                 left_at_ms: Some(t.left_at),
                 left_because: t.because.clone(),
                 fence: None,
+                waiting_for_stream: false,
             }));
             nodes.sort_by_key(|n| n.id);
         }

@@ -495,7 +495,7 @@ impl<C: ClusterApi> Hfs<C> {
         let live: BTreeSet<NodeId> = status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .map(|n| n.id)
             .collect();
         let domain: Vec<NodeId> = match &state.scope {
@@ -535,7 +535,7 @@ impl<C: ClusterApi> Hfs<C> {
 
         // Compare with what the cluster has, so that a lost or foreign change is repaired.
         let mut updates = Vec::new();
-        for node in status.nodes.iter().filter(|n| n.alive) {
+        for node in status.nodes.iter().filter(|n| n.takes_tasks()) {
             for (id, u) in &state.users {
                 let r = &u.user.resource;
                 let has = node

@@ -219,7 +219,7 @@ impl<C: ClusterApi> FairTime<C> {
         let ended = self.ended().await?;
         let status = self.api.cluster_status().await?;
         let mut capacity: BTreeMap<_, u64> = BTreeMap::new();
-        for node in status.nodes.iter().filter(|n| n.alive) {
+        for node in status.nodes.iter().filter(|n| n.takes_tasks()) {
             for r in &node.resources {
                 let total = match r.total {
                     Capacity::Finite(total) => total.raw(),

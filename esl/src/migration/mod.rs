@@ -166,7 +166,7 @@ impl<C: ClusterApi> Migrator<C> {
         let live: Vec<NodeId> = status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .map(|n| n.id)
             .collect();
         let mut placement: BTreeMap<NodeId, u64> = BTreeMap::new();
@@ -308,7 +308,7 @@ impl<C: ClusterApi> Migrator<C> {
         let target = status
             .nodes
             .iter()
-            .filter(|n| n.alive)
+            .filter(|n| n.takes_tasks())
             .map(|n| n.id)
             .filter(|n| {
                 fits(

@@ -42,13 +42,18 @@
 //! the 10 s plan it had in hand, so that the two plans compare with the same information and
 //! the same programs.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
+#[cfg(feature = "milp")]
+use std::time::Instant;
 
+#[cfg(feature = "milp")]
 use good_lp::{
     Expression, ProblemVariables, Solution, SolverModel, Variable, constraint, microlp, variable,
 };
 
-use super::problem::{Problem, Retraining, Schedule};
+#[cfg(feature = "milp")]
+use super::problem::Retraining;
+use super::problem::{Problem, Schedule};
 use super::realize::realizable;
 
 /// Windows of at most this many steps are solved as one program.
@@ -84,7 +89,8 @@ pub struct Solved {
 }
 
 /// Solves a window: one program if it has at most [`MONOLITHIC_STEPS`] steps, else in two
-/// stages (see the module doc).
+/// stages (see the module doc). Needs the `milp` feature (on by default).
+#[cfg(feature = "milp")]
 pub fn solve(problem: &Problem) -> Result<Solved, PlanError> {
     let started = Instant::now();
     if problem.steps() <= MONOLITHIC_STEPS {
@@ -161,7 +167,8 @@ pub fn solve(problem: &Problem) -> Result<Solved, PlanError> {
     })
 }
 
-/// Solves the window as one program (exact, for small windows).
+/// Solves the window as one program (exact, for small windows). Needs the `milp` feature.
+#[cfg(feature = "milp")]
 pub fn solve_monolithic(problem: &Problem) -> Result<Solved, PlanError> {
     let started = Instant::now();
     let schedule = build(problem, 0, problem.steps(), &problem.initial, None)?;
@@ -218,6 +225,7 @@ pub fn unrealizable_cuts(problem: &Problem) -> Vec<Vec<u8>> {
 
 /// Builds and solves the program for steps `from..to` from `initial` sizes; with `fixed`,
 /// the retraining is given and only the inference is decided.
+#[cfg(feature = "milp")]
 fn build(
     problem: &Problem,
     from: usize,

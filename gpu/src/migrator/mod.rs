@@ -49,7 +49,9 @@ use std::collections::BTreeMap;
 use escher_proto::mig::{Layout, Placement};
 use escher_proto::types::TaskId;
 
-use self::ilp::{PlanError, Solved, solve};
+#[cfg(feature = "milp")]
+use self::ilp::solve;
+use self::ilp::{PlanError, Solved};
 use self::plan::{Plan, build_plan};
 use self::problem::Problem;
 use super::{Command, Event, GpuPolicy, GpuView, InstanceState};
@@ -87,9 +89,11 @@ pub struct Migrator {
 pub const WARM_MS: u64 = 4_000;
 
 /// At most this many times [`solve_priced`] solves one window.
+#[cfg(feature = "milp")]
 pub const MAX_PRICINGS: usize = 4;
 
 /// A schedule whose resizes its program priced no lower than its own plan makes them cost.
+#[cfg(feature = "milp")]
 #[derive(Debug, Clone, PartialEq)]
 pub struct Priced {
     /// The schedule, with the time and programs of every solve it took.
@@ -110,7 +114,8 @@ pub struct Priced {
 /// cost: a tenant whose every resize was built ahead then plans with `Ψ` = 0, and a resize
 /// that leaves it without a replica for seconds (its old instance in the way of the new one,
 /// [`Plan::exposed`](plan::Plan::exposed)) looks free to the program. `Ψ` only rises here,
-/// and at most [`MAX_PRICINGS`] solves are made.
+/// and at most [`MAX_PRICINGS`] solves are made. Needs the `milp` feature (on by default).
+#[cfg(feature = "milp")]
 pub fn solve_priced(problem: &Problem, layout: &Layout, lead: usize) -> Result<Priced, PlanError> {
     let mut priced = problem.clone();
     let (mut solves, mut time, mut programs) = (0, std::time::Duration::ZERO, 0);
@@ -154,7 +159,9 @@ fn execution_lead(problem: &Problem, preinitialize: bool) -> usize {
 impl Migrator {
     /// Plans the window of `problem` starting at `now` (ms) from the GPU's current `layout`,
     /// with pre-initialization on or off, its resizes priced by its own plan
-    /// ([`solve_priced`]).
+    /// ([`solve_priced`]). Needs the `milp` feature (on by default); without it the
+    /// executor still runs schedules other policies plan ([`Migrator::execute`]).
+    #[cfg(feature = "milp")]
     pub fn plan_window(
         problem: &Problem,
         tasks: Vec<TenantTasks>,
@@ -352,5 +359,5 @@ impl GpuPolicy for Migrator {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "milp"))]
 mod tests;

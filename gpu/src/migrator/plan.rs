@@ -369,7 +369,7 @@ fn preinitialize(steps: &mut [PlanStep], lead: usize) -> usize {
     count
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "milp"))]
 mod tests {
     use super::super::ilp::solve;
     use super::super::workload::two_tenants;

@@ -47,6 +47,7 @@ impl From<NodeStatus> for wire::NodeStatus {
             left_at_ms: n.left_at_ms,
             left_because: n.left_because,
             fence: n.fence,
+            waiting_for_stream: n.waiting_for_stream,
         }
     }
 }
@@ -64,6 +65,7 @@ impl TryFrom<wire::NodeStatus> for NodeStatus {
             left_at_ms: w.left_at_ms,
             left_because: w.left_because,
             fence: w.fence,
+            waiting_for_stream: w.waiting_for_stream,
         })
     }
 }

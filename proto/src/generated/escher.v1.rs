@@ -751,6 +751,10 @@ pub struct NodeStatus {
     /// none. Known to the leading replica only (soft state, repeated by every heartbeat).
     #[prost(string, optional, tag = "9")]
     pub fence: ::core::option::Option<::prost::alloc::string::String>,
+    /// Registered and live, but its worker's stream is not attached yet: it takes no task and
+    /// shows no resources until it is (false from heads that do not say).
+    #[prost(bool, tag = "10")]
+    pub waiting_for_stream: bool,
 }
 /// The state of the cluster.
 #[derive(Clone, PartialEq, ::prost::Message)]

@@ -93,9 +93,21 @@ pub struct NodeStatus {
     /// (restarted, down or none; DESIGN §13). Shown by the leading replica only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fence: Option<String>,
+    /// Registered and live, but its worker's stream is not attached yet: the scheduler places
+    /// nothing there and its resources show only once it is (a worker that registered and
+    /// never attaches is declared lost a heartbeat timeout later). Read placement and capacity
+    /// from [`NodeStatus::takes_tasks`], not from `alive` alone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_stream: bool,
 }
 
 impl NodeStatus {
+    /// Whether the scheduler can place tasks here now: live, with its worker's stream
+    /// attached. A policy that reads capacity or chooses nodes from the status filters by this.
+    pub fn takes_tasks(&self) -> bool {
+        self.alive && !self.waiting_for_stream
+    }
+
     /// The status of resource `name` on this node.
     pub fn resource(&self, name: &str) -> Option<&ResourceStatus> {
         self.resources.iter().find(|r| r.name.as_str() == name)
@@ -291,6 +303,7 @@ mod tests {
             left_at_ms: None,
             left_because: None,
             fence: None,
+            waiting_for_stream: false,
         };
         assert!(node.resource("cpu").is_some());
         assert!(node.resource("gpu").is_none());

@@ -198,6 +198,7 @@ mod tests {
             left_at_ms: None,
             left_because: None,
             fence: None,
+            waiting_for_stream: false,
         }
     }
 
