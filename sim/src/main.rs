@@ -67,6 +67,10 @@ struct Args {
     /// a write was not applied that then commits).
     #[arg(long)]
     no_in_doubt_answers: bool,
+    /// A leader whose disk fills up answers what waits on it only when it loses the lead, as
+    /// the simulation did before, instead of at once as the head's owner does.
+    #[arg(long)]
+    no_stall_answers: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -85,6 +89,7 @@ fn main() -> anyhow::Result<()> {
         client_rules: !args.old_client_rules,
         duplicate_assignments: !args.no_duplicate_assignments,
         in_doubt_answers: !args.no_in_doubt_answers,
+        stall_answers: !args.no_stall_answers,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
