@@ -132,8 +132,8 @@ fn main() -> anyhow::Result<()> {
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
          {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
-         still commit\" ({:.2} of them committed after all), {:.2} membership-change calls with \
-         an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
+         still commit\" ({:.2} of them committed after all; {:.2} stalled leaders answered \
+         theirs at once), {:.2} membership-change calls with an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
          lost",
         per(sum.faults()),
         per(sum.crashes),
@@ -153,6 +153,7 @@ fn main() -> anyhow::Result<()> {
         per(sum.unknown_outcomes),
         per(sum.in_doubt),
         per(sum.in_doubt_committed),
+        per(sum.stall_answers),
         per(sum.unknown_change_outcomes),
         per(sum.executions),
         per(sum.fenced),
