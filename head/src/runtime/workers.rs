@@ -39,6 +39,24 @@
 //! leading drops every link, which ends the workers' streams and sends them looking for the
 //! new leader.
 //!
+//! The decisions about the streams (which is a node's, what goes out on it or waits for it,
+//! what a full or ended stream makes of a message, what a registration supersedes, what a
+//! leader forgets) are [`Streams`]'s (`streams.rs`), with the time passed in and each stream's
+//! queue behind its [`Outlet`]: the simulation runs the same code over its simulated streams.
+//! What stays here is the queue itself ([`LinkSender`], bounded in messages and bytes), the
+//! owner's clock, and the batching of acknowledgements.
+//!
+//! # A registration supersedes the stream before it
+//!
+//! A worker that registers again has left the stream it had (it stops reading it before it
+//! registers); the head may not have seen that stream end yet (its reset races the
+//! registration, and a frozen or cut worker's connection can look open for long). The
+//! reconcile's assignments would go on that stream and be lost, and the tasks would stay
+//! running on a node that never heard of them (simulation seed 300, docs/RELIABILITY.md). So
+//! the registration's `Effect::Rejoined` drops the node's stream with its queued task
+//! messages ([`Streams::rejoined`]), and what the reconcile sends waits for the stream the
+//! worker opens next.
+//!
 //! # One leadership from registration to stream
 //!
 //! A registration's reconcile queues what the worker must run or stop for its stream, in
