@@ -2267,10 +2267,10 @@ async fn a_get_that_times_out_still_sees_a_task_that_finished() {
 #[tokio::test]
 async fn a_membership_change_that_may_have_been_applied_ends_with_an_unknown_outcome() {
     let (a, b) = followers_naming_each_other_after(true).await;
-    let client = client(&format!("{a},{b}"))
+    let adds = client(&format!("{a},{b}"))
         .await
         .with_failover_timeout(Duration::from_millis(300));
-    let err = client.add_head(4, "127.0.0.1:1").await.unwrap_err();
+    let err = adds.add_head(4, "127.0.0.1:1").await.unwrap_err();
     let text = err.to_string();
     let ClientError::UnknownOutcome { call, cause, .. } = &err else {
         panic!("not an unknown outcome: {text}")
@@ -2283,10 +2283,10 @@ async fn a_membership_change_that_may_have_been_applied_ends_with_an_unknown_out
     assert!(text.contains("escher heads lists the members"), "{text}");
     // A change that never went out is not in doubt: the plain failure.
     let (a, b) = followers_naming_each_other().await;
-    let client = client(&format!("{a},{b}"))
+    let removes = client(&format!("{a},{b}"))
         .await
         .with_failover_timeout(Duration::from_millis(300));
-    let err = client.remove_head(2).await.unwrap_err();
+    let err = removes.remove_head(2).await.unwrap_err();
     assert!(
         matches!(err, ClientError::Unavailable { .. }),
         "{err}"
