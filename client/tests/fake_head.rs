@@ -2287,8 +2287,5 @@ async fn a_membership_change_that_may_have_been_applied_ends_with_an_unknown_out
         .await
         .with_failover_timeout(Duration::from_millis(300));
     let err = removes.remove_head(2).await.unwrap_err();
-    assert!(
-        matches!(err, ClientError::Unavailable { .. }),
-        "{err}"
-    );
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{err}");
 }

@@ -64,7 +64,10 @@ pub trait Superseded {
 
 impl Superseded for HeadMessage {
     fn superseded(&self) -> bool {
-        matches!(self, HeadMessage::Assign(_) | HeadMessage::CancelTask { .. })
+        matches!(
+            self,
+            HeadMessage::Assign(_) | HeadMessage::CancelTask { .. }
+        )
     }
 }
 
