@@ -31,7 +31,8 @@ use super::{Event, World};
 use crate::client::{Client, Intent};
 use crate::history::Execution;
 use crate::worker::{
-    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, lease_ms,
+    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, beat_ms,
+    lease_ms,
 };
 use escher_worker::protocol::Admit;
 
@@ -619,6 +620,10 @@ impl World {
         match msg {
             ToWorker::Attached { sent } => {
                 worker.attached = true;
+                // The worker tells its fence supervisor the lease (`fence::set_timeout`).
+                worker
+                    .fence
+                    .heard(&format!("l{}", lease_ms()), clock(self.now));
                 let lease = Some(clock(lease_ms()));
                 let lapsed = worker
                     .protocol
@@ -789,13 +794,28 @@ impl World {
         }
     }
 
-    /// The fence supervisor: once the lease has run out, it kills every task.
+    /// The fence supervisor, a process of its own (it runs on while the worker is frozen): it
+    /// kills every task when the worker's last line's wait ran out (the real supervisor's rule,
+    /// `Countdown`). The worker's beat, unless frozen, writes it what is left of the lease
+    /// every [`beat_ms`].
     pub(super) fn supervise(&mut self, w: usize, boot: u64) {
         if !self.workers[w].up || self.workers[w].boot != boot {
             return;
         }
         self.at(SUPERVISE_MS, Event::Supervise { w, boot });
-        if self.workers[w].protocol.lapsed(clock(self.now)).is_some() {
+        let now = clock(self.now);
+        let worker = &mut self.workers[w];
+        if worker.frozen_until <= self.now && self.now >= worker.last_beat + beat_ms() {
+            worker.last_beat = self.now;
+            let lease = clock(lease_ms());
+            let line = match worker.protocol.lease_end() {
+                Some(end) => format!("h{}", end.saturating_sub(now).min(lease).as_millis()),
+                None => "h".to_string(),
+            };
+            worker.fence.heard(&line, now);
+        }
+        if worker.fence.due(now) {
+            worker.fence.killed(now);
             self.fence(w);
         }
     }
