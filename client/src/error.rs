@@ -722,7 +722,13 @@ mod tests {
 /// its key (`escher submit --key`); another write is checked before it is made again (a new
 /// call carries a new key).
 fn retry_hint(call: &str, key: &str) -> String {
-    if call == "submit" {
+    if call.starts_with("heads ") {
+        // A membership change carries no key; made twice, the group refuses the second.
+        "check whether it took effect before making it again (escher heads lists the members; \
+         a change made again after it took effect is refused: already a member, or not a \
+         member)"
+            .to_string()
+    } else if call == "submit" {
         format!(
             "retry it under the same idempotency key to apply it at most once (escher submit \
              --key {key} ...)"

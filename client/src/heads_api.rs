@@ -83,12 +83,23 @@ impl Client {
     /// applied answers ABORTED ("try again"): it cannot tell yet who the members are, and raft
     /// takes one change at a time. That answer is retried, every 200 ms, within the failover
     /// timeout; after it, the last answer is returned.
+    ///
+    /// A change is a write without an idempotency key (raft's membership change is not a
+    /// command of the state machine, whose table of keys would answer a repeat): a call that
+    /// gives up after an attempt that may have been applied (cut after it went out, answered
+    /// "may still commit") ends with [`ClientError::UnknownOutcome`], as a keyed write does,
+    /// never with a plain failure; and a change made twice is refused by the group ("already a
+    /// member", "not a member"), which says that it took effect.
     async fn change_heads(&self, change: HeadChange) -> Result<HeadsReply, ClientError> {
+        let call = match change {
+            HeadChange::Add { .. } => "heads add",
+            HeadChange::Remove { .. } => "heads remove",
+        };
         let request = wire::ChangeHeadsRequest::from(change);
         let deadline = tokio::time::Instant::now() + self.failover_timeout();
         loop {
             let answer = self
-                .call(|mut rpc| {
+                .call_write(call, None, false, |mut rpc| {
                     let request = request.clone();
                     async move { rpc.change_heads(request).await }
                 })

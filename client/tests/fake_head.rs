@@ -2261,3 +2261,32 @@ async fn a_get_that_times_out_still_sees_a_task_that_finished() {
     assert_eq!(status.state, TaskState::Succeeded);
     assert!(head.state().wait_calls >= 1);
 }
+
+/// Issue 46: `escher heads add|remove` ended with a plain error when it gave up after an attempt
+/// that may have been applied (other writes end with an unknown outcome, `call_write`). Now it
+/// ends as they do, and says how to check, since a membership change carries no key.
+#[tokio::test]
+async fn a_membership_change_that_may_have_been_applied_ends_with_an_unknown_outcome() {
+    let (a, b) = followers_naming_each_other_after(true).await;
+    let adds = client(&format!("{a},{b}"))
+        .await
+        .with_failover_timeout(Duration::from_millis(300));
+    let err = adds.add_head(4, "127.0.0.1:1").await.unwrap_err();
+    let text = err.to_string();
+    let ClientError::UnknownOutcome { call, cause, .. } = &err else {
+        panic!("not an unknown outcome: {text}")
+    };
+    assert_eq!(*call, "heads add");
+    assert!(
+        cause.starts_with(&format!("the request went out to {a} 0.0s in")),
+        "{cause}"
+    );
+    assert!(text.contains("escher heads lists the members"), "{text}");
+    // A change that never went out is not in doubt: the plain failure.
+    let (a, b) = followers_naming_each_other().await;
+    let removes = client(&format!("{a},{b}"))
+        .await
+        .with_failover_timeout(Duration::from_millis(300));
+    let err = removes.remove_head(2).await.unwrap_err();
+    assert!(matches!(err, ClientError::Unavailable { .. }), "{err}");
+}

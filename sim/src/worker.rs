@@ -19,7 +19,10 @@
 //!   while; its report (`TaskFinished`) is a write, retried until answered.
 //! - Its fence supervisor, a process of its own, kills every task it runs once the lease has
 //!   run out, even while the worker is frozen (SIGSTOP), and before a renewal that comes after
-//!   it ran out; the worker reports them as stopped by the fence.
+//!   it ran out; the worker reports them as stopped by the fence. When it kills is the real
+//!   supervisor's rule (`escher_worker::fence::countdown::Countdown`), fed the lines the
+//!   worker writes it: the lease when it attaches, and what is left of it at each beat (every
+//!   [`beat_ms`], not while frozen).
 //!
 //! The world (`world/workers.rs`) moves the messages, runs the faults (a worker's crash kills
 //! its tasks with it; a freeze; a cut from every replica) and plays the leader's side.
@@ -27,6 +30,7 @@
 use std::collections::VecDeque;
 
 use escher_proto::types::{NodeId, TaskId};
+use escher_worker::fence::countdown::Countdown;
 use escher_worker::protocol::{Attempt, Protocol};
 
 /// How long the leader waits without a heartbeat before it declares the node lost.
@@ -44,8 +48,15 @@ pub const HEARTBEAT_MS: u64 = 100;
 /// How long a worker waits for its stream to open (the head's `Attached`) before it takes the
 /// stream for broken; an open stream is left by the worker's own rule (`Protocol::stale`).
 pub const SILENCE_MS: u64 = 500;
-/// How often the fence supervisor looks at the lease.
+/// How often the fence supervisor's clock is looked at (the real one wakes when its wait runs
+/// out; here it is seen within this).
 pub const SUPERVISE_MS: u64 = 25;
+
+/// How often the worker's beat tells its fence supervisor what is left of its lease: a quarter
+/// of the lease, at most 500 ms, as `worker/src/fence` beats.
+pub fn beat_ms() -> u64 {
+    (lease_ms() / 4).min(500)
+}
 /// CPUs each simulated worker has (every task takes one).
 pub const CPUS: usize = 4;
 
@@ -115,6 +126,11 @@ pub struct Worker {
     pub protocol: Protocol<usize>,
     /// Reports to write, in order (each written if still unacknowledged then).
     pub outbox: VecDeque<Attempt>,
+    /// Its fence supervisor's rule of when to kill, the real one's (`Countdown`), fed the lines
+    /// the worker writes it.
+    pub fence: Countdown,
+    /// When its beat last wrote to the supervisor.
+    pub last_beat: u64,
 }
 
 impl Worker {
@@ -135,6 +151,8 @@ impl Worker {
             last_heard: 0,
             protocol: Protocol::new(),
             outbox: VecDeque::new(),
+            fence: Countdown::default(),
+            last_beat: 0,
         }
     }
 
@@ -162,6 +180,7 @@ impl Worker {
         self.detach();
         self.protocol = Protocol::new();
         self.outbox.clear();
+        self.fence = Countdown::default();
     }
 
     /// The attempts it runs.

@@ -53,7 +53,7 @@ use crate::worker::{ToWorker, Worker};
 
 mod workers;
 
-use workers::{FromWorker, Owner};
+use workers::{FromWorker, Owner, Wire};
 
 /// The simulated time the run starts at (milliseconds since the epoch, arbitrary).
 const T0: u64 = 1_800_000_000_000;
@@ -122,6 +122,11 @@ pub struct Options {
     /// head did before: the checker's own test (a call then tells its caller a write was not
     /// applied that committed).
     pub in_doubt_answers: bool,
+    /// A leader of a group whose disk fills up answers what waits on it ("may still commit")
+    /// as soon as it stalls, as the head's owner does (`cannot_lead_now`). Off, it answers
+    /// them only when it loses the lead, as the simulation did before (a seed found then
+    /// replays as it ran).
+    pub stall_answers: bool,
 }
 
 impl Default for Options {
@@ -140,6 +145,7 @@ impl Default for Options {
             client_rules: true,
             duplicate_assignments: true,
             in_doubt_answers: true,
+            stall_answers: true,
         }
     }
 }
@@ -186,6 +192,9 @@ pub struct Stats {
     pub in_doubt: u64,
     /// Of those, the ones whose entry the group committed after all (under the next leader).
     pub in_doubt_committed: u64,
+    /// Times a stalled leader (full disk, in a group) answered what waited on it at once
+    /// ([`Options::stall_answers`]).
+    pub stall_answers: u64,
     /// The operator's membership-change calls that ended with an unknown outcome (each made
     /// again as a new call).
     pub unknown_change_outcomes: u64,
@@ -261,6 +270,7 @@ impl Stats {
             unknown_outcomes,
             in_doubt,
             in_doubt_committed,
+            stall_answers,
             unknown_change_outcomes,
             snapshots,
             fsyncs,
@@ -292,6 +302,7 @@ impl Stats {
         self.unknown_outcomes += unknown_outcomes;
         self.in_doubt += in_doubt;
         self.in_doubt_committed += in_doubt_committed;
+        self.stall_answers += stall_answers;
         self.unknown_change_outcomes += unknown_change_outcomes;
         self.snapshots += snapshots;
         self.fsyncs += fsyncs;
@@ -579,6 +590,9 @@ pub struct World {
     /// When the last message of each worker stream (worker, epoch) arrives: a stream delivers
     /// in order.
     worker_streams: BTreeMap<(usize, u64), u64>,
+    /// What the leaders' owners put on their workers' streams, to send
+    /// (`workers.rs`, [`workers::SimLink`]).
+    wire: Wire,
     /// How long a task runs (milliseconds, inclusive range; per seed).
     task_ms: (u64, u64),
     /// When the workers' history ended (with workers, before the group is left to converge).
@@ -649,6 +663,7 @@ impl World {
             workers: Vec::new(),
             history: History::default(),
             worker_streams: BTreeMap::new(),
+            wire: Wire::default(),
             task_ms: (0, 0),
             history_end: None,
             committed: BTreeMap::new(),
@@ -1634,6 +1649,39 @@ impl World {
         }
     }
 
+    /// Replica `id`'s disk filled up. A leader of a group that cannot lead now answers what
+    /// waits on it at once, as the head's owner does when it lets its workers and callers go
+    /// (`Output::DiskFull`, `stop_leading`): every write it proposed may still commit under
+    /// the next leader, and so may the operator's change (with [`Options::stall_answers`] off,
+    /// they wait, as they did here before, until it loses the lead).
+    fn stalled_leader_answers(&mut self, id: u64) {
+        if !self.options.stall_answers {
+            return;
+        }
+        let slot = self.slots.get_mut(&id).expect("every replica has a slot");
+        let Some(replica) = slot.replica.as_ref() else {
+            return;
+        };
+        if !(replica.is_leader() && replica.stalled() && replica.members().len() > 1) {
+            return;
+        }
+        let waiters = std::mem::take(&mut slot.waiters);
+        let change = slot.change.take();
+        if !waiters.is_empty() || change.is_some() {
+            self.stats.stall_answers += 1;
+            self.note(format!(
+                "replica {id} cannot lead with its disk full: it answers what waits on it"
+            ));
+        }
+        self.abandon(waiters, None);
+        if let Some((index, term, attempt)) = change {
+            let why = "its disk is full".to_string();
+            self.stats.in_doubt += 1;
+            self.in_doubt.push((index, term));
+            self.change_answer(attempt, ChangeAnswer::Again(None, why, Refusal::InDoubt));
+        }
+    }
+
     /// Whether a request (`client`'s send `attempt`) reaches its replica: always under the
     /// simulation's old rules, only its first copy under the real client's (see
     /// [`World::received`]).
@@ -1896,7 +1944,7 @@ impl World {
                             // that proposed it, and takes the node's stream only then.
                             let now = workers::clock(self.now);
                             let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-                            slot.owner.liveness.registered(*node, now);
+                            slot.owner.registered(*node, now);
                         }
                         Answer::Done(reply)
                     } else {
@@ -1974,10 +2022,18 @@ impl World {
                 if why.is_some() {
                     self.stats.stalls += 1;
                 }
+                let stalls = why.is_some() && !self.slots[&id].disk_full;
                 if !self.workers.is_empty() {
                     self.owner_disk(id, why.is_some());
                 }
+                self.slots
+                    .get_mut(&id)
+                    .expect("every replica has a slot")
+                    .disk_full = why.is_some();
                 self.note(format!("replica {id}: disk full: {why:?}"));
+                if stalls {
+                    self.stalled_leader_answers(id);
+                }
             }
         }
     }

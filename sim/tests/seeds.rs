@@ -31,8 +31,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
          slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
          over), {} worker crashes, freezes and cuts), {} \
          acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
-         proposals answered \"may still commit\" ({} of them committed after all), {} \
-         membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
+         proposals answered \"may still commit\" ({} of them committed after all; {} \
+         stalled leaders answered theirs at once), {} membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
          nodes declared lost)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),
@@ -50,6 +50,7 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.unknown_outcomes,
         sum.in_doubt,
         sum.in_doubt_committed,
+        sum.stall_answers,
         sum.unknown_change_outcomes,
         sum.executions,
         sum.fenced,
@@ -123,6 +124,9 @@ fn three_replicas_keep_every_acknowledged_write_under_faults() {
     // leader's entries that reached a majority). The checker fails a run where a call told its
     // caller a write was not applied and one of its proposals committed.
     assert!(seen.in_doubt > 0 && seen.in_doubt_committed > 0, "{seen:?}");
+    // Leaders stalled on a full disk with writes waiting, and answered them at once, as the
+    // head's owner does (`cannot_lead_now`), rather than when they lost the lead.
+    assert!(seen.stall_answers > 0, "{seen:?}");
     // Assignments sent twice were run once (the history checker fails a run where an attempt
     // ran twice).
     assert!(
@@ -346,4 +350,24 @@ fn a_write_a_deposed_leader_proposed_is_never_reported_as_not_applied() {
     let outcome = run(175, &now);
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.in_doubt_committed > 0, "{:?}", outcome.stats);
+}
+
+/// Seed 300 (three replicas, 10 s; found by `escher-sim --seeds 400 --duration-ms 10000` with
+/// the owner's streams run by the head's own `Streams`, before a registration dropped the
+/// node's old stream): worker 1 was frozen, its lease went unrenewed, and once thawed it left
+/// its stream 2 and registered again with replica 3, which still held that stream (nothing had
+/// broken it). The registration's reconcile sent tasks 19–22 on stream 2, which the worker no
+/// longer read; its stream 3 opened with nothing queued, and the four tasks stayed `Running`
+/// with no execution. The simulation's own copy of the owner dropped the stream at a
+/// registration; the head's owner did not (a race with the old stream's reset there). Now
+/// `Streams::rejoined` drops it, for both.
+#[test]
+fn a_registration_sends_what_it_reconciles_on_the_workers_next_stream_not_its_old_one() {
+    let options = Options {
+        duration_ms: 10_000,
+        ..Options::default()
+    };
+    let outcome = run(300, &options);
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
 }

@@ -54,6 +54,7 @@ mod policies;
 mod proposals;
 mod reads;
 mod statuses;
+pub mod streams;
 mod telemetry;
 mod tls;
 mod wait_stream;

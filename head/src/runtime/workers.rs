@@ -39,6 +39,24 @@
 //! leading drops every link, which ends the workers' streams and sends them looking for the
 //! new leader.
 //!
+//! The decisions about the streams (which is a node's, what goes out on it or waits for it,
+//! what a full or ended stream makes of a message, what a registration supersedes, what a
+//! leader forgets) are [`Streams`]'s (`streams.rs`), with the time passed in and each stream's
+//! queue behind its [`Outlet`]: the simulation runs the same code over its simulated streams.
+//! What stays here is the queue itself ([`LinkSender`], bounded in messages and bytes), the
+//! owner's clock, and the batching of acknowledgements.
+//!
+//! # A registration supersedes the stream before it
+//!
+//! A worker that registers again has left the stream it had (it stops reading it before it
+//! registers); the head may not have seen that stream end yet (its reset races the
+//! registration, and a frozen or cut worker's connection can look open for long). The
+//! reconcile's assignments would go on that stream and be lost, and the tasks would stay
+//! running on a node that never heard of them (simulation seed 300, docs/RELIABILITY.md). So
+//! the registration's `Effect::Rejoined` drops the node's stream with its queued task
+//! messages ([`Streams::rejoined`]), and what the reconcile sends waits for the stream the
+//! worker opens next.
+//!
 //! # One leadership from registration to stream
 //!
 //! A registration's reconcile queues what the worker must run or stop for its stream, in
@@ -58,7 +76,8 @@ use escher_proto::types::{HeadMessage, NodeId, RunningTask};
 use rustc_hash::FxHashMap;
 use tokio::sync::mpsc;
 
-use super::liveness::{Heard, Liveness};
+use super::liveness::Heard;
+use super::streams::{Offer, Outlet, Streams};
 use crate::state::ClusterState;
 
 /// Committed reports of one node that are acknowledged at once rather than with the tick.
@@ -133,167 +152,118 @@ impl LinkReceiver {
     }
 }
 
-#[derive(Debug)]
-struct Link {
-    conn: u64,
-    tx: LinkSender,
+impl Outlet<HeadMessage> for LinkSender {
+    fn offer(&self, msg: HeadMessage) -> Offer<HeadMessage> {
+        match self.try_send(msg) {
+            Ok(()) => Offer::Taken,
+            Err(mpsc::error::TrySendError::Full(_)) => Offer::Full,
+            Err(mpsc::error::TrySendError::Closed(msg)) => Offer::Closed(msg),
+        }
+    }
+
+    fn depth(&self) -> usize {
+        LinkSender::depth(self)
+    }
 }
 
 /// The leader's view of its workers. See the [module documentation](self).
 #[derive(Debug)]
 pub(crate) struct Workers {
-    links: FxHashMap<NodeId, Link>,
-    /// Messages for live nodes that are not attached (yet, or again).
-    outbox: FxHashMap<NodeId, Vec<HeadMessage>>,
+    /// Each node's stream, what waits for a node that is not attached, when each was last
+    /// heard, which streams overflowed, whose registration this leadership answered (the only
+    /// nodes whose stream it takes, see the [module documentation](self)): the decisions about
+    /// them are [`Streams`]'s and its [`Liveness`]'s, shared with the simulation.
+    ///
+    /// [`Liveness`]: super::liveness::Liveness
+    streams: Streams<LinkSender, HeadMessage>,
     /// Reports committed in this cycle, by node, to acknowledge.
     acks: FxHashMap<NodeId, Vec<RunningTask>>,
-    /// When each node was last heard, which streams overflowed, whose registration this
-    /// leadership answered (the only nodes whose stream it takes, see the [module
-    /// documentation](self)): the decisions about them are [`Liveness`]'s.
-    liveness: Liveness,
-    /// What the times given to `liveness` are measured from.
+    /// What the times given to `streams` are measured from.
     origin: Instant,
 }
 
 impl Default for Workers {
     fn default() -> Workers {
         Workers {
-            links: FxHashMap::default(),
-            outbox: FxHashMap::default(),
+            streams: Streams::default(),
             acks: FxHashMap::default(),
-            liveness: Liveness::default(),
             origin: Instant::now(),
         }
     }
 }
 
 impl Workers {
-    /// The time [`Liveness`] is given: since this owner started.
+    /// The time [`Streams`] is given: since this owner started.
     fn now(&self) -> Duration {
         self.origin.elapsed()
     }
 
     /// A worker's stream opened: what waited for it goes out first.
     pub(crate) fn attach(&mut self, node: NodeId, conn: u64, tx: LinkSender) {
-        for msg in self.outbox.remove(&node).unwrap_or_default() {
-            let _ = tx.try_send(msg);
-        }
-        self.links.insert(node, Link { conn, tx });
         let now = self.now();
-        self.liveness.attached(node, now);
+        self.streams.attach(node, conn, tx, now);
     }
 
     /// A worker's stream closed; whether it was the node's current one.
     pub(crate) fn detach(&mut self, node: NodeId, conn: u64) -> bool {
-        if self.links.get(&node).is_some_and(|l| l.conn == conn) {
-            self.links.remove(&node);
-            return true;
-        }
-        false
+        self.streams.detach(node, conn)
     }
 
     /// Sends to a live node's worker now, or when it attaches.
     pub(crate) fn send(&mut self, state: &ClusterState, node: NodeId, msg: HeadMessage) {
-        if !state.node_alive(node) {
-            return;
-        }
-        let msg = match self.links.get(&node) {
-            Some(link) => match link.tx.try_send(msg) {
-                Ok(()) => return,
-                Err(mpsc::error::TrySendError::Closed(msg)) => msg,
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    self.overflow(node);
-                    return;
-                }
-            },
-            None => msg,
-        };
-        self.outbox.entry(node).or_default().push(msg);
+        let now = self.now();
+        self.streams.send(state, node, msg, now);
     }
 
     /// How many messages wait for each worker that has any or has a stream: on its stream,
     /// and queued until it attaches.
     pub(crate) fn depths(&self) -> Vec<(NodeId, usize)> {
-        let mut depth: std::collections::BTreeMap<NodeId, usize> = self
-            .links
-            .iter()
-            .map(|(node, link)| (*node, link.tx.depth()))
-            .collect();
-        for (node, queued) in &self.outbox {
-            *depth.entry(*node).or_default() += queued.len();
-        }
-        depth.into_iter().collect()
+        self.streams.depths()
     }
 
-    /// Sends on the node's open stream only; false if there is none (or it is full).
+    /// Sends on the node's open stream only; false if there is none (or it is full: the
+    /// worker does not read, its stream is dropped and its node declared lost a heartbeat
+    /// timeout later unless it attaches again).
     pub(crate) fn send_now(&mut self, node: NodeId, msg: HeadMessage) -> bool {
-        let Some(link) = self.links.get(&node) else {
-            return false;
-        };
-        match link.tx.try_send(msg) {
-            Ok(()) => true,
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.overflow(node);
-                false
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => false,
-        }
-    }
-
-    /// A worker's stream is full: it does not read. Its stream is dropped (its lease is renewed
-    /// no more) and the node is declared lost a heartbeat timeout later unless it attaches
-    /// again.
-    fn overflow(&mut self, node: NodeId) {
-        tracing::warn!(
-            %node,
-            limit = OUTBOX,
-            limit_bytes = OUTBOX_BYTES,
-            "the worker does not read its stream; disconnecting it, its node will be declared lost"
-        );
-        self.links.remove(&node);
         let now = self.now();
-        self.liveness.overflowed(node, now);
+        self.streams.send_now(node, msg, now)
     }
 
     /// A worker re-registered: queued assignments and cancellations are superseded by the
-    /// ones its registration re-derives from the state.
-    pub(crate) fn forget_task_messages(&mut self, node: NodeId) {
-        if let Some(queued) = self.outbox.get_mut(&node) {
-            queued
-                .retain(|m| !matches!(m, HeadMessage::Assign(_) | HeadMessage::CancelTask { .. }));
-        }
+    /// ones its registration re-derives from the state, and so is the stream it had
+    /// ([`Streams::rejoined`]).
+    pub(crate) fn rejoined(&mut self, node: NodeId) {
+        self.streams.rejoined(node);
     }
 
     /// This leadership answered `node`'s registration: what it queued for the node goes out
     /// on the stream the worker opens next, here.
     pub(crate) fn registered(&mut self, node: NodeId) {
         let now = self.now();
-        self.liveness.registered(node, now);
+        self.streams.registered(node, now);
     }
 
     /// Whether this leadership answered `node`'s registration (and has not forgotten the node
     /// since): else its stream is refused, and the worker registers again.
     pub(crate) fn registered_here(&self, node: NodeId) -> bool {
-        self.liveness.registered_here(node)
+        self.streams.registered_here(node)
     }
 
     /// A message of `node`'s worker arrived at a leader (`cannot_lead`: whose disk is full in
     /// a group): whether it counts, and whether a heartbeat renews the lease
-    /// ([`Liveness::heard`]).
+    /// ([`Liveness::heard`](super::liveness::Liveness::heard)).
     pub(crate) fn heard(&mut self, state: &ClusterState, node: NodeId, cannot_lead: bool) -> Heard {
         let now = self.now();
-        self.liveness.heard(state, node, now, cannot_lead)
+        self.streams.heard(state, node, now, cannot_lead)
     }
 
     /// Forgets a node that left or was declared lost.
     pub(crate) fn forget(&mut self, node: NodeId) {
-        self.links.remove(&node);
-        self.outbox.remove(&node);
+        self.streams.forget(node);
         self.acks.remove(&node);
-        self.liveness.forget(node);
     }
 
-    /// The leader's check: the live nodes to declare lost ([`Liveness::tick`]: silent for
+    /// The leader's check: the live nodes to declare lost ([`Streams::tick`]: silent for
     /// longer than `timeout`, or whose stream overflowed longer ago than that; none while the
     /// replica cannot lead now); each is forgotten as it is returned.
     pub(crate) fn tick(
@@ -303,9 +273,9 @@ impl Workers {
         cannot_lead: bool,
     ) -> Vec<NodeId> {
         let now = self.now();
-        let silent = self.liveness.tick(state, timeout, now, cannot_lead);
+        let silent = self.streams.tick(state, timeout, now, cannot_lead);
         for node in &silent {
-            self.forget(*node);
+            self.acks.remove(node);
         }
         silent
     }
@@ -313,18 +283,16 @@ impl Workers {
     /// This replica became the leader: every live node gets a full heartbeat timeout to find
     /// it.
     pub(crate) fn lead(&mut self, state: &ClusterState) {
-        self.drop_all();
+        self.acks.clear();
         let now = self.now();
-        self.liveness.lead(state, now);
+        self.streams.lead(state, now);
     }
 
     /// This replica stopped leading (or is stopping): every stream ends, the workers go and
     /// find the leader.
     pub(crate) fn drop_all(&mut self) {
-        self.links.clear();
-        self.outbox.clear();
+        self.streams.drop_all();
         self.acks.clear();
-        self.liveness.clear();
     }
 
     /// A report of `node` was committed: acknowledge it with the next tick (or now, when
@@ -349,7 +317,7 @@ impl Workers {
 
     /// How many workers are attached.
     pub(crate) fn len(&self) -> usize {
-        self.links.len()
+        self.streams.len()
     }
 }
 

@@ -1,11 +1,13 @@
 //! The workers in the world: their events, the faults they suffer, and the leader's side of
-//! their streams ([`Owner`]). The leader's decisions about its workers' liveness (heartbeat
-//! clocks, which heartbeat renews a lease, when a node is declared lost, the full timeout a
-//! new leader grants, ignoring nodes declared lost, nothing renewed or declared while the disk
-//! is full) are the head's own code, `escher_head::runtime::liveness::Liveness`, run on the
-//! simulated clock; the streams around them (`head/src/runtime/workers.rs`'s links and
-//! queues) are modelled here over the simulated network. The worker's rules are the worker's
-//! own code too (`escher_worker::protocol::Protocol`, see `worker.rs`).
+//! their streams ([`Owner`]). The leader's decisions about its workers' streams and liveness
+//! (which stream is a node's, what goes out on it and what waits for a node not attached, what
+//! a registration supersedes, messages for a node not alive dropped, heartbeat clocks, which
+//! heartbeat renews a lease, when a node is declared lost, the full timeout a new leader
+//! grants, ignoring nodes declared lost, nothing renewed or declared while the disk is full)
+//! are the head's own code, `escher_head::runtime::streams::Streams` and its `Liveness`, run
+//! on the simulated clock; only the streams themselves ([`SimLink`]: what the owner's bounded
+//! queue and gRPC carry) are the simulated network's. The worker's rules are the worker's own
+//! code too (`escher_worker::protocol::Protocol`, see `worker.rs`).
 //!
 //! A stream is modelled as TCP gives it: its messages arrive in the order sent or not at all,
 //! and a message lost breaks the stream (the leader forgets it; the worker learns it a moment
@@ -14,11 +16,14 @@
 //! comes back 0.5–5 s later as a new boot; a worker is frozen (SIGSTOP) for 0.3–6 s while its
 //! tasks and its fence supervisor run on; a worker is cut from every replica for 0.3–8 s.
 
+use std::cell::RefCell;
+use std::rc::Rc;
 use std::time::Duration;
 
 use escher_core::state::{Command, Effect, Joining, Returning, SecretHash};
 use escher_head::replication::sim::SimReplica;
-use escher_head::runtime::liveness::{Heard, Liveness};
+use escher_head::runtime::liveness::Heard;
+use escher_head::runtime::streams::{Offer, Outlet, Streams, Superseded};
 use escher_proto::types::{Labels, NodeId, TaskFinished, TaskResult};
 use rand::Rng;
 
@@ -26,7 +31,8 @@ use super::{Event, World};
 use crate::client::{Client, Intent};
 use crate::history::Execution;
 use crate::worker::{
-    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, lease_ms,
+    CPUS, HEARTBEAT_MS, HEARTBEAT_TIMEOUT_MS, SILENCE_MS, SUPERVISE_MS, ToWorker, Worker, beat_ms,
+    lease_ms,
 };
 use escher_worker::protocol::Admit;
 
@@ -45,16 +51,53 @@ pub(super) enum FromWorker {
     },
 }
 
-/// The leader's soft state about the workers, as the head's owner keeps it: the head's
-/// [`Liveness`] (when each node was last heard, the nodes whose registration this leadership
-/// answered, the only ones whose stream it takes), each node's open stream (its worker and
-/// epoch), and what waits for a node whose stream is not open. A new leader starts every live
-/// node's clock when it takes over; a replica that stops leading forgets it all.
-#[derive(Debug, Default)]
-pub(super) struct Owner {
-    pub(super) liveness: Liveness,
-    links: std::collections::BTreeMap<NodeId, (usize, u64)>,
-    queued: std::collections::BTreeMap<NodeId, Vec<ToWorker>>,
+/// The leader's soft state about the workers, as the head's owner keeps it: the head's own
+/// [`Streams`] (each node's open stream, what waits for a node whose stream is not open) and
+/// its `Liveness` (when each node was last heard, the nodes whose registration this leadership
+/// answered, the only ones whose stream it takes). A new leader starts every live node's clock
+/// when it takes over; a replica that stops leading forgets it all.
+pub(super) type Owner = Streams<SimLink, ToWorker>;
+
+/// What the owner's streams took and the world is still to send: (worker, stream epoch,
+/// message), in the order taken.
+pub(super) type Wire = Rc<RefCell<Vec<(usize, u64, ToWorker)>>>;
+
+/// A worker's stream as the owner holds it: what it takes goes on the [`Wire`], which the world
+/// sends over the simulated network right after the owner's call. It is never full (the owner's
+/// queue bound is not simulated) and never closed: a stream that breaks is forgotten by the
+/// leader at once ([`World::break_stream`]).
+#[derive(Debug)]
+pub(super) struct SimLink {
+    w: usize,
+    epoch: u64,
+    wire: Wire,
+}
+
+impl Outlet<ToWorker> for SimLink {
+    fn offer(&self, msg: ToWorker) -> Offer<ToWorker> {
+        self.wire.borrow_mut().push((self.w, self.epoch, msg));
+        Offer::Taken
+    }
+
+    fn depth(&self) -> usize {
+        0
+    }
+}
+
+impl Superseded for ToWorker {
+    fn superseded(&self) -> bool {
+        matches!(self, ToWorker::Assign { .. } | ToWorker::Cancel { .. })
+    }
+}
+
+/// The owner's connection number of worker `w`'s stream `epoch`.
+fn conn(w: usize, epoch: u64) -> u64 {
+    ((w as u64) << 32) | epoch
+}
+
+/// The worker and stream epoch of connection `conn`.
+fn stream_of(conn: u64) -> (usize, u64) {
+    ((conn >> 32) as usize, conn & 0xffff_ffff)
 }
 
 /// The simulated time `now` (milliseconds) as [`Liveness`] and the worker's `Protocol` take it.
@@ -253,8 +296,17 @@ impl World {
     /// The stream of `epoch` broke: the leader holding it forgets it at once, the worker hears
     /// of it a moment later.
     pub(super) fn break_stream(&mut self, w: usize, boot: u64, epoch: u64) {
+        let broken = conn(w, epoch);
         for slot in self.slots.values_mut() {
-            slot.owner.links.retain(|_, link| *link != (w, epoch));
+            let held: Vec<NodeId> = slot
+                .owner
+                .conns()
+                .filter(|(_, c)| *c == broken)
+                .map(|(node, _)| node)
+                .collect();
+            for node in held {
+                slot.owner.detach(node, broken);
+            }
         }
         let wait = self.network.max_delay;
         self.at(
@@ -294,7 +346,7 @@ impl World {
                 Some(hint)
             } else if !replica.state().node_alive(node) {
                 Some(None)
-            } else if !self.slots[&to].owner.liveness.registered_here(node) {
+            } else if !self.slots[&to].owner.registered_here(node) {
                 Some(Some(to))
             } else {
                 None
@@ -306,9 +358,13 @@ impl World {
         let slot = self.slots.get_mut(&to).expect("every replica has a slot");
         match msg {
             FromWorker::Attach { sent } => {
-                slot.owner.links.insert(node, (w, epoch));
-                slot.owner.liveness.attached(node, clock(now));
-                let queued = slot.owner.queued.remove(&node).unwrap_or_default();
+                // What waited for the node goes on the wire, sent after `Attached`.
+                let link = SimLink {
+                    w,
+                    epoch,
+                    wire: Rc::clone(&self.wire),
+                };
+                slot.owner.attach(node, conn(w, epoch), link, clock(now));
                 // A registration admits its node only once its stream is held by a leader
                 // (`RegisterNodeUnattached`, `NodeAttached`): nothing is assigned to a node no
                 // leader can send to.
@@ -321,15 +377,13 @@ impl World {
                     let _ = replica.propose(vec![(command, None)], now);
                 }
                 self.send_to_worker(w, boot, epoch, ToWorker::Attached { sent });
-                for msg in queued {
-                    self.send_to_worker(w, boot, epoch, msg);
-                }
+                self.send_wire(to, false);
                 if waits {
                     self.drive(to);
                 }
             }
             FromWorker::Heartbeat { seq } => {
-                if slot.owner.links.get(&node) != Some(&(w, epoch)) {
+                if slot.owner.conn(node) != Some(conn(w, epoch)) {
                     // Not the stream this leadership holds (it ended).
                     return self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
                 }
@@ -338,7 +392,6 @@ impl World {
                 };
                 match slot
                     .owner
-                    .liveness
                     .heard(replica.state(), node, clock(now), cannot_lead)
                 {
                     // Declared lost: nothing of this stream counts; register again.
@@ -383,8 +436,10 @@ impl World {
             .map_or(0, |last| last.saturating_sub(self.now))
     }
 
-    /// A replica applied `effects` while leading: it sends the workers theirs, on their
-    /// streams, or keeps them for a node whose stream is not open.
+    /// A replica applied `effects` while leading: its owner sends the workers theirs, on their
+    /// streams, keeps them for a node whose stream is not open, or drops them for a node not
+    /// alive ([`Streams::send`]); a registration supersedes what was queued for the node and
+    /// the stream it had ([`Streams::rejoined`]).
     pub(super) fn perform(&mut self, id: u64, effects: &[Effect]) {
         for effect in effects {
             let (node, msg) = match effect {
@@ -408,39 +463,46 @@ impl World {
                     },
                 ),
                 Effect::Rejoined { node } => {
-                    // What was queued for it is superseded by what follows, which goes on the
-                    // stream the worker opens after this registration.
                     let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-                    slot.owner.queued.remove(node);
-                    slot.owner.links.remove(node);
+                    slot.owner.rejoined(*node);
                     continue;
                 }
                 _ => continue,
             };
             if self.options.trace {
-                let link = self.slots[&id].owner.links.get(&node).copied();
+                let link = self.slots[&id].owner.conn(node).map(stream_of);
                 self.note(format!(
                     "replica {id} leads: {msg:?} for node {} (stream {link:?})",
                     node.0
                 ));
             }
+            let now = clock(self.now);
             let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-            match slot.owner.links.get(&node).copied() {
-                Some((w, epoch)) => {
-                    let boot = self.workers[w].boot;
-                    let twice = matches!(msg, ToWorker::Assign { .. })
-                        && self.options.duplicate_assignments
-                        && self.stormy
-                        && self.rng.random_ratio(1, 10);
-                    if twice {
-                        self.stats.duplicated_assignments += 1;
-                        self.note(format!("replica {id} sends {msg:?} twice"));
-                        self.send_to_worker(w, boot, epoch, msg.clone());
-                    }
-                    self.send_to_worker(w, boot, epoch, msg);
-                }
-                None => slot.owner.queued.entry(node).or_default().push(msg),
+            let Some(replica) = slot.replica.as_ref() else {
+                return;
+            };
+            slot.owner.send(replica.state(), node, msg, now);
+            self.send_wire(id, true);
+        }
+    }
+
+    /// Sends what replica `id`'s owner put on its workers' streams, in order; with
+    /// `duplicates`, a storm sends one assignment in ten twice (the worker must run it once).
+    fn send_wire(&mut self, id: u64, duplicates: bool) {
+        let taken = std::mem::take(&mut *self.wire.borrow_mut());
+        for (w, epoch, msg) in taken {
+            let boot = self.workers[w].boot;
+            let twice = duplicates
+                && matches!(msg, ToWorker::Assign { .. })
+                && self.options.duplicate_assignments
+                && self.stormy
+                && self.rng.random_ratio(1, 10);
+            if twice {
+                self.stats.duplicated_assignments += 1;
+                self.note(format!("replica {id} sends {msg:?} twice"));
+                self.send_to_worker(w, boot, epoch, msg.clone());
             }
+            self.send_to_worker(w, boot, epoch, msg);
         }
     }
 
@@ -449,9 +511,9 @@ impl World {
     pub(super) fn owner_lead(&mut self, id: u64, leading: bool) {
         let now = self.now;
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-        slot.owner = Owner::default();
+        slot.owner.drop_all();
         if leading && let Some(replica) = &slot.replica {
-            slot.owner.liveness.lead(replica.state(), clock(now));
+            slot.owner.lead(replica.state(), clock(now));
         }
     }
 
@@ -473,8 +535,7 @@ impl World {
             return;
         }
         if resumes {
-            slot.owner = Owner::default();
-            slot.owner.liveness.lead(replica.state(), clock(now));
+            slot.owner.lead(replica.state(), clock(now));
         } else if stalls && cannot_lead(replica) {
             self.let_workers_go(id);
         }
@@ -484,9 +545,8 @@ impl World {
     /// stops leading, or stops).
     pub(super) fn let_workers_go(&mut self, id: u64) {
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
-        let links: Vec<(usize, u64)> = slot.owner.links.values().copied().collect();
-        slot.owner = Owner::default();
-        for (w, epoch) in links {
+        let links = slot.owner.drop_all();
+        for (w, epoch) in links.into_iter().map(|(_, c)| stream_of(c)) {
             let boot = self.workers[w].boot;
             self.break_stream(w, boot, epoch);
         }
@@ -507,13 +567,10 @@ impl World {
         let cannot_lead = cannot_lead(replica);
         let silent = slot
             .owner
-            .liveness
             .tick(replica.state(), timeout, clock(now), cannot_lead);
         let mut lines = Vec::new();
         for node in &silent {
             self.checker.reset_nodes.insert(*node);
-            slot.owner.links.remove(node);
-            slot.owner.queued.remove(node);
             let reason = format!("no heartbeat for {HEARTBEAT_TIMEOUT_MS} ms");
             let command = Command::RemoveNode {
                 node: *node,
@@ -563,6 +620,10 @@ impl World {
         match msg {
             ToWorker::Attached { sent } => {
                 worker.attached = true;
+                // The worker tells its fence supervisor the lease (`fence::set_timeout`).
+                worker
+                    .fence
+                    .heard(&format!("l{}", lease_ms()), clock(self.now));
                 let lease = Some(clock(lease_ms()));
                 let lapsed = worker
                     .protocol
@@ -733,13 +794,28 @@ impl World {
         }
     }
 
-    /// The fence supervisor: once the lease has run out, it kills every task.
+    /// The fence supervisor, a process of its own (it runs on while the worker is frozen): it
+    /// kills every task when the worker's last line's wait ran out (the real supervisor's rule,
+    /// `Countdown`). The worker's beat, unless frozen, writes it what is left of the lease
+    /// every [`beat_ms`].
     pub(super) fn supervise(&mut self, w: usize, boot: u64) {
         if !self.workers[w].up || self.workers[w].boot != boot {
             return;
         }
         self.at(SUPERVISE_MS, Event::Supervise { w, boot });
-        if self.workers[w].protocol.lapsed(clock(self.now)).is_some() {
+        let now = clock(self.now);
+        let worker = &mut self.workers[w];
+        if worker.frozen_until <= self.now && self.now >= worker.last_beat + beat_ms() {
+            worker.last_beat = self.now;
+            let lease = clock(lease_ms());
+            let line = match worker.protocol.lease_end() {
+                Some(end) => format!("h{}", end.saturating_sub(now).min(lease).as_millis()),
+                None => "h".to_string(),
+            };
+            worker.fence.heard(&line, now);
+        }
+        if worker.fence.due(now) {
+            worker.fence.killed(now);
             self.fence(w);
         }
     }

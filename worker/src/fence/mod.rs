@@ -48,6 +48,7 @@
 //! then). A worker embedded in another process (a `LocalCluster`, the library) starts no
 //! supervisor: its tasks live and die with that process's runtime, which holds the head too.
 
+pub mod countdown;
 mod supervisor;
 mod watch;
 

@@ -12,10 +12,11 @@ use std::collections::BTreeSet;
 use std::io::BufRead;
 use std::path::PathBuf;
 use std::sync::mpsc;
-use std::time::Duration;
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+
+use super::countdown::Countdown;
 
 /// The lowest `oom_score_adj`: the OOM killer never picks the process.
 const OOM_SCORE_ADJ_MIN: &str = "-1000";
@@ -47,61 +48,51 @@ pub fn supervise() {
     // The worker's directories of task cgroups: kept after a kill (the worker registers each
     // once, when it starts).
     let mut roots: BTreeSet<PathBuf> = BTreeSet::new();
-    let mut lease: Option<Duration> = None;
-    // How long the supervisor waits for the next line before it kills.
-    let mut wait: Option<Duration> = None;
+    // When to kill: the shared rule (`countdown.rs`), on this process's clock.
+    let origin = std::time::Instant::now();
+    let mut countdown = Countdown::default();
     loop {
-        let next = match wait {
+        let next = match countdown.wait() {
             Some(wait) => rx.recv_timeout(wait),
             None => rx.recv().map_err(|_| mpsc::RecvTimeoutError::Disconnected),
         };
         match next {
-            Ok(line) => match line.split_at_checked(1) {
-                Some(("+", pgid)) => {
-                    groups.extend(pgid.parse::<i32>().ok().filter(|p| *p > 1));
-                }
-                Some(("-", pgid)) => {
-                    if let Ok(pgid) = pgid.parse::<i32>() {
-                        groups.remove(&pgid);
+            Ok(line) => {
+                countdown.heard(&line, origin.elapsed());
+                match line.split_at_checked(1) {
+                    Some(("+", pgid)) => {
+                        groups.extend(pgid.parse::<i32>().ok().filter(|p| *p > 1));
                     }
+                    Some(("-", pgid)) => {
+                        if let Ok(pgid) = pgid.parse::<i32>() {
+                            groups.remove(&pgid);
+                        }
+                    }
+                    Some(("c", path)) => {
+                        cgroups.insert(path.into());
+                    }
+                    Some(("r", path)) => {
+                        roots.insert(path.into());
+                    }
+                    Some(("d", path)) => {
+                        cgroups.remove(std::path::Path::new(path));
+                    }
+                    _ => {}
                 }
-                Some(("c", path)) => {
-                    cgroups.insert(path.into());
-                }
-                Some(("r", path)) => {
-                    roots.insert(path.into());
-                }
-                Some(("d", path)) => {
-                    cgroups.remove(std::path::Path::new(path));
-                }
-                Some(("l", ms)) => {
-                    lease = ms.parse().ok().map(Duration::from_millis);
-                    wait = lease;
-                }
-                Some(("h", "")) => wait = lease,
-                Some(("h", ms)) => {
-                    // What is left of the worker's lease, never more than a lease of silence.
-                    let left = ms.parse().ok().map(Duration::from_millis);
-                    wait = match (left, lease) {
-                        (Some(left), Some(lease)) => Some(left.min(lease)),
-                        (left, lease) => left.or(lease),
-                    };
-                }
-                _ => {}
-            },
+            }
             Err(mpsc::RecvTimeoutError::Timeout) => {
                 if !groups.is_empty() {
                     eprintln!(
                         "escher fence: the worker's lease ran out, or it has been silent for \
                          {:?}; killing its {} task process group(s) before the head retries \
                          them elsewhere",
-                        wait.unwrap_or_default(),
+                        countdown.wait().unwrap_or_default(),
                         groups.len()
                     );
                 }
                 kill_all(&mut groups, &mut cgroups, &roots);
                 // Until the next line: a process group that starts then is held, not killed.
-                wait = lease;
+                countdown.killed(origin.elapsed());
             }
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 if !groups.is_empty() {
@@ -151,7 +142,7 @@ pub(super) fn kill_all(
 mod tests {
     use super::*;
     use crate::exec::{Hierarchy, TaskCgroups};
-    use std::time::Instant;
+    use std::time::{Duration, Instant};
 
     /// As root: the worker registers its directory of task cgroups once; a kill then reaches
     /// a task's process that left its process group (no line named its cgroup), and leaves the

@@ -56,7 +56,7 @@ impl<S: LogStore> Owner<S> {
                     self.workers
                         .send(state, node, HeadMessage::ReconfigureMig { gpu, layout });
                 }
-                Effect::Rejoined { node } => self.workers.forget_task_messages(node),
+                Effect::Rejoined { node } => self.workers.rejoined(node),
                 // A node that is gone is skipped by `send`: its copies went with it.
                 Effect::DeleteObjects { node, ids } => {
                     self.workers
