@@ -371,3 +371,21 @@ fn a_registration_sends_what_it_reconciles_on_the_workers_next_stream_not_its_ol
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
 }
+
+/// Seed 2141 found it (`escher-sim --seeds 150 --first 2000 --duration-ms 10000`): replica 2
+/// declared node 1 lost on silence, but the node's worker registered again before the removal
+/// applied (`RejoinNode` at index 82, `RemoveNode` at 84). The leader took the worker's new
+/// stream and renewed its lease, so it ran attempt 2 of task 15 (sent by its registration's
+/// reconcile) while the removal, applied next, ran attempt 3 on node 2: "task 15 ran twice at
+/// once". A node declared lost now gets no lease and no stream until its removal has applied
+/// (`Liveness::tick`), and one whose removal never applies is declared again.
+#[test]
+fn a_node_declared_lost_is_leased_nothing_until_its_removal_applies() {
+    let options = Options {
+        duration_ms: 10_000,
+        ..Options::default()
+    };
+    let outcome = run(2141, &options);
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
+}

@@ -57,6 +57,9 @@ pub struct Liveness {
     overflowed: BTreeMap<NodeId, Duration>,
     /// Nodes whose registration this leadership answered.
     registered: BTreeSet<NodeId>,
+    /// Nodes this leadership declared lost, and when, whose removal has not applied yet: such a
+    /// node gets no lease and no stream until it has (see [`Liveness::tick`]).
+    declared: BTreeMap<NodeId, Duration>,
 }
 
 impl Liveness {
@@ -85,6 +88,7 @@ impl Liveness {
         self.last_seen.clear();
         self.overflowed.clear();
         self.registered.clear();
+        self.declared.clear();
     }
 
     /// This leadership answered `node`'s registration at `now`: its stream is taken here, and
@@ -97,7 +101,7 @@ impl Liveness {
     /// Whether this leadership answered `node`'s registration and has not forgotten the node
     /// since: else its stream is refused, and the worker registers again.
     pub fn registered_here(&self, node: NodeId) -> bool {
-        self.registered.contains(&node)
+        self.registered.contains(&node) && !self.declared.contains_key(&node)
     }
 
     /// `node`'s stream opened at `now`: its clock restarts, an overflow is forgotten.
@@ -120,7 +124,7 @@ impl Liveness {
         now: Duration,
         cannot_lead: bool,
     ) -> Heard {
-        if !state.node_alive(node) {
+        if !state.node_alive(node) || self.declared.contains_key(&node) {
             return Heard::Ignored;
         }
         self.seen(node, now);
@@ -146,6 +150,15 @@ impl Liveness {
     /// than `timeout`, or overflowed longer ago than that), in node order, each forgotten as
     /// it is returned. Every live node without a clock gets one first; a replica that cannot
     /// lead now (`cannot_lead`) declares nothing.
+    ///
+    /// A node declared lost stays declared until its removal applies: its worker may register
+    /// again (a `RejoinNode` proposed before the removal and applied first), but the removal
+    /// still applies after it and retries the node's tasks elsewhere, so this leadership
+    /// renews no lease of that node and takes no stream of it until then (its messages are
+    /// ignored; its worker registers again once the node is gone). Were the lease renewed, the
+    /// worker would run what its registration's reconcile sent while the removal gave the same
+    /// task to another node (found by the simulation, seed 2141). A removal that has not
+    /// applied a heartbeat timeout after it was declared (its proposal lost) is declared again.
     pub fn tick(
         &mut self,
         state: &ClusterState,
@@ -156,13 +169,25 @@ impl Liveness {
         if cannot_lead {
             return Vec::new();
         }
-        self.adopt(state, now);
-        let mut silent: Vec<NodeId> = self
-            .last_seen
-            .iter()
-            .filter(|(n, seen)| now.saturating_sub(**seen) > timeout && state.node_alive(**n))
-            .map(|(n, _)| *n)
-            .collect();
+        self.declared.retain(|node, _| state.node_alive(*node));
+        let mut silent: Vec<NodeId> = Vec::new();
+        for (node, at) in &mut self.declared {
+            if now.saturating_sub(*at) > timeout {
+                *at = now;
+                silent.push(*node);
+            }
+        }
+        for node in state.live_nodes() {
+            if !self.declared.contains_key(&node) {
+                self.last_seen.entry(node).or_insert(now);
+            }
+        }
+        silent.extend(
+            self.last_seen
+                .iter()
+                .filter(|(n, seen)| now.saturating_sub(**seen) > timeout && state.node_alive(**n))
+                .map(|(n, _)| *n),
+        );
         self.overflowed.retain(|node, since| {
             if now.saturating_sub(*since) <= timeout {
                 return true;
@@ -173,8 +198,10 @@ impl Liveness {
             false
         });
         silent.sort();
+        silent.dedup();
         for node in &silent {
             self.forget(*node);
+            self.declared.entry(*node).or_insert(now);
         }
         silent
     }
@@ -334,6 +361,39 @@ mod tests {
         live.registered(nodes[0], ms(3_100));
         live.forget(nodes[0]);
         assert!(!live.registered_here(nodes[0]));
+    }
+
+    /// Seed 2141 of the simulation: a node declared lost whose worker registers again before
+    /// the removal applies must not be leased or streamed to, since the removal still applies
+    /// after the registration and retries its tasks elsewhere.
+    #[test]
+    fn a_node_declared_lost_gets_no_lease_or_stream_until_its_removal_applies() {
+        let (mut state, nodes) = state_with(2);
+        let mut live = Liveness::default();
+        live.lead(&state, ms(0));
+        live.heard(&state, nodes[0], ms(1_900), false);
+        assert_eq!(live.tick(&state, TIMEOUT, ms(2_001), false), vec![nodes[1]]);
+        // Its worker registers again and the registration is answered here (the RejoinNode
+        // applied before the RemoveNode): still no stream, no lease.
+        live.registered(nodes[1], ms(2_010));
+        assert!(!live.registered_here(nodes[1]));
+        assert_eq!(
+            live.heard(&state, nodes[1], ms(2_020), false),
+            Heard::Ignored
+        );
+        // Not declared twice while its removal may still apply.
+        assert!(live.tick(&state, TIMEOUT, ms(2_500), false).is_empty());
+        // A removal that never applied is declared again a timeout later.
+        live.heard(&state, nodes[0], ms(3_900), false);
+        assert_eq!(live.tick(&state, TIMEOUT, ms(4_002), false), vec![nodes[1]]);
+        // Once it applied, the node is gone and nothing of it is kept.
+        declare_lost(&mut state, nodes[1]);
+        assert!(live.tick(&state, TIMEOUT, ms(4_100), false).is_empty());
+        assert!(live.declared.is_empty());
+        assert_eq!(
+            live.heard(&state, nodes[0], ms(4_200), false),
+            Heard::Noted { renew: true }
+        );
     }
 
     #[test]
