@@ -56,6 +56,24 @@ pub struct TaskContext {
     /// This node's objects, where the results of earlier tasks a Python task takes as
     /// arguments are brought (`None`: a context made outside a worker).
     node_objects: Option<crate::objects::NodeObjects>,
+    /// The reports of copies this attempt fetched, still on their way to the head: the task
+    /// reads a copy once it is sealed and checked, and its end waits for them
+    /// ([`TaskContext::copy_reports`]).
+    copy_reports: tokio_util::task::TaskTracker,
+}
+
+/// The copy reports of one attempt ([`TaskContext::copy_reports`]).
+#[derive(Debug, Clone)]
+pub(crate) struct CopyReports(tokio_util::task::TaskTracker);
+
+impl CopyReports {
+    /// Waits until every copy report made so far has its answer (and a copy the head left out
+    /// was deleted); the runner calls it before it reports the attempt's end.
+    pub(crate) async fn settle(&self) {
+        self.0.close();
+        self.0.wait().await;
+        self.0.reopen();
+    }
 }
 
 /// One output stream of an attempt that runs inside the worker ([`TaskContext::stdout`],
@@ -150,6 +168,7 @@ impl TaskContext {
             logs: None,
             object_args: Arc::from(Vec::new()),
             node_objects: None,
+            copy_reports: tokio_util::task::TaskTracker::new(),
         }
     }
 
@@ -209,20 +228,22 @@ impl TaskContext {
         })
     }
 
-    /// Reports the copy of `object` this node sealed (a fetched argument), so that the head
-    /// records it and publishes its location on this node. `Ok(Some(why))` when the head did
-    /// not record it (it left the copy out, as for an object freed since it was located, or
-    /// refused it): the copy counts nowhere and should go. An error is a report whose outcome
-    /// is not known (the head could not be reached in time).
+    /// Reports the copy of `id` (`size` bytes, CRC-32C `crc32c`) this node sealed (a fetched
+    /// argument), so that the head records it and publishes its location on this node.
+    /// `Ok(Some(why))` when the head did not record it (it left the copy out, as for an object
+    /// freed since it was located, or refused it): the copy counts nowhere and should go. An
+    /// error is a report whose outcome is not known (the head could not be reached in time).
     pub(crate) async fn report_copy(
         &self,
-        object: &crate::objects::ObjectView,
+        id: escher_proto::types::ObjectId,
+        size: u64,
+        crc32c: u32,
     ) -> Result<Option<String>, WorkerError> {
         let request = wire::ObjectsSealedRequest {
             copies: vec![wire::SealedObject {
-                id: Some(object.id().into()),
-                size: object.len(),
-                crc32c: object.crc32c(),
+                id: Some(id.into()),
+                size,
+                crc32c,
                 node: self.node_id.0,
             }],
             namespace: String::new(),
@@ -256,6 +277,51 @@ impl TaskContext {
             }
             Err(err) => Err(err),
         }
+    }
+
+    /// Reports the copy `view` of this node's `objects` (fetched for this attempt) in the
+    /// background, as [`TaskContext::report_copy`] does, so that the task reads it at once: a
+    /// copy the head does not record is deleted from the store when the answer comes (at once,
+    /// or when the last view of it goes). The attempt's end waits for the report
+    /// ([`CopyReports::settle`]): its credential is good only while the attempt runs, and the
+    /// head knows the copy by the time it learns the task ended.
+    pub(crate) fn report_copy_in_background(
+        &self,
+        objects: &crate::objects::NodeObjects,
+        view: &crate::objects::ObjectView,
+    ) {
+        let (id, size, crc32c) = (view.id(), view.len(), view.crc32c());
+        // What the report needs, without the attempt's views (it pins nothing).
+        let mut reporter = self.clone();
+        reporter.object_args = Arc::from(Vec::new());
+        reporter.node_objects = None;
+        let objects = objects.clone();
+        self.copy_reports.spawn(async move {
+            let started = tokio::time::Instant::now();
+            match reporter.report_copy(id, size, crc32c).await {
+                Ok(None) => {}
+                // Counted nowhere (its object was freed since it was located, or the copy was
+                // refused): the task still reads it, and the store lets it go once the task does.
+                Ok(Some(why)) => {
+                    tracing::info!(object = %id, %why, "the head did not record a fetched copy; \
+                                   deleting it once the task lets go of it");
+                    if let Err(err) = objects.delete(id) {
+                        tracing::warn!(object = %id, %err, "could not delete a fetched copy");
+                    }
+                }
+                // The task has its bytes; only the head's map of copies may miss this one (the
+                // worker's next attach reports it again, and the head adopts it or has it
+                // deleted).
+                Err(err) => tracing::warn!(object = %id, %err, "could not report a fetched copy"),
+            }
+            tracing::debug!(object = %id, took = ?started.elapsed(), "copy reported");
+        });
+    }
+
+    /// The reports of copies this attempt fetched that may still be on their way
+    /// ([`TaskContext::report_copy_in_background`]), shared by every clone of the context.
+    pub(crate) fn copy_reports(&self) -> CopyReports {
+        CopyReports(self.copy_reports.clone())
     }
 
     /// The same context, whose Python output goes to log files in `logs.dir`.

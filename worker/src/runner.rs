@@ -285,6 +285,7 @@ pub(crate) async fn run_task(
             )
             .with_limits(limits);
             let logs = ctx.logs().cloned();
+            let copy_reports = ctx.copy_reports();
             env.spawn_latency.observe(assigned.elapsed());
             let fetched = tokio::select! {
                 biased;
@@ -304,6 +305,9 @@ pub(crate) async fn run_task(
                 }
                 Err(why) => (Err(why), false),
             };
+            // The copies it fetched were reported while it ran; the head knows them before it
+            // learns the task ended (and the attempt's credential is still good for them).
+            copy_reports.settle().await;
             // A Python task's output, in its log files: the head keeps their end too.
             output = logs.and_then(|logs| take_logs(&logs)).map(output_tail);
             outcome
@@ -332,10 +336,12 @@ pub(crate) async fn run_task(
             // What the actor writes to its context's stdout and stderr (`TaskContext::stdout`)
             // is its task's output, as a function's is.
             let logs = ctx.logs().cloned();
+            let copy_reports = ctx.copy_reports();
             let outcome = env
                 .actors
                 .run(ctx, &actor, &env.worker_name, timeout, cancel, ready)
                 .await;
+            copy_reports.settle().await;
             output = logs.and_then(|logs| take_logs(&logs)).map(output_tail);
             outcome
         }

@@ -11,6 +11,7 @@ mod support;
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,7 @@ use escher_worker::objects::{
 };
 use sha2::Digest as _;
 use support::{FakeHead, RunningWorker, attached, bounded};
+use tokio::sync::Notify;
 use tonic::Code;
 
 const MIB: usize = 1 << 20;
@@ -310,12 +312,16 @@ struct Runner {
     node: NodeId,
     address: String,
     key: [u8; 32],
+    /// Notified each time `read_args_and_say` has read its arguments.
+    read: Arc<Notify>,
 }
 
 impl Runner {
     async fn start(head: &mut FakeHead, dir: &Path) -> Runner {
         let store = dir.join("runner-objects");
         std::fs::create_dir_all(&store).unwrap();
+        let read = Arc::new(Notify::new());
+        let said = Arc::clone(&read);
         let builder = support::worker(head)
             .object_store_dir(&store)
             .object_store_memory(64 << 20)
@@ -334,6 +340,18 @@ impl Runner {
                     })
                     .collect();
                 Ok::<_, String>(seen)
+            })
+            .typed_function("read_args_and_say", move |ctx, ()| {
+                let said = Arc::clone(&said);
+                async move {
+                    let sums: Vec<u32> = ctx
+                        .object_args()
+                        .iter()
+                        .map(|o| crc32c::crc32c(o.as_slice()))
+                        .collect();
+                    said.notify_one();
+                    Ok::<_, String>(sums)
+                }
             });
         let worker = RunningWorker::start(builder);
         let (node, address, key) = joined(head).await;
@@ -342,6 +360,7 @@ impl Runner {
             node,
             address,
             key,
+            read,
         }
     }
 
@@ -354,8 +373,21 @@ impl Runner {
         ids: &[ObjectId],
         located: Vec<Located>,
     ) -> TaskFinished {
+        self.run_function(head, "read_args", task, ids, located)
+            .await
+    }
+
+    /// [`Runner::run`] of function `name`.
+    async fn run_function(
+        &self,
+        head: &mut FakeHead,
+        name: &str,
+        task: u64,
+        ids: &[ObjectId],
+        located: Vec<Located>,
+    ) -> TaskFinished {
         let mut spec = support::spec(TaskKind::Function {
-            name: "read_args".into(),
+            name: name.into(),
             args: codec::encode(&()).unwrap().into(),
         });
         spec.labels
@@ -572,5 +604,41 @@ async fn a_fetched_copy_the_head_leaves_out_is_deleted_once_its_task_is_done() {
         .await
         .unwrap_err();
     assert_eq!(e.code(), Some(Code::NotFound), "{e}");
+    runner.worker.stop().await.unwrap();
+}
+
+/// A task reads a fetched argument as soon as its copy is sealed and checked: the copy's
+/// report to the head is not on its path (the fake head answers it only once the task has
+/// read the bytes). The task's end still waits for the answer, so the head knows the copy
+/// when it learns the task ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_reads_its_fetched_argument_before_the_head_answers_the_copy_report() {
+    let mut holders_head = FakeHead::start(Duration::from_millis(200)).await;
+    holders_head.number_nodes_from(50);
+    let mut head = FakeHead::start(Duration::from_millis(200)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let holder = WorkerProcess::start(&mut holders_head, dir.path(), "holder", 64 << 20).await;
+    let id = ObjectId(9, 0);
+    let value = data(4 * MIB, 90);
+    holder.push(id, value.clone()).await;
+    let runner = Runner::start(&mut head, dir.path()).await;
+    head.hold_copy_reports(Arc::clone(&runner.read));
+
+    let given = vec![located(id, &value, vec![copy_at(&holder, holder.read(id))])];
+    let done = runner
+        .run_function(&mut head, "read_args_and_say", 1, &[id], given)
+        .await;
+    let sums: Vec<u32> = match &done.outcome {
+        Ok(TaskResult::Returned(bytes)) => codec::decode(bytes).unwrap(),
+        other => panic!("task 1 did not return: {other:?}"),
+    };
+    assert_eq!(sums, vec![crc32c::crc32c(&value)], "the task read it whole");
+    assert_eq!(
+        head.copy_reports_held_out(),
+        Vec::<ObjectId>::new(),
+        "the copy's report waited for the task to read it, not the other way round"
+    );
+    // Its end came after the report's answer.
+    assert_eq!(head.sealed(), vec![(id, runner.node)]);
     runner.worker.stop().await.unwrap();
 }

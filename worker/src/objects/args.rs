@@ -3,7 +3,10 @@
 //! worker ([`fetch_object`]: checked chunk by chunk and whole, the next holder asked when one
 //! fails), and the new copy reported so that the head publishes its location on this node. An
 //! object already here is not copied. The task then reads each mapped from the store
-//! (`TaskContext::object_args`).
+//! (`TaskContext::object_args`) as soon as it is sealed and checked: the copy's report goes to
+//! the head in the background, and the attempt's end waits for its answer (the head knows the
+//! copy before it learns the task ended; a copy it leaves out is deleted once the task lets go
+//! of it).
 //!
 //! Where the copies are comes with the task: the head puts each argument, located as
 //! `LocateObject` would answer the task's credential (holders, data addresses, read tickets),
@@ -188,7 +191,8 @@ async fn bring_located(
 }
 
 /// Brings object `id` from the holders `info` names (none when it is here), checks the copy
-/// against `info`'s length and CRC-32C, and reports it when it is new.
+/// against `info`'s length and CRC-32C, and reports it when it is new, in the background
+/// ([`TaskContext::report_copy_in_background`]).
 async fn from_holders(
     objects: &NodeObjects,
     ctx: &TaskContext,
@@ -225,23 +229,12 @@ async fn from_holders(
             info.checksum
         ));
     }
+    // Reported in the background: the task reads the copy now that it is sealed and checked
+    // (a copy the head leaves out is deleted once the task lets go of it), and the attempt's
+    // end waits for the answer.
     if !local {
-        match ctx.report_copy(&view).await {
-            Ok(None) => {}
-            // Counted nowhere (its object was freed since it was located, or the copy was
-            // refused): the task still reads it, and the store lets it go once the task does.
-            Ok(Some(why)) => {
-                tracing::info!(object = %id, %why, "the head did not record a fetched copy; \
-                               deleting it once the task lets go of it");
-                if let Err(err) = objects.delete(id) {
-                    tracing::warn!(object = %id, %err, "could not delete a fetched copy");
-                }
-            }
-            // The task has its bytes; only the head's map of copies may miss this one (the
-            // worker's next attach reports it again, and the head adopts it or has it deleted).
-            Err(err) => tracing::warn!(object = %id, %err, "could not report a fetched copy"),
-        }
+        ctx.report_copy_in_background(objects, &view);
     }
-    tracing::debug!(object = %id, size = view.len(), ?fetched, reported = ?(start.elapsed() - fetched), "brought into this node's store");
+    tracing::debug!(object = %id, size = view.len(), ?fetched, "brought into this node's store");
     Ok(view)
 }

@@ -79,7 +79,15 @@ struct State {
     /// Objects whose reported copies `ObjectsSealed` leaves out, with why (as a real head does
     /// for an object freed since it was located).
     left_out: BTreeMap<ObjectId, String>,
+    /// While set, `ObjectsSealed` answers only once this is notified, or after
+    /// [`COPY_REPORT_HOLD`] (so that a test stops by itself when it never is).
+    copy_gate: Option<Arc<tokio::sync::Notify>>,
+    /// The copy reports answered after [`COPY_REPORT_HOLD`] rather than by the gate.
+    copy_reports_held_out: Vec<ObjectId>,
 }
+
+/// The longest [`FakeHead::hold_copy_reports`] holds a report (less than [`BOUND`]).
+pub const COPY_REPORT_HOLD: Duration = Duration::from_secs(8);
 
 #[derive(Clone)]
 struct Services {
@@ -133,6 +141,8 @@ impl FakeHead {
             locate_calls: Vec::new(),
             sealed: Vec::new(),
             left_out: BTreeMap::new(),
+            copy_gate: None,
+            copy_reports_held_out: Vec::new(),
             set_resources_failures: std::collections::VecDeque::new(),
         }));
         let (reg_tx, registrations) = mpsc::unbounded_channel();
@@ -237,6 +247,18 @@ impl FakeHead {
     /// recorded); the ones after are served.
     pub fn fail_set_resources(&self, answers: impl IntoIterator<Item = Status>) {
         self.state().set_resources_failures.extend(answers);
+    }
+
+    /// From now on `ObjectsSealed` answers only once `gate` is notified (one answer per
+    /// notification), or after [`COPY_REPORT_HOLD`]: see [`FakeHead::copy_reports_held_out`].
+    pub fn hold_copy_reports(&self, gate: Arc<tokio::sync::Notify>) {
+        self.state().copy_gate = Some(gate);
+    }
+
+    /// The objects whose copy reports [`FakeHead::hold_copy_reports`] answered after its
+    /// longest hold, the gate not notified by then.
+    pub fn copy_reports_held_out(&self) -> Vec<ObjectId> {
+        self.state().copy_reports_held_out.clone()
     }
 
     /// From now on `ObjectsSealed` leaves out the copies of object `id`, saying `why`.
@@ -468,7 +490,18 @@ impl Cluster for Services {
         request: Request<wire::ObjectsSealedRequest>,
     ) -> Result<Response<wire::ObjectsSealedReply>, Status> {
         let copies = request.into_inner().copies;
+        let gate = self.state.lock().expect("state").copy_gate.clone();
+        let held_out = match gate {
+            Some(gate) => tokio::time::timeout(COPY_REPORT_HOLD, gate.notified())
+                .await
+                .is_err(),
+            None => false,
+        };
         let mut state = self.state.lock().expect("state");
+        if held_out {
+            let ids = copies.iter().filter_map(|c| c.id.map(ObjectId::from));
+            state.copy_reports_held_out.extend(ids);
+        }
         let mut reply = wire::ObjectsSealedReply::default();
         for copy in copies {
             let Some(key) = copy.id else { continue };
