@@ -515,8 +515,9 @@ impl TaskCgroup {
         })
     }
 
-    /// The `cgroup.procs` files of [`TaskCgroup::procs_files`], open for writing: what the
-    /// one-exec spawn writes its child into.
+    /// The `cgroup.procs` files of [`TaskCgroup::procs_files`], open for writing, every one of
+    /// them (the spawn takes [`TaskCgroup::spawn_fds`]).
+    #[cfg(test)]
     pub(super) fn procs_fds(&self) -> &[std::os::fd::OwnedFd] {
         &self.slot.procs
     }

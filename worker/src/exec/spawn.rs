@@ -344,6 +344,7 @@ impl Spawner {
     }
 
     /// Its thread's id (the one in the cgroup's `tasks`).
+    #[cfg(test)]
     pub(super) fn tid(&self) -> libc::pid_t {
         self.tid
     }
