@@ -527,10 +527,7 @@ impl TaskCgroup {
     /// cgroup v1 CPU cgroup that thread lives in, whose file is then not among them).
     pub(super) fn spawn_fds(&self) -> (&[std::os::fd::OwnedFd], Option<&super::spawn::Spawner>) {
         match &self.slot.spawner {
-            Some(spawner) => (
-                &self.slot.procs[..self.slot.procs.len() - 1],
-                Some(spawner),
-            ),
+            Some(spawner) => (&self.slot.procs[..self.slot.procs.len() - 1], Some(spawner)),
             None => (&self.slot.procs, None),
         }
     }

@@ -213,9 +213,7 @@ unsafe fn start(
 ) -> Result<(libc::pid_t, Option<OwnedFd>), Failed> {
     // SAFETY: as for `clone` below; `clone3` only where its child runs on `stack` too.
     let started = match dir {
-        Some(dir) if !cgroups.is_empty() => unsafe {
-            clone_into_cgroup(args, cgroups, dir, stack)
-        },
+        Some(dir) if !cgroups.is_empty() => unsafe { clone_into_cgroup(args, cgroups, dir, stack) },
         _ => None,
     };
     match started {
@@ -888,7 +886,10 @@ mod tests {
         let cgroup = cgroups.create().unwrap();
         let (fds, spawner) = cgroup.spawn_fds();
         let Some(spawner) = spawner else {
-            let v1_cpu = cgroups.enforcement().enforced.contains(&super::super::Controller::Cpu)
+            let v1_cpu = cgroups
+                .enforcement()
+                .enforced
+                .contains(&super::super::Controller::Cpu)
                 && cgroup.procs_files().iter().any(|f| {
                     f.components().any(|c| c.as_os_str() == "cpu")
                         && !f.starts_with("/sys/fs/cgroup/unified")
@@ -913,7 +914,11 @@ mod tests {
             })
             .unwrap_or_else(|| panic!("the spawner thread {tid} is in none of the task's cgroups"))
             .to_path_buf();
-        assert!(cpu_dir.join("cpu.cfs_quota_us").exists(), "{}", cpu_dir.display());
+        assert!(
+            cpu_dir.join("cpu.cfs_quota_us").exists(),
+            "{}",
+            cpu_dir.display()
+        );
         let dir = tempfile::tempdir().unwrap();
         let out_path = dir.path().join("out");
         let out = File::create(&out_path).unwrap();
