@@ -69,7 +69,14 @@ const IDLE: usize = 64;
 /// Removes the scratch directories of workers that are gone (killed outright: SIGKILL, the
 /// OOM killer) from `parent`, unmounting what their tasks still had mounted, so that a crash
 /// leaves its tasks' scratch (memory, being tmpfs) only until the next worker starts there. A
-/// directory is a dead worker's when the process its name gives no longer exists.
+/// live worker holds an exclusive `flock` on its directory for its whole life (the kernel drops
+/// it with the process), so a directory is a dead worker's when its lock can be taken. The pid
+/// in the name cannot say so alone: a root worker in a PID namespace of its own names its
+/// directory with the pid it has there, which another namespace's `kill(pid, 0)` reads as
+/// another process or none, and a worker sweeping from inside a namespace sees none of the
+/// host's pids (it removed a live worker's scratch under its tasks). A directory whose lock is
+/// free is still left alone while the pid its name gives exists here (a worker of before the
+/// lock, which holds none).
 fn sweep(parent: &Path) {
     let Ok(entries) = std::fs::read_dir(parent) else {
         return;
@@ -84,6 +91,11 @@ fn sweep(parent: &Path) {
         else {
             continue;
         };
+        let dir = entry.path();
+        // Held while the directory is swept, and dropped (unlocked) with it.
+        let Some(_lock) = lock(&dir) else {
+            continue; // a live worker's
+        };
         let gone = matches!(
             nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None),
             Err(nix::errno::Errno::ESRCH)
@@ -91,7 +103,6 @@ fn sweep(parent: &Path) {
         if !gone {
             continue;
         }
-        let dir = entry.path();
         if let Ok(tasks) = std::fs::read_dir(&dir) {
             for task in tasks.flatten() {
                 let _ = nix::mount::umount2(&task.path(), nix::mount::MntFlags::MNT_DETACH);
@@ -107,6 +118,14 @@ fn sweep(parent: &Path) {
             }
         }
     }
+}
+
+/// Takes the exclusive `flock` on directory `dir` without waiting; `None` when another
+/// process holds it (or the directory cannot be opened).
+fn lock(dir: &Path) -> Option<std::fs::File> {
+    let file = std::fs::File::open(dir).ok()?;
+    rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive).ok()?;
+    Some(file)
 }
 
 /// An empty tmpfs of `bytes`, `nosuid,nodev`, its root 0711 and root's, mounted nowhere: the
@@ -370,6 +389,9 @@ pub struct Scratch {
     /// `{task dir}/escher-scratch-PID-RANDOM`, 0711, the worker's: a task reaches its own
     /// directory and lists none.
     root: tempfile::TempDir,
+    /// The directory opened with its `flock` held, for as long as the worker lives: another
+    /// worker's [`sweep`] leaves a locked directory alone.
+    _lock: std::fs::File,
     /// The size of a task's scratch when it asks for no `disk`.
     default_bytes: u64,
     /// Scratch file systems of `default_bytes` made ahead, and emptied slots.
@@ -390,6 +412,8 @@ impl Scratch {
             .map_err(|e| format!("cannot create a directory in {}: {e}", parent.display()))?;
         std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o711))
             .map_err(|e| format!("cannot set {}'s mode: {e}", root.path().display()))?;
+        let lock =
+            lock(root.path()).ok_or_else(|| format!("cannot lock {}", root.path().display()))?;
         let pool = Arc::new(Pool {
             bytes: default_bytes,
             state: Mutex::default(),
@@ -415,6 +439,7 @@ impl Scratch {
         };
         Ok(Scratch {
             root,
+            _lock: lock,
             default_bytes,
             pool,
             maker: Some(maker),
@@ -740,7 +765,10 @@ mod tests {
         let live = parent
             .path()
             .join(format!("{PREFIX}{}-ghijkl", std::process::id()));
-        for dir in [&stale, &live] {
+        // A live worker seen from another PID namespace: the pid its name gives is none here,
+        // but it holds its directory's lock.
+        let elsewhere = parent.path().join(format!("{PREFIX}{dead}-mnopqr"));
+        for dir in [&stale, &live, &elsewhere] {
             std::fs::create_dir_all(dir.join("7-1")).unwrap();
             nix::mount::mount(
                 Some("escher-scratch"),
@@ -752,13 +780,18 @@ mod tests {
             .unwrap();
             std::fs::write(dir.join("7-1").join("left"), b"a task's file").unwrap();
         }
+        let held = lock(&elsewhere).expect("the lock is free");
         let scratch = Scratch::open(parent.path(), 1 << 20).unwrap();
         assert!(!stale.exists(), "the dead worker's scratch stayed");
-        assert!(
-            live.join("7-1").join("left").exists(),
-            "a live worker's scratch was touched"
-        );
-        nix::mount::umount2(&live.join("7-1"), nix::mount::MntFlags::MNT_DETACH).unwrap();
+        for dir in [&live, &elsewhere] {
+            assert!(
+                dir.join("7-1").join("left").exists(),
+                "a live worker's scratch was touched: {}",
+                dir.display()
+            );
+            nix::mount::umount2(&dir.join("7-1"), nix::mount::MntFlags::MNT_DETACH).unwrap();
+        }
+        drop(held);
         drop(scratch);
     }
 }
