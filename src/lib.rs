@@ -32,8 +32,7 @@ mod local_cluster;
 pub use escher_client as client;
 pub use escher_client::{
     ActorHandle, BlockingClient, CallCanceller, Client, ClientError, ClosedSession, Credentials,
-    ObjectRef, Task,
-    TaskRef, Watch,
+    ObjectRef, Task, TaskRef, Watch,
 };
 pub use escher_esl as esl;
 pub use escher_proto::access;

@@ -178,8 +178,7 @@ async fn an_actor_keeps_its_state_and_starts_one_callers_calls_in_order() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cancelled_queued_call_is_removed_while_a_running_one_runs_on_and_the_rest_keep_order()
-{
+async fn a_cancelled_queued_call_is_removed_while_a_running_one_runs_on_and_the_rest_keep_order() {
     let (_cluster, client) = start(1).await;
     let gate = within("create", client.actor(Task::actor_typed("Gate", &())))
         .await
@@ -239,7 +238,10 @@ async fn a_cancelled_queued_call_is_removed_while_a_running_one_runs_on_and_the_
     let block = within("block's answer", block).await.unwrap();
     assert_eq!(block.unwrap(), Vec::<u64>::new());
     assert_eq!(within("add 1", first).await.unwrap().unwrap(), vec![0, 1]);
-    assert_eq!(within("add 2", later).await.unwrap().unwrap(), vec![0, 1, 2]);
+    assert_eq!(
+        within("add 2", later).await.unwrap().unwrap(),
+        vec![0, 1, 2]
+    );
     // Cancelling an answered call changes nothing; the actor goes on.
     queued.cancel();
     let after: Vec<u64> = within("a call after", gate.call("add", &3u64))
@@ -249,9 +251,15 @@ async fn a_cancelled_queued_call_is_removed_while_a_running_one_runs_on_and_the_
     // A call cancelled before it is made is never sent.
     let never = CallCanceller::new();
     never.cancel();
-    let answer = within("a call cancelled first", gate.call_with::<u64, Vec<u64>>("add", &4, &never))
-        .await;
-    assert!(matches!(answer, Err(ClientError::ActorCallCancelled { .. })), "{answer:?}");
+    let answer = within(
+        "a call cancelled first",
+        gate.call_with::<u64, Vec<u64>>("add", &4, &never),
+    )
+    .await;
+    assert!(
+        matches!(answer, Err(ClientError::ActorCallCancelled { .. })),
+        "{answer:?}"
+    );
     let after: Vec<u64> = within("a call after", gate.call("add", &5u64))
         .await
         .unwrap();

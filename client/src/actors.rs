@@ -565,7 +565,11 @@ impl Shared {
     async fn recover(self: Arc<Self>, conn: &Conn, calls: Vec<Pending>, why: String) {
         let mut again = Vec::new();
         for mut call in calls {
-            if call.cancel.as_ref().is_some_and(CallCanceller::is_cancelled) {
+            if call
+                .cancel
+                .as_ref()
+                .is_some_and(CallCanceller::is_cancelled)
+            {
                 // Cancelled: never sent again.
                 let _ = call.reply.send(Err(ClientError::ActorCallCancelled {
                     actor: self.id,
