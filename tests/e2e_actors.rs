@@ -10,7 +10,7 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{cluster, eventually, resource, status, within};
@@ -18,7 +18,7 @@ use escher::types::{
     ACTOR_LABEL, ActorChange, ClusterEvent, Grant, ListTasksRequest, LogStream, NodeId, Role,
     TaskId, TaskState, WatchEvent, WatchKind, WatchRequest,
 };
-use escher::{ActorClass, Client, ClientError, LocalCluster, Task};
+use escher::{ActorClass, CallCanceller, Client, ClientError, LocalCluster, Task};
 
 /// A counter: `Counter(start)`; `add(n)` returns the new count, `get()` the count, `slow(ms)`
 /// sleeps then returns the count, `panic()` panics, `fail(why)` returns an error.
@@ -45,6 +45,28 @@ fn counter() -> ActorClass {
         "fail",
         |_c: &mut Counter, why: String| -> Result<(), String> { Err(why) },
     )
+}
+
+/// Set when `Gate.block` has started; `Gate.block` returns once `GATE_OPEN` is set (the
+/// workers of a `LocalCluster` run in this process).
+static GATE_STARTED: AtomicBool = AtomicBool::new(false);
+static GATE_OPEN: AtomicBool = AtomicBool::new(false);
+
+/// `Gate()`: `block()` runs until the test opens the gate; `add(n)` notes `n` and returns
+/// every number noted, in order.
+fn gate() -> ActorClass {
+    ActorClass::new("Gate", |_ctx, (): ()| async move { Ok(Vec::<u64>::new()) })
+        .method("block", |_seen: &mut Vec<u64>, (): ()| {
+            GATE_STARTED.store(true, Ordering::SeqCst);
+            while !GATE_OPEN.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Ok(Vec::<u64>::new())
+        })
+        .method("add", |seen: &mut Vec<u64>, n: u64| {
+            seen.push(n);
+            Ok(seen.clone())
+        })
 }
 
 /// A class whose constructor fails when its argument is empty.
@@ -105,7 +127,8 @@ async fn start(workers: usize) -> (LocalCluster, Client) {
                     .actor(counter())
                     .actor(picky())
                     .actor(slow())
-                    .actor(talker()),
+                    .actor(talker())
+                    .actor(gate()),
             )
             .workers(workers)
             .start(),
@@ -152,6 +175,95 @@ async fn an_actor_keeps_its_state_and_starts_one_callers_calls_in_order() {
         .await
         .unwrap();
     assert_eq!(n, 211);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_queued_call_is_removed_while_a_running_one_runs_on_and_the_rest_keep_order() {
+    let (_cluster, client) = start(1).await;
+    let gate = within("create", client.actor(Task::actor_typed("Gate", &())))
+        .await
+        .unwrap();
+    let _: Vec<u64> = within("a first call", gate.call("add", &0u64))
+        .await
+        .unwrap();
+    let (running, queued) = (CallCanceller::new(), CallCanceller::new());
+    // Four calls made in this order (first polled in order by one join), each answer sent back
+    // as it comes: block (runs), add 1, add 10 (to be cancelled), add 2.
+    let calls: Vec<(&str, u64, Option<CallCanceller>)> = vec![
+        ("block", 0, Some(running.clone())),
+        ("add", 1, None),
+        ("add", 10, Some(queued.clone())),
+        ("add", 2, None),
+    ];
+    let mut answers = Vec::new();
+    let mut made = Vec::new();
+    for (method, n, cancel) in calls {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        answers.push(rx);
+        let gate = gate.clone();
+        made.push(async move {
+            let answer: Result<Vec<u64>, ClientError> = match (method, cancel) {
+                ("block", Some(c)) => gate.call_with("block", &(), &c).await,
+                (_, Some(c)) => gate.call_with(method, &n, &c).await,
+                (_, None) => gate.call(method, &n).await,
+            };
+            let _ = tx.send(answer);
+        });
+    }
+    tokio::spawn(futures_util::future::join_all(made));
+    let mut answers = answers.into_iter();
+    let (block, first, cancelled, later) = (
+        answers.next().unwrap(),
+        answers.next().unwrap(),
+        answers.next().unwrap(),
+        answers.next().unwrap(),
+    );
+    eventually("block to start", || async {
+        GATE_STARTED.load(Ordering::SeqCst).then_some(())
+    })
+    .await;
+    // A Rust method is not interrupted: the running call's cancel changes nothing. The queued
+    // one is removed and answered at once, while the gate is still closed.
+    running.cancel();
+    queued.cancel();
+    let answer = within("the cancelled call's answer", cancelled)
+        .await
+        .unwrap();
+    assert!(
+        matches!(&answer, Err(ClientError::ActorCallCancelled { method, reason, .. })
+            if method == "add" && reason.contains("cancelled before it started")),
+        "{answer:?}"
+    );
+    GATE_OPEN.store(true, Ordering::SeqCst);
+    let block = within("block's answer", block).await.unwrap();
+    assert_eq!(block.unwrap(), Vec::<u64>::new());
+    assert_eq!(within("add 1", first).await.unwrap().unwrap(), vec![0, 1]);
+    assert_eq!(
+        within("add 2", later).await.unwrap().unwrap(),
+        vec![0, 1, 2]
+    );
+    // Cancelling an answered call changes nothing; the actor goes on.
+    queued.cancel();
+    let after: Vec<u64> = within("a call after", gate.call("add", &3u64))
+        .await
+        .unwrap();
+    assert_eq!(after, vec![0, 1, 2, 3]);
+    // A call cancelled before it is made is never sent.
+    let never = CallCanceller::new();
+    never.cancel();
+    let answer = within(
+        "a call cancelled first",
+        gate.call_with::<u64, Vec<u64>>("add", &4, &never),
+    )
+    .await;
+    assert!(
+        matches!(answer, Err(ClientError::ActorCallCancelled { .. })),
+        "{answer:?}"
+    );
+    let after: Vec<u64> = within("a call after", gate.call("add", &5u64))
+        .await
+        .unwrap();
+    assert_eq!(after, vec![0, 1, 2, 3, 5]);
 }
 
 // ---- resources ------------------------------------------------------------------------------

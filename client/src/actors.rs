@@ -21,14 +21,18 @@
 //! When the incarnation serving the calls ends (killed, its process or node lost, a method
 //! panicked), each call in flight fails with [`ClientError::ActorDied`] and the reason, unless
 //! the actor's `max_task_retries` lets it go again to the next incarnation (then it may run
-//! twice: calls are not durable). A call made while the actor is being placed or restarted
+//! twice: calls are not durable). A call made with a [`CallCanceller`]
+//! ([`ActorHandle::call_with`], [`ActorHandle::call_raw_with`]) can be cancelled: one not yet
+//! started is removed from the actor's queue (the calls after it keep their order) and fails
+//! with [`ClientError::ActorCallCancelled`]; one that runs is stopped only where the actor can
+//! stop it (an async Python actor's coroutine), else it runs on and its answer is the call's. A call made while the actor is being placed or restarted
 //! waits for it. An actor whose lifetime is owned is killed when the last clone of the handle
 //! that created it is dropped; a detached one, or one found by id or name, is not.
 
 use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -174,6 +178,14 @@ struct Owner {
     shared: Arc<Shared>,
 }
 
+impl fmt::Debug for Conn {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Conn")
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
+}
+
 impl fmt::Debug for ActorHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ActorHandle")
@@ -231,6 +243,56 @@ struct Pending {
     /// How many times it was sent to an incarnation that then died.
     tries: u32,
     reply: oneshot::Sender<Result<Bytes, ClientError>>,
+    /// Its canceller, if it was made with one.
+    cancel: Option<CallCanceller>,
+}
+
+/// Cancels one actor call made with [`ActorHandle::call_with`] or
+/// [`ActorHandle::call_raw_with`]. Cheap to clone; clones cancel the same call.
+///
+/// A cancel that reaches the worker before the call started removes it from the actor's queue
+/// (the calls after it keep their order) and the call fails with
+/// [`ClientError::ActorCallCancelled`]. A call that already runs is stopped only where the
+/// actor can stop it (an async Python actor's coroutine is cancelled, and the call fails the
+/// same way); otherwise it runs on and is answered as usual. Cancelling an answered call does
+/// nothing.
+#[derive(Clone, Debug, Default)]
+pub struct CallCanceller(Arc<Mutex<CancelState>>);
+
+#[derive(Debug, Default)]
+struct CancelState {
+    requested: bool,
+    /// Where the call was sent: its stream and its number there.
+    at: Option<(Weak<Conn>, u64)>,
+}
+
+impl CallCanceller {
+    /// A canceller for one call.
+    pub fn new() -> CallCanceller {
+        CallCanceller::default()
+    }
+
+    /// Cancels the call (see the type's documentation); returns at once, without waiting for
+    /// the worker.
+    pub fn cancel(&self) {
+        let mut state = lock(&self.0);
+        state.requested = true;
+        if let Some((conn, seq)) = &state.at
+            && let Some(conn) = conn.upgrade()
+            && let Some(tx) = lock(&conn.tx).as_ref()
+        {
+            let _ = tx.send(wire::ActorCallBatch {
+                open: None,
+                calls: Vec::new(),
+                cancel: vec![*seq],
+            });
+        }
+    }
+
+    /// Whether [`CallCanceller::cancel`] was called.
+    pub fn is_cancelled(&self) -> bool {
+        lock(&self.0).requested
+    }
 }
 
 /// One stream to one incarnation.
@@ -238,8 +300,9 @@ struct Conn {
     incarnation: u32,
     max_task_retries: u32,
     seq: AtomicU64,
-    /// The outgoing half; taken when the last handle goes, which ends the stream.
-    tx: Mutex<Option<mpsc::UnboundedSender<wire::ActorCall>>>,
+    /// The outgoing half (each message one call or one cancel); taken when the last handle
+    /// goes, which ends the stream.
+    tx: Mutex<Option<mpsc::UnboundedSender<wire::ActorCallBatch>>>,
     pending: Mutex<BTreeMap<u64, Pending>>,
     /// Cancelled once the stream has ended: no call is added after.
     broken: CancellationToken,
@@ -286,14 +349,55 @@ impl ActorHandle {
         })
     }
 
+    /// [`ActorHandle::call`], cancellable with `cancel` (see [`CallCanceller`]).
+    pub async fn call_with<A, R>(
+        &self,
+        method: &str,
+        args: &A,
+        cancel: &CallCanceller,
+    ) -> Result<R, ClientError>
+    where
+        A: Serialize + ?Sized,
+        R: DeserializeOwned,
+    {
+        let args = codec::encode(args)
+            .map_err(|e| ClientError::Usage(format!("the arguments of {method}: {e}")))?;
+        let bytes = self.call_raw_with(method, args.into(), cancel).await?;
+        codec::decode(&bytes).map_err(|source| ClientError::Decode {
+            id: self.shared.id,
+            source,
+        })
+    }
+
     /// Calls `method` with argument bytes; returns the result bytes.
     pub async fn call_raw(&self, method: &str, args: Bytes) -> Result<Bytes, ClientError> {
+        self.call_raw_inner(method, args, None).await
+    }
+
+    /// [`ActorHandle::call_raw`], cancellable with `cancel` (see [`CallCanceller`]).
+    pub async fn call_raw_with(
+        &self,
+        method: &str,
+        args: Bytes,
+        cancel: &CallCanceller,
+    ) -> Result<Bytes, ClientError> {
+        self.call_raw_inner(method, args, Some(cancel.clone()))
+            .await
+    }
+
+    async fn call_raw_inner(
+        &self,
+        method: &str,
+        args: Bytes,
+        cancel: Option<CallCanceller>,
+    ) -> Result<Bytes, ClientError> {
         let (reply, answer) = oneshot::channel();
         let call = Pending {
             method: method.to_string(),
             args,
             tries: 0,
             reply,
+            cancel,
         };
         self.shared.clone().send(call).await;
         answer.await.unwrap_or_else(|_| {
@@ -342,13 +446,35 @@ impl Shared {
                 drop(pending);
                 continue;
             }
+            // A cancelled call is not sent; one sent is cancelled by its number on this stream
+            // (its canceller's state is held until the call is on the stream, so that a cancel
+            // never goes before its call).
+            let canceller = call.cancel.clone();
+            let mut cancel_state = canceller.as_ref().map(|c| lock(&c.0));
+            if cancel_state.as_ref().is_some_and(|c| c.requested) {
+                drop(cancel_state);
+                drop(pending);
+                let _ = call.reply.send(Err(ClientError::ActorCallCancelled {
+                    actor: self.id,
+                    reason: "the call was cancelled before it was sent".into(),
+                    method: call.method,
+                }));
+                return;
+            }
             // Numbered and sent under the lock, so that calls enter the stream in the order
             // of their numbers.
             let seq = conn.seq.fetch_add(1, Ordering::Relaxed);
-            let message = wire::ActorCall {
-                seq,
-                method: call.method.clone(),
-                args: call.args.clone(),
+            if let Some(state) = cancel_state.as_mut() {
+                state.at = Some((Arc::downgrade(&conn), seq));
+            }
+            let message = wire::ActorCallBatch {
+                open: None,
+                calls: vec![wire::ActorCall {
+                    seq,
+                    method: call.method.clone(),
+                    args: call.args.clone(),
+                }],
+                cancel: Vec::new(),
             };
             pending.insert(seq, call);
             match lock(&conn.tx).as_ref() {
@@ -439,6 +565,19 @@ impl Shared {
     async fn recover(self: Arc<Self>, conn: &Conn, calls: Vec<Pending>, why: String) {
         let mut again = Vec::new();
         for mut call in calls {
+            if call
+                .cancel
+                .as_ref()
+                .is_some_and(CallCanceller::is_cancelled)
+            {
+                // Cancelled: never sent again.
+                let _ = call.reply.send(Err(ClientError::ActorCallCancelled {
+                    actor: self.id,
+                    reason: format!("the call was cancelled, and its incarnation ended: {why}"),
+                    method: call.method,
+                }));
+                continue;
+            }
             if call.tries < conn.max_task_retries {
                 call.tries += 1;
                 again.push(call);
@@ -492,7 +631,7 @@ async fn open(
     let mut rpc = ActorsClient::new(channel)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let (tx, rx) = mpsc::unbounded_channel::<wire::ActorCall>();
+    let (tx, rx) = mpsc::unbounded_channel::<wire::ActorCallBatch>();
     let opening = wire::ActorCallBatch {
         open: Some(wire::ActorCallOpen {
             actor: view.id.0,
@@ -500,9 +639,18 @@ async fn open(
             ticket: ticket.to_string(),
         }),
         calls: Vec::new(),
+        cancel: Vec::new(),
     };
-    let calls = Batches::new(UnboundedReceiverStream::new(rx))
-        .map(|calls| wire::ActorCallBatch { open: None, calls });
+    // What is ready goes in one batch: its calls, then its cancels (a cancel always follows
+    // its call on the channel, so it never goes before it).
+    let calls = Batches::new(UnboundedReceiverStream::new(rx)).map(|messages| {
+        let mut batch = wire::ActorCallBatch::default();
+        for mut message in messages {
+            batch.calls.append(&mut message.calls);
+            batch.cancel.append(&mut message.cancel);
+        }
+        batch
+    });
     let outbound = tokio_stream::once(opening).chain(calls);
     let inbound = rpc.calls(outbound).await?.into_inner();
     let conn = Arc::new(Conn {
@@ -552,6 +700,13 @@ async fn read_answers_until_end(
                             method: call.method.clone(),
                             message,
                         }),
+                        Some(actor_reply::Outcome::Cancelled(reason)) => {
+                            Err(ClientError::ActorCallCancelled {
+                                actor: id,
+                                method: call.method.clone(),
+                                reason,
+                            })
+                        }
                         Some(actor_reply::Outcome::Died(reason)) => {
                             shared.died.fetch_max(conn.incarnation, Ordering::Relaxed);
                             why.get_or_insert(reason);

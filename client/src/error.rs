@@ -185,6 +185,17 @@ pub enum ClientError {
         /// Why, as the method said.
         message: String,
     },
+    /// An actor call was cancelled ([`crate::CallCanceller::cancel`]): removed before it
+    /// started, or stopped while it ran (an async Python actor's coroutine).
+    #[error("actor {actor}: {method} was cancelled: {reason}")]
+    ActorCallCancelled {
+        /// The actor.
+        actor: TaskId,
+        /// The method.
+        method: String,
+        /// Why, as the worker said.
+        reason: String,
+    },
     /// A task succeeded but its result is not of the kind asked for (for example a typed value
     /// was asked of a command task, which only has an exit code).
     #[error("task {id} ended with {found}, not a function's return value")]
@@ -275,6 +286,7 @@ impl ClientError {
             | ClientError::TaskFailed { .. }
             | ClientError::ActorDied { .. }
             | ClientError::ActorCall { .. }
+            | ClientError::ActorCallCancelled { .. }
             | ClientError::WrongResultKind { .. }
             | ClientError::Decode { .. }
             | ClientError::MigFailed { .. }

@@ -373,11 +373,17 @@ class _SharedCall:
     def done(self) -> bool:
         return self._answer is not None or self._call.done()
 
+    def cancel(self) -> None:
+        self._call.cancel()
+
 
 class ActorCallRef(TaskRef):
-    """One actor call: ``escher.get``, ``escher.wait`` and ``await`` take it as a task's
-    ``TaskRef``. A call cannot be cancelled (kill the actor instead), and is answered by the
-    actor, not recorded by the head: it has no task id."""
+    """One actor call: ``escher.get``, ``escher.wait``, ``escher.cancel`` and ``await`` take it
+    as a task's ``TaskRef``. A cancelled call that had not started is removed from the actor's
+    queue, and its ``get`` raises ``TaskCancelledError``; a running call of an async actor has
+    its coroutine cancelled (the same error); a running call of a sync or threaded actor runs
+    on and is answered as usual. A call is answered by the actor, not recorded by the head: it
+    has no task id."""
 
     __slots__ = ("_call", "_actor", "_method", "_label", "_part")
 
@@ -409,6 +415,8 @@ class ActorCallRef(TaskRef):
             ok, body = self._call.result(timeout)
         except _api.GetTimeoutError as e:
             raise self._why_waiting(e) from None
+        if ok is None:
+            raise _api._failure(self._actor.actor_id, "cancelled", body, self._what())
         if not ok:
             raise _api._failure(self._actor.actor_id, "failed", body, self._what())
         value = pickle.loads(body)
@@ -449,6 +457,9 @@ class ActorCallRef(TaskRef):
 
     def cancel(self) -> None:
         _api.cancel(self)
+
+    def _cancel_call(self) -> None:
+        self._call.cancel()
 
     def __repr__(self) -> str:
         label = f", name={self._label!r}" if self._label else ""

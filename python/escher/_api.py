@@ -609,16 +609,24 @@ def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
 
 
 def cancel(refs: Union[TaskRef, Sequence[TaskRef]]) -> List[str]:
-    """Cancels tasks (a pending one at once, a running one is stopped); their states."""
+    """Cancels tasks (a pending one at once, a running one is stopped); their states.
+
+    An actor call's ref is cancelled too (its state reads ``"cancel-requested"``: the actor
+    answers): one queued behind other calls is removed from the actor's queue and its ``get``
+    raises ``TaskCancelledError``; a running call of an async actor has its coroutine
+    cancelled (the same error); a running call of a sync or threaded actor is not interrupted
+    and is answered as usual."""
     if isinstance(refs, TaskRef):
         refs = [refs]
-    for r in refs:
-        if isinstance(r, TaskRef) and r._kind == "actor-call":
-            raise InvalidArgumentError(
-                f"{r!r} cannot be cancelled: an actor call, once sent, is the actor's to run; "
-                f"end the actor with escher.kill(handle) to stop what it runs"
-            )
-    return [s[1] for s in _current().cancel(_ids(refs))]
+    calls = [r for r in refs if isinstance(r, TaskRef) and r._kind == "actor-call"]
+    tasks = [r for r in refs if not (isinstance(r, TaskRef) and r._kind == "actor-call")]
+    for r in calls:
+        r._cancel_call()
+    states = iter([s[1] for s in _current().cancel(_ids(tasks))] if tasks else [])
+    return [
+        "cancel-requested" if isinstance(r, TaskRef) and r._kind == "actor-call" else next(states)
+        for r in refs
+    ]
 
 
 # ------------------------------------------------------------------------------------------

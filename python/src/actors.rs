@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use escher_client::{ActorHandle, ClientError};
+use escher_client::{ActorHandle, CallCanceller, ClientError};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use pyo3::prelude::*;
@@ -27,8 +27,14 @@ pub(crate) struct Actor {
     calls: Mutex<Option<mpsc::UnboundedSender<Job>>>,
 }
 
-/// One call to make: the method, the pickled arguments, and where its answer goes.
-type Job = (String, Bytes, oneshot::Sender<Result<Bytes, ClientError>>);
+/// One call to make: the method, the pickled arguments, where its answer goes, and its
+/// canceller.
+type Job = (
+    String,
+    Bytes,
+    oneshot::Sender<Result<Bytes, ClientError>>,
+    CallCanceller,
+);
 
 impl Actor {
     pub(crate) fn new(handle: ActorHandle) -> Actor {
@@ -59,10 +65,10 @@ async fn dispatch(handle: ActorHandle, mut jobs: mpsc::UnboundedReceiver<Job>) {
         tokio::select! {
             biased;
             job = jobs.recv() => match job {
-                Some((method, args, reply)) => {
+                Some((method, args, reply, cancel)) => {
                     let handle = handle.clone();
                     running.push(async move {
-                        let _ = reply.send(handle.call_raw(&method, args).await);
+                        let _ = reply.send(handle.call_raw_with(&method, args, &cancel).await);
                     });
                 }
                 None => break,
@@ -96,6 +102,7 @@ impl Actor {
     /// [`Call`]. Calls made on one handle start in the order they were made.
     fn call(&self, method: String, args: &[u8]) -> PyResult<Call> {
         let (tx, rx) = oneshot::channel();
+        let canceller = CallCanceller::new();
         let sent = self
             .calls
             .lock()
@@ -103,7 +110,7 @@ impl Actor {
             .as_ref()
             .is_some_and(|calls| {
                 calls
-                    .send((method, Bytes::copy_from_slice(args), tx))
+                    .send((method, Bytes::copy_from_slice(args), tx, canceller.clone()))
                     .is_ok()
             });
         if !sent {
@@ -111,6 +118,7 @@ impl Actor {
         }
         Ok(Call {
             state: Arc::new(tokio::sync::Mutex::new(CallState::Sent(rx))),
+            canceller,
         })
     }
 
@@ -145,6 +153,7 @@ enum CallState {
 #[pyclass(module = "escher._escher", frozen)]
 pub(crate) struct Call {
     state: Arc<tokio::sync::Mutex<CallState>>,
+    canceller: CallCanceller,
 }
 
 async fn settle(state: &tokio::sync::Mutex<CallState>) -> Result<Bytes, Arc<ClientError>> {
@@ -165,17 +174,21 @@ async fn settle(state: &tokio::sync::Mutex<CallState>) -> Result<Bytes, Arc<Clie
 }
 
 /// What Python gets of an answer: `(True, value bytes)`, `(False, the method's error text)`,
-/// or the exception of a call that could not be answered (the actor died, the session ended).
-type Answer = (bool, Py<PyAny>);
+/// `(None, why)` for a cancelled call, or the exception of a call that could not be answered
+/// (the actor died, the session ended).
+type Answer = (Option<bool>, Py<PyAny>);
 
 fn to_answer(py: Python<'_>, answer: Result<Bytes, Arc<ClientError>>) -> PyResult<Answer> {
     match answer {
-        Ok(bytes) => Ok((true, PyBytes::new(py, &bytes).into_any().unbind())),
+        Ok(bytes) => Ok((Some(true), PyBytes::new(py, &bytes).into_any().unbind())),
         Err(e) => match &*e {
             ClientError::ActorCall { message, .. } => Ok((
-                false,
+                Some(false),
                 message.clone().into_pyobject(py)?.into_any().unbind(),
             )),
+            ClientError::ActorCallCancelled { reason, .. } => {
+                Ok((None, reason.clone().into_pyobject(py)?.into_any().unbind()))
+            }
             other => Err(error_ref(other)),
         },
     }
@@ -209,6 +222,13 @@ impl Call {
     /// Whether the answer has come.
     fn done(&self) -> bool {
         self.ready().is_some()
+    }
+
+    /// Cancels the call: one not yet started is removed from the actor's queue and answered
+    /// as cancelled; a running one is stopped only in an async actor (its coroutine is
+    /// cancelled), else it runs on. Returns at once; an answered call is not changed.
+    fn cancel(&self) {
+        self.canceller.cancel();
     }
 
     /// Waits for the answer (at most `timeout` seconds): see [`Answer`]. One that has come

@@ -139,8 +139,86 @@ def test_calls_are_awaitable_and_waitable(cluster):
         return await c.add.remote(3)
 
     assert asyncio.run(main()) == 3
-    with pytest.raises(escher.InvalidArgumentError, match="cannot be cancelled"):
-        escher.cancel(c.get.remote())
+
+
+def _wait_for_file(path, limit=60.0):
+    """Waits until ``path`` exists (a call of the actor made it), failing after ``limit``."""
+    deadline = time.monotonic() + limit
+    while not os.path.exists(path):
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.01)
+
+
+@escher.remote
+class Gate:
+    """A sync actor whose ``block`` runs until the test releases it (a file appears)."""
+
+    def __init__(self):
+        self.seen = []
+
+    def block(self, started, release):
+        open(started, "w").close()
+        while not os.path.exists(release):
+            time.sleep(0.01)
+        return "released"
+
+    def add(self, n):
+        self.seen.append(n)
+        return list(self.seen)
+
+
+def test_a_cancelled_queued_call_is_removed_and_the_others_run_in_order(cluster, tmp_path):
+    g = Gate.remote()
+    started, release = str(tmp_path / "started"), str(tmp_path / "release")
+    slow = g.block.remote(started, release)
+    first, queued, later = g.add.remote(1), g.add.remote(10), g.add.remote(2)
+    _wait_for_file(started)
+    # The running call of a sync actor is not interrupted; the queued one is removed, and
+    # answered at once (the slow call still runs).
+    states = escher.cancel([slow, queued])
+    assert states == ["cancel-requested", "cancel-requested"]
+    with pytest.raises(escher.TaskCancelledError, match="cancelled before it started"):
+        escher.get(queued, timeout=60)
+    assert not slow._done()
+    open(release, "w").close()
+    assert escher.get(slow, timeout=60) == "released"
+    assert escher.get([first, later], timeout=60) == [[1], [1, 2]]
+    # Cancelling an answered call changes nothing.
+    escher.cancel(first)
+    assert escher.get(first, timeout=60) == [1]
+    assert escher.get(g.add.remote(3), timeout=60) == [1, 2, 3]
+
+
+@escher.remote
+class Sleeper:
+    """An async actor whose ``hang`` awaits until it is cancelled."""
+
+    def __init__(self):
+        self.cancelled = 0
+
+    async def hang(self, started):
+        open(started, "w").close()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "woke"
+
+    async def count(self):
+        return self.cancelled
+
+
+def test_an_async_actors_running_call_is_cancelled(cluster, tmp_path):
+    s = Sleeper.remote()
+    started = str(tmp_path / "started")
+    hung = s.hang.remote(started)
+    _wait_for_file(started)
+    escher.cancel(hung)
+    with pytest.raises(escher.TaskCancelledError, match="cancelled while it ran"):
+        escher.get(hung, timeout=60)
+    # The actor lives on; its coroutine saw the cancellation.
+    assert escher.get(s.count.remote(), timeout=60) == 1
 
 
 @escher.remote

@@ -1698,6 +1698,12 @@ pub struct ActorCallBatch {
     /// The calls.
     #[prost(message, repeated, tag = "2")]
     pub calls: ::prost::alloc::vec::Vec<ActorCall>,
+    /// Calls of this stream to cancel, by seq (after this batch's calls are queued): a queued
+    /// call is removed and answered `cancelled`; a running call of an instance that can stop one
+    /// (an async Python actor's coroutine) is stopped; any other running call runs on and is
+    /// answered as usual. An unknown or answered seq is ignored.
+    #[prost(uint64, repeated, tag = "3")]
+    pub cancel: ::prost::alloc::vec::Vec<u64>,
 }
 /// The answer of one call.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1705,7 +1711,7 @@ pub struct ActorReply {
     /// The call's number.
     #[prost(uint64, tag = "1")]
     pub seq: u64,
-    #[prost(oneof = "actor_reply::Outcome", tags = "2, 3, 4")]
+    #[prost(oneof = "actor_reply::Outcome", tags = "2, 3, 4, 5")]
     pub outcome: ::core::option::Option<actor_reply::Outcome>,
 }
 /// Nested message and enum types in `ActorReply`.
@@ -1721,6 +1727,10 @@ pub mod actor_reply {
         /// The incarnation ended before the call was answered: why.
         #[prost(string, tag = "4")]
         Died(::prost::alloc::string::String),
+        /// The call was cancelled (`ActorCallBatch.cancel`) before it started, or stopped while it
+        /// ran: why.
+        #[prost(string, tag = "5")]
+        Cancelled(::prost::alloc::string::String),
     }
 }
 /// Answers, in the order the calls end.

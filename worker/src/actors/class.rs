@@ -54,6 +54,19 @@ pub trait DynamicActor: Send + Sync + 'static {
     /// never with more calls unanswered than the actor's `max_concurrency`; an instance starts
     /// them in the order of these calls. `Err` fails the call (the actor lives on).
     fn call(&self, method: String, args: bytes::Bytes) -> BoxFuture<Result<Vec<u8>, String>>;
+    /// [`DynamicActor::call`], with the call's cancellation: `cancel` is cancelled when the
+    /// caller cancels the call after it started. An instance that can stop a running call
+    /// does, and fails it (an `Err` after `cancel` answers the call as cancelled); one that
+    /// cannot (the default) lets it run on, and its answer is the call's.
+    fn call_cancellable(
+        &self,
+        method: String,
+        args: bytes::Bytes,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
+        let _ = cancel;
+        self.call(method, args)
+    }
     /// Resolves, with why, when the instance ends by itself (its process exited).
     fn ended(&self) -> BoxFuture<String>;
     /// Stops the instance at once (its process killed); resolves when it has stopped.

@@ -14,7 +14,7 @@
 //! (`attached`): the key that checks the data tickets callers present.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -38,6 +38,8 @@ pub(crate) enum CallOutcome {
     Error(String),
     /// The incarnation ended before the call was answered: why.
     Died(String),
+    /// The caller cancelled the call before it started, or it was stopped while it ran: why.
+    Cancelled(String),
 }
 
 /// One queued call.
@@ -46,6 +48,51 @@ pub(crate) struct Call {
     pub(crate) method: String,
     pub(crate) args: Bytes,
     pub(crate) reply: oneshot::Sender<CallOutcome>,
+    /// Its cancellation (the service cancels it by seq).
+    pub(crate) control: Arc<CallControl>,
+}
+
+/// What a call that was cancelled before it started is answered.
+pub(crate) const CANCELLED_QUEUED: &str = "the call was cancelled before it started";
+
+/// One call's cancellation, shared by the service (which cancels it when its caller asks) and
+/// the loop that starts it (which starts it only if it was not cancelled first).
+#[derive(Debug, Default)]
+pub(crate) struct CallControl {
+    /// [`QUEUED`], [`STARTED`] or [`CANCELLED`].
+    state: AtomicU8,
+    /// Cancelled when the caller asked to cancel the call (queued or running).
+    pub(crate) token: CancellationToken,
+}
+
+const QUEUED: u8 = 0;
+const STARTED: u8 = 1;
+const CANCELLED: u8 = 2;
+
+impl CallControl {
+    /// Marks the call started; false when it was cancelled first (it must not run, and is
+    /// answered [`CallOutcome::Cancelled`]).
+    pub(crate) fn start(&self) -> bool {
+        self.state
+            .compare_exchange(QUEUED, STARTED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Cancels the call: true when it had not started (it never will); a started call's
+    /// instance is told through the token, and may or may not stop it.
+    pub(crate) fn cancel(&self) -> bool {
+        let unstarted = self
+            .state
+            .compare_exchange(QUEUED, CANCELLED, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok();
+        self.token.cancel();
+        unstarted
+    }
+
+    /// Whether the call was cancelled before it started.
+    pub(crate) fn cancelled_unstarted(&self) -> bool {
+        self.state.load(Ordering::Acquire) == CANCELLED
+    }
 }
 
 /// One live incarnation, as the service reaches it.
@@ -430,7 +477,15 @@ fn serve_dynamic(
                 let _ = call.reply.send(CallOutcome::Died(live.why()));
                 break;
             }
-            let answer = instance.call(call.method, call.args);
+            if !call.control.start() {
+                // Cancelled while it waited: it never runs, and its slot is free again.
+                let _ = call
+                    .reply
+                    .send(CallOutcome::Cancelled(CANCELLED_QUEUED.into()));
+                continue;
+            }
+            let token = call.control.token.clone();
+            let answer = instance.call_cancellable(call.method, call.args, token.clone());
             let live = live.clone();
             tokio::spawn(async move {
                 let outcome = match answer.await {
@@ -439,6 +494,10 @@ fn serve_dynamic(
                     // not the answer of a live actor, whose next incarnation may serve now.
                     _ if live.fence_if_lapsed() => CallOutcome::Died(live.why()),
                     Ok(bytes) => CallOutcome::Returned(bytes.into()),
+                    // Failed after its caller cancelled it: the instance stopped it.
+                    Err(why) if token.is_cancelled() => CallOutcome::Cancelled(format!(
+                        "the call was cancelled while it ran: {why}"
+                    )),
                     Err(why) => CallOutcome::Error(why),
                 };
                 drop(slot);
@@ -487,6 +546,13 @@ fn serve(
         if live.fence_if_lapsed() {
             let _ = call.reply.send(CallOutcome::Died(live.why()));
             break;
+        }
+        if !call.control.start() {
+            // Cancelled while it was queued: removed, and the next call starts.
+            let _ = call
+                .reply
+                .send(CallOutcome::Cancelled(CANCELLED_QUEUED.into()));
+            continue;
         }
         let Some(method) = class.method_named(&call.method) else {
             let _ = call

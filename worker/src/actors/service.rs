@@ -10,6 +10,7 @@
 //! order, without waiting for earlier ones to end (pipelining); answers go back in batches of
 //! whatever has ended.
 
+use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::host::{ActorHost, Call, CallOutcome, Live, Pending};
+use super::host::{ActorHost, CANCELLED_QUEUED, Call, CallControl, CallOutcome, Live, Pending};
 
 /// The most calls one stream may have queued and unanswered; past it, the stream's calls wait
 /// to be read (HTTP/2 flow control pushes back on the caller).
@@ -133,7 +134,11 @@ async fn pump(
     let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
     let mut open = true;
     let mut last_seq = 0u64;
-    let enqueue = |calls: Vec<wire::ActorCall>, last_seq: &mut u64| {
+    // The calls queued or running, by seq: what a cancel reaches.
+    let mut controls: HashMap<u64, Arc<CallControl>> = HashMap::new();
+    let enqueue = |calls: Vec<wire::ActorCall>,
+                   last_seq: &mut u64,
+                   controls: &mut HashMap<u64, Arc<CallControl>>| {
         let mut waits: Vec<Wait> = Vec::with_capacity(calls.len());
         for call in calls {
             let seq = call.seq;
@@ -150,19 +155,38 @@ async fn pump(
             let (tx, rx) = oneshot::channel();
             // Counted until answered (or until nobody waits for the answer any more).
             let counted = Pending::new(&live);
+            let control = Arc::new(CallControl::default());
             let queued = Call {
                 method: call.method,
                 args: call.args,
                 reply: tx,
+                control: Arc::clone(&control),
             };
             if live.calls.send(queued).is_err() {
                 waits.push(answered(seq, CallOutcome::Died(live.why())));
                 continue;
             }
+            controls.insert(seq, Arc::clone(&control));
             let why = Arc::clone(&live.why);
             waits.push(Box::pin(async move {
                 let _counted = counted;
-                let outcome = rx.await.unwrap_or_else(|_| {
+                let cancelled = CallOutcome::Cancelled(CANCELLED_QUEUED.into());
+                let mut rx = rx;
+                let answer = tokio::select! {
+                    answer = &mut rx => answer,
+                    // Cancelled: answered at once if it had not started (the loop that starts
+                    // calls skips it); a started one is answered when it ends.
+                    () = control.token.cancelled() => {
+                        if control.cancelled_unstarted() {
+                            return (seq, cancelled);
+                        }
+                        rx.await
+                    }
+                };
+                let outcome = answer.unwrap_or_else(|_| {
+                    if control.cancelled_unstarted() {
+                        return cancelled;
+                    }
                     CallOutcome::Died(
                         why.lock()
                             .unwrap_or_else(|e| e.into_inner())
@@ -175,9 +199,10 @@ async fn pump(
         }
         waits
     };
-    for wait in enqueue(first.calls, &mut last_seq) {
+    for wait in enqueue(first.calls, &mut last_seq, &mut controls) {
         pending.push(wait);
     }
+    cancel(&controls, &first.cancel);
     loop {
         if !open && pending.is_empty() {
             break;
@@ -185,17 +210,20 @@ async fn pump(
         tokio::select! {
             batch = inbound.next(), if open && pending.len() < MAX_IN_FLIGHT => match batch {
                 Some(Ok(batch)) => {
-                    for wait in enqueue(batch.calls, &mut last_seq) {
+                    for wait in enqueue(batch.calls, &mut last_seq, &mut controls) {
                         pending.push(wait);
                     }
+                    cancel(&controls, &batch.cancel);
                 }
                 // The caller closed its side, or went away: answer what is queued.
                 Some(Err(_)) | None => open = false,
             },
             Some((seq, outcome)) = pending.next(), if !pending.is_empty() => {
+                controls.remove(&seq);
                 let mut replies = vec![reply(seq, outcome)];
                 // Whatever else has ended goes in the same batch.
                 while let Some(Some((seq, outcome))) = futures_util::FutureExt::now_or_never(pending.next()) {
+                    controls.remove(&seq);
                     replies.push(reply(seq, outcome));
                 }
                 if out.send(Ok(wire::ActorReplyBatch { replies })).await.is_err() {
@@ -203,6 +231,16 @@ async fn pump(
                     return;
                 }
             }
+        }
+    }
+}
+
+/// Cancels the calls `seqs` names that are queued or running; others (unknown, answered) are
+/// ignored.
+fn cancel(controls: &HashMap<u64, Arc<CallControl>>, seqs: &[u64]) {
+    for seq in seqs {
+        if let Some(control) = controls.get(seq) {
+            control.cancel();
         }
     }
 }
@@ -218,6 +256,7 @@ fn reply(seq: u64, outcome: CallOutcome) -> wire::ActorReply {
         CallOutcome::Returned(bytes) => actor_reply::Outcome::Returned(bytes),
         CallOutcome::Error(why) => actor_reply::Outcome::Error(why),
         CallOutcome::Died(why) => actor_reply::Outcome::Died(why),
+        CallOutcome::Cancelled(why) => actor_reply::Outcome::Cancelled(why),
     };
     wire::ActorReply {
         seq,

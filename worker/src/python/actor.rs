@@ -37,7 +37,10 @@
 //!        the exception the method raised, with its remote traceback)
 //! ```
 //!
-//! (big-endian, as the task frames). The interpreter starts calls in the order they arrive:
+//! (big-endian, as the task frames). A call frame with an empty method and no arguments
+//! cancels the call of its seq: an async actor cancels that call's coroutine (it then fails
+//! with `CancelledError`, and the host answers it as cancelled); a sync or threaded actor
+//! ignores it. The interpreter starts calls in the order they arrive:
 //! one at a time, on a pool of `max_concurrency` threads, or as coroutines on one event loop
 //! when the class has `async def` methods (`runner.py`). A method's exception fails its call
 //! only. The incarnation ends when the interpreter exits (its status or signal is the reason)
@@ -340,6 +343,18 @@ impl PythonActor {
 
 impl DynamicActor for PythonActor {
     fn call(&self, method: String, args: Bytes) -> BoxFuture<Result<Vec<u8>, String>> {
+        self.call_cancellable(method, args, CancellationToken::new())
+    }
+
+    /// A cancel sends the interpreter a cancel frame for the call (its seq, an empty method):
+    /// an async actor cancels the call's coroutine, which then fails with `CancelledError`;
+    /// a sync or threaded actor's interpreter ignores it and the call runs on.
+    fn call_cancellable(
+        &self,
+        method: String,
+        args: Bytes,
+        cancel: CancellationToken,
+    ) -> BoxFuture<Result<Vec<u8>, String>> {
         let seq = self.seq.fetch_add(1, Ordering::Relaxed);
         let (reply, answer) = oneshot::channel();
         lock(&self.waiting).insert(seq, reply);
@@ -368,8 +383,21 @@ impl DynamicActor for PythonActor {
             }
         }
         let stopped = self.stopped.clone();
+        let frames = self.frames.clone();
         Box::pin(async move {
-            match answer.await {
+            let mut answer = answer;
+            let answer = tokio::select! {
+                answer = &mut answer => answer,
+                () = cancel.cancelled() => {
+                    let mut frame = Vec::with_capacity(16);
+                    frame.extend_from_slice(&12u32.to_be_bytes());
+                    frame.extend_from_slice(&seq.to_be_bytes());
+                    frame.extend_from_slice(&0u32.to_be_bytes());
+                    let _ = frames.send(frame);
+                    answer.await
+                }
+            };
+            match answer {
                 Ok(answer) => answer,
                 // Dropped when the actor stopped: the host answers with why it ended.
                 Err(_) => {

@@ -415,7 +415,14 @@ def _serve_actor(actor, proto_in, proto_out):
             if frame is None:
                 return
             seq, mlen = struct.unpack_from(">QI", frame, 0)
+            if mlen == 0:
+                # A cancel of call `seq`: only an async actor can stop a running call.
+                on_cancel(seq)
+                continue
             yield seq, frame[12 : 12 + mlen].decode(), frame[12 + mlen :]
+
+    def on_cancel(seq):
+        pass
 
     def run(seq, method, args_bytes):
         reply(seq, *_answer(method, _actor_call(instance, method, args_bytes)))
@@ -426,18 +433,40 @@ def _serve_actor(actor, proto_in, proto_out):
 
         loop = asyncio.new_event_loop()
 
-        async def run_async(seq, method, args_bytes):
+        # The running calls' tasks, by seq: what a cancel reaches.
+        running = {}
+
+        async def run_async(method, args_bytes):
             value = _actor_call(instance, method, args_bytes)
             if hasattr(value, "__await__"):
                 try:
                     value = await value
                 except BaseException as e:
                     value = _Raised(e)
+            return value
+
+        def finished(seq, method, task):
+            running.pop(seq, None)
+            if task.cancelled():
+                # Cancelled before its coroutine took its first step.
+                value = _Raised(asyncio.CancelledError("the call was cancelled"))
+            else:
+                value = task.result()
             reply(seq, *_answer(method, value))
 
         def start(seq, method, args_bytes):
             # Tasks created in this order start in this order.
-            loop.create_task(run_async(seq, method, args_bytes))
+            task = loop.create_task(run_async(method, args_bytes))
+            running[seq] = task
+            task.add_done_callback(lambda t: finished(seq, method, t))
+
+        def cancel(seq):
+            task = running.get(seq)
+            if task is not None:
+                task.cancel()
+
+        def on_cancel(seq):  # noqa: F811 - an async actor's calls can be cancelled
+            loop.call_soon_threadsafe(cancel, seq)
 
         def feed():
             for call in calls():
