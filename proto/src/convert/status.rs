@@ -283,6 +283,7 @@ mod tests {
             left_at_ms: None,
             left_because: None,
             fence: Some("restarted 1 time(s)".into()),
+            waiting_for_stream: true,
         }
     }
 
