@@ -15,9 +15,7 @@
 //!
 //! The task's main process enters its cgroup before it executes its program: the worker's
 //! one-exec spawn (`spawn.rs`) writes `0` into the cgroup's `cgroup.procs` from the child
-//! ([`TaskCgroup::procs_files`]), so nothing of the task ever runs outside it; it is born in
-//! its cgroup v2 (`clone3`), and in its v1 CPU cgroup where that holds its quota, by being
-//! started from a thread that lives there (`spawn::Spawner`, one per pooled cgroup). Where the
+//! ([`TaskCgroup::procs_files`]), so nothing of the task ever runs outside it. Where the
 //! standard library spawns instead (a kernel without pidfds), the main process is moved in as
 //! soon as it is spawned ([`TaskCgroup::enter`]), and then every process it has started
 //! already, walking the process tree down from it (a process forked after its parent moved is
@@ -515,21 +513,10 @@ impl TaskCgroup {
         })
     }
 
-    /// The `cgroup.procs` files of [`TaskCgroup::procs_files`], open for writing, every one of
-    /// them (the spawn takes [`TaskCgroup::spawn_fds`]).
-    #[cfg(test)]
+    /// The `cgroup.procs` files of [`TaskCgroup::procs_files`], open for writing: what the
+    /// one-exec spawn writes its child into.
     pub(super) fn procs_fds(&self) -> &[std::os::fd::OwnedFd] {
         &self.slot.procs
-    }
-
-    /// What the one-exec spawn needs to start the task in its cgroups: the `cgroup.procs`
-    /// files the child writes itself into, and the thread to start it from (born in the
-    /// cgroup v1 CPU cgroup that thread lives in, whose file is then not among them).
-    pub(super) fn spawn_fds(&self) -> (&[std::os::fd::OwnedFd], Option<&super::spawn::Spawner>) {
-        match &self.slot.spawner {
-            Some(spawner) => (&self.slot.procs[..self.slot.procs.len() - 1], Some(spawner)),
-            None => (&self.slot.procs, None),
-        }
     }
 
     /// The cgroup's directory, open, where it is a cgroup v2 one: the one-exec spawn starts its

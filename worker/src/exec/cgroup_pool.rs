@@ -30,8 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::cgroup::{LimitDir, cpu_usage, kill_cgroup, populated};
-use super::limits::{Controller, TaskLimits, Version};
-use super::spawn::Spawner;
+use super::limits::TaskLimits;
 
 /// One task cgroup (and those that hold its limits in v1 hierarchies), with the files each of
 /// its tasks uses open.
@@ -46,10 +45,6 @@ pub(super) struct Slot {
     /// `path` itself, open, where it is a cgroup v2 directory: what `clone3` starts a task in
     /// (`CLONE_INTO_CGROUP`).
     pub(super) dir: Option<OwnedFd>,
-    /// The thread that lives in its cgroup v1 CPU cgroup and starts its tasks there (see
-    /// `spawn::Spawner`), where the CPU quota is held by a v1 hierarchy of its own; that
-    /// cgroup's `cgroup.procs` is then the last of `procs`.
-    pub(super) spawner: Option<Spawner>,
     /// `cgroup.events` (cgroup v2), open for reading.
     events: Option<File>,
     /// `cpu.stat` (cgroup v2), open for reading.
@@ -69,25 +64,13 @@ impl Slot {
     /// A new slot for the cgroup at `path` (made already), whose limit cgroups are
     /// `limit_dirs`: its files opened, nothing written yet.
     pub(super) fn open(path: PathBuf, limit_dirs: Vec<LimitDir>) -> io::Result<Slot> {
-        // A v1 hierarchy that holds the CPU quota alone: its cgroup gets a spawner thread, and
-        // its `cgroup.procs` goes last.
-        let cpu_only = limit_dirs.iter().position(|d| {
-            d.version == Version::V1 && d.controllers == [Controller::Cpu] && d.path != path
-        });
-        let mut order: Vec<&std::path::Path> = std::iter::once(path.as_path())
-            .chain(
-                limit_dirs
-                    .iter()
-                    .enumerate()
-                    .filter(|(i, d)| d.path != path && Some(*i) != cpu_only)
-                    .map(|(_, d)| d.path.as_path()),
-            )
-            .collect();
-        if let Some(i) = cpu_only {
-            order.push(&limit_dirs[i].path);
-        }
         let mut procs = Vec::new();
-        for dir in order {
+        for dir in std::iter::once(path.as_path()).chain(
+            limit_dirs
+                .iter()
+                .map(|d| d.path.as_path())
+                .filter(|d| *d != path),
+        ) {
             let file = dir.join("cgroup.procs");
             let fd = fs::OpenOptions::new()
                 .write(true)
@@ -106,17 +89,6 @@ impl Slot {
                 .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
             Some(OwnedFd::from(dir))
         };
-        // The worker's own CPU cgroup (the cgroup's parent's parent) is where the thread goes
-        // back to. Without it the task writes itself into its CPU cgroup, as into the others.
-        let spawner = cpu_only.and_then(|i| {
-            let cgroup = &limit_dirs[i].path;
-            let home = cgroup.parent()?.parent()?;
-            Spawner::new(cgroup, home)
-                .inspect_err(|error| {
-                    tracing::debug!(%error, "no spawner thread in the task's CPU cgroup: its tasks write themselves into it");
-                })
-                .ok()
-        });
         let events = File::open(path.join("cgroup.events")).ok();
         let cpu_stat = File::open(path.join("cpu.stat")).ok();
         let mut slot = Slot {
@@ -124,7 +96,6 @@ impl Slot {
             limit_dirs,
             procs,
             dir,
-            spawner,
             events,
             cpu_stat,
             written: None,
@@ -165,9 +136,7 @@ impl Slot {
 
     /// Removes its cgroups once they are empty (waiting a moment for dying processes); what
     /// cannot be removed yet is left, and logged.
-    fn remove(mut self) {
-        // Its spawner thread leaves the CPU cgroup first: a cgroup that holds one cannot go.
-        drop(self.spawner.take());
+    fn remove(self) {
         super::cgroup::remove(&self.path);
         for dir in &self.limit_dirs {
             if dir.path != self.path {

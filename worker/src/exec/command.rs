@@ -446,7 +446,7 @@ fn spawn_in_one_exec(
         (None, None) => None,
     };
     // Its cgroups' `cgroup.procs`, kept open by the pool between tasks.
-    let (cgroups, spawner) = cgroup.map_or((&[][..], None), super::TaskCgroup::spawn_fds);
+    let cgroups = cgroup.map_or(&[][..], super::TaskCgroup::procs_fds);
     let launch = super::spawn::Launch {
         path: c_string(path.as_os_str().as_bytes())?,
         argv,
@@ -459,7 +459,6 @@ fn spawn_in_one_exec(
         stderr,
         cgroups,
         cgroup_dir: cgroup.and_then(super::TaskCgroup::dir_fd),
-        spawner,
     };
     super::spawn::spawn(&launch).map_err(|failed| match failed {
         super::spawn::Failed::Spawn(source) => spawn_error(source),

@@ -16,9 +16,7 @@
 //!    nothing of the task ever runs outside them; where its cgroup is a cgroup v2 one and the
 //!    kernel has `clone3` with `CLONE_INTO_CGROUP` (Linux 5.7; x86-64 here), the child is
 //!    born in that one instead (cheaper than a move, and the pidfd comes with it) and writes
-//!    only the v1 cgroups that hold its limits; where a v1 `cpu` hierarchy of its own holds
-//!    the CPU quota, the child is started from the task cgroup's [`Spawner`], a thread that
-//!    lives in that CPU cgroup, and is born there too;
+//!    only the v1 cgroups that hold its limits;
 //! 4. its standard streams (`/dev/null`, its two log files);
 //! 5. its user: no supplementary groups, then the gid, then the uid (`setgroups`, `setresgid`,
 //!    `setresuid` as raw system calls: the C library's wrappers would try to change the user
@@ -89,10 +87,6 @@ pub(super) struct Launch<'a> {
     /// and machine allow, the child is started in it (`clone3` with `CLONE_INTO_CGROUP`) and
     /// writes only the others.
     pub cgroup_dir: Option<&'a OwnedFd>,
-    /// The thread that lives in the task's cgroup v1 CPU cgroup ([`Spawner`]): the child is
-    /// started from it, and so born in that cgroup, whose `cgroup.procs` is then not among
-    /// `cgroups`.
-    pub spawner: Option<&'a Spawner>,
 }
 
 /// Why [`spawn`] failed.
@@ -152,16 +146,24 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         failed_step: 0,
         failed_errno: 0,
     };
-    let dir = launch.cgroup_dir.map(AsRawFd::as_raw_fd);
-    let (pid, pidfd) = match launch.spawner {
-        Some(spawner) => spawner.start(&mut args, &cgroups, dir)?,
+    let mut stack = vec![0u8; STACK];
+    // SAFETY: as for `clone` below; `clone3` only where its child runs on `stack` too.
+    let started = match launch.cgroup_dir {
+        Some(dir) if !launch.cgroups.is_empty() => unsafe {
+            clone_into_cgroup(&mut args, &cgroups, dir.as_raw_fd(), &mut stack)
+        },
+        _ => None,
+    };
+    let (pid, pidfd) = match started {
+        Some(started) => started,
         None => {
-            let mut stack = vec![0u8; STACK];
-            // SAFETY: `args` and what it points to outlive the call, which returns once the
-            // child has executed its program or exited.
-            unsafe { start(&mut args, &cgroups, dir, &mut stack) }?
+            args.cgroups = cgroups.as_ptr();
+            args.cgroup_count = cgroups.len();
+            // SAFETY: see `clone_vfork`.
+            (unsafe { clone_vfork(&mut args, &mut stack) }?, None)
         }
     };
+    drop(stack);
     // SAFETY: the child has executed its program or exited; what it wrote is there.
     let (step, errno) = unsafe {
         (
@@ -196,204 +198,6 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         pidfd,
         status: None,
     })
-}
-
-/// Starts the child on `stack`: born in the cgroup v2 directory `dir` where there is one (and
-/// writing itself into `cgroups[1..]`), else with `clone`, writing itself into every one of
-/// `cgroups`. Its pid, and its pidfd where `clone3` gave one, once it has executed its program
-/// or failed.
-///
-/// # Safety
-/// As [`clone_vfork`].
-unsafe fn start(
-    args: &mut ChildArgs,
-    cgroups: &[RawFd],
-    dir: Option<RawFd>,
-    stack: &mut [u8],
-) -> Result<(libc::pid_t, Option<OwnedFd>), Failed> {
-    // SAFETY: as for `clone` below; `clone3` only where its child runs on `stack` too.
-    let started = match dir {
-        Some(dir) if !cgroups.is_empty() => unsafe { clone_into_cgroup(args, cgroups, dir, stack) },
-        _ => None,
-    };
-    match started {
-        Some(started) => Ok(started),
-        None => {
-            args.cgroups = cgroups.as_ptr();
-            args.cgroup_count = cgroups.len();
-            // SAFETY: see `clone_vfork`.
-            Ok((unsafe { clone_vfork(args, stack) }?, None))
-        }
-    }
-}
-
-/// A thread of the worker's that lives in one task cgroup v1 **CPU** cgroup (its thread id
-/// in that cgroup's `tasks`) and starts that cgroup's tasks: a child is born in the cgroups
-/// of the thread that clones it, so a task started from here is in its CPU cgroup from birth,
-/// without writing itself into it.
-///
-/// Cgroup v1 places each thread on its own, and moving a process into a v1 `cpu` cgroup is
-/// the most expensive of a task's moves: the scheduler takes it off its run queue and puts it
-/// on the cgroup's (54–240 µs on the developers' 2-core machine, where `true` takes about
-/// 450 µs from `clone` to its exit). The thread is only in the CPU cgroup: in a memory cgroup
-/// the OOM killer would count the worker among that task's processes, and in a pids cgroup it
-/// would take one of the task's processes. It is idle but while it starts a task, and its CPU
-/// time there counts towards the task cgroup's quota, as the child's own start does.
-///
-/// When dropped, it leaves the cgroup (its id written into `home`'s `tasks`), so that the
-/// cgroup can be removed, and ends.
-pub(super) struct Spawner {
-    /// Requests in, and their results out; one caller at a time (the task that holds the
-    /// cgroup, or a test).
-    calls: std::sync::Mutex<Option<SpawnerCalls>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    /// Its thread's id.
-    tid: libc::pid_t,
-}
-
-/// A [`Spawner`]'s two channels.
-struct SpawnerCalls {
-    requests: std::sync::mpsc::SyncSender<Request>,
-    results: std::sync::mpsc::Receiver<Result<(libc::pid_t, Option<OwnedFd>), Failed>>,
-}
-
-/// What a [`Spawner`] starts: pointers into its caller's frame, which waits for the result.
-struct Request {
-    args: *mut ChildArgs,
-    cgroups: *const RawFd,
-    cgroup_count: usize,
-    dir: Option<RawFd>,
-}
-
-// SAFETY: the pointers are only used while their owner, on the calling thread, waits for the
-// result (`Spawner::start`).
-unsafe impl Send for Request {}
-
-/// How many tasks were started by a [`Spawner`] (for tests).
-#[cfg(test)]
-static STARTED_BY_SPAWNER: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-impl Spawner {
-    /// A thread in the cgroup v1 CPU cgroup `cgroup`, which goes back to the cgroup `home`
-    /// when dropped (both directories of the same hierarchy); the error if it could not enter
-    /// `cgroup` (then it has ended).
-    pub(super) fn new(cgroup: &std::path::Path, home: &std::path::Path) -> io::Result<Spawner> {
-        let (requests, incoming) = std::sync::mpsc::sync_channel::<Request>(0);
-        let (outgoing, results) = std::sync::mpsc::sync_channel(1);
-        let (entered, entering) = std::sync::mpsc::sync_channel(1);
-        let tasks = cgroup.join("tasks");
-        let home = home.join("tasks");
-        let thread = std::thread::Builder::new()
-            .name("escher-spawn".into())
-            .stack_size(STACK + 64 * 1024)
-            .spawn(move || {
-                // SAFETY: gettid(2).
-                let tid = unsafe { libc::gettid() };
-                if let Err(e) = std::fs::write(&tasks, tid.to_string()) {
-                    let _ = entered.send(Err(io::Error::new(
-                        e.kind(),
-                        format!("{}: {e}", tasks.display()),
-                    )));
-                    return;
-                }
-                let _ = entered.send(Ok(tid));
-                let mut stack = vec![0u8; STACK];
-                for request in incoming {
-                    let Request {
-                        args,
-                        cgroups,
-                        cgroup_count,
-                        dir,
-                    } = request;
-                    // SAFETY: the caller waits for the result, so the pointers are alive and
-                    // nothing else uses them (`Spawner::start`).
-                    let started = unsafe {
-                        let cgroups = std::slice::from_raw_parts(cgroups, cgroup_count);
-                        start(&mut *args, cgroups, dir, &mut stack)
-                    };
-                    #[cfg(test)]
-                    if started.is_ok() {
-                        STARTED_BY_SPAWNER.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    }
-                    if outgoing.send(started).is_err() {
-                        break;
-                    }
-                }
-                // Out of the cgroup, so that it can be removed.
-                if let Err(error) = std::fs::write(&home, tid.to_string()) {
-                    tracing::debug!(%error, path = %home.display(), "a task cgroup's spawner thread could not leave it");
-                }
-            })?;
-        match entering.recv() {
-            Ok(Ok(tid)) => Ok(Spawner {
-                calls: std::sync::Mutex::new(Some(SpawnerCalls { requests, results })),
-                thread: Some(thread),
-                tid,
-            }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = thread.join();
-                Err(io::Error::other("the spawner thread ended at once"))
-            }
-        }
-    }
-
-    /// Its thread's id (the one in the cgroup's `tasks`).
-    #[cfg(test)]
-    pub(super) fn tid(&self) -> libc::pid_t {
-        self.tid
-    }
-
-    /// Starts the child (see [`start`]) from the spawner's thread; the calling thread waits, as
-    /// it would for its own `clone` with `CLONE_VFORK`.
-    fn start(
-        &self,
-        args: &mut ChildArgs,
-        cgroups: &[RawFd],
-        dir: Option<RawFd>,
-    ) -> Result<(libc::pid_t, Option<OwnedFd>), Failed> {
-        let calls = self
-            .calls
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let gone = || Failed::Spawn(io::Error::other("the task cgroup's spawner thread is gone"));
-        let calls = calls.as_ref().ok_or_else(gone)?;
-        calls
-            .requests
-            .send(Request {
-                args,
-                cgroups: cgroups.as_ptr(),
-                cgroup_count: cgroups.len(),
-                dir,
-            })
-            .map_err(|_| gone())?;
-        // Waited for even if this thread is told to stop: the child uses `args`.
-        calls.results.recv().map_err(|_| gone())?
-    }
-}
-
-impl Drop for Spawner {
-    fn drop(&mut self) {
-        // Its requests closed, the thread leaves the cgroup and ends.
-        drop(
-            self.calls
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .take(),
-        );
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
-impl std::fmt::Debug for Spawner {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Spawner").field("tid", &self.tid).finish()
-    }
 }
 
 /// Starts the child with `clone(CLONE_VM | CLONE_VFORK)` on `stack`; its pid once it has
@@ -783,7 +587,6 @@ mod tests {
             stderr: out,
             cgroups,
             cgroup_dir: None,
-            spawner: None,
         }
     }
 
@@ -868,94 +671,6 @@ mod tests {
             .filter(|l| !l.starts_with("0::") && l.ends_with(&format!("/{name}")))
             .count();
         assert_eq!(in_v1, held, "{text}");
-    }
-
-    /// As root, on a host whose CPU quotas are held by a cgroup v1 `cpu` hierarchy of its own
-    /// (this one: cpu, memory and pids in v1, the unified hierarchy without controllers): the
-    /// task is started from its cgroup's spawner thread, born in its CPU cgroup, and still in
-    /// every one of its cgroups; the thread leaves, and the cgroups go, when the worker's task
-    /// cgroups do.
-    #[tokio::test]
-    async fn a_task_is_born_in_its_v1_cpu_cgroup_from_its_spawner_thread() {
-        assert!(
-            nix::unistd::geteuid().is_root(),
-            "this test creates cgroups: run it as root (CI does)"
-        );
-        let cgroups = super::super::TaskCgroups::discover(super::super::Hierarchy::Auto)
-            .expect("a hierarchy where root may create cgroups");
-        let cgroup = cgroups.create().unwrap();
-        let (fds, spawner) = cgroup.spawn_fds();
-        let Some(spawner) = spawner else {
-            let v1_cpu = cgroups
-                .enforcement()
-                .enforced
-                .contains(&super::super::Controller::Cpu)
-                && cgroup.procs_files().iter().any(|f| {
-                    f.components().any(|c| c.as_os_str() == "cpu")
-                        && !f.starts_with("/sys/fs/cgroup/unified")
-                });
-            assert!(
-                !v1_cpu,
-                "the CPU quota is held by a v1 cpu cgroup, but the task has no spawner thread"
-            );
-            eprintln!("no v1 cpu hierarchy holds CPU quotas here: nothing to check");
-            return;
-        };
-        assert_eq!(fds.len(), cgroup.procs_fds().len() - 1);
-        // The thread is in one of the task's cgroups: its CPU one.
-        let tid = spawner.tid().to_string();
-        let cpu_dir = cgroup
-            .procs_files()
-            .iter()
-            .filter_map(|f| f.parent())
-            .find(|d| {
-                std::fs::read_to_string(d.join("tasks"))
-                    .is_ok_and(|tasks| tasks.lines().any(|t| t.trim() == tid))
-            })
-            .unwrap_or_else(|| panic!("the spawner thread {tid} is in none of the task's cgroups"))
-            .to_path_buf();
-        assert!(
-            cpu_dir.join("cpu.cfs_quota_us").exists(),
-            "{}",
-            cpu_dir.display()
-        );
-        let dir = tempfile::tempdir().unwrap();
-        let out_path = dir.path().join("out");
-        let out = File::create(&out_path).unwrap();
-        let mut task = launch("cat /proc/self/cgroup", &out, fds);
-        task.cgroup_dir = cgroup.dir_fd();
-        task.spawner = Some(spawner);
-        let before = STARTED_BY_SPAWNER.load(std::sync::atomic::Ordering::Relaxed);
-        let mut child = spawn(&task).unwrap();
-        assert!(child.wait().await.unwrap().success());
-        assert_eq!(
-            STARTED_BY_SPAWNER.load(std::sync::atomic::Ordering::Relaxed),
-            before + 1,
-            "the task was not started by its cgroup's spawner thread"
-        );
-        let text = std::fs::read_to_string(&out_path).unwrap();
-        let name = cgroup.path().file_name().unwrap().to_str().unwrap();
-        // In the cgroup that kills it and in each one that holds a limit, the CPU one too.
-        let held = cgroup.procs_files().len() - 1;
-        let in_v1 = text
-            .lines()
-            .filter(|l| !l.starts_with("0::") && l.ends_with(&format!("/{name}")))
-            .count();
-        assert_eq!(in_v1, held, "{text}");
-        assert!(
-            text.lines()
-                .any(|l| l.split(':').nth(1) == Some("cpu") && l.ends_with(&format!("/{name}"))),
-            "{text}"
-        );
-        drop(child);
-        drop(cgroup);
-        drop(cgroups);
-        // The releaser removes the last cgroups asynchronously.
-        let gone = (0..500).any(|_| {
-            std::thread::sleep(std::time::Duration::from_millis(10));
-            !cpu_dir.exists()
-        });
-        assert!(gone, "{} was not removed", cpu_dir.display());
     }
 
     /// A program that cannot be executed, or a directory that cannot be entered, is the system's
