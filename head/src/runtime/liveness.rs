@@ -218,7 +218,7 @@ impl Liveness {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::state::{Command, Entry, Joining, Reply, SecretHash, StateConfig};
 
@@ -228,8 +228,8 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// A named cluster with `n` live nodes.
-    fn state_with(n: usize) -> (ClusterState, Vec<NodeId>) {
+    /// A named cluster with `n` live nodes (also `streams.rs`'s tests').
+    pub(in crate::runtime) fn state_with(n: usize) -> (ClusterState, Vec<NodeId>) {
         let mut state = ClusterState::new(StateConfig::default());
         let init = Command::Init {
             cluster_id: "c".into(),

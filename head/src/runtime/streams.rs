@@ -313,7 +313,7 @@ mod tests {
     use std::cell::RefCell;
 
     use super::*;
-    use crate::state::{Command, Entry, Joining, Reply, SecretHash, StateConfig};
+    use crate::runtime::liveness::tests::state_with;
 
     const TIMEOUT: Duration = Duration::from_millis(2_000);
 
@@ -367,37 +367,6 @@ mod tests {
         fn depth(&self) -> usize {
             self.taken.borrow().len()
         }
-    }
-
-    /// A named cluster with `n` live nodes.
-    fn state_with(n: usize) -> (ClusterState, Vec<NodeId>) {
-        let mut state = ClusterState::new(StateConfig::default());
-        let init = Command::Init {
-            cluster_id: "c".into(),
-            task_key: "k".into(),
-        };
-        state.apply(Entry::new(1, init)).expect("named");
-        let nodes = (0..n)
-            .map(|i| {
-                let worker = Joining {
-                    name: format!("w{i}"),
-                    address: String::new(),
-                    resources: "cpu=1".parse().expect("a resource set"),
-                    labels: Default::default(),
-                    gpus: Vec::new(),
-                    boot: 1,
-                };
-                let register = Command::RegisterNode {
-                    worker,
-                    secret: SecretHash::of("s"),
-                };
-                match state.apply(Entry::new(2, register)) {
-                    Ok(Reply::Registered(node)) => node,
-                    other => panic!("{other:?}"),
-                }
-            })
-            .collect();
-        (state, nodes)
     }
 
     #[test]
