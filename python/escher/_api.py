@@ -377,6 +377,10 @@ class TaskRef:
         """Cancels the task."""
         cancel(self)
 
+    def _cancel_call(self) -> None:
+        # An actor call's ref (`ActorCallRef`) sends its cancel to the actor; a task has none.
+        raise InvalidArgumentError(f"{self!r} is not an actor call")
+
     def __await__(self):
         return _async_get(self).__await__()
 
