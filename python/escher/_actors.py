@@ -14,10 +14,11 @@ import hashlib
 import inspect
 import pickle
 import struct
+import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from . import _api, _escher
+from . import _api, _deferred, _escher
 from ._api import EscherError, InvalidArgumentError, Resources, TaskRef
 from ._objects import collecting
 
@@ -29,6 +30,8 @@ _MAX_CONCURRENCY = 1024
 _ASYNC_CONCURRENCY = 1000
 # The store tasks that hold large classes, by session and content hash.
 _STORED: Dict[Any, int] = {}
+# Guards the making of a handle's sequencer.
+_SEQ_LOCK = threading.Lock()
 
 
 def _methods(cls: type) -> List[str]:
@@ -49,10 +52,12 @@ def _count(value: Any, what: str, low: int, high: Optional[int] = None) -> int:
     return value
 
 
-def _resolved(values: Sequence[Any]) -> List[Any]:
-    """Arguments with each ``TaskRef`` (a task's, or another actor call's) replaced by its
-    value, waited for here: an actor gets values, never refs."""
-    return [_api.get(v) if isinstance(v, TaskRef) else v for v in values]
+def _has_refs(args: Sequence[Any], kwargs: Dict[str, Any]) -> bool:
+    """Whether an actor's arguments include refs (a task's, or an actor call's), which the
+    handle's sequencer replaces by their values once ready: an actor gets values, never
+    refs."""
+    return any(isinstance(v, TaskRef) for v in args) or \
+        any(isinstance(v, TaskRef) for v in kwargs.values())
 
 
 class ActorClass:
@@ -165,12 +170,45 @@ class ActorClass:
         # travel with the class, which the actor's interpreter loads once they are set.
         env = self._runtime_env if self._runtime_env is not None else _api._session_runtime_env
         data = self._class_bytes(env)
+        if _has_refs(args, kwargs):
+            return self._later(session, data, args, kwargs)
         # ObjectRefs travel borrowed (the actor's interpreter reads those given as arguments);
         # the handle keeps the objects, which a restart constructs the actor from again.
         with collecting() as met:
-            payload = _api._dumps(
-                (_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
-                f"the constructor's arguments of {self._cls.__qualname__}")
+            payload = _api._dumps((list(args), dict(kwargs)),
+                                  f"the constructor's arguments of {self._cls.__qualname__}")
+        native = self._create(session, data, payload)
+        handle = ActorHandle(native, self._cls.__qualname__, self._methods)
+        handle._keep = met
+        return handle
+
+    def _later(self, session: Any, data: bytes, args: Sequence[Any],
+               kwargs: Dict[str, Any]) -> "ActorHandle":
+        """The handle of an actor whose constructor's arguments include refs: returned at once;
+        its sequencer creates the actor once they are ready (their values its arguments), and
+        its calls wait behind the creation. An argument that fails fails the creation, and
+        every call, with that failure."""
+        from . import _deferred
+
+        later = _deferred._Later(f"actor {self._cls.__qualname__}")
+        handle = ActorHandle(_deferred.LaterActor(later), self._cls.__qualname__, self._methods)
+        what = f"the constructor's arguments of {self._cls.__qualname__}"
+
+        def prepare() -> Any:
+            values = _deferred.resolved(list(args), later)
+            named = dict(zip(kwargs, _deferred.resolved(list(kwargs.values()), later)))
+            with collecting() as met:
+                payload = _api._dumps((values, named), what)
+            handle._keep = met
+            return payload
+
+        handle._sequencer().add(_deferred._Entry(
+            later, prepare, lambda payload: self._create(session, data, payload)))
+        return handle
+
+    def _create(self, session: Any, data: bytes, payload: bytes) -> Any:
+        """Creates the actor (its native handle) from the class's bytes and its constructor's
+        pickled arguments."""
         digest = hashlib.sha256(data).digest()
         # A large class travels once per session, in a store task the workers fetch and keep
         # by hash (as a large function does); a small one with each creation.
@@ -191,13 +229,10 @@ class ActorClass:
             inline,
             payload,
         ])
-        native = session.create_actor(
+        return session.create_actor(
             envelope, self._actor_resources(), self._max_restarts, self._max_task_retries,
             self._max_concurrency, self._name, self._lifetime == "detached", self._namespace,
             self._spec)
-        handle = ActorHandle(native, self._cls.__qualname__, self._methods)
-        handle._keep = met
-        return handle
 
 
 def _with_env(cls: type, data: bytes, env: Dict[str, Any]) -> Any:
@@ -230,7 +265,9 @@ class ActorHandle:
     """A handle to an actor: ``handle.method.remote(*args)`` returns an ``ActorCallRef``.
     Calls made through one handle start in the order they were made. A handle can be passed
     to remote functions and other actors (it travels as the actor's id); the handle that
-    created an actor without a name's lifetime ends it when it is garbage-collected."""
+    created an actor without a name's lifetime ends it when it is garbage-collected. A call
+    whose arguments include refs is sent once they are ready, and the calls made after it
+    through the same handle wait behind it: the order holds."""
 
     def __init__(self, native: Any, class_name: Optional[str], methods: Optional[List[str]]):
         self._native = native
@@ -238,6 +275,17 @@ class ActorHandle:
         self._methods = methods
         # The objects its constructor's arguments name (kept while the handle lives).
         self._keep: Sequence[Any] = ()
+        # Sends its calls in order when some wait for their arguments (made at the first).
+        self._seq: Any = None
+
+    def _sequencer(self) -> Any:
+        if self._seq is None:
+            from . import _deferred
+
+            with _SEQ_LOCK:
+                if self._seq is None:
+                    self._seq = _deferred.Sequencer()
+        return self._seq
 
     @property
     def actor_id(self) -> int:
@@ -245,7 +293,8 @@ class ActorHandle:
         return self._native.id
 
     def __getattr__(self, name: str) -> "ActorMethod":
-        if name.startswith("__") or name in ("_native", "_class_name", "_methods", "_keep"):
+        if name.startswith("__") or name in ("_native", "_class_name", "_methods", "_keep",
+                                             "_seq"):
             raise AttributeError(name)
         if self._methods is not None and name not in self._methods:
             raise AttributeError(
@@ -258,7 +307,15 @@ class ActorHandle:
         return (_handle_from_id, (self._native.id, self._class_name, self._methods))
 
     def __repr__(self) -> str:
-        return f"ActorHandle({self._class_name or 'actor'}, id={self._native.id})"
+        return f"ActorHandle({self._class_name or 'actor'}, id={self._native_id()})"
+
+    def _native_id(self) -> str:
+        """The actor's id as text, without waiting: ``not created yet`` while its creation
+        waits for its constructor's arguments."""
+        later = getattr(self._native, "_later", None)
+        if later is not None and later.state != "sent":
+            return "not created yet"
+        return str(self._native.id)
 
 
 def _handle_from_id(actor_id: int, class_name: Optional[str],
@@ -340,11 +397,21 @@ class ActorMethod:
         with ``num_returns=N`` of ``options``, a list of N refs, one per returned value."""
         handle = self._handle
         what = f"{handle._class_name or 'actor'}.{self._name}"
-        with collecting() as met:
-            payload = _api._dumps(
-                (_resolved(args), {k: _resolved([v])[0] for k, v in kwargs.items()}),
-                f"the arguments of {what}")
-        call = handle._native.call(self._name, payload)
+        deferred = _has_refs(args, kwargs)
+        met: List[Any] = []
+        call: Any = None
+        if not deferred:
+            with collecting() as met:
+                payload = _api._dumps((list(args), dict(kwargs)), f"the arguments of {what}")
+            seq = handle._seq
+            if seq is None:
+                call = handle._native.call(self._name, payload)
+            else:
+                sent, call = seq.now(lambda: handle._native.call(self._name, payload))
+                if not sent:
+                    call, enqueue = self._queue(handle, what, lambda: payload)
+        else:
+            call, enqueue = self._queue(handle, what, None, args, kwargs)
         if self._num_returns == 1:
             refs = [ActorCallRef(call, handle, self._name, self._label)]
         else:
@@ -354,7 +421,38 @@ class ActorMethod:
         for ref in refs:
             # The objects its arguments name are kept while the call's ref lives.
             ref._keep = tuple(met)
+        if isinstance(call, _deferred.LaterCall):
+            # Queued once its refs exist: they keep what its arguments name once it is sent.
+            call._refs = refs
+            enqueue()
         return refs[0] if self._num_returns == 1 else refs
+
+    def _queue(self, handle: ActorHandle, what: str, ready: Any, args: Sequence[Any] = (),
+               kwargs: Optional[Dict[str, Any]] = None) -> Tuple[Any, Callable[[], None]]:
+        """The call as an entry of its handle's sequencer: sent after the calls made before it,
+        once its arguments (``args``, ``kwargs``; or the payload ``ready`` gives) are ready."""
+        from . import _deferred
+
+        later = _deferred._Later(f"actor call {what} (actor {handle._native_id()})")
+        call = _deferred.LaterCall(later, lambda: _api._failure(
+            0, "cancelled", "before it was sent (its arguments were not ready): it never will "
+            "be", later.what))
+        named = dict(kwargs or {})
+
+        def prepare() -> Any:
+            if ready is not None:
+                return ready()
+            values = _deferred.resolved(list(args), later)
+            named_values = dict(zip(named, _deferred.resolved(list(named.values()), later)))
+            with collecting() as met:
+                payload = _api._dumps((values, named_values), f"the arguments of {what}")
+            for ref in getattr(call, "_refs", ()):
+                ref._keep = tuple(met)
+            return payload
+
+        entry = _deferred._Entry(
+            later, prepare, lambda payload: handle._native.call(self._name, payload))
+        return call, lambda: handle._sequencer().add(entry)
 
 
 class _SharedCall:
@@ -408,7 +506,7 @@ class ActorCallRef(TaskRef):
         label = f" {self._label!r}" if self._label else ""
         part = f", value {self._part[0]} of {self._part[1]}" if self._part else ""
         return f"actor call{label} {self._actor._class_name or 'actor'}.{self._method} (actor " \
-               f"{self._actor.actor_id}{part})"
+               f"{self._actor._native_id()}{part})"
 
     def _value(self, timeout: Optional[float]) -> Any:
         try:
@@ -438,7 +536,7 @@ class ActorCallRef(TaskRef):
     def _why_waiting(self, error: Exception) -> Exception:
         """``error`` with why the call waits: the actor is not placed (the reason the head
         gives, as for a task), or where it runs."""
-        actor = self._actor.actor_id
+        actor = self._actor._native_id()
         try:
             state, _incarnation, node, reason = self._actor._native.describe()
         except EscherError:
@@ -455,8 +553,8 @@ class ActorCallRef(TaskRef):
     def _done(self) -> bool:
         return self._call.done()
 
-    def cancel(self) -> None:
-        _api.cancel(self)
+    def cancel(self, *, force: bool = False, recursive: bool = True) -> None:
+        _api.cancel(self, force=force, recursive=recursive)
 
     def _cancel_call(self) -> None:
         self._call.cancel()
@@ -487,13 +585,22 @@ def wait_calls(refs: List[TaskRef], num_returns: int,
     pause = 0.001
     session = _api._current()
     while True:
-        tasks = [r for r in refs if not isinstance(r, ActorCallRef)]
+        # A deferred task not submitted yet has finished only if it never will be.
+        tasks = [r for r in refs if not isinstance(r, ActorCallRef) and not _deferred.unsent(r)]
         finished_tasks = set()
         if tasks:
-            ready, _ = session.wait([r.id for r in tasks], len(tasks), 0)
+            ids = list(dict.fromkeys(r.id for r in tasks))
+            ready, _ = session.wait(ids, len(ids), 0)
             finished_tasks = {s[0] for s in ready}
-        done = [r for r in refs if (r._done() if isinstance(r, ActorCallRef)
-                                    else r.id in finished_tasks)]
+
+        def finished(r: TaskRef) -> bool:
+            if isinstance(r, ActorCallRef):
+                return r._done()
+            if _deferred.unsent(r):
+                return r._later.settled()  # type: ignore[attr-defined]
+            return r.id in finished_tasks
+
+        done = [r for r in refs if finished(r)]
         if len(done) >= num_returns or (deadline is not None and time.monotonic() >= deadline):
             ready_set = {id(r) for r in done[:num_returns]}
             return ([r for r in refs if id(r) in ready_set],

@@ -373,9 +373,9 @@ class TaskRef:
         the remote exception (or ``TaskError``) if it failed."""
         return get(self, timeout=timeout)
 
-    def cancel(self) -> None:
-        """Cancels the task."""
-        cancel(self)
+    def cancel(self, *, force: bool = False, recursive: bool = True) -> None:
+        """Cancels the task (``escher.cancel``)."""
+        cancel(self, force=force, recursive=recursive)
 
     def _cancel_call(self) -> None:
         # An actor call's ref (`ActorCallRef`) sends its cancel to the actor; a task has none.
@@ -389,7 +389,8 @@ class TaskRef:
 
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, TaskRef) and other._kind != "actor-call" and other.id == self.id
+        return isinstance(other, TaskRef) and other._kind != "actor-call" and \
+            getattr(other, "_later", None) is None and other.id == self.id
 
     def __hash__(self) -> int:
         return hash(self.id)
@@ -486,9 +487,10 @@ def get(refs: Union[TaskRef, ObjectRef, Sequence[Union[TaskRef, ObjectRef]]], *,
         return [r.get() if isinstance(r, ObjectRef) else
                 _get_one(r, None if deadline is None else max(deadline - time.monotonic(), 0))
                 for r in refs]
-    if any(isinstance(r, TaskRef) and r._kind == "actor-call" for r in refs):
-        # Actor calls are answered by their actors: each waited for in turn, within one
-        # timeout for all.
+    if any(isinstance(r, TaskRef) and (r._kind == "actor-call" or
+                                       getattr(r, "_later", None) is not None) for r in refs):
+        # Actor calls are answered by their actors, and deferred tasks are sent once their
+        # arguments are ready: each waited for in turn, within one timeout for all.
         import time
 
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -537,6 +539,15 @@ def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
         raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {ref!r}")
     if ref._kind == "actor-call":
         return ref._value(timeout)  # type: ignore[attr-defined]
+    if getattr(ref, "_later", None) is not None:
+        # A deferred task: submitted once its arguments are ready (its failure, or its
+        # cancellation before then, is raised here).
+        import time
+
+        start = time.monotonic()
+        ref._settle(timeout)  # type: ignore[attr-defined]
+        if timeout is not None:
+            timeout = max(timeout - (time.monotonic() - start), 0.0)
     session = _current()
     try:
         if ref._deps:
@@ -599,7 +610,10 @@ def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
     """Ray's ``wait``: returns ``(ready, not_ready)`` once ``num_returns`` of ``refs`` have
     finished (succeeded or not), or when ``timeout`` seconds have passed."""
     refs = list(refs)
-    if any(isinstance(r, TaskRef) and r._kind == "actor-call" for r in refs):
+    from . import _deferred
+
+    if any(isinstance(r, TaskRef) and (r._kind == "actor-call" or _deferred.unsent(r))
+           for r in refs):
         from . import _actors
 
         return _actors.wait_calls(refs, num_returns, timeout)
@@ -612,25 +626,74 @@ def wait(refs: Sequence[TaskRef], *, num_returns: int = 1,
     return [by_id[i] for i in ids if i in done], [by_id[i] for i in not_ready]
 
 
-def cancel(refs: Union[TaskRef, Sequence[TaskRef]]) -> List[str]:
+def cancel(refs: Union[TaskRef, Sequence[TaskRef]], *, force: bool = False,
+           recursive: bool = True) -> List[str]:
     """Cancels tasks (a pending one at once, a running one is stopped); their states.
+
+    A running Python task's interpreter is killed at once (SIGKILL to its process group),
+    which is what Ray's ``force=True`` does, so ``force`` changes nothing for one; a running
+    command task gets SIGTERM, then SIGKILL after the worker's ``--grace``, and ``force=True``
+    is refused for it (escher cannot yet skip the grace). A deferred task (one waiting in this
+    process for an argument: an actor call's result) cancelled before it was submitted is
+    never submitted (``"cancelled"``).
 
     An actor call's ref is cancelled too (its state reads ``"cancel-requested"``: the actor
     answers): one queued behind other calls is removed from the actor's queue and its ``get``
     raises ``TaskCancelledError``; a running call of an async actor has its coroutine
     cancelled (the same error); a running call of a sync or threaded actor is not interrupted
-    and is answered as usual."""
+    and is answered as usual. ``force=True`` is refused for actor calls, as Ray refuses it:
+    killing the call's process would kill the actor (use ``escher.kill``). A deferred call
+    cancelled before it was sent is never sent (``"cancelled"``).
+
+    ``recursive`` (Ray's, default ``True``) is accepted, but escher's head does not record
+    which task submitted which, so the tasks a cancelled task submitted are not cancelled with
+    it, whatever ``recursive`` says: cancel their own refs."""
     if isinstance(refs, TaskRef):
         refs = [refs]
-    calls = [r for r in refs if isinstance(r, TaskRef) and r._kind == "actor-call"]
-    tasks = [r for r in refs if not (isinstance(r, TaskRef) and r._kind == "actor-call")]
-    for r in calls:
-        r._cancel_call()
-    states = iter([s[1] for s in _current().cancel(_ids(tasks))] if tasks else [])
-    return [
-        "cancel-requested" if isinstance(r, TaskRef) and r._kind == "actor-call" else next(states)
-        for r in refs
-    ]
+    refs = list(refs)
+    for flag, value in (("force", force), ("recursive", recursive)):
+        if not isinstance(value, bool):
+            raise InvalidArgumentError(f"escher.cancel's {flag} is True or False, not {value!r}")
+    for r in refs:
+        if not isinstance(r, TaskRef):
+            raise InvalidArgumentError(f"expected a TaskRef (what f.remote() returns), not {r!r}")
+        if force and r._kind == "actor-call":
+            raise InvalidArgumentError(
+                f"force=True is not supported for actor calls ({r!r}): the call runs in the "
+                f"actor's process, and killing it would kill the actor; cancel without force, "
+                f"or end the actor with escher.kill(handle)"
+            )
+        if force and r._kind == "command":
+            raise InvalidArgumentError(
+                f"force=True is not supported for command tasks ({r!r}) yet: a cancelled "
+                f"command gets SIGTERM, then SIGKILL after the worker's --grace; cancel without "
+                f"force"
+            )
+    states: Dict[int, str] = {}
+    tasks: List[int] = []
+    for i, r in enumerate(refs):
+        later = getattr(r, "_later", None)
+        if r._kind == "actor-call":
+            r._cancel_call()
+            done = getattr(r._call, "_later", None)  # type: ignore[attr-defined]
+            states[i] = "cancelled" if done is not None and done.state == "cancelled" \
+                else "cancel-requested"
+        elif later is not None and r._id is None:
+            state, tid = later.cancel(TaskCancelledError(
+                f"{later.what} was cancelled before it was submitted (its arguments were not "
+                f"ready): it never will be", 0, "cancelled"))
+            if state == "sent":
+                r._id = int(tid)
+                tasks.append(i)
+            else:
+                states[i] = state
+        else:
+            tasks.append(i)
+    if tasks:
+        done_states = _current().cancel([refs[i].id for i in tasks])
+        for i, status in zip(tasks, done_states):
+            states[i] = status[1]
+    return [states[i] for i in range(len(refs))]
 
 
 # ------------------------------------------------------------------------------------------
@@ -786,8 +849,15 @@ class RemoteFunction:
         return stored
 
     def remote(self, *args, **kwargs) -> TaskRef:
-        """Submits one call; returns its ``TaskRef`` at once."""
+        """Submits one call; returns its ``TaskRef`` at once. A call whose arguments include
+        an actor call's ref (or a task that itself waits for one) returns at once too: a
+        thread of this process submits it when they are ready (``DeferredTaskRef``)."""
         session = _current()
+        from . import _deferred
+
+        if any(_deferred.blocks(a) for a in args) or \
+                any(_deferred.blocks(v) for v in kwargs.values()):
+            return _deferred.later_task(self, session, args, kwargs)
         call = self._prepare(session, args, kwargs)
         if call[2]:
             # Its argument tasks' signals are raised for its id: wait for it.
@@ -805,9 +875,14 @@ class RemoteFunction:
         """Submits many calls in one request (much faster than as many ``remote`` calls): each
         item is the argument of one call, or a tuple of its arguments."""
         session = _current()
+        from . import _deferred
+
+        items = [item if isinstance(item, tuple) else (item,) for item in calls]
+        if any(_deferred.blocks(a) for args in items for a in args):
+            # Some wait for an argument: each call on its own, in order.
+            return [self.remote(*args) for args in items]
         prepared = []
-        for item in calls:
-            args = item if isinstance(item, tuple) else (item,)
+        for args in items:
             prepared.append(self._prepare(session, args, {}))
         if not prepared:
             return []
