@@ -400,6 +400,7 @@ class ActorMethod:
         deferred = _has_refs(args, kwargs)
         met: List[Any] = []
         call: Any = None
+        enqueue: Callable[[], None] = lambda: None
         if not deferred:
             with collecting() as met:
                 payload = _api._dumps((list(args), dict(kwargs)), f"the arguments of {what}")

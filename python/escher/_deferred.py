@@ -200,11 +200,37 @@ def _ready(value: Any, later: _Later, task: bool) -> Any:
     if not isinstance(value, TaskRef):
         return value
     later.waiting_for = repr(value)
-    if task and value._kind != "actor-call":
+    if value._kind != "actor-call":
         if isinstance(value, DeferredTaskRef):
             value._settle(None)
-        return value
+        if task:
+            return value
+        if value._kind == "python":
+            by_ref = _result_object(value)
+            if by_ref is not None:
+                return by_ref
     return _api.get(value)
+
+
+def _result_object(ref: TaskRef) -> Any:
+    """A reference to the result object of the remote function's task ``ref`` once it has
+    succeeded, for an actor's argument: the actor's interpreter reads it from its node's
+    store; ``None`` when its result is small (inline in its status) or it did not succeed
+    (then its ``get`` gives the value or raises the failure)."""
+    from ._objects import ResultRef
+
+    session = _api._current()
+    if ref._deps:
+        # An argument task that failed cancels it: get raises that failure.
+        return None
+    ready, _ = session.wait([ref.id], 1, None)
+    if not ready or ready[0][1] != "succeeded" or ready[0][2] is not None:
+        return None
+    try:
+        _escher.object_info(session, ref.id, 0)
+    except _api.EscherError:
+        return None
+    return ResultRef(ref.id, 0)
 
 
 # ------------------------------------------------------------------------------------------

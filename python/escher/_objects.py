@@ -128,6 +128,29 @@ class ObjectRef:
         return (ObjectRef, self._id)
 
 
+class ResultRef(ObjectRef):
+    """A task's result object (its return value pickled, not ``put``'s layout) given to an
+    actor's call or constructor by reference: the actor's interpreter reads it from its node's
+    store, as an ``ObjectRef`` argument, rather than the value travelling through the caller.
+    Borrowed: the caller's object session keeps it, as it keeps its tasks' results."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"ResultRef({self._id[0]}.{self._id[1]})"
+
+    def __reduce__(self):
+        return (ResultRef, self._id)
+
+
+def _decode(ref: ObjectRef, data: Any) -> Any:
+    """An object's value: a task's result is a plain pickle, a put object ``serialize``'s
+    layout."""
+    if isinstance(ref, ResultRef):
+        return pickle.loads(data)
+    return deserialize(data)
+
+
 def _view_from(buffer: Any, fmt: str, shape: Tuple[int, ...]) -> memoryview:
     view: Any = memoryview(buffer)
     if fmt != "B" or len(shape) != 1:
@@ -341,16 +364,16 @@ def get_object(ref: ObjectRef) -> Any:
     mapped = _mapped.get(ref._id)
     if mapped is not None:
         # On this node: the store's own pages, no fetch and no copy.
-        return deserialize(mapped)
+        return _decode(ref, mapped)
     from ._api import _current
 
     owner, index = ref._id
     if not os.environ.get("ESCHER_TASK_TOKEN"):
-        return deserialize(_escher.get_object(_current(), owner, index))
+        return _decode(ref, _escher.get_object(_current(), owner, index))
     channel = _worker_channel()
     if channel is not None:
         # Brought into this node's store by the worker (or found there) and mapped: no copy.
-        return deserialize(channel.get(owner, index))
+        return _decode(ref, channel.get(owner, index))
     session = _current()
     with _kept_lock:
         data = _kept.get(ref._id)
@@ -360,7 +383,7 @@ def get_object(ref: ObjectRef) -> Any:
             with _kept_lock:
                 if ref._id in _kept:
                     _kept.move_to_end(ref._id)
-            return deserialize(data)
+            return _decode(ref, data)
     data = _escher.get_object(session, owner, index)
     if len(data) <= _KEPT_ONE:
         with _kept_lock:
@@ -369,7 +392,7 @@ def get_object(ref: ObjectRef) -> Any:
             while total > _KEPT_BYTES:
                 _, gone = _kept.popitem(last=False)
                 total -= len(gone)
-    return deserialize(data)
+    return _decode(ref, data)
 
 
 def holders(ref: ObjectRef) -> List[int]:

@@ -69,7 +69,7 @@ def test_a_slow_actor_calls_ref_passed_to_a_task_returns_before_the_call_ends(cl
     gate = Gate.remote()
     slow = gate.pass_when.remote(str(gate_file))
     ref = echo.remote(slow)  # returns at once: the call has not ended (its gate is shut)
-    assert "deferred" in repr(ref) or isinstance(ref, escher.TaskRef)
+    assert repr(ref) == "TaskRef(deferred, waiting)"
     later = echo.remote(ref)  # a deferred task passed on is deferred too
     _open(gate_file)
     assert escher.get(ref, timeout=120) == ("echo", "opened")
@@ -203,3 +203,40 @@ def test_cancel_takes_force_and_recursive_as_ray_does_where_escher_can(cluster, 
     with pytest.raises(escher.TaskCancelledError):
         escher.get(running, timeout=60)
     assert escher.get(call, timeout=60) == ["born"]
+
+
+@escher.remote
+def big(n):
+    return bytes(range(256)) * (n // 256)
+
+
+@escher.remote
+class Digest:
+    def sha(self, data):
+        import hashlib
+
+        return hashlib.sha256(data).hexdigest(), len(data)
+
+
+def test_a_tasks_large_result_reaches_an_actor_by_reference_not_through_the_caller(
+        cluster, monkeypatch):
+    import hashlib
+
+    size = 4 << 20
+    ref = big.remote(size)
+    digest = Digest.remote()
+    real_get = escher._api.get
+    pulled = []
+
+    def watching(refs, **kwargs):
+        if refs is ref:
+            pulled.append(refs)
+        return real_get(refs, **kwargs)
+
+    # The caller's thread reads an argument's value with escher._api.get: it must not here.
+    monkeypatch.setattr(escher._api, "get", watching)
+    want = hashlib.sha256(bytes(range(256)) * (size // 256)).hexdigest()
+    assert escher.get(digest.sha.remote(ref), timeout=120) == (want, size)
+    assert pulled == []
+    # A small result travels by value, as before.
+    assert escher.get(digest.sha.remote(big.remote(1024)), timeout=120)[1] == 1024
