@@ -171,19 +171,19 @@ class ActorClass:
         env = self._runtime_env if self._runtime_env is not None else _api._session_runtime_env
         data = self._class_bytes(env)
         if _has_refs(args, kwargs):
-            return self._later(session, data, args, kwargs)
+            return self._later(session, data, env, args, kwargs)
         # ObjectRefs travel borrowed (the actor's interpreter reads those given as arguments);
         # the handle keeps the objects, which a restart constructs the actor from again.
         with collecting() as met:
             payload = _api._dumps((list(args), dict(kwargs)),
                                   f"the constructor's arguments of {self._cls.__qualname__}")
-        native = self._create(session, data, payload)
+        native = self._create(session, data, env, payload)
         handle = ActorHandle(native, self._cls.__qualname__, self._methods)
         handle._keep = met
         return handle
 
-    def _later(self, session: Any, data: bytes, args: Sequence[Any],
-               kwargs: Dict[str, Any]) -> "ActorHandle":
+    def _later(self, session: Any, data: bytes, env: Optional[Dict[str, Any]],
+               args: Sequence[Any], kwargs: Dict[str, Any]) -> "ActorHandle":
         """The handle of an actor whose constructor's arguments include refs: returned at once;
         its sequencer creates the actor once they are ready (their values its arguments), and
         its calls wait behind the creation. An argument that fails fails the creation, and
@@ -203,12 +203,13 @@ class ActorClass:
             return payload
 
         handle._sequencer().add(_deferred._Entry(
-            later, prepare, lambda payload: self._create(session, data, payload)))
+            later, prepare, lambda payload: self._create(session, data, env, payload)))
         return handle
 
-    def _create(self, session: Any, data: bytes, payload: bytes) -> Any:
-        """Creates the actor (its native handle) from the class's bytes and its constructor's
-        pickled arguments."""
+    def _create(self, session: Any, data: bytes, env: Optional[Dict[str, Any]],
+                payload: bytes) -> Any:
+        """Creates the actor (its native handle) from the class's bytes, its runtime
+        environment and its constructor's pickled arguments."""
         digest = hashlib.sha256(data).digest()
         # A large class travels once per session, in a store task the workers fetch and keep
         # by hash (as a large function does); a small one with each creation.

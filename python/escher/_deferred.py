@@ -245,6 +245,8 @@ class LaterCall:
     def __init__(self, later: _Later, cancelled: Callable[[], BaseException]):
         self._later = later
         self._cancelled = cancelled
+        # Its refs, which keep what its arguments name once it is sent.
+        self._refs: Sequence[Any] = ()
 
     def result(self, timeout: Optional[float]) -> tuple:
         start = time.monotonic()
