@@ -323,9 +323,10 @@ def test_an_actor_call_given_to_a_remote_function_passes_its_value(cluster):
     assert plus_one.remote(1, by=c.get.remote()).result(timeout=60) == 8
     assert escher.get([plus_one.remote(c.add.remote(i)) for i in range(3)], timeout=60) == \
         [7, 8, 10]
-    # A call that failed raises its failure where its value was waited for.
+    # A call that failed fails the task it was given to (which is never submitted) with its
+    # failure; .remote() itself does not wait for it.
     with pytest.raises(ValueError, match="no value"):
-        plus_one.remote(c.fail.remote("no value"))
+        plus_one.remote(c.fail.remote("no value")).result(timeout=60)
     escher.kill(c)
 
 
