@@ -200,23 +200,26 @@ class ActorClass:
             with collecting() as met:
                 payload = _api._dumps((values, named), what)
             handle._keep = met
-            return payload
+            # A large class's store task is made here, not while the sequencer sends.
+            return payload, self._blob(session, data)
 
         handle._sequencer().add(_deferred._Entry(
-            later, prepare, lambda payload: self._create(session, data, env, payload)))
+            later, prepare, lambda ready: self._create(session, data, env, *ready)))
         return handle
 
+    def _blob(self, session: Any, data: bytes) -> Tuple[int, bytes]:
+        """How the class travels: a large one once per session, in a store task the workers
+        fetch and keep by hash (as a large function does); a small one with each creation."""
+        if len(data) > 8 * 1024:
+            return self._store(session, data, hashlib.sha256(data).digest()), b""
+        return 0, data
+
     def _create(self, session: Any, data: bytes, env: Optional[Dict[str, Any]],
-                payload: bytes) -> Any:
+                payload: bytes, blob_inline: Optional[Tuple[int, bytes]] = None) -> Any:
         """Creates the actor (its native handle) from the class's bytes, its runtime
         environment and its constructor's pickled arguments."""
         digest = hashlib.sha256(data).digest()
-        # A large class travels once per session, in a store task the workers fetch and keep
-        # by hash (as a large function does); a small one with each creation.
-        if len(data) > 8 * 1024:
-            blob, inline = self._store(session, data, digest), b""
-        else:
-            blob, inline = 0, data
+        blob, inline = blob_inline if blob_inline is not None else self._blob(session, data)
         pip = (env or {}).get("pip")
         head = [b"ESPY\x02\x03", _api._versions()]
         if pip:
