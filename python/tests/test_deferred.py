@@ -199,7 +199,8 @@ def test_cancel_takes_force_and_recursive_as_ray_does_where_escher_can(cluster, 
     running = nap.remote(str(started))
     while not started.exists():
         time.sleep(0.05)
-    assert escher.cancel(running, force=True, recursive=False) == ["cancelled"]
+    # Stopped by its worker (its interpreter SIGKILLed): the head answers before that.
+    assert escher.cancel(running, force=True, recursive=False) in (["running"], ["cancelled"])
     with pytest.raises(escher.TaskCancelledError):
         escher.get(running, timeout=60)
     assert escher.get(call, timeout=60) == ["born"]
