@@ -902,13 +902,9 @@ class RemoteFunction:
         data, digest = self._function_bytes()
         deps: List[TaskRef] = []
         spec = []
+        # An actor call's ref never comes here: a call given one is deferred (``remote``), and
+        # its value is what reaches this.
         for a in args:
-            if isinstance(a, TaskRef) and a._kind == "actor-call":
-                # An actor call is answered by its actor, not recorded by the head, so no task
-                # can wait for it: its value is waited for here and sent (as an actor method's
-                # arguments are); a failed call raises here.
-                spec.append(("val", get(a)))
-                continue
             if isinstance(a, TaskRef):
                 if a._kind != "python":
                     raise InvalidArgumentError(
@@ -920,9 +916,7 @@ class RemoteFunction:
             else:
                 spec.append(("val", a))
         for k, v in kwargs.items():
-            if isinstance(v, TaskRef) and v._kind == "actor-call":
-                kwargs = dict(kwargs, **{k: get(v)})
-            elif isinstance(v, TaskRef):
+            if isinstance(v, TaskRef):
                 raise InvalidArgumentError(
                     f"TaskRef argument {k}= must be passed by position to wait for it"
                 )
