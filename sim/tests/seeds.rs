@@ -33,7 +33,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
          acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
          proposals answered \"may still commit\" ({} of them committed after all; {} \
          stalled leaders answered theirs at once), {} membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
-         nodes declared lost)",
+         nodes declared lost, {} removals that applied after the node registered again \
+         changed nothing)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),
         sum.faults() as f64 / count.max(1) as f64,
@@ -55,6 +56,7 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.executions,
         sum.fenced,
         sum.nodes_lost,
+        sum.stale_removals,
     );
     assert!(
         failed.is_empty(),
@@ -388,4 +390,34 @@ fn a_node_declared_lost_is_leased_nothing_until_its_removal_applies() {
     let outcome = run(2141, &options);
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
+}
+
+/// Seed 2141 again, for the removal it made: replica 2 declared node 1 lost on its registration
+/// 61 and proposed the removal at index 84, but the worker's registration (132) applied first.
+/// The plain `RemoveNode` (data formats before 9) then removed that registration, which it never
+/// judged: the registration's reconciled tasks failed and the live node was dropped (what the
+/// lease guard above keeps from running twice, but still a live node lost). The removal that
+/// names the registration it judged (`RemoveJudgedNode`) changes nothing there.
+#[test]
+fn a_removal_judged_before_the_node_registered_again_changes_nothing() {
+    let options = Options {
+        duration_ms: 10_000,
+        ..Options::default()
+    };
+    let plain = Options {
+        judged_removals: false,
+        ..options.clone()
+    };
+    let before = run(2141, &plain);
+    assert!(
+        before
+            .violations
+            .iter()
+            .any(|v| v.contains("the removal removed that registration, which it never judged")),
+        "{:?}",
+        before.violations
+    );
+    let outcome = run(2141, &options);
+    assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
+    assert!(outcome.stats.stale_removals > 0, "{:?}", outcome.stats);
 }
