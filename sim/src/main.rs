@@ -71,6 +71,11 @@ struct Args {
     /// the simulation did before, instead of at once as the head's owner does.
     #[arg(long)]
     no_stall_answers: bool,
+    /// A leader removes a node it declared lost with the plain `RemoveNode` (data formats
+    /// before 9), which removes whatever registration it meets, instead of naming the one it
+    /// judged: the checker's own test (a removal then removes a registration it never judged).
+    #[arg(long)]
+    plain_removals: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -90,6 +95,7 @@ fn main() -> anyhow::Result<()> {
         duplicate_assignments: !args.no_duplicate_assignments,
         in_doubt_answers: !args.no_in_doubt_answers,
         stall_answers: !args.no_stall_answers,
+        judged_removals: !args.plain_removals,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -134,7 +140,7 @@ fn main() -> anyhow::Result<()> {
          {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
          still commit\" ({:.2} of them committed after all; {:.2} stalled leaders answered \
          theirs at once), {:.2} membership-change calls with an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
-         lost",
+         lost ({:.2} removals that applied after the node registered again changed nothing)",
         per(sum.faults()),
         per(sum.crashes),
         per(sum.torn),
@@ -158,6 +164,7 @@ fn main() -> anyhow::Result<()> {
         per(sum.executions),
         per(sum.fenced),
         per(sum.nodes_lost),
+        per(sum.stale_removals),
     );
     if !failed.is_empty() {
         bail!("{} seeds failed; replay one with --seed N", failed.len());

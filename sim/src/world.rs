@@ -127,6 +127,12 @@ pub struct Options {
     /// them only when it loses the lead, as the simulation did before (a seed found then
     /// replays as it ran).
     pub stall_answers: bool,
+    /// A leader's removal of a node it declared lost names the registration it judged
+    /// (`RemoveJudgedNode`, `liveness::removal`), and changes nothing once the node's worker
+    /// registered again. Off, it is the plain `RemoveNode` of the data formats before 9, as
+    /// the head removed nodes before: the checker's own test (such a removal then removes a
+    /// registration it never judged, which the checker reports).
+    pub judged_removals: bool,
 }
 
 impl Default for Options {
@@ -146,6 +152,7 @@ impl Default for Options {
             duplicate_assignments: true,
             in_doubt_answers: true,
             stall_answers: true,
+            judged_removals: true,
         }
     }
 }
@@ -225,6 +232,9 @@ pub struct Stats {
     pub fenced: u64,
     /// Nodes a leader declared lost (no heartbeat for a heartbeat timeout).
     pub nodes_lost: u64,
+    /// Removals of nodes declared lost that applied after the node's worker registered again,
+    /// and so changed nothing (their judged registration was not the node's any more).
+    pub stale_removals: u64,
     /// Worker processes that crashed (their tasks with them).
     pub worker_crashes: u64,
     /// Workers frozen (SIGSTOP) for a while.
@@ -285,6 +295,7 @@ impl Stats {
             given_again,
             fenced,
             nodes_lost,
+            stale_removals,
             worker_crashes,
             freezes,
             worker_cuts,
@@ -317,6 +328,7 @@ impl Stats {
         self.given_again += given_again;
         self.fenced += fenced;
         self.nodes_lost += nodes_lost;
+        self.stale_removals += stale_removals;
         self.worker_crashes += worker_crashes;
         self.freezes += freezes;
         self.worker_cuts += worker_cuts;
@@ -609,6 +621,9 @@ pub struct World {
     /// write as not applied), with the (index, term) of each proposal their attempts made: none
     /// of those may commit.
     denied: Vec<Denied>,
+    /// The removals the leaders proposed of nodes they declared lost, by (replica, index),
+    /// until that replica applies the index (`workers.rs`, `owner_tick`).
+    removals: BTreeMap<(u64, u64), workers::Removal>,
 }
 
 /// A client's call that ended with an error other than an unknown outcome.
@@ -670,6 +685,7 @@ impl World {
             in_doubt: Vec::new(),
             received: BTreeSet::new(),
             denied: Vec::new(),
+            removals: BTreeMap::new(),
             options,
         };
         if world.options.disk_faults {
@@ -1899,7 +1915,9 @@ impl World {
                 term,
                 results,
                 effects,
+                events,
             } => {
+                self.removal_applied(id, index, term, &events);
                 for effect in &effects {
                     if let Effect::Assign { node, assignment } = effect {
                         let key = (assignment.task_id, assignment.attempt, *node);
@@ -2015,6 +2033,8 @@ impl World {
                 }
             }
             SimOutput::Restored => {
+                // What it applied is the snapshot's now: its removals are not followed further.
+                self.removals.retain(|(replica, _), _| *replica != id);
                 self.stats.snapshots += 1;
                 self.note(format!("replica {id} installed a snapshot"));
             }

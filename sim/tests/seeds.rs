@@ -33,7 +33,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
          acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
          proposals answered \"may still commit\" ({} of them committed after all; {} \
          stalled leaders answered theirs at once), {} membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
-         nodes declared lost)",
+         nodes declared lost, {} removals that applied after the node registered again \
+         changed nothing)",
         options.replicas,
         count as f64 * 60.0 / took.max(1e-9),
         sum.faults() as f64 / count.max(1) as f64,
@@ -55,6 +56,7 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.executions,
         sum.fenced,
         sum.nodes_lost,
+        sum.stale_removals,
     );
     assert!(
         failed.is_empty(),
@@ -388,4 +390,47 @@ fn a_node_declared_lost_is_leased_nothing_until_its_removal_applies() {
     let outcome = run(2141, &options);
     assert!(outcome.violations.is_empty(), "{:?}", outcome.violations);
     assert!(outcome.stats.executions > 0, "{:?}", outcome.stats);
+}
+
+/// A removal of a node judged before the node's worker registered again, which the plain
+/// `RemoveNode` (data formats before 9) applied to the new registration, failing its tasks and
+/// dropping the live node; found by `escher-sim --seeds 400 --first 2000 --duration-ms 10000
+/// --plain-removals` (7 failed: 2092, 2104, 2141, 2280, 2346, 2384, 2389; 0 without
+/// `--plain-removals`). Seed 2141: replica 2 declared node 1 lost on its registration 61 and
+/// proposed the removal at index 84 while the worker's registration (132) was proposed before
+/// it, in one leadership. Seed 2384, across a change of leader: replica 2 declared node 1 lost
+/// (registration 7, removal at index 30, just after the worker's registration at index 29) and
+/// lost the lead before either committed; replica 1, leading from 10,422 ms, knew nothing of
+/// the declaration and committed both, and the removal removed registration 84. The removal
+/// that names the registration it judged (`RemoveJudgedNode`) changes nothing in both.
+#[test]
+fn a_removal_judged_before_the_node_registered_again_changes_nothing() {
+    let options = Options {
+        duration_ms: 10_000,
+        ..Options::default()
+    };
+    let plain = Options {
+        judged_removals: false,
+        ..options.clone()
+    };
+    for seed in [2141, 2384] {
+        let before = run(seed, &plain);
+        assert!(
+            before.violations.iter().any(|v| v
+                .contains("the removal removed that registration, which it never judged")),
+            "seed {seed}: {:?}",
+            before.violations
+        );
+        let outcome = run(seed, &options);
+        assert!(
+            outcome.violations.is_empty(),
+            "seed {seed}: {:?}",
+            outcome.violations
+        );
+        assert!(
+            outcome.stats.stale_removals > 0,
+            "seed {seed}: {:?}",
+            outcome.stats
+        );
+    }
 }

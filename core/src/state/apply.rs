@@ -138,6 +138,15 @@ pub struct ClusterState {
     /// skipped here.
     #[serde(skip)]
     pub(crate) objects: super::objects::ObjectTable,
+    /// The number of each node's current registration (`registrations.rs`). Part of a snapshot
+    /// from data format 9 on, written after the object table by the head's codec, hence
+    /// skipped here.
+    #[serde(skip)]
+    pub(crate) registrations: super::registrations::Registrations,
+    /// Whether the entry being applied numbers the registrations it makes (see
+    /// [`apply_entry`](Self::apply_entry)); set for each entry.
+    #[serde(skip)]
+    pub(crate) numbering: bool,
 }
 
 impl ClusterState {
@@ -169,6 +178,8 @@ impl ClusterState {
             decisions: Vec::new(),
             incarnation: super::incarnation::Incarnation::default(),
             objects: super::objects::ObjectTable::default(),
+            registrations: super::registrations::Registrations::default(),
+            numbering: true,
         }
     }
 
@@ -242,7 +253,19 @@ impl ClusterState {
     ///
     /// The first entry a state restored from a backup applies begins its new incarnation
     /// first (`incarnation.rs`), whatever becomes of the entry.
+    ///
+    /// The entry numbers the registrations it makes (`registrations.rs`): what an entry of this
+    /// release's newest data format does. See [`apply_entry`](Self::apply_entry).
     pub fn apply(&mut self, entry: Entry) -> Result<Reply, ApplyError> {
+        self.apply_entry(entry, true)
+    }
+
+    /// [`apply`](Self::apply), for an entry that numbers the registrations it makes or not
+    /// (`numbering`): the head's codec says which by the data format it was written in (9 on),
+    /// so that every replica, whether it replayed the entry or loaded a snapshot, holds the
+    /// same numbers (see `registrations.rs`).
+    pub fn apply_entry(&mut self, entry: Entry, numbering: bool) -> Result<Reply, ApplyError> {
+        self.numbering = numbering;
         self.begin_incarnation(entry.now);
         let revision = self.revision;
         let Some(key) = entry.key else {
@@ -303,6 +326,14 @@ impl ClusterState {
             Command::RevokeToken { id } => Reply::Token(self.revoke_token(&id, now)?),
             Command::RemoveNode { node, reason } => {
                 self.remove_node(node, reason, now)?;
+                Reply::Done
+            }
+            Command::RemoveJudgedNode {
+                node,
+                registration,
+                reason,
+            } => {
+                self.remove_judged_node(node, registration, reason, now)?;
                 Reply::Done
             }
             Command::DrainNode { node } => {

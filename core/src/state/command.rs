@@ -260,6 +260,19 @@ pub enum Command {
         /// Whether the caller is an admin (or the leader), who releases every namespace's.
         sees_everything: bool,
     },
+    /// [`RemoveNode`](Command::RemoveNode), judged on one registration of the node: the
+    /// leader declared it lost (or its drained worker left) while `registration` was the
+    /// node's registration (`registrations.rs`). Applied after the node registered again it
+    /// changes nothing, so a late removal never fails the tasks of a registration it did not
+    /// judge. Data format 9 on (a group that writes an older one removes with `RemoveNode`).
+    RemoveJudgedNode {
+        /// The node.
+        node: NodeId,
+        /// The number of the registration judged (none: a registration that had none).
+        registration: Option<u64>,
+        /// Why, for the tasks that were running there.
+        reason: String,
+    },
 }
 
 impl Command {
@@ -294,6 +307,7 @@ impl Command {
             Command::OpenObjectSession => "open_object_session",
             Command::RecordDecision { .. } => "record_decision",
             Command::CloseObjectSession { .. } => "close_object_session",
+            Command::RemoveJudgedNode { .. } => "remove_judged_node",
         }
     }
 }

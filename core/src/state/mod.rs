@@ -34,6 +34,9 @@
 //! copy, each copy published as the location resource `NS/object.O` on its node; what a
 //! returning worker's store holds is judged against it (`reconcile.rs`).
 //!
+//! Registration numbers (`registrations.rs`): a node's removal names the registration its
+//! leader judged, and changes nothing when the node has registered again since.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -49,6 +52,7 @@ mod objects;
 mod queries;
 mod reconcile;
 mod record;
+mod registrations;
 mod requeue;
 mod resources;
 mod retention;
@@ -70,6 +74,7 @@ pub use nodes::{Joining, Returning, SecretHash};
 pub use objects::{FIRST_SESSION, MAX_FREED_KEPT, ObjectRecord, ObjectTable, location_resource};
 pub use reconcile::{HeldVerdict, owner_of};
 pub use record::{AttemptRecord, MAX_TAILS_KEPT, NodeRecord, TaskRecord};
+pub use registrations::Registrations;
 pub use retention::{NodeTombstone, RetentionPolicy};
 pub use sessions::{MAX_REPLIES_PER_CLIENT, MAX_SESSIONS, SESSION_IDLE_MS};
 pub use tokens::{MAX_TOKENS, TokenHash, TokenRecord, Tokens};

@@ -143,6 +143,7 @@ impl ClusterState {
         );
         self.add_live(id, worker, admit, now)?;
         self.record_node(id, NodeChange::Joined, None, now);
+        self.number_registration(id);
         Ok(id)
     }
 
@@ -192,6 +193,7 @@ impl ClusterState {
                 tracing::warn!(%node, %err, "could not record the worker's GPUs");
             }
             self.record_node(node, NodeChange::Rejoined, None, now);
+            self.number_registration(node);
             return Ok(node);
         }
         // A restarted worker, or one the head declared lost: what it ran is gone.
@@ -215,7 +217,59 @@ impl ClusterState {
         // cannot fail; were it to, the refusal is the same on every replica.
         self.add_live(node, worker, admit, now)?;
         self.record_node(node, NodeChange::Rejoined, None, now);
+        self.number_registration(node);
         Ok(node)
+    }
+
+    /// Gives `node`'s registration, whose event was just recorded, its number: that event's
+    /// revision, or none when the entry numbers no registration (`registrations.rs`).
+    fn number_registration(&mut self, node: NodeId) {
+        let number = self.numbering.then_some(self.revision);
+        self.registrations.registered(node, number);
+    }
+
+    /// The number of `node`'s current registration, if it has one (`registrations.rs`): what
+    /// a leader that declares the node lost names in its removal.
+    pub fn registration(&self, node: NodeId) -> Option<u64> {
+        self.registrations.get(node)
+    }
+
+    /// The number of every node's current registration that has one.
+    pub fn registrations(&self) -> &super::registrations::Registrations {
+        &self.registrations
+    }
+
+    /// Sets the registration numbers (a snapshot that carries them was read).
+    pub fn set_registrations(&mut self, registrations: super::registrations::Registrations) {
+        self.registrations = registrations;
+    }
+
+    /// `RemoveJudgedNode`: removes `id` as [`remove_node`](Self::remove_node) does if its
+    /// registration is still `judged`; after the node registered again it changes nothing
+    /// (the new registration was not judged), and the head's log says so.
+    pub(crate) fn remove_judged_node(
+        &mut self,
+        id: NodeId,
+        judged: Option<u64>,
+        reason: String,
+        now: Millis,
+    ) -> Result<(), ApplyError> {
+        if !self.nodes.contains_key(&id) {
+            return Err(ApplyError::UnknownNode(id));
+        }
+        let current = self.registrations.get(id);
+        if current != judged {
+            tracing::info!(
+                node = %id,
+                ?judged,
+                ?current,
+                %reason,
+                "a removal judged on an earlier registration of the node changes nothing: \
+                 its worker registered again since"
+            );
+            return Ok(());
+        }
+        self.remove_node(id, reason, now)
     }
 
     /// Makes `id`, whose record the caller made or found, a live node with what `worker`

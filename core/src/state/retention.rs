@@ -222,6 +222,7 @@ impl ClusterState {
         let Some(record) = self.nodes.remove(&id) else {
             return;
         };
+        self.registrations.forget(id);
         let limit = self.config.retention.node_tombstones;
         if limit == 0 {
             return;

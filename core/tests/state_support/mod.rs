@@ -715,7 +715,7 @@ pub fn seal(t: &mut TestState, copies: Vec<SealedCopy>) -> Vec<(ObjectId, String
 }
 
 /// `t`'s state as a replica restored from its snapshot holds it: the image, then the object
-/// table, each through bincode as the head's codec writes them.
+/// table, each through bincode as the head's codec writes them, and the registration numbers.
 pub fn restored(t: &TestState) -> ClusterState {
     let config = bincode::config::standard();
     let image = bincode::serde::encode_to_vec(&t.state, config).unwrap();
@@ -725,5 +725,6 @@ pub fn restored(t: &TestState) -> ClusterState {
     let mut back = state.restore(StateConfig::default());
     let (objects, _) = bincode::serde::decode_from_slice(&table, config).unwrap();
     back.set_objects(objects);
+    back.set_registrations(t.state.registrations().clone());
     back
 }

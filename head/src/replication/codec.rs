@@ -26,7 +26,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::state::{ClusterState, Entry, Incarnation, ObjectTable, StateConfig};
+use crate::state::{ClusterState, Entry, Incarnation, ObjectTable, Registrations, StateConfig};
 
 /// A replicated value could not be encoded or decoded.
 #[derive(Debug, Error)]
@@ -79,7 +79,8 @@ pub enum CodecError {
 /// | 6 | entries may hold `RecordDecision` (the last variant of `Command`): an autoscaler's decisions, streamed to watchers ([`DECISIONS_FORMAT`]); a group writing an older format refuses them |
 /// | 7 | entries and snapshots may hold `TaskResult::Object` (its last variant): a function's result above 100 KiB kept in its worker's store, the head holding its reference ([`RESULT_OBJECTS_FORMAT`]); a group writing an older format fails such an attempt, saying why |
 /// | 8 | entries may hold `CloseObjectSession` (the last variant of `Command`; its reply, `Reply::ObjectSessionClosed`, the last of `Reply`): a session's objects released at once when its client closes or lapses ([`SESSIONS_FORMAT`]); a group writing an older format refuses a close, and its leader releases no lapsed session |
-pub const DATA_FORMAT: u16 = 8;
+/// | 9 | entries may hold `RemoveJudgedNode` (the last variant of `Command`): a removal that names the registration its leader judged, and changes nothing once the node registered again; the registrations such entries apply are numbered, and a snapshot with numbers carries them after the object table ([`JUDGED_REMOVAL_FORMAT`]); a group writing an older format removes nodes with `RemoveNode`, as before |
+pub const DATA_FORMAT: u16 = 9;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -109,6 +110,17 @@ pub const RESULT_OBJECTS_FORMAT: u16 = 7;
 /// The first data format whose entries may hold `CloseObjectSession`: a client's close is
 /// refused, and a lapsed session's objects stay, while the group writes an older one.
 pub const SESSIONS_FORMAT: u16 = 8;
+
+/// The first data format whose entries may hold `RemoveJudgedNode` and number the
+/// registrations they apply (`escher_core::state` `registrations.rs`), and whose snapshots
+/// carry those numbers: a leader removes nodes with it only when its group writes this format
+/// or a later one.
+pub const JUDGED_REMOVAL_FORMAT: u16 = 9;
+
+/// Whether an entry of data format `format` numbers the registrations it applies.
+pub(crate) fn numbers_registrations(format: u16) -> bool {
+    format >= JUDGED_REMOVAL_FORMAT
+}
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
@@ -250,6 +262,13 @@ pub(crate) fn encode_image(
     } else {
         format
     };
+    // Registration numbers are only made by entries of their format, so a state that has
+    // some is written in it (every replica of its group reads it).
+    let format = if state.registrations().is_empty() {
+        format
+    } else {
+        format.max(JUDGED_REMOVAL_FORMAT)
+    };
     let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
         .map_err(encode_error)?;
     let incarnation = state.incarnation();
@@ -259,6 +278,11 @@ pub(crate) fn encode_image(
     if format >= OBJECTS_FORMAT {
         body.extend(
             bincode::serde::encode_to_vec(state.objects(), config()).map_err(encode_error)?,
+        );
+    }
+    if format >= JUDGED_REMOVAL_FORMAT {
+        body.extend(
+            bincode::serde::encode_to_vec(state.registrations(), config()).map_err(encode_error)?,
         );
     }
     Ok(wrap(format, body))
@@ -303,9 +327,16 @@ pub(crate) fn decode_image(bytes: &[u8], config_: StateConfig) -> Result<Decoded
             bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
         state.set_incarnation(incarnation);
         if format >= OBJECTS_FORMAT {
-            let (objects, _): (ObjectTable, usize) =
-                bincode::serde::decode_from_slice(&rest[used..], config()).map_err(decode_error)?;
+            let rest = &rest[used..];
+            let (objects, used): (ObjectTable, usize) =
+                bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
             state.set_objects(objects);
+            if format >= JUDGED_REMOVAL_FORMAT {
+                let (numbers, _): (Registrations, usize) =
+                    bincode::serde::decode_from_slice(&rest[used..], config())
+                        .map_err(decode_error)?;
+                state.set_registrations(numbers);
+            }
         }
     }
     Ok((state, image.members, format))
@@ -411,6 +442,89 @@ mod tests {
         assert_eq!(old.incarnation(), &Incarnation::default());
     }
 
+    /// A named state with one live node, registered by an entry of data format `format`.
+    fn one_node(format: u16) -> (ClusterState, escher_proto::types::NodeId) {
+        let mut state = ClusterState::new(StateConfig::default());
+        let init = Command::Init {
+            cluster_id: "c".into(),
+            task_key: "k".into(),
+        };
+        state.apply(Entry::new(1, init)).unwrap();
+        let worker = crate::state::Joining {
+            name: "w".into(),
+            address: String::new(),
+            resources: "cpu=1".parse().unwrap(),
+            labels: Default::default(),
+            gpus: Vec::new(),
+            boot: 1,
+        };
+        let secret = crate::state::SecretHash::of("s");
+        let register = Entry::new(2, Command::RegisterNode { worker, secret });
+        match state.apply_entry(register, numbers_registrations(format)) {
+            Ok(crate::state::Reply::Registered(node)) => (state, node),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_log_of_format_8_with_the_plain_removal_still_replays() {
+        use escher_proto::types::NodeId;
+        // A batch as format 8 wrote it, byte by byte: the envelope, one entry (now 7),
+        // `RemoveNode` (variant 5) of node 1 for reason "x", no idempotency key. The variant
+        // kept its number: `RemoveJudgedNode` went last.
+        let bytes = [0xFF, b'E', 8, 0, 1, 7, 5, 1, 1, b'x', 0];
+        let (format, entries) = decode_batch(&bytes).unwrap();
+        let remove = Command::RemoveNode {
+            node: NodeId(1),
+            reason: "x".into(),
+        };
+        assert_eq!((format, entries.clone()), (8, vec![Entry::new(7, remove)]));
+        assert!(!numbers_registrations(format));
+        // Replayed as a replica replays it: the node's registration (of format 8 too) has no
+        // number, and the plain removal removes it.
+        let (mut state, node) = one_node(8);
+        assert_eq!((node, state.registration(node)), (NodeId(1), None));
+        for entry in entries {
+            state
+                .apply_entry(entry, numbers_registrations(format))
+                .unwrap();
+        }
+        assert!(!state.node_alive(node));
+        // Format 8's snapshot of a state without numbers has no trailer for them and reads.
+        let (state, node) = one_node(8);
+        let image = encode_image(&state, &BTreeMap::new(), 8).unwrap();
+        assert_eq!(image_format(&image), 8);
+        let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
+        assert!(back.node_alive(node) && back.registrations().is_empty());
+    }
+
+    #[test]
+    fn registration_numbers_are_in_the_snapshot_of_their_format_and_the_judged_removal_too() {
+        let (state, node) = one_node(JUDGED_REMOVAL_FORMAT);
+        let number = state.registration(node);
+        assert!(number.is_some());
+        // Asked for an older format, a state with numbers is written in theirs.
+        let image = encode_image(&state, &BTreeMap::new(), 8).unwrap();
+        assert_eq!(image_format(&image), JUDGED_REMOVAL_FORMAT);
+        let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
+        assert_eq!(back.registrations(), state.registrations());
+        assert_eq!(
+            encode_image(&back, &BTreeMap::new(), DATA_FORMAT).unwrap(),
+            image
+        );
+        let judged = Command::RemoveJudgedNode {
+            node,
+            registration: number,
+            reason: "r".into(),
+        };
+        let batch = vec![Entry::new(9, judged)];
+        let bytes = encode_batch(&batch, JUDGED_REMOVAL_FORMAT).unwrap();
+        assert_eq!(
+            decode_batch(&bytes).unwrap(),
+            (JUDGED_REMOVAL_FORMAT, batch)
+        );
+    }
+
     #[test]
     fn format_one_is_written_bare_read_in_an_envelope_too_and_a_newer_one_is_refused() {
         let batch = vec![Entry::new(7, Command::Tick)];
@@ -441,9 +555,13 @@ mod tests {
             "{text}"
         );
         let state = ClusterState::new(StateConfig::default());
-        let mut image = vec![0xFF, b'E', 9, 0];
+        let mut image = vec![0xFF, b'E'];
+        image.extend_from_slice(&next.to_le_bytes());
         image.extend(encode_image(&state, &BTreeMap::new(), 1).unwrap());
         let err = decode_image(&image, StateConfig::default()).unwrap_err();
-        assert!(err.to_string().contains("data format 9"), "{err}");
+        assert!(
+            err.to_string().contains(&format!("data format {next}")),
+            "{err}"
+        );
     }
 }

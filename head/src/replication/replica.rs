@@ -294,7 +294,7 @@ pub(crate) struct Replica<S: LogStore> {
     clock: Millis,
     /// The commands of this replica's own proposals, by (index, term), so that the leader
     /// applies them without decoding what it encoded (followers decode).
-    proposed: std::collections::VecDeque<(u64, u64, Vec<Entry>)>,
+    proposed: std::collections::VecDeque<(u64, u64, u16, Vec<Entry>)>,
     /// The data formats of the group's replicas, and so the one this replica writes.
     formats: Formats,
 }
@@ -548,28 +548,33 @@ impl<S: LogStore> Replica<S> {
             .propose(Vec::new(), data)
             .map_err(|_| self.not_leader())?;
         let (index, term) = (self.node.raft.raft_log.last_index(), self.node.raft.term);
-        self.proposed.push_back((index, term, entries));
+        self.proposed.push_back((index, term, format, entries));
         Ok((index, term))
     }
 
-    /// The commands of the raft entry at (index, term): this replica's own proposal if it
-    /// made it, else decoded.
-    fn commands(&mut self, index: u64, term: u64, data: &[u8]) -> Result<Vec<Entry>, CodecError> {
-        while self.proposed.front().is_some_and(|(i, _, _)| *i < index) {
+    /// The commands of the raft entry at (index, term), and the data format they were written
+    /// in: this replica's own proposal if it made it, else decoded.
+    fn commands(
+        &mut self,
+        index: u64,
+        term: u64,
+        data: &[u8],
+    ) -> Result<(u16, Vec<Entry>), CodecError> {
+        while self.proposed.front().is_some_and(|(i, _, _, _)| *i < index) {
             self.proposed.pop_front();
         }
-        if let Some((i, t, _)) = self.proposed.front()
+        if let Some((i, t, _, _)) = self.proposed.front()
             && *i == index
         {
             let own = *t == term;
-            let (_, _, entries) = self.proposed.pop_front().expect("just seen");
+            let (_, _, format, entries) = self.proposed.pop_front().expect("just seen");
             if own {
-                return Ok(entries);
+                return Ok((format, entries));
             }
         }
         let (format, entries) = codec::decode_batch(data)?;
         self.formats.saw_written(format);
-        Ok(entries)
+        Ok((format, entries))
     }
 
     /// The data format this replica writes now (see [`formats`](super::formats)).
@@ -1096,14 +1101,15 @@ impl<S: LogStore> Replica<S> {
                     out.push(Output::Empty { index, term })
                 }
                 EntryType::EntryNormal => {
-                    let entries = self.commands(index, term, &e.data)?;
+                    let (format, entries) = self.commands(index, term, &e.data)?;
+                    let numbering = codec::numbers_registrations(format);
                     let leading = self.is_leader();
                     let mut results = Vec::with_capacity(entries.len());
                     for entry in entries {
                         self.clock = self.clock.max(entry.now);
                         let command = entry.command.name();
                         let started = std::time::Instant::now();
-                        let result = self.state.apply(entry);
+                        let result = self.state.apply_entry(entry, numbering);
                         let timing = (command, started.elapsed());
                         let effects = self.state.take_effects();
                         let events = self.state.take_events();

@@ -41,6 +41,8 @@ pub enum SimOutput {
         /// What the commands asked the runtime to do (assignments and cancellations for the
         /// workers, ...), in order: the head's owner performs them only while it leads.
         effects: Vec<Effect>,
+        /// The events the commands recorded (for watchers), in order.
+        events: Vec<escher_proto::types::WatchEvent>,
     },
     /// An entry with nothing to apply (a new leader's first), or a membership change: a
     /// proposal waiting at this index was not applied.
@@ -182,6 +184,11 @@ impl SimReplica {
         self.replica.propose(commands, now)
     }
 
+    /// The data format this replica writes now (the newest every member reads).
+    pub fn writes_format(&mut self) -> u16 {
+        self.replica.writes_format()
+    }
+
     /// Hands raft messages from replica `from` to this one.
     pub fn step(&mut self, from: u64, messages: Vec<Message>) {
         let format = u32::from(codec::newest_readable());
@@ -280,10 +287,12 @@ fn simplify(output: Output) -> Option<SimOutput> {
             results,
         } => {
             let mut effects = Vec::new();
+            let mut events = Vec::new();
             let results = results
                 .into_iter()
                 .map(|a| {
                     effects.extend(a.effects);
+                    events.extend(a.events.into_iter().map(|r| r.event));
                     a.result
                 })
                 .collect();
@@ -292,6 +301,7 @@ fn simplify(output: Output) -> Option<SimOutput> {
                 term,
                 results,
                 effects,
+                events,
             }
         }
         Output::ConfChanged {

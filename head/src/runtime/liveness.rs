@@ -24,14 +24,34 @@
 //!   ([`Liveness::lead`]), so it honours the leases its predecessor granted; a node it learns
 //!   of later (a log replayed) gets one too ([`Liveness::adopt`]);
 //! - a stream is taken only for a node whose registration this leadership answered
-//!   ([`Liveness::registered`], [`Liveness::registered_here`]).
+//!   ([`Liveness::registered`], [`Liveness::registered_here`]);
+//! - a removal names the registration it was judged on ([`removal`]): applied after the
+//!   node's worker registered again, it changes nothing, and the node is no longer declared.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use escher_proto::types::NodeId;
 
-use crate::state::ClusterState;
+use crate::replication::JUDGED_REMOVAL_FORMAT;
+use crate::state::{ClusterState, Command};
+
+/// The command that removes `node`, judged on its registration in `state` (declared lost, or
+/// its drained worker gone), for a group that writes data format `writes`: from
+/// [`JUDGED_REMOVAL_FORMAT`] on it names that registration, so that it changes nothing once
+/// the node's worker registered again (`escher_core::state` `registrations.rs`); before, it
+/// is the plain `RemoveNode` every release reads.
+pub fn removal(state: &ClusterState, node: NodeId, reason: String, writes: u16) -> Command {
+    if writes >= JUDGED_REMOVAL_FORMAT {
+        Command::RemoveJudgedNode {
+            node,
+            registration: state.registration(node),
+            reason,
+        }
+    } else {
+        Command::RemoveNode { node, reason }
+    }
+}
 
 /// What the leader makes of a message from a node's worker.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,9 +77,10 @@ pub struct Liveness {
     overflowed: BTreeMap<NodeId, Duration>,
     /// Nodes whose registration this leadership answered.
     registered: BTreeSet<NodeId>,
-    /// Nodes this leadership declared lost, and when, whose removal has not applied yet: such a
-    /// node gets no lease and no stream until it has (see [`Liveness::tick`]).
-    declared: BTreeMap<NodeId, Duration>,
+    /// Nodes this leadership declared lost, when, and the registration judged (its number, if
+    /// it has one), whose removal has not applied yet: such a node gets no lease and no stream
+    /// until it has, or until the node registered again (see [`Liveness::tick`]).
+    declared: BTreeMap<NodeId, (Duration, Option<u64>)>,
 }
 
 impl Liveness {
@@ -157,8 +178,11 @@ impl Liveness {
     /// renews no lease of that node and takes no stream of it until then (its messages are
     /// ignored; its worker registers again once the node is gone). Were the lease renewed, the
     /// worker would run what its registration's reconcile sent while the removal gave the same
-    /// task to another node (found by the simulation, seed 2141). A removal that has not
-    /// applied a heartbeat timeout after it was declared (its proposal lost) is declared again.
+    /// task to another node (found by the simulation, seed 2141). A removal that names the
+    /// registration it judged ([`removal`]) changes nothing once the node registered again:
+    /// then the node is no longer declared, and the new registration's worker is heard, leased
+    /// and streamed as any. A removal that has not applied a heartbeat timeout after it was
+    /// declared (its proposal lost) is declared again.
     pub fn tick(
         &mut self,
         state: &ClusterState,
@@ -169,9 +193,11 @@ impl Liveness {
         if cannot_lead {
             return Vec::new();
         }
-        self.declared.retain(|node, _| state.node_alive(*node));
+        self.declared.retain(|node, (_, judged)| {
+            state.node_alive(*node) && state.registration(*node) == *judged
+        });
         let mut silent: Vec<NodeId> = Vec::new();
-        for (node, at) in &mut self.declared {
+        for (node, (at, _)) in &mut self.declared {
             if now.saturating_sub(*at) > timeout {
                 *at = now;
                 silent.push(*node);
@@ -201,7 +227,8 @@ impl Liveness {
         silent.dedup();
         for node in &silent {
             self.forget(*node);
-            self.declared.entry(*node).or_insert(now);
+            let judged = state.registration(*node);
+            self.declared.entry(*node).or_insert((now, judged));
         }
         silent
     }
@@ -392,6 +419,53 @@ pub(super) mod tests {
         assert!(live.declared.is_empty());
         assert_eq!(
             live.heard(&state, nodes[0], ms(4_200), false),
+            Heard::Noted { renew: true }
+        );
+    }
+
+    /// The same race, with the removal that names the registration it judged: once the node's
+    /// worker registered again, the removal changes nothing, and the new registration is
+    /// heard, leased and streamed to as any.
+    #[test]
+    fn a_node_that_registered_again_after_it_was_declared_lost_is_no_longer_declared() {
+        let (mut state, nodes) = state_with(1);
+        let node = nodes[0];
+        let mut live = Liveness::default();
+        live.lead(&state, ms(0));
+        assert_eq!(live.tick(&state, TIMEOUT, ms(2_001), false), vec![node]);
+        let remove = removal(&state, node, "test".into(), JUDGED_REMOVAL_FORMAT);
+        let plain = removal(&state, node, "test".into(), JUDGED_REMOVAL_FORMAT - 1);
+        assert!(matches!(plain, Command::RemoveNode { .. }), "{plain:?}");
+        // The worker's registration applies before the removal, and is answered here.
+        let back = crate::state::Returning {
+            cluster: "c".into(),
+            node,
+            secret: SecretHash::of("s"),
+            running: Vec::new(),
+            finished: Vec::new(),
+        };
+        let worker = Joining {
+            name: "w0".into(),
+            address: String::new(),
+            resources: "cpu=1".parse().expect("a resource set"),
+            labels: Default::default(),
+            gpus: Vec::new(),
+            boot: 1,
+        };
+        let rejoin = Command::RejoinNode { worker, back };
+        state.apply(Entry::new(3, rejoin)).expect("registered");
+        live.registered(node, ms(2_010));
+        state.apply(Entry::new(4, remove)).expect("applied");
+        assert!(
+            state.node_alive(node),
+            "the removal judged another registration"
+        );
+        // The next tick forgets the declaration: the node is streamed to and leased.
+        assert!(live.tick(&state, TIMEOUT, ms(2_020), false).is_empty());
+        assert!(live.declared.is_empty());
+        assert!(live.registered_here(node));
+        assert_eq!(
+            live.heard(&state, node, ms(2_030), false),
             Heard::Noted { renew: true }
         );
     }

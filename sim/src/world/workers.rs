@@ -22,9 +22,11 @@ use std::time::Duration;
 
 use escher_core::state::{Command, Effect, Joining, Returning, SecretHash};
 use escher_head::replication::sim::SimReplica;
-use escher_head::runtime::liveness::Heard;
+use escher_head::runtime::liveness::{self, Heard};
 use escher_head::runtime::streams::{Offer, Outlet, Streams, Superseded};
-use escher_proto::types::{Labels, NodeId, TaskFinished, TaskResult};
+use escher_proto::types::{
+    ClusterEvent, Labels, NodeChange, NodeId, TaskFinished, TaskResult, WatchEvent,
+};
 use rand::Rng;
 
 use super::{Event, World};
@@ -61,6 +63,20 @@ pub(super) type Owner = Streams<SimLink, ToWorker>;
 /// What the owner's streams took and the world is still to send: (worker, stream epoch,
 /// message), in the order taken.
 pub(super) type Wire = Rc<RefCell<Vec<(usize, u64, ToWorker)>>>;
+
+/// A removal a leader proposed of a node it declared lost, followed until the replica applies
+/// it (`World::removal_applied`).
+#[derive(Debug)]
+pub(super) struct Removal {
+    /// The node.
+    pub(super) node: NodeId,
+    /// The term of the proposal.
+    pub(super) term: u64,
+    /// The node's registration the leader judged (its number, if it has one).
+    pub(super) judged: Option<u64>,
+    /// The node's latest registration applied after the judgement, by the revision of its event.
+    pub(super) again: Option<u64>,
+}
 
 /// A worker's stream as the owner holds it: what it takes goes on the [`Wire`], which the world
 /// sends over the simulated network right after the owner's call. It is never full (the owner's
@@ -553,7 +569,8 @@ impl World {
     }
 
     /// The leader's tick: a live node unheard for a heartbeat timeout is declared lost
-    /// (`Liveness::tick`: its stream forgotten, `RemoveNode` proposed).
+    /// (`Liveness::tick`: its stream forgotten, its removal proposed, naming the registration
+    /// judged: `liveness::removal`).
     pub(super) fn owner_tick(&mut self, id: u64) {
         let now = self.now;
         let slot = self.slots.get_mut(&id).expect("every replica has a slot");
@@ -572,13 +589,29 @@ impl World {
         for node in &silent {
             self.checker.reset_nodes.insert(*node);
             let reason = format!("no heartbeat for {HEARTBEAT_TIMEOUT_MS} ms");
-            let command = Command::RemoveNode {
-                node: *node,
-                reason,
+            let judged = replica.state().registration(*node);
+            let command = if self.options.judged_removals {
+                let writes = replica.writes_format();
+                liveness::removal(replica.state(), *node, reason, writes)
+            } else {
+                Command::RemoveNode {
+                    node: *node,
+                    reason,
+                }
             };
-            if replica.propose(vec![(command, None)], now).is_ok() {
+            if let Ok((index, term)) = replica.propose(vec![(command, None)], now) {
                 self.stats.nodes_lost += 1;
-                lines.push(format!("replica {id} declares node {} lost", node.0));
+                let removal = Removal {
+                    node: *node,
+                    term,
+                    judged,
+                    again: None,
+                };
+                self.removals.insert((id, index), removal);
+                lines.push(format!(
+                    "replica {id} declares node {} lost (index {index}, registration {judged:?})",
+                    node.0
+                ));
             }
         }
         for line in lines {
@@ -587,6 +620,64 @@ impl World {
         }
         if !silent.is_empty() {
             self.drive(id);
+        }
+    }
+
+    /// Replica `id` applied the entry at (`index`, `term`), which recorded `events`: the
+    /// removals it proposed and has not applied yet note each registration of their node, and
+    /// its own removal, if this is one, is checked. A removal that removed its node (a `Lost`
+    /// event) after the node's worker registered again removed a registration it never judged:
+    /// that registration's tasks were failed and run again elsewhere while its worker may still
+    /// run them, or the live node was dropped. Where it changed nothing, it is counted.
+    pub(super) fn removal_applied(
+        &mut self,
+        id: u64,
+        index: u64,
+        term: u64,
+        events: &[WatchEvent],
+    ) {
+        for (_, removal) in self.removals.range_mut((id, index + 1)..(id + 1, 0)) {
+            for e in events {
+                // A registration after the judgement has a later revision than the one judged
+                // (a replica that restarted replays the ones before: not registrations again).
+                if let ClusterEvent::Node { node, change, .. } = &e.event
+                    && *node == removal.node
+                    && matches!(change, NodeChange::Joined | NodeChange::Rejoined)
+                    && removal.judged.is_none_or(|judged| e.revision > judged)
+                {
+                    removal.again = Some(e.revision);
+                }
+            }
+        }
+        let Some(removal) = self.removals.remove(&(id, index)) else {
+            return;
+        };
+        if removal.term != term {
+            // Another leader's entry took that index: the removal was never applied.
+            return;
+        }
+        let Some(again) = removal.again else {
+            return;
+        };
+        let removed = events.iter().any(|e| {
+            matches!(&e.event, ClusterEvent::Node { node, change: NodeChange::Lost, .. }
+                if *node == removal.node)
+        });
+        if removed {
+            self.checker.violations.push(format!(
+                "replica {id} declared node {} lost on its registration {:?} and proposed its \
+                 removal at index {index}; the node's worker registered again (registration \
+                 {again}) before it applied, and the removal removed that registration, which \
+                 it never judged",
+                removal.node.0, removal.judged
+            ));
+        } else {
+            self.stats.stale_removals += 1;
+            self.note(format!(
+                "replica {id}'s removal of node {} at index {index}, judged on registration \
+                 {:?}, changed nothing: the node registered again ({again})",
+                removal.node.0, removal.judged
+            ));
         }
     }
 

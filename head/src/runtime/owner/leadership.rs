@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use escher_proto::types::{ENDING_SOON_LABEL, Labels, ReplicaRole};
+use escher_proto::types::{ENDING_SOON_LABEL, Labels, NodeId, ReplicaRole};
 use tonic::Status;
 
 use super::{Owner, new_secret, now_ms};
@@ -74,6 +74,13 @@ impl<S: LogStore> Owner<S> {
         }
     }
 
+    /// The command that removes `node` (declared lost, or its drained worker gone), judged on
+    /// its registration now where the group's data format allows (`Liveness`'s `removal`).
+    pub(super) fn removal(&mut self, node: NodeId, reason: String) -> Command {
+        let writes = self.replica.writes_format();
+        crate::runtime::liveness::removal(self.replica.state(), node, reason, writes)
+    }
+
     pub(super) fn on_tick(&mut self) {
         // A stalled replica of a group is about to lose the lead: it declares nothing (its
         // workers went to the next leader, whose clocks count for them; `Liveness::tick`).
@@ -89,7 +96,8 @@ impl<S: LogStore> Owner<S> {
             {
                 tracing::warn!(%node, ?timeout, "worker missed its heartbeats; declaring the node lost");
                 let reason = format!("no heartbeat for {timeout:?}");
-                self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+                let command = self.removal(node, reason);
+                self.propose(command, None, Pending::Quiet);
             }
         }
         if self.leading && !cannot_lead {

@@ -80,6 +80,10 @@ fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
         | Command::OpenObjectSession => Some((OBJECTS_FORMAT, "record objects")),
         Command::RecordDecision { .. } => Some((DECISIONS_FORMAT, "record decisions")),
         Command::CloseObjectSession { .. } => Some((SESSIONS_FORMAT, "close object sessions")),
+        Command::RemoveJudgedNode { .. } => Some((
+            crate::replication::JUDGED_REMOVAL_FORMAT,
+            "remove a node by its registration",
+        )),
         _ => None,
     }
 }

@@ -211,7 +211,8 @@ impl<S: LogStore> Owner<S> {
                     if self.leading && self.replica.state().node_draining(node) {
                         // A drained worker said goodbye: no need to wait for its heartbeats.
                         let reason = "worker shut down".to_string();
-                        self.propose(Command::RemoveNode { node, reason }, None, Pending::Quiet);
+                        let command = self.removal(node, reason);
+                        self.propose(command, None, Pending::Quiet);
                         self.workers.forget(node);
                     }
                 }
