@@ -99,11 +99,18 @@ async fn a_get_on_the_holders_machine_maps_its_sealed_file_and_pins_it_while_map
     eventually("the head to forget the object", WAIT, || {
         let client = client.clone();
         async move {
-            matches!(client.locate_object(id).await, Err(ClientError::NotFound(_))).then_some(())
+            matches!(
+                client.locate_object(id).await,
+                Err(ClientError::NotFound(_))
+            )
+            .then_some(())
         }
     })
     .await;
-    assert!(std::path::Path::new(&file).exists(), "{file} went while mapped");
+    assert!(
+        std::path::Path::new(&file).exists(),
+        "{file} went while mapped"
+    );
     assert!(bytes_under(shm.path()) >= before + len as u64);
     assert_eq!(crc32c::crc32c(&bytes), crc32c::crc32c(&value));
     drop(bytes);
@@ -164,7 +171,10 @@ async fn a_reader_of_another_machine_or_with_another_objects_ticket_is_lent_noth
         .unwrap_err();
     assert_eq!(other.code(), tonic::Code::FailedPrecondition, "{other:?}");
     assert!(other.message().contains("another machine"), "{other:?}");
-    assert!(other.message().contains(&first.id().to_string()), "{other:?}");
+    assert!(
+        other.message().contains(&first.id().to_string()),
+        "{other:?}"
+    );
 
     let wrong = rpc.map(ask(second.id(), &boot_id)).await.unwrap_err();
     assert_eq!(wrong.code(), tonic::Code::Unauthenticated, "{wrong:?}");

@@ -222,7 +222,9 @@ pub(crate) fn read_object<'py>(
                 inner: std::sync::Mutex::new(Some(lent.lease)),
             };
             let fd = lent.file.into_raw_fd();
-            (fd, lent.size, lease).into_pyobject(py).map(|t| t.into_any())
+            (fd, lent.size, lease)
+                .into_pyobject(py)
+                .map(|t| t.into_any())
         }
     }
 }

@@ -182,8 +182,12 @@ fn open_granted(grant: &wire::MapGrant) -> Result<File, String> {
     let unopenable = |e: nix::Error| format!("cannot open the holder's descriptor {path}: {e}");
     // A path only first (which opens nothing: no FIFO to block on, no device to wake), then
     // the file itself, read-only, once it is known to be the regular file the grant names.
-    let handle = nix::fcntl::open(path.as_str(), OFlag::O_PATH | OFlag::O_CLOEXEC, Mode::empty())
-        .map_err(unopenable)?;
+    let handle = nix::fcntl::open(
+        path.as_str(),
+        OFlag::O_PATH | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(unopenable)?;
     let is_granted = |st: &nix::sys::stat::FileStat| {
         st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG
             && st.st_dev as u64 == grant.device

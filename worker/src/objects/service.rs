@@ -39,8 +39,8 @@ use escher_proto::wire::{
     objects_server::{Objects, ObjectsServer},
 };
 use tokio_stream::Stream;
-use tonic::server::NamedService;
 use tokio_util::sync::CancellationToken;
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::handover::{self, Handover, HandoverError};
@@ -414,26 +414,28 @@ impl Objects for ObjectService {
     }
 
     #[tracing::instrument(skip_all, fields(object = %ObjectId(request.get_ref().owner, request.get_ref().index)))]
-    async fn map(&self, request: Request<wire::MapRequest>) -> Result<Response<LendStream>, Status> {
+    async fn map(
+        &self,
+        request: Request<wire::MapRequest>,
+    ) -> Result<Response<LendStream>, Status> {
         let req = request.into_inner();
         let id = ObjectId(req.owner, req.index);
         self.admit(&req.ticket, id, ObjectAccess::Read)?;
         let store = self.objects.store().clone();
         let stop = self.stop.clone();
-        let lent: Lent = match tokio::task::spawn_blocking(move || {
-            lend::lend(&store, id, &req.boot_id, stop)
-        })
-        .await
-        .map_err(|e| Status::internal(format!("the object store's call failed: {e}")))?
-        {
-            Ok(lent) => lent,
-            Err(LendError::Store(e)) => return Err(object_status(e)),
-            Err(LendError::Refused(why)) => {
-                return Err(Status::failed_precondition(format!(
-                    "object {id}: its file is not lent: {why}; fetch it"
-                )));
-            }
-        };
+        let lent: Lent =
+            match tokio::task::spawn_blocking(move || lend::lend(&store, id, &req.boot_id, stop))
+                .await
+                .map_err(|e| Status::internal(format!("the object store's call failed: {e}")))?
+            {
+                Ok(lent) => lent,
+                Err(LendError::Store(e)) => return Err(object_status(e)),
+                Err(LendError::Refused(why)) => {
+                    return Err(Status::failed_precondition(format!(
+                        "object {id}: its file is not lent: {why}; fetch it"
+                    )));
+                }
+            };
         tracing::debug!(object = %id, "sealed file lent to a reader on this machine");
         Ok(Response::new(Box::pin(lent)))
     }
