@@ -218,6 +218,7 @@ pub(crate) fn read_object<'py>(
     match read {
         ObjectRead::Fetched(bytes) => Ok(PyBytes::new(py, &bytes).into_any()),
         ObjectRead::Lent(lent) => {
+            let lent = *lent;
             let lease = ObjectLease {
                 inner: std::sync::Mutex::new(Some(lent.lease)),
             };

@@ -188,6 +188,8 @@ fn open_granted(grant: &wire::MapGrant) -> Result<File, String> {
         Mode::empty(),
     )
     .map_err(unopenable)?;
+    // `dev_t`, `ino_t` and `off_t` are not `u64` on every target.
+    #[allow(clippy::unnecessary_cast)]
     let is_granted = |st: &nix::sys::stat::FileStat| {
         st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG
             && st.st_dev as u64 == grant.device

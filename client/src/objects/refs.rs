@@ -54,7 +54,7 @@ pub enum ObjectRead {
     /// Lent by a holder on this machine: its sealed file, to map (and its lease, to keep as
     /// long as the mapping).
     #[cfg(target_os = "linux")]
-    Lent(super::map::LentObject),
+    Lent(Box<super::map::LentObject>),
 }
 
 /// A reference to an object this client put: [`get`](Self::get) reads it, and dropping the
@@ -365,7 +365,7 @@ impl Client {
             match super::map::lend(address, ticket, id).await {
                 Ok(lent) if lent.size == view.size => {
                     tracing::debug!(object = %id, node = %holder.node, "mapped its holder's file");
-                    return Ok(ObjectRead::Lent(lent));
+                    return Ok(ObjectRead::Lent(Box::new(lent)));
                 }
                 Ok(lent) => tracing::debug!(
                     object = %id,
