@@ -40,7 +40,12 @@ An object already in the node's store is mapped with no fetch. The head is asked
 object is on every such ``get``, so a freed object or another namespace's raises
 ``NotFoundError`` and a lost one ``ObjectLostError``, naming it, as a client's read does.
 
-A driver (outside a task) reads an object with escher's client, into a ``bytes``. So does a
+A driver (outside a task) reads an object with escher's client. When a worker on this
+machine holds it, the worker lends the object's sealed file (``Objects.Map``, with the read
+ticket a fetch would take) and the driver maps it read-only (``_read``): a NumPy array comes
+back as a read-only view of the store's own pages, with no copy, and the object stays pinned
+in that worker's store while the mapping lives (the ``_Mapping`` holds the lease). Otherwise
+it is fetched into a ``bytes``. So does a
 task whose interpreter has no channel to its worker (a Python script a command task runs):
 that interpreter keeps the last objects its tasks read (``get_object``'s ``_kept``), so that
 a reference read by many tasks is fetched once per interpreter. Where the worker serves the
@@ -57,6 +62,7 @@ import contextvars
 import fcntl
 import io
 import itertools
+import mmap
 import os
 import pickle
 import struct
@@ -292,7 +298,7 @@ def _sealed_memfd(name: str, parts: List[Any]) -> Optional[int]:
     return fd
 
 
-def deserialize(data: bytes) -> Any:
+def deserialize(data: Any) -> Any:
     """The value of an object's bytes (``serialize``'s layout); buffers are views of ``data``."""
     view = memoryview(data)
     if len(view) < _HEAD.size or bytes(view[:8]) != _MAGIC:
@@ -360,6 +366,28 @@ def _worker_channel() -> Any:
     return getattr(main, "_escher_object_channel", None)
 
 
+class _Mapping(mmap.mmap):
+    """A holder's sealed file mapped read-only, with the lease that keeps the object pinned at
+    its holder for as long as this mapping (and every view of it) lives."""
+
+    _lease: Any = None
+
+
+def _read(session: Any, owner: int, index: int) -> Any:
+    """Object ``(owner, index)``'s bytes: its holder's file mapped (a holder on this machine
+    lends it), else fetched into a ``bytes``."""
+    got = _escher.read_object(session, owner, index)
+    if isinstance(got, bytes):
+        return got
+    fd, size, lease = got
+    try:
+        mapping = _Mapping(fd, size, access=mmap.ACCESS_READ)
+    finally:
+        os.close(fd)
+    mapping._lease = lease
+    return mapping
+
+
 def get_object(ref: ObjectRef) -> Any:
     mapped = _mapped.get(ref._id)
     if mapped is not None:
@@ -369,7 +397,7 @@ def get_object(ref: ObjectRef) -> Any:
 
     owner, index = ref._id
     if not os.environ.get("ESCHER_TASK_TOKEN"):
-        return _decode(ref, _escher.get_object(_current(), owner, index))
+        return _decode(ref, _read(_current(), owner, index))
     channel = _worker_channel()
     if channel is not None:
         # Brought into this node's store by the worker (or found there) and mapped: no copy.
@@ -384,8 +412,8 @@ def get_object(ref: ObjectRef) -> Any:
                 if ref._id in _kept:
                     _kept.move_to_end(ref._id)
             return _decode(ref, data)
-    data = _escher.get_object(session, owner, index)
-    if len(data) <= _KEPT_ONE:
+    data = _read(session, owner, index)
+    if isinstance(data, bytes) and len(data) <= _KEPT_ONE:
         with _kept_lock:
             _kept[ref._id] = data
             total = sum(len(d) for d in _kept.values())

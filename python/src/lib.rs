@@ -215,11 +215,13 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<watch::LogTail>()?;
     m.add_class::<objects::Object>()?;
     m.add_class::<objects::PlacedPut>()?;
+    m.add_class::<objects::ObjectLease>()?;
     m.add_function(wrap_pyfunction!(objects::put_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::put_place, m)?)?;
     m.add_function(wrap_pyfunction!(objects::put_placed_file, m)?)?;
     m.add_function(wrap_pyfunction!(objects::put_placed_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(objects::get_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::read_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::object_info, m)?)?;
     m.add_class::<esl::Spec>()?;
     m.add_class::<esl::DataLocality>()?;

@@ -9,13 +9,18 @@
 //! hands it over (each buffer copied once, into the memfd, by the kernel's `write`);
 //! otherwise it joins them into one `bytes`, which `put_placed_bytes` (or `put_object`) hands
 //! to the client as it is ([`Bytes::from_owner`], no copy). The GIL is released while they
-//! move. A
-//! `get` returns the object's bytes as one Python `bytes` (one copy, from the client's buffer:
-//! the limited API of Python 3.9, which this module is built for, cannot lend Python a
-//! buffer it does not own).
+//! move.
+//!
+//! A `get` (`read_object`) of an object whose holder runs on this machine returns the holder's
+//! sealed file, lent (`Objects.Map`, the client's `map.rs`): a descriptor, its size and an
+//! [`ObjectLease`] that keeps the object pinned at its holder; the package maps the file
+//! read-only as an `mmap` that holds the lease, so a NumPy array read from it is a view of the
+//! store's own pages (the limited API of Python 3.9, which this module is built for, cannot
+//! lend Python a buffer it does not own, so Python maps the file itself). Otherwise it returns
+//! the fetched bytes as one Python `bytes` (one copy, from the client's buffer).
 
 use bytes::Bytes;
-use escher_client::{ClientError, ObjectRef};
+use escher_client::{ClientError, ObjectRead, ObjectRef};
 use escher_proto::types::ObjectId;
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedBytes;
@@ -176,6 +181,53 @@ pub(crate) fn get_object<'py>(
     let id = ObjectId(owner, index);
     let bytes = wait_for(py, async move { client.get_object(id).await })?.map_err(object_error)?;
     Ok(PyBytes::new(py, &bytes))
+}
+
+/// What keeps an object pinned at its holder on this machine while Python maps its file
+/// (the client's lease: an open `Objects.Map` call); [`ObjectLease::release`] or the last
+/// reference dropped ends it.
+#[pyclass(module = "escher._escher", frozen)]
+#[derive(Debug)]
+pub(crate) struct ObjectLease {
+    inner: std::sync::Mutex<Option<escher_client::ObjectLease>>,
+}
+
+#[pymethods]
+impl ObjectLease {
+    /// Ends the lease now (the holder may then spill or delete the object).
+    fn release(&self) {
+        let lease = self.inner.lock().map(|mut l| l.take()).unwrap_or(None);
+        drop(lease);
+    }
+}
+
+/// Object `(owner, index)`: `(fd, size, lease)` when its holder on this machine lent its
+/// sealed file (the caller maps the descriptor read-only, closes it, and keeps the lease as
+/// long as the mapping), else its bytes, fetched and checked whole.
+#[pyfunction]
+pub(crate) fn read_object<'py>(
+    py: Python<'py>,
+    session: &Session,
+    owner: u64,
+    index: u64,
+) -> PyResult<Bound<'py, PyAny>> {
+    use std::os::fd::IntoRawFd as _;
+    let client = session.client();
+    let id = ObjectId(owner, index);
+    let read = wait_for(py, async move { client.read_object(id).await })?.map_err(object_error)?;
+    match read {
+        ObjectRead::Fetched(bytes) => Ok(PyBytes::new(py, &bytes).into_any()),
+        ObjectRead::Lent(lent) => {
+            let lent = *lent;
+            let lease = ObjectLease {
+                inner: std::sync::Mutex::new(Some(lent.lease)),
+            };
+            let fd = lent.file.into_raw_fd();
+            (fd, lent.size, lease)
+                .into_pyobject(py)
+                .map(|t| t.into_any())
+        }
+    }
 }
 
 /// The Python exception for an object call: an object the head says is lost, or one no holder

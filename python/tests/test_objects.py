@@ -8,7 +8,8 @@ freed object, an unknown one, another namespace's, an unpicklable value. Then, a
 ``/dev/shm``): a 100 MiB object read by tasks on both workers, a released object's bytes
 leaving its store, ``ObjectLostError`` once the only holder is SIGKILLed, a value larger
 than the store, a NumPy array argument mapped from the store's file by the task (no fetch,
-no copy: the task's private memory stays far below the array's size); a task's large return
+no copy: the task's private memory stays far below the array's size), and one a driver on
+the holder's machine reads (the store's file lent and mapped, not fetched); a task's large return
 value kept on its worker, rebuilt by lineage or lost with it; a driver's objects (its puts and
 its tasks' large results) released when it calls ``escher.shutdown()`` and when its interpreter
 exits, the store back to where it started."""
@@ -655,6 +656,57 @@ def test_a_numpy_argument_is_mapped_from_its_nodes_store_with_no_copy(object_clu
     assert len(nodes) == 2 and out["first"] in nodes, out
     # The worker that had no copy fetched one into its store, and the head knows it.
     assert sorted(out["holders"]) == sorted(nodes), out
+
+
+DRIVER_GET = r"""
+import json
+import numpy
+size = int(os.environ["SIZE"])
+array = numpy.random.default_rng(5).integers(0, 255, size=size, dtype=numpy.uint8)
+want = hashlib.sha256(array).hexdigest()
+ref = escher.put(array)
+del array
+
+def anon():
+    with open("/proc/self/status") as status:
+        return next(int(l.split()[1]) * 1024 for l in status if l.startswith("RssAnon:"))
+
+before = anon()
+back = escher.get(ref)
+address = back.__array_interface__["data"][0]
+mapped = None
+with open("/proc/self/maps") as maps:
+    for line in maps:
+        parts = line.split()
+        lo, hi = (int(x, 16) for x in parts[0].split("-"))
+        if lo <= address < hi and len(parts) >= 6:
+            mapped = parts[5]
+digest = hashlib.sha256(back).hexdigest()  # reads every page
+print(json.dumps({"want": want, "digest": digest, "mapped": mapped, "grown": anon() - before,
+                  "owndata": bool(back.flags.owndata), "writeable": bool(back.flags.writeable),
+                  "size": int(back.nbytes)}), flush=True)
+"""
+
+
+def test_a_drivers_get_on_the_holders_machine_maps_its_store_file_with_no_copy(object_cluster):
+    """A driver on the holder's machine reads a 128 MiB NumPy array with ``escher.get``: the
+    worker lends the object's sealed file and the driver maps it, so the array is a read-only
+    view of the store's own pages (not owning its data), and the driver's private memory does
+    not grow by the array's size even once every byte was read."""
+    import json
+
+    size = 128 * MIB
+    cluster = object_cluster([size + 64 * MIB])
+    (_proc, folder), = cluster["workers"].values()
+    env = dict(cluster["env"], SIZE=str(size))
+    done = subprocess.run([sys.executable, "-c", PROLOGUE + DRIVER_GET, "1"], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["digest"] == out["want"] and out["size"] == size, out
+    assert out["mapped"] is not None and out["mapped"].startswith(str(folder) + "/"), out
+    assert not out["owndata"] and not out["writeable"], out
+    assert out["grown"] < size // 4, f"{out['grown']} private bytes for a {size}-byte array"
 
 
 INSPECT_INSIDE = r"""

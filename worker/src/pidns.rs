@@ -68,6 +68,16 @@ pub fn host_pid() -> u32 {
     HOST_PID.get().copied().unwrap_or_else(std::process::id)
 }
 
+/// This process's own pid as the host's `/proc` names it (in a namespace of its own, the
+/// worker is pid 2 inside; a reader on the host opens `/proc/PID/fd/FD` by the host's number).
+pub fn own_host_pid() -> u32 {
+    HOST_PROC
+        .get()
+        .and_then(|proc| nix::fcntl::readlinkat(proc.as_fd(), "self").ok())
+        .and_then(|pid| pid.to_str()?.parse().ok())
+        .unwrap_or_else(std::process::id)
+}
+
 /// Whether the process `pid` of the host (as [`host_pid`] gives them) is alive.
 pub fn host_process_alive(pid: u32) -> bool {
     match HOST_PROC.get() {

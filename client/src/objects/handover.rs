@@ -40,6 +40,14 @@ pub(crate) fn may_hand_over(address: &str) -> bool {
     if off {
         return false;
     }
+    is_loopback(address)
+}
+
+/// Whether `address` (`HOST:PORT`) is on loopback: a worker of this machine.
+pub(crate) fn is_loopback(address: &str) -> bool {
+    if !cfg!(target_os = "linux") {
+        return false;
+    }
     match address.parse::<SocketAddr>() {
         Ok(addr) => addr.ip().is_loopback(),
         Err(_) => address
@@ -58,7 +66,7 @@ pub(crate) fn name_for(address: &str, ticket: &str, id: ObjectId) -> Option<Stri
 
 /// This machine's boot id (`/proc/sys/kernel/random/boot_id`), which the worker compares
 /// with its own.
-fn boot_id() -> &'static str {
+pub(crate) fn boot_id() -> &'static str {
     static BOOT_ID: OnceLock<String> = OnceLock::new();
     BOOT_ID.get_or_init(|| {
         std::fs::read_to_string("/proc/sys/kernel/random/boot_id")

@@ -8,7 +8,8 @@
 //! - [`Client::put`](crate::Client::put), [`Client::get_object`](crate::Client::get_object)
 //!   and [`ObjectRef`] (`refs.rs`): objects through the head's table, released when their
 //!   last reference is dropped; a put to a worker on this machine hands the bytes over as
-//!   a sealed memfd (`handover.rs`), and streams them where it cannot.
+//!   a sealed memfd (`handover.rs`), and streams them where it cannot; a get from a holder on
+//!   this machine maps the holder's sealed file (`map.rs`), and fetches where it cannot.
 //! - The client's object session (`session.rs`): the background task that releases, renews
 //!   the session while the client lives, and closes it when the client goes
 //!   ([`Client::close_object_session`](crate::Client::close_object_session)).
@@ -16,6 +17,8 @@
 //!   lineage, owned through [`Client::result_ref`](crate::Client::result_ref).
 
 mod handover;
+#[cfg(target_os = "linux")]
+mod map;
 mod refs;
 mod results;
 mod session;
@@ -24,7 +27,9 @@ mod transfer;
 pub use handover::HANDOVER_ENV;
 #[cfg(target_os = "linux")]
 pub use handover::{new_memfd, seal};
-pub use refs::{ObjectRef, PlacedPut};
+#[cfg(target_os = "linux")]
+pub use map::{LentObject, MAP_ENV, MAX_LEASES, ObjectLease};
+pub use refs::{ObjectRead, ObjectRef, PlacedPut};
 pub use results::REBUILD_PATIENCE;
 pub use session::ClosedSession;
 pub(crate) use session::Puts;

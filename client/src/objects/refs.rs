@@ -12,9 +12,11 @@
 //! writes its parts straight into the memfd).
 //! Ids are `(session, index)`: the session the head gave this client, the index counted here.
 //!
-//! A `get` asks the head where the copies are (`LocateObject`, with a read ticket per copy)
-//! and fetches the bytes from the first holder that answers ([`fetch_object`]), checked whole
-//! against the length and CRC-32C the head recorded.
+//! A `get` asks the head where the copies are (`LocateObject`, with a read ticket per copy).
+//! A holder on this machine lends its sealed file with that ticket, which the client maps
+//! read-only (`map.rs`: no copy, the object pinned there while mapped); otherwise the bytes
+//! are fetched from the first holder that answers ([`fetch_object`]), checked whole against
+//! the length and CRC-32C the head recorded.
 //!
 //! The owner counts references: an [`ObjectRef`] and its clones share one count, and when the
 //! last one is dropped the object is released. Releases travel in batches (`ReleaseObjects`)
@@ -43,6 +45,17 @@ use crate::{Client, ClientError};
 const PUSH_PAUSE: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(500));
 /// How long a put keeps trying a push the worker could not take yet.
 const PUSH_PATIENCE: Duration = Duration::from_secs(10);
+
+/// An object as [`Client::read_object`] reads it.
+#[derive(Debug)]
+pub enum ObjectRead {
+    /// Fetched from a holder, checked whole: the bytes.
+    Fetched(Bytes),
+    /// Lent by a holder on this machine: its sealed file, to map (and its lease, to keep as
+    /// long as the mapping).
+    #[cfg(target_os = "linux")]
+    Lent(Box<super::map::LentObject>),
+}
 
 /// A reference to an object this client put: [`get`](Self::get) reads it, and dropping the
 /// last clone releases it (its copies are deleted). Cheap to clone.
@@ -320,12 +333,55 @@ impl Client {
         Ok(reference)
     }
 
-    /// The bytes of object `id` (of this client's namespace), fetched from the first of its
-    /// holders that answers, checked whole against the length and CRC-32C the head recorded.
-    /// An unknown id, one of another namespace, a freed or a lost object is refused with an
-    /// error that names it (and, for a lost one, its last node and why).
+    /// The bytes of object `id` (of this client's namespace): read from its holder's own
+    /// sealed file, mapped read-only with no copy, when a holder runs on this machine (the
+    /// mapping pins the object there while the `Bytes` live; `map.rs`), else fetched from the
+    /// first of its holders that answers, checked whole against the length and CRC-32C the
+    /// head recorded. An unknown id, one of another namespace, a freed or a lost object is
+    /// refused with an error that names it (and, for a lost one, its last node and why).
     pub async fn get_object(&self, id: ObjectId) -> Result<Bytes, ClientError> {
+        match self.read_object(id).await? {
+            ObjectRead::Fetched(bytes) => Ok(bytes),
+            #[cfg(target_os = "linux")]
+            ObjectRead::Lent(lent) => lent.into_bytes().map_err(|e| {
+                ClientError::ObjectUnavailable(format!("object {id}: cannot map its file: {e}"))
+            }),
+        }
+    }
+
+    /// Object `id` as [`get_object`](Self::get_object) reads it, before a lent file is
+    /// mapped: for a caller that maps it itself (Python maps it as an `mmap`).
+    pub async fn read_object(&self, id: ObjectId) -> Result<ObjectRead, ClientError> {
         let view = self.locate_object(id).await?;
+        #[cfg(target_os = "linux")]
+        for holder in &view.holders {
+            let (Some(address), Some(ticket)) = (&holder.address, &holder.ticket) else {
+                continue;
+            };
+            // An empty object has nothing to map.
+            if view.size == 0 || !super::map::may_map(address) {
+                continue;
+            }
+            match super::map::lend(address, ticket, id).await {
+                Ok(lent) if lent.size == view.size => {
+                    tracing::debug!(object = %id, node = %holder.node, "mapped its holder's file");
+                    return Ok(ObjectRead::Lent(Box::new(lent)));
+                }
+                Ok(lent) => tracing::debug!(
+                    object = %id,
+                    node = %holder.node,
+                    "the lent file holds {} bytes, not {}; fetching instead",
+                    lent.size,
+                    view.size
+                ),
+                Err(why) => tracing::debug!(
+                    object = %id,
+                    node = %holder.node,
+                    %why,
+                    "the holder's file was not lent; fetching instead"
+                ),
+            }
+        }
         let mut failures = Vec::new();
         for holder in &view.holders {
             let (Some(address), Some(ticket)) = (&holder.address, &holder.ticket) else {
@@ -336,7 +392,7 @@ impl Client {
                 Ok(bytes) => {
                     let crc = crc32c::crc32c(&bytes);
                     if (bytes.len() as u64, crc) == (view.size, view.checksum) {
-                        return Ok(bytes);
+                        return Ok(ObjectRead::Fetched(bytes));
                     }
                     failures.push(format!(
                         "node {}: a copy of {} bytes with CRC-32C {crc:08x}, not {} bytes \

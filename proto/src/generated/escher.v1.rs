@@ -1838,6 +1838,49 @@ pub struct HandoverRequest {
     #[prost(bool, tag = "9")]
     pub has_crc32c: bool,
 }
+/// Asks a holder on the reader's own machine to lend it the object's sealed file, to map
+/// read-only instead of fetching a copy. The holder checks the ticket as for a fetch, opens the
+/// sealed file of its store and names it by its own pid and the descriptor's number; the reader
+/// opens `/proc/PID/fd/FD`, checks that it is that file (`device`, `inode`, `size`) and maps
+/// it. A holder on another machine (or one that cannot lend it) refuses with
+/// FAILED_PRECONDITION, and the reader fetches.
+#[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct MapRequest {
+    /// An object ticket with read access to the object on the holder's node.
+    #[prost(string, tag = "1")]
+    pub ticket: ::prost::alloc::string::String,
+    /// The object's owner.
+    #[prost(uint64, tag = "2")]
+    pub owner: u64,
+    /// The object's index.
+    #[prost(uint64, tag = "3")]
+    pub index: u64,
+    /// The reader's machine (its kernel's boot id): a holder on another refuses at once.
+    #[prost(string, tag = "4")]
+    pub boot_id: ::prost::alloc::string::String,
+}
+/// The sealed file a holder lends: the first and only message of a `Map` answer, whose stream
+/// stays open, the object pinned in the holder's store, until the reader ends it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct MapGrant {
+    /// The holder's process id (as this machine's /proc names it).
+    #[prost(uint32, tag = "1")]
+    pub pid: u32,
+    /// The sealed file's descriptor number in that process.
+    #[prost(int32, tag = "2")]
+    pub fd: i32,
+    /// The object's length in bytes: the file's size.
+    #[prost(uint64, tag = "3")]
+    pub size: u64,
+    /// The object's CRC-32C, as checked when its copy was sealed.
+    #[prost(fixed32, tag = "4")]
+    pub crc32c: u32,
+    /// The file's device and inode numbers, which the reader compares with what it opened.
+    #[prost(uint64, tag = "5")]
+    pub device: u64,
+    #[prost(uint64, tag = "6")]
+    pub inode: u64,
+}
 /// Asks for a backup.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
 pub struct BackupRequest {}
@@ -6688,6 +6731,30 @@ pub mod objects_client {
                 .insert(GrpcMethod::new("escher.v1.Objects", "Handover"));
             self.inner.unary(req, path, codec).await
         }
+        /// The sealed file of an object, lent to a reader on the holder's machine to map: one
+        /// `MapGrant`, then the stream stays open, the object pinned, until the reader ends it (or
+        /// the worker stops).
+        pub async fn map(
+            &mut self,
+            request: impl tonic::IntoRequest<super::MapRequest>,
+        ) -> std::result::Result<
+            tonic::Response<tonic::codec::Streaming<super::MapGrant>>,
+            tonic::Status,
+        > {
+            self.inner
+                .ready()
+                .await
+                .map_err(|e| {
+                    tonic::Status::unknown(
+                        format!("Service was not ready: {}", e.into()),
+                    )
+                })?;
+            let codec = tonic_prost::ProstCodec::default();
+            let path = http::uri::PathAndQuery::from_static("/escher.v1.Objects/Map");
+            let mut req = request.into_request();
+            req.extensions_mut().insert(GrpcMethod::new("escher.v1.Objects", "Map"));
+            self.inner.server_streaming(req, path, codec).await
+        }
     }
 }
 /// Generated server implementations.
@@ -6725,6 +6792,19 @@ pub mod objects_server {
             &self,
             request: tonic::Request<super::HandoverRequest>,
         ) -> std::result::Result<tonic::Response<super::PushReply>, tonic::Status>;
+        /// Server streaming response type for the Map method.
+        type MapStream: tonic::codegen::tokio_stream::Stream<
+                Item = std::result::Result<super::MapGrant, tonic::Status>,
+            >
+            + std::marker::Send
+            + 'static;
+        /// The sealed file of an object, lent to a reader on the holder's machine to map: one
+        /// `MapGrant`, then the stream stays open, the object pinned, until the reader ends it (or
+        /// the worker stops).
+        async fn map(
+            &self,
+            request: tonic::Request<super::MapRequest>,
+        ) -> std::result::Result<tonic::Response<Self::MapStream>, tonic::Status>;
     }
     /// Object bytes between a holder's store and a reader, on the worker's data-plane listener.
     #[derive(Debug)]
@@ -6933,6 +7013,52 @@ pub mod objects_server {
                                 max_encoding_message_size,
                             );
                         let res = grpc.unary(method, req).await;
+                        Ok(res)
+                    };
+                    Box::pin(fut)
+                }
+                "/escher.v1.Objects/Map" => {
+                    #[allow(non_camel_case_types)]
+                    struct MapSvc<T: Objects>(pub Arc<T>);
+                    impl<
+                        T: Objects,
+                    > tonic::server::ServerStreamingService<super::MapRequest>
+                    for MapSvc<T> {
+                        type Response = super::MapGrant;
+                        type ResponseStream = T::MapStream;
+                        type Future = BoxFuture<
+                            tonic::Response<Self::ResponseStream>,
+                            tonic::Status,
+                        >;
+                        fn call(
+                            &mut self,
+                            request: tonic::Request<super::MapRequest>,
+                        ) -> Self::Future {
+                            let inner = Arc::clone(&self.0);
+                            let fut = async move {
+                                <T as Objects>::map(&inner, request).await
+                            };
+                            Box::pin(fut)
+                        }
+                    }
+                    let accept_compression_encodings = self.accept_compression_encodings;
+                    let send_compression_encodings = self.send_compression_encodings;
+                    let max_decoding_message_size = self.max_decoding_message_size;
+                    let max_encoding_message_size = self.max_encoding_message_size;
+                    let inner = self.inner.clone();
+                    let fut = async move {
+                        let method = MapSvc(inner);
+                        let codec = tonic_prost::ProstCodec::default();
+                        let mut grpc = tonic::server::Grpc::new(codec)
+                            .apply_compression_config(
+                                accept_compression_encodings,
+                                send_compression_encodings,
+                            )
+                            .apply_max_message_size_config(
+                                max_decoding_message_size,
+                                max_encoding_message_size,
+                            );
+                        let res = grpc.server_streaming(method, req).await;
                         Ok(res)
                     };
                     Box::pin(fut)

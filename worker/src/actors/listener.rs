@@ -94,7 +94,9 @@ impl DataPlane {
                  authenticated by the head's tickets but their bytes are not encrypted"
             );
         }
-        let objects = ObjectService::new(objects, Arc::clone(&host)).into_server();
+        let objects = ObjectService::new(objects, Arc::clone(&host))
+            .with_stop(stop.clone())
+            .into_server();
         let service = ActorsServer::new(ActorService::new(host))
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);

@@ -7,27 +7,28 @@
 //! PID namespace of its own), read-only, and takes it only when the file it opened is that
 //! memfd (the name, nonce included), is sealed (`F_SEAL_WRITE`, `F_SEAL_GROW`,
 //! `F_SEAL_SHRINK`: its bytes cannot change while they are read, nor after) and has the
-//! object's size. Then it copies the bytes into a new copy of its store ([`ObjectWriter`]),
-//! summing them as they go, and seals that copy only whole and with the checksum the client
+//! object's size. Then it maps the memfd (sealed, so its pages cannot change under the
+//! mapping) and writes its pages into a new copy of its store ([`ObjectWriter`]), summing
+//! them as they go (one copy, the store's `pwrite`), and seals that copy only whole and with the checksum the client
 //! computed, when it sent one: as a push does, nothing of a refused handover is kept.
 //!
 //! Whatever makes the file unusable (a process of another machine or PID namespace, one
 //! this worker may not open, a file that is not the memfd or not sealed, another size) is a
 //! [`HandoverRefusal`], answered FAILED_PRECONDITION with its text, before anything is
 //! stored; the client then pushes the bytes over the data plane as before.
+#![allow(unsafe_code)]
 
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
-use std::os::unix::fs::FileExt;
 use std::sync::OnceLock;
 
 use nix::fcntl::{FcntlArg, OFlag, SealFlag};
 
 use super::{ObjectError, ObjectId, ObjectInfo, ObjectStore};
 
-/// How many bytes a handover reads, sums and writes at a time: small enough to stay in the
-/// processor's cache between the read and the write.
+/// How many bytes of the mapped memfd a handover sums and writes at a time: small enough to
+/// stay in the processor's cache between the sum and the write.
 const COPY_CHUNK: usize = 1 << 20;
 
 /// The seals a handed-over file must carry: its bytes and its size are fixed.
@@ -123,16 +124,20 @@ pub(super) fn take(store: &ObjectStore, handover: &Handover) -> Result<ObjectInf
     let file = open_checked(handover)?;
     let id = handover.id;
     let mut writer = store.create(id, handover.size)?;
-    let mut buffer = vec![0; COPY_CHUNK.min(handover.size as usize)];
     let (mut offset, mut crc) = (0, 0);
-    while offset < handover.size {
-        let n = (handover.size - offset).min(buffer.len() as u64) as usize;
-        file.read_exact_at(&mut buffer[..n], offset)
-            .map_err(|e| ObjectError::io(format!("read object {id} from"), handover.path(), e))?;
-        let piece = crc32c::crc32c(&buffer[..n]);
-        writer.write_summed(offset, &buffer[..n], piece)?;
-        crc = crc32c::crc32c_combine(crc, piece, n);
-        offset += n as u64;
+    if handover.size > 0 {
+        // The memfd's pages themselves, read where they are: one copy, into the store's file
+        // (`pwrite`), rather than a read into a buffer and a write out of it.
+        // SAFETY: the file is a memfd sealed against writes, growing and shrinking (checked by
+        // `open_checked`): no one can change or truncate it while this mapping lives.
+        let map = unsafe { memmap2::MmapOptions::new().populate().map(&file) }
+            .map_err(|e| ObjectError::io(format!("map object {id} from"), handover.path(), e))?;
+        for piece in map.chunks(COPY_CHUNK) {
+            let sum = crc32c::crc32c(piece);
+            writer.write_summed(offset, piece, sum)?;
+            crc = crc32c::crc32c_combine(crc, sum, piece.len());
+            offset += piece.len() as u64;
+        }
     }
     // The client's sum, when it sent one, is what the copy must match (a seal refuses another);
     // else the sum of the bytes as read, which the reply gives the client to report.

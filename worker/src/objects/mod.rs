@@ -104,9 +104,12 @@
 //!
 //! The data plane, on top of the store (the only part that speaks the wire):
 //! - [`NodeObjects`] (`node.rs`): the store and the namespace each copy was sealed for.
-//! - [`ObjectService`] (`service.rs`): the `Objects` service (`Fetch`, `Push`, `Handover`) on
+//! - [`ObjectService`] (`service.rs`): the `Objects` service (`Fetch`, `Push`, `Handover`,
+//!   `Map`) on
 //!   the worker's data-plane listener, checking object tickets; `handover.rs`: a put from a
-//!   client on this machine taken as the sealed memfd it wrote the object into.
+//!   client on this machine taken as the sealed memfd it wrote the object into; `lend.rs`
+//!   (`Map`): an object's sealed file lent to a reader on this machine to map, pinned while
+//!   the reader holds the answer open.
 //! - [`fetch_object`] (`fetch.rs`): a copy from the holders into this store, trying the next
 //!   holder when one fails mid-transfer.
 
@@ -116,6 +119,7 @@ mod error;
 mod fetch;
 mod handover;
 mod id;
+mod lend;
 mod node;
 pub(crate) mod result;
 mod service;
@@ -135,7 +139,7 @@ pub use error::ObjectError;
 pub use fetch::{FetchError, Holder, HolderFailure, fetch_object};
 pub use id::{ObjectId, ParseObjectIdError};
 pub use node::NodeObjects;
-pub use service::{ObjectService, ObjectsPlane};
+pub use service::{LendStream, ObjectService, ObjectsPlane};
 pub use store::{
     DEFAULT_MEMORY_ROOT, DEFAULT_SPILL_ROOT, ObjectInfo, ObjectStatus, ObjectStore, StoreConfig,
     StoreUsage,

@@ -13,6 +13,10 @@
 //!   object into (`handover.rs`): checked to be that file, sealed and of the object's size,
 //!   then copied into the store and sealed as a push is. A file it cannot take is refused
 //!   FAILED_PRECONDITION before anything is stored, and the client pushes instead.
+//! - `Map` lends a reader on this machine the object's sealed file to map instead of fetching
+//!   it (`lend.rs`): the ticket admitted as a fetch's, one grant naming the file by this
+//!   process's pid and the descriptor, then the answer stays open, the object pinned, until
+//!   the reader ends it. A reader of another machine is refused FAILED_PRECONDITION.
 //!
 //! A ticket must verify under this node's ticket key, name this node and the object, grant
 //! read (fetch) or write (push) and be unexpired, else UNAUTHENTICATED; an object recorded in
@@ -35,10 +39,12 @@ use escher_proto::wire::{
     objects_server::{Objects, ObjectsServer},
 };
 use tokio_stream::Stream;
+use tokio_util::sync::CancellationToken;
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::handover::{self, Handover, HandoverError};
+use super::lend::{self, LendError, Lent};
 use super::{NodeObjects, ObjectError, ObjectId};
 use crate::actors::ActorHost;
 
@@ -48,6 +54,8 @@ pub struct ObjectService {
     objects: NodeObjects,
     keys: Keys,
     chunk: usize,
+    /// Cancelled when the worker stops: ends the streams of lent files.
+    stop: CancellationToken,
 }
 
 /// Where the node's id and ticket key come from.
@@ -67,6 +75,7 @@ impl ObjectService {
             objects,
             keys: Keys::Attached(keys),
             chunk: CHUNK_BYTES,
+            stop: CancellationToken::new(),
         }
     }
 
@@ -78,7 +87,14 @@ impl ObjectService {
             objects,
             keys: Keys::Fixed(node, key),
             chunk: CHUNK_BYTES,
+            stop: CancellationToken::new(),
         }
+    }
+
+    /// Ends the streams of files lent to readers (`Map`) when `stop` is cancelled.
+    pub fn with_stop(mut self, stop: CancellationToken) -> ObjectService {
+        self.stop = stop;
+        self
     }
 
     /// Sends fetched objects in chunks of `bytes` (the chunk-size measurement's knob).
@@ -283,9 +299,13 @@ async fn blocking<T: Send + 'static>(
 
 type ChunkStream = Pin<Box<dyn Stream<Item = Result<wire::ObjectChunk, Status>> + Send>>;
 
+/// The answer of `Map`: one grant, then open while the reader maps the file.
+pub type LendStream = Pin<Box<dyn Stream<Item = Result<wire::MapGrant, Status>> + Send>>;
+
 #[tonic::async_trait]
 impl Objects for ObjectService {
     type FetchStream = ChunkStream;
+    type MapStream = LendStream;
 
     #[tracing::instrument(skip_all, fields(object = %ObjectId(request.get_ref().owner, request.get_ref().index)))]
     async fn fetch(
@@ -391,5 +411,32 @@ impl Objects for ObjectService {
             size: info.size,
             crc32c: info.crc32c,
         }))
+    }
+
+    #[tracing::instrument(skip_all, fields(object = %ObjectId(request.get_ref().owner, request.get_ref().index)))]
+    async fn map(
+        &self,
+        request: Request<wire::MapRequest>,
+    ) -> Result<Response<LendStream>, Status> {
+        let req = request.into_inner();
+        let id = ObjectId(req.owner, req.index);
+        self.admit(&req.ticket, id, ObjectAccess::Read)?;
+        let store = self.objects.store().clone();
+        let stop = self.stop.clone();
+        let lent: Lent =
+            match tokio::task::spawn_blocking(move || lend::lend(&store, id, &req.boot_id, stop))
+                .await
+                .map_err(|e| Status::internal(format!("the object store's call failed: {e}")))?
+            {
+                Ok(lent) => lent,
+                Err(LendError::Store(e)) => return Err(object_status(e)),
+                Err(LendError::Refused(why)) => {
+                    return Err(Status::failed_precondition(format!(
+                        "object {id}: its file is not lent: {why}; fetch it"
+                    )));
+                }
+            };
+        tracing::debug!(object = %id, "sealed file lent to a reader on this machine");
+        Ok(Response::new(Box::pin(lent)))
     }
 }

@@ -61,6 +61,7 @@ struct Faulty {
 #[tonic::async_trait]
 impl Objects for Faulty {
     type FetchStream = <ObjectService as Objects>::FetchStream;
+    type MapStream = <ObjectService as Objects>::MapStream;
 
     async fn fetch(
         &self,
@@ -101,6 +102,13 @@ impl Objects for Faulty {
         request: Request<Streaming<wire::ObjectChunk>>,
     ) -> Result<Response<wire::PushReply>, Status> {
         self.inner.push(request).await
+    }
+
+    async fn map(
+        &self,
+        request: Request<wire::MapRequest>,
+    ) -> Result<Response<Self::MapStream>, Status> {
+        self.inner.map(request).await
     }
 
     async fn handover(
