@@ -1091,7 +1091,9 @@ const CLOUDPICKLE: &str = "cloudpickle>=3.1,<3.2";
 
 /// The target directory of the cargo that built this test (where `escher-head` is, one up).
 fn target_dir(bins: &std::path::Path) -> PathBuf {
-    bins.parent().map(PathBuf::from).unwrap_or_else(|| bins.to_path_buf())
+    bins.parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bins.to_path_buf())
 }
 
 /// A virtual environment in `dir` with the escher package, as docs/python.md installs it
@@ -1113,7 +1115,13 @@ fn driver_venv(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
         "pip install ./python (the driver's escher)",
         run_for(
             Command::new(&python)
-                .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
                 .arg("./python")
                 .arg(CLOUDPICKLE)
                 .current_dir(root())
@@ -1219,10 +1227,8 @@ fn python_from_the_host(deployment: &Deployment, unique: &str, python: &std::pat
     let expected = ok(
         "the image's Python version",
         run_for(
-            Command::new(SYSTEM_PYTHON).args([
-                "-c",
-                "import platform; print(platform.python_version())",
-            ]),
+            Command::new(SYSTEM_PYTHON)
+                .args(["-c", "import platform; print(platform.python_version())"]),
             Duration::from_secs(60),
         ),
     );
