@@ -5,14 +5,18 @@
 //! simulated A100). Against it, docs/operations.md's multi-machine commands, run in a head's
 //! container as an operator would (`escher heads`, `status`, `nodes`, `submit --wait`, `logs`);
 //! what the workers were given (a worker-only credential, never the admin's file); tasks run
-//! as users of their own; a failover of the leader; `down` then `up` again keeping every task
+//! as users of their own; a Python driver on the Docker host (a virtual environment with this
+//! checkout's package) running remote functions, a chained `TaskRef`, an actor and a value held
+//! in a worker's store, with an app credential and the containers' addresses as
+//! deploy/README.md says (see [`python_from_the_host`]); a failover of the leader; `down` then `up` again keeping every task
 //! (the named volumes); and a rolling upgrade to a release with a new data format, replica by
 //! replica under load (see [`rolling_upgrade`]). Everything it creates (containers, the
 //! network, the volumes, the images) is removed at the end, also when it fails, and the
 //! containers' logs are printed then.
 //!
-//! It needs a Docker engine and `docker-compose` (1.29, as CI has), and the binaries
-//! `cargo test --workspace` builds beside this test. It prints the image's size, the time from
+//! It needs a Docker engine and `docker-compose` (1.29, as CI has), the binaries
+//! `cargo test --workspace` builds beside this test, `/usr/bin/python3` with `venv` and `pip`,
+//! and PyPI (cloudpickle for the image; maturin, cloudpickle for the driver). It prints the image's size, the time from
 //! `docker-compose up` to the first task's end, and the rolling upgrade's longest gap between
 //! two acknowledged submits (BENCHMARKS.md).
 
@@ -277,7 +281,7 @@ fn task_id(submitted: &str) -> String {
 }
 
 #[test]
-fn needs_docker_the_compose_cluster_runs_the_readme_tour() {
+fn needs_docker_and_pypi_the_compose_cluster_runs_the_readme_tour() {
     let bins = procs::binary("escher-head")
         .parent()
         .expect("a binary's directory")
@@ -303,7 +307,16 @@ fn needs_docker_the_compose_cluster_runs_the_readme_tour() {
         extra_containers: Vec::new(),
     };
 
-    // The base, made of this machine's files: nothing is pulled.
+    // The host's Python driver's environment, built meanwhile (the module's build is the
+    // longest step when the Python suite has not built it yet).
+    let driver_dir = tempfile::tempdir().expect("a temporary directory");
+    let driver = {
+        let (dir, bins) = (driver_dir.path().to_path_buf(), bins.clone());
+        std::thread::spawn(move || driver_venv(&dir, &bins))
+    };
+
+    // The base, made of this machine's files and its system Python (with cloudpickle from
+    // PyPI): nothing is pulled.
     let started = Instant::now();
     let bin = |name: &str| bins.join(name).display().to_string();
     ok(
@@ -311,6 +324,7 @@ fn needs_docker_the_compose_cluster_runs_the_readme_tour() {
         run_for(
             Command::new(root().join("deploy/make-base-image"))
                 .args(["--tag", &deployment.base])
+                .args(["--python", SYSTEM_PYTHON])
                 .args([bin("escher-head"), bin("escher-worker"), bin("escher")]),
             Duration::from_secs(300),
         ),
@@ -513,6 +527,11 @@ fn needs_docker_the_compose_cluster_runs_the_readme_tour() {
             "{worker}'s configuration holds the admin token"
         );
     }
+
+    let python = driver
+        .join()
+        .unwrap_or_else(|e| std::panic::resume_unwind(e));
+    python_from_the_host(&deployment, &unique, &python);
 
     every_escher_process_of_a_worker_killed(&deployment, &unique, &by_name);
 
@@ -1058,4 +1077,261 @@ fn rolling_upgrade(deployment: &mut Deployment, unique: &str) {
             deployment.escher("head-1", &args),
         );
     }
+}
+
+/// The interpreter of the base image (`make-base-image --python`) and of the host driver's
+/// virtual environment: one interpreter for both, so that the driver's Python agrees with the
+/// workers' in its minor version by construction (a system interpreter every task user can
+/// read, as docs/python.md asks of a worker's).
+const SYSTEM_PYTHON: &str = "/usr/bin/python3";
+
+/// The cloudpickle of the image (`make-base-image`'s default) and of the driver: they must agree
+/// in their major and minor version.
+const CLOUDPICKLE: &str = "cloudpickle>=3.1,<3.2";
+
+/// The target directory of the cargo that built this test (where `escher-head` is, one up).
+fn target_dir(bins: &std::path::Path) -> PathBuf {
+    bins.parent()
+        .map(PathBuf::from)
+        .unwrap_or_else(|| bins.to_path_buf())
+}
+
+/// A virtual environment in `dir` with the escher package, as docs/python.md installs it
+/// (`pip install ./python`) and as tests/python.rs does: maturin builds the native module with
+/// the dev profile in this build's target directory, so that the Python suite's build and this
+/// one share its compiled crates (the second is cargo's check that nothing changed, and the
+/// packaging). Returns the environment's `python`.
+fn driver_venv(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
+    let venv = dir.join("venv");
+    ok(
+        "python3 -m venv (the driver's environment)",
+        run_for(
+            Command::new(SYSTEM_PYTHON).args(["-m", "venv"]).arg(&venv),
+            Duration::from_secs(300),
+        ),
+    );
+    let python = venv.join("bin/python");
+    ok(
+        "pip install ./python (the driver's escher)",
+        run_for(
+            Command::new(&python)
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                ])
+                .arg("./python")
+                .arg(CLOUDPICKLE)
+                .current_dir(root())
+                .env("MATURIN_PEP517_ARGS", "--profile dev")
+                .env("CARGO_TARGET_DIR", target_dir(bins)),
+            Duration::from_secs(40 * 60),
+        ),
+    );
+    python
+}
+
+/// What the host's driver runs against the compose cluster: a remote function, a `TaskRef`
+/// chained into a second task, an actor with two ordered calls, and a value of 300 KiB (above
+/// the 100 KiB that stay in the worker's store) fetched by the driver from the worker's data
+/// plane and passed by reference into another task (fetched worker to worker). Prints one
+/// line, `RESULT` and a JSON object, for the test to check.
+const DRIVER: &str = r#"
+import hashlib, json, os, time
+import escher
+
+def payload(n, seed):
+    return bytes((seed + i * 7) % 251 for i in range(n))
+
+started = time.monotonic()
+escher.init()
+
+@escher.remote
+def square(x):
+    return x * x
+
+@escher.remote
+def add_one(x):
+    return x + 1
+
+@escher.remote
+def who():
+    import os, sys
+    return {"uid": os.getuid(), "python": sys.executable}
+
+@escher.remote
+def blob(n, seed):
+    return bytes((seed + i * 7) % 251 for i in range(n))
+
+@escher.remote
+def digest(data):
+    import hashlib
+    return hashlib.sha256(data).hexdigest()
+
+@escher.remote
+class Counter:
+    def __init__(self, start):
+        self.total = start
+
+    def add(self, k):
+        self.total += k
+        return self.total
+
+out = {}
+out["square"] = escher.get(square.remote(7), timeout=120)
+out["chained"] = escher.get(add_one.remote(square.remote(6)), timeout=120)
+out["who"] = escher.get(who.remote(), timeout=120)
+counter = Counter.remote(10)
+first, second = counter.add.remote(1), counter.add.remote(5)
+out["actor"] = escher.get([first, second], timeout=120)
+n, seed = 300 * 1024, 3
+big = blob.remote(n, seed)
+value = escher.get(big, timeout=120)
+out["blob_len"] = len(value)
+out["blob_sha256"] = hashlib.sha256(value).hexdigest()
+out["blob_sha256_on_a_worker"] = escher.get(digest.remote(big), timeout=120)
+out["expected_sha256"] = hashlib.sha256(payload(n, seed)).hexdigest()
+out["seconds"] = round(time.monotonic() - started, 2)
+escher.kill(counter)
+escher.shutdown()
+print("RESULT " + json.dumps(out), flush=True)
+"#;
+
+/// The container's address on the project's network (the Docker host reaches it directly).
+fn container_address(id: &str) -> String {
+    let address = ok(
+        "docker inspect (an address)",
+        run_for(
+            Command::new("docker").args([
+                "inspect",
+                "--format",
+                "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}",
+                id,
+            ]),
+            Duration::from_secs(60),
+        ),
+    );
+    let address = address.trim().to_string();
+    assert!(!address.is_empty(), "container {id} has no address");
+    address
+}
+
+/// docs/python.md on the compose cluster, as deploy/README.md tells a user to run it: every
+/// worker offers Python (its `escher.python` label names the image's interpreter's version);
+/// an app credential made in a head's container (`escher token create --role app --out`) and
+/// the heads' addresses on the project's network are all a driver on the Docker host needs.
+fn python_from_the_host(deployment: &Deployment, unique: &str, python: &std::path::Path) {
+    // Every worker offers Python, with the image's interpreter and cloudpickle.
+    let expected = ok(
+        "the image's Python version",
+        run_for(
+            Command::new(SYSTEM_PYTHON)
+                .args(["-c", "import platform; print(platform.python_version())"]),
+            Duration::from_secs(60),
+        ),
+    );
+    let expected = expected.trim();
+    let nodes = deployment.escher_json("head-1", &["nodes"]);
+    for row in nodes.as_array().expect("a list of nodes") {
+        assert_eq!(
+            row["node"]["labels"]["escher.python"], expected,
+            "{} does not offer Python {expected}: {row}",
+            row["node"]["name"]
+        );
+    }
+
+    // The driver's credential: an app token, written in head-1's container and read out.
+    let inside = format!("/tmp/{unique}-driver.json");
+    ok(
+        "escher token create --role app",
+        deployment.escher(
+            "head-1",
+            &[
+                "token",
+                "create",
+                "--role",
+                "app",
+                "--namespace",
+                "drivers",
+                "--description",
+                "the host's Python driver",
+                "--out",
+                &inside,
+            ],
+        ),
+    );
+    let credential = ok(
+        "reading the driver's credential",
+        deployment.exec("head-1", &["cat", &inside]),
+    );
+    ok(
+        "removing the driver's credential in the container",
+        deployment.exec("head-1", &["rm", "-f", &inside]),
+    );
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let access = dir.path().join("driver.json");
+    {
+        use std::io::Write as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        // 0600, as the client requires of a file that holds a token.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&access)
+            .and_then(|mut f| f.write_all(credential.as_bytes()))
+            .expect("writing the credential");
+    }
+    let script = dir.path().join("driver.py");
+    std::fs::write(&script, DRIVER).expect("writing the driver");
+    let heads: Vec<String> = ["head-1", "head-2", "head-3"]
+        .iter()
+        .map(|head| {
+            format!(
+                "https://{}:7600",
+                container_address(&deployment.containers[*head])
+            )
+        })
+        .collect();
+    let started = Instant::now();
+    let out = ok(
+        "the host's Python driver",
+        run_for(
+            Command::new(python)
+                .arg(&script)
+                .current_dir(dir.path())
+                .env("ESCHER_HEAD", heads.join(","))
+                .env("ESCHER_ACCESS_FILE", &access)
+                .env_remove("ESCHER_TOKEN")
+                .env_remove("ESCHER_NAMESPACE")
+                .env_remove("ESCHER_PYTHON"),
+            Duration::from_secs(300),
+        ),
+    );
+    let took = started.elapsed();
+    let result: Value = out
+        .lines()
+        .find_map(|line| line.strip_prefix("RESULT "))
+        .map(|json| serde_json::from_str(json).expect("the driver's JSON"))
+        .unwrap_or_else(|| panic!("the driver printed no result: {out}"));
+    assert_eq!(result["square"], 49, "{result}");
+    assert_eq!(result["chained"], 37, "{result}");
+    assert_eq!(result["actor"], serde_json::json!([11, 16]), "{result}");
+    assert_eq!(result["blob_len"], 300 * 1024, "{result}");
+    assert_eq!(result["blob_sha256"], result["expected_sha256"], "{result}");
+    assert_eq!(
+        result["blob_sha256_on_a_worker"], result["expected_sha256"],
+        "{result}"
+    );
+    // Run as a user of the namespace's own, with the image's interpreter.
+    let uid = result["who"]["uid"].as_u64().expect("a uid");
+    assert!((300_000..=365_535).contains(&uid), "{result}");
+    println!(
+        "a Python driver on the Docker host against the compose cluster (a function, a chained \
+         TaskRef, an actor's two calls, a 300 KiB value by reference): {took:.2?} with the \
+         interpreter's start, {} s from escher.init() to its end",
+        result["seconds"]
+    );
 }

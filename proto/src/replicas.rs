@@ -156,6 +156,10 @@ pub fn endpoint(url: &str, tls: Option<&ClientTlsConfig>) -> Result<Endpoint, Re
 struct Known {
     replicas: Vec<(Arc<str>, Channel)>,
     current: usize,
+    /// The replica that named the leader followed last ([`Replicas::follow`]): a named leader
+    /// that does not answer is left for the replica after that one, never for the one before
+    /// it again (see [`Replicas::rotate`]).
+    named_by: Option<usize>,
 }
 
 /// The replicas of a head group and the channels to them. Cheap to clone; clones share the
@@ -197,6 +201,7 @@ impl Replicas {
             known: Arc::new(Mutex::new(Known {
                 replicas,
                 current: 0,
+                named_by: None,
             })),
             tls,
         }
@@ -261,6 +266,7 @@ impl Replicas {
     pub fn follow(&self, url: &str) {
         let url = normalise(url);
         let mut known = self.lock();
+        known.named_by = Some(known.current);
         if let Some(i) = known.replicas.iter().position(|(u, _)| **u == *url) {
             known.current = i;
             return;
@@ -276,10 +282,20 @@ impl Replicas {
         }
     }
 
-    /// Tries the next replica (the current one did not answer, or knows no leader).
+    /// Tries the next replica (the current one did not answer, or knows no leader). After a
+    /// leader that a replica named ([`Replicas::follow`]), the next is the replica after the
+    /// one that named it: a leader named by a URL this client cannot reach (a replica's name
+    /// on a network of its own, such as a compose project's, seen from the Docker host), which
+    /// [`Replicas::follow`] appended last, would otherwise send the client back to the first
+    /// replica, which names it again, and never to the leader's address in the client's list.
     pub fn rotate(&self) {
         let mut known = self.lock();
-        known.current = (known.current + 1) % known.replicas.len();
+        let len = known.replicas.len();
+        let mut next = (known.named_by.take().unwrap_or(known.current) + 1) % len;
+        if next == known.current && len > 1 {
+            next = (next + 1) % len;
+        }
+        known.current = next;
     }
 }
 
@@ -333,6 +349,29 @@ mod tests {
             assert!(err.contains("http:// or https://"), "{err}");
             assert!(err.contains(typo), "{err}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_named_leader_that_does_not_answer_leads_on_to_the_next_replica() {
+        // The client knows the replicas by addresses; they name the leader by a host name it
+        // cannot reach. Replica 1 names it: after it fails, replica 2 is tried, not 1 again.
+        let heads = Replicas::lazy("10.0.0.1:7600,10.0.0.2:7600,10.0.0.3:7600", None).unwrap();
+        heads.follow("http://head-3:7600");
+        assert_eq!(&*heads.current().1, "http://head-3:7600");
+        heads.rotate();
+        assert_eq!(&*heads.current().1, "http://10.0.0.2:7600");
+        // Replica 2 names it too: then replica 3.
+        heads.follow("http://head-3:7600");
+        heads.rotate();
+        assert_eq!(&*heads.current().1, "http://10.0.0.3:7600");
+        // Replica 3 names it: past the appended name, back to replica 1.
+        heads.follow("http://head-3:7600");
+        heads.rotate();
+        assert_eq!(&*heads.current().1, "http://10.0.0.1:7600");
+        // Without a named leader, plain rotation.
+        heads.rotate();
+        assert_eq!(&*heads.current().1, "http://10.0.0.2:7600");
+        assert_eq!(heads.len(), 4);
     }
 
     #[tokio::test]

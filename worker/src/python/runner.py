@@ -303,11 +303,12 @@ def _run(frame, functions, object_fds=()):
         except BaseException as e:  # the task reports whatever the function raised, SystemExit too
             return 1, _exception_text(e).encode()
     finally:
-        if mapped:
-            # Values still in use keep their mappings; later tasks read through the head.
-            from escher._objects import task_mapped
-
-            task_mapped({})
+        # Values still in use keep their mappings; later tasks read through the head. Only
+        # where escher._objects was loaded (an ObjectRef argument): the worker's interpreter
+        # needs no escher package for a task whose TaskRef arguments were mapped here.
+        objects = sys.modules.get("escher._objects") if mapped else None
+        if objects is not None:
+            objects.task_mapped({})
     try:
         return 0, _dumps(value)
     except Exception as e:
