@@ -190,6 +190,7 @@ pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String
         out.push_str(&render_nodes(cluster));
         out.push_str(&crate::nodes::isolation_warning(&cluster.nodes));
         out.push_str(&crate::nodes::limits_warning(&cluster.nodes));
+        out.push_str(&crate::nodes::tmp_warning(&cluster.nodes));
         out.push('\n');
         out.push_str(&render_resources(cluster));
     }
@@ -238,11 +239,14 @@ fn render_nodes(cluster: &ClusterStatus) -> String {
 }
 
 /// `yes`; `yes, attaching` while its worker's stream is not attached (it takes no task yet);
-/// or when and why the node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
+/// `yes, disk under reserve` while its disk is (it takes no new task); or when and why the
+/// node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
 fn alive(n: &NodeStatus) -> String {
     if n.alive {
         return if n.waiting_for_stream {
             "yes, attaching"
+        } else if escher_proto::types::under_disk_reserve(&n.labels) {
+            "yes, disk under reserve"
         } else {
             "yes"
         }

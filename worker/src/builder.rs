@@ -491,6 +491,14 @@ impl WorkerBuilder {
             "reserve"
         };
         let _ = labels.insert(crate::exec::DISK_LABEL, held);
+        // Where its command tasks' /tmp, /var/tmp and /dev/shm are: their own scratch, or
+        // the host's.
+        let tmp = if scratch.is_some() && crate::exec::private_tmp_available() {
+            "private"
+        } else {
+            "host"
+        };
+        let _ = labels.insert(crate::exec::TMP_LABEL, tmp);
         let _ = labels.insert(
             crate::exec::DISK_RESERVE_LABEL,
             &disk.reserve_bytes().to_string(),

@@ -311,6 +311,7 @@ impl WorkerConfig {
                 crate::exec::DISK_LABEL,
                 crate::exec::DISK_RESERVE_LABEL,
                 crate::exec::DISK_SCRATCH_LABEL,
+                crate::exec::TMP_LABEL,
             ];
             if !workers.contains(&k) {
                 let _ = labels.insert(k, v);

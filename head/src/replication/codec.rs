@@ -79,7 +79,8 @@ pub enum CodecError {
 /// | 6 | entries may hold `RecordDecision` (the last variant of `Command`): an autoscaler's decisions, streamed to watchers ([`DECISIONS_FORMAT`]); a group writing an older format refuses them |
 /// | 7 | entries and snapshots may hold `TaskResult::Object` (its last variant): a function's result above 100 KiB kept in its worker's store, the head holding its reference ([`RESULT_OBJECTS_FORMAT`]); a group writing an older format fails such an attempt, saying why |
 /// | 8 | entries may hold `CloseObjectSession` (the last variant of `Command`; its reply, `Reply::ObjectSessionClosed`, the last of `Reply`): a session's objects released at once when its client closes or lapses ([`SESSIONS_FORMAT`]); a group writing an older format refuses a close, and its leader releases no lapsed session |
-pub const DATA_FORMAT: u16 = 8;
+/// | 9 | entries may hold `LabelNode` setting or removing `escher.disk.under-reserve`, which every replica's scheduler reads (a node under its disk reserve takes nothing new): the leader sets it from its workers' heartbeats only while the group writes format 9 ([`DISK_RESERVE_FORMAT`]), as a format-8 replica would place tasks there regardless |
+pub const DATA_FORMAT: u16 = 9;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -109,6 +110,11 @@ pub const RESULT_OBJECTS_FORMAT: u16 = 7;
 /// The first data format whose entries may hold `CloseObjectSession`: a client's close is
 /// refused, and a lapsed session's objects stay, while the group writes an older one.
 pub const SESSIONS_FORMAT: u16 = 8;
+
+/// The first data format whose replicas hold a node labelled under its disk reserve out of
+/// placement: the leader labels such a node only while its group writes this format or a
+/// later one.
+pub const DISK_RESERVE_FORMAT: u16 = 9;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
