@@ -15,7 +15,7 @@ use std::time::Duration;
 use escher::types::{Grant, LogStream, Role, TaskId, TaskState, TaskStatus};
 use escher::{Client, Task};
 use escher_proto::types::{ISOLATION_LABEL, TMP_LABEL};
-use procs::{ProcessCluster, WorkerExtra};
+use procs::{ProcessCluster, WorkerExtra, eventually};
 
 /// The worker's process limit per task in these tests.
 const PIDS_MAX: u32 = 64;
@@ -323,7 +323,9 @@ sleep 600"#
         "tenant A's task to write its files",
         procs::WAIT,
         || async {
-            if stdout(&a, writer).await.contains("written") {
+            // No log yet while the task is still being started.
+            let out = a.logs(writer, LogStream::Stdout).await.unwrap_or_default();
+            if String::from_utf8_lossy(&out).contains("written") {
                 return Some(());
             }
             let status = a.task_info(writer).await.unwrap().status;

@@ -821,6 +821,40 @@ mod tests {
         );
     }
 
+    /// What a private `/tmp` costs a task: the wall time from the spawn to the reaped exit of
+    /// `/bin/true`, with and without its mount namespace, alternating in rounds (printed, not
+    /// asserted: `cargo test -p escher-worker --lib -- --ignored --nocapture private_tmp_cost`,
+    /// as root).
+    #[tokio::test]
+    #[ignore = "a measurement, run by hand"]
+    async fn needs_root_private_tmp_cost() {
+        let scratch = tempfile::tempdir().unwrap();
+        let out = File::create(scratch.path().join("out")).unwrap();
+        let (rounds, per_round) = (5, 200);
+        let (mut with, mut without) = (Vec::new(), Vec::new());
+        for _ in 0..rounds {
+            for private in [false, true] {
+                let mut task = launch("true", &out, &[]);
+                task.path = c("/bin/true");
+                task.argv = vec![c("true")];
+                if private {
+                    task.private_tmp = Some(c(scratch.path().to_str().unwrap()));
+                }
+                let start = std::time::Instant::now();
+                for _ in 0..per_round {
+                    let mut child = spawn(&task).unwrap();
+                    assert!(child.wait().await.unwrap().success());
+                }
+                let micros = start.elapsed().as_secs_f64() * 1e6 / f64::from(per_round);
+                if private { &mut with } else { &mut without }.push(micros);
+            }
+        }
+        println!(
+            "spawn to exit of /bin/true, µs per task, {rounds} rounds of {per_round}: \
+             without a mount namespace {without:.0?}, with a private /tmp {with:.0?}"
+        );
+    }
+
     /// A program that cannot be executed, or a directory that cannot be entered, is the system's
     /// error (the child that failed is reaped before `spawn` returns).
     #[tokio::test]
