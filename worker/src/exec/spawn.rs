@@ -18,17 +18,17 @@
 //!    born in that one instead (cheaper than a move, and the pidfd comes with it) and writes
 //!    only the v1 cgroups that hold its limits;
 //! 4. its standard streams (`/dev/null`, its two log files);
-//! 4a. where the task has a scratch (`Launch::private_tmp`), a mount namespace of its own
+//! 5. where the task has a scratch (`Launch::private_tmp`), a mount namespace of its own
 //!    (`CLONE_NEWNS`, with the clone), its mounts made slaves (nothing it mounts reaches the
 //!    worker's or the host's), and its scratch bound over `/tmp`, `/var/tmp` and `/dev/shm`
 //!    (those that exist), so that a task that looks for the host's world-writable directories
 //!    finds its own scratch there;
-//! 5. its user: no supplementary groups, then the gid, then the uid (`setgroups`, `setresgid`,
+//! 6. its user: no supplementary groups, then the gid, then the uid (`setgroups`, `setresgid`,
 //!    `setresuid` as raw system calls: the C library's wrappers would try to change the user
 //!    of every thread of the worker, whose memory the child shares);
-//! 6. its working directory, as its user;
-//! 7. `no_new_privs`, so that no set-uid or set-gid program or file capability gives it more;
-//! 8. no blocked signal, then `execve`.
+//! 7. its working directory, as its user;
+//! 8. `no_new_privs`, so that no set-uid or set-gid program or file capability gives it more;
+//! 9. no blocked signal, then `execve`.
 //!
 //! The worker's thread waits (`CLONE_VFORK`) until the child has executed its program or
 //! failed; a failure writes its step and `errno` where the worker reads them, and the child
