@@ -30,8 +30,8 @@ async fn tenant(cluster: &ProcessCluster, admin: &Client, namespace: &str) -> Cl
 }
 
 /// A cluster with one root worker of 4 CPUs and 1 GiB that holds every task to its request,
-/// runs each namespace as its own user, and caps each task at [`PIDS_MAX`] processes and
-/// [`LOG_CAP`] bytes of output.
+/// runs each namespace as its own user, caps each task at [`PIDS_MAX`] processes and
+/// [`LOG_CAP`] bytes of output, and gives each its scratch as its `/tmp` (`--private-tmp`).
 async fn contained() -> (ProcessCluster, Client) {
     assert!(
         nix::unistd::geteuid().is_root(),
@@ -46,6 +46,7 @@ async fn contained() -> (ProcessCluster, Client) {
             PIDS_MAX.to_string(),
             "--task-log-bytes".into(),
             LOG_CAP.to_string(),
+            "--private-tmp".into(),
         ],
         ..WorkerExtra::default()
     });

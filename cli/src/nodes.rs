@@ -10,8 +10,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use escher_proto::types::{
-    ISOLATION_LABEL, LIMITS_MISSING_LABEL, ListTasksRequest, TMP_LABEL, is_gpu_resource,
-    under_disk_reserve,
+    ISOLATION_LABEL, LIMITS_MISSING_LABEL, ListTasksRequest, is_gpu_resource, under_disk_reserve,
 };
 use escher_proto::{
     Amount, Capacity, ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskState,
@@ -154,7 +153,6 @@ pub fn render_nodes(
     let mut out = lines(&t);
     out.push_str(&isolation_warning(shown.iter().copied()));
     out.push_str(&limits_warning(shown.iter().copied()));
-    out.push_str(&tmp_warning(shown.iter().copied()));
     out.push_str(&fence_warning(shown.iter().copied()));
     if left > 0 && shown.len() < cluster.nodes.len() {
         out.push_str(&format!(
@@ -186,24 +184,6 @@ pub fn isolation_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) ->
     format!(
         "tasks on {} share one user: tenants there are not isolated (run escher-worker as root \
          for a user per namespace; --require-isolation refuses to start otherwise)\n",
-        shared.join(", ")
-    )
-}
-
-/// A line naming the live nodes whose command tasks share the host's `/tmp`, `/var/tmp` and
-/// `/dev/shm` (their worker says `host` in its [`TMP_LABEL`]), or nothing when there are none.
-pub fn tmp_warning<'a>(nodes: impl IntoIterator<Item = &'a NodeStatus>) -> String {
-    let shared: Vec<&str> = nodes
-        .into_iter()
-        .filter(|n| n.alive && n.labels.get(TMP_LABEL) == Some("host"))
-        .map(|n| n.name.as_str())
-        .collect();
-    if shared.is_empty() {
-        return String::new();
-    }
-    format!(
-        "tasks on {} share the host's /tmp, /var/tmp and /dev/shm (run escher-worker as root \
-         with task scratch for a private one per task, or mount them per service)\n",
         shared.join(", ")
     )
 }
@@ -364,22 +344,6 @@ mod tests {
             "{text}"
         );
         assert_eq!(limits_warning([&node(4, true, vec![])]), "");
-    }
-
-    #[test]
-    fn nodes_whose_tasks_share_the_hosts_tmp_are_named() {
-        let mut host = node(1, true, vec![]);
-        host.labels.insert(TMP_LABEL, "host").unwrap();
-        let mut private = node(2, true, vec![]);
-        private.labels.insert(TMP_LABEL, "private").unwrap();
-        let mut gone = node(3, false, vec![]);
-        gone.labels.insert(TMP_LABEL, "host").unwrap();
-        let text = tmp_warning([&host, &private, &gone]);
-        assert!(
-            text.starts_with("tasks on w1 share the host's /tmp, /var/tmp and /dev/shm"),
-            "{text}"
-        );
-        assert_eq!(tmp_warning([&private, &node(4, true, vec![])]), "");
     }
 
     #[test]

@@ -190,7 +190,6 @@ pub fn render_status(cluster: &ClusterStatus, pending: &[TaskSummary]) -> String
         out.push_str(&render_nodes(cluster));
         out.push_str(&crate::nodes::isolation_warning(&cluster.nodes));
         out.push_str(&crate::nodes::limits_warning(&cluster.nodes));
-        out.push_str(&crate::nodes::tmp_warning(&cluster.nodes));
         out.push('\n');
         out.push_str(&render_resources(cluster));
     }

@@ -187,7 +187,7 @@ pub(crate) async fn run_task(
             // own (exec/scratch.rs): there it is /tmp to the task.
             let private_tmp = scratch
                 .as_ref()
-                .filter(|_| crate::exec::private_tmp_available())
+                .filter(|_| env.scratch.as_ref().is_some_and(|s| s.private_tmp()))
                 .map(|s| s.path().to_path_buf());
             let outcome_seen = match &private_tmp {
                 Some(_) => Path::new(crate::exec::PRIVATE_TMP_HOME).join(&outcome_name),
