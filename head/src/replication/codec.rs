@@ -447,9 +447,10 @@ mod tests {
             "{text}"
         );
         let state = ClusterState::new(StateConfig::default());
-        let mut image = vec![0xFF, b'E', 9, 0];
+        let mut image = vec![0xFF, b'E'];
+        image.extend_from_slice(&next.to_le_bytes());
         image.extend(encode_image(&state, &BTreeMap::new(), 1).unwrap());
         let err = decode_image(&image, StateConfig::default()).unwrap_err();
-        assert!(err.to_string().contains("data format 9"), "{err}");
+        assert!(err.to_string().contains(&format!("data format {next}")), "{err}");
     }
 }
