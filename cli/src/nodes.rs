@@ -347,6 +347,30 @@ mod tests {
     }
 
     #[test]
+    fn a_node_under_its_disk_reserve_shows_disk_full() {
+        let mut full = node(1, true, vec![]);
+        full.labels
+            .insert(escher_proto::types::DISK_UNDER_RESERVE_LABEL, "true")
+            .unwrap();
+        let cluster = ClusterStatus {
+            nodes: vec![full, node(2, true, vec![])],
+            pending_tasks: 0,
+            running_tasks: 0,
+            namespaces: Vec::new(),
+            pending_actor_calls: None,
+        };
+        let live: Vec<&NodeStatus> = cluster.nodes.iter().collect();
+        let text = render_nodes(&cluster, &live, Some(&(BTreeMap::new(), true)));
+        let rows: Vec<&str> = text.lines().skip(1).take(2).collect();
+        assert!(rows[0].contains("disk-full"), "{text}");
+        assert!(
+            !rows[1].contains("disk-full") && rows[1].contains("yes"),
+            "{text}"
+        );
+        assert!(!cluster.nodes[0].takes_tasks() && cluster.nodes[1].takes_tasks());
+    }
+
+    #[test]
     fn nodes_whose_fence_died_are_named() {
         let mut restarted = node(1, true, vec![]);
         restarted.fence = Some("restarted 1 time(s): the last supervisor was killed".into());

@@ -451,6 +451,9 @@ mod tests {
         image.extend_from_slice(&next.to_le_bytes());
         image.extend(encode_image(&state, &BTreeMap::new(), 1).unwrap());
         let err = decode_image(&image, StateConfig::default()).unwrap_err();
-        assert!(err.to_string().contains(&format!("data format {next}")), "{err}");
+        assert!(
+            err.to_string().contains(&format!("data format {next}")),
+            "{err}"
+        );
     }
 }
