@@ -5,6 +5,8 @@
 //! The worker runs each namespace's tasks as a user of its own, in a cgroup per task that
 //! holds the task to its `cpu` and `memory` request and to `--task-pids-max` processes. The
 //! same attacks within one tenant, with a head of the test's own, are `worker/tests/limits.rs`.
+//! A task's `/tmp`, `/var/tmp` and `/dev/shm` are its own scratch, which another tenant's task
+//! does not see.
 
 mod procs;
 
@@ -12,8 +14,8 @@ use std::time::Duration;
 
 use escher::types::{Grant, LogStream, Role, TaskId, TaskState, TaskStatus};
 use escher::{Client, Task};
-use escher_proto::types::ISOLATION_LABEL;
-use procs::{ProcessCluster, WorkerExtra};
+use escher_proto::types::{ISOLATION_LABEL, TMP_LABEL};
+use procs::{ProcessCluster, WorkerExtra, eventually};
 
 /// The worker's process limit per task in these tests.
 const PIDS_MAX: u32 = 64;
@@ -28,8 +30,8 @@ async fn tenant(cluster: &ProcessCluster, admin: &Client, namespace: &str) -> Cl
 }
 
 /// A cluster with one root worker of 4 CPUs and 1 GiB that holds every task to its request,
-/// runs each namespace as its own user, and caps each task at [`PIDS_MAX`] processes and
-/// [`LOG_CAP`] bytes of output.
+/// runs each namespace as its own user, caps each task at [`PIDS_MAX`] processes and
+/// [`LOG_CAP`] bytes of output, and gives each its scratch as its `/tmp` (`--private-tmp`).
 async fn contained() -> (ProcessCluster, Client) {
     assert!(
         nix::unistd::geteuid().is_root(),
@@ -44,6 +46,7 @@ async fn contained() -> (ProcessCluster, Client) {
             PIDS_MAX.to_string(),
             "--task-log-bytes".into(),
             LOG_CAP.to_string(),
+            "--private-tmp".into(),
         ],
         ..WorkerExtra::default()
     });
@@ -266,4 +269,97 @@ async fn needs_root_a_nodes_tasks_weigh_as_its_cpus_against_the_hosts_other_proc
         "{} of the worker's task cgroups",
         worker_dir.join(file).display()
     );
+}
+
+/// Removes the files named on the host when dropped: what a task planted there without a
+/// private `/tmp`.
+struct Planted(Vec<std::path::PathBuf>);
+
+impl Drop for Planted {
+    fn drop(&mut self) {
+        for path in &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+/// Tenant A's task writes 64 MiB to `/tmp`, and a file each to `/var/tmp` and `/dev/shm`, as a
+/// program that ignores `TMPDIR` does: they land in its own scratch (its `HOME`, `TMPDIR` and
+/// working directory, `/tmp` to it), never in the host's directories, and tenant B's task,
+/// running beside it on the same node, finds none of them there and plants nothing in the
+/// host's `/tmp` either. The node says so: `escher.tmp=private`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_a_tenants_files_in_tmp_stay_in_its_scratch_and_another_tenant_sees_none() {
+    let (cluster, admin) = contained().await;
+    let node = admin.cluster_status().await.unwrap().nodes.remove(0);
+    assert_eq!(
+        node.labels.get(TMP_LABEL),
+        Some("private"),
+        "{:?}",
+        node.labels
+    );
+    let a = tenant(&cluster, &admin, "appa").await;
+    let b = tenant(&cluster, &admin, "appb").await;
+    let name = format!("escher-e2e-planted-{}", std::process::id());
+    let host = [
+        format!("/tmp/{name}"),
+        format!("/var/tmp/{name}.var"),
+        format!("/dev/shm/{name}.shm"),
+        format!("/tmp/{name}.b"),
+    ];
+    let _planted = Planted(host.iter().map(Into::into).collect());
+    // The three are one directory to the task: its scratch.
+    let writer = format!(
+        r#"set -e
+head -c 67108864 /dev/zero > /tmp/{name}
+echo a > /var/tmp/{name}.var
+echo a > /dev/shm/{name}.shm
+[ "$HOME" = /tmp ] && [ "$TMPDIR" = /tmp ] && [ "$(pwd)" = /tmp ]
+[ -e /tmp/{name}.shm ] && [ -e /dev/shm/{name}.var ] && [ -e /var/tmp/{name} ]
+echo written
+sleep 600"#
+    );
+    let writer = sh(&a, &writer, "cpu=1,memory=256").await;
+    eventually(
+        "tenant A's task to write its files",
+        procs::WAIT,
+        || async {
+            // No log yet while the task is still being started.
+            let out = a.logs(writer, LogStream::Stdout).await.unwrap_or_default();
+            if String::from_utf8_lossy(&out).contains("written") {
+                return Some(());
+            }
+            let status = a.task_info(writer).await.unwrap().status;
+            assert!(!status.state.is_terminal(), "tenant A's task: {status:?}");
+            None
+        },
+    )
+    .await;
+    for path in &host[..3] {
+        assert!(
+            !std::path::Path::new(path).exists(),
+            "tenant A's task wrote {path} on the host"
+        );
+    }
+
+    let reader = format!(
+        r#"for f in /tmp/{name} /var/tmp/{name}.var /dev/shm/{name}.shm; do
+  if [ -e "$f" ]; then echo "sees $f"; fi
+done
+echo b > /tmp/{name}.b
+echo checked"#
+    );
+    let reader = sh(&b, &reader, "cpu=1").await;
+    let [read] = ended(&b, &[reader]).await.try_into().unwrap();
+    assert_eq!(read.state, TaskState::Succeeded, "{read:?}");
+    assert_eq!(stdout(&b, reader).await, "checked\n");
+    assert!(
+        !std::path::Path::new(&host[3]).exists(),
+        "tenant B's task wrote {} on the host",
+        host[3]
+    );
+
+    a.cancel([writer]).await.unwrap();
+    let [stopped] = ended(&a, &[writer]).await.try_into().unwrap();
+    assert_eq!(stopped.state, TaskState::Cancelled, "{stopped:?}");
 }

@@ -334,3 +334,75 @@ async fn needs_root_a_leader_whose_disk_fills_lets_its_workers_go_and_their_node
     })
     .await;
 }
+
+/// A node whose disk is under its reserve gets no new task: the head labels it
+/// `escher.disk.under-reserve` from its worker's heartbeats, tasks go to the other node, a task
+/// that only it could hold waits pending (not dispatched there to wait unstarted), and once
+/// space returns the label goes and that task runs there. The node's task directory is a small
+/// tmpfs the test fills from outside.
+#[tokio::test(flavor = "multi_thread")]
+async fn needs_root_a_node_under_its_disk_reserve_gets_no_task_while_another_takes_them() {
+    use escher::types::{DISK_UNDER_RESERVE_LABEL, TaskState};
+    use procs::{ProcessCluster, WorkerExtra};
+
+    let fs = Tmpfs::mount(32 << 20);
+    let mut cluster = ProcessCluster::builder().workers(0).start().await;
+    cluster.next_workers(WorkerExtra {
+        args: vec![
+            "--task-dir".into(),
+            fs.path().display().to_string(),
+            "--disk-reserve".into(),
+            "8MiB".into(),
+        ],
+        ..WorkerExtra::default()
+    });
+    let full = cluster.start_worker("full", "cpu=4,spot=1").await;
+    cluster.next_workers(WorkerExtra::default());
+    let roomy = cluster.start_worker("roomy", "cpu=2").await;
+    let client = cluster.client().await;
+    let labelled = |under: bool| {
+        let client = client.clone();
+        async move {
+            let status = client.cluster_status().await.ok()?;
+            let node = status.nodes.iter().find(|n| n.id == full)?;
+            (node.labels.get(DISK_UNDER_RESERVE_LABEL).is_some() == under
+                && node.takes_tasks() != under)
+                .then_some(())
+        }
+    };
+
+    // 28 MiB of the 32: less free than the reserve.
+    let filler = fs.path().join("filler");
+    std::fs::write(&filler, vec![0u8; 28 << 20]).unwrap();
+    eventually("the head to label the full node", WAIT, || labelled(true)).await;
+
+    // Only the full node has `spot`: the task waits at the head.
+    let spot = client
+        .submit(Task::command(["true"]).resources_str("cpu=1,spot=1"))
+        .await
+        .unwrap()
+        .id();
+    // Round-robin over both nodes would give the full one some of these; all run on the
+    // other (two at a time), and none is left waiting unstarted on the full one.
+    let mut others = Vec::new();
+    for _ in 0..6 {
+        let task = Task::command(["true"]).resources_str("cpu=1");
+        others.push(client.submit(task).await.unwrap().id());
+    }
+    for task in others {
+        let status = client.get(task, Some(WAIT)).await.unwrap();
+        assert_eq!(status.state, TaskState::Succeeded, "{status:?}");
+        assert_eq!(status.node, Some(roomy), "{status:?}");
+    }
+    let waiting = client.task_info(spot).await.unwrap().status;
+    assert_eq!(waiting.state, TaskState::Pending, "{waiting:?}");
+    assert_eq!(waiting.node, None, "{waiting:?}");
+
+    // Space returns: the label goes and the task runs there.
+    std::fs::remove_file(&filler).unwrap();
+    eventually("the head to unlabel the node", WAIT, || labelled(false)).await;
+    let ran = client.get(spot, Some(WAIT)).await.unwrap();
+    assert_eq!(ran.state, TaskState::Succeeded, "{ran:?}");
+    assert_eq!(ran.node, Some(full), "{ran:?}");
+    drop(cluster);
+}

@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use escher_proto::types::{
-    ISOLATION_LABEL, LIMITS_MISSING_LABEL, ListTasksRequest, is_gpu_resource,
+    ISOLATION_LABEL, LIMITS_MISSING_LABEL, ListTasksRequest, is_gpu_resource, under_disk_reserve,
 };
 use escher_proto::{
     Amount, Capacity, ClusterStatus, NodeId, NodeStatus, ResourceStatus, TaskState,
@@ -135,10 +135,11 @@ pub fn render_nodes(
         t.add_row(vec![
             n.id.to_string(),
             n.name.clone(),
-            match (n.alive, n.waiting_for_stream) {
-                (true, false) => "yes",
-                (true, true) => "attaching",
-                (false, _) => "no",
+            match (n.alive, n.waiting_for_stream, under_disk_reserve(&n.labels)) {
+                (true, false, false) => "yes",
+                (true, true, _) => "attaching",
+                (true, false, true) => "disk-full",
+                (false, _, _) => "no",
             }
             .to_string(),
             use_of(n.resource("cpu")),
@@ -343,6 +344,30 @@ mod tests {
             "{text}"
         );
         assert_eq!(limits_warning([&node(4, true, vec![])]), "");
+    }
+
+    #[test]
+    fn a_node_under_its_disk_reserve_shows_disk_full() {
+        let mut full = node(1, true, vec![]);
+        full.labels
+            .insert(escher_proto::types::DISK_UNDER_RESERVE_LABEL, "true")
+            .unwrap();
+        let cluster = ClusterStatus {
+            nodes: vec![full, node(2, true, vec![])],
+            pending_tasks: 0,
+            running_tasks: 0,
+            namespaces: Vec::new(),
+            pending_actor_calls: None,
+        };
+        let live: Vec<&NodeStatus> = cluster.nodes.iter().collect();
+        let text = render_nodes(&cluster, &live, Some(&(BTreeMap::new(), true)));
+        let rows: Vec<&str> = text.lines().skip(1).take(2).collect();
+        assert!(rows[0].contains("disk-full"), "{text}");
+        assert!(
+            !rows[1].contains("disk-full") && rows[1].contains("yes"),
+            "{text}"
+        );
+        assert!(!cluster.nodes[0].takes_tasks() && cluster.nodes[1].takes_tasks());
     }
 
     #[test]

@@ -238,11 +238,14 @@ fn render_nodes(cluster: &ClusterStatus) -> String {
 }
 
 /// `yes`; `yes, attaching` while its worker's stream is not attached (it takes no task yet);
-/// or when and why the node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
+/// `yes, disk under reserve` while its disk is (it takes no new task); or when and why the
+/// node left: `no: left 2026-11-23T10:00:00Z (no heartbeat for 10s)`.
 fn alive(n: &NodeStatus) -> String {
     if n.alive {
         return if n.waiting_for_stream {
             "yes, attaching"
+        } else if escher_proto::types::under_disk_reserve(&n.labels) {
+            "yes, disk under reserve"
         } else {
             "yes"
         }

@@ -201,6 +201,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Binds each command task's scratch over its `/tmp`, `/var/tmp` and `/dev/shm` too
+    /// (`--private-tmp`; where tasks get a scratch).
+    pub fn private_tmp(mut self, on: bool) -> Self {
+        self.config.private_tmp = on;
+        self
+    }
+
     /// The scratch size of a command task that asks for no `disk` (`--task-scratch-bytes`);
     /// `None` gives tasks no scratch of their own (`--no-task-scratch`).
     pub fn task_scratch(mut self, bytes: Option<u64>) -> Self {
@@ -408,7 +415,7 @@ impl WorkerBuilder {
         let scratch = match (&*isolation, config.task_scratch) {
             (Isolation::PerUser(_), true) => {
                 match crate::exec::Scratch::open(&task_dir, config.task_scratch_bytes) {
-                    Ok(scratch) => Some(Arc::new(scratch)),
+                    Ok(scratch) => Some(Arc::new(scratch.with_private_tmp(config.private_tmp))),
                     Err(why) => {
                         tracing::warn!(%why, "command tasks get no scratch of their own: what they write in their home fills the disk of {}", task_dir.display());
                         None
@@ -491,6 +498,14 @@ impl WorkerBuilder {
             "reserve"
         };
         let _ = labels.insert(crate::exec::DISK_LABEL, held);
+        // Where its command tasks' /tmp, /var/tmp and /dev/shm are: their own scratch, or
+        // the host's.
+        let tmp = if scratch.as_ref().is_some_and(|s| s.private_tmp()) {
+            "private"
+        } else {
+            "host"
+        };
+        let _ = labels.insert(crate::exec::TMP_LABEL, tmp);
         let _ = labels.insert(
             crate::exec::DISK_RESERVE_LABEL,
             &disk.reserve_bytes().to_string(),

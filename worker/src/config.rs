@@ -110,6 +110,10 @@ pub struct WorkerConfig {
     pub task_scratch: bool,
     /// The scratch size of a task that asks for no `disk` (`--task-scratch-bytes`).
     pub task_scratch_bytes: u64,
+    /// Bind each command task's scratch over its `/tmp`, `/var/tmp` and `/dev/shm` too, in a
+    /// mount namespace of its own (`--private-tmp`; see `exec/scratch.rs`). Off by default:
+    /// such a task no longer reaches anything of the host's `/tmp`.
+    pub private_tmp: bool,
     /// The free space the worker keeps on the file systems of its log directory and its tasks'
     /// directory (`--disk-reserve`; see `exec/disk.rs`).
     pub disk_reserve: crate::exec::Reserve,
@@ -163,6 +167,7 @@ impl Default for WorkerConfig {
             task_dir: None,
             task_scratch: true,
             task_scratch_bytes: crate::exec::DEFAULT_TASK_SCRATCH_BYTES,
+            private_tmp: false,
             disk_reserve: crate::exec::DEFAULT_DISK_RESERVE,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),
@@ -311,6 +316,7 @@ impl WorkerConfig {
                 crate::exec::DISK_LABEL,
                 crate::exec::DISK_RESERVE_LABEL,
                 crate::exec::DISK_SCRATCH_LABEL,
+                crate::exec::TMP_LABEL,
             ];
             if !workers.contains(&k) {
                 let _ = labels.insert(k, v);

@@ -178,11 +178,20 @@ pub(crate) async fn run_task(
                 }),
                 (user, _) => user,
             };
+            let outcome_name = format!(".escher-{}-{}.outcome", a.task_id.0, a.attempt);
             let outcome_file = match &user {
-                Some(user) => user
-                    .home
-                    .join(format!(".escher-{}-{}.outcome", a.task_id.0, a.attempt)),
+                Some(user) => user.home.join(&outcome_name),
                 None => outcome_path(&env.log_dir, a.task_id.0, a.attempt),
+            };
+            // Its scratch is also its /tmp, /var/tmp and /dev/shm, in a mount namespace of its
+            // own (exec/scratch.rs): there it is /tmp to the task.
+            let private_tmp = scratch
+                .as_ref()
+                .filter(|_| env.scratch.as_ref().is_some_and(|s| s.private_tmp()))
+                .map(|s| s.path().to_path_buf());
+            let outcome_seen = match &private_tmp {
+                Some(_) => Path::new(crate::exec::PRIVATE_TMP_HOME).join(&outcome_name),
+                None => outcome_file.clone(),
             };
             // Its hold on the node's memory lasts until it ends.
             let (limits, _memory) = env.limits.task(&a.spec.resources);
@@ -197,7 +206,7 @@ pub(crate) async fn run_task(
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
                 .env("ESCHER_ATTEMPT", a.attempt.to_string())
                 .env(escher_proto::access::ENV_TASK_TOKEN, &a.task_token)
-                .env(OUTCOME_FILE_ENV, outcome_file.display().to_string());
+                .env(OUTCOME_FILE_ENV, outcome_seen.display().to_string());
             opts.base_env = env.base_env.clone();
             if env.cgroups.is_some() {
                 // What its cgroup uses, reported as the task's telemetry with its credential
@@ -225,8 +234,13 @@ pub(crate) async fn run_task(
                 }
             }
             if let Some(scratch) = &scratch {
-                opts = opts.env("TMPDIR", scratch.path().display().to_string());
+                let tmpdir = match &private_tmp {
+                    Some(_) => Path::new(crate::exec::PRIVATE_TMP_HOME),
+                    None => scratch.path(),
+                };
+                opts = opts.env("TMPDIR", tmpdir.display().to_string());
             }
+            opts = opts.private_tmp(private_tmp);
             opts = opts.user(user);
             if let Some(ns) = &namespace {
                 opts = opts.env("ESCHER_NAMESPACE", ns);

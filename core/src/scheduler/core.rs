@@ -305,14 +305,18 @@ impl Scheduler {
     }
 
     /// Replaces a live node's labels. They change no placement (resources do that; they are
-    /// what the node is, for people and for ESLs) but one: a walltime's end
+    /// what the node is, for people and for ESLs) but two: a walltime's end
     /// ([`ENDS_AT_LABEL`](escher_proto::types::ENDS_AT_LABEL)), which tasks with a time limit
-    /// must not outlast and which decides where tasks without one and reservations go first.
-    /// A later end (or none) wakes the shapes and gangs this node could hold.
+    /// must not outlast and which decides where tasks without one and reservations go first;
+    /// and a disk under its reserve
+    /// ([`DISK_UNDER_RESERVE_LABEL`](escher_proto::types::DISK_UNDER_RESERVE_LABEL)), while
+    /// which nothing new is placed there. A later end (or none), or the disk's label removed,
+    /// wakes the shapes and gangs this node could hold.
     pub fn set_node_labels(&mut self, id: NodeId, labels: Labels) -> Result<(), CoreError> {
         let node = self.nodes.get_mut(&id).ok_or(CoreError::UnknownNode(id))?;
         let before = super::walltime::ends_at(&node.labels);
         let after = super::walltime::ends_at(&labels);
+        let resumed = node.paused() && !escher_proto::types::under_disk_reserve(&labels);
         node.labels = labels;
         self.time.set_end(id, after);
         let longer = match (before, after) {
@@ -320,7 +324,10 @@ impl Scheduler {
             (Some(_), None) => true,
             (None, _) => false,
         };
-        if longer && let Some(node) = self.nodes.get(&id) {
+        // A node that lasts longer, or whose disk has room again, may take what waits.
+        if (longer || resumed)
+            && let Some(node) = self.nodes.get(&id)
+        {
             for r in node.slots.keys() {
                 self.shapes.wake_at(*r, id);
                 self.gangs.wake(*r);

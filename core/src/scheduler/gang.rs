@@ -351,6 +351,9 @@ impl Scheduler {
         let Some(n) = self.nodes.get(&node) else {
             return false;
         };
+        if avail == Avail::Now && n.paused() {
+            return false;
+        }
         req.iter().all(|(r, a)| {
             n.slots.get(r).is_some_and(|s| {
                 let extra = taken.get(&(node, *r)).copied().unwrap_or_default();

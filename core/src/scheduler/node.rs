@@ -38,10 +38,21 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    /// Whether a task requesting `req` can be admitted here now.
+    /// Whether a task requesting `req` can be admitted here now: it fits, and the node's disk
+    /// is not under its reserve (a task placed there would wait, unstarted).
     pub(crate) fn fits(&self, req: &[(ResourceId, Amount)]) -> bool {
-        req.iter()
-            .all(|(r, a)| self.slots.get(r).is_some_and(|s| s.admits(*a)))
+        !self.paused()
+            && req
+                .iter()
+                .all(|(r, a)| self.slots.get(r).is_some_and(|s| s.admits(*a)))
+    }
+
+    /// Whether the node admits nothing new for now, though it could hold what it holds: its
+    /// labels say its disk is under its reserve
+    /// ([`DISK_UNDER_RESERVE_LABEL`](escher_proto::types::DISK_UNDER_RESERVE_LABEL)). Only
+    /// what may run *now* asks this; whether a task could ever run here does not.
+    pub(crate) fn paused(&self) -> bool {
+        escher_proto::types::under_disk_reserve(&self.labels)
     }
 
     /// Whether a task requesting `req` could ever be admitted here (if the node were idle).

@@ -80,7 +80,8 @@ pub enum CodecError {
 /// | 7 | entries and snapshots may hold `TaskResult::Object` (its last variant): a function's result above 100 KiB kept in its worker's store, the head holding its reference ([`RESULT_OBJECTS_FORMAT`]); a group writing an older format fails such an attempt, saying why |
 /// | 8 | entries may hold `CloseObjectSession` (the last variant of `Command`; its reply, `Reply::ObjectSessionClosed`, the last of `Reply`): a session's objects released at once when its client closes or lapses ([`SESSIONS_FORMAT`]); a group writing an older format refuses a close, and its leader releases no lapsed session |
 /// | 9 | entries may hold `RemoveJudgedNode` (the last variant of `Command`): a removal that names the registration its leader judged, and changes nothing once the node registered again; the registrations such entries apply are numbered, and a snapshot with numbers carries them after the object table ([`JUDGED_REMOVAL_FORMAT`]); a group writing an older format removes nodes with `RemoveNode`, as before |
-pub const DATA_FORMAT: u16 = 9;
+/// | 10 | entries may hold `LabelNode` setting or removing `escher.disk.under-reserve`, which every replica's scheduler reads (a node under its disk reserve takes nothing new): the leader sets it from its workers' heartbeats only while the group writes format 10 ([`DISK_RESERVE_FORMAT`]), as a format-9 replica would place tasks there regardless |
+pub const DATA_FORMAT: u16 = 10;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -121,6 +122,11 @@ pub const JUDGED_REMOVAL_FORMAT: u16 = 9;
 pub(crate) fn numbers_registrations(format: u16) -> bool {
     format >= JUDGED_REMOVAL_FORMAT
 }
+
+/// The first data format whose replicas hold a node labelled under its disk reserve out of
+/// placement: the leader labels such a node only while its group writes this format or a
+/// later one.
+pub const DISK_RESERVE_FORMAT: u16 = 10;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];

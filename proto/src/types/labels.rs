@@ -40,6 +40,12 @@ pub const LIMITS_LABEL: &str = "escher.limits";
 /// of those. The worker sets it; `--labels` cannot.
 pub const LIMITS_MISSING_LABEL: &str = "escher.limits.missing";
 
+/// The node label that says where the node's command tasks find `/tmp`, `/var/tmp` and
+/// `/dev/shm`: `private` (each task's own scratch, bound over them in a mount namespace of its
+/// own) or `host` (the host's, which every task there may write and read). The worker sets it;
+/// `--labels` cannot.
+pub const TMP_LABEL: &str = "escher.tmp";
+
 /// The node label with the most processes and threads one task may run at once there (its
 /// `--task-pids-max`), set where the node holds that limit. The worker sets it; `--labels`
 /// cannot.
@@ -62,6 +68,19 @@ pub const DRAIN_AT_LABEL: &str = "escher.drain-at";
 /// The node label the head sets (`true`) when a node's walltime is about to end: from then on the
 /// node admits nothing new and its running tasks finish.
 pub const ENDING_SOON_LABEL: &str = "escher.ending-soon";
+
+/// The node label the head sets (`true`) while the node's worker says its disk is under its
+/// reserve (`--disk-reserve`; its heartbeats' `disk_under_reserve`), and removes when space
+/// returns: meanwhile the scheduler places nothing new there (an assignment would only wait,
+/// unstarted, on that node), its running tasks go on, and a task that could run nowhere else
+/// waits for it. Data format 10 on: a group writing an older one does not set it.
+pub const DISK_UNDER_RESERVE_LABEL: &str = "escher.disk.under-reserve";
+
+/// Whether labels `labels` hold a node out of placement for want of disk space
+/// ([`DISK_UNDER_RESERVE_LABEL`]).
+pub fn under_disk_reserve(labels: &Labels) -> bool {
+    labels.get(DISK_UNDER_RESERVE_LABEL).is_some()
+}
 
 /// Whether `key` is one of escher's own labels ([`RESERVED_PREFIX`]).
 pub fn is_reserved_label(key: &str) -> bool {

@@ -63,9 +63,10 @@ pub use heads::{HeadChange, HeadReplica, HeadsReply, ReplicaRole};
 pub use ids::{NodeId, TaskId};
 pub use keys::{KeyIssuer, Ticket, key_text};
 pub use labels::{
-    DRAIN_AT_LABEL, ENDING_SOON_LABEL, ENDS_AT_LABEL, ISOLATION_LABEL, LIMITS_LABEL,
-    LIMITS_MISSING_LABEL, LIMITS_PIDS_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL,
-    RESERVATION_LABEL, RESERVED_PREFIX, STRATEGY_LABEL, is_reserved_label,
+    DISK_UNDER_RESERVE_LABEL, DRAIN_AT_LABEL, ENDING_SOON_LABEL, ENDS_AT_LABEL, ISOLATION_LABEL,
+    LIMITS_LABEL, LIMITS_MISSING_LABEL, LIMITS_PIDS_LABEL, Labels, MAX_LABELS, NAMESPACE_LABEL,
+    RESERVATION_LABEL, RESERVED_PREFIX, STRATEGY_LABEL, TMP_LABEL, is_reserved_label,
+    under_disk_reserve,
 };
 pub use link::{
     Assignment, HeadMessage, MAX_HELD_BATCH, Metric, NodeIdentity, OUTPUT_TAIL_BYTES, OutputTail,

@@ -103,9 +103,11 @@ pub struct NodeStatus {
 
 impl NodeStatus {
     /// Whether the scheduler can place tasks here now: live, with its worker's stream
-    /// attached. A policy that reads capacity or chooses nodes from the status filters by this.
+    /// attached, and its disk not under its reserve
+    /// ([`DISK_UNDER_RESERVE_LABEL`](super::DISK_UNDER_RESERVE_LABEL)). A policy that reads
+    /// capacity or chooses nodes from the status filters by this.
     pub fn takes_tasks(&self) -> bool {
-        self.alive && !self.waiting_for_stream
+        self.alive && !self.waiting_for_stream && !super::under_disk_reserve(&self.labels)
     }
 
     /// The status of resource `name` on this node.

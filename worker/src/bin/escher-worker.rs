@@ -146,6 +146,13 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_scratch: bool,
 
+    /// Give each command task its scratch as its /tmp, /var/tmp and /dev/shm too (a mount
+    /// namespace of its own), so that it can neither fill the host's nor read or leave files
+    /// another tenant's task uses there; it then reaches nothing of the host's /tmp. Needs task
+    /// scratch (a root worker); the node's escher.tmp label says private or host
+    #[arg(long)]
+    private_tmp: bool,
+
     /// The free space to keep on the file systems of the log directory and --task-dir: `5%`,
     /// `512MiB`, `1GiB`, or `0` for none. While one has less free, the node starts no new task
     /// (it waits, unstarted, for space; heartbeats say `disk_under_reserve`) and running
@@ -365,6 +372,7 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             require_limits: args.require_limits,
             task_dir: args.task_dir,
             task_scratch: !args.no_task_scratch,
+            private_tmp: args.private_tmp,
             task_scratch_bytes: args.task_scratch_bytes,
             disk_reserve: args
                 .disk_reserve

@@ -49,6 +49,7 @@ use super::isolation::TaskUser;
 use super::limits::TaskLimits;
 use super::logs::{AttemptLogs, CreatedLogs};
 use super::outcome::{CommandOutcome, ProcessExit};
+use super::scratch::PRIVATE_TMP_HOME;
 
 /// How long a command gets between SIGTERM and SIGKILL, unless told otherwise.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(5);
@@ -134,6 +135,11 @@ pub struct LaunchOptions {
     pub log_bytes: Option<u64>,
     /// The reserve of the node's disk: while under it, the log streams stop where they are.
     pub disk: Option<Arc<super::DiskReserve>>,
+    /// The command's scratch, bound over `/tmp`, `/var/tmp` and `/dev/shm` in a mount
+    /// namespace of its own, which is then its `HOME` and default working directory as
+    /// `/tmp` (see [`private_tmp_available`](super::private_tmp_available)); `None`: the
+    /// worker's mounts.
+    pub private_tmp: Option<PathBuf>,
 }
 
 /// What a command's processes used so far, sent while it runs (see [`UsageSink`]).
@@ -181,7 +187,15 @@ impl LaunchOptions {
             limits: TaskLimits::none(),
             log_bytes: None,
             disk: None,
+            private_tmp: None,
         }
+    }
+
+    /// Binds `scratch` over the command's `/tmp`, `/var/tmp` and `/dev/shm` (see
+    /// [`LaunchOptions::private_tmp`]).
+    pub fn private_tmp(mut self, scratch: Option<PathBuf>) -> Self {
+        self.private_tmp = scratch;
+        self
     }
 
     /// Stops each command's log streams where they are while `disk` is under its reserve.
@@ -433,18 +447,20 @@ fn spawn_in_one_exec(
     for (key, value) in opts.base_env.iter().chain(&spec.env).chain(&opts.extra_env) {
         env.insert(key, std::ffi::OsStr::new(value));
     }
-    if let Some(user) = &opts.user {
-        env.insert("HOME", user.home.as_os_str());
+    // With a private `/tmp`, its scratch is there: its home as the task sees it.
+    let home = match (&opts.private_tmp, &opts.user) {
+        (Some(_), _) => Some(Path::new(PRIVATE_TMP_HOME)),
+        (None, Some(user)) => Some(user.home.as_path()),
+        (None, None) => None,
+    };
+    if let Some(home) = home {
+        env.insert("HOME", home.as_os_str());
     }
     let envp = env
         .into_iter()
         .map(|(key, value)| c_string(&[key.as_bytes(), b"=", value.as_bytes()].concat()))
         .collect::<Result<Vec<_>, _>>()?;
-    let cwd = match (&spec.cwd, &opts.user) {
-        (Some(cwd), _) => Some(cwd.as_path()),
-        (None, Some(user)) => Some(user.home.as_path()),
-        (None, None) => None,
-    };
+    let cwd = spec.cwd.as_deref().or(home);
     // Its cgroups' `cgroup.procs`, kept open by the pool between tasks.
     let cgroups = cgroup.map_or(&[][..], super::TaskCgroup::procs_fds);
     let launch = super::spawn::Launch {
@@ -459,6 +475,11 @@ fn spawn_in_one_exec(
         stderr,
         cgroups,
         cgroup_dir: cgroup.and_then(super::TaskCgroup::dir_fd),
+        private_tmp: opts
+            .private_tmp
+            .as_ref()
+            .map(|scratch| c_string(scratch.as_os_str().as_bytes()))
+            .transpose()?,
     };
     super::spawn::spawn(&launch).map_err(|failed| match failed {
         super::spawn::Failed::Spawn(source) => spawn_error(source),

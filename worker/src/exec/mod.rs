@@ -14,7 +14,7 @@
 //!   [`Enforcement`] says which of them this host holds (`limits.rs`).
 //! - [`DiskReserve`] keeps free space on the worker's file systems (`--disk-reserve`,
 //!   `disk.rs`); [`Scratch`] gives each command task a size-limited directory of its own,
-//!   gone when it ends (`scratch.rs`).
+//!   gone when it ends, which is also its `/tmp`, `/var/tmp` and `/dev/shm` (`scratch.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
 //! Unix only: it relies on process groups and signals.
@@ -58,4 +58,7 @@ pub use logs::{
     Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
 pub use outcome::{CommandOutcome, ProcessExit, memory_exceeded};
-pub use scratch::{DEFAULT_TASK_SCRATCH_BYTES, Scratch, TaskScratch};
+pub use scratch::{
+    DEFAULT_TASK_SCRATCH_BYTES, PRIVATE_TMP_HOME, Scratch, TMP_LABEL, TaskScratch,
+    private_tmp_available,
+};

@@ -41,6 +41,19 @@
 //!
 //! A worker that cannot mount (not root, no `CAP_SYS_ADMIN`) runs tasks in their namespace's
 //! home, warns at start, and its node's `escher.disk` label says `reserve` without `scratch`.
+//!
+//! # The task's `/tmp`
+//!
+//! With `--private-tmp` ([`Scratch::with_private_tmp`]; off by default, as such a task reaches
+//! nothing of the host's `/tmp`), a command task with a scratch also finds it at `/tmp`,
+//! `/var/tmp` and `/dev/shm`: it starts
+//! in a mount namespace of its own (`spawn.rs`, made with its clone) where its scratch is bound
+//! over the three, so that a program that writes to `/tmp` rather than `TMPDIR` writes into
+//! its own bounded scratch, not the host's, and finds no other tenant's files there. Its
+//! `HOME`, `TMPDIR` and default working directory are then `/tmp`. The node says so in its
+//! [`TMP_LABEL`]: `private`, or `host` without the flag, where its tasks get no scratch (not
+//! root, `--no-task-scratch`) or where the kernel has no pidfds (the one-exec spawn, Linux
+//! 5.3).
 
 use std::os::fd::OwnedFd;
 use std::os::unix::fs::PermissionsExt;
@@ -50,6 +63,18 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 /// The scratch size of a task that asks for no `disk`, unless `--task-scratch-bytes` says
 /// (1 GiB).
 pub const DEFAULT_TASK_SCRATCH_BYTES: u64 = 1 << 30;
+
+pub use escher_proto::types::TMP_LABEL;
+
+/// `HOME`, `TMPDIR` and the default working directory of a task whose scratch is bound over
+/// `/tmp`, as the task sees them.
+pub const PRIVATE_TMP_HOME: &str = "/tmp";
+
+/// Whether command tasks with a scratch get it as their `/tmp`, `/var/tmp` and `/dev/shm`:
+/// where this kernel has the one-exec spawn, which makes their mount namespace.
+pub fn private_tmp_available() -> bool {
+    super::spawn::available()
+}
 
 /// The start of the name of a worker's scratch directory, `escher-scratch-PID-RANDOM`.
 const PREFIX: &str = "escher-scratch-";
@@ -398,9 +423,24 @@ pub struct Scratch {
     pool: Arc<Pool>,
     /// The thread that makes and empties them.
     maker: Option<std::thread::JoinHandle<()>>,
+    /// Whether command tasks also get their scratch as `/tmp`, `/var/tmp` and `/dev/shm`
+    /// (`--private-tmp`; see the module's doc).
+    private_tmp: bool,
 }
 
 impl Scratch {
+    /// Gives command tasks their scratch as `/tmp`, `/var/tmp` and `/dev/shm` too, when `on`
+    /// and [`private_tmp_available`] (`--private-tmp`).
+    pub fn with_private_tmp(mut self, on: bool) -> Scratch {
+        self.private_tmp = on && private_tmp_available();
+        self
+    }
+
+    /// Whether command tasks get their scratch as `/tmp`, `/var/tmp` and `/dev/shm`.
+    pub fn private_tmp(&self) -> bool {
+        self.private_tmp
+    }
+
     /// Makes the directory the scratch mounts go in, under `parent`, checks that this process
     /// may mount a tmpfs there, and starts the thread that makes scratch ahead of the tasks.
     /// The error says why not.
@@ -443,6 +483,7 @@ impl Scratch {
             default_bytes,
             pool,
             maker: Some(maker),
+            private_tmp: false,
         })
     }
 

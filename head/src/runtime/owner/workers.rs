@@ -204,9 +204,16 @@ impl<S: LogStore> Owner<S> {
                 let draining = metrics
                     .iter()
                     .any(|m| m.name == "draining" && m.value > 0.0);
+                let under_reserve = metrics
+                    .iter()
+                    .find(|m| m.name == "disk_under_reserve")
+                    .map(|m| m.value > 0.0);
                 self.metrics.worker_reported(node, metrics);
                 self.metrics.fences.reported(node, fence);
                 self.metrics.actor_calls.reported(node, actors);
+                if let Some(under) = under_reserve {
+                    self.disk_reported(node, under);
+                }
                 if !draining || self.replica.state().node_draining(node) {
                     return;
                 }
@@ -269,6 +276,43 @@ impl<S: LogStore> Owner<S> {
                 self.objects_held(node, copies);
                 return;
             }
+        };
+        self.propose(command, None, Pending::Quiet);
+    }
+
+    /// A heartbeat of `node` said whether its disk is under its reserve: where that is not
+    /// what its labels say, the leader proposes the change
+    /// ([`DISK_UNDER_RESERVE_LABEL`](escher_proto::types::DISK_UNDER_RESERVE_LABEL)), so that
+    /// every replica's scheduler places nothing new there while it is (an assignment would
+    /// only wait there, unstarted) and places there again once space is back. Only while the
+    /// group writes [`DISK_RESERVE_FORMAT`](crate::replication::DISK_RESERVE_FORMAT): an older
+    /// replica would place there regardless, and replicas must agree.
+    fn disk_reported(&mut self, node: NodeId, under: bool) {
+        use escher_proto::types::{DISK_UNDER_RESERVE_LABEL, Labels, under_disk_reserve};
+        if self.replica.writes_format() < crate::replication::DISK_RESERVE_FORMAT {
+            return;
+        }
+        let Some(record) = self.replica.state().node(node) else {
+            return;
+        };
+        if !record.alive || under_disk_reserve(&record.labels) == under {
+            return;
+        }
+        let mut set = Labels::new();
+        let mut remove = Vec::new();
+        if under {
+            tracing::warn!(%node, "the node's disk is under its reserve: placing nothing new there");
+            // A valid label: a reserved key the head sets, a plain value.
+            let _ = set.insert(DISK_UNDER_RESERVE_LABEL, "true");
+        } else {
+            tracing::info!(%node, "the node's disk has room again: placing tasks there");
+            remove.push(DISK_UNDER_RESERVE_LABEL.to_string());
+        }
+        let command = Command::LabelNode {
+            node,
+            set,
+            remove,
+            drain: false,
         };
         self.propose(command, None, Pending::Quiet);
     }
