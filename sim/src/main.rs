@@ -76,6 +76,11 @@ struct Args {
     /// judged: the checker's own test (a removal then removes a registration it never judged).
     #[arg(long)]
     plain_removals: bool,
+    /// The workers' streams are never closed by the network, never stop being read and never
+    /// fill, and a broken one is forgotten by the leader at once, as before 2026-12-07's stream
+    /// faults: seeds found before them replay as they ran.
+    #[arg(long)]
+    no_stream_faults: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -96,6 +101,7 @@ fn main() -> anyhow::Result<()> {
         in_doubt_answers: !args.no_in_doubt_answers,
         stall_answers: !args.no_stall_answers,
         judged_removals: !args.plain_removals,
+        stream_faults: !args.no_stream_faults,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -136,7 +142,9 @@ fn main() -> anyhow::Result<()> {
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
-         worker freezes, {:.2} workers cut off), {:.0} fsyncs, {:.0} raft messages lost, \
+         worker freezes, {:.2} workers cut off, {:.2} worker streams closed by the network, {:.2} \
+         worker streams unread for a while), {:.2} worker streams dropped full, {:.2} messages \
+         offered to a closed stream, {:.0} fsyncs, {:.0} raft messages lost, \
          {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
          still commit\" ({:.2} of them committed after all; {:.2} stalled leaders answered \
          theirs at once), {:.2} membership-change calls with an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
@@ -153,6 +161,10 @@ fn main() -> anyhow::Result<()> {
         per(sum.worker_crashes),
         per(sum.freezes),
         per(sum.worker_cuts),
+        per(sum.stream_closes),
+        per(sum.stream_stalls),
+        per(sum.stream_overflows),
+        per(sum.offered_closed),
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),

@@ -133,6 +133,15 @@ pub struct Options {
     /// the head removed nodes before: the checker's own test (such a removal then removes a
     /// registration it never judged, which the checker reports).
     pub judged_removals: bool,
+    /// The workers' streams fail as the network and a worker that does not read make them
+    /// fail: the network closes a stream (the worker hears of it a moment later, the leader
+    /// later still, and what the leader sends meanwhile finds it closed and waits in the node's
+    /// outbox, as the head's owner keeps it), a stream stops being read for a while (its queue,
+    /// bounded per seed, fills; the leader drops a full stream as the head's owner does), and
+    /// a lease renewal goes through the stream's queue as the head sends it (`send_now`). Off,
+    /// a stream is never full and a broken one is forgotten by the leader at once, as the
+    /// simulation had it before: a seed found then replays as it ran.
+    pub stream_faults: bool,
 }
 
 impl Default for Options {
@@ -153,6 +162,7 @@ impl Default for Options {
             in_doubt_answers: true,
             stall_answers: true,
             judged_removals: true,
+            stream_faults: true,
         }
     }
 }
@@ -241,6 +251,15 @@ pub struct Stats {
     pub freezes: u64,
     /// Workers cut from every replica for a while.
     pub worker_cuts: u64,
+    /// Worker streams the network closed ([`Options::stream_faults`]).
+    pub stream_closes: u64,
+    /// Worker streams that stopped being read for a while.
+    pub stream_stalls: u64,
+    /// Worker streams a leader dropped because their queue was full.
+    pub stream_overflows: u64,
+    /// Messages a leader offered to a stream that had closed (they waited in the node's
+    /// outbox).
+    pub offered_closed: u64,
     /// Planned restarts of a leader that had handed the lead to another replica by the time it
     /// stopped.
     pub hand_overs: u64,
@@ -263,7 +282,11 @@ impl Stats {
 
     /// The workers' faults: crashes, freezes and cuts.
     pub fn worker_faults(&self) -> u64 {
-        self.worker_crashes + self.freezes + self.worker_cuts
+        self.worker_crashes
+            + self.freezes
+            + self.worker_cuts
+            + self.stream_closes
+            + self.stream_stalls
     }
 
     /// Adds another run's counts to these.
@@ -299,6 +322,10 @@ impl Stats {
             worker_crashes,
             freezes,
             worker_cuts,
+            stream_closes,
+            stream_stalls,
+            stream_overflows,
+            offered_closed,
             hand_overs,
             planned_restarts,
         } = *other;
@@ -332,6 +359,10 @@ impl Stats {
         self.worker_crashes += worker_crashes;
         self.freezes += freezes;
         self.worker_cuts += worker_cuts;
+        self.stream_closes += stream_closes;
+        self.stream_stalls += stream_stalls;
+        self.stream_overflows += stream_overflows;
+        self.offered_closed += offered_closed;
         self.hand_overs += hand_overs;
         self.planned_restarts += planned_restarts;
     }
@@ -435,6 +466,15 @@ enum Event {
     WorkerRestart(usize),
     Freeze(usize),
     Cut(usize),
+    /// The network closes worker `w`'s current stream.
+    CloseStream(usize),
+    /// Worker `w`'s current stream stops being read for a while.
+    StallStream(usize),
+    /// The leader holding worker `w`'s stream `epoch` sees it end.
+    StreamEnded {
+        w: usize,
+        epoch: u64,
+    },
     /// The operator asks the replica it finds leading to stop for a planned restart.
     PlannedRestart,
     /// Replica `id`, asked to stop, looks whether its hand-over is done (it no longer leads,
@@ -803,7 +843,10 @@ impl World {
             | Event::WorkerCrash(_)
             | Event::WorkerRestart(_)
             | Event::Freeze(_)
-            | Event::Cut(_) => true,
+            | Event::Cut(_)
+            | Event::CloseStream(_)
+            | Event::StallStream(_)
+            | Event::StreamEnded { .. } => true,
             Event::Think(client)
             | Event::Retry(client)
             | Event::Timeout { client, .. }
@@ -899,6 +942,9 @@ impl World {
             Event::WorkerRestart(w) => self.worker_restart(w),
             Event::Freeze(w) => self.freeze(w),
             Event::Cut(w) => self.cut(w),
+            Event::CloseStream(w) => self.close_stream(w),
+            Event::StallStream(w) => self.stall_stream(w),
+            Event::StreamEnded { w, epoch } => self.stream_ended(w, epoch),
             Event::Deliver { from, to, msg } => {
                 let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
                 let up = self.slots[&to].replica.is_some();

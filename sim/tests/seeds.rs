@@ -1,6 +1,8 @@
 //! The simulation's seeds, run by `cargo test -p escher-sim`: a few hundred seeds of three- and
 //! five-replica groups under every fault (the network's, crashes, the disks': torn and lost
-//! writes, full disks, slow fsyncs, and replicas added and removed meanwhile), one seed replayed twice to the same event, and the checker
+//! writes, full disks, slow fsyncs, and replicas added and removed meanwhile; the workers'
+//! crashes, freezes and cuts, and their streams closed, left unread and filled), one seed
+//! replayed twice to the same event, and the checker
 //! shown to catch the duplicates that retries without idempotency keys make.
 
 use std::io::Write as _;
@@ -29,7 +31,8 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         "{name}: {count} seeds ({} replicas) in {took:.1}s, {:.0} seeds/minute; {:.1} faults \
          per seed ({} crashes, {} of them inside an fsync, {} partitions, {} full disks, {} \
          slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
-         over), {} worker crashes, freezes and cuts), {} \
+         over), {} worker crashes, freezes and cuts, {} worker streams closed by the network \
+         and {} unread for a while), {} worker streams dropped full, {} \
          acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
          proposals answered \"may still commit\" ({} of them committed after all; {} \
          stalled leaders answered theirs at once), {} membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
@@ -46,7 +49,10 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.membership_changes,
         sum.planned_restarts,
         sum.hand_overs,
-        sum.worker_faults(),
+        sum.worker_crashes + sum.freezes + sum.worker_cuts,
+        sum.stream_closes,
+        sum.stream_stalls,
+        sum.stream_overflows,
         sum.acknowledged,
         sum.unknown_outcomes,
         sum.in_doubt,
@@ -77,6 +83,7 @@ fn before_hand_overs() -> Options {
         hand_overs: false,
         client_rules: false,
         duplicate_assignments: false,
+        stream_faults: false,
         ..Options::default()
     }
 }
@@ -133,6 +140,16 @@ fn three_replicas_keep_every_acknowledged_write_under_faults() {
     // ran twice).
     assert!(
         seen.duplicated_assignments > 0 && seen.given_again > 0,
+        "{seen:?}"
+    );
+    // The workers' streams failed as real ones do: the network closed some (and a leader
+    // offered messages to a stream it had not yet seen close, which waited for the next),
+    // workers left some unread, and leaders dropped full ones (the head's own `Streams` rules).
+    assert!(
+        seen.stream_closes > 0
+            && seen.offered_closed > 0
+            && seen.stream_stalls > 0
+            && seen.stream_overflows > 0,
         "{seen:?}"
     );
 }
@@ -195,6 +212,7 @@ fn a_follower_that_compacted_past_a_retransmitted_append_catches_up() {
         hand_overs: false,
         client_rules: false,
         duplicate_assignments: false,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(40, &options);
@@ -214,6 +232,7 @@ fn a_replica_whose_disk_fills_while_it_catches_up_waits_and_catches_up() {
         hand_overs: false,
         client_rules: false,
         duplicate_assignments: false,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(35, &options);
@@ -236,6 +255,7 @@ fn a_leader_that_removes_itself_steps_down_and_the_group_goes_on() {
         hand_overs: false,
         client_rules: false,
         duplicate_assignments: false,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(4, &options);
@@ -265,6 +285,7 @@ fn a_new_leader_that_has_not_applied_an_addition_does_not_call_the_replica_no_me
         hand_overs: false,
         client_rules: false,
         duplicate_assignments: false,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(2524, &options);
@@ -336,6 +357,7 @@ fn a_write_a_deposed_leader_proposed_is_never_reported_as_not_applied() {
     let old = Options {
         duration_ms: 10_000,
         in_doubt_answers: false,
+        stream_faults: false,
         ..Options::default()
     };
     let violations = run(175, &old).violations;
@@ -347,6 +369,7 @@ fn a_write_a_deposed_leader_proposed_is_never_reported_as_not_applied() {
     );
     let now = Options {
         duration_ms: 10_000,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(175, &now);
@@ -367,6 +390,7 @@ fn a_write_a_deposed_leader_proposed_is_never_reported_as_not_applied() {
 fn a_registration_sends_what_it_reconciles_on_the_workers_next_stream_not_its_old_one() {
     let options = Options {
         duration_ms: 10_000,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(300, &options);
@@ -385,6 +409,7 @@ fn a_registration_sends_what_it_reconciles_on_the_workers_next_stream_not_its_ol
 fn a_node_declared_lost_is_leased_nothing_until_its_removal_applies() {
     let options = Options {
         duration_ms: 10_000,
+        stream_faults: false,
         ..Options::default()
     };
     let outcome = run(2141, &options);
@@ -407,6 +432,7 @@ fn a_node_declared_lost_is_leased_nothing_until_its_removal_applies() {
 fn a_removal_judged_before_the_node_registered_again_changes_nothing() {
     let options = Options {
         duration_ms: 10_000,
+        stream_faults: false,
         ..Options::default()
     };
     let plain = Options {

@@ -15,8 +15,23 @@
 //! breaks it the same way. Faults: a worker's process crashes (its tasks die with it) and
 //! comes back 0.5–5 s later as a new boot; a worker is frozen (SIGSTOP) for 0.3–6 s while its
 //! tasks and its fence supervisor run on; a worker is cut from every replica for 0.3–8 s.
+//!
+//! With the stream faults ([`Options::stream_faults`], on by default) the streams fail as real
+//! ones do, and the owner's own rules for a full and a closed queue (`Streams`' `Offer::Full` and
+//! `Offer::Closed`) decide what happens: the network closes a worker's stream (0–3 times per
+//! worker; so does a lost message), the worker hears of it within the network's longest delay
+//! and the leader within twice that, and what the leader sends meanwhile finds the stream closed
+//! and waits in the node's outbox; a worker stops reading its stream for 0.2–3 s (0–2 times per
+//! worker) while it heartbeats on, and the stream's queue (a room of 4–10 messages per seed,
+//! lease renewals included, as the head sends them on the stream's queue) may fill: the leader
+//! drops a full stream with the message that found it full, the stream ends for the worker once
+//! it has read what the queue held, and the node is declared lost a heartbeat timeout later
+//! unless its worker attaches again.
+//!
+//! [`Options::stream_faults`]: crate::world::Options::stream_faults
 
 use std::cell::RefCell;
+use std::collections::{BTreeMap, BTreeSet};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -60,28 +75,44 @@ pub(super) enum FromWorker {
 /// when it takes over; a replica that stops leading forgets it all.
 pub(super) type Owner = Streams<SimLink, ToWorker>;
 
-/// What the owner's streams took and the world is still to send: (worker, stream epoch,
-/// message), in the order taken.
-pub(super) type Wire = Rc<RefCell<Vec<(usize, u64, ToWorker)>>>;
+/// The workers' streams as the owners' queues and the network hold them, shared by the world and
+/// every [`SimLink`].
+pub(super) type Wire = Rc<RefCell<Pipes>>;
 
-/// A removal a leader proposed of a node it declared lost, followed until the replica applies
-/// it (`World::removal_applied`).
-#[derive(Debug)]
-pub(super) struct Removal {
-    /// The node.
-    pub(super) node: NodeId,
-    /// The term of the proposal.
-    pub(super) term: u64,
-    /// The node's registration the leader judged (its number, if it has one).
-    pub(super) judged: Option<u64>,
-    /// The node's latest registration applied after the judgement, by the revision of its event.
-    pub(super) again: Option<u64>,
+/// What the owners' streams took and the world is still to send, and the state of each stream
+/// (worker, epoch) that the stream faults ([`Options::stream_faults`]) give it.
+///
+/// [`Options::stream_faults`]: crate::world::Options::stream_faults
+#[derive(Debug, Default)]
+pub(super) struct Pipes {
+    /// What the owners' streams took: (worker, stream epoch, message), in the order taken.
+    taken: Vec<(usize, u64, ToWorker)>,
+    /// The streams the network closed: their queue gives every message back (`Offer::Closed`)
+    /// until the leader sees the stream end.
+    closed: BTreeSet<(usize, u64)>,
+    /// How many messages each stream's queue holds: taken, and not yet read by its worker.
+    queued: BTreeMap<(usize, u64), usize>,
+    /// The most messages a stream's queue holds (per seed); `None`: no bound.
+    room: Option<usize>,
+    /// The streams found full, which the owner dropped: each ends once its worker has read
+    /// what it holds.
+    full: Vec<(usize, u64)>,
+    /// Until when each stalled stream is not read by its worker.
+    stalled: BTreeMap<(usize, u64), u64>,
+    /// Messages offered to a closed stream since the world last counted them.
+    offered_closed: u64,
 }
 
-/// A worker's stream as the owner holds it: what it takes goes on the [`Wire`], which the world
-/// sends over the simulated network right after the owner's call. It is never full (the owner's
-/// queue bound is not simulated) and never closed: a stream that breaks is forgotten by the
-/// leader at once ([`World::break_stream`]).
+/// A worker's stream as the owner holds it: a bounded queue (what it takes goes on the
+/// [`Pipes`]' wire, which the world sends over the simulated network right after the owner's
+/// call, and counts until the worker reads it). With [`Options::stream_faults`] the queue holds
+/// at most the seed's room (full: `Offer::Full`, as the head's `LinkSender` answers at its
+/// bound) and a stream the network closed gives every message back (`Offer::Closed`, as a
+/// channel whose receiver is gone), until the leader sees it end
+/// ([`World::stream_ended`]). Without them it is never full and never closed: a stream that
+/// breaks is forgotten by the leader at once ([`World::break_stream`]).
+///
+/// [`Options::stream_faults`]: crate::world::Options::stream_faults
 #[derive(Debug)]
 pub(super) struct SimLink {
     w: usize,
@@ -91,12 +122,25 @@ pub(super) struct SimLink {
 
 impl Outlet<ToWorker> for SimLink {
     fn offer(&self, msg: ToWorker) -> Offer<ToWorker> {
-        self.wire.borrow_mut().push((self.w, self.epoch, msg));
+        let stream = (self.w, self.epoch);
+        let pipes = &mut *self.wire.borrow_mut();
+        if pipes.closed.contains(&stream) {
+            pipes.offered_closed += 1;
+            return Offer::Closed(msg);
+        }
+        let depth = pipes.queued.entry(stream).or_default();
+        if pipes.room.is_some_and(|room| *depth >= room) {
+            pipes.full.push(stream);
+            return Offer::Full;
+        }
+        *depth += 1;
+        pipes.taken.push((self.w, self.epoch, msg));
         Offer::Taken
     }
 
     fn depth(&self) -> usize {
-        0
+        let pipes = self.wire.borrow();
+        pipes.queued.get(&(self.w, self.epoch)).copied().unwrap_or(0)
     }
 }
 
@@ -152,6 +196,22 @@ impl World {
                 let when = self.rng.random_range(500..self.options.duration_ms);
                 self.at(when, Event::Cut(w));
             }
+            if self.options.stream_faults {
+                for _ in 0..self.rng.random_range(0..4) {
+                    let when = self.rng.random_range(500..self.options.duration_ms);
+                    self.at(when, Event::CloseStream(w));
+                }
+                for _ in 0..self.rng.random_range(0..3) {
+                    let when = self.rng.random_range(500..self.options.duration_ms);
+                    self.at(when, Event::StallStream(w));
+                }
+            }
+        }
+        if self.options.stream_faults {
+            // Room for a few heartbeats' answers and a registration's reconcile: a stream that
+            // is read fills only while its worker does not read it.
+            let room = self.rng.random_range(4..=10);
+            self.wire.borrow_mut().room = Some(room);
         }
     }
 
@@ -310,8 +370,14 @@ impl World {
     }
 
     /// The stream of `epoch` broke: the leader holding it forgets it at once, the worker hears
-    /// of it a moment later.
+    /// of it a moment later. With the stream faults ([`Options::stream_faults`]) it is closed as
+    /// the network closes one ([`World::end_stream`]): the leader too hears of it later.
+    ///
+    /// [`Options::stream_faults`]: crate::world::Options::stream_faults
     pub(super) fn break_stream(&mut self, w: usize, boot: u64, epoch: u64) {
+        if self.options.stream_faults {
+            return self.end_stream(w, boot, epoch);
+        }
         let broken = conn(w, epoch);
         for slot in self.slots.values_mut() {
             let held: Vec<NodeId> = slot
@@ -336,11 +402,84 @@ impl World {
         );
     }
 
+    /// The network closes stream `epoch` of worker `w` (boot `boot`): nothing more crosses it
+    /// either way; the worker hears of it within the network's longest delay, and the leader
+    /// holding it within twice that ([`World::stream_ended`]). Meanwhile the leader's sends find
+    /// the stream's queue closed (`Offer::Closed`, as a channel whose receiver is gone): the
+    /// head's `Streams` keeps those messages in the node's outbox for its next stream.
+    fn end_stream(&mut self, w: usize, boot: u64, epoch: u64) {
+        if !self.wire.borrow_mut().closed.insert((w, epoch)) {
+            return; // closed already
+        }
+        let max = self.network.max_delay;
+        let worker_hears = self.rng.random_range(0..=max);
+        self.at(
+            worker_hears,
+            Event::ToWorker {
+                w,
+                boot,
+                epoch,
+                msg: ToWorker::Broken,
+            },
+        );
+        let leader_hears = self.rng.random_range(0..=2 * max);
+        self.at(leader_hears, Event::StreamEnded { w, epoch });
+    }
+
+    /// The leader holding worker `w`'s stream `epoch` sees it end (the owner's `Msg::Detach`):
+    /// it forgets it, if it is still the node's current stream.
+    pub(super) fn stream_ended(&mut self, w: usize, epoch: u64) {
+        let ended = conn(w, epoch);
+        for slot in self.slots.values_mut() {
+            let held: Vec<NodeId> = slot
+                .owner
+                .conns()
+                .filter(|(_, c)| *c == ended)
+                .map(|(node, _)| node)
+                .collect();
+            for node in held {
+                slot.owner.detach(node, ended);
+            }
+        }
+    }
+
+    /// The network closes worker `w`'s current stream, if it has one.
+    pub(super) fn close_stream(&mut self, w: usize) {
+        let worker = &self.workers[w];
+        if !self.stormy || !worker.up || !worker.registered {
+            return;
+        }
+        let (boot, epoch) = (worker.boot, worker.epoch);
+        self.stats.stream_closes += 1;
+        self.note(format!("the network closes worker {w}'s stream {epoch}"));
+        self.end_stream(w, boot, epoch);
+    }
+
+    /// Worker `w` stops reading its current stream for a while (its process runs on and
+    /// heartbeats; what the leader sends piles up in the stream's queue, which may fill).
+    pub(super) fn stall_stream(&mut self, w: usize) {
+        let worker = &self.workers[w];
+        if !self.stormy || !worker.up || !worker.registered {
+            return;
+        }
+        let epoch = worker.epoch;
+        self.stats.stream_stalls += 1;
+        let lasts = self.rng.random_range(200..3_000);
+        self.note(format!(
+            "worker {w} reads nothing of its stream {epoch} for {lasts} ms"
+        ));
+        let until = self.now + lasts;
+        self.wire.borrow_mut().stalled.insert((w, epoch), until);
+    }
+
     /// A message of worker `w` reaches replica `to`: the leader's side of the stream.
     pub(super) fn at_head(&mut self, to: u64, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
         let Some(node) = self.workers[w].node else {
             return;
         };
+        if self.wire.borrow().closed.contains(&(w, epoch)) {
+            return; // the network closed the stream: nothing more crosses it
+        }
         if self.options.trace && matches!(msg, FromWorker::Attach { .. }) {
             self.note(format!("worker {w}'s stream {epoch} reaches replica {to}"));
         }
@@ -413,6 +552,13 @@ impl World {
                     // Declared lost: nothing of this stream counts; register again.
                     Heard::Ignored => {
                         self.send_to_worker(w, boot, epoch, ToWorker::Refused(None));
+                    }
+                    // The head sends the renewal on the stream's queue (`send_now`), which may
+                    // find it full, or closed.
+                    Heard::Noted { renew: true } if self.options.stream_faults => {
+                        let lease = ToWorker::Lease { seq };
+                        slot.owner.send_now(node, lease, clock(now));
+                        self.send_wire(to, false);
                     }
                     Heard::Noted { renew: true } => {
                         self.send_to_worker(w, boot, epoch, ToWorker::Lease { seq });
@@ -505,7 +651,7 @@ impl World {
     /// Sends what replica `id`'s owner put on its workers' streams, in order; with
     /// `duplicates`, a storm sends one assignment in ten twice (the worker must run it once).
     fn send_wire(&mut self, id: u64, duplicates: bool) {
-        let taken = std::mem::take(&mut *self.wire.borrow_mut());
+        let taken = std::mem::take(&mut self.wire.borrow_mut().taken);
         for (w, epoch, msg) in taken {
             let boot = self.workers[w].boot;
             let twice = duplicates
@@ -519,6 +665,25 @@ impl World {
                 self.send_to_worker(w, boot, epoch, msg.clone());
             }
             self.send_to_worker(w, boot, epoch, msg);
+        }
+        self.end_full_streams(id);
+    }
+
+    /// The streams replica `id`'s owner found full and dropped (`Streams`' overflow: the
+    /// message that found it full is dropped, its lease is renewed no more, and its node is
+    /// declared lost a heartbeat timeout later unless it attaches again): as the head's
+    /// `LinkSender` dropped, each stream ends for its worker once it has read what the queue
+    /// holds, and the worker registers again.
+    fn end_full_streams(&mut self, id: u64) {
+        let full = std::mem::take(&mut self.wire.borrow_mut().full);
+        self.stats.offered_closed += std::mem::take(&mut self.wire.borrow_mut().offered_closed);
+        for (w, epoch) in full {
+            self.stats.stream_overflows += 1;
+            self.note(format!(
+                "replica {id} finds worker {w}'s stream {epoch} full: drops it"
+            ));
+            let boot = self.workers[w].boot;
+            self.send_to_worker(w, boot, epoch, ToWorker::Broken);
         }
     }
 
@@ -695,8 +860,17 @@ impl World {
         if !worker.up || worker.boot != boot || worker.epoch != epoch {
             return; // an older stream, or another process's
         }
-        if worker.frozen_until > self.now {
-            let until = worker.frozen_until;
+        let stream = (w, epoch);
+        let stalled = {
+            let pipes = self.wire.borrow();
+            if pipes.closed.contains(&stream) && !matches!(msg, ToWorker::Broken) {
+                return; // the network closed the stream: what was still on it is lost
+            }
+            pipes.stalled.get(&stream).copied()
+        };
+        let until = worker.frozen_until.max(stalled.unwrap_or(0));
+        if until > self.now {
+            // Frozen, or its stream is not read: the message waits, in order.
             self.seq += 1;
             let event = Event::ToWorker {
                 w,
@@ -708,6 +882,16 @@ impl World {
             return;
         }
         worker.last_heard = self.now;
+        if matches!(
+            msg,
+            ToWorker::Assign { .. } | ToWorker::Cancel { .. } | ToWorker::Lease { .. }
+        ) {
+            // Read: it leaves the stream's queue (an assignment sent twice leaves it twice).
+            let mut pipes = self.wire.borrow_mut();
+            if let Some(depth) = pipes.queued.get_mut(&stream) {
+                *depth = depth.saturating_sub(1);
+            }
+        }
         match msg {
             ToWorker::Attached { sent } => {
                 worker.attached = true;
