@@ -103,6 +103,20 @@ pub(super) struct Pipes {
     offered_closed: u64,
 }
 
+/// A removal a leader proposed of a node it declared lost, followed until the replica applies
+/// it (`World::removal_applied`).
+#[derive(Debug)]
+pub(super) struct Removal {
+    /// The node.
+    pub(super) node: NodeId,
+    /// The term of the proposal.
+    pub(super) term: u64,
+    /// The node's registration the leader judged (its number, if it has one).
+    pub(super) judged: Option<u64>,
+    /// The node's latest registration applied after the judgement, by the revision of its event.
+    pub(super) again: Option<u64>,
+}
+
 /// A worker's stream as the owner holds it: a bounded queue (what it takes goes on the
 /// [`Pipes`]' wire, which the world sends over the simulated network right after the owner's
 /// call, and counts until the worker reads it). With [`Options::stream_faults`] the queue holds
