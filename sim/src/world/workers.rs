@@ -224,7 +224,7 @@ impl World {
         if self.options.stream_faults {
             // Room for a few heartbeats' answers and a registration's reconcile: a stream that
             // is read fills only while its worker does not read it.
-            let room = self.rng.random_range(4..=10);
+            let room = self.rng.random_range(3..=8);
             self.wire.borrow_mut().room = Some(room);
         }
     }
@@ -457,11 +457,15 @@ impl World {
         }
     }
 
-    /// The network closes worker `w`'s current stream, if it has one.
+    /// The network closes worker `w`'s current stream (or the next it opens).
     pub(super) fn close_stream(&mut self, w: usize) {
         let worker = &self.workers[w];
-        if !self.stormy || !worker.up || !worker.registered {
+        if !self.stormy || !worker.up {
             return;
+        }
+        if !worker.registered {
+            // No stream yet: the fault waits for one.
+            return self.at(250, Event::CloseStream(w));
         }
         let (boot, epoch) = (worker.boot, worker.epoch);
         self.stats.stream_closes += 1;
@@ -469,12 +473,15 @@ impl World {
         self.end_stream(w, boot, epoch);
     }
 
-    /// Worker `w` stops reading its current stream for a while (its process runs on and
+    /// Worker `w` stops reading its current stream (or the next it opens) for a while (its process runs on and
     /// heartbeats; what the leader sends piles up in the stream's queue, which may fill).
     pub(super) fn stall_stream(&mut self, w: usize) {
         let worker = &self.workers[w];
-        if !self.stormy || !worker.up || !worker.registered {
+        if !self.stormy || !worker.up {
             return;
+        }
+        if !worker.registered {
+            return self.at(250, Event::StallStream(w));
         }
         let epoch = worker.epoch;
         self.stats.stream_stalls += 1;
