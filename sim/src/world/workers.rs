@@ -154,7 +154,11 @@ impl Outlet<ToWorker> for SimLink {
 
     fn depth(&self) -> usize {
         let pipes = self.wire.borrow();
-        pipes.queued.get(&(self.w, self.epoch)).copied().unwrap_or(0)
+        pipes
+            .queued
+            .get(&(self.w, self.epoch))
+            .copied()
+            .unwrap_or(0)
     }
 }
 
