@@ -22,7 +22,7 @@
 //! worker; so does a lost message), the worker hears of it within the network's longest delay
 //! and the leader within twice that, and what the leader sends meanwhile finds the stream closed
 //! and waits in the node's outbox; a worker stops reading its stream for 0.2–3 s (0–2 times per
-//! worker) while it heartbeats on, and the stream's queue (a room of 4–10 messages per seed,
+//! worker) while it heartbeats on, and the stream's queue (a room of 3–8 messages per seed,
 //! lease renewals included, as the head sends them on the stream's queue) may fill: the leader
 //! drops a full stream with the message that found it full, the stream ends for the worker once
 //! it has read what the queue held, and the node is declared lost a heartbeat timeout later
