@@ -5,8 +5,8 @@
 //! The worker runs each namespace's tasks as a user of its own, in a cgroup per task that
 //! holds the task to its `cpu` and `memory` request and to `--task-pids-max` processes. The
 //! same attacks within one tenant, with a head of the test's own, are `worker/tests/limits.rs`.
-//! A task's `/tmp`, `/var/tmp` and `/dev/shm` are its own scratch, which another tenant's task
-//! does not see.
+//! A task's `/tmp`, `/var/tmp` and `/dev/shm` are its own scratch by default, which another
+//! tenant's task does not see; `--no-private-tmp` gives tasks the host's again.
 
 mod procs;
 
@@ -31,8 +31,13 @@ async fn tenant(cluster: &ProcessCluster, admin: &Client, namespace: &str) -> Cl
 
 /// A cluster with one root worker of 4 CPUs and 1 GiB that holds every task to its request,
 /// runs each namespace as its own user, caps each task at [`PIDS_MAX`] processes and
-/// [`LOG_CAP`] bytes of output, and gives each its scratch as its `/tmp` (`--private-tmp`).
+/// [`LOG_CAP`] bytes of output, and (by default, no flag) gives each its scratch as its `/tmp`.
 async fn contained() -> (ProcessCluster, Client) {
+    contained_with(&[]).await
+}
+
+/// [`contained`], with more `escher-worker` arguments.
+async fn contained_with(more: &[&str]) -> (ProcessCluster, Client) {
     assert!(
         nix::unistd::geteuid().is_root(),
         "needs root (as CI has): tasks are held in cgroups and run as their namespace's user"
@@ -46,8 +51,10 @@ async fn contained() -> (ProcessCluster, Client) {
             PIDS_MAX.to_string(),
             "--task-log-bytes".into(),
             LOG_CAP.to_string(),
-            "--private-tmp".into(),
-        ],
+        ]
+        .into_iter()
+        .chain(more.iter().map(|a| a.to_string()))
+        .collect(),
         ..WorkerExtra::default()
     });
     cluster.start_worker("w1", "cpu=4,memory=1024").await;
@@ -362,4 +369,31 @@ echo checked"#
     a.cancel([writer]).await.unwrap();
     let [stopped] = ended(&a, &[writer]).await.try_into().unwrap();
     assert_eq!(stopped.state, TaskState::Cancelled, "{stopped:?}");
+}
+
+/// With `--no-private-tmp`, a task shares the host's `/tmp` again, and the node says so:
+/// `escher.tmp=host`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn needs_root_no_private_tmp_gives_tasks_the_hosts_tmp_and_says_so() {
+    let (cluster, admin) = contained_with(&["--no-private-tmp"]).await;
+    let node = admin.cluster_status().await.unwrap().nodes.remove(0);
+    assert_eq!(
+        node.labels.get(TMP_LABEL),
+        Some("host"),
+        "{:?}",
+        node.labels
+    );
+    let a = tenant(&cluster, &admin, "appa").await;
+    let name = format!("escher-e2e-host-tmp-{}", std::process::id());
+    let host = std::path::PathBuf::from(format!("/tmp/{name}"));
+    let _planted = Planted(vec![host.clone()]);
+    std::fs::write(&host, "from the host\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let reader = sh(&a, &format!("cat /tmp/{name}"), "cpu=1").await;
+    let [read] = ended(&a, &[reader]).await.try_into().unwrap();
+    assert_eq!(read.state, TaskState::Succeeded, "{read:?}");
+    assert_eq!(stdout(&a, reader).await, "from the host\n");
 }

@@ -80,9 +80,10 @@ impl NetCluster {
     /// until each is a live node).
     pub async fn start(settings: &Settings) -> anyhow::Result<NetCluster> {
         remove_stale_runs();
+        let (base, private_tmp) = crate::procs::cluster_base();
         let dir = tempfile::Builder::new()
             .prefix("escher-nemesis-")
-            .tempdir()?;
+            .tempdir_in(base)?;
         {
             use std::os::unix::fs::PermissionsExt;
             std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711))?;
@@ -193,7 +194,7 @@ impl NetCluster {
             let host = cluster.net.add_host(&name, 10 + i as u8)?;
             let state = cluster.dir().join(format!("{name}.state"));
             let logs = cluster.dir().join(format!("{name}.tasks"));
-            let args = vec![
+            let mut args = vec![
                 "--state-dir".to_string(),
                 state.display().to_string(),
                 "--head".to_string(),
@@ -209,6 +210,9 @@ impl NetCluster {
                 "--pass-env".to_string(),
                 MARKER_VAR.to_string(),
             ];
+            if !private_tmp {
+                args.push("--no-private-tmp".to_string());
+            }
             cluster.workers.push(Member {
                 host,
                 name: name.clone(),

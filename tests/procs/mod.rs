@@ -16,7 +16,9 @@
 //! Everything a cluster starts lives in one temporary directory: the head's address file, each
 //! process's stdout and stderr, each worker's task logs and state directory (its node
 //! identity: a worker started again under the same name keeps its node id), `ESCHER_HOME`,
-//! and whatever the tests' tasks write.
+//! and whatever the tests' tasks write. It is made in [`cluster_base`] (cargo's
+//! `target/tmp`), not in `/tmp`: a root worker gives each command task its own `/tmp`, so a
+//! task reaches nothing of the host's.
 //! Every process the cluster starts, and every process those start (command tasks, to which
 //! the workers pass it on with `--pass-env`), carries a marker in its environment, so dropping
 //! the cluster kills them all: the head and the workers with kill + wait, and the task
@@ -49,6 +51,29 @@ const POLL: Duration = Duration::from_millis(50);
 
 /// The environment variable that marks every process of one cluster.
 const MARKER_VAR: &str = "E2E_CLUSTER_MARKER";
+
+/// Where clusters make their directories, and whether their command tasks can reach it with
+/// a private `/tmp` (the workers' default as root): `ESCHER_E2E_DIR` when set, else cargo's
+/// `target/tmp` (`CARGO_TARGET_TMPDIR`) when every directory above it may be passed through
+/// (the tasks of a root worker run as other users). Where neither is, the system's temporary
+/// directory, and then `false`: the workers are started with `--no-private-tmp`, as their
+/// tasks could not reach the cluster's files otherwise.
+pub fn cluster_base() -> (PathBuf, bool) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(dir) = std::env::var_os("ESCHER_E2E_DIR") {
+        return (PathBuf::from(dir), true);
+    }
+    let target = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let _ = std::fs::create_dir_all(target);
+    let passable = target.ancestors().all(|dir| {
+        std::fs::metadata(dir).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o001 != 0)
+    });
+    if passable {
+        (target.to_path_buf(), true)
+    } else {
+        (std::env::temp_dir(), false)
+    }
+}
 
 /// Polls `probe` until it gives `Some`, at most `limit`; panics naming `what` if it never does.
 pub async fn eventually<T, F, Fut>(what: &str, limit: Duration, mut probe: F) -> T
@@ -267,9 +292,10 @@ impl ProcessClusterBuilder {
 
     /// Starts the heads, then the workers, and waits until every worker is a live node.
     pub async fn start(self) -> ProcessCluster {
+        let (base, private_tmp) = cluster_base();
         let dir = tempfile::Builder::new()
             .prefix("escher-e2e-")
-            .tempdir()
+            .tempdir_in(&base)
             .expect("a temporary directory");
         let marker = format!("{}:{}", std::process::id(), dir.path().display());
         let mut cluster = ProcessCluster {
@@ -283,6 +309,7 @@ impl ProcessClusterBuilder {
             head_url: String::new(),
             workers: Vec::new(),
             worker_proxy: None,
+            private_tmp,
             spawned: 0,
             mounts: Vec::new(),
             worker_extra: WorkerExtra::default(),
@@ -326,6 +353,8 @@ pub struct ProcessCluster {
     /// The proxy workers started with [`ProcessCluster::start_worker_behind_proxy`] reach the
     /// head through.
     worker_proxy: Option<Proxy>,
+    /// Whether the workers may give their tasks a private `/tmp` (see [`cluster_base`]).
+    private_tmp: bool,
     /// Processes started so far, to give each its own output files.
     spawned: u32,
     /// The tmpfs data directories of [`ProcessClusterBuilder::small_disks`], unmounted on drop.
@@ -955,6 +984,9 @@ impl ProcessCluster {
             "--pass-env".to_string(),
             MARKER_VAR.to_string(),
         ];
+        if !self.private_tmp {
+            args.push("--no-private-tmp".to_string());
+        }
         let extra = self.worker_extra.clone();
         args.extend(extra.args.iter().cloned());
         if let Some(uid) = extra.uid {

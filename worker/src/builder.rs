@@ -201,8 +201,8 @@ impl WorkerBuilder {
         self
     }
 
-    /// Binds each command task's scratch over its `/tmp`, `/var/tmp` and `/dev/shm` too
-    /// (`--private-tmp`; where tasks get a scratch).
+    /// Binds each command task's scratch over its `/tmp`, `/var/tmp` and `/dev/shm` too, where
+    /// tasks get a scratch (on by default; `false` is `--no-private-tmp`).
     pub fn private_tmp(mut self, on: bool) -> Self {
         self.config.private_tmp = on;
         self

@@ -111,8 +111,9 @@ pub struct WorkerConfig {
     /// The scratch size of a task that asks for no `disk` (`--task-scratch-bytes`).
     pub task_scratch_bytes: u64,
     /// Bind each command task's scratch over its `/tmp`, `/var/tmp` and `/dev/shm` too, in a
-    /// mount namespace of its own (`--private-tmp`; see `exec/scratch.rs`). Off by default:
-    /// such a task no longer reaches anything of the host's `/tmp`.
+    /// mount namespace of its own (see `exec/scratch.rs`). On by default, where the worker
+    /// gives scratch (a root worker); `--no-private-tmp` turns it off, and such tasks then
+    /// share the host's `/tmp` with every other tenant's.
     pub private_tmp: bool,
     /// The free space the worker keeps on the file systems of its log directory and its tasks'
     /// directory (`--disk-reserve`; see `exec/disk.rs`).
@@ -167,7 +168,7 @@ impl Default for WorkerConfig {
             task_dir: None,
             task_scratch: true,
             task_scratch_bytes: crate::exec::DEFAULT_TASK_SCRATCH_BYTES,
-            private_tmp: false,
+            private_tmp: true,
             disk_reserve: crate::exec::DEFAULT_DISK_RESERVE,
             python: crate::python::PythonDetection::FromEnv,
             pass_env: Vec::new(),

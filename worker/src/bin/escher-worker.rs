@@ -146,12 +146,15 @@ struct WorkerArgs {
     #[arg(long)]
     no_task_scratch: bool,
 
-    /// Give each command task its scratch as its /tmp, /var/tmp and /dev/shm too (a mount
-    /// namespace of its own), so that it can neither fill the host's nor read or leave files
-    /// another tenant's task uses there; it then reaches nothing of the host's /tmp. Needs task
-    /// scratch (a root worker); the node's escher.tmp label says private or host
+    /// Let command tasks share the host's /tmp, /var/tmp and /dev/shm. By default each command
+    /// task that has a scratch (a root worker) gets its scratch as its /tmp, /var/tmp and
+    /// /dev/shm too, in a mount namespace of its own, so that it can neither fill the host's
+    /// nor read or leave files another tenant's task uses there. With this flag every tenant's
+    /// tasks can fill the host's /tmp and read, replace or pre-create what another tenant's
+    /// task leaves in a world-writable directory; use it only where tasks must reach files the
+    /// host keeps under /tmp. The node's escher.tmp label says private or host
     #[arg(long)]
-    private_tmp: bool,
+    no_private_tmp: bool,
 
     /// The free space to keep on the file systems of the log directory and --task-dir: `5%`,
     /// `512MiB`, `1GiB`, or `0` for none. While one has less free, the node starts no new task
@@ -372,7 +375,7 @@ impl TryFrom<WorkerArgs> for WorkerConfig {
             require_limits: args.require_limits,
             task_dir: args.task_dir,
             task_scratch: !args.no_task_scratch,
-            private_tmp: args.private_tmp,
+            private_tmp: !args.no_private_tmp,
             task_scratch_bytes: args.task_scratch_bytes,
             disk_reserve: args
                 .disk_reserve

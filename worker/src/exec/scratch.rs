@@ -44,14 +44,14 @@
 //!
 //! # The task's `/tmp`
 //!
-//! With `--private-tmp` ([`Scratch::with_private_tmp`]; off by default, as such a task reaches
-//! nothing of the host's `/tmp`), a command task with a scratch also finds it at `/tmp`,
-//! `/var/tmp` and `/dev/shm`: it starts
+//! By default ([`Scratch::with_private_tmp`]; `--no-private-tmp` turns it off), a command task
+//! with a scratch also finds it at `/tmp`, `/var/tmp` and `/dev/shm`, and so reaches nothing of
+//! the host's `/tmp`: it starts
 //! in a mount namespace of its own (`spawn.rs`, made with its clone) where its scratch is bound
 //! over the three, so that a program that writes to `/tmp` rather than `TMPDIR` writes into
 //! its own bounded scratch, not the host's, and finds no other tenant's files there. Its
 //! `HOME`, `TMPDIR` and default working directory are then `/tmp`. The node says so in its
-//! [`TMP_LABEL`]: `private`, or `host` without the flag, where its tasks get no scratch (not
+//! [`TMP_LABEL`]: `private`, or `host` with `--no-private-tmp`, where its tasks get no scratch (not
 //! root, `--no-task-scratch`) or where the kernel has no pidfds (the one-exec spawn, Linux
 //! 5.3).
 
@@ -424,13 +424,13 @@ pub struct Scratch {
     /// The thread that makes and empties them.
     maker: Option<std::thread::JoinHandle<()>>,
     /// Whether command tasks also get their scratch as `/tmp`, `/var/tmp` and `/dev/shm`
-    /// (`--private-tmp`; see the module's doc).
+    /// (unless `--no-private-tmp`; see the module's doc).
     private_tmp: bool,
 }
 
 impl Scratch {
     /// Gives command tasks their scratch as `/tmp`, `/var/tmp` and `/dev/shm` too, when `on`
-    /// and [`private_tmp_available`] (`--private-tmp`).
+    /// and [`private_tmp_available`] (unless `--no-private-tmp`).
     pub fn with_private_tmp(mut self, on: bool) -> Scratch {
         self.private_tmp = on && private_tmp_available();
         self
