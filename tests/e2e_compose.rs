@@ -6,8 +6,9 @@
 //! container as an operator would (`escher heads`, `status`, `nodes`, `submit --wait`, `logs`);
 //! what the workers were given (a worker-only credential, never the admin's file); tasks run
 //! as users of their own; a Python driver on the Docker host (a virtual environment with this
-//! checkout's package) running remote functions, a chained `TaskRef`, an actor and a value held
-//! in a worker's store, with an app credential and the containers' addresses as
+//! checkout's wheel, which the base image has too) running remote functions, a chained
+//! `TaskRef`, an actor, a value held in a worker's store, and objects (`escher.put` passed to a
+//! task, `escher.get` inside one), with an app credential and the containers' addresses as
 //! deploy/README.md says (see [`python_from_the_host`]); a failover of the leader; `down` then `up` again keeping every task
 //! (the named volumes); and a rolling upgrade to a release with a new data format, replica by
 //! replica under load (see [`rolling_upgrade`]). Everything it creates (containers, the
@@ -16,7 +17,7 @@
 //!
 //! It needs a Docker engine and `docker-compose` (1.29, as CI has), the binaries
 //! `cargo test --workspace` builds beside this test, `/usr/bin/python3` with `venv` and `pip`,
-//! and PyPI (cloudpickle for the image; maturin, cloudpickle for the driver). It prints the image's size, the time from
+//! and PyPI (maturin for escher's wheel, cloudpickle for the image and the driver). It prints the image's size, the time from
 //! `docker-compose up` to the first task's end, and the rolling upgrade's longest gap between
 //! two acknowledged submits (BENCHMARKS.md).
 
@@ -307,16 +308,20 @@ fn needs_docker_and_pypi_the_compose_cluster_runs_the_readme_tour() {
         extra_containers: Vec::new(),
     };
 
-    // The host's Python driver's environment, built meanwhile (the module's build is the
-    // longest step when the Python suite has not built it yet).
+    // escher's wheel, built once (the module's build is the longest step when the Python
+    // suite has not built it yet): the image's workers and the host's driver both install it.
     let driver_dir = tempfile::tempdir().expect("a temporary directory");
+    let started = Instant::now();
+    let wheel = escher_wheel(driver_dir.path(), &bins);
+    let wheel_took = started.elapsed();
+    // The host's Python driver's environment, made meanwhile.
     let driver = {
-        let (dir, bins) = (driver_dir.path().to_path_buf(), bins.clone());
-        std::thread::spawn(move || driver_venv(&dir, &bins))
+        let (dir, wheel) = (driver_dir.path().to_path_buf(), wheel.clone());
+        std::thread::spawn(move || driver_venv(&dir, &wheel))
     };
 
     // The base, made of this machine's files and its system Python (with cloudpickle from
-    // PyPI): nothing is pulled.
+    // PyPI and escher's wheel): nothing is pulled.
     let started = Instant::now();
     let bin = |name: &str| bins.join(name).display().to_string();
     ok(
@@ -325,6 +330,8 @@ fn needs_docker_and_pypi_the_compose_cluster_runs_the_readme_tour() {
             Command::new(root().join("deploy/make-base-image"))
                 .args(["--tag", &deployment.base])
                 .args(["--python", SYSTEM_PYTHON])
+                .arg("--wheel")
+                .arg(&wheel)
                 .args([bin("escher-head"), bin("escher-worker"), bin("escher")]),
             Duration::from_secs(300),
         ),
@@ -354,8 +361,8 @@ fn needs_docker_and_pypi_the_compose_cluster_runs_the_readme_tour() {
     };
     let (base_size, image_size) = (size(&deployment.base), size(&deployment.image));
     println!(
-        "base image: {:.1} MB in {base_took:.1?}; escher image: {:.1} MB in {image_took:.1?} \
-         (binaries of {})",
+        "escher's wheel in {wheel_took:.1?}; base image: {:.1} MB in {base_took:.1?}; escher \
+         image: {:.1} MB in {image_took:.1?} (binaries of {})",
         base_size as f64 / 1e6,
         image_size as f64 / 1e6,
         bins.display()
@@ -1096,12 +1103,45 @@ fn target_dir(bins: &std::path::Path) -> PathBuf {
         .unwrap_or_else(|| bins.to_path_buf())
 }
 
-/// A virtual environment in `dir` with the escher package, as docs/python.md installs it
-/// (`pip install ./python`) and as tests/python.rs does: maturin builds the native module with
-/// the dev profile in this build's target directory, so that the Python suite's build and this
-/// one share its compiled crates (the second is cargo's check that nothing changed, and the
-/// packaging). Returns the environment's `python`.
-fn driver_venv(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
+/// escher's wheel in `dir`, built as docs/python.md installs the package (`./python`) and as
+/// tests/python.rs does: maturin builds the native module with the dev profile in this build's
+/// target directory, so that the Python suite's build and this one share its compiled crates
+/// (the second is cargo's check that nothing changed, and the packaging). Returns its path.
+fn escher_wheel(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
+    let wheels = dir.join("wheels");
+    ok(
+        "pip wheel ./python (escher's wheel)",
+        run_for(
+            Command::new(SYSTEM_PYTHON)
+                .args([
+                    "-m",
+                    "pip",
+                    "wheel",
+                    "--quiet",
+                    "--no-deps",
+                    "--disable-pip-version-check",
+                    "--wheel-dir",
+                ])
+                .arg(&wheels)
+                .arg("./python")
+                .current_dir(root())
+                .env("MATURIN_PEP517_ARGS", "--profile dev")
+                .env("CARGO_TARGET_DIR", target_dir(bins)),
+            Duration::from_secs(40 * 60),
+        ),
+    );
+    let mut built: Vec<PathBuf> = std::fs::read_dir(&wheels)
+        .expect("the wheel's directory")
+        .map(|entry| entry.expect("a directory entry").path())
+        .filter(|path| path.extension().is_some_and(|e| e == "whl"))
+        .collect();
+    assert_eq!(built.len(), 1, "pip wheel made {built:?}");
+    built.pop().expect("one wheel")
+}
+
+/// A virtual environment in `dir` with escher's `wheel` and cloudpickle, as docs/python.md
+/// installs the package. Returns the environment's `python`.
+fn driver_venv(dir: &std::path::Path, wheel: &std::path::Path) -> PathBuf {
     let venv = dir.join("venv");
     ok(
         "python3 -m venv (the driver's environment)",
@@ -1112,7 +1152,7 @@ fn driver_venv(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
     );
     let python = venv.join("bin/python");
     ok(
-        "pip install ./python (the driver's escher)",
+        "pip install escher's wheel (the driver's escher)",
         run_for(
             Command::new(&python)
                 .args([
@@ -1122,12 +1162,9 @@ fn driver_venv(dir: &std::path::Path, bins: &std::path::Path) -> PathBuf {
                     "--quiet",
                     "--disable-pip-version-check",
                 ])
-                .arg("./python")
-                .arg(CLOUDPICKLE)
-                .current_dir(root())
-                .env("MATURIN_PEP517_ARGS", "--profile dev")
-                .env("CARGO_TARGET_DIR", target_dir(bins)),
-            Duration::from_secs(40 * 60),
+                .arg(wheel)
+                .arg(CLOUDPICKLE),
+            Duration::from_secs(600),
         ),
     );
     python
@@ -1171,6 +1208,12 @@ def digest(data):
     return hashlib.sha256(data).hexdigest()
 
 @escher.remote
+def digest_inside(box):
+    # A reference inside a list stays one: the task reads it with its own escher.get.
+    import hashlib, escher
+    return hashlib.sha256(escher.get(box[0])).hexdigest()
+
+@escher.remote
 class Counter:
     def __init__(self, start):
         self.total = start
@@ -1193,6 +1236,12 @@ out["blob_len"] = len(value)
 out["blob_sha256"] = hashlib.sha256(value).hexdigest()
 out["blob_sha256_on_a_worker"] = escher.get(digest.remote(big), timeout=120)
 out["expected_sha256"] = hashlib.sha256(payload(n, seed)).hexdigest()
+# Objects: the driver's put passed to a task, and read inside a task.
+m = 200 * 1024
+put = escher.put(payload(m, 5))
+out["put_sha256_on_a_worker"] = escher.get(digest.remote(put), timeout=120)
+out["put_sha256_read_inside"] = escher.get(digest_inside.remote([put]), timeout=120)
+out["put_expected_sha256"] = hashlib.sha256(payload(m, 5)).hexdigest()
 out["seconds"] = round(time.monotonic() - started, 2)
 escher.kill(counter)
 escher.shutdown()
@@ -1325,12 +1374,20 @@ fn python_from_the_host(deployment: &Deployment, unique: &str, python: &std::pat
         result["blob_sha256_on_a_worker"], result["expected_sha256"],
         "{result}"
     );
+    // The image's escher package: a put passed to a task, and read inside a task.
+    for key in ["put_sha256_on_a_worker", "put_sha256_read_inside"] {
+        assert_eq!(
+            result[key], result["put_expected_sha256"],
+            "{key}: {result}"
+        );
+    }
     // Run as a user of the namespace's own, with the image's interpreter.
     let uid = result["who"]["uid"].as_u64().expect("a uid");
     assert!((300_000..=365_535).contains(&uid), "{result}");
     println!(
         "a Python driver on the Docker host against the compose cluster (a function, a chained \
-         TaskRef, an actor's two calls, a 300 KiB value by reference): {took:.2?} with the \
+         TaskRef, an actor's two calls, a 300 KiB value by reference, a put passed to a task \
+         and read inside one): {took:.2?} with the \
          interpreter's start, {} s from escher.init() to its end",
         result["seconds"]
     );
