@@ -8,7 +8,7 @@
 //! as users of their own; a Python driver on the Docker host (a virtual environment with this
 //! checkout's wheel, which the base image has too) running remote functions, a chained
 //! `TaskRef`, an actor, a value held in a worker's store, and objects (`escher.put` passed to a
-//! task, `escher.get` inside one), with an app credential and the containers' addresses as
+//! task, `escher.get` and `escher.put` inside tasks), with an app credential and the containers' addresses as
 //! deploy/README.md says (see [`python_from_the_host`]); a failover of the leader; `down` then `up` again keeping every task
 //! (the named volumes); and a rolling upgrade to a release with a new data format, replica by
 //! replica under load (see [`rolling_upgrade`]). Everything it creates (containers, the
@@ -1214,6 +1214,11 @@ def digest_inside(box):
     return hashlib.sha256(escher.get(box[0])).hexdigest()
 
 @escher.remote
+def put_inside(n, seed):
+    import escher
+    return escher.put(bytes((seed + i * 7) % 251 for i in range(n)))
+
+@escher.remote
 class Counter:
     def __init__(self, start):
         self.total = start
@@ -1236,12 +1241,16 @@ out["blob_len"] = len(value)
 out["blob_sha256"] = hashlib.sha256(value).hexdigest()
 out["blob_sha256_on_a_worker"] = escher.get(digest.remote(big), timeout=120)
 out["expected_sha256"] = hashlib.sha256(payload(n, seed)).hexdigest()
-# Objects: the driver's put passed to a task, and read inside a task.
+# Objects: the driver's put passed to a task, read inside a task, and one a task put.
 m = 200 * 1024
 put = escher.put(payload(m, 5))
 out["put_sha256_on_a_worker"] = escher.get(digest.remote(put), timeout=120)
 out["put_sha256_read_inside"] = escher.get(digest_inside.remote([put]), timeout=120)
 out["put_expected_sha256"] = hashlib.sha256(payload(m, 5)).hexdigest()
+made = escher.get(put_inside.remote(m, 9), timeout=120)
+out["made_type"] = type(made).__name__
+out["made_sha256"] = hashlib.sha256(escher.get(made, timeout=120)).hexdigest()
+out["made_expected_sha256"] = hashlib.sha256(payload(m, 9)).hexdigest()
 out["seconds"] = round(time.monotonic() - started, 2)
 escher.kill(counter)
 escher.shutdown()
@@ -1374,20 +1383,22 @@ fn python_from_the_host(deployment: &Deployment, unique: &str, python: &std::pat
         result["blob_sha256_on_a_worker"], result["expected_sha256"],
         "{result}"
     );
-    // The image's escher package: a put passed to a task, and read inside a task.
+    // The image's escher package: a put passed to a task, read inside a task, put by a task.
     for key in ["put_sha256_on_a_worker", "put_sha256_read_inside"] {
-        assert_eq!(
-            result[key], result["put_expected_sha256"],
-            "{key}: {result}"
-        );
+        assert_eq!(result[key], result["put_expected_sha256"], "{key}: {result}");
     }
+    assert_eq!(result["made_type"], "ObjectRef", "{result}");
+    assert_eq!(
+        result["made_sha256"], result["made_expected_sha256"],
+        "{result}"
+    );
     // Run as a user of the namespace's own, with the image's interpreter.
     let uid = result["who"]["uid"].as_u64().expect("a uid");
     assert!((300_000..=365_535).contains(&uid), "{result}");
     println!(
         "a Python driver on the Docker host against the compose cluster (a function, a chained \
-         TaskRef, an actor's two calls, a 300 KiB value by reference, a put passed to a task \
-         and read inside one): {took:.2?} with the \
+         TaskRef, an actor's two calls, a 300 KiB value by reference, a put passed to a task, \
+         read inside one and made by one): {took:.2?} with the \
          interpreter's start, {} s from escher.init() to its end",
         result["seconds"]
     );
