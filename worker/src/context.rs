@@ -398,6 +398,16 @@ impl TaskContext {
         self.head.list()
     }
 
+    /// The certificate (PEM) a task calling an `https://` head trusts, and the name checked
+    /// against it: its worker's, as `ESCHER_TLS_CA` and `ESCHER_TLS_NAME` give them to a
+    /// command task.
+    pub(crate) fn head_trust(&self) -> (Option<&str>, Option<&str>) {
+        match self.head.trust() {
+            Some((ca, name)) => (Some(ca.as_str()), name.as_deref()),
+            None => (None, None),
+        }
+    }
+
     /// The node this task runs on.
     pub fn node_id(&self) -> NodeId {
         self.node_id

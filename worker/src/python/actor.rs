@@ -192,6 +192,8 @@ impl PythonActor {
             "node_id": ctx.node_id().0,
             "head": ctx.head_list(),
             "token": ctx.token_text(),
+            "tls_ca": ctx.head_trust().0,
+            "tls_name": ctx.head_trust().1,
             "namespace": ns,
             "hash": hex(&construct.hash),
             "deps": [],

@@ -253,6 +253,12 @@ def _set_task_env(header):
         os.environ["ESCHER_NAMESPACE"] = header["namespace"]
     else:
         os.environ.pop("ESCHER_NAMESPACE", None)
+    # A task calling an https:// head trusts what its worker trusts, as a command task does.
+    for key, var in (("tls_ca", "ESCHER_TLS_CA"), ("tls_name", "ESCHER_TLS_NAME")):
+        if header.get(key):
+            os.environ[var] = header[key]
+        else:
+            os.environ.pop(var, None)
 
 
 def _run(frame, functions, object_fds=()):
