@@ -1385,7 +1385,10 @@ fn python_from_the_host(deployment: &Deployment, unique: &str, python: &std::pat
     );
     // The image's escher package: a put passed to a task, read inside a task, put by a task.
     for key in ["put_sha256_on_a_worker", "put_sha256_read_inside"] {
-        assert_eq!(result[key], result["put_expected_sha256"], "{key}: {result}");
+        assert_eq!(
+            result[key], result["put_expected_sha256"],
+            "{key}: {result}"
+        );
     }
     assert_eq!(result["made_type"], "ObjectRef", "{result}");
     assert_eq!(
