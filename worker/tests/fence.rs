@@ -90,6 +90,8 @@ async fn a_killed_fence_supervisor_is_replaced_by_one_that_holds_the_tasks() {
             "--name",
             "fenced",
             "--no-pid-namespace",
+            // The task writes its pid into this test's directory, under the host's /tmp.
+            "--no-private-tmp",
         ])
         .arg("--state-dir")
         .arg(dir.path().join("state"))

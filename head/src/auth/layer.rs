@@ -110,9 +110,9 @@ pub fn need(path: &str) -> Option<Need> {
         // signed for it (`ResolveActor`, itself `Write`), which the worker checks.
         ("escher.v1.Actors", "Calls") => Need::Write,
         // Served by workers too: each request carries the object ticket the head signed for it
-        // (`PlaceObject` for a push or a handover, `LocateObject` for a fetch, themselves
-        // `Write`), which the worker checks.
-        ("escher.v1.Objects", "Fetch" | "Push" | "Handover") => Need::Write,
+        // (`PlaceObject` for a push or a handover, `LocateObject` for a fetch or a map,
+        // themselves `Write`), which the worker checks.
+        ("escher.v1.Objects", "Fetch" | "Push" | "Handover" | "Map") => Need::Write,
         _ => return None,
     })
 }

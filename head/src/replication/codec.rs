@@ -515,7 +515,7 @@ mod tests {
         let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
         assert_eq!(back.registrations(), state.registrations());
         assert_eq!(
-            encode_image(&back, &BTreeMap::new(), DATA_FORMAT).unwrap(),
+            encode_image(&back, &BTreeMap::new(), JUDGED_REMOVAL_FORMAT).unwrap(),
             image
         );
         let judged = Command::RemoveJudgedNode {
