@@ -281,7 +281,8 @@ async fn needs_root_every_task_runs_with_no_new_privs() {
 async fn needs_root_a_set_uid_program_does_not_give_a_task_root() {
     use std::os::unix::fs::PermissionsExt;
     let mut head = FakeHead::start(HEARTBEAT).await;
-    let w = RunningWorker::start(limited(&head));
+    // The program lies in the host's /tmp, which a task sees only without a private /tmp.
+    let w = RunningWorker::start(limited(&head).private_tmp(false));
     attached(&mut head).await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
