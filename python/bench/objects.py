@@ -108,6 +108,12 @@ def wordcount(place_gen, made, count, count_boxed, nodes, get) -> dict:
     return out
 
 
+# What `measure` started that must stop when it ends, last first: Ray's cluster of raylets
+# outlives its driver otherwise, and the next Ray benchmark of the same harness run then finds
+# it ("When connecting to an existing cluster, num_cpus and num_gpus must not be provided").
+_TEARDOWN: list = []
+
+
 def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> dict:
     import numpy
 
@@ -120,7 +126,9 @@ def measure(system: str, tasks: int, big: int = BIG, same: int = SAME_NODE) -> d
             "num_cpus": 2, "resources": {"w0": 1},
             "object_store_memory": max(store, same + 256 * MIB)})
         cluster.add_node(num_cpus=2, resources={"w1": 1}, object_store_memory=store)
+        _TEARDOWN.append(cluster.shutdown)
         ray.init(address=cluster.address, log_to_driver=False)
+        _TEARDOWN.append(ray.shutdown)
         cluster.wait_for_nodes()
 
         @ray.remote
@@ -293,8 +301,12 @@ def main() -> None:
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
-        print(json.dumps(measure(args.one, args.tasks, args.big_mib * MIB,
-                                 args.same_node_mib * MIB)), flush=True)
+        try:
+            print(json.dumps(measure(args.one, args.tasks, args.big_mib * MIB,
+                                     args.same_node_mib * MIB)), flush=True)
+        finally:
+            while _TEARDOWN:
+                _TEARDOWN.pop()()
         return
     for system in args.systems.split(","):
         done = subprocess.run([sys.executable, __file__, "--one", system, "--tasks",

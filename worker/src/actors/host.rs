@@ -112,17 +112,30 @@ pub(crate) struct Live {
     pub(crate) pending: Arc<AtomicU64>,
     /// The worker's lease: no call starts once it has run out.
     pub(crate) lease: Arc<Lease>,
+    /// How many times the lease had run out when this incarnation started: once it has run
+    /// out again, renewed or not, the incarnation serves no call ([`Lease::lapses`]).
+    pub(crate) lapses: u64,
 }
 
 /// When the worker's lease with the leading head runs out (the runtime sets it at each
 /// renewal). The runtime ends every incarnation when it does (`Runtime::lease_ran_out`); this
 /// is the check each call passes before it starts, so that no call starts in between: a worker
 /// that resumes after a SIGSTOP may read calls before its runtime's timer fires.
+///
+/// A renewal may also come first: the runtime may hear the head (a re-registration after the
+/// head counted the node lost, a renewal of a heartbeat sent after the resume) before the
+/// service reads the queued call, and the fence it then runs reaches only the incarnations
+/// its own bookkeeping still lists. So the lease also counts how many times it ran out before
+/// it was renewed, and an incarnation started before the last such lapse serves nothing
+/// (found by `tests/e2e_actor_faults.rs` in CI: a call queued while the worker was stopped was
+/// answered by incarnation 1 after incarnation 2 had started elsewhere).
 #[derive(Debug)]
 pub(crate) struct Lease {
     epoch: std::time::Instant,
     /// Milliseconds since `epoch` when the lease runs out; 0 until the first registration.
     until_ms: AtomicU64,
+    /// Renewals that came after the lease had run out.
+    lapses: AtomicU64,
 }
 
 impl Default for Lease {
@@ -130,23 +143,33 @@ impl Default for Lease {
         Lease {
             epoch: std::time::Instant::now(),
             until_ms: AtomicU64::new(0),
+            lapses: AtomicU64::new(0),
         }
     }
 }
 
 impl Lease {
-    /// The lease runs until `until`.
+    /// The lease runs until `until`. A lease that had run out before this renewal counts a
+    /// lapse first, so that whoever reads the new end also sees the lapse.
     pub(crate) fn set(&self, until: std::time::Instant) {
         let ms = until.saturating_duration_since(self.epoch).as_millis();
+        if self.overdue().is_some() {
+            self.lapses.fetch_add(1, Ordering::SeqCst);
+        }
         self.until_ms.store(
             u64::try_from(ms).unwrap_or(u64::MAX).max(1),
-            Ordering::Relaxed,
+            Ordering::SeqCst,
         );
+    }
+
+    /// How many times the lease ran out before it was renewed.
+    pub(crate) fn lapses(&self) -> u64 {
+        self.lapses.load(Ordering::SeqCst)
     }
 
     /// How long ago the lease ran out, if it has.
     pub(crate) fn overdue(&self) -> Option<std::time::Duration> {
-        let until = self.until_ms.load(Ordering::Relaxed);
+        let until = self.until_ms.load(Ordering::SeqCst);
         let now = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         (until > 0 && now > until).then(|| std::time::Duration::from_millis(now - until))
     }
@@ -198,8 +221,14 @@ impl Live {
     /// it (or finished in it) before the runtime's own fence did (`Runtime::fence`), which
     /// then finds it ended already. Said in the worker's log either way.
     fn fence_if_lapsed(&self) -> bool {
-        let Some(why) = self.lease.lapsed() else {
-            return false;
+        let why = match self.lease.lapsed() {
+            Some(why) => why,
+            None if self.lease.lapses() != self.lapses => "fenced: this worker's lease ran out \
+                 while this incarnation lived (the worker was stopped or cut off from the \
+                 leading head, which restarts the actor elsewhere if it may); renewed since, \
+                 it serves no call"
+                .to_string(),
+            None => return false,
         };
         if !self.ended.is_cancelled() {
             tracing::warn!(
@@ -331,6 +360,7 @@ impl ActorHost {
             why: Arc::default(),
             pending: Arc::default(),
             lease: Arc::clone(&self.lease),
+            lapses: self.lease.lapses(),
         };
         let args = spec.args.to_vec();
         // Made, and its calls served until `live` ends: `done` resolves once nothing of the
@@ -610,5 +640,25 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         s.clone()
     } else {
         "a panic without a message".to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Lease;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_renewal_after_the_lease_ran_out_counts_a_lapse_that_the_new_end_does_not_hide() {
+        let lease = Lease::default();
+        lease.set(Instant::now() + Duration::from_secs(60));
+        lease.set(Instant::now() + Duration::from_secs(60));
+        assert_eq!(lease.lapses(), 0, "renewed in time: no lapse");
+        lease.set(Instant::now() - Duration::from_secs(1));
+        assert!(lease.overdue().is_some());
+        // The worker resumes and hears a renewal before anything checked the lease.
+        lease.set(Instant::now() + Duration::from_secs(60));
+        assert_eq!(lease.overdue(), None);
+        assert_eq!(lease.lapses(), 1, "the lapse is remembered");
     }
 }
