@@ -633,9 +633,6 @@ impl Runtime {
             .map(|(_, r)| r)
             .filter(|r| r.in_process)
             .collect();
-        if ended.is_empty() {
-            return;
-        }
         let actors = ended.iter().filter(|r| r.actor).count();
         let why = format!(
             "fenced: worker {}'s lease ran out ({:.1}s without renewal by the leading head, \
@@ -645,13 +642,19 @@ impl Runtime {
             silent.as_secs_f64(),
             lease.as_secs_f64()
         );
+        // The actor host is fenced whatever this bookkeeping lists: an incarnation whose attempt
+        // it forgot already (the head did not know the node: `forget_identity` cancelled it, and
+        // the cancel reaches the instance a moment later) must not take a call meanwhile.
+        self.env.actors.fence(&why);
+        if ended.is_empty() {
+            return;
+        }
         tracing::warn!(
             actors,
             functions = ended.len() - actors,
             %why,
             "ending the actors and function tasks this worker hosts"
         );
-        self.env.actors.fence(&why);
         // Actors still in their constructor end too, and every function's handler.
         for running in ended {
             running.cancel.cancel();

@@ -650,7 +650,10 @@ mod tests {
 
     #[test]
     fn a_renewal_after_the_lease_ran_out_counts_a_lapse_that_the_new_end_does_not_hide() {
-        let lease = Lease::default();
+        let lease = Lease {
+            epoch: Instant::now() - Duration::from_secs(10),
+            ..Lease::default()
+        };
         lease.set(Instant::now() + Duration::from_secs(60));
         lease.set(Instant::now() + Duration::from_secs(60));
         assert_eq!(lease.lapses(), 0, "renewed in time: no lapse");
