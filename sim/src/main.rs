@@ -81,6 +81,16 @@ struct Args {
     /// faults: seeds found before them replay as they ran.
     #[arg(long)]
     no_stream_faults: bool,
+    /// The workers' stream queues are bounded in messages only, not in bytes, and tasks carry
+    /// no arguments, as before 2026-12-07's second round: seeds found before then replay as
+    /// they ran.
+    #[arg(long)]
+    no_stream_bytes: bool,
+    /// A worker's stream never closes at one end only (the head's side while the worker
+    /// reads on, or the worker's while the head still holds it): seeds found before then
+    /// replay as they ran.
+    #[arg(long)]
+    no_half_closes: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -102,6 +112,8 @@ fn main() -> anyhow::Result<()> {
         stall_answers: !args.no_stall_answers,
         judged_removals: !args.plain_removals,
         stream_faults: !args.no_stream_faults,
+        stream_bytes: !args.no_stream_bytes,
+        half_closes: !args.no_half_closes,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -143,8 +155,10 @@ fn main() -> anyhow::Result<()> {
          partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off, {:.2} worker streams closed by the network, {:.2} \
-         worker streams unread for a while), {:.2} worker streams dropped full, {:.2} messages \
-         offered to a closed stream, {:.0} fsyncs, {:.0} raft messages lost, \
+         worker streams unread for a while, {:.2} worker streams whose head's side closed, {:.2} \
+         whose worker's side closed), {:.2} worker streams dropped full ({:.2} of them by their \
+         bytes), {:.2} messages offered to a closed stream, {:.2} taken by a stream whose \
+         worker's side had closed, {:.0} fsyncs, {:.0} raft messages lost, \
          {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
          still commit\" ({:.2} of them committed after all; {:.2} stalled leaders answered \
          theirs at once), {:.2} membership-change calls with an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
@@ -163,8 +177,12 @@ fn main() -> anyhow::Result<()> {
         per(sum.worker_cuts),
         per(sum.stream_closes),
         per(sum.stream_stalls),
+        per(sum.head_half_closes),
+        per(sum.worker_half_closes),
         per(sum.stream_overflows),
+        per(sum.stream_full_by_bytes),
         per(sum.offered_closed),
+        per(sum.taken_unread),
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),

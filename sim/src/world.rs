@@ -142,6 +142,20 @@ pub struct Options {
     /// a stream is never full and a broken one is forgotten by the leader at once, as the
     /// simulation had it before: a seed found then replays as it ran.
     pub stream_faults: bool,
+    /// With [`Options::stream_faults`]: a stream's queue is bounded in bytes too, as the head's
+    /// `LinkSender` is (`OUTBOX_BYTES`; each message counted as the head counts it,
+    /// `HeadMessage::queued_bytes`, an assignment from its real spec), the bound and the
+    /// clients' task sizes drawn per seed (one task in four carries 1–6 KB of arguments). Off,
+    /// a queue is bounded in messages only and tasks carry no arguments, as before 2026-12-07's
+    /// second round: a seed found then replays as it ran.
+    pub stream_bytes: bool,
+    /// With [`Options::stream_faults`]: one side of a worker's stream closes while the other
+    /// goes on (0–2 times per worker for each side): the head's (it reads nothing more and
+    /// forgets the stream; the worker reads what was queued, then sees the end) or the
+    /// worker's (it registers again; the head's queue takes what is offered and nobody reads
+    /// it until the reset reaches the head, up to a heartbeat timeout later). Off, a seed
+    /// replays as it ran before them.
+    pub half_closes: bool,
 }
 
 impl Default for Options {
@@ -163,6 +177,8 @@ impl Default for Options {
             stall_answers: true,
             judged_removals: true,
             stream_faults: true,
+            stream_bytes: true,
+            half_closes: true,
         }
     }
 }
@@ -257,6 +273,17 @@ pub struct Stats {
     pub stream_stalls: u64,
     /// Worker streams a leader dropped because their queue was full.
     pub stream_overflows: u64,
+    /// Of them, those full by their bytes while they held fewer messages than their room
+    /// ([`Options::stream_bytes`]).
+    pub stream_full_by_bytes: u64,
+    /// Worker streams whose head's side closed while their worker read on
+    /// ([`Options::half_closes`]).
+    pub head_half_closes: u64,
+    /// Worker streams whose worker's side closed while their head still held them.
+    pub worker_half_closes: u64,
+    /// Messages a leader's queue took for a stream whose worker's side had closed (nobody read
+    /// them).
+    pub taken_unread: u64,
     /// Messages a leader offered to a stream that had closed (they waited in the node's
     /// outbox).
     pub offered_closed: u64,
@@ -287,6 +314,8 @@ impl Stats {
             + self.worker_cuts
             + self.stream_closes
             + self.stream_stalls
+            + self.head_half_closes
+            + self.worker_half_closes
     }
 
     /// Adds another run's counts to these.
@@ -325,6 +354,10 @@ impl Stats {
             stream_closes,
             stream_stalls,
             stream_overflows,
+            stream_full_by_bytes,
+            head_half_closes,
+            worker_half_closes,
+            taken_unread,
             offered_closed,
             hand_overs,
             planned_restarts,
@@ -362,6 +395,10 @@ impl Stats {
         self.stream_closes += stream_closes;
         self.stream_stalls += stream_stalls;
         self.stream_overflows += stream_overflows;
+        self.stream_full_by_bytes += stream_full_by_bytes;
+        self.head_half_closes += head_half_closes;
+        self.worker_half_closes += worker_half_closes;
+        self.taken_unread += taken_unread;
         self.offered_closed += offered_closed;
         self.hand_overs += hand_overs;
         self.planned_restarts += planned_restarts;
@@ -472,6 +509,16 @@ enum Event {
     StallStream(usize),
     /// The leader holding worker `w`'s stream `epoch` sees it end.
     StreamEnded {
+        w: usize,
+        epoch: u64,
+    },
+    /// One side of worker `w`'s current stream closes: the head's (`head`) or the worker's.
+    HalfClose {
+        w: usize,
+        head: bool,
+    },
+    /// The reset of worker `w`'s stream `epoch`, whose worker's side closed, reaches the head.
+    ResetSeen {
         w: usize,
         epoch: u64,
     },
@@ -846,7 +893,9 @@ impl World {
             | Event::Cut(_)
             | Event::CloseStream(_)
             | Event::StallStream(_)
-            | Event::StreamEnded { .. } => true,
+            | Event::StreamEnded { .. }
+            | Event::HalfClose { .. }
+            | Event::ResetSeen { .. } => true,
             Event::Think(client)
             | Event::Retry(client)
             | Event::Timeout { client, .. }
@@ -945,6 +994,8 @@ impl World {
             Event::CloseStream(w) => self.close_stream(w),
             Event::StallStream(w) => self.stall_stream(w),
             Event::StreamEnded { w, epoch } => self.stream_ended(w, epoch),
+            Event::HalfClose { w, head } => self.half_close(w, head),
+            Event::ResetSeen { w, epoch } => self.reset_seen(w, epoch),
             Event::Deliver { from, to, msg } => {
                 let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
                 let up = self.slots[&to].replica.is_some();
@@ -1468,7 +1519,17 @@ impl World {
             let names: Vec<String> = (0..count).map(|i| format!("c{}w{seq}t{i}", c.id)).collect();
             // With workers, an attempt a fault stopped is retried (without, nothing ever fails).
             let retries = if self.options.workers > 0 { 3 } else { 0 };
-            (submit(&names, retries), Intent::Submit(names))
+            // With the streams bounded in bytes, one task in four is large (its arguments).
+            let sized =
+                self.options.workers > 0 && self.options.stream_faults && self.options.stream_bytes;
+            let sizes: Vec<usize> = names
+                .iter()
+                .map(|_| match sized {
+                    true if self.rng.random_ratio(1, 4) => self.rng.random_range(1_000..6_000),
+                    _ => 0,
+                })
+                .collect();
+            (submit(&names, retries, &sizes), Intent::Submit(names))
         };
         self.note(format!("client {client} writes {intent:?}"));
         let now = self.elapsed();
@@ -2273,13 +2334,17 @@ fn register(seq: u64) -> Command {
     }
 }
 
-fn submit(names: &[String], max_retries: u32) -> Command {
+/// A submission of tasks `names`, each with an argument of `sizes` bytes (none for 0).
+fn submit(names: &[String], max_retries: u32, sizes: &[usize]) -> Command {
     let tasks = names
         .iter()
-        .map(|name| TaskSpec {
+        .zip(sizes)
+        .map(|(name, &size)| TaskSpec {
             name: name.clone(),
             kind: TaskKind::Command {
-                argv: vec!["true".to_string()],
+                argv: std::iter::once("true".to_string())
+                    .chain((size > 0).then(|| "x".repeat(size)))
+                    .collect(),
                 env: Vec::new(),
                 cwd: None,
             },

@@ -31,8 +31,9 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         "{name}: {count} seeds ({} replicas) in {took:.1}s, {:.0} seeds/minute; {:.1} faults \
          per seed ({} crashes, {} of them inside an fsync, {} partitions, {} full disks, {} \
          slow disks, {} membership changes, {} planned restarts ({} after handing the lead \
-         over), {} worker crashes, freezes and cuts, {} worker streams closed by the network \
-         and {} unread for a while), {} worker streams dropped full, {} \
+         over), {} worker crashes, freezes and cuts, {} worker streams closed by the network, \
+         {} unread for a while, {} whose head's side closed and {} whose worker's side \
+         closed), {} worker streams dropped full ({} by their bytes), {} \
          acknowledged writes ({} calls ended with an unknown outcome and were sent again), {} \
          proposals answered \"may still commit\" ({} of them committed after all; {} \
          stalled leaders answered theirs at once), {} membership-change calls with an unknown outcome, {} task executions ({} fenced, {} \
@@ -52,7 +53,10 @@ fn hold(name: &str, seeds: std::ops::Range<u64>, options: &Options) -> Stats {
         sum.worker_crashes + sum.freezes + sum.worker_cuts,
         sum.stream_closes,
         sum.stream_stalls,
+        sum.head_half_closes,
+        sum.worker_half_closes,
         sum.stream_overflows,
+        sum.stream_full_by_bytes,
         sum.acknowledged,
         sum.unknown_outcomes,
         sum.in_doubt,
@@ -150,6 +154,17 @@ fn three_replicas_keep_every_acknowledged_write_under_faults() {
             && seen.offered_closed > 0
             && seen.stream_stalls > 0
             && seen.stream_overflows > 0,
+        "{seen:?}"
+    );
+    // Their queues were bounded in bytes as the head's `LinkSender` is (some found full by
+    // their bytes while they had room for more messages), and streams half-closed: the head's
+    // side while the worker read on, and the worker's while the head held it (and its queue
+    // took messages nobody read).
+    assert!(
+        seen.stream_full_by_bytes > 0
+            && seen.head_half_closes > 0
+            && seen.worker_half_closes > 0
+            && seen.taken_unread > 0,
         "{seen:?}"
     );
 }
