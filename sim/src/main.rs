@@ -91,6 +91,10 @@ struct Args {
     /// replay as they ran.
     #[arg(long)]
     no_half_closes: bool,
+    /// No crash cuts the tail of a replica's log (the newest records it had synced): seeds
+    /// found before then replay as they ran.
+    #[arg(long)]
+    no_cut_tails: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -114,6 +118,7 @@ fn main() -> anyhow::Result<()> {
         stream_faults: !args.no_stream_faults,
         stream_bytes: !args.no_stream_bytes,
         half_closes: !args.no_half_closes,
+        cut_tails: !args.no_cut_tails,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -152,7 +157,8 @@ fn main() -> anyhow::Result<()> {
     let per = |n: u64| n as f64 / args.seeds.max(1) as f64;
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
-         partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
+         partitions, {:.2} full disks, {:.2} slow disks, {:.2} crashes that cut a log's tail ({:.2} synced records cut, {:.2} \
+         leaders skipped ids for a lost tail), {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off, {:.2} worker streams closed by the network, {:.2} \
          worker streams unread for a while, {:.2} worker streams whose head's side closed, {:.2} \
@@ -169,6 +175,9 @@ fn main() -> anyhow::Result<()> {
         per(sum.partitions),
         per(sum.disks_full),
         per(sum.slow_disks),
+        per(sum.cut_tails),
+        per(sum.records_cut),
+        per(sum.skips),
         per(sum.membership_changes),
         per(sum.planned_restarts),
         per(sum.hand_overs),

@@ -156,6 +156,13 @@ pub struct Options {
     /// it until the reset reaches the head, up to a heartbeat timeout later). Off, a seed
     /// replays as it ran before them.
     pub half_closes: bool,
+    /// With [`Options::disk_faults`], in one seed of two of a group of three or more, one crash
+    /// of one replica also cuts the tail of its log: the newest 1–4 records it had synced are
+    /// lost, the cut falling inside a record, and its log reports the lost write at open as
+    /// `DiskLog`'s recovery does (`LogStore::lost_tail`); the replica's owner, as the head's
+    /// does, skips the ids it may have given out (`Command::SkipIds`) once it leads. Off, a
+    /// seed replays as it ran before them.
+    pub cut_tails: bool,
 }
 
 impl Default for Options {
@@ -179,6 +186,7 @@ impl Default for Options {
             stream_faults: true,
             stream_bytes: true,
             half_closes: true,
+            cut_tails: true,
         }
     }
 }
@@ -292,6 +300,12 @@ pub struct Stats {
     pub hand_overs: u64,
     /// Planned restarts (a replica asked to stop, stopped and started again).
     pub planned_restarts: u64,
+    /// Crashes that also cut the tail of the replica's log ([`Options::cut_tails`]).
+    pub cut_tails: u64,
+    /// Synced records those cuts took.
+    pub records_cut: u64,
+    /// Ids skipped by a leader whose log had lost a tail (`Command::SkipIds` proposed).
+    pub skips: u64,
 }
 
 impl Stats {
@@ -304,6 +318,7 @@ impl Stats {
             + self.slow_disks
             + self.membership_changes
             + self.planned_restarts
+            + self.cut_tails
             + self.worker_faults()
     }
 
@@ -361,6 +376,9 @@ impl Stats {
             offered_closed,
             hand_overs,
             planned_restarts,
+            cut_tails,
+            records_cut,
+            skips,
         } = *other;
         self.events += events;
         self.delivered += delivered;
@@ -402,6 +420,9 @@ impl Stats {
         self.offered_closed += offered_closed;
         self.hand_overs += hand_overs;
         self.planned_restarts += planned_restarts;
+        self.cut_tails += cut_tails;
+        self.records_cut += records_cut;
+        self.skips += skips;
     }
 }
 
@@ -441,6 +462,8 @@ enum Event {
     Think(usize),
     Retry(usize),
     Crash(u64),
+    /// Replica `id` crashes and its disk cuts the tail of its log ([`Options::cut_tails`]).
+    CutTail(u64),
     Restart(u64),
     Partition,
     Heal,
@@ -627,6 +650,9 @@ struct Slot {
     disk_full: bool,
     /// Asked to stop: it hands the lead over and stops by then at the latest.
     stopping: Option<u64>,
+    /// The write its log lost at open (a cut tail), as the head's owner keeps it from its
+    /// start until it first leads and skips the ids it may have given out.
+    lost_tail: Option<escher_head::replication::LostTail>,
 }
 
 impl Slot {
@@ -644,6 +670,7 @@ impl Slot {
             owner: Owner::default(),
             disk_full: false,
             stopping: None,
+            lost_tail: None,
         }
     }
 }
@@ -814,6 +841,12 @@ impl World {
                 let when = world.rng.random_range(0..world.options.duration_ms);
                 let who = world.random_replica();
                 world.at(when, Event::SlowDisk(who));
+            }
+            if world.options.cut_tails && world.options.replicas >= 3 && world.rng.random_bool(0.5)
+            {
+                let when = world.rng.random_range(500..world.options.duration_ms);
+                let who = world.random_replica();
+                world.at(when, Event::CutTail(who));
             }
         }
         if world.options.membership && world.options.replicas > 1 {
@@ -1089,6 +1122,14 @@ impl World {
                     self.crash(id);
                 }
             }
+            Event::CutTail(id) => {
+                if self.stormy && self.slots[&id].replica.is_some() {
+                    self.crash_cut(id);
+                } else if self.stormy {
+                    // Down: the cut waits for its next life.
+                    self.at(250, Event::CutTail(id));
+                }
+            }
             Event::Synced { id, life } => {
                 let slot = self.slots.get_mut(&id).expect("every voter has a slot");
                 if slot.life != life || slot.busy_until.is_none() {
@@ -1341,6 +1382,32 @@ impl World {
         ));
         let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         slot.disk = slot.disk.crash(keep);
+        self.down(id);
+    }
+
+    /// Replica `id` crashes and its disk loses the end of its log: what it had not synced and
+    /// the newest 1–4 records it had ([`Options::cut_tails`]).
+    fn crash_cut(&mut self, id: u64) {
+        self.stats.crashes += 1;
+        self.stats.cut_tails += 1;
+        let cut = self.rng.random_range(1..=4);
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let disk = slot.disk.crash_cut(cut);
+        let lost = escher_head::replication::LogStore::lost_tail(&disk).map(|l| l.describe());
+        slot.disk = disk;
+        if lost.is_some() {
+            self.stats.records_cut += cut as u64;
+        }
+        self.note(format!(
+            "crash replica {id}, its disk cut {cut} synced records off its log's end: {lost:?}"
+        ));
+        self.down(id);
+    }
+
+    /// Replica `id`'s process is gone (its disk was crashed already): its soft state with it;
+    /// it comes back 0.2–8 s later.
+    fn down(&mut self, id: u64) {
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         slot.replica = None;
         slot.waiters.clear();
         slot.change = None;
@@ -1352,6 +1419,26 @@ impl World {
         slot.life += 1;
         let back = self.rng.random_range(200..8_000);
         self.at(back, Event::Restart(id));
+    }
+
+    /// Replica `id` leads: if its log lost a tail, it skips the ids the lost write may have
+    /// given out, once, as the head's owner does when it takes the lead
+    /// (`runtime/owner/leadership.rs`, `Command::SkipIds` with `LostTail::ids_at_risk`).
+    fn skip_lost_ids(&mut self, id: u64) {
+        let now = self.now;
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let Some(lost) = slot.lost_tail.take() else {
+            return;
+        };
+        let Some(replica) = slot.replica.as_mut() else {
+            return;
+        };
+        let (count, why) = (lost.ids_at_risk(), lost.describe());
+        let proposed = replica.propose(vec![(Command::SkipIds { count, why }, None)], now);
+        self.stats.skips += 1;
+        self.note(format!(
+            "replica {id} leads with a lost tail: skips {count} ids ({proposed:?})"
+        ));
     }
 
     /// The operator asks the replica it finds leading (the highest term's) to stop for a
@@ -1473,10 +1560,16 @@ impl World {
         };
         match opened {
             Ok(replica) => {
-                self.slots
-                    .get_mut(&id)
-                    .expect("every voter has a slot")
-                    .replica = Some(replica);
+                if replica.recovering() {
+                    self.note(format!(
+                        "replica {id}'s log lost its tail: it neither votes nor campaigns until \
+                         a leader brought it up to date"
+                    ));
+                }
+                let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+                // As the head's owner reads it at its start.
+                slot.lost_tail = replica.lost_tail();
+                slot.replica = Some(replica);
                 self.drive(id);
             }
             Err(e) => self.fail(format!("replica {id} cannot open its log: {e}")),
@@ -2115,6 +2208,9 @@ impl World {
                 self.note(format!(
                     "replica {id}: leading {leading}, leader {leader:?}"
                 ));
+                if leading {
+                    self.skip_lost_ids(id);
+                }
                 if !self.workers.is_empty() {
                     self.owner_lead(id, leading);
                 }

@@ -136,6 +136,19 @@ impl SimReplica {
         Ok(SimReplica { replica })
     }
 
+    /// The last write of its log, if the log lost it at open though it may have been
+    /// acknowledged (a cut tail, `SimDisk::crash_cut`): what the head's owner reads at start to
+    /// skip the ids it may have given out once it leads (`Command::SkipIds`).
+    pub fn lost_tail(&self) -> Option<crate::replication::LostTail> {
+        self.replica.lost_tail()
+    }
+
+    /// Whether its log lost a tail at open and no leader has brought it up to date yet: it
+    /// neither votes nor campaigns meanwhile (`Replica::recovering`).
+    pub fn recovering(&self) -> bool {
+        self.replica.recovering()
+    }
+
     /// Proposes a membership change, as `escher heads add|remove` has the leader do (see
     /// `Replica::propose_change`): its index and term.
     pub fn propose_change(&mut self, change: &HeadChange) -> Result<(u64, u64), NotAccepted> {
