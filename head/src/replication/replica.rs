@@ -281,14 +281,6 @@ pub(crate) struct Replica<S: LogStore> {
     membership_changed: bool,
     /// A cycle waiting for disk space (see [`Output::DiskFull`]).
     stalled: Option<Stalled>,
-    /// The log lost a tail at open that may have been synced and acknowledged (a cut tail,
-    /// [`LogStore::lost_tail`]), in a group with other voters: until a leader's append has
-    /// brought this log up to that leader's commit index, the replica neither votes nor
-    /// campaigns. Its lost tail may have held entries a quorum committed with it, and the vote
-    /// it cast in its last term: voting now could elect a leader without them (which would
-    /// overwrite committed entries: escher-sim seed 1015) or vote twice in one term. Without
-    /// its vote any quorum holds a replica that kept each committed entry.
-    recovering: bool,
     /// What the stall is timed by.
     stall_clock: StallClock,
     /// Read tokens waiting for their index to be applied: `(index, token)`.
@@ -395,7 +387,6 @@ impl<S: LogStore> Replica<S> {
             reads: BTreeSet::new(),
             held_reads: Vec::new(),
             stalled: None,
-            recovering: false,
             stall_clock: StallClock::Real(std::time::Instant::now()),
             role: StateRole::Follower,
             leader: 0,
@@ -414,17 +405,6 @@ impl<S: LogStore> Replica<S> {
             }
         }
         replica.refresh_peers();
-        if let Some(lost) = replica.store.lost_tail()
-            && replica.members.len() > 1
-        {
-            tracing::warn!(
-                replica = replica.config.id,
-                lost = %lost.describe(),
-                "this replica's log lost its end: it neither votes nor campaigns until a \
-                 leader has brought it up to date"
-            );
-            replica.recovering = true;
-        }
         Ok(replica)
     }
 
@@ -742,39 +722,8 @@ impl<S: LogStore> Replica<S> {
                 );
                 continue;
             }
-            use raft::eraftpb::MessageType;
-            let kind = msg.get_msg_type();
-            if self.recovering
-                && matches!(
-                    kind,
-                    MessageType::MsgRequestVote
-                        | MessageType::MsgRequestPreVote
-                        | MessageType::MsgTimeoutNow
-                )
-            {
-                // No answer, as from a replica that is down (see `recovering`).
-                continue;
-            }
-            let (commit, term) = (msg.commit, msg.term);
             if let Err(err) = self.node.step(msg) {
                 tracing::debug!(from, %err, "raft did not take a message");
-                continue;
-            }
-            // Up to date: an append of the leader of this term that it took, which brought
-            // its commit index up to the leader's (an append carries the leader's whole commit
-            // index; a heartbeat only what the leader knows this replica holds).
-            if self.recovering
-                && kind == MessageType::MsgAppend
-                && term == self.node.raft.term
-                && self.node.raft.leader_id == from
-                && self.node.raft.raft_log.committed >= commit
-            {
-                tracing::info!(
-                    replica = self.id(),
-                    committed = commit,
-                    "caught up with the leader after a lost log tail: votes again"
-                );
-                self.recovering = false;
             }
         }
     }
@@ -837,17 +786,7 @@ impl<S: LogStore> Replica<S> {
         if self.stalled.is_some() {
             return;
         }
-        if self.recovering && self.node.raft.state == StateRole::Follower {
-            // No election timeout: it does not campaign (see `recovering`).
-            return;
-        }
         self.node.tick();
-    }
-
-    /// Whether the log lost a tail at open and no leader has brought it up to date yet: the
-    /// replica neither votes nor campaigns meanwhile.
-    pub(crate) fn recovering(&self) -> bool {
-        self.recovering
     }
 
     /// The messages a [captured](Transport::captured) transport kept: a simulation delivers

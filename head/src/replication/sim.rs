@@ -143,12 +143,6 @@ impl SimReplica {
         self.replica.lost_tail()
     }
 
-    /// Whether its log lost a tail at open and no leader has brought it up to date yet: it
-    /// neither votes nor campaigns meanwhile (`Replica::recovering`).
-    pub fn recovering(&self) -> bool {
-        self.replica.recovering()
-    }
-
     /// Proposes a membership change, as `escher heads add|remove` has the leader do (see
     /// `Replica::propose_change`): its index and term.
     pub fn propose_change(&mut self, change: &HeadChange) -> Result<(u64, u64), NotAccepted> {
