@@ -26,9 +26,14 @@
 //! lease renewals included, as the head sends them on the stream's queue) may fill: the leader
 //! drops a full stream with the message that found it full, the stream ends for the worker once
 //! it has read what the queue held, and the node is declared lost a heartbeat timeout later
-//! unless its worker attaches again.
+//! unless its worker attaches again. The queue is bounded in bytes too
+//! ([`Options::stream_bytes`]), each message counted as the head's `LinkSender` counts it
+//! (`HeadMessage::queued_bytes`), and one side of a stream may close while the other goes on
+//! ([`Options::half_closes`], [`World::half_close`]).
 //!
 //! [`Options::stream_faults`]: crate::world::Options::stream_faults
+//! [`Options::stream_bytes`]: crate::world::Options::stream_bytes
+//! [`Options::half_closes`]: crate::world::Options::half_closes
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
