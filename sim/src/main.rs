@@ -81,6 +81,21 @@ struct Args {
     /// faults: seeds found before them replay as they ran.
     #[arg(long)]
     no_stream_faults: bool,
+    /// The workers' stream queues are bounded in messages only, not in bytes, and tasks carry
+    /// no arguments, as before 2026-12-07's second round: seeds found before then replay as
+    /// they ran.
+    #[arg(long)]
+    no_stream_bytes: bool,
+    /// A worker's stream never closes at one end only (the head's side while the worker
+    /// reads on, or the worker's while the head still holds it): seeds found before then
+    /// replay as they ran.
+    #[arg(long)]
+    no_half_closes: bool,
+    /// In one seed of two, a crash also cuts the tail of a replica's log (the newest records
+    /// it had synced); off by default while the head's replica does not survive every such cut
+    /// (docs/RELIABILITY.md, "A cut tail").
+    #[arg(long)]
+    cut_tails: bool,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -102,6 +117,9 @@ fn main() -> anyhow::Result<()> {
         stall_answers: !args.no_stall_answers,
         judged_removals: !args.plain_removals,
         stream_faults: !args.no_stream_faults,
+        stream_bytes: !args.no_stream_bytes,
+        half_closes: !args.no_half_closes,
+        cut_tails: args.cut_tails,
     };
     if let Some(seed) = args.seed {
         let outcome = run(seed, &options);
@@ -140,11 +158,14 @@ fn main() -> anyhow::Result<()> {
     let per = |n: u64| n as f64 / args.seeds.max(1) as f64;
     println!(
         "per seed: {:.1} faults ({:.2} crashes, {:.2} of them inside an fsync, {:.2} \
-         partitions, {:.2} full disks, {:.2} slow disks, {:.2} membership changes, {:.2} \
+         partitions, {:.2} full disks, {:.2} slow disks, {:.2} crashes that cut a log's tail ({:.2} synced records cut, {:.2} \
+         leaders skipped ids for a lost tail), {:.2} membership changes, {:.2} \
          planned restarts ({:.2} after handing the lead over), {:.2} worker crashes, {:.2} \
          worker freezes, {:.2} workers cut off, {:.2} worker streams closed by the network, {:.2} \
-         worker streams unread for a while), {:.2} worker streams dropped full, {:.2} messages \
-         offered to a closed stream, {:.0} fsyncs, {:.0} raft messages lost, \
+         worker streams unread for a while, {:.2} worker streams whose head's side closed, {:.2} \
+         whose worker's side closed), {:.2} worker streams dropped full ({:.2} of them by their \
+         bytes), {:.2} messages offered to a closed stream, {:.2} taken by a stream whose \
+         worker's side had closed, {:.0} fsyncs, {:.0} raft messages lost, \
          {:.0} acknowledged writes, {:.2} unknown outcomes, {:.2} proposals answered \"may \
          still commit\" ({:.2} of them committed after all; {:.2} stalled leaders answered \
          theirs at once), {:.2} membership-change calls with an unknown outcome, {:.1} task executions, {:.2} tasks fenced, {:.2} nodes declared \
@@ -155,6 +176,9 @@ fn main() -> anyhow::Result<()> {
         per(sum.partitions),
         per(sum.disks_full),
         per(sum.slow_disks),
+        per(sum.cut_tails),
+        per(sum.records_cut),
+        per(sum.skips),
         per(sum.membership_changes),
         per(sum.planned_restarts),
         per(sum.hand_overs),
@@ -163,8 +187,12 @@ fn main() -> anyhow::Result<()> {
         per(sum.worker_cuts),
         per(sum.stream_closes),
         per(sum.stream_stalls),
+        per(sum.head_half_closes),
+        per(sum.worker_half_closes),
         per(sum.stream_overflows),
+        per(sum.stream_full_by_bytes),
         per(sum.offered_closed),
+        per(sum.taken_unread),
         per(sum.fsyncs),
         per(sum.lost),
         per(sum.acknowledged),

@@ -29,7 +29,7 @@
 
 use std::collections::VecDeque;
 
-use escher_proto::types::{NodeId, TaskId};
+use escher_proto::types::{HeadMessage, NodeId, TaskId};
 use escher_worker::fence::countdown::Countdown;
 use escher_worker::protocol::{Attempt, Protocol};
 
@@ -69,6 +69,9 @@ pub enum ToWorker {
         task: TaskId,
         /// The attempt.
         attempt: u32,
+        /// What the head's message (`HeadMessage::Assign` of the real assignment) counts in
+        /// its stream's queue (`HeadMessage::queued_bytes`).
+        bytes: u64,
     },
     /// Stop this attempt.
     Cancel {
@@ -92,6 +95,26 @@ pub enum ToWorker {
     Refused(Option<u64>),
     /// The stream broke (a message on it was lost).
     Broken,
+}
+
+impl ToWorker {
+    /// What this message counts in its stream's queue, as the head's `LinkSender` counts it
+    /// against `OUTBOX_BYTES` (`HeadMessage::queued_bytes`): an assignment its real message's
+    /// size, anything else what the head's `CancelTask` and `LeaseRenewed` count.
+    pub fn queued_bytes(&self) -> u64 {
+        match self {
+            ToWorker::Assign { bytes, .. } => *bytes,
+            ToWorker::Cancel { task, attempt } => HeadMessage::CancelTask {
+                task_id: *task,
+                attempt: *attempt,
+                reason: String::new(),
+            }
+            .queued_bytes(),
+            ToWorker::Lease { seq } => HeadMessage::LeaseRenewed { seq: *seq }.queued_bytes(),
+            // Answered beside the queue (on the call), or the stream's end: nothing queued.
+            ToWorker::Attached { .. } | ToWorker::Refused(_) | ToWorker::Broken => 0,
+        }
+    }
 }
 
 /// One simulated worker. See the [module documentation](self).

@@ -142,6 +142,29 @@ pub struct Options {
     /// a stream is never full and a broken one is forgotten by the leader at once, as the
     /// simulation had it before: a seed found then replays as it ran.
     pub stream_faults: bool,
+    /// With [`Options::stream_faults`]: a stream's queue is bounded in bytes too, as the head's
+    /// `LinkSender` is (`OUTBOX_BYTES`; each message counted as the head counts it,
+    /// `HeadMessage::queued_bytes`, an assignment from its real spec), the bound and the
+    /// clients' task sizes drawn per seed (one task in four carries 1–6 KB of arguments). Off,
+    /// a queue is bounded in messages only and tasks carry no arguments, as before 2026-12-07's
+    /// second round: a seed found then replays as it ran.
+    pub stream_bytes: bool,
+    /// With [`Options::stream_faults`]: one side of a worker's stream closes while the other
+    /// goes on (0–2 times per worker for each side): the head's (it reads nothing more and
+    /// forgets the stream; the worker reads what was queued, then sees the end) or the
+    /// worker's (it registers again; the head's queue takes what is offered and nobody reads
+    /// it until the reset reaches the head, up to a heartbeat timeout later). Off, a seed
+    /// replays as it ran before them.
+    pub half_closes: bool,
+    /// With [`Options::disk_faults`], in one seed of two of a group of three or more, one crash
+    /// of one replica also cuts the tail of its log: the newest 1–4 records it had synced are
+    /// lost, the cut falling inside a record, and its log reports the lost write at open as
+    /// `DiskLog`'s recovery does (`LogStore::lost_tail`); the replica's owner, as the head's
+    /// does, skips the ids it may have given out (`Command::SkipIds`) once it leads. Off by
+    /// default: the head's replica does not survive every such cut yet (seeds 1015 and 1356,
+    /// docs/RELIABILITY.md, "A cut tail"), so the sweeps would fail; off, a seed replays as it
+    /// ran before them.
+    pub cut_tails: bool,
 }
 
 impl Default for Options {
@@ -163,6 +186,9 @@ impl Default for Options {
             stall_answers: true,
             judged_removals: true,
             stream_faults: true,
+            stream_bytes: true,
+            half_closes: true,
+            cut_tails: false,
         }
     }
 }
@@ -257,6 +283,17 @@ pub struct Stats {
     pub stream_stalls: u64,
     /// Worker streams a leader dropped because their queue was full.
     pub stream_overflows: u64,
+    /// Of them, those full by their bytes while they held fewer messages than their room
+    /// ([`Options::stream_bytes`]).
+    pub stream_full_by_bytes: u64,
+    /// Worker streams whose head's side closed while their worker read on
+    /// ([`Options::half_closes`]).
+    pub head_half_closes: u64,
+    /// Worker streams whose worker's side closed while their head still held them.
+    pub worker_half_closes: u64,
+    /// Messages a leader's queue took for a stream whose worker's side had closed (nobody read
+    /// them).
+    pub taken_unread: u64,
     /// Messages a leader offered to a stream that had closed (they waited in the node's
     /// outbox).
     pub offered_closed: u64,
@@ -265,6 +302,12 @@ pub struct Stats {
     pub hand_overs: u64,
     /// Planned restarts (a replica asked to stop, stopped and started again).
     pub planned_restarts: u64,
+    /// Crashes that also cut the tail of the replica's log ([`Options::cut_tails`]).
+    pub cut_tails: u64,
+    /// Synced records those cuts took.
+    pub records_cut: u64,
+    /// Ids skipped by a leader whose log had lost a tail (`Command::SkipIds` proposed).
+    pub skips: u64,
 }
 
 impl Stats {
@@ -277,6 +320,7 @@ impl Stats {
             + self.slow_disks
             + self.membership_changes
             + self.planned_restarts
+            + self.cut_tails
             + self.worker_faults()
     }
 
@@ -287,6 +331,8 @@ impl Stats {
             + self.worker_cuts
             + self.stream_closes
             + self.stream_stalls
+            + self.head_half_closes
+            + self.worker_half_closes
     }
 
     /// Adds another run's counts to these.
@@ -325,9 +371,16 @@ impl Stats {
             stream_closes,
             stream_stalls,
             stream_overflows,
+            stream_full_by_bytes,
+            head_half_closes,
+            worker_half_closes,
+            taken_unread,
             offered_closed,
             hand_overs,
             planned_restarts,
+            cut_tails,
+            records_cut,
+            skips,
         } = *other;
         self.events += events;
         self.delivered += delivered;
@@ -362,9 +415,16 @@ impl Stats {
         self.stream_closes += stream_closes;
         self.stream_stalls += stream_stalls;
         self.stream_overflows += stream_overflows;
+        self.stream_full_by_bytes += stream_full_by_bytes;
+        self.head_half_closes += head_half_closes;
+        self.worker_half_closes += worker_half_closes;
+        self.taken_unread += taken_unread;
         self.offered_closed += offered_closed;
         self.hand_overs += hand_overs;
         self.planned_restarts += planned_restarts;
+        self.cut_tails += cut_tails;
+        self.records_cut += records_cut;
+        self.skips += skips;
     }
 }
 
@@ -404,6 +464,8 @@ enum Event {
     Think(usize),
     Retry(usize),
     Crash(u64),
+    /// Replica `id` crashes and its disk cuts the tail of its log ([`Options::cut_tails`]).
+    CutTail(u64),
     Restart(u64),
     Partition,
     Heal,
@@ -472,6 +534,16 @@ enum Event {
     StallStream(usize),
     /// The leader holding worker `w`'s stream `epoch` sees it end.
     StreamEnded {
+        w: usize,
+        epoch: u64,
+    },
+    /// One side of worker `w`'s current stream closes: the head's (`head`) or the worker's.
+    HalfClose {
+        w: usize,
+        head: bool,
+    },
+    /// The reset of worker `w`'s stream `epoch`, whose worker's side closed, reaches the head.
+    ResetSeen {
         w: usize,
         epoch: u64,
     },
@@ -580,6 +652,9 @@ struct Slot {
     disk_full: bool,
     /// Asked to stop: it hands the lead over and stops by then at the latest.
     stopping: Option<u64>,
+    /// The write its log lost at open (a cut tail), as the head's owner keeps it from its
+    /// start until it first leads and skips the ids it may have given out.
+    lost_tail: Option<escher_head::replication::LostTail>,
 }
 
 impl Slot {
@@ -597,6 +672,7 @@ impl Slot {
             owner: Owner::default(),
             disk_full: false,
             stopping: None,
+            lost_tail: None,
         }
     }
 }
@@ -768,6 +844,12 @@ impl World {
                 let who = world.random_replica();
                 world.at(when, Event::SlowDisk(who));
             }
+            if world.options.cut_tails && world.options.replicas >= 3 && world.rng.random_bool(0.5)
+            {
+                let when = world.rng.random_range(500..world.options.duration_ms);
+                let who = world.random_replica();
+                world.at(when, Event::CutTail(who));
+            }
         }
         if world.options.membership && world.options.replicas > 1 {
             // Grow then shrink, shrink then grow, or one of the two: each change starts at a
@@ -846,7 +928,9 @@ impl World {
             | Event::Cut(_)
             | Event::CloseStream(_)
             | Event::StallStream(_)
-            | Event::StreamEnded { .. } => true,
+            | Event::StreamEnded { .. }
+            | Event::HalfClose { .. }
+            | Event::ResetSeen { .. } => true,
             Event::Think(client)
             | Event::Retry(client)
             | Event::Timeout { client, .. }
@@ -945,6 +1029,8 @@ impl World {
             Event::CloseStream(w) => self.close_stream(w),
             Event::StallStream(w) => self.stall_stream(w),
             Event::StreamEnded { w, epoch } => self.stream_ended(w, epoch),
+            Event::HalfClose { w, head } => self.half_close(w, head),
+            Event::ResetSeen { w, epoch } => self.reset_seen(w, epoch),
             Event::Deliver { from, to, msg } => {
                 let snapshot = msg.get_msg_type() == MessageType::MsgSnapshot;
                 let up = self.slots[&to].replica.is_some();
@@ -1036,6 +1122,14 @@ impl World {
             Event::Crash(id) => {
                 if self.stormy && self.slots[&id].replica.is_some() {
                     self.crash(id);
+                }
+            }
+            Event::CutTail(id) => {
+                if self.stormy && self.slots[&id].replica.is_some() {
+                    self.crash_cut(id);
+                } else if self.stormy {
+                    // Down: the cut waits for its next life.
+                    self.at(250, Event::CutTail(id));
                 }
             }
             Event::Synced { id, life } => {
@@ -1290,6 +1384,32 @@ impl World {
         ));
         let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         slot.disk = slot.disk.crash(keep);
+        self.down(id);
+    }
+
+    /// Replica `id` crashes and its disk loses the end of its log: what it had not synced and
+    /// the newest 1–4 records it had ([`Options::cut_tails`]).
+    fn crash_cut(&mut self, id: u64) {
+        self.stats.crashes += 1;
+        self.stats.cut_tails += 1;
+        let cut = self.rng.random_range(1..=4);
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let disk = slot.disk.crash_cut(cut);
+        let lost = escher_head::replication::LogStore::lost_tail(&disk).map(|l| l.describe());
+        slot.disk = disk;
+        if lost.is_some() {
+            self.stats.records_cut += cut as u64;
+        }
+        self.note(format!(
+            "crash replica {id}, its disk cut {cut} synced records off its log's end: {lost:?}"
+        ));
+        self.down(id);
+    }
+
+    /// Replica `id`'s process is gone (its disk was crashed already): its soft state with it;
+    /// it comes back 0.2–8 s later.
+    fn down(&mut self, id: u64) {
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
         slot.replica = None;
         slot.waiters.clear();
         slot.change = None;
@@ -1301,6 +1421,26 @@ impl World {
         slot.life += 1;
         let back = self.rng.random_range(200..8_000);
         self.at(back, Event::Restart(id));
+    }
+
+    /// Replica `id` leads: if its log lost a tail, it skips the ids the lost write may have
+    /// given out, once, as the head's owner does when it takes the lead
+    /// (`runtime/owner/leadership.rs`, `Command::SkipIds` with `LostTail::ids_at_risk`).
+    fn skip_lost_ids(&mut self, id: u64) {
+        let now = self.now;
+        let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+        let Some(lost) = slot.lost_tail.take() else {
+            return;
+        };
+        let Some(replica) = slot.replica.as_mut() else {
+            return;
+        };
+        let (count, why) = (lost.ids_at_risk(), lost.describe());
+        let proposed = replica.propose(vec![(Command::SkipIds { count, why }, None)], now);
+        self.stats.skips += 1;
+        self.note(format!(
+            "replica {id} leads with a lost tail: skips {count} ids ({proposed:?})"
+        ));
     }
 
     /// The operator asks the replica it finds leading (the highest term's) to stop for a
@@ -1422,10 +1562,16 @@ impl World {
         };
         match opened {
             Ok(replica) => {
-                self.slots
-                    .get_mut(&id)
-                    .expect("every voter has a slot")
-                    .replica = Some(replica);
+                if let Some(lost) = replica.lost_tail() {
+                    self.note(format!(
+                        "replica {id} opens a log that lost its tail: {}",
+                        lost.describe()
+                    ));
+                }
+                let slot = self.slots.get_mut(&id).expect("every voter has a slot");
+                // As the head's owner reads it at its start.
+                slot.lost_tail = replica.lost_tail();
+                slot.replica = Some(replica);
                 self.drive(id);
             }
             Err(e) => self.fail(format!("replica {id} cannot open its log: {e}")),
@@ -1468,7 +1614,17 @@ impl World {
             let names: Vec<String> = (0..count).map(|i| format!("c{}w{seq}t{i}", c.id)).collect();
             // With workers, an attempt a fault stopped is retried (without, nothing ever fails).
             let retries = if self.options.workers > 0 { 3 } else { 0 };
-            (submit(&names, retries), Intent::Submit(names))
+            // With the streams bounded in bytes, one task in four is large (its arguments).
+            let sized =
+                self.options.workers > 0 && self.options.stream_faults && self.options.stream_bytes;
+            let sizes: Vec<usize> = names
+                .iter()
+                .map(|_| match sized {
+                    true if self.rng.random_ratio(1, 4) => self.rng.random_range(1_000..6_000),
+                    _ => 0,
+                })
+                .collect();
+            (submit(&names, retries, &sizes), Intent::Submit(names))
         };
         self.note(format!("client {client} writes {intent:?}"));
         let now = self.elapsed();
@@ -2054,6 +2210,9 @@ impl World {
                 self.note(format!(
                     "replica {id}: leading {leading}, leader {leader:?}"
                 ));
+                if leading {
+                    self.skip_lost_ids(id);
+                }
                 if !self.workers.is_empty() {
                     self.owner_lead(id, leading);
                 }
@@ -2273,13 +2432,17 @@ fn register(seq: u64) -> Command {
     }
 }
 
-fn submit(names: &[String], max_retries: u32) -> Command {
+/// A submission of tasks `names`, each with an argument of `sizes` bytes (none for 0).
+fn submit(names: &[String], max_retries: u32, sizes: &[usize]) -> Command {
     let tasks = names
         .iter()
-        .map(|name| TaskSpec {
+        .zip(sizes)
+        .map(|(name, &size)| TaskSpec {
             name: name.clone(),
             kind: TaskKind::Command {
-                argv: vec!["true".to_string()],
+                argv: std::iter::once("true".to_string())
+                    .chain((size > 0).then(|| "x".repeat(size)))
+                    .collect(),
                 env: Vec::new(),
                 cwd: None,
             },

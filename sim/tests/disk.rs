@@ -157,3 +157,51 @@ fn a_full_disk_refuses_a_leaders_snapshot_and_changes_nothing() {
     assert_eq!(after.first_index().unwrap(), 10);
     assert_eq!(after.initial_state().unwrap().hard_state.commit, 9);
 }
+
+#[test]
+fn a_cut_tail_loses_the_newest_synced_records_and_is_reported_once() {
+    let disk = SimDisk::new();
+    // Two synced writes (each an entry and a hard state), then one under way.
+    for i in 1..=2 {
+        disk.append(&[entry(i)]).unwrap();
+        disk.set_hard_state(commit(i)).unwrap();
+        disk.sync().unwrap();
+        disk.settle();
+    }
+    disk.append(&[entry(3)]).unwrap();
+    disk.sync().unwrap();
+    assert_eq!(disk.lost_tail(), None, "nothing lost yet");
+    // The cut takes the second write's two records and the fsync under way.
+    let cut = disk.crash_cut(2);
+    assert_eq!(cut.last_index().unwrap(), 1);
+    assert_eq!(cut.initial_state().unwrap().hard_state.commit, 1);
+    let lost = cut.lost_tail().expect("the cut write is reported");
+    assert!(
+        !lost.written_whole,
+        "a cut tail looks like an unfinished write"
+    );
+    assert!(lost.bytes > 0 && lost.offset > 0, "{lost:?}");
+    assert!(
+        lost.ids_at_risk() > escher_head::replication::CUT_TAIL_IDS,
+        "{lost:?}"
+    );
+    // The recovery cut the damage off: the next crash finds a clean log, with what the cut
+    // left and what was synced since.
+    cut.append(&[entry(2)]).unwrap();
+    cut.sync().unwrap();
+    cut.settle();
+    let again = cut.crash(0);
+    assert_eq!(again.lost_tail(), None);
+    assert_eq!(again.last_index().unwrap(), 2);
+    // A cut never reaches behind a compaction: it is durable with everything before it.
+    again
+        .compact(2, ConfState::default(), b"state".to_vec())
+        .unwrap();
+    let behind = again.crash_cut(4);
+    assert_eq!(
+        behind.lost_tail(),
+        None,
+        "nothing synced since the compaction"
+    );
+    assert_eq!(behind.first_index().unwrap(), 3);
+}

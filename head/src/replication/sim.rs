@@ -136,6 +136,13 @@ impl SimReplica {
         Ok(SimReplica { replica })
     }
 
+    /// The last write of its log, if the log lost it at open though it may have been
+    /// acknowledged (a cut tail, `SimDisk::crash_cut`): what the head's owner reads at start to
+    /// skip the ids it may have given out once it leads (`Command::SkipIds`).
+    pub fn lost_tail(&self) -> Option<crate::replication::LostTail> {
+        self.replica.lost_tail()
+    }
+
     /// Proposes a membership change, as `escher heads add|remove` has the leader do (see
     /// `Replica::propose_change`): its index and term.
     pub fn propose_change(&mut self, change: &HeadChange) -> Result<(u64, u64), NotAccepted> {

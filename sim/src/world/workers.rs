@@ -26,9 +26,14 @@
 //! lease renewals included, as the head sends them on the stream's queue) may fill: the leader
 //! drops a full stream with the message that found it full, the stream ends for the worker once
 //! it has read what the queue held, and the node is declared lost a heartbeat timeout later
-//! unless its worker attaches again.
+//! unless its worker attaches again. The queue is bounded in bytes too
+//! ([`Options::stream_bytes`]), each message counted as the head's `LinkSender` counts it
+//! (`HeadMessage::queued_bytes`), and one side of a stream may close while the other goes on
+//! ([`Options::half_closes`], [`World::half_close`]).
 //!
 //! [`Options::stream_faults`]: crate::world::Options::stream_faults
+//! [`Options::stream_bytes`]: crate::world::Options::stream_bytes
+//! [`Options::half_closes`]: crate::world::Options::half_closes
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
@@ -40,7 +45,7 @@ use escher_head::replication::sim::SimReplica;
 use escher_head::runtime::liveness::{self, Heard};
 use escher_head::runtime::streams::{Offer, Outlet, Streams, Superseded};
 use escher_proto::types::{
-    ClusterEvent, Labels, NodeChange, NodeId, TaskFinished, TaskResult, WatchEvent,
+    ClusterEvent, HeadMessage, Labels, NodeChange, NodeId, TaskFinished, TaskResult, WatchEvent,
 };
 use rand::Rng;
 
@@ -92,8 +97,28 @@ pub(super) struct Pipes {
     closed: BTreeSet<(usize, u64)>,
     /// How many messages each stream's queue holds: taken, and not yet read by its worker.
     queued: BTreeMap<(usize, u64), usize>,
+    /// How many bytes of messages each stream's queue holds (`HeadMessage::queued_bytes`, as
+    /// the head's `LinkSender` counts them against `OUTBOX_BYTES`).
+    queued_bytes: BTreeMap<(usize, u64), u64>,
     /// The most messages a stream's queue holds (per seed); `None`: no bound.
     room: Option<usize>,
+    /// The most bytes a stream's queue holds (per seed, [`Options::stream_bytes`]); `None`:
+    /// no bound.
+    ///
+    /// [`Options::stream_bytes`]: crate::world::Options::stream_bytes
+    room_bytes: Option<u64>,
+    /// Streams found full by their bytes while they held fewer messages than their room, since
+    /// the world last counted them.
+    full_by_bytes: u64,
+    /// The streams whose head's side closed (the head reads nothing more of them and has
+    /// forgotten them; their worker still reads what their queue held).
+    head_closed: BTreeSet<(usize, u64)>,
+    /// The streams whose worker's side closed while their head still holds them: their queue
+    /// takes what the head offers, and nobody reads it, until the head sees the reset.
+    worker_closed: BTreeSet<(usize, u64)>,
+    /// Messages taken by a stream whose worker's side had closed, since the world last counted
+    /// them.
+    taken_unread: u64,
     /// The streams found full, which the owner dropped: each ends once its worker has read
     /// what it holds.
     full: Vec<(usize, u64)>,
@@ -142,12 +167,26 @@ impl Outlet<ToWorker> for SimLink {
             pipes.offered_closed += 1;
             return Offer::Closed(msg);
         }
+        let size = msg.queued_bytes();
+        let bytes = pipes.queued_bytes.get(&stream).copied().unwrap_or(0);
         let depth = pipes.queued.entry(stream).or_default();
-        if pipes.room.is_some_and(|room| *depth >= room) {
+        let full = pipes.room.is_some_and(|room| *depth >= room);
+        // As `LinkSender::try_send`: full when the message would take the queue past its bytes.
+        let full_bytes = pipes
+            .room_bytes
+            .is_some_and(|limit| bytes.saturating_add(size) > limit);
+        if full || full_bytes {
+            if !full {
+                pipes.full_by_bytes += 1;
+            }
             pipes.full.push(stream);
             return Offer::Full;
         }
         *depth += 1;
+        *pipes.queued_bytes.entry(stream).or_default() += size;
+        if pipes.worker_closed.contains(&stream) {
+            pipes.taken_unread += 1;
+        }
         pipes.taken.push((self.w, self.epoch, msg));
         Offer::Taken
     }
@@ -224,12 +263,29 @@ impl World {
                     self.at(when, Event::StallStream(w));
                 }
             }
+            if self.options.stream_faults && self.options.half_closes {
+                for _ in 0..self.rng.random_range(0..3) {
+                    let when = self.rng.random_range(500..self.options.duration_ms);
+                    self.at(when, Event::HalfClose { w, head: true });
+                }
+                for _ in 0..self.rng.random_range(0..3) {
+                    let when = self.rng.random_range(500..self.options.duration_ms);
+                    self.at(when, Event::HalfClose { w, head: false });
+                }
+            }
         }
         if self.options.stream_faults {
             // Room for a few heartbeats' answers and a registration's reconcile: a stream that
             // is read fills only while its worker does not read it.
             let room = self.rng.random_range(3..=8);
             self.wire.borrow_mut().room = Some(room);
+            if self.options.stream_bytes {
+                // Room for one of the largest assignments a client submits and more (the
+                // head's `OUTBOX_BYTES` is far above any spec it takes), so a few large ones
+                // fill it before its messages do.
+                let bytes = self.rng.random_range(8_000..=20_000);
+                self.wire.borrow_mut().room_bytes = Some(bytes);
+            }
         }
     }
 
@@ -497,13 +553,91 @@ impl World {
         self.wire.borrow_mut().stalled.insert((w, epoch), until);
     }
 
+    /// One side of worker `w`'s current stream (or the next it opens) closes while the other
+    /// goes on, as one half of an HTTP/2 stream can end before the other
+    /// ([`Options::half_closes`]).
+    ///
+    /// - `head`: the head's side. The head reads nothing more of the stream (its heartbeats
+    ///   are lost) and the leader holding it sees it end at once (the owner's `Msg::Detach`,
+    ///   which drops its sending end); the worker still reads what the stream's queue held and
+    ///   what was on its way, then finds the stream ended.
+    /// - not `head`: the worker's side. The worker finds its stream ended at once and
+    ///   registers again; the leader holding it goes on offering it messages, which its queue
+    ///   takes (`Offer::Taken`) and nobody reads, until the reset reaches it (within a
+    ///   heartbeat timeout: a cut or a slow network delays it): from then its queue is closed
+    ///   (`Offer::Closed`), and it sees the stream end within the network's longest delay.
+    ///
+    /// [`Options::half_closes`]: crate::world::Options::half_closes
+    pub(super) fn half_close(&mut self, w: usize, head: bool) {
+        let worker = &self.workers[w];
+        if !self.stormy || !worker.up {
+            return;
+        }
+        if !worker.registered {
+            return self.at(250, Event::HalfClose { w, head });
+        }
+        if !head && worker.frozen_until > self.now {
+            // The worker's side is its process's: it notices once it runs again.
+            let wait = worker.frozen_until - self.now;
+            return self.at(wait, Event::HalfClose { w, head });
+        }
+        let (boot, epoch) = (worker.boot, worker.epoch);
+        let stream = (w, epoch);
+        if self.wire.borrow().closed.contains(&stream) {
+            return; // closed at both ends already
+        }
+        if head {
+            if !self.wire.borrow_mut().head_closed.insert(stream) {
+                return;
+            }
+            self.stats.head_half_closes += 1;
+            self.note(format!(
+                "the head's side of worker {w}'s stream {epoch} closes: the worker reads on"
+            ));
+            self.stream_ended(w, epoch);
+            // After what the queue held and what is on its way, in order.
+            self.send_to_worker(w, boot, epoch, ToWorker::Broken);
+        } else {
+            if !self.wire.borrow_mut().worker_closed.insert(stream) {
+                return;
+            }
+            self.stats.worker_half_closes += 1;
+            let lag = self.rng.random_range(0..=HEARTBEAT_TIMEOUT_MS);
+            self.note(format!(
+                "worker {w}'s side of its stream {epoch} closes: the head sees it in {lag} ms"
+            ));
+            let worker = &mut self.workers[w];
+            worker.detach();
+            let client = worker.client;
+            self.at(0, Event::Think(client));
+            self.at(lag, Event::ResetSeen { w, epoch });
+        }
+    }
+
+    /// The reset of worker `w`'s stream `epoch`, whose worker's side closed, reaches the head:
+    /// its queue is closed now (what the head offers it comes back, `Offer::Closed`), and the
+    /// leader holding it sees it end within the network's longest delay.
+    pub(super) fn reset_seen(&mut self, w: usize, epoch: u64) {
+        if !self.wire.borrow_mut().closed.insert((w, epoch)) {
+            return;
+        }
+        let leader_hears = self.rng.random_range(0..=self.network.max_delay);
+        self.at(leader_hears, Event::StreamEnded { w, epoch });
+    }
+
     /// A message of worker `w` reaches replica `to`: the leader's side of the stream.
     pub(super) fn at_head(&mut self, to: u64, w: usize, boot: u64, epoch: u64, msg: FromWorker) {
         let Some(node) = self.workers[w].node else {
             return;
         };
-        if self.wire.borrow().closed.contains(&(w, epoch)) {
-            return; // the network closed the stream: nothing more crosses it
+        {
+            let pipes = self.wire.borrow();
+            if pipes.closed.contains(&(w, epoch)) {
+                return; // the network closed the stream: nothing more crosses it
+            }
+            if pipes.head_closed.contains(&(w, epoch)) {
+                return; // the head's side of the stream closed: it reads nothing more of it
+            }
         }
         if self.options.trace && matches!(msg, FromWorker::Attach { .. }) {
             self.note(format!("worker {w}'s stream {epoch} reaches replica {to}"));
@@ -635,6 +769,8 @@ impl World {
                     ToWorker::Assign {
                         task: assignment.task_id,
                         attempt: assignment.attempt,
+                        // The head's message for it, as its queue counts it.
+                        bytes: HeadMessage::Assign((**assignment).clone()).queued_bytes(),
                     },
                 ),
                 Effect::Cancel {
@@ -701,7 +837,12 @@ impl World {
     /// holds, and the worker registers again.
     fn end_full_streams(&mut self, id: u64) {
         let full = std::mem::take(&mut self.wire.borrow_mut().full);
-        self.stats.offered_closed += std::mem::take(&mut self.wire.borrow_mut().offered_closed);
+        {
+            let pipes = &mut *self.wire.borrow_mut();
+            self.stats.offered_closed += std::mem::take(&mut pipes.offered_closed);
+            self.stats.stream_full_by_bytes += std::mem::take(&mut pipes.full_by_bytes);
+            self.stats.taken_unread += std::mem::take(&mut pipes.taken_unread);
+        }
         for (w, epoch) in full {
             self.stats.stream_overflows += 1;
             self.note(format!(
@@ -916,6 +1057,9 @@ impl World {
             if let Some(depth) = pipes.queued.get_mut(&stream) {
                 *depth = depth.saturating_sub(1);
             }
+            if let Some(bytes) = pipes.queued_bytes.get_mut(&stream) {
+                *bytes = bytes.saturating_sub(msg.queued_bytes());
+            }
         }
         match msg {
             ToWorker::Attached { sent } => {
@@ -955,7 +1099,7 @@ impl World {
                 let client = worker.client;
                 self.at(0, Event::Think(client));
             }
-            ToWorker::Assign { task, attempt } => self.assigned_to(w, task, attempt),
+            ToWorker::Assign { task, attempt, .. } => self.assigned_to(w, task, attempt),
             ToWorker::Cancel { task, attempt } => {
                 if let Some(exec) = self.workers[w].protocol.ended(&(task, attempt)) {
                     self.history.ended(exec, self.now, false);

@@ -22,7 +22,11 @@
 //!   with `NoSpace`, nothing changed (the snapshot file is written aside and renamed).
 //!
 //! A simulated crash is [`SimDisk::crash`]: a new handle over what the media kept, as a
-//! restarted process would find it.
+//! restarted process would find it. [`SimDisk::crash_cut`] is a crash whose disk also lost the
+//! end of what it had synced (a cut tail): the newest synced records are gone, and the new
+//! handle reports the lost write as `DiskLog`'s recovery does when its segment ends in an
+//! unfinished record ([`LogStore::lost_tail`], not `written_whole`), once: the recovery cuts
+//! the damage off, so the handle a later crash leaves reports nothing.
 
 use std::fmt;
 use std::path::PathBuf;
@@ -31,6 +35,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuar
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 
 use super::log_core::LogCore;
+use super::recover::LostTail;
 use super::{LogError, LogStore};
 
 /// One write, as a record on the media.
@@ -42,6 +47,14 @@ enum Record {
 }
 
 impl Record {
+    /// About how many bytes the record takes in a segment.
+    fn bytes(&self) -> u64 {
+        match self {
+            Record::Entries(entries) => entries.iter().map(|e| 32 + e.data.len() as u64).sum(),
+            Record::HardState(_) | Record::ConfState(_) => 32,
+        }
+    }
+
     fn replay(&self, core: &mut LogCore) {
         match self {
             Record::Entries(entries) => core.append(entries),
@@ -54,8 +67,14 @@ impl Record {
 /// What is on the simulated media, and what is on its way there.
 #[derive(Debug, Default)]
 struct Media {
-    /// What a crash keeps for certain.
+    /// What a crash keeps for certain (but a cut tail, [`SimDisk::crash_cut`]).
     durable: LogCore,
+    /// What the last snapshot or compaction made durable: `durable` is it with `synced`.
+    base: LogCore,
+    /// The records synced since `base`, oldest first: a cut tail takes the newest of them.
+    synced: Vec<Record>,
+    /// The write a cut tail took, as the recovery of the log this handle opened saw it.
+    lost_tail: Option<LostTail>,
     /// Records whose fsync has begun and not ended: a crash keeps a prefix of them.
     syncing: Vec<Record>,
     /// Records written since the last `sync`: a crash loses them.
@@ -124,6 +143,7 @@ impl SimDisk {
         for record in &records {
             record.replay(&mut media.durable);
         }
+        media.synced.extend(records);
     }
 
     /// The process stops now. Returns the disk a restarted process finds: everything made
@@ -135,13 +155,57 @@ impl SimDisk {
         for record in syncing.iter().take(keep) {
             record.replay(&mut media.durable);
         }
+        media.synced.extend(syncing.into_iter().take(keep));
         media.buffered.clear();
+        Self::reopened(&media, None)
+    }
+
+    /// The process stops now and the disk loses the end of its log: the fsync under way and
+    /// what was buffered, and the newest `cut` records it had synced (at most those since the
+    /// last snapshot or compaction, which are durable with everything before them), the cut
+    /// falling inside the oldest record it takes. Returns the disk a restarted process finds,
+    /// which reports the lost write ([`LogStore::lost_tail`]) as `DiskLog`'s recovery reports
+    /// a segment that ends in an unfinished record: it cannot tell a write torn by a crash from
+    /// a synced one cut off, nor how much the cut took. With nothing synced to cut, it is
+    /// [`SimDisk::crash`] keeping none of the fsync under way.
+    pub fn crash_cut(&self, cut: usize) -> SimDisk {
+        let mut media = self.media();
+        media.syncing.clear();
+        media.buffered.clear();
+        let cut = cut.min(media.synced.len());
+        if cut == 0 {
+            return Self::reopened(&media, None);
+        }
+        let kept = media.synced.len() - cut;
+        let lost = media.synced.split_off(kept);
+        let mut durable = media.base.clone();
+        for record in &media.synced {
+            record.replay(&mut durable);
+        }
+        media.durable = durable;
+        let offset: u64 = media.synced.iter().map(Record::bytes).sum();
+        // What is left of the oldest record the cut took: some of its bytes, not all.
+        let left = (lost[0].bytes() / 2).max(1);
+        let lost_tail = LostTail {
+            path: dir().join("segment"),
+            offset,
+            bytes: left,
+            written_whole: false,
+        };
+        Self::reopened(&media, Some(lost_tail))
+    }
+
+    /// A new handle over what `media` keeps, as a restarted process opens it.
+    fn reopened(media: &Media, lost_tail: Option<LostTail>) -> SimDisk {
         let durable = media.durable.clone();
         SimDisk {
             core: Arc::new(RwLock::new(durable.clone())),
             media: Arc::new(Mutex::new(Media {
+                base: media.base.clone(),
+                synced: media.synced.clone(),
                 durable,
                 full: media.full,
+                lost_tail,
                 ..Media::default()
             })),
         }
@@ -157,6 +221,8 @@ impl SimDisk {
         media.syncing.clear();
         media.buffered.clear();
         media.durable = self.read().clone();
+        media.base = media.durable.clone();
+        media.synced.clear();
     }
 }
 
@@ -250,5 +316,9 @@ impl LogStore for SimDisk {
 
     fn bytes_since_snapshot(&self) -> u64 {
         self.read().entry_bytes()
+    }
+
+    fn lost_tail(&self) -> Option<LostTail> {
+        self.media().lost_tail.clone()
     }
 }
