@@ -28,7 +28,11 @@ use sha2::{Digest as _, Sha256};
 ///   `TMPDIR` and working directory, the marker file's text (or `absent`) and what `/tmp`
 ///   holds;
 /// - `big(n)` returns `n` bytes (a result kept in the node's store);
-/// - `size(b)` prints and returns the length and SHA-256 of `b`.
+/// - `size(b)` prints and returns the length and SHA-256 of `b`;
+/// - the actor class `Prober(write, marker)`, whose constructor calls `probe`.
+///
+/// The first line is the versions of the interpreter and of cloudpickle (an actor's envelope
+/// carries them).
 const MAKE: &str = r#"
 import cloudpickle
 
@@ -53,7 +57,13 @@ def size(b):
     print("size", len(b), hashlib.sha256(b).hexdigest())
     return len(b)
 
-for f in (probe, big, size):
+class Prober:
+    def __init__(self, write, marker):
+        probe(write, marker)
+
+import sys
+print(sys.version.split()[0], cloudpickle.__version__)
+for f in (probe, big, size, Prober):
     print(cloudpickle.dumps(f).hex())
 "#;
 
@@ -63,7 +73,7 @@ struct Function {
     hash: [u8; 32],
 }
 
-fn functions() -> [Function; 3] {
+fn functions() -> (String, [Function; 4]) {
     let out = Command::new("python3")
         .args(["-c", MAKE])
         .output()
@@ -74,8 +84,10 @@ fn functions() -> [Function; 3] {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
+    let versions = text.lines().next().unwrap_or_default().to_string();
     let made: Vec<Function> = text
         .lines()
+        .skip(1)
         .map(|l| {
             let bytes = hex::decode(l.trim()).expect("hex");
             Function {
@@ -84,7 +96,10 @@ fn functions() -> [Function; 3] {
             }
         })
         .collect();
-    made.try_into().unwrap_or_else(|_| panic!("three pickles: {text}"))
+    let made = made
+        .try_into()
+        .unwrap_or_else(|_| panic!("four pickles: {text}"));
+    (versions, made)
 }
 
 /// Pickled call arguments: `python` is the list of `(kind, value)` pairs, as Python source.
@@ -118,6 +133,21 @@ fn call(function: &Function, deps: &[TaskId], args: &[u8]) -> Task {
         task = task.result_arg(dep);
     }
     task
+}
+
+/// An actor of class `class` (inline, as `Prober`) in an interpreter of its own, made with
+/// the constructor arguments `args` (pickled `(args, kwargs)`, values themselves).
+fn actor(versions: &str, class: &Function, args: &[u8]) -> Task {
+    let mut v = b"ESPY\x02\x03".to_vec();
+    v.push(versions.len() as u8);
+    v.extend_from_slice(versions.as_bytes());
+    v.extend_from_slice(&class.hash);
+    v.extend_from_slice(&0u64.to_le_bytes());
+    v.extend_from_slice(&(class.bytes.len() as u32).to_le_bytes());
+    v.extend_from_slice(&class.bytes);
+    v.extend_from_slice(args);
+    Task::actor(escher::worker::PYTHON_ACTOR_CLASS, v)
+        .resources_str("cpu=1,memory=256,shared/python=1")
 }
 
 /// `probe` writing `write` and reading `marker`, as Python arguments.
@@ -230,7 +260,7 @@ fn plant(path: &str, text: &str) {
 /// as a mapped file.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_not_the_hosts() {
-    let [probe, big, size] = functions();
+    let (versions, [probe, big, size, prober]) = functions();
     let (cluster, admin) = cluster(&[], "private").await;
     let a = tenant(&cluster, &admin, "appa").await;
     let b = tenant(&cluster, &admin, "appb").await;
@@ -245,7 +275,7 @@ async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_no
     let _on_host = OnHost(
         written
             .iter()
-            .chain([&marker, &by_b])
+            .chain([&marker, &by_b, &format!("/tmp/{name}.actor")])
             .cloned()
             .collect(),
     );
@@ -271,7 +301,11 @@ async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_no
     // Another namespace's interpreter: none of A's files, and nothing of B's on the host.
     let out = printed(
         &b,
-        call(&probe, &[], &probe_args(std::slice::from_ref(&by_b), &marker)),
+        call(
+            &probe,
+            &[],
+            &probe_args(std::slice::from_ref(&by_b), &marker),
+        ),
     )
     .await;
     assert_eq!(line(&out, "tmp"), [format!("{name}.b")], "{out}");
@@ -280,6 +314,42 @@ async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_no
         !std::path::Path::new(&by_b).exists(),
         "tenant B's Python task wrote {by_b} on the host"
     );
+
+    // An actor of A's: an interpreter of its own, whose /tmp is its own scratch again.
+    let by_actor = format!("/tmp/{name}.actor");
+    let list = format!("[{by_actor:?}]");
+    let made = a
+        .submit(actor(
+            &versions,
+            &prober,
+            &arguments(&format!("({list}, {marker:?})")),
+        ))
+        .await
+        .unwrap()
+        .id();
+    let out = procs::eventually("the actor's constructor to print", procs::WAIT, || async {
+        let out = a.logs(made, LogStream::Stdout).await.unwrap_or_default();
+        let out = String::from_utf8_lossy(&out).into_owned();
+        // Its last line, whole.
+        if out
+            .split_once("\ntmp ")
+            .is_some_and(|(_, rest)| rest.contains('\n'))
+        {
+            return Some(out);
+        }
+        let status = a.task_info(made).await.unwrap().status;
+        assert!(!status.state.is_terminal(), "the actor: {status:?}");
+        None
+    })
+    .await;
+    assert_eq!(line(&out, "tmp"), [format!("{name}.actor")], "{out}");
+    assert_eq!(line(&out, "marker"), ["absent"], "{out}");
+    assert_eq!(line(&out, "env"), ["/tmp", "/tmp", "/tmp"], "{out}");
+    assert!(
+        !std::path::Path::new(&by_actor).exists(),
+        "tenant A's actor wrote {by_actor} on the host"
+    );
+    a.cancel([made]).await.unwrap();
 
     // A result of 1 MiB is an object of the node's store, read by the client from there and
     // handed to the next task as the store's sealed file.
@@ -302,7 +372,11 @@ async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_no
     let expected: Vec<u8> = (0..N).map(|i| i as u8).collect();
     let out = printed(
         &a,
-        call(&size, &[made], &arguments(&format!("[('ref', {})]", made.0))),
+        call(
+            &size,
+            &[made],
+            &arguments(&format!("[('ref', {})]", made.0)),
+        ),
     )
     .await;
     assert_eq!(
@@ -316,7 +390,7 @@ async fn needs_root_needs_pypi_a_python_tasks_tmp_is_its_interpreters_scratch_no
 /// it reads the test's marker there and what it writes lands on the host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn needs_root_needs_pypi_no_private_tmp_gives_python_tasks_the_hosts_tmp() {
-    let [probe, _, _] = functions();
+    let (_, [probe, _, _, _]) = functions();
     let (cluster, admin) = cluster(&["--no-private-tmp"], "host").await;
     let a = tenant(&cluster, &admin, "appa").await;
     let name = format!("escher-e2e-py-host-tmp-{}", std::process::id());
@@ -326,7 +400,11 @@ async fn needs_root_needs_pypi_no_private_tmp_gives_python_tasks_the_hosts_tmp()
     plant(&marker, "from-the-host");
     let out = printed(
         &a,
-        call(&probe, &[], &probe_args(std::slice::from_ref(&written), &marker)),
+        call(
+            &probe,
+            &[],
+            &probe_args(std::slice::from_ref(&written), &marker),
+        ),
     )
     .await;
     assert_eq!(line(&out, "marker"), ["from-the-host"], "{out}");

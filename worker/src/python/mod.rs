@@ -137,9 +137,9 @@
 //! file of the copy it brought into this node's store.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::ffi::OsString;
 use std::os::fd::AsFd;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -669,7 +669,9 @@ impl Pool {
         // Its HOME (and, with a scratch, its TMPDIR) as it sees them.
         let mut env: Vec<(OsString, OsString)> = interpreter_env(user.as_ref())
             .into_iter()
-            .filter(|(k, _)| !((home.is_some() && k == "HOME") || (scratch.is_some() && k == "TMPDIR")))
+            .filter(|(k, _)| {
+                !((home.is_some() && k == "HOME") || (scratch.is_some() && k == "TMPDIR"))
+            })
             .map(|(k, v)| (k.into(), v.into()))
             .collect();
         if let Some(home) = home {
