@@ -880,6 +880,17 @@ assert ran != node and got == want, (ran, node, got, want)
 assert node in escher._objects.holders(kept) and ran in escher._objects.holders(kept)
 print("read by a task on the other worker", flush=True)
 
+@escher.remote
+class Reader:
+    def digest(self, v):
+        return int(os.environ["ESCHER_NODE_ID"]), hashlib.sha256(v).hexdigest()
+
+# And to another actor, whose interpreter reads it from its own node's store.
+reader = Reader.options(resources={"w1": 1}).remote()
+ran, got = escher.get(reader.digest.remote(ref), timeout=120)
+assert ran != node and got == want, (ran, node, got, want)
+print("read by an actor on the other worker", flush=True)
+
 array = maker.array.remote(1 << 20)
 back = escher.get(array, timeout=120)
 assert hashlib.sha256(back).hexdigest() == \
@@ -908,7 +919,8 @@ def test_an_actor_calls_large_result_stays_on_the_actors_node(object_cluster):
     """An actor method's 4 MiB result stays in the store of the actor's worker: ``get`` returns
     it whole (bytes, and a NumPy array), ``escher objects`` lists it held by the actor's node
     and owned by the driver's session, a task on the other worker given the call's ref reads
-    it there (its node then holds a copy too), a small result comes back inline (no object),
+    it there (its node then holds a copy too), and so does an actor there given it, a small
+    result comes back inline (no object),
     and dropping the ref frees the object (gone from the table and the store)."""
     cluster = object_cluster([64 * MIB, 64 * MIB])
     env = dict(cluster["env"], STORE_W0=str(cluster["workers"]["w0"][1]),
@@ -917,5 +929,6 @@ def test_an_actor_calls_large_result_stays_on_the_actors_node(object_cluster):
                           text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     for step in ("kept on the actor's node", "read by a task on the other worker",
-                 "numpy array", "small inline", "freed"):
+                 "read by an actor on the other worker", "numpy array", "small inline",
+                 "freed"):
         assert step in done.stdout, done.stdout + done.stderr
