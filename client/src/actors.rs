@@ -28,6 +28,18 @@
 //! stop it (an async Python actor's coroutine), else it runs on and its answer is the call's. A call made while the actor is being placed or restarted
 //! waits for it. An actor whose lifetime is owned is killed when the last clone of the handle
 //! that created it is dropped; a detached one, or one found by id or name, is not.
+//!
+//! A call made with [`ActorHandle::call_object`] (or [`ActorHandle::call_object_with`]) names an
+//! object id of this client's object session for its result: a result above the inline
+//! threshold (100 KiB, [`INLINE_RESULT_BYTES`](escher_proto::types::INLINE_RESULT_BYTES), as a
+//! task's) then stays in the actor's node's store as that object, sealed before the call is
+//! answered, and the call returns [`CallResult::Object`], this client's owning [`ObjectRef`]
+//! (recorded by the head, `ObjectsSealed`, as a put's copy is; released when its last clone is
+//! dropped). Its bytes travel only when read ([`ObjectRef::get`]: mapped from the store by a
+//! reader on the actor's machine, fetched worker to client otherwise) or when a task reads it,
+//! worker to worker. A smaller result comes back inline, in the call's answer, with no extra
+//! round trip. The call itself stays what it was, not durable; the object's record is
+//! committed like a put's.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,7 +49,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use escher_proto::batch::Batches;
-use escher_proto::types::{ActorView, Lifetime};
+use escher_proto::types::{ActorView, Lifetime, ObjectId};
 use escher_proto::wire::{self, actor_reply, actors_client::ActorsClient};
 use escher_proto::{TaskId, TaskKind, TaskState, codec};
 use serde::Serialize;
@@ -48,7 +60,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_util::sync::CancellationToken;
 
 use crate::builder::IntoTaskSpec;
-use crate::{Client, ClientError};
+use crate::{Client, ClientError, ObjectRef};
 
 /// How long to wait between looks at an actor that is being placed, restarted or constructed:
 /// from the first to the last, doubling.
@@ -236,13 +248,36 @@ impl Drop for Owner {
     }
 }
 
+/// What an actor call returned ([`ActorHandle::call_object`]): its result bytes, inline, or the
+/// object the actor's worker kept them as.
+#[derive(Debug, Clone)]
+pub enum CallResult {
+    /// The result's bytes (at most the inline threshold, or the call named no object).
+    Bytes(Bytes),
+    /// The result, above the inline threshold, kept in the actor's node's store: this client
+    /// owns it ([`ObjectRef::get`] reads it; dropping the last clone releases it).
+    Object(ObjectRef),
+}
+
+impl CallResult {
+    /// The result's bytes: those that came inline, or the object's, read from its holder.
+    pub async fn bytes(&self) -> Result<Bytes, ClientError> {
+        match self {
+            CallResult::Bytes(bytes) => Ok(bytes.clone()),
+            CallResult::Object(object) => object.get().await,
+        }
+    }
+}
+
 /// One call waiting for its answer.
 struct Pending {
     method: String,
     args: Bytes,
+    /// The object of this client's session its result is kept as when large; `None`: inline.
+    result_object: Option<ObjectId>,
     /// How many times it was sent to an incarnation that then died.
     tries: u32,
-    reply: oneshot::Sender<Result<Bytes, ClientError>>,
+    reply: oneshot::Sender<Result<CallResult, ClientError>>,
     /// Its canceller, if it was made with one.
     cancel: Option<CallCanceller>,
 }
@@ -385,16 +420,61 @@ impl ActorHandle {
             .await
     }
 
+    /// Calls `method` with argument bytes; a result above 100 KiB
+    /// ([`INLINE_RESULT_BYTES`](escher_proto::types::INLINE_RESULT_BYTES)) stays in the
+    /// actor's node's store and comes back as this client's [`ObjectRef`] (module
+    /// documentation), a smaller one as its bytes. Opens this client's object session first
+    /// if it has none.
+    pub async fn call_object(&self, method: &str, args: Bytes) -> Result<CallResult, ClientError> {
+        self.call_object_inner(method, args, None).await
+    }
+
+    /// [`ActorHandle::call_object`], cancellable with `cancel` (see [`CallCanceller`]).
+    pub async fn call_object_with(
+        &self,
+        method: &str,
+        args: Bytes,
+        cancel: &CallCanceller,
+    ) -> Result<CallResult, ClientError> {
+        self.call_object_inner(method, args, Some(cancel.clone()))
+            .await
+    }
+
+    async fn call_object_inner(
+        &self,
+        method: &str,
+        args: Bytes,
+        cancel: Option<CallCanceller>,
+    ) -> Result<CallResult, ClientError> {
+        let id = self.shared.client.new_session_object().await?;
+        self.send_call(method, args, cancel, Some(id)).await
+    }
+
     async fn call_raw_inner(
         &self,
         method: &str,
         args: Bytes,
         cancel: Option<CallCanceller>,
     ) -> Result<Bytes, ClientError> {
+        match self.send_call(method, args, cancel, None).await? {
+            CallResult::Bytes(bytes) => Ok(bytes),
+            // Not asked for; read should a worker keep one anyway.
+            CallResult::Object(object) => object.get().await,
+        }
+    }
+
+    async fn send_call(
+        &self,
+        method: &str,
+        args: Bytes,
+        cancel: Option<CallCanceller>,
+        result_object: Option<ObjectId>,
+    ) -> Result<CallResult, ClientError> {
         let (reply, answer) = oneshot::channel();
         let call = Pending {
             method: method.to_string(),
             args,
+            result_object,
             tries: 0,
             reply,
             cancel,
@@ -473,6 +553,7 @@ impl Shared {
                     seq,
                     method: call.method.clone(),
                     args: call.args.clone(),
+                    result_object: call.result_object.map(Into::into),
                 }],
                 cancel: Vec::new(),
             };
@@ -694,7 +775,34 @@ async fn read_answers_until_end(
                         continue;
                     };
                     let answer = match reply.outcome {
-                        Some(actor_reply::Outcome::Returned(bytes)) => Ok(bytes),
+                        Some(actor_reply::Outcome::Returned(bytes)) => Ok(CallResult::Bytes(bytes)),
+                        Some(actor_reply::Outcome::Kept(kept)) => {
+                            // Recorded by the head before the call is answered, off this loop.
+                            let client = shared.client.clone();
+                            let method = call.method.clone();
+                            let Pending {
+                                result_object,
+                                reply,
+                                ..
+                            } = call;
+                            tokio::spawn(async move {
+                                let answer = match result_object {
+                                    Some(object) => client
+                                        .record_kept(object, kept.size, kept.crc32c, kept.node)
+                                        .await
+                                        .map(CallResult::Object),
+                                    None => Err(ClientError::ActorCall {
+                                        actor: id,
+                                        method,
+                                        message: "the worker kept a result the call named no \
+                                                  object for"
+                                            .into(),
+                                    }),
+                                };
+                                let _ = reply.send(answer);
+                            });
+                            continue;
+                        }
                         Some(actor_reply::Outcome::Error(message)) => Err(ClientError::ActorCall {
                             actor: id,
                             method: call.method.clone(),

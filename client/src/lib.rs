@@ -127,7 +127,7 @@ pub use error::ClientError;
 pub use update::ResourceUpdateExt;
 
 #[cfg(feature = "grpc")]
-pub use actors::{ActorHandle, CallCanceller};
+pub use actors::{ActorHandle, CallCanceller, CallResult};
 #[cfg(feature = "grpc")]
 pub use admin::Backup;
 #[cfg(feature = "grpc")]

@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _api, _deferred, _escher
 from ._api import EscherError, InvalidArgumentError, Resources, TaskRef
-from ._objects import collecting
+from ._objects import ResultRef, collecting, get_object
 
 ActorDiedError = _escher.ActorDiedError
 
@@ -486,7 +486,15 @@ class ActorCallRef(TaskRef):
     queue, and its ``get`` raises ``TaskCancelledError``; a running call of an async actor has
     its coroutine cancelled (the same error); a running call of a sync or threaded actor runs
     on and is answered as usual. A call is answered by the actor, not recorded by the head: it
-    has no task id."""
+    has no task id.
+
+    A result above 100 KiB (pickled; a task's threshold) stays in the actor's node's store as
+    an object of this session: ``escher.get`` reads it from there (mapped on the actor's
+    machine, fetched otherwise), and passing the ref to a remote function or another actor
+    passes the object by reference (the task reads it from its own node's store, fetched
+    worker to worker, and is placed where the copy is when that node has room). The object is
+    kept while this ref, or a task or call given it, lives; then it is released. A smaller
+    result comes back inline, in the call's answer."""
 
     __slots__ = ("_call", "_actor", "_method", "_label", "_part")
 
@@ -522,7 +530,12 @@ class ActorCallRef(TaskRef):
             raise _api._failure(self._actor.actor_id, "cancelled", body, self._what())
         if not ok:
             raise _api._failure(self._actor.actor_id, "failed", body, self._what())
-        value = pickle.loads(body)
+        if isinstance(body, bytes):
+            value = pickle.loads(body)
+        else:
+            # Kept in the actor's node's store: read from there (the native object keeps it).
+            owner, index = body.id
+            value = get_object(ResultRef(owner, index, body))
         if self._part is None:
             return value
         index, count = self._part
@@ -537,6 +550,19 @@ class ActorCallRef(TaskRef):
                 f"a tuple or list of {count}"
             )
         return value[index]
+
+    def _object(self) -> Optional[ResultRef]:
+        """The object the call's result was kept as, once answered, as a reference that keeps
+        it (what passing the ref to a task or an actor passes); ``None`` when the result came
+        inline, the call failed (its ``get`` raises why), or this ref is one of several values
+        (``num_returns``)."""
+        if self._part is not None:
+            return None
+        ok, body = self._call.result(None)
+        if ok is not True or isinstance(body, bytes):
+            return None
+        owner, index = body.id
+        return ResultRef(owner, index, body)
 
     def _why_waiting(self, error: Exception) -> Exception:
         """``error`` with why the call waits: the actor is not placed (the reason the head

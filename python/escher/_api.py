@@ -903,7 +903,7 @@ class RemoteFunction:
         deps: List[TaskRef] = []
         spec = []
         # An actor call's ref never comes here: a call given one is deferred (``remote``), and
-        # its value is what reaches this.
+        # its value is what reaches this (a result kept as an object: its ``ResultRef``).
         for a in args:
             if isinstance(a, TaskRef):
                 if a._kind != "python":

@@ -4,7 +4,9 @@ when its arguments are (Ray's dependency resolution, done by the caller).
 A remote function's task whose argument is an actor call's ref (answered by the actor, not
 recorded by the head, so no task can wait for it), or another such task not sent yet, is a
 ``DeferredTaskRef``: a thread of the caller's waits for those arguments and then submits the
-task (the arguments that are tasks go on as task dataflow). An actor call, or an actor's
+task (the arguments that are tasks go on as task dataflow; an actor call's result kept in
+its actor's node's store goes on as a reference to that object, which the task's worker reads
+from there). An actor call, or an actor's
 creation, whose arguments include refs is an entry of its handle's ``_Sequencer``: one thread
 per handle sends the entries in the order they were made, each once its arguments are ready,
 and a later call without such arguments waits behind them, so that a handle's calls still
@@ -200,7 +202,13 @@ def _ready(value: Any, later: _Later, task: bool) -> Any:
     if not isinstance(value, TaskRef):
         return value
     later.waiting_for = repr(value)
-    if value._kind != "actor-call":
+    if value._kind == "actor-call":
+        # A result kept in the actor's node's store goes on by reference: the task or actor
+        # reads it from its own node's store, not through this caller.
+        kept = value._object()  # type: ignore[attr-defined]
+        if kept is not None:
+            return kept
+    else:
         if isinstance(value, DeferredTaskRef):
             value._settle(None)
         if task:

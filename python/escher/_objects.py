@@ -138,7 +138,10 @@ class ResultRef(ObjectRef):
     """A task's result object (its return value pickled, not ``put``'s layout) given to an
     actor's call or constructor by reference: the actor's interpreter reads it from its node's
     store, as an ``ObjectRef`` argument, rather than the value travelling through the caller.
-    Borrowed: the caller's object session keeps it, as it keeps its tasks' results."""
+    Borrowed: the caller's object session keeps it, as it keeps its tasks' results. An actor
+    call's result kept in its actor's node's store travels as one too, given to a remote
+    function or an actor; the caller's reference then keeps the object (``_owned``) for the
+    call it is given to, as a ``put``'s does."""
 
     __slots__ = ()
 
@@ -146,6 +149,9 @@ class ResultRef(ObjectRef):
         return f"ResultRef({self._id[0]}.{self._id[1]})"
 
     def __reduce__(self):
+        met = _met.get()
+        if met is not None and self._owned is not None:
+            met.append(self)
         return (ResultRef, self._id)
 
 

@@ -7,7 +7,7 @@
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use escher_client::{ActorHandle, CallCanceller, ClientError};
+use escher_client::{ActorHandle, CallCanceller, CallResult, ClientError};
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
 use pyo3::prelude::*;
@@ -32,7 +32,7 @@ pub(crate) struct Actor {
 type Job = (
     String,
     Bytes,
-    oneshot::Sender<Result<Bytes, ClientError>>,
+    oneshot::Sender<Result<CallResult, ClientError>>,
     CallCanceller,
 );
 
@@ -68,7 +68,10 @@ async fn dispatch(handle: ActorHandle, mut jobs: mpsc::UnboundedReceiver<Job>) {
                 Some((method, args, reply, cancel)) => {
                     let handle = handle.clone();
                     running.push(async move {
-                        let _ = reply.send(handle.call_raw_with(&method, args, &cancel).await);
+                        // A result above 100 KiB stays in the actor's node's store: the
+                        // caller gets the object (the package's ActorCallRef reads it, or
+                        // passes it on by reference).
+                        let _ = reply.send(handle.call_object_with(&method, args, &cancel).await);
                     });
                 }
                 None => break,
@@ -145,8 +148,8 @@ impl Actor {
 
 /// Where a call stands.
 enum CallState {
-    Sent(oneshot::Receiver<Result<Bytes, ClientError>>),
-    Answered(Result<Bytes, Arc<ClientError>>),
+    Sent(oneshot::Receiver<Result<CallResult, ClientError>>),
+    Answered(Result<CallResult, Arc<ClientError>>),
 }
 
 /// One actor call's answer.
@@ -156,7 +159,7 @@ pub(crate) struct Call {
     canceller: CallCanceller,
 }
 
-async fn settle(state: &tokio::sync::Mutex<CallState>) -> Result<Bytes, Arc<ClientError>> {
+async fn settle(state: &tokio::sync::Mutex<CallState>) -> Result<CallResult, Arc<ClientError>> {
     let mut state = state.lock().await;
     if let CallState::Sent(rx) = &mut *state {
         let answer = match rx.await {
@@ -173,14 +176,22 @@ async fn settle(state: &tokio::sync::Mutex<CallState>) -> Result<Bytes, Arc<Clie
     }
 }
 
-/// What Python gets of an answer: `(True, value bytes)`, `(False, the method's error text)`,
+/// What Python gets of an answer: `(True, value bytes)`, `(True, Object)` for a result kept
+/// in the actor's node's store (the caller's owning handle: dropping the last Python reference
+/// to it, and the call, releases it), `(False, the method's error text)`,
 /// `(None, why)` for a cancelled call, or the exception of a call that could not be answered
 /// (the actor died, the session ended).
 type Answer = (Option<bool>, Py<PyAny>);
 
-fn to_answer(py: Python<'_>, answer: Result<Bytes, Arc<ClientError>>) -> PyResult<Answer> {
+fn to_answer(py: Python<'_>, answer: Result<CallResult, Arc<ClientError>>) -> PyResult<Answer> {
     match answer {
-        Ok(bytes) => Ok((Some(true), PyBytes::new(py, &bytes).into_any().unbind())),
+        Ok(CallResult::Bytes(bytes)) => {
+            Ok((Some(true), PyBytes::new(py, &bytes).into_any().unbind()))
+        }
+        Ok(CallResult::Object(object)) => Ok((
+            Some(true),
+            Py::new(py, crate::objects::Object::new(object))?.into_any(),
+        )),
         Err(e) => match &*e {
             ClientError::ActorCall { message, .. } => Ok((
                 Some(false),
@@ -197,7 +208,7 @@ fn to_answer(py: Python<'_>, answer: Result<Bytes, Arc<ClientError>>) -> PyResul
 impl Call {
     /// The answer, if it has come, taken without waiting (`None` also while someone else
     /// waits for it).
-    fn ready(&self) -> Option<Result<Bytes, Arc<ClientError>>> {
+    fn ready(&self) -> Option<Result<CallResult, Arc<ClientError>>> {
         let mut state = self.state.try_lock().ok()?;
         if let CallState::Sent(rx) = &mut *state {
             match rx.try_recv() {

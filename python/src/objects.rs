@@ -37,6 +37,13 @@ pub(crate) struct Object {
     inner: ObjectRef,
 }
 
+impl Object {
+    /// The Python handle of the owning reference `inner` (an actor call's kept result).
+    pub(crate) fn new(inner: ObjectRef) -> Object {
+        Object { inner }
+    }
+}
+
 #[pymethods]
 impl Object {
     /// The object's id: `(owner, index)`.

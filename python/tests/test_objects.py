@@ -823,3 +823,112 @@ print("read where made")
 ''')
     assert done.returncode == 0, done.stdout + done.stderr
     assert "read where made" in done.stdout, done.stdout + done.stderr
+
+
+ACTOR_RESULTS = PROLOGUE + r'''
+import gc, json, subprocess
+import numpy
+
+store = pathlib.Path(os.environ["STORE_W0"])
+
+def value(n, seed):
+    return numpy.random.default_rng(seed).bytes(n)
+
+@escher.remote
+class Maker:
+    def where(self):
+        return int(os.environ["ESCHER_NODE_ID"])
+
+    def big(self, n, seed):
+        return value(n, seed)
+
+    def array(self, n):
+        return numpy.arange(n, dtype=numpy.uint32)
+
+    def small(self):
+        return b"s" * 1000
+
+@escher.remote
+def digest(v):
+    return int(os.environ["ESCHER_NODE_ID"]), hashlib.sha256(v).hexdigest()
+
+def listed():
+    out = subprocess.run([os.environ["ESCHER_CLI"], "objects", "--json"], capture_output=True,
+                         text=True, check=True).stdout
+    return {row["id"]: row for row in json.loads(out)}
+
+def files(object_id):
+    return list(store.glob("**/%d.%d.*" % object_id))
+
+maker = Maker.options(resources={"w0": 1}).remote()
+node = escher.get(maker.where.remote(), timeout=120)
+want = hashlib.sha256(value(4 << 20, 3)).hexdigest()
+
+ref = maker.big.remote(4 << 20, 3)
+assert hashlib.sha256(escher.get(ref, timeout=120)).hexdigest() == want
+kept = ref._object()
+assert kept is not None, "a 4 MiB result came back inline"
+row = listed()["%d.%d" % kept.id]
+assert row["holders"] == [node] and row["size"] > 4 << 20, row
+assert row["owner"].startswith("session"), row
+assert files(kept.id), "not in the actor's node's store"
+print("kept on the actor's node", flush=True)
+
+# Passed to a task on the other worker: read there, worker to worker, not through this driver.
+ran, got = escher.get(digest.options(resources={"cpu": 1, "w1": 1}).remote(ref), timeout=120)
+assert ran != node and got == want, (ran, node, got, want)
+assert node in escher._objects.holders(kept) and ran in escher._objects.holders(kept)
+print("read by a task on the other worker", flush=True)
+
+@escher.remote
+class Reader:
+    def digest(self, v):
+        return int(os.environ["ESCHER_NODE_ID"]), hashlib.sha256(v).hexdigest()
+
+# And to another actor, whose interpreter reads it from its own node's store.
+reader = Reader.options(resources={"w1": 1}).remote()
+ran, got = escher.get(reader.digest.remote(ref), timeout=120)
+assert ran != node and got == want, (ran, node, got, want)
+print("read by an actor on the other worker", flush=True)
+
+array = maker.array.remote(1 << 20)
+back = escher.get(array, timeout=120)
+assert hashlib.sha256(back).hexdigest() == \
+    hashlib.sha256(numpy.arange(1 << 20, dtype=numpy.uint32)).hexdigest()
+assert array._object() is not None
+print("numpy array", flush=True)
+
+before = set(listed())
+small = maker.small.remote()
+assert escher.get(small, timeout=120) == b"s" * 1000
+assert small._object() is None and set(listed()) == before
+print("small inline", flush=True)
+
+object_id = kept.id
+del ref, kept, array, back
+gc.collect()
+deadline = time.time() + 60
+while "%d.%d" % object_id in listed() or files(object_id):
+    assert time.time() < deadline, "the dropped result was never freed"
+    time.sleep(0.1)
+print("freed", flush=True)
+'''
+
+
+def test_an_actor_calls_large_result_stays_on_the_actors_node(object_cluster):
+    """An actor method's 4 MiB result stays in the store of the actor's worker: ``get`` returns
+    it whole (bytes, and a NumPy array), ``escher objects`` lists it held by the actor's node
+    and owned by the driver's session, a task on the other worker given the call's ref reads
+    it there (its node then holds a copy too), and so does an actor there given it, a small
+    result comes back inline (no object),
+    and dropping the ref frees the object (gone from the table and the store)."""
+    cluster = object_cluster([64 * MIB, 64 * MIB])
+    env = dict(cluster["env"], STORE_W0=str(cluster["workers"]["w0"][1]),
+               ESCHER_CLI=binary("escher"))
+    done = subprocess.run([sys.executable, "-c", ACTOR_RESULTS], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for step in ("kept on the actor's node", "read by a task on the other worker",
+                 "read by an actor on the other worker", "numpy array", "small inline",
+                 "freed"):
+        assert step in done.stdout, done.stdout + done.stderr

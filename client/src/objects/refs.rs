@@ -333,6 +333,42 @@ impl Client {
         Ok(reference)
     }
 
+    /// Has the head record a copy of object `id` (of this client's session) that a worker
+    /// sealed on its own, an actor call's result kept in node `node`'s store (`actors.rs`),
+    /// and returns the owner's reference.
+    pub(crate) async fn record_kept(
+        &self,
+        id: ObjectId,
+        size: u64,
+        checksum: u32,
+        node: u64,
+    ) -> Result<ObjectRef, ClientError> {
+        let copy = wire::SealedObject {
+            id: Some(id.into()),
+            size,
+            crc32c: checksum,
+            node,
+        };
+        let reply = self
+            .call(|mut rpc| {
+                let request = wire::ObjectsSealedRequest {
+                    copies: vec![copy],
+                    namespace: self.namespace_text(),
+                };
+                async move { rpc.objects_sealed(request).await }
+            })
+            .await?;
+        // From here the head holds the object: a failure below must still release it.
+        let reference = ObjectRef::owning(self, id, size, checksum);
+        if let Some(dropped) = reply.dropped.into_iter().next() {
+            return Err(ClientError::ObjectUnavailable(format!(
+                "object {id}: the head did not record its copy on node {node}: {}",
+                dropped.reason
+            )));
+        }
+        Ok(reference)
+    }
+
     /// The bytes of object `id` (of this client's namespace): read from its holder's own
     /// sealed file, mapped read-only with no copy, when a holder runs on this machine (the
     /// mapping pins the object there while the `Bytes` live; `map.rs`), else fetched from the

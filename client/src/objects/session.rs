@@ -188,6 +188,20 @@ impl Client {
         Ok(*session)
     }
 
+    /// A new object id of this client's object session (opened first if it has none), for an
+    /// object this client will own but not put: an actor call's result kept where it was made
+    /// (`actors.rs`).
+    pub(crate) async fn new_session_object(&self) -> Result<ObjectId, ClientError> {
+        let puts = self.puts();
+        // With a session open, no await: a handle's calls keep the order they were made in.
+        let mut session = puts.open_now();
+        if session == 0 {
+            session = self.open_object_session().await?;
+        }
+        let index = puts.next.fetch_add(1, Ordering::Relaxed);
+        Ok(ObjectId(session, index))
+    }
+
     /// Labels `spec` with this client's object session, when one is open
     /// ([`OBJECT_SESSION_LABEL`]): the task's result object, if it has one, goes when the
     /// session ends. A client that never put leaves the spec as it is.

@@ -1675,6 +1675,27 @@ pub struct ActorCall {
     /// The argument bytes.
     #[prost(bytes = "bytes", tag = "3")]
     pub args: ::prost::bytes::Bytes,
+    /// Where a result above the inline threshold (`INLINE_RESULT_BYTES`, 100 KiB, as a task's) is
+    /// kept: sealed in the actor's node's store as this object, an id of the caller's object
+    /// session, and answered `kept` instead of `returned` (the caller then has the head record the
+    /// copy, `ObjectsSealed`, and owns it as it owns its puts). Absent: the result comes back
+    /// inline whatever its size. A result at or below the threshold always comes back inline.
+    #[prost(message, optional, tag = "4")]
+    pub result_object: ::core::option::Option<ObjectKey>,
+}
+/// A call's result kept in the actor's node's store as the object its call named
+/// (`ActorCall.result_object`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]
+pub struct KeptResult {
+    /// Its length in bytes.
+    #[prost(uint64, tag = "1")]
+    pub size: u64,
+    /// Its CRC-32C.
+    #[prost(fixed32, tag = "2")]
+    pub crc32c: u32,
+    /// The node whose store holds it (the actor's).
+    #[prost(uint64, tag = "3")]
+    pub node: u64,
 }
 /// The first message of a call stream names the actor and carries its data ticket.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -1711,7 +1732,7 @@ pub struct ActorReply {
     /// The call's number.
     #[prost(uint64, tag = "1")]
     pub seq: u64,
-    #[prost(oneof = "actor_reply::Outcome", tags = "2, 3, 4, 5")]
+    #[prost(oneof = "actor_reply::Outcome", tags = "2, 3, 4, 5, 6")]
     pub outcome: ::core::option::Option<actor_reply::Outcome>,
 }
 /// Nested message and enum types in `ActorReply`.
@@ -1731,6 +1752,10 @@ pub mod actor_reply {
         /// ran: why.
         #[prost(string, tag = "5")]
         Cancelled(::prost::alloc::string::String),
+        /// The method returned more than the inline threshold, and its bytes were kept as the
+        /// object the call named (`ActorCall.result_object`).
+        #[prost(message, tag = "6")]
+        Kept(super::KeptResult),
     }
 }
 /// Answers, in the order the calls end.

@@ -40,6 +40,16 @@ pub(crate) enum CallOutcome {
     Died(String),
     /// The caller cancelled the call before it started, or it was stopped while it ran: why.
     Cancelled(String),
+    /// The method returned more than the inline threshold, and its bytes were kept in this
+    /// node's store as the object the call named (the `Actors` service does this, `service.rs`).
+    Kept {
+        /// Its length in bytes.
+        size: u64,
+        /// Its CRC-32C.
+        crc32c: u32,
+        /// This node.
+        node: u64,
+    },
 }
 
 /// One queued call.

@@ -94,10 +94,11 @@ impl DataPlane {
                  authenticated by the head's tickets but their bytes are not encrypted"
             );
         }
+        let service = ActorService::new(Arc::clone(&host)).with_objects(objects.clone());
         let objects = ObjectService::new(objects, Arc::clone(&host))
             .with_stop(stop.clone())
             .into_server();
-        let service = ActorsServer::new(ActorService::new(host))
+        let service = ActorsServer::new(service)
             .max_decoding_message_size(MAX_MESSAGE)
             .max_encoding_message_size(MAX_MESSAGE);
         let incoming = tokio_stream::wrappers::TcpListenerStream::new(self.listener);

@@ -9,13 +9,21 @@
 //! incarnation, so that the caller resolves it again). Calls are then queued at once, in
 //! order, without waiting for earlier ones to end (pipelining); answers go back in batches of
 //! whatever has ended.
+//!
+//! A call that names a result object (`ActorCall.result_object`, an id of its caller's object
+//! session) and returns more than [`INLINE_RESULT_BYTES`] (100 KiB, a task's threshold) has its
+//! result sealed in this node's store as that object before it is answered, and is answered
+//! `kept` (its size, CRC-32C and this node) instead of with the bytes: the caller has the head
+//! record the copy and owns it as it owns a put, and whoever reads it fetches it from here,
+//! worker to worker or worker to client. A result that cannot be kept (the store cannot take
+//! it, the id is held already) is answered inline, as it is when no object is named.
 
 use std::collections::HashMap;
 use std::pin::Pin;
 use std::sync::Arc;
 
 use escher_proto::TaskId;
-use escher_proto::types::DataTicket;
+use escher_proto::types::{DataTicket, INLINE_RESULT_BYTES, ObjectId};
 use escher_proto::wire::{self, actor_reply, actors_server::Actors};
 use futures_util::stream::FuturesUnordered;
 use tokio::sync::{mpsc, oneshot};
@@ -23,6 +31,8 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::host::{ActorHost, CANCELLED_QUEUED, Call, CallControl, CallOutcome, Live, Pending};
+use crate::objects::NodeObjects;
+use crate::objects::result::keep_call_result;
 
 /// The most calls one stream may have queued and unanswered; past it, the stream's calls wait
 /// to be read (HTTP/2 flow control pushes back on the caller).
@@ -32,12 +42,25 @@ const MAX_IN_FLIGHT: usize = 4096;
 #[derive(Debug, Clone)]
 pub struct ActorService {
     host: Arc<ActorHost>,
+    /// This node's objects, where large results are kept (none: every result inline).
+    objects: Option<NodeObjects>,
 }
 
 impl ActorService {
-    /// The service over `host`.
+    /// The service over `host`; every result is answered inline until
+    /// [`with_objects`](Self::with_objects) gives it a store.
     pub fn new(host: Arc<ActorHost>) -> ActorService {
-        ActorService { host }
+        ActorService {
+            host,
+            objects: None,
+        }
+    }
+
+    /// Keeps results above [`INLINE_RESULT_BYTES`] of calls that name a result object in
+    /// `objects` (this node's store).
+    pub fn with_objects(mut self, objects: NodeObjects) -> ActorService {
+        self.objects = Some(objects);
+        self
     }
 
     /// The live incarnation `open` may call, or why not.
@@ -117,7 +140,12 @@ impl Actors for ActorService {
         })?;
         let live = self.admit(open)?;
         let (out_tx, out_rx) = mpsc::channel::<Result<wire::ActorReplyBatch, Status>>(64);
-        tokio::spawn(pump(live, first, inbound, out_tx));
+        let keeper = self
+            .objects
+            .clone()
+            .zip(self.host.key().map(|(node, _)| node.0))
+            .map(|(objects, node)| Keeper { objects, node });
+        tokio::spawn(pump(live, first, inbound, out_tx, keeper));
         let stream = tokio_stream::wrappers::ReceiverStream::new(out_rx);
         Ok(Response::new(Box::pin(stream)))
     }
@@ -130,6 +158,7 @@ async fn pump(
     first: wire::ActorCallBatch,
     mut inbound: Streaming<wire::ActorCallBatch>,
     out: mpsc::Sender<Result<wire::ActorReplyBatch, Status>>,
+    keeper: Option<Keeper>,
 ) {
     let mut pending: FuturesUnordered<_> = FuturesUnordered::new();
     let mut open = true;
@@ -152,6 +181,9 @@ async fn pump(
                 continue;
             }
             *last_seq = seq;
+            // Where a large result goes, when the caller named an object and this node has a
+            // store.
+            let keep = keeper.clone().zip(call.result_object.map(ObjectId::from));
             let (tx, rx) = oneshot::channel();
             // Counted until answered (or until nobody waits for the answer any more).
             let counted = Pending::new(&live);
@@ -168,6 +200,7 @@ async fn pump(
             }
             controls.insert(seq, Arc::clone(&control));
             let why = Arc::clone(&live.why);
+            let namespace = live.namespace.clone();
             waits.push(Box::pin(async move {
                 let _counted = counted;
                 let cancelled = CallOutcome::Cancelled(CANCELLED_QUEUED.into());
@@ -194,6 +227,14 @@ async fn pump(
                             .unwrap_or_else(|| "the actor ended".into()),
                     )
                 });
+                let outcome = match (outcome, keep) {
+                    (CallOutcome::Returned(bytes), Some((keeper, id)))
+                        if bytes.len() > INLINE_RESULT_BYTES =>
+                    {
+                        keeper.keep(id, namespace, bytes).await
+                    }
+                    (outcome, _) => outcome,
+                };
                 (seq, outcome)
             }));
         }
@@ -257,9 +298,48 @@ fn reply(seq: u64, outcome: CallOutcome) -> wire::ActorReply {
         CallOutcome::Error(why) => actor_reply::Outcome::Error(why),
         CallOutcome::Died(why) => actor_reply::Outcome::Died(why),
         CallOutcome::Cancelled(why) => actor_reply::Outcome::Cancelled(why),
+        CallOutcome::Kept { size, crc32c, node } => {
+            actor_reply::Outcome::Kept(wire::KeptResult { size, crc32c, node })
+        }
     };
     wire::ActorReply {
         seq,
         outcome: Some(outcome),
+    }
+}
+
+/// Keeps large results in this node's store: its objects, and the node's id (which the answer
+/// names).
+#[derive(Debug, Clone)]
+struct Keeper {
+    objects: NodeObjects,
+    node: u64,
+}
+
+impl Keeper {
+    /// `bytes` kept as object `id` of `namespace`: [`CallOutcome::Kept`], or, where the store
+    /// cannot keep it, the bytes inline.
+    async fn keep(
+        self,
+        id: ObjectId,
+        namespace: Option<String>,
+        bytes: bytes::Bytes,
+    ) -> CallOutcome {
+        let Keeper { objects, node } = self;
+        let inline = bytes.clone();
+        let kept =
+            tokio::task::spawn_blocking(move || keep_call_result(&objects, id, namespace, &bytes))
+                .await;
+        match kept {
+            Ok(Ok((size, crc32c))) => CallOutcome::Kept { size, crc32c, node },
+            Ok(Err(why)) => {
+                tracing::debug!(object = %id, %why, "an actor call's result goes back inline");
+                CallOutcome::Returned(inline)
+            }
+            Err(e) => {
+                tracing::warn!(object = %id, error = %e, "keeping an actor call's result failed");
+                CallOutcome::Returned(inline)
+            }
+        }
     }
 }
