@@ -16,6 +16,11 @@
 //! put (no session) stays; a result its task makes after the session lapsed is released too. Those tests run the test worker (`procs::example("test_actor_worker")`,
 //! the worker library with a Rust function `bytes`), since `escher-worker` runs no Rust
 //! functions.
+//!
+//! A client that speaks for a task of another (`Client::within_object_session`) puts into the
+//! caller's session at the task's own indexes: what it drops is released, what it disowns
+//! stays after it is gone, and the caller that adopts it (`Client::adopt_object`) releases it
+//! with its last ref.
 
 mod procs;
 
@@ -216,6 +221,42 @@ async fn a_live_idle_clients_objects_stay_past_the_lapse_and_go_at_once_when_it_
     let next = client.put(vec![3u8; 10]).await.unwrap();
     assert_ne!(next.id().owner(), closed.session);
     assert_eq!(listed(&client).await, vec![next.id().to_string()]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tasks_put_into_its_callers_session_outlives_it_and_goes_with_its_adopters_last_ref() {
+    let (_cluster, caller, store) = start(1).await;
+    let before = bytes_under(store.path());
+    let session = caller.open_object_session().await.unwrap();
+    // A client speaking for a task of the caller's (as a Python task's does): its puts go
+    // into the caller's session at the task's own indexes; it gives one up (to return it)
+    // and drops the other, then goes away.
+    let (kept, dropped) = {
+        let task = caller.clone().within_object_session(session, TaskId(7), 1);
+        let made = task.put(vec![9u8; 64 << 10]).await.unwrap();
+        let scratch = task.put(vec![8u8; 64 << 10]).await.unwrap();
+        assert_eq!(made.id().owner(), session);
+        assert_eq!(made.id().index(), 1 << 63 | 7 << 26 | 1 << 20);
+        assert_eq!(scratch.id().index(), made.id().index() + 1);
+        made.disown();
+        (made.id(), scratch.id())
+    };
+    // The dropped one is released by the task's client; the one given up is not.
+    eventually("the task's scratch object to be released", WAIT, || async {
+        (!listed(&caller).await.contains(&dropped.to_string())).then_some(())
+    })
+    .await;
+    assert!(listed(&caller).await.contains(&kept.to_string()));
+    // The caller adopts it: it reads it, and its last ref dropped releases it.
+    let adopted = caller.adopt_object(kept);
+    let copy = adopted.clone();
+    drop(adopted);
+    assert_eq!(copy.get().await.unwrap(), vec![9u8; 64 << 10]);
+    drop(copy);
+    released(&caller, &[kept.to_string()], store.path(), before).await;
+    // The caller's own puts count from 0, apart from the task's range.
+    let own = caller.put(vec![1u8; 10]).await.unwrap();
+    assert_eq!(own.id(), ObjectId(session, 0));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

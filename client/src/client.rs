@@ -80,6 +80,9 @@ pub struct Client {
     stale_reads: bool,
     /// What a task built here that names no resources requests, instead of `cpu=1`.
     default_resources: Option<Arc<ResourceSet>>,
+    /// The caller's object session this client puts into and labels its tasks with, when it
+    /// speaks for a task ([`Client::within_object_session`]).
+    caller_session: Option<crate::objects::CallerSession>,
     /// The background tasks that carry concurrent calls together, each started on first use.
     background: Arc<Background>,
 }
@@ -198,6 +201,7 @@ impl Client {
             failover: DEFAULT_FAILOVER_TIMEOUT,
             stale_reads: false,
             default_resources: None,
+            caller_session: None,
             background: Arc::default(),
         }
     }
@@ -264,6 +268,29 @@ impl Client {
     /// This client's objects, if it ever put one.
     pub(crate) fn puts_started(&self) -> Option<&crate::objects::Puts> {
         self.background.puts.get()
+    }
+
+    /// The caller's object session this client puts into, if it speaks for a task
+    /// ([`Client::within_object_session`]).
+    pub(crate) fn caller_session(&self) -> Option<crate::objects::CallerSession> {
+        self.caller_session
+    }
+
+    /// The same connection, speaking for attempt `attempt` of task `task`, which its caller
+    /// submitted under object session `session` (the task's `escher.object-session` label):
+    /// the objects it puts belong to that session, with indexes of their own (a range
+    /// [`CallerSession`](crate::objects::CallerSession) derives from the task and the
+    /// attempt), and the tasks it submits carry the same label. So a reference the task
+    /// returns (a `put` of its own that it hands over with [`ObjectRef::disown`]) outlives the
+    /// task and this client: it goes when the caller that reads it releases it, or when the
+    /// caller's session ends. This client neither renews nor closes that session (the caller
+    /// does). Past its range (about a million puts, or a task id or attempt too large for
+    /// one), it puts into a session of its own, as a client without this does.
+    ///
+    /// [`ObjectRef::disown`]: crate::ObjectRef::disown
+    pub fn within_object_session(mut self, session: u64, task: TaskId, attempt: u32) -> Client {
+        self.caller_session = crate::objects::CallerSession::of_task(session, task, attempt);
+        self.detached()
     }
 
     /// This client's waiter (see `results.rs`), started on first use.

@@ -146,7 +146,9 @@ pub use heads_api::DashboardTicket;
 #[cfg(feature = "grpc")]
 pub use logs::LogReader;
 #[cfg(feature = "grpc")]
-pub use objects::{ClosedSession, ObjectRead, ObjectRef, PlacedPut, REBUILD_PATIENCE};
+pub use objects::{
+    CallerSession, ClosedSession, ObjectRead, ObjectRef, PlacedPut, REBUILD_PATIENCE,
+};
 #[cfg(all(feature = "grpc", target_os = "linux"))]
 pub use objects::{LentObject, MAP_ENV, MAX_LEASES, ObjectLease};
 #[cfg(feature = "grpc")]

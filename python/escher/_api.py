@@ -29,6 +29,7 @@ from ._escher import (
     InvalidArgumentError,
     NotFoundError,
 )
+from . import _objects
 from ._objects import ObjectRef, collecting, put_object
 
 Resources = Union[Dict[str, Union[int, float, str]], str, None]
@@ -37,6 +38,9 @@ Resources = Union[Dict[str, Union[int, float, str]], str, None]
 _PYTHON_SLOT = _escher.PYTHON_RESOURCE
 _lock = threading.RLock()
 _session: Optional[_escher.Session] = None
+# The driver's object session (``init`` opens it): references a task returns in it are adopted
+# by this process when it reads the result (``_objects._returned``).
+_object_session: Optional[int] = None
 # The session of the task running in this interpreter (by its credential), if any.
 _task_session: Optional[Tuple[str, _escher.Session]] = None
 # The connection of this interpreter's first task, by head: later tasks call on it.
@@ -94,7 +98,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
     function's calls run with, unless the function has one of its own; its ``pip`` reaches
     actors without one of their own too.
     """
-    global _session, _generation, _session_runtime_env
+    global _session, _generation, _session_runtime_env, _object_session
     with _lock:
         if _session is not None:
             if ignore_reinit_error:
@@ -120,7 +124,7 @@ def init(address: Optional[str] = None, *, token: Optional[str] = None,
         # The driver's object session, opened now rather than at its first put: the result
         # objects of every task it submits are then its own, released when it shuts down or
         # dies (its session lapsing at the head), never left behind.
-        _session.open_object_session()
+        _object_session = _session.open_object_session()
         return ClusterInfo(_session)
 
 
@@ -131,10 +135,11 @@ def is_initialized() -> bool:
 
 def shutdown() -> None:
     """Disconnects, and stops the embedded cluster if ``init`` started one."""
-    global _session, _session_runtime_env
+    global _session, _session_runtime_env, _object_session
     with _lock:
         session, _session = _session, None
         _session_runtime_env = None
+        _object_session = None
     if session is not None:
         session.shutdown()
 
@@ -174,6 +179,12 @@ def _in_task_session() -> Optional[_escher.Session]:
             else:
                 session = _task_base[1].for_task(token, int(task),
                                                  os.environ.get("ESCHER_NAMESPACE") or None)
+            caller = os.environ.get("ESCHER_OBJECT_SESSION")
+            if caller and task:
+                # The task's puts go into its caller's object session, so that a reference
+                # it returns outlives it (the caller adopts it when it reads the result).
+                session = session.in_object_session(
+                    int(caller), int(task), int(os.environ.get("ESCHER_ATTEMPT") or 0))
             _task_session = (token, session)
         return _task_session[1]
 
@@ -399,14 +410,20 @@ class TaskRef:
         return (TaskRef, (self.id, (), self._kind))
 
 
-def _status_value(status: tuple, kind: str) -> Any:
+def _status_value(status: tuple, kind: str, ref: Optional["TaskRef"] = None) -> Any:
     task_id, state, value, reason, code, _node, _attempt = status
     if state == "succeeded":
         if kind == "command":
             return code
         if value is None:
             return None
-        return pickle.loads(value)
+        with _objects.adopting() as adopted:
+            out = pickle.loads(value)
+        if adopted and ref is not None:
+            # The references the result holds stay while its TaskRef does too.
+            ref._keep = ref._keep + tuple(o for o in adopted
+                                          if not any(o is k for k in ref._keep))
+        return out
     raise _failure(task_id, state, reason or "")
 
 
@@ -505,7 +522,7 @@ def get(refs: Union[TaskRef, ObjectRef, Sequence[Union[TaskRef, ObjectRef]]], *,
     for ref, tid in zip(refs, ids):
         if ref._id is None:
             ref._id, ref._pending = tid, None
-    values = [_status_value(status, ref._kind) for ref, status in zip(refs, statuses)]
+    values = [_status_value(status, ref._kind, ref) for ref, status in zip(refs, statuses)]
     if stopped is not None:
         if isinstance(stopped, GetTimeoutError):
             # The first ref without a status is the one that timed out.
@@ -555,7 +572,7 @@ def _get_one(ref: TaskRef, timeout: Optional[float]) -> Any:
         status = session.get(ref.id, timeout)
     except GetTimeoutError as e:
         raise _why_waiting(e, [ref.id]) from None
-    return _status_value(status, ref._kind)
+    return _status_value(status, ref._kind, ref)
 
 
 def _check_deps(session: _escher.Session, ref: TaskRef, timeout: Optional[float]) -> None:

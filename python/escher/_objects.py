@@ -56,6 +56,13 @@ copy of it in this process, keep the object; when the last goes, the object is r
 its worker deletes it. A reference sent to a task (as an argument, or inside one) is a
 borrowed one: it reads the object but does not keep it; the caller keeps it for the task
 while the call's ``TaskRef`` (or the actor call's ref) lives.
+
+A reference a function task returns (alone or inside its value) is the caller's: the task's
+``put``s go into its caller's object session (``ESCHER_OBJECT_SESSION``, the call's label), the
+worker's runner pickles the return value with ``returning()`` (each reference then unpickles as
+``_returned``) and ``hand_over`` disowns the task's own among them, and the driver that reads
+the result adopts each reference of its session: one owner's handle per object in the process
+(``_owners``, shared with its ``put``s'), kept by the references and the result's ``TaskRef``.
 """
 
 import contextvars
@@ -68,6 +75,7 @@ import pickle
 import struct
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, List, Optional, Tuple
 
@@ -85,6 +93,18 @@ _OUT_OF_BAND_MIN = 1024
 # The refs an argument pickle met (``_collect``): kept by the call for its lifetime.
 _met: "contextvars.ContextVar[Optional[List[ObjectRef]]]" = contextvars.ContextVar(
     "escher_objects_met", default=None)
+# Set while a task's return value is pickled (``returning``): its refs are pickled as ones the
+# caller adopts (``_returned``).
+_returning: "contextvars.ContextVar[bool]" = contextvars.ContextVar(
+    "escher_objects_returning", default=False)
+# The owner's handles a result's unpickling adopted (``adopting``), for its TaskRef to keep.
+_adopted: "contextvars.ContextVar[Optional[List[Any]]]" = contextvars.ContextVar(
+    "escher_objects_adopted", default=None)
+# Every owner's handle of this process by object id (a put's, or one adopted from a result):
+# a reference a task returns shares the handle of this process's own, so the object goes
+# only when the last reference to it here does.
+_owners: "weakref.WeakValueDictionary[Tuple[int, int], Any]" = weakref.WeakValueDictionary()
+_owners_lock = threading.Lock()
 
 
 class ObjectRef:
@@ -111,7 +131,8 @@ class ObjectRef:
     @property
     def size(self) -> Optional[int]:
         """The object's length in bytes, where this process put it (else ``None``)."""
-        return None if self._owned is None else int(self._owned.size)
+        owned = self._owned
+        return None if owned is None or owned.adopted else int(owned.size)
 
     def get(self) -> Any:
         """The object's value (``escher.get(ref)``)."""
@@ -130,8 +151,96 @@ class ObjectRef:
         met = _met.get()
         if met is not None:
             met.append(self)
+        if _returning.get():
+            # In a task's return value: the caller that reads it owns it (``_returned``).
+            return (_returned, self._id)
         # Elsewhere it is a borrowed reference: it reads the object, never releases it.
         return (ObjectRef, self._id)
+
+
+def _returned(owner: int, index: int) -> ObjectRef:
+    """A reference read from a task's return value. In the driver whose object session it is
+    in (a put the task made, which went into its caller's session, or a reference the driver
+    gave the task) it owns the object, sharing the handle of any other reference to it here
+    (``_adopt``): the object stays while the driver holds it (or the ``TaskRef`` whose result
+    it came in), and goes when the last goes. Elsewhere (in a task, another driver) it is
+    borrowed, as a reference given to a task is."""
+    ref = ObjectRef(owner, index)
+    from . import _api
+
+    session = _api._session
+    if session is not None and owner == _api._object_session:
+        ref._owned = _adopt(session, owner, index)
+        adopted = _adopted.get()
+        if adopted is not None:
+            adopted.append(ref._owned)
+    return ref
+
+
+def _adopt(session: Any, owner: int, index: int) -> Any:
+    """The owner's handle of object ``(owner, index)`` in this process: the one a reference
+    here holds already, else a new one (``_escher.adopt_object``)."""
+    with _owners_lock:
+        owned = _owners.get((owner, index))
+        if owned is None:
+            owned = _escher.adopt_object(session, owner, index)
+            _owners[(owner, index)] = owned
+        return owned
+
+
+class _Returning:
+    """Within it, the refs pickled are pickled as ones the caller adopts, and each is appended
+    to ``met``."""
+
+    def __init__(self) -> None:
+        self.met: List[ObjectRef] = []
+
+    def __enter__(self) -> List[ObjectRef]:
+        self._tokens = (_met.set(self.met), _returning.set(True))
+        return self.met
+
+    def __exit__(self, *exc: Any) -> None:
+        _returning.reset(self._tokens[1])
+        _met.reset(self._tokens[0])
+
+
+def returning() -> _Returning:
+    """``with returning() as met:`` a task's return value pickled inside records its refs in
+    ``met`` and marks them for the caller to adopt (the worker's runner pickles results so,
+    then calls ``hand_over(met)``)."""
+    return _Returning()
+
+
+def hand_over(met: List[ObjectRef]) -> None:
+    """The refs of a task's return value that the task put into its caller's object session
+    (``ESCHER_OBJECT_SESSION``) are given up here: the caller owns them once it reads the
+    result, and its session keeps them until then (its end releases them if nobody did)."""
+    caller = os.environ.get("ESCHER_OBJECT_SESSION")
+    if not caller:
+        return
+    for ref in met:
+        owned = ref._owned
+        if owned is not None and str(ref._id[0]) == caller:
+            owned.disown()
+
+
+class _Adopting:
+    """Within it, the owner's handles a result's unpickling adopts are appended to ``got``."""
+
+    def __init__(self) -> None:
+        self.got: List[Any] = []
+
+    def __enter__(self) -> List[Any]:
+        self._token = _adopted.set(self.got)
+        return self.got
+
+    def __exit__(self, *exc: Any) -> None:
+        _adopted.reset(self._token)
+
+
+def adopting() -> _Adopting:
+    """``with adopting() as got:`` the references a result unpickled inside adopted."""
+    return _Adopting()
 
 
 class ResultRef(ObjectRef):
@@ -339,6 +448,8 @@ def put_object(session: Any, value: Any) -> ObjectRef:
     else:
         owned = _escher.put_placed_bytes(session, placed, b"".join(parts))
     owner, index = owned.id
+    with _owners_lock:
+        _owners[(owner, index)] = owned
     return ObjectRef(owner, index, owned)
 
 

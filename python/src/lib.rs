@@ -221,6 +221,7 @@ fn _escher(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(objects::put_placed_file, m)?)?;
     m.add_function(wrap_pyfunction!(objects::put_placed_bytes, m)?)?;
     m.add_function(wrap_pyfunction!(objects::get_object, m)?)?;
+    m.add_function(wrap_pyfunction!(objects::adopt_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::read_object, m)?)?;
     m.add_function(wrap_pyfunction!(objects::object_info, m)?)?;
     m.add_class::<esl::Spec>()?;

@@ -31,10 +31,12 @@ use crate::{ObjectLostError, error, wait_for};
 
 /// An object this process put: its id, size and checksum; dropping the last Python reference
 /// to it releases the object (the worker that holds it deletes its copy).
-#[pyclass(module = "escher._escher", frozen)]
+#[pyclass(module = "escher._escher", frozen, weakref)]
 #[derive(Debug)]
 pub(crate) struct Object {
     inner: ObjectRef,
+    /// Adopted from a task's result ([`adopt_object`]), not put here: its size is not known.
+    adopted: bool,
 }
 
 impl Object {
@@ -65,6 +67,19 @@ impl Object {
         self.inner.checksum()
     }
 
+    /// Whether this process adopted it from a task's result ([`adopt_object`]) rather than
+    /// put it (its `size` and `checksum` then read 0: not known here).
+    #[getter]
+    fn adopted(&self) -> bool {
+        self.adopted
+    }
+
+    /// Gives the object up: this handle's last reference dropped no longer releases it (a
+    /// task hands a reference it returns over to its caller, whose object session it is in).
+    fn disown(&self) {
+        self.inner.disown();
+    }
+
     /// Whether its bytes reached the worker's store as a sealed file of this machine (true)
     /// or were streamed over the data plane.
     #[getter]
@@ -84,7 +99,10 @@ pub(crate) fn put_object(
     let client = session.client();
     let bytes = Bytes::from_owner(data);
     let inner = wait_for(py, async move { client.put(bytes).await })?.map_err(object_error)?;
-    Ok(Object { inner })
+    Ok(Object {
+        inner,
+        adopted: false,
+    })
 }
 
 /// A put the head has placed, whose bytes are still to come ([`put_placed_file`] or
@@ -149,7 +167,10 @@ pub(crate) fn put_placed_file(
             client.put_placed_file(placed, &file, None).await
         })?
         .map_err(object_error)?;
-        Ok(Object { inner })
+        Ok(Object {
+            inner,
+            adopted: false,
+        })
     }
     #[cfg(not(target_os = "linux"))]
     {
@@ -173,7 +194,21 @@ pub(crate) fn put_placed_bytes(
     let bytes = Bytes::from_owner(data);
     let inner = wait_for(py, async move { client.put_placed(placed, bytes).await })?
         .map_err(object_error)?;
-    Ok(Object { inner })
+    Ok(Object {
+        inner,
+        adopted: false,
+    })
+}
+
+/// A new owner's handle for object `(owner, index)`, which a task returned (inside its result)
+/// into this client's object session: dropping its last Python reference releases the object.
+/// The package adopts an id once per process and shares the handle (`_objects._adopt`).
+#[pyfunction]
+pub(crate) fn adopt_object(session: &Session, owner: u64, index: u64) -> Object {
+    Object {
+        inner: session.client().adopt_object(ObjectId(owner, index)),
+        adopted: true,
+    }
 }
 
 /// The bytes of object `(owner, index)`, fetched from a worker that holds it, checked whole.

@@ -312,6 +312,22 @@ impl Session {
         })
     }
 
+    /// The same session, for attempt `attempt` of task `task` whose caller submitted it under
+    /// object session `object_session` (its `escher.object-session` label): the task's `put`s
+    /// go into that session and its tasks carry it (`Client::within_object_session`), so a
+    /// reference the task returns outlives it, owned by the caller once it reads the result.
+    fn in_object_session(&self, object_session: u64, task: u64, attempt: u32) -> Session {
+        Session {
+            client: self.client.clone().within_object_session(
+                object_session,
+                TaskId(task),
+                attempt,
+            ),
+            cluster: Mutex::new(None),
+            nodes: Vec::new(),
+        }
+    }
+
     /// Submits a Python function task (its argument bytes made by the package).
     #[pyo3(signature = (args, resources, retries=0, timeout=None, name=None, spec=None, objects=Vec::new(), results=Vec::new()))]
     #[allow(clippy::too_many_arguments)]

@@ -554,6 +554,110 @@ def test_a_drivers_objects_and_task_results_go_at_shutdown_and_at_exit(object_cl
         subprocess.run(["rm", "-rf", str(signals)], check=False)
 
 
+RETURNED = PROLOGUE + r'''
+import gc
+signals = pathlib.Path(os.environ["SIGNALS"])
+MIB = 1 << 20
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+@escher.remote
+def make(n):
+    # A put the task drops (its own copy releases it) and one it returns (the caller's).
+    scratch = escher.put(os.urandom(n))
+    del scratch
+    data = os.urandom(n)
+    return escher.put(data), sha(data)
+
+@escher.remote
+def make_many(k, n):
+    made = [os.urandom(n) for _ in range(k)]
+    return [(escher.put(data), sha(data)) for data in made]
+
+@escher.remote
+def pass_back(box):
+    # A reference the task was given (inside a list: not read) and returns.
+    return box[0]
+
+@escher.remote
+def through(n):
+    # A task's task puts and returns a reference; this task returns it on.
+    return escher.get(make.remote(n))
+
+@escher.remote
+def busy(i):
+    return i
+
+one, one_sha = escher.get(make.remote(MIB), timeout=120)
+many = escher.get(make_many.remote(3, MIB), timeout=120)
+mine_data = os.urandom(MIB)
+mine = escher.put(mine_data)
+back = escher.get(pass_back.remote([mine]), timeout=120)
+del mine  # the returned reference alone keeps it now
+deep, deep_sha = escher.get(through.remote(MIB), timeout=120)
+kept_by = make.remote(MIB)
+first, kept_sha = escher.get(kept_by, timeout=120)
+del first  # its TaskRef keeps the result's references
+gc.collect()
+# The workers' interpreters move on to other tasks (each task's session to the head ends).
+assert escher.get([busy.remote(i) for i in range(40)], timeout=120) == list(range(40))
+assert sha(escher.get(one)) == one_sha
+assert [sha(escher.get(ref)) for ref, _ in many] == [digest for _, digest in many]
+assert sha(escher.get(back)) == sha(mine_data)
+assert sha(escher.get(deep)) == deep_sha
+again, _ = escher.get(kept_by, timeout=120)
+assert sha(escher.get(again)) == kept_sha
+print("read", 6, flush=True)
+(signals / "held").write_text("1")
+while not (signals / "seen").exists():
+    time.sleep(0.05)
+del one, many, back, deep, again, kept_by
+gc.collect()
+(signals / "dropped").write_text("1")
+while not (signals / "counted").exists():
+    time.sleep(0.05)
+print("done", flush=True)
+'''
+
+
+def test_references_a_task_puts_or_borrows_and_returns_outlive_it(object_cluster):
+    """Ray's borrowing: a reference a task puts and returns (alone, in a list, or through a
+    task of its own), or was given and returns, reads back whole in the driver after the
+    task's worker ran 40 other tasks, and after the driver dropped its own reference (the
+    returned one keeps it), and while the TaskRef lives the result's references stay; once
+    the driver drops every reference the worker's store returns to its start while the
+    driver still runs (released by reference count, not by its session's end: the lapse is
+    ten minutes)."""
+    cluster = object_cluster([256 * MIB], head_args=("--object-session-lapse", "10m"))
+    (_proc, store), = cluster["workers"].values()
+    start = store_bytes(store)
+    signals = pathlib.Path(tempfile.mkdtemp(prefix="escher-py-returned-signals-"))
+    env = dict(cluster["env"], SIGNALS=str(signals))
+    proc = subprocess.Popen([sys.executable, "-c", RETURNED, "1"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (signals / "held").exists() or proc.poll() is not None,
+                   "the driver's reads", 300)
+        assert proc.poll() is None, proc.communicate()
+        # one, three in a list, the driver's own, one through a task, one kept by a TaskRef.
+        assert store_bytes(store) >= start + 7 * MIB, store_bytes(store)
+        (signals / "seen").write_text("1")
+        wait_until(lambda: (signals / "dropped").exists() or proc.poll() is not None,
+                   "the driver to drop its references", 120)
+        assert proc.poll() is None, proc.communicate()
+        wait_until(lambda: store_bytes(store) <= start, "the store to return to its start", 60)
+        (signals / "counted").write_text("1")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+        subprocess.run(["rm", "-rf", str(signals)], check=False)
+    assert proc.returncode == 0, out + err
+    assert "read 6" in out and "done" in out, out + err
+
+
 KILLED = PROLOGUE + r'''
 signals = pathlib.Path(os.environ["SIGNALS"])
 

@@ -56,6 +56,9 @@ pub struct TaskContext {
     /// This node's objects, where the results of earlier tasks a Python task takes as
     /// arguments are brought (`None`: a context made outside a worker).
     node_objects: Option<crate::objects::NodeObjects>,
+    /// The object session of the client that submitted the task (its `escher.object-session`
+    /// label): a Python task's `put`s go into it, so that a reference it returns outlives it.
+    object_session: Option<u64>,
     /// The reports of copies this attempt fetched, still on their way to the head: the task
     /// reads a copy once it is sealed and checked, and its end waits for them
     /// ([`TaskContext::copy_reports`]).
@@ -168,8 +171,25 @@ impl TaskContext {
             logs: None,
             object_args: Arc::from(Vec::new()),
             node_objects: None,
+            object_session: None,
             copy_reports: tokio_util::task::TaskTracker::new(),
         }
+    }
+
+    /// The same context, with the object session the task's labels name
+    /// ([`OBJECT_SESSION_LABEL`](escher_proto::types::OBJECT_SESSION_LABEL), if any).
+    pub(crate) fn with_object_session_of(mut self, labels: &escher_proto::types::Labels) -> Self {
+        self.object_session = labels
+            .get(escher_proto::types::OBJECT_SESSION_LABEL)
+            .and_then(escher_proto::types::parse_object_session);
+        self
+    }
+
+    /// The object session of the client that submitted the task (its
+    /// `escher.object-session` label), if it names one: a Python task puts into it, so the
+    /// references it returns are its caller's.
+    pub fn object_session(&self) -> Option<u64> {
+        self.object_session
     }
 
     /// The same context, with this node's objects (for the results it reads as objects).

@@ -297,7 +297,8 @@ pub(crate) async fn run_task(
                 namespace,
                 devices,
             )
-            .with_limits(limits);
+            .with_limits(limits)
+            .with_object_session_of(&a.spec.labels);
             let logs = ctx.logs().cloned();
             let copy_reports = ctx.copy_reports();
             env.spawn_latency.observe(assigned.elapsed());

@@ -31,6 +31,6 @@ pub use handover::{new_memfd, seal};
 pub use map::{LentObject, MAP_ENV, MAX_LEASES, ObjectLease};
 pub use refs::{ObjectRead, ObjectRef, PlacedPut};
 pub use results::REBUILD_PATIENCE;
-pub use session::ClosedSession;
 pub(crate) use session::Puts;
+pub use session::{CallerSession, ClosedSession};
 pub use transfer::{ObjectTransferError, fetch_object, push_object};

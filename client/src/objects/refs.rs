@@ -27,7 +27,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -70,12 +70,17 @@ struct Owned {
     checksum: u32,
     /// Whether its bytes reached the store as a sealed file of this machine (a put's).
     handed_over: bool,
+    /// Given up ([`ObjectRef::disown`]): the last clone's drop releases nothing.
+    disowned: AtomicBool,
     client: Client,
     releases: mpsc::UnboundedSender<ObjectId>,
 }
 
 impl Drop for Owned {
     fn drop(&mut self) {
+        if self.disowned.load(Ordering::Acquire) {
+            return;
+        }
         // The release task ends only when every sender is gone, this one included.
         let _ = self.releases.send(self.id);
     }
@@ -100,10 +105,19 @@ impl ObjectRef {
                 size,
                 checksum,
                 handed_over: false,
+                disowned: AtomicBool::new(false),
                 client: client.clone(),
                 releases: client.puts().releases.clone(),
             }),
         }
+    }
+
+    /// Gives the object up: dropping the last clone of this ref no longer releases it. For a
+    /// task that returns the ref (inside its result) to its caller, which then owns it
+    /// ([`Client::adopt_object`]): the object was put into the caller's object session
+    /// ([`Client::within_object_session`]), which releases it when it ends if nobody did.
+    pub fn disown(&self) {
+        self.inner.disowned.store(true, Ordering::Release);
     }
 
     /// The object's id (which does not keep it: only refs do).
@@ -201,6 +215,20 @@ impl Client {
     pub async fn place_put(&self, size: u64) -> Result<PlacedPut, ClientError> {
         let puts = self.puts();
         let index = puts.next.fetch_add(1, Ordering::Relaxed);
+        if let Some(caller) = self.caller_session()
+            && index < caller.count
+        {
+            // A task's put: into its caller's session, at an index of the task's own range.
+            let id = ObjectId(caller.session, caller.first + index);
+            let placed = self.place_object(caller.session, id.index(), size).await?;
+            return Ok(PlacedPut {
+                id,
+                size,
+                node: placed.node,
+                address: placed.address,
+                ticket: placed.ticket,
+            });
+        }
         let placed = {
             let mut session = puts.session.lock().await;
             if *session == 0 {
@@ -320,6 +348,7 @@ impl Client {
                 size: placed.size,
                 checksum,
                 handed_over,
+                disowned: AtomicBool::new(false),
                 client: self.clone(),
                 releases: self.puts().releases.clone(),
             }),
@@ -367,6 +396,18 @@ impl Client {
             )));
         }
         Ok(reference)
+    }
+
+    /// A new owning reference to object `id`, which this process did not put: a reference a
+    /// task returned in its result (having [`disown`](ObjectRef::disown)ed it, or borrowed it
+    /// from its own caller). Dropping its last clone releases the object, as for a `put`'s;
+    /// adopt an id once per process (clone the ref, rather than adopt it again, as each adopted
+    /// ref releases on its own). Its [`size`](ObjectRef::size) and
+    /// [`checksum`](ObjectRef::checksum) read 0 (not known here; [`locate_object`] has them).
+    ///
+    /// [`locate_object`]: Self::locate_object
+    pub fn adopt_object(&self, id: ObjectId) -> ObjectRef {
+        ObjectRef::owning(self, id, 0, 0)
     }
 
     /// The bytes of object `id` (of this client's namespace): read from its holder's own

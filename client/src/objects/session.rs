@@ -27,6 +27,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use escher_proto::TaskId;
 use escher_proto::convert::object_id;
 use escher_proto::types::{OBJECT_SESSION_LABEL, ObjectId, TaskSpec};
 use escher_proto::wire;
@@ -44,6 +45,39 @@ const FIRST_RENEWAL: Duration = Duration::from_millis(300);
 
 /// The shortest and the longest pause between renewals.
 const RENEWAL_PAUSE: (Duration, Duration) = (Duration::from_millis(250), Duration::from_secs(10));
+
+/// The object session of a task's caller, which a client speaking for that task puts into
+/// ([`Client::within_object_session`]): the session, and the indexes of its own there.
+///
+/// The caller's client counts its indexes from 0; a task's are
+/// `2^63 | task << 26 | attempt << 20 | n`, `n` below 2^20: a range no other task (or attempt
+/// of the same task) of the session shares, so two never choose one id. (An attempt's puts
+/// may outlive it, and an id freed is never put again.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CallerSession {
+    /// The caller's object session.
+    pub session: u64,
+    /// The first index of this task attempt's range.
+    pub first: u64,
+    /// How many indexes the range holds.
+    pub count: u64,
+}
+
+impl CallerSession {
+    /// The range of attempt `attempt` of task `task` in session `session`; `None` for no
+    /// session (0), a task id of 2^37 or more, or an attempt of 64 or more (such a task puts
+    /// into a session of its own).
+    pub fn of_task(session: u64, task: TaskId, attempt: u32) -> Option<CallerSession> {
+        if session == 0 || task.0 >= 1 << 37 || attempt >= 64 {
+            return None;
+        }
+        Some(CallerSession {
+            session,
+            first: 1 << 63 | task.0 << 26 | u64::from(attempt) << 20,
+            count: 1 << 20,
+        })
+    }
+}
 
 /// A client's objects: its session, the next index, and the queue of releases.
 #[derive(Debug)]
@@ -170,6 +204,9 @@ impl Client {
     /// dies (its session lapsing), not only when their references are released. Not for a
     /// one-shot submitter whose results must outlive it (`escher submit`).
     pub async fn open_object_session(&self) -> Result<u64, ClientError> {
+        if let Some(caller) = self.caller_session() {
+            return Ok(caller.session);
+        }
         let puts = self.puts();
         let mut session = puts.session.lock().await;
         if *session == 0 {
@@ -206,7 +243,12 @@ impl Client {
     /// ([`OBJECT_SESSION_LABEL`]): the task's result object, if it has one, goes when the
     /// session ends. A client that never put leaves the spec as it is.
     pub(crate) fn label_object_session(&self, spec: &mut TaskSpec) -> Result<(), ClientError> {
-        let session = self.puts_started().map_or(0, Puts::open_now);
+        // A task's client labels with its caller's session: what its tasks return is the
+        // caller's, as what it puts is.
+        let session = match self.caller_session() {
+            Some(caller) => caller.session,
+            None => self.puts_started().map_or(0, Puts::open_now),
+        };
         if session != 0 {
             spec.labels
                 .insert(OBJECT_SESSION_LABEL, &session.to_string())?;
@@ -249,5 +291,30 @@ impl Client {
             released: ids(reply.released, "released")?,
             pinned: ids(reply.pinned, "pinned")?,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tasks_range_is_its_own_in_its_callers_session() {
+        let a = CallerSession::of_task(1 << 63, TaskId(5), 0).expect("a range");
+        let retried = CallerSession::of_task(1 << 63, TaskId(5), 1).expect("a range");
+        let next = CallerSession::of_task(1 << 63, TaskId(6), 0).expect("a range");
+        let last = CallerSession::of_task(1 << 63, TaskId((1 << 37) - 1), 63).expect("a range");
+        // Above every index the caller's own client counts (from 0), and apart from each
+        // other: no two attempts of a session share an id.
+        let mut ranges = [a, retried, next, last];
+        ranges.sort_by_key(|r| r.first);
+        assert!(ranges[0].first >= 1 << 63);
+        for pair in ranges.windows(2) {
+            assert!(pair[0].first + pair[0].count <= pair[1].first, "{pair:?}");
+        }
+        assert_eq!(last.first + (last.count - 1), u64::MAX);
+        assert_eq!(CallerSession::of_task(0, TaskId(5), 0), None);
+        assert_eq!(CallerSession::of_task(1 << 63, TaskId(1 << 37), 0), None);
+        assert_eq!(CallerSession::of_task(1 << 63, TaskId(5), 64), None);
     }
 }

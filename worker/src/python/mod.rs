@@ -465,6 +465,8 @@ impl Pool {
             "node_id": ctx.node_id().0,
             "head": ctx.head_list(),
             "token": ctx.token_text(),
+            // The caller's object session (its label): the task's `put`s go into it.
+            "object_session": ctx.object_session(),
             "tls_ca": ctx.head_trust().0,
             "tls_name": ctx.head_trust().1,
             "namespace": ns,

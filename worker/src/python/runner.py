@@ -212,6 +212,18 @@ _PLAIN = (type(None), bool, int, float, str, bytes)
 def _dumps(value):
     if type(value) in _PLAIN:
         return pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    # Where escher._objects is loaded, the value may hold references: each is pickled as one
+    # the caller adopts, and the task's own puts among them are handed over (``returning``).
+    objects = sys.modules.get("escher._objects")
+    if objects is None:
+        return _pickle_value(value)
+    with objects.returning() as met:
+        data = _pickle_value(value)
+    objects.hand_over(met)
+    return data
+
+
+def _pickle_value(value):
     try:
         import cloudpickle
 
@@ -249,6 +261,11 @@ def _set_task_env(header):
         "ESCHER_TASK_TOKEN": header["token"],
     }
     os.environ.update(env)
+    # The caller's object session: the task's puts go into it (``escher._api``).
+    if header.get("object_session"):
+        os.environ["ESCHER_OBJECT_SESSION"] = str(header["object_session"])
+    else:
+        os.environ.pop("ESCHER_OBJECT_SESSION", None)
     if header.get("namespace"):
         os.environ["ESCHER_NAMESPACE"] = header["namespace"]
     else:
