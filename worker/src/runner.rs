@@ -100,6 +100,7 @@ pub(crate) async fn run_task(
     a: Assignment,
     assigned: Instant,
     cancel: CancellationToken,
+    force: CancellationToken,
     devices: Option<Vec<String>>,
     ready: mpsc::UnboundedSender<(TaskId, u32)>,
 ) -> TaskFinished {
@@ -201,6 +202,7 @@ pub(crate) async fn run_task(
                 .log_bytes(Some(env.log_bytes))
                 .disk(Some(Arc::clone(&env.disk)))
                 .grace(env.grace)
+                .force(force)
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())
