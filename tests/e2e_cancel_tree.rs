@@ -103,7 +103,11 @@ async fn a_recursive_cancel_ends_the_children_also_after_a_leader_kill() {
     assert_eq!(after.len(), 1, "only the named task's status: {after:?}");
     assert_eq!(ended(&client, root).await, TaskState::Cancelled);
     for kid in kids {
-        assert_eq!(ended(&client, kid).await, TaskState::Cancelled, "task {kid}");
+        assert_eq!(
+            ended(&client, kid).await,
+            TaskState::Cancelled,
+            "task {kid}"
+        );
     }
 }
 

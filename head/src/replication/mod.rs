@@ -106,7 +106,8 @@ mod transport;
 pub use codec::{
     ACTORS_FORMAT, ATTACH_FORMAT, CodecError, DATA_FORMAT, DECISIONS_FORMAT, DISK_RESERVE_FORMAT,
     ENV_NEXT_FORMAT, JUDGED_REMOVAL_FORMAT, LABELS_FORMAT, OBJECTS_FORMAT, PARENT_TASK_FORMAT,
-    RESULT_OBJECTS_FORMAT, SESSIONS_FORMAT, decode_backup, encode_backup, image_format, newest_readable,
+    RESULT_OBJECTS_FORMAT, SESSIONS_FORMAT, decode_backup, encode_backup, image_format,
+    newest_readable,
 };
 pub use config::{
     DEFAULT_ELECTION_TICKS, DEFAULT_HEARTBEAT_TICKS, DEFAULT_SNAPSHOT_BYTES, DEFAULT_TICK,

@@ -292,8 +292,7 @@ impl Cluster for ClusterService {
         } else {
             Command::Cancel { tasks: task_ids }
         };
-        match self.owner.apply(command, key).await?
-        {
+        match self.owner.apply(command, key).await? {
             Reply::Cancelled(tasks) => Ok(Response::new(CancelReply { tasks }.into())),
             other => Err(unexpected(other)),
         }
@@ -1042,8 +1041,7 @@ impl ClusterService {
             },
             None => Command::Submit { tasks, namespace },
         };
-        match self.owner.apply(command, key).await?
-        {
+        match self.owner.apply(command, key).await? {
             Reply::Submitted(task_ids) => Ok(task_ids),
             other => Err(unexpected(other)),
         }
