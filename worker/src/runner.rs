@@ -92,8 +92,10 @@ pub(crate) struct RunEnv {
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
 /// the UUIDs of the GPU devices it was given, `None` on a node without GPUs: a command gets
 /// them as `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` (on a GPU node a task given
-/// none sees none: an empty list, and `none`), a function through its context.
+/// none sees none: an empty list, and `none`), a function through its context. `force`, once
+/// cancelled (a forced cancel), makes a command's stop skip its SIGTERM grace.
 #[tracing::instrument(skip_all, fields(task_id = %a.task_id, attempt = a.attempt))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_task(
     env: Arc<RunEnv>,
     node_id: NodeId,
