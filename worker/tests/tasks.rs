@@ -238,20 +238,28 @@ async fn a_forced_cancel_kills_a_command_without_its_grace() {
     let out = String::from_utf8_lossy(&done.output.expect("its output").stdout).into_owned();
     assert!(!out.contains("got TERM"), "{out:?}");
 
-    // Forced during the grace of a plain cancel: killed then, not when the grace ends.
+    // Forced during the grace of a plain cancel: killed then, not when the grace ends. Its
+    // trap is set once it said so: a plain cancel then leaves it running through the grace.
     head.send(assign(2, sh(TRAPS_TERM)));
     started(&mut head, 2).await;
+    let mut request = 0;
+    loop {
+        request += 1;
+        let chunk = fetch(&mut head, request, 2, LogStream::Stdout).await;
+        if chunk.is_ok_and(|c| c.data.starts_with(b"up")) {
+            break;
+        }
+        assert!(request < 2_000, "the command never said it was up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     head.send(cancel(2));
-    assert!(
-        head.quiet_for(Duration::from_millis(300)).await.is_none(),
-        "a command that traps SIGTERM runs on through its grace"
-    );
     head.send(force_cancel(2));
     let done = match head.report().await {
         WorkerMessage::TaskFinished(f) => f,
         other => panic!("expected TaskFinished, got {other:?}"),
     };
     assert_eq!(done.task_id, TaskId(2));
+    // SIGKILL, not SIGTERM (which it traps): the forced cancel, not the plain one, ended it.
     assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 137 }));
     w.stop().await.unwrap();
 }
