@@ -31,8 +31,8 @@ mod local_cluster;
 
 pub use escher_client as client;
 pub use escher_client::{
-    ActorHandle, BlockingClient, CallCanceller, CallResult, Client, ClientError, ClosedSession,
-    Credentials, ObjectRef, Task, TaskRef, Watch,
+    ActorHandle, BlockingClient, CallCanceller, CallResult, CancelOptions, Client, ClientError,
+    ClosedSession, Credentials, ObjectRef, Task, TaskRef, Watch,
 };
 pub use escher_esl as esl;
 pub use escher_proto::access;

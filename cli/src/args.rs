@@ -327,6 +327,11 @@ mod tests {
             panic!("not cancel");
         };
         assert_eq!(c.ids.len(), 2);
+        assert!(!c.recursive && !c.force);
+        let Command::Cancel(c) = ok(&["cancel", "4", "--recursive", "--force"]).command else {
+            panic!("not cancel");
+        };
+        assert!(c.recursive && c.force);
         let Command::Logs(l) = ok(&["logs", "4", "--stderr"]).command else {
             panic!("not logs");
         };

@@ -446,6 +446,9 @@ pub fn render_info_with(info: &TaskInfo, limits: Option<String>) -> String {
     let spec = &info.spec;
     let status = &info.status;
     let mut rows = vec![("task", status.id.to_string()), ("name", spec.name.clone())];
+    if let Some(parent) = info.parent {
+        rows.push(("parent", format!("task {parent}")));
+    }
     match &spec.kind {
         TaskKind::Command { argv, env, cwd } => {
             let words: Vec<String> = argv.iter().map(|a| shell_word(a)).collect();
@@ -822,10 +825,12 @@ mod tests {
                 ended: Some("exited with code 1".into()),
                 output_kept: true,
             }],
+            parent: Some(TaskId(3)),
         };
         let text = render_info(&info);
         for want in [
             "command:",
+            "task 3",
             "sh -c 'echo hi'",
             "'A=x y'",
             "cpu=1",

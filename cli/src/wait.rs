@@ -69,6 +69,17 @@ pub struct CancelArgs {
     /// The tasks
     #[arg(value_name = "ID", required = true, num_args = 1..)]
     pub ids: Vec<TaskId>,
+
+    /// Also cancel every task they submitted from inside themselves (with their task
+    /// credential), and the tasks those submitted, that has not ended; default: only the tasks
+    /// named
+    #[arg(long, short = 'r')]
+    pub recursive: bool,
+
+    /// Kill a running command task at once (SIGKILL, no SIGTERM grace); default: SIGTERM, then
+    /// SIGKILL after the worker's --grace
+    #[arg(long)]
+    pub force: bool,
 }
 
 /// Options of `escher requeue`.
@@ -180,7 +191,11 @@ impl WaitArgs {
 impl CancelArgs {
     pub(crate) async fn run(self, ctx: &mut Ctx<'_>) -> anyhow::Result<ExitCode> {
         let client = ctx.client().await?;
-        let after = client.cancel(self.ids).await?;
+        let options = escher_client::CancelOptions {
+            recursive: self.recursive,
+            force: self.force,
+        };
+        let after = client.cancel_with(self.ids, options).await?;
         if ctx.json {
             ctx.emit_json(&after)?;
         } else {

@@ -178,6 +178,19 @@ impl BlockingClient {
         self.run(self.inner.cancel(tasks))
     }
 
+    /// See [`Client::cancel_with`].
+    pub fn cancel_with<I>(
+        &self,
+        tasks: I,
+        options: crate::CancelOptions,
+    ) -> Result<Vec<TaskStatus>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        self.run(self.inner.cancel_with(tasks, options))
+    }
+
     /// See [`Client::requeue`].
     pub fn requeue(
         &self,

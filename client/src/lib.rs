@@ -156,6 +156,6 @@ pub use reservation::Reservation;
 #[cfg(feature = "grpc")]
 pub use task_ref::{TaskKindTag, TaskRef, TypedTaskRef};
 #[cfg(feature = "grpc")]
-pub use tasks::failure_reason;
+pub use tasks::{CancelOptions, failure_reason};
 #[cfg(feature = "grpc")]
 pub use watch::Watch;

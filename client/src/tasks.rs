@@ -29,6 +29,33 @@ use crate::{Client, ClientError, LogReader, TaskRef, TypedTaskRef};
 /// How many tasks `list_tasks` asks for per page.
 const LIST_PAGE: usize = 1000;
 
+/// How [`Client::cancel_with`] cancels. The default (what [`Client::cancel`] does): only the
+/// tasks given, a running command stopped with SIGTERM and its worker's grace.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CancelOptions {
+    /// Also cancel every task they submitted from inside themselves, and theirs, that has
+    /// not ended (Ray's `recursive`), in the same committed change.
+    pub recursive: bool,
+    /// Kill a running command task at once: SIGKILL, no SIGTERM grace (Ray's `force`).
+    pub force: bool,
+}
+
+impl CancelOptions {
+    /// The tasks and their descendants.
+    pub fn recursive() -> CancelOptions {
+        CancelOptions {
+            recursive: true,
+            force: false,
+        }
+    }
+
+    /// With `force` set as given.
+    pub fn force(mut self, force: bool) -> CancelOptions {
+        self.force = force;
+        self
+    }
+}
+
 impl Client {
     /// Submits one task (a [`crate::Task`] builder or a finished spec) and returns its handle.
     ///
@@ -299,14 +326,37 @@ impl Client {
     }
 
     /// Cancels tasks; returns each one's status afterwards, in the order given. A pending task
-    /// is cancelled at once, a running one is stopped, a finished one is left as it is.
+    /// is cancelled at once, a running one is stopped (a command gets SIGTERM, then SIGKILL
+    /// after its worker's grace), a finished one is left as it is. Only these tasks: the
+    /// tasks they submitted from inside themselves run on ([`Client::cancel_with`] with
+    /// [`CancelOptions::recursive`] cancels those too).
     pub async fn cancel<I>(&self, tasks: I) -> Result<Vec<TaskStatus>, ClientError>
+    where
+        I: IntoIterator,
+        I::Item: Into<TaskId>,
+    {
+        self.cancel_with(tasks, CancelOptions::default()).await
+    }
+
+    /// [`Client::cancel`] with options: `recursive` also cancels, in the same committed
+    /// change, every task the given ones submitted from inside themselves (with their task
+    /// credential, as a Python task's `f.remote()` or a command task's `escher submit` do),
+    /// and the tasks those submitted, that has not ended; `force` kills a running command task
+    /// at once (SIGKILL to its process group, no SIGTERM grace). Both need every head replica
+    /// to run a release that reads data format 11; a forced cancel is refused before that.
+    pub async fn cancel_with<I>(
+        &self,
+        tasks: I,
+        options: CancelOptions,
+    ) -> Result<Vec<TaskStatus>, ClientError>
     where
         I: IntoIterator,
         I::Item: Into<TaskId>,
     {
         let request = CancelRequest {
             task_ids: tasks.into_iter().map(Into::into).collect(),
+            recursive: options.recursive,
+            force: options.force,
         };
         if request.task_ids.is_empty() {
             return Ok(Vec::new());

@@ -460,6 +460,7 @@ impl Cluster for FakeHead {
             started_at_ms: Some(1_700_000_000_100),
             finished_at_ms: None,
             attempts: Vec::new(),
+            parent: None,
         };
         Ok(Response::new(info.into()))
     }

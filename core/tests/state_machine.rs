@@ -992,7 +992,8 @@ fn cancel_ends_pending_tasks_at_once_and_running_ones_when_the_worker_confirms()
             node: n,
             task: running,
             attempt: 1,
-            reason: "cancelled by request".to_string()
+            reason: "cancelled by request".to_string(),
+            force: false,
         }]
     );
     assert_eq!(t.task_state(running), TaskState::Running);

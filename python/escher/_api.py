@@ -647,12 +647,18 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]], *, force: bool = False,
            recursive: bool = True) -> List[str]:
     """Cancels tasks (a pending one at once, a running one is stopped); their states.
 
+    ``recursive`` (Ray's, default ``True``): every task a cancelled task submitted from inside
+    itself (its ``f.remote()`` calls, or ``escher submit`` in a command task: the head records
+    the parent from the running task's credential), and the tasks those submitted, is
+    cancelled with it if it has not ended, in the same committed change. ``recursive=False``
+    cancels only ``refs``: their children run on.
+
     A running Python task's interpreter is killed at once (SIGKILL to its process group),
     which is what Ray's ``force=True`` does, so ``force`` changes nothing for one; a running
-    command task gets SIGTERM, then SIGKILL after the worker's ``--grace``, and ``force=True``
-    is refused for it (escher cannot yet skip the grace). A deferred task (one waiting in this
-    process for an argument: an actor call's result) cancelled before it was submitted is
-    never submitted (``"cancelled"``).
+    command task gets SIGTERM, then SIGKILL after the worker's ``--grace``, and with
+    ``force=True`` SIGKILL at once (no grace). A deferred task (one waiting in this process
+    for an argument: an actor call's result) cancelled before it was submitted is never
+    submitted (``"cancelled"``).
 
     An actor call's ref is cancelled too (its state reads ``"cancel-requested"``: the actor
     answers): one queued behind other calls is removed from the actor's queue and its ``get``
@@ -662,9 +668,9 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]], *, force: bool = False,
     killing the call's process would kill the actor (use ``escher.kill``). A deferred call
     cancelled before it was sent is never sent (``"cancelled"``).
 
-    ``recursive`` (Ray's, default ``True``) is accepted, but escher's head does not record
-    which task submitted which, so the tasks a cancelled task submitted are not cancelled with
-    it, whatever ``recursive`` says: cancel their own refs."""
+    A recursive or forced cancel needs every head replica to read data format 11: before
+    that, a recursive cancel cancels only ``refs`` (no parent was recorded) and a forced one
+    is refused, saying so."""
     if isinstance(refs, TaskRef):
         refs = [refs]
     refs = list(refs)
@@ -679,12 +685,6 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]], *, force: bool = False,
                 f"force=True is not supported for actor calls ({r!r}): the call runs in the "
                 f"actor's process, and killing it would kill the actor; cancel without force, "
                 f"or end the actor with escher.kill(handle)"
-            )
-        if force and r._kind == "command":
-            raise InvalidArgumentError(
-                f"force=True is not supported for command tasks ({r!r}) yet: a cancelled "
-                f"command gets SIGTERM, then SIGKILL after the worker's --grace; cancel without "
-                f"force"
             )
     states: Dict[int, str] = {}
     tasks: List[int] = []
@@ -707,7 +707,7 @@ def cancel(refs: Union[TaskRef, Sequence[TaskRef]], *, force: bool = False,
         else:
             tasks.append(i)
     if tasks:
-        done_states = _current().cancel([refs[i].id for i in tasks])
+        done_states = _current().cancel([refs[i].id for i in tasks], recursive, force)
         for i, status in zip(tasks, done_states):
             states[i] = status[1]
     return [states[i] for i in range(len(refs))]

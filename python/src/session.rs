@@ -639,11 +639,21 @@ impl Session {
         Ok((ready, not_ready.into_iter().map(|t| t.0).collect()))
     }
 
-    /// Cancels tasks; their states afterwards.
-    fn cancel(&self, py: Python<'_>, ids: Vec<u64>) -> PyResult<Vec<StatusTuple>> {
+    /// Cancels tasks (with `recursive`, their descendants too; with `force`, a running
+    /// command is killed without its grace); their states afterwards.
+    #[pyo3(signature = (ids, recursive=false, force=false))]
+    fn cancel(
+        &self,
+        py: Python<'_>,
+        ids: Vec<u64>,
+        recursive: bool,
+        force: bool,
+    ) -> PyResult<Vec<StatusTuple>> {
         let client = self.client.clone();
         let tasks: Vec<TaskId> = ids.into_iter().map(TaskId).collect();
-        let statuses = wait_for(py, async move { client.cancel(tasks).await })?.map_err(error)?;
+        let options = escher_client::CancelOptions { recursive, force };
+        let statuses = wait_for(py, async move { client.cancel_with(tasks, options).await })?
+            .map_err(error)?;
         Ok(statuses.into_iter().map(|s| to_tuple(py, s)).collect())
     }
 

@@ -190,9 +190,8 @@ def test_cancel_takes_force_and_recursive_as_ray_does_where_escher_can(cluster, 
     with pytest.raises(escher.InvalidArgumentError, match="not supported for actor calls"):
         escher.cancel(call, force=True)
     command = escher.submit(["sleep", "600"])
-    with pytest.raises(escher.InvalidArgumentError, match="command tasks"):
-        escher.cancel(command, force=True)
-    escher.cancel(command)
+    # A command task may be forced (SIGKILL, no grace): test_cancel_tree.py shows what it does.
+    assert escher.cancel(command, force=True) in (["pending"], ["running"], ["cancelled"])
     with pytest.raises(escher.InvalidArgumentError, match="True or False"):
         escher.cancel(command, force="yes")
     started = tmp_path / "started"

@@ -92,14 +92,17 @@ pub(crate) struct RunEnv {
 /// Runs `assignment` on node `node_id` until it ends, is cancelled or times out. `devices` are
 /// the UUIDs of the GPU devices it was given, `None` on a node without GPUs: a command gets
 /// them as `CUDA_VISIBLE_DEVICES` and `NVIDIA_VISIBLE_DEVICES` (on a GPU node a task given
-/// none sees none: an empty list, and `none`), a function through its context.
+/// none sees none: an empty list, and `none`), a function through its context. `force`, once
+/// cancelled (a forced cancel), makes a command's stop skip its SIGTERM grace.
 #[tracing::instrument(skip_all, fields(task_id = %a.task_id, attempt = a.attempt))]
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn run_task(
     env: Arc<RunEnv>,
     node_id: NodeId,
     a: Assignment,
     assigned: Instant,
     cancel: CancellationToken,
+    force: CancellationToken,
     devices: Option<Vec<String>>,
     ready: mpsc::UnboundedSender<(TaskId, u32)>,
 ) -> TaskFinished {
@@ -201,6 +204,7 @@ pub(crate) async fn run_task(
                 .log_bytes(Some(env.log_bytes))
                 .disk(Some(Arc::clone(&env.disk)))
                 .grace(env.grace)
+                .force(force)
                 .env("ESCHER_HEAD", env.head.list())
                 .env("ESCHER_NODE_ID", node_id.to_string())
                 .env("ESCHER_TASK_ID", a.task_id.to_string())

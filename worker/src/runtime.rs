@@ -116,6 +116,8 @@ struct Running {
     /// (task, attempt).
     seq: u64,
     cancel: CancellationToken,
+    /// Cancelled (before `cancel`) by a forced cancel: a command is killed without its grace.
+    force: CancellationToken,
     /// Whether it runs inside this process: an actor's incarnation or a function's handler
     /// (ended when the lease runs out, see [`Runtime::lease_ran_out`]).
     in_process: bool,
@@ -677,9 +679,13 @@ impl Runtime {
                 task_id,
                 attempt,
                 reason,
+                force,
             }) => match self.protocol.get(&(task_id, attempt)) {
                 Some(running) => {
-                    tracing::debug!(%task_id, attempt, %reason, "cancelling");
+                    tracing::debug!(%task_id, attempt, %reason, force, "cancelling");
+                    if force {
+                        running.force.cancel();
+                    }
                     running.cancel.cancel();
                 }
                 None => tracing::debug!(%task_id, attempt, "cancel for a task not running here"),
@@ -821,11 +827,13 @@ impl Runtime {
             }
         };
         let cancel = CancellationToken::new();
+        let force = CancellationToken::new();
         self.protocol.run(
             key,
             Running {
                 seq,
                 cancel: cancel.clone(),
+                force: force.clone(),
                 in_process: matches!(a.spec.kind, TaskKind::Actor(_) | TaskKind::Function { .. }),
                 actor: matches!(a.spec.kind, TaskKind::Actor(_)),
             },
@@ -843,7 +851,9 @@ impl Runtime {
                 },
             };
             let report = match devices {
-                Ok(devices) => run_task(env, node_id, a, assigned, cancel, devices, ready).await,
+                Ok(devices) => {
+                    run_task(env, node_id, a, assigned, cancel, force, devices, ready).await
+                }
                 Err(why) => TaskFinished {
                     task_id: a.task_id,
                     attempt: a.attempt,

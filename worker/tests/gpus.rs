@@ -38,6 +38,7 @@ fn cancel(task: u64) -> HeadMessage {
         task_id: TaskId(task),
         attempt: 1,
         reason: "test".into(),
+        force: false,
     }
 }
 

@@ -178,6 +178,7 @@ async fn re_registers_with_its_node_id_and_running_tasks_after_the_stream_breaks
         task_id: TaskId(1),
         attempt: 1,
         reason: "test".into(),
+        force: false,
     });
     assert_eq!(
         expect_finished(&mut head, 1).await,

@@ -33,6 +33,7 @@ fn cancel(task: u64) -> HeadMessage {
         task_id: TaskId(task),
         attempt: 1,
         reason: "test".into(),
+        force: false,
     }
 }
 
@@ -206,6 +207,60 @@ async fn cancel_stops_a_long_command_promptly() {
     // SIGTERM: 128 + 15.
     assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 143 }));
     assert!(!done.timed_out);
+    w.stop().await.unwrap();
+}
+
+/// A cancel from the head that kills at once (`escher cancel --force`).
+fn force_cancel(task: u64) -> HeadMessage {
+    HeadMessage::CancelTask {
+        task_id: TaskId(task),
+        attempt: 1,
+        reason: "test".into(),
+        force: true,
+    }
+}
+
+/// A command that says so when it gets SIGTERM, and goes on.
+const TRAPS_TERM: &str = "trap 'echo got TERM' TERM; echo up; while :; do sleep 0.05; done";
+
+#[tokio::test]
+async fn a_forced_cancel_kills_a_command_without_its_grace() {
+    let mut head = FakeHead::start(HEARTBEAT).await;
+    // A grace longer than the test may take: only a kill without it ends the command.
+    let w = RunningWorker::start(worker(&head).grace(Duration::from_secs(3600)));
+    attached(&mut head).await;
+    head.send(assign(1, sh(TRAPS_TERM)));
+    started(&mut head, 1).await;
+    head.send(force_cancel(1));
+    let done = finished(&mut head, 1).await;
+    // SIGKILL: 128 + 9; no SIGTERM came first, so the trap never ran.
+    assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 137 }));
+    let out = String::from_utf8_lossy(&done.output.expect("its output").stdout).into_owned();
+    assert!(!out.contains("got TERM"), "{out:?}");
+
+    // Forced during the grace of a plain cancel: killed then, not when the grace ends. Its
+    // trap is set once it said so: a plain cancel then leaves it running through the grace.
+    head.send(assign(2, sh(TRAPS_TERM)));
+    started(&mut head, 2).await;
+    let mut request = 0;
+    loop {
+        request += 1;
+        let chunk = fetch(&mut head, request, 2, LogStream::Stdout).await;
+        if chunk.is_ok_and(|c| c.data.starts_with(b"up")) {
+            break;
+        }
+        assert!(request < 2_000, "the command never said it was up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    head.send(cancel(2));
+    head.send(force_cancel(2));
+    let done = match head.report().await {
+        WorkerMessage::TaskFinished(f) => f,
+        other => panic!("expected TaskFinished, got {other:?}"),
+    };
+    assert_eq!(done.task_id, TaskId(2));
+    // SIGKILL, not SIGTERM (which it traps): the forced cancel, not the plain one, ended it.
+    assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 137 }));
     w.stop().await.unwrap();
 }
 

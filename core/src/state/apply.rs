@@ -143,6 +143,10 @@ pub struct ClusterState {
     /// skipped here.
     #[serde(skip)]
     pub(crate) registrations: super::registrations::Registrations,
+    /// Which task submitted which (`lineage.rs`). Part of a snapshot from data format 11 on,
+    /// written after the registration numbers by the head's codec, hence skipped here.
+    #[serde(skip)]
+    pub(crate) lineage: super::lineage::Lineage,
     /// Whether the entry being applied numbers the registrations it makes (see
     /// [`apply_entry`](Self::apply_entry)); set for each entry.
     #[serde(skip)]
@@ -179,6 +183,7 @@ impl ClusterState {
             incarnation: super::incarnation::Incarnation::default(),
             objects: super::objects::ObjectTable::default(),
             registrations: super::registrations::Registrations::default(),
+            lineage: super::lineage::Lineage::default(),
             numbering: true,
         }
     }
@@ -341,8 +346,13 @@ impl ClusterState {
                 Reply::Done
             }
             Command::Submit { tasks, namespace } => {
-                Reply::Submitted(self.submit(tasks, namespace.as_ref(), now)?)
+                Reply::Submitted(self.submit(tasks, namespace.as_ref(), None, now)?)
             }
+            Command::SubmitChildren {
+                tasks,
+                namespace,
+                parent,
+            } => Reply::Submitted(self.submit(tasks, namespace.as_ref(), Some(parent), now)?),
             Command::SetResources {
                 updates,
                 namespace,
@@ -377,7 +387,12 @@ impl ClusterState {
                 self.finished(finished, now);
                 Reply::Done
             }
-            Command::Cancel { tasks } => Reply::Cancelled(self.cancel(&tasks, now)?),
+            Command::Cancel { tasks } => Reply::Cancelled(self.cancel(&tasks, false, now)?),
+            Command::CancelTasks {
+                tasks,
+                recursive,
+                force,
+            } => Reply::Cancelled(self.cancel_tasks(&tasks, recursive, force, now)?),
             Command::Requeue { task, resources } => {
                 Reply::Requeued(self.requeue(task, resources, now)?)
             }

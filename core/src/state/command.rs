@@ -273,6 +273,29 @@ pub enum Command {
         /// Why, for the tasks that were running there.
         reason: String,
     },
+    /// [`Submit`](Command::Submit) from inside running task `parent` (the caller carried its
+    /// credential): the tasks are recorded as its children (`lineage.rs`). Data format 11 on
+    /// (a group that writes an older one submits with `Submit`, recording no parent).
+    SubmitChildren {
+        /// Their specs, as the client sent them.
+        tasks: Vec<TaskSpec>,
+        /// The application's namespace for unqualified resource names.
+        namespace: Option<Namespace>,
+        /// The running task that submitted them, from the caller's credential.
+        parent: TaskId,
+    },
+    /// [`Cancel`](Command::Cancel), with its options: `recursive` cancels every recorded
+    /// descendant of the tasks that has not ended as well (one entry: never half a tree);
+    /// `force` kills a running command task at once, without its SIGTERM grace. Data format
+    /// 11 on (a group that writes an older one cancels with `Cancel`, and refuses `force`).
+    CancelTasks {
+        /// The tasks.
+        tasks: Vec<TaskId>,
+        /// Whether their descendants are cancelled too.
+        recursive: bool,
+        /// Whether running commands are killed at once (SIGKILL) instead of asked to stop.
+        force: bool,
+    },
 }
 
 impl Command {
@@ -308,6 +331,8 @@ impl Command {
             Command::RecordDecision { .. } => "record_decision",
             Command::CloseObjectSession { .. } => "close_object_session",
             Command::RemoveJudgedNode { .. } => "remove_judged_node",
+            Command::SubmitChildren { .. } => "submit_children",
+            Command::CancelTasks { .. } => "cancel_tasks",
         }
     }
 }
@@ -378,6 +403,8 @@ pub enum Effect {
         attempt: u32,
         /// Why.
         reason: String,
+        /// Kill it at once (SIGKILL for a command), without the grace a stop gives.
+        force: bool,
     },
     /// A worker came back (`RejoinNode`): what was queued for it before is superseded by the
     /// effects that follow (re-sent assignments and cancellations).

@@ -37,6 +37,9 @@
 //! Registration numbers (`registrations.rs`): a node's removal names the registration its
 //! leader judged, and changes nothing when the node has registered again since.
 //!
+//! Lineage (`lineage.rs`): the task that submitted each task from inside it, so that a
+//! recursive cancel ends a task's descendants with it.
+//!
 //! GPUs (`gpus.rs`): the GPU inventory of each node, the devices each running task was given,
 //! and MIG reconfiguration as a state change (validated, slices retired, then rebuilt).
 
@@ -47,6 +50,7 @@ mod error;
 mod events;
 mod gpus;
 mod incarnation;
+mod lineage;
 mod nodes;
 mod objects;
 mod queries;
@@ -70,6 +74,7 @@ pub use incarnation::{
     CLOCK_MARGIN_MS, Incarnation, MAX_SKIPS_KEPT, NODE_IDS_PER_SECOND, TASK_IDS_PER_SECOND,
     ids_to_skip,
 };
+pub use lineage::Lineage;
 pub use nodes::{Joining, Returning, SecretHash};
 pub use objects::{FIRST_SESSION, MAX_FREED_KEPT, ObjectRecord, ObjectTable, location_resource};
 pub use reconcile::{HeldVerdict, owner_of};

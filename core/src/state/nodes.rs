@@ -211,6 +211,7 @@ impl ClusterState {
                 task: r.task_id,
                 attempt: r.attempt,
                 reason: format!("node {node} was declared lost; this attempt no longer counts"),
+                force: false,
             });
         }
         // Nothing above drops the record (only retention does, after the command), so this
@@ -404,6 +405,7 @@ impl ClusterState {
                         "cancelled by request"
                     }
                     .into(),
+                    force: false,
                 }),
                 (false, true) => {
                     self.ghost_resources(task, node, false, now);
@@ -458,6 +460,7 @@ impl ClusterState {
                         "the head no longer runs this attempt here"
                     }
                     .into(),
+                    force: false,
                 });
             }
         }

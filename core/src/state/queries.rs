@@ -137,6 +137,7 @@ impl ClusterState {
             started_at_ms: rec.started_at,
             finished_at_ms: rec.finished_at,
             attempts: rec.attempt_infos(),
+            parent: self.lineage.parent(id),
         })
     }
 

@@ -79,6 +79,7 @@ impl ClusterState {
                     task: id,
                     attempt,
                     reason: why,
+                    force: false,
                 });
             }
             TaskState::Failed => {

@@ -197,6 +197,7 @@ impl ClusterState {
         let Some(record) = self.tasks.remove(&id) else {
             return;
         };
+        self.lineage.forget(id);
         self.release_result_bytes(&record);
         self.count_spec_bytes(&record.spec, false);
         let limit = self.config.retention.tombstones;

@@ -19,13 +19,16 @@ use super::record::{TaskRecord, actor_name_of, namespace_of};
 use crate::scheduler::{Event, Millis};
 
 impl ClusterState {
-    /// Accepts a batch of tasks, all or none.
+    /// Accepts a batch of tasks, all or none; submitted from inside running task `parent`,
+    /// they are recorded as its children (`lineage.rs`) when it still has a record.
     pub(crate) fn submit(
         &mut self,
         specs: Vec<TaskSpec>,
         namespace: Option<&Namespace>,
+        parent: Option<TaskId>,
         now: Millis,
     ) -> Result<Vec<TaskId>, ApplyError> {
+        let parent = parent.filter(|p| self.tasks.contains_key(p));
         let mut accepted = Vec::with_capacity(specs.len());
         let mut bytes = 0u64;
         let mut names = Vec::new();
@@ -70,6 +73,9 @@ impl ClusterState {
             }
             let prefer = rec.preferred_locations();
             self.tasks.insert(id, Box::new(rec));
+            if let Some(parent) = parent {
+                self.lineage.link(id, parent);
+            }
             self.record_submitted(id, now);
             self.core.prefer(id, prefer);
             self.core_event(
@@ -598,12 +604,39 @@ impl ClusterState {
     }
 
     /// Cancels tasks, all known or none. Pending tasks end at once; running ones when their
-    /// worker confirms the process is gone.
+    /// worker confirms the process is gone (with `force`, killed at once: no grace).
     pub(crate) fn cancel(
         &mut self,
         ids: &[TaskId],
+        force: bool,
         now: Millis,
     ) -> Result<Vec<TaskStatus>, ApplyError> {
+        self.check_cancel(ids)?;
+        self.cancel_each(ids, force, now);
+        self.cancelled_statuses(ids)
+    }
+
+    /// `CancelTasks`: [`cancel`](Self::cancel), and with `recursive` every recorded
+    /// descendant of `ids` that has not ended as well (`lineage.rs`), in this one entry. The
+    /// reply holds the statuses of `ids` only, in their order.
+    pub(crate) fn cancel_tasks(
+        &mut self,
+        ids: &[TaskId],
+        recursive: bool,
+        force: bool,
+        now: Millis,
+    ) -> Result<Vec<TaskStatus>, ApplyError> {
+        if !recursive {
+            return self.cancel(ids, force, now);
+        }
+        self.check_cancel(ids)?;
+        let all = self.with_descendants(ids);
+        self.cancel_each(&all, force, now);
+        self.cancelled_statuses(ids)
+    }
+
+    /// Refuses a cancel of an unknown task, or one that names a task twice.
+    fn check_cancel(&self, ids: &[TaskId]) -> Result<(), ApplyError> {
         let mut seen = std::collections::BTreeSet::new();
         for id in ids {
             // An evicted task with a tombstone is finished: cancelling it changes nothing.
@@ -612,6 +645,20 @@ impl ClusterState {
                 return Err(ApplyError::DuplicateTask(*id));
             }
         }
+        Ok(())
+    }
+
+    /// The statuses of cancelled tasks, in order.
+    fn cancelled_statuses(&self, ids: &[TaskId]) -> Result<Vec<TaskStatus>, ApplyError> {
+        // Every id was checked known, and nothing in a command drops a record or a tombstone
+        // (retention runs after it): a status is always found.
+        ids.iter()
+            .map(|id| self.status(*id).ok_or_else(|| self.missing_task(*id)))
+            .collect()
+    }
+
+    /// Cancels each of `ids` (checked) that has a record and has not ended.
+    fn cancel_each(&mut self, ids: &[TaskId], force: bool, now: Millis) {
         for id in ids {
             let Some(rec) = self.tasks.get(id) else {
                 continue;
@@ -649,16 +696,12 @@ impl ClusterState {
                         task: *id,
                         attempt,
                         reason,
+                        force,
                     });
                 }
                 _ => {}
             }
         }
-        // Every id was checked known above, and nothing in a command drops a record or a
-        // tombstone (retention runs after it): a status is always found.
-        ids.iter()
-            .map(|id| self.status(*id).ok_or_else(|| self.missing_task(*id)))
-            .collect()
     }
 
     /// Qualifies a spec's names with the namespace and checks what applications may not do.

@@ -26,7 +26,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::state::{ClusterState, Entry, Incarnation, ObjectTable, Registrations, StateConfig};
+use crate::state::{
+    ClusterState, Entry, Incarnation, Lineage, ObjectTable, Registrations, StateConfig,
+};
 
 /// A replicated value could not be encoded or decoded.
 #[derive(Debug, Error)]
@@ -81,7 +83,8 @@ pub enum CodecError {
 /// | 8 | entries may hold `CloseObjectSession` (the last variant of `Command`; its reply, `Reply::ObjectSessionClosed`, the last of `Reply`): a session's objects released at once when its client closes or lapses ([`SESSIONS_FORMAT`]); a group writing an older format refuses a close, and its leader releases no lapsed session |
 /// | 9 | entries may hold `RemoveJudgedNode` (the last variant of `Command`): a removal that names the registration its leader judged, and changes nothing once the node registered again; the registrations such entries apply are numbered, and a snapshot with numbers carries them after the object table ([`JUDGED_REMOVAL_FORMAT`]); a group writing an older format removes nodes with `RemoveNode`, as before |
 /// | 10 | entries may hold `LabelNode` setting or removing `escher.disk.under-reserve`, which every replica's scheduler reads (a node under its disk reserve takes nothing new): the leader sets it from its workers' heartbeats only while the group writes format 10 ([`DISK_RESERVE_FORMAT`]), as a format-9 replica would place tasks there regardless |
-pub const DATA_FORMAT: u16 = 10;
+/// | 11 | entries may hold `SubmitChildren` and `CancelTasks` (the last variants of `Command`): a task submitted from inside a running task is recorded with its parent, and a cancel may be recursive (the task's descendants with it) or forced (no SIGTERM grace); a snapshot with parents carries them after the registration numbers ([`PARENT_TASK_FORMAT`]); a group writing an older format submits with `Submit` (no parent recorded), cancels with `Cancel`, and refuses a forced cancel |
+pub const DATA_FORMAT: u16 = 11;
 
 /// The first data format whose entries may hold actors: a group accepts an actor only when it
 /// writes this format or a later one.
@@ -127,6 +130,12 @@ pub(crate) fn numbers_registrations(format: u16) -> bool {
 /// placement: the leader labels such a node only while its group writes this format or a
 /// later one.
 pub const DISK_RESERVE_FORMAT: u16 = 10;
+
+/// The first data format whose entries may hold `SubmitChildren` and `CancelTasks`, and whose
+/// snapshots carry each task's parent (`escher_core::state` `lineage.rs`): a leader records
+/// parents, and forces or recurses a cancel, only when its group writes this format or a
+/// later one.
+pub const PARENT_TASK_FORMAT: u16 = 11;
 
 /// The start of a data-format envelope (formats from 2 on).
 const ENVELOPE: [u8; 2] = [0xFF, b'E'];
@@ -275,6 +284,12 @@ pub(crate) fn encode_image(
     } else {
         format.max(JUDGED_REMOVAL_FORMAT)
     };
+    // Parents are only recorded by entries of their format: the same.
+    let format = if state.lineage().is_empty() {
+        format
+    } else {
+        format.max(PARENT_TASK_FORMAT)
+    };
     let mut body = bincode::serde::encode_to_vec(ImageRef { state, members }, config())
         .map_err(encode_error)?;
     let incarnation = state.incarnation();
@@ -289,6 +304,11 @@ pub(crate) fn encode_image(
     if format >= JUDGED_REMOVAL_FORMAT {
         body.extend(
             bincode::serde::encode_to_vec(state.registrations(), config()).map_err(encode_error)?,
+        );
+    }
+    if format >= PARENT_TASK_FORMAT {
+        body.extend(
+            bincode::serde::encode_to_vec(state.lineage(), config()).map_err(encode_error)?,
         );
     }
     Ok(wrap(format, body))
@@ -338,10 +358,16 @@ pub(crate) fn decode_image(bytes: &[u8], config_: StateConfig) -> Result<Decoded
                 bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
             state.set_objects(objects);
             if format >= JUDGED_REMOVAL_FORMAT {
-                let (numbers, _): (Registrations, usize) =
-                    bincode::serde::decode_from_slice(&rest[used..], config())
-                        .map_err(decode_error)?;
+                let rest = &rest[used..];
+                let (numbers, used): (Registrations, usize) =
+                    bincode::serde::decode_from_slice(rest, config()).map_err(decode_error)?;
                 state.set_registrations(numbers);
+                if format >= PARENT_TASK_FORMAT {
+                    let (lineage, _): (Lineage, usize) =
+                        bincode::serde::decode_from_slice(&rest[used..], config())
+                            .map_err(decode_error)?;
+                    state.set_lineage(lineage);
+                }
             }
         }
     }
@@ -502,6 +528,72 @@ mod tests {
         assert_eq!(image_format(&image), 8);
         let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
         assert!(back.node_alive(node) && back.registrations().is_empty());
+    }
+
+    #[test]
+    fn parents_are_in_the_snapshot_of_their_format_and_their_commands_too() {
+        use crate::state::Reply;
+        let (mut state, _) = one_node(JUDGED_REMOVAL_FORMAT);
+        // A format-10 image of a state without parents carries none, and reads.
+        let plain = encode_image(&state, &BTreeMap::new(), DISK_RESERVE_FORMAT).unwrap();
+        assert_eq!(image_format(&plain), DISK_RESERVE_FORMAT);
+        let (back, _, _) = decode_image(&plain, StateConfig::default()).unwrap();
+        assert!(back.lineage().is_empty());
+
+        let spec = || escher_proto::types::TaskSpec {
+            name: "t".into(),
+            kind: escher_proto::types::TaskKind::Command {
+                argv: vec!["true".into()],
+                env: Vec::new(),
+                cwd: None,
+            },
+            resources: "cpu=1".parse().unwrap(),
+            labels: Default::default(),
+            max_retries: 0,
+            timeout: None,
+            pending_deadline: None,
+            on_start: Vec::new(),
+            on_success: Vec::new(),
+        };
+        let submit = Command::Submit {
+            tasks: vec![spec()],
+            namespace: None,
+        };
+        let Ok(Reply::Submitted(ids)) = state.apply(Entry::new(3, submit)) else {
+            panic!("submitted");
+        };
+        let children = Command::SubmitChildren {
+            tasks: vec![spec(), spec()],
+            namespace: None,
+            parent: ids[0],
+        };
+        // The entry of format 11 round-trips, and so does a cancel with its options.
+        let cancel = Command::CancelTasks {
+            tasks: vec![ids[0]],
+            recursive: true,
+            force: true,
+        };
+        let batch = vec![Entry::new(4, children.clone()), Entry::new(5, cancel)];
+        let bytes = encode_batch(&batch, PARENT_TASK_FORMAT).unwrap();
+        assert_eq!(decode_batch(&bytes).unwrap(), (PARENT_TASK_FORMAT, batch));
+        let Ok(Reply::Submitted(kids)) = state.apply(Entry::new(4, children)) else {
+            panic!("submitted");
+        };
+        // Asked for an older format (a backup's 1 included), a state with parents is written
+        // in theirs, and reads back with them.
+        for asked in [1, DISK_RESERVE_FORMAT] {
+            let image = encode_image(&state, &BTreeMap::new(), asked).unwrap();
+            assert_eq!(image_format(&image), PARENT_TASK_FORMAT);
+            let (back, _, _) = decode_image(&image, StateConfig::default()).unwrap();
+            assert_eq!(back.lineage(), state.lineage());
+            for kid in &kids {
+                assert_eq!(back.parent_of(*kid), Some(ids[0]));
+            }
+            assert_eq!(
+                encode_image(&back, &BTreeMap::new(), PARENT_TASK_FORMAT).unwrap(),
+                encode_image(&state, &BTreeMap::new(), PARENT_TASK_FORMAT).unwrap()
+            );
+        }
     }
 
     #[test]

@@ -274,13 +274,25 @@ impl Cluster for ClusterService {
         let scope = crate::auth::key_scope(&request);
         let request = request.into_inner();
         let key = key(scope, request.key)?;
-        let CancelRequest { task_ids } = request.into();
+        let CancelRequest {
+            task_ids,
+            recursive,
+            force,
+        } = request.into();
         check_visible(&self.owner, &caller, &task_ids).await?;
-        match self
-            .owner
-            .apply(Command::Cancel { tasks: task_ids }, key)
-            .await?
-        {
+        // A plain cancel is the command every data format holds; a recursive or forced one
+        // needs format 11 (the owner turns a recursive one into this where the group writes an
+        // older format: no parent is recorded there).
+        let command = if recursive || force {
+            Command::CancelTasks {
+                tasks: task_ids,
+                recursive,
+                force,
+            }
+        } else {
+            Command::Cancel { tasks: task_ids }
+        };
+        match self.owner.apply(command, key).await? {
             Reply::Cancelled(tasks) => Ok(Response::new(CancelReply { tasks }.into())),
             other => Err(unexpected(other)),
         }
@@ -1018,11 +1030,18 @@ impl ClusterService {
         }
         let namespace = caller.namespace(namespace)?;
         tracing::Span::current().record("tasks", tasks.len());
-        match self
-            .owner
-            .apply(Command::Submit { tasks, namespace }, key)
-            .await?
-        {
+        // A running task's credential (checked by the auth layer, its attempt checked running)
+        // makes it the parent of what it submits: never a field of the request, which a client
+        // could fill with another namespace's task.
+        let command = match caller.task() {
+            Some((parent, _attempt)) => Command::SubmitChildren {
+                tasks,
+                namespace,
+                parent,
+            },
+            None => Command::Submit { tasks, namespace },
+        };
+        match self.owner.apply(command, key).await? {
             Reply::Submitted(task_ids) => Ok(task_ids),
             other => Err(unexpected(other)),
         }

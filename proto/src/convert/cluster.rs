@@ -191,6 +191,8 @@ impl From<CancelRequest> for wire::CancelRequest {
     fn from(r: CancelRequest) -> Self {
         wire::CancelRequest {
             task_ids: ids_to_wire(r.task_ids),
+            recursive: r.recursive,
+            force: r.force,
             key: None,
         }
     }
@@ -200,6 +202,8 @@ impl From<wire::CancelRequest> for CancelRequest {
     fn from(w: wire::CancelRequest) -> Self {
         CancelRequest {
             task_ids: ids(w.task_ids),
+            recursive: w.recursive,
+            force: w.force,
         }
     }
 }
@@ -520,6 +524,8 @@ mod tests {
     fn cancel_describe_and_list_round_trip() {
         let req = CancelRequest {
             task_ids: vec![TaskId(3)],
+            recursive: true,
+            force: false,
         };
         assert_eq!(
             CancelRequest::from(wire::CancelRequest::from(req.clone())),

@@ -446,10 +446,12 @@ impl From<HeadMessage> for wire::HeadMessage {
                 task_id,
                 attempt,
                 reason,
+                force,
             } => Body::CancelTask(wire::CancelTask {
                 task_id: task_id.0,
                 attempt,
                 reason,
+                force,
             }),
             HeadMessage::FetchLogs {
                 request_id,
@@ -508,6 +510,7 @@ impl TryFrom<wire::HeadMessage> for HeadMessage {
                 task_id: TaskId(c.task_id),
                 attempt: c.attempt,
                 reason: c.reason,
+                force: c.force,
             },
             Body::FetchLogs(f) => HeadMessage::FetchLogs {
                 request_id: f.request_id,
@@ -888,6 +891,13 @@ mod tests {
                 task_id: TaskId(1),
                 attempt: 2,
                 reason: "user".into(),
+                force: false,
+            },
+            HeadMessage::CancelTask {
+                task_id: TaskId(1),
+                attempt: 3,
+                reason: "user".into(),
+                force: true,
             },
             HeadMessage::FetchLogs {
                 request_id: 9,

@@ -313,6 +313,7 @@ mod tests {
                 task_id: TaskId(1),
                 attempt: 1,
                 reason: "user".into(),
+                force: false,
             },
             HeadMessage::Shutdown {
                 reason: "bye".into(),

@@ -164,6 +164,7 @@ impl From<TaskInfo> for wire::TaskInfo {
                     output_kept: a.output_kept,
                 })
                 .collect(),
+            parent_task_id: t.parent.map(|p| p.0),
         }
     }
 }
@@ -187,6 +188,7 @@ impl TryFrom<wire::TaskInfo> for TaskInfo {
                     output_kept: a.output_kept,
                 })
             })?,
+            parent: w.parent_task_id.map(TaskId),
         })
     }
 }
@@ -359,6 +361,7 @@ mod tests {
                         output_kept: false,
                     },
                 ],
+                parent: Some(TaskId(7)),
             };
             round_trip::<_, wire::TaskInfo>(info);
             let summary = TaskSummary {

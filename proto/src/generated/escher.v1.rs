@@ -504,6 +504,14 @@ pub struct CancelRequest {
     /// The tasks to cancel.
     #[prost(uint64, repeated, tag = "1")]
     pub task_ids: ::prost::alloc::vec::Vec<u64>,
+    /// Cancel every task they submitted from inside themselves (their children, recorded by the
+    /// head from the submitting task's credential), and theirs, that has not ended: one committed
+    /// change. False: only these tasks.
+    #[prost(bool, tag = "2")]
+    pub recursive: bool,
+    /// Kill a running command task at once (SIGKILL, no SIGTERM grace). Refused for actor calls.
+    #[prost(bool, tag = "3")]
+    pub force: bool,
     /// The idempotency key of this write.
     #[prost(message, optional, tag = "14")]
     pub key: ::core::option::Option<RequestKey>,
@@ -568,6 +576,9 @@ pub struct TaskInfo {
     /// Its attempts, oldest first (the last 16 kept).
     #[prost(message, repeated, tag = "7")]
     pub attempts: ::prost::alloc::vec::Vec<AttemptInfo>,
+    /// The running task that submitted it (with its task credential), if any.
+    #[prost(uint64, optional, tag = "8")]
+    pub parent_task_id: ::core::option::Option<u64>,
 }
 /// Lists tasks in ascending id order, a page at a time.
 #[derive(Clone, PartialEq, Eq, Hash, ::prost::Message)]
@@ -2568,6 +2579,9 @@ pub struct CancelTask {
     /// Why, for the task's record.
     #[prost(string, tag = "3")]
     pub reason: ::prost::alloc::string::String,
+    /// Kill it at once: SIGKILL to a command's process group, no SIGTERM grace.
+    #[prost(bool, tag = "4")]
+    pub force: bool,
 }
 /// Read a piece of a task's output; answered with `LogChunk`.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, ::prost::Message)]

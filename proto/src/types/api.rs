@@ -70,6 +70,13 @@ pub struct WaitReply {
 pub struct CancelRequest {
     /// The tasks.
     pub task_ids: Vec<TaskId>,
+    /// Whether every descendant of theirs that has not ended is cancelled too (the tasks they
+    /// submitted from inside themselves, and theirs).
+    #[serde(default)]
+    pub recursive: bool,
+    /// Whether a running command task is killed at once (SIGKILL), without its grace.
+    #[serde(default)]
+    pub force: bool,
 }
 
 /// What cancelling did: each task's status afterwards, in request order.

@@ -271,6 +271,9 @@ pub enum HeadMessage {
         attempt: u32,
         /// Why.
         reason: String,
+        /// Kill it at once (SIGKILL to a command), without the grace a stop gives.
+        #[serde(default)]
+        force: bool,
     },
     /// Read a piece of a task's output; answered with [`WorkerMessage::Logs`].
     FetchLogs {

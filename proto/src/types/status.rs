@@ -183,6 +183,9 @@ pub struct TaskInfo {
     pub finished_at_ms: Option<u64>,
     /// Its attempts, oldest first (the last [`MAX_ATTEMPTS_KEPT`]).
     pub attempts: Vec<AttemptInfo>,
+    /// The running task that submitted it (with its task credential), if any.
+    #[serde(default)]
+    pub parent: Option<TaskId>,
 }
 
 /// How many attempts of a task the head remembers (node, start, end, output tail).

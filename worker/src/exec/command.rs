@@ -122,6 +122,10 @@ pub struct LaunchOptions {
     pub timeout: Option<Duration>,
     /// Time between SIGTERM and SIGKILL when stopping the command.
     pub grace: Duration,
+    /// Cancelled when the stop is to skip the grace: the command's group is killed
+    /// (SIGKILL) at once, or as soon as it is cancelled during the grace (a forced cancel,
+    /// `escher cancel --force`). `None`: every stop gives the grace.
+    pub force: Option<CancellationToken>,
     /// Called once the process is spawned.
     pub on_spawn: Option<OnSpawn>,
     /// Where each command gets a cgroup of its own, killed whole; `None`: the process group
@@ -181,6 +185,7 @@ impl LaunchOptions {
             user: None,
             timeout: None,
             grace: DEFAULT_GRACE,
+            force: None,
             on_spawn: None,
             cgroups: None,
             usage: None,
@@ -255,6 +260,12 @@ impl LaunchOptions {
     /// Sets the grace period between SIGTERM and SIGKILL.
     pub fn grace(mut self, grace: Duration) -> Self {
         self.grace = grace;
+        self
+    }
+
+    /// Skips the grace of a stop once `force` is cancelled (see [`LaunchOptions::force`]).
+    pub fn force(mut self, force: CancellationToken) -> Self {
+        self.force = Some(force);
         self
     }
 }
@@ -375,7 +386,8 @@ pub async fn run_command(
             }
         }
     };
-    let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace).await?);
+    let force = opts.force.clone().unwrap_or_default();
+    let outcome = stop_as(stop(&mut child, &mut group, task_id, opts.grace, &force).await?);
     cap_logs(&mut logs, opts.log_bytes, opts.disk.as_deref());
     if let (Some((sink, cgroup)), true) = (sink, sampled) {
         (sink.send)(cgroup.usage(), true).await;
@@ -625,18 +637,28 @@ async fn next_sample(timer: &mut Option<tokio::time::Interval>) {
     }
 }
 
-/// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first.
+/// Stops a running command: SIGTERM to its group, then SIGKILL if `grace` passes first; with
+/// `force` cancelled (before or during the grace), SIGKILL at once.
 async fn stop(
     child: &mut Running,
     group: &mut ProcessGroup,
     task_id: u64,
     grace: Duration,
+    force: &CancellationToken,
 ) -> Result<ProcessExit, ExecError> {
-    group.signal(Signal::SIGTERM)?;
-    if let Ok(status) = tokio::time::timeout(grace, child.wait()).await {
-        return reaped(status, task_id, group);
+    if !force.is_cancelled() {
+        group.signal(Signal::SIGTERM)?;
+        tokio::select! {
+            biased;
+            status = child.wait() => return reaped(status, task_id, group),
+            () = tokio::time::sleep(grace) => {
+                tracing::debug!(?grace, "command outlived its grace period; killing it");
+            }
+            () = force.cancelled() => tracing::debug!("forced stop; killing the command"),
+        }
+    } else {
+        tracing::debug!("forced stop; killing the command without a grace");
     }
-    tracing::debug!(?grace, "command outlived its grace period; killing it");
     group.signal(Signal::SIGKILL)?;
     reaped(child.wait().await, task_id, group)
 }

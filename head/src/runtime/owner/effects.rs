@@ -41,11 +41,13 @@ impl<S: LogStore> Owner<S> {
                     task,
                     attempt,
                     reason,
+                    force,
                 } => {
                     let msg = HeadMessage::CancelTask {
                         task_id: task,
                         attempt,
                         reason,
+                        force,
                     };
                     self.workers.send(state, node, msg);
                 }
@@ -81,6 +83,7 @@ mod tests {
             task: TaskId(1),
             attempt: 1,
             reason: "test".into(),
+            force: false,
         };
         owner.perform(vec![cancel, Effect::Rejoined { node: NodeId(9) }]);
         assert!(owner.workers.depths().is_empty());

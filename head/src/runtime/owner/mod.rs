@@ -84,7 +84,37 @@ fn format_needed(command: &Command) -> Option<(u16, &'static str)> {
             crate::replication::JUDGED_REMOVAL_FORMAT,
             "remove a node by its registration",
         )),
+        Command::CancelTasks { force: true, .. } => Some((
+            crate::replication::PARENT_TASK_FORMAT,
+            "kill a cancelled task at once (force)",
+        )),
+        Command::SubmitChildren { .. } | Command::CancelTasks { .. } => Some((
+            crate::replication::PARENT_TASK_FORMAT,
+            "record which task submitted which",
+        )),
         _ => None,
+    }
+}
+
+/// `command` as a group writing data format `writes` can record it: before
+/// [`PARENT_TASK_FORMAT`](crate::replication::PARENT_TASK_FORMAT), a submission from inside a
+/// task records no parent (`Submit`), and a cancel that is not forced is a plain `Cancel` (such
+/// a group has recorded no parent, so a recursive cancel has no descendant to reach). A forced
+/// cancel stays, and [`format_needed`] refuses it.
+fn downgrade(command: Command, writes: u16) -> Command {
+    if writes >= crate::replication::PARENT_TASK_FORMAT {
+        return command;
+    }
+    match command {
+        Command::SubmitChildren {
+            tasks, namespace, ..
+        } => Command::Submit { tasks, namespace },
+        Command::CancelTasks {
+            tasks,
+            force: false,
+            ..
+        } => Command::Cancel { tasks },
+        other => other,
     }
 }
 
@@ -323,6 +353,7 @@ impl<S: LogStore> Owner<S> {
             )));
             return;
         }
+        let command = downgrade(command, self.replica.writes_format());
         if let Some((format, what)) = format_needed(&command) {
             let writes = self.replica.writes_format();
             if writes < format {
@@ -431,6 +462,49 @@ mod tests {
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
         assert_ne!(a, b);
+    }
+
+    #[test]
+    fn parents_and_cancel_options_wait_for_format_11_and_only_force_is_refused_before() {
+        use crate::replication::{DISK_RESERVE_FORMAT, PARENT_TASK_FORMAT};
+        use escher_proto::types::TaskId;
+        let children = || Command::SubmitChildren {
+            tasks: Vec::new(),
+            namespace: None,
+            parent: TaskId(1),
+        };
+        let cancel = |force| Command::CancelTasks {
+            tasks: vec![TaskId(1)],
+            recursive: true,
+            force,
+        };
+        // A group at format 11 records them as they are.
+        for command in [children(), cancel(false), cancel(true)] {
+            assert_eq!(downgrade(command.clone(), PARENT_TASK_FORMAT), command);
+        }
+        // Before it: a plain submission and a plain cancel, which every format holds.
+        let old = downgrade(children(), DISK_RESERVE_FORMAT);
+        assert_eq!(
+            old,
+            Command::Submit {
+                tasks: Vec::new(),
+                namespace: None
+            }
+        );
+        assert_eq!(format_needed(&old), None);
+        let old = downgrade(cancel(false), DISK_RESERVE_FORMAT);
+        assert_eq!(
+            old,
+            Command::Cancel {
+                tasks: vec![TaskId(1)]
+            }
+        );
+        assert_eq!(format_needed(&old), None);
+        // A forced cancel is refused, naming what it asked for.
+        let forced = downgrade(cancel(true), DISK_RESERVE_FORMAT);
+        let (format, what) = format_needed(&forced).unwrap();
+        assert_eq!(format, PARENT_TASK_FORMAT);
+        assert!(what.contains("force"), "{what}");
     }
 
     #[test]
