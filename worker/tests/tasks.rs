@@ -223,6 +223,15 @@ fn force_cancel(task: u64) -> HeadMessage {
 /// A command that says so when it gets SIGTERM, and goes on.
 const TRAPS_TERM: &str = "trap 'echo got TERM' TERM; echo up; while :; do sleep 0.05; done";
 
+/// The report of a forced cancel: without the force, the command would run on through the
+/// worker's grace of an hour, so a bound far below that (and far above a kill) fails the test
+/// instead of hanging it.
+async fn killed<F: std::future::Future<Output = TaskFinished>>(report: F) -> TaskFinished {
+    tokio::time::timeout(Duration::from_secs(120), report)
+        .await
+        .expect("a forced cancel kills the command without waiting for its grace")
+}
+
 #[tokio::test]
 async fn a_forced_cancel_kills_a_command_without_its_grace() {
     let mut head = FakeHead::start(HEARTBEAT).await;
@@ -232,7 +241,7 @@ async fn a_forced_cancel_kills_a_command_without_its_grace() {
     head.send(assign(1, sh(TRAPS_TERM)));
     started(&mut head, 1).await;
     head.send(force_cancel(1));
-    let done = finished(&mut head, 1).await;
+    let done = killed(finished(&mut head, 1)).await;
     // SIGKILL: 128 + 9; no SIGTERM came first, so the trap never ran.
     assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 137 }));
     let out = String::from_utf8_lossy(&done.output.expect("its output").stdout).into_owned();
@@ -254,10 +263,13 @@ async fn a_forced_cancel_kills_a_command_without_its_grace() {
     }
     head.send(cancel(2));
     head.send(force_cancel(2));
-    let done = match head.report().await {
-        WorkerMessage::TaskFinished(f) => f,
-        other => panic!("expected TaskFinished, got {other:?}"),
-    };
+    let done = killed(async {
+        match head.report().await {
+            WorkerMessage::TaskFinished(f) => f,
+            other => panic!("expected TaskFinished, got {other:?}"),
+        }
+    })
+    .await;
     assert_eq!(done.task_id, TaskId(2));
     // SIGKILL, not SIGTERM (which it traps): the forced cancel, not the plain one, ended it.
     assert_eq!(done.outcome, Ok(TaskResult::Exited { code: 137 }));
