@@ -108,6 +108,7 @@ impl ToWorker {
                 task_id: *task,
                 attempt: *attempt,
                 reason: String::new(),
+                force: false,
             }
             .queued_bytes(),
             ToWorker::Lease { seq } => HeadMessage::LeaseRenewed { seq: *seq }.queued_bytes(),
