@@ -99,12 +99,24 @@ impl ObjectRef {
     /// A new owning reference to object `id` of this client's namespace (a task's result
     /// object, `results.rs`): dropping its last clone releases the object.
     pub(crate) fn owning(client: &Client, id: ObjectId, size: u64, checksum: u32) -> ObjectRef {
+        ObjectRef::owning_copy(client, id, size, checksum, false)
+    }
+
+    /// [`owning`](Self::owning), saying whether this process handed the copy over from its own
+    /// file ([`handed_over`](Self::handed_over)).
+    fn owning_copy(
+        client: &Client,
+        id: ObjectId,
+        size: u64,
+        checksum: u32,
+        handed_over: bool,
+    ) -> ObjectRef {
         ObjectRef {
             inner: Arc::new(Owned {
                 id,
                 size,
                 checksum,
-                handed_over: false,
+                handed_over,
                 disowned: AtomicBool::new(false),
                 client: client.clone(),
                 releases: client.puts().releases.clone(),
@@ -325,41 +337,8 @@ impl Client {
         checksum: u32,
         handed_over: bool,
     ) -> Result<ObjectRef, ClientError> {
-        let id = placed.id;
-        let copy = wire::SealedObject {
-            id: Some(id.into()),
-            size: placed.size,
-            crc32c: checksum,
-            node: placed.node,
-        };
-        let reply = self
-            .call(|mut rpc| {
-                let request = wire::ObjectsSealedRequest {
-                    copies: vec![copy],
-                    namespace: self.namespace_text(),
-                };
-                async move { rpc.objects_sealed(request).await }
-            })
-            .await?;
-        // From here the head holds the object: a failure below must still release it.
-        let reference = ObjectRef {
-            inner: Arc::new(Owned {
-                id,
-                size: placed.size,
-                checksum,
-                handed_over,
-                disowned: AtomicBool::new(false),
-                client: self.clone(),
-                releases: self.puts().releases.clone(),
-            }),
-        };
-        if let Some(dropped) = reply.dropped.into_iter().next() {
-            return Err(ClientError::ObjectUnavailable(format!(
-                "object {id}: the head did not record its copy on node {}: {}",
-                placed.node, dropped.reason
-            )));
-        }
-        Ok(reference)
+        self.record_copy(placed.id, placed.size, checksum, placed.node, handed_over)
+            .await
     }
 
     /// Has the head record a copy of object `id` (of this client's session) that a worker
@@ -371,6 +350,20 @@ impl Client {
         size: u64,
         checksum: u32,
         node: u64,
+    ) -> Result<ObjectRef, ClientError> {
+        self.record_copy(id, size, checksum, node, false).await
+    }
+
+    /// Has the head record node `node`'s sealed copy of object `id` (`size` bytes whose CRC-32C
+    /// is `checksum`), and returns the owner's reference; `handed_over`: the copy was handed
+    /// over from this process's file (`Owned::handed_over`).
+    async fn record_copy(
+        &self,
+        id: ObjectId,
+        size: u64,
+        checksum: u32,
+        node: u64,
+        handed_over: bool,
     ) -> Result<ObjectRef, ClientError> {
         let copy = wire::SealedObject {
             id: Some(id.into()),
@@ -388,7 +381,7 @@ impl Client {
             })
             .await?;
         // From here the head holds the object: a failure below must still release it.
-        let reference = ObjectRef::owning(self, id, size, checksum);
+        let reference = ObjectRef::owning_copy(self, id, size, checksum, handed_over);
         if let Some(dropped) = reply.dropped.into_iter().next() {
             return Err(ClientError::ObjectUnavailable(format!(
                 "object {id}: the head did not record its copy on node {node}: {}",
