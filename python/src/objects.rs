@@ -42,7 +42,10 @@ pub(crate) struct Object {
 impl Object {
     /// The Python handle of the owning reference `inner` (an actor call's kept result).
     pub(crate) fn new(inner: ObjectRef) -> Object {
-        Object { inner }
+        Object {
+            inner,
+            adopted: false,
+        }
     }
 }
 
