@@ -139,7 +139,9 @@ class Session:
     def wait(
         self, ids: List[int], num_returns: int, timeout: Optional[float] = None
     ) -> Tuple[List[_Status], List[int]]: ...
-    def cancel(self, ids: List[int]) -> List[_Status]: ...
+    def cancel(
+        self, ids: List[int], recursive: bool = False, force: bool = False
+    ) -> List[_Status]: ...
     def set_resource(
         self,
         name: str,
