@@ -67,6 +67,48 @@ for f in (probe, big, size, Prober):
     print(cloudpickle.dumps(f).hex())
 "#;
 
+/// The interpreter the worker runs Python tasks with (`ESCHER_PYTHON`), which also makes the
+/// pickles: the first of `python3` on `PATH` and `/usr/bin/python3` that imports cloudpickle
+/// and that a task's user can run (every directory above it searchable by others: a `python3`
+/// under `/root`, as pyenv's is, is not). `.ci/run` installs Debian's cloudpickle for
+/// `/usr/bin/python3` where the one on `PATH` is closed to other users.
+fn interpreter() -> &'static str {
+    static FOUND: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    FOUND.get_or_init(|| {
+        use std::os::unix::fs::PermissionsExt as _;
+        let open_to_others = |path: &std::path::Path| {
+            path.ancestors().skip(1).all(|dir| {
+                std::fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+            }) && std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+        };
+        let mut tried = Vec::new();
+        for candidate in ["python3", "/usr/bin/python3"] {
+            let out = Command::new(candidate)
+                .args(["-c", "import sys, cloudpickle; print(sys.executable)"])
+                .output();
+            let Ok(out) = out
+                .as_ref()
+                .map_err(|e| tried.push(format!("{candidate}: {e}")))
+            else {
+                continue;
+            };
+            let exe = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            if !out.status.success() {
+                tried.push(format!("{candidate}: no cloudpickle"));
+            } else if !open_to_others(std::path::Path::new(&exe)) {
+                tried.push(format!("{candidate}: {exe} is closed to other users"));
+            } else {
+                return exe;
+            }
+        }
+        panic!(
+            "no python3 with cloudpickle that a task's user can run ({}); `.ci/run` installs \
+             Debian's python3-cloudpickle for /usr/bin/python3",
+            tried.join("; ")
+        )
+    })
+}
+
 /// A pickled function, and the SHA-256 it is called by.
 struct Function {
     bytes: Vec<u8>,
@@ -74,7 +116,7 @@ struct Function {
 }
 
 fn functions() -> (String, [Function; 4]) {
-    let out = Command::new("python3")
+    let out = Command::new(interpreter())
         .args(["-c", MAKE])
         .output()
         .expect("python3 runs (with cloudpickle from PyPI: `python3 -m pip install cloudpickle`; CI installs it)");
@@ -104,7 +146,7 @@ fn functions() -> (String, [Function; 4]) {
 
 /// Pickled call arguments: `python` is the list of `(kind, value)` pairs, as Python source.
 fn arguments(python: &str) -> Vec<u8> {
-    let out = Command::new("python3")
+    let out = Command::new(interpreter())
         .args([
             "-c",
             &format!("import pickle, sys; sys.stdout.write(pickle.dumps(({python}, {{}})).hex())"),
@@ -182,6 +224,7 @@ async fn cluster(more: &[&str], tmp: &str) -> (ProcessCluster, Client) {
             .chain(more)
             .map(|a| a.to_string())
             .collect(),
+        env: vec![("ESCHER_PYTHON".into(), interpreter().into())],
         ..WorkerExtra::default()
     });
     cluster.start_worker("w1", "cpu=4,memory=1024").await;
