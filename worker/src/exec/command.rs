@@ -429,7 +429,6 @@ fn spawn_in_one_exec(
     cgroup: Option<&super::TaskCgroup>,
 ) -> Result<super::spawn::Launched, ExecError> {
     use std::ffi::CString;
-    use std::os::fd::AsFd;
     use std::os::unix::ffi::OsStrExt;
     let spawn_error = |source| ExecError::Spawn {
         program: program.to_owned(),
@@ -484,9 +483,8 @@ fn spawn_in_one_exec(
             .map(|c| c_string(c.as_os_str().as_bytes()))
             .transpose()?,
         uid: opts.user.as_ref().map(|u| u.uid),
-        stdin: None,
-        stdout: stdout.as_fd(),
-        stderr: stderr.as_fd(),
+        stdout,
+        stderr,
         cgroups,
         cgroup_dir: cgroup.and_then(super::TaskCgroup::dir_fd),
         private_tmp: opts

@@ -15,9 +15,6 @@
 //! - [`DiskReserve`] keeps free space on the worker's file systems (`--disk-reserve`,
 //!   `disk.rs`); [`Scratch`] gives each command task a size-limited directory of its own,
 //!   gone when it ends, which is also its `/tmp`, `/var/tmp` and `/dev/shm` (`scratch.rs`).
-//! - [`start_process`] starts a long-lived process that runs tasks' code (a Python
-//!   interpreter) as a command task starts: its user, cgroup and private `/tmp` set before it
-//!   runs (`process.rs`).
 //! - [`ExecError`] is what can go wrong (`error.rs`).
 //!
 //! Unix only: it relies on process groups and signals.
@@ -32,7 +29,6 @@ mod isolation;
 mod limits;
 mod logs;
 mod outcome;
-mod process;
 mod scratch;
 mod spawn;
 
@@ -62,7 +58,6 @@ pub use logs::{
     Stream, Swept, claim_log_dir, log_path, read_log, sweep_logs,
 };
 pub use outcome::{CommandOutcome, ProcessExit, memory_exceeded};
-pub use process::{ProcessSpec, StartError, TaskProcess, pipe, start_process};
 pub use scratch::{
     DEFAULT_TASK_SCRATCH_BYTES, PRIVATE_TMP_HOME, Scratch, TMP_LABEL, TaskScratch,
     private_tmp_available,

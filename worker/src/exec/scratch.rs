@@ -45,9 +45,8 @@
 //! # The task's `/tmp`
 //!
 //! By default ([`Scratch::with_private_tmp`]; `--no-private-tmp` turns it off), a command task
-//! with a scratch (and a Python interpreter with its own: `python/mod.rs`, started the same
-//! way by `process.rs`) also finds it at `/tmp`, `/var/tmp` and `/dev/shm`, and so reaches
-//! nothing of the host's `/tmp`: it starts
+//! with a scratch also finds it at `/tmp`, `/var/tmp` and `/dev/shm`, and so reaches nothing of
+//! the host's `/tmp`: it starts
 //! in a mount namespace of its own (`spawn.rs`, made with its clone) where its scratch is bound
 //! over the three, so that a program that writes to `/tmp` rather than `TMPDIR` writes into
 //! its own bounded scratch, not the host's, and finds no other tenant's files there. Its

@@ -40,7 +40,7 @@
 
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::sync::OnceLock;
@@ -89,10 +89,9 @@ pub(super) struct Launch<'a> {
     pub cwd: Option<CString>,
     /// The uid (and gid) to run as; the worker's if `None`.
     pub uid: Option<u32>,
-    /// Its standard input (`/dev/null` if `None`), output and error.
-    pub stdin: Option<BorrowedFd<'a>>,
-    pub stdout: BorrowedFd<'a>,
-    pub stderr: BorrowedFd<'a>,
+    /// Its standard output and error.
+    pub stdout: &'a std::fs::File,
+    pub stderr: &'a std::fs::File,
     /// The `cgroup.procs` files of its cgroups, open for writing.
     pub cgroups: &'a [OwnedFd],
     /// The cgroup v2 directory whose `cgroup.procs` is `cgroups[0]`, open: where this kernel
@@ -154,10 +153,7 @@ pub(super) fn spawn(launch: &Launch<'_>) -> Result<Launched, Failed> {
         change_user: launch.uid.is_some(),
         uid: launch.uid.unwrap_or(0),
         stdio: [
-            match launch.stdin {
-                Some(fd) => fd.as_raw_fd(),
-                None => dev_null().map_err(Failed::Spawn)?,
-            },
+            dev_null().map_err(Failed::Spawn)?,
             launch.stdout.as_raw_fd(),
             launch.stderr.as_raw_fd(),
         ],
@@ -646,7 +642,6 @@ impl Drop for Launched {
 mod tests {
     use std::ffi::CString;
     use std::fs::File;
-    use std::os::fd::AsFd;
 
     use super::*;
 
@@ -662,9 +657,8 @@ mod tests {
             envp: vec![c("PATH=/usr/bin:/bin")],
             cwd: None,
             uid: None,
-            stdin: None,
-            stdout: out.as_fd(),
-            stderr: out.as_fd(),
+            stdout: out,
+            stderr: out,
             cgroups,
             cgroup_dir: None,
             private_tmp: None,

@@ -433,7 +433,7 @@ impl DynamicActor for PythonActor {
 }
 
 async fn read_reply(
-    stdout: &mut tokio::io::BufReader<tokio::net::unix::pipe::Receiver>,
+    stdout: &mut tokio::io::BufReader<tokio::process::ChildStdout>,
 ) -> std::io::Result<(u8, u64, Vec<u8>)> {
     let len = stdout.read_u32().await? as usize;
     if !(9..=MAX_RESULT_BYTES + 9).contains(&len) {

@@ -59,17 +59,7 @@
 //! where command tasks get one (a tmpfs of the default scratch size, its `HOME`, `TMPDIR` and
 //! working directory for its life, emptied when it ends: `exec/scratch.rs`), else in its
 //! user's home directory, with the worker's `PATH`, locale, `TZ`, `TERM`, `TMPDIR` (but for
-//! its scratch), `PYTHONPATH` and `VIRTUAL_ENV`. An interpreter is started as a command task
-//! is (`exec::start_process`, `exec/spawn.rs`): one exec, born in its cgroup, in a process
-//! group of its own, as its user, with `no_new_privs`; and, where command tasks' scratch is
-//! their `/tmp` (the node's `escher.tmp=private`), in a mount namespace of its own, made
-//! before it changes user, with its scratch bound over `/tmp`, `/var/tmp` and `/dev/shm`: its
-//! `HOME`, `TMPDIR` and working directory are then `/tmp` as it sees them. What it reaches
-//! through the worker (its pipes and control socket, the task's log files and the store's
-//! sealed files, handed over as descriptors) does not go through those directories; the
-//! interpreter, its packages (`PYTHONPATH`) and runtime_env's environments (under the user's
-//! home, below) must not lie under them either, since the interpreter no longer sees the
-//! host's
+//! its scratch), `PYTHONPATH` and `VIRTUAL_ENV`
 //! (so the interpreter and its packages must be readable by that user); the task's own
 //! `ESCHER_*` variables are set in `os.environ` for each task (so `escher.report()` and `escher.set_resource(...,
 //! escher.Local)` act as the task).
@@ -137,9 +127,8 @@
 //! file of the copy it brought into this node's store.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::OsString;
-use std::os::fd::AsFd;
 use std::path::Path;
+use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -150,7 +139,7 @@ use escher_proto::types::{
 };
 use escher_proto::{ResourceName, ResourceSet, TaskId, wire};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::unix::pipe;
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 
 use crate::context::TaskContext;
 use crate::error::WorkerError;
@@ -258,24 +247,19 @@ pub(crate) fn install(
 /// get.
 fn interpreter_command(exe: &Path, user: Option<&TaskUser>) -> std::process::Command {
     use std::os::unix::process::CommandExt;
+    let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
     let mut command = std::process::Command::new(exe);
-    command.env_clear().envs(interpreter_env(user));
+    command
+        .env_clear()
+        .envs(crate::exec::task_base_env(std::env::vars(), &pass));
     if let Some(user) = user {
-        command.uid(user.uid).gid(user.uid).current_dir(&user.home);
+        command
+            .uid(user.uid)
+            .gid(user.uid)
+            .env("HOME", &user.home)
+            .current_dir(&user.home);
     }
     command
-}
-
-/// The environment [`interpreter_command`] gives: the worker's harmless variables and `HOME`,
-/// `PYTHONPATH`, `VIRTUAL_ENV`, with `HOME` the user's where tasks run as users of their own.
-fn interpreter_env(user: Option<&TaskUser>) -> Vec<(String, String)> {
-    let pass = ["HOME", "PYTHONPATH", "VIRTUAL_ENV"].map(String::from);
-    let mut env = crate::exec::task_base_env(std::env::vars(), &pass);
-    if let Some(user) = user {
-        env.retain(|(k, _)| k != "HOME");
-        env.push(("HOME".into(), user.home.display().to_string()));
-    }
-    env
 }
 
 /// A parsed task argument.
@@ -656,32 +640,11 @@ impl Pool {
             }),
             (user, _) => user,
         };
-        // Its scratch is also its /tmp, /var/tmp and /dev/shm where command tasks' is, in a
-        // mount namespace of its own made before it changes user (exec/spawn.rs): there it is
-        // /tmp to the interpreter, its HOME, TMPDIR and working directory.
-        let private_tmp = scratch
-            .as_ref()
-            .filter(|_| self.scratch.as_ref().is_some_and(|s| s.private_tmp()))
-            .map(|s| s.path().to_path_buf());
-        let home = match (&private_tmp, &user) {
-            (Some(_), _) => Some(Path::new(crate::exec::PRIVATE_TMP_HOME)),
-            (None, Some(user)) => Some(user.home.as_path()),
-            (None, None) => None,
-        };
-        // Its HOME (and, with a scratch, its TMPDIR) as it sees them.
-        let mut env: Vec<(OsString, OsString)> = interpreter_env(user.as_ref())
-            .into_iter()
-            .filter(|(k, _)| {
-                !((home.is_some() && k == "HOME") || (scratch.is_some() && k == "TMPDIR"))
-            })
-            .map(|(k, v)| (k.into(), v.into()))
-            .collect();
-        if let Some(home) = home {
-            env.push(("HOME".into(), home.into()));
-            if scratch.is_some() {
-                env.push(("TMPDIR".into(), home.into()));
-            }
+        let mut command = Command::from(interpreter_command(exe, user.as_ref()));
+        if let Some(scratch) = &scratch {
+            command.env("TMPDIR", scratch.path());
         }
+        command.arg("-u").arg("-c").arg(RUNNER);
         // Made before the spawn, so that an interpreter is never started uncontained by a
         // cgroup that could not be made.
         let cgroup = match cgroups {
@@ -694,62 +657,44 @@ impl Pool {
             })?),
             None => None,
         };
-        // Its stdin and stdout are pipes (the frames, the answers); its stderr a socket, on
-        // which it gets each task's log files (`give_output`).
-        let made = |what: &str, e: std::io::Error| {
-            format!("cannot make {what} for a Python interpreter: {e}")
-        };
+        // Its stderr is a socket, on which it gets each task's log files (`give_output`).
         let (ctl, child_ctl) = std::os::unix::net::UnixStream::pair()
             .and_then(|(ctl, child)| ctl.set_nonblocking(true).map(|()| (ctl, child)))
-            .map_err(|e| made("a socket", e))?;
-        let (stdin_read, stdin_write) = crate::exec::pipe().map_err(|e| made("a pipe", e))?;
-        let (stdout_read, stdout_write) = crate::exec::pipe().map_err(|e| made("a pipe", e))?;
-        let stdin = pipe::Sender::from_owned_fd(stdin_write).map_err(|e| made("a pipe", e))?;
-        let stdout = pipe::Receiver::from_owned_fd(stdout_read).map_err(|e| made("a pipe", e))?;
-        let started = crate::exec::start_process(&crate::exec::ProcessSpec {
-            program: exe,
-            args: vec!["-u".into(), "-c".into(), RUNNER.into()],
-            env,
-            cwd: home,
-            uid: user.as_ref().map(|u| u.uid),
-            stdin: stdin_read.as_fd(),
-            stdout: stdout_write.as_fd(),
-            stderr: child_ctl.as_fd(),
-            cgroup: cgroup.as_ref(),
-            private_tmp: private_tmp.as_deref(),
-        });
-        // The child's ends are its own now.
-        drop((stdin_read, stdout_write, child_ctl));
-        let child = started.map_err(|e| match e {
-            crate::exec::StartError::Cgroup { path, source } => {
-                format!("cannot move a Python interpreter into its cgroup {path}: {source}")
-            }
-            crate::exec::StartError::Spawn(e) => {
-                // Behind its own scratch there: say so rather than leave a bare ENOENT.
-                let hidden = private_tmp.is_some()
-                    && ["/tmp", "/var/tmp", "/dev/shm"]
-                        .iter()
-                        .any(|dir| exe.starts_with(dir));
+            .map_err(|e| format!("cannot make a socket for a Python interpreter: {e}"))?;
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(std::os::fd::OwnedFd::from(child_ctl)))
+            .process_group(0)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| {
                 format!(
-                    "cannot start the Python interpreter {} ({ENV_PYTHON}): {e}{}",
-                    exe.display(),
-                    if hidden {
-                        "; on this node an interpreter's /tmp, /var/tmp and /dev/shm are its own \
-                         scratch (escher.tmp=private): put the interpreter elsewhere, or start \
-                         the worker with --no-private-tmp"
-                    } else {
-                        ""
-                    }
+                    "cannot start the Python interpreter {} ({ENV_PYTHON}): {e}",
+                    exe.display()
                 )
+            })?;
+        // Into its cgroup before it runs a task (see `exec/cgroup.rs`); the fence holds the
+        // cgroup, and the process group, from now on.
+        let cgroup = match (cgroup, child.id()) {
+            (Some(cgroup), Some(pid)) => {
+                if let Err(e) = cgroup.enter(pid) {
+                    let _ = child.start_kill();
+                    return Err(format!(
+                        "cannot move a Python interpreter into its cgroup {}: {e}",
+                        cgroup.path().display()
+                    ));
+                }
+                Some(crate::fence::HeldCgroup::new(cgroup))
             }
-        })?;
-        // The fence holds its cgroup, and its process group, from now on.
-        let cgroup = cgroup.map(crate::fence::HeldCgroup::new);
+            _ => None,
+        };
         let pid = child.id().map(|id| id as i32);
         if let Some(pid) = pid {
             crate::fence::hold(pid);
         }
-        let stdout = BufReader::new(stdout);
+        let stdin = child.stdin.take().expect("piped");
+        let stdout = BufReader::new(child.stdout.take().expect("piped"));
         Ok(Interpreter {
             process: Process {
                 child,
@@ -910,9 +855,9 @@ fn inline(by_id: &HashMap<u64, TaskStatus>, id: u64, what: &str) -> Result<Bytes
 #[derive(Debug)]
 struct Interpreter {
     process: Process,
-    stdin: pipe::Sender,
+    stdin: ChildStdin,
     /// Buffered: an answer's length, status and body come in one read.
-    stdout: BufReader<pipe::Receiver>,
+    stdout: BufReader<ChildStdout>,
     /// The worker's end of the socket that is the interpreter's stderr: each task's log files
     /// travel on it.
     ctl: std::os::unix::net::UnixStream,
@@ -923,7 +868,7 @@ struct Interpreter {
 /// An interpreter's process, its group and its cgroup: killed whole when dropped.
 #[derive(Debug)]
 struct Process {
-    child: crate::exec::TaskProcess,
+    child: Child,
     pid: Option<i32>,
     /// Its cgroup (killed, and back in the worker's pool, when dropped after the process
     /// group): what the functions it ran started is in it, whatever process group it left.
@@ -1125,7 +1070,7 @@ impl Drop for Process {
             );
             crate::fence::release(pid);
         }
-        self.child.start_kill();
+        let _ = self.child.start_kill();
     }
 }
 
